@@ -1,5 +1,5 @@
 // The kernel module: one file per family of kernels, re-exported here.
 // Conventions: every pointer is a byte offset into the one shared memory; every kernel that a
 // thread pool splits takes its range as its last two arguments (r0, r1: rows, heads, tokens).
-export * from "./elementwise";
 export * from "./matvec_f32";
+export * from "./model_ops";

@@ -1,0 +1,95 @@
+/**
+ * A small command-line parser for llama.cpp-style flags: `-m FILE`, `--temp 0.7`, `--flag=value`,
+ * boolean switches. Unknown flags and bad values are errors that name the flag.
+ */
+export class UsageError extends Error {
+  override name = "UsageError";
+}
+
+export interface FlagSpec {
+  /** names, e.g. ["-m", "--model"] */
+  names: string[];
+  key: string;
+  type: "string" | "int" | "float" | "bool" | "size";
+  help: string;
+  default?: string | number | boolean;
+}
+
+export type ParsedArgs = { _: string[]; [key: string]: string | number | boolean | string[] | undefined };
+
+const SIZE_UNITS: Record<string, number> = { "": 1, b: 1, k: 1024, kb: 1000, kib: 1024, m: 2 ** 20, mb: 1e6, mib: 2 ** 20, g: 2 ** 30, gb: 1e9, gib: 2 ** 30 };
+
+/** "1.5GiB", "512M", "2g", "1000000" -> bytes. */
+export function parseSize(text: string): number {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$/i.exec(text);
+  const unit = m ? SIZE_UNITS[m[2].toLowerCase()] : undefined;
+  if (!m || unit === undefined) throw new UsageError(`"${text}" is not a size (examples: 1.5GiB, 512MiB, 2G)`);
+  return Math.round(Number(m[1]) * unit);
+}
+
+export function parseArgs(argv: string[], specs: FlagSpec[]): ParsedArgs {
+  const out: ParsedArgs = { _: [] };
+  for (const s of specs) if (s.default !== undefined) out[s.key] = s.default;
+  const byName = new Map<string, FlagSpec>();
+  for (const s of specs) for (const n of s.names) byName.set(n, s);
+  for (let i = 0; i < argv.length; i++) {
+    let arg = argv[i];
+    if (arg === "--") {
+      out._.push(...argv.slice(i + 1));
+      break;
+    }
+    if (!arg.startsWith("-") || arg === "-" || /^-\d/.test(arg)) {
+      out._.push(arg);
+      continue;
+    }
+    let value: string | undefined;
+    const eq = arg.indexOf("=");
+    if (arg.startsWith("--") && eq > 0) {
+      value = arg.slice(eq + 1);
+      arg = arg.slice(0, eq);
+    }
+    const spec = byName.get(arg);
+    if (!spec) throw new UsageError(`unknown option ${arg}`);
+    if (spec.type === "bool") {
+      out[spec.key] = value === undefined ? true : !/^(0|false|no|off)$/i.test(value);
+      continue;
+    }
+    if (value === undefined) {
+      if (i + 1 >= argv.length) throw new UsageError(`option ${arg} needs a value`);
+      value = argv[++i];
+    }
+    out[spec.key] = convert(spec, arg, value);
+  }
+  return out;
+}
+
+function convert(spec: FlagSpec, flag: string, value: string): string | number {
+  switch (spec.type) {
+    case "string":
+      return value;
+    case "int": {
+      const v = Number(value);
+      if (!Number.isInteger(v)) throw new UsageError(`option ${flag} expects an integer, got "${value}"`);
+      return v;
+    }
+    case "float": {
+      const v = Number(value);
+      if (value.trim() === "" || !Number.isFinite(v)) throw new UsageError(`option ${flag} expects a number, got "${value}"`);
+      return v;
+    }
+    case "size":
+      return parseSize(value);
+    default:
+      return value;
+  }
+}
+
+export function usage(command: string, summary: string, specs: FlagSpec[]): string {
+  const lines = [`usage: powerinfer ${command}`, "", summary, "", "options:"];
+  for (const s of specs) {
+    const names = s.names.join(", ") + (s.type === "bool" ? "" : ` ${s.type === "string" ? "VALUE" : s.type.toUpperCase()}`);
+    const def = s.default !== undefined ? ` (default: ${s.default})` : "";
+    lines.push(`  ${names.padEnd(28)} ${s.help}${def}`);
+  }
+  return lines.join("\n");
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env node
+/**
+ * `powerinfer <command> ...`: each command lives in its own file and exports main(argv) -> exit code.
+ */
+import { UsageError } from "./args.js";
+
+const COMMANDS: Record<string, { summary: string; load: () => Promise<{ main(argv: string[]): Promise<number> }> }> = {
+  run: { summary: "generate text from a model (llama.cpp-style flags)", load: () => import("./run.js") },
+  tokenize: { summary: "print the token ids of a text as a JSON array", load: () => import("./tokenize.js") },
+  inspect: { summary: "show a model file's metadata and tensor table", load: () => import("./inspect.js") },
+  synth: { summary: "write a synthetic model of random weights (for benchmarks)", load: () => import("./synth.js") },
+};
+
+function help(): string {
+  const lines = ["usage: powerinfer <command> [options]", "", "commands:"];
+  for (const [name, c] of Object.entries(COMMANDS)) lines.push(`  ${name.padEnd(12)} ${c.summary}`);
+  lines.push("", "powerinfer <command> --help shows a command's options.");
+  return lines.join("\n");
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === "-h" || name === "--help" || name === "help") {
+    console.log(help());
+    return name ? 0 : 1;
+  }
+  const command = COMMANDS[name];
+  if (!command) {
+    console.error(`powerinfer: unknown command "${name}"\n\n${help()}`);
+    return 2;
+  }
+  return (await command.load()).main(rest);
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    if (err instanceof UsageError) console.error(`powerinfer: ${err.message}`);
+    else console.error(`powerinfer: ${err instanceof Error ? err.message : String(err)}`);
+    if (process.env.POWERINFER_DEBUG && err instanceof Error) console.error(err.stack);
+    process.exitCode = err instanceof UsageError ? 2 : 1;
+  },
+);

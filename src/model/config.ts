@@ -1,0 +1,126 @@
+/**
+ * Hyper-parameters of a llama-family model, read from GGUF metadata, with each architecture's
+ * conventions (activation, RoPE pairing, biases) made explicit.
+ */
+import { GGUFError, type GGUFFile } from "../format/gguf.js";
+
+export type Activation = "silu" | "relu" | "drelu" | "gelu";
+export type RopePairing = "normal" | "neox";
+
+export interface ModelConfig {
+  readonly architecture: string;
+  readonly nEmbd: number;
+  readonly nLayer: number;
+  readonly nHead: number;
+  readonly nHeadKV: number;
+  readonly headDim: number;
+  readonly nFF: number;
+  readonly nVocab: number;
+  readonly nCtxTrain: number;
+  readonly nRot: number;
+  readonly normEps: number;
+  readonly ropeFreqBase: number;
+  /** multiplies positions (linear RoPE scaling: 1 / factor) */
+  readonly ropeFreqScale: number;
+  readonly ropePairing: RopePairing;
+  readonly activation: Activation;
+  /** whether Q/K/V projections carry biases (qwen2) */
+  readonly qkvBias: boolean;
+  /** PowerInfer sparse file ("PWRI"): predictors present, Down stored transposed */
+  readonly powerinfer: boolean;
+  readonly sparseThreshold: number;
+}
+
+interface ArchTraits {
+  activation: Activation;
+  ropePairing: RopePairing;
+  qkvBias: boolean;
+}
+
+const ARCHITECTURES: Record<string, ArchTraits> = {
+  llama: { activation: "silu", ropePairing: "normal", qkvBias: false },
+  mistral: { activation: "silu", ropePairing: "normal", qkvBias: false },
+  qwen2: { activation: "silu", ropePairing: "neox", qkvBias: true },
+  bamboo: { activation: "drelu", ropePairing: "normal", qkvBias: false },
+};
+
+export const SUPPORTED_ARCHITECTURES = Object.keys(ARCHITECTURES);
+
+const ACTIVATIONS: Record<string, Activation> = {
+  silu: "silu", swiglu: "silu", relu: "relu", reglu: "relu", drelu: "drelu", gelu: "gelu", geglu: "gelu",
+};
+
+export function readConfig(file: GGUFFile): ModelConfig {
+  const arch = file.architecture;
+  const traits = ARCHITECTURES[arch];
+  if (!traits) {
+    throw new GGUFError(file.path, `unsupported architecture "${arch}" (supported: ${SUPPORTED_ARCHITECTURES.join(", ")})`);
+  }
+  const key = (k: string) => `${arch}.${k}`;
+  const positive = (k: string, fallback?: number, max = 1 << 24): number => {
+    const v = file.getNumber(key(k), fallback);
+    if (!Number.isInteger(v) || v <= 0 || v > max) throw new GGUFError(file.path, `metadata "${key(k)}" = ${v} is not a sane positive integer`);
+    return v;
+  };
+  const nEmbd = positive("embedding_length", undefined, 1 << 17);
+  const nLayer = positive("block_count", undefined, 1024);
+  const nHead = positive("attention.head_count", undefined, 4096);
+  const nHeadKV = positive("attention.head_count_kv", nHead, 4096);
+  const nFF = positive("feed_forward_length", undefined, 1 << 20);
+  if (nEmbd % nHead !== 0) throw new GGUFError(file.path, `embedding_length ${nEmbd} is not a multiple of head_count ${nHead}`);
+  if (nHead % nHeadKV !== 0) throw new GGUFError(file.path, `head_count ${nHead} is not a multiple of head_count_kv ${nHeadKV}`);
+  const headDim = nEmbd / nHead;
+  const nRot = positive("rope.dimension_count", headDim, headDim);
+  if (nRot % 2 !== 0) throw new GGUFError(file.path, `rope.dimension_count ${nRot} is odd`);
+
+  const tokens = file.getArray("tokenizer.ggml.tokens");
+  const embd = file.tensor("token_embd.weight");
+  const nVocab = file.has(key("vocab_size")) ? positive("vocab_size") : tokens?.length ?? embd.dims[1];
+  if (embd.dims[0] !== nEmbd || embd.dims[1] !== nVocab) {
+    throw new GGUFError(file.path, `token_embd.weight is [${embd.dims.join(", ")}], expected [${nEmbd}, ${nVocab}]`);
+  }
+
+  let activation = traits.activation;
+  if (file.has(key("feed_forward_activation"))) {
+    const name = file.getString(key("feed_forward_activation")).toLowerCase();
+    const a = ACTIVATIONS[name];
+    if (!a) throw new GGUFError(file.path, `metadata "${key("feed_forward_activation")}" = "${name}" is not a known activation (${Object.keys(ACTIVATIONS).join(", ")})`);
+    activation = a;
+  }
+
+  let ropeFreqScale = 1;
+  const scalingType = file.has(key("rope.scaling.type")) ? file.getString(key("rope.scaling.type")) : "none";
+  if (scalingType === "linear") {
+    const factor = file.getNumber(key("rope.scaling.factor"), 1);
+    if (!(factor > 0)) throw new GGUFError(file.path, `rope.scaling.factor = ${factor} must be positive`);
+    ropeFreqScale = 1 / factor;
+  } else if (scalingType !== "none") {
+    throw new GGUFError(file.path, `rope scaling "${scalingType}" is not supported yet (only linear)`);
+  }
+
+  const normEps = file.getNumber(key("attention.layer_norm_rms_epsilon"), 1e-5);
+  const ropeFreqBase = file.getNumber(key("rope.freq_base"), 10000);
+  if (!(normEps > 0 && normEps < 1)) throw new GGUFError(file.path, `layer_norm_rms_epsilon = ${normEps} is not in (0, 1)`);
+  if (!(ropeFreqBase > 1)) throw new GGUFError(file.path, `rope.freq_base = ${ropeFreqBase} must be > 1`);
+
+  return {
+    architecture: arch,
+    nEmbd,
+    nLayer,
+    nHead,
+    nHeadKV,
+    headDim,
+    nFF,
+    nVocab,
+    nCtxTrain: positive("context_length", 2048, 1 << 24),
+    nRot,
+    normEps,
+    ropeFreqBase,
+    ropeFreqScale,
+    ropePairing: traits.ropePairing,
+    activation,
+    qkvBias: traits.qkvBias && file.tensors.has("blk.0.attn_q.bias"),
+    powerinfer: file.magic === "PWRI",
+    sparseThreshold: file.has("powerinfer.sparse_threshold") ? file.getNumber("powerinfer.sparse_threshold") : 0,
+  };
+}

@@ -1,0 +1,108 @@
+/**
+ * Moves a model's tensors from the GGUF file into wasm memory: matrices packed for their
+ * kernels, vectors (norms, biases) as f32. Reads in bounded chunks, so loading never holds a
+ * whole tensor in JS memory.
+ */
+import { GGMLType, typeName } from "../format/ggml-types.js";
+import { GGUFError, type GGUFFile, type GGUFTensorInfo } from "../format/gguf.js";
+import { dequantizeRow } from "../format/quant.js";
+import type { Arena } from "../runtime/arena.js";
+import type { ThreadPool } from "../runtime/pool.js";
+import { hasWeightKernel, weightKernel, type WeightKernel } from "../runtime/weights.js";
+
+/** A weight matrix in wasm memory: `rows` outputs, each a dot product over `cols` inputs. */
+export interface Matrix {
+  readonly name: string;
+  readonly ptr: number;
+  readonly rows: number;
+  readonly cols: number;
+  readonly kernel: WeightKernel;
+  /** pool indices of its kernels */
+  readonly matvecFn: number;
+  readonly matmulFn: number;
+}
+
+const CHUNK_BYTES = 16 << 20;
+
+function checkDims(file: GGUFFile, t: GGUFTensorInfo, expected: number[]): void {
+  const same = t.dims.length === expected.length && t.dims.every((d, i) => d === expected[i]);
+  if (!same) throw new GGUFError(file.path, `tensor "${t.name}" has shape [${t.dims.join(", ")}], expected [${expected.join(", ")}]`);
+}
+
+export class WeightLoader {
+  /** bytes of weights placed in wasm memory so far */
+  loadedBytes = 0;
+
+  constructor(
+    private readonly file: GGUFFile,
+    private readonly arena: Arena,
+    private readonly pool: ThreadPool,
+    private readonly onProgress?: (bytes: number) => void,
+  ) {}
+
+  /** Load matrix `name` whose GGUF shape is [cols, rows]. */
+  matrix(name: string, cols: number, rows: number): Matrix {
+    const t = this.file.tensor(name);
+    checkDims(this.file, t, [cols, rows]);
+    if (!hasWeightKernel(t.type)) {
+      throw new GGUFError(this.file.path, `tensor "${name}" has type ${typeName(t.type)}, which this engine cannot compute with yet`);
+    }
+    const kernel = weightKernel(t.type);
+    const size = kernel.packedBytes(rows, cols);
+    const ptr = this.arena.alloc(size, 64);
+    const rowBytes = t.bytes / rows;
+    const rowsPerChunk = Math.max(1, Math.floor(CHUNK_BYTES / rowBytes));
+    const buf = new Uint8Array(Math.min(rows, rowsPerChunk) * rowBytes);
+    const dst = this.arena.u8(ptr, size);
+    for (let r = 0; r < rows; r += rowsPerChunk) {
+      const n = Math.min(rowsPerChunk, rows - r);
+      this.file.readTensor(t, buf, r * rowBytes, n * rowBytes);
+      kernel.pack(buf.subarray(0, n * rowBytes), dst, r, n, rows, cols);
+      this.progress(n * rowBytes);
+    }
+    return { name, ptr, rows, cols, kernel, matvecFn: this.pool.fn(kernel.matvec), matmulFn: this.pool.fn(kernel.matmul) };
+  }
+
+  /**
+   * A matrix stored transposed (PowerInfer's `ffn_down_t`: row i is column i of the real matrix),
+   * turned back into a row-major F32 matrix of [cols, rows] so the dense kernels can use it.
+   */
+  transposedMatrix(name: string, cols: number, rows: number): Matrix {
+    const t = this.file.tensor(name);
+    checkDims(this.file, t, [rows, cols]);
+    const raw = this.file.tensorData(name);
+    const src = new Float32Array(rows * cols);
+    const rowBytes = t.bytes / cols;
+    for (let c = 0; c < cols; c++) dequantizeRow(t.type, raw.subarray(c * rowBytes, (c + 1) * rowBytes), rows, src, c * rows);
+    const kernel = weightKernel(GGMLType.F32);
+    const ptr = this.arena.alloc(rows * cols * 4, 64);
+    const dst = this.arena.f32(ptr, rows * cols);
+    for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) dst[r * cols + c] = src[c * rows + r];
+    this.progress(t.bytes);
+    return { name, ptr, rows, cols, kernel, matvecFn: this.pool.fn(kernel.matvec), matmulFn: this.pool.fn(kernel.matmul) };
+  }
+
+  /** A 1-D tensor of n values as f32 in wasm memory. */
+  vector(name: string, n: number): number {
+    const t = this.file.tensor(name);
+    checkDims(this.file, t, [n]);
+    const ptr = this.arena.alloc(n * 4, 64);
+    dequantizeRow(t.type, this.file.tensorData(name), n, this.arena.f32(ptr, n));
+    this.progress(t.bytes);
+    return ptr;
+  }
+
+  /** A tensor's raw bytes in JS memory (the embedding table: one row is read per token). */
+  raw(name: string, expected: number[]): { info: GGUFTensorInfo; data: Uint8Array } {
+    const t = this.file.tensor(name);
+    checkDims(this.file, t, expected);
+    const data = this.file.tensorData(name);
+    this.progress(t.bytes);
+    return { info: t, data };
+  }
+
+  private progress(bytes: number): void {
+    this.loadedBytes += bytes;
+    this.onProgress?.(this.loadedBytes);
+  }
+}
