@@ -9,11 +9,12 @@
  */
 import { MergeHeap } from "./heap.js";
 import { preTokenize } from "./pretokenize.js";
-import { gpt2ByteEncode } from "./unicode.js";
+import { detach, gpt2ByteEncode } from "./unicode.js";
 import type { Vocab } from "./vocab.js";
 
 /** Words seen often (" the", ",") are cached; the cache is dropped whole when it fills up. */
 const CACHE_LIMIT = 1 << 16;
+const CACHE_MAX_KEY = 64;
 
 export class BpeEncoder {
   private readonly heap = new MergeHeap();
@@ -34,8 +35,10 @@ export class BpeEncoder {
       if (ids === undefined) {
         ids = [];
         this.encodeWord(gpt2ByteEncode(word), ids);
-        if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
-        this.cache.set(word, ids);
+        if (word.length <= CACHE_MAX_KEY) {
+          if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
+          this.cache.set(detach(word), ids);
+        }
       }
       for (let i = 0; i < ids.length; i++) out.push(ids[i]);
     }

@@ -73,3 +73,12 @@ export function gpt2ByteEncode(s: string): string {
   for (let i = 0; i < bytes.length; i++) out += BYTE_TO_CHAR[bytes[i]];
   return out;
 }
+
+/**
+ * A copy of `s` that does not keep a larger string alive. V8 represents substrings of 13 or more
+ * characters as views into their parent; a cache keyed by such views would pin every text it
+ * ever saw. Concatenating and slicing forces a fresh flat string of just these characters.
+ */
+export function detach(s: string): string {
+  return s.length < 13 ? s : (s + "\0").slice(0, -1);
+}
