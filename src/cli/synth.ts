@@ -1,0 +1,139 @@
+/**
+ * `powerinfer synth`: write a synthetic llama model of random weights (see src/offline/synth.ts).
+ */
+import { existsSync, statSync } from "node:fs";
+import { dirname, resolve } from "node:path";
+import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
+import {
+  synthesize,
+  synthFileSize,
+  SHAPE_SPECS,
+  SYNTH_ACTIVATIONS,
+  SYNTH_SHAPES,
+  SYNTH_TYPES,
+  type SynthActivation,
+  type SynthProgress,
+  type SynthShape,
+  type SynthType,
+} from "../offline/synth.js";
+
+const SPECS: FlagSpec[] = [
+  { names: ["--shape"], key: "shape", type: "string", help: `model shape: ${SYNTH_SHAPES.map((s) => `${s} (${SHAPE_SPECS[s].like})`).join(", ")}`, default: "tiny" },
+  { names: ["--act"], key: "act", type: "string", help: `FFN activation: ${SYNTH_ACTIVATIONS.join(", ")}`, default: "silu" },
+  { names: ["--type"], key: "type", type: "string", help: `weight type: ${SYNTH_TYPES.join(", ")}`, default: "q4_0" },
+  { names: ["--seed", "-s"], key: "seed", type: "int", help: "random seed (same seed, same bytes)", default: 0 },
+  { names: ["-o", "--output"], key: "out", type: "string", help: "output file (required)" },
+  { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "no progress bar" },
+  { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
+];
+
+const SUMMARY = "Write a llama-architecture GGUF of random weights, deterministic per seed (for benchmarks and tests; it generates noise, not text).";
+
+function oneOf<T extends string>(flag: string, value: unknown, allowed: readonly T[]): T {
+  const v = String(value).toLowerCase();
+  if (!allowed.includes(v as T)) throw new UsageError(`${flag} must be one of ${allowed.join(", ")}, got "${value}"`);
+  return v as T;
+}
+
+const MB = 1e6;
+
+function fmtTime(s: number): string {
+  if (!Number.isFinite(s)) return "--:--";
+  s = Math.max(0, Math.round(s));
+  const m = Math.floor(s / 60);
+  return m >= 60 ? `${Math.floor(m / 60)}h${String(m % 60).padStart(2, "0")}m` : `${m}:${String(s % 60).padStart(2, "0")}`;
+}
+
+/** A progress line on stderr, rewritten in place with \r on a terminal, one line per 10% otherwise. */
+export class ProgressBar {
+  private start = performance.now();
+  private lastDraw = 0;
+  private lastDecile = -1;
+  constructor(private stream: NodeJS.WriteStream = process.stderr, private label = "") {}
+
+  update(done: number, total: number, force = false): void {
+    const now = performance.now();
+    const frac = total > 0 ? Math.min(1, done / total) : 1;
+    const tty = this.stream.isTTY === true;
+    if (tty) {
+      if (!force && now - this.lastDraw < 100) return;
+    } else {
+      const decile = Math.floor(frac * 10);
+      if (decile === this.lastDecile) return;
+      this.lastDecile = decile;
+    }
+    this.lastDraw = now;
+    const secs = (now - this.start) / 1000;
+    const rate = secs > 0 ? done / MB / secs : 0;
+    const eta = rate > 0 ? (total - done) / MB / rate : Infinity;
+    const width = 24;
+    const filled = Math.round(frac * width);
+    const line =
+      `${this.label}[${"#".repeat(filled)}${"-".repeat(width - filled)}] ${(frac * 100).toFixed(1).padStart(5)}% ` +
+      `${(done / MB).toFixed(0)}/${(total / MB).toFixed(0)} MB  ${rate.toFixed(0)} MB/s  ETA ${fmtTime(eta)}`;
+    this.stream.write(tty ? `\r${line}\x1b[K` : `${line}\n`);
+  }
+
+  done(): void {
+    if (this.stream.isTTY) this.stream.write("\n");
+  }
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, SPECS);
+  if (args.help) {
+    console.log(usage("synth --shape tiny|1b|7b|13b --act silu|relu|drelu --type f32|f16|q8_0|q4_0|q4_1 --seed N -o FILE", SUMMARY, SPECS));
+    return 0;
+  }
+  if (args._.length > 0) throw new UsageError(`synth: unexpected argument "${args._[0]}" (the output file goes after -o)`);
+  const shape = oneOf<SynthShape>("--shape", args.shape, SYNTH_SHAPES);
+  const act = oneOf<SynthActivation>("--act", args.act, SYNTH_ACTIVATIONS);
+  const type = oneOf<SynthType>("--type", args.type, SYNTH_TYPES);
+  const seed = args.seed as number;
+  if (!Number.isSafeInteger(seed) || seed < 0) throw new UsageError(`--seed must be a non-negative integer, got ${seed}`);
+  if (typeof args.out !== "string" || args.out === "") throw new UsageError("synth: the output file is required (-o FILE)");
+  const out = resolve(args.out);
+  const dir = dirname(out);
+  if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`synth: output directory ${dir} does not exist`);
+  if (existsSync(out) && statSync(out).isDirectory()) throw new UsageError(`synth: ${out} is a directory`);
+
+  const total = synthFileSize({ shape, act, type, seed });
+  const quiet = args.quiet === true;
+  if (!quiet) process.stderr.write(`synth: ${shape} (${SHAPE_SPECS[shape].like}), ${act}, ${type}, seed ${seed} -> ${out} (${(total / MB).toFixed(0)} MB)\n`);
+
+  // Ctrl-C deletes the partial file instead of leaving it behind.
+  const controller = new AbortController();
+  const onSignal = () => controller.abort(new Error("interrupted"));
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
+  const bar = quiet ? undefined : new ProgressBar();
+  let dataTotal = 0;
+  try {
+    const r = await synthesize({
+      shape, act, type, seed, out,
+      signal: controller.signal,
+      onProgress: bar
+        ? (p: SynthProgress) => {
+            dataTotal = p.totalBytes;
+            bar.update(p.bytesWritten, p.totalBytes);
+          }
+        : undefined,
+    });
+    if (bar) {
+      bar.update(dataTotal, dataTotal, true);
+      bar.done();
+    }
+    if (!quiet) process.stderr.write(`synth: wrote ${r.tensors} tensors, ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s\n`);
+    return 0;
+  } catch (err) {
+    bar?.done();
+    if (controller.signal.aborted) {
+      process.stderr.write("synth: interrupted, partial file removed\n");
+      return 130;
+    }
+    throw err;
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+  }
+}
