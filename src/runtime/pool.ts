@@ -149,7 +149,14 @@ export class ThreadPool {
       this.ctrl[CTRL.FN] = -1;
       Atomics.add(this.ctrl, CTRL.GEN, 1);
       Atomics.notify(this.ctrl, CTRL.GEN);
-      await Promise.all(this.workers.map((w) => new Promise((r) => w.once("exit", r))));
+      // The workers are unref'd (an idle pool must not keep a program alive); ref them while
+      // waiting, or the event loop could drain before their exit events arrive.
+      await Promise.all(
+        this.workers.map((w) => {
+          w.ref();
+          return new Promise((r) => w.once("exit", r));
+        }),
+      );
     }
   }
 }
