@@ -217,6 +217,7 @@ export class GGUFWriter {
   private inflight = new Set<Promise<unknown>>();
   private failure: Error | undefined;
   private bytesWritten = 0;
+  private aborting: Promise<void> | undefined;
 
   constructor(path: string, options: GGUFWriterOptions = {}) {
     this.path = path;
@@ -400,8 +401,14 @@ export class GGUFWriter {
   }
 
   /** Stop, close and delete the partial file. Safe to call more than once, or after a failure. */
-  async abort(): Promise<void> {
-    if (this.state === "finished" || this.state === "aborted") return;
+  abort(): Promise<void> {
+    if (this.state === "finished") return Promise.resolve();
+    // A second caller waits for the same cleanup instead of returning while the file still exists.
+    this.aborting ??= this.cleanUp();
+    return this.aborting;
+  }
+
+  private async cleanUp(): Promise<void> {
     this.state = "aborted";
     await Promise.allSettled([...this.inflight]);
     if (this.opening) await this.opening.catch(() => undefined);
