@@ -22,6 +22,7 @@ const FLAGS: FlagSpec[] = [
   { names: ["--repeat-penalty"], key: "repeatPenalty", type: "float", help: "penalize repeated tokens (1 = off)", default: 1.0 },
   { names: ["--repeat-last-n"], key: "repeatLastN", type: "int", help: "tokens the repeat penalty looks back", default: 64 },
   { names: ["-s", "--seed"], key: "seed", type: "int", help: "random seed (default: random)" },
+  { names: ["--ignore-eos"], key: "ignoreEos", type: "bool", help: "keep generating after end-of-generation tokens" },
   { names: ["--no-bos"], key: "noBos", type: "bool", help: "do not add the BOS token" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
@@ -69,6 +70,7 @@ export async function main(argv: string[]): Promise<number> {
       repeatLastN: args.repeatLastN as number,
       seed: args.seed as number | undefined,
       addBos: args.noBos ? false : undefined,
+      ignoreEos: Boolean(args.ignoreEos),
       signal: controller.signal,
     });
     for await (const piece of gen) process.stdout.write(piece);

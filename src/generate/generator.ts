@@ -15,6 +15,8 @@ export interface GenerateOptions extends SamplerOptions {
   signal?: AbortSignal;
   /** add BOS before the prompt (default: the model's tokenizer setting) */
   addBos?: boolean;
+  /** keep generating past end-of-generation tokens (benchmarks, as llama.cpp's --ignore-eos) */
+  ignoreEos?: boolean;
 }
 
 export type StopReason = "eos" | "maxTokens" | "stop" | "contextFull" | "abort";
@@ -110,7 +112,7 @@ export class Generation implements AsyncIterable<string> {
         }
         const id = sampler.sample(logits!);
         sampler.accept(id);
-        if (tokenizer.isEog(id)) {
+        if (!options.ignoreEos && tokenizer.isEog(id)) {
           stats.stopReason = "eos";
           break;
         }
