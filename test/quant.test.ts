@@ -4,6 +4,7 @@ import { existsSync } from "node:fs";
 import { GGMLType, typeName } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
 import { bf16ToF32, f16ToF32, f32ToBF16, f32ToF16 } from "../src/format/half.js";
+import { SHARED } from "./helpers.js";
 import { dequantize, dequantizeRow, prepareActivation, quantize, quantizeRow, rowBytes, vecDot, vecDotType } from "../src/format/quant.js";
 
 const fr = Math.fround;
@@ -485,8 +486,8 @@ test("vecDot checks its operands", () => {
 // ------------------------------------------------------------------------------------------
 // Real model: llama.cpp's Q8_0 file against quantizing its F32 twin here.
 
-const F32_MODEL = "/work/shared/models/relu-stories.gguf";
-const Q8_MODEL = "/work/shared/models/relu-stories.Q8_0.gguf";
+const F32_MODEL = `${SHARED}/models/relu-stories.gguf`;
+const Q8_MODEL = `${SHARED}/models/relu-stories.Q8_0.gguf`;
 
 test("quantizing relu-stories' F32 tensors to Q8_0 gives the Q8_0 file's bytes exactly", { skip: !existsSync(F32_MODEL) || !existsSync(Q8_MODEL) }, () => {
   const f32 = GGUFFile.open(F32_MODEL), q8 = GGUFFile.open(Q8_MODEL);

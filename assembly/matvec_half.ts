@@ -1,0 +1,123 @@
+// F16 and BF16 weights times f32 activations. Rows are GGUF's: `cols` 16-bit values each.
+//
+// SIMD128 has no half-precision conversion. BF16 is the top half of an f32, so a widening and a
+// shift make it one. F16 is widened with its sign, shifted so its exponent and mantissa land in
+// the f32 fields, masked, and multiplied by 2^112 (re-biasing the exponent 15 -> 127; exact for
+// every finite half, subnormals and zeros included). Halves that are inf or NaN would come out
+// as finite numbers near 2^16: the loader rejects such tensors (src/runtime/weights-more.ts).
+//
+// matmul works on tiles of 4 tokens so each converted weight vector serves 4 activations.
+
+const TWO112: f32 = reinterpret<f32>(0x77800000);
+
+/** f16 bits -> f32 for one scalar (the tails): exact, inf and NaN kept. */
+@inline function f16(h: u32): f32 {
+  const b = (h & 0x7fff) << 13;
+  let f = reinterpret<f32>(b) * TWO112;
+  if ((h & 0x7c00) == 0x7c00) f = reinterpret<f32>(b | 0x7f800000);
+  return h & 0x8000 ? -f : f;
+}
+
+/** 4 sign-extended f16 values in i32 lanes -> f32 (finite values). */
+@inline function halfLanes(e: v128): v128 {
+  return f32x4.mul(v128.and(i32x4.shl(e, 13), i32x4.splat(0x8fffe000)), f32x4.splat(TWO112));
+}
+@inline function f16Lo(v: v128): v128 {
+  return halfLanes(i32x4.extend_low_i16x8_s(v));
+}
+@inline function f16Hi(v: v128): v128 {
+  return halfLanes(i32x4.extend_high_i16x8_s(v));
+}
+@inline function bf16Lo(v: v128): v128 {
+  return i32x4.shl(i32x4.extend_low_i16x8_u(v), 16);
+}
+@inline function bf16Hi(v: v128): v128 {
+  return i32x4.shl(i32x4.extend_high_i16x8_u(v), 16);
+}
+
+@inline function hsum(v: v128): f32 {
+  const a = f32x4.add(v, i32x4.shuffle(v, v, 2, 3, 0, 1));
+  return f32x4.extract_lane(f32x4.add(a, i32x4.shuffle(a, a, 1, 0, 3, 2)), 0);
+}
+
+@inline function scalar(h: u32, bf: bool): f32 {
+  return bf ? reinterpret<f32>(h << 16) : f16(h);
+}
+
+/** dot of one 16-bit row with one f32 row; two accumulators break the add latency chain. */
+@inline function dotRow(w: usize, x: usize, cols: i32, bf: bool): f32 {
+  let a0 = f32x4.splat(0), a1 = f32x4.splat(0);
+  let i = 0;
+  for (; i + 8 <= cols; i += 8) {
+    const v = v128.load(w + (<usize>i << 1));
+    const xp = x + (<usize>i << 2);
+    a0 = f32x4.add(a0, f32x4.mul(bf ? bf16Lo(v) : f16Lo(v), v128.load(xp)));
+    a1 = f32x4.add(a1, f32x4.mul(bf ? bf16Hi(v) : f16Hi(v), v128.load(xp, 16)));
+  }
+  let s = hsum(f32x4.add(a0, a1));
+  for (; i < cols; i++) s += scalar(<u32>load<u16>(w + (<usize>i << 1)), bf) * load<f32>(x + (<usize>i << 2));
+  return s;
+}
+
+@inline function matvecHalf(w: usize, x: usize, y: usize, cols: i32, r0: i32, r1: i32, bf: bool): void {
+  const rb = <usize>cols << 1;
+  for (let r = r0; r < r1; r++) store<f32>(y + (<usize>r << 2), dotRow(w + <usize>r * rb, x, cols, bf));
+}
+
+@inline function matmulHalf(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32, bf: bool): void {
+  const rb = <usize>cols << 1, xs = <usize>cols << 2, ys = <usize>rows << 2;
+  for (let r = r0; r < r1; r++) {
+    const wr = w + <usize>r * rb;
+    const yr = y + (<usize>r << 2);
+    let t = 0;
+    for (; t + 4 <= ntok; t += 4) {
+      const x0 = x + <usize>t * xs, x1 = x0 + xs, x2 = x1 + xs, x3 = x2 + xs;
+      let a0 = f32x4.splat(0), a1 = f32x4.splat(0), a2 = f32x4.splat(0), a3 = f32x4.splat(0);
+      let i = 0;
+      for (; i + 8 <= cols; i += 8) {
+        const v = v128.load(wr + (<usize>i << 1));
+        const lo = bf ? bf16Lo(v) : f16Lo(v), hi = bf ? bf16Hi(v) : f16Hi(v);
+        const o = <usize>i << 2;
+        a0 = f32x4.add(a0, f32x4.add(f32x4.mul(lo, v128.load(x0 + o)), f32x4.mul(hi, v128.load(x0 + o, 16))));
+        a1 = f32x4.add(a1, f32x4.add(f32x4.mul(lo, v128.load(x1 + o)), f32x4.mul(hi, v128.load(x1 + o, 16))));
+        a2 = f32x4.add(a2, f32x4.add(f32x4.mul(lo, v128.load(x2 + o)), f32x4.mul(hi, v128.load(x2 + o, 16))));
+        a3 = f32x4.add(a3, f32x4.add(f32x4.mul(lo, v128.load(x3 + o)), f32x4.mul(hi, v128.load(x3 + o, 16))));
+      }
+      let s0 = hsum(a0), s1 = hsum(a1), s2 = hsum(a2), s3 = hsum(a3);
+      for (; i < cols; i++) {
+        const wv = scalar(<u32>load<u16>(wr + (<usize>i << 1)), bf);
+        const o = <usize>i << 2;
+        s0 += wv * load<f32>(x0 + o);
+        s1 += wv * load<f32>(x1 + o);
+        s2 += wv * load<f32>(x2 + o);
+        s3 += wv * load<f32>(x3 + o);
+      }
+      const yt = yr + <usize>t * ys;
+      store<f32>(yt, s0);
+      store<f32>(yt + ys, s1);
+      store<f32>(yt + 2 * ys, s2);
+      store<f32>(yt + 3 * ys, s3);
+    }
+    for (; t < ntok; t++) store<f32>(yr + <usize>t * ys, dotRow(wr, x + <usize>t * xs, cols, bf));
+  }
+}
+
+/** y[r] = W[r,:] . x for r in [r0, r1); W F16 rows, x f32. */
+export function matvec_f16(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
+  matvecHalf(w, x, y, cols, r0, r1, false);
+}
+
+/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W F16 rows, x ntok f32 rows. */
+export function matmul_f16(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
+  matmulHalf(w, x, y, rows, cols, ntok, r0, r1, false);
+}
+
+/** y[r] = W[r,:] . x for r in [r0, r1); W BF16 rows, x f32. */
+export function matvec_bf16(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
+  matvecHalf(w, x, y, cols, r0, r1, true);
+}
+
+/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W BF16 rows, x ntok f32 rows. */
+export function matmul_bf16(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
+  matmulHalf(w, x, y, rows, cols, ntok, r0, r1, true);
+}
