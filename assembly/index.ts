@@ -3,7 +3,13 @@
 // thread pool splits takes its range as its last two arguments (r0, r1: rows, heads, tokens).
 export * from "./matvec_f32";
 export * from "./model_ops";
+export * from "./matmul_f32";
+export * from "./matvec_q8_0";
+export * from "./matvec_q4";
+export * from "./prepare_q8";
 export * from "./matvec_half";
 export * from "./matvec_q5";
 export * from "./matvec_kquant";
 export * from "./prepare_q8k";
+export * from "./matmul_q8_0";
+export * from "./matmul_q4";

@@ -1,0 +1,61 @@
+// Q8_0 weights times activations prepared as "q8_i16" (see prepare_q8.ts), with ggml's numerics:
+// an exact integer dot per 32-block times the f32 product of the two block scales.
+//
+// Packed weights (written by src/runtime/weights.ts at load). Rows come in tiles of 4, columns in
+// groups of 128 (4 blocks); both are zero-padded. Tile t, group g sits at
+//   w + (t * ngroups + g) * 576
+// and holds the quants of rows 0..3 (128 B each), then the f32 scales of rows 0..3 (16 B each).
+// A row's 128 quant bytes are 16 pieces of 8: piece v, byte l is element 2v + (l & 1) of block
+// l >> 1. `v128.load8x8_s` widens a piece to i16x8 in one instruction, and i32x4.dot_i16x8_s
+// with the matching activation vector adds both products of a block into that block's lane, so
+// after a group lane b of a row's i32x4 is block b's integer dot: no horizontal sums.
+
+const GB: usize = 576;
+const AGB: usize = 272;
+
+@inline function hsum(v: v128): f32 {
+  return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
+}
+
+@inline function storeRows(y: usize, t: i32, r0: i32, r1: i32, a0: v128, a1: v128, a2: v128, a3: v128): void {
+  const base = t << 2;
+  if (base >= r0 && base + 4 <= r1) {
+    store<f32>(y + (<usize>base << 2), hsum(a0));
+    store<f32>(y + (<usize>base << 2), hsum(a1), 4);
+    store<f32>(y + (<usize>base << 2), hsum(a2), 8);
+    store<f32>(y + (<usize>base << 2), hsum(a3), 12);
+    return;
+  }
+  if (base >= r0 && base < r1) store<f32>(y + (<usize>base << 2), hsum(a0));
+  if (base + 1 >= r0 && base + 1 < r1) store<f32>(y + (<usize>(base + 1) << 2), hsum(a1));
+  if (base + 2 >= r0 && base + 2 < r1) store<f32>(y + (<usize>(base + 2) << 2), hsum(a2));
+  if (base + 3 >= r0 && base + 3 < r1) store<f32>(y + (<usize>(base + 3) << 2), hsum(a3));
+}
+
+/** y[r] = W[r,:] . x for r in [r0, r1); W packed Q8_0, x prepared q8_i16. */
+export function matvec_q8_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
+  const ng = (cols + 127) >> 7;
+  for (let t = r0 >> 2; t < (r1 + 3) >> 2; t++) {
+    let wp = w + <usize>t * <usize>ng * GB;
+    let xp = x;
+    let a0 = f32x4.splat(0), a1 = f32x4.splat(0), a2 = f32x4.splat(0), a3 = f32x4.splat(0);
+    for (let g = 0; g < ng; g++) {
+      let s0 = i32x4.splat(0), s1 = i32x4.splat(0), s2 = i32x4.splat(0), s3 = i32x4.splat(0);
+      for (let v: usize = 0; v < 16; v += 2) {
+        const xa = v128.load(xp + (v << 4)), xb = v128.load(xp + (v << 4), 16);
+        s0 = i32x4.add(s0, i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3)), xa), i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 8), xb)));
+        s1 = i32x4.add(s1, i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 128), xa), i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 136), xb)));
+        s2 = i32x4.add(s2, i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 256), xa), i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 264), xb)));
+        s3 = i32x4.add(s3, i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 384), xa), i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 392), xb)));
+      }
+      const dx = v128.load(xp, 256);
+      a0 = f32x4.add(a0, f32x4.mul(f32x4.convert_i32x4_s(s0), f32x4.mul(v128.load(wp, 512), dx)));
+      a1 = f32x4.add(a1, f32x4.mul(f32x4.convert_i32x4_s(s1), f32x4.mul(v128.load(wp, 528), dx)));
+      a2 = f32x4.add(a2, f32x4.mul(f32x4.convert_i32x4_s(s2), f32x4.mul(v128.load(wp, 544), dx)));
+      a3 = f32x4.add(a3, f32x4.mul(f32x4.convert_i32x4_s(s3), f32x4.mul(v128.load(wp, 560), dx)));
+      wp += GB;
+      xp += AGB;
+    }
+    storeRows(y, t, r0, r1, a0, a1, a2, a3);
+  }
+}

@@ -1,0 +1,185 @@
+// Activation preparation: f32 rows -> 8-bit quants per 32-block, as ggml quantizes activations
+// before a quantized dot product. The rounding is the one llama.cpp's x86 build runs (AVX2
+// quantize_row_q8_0/_q8_1): d = amax / 127 (stored as f16), q = round-half-to-even(x * (127 /
+// amax)), and for Q8_1 s = f16(d * sum q) with the unrounded f32 d.
+//
+// Formats (all per token row; `cols` a multiple of 32; groups are 128 columns, zero-padded):
+//   q8_0    ggml block_q8_0:  34 B per block: d f16, qs i8[32]
+//   q8_1    ggml block_q8_1:  36 B per block: d f16, s f16, qs i8[32]
+//   q8_i16  for packed Q8_0 weights: 272 B per group: 16 vectors of i16x8 quants, then the 4 block
+//           scales d as f32. Vector v, lane l holds element 2v + (l & 1) of block l >> 1.
+//   q8_i16n for packed Q4_0/Q4_1 weights: 304 B per group: the same 16 vectors with vector v
+//           multiplied by 256, 16, 1, 256 for v % 4 = 0, 1, 2, 3 (see matvec_q4.ts), then
+//           f32 d/256 x4, i32 2048 * sum q x4 (Q4_0's -8 offset), f32 s x4 (Q8_1's d * sum q).
+
+// ---------------------------------------------------------------------------------------------
+// IEEE half conversions (round to nearest even), exact for subnormals.
+
+@inline function f32_to_f16(v: f32): u32 {
+  const x = reinterpret<u32>(v);
+  const sign = (x >> 16) & 0x8000;
+  const exp = <i32>((x >> 23) & 0xff);
+  const man = x & 0x7fffff;
+  if (exp == 0xff) return sign | (man != 0 ? 0x7e00 : 0x7c00);
+  const e = exp - 112;
+  if (e >= 31) return sign | 0x7c00;
+  if (e >= 1) {
+    let h = (<u32>e << 10) | (man >> 13);
+    const rest = man & 0x1fff;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1) != 0)) h++;
+    return sign | h;
+  }
+  if (e < -10) return sign;
+  const m = man | 0x800000;
+  const shift = <u32>(14 - e);
+  let h = m >> shift;
+  const rest = m & ((<u32>1 << shift) - 1);
+  const half = <u32>1 << (shift - 1);
+  if (rest > half || (rest == half && (h & 1) != 0)) h++;
+  return sign | h;
+}
+
+@inline function f16_to_f32(h: u32): f32 {
+  const sign = (h & 0x8000) << 16;
+  const em = h & 0x7fff;
+  if (em >= 0x7c00) return reinterpret<f32>(sign | 0x7f800000 | ((em & 0x3ff) << 13));
+  // exponent rebias by multiplication: exact for normals and subnormals alike
+  return reinterpret<f32>(sign | (em << 13)) * reinterpret<f32>(<u32>0x77800000); // 2^112
+}
+
+// ---------------------------------------------------------------------------------------------
+
+@inline function quantVecs(p: usize, id: v128, o: usize): v128 {
+  return i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p + o), id)));
+}
+
+@inline function blockAmax(p: usize): f32 {
+  let m = f32x4.max(f32x4.max(f32x4.abs(v128.load(p)), f32x4.abs(v128.load(p, 16))), f32x4.max(f32x4.abs(v128.load(p, 32)), f32x4.abs(v128.load(p, 48))));
+  m = f32x4.max(m, f32x4.max(f32x4.max(f32x4.abs(v128.load(p, 64)), f32x4.abs(v128.load(p, 80))), f32x4.max(f32x4.abs(v128.load(p, 96)), f32x4.abs(v128.load(p, 112)))));
+  return max(max(f32x4.extract_lane(m, 0), f32x4.extract_lane(m, 1)), max(f32x4.extract_lane(m, 2), f32x4.extract_lane(m, 3)));
+}
+
+@inline function hsumi(v: v128): i32 {
+  return i32x4.extract_lane(v, 0) + i32x4.extract_lane(v, 1) + i32x4.extract_lane(v, 2) + i32x4.extract_lane(v, 3);
+}
+
+/** ggml block_q8_0 rows: ntok rows of `cols` f32 at x -> ntok * (cols / 32) blocks of 34 B at dst. */
+export function prepare_q8_0(x: usize, dst: usize, cols: i32, ntok: i32): void {
+  const nb = cols >> 5;
+  for (let t = 0; t < ntok; t++) {
+    let p = x + <usize>t * (<usize>cols << 2);
+    let o = dst + <usize>t * <usize>nb * 34;
+    for (let b = 0; b < nb; b++) {
+      const amax = blockAmax(p);
+      store<u16>(o, <u16>f32_to_f16(amax / <f32>127.0));
+      const id = f32x4.splat(amax != 0 ? <f32>127.0 / amax : <f32>0);
+      for (let k: usize = 0; k < 128; k += 32) {
+        const a = i16x8.narrow_i32x4_s(quantVecs(p, id, k), quantVecs(p, id, k + 16));
+        v128.store64_lane(o + 2 + (k >> 2), i8x16.narrow_i16x8_s(a, a), 0);
+      }
+      p += 128;
+      o += 34;
+    }
+  }
+}
+
+/** ggml block_q8_1 rows (d, s = d * sum q, quants): 36 B per block. */
+export function prepare_q8_1(x: usize, dst: usize, cols: i32, ntok: i32): void {
+  const nb = cols >> 5;
+  for (let t = 0; t < ntok; t++) {
+    let p = x + <usize>t * (<usize>cols << 2);
+    let o = dst + <usize>t * <usize>nb * 36;
+    for (let b = 0; b < nb; b++) {
+      const amax = blockAmax(p);
+      const d = amax / <f32>127.0;
+      store<u16>(o, <u16>f32_to_f16(d));
+      const id = f32x4.splat(amax != 0 ? <f32>127.0 / amax : <f32>0);
+      let sum = i32x4.splat(0);
+      for (let k: usize = 0; k < 128; k += 32) {
+        const q0 = quantVecs(p, id, k), q1 = quantVecs(p, id, k + 16);
+        sum = i32x4.add(sum, i32x4.add(q0, q1));
+        const a = i16x8.narrow_i32x4_s(q0, q1);
+        v128.store64_lane(o + 4 + (k >> 2), i8x16.narrow_i16x8_s(a, a), 0);
+      }
+      store<u16>(o, <u16>f32_to_f16(d * <f32>hsumi(sum)), 2);
+      p += 128;
+      o += 36;
+    }
+  }
+}
+
+// Write one block's quants into the interleaved i16 layout of a group at gp (block slot bi).
+// Pair v (elements 2v, 2v+1) goes to bytes 16 v + 4 bi. `sA`/`sB` scale the quants of the vectors
+// with even / odd index m (elements 4m..4m+3 = pairs 2m and 2m+1).
+@inline function storePairs(p: usize, id: v128, gp: usize, sA: v128, sB: v128): v128 {
+  let sum = i32x4.splat(0);
+  for (let m: usize = 0; m < 8; m += 2) {
+    const qa = quantVecs(p, id, m << 4), qb = quantVecs(p, id, (m + 1) << 4);
+    sum = i32x4.add(sum, i32x4.add(qa, qb));
+    const a = i16x8.narrow_i32x4_s(i32x4.mul(qa, sA), i32x4.mul(qb, sB));
+    // pairs 2m, 2m+1 (from qa) and 2m+2, 2m+3 (from qb)
+    v128.store32_lane(gp + (m << 5), a, 0);
+    v128.store32_lane(gp + (m << 5), a, 1, 16);
+    v128.store32_lane(gp + (m << 5), a, 2, 32);
+    v128.store32_lane(gp + (m << 5), a, 3, 48);
+  }
+  return sum;
+}
+
+@inline function zeroPairs(gp: usize): void {
+  for (let v: usize = 0; v < 16; v++) store<u32>(gp + (v << 4), 0);
+}
+
+/** q8_i16 rows (for Q8_0 weights): ntok rows of `cols` f32 -> ceil(cols / 128) groups of 272 B per row. */
+export function prepare_q8_i16(x: usize, dst: usize, cols: i32, ntok: i32): void {
+  const nb = cols >> 5;
+  const ng = (cols + 127) >> 7;
+  const one = i32x4.splat(1);
+  for (let t = 0; t < ntok; t++) {
+    const p0 = x + <usize>t * (<usize>cols << 2);
+    const d0 = dst + <usize>t * <usize>ng * 272;
+    for (let b = 0; b < ng << 2; b++) {
+      const gp = d0 + <usize>(b >> 2) * 272 + (<usize>(b & 3) << 2);
+      if (b < nb) {
+        const p = p0 + (<usize>b << 7);
+        const amax = blockAmax(p);
+        const id = f32x4.splat(amax != 0 ? <f32>127.0 / amax : <f32>0);
+        storePairs(p, id, gp, one, one);
+        store<f32>(gp, f16_to_f32(f32_to_f16(amax / <f32>127.0)), 256);
+      } else {
+        zeroPairs(gp);
+        store<f32>(gp, 0, 256);
+      }
+    }
+  }
+}
+
+/** q8_i16n rows (for Q4_0 / Q4_1 weights): ceil(cols / 128) groups of 304 B per row. */
+export function prepare_q8_i16n(x: usize, dst: usize, cols: i32, ntok: i32): void {
+  const nb = cols >> 5;
+  const ng = (cols + 127) >> 7;
+  // vector m holds pairs 2m, 2m+1: factors for pair index % 4 = 0,1 (m even) and 2,3 (m odd)
+  const sA = i32x4(256, 256, 16, 16), sB = i32x4(1, 1, 256, 256);
+  for (let t = 0; t < ntok; t++) {
+    const p0 = x + <usize>t * (<usize>cols << 2);
+    const d0 = dst + <usize>t * <usize>ng * 304;
+    for (let b = 0; b < ng << 2; b++) {
+      const gp = d0 + <usize>(b >> 2) * 304 + (<usize>(b & 3) << 2);
+      if (b < nb) {
+        const p = p0 + (<usize>b << 7);
+        const amax = blockAmax(p);
+        const d = amax / <f32>127.0;
+        const id = f32x4.splat(amax != 0 ? <f32>127.0 / amax : <f32>0);
+        const sum = hsumi(storePairs(p, id, gp, sA, sB));
+        store<f32>(gp, f16_to_f32(f32_to_f16(d)) * <f32>(1.0 / 256.0), 256);
+        store<i32>(gp, sum << 11, 272);
+        store<f32>(gp, f16_to_f32(f32_to_f16(d * <f32>sum)), 288);
+      } else {
+        zeroPairs(gp);
+        store<f32>(gp, 0, 256);
+        store<i32>(gp, 0, 272);
+        store<f32>(gp, 0, 288);
+      }
+    }
+  }
+}

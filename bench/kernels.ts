@@ -1,0 +1,129 @@
+/**
+ * Micro-benchmark of the weight kernels: GMAC/s of matvec (decode) and matmul (prefill) per weight
+ * type and matrix shape, on one thread, with random weights packed as the engine packs them.
+ *
+ *   node dist/bench/kernels.js [--types q4_0,q8_0] [--shapes 2048x2048,5632x2048] [--ntok 16] [--time 0.4]
+ *
+ * Shapes are rows x cols (outputs x inputs). The last lines estimate the kernel-only decode and
+ * prefill speed of a TinyLlama-1.1B-shaped model (22 layers, dim 2048, FFN 5632, 4 KV heads of 64,
+ * vocabulary 32000), which is what llama.cpp's tok/s figures in docs/design.md compare against.
+ * KERNELS_WASM=path overrides the module (for trying kernel variants).
+ */
+import { readFileSync } from "node:fs";
+import { GGMLType, typeFromName, typeName, tensorBytes } from "../src/format/ggml-types.js";
+import { f32ToF16 } from "../src/format/half.js";
+import { Arena } from "../src/runtime/arena.js";
+import { instantiateKernels, kernelModule } from "../src/runtime/wasm.js";
+import { prepareKernel, weightKernel } from "../src/runtime/weights.js";
+
+function arg(name: string, def: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 && i + 1 < process.argv.length ? process.argv[i + 1] : def;
+}
+
+const types = arg("types", "f32,q8_0,q4_0,q4_1").split(",").map((n) => {
+  const t = typeFromName(n);
+  if (t === undefined) throw new Error(`unknown type ${n}`);
+  return t;
+});
+const shapes = arg("shapes", "2048x2048,5632x2048,2048x5632,4096x11008").split(",").map((s) => s.split("x").map(Number) as [number, number]);
+const NTOK = Number(arg("ntok", "16"));
+const TIME = Number(arg("time", "0.4"));
+const TINY = arg("tiny", "1") !== "0";
+
+const module = process.env.KERNELS_WASM ? new WebAssembly.Module(readFileSync(process.env.KERNELS_WASM)) : kernelModule();
+
+/** Random GGUF-layout bytes of a rows x cols matrix: random quants, scales near 0.01. */
+function randomMatrix(type: GGMLType, rows: number, cols: number, seed: number): Uint8Array {
+  const bytes = new Uint8Array(tensorBytes(type, rows * cols));
+  let s = seed >>> 0;
+  const rnd = () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32);
+  if (type === GGMLType.F32) {
+    const f = new Float32Array(bytes.buffer);
+    for (let i = 0; i < f.length; i++) f[i] = rnd() - 0.5;
+    return bytes;
+  }
+  for (let i = 0; i < bytes.length; i++) bytes[i] = (rnd() * 256) | 0;
+  const bs = { [GGMLType.Q8_0]: 34, [GGMLType.Q4_0]: 18, [GGMLType.Q4_1]: 20 }[type as number];
+  if (!bs) return bytes;
+  for (let o = 0; o < bytes.length; o += bs) {
+    const d = f32ToF16(0.005 + rnd() * 0.01);
+    bytes[o] = d & 0xff; bytes[o + 1] = d >> 8;
+    if (type === GGMLType.Q4_1) { const m = f32ToF16(-rnd() * 0.05); bytes[o + 2] = m & 0xff; bytes[o + 3] = m >> 8; }
+  }
+  return bytes;
+}
+
+interface Result { type: string; rows: number; cols: number; hot: number; cold: number; matmul: number }
+
+function timeIt(fn: (i: number) => void, macs: number): number {
+  fn(0);
+  let iters = 0;
+  const t0 = process.hrtime.bigint();
+  let dt = 0;
+  do {
+    fn(iters);
+    iters++;
+    dt = Number(process.hrtime.bigint() - t0) / 1e9;
+  } while (dt < TIME);
+  return (macs * iters) / dt / 1e9;
+}
+
+/** Weights rotate over copies spanning this many bytes, so "cold" runs stream them from DRAM. */
+const COLD_BYTES = 160 << 20;
+const arena = new Arena(64 << 20);
+const k = instantiateKernels(arena.memory, module);
+const maxRows = Math.max(32000, ...shapes.map((s) => s[0]));
+const maxCols = Math.max(...shapes.map((s) => s[1]), 2048);
+const xPtr = arena.alloc(NTOK * maxCols * 4);
+const actPtr = arena.alloc(NTOK * Math.ceil(maxCols / 128) * 304 + 64);
+const yPtr = arena.alloc(NTOK * maxRows * 4);
+const wPtr = arena.alloc(COLD_BYTES + (256 << 20), 4096);
+{
+  const x = arena.f32(xPtr, NTOK * maxCols);
+  for (let i = 0; i < x.length; i++) x[i] = Math.sin(i * 0.37) * 2;
+}
+
+function bench(type: GGMLType, rows: number, cols: number): Result {
+  const wk = weightKernel(type);
+  const src = randomMatrix(type, rows, cols, rows * 31 + cols);
+  const size = wk.packedBytes(rows, cols);
+  const stride = Math.ceil(size / 4096) * 4096;
+  const copies = Math.max(2, Math.ceil(COLD_BYTES / stride));
+  const mem = arena.u8(wPtr, copies * stride);
+  wk.pack(src, mem.subarray(0, size), 0, rows, rows, cols);
+  for (let c = 1; c < copies; c++) mem.copyWithin(c * stride, 0, size);
+  const prep = prepareKernel(wk.act);
+  if (prep) k[prep](xPtr, actPtr, cols, NTOK);
+  const xa = prep ? actPtr : xPtr;
+  const mv = k[wk.matvec], mm = k[wk.matmul];
+  const hot = timeIt(() => mv(wPtr, xa, yPtr, rows, cols, 0, rows), rows * cols);
+  const cold = timeIt((i) => mv(wPtr + (i % copies) * stride, xa, yPtr, rows, cols, 0, rows), rows * cols);
+  const matmul = mm ? timeIt((i) => mm(wPtr + (i % copies) * stride, xa, yPtr, rows, cols, NTOK, 0, rows), rows * cols * NTOK) : NaN;
+  return { type: typeName(type), rows, cols, hot, cold, matmul };
+}
+
+console.log(`one thread, node ${process.version}; GMAC/s (matmul: ${NTOK} tokens per call)`);
+console.log("matvec hot: weights in cache (L2/L3); cold: streamed from DRAM, as in a real decode; matmul: cold");
+console.log("type   shape        matvec-hot matvec-cold   matmul");
+for (const type of types) {
+  const wk = weightKernel(type);
+  const res: Result[] = [];
+  for (const [rows, cols] of shapes) {
+    const r = bench(type, rows, cols);
+    res.push(r);
+    console.log(`${r.type.padEnd(6)} ${`${rows}x${cols}`.padEnd(12)} ${r.hot.toFixed(2).padStart(10)} ${r.cold.toFixed(2).padStart(11)} ${r.matmul.toFixed(2).padStart(8)}`);
+  }
+  if (TINY) {
+    // kernel-only time of one TinyLlama token: per layer q, o (2048x2048), k, v (256x2048),
+    // gate, up (5632x2048), down (2048x5632); then the 32000x2048 output matrix.
+    const mats: [number, number, number][] = [[2048, 2048, 44], [256, 2048, 44], [5632, 2048, 44], [2048, 5632, 22], [32000, 2048, 1]];
+    let tv = 0, tm = 0;
+    for (const [rows, cols, count] of mats) {
+      const r = res.find((x) => x.rows === rows && x.cols === cols) ?? bench(type, rows, cols);
+      tv += (count * rows * cols) / (r.cold * 1e9);
+      tm += (count * rows * cols) / (r.matmul * 1e9);
+    }
+    console.log(`${typeName(type).padEnd(6)} TinyLlama-1.1B kernels only: decode ${(1 / tv).toFixed(1)} tok/s, prefill ${(1 / tm).toFixed(1)} tok/s`);
+  }
+}
