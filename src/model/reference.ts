@@ -1,0 +1,141 @@
+/**
+ * The slow plain-TypeScript reference of the forward pass, in the manner of llama2.c's run.c:
+ * every weight dequantized to f32, one token at a time, no kernels, no threads, no batching.
+ * It exists to check the fast engine (tests compare the two on every architecture variant); it is
+ * only for small models.
+ */
+import { dequantize } from "../format/quant.js";
+import type { GGUFFile } from "../format/gguf.js";
+import { readConfig, type ModelConfig } from "./config.js";
+
+interface RefLayer {
+  attnNorm: Float32Array;
+  wq: Float32Array; wk: Float32Array; wv: Float32Array; wo: Float32Array;
+  bq?: Float32Array; bk?: Float32Array; bv?: Float32Array;
+  ffnNorm: Float32Array;
+  gate: Float32Array; up: Float32Array; down: Float32Array;
+}
+
+export class ReferenceModel {
+  readonly config: ModelConfig;
+  private readonly layers: RefLayer[] = [];
+  private readonly embd: Float32Array;
+  private readonly outNorm: Float32Array;
+  private readonly output: Float32Array;
+  private readonly kCache: Float32Array[];
+  private readonly vCache: Float32Array[];
+
+  constructor(file: GGUFFile, readonly contextSize = 256) {
+    const cfg = (this.config = readConfig(file));
+    const get = (name: string) => dequantize(file.tensor(name).type, file.tensorData(name), file.tensor(name).elements);
+    this.embd = get("token_embd.weight");
+    this.outNorm = get("output_norm.weight");
+    this.output = file.tensors.has("output.weight") ? get("output.weight") : this.embd;
+    for (let l = 0; l < cfg.nLayer; l++) {
+      const p = `blk.${l}.`;
+      let down: Float32Array;
+      if (file.tensors.has(p + "ffn_down_t.weight")) {
+        // stored transposed: row i = column i of Down
+        const t = get(p + "ffn_down_t.weight");
+        down = new Float32Array(t.length);
+        for (let i = 0; i < cfg.nFF; i++) for (let j = 0; j < cfg.nEmbd; j++) down[j * cfg.nFF + i] = t[i * cfg.nEmbd + j];
+      } else down = get(p + "ffn_down.weight");
+      this.layers.push({
+        attnNorm: get(p + "attn_norm.weight"),
+        wq: get(p + "attn_q.weight"), wk: get(p + "attn_k.weight"), wv: get(p + "attn_v.weight"), wo: get(p + "attn_output.weight"),
+        bq: cfg.qkvBias ? get(p + "attn_q.bias") : undefined,
+        bk: cfg.qkvBias ? get(p + "attn_k.bias") : undefined,
+        bv: cfg.qkvBias ? get(p + "attn_v.bias") : undefined,
+        ffnNorm: get(p + "ffn_norm.weight"),
+        gate: get(p + "ffn_gate.weight"), up: get(p + "ffn_up.weight"), down,
+      });
+    }
+    const kvDim = cfg.nHeadKV * cfg.headDim;
+    this.kCache = this.layers.map(() => new Float32Array(contextSize * kvDim));
+    this.vCache = this.layers.map(() => new Float32Array(contextSize * kvDim));
+  }
+
+  /** Logits after feeding `token` at position `pos` (earlier positions must have been fed). */
+  forward(token: number, pos: number): Float32Array {
+    const c = this.config;
+    const { nEmbd: d, nHead, nHeadKV, headDim: hd, nFF } = c;
+    const kvDim = nHeadKV * hd;
+    const x = this.embd.slice(token * d, (token + 1) * d);
+    for (let l = 0; l < c.nLayer; l++) {
+      const L = this.layers[l];
+      const xb = rmsnorm(x, L.attnNorm, c.normEps);
+      const q = matvec(L.wq, xb, nHead * hd, L.bq);
+      const k = matvec(L.wk, xb, kvDim, L.bk);
+      const v = matvec(L.wv, xb, kvDim, L.bv);
+      rope(q, nHead, hd, c, pos);
+      rope(k, nHeadKV, hd, c, pos);
+      this.kCache[l].set(k, pos * kvDim);
+      this.vCache[l].set(v, pos * kvDim);
+      const att = new Float32Array(nHead * hd);
+      for (let h = 0; h < nHead; h++) {
+        const kvh = Math.floor(h / (nHead / nHeadKV));
+        const scores = new Float64Array(pos + 1);
+        for (let j = 0; j <= pos; j++) {
+          let s = 0;
+          for (let i = 0; i < hd; i++) s += q[h * hd + i] * this.kCache[l][j * kvDim + kvh * hd + i];
+          scores[j] = s / Math.sqrt(hd);
+        }
+        const mx = Math.max(...scores);
+        let sum = 0;
+        for (let j = 0; j <= pos; j++) sum += scores[j] = Math.exp(scores[j] - mx);
+        for (let j = 0; j <= pos; j++) for (let i = 0; i < hd; i++) att[h * hd + i] += (scores[j] / sum) * this.vCache[l][j * kvDim + kvh * hd + i];
+      }
+      const o = matvec(L.wo, att, d);
+      for (let i = 0; i < d; i++) x[i] += o[i];
+      const xf = rmsnorm(x, L.ffnNorm, c.normEps);
+      const g = matvec(L.gate, xf, nFF);
+      const u = matvec(L.up, xf, nFF);
+      const hAct = new Float32Array(nFF);
+      for (let i = 0; i < nFF; i++) hAct[i] = activate(c.activation, g[i], u[i]);
+      const y = matvec(L.down, hAct, d);
+      for (let i = 0; i < d; i++) x[i] += y[i];
+    }
+    return matvec(this.output, rmsnorm(x, this.outNorm, c.normEps), c.nVocab);
+  }
+}
+
+function rmsnorm(x: Float32Array, w: Float32Array, eps: number): Float32Array {
+  let ss = 0;
+  for (const v of x) ss += v * v;
+  const s = 1 / Math.sqrt(ss / x.length + eps);
+  return x.map((v, i) => v * s * w[i]);
+}
+
+function matvec(w: Float32Array, x: Float32Array, rows: number, bias?: Float32Array): Float32Array {
+  const cols = x.length;
+  const y = new Float32Array(rows);
+  for (let r = 0; r < rows; r++) {
+    let s = bias ? bias[r] : 0;
+    for (let i = 0; i < cols; i++) s += w[r * cols + i] * x[i];
+    y[r] = s;
+  }
+  return y;
+}
+
+function rope(v: Float32Array, nHeads: number, hd: number, c: ModelConfig, pos: number): void {
+  const half = c.nRot / 2;
+  for (let h = 0; h < nHeads; h++) {
+    for (let i = 0; i < half; i++) {
+      const theta = pos * c.ropeFreqScale * Math.pow(c.ropeFreqBase, (-2 * i) / c.nRot);
+      const [a, b] = c.ropePairing === "neox" ? [h * hd + i, h * hd + i + half] : [h * hd + 2 * i, h * hd + 2 * i + 1];
+      const x0 = v[a];
+      const x1 = v[b];
+      v[a] = x0 * Math.cos(theta) - x1 * Math.sin(theta);
+      v[b] = x0 * Math.sin(theta) + x1 * Math.cos(theta);
+    }
+  }
+}
+
+function activate(kind: ModelConfig["activation"], g: number, u: number): number {
+  switch (kind) {
+    case "silu": return (g / (1 + Math.exp(-g))) * u;
+    case "relu": return Math.max(g, 0) * u;
+    case "drelu": return Math.max(g, 0) * Math.max(u, 0);
+    case "gelu": return 0.5 * g * (1 + Math.tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+  }
+}
