@@ -1,0 +1,200 @@
+/**
+ * The transformer-block kernels (assembly/model_ops.ts) against plain-TypeScript references on odd
+ * sizes, run through the thread pool at 1 and 2 threads; and every weight kernel split across
+ * 2 threads giving exactly what 1 thread gives.
+ */
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import { Arena } from "../src/runtime/arena.js";
+import { ThreadPool } from "../src/runtime/pool.js";
+import { GGMLType, typeName } from "../src/format/ggml-types.js";
+import { quantizeRow, rowBytes, vecDot, prepareActivation } from "../src/format/quant.js";
+import { f32ToF16 } from "../src/format/half.js";
+import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weights.js";
+
+const arena = new Arena(64 << 20);
+const pools = [await ThreadPool.create(arena.memory, 1), await ThreadPool.create(arena.memory, 2)];
+after(() => Promise.all(pools.map((p) => p.dispose())));
+
+let seed = 12345;
+function rand(n: number, scale = 1): Float32Array {
+  const a = new Float32Array(n);
+  for (let i = 0; i < n; i++) {
+    seed = (seed * 1103515245 + 12345) >>> 0;
+    a[i] = ((seed / 2 ** 32) * 2 - 1) * scale;
+  }
+  return a;
+}
+function put(a: Float32Array): number {
+  const p = arena.alloc(a.length * 4);
+  arena.f32(p, a.length).set(a);
+  return p;
+}
+const f32Bits = (v: number) => new Int32Array(new Float32Array([v]).buffer)[0];
+function close(actual: Float32Array, expected: ArrayLike<number>, tol: number, what: string): void {
+  assert.equal(actual.length, expected.length);
+  for (let i = 0; i < actual.length; i++) {
+    const e = expected[i];
+    assert.ok(Math.abs(actual[i] - e) <= tol * Math.max(1, Math.abs(e)), `${what}[${i}]: ${actual[i]} vs ${e}`);
+  }
+}
+
+for (const pool of pools) {
+  const T = `${pool.threads} thread(s)`;
+
+  test(`rmsnorm_rows on odd widths (${T})`, () => {
+    for (const [n, ntok] of [[7, 3], [64, 1], [257, 5]]) {
+      const x = rand(n * ntok, 3), w = rand(n);
+      const px = put(x), pw = put(w), py = arena.alloc(n * ntok * 4);
+      pool.run(pool.fn("rmsnorm_rows"), [py, px, pw, n, f32Bits(1e-5)], 5, ntok);
+      const want = new Float32Array(n * ntok);
+      for (let t = 0; t < ntok; t++) {
+        let ss = 0;
+        for (let i = 0; i < n; i++) ss += x[t * n + i] ** 2;
+        const s = 1 / Math.sqrt(ss / n + 1e-5);
+        for (let i = 0; i < n; i++) want[t * n + i] = x[t * n + i] * s * w[i];
+      }
+      close(arena.f32(py, n * ntok), want, 1e-5, `rmsnorm n=${n}`);
+    }
+  });
+
+  test(`rope, normal and NeoX pairing, partial rotation (${T})`, () => {
+    for (const neox of [0, 1]) {
+      const nHeads = 3, headDim = 12, nRot = 8, ntok = 5, maxPos = 40;
+      const x = rand(ntok * nHeads * headDim);
+      const positions = [0, 1, 7, 20, 39];
+      const half = nRot / 2;
+      const table = new Float32Array(maxPos * half * 2);
+      for (let p = 0; p < maxPos; p++)
+        for (let i = 0; i < half; i++) {
+          const th = p * Math.pow(10000, (-2 * i) / nRot);
+          table[(p * half + i) * 2] = Math.cos(th);
+          table[(p * half + i) * 2 + 1] = Math.sin(th);
+        }
+      const px = put(x), pt = put(table), pp = arena.alloc(ntok * 4);
+      arena.i32(pp, ntok).set(positions);
+      pool.run(pool.fn("rope"), [px, pp, pt, nHeads, headDim, nRot, neox], 7, ntok);
+      const want = Float32Array.from(x);
+      for (let t = 0; t < ntok; t++)
+        for (let h = 0; h < nHeads; h++)
+          for (let i = 0; i < half; i++) {
+            const th = positions[t] * Math.pow(10000, (-2 * i) / nRot);
+            const base = (t * nHeads + h) * headDim;
+            const a = base + (neox ? i : 2 * i), b = base + (neox ? i + half : 2 * i + 1);
+            want[a] = x[a] * Math.cos(th) - x[b] * Math.sin(th);
+            want[b] = x[a] * Math.sin(th) + x[b] * Math.cos(th);
+          }
+      close(arena.f32(px, x.length), want, 1e-5, `rope neox=${neox}`);
+    }
+  });
+
+  test(`causal grouped-query attention on odd sizes (${T})`, () => {
+    const nHeads = 6, nKV = 2, headDim = 10, ctx = 23, ntok = 4, pos0 = 9;
+    const kvDim = nKV * headDim, qDim = nHeads * headDim;
+    const q = rand(ntok * qDim), k = rand(ctx * kvDim), v = rand(ctx * kvDim);
+    const pq = put(q), pk = put(k), pv = put(v), po = arena.alloc(ntok * qDim * 4), ps = arena.alloc(nHeads * ctx * 4);
+    pool.run(pool.fn("attention"), [pq, pk, pv, po, ps, ntok, pos0, nHeads, nKV, headDim, ctx], 11, nHeads);
+    const want = new Float32Array(ntok * qDim);
+    for (let t = 0; t < ntok; t++)
+      for (let h = 0; h < nHeads; h++) {
+        const g = Math.floor(h / (nHeads / nKV));
+        const n = pos0 + t + 1;
+        const s = new Float64Array(n);
+        for (let j = 0; j < n; j++) {
+          for (let d = 0; d < headDim; d++) s[j] += q[t * qDim + h * headDim + d] * k[j * kvDim + g * headDim + d];
+          s[j] /= Math.sqrt(headDim);
+        }
+        const mx = Math.max(...s);
+        let sum = 0;
+        for (let j = 0; j < n; j++) sum += s[j] = Math.exp(s[j] - mx);
+        for (let j = 0; j < n; j++) for (let d = 0; d < headDim; d++) want[t * qDim + h * headDim + d] += (s[j] / sum) * v[j * kvDim + g * headDim + d];
+      }
+    close(arena.f32(po, want.length), want, 1e-5, "attention");
+  });
+
+  test(`gated FFN activations: silu, relu, drelu, gelu (${T})`, () => {
+    const n = 301;
+    const acts: [number, (g: number, u: number) => number][] = [
+      [0, (g, u) => (g / (1 + Math.exp(-g))) * u],
+      [1, (g, u) => Math.max(0, g) * u],
+      [2, (g, u) => Math.max(0, g) * Math.max(0, u)],
+      [3, (g, u) => 0.5 * g * (1 + Math.tanh(0.7978845608028654 * (g + 0.044715 * g ** 3))) * u],
+    ];
+    for (const [kind, f] of acts) {
+      const g = rand(n, 4), u = rand(n, 4);
+      const pg = put(g), pu = put(u);
+      pool.run(pool.fn("ffn_act"), [pg, pu, kind], 3, n, 64);
+      close(arena.f32(pg, n), Array.from(g, (x, i) => f(x, u[i])), 1e-5, `act ${kind}`);
+    }
+  });
+
+  test(`residual add and bias rows (${T})`, () => {
+    const y = rand(203), x = rand(203);
+    const py = put(y), px = put(x);
+    pool.run(pool.fn("add_inplace"), [py, px], 2, 203, 64);
+    close(arena.f32(py, 203), Array.from(y, (v, i) => v + x[i]), 1e-6, "add");
+    const rows = rand(3 * 13), b = rand(13);
+    const pr = put(rows), pb = put(b);
+    pool.run(pool.fn("add_bias_rows"), [pr, pb, 13], 3, 3);
+    close(arena.f32(pr, 39), Array.from(rows, (v, i) => v + b[i % 13]), 1e-6, "bias");
+  });
+}
+
+/** K-quants have no quantizer here: random bytes, with the f16 super-block scales set sane. */
+const K_SCALE_OFFSETS: Partial<Record<GGMLType, number[]>> = { [GGMLType.Q4_K]: [0, 2], [GGMLType.Q5_K]: [0, 2], [GGMLType.Q6_K]: [208] };
+const K_BLOCK_BYTES: Partial<Record<GGMLType, number>> = { [GGMLType.Q4_K]: 144, [GGMLType.Q5_K]: 176, [GGMLType.Q6_K]: 210 };
+function randomKQuantRow(row: Uint8Array, scaleOffsets: number[], blockBytes: number): void {
+  const bytes = rand(row.length);
+  for (let i = 0; i < row.length; i++) row[i] = Math.floor((bytes[i] + 1) * 127.99);
+  for (let b = 0; b < row.length; b += blockBytes)
+    for (const o of scaleOffsets) {
+      const h = f32ToF16(0.001 + Math.abs(bytes[b + o]) * 0.01);
+      row[b + o] = h & 0xff;
+      row[b + o + 1] = h >> 8;
+    }
+}
+
+const WEIGHT_TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K];
+
+test("every weight type: 2 threads give exactly the 1-thread result, and match the reference vecDot", () => {
+  for (const type of WEIGHT_TYPES) {
+    const k = weightKernel(type);
+    const rows = 37;
+    const cols = type >= GGMLType.Q4_K && type <= GGMLType.Q6_K ? 512 : 96;
+    const ntok = 3;
+    const rb = rowBytes(type, cols);
+    const src = new Uint8Array(rows * rb);
+    const wf = rand(rows * cols, 0.5);
+    for (let r = 0; r < rows; r++) {
+      const row = src.subarray(r * rb, (r + 1) * rb);
+      if (K_SCALE_OFFSETS[type]) randomKQuantRow(row, K_SCALE_OFFSETS[type]!, K_BLOCK_BYTES[type]!);
+      else quantizeRow(type, wf.subarray(r * cols, (r + 1) * cols), row);
+    }
+    const pw = arena.alloc(k.packedBytes(rows, cols));
+    k.pack(src, arena.u8(pw, k.packedBytes(rows, cols)), 0, rows, rows, cols);
+    const x = rand(ntok * cols, 2);
+    const px = put(x);
+    let pa = px;
+    if (k.act !== "f32") {
+      pa = arena.alloc(ntok * activationBytes(k.act, cols));
+      pools[0].kernels[prepareKernel(k.act)!](px, pa, cols, ntok);
+    }
+    const results: Float32Array[] = [];
+    for (const pool of pools) {
+      const py = arena.alloc(rows * 4), pm = arena.alloc(ntok * rows * 4);
+      pool.run(pool.fn(k.matvec), [pw, pa, py, rows, cols], 5, rows, 16);
+      pool.run(pool.fn(k.matmul), [pw, pa, pm, rows, cols, ntok], 6, rows, 16);
+      results.push(Float32Array.from(arena.f32(py, rows)), Float32Array.from(arena.f32(pm, ntok * rows)));
+    }
+    const name = typeName(type);
+    assert.deepEqual(results[2], results[0], `${name} matvec: 2 threads vs 1`);
+    assert.deepEqual(results[3], results[1], `${name} matmul: 2 threads vs 1`);
+    const want = new Float32Array(ntok * rows);
+    for (let t = 0; t < ntok; t++) {
+      const act = prepareActivation(type, x.subarray(t * cols, (t + 1) * cols));
+      for (let r = 0; r < rows; r++) want[t * rows + r] = vecDot(type, src.subarray(r * rb, (r + 1) * rb), act, cols);
+    }
+    close(results[0], want.subarray(0, rows), 1e-4, `${name} matvec vs reference`);
+    close(results[1], want, 1e-4, `${name} matmul vs reference`);
+  }
+});
