@@ -15,6 +15,12 @@
 // bytes with one or two shifts so every product comes out as 256 * q_w * q_x; one
 // i32x4.dot_i16x8_s then adds two such products. The 256 is divided out in the f32 block scale.
 // (Bound: 8 sub-blocks * 63 * 8 products * 15 * 128 * 256 < 2^31, so i32 never overflows.)
+//
+// What measured fastest here (V8 on x86-64, 16 xmm registers; see the report in
+// src/runtime/weights-more.ts): matvec shares each shaped activation vector between 2 rows
+// (Q4_K) and matmul shares each unpacked weight vector between 2 tokens (all three types).
+// Wider tiles spill. Inner loops stay loops: fully unrolled blocks made V8 hoist every load and
+// spill most vectors to the stack.
 
 const Q4K: usize = 144;
 const Q5K: usize = 176;
@@ -63,28 +69,38 @@ const Q8K: usize = 292;
 // ---------------------------------------------------------------------------------------------
 // Q4_K
 
-/**
- * 256 * the integer dot of 32 weights (16 quant bytes q: low nibbles meet xl, high nibbles
- * meet xh, 16 activation bytes each) -> [low-nibble sub-block i32x4, high-nibble i32x4] summed
- * into lo and hi.
- */
-@inline function q4Lo(q: v128, xl: v128): v128 {
-  return i32x4.add(
-    i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x000f)), i16x8.shl(xl, 8)),
-    i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x0f00)), i16x8.shr_s(xl, 8)));
-}
-@inline function q4Hi(q: v128, xh: v128): v128 {
-  return i32x4.add(
-    i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x00f0)), i16x8.shr_s(i16x8.shl(xh, 8), 4)),
-    i32x4.dot_i16x8_s(i16x8.shr_u(q, 12), v128.and(xh, i16x8.splat(<i16>0xff00))));
+/** Integer part of one Q4_K block against one Q8_K block: [256 * sum_j sc_j dot_j] lanes. */
+@inline function intQ4K(wb: usize, xb: usize, sm: v128): v128 {
+  let isum = i32x4.splat(0);
+  let sc = sm;
+  // chunk c: 32 quant bytes; low nibbles are sub-block 2c, high nibbles sub-block 2c+1
+  for (let c: usize = 0; c < 4; c++) {
+    const qp = wb + 16 + (c << 5), xp = xb + 4 + (c << 6);
+    let lo = i32x4.splat(0), hi = i32x4.splat(0);
+    for (let k: usize = 0; k < 32; k += 16) {
+      const q = v128.load(qp + k), xl = v128.load(xp + k), xh = v128.load(xp + k, 32);
+      lo = i32x4.add(lo, i32x4.add(
+        i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x000f)), i16x8.shl(xl, 8)),
+        i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x0f00)), i16x8.shr_s(xl, 8))));
+      hi = i32x4.add(hi, i32x4.add(
+        i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x00f0)), i16x8.shr_s(i16x8.shl(xh, 8), 4)),
+        i32x4.dot_i16x8_s(i16x8.shr_u(q, 12), v128.and(xh, i16x8.splat(<i16>0xff00)))));
+    }
+    isum = i32x4.add(isum, i32x4.add(
+      i32x4.mul(lo, i32x4.splat(i8x16.extract_lane_u(sc, 0))),
+      i32x4.mul(hi, i32x4.splat(i8x16.extract_lane_u(sc, 1)))));
+    sc = i8x16.shuffle(sc, sc, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
+  }
+  return isum;
 }
 
-/** 256 * (sc_lo * dot(sub-block 2c) + sc_hi * dot(sub-block 2c+1)) for the chunk at qp / xp. */
-@inline function chunkQ4K(qp: usize, xp: usize, scLo: i32, scHi: i32): v128 {
-  const q0 = v128.load(qp), q1 = v128.load(qp, 16);
-  const lo = i32x4.add(q4Lo(q0, v128.load(xp)), q4Lo(q1, v128.load(xp, 16)));
-  const hi = i32x4.add(q4Hi(q0, v128.load(xp, 32)), q4Hi(q1, v128.load(xp, 48)));
-  return i32x4.add(i32x4.mul(lo, i32x4.splat(scLo)), i32x4.mul(hi, i32x4.splat(scHi)));
+/** acc + d_w d_x / 256 * isum - dmin_w d_x * mins: one finished Q4_K/Q5_K block. */
+@inline function finishK(acc: v128, wb: usize, xb: usize, isum: v128, mi: v128, scale: f32): v128 {
+  const dd = load<u32>(wb);
+  const dx = load<f32>(xb);
+  return f32x4.add(acc, f32x4.sub(
+    f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16(dd & 0xffff) * dx * scale)),
+    f32x4.mul(f32x4.convert_i32x4_s(mi), f32x4.splat(f16(dd >> 16) * dx))));
 }
 
 @inline function dotQ4K(w: usize, x: usize, nb: usize): f32 {
@@ -92,43 +108,103 @@ const Q8K: usize = 292;
   for (let b: usize = 0; b < nb; b++) {
     const wb = w + b * Q4K, xb = x + b * Q8K;
     const sm = scalesMins(wb + 4);
-    // chunk c: 32 quant bytes; low nibbles are sub-block 2c, high nibbles sub-block 2c+1.
-    // A loop (not unrolled) keeps one chunk's values live at a time: unrolled, V8 hoisted
-    // every load and spilled most vectors to the stack.
-    let isum = i32x4.splat(0);
-    let sc = sm;
-    for (let c: usize = 0; c < 4; c++) {
-      isum = i32x4.add(isum, chunkQ4K(wb + 16 + (c << 5), xb + 4 + (c << 6), i8x16.extract_lane_u(sc, 0), i8x16.extract_lane_u(sc, 1)));
-      sc = i8x16.shuffle(sc, sc, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
-    }
-    const mi = minsDot(sm, xb);
-    const dd = load<u32>(wb);
-    const dx = load<f32>(xb);
-    const dw = f16(dd & 0xffff) * dx * (<f32>1.0 / 256.0);
-    const dm = f16(dd >> 16) * dx;
-    acc = f32x4.add(acc, f32x4.sub(
-      f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(dw)),
-      f32x4.mul(f32x4.convert_i32x4_s(mi), f32x4.splat(dm))));
+    acc = finishK(acc, wb, xb, intQ4K(wb, xb, sm), minsDot(sm, xb), <f32>1.0 / 256.0);
   }
   return hsum(acc);
+}
+
+/** Two rows against one activation row: each shaped activation vector serves both rows. */
+@inline function dotQ4KRows2(w0: usize, w1: usize, x: usize, nb: usize, y0: usize, y1: usize): void {
+  let acc0 = f32x4.splat(0), acc1 = f32x4.splat(0);
+  for (let b: usize = 0; b < nb; b++) {
+    const wb0 = w0 + b * Q4K, wb1 = w1 + b * Q4K, xb = x + b * Q8K;
+    const sm0 = scalesMins(wb0 + 4), sm1 = scalesMins(wb1 + 4);
+    let is0 = i32x4.splat(0), is1 = i32x4.splat(0);
+    let sc0 = sm0, sc1 = sm1;
+    for (let c: usize = 0; c < 4; c++) {
+      const qo: usize = 16 + (c << 5), xp = xb + 4 + (c << 6);
+      let lo0 = i32x4.splat(0), hi0 = i32x4.splat(0), lo1 = i32x4.splat(0), hi1 = i32x4.splat(0);
+      for (let k: usize = 0; k < 32; k += 16) {
+        const xl = v128.load(xp + k), xh = v128.load(xp + k, 32);
+        const le = i16x8.shl(xl, 8), lo = i16x8.shr_s(xl, 8);
+        const he = i16x8.shr_s(i16x8.shl(xh, 8), 4), ho = v128.and(xh, i16x8.splat(<i16>0xff00));
+        let q = v128.load(wb0 + qo + k);
+        lo0 = i32x4.add(lo0, i32x4.add(i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x000f)), le), i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x0f00)), lo)));
+        hi0 = i32x4.add(hi0, i32x4.add(i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x00f0)), he), i32x4.dot_i16x8_s(i16x8.shr_u(q, 12), ho)));
+        q = v128.load(wb1 + qo + k);
+        lo1 = i32x4.add(lo1, i32x4.add(i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x000f)), le), i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x0f00)), lo)));
+        hi1 = i32x4.add(hi1, i32x4.add(i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x00f0)), he), i32x4.dot_i16x8_s(i16x8.shr_u(q, 12), ho)));
+      }
+      is0 = i32x4.add(is0, i32x4.add(i32x4.mul(lo0, i32x4.splat(i8x16.extract_lane_u(sc0, 0))), i32x4.mul(hi0, i32x4.splat(i8x16.extract_lane_u(sc0, 1)))));
+      is1 = i32x4.add(is1, i32x4.add(i32x4.mul(lo1, i32x4.splat(i8x16.extract_lane_u(sc1, 0))), i32x4.mul(hi1, i32x4.splat(i8x16.extract_lane_u(sc1, 1)))));
+      sc0 = i8x16.shuffle(sc0, sc0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
+      sc1 = i8x16.shuffle(sc1, sc1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
+    }
+    acc0 = finishK(acc0, wb0, xb, is0, minsDot(sm0, xb), <f32>1.0 / 256.0);
+    acc1 = finishK(acc1, wb1, xb, is1, minsDot(sm1, xb), <f32>1.0 / 256.0);
+  }
+  store<f32>(y0, hsum(acc0));
+  store<f32>(y1, hsum(acc1));
+}
+
+/** One row against two activation rows: each masked weight vector serves both tokens. */
+@inline function dotQ4KTokens2(w: usize, x0: usize, x1: usize, nb: usize, y0: usize, y1: usize): void {
+  let acc0 = f32x4.splat(0), acc1 = f32x4.splat(0);
+  for (let b: usize = 0; b < nb; b++) {
+    const wb = w + b * Q4K, xb0 = x0 + b * Q8K, xb1 = x1 + b * Q8K;
+    const sm = scalesMins(wb + 4);
+    let is0 = i32x4.splat(0), is1 = i32x4.splat(0);
+    let sc = sm;
+    for (let c: usize = 0; c < 4; c++) {
+      const qp = wb + 16 + (c << 5), xo: usize = 4 + (c << 6);
+      let lo0 = i32x4.splat(0), hi0 = i32x4.splat(0), lo1 = i32x4.splat(0), hi1 = i32x4.splat(0);
+      for (let k: usize = 0; k < 32; k += 16) {
+        const q = v128.load(qp + k);
+        const q1 = v128.and(q, i16x8.splat(0x000f)), q2 = v128.and(q, i16x8.splat(0x0f00));
+        const q3 = v128.and(q, i16x8.splat(0x00f0)), q4 = i16x8.shr_u(q, 12);
+        let xl = v128.load(xb0 + xo + k), xh = v128.load(xb0 + xo + k, 32);
+        lo0 = i32x4.add(lo0, i32x4.add(i32x4.dot_i16x8_s(q1, i16x8.shl(xl, 8)), i32x4.dot_i16x8_s(q2, i16x8.shr_s(xl, 8))));
+        hi0 = i32x4.add(hi0, i32x4.add(i32x4.dot_i16x8_s(q3, i16x8.shr_s(i16x8.shl(xh, 8), 4)), i32x4.dot_i16x8_s(q4, v128.and(xh, i16x8.splat(<i16>0xff00)))));
+        xl = v128.load(xb1 + xo + k); xh = v128.load(xb1 + xo + k, 32);
+        lo1 = i32x4.add(lo1, i32x4.add(i32x4.dot_i16x8_s(q1, i16x8.shl(xl, 8)), i32x4.dot_i16x8_s(q2, i16x8.shr_s(xl, 8))));
+        hi1 = i32x4.add(hi1, i32x4.add(i32x4.dot_i16x8_s(q3, i16x8.shr_s(i16x8.shl(xh, 8), 4)), i32x4.dot_i16x8_s(q4, v128.and(xh, i16x8.splat(<i16>0xff00)))));
+      }
+      const sl = i32x4.splat(i8x16.extract_lane_u(sc, 0)), sh = i32x4.splat(i8x16.extract_lane_u(sc, 1));
+      is0 = i32x4.add(is0, i32x4.add(i32x4.mul(lo0, sl), i32x4.mul(hi0, sh)));
+      is1 = i32x4.add(is1, i32x4.add(i32x4.mul(lo1, sl), i32x4.mul(hi1, sh)));
+      sc = i8x16.shuffle(sc, sc, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
+    }
+    acc0 = finishK(acc0, wb, xb0, is0, minsDot(sm, xb0), <f32>1.0 / 256.0);
+    acc1 = finishK(acc1, wb, xb1, is1, minsDot(sm, xb1), <f32>1.0 / 256.0);
+  }
+  store<f32>(y0, hsum(acc0));
+  store<f32>(y1, hsum(acc1));
 }
 
 /** y[r] = W[r,:] . x for r in [r0, r1); W Q4_K (GGUF layout), x one Q8_K row. */
 export function matvec_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 8);
   const rb = nb * Q4K;
-  for (let r = r0; r < r1; r++) store<f32>(y + (<usize>r << 2), dotQ4K(w + <usize>r * rb, x, nb));
+  let r = r0;
+  for (; r + 2 <= r1; r += 2) {
+    const wr = w + <usize>r * rb, yr = y + (<usize>r << 2);
+    dotQ4KRows2(wr, wr + rb, x, nb, yr, yr + 4);
+  }
+  if (r < r1) store<f32>(y + (<usize>r << 2), dotQ4K(w + <usize>r * rb, x, nb));
 }
 
 /** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1): each weight row is read once for all tokens. */
 export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 8);
-  const rb = nb * Q4K, xb = nb * Q8K;
+  const rb = nb * Q4K, xs = nb * Q8K, ys = <usize>rows << 2;
   for (let r = r0; r < r1; r++) {
-    const wr = w + <usize>r * rb;
-    for (let t = 0; t < ntok; t++) {
-      store<f32>(y + ((<usize>t * <usize>rows + <usize>r) << 2), dotQ4K(wr, x + <usize>t * xb, nb));
+    const wr = w + <usize>r * rb, yr = y + (<usize>r << 2);
+    let t = 0;
+    for (; t + 2 <= ntok; t += 2) {
+      const xt = x + <usize>t * xs, yt = yr + <usize>t * ys;
+      dotQ4KTokens2(wr, xt, xt + xs, nb, yt, yt + ys);
     }
+    if (t < ntok) store<f32>(yr + <usize>t * ys, dotQ4K(wr, x + <usize>t * xs, nb));
   }
 }
 
@@ -142,10 +218,23 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
     i32x4.dot_i16x8_s(i16x8.shr_u(q, 8), v128.and(x, i16x8.splat(<i16>0xff00))));
 }
 
-/** sc * dot(q, x) for one 16-weight group of a Q6_K block (the 256 divided out exactly). */
-@inline function groupQ6K(q: v128, x: v128, sc: i32): v128 {
-  return i32x4.mul(i32x4.shr_s(dotBytes256(q, x), 8), i32x4.splat(sc));
+/** sc * dot(q, x) for one 16-value group (the 256 divided out exactly first: no overflow). */
+@inline function groupK(q: v128, x: v128, sc: v128): v128 {
+  return i32x4.mul(i32x4.shr_s(dotBytes256(q, x), 8), sc);
 }
+
+/** Q6_K stores q + 32: subtract 32 * sum_g sc_g * bsum_g (bsums are the activation's 16-value sums). */
+@inline function offsetQ6K(isum: v128, wb: usize, xb: usize): v128 {
+  const s8 = v128.load(wb + 192);
+  const corr = i32x4.add(
+    i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(s8), v128.load(xb, 260)),
+    i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(s8), v128.load(xb, 276)));
+  return i32x4.sub(isum, i32x4.shl(corr, 5));
+}
+
+// A block is walked in 4 steps of 64 values: step i = (half h, l0) reads ql bytes A (values
+// l0..l0+15 of the half) and B (32 further), their 2-bit tops in qh byte H; the four 6-bit
+// groups lo(A)|H<<4, lo(B)|H<<2, hi(A)|H, hi(B)|H>>2 are 32 values apart, each with its scale.
 
 @inline function dotQ6K(w: usize, x: usize, nb: usize): f32 {
   let acc = f32x4.splat(0);
@@ -153,32 +242,62 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   for (let b: usize = 0; b < nb; b++) {
     const wb = w + b * Q6K, xb = x + b * Q8K;
     let isum = i32x4.splat(0);
-    // iteration i covers 64 values: ql bytes A (values l) and B (values l + 32) of half h, their
-    // 2-bit tops in qh byte H; q1 = lo(A), q2 = lo(B), q3 = hi(A), q4 = hi(B) are 32 values apart
     for (let i: usize = 0; i < 4; i++) {
       const h = i >> 1, l0 = (i & 1) << 4;
       const ql = wb + (h << 6) + l0, qh = wb + 128 + (h << 5) + l0, sc = wb + 192 + (h << 3) + (i & 1);
       const xp = xb + 4 + (h << 7) + l0;
       const A = v128.load(ql), B = v128.load(ql, 32), H = v128.load(qh);
       // 16-bit shifts are safe: the byte masks drop whatever crossed a byte boundary
-      const q1 = v128.or(v128.and(A, m0f), v128.and(i16x8.shl(H, 4), m30));
-      const q2 = v128.or(v128.and(B, m0f), v128.and(i16x8.shl(H, 2), m30));
-      const q3 = v128.or(v128.and(i16x8.shr_u(A, 4), m0f), v128.and(H, m30));
-      const q4 = v128.or(v128.and(i16x8.shr_u(B, 4), m0f), v128.and(i16x8.shr_u(H, 2), m30));
-      isum = i32x4.add(isum, i32x4.add(
-        i32x4.add(groupQ6K(q1, v128.load(xp), <i32>load<i8>(sc)), groupQ6K(q2, v128.load(xp, 32), <i32>load<i8>(sc, 2))),
-        i32x4.add(groupQ6K(q3, v128.load(xp, 64), <i32>load<i8>(sc, 4)), groupQ6K(q4, v128.load(xp, 96), <i32>load<i8>(sc, 6)))));
+      let q = v128.or(v128.and(A, m0f), v128.and(i16x8.shl(H, 4), m30));
+      isum = i32x4.add(isum, groupK(q, v128.load(xp), i32x4.splat(<i32>load<i8>(sc))));
+      q = v128.or(v128.and(B, m0f), v128.and(i16x8.shl(H, 2), m30));
+      isum = i32x4.add(isum, groupK(q, v128.load(xp, 32), i32x4.splat(<i32>load<i8>(sc, 2))));
+      q = v128.or(v128.and(i16x8.shr_u(A, 4), m0f), v128.and(H, m30));
+      isum = i32x4.add(isum, groupK(q, v128.load(xp, 64), i32x4.splat(<i32>load<i8>(sc, 4))));
+      q = v128.or(v128.and(i16x8.shr_u(B, 4), m0f), v128.and(i16x8.shr_u(H, 2), m30));
+      isum = i32x4.add(isum, groupK(q, v128.load(xp, 96), i32x4.splat(<i32>load<i8>(sc, 6))));
     }
-    // the quants are stored as q + 32: subtract 32 * sum_g sc_g * bsum_g
-    const s8 = v128.load(wb + 192);
-    const corr = i32x4.add(
-      i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(s8), v128.load(xb, 260)),
-      i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(s8), v128.load(xb, 276)));
-    isum = i32x4.sub(isum, i32x4.shl(corr, 5));
-    const dw = f16(<u32>load<u16>(wb + 208)) * load<f32>(xb);
-    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(dw)));
+    isum = offsetQ6K(isum, wb, xb);
+    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16(<u32>load<u16>(wb + 208)) * load<f32>(xb))));
   }
   return hsum(acc);
+}
+
+/** One row against two activation rows: each unpacked 6-bit group serves both tokens. */
+@inline function dotQ6KTokens2(w: usize, x0: usize, x1: usize, nb: usize, y0: usize, y1: usize): void {
+  let acc0 = f32x4.splat(0), acc1 = f32x4.splat(0);
+  const m0f = i8x16.splat(0x0f), m30 = i8x16.splat(0x30);
+  for (let b: usize = 0; b < nb; b++) {
+    const wb = w + b * Q6K, xb0 = x0 + b * Q8K, xb1 = x1 + b * Q8K;
+    let is0 = i32x4.splat(0), is1 = i32x4.splat(0);
+    for (let i: usize = 0; i < 4; i++) {
+      const h = i >> 1, l0 = (i & 1) << 4;
+      const ql = wb + (h << 6) + l0, qh = wb + 128 + (h << 5) + l0, sc = wb + 192 + (h << 3) + (i & 1);
+      const xo: usize = 4 + (h << 7) + l0;
+      const A = v128.load(ql), B = v128.load(ql, 32), H = v128.load(qh);
+      let q = v128.or(v128.and(A, m0f), v128.and(i16x8.shl(H, 4), m30));
+      let s = i32x4.splat(<i32>load<i8>(sc));
+      is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo), s));
+      is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo), s));
+      q = v128.or(v128.and(B, m0f), v128.and(i16x8.shl(H, 2), m30));
+      s = i32x4.splat(<i32>load<i8>(sc, 2));
+      is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo, 32), s));
+      is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo, 32), s));
+      q = v128.or(v128.and(i16x8.shr_u(A, 4), m0f), v128.and(H, m30));
+      s = i32x4.splat(<i32>load<i8>(sc, 4));
+      is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo, 64), s));
+      is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo, 64), s));
+      q = v128.or(v128.and(i16x8.shr_u(B, 4), m0f), v128.and(i16x8.shr_u(H, 2), m30));
+      s = i32x4.splat(<i32>load<i8>(sc, 6));
+      is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo, 96), s));
+      is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo, 96), s));
+    }
+    const d = f16(<u32>load<u16>(wb + 208));
+    acc0 = f32x4.add(acc0, f32x4.mul(f32x4.convert_i32x4_s(offsetQ6K(is0, wb, xb0)), f32x4.splat(d * load<f32>(xb0))));
+    acc1 = f32x4.add(acc1, f32x4.mul(f32x4.convert_i32x4_s(offsetQ6K(is1, wb, xb1)), f32x4.splat(d * load<f32>(xb1))));
+  }
+  store<f32>(y0, hsum(acc0));
+  store<f32>(y1, hsum(acc1));
 }
 
 /** y[r] = W[r,:] . x for r in [r0, r1); W Q6_K (GGUF layout), x one Q8_K row. */
@@ -191,31 +310,30 @@ export function matvec_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 /** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1): each weight row is read once for all tokens. */
 export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 8);
-  const rb = nb * Q6K, xb = nb * Q8K;
+  const rb = nb * Q6K, xs = nb * Q8K, ys = <usize>rows << 2;
   for (let r = r0; r < r1; r++) {
-    const wr = w + <usize>r * rb;
-    for (let t = 0; t < ntok; t++) {
-      store<f32>(y + ((<usize>t * <usize>rows + <usize>r) << 2), dotQ6K(wr, x + <usize>t * xb, nb));
+    const wr = w + <usize>r * rb, yr = y + (<usize>r << 2);
+    let t = 0;
+    for (; t + 2 <= ntok; t += 2) {
+      const xt = x + <usize>t * xs, yt = yr + <usize>t * ys;
+      dotQ6KTokens2(wr, xt, xt + xs, nb, yt, yt + ys);
     }
+    if (t < ntok) store<f32>(yr + <usize>t * ys, dotQ6K(wr, x + <usize>t * xs, nb));
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Q5_K
 
-/** sc_lo * dot(sub-block 2c) + sc_hi * dot(sub-block 2c+1) for the chunk at qp / xp; h0/h1 are qh >> 2c. */
-@inline function chunkQ5K(qp: usize, xp: usize, h0: v128, h1: v128, scLo: i32, scHi: i32): v128 {
-  const m0f = i8x16.splat(0x0f), m10 = i8x16.splat(0x10);
-  const q0 = v128.load(qp), q1 = v128.load(qp, 16);
-  // 5-bit quants as bytes: the nibble plus bit 2c (low half) or 2c+1 (high half) of qh, at bit 4
-  const l0 = v128.or(v128.and(q0, m0f), v128.and(i16x8.shl(h0, 4), m10));
-  const l1 = v128.or(v128.and(q1, m0f), v128.and(i16x8.shl(h1, 4), m10));
-  const u0 = v128.or(v128.and(i16x8.shr_u(q0, 4), m0f), v128.and(i16x8.shl(h0, 3), m10));
-  const u1 = v128.or(v128.and(i16x8.shr_u(q1, 4), m0f), v128.and(i16x8.shl(h1, 3), m10));
-  // each sub-block dot is a multiple of 256 below 2^23: divide it out before scaling
-  const lo = i32x4.shr_s(i32x4.add(dotBytes256(l0, v128.load(xp)), dotBytes256(l1, v128.load(xp, 16))), 8);
-  const hi = i32x4.shr_s(i32x4.add(dotBytes256(u0, v128.load(xp, 32)), dotBytes256(u1, v128.load(xp, 48))), 8);
-  return i32x4.add(i32x4.mul(lo, i32x4.splat(scLo)), i32x4.mul(hi, i32x4.splat(scHi)));
+// Chunk c holds sub-blocks 2c (low nibbles, fifth bit = bit 2c of qh[l]) and 2c+1 (high
+// nibbles, bit 2c+1). h0/h1 are the qh bytes for l = 0..15 / 16..31, shifted right by 2c with a
+// 16-bit shift (bits 0 and 1 of each byte, the only ones used, never come from the neighbour).
+
+@inline function q5Lo(q: v128, h: v128): v128 {
+  return v128.or(v128.and(q, i8x16.splat(0x0f)), v128.and(i16x8.shl(h, 4), i8x16.splat(0x10)));
+}
+@inline function q5Hi(q: v128, h: v128): v128 {
+  return v128.or(v128.and(i16x8.shr_u(q, 4), i8x16.splat(0x0f)), v128.and(i16x8.shl(h, 3), i8x16.splat(0x10)));
 }
 
 @inline function dotQ5K(w: usize, x: usize, nb: usize): f32 {
@@ -225,23 +343,56 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
     const sm = scalesMins(wb + 4);
     let isum = i32x4.splat(0);
     let sc = sm;
-    // qh bytes for values l = 0..15 and 16..31; shifted right by 2 per chunk (a 16-bit shift:
-    // bits 0 and 1 of each byte, the only ones used, never come from the neighbour byte)
     let h0 = v128.load(wb + 16), h1 = v128.load(wb + 32);
     for (let c: usize = 0; c < 4; c++) {
-      isum = i32x4.add(isum, chunkQ5K(wb + 48 + (c << 5), xb + 4 + (c << 6), h0, h1, i8x16.extract_lane_u(sc, 0), i8x16.extract_lane_u(sc, 1)));
+      const qp = wb + 48 + (c << 5), xp = xb + 4 + (c << 6);
+      const q0 = v128.load(qp), q1 = v128.load(qp, 16);
+      // each sub-block dot is a multiple of 256 below 2^23: divide it out before scaling
+      const lo = i32x4.shr_s(i32x4.add(dotBytes256(q5Lo(q0, h0), v128.load(xp)), dotBytes256(q5Lo(q1, h1), v128.load(xp, 16))), 8);
+      const hi = i32x4.shr_s(i32x4.add(dotBytes256(q5Hi(q0, h0), v128.load(xp, 32)), dotBytes256(q5Hi(q1, h1), v128.load(xp, 48))), 8);
+      isum = i32x4.add(isum, i32x4.add(
+        i32x4.mul(lo, i32x4.splat(i8x16.extract_lane_u(sc, 0))),
+        i32x4.mul(hi, i32x4.splat(i8x16.extract_lane_u(sc, 1)))));
       sc = i8x16.shuffle(sc, sc, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
       h0 = i16x8.shr_u(h0, 2);
       h1 = i16x8.shr_u(h1, 2);
     }
-    const mi = minsDot(sm, xb);
-    const dd = load<u32>(wb);
-    const dx = load<f32>(xb);
-    acc = f32x4.add(acc, f32x4.sub(
-      f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16(dd & 0xffff) * dx)),
-      f32x4.mul(f32x4.convert_i32x4_s(mi), f32x4.splat(f16(dd >> 16) * dx))));
+    acc = finishK(acc, wb, xb, isum, minsDot(sm, xb), 1.0);
   }
   return hsum(acc);
+}
+
+/** One row against two activation rows: each 5-bit weight vector serves both tokens. */
+@inline function dotQ5KTokens2(w: usize, x0: usize, x1: usize, nb: usize, y0: usize, y1: usize): void {
+  let acc0 = f32x4.splat(0), acc1 = f32x4.splat(0);
+  for (let b: usize = 0; b < nb; b++) {
+    const wb = w + b * Q5K, xb0 = x0 + b * Q8K, xb1 = x1 + b * Q8K;
+    const sm = scalesMins(wb + 4);
+    let is0 = i32x4.splat(0), is1 = i32x4.splat(0);
+    let sc = sm;
+    let h0 = v128.load(wb + 16), h1 = v128.load(wb + 32);
+    for (let c: usize = 0; c < 4; c++) {
+      const qp = wb + 48 + (c << 5), xo: usize = 4 + (c << 6);
+      const q0 = v128.load(qp), q1 = v128.load(qp, 16);
+      const l0 = q5Lo(q0, h0), l1 = q5Lo(q1, h1), u0 = q5Hi(q0, h0), u1 = q5Hi(q1, h1);
+      const sl = i32x4.splat(i8x16.extract_lane_u(sc, 0)), sh = i32x4.splat(i8x16.extract_lane_u(sc, 1));
+      let xp = xb0 + xo;
+      is0 = i32x4.add(is0, i32x4.add(
+        i32x4.mul(i32x4.shr_s(i32x4.add(dotBytes256(l0, v128.load(xp)), dotBytes256(l1, v128.load(xp, 16))), 8), sl),
+        i32x4.mul(i32x4.shr_s(i32x4.add(dotBytes256(u0, v128.load(xp, 32)), dotBytes256(u1, v128.load(xp, 48))), 8), sh)));
+      xp = xb1 + xo;
+      is1 = i32x4.add(is1, i32x4.add(
+        i32x4.mul(i32x4.shr_s(i32x4.add(dotBytes256(l0, v128.load(xp)), dotBytes256(l1, v128.load(xp, 16))), 8), sl),
+        i32x4.mul(i32x4.shr_s(i32x4.add(dotBytes256(u0, v128.load(xp, 32)), dotBytes256(u1, v128.load(xp, 48))), 8), sh)));
+      sc = i8x16.shuffle(sc, sc, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
+      h0 = i16x8.shr_u(h0, 2);
+      h1 = i16x8.shr_u(h1, 2);
+    }
+    acc0 = finishK(acc0, wb, xb0, is0, minsDot(sm, xb0), 1.0);
+    acc1 = finishK(acc1, wb, xb1, is1, minsDot(sm, xb1), 1.0);
+  }
+  store<f32>(y0, hsum(acc0));
+  store<f32>(y1, hsum(acc1));
 }
 
 /** y[r] = W[r,:] . x for r in [r0, r1); W Q5_K (GGUF layout), x one Q8_K row. */
@@ -254,11 +405,14 @@ export function matvec_q5_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 /** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1): each weight row is read once for all tokens. */
 export function matmul_q5_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 8);
-  const rb = nb * Q5K, xb = nb * Q8K;
+  const rb = nb * Q5K, xs = nb * Q8K, ys = <usize>rows << 2;
   for (let r = r0; r < r1; r++) {
-    const wr = w + <usize>r * rb;
-    for (let t = 0; t < ntok; t++) {
-      store<f32>(y + ((<usize>t * <usize>rows + <usize>r) << 2), dotQ5K(wr, x + <usize>t * xb, nb));
+    const wr = w + <usize>r * rb, yr = y + (<usize>r << 2);
+    let t = 0;
+    for (; t + 2 <= ntok; t += 2) {
+      const xt = x + <usize>t * xs, yt = yr + <usize>t * ys;
+      dotQ5KTokens2(wr, xt, xt + xs, nb, yt, yt + ys);
     }
+    if (t < ntok) store<f32>(yr + <usize>t * ys, dotQ5K(wr, x + <usize>t * xs, nb));
   }
 }

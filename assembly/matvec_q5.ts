@@ -24,6 +24,11 @@ const Q81: usize = 36;
   return h & 0x8000 ? -f : f;
 }
 
+@inline function hsumI(v: v128): f32 {
+  const a = i32x4.add(v, i32x4.shuffle(v, v, 2, 3, 0, 1));
+  return <f32>i32x4.extract_lane(i32x4.add(a, i32x4.shuffle(a, a, 1, 0, 3, 2)), 0);
+}
+
 @inline function hsum(v: v128): f32 {
   const a = f32x4.add(v, i32x4.shuffle(v, v, 2, 3, 0, 1));
   return f32x4.extract_lane(f32x4.add(a, i32x4.shuffle(a, a, 1, 0, 3, 2)), 0);
@@ -54,40 +59,81 @@ const Q81: usize = 36;
     i32x4.dot_i16x8_s(i16x8.shr_u(w, 8), v128.and(x, i16x8.splat(<i16>0xff00))));
 }
 
+/** 256 * the integer dot of one Q5_0 block at wb with one Q8_0 block at xb, as i32 lanes to be summed. */
+@inline function intQ50(wb: usize, xb: usize): v128 {
+  const m0f = i8x16.splat(0x0f), mf0 = i8x16.splat(<i8>0xf0);
+  const q = v128.load(wb + 6);
+  const qh = load<u32>(wb + 2);
+  // (nibble | fifth bit << 4) - 16 as a signed byte: the nibble, with 0xF0 set where the bit is clear
+  const w0 = v128.or(v128.and(q, m0f), v128.andnot(mf0, bitsLo(qh)));
+  const w1 = v128.or(v128.and(i16x8.shr_u(q, 4), m0f), v128.andnot(mf0, bitsHi(qh)));
+  return i32x4.add(dotSigned256(w0, v128.load(xb + 2)), dotSigned256(w1, v128.load(xb + 18)));
+}
+
+/** 256 * the integer dot of one Q5_1 block with one Q8_1 block (the m * s term not included). */
+@inline function intQ51(wb: usize, xb: usize): v128 {
+  const m0f = i8x16.splat(0x0f), m10 = i8x16.splat(0x10);
+  const q = v128.load(wb + 8);
+  const qh = load<u32>(wb + 4);
+  const w0 = v128.or(v128.and(q, m0f), v128.and(bitsLo(qh), m10));
+  const w1 = v128.or(v128.and(i16x8.shr_u(q, 4), m0f), v128.and(bitsHi(qh), m10));
+  return i32x4.add(dotUnsigned256(w0, v128.load(xb + 4)), dotUnsigned256(w1, v128.load(xb + 20)));
+}
+
+/** [sum a, sum b, sum c, sum d] of four i32x4 vectors. */
+@inline function sum4(a: v128, b: v128, c: v128, d: v128): v128 {
+  const ab = i32x4.add(i32x4.shuffle(a, b, 0, 1, 4, 5), i32x4.shuffle(a, b, 2, 3, 6, 7));
+  const cd = i32x4.add(i32x4.shuffle(c, d, 0, 1, 4, 5), i32x4.shuffle(c, d, 2, 3, 6, 7));
+  return i32x4.add(i32x4.shuffle(ab, cd, 0, 2, 4, 6), i32x4.shuffle(ab, cd, 1, 3, 5, 7));
+}
+
+/** Four f16 values (at p, p + stride, ...) -> f32x4; exact for finite halves. */
+@inline function halves4(p: usize, stride: usize): v128 {
+  let v = i16x8.splat(<i16>load<u16>(p));
+  v = i16x8.replace_lane(v, 1, <i16>load<u16>(p + stride));
+  v = i16x8.replace_lane(v, 2, <i16>load<u16>(p + 2 * stride));
+  v = i16x8.replace_lane(v, 3, <i16>load<u16>(p + 3 * stride));
+  const e = i32x4.extend_low_i16x8_s(v);
+  return f32x4.mul(v128.and(i32x4.shl(e, 13), i32x4.splat(0x8fffe000)), f32x4.splat(reinterpret<f32>(0x77800000)));
+}
+
+// Four blocks at a time: their integer dots are summed side by side into one vector and scaled
+// by a vector of four scale products, so the per-block float work is shared. Block scales that
+// are inf or NaN (a damaged file) would read as finite here; the tail keeps the exact scalar path.
+
 @inline function dotQ50(w: usize, x: usize, nb: usize): f32 {
   let acc = f32x4.splat(0);
-  const m0f = i8x16.splat(0x0f), mf0 = i8x16.splat(<i8>0xf0);
-  for (let b: usize = 0; b < nb; b++) {
+  let b: usize = 0;
+  for (; b + 4 <= nb; b += 4) {
     const wb = w + b * Q50, xb = x + b * Q80;
-    const q = v128.load(wb + 6);
-    const qh = load<u32>(wb + 2);
-    // (nibble | fifth bit << 4) - 16 as a signed byte: the nibble, with 0xF0 set where the bit is clear
-    const w0 = v128.or(v128.and(q, m0f), v128.andnot(mf0, bitsLo(qh)));
-    const w1 = v128.or(v128.and(i16x8.shr_u(q, 4), m0f), v128.andnot(mf0, bitsHi(qh)));
-    const s = i32x4.add(dotSigned256(w0, v128.load(xb + 2)), dotSigned256(w1, v128.load(xb + 18)));
-    const d = f16(<u32>load<u16>(wb)) * f16(<u32>load<u16>(xb)) * (<f32>1.0 / 256.0);
-    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.splat(d)));
+    const s = sum4(intQ50(wb, xb), intQ50(wb + Q50, xb + Q80), intQ50(wb + 2 * Q50, xb + 2 * Q80), intQ50(wb + 3 * Q50, xb + 3 * Q80));
+    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.mul(halves4(wb, Q50), halves4(xb, Q80))));
   }
-  return hsum(acc);
+  let tail: f32 = 0;
+  for (; b < nb; b++) {
+    const wb = w + b * Q50, xb = x + b * Q80;
+    tail += hsumI(intQ50(wb, xb)) * (f16(<u32>load<u16>(wb)) * f16(<u32>load<u16>(xb)));
+  }
+  return (hsum(acc) + tail) * (<f32>1.0 / 256.0);
 }
 
 @inline function dotQ51(w: usize, x: usize, nb: usize): f32 {
-  let acc = f32x4.splat(0);
-  let ms: f32 = 0;
-  const m0f = i8x16.splat(0x0f), m10 = i8x16.splat(0x10);
-  for (let b: usize = 0; b < nb; b++) {
+  let acc = f32x4.splat(0), accm = f32x4.splat(0);
+  let b: usize = 0;
+  for (; b + 4 <= nb; b += 4) {
     const wb = w + b * Q51, xb = x + b * Q81;
-    const q = v128.load(wb + 8);
-    const qh = load<u32>(wb + 4);
-    const w0 = v128.or(v128.and(q, m0f), v128.and(bitsLo(qh), m10));
-    const w1 = v128.or(v128.and(i16x8.shr_u(q, 4), m0f), v128.and(bitsHi(qh), m10));
-    const s = i32x4.add(dotUnsigned256(w0, v128.load(xb + 4)), dotUnsigned256(w1, v128.load(xb + 20)));
-    const dm = load<u32>(wb), ds = load<u32>(xb);
-    const d = f16(dm & 0xffff) * f16(ds & 0xffff) * (<f32>1.0 / 256.0);
-    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.splat(d)));
-    ms += f16(dm >> 16) * f16(ds >> 16);
+    const s = sum4(intQ51(wb, xb), intQ51(wb + Q51, xb + Q81), intQ51(wb + 2 * Q51, xb + 2 * Q81), intQ51(wb + 3 * Q51, xb + 3 * Q81));
+    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.mul(halves4(wb, Q51), halves4(xb, Q81))));
+    accm = f32x4.add(accm, f32x4.mul(halves4(wb + 2, Q51), halves4(xb + 2, Q81)));
   }
-  return hsum(acc) + ms;
+  let tail: f32 = 0, tailm: f32 = 0;
+  for (; b < nb; b++) {
+    const wb = w + b * Q51, xb = x + b * Q81;
+    const dm = load<u32>(wb), ds = load<u32>(xb);
+    tail += hsumI(intQ51(wb, xb)) * (f16(dm & 0xffff) * f16(ds & 0xffff));
+    tailm += f16(dm >> 16) * f16(ds >> 16);
+  }
+  return (hsum(acc) + tail) * (<f32>1.0 / 256.0) + hsum(accm) + tailm;
 }
 
 /** y[r] = W[r,:] . x for r in [r0, r1); W Q5_0 (GGUF layout), x one Q8_0 row. */
