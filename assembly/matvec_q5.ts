@@ -59,32 +59,43 @@ const Q81: usize = 36;
     i32x4.dot_i16x8_s(i16x8.shr_u(w, 8), v128.and(x, i16x8.splat(<i16>0xff00))));
 }
 
+// Weight bytes of one block: values 0..15 (lo) and 16..31 (hi). Q5_0's are signed,
+// (nibble | fifth bit << 4) - 16: the nibble with 0xF0 set where the fifth bit is clear.
+@inline function w50Lo(wb: usize): v128 {
+  return v128.or(v128.and(v128.load(wb + 6), i8x16.splat(0x0f)), v128.andnot(i8x16.splat(<i8>0xf0), bitsLo(load<u32>(wb + 2))));
+}
+@inline function w50Hi(wb: usize): v128 {
+  return v128.or(v128.and(i16x8.shr_u(v128.load(wb + 6), 4), i8x16.splat(0x0f)), v128.andnot(i8x16.splat(<i8>0xf0), bitsHi(load<u32>(wb + 2))));
+}
+// Q5_1's are unsigned: nibble | fifth bit << 4.
+@inline function w51Lo(wb: usize): v128 {
+  return v128.or(v128.and(v128.load(wb + 8), i8x16.splat(0x0f)), v128.and(bitsLo(load<u32>(wb + 4)), i8x16.splat(0x10)));
+}
+@inline function w51Hi(wb: usize): v128 {
+  return v128.or(v128.and(i16x8.shr_u(v128.load(wb + 8), 4), i8x16.splat(0x0f)), v128.and(bitsHi(load<u32>(wb + 4)), i8x16.splat(0x10)));
+}
+
 /** 256 * the integer dot of one Q5_0 block at wb with one Q8_0 block at xb, as i32 lanes to be summed. */
 @inline function intQ50(wb: usize, xb: usize): v128 {
-  const m0f = i8x16.splat(0x0f), mf0 = i8x16.splat(<i8>0xf0);
-  const q = v128.load(wb + 6);
-  const qh = load<u32>(wb + 2);
-  // (nibble | fifth bit << 4) - 16 as a signed byte: the nibble, with 0xF0 set where the bit is clear
-  const w0 = v128.or(v128.and(q, m0f), v128.andnot(mf0, bitsLo(qh)));
-  const w1 = v128.or(v128.and(i16x8.shr_u(q, 4), m0f), v128.andnot(mf0, bitsHi(qh)));
-  return i32x4.add(dotSigned256(w0, v128.load(xb + 2)), dotSigned256(w1, v128.load(xb + 18)));
+  return i32x4.add(dotSigned256(w50Lo(wb), v128.load(xb + 2)), dotSigned256(w50Hi(wb), v128.load(xb + 18)));
 }
 
 /** 256 * the integer dot of one Q5_1 block with one Q8_1 block (the m * s term not included). */
 @inline function intQ51(wb: usize, xb: usize): v128 {
-  const m0f = i8x16.splat(0x0f), m10 = i8x16.splat(0x10);
-  const q = v128.load(wb + 8);
-  const qh = load<u32>(wb + 4);
-  const w0 = v128.or(v128.and(q, m0f), v128.and(bitsLo(qh), m10));
-  const w1 = v128.or(v128.and(i16x8.shr_u(q, 4), m0f), v128.and(bitsHi(qh), m10));
-  return i32x4.add(dotUnsigned256(w0, v128.load(xb + 4)), dotUnsigned256(w1, v128.load(xb + 20)));
+  return i32x4.add(dotUnsigned256(w51Lo(wb), v128.load(xb + 4)), dotUnsigned256(w51Hi(wb), v128.load(xb + 20)));
 }
 
+/** [a0 + a2, a1 + a3, b0 + b2, b1 + b3]: half of summing four vectors side by side. */
+@inline function pair2(a: v128, b: v128): v128 {
+  return i32x4.add(i32x4.shuffle(a, b, 0, 1, 4, 5), i32x4.shuffle(a, b, 2, 3, 6, 7));
+}
+/** [sum ab(0,1), sum ab(2,3), sum cd(0,1), sum cd(2,3)] of two pair2 results. */
+@inline function pair4(ab: v128, cd: v128): v128 {
+  return i32x4.add(i32x4.shuffle(ab, cd, 0, 2, 4, 6), i32x4.shuffle(ab, cd, 1, 3, 5, 7));
+}
 /** [sum a, sum b, sum c, sum d] of four i32x4 vectors. */
 @inline function sum4(a: v128, b: v128, c: v128, d: v128): v128 {
-  const ab = i32x4.add(i32x4.shuffle(a, b, 0, 1, 4, 5), i32x4.shuffle(a, b, 2, 3, 6, 7));
-  const cd = i32x4.add(i32x4.shuffle(c, d, 0, 1, 4, 5), i32x4.shuffle(c, d, 2, 3, 6, 7));
-  return i32x4.add(i32x4.shuffle(ab, cd, 0, 2, 4, 6), i32x4.shuffle(ab, cd, 1, 3, 5, 7));
+  return pair4(pair2(a, b), pair2(c, d));
 }
 
 /** Four f16 values (at p, p + stride, ...) -> f32x4; exact for finite halves. */
@@ -136,6 +147,78 @@ const Q81: usize = 36;
   return (hsum(acc) + tail) * (<f32>1.0 / 256.0) + hsum(accm) + tailm;
 }
 
+
+/** One Q5_0 row against two Q8_0 rows: each block's weight bytes serve both tokens. */
+@inline function dotQ50Tokens2(w: usize, x0: usize, x1: usize, nb: usize, y0: usize, y1: usize): void {
+  let acc0 = f32x4.splat(0), acc1 = f32x4.splat(0);
+  let b: usize = 0;
+  for (; b + 4 <= nb; b += 4) {
+    const wb = w + b * Q50, xa = x0 + b * Q80, xc = x1 + b * Q80;
+    let lo = w50Lo(wb), hi = w50Hi(wb);
+    let a0 = i32x4.add(dotSigned256(lo, v128.load(xa + 2)), dotSigned256(hi, v128.load(xa + 18)));
+    let a1 = i32x4.add(dotSigned256(lo, v128.load(xc + 2)), dotSigned256(hi, v128.load(xc + 18)));
+    lo = w50Lo(wb + Q50); hi = w50Hi(wb + Q50);
+    const p0 = pair2(a0, i32x4.add(dotSigned256(lo, v128.load(xa + Q80 + 2)), dotSigned256(hi, v128.load(xa + Q80 + 18))));
+    const p1 = pair2(a1, i32x4.add(dotSigned256(lo, v128.load(xc + Q80 + 2)), dotSigned256(hi, v128.load(xc + Q80 + 18))));
+    lo = w50Lo(wb + 2 * Q50); hi = w50Hi(wb + 2 * Q50);
+    a0 = i32x4.add(dotSigned256(lo, v128.load(xa + 2 * Q80 + 2)), dotSigned256(hi, v128.load(xa + 2 * Q80 + 18)));
+    a1 = i32x4.add(dotSigned256(lo, v128.load(xc + 2 * Q80 + 2)), dotSigned256(hi, v128.load(xc + 2 * Q80 + 18)));
+    lo = w50Lo(wb + 3 * Q50); hi = w50Hi(wb + 3 * Q50);
+    const q0 = pair2(a0, i32x4.add(dotSigned256(lo, v128.load(xa + 3 * Q80 + 2)), dotSigned256(hi, v128.load(xa + 3 * Q80 + 18))));
+    const q1 = pair2(a1, i32x4.add(dotSigned256(lo, v128.load(xc + 3 * Q80 + 2)), dotSigned256(hi, v128.load(xc + 3 * Q80 + 18))));
+    const dw = halves4(wb, Q50);
+    acc0 = f32x4.add(acc0, f32x4.mul(f32x4.convert_i32x4_s(pair4(p0, q0)), f32x4.mul(dw, halves4(xa, Q80))));
+    acc1 = f32x4.add(acc1, f32x4.mul(f32x4.convert_i32x4_s(pair4(p1, q1)), f32x4.mul(dw, halves4(xc, Q80))));
+  }
+  let t0: f32 = 0, t1: f32 = 0;
+  for (; b < nb; b++) {
+    const wb = w + b * Q50, xa = x0 + b * Q80, xc = x1 + b * Q80;
+    const dw = f16(<u32>load<u16>(wb));
+    t0 += hsumI(intQ50(wb, xa)) * (dw * f16(<u32>load<u16>(xa)));
+    t1 += hsumI(intQ50(wb, xc)) * (dw * f16(<u32>load<u16>(xc)));
+  }
+  store<f32>(y0, (hsum(acc0) + t0) * (<f32>1.0 / 256.0));
+  store<f32>(y1, (hsum(acc1) + t1) * (<f32>1.0 / 256.0));
+}
+
+/** One Q5_1 row against two Q8_1 rows: each block's weight bytes serve both tokens. */
+@inline function dotQ51Tokens2(w: usize, x0: usize, x1: usize, nb: usize, y0: usize, y1: usize): void {
+  let acc0 = f32x4.splat(0), acc1 = f32x4.splat(0), accm0 = f32x4.splat(0), accm1 = f32x4.splat(0);
+  let b: usize = 0;
+  for (; b + 4 <= nb; b += 4) {
+    const wb = w + b * Q51, xa = x0 + b * Q81, xc = x1 + b * Q81;
+    let lo = w51Lo(wb), hi = w51Hi(wb);
+    let a0 = i32x4.add(dotUnsigned256(lo, v128.load(xa + 4)), dotUnsigned256(hi, v128.load(xa + 20)));
+    let a1 = i32x4.add(dotUnsigned256(lo, v128.load(xc + 4)), dotUnsigned256(hi, v128.load(xc + 20)));
+    lo = w51Lo(wb + Q51); hi = w51Hi(wb + Q51);
+    const p0 = pair2(a0, i32x4.add(dotUnsigned256(lo, v128.load(xa + Q81 + 4)), dotUnsigned256(hi, v128.load(xa + Q81 + 20))));
+    const p1 = pair2(a1, i32x4.add(dotUnsigned256(lo, v128.load(xc + Q81 + 4)), dotUnsigned256(hi, v128.load(xc + Q81 + 20))));
+    lo = w51Lo(wb + 2 * Q51); hi = w51Hi(wb + 2 * Q51);
+    a0 = i32x4.add(dotUnsigned256(lo, v128.load(xa + 2 * Q81 + 4)), dotUnsigned256(hi, v128.load(xa + 2 * Q81 + 20)));
+    a1 = i32x4.add(dotUnsigned256(lo, v128.load(xc + 2 * Q81 + 4)), dotUnsigned256(hi, v128.load(xc + 2 * Q81 + 20)));
+    lo = w51Lo(wb + 3 * Q51); hi = w51Hi(wb + 3 * Q51);
+    const q0 = pair2(a0, i32x4.add(dotUnsigned256(lo, v128.load(xa + 3 * Q81 + 4)), dotUnsigned256(hi, v128.load(xa + 3 * Q81 + 20))));
+    const q1 = pair2(a1, i32x4.add(dotUnsigned256(lo, v128.load(xc + 3 * Q81 + 4)), dotUnsigned256(hi, v128.load(xc + 3 * Q81 + 20))));
+    const dw = halves4(wb, Q51), mw = halves4(wb + 2, Q51);
+    acc0 = f32x4.add(acc0, f32x4.mul(f32x4.convert_i32x4_s(pair4(p0, q0)), f32x4.mul(dw, halves4(xa, Q81))));
+    acc1 = f32x4.add(acc1, f32x4.mul(f32x4.convert_i32x4_s(pair4(p1, q1)), f32x4.mul(dw, halves4(xc, Q81))));
+    accm0 = f32x4.add(accm0, f32x4.mul(mw, halves4(xa + 2, Q81)));
+    accm1 = f32x4.add(accm1, f32x4.mul(mw, halves4(xc + 2, Q81)));
+  }
+  let t0: f32 = 0, t1: f32 = 0, m0: f32 = 0, m1: f32 = 0;
+  for (; b < nb; b++) {
+    const wb = w + b * Q51, xa = x0 + b * Q81, xc = x1 + b * Q81;
+    const dm = load<u32>(wb), da = load<u32>(xa), dc = load<u32>(xc);
+    const dw = f16(dm & 0xffff), mw = f16(dm >> 16);
+    t0 += hsumI(intQ51(wb, xa)) * (dw * f16(da & 0xffff));
+    t1 += hsumI(intQ51(wb, xc)) * (dw * f16(dc & 0xffff));
+    m0 += mw * f16(da >> 16);
+    m1 += mw * f16(dc >> 16);
+  }
+  store<f32>(y0, (hsum(acc0) + t0) * (<f32>1.0 / 256.0) + hsum(accm0) + m0);
+  store<f32>(y1, (hsum(acc1) + t1) * (<f32>1.0 / 256.0) + hsum(accm1) + m1);
+}
+
 /** y[r] = W[r,:] . x for r in [r0, r1); W Q5_0 (GGUF layout), x one Q8_0 row. */
 export function matvec_q5_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 5);
@@ -146,12 +229,15 @@ export function matvec_q5_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 /** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1): each weight row is read once for all tokens. */
 export function matmul_q5_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 5);
-  const rb = nb * Q50, xb = nb * Q80;
+  const rb = nb * Q50, xs = nb * Q80, ys = <usize>rows << 2;
   for (let r = r0; r < r1; r++) {
-    const wr = w + <usize>r * rb;
-    for (let t = 0; t < ntok; t++) {
-      store<f32>(y + ((<usize>t * <usize>rows + <usize>r) << 2), dotQ50(wr, x + <usize>t * xb, nb));
+    const wr = w + <usize>r * rb, yr = y + (<usize>r << 2);
+    let t = 0;
+    for (; t + 2 <= ntok; t += 2) {
+      const xt = x + <usize>t * xs, yt = yr + <usize>t * ys;
+      dotQ50Tokens2(wr, xt, xt + xs, nb, yt, yt + ys);
     }
+    if (t < ntok) store<f32>(yr + <usize>t * ys, dotQ50(wr, x + <usize>t * xs, nb));
   }
 }
 
@@ -165,11 +251,14 @@ export function matvec_q5_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 /** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1): each weight row is read once for all tokens. */
 export function matmul_q5_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 5);
-  const rb = nb * Q51, xb = nb * Q81;
+  const rb = nb * Q51, xs = nb * Q81, ys = <usize>rows << 2;
   for (let r = r0; r < r1; r++) {
-    const wr = w + <usize>r * rb;
-    for (let t = 0; t < ntok; t++) {
-      store<f32>(y + ((<usize>t * <usize>rows + <usize>r) << 2), dotQ51(wr, x + <usize>t * xb, nb));
+    const wr = w + <usize>r * rb, yr = y + (<usize>r << 2);
+    let t = 0;
+    for (; t + 2 <= ntok; t += 2) {
+      const xt = x + <usize>t * xs, yt = yr + <usize>t * ys;
+      dotQ51Tokens2(wr, xt, xt + xs, nb, yt, yt + ys);
     }
+    if (t < ntok) store<f32>(yr + <usize>t * ys, dotQ51(wr, x + <usize>t * xs, nb));
   }
 }
