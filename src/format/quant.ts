@@ -327,6 +327,9 @@ export function quantizeRow(type: GGMLType, src: Float32Array, dst: Uint8Array):
     }
     case GGMLType.Q8_0:
     case GGMLType.Q8_1: {
+      // roundf, as ggml's reference (and so llama.cpp's quantize) rounds weights. llama.cpp's
+      // x86 build quantizes *activations* with round-half-even instead (its AVX2 path); the
+      // two differ only on exact .5 ties.
       const one = type === GGMLType.Q8_1;
       const bs = one ? 36 : 34, qoff = one ? 4 : 2;
       for (let b = 0, o = 0; b < n; b += 32, o += bs) {
