@@ -1,10 +1,12 @@
-// Q4_0 and Q4_1 weights times activations prepared as "q8_i16n" (see prepare_q8.ts), with
-// ggml's numerics: an exact integer dot per 32-block, scaled by the f32 product of the two block
+// Q4_0 and Q4_1 weights times activations prepared as "q8_i16n" (see prepare_q8.ts): matvec
+// (decode) and matmul (prefill), with ggml's numerics: an exact integer dot per 32-block, scaled by the f32 product of the two block
 // scales (Q4_1 adds m_w * s_x, s_x = d_x * sum q_x as ggml's Q8_1 stores it).
 //
 // Packed weights (written by src/runtime/weights.ts at load). Rows come in pairs, columns in
-// groups of 128 (4 blocks); both are zero-padded. Row pair p, group g sits at
-//   w + (p * ngroups + g) * GB        (GB = 160 for Q4_0, 192 for Q4_1)
+// groups of 128 (4 blocks); both are zero-padded. Groups are cut into chunks of 32 (4096
+// columns), stored one after the other, each holding all row pairs: row pair p, group g of chunk
+// c (g0 = 32 c <= g < g0 + gc, gc = min(32, ngroups - g0)) sits at
+//   w + (c * npairs * 32 + p * gc + (g - g0)) * GB        (GB = 160 for Q4_0, 192 for Q4_1)
 // and holds: quants of rows 0 and 1 (64 B each), f32 scales d of rows 0 and 1 (16 B each, blocks
 // 0..3), and for Q4_1 the f32 mins m of rows 0 and 1 (16 B each).
 // A row's 64 quant bytes are 4 vectors W_j of 8 u16 lanes. Lane l belongs to block l >> 1 and
@@ -16,6 +18,9 @@
 // group, lane b of a row's i32x4 is 256 times block b's integer dot. No horizontal sums until
 // the row is done.
 //
+// A kernel walks one chunk at a time over all its rows, adding into y: the chunk's activations
+// (32 x 304 B) then stay in L1 while the weights stream past. Without chunks, a 4096 x 11008
+// matrix ran at half speed (its 26 KB of activations fell out of L1 between rows).
 // Measured (one thread, this repo's bench/kernels.ts): ~26 GMAC/s for this layout, against ~24
 // for 4-row tiles (16 xmm registers do not hold 4 rows' accumulators plus the masks and
 // activations) and ~15.6 for a plain per-block kernel over GGUF's layout (docs/design.md).
@@ -23,6 +28,7 @@
 const Q4_0_GB: usize = 160;
 const Q4_1_GB: usize = 192;
 const ACT_GB: usize = 304; // q8_i16n bytes per group: 256 quants, d/256, 2048*sum q, s
+const CHUNK = 32; // groups per column chunk
 
 // The three nibble masks, loaded from memory rather than written as constants: V8 rematerializes
 // a v128 constant inside the loop at every use (3 instructions each), but keeps a loaded value in
@@ -44,14 +50,13 @@ const Q4_MASKS = memory.data<u16>([
   return i32x4.add(a, b);
 }
 
-// Both rows of pair p: block-lane integer sums per group, then the scale step.
-@inline function pairQ4(w: usize, x: usize, y: usize, ng: i32, p: i32, r0: i32, r1: i32, one: bool): void {
+// Both rows of one pair over gc groups of one chunk (weights at wp, activations at xp); the
+// results go to y[r], y[r + 1] (added to what is there unless `first`), for rows inside [r0, r1).
+@inline function pairQ4(wp: usize, xp: usize, y: usize, gc: i32, r: i32, r0: i32, r1: i32, first: bool, one: bool): void {
   const m0 = v128.load(Q4_MASKS), m1 = v128.load(Q4_MASKS, 16), m2 = v128.load(Q4_MASKS, 32);
   const GB = one ? Q4_1_GB : Q4_0_GB;
-  let wp = w + <usize>p * <usize>ng * GB;
-  let xp = x;
   let a0 = f32x4.splat(0), a1 = f32x4.splat(0);
-  for (let g = 0; g < ng; g++) {
+  for (let g = 0; g < gc; g++) {
     let s0 = i32x4.splat(0), s1 = i32x4.splat(0);
     for (let j: usize = 0; j < 64; j += 16) {
       const x0 = v128.load(xp + (j << 2)), x1 = v128.load(xp + (j << 2), 16);
@@ -72,19 +77,71 @@ const Q4_MASKS = memory.data<u16>([
     wp += GB;
     xp += ACT_GB;
   }
-  const r = p << 1;
-  if (r >= r0 && r < r1) store<f32>(y + (<usize>r << 2), hsum(a0));
-  if (r + 1 >= r0 && r + 1 < r1) store<f32>(y + (<usize>(r + 1) << 2), hsum(a1));
+  const y0 = y + (<usize>r << 2);
+  if (r >= r0 && r < r1) store<f32>(y0, first ? hsum(a0) : load<f32>(y0) + hsum(a0));
+  if (r + 1 >= r0 && r + 1 < r1) store<f32>(y0, first ? hsum(a1) : load<f32>(y0, 4) + hsum(a1), 4);
+}
+
+@inline function matvecQ4(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32, one: bool): void {
+  const GB = one ? Q4_1_GB : Q4_0_GB;
+  const ng = (cols + 127) >> 7;
+  const npairs = <usize>((rows + 1) >> 1);
+  for (let g0 = 0; g0 < ng; g0 += CHUNK) {
+    const gc = min(CHUNK, ng - g0);
+    const wc = w + <usize>g0 * npairs * GB; // chunks before this one are CHUNK groups wide
+    const xc = x + <usize>g0 * ACT_GB;
+    for (let p = r0 >> 1; p < (r1 + 1) >> 1; p++) {
+      pairQ4(wc + <usize>p * <usize>gc * GB, xc, y, gc, p << 1, r0, r1, g0 == 0, one);
+    }
+  }
+}
+
+// Prefill: the same pair kernel, token by token over a block of PAIR_BLOCK pairs whose chunk of
+// weights (8 x 32 x 160 B) stays in L2 while the tokens pass, so only the first token streams
+// them from DRAM. Tiles of rows x tokens that share loads across tokens were tried and lost: a
+// row x 4 tokens tile ran at 19.5 GMAC/s, with the token loop kept rolled (so V8 keeps the loads
+// next to their uses) 21.7, against 26 here. Per 32 multiply-adds both need 4 dot_i16x8 and 4
+// adds; the tile saves the nibble split but pays 4 activation loads per token, and 16 xmm
+// registers leave no room to keep both weights and activations.
+const PAIR_BLOCK = 8;
+
+@inline function matmulQ4(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32, one: bool): void {
+  const GB = one ? Q4_1_GB : Q4_0_GB;
+  const ng = (cols + 127) >> 7;
+  const npairs = <usize>((rows + 1) >> 1);
+  const astride = <usize>ng * ACT_GB;
+  const ys = <usize>rows << 2;
+  const p0 = r0 >> 1, p1 = (r1 + 1) >> 1;
+  for (let g0 = 0; g0 < ng; g0 += CHUNK) {
+    const gc = min(CHUNK, ng - g0);
+    const wc = w + <usize>g0 * npairs * GB;
+    const xc = x + <usize>g0 * ACT_GB;
+    for (let pb = p0; pb < p1; pb += PAIR_BLOCK) {
+      const pe = min(pb + PAIR_BLOCK, p1);
+      for (let t = 0; t < ntok; t++) {
+        const xt = xc + <usize>t * astride, yt = y + <usize>t * ys;
+        for (let p = pb; p < pe; p++) pairQ4(wc + <usize>p * <usize>gc * GB, xt, yt, gc, p << 1, r0, r1, g0 == 0, one);
+      }
+    }
+  }
 }
 
 /** y[r] = W[r,:] . x for r in [r0, r1); W packed Q4_0, x prepared q8_i16n. */
 export function matvec_q4_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
-  const ng = (cols + 127) >> 7;
-  for (let p = r0 >> 1; p < (r1 + 1) >> 1; p++) pairQ4(w, x, y, ng, p, r0, r1, false);
+  matvecQ4(w, x, y, rows, cols, r0, r1, false);
 }
 
 /** y[r] = W[r,:] . x for r in [r0, r1); W packed Q4_1, x prepared q8_i16n. */
 export function matvec_q4_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
-  const ng = (cols + 127) >> 7;
-  for (let p = r0 >> 1; p < (r1 + 1) >> 1; p++) pairQ4(w, x, y, ng, p, r0, r1, true);
+  matvecQ4(w, x, y, rows, cols, r0, r1, true);
+}
+
+/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W packed Q4_0, x ntok q8_i16n rows. */
+export function matmul_q4_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
+  matmulQ4(w, x, y, rows, cols, ntok, r0, r1, false);
+}
+
+/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W packed Q4_1, x ntok q8_i16n rows. */
+export function matmul_q4_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
+  matmulQ4(w, x, y, rows, cols, ntok, r0, r1, true);
 }

@@ -23,6 +23,8 @@
  *         masks yield i16 lanes directly, then 2 x 4 f32 scales    (matvec_q4.ts)
  *   Q4_1  as Q4_0, then 2 x 4 f32 mins
  * Rows are padded to a multiple of the tile height and columns to a multiple of 128, with zeros.
+ * The 128-column groups are cut into chunks of 32 (4096 columns), each holding all rows, so a
+ * kernel can stream a whole chunk while its activations stay in L1.
  *
  * Activation formats (see assembly/prepare_q8.ts): "q8_0" / "q8_1" / "q8_K" are ggml's own block
  * layouts (for kernels that want them); "q8_i16" and "q8_i16n" hold the same quants as ggml's Q8_0
@@ -82,11 +84,21 @@ function checkPack(name: string, src: Uint8Array, dst: Uint8Array, rowStart: num
   if (dst.byteOffset % 16 !== 0) throw new Error(`${name}: destination must be 16-byte aligned (offset ${dst.byteOffset})`);
 }
 
-/** Geometry of an R-row x 128-column tiled layout with `groupBytes` bytes per tile-group. */
+/** Column groups per chunk: a kernel streams one chunk of all rows at a time (see assembly/matvec_q4.ts). */
+const CHUNK = 32;
+
+/**
+ * Geometry of an R-row x 128-column tiled layout with `groupBytes` bytes per tile-group, its
+ * groups cut into chunks of CHUNK stored one after the other.
+ */
 function tiled(tileRows: number, groupBytes: number) {
-  return {
-    packedBytes: (rows: number, cols: number) => (ceilTo(rows, tileRows) / tileRows) * (ceilTo(cols, 128) / 128) * groupBytes,
+  const packedBytes = (rows: number, cols: number) => (ceilTo(rows, tileRows) / tileRows) * (ceilTo(cols, 128) / 128) * groupBytes;
+  /** Byte offset of tile-group (tile, g) in a matrix of `tiles` tiles and `ng` groups. */
+  const at = (tiles: number, ng: number, tile: number, g: number) => {
+    const g0 = g - (g % CHUNK), gc = Math.min(CHUNK, ng - g0);
+    return (g0 * tiles + tile * gc + (g - g0)) * groupBytes;
   };
+  return { packedBytes, at };
 }
 
 /**
@@ -122,9 +134,9 @@ function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1) {
   const name = one ? "Q4_1" : "Q4_0";
   const geo = tiled(2, GB);
   return {
-    ...geo,
+    packedBytes: geo.packedBytes,
     pack(src: Uint8Array, dst: Uint8Array, rowStart: number, nrows: number, rows: number, cols: number): void {
-      const nb = cols / 32, ng = ceilTo(cols, 128) / 128, rowBytes = nb * BS;
+      const nb = cols / 32, ng = ceilTo(cols, 128) / 128, rowBytes = nb * BS, tiles = ceilTo(rows, 2) / 2;
       checkPack(name, src, dst, rowStart, nrows, rows, cols, rowBytes, geo.packedBytes(rows, cols));
       const u16 = new Uint16Array(dst.buffer, dst.byteOffset, dst.length >> 1);
       const f32 = new Float32Array(dst.buffer, dst.byteOffset, dst.length >> 2);
@@ -133,7 +145,7 @@ function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1) {
         const pr = r >> 1, ri = r & 1, real = r < rows;
         const s0 = (r - rowStart) * rowBytes;
         for (let g = 0; g < ng; g++) {
-          const base = (pr * ng + g) * GB;
+          const base = geo.at(tiles, ng, pr, g);
           if (real) packNibbles(src, s0 + QO, BS, nb, g, u16, (base + ri * 64) >> 1);
           else u16.fill(0, (base + ri * 64) >> 1, (base + ri * 64 + 64) >> 1);
           for (let bi = 0; bi < 4; bi++) {
@@ -151,7 +163,7 @@ function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1) {
 const Q8_0_GB = 576;
 const q8geo = tiled(4, Q8_0_GB);
 function packQ8_0(src: Uint8Array, dst: Uint8Array, rowStart: number, nrows: number, rows: number, cols: number): void {
-  const nb = cols / 32, ng = ceilTo(cols, 128) / 128, rowBytes = nb * 34;
+  const nb = cols / 32, ng = ceilTo(cols, 128) / 128, rowBytes = nb * 34, tiles = ceilTo(rows, 4) / 4;
   checkPack("Q8_0", src, dst, rowStart, nrows, rows, cols, rowBytes, q8geo.packedBytes(rows, cols));
   const f32 = new Float32Array(dst.buffer, dst.byteOffset, dst.length >> 2);
   const end = rowStart + nrows === rows ? ceilTo(rows, 4) : rowStart + nrows;
@@ -159,7 +171,7 @@ function packQ8_0(src: Uint8Array, dst: Uint8Array, rowStart: number, nrows: num
     const t = r >> 2, ri = r & 3, real = r < rows;
     const s0 = (r - rowStart) * rowBytes;
     for (let g = 0; g < ng; g++) {
-      const base = (t * ng + g) * Q8_0_GB;
+      const base = q8geo.at(tiles, ng, t, g);
       const q = base + ri * 128;
       for (let bi = 0; bi < 4; bi++) {
         const b = g * 4 + bi, o = s0 + b * 34;
