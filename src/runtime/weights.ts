@@ -102,27 +102,19 @@ function tiled(tileRows: number, groupBytes: number) {
 }
 
 /**
- * Q4_0 / Q4_1 nibble lanes of one row of one group (see assembly/matvec_q4.ts): u16 lane l of
- * vector j holds the quants of elements 2 (4j + k) + (l & 1), k = 0..3, of block l >> 1.
+ * Q4_0 / Q4_1 nibble lanes of one block (quants at src[q..q+16)) into the 4 vectors of its row
+ * group (u16 index `at`, block slot bi; see assembly/matvec_q4.ts): u16 lane 2 bi + p of vector j
+ * holds the quants of elements 2 (4j + k) + p, k = 0..3, in bits 4k..4k+3. Element e < 16 is the
+ * low nibble of byte e, element e >= 16 the high nibble of byte e - 16, so vector j reads bytes
+ * 8 (j & 1) + p + 2k, low nibbles for j < 2 and high ones after.
  */
-function packNibbles(src: Uint8Array, q0: number, blockBytes: number, nb: number, g: number, u16: Uint16Array, at: number): void {
-  for (let bi = 0; bi < 4; bi++) {
-    const b = g * 4 + bi;
-    if (b >= nb) {
-      for (let j = 0; j < 4; j++) { u16[at + j * 8 + 2 * bi] = 0; u16[at + j * 8 + 2 * bi + 1] = 0; }
-      continue;
-    }
-    const q = q0 + b * blockBytes;
-    for (let j = 0; j < 4; j++) {
-      for (let p = 0; p < 2; p++) {
-        let v = 0;
-        for (let k = 0; k < 4; k++) {
-          const e = 2 * (4 * j + k) + p;
-          const n = e < 16 ? src[q + e] & 15 : src[q + e - 16] >> 4;
-          v |= n << (4 * k);
-        }
-        u16[at + j * 8 + 2 * bi + p] = v;
-      }
+function packBlockNibbles(src: Uint8Array, q: number, u16: Uint16Array, at: number, bi: number): void {
+  for (let h = 0; h < 2; h++) {
+    const b = q + 8 * h;
+    for (let p = 0; p < 2; p++) {
+      const b0 = src[b + p], b1 = src[b + p + 2], b2 = src[b + p + 4], b3 = src[b + p + 6];
+      u16[at + 8 * h + 2 * bi + p] = (b0 & 15) | ((b1 & 15) << 4) | ((b2 & 15) << 8) | ((b3 & 15) << 12);
+      u16[at + 8 * (h + 2) + 2 * bi + p] = (b0 >> 4) | ((b1 >> 4) << 4) | ((b2 >> 4) << 8) | ((b3 >> 4) << 12);
     }
   }
 }
@@ -146,11 +138,12 @@ function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1) {
         const s0 = (r - rowStart) * rowBytes;
         for (let g = 0; g < ng; g++) {
           const base = geo.at(tiles, ng, pr, g);
-          if (real) packNibbles(src, s0 + QO, BS, nb, g, u16, (base + ri * 64) >> 1);
-          else u16.fill(0, (base + ri * 64) >> 1, (base + ri * 64 + 64) >> 1);
+          const at = (base + ri * 64) >> 1;
+          u16.fill(0, at, at + 32);
           for (let bi = 0; bi < 4; bi++) {
             const b = g * 4 + bi, o = s0 + b * BS;
             const ok = real && b < nb;
+            if (ok) packBlockNibbles(src, o + QO, u16, at, bi);
             f32[(base + 128 + ri * 16 + bi * 4) >> 2] = ok ? f16Table[src[o] | (src[o + 1] << 8)] : 0;
             if (one) f32[(base + 160 + ri * 16 + bi * 4) >> 2] = ok ? f16Table[src[o + 2] | (src[o + 3] << 8)] : 0;
           }
@@ -166,21 +159,20 @@ function packQ8_0(src: Uint8Array, dst: Uint8Array, rowStart: number, nrows: num
   const nb = cols / 32, ng = ceilTo(cols, 128) / 128, rowBytes = nb * 34, tiles = ceilTo(rows, 4) / 4;
   checkPack("Q8_0", src, dst, rowStart, nrows, rows, cols, rowBytes, q8geo.packedBytes(rows, cols));
   const f32 = new Float32Array(dst.buffer, dst.byteOffset, dst.length >> 2);
+  const u16 = new Uint16Array(dst.buffer, dst.byteOffset, dst.length >> 1);
   const end = rowStart + nrows === rows ? ceilTo(rows, 4) : rowStart + nrows;
   for (let r = rowStart; r < end; r++) {
     const t = r >> 2, ri = r & 3, real = r < rows;
     const s0 = (r - rowStart) * rowBytes;
     for (let g = 0; g < ng; g++) {
       const base = q8geo.at(tiles, ng, t, g);
-      const q = base + ri * 128;
+      const q = (base + ri * 128) >> 1;
+      u16.fill(0, q, q + 64);
       for (let bi = 0; bi < 4; bi++) {
         const b = g * 4 + bi, o = s0 + b * 34;
         const ok = real && b < nb;
-        // piece v, byte 2 bi + p  <-  element 2v + p of block bi
-        for (let v = 0; v < 16; v++) {
-          dst[q + 8 * v + 2 * bi] = ok ? src[o + 2 + 2 * v] : 0;
-          dst[q + 8 * v + 2 * bi + 1] = ok ? src[o + 3 + 2 * v] : 0;
-        }
+        // piece v, bytes 2 bi, 2 bi + 1  <-  elements 2v, 2v + 1 of block bi
+        if (ok) for (let v = 0; v < 16; v++) u16[q + 4 * v + bi] = src[o + 2 + 2 * v] | (src[o + 3 + 2 * v] << 8);
         f32[(base + 512 + ri * 16 + bi * 4) >> 2] = ok ? f16Table[src[o] | (src[o + 1] << 8)] : 0;
       }
     }
