@@ -192,7 +192,7 @@ const F32: WeightKernel = {
   },
   matvec: "matvec_f32",
   matmul: "matmul_f32",
-  rowAlign: 4,
+  rowAlign: 4, // matmul_f32 computes rows in fours
 };
 
 const Q8_0: WeightKernel = {
