@@ -152,3 +152,26 @@ test("library: maxTokens, stop strings and AbortSignal end a generation", async 
     await model.dispose();
   }
 });
+
+test("library: a prompt that extends the previous one reuses its KV cache and gives the same tokens", async () => {
+  const model = await loadModel({ modelPath: STORIES, threads: 1 });
+  try {
+    const ref = llamacpp.greedy[0];
+    const first = model.generate(ref.prompt, { maxTokens: 16, temperature: 0 });
+    await first.text();
+    assert.equal(first.stats!.cachedPromptTokens, 0);
+    // The same prompt again: all but the last prompt token come from the cache.
+    const again = model.generate(ref.prompt, { maxTokens: 16, temperature: 0 });
+    await again.text();
+    assert.equal(again.stats!.cachedPromptTokens, ref.promptIds.length - 1);
+    assert.deepEqual(again.tokens, first.tokens);
+    // Prompt + what was generated + more: the whole previous exchange is reused.
+    const longer = [...ref.promptIds, ...ref.ids.slice(0, 20)];
+    const cont = model.generate(longer, { maxTokens: 10, temperature: 0 });
+    await cont.text();
+    assert.equal(cont.stats!.cachedPromptTokens, ref.promptIds.length + 15);
+    assert.deepEqual(cont.tokens, ref.ids.slice(20, 30));
+  } finally {
+    await model.dispose();
+  }
+});

@@ -23,6 +23,8 @@ export type StopReason = "eos" | "maxTokens" | "stop" | "contextFull" | "abort";
 
 export interface GenerationStats {
   promptTokens: number;
+  /** prompt tokens whose KV entries were reused from the previous generation */
+  cachedPromptTokens: number;
   generatedTokens: number;
   prefillMs: number;
   decodeMs: number;
@@ -72,6 +74,7 @@ export class Generation implements AsyncIterable<string> {
 
     const stats: GenerationStats = {
       promptTokens: promptIds.length,
+      cachedPromptTokens: 0,
       generatedTokens: 0,
       prefillMs: 0,
       decodeMs: 0,
@@ -82,8 +85,13 @@ export class Generation implements AsyncIterable<string> {
     this.stats = stats;
 
     // Prefill: the prompt in batches; the last batch leaves the logits of the last prompt token.
+    // Positions whose tokens are already in the KV cache (a shared prefix with what the model
+    // saw last, as in a chat) are reused; at least the last prompt token is evaluated again.
     const t0 = performance.now();
+    const cache = model.cachedTokens;
     let pos = 0;
+    while (pos < cache.length && pos < promptIds.length - 1 && cache[pos] === promptIds[pos]) pos++;
+    stats.cachedPromptTokens = pos;
     let logits: Float32Array | undefined;
     while (pos < promptIds.length) {
       if (signal?.aborted) {
@@ -95,7 +103,7 @@ export class Generation implements AsyncIterable<string> {
       pos += n;
     }
     stats.prefillMs = performance.now() - t0;
-    stats.prefillTokensPerSecond = (promptIds.length / stats.prefillMs) * 1000;
+    stats.prefillTokensPerSecond = ((promptIds.length - stats.cachedPromptTokens) / stats.prefillMs) * 1000;
 
     const decoder = new StreamingDecoder(tokenizer);
     const stop = options.stop?.filter((s) => s.length > 0) ?? [];

@@ -97,6 +97,11 @@ export class LlamaModel {
   private readonly prepared = new Set<ActivationFormat>();
   /** logits of the last token of the last forward() (a view into wasm memory) */
   readonly logits: Float32Array;
+  /**
+   * The tokens whose keys and values sit in the KV cache at positions 0..length-1 (forward()
+   * keeps it), so that a prompt sharing a prefix with the previous one can reuse them.
+   */
+  readonly cachedTokens: number[] = [];
 
   static async load(path: string, opts: LoadOptions = {}): Promise<LlamaModel> {
     const file = GGUFFile.open(path);
@@ -181,6 +186,8 @@ export class LlamaModel {
       dequantizeRow(this.embd.info.type, this.embd.data.subarray(id * rowBytes, (id + 1) * rowBytes), nEmbd, this.f32, (b.x >> 2) + t * nEmbd);
       this.i32[(b.pos >> 2) + t] = pos0 + t;
     }
+    this.cachedTokens.length = pos0;
+    for (let t = 0; t < n; t++) this.cachedTokens.push(tokens[t]);
 
     for (let l = 0; l < nLayer; l++) {
       const L = this.layers[l];
