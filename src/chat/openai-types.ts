@@ -1,0 +1,131 @@
+/**
+ * The request and response shapes of OpenAI's chat and text completion APIs, as far as this
+ * engine implements them, plus llama-server's sampling extensions (top_k, min_p, repeat_penalty,
+ * repeat_last_n, ignore_eos) and its `timings` block. Field names are the wire's (snake_case), so
+ * the same objects go over HTTP and through the in-process facade.
+ */
+
+export interface ChatContentPartText {
+  type: "text";
+  text: string;
+}
+
+export interface ChatCompletionMessageParam {
+  /** "developer" is OpenAI's newer name for "system" and is treated as one */
+  role: "system" | "developer" | "user" | "assistant";
+  content: string | ChatContentPartText[] | null;
+  name?: string;
+}
+
+/** Sampling and length fields shared by both endpoints. null means "not given", as OpenAI's. */
+export interface SamplingParams {
+  /** echoed back; the HTTP server answers 404 for a name it does not serve */
+  model?: string;
+  /** most tokens to generate; -1 = until end of generation or a full context (the default) */
+  max_tokens?: number | null;
+  /** OpenAI's newer name for max_tokens */
+  max_completion_tokens?: number | null;
+  /** 0 = greedy; default 0.8 (llama-server's) */
+  temperature?: number | null;
+  top_p?: number | null;
+  top_k?: number | null;
+  min_p?: number | null;
+  repeat_penalty?: number | null;
+  repeat_last_n?: number | null;
+  frequency_penalty?: number | null;
+  presence_penalty?: number | null;
+  seed?: number | null;
+  /** up to 16 stop strings; the stop string itself is not returned */
+  stop?: string | string[] | null;
+  /** keep generating past end-of-generation tokens */
+  ignore_eos?: boolean | null;
+  /** only 1 is supported */
+  n?: number | null;
+  user?: string;
+}
+
+export interface StreamOptions {
+  /** send usage in a separate last chunk with empty `choices` (OpenAI's way) instead of in the finishing chunk */
+  include_usage?: boolean | null;
+}
+
+export interface ChatCompletionCreateParams extends SamplingParams {
+  messages: ChatCompletionMessageParam[];
+  stream?: boolean | null;
+  stream_options?: StreamOptions | null;
+}
+
+export interface CompletionCreateParams extends SamplingParams {
+  /** text, token ids, or a one-element array of either */
+  prompt: string | string[] | number[] | number[][];
+  stream?: boolean | null;
+  stream_options?: StreamOptions | null;
+}
+
+export type FinishReason = "stop" | "length";
+
+export interface CompletionUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+/** llama-server's speed report, attached to the last response or chunk. */
+export interface Timings {
+  prompt_n: number;
+  prompt_ms: number;
+  prompt_per_second: number;
+  predicted_n: number;
+  predicted_ms: number;
+  predicted_per_second: number;
+}
+
+export interface ChatCompletion {
+  id: string;
+  object: "chat.completion";
+  created: number;
+  model: string;
+  choices: {
+    index: number;
+    message: { role: "assistant"; content: string };
+    finish_reason: FinishReason;
+    logprobs: null;
+  }[];
+  usage: CompletionUsage;
+  timings: Timings;
+}
+
+export interface ChatCompletionChunk {
+  id: string;
+  object: "chat.completion.chunk";
+  created: number;
+  model: string;
+  choices: {
+    index: number;
+    delta: { role?: "assistant"; content?: string };
+    finish_reason: FinishReason | null;
+    logprobs: null;
+  }[];
+  usage?: CompletionUsage;
+  timings?: Timings;
+}
+
+export interface Completion {
+  id: string;
+  object: "text_completion";
+  created: number;
+  model: string;
+  choices: { index: number; text: string; finish_reason: FinishReason | null; logprobs: null }[];
+  usage?: CompletionUsage;
+  timings?: Timings;
+}
+
+/** A streamed text completion chunk has the same shape as the whole response. */
+export type CompletionChunk = Completion;
+
+export interface ModelObject {
+  id: string;
+  object: "model";
+  created: number;
+  owned_by: string;
+}

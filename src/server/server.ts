@@ -1,0 +1,408 @@
+/**
+ * An OpenAI-compatible HTTP server over node:http, a thin layer over the chat facade:
+ *
+ *   POST /v1/chat/completions, POST /v1/completions   (Server-Sent Events when stream: true)
+ *   GET  /v1/models, GET /v1/models/{id}, GET /health
+ *
+ * (The same routes answer without the /v1 prefix, as llama-server's do.) Errors are OpenAI error
+ * objects `{ error: { message, type, param, code } }` with the status that says what went wrong:
+ * 400 bad request, 404 unknown route or model, 405 wrong method, 413 body too large, 429 queue
+ * full, 503 model loading or server shutting down, 500 a bug.
+ *
+ * One generation runs at a time per model; the others wait in a FIFO queue of bounded length.
+ * A client that disconnects aborts its request, whether it is waiting or generating.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { GenerateOptions } from "../generate/generator.js";
+import { ApiError } from "../chat/errors.js";
+import { prepareChatCompletion, prepareCompletion, type ChatModel, type PreparedCompletion } from "../chat/completions.js";
+import type { ChatTemplate } from "../chat/template.js";
+import type { ModelObject } from "../chat/openai-types.js";
+
+export interface ServerOptions {
+  /** the model to serve; omit it to start in the "loading" state and call setModel() later */
+  model?: ChatModel;
+  /** the chat template (default: the model's, else the plain format) */
+  template?: ChatTemplate;
+  /** the id /v1/models reports and requests may name (default "local") */
+  modelName?: string;
+  /** more names a request's `model` field may use for this model */
+  aliases?: string[];
+  /** default "127.0.0.1"; the server listens on this address only */
+  host?: string;
+  /** default 8080; 0 picks a free port (see `port` after listen()) */
+  port?: number;
+  /** requests that may wait behind the running one before new ones get 429 (default 64) */
+  maxQueue?: number;
+  /** largest request body in bytes before 413 (default 4 MiB) */
+  maxBodyBytes?: number;
+  /** generation defaults under each request's fields (e.g. { maxTokens: 512 }) */
+  defaults?: GenerateOptions;
+  /** one line per finished request (default: none) */
+  log?: (line: string) => void;
+}
+
+export type ServerState = "loading" | "ready" | "failed" | "closing" | "closed";
+
+/** Counters since start; `active` is the number of completion requests accepted and not yet finished. */
+export interface ServerMetrics {
+  requests: number;
+  active: number;
+  completed: number;
+  aborted: number;
+  rejected: number;
+  failed: number;
+  promptTokens: number;
+  generatedTokens: number;
+  /** decode speed of the last finished generation */
+  lastDecodeTokensPerSecond: number;
+}
+
+interface Active {
+  controller: AbortController;
+  done: Promise<void>;
+}
+
+/** SSE bytes a client may leave unread before it is taken for gone. */
+const MAX_UNREAD_BYTES = 16 * 2 ** 20;
+
+const JSON_HEADERS = { "Content-Type": "application/json; charset=utf-8" };
+
+export class OpenAIServer {
+  readonly host: string;
+  private requestedPort: number;
+  private readonly http: Server;
+  private model: ChatModel | undefined;
+  private template: ChatTemplate | undefined;
+  private modelName: string;
+  private names: Set<string>;
+  private readonly maxQueue: number;
+  private readonly maxBodyBytes: number;
+  private readonly defaults: GenerateOptions | undefined;
+  private readonly log: ((line: string) => void) | undefined;
+  private _state: ServerState;
+  private failure: string | undefined;
+  private readonly active = new Set<Active>();
+  private readonly created = Math.floor(Date.now() / 1000);
+  readonly metrics: ServerMetrics = {
+    requests: 0,
+    active: 0,
+    completed: 0,
+    aborted: 0,
+    rejected: 0,
+    failed: 0,
+    promptTokens: 0,
+    generatedTokens: 0,
+    lastDecodeTokensPerSecond: 0,
+  };
+
+  constructor(options: ServerOptions = {}) {
+    this.host = options.host ?? "127.0.0.1";
+    this.requestedPort = options.port ?? 8080;
+    if (!Number.isInteger(this.requestedPort) || this.requestedPort < 0 || this.requestedPort > 65535) {
+      throw new RangeError(`port must be an integer 0..65535, got ${options.port}`);
+    }
+    this.maxQueue = options.maxQueue ?? 64;
+    if (!Number.isInteger(this.maxQueue) || this.maxQueue < 0) throw new RangeError(`maxQueue must be a non-negative integer, got ${options.maxQueue}`);
+    this.maxBodyBytes = options.maxBodyBytes ?? 4 * 2 ** 20;
+    if (!(this.maxBodyBytes > 0)) throw new RangeError(`maxBodyBytes must be positive, got ${options.maxBodyBytes}`);
+    this.defaults = options.defaults;
+    this.log = options.log;
+    this.modelName = options.modelName ?? "local";
+    this.names = new Set([this.modelName, ...(options.aliases ?? [])]);
+    this.template = options.template;
+    this.model = options.model;
+    this._state = this.model ? "ready" : "loading";
+    this.http = createServer((req, res) => {
+      this.handle(req, res).catch((err) => this.internalError(res, err));
+    });
+  }
+
+  get state(): ServerState {
+    return this._state;
+  }
+
+  /** The bound port (the real one when started with port 0). */
+  get port(): number {
+    const a = this.http.address();
+    return a && typeof a === "object" ? a.port : this.requestedPort;
+  }
+
+  get url(): string {
+    const h = this.host.includes(":") ? `[${this.host}]` : this.host;
+    return `http://${h}:${this.port}`;
+  }
+
+  /** Starts listening; resolves once the port is bound. */
+  listen(): Promise<this> {
+    return new Promise((resolve, reject) => {
+      const onError = (err: Error) => reject(err);
+      this.http.once("error", onError);
+      this.http.listen(this.requestedPort, this.host, () => {
+        this.http.off("error", onError);
+        resolve(this);
+      });
+    });
+  }
+
+  /** Ends the "loading" state: from now on requests are served by `model`. */
+  setModel(model: ChatModel, template?: ChatTemplate): void {
+    if (this._state !== "loading") throw new Error(`setModel: the server is ${this._state}, not loading`);
+    this.model = model;
+    if (template) this.template = template;
+    this._state = "ready";
+  }
+
+  /** Loading failed: requests get 503 with this message until the server is closed. */
+  setLoadError(message: string): void {
+    if (this._state === "loading") {
+      this._state = "failed";
+      this.failure = message;
+    }
+  }
+
+  /**
+   * Graceful shutdown: stop accepting connections, answer new requests on open connections with
+   * 503, let accepted requests finish for up to `timeoutMs` (default 10 s), then abort the rest.
+   */
+  async close(options: { timeoutMs?: number } = {}): Promise<void> {
+    if (this._state === "closed") return;
+    if (this._state !== "closing") {
+      this._state = "closing";
+      const closed = new Promise<void>((resolve) => this.http.close(() => resolve()));
+      this.http.closeIdleConnections();
+      const all = () => Promise.all([...this.active].map((a) => a.done));
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(true), options.timeoutMs ?? 10_000);
+      });
+      const expired = await Promise.race([all().then(() => false), timedOut]);
+      clearTimeout(timer);
+      if (expired) {
+        for (const a of this.active) a.controller.abort(new Error("the server is shutting down"));
+        await all();
+      }
+      this.http.closeAllConnections();
+      await closed;
+      this._state = "closed";
+    }
+  }
+
+  // ---- request handling ----
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const t0 = performance.now();
+    const method = req.method ?? "GET";
+    let path: string;
+    try {
+      path = new URL(req.url ?? "/", "http://localhost").pathname;
+    } catch {
+      return this.fail(req, res, new ApiError(400, `bad request target ${JSON.stringify(req.url)}`, "invalid_request_error", null, "bad_url"), t0);
+    }
+    if (path.length > 1 && path.endsWith("/")) path = path.slice(0, -1);
+    const route = path.startsWith("/v1/") ? path.slice(3) : path;
+
+    const allow = (m: string) => {
+      if (method === m || (m === "GET" && method === "HEAD")) return true;
+      res.setHeader("Allow", m === "GET" ? "GET, HEAD" : m);
+      throw new ApiError(405, `${method} is not allowed on ${path}; use ${m}`, "invalid_request_error", null, "method_not_allowed");
+    };
+    try {
+      if (route === "/health") {
+        allow("GET");
+        this.checkReady();
+        return this.sendJSON(req, res, 200, { status: "ok" }, t0);
+      }
+      if (route === "/models") {
+        allow("GET");
+        this.checkReady();
+        return this.sendJSON(req, res, 200, { object: "list", data: [this.modelObject()] }, t0);
+      }
+      if (route.startsWith("/models/")) {
+        allow("GET");
+        this.checkReady();
+        const id = decodeURIComponent(route.slice("/models/".length));
+        if (!this.names.has(id)) throw this.unknownModel(id);
+        return this.sendJSON(req, res, 200, this.modelObject(), t0);
+      }
+      if (route === "/chat/completions" || route === "/completions") {
+        allow("POST");
+        this.checkReady();
+        return await this.completion(req, res, route === "/chat/completions", t0);
+      }
+      throw new ApiError(404, `no route for ${method} ${path}`, "not_found_error", null, "not_found");
+    } catch (err) {
+      if (err instanceof ApiError) return this.fail(req, res, err, t0);
+      throw err;
+    }
+  }
+
+  private checkReady(): void {
+    if (this._state === "loading") throw new ApiError(503, "the model is still loading; retry shortly", "unavailable_error", null, "model_loading");
+    if (this._state === "failed") throw new ApiError(503, `the model failed to load: ${this.failure}`, "unavailable_error", null, "model_load_failed");
+    if (this._state === "closing" || this._state === "closed") throw new ApiError(503, "the server is shutting down", "unavailable_error", null, "shutting_down");
+  }
+
+  private modelObject(): ModelObject {
+    return { id: this.modelName, object: "model", created: this.created, owned_by: "powerinfer" };
+  }
+
+  private unknownModel(name: string): ApiError {
+    return new ApiError(404, `the model "${name}" does not exist; this server serves "${this.modelName}"`, "invalid_request_error", "model", "model_not_found");
+  }
+
+  private async completion(req: IncomingMessage, res: ServerResponse, chat: boolean, t0: number): Promise<void> {
+    const body = await this.readJSON(req);
+    const model = this.model!;
+    if (body && typeof body === "object" && !Array.isArray(body)) {
+      const name = (body as { model?: unknown }).model;
+      if (typeof name === "string" && !this.names.has(name)) throw this.unknownModel(name);
+    }
+    const opts = { template: this.template, modelName: this.modelName, defaults: this.defaults };
+    const job: PreparedCompletion<unknown, unknown> = chat ? prepareChatCompletion(model, body, opts) : prepareCompletion(model, body, opts);
+    // One running plus maxQueue waiting; counted here, at acceptance, so the bound is exact.
+    if (this.metrics.active >= this.maxQueue + 1) {
+      this.metrics.rejected++;
+      res.setHeader("Retry-After", "1");
+      throw new ApiError(429, `the server is busy: ${this.metrics.active - 1} requests are already waiting (the queue holds ${this.maxQueue}); retry later`, "rate_limit_error", null, "queue_full");
+    }
+
+    const controller = new AbortController();
+    // A closed connection before the response is complete means the client went away.
+    res.on("close", () => {
+      if (!res.writableFinished) controller.abort(new Error("the client disconnected"));
+    });
+    let finish!: () => void;
+    const entry: Active = { controller, done: new Promise<void>((r) => (finish = r)) };
+    this.active.add(entry);
+    this.metrics.active++;
+    this.metrics.requests++;
+    let outcome = "ok";
+    try {
+      if (job.stream) await this.stream(req, res, job, controller, t0);
+      else {
+        const full = (await job.complete(controller.signal)) as { usage: { prompt_tokens: number; completion_tokens: number }; timings: { predicted_per_second: number } };
+        this.count(full);
+        this.sendJSON(req, res, 200, full, t0, false);
+      }
+      this.metrics.completed++;
+    } catch (err) {
+      if (controller.signal.aborted) {
+        // Nobody to answer (or the server is going down): just stop.
+        this.metrics.aborted++;
+        outcome = "aborted";
+        if (!res.headersSent) res.writeHead(503, { ...JSON_HEADERS, Connection: "close" }).end(JSON.stringify(new ApiError(503, "the server is shutting down", "unavailable_error", null, "shutting_down")));
+        else res.end();
+      } else {
+        this.metrics.failed++;
+        outcome = "failed";
+        throw err;
+      }
+    } finally {
+      this.metrics.active--;
+      this.active.delete(entry);
+      finish();
+      if (outcome !== "ok") this.logLine(req, outcome, t0);
+    }
+  }
+
+  /** Server-Sent Events: one `data: {chunk}` event per chunk, then `data: [DONE]`. */
+  private async stream(req: IncomingMessage, res: ServerResponse, job: PreparedCompletion<unknown, unknown>, controller: AbortController, t0: number): Promise<void> {
+    const signal = controller.signal;
+    res.writeHead(200, {
+      "Content-Type": "text/event-stream; charset=utf-8",
+      "Cache-Control": "no-cache",
+      "X-Accel-Buffering": "no",
+      ...(this._state === "closing" ? { Connection: "close" } : {}),
+    });
+    res.flushHeaders();
+    try {
+      for await (const chunk of job.chunks(signal)) {
+        const c = chunk as { usage?: { prompt_tokens: number; completion_tokens: number }; timings?: { predicted_per_second: number } };
+        if (c.usage) this.count(c as Required<typeof c>);
+        // No waiting for 'drain': the generation holds the model, and a client that stops
+        // reading (but keeps its socket open) must not stall everyone queued behind it. An answer
+        // is bounded by the context, so the buffer is too; one that still piles up this far
+        // means a dead reader, and the request is dropped.
+        res.write(`data: ${JSON.stringify(chunk)}\n\n`);
+        if (res.writableLength > MAX_UNREAD_BYTES) controller.abort(new Error("the client stopped reading"));
+      }
+    } catch (err) {
+      if (signal.aborted) throw err;
+      // Headers are out: report the failure as an error event the openai client raises.
+      const e = err instanceof ApiError ? err : new ApiError(500, `generation failed: ${err instanceof Error ? err.message : String(err)}`, "server_error", null, null);
+      res.write(`data: ${JSON.stringify(e)}\n\n`);
+      this.metrics.failed++;
+    }
+    res.end("data: [DONE]\n\n");
+    this.logLine(req, "200 stream", t0);
+  }
+
+  private count(r: { usage: { prompt_tokens: number; completion_tokens: number }; timings?: { predicted_per_second: number } }): void {
+    this.metrics.promptTokens += r.usage.prompt_tokens;
+    this.metrics.generatedTokens += r.usage.completion_tokens;
+    if (r.timings) this.metrics.lastDecodeTokensPerSecond = r.timings.predicted_per_second;
+  }
+
+  /** The body as JSON, within maxBodyBytes (413 beyond), 400 when it does not parse. */
+  private async readJSON(req: IncomingMessage): Promise<unknown> {
+    const declared = Number(req.headers["content-length"]);
+    const tooLarge = () =>
+      new ApiError(413, `the request body is larger than the server's limit of ${this.maxBodyBytes} bytes`, "invalid_request_error", null, "request_too_large");
+    if (Number.isFinite(declared) && declared > this.maxBodyBytes) throw tooLarge();
+    const chunks: Buffer[] = [];
+    let size = 0;
+    // Past the limit the rest is read and dropped rather than the socket destroyed, so the client
+    // (still sending) gets to read the 413. Leaving the loop early would destroy the socket.
+    for await (const chunk of req as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size <= this.maxBodyBytes) chunks.push(chunk);
+      else chunks.length = 0;
+    }
+    if (size > this.maxBodyBytes) throw tooLarge();
+    const text = Buffer.concat(chunks).toString("utf8");
+    if (text.trim() === "") throw new ApiError(400, "the request body is empty; send a JSON object", "invalid_request_error", null, "invalid_json");
+    try {
+      return JSON.parse(text);
+    } catch (e) {
+      throw new ApiError(400, `the request body is not valid JSON: ${e instanceof Error ? e.message : String(e)}`, "invalid_request_error", null, "invalid_json");
+    }
+  }
+
+  private sendJSON(req: IncomingMessage, res: ServerResponse, status: number, body: unknown, t0: number, log = true): void {
+    const text = JSON.stringify(body);
+    const headers: Record<string, string | number> = { ...JSON_HEADERS, "Content-Length": Buffer.byteLength(text) };
+    if (this._state === "closing" || status === 413) headers.Connection = "close";
+    res.writeHead(status, headers);
+    res.end(req.method === "HEAD" ? undefined : text);
+    if (log || status === 200) this.logLine(req, String(status), t0);
+  }
+
+  private fail(req: IncomingMessage, res: ServerResponse, err: ApiError, t0: number): void {
+    if (res.headersSent) {
+      res.end();
+      return;
+    }
+    this.sendJSON(req, res, err.status, err, t0);
+  }
+
+  private internalError(res: ServerResponse, err: unknown): void {
+    const message = err instanceof Error ? err.message : String(err);
+    this.log?.(`internal error: ${err instanceof Error && err.stack ? err.stack : message}`);
+    if (res.headersSent) {
+      res.end();
+      return;
+    }
+    const body = JSON.stringify(new ApiError(500, `internal server error: ${message}`, "server_error"));
+    res.writeHead(500, { ...JSON_HEADERS, "Content-Length": Buffer.byteLength(body) }).end(body);
+  }
+
+  private logLine(req: IncomingMessage, outcome: string, t0: number): void {
+    this.log?.(`${req.method} ${req.url} ${outcome} ${(performance.now() - t0).toFixed(1)} ms`);
+  }
+}
+
+/** Creates a server and starts listening (see OpenAIServer). */
+export async function startServer(options: ServerOptions = {}): Promise<OpenAIServer> {
+  return new OpenAIServer(options).listen();
+}
