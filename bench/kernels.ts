@@ -77,6 +77,13 @@ function timeIt(fn: (i: number) => void, macs: number): number {
   return best;
 }
 
+/**
+ * llama.cpp at one thread on this machine, TinyLlama-shaped random-weight models, [prefill,
+ * decode] tok/s (docs/design.md). Whole-model figures: the kernel-only estimates here leave out
+ * attention, norms and sampling, so they flatter this engine a little.
+ */
+const LLAMA_CPP: Record<string, [number, number]> = { Q4_0: [144, 36], Q8_0: [75, 24], Q4_1: [33, 26] };
+
 /** Weights rotate over copies spanning this many bytes, so "cold" runs stream them from DRAM. */
 const COLD_BYTES = 160 << 20;
 const arena = new Arena(64 << 20);
@@ -133,6 +140,8 @@ for (const type of types) {
       tv += (count * rows * cols) / (r.cold * 1e9);
       tm += (count * rows * cols) / (r.matmul * 1e9);
     }
-    console.log(`${typeName(type).padEnd(6)} TinyLlama-1.1B kernels only: decode ${(1 / tv).toFixed(1)} tok/s, prefill ${(1 / tm).toFixed(1)} tok/s`);
+    const peer = LLAMA_CPP[typeName(type)];
+    const vs = peer ? ` (llama.cpp, whole model: ${peer[1]} and ${peer[0]}: ${((1 / tv) / peer[1]).toFixed(2)}x and ${((1 / tm) / peer[0]).toFixed(2)}x)` : "";
+    console.log(`${typeName(type).padEnd(6)} TinyLlama-1.1B kernels only: decode ${(1 / tv).toFixed(1)} tok/s, prefill ${(1 / tm).toFixed(1)} tok/s${vs}`);
   }
 }
