@@ -160,6 +160,8 @@ export async function* generateInTurn(
   prompt: number[],
   options: GenerateOptions,
   trimStart = false,
+  /** called before each piece is yielded with the number of tokens generated so far */
+  onTokens?: (generated: number) => void,
 ): AsyncGenerator<string, GenerationStats, undefined> {
   const release = await queueFor(model).acquire(options.signal);
   try {
@@ -171,6 +173,7 @@ export async function* generateInTurn(
         if (piece === "") continue;
         trimming = false;
       }
+      onTokens?.(gen.tokens.length);
       yield piece;
       await nextMacrotask();
     }
@@ -185,7 +188,11 @@ function finishReason(stats: GenerationStats): FinishReason {
 }
 
 function usage(stats: GenerationStats): CompletionUsage {
-  return { prompt_tokens: stats.promptTokens, completion_tokens: stats.generatedTokens, total_tokens: stats.promptTokens + stats.generatedTokens };
+  const u: CompletionUsage = { prompt_tokens: stats.promptTokens, completion_tokens: stats.generatedTokens, total_tokens: stats.promptTokens + stats.generatedTokens };
+  // Prompt tokens whose KV entries were reused from the previous generation (OpenAI's cached_tokens).
+  const cached = (stats as { cachedPromptTokens?: number }).cachedPromptTokens;
+  if (cached !== undefined) u.prompt_tokens_details = { cached_tokens: cached };
+  return u;
 }
 
 function timings(stats: GenerationStats): Timings {

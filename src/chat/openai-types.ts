@@ -68,6 +68,8 @@ export interface CompletionUsage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+  /** prompt tokens served from the KV cache of the previous generation */
+  prompt_tokens_details?: { cached_tokens: number };
 }
 
 /** llama-server's speed report, attached to the last response or chunk. */

@@ -29,8 +29,8 @@ export interface ChatSessionOptions {
 }
 
 export interface ChatPromptOptions extends GenerateOptions {
-  /** called with each piece of the answer as it is generated */
-  onText?: (piece: string) => void;
+  /** called with each piece of the answer as it is generated, and the tokens generated so far */
+  onText?: (piece: string, generatedTokens: number) => void;
 }
 
 export interface ChatReply {
@@ -116,11 +116,12 @@ export class ChatSession {
     }
 
     let answer = "";
-    const pieces = generateInTurn(this.model, ids, gen, this.template.trimAnswerStart);
+    let tokens = 0;
+    const pieces = generateInTurn(this.model, ids, gen, this.template.trimAnswerStart, (n) => (tokens = n));
     let r = await pieces.next();
     while (!r.done) {
       answer += r.value;
-      onText?.(r.value);
+      onText?.(r.value, tokens);
       r = await pieces.next();
     }
     const stats = r.value;

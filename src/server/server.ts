@@ -66,6 +66,12 @@ interface Active {
 /** SSE bytes a client may leave unread before it is taken for gone. */
 const MAX_UNREAD_BYTES = 16 * 2 ** 20;
 
+/** The parts of a response the metrics read. */
+interface Counted {
+  usage: { prompt_tokens: number; completion_tokens: number };
+  timings?: { predicted_per_second: number };
+}
+
 const JSON_HEADERS = { "Content-Type": "application/json; charset=utf-8" };
 
 export class OpenAIServer {
@@ -281,9 +287,8 @@ export class OpenAIServer {
     try {
       if (job.stream) await this.stream(req, res, job, controller, t0);
       else {
-        const full = (await job.complete(controller.signal)) as { usage: { prompt_tokens: number; completion_tokens: number }; timings: { predicted_per_second: number } };
-        this.count(full);
-        this.sendJSON(req, res, 200, full, t0, false);
+        const full = (await job.complete(controller.signal)) as Counted;
+        this.sendJSON(req, res, 200, full, t0, this.count(full));
       }
       this.metrics.completed++;
     } catch (err) {
@@ -309,6 +314,7 @@ export class OpenAIServer {
   /** Server-Sent Events: one `data: {chunk}` event per chunk, then `data: [DONE]`. */
   private async stream(req: IncomingMessage, res: ServerResponse, job: PreparedCompletion<unknown, unknown>, controller: AbortController, t0: number): Promise<void> {
     const signal = controller.signal;
+    let summary = "";
     res.writeHead(200, {
       "Content-Type": "text/event-stream; charset=utf-8",
       "Cache-Control": "no-cache",
@@ -318,8 +324,8 @@ export class OpenAIServer {
     res.flushHeaders();
     try {
       for await (const chunk of job.chunks(signal)) {
-        const c = chunk as { usage?: { prompt_tokens: number; completion_tokens: number }; timings?: { predicted_per_second: number } };
-        if (c.usage) this.count(c as Required<typeof c>);
+        const c = chunk as Partial<Counted>;
+        if (c.usage) summary = this.count(c as Counted);
         // No waiting for 'drain': the generation holds the model, and a client that stops
         // reading (but keeps its socket open) must not stall everyone queued behind it. An answer
         // is bounded by the context, so the buffer is too; one that still piles up this far
@@ -335,13 +341,16 @@ export class OpenAIServer {
       this.metrics.failed++;
     }
     res.end("data: [DONE]\n\n");
-    this.logLine(req, "200 stream", t0);
+    this.logLine(req, `200 stream${summary}`, t0);
   }
 
-  private count(r: { usage: { prompt_tokens: number; completion_tokens: number }; timings?: { predicted_per_second: number } }): void {
+  /** Adds a finished answer to the metrics; returns its part of the log line. */
+  private count(r: Counted): string {
     this.metrics.promptTokens += r.usage.prompt_tokens;
     this.metrics.generatedTokens += r.usage.completion_tokens;
     if (r.timings) this.metrics.lastDecodeTokensPerSecond = r.timings.predicted_per_second;
+    const speed = r.timings ? `, ${r.timings.predicted_per_second.toFixed(1)} tok/s` : "";
+    return ` ${r.usage.prompt_tokens}+${r.usage.completion_tokens} tokens${speed},`;
   }
 
   /** The body as JSON, within maxBodyBytes (413 beyond), 400 when it does not parse. */
@@ -369,13 +378,13 @@ export class OpenAIServer {
     }
   }
 
-  private sendJSON(req: IncomingMessage, res: ServerResponse, status: number, body: unknown, t0: number, log = true): void {
+  private sendJSON(req: IncomingMessage, res: ServerResponse, status: number, body: unknown, t0: number, note = ""): void {
     const text = JSON.stringify(body);
     const headers: Record<string, string | number> = { ...JSON_HEADERS, "Content-Length": Buffer.byteLength(text) };
     if (this._state === "closing" || status === 413) headers.Connection = "close";
     res.writeHead(status, headers);
     res.end(req.method === "HEAD" ? undefined : text);
-    if (log || status === 200) this.logLine(req, String(status), t0);
+    this.logLine(req, `${status}${note}`, t0);
   }
 
   private fail(req: IncomingMessage, res: ServerResponse, err: ApiError, t0: number): void {

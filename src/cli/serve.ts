@@ -1,0 +1,182 @@
+/**
+ * `powerinfer serve -m MODEL [--host 127.0.0.1] [--port 8080]`: the OpenAI-compatible HTTP
+ * server. It listens at once and answers 503 while the model loads (with a progress bar on
+ * stderr), then serves; SIGINT or SIGTERM shut it down gracefully (answers in progress finish, up
+ * to --shutdown-timeout), a second signal exits at once. Logs go to stderr:
+ *   powerinfer: listening on http://127.0.0.1:8080 (loading stories260K.gguf)
+ *   powerinfer: ready: model "stories260K", context 2048, 2 thread(s)
+ */
+import { readFileSync } from "node:fs";
+import { basename } from "node:path";
+import { loadModel, type Model } from "../index.js";
+import { ChatTemplate } from "../chat/index.js";
+import { OpenAIServer } from "../server/index.js";
+import type { GenerateOptions } from "../generate/generator.js";
+import { parseArgs, parseSize, usage, UsageError, type FlagSpec } from "./args.js";
+import { formatBytes, formatStats, ProgressBar, StatusLine } from "./progress.js";
+
+const FLAGS: FlagSpec[] = [
+  { names: ["-m", "--model"], key: "model", type: "string", help: "model file (GGUF)" },
+  { names: ["--host"], key: "host", type: "string", help: "address to listen on", default: "127.0.0.1" },
+  { names: ["--port"], key: "port", type: "int", help: "port to listen on (0 = any free port)", default: 8080 },
+  { names: ["-a", "--alias"], key: "alias", type: "string", help: "model name clients use (default: the file name without .gguf)" },
+  { names: ["-t", "--threads"], key: "threads", type: "int", help: "compute threads (default: all cores)" },
+  { names: ["-c", "--ctx-size"], key: "ctx", type: "int", help: "context size in tokens (default: the model's, capped to what fits)" },
+  { names: ["-b", "--batch-size"], key: "batch", type: "int", help: "prompt tokens per forward pass", default: 256 },
+  { names: ["-n", "--n-predict"], key: "n", type: "int", help: "default max_tokens when a request gives none (-1 = until end or full context)", default: -1 },
+  { names: ["--temp"], key: "temp", type: "float", help: "default temperature", default: 0.8 },
+  { names: ["--top-k"], key: "topK", type: "int", help: "default top_k", default: 40 },
+  { names: ["--top-p"], key: "topP", type: "float", help: "default top_p", default: 0.95 },
+  { names: ["--min-p"], key: "minP", type: "float", help: "default min_p", default: 0.05 },
+  { names: ["--repeat-penalty"], key: "repeatPenalty", type: "float", help: "default repeat_penalty", default: 1.0 },
+  { names: ["--chat-template-file"], key: "templateFile", type: "string", help: "a Jinja chat template to use instead of the model's" },
+  { names: ["--max-queue"], key: "maxQueue", type: "int", help: "requests that may wait behind the running one before 429", default: 64 },
+  { names: ["--max-body"], key: "maxBody", type: "size", help: "largest request body before 413", default: "4MiB" },
+  { names: ["--shutdown-timeout"], key: "shutdownTimeout", type: "float", help: "seconds answers in progress get to finish on shutdown", default: 10 },
+  { names: ["--stats"], key: "stats", type: "bool", help: "a live status line: requests, tok/s, resident memory" },
+  { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "do not log each request" },
+  { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
+];
+
+export async function main(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, FLAGS);
+  if (args.help) {
+    console.log(
+      usage(
+        "serve -m MODEL [--host 127.0.0.1] [--port 8080] [options]",
+        "Serve a model over an OpenAI-compatible HTTP API: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health.\n" +
+          "One generation runs at a time; other requests wait in a first-in-first-out queue.",
+        FLAGS,
+      ),
+    );
+    return 0;
+  }
+  if (args._.length) throw new UsageError(`serve: unexpected argument "${args._[0]}"`);
+  if (typeof args.model !== "string") throw new UsageError("serve: -m MODEL is required (see powerinfer serve --help)");
+  const port = args.port as number;
+  if (port < 0 || port > 65535) throw new UsageError(`serve: --port must be 0..65535, got ${port}`);
+  if (args.threads !== undefined && (args.threads as number) < 1) throw new UsageError("serve: -t must be at least 1");
+  if (args.ctx !== undefined && (args.ctx as number) < 1) throw new UsageError("serve: -c must be at least 1");
+  if ((args.batch as number) < 1) throw new UsageError("serve: -b must be at least 1");
+  if ((args.n as number) < -1) throw new UsageError(`serve: -n must be -1 or more, got ${args.n}`);
+  if ((args.maxQueue as number) < 0) throw new UsageError("serve: --max-queue must be 0 or more");
+  // The default is written as a size for --help; given values arrive parsed.
+  const maxBody = typeof args.maxBody === "string" ? parseSize(args.maxBody) : (args.maxBody as number);
+  if (!(maxBody > 0)) throw new UsageError("serve: --max-body must be a positive size");
+  const shutdownMs = (args.shutdownTimeout as number) * 1000;
+  if (!(shutdownMs >= 0)) throw new UsageError("serve: --shutdown-timeout must be 0 or more");
+  const modelPath = args.model;
+  const name = (args.alias as string | undefined) ?? basename(modelPath).replace(/\.gguf$/i, "");
+  let template: ChatTemplate | undefined;
+  if (typeof args.templateFile === "string") {
+    try {
+      template = ChatTemplate.jinja(readFileSync(args.templateFile, "utf8"));
+    } catch (e) {
+      throw new UsageError(`serve: --chat-template-file ${args.templateFile}: ${e instanceof Error ? e.message : String(e)}`);
+    }
+  }
+  const defaults: GenerateOptions = {
+    maxTokens: args.n as number,
+    temperature: args.temp as number,
+    topK: args.topK as number,
+    topP: args.topP as number,
+    minP: args.minP as number,
+    repeatPenalty: args.repeatPenalty as number,
+  };
+
+  const status = args.stats ? new StatusLine() : undefined;
+  const say = (line: string) => process.stderr.write(`powerinfer: ${line}\n`);
+  const server = new OpenAIServer({
+    host: args.host as string,
+    port,
+    modelName: name,
+    aliases: [basename(modelPath)],
+    maxQueue: args.maxQueue as number,
+    maxBodyBytes: maxBody,
+    defaults,
+    log: args.quiet ? undefined : (line) => say(line),
+  });
+  try {
+    await server.listen();
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === "EADDRINUSE") throw new Error(`serve: ${args.host}:${port} is already in use; choose another port with --port`);
+    if (code === "EADDRNOTAVAIL") throw new Error(`serve: cannot listen on ${args.host}: no such local address`);
+    throw e;
+  }
+  say(`listening on ${server.url} (loading ${basename(modelPath)})`);
+
+  // Signals: the first shuts down gracefully, a second exits at once.
+  let stopping: Promise<void> | undefined;
+  let model: Model | undefined;
+  let resolveStopped!: () => void;
+  const stopped = new Promise<void>((r) => (resolveStopped = r));
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stopping) {
+      say(`${signal} again: exiting now`);
+      process.exit(130);
+    }
+    say(`${signal}: shutting down (answers in progress get ${shutdownMs / 1000} s; ${signal} again to exit now)`);
+    stopping = server.close({ timeoutMs: shutdownMs }).then(resolveStopped);
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+
+  let ticker: NodeJS.Timeout | undefined;
+  try {
+    const bar = new ProgressBar({ label: "loading", total: 0, unit: "bytes" });
+    let loadTotal = 0;
+    try {
+      model = await loadModel({
+        modelPath,
+        threads: args.threads as number | undefined,
+        contextSize: args.ctx as number | undefined,
+        batchSize: args.batch as number,
+        onLoadProgress: (done, total) => {
+          loadTotal = total;
+          bar.setTotal(total);
+          bar.update(done);
+        },
+      });
+      bar.finish(`powerinfer: loaded ${formatBytes(loadTotal)} of weights`);
+    } catch (e) {
+      bar.abandon();
+      server.setLoadError(e instanceof Error ? e.message : String(e));
+      throw e;
+    }
+    if (stopping) {
+      await stopping;
+      return 0;
+    }
+    const chatTemplate = template ?? ChatTemplate.fromModelFile(modelPath, model.tokenizer);
+    server.setModel(model, chatTemplate);
+    const tpl = template ? "the template of --chat-template-file" : chatTemplate.kind === "jinja" ? "the model's chat template" : "the plain chat format (the model has no template)";
+    say(`ready: model "${name}", context ${model.contextSize}, ${model.threads} thread(s), ${tpl}`);
+    if (status?.isLive) {
+      status.start();
+      const m = server.metrics;
+      const draw = () =>
+        status.update(
+          formatStats({
+            tokensPerSecond: m.lastDecodeTokensPerSecond,
+            residentBytes: process.memoryUsage.rss(),
+            extra: `${Math.min(m.active, 1)} generating, ${Math.max(0, m.active - 1)} queued, ${m.completed} done, ${m.generatedTokens} tokens out`,
+          }),
+          true,
+        );
+      draw();
+      ticker = setInterval(draw, 500);
+    }
+    await stopped;
+    return 0;
+  } finally {
+    if (ticker) clearInterval(ticker);
+    status?.stop();
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+    if (!stopping) await server.close({ timeoutMs: 0 });
+    else await stopping;
+    await model?.dispose();
+    if (stopping) say("stopped");
+  }
+}
