@@ -9,6 +9,8 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<{ main(arg
   tokenize: { summary: "print the token ids of a text as a JSON array", load: () => import("./tokenize.js") },
   inspect: { summary: "show a model file's metadata and tensor table", load: () => import("./inspect.js") },
   synth: { summary: "write a synthetic model of random weights (for benchmarks)", load: () => import("./synth.js") },
+  serve: { summary: "serve a model over an OpenAI-compatible HTTP API", load: () => import("./serve.js") },
+  chat: { summary: "chat with a model in the terminal", load: () => import("./chat.js") },
 };
 
 function help(): string {
