@@ -13,7 +13,8 @@ import { once } from "node:events";
 import { loadModel, type Model } from "../src/index.js";
 import { OpenAIServer, startServer } from "../src/server/index.js";
 import { ChatTemplate, tokenizeChatPrompt, type ChatMessage } from "../src/chat/index.js";
-import { SHARED } from "./helpers.js";
+import { spawn, spawnSync } from "node:child_process";
+import { CLI, SHARED } from "./helpers.js";
 
 const STORIES = `${SHARED}/models/stories260K.gguf`;
 const NAME = "stories260K";
@@ -468,4 +469,47 @@ test("shutdown past its timeout aborts the answers still running", async () => {
   assert.equal(s.metrics.completed, 0);
   // The stream ends (without [DONE]) rather than hanging.
   for (let i = 0; i < 100_000; i++) if ((await reader.read().catch(() => ({ done: true }))).done) break;
+});
+
+test("powerinfer serve: listens, loads, answers the openai client, shuts down on SIGTERM", async () => {
+  const child = spawn(process.execPath, [CLI, "serve", "-m", STORIES, "--port", "0", "-t", "1", "--alias", "tiny"], { stdio: ["ignore", "pipe", "pipe"] });
+  const killer = setTimeout(() => child.kill("SIGKILL"), 60_000);
+  let stderr = "";
+  child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+  const exited = new Promise<number | null>((resolve) => child.on("exit", resolve));
+  try {
+    await waitFor(() => /ready: model "tiny"/.test(stderr) || child.exitCode !== null, 30_000);
+    const url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(stderr)?.[1];
+    assert.ok(url, stderr);
+    assert.match(stderr, /the plain chat format/);
+    const c = new OpenAI({ baseURL: `${url}/v1`, apiKey: "x", maxRetries: 0 });
+    assert.deepEqual((await c.models.list()).data.map((m) => m.id), ["tiny"]);
+    const r = await c.completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 12, temperature: 0 });
+    assert.equal(r.choices[0].text, await libText("Once upon a time", 12));
+    // The file name works as the model's name too.
+    const byFile = await c.chat.completions.create({ model: "stories260K.gguf", messages: [{ role: "user", content: "Hi" }], max_tokens: 6, temperature: 0 });
+    assert.equal(byFile.choices[0].message.content, await libChat([{ role: "user", content: "Hi" }], 6));
+    assert.match(stderr, /POST \/v1\/completions 200 \d+\+12 tokens/);
+    child.kill("SIGTERM");
+    assert.equal(await exited, 0, stderr);
+    assert.match(stderr, /SIGTERM: shutting down/);
+    assert.match(stderr, /stopped\n$/);
+  } finally {
+    clearTimeout(killer);
+    child.kill("SIGKILL");
+  }
+});
+
+test("powerinfer serve: clear failures for a missing model flag, a busy port, a missing file", async () => {
+  const run = (...args: string[]) => spawnSync(process.execPath, [CLI, "serve", ...args], { encoding: "utf8", timeout: 60_000 });
+  const noModel = run();
+  assert.equal(noModel.status, 2);
+  assert.match(noModel.stderr, /-m MODEL is required/);
+  const busy = run("-m", STORIES, "--port", String(server.port), "-t", "1");
+  assert.equal(busy.status, 1);
+  assert.match(busy.stderr, new RegExp(`127\\.0\\.0\\.1:${server.port} is already in use; choose another port with --port`));
+  const missing = run("-m", "/nonexistent/model.gguf", "--port", "0", "-t", "1");
+  assert.equal(missing.status, 1);
+  assert.match(missing.stderr, /nonexistent\/model\.gguf/);
+  assert.equal(run("-m", STORIES, "--port", "70000").status, 2);
 });
