@@ -363,10 +363,15 @@ export class OpenAIServer {
     let size = 0;
     // Past the limit the rest is read and dropped rather than the socket destroyed, so the client
     // (still sending) gets to read the 413. Leaving the loop early would destroy the socket.
-    for await (const chunk of req as AsyncIterable<Buffer>) {
-      size += chunk.length;
-      if (size <= this.maxBodyBytes) chunks.push(chunk);
-      else chunks.length = 0;
+    try {
+      for await (const chunk of req as AsyncIterable<Buffer>) {
+        size += chunk.length;
+        if (size <= this.maxBodyBytes) chunks.push(chunk);
+        else chunks.length = 0;
+      }
+    } catch {
+      // The client went away mid-body: nobody is left to read an answer, but say what happened.
+      throw new ApiError(400, "the request body was cut off before its end", "invalid_request_error", null, "incomplete_body");
     }
     if (size > this.maxBodyBytes) throw tooLarge();
     const text = Buffer.concat(chunks).toString("utf8");
