@@ -1,0 +1,702 @@
+// Sparse FFN kernels: the gated FFN computed neuron by neuron on neuron bundles (see
+// docs/store-format.md). A bundle is [gate row | up row | down column | pad], each part nEmbd
+// values of the FFN weight type in GGUF block layout (rowBytes each), the bundle anywhere in
+// memory: kernels take an i32 array of bundle addresses, so bundles can sit in cache slots.
+//
+// Kernels (every argument i32; pointers are byte offsets into the shared memory; the range a
+// thread computes comes last). T is f32, q8_0, q4_0 or q4_1.
+//   prepare_q8_sp(x, dst, cols, ntok, mode)           the "q8_sp" activation (below)
+//   sparse_gate_T(bundles, count, xAct, out, nEmbd, rowBytes, k0, k1)
+//       out[k] = gate_k . x                                             for listed k in [k0, k1)
+//   sparse_updown_T(bundles, count, gate, xAct, partials, nEmbd, rowBytes, act, per, k0, k1)
+//       for listed k in [k0, k1) with act(gate[k], .) not identically 0: u = up_k . x,
+//       h = act(gate[k], u); P += h * down_k  into this thread's partial slot
+//   sparse_ffn_T(bundles, count, xAct, partials, nEmbd, rowBytes, act, per, k0, k1)
+//       the same with g = gate_k . x computed in the same pass (the predictor path)
+//   sparse_ffn_run_T(base, stride, count, xAct, partials, nEmbd, rowBytes, act, per, k0, k1)
+//       sparse_ffn_T over the bundles base + k * stride (a dense cluster)
+//   sparse_sum_partials(y, partials, nSlots, nEmbd, mode, i0, i1)
+//       y[i] += sum of the nSlots partial slots at i, and clears them, for i in [i0, i1)
+//
+// Threads. Two threads never add into the same memory: the pool splits [0, count) with its
+// alignment set to `per` = ceil(count / threads), so each thread gets at most one run of `per`
+// listed neurons and writes only partial slot k0 / per. A slot is slotFloats(nEmbd) f32: the
+// down accumulator (nEmbd values, in a permuted order for the quantized types) then per-block
+// corrections (Q4 offsets and mins). Slots start zeroed; sparse_sum_partials adds them into y in
+// natural order and zeroes them again, so several kernel calls (clusters computed as they land)
+// can accumulate into one layer's slots before the one reduction.
+//
+// Activations, "q8_sp" (quantized types): ggml's Q8_0 quants of x (llama.cpp's x86 rounding, as
+// prepare_q8_0 makes them), per 32-block 96 bytes: 4 i16x8 vectors of quants, i32x4 corr, f32 dx,
+// f32 sx, 8 bytes pad. Two arrangements of the quants, chosen by `mode`:
+//   mode 0 (Q8_0 weights): natural order, x[8v .. 8v+7] in vector v; dx = d.
+//   mode 1 (Q4_0 / Q4_1 weights): vector 0 lane l = 256 x[2l], 1: 16 x[2l+16], 2: x[2l+1],
+//     3: 256 x[2l+17]; dx = d / 256; corr lanes = 512 * sum q (4 lanes: 8 * 256 * sum q, the
+//     Q4_0 offset); sx = f16(d * sum q) as ggml's Q8_1 stores it (the Q4_1 min term).
+// Why not ggml's q8_0 / q8_1 blocks: a GGUF Q4 block read as 8 u16 lanes holds in lane l the
+// nibbles of elements 2l, 2l+16, 2l+1, 2l+17; three masks and a shift give four i16x8 vectors
+// scaled by 1, 16, 256, 1, and activations arranged and scaled to match make every product
+// 256 q_w q_x, so i32x4.dot_i16x8_s does the work in one instruction (the trick of
+// matvec_q4.ts, on the GGUF layout). With i8 activations each block needs four extmuls and an
+// extadd (about twice the x86 instructions). Q8_0 weights widen with v128.load8x8_s and meet
+// natural-order i16 activations. The activation is prepared once per token; 3 KiB per 1024 values.
+//
+// Down accumulation order ("permuted" slots). The down column of a quantized type is dequantized
+// on the fly into an f32 axpy. A Q4 block read as 4 u32 lanes holds in nibble j of lane l the
+// element 16 (j & 1) + 4 l + (j >> 1); masking nibble j (q & 0xF << 4j) and converting gives those
+// elements times 16^j in 2 instructions, against ~3 to widen bytes through i16. So within each
+// 32-block the partial slot keeps vector j = elements {16 (j & 1) + 4 l + (j >> 1)}, for Q4 scaled
+// by 16^j (j < 7; nibble 7 is shifted down, not masked, so it stays unscaled and non-negative),
+// and the per-block constant (Q4_0: -8 d h, Q4_1: m h) goes to the block's correction instead of
+// 32 adds. Q8_0 uses the same order (byte k of u32 lane l of half h, sign-extended by two
+// shifts, is vector 2k + h), unscaled. sparse_sum_partials undoes all this (mode: 0 f32 natural,
+// 1 Q8_0, 2 Q4). Four active neurons go through each block together, so the slot's vectors are
+// loaded and stored once per four columns.
+
+// ---------------------------------------------------------------------------------------------
+// Shared pieces
+
+const XB: usize = 96; // q8_sp bytes per 32-block
+
+// weight block geometry (GGUF): bytes per block, offset of the quants
+const Q8_0_BS: usize = 34;
+const Q4_0_BS: usize = 18;
+const Q4_1_BS: usize = 20;
+
+// v128 constants live in memory: V8 rematerializes a v128.const at every use inside a loop, a
+// loaded value stays in a register.
+const MASKS = memory.data<u16>([
+  0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f,
+  0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0,
+  0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00,
+], 16);
+// nibble j of each u32 lane (j = 0..6)
+const NIB = memory.data<u32>([
+  0x0000000f, 0x0000000f, 0x0000000f, 0x0000000f,
+  0x000000f0, 0x000000f0, 0x000000f0, 0x000000f0,
+  0x00000f00, 0x00000f00, 0x00000f00, 0x00000f00,
+  0x0000f000, 0x0000f000, 0x0000f000, 0x0000f000,
+  0x000f0000, 0x000f0000, 0x000f0000, 0x000f0000,
+  0x00f00000, 0x00f00000, 0x00f00000, 0x00f00000,
+  0x0f000000, 0x0f000000, 0x0f000000, 0x0f000000,
+], 16);
+
+@inline function hsum(v: v128): f32 {
+  return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
+}
+
+// f16 at p -> f32. The bit pattern is moved into place (sign kept, exponent and mantissa shifted)
+// and the exponent re-biased by one exact multiply; right for normals, subnormals and zero (f16
+// infinities and NaNs, which no sane weight scale holds, come out finite).
+@inline function f16(p: usize): f32 {
+  const h = <i32>load<u16>(p);
+  return reinterpret<f32>(((h << 16) >> 3) & 0x8fffffff) * <f32>5.192296858534828e33; // 2^112
+}
+
+// f32 -> f16 bits, rounding to nearest even (as GGML_FP32_TO_FP16).
+function toHalf(v: f32): u32 {
+  const x = reinterpret<u32>(v);
+  const sign = (x >> 16) & 0x8000;
+  const exp = <i32>((x >> 23) & 0xff);
+  const man = x & 0x7fffff;
+  if (exp == 0xff) return sign | (man != 0 ? 0x7e00 : 0x7c00);
+  const e = exp - 112;
+  if (e >= 31) return sign | 0x7c00;
+  if (e >= 1) {
+    let h = (<u32>e << 10) | (man >> 13);
+    const rest = man & 0x1fff;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1) != 0)) h++; // a carry into the exponent is right
+    return sign | h;
+  }
+  if (e < -10) return sign;
+  const m = man | 0x800000;
+  const shift = <u32>(14 - e);
+  let h = m >> shift;
+  const rest = m & ((<u32>1 << shift) - 1);
+  const half = <u32>1 << (shift - 1);
+  if (rest > half || (rest == half && (h & 1) != 0)) h++;
+  return sign | h;
+}
+
+@inline function halfBitsToF32(h: u32): f32 {
+  return reinterpret<f32>(((<i32>(h << 16)) >> 3) & 0x8fffffff) * <f32>5.192296858534828e33;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation preparation
+
+/**
+ * "q8_sp" rows: ntok rows of `cols` f32 at x (cols a multiple of 32) -> ntok * (cols / 32) blocks
+ * of 96 bytes at dst. mode 0: for Q8_0 weights, 1: for Q4_0 / Q4_1 weights (see the top).
+ */
+export function prepare_q8_sp(x: usize, dst: usize, cols: i32, ntok: i32, mode: i32): void {
+  const nb = cols >> 5;
+  for (let t = 0; t < ntok; t++) {
+    let p = x + <usize>t * (<usize>cols << 2);
+    let o = dst + <usize>t * <usize>nb * XB;
+    for (let b = 0; b < nb; b++) {
+      let m = f32x4.abs(v128.load(p));
+      for (let k: usize = 16; k < 128; k += 16) m = f32x4.max(m, f32x4.abs(v128.load(p + k)));
+      const amax = max(max(f32x4.extract_lane(m, 0), f32x4.extract_lane(m, 1)), max(f32x4.extract_lane(m, 2), f32x4.extract_lane(m, 3)));
+      const d = amax / <f32>127.0;
+      const id = f32x4.splat(amax != 0 ? <f32>127.0 / amax : <f32>0);
+      // the 32 quants as i32x4 q[4v .. 4v+3]
+      const q0 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p), id)));
+      const q1 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p, 16), id)));
+      const q2 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p, 32), id)));
+      const q3 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p, 48), id)));
+      const q4 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p, 64), id)));
+      const q5 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p, 80), id)));
+      const q6 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p, 96), id)));
+      const q7 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p, 112), id)));
+      const n0 = i16x8.narrow_i32x4_s(q0, q1); // x[0..7]
+      const n1 = i16x8.narrow_i32x4_s(q2, q3); // x[8..15]
+      const n2 = i16x8.narrow_i32x4_s(q4, q5); // x[16..23]
+      const n3 = i16x8.narrow_i32x4_s(q6, q7); // x[24..31]
+      const sum = hsumi(i32x4.add(i32x4.add(i32x4.add(q0, q1), i32x4.add(q2, q3)), i32x4.add(i32x4.add(q4, q5), i32x4.add(q6, q7))));
+      const dh = halfBitsToF32(toHalf(d));
+      if (mode == 0) {
+        v128.store(o, n0);
+        v128.store(o, n1, 16);
+        v128.store(o, n2, 32);
+        v128.store(o, n3, 48);
+        v128.store(o, i32x4.splat(0), 64);
+        store<f32>(o, dh, 80);
+        store<f32>(o, 0, 84);
+      } else {
+        // even / odd elements of x[0..15] and x[16..31]
+        const e0 = v128.shuffle<i16>(n0, n1, 0, 2, 4, 6, 8, 10, 12, 14);
+        const o0 = v128.shuffle<i16>(n0, n1, 1, 3, 5, 7, 9, 11, 13, 15);
+        const e1 = v128.shuffle<i16>(n2, n3, 0, 2, 4, 6, 8, 10, 12, 14);
+        const o1 = v128.shuffle<i16>(n2, n3, 1, 3, 5, 7, 9, 11, 13, 15);
+        v128.store(o, i16x8.shl(e0, 8));
+        v128.store(o, i16x8.shl(e1, 4), 16);
+        v128.store(o, o0, 32);
+        v128.store(o, i16x8.shl(o1, 8), 48);
+        v128.store(o, i32x4.splat(sum << 9), 64);
+        store<f32>(o, dh * <f32>(1.0 / 256.0), 80);
+        store<f32>(o, halfBitsToF32(toHalf(d * <f32>sum)), 84);
+      }
+      p += 128;
+      o += XB;
+    }
+  }
+}
+
+@inline function hsumi(v: v128): i32 {
+  return i32x4.extract_lane(v, 0) + i32x4.extract_lane(v, 1) + i32x4.extract_lane(v, 2) + i32x4.extract_lane(v, 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dot products of weight rows with the prepared activation. Two rows at a time share every
+// activation load. Results in R0, R1: wasm globals belong to one instance, and each thread has
+// its own instance, so they are thread-local.
+
+let R0: f32 = 0;
+let R1: f32 = 0;
+
+const T_F32 = 0;
+const T_Q4_0 = 2;
+const T_Q4_1 = 3;
+const T_Q8_0 = 8;
+
+// 256 x the integer dot of one GGUF Q4 block's 16 quant bytes with the mode-1 activation block.
+@inline function q4dot(w: v128, x0: v128, x1: v128, x2: v128, x3: v128, m0: v128, m1: v128, m2: v128): v128 {
+  const a = i32x4.add(i32x4.dot_i16x8_s(v128.and(w, m0), x0), i32x4.dot_i16x8_s(v128.and(w, m1), x1));
+  const b = i32x4.add(i32x4.dot_i16x8_s(v128.and(w, m2), x2), i32x4.dot_i16x8_s(i16x8.shr_u(w, 12), x3));
+  return i32x4.add(a, b);
+}
+
+// The integer dot of one GGUF Q8_0 block's quants (at q) with the mode-0 activation block.
+@inline function q8dot(q: usize, x0: v128, x1: v128, x2: v128, x3: v128): v128 {
+  const a = i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(q), x0), i32x4.dot_i16x8_s(v128.load8x8_s(q, 8), x1));
+  const b = i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(q, 16), x2), i32x4.dot_i16x8_s(v128.load8x8_s(q, 24), x3));
+  return i32x4.add(a, b);
+}
+
+// rows a and b (nb blocks each) times x -> R0, R1
+@inline function dot2(t: i32, a: usize, b: usize, x: usize, n: i32): void {
+  if (t == T_F32) {
+    let sa0 = f32x4.splat(0), sa1 = f32x4.splat(0), sb0 = f32x4.splat(0), sb1 = f32x4.splat(0);
+    const end = x + (<usize>n << 2);
+    for (; x < end; x += 32) {
+      const x0 = v128.load(x), x1 = v128.load(x, 16);
+      sa0 = f32x4.add(sa0, f32x4.mul(v128.load(a), x0));
+      sa1 = f32x4.add(sa1, f32x4.mul(v128.load(a, 16), x1));
+      sb0 = f32x4.add(sb0, f32x4.mul(v128.load(b), x0));
+      sb1 = f32x4.add(sb1, f32x4.mul(v128.load(b, 16), x1));
+      a += 32;
+      b += 32;
+    }
+    R0 = hsum(f32x4.add(sa0, sa1));
+    R1 = hsum(f32x4.add(sb0, sb1));
+    return;
+  }
+  const nb = n >> 5;
+  let accA = f32x4.splat(0), accB = f32x4.splat(0);
+  if (t == T_Q8_0) {
+    for (let i = 0; i < nb; i++) {
+      const x0 = v128.load(x), x1 = v128.load(x, 16), x2 = v128.load(x, 32), x3 = v128.load(x, 48);
+      const dx = load<f32>(x, 80);
+      const sA = q8dot(a + 2, x0, x1, x2, x3);
+      const sB = q8dot(b + 2, x0, x1, x2, x3);
+      accA = f32x4.add(accA, f32x4.mul(f32x4.convert_i32x4_s(sA), f32x4.splat(f16(a) * dx)));
+      accB = f32x4.add(accB, f32x4.mul(f32x4.convert_i32x4_s(sB), f32x4.splat(f16(b) * dx)));
+      a += Q8_0_BS;
+      b += Q8_0_BS;
+      x += XB;
+    }
+    R0 = hsum(accA);
+    R1 = hsum(accB);
+    return;
+  }
+  const one = t == T_Q4_1;
+  const BS = one ? Q4_1_BS : Q4_0_BS;
+  const QO: usize = one ? 4 : 2;
+  const m0 = v128.load(MASKS), m1 = v128.load(MASKS, 16), m2 = v128.load(MASKS, 32);
+  let minA: f32 = 0, minB: f32 = 0;
+  for (let i = 0; i < nb; i++) {
+    const x0 = v128.load(x), x1 = v128.load(x, 16), x2 = v128.load(x, 32), x3 = v128.load(x, 48);
+    let sA = q4dot(v128.load(a + QO), x0, x1, x2, x3, m0, m1, m2);
+    let sB = q4dot(v128.load(b + QO), x0, x1, x2, x3, m0, m1, m2);
+    const dx = load<f32>(x, 80);
+    if (one) {
+      const sx = load<f32>(x, 84);
+      minA += f16(a + 2) * sx;
+      minB += f16(b + 2) * sx;
+    } else {
+      const corr = v128.load(x, 64);
+      sA = i32x4.sub(sA, corr);
+      sB = i32x4.sub(sB, corr);
+    }
+    accA = f32x4.add(accA, f32x4.mul(f32x4.convert_i32x4_s(sA), f32x4.splat(f16(a) * dx)));
+    accB = f32x4.add(accB, f32x4.mul(f32x4.convert_i32x4_s(sB), f32x4.splat(f16(b) * dx)));
+    a += BS;
+    b += BS;
+    x += XB;
+  }
+  R0 = hsum(accA) + minA;
+  R1 = hsum(accB) + minB;
+}
+
+// one row times x
+@inline function dot1(t: i32, a: usize, x: usize, n: i32): f32 {
+  if (t == T_F32) {
+    let s0 = f32x4.splat(0), s1 = f32x4.splat(0);
+    const end = x + (<usize>n << 2);
+    for (; x < end; x += 32) {
+      s0 = f32x4.add(s0, f32x4.mul(v128.load(a), v128.load(x)));
+      s1 = f32x4.add(s1, f32x4.mul(v128.load(a, 16), v128.load(x, 16)));
+      a += 32;
+    }
+    return hsum(f32x4.add(s0, s1));
+  }
+  const nb = n >> 5;
+  let acc = f32x4.splat(0);
+  if (t == T_Q8_0) {
+    for (let i = 0; i < nb; i++) {
+      const s = q8dot(a + 2, v128.load(x), v128.load(x, 16), v128.load(x, 32), v128.load(x, 48));
+      acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.splat(f16(a) * load<f32>(x, 80))));
+      a += Q8_0_BS;
+      x += XB;
+    }
+    return hsum(acc);
+  }
+  const one = t == T_Q4_1;
+  const BS = one ? Q4_1_BS : Q4_0_BS;
+  const QO: usize = one ? 4 : 2;
+  const m0 = v128.load(MASKS), m1 = v128.load(MASKS, 16), m2 = v128.load(MASKS, 32);
+  let mn: f32 = 0;
+  for (let i = 0; i < nb; i++) {
+    let s = q4dot(v128.load(a + QO), v128.load(x), v128.load(x, 16), v128.load(x, 32), v128.load(x, 48), m0, m1, m2);
+    if (one) mn += f16(a + 2) * load<f32>(x, 84);
+    else s = i32x4.sub(s, v128.load(x, 64));
+    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.splat(f16(a) * load<f32>(x, 80))));
+    a += BS;
+    x += XB;
+  }
+  return hsum(acc) + mn;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation functions (the formulas of model_ops.ts ffn_act)
+
+const ACT_SILU = 0;
+const ACT_RELU = 1;
+const ACT_DRELU = 2;
+const ACT_GELU = 3;
+
+@inline function silu(x: f32): f32 { return x / (<f32>1.0 + Mathf.exp(-x)); }
+@inline function gelu(x: f32): f32 {
+  const c: f32 = 0.7978845608028654;
+  return <f32>0.5 * x * (<f32>1.0 + Mathf.tanh(c * x * (<f32>1.0 + <f32>0.044715 * x * x)));
+}
+
+// The gate's factor a(g): h = a(g) * u (dReLU: a(g) * relu(u)). h is 0 for every u exactly
+// when this is 0, so up and down need not be read.
+@inline function gateFactor(kind: i32, g: f32): f32 {
+  if (kind == ACT_SILU) return silu(g);
+  if (kind == ACT_GELU) return gelu(g);
+  return g > 0 ? g : 0;
+}
+
+@inline function combine(kind: i32, a: f32, u: f32): f32 {
+  if (kind == ACT_DRELU) return u > 0 ? a * u : 0;
+  return a * u;
+}
+
+// h = act(g, u), exactly as ffn_act computes it
+@inline function act(kind: i32, g: f32, u: f32): f32 {
+  if (kind == ACT_SILU) return silu(g) * u;
+  if (kind == ACT_RELU) return g > 0 ? g * u : 0;
+  if (kind == ACT_DRELU) return g > 0 && u > 0 ? g * u : 0;
+  return gelu(g) * u;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Down columns: y (a partial slot, in the slot order above) += h * column, four columns at once.
+
+/** f32 values per partial slot: nEmbd accumulators, nEmbd / 32 block corrections, padded to 64 bytes. */
+@inline function slotFloats(n: i32): i32 {
+  return (n + (n >> 5) + 15) & ~15;
+}
+
+@inline function axpy4(t: i32, y: usize, corr: usize, n: i32,
+  p0: usize, h0: f32, p1: usize, h1: f32, p2: usize, h2: f32, p3: usize, h3: f32): void {
+  if (t == T_F32) {
+    const H0 = f32x4.splat(h0), H1 = f32x4.splat(h1), H2 = f32x4.splat(h2), H3 = f32x4.splat(h3);
+    const end = y + (<usize>n << 2);
+    for (; y < end; y += 16) {
+      let acc = v128.load(y);
+      acc = f32x4.add(acc, f32x4.mul(v128.load(p0), H0));
+      acc = f32x4.add(acc, f32x4.mul(v128.load(p1), H1));
+      acc = f32x4.add(acc, f32x4.mul(v128.load(p2), H2));
+      acc = f32x4.add(acc, f32x4.mul(v128.load(p3), H3));
+      v128.store(y, acc);
+      p0 += 16; p1 += 16; p2 += 16; p3 += 16;
+    }
+    return;
+  }
+  const nb = n >> 5;
+  if (t == T_Q8_0) {
+    for (let b = 0; b < nb; b++) {
+      const S0 = f32x4.splat(h0 * f16(p0)), S1 = f32x4.splat(h1 * f16(p1));
+      const S2 = f32x4.splat(h2 * f16(p2)), S3 = f32x4.splat(h3 * f16(p3));
+      for (let hh: usize = 0; hh < 32; hh += 16) {
+        const q0 = v128.load(p0 + 2 + hh), q1 = v128.load(p1 + 2 + hh), q2 = v128.load(p2 + 2 + hh), q3 = v128.load(p3 + 2 + hh);
+        const yh = y + (hh & 16); // half 0 -> vectors 0, 2, 4, 6; half 1 -> 1, 3, 5, 7 (16 bytes apart)
+        // byte k of each lane: shl (24 - 8k) then arithmetic shr 24
+        axpySlot(yh, 0, i32x4.shr_s(i32x4.shl(q0, 24), 24), i32x4.shr_s(i32x4.shl(q1, 24), 24), i32x4.shr_s(i32x4.shl(q2, 24), 24), i32x4.shr_s(i32x4.shl(q3, 24), 24), S0, S1, S2, S3);
+        axpySlot(yh, 32, i32x4.shr_s(i32x4.shl(q0, 16), 24), i32x4.shr_s(i32x4.shl(q1, 16), 24), i32x4.shr_s(i32x4.shl(q2, 16), 24), i32x4.shr_s(i32x4.shl(q3, 16), 24), S0, S1, S2, S3);
+        axpySlot(yh, 64, i32x4.shr_s(i32x4.shl(q0, 8), 24), i32x4.shr_s(i32x4.shl(q1, 8), 24), i32x4.shr_s(i32x4.shl(q2, 8), 24), i32x4.shr_s(i32x4.shl(q3, 8), 24), S0, S1, S2, S3);
+        axpySlot(yh, 96, i32x4.shr_s(q0, 24), i32x4.shr_s(q1, 24), i32x4.shr_s(q2, 24), i32x4.shr_s(q3, 24), S0, S1, S2, S3);
+      }
+      y += 128;
+      p0 += Q8_0_BS; p1 += Q8_0_BS; p2 += Q8_0_BS; p3 += Q8_0_BS;
+    }
+    return;
+  }
+  const one = t == T_Q4_1;
+  const BS = one ? Q4_1_BS : Q4_0_BS;
+  const QO: usize = one ? 4 : 2;
+  for (let b = 0; b < nb; b++) {
+    const s0 = h0 * f16(p0), s1 = h1 * f16(p1), s2 = h2 * f16(p2), s3 = h3 * f16(p3);
+    const c = one ? h0 * f16(p0 + 2) + h1 * f16(p1 + 2) + h2 * f16(p2 + 2) + h3 * f16(p3 + 2) : <f32>-8.0 * (s0 + s1 + s2 + s3);
+    store<f32>(corr, load<f32>(corr) + c);
+    const S0 = f32x4.splat(s0), S1 = f32x4.splat(s1), S2 = f32x4.splat(s2), S3 = f32x4.splat(s3);
+    const q0 = v128.load(p0 + QO), q1 = v128.load(p1 + QO), q2 = v128.load(p2 + QO), q3 = v128.load(p3 + QO);
+    for (let j: usize = 0; j < 7; j++) {
+      const m = v128.load(NIB + (j << 4));
+      axpySlot(y, j << 4, v128.and(q0, m), v128.and(q1, m), v128.and(q2, m), v128.and(q3, m), S0, S1, S2, S3);
+    }
+    axpySlot(y, 112, i32x4.shr_u(q0, 28), i32x4.shr_u(q1, 28), i32x4.shr_u(q2, 28), i32x4.shr_u(q3, 28), S0, S1, S2, S3);
+    y += 128;
+    corr += 4;
+    p0 += BS; p1 += BS; p2 += BS; p3 += BS;
+  }
+}
+
+// one slot vector: y[o] += v0 * S0 + ... + v3 * S3 (v as i32 lanes)
+@inline function axpySlot(y: usize, o: usize, v0: v128, v1: v128, v2: v128, v3: v128, S0: v128, S1: v128, S2: v128, S3: v128): void {
+  let acc = v128.load(y + o);
+  acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(v0), S0));
+  acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(v1), S1));
+  acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(v2), S2));
+  acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(v3), S3));
+  v128.store(y + o, acc);
+}
+
+@inline function axpy1(t: i32, y: usize, corr: usize, n: i32, p: usize, h: f32): void {
+  if (t == T_F32) {
+    const H = f32x4.splat(h);
+    const end = y + (<usize>n << 2);
+    for (; y < end; y += 16) {
+      v128.store(y, f32x4.add(v128.load(y), f32x4.mul(v128.load(p), H)));
+      p += 16;
+    }
+    return;
+  }
+  const nb = n >> 5;
+  if (t == T_Q8_0) {
+    for (let b = 0; b < nb; b++) {
+      const S = f32x4.splat(h * f16(p));
+      for (let hh: usize = 0; hh < 32; hh += 16) {
+        const q = v128.load(p + 2 + hh);
+        const yh = y + (hh & 16);
+        axpyOne(yh, 0, i32x4.shr_s(i32x4.shl(q, 24), 24), S);
+        axpyOne(yh, 32, i32x4.shr_s(i32x4.shl(q, 16), 24), S);
+        axpyOne(yh, 64, i32x4.shr_s(i32x4.shl(q, 8), 24), S);
+        axpyOne(yh, 96, i32x4.shr_s(q, 24), S);
+      }
+      y += 128;
+      p += Q8_0_BS;
+    }
+    return;
+  }
+  const one = t == T_Q4_1;
+  const BS = one ? Q4_1_BS : Q4_0_BS;
+  const QO: usize = one ? 4 : 2;
+  for (let b = 0; b < nb; b++) {
+    const s = h * f16(p);
+    store<f32>(corr, load<f32>(corr) + (one ? h * f16(p + 2) : <f32>-8.0 * s));
+    const S = f32x4.splat(s);
+    const q = v128.load(p + QO);
+    for (let j: usize = 0; j < 7; j++) axpyOne(y, j << 4, v128.and(q, v128.load(NIB + (j << 4))), S);
+    axpyOne(y, 112, i32x4.shr_u(q, 28), S);
+    y += 128;
+    corr += 4;
+    p += BS;
+  }
+}
+
+@inline function axpyOne(y: usize, o: usize, v: v128, S: v128): void {
+  v128.store(y + o, f32x4.add(v128.load(y + o), f32x4.mul(f32x4.convert_i32x4_s(v), S)));
+}
+
+// Pending down columns of this thread (instance globals, so thread-local): flushed four at a time.
+let DN: i32 = 0;
+let DP0: usize = 0, DP1: usize = 0, DP2: usize = 0;
+let DH0: f32 = 0, DH1: f32 = 0, DH2: f32 = 0;
+
+@inline function pushDown(t: i32, y: usize, corr: usize, n: i32, p: usize, h: f32): void {
+  if (DN == 3) {
+    axpy4(t, y, corr, n, DP0, DH0, DP1, DH1, DP2, DH2, p, h);
+    DN = 0;
+  } else if (DN == 2) {
+    DP2 = p; DH2 = h; DN = 3;
+  } else if (DN == 1) {
+    DP1 = p; DH1 = h; DN = 2;
+  } else {
+    DP0 = p; DH0 = h; DN = 1;
+  }
+}
+
+@inline function flushDown(t: i32, y: usize, corr: usize, n: i32): void {
+  if (DN > 0) axpy1(t, y, corr, n, DP0, DH0);
+  if (DN > 1) axpy1(t, y, corr, n, DP1, DH1);
+  if (DN > 2) axpy1(t, y, corr, n, DP2, DH2);
+  DN = 0;
+}
+
+@inline function slotBase(partials: usize, n: i32, per: i32, k0: i32): usize {
+  const slot = per > 0 ? k0 / per : 0;
+  return partials + <usize>slot * (<usize>slotFloats(n) << 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernels, generic over the type t (a constant after inlining)
+
+@inline function gateT(t: i32, bundles: usize, xAct: usize, out: usize, n: i32, k0: i32, k1: i32): void {
+  let k = k0;
+  for (; k + 2 <= k1; k += 2) {
+    dot2(t, <usize>load<i32>(bundles + (<usize>k << 2)), <usize>load<i32>(bundles + (<usize>k << 2), 4), xAct, n);
+    store<f32>(out + (<usize>k << 2), R0);
+    store<f32>(out + (<usize>k << 2), R1, 4);
+  }
+  if (k < k1) store<f32>(out + (<usize>k << 2), dot1(t, <usize>load<i32>(bundles + (<usize>k << 2)), xAct, n));
+}
+
+@inline function upDownT(t: i32, bundles: usize, gate: usize, xAct: usize, partials: usize, n: i32, rowBytes: i32, kind: i32, per: i32, k0: i32, k1: i32): void {
+  const y = slotBase(partials, n, per, k0);
+  const corr = y + (<usize>n << 2);
+  const rb = <usize>rowBytes;
+  DN = 0;
+  // neurons whose up row waits for a partner (two up rows share activation loads)
+  let havePending = false;
+  let pb: usize = 0;
+  let pa: f32 = 0;
+  for (let k = k0; k < k1; k++) {
+    const a = gateFactor(kind, load<f32>(gate + (<usize>k << 2)));
+    if (a == 0) continue; // h = 0 whatever up says: read neither up nor down
+    const bp = <usize>load<i32>(bundles + (<usize>k << 2));
+    if (!havePending) {
+      havePending = true;
+      pb = bp;
+      pa = a;
+      continue;
+    }
+    dot2(t, pb + rb, bp + rb, xAct, n);
+    const u1 = R1;
+    const h0 = combine(kind, pa, R0);
+    if (h0 != 0) pushDown(t, y, corr, n, pb + 2 * rb, h0);
+    const h1 = combine(kind, a, u1);
+    if (h1 != 0) pushDown(t, y, corr, n, bp + 2 * rb, h1);
+    havePending = false;
+  }
+  if (havePending) {
+    const h = combine(kind, pa, dot1(t, pb + rb, xAct, n));
+    if (h != 0) pushDown(t, y, corr, n, pb + 2 * rb, h);
+  }
+  flushDown(t, y, corr, n);
+}
+
+@inline function ffnOne(t: i32, bp: usize, xAct: usize, y: usize, corr: usize, n: i32, rb: usize, kind: i32): void {
+  dot2(t, bp, bp + rb, xAct, n);
+  const h = act(kind, R0, R1);
+  if (h != 0) pushDown(t, y, corr, n, bp + 2 * rb, h);
+}
+
+@inline function ffnT(t: i32, bundles: usize, xAct: usize, partials: usize, n: i32, rowBytes: i32, kind: i32, per: i32, k0: i32, k1: i32): void {
+  const y = slotBase(partials, n, per, k0);
+  const corr = y + (<usize>n << 2);
+  DN = 0;
+  for (let k = k0; k < k1; k++) ffnOne(t, <usize>load<i32>(bundles + (<usize>k << 2)), xAct, y, corr, n, <usize>rowBytes, kind);
+  flushDown(t, y, corr, n);
+}
+
+@inline function ffnRunT(t: i32, base: usize, stride: i32, xAct: usize, partials: usize, n: i32, rowBytes: i32, kind: i32, per: i32, k0: i32, k1: i32): void {
+  const y = slotBase(partials, n, per, k0);
+  const corr = y + (<usize>n << 2);
+  DN = 0;
+  for (let k = k0; k < k1; k++) ffnOne(t, base + <usize>k * <usize>stride, xAct, y, corr, n, <usize>rowBytes, kind);
+  flushDown(t, y, corr, n);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exports
+
+/** out[k] = gate_k . x for listed k in [k0, k1); F32 bundles, f32 x. */
+export function sparse_gate_f32(bundles: usize, count: i32, xAct: usize, out: usize, nEmbd: i32, rowBytes: i32, k0: i32, k1: i32): void {
+  gateT(T_F32, bundles, xAct, out, nEmbd, k0, k1);
+}
+/** out[k] = gate_k . x; Q8_0 bundles, x prepared q8_sp mode 0. */
+export function sparse_gate_q8_0(bundles: usize, count: i32, xAct: usize, out: usize, nEmbd: i32, rowBytes: i32, k0: i32, k1: i32): void {
+  gateT(T_Q8_0, bundles, xAct, out, nEmbd, k0, k1);
+}
+/** out[k] = gate_k . x; Q4_0 bundles, x prepared q8_sp mode 1. */
+export function sparse_gate_q4_0(bundles: usize, count: i32, xAct: usize, out: usize, nEmbd: i32, rowBytes: i32, k0: i32, k1: i32): void {
+  gateT(T_Q4_0, bundles, xAct, out, nEmbd, k0, k1);
+}
+/** out[k] = gate_k . x; Q4_1 bundles, x prepared q8_sp mode 1. */
+export function sparse_gate_q4_1(bundles: usize, count: i32, xAct: usize, out: usize, nEmbd: i32, rowBytes: i32, k0: i32, k1: i32): void {
+  gateT(T_Q4_1, bundles, xAct, out, nEmbd, k0, k1);
+}
+
+/** Up, activation and down for listed k in [k0, k1) given gate[k]; adds into partial slot k0 / per. */
+export function sparse_updown_f32(bundles: usize, count: i32, gate: usize, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+  upDownT(T_F32, bundles, gate, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_updown_q8_0(bundles: usize, count: i32, gate: usize, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+  upDownT(T_Q8_0, bundles, gate, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_updown_q4_0(bundles: usize, count: i32, gate: usize, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+  upDownT(T_Q4_0, bundles, gate, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_updown_q4_1(bundles: usize, count: i32, gate: usize, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+  upDownT(T_Q4_1, bundles, gate, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+
+/** Gate, up, activation and down for listed k in [k0, k1); adds into partial slot k0 / per. */
+export function sparse_ffn_f32(bundles: usize, count: i32, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+  ffnT(T_F32, bundles, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_ffn_q8_0(bundles: usize, count: i32, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+  ffnT(T_Q8_0, bundles, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_ffn_q4_0(bundles: usize, count: i32, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+  ffnT(T_Q4_0, bundles, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_ffn_q4_1(bundles: usize, count: i32, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+  ffnT(T_Q4_1, bundles, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+
+/** sparse_ffn over the bundles base + k * stride, k in [k0, k1) (a dense cluster). */
+export function sparse_ffn_run_f32(base: usize, stride: i32, count: i32, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+  ffnRunT(T_F32, base, stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_ffn_run_q8_0(base: usize, stride: i32, count: i32, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+  ffnRunT(T_Q8_0, base, stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_ffn_run_q4_0(base: usize, stride: i32, count: i32, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+  ffnRunT(T_Q4_0, base, stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_ffn_run_q4_1(base: usize, stride: i32, count: i32, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+  ffnRunT(T_Q4_1, base, stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+
+// the 4x4 transpose of f32 vectors a..d added to the 4 vectors at p
+@inline function addT(p: usize, a: v128, b: v128, c: v128, d: v128): void {
+  const ab0 = v128.shuffle<f32>(a, b, 0, 4, 1, 5), ab1 = v128.shuffle<f32>(a, b, 2, 6, 3, 7);
+  const cd0 = v128.shuffle<f32>(c, d, 0, 4, 1, 5), cd1 = v128.shuffle<f32>(c, d, 2, 6, 3, 7);
+  v128.store(p, f32x4.add(v128.load(p), v128.shuffle<f32>(ab0, cd0, 0, 1, 4, 5)));
+  v128.store(p, f32x4.add(v128.load(p, 16), v128.shuffle<f32>(ab0, cd0, 2, 3, 6, 7)), 16);
+  v128.store(p, f32x4.add(v128.load(p, 32), v128.shuffle<f32>(ab1, cd1, 0, 1, 4, 5)), 32);
+  v128.store(p, f32x4.add(v128.load(p, 48), v128.shuffle<f32>(ab1, cd1, 2, 3, 6, 7)), 48);
+}
+
+/**
+ * y[i] += the sum over nSlots partial slots at i, for i in [i0, i1) (multiples of 32), and the
+ * slots' parts there cleared. mode: 0 natural order (F32), 1 permuted (Q8_0), 2 permuted and
+ * scaled with block corrections (Q4_0, Q4_1); see the top of this file.
+ */
+export function sparse_sum_partials(y: usize, partials: usize, nSlots: i32, nEmbd: i32, mode: i32, i0: i32, i1: i32): void {
+  const stride = <usize>slotFloats(nEmbd) << 2;
+  const zero = f32x4.splat(0);
+  for (let b = i0 >> 5; b < (i1 + 31) >> 5; b++) {
+    const o = <usize>b << 7;
+    const yb = y + o;
+    if (mode == 0) {
+      for (let v: usize = 0; v < 128; v += 16) {
+        let acc = v128.load(yb + v);
+        for (let s = 0; s < nSlots; s++) {
+          const p = partials + <usize>s * stride + o + v;
+          acc = f32x4.add(acc, v128.load(p));
+          v128.store(p, zero);
+        }
+        v128.store(yb + v, acc);
+      }
+      continue;
+    }
+    let a0 = zero, a1 = zero, a2 = zero, a3 = zero, a4 = zero, a5 = zero, a6 = zero, a7 = zero;
+    let c: f32 = 0;
+    for (let s = 0; s < nSlots; s++) {
+      const p = partials + <usize>s * stride + o;
+      a0 = f32x4.add(a0, v128.load(p)); a1 = f32x4.add(a1, v128.load(p, 16));
+      a2 = f32x4.add(a2, v128.load(p, 32)); a3 = f32x4.add(a3, v128.load(p, 48));
+      a4 = f32x4.add(a4, v128.load(p, 64)); a5 = f32x4.add(a5, v128.load(p, 80));
+      a6 = f32x4.add(a6, v128.load(p, 96)); a7 = f32x4.add(a7, v128.load(p, 112));
+      for (let v: usize = 0; v < 128; v += 16) v128.store(p + v, zero);
+      if (mode == 2) {
+        const cp = partials + <usize>s * stride + (<usize>nEmbd << 2) + (<usize>b << 2);
+        c += load<f32>(cp);
+        store<f32>(cp, 0);
+      }
+    }
+    if (mode == 2) {
+      // vector j was accumulated in units of 16^-j (j < 7)
+      a1 = f32x4.mul(a1, f32x4.splat(<f32>(1.0 / 16.0)));
+      a2 = f32x4.mul(a2, f32x4.splat(<f32>(1.0 / 256.0)));
+      a3 = f32x4.mul(a3, f32x4.splat(<f32>(1.0 / 4096.0)));
+      a4 = f32x4.mul(a4, f32x4.splat(<f32>(1.0 / 65536.0)));
+      a5 = f32x4.mul(a5, f32x4.splat(<f32>(1.0 / 1048576.0)));
+      a6 = f32x4.mul(a6, f32x4.splat(<f32>(1.0 / 16777216.0)));
+      const C = f32x4.splat(c);
+      a0 = f32x4.add(a0, C); a1 = f32x4.add(a1, C); a2 = f32x4.add(a2, C); a3 = f32x4.add(a3, C);
+      a4 = f32x4.add(a4, C); a5 = f32x4.add(a5, C); a6 = f32x4.add(a6, C); a7 = f32x4.add(a7, C);
+    }
+    // vector j lane l is element 16 (j & 1) + 4 l + (j >> 1): even vectors hold elements 0..15,
+    // odd ones 16..31, each group a 4x4 transpose away from natural order
+    addT(yb, a0, a2, a4, a6);
+    addT(yb + 64, a1, a3, a5, a7);
+  }
+}

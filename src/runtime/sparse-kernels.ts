@@ -1,0 +1,283 @@
+/**
+ * The sparse FFN kernels (assembly/sparse_ffn.ts): descriptors per FFN weight type, a binding to
+ * a ThreadPool that lays out its buffers once and dispatches without allocating, and a plain-TS
+ * reference for each kernel.
+ *
+ * A neuron bundle (docs/store-format.md) is [gate row | up row | down column | pad], each part
+ * nEmbd values of the FFN type in GGUF block layout (rowBytes each), anywhere in wasm memory
+ * (4 KiB aligned in practice). Kernels read an Int32Array of bundle addresses in wasm memory.
+ *
+ * Use, per token and layer (x = the FFN input after its norm, f32 in wasm memory):
+ *   ffn.prepare(x)                                   activation in the format the type wants
+ *   gate mode:  ffn.gate(bundles, n, gateOut)        all gates; then the caller lists the fired
+ *               ffn.upDown(list, m, gates, act)      neurons (with their gates) for up/down
+ *   predictor:  ffn.ffn(list, m, act)                gate, up, down in one pass per bundle
+ *               ffn.ffnRun(base, stride, m, act)     the same over a contiguous cluster
+ *   ffn.finish(y)                                    y += the FFN output (one reduction)
+ * Any number of upDown / ffn / ffnRun calls (clusters computed as their bytes land) may come
+ * between prepare and finish: they accumulate in per-thread partial slots.
+ */
+import { GGMLType, typeName } from "../format/ggml-types.js";
+import { dequantizeRow, prepareActivation, rowBytes as ggmlRowBytes, vecDot } from "../format/quant.js";
+import type { Arena } from "./arena.js";
+import type { ThreadPool } from "./pool.js";
+
+/** Activation kinds, as model_ops.ts ffn_act numbers them. */
+export const SPARSE_ACT = { silu: 0, relu: 1, drelu: 2, gelu: 3 } as const;
+export type SparseActivation = keyof typeof SPARSE_ACT;
+
+/**
+ * "f32": the FFN input as is. "q8_sp": ggml's Q8_0 quants of it (the same numbers prepare_q8_0
+ * makes), 96 bytes per 32 values, arranged for the kernel (assembly/sparse_ffn.ts explains why
+ * not ggml's own q8_0 / q8_1 blocks), made by prepare_q8_sp(x, dst, cols, ntok, mode).
+ */
+export type SparseActivationFormat = "f32" | "q8_sp";
+
+export interface SparseKernel {
+  readonly type: GGMLType;
+  readonly act: SparseActivationFormat;
+  /** `mode` argument of prepare_q8_sp (unused for f32) */
+  readonly prepareMode: number;
+  /** export names */
+  readonly gate: string;
+  readonly upDown: string;
+  readonly ffn: string;
+  readonly ffnRun: string;
+  /** `mode` argument of sparse_sum_partials: how this type's kernels order their partial slots */
+  readonly partialMode: number;
+}
+
+const KERNELS = new Map<GGMLType, SparseKernel>();
+for (const [type, suffix, act, prepareMode, partialMode] of [
+  [GGMLType.F32, "f32", "f32", 0, 0],
+  [GGMLType.Q8_0, "q8_0", "q8_sp", 0, 1],
+  [GGMLType.Q4_0, "q4_0", "q8_sp", 1, 2],
+  [GGMLType.Q4_1, "q4_1", "q8_sp", 1, 2],
+] as const) {
+  KERNELS.set(type, {
+    type,
+    act,
+    prepareMode,
+    gate: `sparse_gate_${suffix}`,
+    upDown: `sparse_updown_${suffix}`,
+    ffn: `sparse_ffn_${suffix}`,
+    ffnRun: `sparse_ffn_run_${suffix}`,
+    partialMode,
+  });
+}
+
+export const SPARSE_PREPARE = "prepare_q8_sp";
+export const SPARSE_SUM_PARTIALS = "sparse_sum_partials";
+
+export function hasSparseKernel(type: GGMLType): boolean {
+  return KERNELS.has(type);
+}
+
+export function sparseKernel(type: GGMLType): SparseKernel {
+  const k = KERNELS.get(type);
+  if (!k) throw new Error(`no sparse FFN kernel for weight type ${typeName(type)} (F32, Q8_0, Q4_0 and Q4_1 have one)`);
+  return k;
+}
+
+function checkWidth(nEmbd: number): void {
+  if (!Number.isInteger(nEmbd) || nEmbd <= 0 || nEmbd % 32 !== 0) throw new Error(`sparse FFN: nEmbd ${nEmbd} is not a positive multiple of 32`);
+}
+
+/** Bytes of one bundle part (gate row, up row or down column). */
+export function sparseRowBytes(type: GGMLType, nEmbd: number): number {
+  sparseKernel(type);
+  checkWidth(nEmbd);
+  return ggmlRowBytes(type, nEmbd);
+}
+
+/** Bytes of one prepared activation row. */
+export function sparseActivationBytes(type: GGMLType, nEmbd: number): number {
+  checkWidth(nEmbd);
+  return sparseKernel(type).act === "f32" ? nEmbd * 4 : (nEmbd / 32) * 96;
+}
+
+/** f32 values per partial slot (the kernel's slotFloats): nEmbd sums, nEmbd / 32 corrections, 64-byte padded. */
+export function partialSlotFloats(nEmbd: number): number {
+  checkWidth(nEmbd);
+  return (nEmbd + nEmbd / 32 + 15) & ~15;
+}
+
+/** Bytes of the partial region for `threads` threads. */
+export function partialBytes(nEmbd: number, threads: number): number {
+  return partialSlotFloats(nEmbd) * 4 * threads;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Binding
+
+/**
+ * One layer shape's sparse FFN on a pool: owns the prepared-activation and partial buffers
+ * (allocated once from the arena). Calls allocate nothing. Not reentrant: one token at a time.
+ */
+export class SparseFFN {
+  readonly kernel: SparseKernel;
+  readonly rowBytes: number;
+  /** where prepare() writes the activation */
+  readonly xAct: number;
+  /** the per-thread partial slots */
+  readonly partials: number;
+  private readonly args = new Int32Array(12);
+  private readonly fn: { gate: number; upDown: number; ffn: number; ffnRun: number; sum: number; prepare: number };
+  private readonly prepareFn: ((...a: number[]) => number) | undefined;
+  private slotsUsed = 0;
+  private preparedCols = -1;
+
+  constructor(
+    readonly pool: ThreadPool,
+    arena: Arena,
+    readonly type: GGMLType,
+    readonly nEmbd: number,
+  ) {
+    this.kernel = sparseKernel(type);
+    this.rowBytes = sparseRowBytes(type, nEmbd);
+    this.xAct = this.kernel.act === "f32" ? 0 : arena.alloc(sparseActivationBytes(type, nEmbd), 64);
+    const pb = partialBytes(nEmbd, pool.threads);
+    this.partials = arena.alloc(pb, 64);
+    // the kernels add into the slots and the reduction clears them: they must start at zero
+    arena.u8(this.partials, pb).fill(0);
+    const k = this.kernel;
+    this.fn = {
+      gate: pool.fn(k.gate),
+      upDown: pool.fn(k.upDown),
+      ffn: pool.fn(k.ffn),
+      ffnRun: pool.fn(k.ffnRun),
+      sum: pool.fn(SPARSE_SUM_PARTIALS),
+      prepare: k.act === "f32" ? -1 : pool.fn(SPARSE_PREPARE),
+    };
+    this.prepareFn = k.act === "f32" ? undefined : pool.kernels[SPARSE_PREPARE];
+  }
+
+  private input = 0;
+
+  /** Prepare the activation from nEmbd f32 at x (wasm memory); every later call reads it. */
+  prepare(x: number): void {
+    this.input = x;
+    this.preparedCols = this.nEmbd;
+    if (this.prepareFn) this.prepareFn(x, this.xAct, this.nEmbd, 1, this.kernel.prepareMode);
+  }
+
+  private act(): number {
+    if (this.preparedCols < 0) throw new Error("sparse FFN: prepare(x) must come before the kernels");
+    return this.prepareFn ? this.xAct : this.input;
+  }
+
+  /** out[k] = gate_k . x for the `count` bundles listed at `bundles` (i32 addresses); out f32. */
+  gate(bundles: number, count: number, out: number): void {
+    const a = this.args;
+    a[0] = bundles; a[1] = count; a[2] = this.act(); a[3] = out; a[4] = this.nEmbd; a[5] = this.rowBytes;
+    this.pool.run(this.fn.gate, a, 6, count, 2);
+  }
+
+  private per(count: number): number {
+    const per = Math.ceil(count / this.pool.threads);
+    const used = Math.ceil(count / per);
+    if (used > this.slotsUsed) this.slotsUsed = used;
+    return per;
+  }
+
+  /**
+   * For the listed bundles, given their gate values (f32 at `gates`, one per listed bundle):
+   * up, activation and down, accumulated for finish(). Neurons whose activation is 0 whatever
+   * up says (ReLU family: gate <= 0) are skipped without reading up or down.
+   */
+  upDown(bundles: number, count: number, gates: number, act: SparseActivation): void {
+    if (count <= 0) return;
+    const a = this.args;
+    const per = this.per(count);
+    a[0] = bundles; a[1] = count; a[2] = gates; a[3] = this.act(); a[4] = this.partials; a[5] = this.nEmbd;
+    a[6] = this.rowBytes; a[7] = SPARSE_ACT[act]; a[8] = per;
+    this.pool.run(this.fn.upDown, a, 9, count, per);
+  }
+
+  /** Gate, up, activation and down for the listed bundles, accumulated for finish(). */
+  ffn(bundles: number, count: number, act: SparseActivation): void {
+    if (count <= 0) return;
+    const a = this.args;
+    const per = this.per(count);
+    a[0] = bundles; a[1] = count; a[2] = this.act(); a[3] = this.partials; a[4] = this.nEmbd;
+    a[5] = this.rowBytes; a[6] = SPARSE_ACT[act]; a[7] = per;
+    this.pool.run(this.fn.ffn, a, 8, count, per);
+  }
+
+  /** ffn() over `count` bundles at base, base + stride, ... (a contiguous cluster). */
+  ffnRun(base: number, stride: number, count: number, act: SparseActivation): void {
+    if (count <= 0) return;
+    const a = this.args;
+    const per = this.per(count);
+    a[0] = base; a[1] = stride; a[2] = count; a[3] = this.act(); a[4] = this.partials; a[5] = this.nEmbd;
+    a[6] = this.rowBytes; a[7] = SPARSE_ACT[act]; a[8] = per;
+    this.pool.run(this.fn.ffnRun, a, 9, count, per);
+  }
+
+  /** y (nEmbd f32) += everything accumulated since the last finish; the slots are cleared. */
+  finish(y: number): void {
+    const a = this.args;
+    a[0] = y; a[1] = this.partials; a[2] = this.slotsUsed; a[3] = this.nEmbd; a[4] = this.kernel.partialMode;
+    if (this.slotsUsed > 0) this.pool.run(this.fn.sum, a, 5, this.nEmbd, 32);
+    this.slotsUsed = 0;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plain-TS references (ggml's numerics: src/format/quant.ts), for tests
+
+function actF(kind: SparseActivation, g: number, u: number): number {
+  switch (kind) {
+    case "silu": return (g / (1 + Math.exp(-g))) * u;
+    case "relu": return g > 0 ? g * u : 0;
+    case "drelu": return g > 0 && u > 0 ? g * u : 0;
+    case "gelu": return 0.5 * g * (1 + Math.tanh(0.7978845608028654 * g * (1 + 0.044715 * g * g))) * u;
+  }
+}
+
+function part(mem: Uint8Array, type: GGMLType, nEmbd: number, bundle: number, which: 0 | 1 | 2): Uint8Array {
+  const rb = ggmlRowBytes(type, nEmbd);
+  return mem.subarray(bundle + which * rb, bundle + (which + 1) * rb);
+}
+
+/**
+ * The activation vecDot takes: f32 x is quantized by the TS reference (ggml's reference rounding,
+ * which can differ from llama.cpp's x86 rounding at exact ties); ggml Q8_0 / Q8_1 blocks (e.g.
+ * from the wasm prepare_q8_0 / prepare_q8_1) are used as given.
+ */
+function refActivation(type: GGMLType, x: Float32Array | Uint8Array, nEmbd: number): Float32Array | Uint8Array {
+  return x instanceof Float32Array ? prepareActivation(type, x.subarray(0, nEmbd)) : x;
+}
+
+/** gate_k . x for each listed bundle address (mem: the wasm memory's bytes). */
+export function refSparseGate(type: GGMLType, mem: Uint8Array, bundles: ArrayLike<number>, x: Float32Array | Uint8Array, nEmbd: number): Float64Array {
+  const xa = refActivation(type, x, nEmbd);
+  const out = new Float64Array(bundles.length);
+  for (let k = 0; k < bundles.length; k++) out[k] = vecDot(type, part(mem, type, nEmbd, bundles[k], 0), xa, nEmbd);
+  return out;
+}
+
+/**
+ * sum over listed k of act(g_k, up_k . x) * down_k, where g_k = gates[k] when given (upDown),
+ * else gate_k . x (ffn), in f64; and the magnitude sum over the same k of |g_k u_k| |down_k|, the
+ * scale of the float rounding a kernel may make (act(g, u) is at most |g u| for every kind).
+ * Neurons whose h is 0 add nothing.
+ */
+export function refSparseFFN(type: GGMLType, mem: Uint8Array, bundles: ArrayLike<number>, x: Float32Array | Uint8Array, nEmbd: number, act: SparseActivation, gates?: ArrayLike<number>): { y: Float64Array; magnitude: Float64Array } {
+  const xa = refActivation(type, x, nEmbd);
+  const y = new Float64Array(nEmbd), magnitude = new Float64Array(nEmbd);
+  const col = new Float32Array(nEmbd);
+  for (let k = 0; k < bundles.length; k++) {
+    const g = gates ? gates[k] : vecDot(type, part(mem, type, nEmbd, bundles[k], 0), xa, nEmbd);
+    const u = vecDot(type, part(mem, type, nEmbd, bundles[k], 1), xa, nEmbd);
+    const h = actF(act, g, u);
+    if (h === 0) continue;
+    dequantizeRow(type, part(mem, type, nEmbd, bundles[k], 2), nEmbd, col);
+    const m = Math.abs(g * u);
+    for (let i = 0; i < nEmbd; i++) {
+      y[i] += h * col[i];
+      magnitude[i] += m * Math.abs(col[i]);
+    }
+  }
+  return { y, magnitude };
+}

@@ -1,0 +1,361 @@
+// The sparse FFN kernels (assembly/sparse_ffn.ts through src/runtime/sparse-kernels.ts) against
+// the plain-TS references and the dense kernels: every FFN type, odd widths, odd counts, bundles
+// at scattered addresses, 1 and 2 threads, several calls accumulating before one reduction, and
+// neurons that must be skipped without their up/down bytes being read.
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import { GGMLType, typeName } from "../src/format/ggml-types.js";
+import { dequantize, quantizeRow, rowBytes } from "../src/format/quant.js";
+import { f16Table } from "../src/format/half.js";
+import { Arena } from "../src/runtime/arena.js";
+import { ThreadPool } from "../src/runtime/pool.js";
+import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weights.js";
+import {
+  SparseFFN, refSparseFFN, refSparseGate, sparseKernel, sparseActivationBytes, partialBytes,
+  type SparseActivation,
+} from "../src/runtime/sparse-kernels.js";
+
+function rng(seed: number) {
+  let s = seed >>> 0 || 1;
+  return () => {
+    s ^= s << 13; s >>>= 0;
+    s ^= s >>> 17;
+    s ^= s << 5; s >>>= 0;
+    return s / 4294967296;
+  };
+}
+
+function gaussians(n: number, seed: number): Float32Array {
+  const r = rng(seed), out = new Float32Array(n);
+  for (let i = 0; i < n; i++) out[i] = Math.sqrt(-2 * Math.log(r() + 1e-12)) * Math.cos(2 * Math.PI * r());
+  return out;
+}
+
+function quantRow(type: GGMLType, f: Float32Array): Uint8Array {
+  if (type === GGMLType.F32) return new Uint8Array(f.slice().buffer);
+  const out = new Uint8Array(rowBytes(type, f.length));
+  quantizeRow(type, f, out);
+  return out;
+}
+
+const TYPES = [GGMLType.F32, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1];
+
+const arena = new Arena(64 << 20);
+const pools = [await ThreadPool.create(arena.memory, 1), await ThreadPool.create(arena.memory, 2)];
+after(async () => {
+  for (const p of pools) await p.dispose();
+});
+const k = pools[0].kernels;
+const mem = () => new Uint8Array(arena.memory.buffer);
+
+const BUNDLE_REGION = arena.alloc(24 << 20, 4096);
+const X = arena.alloc(64 << 10, 64), REF_ACT = arena.alloc(64 << 10, 64), LIST = arena.alloc(64 << 10, 64);
+const GATES = arena.alloc(64 << 10, 64), Y = arena.alloc(64 << 10, 64), W = arena.alloc(4 << 20, 64), A = arena.alloc(64 << 10, 64);
+
+/** A layer of `nFF` neuron bundles at shuffled 4 KiB-aligned addresses, with gaps between them. */
+function makeLayer(type: GGMLType, nEmbd: number, nFF: number, seed: number) {
+  const rb = rowBytes(type, nEmbd);
+  const bundleBytes = Math.ceil((3 * rb) / 4096) * 4096;
+  const slots = nFF * 2 + 3;
+  if (slots * bundleBytes > 24 << 20) throw new Error("test layer too large");
+  const r = rng(seed);
+  const order = Array.from({ length: slots }, (_, i) => i);
+  for (let i = slots - 1; i > 0; i--) { const j = Math.floor(r() * (i + 1)); [order[i], order[j]] = [order[j], order[i]]; }
+  const addr = new Int32Array(nFF);
+  const m = mem();
+  m.fill(0xee, BUNDLE_REGION, BUNDLE_REGION + slots * bundleBytes); // the padding is never read as weights
+  const gateRows: Uint8Array[] = [], upRows: Uint8Array[] = [];
+  for (let i = 0; i < nFF; i++) {
+    addr[i] = BUNDLE_REGION + order[i] * bundleBytes;
+    const g = gaussians(nEmbd, seed * 1000 + 3 * i), u = gaussians(nEmbd, seed * 1000 + 3 * i + 1), d = gaussians(nEmbd, seed * 1000 + 3 * i + 2);
+    if (i === 1) g.fill(0); // an all-zero row (zero scales)
+    if (i === 2) for (let j = 0; j < nEmbd; j++) d[j] *= 300; // a wide-range down column
+    const parts = [quantRow(type, g), quantRow(type, u), quantRow(type, d)];
+    for (let p = 0; p < 3; p++) m.set(parts[p], addr[i] + p * rb);
+    gateRows.push(parts[0]);
+    upRows.push(parts[1]);
+  }
+  return { type, nEmbd, nFF, rb, addr, gateRows, upRows };
+}
+type Layer = ReturnType<typeof makeLayer>;
+
+/** Write x and return the ggml activation (Q8_0 / Q8_1 blocks from the wasm kernels) for the references. */
+function setX(type: GGMLType, x: Float32Array): Float32Array | Uint8Array {
+  arena.f32(X, x.length).set(x);
+  if (type === GGMLType.F32) return x;
+  const fmt = type === GGMLType.Q4_1 ? "q8_1" : "q8_0";
+  k[`prepare_${fmt}`](X, REF_ACT, x.length, 1);
+  return arena.u8(REF_ACT, activationBytes(fmt, x.length)).slice();
+}
+
+function writeList(addrs: ArrayLike<number>): number {
+  arena.i32(LIST, addrs.length).set(Array.from(addrs));
+  return LIST;
+}
+
+/**
+ * |got - want| within rel times the largest of `magnitude` (default: of |want|): the scale of the
+ * terms summed, which bounds float rounding; a misplaced or missing term is far outside it.
+ */
+function close(got: ArrayLike<number>, want: ArrayLike<number>, rel: number, what: string, magnitude: ArrayLike<number> = want): void {
+  assert.equal(got.length, want.length, `${what}: length`);
+  let scale = 1e-30;
+  for (let i = 0; i < magnitude.length; i++) scale = Math.max(scale, Math.abs(magnitude[i]));
+  for (let i = 0; i < want.length; i++) {
+    const err = Math.abs(got[i] - want[i]);
+    if (!(err <= rel * scale)) assert.fail(`${what}: element ${i} is ${got[i]}, want ${want[i]} (error ${err}, bound ${rel * scale})`);
+  }
+}
+
+const ffnFor = new Map<string, SparseFFN>();
+function sparse(pool: ThreadPool, type: GGMLType, nEmbd: number): SparseFFN {
+  const key = `${pool.threads}/${type}/${nEmbd}`;
+  let f = ffnFor.get(key);
+  if (!f) ffnFor.set(key, (f = new SparseFFN(pool, arena, type, nEmbd)));
+  return f;
+}
+
+function readY(n: number): Float32Array {
+  return arena.f32(Y, n).slice();
+}
+
+function subset(n: number, count: number, seed: number): number[] {
+  const r = rng(seed), all = Array.from({ length: n }, (_, i) => i);
+  for (let i = n - 1; i > 0; i--) { const j = Math.floor(r() * (i + 1)); [all[i], all[j]] = [all[j], all[i]]; }
+  return all.slice(0, count);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+test("prepare_q8_sp holds prepare_q8_0's quants and scales (and q8_1's sums) in its two arrangements", () => {
+  const cols = 32 * 7;
+  const x = gaussians(cols, 5);
+  x.fill(0, 64, 96); // an all-zero block
+  for (let j = 0; j < 32; j++) x[96 + j] = (j - 16) * 0.5; // ties after scaling
+  for (let j = 0; j < 32; j++) x[160 + j] *= 1e-5; // f16 subnormal scales
+  arena.f32(X, cols).set(x);
+  k.prepare_q8_0(X, REF_ACT, cols, 1);
+  k.prepare_q8_1(X, REF_ACT + 32768, cols, 1);
+  const q0 = arena.u8(REF_ACT, activationBytes("q8_0", cols)).slice(), q1 = arena.u8(REF_ACT + 32768, activationBytes("q8_1", cols)).slice();
+  for (const mode of [0, 1]) {
+    k.prepare_q8_sp(X, A, cols, 1, mode);
+    const b8 = arena.u8(A, sparseActivationBytes(mode === 0 ? GGMLType.Q8_0 : GGMLType.Q4_0, cols)).slice();
+    const dv = new DataView(b8.buffer);
+    for (let b = 0; b < cols / 32; b++) {
+      const o = b * 96;
+      const q = (j: number) => (q0[b * 34 + 2 + j] << 24) >> 24;
+      const d = f16Table[q0[b * 34] | (q0[b * 34 + 1] << 8)];
+      const i16 = (v: number, l: number) => dv.getInt16(o + 16 * v + 2 * l, true);
+      for (let l = 0; l < 8; l++) {
+        if (mode === 0) {
+          for (let v = 0; v < 4; v++) assert.equal(i16(v, l), q(8 * v + l), `mode 0 block ${b} element ${8 * v + l}`);
+        } else {
+          assert.equal(i16(0, l), 256 * q(2 * l), `mode 1 block ${b} vector 0 lane ${l}`);
+          assert.equal(i16(1, l), 16 * q(2 * l + 16), `mode 1 block ${b} vector 1 lane ${l}`);
+          assert.equal(i16(2, l), q(2 * l + 1), `mode 1 block ${b} vector 2 lane ${l}`);
+          assert.equal(i16(3, l), 256 * q(2 * l + 17), `mode 1 block ${b} vector 3 lane ${l}`);
+        }
+      }
+      assert.equal(dv.getFloat32(o + 80, true), mode === 0 ? d : d / 256, `block ${b} d`);
+      if (mode === 1) {
+        let sum = 0;
+        for (let j = 0; j < 32; j++) sum += q(j);
+        for (let l = 0; l < 4; l++) assert.equal(dv.getInt32(o + 64 + 4 * l, true), 512 * sum, `block ${b} correction`);
+        assert.equal(dv.getFloat32(o + 84, true), f16Table[q1[b * 36 + 2] | (q1[b * 36 + 3] << 8)], `block ${b} s`);
+      }
+    }
+  }
+});
+
+test("sparse_gate: listed gate dots equal the reference and the dense matvec, odd widths and counts, 1 and 2 threads", () => {
+  for (const type of TYPES) {
+    for (const nEmbd of [32, 96, 288]) {
+      const L = makeLayer(type, nEmbd, 40, nEmbd + type);
+      const x = gaussians(nEmbd, 99 + nEmbd);
+      const xa = setX(type, x);
+      // the dense kernel on the same rows: pack the gate rows as a matrix
+      const wk = weightKernel(type);
+      const dense = new Uint8Array(L.nFF * L.rb);
+      L.gateRows.forEach((r, i) => dense.set(r, i * L.rb));
+      wk.pack(dense, arena.u8(W, wk.packedBytes(L.nFF, nEmbd)), 0, L.nFF, L.nFF, nEmbd);
+      const prep = prepareKernel(wk.act);
+      if (prep) k[prep](X, A, nEmbd, 1);
+      k[wk.matvec](W, prep ? A : X, GATES + 32768, L.nFF, nEmbd, 0, L.nFF);
+      const denseOut = arena.f32(GATES + 32768, L.nFF).slice();
+      for (const count of [1, 7, 37, 40]) {
+        const ids = subset(L.nFF, count, count * 7 + nEmbd);
+        const addrs = ids.map((i) => L.addr[i]);
+        const want = refSparseGate(type, mem(), addrs, xa, nEmbd);
+        for (const pool of pools) {
+          const f = sparse(pool, type, nEmbd);
+          f.prepare(X);
+          arena.f32(GATES, count).fill(NaN);
+          f.gate(writeList(addrs), count, GATES);
+          const got = arena.f32(GATES, count).slice();
+          const what = `${typeName(type)} nEmbd ${nEmbd} count ${count} threads ${pool.threads}`;
+          close(got, want, 2e-6, `gate vs reference, ${what}`);
+          close(got, ids.map((i) => denseOut[i]), 2e-6, `gate vs dense matvec, ${what}`);
+        }
+      }
+    }
+  }
+});
+
+test("sparse_updown: given the gates, equals the reference for random subsets, skips zero activations unread", () => {
+  const acts: SparseActivation[] = ["relu", "drelu", "silu", "gelu"];
+  for (const type of TYPES) {
+    for (const nEmbd of [32, 96, 288]) {
+      const L = makeLayer(type, nEmbd, 45, 3 * nEmbd + type);
+      const x = gaussians(nEmbd, 7 + nEmbd);
+      const xa = setX(type, x);
+      for (const count of [1, 7, 37, 45]) {
+        const ids = subset(L.nFF, count, count + nEmbd * 3);
+        const addrs = ids.map((i) => L.addr[i]);
+        const gates = refSparseGate(type, mem(), addrs, xa, nEmbd);
+        // some exact zeros and negatives among the gates
+        ids.forEach((_, j) => { if (j % 5 === 3) gates[j] = 0; });
+        for (const act of acts) {
+          const want = refSparseFFN(type, mem(), addrs, xa, nEmbd, act, gates);
+          for (const pool of pools) {
+            const f = sparse(pool, type, nEmbd);
+            f.prepare(X);
+            arena.f32(GATES, count).set(Array.from(gates));
+            arena.f32(Y, nEmbd).fill(0);
+            f.upDown(writeList(addrs), count, GATES, act);
+            f.finish(Y);
+            close(readY(nEmbd), want.y, 1e-5, `${typeName(type)} ${act} nEmbd ${nEmbd} count ${count} threads ${pool.threads}`, want.magnitude);
+          }
+        }
+      }
+      // ReLU family: neurons whose gate is <= 0 must not be read at all. Their listed address is
+      // the last 8 bytes of the wasm memory, so reading their up row or down column would trap.
+      const ids = Array.from({ length: L.nFF }, (_, i) => i);
+      const addrs = ids.map((i) => L.addr[i]);
+      const gates = refSparseGate(type, mem(), addrs, xa, nEmbd);
+      const want = { relu: refSparseFFN(type, mem(), addrs, xa, nEmbd, "relu", gates), drelu: refSparseFFN(type, mem(), addrs, xa, nEmbd, "drelu", gates) };
+      let skipped = 0;
+      const end = arena.memory.buffer.byteLength - 8;
+      ids.forEach((i) => { if (gates[i] <= 0) { addrs[i] = end; skipped++; } });
+      assert.ok(skipped > 5 && skipped < L.nFF - 5, `${skipped} of ${L.nFF} gates are <= 0`);
+      for (const act of ["relu", "drelu"] as const) {
+        for (const pool of pools) {
+          const f = sparse(pool, type, nEmbd);
+          f.prepare(X);
+          arena.f32(GATES, L.nFF).set(Array.from(gates));
+          arena.f32(Y, nEmbd).fill(0);
+          f.upDown(writeList(addrs), L.nFF, GATES, act);
+          f.finish(Y);
+          close(readY(nEmbd), want[act].y, 1e-5, `${typeName(type)} ${act} with poisoned skipped neurons, nEmbd ${nEmbd}, threads ${pool.threads}`, want[act].magnitude);
+        }
+      }
+    }
+  }
+});
+
+test("sparse_ffn and sparse_ffn_run: subsets equal the reference; all neurons equal the dense FFN; calls accumulate", () => {
+  for (const type of TYPES) {
+    for (const nEmbd of [32, 96, 288]) {
+      const L = makeLayer(type, nEmbd, 41, 5 * nEmbd + type);
+      const x = gaussians(nEmbd, 11 + nEmbd);
+      const xa = setX(type, x);
+      for (const act of ["silu", "relu", "drelu"] as const) {
+        for (const count of [1, 7, 37]) {
+          const ids = subset(L.nFF, count, count * 13 + nEmbd);
+          const addrs = ids.map((i) => L.addr[i]);
+          const want = refSparseFFN(type, mem(), addrs, xa, nEmbd, act);
+          for (const pool of pools) {
+            const f = sparse(pool, type, nEmbd);
+            f.prepare(X);
+            arena.f32(Y, nEmbd).fill(0);
+            f.ffn(writeList(addrs), count, act);
+            f.finish(Y);
+            close(readY(nEmbd), want.y, 1e-5, `${typeName(type)} ${act} nEmbd ${nEmbd} count ${count} threads ${pool.threads}`, want.magnitude);
+          }
+        }
+      }
+      // the whole layer (S = all neurons) against the dense computation: dense matvec kernels for
+      // gate and up on the same rows, ffn_act, then down in f64; y starts non-zero (y += ...)
+      const wk = weightKernel(type);
+      const prep = prepareKernel(wk.act);
+      const rows = (which: Uint8Array[]) => {
+        const dense = new Uint8Array(L.nFF * L.rb);
+        which.forEach((r, i) => dense.set(r, i * L.rb));
+        wk.pack(dense, arena.u8(W, wk.packedBytes(L.nFF, nEmbd)), 0, L.nFF, L.nFF, nEmbd);
+        if (prep) k[prep](X, A, nEmbd, 1);
+        k[wk.matvec](W, prep ? A : X, GATES, L.nFF, nEmbd, 0, L.nFF);
+        return arena.f32(GATES, L.nFF).slice();
+      };
+      const g = rows(L.gateRows), u = rows(L.upRows);
+      arena.f32(GATES, L.nFF).set(g);
+      arena.f32(GATES + 16384, L.nFF).set(u);
+      k.ffn_act(GATES, GATES + 16384, 2, 0, L.nFF); // dReLU
+      const h = arena.f32(GATES, L.nFF).slice();
+      const y0 = gaussians(nEmbd, 77);
+      const want = new Float64Array(nEmbd), mag = new Float64Array(nEmbd);
+      for (let i = 0; i < nEmbd; i++) { want[i] = y0[i]; mag[i] = Math.abs(y0[i]); }
+      for (let n = 0; n < L.nFF; n++) {
+        if (h[n] === 0) continue;
+        const col = dequantize(type, mem().subarray(L.addr[n] + 2 * L.rb, L.addr[n] + 3 * L.rb), nEmbd);
+        for (let i = 0; i < nEmbd; i++) { want[i] += h[n] * col[i]; mag[i] += Math.abs(h[n] * col[i]); }
+      }
+      assert.ok(h.some((v) => v === 0) && h.some((v) => v !== 0));
+      const all = Array.from(L.addr);
+      for (const pool of pools) {
+        const f = sparse(pool, type, nEmbd);
+        f.prepare(X);
+        arena.f32(Y, nEmbd).set(y0);
+        // two calls before one reduction
+        const list = writeList(all);
+        f.ffn(list, 10, "drelu");
+        f.ffn(list + 40, 31, "drelu");
+        f.finish(Y);
+        close(readY(nEmbd), want, 1e-5, `${typeName(type)} all neurons vs dense, nEmbd ${nEmbd}, threads ${pool.threads}`, mag);
+      }
+      // a run of bundles at a fixed stride equals the list form over the same bundles
+      const stride = Math.ceil((3 * L.rb) / 4096) * 4096;
+      const base = BUNDLE_REGION + 100 * stride;
+      for (let i = 0; i < 9; i++) mem().copyWithin(base + i * stride, L.addr[i], L.addr[i] + 3 * L.rb);
+      const runWant = refSparseFFN(type, mem(), all.slice(0, 9), xa, nEmbd, "silu");
+      for (const pool of pools) {
+        const f = sparse(pool, type, nEmbd);
+        f.prepare(X);
+        arena.f32(Y, nEmbd).fill(0);
+        f.ffnRun(base, stride, 9, "silu");
+        f.finish(Y);
+        close(readY(nEmbd), runWant.y, 1e-5, `${typeName(type)} run, nEmbd ${nEmbd}, threads ${pool.threads}`, runWant.magnitude);
+      }
+    }
+  }
+});
+
+test("each thread adds only into its own partial slot: slot s holds exactly the neurons of thread s", () => {
+  const pool = pools[1];
+  for (const type of TYPES) {
+    const nEmbd = 96;
+    const L = makeLayer(type, nEmbd, 21, 17 + type);
+    const x = gaussians(nEmbd, 23);
+    const xa = setX(type, x);
+    const f = sparse(pool, type, nEmbd);
+    const addrs = Array.from(L.addr);
+    f.prepare(X);
+    f.ffn(writeList(addrs), 21, "silu"); // per = 11: thread 0 takes 0..10, thread 1 takes 11..20
+    const slotBytes = partialBytes(nEmbd, 1);
+    for (const [s, part] of [[0, addrs.slice(0, 11)], [1, addrs.slice(11)]] as const) {
+      arena.f32(Y, nEmbd).fill(0);
+      k.sparse_sum_partials(Y, f.partials + s * slotBytes, 1, nEmbd, f.kernel.partialMode, 0, nEmbd);
+      const want = refSparseFFN(type, mem(), part, xa, nEmbd, "silu");
+      close(readY(nEmbd), want.y, 1e-5, `${typeName(type)} slot ${s}`, want.magnitude);
+    }
+    // the reduction cleared both slots
+    assert.ok(arena.f32(f.partials, (2 * slotBytes) / 4).every((v) => v === 0), "partial slots are zero after the reduction");
+    f.finish(Y); // nothing left to add; resets the slot count
+  }
+});
+
+test("descriptors: unsupported types and widths are refused by name", () => {
+  assert.throws(() => sparseKernel(GGMLType.Q5_0), /no sparse FFN kernel for weight type Q5_0/);
+  assert.throws(() => partialBytes(100, 2), /nEmbd 100 is not a positive multiple of 32/);
+  assert.throws(() => new SparseFFN(pools[0], arena, GGMLType.Q4_0, 4100), /nEmbd 4100/);
+  const f = new SparseFFN(pools[0], arena, GGMLType.Q4_0, 64);
+  assert.throws(() => f.ffn(LIST, 1, "relu"), /prepare\(x\) must come before/);
+});
