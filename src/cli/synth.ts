@@ -5,6 +5,11 @@ import { existsSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import {
+  ALPHA_MAX,
+  ALPHA_MIN,
+  SPARSITY_ALPHA_DEFAULT,
+  SPARSITY_MAX,
+  SPARSITY_MIN,
   synthesize,
   synthFileSize,
   SHAPE_SPECS,
@@ -21,6 +26,18 @@ const SPECS: FlagSpec[] = [
   { names: ["--shape"], key: "shape", type: "string", help: `model shape: ${SYNTH_SHAPES.map((s) => `${s} (${SHAPE_SPECS[s].like})`).join(", ")}`, default: "tiny" },
   { names: ["--act"], key: "act", type: "string", help: `FFN activation: ${SYNTH_ACTIVATIONS.join(", ")}`, default: "silu" },
   { names: ["--type"], key: "type", type: "string", help: `weight type: ${SYNTH_TYPES.join(", ")}`, default: "q4_0" },
+  {
+    names: ["--sparsity"],
+    key: "sparsity",
+    type: "float",
+    help: `plant activation sparsity (relu/drelu): share of FFN outputs that are exactly zero, ${SPARSITY_MIN}..${SPARSITY_MAX} (default: none, plain random weights)`,
+  },
+  {
+    names: ["--alpha"],
+    key: "alpha",
+    type: "float",
+    help: `power-law exponent of the per-neuron firing frequencies, ${ALPHA_MIN}..${ALPHA_MAX} (default ${SPARSITY_ALPHA_DEFAULT}; 0 = all neurons alike)`,
+  },
   { names: ["--seed", "-s"], key: "seed", type: "int", help: "random seed (same seed, same bytes)", default: 0 },
   { names: ["-o", "--output"], key: "out", type: "string", help: "output file (required)" },
   { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "no progress bar" },
@@ -82,7 +99,7 @@ export class ProgressBar {
 export async function main(argv: string[]): Promise<number> {
   const args = parseArgs(argv, SPECS);
   if (args.help) {
-    console.log(usage("synth --shape tiny|1b|7b|13b --act silu|relu|drelu --type f32|f16|q8_0|q4_0|q4_1 --seed N -o FILE", SUMMARY, SPECS));
+    console.log(usage("synth --shape tiny|1b|7b|13b --act silu|relu|drelu [--sparsity S [--alpha A]] --type f32|f16|q8_0|q4_0|q4_1 --seed N -o FILE", SUMMARY, SPECS));
     return 0;
   }
   if (args._.length > 0) throw new UsageError(`synth: unexpected argument "${args._[0]}" (the output file goes after -o)`);
@@ -92,14 +109,25 @@ export async function main(argv: string[]): Promise<number> {
   const seed = args.seed as number;
   if (!Number.isSafeInteger(seed) || seed < 0) throw new UsageError(`--seed must be a non-negative integer, got ${seed}`);
   if (typeof args.out !== "string" || args.out === "") throw new UsageError("synth: the output file is required (-o FILE)");
+  const sparsity = args.sparsity as number | undefined;
+  const alpha = args.alpha as number | undefined;
+  if (sparsity !== undefined) {
+    if (act === "silu") throw new UsageError("--sparsity needs --act relu or drelu (silu never outputs exact zeros)");
+    if (!(sparsity >= SPARSITY_MIN && sparsity <= SPARSITY_MAX)) throw new UsageError(`--sparsity must be between ${SPARSITY_MIN} and ${SPARSITY_MAX}, got ${sparsity}`);
+  }
+  if (alpha !== undefined) {
+    if (sparsity === undefined) throw new UsageError("--alpha shapes planted sparsity: give --sparsity too");
+    if (!(alpha >= ALPHA_MIN && alpha <= ALPHA_MAX)) throw new UsageError(`--alpha must be between ${ALPHA_MIN} and ${ALPHA_MAX}, got ${alpha}`);
+  }
   const out = resolve(args.out);
   const dir = dirname(out);
   if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`synth: output directory ${dir} does not exist`);
   if (existsSync(out) && statSync(out).isDirectory()) throw new UsageError(`synth: ${out} is a directory`);
 
-  const total = synthFileSize({ shape, act, type, seed });
+  const total = synthFileSize({ shape, act, type, seed, sparsity, alpha });
   const quiet = args.quiet === true;
-  if (!quiet) process.stderr.write(`synth: ${shape} (${SHAPE_SPECS[shape].like}), ${act}, ${type}, seed ${seed} -> ${out} (${(total / MB).toFixed(0)} MB)\n`);
+  const planted = sparsity === undefined ? "" : `, sparsity ${sparsity} (alpha ${alpha ?? SPARSITY_ALPHA_DEFAULT})`;
+  if (!quiet) process.stderr.write(`synth: ${shape} (${SHAPE_SPECS[shape].like}), ${act}${planted}, ${type}, seed ${seed} -> ${out} (${(total / MB).toFixed(0)} MB)\n`);
 
   // Ctrl-C deletes the partial file instead of leaving it behind.
   const controller = new AbortController();
@@ -110,7 +138,7 @@ export async function main(argv: string[]): Promise<number> {
   let dataTotal = 0;
   try {
     const r = await synthesize({
-      shape, act, type, seed, out,
+      shape, act, type, seed, out, sparsity, alpha,
       signal: controller.signal,
       onProgress: bar
         ? (p: SynthProgress) => {
@@ -124,6 +152,10 @@ export async function main(argv: string[]): Promise<number> {
       bar.done();
     }
     if (!quiet) process.stderr.write(`synth: wrote ${r.tensors} tensors, ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s\n`);
+    if (!quiet && r.predictedSparsity) {
+      const p = r.predictedSparsity;
+      process.stderr.write(`synth: planted sparsity ${Math.min(...p).toFixed(3)}..${Math.max(...p).toFixed(3)} per layer (by the generator's model; measure it by running the model)\n`);
+    }
     return 0;
   } catch (err) {
     bar?.done();

@@ -12,13 +12,16 @@
  *
  * Every tensor draws from its own random stream, seeded from (seed, tensor name), and is
  * produced in whole rows: a row of ffn_gate / ffn_up is one FFN neuron (ffn_down holds a neuron
- * per column). Activation sparsity is not planted yet; when it is, the per-neuron firing
- * frequency goes into the rows of ffn_gate (and up, for dReLU) through `rowFiller` below, without
- * disturbing the stream of any other tensor.
+ * per column).
+ *
+ * With `sparsity` (ReLU and dReLU models only) the weights are built so that a chosen share of
+ * FFN neurons outputs exactly zero, with per-neuron firing frequencies following a power law;
+ * see "Planted activation sparsity" below for the construction. Nothing in the file says which
+ * neuron fires: the zeros come out of the arithmetic of the weights.
  */
 import { GGMLType, typeTraits } from "../format/ggml-types.js";
 import { GGUFWriter, GGUFValueType } from "../format/gguf-writer.js";
-import { f16ToF32, f32ToF16 } from "../format/half.js";
+import { f16Table, f16ToF32, f32ToF16 } from "../format/half.js";
 import { buildSynthVocab } from "./synth-vocab.js";
 
 export type SynthShape = "tiny" | "1b" | "7b" | "13b";
@@ -98,6 +101,14 @@ export interface SynthOptions {
   overrides?: Partial<SynthShapeSpec>;
   /** fsync before the final rename (default true) */
   fsync?: boolean;
+  /**
+   * Planted activation sparsity (relu and drelu only): the mean share of FFN neurons whose
+   * output is exactly zero, per layer, in [SPARSITY_MIN, SPARSITY_MAX]. Omitted: plain random
+   * weights (a ReLU model then rests about half its neurons, with no hot ones).
+   */
+  sparsity?: number;
+  /** exponent of the firing-frequency power law (default SPARSITY_ALPHA_DEFAULT); needs `sparsity` */
+  alpha?: number;
 }
 
 export interface SynthResult {
@@ -106,6 +117,11 @@ export interface SynthResult {
   bytes: number;
   tensors: number;
   seconds: number;
+  /**
+   * With planted sparsity: the share of zero FFN outputs per layer that the generator's own model
+   * of the residual stream predicts (the real rate is measured by running the model).
+   */
+  predictedSparsity?: number[];
 }
 
 /** The tensor table of a synthetic model, in file order. */
@@ -216,6 +232,11 @@ const LEVEL_RMS: Partial<Record<GGMLType, number>> = {
 };
 
 const tableCache = new Map<string, Uint16Array>();
+/** Sparse models pick a scale per layer; a bound keeps a long-lived process from hoarding tables. */
+function cacheTable(key: string, t: Uint16Array): void {
+  if (tableCache.size >= 32) tableCache.clear();
+  tableCache.set(key, t);
+}
 
 /**
  * Block scales: |d| = std / LEVEL_RMS times a factor spread uniformly over [0.75, 1.25] (blocks
@@ -235,7 +256,7 @@ function scaleTable(type: GGMLType, std: number): Uint16Array {
     const sign = signed && (r & 1) === 1 ? -1 : 1;
     t[r] = f32ToF16(sign * base * factor);
   }
-  tableCache.set(key, t);
+  cacheTable(key, t);
   return t;
 }
 
@@ -247,7 +268,7 @@ function minTable(std: number): Uint16Array {
   const d = scaleTable(GGMLType.Q4_1, std);
   t = new Uint16Array(65536);
   for (let r = 0; r < 65536; r++) t[r] = f32ToF16(-7.5 * f16ToF32(d[r]));
-  tableCache.set(key, t);
+  cacheTable(key, t);
   return t;
 }
 
@@ -259,7 +280,7 @@ function f16ValueTable(std: number, centre: number): Uint16Array {
   t = new Uint16Array(65536);
   const a = std * Math.sqrt(3);
   for (let r = 0; r < 65536; r++) t[r] = f32ToF16(centre + ((r + 0.5) / 65536 * 2 - 1) * a);
-  tableCache.set(key, t);
+  cacheTable(key, t);
   return t;
 }
 
@@ -344,6 +365,18 @@ function validate(o: SynthOptions): SynthShapeSpec {
   if (!SYNTH_TYPES.includes(o.type)) throw new RangeError(`synthetic model: unknown type ${JSON.stringify(o.type)} (expected ${SYNTH_TYPES.join(", ")})`);
   if (!Number.isSafeInteger(o.seed) || o.seed < 0) throw new RangeError(`synthetic model: seed must be a non-negative integer, got ${o.seed}`);
   if (typeof o.out !== "string" || o.out === "") throw new RangeError("synthetic model: no output path");
+  if (o.sparsity !== undefined) {
+    if (o.act === "silu") throw new RangeError("synthetic model: planted sparsity needs a ReLU-family activation (relu or drelu); silu never outputs exact zeros");
+    if (typeof o.sparsity !== "number" || !(o.sparsity >= SPARSITY_MIN && o.sparsity <= SPARSITY_MAX)) {
+      throw new RangeError(`synthetic model: sparsity must be a number in [${SPARSITY_MIN}, ${SPARSITY_MAX}], got ${o.sparsity}`);
+    }
+  }
+  if (o.alpha !== undefined) {
+    if (o.sparsity === undefined) throw new RangeError("synthetic model: alpha shapes the firing frequencies of planted sparsity; give a sparsity too");
+    if (typeof o.alpha !== "number" || !(o.alpha >= ALPHA_MIN && o.alpha <= ALPHA_MAX)) {
+      throw new RangeError(`synthetic model: alpha must be a number in [${ALPHA_MIN}, ${ALPHA_MAX}], got ${o.alpha}`);
+    }
+  }
   const spec = { ...SHAPE_SPECS[o.shape], ...(o.overrides ?? {}) };
   checkSpec(spec, o.type);
   return spec;
@@ -354,7 +387,8 @@ function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): vo
   const U32 = GGUFValueType.UINT32;
   const F32 = GGUFValueType.FLOAT32;
   w.setMetadata("general.architecture", "llama");
-  w.setMetadata("general.name", `synthetic-${o.shape}-${o.act}-${o.type}-seed${o.seed} (random weights shaped like ${spec.like}; not a trained model)`);
+  const planted = o.sparsity !== undefined ? `-sparsity${o.sparsity}` : "";
+  w.setMetadata("general.name", `synthetic-${o.shape}-${o.act}${planted}-${o.type}-seed${o.seed} (random weights shaped like ${spec.like}; not a trained model)`);
   w.setMetadata("general.file_type", FILE_TYPE[o.type], U32);
   if (o.type !== "f32" && o.type !== "f16") w.setMetadata("general.quantization_version", 2, U32);
   w.setMetadata("llama.context_length", spec.context, U32);
@@ -371,6 +405,11 @@ function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): vo
   // Provenance, so tools can tell a synthetic file from a real one and rebuild it.
   w.setMetadata("synth.shape", o.shape);
   w.setMetadata("synth.seed", BigInt(o.seed), GGUFValueType.UINT64);
+  // For display and for rebuilding the file only: the engine must find the zeros by computing.
+  if (o.sparsity !== undefined) {
+    w.setMetadata("synth.sparsity", o.sparsity, F32);
+    w.setMetadata("synth.alpha", o.alpha ?? SPARSITY_ALPHA_DEFAULT, F32);
+  }
   const vocab = buildSynthVocab(spec.vocab);
   w.setMetadata("tokenizer.ggml.model", "llama");
   w.setMetadata("tokenizer.ggml.tokens", vocab.tokens, GGUFValueType.STRING);
@@ -402,6 +441,7 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
   writeMetadata(w, o, spec);
   for (const r of recipes) w.addTensor(r.name, r.dims, r.type);
   const totalBytes = w.dataBytes;
+  const planter = o.sparsity !== undefined ? new SparsityPlanter(spec, o.type, o.act, o.seed, o.sparsity, o.alpha ?? SPARSITY_ALPHA_DEFAULT) : undefined;
 
   // Two buffers: one is filled while the other is on its way to disk.
   const bufs = [new ArrayBuffer(CHUNK_BYTES + 8), new ArrayBuffer(CHUNK_BYTES + 8)];
@@ -414,7 +454,8 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
       const rowBytes = r.bytes / rows;
       // Whole rows per chunk (a row is a neuron), at least one.
       const rowsPerChunk = Math.max(1, Math.floor(CHUNK_BYTES / rowBytes));
-      const fill = rowFiller(r, new SynthStream(o.seed, r.name));
+      const stream = new SynthStream(o.seed, r.name);
+      const fill = planter ? planter.filler(r, stream) : rowFiller(r, stream);
       const sink = await w.tensorSink(r.name);
       let pending: Promise<void> | undefined;
       for (let row = 0, k = 0; row < rows; row += rowsPerChunk, k++) {
@@ -439,5 +480,734 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
   } finally {
     o.signal?.removeEventListener("abort", onAbort);
   }
-  return { path: o.out, bytes: w.totalBytes, tensors: recipes.length, seconds: (performance.now() - start) / 1000 };
+  const result: SynthResult = { path: o.out, bytes: w.totalBytes, tensors: recipes.length, seconds: (performance.now() - start) / 1000 };
+  if (planter) result.predictedSparsity = planter.predicted.slice();
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Planted activation sparsity
+//
+// The construction. Residual dimension 0 carries a large constant C: every token embedding has
+// C there (and zeros in dimensions 1..31, the rest of its first quant block, so that C fits any
+// block type exactly), and row 0 of every attn_output and ffn_down is zero, so no layer changes
+// it. Column 0 of every matrix that reads the normalized residual (attn_q/k/v, output, and
+// ffn_up under relu) is zero, so the constant reaches only ffn_gate (and ffn_up under drelu).
+// RMSNorm multiplies the whole residual by one positive number per token, which cannot change
+// a sign: neuron i fires exactly when  W[i,0] w0 C + sum_{j>0} W[i,j] w_j x_j > 0,  x being the
+// raw residual and w the ffn_norm weights. The sum is a random projection of the residual, close
+// to Gaussian across tokens with mean mu_i and deviation sigma_i, so W[i,0] = (sigma_i z_i -
+// mu_i) / (w0 C) with z_i = PhiInverse(p_i) makes the neuron fire with probability p_i. Under
+// dReLU the up row gets the same kind of bias, and the two events (nearly independent: the rows
+// are independent random vectors) each have probability sqrt(p_i).
+//
+// sigma_i and mu_i come from the generated row itself (after quantization: the bias is written
+// into the row's first block with a scale chosen so that it is exact) and from a running model
+// of the residual stream: its per-dimension variance v_j and, under dReLU (whose outputs are
+// never negative), its mean m_j. Both are known in closed form because the generator chooses
+// the scales: each FFN adds variance G/L per dimension (ffn_down's scale is set from the
+// Gaussian moments of the planned activations), attention adds a quarter of that at position 0
+// and, averaging over ever more positions, next to nothing later. The dReLU mean is pushed
+// through the actual generated ffn_down rows; in attn_v and output, element 0 cancels it (so
+// attention carries no constant and the logits have no fixed favourites). So the residual's
+// variance grows from 1 to 1 + G over the depth whatever the shape, which keeps 40 layers finite.
+//
+// Frequencies: the neuron of rank r fires with probability c (r+1)^-alpha, clamped to
+// [FIRING_FLOOR, FIRING_CAP], c chosen so the mean is 1 - sparsity; ranks are dealt to neuron
+// indices by a seeded shuffle per layer, so hot neurons are scattered across the matrix.
+
+export const SPARSITY_MIN = 0.1;
+export const SPARSITY_MAX = 0.99;
+export const ALPHA_MIN = 0;
+export const ALPHA_MAX = 4;
+/** Like measured ReLU LLMs: the top 10% of neurons give about half the firings at sparsity 0.9. */
+export const SPARSITY_ALPHA_DEFAULT = 1;
+/** Even the hottest neuron of a real ReLU model rests sometimes. */
+export const FIRING_CAP = 0.95;
+/** Keeps the biases bounded (|z| < 3.8) when alpha is large. */
+export const FIRING_FLOOR = 1e-4;
+
+/** Residual dimension 0 is the constant; 1..RESERVED-1 share its quant block and start at zero. */
+const RESERVED = 32;
+/** Residual variance added by all the FFNs together (the embeddings bring 1). */
+const GROWTH = 2;
+/** Attention's variance at position 0, relative to an FFN's. */
+const ATTN_SHARE = 0.25;
+/** C^2 relative to the embedding's summed variance: enough to make the biases ordinary-sized weights. */
+const KAPPA = 2;
+
+// Normal distribution.
+
+/** Complementary error function, accurate to ~1e-11 relative in the range used here. */
+function erfc(x: number): number {
+  if (x < 0) return 2 - erfc(-x);
+  if (x < 3) {
+    // erf(x) = 2/sqrt(pi) e^(-x^2) sum_n 2^n x^(2n+1) / (1*3*...*(2n+1)): positive terms only
+    let term = x;
+    let sum = x;
+    for (let n = 1; n < 300 && term > 1e-17 * sum; n++) {
+      term *= (2 * x * x) / (2 * n + 1);
+      sum += term;
+    }
+    return 1 - (2 / Math.sqrt(Math.PI)) * Math.exp(-x * x) * sum;
+  }
+  // continued fraction e^(-x^2)/sqrt(pi) / (x + (1/2)/(x + 1/(x + (3/2)/(x + ...)))), from the tail
+  let f = x;
+  for (let k = 80; k >= 1; k--) f = x + k / 2 / f;
+  return Math.exp(-x * x) / Math.sqrt(Math.PI) / f;
+}
+
+export function normCdf(z: number): number {
+  return 0.5 * erfc(-z / Math.SQRT2);
+}
+
+export function normPdf(z: number): number {
+  return Math.exp(-0.5 * z * z) / Math.sqrt(2 * Math.PI);
+}
+
+/** PhiInverse(p): Newton steps inside a shrinking bracket. */
+export function normQuantile(p: number): number {
+  if (!(p > 0 && p < 1)) throw new RangeError(`normal quantile: p must be in (0, 1), got ${p}`);
+  let lo = -40;
+  let hi = 40;
+  let z = 0;
+  for (let it = 0; it < 200; it++) {
+    const f = normCdf(z) - p;
+    if (f > 0) hi = z;
+    else lo = z;
+    let nz = z - f / normPdf(z);
+    if (!(nz > lo && nz < hi)) nz = (lo + hi) / 2;
+    if (Math.abs(nz - z) < 1e-12) return nz;
+    z = nz;
+  }
+  return z;
+}
+
+/** E[relu(X)] / s and E[relu(X)^2] / s^2 for X ~ N(z s, s^2). */
+function reluMoments(z: number): [number, number] {
+  const P = normCdf(z);
+  const q = normPdf(z);
+  return [z * P + q, (z * z + 1) * P + z * q];
+}
+
+// Frequencies.
+
+const lawCache = new Map<string, Float64Array>();
+
+/**
+ * Firing probability of the neuron of each rank (descending): c (r+1)^-alpha clamped to
+ * [FIRING_FLOOR, FIRING_CAP], with c set so the mean is 1 - sparsity.
+ */
+export function powerLawFrequencies(n: number, sparsity: number, alpha: number): Float64Array {
+  const key = `${n}:${sparsity}:${alpha}`;
+  const hit = lawCache.get(key);
+  if (hit) return hit;
+  const target = 1 - sparsity;
+  if (!(target > FIRING_FLOOR && target < FIRING_CAP)) throw new RangeError(`firing frequencies: mean ${target} is outside (${FIRING_FLOOR}, ${FIRING_CAP})`);
+  const base = new Float64Array(n);
+  for (let r = 0; r < n; r++) base[r] = Math.pow(r + 1, -alpha);
+  const p = new Float64Array(n);
+  const fill = (logc: number) => {
+    const c = Math.exp(logc);
+    let s = 0;
+    for (let r = 0; r < n; r++) s += p[r] = Math.min(FIRING_CAP, Math.max(FIRING_FLOOR, c * base[r]));
+    return s / n;
+  };
+  // the mean is non-decreasing in c: bisect on log c
+  let lo = -80;
+  let hi = 80;
+  for (let it = 0; it < 200; it++) {
+    const mid = (lo + hi) / 2;
+    if (fill(mid) < target) lo = mid;
+    else hi = mid;
+  }
+  fill((lo + hi) / 2);
+  if (lawCache.size >= 16) lawCache.clear();
+  lawCache.set(key, p);
+  return p;
+}
+
+/** Seeded shuffle: order[r] is the neuron index that gets rank r in layer `layer`. */
+function neuronOrder(seed: number, layer: number, n: number): Uint32Array {
+  const order = new Uint32Array(n);
+  for (let i = 0; i < n; i++) order[i] = i;
+  const words = new Uint32Array(n);
+  fillRandom(new SynthStream(seed, `synth.neuron_order.${layer}`), words, n);
+  for (let i = n - 1; i > 0; i--) {
+    const j = Math.floor((words[i] / 4294967296) * (i + 1));
+    const t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  return order;
+}
+
+/**
+ * The firing probability planted in each neuron (by index) of one layer: what a profile of the
+ * model on varied input should find, up to the accuracy of the construction. For tests and
+ * reports; the engine never sees it.
+ */
+export function plannedFiring(seed: number, layer: number, ffn: number, sparsity: number, alpha = SPARSITY_ALPHA_DEFAULT): Float64Array {
+  const law = powerLawFrequencies(ffn, sparsity, alpha);
+  const order = neuronOrder(seed, layer, ffn);
+  const p = new Float64Array(ffn);
+  for (let r = 0; r < ffn; r++) p[order[r]] = law[r];
+  return p;
+}
+
+// Row arithmetic on generated blocks.
+
+const F16 = f16Table;
+
+/**
+ * out[0] = sum omega_j W_j^2 and out[1] = sum nu_j W_j over elements [from, rowLen) of the row
+ * at b[off..] (from: a multiple of the block size).
+ */
+function rowMoments(type: GGMLType, b: Uint8Array, off: number, rowLen: number, from: number, omega: Float64Array, nu: Float64Array, out: Float64Array): void {
+  let s2 = 0;
+  let s1 = 0;
+  switch (type) {
+    case GGMLType.F32: {
+      const f = new Float32Array(b.buffer, b.byteOffset + off, rowLen);
+      for (let j = from; j < rowLen; j++) {
+        const x = f[j];
+        s2 += omega[j] * x * x;
+        s1 += nu[j] * x;
+      }
+      break;
+    }
+    case GGMLType.F16: {
+      const h = new Uint16Array(b.buffer, b.byteOffset + off, rowLen);
+      for (let j = from; j < rowLen; j++) {
+        const x = F16[h[j]];
+        s2 += omega[j] * x * x;
+        s1 += nu[j] * x;
+      }
+      break;
+    }
+    case GGMLType.Q8_0: {
+      for (let e = from, o = off + (from >> 5) * 34; e < rowLen; e += 32, o += 34) {
+        const d = F16[b[o] | (b[o + 1] << 8)];
+        let a2 = 0;
+        let a1 = 0;
+        for (let j = 0; j < 32; j++) {
+          const q = (b[o + 2 + j] << 24) >> 24;
+          a2 += omega[e + j] * q * q;
+          a1 += nu[e + j] * q;
+        }
+        s2 += a2 * d * d;
+        s1 += a1 * d;
+      }
+      break;
+    }
+    case GGMLType.Q4_0: {
+      for (let e = from, o = off + (from >> 5) * 18; e < rowLen; e += 32, o += 18) {
+        const d = F16[b[o] | (b[o + 1] << 8)];
+        let a2 = 0;
+        let a1 = 0;
+        for (let j = 0; j < 16; j++) {
+          const byte = b[o + 2 + j];
+          const lo = (byte & 15) - 8;
+          const hi = (byte >>> 4) - 8;
+          a2 += omega[e + j] * lo * lo + omega[e + j + 16] * hi * hi;
+          a1 += nu[e + j] * lo + nu[e + j + 16] * hi;
+        }
+        s2 += a2 * d * d;
+        s1 += a1 * d;
+      }
+      break;
+    }
+    case GGMLType.Q4_1: {
+      // (n d + m)^2 = n^2 d^2 + 2 n d m + m^2, summed per block
+      for (let e = from, o = off + (from >> 5) * 20; e < rowLen; e += 32, o += 20) {
+        const d = F16[b[o] | (b[o + 1] << 8)];
+        const m = F16[b[o + 2] | (b[o + 3] << 8)];
+        let wnn = 0, wn = 0, w = 0, vn = 0, v = 0;
+        for (let j = 0; j < 16; j++) {
+          const byte = b[o + 4 + j];
+          const lo = byte & 15;
+          const hi = byte >>> 4;
+          const w0 = omega[e + j];
+          const w1 = omega[e + j + 16];
+          wnn += w0 * lo * lo + w1 * hi * hi;
+          wn += w0 * lo + w1 * hi;
+          w += w0 + w1;
+          vn += nu[e + j] * lo + nu[e + j + 16] * hi;
+          v += nu[e + j] + nu[e + j + 16];
+        }
+        s2 += wnn * d * d + 2 * wn * d * m + w * m * m;
+        s1 += vn * d + v * m;
+      }
+      break;
+    }
+    default:
+      throw new RangeError(`synthetic model: no sparse planting for type ${typeTraits(type)?.name ?? type}`);
+  }
+  out[0] = s2;
+  out[1] = s1;
+}
+
+/**
+ * Quantized rows whose element 0 needs a chosen value get their first block rewritten as
+ * value_j = L_j d with d > 0 and integer levels L_j: element 0 takes level L0, the other 31 keep
+ * the random levels already drawn (the level that would unbalance them, -8 or -128, is mapped
+ * to 0, so they are symmetric). Q4_1 stores m = -8 d, which f16 holds exactly.
+ */
+interface BlockLevels {
+  /** the block's drawn scale, as a size for the new one */
+  dNom: number;
+  levels: Int32Array;
+  /** largest |L0| for a positive / negative value */
+  maxPos: number;
+  maxNeg: number;
+}
+
+function readBlock0(type: GGMLType, b: Uint8Array, o: number, out: BlockLevels): void {
+  const L = out.levels;
+  switch (type) {
+    case GGMLType.Q8_0:
+      out.dNom = Math.abs(F16[b[o] | (b[o + 1] << 8)]);
+      for (let j = 1; j < 32; j++) {
+        const q = (b[o + 2 + j] << 24) >> 24;
+        L[j] = q === -128 ? 0 : q;
+      }
+      out.maxPos = 127;
+      out.maxNeg = 127;
+      break;
+    case GGMLType.Q4_0:
+    case GGMLType.Q4_1: {
+      const qs = o + (type === GGMLType.Q4_0 ? 2 : 4);
+      out.dNom = Math.abs(F16[b[o] | (b[o + 1] << 8)]);
+      for (let j = 1; j < 32; j++) {
+        const n = j < 16 ? b[qs + j] & 15 : b[qs + j - 16] >>> 4;
+        L[j] = n === 0 ? 0 : n - 8;
+      }
+      out.maxPos = 7;
+      out.maxNeg = 8;
+      break;
+    }
+    default:
+      throw new RangeError(`synthetic model: no sparse planting for type ${typeTraits(type)?.name ?? type}`);
+  }
+  L[0] = 0;
+}
+
+/** Write levels (L[0] included) with scale d >= 0; returns the stored (f16-rounded) scale. */
+function writeBlock0(type: GGMLType, b: Uint8Array, o: number, d: number, L: Int32Array): number {
+  const dh = f32ToF16(d);
+  b[o] = dh & 0xff;
+  b[o + 1] = dh >>> 8;
+  switch (type) {
+    case GGMLType.Q8_0:
+      for (let j = 0; j < 32; j++) b[o + 2 + j] = L[j] & 0xff;
+      break;
+    case GGMLType.Q4_0:
+    case GGMLType.Q4_1: {
+      let qs = o + 2;
+      if (type === GGMLType.Q4_1) {
+        const mh = f32ToF16(-8 * F16[dh]);
+        b[o + 2] = mh & 0xff;
+        b[o + 3] = mh >>> 8;
+        qs = o + 4;
+      }
+      for (let j = 0; j < 16; j++) b[qs + j] = (L[j] + 8) | ((L[j + 16] + 8) << 4);
+      break;
+    }
+  }
+  return F16[dh];
+}
+
+/**
+ * Level L0 and scale d > 0 for a rewritten block 0 such that the row's dot product with the raw
+ * residual has mean/deviation z:  L0 d wc + muR + d M0 = z sqrt(R + d^2 Q0),  where R, muR are
+ * the variance and mean contributed by blocks 1.., and d^2 Q0, d M0 those of the block's other
+ * 31 values (which scale with d). For each level this is a quadratic in d; of all levels' roots
+ * the one with d nearest the drawn scale wins, so the block stays an ordinary block wherever
+ * possible. The other 31 levels may also be negated (s = -1: as random as before, and a large
+ * residual mean can then help the bias instead of fighting it) or, when nothing else works,
+ * zeroed (s = 0: then a root always exists). Returns [L0, d, s].
+ */
+function solveBlock0(z: number, R: number, muR: number, Q0: number, M0: number, wc: number, bl: BlockLevels): [level: number, d: number, s: number] {
+  // nothing to offset: the level-0 element with the drawn scale is exact
+  if (z === 0 && muR === 0) return M0 === 0 ? [0, bl.dNom, 1] : [0, bl.dNom, 0];
+  let bestL = 0;
+  let bestD = 0;
+  let bestS = 1;
+  let bestCost = Infinity;
+  for (const s of [1, -1, 0]) {
+    if (s === 0 && bestCost < Infinity) break;
+    const q0 = s === 0 ? 0 : Q0;
+    const m0 = s * M0;
+    const consider = (L: number, d: number) => {
+      if (!(d > 0) || !Number.isFinite(d)) return;
+      const lhs = (L * wc + m0) * d + muR;
+      // roots of the squared equation must have the sign of z
+      if (z === 0 ? Math.abs(lhs) > 1e-9 * Math.abs(muR) : lhs * z <= 0) return;
+      const cost = Math.abs(Math.log(d / bl.dNom));
+      if (cost < bestCost) {
+        bestCost = cost;
+        bestL = L;
+        bestD = d;
+        bestS = s;
+      }
+    };
+    for (let L = -bl.maxNeg; L <= bl.maxPos; L++) {
+      if (L === 0 && (z !== 0 || s === 0)) continue;
+      const A = L * wc + m0;
+      if (z === 0) {
+        consider(L, -muR / A);
+        continue;
+      }
+      // (A d + muR)^2 = z^2 (R + d^2 q0)
+      const a = A * A - z * z * q0;
+      const b = 2 * A * muR;
+      const c = muR * muR - z * z * R;
+      if (Math.abs(a) < 1e-12 * A * A) {
+        consider(L, -c / b);
+        continue;
+      }
+      const disc = b * b - 4 * a * c;
+      if (disc < 0) continue;
+      const sq = Math.sqrt(disc);
+      const qq = -0.5 * (b + (b >= 0 ? sq : -sq)); // the numerically stable pair of roots
+      consider(L, qq / a);
+      if (qq !== 0) consider(L, c / qq);
+    }
+  }
+  if (bestCost === Infinity) throw new Error(`synthetic model: no block scale puts the planted bias into a row (z ${z}, wc ${wc}); this is a bug in the generator`);
+  return [bestL, bestD, bestS];
+}
+
+/** The ggml-order dims and kind of a tensor decide what the planter does with each of its rows. */
+class SparsityPlanter {
+  readonly predicted: number[] = [];
+  private readonly d: number;
+  private readonly ffn: number;
+  private readonly type: GGMLType;
+  private readonly quantized: boolean;
+  /** E[(value / std)^2] of generated weights: block scales vary by a uniform factor in [0.75, 1.25] */
+  private readonly ef2: number;
+  private readonly drelu: boolean;
+  private readonly C: number;
+  private readonly dF: number;
+  private readonly dA: number;
+  /** residual variance per dimension, and (dReLU) mean; index 0 (the constant) unused */
+  private readonly v: Float64Array;
+  private readonly m: Float64Array;
+  private attnNorm = new Float32Array(0);
+  private ffnNorm = new Float32Array(0);
+  private outNorm = new Float32Array(0);
+  private kNorm = 1;
+  private readonly omega: Float64Array;
+  private readonly nu: Float64Array;
+  private readonly zeroW: Float64Array;
+  // per neuron of the current layer
+  private zGate = new Float64Array(0);
+  private zUp = new Float64Array(0);
+  private readonly sg: Float64Array;
+  private readonly zg: Float64Array;
+  private readonly su: Float64Array;
+  private readonly zu: Float64Array;
+  private readonly eh: Float64Array;
+  // means in flight (dReLU)
+  private readonly addMean: Float64Array;
+  private pending: "none" | "attn" | "ffn" = "none";
+  private readonly mom = new Float64Array(2);
+  private readonly bl: BlockLevels = { dNom: 0, levels: new Int32Array(32), maxPos: 0, maxNeg: 0 };
+
+  constructor(
+    private readonly spec: SynthShapeSpec,
+    synthType: SynthType,
+    act: SynthActivation,
+    private readonly seed: number,
+    private readonly sparsity: number,
+    private readonly alpha: number,
+  ) {
+    const d = (this.d = spec.dim);
+    this.ffn = spec.ffn;
+    this.type = GGML_TYPE[synthType];
+    this.quantized = synthType !== "f32" && synthType !== "f16";
+    this.ef2 = this.quantized ? 1 + 1 / 48 : 1;
+    this.drelu = act === "drelu";
+    if (d <= RESERVED) throw new RangeError(`synthetic model: planted sparsity needs dim > ${RESERVED}, got ${d}`);
+    this.dF = GROWTH / spec.layers;
+    this.dA = ATTN_SHARE * this.dF;
+    this.v = new Float64Array(d);
+    for (let j = RESERVED; j < d; j++) this.v[j] = this.ef2; // token embeddings: std 1
+    this.m = new Float64Array(d);
+    this.C = this.constantValue(Math.sqrt(KAPPA * (d - RESERVED)));
+    this.omega = new Float64Array(d);
+    this.nu = new Float64Array(d);
+    this.zeroW = new Float64Array(Math.max(d, spec.ffn, spec.vocab));
+    const f = spec.ffn;
+    this.sg = new Float64Array(f);
+    this.zg = new Float64Array(f);
+    this.su = new Float64Array(f);
+    this.zu = new Float64Array(f);
+    this.eh = new Float64Array(f);
+    this.addMean = new Float64Array(d);
+  }
+
+  /** The constant as the file will hold it (what dequantization gives back). */
+  private constantValue(c: number): number {
+    switch (this.type) {
+      case GGMLType.F32: return Math.fround(c);
+      case GGMLType.F16: return F16[f32ToF16(c)];
+      case GGMLType.Q8_0: return 127 * F16[f32ToF16(c / 127)];
+      default: return 7 * F16[f32ToF16(c / 7)]; // Q4_0, Q4_1: level 7
+    }
+  }
+
+  /** 1 / RMS of the residual: the factor RMSNorm applies, the same for nearly every token. */
+  private normFactor(): number {
+    let s = this.C * this.C;
+    for (let j = 1; j < this.d; j++) s += this.v[j] + this.m[j] * this.m[j];
+    return 1 / Math.sqrt(s / this.d + this.spec.rmsEps);
+  }
+
+  /** sum_j w_j^2 v_j over the varying dimensions */
+  private weightedVar(w: Float32Array): number {
+    let s = 0;
+    for (let j = 1; j < this.d; j++) s += w[j] * w[j] * this.v[j];
+    return s;
+  }
+
+  private finishAttention(): void {
+    // V's mean is cancelled (see filler), so attention moves no mean. Its variance is not added: past position ~10 it averages many values and adds
+    // almost none; the first positions fire a little more often than planned.
+    this.pending = "none";
+  }
+
+  private finishFfn(): void {
+    for (let j = 1; j < this.d; j++) this.v[j] += this.dF;
+    if (this.drelu) for (let j = 1; j < this.d; j++) this.m[j] += this.addMean[j];
+    this.pending = "none";
+  }
+
+  /** Set up for a tensor; returns the standard deviation its values get. */
+  private begin(r: TensorRecipe): number {
+    const d = this.d;
+    switch (r.kind) {
+      case "norm":
+        // a norm follows the block whose effect on the residual is now complete
+        if (this.pending === "ffn") this.finishFfn();
+        else if (this.pending === "attn") this.finishAttention();
+        return r.std;
+      case "attn_output": {
+        // variance of one value of V at position 0, where attention returns it unchanged
+        const k = this.normFactor();
+        const varV = (this.ef2 / d) * k * k * this.weightedVar(this.attnNorm); // attn_v's std is 1/sqrt(dim)
+        this.pending = "attn";
+        return Math.sqrt(this.dA / (this.ef2 * d * varV));
+      }
+      case "ffn_gate": {
+        this.kNorm = this.normFactor();
+        const w = this.ffnNorm;
+        for (let j = 1; j < d; j++) {
+          this.omega[j] = w[j] * w[j] * this.v[j];
+          this.nu[j] = w[j] * this.m[j];
+        }
+        const p = plannedFiring(this.seed, r.layer, this.ffn, this.sparsity, this.alpha);
+        this.zGate = new Float64Array(this.ffn);
+        this.zUp = new Float64Array(this.ffn);
+        for (let i = 0; i < this.ffn; i++) {
+          // dReLU: gate and up each fire with probability sqrt(p)
+          const pg = this.drelu ? Math.sqrt(p[i]) : p[i];
+          this.zGate[i] = quantileCached(pg);
+          this.zUp[i] = this.drelu ? this.zGate[i] : 0;
+        }
+        return r.std;
+      }
+      case "ffn_down": {
+        // Gaussian moments of each neuron's output, in the units RMSNorm leaves
+        const k2 = this.kNorm * this.kNorm;
+        let sumVar = 0;
+        let zeros = 0;
+        for (let i = 0; i < this.ffn; i++) {
+          const [g1, g2] = reluMoments(this.zg[i]);
+          const sg = this.sg[i];
+          const su = this.su[i];
+          let e1: number, e2: number;
+          if (this.drelu) {
+            const [u1, u2] = reluMoments(this.zu[i]);
+            e1 = k2 * sg * su * g1 * u1;
+            e2 = k2 * k2 * sg * sg * su * su * g2 * u2;
+            zeros += 1 - normCdf(this.zg[i]) * normCdf(this.zu[i]);
+          } else {
+            // up has no bias here: zu holds its mean over its deviation
+            const mu = this.zu[i] * su;
+            e1 = k2 * sg * g1 * mu;
+            e2 = k2 * k2 * sg * sg * g2 * (su * su + mu * mu);
+            zeros += 1 - normCdf(this.zg[i]);
+          }
+          this.eh[i] = e1;
+          sumVar += e2 - e1 * e1;
+        }
+        this.predicted.push(zeros / this.ffn);
+        this.addMean.fill(0);
+        this.pending = "ffn";
+        return Math.sqrt(this.dF / (this.ef2 * sumVar));
+      }
+      case "output": {
+        if (this.pending === "ffn") this.finishFfn();
+        const k = this.normFactor();
+        return 2 / Math.sqrt(this.ef2 * k * k * this.weightedVar(this.outNorm));
+      }
+      default:
+        return r.std;
+    }
+  }
+
+  /** The row generator for a tensor of the sparse model. */
+  filler(r: TensorRecipe, stream: SynthStream): RowFiller {
+    const std = this.begin(r);
+    const base = rowFiller(std === r.std ? r : { ...r, std }, stream);
+    const rowLen = r.dims[0];
+    const tr = typeTraits(r.type)!;
+    const rowBytes = (rowLen / tr.blockSize) * tr.typeSize;
+    let row = 0;
+    let each: (b: Uint8Array, off: number, row: number) => void;
+    const wcF = this.ffnNorm.length ? this.ffnNorm[0] * this.C : 1;
+    switch (r.kind) {
+      case "norm": {
+        const which = r.name.endsWith("attn_norm.weight") ? "attnNorm" : r.name.endsWith("ffn_norm.weight") ? "ffnNorm" : "outNorm";
+        each = (b, off) => {
+          this[which] = new Float32Array(rowLen);
+          this[which].set(new Float32Array(b.buffer, b.byteOffset + off, rowLen));
+        };
+        break;
+      }
+      case "embed":
+        each = (b, off) => this.writeEmbedding(b, off);
+        break;
+      case "attn_q":
+      case "attn_k":
+        each = (b, off) => this.plantElement0(b, off, rowLen, null, this.zeroW, this.zeroW, 1);
+        break;
+      case "attn_v":
+      case "output": {
+        // Under dReLU the residual has a mean (outputs are never negative); element 0 then
+        // cancels its share in V (attention passes no constant on) and in the logits (no fixed
+        // favourite tokens). Under ReLU the mean is zero and element 0 is zero.
+        const norm = r.kind === "attn_v" ? this.attnNorm : this.outNorm;
+        const nu = new Float64Array(rowLen);
+        for (let j = 1; j < rowLen; j++) nu[j] = norm[j] * this.m[j];
+        const wc = norm[0] * this.C;
+        each = (b, off) => this.plantElement0(b, off, rowLen, this.drelu ? 0 : null, this.zeroW, nu, wc);
+        break;
+      }
+      case "attn_output":
+        each = (b, off, j) => {
+          if (j === 0) b.fill(0, off, off + rowBytes); // nothing may move the constant
+        };
+        break;
+      case "ffn_down":
+        each = (b, off, j) => {
+          if (j === 0) b.fill(0, off, off + rowBytes);
+          else if (this.drelu) {
+            rowMoments(this.type, b, off, rowLen, 0, this.zeroW, this.eh, this.mom);
+            this.addMean[j] = this.mom[1];
+          }
+        };
+        break;
+      case "ffn_gate":
+        each = (b, off, i) => {
+          const [sigma, z] = this.plantElement0(b, off, rowLen, this.zGate[i], this.omega, this.nu, wcF);
+          this.sg[i] = sigma;
+          this.zg[i] = z;
+        };
+        break;
+      case "ffn_up":
+        each = (b, off, i) => {
+          const [sigma, z] = this.plantElement0(b, off, rowLen, this.drelu ? this.zUp[i] : null, this.omega, this.nu, wcF);
+          this.su[i] = sigma;
+          this.zu[i] = z;
+        };
+        break;
+      default:
+        throw new RangeError(`synthetic model: no sparse recipe for ${r.name}`);
+    }
+    return (dst, words, rows) => {
+      base(dst, words, rows);
+      for (let k = 0; k < rows; k++, row++) each(dst, k * rowBytes, row);
+    };
+  }
+
+  /** Token embedding row: the constant in dimension 0, zeros in the rest of its block. */
+  private writeEmbedding(b: Uint8Array, off: number): void {
+    switch (this.type) {
+      case GGMLType.F32:
+        new Float32Array(b.buffer, b.byteOffset + off, RESERVED).fill(0)[0] = this.C;
+        return;
+      case GGMLType.F16:
+        new Uint16Array(b.buffer, b.byteOffset + off, RESERVED).fill(0)[0] = f32ToF16(this.C);
+        return;
+      default: {
+        const L = this.bl.levels;
+        L.fill(0);
+        L[0] = this.type === GGMLType.Q8_0 ? 127 : 7;
+        writeBlock0(this.type, b, off, this.C / L[0], L);
+      }
+    }
+  }
+
+  /**
+   * Set element 0 of a row that reads the normalized residual: to 0 (z null), or to the bias that
+   * makes the row's dot product positive with probability Phi(z) (z = 0 with a mean: the bias
+   * that cancels the mean). wc: what element 0 is multiplied by, in raw residual units (the
+   * norm weight of dimension 0 times C). Returns the deviation of the
+   * rest of the dot product (raw residual units) and the bias-plus-mean over it (the z reached,
+   * or for z null the mean's share).
+   */
+  private plantElement0(b: Uint8Array, off: number, rowLen: number, z: number | null, omega: Float64Array, nu: Float64Array, wc: number): [number, number] {
+    const mom = this.mom;
+    if (!this.quantized) {
+      rowMoments(this.type, b, off, rowLen, 1, omega, nu, mom);
+      const sigma = Math.sqrt(mom[0]);
+      const mu = mom[1];
+      const target = z === null ? 0 : (z * sigma - mu) / wc;
+      let value: number;
+      if (this.type === GGMLType.F32) value = new Float32Array(b.buffer, b.byteOffset + off, 1)[0] = target;
+      else {
+        const h = f32ToF16(target);
+        new Uint16Array(b.buffer, b.byteOffset + off, 1)[0] = h;
+        value = F16[h];
+      }
+      return [sigma, sigma > 0 ? (value * wc + mu) / sigma : 0];
+    }
+    // blocks 1.. as drawn; block 0 rewritten around the bias
+    rowMoments(this.type, b, off, rowLen, 32, omega, nu, mom);
+    const R = mom[0];
+    const muR = mom[1];
+    const bl = this.bl;
+    readBlock0(this.type, b, off, bl);
+    const L = bl.levels;
+    let Q0 = 0;
+    let M0 = 0;
+    for (let j = 1; j < 32; j++) {
+      Q0 += omega[j] * L[j] * L[j];
+      M0 += nu[j] * L[j];
+    }
+    const [L0, d, sgn] = z === null ? [0, bl.dNom, 1] : solveBlock0(z, R, muR, Q0, M0, wc, bl);
+    if (sgn !== 1) {
+      for (let j = 1; j < 32; j++) L[j] *= sgn;
+      Q0 *= sgn * sgn;
+      M0 *= sgn;
+    }
+    L[0] = L0;
+    const ds = writeBlock0(this.type, b, off, d, L);
+    const sigma = Math.sqrt(R + ds * ds * Q0);
+    const mu = muR + ds * M0;
+    return [sigma, sigma > 0 ? (L0 * ds * wc + mu) / sigma : 0];
+  }
+}
+
+const quantileCache = new Map<number, number>();
+function quantileCached(p: number): number {
+  let z = quantileCache.get(p);
+  if (z === undefined) {
+    if (quantileCache.size > 1 << 16) quantileCache.clear();
+    quantileCache.set(p, (z = normQuantile(p)));
+  }
+  return z;
 }
