@@ -16,6 +16,8 @@ export type { ModelConfig } from "./model/config.js";
 export { Generation } from "./generate/generator.js";
 export { Tokenizer, StreamingDecoder } from "./tokenizer/index.js";
 export { GGUFFile, GGUFError } from "./format/gguf.js";
+export * from "./chat/index.js";
+export * from "./server/index.js";
 
 export interface LoadModelOptions {
   /** a GGUF file (or PowerInfer "PWRI" GGUF; any part of a split model) */
@@ -46,6 +48,10 @@ export class Model {
   }
   get threads(): number {
     return this.llama.threads;
+  }
+  /** the model file's metadata (GGUF key/values: hyper-parameters, tokenizer, chat template) */
+  get metadata(): ReadonlyMap<string, unknown> {
+    return this.llama.file.metadata;
   }
   /** bytes of wasm memory in use (weights, KV cache, buffers) */
   get residentBytes(): number {

@@ -209,12 +209,12 @@ export class LlamaModel {
       }
       const neox = cfg.ropePairing === "neox" ? 1 : 0;
       a[0] = b.q; a[1] = b.pos; a[2] = b.rope; a[3] = nHead; a[4] = headDim; a[5] = cfg.nRot; a[6] = neox;
-      pool.run(this.fn.rope, a, 7, n);
+      pool.run(this.fn.rope, a, 7, n, 1, n * qDim * 4);
       a[0] = kOut; a[3] = nHeadKV;
-      pool.run(this.fn.rope, a, 7, n);
+      pool.run(this.fn.rope, a, 7, n, 1, n * kvDim * 4);
       a[0] = b.q; a[1] = kCache; a[2] = vCache; a[3] = b.att; a[4] = b.scores; a[5] = n; a[6] = pos0;
       a[7] = nHead; a[8] = nHeadKV; a[9] = headDim; a[10] = this.contextSize;
-      pool.run(this.fn.attention, a, 11, nHead);
+      pool.run(this.fn.attention, a, 11, nHead, 1, 2 * n * (pos0 + n) * qDim);
       this.setInput(b.att, qDim);
       this.matmul(L.wo, b.xb, n);
       this.add(b.x, b.xb, n * nEmbd);
@@ -225,7 +225,7 @@ export class LlamaModel {
       this.matmul(L.gate, b.hg, n);
       this.matmul(L.up, b.hu, n);
       a[0] = b.hg; a[1] = b.hu; a[2] = ACT_CODE[cfg.activation];
-      pool.run(this.fn.ffnAct, a, 3, n * nFF, 64);
+      pool.run(this.fn.ffnAct, a, 3, n * nFF, 64, n * nFF * 16);
       this.setInput(b.hg, nFF);
       this.matmul(L.down, b.xb, n);
       this.add(b.x, b.xb, n * nEmbd);
@@ -242,19 +242,19 @@ export class LlamaModel {
   private rmsnorm(y: number, x: number, w: number, n: number): void {
     const a = this.args;
     a[0] = y; a[1] = x; a[2] = w; a[3] = this.config.nEmbd; a[4] = this.epsBits;
-    this.pool.run(this.fn.rmsnorm, a, 5, n);
+    this.pool.run(this.fn.rmsnorm, a, 5, n, 1, n * this.config.nEmbd * 4);
   }
 
   private add(y: number, x: number, count: number): void {
     const a = this.args;
     a[0] = y; a[1] = x;
-    this.pool.run(this.fn.add, a, 2, count, 64);
+    this.pool.run(this.fn.add, a, 2, count, 64, count);
   }
 
   private addBias(y: number, bias: number, width: number, n: number): void {
     const a = this.args;
     a[0] = y; a[1] = bias; a[2] = width;
-    this.pool.run(this.fn.bias, a, 3, n);
+    this.pool.run(this.fn.bias, a, 3, n, 1, n * width);
   }
 
   private input = 0;
@@ -280,10 +280,11 @@ export class LlamaModel {
     }
     const a = this.args;
     a[0] = m.ptr; a[1] = x; a[2] = out; a[3] = m.rows; a[4] = m.cols;
-    if (n === 1) this.pool.run(m.matvecFn, a, 5, m.rows, 16);
+    const work = m.rows * m.cols * n;
+    if (n === 1) this.pool.run(m.matvecFn, a, 5, m.rows, 16, work);
     else {
       a[5] = n;
-      this.pool.run(m.matmulFn, a, 6, m.rows, 16);
+      this.pool.run(m.matmulFn, a, 6, m.rows, 16, work);
     }
   }
 

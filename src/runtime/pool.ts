@@ -1,12 +1,14 @@
 /**
  * A pool of worker threads that run kernels over one shared WebAssembly.Memory.
  *
- * A job is "call kernel F with these i32 arguments, splitting the range [0, total) among the
- * threads": each thread appends its sub-range (r0, r1) to the arguments. The calling thread
- * takes a share itself, so `threads: 1` means no workers at all. Jobs are handed out through an
- * Int32Array control block with Atomics; workers spin briefly before sleeping, because a decode
- * step issues hundreds of small jobs and a wake-up from Atomics.wait costs microseconds.
- * Dispatch allocates nothing.
+ * A job is "call kernel F with these i32 arguments over the range [0, total)": the range is cut
+ * into a few chunks per thread and every thread, the caller included, grabs chunks from an
+ * atomic counter until none are left, appending each chunk's (r0, r1) to the arguments. So
+ * `threads: 1` means no workers at all, and a worker that the OS has not scheduled yet does not
+ * hold up the step: the others take its chunks (on a busy 2-core machine a fixed split made
+ * every step wait for a time slice). Workers spin briefly before sleeping, because a decode step
+ * issues hundreds of small jobs and a wake-up from Atomics.wait costs microseconds.
+ * Which thread computes a chunk never changes its result. Dispatch allocates nothing.
  */
 import { Worker } from "node:worker_threads";
 import { instantiateKernels, kernelModule, type KernelExports } from "./wasm.js";
@@ -14,19 +16,28 @@ import { instantiateKernels, kernelModule, type KernelExports } from "./wasm.js"
 /** Control block layout (Int32 slots). */
 export const CTRL = {
   GEN: 0, // job generation: bumped for each job; workers wait for it to change
-  PENDING: 1, // workers that have not finished the current job
-  FN: 2, // index of the kernel in the name table, or -1 to exit
-  NARGS: 3, // fixed arguments before the range
-  TOTAL: 4, // range length
-  ALIGN: 5, // sub-ranges start at multiples of this
-  NTHREADS: 6,
-  ERROR: 7, // set by a worker whose kernel threw
-  ARGS: 8, // up to MAX_ARGS arguments
+  NEXT: 1, // (generation tag << CHUNK_BITS) | next chunk to hand out
+  DONE: 2, // chunks finished in the current job
+  FN: 3, // index of the kernel in the name table, or -1 to exit
+  NARGS: 4, // fixed arguments before the range
+  TOTAL: 5, // range length
+  ALIGN: 6, // chunks start at multiples of this
+  NCHUNKS: 7,
+  ERROR: 8, // set by a worker whose kernel threw
+  ARGS: 9, // up to MAX_ARGS arguments
   SIZE: 32,
 } as const;
 export const MAX_ARGS = 16;
+const CHUNK_BITS = 12;
+const CHUNKS_PER_THREAD = 4;
+const TAG_MASK = (1 << (31 - CHUNK_BITS)) - 1;
 
-/** Thread `index` of `n` gets [r0, r1) of [0, total), starts aligned to `align`. */
+/** The tag a job's chunk counter carries: its generation's low bits. */
+export function chunkTag(gen: number): number {
+  return (gen & TAG_MASK) << CHUNK_BITS;
+}
+
+/** Chunk `index` of `n` gets [r0, r1) of [0, total), starting at a multiple of `align`. */
 export function splitRange(total: number, align: number, n: number, index: number, out: Int32Array): void {
   const units = Math.ceil(total / align);
   const per = Math.floor(units / n);
@@ -35,6 +46,38 @@ export function splitRange(total: number, align: number, n: number, index: numbe
   const u1 = u0 + per + (index < extra ? 1 : 0);
   out[0] = Math.min(total, u0 * align);
   out[1] = Math.min(total, u1 * align);
+}
+
+/**
+ * Grab chunks of the job tagged `tag` and run them until none are left (or the job is no longer
+ * the current one). `a` holds the job's fixed arguments; the chunk range goes after them.
+ * Returns false if the kernel threw.
+ */
+export function runChunks(c: Int32Array, tag: number, f: (...a: number[]) => number, a: Int32Array, range: Int32Array): boolean {
+  const nargs = c[CTRL.NARGS];
+  const total = c[CTRL.TOTAL];
+  const align = c[CTRL.ALIGN];
+  const nChunks = c[CTRL.NCHUNKS];
+  let ok = true;
+  for (;;) {
+    const v = Atomics.load(c, CTRL.NEXT);
+    const chunk = v & ((1 << CHUNK_BITS) - 1);
+    if ((v & ~((1 << CHUNK_BITS) - 1)) !== tag || chunk >= nChunks) return ok;
+    if (Atomics.compareExchange(c, CTRL.NEXT, v, v + 1) !== v) continue;
+    splitRange(total, align, nChunks, chunk, range);
+    a[nargs] = range[0];
+    a[nargs + 1] = range[1];
+    try {
+      if (range[0] < range[1]) {
+        // A fixed-arity call: wasm ignores the extra arguments, and nothing is allocated.
+        if (nargs + 2 <= 8) f(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+        else f(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17]);
+      }
+    } catch {
+      ok = false;
+    }
+    if (Atomics.add(c, CTRL.DONE, 1) + 1 === nChunks) Atomics.notify(c, CTRL.DONE);
+  }
 }
 
 export class ThreadPool {
@@ -48,6 +91,8 @@ export class ThreadPool {
   private readonly args = new Int32Array(MAX_ARGS + 2);
   private readonly range = new Int32Array(2);
   private disposed = false;
+  /** jobs smaller than this (in the caller's work units, ~multiply-adds) run on the caller alone */
+  minParallelWork = 1 << 17;
 
   private constructor(readonly memory: WebAssembly.Memory, threads: number) {
     this.threads = threads;
@@ -95,49 +140,53 @@ export class ThreadPool {
   /**
    * Run kernel `fn` (an index from `fn(name)`) with `nargs` arguments taken from `args`
    * (plus r0, r1) over [0, total), split among all threads. Returns when every share is done.
+   * `work` estimates the job's size (e.g. multiply-adds): below `minParallelWork` the caller
+   * runs it alone, since waking a worker costs more than a tiny job and, on a busy machine, a
+   * descheduled worker stalls the whole step.
    */
-  run(fn: number, args: ArrayLike<number>, nargs: number, total: number, align = 1): void {
+  run(fn: number, args: ArrayLike<number>, nargs: number, total: number, align = 1, work = Infinity): void {
     if (total <= 0) return;
     const a = this.args;
     for (let i = 0; i < nargs; i++) a[i] = args[i];
     const n = this.threads;
-    if (n === 1 || total <= align) {
+    if (n === 1 || total <= align || work < this.minParallelWork) {
       a[nargs] = 0;
       a[nargs + 1] = total;
       this.call(fn, nargs + 2);
       return;
     }
     const c = this.ctrl;
+    const nChunks = Math.min(Math.ceil(total / align), n * CHUNKS_PER_THREAD, 1 << CHUNK_BITS);
     c[CTRL.FN] = fn;
     c[CTRL.NARGS] = nargs;
     c[CTRL.TOTAL] = total;
     c[CTRL.ALIGN] = align;
-    c[CTRL.NTHREADS] = n;
+    c[CTRL.NCHUNKS] = nChunks;
     for (let i = 0; i < nargs; i++) c[CTRL.ARGS + i] = a[i];
-    Atomics.store(c, CTRL.PENDING, n - 1);
-    Atomics.add(c, CTRL.GEN, 1);
+    const gen = (c[CTRL.GEN] + 1) | 0;
+    const tag = chunkTag(gen);
+    Atomics.store(c, CTRL.DONE, 0);
+    Atomics.store(c, CTRL.NEXT, tag);
+    Atomics.store(c, CTRL.GEN, gen);
     Atomics.notify(c, CTRL.GEN);
-    splitRange(total, align, n, 0, this.range);
-    a[nargs] = this.range[0];
-    a[nargs + 1] = this.range[1];
-    if (a[nargs] < a[nargs + 1]) this.call(fn, nargs + 2);
-    // Wait for the workers: spin first (they usually finish within microseconds of us).
+    let ok = runChunks(c, tag, this.fns[fn], a, this.range);
+    // Wait for chunks other threads are still computing: spin first (microseconds, usually).
     let spins = 0;
     for (;;) {
-      const p = Atomics.load(c, CTRL.PENDING);
-      if (p === 0) break;
-      if (++spins > 20000) Atomics.wait(c, CTRL.PENDING, p, 1);
+      const done = Atomics.load(c, CTRL.DONE);
+      if (done === nChunks) break;
+      if (++spins > 20000) Atomics.wait(c, CTRL.DONE, done, 1);
     }
     if (c[CTRL.ERROR] !== 0) {
       c[CTRL.ERROR] = 0;
-      throw new Error(`kernel ${this.names[fn]} failed in a worker thread`);
+      ok = false;
     }
+    if (!ok) throw new Error(`kernel ${this.names[fn]} failed`);
   }
 
   private call(fn: number, count: number): void {
     const a = this.args;
     const f = this.fns[fn];
-    // A fixed-arity call: wasm ignores the extra arguments, and nothing is allocated.
     if (count <= 8) f(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
     else f(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17]);
   }
@@ -147,6 +196,7 @@ export class ThreadPool {
     this.disposed = true;
     if (this.workers.length) {
       this.ctrl[CTRL.FN] = -1;
+      Atomics.store(this.ctrl, CTRL.NEXT, 0);
       Atomics.add(this.ctrl, CTRL.GEN, 1);
       Atomics.notify(this.ctrl, CTRL.GEN);
       // The workers are unref'd (an idle pool must not keep a program alive); ref them while
