@@ -8,6 +8,7 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<{ main(arg
   run: { summary: "generate text from a model (llama.cpp-style flags)", load: () => import("./run.js") },
   tokenize: { summary: "print the token ids of a text as a JSON array", load: () => import("./tokenize.js") },
   inspect: { summary: "show a model file's metadata and tensor table", load: () => import("./inspect.js") },
+  convert: { summary: "turn a GGUF model into a .pi neuron store for flash offloading", load: () => import("./convert.js") },
   synth: { summary: "write a synthetic model of random weights (for benchmarks)", load: () => import("./synth.js") },
   serve: { summary: "serve a model over an OpenAI-compatible HTTP API", load: () => import("./serve.js") },
   chat: { summary: "chat with a model in the terminal", load: () => import("./chat.js") },

@@ -1,0 +1,95 @@
+/**
+ * `powerinfer convert MODEL.gguf -o MODEL.pi`: write the `.pi` neuron store a budgeted run reads
+ * its FFN from (src/offline/convert.ts; format in docs/store-format.md).
+ */
+import { existsSync, statSync } from "node:fs";
+import { dirname, resolve } from "node:path";
+import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
+import { ProgressBar } from "./synth.js";
+import { typeName } from "../format/ggml-types.js";
+import type { StoreConversion } from "../format/store.js";
+import { CONVERT_TYPES, convertToStore, type ConvertType } from "../offline/convert.js";
+
+const SPECS: FlagSpec[] = [
+  { names: ["-o", "--output"], key: "out", type: "string", help: "output store (.pi), required" },
+  { names: ["--type"], key: "type", type: "string", help: `FFN weight type: ${CONVERT_TYPES.join(", ")} (keep: the model's own, or the nearest storable one for K-quants)`, default: "keep" },
+  { names: ["--profile"], key: "profile", type: "string", help: 'activation profile JSON {"layers":[{"frequency":[...]}, ...]}: neurons are stored hot-first' },
+  { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "no progress bar or summary" },
+  { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
+];
+
+const SUMMARY =
+  "Convert a GGUF (or PowerInfer PWRI GGUF) model into a .pi neuron store: fixed tensors plus, per layer, one " +
+  "4 KiB-aligned bundle per FFN neuron (Gate row, Up row, Down column), with a CRC-32 per 4 KiB chunk.";
+
+const MB = 1e6;
+
+function describe(kind: string, c: StoreConversion | null, to: string): string {
+  if (!c) return `  ${kind.padEnd(5)} copied bit for bit (${to})`;
+  const rel = c.maxAbsValue > 0 ? ` = ${((100 * c.maxAbsError) / c.maxAbsValue).toPrecision(3)}% of max |w|` : "";
+  const how = kind === "down" && c.fromName === to ? "requantized per column" : `converted ${c.fromName} -> ${to}`;
+  return `  ${kind.padEnd(5)} ${how}: max |error| ${c.maxAbsError.toPrecision(3)}${rel}, rms ${c.rmsError.toPrecision(3)}`;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, SPECS);
+  if (args.help) {
+    console.log(usage("convert MODEL.gguf -o MODEL.pi [--type q4_0|q4_1|q8_0|keep] [--profile FILE]", SUMMARY, SPECS));
+    return 0;
+  }
+  if (args._.length !== 1) throw new UsageError(args._.length === 0 ? "convert: the input model is required (powerinfer convert MODEL.gguf -o MODEL.pi)" : `convert: one input model expected, got ${args._.length}`);
+  const input = resolve(args._[0]);
+  if (!existsSync(input)) throw new UsageError(`convert: ${input} does not exist`);
+  if (typeof args.out !== "string" || args.out === "") throw new UsageError("convert: the output store is required (-o MODEL.pi)");
+  const out = resolve(args.out);
+  const dir = dirname(out);
+  if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`convert: output directory ${dir} does not exist`);
+  if (existsSync(out) && statSync(out).isDirectory()) throw new UsageError(`convert: ${out} is a directory`);
+  const type = String(args.type).toLowerCase() as ConvertType;
+  if (!CONVERT_TYPES.includes(type)) throw new UsageError(`--type must be one of ${CONVERT_TYPES.join(", ")}, got "${args.type}"`);
+  const profile = typeof args.profile === "string" ? resolve(args.profile) : undefined;
+  if (profile && !existsSync(profile)) throw new UsageError(`--profile: ${profile} does not exist`);
+  const quiet = args.quiet === true;
+
+  const controller = new AbortController();
+  const onSignal = () => controller.abort(new Error("interrupted"));
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
+  const bar = quiet ? undefined : new ProgressBar(process.stderr, "convert ");
+  let total = 0;
+  try {
+    if (!quiet) process.stderr.write(`convert: ${input} -> ${out}\n`);
+    const r = await convertToStore({
+      input, output: out, type, profile, signal: controller.signal,
+      onProgress: bar ? (p) => { total = p.bytesTotal; bar.update(p.bytesDone, p.bytesTotal); } : undefined,
+    });
+    if (bar) {
+      bar.update(total, total, true);
+      bar.done();
+    }
+    if (!quiet) {
+      const to = typeName(r.ffnType);
+      process.stderr.write(
+        [
+          `convert: wrote ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s: ${r.fixedTensors} fixed tensors, ${r.layers} layers, ` +
+            `${r.neurons} FFN neurons (${r.ordered ? "hot-first by the profile" : "in index order"}), ${to} bundles of ${r.bundleBytes} bytes ` +
+            `(${(100 * r.paddingFraction).toFixed(1)}% padding)`,
+          describe("gate", r.conversion.gate, to),
+          describe("up", r.conversion.up, to),
+          describe("down", r.conversion.down, to),
+        ].join("\n") + "\n",
+      );
+    }
+    return 0;
+  } catch (err) {
+    bar?.done();
+    if (controller.signal.aborted) {
+      process.stderr.write("convert: interrupted, partial file removed\n");
+      return 130;
+    }
+    throw err;
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+  }
+}

@@ -1,0 +1,510 @@
+/**
+ * GGUF (or PowerInfer "PWRI" GGUF) -> `.pi` neuron store (docs/store-format.md).
+ *
+ * Streams: the fixed tensors are copied in 16 MiB pieces, and the FFN is built one layer at a
+ * time. Per layer, Down is transposed in column bands (each band's slice of every row is read,
+ * dequantized, and every column of the band requantized into the FFN type), then bundles are
+ * assembled in groups of a few MiB from rows read on demand. So the converter holds one layer's
+ * transposed Down plus a few buffers, never the model.
+ *
+ * Down cannot be copied: a GGUF stores it as nEmbd rows of nFF values, quantized in blocks along
+ * a row, and a bundle needs column i (nEmbd values) contiguous, so the column is requantized with
+ * blocks along it. The max and rms error of that (and of any type change of Gate/Up, e.g. from
+ * K-quants, which have no quantizer here) are measured against the source values and recorded in
+ * the manifest. A PWRI file's `ffn_down_t` is already transposed and is copied bit for bit when
+ * its type is the store's.
+ */
+import { closeSync, openSync, readFileSync, readSync, statSync } from "node:fs";
+import { basename, resolve } from "node:path";
+import { GGMLType, typeFromName, typeName, typeTraits } from "../format/ggml-types.js";
+import { GGUFFile, GGUFValueType, type GGUFTensorInfo } from "../format/gguf.js";
+import { dequantizeRow, quantizeRow } from "../format/quant.js";
+import {
+  base64Of,
+  bundleBytesFor,
+  encodeMetadataValue,
+  nearestStoreType,
+  STORE_FFN_TYPES,
+  StoreWriter,
+  type EncodedMetadata,
+  type StoreConversion,
+  type StoreLayerManifest,
+  type StoreManifest,
+} from "../format/store.js";
+
+export class ConvertError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ConvertError";
+  }
+}
+
+/** `--type`: the FFN type of the store; "keep" keeps the source's (or the nearest storable). */
+export const CONVERT_TYPES = ["keep", "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"] as const;
+export type ConvertType = (typeof CONVERT_TYPES)[number];
+
+/**
+ * An activation profile: per layer, how often each neuron fired (any non-negative scale: counts
+ * or fractions). `tokens` (optional) is how many tokens were profiled. Neurons are stored
+ * hot-first: by descending frequency, ties by index.
+ */
+export interface ActivationProfile {
+  layers: { frequency: ArrayLike<number> }[];
+  tokens?: number;
+}
+
+export interface ConvertProgress {
+  stage: "fixed" | "ffn";
+  /** FFN layer being converted (-1 while copying fixed tensors) */
+  layer: number;
+  layers: number;
+  /** source bytes processed so far / in all */
+  bytesDone: number;
+  bytesTotal: number;
+}
+
+export interface ConvertOptions {
+  input: string;
+  output: string;
+  type?: ConvertType;
+  /** a profile, or the path of a JSON file holding one */
+  profile?: string | ActivationProfile;
+  signal?: AbortSignal;
+  onProgress?: (p: ConvertProgress) => void;
+  /** fsync before the final rename (default true) */
+  fsync?: boolean;
+}
+
+export interface ConvertResult {
+  output: string;
+  bytes: number;
+  seconds: number;
+  ffnType: GGMLType;
+  nEmbd: number;
+  layers: number;
+  /** FFN neurons over all layers */
+  neurons: number;
+  bundleBytes: number;
+  /** share of the FFN region that is padding (bundles are rounded up to 4 KiB) */
+  paddingFraction: number;
+  fixedTensors: number;
+  conversion: StoreManifest["ffn"]["conversion"];
+  ordered: boolean;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metadata with its GGUF types (GGUFFile keeps values only)
+
+/**
+ * Walk a GGUF header's key/value section and return each key's type path: [type] for scalars,
+ * [ARRAY, itemType, ...] for arrays (nested arrays take their first element's item type).
+ * The file was already validated by GGUFFile.open, so this only needs to skip correctly.
+ */
+function scanMetadataTypes(path: string): Map<string, number[]> {
+  const fd = openSync(path, "r");
+  try {
+    const size = statSync(path).size;
+    let buf = Buffer.alloc(0), bufAt = 0, pos = 0;
+    const need = (n: number): number => {
+      if (pos - bufAt >= 0 && pos + n <= bufAt + buf.length) return pos - bufAt;
+      const len = Math.min(Math.max(n, 1 << 20), size - pos);
+      if (len < n) throw new ConvertError(`${path}: header ends early while re-reading metadata types (at byte offset ${pos})`);
+      buf = Buffer.alloc(len);
+      let got = 0;
+      while (got < len) {
+        const r = readSync(fd, buf, got, len - got, pos + got);
+        if (r === 0) throw new ConvertError(`${path}: unexpected end of file at byte offset ${pos + got}`);
+        got += r;
+      }
+      bufAt = pos;
+      return 0;
+    };
+    const u32 = () => { const o = need(4); pos += 4; return buf.readUInt32LE(o); };
+    const u64 = () => { const o = need(8); pos += 8; return Number(buf.readBigUInt64LE(o)); };
+    const str = () => { const n = u64(); const o = need(n); pos += n; return buf.toString("utf8", o, o + n); };
+    const FIXED: Record<number, number> = { 0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8 };
+    const skip = (type: number): number[] => {
+      if (type === GGUFValueType.STRING) {
+        const n = u64(); // (not `pos += u64()`: that would add to the value of pos before the read)
+        pos += n;
+        return [type];
+      }
+      if (type !== GGUFValueType.ARRAY) { pos += FIXED[type]; return [type]; }
+      const item = u32();
+      const n = u64();
+      if (item === GGUFValueType.STRING || item === GGUFValueType.ARRAY) {
+        let inner: number[] = [];
+        for (let i = 0; i < n; i++) {
+          const t = skip(item);
+          if (i === 0) inner = t.slice(1);
+        }
+        return [type, item, ...inner];
+      }
+      pos += n * FIXED[item];
+      return [type, item];
+    };
+    pos = 8; // magic + version
+    u64(); // tensor count
+    const nKV = u64();
+    const out = new Map<string, number[]>();
+    for (let i = 0; i < nKV; i++) {
+      const key = str();
+      out.set(key, skip(u32()));
+    }
+    return out;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function encodeMetadata(file: GGUFFile): EncodedMetadata[] {
+  const types = scanMetadataTypes(file.paths[0]);
+  const out: EncodedMetadata[] = [];
+  for (const [key, value] of file.metadata) {
+    const t = types.get(key);
+    if (!t) throw new ConvertError(`${file.path}: metadata key "${key}" was not found when re-reading the header`);
+    out.push([key, t[0], encodeMetadataValue(t[0], t.slice(1), value)]);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors of a conversion
+
+class ErrorStats {
+  maxAbs = 0;
+  sumSq = 0;
+  count = 0;
+  maxValue = 0;
+  add(src: Float32Array, got: Float32Array, n: number): void {
+    let m = this.maxAbs, s = 0, v = this.maxValue;
+    for (let i = 0; i < n; i++) {
+      const d = Math.abs(got[i] - src[i]);
+      if (d > m) m = d;
+      s += d * d;
+      const a = Math.abs(src[i]);
+      if (a > v) v = a;
+    }
+    this.maxAbs = m;
+    this.sumSq += s;
+    this.count += n;
+    this.maxValue = v;
+  }
+  merge(o: ErrorStats): void {
+    this.maxAbs = Math.max(this.maxAbs, o.maxAbs);
+    this.sumSq += o.sumSq;
+    this.count += o.count;
+    this.maxValue = Math.max(this.maxValue, o.maxValue);
+  }
+  report(from: GGMLType): StoreConversion {
+    return { from, fromName: typeName(from), maxAbsError: this.maxAbs, rmsError: this.count ? Math.sqrt(this.sumSq / this.count) : 0, maxAbsValue: this.maxValue };
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model structure
+
+interface FFNTensors {
+  gate: GGUFTensorInfo;
+  up: GGUFTensorInfo;
+  down: GGUFTensorInfo;
+  /** PWRI: `down` is ffn_down_t, already one row per neuron */
+  transposed: boolean;
+  neurons: number;
+}
+
+const FFN_RE = /^blk\.(\d+)\.ffn_(gate|up|down|down_t)\.weight$/;
+
+function findFFN(file: GGUFFile): { layers: FFNTensors[]; nEmbd: number; fixed: GGUFTensorInfo[] } {
+  const byLayer = new Map<number, Partial<Record<"gate" | "up" | "down" | "down_t", GGUFTensorInfo>>>();
+  const fixed: GGUFTensorInfo[] = [];
+  for (const t of file.tensors.values()) {
+    if (/_exps\.|ffn_gate_inp/.test(t.name)) throw new ConvertError(`${file.path}: "${t.name}": mixture-of-experts models cannot be converted yet`);
+    const m = FFN_RE.exec(t.name);
+    if (!m) {
+      fixed.push(t);
+      continue;
+    }
+    const l = Number(m[1]);
+    const e = byLayer.get(l) ?? {};
+    e[m[2] as "gate"] = t;
+    byLayer.set(l, e);
+  }
+  if (byLayer.size === 0) throw new ConvertError(`${file.path}: no FFN tensors (blk.N.ffn_gate/up/down.weight) found: nothing to put into neuron bundles`);
+  const layers: FFNTensors[] = [];
+  let nEmbd = 0;
+  for (let l = 0; l < byLayer.size; l++) {
+    const e = byLayer.get(l);
+    if (!e) throw new ConvertError(`${file.path}: FFN tensors of layer ${l} are missing (layers ${[...byLayer.keys()].sort((a, b) => a - b).join(", ")} have them)`);
+    const miss = (["gate", "up"] as const).filter((k) => !e[k]);
+    if (miss.length || (!e.down && !e.down_t)) throw new ConvertError(`${file.path}: layer ${l} lacks ${[...miss.map((k) => `ffn_${k}`), ...(!e.down && !e.down_t ? ["ffn_down"] : [])].join(", ")}`);
+    if (e.down && e.down_t) throw new ConvertError(`${file.path}: layer ${l} has both ffn_down and ffn_down_t`);
+    const gate = e.gate!, up = e.up!, down = (e.down ?? e.down_t)!;
+    const [d, n] = gate.dims;
+    const shape = (t: GGUFTensorInfo, want: number[]) => {
+      if (t.dims.length !== 2 || t.dims[0] !== want[0] || t.dims[1] !== want[1]) {
+        throw new ConvertError(`${file.path}: ${t.name} is [${t.dims.join(", ")}], expected [${want.join(", ")}] (from ${gate.name} [${gate.dims.join(", ")}])`);
+      }
+    };
+    if (gate.dims.length !== 2) throw new ConvertError(`${file.path}: ${gate.name} is not a matrix`);
+    shape(up, [d, n]);
+    shape(down, e.down_t ? [d, n] : [n, d]);
+    if (nEmbd && d !== nEmbd) throw new ConvertError(`${file.path}: layer ${l} has embedding width ${d}, layer 0 has ${nEmbd}`);
+    nEmbd = d;
+    for (const t of [gate, up, down]) {
+      const tr = typeTraits(t.type);
+      if (!tr || (!STORE_FFN_TYPES.includes(t.type) && ![GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K].includes(t.type))) {
+        throw new ConvertError(`${file.path}: ${t.name} is ${typeName(t.type)}, which this converter cannot read (no dequantizer)`);
+      }
+    }
+    layers.push({ gate, up, down, transposed: !!e.down_t, neurons: n });
+  }
+  return { layers, nEmbd, fixed };
+}
+
+function loadProfile(p: string | ActivationProfile, layers: FFNTensors[]): { profile: ActivationProfile; file: string | null } {
+  let profile: ActivationProfile;
+  let file: string | null = null;
+  if (typeof p === "string") {
+    file = p;
+    try {
+      profile = JSON.parse(readFileSync(p, "utf8"));
+    } catch (e) {
+      throw new ConvertError(`profile ${p}: ${(e as Error).message}`);
+    }
+  } else profile = p;
+  const where = file ?? "profile";
+  if (!profile || !Array.isArray(profile.layers)) throw new ConvertError(`${where}: expected a JSON object { "layers": [ { "frequency": [...] }, ... ] }`);
+  if (profile.layers.length !== layers.length) throw new ConvertError(`${where}: has ${profile.layers.length} layers, the model ${layers.length}`);
+  profile.layers.forEach((L, l) => {
+    const f = L?.frequency;
+    if (!f || typeof f.length !== "number") throw new ConvertError(`${where}: layers[${l}].frequency is missing`);
+    if (f.length !== layers[l].neurons) throw new ConvertError(`${where}: layers[${l}].frequency has ${f.length} entries, layer ${l} has ${layers[l].neurons} neurons`);
+    for (let i = 0; i < f.length; i++) {
+      if (typeof f[i] !== "number" || !Number.isFinite(f[i]) || f[i] < 0) throw new ConvertError(`${where}: layers[${l}].frequency[${i}] = ${f[i]} is not a finite non-negative number`);
+    }
+  });
+  if (profile.tokens !== undefined && !(Number.isFinite(profile.tokens) && profile.tokens >= 0)) throw new ConvertError(`${where}: tokens = ${profile.tokens} is not a count`);
+  return { profile, file };
+}
+
+/** Stored position -> neuron: descending frequency, ties by index (a stable hot-first order). */
+export function hotFirstOrder(frequency: ArrayLike<number>): Int32Array {
+  const idx = Array.from({ length: frequency.length }, (_, i) => i);
+  idx.sort((a, b) => frequency[b] - frequency[a] || a - b);
+  return Int32Array.from(idx);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row helpers
+
+/** Read rows `indices` (original row numbers) of a matrix into dst, one read per consecutive run. */
+function readRows(file: GGUFFile, t: GGUFTensorInfo, indices: Int32Array, dst: Uint8Array): void {
+  const rb = t.bytes / t.dims[1];
+  for (let i = 0; i < indices.length; ) {
+    let j = i + 1;
+    while (j < indices.length && indices[j] === indices[j - 1] + 1) j++;
+    file.readTensor(t, dst.subarray(i * rb, j * rb), indices[i] * rb, (j - i) * rb);
+    i = j;
+  }
+}
+
+class RowConverter {
+  private a: Float32Array;
+  private b: Float32Array;
+  constructor(readonly n: number) {
+    this.a = new Float32Array(n);
+    this.b = new Float32Array(n);
+  }
+  /** Convert one row between types, measuring the error against the source values. */
+  convert(from: GGMLType, src: Uint8Array, to: GGMLType, dst: Uint8Array, stats: ErrorStats): void {
+    dequantizeRow(from, src, this.n, this.a);
+    this.quantize(this.a, to, dst, stats);
+  }
+  /** Quantize f32 values and measure what the stored row decodes to against them. */
+  quantize(values: Float32Array, to: GGMLType, dst: Uint8Array, stats: ErrorStats): void {
+    quantizeRow(to, values, dst);
+    dequantizeRow(to, dst, this.n, this.b);
+    stats.add(values, this.b, this.n);
+  }
+}
+
+const tick = () => new Promise<void>((r) => setImmediate(r));
+
+// ---------------------------------------------------------------------------------------------
+
+export async function convertToStore(opts: ConvertOptions): Promise<ConvertResult> {
+  const t0 = performance.now();
+  const input = resolve(opts.input), output = resolve(opts.output);
+  if (input === output) throw new ConvertError(`the output ${output} would overwrite the input`);
+  const file = GGUFFile.open(input);
+  let writer: StoreWriter | undefined;
+  try {
+    const { layers, nEmbd, fixed } = findFFN(file);
+    const want = opts.type ?? "keep";
+    if (!CONVERT_TYPES.includes(want)) throw new ConvertError(`--type must be one of ${CONVERT_TYPES.join(", ")}, got "${want}"`);
+    const srcType = layers[0].gate.type;
+    const ffnType = want === "keep" ? nearestStoreType(srcType) : typeFromName(want)!;
+    const tr = typeTraits(ffnType)!;
+    if (nEmbd % tr.blockSize !== 0) throw new ConvertError(`embedding width ${nEmbd} is not a multiple of the ${tr.name} block size ${tr.blockSize}: choose another --type`);
+    const rowBytes = (nEmbd / tr.blockSize) * tr.typeSize;
+    const bundleBytes = bundleBytesFor(rowBytes);
+    const prof = opts.profile !== undefined ? loadProfile(opts.profile, layers) : undefined;
+
+    const bytesTotal = fixed.reduce((a, t) => a + t.bytes, 0) + layers.reduce((a, L) => a + L.gate.bytes + L.up.bytes + L.down.bytes, 0);
+    let bytesDone = 0;
+    const progress = (stage: ConvertProgress["stage"], layer: number) =>
+      opts.onProgress?.({ stage, layer, layers: layers.length, bytesDone, bytesTotal });
+    const check = () => {
+      if (opts.signal?.aborted) throw opts.signal.reason instanceof Error ? opts.signal.reason : new ConvertError("conversion aborted");
+    };
+
+    writer = await StoreWriter.create(output, { fsync: opts.fsync });
+    progress("fixed", -1);
+
+    // fixed tensors, in source order, each on a page boundary
+    const fixedManifest: StoreManifest["fixed"] = [];
+    const piece = new Uint8Array(16 << 20);
+    for (const t of fixed) {
+      check();
+      await writer.pad();
+      fixedManifest.push({ name: t.name, type: t.type, dims: t.dims, offset: writer.position, bytes: t.bytes });
+      for (let o = 0; o < t.bytes; o += piece.length) {
+        const n = Math.min(piece.length, t.bytes - o);
+        file.readTensor(t, piece, o, n);
+        await writer.write(piece.subarray(0, n));
+        bytesDone += n;
+        progress("fixed", -1);
+        await tick();
+      }
+    }
+    await writer.pad();
+
+    // FFN, layer by layer
+    const rc = new RowConverter(nEmbd);
+    const total = { gate: new ErrorStats(), up: new ErrorStats(), down: new ErrorStats() };
+    const changed = { gate: null as GGMLType | null, up: null as GGMLType | null, down: null as GGMLType | null };
+    const layerManifest: StoreLayerManifest[] = [];
+    for (let l = 0; l < layers.length; l++) {
+      const L = layers[l];
+      const n = L.neurons;
+      const stats = { gate: new ErrorStats(), up: new ErrorStats(), down: new ErrorStats() };
+      const order = prof ? hotFirstOrder(prof.profile.layers[l].frequency) : Int32Array.from({ length: n }, (_, i) => i);
+
+      // Down as one row per neuron, in the store's type
+      let downT: Uint8Array | undefined;
+      if (!L.transposed) {
+        downT = new Uint8Array(n * rowBytes);
+        await transposeDown(file, L.down, n, nEmbd, ffnType, rowBytes, downT, rc, stats.down, check, (b) => {
+          bytesDone += b;
+          progress("ffn", l);
+        });
+        changed.down = L.down.type;
+      }
+
+      const offset = writer.position;
+      const group = Math.max(1, Math.floor((4 << 20) / bundleBytes));
+      const out = new Uint8Array(group * bundleBytes);
+      const srcRb = { gate: L.gate.bytes / n, up: L.up.bytes / n, down: L.down.bytes / n };
+      const scratch = { gate: new Uint8Array(group * srcRb.gate), up: new Uint8Array(group * srcRb.up), down: new Uint8Array(L.transposed ? group * srcRb.down : 0) };
+      for (let p0 = 0; p0 < n; p0 += group) {
+        check();
+        const g = Math.min(group, n - p0);
+        const idx = order.subarray(p0, p0 + g);
+        out.fill(0);
+        for (const kind of ["gate", "up", "down"] as const) {
+          if (kind === "down" && !L.transposed) {
+            for (let k = 0; k < g; k++) out.set(downT!.subarray(idx[k] * rowBytes, (idx[k] + 1) * rowBytes), k * bundleBytes + 2 * rowBytes);
+            continue;
+          }
+          const t = L[kind];
+          const at = kind === "gate" ? 0 : kind === "up" ? rowBytes : 2 * rowBytes;
+          readRows(file, t, idx, scratch[kind]);
+          const rb = srcRb[kind];
+          for (let k = 0; k < g; k++) {
+            const src = scratch[kind].subarray(k * rb, (k + 1) * rb);
+            const dst = out.subarray(k * bundleBytes + at, k * bundleBytes + at + rowBytes);
+            if (t.type === ffnType) dst.set(src);
+            else rc.convert(t.type, src, ffnType, dst, stats[kind]);
+          }
+          if (t.type !== ffnType) changed[kind] = t.type;
+          bytesDone += g * rb;
+        }
+        await writer.write(out.subarray(0, g * bundleBytes));
+        progress("ffn", l);
+        await tick();
+      }
+      const conv = (kind: "gate" | "up" | "down", t: GGUFTensorInfo): StoreConversion | null =>
+        t.type === ffnType && (kind !== "down" || L.transposed) ? null : stats[kind].report(t.type);
+      layerManifest.push({
+        offset, neurons: n, order: base64Of(order),
+        frequency: prof ? base64Of(Float32Array.from(prof.profile.layers[l].frequency)) : null,
+        gate: conv("gate", L.gate), up: conv("up", L.up), down: conv("down", L.down),
+      });
+      for (const k of ["gate", "up", "down"] as const) total[k].merge(stats[k]);
+    }
+
+    const conversion = {
+      gate: changed.gate === null ? null : total.gate.report(changed.gate),
+      up: changed.up === null ? null : total.up.report(changed.up),
+      down: changed.down === null ? null : total.down.report(changed.down),
+    };
+    const neurons = layers.reduce((a, L) => a + L.neurons, 0);
+    const { bytes } = await writer.finish({
+      source: { file: basename(input), bytes: file.fileSize, magic: file.magic },
+      metadata: encodeMetadata(file),
+      fixed: fixedManifest,
+      ffn: {
+        type: ffnType, typeName: typeName(ffnType), layout: "gguf", nEmbd, rowBytes, bundleBytes,
+        parts: { gate: 0, up: rowBytes, down: 2 * rowBytes }, conversion, layers: layerManifest,
+      },
+      profile: prof ? { file: prof.file ? basename(prof.file) : null, tokens: prof.profile.tokens ?? null } : null,
+    });
+    writer = undefined;
+    progress("ffn", layers.length - 1);
+    return {
+      output, bytes, seconds: (performance.now() - t0) / 1000, ffnType, nEmbd, layers: layers.length, neurons, bundleBytes,
+      paddingFraction: 1 - (3 * rowBytes) / bundleBytes, fixedTensors: fixed.length, conversion, ordered: !!prof,
+    };
+  } catch (e) {
+    await writer?.abort();
+    throw e;
+  } finally {
+    file.close();
+  }
+}
+
+/**
+ * Down ([n] columns x [nEmbd] rows, blocks along a row) -> one row per neuron (column) in
+ * `type`. Works in bands of columns: each band's slice of every source row is read and
+ * dequantized into an nEmbd x band f32 tile, then each column of the tile is quantized.
+ */
+async function transposeDown(
+  file: GGUFFile, t: GGUFTensorInfo, n: number, nEmbd: number, type: GGMLType, rowBytes: number, out: Uint8Array,
+  rc: RowConverter, stats: ErrorStats, check: () => void, onBytes: (b: number) => void,
+): Promise<void> {
+  const src = typeTraits(t.type)!;
+  const srcRb = t.bytes / nEmbd;
+  // at most ~32 MiB of f32 tile, a whole number of source blocks wide
+  const maxBand = Math.max(src.blockSize, Math.floor((8 << 20) / nEmbd / src.blockSize) * src.blockSize);
+  const band = Math.min(n, maxBand);
+  const tile = new Float32Array(nEmbd * band);
+  const slice = new Uint8Array((band / src.blockSize) * src.typeSize);
+  const col = new Float32Array(nEmbd);
+  for (let c0 = 0; c0 < n; c0 += band) {
+    check();
+    const w = Math.min(band, n - c0);
+    const sb = (w / src.blockSize) * src.typeSize;
+    const at = (c0 / src.blockSize) * src.typeSize;
+    for (let r = 0; r < nEmbd; r++) {
+      file.readTensor(t, slice, r * srcRb + at, sb);
+      dequantizeRow(t.type, slice.subarray(0, sb), w, tile, r * w);
+    }
+    for (let j = 0; j < w; j++) {
+      for (let r = 0; r < nEmbd; r++) col[r] = tile[r * w + j];
+      rc.quantize(col, type, out.subarray((c0 + j) * rowBytes, (c0 + j + 1) * rowBytes), stats);
+    }
+    onBytes(sb * nEmbd);
+    await tick();
+  }
+}
