@@ -489,9 +489,8 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
 // Planted activation sparsity
 //
 // The construction. Residual dimension 0 carries a large constant C: every token embedding has
-// C there (and zeros in dimensions 1..31, the rest of its first quant block, so that C fits any
-// block type exactly), and row 0 of every attn_output and ffn_down is zero, so no layer changes
-// it. Column 0 of every matrix that reads the normalized residual (attn_q/k/v, output, and
+// C there and zeros in dimensions 1..31 (the rest of its quant block), and rows 0..31 of every
+// attn_output and ffn_down are zero, so no layer changes them. Column 0 of every matrix that reads the normalized residual (attn_q/k/v, output, and
 // ffn_up under relu) is zero, so the constant reaches only ffn_gate (and ffn_up under drelu).
 // RMSNorm multiplies the whole residual by one positive number per token, which cannot change
 // a sign: neuron i fires exactly when  W[i,0] w0 C + sum_{j>0} W[i,j] w_j x_j > 0,  x being the
@@ -527,7 +526,12 @@ export const FIRING_CAP = 0.95;
 /** Keeps the biases bounded (|z| < 3.8) when alpha is large. */
 export const FIRING_FLOOR = 1e-4;
 
-/** Residual dimension 0 is the constant; 1..RESERVED-1 share its quant block and start at zero. */
+/**
+ * Residual dimension 0 is the constant; 1..RESERVED-1, the rest of its quant block, stay zero, so
+ * the block holds C alone: exact in the token embeddings of every type, and exact again when the
+ * engine quantizes the normalized residual to 8 bits per block (a neighbour of C would otherwise
+ * get C's coarse step).
+ */
 const RESERVED = 32;
 /** Residual variance added by all the FFNs together (the embeddings bring 1). */
 const GROWTH = 2;
@@ -979,7 +983,7 @@ class SparsityPlanter {
   }
 
   private finishFfn(): void {
-    for (let j = 1; j < this.d; j++) this.v[j] += this.dF;
+    for (let j = RESERVED; j < this.d; j++) this.v[j] += this.dF;
     if (this.drelu) for (let j = 1; j < this.d; j++) this.m[j] += this.addMean[j];
     this.pending = "none";
   }
@@ -1098,12 +1102,12 @@ class SparsityPlanter {
       }
       case "attn_output":
         each = (b, off, j) => {
-          if (j === 0) b.fill(0, off, off + rowBytes); // nothing may move the constant
+          if (j < RESERVED) b.fill(0, off, off + rowBytes); // nothing may move the constant or fill its block
         };
         break;
       case "ffn_down":
         each = (b, off, j) => {
-          if (j === 0) b.fill(0, off, off + rowBytes);
+          if (j < RESERVED) b.fill(0, off, off + rowBytes);
           else if (this.drelu) {
             rowMoments(this.type, b, off, rowLen, 0, this.zeroW, this.eh, this.mom);
             this.addMean[j] = this.mom[1];
