@@ -282,8 +282,13 @@ function decodeHeader(file: string, page: Buffer, fileSize: number): StoreHeader
   if (mo > BigInt(Number.MAX_SAFE_INTEGER) || mb > BigInt(Number.MAX_SAFE_INTEGER) || manifestOffset < STORE_PAGE || manifestOffset % STORE_PAGE !== 0 || manifestBytes === 0) {
     throw new StoreError(file, `header: manifest offset ${mo} / size ${mb} is impossible (the offset must be a positive multiple of ${STORE_PAGE})`, 16);
   }
-  if (manifestOffset + manifestBytes > fileSize) {
-    throw new StoreError(file, `file truncated: the manifest at offset ${manifestOffset} (${manifestBytes} bytes) ends at ${manifestOffset + manifestBytes}, but the file has only ${fileSize} bytes`, manifestOffset);
+  // the writer pads the file to a whole page after the manifest (so O_DIRECT can read its end)
+  const end = Math.ceil((manifestOffset + manifestBytes) / STORE_PAGE) * STORE_PAGE;
+  if (end > fileSize) {
+    throw new StoreError(file, `file truncated: the manifest at offset ${manifestOffset} (${manifestBytes} bytes, padded to end at ${end}) needs a file of ${end} bytes, this one has ${fileSize}`, manifestOffset);
+  }
+  if (end < fileSize) {
+    throw new StoreError(file, `${fileSize - end} unexpected bytes after the end of the store (${end}): the file was appended to or is not what the converter wrote`, end);
   }
   return { version, flags, manifestOffset, manifestBytes, manifestCrc32: page.readUInt32LE(32) };
 }

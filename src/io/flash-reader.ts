@@ -1,0 +1,518 @@
+/**
+ * Flash reader: positional reads of a file straight into a WebAssembly memory, with O_DIRECT so
+ * the kernel's page cache never holds model weights behind the memory budget's back.
+ *
+ * - Every request is 4 KiB aligned (file offset, length and destination), which is what O_DIRECT
+ *   needs; a WebAssembly.Memory's base is page aligned, so an aligned offset into it is an
+ *   aligned address. (A plain ArrayBuffer/SharedArrayBuffer is not page aligned in V8, so with
+ *   one of those the reader falls back to buffered reads and says so.)
+ * - Requests that are adjacent both in the file and in memory, and consecutive in the order they
+ *   were submitted, are coalesced into one read of at most `maxReadBytes`; a larger request is
+ *   split into reads of that size. Small random reads are IOPS-bound (docs/design: ~25K IOPS
+ *   through libuv here), so coalescing is what turns neuron reads into bandwidth.
+ * - Up to `queueDepth` reads are in flight at once, each an fs.read on libuv's thread pool. The
+ *   pool has UV_THREADPOOL_SIZE threads (default 4), fixed when the pool first starts. In an ES
+ *   module program that is *before any user code runs* (Node's ESM loader reads the entry with
+ *   async fs), so setting process.env.UV_THREADPOOL_SIZE inside the program is too late: it must
+ *   be in the environment when node starts, or be set by a CommonJS entry point before it
+ *   imports the ESM code (see docs/store-format.md, "Reading"). The reader warns once when
+ *   queueDepth exceeds the pool size it can see.
+ * - Each request is reported through `onComplete` as soon as its bytes have landed (and passed
+ *   the optional `verify` hook), so compute can start on a cluster while others are in flight.
+ * - An I/O error, a short read at end of file or a failed verification rejects the batch with a
+ *   FlashReadError naming the file, offset and length. Requests not yet reported complete are
+ *   never reported, and the batch settles only after its reads still in flight have returned, so
+ *   no read lands in memory the caller has already reused.
+ */
+import { closeSync, constants, fstatSync, openSync, read, readSync } from "node:fs";
+
+export const FLASH_ALIGN = 4096;
+
+export class FlashReadError extends Error {
+  /** errno code of the failed read (EIO, ...), when there was one */
+  readonly code?: string;
+  constructor(
+    readonly file: string,
+    readonly fileOffset: number,
+    readonly length: number,
+    what: string,
+    override readonly cause?: unknown,
+  ) {
+    super(`${file}: ${what} (read of ${length} bytes at byte offset ${fileOffset})`);
+    this.name = "FlashReadError";
+    const code = (cause as { code?: unknown } | undefined)?.code;
+    if (typeof code === "string") this.code = code;
+  }
+}
+
+export interface FlashReadRequest {
+  /** byte offset in the file, a multiple of 4096 */
+  readonly fileOffset: number;
+  /** bytes to read, a positive multiple of 4096 */
+  readonly length: number;
+  /** byte offset in the reader's memory where the bytes go, a multiple of 4096 */
+  readonly dst: number;
+  /** anything the caller wants to recognize the request by in onComplete */
+  readonly tag?: unknown;
+}
+
+export type FlashMemory = WebAssembly.Memory | SharedArrayBuffer | ArrayBuffer;
+
+/** A physical read about to be issued, as the fault hook sees it. */
+export interface FlashReadInfo {
+  readonly fileOffset: number;
+  readonly length: number;
+  /** 0, 1, 2, ...: the reads this reader has issued */
+  readonly index: number;
+}
+
+export interface FlashReaderOptions {
+  /** where reads land: a WebAssembly.Memory (needed for O_DIRECT), or an (Shared)ArrayBuffer */
+  memory: FlashMemory;
+  /** reads in flight at most (default 16) */
+  queueDepth?: number;
+  /** largest single read (default 1 MiB), a multiple of 4096 */
+  maxReadBytes?: number;
+  /**
+   * "auto" (default): O_DIRECT where the file system and memory allow it, else buffered reads
+   * with one warning; true: O_DIRECT or a thrown error; false: buffered reads.
+   */
+  direct?: boolean | "auto";
+  /** receives each warning once (default: process.emitWarning) */
+  onWarning?: (message: string) => void;
+  /**
+   * Called on every completed read before its requests are reported; throw to fail the batch
+   * (e.g. NeuronStore.verifier(): checksums). view is the whole memory.
+   */
+  verify?: (fileOffset: number, view: Uint8Array, viewOffset: number, length: number) => void;
+  /** test hook: return an Error to make this read fail with it (as if the device had said EIO) */
+  fault?: (read: FlashReadInfo) => Error | null | undefined;
+}
+
+export interface FlashReaderStats {
+  /** requests submitted */
+  requests: number;
+  /** physical reads issued (after coalescing and splitting; short-read retries included) */
+  reads: number;
+  /** bytes read */
+  bytes: number;
+  /** wall seconds during which at least one read was in flight */
+  busySeconds: number;
+  /** most reads ever in flight at once */
+  maxInFlight: number;
+  /** requests that rode along in another request's read */
+  coalesced: number;
+  /** extra reads made by splitting requests larger than maxReadBytes */
+  splits: number;
+  /** batches that failed */
+  errors: number;
+}
+
+type OnComplete = ((request: FlashReadRequest) => void) | null;
+type OnDone = (error: Error | null) => void;
+
+interface Batch {
+  requests: readonly FlashReadRequest[];
+  onComplete: OnComplete;
+  onDone: OnDone;
+  /** reads still to finish, per request */
+  pending: Int32Array;
+  /** ops of this batch not yet finished (queued or in flight) */
+  opsLeft: number;
+  inFlight: number;
+  error: Error | null;
+  finished: boolean;
+}
+
+interface Op {
+  batch: Batch | null;
+  /** requests [first, first + count) of the batch that this read covers (wholly or, when split, partly) */
+  first: number;
+  count: number;
+  fileOffset: number;
+  length: number;
+  dst: number;
+  /** bytes already read (a short read continues from here) */
+  done: number;
+  cb: (err: NodeJS.ErrnoException | null, bytesRead: number) => void;
+}
+
+/** The thread-pool size libuv would take from the environment (it may have started already). */
+export function visibleThreadPoolSize(): number {
+  const v = Number(process.env.UV_THREADPOOL_SIZE);
+  return Number.isInteger(v) && v > 0 ? Math.min(v, 1024) : 4;
+}
+
+const emitted = new Set<string>();
+function defaultWarning(message: string): void {
+  if (emitted.has(message)) return;
+  emitted.add(message);
+  process.emitWarning(message, { code: "POWERINFER_FLASH_READER" });
+}
+
+function aligned(v: number): boolean {
+  return Number.isSafeInteger(v) && v >= 0 && v % FLASH_ALIGN === 0;
+}
+
+export class FlashReader {
+  /** whether reads bypass the page cache (O_DIRECT) */
+  readonly direct: boolean;
+  /** why direct I/O is off, when it is */
+  readonly bufferedReason: string | null;
+  readonly queueDepth: number;
+  readonly maxReadBytes: number;
+  /** file size at open */
+  readonly size: number;
+  private fd: number;
+  private readonly memory: FlashMemory;
+  private u8: Uint8Array;
+  private readonly verify: FlashReaderOptions["verify"];
+  private readonly fault: FlashReaderOptions["fault"];
+  private readonly queue: Op[] = [];
+  private qHead = 0;
+  private readonly freeOps: Op[] = [];
+  private inFlight = 0;
+  private busySince = 0;
+  private readIndex = 0;
+  private closing: Promise<void> | null = null;
+  private drained: (() => void) | null = null;
+  private s: FlashReaderStats = { requests: 0, reads: 0, bytes: 0, busySeconds: 0, maxInFlight: 0, coalesced: 0, splits: 0, errors: 0 };
+
+  private constructor(readonly path: string, fd: number, direct: boolean, reason: string | null, size: number, opts: FlashReaderOptions) {
+    this.fd = fd;
+    this.direct = direct;
+    this.bufferedReason = reason;
+    this.size = size;
+    this.memory = opts.memory;
+    this.u8 = new Uint8Array(this.buffer());
+    this.queueDepth = opts.queueDepth ?? 16;
+    this.maxReadBytes = opts.maxReadBytes ?? 1 << 20;
+    this.verify = opts.verify;
+    this.fault = opts.fault;
+  }
+
+  /** Open `path` for reading (see FlashReaderOptions for the choices). */
+  static open(path: string, opts: FlashReaderOptions): FlashReader {
+    const qd = opts.queueDepth ?? 16;
+    const max = opts.maxReadBytes ?? 1 << 20;
+    if (!Number.isInteger(qd) || qd < 1 || qd > 4096) throw new RangeError(`FlashReader: queueDepth must be an integer in [1, 4096], got ${qd}`);
+    if (!aligned(max) || max === 0) throw new RangeError(`FlashReader: maxReadBytes must be a positive multiple of ${FLASH_ALIGN}, got ${max}`);
+    const warn = opts.onWarning ?? defaultWarning;
+    const want = opts.direct ?? "auto";
+    const isWasm = typeof WebAssembly !== "undefined" && opts.memory instanceof WebAssembly.Memory;
+    if (!isWasm && !(opts.memory instanceof ArrayBuffer) && !(typeof SharedArrayBuffer !== "undefined" && opts.memory instanceof SharedArrayBuffer)) {
+      throw new TypeError("FlashReader: memory must be a WebAssembly.Memory, SharedArrayBuffer or ArrayBuffer");
+    }
+
+    let fd = -1;
+    let direct = false;
+    let reason: string | null = null;
+    if (want !== false) {
+      const flag = (constants as { O_DIRECT?: number }).O_DIRECT;
+      if (flag === undefined) reason = `this platform (${process.platform}) has no O_DIRECT`;
+      else if (!isWasm) reason = "the destination is a plain ArrayBuffer/SharedArrayBuffer, whose address is not page aligned (O_DIRECT needs a WebAssembly.Memory)";
+      else {
+        try {
+          fd = openSync(path, constants.O_RDONLY | flag);
+          probeDirect(fd);
+          direct = true;
+        } catch (e) {
+          if (fd >= 0) closeSync(fd);
+          fd = -1;
+          const code = (e as NodeJS.ErrnoException).code;
+          if (code !== "EINVAL" && code !== "EOPNOTSUPP" && code !== "ENOTSUP") throw openError(path, e);
+          reason = `the file system refuses O_DIRECT (${code}; tmpfs, some network and FUSE file systems do)`;
+        }
+      }
+      if (!direct && want === true) throw new FlashReadError(path, 0, 0, `direct I/O was required but is not possible: ${reason}`);
+    } else reason = "buffered reads were asked for (direct: false)";
+    if (fd < 0) {
+      try {
+        fd = openSync(path, "r");
+      } catch (e) {
+        throw openError(path, e);
+      }
+    }
+    let size: number;
+    try {
+      size = fstatSync(fd).size;
+    } catch (e) {
+      closeSync(fd);
+      throw openError(path, e);
+    }
+    const r = new FlashReader(path, fd, direct, reason, size, { ...opts, queueDepth: qd, maxReadBytes: max });
+    if (!direct && want === "auto") {
+      warn(
+        `${path}: direct I/O (O_DIRECT) is not in use: ${reason}. Reading through the page cache instead: it works, but ` +
+          `the kernel will cache model weights outside the memory budget, and read speed will reflect that cache rather than the disk.`,
+      );
+    }
+    const pool = visibleThreadPoolSize();
+    if (qd > pool) {
+      warn(
+        `queue depth ${qd} exceeds libuv's thread pool (${process.env.UV_THREADPOOL_SIZE ? `UV_THREADPOOL_SIZE=${process.env.UV_THREADPOOL_SIZE}` : "4 threads by default"}): ` +
+          `at most ${pool} reads will really run at once. Start node with UV_THREADPOOL_SIZE=${qd} in its environment.`,
+      );
+    }
+    return r;
+  }
+
+  private buffer(): ArrayBuffer | SharedArrayBuffer {
+    const m = this.memory;
+    return m instanceof ArrayBuffer || (typeof SharedArrayBuffer !== "undefined" && m instanceof SharedArrayBuffer) ? m : (m as WebAssembly.Memory).buffer;
+  }
+
+  /** A view over the whole memory, re-taken after the memory grew. */
+  private view(): Uint8Array {
+    const b = this.buffer();
+    if (this.u8.buffer !== b || this.u8.byteLength !== b.byteLength) this.u8 = new Uint8Array(b);
+    return this.u8;
+  }
+
+  /** Reads in flight now. */
+  get pending(): number {
+    return this.inFlight + (this.queue.length - this.qHead);
+  }
+
+  stats(): FlashReaderStats {
+    const s = { ...this.s };
+    if (this.inFlight > 0) s.busySeconds += (performance.now() - this.busySince) / 1000;
+    return s;
+  }
+
+  resetStats(): void {
+    this.s = { requests: 0, reads: 0, bytes: 0, busySeconds: 0, maxInFlight: this.inFlight, coalesced: 0, splits: 0, errors: 0 };
+    if (this.inFlight > 0) this.busySince = performance.now();
+  }
+
+  /**
+   * Read a batch; resolves when every request has landed, rejects with a FlashReadError (or the
+   * error verify/onComplete threw) otherwise. onComplete(request) runs as each one lands.
+   */
+  read(requests: readonly FlashReadRequest[], onComplete?: (request: FlashReadRequest) => void): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      this.submit(requests, onComplete ?? null, (e) => (e ? reject(e) : resolve()));
+    });
+  }
+
+  /**
+   * The callback form of read(), which allocates nothing per request: onDone(null) after the last
+   * request landed, or onDone(error) once the batch has failed and none of its reads is in flight.
+   * Invalid requests throw a RangeError here, before anything is read.
+   */
+  submit(requests: readonly FlashReadRequest[], onComplete: OnComplete, onDone: OnDone): void {
+    if (this.closing) throw new FlashReadError(this.path, 0, 0, "the reader is closed");
+    const memBytes = this.view().byteLength;
+    for (let i = 0; i < requests.length; i++) {
+      const r = requests[i];
+      if (!aligned(r.fileOffset) || !aligned(r.length) || r.length === 0 || !aligned(r.dst)) {
+        throw new RangeError(`${this.path}: request ${i} (fileOffset ${r.fileOffset}, length ${r.length}, dst ${r.dst}) is not ${FLASH_ALIGN}-byte aligned`);
+      }
+      if (r.fileOffset + r.length > this.size) {
+        throw new RangeError(`${this.path}: request ${i} reads [${r.fileOffset}, ${r.fileOffset + r.length}) past the end of the file (${this.size} bytes)`);
+      }
+      if (r.dst + r.length > memBytes) {
+        throw new RangeError(`${this.path}: request ${i} writes [${r.dst}, ${r.dst + r.length}) past the end of the memory (${memBytes} bytes)`);
+      }
+    }
+    const batch: Batch = { requests, onComplete, onDone, pending: new Int32Array(requests.length), opsLeft: 0, inFlight: 0, error: null, finished: false };
+    this.s.requests += requests.length;
+    const max = this.maxReadBytes;
+    for (let i = 0; i < requests.length; ) {
+      const r = requests[i];
+      if (r.length > max) {
+        for (let o = 0; o < r.length; o += max) this.enqueue(batch, i, 1, r.fileOffset + o, Math.min(max, r.length - o), r.dst + o);
+        this.s.splits += Math.ceil(r.length / max) - 1;
+        i++;
+        continue;
+      }
+      let j = i + 1;
+      let len = r.length;
+      while (j < requests.length) {
+        const p = requests[j - 1], q = requests[j];
+        if (q.fileOffset !== p.fileOffset + p.length || q.dst !== p.dst + p.length || len + q.length > max) break;
+        len += q.length;
+        j++;
+      }
+      this.enqueue(batch, i, j - i, r.fileOffset, len, r.dst);
+      this.s.coalesced += j - i - 1;
+      i = j;
+    }
+    if (requests.length === 0) {
+      batch.finished = true;
+      process.nextTick(onDone, null);
+      return;
+    }
+    this.pump();
+  }
+
+  private enqueue(batch: Batch, first: number, count: number, fileOffset: number, length: number, dst: number): void {
+    const op = this.freeOps.pop() ?? this.newOp();
+    op.batch = batch;
+    op.first = first;
+    op.count = count;
+    op.fileOffset = fileOffset;
+    op.length = length;
+    op.dst = dst;
+    op.done = 0;
+    for (let k = first; k < first + count; k++) batch.pending[k]++;
+    batch.opsLeft++;
+    this.queue.push(op);
+  }
+
+  private newOp(): Op {
+    const op: Op = { batch: null, first: 0, count: 0, fileOffset: 0, length: 0, dst: 0, done: 0, cb: null! };
+    op.cb = (err, n) => this.landed(op, err, n);
+    return op;
+  }
+
+  private pump(): void {
+    while (this.inFlight < this.queueDepth && this.qHead < this.queue.length) {
+      const op = this.queue[this.qHead];
+      this.queue[this.qHead++] = undefined!;
+      this.issue(op);
+    }
+    if (this.qHead === this.queue.length) {
+      this.queue.length = 0;
+      this.qHead = 0;
+    } else if (this.qHead > 4096 && this.qHead * 2 > this.queue.length) {
+      this.queue.splice(0, this.qHead);
+      this.qHead = 0;
+    }
+  }
+
+  private issue(op: Op): void {
+    const batch = op.batch!;
+    if (this.inFlight === 0) this.busySince = performance.now();
+    this.inFlight++;
+    batch.inFlight++;
+    if (this.inFlight > this.s.maxInFlight) this.s.maxInFlight = this.inFlight;
+    this.s.reads++;
+    const index = this.readIndex++;
+    const from = op.fileOffset + op.done;
+    const len = op.length - op.done;
+    if (this.fault) {
+      let injected: Error | null | undefined;
+      try {
+        injected = this.fault({ fileOffset: from, length: len, index });
+      } catch (e) {
+        injected = e as Error;
+      }
+      if (injected) {
+        setImmediate(op.cb, injected, 0);
+        return;
+      }
+    }
+    read(this.fd, this.view(), op.dst + op.done, len, from, op.cb);
+  }
+
+  private landed(op: Op, err: NodeJS.ErrnoException | null, n: number): void {
+    const batch = op.batch!;
+    this.inFlight--;
+    batch.inFlight--;
+    if (this.inFlight === 0) this.s.busySeconds += (performance.now() - this.busySince) / 1000;
+    if (!batch.error) {
+      if (err) {
+        this.fail(batch, new FlashReadError(this.path, op.fileOffset + op.done, op.length - op.done, `read failed: ${err.message}`, err));
+      } else if (n === 0) {
+        this.fail(batch, new FlashReadError(this.path, op.fileOffset + op.done, op.length - op.done, `unexpected end of file (${this.size} bytes at open; was the file truncated?)`));
+      } else {
+        this.s.bytes += n;
+        op.done += n;
+        if (op.done < op.length) {
+          // a short read: continue where it stopped (the op keeps its place at the head of the line)
+          this.issue(op);
+          return;
+        }
+        this.complete(op, batch);
+      }
+    }
+    batch.opsLeft--;
+    op.batch = null;
+    this.freeOps.push(op);
+    this.settle(batch);
+    this.pump();
+    if (this.inFlight === 0 && this.drained) this.drained();
+  }
+
+  private complete(op: Op, batch: Batch): void {
+    if (this.verify) {
+      try {
+        this.verify(op.fileOffset, this.view(), op.dst, op.length);
+      } catch (e) {
+        this.fail(batch, e as Error);
+        return;
+      }
+    }
+    for (let k = op.first; k < op.first + op.count; k++) {
+      if (--batch.pending[k] !== 0) continue;
+      if (batch.onComplete) {
+        try {
+          batch.onComplete(batch.requests[k]);
+        } catch (e) {
+          this.fail(batch, e as Error);
+          return;
+        }
+      }
+      if (batch.error) return;
+    }
+  }
+
+  private fail(batch: Batch, e: Error): void {
+    if (batch.error) return;
+    batch.error = e;
+    this.s.errors++;
+    // drop the batch's reads that have not started; those in flight are waited for in settle()
+    let w = this.qHead;
+    for (let r = this.qHead; r < this.queue.length; r++) {
+      const op = this.queue[r];
+      if (op.batch === batch) {
+        batch.opsLeft--;
+        op.batch = null;
+        this.freeOps.push(op);
+      } else this.queue[w++] = op;
+    }
+    this.queue.length = w;
+  }
+
+  private settle(batch: Batch): void {
+    if (batch.finished || batch.inFlight > 0) return;
+    if (batch.error || batch.opsLeft === 0) {
+      batch.finished = true;
+      batch.onDone(batch.error);
+    }
+  }
+
+  /** Fail whatever is queued, wait for reads in flight, close the file. */
+  close(): Promise<void> {
+    if (this.closing) return this.closing;
+    const queued = new Set<Batch>();
+    for (let r = this.qHead; r < this.queue.length; r++) queued.add(this.queue[r].batch!);
+    for (const b of queued) this.fail(b, new FlashReadError(this.path, 0, 0, "the reader was closed with reads pending"));
+    this.closing = new Promise<void>((resolve) => {
+      const finish = () => {
+        this.drained = null;
+        for (const b of queued) this.settle(b);
+        closeSync(this.fd);
+        this.fd = -1;
+        resolve();
+      };
+      if (this.inFlight === 0) finish();
+      else this.drained = finish;
+    });
+    return this.closing;
+  }
+}
+
+/**
+ * Some file systems accept O_DIRECT at open and refuse it at read time; find out now with one
+ * aligned 4 KiB read into a fresh (page-aligned) wasm page rather than on the first real read.
+ */
+function probeDirect(fd: number): void {
+  const page = new Uint8Array(new WebAssembly.Memory({ initial: 1 }).buffer);
+  readSync(fd, page, 0, FLASH_ALIGN, 0);
+}
+
+function openError(path: string, e: unknown): FlashReadError {
+  return new FlashReadError(path, 0, 0, `cannot open: ${(e as Error).message}`, e);
+}
