@@ -221,7 +221,7 @@ export class FlashReader {
           fd = -1;
           const code = (e as NodeJS.ErrnoException).code;
           if (code !== "EINVAL" && code !== "EOPNOTSUPP" && code !== "ENOTSUP") throw openError(path, e);
-          reason = `the file system refuses O_DIRECT (${code}; tmpfs, some network and FUSE file systems do)`;
+          reason = `the file system refuses O_DIRECT (${code}; e.g. tmpfs before Linux 6.6, /proc, some network and FUSE file systems)`;
         }
       }
       if (!direct && want === true) throw new FlashReadError(path, 0, 0, `direct I/O was required but is not possible: ${reason}`);
