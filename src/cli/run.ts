@@ -6,6 +6,7 @@
 import { readFileSync } from "node:fs";
 import { loadModel } from "../index.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
+import { StatusLine, TokenRate, formatStats } from "./progress.js";
 
 const FLAGS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "model file (GGUF)" },
@@ -24,6 +25,7 @@ const FLAGS: FlagSpec[] = [
   { names: ["-s", "--seed"], key: "seed", type: "int", help: "random seed (default: random)" },
   { names: ["--ignore-eos"], key: "ignoreEos", type: "bool", help: "keep generating after end-of-generation tokens" },
   { names: ["--no-bos"], key: "noBos", type: "bool", help: "do not add the BOS token" },
+  { names: ["--stats"], key: "stats", type: "bool", help: "a live status line while generating (tok/s, resident memory)" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
 
@@ -73,7 +75,20 @@ export async function main(argv: string[]): Promise<number> {
       ignoreEos: Boolean(args.ignoreEos),
       signal: controller.signal,
     });
-    for await (const piece of gen) process.stdout.write(piece);
+    const status = args.stats ? new StatusLine() : undefined;
+    const rate = new TokenRate();
+    status?.start();
+    try {
+      for await (const piece of gen) {
+        process.stdout.write(piece);
+        if (status) {
+          rate.mark(gen.tokens.length);
+          status.update(formatStats({ tokensPerSecond: rate.perSecond, residentBytes: process.memoryUsage.rss(), extra: `${gen.tokens.length} tokens` }));
+        }
+      }
+    } finally {
+      status?.stop();
+    }
     process.stdout.write("\n");
     const s = gen.stats!;
     process.stderr.write(
