@@ -490,7 +490,10 @@ async function transposeDown(
   const band = Math.min(n, maxBand);
   const tile = new Float32Array(nEmbd * band);
   const slice = new Uint8Array((band / src.blockSize) * src.typeSize);
-  const col = new Float32Array(nEmbd);
+  // columns are gathered 16 at a time, so each row of the tile is read 16 floats at once
+  // (a column-at-a-time gather strides through the whole tile and was the converter's hot spot)
+  const G = 16;
+  const cols = new Float32Array(G * nEmbd);
   for (let c0 = 0; c0 < n; c0 += band) {
     check();
     const w = Math.min(band, n - c0);
@@ -500,9 +503,16 @@ async function transposeDown(
       file.readTensor(t, slice, r * srcRb + at, sb);
       dequantizeRow(t.type, slice.subarray(0, sb), w, tile, r * w);
     }
-    for (let j = 0; j < w; j++) {
-      for (let r = 0; r < nEmbd; r++) col[r] = tile[r * w + j];
-      rc.quantize(col, type, out.subarray((c0 + j) * rowBytes, (c0 + j + 1) * rowBytes), stats);
+    for (let j0 = 0; j0 < w; j0 += G) {
+      const g = Math.min(G, w - j0);
+      for (let r = 0; r < nEmbd; r++) {
+        const at = r * w + j0;
+        for (let k = 0; k < g; k++) cols[k * nEmbd + r] = tile[at + k];
+      }
+      for (let k = 0; k < g; k++) {
+        const c = c0 + j0 + k;
+        rc.quantize(cols.subarray(k * nEmbd, (k + 1) * nEmbd), type, out.subarray(c * rowBytes, (c + 1) * rowBytes), stats);
+      }
     }
     onBytes(sb * nEmbd);
     await tick();
