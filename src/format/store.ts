@@ -663,6 +663,11 @@ export class NeuronStore implements ModelMetadataSource {
     return this.getString("general.architecture");
   }
 
+  /** GGUFFile compatibility: the files the model lives in. */
+  get paths(): string[] {
+    return [this.path];
+  }
+
   has(key: string): boolean {
     return this.metadata.has(key);
   }

@@ -161,6 +161,8 @@ function encodeMetadata(file: GGUFFile): EncodedMetadata[] {
   const types = scanMetadataTypes(file.paths[0]);
   const out: EncodedMetadata[] = [];
   for (const [key, value] of file.metadata) {
+    // split.* describe how the source was cut into files; a store is one file
+    if (key.startsWith("split.")) continue;
     const t = types.get(key);
     if (!t) throw new ConvertError(`${file.path}: metadata key "${key}" was not found when re-reading the header`);
     out.push([key, t[0], encodeMetadataValue(t[0], t.slice(1), value)]);
