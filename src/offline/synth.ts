@@ -293,7 +293,7 @@ function f16ValueTable(std: number, centre: number): Uint16Array {
  */
 export type RowFiller = (dst: Uint8Array, words: Uint32Array, rows: number) => void;
 
-/** The generator for one tensor. Planting per-neuron firing rates will specialise ffn_gate here. */
+/** The generator for one tensor of a plain random model (a sparse model post-processes its rows: SparsityPlanter). */
 export function rowFiller(recipe: TensorRecipe, stream: SynthStream): RowFiller {
   const rowLen = recipe.dims[0];
   const tr = typeTraits(recipe.type)!;
@@ -882,7 +882,11 @@ function solveBlock0(z: number, R: number, muR: number, Q0: number, M0: number, 
   return [bestL, bestD, bestS];
 }
 
-/** The ggml-order dims and kind of a tensor decide what the planter does with each of its rows. */
+/**
+ * Follows the tensors in file order (embeddings, then per layer norms, attention, FFN, then the
+ * output), rewriting each generated row as the construction needs and keeping the running model
+ * of the residual stream that the next tensors' biases and scales are computed from.
+ */
 class SparsityPlanter {
   readonly predicted: number[] = [];
   private readonly d: number;
@@ -942,7 +946,7 @@ class SparsityPlanter {
     this.C = this.constantValue(Math.sqrt(KAPPA * (d - RESERVED)));
     this.omega = new Float64Array(d);
     this.nu = new Float64Array(d);
-    this.zeroW = new Float64Array(Math.max(d, spec.ffn, spec.vocab));
+    this.zeroW = new Float64Array(Math.max(d, spec.ffn));
     const f = spec.ffn;
     this.sg = new Float64Array(f);
     this.zg = new Float64Array(f);
@@ -977,8 +981,9 @@ class SparsityPlanter {
   }
 
   private finishAttention(): void {
-    // V's mean is cancelled (see filler), so attention moves no mean. Its variance is not added: past position ~10 it averages many values and adds
-    // almost none; the first positions fire a little more often than planned.
+    // V's mean is cancelled (see filler), so attention moves no mean. Its variance is not
+    // counted: past the first few positions it averages many values and adds almost none, so
+    // only those first positions fire a little more often than planned.
     this.pending = "none";
   }
 
