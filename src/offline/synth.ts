@@ -1164,9 +1164,9 @@ class SparsityPlanter {
    * Set element 0 of a row that reads the normalized residual: to 0 (z null), or to the bias that
    * makes the row's dot product positive with probability Phi(z) (z = 0 with a mean: the bias
    * that cancels the mean). wc: what element 0 is multiplied by, in raw residual units (the
-   * norm weight of dimension 0 times C). Returns the deviation of the
-   * rest of the dot product (raw residual units) and the bias-plus-mean over it (the z reached,
-   * or for z null the mean's share).
+   * norm weight of dimension 0 times C). Returns the deviation of the rest of the dot product
+   * (raw residual units) and the bias-plus-mean over it (the z reached; for z null, the mean's
+   * share).
    */
   private plantElement0(b: Uint8Array, off: number, rowLen: number, z: number | null, omega: Float64Array, nu: Float64Array, wc: number): [number, number] {
     const mom = this.mom;
@@ -1176,8 +1176,10 @@ class SparsityPlanter {
       const mu = mom[1];
       const target = z === null ? 0 : (z * sigma - mu) / wc;
       let value: number;
-      if (this.type === GGMLType.F32) value = new Float32Array(b.buffer, b.byteOffset + off, 1)[0] = target;
-      else {
+      if (this.type === GGMLType.F32) {
+        value = Math.fround(target);
+        new Float32Array(b.buffer, b.byteOffset + off, 1)[0] = value;
+      } else {
         const h = f32ToF16(target);
         new Uint16Array(b.buffer, b.byteOffset + off, 1)[0] = h;
         value = F16[h];
