@@ -10,9 +10,11 @@ import { LlamaModel } from "./model/llama.js";
 import { Tokenizer } from "./tokenizer/index.js";
 import { Generation, type GenerateOptions } from "./generate/generator.js";
 import type { ModelConfig } from "./model/config.js";
+import type { OffloadStats } from "./model/offloaded-ffn.js";
 
 export type { GenerateOptions, GenerationStats, StopReason } from "./generate/generator.js";
 export type { ModelConfig } from "./model/config.js";
+export type { OffloadStats } from "./model/offloaded-ffn.js";
 export { Generation } from "./generate/generator.js";
 export { Tokenizer, StreamingDecoder } from "./tokenizer/index.js";
 export { GGUFFile, GGUFError } from "./format/gguf.js";
@@ -29,6 +31,8 @@ export interface LoadModelOptions {
   /** most prompt tokens per forward pass (default 256) */
   batchSize?: number;
   onLoadProgress?: (loadedBytes: number, totalBytes: number) => void;
+  /** for a neuron store (.pi): everything resident must fit in this many bytes */
+  memoryBudget?: number;
 }
 
 export class Model {
@@ -52,6 +56,10 @@ export class Model {
   /** the model file's metadata (GGUF key/values: hyper-parameters, tokenizer, chat template) */
   get metadata(): ReadonlyMap<string, unknown> {
     return this.llama.file.metadata;
+  }
+  /** counters of the offloaded FFN (neurons computed, cache hits, bytes read), for a neuron store */
+  offloadStats(): OffloadStats | undefined {
+    return this.llama.offloaded?.snapshot();
   }
   /** bytes of wasm memory in use (weights, KV cache, buffers) */
   get residentBytes(): number {
@@ -105,6 +113,7 @@ export async function loadModel(options: LoadModelOptions): Promise<Model> {
     threads,
     contextSize: options.contextSize === "auto" ? undefined : options.contextSize,
     batchSize: options.batchSize,
+    memoryBudget: options.memoryBudget,
     onProgress: options.onLoadProgress,
   });
   try {

@@ -8,8 +8,8 @@ import { tmpdir } from "node:os";
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 /** ../shared beside the repository: real tiny models, references, corpora. */
 export const SHARED = process.env.POWERINFER_SHARED ?? resolve(ROOT, "..", "shared");
-/** The compiled CLI entry point. */
-export const CLI = join(ROOT, "dist", "src", "cli", "main.js");
+/** The `powerinfer` command as npm installs it (it loads the compiled CLI). */
+export const CLI = join(ROOT, "bin", "powerinfer.cjs");
 
 export function tempDir(prefix = "powerinfer-test-"): string {
   return mkdtempSync(join(tmpdir(), prefix));

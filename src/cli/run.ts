@@ -7,6 +7,7 @@ import { readFileSync } from "node:fs";
 import { loadModel } from "../index.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { StatusLine, TokenRate, formatStats } from "./progress.js";
+import { peakResidentBytes } from "../runtime/memory.js";
 
 const FLAGS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "model file (GGUF)" },
@@ -25,6 +26,7 @@ const FLAGS: FlagSpec[] = [
   { names: ["-s", "--seed"], key: "seed", type: "int", help: "random seed (default: random)" },
   { names: ["--ignore-eos"], key: "ignoreEos", type: "bool", help: "keep generating after end-of-generation tokens" },
   { names: ["--no-bos"], key: "noBos", type: "bool", help: "do not add the BOS token" },
+  { names: ["--memory-budget"], key: "budget", type: "size", help: "for a neuron store (.pi): everything resident fits in this (e.g. 1.5GiB)" },
   { names: ["--stats"], key: "stats", type: "bool", help: "a live status line while generating (tok/s, resident memory)" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
@@ -51,6 +53,7 @@ export async function main(argv: string[]): Promise<number> {
     threads: args.threads as number | undefined,
     contextSize: args.ctx as number | undefined,
     batchSize: args.batch as number,
+    memoryBudget: args.budget as number | undefined,
   });
   const cfg = model.config;
   process.stderr.write(
@@ -91,6 +94,15 @@ export async function main(argv: string[]): Promise<number> {
     }
     process.stdout.write("\n");
     const s = gen.stats!;
+    const off = model.offloadStats();
+    if (off) {
+      const hits = off.hotHits + off.coldHits;
+      process.stderr.write(
+        `ffn: ${((100 * off.neuronsComputed) / Math.max(1, off.neuronsTotal)).toFixed(1)}% of neurons computed; ` +
+          `cache hit rate ${((100 * hits) / Math.max(1, hits + off.misses)).toFixed(1)}% (hot ${off.hotHits}, cold ${off.coldHits}, misses ${off.misses}); ` +
+          `read ${(off.bytesRead / 1e6).toFixed(1)} MB, I/O wait ${(off.ioWaitMs / 1000).toFixed(2)} s; peak RSS ${(peakResidentBytes() / 2 ** 20).toFixed(1)} MiB\n`,
+      );
+    }
     process.stderr.write(
       `stop: ${s.stopReason}\n` +
         `prefill: ${s.promptTokens} tokens, ${s.prefillTokensPerSecond.toFixed(1)} tok/s; ` +

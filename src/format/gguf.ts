@@ -258,7 +258,28 @@ export function splitPaths(path: string): string[] {
   return paths;
 }
 
-export class GGUFFile {
+/**
+ * What the model loader needs of a model file: metadata, a tensor index and positional reads.
+ * GGUFFile is one; the neuron store (src/format/store.ts) is another.
+ */
+export interface ModelFile {
+  readonly path: string;
+  readonly magic: "GGUF" | "PWRI";
+  readonly metadata: Map<string, GGUFValue>;
+  readonly tensors: ReadonlyMap<string, GGUFTensorInfo>;
+  readonly architecture: string;
+  has(key: string): boolean;
+  getString(key: string, fallback?: string): string;
+  getNumber(key: string, fallback?: number): number;
+  getBool(key: string, fallback: boolean): boolean;
+  getArray(key: string): GGUFValue[] | Float32Array | Int32Array | undefined;
+  tensor(name: string): GGUFTensorInfo;
+  readTensor(t: GGUFTensorInfo, dst: Uint8Array, start?: number, length?: number): void;
+  tensorData(name: string): Uint8Array;
+  close(): void;
+}
+
+export class GGUFFile implements ModelFile {
   readonly magic: "GGUF" | "PWRI";
   readonly version: number;
   readonly metadata: Map<string, GGUFValue>;

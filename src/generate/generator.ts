@@ -99,7 +99,8 @@ export class Generation implements AsyncIterable<string> {
         return;
       }
       const n = Math.min(model.batchSize, promptIds.length - pos);
-      logits = model.forward(promptIds.slice(pos, pos + n), n, pos);
+      const batch = promptIds.slice(pos, pos + n);
+      logits = model.offloaded ? await model.forwardAsync(batch, n, pos) : model.forward(batch, n, pos);
       pos += n;
     }
     stats.prefillMs = performance.now() - t0;
@@ -146,7 +147,7 @@ export class Generation implements AsyncIterable<string> {
           break;
         }
         one[0] = id;
-        logits = model.forward(one, 1, pos++);
+        logits = model.offloaded ? await model.forwardAsync(one, 1, pos++) : model.forward(one, 1, pos++);
         decodeTokens++;
       }
     } finally {

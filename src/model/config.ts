@@ -2,7 +2,7 @@
  * Hyper-parameters of a llama-family model, read from GGUF metadata, with each architecture's
  * conventions (activation, RoPE pairing, biases) made explicit.
  */
-import { GGUFError, type GGUFFile } from "../format/gguf.js";
+import { GGUFError, type ModelFile } from "../format/gguf.js";
 
 export type Activation = "silu" | "relu" | "drelu" | "gelu";
 export type RopePairing = "normal" | "neox";
@@ -50,7 +50,7 @@ const ACTIVATIONS: Record<string, Activation> = {
   silu: "silu", swiglu: "silu", relu: "relu", reglu: "relu", drelu: "drelu", gelu: "gelu", geglu: "gelu",
 };
 
-export function readConfig(file: GGUFFile): ModelConfig {
+export function readConfig(file: ModelFile): ModelConfig {
   const arch = file.architecture;
   const traits = ARCHITECTURES[arch];
   if (!traits) {

@@ -7,12 +7,15 @@
  * [kvDim] f32) and the activation buffers for a batch of up to `batchSize` tokens. forward()
  * allocates nothing.
  */
-import { GGUFFile } from "../format/gguf.js";
+import { openSync, readSync, closeSync } from "node:fs";
+import { GGUFFile, type ModelFile } from "../format/gguf.js";
+import { NeuronStore, STORE_MAGIC } from "../format/store.js";
+import { OffloadedFFN, type OffloadOptions } from "./offloaded-ffn.js";
 import { dequantizeRow } from "../format/quant.js";
 import { tensorBytes } from "../format/ggml-types.js";
 import { Arena } from "../runtime/arena.js";
 import { ThreadPool } from "../runtime/pool.js";
-import { activationBytes, prepareKernel, type ActivationFormat } from "../runtime/weights.js";
+import { activationBytes, prepareKernel, weightKernel, type ActivationFormat } from "../runtime/weights.js";
 import { readConfig, type ModelConfig } from "./config.js";
 import { ropeTable } from "./rope.js";
 import { WeightLoader, type Matrix } from "./weights.js";
@@ -26,6 +29,29 @@ export interface LoadOptions {
   /** most tokens per forward call (prompt chunks); default 256 */
   batchSize?: number;
   onProgress?: (loadedBytes: number, totalBytes: number) => void;
+  /**
+   * For a neuron store (.pi): everything resident (weights kept in memory, KV cache, buffers,
+   * neuron cache, the runtime itself) must fit in this many bytes; default: room for all of it.
+   */
+  memoryBudget?: number;
+  /** neuron cache and reader settings for a store (cacheBytes: a fixed cache size instead of what the budget leaves) */
+  offload?: Partial<OffloadOptions>;
+}
+
+/** Whether `path` is a neuron store (by its magic), as opposed to a GGUF file. */
+export function isNeuronStore(path: string): boolean {
+  let fd: number;
+  try {
+    fd = openSync(path, "r");
+  } catch {
+    return false;
+  }
+  try {
+    const b = Buffer.alloc(8);
+    return readSync(fd, b, 0, 8, 0) === 8 && b.toString("latin1") === STORE_MAGIC;
+  } finally {
+    closeSync(fd);
+  }
 }
 
 interface Layer {
@@ -38,24 +64,26 @@ interface Layer {
   bk: number;
   bv: number;
   ffnNorm: number;
-  gate: Matrix;
-  up: Matrix;
-  down: Matrix;
+  /** the dense FFN (absent when it is offloaded to a neuron store) */
+  gate?: Matrix;
+  up?: Matrix;
+  down?: Matrix;
 }
 
 const ACT_CODE = { silu: 0, relu: 1, drelu: 2, gelu: 3 } as const;
+const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
 const f32Bits = (v: number) => new Int32Array(new Float32Array([v]).buffer)[0];
 
 export class LlamaModel {
   readonly config: ModelConfig;
   readonly contextSize: number;
   readonly batchSize: number;
-  readonly file: GGUFFile;
+  readonly file: ModelFile;
   /** bytes of wasm memory in use (weights, caches, buffers) */
   readonly residentBytes: number;
 
   private constructor(
-    file: GGUFFile,
+    file: ModelFile,
     cfg: ModelConfig,
     private readonly arena: Arena,
     private readonly pool: ThreadPool,
@@ -66,6 +94,8 @@ export class LlamaModel {
     private readonly buf: Buffers,
     contextSize: number,
     batchSize: number,
+    /** the FFN of a model run from a neuron store */
+    readonly offloaded?: OffloadedFFN,
   ) {
     this.file = file;
     this.config = cfg;
@@ -104,13 +134,16 @@ export class LlamaModel {
   readonly cachedTokens: number[] = [];
 
   static async load(path: string, opts: LoadOptions = {}): Promise<LlamaModel> {
-    const file = GGUFFile.open(path);
+    const file: ModelFile = isNeuronStore(path) ? NeuronStore.open(path) : GGUFFile.open(path);
+    const store = file instanceof NeuronStore ? file : undefined;
     let pool: ThreadPool | undefined;
     try {
       const cfg = readConfig(file);
       const threads = opts.threads ?? (await import("node:os")).availableParallelism();
       const batchSize = Math.max(1, Math.min(opts.batchSize ?? 256, 4096));
-      let contextSize = Math.max(1, Math.floor(opts.contextSize ?? Math.min(cfg.nCtxTrain, 4096)));
+      // Under a memory budget the KV cache is part of it: a short default context.
+      const defaultContext = opts.memoryBudget !== undefined ? 256 : 4096;
+      let contextSize = Math.max(1, Math.floor(opts.contextSize ?? Math.min(cfg.nCtxTrain, defaultContext)));
       // Keep the KV cache inside what wasm32 can address next to the weights.
       const kvBytesPerPos = 2 * cfg.nLayer * cfg.nHeadKV * cfg.headDim * 4;
       const weightBytes = [...file.tensors.values()].reduce((a, t) => a + t.bytes, 0);
@@ -140,23 +173,62 @@ export class LlamaModel {
           bk: bias("attn_k.bias", kvDim),
           bv: bias("attn_v.bias", kvDim),
           ffnNorm: loader.vector(p + "ffn_norm.weight", nEmbd),
-          gate: loader.matrix(p + "ffn_gate.weight", nEmbd, nFF),
-          up: loader.matrix(p + "ffn_up.weight", nEmbd, nFF),
-          down: file.tensors.has(p + "ffn_down_t.weight")
-            ? loader.transposedMatrix(p + "ffn_down_t.weight", nFF, nEmbd)
-            : loader.matrix(p + "ffn_down.weight", nFF, nEmbd),
+          ...(store
+            ? {}
+            : {
+                gate: loader.matrix(p + "ffn_gate.weight", nEmbd, nFF),
+                up: loader.matrix(p + "ffn_up.weight", nEmbd, nFF),
+                down: file.tensors.has(p + "ffn_down_t.weight")
+                  ? loader.transposedMatrix(p + "ffn_down_t.weight", nFF, nEmbd)
+                  : loader.matrix(p + "ffn_down.weight", nFF, nEmbd),
+              }),
         });
       }
       const outputNorm = loader.vector("output_norm.weight", nEmbd);
       const output = loader.matrix(file.tensors.has("output.weight") ? "output.weight" : "token_embd.weight", nEmbd, nVocab);
-      const buf = allocBuffers(arena, cfg, contextSize, batchSize, [output, ...layers.flatMap((L) => [L.wq, L.wk, L.wv, L.wo, L.gate, L.up, L.down])]);
+      const matrices = [output, ...layers.flatMap((L) => [L.wq, L.wk, L.wv, L.wo, L.gate, L.up, L.down])].filter((m): m is Matrix => m !== undefined);
+      // The resident gate rows of an offloaded FFN read the FFN input in their kernel's format.
+      if (store) matrices.push({ ...output, kernel: weightKernel(store.ffn.type), cols: nEmbd });
+      const buf = allocBuffers(arena, cfg, contextSize, batchSize, matrices);
       arena.f32(buf.rope, contextSize * cfg.nRot).set(ropeTable(cfg, contextSize));
-      return new LlamaModel(file, cfg, arena, pool, layers, embd, outputNorm, output, buf, contextSize, batchSize);
+      let offloaded: OffloadedFFN | undefined;
+      const kvBytes = 2 * cfg.nLayer * contextSize * kvDim * 4;
+      if (store) offloaded = LlamaModel.offload(store, cfg, arena, pool, kvBytes, opts);
+      return new LlamaModel(file, cfg, arena, pool, layers, embd, outputNorm, output, buf, contextSize, batchSize, offloaded);
     } catch (e) {
       await pool?.dispose();
       file.close();
       throw e;
     }
+  }
+
+  /**
+   * Size the neuron cache from the budget: what is left after the process as it stands now
+   * (runtime, threads, weights in memory), the KV cache (allocated but not yet touched, so not
+   * yet resident), the resident gate rows, the sparse kernels' scratch and the load-time read
+   * buffers. Too small a budget is an error that says how much would fit.
+   */
+  private static offload(store: NeuronStore, cfg: ModelConfig, arena: Arena, pool: ThreadPool, kvBytes: number, opts: LoadOptions): OffloadedFFN {
+    const ffn = store.ffn;
+    const rss = process.memoryUsage.rss();
+    const gateBytes = cfg.nLayer * weightKernel(ffn.type).packedBytes(cfg.nFF, cfg.nEmbd);
+    const sparseScratch = 8 * cfg.nFF * 4 + 64 * cfg.nEmbd * 4 + (4 << 20);
+    const allFFN = cfg.nLayer * cfg.nFF * ffn.bundleBytes;
+    const fixed = rss + kvBytes + gateBytes + sparseScratch;
+    let cacheBytes = Math.min(allFFN, opts.offload?.cacheBytes ?? allFFN);
+    if (opts.memoryBudget !== undefined) {
+      // 3% of the budget stays free for what is hard to count (JS heap growth, stacks).
+      cacheBytes = Math.min(cacheBytes, opts.memoryBudget * 0.97 - fixed);
+      const minimum = fixed + Math.min(allFFN, 4 * ffn.bundleBytes);
+      if (cacheBytes < Math.min(allFFN, 4 * ffn.bundleBytes)) {
+        throw new Error(
+          `memory budget ${mib(opts.memoryBudget)} is too small for ${store.path}: the part that stays in memory ` +
+            `(runtime and weights ${mib(rss)}, KV cache ${mib(kvBytes)}, gate rows ${mib(gateBytes)}) needs ` +
+            `${mib(fixed)}; at least ${mib(minimum)} would run (with a minimal neuron cache)`,
+        );
+      }
+    }
+    return new OffloadedFFN(store, cfg, arena, pool, { ...opts.offload, cacheBytes });
   }
 
   get threads(): number {
@@ -166,19 +238,51 @@ export class LlamaModel {
   /**
    * Run `n` tokens (tokens[0..n)) at positions pos0..pos0+n-1, filling the KV cache; leaves the
    * logits of the last token in `this.logits`. n must be <= batchSize and pos0 + n <= contextSize.
+   * For a model whose FFN is offloaded to a neuron store, use forwardAsync.
    */
   forward(tokens: ArrayLike<number>, n: number, pos0: number): Float32Array {
+    if (this.offloaded) throw new Error("this model reads its FFN from flash: call forwardAsync()");
+    this.embed(tokens, n, pos0);
+    for (let l = 0; l < this.config.nLayer; l++) {
+      this.attentionBlock(l, n, pos0);
+      this.denseFFN(l, n);
+    }
+    return this.logitsOfLast(n);
+  }
+
+  /** forward() for any model; the FFN of an offloaded model waits for its reads from flash. */
+  async forwardAsync(tokens: ArrayLike<number>, n: number, pos0: number): Promise<Float32Array> {
+    const off = this.offloaded;
+    if (!off) return this.forward(tokens, n, pos0);
+    const b = this.buf;
+    const row = this.config.nEmbd * 4;
+    this.embed(tokens, n, pos0);
+    for (let l = 0; l < this.config.nLayer; l++) {
+      this.attentionBlock(l, n, pos0);
+      this.rmsnorm(b.xb, b.x, this.layers[l].ffnNorm, n);
+      // One token at a time: each sees only its own firing neurons.
+      for (let t = 0; t < n; t++) {
+        this.ffnRow = b.xb + t * row;
+        await off.run(l, this.ffnRow, b.x + t * row, this.gateMatvec);
+      }
+    }
+    return this.logitsOfLast(n);
+  }
+
+  /** FFN input row the resident gate matrix of an offloaded model reads. */
+  private ffnRow = 0;
+  private readonly gateMatvec = (m: Matrix, out: number): void => {
+    this.setInput(this.ffnRow, this.config.nEmbd);
+    this.matmul(m, out, 1);
+  };
+
+  /** Embeddings (one dequantized row per token) and positions; checks the token ids. */
+  private embed(tokens: ArrayLike<number>, n: number, pos0: number): void {
     const cfg = this.config;
     if (n < 1 || n > this.batchSize) throw new RangeError(`forward: ${n} tokens, batch holds 1..${this.batchSize}`);
     if (pos0 < 0 || pos0 + n > this.contextSize) throw new RangeError(`context full: positions ${pos0}..${pos0 + n - 1} exceed the context size ${this.contextSize}`);
-    const { nEmbd, nFF, nHead, nHeadKV, headDim, nLayer } = cfg;
-    const qDim = nHead * headDim;
-    const kvDim = nHeadKV * headDim;
     const b = this.buf;
-    const pool = this.pool;
-    const a = this.args;
-
-    // Embeddings: one dequantized row per token, and each token's position.
+    const nEmbd = cfg.nEmbd;
     const rowBytes = tensorBytes(this.embd.info.type, nEmbd);
     for (let t = 0; t < n; t++) {
       const id = tokens[t];
@@ -188,52 +292,68 @@ export class LlamaModel {
     }
     this.cachedTokens.length = pos0;
     for (let t = 0; t < n; t++) this.cachedTokens.push(tokens[t]);
+  }
 
-    for (let l = 0; l < nLayer; l++) {
-      const L = this.layers[l];
-      const kCache = b.kCache + l * this.contextSize * kvDim * 4;
-      const vCache = b.vCache + l * this.contextSize * kvDim * 4;
-      const kOut = kCache + pos0 * kvDim * 4;
-      const vOut = vCache + pos0 * kvDim * 4;
+  /** x += attention(norm(x)) for layer l: Q/K/V (K and V straight into the cache), RoPE, attend, project. */
+  private attentionBlock(l: number, n: number, pos0: number): void {
+    const cfg = this.config;
+    const { nEmbd, nHead, nHeadKV, headDim } = cfg;
+    const qDim = nHead * headDim;
+    const kvDim = nHeadKV * headDim;
+    const b = this.buf;
+    const pool = this.pool;
+    const a = this.args;
+    const L = this.layers[l];
+    const kCache = b.kCache + l * this.contextSize * kvDim * 4;
+    const vCache = b.vCache + l * this.contextSize * kvDim * 4;
+    const kOut = kCache + pos0 * kvDim * 4;
+    const vOut = vCache + pos0 * kvDim * 4;
 
-      // Attention: norm, Q/K/V (K and V written straight into the cache), RoPE, attend, project.
-      this.rmsnorm(b.xb, b.x, L.attnNorm, n);
-      this.setInput(b.xb, nEmbd);
-      this.matmul(L.wq, b.q, n);
-      this.matmul(L.wk, kOut, n);
-      this.matmul(L.wv, vOut, n);
-      if (L.bq) {
-        this.addBias(b.q, L.bq, qDim, n);
-        this.addBias(kOut, L.bk, kvDim, n);
-        this.addBias(vOut, L.bv, kvDim, n);
-      }
-      const neox = cfg.ropePairing === "neox" ? 1 : 0;
-      a[0] = b.q; a[1] = b.pos; a[2] = b.rope; a[3] = nHead; a[4] = headDim; a[5] = cfg.nRot; a[6] = neox;
-      pool.run(this.fn.rope, a, 7, n, 1, n * qDim * 4);
-      a[0] = kOut; a[3] = nHeadKV;
-      pool.run(this.fn.rope, a, 7, n, 1, n * kvDim * 4);
-      a[0] = b.q; a[1] = kCache; a[2] = vCache; a[3] = b.att; a[4] = b.scores; a[5] = n; a[6] = pos0;
-      a[7] = nHead; a[8] = nHeadKV; a[9] = headDim; a[10] = this.contextSize;
-      pool.run(this.fn.attention, a, 11, nHead, 1, 2 * n * (pos0 + n) * qDim);
-      this.setInput(b.att, qDim);
-      this.matmul(L.wo, b.xb, n);
-      this.add(b.x, b.xb, n * nEmbd);
-
-      // FFN: norm, gate and up, activation, down.
-      this.rmsnorm(b.xb, b.x, L.ffnNorm, n);
-      this.setInput(b.xb, nEmbd);
-      this.matmul(L.gate, b.hg, n);
-      this.matmul(L.up, b.hu, n);
-      a[0] = b.hg; a[1] = b.hu; a[2] = ACT_CODE[cfg.activation];
-      pool.run(this.fn.ffnAct, a, 3, n * nFF, 64, n * nFF * 16);
-      this.setInput(b.hg, nFF);
-      this.matmul(L.down, b.xb, n);
-      this.add(b.x, b.xb, n * nEmbd);
+    this.rmsnorm(b.xb, b.x, L.attnNorm, n);
+    this.setInput(b.xb, nEmbd);
+    this.matmul(L.wq, b.q, n);
+    this.matmul(L.wk, kOut, n);
+    this.matmul(L.wv, vOut, n);
+    if (L.bq) {
+      this.addBias(b.q, L.bq, qDim, n);
+      this.addBias(kOut, L.bk, kvDim, n);
+      this.addBias(vOut, L.bv, kvDim, n);
     }
+    const neox = cfg.ropePairing === "neox" ? 1 : 0;
+    a[0] = b.q; a[1] = b.pos; a[2] = b.rope; a[3] = nHead; a[4] = headDim; a[5] = cfg.nRot; a[6] = neox;
+    pool.run(this.fn.rope, a, 7, n, 1, n * qDim * 4);
+    a[0] = kOut; a[3] = nHeadKV;
+    pool.run(this.fn.rope, a, 7, n, 1, n * kvDim * 4);
+    a[0] = b.q; a[1] = kCache; a[2] = vCache; a[3] = b.att; a[4] = b.scores; a[5] = n; a[6] = pos0;
+    a[7] = nHead; a[8] = nHeadKV; a[9] = headDim; a[10] = this.contextSize;
+    pool.run(this.fn.attention, a, 11, nHead, 1, 2 * n * (pos0 + n) * qDim);
+    this.setInput(b.att, qDim);
+    this.matmul(L.wo, b.xb, n);
+    this.add(b.x, b.xb, n * nEmbd);
+  }
 
-    // Output: only the last token's logits are needed.
-    const last = b.x + (n - 1) * nEmbd * 4;
-    this.rmsnorm(b.xb, last, this.outputNorm, 1);
+  /** x += down(act(gate . norm(x)) * up . norm(x)) for layer l, all neurons. */
+  private denseFFN(l: number, n: number): void {
+    const cfg = this.config;
+    const b = this.buf;
+    const a = this.args;
+    const L = this.layers[l];
+    this.rmsnorm(b.xb, b.x, L.ffnNorm, n);
+    this.setInput(b.xb, cfg.nEmbd);
+    this.matmul(L.gate!, b.hg, n);
+    this.matmul(L.up!, b.hu, n);
+    a[0] = b.hg; a[1] = b.hu; a[2] = ACT_CODE[cfg.activation];
+    this.pool.run(this.fn.ffnAct, a, 3, n * cfg.nFF, 64, n * cfg.nFF * 16);
+    this.setInput(b.hg, cfg.nFF);
+    this.matmul(L.down!, b.xb, n);
+    this.add(b.x, b.xb, n * cfg.nEmbd);
+  }
+
+  /** Final norm and the output matrix, for the last token only. */
+  private logitsOfLast(n: number): Float32Array {
+    const b = this.buf;
+    const nEmbd = this.config.nEmbd;
+    this.rmsnorm(b.xb, b.x + (n - 1) * nEmbd * 4, this.outputNorm, 1);
     this.setInput(b.xb, nEmbd);
     this.matmul(this.output, b.logits, 1);
     return this.logits;
@@ -289,6 +409,7 @@ export class LlamaModel {
   }
 
   async dispose(): Promise<void> {
+    await this.offloaded?.close();
     await this.pool.dispose();
     this.file.close();
   }

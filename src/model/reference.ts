@@ -5,7 +5,7 @@
  * only for small models.
  */
 import { dequantize } from "../format/quant.js";
-import type { GGUFFile } from "../format/gguf.js";
+import type { ModelFile } from "../format/gguf.js";
 import { readConfig, type ModelConfig } from "./config.js";
 
 interface RefLayer {
@@ -25,7 +25,7 @@ export class ReferenceModel {
   private readonly kCache: Float32Array[];
   private readonly vCache: Float32Array[];
 
-  constructor(file: GGUFFile, readonly contextSize = 256) {
+  constructor(file: ModelFile, readonly contextSize = 256) {
     const cfg = (this.config = readConfig(file));
     const get = (name: string) => dequantize(file.tensor(name).type, file.tensorData(name), file.tensor(name).elements);
     this.embd = get("token_embd.weight");

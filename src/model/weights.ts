@@ -4,7 +4,7 @@
  * whole tensor in JS memory.
  */
 import { GGMLType, typeName } from "../format/ggml-types.js";
-import { GGUFError, type GGUFFile, type GGUFTensorInfo } from "../format/gguf.js";
+import { GGUFError, type ModelFile, type GGUFTensorInfo } from "../format/gguf.js";
 import { dequantizeRow } from "../format/quant.js";
 import type { Arena } from "../runtime/arena.js";
 import type { ThreadPool } from "../runtime/pool.js";
@@ -22,9 +22,10 @@ export interface Matrix {
   readonly matmulFn: number;
 }
 
-const CHUNK_BYTES = 16 << 20;
+/** load-time read buffer: small, because under a memory budget a transient buffer counts too */
+const CHUNK_BYTES = 2 << 20;
 
-function checkDims(file: GGUFFile, t: GGUFTensorInfo, expected: number[]): void {
+function checkDims(file: ModelFile, t: GGUFTensorInfo, expected: number[]): void {
   const same = t.dims.length === expected.length && t.dims.every((d, i) => d === expected[i]);
   if (!same) throw new GGUFError(file.path, `tensor "${t.name}" has shape [${t.dims.join(", ")}], expected [${expected.join(", ")}]`);
 }
@@ -34,7 +35,7 @@ export class WeightLoader {
   loadedBytes = 0;
 
   constructor(
-    private readonly file: GGUFFile,
+    private readonly file: ModelFile,
     private readonly arena: Arena,
     private readonly pool: ThreadPool,
     private readonly onProgress?: (bytes: number) => void,

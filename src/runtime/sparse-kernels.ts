@@ -28,7 +28,7 @@ export type SparseActivation = keyof typeof SPARSE_ACT;
 
 /**
  * "f32": the FFN input as is. "q8_sp": ggml's Q8_0 quants of it (the same numbers prepare_q8_0
- * makes), 96 bytes per 32 values, arranged for the kernel (assembly/sparse_ffn.ts explains why
+ * makes), 352 bytes per 128 values, arranged for the kernel (assembly/sparse_ffn.ts explains why
  * not ggml's own q8_0 / q8_1 blocks), made by prepare_q8_sp(x, dst, cols, ntok, mode).
  */
 export type SparseActivationFormat = "f32" | "q8_sp";
@@ -93,7 +93,7 @@ export function sparseRowBytes(type: GGMLType, nEmbd: number): number {
 /** Bytes of one prepared activation row. */
 export function sparseActivationBytes(type: GGMLType, nEmbd: number): number {
   checkWidth(nEmbd);
-  return sparseKernel(type).act === "f32" ? nEmbd * 4 : (nEmbd / 32) * 96;
+  return sparseKernel(type).act === "f32" ? nEmbd * 4 : Math.ceil(nEmbd / 128) * 352;
 }
 
 /** f32 values per partial slot (the kernel's slotFloats): nEmbd sums, nEmbd / 32 corrections, 64-byte padded. */

@@ -1,0 +1,159 @@
+/**
+ * The segmented neuron cache: fixed-size slots of one neuron bundle each, in wasm memory.
+ *
+ * - hot region: the first slots, holding each layer's hottest neurons (the first positions of
+ *   its hot-first stored order) as one contiguous cluster per layer, loaded once and kept;
+ * - cold region: the other slots, one neuron each, replaced least-recently-used first.
+ *
+ * Evicted bundles are simply overwritten (flash is the source of truth). A slot used during the
+ * current step (token x layer) is never evicted within that step, so the bundles a kernel is
+ * about to read stay put; `acquire` returns -1 when every cold slot is in use this step, and the
+ * caller computes what it has before asking again.
+ */
+export interface CacheRegionStats {
+  hits: number;
+  misses: number;
+}
+
+export class NeuronCache {
+  readonly slotBytes: number;
+  readonly base: number;
+  readonly slots: number;
+  readonly hotSlots: number;
+  /** per layer: how many leading stored positions live in the hot region, and where */
+  readonly hotCount: Int32Array;
+  readonly hotStart: Int32Array;
+  readonly hot: CacheRegionStats = { hits: 0, misses: 0 };
+  readonly cold: CacheRegionStats = { hits: 0, misses: 0 };
+  /** per layer, stored position -> cold slot or -1 */
+  private readonly where: Int32Array[];
+  private readonly ownerLayer: Int32Array;
+  private readonly ownerPos: Int32Array;
+  private readonly stamp: Int32Array;
+  private readonly prev: Int32Array;
+  private readonly next: Int32Array;
+  /** LRU list of cold slots: head = most recent, tail = least */
+  private head = -1;
+  private tail = -1;
+  private step = 1;
+
+  /**
+   * @param base  wasm address of slot 0 (4 KiB aligned); slot i is at base + i * slotBytes
+   * @param hotPerLayer how many hot neurons of each layer to pin (their slots are contiguous)
+   */
+  constructor(base: number, slotBytes: number, slots: number, neuronsPerLayer: number[], hotPerLayer: number[]) {
+    this.base = base;
+    this.slotBytes = slotBytes;
+    this.slots = slots;
+    const layers = neuronsPerLayer.length;
+    this.hotCount = Int32Array.from(hotPerLayer);
+    this.hotStart = new Int32Array(layers);
+    let s = 0;
+    for (let l = 0; l < layers; l++) {
+      this.hotStart[l] = s;
+      s += hotPerLayer[l];
+    }
+    if (s > slots) throw new RangeError(`hot region of ${s} neurons does not fit ${slots} slots`);
+    this.hotSlots = s;
+    this.where = neuronsPerLayer.map((n) => new Int32Array(n).fill(-1));
+    this.ownerLayer = new Int32Array(slots).fill(-1);
+    this.ownerPos = new Int32Array(slots).fill(-1);
+    this.stamp = new Int32Array(slots);
+    this.prev = new Int32Array(slots).fill(-1);
+    this.next = new Int32Array(slots).fill(-1);
+    for (let i = slots - 1; i >= s; i--) this.pushFront(i);
+  }
+
+  get coldSlots(): number {
+    return this.slots - this.hotSlots;
+  }
+
+  address(slot: number): number {
+    return this.base + slot * this.slotBytes;
+  }
+
+  /** Start a new step: slots touched before it may be evicted again. */
+  beginStep(): void {
+    this.step++;
+  }
+
+  /** The slot holding (layer, stored position), or -1; counts a hit or a miss and touches it. */
+  lookup(layer: number, pos: number): number {
+    if (pos < this.hotCount[layer]) {
+      this.hot.hits++;
+      return this.hotStart[layer] + pos;
+    }
+    const slot = this.where[layer][pos];
+    if (slot < 0) {
+      this.cold.misses++;
+      return -1;
+    }
+    this.cold.hits++;
+    this.touch(slot);
+    return slot;
+  }
+
+  /**
+   * A cold slot for (layer, pos), which must not be cached: the least recently used slot not
+   * touched in this step, now owned by (layer, pos) and touched. -1 when there is none.
+   */
+  acquire(layer: number, pos: number): number {
+    const slot = this.tail;
+    if (slot < 0 || this.stamp[slot] === this.step) return -1;
+    const l = this.ownerLayer[slot];
+    if (l >= 0) this.where[l][this.ownerPos[slot]] = -1;
+    this.ownerLayer[slot] = layer;
+    this.ownerPos[slot] = pos;
+    this.where[layer][pos] = slot;
+    this.touch(slot);
+    return slot;
+  }
+
+  /** Forget (layer, pos) (its read failed): the slot goes back to the cold end of the list. */
+  release(slot: number): void {
+    const l = this.ownerLayer[slot];
+    if (l >= 0) this.where[l][this.ownerPos[slot]] = -1;
+    this.ownerLayer[slot] = -1;
+    this.ownerPos[slot] = -1;
+    this.stamp[slot] = 0;
+    this.unlink(slot);
+    this.pushBack(slot);
+  }
+
+  resetStats(): void {
+    this.hot.hits = this.hot.misses = this.cold.hits = this.cold.misses = 0;
+  }
+
+  private touch(slot: number): void {
+    this.stamp[slot] = this.step;
+    if (this.head === slot) return;
+    this.unlink(slot);
+    this.pushFront(slot);
+  }
+
+  private unlink(slot: number): void {
+    const p = this.prev[slot];
+    const n = this.next[slot];
+    if (p >= 0) this.next[p] = n;
+    else if (this.head === slot) this.head = n;
+    if (n >= 0) this.prev[n] = p;
+    else if (this.tail === slot) this.tail = p;
+    this.prev[slot] = this.next[slot] = -1;
+  }
+
+  private pushFront(slot: number): void {
+    this.prev[slot] = -1;
+    this.next[slot] = this.head;
+    if (this.head >= 0) this.prev[this.head] = slot;
+    this.head = slot;
+    if (this.tail < 0) this.tail = slot;
+  }
+
+  private pushBack(slot: number): void {
+    this.next[slot] = -1;
+    this.prev[slot] = this.tail;
+    if (this.tail >= 0) this.next[this.tail] = slot;
+    this.tail = slot;
+    if (this.head < 0) this.head = slot;
+  }
+}

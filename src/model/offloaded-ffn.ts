@@ -1,0 +1,228 @@
+/**
+ * The FFN of a model run from a neuron store (.pi) under a memory budget, `gate` sparsity:
+ *
+ * 1. Gate for every neuron, from the gate rows kept resident as one dense matrix per layer (a
+ *    third of the FFN; computing it needs no I/O).
+ * 2. The neurons whose activation is not zero (ReLU family: gate > 0) are looked up in the
+ *    neuron cache; the misses' bundles are read from flash (direct I/O, many in flight) into
+ *    cold slots.
+ * 3. While those reads are in flight, the neurons already in memory are computed; then the ones
+ *    just read. Up, activation and Down for exactly the firing neurons: exact for ReLU models.
+ *
+ * Every buffer is laid out at load; a step allocates nothing but the read requests' objects.
+ */
+import type { NeuronStore } from "../format/store.js";
+import type { Arena } from "../runtime/arena.js";
+import type { ThreadPool } from "../runtime/pool.js";
+import { weightKernel } from "../runtime/weights.js";
+import { SparseFFN, type SparseActivation } from "../runtime/sparse-kernels.js";
+import { FlashReader, type FlashReadRequest, type FlashReaderOptions } from "../io/flash-reader.js";
+import { NeuronCache } from "../io/neuron-cache.js";
+import type { ModelConfig } from "./config.js";
+import type { Matrix } from "./weights.js";
+
+export interface OffloadOptions {
+  /** bytes for the neuron cache (hot + cold regions) */
+  cacheBytes: number;
+  /** share of the cache pinned to each layer's hottest neurons (default 0.5) */
+  hotFraction?: number;
+  /** reads in flight (default 32) */
+  queueDepth?: number;
+  /** direct I/O: "auto" (default) falls back to buffered reads with a warning */
+  direct?: boolean | "auto";
+  onWarning?: (message: string) => void;
+  /** test hook passed to the flash reader: return an Error to make a read fail with it */
+  fault?: FlashReaderOptions["fault"];
+}
+
+export interface OffloadStats {
+  /** (token, layer) FFN evaluations */
+  steps: number;
+  neuronsTotal: number;
+  neuronsComputed: number;
+  hotHits: number;
+  coldHits: number;
+  misses: number;
+  bytesRead: number;
+  ioWaitMs: number;
+  computeMs: number;
+}
+
+/** load-time read buffer: small, because under a budget a transient buffer counts too */
+const CHUNK = 2 << 20;
+
+export class OffloadedFFN {
+  readonly cache: NeuronCache;
+  readonly reader: FlashReader;
+  readonly stats: OffloadStats = { steps: 0, neuronsTotal: 0, neuronsComputed: 0, hotHits: 0, coldHits: 0, misses: 0, bytesRead: 0, ioWaitMs: 0, computeMs: 0 };
+  /** resident gate matrices, one per layer, rows in stored order */
+  readonly gates: Matrix[] = [];
+  private readonly sparse: SparseFFN;
+  private readonly act: SparseActivation;
+  private readonly nFF: number;
+  private readonly gateOut: number;
+  private readonly hitList: number;
+  private readonly hitGates: number;
+  private readonly missList: number;
+  private readonly missGates: number;
+  private readonly missPos: Int32Array;
+  private readonly missGateValues: Float32Array;
+  private readonly f32: Float32Array;
+  private readonly i32: Int32Array;
+  private readonly requests: FlashReadRequest[] = [];
+
+  constructor(
+    private readonly store: NeuronStore,
+    private readonly cfg: ModelConfig,
+    arena: Arena,
+    pool: ThreadPool,
+    opts: OffloadOptions,
+  ) {
+    const ffn = store.ffn;
+    const nFF = (this.nFF = cfg.nFF);
+    if (ffn.nEmbd !== cfg.nEmbd) throw new Error(`${store.path}: FFN rows are ${ffn.nEmbd} wide, the model is ${cfg.nEmbd}`);
+    this.act = cfg.activation === "gelu" ? "gelu" : cfg.activation;
+
+    // Resident gate rows: read every bundle once, keep its gate part as a dense matrix.
+    const kernel = weightKernel(ffn.type);
+    const gateRows = new Uint8Array(Math.max(1, Math.floor(CHUNK / ffn.bundleBytes)) * ffn.rowBytes);
+    const perChunk = gateRows.length / ffn.rowBytes;
+    const bundles = new Uint8Array(perChunk * ffn.bundleBytes);
+    for (let l = 0; l < cfg.nLayer; l++) {
+      const L = store.layer(l);
+      const size = kernel.packedBytes(nFF, cfg.nEmbd);
+      const ptr = arena.alloc(size, 64);
+      const dst = arena.u8(ptr, size);
+      for (let p = 0; p < L.neurons; p += perChunk) {
+        const n = Math.min(perChunk, L.neurons - p);
+        store.readBundles(l, p, n, bundles.subarray(0, n * ffn.bundleBytes));
+        for (let i = 0; i < n; i++) gateRows.set(bundles.subarray(i * ffn.bundleBytes + ffn.parts.gate, i * ffn.bundleBytes + ffn.parts.gate + ffn.rowBytes), i * ffn.rowBytes);
+        kernel.pack(gateRows.subarray(0, n * ffn.rowBytes), dst, p, n, nFF, cfg.nEmbd);
+      }
+      this.gates.push({ name: `blk.${l}.ffn_gate (resident)`, ptr, rows: nFF, cols: cfg.nEmbd, kernel, matvecFn: pool.fn(kernel.matvec), matmulFn: pool.fn(kernel.matmul) });
+    }
+
+    this.sparse = new SparseFFN(pool, arena, ffn.type, cfg.nEmbd);
+    this.gateOut = arena.alloc(nFF * 4, 64);
+    this.hitList = arena.alloc(nFF * 4, 64);
+    this.hitGates = arena.alloc(nFF * 4, 64);
+    this.missList = arena.alloc(nFF * 4, 64);
+    this.missGates = arena.alloc(nFF * 4, 64);
+    this.missPos = new Int32Array(nFF);
+    this.missGateValues = new Float32Array(nFF);
+
+    // The cache: what the budget leaves, in whole bundles; half of it pinned to hot neurons.
+    const slots = Math.floor(opts.cacheBytes / ffn.bundleBytes);
+    if (slots < 1) throw new Error(`the memory budget leaves no room for even one neuron bundle (${ffn.bundleBytes} bytes)`);
+    // A cache that holds the whole FFN pins all of it; otherwise keep at least one cold slot so
+    // that misses can always be served.
+    const hot =
+      slots >= cfg.nLayer * nFF ? nFF : Math.min(nFF, Math.floor((slots * (opts.hotFraction ?? 0.5)) / cfg.nLayer), Math.floor((slots - 1) / cfg.nLayer));
+    const base = arena.alloc(slots * ffn.bundleBytes, 4096);
+    this.cache = new NeuronCache(base, ffn.bundleBytes, slots, Array(cfg.nLayer).fill(nFF), Array(cfg.nLayer).fill(hot));
+    for (let l = 0; l < cfg.nLayer && hot > 0; l++) {
+      store.readBundles(l, 0, hot, arena.u8(this.cache.address(this.cache.hotStart[l]), hot * ffn.bundleBytes));
+    }
+    this.reader = FlashReader.open(store.path, {
+      memory: arena.memory,
+      queueDepth: opts.queueDepth ?? 32,
+      direct: opts.direct ?? "auto",
+      verify: store.verifier("always"),
+      onWarning: opts.onWarning,
+      fault: opts.fault,
+    });
+    this.f32 = new Float32Array(arena.memory.buffer);
+    this.i32 = new Int32Array(arena.memory.buffer);
+  }
+
+  /**
+   * y (nEmbd f32) += FFN(x) for one token of layer `l`; x is the normed FFN input (f32), gate()
+   * computes the resident gate rows into gateOut with the dense kernels (the model's matvec).
+   */
+  async run(l: number, x: number, y: number, gate: (m: Matrix, out: number) => void): Promise<void> {
+    const { cache, f32, i32, nFF } = this;
+    const relu = this.act !== "silu" && this.act !== "gelu";
+    gate(this.gates[l], this.gateOut);
+    this.sparse.prepare(x);
+    cache.beginStep();
+    const g0 = this.gateOut >> 2;
+    let hits = 0;
+    let misses = 0;
+    for (let k = 0; k < nFF; k++) {
+      const g = f32[g0 + k];
+      if (relu ? !(g > 0) : g === 0) continue;
+      const slot = cache.lookup(l, k);
+      if (slot >= 0) {
+        i32[(this.hitList >> 2) + hits] = cache.address(slot);
+        f32[(this.hitGates >> 2) + hits] = g;
+        hits++;
+      } else {
+        this.missPos[misses] = k;
+        this.missGateValues[misses] = g;
+        misses++;
+      }
+    }
+    this.stats.steps++;
+    this.stats.neuronsTotal += nFF;
+    this.stats.neuronsComputed += hits + misses;
+    this.stats.misses += misses;
+
+    // Misses in rounds of at most the cold slots not in use this step; the first round's reads
+    // overlap the computation of the hits.
+    let done = 0;
+    let computedHits = false;
+    let tc = 0;
+    while (done < misses || !computedHits) {
+      const requests = this.requests;
+      requests.length = 0;
+      let n = 0;
+      while (done + n < misses) {
+        const slot = cache.acquire(l, this.missPos[done + n]);
+        if (slot < 0) break;
+        const addr = cache.address(slot);
+        i32[(this.missList >> 2) + n] = addr;
+        f32[(this.missGates >> 2) + n] = this.missGateValues[done + n];
+        requests.push({ fileOffset: this.store.bundleOffset(l, this.missPos[done + n]), length: cache.slotBytes, dst: addr, tag: slot });
+        n++;
+      }
+      const reading = n > 0 ? this.reader.read(requests) : undefined;
+      if (!computedHits) {
+        const tc0 = performance.now();
+        if (hits > 0) this.sparse.upDown(this.hitList, hits, this.hitGates, this.act);
+        tc += performance.now() - tc0;
+        computedHits = true;
+      }
+      if (done < misses && n === 0) {
+        // Every cold slot holds a bundle this step has already computed: they may go now.
+        cache.beginStep();
+        continue;
+      }
+      if (reading) {
+        const tw = performance.now();
+        try {
+          await reading;
+        } catch (e) {
+          for (const r of requests) cache.release(r.tag as number);
+          throw e;
+        }
+        this.stats.ioWaitMs += performance.now() - tw;
+        this.stats.bytesRead += n * cache.slotBytes;
+        const tc0 = performance.now();
+        this.sparse.upDown(this.missList, n, this.missGates, this.act);
+        tc += performance.now() - tc0;
+      }
+      done += n;
+    }
+    this.sparse.finish(y);
+    this.stats.computeMs += tc;
+  }
+
+  /** Copies of the running counters, with the cache's hit counts. */
+  snapshot(): OffloadStats {
+    return { ...this.stats, hotHits: this.cache.hot.hits, coldHits: this.cache.cold.hits };
+  }
+
+  async close(): Promise<void> {
+    await this.reader.close();
+  }
+}

@@ -1,0 +1,163 @@
+/**
+ * Models larger than their memory: a neuron store (.pi) run in `gate` sparsity mode with a
+ * neuron cache smaller than the FFN gives the dense run's tokens and logits; the memory budget
+ * holds; I/O errors surface as errors, never as wrong tokens.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
+import { LlamaModel } from "../src/model/llama.js";
+import { convertToStore } from "../src/offline/convert.js";
+import { NeuronStore } from "../src/format/store.js";
+import { synthesize } from "../src/offline/synth.js";
+import { CLI, SHARED, tempDir } from "./helpers.js";
+
+const RELU = `${SHARED}/models/relu-stories.gguf`;
+const RELU_Q8 = `${SHARED}/models/relu-stories.Q8_0.gguf`;
+const reluRef = JSON.parse(readFileSync(`${SHARED}/reference/relu-stories.json`, "utf8"));
+const dir = tempDir();
+
+async function store(src: string, name: string): Promise<string> {
+  const out = join(dir, name);
+  await convertToStore({ input: src, output: out, fsync: false });
+  return out;
+}
+
+function argmax(v: Float32Array): number {
+  let best = 0;
+  for (let i = 1; i < v.length; i++) if (v[i] > v[best]) best = i;
+  return best;
+}
+
+/** Greedy ids and the logits of each step, prompt fed as one batch. */
+async function greedy(model: LlamaModel, prompt: number[], n: number): Promise<{ ids: number[]; logits: Float32Array[] }> {
+  let logits = await model.forwardAsync(prompt, prompt.length, 0);
+  const ids: number[] = [];
+  const all: Float32Array[] = [];
+  for (let i = 0; i < n; i++) {
+    all.push(logits.slice());
+    const id = argmax(logits);
+    ids.push(id);
+    if (i + 1 < n) logits = await model.forwardAsync([id], 1, prompt.length + i);
+  }
+  return { ids, logits: all };
+}
+
+function maxDiff(a: Float32Array, b: Float32Array): number {
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
+  return m;
+}
+
+test("relu-stories from a store, gate mode: the dense run's tokens and logits at every cache size", async () => {
+  const pi = await store(RELU, "relu.pi");
+  const dense = await LlamaModel.load(RELU, { threads: 2, contextSize: 64 });
+  const prompt = reluRef.prompts[0].prompt_ids as number[];
+  const want = await greedy(dense, prompt, 24);
+  await dense.dispose();
+  assert.deepEqual(want.ids, reluRef.prompts[0].greedy_ids.slice(0, 24));
+  const bundle = 4096; // relu-stories F32: 3 x 1 KiB rows, padded to one page
+  const ffnBytes = 6 * 1024 * bundle;
+  for (const fraction of [1, 0.5, 0.25, 0.02]) {
+    const model = await LlamaModel.load(pi, { threads: 2, contextSize: 64, offload: { cacheBytes: Math.floor(ffnBytes * fraction) } });
+    try {
+      const got = await greedy(model, prompt, 24);
+      assert.deepEqual(got.ids, want.ids, `cache = ${fraction} of the FFN`);
+      for (let k = 0; k < got.logits.length; k++) {
+        const d = maxDiff(got.logits[k], want.logits[k]);
+        assert.ok(d < 1e-3, `cache = ${fraction} of the FFN, step ${k}: logits differ by ${d}`);
+      }
+      const s = model.offloaded!.snapshot();
+      // ReLU sparsity is real: far fewer neurons computed than exist, and only what fired.
+      assert.ok(s.neuronsComputed < 0.4 * s.neuronsTotal, `${s.neuronsComputed} of ${s.neuronsTotal} computed`);
+      if (fraction === 1) assert.equal(s.bytesRead, 0, "an all-resident cache reads nothing after load");
+      else assert.ok(s.misses > 0 && s.bytesRead === s.misses * bundle, `misses ${s.misses}, bytes ${s.bytesRead}`);
+    } finally {
+      await model.dispose();
+    }
+  }
+});
+
+test("Q8_0 store (Down requantized per column): same greedy tokens as the dense Q8_0 run", async () => {
+  const pi = await store(RELU_Q8, "relu-q8.pi");
+  for (const ref of reluRef.prompts.slice(0, 2)) {
+    const dense = await LlamaModel.load(RELU_Q8, { threads: 1, contextSize: 64 });
+    const want = await greedy(dense, ref.prompt_ids, 16);
+    await dense.dispose();
+    const model = await LlamaModel.load(pi, { threads: 1, contextSize: 64, offload: { cacheBytes: 6 * 1024 * 4096 * 0.25 } });
+    const got = await greedy(model, ref.prompt_ids, 16);
+    await model.dispose();
+    assert.deepEqual(got.ids, want.ids);
+  }
+});
+
+test("synthetic sparse ReLU model: gate mode under a quarter-FFN cache equals the dense run", async () => {
+  const gguf = join(dir, "sparse.gguf");
+  // F32, so that the store's transposed Down is exact and the dense GGUF run is the reference.
+  await synthesize({ shape: "tiny", act: "relu", type: "f32", seed: 3, sparsity: 0.9, out: gguf, fsync: false });
+  const pi = await store(gguf, "sparse.pi");
+  const prompt = [1, 300, 301, 302, 303];
+  const dense = await LlamaModel.load(gguf, { threads: 2, contextSize: 64 });
+  const want = await greedy(dense, prompt, 12);
+  await dense.dispose();
+  const model = await LlamaModel.load(pi, { threads: 2, contextSize: 64 });
+  const ffn = model.offloaded!;
+  await model.dispose();
+  const quarter = (ffn.cache.slots * ffn.cache.slotBytes) / 4;
+  const small = await LlamaModel.load(pi, { threads: 2, contextSize: 64, offload: { cacheBytes: quarter } });
+  try {
+    const got = await greedy(small, prompt, 12);
+    assert.deepEqual(got.ids, want.ids);
+    const s = small.offloaded!.snapshot();
+    assert.ok(s.neuronsComputed < 0.25 * s.neuronsTotal, `planted sparsity: ${s.neuronsComputed} of ${s.neuronsTotal} computed`);
+  } finally {
+    await small.dispose();
+  }
+});
+
+test("an I/O error mid-decode is an error naming the file, never a token", async () => {
+  const pi = await store(RELU, "relu-fault.pi");
+  let reads = 0;
+  const model = await LlamaModel.load(pi, {
+    threads: 1,
+    contextSize: 64,
+    offload: { cacheBytes: 64 * 4096, fault: () => (++reads > 40 ? Object.assign(new Error("EIO: i/o error"), { code: "EIO" }) : null) },
+  });
+  try {
+    await assert.rejects(greedy(model, reluRef.prompts[0].prompt_ids, 24), /relu-fault\.pi.*EIO|EIO.*relu-fault\.pi/s);
+  } finally {
+    await model.dispose();
+  }
+});
+
+test("a damaged store is refused with the file and the offset", async () => {
+  const pi = await store(RELU, "relu-bad.pi");
+  const bytes = readFileSync(pi);
+  const st = NeuronStore.open(pi);
+  const inLastLayer = st.layer(5).offset + 100;
+  st.close();
+  // Flip a byte inside the FFN region of the last layer: loading reads every gate row and checks it.
+  const flipped = Buffer.from(bytes);
+  flipped[inLastLayer] ^= 0xff;
+  const bad = join(dir, "flipped.pi");
+  writeFileSync(bad, flipped);
+  await assert.rejects(LlamaModel.load(bad, { threads: 1, contextSize: 16 }), /flipped\.pi.*(checksum|CRC)/i);
+  const truncated = join(dir, "truncated.pi");
+  writeFileSync(truncated, bytes.subarray(0, bytes.length - 5000));
+  await assert.rejects(LlamaModel.load(truncated, { threads: 1, contextSize: 16 }), /truncated\.pi.*truncated/i);
+});
+
+test("the memory budget holds: peak RSS of a whole run stays within budget + 5%, and too small a budget says what would fit", () => {
+  const pi = join(dir, "relu.pi");
+  const budget = 96 * 2 ** 20;
+  const r = spawnSync(process.execPath, [CLI, "run", "-m", pi, "-p", "Once upon a time", "-n", "24", "--temp", "0", "-t", "1", "--memory-budget", "96MiB"], { encoding: "utf8" });
+  assert.equal(r.status, 0, r.stderr);
+  const peak = Number(/peak RSS ([\d.]+) MiB/.exec(r.stderr)![1]) * 2 ** 20;
+  assert.ok(peak <= budget * 1.05, `peak RSS ${(peak / 2 ** 20).toFixed(1)} MiB > 96 MiB + 5%`);
+  assert.ok(r.stdout.startsWith(reluRef.prompts[0].greedy_text.slice(0, 40)), r.stdout);
+  const small = spawnSync(process.execPath, [CLI, "run", "-m", pi, "-p", "x", "--memory-budget", "40MiB"], { encoding: "utf8" });
+  assert.equal(small.status, 1);
+  assert.match(small.stderr, /memory budget 40\.0 MiB is too small .* at least [\d.]+ MiB would run/);
+});
