@@ -10,11 +10,11 @@ import { LlamaModel } from "./model/llama.js";
 import { Tokenizer } from "./tokenizer/index.js";
 import { Generation, type GenerateOptions } from "./generate/generator.js";
 import type { ModelConfig } from "./model/config.js";
-import type { OffloadStats } from "./model/offloaded-ffn.js";
+import type { OffloadOptions, OffloadStats } from "./model/offloaded-ffn.js";
 
 export type { GenerateOptions, GenerationStats, StopReason } from "./generate/generator.js";
 export type { ModelConfig } from "./model/config.js";
-export type { OffloadStats } from "./model/offloaded-ffn.js";
+export type { OffloadOptions, OffloadStats } from "./model/offloaded-ffn.js";
 export { Generation } from "./generate/generator.js";
 export { Tokenizer, StreamingDecoder } from "./tokenizer/index.js";
 export { GGUFFile, GGUFError } from "./format/gguf.js";
@@ -33,6 +33,8 @@ export interface LoadModelOptions {
   onLoadProgress?: (loadedBytes: number, totalBytes: number) => void;
   /** for a neuron store (.pi): everything resident must fit in this many bytes */
   memoryBudget?: number;
+  /** for a neuron store: cache size, hot share, read queue depth, pipelining (see OffloadOptions) */
+  offload?: Partial<OffloadOptions>;
 }
 
 export class Model {
@@ -114,6 +116,7 @@ export async function loadModel(options: LoadModelOptions): Promise<Model> {
     contextSize: options.contextSize === "auto" ? undefined : options.contextSize,
     batchSize: options.batchSize,
     memoryBudget: options.memoryBudget,
+    offload: options.offload,
     onProgress: options.onLoadProgress,
   });
   try {

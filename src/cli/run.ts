@@ -27,6 +27,10 @@ const FLAGS: FlagSpec[] = [
   { names: ["--ignore-eos"], key: "ignoreEos", type: "bool", help: "keep generating after end-of-generation tokens" },
   { names: ["--no-bos"], key: "noBos", type: "bool", help: "do not add the BOS token" },
   { names: ["--memory-budget"], key: "budget", type: "size", help: "for a neuron store (.pi): everything resident fits in this (e.g. 1.5GiB)" },
+  { names: ["--cache-size"], key: "cacheSize", type: "size", help: "neuron cache size for a store (default: what the budget leaves)" },
+  { names: ["--hot-fraction"], key: "hotFraction", type: "float", help: "share of the neuron cache pinned to hot neurons", default: 0.5 },
+  { names: ["--io-queue-depth"], key: "queueDepth", type: "int", help: "reads from flash in flight", default: 32 },
+  { names: ["--no-pipeline"], key: "noPipeline", type: "bool", help: "wait for reads before computing (ablation)" },
   { names: ["--stats"], key: "stats", type: "bool", help: "a live status line while generating (tok/s, resident memory)" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
@@ -54,6 +58,12 @@ export async function main(argv: string[]): Promise<number> {
     contextSize: args.ctx as number | undefined,
     batchSize: args.batch as number,
     memoryBudget: args.budget as number | undefined,
+    offload: {
+      cacheBytes: args.cacheSize as number | undefined,
+      hotFraction: args.hotFraction as number,
+      queueDepth: args.queueDepth as number,
+      pipeline: !args.noPipeline,
+    },
   });
   const cfg = model.config;
   process.stderr.write(

@@ -31,6 +31,11 @@ export interface OffloadOptions {
   /** direct I/O: "auto" (default) falls back to buffered reads with a warning */
   direct?: boolean | "auto";
   onWarning?: (message: string) => void;
+  /**
+   * overlap reads with compute (default true): the neurons in memory are computed while the
+   * misses are read; false waits for the reads first (the ablation's "no pipeline")
+   */
+  pipeline?: boolean;
   /** test hook passed to the flash reader: return an Error to make a read fail with it */
   fault?: FlashReaderOptions["fault"];
 }
@@ -70,6 +75,7 @@ export class OffloadedFFN {
   private readonly f32: Float32Array;
   private readonly i32: Int32Array;
   private readonly requests: FlashReadRequest[] = [];
+  private readonly pipeline: boolean;
 
   constructor(
     private readonly store: NeuronStore,
@@ -133,6 +139,7 @@ export class OffloadedFFN {
     });
     this.f32 = new Float32Array(arena.memory.buffer);
     this.i32 = new Int32Array(arena.memory.buffer);
+    this.pipeline = opts.pipeline ?? true;
   }
 
   /**
@@ -185,7 +192,13 @@ export class OffloadedFFN {
         requests.push({ fileOffset: this.store.bundleOffset(l, this.missPos[done + n]), length: cache.slotBytes, dst: addr, tag: slot });
         n++;
       }
-      const reading = n > 0 ? this.reader.read(requests) : undefined;
+      let reading = n > 0 ? this.reader.read(requests) : undefined;
+      if (reading && !this.pipeline) {
+        const tw = performance.now();
+        await this.settle(reading, requests);
+        this.stats.ioWaitMs += performance.now() - tw;
+        reading = Promise.resolve();
+      }
       if (!computedHits) {
         const tc0 = performance.now();
         if (hits > 0) this.sparse.upDown(this.hitList, hits, this.hitGates, this.act);
@@ -199,12 +212,7 @@ export class OffloadedFFN {
       }
       if (reading) {
         const tw = performance.now();
-        try {
-          await reading;
-        } catch (e) {
-          for (const r of requests) cache.release(r.tag as number);
-          throw e;
-        }
+        await this.settle(reading, requests);
         this.stats.ioWaitMs += performance.now() - tw;
         this.stats.bytesRead += n * cache.slotBytes;
         const tc0 = performance.now();
@@ -215,6 +223,16 @@ export class OffloadedFFN {
     }
     this.sparse.finish(y);
     this.stats.computeMs += tc;
+  }
+
+  /** Wait for a batch of reads; on failure their slots hold nothing valid and are released. */
+  private async settle(reading: Promise<void>, requests: FlashReadRequest[]): Promise<void> {
+    try {
+      await reading;
+    } catch (e) {
+      for (const r of requests) this.cache.release(r.tag as number);
+      throw e;
+    }
   }
 
   /** Copies of the running counters, with the cache's hit counts. */
