@@ -56,7 +56,8 @@
 // ---------------------------------------------------------------------------------------------
 // Shared pieces
 
-const XB: usize = 96; // q8_sp bytes per 32-block
+const XG: usize = 352; // q8_sp bytes per group of 4 blocks
+const XBK: usize = 80; // q8_sp bytes per block inside a group (quants, correction)
 
 // weight block geometry (GGUF): bytes per block, offset of the quants
 const Q8_0_BS: usize = 34;
@@ -69,6 +70,11 @@ const MASKS = memory.data<u16>([
   0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f,
   0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0,
   0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00,
+], 16);
+// f16 -> f32 bit moves: keep sign and the 15 shifted bits; re-bias by 2^112
+const CONSTS = memory.data<u32>([
+  0x8fffffff, 0x8fffffff, 0x8fffffff, 0x8fffffff,
+  0x77800000, 0x77800000, 0x77800000, 0x77800000,
 ], 16);
 // nibble j of each u32 lane (j = 0..6)
 const NIB = memory.data<u32>([
@@ -126,21 +132,31 @@ function toHalf(v: f32): u32 {
 // Activation preparation
 
 /**
- * "q8_sp" rows: ntok rows of `cols` f32 at x (cols a multiple of 32) -> ntok * (cols / 32) blocks
- * of 96 bytes at dst. mode 0: for Q8_0 weights, 1: for Q4_0 / Q4_1 weights (see the top).
+ * "q8_sp" rows: ntok rows of `cols` f32 at x (cols a multiple of 32) -> ntok * ceil(cols / 128)
+ * groups of 320 bytes at dst. mode 0: for Q8_0 weights, 1: for Q4_0 / Q4_1 weights (see the top).
  */
 export function prepare_q8_sp(x: usize, dst: usize, cols: i32, ntok: i32, mode: i32): void {
   const nb = cols >> 5;
+  const ng = (nb + 3) >> 2;
   for (let t = 0; t < ntok; t++) {
-    let p = x + <usize>t * (<usize>cols << 2);
-    let o = dst + <usize>t * <usize>nb * XB;
-    for (let b = 0; b < nb; b++) {
+    const p0 = x + <usize>t * (<usize>cols << 2);
+    const g0 = dst + <usize>t * <usize>ng * XG;
+    for (let b = 0; b < ng << 2; b++) {
+      const o = g0 + <usize>(b >> 2) * XG + <usize>(b & 3) * XBK; // this block's quants and correction
+      const lane = g0 + <usize>(b >> 2) * XG + (<usize>(b & 3) << 2); // + 320 / 336: its dx, sx
+      if (b >= nb) {
+        for (let v: usize = 0; v < 80; v += 16) v128.store(o + v, i32x4.splat(0));
+        store<f32>(lane, 0, 320);
+        store<f32>(lane, 0, 336);
+        continue;
+      }
+      const p = p0 + (<usize>b << 7);
       let m = f32x4.abs(v128.load(p));
       for (let k: usize = 16; k < 128; k += 16) m = f32x4.max(m, f32x4.abs(v128.load(p + k)));
       const amax = max(max(f32x4.extract_lane(m, 0), f32x4.extract_lane(m, 1)), max(f32x4.extract_lane(m, 2), f32x4.extract_lane(m, 3)));
       const d = amax / <f32>127.0;
       const id = f32x4.splat(amax != 0 ? <f32>127.0 / amax : <f32>0);
-      // the 32 quants as i32x4 q[4v .. 4v+3]
+      // the 32 quants as i32x4 q[4v .. 4v+3], rounded as prepare_q8_0 rounds them
       const q0 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p), id)));
       const q1 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p, 16), id)));
       const q2 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p, 32), id)));
@@ -161,8 +177,8 @@ export function prepare_q8_sp(x: usize, dst: usize, cols: i32, ntok: i32, mode: 
         v128.store(o, n2, 32);
         v128.store(o, n3, 48);
         v128.store(o, i32x4.splat(0), 64);
-        store<f32>(o, dh, 80);
-        store<f32>(o, 0, 84);
+        store<f32>(lane, dh, 320);
+        store<f32>(lane, 0, 336);
       } else {
         // even / odd elements of x[0..15] and x[16..31]
         const e0 = v128.shuffle<i16>(n0, n1, 0, 2, 4, 6, 8, 10, 12, 14);
@@ -173,12 +189,10 @@ export function prepare_q8_sp(x: usize, dst: usize, cols: i32, ntok: i32, mode: 
         v128.store(o, i16x8.shl(e1, 4), 16);
         v128.store(o, o0, 32);
         v128.store(o, i16x8.shl(o1, 8), 48);
-        v128.store(o, i32x4.splat(sum << 9), 64);
-        store<f32>(o, dh * <f32>(1.0 / 256.0), 80);
-        store<f32>(o, halfBitsToF32(toHalf(d * <f32>sum)), 84);
+        v128.store(o, i32x4.splat(sum << 9), 64); // 4 lanes: 8 * 256 * sum q, the Q4_0 offset
+        store<f32>(lane, dh * <f32>(1.0 / 256.0), 320);
+        store<f32>(lane, halfBitsToF32(toHalf(d * <f32>sum)), 336);
       }
-      p += 128;
-      o += XB;
     }
   }
 }
@@ -188,12 +202,7 @@ export function prepare_q8_sp(x: usize, dst: usize, cols: i32, ntok: i32, mode: 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Dot products of weight rows with the prepared activation. Two rows at a time share every
-// activation load. Results in R0, R1: wasm globals belong to one instance, and each thread has
-// its own instance, so they are thread-local.
-
-let R0: f32 = 0;
-let R1: f32 = 0;
+// Dot products of weight rows with the prepared activation
 
 const T_F32 = 0;
 const T_Q4_0 = 2;
@@ -214,72 +223,28 @@ const T_Q8_0 = 8;
   return i32x4.add(a, b);
 }
 
-// rows a and b (nb blocks each) times x -> R0, R1
-@inline function dot2(t: i32, a: usize, b: usize, x: usize, n: i32): void {
-  if (t == T_F32) {
-    let sa0 = f32x4.splat(0), sa1 = f32x4.splat(0), sb0 = f32x4.splat(0), sb1 = f32x4.splat(0);
-    const end = x + (<usize>n << 2);
-    for (; x < end; x += 32) {
-      const x0 = v128.load(x), x1 = v128.load(x, 16);
-      sa0 = f32x4.add(sa0, f32x4.mul(v128.load(a), x0));
-      sa1 = f32x4.add(sa1, f32x4.mul(v128.load(a, 16), x1));
-      sb0 = f32x4.add(sb0, f32x4.mul(v128.load(b), x0));
-      sb1 = f32x4.add(sb1, f32x4.mul(v128.load(b, 16), x1));
-      a += 32;
-      b += 32;
-    }
-    R0 = hsum(f32x4.add(sa0, sa1));
-    R1 = hsum(f32x4.add(sb0, sb1));
-    return;
-  }
-  const nb = n >> 5;
-  let accA = f32x4.splat(0), accB = f32x4.splat(0);
-  if (t == T_Q8_0) {
-    for (let i = 0; i < nb; i++) {
-      const x0 = v128.load(x), x1 = v128.load(x, 16), x2 = v128.load(x, 32), x3 = v128.load(x, 48);
-      const dx = load<f32>(x, 80);
-      const sA = q8dot(a + 2, x0, x1, x2, x3);
-      const sB = q8dot(b + 2, x0, x1, x2, x3);
-      accA = f32x4.add(accA, f32x4.mul(f32x4.convert_i32x4_s(sA), f32x4.splat(f16(a) * dx)));
-      accB = f32x4.add(accB, f32x4.mul(f32x4.convert_i32x4_s(sB), f32x4.splat(f16(b) * dx)));
-      a += Q8_0_BS;
-      b += Q8_0_BS;
-      x += XB;
-    }
-    R0 = hsum(accA);
-    R1 = hsum(accB);
-    return;
-  }
-  const one = t == T_Q4_1;
-  const BS = one ? Q4_1_BS : Q4_0_BS;
-  const QO: usize = one ? 4 : 2;
-  const m0 = v128.load(MASKS), m1 = v128.load(MASKS, 16), m2 = v128.load(MASKS, 32);
-  let minA: f32 = 0, minB: f32 = 0;
-  for (let i = 0; i < nb; i++) {
-    const x0 = v128.load(x), x1 = v128.load(x, 16), x2 = v128.load(x, 32), x3 = v128.load(x, 48);
-    let sA = q4dot(v128.load(a + QO), x0, x1, x2, x3, m0, m1, m2);
-    let sB = q4dot(v128.load(b + QO), x0, x1, x2, x3, m0, m1, m2);
-    const dx = load<f32>(x, 80);
-    if (one) {
-      const sx = load<f32>(x, 84);
-      minA += f16(a + 2) * sx;
-      minB += f16(b + 2) * sx;
-    } else {
-      const corr = v128.load(x, 64);
-      sA = i32x4.sub(sA, corr);
-      sB = i32x4.sub(sB, corr);
-    }
-    accA = f32x4.add(accA, f32x4.mul(f32x4.convert_i32x4_s(sA), f32x4.splat(f16(a) * dx)));
-    accB = f32x4.add(accB, f32x4.mul(f32x4.convert_i32x4_s(sB), f32x4.splat(f16(b) * dx)));
-    a += BS;
-    b += BS;
-    x += XB;
-  }
-  R0 = hsum(accA) + minA;
-  R1 = hsum(accB) + minB;
+// f16 values at p, p + bs, p + 2 bs, p + 3 bs -> f32x4 (the same bit moves as f16())
+@inline function f16x4(p: usize, bs: usize): v128 {
+  let v = i32x4.splat(0);
+  v = v128.load16_lane(p, v, 1);
+  v = v128.load16_lane(p + bs, v, 3);
+  v = v128.load16_lane(p + 2 * bs, v, 5);
+  v = v128.load16_lane(p + 3 * bs, v, 7);
+  return f32x4.mul(v128.and(i32x4.shr_s(v, 3), v128.load(CONSTS)), v128.load(CONSTS, 16));
 }
 
-// one row times x
+// One row times x.
+//
+// One block per inner iteration; at the start of each group of 4 blocks the row's four f16
+// scales are gathered (load16_lane) and converted in SIMD and multiplied by the four activation
+// scales, and each block takes its scale from lane 0 (pshufd) and rotates the next one in.
+// Tried and dropped (measured hot, 4096 wide, against the dense Q4_0 matvec at ~26 GMAC/s):
+// a scalar f16 decode and splat per block (15.2 GMAC/s; this loop 15.8); two rows per loop
+// sharing the activation loads (the same: V8 spills the extra registers); four blocks unrolled
+// (10.8: V8 hoists all 24 loads of the body to its top and spills), with a transpose-add of the
+// four blocks' partial sums (13).
+// The scale gather reads up to 3 blocks past a row whose block count is not a multiple of 4:
+// those bytes are the next part of the bundle (or its padding), and their lanes are never used.
 @inline function dot1(t: i32, a: usize, x: usize, n: i32): f32 {
   if (t == T_F32) {
     let s0 = f32x4.splat(0), s1 = f32x4.splat(0);
@@ -292,30 +257,34 @@ const T_Q8_0 = 8;
     return hsum(f32x4.add(s0, s1));
   }
   const nb = n >> 5;
-  let acc = f32x4.splat(0);
-  if (t == T_Q8_0) {
-    for (let i = 0; i < nb; i++) {
-      const s = q8dot(a + 2, v128.load(x), v128.load(x, 16), v128.load(x, 32), v128.load(x, 48));
-      acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.splat(f16(a) * load<f32>(x, 80))));
-      a += Q8_0_BS;
-      x += XB;
-    }
-    return hsum(acc);
-  }
+  const q8 = t == T_Q8_0;
   const one = t == T_Q4_1;
-  const BS = one ? Q4_1_BS : Q4_0_BS;
+  const BS: usize = q8 ? Q8_0_BS : one ? Q4_1_BS : Q4_0_BS;
   const QO: usize = one ? 4 : 2;
   const m0 = v128.load(MASKS), m1 = v128.load(MASKS, 16), m2 = v128.load(MASKS, 32);
-  let mn: f32 = 0;
-  for (let i = 0; i < nb; i++) {
-    let s = q4dot(v128.load(a + QO), v128.load(x), v128.load(x, 16), v128.load(x, 32), v128.load(x, 48), m0, m1, m2);
-    if (one) mn += f16(a + 2) * load<f32>(x, 84);
-    else s = i32x4.sub(s, v128.load(x, 64));
-    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.splat(f16(a) * load<f32>(x, 80))));
-    a += BS;
-    x += XB;
+  let acc = f32x4.splat(0);
+  // groups of 4 blocks (the last one maybe partial); one block per inner iteration
+  for (let i = 0; i < nb; i += 4) {
+    let sc = f32x4.mul(f16x4(a, BS), v128.load(x, 320));
+    if (one) acc = f32x4.add(acc, f32x4.mul(f16x4(a + 2, BS), v128.load(x, 336)));
+    const je = min(4, nb - i);
+    let xb = x;
+    for (let j = 0; j < je; j++) {
+      acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(blockDot(t, a, xb, m0, m1, m2)), i32x4.shuffle(sc, sc, 0, 0, 0, 0)));
+      sc = i32x4.shuffle(sc, sc, 1, 2, 3, 0);
+      a += BS;
+      xb += XBK;
+    }
+    x += XG;
   }
-  return hsum(acc) + mn;
+  return hsum(acc);
+}
+
+// the integer dot of the block at a with the activation block at xb (Q4: x256, Q4_0 offset taken off)
+@inline function blockDot(t: i32, a: usize, xb: usize, m0: v128, m1: v128, m2: v128): v128 {
+  if (t == T_Q8_0) return q8dot(a + 2, v128.load(xb), v128.load(xb, 16), v128.load(xb, 32), v128.load(xb, 48));
+  if (t == T_Q4_1) return q4dot(v128.load(a + 4), v128.load(xb), v128.load(xb, 16), v128.load(xb, 32), v128.load(xb, 48), m0, m1, m2);
+  return i32x4.sub(q4dot(v128.load(a + 2), v128.load(xb), v128.load(xb, 16), v128.load(xb, 32), v128.load(xb, 48), m0, m1, m2), v128.load(xb, 64));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -340,17 +309,10 @@ const ACT_GELU = 3;
   return g > 0 ? g : 0;
 }
 
+// h = act(g, u) from a = gateFactor(kind, g): the same products ffn_act computes
 @inline function combine(kind: i32, a: f32, u: f32): f32 {
   if (kind == ACT_DRELU) return u > 0 ? a * u : 0;
   return a * u;
-}
-
-// h = act(g, u), exactly as ffn_act computes it
-@inline function act(kind: i32, g: f32, u: f32): f32 {
-  if (kind == ACT_SILU) return silu(g) * u;
-  if (kind == ACT_RELU) return g > 0 ? g * u : 0;
-  if (kind == ACT_DRELU) return g > 0 && u > 0 ? g * u : 0;
-  return gelu(g) * u;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -506,14 +468,24 @@ let DH0: f32 = 0, DH1: f32 = 0, DH2: f32 = 0;
 // ---------------------------------------------------------------------------------------------
 // The kernels, generic over the type t (a constant after inlining)
 
-@inline function gateT(t: i32, bundles: usize, xAct: usize, out: usize, n: i32, k0: i32, k1: i32): void {
-  let k = k0;
-  for (; k + 2 <= k1; k += 2) {
-    dot2(t, <usize>load<i32>(bundles + (<usize>k << 2)), <usize>load<i32>(bundles + (<usize>k << 2), 4), xAct, n);
-    store<f32>(out + (<usize>k << 2), R0);
-    store<f32>(out + (<usize>k << 2), R1, 4);
+// Touching ahead: wasm has no prefetch instruction. Loading the first line of each 4 KiB page of
+// the next bundle before computing the current one (the page walk and the first miss then overlap
+// with compute) gained ~5-10% on bundles streamed from DRAM; touching every line of the next
+// bundle, or the first 4 lines of each part, lost (the loads stall retirement). SINK keeps the
+// loads from being optimized away.
+let SINK: u32 = 0;
+
+@inline function touchPages(p: usize, bytes: usize): void {
+  let acc: u32 = 0;
+  for (let o: usize = 0; o < bytes; o += 4096) acc ^= load<u32>(p + o);
+  SINK ^= acc;
+}
+
+@inline function gateT(t: i32, bundles: usize, xAct: usize, out: usize, n: i32, rowBytes: i32, k0: i32, k1: i32): void {
+  for (let k = k0; k < k1; k++) {
+    if (k + 2 < k1) touchPages(<usize>load<i32>(bundles + (<usize>k << 2), 8), <usize>rowBytes);
+    store<f32>(out + (<usize>k << 2), dot1(t, <usize>load<i32>(bundles + (<usize>k << 2)), xAct, n));
   }
-  if (k < k1) store<f32>(out + (<usize>k << 2), dot1(t, <usize>load<i32>(bundles + (<usize>k << 2)), xAct, n));
 }
 
 @inline function upDownT(t: i32, bundles: usize, gate: usize, xAct: usize, partials: usize, n: i32, rowBytes: i32, kind: i32, per: i32, k0: i32, k1: i32): void {
@@ -521,38 +493,28 @@ let DH0: f32 = 0, DH1: f32 = 0, DH2: f32 = 0;
   const corr = y + (<usize>n << 2);
   const rb = <usize>rowBytes;
   DN = 0;
-  // neurons whose up row waits for a partner (two up rows share activation loads)
-  let havePending = false;
-  let pb: usize = 0;
-  let pa: f32 = 0;
+  // the gate factor of neuron k, computed one step ahead so that the next neuron's up and down
+  // pages are touched only when they will be read
+  let a = k0 < k1 ? gateFactor(kind, load<f32>(gate + (<usize>k0 << 2))) : 0;
   for (let k = k0; k < k1; k++) {
-    const a = gateFactor(kind, load<f32>(gate + (<usize>k << 2)));
-    if (a == 0) continue; // h = 0 whatever up says: read neither up nor down
-    const bp = <usize>load<i32>(bundles + (<usize>k << 2));
-    if (!havePending) {
-      havePending = true;
-      pb = bp;
-      pa = a;
-      continue;
+    const aNext = k + 1 < k1 ? gateFactor(kind, load<f32>(gate + (<usize>k << 2), 4)) : 0;
+    if (aNext != 0) touchPages(<usize>load<i32>(bundles + (<usize>k << 2), 4) + rb, 2 * rb);
+    // a = 0: h = 0 whatever up says, so neither up nor down is read
+    if (a != 0) {
+      const bp = <usize>load<i32>(bundles + (<usize>k << 2));
+      const h = combine(kind, a, dot1(t, bp + rb, xAct, n));
+      if (h != 0) pushDown(t, y, corr, n, bp + 2 * rb, h);
     }
-    dot2(t, pb + rb, bp + rb, xAct, n);
-    const u1 = R1;
-    const h0 = combine(kind, pa, R0);
-    if (h0 != 0) pushDown(t, y, corr, n, pb + 2 * rb, h0);
-    const h1 = combine(kind, a, u1);
-    if (h1 != 0) pushDown(t, y, corr, n, bp + 2 * rb, h1);
-    havePending = false;
-  }
-  if (havePending) {
-    const h = combine(kind, pa, dot1(t, pb + rb, xAct, n));
-    if (h != 0) pushDown(t, y, corr, n, pb + 2 * rb, h);
+    a = aNext;
   }
   flushDown(t, y, corr, n);
 }
 
+// Gate, then (unless the gate factor is 0: up and down unread) up and down, of the bundle at bp.
 @inline function ffnOne(t: i32, bp: usize, xAct: usize, y: usize, corr: usize, n: i32, rb: usize, kind: i32): void {
-  dot2(t, bp, bp + rb, xAct, n);
-  const h = act(kind, R0, R1);
+  const a = gateFactor(kind, dot1(t, bp, xAct, n));
+  if (a == 0) return;
+  const h = combine(kind, a, dot1(t, bp + rb, xAct, n));
   if (h != 0) pushDown(t, y, corr, n, bp + 2 * rb, h);
 }
 
@@ -560,7 +522,10 @@ let DH0: f32 = 0, DH1: f32 = 0, DH2: f32 = 0;
   const y = slotBase(partials, n, per, k0);
   const corr = y + (<usize>n << 2);
   DN = 0;
-  for (let k = k0; k < k1; k++) ffnOne(t, <usize>load<i32>(bundles + (<usize>k << 2)), xAct, y, corr, n, <usize>rowBytes, kind);
+  for (let k = k0; k < k1; k++) {
+    if (k + 1 < k1) touchPages(<usize>load<i32>(bundles + (<usize>k << 2), 4), 3 * <usize>rowBytes);
+    ffnOne(t, <usize>load<i32>(bundles + (<usize>k << 2)), xAct, y, corr, n, <usize>rowBytes, kind);
+  }
   flushDown(t, y, corr, n);
 }
 
@@ -568,7 +533,10 @@ let DH0: f32 = 0, DH1: f32 = 0, DH2: f32 = 0;
   const y = slotBase(partials, n, per, k0);
   const corr = y + (<usize>n << 2);
   DN = 0;
-  for (let k = k0; k < k1; k++) ffnOne(t, base + <usize>k * <usize>stride, xAct, y, corr, n, <usize>rowBytes, kind);
+  for (let k = k0; k < k1; k++) {
+    if (k + 1 < k1) touchPages(base + <usize>(k + 1) * <usize>stride, 3 * <usize>rowBytes);
+    ffnOne(t, base + <usize>k * <usize>stride, xAct, y, corr, n, <usize>rowBytes, kind);
+  }
   flushDown(t, y, corr, n);
 }
 
@@ -577,19 +545,19 @@ let DH0: f32 = 0, DH1: f32 = 0, DH2: f32 = 0;
 
 /** out[k] = gate_k . x for listed k in [k0, k1); F32 bundles, f32 x. */
 export function sparse_gate_f32(bundles: usize, count: i32, xAct: usize, out: usize, nEmbd: i32, rowBytes: i32, k0: i32, k1: i32): void {
-  gateT(T_F32, bundles, xAct, out, nEmbd, k0, k1);
+  gateT(T_F32, bundles, xAct, out, nEmbd, rowBytes, k0, k1);
 }
 /** out[k] = gate_k . x; Q8_0 bundles, x prepared q8_sp mode 0. */
 export function sparse_gate_q8_0(bundles: usize, count: i32, xAct: usize, out: usize, nEmbd: i32, rowBytes: i32, k0: i32, k1: i32): void {
-  gateT(T_Q8_0, bundles, xAct, out, nEmbd, k0, k1);
+  gateT(T_Q8_0, bundles, xAct, out, nEmbd, rowBytes, k0, k1);
 }
 /** out[k] = gate_k . x; Q4_0 bundles, x prepared q8_sp mode 1. */
 export function sparse_gate_q4_0(bundles: usize, count: i32, xAct: usize, out: usize, nEmbd: i32, rowBytes: i32, k0: i32, k1: i32): void {
-  gateT(T_Q4_0, bundles, xAct, out, nEmbd, k0, k1);
+  gateT(T_Q4_0, bundles, xAct, out, nEmbd, rowBytes, k0, k1);
 }
 /** out[k] = gate_k . x; Q4_1 bundles, x prepared q8_sp mode 1. */
 export function sparse_gate_q4_1(bundles: usize, count: i32, xAct: usize, out: usize, nEmbd: i32, rowBytes: i32, k0: i32, k1: i32): void {
-  gateT(T_Q4_1, bundles, xAct, out, nEmbd, k0, k1);
+  gateT(T_Q4_1, bundles, xAct, out, nEmbd, rowBytes, k0, k1);
 }
 
 /** Up, activation and down for listed k in [k0, k1) given gate[k]; adds into partial slot k0 / per. */

@@ -142,7 +142,8 @@ test("prepare_q8_sp holds prepare_q8_0's quants and scales (and q8_1's sums) in 
     const b8 = arena.u8(A, sparseActivationBytes(mode === 0 ? GGMLType.Q8_0 : GGMLType.Q4_0, cols)).slice();
     const dv = new DataView(b8.buffer);
     for (let b = 0; b < cols / 32; b++) {
-      const o = b * 96;
+      // group of 4 blocks: 4 x (64 B of quants, i32 x4 correction), then f32 dx x4, f32 sx x4
+      const o = Math.floor(b / 4) * 352 + (b % 4) * 80, lane = Math.floor(b / 4) * 352 + (b % 4) * 4;
       const q = (j: number) => (q0[b * 34 + 2 + j] << 24) >> 24;
       const d = f16Table[q0[b * 34] | (q0[b * 34 + 1] << 8)];
       const i16 = (v: number, l: number) => dv.getInt16(o + 16 * v + 2 * l, true);
@@ -156,13 +157,19 @@ test("prepare_q8_sp holds prepare_q8_0's quants and scales (and q8_1's sums) in 
           assert.equal(i16(3, l), 256 * q(2 * l + 17), `mode 1 block ${b} vector 3 lane ${l}`);
         }
       }
-      assert.equal(dv.getFloat32(o + 80, true), mode === 0 ? d : d / 256, `block ${b} d`);
+      assert.equal(dv.getFloat32(lane + 320, true), mode === 0 ? d : d / 256, `block ${b} d`);
       if (mode === 1) {
         let sum = 0;
         for (let j = 0; j < 32; j++) sum += q(j);
         for (let l = 0; l < 4; l++) assert.equal(dv.getInt32(o + 64 + 4 * l, true), 512 * sum, `block ${b} correction`);
-        assert.equal(dv.getFloat32(o + 84, true), f16Table[q1[b * 36 + 2] | (q1[b * 36 + 3] << 8)], `block ${b} s`);
+        assert.equal(dv.getFloat32(lane + 336, true), f16Table[q1[b * 36 + 2] | (q1[b * 36 + 3] << 8)], `block ${b} s`);
       }
+    }
+    // the blocks of the last group past the row are zero
+    for (let b = cols / 32; b % 4 !== 0; b++) {
+      const o = Math.floor(b / 4) * 352;
+      for (let j = 0; j < 80; j++) assert.equal(b8[o + (b % 4) * 80 + j], 0, `padding block ${b}`);
+      assert.equal(dv.getFloat32(o + 320 + (b % 4) * 4, true), 0, `padding block ${b} d`);
     }
   }
 });
