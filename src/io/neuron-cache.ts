@@ -93,6 +93,11 @@ export class NeuronCache {
     return slot;
   }
 
+  /** The slot holding (layer, stored position), or -1, without counting or touching it. */
+  peek(layer: number, pos: number): number {
+    return pos < this.hotCount[layer] ? this.hotStart[layer] + pos : this.where[layer][pos];
+  }
+
   /**
    * A cold slot for (layer, pos), which must not be cached: the least recently used slot not
    * touched in this step, now owned by (layer, pos) and touched. -1 when there is none.

@@ -10,7 +10,7 @@
 import { openSync, readSync, closeSync } from "node:fs";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { NeuronStore, STORE_MAGIC } from "../format/store.js";
-import { OffloadedFFN, type OffloadOptions } from "./offloaded-ffn.js";
+import { OffloadedFFN, gateStagingBytes, type OffloadOptions } from "./offloaded-ffn.js";
 import { dequantizeRow } from "../format/quant.js";
 import { tensorBytes } from "../format/ggml-types.js";
 import { Arena } from "../runtime/arena.js";
@@ -212,23 +212,30 @@ export class LlamaModel {
     const ffn = store.ffn;
     const rss = process.memoryUsage.rss();
     const gateBytes = cfg.nLayer * weightKernel(ffn.type).packedBytes(cfg.nFF, cfg.nEmbd);
+    const stagingBytes = gateStagingBytes(Math.ceil((ffn.parts.gate + ffn.rowBytes) / 4096) * 4096, cfg.nFF);
     const sparseScratch = 8 * cfg.nFF * 4 + 64 * cfg.nEmbd * 4 + (4 << 20);
     const allFFN = cfg.nLayer * cfg.nFF * ffn.bundleBytes;
-    const fixed = rss + kvBytes + gateBytes + sparseScratch;
+    const minCache = Math.min(allFFN, 4 * ffn.bundleBytes);
+    const base = rss + kvBytes + sparseScratch;
     let cacheBytes = Math.min(allFFN, opts.offload?.cacheBytes ?? allFFN);
+    let residentGates = opts.offload?.residentGates ?? true;
     if (opts.memoryBudget !== undefined) {
       // 3% of the budget stays free for what is hard to count (JS heap growth, stacks).
-      cacheBytes = Math.min(cacheBytes, opts.memoryBudget * 0.97 - fixed);
-      const minimum = fixed + Math.min(allFFN, 4 * ffn.bundleBytes);
-      if (cacheBytes < Math.min(allFFN, 4 * ffn.bundleBytes)) {
+      const room = opts.memoryBudget * 0.97;
+      // Gate rows stay resident when they fit with at least a small cache; else they are read
+      // from flash in a first phase (slower, still exact).
+      if (opts.offload?.residentGates === undefined) residentGates = base + gateBytes + minCache <= room;
+      const fixed = base + (residentGates ? gateBytes : stagingBytes);
+      cacheBytes = Math.min(cacheBytes, room - fixed);
+      if (cacheBytes < minCache) {
         throw new Error(
           `memory budget ${mib(opts.memoryBudget)} is too small for ${store.path}: the part that stays in memory ` +
-            `(runtime and weights ${mib(rss)}, KV cache ${mib(kvBytes)}, gate rows ${mib(gateBytes)}) needs ` +
-            `${mib(fixed)}; at least ${mib(minimum)} would run (with a minimal neuron cache)`,
+            `(runtime and weights ${mib(rss)}, KV cache ${mib(kvBytes)}, ${residentGates ? `gate rows ${mib(gateBytes)}` : `gate staging ${mib(stagingBytes)}`}) needs ` +
+            `${mib(fixed)}; at least ${mib((fixed + minCache) / 0.97)} would run (with a minimal neuron cache)`,
         );
       }
     }
-    return new OffloadedFFN(store, cfg, arena, pool, { ...opts.offload, cacheBytes });
+    return new OffloadedFFN(store, cfg, arena, pool, { ...opts.offload, cacheBytes, residentGates });
   }
 
   get threads(): number {

@@ -1,8 +1,9 @@
 /**
  * The FFN of a model run from a neuron store (.pi) under a memory budget, `gate` sparsity:
  *
- * 1. Gate for every neuron, from the gate rows kept resident as one dense matrix per layer (a
- *    third of the FFN; computing it needs no I/O).
+ * 1. Gate for every neuron: from the gate rows kept resident as one dense matrix per layer (a
+ *    third of the FFN; no I/O), or, when the budget cannot hold them, from the bundles in the
+ *    cache plus a first-phase read of just the gate page(s) of every other bundle.
  * 2. The neurons whose activation is not zero (ReLU family: gate > 0) are looked up in the
  *    neuron cache; the misses' bundles are read from flash (direct I/O, many in flight) into
  *    cold slots.
@@ -24,6 +25,8 @@ import type { Matrix } from "./weights.js";
 export interface OffloadOptions {
   /** bytes for the neuron cache (hot + cold regions) */
   cacheBytes: number;
+  /** keep every gate row in memory (default true); false reads gates from flash in a first phase */
+  residentGates?: boolean;
   /** share of the cache pinned to each layer's hottest neurons (default 0.5) */
   hotFraction?: number;
   /** reads in flight (default 32) */
@@ -55,6 +58,13 @@ export interface OffloadStats {
 
 /** load-time read buffer: small, because under a budget a transient buffer counts too */
 const CHUNK = 2 << 20;
+/** gate pages read per round when the gate rows are not resident */
+const STAGE_NEURONS = 2048;
+
+/** Bytes the first-phase gate reads need (staging for one round), for budgeting. */
+export function gateStagingBytes(gateReadBytes: number, nFF: number): number {
+  return Math.min(nFF, STAGE_NEURONS) * gateReadBytes;
+}
 
 export class OffloadedFFN {
   readonly cache: NeuronCache;
@@ -76,6 +86,18 @@ export class OffloadedFFN {
   private readonly i32: Int32Array;
   private readonly requests: FlashReadRequest[] = [];
   private readonly pipeline: boolean;
+  private readonly residentGates: boolean;
+  /** first-phase gate reads: bytes per neuron (the pages holding its gate row), staging */
+  private readonly gateReadBytes: number;
+  private readonly stageNeurons: number;
+  private readonly stage: number;
+  private readonly stageList: number;
+  private readonly stagePos: Int32Array;
+  private readonly cachedPos: Int32Array;
+  private hits = 0;
+  private misses = 0;
+  private hitsComputed = false;
+  private computeMs = 0;
 
   constructor(
     private readonly store: NeuronStore,
@@ -89,12 +111,13 @@ export class OffloadedFFN {
     if (ffn.nEmbd !== cfg.nEmbd) throw new Error(`${store.path}: FFN rows are ${ffn.nEmbd} wide, the model is ${cfg.nEmbd}`);
     this.act = cfg.activation === "gelu" ? "gelu" : cfg.activation;
 
+    this.residentGates = opts.residentGates ?? true;
     // Resident gate rows: read every bundle once, keep its gate part as a dense matrix.
     const kernel = weightKernel(ffn.type);
     const gateRows = new Uint8Array(Math.max(1, Math.floor(CHUNK / ffn.bundleBytes)) * ffn.rowBytes);
     const perChunk = gateRows.length / ffn.rowBytes;
     const bundles = new Uint8Array(perChunk * ffn.bundleBytes);
-    for (let l = 0; l < cfg.nLayer; l++) {
+    for (let l = 0; l < cfg.nLayer && this.residentGates; l++) {
       const L = store.layer(l);
       const size = kernel.packedBytes(nFF, cfg.nEmbd);
       const ptr = arena.alloc(size, 64);
@@ -116,6 +139,12 @@ export class OffloadedFFN {
     this.missGates = arena.alloc(nFF * 4, 64);
     this.missPos = new Int32Array(nFF);
     this.missGateValues = new Float32Array(nFF);
+    this.gateReadBytes = Math.ceil((ffn.parts.gate + ffn.rowBytes) / 4096) * 4096;
+    this.stageNeurons = this.residentGates ? 0 : Math.min(nFF, STAGE_NEURONS);
+    this.stage = this.residentGates ? 0 : arena.alloc(this.stageNeurons * this.gateReadBytes, 4096);
+    this.stageList = this.residentGates ? 0 : arena.alloc(this.stageNeurons * 4, 64);
+    this.stagePos = new Int32Array(Math.max(this.stageNeurons, 1));
+    this.cachedPos = new Int32Array(nFF);
 
     // The cache: what the budget leaves, in whole bundles; half of it pinned to hot neurons.
     const slots = Math.floor(opts.cacheBytes / ffn.bundleBytes);
@@ -144,42 +173,110 @@ export class OffloadedFFN {
 
   /**
    * y (nEmbd f32) += FFN(x) for one token of layer `l`; x is the normed FFN input (f32), gate()
-   * computes the resident gate rows into gateOut with the dense kernels (the model's matvec).
+   * computes resident gate rows into gateOut with the dense kernels (the model's matvec).
    */
   async run(l: number, x: number, y: number, gate: (m: Matrix, out: number) => void): Promise<void> {
-    const { cache, f32, i32, nFF } = this;
-    const relu = this.act !== "silu" && this.act !== "gelu";
-    gate(this.gates[l], this.gateOut);
     this.sparse.prepare(x);
-    cache.beginStep();
-    const g0 = this.gateOut >> 2;
-    let hits = 0;
-    let misses = 0;
-    for (let k = 0; k < nFF; k++) {
-      const g = f32[g0 + k];
-      if (relu ? !(g > 0) : g === 0) continue;
-      const slot = cache.lookup(l, k);
-      if (slot >= 0) {
-        i32[(this.hitList >> 2) + hits] = cache.address(slot);
-        f32[(this.hitGates >> 2) + hits] = g;
-        hits++;
-      } else {
-        this.missPos[misses] = k;
-        this.missGateValues[misses] = g;
-        misses++;
-      }
+    this.cache.beginStep();
+    this.hits = 0;
+    this.misses = 0;
+    this.hitsComputed = false;
+    this.computeMs = 0;
+    if (this.residentGates) {
+      gate(this.gates[l], this.gateOut);
+      for (let k = 0; k < this.nFF; k++) this.classify(l, k, this.f32[(this.gateOut >> 2) + k]);
+    } else {
+      await this.gatesFromBundles(l);
     }
     this.stats.steps++;
-    this.stats.neuronsTotal += nFF;
-    this.stats.neuronsComputed += hits + misses;
-    this.stats.misses += misses;
+    this.stats.neuronsTotal += this.nFF;
+    this.stats.neuronsComputed += this.hits + this.misses;
+    this.stats.misses += this.misses;
+    await this.serveMisses(l);
+    this.sparse.finish(y);
+    this.stats.computeMs += this.computeMs;
+  }
 
-    // Misses in rounds of at most the cold slots not in use this step; the first round's reads
-    // overlap the computation of the hits.
+  /** Whether a gate value makes its neuron fire (ReLU family: > 0; otherwise any non-zero). */
+  private fires(g: number): boolean {
+    return this.act === "silu" || this.act === "gelu" ? g !== 0 : g > 0;
+  }
+
+  /** File a firing neuron of layer l (stored position k, gate g) as a hit or a miss. */
+  private classify(l: number, k: number, g: number): void {
+    if (!this.fires(g)) return;
+    const slot = this.cache.lookup(l, k);
+    if (slot >= 0) {
+      this.i32[(this.hitList >> 2) + this.hits] = this.cache.address(slot);
+      this.f32[(this.hitGates >> 2) + this.hits] = g;
+      this.hits++;
+    } else {
+      this.missPos[this.misses] = k;
+      this.missGateValues[this.misses] = g;
+      this.misses++;
+    }
+  }
+
+  /**
+   * Gates without resident gate rows: the cached bundles' own gate rows, then the gate pages of
+   * every other bundle, read in rounds into the staging area (the first round's reads overlap
+   * the up/down of the cached neurons that fired).
+   */
+  private async gatesFromBundles(l: number): Promise<void> {
+    const { cache, f32, i32, nFF } = this;
+    let cached = 0;
+    for (let k = 0; k < nFF; k++) {
+      const slot = cache.peek(l, k);
+      if (slot < 0) continue;
+      i32[(this.missList >> 2) + cached] = cache.address(slot);
+      this.cachedPos[cached++] = k;
+    }
+    let t = performance.now();
+    if (cached > 0) this.sparse.gate(this.missList, cached, this.gateOut);
+    this.computeMs += performance.now() - t;
+    for (let i = 0; i < cached; i++) this.classify(l, this.cachedPos[i], f32[(this.gateOut >> 2) + i]);
+    let k = 0;
+    while (k < nFF) {
+      const requests = this.requests;
+      requests.length = 0;
+      let m = 0;
+      for (; k < nFF && m < this.stageNeurons; k++) {
+        if (cache.peek(l, k) >= 0) continue;
+        const dst = this.stage + m * this.gateReadBytes;
+        i32[(this.stageList >> 2) + m] = dst;
+        this.stagePos[m++] = k;
+        requests.push({ fileOffset: this.store.bundleOffset(l, k), length: this.gateReadBytes, dst });
+      }
+      if (m === 0) break;
+      const reading = this.reader.read(requests);
+      if (!this.hitsComputed) this.computeHits();
+      const tw = performance.now();
+      await reading;
+      this.stats.ioWaitMs += performance.now() - tw;
+      this.stats.bytesRead += m * this.gateReadBytes;
+      t = performance.now();
+      this.sparse.gate(this.stageList, m, this.gateOut);
+      this.computeMs += performance.now() - t;
+      for (let i = 0; i < m; i++) this.classify(l, this.stagePos[i], f32[(this.gateOut >> 2) + i]);
+    }
+  }
+
+  private computeHits(): void {
+    this.hitsComputed = true;
+    const t = performance.now();
+    if (this.hits > 0) this.sparse.upDown(this.hitList, this.hits, this.hitGates, this.act);
+    this.computeMs += performance.now() - t;
+  }
+
+  /**
+   * Read the misses' bundles into cold slots, in rounds of at most the cold slots not in use this
+   * step, and compute them; the first round's reads overlap the hits' computation.
+   */
+  private async serveMisses(l: number): Promise<void> {
+    const { cache, f32, i32 } = this;
+    const misses = this.misses;
     let done = 0;
-    let computedHits = false;
-    let tc = 0;
-    while (done < misses || !computedHits) {
+    while (done < misses || !this.hitsComputed) {
       const requests = this.requests;
       requests.length = 0;
       let n = 0;
@@ -199,12 +296,7 @@ export class OffloadedFFN {
         this.stats.ioWaitMs += performance.now() - tw;
         reading = Promise.resolve();
       }
-      if (!computedHits) {
-        const tc0 = performance.now();
-        if (hits > 0) this.sparse.upDown(this.hitList, hits, this.hitGates, this.act);
-        tc += performance.now() - tc0;
-        computedHits = true;
-      }
+      if (!this.hitsComputed) this.computeHits();
       if (done < misses && n === 0) {
         // Every cold slot holds a bundle this step has already computed: they may go now.
         cache.beginStep();
@@ -215,14 +307,12 @@ export class OffloadedFFN {
         await this.settle(reading, requests);
         this.stats.ioWaitMs += performance.now() - tw;
         this.stats.bytesRead += n * cache.slotBytes;
-        const tc0 = performance.now();
+        const t = performance.now();
         this.sparse.upDown(this.missList, n, this.missGates, this.act);
-        tc += performance.now() - tc0;
+        this.computeMs += performance.now() - t;
       }
       done += n;
     }
-    this.sparse.finish(y);
-    this.stats.computeMs += tc;
   }
 
   /** Wait for a batch of reads; on failure their slots hold nothing valid and are released. */
