@@ -5,7 +5,7 @@
 import { existsSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
-import { ProgressBar } from "./synth.js";
+import { ProgressBar } from "./progress.js";
 import { typeName } from "../format/ggml-types.js";
 import type { StoreConversion } from "../format/store.js";
 import { CONVERT_TYPES, convertToStore, type ConvertType } from "../offline/convert.js";
@@ -55,18 +55,19 @@ export async function main(argv: string[]): Promise<number> {
   const onSignal = () => controller.abort(new Error("interrupted"));
   process.once("SIGINT", onSignal);
   process.once("SIGTERM", onSignal);
-  const bar = quiet ? undefined : new ProgressBar(process.stderr, "convert ");
-  let total = 0;
+  const bar = quiet ? undefined : new ProgressBar({ label: "convert", total: 0, unit: "bytes" });
   try {
     if (!quiet) process.stderr.write(`convert: ${input} -> ${out}\n`);
     const r = await convertToStore({
       input, output: out, type, profile, signal: controller.signal,
-      onProgress: bar ? (p) => { total = p.bytesTotal; bar.update(p.bytesDone, p.bytesTotal); } : undefined,
+      onProgress: bar
+        ? (p) => {
+            bar.setTotal(p.bytesTotal);
+            bar.update(p.bytesDone);
+          }
+        : undefined,
     });
-    if (bar) {
-      bar.update(total, total, true);
-      bar.done();
-    }
+    bar?.abandon(); // the summary below says it all
     if (!quiet) {
       const to = typeName(r.ffnType);
       process.stderr.write(
@@ -82,7 +83,7 @@ export async function main(argv: string[]): Promise<number> {
     }
     return 0;
   } catch (err) {
-    bar?.done();
+    bar?.abandon();
     if (controller.signal.aborted) {
       process.stderr.write("convert: interrupted, partial file removed\n");
       return 130;

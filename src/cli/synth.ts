@@ -4,6 +4,7 @@
 import { existsSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
+import { ProgressBar } from "./progress.js";
 import {
   ALPHA_MAX,
   ALPHA_MIN,
@@ -54,48 +55,6 @@ function oneOf<T extends string>(flag: string, value: unknown, allowed: readonly
 
 const MB = 1e6;
 
-function fmtTime(s: number): string {
-  if (!Number.isFinite(s)) return "--:--";
-  s = Math.max(0, Math.round(s));
-  const m = Math.floor(s / 60);
-  return m >= 60 ? `${Math.floor(m / 60)}h${String(m % 60).padStart(2, "0")}m` : `${m}:${String(s % 60).padStart(2, "0")}`;
-}
-
-/** A progress line on stderr, rewritten in place with \r on a terminal, one line per 10% otherwise. */
-export class ProgressBar {
-  private start = performance.now();
-  private lastDraw = 0;
-  private lastDecile = -1;
-  constructor(private stream: NodeJS.WriteStream = process.stderr, private label = "") {}
-
-  update(done: number, total: number, force = false): void {
-    const now = performance.now();
-    const frac = total > 0 ? Math.min(1, done / total) : 1;
-    const tty = this.stream.isTTY === true;
-    if (tty) {
-      if (!force && now - this.lastDraw < 100) return;
-    } else {
-      const decile = Math.floor(frac * 10);
-      if (decile === this.lastDecile) return;
-      this.lastDecile = decile;
-    }
-    this.lastDraw = now;
-    const secs = (now - this.start) / 1000;
-    const rate = secs > 0 ? done / MB / secs : 0;
-    const eta = rate > 0 ? (total - done) / MB / rate : Infinity;
-    const width = 24;
-    const filled = Math.round(frac * width);
-    const line =
-      `${this.label}[${"#".repeat(filled)}${"-".repeat(width - filled)}] ${(frac * 100).toFixed(1).padStart(5)}% ` +
-      `${(done / MB).toFixed(0)}/${(total / MB).toFixed(0)} MB  ${rate.toFixed(0)} MB/s  ETA ${fmtTime(eta)}`;
-    this.stream.write(tty ? `\r${line}\x1b[K` : `${line}\n`);
-  }
-
-  done(): void {
-    if (this.stream.isTTY) this.stream.write("\n");
-  }
-}
-
 export async function main(argv: string[]): Promise<number> {
   const args = parseArgs(argv, SPECS);
   if (args.help) {
@@ -134,31 +93,27 @@ export async function main(argv: string[]): Promise<number> {
   const onSignal = () => controller.abort(new Error("interrupted"));
   process.once("SIGINT", onSignal);
   process.once("SIGTERM", onSignal);
-  const bar = quiet ? undefined : new ProgressBar();
-  let dataTotal = 0;
+  const bar = quiet ? undefined : new ProgressBar({ label: "synth", total, unit: "bytes" });
   try {
     const r = await synthesize({
       shape, act, type, seed, out, sparsity, alpha,
       signal: controller.signal,
       onProgress: bar
         ? (p: SynthProgress) => {
-            dataTotal = p.totalBytes;
-            bar.update(p.bytesWritten, p.totalBytes);
+            bar.setTotal(p.totalBytes);
+            bar.update(p.bytesWritten);
           }
         : undefined,
     });
-    if (bar) {
-      bar.update(dataTotal, dataTotal, true);
-      bar.done();
-    }
-    if (!quiet) process.stderr.write(`synth: wrote ${r.tensors} tensors, ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s\n`);
+    // The bar's last line becomes the summary.
+    bar?.finish(`synth: wrote ${r.tensors} tensors, ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s`);
     if (!quiet && r.predictedSparsity) {
       const p = r.predictedSparsity;
       process.stderr.write(`synth: planted sparsity ${Math.min(...p).toFixed(3)}..${Math.max(...p).toFixed(3)} per layer (by the generator's model; measure it by running the model)\n`);
     }
     return 0;
   } catch (err) {
-    bar?.done();
+    bar?.abandon();
     if (controller.signal.aborted) {
       process.stderr.write("synth: interrupted, partial file removed\n");
       return 130;
