@@ -27,19 +27,22 @@
 // can accumulate into one layer's slots before the one reduction.
 //
 // Activations, "q8_sp" (quantized types): ggml's Q8_0 quants of x (llama.cpp's x86 rounding, as
-// prepare_q8_0 makes them), per 32-block 96 bytes: 4 i16x8 vectors of quants, i32x4 corr, f32 dx,
-// f32 sx, 8 bytes pad. Two arrangements of the quants, chosen by `mode`:
-//   mode 0 (Q8_0 weights): natural order, x[8v .. 8v+7] in vector v; dx = d.
+// prepare_q8_0 makes them) in groups of 4 blocks (128 values), 352 bytes a group: per block 80
+// bytes (4 i16x8 vectors of quants, then an i32x4 offset correction), then f32x4 dx and f32x4 sx
+// (lane = block). Blocks past the row in the last group are zero. Two arrangements, by `mode`:
+//   mode 0 (Q8_0 weights): natural order, x[8v .. 8v+7] in vector v; dx = d; no correction.
 //   mode 1 (Q4_0 / Q4_1 weights): vector 0 lane l = 256 x[2l], 1: 16 x[2l+16], 2: x[2l+1],
-//     3: 256 x[2l+17]; dx = d / 256; corr lanes = 512 * sum q (4 lanes: 8 * 256 * sum q, the
-//     Q4_0 offset); sx = f16(d * sum q) as ggml's Q8_1 stores it (the Q4_1 min term).
+//     3: 256 x[2l+17]; dx = d / 256; correction lanes = 512 * sum q (8 * 256 * sum q over the
+//     4 lanes: Q4_0's -8 offset, taken off in integer); sx = f16(d * sum q) as ggml's Q8_1
+//     stores it (the Q4_1 min term).
 // Why not ggml's q8_0 / q8_1 blocks: a GGUF Q4 block read as 8 u16 lanes holds in lane l the
 // nibbles of elements 2l, 2l+16, 2l+1, 2l+17; three masks and a shift give four i16x8 vectors
 // scaled by 1, 16, 256, 1, and activations arranged and scaled to match make every product
 // 256 q_w q_x, so i32x4.dot_i16x8_s does the work in one instruction (the trick of
 // matvec_q4.ts, on the GGUF layout). With i8 activations each block needs four extmuls and an
 // extadd (about twice the x86 instructions). Q8_0 weights widen with v128.load8x8_s and meet
-// natural-order i16 activations. The activation is prepared once per token; 3 KiB per 1024 values.
+// natural-order i16 activations. The f32 scales in groups of 4 meet the weights' f16 scales
+// gathered four at a time. Prepared once per token: 11 KiB for 4096 values.
 //
 // Down accumulation order ("permuted" slots). The down column of a quantized type is dequantized
 // on the fly into an f32 axpy. A Q4 block read as 4 u32 lanes holds in nibble j of lane l the
@@ -223,13 +226,19 @@ const T_Q8_0 = 8;
   return i32x4.add(a, b);
 }
 
-// f16 values at p, p + bs, p + 2 bs, p + 3 bs -> f32x4 (the same bit moves as f16())
-@inline function f16x4(p: usize, bs: usize): v128 {
+// f16 values at p, p + bs, p + 2 bs, p + 3 bs -> f32x4 (the same bit moves as f16()); only the
+// first n (1..4) are read, the other lanes are 0
+@inline function f16x4(p: usize, bs: usize, n: i32): v128 {
   let v = i32x4.splat(0);
-  v = v128.load16_lane(p, v, 1);
-  v = v128.load16_lane(p + bs, v, 3);
-  v = v128.load16_lane(p + 2 * bs, v, 5);
-  v = v128.load16_lane(p + 3 * bs, v, 7);
+  v = v128.load16_lane(p, v, 1); // into the high half of each i32 lane: h << 16
+  if (n == 4) {
+    v = v128.load16_lane(p + bs, v, 3);
+    v = v128.load16_lane(p + 2 * bs, v, 5);
+    v = v128.load16_lane(p + 3 * bs, v, 7);
+  } else {
+    if (n > 1) v = v128.load16_lane(p + bs, v, 3);
+    if (n > 2) v = v128.load16_lane(p + 2 * bs, v, 5);
+  }
   return f32x4.mul(v128.and(i32x4.shr_s(v, 3), v128.load(CONSTS)), v128.load(CONSTS, 16));
 }
 
@@ -240,11 +249,10 @@ const T_Q8_0 = 8;
 // scales, and each block takes its scale from lane 0 (pshufd) and rotates the next one in.
 // Tried and dropped (measured hot, 4096 wide, against the dense Q4_0 matvec at ~26 GMAC/s):
 // a scalar f16 decode and splat per block (15.2 GMAC/s; this loop 15.8); two rows per loop
-// sharing the activation loads (the same: V8 spills the extra registers); four blocks unrolled
-// (10.8: V8 hoists all 24 loads of the body to its top and spills), with a transpose-add of the
-// four blocks' partial sums (13).
-// The scale gather reads up to 3 blocks past a row whose block count is not a multiple of 4:
-// those bytes are the next part of the bundle (or its padding), and their lanes are never used.
+// sharing the activation loads (the same: V8 spills the extra registers); two or four blocks
+// unrolled (10.9, 10.8: V8 hoists all loads of the body to its top and spills), four with a
+// transpose-add of their partial sums (13).
+// Nothing past the row is read (a row may end at the end of memory).
 @inline function dot1(t: i32, a: usize, x: usize, n: i32): f32 {
   if (t == T_F32) {
     let s0 = f32x4.splat(0), s1 = f32x4.splat(0);
@@ -260,14 +268,13 @@ const T_Q8_0 = 8;
   const q8 = t == T_Q8_0;
   const one = t == T_Q4_1;
   const BS: usize = q8 ? Q8_0_BS : one ? Q4_1_BS : Q4_0_BS;
-  const QO: usize = one ? 4 : 2;
   const m0 = v128.load(MASKS), m1 = v128.load(MASKS, 16), m2 = v128.load(MASKS, 32);
   let acc = f32x4.splat(0);
   // groups of 4 blocks (the last one maybe partial); one block per inner iteration
   for (let i = 0; i < nb; i += 4) {
-    let sc = f32x4.mul(f16x4(a, BS), v128.load(x, 320));
-    if (one) acc = f32x4.add(acc, f32x4.mul(f16x4(a + 2, BS), v128.load(x, 336)));
     const je = min(4, nb - i);
+    let sc = f32x4.mul(f16x4(a, BS, je), v128.load(x, 320));
+    if (one) acc = f32x4.add(acc, f32x4.mul(f16x4(a + 2, BS, je), v128.load(x, 336)));
     let xb = x;
     for (let j = 0; j < je; j++) {
       acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(blockDot(t, a, xb, m0, m1, m2)), i32x4.shuffle(sc, sc, 0, 0, 0, 0)));
@@ -367,15 +374,24 @@ const ACT_GELU = 3;
     store<f32>(corr, load<f32>(corr) + c);
     const S0 = f32x4.splat(s0), S1 = f32x4.splat(s1), S2 = f32x4.splat(s2), S3 = f32x4.splat(s3);
     const q0 = v128.load(p0 + QO), q1 = v128.load(p1 + QO), q2 = v128.load(p2 + QO), q3 = v128.load(p3 + QO);
-    for (let j: usize = 0; j < 7; j++) {
-      const m = v128.load(NIB + (j << 4));
-      axpySlot(y, j << 4, v128.and(q0, m), v128.and(q1, m), v128.and(q2, m), v128.and(q3, m), S0, S1, S2, S3);
-    }
+    nibSlot(y, 0, q0, q1, q2, q3, S0, S1, S2, S3);
+    nibSlot(y, 1, q0, q1, q2, q3, S0, S1, S2, S3);
+    nibSlot(y, 2, q0, q1, q2, q3, S0, S1, S2, S3);
+    nibSlot(y, 3, q0, q1, q2, q3, S0, S1, S2, S3);
+    nibSlot(y, 4, q0, q1, q2, q3, S0, S1, S2, S3);
+    nibSlot(y, 5, q0, q1, q2, q3, S0, S1, S2, S3);
+    nibSlot(y, 6, q0, q1, q2, q3, S0, S1, S2, S3);
     axpySlot(y, 112, i32x4.shr_u(q0, 28), i32x4.shr_u(q1, 28), i32x4.shr_u(q2, 28), i32x4.shr_u(q3, 28), S0, S1, S2, S3);
     y += 128;
     corr += 4;
     p0 += BS; p1 += BS; p2 += BS; p3 += BS;
   }
+}
+
+// slot j (< 7) of a Q4 block: nibble j of each lane, masked in place (x 16^j)
+@inline function nibSlot(y: usize, j: usize, q0: v128, q1: v128, q2: v128, q3: v128, S0: v128, S1: v128, S2: v128, S3: v128): void {
+  const m = v128.load(NIB + (j << 4));
+  axpySlot(y, j << 4, v128.and(q0, m), v128.and(q1, m), v128.and(q2, m), v128.and(q3, m), S0, S1, S2, S3);
 }
 
 // one slot vector: y[o] += v0 * S0 + ... + v3 * S3 (v as i32 lanes)
@@ -423,7 +439,13 @@ const ACT_GELU = 3;
     store<f32>(corr, load<f32>(corr) + (one ? h * f16(p + 2) : <f32>-8.0 * s));
     const S = f32x4.splat(s);
     const q = v128.load(p + QO);
-    for (let j: usize = 0; j < 7; j++) axpyOne(y, j << 4, v128.and(q, v128.load(NIB + (j << 4))), S);
+    axpyOne(y, 0, v128.and(q, v128.load(NIB)), S);
+    axpyOne(y, 16, v128.and(q, v128.load(NIB, 16)), S);
+    axpyOne(y, 32, v128.and(q, v128.load(NIB, 32)), S);
+    axpyOne(y, 48, v128.and(q, v128.load(NIB, 48)), S);
+    axpyOne(y, 64, v128.and(q, v128.load(NIB, 64)), S);
+    axpyOne(y, 80, v128.and(q, v128.load(NIB, 80)), S);
+    axpyOne(y, 96, v128.and(q, v128.load(NIB, 96)), S);
     axpyOne(y, 112, i32x4.shr_u(q, 28), S);
     y += 128;
     corr += 4;

@@ -189,9 +189,12 @@ test("sparse_gate: listed gate dots equal the reference and the dense matvec, od
       if (prep) k[prep](X, A, nEmbd, 1);
       k[wk.matvec](W, prep ? A : X, GATES + 32768, L.nFF, nEmbd, 0, L.nFF);
       const denseOut = arena.f32(GATES + 32768, L.nFF).slice();
+      // one listed row sits at the very end of the wasm memory: nothing past a row may be read
+      const end = arena.memory.buffer.byteLength - L.rb;
+      mem().set(L.gateRows[3], end);
       for (const count of [1, 7, 37, 40]) {
         const ids = subset(L.nFF, count, count * 7 + nEmbd);
-        const addrs = ids.map((i) => L.addr[i]);
+        const addrs = ids.map((i) => (i === 3 ? end : L.addr[i]));
         const want = refSparseGate(type, mem(), addrs, xa, nEmbd);
         for (const pool of pools) {
           const f = sparse(pool, type, nEmbd);
@@ -277,6 +280,28 @@ test("sparse_ffn and sparse_ffn_run: subsets equal the reference; all neurons eq
             f.ffn(writeList(addrs), count, act);
             f.finish(Y);
             close(readY(nEmbd), want.y, 1e-5, `${typeName(type)} ${act} nEmbd ${nEmbd} count ${count} threads ${pool.threads}`, want.magnitude);
+          }
+        }
+      }
+      // ReLU family in the fused kernel: a neuron whose gate is <= 0 has its up and down unread.
+      // One such neuron's gate row is copied to the last bytes of the wasm memory and listed
+      // last: reading its up row or down column would trap.
+      {
+        const gates = refSparseGate(type, mem(), Array.from(L.addr), xa, nEmbd);
+        const neg = gates.findIndex((g) => g < 0);
+        assert.ok(neg >= 0);
+        const end = arena.memory.buffer.byteLength - L.rb;
+        mem().copyWithin(end, L.addr[neg], L.addr[neg] + L.rb);
+        const addrs = [...Array.from(L.addr.subarray(0, 12)), end];
+        for (const act of ["relu", "drelu"] as const) {
+          const want = refSparseFFN(type, mem(), addrs.slice(0, 12), xa, nEmbd, act);
+          for (const pool of pools) {
+            const f = sparse(pool, type, nEmbd);
+            f.prepare(X);
+            arena.f32(Y, nEmbd).fill(0);
+            f.ffn(writeList(addrs), addrs.length, act);
+            f.finish(Y);
+            close(readY(nEmbd), want.y, 1e-5, `${typeName(type)} ${act} fused, a gate <= 0 at the end of memory, nEmbd ${nEmbd}, threads ${pool.threads}`, want.magnitude);
           }
         }
       }

@@ -194,7 +194,12 @@ export class SparseFFN {
     this.pool.run(this.fn.upDown, a, 9, count, per);
   }
 
-  /** Gate, up, activation and down for the listed bundles, accumulated for finish(). */
+  /**
+   * Gate, up, activation and down for the listed bundles, accumulated for finish(). A neuron
+   * whose gate factor is 0 (ReLU family: gate <= 0) has its up and down left uncomputed, but
+   * every listed bundle must be whole in memory: while computing one bundle the kernel loads one
+   * line of each 4 KiB page of the next (wasm has no prefetch instruction).
+   */
   ffn(bundles: number, count: number, act: SparseActivation): void {
     if (count <= 0) return;
     const a = this.args;
