@@ -161,3 +161,17 @@ export function add_bias_rows(y: usize, b: usize, n: i32, t0: i32, t1: i32): voi
     for (let i = 0; i < n; i++) setf32(yr, i, f32at(yr, i) + f32at(b, i));
   }
 }
+
+/** x[i] = max(x[i], 0) for i in i0..i1 (the predictor's hidden layer). */
+export function relu_inplace(x: usize, i0: i32, i1: i32): void {
+  const zero = f32x4.splat(0);
+  let i = i0;
+  for (; i + 4 <= i1; i += 4) {
+    const o = <usize>i << 2;
+    v128.store(x + o, f32x4.max(v128.load(x + o), zero));
+  }
+  for (; i < i1; i++) {
+    const v = f32at(x, i);
+    setf32(x, i, v > 0 ? v : 0);
+  }
+}

@@ -13,6 +13,7 @@ import { convertToStore } from "../src/offline/convert.js";
 import { NeuronStore } from "../src/format/store.js";
 import { synthesize } from "../src/offline/synth.js";
 import { CLI, SHARED, tempDir } from "./helpers.js";
+import { rewrite } from "./rewrite.js";
 
 const RELU = `${SHARED}/models/relu-stories.gguf`;
 const RELU_Q8 = `${SHARED}/models/relu-stories.Q8_0.gguf`;
@@ -162,4 +163,57 @@ test("the memory budget holds: peak RSS of a whole run stays within budget + 5%,
   const small = spawnSync(process.execPath, [CLI, "run", "-m", pi, "-p", "x", "--memory-budget", "40MiB"], { encoding: "utf8" });
   assert.equal(small.status, 1);
   assert.match(small.stderr, /memory budget 40\.0 MiB is too small .* at least [\d.]+ MiB would run/);
+});
+
+test("predictor mode: hot region dense, cold neurons where the predictor says; an exact predictor gives the dense tokens", async () => {
+  // An exact PowerInfer-style predictor, built from the weights: the gate fires when
+  // (gate row * ffn_norm weights) . x > 0 for the residual x before the norm (the norm divides by a
+  // positive number), so fc1 = gate rows scaled by the norm weights and fc2 = identity.
+  const pwri = await rewrite(RELU, "exact-predictor", {
+    magic: "PWRI",
+    tensors: (src) => {
+      const m = new Map<string, [number[], Float32Array]>();
+      for (let l = 0; l < 6; l++) {
+        const gate = new Float32Array(src.tensorData(`blk.${l}.ffn_gate.weight`).slice().buffer);
+        const norm = new Float32Array(src.tensorData(`blk.${l}.ffn_norm.weight`).slice().buffer);
+        const fc1 = new Float32Array(1024 * 256);
+        for (let r = 0; r < 1024; r++) for (let c = 0; c < 256; c++) fc1[r * 256 + c] = gate[r * 256 + c] * norm[c];
+        const fc2 = new Float32Array(1024 * 1024);
+        for (let i = 0; i < 1024; i++) fc2[i * 1024 + i] = 1;
+        m.set(`blk.${l}.fc1.weight`, [[256, 1024], fc1]);
+        m.set(`blk.${l}.fc2.weight`, [[1024, 1024], fc2]);
+      }
+      return m;
+    },
+  });
+  const pi = await store(pwri, "exact-predictor.pi");
+  const prompt = reluRef.prompts[2].prompt_ids as number[];
+  const want = reluRef.prompts[2].greedy_ids.slice(0, 20);
+  const model = await LlamaModel.load(pi, { threads: 2, contextSize: 64, offload: { cacheBytes: 6 * 1024 * 4096 * 0.25 } });
+  try {
+    assert.equal(model.offloaded!.mode, "predictor");
+    const got = await greedy(model, prompt, 20);
+    assert.deepEqual(got.ids, want);
+    const s = model.offloaded!.snapshot();
+    assert.ok(s.neuronsComputed < 0.6 * s.neuronsTotal, `${s.neuronsComputed} of ${s.neuronsTotal}`);
+    assert.ok(s.hotHits > 0 && s.misses > 0);
+  } finally {
+    await model.dispose();
+  }
+  // A model without predictors cannot run in predictor mode: the error says what to do.
+  const plain = await store(RELU, "no-predictor.pi");
+  await assert.rejects(
+    LlamaModel.load(plain, { threads: 1, offload: { sparsity: "predictor" } }),
+    /needs activation predictors .* --sparsity gate/,
+  );
+  // "dense" computes every neuron and still gives the same tokens.
+  const dense = await LlamaModel.load(plain, { threads: 1, contextSize: 64, offload: { sparsity: "dense", cacheBytes: 6 * 1024 * 4096 * 0.25 } });
+  try {
+    const got = await greedy(dense, reluRef.prompts[0].prompt_ids, 12);
+    assert.deepEqual(got.ids, reluRef.prompts[0].greedy_ids.slice(0, 12));
+    const s = dense.offloaded!.snapshot();
+    assert.equal(s.neuronsComputed, s.neuronsTotal);
+  } finally {
+    await dense.dispose();
+  }
 });

@@ -8,6 +8,7 @@ import { loadModel } from "../index.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { StatusLine, TokenRate, formatStats } from "./progress.js";
 import { peakResidentBytes } from "../runtime/memory.js";
+import type { SparsityMode } from "../model/offloaded-ffn.js";
 
 const FLAGS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "model file (GGUF)" },
@@ -27,6 +28,7 @@ const FLAGS: FlagSpec[] = [
   { names: ["--ignore-eos"], key: "ignoreEos", type: "bool", help: "keep generating after end-of-generation tokens" },
   { names: ["--no-bos"], key: "noBos", type: "bool", help: "do not add the BOS token" },
   { names: ["--memory-budget"], key: "budget", type: "size", help: "for a neuron store (.pi): everything resident fits in this (e.g. 1.5GiB)" },
+  { names: ["--sparsity"], key: "sparsity", type: "string", help: "for a store: dense | gate | predictor (default: predictor when the model has predictors, else gate)" },
   { names: ["--cache-size"], key: "cacheSize", type: "size", help: "neuron cache size for a store (default: what the budget leaves)" },
   { names: ["--hot-fraction"], key: "hotFraction", type: "float", help: "share of the neuron cache pinned to hot neurons", default: 0.5 },
   { names: ["--io-queue-depth"], key: "queueDepth", type: "int", help: "reads from flash in flight", default: 32 },
@@ -50,6 +52,9 @@ export async function main(argv: string[]): Promise<number> {
   if (args.threads !== undefined && (args.threads as number) < 1) throw new UsageError("run: -t must be at least 1");
   if (args.ctx !== undefined && (args.ctx as number) < 1) throw new UsageError("run: -c must be at least 1");
   if ((args.batch as number) < 1) throw new UsageError("run: -b must be at least 1");
+  if (args.sparsity !== undefined && !["dense", "gate", "predictor"].includes(args.sparsity as string)) {
+    throw new UsageError(`run: --sparsity must be dense, gate or predictor, got "${args.sparsity}"`);
+  }
 
   const t0 = performance.now();
   const model = await loadModel({
@@ -59,6 +64,7 @@ export async function main(argv: string[]): Promise<number> {
     batchSize: args.batch as number,
     memoryBudget: args.budget as number | undefined,
     offload: {
+      sparsity: args.sparsity as SparsityMode | undefined,
       cacheBytes: args.cacheSize as number | undefined,
       hotFraction: args.hotFraction as number,
       queueDepth: args.queueDepth as number,

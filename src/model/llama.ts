@@ -64,6 +64,9 @@ interface Layer {
   bk: number;
   bv: number;
   ffnNorm: number;
+  /** PowerInfer's activation predictor (present for predictor sparsity) */
+  fc1?: Matrix;
+  fc2?: Matrix;
   /** the dense FFN (absent when it is offloaded to a neuron store) */
   gate?: Matrix;
   up?: Matrix;
@@ -112,6 +115,7 @@ export class LlamaModel {
       ffnAct: pool.fn("ffn_act"),
       add: pool.fn("add_inplace"),
       bias: pool.fn("add_bias_rows"),
+      relu: pool.fn("relu_inplace"),
     };
     this.epsBits = f32Bits(cfg.normEps);
     this.logits = new Float32Array(arena.memory.buffer, buf.logits, cfg.nVocab);
@@ -120,7 +124,7 @@ export class LlamaModel {
   private readonly heap: Uint8Array;
   private readonly f32: Float32Array;
   private readonly i32: Int32Array;
-  private readonly fn: Record<"rmsnorm" | "rope" | "attention" | "ffnAct" | "add" | "bias", number>;
+  private readonly fn: Record<"rmsnorm" | "rope" | "attention" | "ffnAct" | "add" | "bias" | "relu", number>;
   private readonly epsBits: number;
   private readonly args = new Int32Array(16);
   /** which prepared-activation buffers hold the current matmul input */
@@ -159,6 +163,16 @@ export class LlamaModel {
       const kvDim = nHeadKV * headDim;
 
       const embd = loader.raw("token_embd.weight", [nEmbd, nVocab]);
+      const hasPredictors = [...Array(cfg.nLayer).keys()].every((l) => file.tensors.has(`blk.${l}.fc1.weight`) && file.tensors.has(`blk.${l}.fc2.weight`));
+      const sparsity = opts.offload?.sparsity ?? (hasPredictors ? "predictor" : "gate");
+      if (store && sparsity === "predictor" && !hasPredictors) {
+        throw new Error(`${path}: --sparsity predictor needs activation predictors (blk.N.fc1/fc2), and this model has none: use --sparsity gate, or train them (powerinfer train-predictors)`);
+      }
+      const usePredictors = store !== undefined && sparsity === "predictor";
+      for (let l = 0; usePredictors && l < cfg.nLayer; l++) {
+        const hidden = file.tensor(`blk.${l}.fc1.weight`).dims[1];
+        if (hidden > nFF) throw new Error(`${path}: predictor of layer ${l} has ${hidden} hidden units, more than the FFN's ${nFF}`);
+      }
       const layers: Layer[] = [];
       for (let l = 0; l < cfg.nLayer; l++) {
         const p = `blk.${l}.`;
@@ -173,6 +187,12 @@ export class LlamaModel {
           bk: bias("attn_k.bias", kvDim),
           bv: bias("attn_v.bias", kvDim),
           ffnNorm: loader.vector(p + "ffn_norm.weight", nEmbd),
+          ...(usePredictors
+            ? {
+                fc1: loader.matrix(p + "fc1.weight", nEmbd, file.tensor(p + "fc1.weight").dims[1]),
+                fc2: loader.matrix(p + "fc2.weight", file.tensor(p + "fc1.weight").dims[1], nFF),
+              }
+            : {}),
           ...(store
             ? {}
             : {
@@ -186,14 +206,14 @@ export class LlamaModel {
       }
       const outputNorm = loader.vector("output_norm.weight", nEmbd);
       const output = loader.matrix(file.tensors.has("output.weight") ? "output.weight" : "token_embd.weight", nEmbd, nVocab);
-      const matrices = [output, ...layers.flatMap((L) => [L.wq, L.wk, L.wv, L.wo, L.gate, L.up, L.down])].filter((m): m is Matrix => m !== undefined);
+      const matrices = [output, ...layers.flatMap((L) => [L.wq, L.wk, L.wv, L.wo, L.gate, L.up, L.down, L.fc1, L.fc2])].filter((m): m is Matrix => m !== undefined);
       // The resident gate rows of an offloaded FFN read the FFN input in their kernel's format.
       if (store) matrices.push({ ...output, kernel: weightKernel(store.ffn.type), cols: nEmbd });
       const buf = allocBuffers(arena, cfg, contextSize, batchSize, matrices);
       arena.f32(buf.rope, contextSize * cfg.nRot).set(ropeTable(cfg, contextSize));
       let offloaded: OffloadedFFN | undefined;
       const kvBytes = 2 * cfg.nLayer * contextSize * kvDim * 4;
-      if (store) offloaded = LlamaModel.offload(store, cfg, arena, pool, kvBytes, opts);
+      if (store) offloaded = LlamaModel.offload(store, cfg, arena, pool, kvBytes, { ...opts, offload: { ...opts.offload, sparsity } });
       return new LlamaModel(file, cfg, arena, pool, layers, embd, outputNorm, output, buf, contextSize, batchSize, offloaded);
     } catch (e) {
       await pool?.dispose();
@@ -270,14 +290,27 @@ export class LlamaModel {
       // One token at a time: each sees only its own firing neurons.
       for (let t = 0; t < n; t++) {
         this.ffnRow = b.xb + t * row;
-        await off.run(l, this.ffnRow, b.x + t * row, this.gateMatvec);
+        this.residualRow = b.x + t * row;
+        await off.run(l, this.ffnRow, this.residualRow, this.gateMatvec, this.predict);
       }
     }
     return this.logitsOfLast(n);
   }
 
-  /** FFN input row the resident gate matrix of an offloaded model reads. */
+  /** FFN input row the resident gate matrix of an offloaded model reads, and the residual row the predictor reads. */
   private ffnRow = 0;
+  private residualRow = 0;
+  /** Predictor scores of layer l for the current row: fc2 . relu(fc1 . x), x before the FFN norm (as PowerInfer). */
+  private readonly predict = (l: number, out: number): void => {
+    const L = this.layers[l];
+    const b = this.buf;
+    this.setInput(this.residualRow, this.config.nEmbd);
+    this.matmul(L.fc1!, b.hu, 1);
+    this.args[0] = b.hu;
+    this.pool.run(this.fn.relu, this.args, 1, L.fc1!.rows, 64, L.fc1!.rows);
+    this.setInput(b.hu, L.fc1!.rows);
+    this.matmul(L.fc2!, out, 1);
+  };
   private readonly gateMatvec = (m: Matrix, out: number): void => {
     this.setInput(this.ffnRow, this.config.nEmbd);
     this.matmul(m, out, 1);

@@ -22,7 +22,18 @@ import { NeuronCache } from "../io/neuron-cache.js";
 import type { ModelConfig } from "./config.js";
 import type { Matrix } from "./weights.js";
 
+/**
+ * Which neurons run: "gate" computes every gate and then up/down where the activation is not
+ * zero (exact for ReLU-family models); "predictor" computes the hot region densely and the cold
+ * neurons the predictor selects (PowerInfer's fc1/fc2); "dense" computes every neuron (for
+ * comparison and the ablation's naive baseline).
+ */
+export type SparsityMode = "dense" | "gate" | "predictor";
+
 export interface OffloadOptions {
+  sparsity?: SparsityMode;
+  /** predictor: a neuron runs when its score exceeds this (default: the model's powerinfer.sparse_threshold, else 0) */
+  threshold?: number;
   /** bytes for the neuron cache (hot + cold regions) */
   cacheBytes: number;
   /** keep every gate row in memory (default true); false reads gates from flash in a first phase */
@@ -94,6 +105,8 @@ export class OffloadedFFN {
   private readonly stageList: number;
   private readonly stagePos: Int32Array;
   private readonly cachedPos: Int32Array;
+  readonly mode: SparsityMode;
+  private readonly threshold: number;
   private hits = 0;
   private misses = 0;
   private hitsComputed = false;
@@ -111,7 +124,10 @@ export class OffloadedFFN {
     if (ffn.nEmbd !== cfg.nEmbd) throw new Error(`${store.path}: FFN rows are ${ffn.nEmbd} wide, the model is ${cfg.nEmbd}`);
     this.act = cfg.activation === "gelu" ? "gelu" : cfg.activation;
 
-    this.residentGates = opts.residentGates ?? true;
+    this.mode = opts.sparsity ?? "gate";
+    this.threshold = opts.threshold ?? cfg.sparseThreshold;
+    // Predictor mode reads gates from the bundles it computes: no resident gate rows.
+    this.residentGates = this.mode !== "predictor" && (opts.residentGates ?? true);
     // Resident gate rows: read every bundle once, keep its gate part as a dense matrix.
     const kernel = weightKernel(ffn.type);
     const gateRows = new Uint8Array(Math.max(1, Math.floor(CHUNK / ffn.bundleBytes)) * ffn.rowBytes);
@@ -175,14 +191,17 @@ export class OffloadedFFN {
    * y (nEmbd f32) += FFN(x) for one token of layer `l`; x is the normed FFN input (f32), gate()
    * computes resident gate rows into gateOut with the dense kernels (the model's matvec).
    */
-  async run(l: number, x: number, y: number, gate: (m: Matrix, out: number) => void): Promise<void> {
+  async run(l: number, x: number, y: number, gate: (m: Matrix, out: number) => void, predict?: (l: number, out: number) => void): Promise<void> {
     this.sparse.prepare(x);
     this.cache.beginStep();
     this.hits = 0;
     this.misses = 0;
     this.hitsComputed = false;
     this.computeMs = 0;
-    if (this.residentGates) {
+    let dense = 0;
+    if (this.mode === "predictor") {
+      dense = this.predicted(l, predict!);
+    } else if (this.residentGates) {
       gate(this.gates[l], this.gateOut);
       for (let k = 0; k < this.nFF; k++) this.classify(l, k, this.f32[(this.gateOut >> 2) + k]);
     } else {
@@ -190,7 +209,7 @@ export class OffloadedFFN {
     }
     this.stats.steps++;
     this.stats.neuronsTotal += this.nFF;
-    this.stats.neuronsComputed += this.hits + this.misses;
+    this.stats.neuronsComputed += dense + this.hits + this.misses;
     this.stats.misses += this.misses;
     await this.serveMisses(l);
     this.sparse.finish(y);
@@ -199,7 +218,30 @@ export class OffloadedFFN {
 
   /** Whether a gate value makes its neuron fire (ReLU family: > 0; otherwise any non-zero). */
   private fires(g: number): boolean {
+    if (this.mode === "dense") return true;
     return this.act === "silu" || this.act === "gelu" ? g !== 0 : g > 0;
+  }
+
+  /**
+   * Predictor mode: the hot region of layer l computed densely at once (gate, up and down of
+   * every hot neuron: exact for them whatever the predictor says), and the cold neurons whose
+   * predicted score exceeds the threshold filed as hits or misses. Returns the hot count.
+   */
+  private predicted(l: number, predict: (l: number, out: number) => void): number {
+    const { cache, f32 } = this;
+    predict(l, this.gateOut);
+    const hot = cache.hotCount[l];
+    const t = performance.now();
+    if (hot > 0) this.sparse.ffnRun(cache.address(cache.hotStart[l]), cache.slotBytes, hot, this.act);
+    this.computeMs += performance.now() - t;
+    cache.hot.hits += hot;
+    const order = this.store.layer(l).order;
+    const s0 = this.gateOut >> 2;
+    for (let k = hot; k < this.nFF; k++) {
+      // scores come in the model's neuron order; bundles are stored hot-first
+      if (f32[s0 + order[k]] > this.threshold) this.classify(l, k, 1);
+    }
+    return hot;
   }
 
   /** File a firing neuron of layer l (stored position k, gate g) as a hit or a miss. */
@@ -264,7 +306,10 @@ export class OffloadedFFN {
   private computeHits(): void {
     this.hitsComputed = true;
     const t = performance.now();
-    if (this.hits > 0) this.sparse.upDown(this.hitList, this.hits, this.hitGates, this.act);
+    if (this.hits > 0) {
+      if (this.mode === "predictor") this.sparse.ffn(this.hitList, this.hits, this.act);
+      else this.sparse.upDown(this.hitList, this.hits, this.hitGates, this.act);
+    }
     this.computeMs += performance.now() - t;
   }
 
@@ -308,7 +353,8 @@ export class OffloadedFFN {
         this.stats.ioWaitMs += performance.now() - tw;
         this.stats.bytesRead += n * cache.slotBytes;
         const t = performance.now();
-        this.sparse.upDown(this.missList, n, this.missGates, this.act);
+        if (this.mode === "predictor") this.sparse.ffn(this.missList, n, this.act);
+        else this.sparse.upDown(this.missList, n, this.missGates, this.act);
         this.computeMs += performance.now() - t;
       }
       done += n;

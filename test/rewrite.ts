@@ -1,0 +1,71 @@
+/**
+ * Test models made from real ones: a GGUF rewritten with another architecture name, magic,
+ * metadata, extra or replaced tensors, or split into parts.
+ */
+import { join } from "node:path";
+import { GGUFFile, type GGUFValue } from "../src/format/gguf.js";
+import { GGUFWriter } from "../src/format/gguf-writer.js";
+import { GGMLType } from "../src/format/ggml-types.js";
+import { tempDir } from "./helpers.js";
+
+const dir = tempDir();
+
+export interface Rewrite {
+  arch?: string;
+  magic?: "GGUF" | "PWRI";
+  dropKeys?: string[];
+  metadata?: Record<string, string | number>;
+  /** replace or add tensors: name -> [dims, f32 data] (undefined removes) */
+  tensors?: (src: GGUFFile) => Map<string, [number[], Float32Array] | undefined>;
+}
+
+function f32Bytes(a: Float32Array): Uint8Array {
+  return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+}
+
+/** Write a copy of `srcPath` with the given changes into one file or `parts` split files. */
+export async function rewrite(srcPath: string, name: string, r: Rewrite, parts = 1): Promise<string> {
+  const src = GGUFFile.open(srcPath);
+  const srcArch = src.architecture;
+  const arch = r.arch ?? srcArch;
+  const changed = r.tensors?.(src) ?? new Map();
+  const tensorList: { name: string; dims: number[]; type: GGMLType; data: Uint8Array }[] = [];
+  for (const t of src.tensors.values()) {
+    if (changed.has(t.name)) continue;
+    tensorList.push({ name: t.name, dims: t.dims, type: t.type, data: src.tensorData(t.name) });
+  }
+  for (const [n, v] of changed) if (v) tensorList.push({ name: n, dims: v[0], type: GGMLType.F32, data: f32Bytes(v[1]) });
+  const paths: string[] = [];
+  const per = Math.ceil(tensorList.length / parts);
+  for (let p = 0; p < parts; p++) {
+    const path = parts === 1 ? join(dir, `${name}.gguf`) : join(dir, `${name}-${String(p + 1).padStart(5, "0")}-of-${String(parts).padStart(5, "0")}.gguf`);
+    const w = new GGUFWriter(path, { magic: r.magic ?? "GGUF", fsync: false });
+    for (const [key, value] of src.metadata) {
+      if (r.dropKeys?.includes(key)) continue;
+      const k = key.startsWith(`${srcArch}.`) ? `${arch}.${key.slice(srcArch.length + 1)}` : key;
+      w.setMetadata(k, k === "general.architecture" ? arch : (value as Exclude<GGUFValue, GGUFValue[]> | string[]) as never);
+    }
+    for (const [k, v] of Object.entries(r.metadata ?? {})) w.setMetadata(k, v);
+    if (parts > 1) {
+      w.setMetadata("split.no", p);
+      w.setMetadata("split.count", parts);
+    }
+    for (const t of tensorList.slice(p * per, (p + 1) * per)) w.addTensor(t.name, t.dims, t.type, t.data);
+    await w.finish();
+    paths.push(path);
+  }
+  src.close();
+  return paths[0];
+}
+
+/** Deterministic uniform values in [-scale, scale). */
+export function random(n: number, seed: number, scale: number): Float32Array {
+  const a = new Float32Array(n);
+  let s = seed >>> 0;
+  for (let i = 0; i < n; i++) {
+    s = (s * 1664525 + 1013904223) >>> 0;
+    a[i] = ((s / 2 ** 32) * 2 - 1) * scale;
+  }
+  return a;
+}
+
