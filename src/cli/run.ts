@@ -33,7 +33,7 @@ const FLAGS: FlagSpec[] = [
   { names: ["--hot-fraction"], key: "hotFraction", type: "float", help: "share of the neuron cache pinned to hot neurons", default: 0.5 },
   { names: ["--io-queue-depth"], key: "queueDepth", type: "int", help: "reads from flash in flight", default: 32 },
   { names: ["--no-pipeline"], key: "noPipeline", type: "bool", help: "wait for reads before computing (ablation)" },
-  { names: ["--stats"], key: "stats", type: "bool", help: "a live status line while generating (tok/s, resident memory)" },
+  { names: ["--stats"], key: "stats", type: "bool", help: "a live status line while generating (tok/s, cache hit rate, MB/s read, resident memory)" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
 
@@ -96,13 +96,24 @@ export async function main(argv: string[]): Promise<number> {
     });
     const status = args.stats ? new StatusLine() : undefined;
     const rate = new TokenRate();
+    const genStart = performance.now();
     status?.start();
     try {
       for await (const piece of gen) {
         process.stdout.write(piece);
         if (status) {
           rate.mark(gen.tokens.length);
-          status.update(formatStats({ tokensPerSecond: rate.perSecond, residentBytes: process.memoryUsage.rss(), extra: `${gen.tokens.length} tokens` }));
+          const off = model.offloadStats();
+          const seconds = (performance.now() - genStart) / 1000;
+          status.update(
+            formatStats({
+              tokensPerSecond: rate.perSecond,
+              cacheHitRate: off ? (off.hotHits + off.coldHits) / Math.max(1, off.hotHits + off.coldHits + off.misses) : undefined,
+              readBytesPerSecond: off ? off.bytesRead / Math.max(seconds, 1e-3) : undefined,
+              residentBytes: process.memoryUsage.rss(),
+              extra: `${gen.tokens.length} tokens`,
+            }),
+          );
         }
       }
     } finally {
