@@ -136,7 +136,7 @@ function toHalf(v: f32): u32 {
 
 /**
  * "q8_sp" rows: ntok rows of `cols` f32 at x (cols a multiple of 32) -> ntok * ceil(cols / 128)
- * groups of 320 bytes at dst. mode 0: for Q8_0 weights, 1: for Q4_0 / Q4_1 weights (see the top).
+ * groups of 352 bytes at dst. mode 0: for Q8_0 weights, 1: for Q4_0 / Q4_1 weights (see the top).
  */
 export function prepare_q8_sp(x: usize, dst: usize, cols: i32, ntok: i32, mode: i32): void {
   const nb = cols >> 5;

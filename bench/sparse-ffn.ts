@@ -1,22 +1,27 @@
 /**
  * Speed of the sparse FFN kernels (assembly/sparse_ffn.ts) on one layer of neuron bundles,
- * against the dense matvec kernels on the same shape.
+ * against the dense matvec kernels on the same shape, measured side by side.
  *
  *   node dist/bench/sparse-ffn.js [--types q4_0,q8_0,q4_1] [--embd 4096] [--ff 11008]
- *                                 [--fractions 0.1,0.3,1] [--threads 1,2] [--time 1]
+ *                                 [--fractions 0.1,0.3,1] [--threads 1,2] [--rounds 6] [--slice 0.08]
  *
  * A layer of `ff` bundles (random quants, scales near 0.01) fills a region far larger than the
  * last-level cache. Per fraction, 8 different random neuron subsets (sorted by neuron index, as a
  * predictor lists them) rotate between calls, so each call reads mostly from DRAM, as a decode
  * does. "contiguous": bundle i at base + i * bundleBytes; "shuffled": at a random slot (what a
  * neuron cache looks like after a while). The activation is SiLU, so no selected neuron is
- * skipped and every one costs gate + up + down (3 nEmbd multiply-adds).
+ * skipped and each costs gate + up + down: 3 nEmbd multiply-adds.
  *
- * Reported: effective GMAC/s (3 nEmbd MACs per computed neuron, per second of CPU time at one
- * thread, of wall time at more) and the cost per neuron relative to the dense path, whose cost
- * per neuron is one row of the gate and up matvecs (ff x embd) plus one column of the down matvec
- * (embd x ff), both streamed from DRAM. gate (all neurons, as the gate sparsity mode does) and
- * up/down given the gates (half of them <= 0, skipped: the ReLU case) are reported too.
+ * The dense reference per neuron is a row of the gate and of the up matvec (ff x embd) and a
+ * column of the down matvec (embd x ff), each matrix rotating over copies so it streams from
+ * DRAM. Every measurement is interleaved with the dense ones, round after round, and each keeps
+ * its best round: on a shared machine only ratios taken this way mean anything. One thread: CPU
+ * time of this process; more: wall time (noisy when other processes share the cores).
+ *
+ * Columns: ms per call, effective GMAC/s, and "x dense" = time per computed neuron / dense time
+ * per neuron (1.0 = as fast per neuron as the dense FFN; lower is better). Also: gate of all
+ * neurons (the gate mode's first phase) against the dense gate matvec, and up/down given gates
+ * with ReLU (about half the listed neurons fire; GMAC/s over the ones that fire).
  */
 import { GGMLType, typeFromName, typeName } from "../src/format/ggml-types.js";
 import { f32ToF16 } from "../src/format/half.js";
@@ -39,9 +44,11 @@ const types = arg("types", "q4_0,q8_0,q4_1").split(",").map((n) => {
 const EMBD = Number(arg("embd", "4096"));
 const FF = Number(arg("ff", "11008"));
 const FRACTIONS = arg("fractions", "0.1,0.3,1").split(",").map(Number);
-const THREADS = arg("threads", "1").split(",").map(Number);
-const TIME = Number(arg("time", "1"));
+const THREADS = arg("threads", "1,2").split(",").map(Number);
+const ROUNDS = Number(arg("rounds", "6"));
+const SLICE = Number(arg("slice", "0.08"));
 const SUBSETS = 8;
+const COPIES = 2;
 
 let seed = 12345;
 const rnd = () => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32);
@@ -62,69 +69,59 @@ function fillRows(type: GGMLType, dst: Uint8Array): void {
   }
 }
 
-/** Seconds per call of fn: the best of 5 rounds; CPU time of this process at one thread, wall time at more. */
-function timeIt(fn: (i: number) => void, threads: number): number {
-  fn(0);
-  let best = Infinity, i = 0;
-  for (let round = 0; round < 5; round++) {
-    let iters = 0;
-    const t0 = process.hrtime.bigint();
-    const c0 = process.cpuUsage();
-    let wall = 0;
-    do {
-      fn(i++);
-      iters++;
-      wall = Number(process.hrtime.bigint() - t0) / 1e9;
-    } while (wall < TIME / 5);
-    const c = process.cpuUsage(c0);
-    const sec = threads === 1 ? (c.user + c.system) / 1e6 : wall;
-    best = Math.min(best, sec / iters);
+/**
+ * Seconds per call of each function: ROUNDS rounds, each running every function in turn for
+ * SLICE seconds; the best round of each. CPU time at one thread, wall time at more.
+ */
+function compare(fns: ((i: number) => void)[], threads: number): number[] {
+  const clock = threads === 1 ? () => { const c = process.cpuUsage(); return (c.user + c.system) / 1e6; } : () => performance.now() / 1e3;
+  const best = fns.map(() => Infinity);
+  let i = 0;
+  for (const f of fns) f(i++);
+  for (let r = 0; r < ROUNDS; r++) {
+    fns.forEach((f, k) => {
+      let iters = 0;
+      const t0 = clock();
+      let t = 0;
+      do {
+        f(i++);
+        iters++;
+        t = clock() - t0;
+      } while (t < SLICE);
+      best[k] = Math.min(best[k], t / iters);
+    });
   }
   return best;
 }
 
 const rb0 = Math.max(...types.map((t) => rowBytes(t, EMBD)));
-const maxBundle = Math.ceil((3 * rb0) / 4096) * 4096;
 const arena = new Arena(64 << 20);
-const REGION = arena.alloc(FF * maxBundle, 4096);
+const REGION = arena.alloc(FF * Math.ceil((3 * rb0) / 4096) * 4096, 4096);
 const X = arena.alloc(EMBD * 4, 64);
 const Y = arena.alloc(EMBD * 4 * 2, 64);
 const GATES = arena.alloc(FF * 4, 64);
-const LISTS = arena.alloc(2 * SUBSETS * FF * 4 + 2 * FF * 4, 64);
-// dense matrices: gate-shaped (ff x embd) and down-shaped (embd x ff), copies to rotate through
-const DENSE_COPIES = 3;
-const densePacked = Math.max(...types.map((t) => weightKernel(t).packedBytes(FF, EMBD)), ...types.map((t) => weightKernel(t).packedBytes(EMBD, FF)));
-const DENSE = arena.alloc(DENSE_COPIES * Math.ceil(densePacked / 4096) * 4096, 4096);
-const DENSE_ACT = arena.alloc(Math.ceil(Math.max(FF, EMBD) / 128) * 304 + 64, 64);
-const DENSE_X = arena.alloc(Math.max(FF, EMBD) * 4, 64);
+const OUT = arena.alloc(FF * 4, 64);
+const LISTS = arena.alloc(SUBSETS * FF * 4, 64);
+// dense matrices, gate-shaped (ff x embd) and down-shaped (embd x ff), COPIES of each
+const packedMax = Math.max(...types.map((t) => weightKernel(t).packedBytes(FF, EMBD)), ...types.map((t) => weightKernel(t).packedBytes(EMBD, FF)));
+const packedStride = Math.ceil(packedMax / 4096) * 4096;
+const DENSE_GATE = arena.alloc(COPIES * packedStride, 4096);
+const DENSE_DOWN = arena.alloc(COPIES * packedStride, 4096);
+const ACT_E = arena.alloc(Math.ceil(EMBD / 128) * 304 + 64, 64);
+const ACT_F = arena.alloc(Math.ceil(FF / 128) * 304 + 64, 64);
+const XF = arena.alloc(FF * 4, 64);
 {
   const x = arena.f32(X, EMBD);
   for (let i = 0; i < EMBD; i++) x[i] = Math.sin(i * 0.37) * 2;
+  const xf = arena.f32(XF, FF);
+  for (let i = 0; i < FF; i++) xf[i] = Math.cos(i * 0.11);
 }
 
-function denseSeconds(type: GGMLType, rows: number, cols: number): number {
-  const wk = weightKernel(type);
-  const size = wk.packedBytes(rows, cols), stride = Math.ceil(size / 4096) * 4096;
-  const src = new Uint8Array(rows * rowBytes(type, cols));
-  fillRows(type, src);
-  const mem = arena.u8(DENSE, DENSE_COPIES * stride);
-  wk.pack(src, mem.subarray(0, size), 0, rows, rows, cols);
-  for (let c = 1; c < DENSE_COPIES; c++) mem.copyWithin(c * stride, 0, size);
-  const xs = arena.f32(DENSE_X, cols);
-  for (let i = 0; i < cols; i++) xs[i] = Math.cos(i * 0.11);
-  const prep = prepareKernel(wk.act);
-  if (prep) pool1.kernels[prep](DENSE_X, DENSE_ACT, cols, 1);
-  const mv = pool1.kernels[wk.matvec];
-  const xa = prep ? DENSE_ACT : DENSE_X;
-  return timeIt((i) => mv(DENSE + (i % DENSE_COPIES) * stride, xa, GATES, rows, cols, 0, rows), 1);
-}
-
-const pool1 = await ThreadPool.create(arena.memory, 1);
 const pools = new Map<number, ThreadPool>();
-for (const n of THREADS) pools.set(n, n === 1 ? pool1 : await ThreadPool.create(arena.memory, n));
+for (const n of THREADS) pools.set(n, await ThreadPool.create(arena.memory, n));
 
-console.log(`sparse FFN on neuron bundles, ${EMBD} wide, ${FF} neurons; node ${process.version}`);
-console.log("GMAC/s: 3 x nEmbd multiply-adds per computed neuron; 'x dense': time per neuron / dense time per neuron (lower is better)");
+console.log(`sparse FFN on neuron bundles, ${EMBD} wide, ${FF} neurons; node ${process.version}; best of ${ROUNDS} interleaved rounds`);
+console.log("'x dense' = time per computed neuron / time per neuron of the dense FFN (gate + up + down matvecs) measured alongside");
 
 for (const type of types) {
   const rb = rowBytes(type, EMBD);
@@ -134,12 +131,22 @@ for (const type of types) {
     fillRows(type, region.subarray(i * bundleBytes, i * bundleBytes + 3 * rb));
     region.fill(0, i * bundleBytes + 3 * rb, (i + 1) * bundleBytes);
   }
-  // dense cost per neuron: a gate row + an up row (ff x embd matvec) + a down column (embd x ff)
-  const gateDense = denseSeconds(type, FF, EMBD);
-  const downDense = denseSeconds(type, EMBD, FF);
-  const densePerNeuron = (2 * gateDense + downDense) / FF;
-  const denseGmac = (3 * EMBD) / densePerNeuron / 1e9;
-  console.log(`\n${typeName(type)}: bundle ${bundleBytes} B; dense matvec ${FF}x${EMBD} ${((FF * EMBD) / gateDense / 1e9).toFixed(1)} GMAC/s, ${EMBD}x${FF} ${((FF * EMBD) / downDense / 1e9).toFixed(1)} GMAC/s; dense FFN ${(densePerNeuron * FF * 1e3).toFixed(2)} ms = ${denseGmac.toFixed(1)} GMAC/s`);
+  const wk = weightKernel(type);
+  for (const [ptr, rows, cols] of [[DENSE_GATE, FF, EMBD], [DENSE_DOWN, EMBD, FF]] as const) {
+    const src = new Uint8Array(rows * rowBytes(type, cols));
+    fillRows(type, src);
+    const size = wk.packedBytes(rows, cols);
+    const mem = arena.u8(ptr, COPIES * packedStride);
+    wk.pack(src, mem.subarray(0, size), 0, rows, rows, cols);
+    for (let c = 1; c < COPIES; c++) mem.copyWithin(c * packedStride, 0, size);
+  }
+  const prep = prepareKernel(wk.act);
+  const k0 = pools.get(THREADS[0])!.kernels;
+  if (prep) {
+    k0[prep](X, ACT_E, EMBD, 1);
+    k0[prep](XF, ACT_F, FF, 1);
+  }
+  const xe = prep ? ACT_E : X, xf = prep ? ACT_F : XF;
 
   const perm = Array.from({ length: FF }, (_, i) => i);
   for (let i = FF - 1; i > 0; i--) { const j = Math.floor(rnd() * (i + 1)); [perm[i], perm[j]] = [perm[j], perm[i]]; }
@@ -147,10 +154,20 @@ for (const type of types) {
     contiguous: (i: number) => REGION + i * bundleBytes,
     shuffled: (i: number) => REGION + perm[i] * bundleBytes,
   };
+  console.log(`\n${typeName(type)}: bundle ${bundleBytes} B`);
 
   for (const [threads, pool] of pools) {
     const f = new SparseFFN(pool, arena, type, EMBD);
     f.prepare(X);
+    const mv = pool.fn(wk.matvec);
+    const dargs = new Int32Array(8);
+    const dense = (w: number, x: number, rows: number, cols: number) => (i: number) => {
+      dargs[0] = w + (i % COPIES) * packedStride; dargs[1] = x; dargs[2] = OUT; dargs[3] = rows; dargs[4] = cols;
+      pool.run(mv, dargs, 5, rows, 16);
+    };
+    const denseGate = dense(DENSE_GATE, xe, FF, EMBD), denseDown = dense(DENSE_DOWN, xf, EMBD, FF);
+    const perNeuron = (t: number[]) => (2 * t[0] + t[1]) / FF; // dense seconds per neuron
+
     // a check at full width: 37 neurons against the plain-TS reference
     {
       const ids = Array.from({ length: 37 }, (_, i) => (i * 297) % FF);
@@ -166,12 +183,13 @@ for (const type of types) {
       // the TS reference quantizes x with ggml's reference rounding, which can differ at exact ties
       if (!(err <= 1e-3 * scale)) throw new Error(`${typeName(type)}: sparse result off by ${err} (scale ${scale})`);
     }
+
     // gate of all neurons (the gate sparsity mode's first phase)
     for (const layout of ["contiguous", "shuffled"] as const) {
       const list = arena.i32(LISTS, FF);
       for (let i = 0; i < FF; i++) list[i] = addr[layout](i);
-      const t = timeIt(() => f.gate(LISTS, FF, GATES), threads);
-      console.log(`  ${threads}T gate, all neurons, ${layout.padEnd(10)} ${(t * 1e3).toFixed(2).padStart(7)} ms ${((FF * EMBD) / t / 1e9).toFixed(1).padStart(6)} GMAC/s (dense gate matvec ${((FF * EMBD) / gateDense / 1e9).toFixed(1)})`);
+      const t = compare([denseGate, () => f.gate(LISTS, FF, GATES)], threads);
+      console.log(`  ${threads}T gate, all neurons, ${layout.padEnd(10)} ${(t[1] * 1e3).toFixed(2).padStart(7)} ms ${((FF * EMBD) / t[1] / 1e9).toFixed(1).padStart(5)} GMAC/s  x dense gate matvec ${(t[1] / t[0]).toFixed(2)} (${((FF * EMBD) / t[0] / 1e9).toFixed(1)} GMAC/s)`);
     }
     for (const frac of FRACTIONS) {
       const count = Math.max(1, Math.round(FF * frac));
@@ -182,28 +200,24 @@ for (const type of types) {
           const list = arena.i32(LISTS + s * FF * 4, count);
           ids.forEach((n, i) => (list[i] = addr[layout](n)));
         }
-        const tFfn = timeIt((i) => {
-          f.ffn(LISTS + (i % SUBSETS) * FF * 4, count, "silu");
-          f.finish(Y);
-        }, threads);
-        let line = `  ${threads}T ffn ${(frac * 100).toFixed(0).padStart(3)}% ${layout.padEnd(10)} ${(tFfn * 1e3).toFixed(2).padStart(7)} ms ${((3 * EMBD * count) / tFfn / 1e9).toFixed(1).padStart(6)} GMAC/s  x dense ${(tFfn / count / densePerNeuron).toFixed(2)}`;
-        if (frac >= 1 && layout === "contiguous") {
-          const tRun = timeIt(() => {
-            f.ffnRun(REGION, bundleBytes, count, "silu");
-            f.finish(Y);
-          }, threads);
-          line += `  | as a run (base, stride): ${((3 * EMBD * count) / tRun / 1e9).toFixed(1)} GMAC/s`;
-        }
-        // up/down given gates, ReLU: the gates of the listed neurons, about half of them <= 0
+        // gates for up/down with ReLU: about half of them > 0
         const g = arena.f32(GATES, count);
         for (let i = 0; i < count; i++) g[i] = rnd() - 0.5;
         let active = 0;
         for (let i = 0; i < count; i++) if (g[i] > 0) active++;
-        const tUd = timeIt((i) => {
-          f.upDown(LISTS + (i % SUBSETS) * FF * 4, count, GATES, "relu");
-          f.finish(Y);
-        }, threads);
-        line += `  | updown (relu, ${active} of ${count} fire): ${((2 * EMBD * active) / tUd / 1e9).toFixed(1)} GMAC/s`;
+        const fns = [
+          denseGate,
+          denseDown,
+          (i: number) => { f.ffn(LISTS + (i % SUBSETS) * FF * 4, count, "silu"); f.finish(Y); },
+          (i: number) => { f.upDown(LISTS + (i % SUBSETS) * FF * 4, count, GATES, "relu"); f.finish(Y); },
+        ];
+        const run = frac >= 1 && layout === "contiguous";
+        if (run) fns.push(() => { f.ffnRun(REGION, bundleBytes, count, "silu"); f.finish(Y); });
+        const t = compare(fns, threads);
+        const dn = perNeuron(t);
+        let line = `  ${threads}T ffn ${(frac * 100).toFixed(0).padStart(3)}% ${layout.padEnd(10)} ${(t[2] * 1e3).toFixed(2).padStart(7)} ms ${((3 * EMBD * count) / t[2] / 1e9).toFixed(1).padStart(5)} GMAC/s  x dense ${(t[2] / count / dn).toFixed(2)} (dense FFN ${((3 * EMBD) / dn / 1e9).toFixed(1)} GMAC/s)`;
+        line += `  | updown, ${active} of ${count} fire: ${((2 * EMBD * active) / t[3] / 1e9).toFixed(1)} GMAC/s, x dense ${(t[3] / active / ((t[0] + t[1]) / FF)).toFixed(2)}`;
+        if (run) line += `  | as a run (base, stride): ${((3 * EMBD * count) / t[4] / 1e9).toFixed(1)} GMAC/s`;
         console.log(line);
       }
     }
