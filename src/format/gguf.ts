@@ -279,7 +279,66 @@ export interface ModelFile {
   close(): void;
 }
 
-export class GGUFFile implements ModelFile {
+/**
+ * Typed access to a model file's metadata, with errors that name the file and the key: shared
+ * by GGUFFile and the neuron store, which hold the same key/values.
+ */
+export abstract class MetadataAccess {
+  abstract readonly path: string;
+  abstract readonly metadata: Map<string, GGUFValue>;
+  /** the error type of the file format, naming the file */
+  protected abstract metadataError(message: string): Error;
+
+  /** The architecture name (`general.architecture`). */
+  get architecture(): string {
+    return this.getString("general.architecture");
+  }
+
+  has(key: string): boolean {
+    return this.metadata.has(key);
+  }
+
+  protected missing(key: string, expected: string): never {
+    throw this.metadataError(`missing metadata key "${key}" (${expected})`);
+  }
+
+  getString(key: string, fallback?: string): string {
+    const v = this.metadata.get(key);
+    if (v === undefined) return fallback ?? this.missing(key, "a string");
+    if (typeof v !== "string") throw this.metadataError(`metadata "${key}" should be a string, found ${typeof v}`);
+    return v;
+  }
+
+  getNumber(key: string, fallback?: number): number {
+    const v = this.metadata.get(key);
+    if (v === undefined) {
+      if (fallback === undefined) this.missing(key, "a number");
+      return fallback;
+    }
+    if (typeof v === "bigint") throw this.metadataError(`metadata "${key}" = ${v} is out of range`);
+    if (typeof v !== "number") throw this.metadataError(`metadata "${key}" should be a number, found ${Array.isArray(v) ? "an array" : typeof v}`);
+    return v;
+  }
+
+  getBool(key: string, fallback: boolean): boolean {
+    const v = this.metadata.get(key);
+    if (v === undefined) return fallback;
+    if (typeof v !== "boolean") throw this.metadataError(`metadata "${key}" should be a bool, found ${typeof v}`);
+    return v;
+  }
+
+  getArray(key: string): GGUFValue[] | Float32Array | Int32Array | undefined {
+    const v = this.metadata.get(key);
+    if (v === undefined) return undefined;
+    if (!Array.isArray(v) && !(v instanceof Float32Array) && !(v instanceof Int32Array)) {
+      throw this.metadataError(`metadata "${key}" should be an array, found ${typeof v}`);
+    }
+    return v;
+  }
+
+}
+
+export class GGUFFile extends MetadataAccess implements ModelFile {
   readonly magic: "GGUF" | "PWRI";
   readonly version: number;
   readonly metadata: Map<string, GGUFValue>;
@@ -289,6 +348,7 @@ export class GGUFFile implements ModelFile {
   private fds: number[];
 
   private constructor(files: ParsedFile[]) {
+    super();
     this.paths = files.map((f) => f.path);
     this.fds = files.map((f) => f.fd);
     this.magic = files[0].magic;
@@ -325,51 +385,8 @@ export class GGUFFile implements ModelFile {
     return this.paths[0];
   }
 
-  /** The architecture name (`general.architecture`). */
-  get architecture(): string {
-    return this.getString("general.architecture");
-  }
-
-  has(key: string): boolean {
-    return this.metadata.has(key);
-  }
-
-  private missing(key: string, expected: string): never {
-    throw new GGUFError(this.path, `missing metadata key "${key}" (${expected})`);
-  }
-
-  getString(key: string, fallback?: string): string {
-    const v = this.metadata.get(key);
-    if (v === undefined) return fallback ?? this.missing(key, "a string");
-    if (typeof v !== "string") throw new GGUFError(this.path, `metadata "${key}" should be a string, found ${typeof v}`);
-    return v;
-  }
-
-  getNumber(key: string, fallback?: number): number {
-    const v = this.metadata.get(key);
-    if (v === undefined) {
-      if (fallback === undefined) this.missing(key, "a number");
-      return fallback;
-    }
-    if (typeof v === "bigint") throw new GGUFError(this.path, `metadata "${key}" = ${v} is out of range`);
-    if (typeof v !== "number") throw new GGUFError(this.path, `metadata "${key}" should be a number, found ${Array.isArray(v) ? "an array" : typeof v}`);
-    return v;
-  }
-
-  getBool(key: string, fallback: boolean): boolean {
-    const v = this.metadata.get(key);
-    if (v === undefined) return fallback;
-    if (typeof v !== "boolean") throw new GGUFError(this.path, `metadata "${key}" should be a bool, found ${typeof v}`);
-    return v;
-  }
-
-  getArray(key: string): GGUFValue[] | Float32Array | Int32Array | undefined {
-    const v = this.metadata.get(key);
-    if (v === undefined) return undefined;
-    if (!Array.isArray(v) && !(v instanceof Float32Array) && !(v instanceof Int32Array)) {
-      throw new GGUFError(this.path, `metadata "${key}" should be an array, found ${typeof v}`);
-    }
-    return v;
+  protected metadataError(message: string): Error {
+    return new GGUFError(this.path, message);
   }
 
   tensor(name: string): GGUFTensorInfo {

@@ -18,7 +18,7 @@ import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { open as openAsync, rename, rm, type FileHandle } from "node:fs/promises";
 import * as zlib from "node:zlib";
 import { GGMLType, typeName, typeTraits } from "./ggml-types.js";
-import { GGUFValueType, type GGUFTensorInfo, type GGUFValue } from "./gguf.js";
+import { GGUFValueType, MetadataAccess, type GGUFTensorInfo, type GGUFValue } from "./gguf.js";
 
 export const STORE_MAGIC = "PISTORE\0";
 export const STORE_VERSION = 1;
@@ -521,7 +521,7 @@ export type VerifyMode = "always" | "once";
 /** Largest piece readTensor reads at once (bounds its temporary buffer). */
 const READ_PIECE = 16 << 20;
 
-export class NeuronStore implements ModelMetadataSource {
+export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
   readonly version: number;
   /** the magic of the model it was converted from: "PWRI" when it came from a PowerInfer GGUF */
   readonly magic: "GGUF" | "PWRI";
@@ -537,6 +537,7 @@ export class NeuronStore implements ModelMetadataSource {
   private fd: number;
 
   private constructor(readonly path: string, fd: number, size: number, header: StoreHeader, manifest: StoreManifest) {
+    super();
     this.fd = fd;
     this.fileSize = size;
     this.version = header.version;
@@ -659,55 +660,13 @@ export class NeuronStore implements ModelMetadataSource {
 
   // --- the GGUFFile-like metadata surface ---------------------------------------------------
 
-  get architecture(): string {
-    return this.getString("general.architecture");
-  }
-
   /** GGUFFile compatibility: the files the model lives in. */
   get paths(): string[] {
     return [this.path];
   }
 
-  has(key: string): boolean {
-    return this.metadata.has(key);
-  }
-
-  private missing(key: string, expected: string): never {
-    throw new StoreError(this.path, `missing metadata key "${key}" (${expected})`);
-  }
-
-  getString(key: string, fallback?: string): string {
-    const v = this.metadata.get(key);
-    if (v === undefined) return fallback ?? this.missing(key, "a string");
-    if (typeof v !== "string") throw new StoreError(this.path, `metadata "${key}" should be a string, found ${typeof v}`);
-    return v;
-  }
-
-  getNumber(key: string, fallback?: number): number {
-    const v = this.metadata.get(key);
-    if (v === undefined) {
-      if (fallback === undefined) this.missing(key, "a number");
-      return fallback;
-    }
-    if (typeof v === "bigint") throw new StoreError(this.path, `metadata "${key}" = ${v} is out of range`);
-    if (typeof v !== "number") throw new StoreError(this.path, `metadata "${key}" should be a number, found ${Array.isArray(v) ? "an array" : typeof v}`);
-    return v;
-  }
-
-  getBool(key: string, fallback: boolean): boolean {
-    const v = this.metadata.get(key);
-    if (v === undefined) return fallback;
-    if (typeof v !== "boolean") throw new StoreError(this.path, `metadata "${key}" should be a bool, found ${typeof v}`);
-    return v;
-  }
-
-  getArray(key: string): GGUFValue[] | Float32Array | Int32Array | undefined {
-    const v = this.metadata.get(key);
-    if (v === undefined) return undefined;
-    if (!Array.isArray(v) && !(v instanceof Float32Array) && !(v instanceof Int32Array)) {
-      throw new StoreError(this.path, `metadata "${key}" should be an array, found ${typeof v}`);
-    }
-    return v;
+  protected metadataError(message: string): Error {
+    return new StoreError(this.path, message);
   }
 
   tensor(name: string): StoreTensorInfo {
