@@ -20,7 +20,7 @@
 //
 // Threads. Two threads never add into the same memory: the pool splits [0, count) with its
 // alignment set to `per` = ceil(count / threads), so each thread gets at most one run of `per`
-// listed neurons and writes only partial slot k0 / per. A slot is slotFloats(nEmbd) f32: the
+// listed neurons and writes only partial slot k0 / per (a range that breaks this traps). A slot is slotFloats(nEmbd) f32: the
 // down accumulator (nEmbd values, in a permuted order for the quantized types) then per-block
 // corrections (Q4 offsets and mins). Slots start zeroed; sparse_sum_partials adds them into y in
 // natural order and zeroes them again, so several kernel calls (clusters computed as they land)
@@ -482,9 +482,12 @@ let DH0: f32 = 0, DH1: f32 = 0, DH2: f32 = 0;
   DN = 0;
 }
 
-@inline function slotBase(partials: usize, n: i32, per: i32, k0: i32): usize {
-  const slot = per > 0 ? k0 / per : 0;
-  return partials + <usize>slot * (<usize>slotFloats(n) << 2);
+// This thread's partial slot. A range that does not start at a multiple of `per` or is longer
+// than `per` means the pool was not run with align = per: two threads could then share a slot,
+// so the kernel traps (the pool reports it) rather than race.
+@inline function slotBase(partials: usize, n: i32, per: i32, k0: i32, k1: i32): usize {
+  if (per <= 0 || k0 % per != 0 || k1 - k0 > per) unreachable();
+  return partials + <usize>(k0 / per) * (<usize>slotFloats(n) << 2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -511,7 +514,7 @@ let SINK: u32 = 0;
 }
 
 @inline function upDownT(t: i32, bundles: usize, gate: usize, xAct: usize, partials: usize, n: i32, rowBytes: i32, kind: i32, per: i32, k0: i32, k1: i32): void {
-  const y = slotBase(partials, n, per, k0);
+  const y = slotBase(partials, n, per, k0, k1);
   const corr = y + (<usize>n << 2);
   const rb = <usize>rowBytes;
   DN = 0;
@@ -541,7 +544,7 @@ let SINK: u32 = 0;
 }
 
 @inline function ffnT(t: i32, bundles: usize, xAct: usize, partials: usize, n: i32, rowBytes: i32, kind: i32, per: i32, k0: i32, k1: i32): void {
-  const y = slotBase(partials, n, per, k0);
+  const y = slotBase(partials, n, per, k0, k1);
   const corr = y + (<usize>n << 2);
   DN = 0;
   for (let k = k0; k < k1; k++) {
@@ -552,7 +555,7 @@ let SINK: u32 = 0;
 }
 
 @inline function ffnRunT(t: i32, base: usize, stride: i32, xAct: usize, partials: usize, n: i32, rowBytes: i32, kind: i32, per: i32, k0: i32, k1: i32): void {
-  const y = slotBase(partials, n, per, k0);
+  const y = slotBase(partials, n, per, k0, k1);
   const corr = y + (<usize>n << 2);
   DN = 0;
   for (let k = k0; k < k1; k++) {

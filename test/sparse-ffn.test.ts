@@ -378,6 +378,9 @@ test("each thread adds only into its own partial slot: slot s holds exactly the 
       const want = refSparseFFN(type, mem(), part, xa, nEmbd, "silu");
       close(readY(nEmbd), want.y, 1e-5, `${typeName(type)} slot ${s}`, want.magnitude);
     }
+    // a range that is not one whole share of `per` is refused (two threads could share a slot)
+    assert.throws(() => k[f.kernel.ffn](LIST, 21, X, f.partials, nEmbd, L.rb, 0, 11, 1, 12), /unreachable/);
+    assert.throws(() => k[f.kernel.ffn](LIST, 21, X, f.partials, nEmbd, L.rb, 0, 11, 0, 12), /unreachable/);
     // the reduction cleared both slots
     assert.ok(arena.f32(f.partials, (2 * slotBytes) / 4).every((v) => v === 0), "partial slots are zero after the reduction");
     f.finish(Y); // nothing left to add; resets the slot count
