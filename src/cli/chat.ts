@@ -14,23 +14,14 @@ import { loadModel } from "../index.js";
 import { ApiError, ChatSession, ChatTemplate } from "../chat/index.js";
 import type { GenerationStats } from "../generate/generator.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
+import { LOAD_FLAGS, SAMPLING_FLAGS, loadOptions, samplingOptions } from "./model-flags.js";
 import { formatBytes, formatStats, ProgressBar, StatusLine, TokenRate } from "./progress.js";
 
 const FLAGS: FlagSpec[] = [
-  { names: ["-m", "--model"], key: "model", type: "string", help: "model file (GGUF)" },
+  ...LOAD_FLAGS,
   { names: ["-sys", "--system"], key: "system", type: "string", help: "a system prompt" },
   { names: ["-n", "--n-predict"], key: "n", type: "int", help: "most tokens per answer (-1 = until the model ends it)", default: -1 },
-  { names: ["-t", "--threads"], key: "threads", type: "int", help: "compute threads (default: all cores)" },
-  { names: ["-c", "--ctx-size"], key: "ctx", type: "int", help: "context size in tokens (default: the model's, capped to what fits)" },
-  { names: ["-b", "--batch-size"], key: "batch", type: "int", help: "prompt tokens per forward pass", default: 256 },
-  { names: ["--temp"], key: "temp", type: "float", help: "temperature (0 = greedy)", default: 0.8 },
-  { names: ["--top-k"], key: "topK", type: "int", help: "top-k sampling (0 = off)", default: 40 },
-  { names: ["--top-p"], key: "topP", type: "float", help: "top-p sampling (1 = off)", default: 0.95 },
-  { names: ["--min-p"], key: "minP", type: "float", help: "min-p sampling (0 = off)", default: 0.05 },
-  { names: ["--repeat-penalty"], key: "repeatPenalty", type: "float", help: "penalize repeated tokens (1 = off)", default: 1.0 },
-  { names: ["--repeat-last-n"], key: "repeatLastN", type: "int", help: "tokens the repeat penalty looks back", default: 64 },
-  { names: ["-s", "--seed"], key: "seed", type: "int", help: "random seed (default: random)" },
-  { names: ["--ignore-eos"], key: "ignoreEos", type: "bool", help: "keep generating after end-of-generation tokens" },
+  ...SAMPLING_FLAGS,
   { names: ["--chat-template-file"], key: "templateFile", type: "string", help: "a Jinja chat template to use instead of the model's" },
   { names: ["--stats"], key: "stats", type: "bool", help: "a live line with tok/s and resident memory while answering, and a summary after" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
@@ -48,11 +39,9 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (args._.length) throw new UsageError(`chat: unexpected argument "${args._[0]}"`);
-  if (typeof args.model !== "string") throw new UsageError("chat: -m MODEL is required (see powerinfer chat --help)");
+  const load = loadOptions("chat", args);
+  const modelPath = load.modelPath;
   if ((args.n as number) < -1) throw new UsageError(`chat: -n must be -1 or more, got ${args.n}`);
-  if (args.threads !== undefined && (args.threads as number) < 1) throw new UsageError("chat: -t must be at least 1");
-  if (args.ctx !== undefined && (args.ctx as number) < 1) throw new UsageError("chat: -c must be at least 1");
-  if ((args.batch as number) < 1) throw new UsageError("chat: -b must be at least 1");
   let template: ChatTemplate | undefined;
   if (typeof args.templateFile === "string") {
     try {
@@ -67,10 +56,7 @@ export async function main(argv: string[]): Promise<number> {
   let model;
   try {
     model = await loadModel({
-      modelPath: args.model,
-      threads: args.threads as number | undefined,
-      contextSize: args.ctx as number | undefined,
-      batchSize: args.batch as number,
+      ...load,
       onLoadProgress: (done, total) => {
         bar.setTotal(total);
         bar.update(done);
@@ -85,21 +71,11 @@ export async function main(argv: string[]): Promise<number> {
   try {
     const session = new ChatSession(model, {
       systemPrompt: args.system as string | undefined,
-      template: template ?? ChatTemplate.fromModelFile(args.model, model.tokenizer),
-      defaults: {
-        maxTokens: args.n as number,
-        temperature: args.temp as number,
-        topK: args.topK as number,
-        topP: args.topP as number,
-        minP: args.minP as number,
-        repeatPenalty: args.repeatPenalty as number,
-        repeatLastN: args.repeatLastN as number,
-        seed: args.seed as number | undefined,
-        ignoreEos: Boolean(args.ignoreEos),
-      },
+      template: template ?? ChatTemplate.fromModelFile(modelPath, model.tokenizer),
+      defaults: { ...samplingOptions(args), maxTokens: args.n as number },
     });
     if (interactive) {
-      process.stderr.write(`chatting with ${args.model} (context ${model.contextSize} tokens). ${HELP_LINES.join(" ")}\n`);
+      process.stderr.write(`chatting with ${modelPath} (context ${model.contextSize} tokens). ${HELP_LINES.join(" ")}\n`);
     }
     return await converse(session, interactive, Boolean(args.stats));
   } finally {

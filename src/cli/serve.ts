@@ -12,23 +12,17 @@ import { loadModel, type Model } from "../index.js";
 import { ChatTemplate } from "../chat/index.js";
 import { OpenAIServer } from "../server/index.js";
 import type { GenerateOptions } from "../generate/generator.js";
+import { LOAD_FLAGS, SAMPLING_FLAGS, loadOptions, samplingOptions } from "./model-flags.js";
 import { parseArgs, parseSize, usage, UsageError, type FlagSpec } from "./args.js";
 import { formatBytes, formatStats, ProgressBar, StatusLine } from "./progress.js";
 
 const FLAGS: FlagSpec[] = [
-  { names: ["-m", "--model"], key: "model", type: "string", help: "model file (GGUF)" },
+  ...LOAD_FLAGS,
   { names: ["--host"], key: "host", type: "string", help: "address to listen on", default: "127.0.0.1" },
   { names: ["--port"], key: "port", type: "int", help: "port to listen on (0 = any free port)", default: 8080 },
   { names: ["-a", "--alias"], key: "alias", type: "string", help: "model name clients use (default: the file name without .gguf)" },
-  { names: ["-t", "--threads"], key: "threads", type: "int", help: "compute threads (default: all cores)" },
-  { names: ["-c", "--ctx-size"], key: "ctx", type: "int", help: "context size in tokens (default: the model's, capped to what fits)" },
-  { names: ["-b", "--batch-size"], key: "batch", type: "int", help: "prompt tokens per forward pass", default: 256 },
   { names: ["-n", "--n-predict"], key: "n", type: "int", help: "default max_tokens when a request gives none (-1 = until end or full context)", default: -1 },
-  { names: ["--temp"], key: "temp", type: "float", help: "default temperature", default: 0.8 },
-  { names: ["--top-k"], key: "topK", type: "int", help: "default top_k", default: 40 },
-  { names: ["--top-p"], key: "topP", type: "float", help: "default top_p", default: 0.95 },
-  { names: ["--min-p"], key: "minP", type: "float", help: "default min_p", default: 0.05 },
-  { names: ["--repeat-penalty"], key: "repeatPenalty", type: "float", help: "default repeat_penalty", default: 1.0 },
+  ...SAMPLING_FLAGS,
   { names: ["--chat-template-file"], key: "templateFile", type: "string", help: "a Jinja chat template to use instead of the model's" },
   { names: ["--max-queue"], key: "maxQueue", type: "int", help: "requests that may wait behind the running one before 429", default: 64 },
   { names: ["--max-body"], key: "maxBody", type: "size", help: "largest request body before 413", default: "4MiB" },
@@ -52,12 +46,9 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (args._.length) throw new UsageError(`serve: unexpected argument "${args._[0]}"`);
-  if (typeof args.model !== "string") throw new UsageError("serve: -m MODEL is required (see powerinfer serve --help)");
+  const load = loadOptions("serve", args);
   const port = args.port as number;
   if (port < 0 || port > 65535) throw new UsageError(`serve: --port must be 0..65535, got ${port}`);
-  if (args.threads !== undefined && (args.threads as number) < 1) throw new UsageError("serve: -t must be at least 1");
-  if (args.ctx !== undefined && (args.ctx as number) < 1) throw new UsageError("serve: -c must be at least 1");
-  if ((args.batch as number) < 1) throw new UsageError("serve: -b must be at least 1");
   if ((args.n as number) < -1) throw new UsageError(`serve: -n must be -1 or more, got ${args.n}`);
   if ((args.maxQueue as number) < 0) throw new UsageError("serve: --max-queue must be 0 or more");
   // The default is written as a size for --help; given values arrive parsed.
@@ -65,8 +56,8 @@ export async function main(argv: string[]): Promise<number> {
   if (!(maxBody > 0)) throw new UsageError("serve: --max-body must be a positive size");
   const shutdownMs = (args.shutdownTimeout as number) * 1000;
   if (!(shutdownMs >= 0)) throw new UsageError("serve: --shutdown-timeout must be 0 or more");
-  const modelPath = args.model;
-  const name = (args.alias as string | undefined) ?? basename(modelPath).replace(/\.gguf$/i, "");
+  const modelPath = load.modelPath;
+  const name = (args.alias as string | undefined) ?? basename(modelPath).replace(/\.(gguf|pi)$/i, "");
   let template: ChatTemplate | undefined;
   if (typeof args.templateFile === "string") {
     try {
@@ -75,14 +66,7 @@ export async function main(argv: string[]): Promise<number> {
       throw new UsageError(`serve: --chat-template-file ${args.templateFile}: ${e instanceof Error ? e.message : String(e)}`);
     }
   }
-  const defaults: GenerateOptions = {
-    maxTokens: args.n as number,
-    temperature: args.temp as number,
-    topK: args.topK as number,
-    topP: args.topP as number,
-    minP: args.minP as number,
-    repeatPenalty: args.repeatPenalty as number,
-  };
+  const defaults: GenerateOptions = { ...samplingOptions(args), maxTokens: args.n as number };
 
   const status = args.stats ? new StatusLine() : undefined;
   const say = (line: string) => process.stderr.write(`powerinfer: ${line}\n`);
@@ -128,10 +112,7 @@ export async function main(argv: string[]): Promise<number> {
     let loadTotal = 0;
     try {
       model = await loadModel({
-        modelPath,
-        threads: args.threads as number | undefined,
-        contextSize: args.ctx as number | undefined,
-        batchSize: args.batch as number,
+        ...load,
         onLoadProgress: (done, total) => {
           loadTotal = total;
           bar.setTotal(total);

@@ -1,0 +1,74 @@
+/**
+ * The flags every model-running command shares (run, chat, serve), in llama.cpp's spelling:
+ * threads, context, batch, the memory budget and neuron-store settings, and sampling.
+ */
+import type { GenerateOptions } from "../generate/generator.js";
+import type { LoadModelOptions } from "../index.js";
+import type { SparsityMode } from "../model/offloaded-ffn.js";
+import { UsageError, type FlagSpec, type ParsedArgs } from "./args.js";
+
+export const LOAD_FLAGS: FlagSpec[] = [
+  { names: ["-m", "--model"], key: "model", type: "string", help: "model file (GGUF, or a neuron store .pi)" },
+  { names: ["-t", "--threads"], key: "threads", type: "int", help: "compute threads (default: all cores)" },
+  { names: ["-c", "--ctx-size"], key: "ctx", type: "int", help: "context size in tokens (default: the model's, capped to what fits)" },
+  { names: ["-b", "--batch-size"], key: "batch", type: "int", help: "prompt tokens per forward pass", default: 256 },
+  { names: ["--memory-budget"], key: "budget", type: "size", help: "for a neuron store (.pi): everything resident fits in this (e.g. 1.5GiB)" },
+  { names: ["--sparsity"], key: "sparsity", type: "string", help: "for a store: dense | gate | predictor (default: predictor when the model has predictors, else gate)" },
+  { names: ["--cache-size"], key: "cacheSize", type: "size", help: "neuron cache size for a store (default: what the budget leaves)" },
+  { names: ["--hot-fraction"], key: "hotFraction", type: "float", help: "share of the neuron cache pinned to hot neurons", default: 0.5 },
+  { names: ["--io-queue-depth"], key: "queueDepth", type: "int", help: "reads from flash in flight", default: 32 },
+  { names: ["--no-pipeline"], key: "noPipeline", type: "bool", help: "wait for reads before computing (ablation)" },
+];
+
+export const SAMPLING_FLAGS: FlagSpec[] = [
+  { names: ["--temp"], key: "temp", type: "float", help: "temperature (0 = greedy)", default: 0.8 },
+  { names: ["--top-k"], key: "topK", type: "int", help: "top-k sampling (0 = off)", default: 40 },
+  { names: ["--top-p"], key: "topP", type: "float", help: "top-p sampling (1 = off)", default: 0.95 },
+  { names: ["--min-p"], key: "minP", type: "float", help: "min-p sampling (0 = off)", default: 0.05 },
+  { names: ["--repeat-penalty"], key: "repeatPenalty", type: "float", help: "penalize repeated tokens (1 = off)", default: 1.0 },
+  { names: ["--repeat-last-n"], key: "repeatLastN", type: "int", help: "tokens the repeat penalty looks back", default: 64 },
+  { names: ["-s", "--seed"], key: "seed", type: "int", help: "random seed (default: random)" },
+  { names: ["--ignore-eos"], key: "ignoreEos", type: "bool", help: "keep generating after end-of-generation tokens" },
+];
+
+/** loadModel options from the LOAD_FLAGS, checked; `command` names the command in errors. */
+export function loadOptions(command: string, args: ParsedArgs): LoadModelOptions {
+  if (typeof args.model !== "string") throw new UsageError(`${command}: -m MODEL is required (see powerinfer ${command} --help)`);
+  if (args.threads !== undefined && (args.threads as number) < 1) throw new UsageError(`${command}: -t must be at least 1`);
+  if (args.ctx !== undefined && (args.ctx as number) < 1) throw new UsageError(`${command}: -c must be at least 1`);
+  if ((args.batch as number) < 1) throw new UsageError(`${command}: -b must be at least 1`);
+  if (args.sparsity !== undefined && !["dense", "gate", "predictor"].includes(args.sparsity as string)) {
+    throw new UsageError(`${command}: --sparsity must be dense, gate or predictor, got "${args.sparsity}"`);
+  }
+  const hot = args.hotFraction as number;
+  if (!(hot >= 0 && hot <= 1)) throw new UsageError(`${command}: --hot-fraction must be between 0 and 1, got ${hot}`);
+  if ((args.queueDepth as number) < 1) throw new UsageError(`${command}: --io-queue-depth must be at least 1`);
+  return {
+    modelPath: args.model,
+    threads: args.threads as number | undefined,
+    contextSize: args.ctx as number | undefined,
+    batchSize: args.batch as number,
+    memoryBudget: args.budget as number | undefined,
+    offload: {
+      sparsity: args.sparsity as SparsityMode | undefined,
+      cacheBytes: args.cacheSize as number | undefined,
+      hotFraction: hot,
+      queueDepth: args.queueDepth as number,
+      pipeline: !args.noPipeline,
+    },
+  };
+}
+
+/** Sampling options from the SAMPLING_FLAGS. */
+export function samplingOptions(args: ParsedArgs): GenerateOptions {
+  return {
+    temperature: args.temp as number,
+    topK: args.topK as number,
+    topP: args.topP as number,
+    minP: args.minP as number,
+    repeatPenalty: args.repeatPenalty as number,
+    repeatLastN: args.repeatLastN as number,
+    seed: args.seed as number | undefined,
+    ignoreEos: Boolean(args.ignoreEos),
+  };
+}
