@@ -85,7 +85,7 @@ export async function main(argv: string[]): Promise<number> {
       process.stderr.write(
         `ffn: ${((100 * off.neuronsComputed) / Math.max(1, off.neuronsTotal)).toFixed(1)}% of neurons computed; ` +
           `cache hit rate ${((100 * hits) / Math.max(1, hits + off.misses)).toFixed(1)}% (hot ${off.hotHits}, cold ${off.coldHits}, misses ${off.misses}); ` +
-          `read ${(off.bytesRead / 1e6).toFixed(1)} MB, I/O wait ${(off.ioWaitMs / 1000).toFixed(2)} s; peak RSS ${(peakResidentBytes() / 2 ** 20).toFixed(1)} MiB\n`,
+          `read ${(off.bytesRead / 1e6).toFixed(1)} MB, I/O wait ${(off.ioWaitMs / 1000).toFixed(2)} s (${((100 * off.ioWaitMs) / Math.max(1, s.prefillMs + s.decodeMs)).toFixed(0)}% of the run); peak RSS ${(peakResidentBytes() / 2 ** 20).toFixed(1)} MiB\n`,
       );
     }
     process.stderr.write(
