@@ -238,19 +238,21 @@ export class LlamaModel {
     const minCache = Math.min(allFFN, 4 * ffn.bundleBytes);
     const base = rss + kvBytes + sparseScratch;
     let cacheBytes = Math.min(allFFN, opts.offload?.cacheBytes ?? allFFN);
-    let residentGates = opts.offload?.residentGates ?? true;
+    // Predictor mode computes gates from the bundles it runs: it needs neither resident gate rows nor staging.
+    const predictor = opts.offload?.sparsity === "predictor";
+    let residentGates = !predictor && (opts.offload?.residentGates ?? true);
     if (opts.memoryBudget !== undefined) {
       // 3% of the budget stays free for what is hard to count (JS heap growth, stacks).
       const room = opts.memoryBudget * 0.97;
       // Gate rows stay resident when they fit with at least a small cache; else they are read
       // from flash in a first phase (slower, still exact).
-      if (opts.offload?.residentGates === undefined) residentGates = base + gateBytes + minCache <= room;
-      const fixed = base + (residentGates ? gateBytes : stagingBytes);
+      if (!predictor && opts.offload?.residentGates === undefined) residentGates = base + gateBytes + minCache <= room;
+      const fixed = base + (predictor ? 0 : residentGates ? gateBytes : stagingBytes);
       cacheBytes = Math.min(cacheBytes, room - fixed);
       if (cacheBytes < minCache) {
         throw new Error(
           `memory budget ${mib(opts.memoryBudget)} is too small for ${store.path}: the part that stays in memory ` +
-            `(runtime and weights ${mib(rss)}, KV cache ${mib(kvBytes)}, ${residentGates ? `gate rows ${mib(gateBytes)}` : `gate staging ${mib(stagingBytes)}`}) needs ` +
+            `(runtime and weights ${mib(rss)}, KV cache ${mib(kvBytes)}${predictor ? "" : residentGates ? `, gate rows ${mib(gateBytes)}` : `, gate staging ${mib(stagingBytes)}`}) needs ` +
             `${mib(fixed)}; at least ${mib((fixed + minCache) / 0.97)} would run (with a minimal neuron cache)`,
         );
       }
