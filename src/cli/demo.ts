@@ -1,0 +1,364 @@
+/**
+ * `powerinfer demo`: a model larger than its memory budget, with no model at hand.
+ *
+ * 1. Synthesizes, once, a sparse ReLU model of random weights (planted activation sparsity that
+ *    emerges from the weights, src/offline/synth.ts) and converts it to a .pi neuron store, cached
+ *    under $XDG_CACHE_HOME/powerinfer-ts (or ~/.cache/powerinfer-ts); the intermediate GGUF is
+ *    deleted unless --keep DIR asks for both files in DIR.
+ * 2. Runs it under a memory budget smaller than the model, in a child process: the budget is
+ *    measured against the process's resident memory, and the parent has just held synthesis and
+ *    conversion buffers, so a fresh process is what a user's `powerinfer run` would see (and its
+ *    peak RSS is the run's alone).
+ * 3. Prints tok/s, the neuron cache's hit rate, flash read MB/s and the model's size against the
+ *    budget, and says that the weights are synthetic.
+ *
+ * Output: the header, the generated text and the summary on stdout; progress bars and the
+ * engine's own messages on stderr.
+ */
+import { fork } from "node:child_process";
+import { existsSync, mkdirSync, rmSync, statfsSync, statSync } from "node:fs";
+import { homedir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
+import { ProgressBar, formatBytes } from "./progress.js";
+import { NeuronStore } from "../format/store.js";
+import { plannedFiring, SHAPE_SPECS, synthesize, synthFileSize, type SynthShape, type SynthShapeSpec, type SynthType } from "../offline/synth.js";
+import { convertToStore } from "../offline/convert.js";
+import { loadModel } from "../index.js";
+import { peakResidentBytes } from "../runtime/memory.js";
+import { weightKernel } from "../runtime/weights.js";
+
+/** Bumped when the demo model's recipe changes, so an old cached store is not reused for it. */
+const RECIPE_VERSION = 1;
+const SPARSITY = 0.9;
+const TYPE: SynthType = "q4_1";
+const SEED = 1;
+/** KV cache length of the run (the budget pays for it) */
+const CONTEXT = 256;
+/** read queue depth: bin/powerinfer.cjs starts libuv with 16 threads, deeper queues would only wait */
+const QUEUE_DEPTH = 16;
+
+/**
+ * The default demo shape: FFN-heavy (ffn = 8 x dim, grouped-query attention) because in `gate`
+ * mode the attention weights and the gate rows (a third of the FFN) stay in memory and only Up
+ * and Down stream from flash; the more of the model is FFN, the further under the model's size
+ * the budget can go. dim 2048 makes a Q4_1 bundle (3 x 1280 bytes) fill one 4 KiB page with
+ * 6% padding. About 840 MB: synthesis and conversion take well under a minute on two cores.
+ */
+const DEMO_SPEC: Partial<SynthShapeSpec> = {
+  like: "the powerinfer demo (FFN-heavy llama)",
+  dim: 2048,
+  layers: 12,
+  ffn: 16384,
+  heads: 16,
+  kvHeads: 4,
+  vocab: 4096,
+  context: 512,
+};
+
+type DemoShape = "demo" | SynthShape;
+const SHAPES: readonly DemoShape[] = ["demo", "tiny", "1b", "7b", "13b"];
+
+/**
+ * The default budget leaves this share of the neuron bundles' bytes for the cache, on top of what
+ * must stay resident; the rest of Up and Down is read from flash as neurons fire.
+ */
+const DEFAULT_CACHE_SHARE = 0.12;
+/**
+ * Node, the wasm runtime, the worker threads and the tokenizer: measured 68 MiB for a tiny model,
+ * 100-140 MiB beyond the packed weights for bigger ones (load buffers, JS heap).
+ */
+const RUNTIME_ALLOWANCE = 144 * 2 ** 20;
+
+const FLAGS: FlagSpec[] = [
+  { names: ["--budget"], key: "budget", type: "size", help: "memory budget for the run (default: about half the model, see below)" },
+  { names: ["--shape"], key: "shape", type: "string", help: `model shape: ${SHAPES.join(", ")}`, default: "demo" },
+  { names: ["-n", "--n-predict"], key: "n", type: "int", help: "tokens to generate", default: 32 },
+  { names: ["-p", "--prompt"], key: "prompt", type: "string", help: "prompt text", default: "Once upon a time" },
+  { names: ["-t", "--threads"], key: "threads", type: "int", help: "compute threads (default: all cores)" },
+  { names: ["--keep"], key: "keep", type: "string", help: "keep the synthetic GGUF and the .pi store in DIR (instead of the cache; reused from there)" },
+  { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
+];
+
+const SUMMARY =
+  "Synthesize (once, cached) a sparse ReLU model of random weights that is larger than the memory budget, convert it to a " +
+  ".pi neuron store and generate from it under the budget: tok/s, neuron cache hit rate and flash read speed. The default " +
+  `budget holds the attention weights, the gate rows, the KV cache and ${DEFAULT_CACHE_SHARE * 100}% of the FFN neuron bundles.`;
+
+/** What the child process reports back over IPC. */
+interface ChildResult {
+  promptTokens: number;
+  generatedTokens: number;
+  prefillTokensPerSecond: number;
+  decodeTokensPerSecond: number;
+  seconds: number;
+  neuronsComputed: number;
+  neuronsTotal: number;
+  hotHits: number;
+  coldHits: number;
+  misses: number;
+  bytesRead: number;
+  ioWaitMs: number;
+  peakRss: number;
+  threads: number;
+}
+
+interface ChildJob {
+  store: string;
+  budget: number;
+  n: number;
+  prompt: string;
+  threads?: number;
+}
+
+export function cacheDir(env: NodeJS.ProcessEnv = process.env): string {
+  const base = env.XDG_CACHE_HOME && env.XDG_CACHE_HOME.startsWith("/") ? env.XDG_CACHE_HOME : join(homedir(), ".cache");
+  return join(base, "powerinfer-ts");
+}
+
+function specOf(shape: DemoShape): { synthShape: SynthShape; overrides?: Partial<SynthShapeSpec>; spec: SynthShapeSpec } {
+  if (shape === "demo") return { synthShape: "1b", overrides: DEMO_SPEC, spec: { ...SHAPE_SPECS["1b"], ...DEMO_SPEC } };
+  return { synthShape: shape, spec: SHAPE_SPECS[shape] };
+}
+
+const MB = 1e6;
+const mb = (n: number) => `${(n / MB).toFixed(n < 10 * MB ? 1 : 0)} MB`;
+
+/** The store if it exists and opens as one; a damaged or outdated one is removed. */
+function usableStore(path: string): boolean {
+  if (!existsSync(path)) return false;
+  try {
+    NeuronStore.open(path).close();
+    return true;
+  } catch (e) {
+    process.stderr.write(`demo: the cached store ${path} cannot be used (${(e as Error).message}); making it again\n`);
+    rmSync(path, { force: true });
+    return false;
+  }
+}
+
+async function makeStore(shape: DemoShape, dir: string, storePath: string, ggufPath: string, keepGguf: boolean, signal: AbortSignal): Promise<void> {
+  const { synthShape, overrides, spec } = specOf(shape);
+  const synthOpts = { shape: synthShape, overrides, act: "relu" as const, type: TYPE, seed: SEED, sparsity: SPARSITY };
+  const ggufBytes = synthFileSize(synthOpts);
+  // The GGUF and the store exist side by side for a moment; say so before filling the disk.
+  const need = 2.2 * ggufBytes;
+  try {
+    const fs = statfsSync(dir);
+    const free = fs.bavail * fs.bsize;
+    if (free < need) throw new Error(`demo: ${dir} has ${formatBytes(free)} free, the demo model needs about ${formatBytes(need)} while it is made (use --keep DIR elsewhere)`);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === undefined) throw e;
+  }
+  process.stderr.write(`demo: making the demo model once (${mb(ggufBytes)}, ${spec.layers} layers, dim ${spec.dim}, ffn ${spec.ffn}); later runs reuse ${storePath}\n`);
+
+  if (!existsSync(ggufPath)) {
+    const tmp = keepGguf ? ggufPath : `${ggufPath}.${process.pid}`;
+    const bar = new ProgressBar({ label: "synthesize", total: ggufBytes, unit: "bytes" });
+    try {
+      await synthesize({ ...synthOpts, out: tmp, signal, fsync: false, onProgress: (p) => bar.update(p.bytesWritten) });
+      bar.finish();
+    } catch (e) {
+      bar.abandon();
+      throw e;
+    }
+    ggufPath = tmp;
+  }
+
+  // Neurons are stored hot-first by the firing rates the generator planted: a stand-in for the
+  // measured activation profile a real model would come with. It decides only the order on
+  // flash (which neurons the hot region pins); what runs is still what the weights fire.
+  const profile = { layers: Array.from({ length: spec.layers }, (_, l) => ({ frequency: plannedFiring(SEED, l, spec.ffn, SPARSITY) })) };
+  const bar = new ProgressBar({ label: "convert", total: 0, unit: "bytes" });
+  try {
+    await convertToStore({
+      input: ggufPath,
+      output: storePath,
+      profile,
+      signal,
+      onProgress: (p) => {
+        bar.setTotal(p.bytesTotal);
+        bar.update(p.bytesDone);
+      },
+    });
+    bar.finish();
+  } catch (e) {
+    bar.abandon();
+    throw e;
+  } finally {
+    if (!keepGguf) rmSync(ggufPath, { force: true });
+  }
+}
+
+/**
+ * Default budget for `store`: what stays resident in `gate` mode with the gate rows in memory
+ * (the fast way: no gate reads from flash) plus `cacheShare` of the neuron bundles for the cache.
+ * An estimate of what the engine will measure at load: the fixed weights and the gate rows in
+ * the kernels' packed layouts (a little larger than in the file), the KV cache, the sparse
+ * kernels' scratch and the runtime itself.
+ */
+export function defaultBudget(storePath: string, cacheShare = DEFAULT_CACHE_SHARE): number {
+  const store = NeuronStore.open(storePath);
+  try {
+    let fixed = 0;
+    for (const t of store.tensors.values()) fixed += t.bytes;
+    const ffn = store.ffn;
+    const nLayer = ffn.layers.length;
+    const nFF = ffn.layers[0].neurons;
+    const dim = ffn.nEmbd;
+    const gates = nLayer * weightKernel(ffn.type).packedBytes(nFF, dim);
+    // Packing inflates every matrix of this type alike (Q4_1: 1.2x); synthetic models use one type.
+    const packing = gates / (nLayer * nFF * ffn.rowBytes);
+    const kvDim = (dim * store.getNumber("llama.attention.head_count_kv")) / store.getNumber("llama.attention.head_count");
+    const kv = 2 * nLayer * CONTEXT * kvDim * 4;
+    const scratch = 8 * nFF * 4 + 64 * dim * 4 + (4 << 20);
+    const bundles = nLayer * nFF * ffn.bundleBytes;
+    // The engine keeps 3% of the budget free for what it cannot count.
+    const bytes = (fixed * packing + gates + kv + scratch + RUNTIME_ALLOWANCE + cacheShare * bundles) / 0.97;
+    return Math.ceil(bytes / (16 * 2 ** 20)) * 16 * 2 ** 20;
+  } finally {
+    store.close();
+  }
+}
+
+/** The run, in a fresh process: generate, stream the text, report the counters. */
+async function child(job: ChildJob): Promise<number> {
+  const model = await loadModel({
+    modelPath: job.store,
+    threads: job.threads,
+    contextSize: CONTEXT,
+    memoryBudget: job.budget,
+    offload: { queueDepth: QUEUE_DEPTH },
+  });
+  try {
+    const t0 = performance.now();
+    const gen = model.generate(job.prompt, { maxTokens: job.n, temperature: 0, ignoreEos: true });
+    for await (const piece of gen) process.stdout.write(piece.replace(/[\u0000-\u0008\u000b-\u001f\u007f]/g, "\ufffd"));
+    process.stdout.write("\n");
+    const seconds = (performance.now() - t0) / 1000;
+    const s = gen.stats!;
+    const off = model.offloadStats();
+    if (!off) throw new Error(`${job.store} ran without an offloaded FFN`);
+    const result: ChildResult = {
+      promptTokens: s.promptTokens,
+      generatedTokens: s.generatedTokens,
+      prefillTokensPerSecond: s.prefillTokensPerSecond,
+      decodeTokensPerSecond: s.decodeTokensPerSecond,
+      seconds,
+      neuronsComputed: off.neuronsComputed,
+      neuronsTotal: off.neuronsTotal,
+      hotHits: off.hotHits,
+      coldHits: off.coldHits,
+      misses: off.misses,
+      bytesRead: off.bytesRead,
+      ioWaitMs: off.ioWaitMs,
+      peakRss: peakResidentBytes(),
+      threads: model.threads,
+    };
+    await new Promise<void>((res, rej) => process.send!(result, undefined, {}, (e) => (e ? rej(e) : res())));
+  } finally {
+    await model.dispose();
+  }
+  return 0;
+}
+
+/** Runs the child and waits for its report; its stdout and stderr are this process's. */
+function runChild(job: ChildJob): Promise<ChildResult> {
+  const bin = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "bin", "powerinfer.cjs");
+  return new Promise((res, rej) => {
+    let result: ChildResult | undefined;
+    const p = fork(bin, ["demo", "--child", JSON.stringify(job)], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
+    const onSigint = () => p.kill("SIGINT");
+    process.once("SIGINT", onSigint);
+    p.on("message", (m) => (result = m as ChildResult));
+    p.on("error", rej);
+    p.on("exit", (code, signal) => {
+      process.off("SIGINT", onSigint);
+      if (result && code === 0) res(result);
+      else rej(new Error(`demo: the run failed (${signal ? `signal ${signal}` : `exit ${code}`}; its message is above)`));
+    });
+  });
+}
+
+export async function main(argv: string[]): Promise<number> {
+  if (argv[0] === "--child") {
+    if (!process.send) throw new UsageError("demo --child is internal (run by powerinfer demo over IPC)");
+    return child(JSON.parse(argv[1]) as ChildJob);
+  }
+  const args = parseArgs(argv, FLAGS);
+  if (args.help) {
+    console.log(usage("demo [--budget SIZE] [--shape demo|tiny|1b|7b|13b] [-n N] [--keep DIR]", SUMMARY, FLAGS));
+    return 0;
+  }
+  if (args._.length > 0) throw new UsageError(`demo: unexpected argument "${args._[0]}"`);
+  const shape = String(args.shape).toLowerCase() as DemoShape;
+  if (!SHAPES.includes(shape)) throw new UsageError(`--shape must be one of ${SHAPES.join(", ")}, got "${args.shape}"`);
+  const n = args.n as number;
+  if (!(n >= 1)) throw new UsageError(`demo: -n must be at least 1, got ${n}`);
+  if (args.threads !== undefined && (args.threads as number) < 1) throw new UsageError("demo: -t must be at least 1");
+  const prompt = String(args.prompt);
+
+  const keep = typeof args.keep === "string" ? resolve(args.keep) : undefined;
+  const dir = keep ?? cacheDir();
+  mkdirSync(dir, { recursive: true });
+  const name = `demo-v${RECIPE_VERSION}-${shape}-relu${SPARSITY}-${TYPE}-seed${SEED}`;
+  const storePath = join(dir, `${name}.pi`);
+  const ggufPath = join(dir, `${name}.gguf`);
+
+  const controller = new AbortController();
+  const onSignal = () => controller.abort(new Error("interrupted"));
+  process.once("SIGINT", onSignal);
+  let cached: boolean;
+  try {
+    cached = usableStore(storePath);
+    if (cached) process.stderr.write(`demo: using the cached demo model ${storePath}\n`);
+    else await makeStore(shape, dir, storePath, ggufPath, keep !== undefined, controller.signal);
+  } catch (e) {
+    if (controller.signal.aborted) {
+      process.stderr.write("demo: interrupted, partial files removed\n");
+      return 130;
+    }
+    throw e;
+  } finally {
+    process.off("SIGINT", onSignal);
+  }
+
+  const store = NeuronStore.open(storePath);
+  const storeBytes = store.fileSize;
+  const sourceBytes = store.manifest.source.bytes;
+  const bundleBytes = store.ffn.bundleBytes;
+  const cfgLine = `${store.ffn.layers.length} layers, dim ${store.ffn.nEmbd}, ffn ${store.ffn.layers[0].neurons}, ReLU, ${TYPE.toUpperCase()}`;
+  store.close();
+  const budget = (args.budget as number | undefined) ?? defaultBudget(storePath);
+  const ratio = sourceBytes / budget;
+
+  const out = process.stdout;
+  out.write(`model:   synthetic ${shape} model (${cfgLine}): ${mb(sourceBytes)} of weights, ${mb(storeBytes)} as a store on flash\n`);
+  const versus = ratio >= 1 ? `the model is ${ratio.toFixed(1)}x the budget` : "the model is smaller than the budget (a tiny shape; the default demo model is not)";
+  out.write(`budget:  ${formatBytes(budget)}${args.budget === undefined ? " (default)" : ""}: ${versus}\n`);
+  out.write(`prompt:  ${JSON.stringify(prompt)}, ${n} tokens, greedy\n`);
+  out.write("text:    ");
+  const r = await runChild({ store: storePath, budget, n, prompt, threads: args.threads as number | undefined });
+
+  const hits = r.hotHits + r.coldHits;
+  const lookups = hits + r.misses;
+  out.write(
+    [
+      `speed:   prefill ${r.prefillTokensPerSecond.toFixed(1)} tok/s (${r.promptTokens} tokens), decode ${r.decodeTokensPerSecond.toFixed(1)} tok/s (${r.generatedTokens} tokens), ${r.threads} thread(s)`,
+      `ffn:     ${((100 * r.neuronsComputed) / Math.max(1, r.neuronsTotal)).toFixed(1)}% of neurons fired and were computed; ` +
+        `neuron cache hit rate ${((100 * hits) / Math.max(1, lookups)).toFixed(1)}% (hot ${r.hotHits}, cold ${r.coldHits}, misses ${r.misses})`,
+      `flash:   read ${mb(r.bytesRead)} at ${(r.bytesRead / MB / r.seconds).toFixed(1)} MB/s; waiting for reads ${((100 * r.ioWaitMs) / 1000 / r.seconds).toFixed(0)}% of the time` +
+        // Reads beyond the misses' bundles are gate pages: the budget could not hold the gate rows.
+        (r.bytesRead > r.misses * bundleBytes
+          ? `; ${mb(r.bytesRead - r.misses * bundleBytes)} of it gate pages (the budget is too small to keep the gate rows in memory, which is slow)`
+          : ""),
+      `memory:  peak resident ${formatBytes(r.peakRss)} of the ${formatBytes(budget)} budget (model ${mb(sourceBytes)})`,
+      "note:    the weights are synthetic: random numbers with planted activation sparsity (90% of FFN neurons at zero), " +
+        "so the text above is meaningless. Neurons are stored hot-first by the firing rates the generator planted, " +
+        "standing in for a measured activation profile; what runs is only what the weights really fire.",
+      `files:   ${cached ? "reused" : "made"} ${storePath}${keep ? ` (and ${ggufPath})` : ""}; run it yourself: powerinfer run -m ${storePath} --memory-budget ${formatBytes(budget).replace(" ", "")} -p "..."`,
+    ].join("\n") + "\n",
+  );
+  return 0;
+}
