@@ -16,7 +16,7 @@ export const LOAD_FLAGS: FlagSpec[] = [
   { names: ["--sparsity"], key: "sparsity", type: "string", help: "for a store: dense | gate | predictor (default: predictor when the model has predictors, else gate)" },
   { names: ["--cache-size"], key: "cacheSize", type: "size", help: "neuron cache size for a store (default: what the budget leaves)" },
   { names: ["--hot-fraction"], key: "hotFraction", type: "float", help: "share of the neuron cache pinned to hot neurons", default: 0.5 },
-  { names: ["--io-queue-depth"], key: "queueDepth", type: "int", help: "reads from flash in flight", default: 32 },
+  { names: ["--io-queue-depth"], key: "queueDepth", type: "int", help: "reads from flash in flight", default: 16 },
   { names: ["--no-pipeline"], key: "noPipeline", type: "bool", help: "wait for reads before computing (ablation)" },
 ];
 

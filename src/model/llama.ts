@@ -210,9 +210,13 @@ export class LlamaModel {
       // The resident gate rows of an offloaded FFN read the FFN input in their kernel's format.
       if (store) matrices.push({ ...output, kernel: weightKernel(store.ffn.type), cols: nEmbd });
       const buf = allocBuffers(arena, cfg, contextSize, batchSize, matrices);
+      // Touch the activation buffers (laid out from x up to the KV cache) now, so that the
+      // resident size a budget is checked against already includes them.
+      if (store) arena.u8(buf.x, buf.kCache - buf.x).fill(0);
       arena.f32(buf.rope, contextSize * cfg.nRot).set(ropeTable(cfg, contextSize));
       let offloaded: OffloadedFFN | undefined;
       const kvBytes = 2 * cfg.nLayer * contextSize * kvDim * 4;
+
       if (store) offloaded = LlamaModel.offload(store, cfg, arena, pool, kvBytes, { ...opts, offload: { ...opts.offload, sparsity } });
       return new LlamaModel(file, cfg, arena, pool, layers, embd, outputNorm, output, buf, contextSize, batchSize, offloaded);
     } catch (e) {
@@ -289,6 +293,13 @@ export class LlamaModel {
     for (let l = 0; l < this.config.nLayer; l++) {
       this.attentionBlock(l, n, pos0);
       this.rmsnorm(b.xb, b.x, this.layers[l].ffnNorm, n);
+      if (n > 1 && off.batches) {
+        // Prompt: gates for the whole batch with the dense kernels, then every needed bundle once.
+        this.setInput(b.xb, this.config.nEmbd);
+        this.matmul(off.gates[l], b.hg, n);
+        await off.runBatch(l, b.xb, b.x, n, b.hg);
+        continue;
+      }
       // One token at a time: each sees only its own firing neurons.
       for (let t = 0; t < n; t++) {
         this.ffnRow = b.xb + t * row;

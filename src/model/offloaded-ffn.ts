@@ -40,7 +40,7 @@ export interface OffloadOptions {
   residentGates?: boolean;
   /** share of the cache pinned to each layer's hottest neurons (default 0.5) */
   hotFraction?: number;
-  /** reads in flight (default 32) */
+  /** reads in flight (default 16, the thread pool bin/powerinfer.cjs sets up) */
   queueDepth?: number;
   /** direct I/O: "auto" (default) falls back to buffered reads with a warning */
   direct?: boolean | "auto";
@@ -176,7 +176,7 @@ export class OffloadedFFN {
     }
     this.reader = FlashReader.open(store.path, {
       memory: arena.memory,
-      queueDepth: opts.queueDepth ?? 32,
+      queueDepth: opts.queueDepth ?? 16,
       direct: opts.direct ?? "auto",
       verify: store.verifier("always"),
       onWarning: opts.onWarning,
@@ -214,6 +214,101 @@ export class OffloadedFFN {
     await this.serveMisses(l);
     this.sparse.finish(y);
     this.stats.computeMs += this.computeMs;
+  }
+
+  /** Whether runBatch applies (gate mode with resident gate rows). */
+  get batches(): boolean {
+    return this.mode !== "predictor" && this.residentGates;
+  }
+
+  /**
+   * The FFN of n tokens of layer l at once (prompt prefill), gate mode with resident gate rows:
+   * `gates` holds the n x nFF gate values (the caller ran the resident gate matrix over the
+   * batch). Every bundle that any token needs is made resident once per batch, in rounds as the
+   * cold region allows (the first round's reads overlap the cached neurons' compute), and each
+   * token computes just its own firing neurons among them. y rows (residual) += FFN(x rows).
+   */
+  async runBatch(l: number, x: number, y: number, n: number, gates: number): Promise<void> {
+    const { cache, f32, nFF } = this;
+    const rowBytes = this.cfg.nEmbd * 4;
+    cache.beginStep();
+    this.computeMs = 0;
+    // The union of the firing neurons, filed as hits (resident) or misses.
+    let hits = 0;
+    let misses = 0;
+    let fired = 0;
+    for (let k = 0; k < nFF; k++) {
+      let any = false;
+      for (let t = 0; t < n; t++) {
+        if (this.fires(f32[(gates >> 2) + t * nFF + k])) {
+          any = true;
+          fired++;
+        }
+      }
+      if (!any) continue;
+      const slot = cache.lookup(l, k);
+      if (slot >= 0) this.cachedPos[hits++] = k;
+      else this.missPos[misses++] = k;
+    }
+    this.stats.steps += n;
+    this.stats.neuronsTotal += n * nFF;
+    this.stats.neuronsComputed += fired;
+    this.stats.misses += misses;
+    // Round 0: the hits, while the first misses are read; then the misses, round by round.
+    let done = 0;
+    let first = true;
+    while (first || done < misses) {
+      const requests = this.requests;
+      requests.length = 0;
+      let m = 0;
+      while (done + m < misses) {
+        const slot = cache.acquire(l, this.missPos[done + m]);
+        if (slot < 0) break;
+        requests.push({ fileOffset: this.store.bundleOffset(l, this.missPos[done + m]), length: cache.slotBytes, dst: cache.address(slot), tag: slot });
+        m++;
+      }
+      const reading = m > 0 ? this.reader.read(requests) : undefined;
+      if (first) {
+        this.computeTokens(l, x, y, n, gates, this.cachedPos, 0, hits, rowBytes);
+        first = false;
+      }
+      if (done < misses && m === 0) {
+        cache.beginStep();
+        continue;
+      }
+      if (reading) {
+        const tw = performance.now();
+        await this.settle(reading, requests);
+        this.stats.ioWaitMs += performance.now() - tw;
+        this.stats.bytesRead += m * cache.slotBytes;
+        this.computeTokens(l, x, y, n, gates, this.missPos, done, done + m, rowBytes);
+      }
+      done += m;
+    }
+    this.stats.computeMs += this.computeMs;
+  }
+
+  /** For each token: up/down of its firing neurons among positions[from..to) (all resident). */
+  private computeTokens(l: number, x: number, y: number, n: number, gates: number, positions: Int32Array, from: number, to: number, rowBytes: number): void {
+    const { cache, f32, i32, nFF } = this;
+    const t0 = performance.now();
+    for (let t = 0; t < n; t++) {
+      const g0 = (gates >> 2) + t * nFF;
+      let count = 0;
+      for (let i = from; i < to; i++) {
+        const k = positions[i];
+        const g = f32[g0 + k];
+        if (!this.fires(g)) continue;
+        i32[(this.hitList >> 2) + count] = cache.address(cache.peek(l, k));
+        f32[(this.hitGates >> 2) + count] = g;
+        count++;
+      }
+      if (count === 0) continue;
+      this.sparse.prepare(x + t * rowBytes);
+      this.sparse.upDown(this.hitList, count, this.hitGates, this.act);
+      this.sparse.finish(y + t * rowBytes);
+    }
+    this.computeMs += performance.now() - t0;
   }
 
   /** Whether a gate value makes its neuron fire (ReLU family: > 0; otherwise any non-zero). */
