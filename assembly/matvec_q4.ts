@@ -7,8 +7,10 @@
 // columns), stored one after the other, each holding all row pairs: row pair p, group g of chunk
 // c (g0 = 32 c <= g < g0 + gc, gc = min(32, ngroups - g0)) sits at
 //   w + (c * npairs * 32 + p * gc + (g - g0)) * GB        (GB = 160 for Q4_0, 192 for Q4_1)
-// and holds: quants of rows 0 and 1 (64 B each), f32 scales d of rows 0 and 1 (16 B each, blocks
-// 0..3), and for Q4_1 the f32 mins m of rows 0 and 1 (16 B each).
+// and holds: quants of rows 0 and 1 (64 B each), then for Q4_0 the f16 scales d of rows 0 and 1
+// (8 B each, blocks 0..3, as GGUF stores them: the packed matrix is no bigger than the file, which
+// is what lets a 7B Q4_0 model fit in wasm32's 4 GiB), and for Q4_1 the f32 scales d and f32 mins
+// m of rows 0 and 1 (16 B each).
 // A row's 64 quant bytes are 4 vectors W_j of 8 u16 lanes. Lane l belongs to block l >> 1 and
 // holds 4 nibbles: bits 4k..4k+3 are the quant of element 2 * (4j + k) + (l & 1) of that block.
 // So `w & 0x000F`, `w & 0x00F0`, `w & 0x0F00` and `w >> 12` give four i16x8 vectors of quants
@@ -25,7 +27,7 @@
 // for 4-row tiles (16 xmm registers do not hold 4 rows' accumulators plus the masks and
 // activations) and ~15.6 for a plain per-block kernel over GGUF's layout (docs/design.md).
 
-const Q4_0_GB: usize = 160;
+const Q4_0_GB: usize = 144;
 const Q4_1_GB: usize = 192;
 const ACT_GB: usize = 304; // q8_i16n bytes per group: 256 quants, d/256, 2048*sum q, s
 const CHUNK = 32; // groups per column chunk
@@ -38,6 +40,20 @@ const Q4_MASKS = memory.data<u16>([
   0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0,
   0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00,
 ], 16);
+
+// f16 -> f32 for 4 scales: shift exponent and mantissa into f32 position and multiply by 2^112
+// to rebias the exponent (which also gets subnormals right), then put the sign back.
+const F16_CONST = memory.data<u32>([
+  0x7fff, 0x7fff, 0x7fff, 0x7fff,
+  0x8000, 0x8000, 0x8000, 0x8000,
+  0x77800000, 0x77800000, 0x77800000, 0x77800000, // 2^112 as f32
+], 16);
+
+@inline function f16x4(p: usize): v128 {
+  const h = i32x4.extend_low_i16x8_u(v128.load64_zero(p));
+  const f = f32x4.mul(i32x4.shl(v128.and(h, v128.load(F16_CONST)), 13), v128.load(F16_CONST, 32));
+  return v128.or(f, i32x4.shl(v128.and(h, v128.load(F16_CONST, 16)), 16));
+}
 
 @inline function hsum(v: v128): f32 {
   return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
@@ -71,8 +87,8 @@ const Q4_MASKS = memory.data<u16>([
       a1 = f32x4.add(a1, f32x4.add(f32x4.mul(f32x4.convert_i32x4_s(s1), f32x4.mul(v128.load(wp, 144), dx)), f32x4.mul(v128.load(wp, 176), sx)));
     } else {
       const corr = v128.load(xp, 272);
-      a0 = f32x4.add(a0, f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(s0, corr)), f32x4.mul(v128.load(wp, 128), dx)));
-      a1 = f32x4.add(a1, f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(s1, corr)), f32x4.mul(v128.load(wp, 144), dx)));
+      a0 = f32x4.add(a0, f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(s0, corr)), f32x4.mul(f16x4(wp + 128), dx)));
+      a1 = f32x4.add(a1, f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(s1, corr)), f32x4.mul(f16x4(wp + 136), dx)));
     }
     wp += GB;
     xp += ACT_GB;

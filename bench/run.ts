@@ -11,6 +11,7 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { loadavg } from "node:os";
 import { ROOT_DIR } from "./paths.js";
 
 const CLI = join(ROOT_DIR, "dist", "src", "cli", "main.js");
@@ -86,7 +87,7 @@ function main(): void {
       const ours: Stats[] = [];
       const theirs: Stats[] = [];
       for (let i = 0; i < reps; i++) {
-        ours.push(run([CLI, "run", "-m", path, "-p", PROMPT, "-n", String(n), "-t", String(threads), "--temp", "0", "--ignore-eos", "-c", "1024"], `ours ${name}`));
+        ours.push(run([CLI, "run", "-m", path, "-p", PROMPT, "-n", String(n), "-t", String(threads), "--temp", "0", "--ignore-eos", "-c", "384"], `ours ${name}`));
         theirs.push(run([PEER, path, String(threads), String(n), PROMPT], `llama.cpp ${name}`));
       }
       const op = median(ours.map((s) => s.prefill));
@@ -98,7 +99,8 @@ function main(): void {
       console.error(row);
     }
   }
-  console.log(`\n${header}\n${rows.join("\n")}\n\n(${reps} interleaved runs each, medians; prompt ${PROMPT.length} chars, ${n} generated tokens, greedy)`);
+  const load = loadavg().map((x) => x.toFixed(2)).join(" ");
+  console.log(`\n${header}\n${rows.join("\n")}\n\n(${reps} interleaved runs each, medians; prompt ${PROMPT.length} chars, ${n} generated tokens, greedy; load average at the end ${load})`);
 }
 
 main();

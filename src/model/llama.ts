@@ -15,7 +15,7 @@ import { dequantizeRow } from "../format/quant.js";
 import { tensorBytes } from "../format/ggml-types.js";
 import { Arena } from "../runtime/arena.js";
 import { ThreadPool } from "../runtime/pool.js";
-import { activationBytes, prepareKernel, weightKernel, type ActivationFormat } from "../runtime/weights.js";
+import { activationBytes, hasWeightKernel, prepareKernel, weightKernel, type ActivationFormat } from "../runtime/weights.js";
 import { readConfig, type ModelConfig } from "./config.js";
 import { ropeTable } from "./rope.js";
 import { WeightLoader, type Matrix } from "./weights.js";
@@ -151,9 +151,15 @@ export class LlamaModel {
       // Keep the KV cache inside what wasm32 can address next to the weights.
       const kvBytesPerPos = 2 * cfg.nLayer * cfg.nHeadKV * cfg.headDim * 4;
       const weightBytes = [...file.tensors.values()].reduce((a, t) => a + t.bytes, 0);
-      const room = 3.9 * 2 ** 30 - weightBytes * 1.15 - 64 * 2 ** 20;
+      // What the weights will take in wasm memory once packed (the embedding table stays in JS
+      // unless it doubles as the output matrix), plus ~64 MiB of buffers: the KV cache gets the rest.
+      const packedBytes = [...file.tensors.values()].reduce((a, t) => {
+        if (t.name === "token_embd.weight" && file.tensors.has("output.weight")) return a;
+        return a + (t.dims.length === 2 && hasWeightKernel(t.type) ? weightKernel(t.type).packedBytes(t.dims[1], t.dims[0]) : t.elements * 4);
+      }, 0);
+      const room = 4 * 2 ** 30 - (1 << 20) - packedBytes - 64 * 2 ** 20;
       if (opts.contextSize === undefined && contextSize * kvBytesPerPos > room) {
-        contextSize = Math.max(64, Math.floor(room / kvBytesPerPos));
+        contextSize = Math.max(16, Math.floor(room / kvBytesPerPos));
       }
       const arena = new Arena(64 << 20);
       pool = await ThreadPool.create(arena.memory, threads);

@@ -20,14 +20,14 @@
  *   Q8_0  tiles of 4 rows x 128 columns: 4 x 128 quant bytes interleaved so one 8-byte piece
  *         holds 2 adjacent values of each of the 4 blocks, then 4 x 4 f32 scales  (matvec_q8_0.ts)
  *   Q4_0  tiles of 2 rows x 128 columns: 2 x 64 bytes of nibbles, 4 per u16 lane, arranged so
- *         masks yield i16 lanes directly, then 2 x 4 f32 scales    (matvec_q4.ts)
- *   Q4_1  as Q4_0, then 2 x 4 f32 mins
+ *         masks yield i16 lanes directly, then 2 x 4 f16 scales (as GGUF)   (matvec_q4.ts)
+ *   Q4_1  as Q4_0 but 2 x 4 f32 scales, then 2 x 4 f32 mins
  * Rows are padded to a multiple of the tile height and columns to a multiple of 128, with zeros.
  * The 128-column groups are cut into chunks of 32 (4096 columns), each holding all rows, so a
  * kernel can stream a whole chunk while its activations stay in L1.
  * Scales are stored as f32 (converted from GGUF's f16 once, at load): the Q4 kernels are bound by
  * instruction count, and an f16 -> f32 step per block would cost them more than the bytes save.
- * Against GGUF sizes that is +11% for Q4_0, +20% for Q4_1 and +6% for Q8_0.
+ * Against GGUF sizes that is +0% for Q4_0 (f16 scales kept), +20% for Q4_1 and +6% for Q8_0.
  *
  * Activation formats (see assembly/prepare_q8.ts): "q8_0" / "q8_1" / "q8_K" are ggml's own block
  * layouts (for kernels that want them); "q8_i16" and "q8_i16n" hold the same quants as ggml's Q8_0
@@ -122,10 +122,10 @@ function packBlockNibbles(src: Uint8Array, q: number, u16: Uint16Array, at: numb
   }
 }
 
-/** Q4_0 / Q4_1: row pairs x 128 columns: quants of both rows (64 B each), d of both (f32 x4 each), for Q4_1 m of both. */
+/** Q4_0 / Q4_1: row pairs x 128 columns: quants of both rows (64 B each), d of both (Q4_0: f16 x4 each; Q4_1: f32 x4 each), for Q4_1 m of both. */
 function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1) {
   const one = type === GGMLType.Q4_1;
-  const GB = one ? 192 : 160, BS = one ? 20 : 18, QO = one ? 4 : 2;
+  const GB = one ? 192 : 144, BS = one ? 20 : 18, QO = one ? 4 : 2;
   const name = one ? "Q4_1" : "Q4_0";
   const geo = tiled(2, GB);
   return {
@@ -147,8 +147,13 @@ function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1) {
             const b = g * 4 + bi, o = s0 + b * BS;
             const ok = real && b < nb;
             if (ok) packBlockNibbles(src, o + QO, u16, at, bi);
-            f32[(base + 128 + ri * 16 + bi * 4) >> 2] = ok ? f16Table[src[o] | (src[o + 1] << 8)] : 0;
-            if (one) f32[(base + 160 + ri * 16 + bi * 4) >> 2] = ok ? f16Table[src[o + 2] | (src[o + 3] << 8)] : 0;
+            if (one) {
+              f32[(base + 128 + ri * 16 + bi * 4) >> 2] = ok ? f16Table[src[o] | (src[o + 1] << 8)] : 0;
+              f32[(base + 160 + ri * 16 + bi * 4) >> 2] = ok ? f16Table[src[o + 2] | (src[o + 3] << 8)] : 0;
+            } else {
+              // Q4_0 keeps GGUF's f16 scale: the kernel converts four at a time
+              u16[(base + 128 + ri * 8 + bi * 2) >> 1] = ok ? src[o] | (src[o + 1] << 8) : 0;
+            }
           }
         }
       }
