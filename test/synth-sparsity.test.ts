@@ -12,7 +12,7 @@ import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { GGUFFile } from "../src/format/gguf.js";
 import { dequantize } from "../src/format/quant.js";
-import { readConfig, type ModelConfig } from "../src/model/config.js";
+import type { ModelConfig } from "../src/model/config.js";
 import { ReferenceModel } from "../src/model/reference.js";
 import { LlamaModel } from "../src/model/llama.js";
 import {
@@ -43,22 +43,12 @@ async function make(name: string, o: Partial<SynthOptions> & { act: SynthActivat
 }
 
 // ---------------------------------------------------------------------------------------------
-// A probe: the reference forward pass (src/model/reference.ts), same arithmetic, recording the
-// FFN outputs. Checked against ReferenceModel below so the copy cannot drift unnoticed.
-
-interface ProbeLayer {
-  attnNorm: Float32Array; wq: Float32Array; wk: Float32Array; wv: Float32Array; wo: Float32Array;
-  ffnNorm: Float32Array; gate: Float32Array; up: Float32Array; down: Float32Array;
-}
+// A probe: the reference forward pass (src/model/reference.ts), recording which FFN outputs are
+// zero through its observer hooks.
 
 class Probe {
   readonly c: ModelConfig;
-  readonly layers: ProbeLayer[] = [];
-  readonly embd: Float32Array;
-  readonly outNorm: Float32Array;
-  readonly output: Float32Array;
-  readonly kCache: Float32Array[];
-  readonly vCache: Float32Array[];
+  readonly ref: ReferenceModel;
   /** per layer: how often each neuron's output was non-zero, and the summed share of zeros */
   readonly fires: Float64Array[];
   readonly zeroShare: Float64Array;
@@ -66,110 +56,28 @@ class Probe {
   /** largest |residual| seen */
   maxAbs = 0;
 
-  constructor(file: GGUFFile, readonly ctx: number) {
-    const c = (this.c = readConfig(file));
-    const get = (n: string) => dequantize(file.tensor(n).type, file.tensorData(n), file.tensor(n).elements);
-    this.embd = get("token_embd.weight");
-    this.outNorm = get("output_norm.weight");
-    this.output = get("output.weight");
-    for (let l = 0; l < c.nLayer; l++) {
-      const p = `blk.${l}.`;
-      this.layers.push({
-        attnNorm: get(p + "attn_norm.weight"), wq: get(p + "attn_q.weight"), wk: get(p + "attn_k.weight"), wv: get(p + "attn_v.weight"),
-        wo: get(p + "attn_output.weight"), ffnNorm: get(p + "ffn_norm.weight"), gate: get(p + "ffn_gate.weight"), up: get(p + "ffn_up.weight"),
-        down: get(p + "ffn_down.weight"),
-      });
-    }
-    const kvDim = c.nHeadKV * c.headDim;
-    this.kCache = this.layers.map(() => new Float32Array(ctx * kvDim));
-    this.vCache = this.layers.map(() => new Float32Array(ctx * kvDim));
-    this.fires = this.layers.map(() => new Float64Array(c.nFF));
+  constructor(file: GGUFFile, ctx: number) {
+    this.ref = new ReferenceModel(file, ctx);
+    const c = (this.c = this.ref.config);
+    this.fires = Array.from({ length: c.nLayer }, () => new Float64Array(c.nFF));
     this.zeroShare = new Float64Array(c.nLayer);
+    this.ref.onFFN = (l, act) => {
+      let zeros = 0;
+      const fires = this.fires[l];
+      for (let i = 0; i < act.length; i++) {
+        if (act[i] === 0) zeros++;
+        else fires[i]++;
+      }
+      this.zeroShare[l] += zeros / act.length;
+    };
+    this.ref.onResidual = (x) => {
+      for (const v of x) this.maxAbs = Math.max(this.maxAbs, Math.abs(v));
+    };
   }
 
   forward(token: number, pos: number): Float32Array {
-    const c = this.c;
-    const { nEmbd: d, nHead, nHeadKV, headDim: hd, nFF } = c;
-    const kvDim = nHeadKV * hd;
-    const x = this.embd.slice(token * d, (token + 1) * d);
-    for (let l = 0; l < c.nLayer; l++) {
-      const L = this.layers[l];
-      const xb = rmsnorm(x, L.attnNorm, c.normEps);
-      const q = matvec(L.wq, xb, nHead * hd);
-      const k = matvec(L.wk, xb, kvDim);
-      const v = matvec(L.wv, xb, kvDim);
-      rope(q, nHead, hd, c, pos);
-      rope(k, nHeadKV, hd, c, pos);
-      this.kCache[l].set(k, pos * kvDim);
-      this.vCache[l].set(v, pos * kvDim);
-      const att = new Float32Array(nHead * hd);
-      const scores = new Float64Array(pos + 1);
-      for (let h = 0; h < nHead; h++) {
-        const kvh = Math.floor(h / (nHead / nHeadKV));
-        let mx = -Infinity;
-        for (let j = 0; j <= pos; j++) {
-          let s = 0;
-          for (let i = 0; i < hd; i++) s += q[h * hd + i] * this.kCache[l][j * kvDim + kvh * hd + i];
-          scores[j] = s / Math.sqrt(hd);
-          mx = Math.max(mx, scores[j]);
-        }
-        let sum = 0;
-        for (let j = 0; j <= pos; j++) sum += scores[j] = Math.exp(scores[j] - mx);
-        for (let j = 0; j <= pos; j++) for (let i = 0; i < hd; i++) att[h * hd + i] += (scores[j] / sum) * this.vCache[l][j * kvDim + kvh * hd + i];
-      }
-      const o = matvec(L.wo, att, d);
-      for (let i = 0; i < d; i++) x[i] += o[i];
-      const xf = rmsnorm(x, L.ffnNorm, c.normEps);
-      const g = matvec(L.gate, xf, nFF);
-      const u = matvec(L.up, xf, nFF);
-      const hAct = new Float32Array(nFF);
-      let zeros = 0;
-      const fires = this.fires[l];
-      for (let i = 0; i < nFF; i++) {
-        const a = c.activation === "drelu" ? Math.max(g[i], 0) * Math.max(u[i], 0) : Math.max(g[i], 0) * u[i];
-        hAct[i] = a;
-        if (a === 0) zeros++;
-        else fires[i]++;
-      }
-      this.zeroShare[l] += zeros / nFF;
-      const y = matvec(L.down, hAct, d);
-      for (let i = 0; i < d; i++) x[i] += y[i];
-    }
-    for (const v of x) this.maxAbs = Math.max(this.maxAbs, Math.abs(v));
     this.tokens++;
-    return matvec(this.output, rmsnorm(x, this.outNorm, c.normEps), c.nVocab);
-  }
-}
-
-function rmsnorm(x: Float32Array, w: Float32Array, eps: number): Float32Array {
-  let ss = 0;
-  for (const v of x) ss += v * v;
-  const s = 1 / Math.sqrt(ss / x.length + eps);
-  return x.map((v, i) => v * s * w[i]);
-}
-
-function matvec(w: Float32Array, x: Float32Array, rows: number): Float32Array {
-  const cols = x.length;
-  const y = new Float32Array(rows);
-  for (let r = 0; r < rows; r++) {
-    let s = 0;
-    for (let i = 0, o = r * cols; i < cols; i++) s += w[o + i] * x[i];
-    y[r] = s;
-  }
-  return y;
-}
-
-function rope(v: Float32Array, nHeads: number, hd: number, c: ModelConfig, pos: number): void {
-  const half = c.nRot / 2;
-  for (let h = 0; h < nHeads; h++) {
-    for (let i = 0; i < half; i++) {
-      const theta = pos * c.ropeFreqScale * Math.pow(c.ropeFreqBase, (-2 * i) / c.nRot);
-      const [a, b] = c.ropePairing === "neox" ? [h * hd + i, h * hd + i + half] : [h * hd + 2 * i, h * hd + 2 * i + 1];
-      const x0 = v[a];
-      const x1 = v[b];
-      v[a] = x0 * Math.cos(theta) - x1 * Math.sin(theta);
-      v[b] = x0 * Math.sin(theta) + x1 * Math.cos(theta);
-    }
+    return this.ref.forward(token, pos);
   }
 }
 
@@ -233,20 +141,6 @@ function correlation(a: ArrayLike<number>, b: ArrayLike<number>): number {
 }
 
 // ---------------------------------------------------------------------------------------------
-
-test("the probe computes what the reference forward pass computes", async () => {
-  const path = await make("probe-check", { act: "drelu", type: "q4_0", sparsity: 0.9 });
-  const f = GGUFFile.open(path);
-  const ref = new ReferenceModel(f, 16);
-  const probe = new Probe(f, 16);
-  f.close();
-  randomTokens(6, SHAPE_SPECS.tiny.vocab, 9).forEach((t, pos) => {
-    const a = probe.forward(t, pos);
-    const b = ref.forward(t, pos);
-    const scale = Math.max(...b.map(Math.abs));
-    for (let i = 0; i < a.length; i++) assert.ok(Math.abs(a[i] - b[i]) <= 1e-5 * scale, `position ${pos}, logit ${i}: ${a[i]} vs ${b[i]}`);
-  });
-});
 
 const CASES: { act: SynthActivation; type: SynthType; sparsity: number }[] = [
   { act: "relu", type: "q4_1", sparsity: 0.9 },

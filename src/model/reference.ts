@@ -24,6 +24,9 @@ export class ReferenceModel {
   private readonly output: Float32Array;
   private readonly kCache: Float32Array[];
   private readonly vCache: Float32Array[];
+  /** observers for tests: each layer's FFN activations (act(gate) * up, before Down), and the final residual */
+  onFFN?: (layer: number, activations: Float32Array) => void;
+  onResidual?: (x: Float32Array) => void;
 
   constructor(file: ModelFile, readonly contextSize = 256) {
     const cfg = (this.config = readConfig(file));
@@ -92,9 +95,11 @@ export class ReferenceModel {
       const u = matvec(L.up, xf, nFF);
       const hAct = new Float32Array(nFF);
       for (let i = 0; i < nFF; i++) hAct[i] = activate(c.activation, g[i], u[i]);
+      this.onFFN?.(l, hAct);
       const y = matvec(L.down, hAct, d);
       for (let i = 0; i < d; i++) x[i] += y[i];
     }
+    this.onResidual?.(x);
     return matvec(this.output, rmsnorm(x, this.outNorm, c.normEps), c.nVocab);
   }
 }
