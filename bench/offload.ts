@@ -26,7 +26,7 @@
  * the limit that ours, at the 256-token context both get here, does not pay.
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -199,6 +199,15 @@ function cgroupSupport(): CgroupSupport | string {
       rmdirSync(probe);
     } catch {
       // never made
+    }
+  }
+  // Groups left behind by a bench that was killed mid-run (empty once their process died).
+  for (const name of readdirSync(s.parent)) {
+    if (!name.startsWith("powerinfer_bench_")) continue;
+    try {
+      if (readFileSync(join(s.parent, name, "cgroup.procs"), "utf8").trim() === "") rmdirSync(join(s.parent, name));
+    } catch {
+      // in use by another bench, or already gone
     }
   }
   return s;
@@ -406,6 +415,12 @@ async function peerRun(model: string, threads: number, n: number, contextSize: n
 
 // ---------------------------------------------------------------------------------------------
 // Reporting
+
+function commonPrefix(xs: string[]): number {
+  let n = 0;
+  while (xs.every((x) => n < x.length && x[n] === xs[0][n])) n++;
+  return n;
+}
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -632,7 +647,8 @@ async function main(): Promise<void> {
     log(
       texts.size === 1
         ? `Ours generated the same text in all ${[...texts.values()][0].length} successful runs (every limit, thread count and ablation setting).`
-        : `WARNING: ours generated ${texts.size} different texts across runs: ${[...texts.values()].map((l) => l.join(", ")).join(" | ")}`,
+        : `WARNING: ours generated ${texts.size} different texts across runs (greedy; they agree on the first ${commonPrefix([...texts.keys()])} characters): ` +
+            [...texts.entries()].map(([t, l]) => `${JSON.stringify(t.trim())} in ${l.join(", ")}`).join(" | "),
     );
   }
   log("");
