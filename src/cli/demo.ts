@@ -72,7 +72,7 @@ const DEFAULT_CACHE_SHARE = 0.12;
 const RUNTIME_ALLOWANCE = 144 * 2 ** 20;
 
 const FLAGS: FlagSpec[] = [
-  { names: ["--budget"], key: "budget", type: "size", help: "memory budget for the run (default: about half the model, see below)" },
+  { names: ["--budget"], key: "budget", type: "size", help: `memory budget for the run (default: what must stay resident plus ${DEFAULT_CACHE_SHARE * 100}% of the bundles, see above)` },
   { names: ["--shape"], key: "shape", type: "string", help: `model shape: ${SHAPES.join(", ")}`, default: "demo" },
   { names: ["-n", "--n-predict"], key: "n", type: "int", help: "tokens to generate", default: 32 },
   { names: ["-p", "--prompt"], key: "prompt", type: "string", help: "prompt text", default: "Once upon a time" },
