@@ -346,8 +346,8 @@ export class LlamaModel {
     for (let t = 0; t < n; t++) {
       const id = tokens[t];
       if (!(id >= 0 && id < cfg.nVocab)) throw new RangeError(`token id ${id} is outside the vocabulary (0..${cfg.nVocab - 1})`);
-      dequantizeRow(this.embd.info.type, this.embd.data.subarray(id * rowBytes, (id + 1) * rowBytes), nEmbd, this.f32, (b.x >> 2) + t * nEmbd);
-      this.i32[(b.pos >> 2) + t] = pos0 + t;
+      dequantizeRow(this.embd.info.type, this.embd.data.subarray(id * rowBytes, (id + 1) * rowBytes), nEmbd, this.f32, (b.x >>> 2) + t * nEmbd);
+      this.i32[(b.pos >>> 2) + t] = pos0 + t;
     }
     this.cachedTokens.length = pos0;
     for (let t = 0; t < n; t++) this.cachedTokens.push(tokens[t]);

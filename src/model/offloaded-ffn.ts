@@ -203,7 +203,7 @@ export class OffloadedFFN {
       dense = this.predicted(l, predict!);
     } else if (this.residentGates) {
       gate(this.gates[l], this.gateOut);
-      for (let k = 0; k < this.nFF; k++) this.classify(l, k, this.f32[(this.gateOut >> 2) + k]);
+      for (let k = 0; k < this.nFF; k++) this.classify(l, k, this.f32[(this.gateOut >>> 2) + k]);
     } else {
       await this.gatesFromBundles(l);
     }
@@ -240,7 +240,7 @@ export class OffloadedFFN {
     for (let k = 0; k < nFF; k++) {
       let any = false;
       for (let t = 0; t < n; t++) {
-        if (this.fires(f32[(gates >> 2) + t * nFF + k])) {
+        if (this.fires(f32[(gates >>> 2) + t * nFF + k])) {
           any = true;
           fired++;
         }
@@ -293,14 +293,14 @@ export class OffloadedFFN {
     const { cache, f32, i32, nFF } = this;
     const t0 = performance.now();
     for (let t = 0; t < n; t++) {
-      const g0 = (gates >> 2) + t * nFF;
+      const g0 = (gates >>> 2) + t * nFF;
       let count = 0;
       for (let i = from; i < to; i++) {
         const k = positions[i];
         const g = f32[g0 + k];
         if (!this.fires(g)) continue;
-        i32[(this.hitList >> 2) + count] = cache.address(cache.peek(l, k));
-        f32[(this.hitGates >> 2) + count] = g;
+        i32[(this.hitList >>> 2) + count] = cache.address(cache.peek(l, k));
+        f32[(this.hitGates >>> 2) + count] = g;
         count++;
       }
       if (count === 0) continue;
@@ -331,7 +331,7 @@ export class OffloadedFFN {
     this.computeMs += performance.now() - t;
     cache.hot.hits += hot;
     const order = this.store.layer(l).order;
-    const s0 = this.gateOut >> 2;
+    const s0 = this.gateOut >>> 2;
     for (let k = hot; k < this.nFF; k++) {
       // scores come in the model's neuron order; bundles are stored hot-first
       if (f32[s0 + order[k]] > this.threshold) this.classify(l, k, 1);
@@ -344,8 +344,8 @@ export class OffloadedFFN {
     if (!this.fires(g)) return;
     const slot = this.cache.lookup(l, k);
     if (slot >= 0) {
-      this.i32[(this.hitList >> 2) + this.hits] = this.cache.address(slot);
-      this.f32[(this.hitGates >> 2) + this.hits] = g;
+      this.i32[(this.hitList >>> 2) + this.hits] = this.cache.address(slot);
+      this.f32[(this.hitGates >>> 2) + this.hits] = g;
       this.hits++;
     } else {
       this.missPos[this.misses] = k;
@@ -365,13 +365,13 @@ export class OffloadedFFN {
     for (let k = 0; k < nFF; k++) {
       const slot = cache.peek(l, k);
       if (slot < 0) continue;
-      i32[(this.missList >> 2) + cached] = cache.address(slot);
+      i32[(this.missList >>> 2) + cached] = cache.address(slot);
       this.cachedPos[cached++] = k;
     }
     let t = performance.now();
     if (cached > 0) this.sparse.gate(this.missList, cached, this.gateOut);
     this.computeMs += performance.now() - t;
-    for (let i = 0; i < cached; i++) this.classify(l, this.cachedPos[i], f32[(this.gateOut >> 2) + i]);
+    for (let i = 0; i < cached; i++) this.classify(l, this.cachedPos[i], f32[(this.gateOut >>> 2) + i]);
     let k = 0;
     while (k < nFF) {
       const requests = this.requests;
@@ -380,7 +380,7 @@ export class OffloadedFFN {
       for (; k < nFF && m < this.stageNeurons; k++) {
         if (cache.peek(l, k) >= 0) continue;
         const dst = this.stage + m * this.gateReadBytes;
-        i32[(this.stageList >> 2) + m] = dst;
+        i32[(this.stageList >>> 2) + m] = dst;
         this.stagePos[m++] = k;
         requests.push({ fileOffset: this.store.bundleOffset(l, k), length: this.gateReadBytes, dst });
       }
@@ -394,7 +394,7 @@ export class OffloadedFFN {
       t = performance.now();
       this.sparse.gate(this.stageList, m, this.gateOut);
       this.computeMs += performance.now() - t;
-      for (let i = 0; i < m; i++) this.classify(l, this.stagePos[i], f32[(this.gateOut >> 2) + i]);
+      for (let i = 0; i < m; i++) this.classify(l, this.stagePos[i], f32[(this.gateOut >>> 2) + i]);
     }
   }
 
@@ -424,8 +424,8 @@ export class OffloadedFFN {
         const slot = cache.acquire(l, this.missPos[done + n]);
         if (slot < 0) break;
         const addr = cache.address(slot);
-        i32[(this.missList >> 2) + n] = addr;
-        f32[(this.missGates >> 2) + n] = this.missGateValues[done + n];
+        i32[(this.missList >>> 2) + n] = addr;
+        f32[(this.missGates >>> 2) + n] = this.missGateValues[done + n];
         requests.push({ fileOffset: this.store.bundleOffset(l, this.missPos[done + n]), length: cache.slotBytes, dst: addr, tag: slot });
         n++;
       }
