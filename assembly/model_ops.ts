@@ -144,6 +144,24 @@ export function ffn_act(g: usize, u: usize, kind: i32, i0: i32, i1: i32): void {
   }
 }
 
+/**
+ * ffn_act with a magnitude cut: an activation with |act(g)| <= cut counts as zero (thresholded
+ * sparsity for SiLU models, as CATS/TEAL). cut comes as the bits of an f32.
+ */
+export function ffn_act_cut(g: usize, u: usize, kind: i32, cutBits: i32, i0: i32, i1: i32): void {
+  const cut = reinterpret<f32>(cutBits);
+  for (let i = i0; i < i1; i++) {
+    const a = f32at(g, i);
+    const b = f32at(u, i);
+    let r: f32;
+    if (kind == ACT_SILU) r = silu(a);
+    else if (kind == ACT_RELU) r = a > 0 ? a : 0;
+    else if (kind == ACT_DRELU) r = a > 0 && b > 0 ? a : 0;
+    else r = gelu(a);
+    setf32(g, i, abs(r) > cut ? r * b : 0);
+  }
+}
+
 /** y[i] += x[i] for i in i0..i1. */
 export function add_inplace(y: usize, x: usize, i0: i32, i1: i32): void {
   let i = i0;

@@ -36,7 +36,29 @@ export interface LoadOptions {
   memoryBudget?: number;
   /** neuron cache and reader settings for a store (cacheBytes: a fixed cache size instead of what the budget leaves) */
   offload?: Partial<OffloadOptions>;
+  /**
+   * Per layer, FFN activations with |act(gate)| at or below this count as zero (CATS/TEAL-style
+   * sparsity for SiLU models; 0 changes nothing for ReLU). Default: the model's
+   * `powerinfer.activation_thresholds` metadata (written by convert from a calibrated profile), else none.
+   */
+  activationThresholds?: ArrayLike<number>;
 }
+
+/**
+ * What the dense FFN of layer `layer` sees for `n` tokens (row-major views into wasm memory, valid
+ * only during the call): the residual stream before the FFN norm (the predictor's input), and the
+ * gate and up projections before the activation. For offline tools (profiling, predictor training).
+ */
+export interface FFNObservation {
+  layer: number;
+  n: number;
+  residual: Float32Array;
+  gate: Float32Array;
+  up: Float32Array;
+}
+
+/** Metadata key of per-layer activation thresholds (an array of f32, one per layer). */
+export const THRESHOLDS_KEY = "powerinfer.activation_thresholds";
 
 /** Whether `path` is a neuron store (by its magic), as opposed to a GGUF file. */
 export function isNeuronStore(path: string): boolean {
@@ -113,6 +135,7 @@ export class LlamaModel {
       rope: pool.fn("rope"),
       attention: pool.fn("attention"),
       ffnAct: pool.fn("ffn_act"),
+      ffnActCut: pool.fn("ffn_act_cut"),
       add: pool.fn("add_inplace"),
       bias: pool.fn("add_bias_rows"),
       relu: pool.fn("relu_inplace"),
@@ -124,7 +147,7 @@ export class LlamaModel {
   private readonly heap: Uint8Array;
   private readonly f32: Float32Array;
   private readonly i32: Int32Array;
-  private readonly fn: Record<"rmsnorm" | "rope" | "attention" | "ffnAct" | "add" | "bias" | "relu", number>;
+  private readonly fn: Record<"rmsnorm" | "rope" | "attention" | "ffnAct" | "ffnActCut" | "add" | "bias" | "relu", number>;
   private readonly epsBits: number;
   private readonly args = new Int32Array(16);
   /** which prepared-activation buffers hold the current matmul input */
@@ -136,6 +159,19 @@ export class LlamaModel {
    * keeps it), so that a prompt sharing a prefix with the previous one can reuse them.
    */
   readonly cachedTokens: number[] = [];
+  /** per-layer activation thresholds in force (null: none) */
+  thresholds: Float32Array | null = null;
+  /** see setFFNObserver */
+  private observer: ((o: FFNObservation) => void) | null = null;
+
+  /**
+   * Call `fn` in every layer of every dense forward() with the FFN's inputs and gate/up
+   * projections (null: stop). Offline tools read activations this way; it slows the forward pass.
+   */
+  setFFNObserver(fn: ((o: FFNObservation) => void) | null): void {
+    if (fn && this.offloaded) throw new Error("FFN observation needs the dense model (a GGUF file), not a neuron store");
+    this.observer = fn;
+  }
 
   static async load(path: string, opts: LoadOptions = {}): Promise<LlamaModel> {
     const file: ModelFile = isNeuronStore(path) ? NeuronStore.open(path) : GGUFFile.open(path);
@@ -168,6 +204,7 @@ export class LlamaModel {
       const qDim = nHead * headDim;
       const kvDim = nHeadKV * headDim;
 
+      const thresholds = activationThresholds(file, cfg.nLayer, opts.activationThresholds);
       const embd = loader.raw("token_embd.weight", [nEmbd, nVocab]);
       const hasPredictors = [...Array(cfg.nLayer).keys()].every((l) => file.tensors.has(`blk.${l}.fc1.weight`) && file.tensors.has(`blk.${l}.fc2.weight`));
       const sparsity = opts.offload?.sparsity ?? (hasPredictors ? "predictor" : "gate");
@@ -223,8 +260,10 @@ export class LlamaModel {
       let offloaded: OffloadedFFN | undefined;
       const kvBytes = 2 * cfg.nLayer * contextSize * kvDim * 4;
 
-      if (store) offloaded = LlamaModel.offload(store, cfg, arena, pool, kvBytes, { ...opts, offload: { ...opts.offload, sparsity } });
-      return new LlamaModel(file, cfg, arena, pool, layers, embd, outputNorm, output, buf, contextSize, batchSize, offloaded);
+      if (store) offloaded = LlamaModel.offload(store, cfg, arena, pool, kvBytes, { ...opts, offload: { ...opts.offload, sparsity, thresholds } });
+      const model = new LlamaModel(file, cfg, arena, pool, layers, embd, outputNorm, output, buf, contextSize, batchSize, offloaded);
+      model.thresholds = thresholds;
+      return model;
     } catch (e) {
       await pool?.dispose();
       file.close();
@@ -287,6 +326,18 @@ export class LlamaModel {
       this.denseFFN(l, n);
     }
     return this.logitsOfLast(n);
+  }
+
+  /**
+   * forward() that also writes the logits of every one of the n tokens into out (n * nVocab,
+   * row-major), as perplexity needs. Dense models only.
+   */
+  forwardAll(tokens: ArrayLike<number>, n: number, pos0: number, out: Float32Array): void {
+    const nVocab = this.config.nVocab;
+    if (out.length < n * nVocab) throw new RangeError(`forwardAll: out holds ${out.length} floats, ${n} tokens need ${n * nVocab}`);
+    this.forward(tokens, n, pos0);
+    out.set(this.logits, (n - 1) * nVocab);
+    for (let t = 0; t < n - 1; t++) out.set(this.logitsOfRow(t), t * nVocab);
   }
 
   /** forward() for any model; the FFN of an offloaded model waits for its reads from flash. */
@@ -401,8 +452,22 @@ export class LlamaModel {
     this.setInput(b.xb, cfg.nEmbd);
     this.matmul(L.gate!, b.hg, n);
     this.matmul(L.up!, b.hu, n);
+    if (this.observer) {
+      const buf = this.arena.memory.buffer;
+      this.observer({
+        layer: l,
+        n,
+        residual: new Float32Array(buf, b.x, n * cfg.nEmbd),
+        gate: new Float32Array(buf, b.hg, n * cfg.nFF),
+        up: new Float32Array(buf, b.hu, n * cfg.nFF),
+      });
+    }
     a[0] = b.hg; a[1] = b.hu; a[2] = ACT_CODE[cfg.activation];
-    this.pool.run(this.fn.ffnAct, a, 3, n * cfg.nFF, 64, n * cfg.nFF * 16);
+    const cut = this.thresholds ? this.thresholds[l] : 0;
+    if (cut > 0) {
+      a[3] = f32Bits(cut);
+      this.pool.run(this.fn.ffnActCut, a, 4, n * cfg.nFF, 64, n * cfg.nFF * 16);
+    } else this.pool.run(this.fn.ffnAct, a, 3, n * cfg.nFF, 64, n * cfg.nFF * 16);
     this.setInput(b.hg, cfg.nFF);
     this.matmul(L.down!, b.xb, n);
     this.add(b.x, b.xb, n * cfg.nEmbd);
@@ -410,9 +475,14 @@ export class LlamaModel {
 
   /** Final norm and the output matrix, for the last token only. */
   private logitsOfLast(n: number): Float32Array {
+    return this.logitsOfRow(n - 1);
+  }
+
+  /** Final norm and the output matrix for row t of the last batch. */
+  private logitsOfRow(t: number): Float32Array {
     const b = this.buf;
     const nEmbd = this.config.nEmbd;
-    this.rmsnorm(b.xb, b.x + (n - 1) * nEmbd * 4, this.outputNorm, 1);
+    this.rmsnorm(b.xb, b.x + t * nEmbd * 4, this.outputNorm, 1);
     this.setInput(b.xb, nEmbd);
     this.matmul(this.output, b.logits, 1);
     return this.logits;
@@ -503,4 +573,27 @@ function allocBuffers(arena: Arena, cfg: ModelConfig, ctx: number, batch: number
     vCache: f(nLayer * ctx * nHeadKV * headDim),
     act,
   };
+}
+
+/** Per-layer activation thresholds from the options or the model's metadata, checked; null when none. */
+function activationThresholds(file: ModelFile, nLayer: number, given: ArrayLike<number> | undefined): Float32Array | null {
+  let values: ArrayLike<number>;
+  let where: string;
+  if (given !== undefined) {
+    values = given;
+    where = "activationThresholds";
+  } else if (file.has(THRESHOLDS_KEY)) {
+    where = `${file.path}: metadata ${THRESHOLDS_KEY}`;
+    const arr = file.getArray(THRESHOLDS_KEY);
+    if (!arr) throw new Error(`${where}: expected an array of numbers, one per layer`);
+    values = arr as unknown as ArrayLike<number>;
+  } else return null;
+  if (values.length !== nLayer) throw new Error(`${where}: ${values.length} thresholds, the model has ${nLayer} layers`);
+  const out = new Float32Array(nLayer);
+  for (let l = 0; l < nLayer; l++) {
+    const v = Number(values[l]);
+    if (!(Number.isFinite(v) && v >= 0)) throw new Error(`${where}: threshold of layer ${l} is ${values[l]}, expected a finite number >= 0`);
+    out[l] = v;
+  }
+  return out.some((v) => v > 0) ? out : null;
 }

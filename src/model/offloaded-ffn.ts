@@ -52,6 +52,8 @@ export interface OffloadOptions {
   pipeline?: boolean;
   /** test hook passed to the flash reader: return an Error to make a read fail with it */
   fault?: FlashReaderOptions["fault"];
+  /** per layer: in gate mode a neuron fires only when |act(gate)| exceeds this (SiLU models) */
+  thresholds?: Float32Array | null;
 }
 
 export interface OffloadStats {
@@ -107,6 +109,9 @@ export class OffloadedFFN {
   private readonly cachedPos: Int32Array;
   readonly mode: SparsityMode;
   private readonly threshold: number;
+  private readonly thresholds: Float32Array | null;
+  /** the current layer's activation threshold (0: any non-zero activation fires) */
+  private cut = 0;
   private hits = 0;
   private misses = 0;
   private hitsComputed = false;
@@ -126,6 +131,7 @@ export class OffloadedFFN {
 
     this.mode = opts.sparsity ?? "gate";
     this.threshold = opts.threshold ?? cfg.sparseThreshold;
+    this.thresholds = opts.thresholds ?? null;
     // Predictor mode reads gates from the bundles it computes: no resident gate rows.
     this.residentGates = this.mode !== "predictor" && (opts.residentGates ?? true);
     // Resident gate rows: read every bundle once, keep its gate part as a dense matrix.
@@ -194,6 +200,7 @@ export class OffloadedFFN {
   async run(l: number, x: number, y: number, gate: (m: Matrix, out: number) => void, predict?: (l: number, out: number) => void): Promise<void> {
     this.sparse.prepare(x);
     this.cache.beginStep();
+    this.cut = this.thresholds ? this.thresholds[l] : 0;
     this.hits = 0;
     this.misses = 0;
     this.hitsComputed = false;
@@ -232,6 +239,7 @@ export class OffloadedFFN {
     const { cache, f32, nFF } = this;
     const rowBytes = this.cfg.nEmbd * 4;
     cache.beginStep();
+    this.cut = this.thresholds ? this.thresholds[l] : 0;
     this.computeMs = 0;
     // The union of the firing neurons, filed as hits (resident) or misses.
     let hits = 0;
@@ -311,10 +319,19 @@ export class OffloadedFFN {
     this.computeMs += performance.now() - t0;
   }
 
-  /** Whether a gate value makes its neuron fire (ReLU family: > 0; otherwise any non-zero). */
+  /**
+   * Whether a gate value makes its neuron fire: ReLU family g > 0, otherwise any non-zero
+   * activation; with a threshold, |act(g)| above it (as the dense path's ffn_act_cut).
+   */
   private fires(g: number): boolean {
     if (this.mode === "dense") return true;
-    return this.act === "silu" || this.act === "gelu" ? g !== 0 : g > 0;
+    const cut = this.cut;
+    if (this.act === "silu" || this.act === "gelu") {
+      if (cut === 0) return g !== 0;
+      const a = this.act === "silu" ? g / (1 + Math.exp(-g)) : 0.5 * g * (1 + Math.tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+      return Math.abs(a) > cut;
+    }
+    return g > cut;
   }
 
   /**
