@@ -35,6 +35,8 @@ export interface LoadModelOptions {
   memoryBudget?: number;
   /** for a neuron store: cache size, hot share, read queue depth, pipelining (see OffloadOptions) */
   offload?: Partial<OffloadOptions>;
+  /** per layer: FFN activations with |act(gate)| at or below count as zero (default: the model's calibrated thresholds, if any) */
+  activationThresholds?: ArrayLike<number>;
 }
 
 export class Model {
@@ -117,6 +119,7 @@ export async function loadModel(options: LoadModelOptions): Promise<Model> {
     batchSize: options.batchSize,
     memoryBudget: options.memoryBudget,
     offload: options.offload,
+    activationThresholds: options.activationThresholds,
     onProgress: options.onLoadProgress,
   });
   try {
