@@ -42,6 +42,11 @@ export interface LoadOptions {
    * `powerinfer.activation_thresholds` metadata (written by convert from a calibrated profile), else none.
    */
   activationThresholds?: ArrayLike<number>;
+  /**
+   * Test hook: leave this many bytes of wasm memory unused below every buffer (untouched, so not
+   * resident), to run the engine at addresses above 2 GiB where a signed shift would go wrong.
+   */
+  addressFloor?: number;
 }
 
 /**
@@ -198,7 +203,16 @@ export class LlamaModel {
         contextSize = Math.max(16, Math.floor(room / kvBytesPerPos));
       }
       const arena = new Arena(64 << 20);
+      if (opts.addressFloor) arena.alloc(opts.addressFloor, 4096);
       pool = await ThreadPool.create(arena.memory, threads);
+      // Under a budget, refuse before loading what would not fit (a cgroup limit would kill the
+      // process mid-load otherwise): the weights and buffers are not resident yet, so count them.
+      if (store && opts.memoryBudget !== undefined) {
+        const kv = 2 * cfg.nLayer * contextSize * cfg.nHeadKV * cfg.headDim * 4;
+        const embdBytes = file.tensor("token_embd.weight").bytes;
+        const bufferBytes = 4 * (batchSize * (4 * cfg.nEmbd + 2 * cfg.nHead * cfg.headDim + 3 * cfg.nFF) + cfg.nVocab + contextSize * (cfg.nHead + cfg.nRot));
+        LlamaModel.budgetSplit(store, cfg, kv, opts, process.memoryUsage.rss() + packedBytes + embdBytes + bufferBytes, "would");
+      }
       const loader = new WeightLoader(file, arena, pool, opts.onProgress && ((b) => opts.onProgress!(b, weightBytes)));
       const { nEmbd, nFF, nHead, nHeadKV, headDim, nVocab } = cfg;
       const qDim = nHead * headDim;
@@ -278,8 +292,17 @@ export class LlamaModel {
    * buffers. Too small a budget is an error that says how much would fit.
    */
   private static offload(store: NeuronStore, cfg: ModelConfig, arena: Arena, pool: ThreadPool, kvBytes: number, opts: LoadOptions): OffloadedFFN {
+    const { cacheBytes, residentGates } = LlamaModel.budgetSplit(store, cfg, kvBytes, opts, process.memoryUsage.rss(), "");
+    return new OffloadedFFN(store, cfg, arena, pool, { ...opts.offload, cacheBytes, residentGates });
+  }
+
+  /**
+   * The neuron cache size and whether the gate rows stay resident, given `rss` (what is or, before
+   * loading, "would" be resident besides the KV cache and the FFN's own memory); throws when the
+   * budget cannot hold the fixed part with a minimal cache.
+   */
+  private static budgetSplit(store: NeuronStore, cfg: ModelConfig, kvBytes: number, opts: LoadOptions, rss: number, would: string): { cacheBytes: number; residentGates: boolean } {
     const ffn = store.ffn;
-    const rss = process.memoryUsage.rss();
     const gateBytes = cfg.nLayer * weightKernel(ffn.type).packedBytes(cfg.nFF, cfg.nEmbd);
     const stagingBytes = gateStagingBytes(Math.ceil((ffn.parts.gate + ffn.rowBytes) / 4096) * 4096, cfg.nFF);
     const sparseScratch = 8 * cfg.nFF * 4 + 64 * cfg.nEmbd * 4 + (4 << 20);
@@ -301,12 +324,12 @@ export class LlamaModel {
       if (cacheBytes < minCache) {
         throw new Error(
           `memory budget ${mib(opts.memoryBudget)} is too small for ${store.path}: the part that stays in memory ` +
-            `(runtime and weights ${mib(rss)}, KV cache ${mib(kvBytes)}${predictor ? "" : residentGates ? `, gate rows ${mib(gateBytes)}` : `, gate staging ${mib(stagingBytes)}`}) needs ` +
+            `(runtime and weights ${would ? `${would} be ` : ""}${mib(rss)}, KV cache ${mib(kvBytes)}${predictor ? "" : residentGates ? `, gate rows ${mib(gateBytes)}` : `, gate staging ${mib(stagingBytes)}`}) needs ` +
             `${mib(fixed)}; at least ${mib((fixed + minCache) / 0.97)} would run (with a minimal neuron cache)`,
         );
       }
     }
-    return new OffloadedFFN(store, cfg, arena, pool, { ...opts.offload, cacheBytes, residentGates });
+    return { cacheBytes, residentGates };
   }
 
   get threads(): number {
