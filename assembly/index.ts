@@ -12,3 +12,4 @@ export * from "./matvec_q5";
 export * from "./matvec_kquant";
 export * from "./prepare_q8k";
 export * from "./sparse_ffn";
+export * from "./train";
