@@ -36,8 +36,6 @@ const TYPE: SynthType = "q4_1";
 const SEED = 1;
 /** KV cache length of the run (the budget pays for it) */
 const CONTEXT = 256;
-/** read queue depth: bin/powerinfer.cjs starts libuv with 16 threads, deeper queues would only wait */
-const QUEUE_DEPTH = 16;
 
 /**
  * The default demo shape: FFN-heavy (ffn = 8 x dim, grouped-query attention) because in `gate`
@@ -229,7 +227,6 @@ async function child(job: ChildJob): Promise<number> {
     threads: job.threads,
     contextSize: CONTEXT,
     memoryBudget: job.budget,
-    offload: { queueDepth: QUEUE_DEPTH },
   });
   try {
     const t0 = performance.now();

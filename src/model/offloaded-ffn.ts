@@ -40,7 +40,7 @@ export interface OffloadOptions {
   residentGates?: boolean;
   /** share of the cache pinned to each layer's hottest neurons (default 0.5) */
   hotFraction?: number;
-  /** reads in flight (default 16, the thread pool bin/powerinfer.cjs sets up) */
+  /** reads in flight (default: libuv's thread pool size, 64 under bin/powerinfer.cjs) */
   queueDepth?: number;
   /** direct I/O: "auto" (default) falls back to buffered reads with a warning */
   direct?: boolean | "auto";
@@ -182,7 +182,7 @@ export class OffloadedFFN {
     }
     this.reader = FlashReader.open(store.path, {
       memory: arena.memory,
-      queueDepth: opts.queueDepth ?? 16,
+      queueDepth: opts.queueDepth,
       direct: opts.direct ?? "auto",
       verify: store.verifier("always"),
       onWarning: opts.onWarning,
