@@ -118,7 +118,8 @@ export class LlamaModel {
     private readonly arena: Arena,
     private readonly pool: ThreadPool,
     private readonly layers: Layer[],
-    private readonly embd: { info: GGUFTensorInfo; data: Uint8Array },
+    /** the token embeddings: in memory, or (data null, a neuron store) one row read per token */
+    private readonly embd: { info: GGUFTensorInfo; data: Uint8Array | null },
     private readonly outputNorm: number,
     private readonly output: Matrix,
     private readonly buf: Buffers,
@@ -166,6 +167,8 @@ export class LlamaModel {
   readonly cachedTokens: number[] = [];
   /** per-layer activation thresholds in force (null: none) */
   thresholds: Float32Array | null = null;
+  /** one embedding row read from a store */
+  private embdRow: Uint8Array | null = null;
   /** see setFFNObserver */
   private observer: ((o: FFNObservation) => void) | null = null;
 
@@ -191,7 +194,7 @@ export class LlamaModel {
       let contextSize = Math.max(1, Math.floor(opts.contextSize ?? Math.min(cfg.nCtxTrain, defaultContext)));
       // Keep the KV cache inside what wasm32 can address next to the weights.
       const kvBytesPerPos = 2 * cfg.nLayer * cfg.nHeadKV * cfg.headDim * 4;
-      const weightBytes = [...file.tensors.values()].reduce((a, t) => a + t.bytes, 0);
+      const weightBytes = [...file.tensors.values()].reduce((a, t) => (store && t.name === "token_embd.weight" ? a : a + t.bytes), 0);
       // What the weights will take in wasm memory once packed (the embedding table stays in JS
       // unless it doubles as the output matrix), plus ~64 MiB of buffers: the KV cache gets the rest.
       const packedBytes = [...file.tensors.values()].reduce((a, t) => {
@@ -209,9 +212,8 @@ export class LlamaModel {
       // process mid-load otherwise): the weights and buffers are not resident yet, so count them.
       if (store && opts.memoryBudget !== undefined) {
         const kv = 2 * cfg.nLayer * contextSize * cfg.nHeadKV * cfg.headDim * 4;
-        const embdBytes = file.tensor("token_embd.weight").bytes;
         const bufferBytes = 4 * (batchSize * (4 * cfg.nEmbd + 2 * cfg.nHead * cfg.headDim + 3 * cfg.nFF) + cfg.nVocab + contextSize * (cfg.nHead + cfg.nRot));
-        LlamaModel.budgetSplit(store, cfg, kv, opts, process.memoryUsage.rss() + packedBytes + embdBytes + bufferBytes, "would");
+        LlamaModel.budgetSplit(store, cfg, kv, opts, process.memoryUsage.rss() + packedBytes + bufferBytes, "would");
       }
       const loader = new WeightLoader(file, arena, pool, opts.onProgress && ((b) => opts.onProgress!(b, weightBytes)));
       const { nEmbd, nFF, nHead, nHeadKV, headDim, nVocab } = cfg;
@@ -219,7 +221,9 @@ export class LlamaModel {
       const kvDim = nHeadKV * headDim;
 
       const thresholds = activationThresholds(file, cfg.nLayer, opts.activationThresholds);
-      const embd = loader.raw("token_embd.weight", [nEmbd, nVocab]);
+      // From a store, embedding rows are read from the file as tokens come (one row per token):
+      // the table (82 MB at 7B Q4_1) need not be resident under a budget.
+      const embd = store ? { info: loader.check("token_embd.weight", [nEmbd, nVocab]), data: null } : loader.raw("token_embd.weight", [nEmbd, nVocab]);
       const hasPredictors = [...Array(cfg.nLayer).keys()].every((l) => file.tensors.has(`blk.${l}.fc1.weight`) && file.tensors.has(`blk.${l}.fc2.weight`));
       const sparsity = opts.offload?.sparsity ?? (hasPredictors ? "predictor" : "gate");
       if (store && sparsity === "predictor" && !hasPredictors) {
@@ -420,7 +424,13 @@ export class LlamaModel {
     for (let t = 0; t < n; t++) {
       const id = tokens[t];
       if (!(id >= 0 && id < cfg.nVocab)) throw new RangeError(`token id ${id} is outside the vocabulary (0..${cfg.nVocab - 1})`);
-      dequantizeRow(this.embd.info.type, this.embd.data.subarray(id * rowBytes, (id + 1) * rowBytes), nEmbd, this.f32, (b.x >>> 2) + t * nEmbd);
+      let row: Uint8Array;
+      if (this.embd.data) row = this.embd.data.subarray(id * rowBytes, (id + 1) * rowBytes);
+      else {
+        row = this.embdRow ??= new Uint8Array(rowBytes);
+        this.file.readTensor(this.embd.info, row, id * rowBytes, rowBytes);
+      }
+      dequantizeRow(this.embd.info.type, row, nEmbd, this.f32, (b.x >>> 2) + t * nEmbd);
       this.i32[(b.pos >>> 2) + t] = pos0 + t;
     }
     this.cachedTokens.length = pos0;

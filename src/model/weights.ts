@@ -94,9 +94,15 @@ export class WeightLoader {
   }
 
   /** A tensor's raw bytes in JS memory (the embedding table: one row is read per token). */
-  raw(name: string, expected: number[]): { info: GGUFTensorInfo; data: Uint8Array } {
+  /** The tensor's entry, its dims checked (for a tensor read later, piece by piece). */
+  check(name: string, expected: number[]): GGUFTensorInfo {
     const t = this.file.tensor(name);
     checkDims(this.file, t, expected);
+    return t;
+  }
+
+  raw(name: string, expected: number[]): { info: GGUFTensorInfo; data: Uint8Array } {
+    const t = this.check(name, expected);
     const data = this.file.tensorData(name);
     this.progress(t.bytes);
     return { info: t, data };
