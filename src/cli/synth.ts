@@ -58,7 +58,7 @@ const MB = 1e6;
 export async function main(argv: string[]): Promise<number> {
   const args = parseArgs(argv, SPECS);
   if (args.help) {
-    console.log(usage("synth --shape tiny|1b|7b|13b --act silu|relu|drelu [--sparsity S [--alpha A]] --type f32|f16|q8_0|q4_0|q4_1 --seed N -o FILE", SUMMARY, SPECS));
+    console.log(usage("synth --shape tiny|1b|7b|mistral-7b|13b --act silu|relu|drelu [--sparsity S [--alpha A]] --type f32|f16|q8_0|q4_0|q4_1 --seed N -o FILE", SUMMARY, SPECS));
     return 0;
   }
   if (args._.length > 0) throw new UsageError(`synth: unexpected argument "${args._[0]}" (the output file goes after -o)`);

@@ -24,11 +24,11 @@ import { GGUFWriter, GGUFValueType } from "../format/gguf-writer.js";
 import { f16Table, f16ToF32, f32ToF16 } from "../format/half.js";
 import { buildSynthVocab } from "./synth-vocab.js";
 
-export type SynthShape = "tiny" | "1b" | "7b" | "13b";
+export type SynthShape = "tiny" | "1b" | "7b" | "mistral-7b" | "13b";
 export type SynthActivation = "silu" | "relu" | "drelu";
 export type SynthType = "f32" | "f16" | "q8_0" | "q4_0" | "q4_1";
 
-export const SYNTH_SHAPES: readonly SynthShape[] = ["tiny", "1b", "7b", "13b"];
+export const SYNTH_SHAPES: readonly SynthShape[] = ["tiny", "1b", "7b", "mistral-7b", "13b"];
 export const SYNTH_ACTIVATIONS: readonly SynthActivation[] = ["silu", "relu", "drelu"];
 export const SYNTH_TYPES: readonly SynthType[] = ["f32", "f16", "q8_0", "q4_0", "q4_1"];
 
@@ -50,6 +50,9 @@ export const SHAPE_SPECS: Readonly<Record<SynthShape, SynthShapeSpec>> = {
   tiny: { like: "a toy llama", dim: 256, layers: 4, ffn: 768, heads: 8, kvHeads: 4, vocab: 512, context: 512, ropeBase: 10000, rmsEps: 1e-5 },
   "1b": { like: "TinyLlama-1.1B", dim: 2048, layers: 22, ffn: 5632, heads: 32, kvHeads: 4, vocab: 32000, context: 2048, ropeBase: 10000, rmsEps: 1e-5 },
   "7b": { like: "Llama-2-7B", dim: 4096, layers: 32, ffn: 11008, heads: 32, kvHeads: 32, vocab: 32000, context: 4096, ropeBase: 10000, rmsEps: 1e-5 },
+  // The shape of the paper's TurboSparse-Mistral-7B: grouped-query attention keeps the part that
+  // stays in memory at 0.62x Llama-2-7B's (8 KV heads), so a 7B fits a 1.5 GiB budget.
+  "mistral-7b": { like: "Mistral-7B", dim: 4096, layers: 32, ffn: 14336, heads: 32, kvHeads: 8, vocab: 32000, context: 32768, ropeBase: 10000, rmsEps: 1e-5 },
   "13b": { like: "Llama-2-13B", dim: 5120, layers: 40, ffn: 13824, heads: 40, kvHeads: 40, vocab: 32000, context: 4096, ropeBase: 10000, rmsEps: 1e-5 },
 };
 
