@@ -12,6 +12,8 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<{ main(arg
   synth: { summary: "write a synthetic model of random weights (for benchmarks)", load: () => import("./synth.js") },
   serve: { summary: "serve a model over an OpenAI-compatible HTTP API", load: () => import("./serve.js") },
   chat: { summary: "chat with a model in the terminal", load: () => import("./chat.js") },
+  profile: { summary: "record how often each FFN neuron fires over a text corpus (and calibrate SiLU thresholds)", load: () => import("./profile.js") },
+  perplexity: { summary: "perplexity of a model on a text file, as llama.cpp's llama-perplexity computes it", load: () => import("./perplexity.js") },
   demo: { summary: "run a synthetic model larger than its memory budget from flash (no model needed)", load: () => import("./demo.js") },
 };
 

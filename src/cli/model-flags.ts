@@ -1,10 +1,12 @@
 /**
- * The flags every model-running command shares (run, chat, serve), in llama.cpp's spelling:
- * threads, context, batch, the memory budget and neuron-store settings, and sampling.
+ * The flags every model-running command shares (run, chat, serve, perplexity), in llama.cpp's
+ * spelling: threads, context, batch, the memory budget and neuron-store settings, calibrated
+ * activation thresholds, and sampling.
  */
 import type { GenerateOptions } from "../generate/generator.js";
 import type { LoadModelOptions } from "../index.js";
 import type { SparsityMode } from "../model/offloaded-ffn.js";
+import { thresholdsForModel } from "../offline/profile.js";
 import { UsageError, type FlagSpec, type ParsedArgs } from "./args.js";
 
 export const LOAD_FLAGS: FlagSpec[] = [
@@ -18,6 +20,7 @@ export const LOAD_FLAGS: FlagSpec[] = [
   { names: ["--hot-fraction"], key: "hotFraction", type: "float", help: "share of the neuron cache pinned to hot neurons", default: 0.5 },
   { names: ["--io-queue-depth"], key: "queueDepth", type: "int", help: "reads from flash in flight", default: 16 },
   { names: ["--no-pipeline"], key: "noPipeline", type: "bool", help: "wait for reads before computing (ablation)" },
+  { names: ["--thresholds"], key: "thresholds", type: "string", help: "apply the activation thresholds of a profile (powerinfer profile --target-sparsity) of this model: SiLU sparsity for a plain GGUF" },
 ];
 
 export const SAMPLING_FLAGS: FlagSpec[] = [
@@ -43,8 +46,11 @@ export function loadOptions(command: string, args: ParsedArgs): LoadModelOptions
   const hot = args.hotFraction as number;
   if (!(hot >= 0 && hot <= 1)) throw new UsageError(`${command}: --hot-fraction must be between 0 and 1, got ${hot}`);
   if ((args.queueDepth as number) < 1) throw new UsageError(`${command}: --io-queue-depth must be at least 1`);
+  // Read (and check against the model) now, so a wrong profile fails before the model loads.
+  const thresholds = typeof args.thresholds === "string" ? thresholdsForModel(args.thresholds, args.model) : undefined;
   return {
     modelPath: args.model,
+    activationThresholds: thresholds,
     threads: args.threads as number | undefined,
     contextSize: args.ctx as number | undefined,
     batchSize: args.batch as number,

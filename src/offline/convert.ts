@@ -31,6 +31,8 @@ import {
   type StoreLayerManifest,
   type StoreManifest,
 } from "../format/store.js";
+import { THRESHOLDS_KEY } from "../model/llama.js";
+import { checkFingerprint, modelFingerprint, profileThresholds, ProfileError } from "./profile.js";
 
 export class ConvertError extends Error {
   constructor(message: string) {
@@ -46,11 +48,15 @@ export type ConvertType = (typeof CONVERT_TYPES)[number];
 /**
  * An activation profile: per layer, how often each neuron fired (any non-negative scale: counts
  * or fractions). `tokens` (optional) is how many tokens were profiled. Neurons are stored
- * hot-first: by descending frequency, ties by index.
+ * hot-first: by descending frequency, ties by index. A profile from `powerinfer profile`
+ * (src/offline/profile.ts, ProfileFile) also names its model (`model`: a fingerprint, checked
+ * against the model being converted) and may carry per-layer activation thresholds, which the
+ * store keeps in its metadata (THRESHOLDS_KEY).
  */
 export interface ActivationProfile {
-  layers: { frequency: ArrayLike<number> }[];
+  layers: { frequency: ArrayLike<number>; threshold?: number }[];
   tokens?: number;
+  model?: unknown;
 }
 
 export interface ConvertProgress {
@@ -264,7 +270,7 @@ function findFFN(file: GGUFFile): { layers: FFNTensors[]; nEmbd: number; fixed: 
   return { layers, nEmbd, fixed };
 }
 
-function loadProfile(p: string | ActivationProfile, layers: FFNTensors[]): { profile: ActivationProfile; file: string | null } {
+function loadProfile(p: string | ActivationProfile, layers: FFNTensors[], model: GGUFFile): { profile: ActivationProfile; file: string | null; thresholds: Float32Array | null } {
   let profile: ActivationProfile;
   let file: string | null = null;
   if (typeof p === "string") {
@@ -287,7 +293,28 @@ function loadProfile(p: string | ActivationProfile, layers: FFNTensors[]): { pro
     }
   });
   if (profile.tokens !== undefined && !(Number.isFinite(profile.tokens) && profile.tokens >= 0)) throw new ConvertError(`${where}: tokens = ${profile.tokens} is not a count`);
-  return { profile, file };
+  // A profile that names its model (powerinfer profile writes one) must name this one: the same
+  // shape alone would let another model's frequencies and thresholds through.
+  try {
+    if (profile.model !== undefined) checkFingerprint(profile.model, modelFingerprint(model), where, model.path);
+    profile.layers.forEach((L, l) => {
+      const t = L.threshold;
+      if (t !== undefined && !(typeof t === "number" && Number.isFinite(t) && t >= 0)) throw new ConvertError(`${where}: layers[${l}].threshold = ${JSON.stringify(t)} is not a finite number >= 0`);
+    });
+    return { profile, file, thresholds: profileThresholds(profile, where) };
+  } catch (e) {
+    throw e instanceof ProfileError ? new ConvertError(e.message) : e;
+  }
+}
+
+/**
+ * The source's metadata, plus the profile's calibrated thresholds under THRESHOLDS_KEY (replacing
+ * any the source had), so a run of the store applies them with no extra flag.
+ */
+function withThresholds(metadata: EncodedMetadata[], thresholds: Float32Array | null | undefined): EncodedMetadata[] {
+  if (!thresholds) return metadata;
+  const entry: EncodedMetadata = [THRESHOLDS_KEY, GGUFValueType.ARRAY, encodeMetadataValue(GGUFValueType.ARRAY, [GGUFValueType.FLOAT32], thresholds)];
+  return [...metadata.filter((e) => e[0] !== THRESHOLDS_KEY), entry];
 }
 
 /** Stored position -> neuron: descending frequency, ties by index (a stable hot-first order). */
@@ -351,7 +378,7 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
     if (nEmbd % tr.blockSize !== 0) throw new ConvertError(`embedding width ${nEmbd} is not a multiple of the ${tr.name} block size ${tr.blockSize}: choose another --type`);
     const rowBytes = (nEmbd / tr.blockSize) * tr.typeSize;
     const bundleBytes = bundleBytesFor(rowBytes);
-    const prof = opts.profile !== undefined ? loadProfile(opts.profile, layers) : undefined;
+    const prof = opts.profile !== undefined ? loadProfile(opts.profile, layers, file) : undefined;
 
     const bytesTotal = fixed.reduce((a, t) => a + t.bytes, 0) + layers.reduce((a, L) => a + L.gate.bytes + L.up.bytes + L.down.bytes, 0);
     let bytesDone = 0;
@@ -454,7 +481,7 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
     const neurons = layers.reduce((a, L) => a + L.neurons, 0);
     const { bytes } = await writer.finish({
       source: { file: basename(input), bytes: file.fileSize, magic: file.magic },
-      metadata: encodeMetadata(file),
+      metadata: withThresholds(encodeMetadata(file), prof?.thresholds),
       fixed: fixedManifest,
       ffn: {
         type: ffnType, typeName: typeName(ffnType), layout: "gguf", nEmbd, rowBytes, bundleBytes,
