@@ -237,7 +237,6 @@ export class OffloadedFFN {
    */
   async runBatch(l: number, x: number, y: number, n: number, gates: number): Promise<void> {
     const { cache, f32, nFF } = this;
-    const rowBytes = this.cfg.nEmbd * 4;
     cache.beginStep();
     this.cut = this.thresholds ? this.thresholds[l] : 0;
     this.computeMs = 0;
@@ -262,43 +261,32 @@ export class OffloadedFFN {
     this.stats.neuronsTotal += n * nFF;
     this.stats.neuronsComputed += fired;
     this.stats.misses += misses;
-    // Round 0: the hits, while the first misses are read; then the misses, round by round.
-    let done = 0;
-    let first = true;
-    while (first || done < misses) {
-      const requests = this.requests;
-      requests.length = 0;
-      let m = 0;
-      while (done + m < misses) {
-        const slot = cache.acquire(l, this.missPos[done + m]);
-        if (slot < 0) break;
-        requests.push({ fileOffset: this.store.bundleOffset(l, this.missPos[done + m]), length: cache.slotBytes, dst: cache.address(slot), tag: slot });
-        m++;
-      }
-      const reading = m > 0 ? this.reader.read(requests) : undefined;
-      if (first) {
-        this.computeTokens(l, x, y, n, gates, this.cachedPos, 0, hits, rowBytes);
-        first = false;
-      }
-      if (done < misses && m === 0) {
-        cache.beginStep();
-        continue;
-      }
-      if (reading) {
-        const tw = performance.now();
-        await this.settle(reading, requests);
-        this.stats.ioWaitMs += performance.now() - tw;
-        this.stats.bytesRead += m * cache.slotBytes;
-        this.computeTokens(l, x, y, n, gates, this.missPos, done, done + m, rowBytes);
-      }
-      done += m;
-    }
+    // The hits while the first misses are read; then the misses, round by round.
+    this.batchArgs.l = l;
+    this.batchArgs.x = x;
+    this.batchArgs.y = y;
+    this.batchArgs.n = n;
+    this.batchArgs.gates = gates;
+    this.batchArgs.hits = hits;
+    await this.readRounds(l, misses, this.batchHits, this.batchMisses);
     this.stats.computeMs += this.computeMs;
   }
 
+  /** runBatch's state for its round callbacks (kept in a field: the callbacks are bound once). */
+  private readonly batchArgs = { l: 0, x: 0, y: 0, n: 0, gates: 0, hits: 0 };
+  private readonly batchHits = (): void => {
+    const b = this.batchArgs;
+    this.computeTokens(b.l, b.x, b.y, b.n, b.gates, this.cachedPos, 0, b.hits);
+  };
+  private readonly batchMisses = (from: number, to: number): void => {
+    const b = this.batchArgs;
+    this.computeTokens(b.l, b.x, b.y, b.n, b.gates, this.missPos, from, to);
+  };
+
   /** For each token: up/down of its firing neurons among positions[from..to) (all resident). */
-  private computeTokens(l: number, x: number, y: number, n: number, gates: number, positions: Int32Array, from: number, to: number, rowBytes: number): void {
+  private computeTokens(l: number, x: number, y: number, n: number, gates: number, positions: Int32Array, from: number, to: number): void {
     const { cache, f32, i32, nFF } = this;
+    const rowBytes = this.cfg.nEmbd * 4;
     const t0 = performance.now();
     for (let t = 0; t < n; t++) {
       const g0 = (gates >>> 2) + t * nFF;
@@ -425,52 +413,74 @@ export class OffloadedFFN {
     this.computeMs += performance.now() - t;
   }
 
-  /**
-   * Read the misses' bundles into cold slots, in rounds of at most the cold slots not in use this
-   * step, and compute them; the first round's reads overlap the hits' computation.
-   */
+  /** Read the misses' bundles and compute them; the first round's reads overlap the hits' computation. */
   private async serveMisses(l: number): Promise<void> {
+    this.missLayer = l;
+    await this.readRounds(l, this.misses, this.hitsOnce, this.missRound);
+  }
+
+  private missLayer = 0;
+  private readonly hitsOnce = (): void => {
+    if (!this.hitsComputed) this.computeHits();
+  };
+  /** Up/down (or the whole bundle, predictor mode) of misses [from, to), now resident. */
+  private readonly missRound = (from: number, to: number): void => {
     const { cache, f32, i32 } = this;
-    const misses = this.misses;
+    for (let i = from; i < to; i++) {
+      i32[(this.missList >>> 2) + i - from] = cache.address(cache.peek(this.missLayer, this.missPos[i]));
+      f32[(this.missGates >>> 2) + i - from] = this.missGateValues[i];
+    }
+    const t = performance.now();
+    if (this.mode === "predictor") this.sparse.ffn(this.missList, to - from, this.act);
+    else this.sparse.upDown(this.missList, to - from, this.missGates, this.act);
+    this.computeMs += performance.now() - t;
+  };
+
+  /**
+   * Read the bundles of layer l at stored positions missPos[0..count) into cold slots, in rounds
+   * of at most the cold slots not in use this step. `overlap` runs once, while the first round is
+   * read (unless the pipeline is off: then after it); `compute(from, to)` runs on each round once
+   * its bytes have landed.
+   */
+  private async readRounds(l: number, count: number, overlap: () => void, compute: (from: number, to: number) => void): Promise<void> {
+    const cache = this.cache;
     let done = 0;
-    while (done < misses || !this.hitsComputed) {
+    let first = true;
+    while (first || done < count) {
       const requests = this.requests;
       requests.length = 0;
-      let n = 0;
-      while (done + n < misses) {
-        const slot = cache.acquire(l, this.missPos[done + n]);
+      let m = 0;
+      while (done + m < count) {
+        const slot = cache.acquire(l, this.missPos[done + m]);
         if (slot < 0) break;
-        const addr = cache.address(slot);
-        i32[(this.missList >>> 2) + n] = addr;
-        f32[(this.missGates >>> 2) + n] = this.missGateValues[done + n];
-        requests.push({ fileOffset: this.store.bundleOffset(l, this.missPos[done + n]), length: cache.slotBytes, dst: addr, tag: slot });
-        n++;
+        requests.push({ fileOffset: this.store.bundleOffset(l, this.missPos[done + m]), length: cache.slotBytes, dst: cache.address(slot), tag: slot });
+        m++;
       }
-      let reading = n > 0 ? this.reader.read(requests) : undefined;
-      if (reading && !this.pipeline) {
-        const tw = performance.now();
-        await this.settle(reading, requests);
-        this.stats.ioWaitMs += performance.now() - tw;
-        reading = Promise.resolve();
+      const reading = m > 0 ? this.reader.read(requests) : undefined;
+      if (reading && !this.pipeline) await this.wait(reading, requests);
+      if (first) {
+        overlap();
+        first = false;
       }
-      if (!this.hitsComputed) this.computeHits();
-      if (done < misses && n === 0) {
+      if (done < count && m === 0) {
         // Every cold slot holds a bundle this step has already computed: they may go now.
         cache.beginStep();
         continue;
       }
       if (reading) {
-        const tw = performance.now();
-        await this.settle(reading, requests);
-        this.stats.ioWaitMs += performance.now() - tw;
-        this.stats.bytesRead += n * cache.slotBytes;
-        const t = performance.now();
-        if (this.mode === "predictor") this.sparse.ffn(this.missList, n, this.act);
-        else this.sparse.upDown(this.missList, n, this.missGates, this.act);
-        this.computeMs += performance.now() - t;
+        if (this.pipeline) await this.wait(reading, requests);
+        this.stats.bytesRead += m * cache.slotBytes;
+        compute(done, done + m);
       }
-      done += n;
+      done += m;
     }
+  }
+
+  /** settle() with the wait counted as I/O wait. */
+  private async wait(reading: Promise<void>, requests: FlashReadRequest[]): Promise<void> {
+    const tw = performance.now();
+    await this.settle(reading, requests);
+    this.stats.ioWaitMs += performance.now() - tw;
   }
 
   /** Wait for a batch of reads; on failure their slots hold nothing valid and are released. */
