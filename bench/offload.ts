@@ -7,12 +7,14 @@
  *   npm run bench:offload -- --limits 2.25,3.75 --threads 1 --reps 2 -n 16
  *   npm run bench:offload -- --skip compare,io            # only the ablation
  *
- * Model: a 7b-shape (Llama-2-7B) ReLU synthetic with planted activation sparsity 0.9, Q4_1
+ * Model (--shape 7b, the default): a Llama-2-7B-shape ReLU synthetic with planted activation sparsity 0.9, Q4_1
  * (llama.cpp copies Q4_0 weights into anonymous memory at load, so under a limit it is killed,
  * not slowed; Q8_0's resident part is too large for wasm32 here). Made once under bench/.models:
  * the GGUF (which llama.cpp reads), its .pi store in index order (the main comparison) and a
  * second store ordered hot-first by the firing rates the generator planted (an ablation row;
- * a stand-in for a measured activation profile).
+ * a stand-in for a measured activation profile). --shape mistral-7b uses the shape of the paper's
+ * TurboSparse-Mistral-7B instead (grouped-query attention: the part that stays in memory is small
+ * enough for a 1.5 GiB limit), files named m7b-*.
  *
  * Ours: `powerinfer run -m store.pi --memory-budget LIMIT` (gate sparsity, exact). llama.cpp:
  * node-llama-cpp 3.21.1 (installed by `npm run bench` into bench/.peer), mmap of the GGUF. Each
@@ -42,8 +44,8 @@ const GiB = 2 ** 30;
 const MiB = 2 ** 20;
 /** Both engines get this context (the KV cache is part of the limit). */
 const CONTEXT = 256;
-/** Reads in flight: bin/powerinfer.cjs starts libuv with 16 threads. */
-const QUEUE_DEPTH = 16;
+/** Reads in flight: bin/powerinfer.cjs starts libuv with 64 threads (the runtime's default depth). */
+const QUEUE_DEPTH = 64;
 const SPARSITY = 0.9;
 const SEED = 1;
 
@@ -56,6 +58,7 @@ const PROMPT =
 // Options
 
 interface Options {
+  shape: "7b" | "mistral-7b";
   type: "q4_1" | "q8_0";
   limits: number[];
   threads: number[];
@@ -69,6 +72,7 @@ interface Options {
 
 function parseOptions(argv: string[]): Options {
   const o: Options = {
+    shape: "7b",
     type: "q4_1",
     limits: [1.5, 2.25, 3.75],
     threads: [1, 2],
@@ -95,6 +99,10 @@ function parseOptions(argv: string[]): Options {
       const t = v();
       if (t !== "q4_1" && t !== "q8_0") throw new Error("--type must be q4_1 or q8_0 (llama.cpp repacks Q4_0 into anonymous memory: killed under a limit)");
       o.type = t;
+    } else if (a === "--shape") {
+      const t = v();
+      if (t !== "7b" && t !== "mistral-7b") throw new Error("--shape must be 7b or mistral-7b");
+      o.shape = t;
     } else if (a === "--limits") o.limits = nums(v());
     else if (a === "--threads") o.threads = nums(v());
     else if (a === "--reps") o.reps = nums(v())[0];
@@ -125,19 +133,20 @@ interface Models {
 }
 
 /** The GGUF, its store in index order and its store ordered hot-first: made once. */
-function ensureModels(type: string): Models {
+function ensureModels(shape: Options["shape"], type: string): Models {
   mkdirSync(MODELS_DIR, { recursive: true });
-  const base = join(MODELS_DIR, `7b-relu90-${type}`);
+  const prefix = shape === "7b" ? "7b" : "m7b";
+  const base = join(MODELS_DIR, `${prefix}-relu90-${type}`);
   const m: Models = { gguf: `${base}.gguf`, store: `${base}.pi`, hotStore: `${base}.hot.pi` };
   if (!existsSync(m.gguf)) {
-    sh([process.execPath, BIN, "synth", "--shape", "7b", "--act", "relu", "--sparsity", String(SPARSITY), "--type", type, "--seed", String(SEED), "-o", m.gguf], "synth");
+    sh([process.execPath, BIN, "synth", "--shape", shape, "--act", "relu", "--sparsity", String(SPARSITY), "--type", type, "--seed", String(SEED), "-o", m.gguf], "synth");
   }
   if (!existsSync(m.store)) sh([process.execPath, BIN, "convert", m.gguf, "-o", m.store], "convert");
   if (!existsSync(m.hotStore)) {
     // The planted per-neuron firing rates as an activation profile: what profiling the model on
     // varied input would find, up to sampling noise. Only the order on flash depends on it.
-    const spec = SHAPE_SPECS["7b"];
-    const profile = join(MODELS_DIR, `7b-relu90-planted-profile.json`);
+    const spec = SHAPE_SPECS[shape];
+    const profile = join(MODELS_DIR, `${prefix}-relu90-planted-profile.json`);
     const layers = Array.from({ length: spec.layers }, (_, l) => ({ frequency: Array.from(plannedFiring(SEED, l, spec.ffn, SPARSITY), (x) => Number(x.toPrecision(6))) }));
     writeFileSync(profile, JSON.stringify({ layers }));
     sh([process.execPath, BIN, "convert", m.gguf, "-o", m.hotStore, "--profile", profile], "convert (hot-first)");
@@ -480,7 +489,7 @@ function oursDetail(rs: RunResult[]): { hit: string; wait: string; mbs: string; 
 async function main(): Promise<void> {
   const o = parseOptions(process.argv.slice(2));
   const started = new Date();
-  const models = ensureModels(o.type);
+  const models = ensureModels(o.shape, o.type);
   const support = cgroupSupport();
   const cg = typeof support === "string" ? undefined : support;
   if (!cg) process.stderr.write(`bench:offload: no memory cgroup (${support}): the comparison under a memory limit is skipped; the ablation runs under ours' own --memory-budget only\n`);
@@ -501,7 +510,7 @@ async function main(): Promise<void> {
   const raw: Record<string, unknown> = { started: started.toISOString(), options: { ...o, skip: [...o.skip] }, models };
 
   log(`# bench:offload, ${started.toISOString()}`);
-  log(`model: 7b shape (Llama-2-7B), ReLU, planted sparsity ${SPARSITY}, ${o.type.toUpperCase()}, seed ${SEED}: GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}`);
+  log(`model: ${o.shape} shape (${SHAPE_SPECS[o.shape].like}), ReLU, planted sparsity ${SPARSITY}, ${o.type.toUpperCase()}, seed ${SEED}: GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}`);
   log(`prompt ${PROMPT.length} chars, ${o.n} generated tokens, greedy, context ${CONTEXT} for both engines; ours: --sparsity gate --io-queue-depth ${QUEUE_DEPTH}; medians of ${o.reps} interleaved runs`);
 
   // 1. Ours vs llama.cpp under the same limits.
