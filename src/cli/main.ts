@@ -15,6 +15,7 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<{ main(arg
   profile: { summary: "record how often each FFN neuron fires over a text corpus (and calibrate SiLU thresholds)", load: () => import("./profile.js") },
   perplexity: { summary: "perplexity of a model on a text file, as llama.cpp's llama-perplexity computes it", load: () => import("./perplexity.js") },
   demo: { summary: "run a synthetic model larger than its memory budget from flash (no model needed)", load: () => import("./demo.js") },
+  plan: { summary: "probe this machine and choose the fastest settings for a store under a memory budget", load: () => import("./plan.js") },
 };
 
 function help(): string {

@@ -1,0 +1,186 @@
+/**
+ * Does the planner predict what `run` measures, and is its plan never slower than the defaults?
+ * For each budget: `powerinfer plan` (probe cached per machine), then decode runs of the store
+ * with the plan applied (applyPlan, as `run --plan` does) and with the runtime's defaults,
+ * interleaved, each in a fresh process; prints predicted vs measured decode tok/s and the hit
+ * rates, and records everything as JSON.
+ *
+ *   node dist/bench/plan.js -m STORE.pi --budgets 3GiB,3.5GiB,3.75GiB [-n 16] [--reps 1]
+ *                           [--prompt TEXT] [--skip-defaults] [--out FILE.json]
+ *
+ * The measured hit rate is of the decode steps alone (counters read after the prompt's prefill).
+ */
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { loadModel, type LoadModelOptions } from "../src/index.js";
+import { NeuronStore } from "../src/format/store.js";
+import { Tokenizer } from "../src/tokenizer/index.js";
+import { parseSize } from "../src/cli/args.js";
+import { applyPlan, readPlan, sizeText, type PlanFile } from "../src/planner/plan.js";
+import { ROOT_DIR } from "./paths.js";
+
+const BIN = join(ROOT_DIR, "bin", "powerinfer.cjs");
+const PROMPT = "Once upon a time, in a small village at the edge of a great forest, there lived an old clockmaker who repaired every clock in the valley.";
+
+interface ChildJob {
+  model: string;
+  budget: number;
+  plan: string | null;
+  contextSize: number;
+  prompt: string;
+  n: number;
+}
+
+interface ChildResult {
+  decodeTokensPerSecond: number;
+  decodeTokens: number;
+  promptTokens: number;
+  hitRate: number;
+  readBytesPerToken: number;
+  ioWaitShare: number;
+  loadAverage: [number, number];
+}
+
+function arg(name: string, fallback?: string): string | undefined {
+  const i = process.argv.indexOf(name);
+  return i >= 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
+}
+
+/** One run in this (child) process: load with the plan or the defaults, generate, report decode figures. */
+async function child(job: ChildJob): Promise<ChildResult> {
+  const la0 = loadavg()[0];
+  // The CLI's defaults (LOAD_FLAGS): hot share 0.5, queue depth 16, pipelined; threads: all cores.
+  let opts: LoadModelOptions = { modelPath: job.model, memoryBudget: job.budget, contextSize: job.contextSize, batchSize: 256, offload: { hotFraction: 0.5, queueDepth: 16, pipeline: true } };
+  if (job.plan) opts = applyPlan({ ...opts, contextSize: undefined }, job.plan);
+  const model = await loadModel(opts);
+  try {
+    const gen = model.generate(job.prompt, { maxTokens: job.n, temperature: 0, ignoreEos: true });
+    let after: ReturnType<typeof model.offloadStats> | undefined;
+    for await (const _ of gen) {
+      // the first piece comes right after the prompt's prefill, before the first decode step
+      after ??= model.offloadStats();
+    }
+    const end = model.offloadStats()!;
+    const a = after!;
+    const hits = end.hotHits + end.coldHits - a.hotHits - a.coldHits;
+    const misses = end.misses - a.misses;
+    const s = gen.stats!;
+    const steps = Math.max(1, s.generatedTokens - 1);
+    return {
+      decodeTokensPerSecond: s.decodeTokensPerSecond,
+      decodeTokens: s.generatedTokens,
+      promptTokens: s.promptTokens,
+      hitRate: hits / Math.max(1, hits + misses),
+      readBytesPerToken: (end.bytesRead - a.bytesRead) / steps,
+      ioWaitShare: (end.ioWaitMs - a.ioWaitMs) / Math.max(1, s.decodeMs),
+      loadAverage: [la0, loadavg()[0]],
+    };
+  } finally {
+    await model.dispose();
+  }
+}
+
+function spawnChild(job: ChildJob): ChildResult {
+  const r = spawnSync(process.execPath, [fileURLToPath(import.meta.url), "--child", JSON.stringify(job)], {
+    encoding: "utf8",
+    maxBuffer: 16 << 20,
+    env: { ...process.env, UV_THREADPOOL_SIZE: process.env.UV_THREADPOOL_SIZE ?? "64" },
+  });
+  const line = (r.stdout ?? "").trim().split("\n").pop() ?? "";
+  if (r.status !== 0 || !line.startsWith("{")) throw new Error(`run failed (exit ${r.status}):\n${r.stderr}`);
+  return JSON.parse(line) as ChildResult;
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+}
+
+async function main(): Promise<void> {
+  const model = arg("-m");
+  if (!model) throw new Error("give the store with -m STORE.pi");
+  const budgets = (arg("--budgets") ?? "").split(",").filter(Boolean).map(parseSize);
+  if (budgets.length === 0) throw new Error("give budgets with --budgets 3GiB,3.5GiB");
+  const n = Number(arg("-n", "16"));
+  const reps = Number(arg("--reps", "1"));
+  const prompt = arg("--prompt", PROMPT)!;
+  const ctx = Number(arg("-c", "256"));
+  const skipDefaults = process.argv.includes("--skip-defaults");
+  const store = NeuronStore.open(model);
+  const promptTokens = Tokenizer.fromGGUF(store).encode(prompt, { addBos: true, parseSpecial: false }).length;
+  store.close();
+  const dir = mkdtempSync(join(tmpdir(), "powerinfer-plan-bench-"));
+  const rows: Record<string, unknown>[] = [];
+  try {
+    for (const budget of budgets) {
+      const planPath = join(dir, `plan-${budget}.json`);
+      // n tokens generated = n - 1 decode forward passes, after the prompt's prefill
+      const p = spawnSync(process.execPath, [BIN, "plan", "-m", model, "--memory-budget", String(budget), "-c", String(ctx), "-o", planPath, "--prompt-tokens", String(promptTokens), "--decode-tokens", String(Math.max(1, n - 1))], { encoding: "utf8" });
+      if (p.status !== 0) throw new Error(`plan failed:\n${p.stderr}`);
+      process.stderr.write(p.stdout);
+      const plan: PlanFile = readPlan(planPath);
+      const runs: { plan: ChildResult[]; defaults: ChildResult[] } = { plan: [], defaults: [] };
+      for (let r = 0; r < reps; r++) {
+        runs.plan.push(spawnChild({ model, budget, plan: planPath, contextSize: ctx, prompt, n }));
+        if (!skipDefaults) runs.defaults.push(spawnChild({ model, budget, plan: null, contextSize: ctx, prompt, n }));
+      }
+      const mPlan = median(runs.plan.map((x) => x.decodeTokensPerSecond));
+      const mDef = skipDefaults ? NaN : median(runs.defaults.map((x) => x.decodeTokensPerSecond));
+      const row = {
+        budget: sizeText(budget),
+        knobs: plan.knobs,
+        predicted: plan.prediction.tokensPerSecond,
+        measured: mPlan,
+        error: plan.prediction.tokensPerSecond / mPlan - 1,
+        predictedHitRate: plan.prediction.hitRate,
+        measuredHitRate: median(runs.plan.map((x) => x.hitRate)),
+        predictedReadPerToken: plan.prediction.readBytesPerToken,
+        measuredReadPerToken: median(runs.plan.map((x) => x.readBytesPerToken)),
+        defaultsPredicted: plan.defaults.tokensPerSecond,
+        defaultsMeasured: mDef,
+        defaultsHitRate: skipDefaults ? NaN : median(runs.defaults.map((x) => x.hitRate)),
+        loadAverage: [...runs.plan, ...runs.defaults].flatMap((x) => x.loadAverage),
+        runs,
+        breakdown: plan.prediction.breakdown,
+      };
+      rows.push(row);
+      process.stderr.write(`${row.budget}: predicted ${row.predicted.toFixed(2)}, measured ${mPlan.toFixed(2)} tok/s (${(100 * row.error).toFixed(0)}%); defaults ${mDef.toFixed(2)}\n`);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const f = (x: number, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : "-");
+  const pc = (x: number) => (Number.isFinite(x) ? `${(100 * x).toFixed(0)}%` : "-");
+  console.log(`plan vs run: ${model}, prompt ${promptTokens} tokens, ${n} generated, ${reps} run(s) each, medians`);
+  console.log("| budget | plan knobs (threads, QD, hot share, gates) | predicted tok/s | measured tok/s | error | hit rate pred / meas | MB read per token pred / meas | defaults pred / meas tok/s | plan / defaults measured | load avg |");
+  console.log("|---|---|---|---|---|---|---|---|---|---|");
+  for (const r of rows as any[]) {
+    const k = r.knobs;
+    const la = r.loadAverage as number[];
+    console.log(
+      `| ${r.budget} | ${k.threads}, ${k.queueDepth}, ${k.hotFraction}, ${k.residentGates ? "resident" : "flash"} | ${f(r.predicted)} | ${f(r.measured)} | ${pc(r.error)} | ` +
+        `${pc(r.predictedHitRate)} / ${pc(r.measuredHitRate)} | ${f(r.predictedReadPerToken / 1e6, 1)} / ${f(r.measuredReadPerToken / 1e6, 1)} | ${f(r.defaultsPredicted)} / ${f(r.defaultsMeasured)} | ` +
+        `${f(r.measured / r.defaultsMeasured)}x | ${f(Math.min(...la), 1)}-${f(Math.max(...la), 1)} |`,
+    );
+  }
+  const out = arg("--out");
+  if (out) writeFileSync(out, JSON.stringify({ model, promptTokens, n, reps, at: new Date().toISOString(), rows }, null, 1) + "\n");
+}
+
+if (process.argv[2] === "--child") {
+  child(JSON.parse(process.argv[3]) as ChildJob).then(
+    (r) => console.log(JSON.stringify(r)),
+    (e) => {
+      console.error(e instanceof Error ? e.stack : e);
+      process.exitCode = 1;
+    },
+  );
+} else if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  main().catch((e) => {
+    console.error(`bench plan: ${e instanceof Error ? e.message : e}`);
+    process.exitCode = 1;
+  });
+}

@@ -1,0 +1,154 @@
+/**
+ * `powerinfer plan -m MODEL.pi --memory-budget SIZE [-o PLAN] [--reprobe] [-t N]`: probe this
+ * machine (cached), predict decode speed for the store under the budget with every combination of
+ * the runtime's knobs, write the best as a plan file (default MODEL.pi.plan.json, where `run`
+ * looks for one), and print the prediction and where the time goes.
+ */
+import { loadavg } from "node:os";
+import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
+import { defaultPlanPath, makePlan, sizeText, writePlan, type PlanPrediction } from "../planner/plan.js";
+import { defaultCacheDir, probeCachePath } from "../planner/probe.js";
+import { LOAD_FLAGS } from "./model-flags.js";
+
+const FLAGS: FlagSpec[] = [
+  { names: ["-m", "--model"], key: "model", type: "string", help: "the neuron store (.pi) to plan for" },
+  { names: ["--memory-budget"], key: "budget", type: "size", help: "everything resident fits in this (e.g. 3.75GiB), as for run" },
+  { names: ["-o", "--output"], key: "output", type: "string", help: "plan file to write (default: MODEL.plan.json next to the model, where run finds it)" },
+  { names: ["-t", "--threads"], key: "threads", type: "int", help: "use this many threads (default: the fastest predicted, 1..cores)" },
+  { names: ["-c", "--ctx-size"], key: "ctx", type: "int", help: "context size of the runs (its KV cache is part of the budget)", default: 256 },
+  { names: ["-b", "--batch-size"], key: "batch", type: "int", help: "prompt tokens per forward pass, as for run", default: 256 },
+  { names: ["--prompt-tokens"], key: "prompt", type: "int", help: "prompt length the prediction assumes (its prefill warms the cache)", default: 32 },
+  { names: ["--decode-tokens"], key: "decode", type: "int", help: "generated tokens the predicted tok/s averages over", default: 128 },
+  { names: ["--firing"], key: "firing", type: "float", help: "assume every neuron fires with this probability (default: the store's profile, else planted rates of a synthetic model, else 0.1)" },
+  { names: ["--reprobe"], key: "reprobe", type: "bool", help: "measure the machine again instead of using the cached probe" },
+  { names: ["--probe-scale"], key: "scale", type: "float", help: "multiply the probe's measuring time (1 = a few seconds)", default: 1 },
+  { names: ["--json"], key: "json", type: "bool", help: "print the plan as JSON on stdout (it is written to the file as well)" },
+  { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "no progress messages" },
+  { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
+];
+
+const ms = (s: number) => (s * 1000).toFixed(s < 0.01 ? 2 : 1);
+const mb = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+
+export async function main(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, FLAGS);
+  if (args.help) {
+    console.log(
+      usage(
+        "plan -m MODEL.pi --memory-budget SIZE [options]",
+        "Probe this machine (kernel speed, memory bandwidth, direct-read rates of the store's device; cached in " +
+          `${defaultCacheDir()}), predict decode speed for the store under the budget, and write the fastest knobs ` +
+          "(threads, read queue depth, hot share of the neuron cache, resident gate rows, pipeline) as a plan that run uses.",
+        FLAGS,
+      ),
+    );
+    return 0;
+  }
+  const model = (args.model as string | undefined) ?? args._[0];
+  if (typeof model !== "string") throw new UsageError("plan: -m MODEL.pi is required (see powerinfer plan --help)");
+  if (typeof args.budget !== "number") throw new UsageError("plan: --memory-budget SIZE is required (the plan is for one budget)");
+  const positive = (key: string, flag: string) => {
+    const v = args[key];
+    if (v !== undefined && !((v as number) >= 1)) throw new UsageError(`plan: ${flag} must be at least 1, got ${v}`);
+  };
+  positive("threads", "-t");
+  positive("ctx", "-c");
+  positive("batch", "-b");
+  positive("decode", "--decode-tokens");
+  if ((args.prompt as number) < 0) throw new UsageError(`plan: --prompt-tokens must be 0 or more`);
+  const firing = args.firing as number | undefined;
+  if (firing !== undefined && !(firing > 0 && firing <= 1)) throw new UsageError(`plan: --firing must be in (0, 1], got ${firing}`);
+  const scale = args.scale as number;
+  if (!(scale > 0)) throw new UsageError(`plan: --probe-scale must be positive`);
+  const out = (args.output as string | undefined) ?? defaultPlanPath(model);
+  const say = args.quiet ? () => {} : (m: string) => process.stderr.write(`plan: ${m}\n`);
+
+  const r = await makePlan({
+    modelPath: model,
+    budget: args.budget,
+    threads: args.threads as number | undefined,
+    contextSize: args.ctx as number,
+    batchSize: args.batch as number,
+    promptTokens: args.prompt as number,
+    decodeTokens: args.decode as number,
+    firing,
+    probe: { reprobe: Boolean(args.reprobe), scale },
+    defaults: flagDefaults(),
+    onProgress: say,
+  });
+  const plan = r.plan;
+  plan.probe.file = probeCachePath(defaultCacheDir(), plan.machine);
+  writePlan(out, plan);
+  if (args.json) {
+    console.log(JSON.stringify(plan, null, 2));
+    return 0;
+  }
+
+  const m = plan.machine;
+  const s = r.best.split;
+  const k = plan.knobs;
+  const lines: string[] = [];
+  lines.push(`plan for ${model} under --memory-budget ${sizeText(plan.budget)}, context ${plan.contextSize}`);
+  lines.push(`machine: ${m.hostname}, ${m.cpuModel}, ${m.cores} cores, ${(m.totalMemory / 2 ** 30).toFixed(1)} GiB; store on ${m.device}; load average now ${loadavg()[0].toFixed(1)}`);
+  const notes = Object.entries(r.probe.notes).map(([part, n]) => `${part} ${n.at.slice(0, 16)} (load ${n.loadAverage.toFixed(1)})`);
+  lines.push(`probe: ${plan.probe.file} [${notes.join("; ")}] (--reprobe measures again)`);
+  lines.push(`firing: ${r.firing.source}; mean ${pct(plan.firing.meanFiring)} of neurons per token`);
+  lines.push(
+    `memory: runtime ${mb(s.runtimeBytes)} + weights ${mb(s.weightBytes)} + KV cache ${mb(s.kvBytes)} + ` +
+      `${s.residentGates ? "gate rows" : "gate staging"} ${mb(s.gateBytes)} + scratch ${mb(s.scratchBytes)}; neuron cache ${mb(s.cacheBytes)} ` +
+      `(${s.slots} bundles: ${s.hotPerLayer} hot per layer, ${s.coldSlots} cold); smallest budget that runs ~${mb(s.minBudget)}`,
+  );
+  lines.push(
+    `knobs: ${k.threads} thread(s), read queue depth ${k.queueDepth}, hot share ${k.hotFraction}, gate rows ${k.residentGates ? "resident" : "read from flash each token"}, pipeline ${k.pipeline ? "on" : "off"}`,
+  );
+  lines.push(
+    `reads: ${plan.derived.readBytes >> 10} KiB per missed neuron (one bundle; fixed by the store)${k.residentGates ? "" : `, ${plan.derived.gateReadBytes >> 10} KiB gate pages`}; ` +
+      `clusters: one hot cluster of ${plan.derived.hotClusterNeurons} neurons per layer, cold neurons one by one`,
+  );
+  const d = plan.defaults;
+  const gain = plan.prediction.tokensPerSecond / d.tokensPerSecond;
+  lines.push(
+    `predicted decode: ${plan.prediction.tokensPerSecond.toFixed(2)} tok/s (averaged over ${plan.workload.decodeTokens} tokens after a ${plan.workload.promptTokens}-token prompt); ` +
+      `the defaults (${describe(d)}): ${d.tokensPerSecond.toFixed(2)} tok/s${gain >= 1.005 ? `, the plan is ${gain.toFixed(2)}x` : ", the plan keeps them"}`,
+  );
+  lines.push(`where a decode token's time goes (ms):`);
+  lines.push(breakdown(plan.prediction));
+  lines.push(
+    `cache: ${pct(plan.prediction.hitRate)} of firing neurons hit; ${Math.round(plan.prediction.firingPerToken)} fire per token, ${Math.round(plan.prediction.missesPerToken)} missed, ` +
+      `${(plan.prediction.readBytesPerToken / 1e6).toFixed(1)} MB read per token`,
+  );
+  lines.push(`wrote ${out}; run picks it up with --plan ${out}${out === defaultPlanPath(model) ? ` (or by itself when run with --memory-budget ${sizeText(plan.budget)})` : ""}`);
+  console.log(lines.join("\n"));
+  return 0;
+}
+
+/** The knobs `run` uses when no flag sets them: the plan is compared with these. */
+function flagDefaults(): { hotFraction?: number; queueDepth?: number } {
+  const def = (key: string) => LOAD_FLAGS.find((f) => f.key === key)?.default;
+  const hot = def("hotFraction"), qd = def("queueDepth");
+  return { ...(typeof hot === "number" ? { hotFraction: hot } : {}), ...(typeof qd === "number" ? { queueDepth: qd } : {}) };
+}
+
+function describe(p: PlanPrediction): string {
+  const k = p.knobs;
+  return `${k.threads} thread(s), QD ${k.queueDepth}, hot share ${k.hotFraction}, gate rows ${k.residentGates ? "resident" : "from flash"}`;
+}
+
+function breakdown(p: PlanPrediction): string {
+  const b = p.breakdown;
+  const rows: [string, number][] = [
+    ["attention (matvecs, KV cache)", b.attention],
+    ["gate (resident rows' matvec, or from bundles)", b.gate],
+    ["waiting for gate pages", b.gateReads],
+    ["filing neurons (JS)", b.scan],
+    ["up/down of firing neurons", b.ffnCompute],
+    ["waiting for missed bundles", b.ioWait],
+    ["output matvec", b.output],
+  ];
+  return rows
+    .filter(([, v]) => v > 0)
+    .map(([name, v]) => `  ${name.padEnd(46)} ${ms(v).padStart(8)}  ${pct(v / p.secondsPerToken).padStart(6)}`)
+    .concat([`  ${"total".padEnd(46)} ${ms(p.secondsPerToken).padStart(8)}`])
+    .join("\n");
+}

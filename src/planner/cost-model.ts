@@ -1,0 +1,420 @@
+/**
+ * The planner's cost model: seconds per decode token of a neuron store run under a memory budget
+ * with given knobs, from the hardware probe, the model's shapes and its neurons' firing rates.
+ *
+ * It follows what the runtime does (src/model/llama.ts forwardAsync, src/model/offloaded-ffn.ts
+ * in `gate` sparsity), step by step, with expected values:
+ *
+ * Budget (as LlamaModel.offload): room = 0.97 budget; fixed = resident runtime and weights + KV
+ * cache + sparse scratch + (resident gate rows | gate staging); cache = min(all bundles, room -
+ * fixed) in whole bundles; hot = min(nFF, floor(slots * hotFraction / nLayer), floor((slots - 1)
+ * / nLayer)) per layer, pinned to the first stored positions; the rest is one cold LRU.
+ *
+ * Hits (independent firing per token, neuron i of layer l with probability p): a hot neuron always
+ * hits. The cold LRU follows Che's approximation: the cache keeps what was asked for within the
+ * last tau tokens, tau solving  sum over cold neurons (1 - (1 - p)^tau) = cold slots; it starts
+ * empty, so at decode step j (after a prompt of P tokens, whose batched prefill touches the union
+ * of their neurons) a cold neuron hits with probability 1 - (1 - p)^min(P + j, tau).
+ *
+ * Time per layer, resident gates (pipeline on):
+ *   gate    = nFF nEmbd / matvec rate + dispatch
+ *   scan    = nFF c_scan + firing c_lookup                       (JS filing of hits and misses)
+ *   round 1 = max(hits c_up + max(0, n1 - QD) / IOPS(bundle, QD),  n1 / IOPS(bundle, min(n1, QD)))
+ *             n1 = min(misses, cold slots); the reads issued before the hits are computed are the
+ *             only ones that overlap them: the reader issues new reads from its completion
+ *             callbacks, which wait while the main thread computes
+ *   misses  = n1 c_up (+ further rounds when misses exceed the cold slots: reads then compute)
+ *   fixed   = prepare + reduce (probed as a layer's fixed cost)
+ * Without the pipeline round 1 is n1 / IOPS + hits c_up. Without resident gates, the gates of
+ * cached bundles are computed from them, the other bundles' gate pages read in rounds of 2048
+ * (the first overlapping the hits), and the misses read afterwards, with nothing to overlap.
+ * Attention: its four matvecs at the probed rates, the KV cache read at memory bandwidth, and a
+ * dispatch per kernel call; the output matvec once per token.
+ */
+import type { GGMLType } from "../format/ggml-types.js";
+import type { SparseSpeed } from "./probe.js";
+
+export interface MatrixShape {
+  type: GGMLType;
+  rows: number;
+  cols: number;
+}
+
+/** What the cost model needs to know about the model (see shapeOfStore in plan.ts). */
+export interface ModelShape {
+  nLayer: number;
+  nEmbd: number;
+  nFF: number;
+  nHead: number;
+  nHeadKV: number;
+  headDim: number;
+  nVocab: number;
+  ffnType: GGMLType;
+  bundleBytes: number;
+  /** bytes of a first-phase gate read (the pages holding a gate row) */
+  gateReadBytes: number;
+  /** the dense matrices of one layer's attention (wq, wk, wv, wo) */
+  layerMatrices: MatrixShape[];
+  output: MatrixShape;
+  /** packed resident gate rows of all layers */
+  gateBytes: number;
+  /** staging for first-phase gate reads (when the gate rows are not resident) */
+  stagingBytes: number;
+  /** sparse kernels' scratch, as LlamaModel.offload counts it */
+  scratchBytes: number;
+  /** resident bytes of weights and buffers once loaded, before the KV cache and the FFN (wasm arena touched + the JS-side embedding table) */
+  weightBytes: number;
+  /** KV cache bytes per context position (f32 K and V, all layers) */
+  kvBytesPerPosition: number;
+}
+
+/** Per-neuron firing probability per token, per layer, in stored order (position k = the k-th bundle of the layer). */
+export interface Firing {
+  layers: Float64Array[];
+  /** where the numbers come from, in words (profile, planted by synth, assumed) */
+  source: string;
+}
+
+/** The measured machine, for one thread count (see hardwareFromProbe in plan.ts). */
+export interface Hardware {
+  threads: number;
+  /** seconds per pool.run (waking the workers) */
+  dispatch: number;
+  /** bytes per second streamed */
+  memoryBandwidth: number;
+  /** multiply-adds per second of a matvec of this weight type */
+  matvecRate(type: GGMLType): number;
+  sparse: SparseSpeed;
+  scan: { perNeuron: number; perLookup: number };
+  /** reads per second of `bytes`-sized random reads of the store at queue depth qd */
+  iops(bytes: number, qd: number): number;
+  /** resident bytes of the process before any weight is loaded (runtime, the store's manifest, the thread pool) */
+  runtimeBytes: number;
+}
+
+export interface Knobs {
+  threads: number;
+  queueDepth: number;
+  hotFraction: number;
+  /** keep the gate rows in memory (false: read gate pages every token) */
+  residentGates: boolean;
+  pipeline: boolean;
+}
+
+export interface Workload {
+  /** KV cache positions (the budget counts all of them) */
+  contextSize: number;
+  /** prompt tokens before decoding (their prefill warms the cold cache) */
+  promptTokens: number;
+  /** decode tokens the prediction averages over */
+  decodeTokens: number;
+}
+
+export interface MemorySplit {
+  budget: number;
+  /** 97% of the budget: LlamaModel.offload leaves 3% for what is hard to count */
+  room: number;
+  runtimeBytes: number;
+  weightBytes: number;
+  kvBytes: number;
+  scratchBytes: number;
+  /** resident gate rows or gate staging */
+  gateBytes: number;
+  residentGates: boolean;
+  cacheBytes: number;
+  slots: number;
+  hotPerLayer: number;
+  coldSlots: number;
+  /** whether the budget runs at all (a cache of at least 4 bundles) */
+  fits: boolean;
+  /** the smallest budget that runs with these knobs */
+  minBudget: number;
+}
+
+/** Seconds per decode token, by where they go. */
+export interface Breakdown {
+  /** attention matvecs, KV cache reads, norms, rope */
+  attention: number;
+  /** resident gate matvec, or gates computed from cached bundles and read gate pages */
+  gate: number;
+  /** waiting for gate pages (non-resident gate rows) */
+  gateReads: number;
+  /** JS filing of firing neurons as hits and misses */
+  scan: number;
+  /** up/down of firing neurons (hits and misses) and the layer's fixed sparse cost */
+  ffnCompute: number;
+  /** waiting for the misses' bundles beyond what overlaps the hits' compute */
+  ioWait: number;
+  /** output matvec */
+  output: number;
+}
+
+export interface Prediction {
+  knobs: Knobs;
+  split: MemorySplit;
+  tokensPerSecond: number;
+  secondsPerToken: number;
+  breakdown: Breakdown;
+  /** per decode token, over all layers */
+  firingPerToken: number;
+  hitsPerToken: number;
+  hotHitsPerToken: number;
+  missesPerToken: number;
+  /** bundle (and gate page) bytes read per decode token */
+  readBytesPerToken: number;
+  hitRate: number;
+}
+
+/** Gate pages read per round when the gate rows are not resident (OffloadedFFN's STAGE_NEURONS). */
+export const STAGE_NEURONS = 2048;
+/** Share of the budget LlamaModel.offload leaves unallocated. */
+export const BUDGET_ROOM = 0.97;
+
+/** The budget's split with these knobs, as LlamaModel.offload will make it. */
+export function splitBudget(shape: ModelShape, hw: Pick<Hardware, "runtimeBytes">, knobs: Pick<Knobs, "residentGates" | "hotFraction">, workload: Pick<Workload, "contextSize">, budget: number): MemorySplit {
+  const { nLayer, nFF, bundleBytes } = shape;
+  const kvBytes = shape.kvBytesPerPosition * workload.contextSize;
+  const allFFN = nLayer * nFF * bundleBytes;
+  const minCache = Math.min(allFFN, 4 * bundleBytes);
+  const base = hw.runtimeBytes + shape.weightBytes + kvBytes + shape.scratchBytes;
+  const gateBytes = knobs.residentGates ? shape.gateBytes : shape.stagingBytes;
+  const fixed = base + gateBytes;
+  const room = budget * BUDGET_ROOM;
+  const cacheBytes = Math.max(0, Math.min(allFFN, room - fixed));
+  const fits = cacheBytes >= minCache;
+  const slots = fits ? Math.floor(cacheBytes / bundleBytes) : 0;
+  const hot = !fits ? 0 : slots >= nLayer * nFF ? nFF : Math.max(0, Math.min(nFF, Math.floor((slots * knobs.hotFraction) / nLayer), Math.floor((slots - 1) / nLayer)));
+  return {
+    budget,
+    room,
+    runtimeBytes: hw.runtimeBytes,
+    weightBytes: shape.weightBytes,
+    kvBytes,
+    scratchBytes: shape.scratchBytes,
+    gateBytes,
+    residentGates: knobs.residentGates,
+    cacheBytes,
+    slots,
+    hotPerLayer: hot,
+    coldSlots: slots - hot * nLayer,
+    fits,
+    minBudget: Math.ceil((fixed + minCache) / BUDGET_ROOM),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cache hits
+
+/** Log-spaced bins of firing probability: enough resolution for the hit model, fast to sum. */
+const BINS = 240;
+const P_MIN = 1e-7;
+const binOf = (p: number) => Math.min(BINS - 1, Math.max(0, Math.floor((Math.log(p / P_MIN) / Math.log(1 / P_MIN)) * BINS)));
+
+/** Expected cache behaviour per layer at each decode step. */
+export interface HitProfile {
+  /** firing neurons per token, per layer */
+  firing: Float64Array;
+  /** hot hits per token, per layer */
+  hot: Float64Array;
+  /** [step][layer]: cold hits per token */
+  cold: Float64Array[];
+  /** [step][layer]: bundles of the layer in the cold region (the gate-reading mode computes their gates from memory) */
+  coldHeld: Float64Array[];
+  /** Che's characteristic time in tokens (Infinity: the cold region holds every cold neuron that fires) */
+  tau: number;
+}
+
+/**
+ * Expected hits of a cache with `hot` pinned positions per layer and `coldSlots` LRU slots, at
+ * decode steps 0..steps-1 after a prompt of `prompt` tokens.
+ */
+export function hitProfile(firing: Firing, hot: number, coldSlots: number, prompt: number, steps: number): HitProfile {
+  const L = firing.layers.length;
+  const count = new Float64Array(L * BINS);
+  const sumP = new Float64Array(L * BINS);
+  const fire = new Float64Array(L);
+  const hotHits = new Float64Array(L);
+  let coldItems = 0;
+  for (let l = 0; l < L; l++) {
+    const p = firing.layers[l];
+    for (let k = 0; k < p.length; k++) {
+      const v = p[k];
+      if (!(v > 0)) continue;
+      fire[l] += v;
+      if (k < hot) {
+        hotHits[l] += v;
+        continue;
+      }
+      const b = l * BINS + binOf(v);
+      count[b]++;
+      sumP[b] += v;
+      coldItems++;
+    }
+  }
+  // representative probability of each (layer, bin): the mean of its neurons
+  const rep = new Float64Array(L * BINS);
+  for (let i = 0; i < rep.length; i++) rep[i] = count[i] > 0 ? Math.min(1, sumP[i] / count[i]) : 0;
+  const occupancy = (t: number) => {
+    let s = 0;
+    for (let i = 0; i < rep.length; i++) if (count[i] > 0) s += count[i] * (1 - Math.pow(1 - rep[i], t));
+    return s;
+  };
+  let tau = Infinity;
+  if (coldItems > coldSlots) {
+    if (coldSlots <= 0) tau = 0;
+    else {
+      // occupancy grows with t from 0 to coldItems: bisect in log t
+      let lo = 0, hi = 1;
+      while (occupancy(hi) < coldSlots && hi < 1e12) hi *= 2;
+      for (let it = 0; it < 80; it++) {
+        const mid = (lo + hi) / 2;
+        if (occupancy(mid) < coldSlots) lo = mid;
+        else hi = mid;
+      }
+      tau = (lo + hi) / 2;
+    }
+  }
+  const cold: Float64Array[] = [];
+  const held: Float64Array[] = [];
+  for (let j = 0; j < steps; j++) {
+    const age = Math.min(prompt + j, tau);
+    const c = new Float64Array(L);
+    const h = new Float64Array(L);
+    for (let l = 0; l < L; l++) {
+      let hits = 0, n = 0;
+      for (let b = 0; b < BINS; b++) {
+        const i = l * BINS + b;
+        if (count[i] === 0) continue;
+        const q = 1 - Math.pow(1 - rep[i], age);
+        hits += sumP[i] * q;
+        n += count[i] * q;
+      }
+      c[l] = hits;
+      h[l] = n;
+    }
+    cold.push(c);
+    held.push(h);
+  }
+  return { firing: fire, hot: hotHits, cold, coldHeld: held, tau };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Time
+
+/** Seconds for n concurrent-as-allowed random reads of `bytes` at queue depth qd. */
+function readTime(hw: Hardware, bytes: number, n: number, qd: number): number {
+  if (n <= 0) return 0;
+  return n / hw.iops(bytes, Math.max(1, Math.min(qd, Math.ceil(n))));
+}
+
+/**
+ * Round 1 of a batch of n reads issued just before `compute` seconds of main-thread work: only
+ * the first QD reads proceed during the compute (new reads are issued from completion callbacks,
+ * which wait for the main thread); returns the round's wall time.
+ */
+function overlapped(hw: Hardware, bytes: number, n: number, qd: number, compute: number): number {
+  if (n <= 0) return compute;
+  return Math.max(compute + Math.max(0, n - qd) / hw.iops(bytes, qd), readTime(hw, bytes, n, qd));
+}
+
+/** Reads of `n` bundles in rounds of at most `cold` (each round read, then computed). */
+function rounds(hw: Hardware, bytes: number, n: number, cold: number, qd: number, up: number): { io: number; compute: number } {
+  let io = 0, compute = 0;
+  let left = n;
+  while (left > 1e-9) {
+    const r = Math.min(left, Math.max(1, cold));
+    io += readTime(hw, bytes, r, qd);
+    compute += r * up + hw.dispatch;
+    left -= r;
+  }
+  return { io, compute };
+}
+
+export function predict(shape: ModelShape, firing: Firing, hw: Hardware, knobs: Knobs, workload: Workload, budget: number, hits?: HitProfile): Prediction {
+  if (firing.layers.length !== shape.nLayer) throw new Error(`firing rates for ${firing.layers.length} layers, the model has ${shape.nLayer}`);
+  const split = splitBudget(shape, hw, knobs, workload, budget);
+  const steps = Math.max(1, Math.floor(workload.decodeTokens));
+  const zero: Breakdown = { attention: 0, gate: 0, gateReads: 0, scan: 0, ffnCompute: 0, ioWait: 0, output: 0 };
+  if (!split.fits) {
+    return { knobs, split, tokensPerSecond: 0, secondsPerToken: Infinity, breakdown: zero, firingPerToken: 0, hitsPerToken: 0, hotHitsPerToken: 0, missesPerToken: 0, readBytesPerToken: 0, hitRate: 0 };
+  }
+  const hp = hits ?? hitProfile(firing, split.hotPerLayer, split.coldSlots, workload.promptTokens, steps);
+  const { nLayer, nFF, nEmbd, bundleBytes, gateReadBytes } = shape;
+  const sp = hw.sparse;
+  const up = sp.upDownPerNeuron;
+  const qd = knobs.queueDepth;
+  const cold = split.coldSlots;
+
+  // Dense work per token (the same at every step but for the attention's growing span).
+  const mv = (m: MatrixShape) => (m.rows * m.cols) / hw.matvecRate(m.type) + hw.dispatch;
+  const attnMatvecs = shape.layerMatrices.reduce((a, m) => a + mv(m), 0);
+  // norms (2), rope (2), attention, add (2), activation prepare: one dispatch each
+  const attnOps = 8 * hw.dispatch;
+  const gateMatvec = knobs.residentGates ? mv({ type: shape.ffnType, rows: nFF, cols: nEmbd }) : 0;
+  const output = mv(shape.output) + 2 * hw.dispatch;
+
+  const total: Breakdown = { ...zero };
+  let fired = 0, hitsSum = 0, hotSum = 0, readBytes = 0;
+  for (let j = 0; j < steps; j++) {
+    const pos = workload.promptTokens + j;
+    const kvRead = (2 * pos * shape.nHead * shape.headDim * 4) / hw.memoryBandwidth;
+    const b: Breakdown = { ...zero };
+    b.attention = nLayer * (attnMatvecs + attnOps + kvRead);
+    b.output = output;
+    for (let l = 0; l < nLayer; l++) {
+      const f = hp.firing[l];
+      const h = Math.min(f, hp.hot[l] + hp.cold[j][l]);
+      const m = Math.max(0, f - h);
+      fired += f;
+      hitsSum += h;
+      hotSum += hp.hot[l];
+      b.scan += nFF * hw.scan.perNeuron + f * hw.scan.perLookup;
+      const tHits = h > 0 ? h * up : 0;
+      const n1 = Math.min(m, Math.max(1, cold));
+      if (knobs.residentGates) {
+        b.gate += gateMatvec;
+        const r1 = knobs.pipeline ? overlapped(hw, bundleBytes, n1, qd, tHits) : readTime(hw, bundleBytes, n1, qd) + tHits;
+        const more = rounds(hw, bundleBytes, m - n1, cold, qd, up);
+        b.ioWait += r1 - tHits + more.io;
+        b.ffnCompute += sp.layerFixed + tHits + n1 * up + (n1 > 0 ? hw.dispatch : 0) + more.compute;
+        readBytes += m * bundleBytes;
+      } else {
+        // gates of the bundles in memory, then gate pages of every other bundle in rounds
+        const cached = Math.min(nFF, split.hotPerLayer + hp.coldHeld[j][l]);
+        const uncached = nFF - cached;
+        b.gate += cached > 0 ? sp.gateFixed + cached * sp.gatePerNeuron : 0;
+        let left = uncached;
+        let first = true;
+        while (left > 1e-9) {
+          const r = Math.min(left, STAGE_NEURONS);
+          const io = first && knobs.pipeline ? overlapped(hw, gateReadBytes, r, qd, tHits) - tHits : readTime(hw, gateReadBytes, r, qd);
+          b.gateReads += io;
+          b.gate += sp.gateFixed + r * sp.gatePerNeuron;
+          first = false;
+          left -= r;
+        }
+        readBytes += uncached * gateReadBytes + m * bundleBytes;
+        // misses: read after every gate is known, nothing left to overlap them with
+        const miss = rounds(hw, bundleBytes, m, cold, qd, up);
+        b.ioWait += miss.io;
+        b.ffnCompute += sp.layerFixed + tHits + miss.compute;
+      }
+    }
+    for (const k of Object.keys(total) as (keyof Breakdown)[]) total[k] += b[k];
+  }
+  for (const k of Object.keys(total) as (keyof Breakdown)[]) total[k] /= steps;
+  const secondsPerToken = Object.values(total).reduce((a, v) => a + v, 0);
+  return {
+    knobs,
+    split,
+    tokensPerSecond: 1 / secondsPerToken,
+    secondsPerToken,
+    breakdown: total,
+    firingPerToken: fired / steps,
+    hitsPerToken: hitsSum / steps,
+    hotHitsPerToken: hotSum / steps,
+    missesPerToken: (fired - hitsSum) / steps,
+    readBytesPerToken: readBytes / steps,
+    hitRate: fired > 0 ? hitsSum / fired : 1,
+  };
+}

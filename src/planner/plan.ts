@@ -1,0 +1,568 @@
+/**
+ * The offline planner: probe the machine (probe.ts), read the store's shapes and firing rates,
+ * search the runtime's knobs with the cost model (cost-model.ts), and write the best as a plan
+ * file that `run` (through applyPlan) turns into load options.
+ *
+ * Knobs searched: threads, read queue depth, the hot share of the neuron cache (the hot set: the
+ * first stored neurons of each layer, hot-first when the store was converted with a profile),
+ * resident gate rows or gate pages read per token, and the I/O-compute pipeline. The cache size is
+ * what the budget leaves (more cache never costs decode time); read size and cluster shape are
+ * fixed by the store (one bundle per neuron, one hot cluster per layer) and reported, not chosen.
+ *
+ * A plan is valid for one machine (probe.ts fingerprint), one store (size and manifest checksum),
+ * one budget and one context size; applyPlan refuses (or, for a plan found next to the model,
+ * ignores with a note) any other.
+ */
+import { closeSync, existsSync, openSync, readFileSync, readSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { resolve } from "node:path";
+import { GGMLType, typeName } from "../format/ggml-types.js";
+import { NeuronStore, STORE_MAGIC } from "../format/store.js";
+import { defaultQueueDepth, visibleThreadPoolSize } from "../io/flash-reader.js";
+import type { LoadModelOptions } from "../index.js";
+import { readConfig, type ModelConfig } from "../model/config.js";
+import { plannedFiring } from "../offline/synth.js";
+import { activationBytes, hasWeightKernel, weightKernel } from "../runtime/weights.js";
+import { hitProfile, predict, splitBudget, type Firing, type Hardware, type HitProfile, type Knobs, type ModelShape, type Prediction, type Workload, STAGE_NEURONS } from "./cost-model.js";
+import {
+  defaultQueueDepths,
+  defaultThreadCounts,
+  gatePageBytes,
+  iopsAt,
+  ioKey,
+  machineDifference,
+  machineFingerprint,
+  matvecKey,
+  probeMachine,
+  sparseKey,
+  type MachineFingerprint,
+  type ProbeOptions,
+  type ProbeResult,
+} from "./probe.js";
+
+export const PLAN_FORMAT = "powerinfer-ts plan";
+export const PLAN_VERSION = 1;
+
+/** What `run` does without a plan (src/cli/model-flags.ts LOAD_FLAGS' defaults, which cli/plan.ts passes in): the baseline a plan must beat. */
+export function defaultKnobs(): Pick<Knobs, "hotFraction" | "queueDepth" | "pipeline"> {
+  // OffloadOptions' own defaults: hot share 0.5, reads in flight = libuv's pool, pipelined
+  return { hotFraction: 0.5, queueDepth: defaultQueueDepth(), pipeline: true };
+}
+
+/** Identifies a store's content: its size and its manifest's checksum (a copy elsewhere still matches). */
+export interface ModelFingerprint {
+  path: string;
+  bytes: number;
+  mtimeMs: number;
+  manifestCrc32: string;
+}
+
+export function modelFingerprint(path: string): ModelFingerprint {
+  const st = statSync(path);
+  const fd = openSync(path, "r");
+  try {
+    const head = Buffer.alloc(40);
+    if (readSync(fd, head, 0, 40, 0) !== 40 || head.toString("latin1", 0, 8) !== STORE_MAGIC) {
+      throw new Error(`${path}: not a .pi neuron store (the planner plans stores: convert the model first with "powerinfer convert")`);
+    }
+    return { path: resolve(path), bytes: st.size, mtimeMs: Math.round(st.mtimeMs), manifestCrc32: head.readUInt32LE(32).toString(16).padStart(8, "0") };
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** null when the plan's model is this store, else what differs. */
+export function modelDifference(planned: ModelFingerprint, here: ModelFingerprint): string | null {
+  if (planned.bytes !== here.bytes) return `the plan is for a store of ${planned.bytes} bytes (${planned.path}), this one has ${here.bytes}`;
+  if (planned.manifestCrc32 !== here.manifestCrc32) return `the plan is for another store (manifest checksum ${planned.manifestCrc32}, this one ${here.manifestCrc32}; ${planned.path})`;
+  return null;
+}
+
+export interface PlanFile {
+  format: typeof PLAN_FORMAT;
+  version: number;
+  created: string;
+  machine: MachineFingerprint;
+  model: ModelFingerprint;
+  /** --memory-budget in bytes */
+  budget: number;
+  contextSize: number;
+  batchSize: number;
+  workload: Workload;
+  /** the chosen knobs, as load options take them */
+  knobs: Knobs;
+  /** what the knobs imply, for the reader: cache split, read and cluster sizes */
+  derived: {
+    cacheBytes: number;
+    hotPerLayer: number;
+    coldSlots: number;
+    /** bytes of one neuron bundle read on a miss (fixed by the store) */
+    readBytes: number;
+    /** bytes of one gate-page read (only without resident gate rows) */
+    gateReadBytes: number;
+    /** the hot set: one contiguous cluster of this many neurons per layer; cold neurons are single-bundle clusters */
+    hotClusterNeurons: number;
+    minBudget: number;
+  };
+  prediction: PlanPrediction;
+  /** the same model and budget with the runtime's defaults, predicted the same way */
+  defaults: PlanPrediction;
+  firing: { source: string; meanFiring: number };
+  probe: { file: string | null; loadAverage: number | null; seconds: number };
+}
+
+export interface PlanPrediction {
+  knobs: Knobs;
+  tokensPerSecond: number;
+  secondsPerToken: number;
+  breakdown: Prediction["breakdown"];
+  hitRate: number;
+  firingPerToken: number;
+  missesPerToken: number;
+  readBytesPerToken: number;
+  cacheBytes: number;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model facts
+
+/** Sparse kernels' scratch as LlamaModel.offload counts it. */
+function scratchBytes(cfg: ModelConfig): number {
+  return 8 * cfg.nFF * 4 + 64 * cfg.nEmbd * 4 + (4 << 20);
+}
+
+/**
+ * The store's shapes and what loading it makes resident before the neuron cache (mirrors
+ * LlamaModel.load: packed matrices, f32 vectors, activation buffers up to the KV cache; a store's
+ * embedding table is not resident, its rows are read as tokens come).
+ */
+export function shapeOfStore(store: NeuronStore, cfg: ModelConfig, batchSize = 256, contextSize = 256): ModelShape {
+  const { nEmbd, nFF, nHead, nHeadKV, headDim, nLayer, nVocab } = cfg;
+  const qDim = nHead * headDim;
+  const kvDim = nHeadKV * headDim;
+  const mat = (name: string): { type: GGMLType; rows: number; cols: number } => {
+    const t = store.tensor(name);
+    return { type: t.type, rows: t.dims[1], cols: t.dims[0] };
+  };
+  const packed = (m: { type: GGMLType; rows: number; cols: number }) => {
+    if (!hasWeightKernel(m.type)) throw new Error(`${store.path}: a ${typeName(m.type)} matrix has no kernel in this engine`);
+    return weightKernel(m.type).packedBytes(m.rows, m.cols);
+  };
+  const layerMatrices = ["attn_q", "attn_k", "attn_v", "attn_output"].map((n) => mat(`blk.0.${n}.weight`));
+  const output = mat(store.tensors.has("output.weight") ? "output.weight" : "token_embd.weight");
+  let arena = 1 << 20; // the kernel module's static region
+  for (let l = 0; l < nLayer; l++) {
+    for (const n of ["attn_q", "attn_k", "attn_v", "attn_output"]) arena += packed(mat(`blk.${l}.${n}.weight`));
+    arena += 2 * nEmbd * 4; // norms
+    if (cfg.qkvBias) arena += (qDim + 2 * kvDim) * 4;
+  }
+  arena += nEmbd * 4 + packed(output);
+  // activation buffers: one per format the matrices (and the resident gate rows) read
+  const fmts = new Map<string, number>();
+  for (const m of [...layerMatrices, output, { type: store.ffn.type, rows: nFF, cols: nEmbd }]) {
+    if (!hasWeightKernel(m.type)) continue;
+    const f = weightKernel(m.type).act;
+    if (f !== "f32") fmts.set(f, Math.max(fmts.get(f) ?? 0, activationBytes(f, m.cols)));
+  }
+  for (const bytes of fmts.values()) arena += batchSize * bytes + 64;
+  arena += 4 * (2 * batchSize * nEmbd + 2 * batchSize * qDim + 2 * batchSize * nFF + nVocab + nHead * contextSize + batchSize + contextSize * cfg.nRot);
+  const gateRead = gatePageBytes(store);
+  return {
+    nLayer, nEmbd, nFF, nHead, nHeadKV, headDim, nVocab,
+    ffnType: store.ffn.type,
+    bundleBytes: store.ffn.bundleBytes,
+    gateReadBytes: gateRead,
+    layerMatrices,
+    output,
+    gateBytes: nLayer * packed({ type: store.ffn.type, rows: nFF, cols: nEmbd }),
+    stagingBytes: Math.min(nFF, STAGE_NEURONS) * gateRead,
+    scratchBytes: scratchBytes(cfg),
+    // the embedding table stays on flash (one row read per token)
+    weightBytes: arena,
+    kvBytesPerPosition: 2 * nLayer * kvDim * 4,
+  };
+}
+
+/** Firing assumed per neuron when a store has no profile (a ReLU-fied model's typical ~90% sparsity). */
+export const ASSUMED_FIRING = 0.1;
+
+/**
+ * Per-neuron firing probability per token, in stored order: the profile's frequencies when the
+ * store was converted with one; else, for a synthetic model (synth metadata), the rates its
+ * generator planted; else every neuron alike at `assumed` (SiLU without thresholds: 1, since no
+ * activation is exactly zero).
+ */
+export function firingOf(store: NeuronStore, cfg: ModelConfig, assumed?: number): Firing {
+  const L = cfg.nLayer;
+  const layers: Float64Array[] = [];
+  if (assumed === undefined && store.ffn.layers.every((l) => l.frequency !== null)) {
+    for (let l = 0; l < L; l++) {
+      const Ls = store.layer(l);
+      const p = new Float64Array(Ls.neurons);
+      for (let k = 0; k < Ls.neurons; k++) p[k] = Math.min(1, Math.max(0, Ls.frequency![Ls.order[k]]));
+      layers.push(p);
+    }
+    const prof = store.manifest.profile;
+    return { layers, source: `the store's activation profile${prof?.file ? ` (${prof.file}${prof.tokens ? `, ${prof.tokens} tokens` : ""})` : ""}` };
+  }
+  if (assumed === undefined && store.has("synth.sparsity") && store.has("synth.seed")) {
+    // stored as f32: back to the decimal synth was given (0.9, not 0.8999999762)
+    const sparsity = Number(store.getNumber("synth.sparsity").toPrecision(6));
+    const alpha = store.has("synth.alpha") ? Number(store.getNumber("synth.alpha").toPrecision(6)) : undefined;
+    const seed = Number(store.metadata.get("synth.seed"));
+    for (let l = 0; l < L; l++) {
+      const Ls = store.layer(l);
+      const planted = plannedFiring(seed, l, Ls.neurons, sparsity, alpha);
+      const p = new Float64Array(Ls.neurons);
+      for (let k = 0; k < Ls.neurons; k++) p[k] = planted[Ls.order[k]];
+      layers.push(p);
+    }
+    return { layers, source: `no profile in the store: the firing rates its generator planted (synthetic model, sparsity ${sparsity}${alpha !== undefined ? `, alpha ${alpha}` : ""})` };
+  }
+  const silu = (cfg.activation === "silu" || cfg.activation === "gelu") && !store.has("powerinfer.activation_thresholds");
+  const p0 = assumed ?? (silu ? 1 : ASSUMED_FIRING);
+  if (!(p0 > 0 && p0 <= 1)) throw new RangeError(`firing rate must be in (0, 1], got ${p0}`);
+  for (let l = 0; l < L; l++) layers.push(new Float64Array(store.layer(l).neurons).fill(p0));
+  const why = assumed !== undefined ? "as given" : silu ? `${cfg.activation} without activation thresholds: no activation is exactly zero` : "assumed (no profile in the store; convert with --profile for a better plan)";
+  return { layers, source: `every neuron fires with probability ${p0} (${why}); no hot-first order, so the hot set is no hotter than the rest` };
+}
+
+/** The cost model's view of the probe at one thread count. */
+export function hardwareFromProbe(probe: ProbeResult, shape: ModelShape, threads: number, runtimeBase: number): Hardware {
+  const dev = probe.fingerprint.device;
+  const need = <T>(v: T | undefined, what: string): T => {
+    if (v === undefined) throw new Error(`the probe has no ${what}: probe again (powerinfer plan --reprobe)`);
+    return v;
+  };
+  const sparse = need(probe.sparse[sparseKey(shape.ffnType, shape.nEmbd, threads)], `sparse kernel speed for ${typeName(shape.ffnType)} at ${threads} thread(s)`);
+  const tables = new Map<number, ReturnType<typeof need<ProbeResult["io"][string]>>>();
+  for (const bytes of new Set([shape.bundleBytes, shape.gateReadBytes])) tables.set(bytes, need(probe.io[ioKey(dev, bytes)], `read table for ${bytes}-byte reads on ${dev}`));
+  const rates = new Map<GGMLType, number>();
+  for (const m of [...shape.layerMatrices, shape.output, { type: shape.ffnType, rows: 0, cols: shape.nEmbd }]) {
+    if (rates.has(m.type)) continue;
+    // rates were measured nEmbd wide; a type without its own measurement borrows the FFN type's
+    rates.set(m.type, probe.matvec[matvecKey(m.type, shape.nEmbd, threads)] ?? need(probe.matvec[matvecKey(shape.ffnType, shape.nEmbd, threads)], `matvec speed at ${threads} thread(s)`));
+  }
+  return {
+    threads,
+    dispatch: need(probe.dispatch[threads], `dispatch cost at ${threads} thread(s)`),
+    memoryBandwidth: need(probe.memoryBandwidth[threads], `memory bandwidth at ${threads} thread(s)`),
+    matvecRate: (type) => rates.get(type) ?? rates.get(shape.ffnType)!,
+    sparse,
+    scan: need(probe.scan ?? undefined, "JS scan cost"),
+    iops: (bytes, qd) => iopsAt(tables.get(bytes) ?? tables.get(shape.bundleBytes)!, qd),
+    runtimeBytes: runtimeBase + (probe.poolBytes[threads] ?? 0),
+  };
+}
+
+/**
+ * Resident bytes a `run` process has before loading weights, besides the thread pool: node, the
+ * engine's modules and the store's parsed manifest. Measured here as this process's resident
+ * size with the store open (this process has loaded the same modules), plus what the run path
+ * adds on top that a planner process does not have (the tokenizer, the generator): calibrated
+ * on this project's machine, see docs/planner.md.
+ */
+export const RUN_EXTRA_BYTES = 32 << 20;
+
+// ---------------------------------------------------------------------------------------------
+// Search
+
+export interface PlanOptions {
+  modelPath: string;
+  /** bytes */
+  budget: number;
+  /** fix the thread count instead of searching it */
+  threads?: number;
+  /** KV positions (default 256, as `run` under a budget) */
+  contextSize?: number;
+  batchSize?: number;
+  /** prompt and decode lengths the prediction assumes (default 32 and 128) */
+  promptTokens?: number;
+  decodeTokens?: number;
+  /** override the firing rate of every neuron (no profile: e.g. run's "x% of neurons computed") */
+  firing?: number;
+  probe?: ProbeOptions;
+  /** the runtime's defaults the plan is compared with (default defaultKnobs(); cli/plan.ts passes the CLI's flag defaults) */
+  defaults?: Partial<Pick<Knobs, "hotFraction" | "queueDepth" | "pipeline">>;
+  /** resident bytes of the runtime before weights (default: measured in this process, see RUN_EXTRA_BYTES) */
+  runtimeBase?: number;
+  onProgress?: (message: string) => void;
+}
+
+export interface PlanResult {
+  plan: PlanFile;
+  best: Prediction;
+  defaults: Prediction;
+  /** every candidate evaluated, best first */
+  candidates: Prediction[];
+  probe: ProbeResult;
+  firing: Firing;
+}
+
+const HOT_FRACTIONS = Array.from({ length: 21 }, (_, i) => i / 20);
+
+export async function makePlan(o: PlanOptions): Promise<PlanResult> {
+  if (!(o.budget > 0)) throw new RangeError(`plan: the memory budget must be positive, got ${o.budget}`);
+  const model = modelFingerprint(o.modelPath);
+  const store = NeuronStore.open(o.modelPath);
+  try {
+    const cfg = readConfig(store);
+    if (["attn_q", "attn_k", "attn_v", "attn_output"].some((n) => !store.tensors.has(`blk.0.${n}.weight`))) {
+      throw new Error(`${o.modelPath}: the planner models llama-style attention (blk.N.attn_q/k/v/output); this store lacks them`);
+    }
+    const hasPredictors = store.tensors.has("blk.0.fc1.weight");
+    if (hasPredictors) {
+      o.onProgress?.("note: this store has activation predictors; the plan models the gate sparsity mode (run it with --sparsity gate)");
+    }
+    const contextSize = o.contextSize ?? 256;
+    const batchSize = o.batchSize ?? 256;
+    const workload: Workload = { contextSize, promptTokens: o.promptTokens ?? 32, decodeTokens: o.decodeTokens ?? 128 };
+    if (workload.promptTokens + workload.decodeTokens > contextSize) {
+      throw new RangeError(`plan: ${workload.promptTokens} prompt + ${workload.decodeTokens} decode tokens do not fit a context of ${contextSize}`);
+    }
+    const shape = shapeOfStore(store, cfg, batchSize, contextSize);
+    const runtimeBase = o.runtimeBase ?? process.memoryUsage.rss() + RUN_EXTRA_BYTES;
+    const cores = machineFingerprint(o.modelPath).cores;
+    const threadList = o.threads !== undefined ? [o.threads] : defaultThreadCounts(cores);
+    const pool = visibleThreadPoolSize();
+    const probe = await probeMachine(store, { ...o.probe, threads: threadList, queueDepths: o.probe?.queueDepths ?? defaultQueueDepths(pool), onProgress: o.onProgress ?? o.probe?.onProgress });
+    const firing = firingOf(store, cfg, o.firing);
+    const depths = defaultQueueDepths(pool);
+
+    // Search. Hits depend only on the cache split, so they are computed once per split.
+    const hitMemo = new Map<string, HitProfile>();
+    const candidates: Prediction[] = [];
+    const evaluate = (hw: Hardware, knobs: Knobs): Prediction => {
+      const split = splitBudget(shape, hw, knobs, workload, o.budget);
+      const key = `${split.hotPerLayer}:${split.coldSlots}`;
+      let hp = hitMemo.get(key);
+      if (!hp && split.fits) {
+        hp = hitProfile(firing, split.hotPerLayer, split.coldSlots, workload.promptTokens, workload.decodeTokens);
+        hitMemo.set(key, hp);
+      }
+      return predict(shape, firing, hw, knobs, workload, o.budget, hp);
+    };
+    for (const threads of threadList) {
+      const hw = hardwareFromProbe(probe, shape, threads, runtimeBase);
+      for (const residentGates of [true, false]) {
+        for (const pipeline of [true, false]) {
+          for (const queueDepth of depths) {
+            for (const hotFraction of HOT_FRACTIONS) {
+              const p = evaluate(hw, { threads, queueDepth, hotFraction, residentGates, pipeline });
+              if (p.split.fits) candidates.push(p);
+            }
+          }
+        }
+      }
+    }
+    // The runtime's defaults: all cores, QD 16 (or the deepest the pool runs), hot share 0.5,
+    // resident gate rows when they fit, pipelined.
+    const dThreads = o.threads ?? cores;
+    const dhw = hardwareFromProbe(probe, shape, threadList.includes(dThreads) ? dThreads : threadList[threadList.length - 1], runtimeBase);
+    const dKnobs = { ...defaultKnobs(), ...o.defaults, threads: dhw.threads, residentGates: true };
+    let defaults = evaluate(dhw, dKnobs);
+    if (!defaults.split.fits) defaults = evaluate(dhw, { ...dKnobs, residentGates: false });
+    if (candidates.length === 0) {
+      const smallest = Math.min(defaults.split.minBudget, evaluate(dhw, { ...dKnobs, residentGates: false }).split.minBudget);
+      throw new Error(
+        `memory budget ${mib(o.budget)} is too small for ${o.modelPath}: the part that stays in memory needs more; ` +
+          `at least ${mib(smallest)} would run (predicted; \`powerinfer run\` checks it exactly)`,
+      );
+    }
+    candidates.sort((a, b) => b.tokensPerSecond - a.tokensPerSecond);
+    // Prefer the defaults' values among near-equal candidates: an unmeasurable gain is not worth a change.
+    const best = pickStable(candidates, defaults);
+    const plan: PlanFile = {
+      format: PLAN_FORMAT,
+      version: PLAN_VERSION,
+      created: new Date().toISOString(),
+      machine: probe.fingerprint,
+      model,
+      budget: o.budget,
+      contextSize,
+      batchSize,
+      workload,
+      knobs: best.knobs,
+      derived: {
+        cacheBytes: best.split.cacheBytes,
+        hotPerLayer: best.split.hotPerLayer,
+        coldSlots: best.split.coldSlots,
+        readBytes: shape.bundleBytes,
+        gateReadBytes: shape.gateReadBytes,
+        hotClusterNeurons: best.split.hotPerLayer,
+        minBudget: best.split.minBudget,
+      },
+      prediction: summary(best),
+      defaults: summary(defaults),
+      firing: { source: firing.source, meanFiring: firing.layers.reduce((a, p) => a + p.reduce((s, v) => s + v, 0), 0) / firing.layers.reduce((a, p) => a + p.length, 0) },
+      probe: { file: null, loadAverage: Object.values(probe.notes)[0]?.loadAverage ?? null, seconds: probe.seconds },
+    };
+    return { plan, best, defaults, candidates, probe, firing };
+  } finally {
+    store.close();
+  }
+}
+
+/** Among candidates within 1% of the best, the one closest to the defaults. */
+function pickStable(sorted: Prediction[], defaults: Prediction): Prediction {
+  const top = sorted[0].tokensPerSecond;
+  const near = sorted.filter((p) => p.tokensPerSecond >= top * 0.99);
+  const distance = (p: Prediction) =>
+    (p.knobs.threads !== defaults.knobs.threads ? 1 : 0) +
+    (p.knobs.residentGates !== defaults.knobs.residentGates ? 4 : 0) +
+    (p.knobs.pipeline !== defaults.knobs.pipeline ? 2 : 0) +
+    Math.abs(Math.log2(p.knobs.queueDepth / defaults.knobs.queueDepth)) * 0.25 +
+    Math.abs(p.knobs.hotFraction - defaults.knobs.hotFraction);
+  return near.reduce((a, b) => (distance(b) < distance(a) ? b : a));
+}
+
+function summary(p: Prediction): PlanPrediction {
+  return {
+    knobs: p.knobs,
+    tokensPerSecond: p.tokensPerSecond,
+    secondsPerToken: p.secondsPerToken,
+    breakdown: p.breakdown,
+    hitRate: p.hitRate,
+    firingPerToken: p.firingPerToken,
+    missesPerToken: p.missesPerToken,
+    readBytesPerToken: p.readBytesPerToken,
+    cacheBytes: p.split.cacheBytes,
+  };
+}
+
+const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+
+// ---------------------------------------------------------------------------------------------
+// Plan files
+
+/** Where `powerinfer plan` writes by default, and where `run` looks for a plan: next to the model. */
+export function defaultPlanPath(modelPath: string): string {
+  return `${modelPath}.plan.json`;
+}
+
+export function writePlan(path: string, plan: PlanFile): void {
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, JSON.stringify(plan, null, 2) + "\n");
+  renameSync(tmp, path);
+}
+
+export class PlanError extends Error {
+  override name = "PlanError";
+}
+
+/** Read and check a plan file's structure (not whether it fits this machine: see checkPlan). */
+export function readPlan(path: string): PlanFile {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    throw new PlanError(`cannot read plan ${path}: ${(e as Error).message}`);
+  }
+  let p: PlanFile;
+  try {
+    p = JSON.parse(text) as PlanFile;
+  } catch (e) {
+    throw new PlanError(`${path} is not a plan file: ${(e as Error).message}`);
+  }
+  if (!p || p.format !== PLAN_FORMAT) throw new PlanError(`${path} is not a plan file (format ${JSON.stringify(p?.format)}, expected ${JSON.stringify(PLAN_FORMAT)})`);
+  if (p.version !== PLAN_VERSION) throw new PlanError(`${path}: plan version ${p.version} is not supported (this engine reads version ${PLAN_VERSION}): make a new plan with powerinfer plan`);
+  const k = p.knobs;
+  const ok =
+    k && Number.isInteger(k.threads) && k.threads >= 1 && Number.isInteger(k.queueDepth) && k.queueDepth >= 1 && typeof k.hotFraction === "number" && k.hotFraction >= 0 && k.hotFraction <= 1 &&
+    typeof k.residentGates === "boolean" && typeof k.pipeline === "boolean" && typeof p.budget === "number" && p.budget > 0 && Number.isInteger(p.contextSize) && p.machine && p.model;
+  if (!ok) throw new PlanError(`${path}: the plan's knobs, budget or fingerprints are missing or out of range: make a new plan with powerinfer plan`);
+  return p;
+}
+
+/**
+ * Why `plan` does not apply to a run of `modelPath` with this budget and context on this
+ * machine (one sentence with the command that re-plans), or null when it does.
+ */
+export function checkPlan(plan: PlanFile, modelPath: string, budget: number | undefined, contextSize: number | undefined, planPath = "the plan"): string | null {
+  const replan = (b: number) => `re-plan with: powerinfer plan -m ${modelPath} --memory-budget ${sizeText(b)}`;
+  const machine = machineDifference(plan.machine, machineFingerprint(modelPath));
+  if (machine) return `${planPath} was made on another machine (${machine}); ${replan(budget ?? plan.budget)}`;
+  const model = modelDifference(plan.model, modelFingerprint(modelPath));
+  if (model) return `${planPath} does not match ${modelPath}: ${model}; ${replan(budget ?? plan.budget)}`;
+  if (budget !== undefined && budget !== plan.budget) return `${planPath} was made for --memory-budget ${sizeText(plan.budget)}, this run has ${sizeText(budget)}; ${replan(budget)}`;
+  if (contextSize !== undefined && contextSize !== plan.contextSize) {
+    return `${planPath} was made for a context of ${plan.contextSize} tokens (its KV cache is part of the budget), this run asks for ${contextSize}; ${replan(budget ?? plan.budget)} -c ${contextSize}`;
+  }
+  return null;
+}
+
+/** "3.75GiB" etc.: a budget as --memory-budget takes it, exact. */
+export function sizeText(bytes: number): string {
+  for (const [unit, f] of [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 1024]] as const) {
+    const v = bytes / f;
+    if (v >= 1 && Number.isInteger(Math.round(v * 1000)) && Math.abs(v * 1000 - Math.round(v * 1000)) < 1e-6) return `${+v.toFixed(3)}${unit}`;
+  }
+  return String(bytes);
+}
+
+/**
+ * Load options with a plan applied. `planPath`: a plan file (an error when it does not apply to
+ * this model, machine, budget or context), "none" (no plan), or undefined: use
+ * MODEL.plan.json next to the model when it exists and applies, else say why not through
+ * onNote and run without it.
+ *
+ * Applied: hotFraction, queueDepth, pipeline and (when false) residentGates replace the options'
+ * values; threads only when the options have none; contextSize and memoryBudget are the plan's
+ * (a plan without --memory-budget adopts the plan's budget). Resident gate rows are left to the
+ * runtime's own check when the plan wants them (it keeps them whenever they fit).
+ */
+export function applyPlan(opts: LoadModelOptions, planPath?: string, onNote?: (message: string) => void): LoadModelOptions {
+  if (planPath === "none") return opts;
+  const explicit = planPath !== undefined;
+  const path = planPath ?? defaultPlanPath(opts.modelPath);
+  if (!explicit && (!existsSync(path) || !isStore(opts.modelPath))) return opts;
+  let plan: PlanFile;
+  try {
+    plan = readPlan(path);
+  } catch (e) {
+    if (explicit) throw e;
+    onNote?.(`${(e as Error).message}; running without it`);
+    return opts;
+  }
+  if (explicit && !isStore(opts.modelPath)) throw new PlanError(`${path}: a plan applies to a neuron store (.pi), and ${opts.modelPath} is not one`);
+  const ctx = opts.contextSize === "auto" ? undefined : opts.contextSize;
+  // A plan found next to the model applies only when the run asked for its budget.
+  if (!explicit && opts.memoryBudget === undefined) return opts;
+  const why = checkPlan(plan, opts.modelPath, opts.memoryBudget, ctx, path);
+  if (why) {
+    if (explicit) throw new PlanError(why);
+    onNote?.(`not using ${why}`);
+    return opts;
+  }
+  const k = plan.knobs;
+  onNote?.(
+    `using plan ${path}: ${k.threads} thread(s)${opts.threads !== undefined && opts.threads !== k.threads ? ` (but -t ${opts.threads} given)` : ""}, queue depth ${k.queueDepth}, ` +
+      `hot share ${k.hotFraction}, gate rows ${k.residentGates ? "resident" : "read from flash"}${k.pipeline ? "" : ", no pipeline"}; predicted ${plan.prediction.tokensPerSecond.toFixed(2)} tok/s decode`,
+  );
+  return {
+    ...opts,
+    threads: opts.threads ?? k.threads,
+    contextSize: plan.contextSize,
+    memoryBudget: opts.memoryBudget ?? plan.budget,
+    offload: {
+      ...opts.offload,
+      hotFraction: k.hotFraction,
+      queueDepth: k.queueDepth,
+      pipeline: k.pipeline,
+      residentGates: k.residentGates ? undefined : false,
+    },
+  };
+}
+
+function isStore(path: string): boolean {
+  try {
+    const fd = openSync(path, "r");
+    try {
+      const b = Buffer.alloc(8);
+      return readSync(fd, b, 0, 8, 0) === 8 && b.toString("latin1") === STORE_MAGIC;
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    return false;
+  }
+}

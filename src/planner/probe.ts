@@ -1,0 +1,564 @@
+/**
+ * Hardware probe for the offline planner: what this machine does with *this* model's kernels and
+ * *this* store's device, measured in a few seconds and cached per machine.
+ *
+ * What is measured (each with the engine's own code, so the numbers are what `run` will see):
+ * - dense matvec speed (multiply-adds per second) per weight type of the model's matrices, on a
+ *   real matrix of the store packed for its kernel, rotated over copies larger than the last-level
+ *   cache (decode streams weights from DRAM), at each candidate thread count;
+ * - the sparse FFN kernels on the store's own bundles at shuffled addresses (what a warm neuron
+ *   cache looks like): up/down per firing neuron, the fixed cost of a layer (prepare + reduce),
+ *   gate per neuron from staged gate pages (the non-resident-gate mode's first phase);
+ * - the cost of handing a job to the worker threads (one pool.run), and memory bandwidth (the
+ *   add kernel over buffers far larger than the cache: attention over the KV cache is bound by it);
+ * - the JS scan that files a layer's firing neurons as hits or misses (NeuronCache.lookup);
+ * - random reads of the store's own bundles (and of single 4 KiB gate pages) through the
+ *   runtime's FlashReader with O_DIRECT and the store's checksum verifier, per queue depth:
+ *   reads per second as the runtime gets them, on the device the store lives on;
+ * - the resident memory a thread pool of N threads adds (the budget counts it).
+ *
+ * Results are kept in ~/.cache/powerinfer-ts/probe-<machine id>.json (POWERINFER_CACHE_DIR
+ * overrides the folder), keyed by a fingerprint of the machine (hostname, CPU model, cores,
+ * total memory) and, for reads, of the store's device. A later plan for another model on the same
+ * machine measures only what is missing (another weight type, another bundle size); `reprobe`
+ * starts over. The machine is often shared: each measurement is the median of several rounds, and
+ * the load average at probe time is recorded next to the numbers.
+ */
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { availableParallelism, cpus, homedir, hostname, loadavg, totalmem } from "node:os";
+import { join } from "node:path";
+import { GGMLType, typeName } from "../format/ggml-types.js";
+import type { NeuronStore } from "../format/store.js";
+import { FlashReader, visibleThreadPoolSize, type FlashReadRequest } from "../io/flash-reader.js";
+import { NeuronCache } from "../io/neuron-cache.js";
+import { Arena } from "../runtime/arena.js";
+import { ThreadPool } from "../runtime/pool.js";
+import { SparseFFN, hasSparseKernel } from "../runtime/sparse-kernels.js";
+import { activationBytes, hasWeightKernel, prepareKernel, weightKernel } from "../runtime/weights.js";
+
+export const PROBE_VERSION = 1;
+
+/** What identifies a machine for the planner: a plan or probe made elsewhere does not apply here. */
+export interface MachineFingerprint {
+  hostname: string;
+  cpuModel: string;
+  cores: number;
+  /** bytes of RAM */
+  totalMemory: number;
+  /** the block device the store lives on ("254:0 /dev/vda"), "" when not known */
+  device: string;
+}
+
+/** The fingerprint of this machine, with the device of `path` (the store). */
+export function machineFingerprint(path: string): MachineFingerprint {
+  return {
+    hostname: hostname(),
+    cpuModel: (cpus()[0]?.model ?? "unknown").trim(),
+    cores: availableParallelism(),
+    totalMemory: totalmem(),
+    device: deviceOf(path),
+  };
+}
+
+/** "major:minor source" of the file system holding `path` (Linux), or "dev N" elsewhere. */
+export function deviceOf(path: string): string {
+  const dev = statSync(path).dev;
+  // Linux's st_dev: major in bits 8..19 (and 32..), minor in bits 0..7 and 20..31.
+  const major = ((dev >>> 8) & 0xfff) | (Math.floor(dev / 2 ** 32) & ~0xfff);
+  const minor = (dev & 0xff) | ((dev >>> 12) & ~0xff);
+  try {
+    for (const line of readFileSync("/proc/self/mountinfo", "utf8").split("\n")) {
+      // id parent major:minor root mountpoint options ... - fstype source superoptions
+      const f = line.split(" ");
+      if (f[2] !== `${major}:${minor}`) continue;
+      const dash = f.indexOf("-");
+      return `${major}:${minor} ${dash > 0 ? f[dash + 2] : ""}`.trim();
+    }
+  } catch {
+    // not Linux
+  }
+  return `dev ${dev}`;
+}
+
+/** A short stable id of a machine (its fingerprint without the device). */
+export function machineId(fp: MachineFingerprint): string {
+  return createHash("sha256").update(JSON.stringify([fp.hostname, fp.cpuModel, fp.cores, fp.totalMemory])).digest("hex").slice(0, 16);
+}
+
+/** null when a and b are the same machine (and device), else what differs, in words. */
+export function machineDifference(planned: MachineFingerprint, here: MachineFingerprint): string | null {
+  const diffs: string[] = [];
+  if (planned.hostname !== here.hostname) diffs.push(`host "${planned.hostname}" vs "${here.hostname}"`);
+  if (planned.cpuModel !== here.cpuModel) diffs.push(`CPU "${planned.cpuModel}" vs "${here.cpuModel}"`);
+  if (planned.cores !== here.cores) diffs.push(`${planned.cores} vs ${here.cores} cores`);
+  if (planned.totalMemory !== here.totalMemory) diffs.push(`${gib(planned.totalMemory)} vs ${gib(here.totalMemory)} of RAM`);
+  if (planned.device !== here.device) diffs.push(`store device "${planned.device}" vs "${here.device}"`);
+  return diffs.length ? diffs.join(", ") : null;
+}
+
+const gib = (b: number) => `${(b / 2 ** 30).toFixed(1)} GiB`;
+
+// ---------------------------------------------------------------------------------------------
+// Results
+
+/** Random reads of one size at one queue depth. */
+export interface IoCell {
+  bytes: number;
+  queueDepth: number;
+  /** reads per second (completed, verified) */
+  iops: number;
+}
+
+export interface IoTable {
+  /** whether the reads bypassed the page cache (O_DIRECT) */
+  direct: boolean;
+  /** libuv thread pool size at probe time: deeper queues do not run more reads at once */
+  threadPool: number;
+  cells: IoCell[];
+  loadAverage: number;
+}
+
+export interface SparseSpeed {
+  /** seconds per firing neuron of up/down (two rows of nEmbd) */
+  upDownPerNeuron: number;
+  /** seconds per layer besides the neurons: prepare (quantize x) + one up/down call + reduce */
+  layerFixed: number;
+  /** seconds per neuron of the gate kernel over staged gate pages */
+  gatePerNeuron: number;
+  /** seconds of one gate call besides the neurons */
+  gateFixed: number;
+}
+
+export interface ProbeResult {
+  version: number;
+  fingerprint: MachineFingerprint;
+  /** when each part was last measured, and the 1-minute load average then */
+  notes: Record<string, { at: string; loadAverage: number }>;
+  /** seconds spent probing, summed over every part (cached parts cost nothing next time) */
+  seconds: number;
+  /** "threads" -> seconds per pool.run of a trivial job split over the threads */
+  dispatch: Record<string, number>;
+  /** "threads" -> bytes per second streamed (read x, read + write y) */
+  memoryBandwidth: Record<string, number>;
+  /** "threads" -> resident bytes a pool of that many threads adds (wasm instances, stacks) */
+  poolBytes: Record<string, number>;
+  /** "type:cols:threads" -> multiply-adds per second of a matvec streamed from DRAM */
+  matvec: Record<string, number>;
+  /** "type:nEmbd:threads" -> sparse FFN kernel costs */
+  sparse: Record<string, SparseSpeed>;
+  /** JS scan of a layer's gates: seconds per neuron scanned, per firing neuron looked up */
+  scan: { perNeuron: number; perLookup: number } | null;
+  /** "device|readBytes" -> read rates per queue depth */
+  io: Record<string, IoTable>;
+}
+
+export interface ProbeOptions {
+  /** thread counts to measure (default 1..cores, at most 4 of them) */
+  threads?: number[];
+  /** queue depths to measure (default 1, 2, 4, 8, 16 and deeper ones up to libuv's pool) */
+  queueDepths?: number[];
+  /** forget the cached results and measure everything again */
+  reprobe?: boolean;
+  /** multiplies every measurement's duration (default 1; tests use ~0.02) */
+  scale?: number;
+  /** folder of the cache (default $POWERINFER_CACHE_DIR or ~/.cache/powerinfer-ts); null: no cache */
+  cacheDir?: string | null;
+  onProgress?: (message: string) => void;
+}
+
+export function defaultCacheDir(): string {
+  return process.env.POWERINFER_CACHE_DIR || join(homedir(), ".cache", "powerinfer-ts");
+}
+
+export function probeCachePath(dir: string, fp: MachineFingerprint): string {
+  return join(dir, `probe-${machineId(fp)}.json`);
+}
+
+/** Thread counts worth measuring on a machine with `cores` cores. */
+export function defaultThreadCounts(cores: number): number[] {
+  if (cores <= 4) return Array.from({ length: cores }, (_, i) => i + 1);
+  return [...new Set([1, 2, Math.floor(cores / 2), cores])].sort((a, b) => a - b);
+}
+
+/** Queue depths worth measuring when `pool` reads can run at once. */
+export function defaultQueueDepths(pool: number): number[] {
+  const out = [1, 2, 4, 8, 16, 32, 64].filter((q) => q <= pool);
+  if (!out.includes(pool) && pool <= 64) out.push(pool);
+  return out;
+}
+
+export const matvecKey = (type: GGMLType, cols: number, threads: number) => `${typeName(type)}:${cols}:${threads}`;
+export const sparseKey = (type: GGMLType, nEmbd: number, threads: number) => `${typeName(type)}:${nEmbd}:${threads}`;
+export const ioKey = (device: string, bytes: number) => `${device}|${bytes}`;
+
+function emptyResult(fp: MachineFingerprint): ProbeResult {
+  return { version: PROBE_VERSION, fingerprint: fp, notes: {}, seconds: 0, dispatch: {}, memoryBandwidth: {}, poolBytes: {}, matvec: {}, sparse: {}, scan: null, io: {} };
+}
+
+function loadCache(path: string, fp: MachineFingerprint): ProbeResult | null {
+  if (!existsSync(path)) return null;
+  try {
+    const r = JSON.parse(readFileSync(path, "utf8")) as ProbeResult;
+    // Same machine id but another device: keep the compute numbers, the read table is keyed by device anyway.
+    if (r.version !== PROBE_VERSION || machineDifference({ ...r.fingerprint, device: fp.device }, fp) !== null) return null;
+    return { ...emptyResult(fp), ...r, fingerprint: fp };
+  } catch {
+    return null; // a damaged cache is measured again, not an error
+  }
+}
+
+function saveCache(path: string, r: ProbeResult): void {
+  mkdirSync(join(path, ".."), { recursive: true });
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, JSON.stringify(r, null, 1) + "\n");
+  renameSync(tmp, path);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The probe
+
+/** The weight types of the store's dense matrices (those kept in memory), with one tensor name each. */
+export function denseMatrixTypes(store: NeuronStore): Map<GGMLType, string> {
+  const out = new Map<GGMLType, string>();
+  for (const t of store.tensors.values()) {
+    if (t.dims.length !== 2 || !hasWeightKernel(t.type) || t.name === "token_embd.weight") continue;
+    if (!out.has(t.type) || t.elements < store.tensor(out.get(t.type)!).elements) out.set(t.type, t.name);
+  }
+  // Tied embeddings: the output matrix is token_embd itself.
+  if (!store.tensors.has("output.weight")) {
+    const t = store.tensor("token_embd.weight");
+    if (hasWeightKernel(t.type) && !out.has(t.type)) out.set(t.type, t.name);
+  }
+  return out;
+}
+
+/**
+ * Measure what the planner needs for `store` on this machine, reusing cached results. Returns
+ * the (possibly cached) results; measures at most a few seconds at scale 1.
+ */
+export async function probeMachine(store: NeuronStore, opts: ProbeOptions = {}): Promise<ProbeResult> {
+  const fp = machineFingerprint(store.path);
+  const dir = opts.cacheDir === undefined ? defaultCacheDir() : opts.cacheDir;
+  const path = dir === null ? null : probeCachePath(dir, fp);
+  const r = (!opts.reprobe && path ? loadCache(path, fp) : null) ?? emptyResult(fp);
+  const scale = opts.scale ?? 1;
+  const threads = (opts.threads ?? defaultThreadCounts(fp.cores)).filter((t) => Number.isInteger(t) && t >= 1);
+  const pool = visibleThreadPoolSize();
+  const depths = (opts.queueDepths ?? defaultQueueDepths(pool)).filter((q) => Number.isInteger(q) && q >= 1);
+  const say = opts.onProgress ?? (() => {});
+  const t0 = performance.now();
+  const note = (part: string) => (r.notes[part] = { at: new Date().toISOString(), loadAverage: loadavg()[0] });
+
+  const ffn = store.ffn;
+  const nEmbd = ffn.nEmbd;
+  const types = denseMatrixTypes(store);
+  const needCompute =
+    threads.some((t) => r.dispatch[t] === undefined || r.memoryBandwidth[t] === undefined || r.poolBytes[t] === undefined) ||
+    threads.some((t) => [...types.keys(), ffn.type].some((ty) => hasWeightKernel(ty) && r.matvec[matvecKey(ty, nEmbd, t)] === undefined)) ||
+    threads.some((t) => hasSparseKernel(ffn.type) && r.sparse[sparseKey(ffn.type, nEmbd, t)] === undefined) ||
+    r.scan === null;
+  if (needCompute) {
+    say(`probing compute: ${[...new Set([...types.keys(), ffn.type])].map(typeName).join(", ")} kernels at ${threads.join(", ")} thread(s)`);
+    await probeCompute(store, r, threads, scale, types);
+    note("compute");
+  }
+  const sizes = [...new Set([ffn.bundleBytes, gatePageBytes(store)])];
+  for (const bytes of sizes) {
+    const key = ioKey(fp.device, bytes);
+    const have = r.io[key];
+    if (have && depths.every((q) => have.cells.some((c) => c.queueDepth === q))) continue;
+    say(`probing reads of ${bytes >> 10} KiB from ${store.path} (${fp.device}) at queue depths ${depths.join(", ")}`);
+    r.io[key] = await probeReads(store, bytes, depths, scale);
+    note(`io ${bytes}`);
+  }
+  r.seconds += (performance.now() - t0) / 1000;
+  if (path) saveCache(path, r);
+  return r;
+}
+
+/** Bytes a first-phase gate read takes (the pages holding a bundle's gate row), as OffloadedFFN reads them. */
+export function gatePageBytes(store: NeuronStore): number {
+  return Math.ceil((store.ffn.parts.gate + store.ffn.rowBytes) / 4096) * 4096;
+}
+
+/** Median seconds per call of fn, over `rounds` rounds of about `seconds / rounds` each. */
+function timeCalls(fn: (i: number) => void, seconds: number, rounds = 5): number {
+  const per: number[] = [];
+  let i = 0;
+  fn(i++); // warm up (JIT, first touch)
+  const slice = (seconds * 1000) / rounds;
+  for (let r = 0; r < rounds; r++) {
+    let n = 0;
+    const start = performance.now();
+    let el = 0;
+    do {
+      fn(i++);
+      n++;
+      el = performance.now() - start;
+    } while (el < slice);
+    per.push(el / 1000 / n);
+  }
+  per.sort((a, b) => a - b);
+  return per[Math.floor(per.length / 2)];
+}
+
+let seed = 0x9e3779b9;
+const rnd = () => (seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32;
+
+/** Bytes past which a buffer no longer fits in the last-level caches of common machines. */
+const STREAM_BYTES = 96 << 20;
+
+async function probeCompute(store: NeuronStore, r: ProbeResult, threads: number[], scale: number, types: Map<GGMLType, string>): Promise<void> {
+  const ffn = store.ffn;
+  const nEmbd = ffn.nEmbd;
+  const nFF = store.layer(0).neurons;
+  const arena = new Arena(64 << 20);
+
+  // Dense matrices: one real matrix per type (capped to ~16 MiB of rows), packed, in copies that
+  // together exceed the caches; plus the FFN's gate rows (the resident gate matrix's kernel).
+  interface Dense { type: GGMLType; ptr: number; stride: number; copies: number; rows: number; cols: number; act: number }
+  const dense: Dense[] = [];
+  const loadDense = (type: GGMLType, rows: number, cols: number, fill: (dst: Uint8Array, rows: number) => void) => {
+    const k = weightKernel(type);
+    const size = k.packedBytes(rows, cols);
+    const stride = Math.ceil(size / 4096) * 4096;
+    const copies = Math.max(2, Math.min(16, Math.ceil(STREAM_BYTES / stride)));
+    const ptr = arena.alloc(stride * copies, 4096);
+    const raw = new Uint8Array(rows * (typeRowBytes(store, type, cols) ?? 0));
+    fill(raw, rows);
+    const first = arena.u8(ptr, size);
+    k.pack(raw, first, 0, rows, rows, cols);
+    for (let c = 1; c < copies; c++) arena.u8(ptr + c * stride, size).set(arena.u8(ptr, size));
+    const act = arena.alloc(activationBytes(k.act, cols) + 64, 64);
+    dense.push({ type, ptr, stride, copies, rows, cols, act });
+  };
+  for (const [type, name] of types) {
+    const t = store.tensor(name);
+    const cols = t.dims[0];
+    if (cols !== nEmbd) continue; // every per-token matrix but wo (qDim wide, = nEmbd for llama shapes) reads nEmbd inputs
+    const rowBytes = t.bytes / t.dims[1];
+    const rows = Math.max(1, Math.min(t.dims[1], Math.floor((16 << 20) / rowBytes)));
+    loadDense(type, rows, cols, (dst, n) => store.readTensor(t, dst, 0, n * rowBytes));
+  }
+  if (hasWeightKernel(ffn.type) && !dense.some((d) => d.type === ffn.type)) {
+    const rows = Math.max(1, Math.min(nFF, Math.floor((16 << 20) / ffn.rowBytes)));
+    const per = Math.max(1, Math.floor((2 << 20) / ffn.bundleBytes));
+    const buf = new Uint8Array(per * ffn.bundleBytes);
+    loadDense(ffn.type, rows, nEmbd, (dst, n) => {
+      for (let p = 0; p < n; p += per) {
+        const c = Math.min(per, n - p);
+        store.readBundles(0, p, c, buf.subarray(0, c * ffn.bundleBytes));
+        for (let i = 0; i < c; i++) dst.set(buf.subarray(i * ffn.bundleBytes + ffn.parts.gate, i * ffn.bundleBytes + ffn.parts.gate + ffn.rowBytes), (p + i) * ffn.rowBytes);
+      }
+    });
+  }
+
+  // Neuron bundles of layer 0 at shuffled addresses, as a warm cache holds them.
+  const nb = Math.max(64, Math.min(nFF, Math.ceil(STREAM_BYTES / ffn.bundleBytes)));
+  const region = arena.alloc(nb * ffn.bundleBytes, 4096);
+  {
+    const per = Math.max(1, Math.floor((4 << 20) / ffn.bundleBytes));
+    for (let p = 0; p < nb; p += per) {
+      const c = Math.min(per, nb - p);
+      store.readBundles(0, p, c, arena.u8(region + p * ffn.bundleBytes, c * ffn.bundleBytes));
+    }
+  }
+  const nStage = Math.min(2048, nb);
+  const firing = Math.max(8, Math.min(nb, Math.round(nFF * 0.1)));
+  const small = Math.max(1, Math.min(32, firing >> 2));
+  const LISTS = 8;
+  const lists = arena.alloc(LISTS * nb * 4, 64);
+  const stageList = arena.alloc(nStage * 4, 64);
+  const gates = arena.alloc(nb * 4, 64);
+  const gateOut = arena.alloc(nb * 4, 64);
+  const x = arena.alloc(nEmbd * 4, 64);
+  const y = arena.alloc(nEmbd * 4, 64);
+  {
+    const xf = arena.f32(x, nEmbd);
+    for (let i = 0; i < nEmbd; i++) xf[i] = Math.sin(i * 0.37);
+    const g = arena.f32(gates, nb);
+    for (let i = 0; i < nb; i++) g[i] = 0.1 + rnd(); // every listed neuron fires (ReLU: gate > 0)
+    for (let s = 0; s < LISTS; s++) {
+      const l = arena.i32(lists + s * nb * 4, nb);
+      const perm = Array.from({ length: nb }, (_, i) => i);
+      for (let i = nb - 1; i > 0; i--) {
+        const j = Math.floor(rnd() * (i + 1));
+        [perm[i], perm[j]] = [perm[j], perm[i]];
+      }
+      for (let i = 0; i < nb; i++) l[i] = region + perm[i] * ffn.bundleBytes;
+    }
+    // staged gate pages: the gate kernel reads each listed address's gate part, as from the staging area
+    const sl = arena.i32(stageList, nStage);
+    for (let i = 0; i < nStage; i++) sl[i] = region + i * ffn.bundleBytes;
+  }
+  // Memory bandwidth: y += x over two buffers far past the caches.
+  const bwCount = STREAM_BYTES / 8;
+  const bwX = arena.alloc(bwCount * 4, 64);
+  const bwY = arena.alloc(bwCount * 4, 64);
+  arena.u8(bwX, bwCount * 4).fill(0);
+  arena.u8(bwY, bwCount * 4).fill(0);
+
+  const d = scale * 0.12; // seconds per measurement
+  for (const T of threads) {
+    const rss0 = process.memoryUsage.rss();
+    const pool = await ThreadPool.create(arena.memory, T);
+    try {
+      // The added workers' memory: each instantiates the kernel module over the shared memory.
+      r.poolBytes[T] = Math.max(0, process.memoryUsage.rss() - rss0);
+      const args = new Int32Array(16);
+      const add = pool.fn("add_inplace");
+      const tiny = 64 * T * 4;
+      r.dispatch[T] = timeCalls(() => {
+        args[0] = bwY; args[1] = bwX;
+        pool.run(add, args, 2, tiny, 64);
+      }, d);
+      r.memoryBandwidth[T] = (3 * bwCount * 4) / timeCalls(() => {
+        args[0] = bwY; args[1] = bwX;
+        pool.run(add, args, 2, bwCount, 64);
+      }, d * 2, 3);
+      for (const m of dense) {
+        const k = weightKernel(m.type);
+        const prep = prepareKernel(k.act);
+        if (prep) pool.kernels[prep](x, m.act, m.cols, 1);
+        const mv = pool.fn(k.matvec);
+        const sec = timeCalls((i) => {
+          args[0] = m.ptr + (i % m.copies) * m.stride; args[1] = prep ? m.act : x; args[2] = gateOut; args[3] = m.rows; args[4] = m.cols;
+          pool.run(mv, args, 5, m.rows, 16);
+        }, d);
+        // the dispatch is counted separately: the rate is of the kernel itself
+        r.matvec[matvecKey(m.type, m.cols, T)] = (m.rows * m.cols) / Math.max(1e-9, sec - r.dispatch[T]);
+      }
+      if (hasSparseKernel(ffn.type)) {
+        const f = new SparseFFN(pool, arena, ffn.type, nEmbd);
+        const layer = (count: number) => (i: number) => {
+          f.prepare(x);
+          f.upDown(lists + (i % LISTS) * nb * 4, count, gates, "relu");
+          f.finish(y);
+        };
+        const tSmall = timeCalls(layer(small), d);
+        const tBig = timeCalls(layer(firing), d);
+        const upDownPerNeuron = Math.max(1e-12, (tBig - tSmall) / (firing - small));
+        const gSmall = timeCalls(() => f.gate(stageList, Math.min(small, nStage), gateOut), d * 0.5);
+        const gBig = timeCalls(() => f.gate(stageList, nStage, gateOut), d);
+        const gatePerNeuron = Math.max(1e-12, (gBig - gSmall) / Math.max(1, nStage - Math.min(small, nStage)));
+        r.sparse[sparseKey(ffn.type, nEmbd, T)] = {
+          upDownPerNeuron,
+          layerFixed: Math.max(0, tSmall - small * upDownPerNeuron),
+          gatePerNeuron,
+          gateFixed: Math.max(0, gSmall - Math.min(small, nStage) * gatePerNeuron),
+        };
+      }
+    } finally {
+      await pool.dispose();
+    }
+  }
+  r.scan = probeScan(nFF, d);
+}
+
+/** Row bytes of a `type` row of `cols` values, from the store's own tensors (null when none has that type). */
+function typeRowBytes(store: NeuronStore, type: GGMLType, cols: number): number | null {
+  if (type === store.ffn.type && cols === store.ffn.nEmbd) return store.ffn.rowBytes;
+  for (const t of store.tensors.values()) if (t.type === type && t.dims.length === 2 && t.dims[0] === cols) return t.bytes / t.dims[1];
+  return null;
+}
+
+/**
+ * The JS work OffloadedFFN does per layer besides the kernels: scan every gate value, and file
+ * each firing neuron in the neuron cache (hot range check, cold map, LRU touch).
+ */
+function probeScan(nFF: number, seconds: number): { perNeuron: number; perLookup: number } {
+  const cache = new NeuronCache(0, 4096, nFF, [nFF], [nFF >> 2]);
+  for (let k = nFF >> 2; k < nFF; k += 3) if (cache.acquire(0, k) < 0) break;
+  const g = new Float32Array(nFF);
+  const none = new Float32Array(nFF).fill(-1);
+  for (let i = 0; i < nFF; i++) g[i] = rnd() < 0.1 ? 1 : -1;
+  const listA = new Int32Array(nFF);
+  const listG = new Float32Array(nFF);
+  let sink = 0;
+  const scan = (v: Float32Array) => () => {
+    cache.beginStep();
+    let hits = 0, misses = 0;
+    for (let k = 0; k < nFF; k++) {
+      const x = v[k];
+      if (!(x > 0)) continue;
+      const slot = cache.lookup(0, k);
+      if (slot >= 0) {
+        listA[hits] = cache.address(slot);
+        listG[hits++] = x;
+      } else listA[nFF - 1 - misses++] = k;
+    }
+    sink += hits + misses;
+  };
+  const tNone = timeCalls(scan(none), seconds * 0.5);
+  const tSome = timeCalls(scan(g), seconds * 0.5);
+  void sink;
+  const fired = g.reduce((a, v) => a + (v > 0 ? 1 : 0), 0);
+  return { perNeuron: tNone / nFF, perLookup: Math.max(0, (tSome - tNone) / Math.max(1, fired)) };
+}
+
+/**
+ * Random reads of `bytes` at bundle offsets of the store (O_DIRECT, verified as the runtime
+ * verifies them), `qd` in flight, for each queue depth: reads per second.
+ */
+async function probeReads(store: NeuronStore, bytes: number, depths: number[], scale: number): Promise<IoTable> {
+  const maxQd = Math.max(...depths);
+  const memory = new WebAssembly.Memory({ initial: Math.ceil((maxQd * bytes + 65536) / 65536), maximum: 65536, shared: true });
+  const layers = store.ffn.layers.length;
+  const verify = store.verifier("always");
+  const cells: IoCell[] = [];
+  let direct = false;
+  const seconds = 0.3 * scale;
+  for (const qd of depths) {
+    const reader = FlashReader.open(store.path, { memory, queueDepth: qd, direct: "auto", verify, onWarning: () => {} });
+    direct = reader.direct;
+    try {
+      const next = () => {
+        const l = Math.floor(rnd() * layers);
+        const L = store.layer(l);
+        return L.offset + Math.floor(rnd() * L.neurons) * L.bundleBytes;
+      };
+      let reads = 0;
+      const t0 = performance.now();
+      const end = t0 + seconds * 1000;
+      await new Promise<void>((resolve, reject) => {
+        let live = 0;
+        const start = (slot: number) => {
+          const req: FlashReadRequest[] = [{ fileOffset: next(), length: bytes, dst: slot * bytes }];
+          live++;
+          reader.submit(req, null, (err) => {
+            live--;
+            if (err) return reject(err);
+            reads++;
+            if (performance.now() < end) start(slot);
+            else if (live === 0) resolve();
+          });
+        };
+        for (let i = 0; i < qd; i++) start(i);
+      });
+      cells.push({ bytes, queueDepth: qd, iops: reads / ((performance.now() - t0) / 1000) });
+    } finally {
+      await reader.close();
+    }
+  }
+  return { direct, threadPool: visibleThreadPoolSize(), cells, loadAverage: loadavg()[0] };
+}
+
+/**
+ * Reads per second at queue depth `qd` from a table, interpolated in log(qd) between measured
+ * depths (clamped at the ends: past the deepest measured depth nothing gets faster).
+ */
+export function iopsAt(table: IoTable, qd: number): number {
+  const cells = [...table.cells].sort((a, b) => a.queueDepth - b.queueDepth);
+  if (cells.length === 0) throw new Error("empty read table");
+  const q = Math.min(qd, table.threadPool);
+  if (q <= cells[0].queueDepth) return cells[0].iops * (q / cells[0].queueDepth);
+  for (let i = 1; i < cells.length; i++) {
+    const a = cells[i - 1], b = cells[i];
+    if (q <= b.queueDepth) {
+      const t = Math.log(q / a.queueDepth) / Math.log(b.queueDepth / a.queueDepth);
+      return a.iops + t * (b.iops - a.iops);
+    }
+  }
+  return cells[cells.length - 1].iops;
+}

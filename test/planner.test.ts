@@ -1,0 +1,314 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { copyFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { spawnSync } from "node:child_process";
+import { GGMLType } from "../src/format/ggml-types.js";
+import { NeuronStore } from "../src/format/store.js";
+import { convertToStore } from "../src/offline/convert.js";
+import { plannedFiring, synthesize } from "../src/offline/synth.js";
+import { readConfig } from "../src/model/config.js";
+import { hitProfile, predict, splitBudget, type Firing, type Hardware, type Knobs, type ModelShape } from "../src/planner/cost-model.js";
+import { iopsAt, machineDifference, machineFingerprint, probeCachePath, probeMachine, type IoTable } from "../src/planner/probe.js";
+import { applyPlan, checkPlan, defaultPlanPath, firingOf, makePlan, readPlan, shapeOfStore, sizeText, writePlan, PlanError } from "../src/planner/plan.js";
+import { CLI, tempDir } from "./helpers.js";
+
+const MiB = 2 ** 20;
+
+// ---------------------------------------------------------------------------------------------
+// Cost model on hand-made inputs
+
+const shape: ModelShape = {
+  nLayer: 2, nEmbd: 64, nFF: 100, nHead: 4, nHeadKV: 4, headDim: 16, nVocab: 50,
+  ffnType: GGMLType.Q4_1, bundleBytes: 4096, gateReadBytes: 4096,
+  layerMatrices: [{ type: GGMLType.Q4_1, rows: 64, cols: 64 }],
+  output: { type: GGMLType.Q4_1, rows: 50, cols: 64 },
+  gateBytes: 8 * MiB, stagingBytes: 1 * MiB, scratchBytes: 1 * MiB, weightBytes: 10 * MiB, kvBytesPerPosition: 1024,
+};
+const hw: Hardware = {
+  threads: 1,
+  dispatch: 0,
+  memoryBandwidth: 1e12,
+  matvecRate: () => 1e9, // 1 ns per multiply-add
+  sparse: { upDownPerNeuron: 1e-6, layerFixed: 0, gatePerNeuron: 1e-7, gateFixed: 0 },
+  scan: { perNeuron: 0, perLookup: 0 },
+  iops: () => 1000, // 1 ms per read at any depth: I/O time = reads / 1000
+  runtimeBytes: 20 * MiB,
+};
+const knobs: Knobs = { threads: 1, queueDepth: 4, hotFraction: 0.5, residentGates: true, pipeline: true };
+const uniform = (p: number): Firing => ({ layers: [new Float64Array(100).fill(p), new Float64Array(100).fill(p)], source: "test" });
+const workload = { contextSize: 1024, promptTokens: 0, decodeTokens: 1 };
+
+test("budget split: what LlamaModel.offload leaves for the neuron cache, hot and cold slots", () => {
+  // fixed = runtime 20 + weights 10 + KV 1 + scratch 1 + gate rows 8 = 40 MiB; room = 0.97 budget
+  const budget = 100 * MiB;
+  const s = splitBudget(shape, hw, knobs, workload, budget);
+  const room = 0.97 * budget;
+  assert.equal(s.kvBytes, 1024 * 1024);
+  const allFFN = 2 * 100 * 4096;
+  assert.equal(s.cacheBytes, Math.min(allFFN, room - 40 * MiB));
+  assert.equal(s.slots, 200); // the whole FFN fits: everything hot
+  assert.equal(s.hotPerLayer, 100);
+  assert.equal(s.coldSlots, 0);
+  const tight = splitBudget(shape, hw, knobs, workload, (40 * MiB + 41.5 * 4096) / 0.97);
+  assert.ok(tight.fits);
+  assert.equal(tight.slots, 41);
+  assert.equal(tight.hotPerLayer, Math.min(Math.floor((41 * 0.5) / 2), Math.floor(40 / 2)));
+  assert.equal(tight.coldSlots, 41 - 2 * tight.hotPerLayer);
+  const none = splitBudget(shape, hw, knobs, workload, 40 * MiB);
+  assert.equal(none.fits, false);
+  assert.ok(none.minBudget > 40 * MiB && none.minBudget <= (40 * MiB + 4 * 4096) / 0.97 + 1);
+  const flash = splitBudget(shape, hw, { ...knobs, residentGates: false }, workload, (40 * MiB + 41.5 * 4096) / 0.97);
+  assert.equal(flash.gateBytes, 1 * MiB);
+  assert.equal(flash.slots, 200, "without resident gate rows their room (less the staging) goes to the cache: all of the FFN here");
+});
+
+test("hit model: hot neurons always hit; a cold LRU of C slots over n alike neurons hits C/n once warm", () => {
+  const f = uniform(0.2);
+  // all hot
+  const allHot = hitProfile(f, 100, 0, 0, 1);
+  assert.ok(Math.abs(allHot.hot[0] - 20) < 1e-9);
+  assert.equal(allHot.cold[0][0], 0);
+  // no hot, 50 cold slots over 200 alike neurons: steady state hit rate 50 / 200
+  const warm = hitProfile(f, 0, 50, 10_000, 1);
+  assert.ok(Number.isFinite(warm.tau));
+  const rate = (warm.cold[0][0] + warm.cold[0][1]) / 40;
+  assert.ok(Math.abs(rate - 0.25) < 0.01, `hit rate ${rate}`);
+  // cold start: nothing cached before the first token
+  const cold = hitProfile(f, 0, 50, 0, 3);
+  assert.equal(cold.cold[0][0], 0);
+  assert.ok(cold.cold[1][0] > 0 && cold.cold[1][0] <= cold.cold[2][0] + 1e-12, "the cache warms up step by step");
+  // a cold region larger than every neuron: after t tokens a neuron hits with 1 - (1 - p)^t
+  const big = hitProfile(f, 0, 1000, 3, 1);
+  assert.equal(big.tau, Infinity);
+  assert.ok(Math.abs(big.cold[0][0] - 100 * 0.2 * (1 - 0.8 ** 3)) < 1e-6);
+});
+
+test("predicted time: everything cached means no reads; a cache of the minimum reads every miss at the probed rate", () => {
+  const f = uniform(0.2);
+  const all = predict(shape, f, hw, knobs, workload, 100 * MiB);
+  assert.equal(all.missesPerToken, 0);
+  assert.equal(all.breakdown.ioWait, 0);
+  // attention: 64x64 at 1 GMAC/s per layer; gate 100x64; up/down 20 neurons x 1 us; output 50x64
+  const want = 2 * (64 * 64 * 1e-9) + 2 * (100 * 64 * 1e-9) + 2 * 20 * 1e-6 + 50 * 64 * 1e-9;
+  assert.ok(Math.abs(all.secondsPerToken - want) < 1e-9, `${all.secondsPerToken} vs ${want}`);
+  const sum = Object.values(all.breakdown).reduce((a, v) => a + v, 0);
+  assert.ok(Math.abs(sum - all.secondsPerToken) < 1e-12, "the breakdown adds up to the total");
+
+  // 4 bundles of cache, hot share 0: at step 0 nothing is cached, 40 misses per token
+  const tiny = predict(shape, f, hw, { ...knobs, hotFraction: 0 }, workload, (40 * MiB + 4.5 * 4096) / 0.97);
+  assert.equal(tiny.split.slots, 4);
+  assert.ok(Math.abs(tiny.missesPerToken - 40) < 1e-9);
+  // 20 misses per layer in rounds of 4 cold slots: 5 rounds of 4 reads, 4 ms each
+  assert.ok(Math.abs(tiny.breakdown.ioWait - 2 * 5 * 0.004) < 1e-9, `I/O wait ${tiny.breakdown.ioWait}`);
+  assert.ok(Math.abs(tiny.readBytesPerToken - 40 * 4096) < 1e-6);
+  assert.ok(tiny.tokensPerSecond < all.tokensPerSecond);
+});
+
+test("predicted time: the pipeline hides reads behind the hits' compute, only the first queue-depth's worth", () => {
+  const f = uniform(0.5);
+  const slow: Hardware = { ...hw, sparse: { ...hw.sparse, upDownPerNeuron: 1e-3 } }; // hits compute 1 ms each
+  const budget = (40 * MiB + 60.5 * 4096) / 0.97; // 60 slots: 15 hot per layer, 30 cold
+  const on = predict(shape, f, slow, { ...knobs, hotFraction: 0.5, queueDepth: 4 }, { ...workload, promptTokens: 0 }, budget);
+  const off = predict(shape, f, slow, { ...knobs, hotFraction: 0.5, queueDepth: 4, pipeline: false }, { ...workload, promptTokens: 0 }, budget);
+  assert.equal(on.split.hotPerLayer, 15);
+  // per layer: 7.5 hot hits (7.5 ms of compute), 42.5 misses, round 1 = 30 reads (cold slots)
+  const hits = 7.5e-3;
+  const r1 = Math.max(hits + (30 - 4) / 1000, 30 / 1000);
+  const r2 = 12.5 / 1000;
+  assert.ok(Math.abs(on.breakdown.ioWait - 2 * (r1 - hits + r2)) < 1e-9, `pipelined wait ${on.breakdown.ioWait}`);
+  assert.ok(Math.abs(off.breakdown.ioWait - 2 * (30 / 1000 + r2)) < 1e-9, `unpipelined wait ${off.breakdown.ioWait}`);
+  assert.ok(on.secondsPerToken < off.secondsPerToken);
+  // a deeper queue never predicts slower when the device scales with depth
+  const scaling: Hardware = { ...hw, iops: (_b, qd) => 1000 * Math.min(qd, 16) };
+  let prev = 0;
+  for (const qd of [1, 2, 4, 8, 16]) {
+    const p = predict(shape, f, scaling, { ...knobs, queueDepth: qd }, workload, budget);
+    assert.ok(p.tokensPerSecond >= prev, `QD ${qd}`);
+    prev = p.tokensPerSecond;
+  }
+});
+
+test("iopsAt interpolates between measured depths and never exceeds the deepest", () => {
+  const t: IoTable = { direct: true, threadPool: 16, loadAverage: 0, cells: [1, 4, 16].map((q) => ({ bytes: 4096, queueDepth: q, iops: q * 1000 })) };
+  assert.equal(iopsAt(t, 4), 4000);
+  assert.equal(iopsAt(t, 2), 1000 + 0.5 * 3000);
+  assert.equal(iopsAt(t, 64), 16000);
+  assert.equal(iopsAt({ ...t, threadPool: 4 }, 16), 4000, "no deeper than libuv's pool runs");
+});
+
+// ---------------------------------------------------------------------------------------------
+// On a real (tiny, synthetic) store: probe, plan, plan file, applyPlan
+
+const dir = tempDir("powerinfer-planner-");
+const cacheDir = join(dir, "cache");
+let storePath = "";
+let profiledPath = "";
+
+async function stores(): Promise<void> {
+  if (storePath) return;
+  const gguf = join(dir, "tiny.gguf");
+  await synthesize({ shape: "tiny", act: "relu", type: "q4_1", seed: 5, sparsity: 0.9, out: gguf, fsync: false });
+  storePath = join(dir, "tiny.pi");
+  await convertToStore({ input: gguf, output: storePath, fsync: false });
+  const profile = { layers: Array.from({ length: 4 }, (_, l) => ({ frequency: Array.from(plannedFiring(5, l, 768, 0.9)) })) };
+  profiledPath = join(dir, "tiny.hot.pi");
+  await convertToStore({ input: gguf, output: profiledPath, profile, fsync: false });
+}
+
+const FAST = { scale: 0.02, cacheDir, threads: [1], queueDepths: [1, 2] };
+
+test("probe: measures every part with tiny durations, caches it per machine, re-probes on request", async () => {
+  await stores();
+  const store = NeuronStore.open(storePath);
+  try {
+    const r = await probeMachine(store, FAST);
+    assert.ok(r.dispatch[1] >= 0 && r.memoryBandwidth[1] > 0);
+    assert.ok(Object.values(r.matvec).every((v) => v > 0 && Number.isFinite(v)));
+    const sp = Object.values(r.sparse)[0];
+    assert.ok(sp.upDownPerNeuron > 0 && sp.gatePerNeuron > 0);
+    const io = Object.values(r.io);
+    assert.equal(io.length, 1, "bundle and gate page are both 4 KiB here: one read table");
+    assert.deepEqual(io[0].cells.map((c) => c.queueDepth), [1, 2]);
+    assert.ok(io[0].cells.every((c) => c.iops > 0));
+    const file = probeCachePath(cacheDir, r.fingerprint);
+    assert.ok(existsSync(file));
+    const again = await probeMachine(store, FAST);
+    assert.deepEqual(again.io, r.io, "a second probe reuses the cache");
+    assert.equal(again.matvec[Object.keys(r.matvec)[0]], r.matvec[Object.keys(r.matvec)[0]]);
+    assert.ok(again.seconds - r.seconds < 0.5, "nothing measured twice");
+    const fresh = await probeMachine(store, { ...FAST, reprobe: true });
+    assert.ok(fresh.notes.compute.at >= r.notes.compute.at, "a re-probe measures again");
+    assert.ok(Object.keys(fresh.matvec).length > 0 && Object.keys(fresh.io).length === 1);
+  } finally {
+    store.close();
+  }
+});
+
+test("machine fingerprint: same machine, and what differs when not", async () => {
+  await stores();
+  const fp = machineFingerprint(storePath);
+  assert.ok(fp.cores >= 1 && fp.totalMemory > 0 && fp.device.length > 0);
+  assert.equal(machineDifference(fp, machineFingerprint(storePath)), null);
+  assert.match(machineDifference({ ...fp, hostname: "elsewhere" }, fp)!, /host "elsewhere"/);
+  assert.match(machineDifference({ ...fp, cores: fp.cores + 1 }, fp)!, /cores/);
+});
+
+test("firing rates: the profile in stored (hot-first) order, else synth's planted rates, else an assumption", async () => {
+  await stores();
+  const hot = NeuronStore.open(profiledPath);
+  const plain = NeuronStore.open(storePath);
+  try {
+    const fh = firingOf(hot, readConfig(hot));
+    assert.match(fh.source, /profile/);
+    for (let k = 1; k < 768; k++) assert.ok(fh.layers[0][k] <= fh.layers[0][k - 1] + 1e-12, "hot-first: non-increasing along the stored order");
+    const fp = firingOf(plain, readConfig(plain));
+    assert.match(fp.source, /planted/);
+    const planted = plannedFiring(5, 2, 768, 0.9);
+    assert.equal(fp.layers[2][7], planted[plain.layer(2).order[7]]);
+    const fa = firingOf(plain, readConfig(plain), 0.25);
+    assert.ok(fa.layers.every((p) => p.every((v) => v === 0.25)));
+  } finally {
+    hot.close();
+    plain.close();
+  }
+});
+
+test("shapeOfStore: the resident size estimate counts packed weights and buffers, not the FFN or the embedding table", async () => {
+  await stores();
+  const store = NeuronStore.open(storePath);
+  try {
+    const s = shapeOfStore(store, readConfig(store));
+    assert.equal(s.nFF, 768);
+    assert.equal(s.bundleBytes, 4096);
+    const ffnBytes = 4 * 768 * 4096;
+    assert.ok(s.weightBytes > 1 << 20 && s.weightBytes < store.fileSize - ffnBytes + (8 << 20), `${s.weightBytes}`);
+    assert.ok(s.gateBytes > 0 && s.kvBytesPerPosition === 2 * 4 * 4 * 32 * 4);
+  } finally {
+    store.close();
+  }
+});
+
+test("plan: written, read back, applied to load options; never predicted slower than the defaults", async () => {
+  await stores();
+  const budget = 16 * MiB;
+  const r = await makePlan({ modelPath: profiledPath, budget, probe: FAST, threads: 1, promptTokens: 8, decodeTokens: 16, contextSize: 64, runtimeBase: 0 });
+  assert.ok(r.best.tokensPerSecond >= r.defaults.tokensPerSecond);
+  assert.ok(r.candidates.length > 10);
+  const path = join(dir, "p.json");
+  writePlan(path, r.plan);
+  const p = readPlan(path);
+  assert.deepEqual(p.knobs, r.plan.knobs);
+  assert.equal(p.budget, budget);
+  assert.equal(p.contextSize, 64);
+  assert.equal(checkPlan(p, profiledPath, budget, undefined), null);
+  const opts = applyPlan({ modelPath: profiledPath, memoryBudget: budget, offload: { hotFraction: 0.5, queueDepth: 16 } }, path);
+  assert.equal(opts.offload?.hotFraction, p.knobs.hotFraction);
+  assert.equal(opts.offload?.queueDepth, p.knobs.queueDepth);
+  assert.equal(opts.threads, p.knobs.threads);
+  assert.equal(opts.contextSize, 64);
+  // -t given wins over the plan's threads; no budget given adopts the plan's
+  const given = applyPlan({ modelPath: profiledPath, threads: 3 }, path);
+  assert.equal(given.threads, 3);
+  assert.equal(given.memoryBudget, budget);
+  assert.equal(applyPlan({ modelPath: profiledPath, memoryBudget: budget }, "none").offload, undefined);
+});
+
+test("plan mismatches: another machine, model, budget or context is a clear error (explicit plan) or a note (found next to the model)", async () => {
+  await stores();
+  const budget = 16 * MiB;
+  const r = await makePlan({ modelPath: profiledPath, budget, probe: FAST, threads: 1, promptTokens: 8, decodeTokens: 16, contextSize: 64, runtimeBase: 0 });
+  const write = (name: string, edit: (p: typeof r.plan) => void) => {
+    const p = structuredClone(r.plan);
+    edit(p);
+    const path = join(dir, name);
+    writePlan(path, p);
+    return path;
+  };
+  const other = write("other-machine.json", (p) => (p.machine.hostname = "some-other-host"));
+  assert.throws(() => applyPlan({ modelPath: profiledPath, memoryBudget: budget }, other), (e: Error) => e instanceof PlanError && /another machine \(host "some-other-host"/.test(e.message) && /re-plan with: powerinfer plan/.test(e.message));
+  const good = write("good.json", () => {});
+  assert.throws(() => applyPlan({ modelPath: profiledPath, memoryBudget: 32 * MiB }, good), (e: Error) => /made for --memory-budget 16MiB, this run has 32MiB; re-plan with: powerinfer plan -m .* --memory-budget 32MiB/.test(e.message));
+  assert.throws(() => applyPlan({ modelPath: profiledPath, memoryBudget: budget, contextSize: 128 }, good), /context of 64 tokens/);
+  assert.throws(() => applyPlan({ modelPath: storePath, memoryBudget: budget }, good), /does not match .*tiny\.pi: the plan is for (another store|a store of)/);
+  assert.throws(() => readPlan(join(dir, "missing.json")), /cannot read plan/);
+  writeFileSync(join(dir, "junk.json"), '{"format":"something else"}');
+  assert.throws(() => readPlan(join(dir, "junk.json")), /is not a plan file/);
+
+  // Found next to the model: used when it matches the budget, otherwise a note and no change.
+  const copy = join(dir, "copy.hot.pi");
+  copyFileSync(profiledPath, copy);
+  writePlan(defaultPlanPath(copy), r.plan);
+  const notes: string[] = [];
+  const base = { modelPath: copy, memoryBudget: budget, offload: { hotFraction: 0.5 } };
+  const used = applyPlan(base, undefined, (m) => notes.push(m));
+  assert.equal(used.offload?.hotFraction, r.plan.knobs.hotFraction, "a copy of the store (same content) matches");
+  assert.match(notes.pop()!, /using plan .*copy\.hot\.pi\.plan\.json/);
+  const unchanged = applyPlan({ ...base, memoryBudget: 20 * MiB }, undefined, (m) => notes.push(m));
+  assert.deepEqual(unchanged, { ...base, memoryBudget: 20 * MiB });
+  assert.match(notes.pop()!, /not using .* was made for --memory-budget 16MiB, this run has 20MiB; re-plan/);
+  writePlan(defaultPlanPath(copy), JSON.parse(readFileSync(other, "utf8")));
+  assert.deepEqual(applyPlan(base, undefined, (m) => notes.push(m)), base);
+  assert.match(notes.pop()!, /another machine/);
+  assert.equal(sizeText(3.75 * 2 ** 30), "3.75GiB");
+});
+
+test("powerinfer plan: writes MODEL.plan.json next to the model and prints the prediction and where the time goes", async () => {
+  await stores();
+  const r = spawnSync(process.execPath, [CLI, "plan", "-m", profiledPath, "--memory-budget", "512MiB", "-t", "1", "-c", "64", "--prompt-tokens", "8", "--decode-tokens", "8", "--probe-scale", "0.02"], {
+    encoding: "utf8",
+    env: { ...process.env, POWERINFER_CACHE_DIR: cacheDir },
+  });
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /predicted decode: [\d.]+ tok\/s/);
+  assert.match(r.stdout, /waiting for missed bundles|up\/down of firing neurons/);
+  assert.match(r.stdout, /wrote .*tiny\.hot\.pi\.plan\.json/);
+  const p = readPlan(defaultPlanPath(profiledPath));
+  assert.equal(p.budget, 512 * MiB);
+  const bad = spawnSync(process.execPath, [CLI, "plan", "-m", profiledPath], { encoding: "utf8" });
+  assert.equal(bad.status, 2);
+  assert.match(bad.stderr, /--memory-budget SIZE is required/);
+  const small = spawnSync(process.execPath, [CLI, "plan", "-m", profiledPath, "--memory-budget", "1MiB", "-t", "1", "--probe-scale", "0.02"], { encoding: "utf8", env: { ...process.env, POWERINFER_CACHE_DIR: cacheDir } });
+  assert.equal(small.status, 1);
+  assert.match(small.stderr, /too small .* at least [\d.]+ MiB would run/);
+});
