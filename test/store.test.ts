@@ -73,6 +73,12 @@ function checkBundles(store: NeuronStore, src: GGUFFile, opts: { gateUpExact: bo
     const downT = opts.transposedSource ? src.tensorData(p + "ffn_down_t.weight") : null;
     const all = new Uint8Array(n * bundleBytes);
     store.readBundles(L.index, 0, n, all);
+    // the contiguous gate-row copy (streamed when gates are not resident) is the bundles' gate part
+    const gates = new Uint8Array(n * rb);
+    store.readGateRows(L.index, 0, n, gates);
+    for (let pos = 0; pos < n; pos++) {
+      if (Buffer.compare(gates.subarray(pos * rb, (pos + 1) * rb), all.subarray(pos * bundleBytes, pos * bundleBytes + rb)) !== 0) assert.fail(`layer ${L.index} position ${pos}: gate row copy differs from the bundle`);
+    }
     let worstDown = 0, worstGate = 0;
     for (let pos = 0; pos < n; pos++) {
       const i = L.order[pos];

@@ -95,6 +95,12 @@ export interface StoreLayerManifest {
   gate: StoreConversion | null;
   up: StoreConversion | null;
   down: StoreConversion | null;
+  /**
+   * file offset (4 KiB aligned) of a copy of the layer's gate rows in stored order, contiguous
+   * (rowBytes each): when the gate rows cannot stay in memory they are streamed from here with
+   * large sequential reads. Optional: absent (or null) in stores written before it existed.
+   */
+  gateRows?: number | null;
 }
 
 export interface StoreFixedManifest {
@@ -486,6 +492,8 @@ export interface StoreFFNLayer {
   readonly gate: StoreConversion | null;
   readonly up: StoreConversion | null;
   readonly down: StoreConversion | null;
+  /** file offset of the contiguous copy of the gate rows in stored order, or null (see the manifest) */
+  readonly gateRows: number | null;
 }
 
 export interface StoreFFN {
@@ -615,10 +623,11 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
         position[n] = p;
       }
       const frequency = L.frequency == null ? null : fromBase64(L.frequency, Float32Array, fail, `${what} frequency`);
+      if (L.gateRows != null) inRegion(`${what} gate rows`, L.gateRows, Math.ceil((L.neurons * rb) / STORE_PAGE) * STORE_PAGE);
       if (frequency && frequency.length !== L.neurons) fail(`${what}: frequency has ${frequency.length} entries for ${L.neurons} neurons`);
       layers.push({
         index, offset: L.offset, neurons: L.neurons, bundleBytes: f.bundleBytes, rowBytes: rb, type: f.type, order, position, frequency,
-        gate: L.gate ?? null, up: L.up ?? null, down: L.down ?? null,
+        gate: L.gate ?? null, up: L.up ?? null, down: L.down ?? null, gateRows: L.gateRows ?? null,
       });
     });
     this.ffn = { type: f.type, nEmbd: f.nEmbd, rowBytes: rb, bundleBytes: f.bundleBytes, parts: { gate: 0, up: rb, down: 2 * rb }, conversion: f.conversion, layers };
@@ -727,6 +736,18 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
     this.readVerified(this.bundleOffset(layer, pos), dst.subarray(0, count * L.bundleBytes));
   }
 
+  /** Read `count` gate rows of the contiguous copy from stored position `pos` into dst (verified). */
+  readGateRows(layer: number, pos: number, count: number, dst: Uint8Array): void {
+    const L = this.layer(layer);
+    if (L.gateRows === null) throw new RangeError(`${this.path}: layer ${layer} has no gate row copy (a store converted before it existed)`);
+    if (count < 1 || pos < 0 || pos + count > L.neurons) throw new RangeError(`${this.path}: layer ${layer} has no gate rows [${pos}, ${pos + count})`);
+    const from = L.gateRows + pos * L.rowBytes;
+    const a = from - (from % STORE_PAGE);
+    const buf = Buffer.alloc(Math.ceil((from + count * L.rowBytes) / STORE_PAGE) * STORE_PAGE - a);
+    this.readVerified(a, buf);
+    dst.set(buf.subarray(from - a, from - a + count * L.rowBytes));
+  }
+
   // --- verification -----------------------------------------------------------------------------
 
   private readVerified(offset: number, dst: Uint8Array): void {
@@ -796,6 +817,10 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
       if (offset >= L.offset && offset < L.offset + L.neurons * L.bundleBytes) {
         const pos = Math.floor((offset - L.offset) / L.bundleBytes);
         return `layer ${L.index} FFN, bundle at stored position ${pos} (neuron ${L.order[pos]})`;
+      }
+      if (L.gateRows !== null && offset >= L.gateRows && offset < L.gateRows + L.neurons * L.rowBytes) {
+        const pos = Math.floor((offset - L.gateRows) / L.rowBytes);
+        return `layer ${L.index} FFN, gate row copy at stored position ${pos} (neuron ${L.order[pos]})`;
       }
     }
     for (const t of this.tensors.values()) {

@@ -378,9 +378,12 @@ export class LlamaModel {
       this.attentionBlock(l, n, pos0);
       this.rmsnorm(b.xb, b.x, this.layers[l].ffnNorm, n);
       if (n > 1 && off.batches) {
-        // Prompt: gates for the whole batch with the dense kernels, then every needed bundle once.
-        this.setInput(b.xb, this.config.nEmbd);
-        this.matmul(off.gates[l], b.hg, n);
+        // Prompt: gates for the whole batch (dense kernels over the resident gate rows, or the
+        // gate rows streamed once for the batch), then every needed bundle once.
+        if (off.hasResidentGates) {
+          this.setInput(b.xb, this.config.nEmbd);
+          this.matmul(off.gates[l], b.hg, n);
+        } else await off.streamBatchGates(l, b.xb, n, b.hg);
         await off.runBatch(l, b.xb, b.x, n, b.hg);
         continue;
       }

@@ -52,6 +52,11 @@ export interface OffloadOptions {
   pipeline?: boolean;
   /** test hook passed to the flash reader: return an Error to make a read fail with it */
   fault?: FlashReaderOptions["fault"];
+  /**
+   * gates not resident: stream them from the store's contiguous gate-row copy (default true)
+   * rather than reading each bundle's gate pages (what stores without a copy always do)
+   */
+  streamGates?: boolean;
   /** per layer: in gate mode a neuron fires only when |act(gate)| exceeds this (SiLU models) */
   thresholds?: Float32Array | null;
 }
@@ -106,6 +111,11 @@ export class OffloadedFFN {
   private readonly stage: number;
   private readonly stageList: number;
   private readonly stagePos: Int32Array;
+  /** streaming the gate-row copy: rows per chunk (0: not possible), bytes per staging half */
+  private readonly streamRows: number;
+  private readonly halfBytes: number;
+  private readonly chunkBase = [0, 0];
+  private readonly chunkRequests: FlashReadRequest[][] = [[], []];
   private readonly cachedPos: Int32Array;
   readonly mode: SparsityMode;
   private readonly threshold: number;
@@ -166,6 +176,9 @@ export class OffloadedFFN {
     this.stage = this.residentGates ? 0 : arena.alloc(this.stageNeurons * this.gateReadBytes, 4096);
     this.stageList = this.residentGates ? 0 : arena.alloc(this.stageNeurons * 4, 64);
     this.stagePos = new Int32Array(Math.max(this.stageNeurons, 1));
+    // The staging area in two halves for streaming: a chunk's page span must fit in one half.
+    this.halfBytes = Math.floor((this.stageNeurons * this.gateReadBytes) / 2 / 4096) * 4096;
+    this.streamRows = opts.streamGates === false ? 0 : Math.max(0, Math.min(this.stageNeurons, Math.floor((this.halfBytes - 2 * 4096) / ffn.rowBytes)));
     this.cachedPos = new Int32Array(nFF);
 
     // The cache: what the budget leaves, in whole bundles; half of it pinned to hot neurons.
@@ -223,9 +236,17 @@ export class OffloadedFFN {
     this.stats.computeMs += this.computeMs;
   }
 
-  /** Whether runBatch applies (gate mode with resident gate rows). */
+  /** Whether runBatch applies (gate mode, with resident gate rows or gate rows to stream). */
   get batches(): boolean {
-    return this.mode !== "predictor" && this.residentGates;
+    if (this.mode === "predictor") return false;
+    if (this.residentGates) return true;
+    for (let l = 0; l < this.cfg.nLayer; l++) if (!this.streams(l)) return false;
+    return true;
+  }
+
+  /** Whether the gate rows are in memory (else streamBatchGates computes a batch's gates). */
+  get hasResidentGates(): boolean {
+    return this.residentGates;
   }
 
   /**
@@ -360,9 +381,10 @@ export class OffloadedFFN {
   }
 
   /**
-   * Gates without resident gate rows: the cached bundles' own gate rows, then the gate pages of
-   * every other bundle, read in rounds into the staging area (the first round's reads overlap
-   * the up/down of the cached neurons that fired).
+   * Gates without resident gate rows: the cached bundles' own gate rows, then the others'. Those
+   * stream from the store's contiguous gate-row copy in large sequential reads where the store has
+   * one, else come from each bundle's gate pages, read in rounds into the staging area. Either
+   * way the first read overlaps the up/down of the cached neurons that fired.
    */
   private async gatesFromBundles(l: number): Promise<void> {
     const { cache, f32, i32, nFF } = this;
@@ -377,6 +399,11 @@ export class OffloadedFFN {
     if (cached > 0) this.sparse.gate(this.missList, cached, this.gateOut);
     this.computeMs += performance.now() - t;
     for (let i = 0; i < cached; i++) this.classify(l, this.cachedPos[i], f32[(this.gateOut >>> 2) + i]);
+    if (this.streams(l)) {
+      this.streamLayer = l;
+      await this.streamGateRows(l, cache.hotCount[l], true, this.classifyChunk);
+      return;
+    }
     let k = 0;
     while (k < nFF) {
       const requests = this.requests;
@@ -401,6 +428,134 @@ export class OffloadedFFN {
       this.computeMs += performance.now() - t;
       for (let i = 0; i < m; i++) this.classify(l, this.stagePos[i], f32[(this.gateOut >>> 2) + i]);
     }
+  }
+
+  /** Whether layer l's gates can stream from a contiguous gate-row copy. */
+  private streams(l: number): boolean {
+    return this.streamRows > 0 && this.store.layer(l).gateRows !== null;
+  }
+
+  /**
+   * List the rows of a streamed chunk [r0, r1) (row r0 at address base) that the cache does not
+   * hold: their addresses into stageList, their stored positions into stagePos. Returns the count.
+   */
+  private uncachedRows(l: number, r0: number, r1: number, base: number): number {
+    const rb = this.store.ffn.rowBytes;
+    let m = 0;
+    for (let r = r0; r < r1; r++) {
+      if (this.cache.peek(l, r) >= 0) continue;
+      this.i32[(this.stageList >>> 2) + m] = base + (r - r0) * rb;
+      this.stagePos[m++] = r;
+    }
+    return m;
+  }
+
+  private streamLayer = 0;
+  /** Decode: the gates of a streamed chunk's uncached rows, each neuron filed as it fires. */
+  private readonly classifyChunk = (r0: number, r1: number, base: number): void => {
+    const l = this.streamLayer;
+    const m = this.uncachedRows(l, r0, r1, base);
+    if (m === 0) return;
+    const t = performance.now();
+    this.sparse.gate(this.stageList, m, this.gateOut);
+    this.computeMs += performance.now() - t;
+    for (let i = 0; i < m; i++) this.classify(l, this.stagePos[i], this.f32[(this.gateOut >>> 2) + i]);
+  };
+
+  /**
+   * Stream layer l's gate-row copy from stored position `from` to the end, in chunks alternating
+   * between the two halves of the staging area: the next chunk is read while `visit(r0, r1, base)`
+   * computes this one (base: address of row r0). With overlapHits, the cached neurons' up/down
+   * runs while the first chunk is read.
+   */
+  private async streamGateRows(l: number, from: number, overlapHits: boolean, visit: (r0: number, r1: number, base: number) => void): Promise<void> {
+    const nFF = this.nFF;
+    if (from >= nFF) {
+      if (overlapHits && !this.hitsComputed) this.computeHits();
+      return;
+    }
+    let cur = this.readChunk(l, from, 0);
+    let half = 0;
+    for (let r0 = from; r0 < nFF; ) {
+      const r1 = Math.min(nFF, r0 + this.streamRows);
+      half ^= 1;
+      const next = r1 < nFF ? this.readChunk(l, r1, half) : null;
+      if (overlapHits && !this.hitsComputed) this.computeHits();
+      const tw = performance.now();
+      try {
+        await cur;
+      } catch (e) {
+        // the other half's read must not be left to reject unobserved
+        await next?.catch(() => undefined);
+        throw e;
+      }
+      this.stats.ioWaitMs += performance.now() - tw;
+      visit(r0, r1, this.chunkBase[half ^ 1]);
+      r0 = r1;
+      if (next) cur = next;
+    }
+  }
+
+  /** Read the page span holding gate rows [r0, r0 + streamRows) of layer l into staging half h. */
+  private readChunk(l: number, r0: number, h: number): Promise<void> {
+    const L = this.store.layer(l);
+    const rb = L.rowBytes;
+    const r1 = Math.min(this.nFF, r0 + this.streamRows);
+    const from = L.gateRows! + r0 * rb;
+    const a = from - (from % 4096);
+    const end = Math.ceil((L.gateRows! + r1 * rb) / 4096) * 4096;
+    const dst = this.stage + h * this.halfBytes;
+    this.chunkBase[h] = dst + (from - a);
+    const req = this.chunkRequests[h];
+    req.length = 0;
+    req.push({ fileOffset: a, length: end - a, dst });
+    this.stats.bytesRead += end - a;
+    return this.reader.read(req);
+  }
+
+  /**
+   * Prompt prefill without resident gate rows: the gates of all n tokens (rows x of nEmbd f32)
+   * into gates (n x nFF f32, stored order), the layer's gate rows streamed once for the batch.
+   */
+  async streamBatchGates(l: number, x: number, n: number, gates: number): Promise<void> {
+    const { cache, i32, nFF } = this;
+    let cached = 0;
+    for (let k = 0; k < nFF; k++) {
+      const slot = cache.peek(l, k);
+      if (slot < 0) continue;
+      i32[(this.missList >>> 2) + cached] = cache.address(slot);
+      this.cachedPos[cached++] = k;
+    }
+    this.batchArgs.l = l;
+    this.batchArgs.x = x;
+    this.batchArgs.n = n;
+    this.batchArgs.gates = gates;
+    this.computeMs = 0;
+    this.gatesForBatch(this.missList, this.cachedPos, cached);
+    await this.streamGateRows(l, cache.hotCount[l], false, this.batchChunk);
+    this.stats.computeMs += this.computeMs;
+  }
+
+  private readonly batchChunk = (r0: number, r1: number, base: number): void => {
+    const m = this.uncachedRows(this.batchArgs.l, r0, r1, base);
+    this.gatesForBatch(this.stageList, this.stagePos, m);
+  };
+
+  /** Gates of `count` rows (addresses in list, stored positions in pos) for each token of the batch. */
+  private gatesForBatch(list: number, pos: Int32Array, count: number): void {
+    if (count === 0) return;
+    const { f32, nFF } = this;
+    const { x, n, gates } = this.batchArgs;
+    const rowBytes = this.cfg.nEmbd * 4;
+    const t0 = performance.now();
+    const out = this.gateOut >>> 2;
+    for (let t = 0; t < n; t++) {
+      this.sparse.prepare(x + t * rowBytes);
+      this.sparse.gate(list, count, this.gateOut);
+      const g0 = (gates >>> 2) + t * nFF;
+      for (let i = 0; i < count; i++) f32[g0 + pos[i]] = f32[out + i];
+    }
+    this.computeMs += performance.now() - t0;
   }
 
   private computeHits(): void {

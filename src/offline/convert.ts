@@ -436,6 +436,8 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
       const out = new Uint8Array(group * bundleBytes);
       const srcRb = { gate: L.gate.bytes / n, up: L.up.bytes / n, down: L.down.bytes / n };
       const scratch = { gate: new Uint8Array(group * srcRb.gate), up: new Uint8Array(group * srcRb.up), down: new Uint8Array(L.transposed ? group * srcRb.down : 0) };
+      // The layer's gate rows as stored, collected for their contiguous copy after the bundles.
+      const gateRows = new Uint8Array(n * rowBytes);
       for (let p0 = 0; p0 < n; p0 += group) {
         check();
         const g = Math.min(group, n - p0);
@@ -459,16 +461,21 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
           if (t.type !== ffnType) changed[kind] = t.type;
           bytesDone += g * rb;
         }
+        for (let k = 0; k < g; k++) gateRows.set(out.subarray(k * bundleBytes, k * bundleBytes + rowBytes), (p0 + k) * rowBytes);
         await writer.write(out.subarray(0, g * bundleBytes));
         progress("ffn", l);
         await tick();
       }
+      await writer.pad();
+      const gateRowsOffset = writer.position;
+      await writer.write(gateRows);
+      await writer.pad();
       const conv = (kind: "gate" | "up" | "down", t: GGUFTensorInfo): StoreConversion | null =>
         t.type === ffnType && (kind !== "down" || L.transposed) ? null : stats[kind].report(t.type);
       layerManifest.push({
         offset, neurons: n, order: base64Of(order),
         frequency: prof ? base64Of(Float32Array.from(prof.profile.layers[l].frequency)) : null,
-        gate: conv("gate", L.gate), up: conv("up", L.up), down: conv("down", L.down),
+        gate: conv("gate", L.gate), up: conv("up", L.up), down: conv("down", L.down), gateRows: gateRowsOffset,
       });
       for (const k of ["gate", "up", "down"] as const) total[k].merge(stats[k]);
     }
