@@ -90,12 +90,17 @@ export async function main(argv: string[]): Promise<number> {
     }
     process.stderr.write(
       `stop: ${s.stopReason}\n` +
-        `prefill: ${s.promptTokens} tokens, ${s.prefillTokensPerSecond.toFixed(1)} tok/s; ` +
-        `decode: ${s.generatedTokens} tokens, ${s.decodeTokensPerSecond.toFixed(1)} tok/s\n`,
+        `prefill: ${s.promptTokens} tokens, ${speed(s.prefillTokensPerSecond)} tok/s; ` +
+        `decode: ${s.generatedTokens} tokens, ${speed(s.decodeTokensPerSecond)} tok/s\n`,
     );
   } finally {
     process.off("SIGINT", onSigint);
     await model.dispose();
   }
   return 0;
+}
+
+/** A speed with one decimal, or three significant digits below 10 (a model read from flash may run at 0.05 tok/s). */
+function speed(v: number): string {
+  return v >= 10 || v === 0 ? v.toFixed(1) : v.toPrecision(3);
 }
