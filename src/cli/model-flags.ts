@@ -18,7 +18,7 @@ export const LOAD_FLAGS: FlagSpec[] = [
   { names: ["--sparsity"], key: "sparsity", type: "string", help: "for a store: dense | gate | predictor (default: predictor when the model has predictors, else gate)" },
   { names: ["--cache-size"], key: "cacheSize", type: "size", help: "neuron cache size for a store (default: what the budget leaves)" },
   { names: ["--hot-fraction"], key: "hotFraction", type: "float", help: "share of the neuron cache pinned to hot neurons", default: 0.5 },
-  { names: ["--io-queue-depth"], key: "queueDepth", type: "int", help: "reads from flash in flight", default: 16 },
+  { names: ["--io-queue-depth"], key: "queueDepth", type: "int", help: "reads from flash in flight (default: libuv's thread pool, 64 under this command)" },
   { names: ["--no-pipeline"], key: "noPipeline", type: "bool", help: "wait for reads before computing (ablation)" },
   { names: ["--thresholds"], key: "thresholds", type: "string", help: "apply the activation thresholds of a profile (powerinfer profile --target-sparsity) of this model: SiLU sparsity for a plain GGUF" },
 ];
@@ -45,7 +45,7 @@ export function loadOptions(command: string, args: ParsedArgs): LoadModelOptions
   }
   const hot = args.hotFraction as number;
   if (!(hot >= 0 && hot <= 1)) throw new UsageError(`${command}: --hot-fraction must be between 0 and 1, got ${hot}`);
-  if ((args.queueDepth as number) < 1) throw new UsageError(`${command}: --io-queue-depth must be at least 1`);
+  if (args.queueDepth !== undefined && (args.queueDepth as number) < 1) throw new UsageError(`${command}: --io-queue-depth must be at least 1`);
   // Read (and check against the model) now, so a wrong profile fails before the model loads.
   const thresholds = typeof args.thresholds === "string" ? thresholdsForModel(args.thresholds, args.model) : undefined;
   return {
@@ -59,7 +59,7 @@ export function loadOptions(command: string, args: ParsedArgs): LoadModelOptions
       sparsity: args.sparsity as SparsityMode | undefined,
       cacheBytes: args.cacheSize as number | undefined,
       hotFraction: hot,
-      queueDepth: args.queueDepth as number,
+      queueDepth: args.queueDepth as number | undefined,
       pipeline: !args.noPipeline,
     },
   };
