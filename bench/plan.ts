@@ -6,8 +6,10 @@
  * rates, and records everything as JSON.
  *
  *   node dist/bench/plan.js -m STORE.pi --budgets 3GiB,3.5GiB,3.75GiB [-n 16] [--reps 1]
- *                           [--prompt TEXT] [--skip-defaults] [--out FILE.json]
+ *                           [--prompt TEXT] [--skip-defaults] [--cached-probe] [--out FILE.json]
  *
+ * Each budget's plan re-probes the machine (a few seconds) unless --cached-probe: on a shared
+ * machine the load, and with it the read and compute rates, changes from minute to minute.
  * The measured hit rate is of the decode steps alone (counters read after the prompt's prefill).
  */
 import { spawnSync } from "node:child_process";
@@ -109,6 +111,8 @@ async function main(): Promise<void> {
   const prompt = arg("--prompt", PROMPT)!;
   const ctx = Number(arg("-c", "256"));
   const skipDefaults = process.argv.includes("--skip-defaults");
+  // The machine's load changes by the minute: measure it again right before each budget's runs.
+  const reprobe = !process.argv.includes("--cached-probe");
   const store = NeuronStore.open(model);
   const promptTokens = Tokenizer.fromGGUF(store).encode(prompt, { addBos: true, parseSpecial: false }).length;
   store.close();
@@ -118,7 +122,7 @@ async function main(): Promise<void> {
     for (const budget of budgets) {
       const planPath = join(dir, `plan-${budget}.json`);
       // n tokens generated = n - 1 decode forward passes, after the prompt's prefill
-      const p = spawnSync(process.execPath, [BIN, "plan", "-m", model, "--memory-budget", String(budget), "-c", String(ctx), "-o", planPath, "--prompt-tokens", String(promptTokens), "--decode-tokens", String(Math.max(1, n - 1))], { encoding: "utf8" });
+      const p = spawnSync(process.execPath, [BIN, "plan", "-m", model, "--memory-budget", String(budget), "-c", String(ctx), "-o", planPath, "--prompt-tokens", String(promptTokens), "--decode-tokens", String(Math.max(1, n - 1)), ...(reprobe ? ["--reprobe"] : [])], { encoding: "utf8" });
       if (p.status !== 0) throw new Error(`plan failed:\n${p.stderr}`);
       process.stderr.write(p.stdout);
       const plan: PlanFile = readPlan(planPath);

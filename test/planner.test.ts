@@ -9,7 +9,7 @@ import { convertToStore } from "../src/offline/convert.js";
 import { plannedFiring, synthesize } from "../src/offline/synth.js";
 import { readConfig } from "../src/model/config.js";
 import { hitProfile, predict, splitBudget, type Firing, type Hardware, type Knobs, type ModelShape } from "../src/planner/cost-model.js";
-import { iopsAt, machineDifference, machineFingerprint, probeCachePath, probeMachine, type IoTable } from "../src/planner/probe.js";
+import { batchSecondsAt, iopsAt, submitAt, machineDifference, machineFingerprint, probeCachePath, probeMachine, type IoTable } from "../src/planner/probe.js";
 import { applyPlan, checkPlan, defaultPlanPath, firingOf, makePlan, readPlan, shapeOfStore, sizeText, writePlan, PlanError } from "../src/planner/plan.js";
 import { CLI, tempDir } from "./helpers.js";
 
@@ -31,8 +31,11 @@ const hw: Hardware = {
   memoryBandwidth: 1e12,
   matvecRate: () => 1e9, // 1 ns per multiply-add
   sparse: { upDownPerNeuron: 1e-6, layerFixed: 0, gatePerNeuron: 1e-7, gateFixed: 0 },
-  scan: { perNeuron: 0, perLookup: 0 },
-  iops: () => 1000, // 1 ms per read at any depth: I/O time = reads / 1000
+  scan: { perNeuron: 0, perLookup: 0, perMiss: 0 },
+  // 1 ms per read at any depth: I/O time = reads / 1000
+  batchSeconds: (_b, _q, n) => n / 1000,
+  submitSeconds: () => 0,
+  iops: () => 1000,
   runtimeBytes: 20 * MiB,
 };
 const knobs: Knobs = { threads: 1, queueDepth: 4, hotFraction: 0.5, residentGates: true, pipeline: true };
@@ -120,7 +123,7 @@ test("predicted time: the pipeline hides reads behind the hits' compute, only th
   assert.ok(Math.abs(off.breakdown.ioWait - 2 * (30 / 1000 + r2)) < 1e-9, `unpipelined wait ${off.breakdown.ioWait}`);
   assert.ok(on.secondsPerToken < off.secondsPerToken);
   // a deeper queue never predicts slower when the device scales with depth
-  const scaling: Hardware = { ...hw, iops: (_b, qd) => 1000 * Math.min(qd, 16) };
+  const scaling: Hardware = { ...hw, batchSeconds: (_b, qd, n) => n / (1000 * Math.min(qd, 16)) + 1e-4, submitSeconds: () => 1e-6, iops: (_b, qd) => 1000 * Math.min(qd, 16) };
   let prev = 0;
   for (const qd of [1, 2, 4, 8, 16]) {
     const p = predict(shape, f, scaling, { ...knobs, queueDepth: qd }, workload, budget);
@@ -129,12 +132,22 @@ test("predicted time: the pipeline hides reads behind the hits' compute, only th
   }
 });
 
-test("iopsAt interpolates between measured depths and never exceeds the deepest", () => {
-  const t: IoTable = { direct: true, threadPool: 16, loadAverage: 0, cells: [1, 4, 16].map((q) => ({ bytes: 4096, queueDepth: q, iops: q * 1000 })) };
+test("read tables: rates interpolated between measured depths and batch sizes, never past the deepest queue", () => {
+  const cell = (q: number, iops: number) => ({ bytes: 4096, queueDepth: q, iops, submit: 1e-6 * q, batches: [{ n: q, perSecond: iops / 2 }, { n: 4 * q, perSecond: iops * 0.8 }, { n: 16 * q, perSecond: iops }] });
+  const t: IoTable = { direct: true, threadPool: 16, loadAverage: 0, cells: [cell(1, 1000), cell(4, 4000), cell(16, 16000)] };
   assert.equal(iopsAt(t, 4), 4000);
   assert.equal(iopsAt(t, 2), 1000 + 0.5 * 3000);
   assert.equal(iopsAt(t, 64), 16000);
   assert.equal(iopsAt({ ...t, threadPool: 4 }, 16), 4000, "no deeper than libuv's pool runs");
+  const noisy: IoTable = { ...t, cells: [cell(1, 1000), cell(4, 5000), cell(16, 3000)] };
+  assert.equal(iopsAt(noisy, 16), 5000, "a deeper queue is at least as fast as a shallower one");
+  assert.equal(submitAt(t, 2), 1e-6 + 0.5 * 3e-6);
+  // batches at QD 4: 4 reads at 2000/s, 16 at 3200/s, 64 at 4000/s; between sizes in log n
+  assert.equal(batchSecondsAt(t, 4, 4), 4 / 2000);
+  assert.equal(batchSecondsAt(t, 4, 2), 2 / 2000, "a smaller batch: the smallest measured batch's rate");
+  assert.ok(Math.abs(batchSecondsAt(t, 4, 8) - 8 / 2600) < 1e-12);
+  assert.equal(batchSecondsAt(t, 4, 1000), 1000 / 4000);
+  assert.equal(batchSecondsAt(t, 4, 0), 0);
 });
 
 // ---------------------------------------------------------------------------------------------

@@ -141,9 +141,9 @@ function breakdown(p: PlanPrediction): string {
     ["attention (matvecs, KV cache)", b.attention],
     ["gate (resident rows' matvec, or from bundles)", b.gate],
     ["waiting for gate pages", b.gateReads],
-    ["filing neurons (JS)", b.scan],
+    ["JS: filing neurons, submitting reads", b.scan],
     ["up/down of firing neurons", b.ffnCompute],
-    ["waiting for missed bundles", b.ioWait],
+    ["waiting for missed bundles' reads", b.ioWait],
     ["output matvec", b.output],
   ];
   return rows

@@ -16,23 +16,28 @@
  * empty, so at decode step j (after a prompt of P tokens, whose batched prefill touches the union
  * of their neurons) a cold neuron hits with probability 1 - (1 - p)^min(P + j, tau).
  *
+ * Reads (probe.ts): a batch of n reads at queue depth QD takes B(n, QD) seconds, measured for
+ * batches as the runtime issues them (one submit, wait for the last; the submit's JS included),
+ * of which n s(QD) are the main thread's submit calls; X(QD) is the rate while the queue stays full.
+ *
  * Time per layer, resident gates (pipeline on):
  *   gate    = nFF nEmbd / matvec rate + dispatch
- *   scan    = nFF c_scan + firing c_lookup                       (JS filing of hits and misses)
- *   round 1 = max(hits c_up + max(0, n1 - QD) / IOPS(bundle, QD),  n1 / IOPS(bundle, min(n1, QD)))
- *             n1 = min(misses, cold slots); the reads issued before the hits are computed are the
- *             only ones that overlap them: the reader issues new reads from its completion
- *             callbacks, which wait while the main thread computes
- *   misses  = n1 c_up (+ further rounds when misses exceed the cold slots: reads then compute)
+ *   JS      = nFF c_scan + firing c_lookup + misses (c_miss + s(QD))   (filing, slots, submits)
+ *   round 1 = max(n1 s + hits c_up + B(n1 - QD, QD) - (n1 - QD) s,  B(n1, QD))
+ *             n1 = min(misses, cold slots); only the QD reads issued before the hits are computed
+ *             overlap them: the reader issues new reads from its completion callbacks, which wait
+ *             while the main thread computes
+ *   misses  = n1 c_up (+ further rounds of B(n, QD) + n c_up when misses exceed the cold slots)
  *   fixed   = prepare + reduce (probed as a layer's fixed cost)
- * Without the pipeline round 1 is n1 / IOPS + hits c_up. Without resident gates, the gates of
+ * Without the pipeline round 1 is B(n1, QD) + hits c_up. Without resident gates, the gates of
  * cached bundles are computed from them, the other bundles' gate pages read in rounds of 2048
  * (the first overlapping the hits), and the misses read afterwards, with nothing to overlap.
  * Attention: its four matvecs at the probed rates, the KV cache read at memory bandwidth, and a
- * dispatch per kernel call; the output matvec once per token.
+ * dispatch per kernel call; the output matvec once per token. The prediction is the mean over the
+ * decode steps (the cold region warms up along them).
  */
 import type { GGMLType } from "../format/ggml-types.js";
-import type { SparseSpeed } from "./probe.js";
+import type { ScanSpeed, SparseSpeed } from "./probe.js";
 
 export interface MatrixShape {
   type: GGMLType;
@@ -85,8 +90,12 @@ export interface Hardware {
   /** multiply-adds per second of a matvec of this weight type */
   matvecRate(type: GGMLType): number;
   sparse: SparseSpeed;
-  scan: { perNeuron: number; perLookup: number };
-  /** reads per second of `bytes`-sized random reads of the store at queue depth qd */
+  scan: ScanSpeed;
+  /** wall seconds of one batch of n random reads of `bytes` from the store at queue depth qd (submit included) */
+  batchSeconds(bytes: number, qd: number, n: number): number;
+  /** main-thread seconds per read to submit it */
+  submitSeconds(bytes: number, qd: number): number;
+  /** reads per second while the queue stays full */
   iops(bytes: number, qd: number): number;
   /** resident bytes of the process before any weight is loaded (runtime, the store's manifest, the thread pool) */
   runtimeBytes: number;
@@ -139,7 +148,7 @@ export interface Breakdown {
   gate: number;
   /** waiting for gate pages (non-resident gate rows) */
   gateReads: number;
-  /** JS filing of firing neurons as hits and misses */
+  /** JS: filing firing neurons as hits and misses, taking slots and submitting the misses' reads */
   scan: number;
   /** up/down of firing neurons (hits and misses) and the layer's fixed sparse cost */
   ffnCompute: number;
@@ -301,20 +310,23 @@ export function hitProfile(firing: Firing, hot: number, coldSlots: number, promp
 // ---------------------------------------------------------------------------------------------
 // Time
 
-/** Seconds for n concurrent-as-allowed random reads of `bytes` at queue depth qd. */
+/** Seconds of a batch of n reads of `bytes` at queue depth qd, with nothing else to do meanwhile (submit included). */
 function readTime(hw: Hardware, bytes: number, n: number, qd: number): number {
   if (n <= 0) return 0;
-  return n / hw.iops(bytes, Math.max(1, Math.min(qd, Math.ceil(n))));
+  return hw.batchSeconds(bytes, Math.max(1, Math.min(qd, Math.ceil(n))), n);
 }
 
 /**
- * Round 1 of a batch of n reads issued just before `compute` seconds of main-thread work: only
- * the first QD reads proceed during the compute (new reads are issued from completion callbacks,
- * which wait for the main thread); returns the round's wall time.
+ * A batch of n reads submitted just before `compute` seconds of main-thread work: only the first
+ * QD reads proceed during the compute (new reads are issued from completion callbacks, which wait
+ * for the main thread); the rest go as a batch of their own afterwards. Wall time, submit included.
  */
 function overlapped(hw: Hardware, bytes: number, n: number, qd: number, compute: number): number {
   if (n <= 0) return compute;
-  return Math.max(compute + Math.max(0, n - qd) / hw.iops(bytes, qd), readTime(hw, bytes, n, qd));
+  const submit = n * hw.submitSeconds(bytes, qd);
+  const rest = Math.max(0, n - qd);
+  const after = rest > 0 ? readTime(hw, bytes, rest, qd) - rest * hw.submitSeconds(bytes, qd) : 0;
+  return Math.max(submit + compute + after, readTime(hw, bytes, n, qd));
 }
 
 /** Reads of `n` bundles in rounds of at most `cold` (each round read, then computed). */
@@ -368,14 +380,16 @@ export function predict(shape: ModelShape, firing: Firing, hw: Hardware, knobs: 
       fired += f;
       hitsSum += h;
       hotSum += hp.hot[l];
-      b.scan += nFF * hw.scan.perNeuron + f * hw.scan.perLookup;
+      b.scan += nFF * hw.scan.perNeuron + f * hw.scan.perLookup + m * hw.scan.perMiss;
       const tHits = h > 0 ? h * up : 0;
       const n1 = Math.min(m, Math.max(1, cold));
       if (knobs.residentGates) {
         b.gate += gateMatvec;
         const r1 = knobs.pipeline ? overlapped(hw, bundleBytes, n1, qd, tHits) : readTime(hw, bundleBytes, n1, qd) + tHits;
         const more = rounds(hw, bundleBytes, m - n1, cold, qd, up);
-        b.ioWait += r1 - tHits + more.io;
+        const submit = m * hw.submitSeconds(bundleBytes, qd);
+        b.scan += submit;
+        b.ioWait += r1 - tHits + more.io - submit;
         b.ffnCompute += sp.layerFixed + tHits + n1 * up + (n1 > 0 ? hw.dispatch : 0) + more.compute;
         readBytes += m * bundleBytes;
       } else {
@@ -388,7 +402,9 @@ export function predict(shape: ModelShape, firing: Firing, hw: Hardware, knobs: 
         while (left > 1e-9) {
           const r = Math.min(left, STAGE_NEURONS);
           const io = first && knobs.pipeline ? overlapped(hw, gateReadBytes, r, qd, tHits) - tHits : readTime(hw, gateReadBytes, r, qd);
-          b.gateReads += io;
+          const submit = r * hw.submitSeconds(gateReadBytes, qd);
+          b.scan += submit;
+          b.gateReads += io - submit;
           b.gate += sp.gateFixed + r * sp.gatePerNeuron;
           first = false;
           left -= r;
@@ -396,7 +412,9 @@ export function predict(shape: ModelShape, firing: Firing, hw: Hardware, knobs: 
         readBytes += uncached * gateReadBytes + m * bundleBytes;
         // misses: read after every gate is known, nothing left to overlap them with
         const miss = rounds(hw, bundleBytes, m, cold, qd, up);
-        b.ioWait += miss.io;
+        const submit = m * hw.submitSeconds(bundleBytes, qd);
+        b.scan += submit;
+        b.ioWait += miss.io - submit;
         b.ffnCompute += sp.layerFixed + tHits + miss.compute;
       }
     }

@@ -27,7 +27,10 @@ import {
   defaultQueueDepths,
   defaultThreadCounts,
   gatePageBytes,
+  batchSecondsAt,
+  candidateQueueDepths,
   iopsAt,
+  submitAt,
   ioKey,
   machineDifference,
   machineFingerprint,
@@ -236,6 +239,7 @@ export function hardwareFromProbe(probe: ProbeResult, shape: ModelShape, threads
   const sparse = need(probe.sparse[sparseKey(shape.ffnType, shape.nEmbd, threads)], `sparse kernel speed for ${typeName(shape.ffnType)} at ${threads} thread(s)`);
   const tables = new Map<number, ReturnType<typeof need<ProbeResult["io"][string]>>>();
   for (const bytes of new Set([shape.bundleBytes, shape.gateReadBytes])) tables.set(bytes, need(probe.io[ioKey(dev, bytes)], `read table for ${bytes}-byte reads on ${dev}`));
+  const table = (bytes: number) => tables.get(bytes) ?? tables.get(shape.bundleBytes)!;
   const rates = new Map<GGMLType, number>();
   for (const m of [...shape.layerMatrices, shape.output, { type: shape.ffnType, rows: 0, cols: shape.nEmbd }]) {
     if (rates.has(m.type)) continue;
@@ -249,7 +253,9 @@ export function hardwareFromProbe(probe: ProbeResult, shape: ModelShape, threads
     matvecRate: (type) => rates.get(type) ?? rates.get(shape.ffnType)!,
     sparse,
     scan: need(probe.scan ?? undefined, "JS scan cost"),
-    iops: (bytes, qd) => iopsAt(tables.get(bytes) ?? tables.get(shape.bundleBytes)!, qd),
+    batchSeconds: (bytes, qd, n) => batchSecondsAt(table(bytes), qd, n),
+    submitSeconds: (bytes, qd) => submitAt(table(bytes), qd),
+    iops: (bytes, qd) => iopsAt(table(bytes), qd),
     runtimeBytes: runtimeBase + (probe.poolBytes[threads] ?? 0),
   };
 }
@@ -326,7 +332,7 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
     const pool = visibleThreadPoolSize();
     const probe = await probeMachine(store, { ...o.probe, threads: threadList, queueDepths: o.probe?.queueDepths ?? defaultQueueDepths(pool), onProgress: o.onProgress ?? o.probe?.onProgress });
     const firing = firingOf(store, cfg, o.firing);
-    const depths = defaultQueueDepths(pool);
+    const depths = candidateQueueDepths(pool);
 
     // Search. Hits depend only on the cache split, so they are computed once per split.
     const hitMemo = new Map<string, HitProfile>();

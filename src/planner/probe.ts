@@ -37,7 +37,7 @@ import { ThreadPool } from "../runtime/pool.js";
 import { SparseFFN, hasSparseKernel } from "../runtime/sparse-kernels.js";
 import { activationBytes, hasWeightKernel, prepareKernel, weightKernel } from "../runtime/weights.js";
 
-export const PROBE_VERSION = 1;
+export const PROBE_VERSION = 2;
 
 /** What identifies a machine for the planner: a plan or probe made elsewhere does not apply here. */
 export interface MachineFingerprint {
@@ -102,12 +102,19 @@ const gib = (b: number) => `${(b / 2 ** 30).toFixed(1)} GiB`;
 // ---------------------------------------------------------------------------------------------
 // Results
 
-/** Random reads of one size at one queue depth. */
+/**
+ * Batches of random reads of one size at one queue depth, issued as the runtime issues a layer's
+ * misses: one submit of n requests, then wait for the last.
+ */
 export interface IoCell {
   bytes: number;
   queueDepth: number;
-  /** reads per second (completed, verified) */
+  /** reads per second of a batch of the largest size (the rate while the queue stays full) */
   iops: number;
+  /** per batch size n: n / the batch's median wall time (ramp-up, the slowest last reads and submit included) */
+  batches: { n: number; perSecond: number }[];
+  /** seconds of main-thread JS per read to submit it (checks, coalescing, queueing, first issues) */
+  submit: number;
 }
 
 export interface IoTable {
@@ -117,6 +124,12 @@ export interface IoTable {
   threadPool: number;
   cells: IoCell[];
   loadAverage: number;
+}
+
+export interface ScanSpeed {
+  perNeuron: number;
+  perLookup: number;
+  perMiss: number;
 }
 
 export interface SparseSpeed {
@@ -147,8 +160,8 @@ export interface ProbeResult {
   matvec: Record<string, number>;
   /** "type:nEmbd:threads" -> sparse FFN kernel costs */
   sparse: Record<string, SparseSpeed>;
-  /** JS scan of a layer's gates: seconds per neuron scanned, per firing neuron looked up */
-  scan: { perNeuron: number; perLookup: number } | null;
+  /** JS of the FFN step: seconds per neuron scanned, per firing neuron looked up, per miss (slot, request, list) */
+  scan: ScanSpeed | null;
   /** "device|readBytes" -> read rates per queue depth */
   io: Record<string, IoTable>;
 }
@@ -181,8 +194,15 @@ export function defaultThreadCounts(cores: number): number[] {
   return [...new Set([1, 2, Math.floor(cores / 2), cores])].sort((a, b) => a - b);
 }
 
-/** Queue depths worth measuring when `pool` reads can run at once. */
+/** Queue depths worth measuring when `pool` reads can run at once (others are interpolated). */
 export function defaultQueueDepths(pool: number): number[] {
+  const out = [1, 4, 16, 64].filter((q) => q <= pool);
+  if (!out.includes(pool) && pool <= 64) out.push(pool);
+  return out;
+}
+
+/** Queue depths worth trying in a plan. */
+export function candidateQueueDepths(pool: number): number[] {
   const out = [1, 2, 4, 8, 16, 32, 64].filter((q) => q <= pool);
   if (!out.includes(pool) && pool <= 64) out.push(pool);
   return out;
@@ -464,10 +484,11 @@ function typeRowBytes(store: NeuronStore, type: GGMLType, cols: number): number 
 }
 
 /**
- * The JS work OffloadedFFN does per layer besides the kernels: scan every gate value, and file
- * each firing neuron in the neuron cache (hot range check, cold map, LRU touch).
+ * The JS work OffloadedFFN does per layer besides the kernels: scan every gate value, file each
+ * firing neuron in the neuron cache (hot range check, cold map, LRU touch), and for each miss take
+ * a cold slot, make its read request and list its address for the kernel.
  */
-function probeScan(nFF: number, seconds: number): { perNeuron: number; perLookup: number } {
+function probeScan(nFF: number, seconds: number): ScanSpeed {
   const cache = new NeuronCache(0, 4096, nFF, [nFF], [nFF >> 2]);
   for (let k = nFF >> 2; k < nFF; k += 3) if (cache.acquire(0, k) < 0) break;
   const g = new Float32Array(nFF);
@@ -475,10 +496,13 @@ function probeScan(nFF: number, seconds: number): { perNeuron: number; perLookup
   for (let i = 0; i < nFF; i++) g[i] = rnd() < 0.1 ? 1 : -1;
   const listA = new Int32Array(nFF);
   const listG = new Float32Array(nFF);
+  const missPos = new Int32Array(nFF);
   let sink = 0;
+  let misses = 0;
   const scan = (v: Float32Array) => () => {
     cache.beginStep();
-    let hits = 0, misses = 0;
+    let hits = 0;
+    misses = 0;
     for (let k = 0; k < nFF; k++) {
       const x = v[k];
       if (!(x > 0)) continue;
@@ -486,57 +510,82 @@ function probeScan(nFF: number, seconds: number): { perNeuron: number; perLookup
       if (slot >= 0) {
         listA[hits] = cache.address(slot);
         listG[hits++] = x;
-      } else listA[nFF - 1 - misses++] = k;
+      } else missPos[misses++] = k;
     }
     sink += hits + misses;
   };
-  const tNone = timeCalls(scan(none), seconds * 0.5);
-  const tSome = timeCalls(scan(g), seconds * 0.5);
-  void sink;
+  const tNone = timeCalls(scan(none), seconds * 0.4);
+  const tSome = timeCalls(scan(g), seconds * 0.4);
   const fired = g.reduce((a, v) => a + (v > 0 ? 1 : 0), 0);
-  return { perNeuron: tNone / nFF, perLookup: Math.max(0, (tSome - tNone) / Math.max(1, fired)) };
+  // per miss: a cold slot, a request object, then (once read) its address in the kernel's list
+  const requests: { fileOffset: number; length: number; dst: number; tag: number }[] = [];
+  const perMiss = timeCalls(() => {
+    cache.beginStep();
+    requests.length = 0;
+    const n = Math.min(misses, 256);
+    for (let i = 0; i < n; i++) {
+      const k = missPos[i];
+      const slot = cache.acquire(0, k);
+      if (slot < 0) break;
+      requests.push({ fileOffset: k * 4096, length: 4096, dst: cache.address(slot), tag: slot });
+    }
+    for (let i = 0; i < requests.length; i++) listA[i] = cache.address(cache.peek(0, missPos[i]));
+    sink += requests.length;
+    // the next round finds them cached: forget them so that they miss again
+    for (const r of requests) cache.release(r.tag);
+  }, seconds * 0.2) / Math.max(1, Math.min(misses, 256));
+  void sink;
+  return { perNeuron: tNone / nFF, perLookup: Math.max(0, (tSome - tNone) / Math.max(1, fired)), perMiss };
 }
 
 /**
  * Random reads of `bytes` at bundle offsets of the store (O_DIRECT, verified as the runtime
- * verifies them), `qd` in flight, for each queue depth: reads per second.
+ * verifies them), in batches as the runtime issues a layer's misses: one submit of n requests,
+ * then wait for the last. Batches of n = QD, 4 QD and 16 QD, interleaved round after round (the
+ * machine's load changes meanwhile), median wall time of each; the submit call's own time is the
+ * main thread's share. A batch's rate, not a difference of two noisy times, is what is kept.
  */
 async function probeReads(store: NeuronStore, bytes: number, depths: number[], scale: number): Promise<IoTable> {
-  const maxQd = Math.max(...depths);
-  const memory = new WebAssembly.Memory({ initial: Math.ceil((maxQd * bytes + 65536) / 65536), maximum: 65536, shared: true });
+  const sizes = (qd: number) => [qd, 4 * qd, 16 * qd];
+  const most = Math.max(...depths.map((q) => 16 * q));
+  const memory = new WebAssembly.Memory({ initial: Math.ceil((most * bytes + 65536) / 65536), maximum: 65536, shared: true });
   const layers = store.ffn.layers.length;
   const verify = store.verifier("always");
   const cells: IoCell[] = [];
   let direct = false;
-  const seconds = 0.3 * scale;
+  const seconds = 0.5 * scale;
+  const next = () => {
+    const L = store.layer(Math.floor(rnd() * layers));
+    return L.offset + Math.floor(rnd() * L.neurons) * L.bundleBytes;
+  };
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
   for (const qd of depths) {
     const reader = FlashReader.open(store.path, { memory, queueDepth: qd, direct: "auto", verify, onWarning: () => {} });
     direct = reader.direct;
     try {
-      const next = () => {
-        const l = Math.floor(rnd() * layers);
-        const L = store.layer(l);
-        return L.offset + Math.floor(rnd() * L.neurons) * L.bundleBytes;
+      const ns = sizes(qd);
+      const times: number[][] = ns.map(() => []);
+      const sync: number[] = [];
+      const batch = async (k: number) => {
+        const n = ns[k];
+        const req: FlashReadRequest[] = [];
+        for (let i = 0; i < n; i++) req.push({ fileOffset: next(), length: bytes, dst: i * bytes });
+        const t0 = performance.now();
+        const done = new Promise<void>((resolve, reject) => reader.submit(req, null, (e) => (e ? reject(e) : resolve())));
+        const t1 = performance.now();
+        await done;
+        times[k].push((performance.now() - t0) / 1000);
+        sync.push((t1 - t0) / 1000 / n);
       };
-      let reads = 0;
-      const t0 = performance.now();
-      const end = t0 + seconds * 1000;
-      await new Promise<void>((resolve, reject) => {
-        let live = 0;
-        const start = (slot: number) => {
-          const req: FlashReadRequest[] = [{ fileOffset: next(), length: bytes, dst: slot * bytes }];
-          live++;
-          reader.submit(req, null, (err) => {
-            live--;
-            if (err) return reject(err);
-            reads++;
-            if (performance.now() < end) start(slot);
-            else if (live === 0) resolve();
-          });
-        };
-        for (let i = 0; i < qd; i++) start(i);
-      });
-      cells.push({ bytes, queueDepth: qd, iops: reads / ((performance.now() - t0) / 1000) });
+      await batch(0); // warm up (first issue, JIT)
+      times[0].length = 0;
+      sync.length = 0;
+      const end = performance.now() + seconds * 1000;
+      do {
+        for (let k = 0; k < ns.length; k++) await batch(k);
+      } while (performance.now() < end || times[0].length < 3);
+      const batches = ns.map((n, k) => ({ n, perSecond: n / median(times[k]) }));
+      cells.push({ bytes, queueDepth: qd, iops: batches[batches.length - 1].perSecond, batches, submit: median(sync) });
     } finally {
       await reader.close();
     }
@@ -544,13 +593,60 @@ async function probeReads(store: NeuronStore, bytes: number, depths: number[], s
   return { direct, threadPool: visibleThreadPoolSize(), cells, loadAverage: loadavg()[0] };
 }
 
+/** Main-thread seconds per read to submit it, at queue depth `qd` (interpolated in log qd). */
+export function submitAt(table: IoTable, qd: number): number {
+  return lerpDepth(table, qd, (c) => c.submit);
+}
+
 /**
- * Reads per second at queue depth `qd` from a table, interpolated in log(qd) between measured
- * depths (clamped at the ends: past the deepest measured depth nothing gets faster).
+ * Seconds a batch of n reads takes at queue depth qd (submit included): n / the rate measured
+ * for batches of that size, interpolated in log n between the measured sizes (below the smallest,
+ * its rate; past the largest, the rate while the queue stays full) and in log qd between depths.
  */
-export function iopsAt(table: IoTable, qd: number): number {
+export function batchSecondsAt(table: IoTable, qd: number, n: number): number {
+  if (n <= 0) return 0;
+  const rate = lerpDepth(table, qd, (c) => {
+    const b = c.batches;
+    if (n <= b[0].n) return b[0].perSecond;
+    for (let i = 1; i < b.length; i++) {
+      if (n <= b[i].n) {
+        const t = Math.log(n / b[i - 1].n) / Math.log(b[i].n / b[i - 1].n);
+        return b[i - 1].perSecond + t * (b[i].perSecond - b[i - 1].perSecond);
+      }
+    }
+    return b[b.length - 1].perSecond;
+  });
+  return n / rate;
+}
+
+/** f of the cells, interpolated in log qd between measured depths (clamped at the ends and at libuv's pool size). */
+function lerpDepth(table: IoTable, qd: number, f: (c: IoCell) => number): number {
   const cells = [...table.cells].sort((a, b) => a.queueDepth - b.queueDepth);
   if (cells.length === 0) throw new Error("empty read table");
+  const q = Math.min(qd, table.threadPool);
+  if (q <= cells[0].queueDepth) return f(cells[0]);
+  for (let i = 1; i < cells.length; i++) {
+    const a = cells[i - 1], b = cells[i];
+    if (q <= b.queueDepth) {
+      const t = Math.log(q / a.queueDepth) / Math.log(b.queueDepth / a.queueDepth);
+      return f(a) + t * (f(b) - f(a));
+    }
+  }
+  return f(cells[cells.length - 1]);
+}
+
+/**
+ * Reads per second at queue depth `qd` from a table, interpolated in log(qd) between measured
+ * depths (clamped at the ends: past the deepest measured depth nothing gets faster). A deeper
+ * queue is taken to be at least as fast as a shallower one (a running maximum over depth): on a
+ * shared machine a cell measured during a burst of other work reads low, and the search should
+ * not prefer a shallower queue for that.
+ */
+export function iopsAt(table: IoTable, qd: number): number {
+  const sorted = [...table.cells].sort((a, b) => a.queueDepth - b.queueDepth);
+  if (sorted.length === 0) throw new Error("empty read table");
+  let best = 0;
+  const cells = sorted.map((c) => ({ queueDepth: c.queueDepth, iops: (best = Math.max(best, c.iops)) }));
   const q = Math.min(qd, table.threadPool);
   if (q <= cells[0].queueDepth) return cells[0].iops * (q / cells[0].queueDepth);
   for (let i = 1; i < cells.length; i++) {
