@@ -14,6 +14,7 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<{ main(arg
   chat: { summary: "chat with a model in the terminal", load: () => import("./chat.js") },
   profile: { summary: "record how often each FFN neuron fires over a text corpus (and calibrate SiLU thresholds)", load: () => import("./profile.js") },
   perplexity: { summary: "perplexity of a model on a text file, as llama.cpp's llama-perplexity computes it", load: () => import("./perplexity.js") },
+  "train-predictors": { summary: "train PowerInfer activation predictors (fc1/fc2) on a corpus; write a PWRI GGUF or add them to a store", load: () => import("./train-predictors.js") },
   demo: { summary: "run a synthetic model larger than its memory budget from flash (no model needed)", load: () => import("./demo.js") },
   plan: { summary: "probe this machine and choose the fastest settings for a store under a memory budget", load: () => import("./plan.js") },
 };

@@ -1,0 +1,347 @@
+/**
+ * `powerinfer train-predictors`: PowerInfer's activation predictors for a dense GGUF model.
+ *
+ * 1. Collect: run the model over a text corpus (in context windows, as profile and perplexity
+ *    do) and record, per layer and token, the FFN's input as the engine's predictor sees it (the
+ *    residual stream before the FFN norm) and which neurons fire: the ReLU gate is positive (dReLU:
+ *    gate and up both), or |act(gate)| exceeds the layer's activation threshold where the model
+ *    has thresholds (SiLU/GELU models need them: without, every neuron fires).
+ * 2. Train: per layer, the bias-free MLP score = fc2 . relu(fc1 . x) (src/sparse/predictor-train.ts)
+ *    on the first 90% of the samples, calibrated on the last 10% to the recall target plus a
+ *    margin; the hidden width grows (64, 128, 256, ...) until the calibrated precision reaches
+ *    `minPrecision` or the width reaches `maxHidden`.
+ * 3. Measure: run held-out text (another file, or corpus text never trained on) and count, per
+ *    layer, the predictor's decisions against the neurons that really fire.
+ *
+ * The samples of a layer take tokens x (nEmbd + nFF / 32) x 4 bytes; layers are collected in
+ * groups that fit `memoryBytes` (one corpus pass per group).
+ */
+import { GGUFFile } from "../format/gguf.js";
+import { f16ToF32, f32ToF16 } from "../format/half.js";
+import { readConfig, type Activation, type ModelConfig } from "../model/config.js";
+import { isNeuronStore, LlamaModel } from "../model/llama.js";
+import { gateMagnitudes } from "./profile.js";
+import { Tokenizer } from "../tokenizer/index.js";
+import { corpusTokens, readCorpus } from "./corpus.js";
+import {
+  maskWords, PredictorTrainer, QualityCounter, type LayerSamples, type PredictorQuality, type TrainedPredictor,
+} from "../sparse/predictor-train.js";
+
+export class PredictorTrainingError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "PredictorTrainingError";
+  }
+}
+
+export interface TrainPredictorsProgress {
+  stage: "collect" | "train" | "heldout";
+  /** layer being trained (train), else -1 */
+  layer: number;
+  /** hidden width being trained (train), else 0 */
+  hidden: number;
+  /** units done / in all for this stage: tokens (collect, heldout) or training steps of this width (train) */
+  done: number;
+  total: number;
+}
+
+export interface TrainPredictorsOptions {
+  /** a dense GGUF model (not a neuron store: its FFN cannot be observed) */
+  model: string;
+  /** UTF-8 text to train on */
+  corpus: string;
+  /** UTF-8 text to measure on; default: corpus text after the training tokens */
+  heldout?: string;
+  /** training tokens (default 60000); the last 10% of them calibrate the threshold */
+  tokens?: number;
+  /** held-out tokens (default 30000) */
+  heldoutTokens?: number;
+  /** recall the predictors should reach on held-out tokens (default 0.95) */
+  recall?: number;
+  /**
+   * recall the threshold is calibrated to on the validation samples (default: recall plus a fifth
+   * of what is missing to 1, e.g. 0.96 for 0.95), a margin for the difference between samples
+   */
+  calibrationRecall?: number;
+  /** grow the hidden width until the validation precision reaches this (default 0.9) */
+  minPrecision?: number;
+  /** first hidden width tried (default 64) */
+  minHidden?: number;
+  /** largest hidden width (default min(1024, nFF)) */
+  maxHidden?: number;
+  epochs?: number;
+  lr?: number;
+  /** samples per training step (default: 256, less for small budgets so an epoch has ~128 steps or more) */
+  batch?: number;
+  seed?: number;
+  threads?: number;
+  /** context window (default: the model's training context, at most 512) */
+  contextSize?: number;
+  /** per-layer activation thresholds (e.g. from a profile); default: the model's metadata */
+  activationThresholds?: Float32Array;
+  /**
+   * the type the predictors will be stored in: "f16" rounds the trained weights to f16 before
+   * the held-out measurement, so that it measures what is written (default "f32")
+   */
+  weightType?: "f32" | "f16";
+  /** bytes of samples held at once (default 1 GiB) */
+  memoryBytes?: number;
+  signal?: AbortSignal;
+  onProgress?: (p: TrainPredictorsProgress) => void;
+}
+
+export interface WidthTrial {
+  hidden: number;
+  recall: number;
+  precision: number;
+  seconds: number;
+}
+
+export interface LayerReport {
+  layer: number;
+  hidden: number;
+  /** the calibration folded into fc2 (see TrainedPredictor.shift) */
+  shift: number;
+  /** every width tried, in order */
+  tried: WidthTrial[];
+  validation: PredictorQuality;
+  heldout: PredictorQuality;
+  /** training time of this layer, all widths */
+  seconds: number;
+}
+
+export interface TrainPredictorsResult {
+  predictors: TrainedPredictor[];
+  layers: LayerReport[];
+  tokens: { train: number; validation: number; heldout: number };
+  /** what the masks counted as firing */
+  criterion: string;
+  recallTarget: number;
+  calibrationRecall: number;
+  minPrecision: number;
+  seconds: { collect: number; train: number; heldout: number; total: number };
+  notes: string[];
+}
+
+const tick = () => new Promise<void>((r) => setImmediate(r));
+
+/**
+ * Which neurons of n rows fire: bit j of row r (row0 + r of `out`, `words` u32 per row) set when
+ * neuron j's FFN output is not zero under the model's activation and cut.
+ */
+export function firingMask(
+  kind: Activation, cut: number, gate: Float32Array, up: Float32Array, n: number, nFF: number,
+  out: Uint32Array, row0: number, words: number, mag: Float32Array,
+): void {
+  out.fill(0, row0 * words, (row0 + n) * words);
+  gateMagnitudes(kind, gate, n * nFF, mag);
+  for (let r = 0; r < n; r++) {
+    const o = (row0 + r) * words;
+    const g0 = r * nFF;
+    for (let j = 0; j < nFF; j++) {
+      // relu family: magnitude = max(gate, 0), so "> cut" with cut 0 is "gate > 0"
+      if (mag[g0 + j] > cut && (kind !== "drelu" || up[g0 + j] > 0)) out[o + (j >>> 5)] |= 1 << (j & 31);
+    }
+  }
+}
+
+/** The training tokens and the held-out tokens. */
+function readTokens(opts: TrainPredictorsOptions, tokenizer: Tokenizer, train: number, heldout: number, notes: string[]): { train: Int32Array; heldout: Int32Array } {
+  if (opts.heldout !== undefined) {
+    const t = corpusTokens(tokenizer, readCorpus(opts.corpus), { maxTokens: train });
+    const h = corpusTokens(tokenizer, readCorpus(opts.heldout), { maxTokens: heldout });
+    if (t.length < train) notes.push(`the corpus has only ${t.length} tokens (asked for ${train}): trained on all of them`);
+    return { train: t, heldout: h };
+  }
+  // One file: the held-out tokens come after the training tokens, never trained on.
+  const all = corpusTokens(tokenizer, readCorpus(opts.corpus), { maxTokens: train + heldout });
+  if (all.length >= train + Math.min(heldout, 2048)) return { train: all.subarray(0, train), heldout: all.subarray(train) };
+  const cut = Math.floor(all.length * 0.8);
+  notes.push(`the corpus has ${all.length} tokens, fewer than ${train} to train plus held-out ones: trained on the first ${cut}, measured on the other ${all.length - cut} (give --heldout FILE for a separate text)`);
+  return { train: all.subarray(0, cut), heldout: all.subarray(cut) };
+}
+
+/** Run tokens through the model in context windows (each starting with BOS, as profile and perplexity do). */
+async function runWindows(
+  model: LlamaModel, tokens: Int32Array, ctx: number, batch: number, bos: number,
+  signal: AbortSignal | undefined, onTokens: (done: number) => void,
+): Promise<void> {
+  const window = new Int32Array(ctx);
+  for (let start = 0; start < tokens.length; start += ctx) {
+    const len = Math.min(ctx, tokens.length - start);
+    window.set(tokens.subarray(start, start + len));
+    if (bos >= 0) window[0] = bos;
+    for (let j = 0; j < len; j += batch) {
+      if (signal?.aborted) throw signal.reason instanceof Error ? signal.reason : new PredictorTrainingError("training aborted");
+      const n = Math.min(batch, len - j);
+      model.forward(window.subarray(j, j + n), n, j);
+      onTokens(start + j + n);
+      await tick();
+    }
+  }
+}
+
+export async function trainPredictors(opts: TrainPredictorsOptions): Promise<TrainPredictorsResult> {
+  const t0 = performance.now();
+  if (isNeuronStore(opts.model)) {
+    throw new PredictorTrainingError(`${opts.model} is a neuron store: training observes the dense FFN, so give the GGUF model it was converted from`);
+  }
+  const recall = opts.recall ?? 0.95;
+  if (!(recall > 0 && recall < 1)) throw new PredictorTrainingError(`recall target must be between 0 and 1 (exclusive), got ${recall}`);
+  const calib = opts.calibrationRecall ?? recall + (1 - recall) / 5;
+  if (!(calib >= recall && calib <= 1)) throw new PredictorTrainingError(`calibration recall must be between the target ${recall} and 1, got ${calib}`);
+  const minPrecision = opts.minPrecision ?? 0.9;
+  if (!(minPrecision >= 0 && minPrecision <= 1)) throw new PredictorTrainingError(`minimum precision must be between 0 and 1, got ${minPrecision}`);
+  const trainTokens = opts.tokens ?? 60000;
+  const heldoutTokens = opts.heldoutTokens ?? 30000;
+  for (const [what, v, min] of [["training tokens", trainTokens, 64], ["held-out tokens", heldoutTokens, 1]] as const) {
+    if (!(Number.isInteger(v) && v >= min)) throw new PredictorTrainingError(`${what} must be an integer >= ${min}, got ${v}`);
+  }
+
+  // Shape and tokenizer first, so bad input fails before the model loads.
+  const file = GGUFFile.open(opts.model);
+  let cfg: ModelConfig, tokenizer: Tokenizer;
+  try {
+    cfg = readConfig(file);
+    tokenizer = Tokenizer.fromGGUF(file);
+  } finally {
+    file.close();
+  }
+  const { nLayer, nEmbd, nFF } = cfg;
+  const maxHidden = opts.maxHidden ?? Math.min(1024, nFF);
+  const minHidden = Math.min(opts.minHidden ?? 64, maxHidden);
+  if (!(Number.isInteger(maxHidden) && maxHidden >= 1 && maxHidden <= nFF)) throw new PredictorTrainingError(`largest hidden width must be an integer in 1..${nFF} (the FFN width), got ${maxHidden}`);
+  if (!(Number.isInteger(minHidden) && minHidden >= 1)) throw new PredictorTrainingError(`first hidden width must be a positive integer, got ${opts.minHidden}`);
+  const widths: number[] = [];
+  for (let h = minHidden; h < maxHidden; h *= 2) widths.push(h);
+  widths.push(maxHidden);
+  const ctx = opts.contextSize ?? Math.min(cfg.nCtxTrain, 512);
+  if (!(Number.isInteger(ctx) && ctx >= 2)) throw new PredictorTrainingError(`context size must be an integer >= 2, got ${ctx}`);
+  const batch = Math.min(256, ctx);
+
+  const notes: string[] = [];
+  const toks = readTokens(opts, tokenizer, trainTokens, heldoutTokens, notes);
+  const nTrain = toks.train.length;
+  const nVal = Math.max(1, Math.floor(nTrain * 0.1));
+  if (nTrain - nVal < 256) throw new PredictorTrainingError(`only ${nTrain} training tokens: at least ${256 + 29} are needed (256 to train, a tenth to calibrate)`);
+  if (toks.heldout.length < 1) throw new PredictorTrainingError("no held-out tokens to measure on");
+
+  const model = await LlamaModel.load(opts.model, { threads: opts.threads, contextSize: ctx, batchSize: batch, activationThresholds: opts.activationThresholds });
+  let trainer: PredictorTrainer | undefined;
+  try {
+    const kind = cfg.activation;
+    const cuts = model.thresholds ?? new Float32Array(nLayer);
+    const relu = kind === "relu" || kind === "drelu";
+    if (!relu && !model.thresholds) {
+      throw new PredictorTrainingError(
+        `${opts.model} uses ${kind}: its activations are almost never exactly zero, so every neuron fires on every token and there is nothing to predict. ` +
+          `Calibrate activation thresholds first (powerinfer profile -m MODEL --corpus FILE --target-sparsity 0.5 -o PROFILE.json) and pass --thresholds PROFILE.json`,
+      );
+    }
+    const act = kind === "drelu" ? "relu" : kind;
+    const criterion = model.thresholds ? `|${act}(gate)| > threshold${kind === "drelu" ? " and up > 0" : ""}` : kind === "drelu" ? "gate > 0 and up > 0" : "gate > 0";
+    const words = maskWords(nFF);
+    const bos = tokenizer.addBos && tokenizer.bosId >= 0 ? tokenizer.bosId : -1;
+    const threads = model.threads;
+    // At least ~128 steps per epoch: small budgets get small batches rather than few updates.
+    const trainBatch = opts.batch ?? Math.min(256, Math.max(32, 2 ** Math.floor(Math.log2((nTrain - nVal) / 128))));
+    trainer = await PredictorTrainer.create(nEmbd, nFF, maxHidden, threads, trainBatch);
+    const mag = new Float32Array(batch * nFF);
+
+    const perLayer = nTrain * (nEmbd + words) * 4;
+    const group = Math.max(1, Math.min(nLayer, Math.floor((opts.memoryBytes ?? 2 ** 30) / perLayer)));
+    const predictors: TrainedPredictor[] = new Array(nLayer);
+    const reports: Omit<LayerReport, "heldout">[] = new Array(nLayer);
+    let collectMs = 0, trainMs = 0;
+    for (let g0 = 0; g0 < nLayer; g0 += group) {
+      const g1 = Math.min(nLayer, g0 + group);
+      // 1. collect this group's samples
+      let tc = performance.now();
+      const samples: LayerSamples[] = [];
+      for (let l = g0; l < g1; l++) samples.push({ n: nTrain, nIn: nEmbd, nOut: nFF, words, x: new Float32Array(nTrain * nEmbd), mask: new Uint32Array(nTrain * words) });
+      let row = 0;
+      model.setFFNObserver((o) => {
+        if (o.layer < g0 || o.layer >= g1) return;
+        const s = samples[o.layer - g0];
+        s.x.set(o.residual.subarray(0, o.n * nEmbd), row * nEmbd);
+        firingMask(kind, cuts[o.layer], o.gate, o.up, o.n, nFF, s.mask, row, words, mag);
+      });
+      opts.onProgress?.({ stage: "collect", layer: -1, hidden: 0, done: 0, total: nTrain });
+      await runWindows(model, toks.train, ctx, batch, bos, opts.signal, (done) => {
+        row = done;
+        opts.onProgress?.({ stage: "collect", layer: -1, hidden: 0, done, total: nTrain });
+      });
+      // `row` advances after each forward call; the observer ran before it, at the old value
+      model.setFFNObserver(null);
+      collectMs += performance.now() - tc;
+
+      // 2. train each layer of the group, growing the width
+      tc = performance.now();
+      for (let l = g0; l < g1; l++) {
+        const s = samples[l - g0];
+        const tl = performance.now();
+        const tried: WidthTrial[] = [];
+        let chosen: TrainedPredictor | undefined;
+        let best: TrainedPredictor | undefined;
+        for (const h of widths) {
+          if (opts.signal?.aborted) throw opts.signal.reason instanceof Error ? opts.signal.reason : new PredictorTrainingError("training aborted");
+          const p = trainer.train(s, nTrain - nVal, {
+            hidden: h, epochs: opts.epochs, lr: opts.lr, recall: calib, seed: (opts.seed ?? 1) * 1000003 + l * 101 + h,
+            onStep: (done, total) => opts.onProgress?.({ stage: "train", layer: l, hidden: h, done, total }),
+          });
+          tried.push({ hidden: h, recall: p.validation.recall, precision: p.validation.precision, seconds: p.seconds });
+          if (!best || p.validation.precision > best.validation.precision) best = p;
+          if (p.validation.precision >= minPrecision) {
+            chosen = p;
+            break;
+          }
+          await tick();
+        }
+        if (!chosen) {
+          chosen = best!;
+          notes.push(`layer ${l}: no width up to ${maxHidden} reached precision ${minPrecision} on the validation tokens; kept width ${chosen.hidden} (precision ${chosen.validation.precision.toFixed(3)})`);
+        }
+        if (opts.weightType === "f16") {
+          for (const w of [chosen.fc1, chosen.fc2]) for (let i = 0; i < w.length; i++) w[i] = f16ToF32(f32ToF16(w[i]));
+        }
+        predictors[l] = chosen;
+        reports[l] = { layer: l, hidden: chosen.hidden, shift: chosen.shift, tried, validation: chosen.validation, seconds: (performance.now() - tl) / 1000 };
+      }
+      trainMs += performance.now() - tc;
+    }
+
+    // 3. held-out tokens: the predictors' decisions against the real firing
+    const th = performance.now();
+    const counters = Array.from({ length: nLayer }, () => new QualityCounter(nFF));
+    const truth = new Uint32Array(batch * words);
+    model.setFFNObserver((o) => {
+      firingMask(kind, cuts[o.layer], o.gate, o.up, o.n, nFF, truth, 0, words, mag);
+      const p = predictors[o.layer];
+      for (let r0 = 0; r0 < o.n; r0 += trainer!.batch) {
+        const rows = Math.min(trainer!.batch, o.n - r0);
+        const scores = trainer!.score(p, o.residual.subarray(r0 * nEmbd), rows);
+        counters[o.layer].add(scores, truth, r0, rows, words, p.threshold);
+      }
+    });
+    opts.onProgress?.({ stage: "heldout", layer: -1, hidden: 0, done: 0, total: toks.heldout.length });
+    await runWindows(model, toks.heldout, ctx, batch, bos, opts.signal, (done) => opts.onProgress?.({ stage: "heldout", layer: -1, hidden: 0, done, total: toks.heldout.length }));
+    model.setFFNObserver(null);
+    const heldoutMs = performance.now() - th;
+
+    const layers: LayerReport[] = reports.map((r, l) => ({ ...r, heldout: counters[l].result() }));
+    for (const L of layers) {
+      if (L.heldout.recall < recall) notes.push(`layer ${L.layer}: held-out recall ${(100 * L.heldout.recall).toFixed(2)}% is below the target ${(100 * recall).toFixed(1)}%`);
+    }
+    return {
+      predictors, layers,
+      tokens: { train: nTrain - nVal, validation: nVal, heldout: toks.heldout.length },
+      criterion, recallTarget: recall, calibrationRecall: calib, minPrecision,
+      seconds: { collect: collectMs / 1000, train: trainMs / 1000, heldout: heldoutMs / 1000, total: (performance.now() - t0) / 1000 },
+      notes,
+    };
+  } finally {
+    model.setFFNObserver(null);
+    await trainer?.dispose();
+    await model.dispose();
+  }
+}
