@@ -283,6 +283,17 @@ function loadProfile(p: string | ActivationProfile, layers: FFNTensors[], model:
   } else profile = p;
   const where = file ?? "profile";
   if (!profile || !Array.isArray(profile.layers)) throw new ConvertError(`${where}: expected a JSON object { "layers": [ { "frequency": [...] }, ... ] }`);
+  // A profile that names its model (powerinfer profile writes one) must name this one: the same
+  // shape alone would let another model's frequencies and thresholds through. Checked first, as
+  // "from another model" says more than a count that does not match.
+  const fromProfile = <T>(f: () => T): T => {
+    try {
+      return f();
+    } catch (e) {
+      throw e instanceof ProfileError ? new ConvertError(e.message) : e;
+    }
+  };
+  if (profile.model !== undefined) fromProfile(() => checkFingerprint(profile.model, modelFingerprint(model), where, model.path));
   if (profile.layers.length !== layers.length) throw new ConvertError(`${where}: has ${profile.layers.length} layers, the model ${layers.length}`);
   profile.layers.forEach((L, l) => {
     const f = L?.frequency;
@@ -293,18 +304,11 @@ function loadProfile(p: string | ActivationProfile, layers: FFNTensors[], model:
     }
   });
   if (profile.tokens !== undefined && !(Number.isFinite(profile.tokens) && profile.tokens >= 0)) throw new ConvertError(`${where}: tokens = ${profile.tokens} is not a count`);
-  // A profile that names its model (powerinfer profile writes one) must name this one: the same
-  // shape alone would let another model's frequencies and thresholds through.
-  try {
-    if (profile.model !== undefined) checkFingerprint(profile.model, modelFingerprint(model), where, model.path);
-    profile.layers.forEach((L, l) => {
-      const t = L.threshold;
-      if (t !== undefined && !(typeof t === "number" && Number.isFinite(t) && t >= 0)) throw new ConvertError(`${where}: layers[${l}].threshold = ${JSON.stringify(t)} is not a finite number >= 0`);
-    });
-    return { profile, file, thresholds: profileThresholds(profile, where) };
-  } catch (e) {
-    throw e instanceof ProfileError ? new ConvertError(e.message) : e;
-  }
+  profile.layers.forEach((L, l) => {
+    const t = L.threshold;
+    if (t !== undefined && !(typeof t === "number" && Number.isFinite(t) && t >= 0)) throw new ConvertError(`${where}: layers[${l}].threshold = ${JSON.stringify(t)} is not a finite number >= 0`);
+  });
+  return { profile, file, thresholds: fromProfile(() => profileThresholds(profile, where)) };
 }
 
 /**
