@@ -7,10 +7,12 @@
  *   torch predictors (fc1 [hidden, nEmbd], fc2 [nFF, hidden] row-major), in F32 or F16, and
  *   `powerinfer.sparse_threshold` (f32) = the score threshold the weights are made for (0: each
  *   layer's calibration is folded into its fc2, see src/sparse/predictor-train.ts);
- * - an existing neuron store (.pi): a new store is written next to it (header, the fixed tensors
- *   with the predictors in place of any old ones, the FFN bundles copied unchanged after their
- *   checksums are verified, the manifest with the threshold key set) and renamed over it, so an
- *   error or interruption leaves the input as it was.
+ * - an existing neuron store (.pi): a new store is written next to it and renamed over it, so an
+ *   error or interruption leaves the input as it was: everything between the header and the
+ *   manifest copied byte for byte (checked against its checksums on the way), so every offset
+ *   the manifest holds stays valid; then the predictors as fixed tensors; then the manifest with
+ *   the predictors in place of any old ones and the threshold key set. The reader finds fixed
+ *   tensors by the manifest's offsets, so predictors after the FFN region are as good as before.
  */
 import { closeSync, openSync, readSync, statSync } from "node:fs";
 import { resolve } from "node:path";
@@ -18,7 +20,7 @@ import { GGMLType } from "../format/ggml-types.js";
 import { GGUFFile, GGUFValueType } from "../format/gguf.js";
 import { GGUFWriter, type GGUFWritableValue } from "../format/gguf-writer.js";
 import { f32ToF16 } from "../format/half.js";
-import { NeuronStore, StoreWriter, type StoreFixedManifest, type StoreLayerManifest } from "../format/store.js";
+import { NeuronStore, StoreWriter, type StoreFixedManifest } from "../format/store.js";
 import { readConfig } from "../model/config.js";
 import { modelFingerprint } from "./profile.js";
 import type { TrainedPredictor } from "../sparse/predictor-train.js";
@@ -238,14 +240,29 @@ export async function addPredictorsToStore(opts: PredictorStoreOptions): Promise
     checkPredictors(opts.predictors, store.ffn.layers.length, store.ffn.nEmbd, nFF, storePath);
 
     writer = await StoreWriter.create(output, { fsync: opts.fsync });
-    const fixed: StoreFixedManifest[] = [];
-    // fixed tensors, old predictors dropped, new ones after them
-    for (const t of m.fixed) {
-      if (PREDICTOR_RE.test(t.name)) continue;
-      await writer.pad();
-      fixed.push({ ...t, offset: writer.position });
-      await writer.write(store.tensorData(t.name));
+    // Everything after the header is copied as it is (each piece checked against its chunk
+    // checksums first), so every offset the manifest holds stays valid whatever it describes;
+    // the predictors go after it, before the new manifest.
+    const { start, end } = store.checksummed;
+    const fd = openSync(storePath, "r");
+    try {
+      const piece = new Uint8Array(8 << 20);
+      for (let o = start; o < end; o += piece.length) {
+        const view = piece.subarray(0, Math.min(piece.length, end - o));
+        let got = 0;
+        while (got < view.length) {
+          const r = readSync(fd, view, got, view.length - got, o + got);
+          if (r === 0) throw new PredictorOutputError(`${storePath}: file ended at byte offset ${o + got} while copying`);
+          got += r;
+        }
+        store.verifyRange(o, view, 0, view.length);
+        await writer.write(view);
+      }
+    } finally {
+      closeSync(fd);
     }
+    // old predictors (if any) stay in the copy as unreferenced bytes
+    const fixed: StoreFixedManifest[] = m.fixed.filter((t) => !PREDICTOR_RE.test(t.name));
     const ggmlType = type === "f32" ? GGMLType.F32 : GGMLType.F16;
     for (let l = 0; l < opts.predictors.length; l++) {
       for (const [name, dims, values] of predictorTensors(l, opts.predictors[l])) {
@@ -255,23 +272,10 @@ export async function addPredictorsToStore(opts: PredictorStoreOptions): Promise
         await writer.write(bytes);
       }
     }
-    // FFN bundles: read (checksums verified) and written unchanged, layer by layer
-    await writer.pad();
-    const layers: StoreLayerManifest[] = [];
-    const per = Math.max(1, Math.floor((8 << 20) / store.ffn.bundleBytes));
-    const buf = new Uint8Array(per * store.ffn.bundleBytes);
-    for (let l = 0; l < store.ffn.layers.length; l++) {
-      const L = store.layer(l);
-      layers.push({ ...m.ffn.layers[l], offset: writer.position });
-      for (let p = 0; p < L.neurons; p += per) {
-        const n = Math.min(per, L.neurons - p);
-        store.readBundles(l, p, n, buf);
-        await writer.write(buf.subarray(0, n * L.bundleBytes));
-      }
-    }
     const metadata = m.metadata.filter(([key]) => key !== SPARSE_THRESHOLD_KEY);
     metadata.push([SPARSE_THRESHOLD_KEY, GGUFValueType.FLOAT32, opts.predictors[0].threshold]);
-    const { bytes } = await writer.finish({ source: m.source, metadata, fixed, ffn: { ...m.ffn, layers }, profile: m.profile });
+    const { format: _f, version: _v, checksums: _c, ...body } = m;
+    const { bytes } = await writer.finish({ ...body, metadata, fixed });
     writer = undefined;
     return bytes;
   } catch (e) {

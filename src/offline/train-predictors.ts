@@ -19,7 +19,7 @@
 import { GGUFFile } from "../format/gguf.js";
 import { f16ToF32, f32ToF16 } from "../format/half.js";
 import { readConfig, type Activation, type ModelConfig } from "../model/config.js";
-import { isNeuronStore, LlamaModel } from "../model/llama.js";
+import { isNeuronStore, LlamaModel, THRESHOLDS_KEY } from "../model/llama.js";
 import { gateMagnitudes } from "./profile.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { corpusTokens, readCorpus } from "./corpus.js";
@@ -200,12 +200,21 @@ export async function trainPredictors(opts: TrainPredictorsOptions): Promise<Tra
 
   // Shape and tokenizer first, so bad input fails before the model loads.
   const file = GGUFFile.open(opts.model);
-  let cfg: ModelConfig, tokenizer: Tokenizer;
+  let cfg: ModelConfig, tokenizer: Tokenizer, hasThresholds: boolean;
   try {
     cfg = readConfig(file);
     tokenizer = Tokenizer.fromGGUF(file);
+    hasThresholds = opts.activationThresholds !== undefined || file.has(THRESHOLDS_KEY);
   } finally {
     file.close();
+  }
+  const kind = cfg.activation;
+  const relu = kind === "relu" || kind === "drelu";
+  if (!relu && !hasThresholds) {
+    throw new PredictorTrainingError(
+      `${opts.model} uses ${kind}: its activations are almost never exactly zero, so every neuron fires on every token and there is nothing to predict. ` +
+        `Calibrate activation thresholds first (powerinfer profile -m MODEL --corpus FILE --target-sparsity 0.5 -o PROFILE.json) and pass --thresholds PROFILE.json`,
+    );
   }
   const { nLayer, nEmbd, nFF } = cfg;
   const maxHidden = opts.maxHidden ?? Math.min(1024, nFF);
@@ -229,15 +238,9 @@ export async function trainPredictors(opts: TrainPredictorsOptions): Promise<Tra
   const model = await LlamaModel.load(opts.model, { threads: opts.threads, contextSize: ctx, batchSize: batch, activationThresholds: opts.activationThresholds });
   let trainer: PredictorTrainer | undefined;
   try {
-    const kind = cfg.activation;
     const cuts = model.thresholds ?? new Float32Array(nLayer);
-    const relu = kind === "relu" || kind === "drelu";
-    if (!relu && !model.thresholds) {
-      throw new PredictorTrainingError(
-        `${opts.model} uses ${kind}: its activations are almost never exactly zero, so every neuron fires on every token and there is nothing to predict. ` +
-          `Calibrate activation thresholds first (powerinfer profile -m MODEL --corpus FILE --target-sparsity 0.5 -o PROFILE.json) and pass --thresholds PROFILE.json`,
-      );
-    }
+    // (all-zero thresholds load as none: a SiLU model with them would fire everywhere)
+    if (!relu && !model.thresholds) throw new PredictorTrainingError(`${opts.model}: its activation thresholds are all 0, so every ${kind} neuron fires on every token: nothing to predict`);
     const act = kind === "drelu" ? "relu" : kind;
     const criterion = model.thresholds ? `|${act}(gate)| > threshold${kind === "drelu" ? " and up > 0" : ""}` : kind === "drelu" ? "gate > 0 and up > 0" : "gate > 0";
     const words = maskWords(nFF);
