@@ -1,15 +1,15 @@
 /**
  * Does the planner predict what `run` measures, and is its plan never slower than the defaults?
- * For each budget: `powerinfer plan` (probe cached per machine), then decode runs of the store
- * with the plan applied (applyPlan, as `run --plan` does) and with the runtime's defaults,
- * interleaved, each in a fresh process; prints predicted vs measured decode tok/s and the hit
- * rates, and records everything as JSON.
+ * For each budget and repetition: `powerinfer plan --reprobe`, then a decode run of the store with
+ * that plan applied (applyPlan, as `run --plan` does) and one with the runtime's defaults, each in
+ * a fresh process; prints predicted vs measured decode tok/s (medians over repetitions, and each
+ * run against the prediction made just before it) and the hit rates, and records it all as JSON.
  *
  *   node dist/bench/plan.js -m STORE.pi --budgets 3GiB,3.5GiB,3.75GiB [-n 16] [--reps 1]
  *                           [--prompt TEXT] [--skip-defaults] [--cached-probe] [--out FILE.json]
  *
- * Each budget's plan re-probes the machine (a few seconds) unless --cached-probe: on a shared
- * machine the load, and with it the read and compute rates, changes from minute to minute.
+ * Each plan re-probes the machine (a few seconds) unless --cached-probe: on a shared machine the
+ * load, and with it the read and compute rates, changes from minute to minute.
  * The measured hit rate is of the decode steps alone (counters read after the prompt's prefill).
  */
 import { spawnSync } from "node:child_process";
@@ -111,7 +111,7 @@ async function main(): Promise<void> {
   const prompt = arg("--prompt", PROMPT)!;
   const ctx = Number(arg("-c", "256"));
   const skipDefaults = process.argv.includes("--skip-defaults");
-  // The machine's load changes by the minute: measure it again right before each budget's runs.
+  // The machine's load changes by the minute: measure it again right before each run.
   const reprobe = !process.argv.includes("--cached-probe");
   const store = NeuronStore.open(model);
   const promptTokens = Tokenizer.fromGGUF(store).encode(prompt, { addBos: true, parseSpecial: false }).length;
@@ -120,30 +120,39 @@ async function main(): Promise<void> {
   const rows: Record<string, unknown>[] = [];
   try {
     for (const budget of budgets) {
-      const planPath = join(dir, `plan-${budget}.json`);
-      // n tokens generated = n - 1 decode forward passes, after the prompt's prefill
-      const p = spawnSync(process.execPath, [BIN, "plan", "-m", model, "--memory-budget", String(budget), "-c", String(ctx), "-o", planPath, "--prompt-tokens", String(promptTokens), "--decode-tokens", String(Math.max(1, n - 1)), ...(reprobe ? ["--reprobe"] : [])], { encoding: "utf8" });
-      if (p.status !== 0) throw new Error(`plan failed:\n${p.stderr}`);
-      process.stderr.write(p.stdout);
-      const plan: PlanFile = readPlan(planPath);
+      // Per repetition: plan (re-probing), then the plan's run and the defaults' run. Each run is
+      // compared with the prediction made just before it: the load drifts over minutes.
       const runs: { plan: ChildResult[]; defaults: ChildResult[] } = { plan: [], defaults: [] };
+      const plans: PlanFile[] = [];
       for (let r = 0; r < reps; r++) {
+        const planPath = join(dir, `plan-${budget}-${r}.json`);
+        // n tokens generated = n - 1 decode forward passes, after the prompt's prefill
+        const p = spawnSync(process.execPath, [BIN, "plan", "-m", model, "--memory-budget", String(budget), "-c", String(ctx), "-o", planPath, "--prompt-tokens", String(promptTokens), "--decode-tokens", String(Math.max(1, n - 1)), ...(reprobe ? ["--reprobe"] : [])], { encoding: "utf8" });
+        if (p.status !== 0) throw new Error(`plan failed:\n${p.stderr}`);
+        if (r === 0) process.stderr.write(p.stdout);
+        plans.push(readPlan(planPath));
         runs.plan.push(spawnChild({ model, budget, plan: planPath, contextSize: ctx, prompt, n }));
         if (!skipDefaults) runs.defaults.push(spawnChild({ model, budget, plan: null, contextSize: ctx, prompt, n }));
+        const last = runs.plan[runs.plan.length - 1];
+        process.stderr.write(`  ${sizeText(budget)} #${r + 1}: predicted ${plans[r].prediction.tokensPerSecond.toFixed(2)}, measured ${last.decodeTokensPerSecond.toFixed(2)} tok/s` + (skipDefaults ? "" : `; defaults predicted ${plans[r].defaults.tokensPerSecond.toFixed(2)}, measured ${runs.defaults[runs.defaults.length - 1].decodeTokensPerSecond.toFixed(2)}`) + ` (load ${last.loadAverage.map((x) => x.toFixed(1)).join("-")})\n`);
       }
+      const plan = plans[0];
       const mPlan = median(runs.plan.map((x) => x.decodeTokensPerSecond));
       const mDef = skipDefaults ? NaN : median(runs.defaults.map((x) => x.decodeTokensPerSecond));
       const row = {
         budget: sizeText(budget),
         knobs: plan.knobs,
-        predicted: plan.prediction.tokensPerSecond,
+        predicted: median(plans.map((p) => p.prediction.tokensPerSecond)),
         measured: mPlan,
-        error: plan.prediction.tokensPerSecond / mPlan - 1,
+        error: median(plans.map((p) => p.prediction.tokensPerSecond)) / mPlan - 1,
+        /** every run against the prediction made just before it */
+        errors: runs.plan.map((x, i) => plans[i].prediction.tokensPerSecond / x.decodeTokensPerSecond - 1),
+        knobsPerRep: plans.map((p) => p.knobs),
         predictedHitRate: plan.prediction.hitRate,
         measuredHitRate: median(runs.plan.map((x) => x.hitRate)),
         predictedReadPerToken: plan.prediction.readBytesPerToken,
         measuredReadPerToken: median(runs.plan.map((x) => x.readBytesPerToken)),
-        defaultsPredicted: plan.defaults.tokensPerSecond,
+        defaultsPredicted: median(plans.map((p) => p.defaults.tokensPerSecond)),
         defaultsMeasured: mDef,
         defaultsHitRate: skipDefaults ? NaN : median(runs.defaults.map((x) => x.hitRate)),
         loadAverage: [...runs.plan, ...runs.defaults].flatMap((x) => x.loadAverage),
