@@ -44,6 +44,9 @@ interface ChildResult {
   readBytesPerToken: number;
   ioWaitShare: number;
   loadAverage: [number, number];
+  /** the neuron cache the runtime made (the planner predicts it from the budget) */
+  cacheBytes: number;
+  hotPerLayer: number;
 }
 
 function arg(name: string, fallback?: string): string | undefined {
@@ -58,6 +61,8 @@ async function child(job: ChildJob): Promise<ChildResult> {
   let opts: LoadModelOptions = { modelPath: job.model, memoryBudget: job.budget, contextSize: job.contextSize, batchSize: 256, offload: { hotFraction: 0.5, queueDepth: 16, pipeline: true } };
   if (job.plan) opts = applyPlan({ ...opts, contextSize: undefined }, job.plan);
   const model = await loadModel(opts);
+  // the cache's shape, for comparison with the plan's prediction of it (not public API)
+  const cache = (model as unknown as { llama: { offloaded: { cache: { slots: number; slotBytes: number; hotCount: Int32Array } } } }).llama.offloaded.cache;
   try {
     const gen = model.generate(job.prompt, { maxTokens: job.n, temperature: 0, ignoreEos: true });
     let after: ReturnType<typeof model.offloadStats> | undefined;
@@ -79,6 +84,8 @@ async function child(job: ChildJob): Promise<ChildResult> {
       readBytesPerToken: (end.bytesRead - a.bytesRead) / steps,
       ioWaitShare: (end.ioWaitMs - a.ioWaitMs) / Math.max(1, s.decodeMs),
       loadAverage: [la0, loadavg()[0]],
+      cacheBytes: cache.slots * cache.slotBytes,
+      hotPerLayer: cache.hotCount[0],
     };
   } finally {
     await model.dispose();
@@ -150,6 +157,8 @@ async function main(): Promise<void> {
         knobsPerRep: plans.map((p) => p.knobs),
         predictedHitRate: plan.prediction.hitRate,
         measuredHitRate: median(runs.plan.map((x) => x.hitRate)),
+        predictedCacheBytes: plan.derived.cacheBytes,
+        measuredCacheBytes: runs.plan[0].cacheBytes,
         predictedReadPerToken: plan.prediction.readBytesPerToken,
         measuredReadPerToken: median(runs.plan.map((x) => x.readBytesPerToken)),
         defaultsPredicted: median(plans.map((p) => p.defaults.tokensPerSecond)),
@@ -168,13 +177,14 @@ async function main(): Promise<void> {
   const f = (x: number, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : "-");
   const pc = (x: number) => (Number.isFinite(x) ? `${(100 * x).toFixed(0)}%` : "-");
   console.log(`plan vs run: ${model}, prompt ${promptTokens} tokens, ${n} generated, ${reps} run(s) each, medians`);
-  console.log("| budget | plan knobs (threads, QD, hot share, gates) | predicted tok/s | measured tok/s | error | hit rate pred / meas | MB read per token pred / meas | defaults pred / meas tok/s | plan / defaults measured | load avg |");
-  console.log("|---|---|---|---|---|---|---|---|---|---|");
+  console.log("| budget | plan knobs (threads, QD, hot share, gates) | predicted tok/s | measured tok/s | error (each run) | cache MiB pred / made | hit rate pred / meas | MB read per token pred / meas | defaults pred / meas tok/s | plan / defaults measured | load avg |");
+  console.log("|---|---|---|---|---|---|---|---|---|---|---|");
   for (const r of rows as any[]) {
     const k = r.knobs;
     const la = r.loadAverage as number[];
     console.log(
-      `| ${r.budget} | ${k.threads}, ${k.queueDepth}, ${k.hotFraction}, ${k.residentGates ? "resident" : "flash"} | ${f(r.predicted)} | ${f(r.measured)} | ${pc(r.error)} | ` +
+      `| ${r.budget} | ${k.threads}, ${k.queueDepth}, ${k.hotFraction}, ${k.residentGates ? "resident" : "flash"} | ${f(r.predicted)} | ${f(r.measured)} | ${pc(r.error)} (${(r.errors as number[]).map(pc).join(", ")}) | ` +
+        `${f(r.predictedCacheBytes / 2 ** 20, 0)} / ${f(r.measuredCacheBytes / 2 ** 20, 0)} | ` +
         `${pc(r.predictedHitRate)} / ${pc(r.measuredHitRate)} | ${f(r.predictedReadPerToken / 1e6, 1)} / ${f(r.measuredReadPerToken / 1e6, 1)} | ${f(r.defaultsPredicted)} / ${f(r.defaultsMeasured)} | ` +
         `${f(r.measured / r.defaultsMeasured)}x | ${f(Math.min(...la), 1)}-${f(Math.max(...la), 1)} |`,
     );

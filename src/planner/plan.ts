@@ -39,6 +39,7 @@ import {
   sparseKey,
   type MachineFingerprint,
   type ProbeOptions,
+  type IoTable,
   type ProbeResult,
 } from "./probe.js";
 
@@ -237,7 +238,7 @@ export function hardwareFromProbe(probe: ProbeResult, shape: ModelShape, threads
     return v;
   };
   const sparse = need(probe.sparse[sparseKey(shape.ffnType, shape.nEmbd, threads)], `sparse kernel speed for ${typeName(shape.ffnType)} at ${threads} thread(s)`);
-  const tables = new Map<number, ReturnType<typeof need<ProbeResult["io"][string]>>>();
+  const tables = new Map<number, IoTable>();
   for (const bytes of new Set([shape.bundleBytes, shape.gateReadBytes])) tables.set(bytes, need(probe.io[ioKey(dev, bytes)], `read table for ${bytes}-byte reads on ${dev}`));
   const table = (bytes: number) => tables.get(bytes) ?? tables.get(shape.bundleBytes)!;
   const rates = new Map<GGMLType, number>();
