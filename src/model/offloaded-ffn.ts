@@ -234,6 +234,31 @@ export class OffloadedFFN {
     await this.serveMisses(l);
     this.sparse.finish(y);
     this.stats.computeMs += this.computeMs;
+    // The next layer's first gate chunk does not depend on this token's values: read it while
+    // the next attention block computes.
+    const next = (l + 1) % this.cfg.nLayer;
+    if (this.mode !== "predictor" && !this.residentGates && this.streams(next) && this.cache.hotCount[next] < this.nFF) {
+      const promise = this.readChunk(next, this.cache.hotCount[next], 0);
+      promise.catch(() => undefined); // observed by whoever consumes or discards it
+      this.prefetched = { l: next, promise };
+    }
+  }
+
+  /** A first gate chunk read ahead into staging half 0 (see run), or null. */
+  private prefetched: { l: number; promise: Promise<void> } | null = null;
+
+  /**
+   * The read of layer l's prefetched first chunk, if there is one (wrapped: an async function
+   * would adopt a returned promise and wait for it); any other read ahead is waited out, since it
+   * lands in staging half 0.
+   */
+  private async takePrefetch(l: number): Promise<{ read: Promise<void> } | null> {
+    const p = this.prefetched;
+    if (!p) return null;
+    this.prefetched = null;
+    if (p.l === l) return { read: p.promise };
+    await p.promise.catch(() => undefined);
+    return null;
   }
 
   /** Whether runBatch applies (gate mode, with resident gate rows or gate rows to stream). */
@@ -471,10 +496,11 @@ export class OffloadedFFN {
   private async streamGateRows(l: number, from: number, overlapHits: boolean, visit: (r0: number, r1: number, base: number) => void): Promise<void> {
     const nFF = this.nFF;
     if (from >= nFF) {
+      await this.takePrefetch(-1);
       if (overlapHits && !this.hitsComputed) this.computeHits();
       return;
     }
-    let cur = this.readChunk(l, from, 0);
+    let cur = (await this.takePrefetch(l))?.read ?? this.readChunk(l, from, 0);
     let half = 0;
     for (let r0 = from; r0 < nFF; ) {
       const r1 = Math.min(nFF, r0 + this.streamRows);
@@ -654,6 +680,7 @@ export class OffloadedFFN {
   }
 
   async close(): Promise<void> {
+    await this.takePrefetch(-1);
     await this.reader.close();
   }
 }
