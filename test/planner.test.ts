@@ -104,6 +104,8 @@ test("predicted time: everything cached means no reads; a cache of the minimum r
   assert.ok(Math.abs(tiny.missesPerToken - 40) < 1e-9);
   // 20 misses per layer in rounds of 4 cold slots: 5 rounds of 4 reads, 4 ms each
   assert.ok(Math.abs(tiny.breakdown.ioWait - 2 * 5 * 0.004) < 1e-9, `I/O wait ${tiny.breakdown.ioWait}`);
+  assert.equal(tiny.maxRounds, 5);
+  assert.equal(all.maxRounds, 0);
   assert.ok(Math.abs(tiny.readBytesPerToken - 40 * 4096) < 1e-6);
   assert.ok(tiny.tokensPerSecond < all.tokensPerSecond);
 });

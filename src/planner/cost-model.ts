@@ -172,6 +172,8 @@ export interface Prediction {
   /** bundle (and gate page) bytes read per decode token */
   readBytesPerToken: number;
   hitRate: number;
+  /** most read rounds a layer needs in a step (misses / cold slots, expected values): more than 1 means the cold region is smaller than a layer's misses */
+  maxRounds: number;
 }
 
 /** Gate pages read per round when the gate rows are not resident (OffloadedFFN's STAGE_NEURONS). */
@@ -348,7 +350,7 @@ export function predict(shape: ModelShape, firing: Firing, hw: Hardware, knobs: 
   const steps = Math.max(1, Math.floor(workload.decodeTokens));
   const zero: Breakdown = { attention: 0, gate: 0, gateReads: 0, scan: 0, ffnCompute: 0, ioWait: 0, output: 0 };
   if (!split.fits) {
-    return { knobs, split, tokensPerSecond: 0, secondsPerToken: Infinity, breakdown: zero, firingPerToken: 0, hitsPerToken: 0, hotHitsPerToken: 0, missesPerToken: 0, readBytesPerToken: 0, hitRate: 0 };
+    return { knobs, split, tokensPerSecond: 0, secondsPerToken: Infinity, breakdown: zero, firingPerToken: 0, hitsPerToken: 0, hotHitsPerToken: 0, missesPerToken: 0, readBytesPerToken: 0, hitRate: 0, maxRounds: Infinity };
   }
   const hp = hits ?? hitProfile(firing, split.hotPerLayer, split.coldSlots, workload.promptTokens, steps);
   const { nLayer, nFF, nEmbd, bundleBytes, gateReadBytes } = shape;
@@ -366,7 +368,7 @@ export function predict(shape: ModelShape, firing: Firing, hw: Hardware, knobs: 
   const output = mv(shape.output) + 2 * hw.dispatch;
 
   const total: Breakdown = { ...zero };
-  let fired = 0, hitsSum = 0, hotSum = 0, readBytes = 0;
+  let fired = 0, hitsSum = 0, hotSum = 0, readBytes = 0, maxRounds = 0;
   for (let j = 0; j < steps; j++) {
     const pos = workload.promptTokens + j;
     const kvRead = (2 * pos * shape.nHead * shape.headDim * 4) / hw.memoryBandwidth;
@@ -383,6 +385,7 @@ export function predict(shape: ModelShape, firing: Firing, hw: Hardware, knobs: 
       b.scan += nFF * hw.scan.perNeuron + f * hw.scan.perLookup + m * hw.scan.perMiss;
       const tHits = h > 0 ? h * up : 0;
       const n1 = Math.min(m, Math.max(1, cold));
+      maxRounds = Math.max(maxRounds, Math.ceil(m / Math.max(1, cold) - 1e-9));
       if (knobs.residentGates) {
         b.gate += gateMatvec;
         const r1 = knobs.pipeline ? overlapped(hw, bundleBytes, n1, qd, tHits) : readTime(hw, bundleBytes, n1, qd) + tHits;
@@ -434,5 +437,6 @@ export function predict(shape: ModelShape, firing: Firing, hw: Hardware, knobs: 
     missesPerToken: (fired - hitsSum) / steps,
     readBytesPerToken: readBytes / steps,
     hitRate: fired > 0 ? hitsSum / fired : 1,
+    maxRounds,
   };
 }

@@ -21,6 +21,7 @@ import { defaultQueueDepth, visibleThreadPoolSize } from "../io/flash-reader.js"
 import type { LoadModelOptions } from "../index.js";
 import { readConfig, type ModelConfig } from "../model/config.js";
 import { plannedFiring } from "../offline/synth.js";
+import { hasSparseKernel } from "../runtime/sparse-kernels.js";
 import { activationBytes, hasWeightKernel, weightKernel } from "../runtime/weights.js";
 import { hitProfile, predict, splitBudget, type Firing, type Hardware, type HitProfile, type Knobs, type ModelShape, type Prediction, type Workload, STAGE_NEURONS } from "./cost-model.js";
 import {
@@ -316,6 +317,9 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
     if (["attn_q", "attn_k", "attn_v", "attn_output"].some((n) => !store.tensors.has(`blk.0.${n}.weight`))) {
       throw new Error(`${o.modelPath}: the planner models llama-style attention (blk.N.attn_q/k/v/output); this store lacks them`);
     }
+    if (!hasSparseKernel(store.ffn.type)) {
+      throw new Error(`${o.modelPath}: its FFN is ${typeName(store.ffn.type)}, which has no sparse kernel in this engine (F32, Q8_0, Q4_0 and Q4_1 have one): it cannot run under a budget; convert with --type q4_1 or q8_0`);
+    }
     const hasPredictors = store.tensors.has("blk.0.fc1.weight");
     if (hasPredictors) {
       o.onProgress?.("note: this store has activation predictors; the plan models the gate sparsity mode (run it with --sparsity gate)");
@@ -376,8 +380,12 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
       );
     }
     candidates.sort((a, b) => b.tokensPerSecond - a.tokensPerSecond);
+    // A cold region smaller than a layer's misses serves them in rounds (read, compute, read...):
+    // each round drains the queue and overlaps nothing, which the model captures only roughly,
+    // for the gain of a few more pinned neurons per layer. Keep one round per layer where possible.
+    const oneRound = candidates.filter((p) => p.maxRounds <= 1);
     // Prefer the defaults' values among near-equal candidates: an unmeasurable gain is not worth a change.
-    const best = pickStable(candidates, defaults);
+    const best = pickStable(oneRound.length > 0 ? oneRound : candidates, defaults);
     const plan: PlanFile = {
       format: PLAN_FORMAT,
       version: PLAN_VERSION,
