@@ -10,8 +10,15 @@
  * - Loss: binary cross-entropy on the scores as logits, positives weighted (they are rare: 6-26%
  *   of neurons per token on relu-stories), minimized by minibatch Adam on the training kernels
  *   (assembly/train.ts) over the thread pool.
- * - Threshold: chosen on a validation split (samples never trained on) as the largest one whose
- *   recall there reaches the target, so the target holds on unseen tokens up to sampling noise.
+ * - Threshold: the engine compares every layer's scores with one global threshold, and a bias-free
+ *   network cannot shift its scores by a constant. It can shift them by a multiple of its own
+ *   hidden activity: subtracting `shift` from every weight of fc2 gives
+ *   (fc2 - shift) . h = fc2 . h - shift * sum(h), so "score' > 0" is "score / sum(h) > shift".
+ *   That ratio does not change when x is scaled, like the true ReLU mask (the FFN norm divides x
+ *   by its RMS, so sign(gate) depends on x's direction only). `shift` is chosen on a validation
+ *   split (samples never trained on) as the largest value whose recall there reaches the target,
+ *   and folded into fc2; the predictor then fires at the global threshold 0 (PowerInfer's
+ *   default), whatever each layer needed.
  *
  * Everything the kernels touch lives in one arena laid out for the largest width, so training
  * several widths and layers allocates nothing after construction.
