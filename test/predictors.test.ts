@@ -10,7 +10,9 @@ import { execFile } from "node:child_process";
 import { copyFileSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import { GGMLType } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
+import { f16ToF32 } from "../src/format/half.js";
 import { NeuronStore } from "../src/format/store.js";
 import { LlamaModel } from "../src/model/llama.js";
 import { convertToStore } from "../src/offline/convert.js";
@@ -267,6 +269,21 @@ test("PWRI GGUF: written, read back, converted to a store, run with --sparsity p
   } finally {
     src.close();
     out.close();
+  }
+
+  // F16 predictors: PowerInfer's default type; the values are the f32 ones rounded
+  const pwri16 = join(dir, "relu.pwri-f16.gguf");
+  await writePredictorGGUF({ input: RELU, output: pwri16, predictors: r.predictors, type: "f16", fsync: false });
+  const g16 = GGUFFile.open(pwri16);
+  try {
+    const t = g16.tensor("blk.4.fc1.weight");
+    assert.equal(t.type, GGMLType.F16);
+    const half = new Uint16Array(g16.tensorData(t.name).slice().buffer);
+    const want = r.predictors[4].fc1;
+    assert.equal(half.length, want.length);
+    for (let i = 0; i < half.length; i++) assert.ok(Math.abs(f16ToF32(half[i]) - want[i]) <= Math.abs(want[i]) * 2 ** -11 + 2 ** -24, `fc1[${i}]`);
+  } finally {
+    g16.close();
   }
 
   // convert carries fc1/fc2 and the threshold into the store
