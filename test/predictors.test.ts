@@ -19,13 +19,13 @@ import { convertToStore } from "../src/offline/convert.js";
 import { corpusTokens, readCorpus } from "../src/offline/corpus.js";
 import { addPredictorsToStore, writePredictorGGUF } from "../src/offline/predictor-output.js";
 import { trainPredictors, type TrainPredictorsResult } from "../src/offline/train-predictors.js";
-import { thresholdForRecall } from "../src/sparse/predictor-train.js";
+import { maskWords, PredictorTrainer, QualityCounter, thresholdForRecall } from "../src/sparse/predictor-train.js";
 import { Tokenizer } from "../src/tokenizer/index.js";
 import { CLI, SHARED, tempDir } from "./helpers.js";
 import { Arena } from "../src/runtime/arena.js";
 import { ThreadPool } from "../src/runtime/pool.js";
 import {
-  TrainKernels, refAdam, refBce, refMmNN, refMmNT, refMmTN, refRelu, refReluGrad,
+  TrainKernels, maskBit, refAdam, refBce, refMmNN, refMmNT, refMmTN, refRelu, refReluGrad,
 } from "../src/sparse/train-kernels.js";
 
 /** Deterministic pseudo-random floats in [-1, 1). */
@@ -158,6 +158,62 @@ test("thresholdForRecall keeps the asked share of positives above the threshold"
   const t = thresholdForRecall(some, 0.95);
   assert.ok(t < 1 && Number.isFinite(t));
   assert.throws(() => thresholdForRecall(some, 1.5), /recall target/);
+});
+
+test("PredictorTrainer learns a synthetic ReLU mask; its validation figures hold for the folded weights at threshold 0", async () => {
+  // x: 48 dims with per-dimension scales from 0.1 to 10 (as a residual's); the mask: neuron k
+  // fires when (W x)_k > 0, W random of rank 8, so a width-32 MLP can represent it
+  const nIn = 48, nOut = 96, n = 6000, rank = 8;
+  const r = rand(3);
+  const A = Float32Array.from({ length: nOut * rank }, r), B = Float32Array.from({ length: rank * nIn }, r);
+  const x = new Float32Array(n * nIn);
+  for (let i = 0; i < x.length; i++) x[i] = r() * 10 ** ((i % nIn) / (nIn - 1) * 2 - 1);
+  const words = maskWords(nOut);
+  const mask = new Uint32Array(n * words);
+  const z = new Float64Array(rank);
+  for (let t = 0; t < n; t++) {
+    for (let q = 0; q < rank; q++) { let s = 0; for (let i = 0; i < nIn; i++) s += B[q * nIn + i] * x[t * nIn + i]; z[q] = s; }
+    for (let k = 0; k < nOut; k++) {
+      let s = 0;
+      for (let q = 0; q < rank; q++) s += A[k * rank + q] * z[q];
+      // an offset makes positives rarer than half, as in a real FFN
+      if (s > 0.3 * Math.abs(z[0])) mask[t * words + (k >>> 5)] |= 1 << (k & 31);
+    }
+  }
+  const data = { n, nIn, nOut, words, x, mask };
+  const trainer = await PredictorTrainer.create(nIn, nOut, 32, 1, 64);
+  try {
+    const trainEnd = 5000;
+    const p = trainer.train(data, trainEnd, { hidden: 32, epochs: 6, recall: 0.95, seed: 5 });
+    assert.equal(p.threshold, 0);
+    assert.ok(p.validation.recall >= 0.95, `validation recall ${p.validation.recall}`);
+    assert.ok(p.validation.precision >= 0.8, `validation precision ${p.validation.precision}: the trainer did not learn the mask`);
+    // recount the validation samples with the folded weights in f64, raw (unscaled) inputs
+    let tp = 0, fp = 0, fn = 0;
+    const h = new Float64Array(32);
+    for (let t = trainEnd; t < n; t++) {
+      for (let j = 0; j < 32; j++) {
+        let s = 0;
+        for (let i = 0; i < nIn; i++) s += p.fc1[j * nIn + i] * x[t * nIn + i];
+        h[j] = Math.max(s, 0);
+      }
+      for (let k = 0; k < nOut; k++) {
+        let s = 0;
+        for (let j = 0; j < 32; j++) s += p.fc2[k * 32 + j] * h[j];
+        const y = maskBit(mask, words, t, k);
+        if (s > 0) { if (y) tp++; else fp++; } else if (y) fn++;
+      }
+    }
+    assert.ok(Math.abs(tp / (tp + fn) - p.validation.recall) < 2e-3, `recounted recall ${tp / (tp + fn)} vs ${p.validation.recall}`);
+    assert.ok(Math.abs(tp / (tp + fp) - p.validation.precision) < 2e-3, `recounted precision ${tp / (tp + fp)} vs ${p.validation.precision}`);
+    // score() computes what the engine would: the same decisions for the first rows
+    const scores = trainer.score(p, x.subarray(trainEnd * nIn), 64);
+    const q = new QualityCounter(nOut);
+    q.add(scores, mask, trainEnd, 64, words, 0);
+    assert.ok(q.result().recall > 0.9);
+  } finally {
+    await trainer.dispose();
+  }
 });
 
 let trained: TrainPredictorsResult | undefined;
