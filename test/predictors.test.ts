@@ -7,7 +7,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { copyFileSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { GGMLType } from "../src/format/ggml-types.js";
@@ -299,9 +299,10 @@ async function greedy(model: LlamaModel, prompt: number[], n: number): Promise<n
   return out;
 }
 
-test("PWRI GGUF: written, read back, converted to a store, run with --sparsity predictor; --store adds the same predictors", async () => {
+test("PWRI GGUF: written, read back, converted to a store, run with --sparsity predictor; --store adds the same predictors", async (t) => {
   const r = trained ?? (await trainPredictors(TRAIN_OPTS));
   const dir = tempDir("predictors-");
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
   const pwri = join(dir, "relu.pwri.gguf");
   await writePredictorGGUF({ input: RELU, output: pwri, predictors: r.predictors, fsync: false });
 
@@ -425,8 +426,9 @@ async function fails(args: string[]): Promise<[number, string]> {
   assert.fail(`train-predictors ${args.join(" ")} succeeded`);
 }
 
-test("train-predictors refuses bad input with clear errors", async () => {
+test("train-predictors refuses bad input with clear errors", async (t) => {
   const dir = tempDir("predictors-cli-");
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
   const tiny = join(dir, "tiny.txt");
   writeFileSync(tiny, "Once upon a time, there was a cat.\n");
   const store = join(dir, "stories260K.pi");

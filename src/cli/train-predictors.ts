@@ -40,7 +40,8 @@ const SPECS: FlagSpec[] = [
 const SUMMARY =
   "Train PowerInfer's activation predictors (score = fc2 . relu(fc1 . x), x the residual before the FFN norm) on a " +
   "text corpus: per layer the hidden width grows until the calibrated precision is reached, the threshold is set for the " +
-  "recall target on validation tokens, and recall/precision are measured on held-out tokens.";
+  "recall target on validation tokens, and recall/precision are measured on held-out tokens. Exit status 3 when a layer " +
+  "misses the recall target on the held-out tokens (the outputs are still written). See docs/predictors.md.";
 
 const pct = (v: number) => `${(100 * v).toFixed(2)}%`;
 
