@@ -157,6 +157,11 @@ export class ThreadPool {
     }
     const c = this.ctrl;
     const nChunks = Math.min(Math.ceil(total / align), n * CHUNKS_PER_THREAD, 1 << CHUNK_BITS);
+    // Close the previous job's counter before rewriting the job: a descheduled worker that read
+    // the old counter could otherwise claim a chunk with the old tag against the new NCHUNKS and
+    // run the new arguments through a stale kernel (seen as rare "kernel failed" errors on a busy
+    // machine, and it could also miscount DONE). -1 matches no tag.
+    Atomics.store(c, CTRL.NEXT, -1);
     c[CTRL.FN] = fn;
     c[CTRL.NARGS] = nargs;
     c[CTRL.TOTAL] = total;
