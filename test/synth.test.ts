@@ -372,7 +372,7 @@ test("synth CLI writes the file and rejects bad flags", async () => {
   assert.equal(f.getString("llama.feed_forward_activation"), "drelu");
   assert.equal(f.getNumber("general.file_type"), 3);
   f.close();
-  await assert.rejects(synthMain(["--shape", "huge", "-o", path]), /--shape must be one of tiny, 1b, 7b, 13b/);
+  await assert.rejects(synthMain(["--shape", "huge", "-o", path]), /--shape must be one of tiny, 1b, 7b, mistral-7b, 13b/);
   await assert.rejects(synthMain(["--type", "q5_0", "-o", path]), /--type must be one of/);
   await assert.rejects(synthMain(["--act", "gelu", "-o", path]), /--act must be one of/);
   await assert.rejects(synthMain(["--seed", "x", "-o", path]), /--seed expects an integer/);
