@@ -21,7 +21,7 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<{ main(arg
 
 function help(): string {
   const lines = ["usage: powerinfer <command> [options]", "", "commands:"];
-  for (const [name, c] of Object.entries(COMMANDS)) lines.push(`  ${name.padEnd(12)} ${c.summary}`);
+  for (const [name, c] of Object.entries(COMMANDS)) lines.push(`  ${name.padEnd(18)} ${c.summary}`);
   lines.push("", "powerinfer <command> --help shows a command's options.");
   return lines.join("\n");
 }
