@@ -150,6 +150,8 @@ test("read tables: rates interpolated between measured depths and batch sizes, n
   assert.ok(Math.abs(batchSecondsAt(t, 4, 8) - 8 / 2600) < 1e-12);
   assert.equal(batchSecondsAt(t, 4, 1000), 1000 / 4000);
   assert.equal(batchSecondsAt(t, 4, 0), 0);
+  const dip: IoTable = { ...t, cells: [cell(1, 1000), cell(4, 8000), cell(16, 2000)] };
+  assert.equal(batchSecondsAt(dip, 16, 1000), 1000 / 8000, "a deeper queue is at least as fast for the same batch");
 });
 
 // ---------------------------------------------------------------------------------------------

@@ -385,7 +385,9 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
     // for the gain of a few more pinned neurons per layer. Keep one round per layer where possible.
     const oneRound = candidates.filter((p) => p.maxRounds <= 1);
     // Prefer the defaults' values among near-equal candidates: an unmeasurable gain is not worth a change.
-    const best = pickStable(oneRound.length > 0 ? oneRound : candidates, defaults);
+    let best = pickStable(oneRound.length > 0 ? oneRound : candidates, defaults);
+    // never a plan predicted slower than what runs without one
+    if (defaults.split.fits && best.tokensPerSecond < defaults.tokensPerSecond) best = defaults;
     const plan: PlanFile = {
       format: PLAN_FORMAT,
       version: PLAN_VERSION,
@@ -417,10 +419,16 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
   }
 }
 
-/** Among candidates within 1% of the best, the one closest to the defaults. */
+/**
+ * Predictions closer than this to the best are taken as equal: the probe's numbers move by more
+ * than that between minutes on a shared machine, and a change of knobs should be worth it.
+ */
+export const PLAN_TOLERANCE = 0.05;
+
+/** Among candidates within PLAN_TOLERANCE of the best, the one closest to the defaults. */
 function pickStable(sorted: Prediction[], defaults: Prediction): Prediction {
   const top = sorted[0].tokensPerSecond;
-  const near = sorted.filter((p) => p.tokensPerSecond >= top * 0.99);
+  const near = sorted.filter((p) => p.tokensPerSecond >= top * (1 - PLAN_TOLERANCE));
   const distance = (p: Prediction) =>
     (p.knobs.threads !== defaults.knobs.threads ? 1 : 0) +
     (p.knobs.residentGates !== defaults.knobs.residentGates ? 4 : 0) +

@@ -541,9 +541,10 @@ function probeScan(nFF: number, seconds: number): ScanSpeed {
 /**
  * Random reads of `bytes` at bundle offsets of the store (O_DIRECT, verified as the runtime
  * verifies them), in batches as the runtime issues a layer's misses: one submit of n requests,
- * then wait for the last. Batches of n = QD, 4 QD and 16 QD, interleaved round after round (the
- * machine's load changes meanwhile), median wall time of each; the submit call's own time is the
- * main thread's share. A batch's rate, not a difference of two noisy times, is what is kept.
+ * then wait for the last. Per queue depth, batches of n = QD, 4 QD and 16 QD; every depth and
+ * size takes its turn in each round, round after round, so that a change in the machine's load
+ * meanwhile falls on all of them alike; the median wall time of each is kept. The submit call's
+ * own time is the main thread's share.
  */
 async function probeReads(store: NeuronStore, bytes: number, depths: number[], scale: number): Promise<IoTable> {
   const sizes = (qd: number) => [qd, 4 * qd, 16 * qd];
@@ -551,46 +552,42 @@ async function probeReads(store: NeuronStore, bytes: number, depths: number[], s
   const memory = new WebAssembly.Memory({ initial: Math.ceil((most * bytes + 65536) / 65536), maximum: 65536, shared: true });
   const layers = store.ffn.layers.length;
   const verify = store.verifier("always");
-  const cells: IoCell[] = [];
-  let direct = false;
-  const seconds = 0.5 * scale;
+  const seconds = 0.5 * depths.length * scale;
   const next = () => {
     const L = store.layer(Math.floor(rnd() * layers));
     return L.offset + Math.floor(rnd() * L.neurons) * L.bundleBytes;
   };
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
-  for (const qd of depths) {
-    const reader = FlashReader.open(store.path, { memory, queueDepth: qd, direct: "auto", verify, onWarning: () => {} });
-    direct = reader.direct;
-    try {
-      const ns = sizes(qd);
-      const times: number[][] = ns.map(() => []);
-      const sync: number[] = [];
-      const batch = async (k: number) => {
-        const n = ns[k];
-        const req: FlashReadRequest[] = [];
-        for (let i = 0; i < n; i++) req.push({ fileOffset: next(), length: bytes, dst: i * bytes });
-        const t0 = performance.now();
-        const done = new Promise<void>((resolve, reject) => reader.submit(req, null, (e) => (e ? reject(e) : resolve())));
-        const t1 = performance.now();
-        await done;
-        times[k].push((performance.now() - t0) / 1000);
-        sync.push((t1 - t0) / 1000 / n);
-      };
-      await batch(0); // warm up (first issue, JIT)
-      times[0].length = 0;
-      sync.length = 0;
-      const end = performance.now() + seconds * 1000;
-      do {
-        for (let k = 0; k < ns.length; k++) await batch(k);
-      } while (performance.now() < end || times[0].length < 3);
-      const batches = ns.map((n, k) => ({ n, perSecond: n / median(times[k]) }));
-      cells.push({ bytes, queueDepth: qd, iops: batches[batches.length - 1].perSecond, batches, submit: median(sync) });
-    } finally {
-      await reader.close();
-    }
+  const readers = depths.map((qd) => FlashReader.open(store.path, { memory, queueDepth: qd, direct: "auto", verify, onWarning: () => {} }));
+  try {
+    const times = depths.map((q) => sizes(q).map(() => [] as number[]));
+    const sync = depths.map(() => [] as number[]);
+    const batch = async (d: number, k: number) => {
+      const n = sizes(depths[d])[k];
+      const req: FlashReadRequest[] = [];
+      for (let i = 0; i < n; i++) req.push({ fileOffset: next(), length: bytes, dst: i * bytes });
+      const t0 = performance.now();
+      const done = new Promise<void>((resolve, reject) => readers[d].submit(req, null, (e) => (e ? reject(e) : resolve())));
+      const t1 = performance.now();
+      await done;
+      times[d][k].push((performance.now() - t0) / 1000);
+      sync[d].push((t1 - t0) / 1000 / n);
+    };
+    for (let d = 0; d < depths.length; d++) await batch(d, 0); // warm up (first issue, JIT)
+    for (const t of times) t[0].length = 0;
+    for (const s of sync) s.length = 0;
+    const end = performance.now() + seconds * 1000;
+    do {
+      for (let d = 0; d < depths.length; d++) for (let k = 0; k < 3; k++) await batch(d, k);
+    } while (performance.now() < end || times[0][0].length < 3);
+    const cells: IoCell[] = depths.map((qd, d) => {
+      const batches = sizes(qd).map((n, k) => ({ n, perSecond: n / median(times[d][k]) }));
+      return { bytes, queueDepth: qd, iops: batches[batches.length - 1].perSecond, batches, submit: median(sync[d]) };
+    });
+    return { direct: readers[0].direct, threadPool: visibleThreadPoolSize(), cells, loadAverage: loadavg()[0] };
+  } finally {
+    for (const r of readers) await r.close();
   }
-  return { direct, threadPool: visibleThreadPoolSize(), cells, loadAverage: loadavg()[0] };
 }
 
 /** Main-thread seconds per read to submit it, at queue depth `qd` (interpolated in log qd). */
@@ -598,25 +595,31 @@ export function submitAt(table: IoTable, qd: number): number {
   return lerpDepth(table, qd, (c) => c.submit);
 }
 
+/** Reads per second of a batch of n in a cell: interpolated in log n between its measured sizes. */
+function cellRate(c: IoCell, n: number): number {
+  const b = c.batches;
+  if (n <= b[0].n) return b[0].perSecond;
+  for (let i = 1; i < b.length; i++) {
+    if (n <= b[i].n) {
+      const t = Math.log(n / b[i - 1].n) / Math.log(b[i].n / b[i - 1].n);
+      return b[i - 1].perSecond + t * (b[i].perSecond - b[i - 1].perSecond);
+    }
+  }
+  return b[b.length - 1].perSecond;
+}
+
 /**
  * Seconds a batch of n reads takes at queue depth qd (submit included): n / the rate measured
  * for batches of that size, interpolated in log n between the measured sizes (below the smallest,
  * its rate; past the largest, the rate while the queue stays full) and in log qd between depths.
+ * As for iopsAt, a deeper queue is taken to be at least as fast for the same batch.
  */
 export function batchSecondsAt(table: IoTable, qd: number, n: number): number {
   if (n <= 0) return 0;
-  const rate = lerpDepth(table, qd, (c) => {
-    const b = c.batches;
-    if (n <= b[0].n) return b[0].perSecond;
-    for (let i = 1; i < b.length; i++) {
-      if (n <= b[i].n) {
-        const t = Math.log(n / b[i - 1].n) / Math.log(b[i].n / b[i - 1].n);
-        return b[i - 1].perSecond + t * (b[i].perSecond - b[i - 1].perSecond);
-      }
-    }
-    return b[b.length - 1].perSecond;
-  });
-  return n / rate;
+  const cells = [...table.cells].sort((a, b) => a.queueDepth - b.queueDepth);
+  let best = 0;
+  const rates = cells.map((c) => (best = Math.max(best, cellRate(c, n))));
+  return n / lerpDepth({ ...table, cells }, qd, (c) => rates[cells.indexOf(c)]);
 }
 
 /** f of the cells, interpolated in log qd between measured depths (clamped at the ends and at libuv's pool size). */
