@@ -37,6 +37,7 @@ const hw: Hardware = {
   submitSeconds: () => 0,
   iops: () => 1000,
   runtimeBytes: 20 * MiB,
+  overlap: true,
 };
 const knobs: Knobs = { threads: 1, queueDepth: 4, hotFraction: 0.5, residentGates: true, pipeline: true };
 const uniform = (p: number): Firing => ({ layers: [new Float64Array(100).fill(p), new Float64Array(100).fill(p)], source: "test" });
@@ -124,6 +125,9 @@ test("predicted time: the pipeline hides reads behind the hits' compute, only th
   assert.ok(Math.abs(on.breakdown.ioWait - 2 * (r1 - hits + r2)) < 1e-9, `pipelined wait ${on.breakdown.ioWait}`);
   assert.ok(Math.abs(off.breakdown.ioWait - 2 * (30 / 1000 + r2)) < 1e-9, `unpipelined wait ${off.breakdown.ioWait}`);
   assert.ok(on.secondsPerToken < off.secondsPerToken);
+  // compute threads on every core: the reads wait for the CPU, nothing overlaps
+  const busy = predict(shape, f, { ...slow, overlap: false }, { ...knobs, hotFraction: 0.5, queueDepth: 4 }, { ...workload, promptTokens: 0 }, budget);
+  assert.ok(Math.abs(busy.breakdown.ioWait - off.breakdown.ioWait) < 1e-12);
   // a deeper queue never predicts slower when the device scales with depth
   const scaling: Hardware = { ...hw, batchSeconds: (_b, qd, n) => n / (1000 * Math.min(qd, 16)) + 1e-4, submitSeconds: () => 1e-6, iops: (_b, qd) => 1000 * Math.min(qd, 16) };
   let prev = 0;
@@ -185,7 +189,7 @@ test("probe: measures every part with tiny durations, caches it per machine, re-
     const sp = Object.values(r.sparse)[0];
     assert.ok(sp.upDownPerNeuron > 0 && sp.gatePerNeuron > 0);
     const io = Object.values(r.io);
-    assert.equal(io.length, 1, "bundle and gate page are both 4 KiB here: one read table");
+    assert.equal(io.length, 1, "bundle and gate page are both 4 KiB here: one read table (at one thread count)");
     assert.deepEqual(io[0].cells.map((c) => c.queueDepth), [1, 2]);
     assert.ok(io[0].cells.every((c) => c.iops > 0));
     const file = probeCachePath(cacheDir, r.fingerprint);

@@ -97,6 +97,11 @@ export interface Hardware {
   submitSeconds(bytes: number, qd: number): number;
   /** reads per second while the queue stays full */
   iops(bytes: number, qd: number): number;
+  /**
+   * whether reads progress while the compute threads run: not when they take every core (the
+   * read threads then wait for the CPU; measured on a 2-core machine), so compute and reads add up
+   */
+  overlap: boolean;
   /** resident bytes of the process before any weight is loaded (runtime, the store's manifest, the thread pool) */
   runtimeBytes: number;
 }
@@ -325,6 +330,7 @@ function readTime(hw: Hardware, bytes: number, n: number, qd: number): number {
  */
 function overlapped(hw: Hardware, bytes: number, n: number, qd: number, compute: number): number {
   if (n <= 0) return compute;
+  if (!hw.overlap) return compute + readTime(hw, bytes, n, qd);
   const submit = n * hw.submitSeconds(bytes, qd);
   const rest = Math.max(0, n - qd);
   const after = rest > 0 ? readTime(hw, bytes, rest, qd) - rest * hw.submitSeconds(bytes, qd) : 0;

@@ -240,7 +240,7 @@ export function hardwareFromProbe(probe: ProbeResult, shape: ModelShape, threads
   };
   const sparse = need(probe.sparse[sparseKey(shape.ffnType, shape.nEmbd, threads)], `sparse kernel speed for ${typeName(shape.ffnType)} at ${threads} thread(s)`);
   const tables = new Map<number, IoTable>();
-  for (const bytes of new Set([shape.bundleBytes, shape.gateReadBytes])) tables.set(bytes, need(probe.io[ioKey(dev, bytes)], `read table for ${bytes}-byte reads on ${dev}`));
+  for (const bytes of new Set([shape.bundleBytes, shape.gateReadBytes])) tables.set(bytes, need(probe.io[ioKey(dev, bytes, threads)], `read table for ${bytes}-byte reads on ${dev} at ${threads} thread(s)`));
   const table = (bytes: number) => tables.get(bytes) ?? tables.get(shape.bundleBytes)!;
   const rates = new Map<GGMLType, number>();
   for (const m of [...shape.layerMatrices, shape.output, { type: shape.ffnType, rows: 0, cols: shape.nEmbd }]) {
@@ -259,6 +259,7 @@ export function hardwareFromProbe(probe: ProbeResult, shape: ModelShape, threads
     submitSeconds: (bytes, qd) => submitAt(table(bytes), qd),
     iops: (bytes, qd) => iopsAt(table(bytes), qd),
     runtimeBytes: runtimeBase + (probe.poolBytes[threads] ?? 0),
+    overlap: threads < probe.fingerprint.cores,
   };
 }
 

@@ -13,8 +13,10 @@
  *   add kernel over buffers far larger than the cache: attention over the KV cache is bound by it);
  * - the JS scan that files a layer's firing neurons as hits or misses (NeuronCache.lookup);
  * - random reads of the store's own bundles (and of single 4 KiB gate pages) through the
- *   runtime's FlashReader with O_DIRECT and the store's checksum verifier, per queue depth:
- *   reads per second as the runtime gets them, on the device the store lives on;
+ *   runtime's FlashReader with O_DIRECT and the store's checksum verifier, in batches as the
+ *   runtime issues a layer's misses, per queue depth and per compute thread count (the pool's
+ *   threads take CPU from the read threads on a small machine): what the runtime gets, on the
+ *   device the store lives on;
  * - the resident memory a thread pool of N threads adds (the budget counts it).
  *
  * Results are kept in ~/.cache/powerinfer-ts/probe-<machine id>.json (POWERINFER_CACHE_DIR
@@ -37,7 +39,7 @@ import { ThreadPool } from "../runtime/pool.js";
 import { SparseFFN, hasSparseKernel } from "../runtime/sparse-kernels.js";
 import { activationBytes, hasWeightKernel, prepareKernel, weightKernel } from "../runtime/weights.js";
 
-export const PROBE_VERSION = 2;
+export const PROBE_VERSION = 3;
 
 /** What identifies a machine for the planner: a plan or probe made elsewhere does not apply here. */
 export interface MachineFingerprint {
@@ -210,7 +212,7 @@ export function candidateQueueDepths(pool: number): number[] {
 
 export const matvecKey = (type: GGMLType, cols: number, threads: number) => `${typeName(type)}:${cols}:${threads}`;
 export const sparseKey = (type: GGMLType, nEmbd: number, threads: number) => `${typeName(type)}:${nEmbd}:${threads}`;
-export const ioKey = (device: string, bytes: number) => `${device}|${bytes}`;
+export const ioKey = (device: string, bytes: number, threads: number) => `${device}|${bytes}|${threads}`;
 
 function emptyResult(fp: MachineFingerprint): ProbeResult {
   return { version: PROBE_VERSION, fingerprint: fp, notes: {}, seconds: 0, dispatch: {}, memoryBandwidth: {}, poolBytes: {}, matvec: {}, sparse: {}, scan: null, io: {} };
@@ -285,12 +287,14 @@ export async function probeMachine(store: NeuronStore, opts: ProbeOptions = {}):
   }
   const sizes = [...new Set([ffn.bundleBytes, gatePageBytes(store)])];
   for (const bytes of sizes) {
-    const key = ioKey(fp.device, bytes);
-    const have = r.io[key];
-    if (have && depths.every((q) => have.cells.some((c) => c.queueDepth === q))) continue;
-    say(`probing reads of ${bytes >> 10} KiB from ${store.path} (${fp.device}) at queue depths ${depths.join(", ")}`);
-    r.io[key] = await probeReads(store, bytes, depths, scale);
-    note(`io ${bytes}`);
+    for (const T of threads) {
+      const key = ioKey(fp.device, bytes, T);
+      const have = r.io[key];
+      if (have && depths.every((q) => have.cells.some((c) => c.queueDepth === q))) continue;
+      say(`probing reads of ${bytes >> 10} KiB from ${store.path} (${fp.device}) at queue depths ${depths.join(", ")}, ${T} compute thread(s)`);
+      r.io[key] = await probeReads(store, bytes, depths, scale, T);
+      note(`io ${bytes} ${T}`);
+    }
   }
   r.seconds += (performance.now() - t0) / 1000;
   if (path) saveCache(path, r);
@@ -540,35 +544,45 @@ function probeScan(nFF: number, seconds: number): ScanSpeed {
 
 /**
  * Random reads of `bytes` at bundle offsets of the store (O_DIRECT, verified as the runtime
- * verifies them), in batches as the runtime issues a layer's misses: one submit of n requests,
- * then wait for the last. Per queue depth, batches of n = QD, 4 QD and 16 QD; every depth and
- * size takes its turn in each round, round after round, so that a change in the machine's load
- * meanwhile falls on all of them alike; the median wall time of each is kept. The submit call's
- * own time is the main thread's share.
+ * verifies them), in batches as the runtime issues a layer's misses: one submit of n requests, a
+ * short job on a pool of `threads` compute threads (the runtime computes the hits right after
+ * the submit; afterwards its workers spin a while before sleeping, which on a small machine takes
+ * CPU from the read threads), then wait for the last read. Per queue depth, batches of n = QD,
+ * 4 QD and 16 QD; every depth and size takes its turn in each round, round after round, so that
+ * a change in the machine's load meanwhile falls on all of them alike; the median wall time of
+ * each is kept. The submit call's own time is the main thread's share.
  */
-async function probeReads(store: NeuronStore, bytes: number, depths: number[], scale: number): Promise<IoTable> {
+async function probeReads(store: NeuronStore, bytes: number, depths: number[], scale: number, threads: number): Promise<IoTable> {
   const sizes = (qd: number) => [qd, 4 * qd, 16 * qd];
   const most = Math.max(...depths.map((q) => 16 * q));
-  const memory = new WebAssembly.Memory({ initial: Math.ceil((most * bytes + 65536) / 65536), maximum: 65536, shared: true });
+  const arena = new Arena(most * bytes + (2 << 20));
+  const base = arena.alloc(most * bytes, 4096);
+  const scratch = arena.alloc(64 * 1024 * 4, 64);
+  const pool = await ThreadPool.create(arena.memory, threads);
+  const add = pool.fn("add_inplace");
+  const args = new Int32Array(4);
   const layers = store.ffn.layers.length;
   const verify = store.verifier("always");
-  const seconds = 0.5 * depths.length * scale;
+  const seconds = 0.4 * depths.length * scale;
   const next = () => {
     const L = store.layer(Math.floor(rnd() * layers));
     return L.offset + Math.floor(rnd() * L.neurons) * L.bundleBytes;
   };
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
-  const readers = depths.map((qd) => FlashReader.open(store.path, { memory, queueDepth: qd, direct: "auto", verify, onWarning: () => {} }));
+  const readers = depths.map((qd) => FlashReader.open(store.path, { memory: arena.memory, queueDepth: qd, direct: "auto", verify, onWarning: () => {} }));
   try {
     const times = depths.map((q) => sizes(q).map(() => [] as number[]));
     const sync = depths.map(() => [] as number[]);
     const batch = async (d: number, k: number) => {
       const n = sizes(depths[d])[k];
       const req: FlashReadRequest[] = [];
-      for (let i = 0; i < n; i++) req.push({ fileOffset: next(), length: bytes, dst: i * bytes });
+      for (let i = 0; i < n; i++) req.push({ fileOffset: next(), length: bytes, dst: base + i * bytes });
       const t0 = performance.now();
       const done = new Promise<void>((resolve, reject) => readers[d].submit(req, null, (e) => (e ? reject(e) : resolve())));
       const t1 = performance.now();
+      // a job split over every thread, as the hits' up/down right after the submit
+      args[0] = scratch; args[1] = scratch;
+      pool.run(add, args, 2, 64 * 1024, 64);
       await done;
       times[d][k].push((performance.now() - t0) / 1000);
       sync[d].push((t1 - t0) / 1000 / n);
@@ -587,6 +601,7 @@ async function probeReads(store: NeuronStore, bytes: number, depths: number[], s
     return { direct: readers[0].direct, threadPool: visibleThreadPoolSize(), cells, loadAverage: loadavg()[0] };
   } finally {
     for (const r of readers) await r.close();
+    await pool.dispose();
   }
 }
 
