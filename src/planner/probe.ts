@@ -39,7 +39,7 @@ import { ThreadPool } from "../runtime/pool.js";
 import { SparseFFN, hasSparseKernel } from "../runtime/sparse-kernels.js";
 import { activationBytes, hasWeightKernel, prepareKernel, weightKernel } from "../runtime/weights.js";
 
-export const PROBE_VERSION = 3;
+export const PROBE_VERSION = 4;
 
 /** What identifies a machine for the planner: a plan or probe made elsewhere does not apply here. */
 export interface MachineFingerprint {
@@ -477,7 +477,7 @@ async function probeCompute(store: NeuronStore, r: ProbeResult, threads: number[
       await pool.dispose();
     }
   }
-  r.scan = probeScan(nFF, d);
+  r.scan = probeScan(nFF, store.ffn.layers.length, d);
 }
 
 /** Row bytes of a `type` row of `cols` values, from the store's own tensors (null when none has that type). */
@@ -492,9 +492,13 @@ function typeRowBytes(store: NeuronStore, type: GGMLType, cols: number): number 
  * firing neuron in the neuron cache (hot range check, cold map, LRU touch), and for each miss take
  * a cold slot, make its read request and list its address for the kernel.
  */
-function probeScan(nFF: number, seconds: number): ScanSpeed {
-  const cache = new NeuronCache(0, 4096, nFF, [nFF], [nFF >> 2]);
-  for (let k = nFF >> 2; k < nFF; k += 3) if (cache.acquire(0, k) < 0) break;
+function probeScan(nFF: number, layers: number, seconds: number): ScanSpeed {
+  // the whole model's cache bookkeeping (per-layer maps, LRU lists): its size is part of the cost
+  const slots = Math.max(4, Math.floor((layers * nFF) / 4));
+  const hot = Math.floor(slots / 2 / layers);
+  const cache = new NeuronCache(0, 4096, slots, Array(layers).fill(nFF), Array(layers).fill(hot));
+  for (let l = 0; l < layers; l++) for (let k = hot; k < nFF; k += 5) if (cache.acquire(l, k) < 0) break;
+  let layer = 0;
   const g = new Float32Array(nFF);
   const none = new Float32Array(nFF).fill(-1);
   for (let i = 0; i < nFF; i++) g[i] = rnd() < 0.1 ? 1 : -1;
@@ -505,12 +509,13 @@ function probeScan(nFF: number, seconds: number): ScanSpeed {
   let misses = 0;
   const scan = (v: Float32Array) => () => {
     cache.beginStep();
+    layer = (layer + 1) % layers;
     let hits = 0;
     misses = 0;
     for (let k = 0; k < nFF; k++) {
       const x = v[k];
       if (!(x > 0)) continue;
-      const slot = cache.lookup(0, k);
+      const slot = cache.lookup(layer, k);
       if (slot >= 0) {
         listA[hits] = cache.address(slot);
         listG[hits++] = x;
@@ -529,11 +534,11 @@ function probeScan(nFF: number, seconds: number): ScanSpeed {
     const n = Math.min(misses, 256);
     for (let i = 0; i < n; i++) {
       const k = missPos[i];
-      const slot = cache.acquire(0, k);
+      const slot = cache.acquire(layer, k);
       if (slot < 0) break;
       requests.push({ fileOffset: k * 4096, length: 4096, dst: cache.address(slot), tag: slot });
     }
-    for (let i = 0; i < requests.length; i++) listA[i] = cache.address(cache.peek(0, missPos[i]));
+    for (let i = 0; i < requests.length; i++) listA[i] = cache.address(cache.peek(layer, missPos[i]));
     sink += requests.length;
     // the next round finds them cached: forget them so that they miss again
     for (const r of requests) cache.release(r.tag);
@@ -541,6 +546,9 @@ function probeScan(nFF: number, seconds: number): ScanSpeed {
   void sink;
   return { perNeuron: tNone / nFF, perLookup: Math.max(0, (tSome - tNone) / Math.max(1, fired)), perMiss };
 }
+
+/** Main-thread work between two read batches in the read probe, as between two layers' reads. */
+const GAP_MS = 2;
 
 /**
  * Random reads of `bytes` at bundle offsets of the store (O_DIRECT, verified as the runtime
@@ -569,12 +577,17 @@ async function probeReads(store: NeuronStore, bytes: number, depths: number[], s
     return L.offset + Math.floor(rnd() * L.neurons) * L.bundleBytes;
   };
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+  const gap = new Float64Array(1 << 18);
   const readers = depths.map((qd) => FlashReader.open(store.path, { memory: arena.memory, queueDepth: qd, direct: "auto", verify, onWarning: () => {} }));
   try {
     const times = depths.map((q) => sizes(q).map(() => [] as number[]));
     const sync = depths.map(() => [] as number[]);
     const batch = async (d: number, k: number) => {
       const n = sizes(depths[d])[k];
+      // the runtime computes for a while between two layers' batches (attention, gate): the
+      // device sits idle meanwhile, and a batch after a pause measured slower than back to back
+      const until = performance.now() + GAP_MS;
+      while (performance.now() < until) for (let i = 0; i < 4096; i++) gap[(i * 4099) & (gap.length - 1)] += 1;
       const req: FlashReadRequest[] = [];
       for (let i = 0; i < n; i++) req.push({ fileOffset: next(), length: bytes, dst: base + i * bytes });
       const t0 = performance.now();
