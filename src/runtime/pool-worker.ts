@@ -31,12 +31,6 @@ for (;;) {
     }
   }
   seen = Atomics.load(c, CTRL.GEN);
-  const fn = c[CTRL.FN];
-  if (fn < 0) break;
-  const nargs = c[CTRL.NARGS];
-  for (let i = 0; i < nargs; i++) a[i] = c[CTRL.ARGS + i];
-  // The job may have been finished and replaced while we read it: then the chunk counter carries
-  // another tag and runChunks takes nothing.
-  if (Atomics.load(c, CTRL.GEN) !== seen) continue;
-  if (!runChunks(c, chunkTag(seen), fns[fn], a, range)) Atomics.store(c, CTRL.ERROR, 1);
+  if (c[CTRL.FN] < 0) break;
+  runChunks(c, chunkTag(seen), fns, a, range);
 }

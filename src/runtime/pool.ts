@@ -50,21 +50,24 @@ export function splitRange(total: number, align: number, n: number, index: numbe
 
 /**
  * Grab chunks of the job tagged `tag` and run them until none are left (or the job is no longer
- * the current one). `a` holds the job's fixed arguments; the chunk range goes after them.
- * Returns false if the kernel threw.
+ * the current one). The job's kernel (an index into `fns`), arguments and sizes are read from the
+ * control block only after a chunk is claimed: from then until that chunk is reported done the
+ * job cannot be replaced, so what is read belongs to it (read before, it could be a newer job's).
+ * `a` is scratch for the arguments; the chunk range goes after them. Returns false if the kernel threw.
  */
-export function runChunks(c: Int32Array, tag: number, f: (...a: number[]) => number, a: Int32Array, range: Int32Array): boolean {
-  const nargs = c[CTRL.NARGS];
-  const total = c[CTRL.TOTAL];
-  const align = c[CTRL.ALIGN];
-  const nChunks = c[CTRL.NCHUNKS];
+export function runChunks(c: Int32Array, tag: number, fns: ((...a: number[]) => number)[], a: Int32Array, range: Int32Array): boolean {
   let ok = true;
   for (;;) {
     const v = Atomics.load(c, CTRL.NEXT);
     const chunk = v & ((1 << CHUNK_BITS) - 1);
-    if ((v & ~((1 << CHUNK_BITS) - 1)) !== tag || chunk >= nChunks) return ok;
+    // -1 (a job being written) matches no tag
+    if ((v & ~((1 << CHUNK_BITS) - 1)) !== tag || chunk >= Atomics.load(c, CTRL.NCHUNKS)) return ok;
     if (Atomics.compareExchange(c, CTRL.NEXT, v, v + 1) !== v) continue;
-    splitRange(total, align, nChunks, chunk, range);
+    const nChunks = Atomics.load(c, CTRL.NCHUNKS);
+    const nargs = Atomics.load(c, CTRL.NARGS);
+    const f = fns[Atomics.load(c, CTRL.FN)];
+    for (let i = 0; i < nargs; i++) a[i] = Atomics.load(c, CTRL.ARGS + i);
+    splitRange(Atomics.load(c, CTRL.TOTAL), Atomics.load(c, CTRL.ALIGN), nChunks, chunk, range);
     a[nargs] = range[0];
     a[nargs + 1] = range[1];
     try {
@@ -75,6 +78,8 @@ export function runChunks(c: Int32Array, tag: number, f: (...a: number[]) => num
       }
     } catch {
       ok = false;
+      // flagged before the chunk counts as done, so the caller sees it when it sees the job finish
+      Atomics.store(c, CTRL.ERROR, 1);
     }
     if (Atomics.add(c, CTRL.DONE, 1) + 1 === nChunks) Atomics.notify(c, CTRL.DONE);
   }
@@ -89,6 +94,7 @@ export class ThreadPool {
   private readonly fns: ((...a: number[]) => number)[];
   private readonly workers: Worker[] = [];
   private readonly args = new Int32Array(MAX_ARGS + 2);
+  private readonly chunkArgs = new Int32Array(MAX_ARGS + 2);
   private readonly range = new Int32Array(2);
   private disposed = false;
   /** jobs smaller than this (in the caller's work units, ~multiply-adds) run on the caller alone */
@@ -174,16 +180,16 @@ export class ThreadPool {
     Atomics.store(c, CTRL.NEXT, tag);
     Atomics.store(c, CTRL.GEN, gen);
     Atomics.notify(c, CTRL.GEN);
-    let ok = runChunks(c, tag, this.fns[fn], a, this.range);
+    let ok = runChunks(c, tag, this.fns, this.chunkArgs, this.range);
     // Wait for chunks other threads are still computing: spin first (microseconds, usually).
     let spins = 0;
     for (;;) {
       const done = Atomics.load(c, CTRL.DONE);
-      if (done === nChunks) break;
+      if (done >= nChunks) break;
       if (++spins > 20000) Atomics.wait(c, CTRL.DONE, done, 1);
     }
-    if (c[CTRL.ERROR] !== 0) {
-      c[CTRL.ERROR] = 0;
+    if (Atomics.load(c, CTRL.ERROR) !== 0) {
+      Atomics.store(c, CTRL.ERROR, 0);
       ok = false;
     }
     if (!ok) throw new Error(`kernel ${this.names[fn]} failed`);
