@@ -30,8 +30,11 @@
  *   misses  = n1 c_up (+ further rounds of B(n, QD) + n c_up when misses exceed the cold slots)
  *   fixed   = prepare + reduce (probed as a layer's fixed cost)
  * Without the pipeline round 1 is B(n1, QD) + hits c_up. Without resident gates, the gates of
- * cached bundles are computed from them, the other bundles' gate pages read in rounds of 2048
- * (the first overlapping the hits), and the misses read afterwards, with nothing to overlap.
+ * cached bundles are computed from them and the others' come from the store's gate-row copy,
+ * streamed in chunks, double-buffered (chunk i + 1 is read while chunk i's gates compute; the
+ * first was read during the attention block), or, in stores without that copy, from each
+ * uncached bundle's gate pages read in rounds of 2048 (the first overlapping the hits); then the
+ * misses are read, with nothing left to overlap.
  * Attention: its four matvecs at the probed rates, the KV cache read at memory bandwidth, and a
  * dispatch per kernel call; the output matvec once per token. The prediction is the mean over the
  * decode steps (the cold region warms up along them).
@@ -65,6 +68,13 @@ export interface ModelShape {
   gateBytes: number;
   /** staging for first-phase gate reads (when the gate rows are not resident) */
   stagingBytes: number;
+  /**
+   * When every layer has a contiguous copy of its gate rows (stores converted since it exists):
+   * gates not resident are streamed from it in chunks of `rows` rows (`bytes` per read, as
+   * OffloadedFFN reads them), double-buffered, the first chunk read during the attention block.
+   * null: each uncached bundle's gate pages are read instead.
+   */
+  gateStream: { rows: number; bytes: number; rowBytes: number } | null;
   /** sparse kernels' scratch, as LlamaModel.offload counts it */
   scratchBytes: number;
   /** resident bytes of weights and buffers once loaded, before the KV cache and the FFN (wasm arena touched + the JS-side embedding table) */
@@ -91,6 +101,8 @@ export interface Hardware {
   matvecRate(type: GGMLType): number;
   sparse: SparseSpeed;
   scan: ScanSpeed;
+  /** seconds to read one chunk of a layer's gate-row copy (ModelShape.gateStream) at queue depth qd */
+  streamChunkSeconds(qd: number): number;
   /** wall seconds of one batch of n random reads of `bytes` from the store at queue depth qd (submit included) */
   batchSeconds(bytes: number, qd: number, n: number): number;
   /** main-thread seconds per read to submit it */
@@ -402,23 +414,53 @@ export function predict(shape: ModelShape, firing: Firing, hw: Hardware, knobs: 
         b.ffnCompute += sp.layerFixed + tHits + n1 * up + (n1 > 0 ? hw.dispatch : 0) + more.compute;
         readBytes += m * bundleBytes;
       } else {
-        // gates of the bundles in memory, then gate pages of every other bundle in rounds
+        // gates of the bundles in memory, then the others': streamed from the gate-row copy, or
+        // each uncached bundle's gate pages read in rounds
         const cached = Math.min(nFF, split.hotPerLayer + hp.coldHeld[j][l]);
         const uncached = nFF - cached;
         b.gate += cached > 0 ? sp.gateFixed + cached * sp.gatePerNeuron : 0;
-        let left = uncached;
-        let first = true;
-        while (left > 1e-9) {
-          const r = Math.min(left, STAGE_NEURONS);
-          const io = first && knobs.pipeline ? overlapped(hw, gateReadBytes, r, qd, tHits) - tHits : readTime(hw, gateReadBytes, r, qd);
-          const submit = r * hw.submitSeconds(gateReadBytes, qd);
-          b.scan += submit;
-          b.gateReads += io - submit;
-          b.gate += sp.gateFixed + r * sp.gatePerNeuron;
-          first = false;
-          left -= r;
+        if (shape.gateStream) {
+          const g = shape.gateStream;
+          const rows = nFF - split.hotPerLayer; // streamed from the end of the hot cluster on
+          const chunks = Math.ceil(rows / g.rows - 1e-9);
+          const tc = hw.streamChunkSeconds(qd);
+          // share of the streamed rows not in the cold region: their gates are computed
+          const fresh = rows > 0 ? uncached / rows : 0;
+          // the first chunk was read ahead while this layer's attention computed
+          let now = 0;
+          let ready = Math.max(0, tc - (attnMatvecs + attnOps + kvRead) - (cached > 0 ? sp.gateFixed + cached * sp.gatePerNeuron : 0));
+          let waited = 0, computed = 0;
+          for (let c = 0; c < chunks; c++) {
+            const r = Math.min(g.rows, rows - c * g.rows);
+            const nextReady = c + 1 < chunks ? Math.max(now, ready) + tc : 0;
+            if (c === 0) now += tHits;
+            if (ready > now) {
+              waited += ready - now;
+              now = ready;
+            }
+            const visit = sp.gateFixed + r * fresh * sp.gatePerNeuron;
+            now += visit;
+            computed += visit;
+            ready = nextReady;
+          }
+          b.gateReads += waited;
+          b.gate += computed;
+          readBytes += chunks * g.bytes + m * bundleBytes;
+        } else {
+          let left = uncached;
+          let first = true;
+          while (left > 1e-9) {
+            const r = Math.min(left, STAGE_NEURONS);
+            const io = first && knobs.pipeline ? overlapped(hw, gateReadBytes, r, qd, tHits) - tHits : readTime(hw, gateReadBytes, r, qd);
+            const submit = r * hw.submitSeconds(gateReadBytes, qd);
+            b.scan += submit;
+            b.gateReads += io - submit;
+            b.gate += sp.gateFixed + r * sp.gatePerNeuron;
+            first = false;
+            left -= r;
+          }
+          readBytes += uncached * gateReadBytes + m * bundleBytes;
         }
-        readBytes += uncached * gateReadBytes + m * bundleBytes;
         // misses: read after every gate is known, nothing left to overlap them with
         const miss = rounds(hw, bundleBytes, m, cold, qd, up);
         const submit = m * hw.submitSeconds(bundleBytes, qd);

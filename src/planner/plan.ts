@@ -28,6 +28,8 @@ import {
   defaultQueueDepths,
   defaultThreadCounts,
   gatePageBytes,
+  gateStreamOf,
+  streamKey,
   batchSecondsAt,
   candidateQueueDepths,
   iopsAt,
@@ -180,6 +182,7 @@ export function shapeOfStore(store: NeuronStore, cfg: ModelConfig, batchSize = 2
     output,
     gateBytes: nLayer * packed({ type: store.ffn.type, rows: nFF, cols: nEmbd }),
     stagingBytes: Math.min(nFF, STAGE_NEURONS) * gateRead,
+    gateStream: gateStreamOf(store),
     scratchBytes: scratchBytes(cfg),
     // the embedding table stays on flash (one row read per token)
     weightBytes: arena,
@@ -242,6 +245,7 @@ export function hardwareFromProbe(probe: ProbeResult, shape: ModelShape, threads
   const tables = new Map<number, IoTable>();
   for (const bytes of new Set([shape.bundleBytes, shape.gateReadBytes])) tables.set(bytes, need(probe.io[ioKey(dev, bytes, threads)], `read table for ${bytes}-byte reads on ${dev} at ${threads} thread(s)`));
   const table = (bytes: number) => tables.get(bytes) ?? tables.get(shape.bundleBytes)!;
+  const stream = shape.gateStream ? need(probe.io[streamKey(dev, shape.gateStream.bytes, threads)], `read table for gate-row chunks on ${dev} at ${threads} thread(s)`) : null;
   const rates = new Map<GGMLType, number>();
   for (const m of [...shape.layerMatrices, shape.output, { type: shape.ffnType, rows: 0, cols: shape.nEmbd }]) {
     if (rates.has(m.type)) continue;
@@ -255,6 +259,7 @@ export function hardwareFromProbe(probe: ProbeResult, shape: ModelShape, threads
     matvecRate: (type) => rates.get(type) ?? rates.get(shape.ffnType)!,
     sparse,
     scan: need(probe.scan ?? undefined, "JS scan cost"),
+    streamChunkSeconds: (qd) => (stream ? batchSecondsAt(stream, qd, 1) : Infinity),
     batchSeconds: (bytes, qd, n) => batchSecondsAt(table(bytes), qd, n),
     submitSeconds: (bytes, qd) => submitAt(table(bytes), qd),
     iops: (bytes, qd) => iopsAt(table(bytes), qd),

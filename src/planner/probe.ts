@@ -39,7 +39,7 @@ import { ThreadPool } from "../runtime/pool.js";
 import { SparseFFN, hasSparseKernel } from "../runtime/sparse-kernels.js";
 import { activationBytes, hasWeightKernel, prepareKernel, weightKernel } from "../runtime/weights.js";
 
-export const PROBE_VERSION = 4;
+export const PROBE_VERSION = 5;
 
 /** What identifies a machine for the planner: a plan or probe made elsewhere does not apply here. */
 export interface MachineFingerprint {
@@ -213,6 +213,23 @@ export function candidateQueueDepths(pool: number): number[] {
 export const matvecKey = (type: GGMLType, cols: number, threads: number) => `${typeName(type)}:${cols}:${threads}`;
 export const sparseKey = (type: GGMLType, nEmbd: number, threads: number) => `${typeName(type)}:${nEmbd}:${threads}`;
 export const ioKey = (device: string, bytes: number, threads: number) => `${device}|${bytes}|${threads}`;
+/** Read table of whole gate-row chunks (one chunk per batch) of `bytes`. */
+export const streamKey = (device: string, bytes: number, threads: number) => `${device}|stream ${bytes}|${threads}`;
+
+/**
+ * How OffloadedFFN streams gate rows when they are not resident and the store has a contiguous
+ * copy of them: rows per chunk and the bytes one chunk's page span reads; null without a copy.
+ */
+export function gateStreamOf(store: NeuronStore): { rows: number; bytes: number; rowBytes: number } | null {
+  if (!store.ffn.layers.every((l) => l.gateRows !== null)) return null;
+  const nFF = store.layer(0).neurons;
+  const rowBytes = store.ffn.rowBytes;
+  const stage = Math.min(nFF, 2048);
+  const half = Math.floor((stage * gatePageBytes(store)) / 2 / 4096) * 4096;
+  const rows = Math.max(0, Math.min(stage, Math.floor((half - 2 * 4096) / rowBytes)));
+  if (rows === 0) return null;
+  return { rows, bytes: (Math.ceil((rows * rowBytes) / 4096) + 1) * 4096, rowBytes };
+}
 
 function emptyResult(fp: MachineFingerprint): ProbeResult {
   return { version: PROBE_VERSION, fingerprint: fp, notes: {}, seconds: 0, dispatch: {}, memoryBandwidth: {}, poolBytes: {}, matvec: {}, sparse: {}, scan: null, io: {} };
@@ -240,18 +257,22 @@ function saveCache(path: string, r: ProbeResult): void {
 // ---------------------------------------------------------------------------------------------
 // The probe
 
-/** The weight types of the store's dense matrices (those kept in memory), with one tensor name each. */
+/**
+ * The weight types of the store's dense matrices (those kept in memory) that read nEmbd inputs,
+ * with the smallest such tensor of each (the probe measures the rate on it; a type without one,
+ * e.g. only in a differently shaped wo, borrows the FFN type's rate).
+ */
 export function denseMatrixTypes(store: NeuronStore): Map<GGMLType, string> {
   const out = new Map<GGMLType, string>();
-  for (const t of store.tensors.values()) {
-    if (t.dims.length !== 2 || !hasWeightKernel(t.type) || t.name === "token_embd.weight") continue;
-    if (!out.has(t.type) || t.elements < store.tensor(out.get(t.type)!).elements) out.set(t.type, t.name);
-  }
+  const nEmbd = store.ffn.nEmbd;
+  const consider = (name: string) => {
+    const t = store.tensor(name);
+    if (t.dims.length !== 2 || t.dims[0] !== nEmbd || !hasWeightKernel(t.type)) return;
+    if (!out.has(t.type) || t.elements < store.tensor(out.get(t.type)!).elements) out.set(t.type, name);
+  };
+  for (const t of store.tensors.values()) if (t.name !== "token_embd.weight") consider(t.name);
   // Tied embeddings: the output matrix is token_embd itself.
-  if (!store.tensors.has("output.weight")) {
-    const t = store.tensor("token_embd.weight");
-    if (hasWeightKernel(t.type) && !out.has(t.type)) out.set(t.type, t.name);
-  }
+  if (!store.tensors.has("output.weight")) consider("token_embd.weight");
   return out;
 }
 
@@ -295,6 +316,15 @@ export async function probeMachine(store: NeuronStore, opts: ProbeOptions = {}):
       r.io[key] = await probeReads(store, bytes, depths, scale, T);
       note(`io ${bytes} ${T}`);
     }
+  }
+  const stream = gateStreamOf(store);
+  for (const T of stream ? threads : []) {
+    const key = streamKey(fp.device, stream!.bytes, T);
+    const have = r.io[key];
+    if (have && depths.every((q) => have.cells.some((c) => c.queueDepth === q))) continue;
+    say(`probing gate-row chunk reads of ${(stream!.bytes / 2 ** 20).toFixed(1)} MiB at queue depths ${depths.join(", ")}, ${T} compute thread(s)`);
+    r.io[key] = await probeStream(store, stream!.bytes, depths, scale, T);
+    note(`stream ${stream!.bytes} ${T}`);
   }
   r.seconds += (performance.now() - t0) / 1000;
   if (path) saveCache(path, r);
@@ -360,7 +390,6 @@ async function probeCompute(store: NeuronStore, r: ProbeResult, threads: number[
   for (const [type, name] of types) {
     const t = store.tensor(name);
     const cols = t.dims[0];
-    if (cols !== nEmbd) continue; // every per-token matrix but wo (qDim wide, = nEmbd for llama shapes) reads nEmbd inputs
     const rowBytes = t.bytes / t.dims[1];
     const rows = Math.max(1, Math.min(t.dims[1], Math.floor((16 << 20) / rowBytes)));
     loadDense(type, rows, cols, (dst, n) => store.readTensor(t, dst, 0, n * rowBytes));
@@ -610,6 +639,44 @@ async function probeReads(store: NeuronStore, bytes: number, depths: number[], s
     const cells: IoCell[] = depths.map((qd, d) => {
       const batches = sizes(qd).map((n, k) => ({ n, perSecond: n / median(times[d][k]) }));
       return { bytes, queueDepth: qd, iops: batches[batches.length - 1].perSecond, batches, submit: median(sync[d]) };
+    });
+    return { direct: readers[0].direct, threadPool: visibleThreadPoolSize(), cells, loadAverage: loadavg()[0] };
+  } finally {
+    for (const r of readers) await r.close();
+    await pool.dispose();
+  }
+}
+
+/**
+ * Reads of whole gate-row chunks (`bytes`, page aligned, from a random layer's gate-row copy at a
+ * random row) as OffloadedFFN streams them (split by the reader into reads of at most 1 MiB, up to
+ * QD at once), with a pool of `threads` around, per queue depth: one chunk per batch, median time.
+ */
+async function probeStream(store: NeuronStore, bytes: number, depths: number[], scale: number, threads: number): Promise<IoTable> {
+  const arena = new Arena(bytes + (2 << 20));
+  const base = arena.alloc(bytes, 4096);
+  const pool = await ThreadPool.create(arena.memory, threads);
+  const layers = store.ffn.layers.length;
+  const verify = store.verifier("always");
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+  const readers = depths.map((qd) => FlashReader.open(store.path, { memory: arena.memory, queueDepth: qd, direct: "auto", verify, onWarning: () => {} }));
+  try {
+    const times = depths.map(() => [] as number[]);
+    const seconds = 0.25 * depths.length * scale;
+    const end = performance.now() + seconds * 1000;
+    do {
+      for (let d = 0; d < depths.length; d++) {
+        const L = store.layer(Math.floor(rnd() * layers));
+        const span = Math.ceil((L.neurons * L.rowBytes) / 4096) * 4096;
+        const at = L.gateRows! + Math.floor((rnd() * Math.max(0, span - bytes)) / 4096) * 4096;
+        const t0 = performance.now();
+        await readers[d].read([{ fileOffset: at, length: Math.min(bytes, span), dst: base }]);
+        times[d].push((performance.now() - t0) / 1000);
+      }
+    } while (performance.now() < end || times[0].length < 3);
+    const cells: IoCell[] = depths.map((qd, d) => {
+      const perSecond = 1 / median(times[d]);
+      return { bytes, queueDepth: qd, iops: perSecond, batches: [{ n: 1, perSecond }], submit: 0 };
     });
     return { direct: readers[0].direct, threadPool: visibleThreadPoolSize(), cells, loadAverage: loadavg()[0] };
   } finally {
