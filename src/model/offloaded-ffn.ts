@@ -413,13 +413,7 @@ export class OffloadedFFN {
    */
   private async gatesFromBundles(l: number): Promise<void> {
     const { cache, f32, i32, nFF } = this;
-    let cached = 0;
-    for (let k = 0; k < nFF; k++) {
-      const slot = cache.peek(l, k);
-      if (slot < 0) continue;
-      i32[(this.missList >>> 2) + cached] = cache.address(slot);
-      this.cachedPos[cached++] = k;
-    }
+    const cached = this.listCached(l);
     let t = performance.now();
     if (cached > 0) this.sparse.gate(this.missList, cached, this.gateOut);
     this.computeMs += performance.now() - t;
@@ -453,6 +447,19 @@ export class OffloadedFFN {
       this.computeMs += performance.now() - t;
       for (let i = 0; i < m; i++) this.classify(l, this.stagePos[i], f32[(this.gateOut >>> 2) + i]);
     }
+  }
+
+  /** The cached bundles of layer l: their addresses into missList, stored positions into cachedPos. Returns the count. */
+  private listCached(l: number): number {
+    const { cache, i32 } = this;
+    let cached = 0;
+    for (let k = 0; k < this.nFF; k++) {
+      const slot = cache.peek(l, k);
+      if (slot < 0) continue;
+      i32[(this.missList >>> 2) + cached] = cache.address(slot);
+      this.cachedPos[cached++] = k;
+    }
+    return cached;
   }
 
   /** Whether layer l's gates can stream from a contiguous gate-row copy. */
@@ -544,14 +551,8 @@ export class OffloadedFFN {
    * into gates (n x nFF f32, stored order), the layer's gate rows streamed once for the batch.
    */
   async streamBatchGates(l: number, x: number, n: number, gates: number): Promise<void> {
-    const { cache, i32, nFF } = this;
-    let cached = 0;
-    for (let k = 0; k < nFF; k++) {
-      const slot = cache.peek(l, k);
-      if (slot < 0) continue;
-      i32[(this.missList >>> 2) + cached] = cache.address(slot);
-      this.cachedPos[cached++] = k;
-    }
+    const cache = this.cache;
+    const cached = this.listCached(l);
     this.batchArgs.l = l;
     this.batchArgs.x = x;
     this.batchArgs.n = n;
