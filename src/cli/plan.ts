@@ -93,6 +93,11 @@ export async function main(argv: string[]): Promise<number> {
   lines.push(`machine: ${m.hostname}, ${m.cpuModel}, ${m.cores} cores, ${(m.totalMemory / 2 ** 30).toFixed(1)} GiB; store on ${m.device}; load average now ${loadavg()[0].toFixed(1)}`);
   const notes = Object.entries(r.probe.notes).map(([part, n]) => `${part} ${n.at.slice(0, 16)} (load ${n.loadAverage.toFixed(1)})`);
   lines.push(`probe: ${plan.probe.file} [${notes.join("; ")}] (--reprobe measures again)`);
+  const then = Object.values(r.probe.notes).map((n) => n.loadAverage);
+  const now = loadavg()[0];
+  if (then.length && Math.abs(now - then[0]) > Math.max(2, 0.5 * m.cores)) {
+    lines.push(`note: the load average was ${then[0].toFixed(1)} when this machine was probed and is ${now.toFixed(1)} now; speeds change with it (--reprobe predicts for now)`);
+  }
   lines.push(`firing: ${r.firing.source}; mean ${pct(plan.firing.meanFiring)} of neurons per token`);
   lines.push(
     `memory: runtime ${mb(s.runtimeBytes)} + weights ${mb(s.weightBytes)} + KV cache ${mb(s.kvBytes)} + ` +
