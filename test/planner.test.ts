@@ -289,11 +289,15 @@ test("plan: written, read back, applied to load options; never predicted slower 
   assert.equal(p.budget, budget);
   assert.equal(p.contextSize, 64);
   assert.equal(checkPlan(p, profiledPath, budget, undefined), null);
-  const opts = applyPlan({ modelPath: profiledPath, memoryBudget: budget, offload: { hotFraction: 0.5, queueDepth: 16 } }, path);
+  const opts = applyPlan({ modelPath: profiledPath, memoryBudget: budget }, path);
   assert.equal(opts.offload?.hotFraction, p.knobs.hotFraction);
   assert.equal(opts.offload?.queueDepth, p.knobs.queueDepth);
   assert.equal(opts.threads, p.knobs.threads);
   assert.equal(opts.contextSize, 64);
+  // options set explicitly (flags) win over the plan's knobs
+  const explicit = applyPlan({ modelPath: profiledPath, memoryBudget: budget, offload: { hotFraction: 0.25, queueDepth: 3 } }, path);
+  assert.equal(explicit.offload?.hotFraction, 0.25);
+  assert.equal(explicit.offload?.queueDepth, 3);
   // -t given wins over the plan's threads; no budget given adopts the plan's
   const given = applyPlan({ modelPath: profiledPath, threads: 3 }, path);
   assert.equal(given.threads, 3);
@@ -327,7 +331,7 @@ test("plan mismatches: another machine, model, budget or context is a clear erro
   copyFileSync(profiledPath, copy);
   writePlan(defaultPlanPath(copy), r.plan);
   const notes: string[] = [];
-  const base = { modelPath: copy, memoryBudget: budget, offload: { hotFraction: 0.5 } };
+  const base = { modelPath: copy, memoryBudget: budget, offload: {} };
   const used = applyPlan(base, undefined, (m) => notes.push(m));
   assert.equal(used.offload?.hotFraction, r.plan.knobs.hotFraction, "a copy of the store (same content) matches");
   assert.match(notes.pop()!, /using plan .*copy\.hot\.pi\.plan\.json/);

@@ -8,6 +8,7 @@ import type { LoadModelOptions } from "../index.js";
 import type { SparsityMode } from "../model/offloaded-ffn.js";
 import { thresholdsForModel } from "../offline/profile.js";
 import { UsageError, type FlagSpec, type ParsedArgs } from "./args.js";
+import { applyPlan } from "../planner/plan.js";
 
 export const LOAD_FLAGS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "model file (GGUF, or a neuron store .pi)" },
@@ -17,9 +18,10 @@ export const LOAD_FLAGS: FlagSpec[] = [
   { names: ["--memory-budget"], key: "budget", type: "size", help: "for a neuron store (.pi): everything resident fits in this (e.g. 1.5GiB)" },
   { names: ["--sparsity"], key: "sparsity", type: "string", help: "for a store: dense | gate | predictor (default: predictor when the model has predictors, else gate)" },
   { names: ["--cache-size"], key: "cacheSize", type: "size", help: "neuron cache size for a store (default: what the budget leaves)" },
-  { names: ["--hot-fraction"], key: "hotFraction", type: "float", help: "share of the neuron cache pinned to hot neurons", default: 0.5 },
+  { names: ["--hot-fraction"], key: "hotFraction", type: "float", help: "share of the neuron cache pinned to hot neurons (default 0.5, or the plan's)" },
   { names: ["--io-queue-depth"], key: "queueDepth", type: "int", help: "reads from flash in flight (default: libuv's thread pool, 64 under this command)" },
   { names: ["--no-pipeline"], key: "noPipeline", type: "bool", help: "wait for reads before computing (ablation)" },
+  { names: ["--plan"], key: "plan", type: "string", help: "a plan from `powerinfer plan` (default: MODEL.plan.json beside the model when made for this --memory-budget; none: no plan)" },
   { names: ["--thresholds"], key: "thresholds", type: "string", help: "apply the activation thresholds of a profile (powerinfer profile --target-sparsity) of this model: SiLU sparsity for a plain GGUF" },
 ];
 
@@ -43,12 +45,12 @@ export function loadOptions(command: string, args: ParsedArgs): LoadModelOptions
   if (args.sparsity !== undefined && !["dense", "gate", "predictor"].includes(args.sparsity as string)) {
     throw new UsageError(`${command}: --sparsity must be dense, gate or predictor, got "${args.sparsity}"`);
   }
-  const hot = args.hotFraction as number;
-  if (!(hot >= 0 && hot <= 1)) throw new UsageError(`${command}: --hot-fraction must be between 0 and 1, got ${hot}`);
+  const hot = args.hotFraction as number | undefined;
+  if (hot !== undefined && !(hot >= 0 && hot <= 1)) throw new UsageError(`${command}: --hot-fraction must be between 0 and 1, got ${hot}`);
   if (args.queueDepth !== undefined && (args.queueDepth as number) < 1) throw new UsageError(`${command}: --io-queue-depth must be at least 1`);
   // Read (and check against the model) now, so a wrong profile fails before the model loads.
   const thresholds = typeof args.thresholds === "string" ? thresholdsForModel(args.thresholds, args.model) : undefined;
-  return {
+  const opts: LoadModelOptions = {
     modelPath: args.model,
     activationThresholds: thresholds,
     threads: args.threads as number | undefined,
@@ -60,9 +62,11 @@ export function loadOptions(command: string, args: ParsedArgs): LoadModelOptions
       cacheBytes: args.cacheSize as number | undefined,
       hotFraction: hot,
       queueDepth: args.queueDepth as number | undefined,
-      pipeline: !args.noPipeline,
+      pipeline: args.noPipeline ? false : undefined,
     },
   };
+  // A plan (explicit, or MODEL.plan.json made for this budget) fills in what the flags left open.
+  return applyPlan(opts, args.plan as string | undefined, (m) => process.stderr.write(`${command}: ${m}\n`));
 }
 
 /** Sampling options from the SAMPLING_FLAGS. */

@@ -572,12 +572,13 @@ export function applyPlan(opts: LoadModelOptions, planPath?: string, onNote?: (m
     threads: opts.threads ?? k.threads,
     contextSize: plan.contextSize,
     memoryBudget: opts.memoryBudget ?? plan.budget,
+    // what the caller set explicitly wins over the plan
     offload: {
       ...opts.offload,
-      hotFraction: k.hotFraction,
-      queueDepth: k.queueDepth,
-      pipeline: k.pipeline,
-      residentGates: k.residentGates ? undefined : false,
+      hotFraction: opts.offload?.hotFraction ?? k.hotFraction,
+      queueDepth: opts.offload?.queueDepth ?? k.queueDepth,
+      pipeline: opts.offload?.pipeline ?? k.pipeline,
+      residentGates: opts.offload?.residentGates ?? (k.residentGates ? undefined : false),
     },
   };
 }
