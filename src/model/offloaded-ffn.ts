@@ -238,9 +238,7 @@ export class OffloadedFFN {
     // the next attention block computes.
     const next = (l + 1) % this.cfg.nLayer;
     if (this.mode !== "predictor" && !this.residentGates && this.streams(next) && this.cache.hotCount[next] < this.nFF) {
-      const promise = this.readChunk(next, this.cache.hotCount[next], 0);
-      promise.catch(() => undefined); // observed by whoever consumes or discards it
-      this.prefetched = { l: next, promise };
+      this.prefetched = { l: next, promise: this.readChunk(next, this.cache.hotCount[next], 0) };
     }
   }
 
@@ -518,7 +516,7 @@ export class OffloadedFFN {
       try {
         await cur;
       } catch (e) {
-        // the other half's read must not be left to reject unobserved
+        // let the other half's read finish before its staging can be reused
         await next?.catch(() => undefined);
         throw e;
       }
@@ -543,7 +541,11 @@ export class OffloadedFFN {
     req.length = 0;
     req.push({ fileOffset: a, length: end - a, dst });
     this.stats.bytesRead += end - a;
-    return this.reader.read(req);
+    const read = this.reader.read(req);
+    // Whoever awaits it still sees a failure; a read left behind by an error elsewhere must not
+    // become an unhandled rejection.
+    read.catch(() => undefined);
+    return read;
   }
 
   /**
