@@ -141,6 +141,20 @@ test("an I/O error mid-decode is an error naming the file, never a token", async
   } finally {
     await model.dispose();
   }
+  // the same with the gate rows streamed from flash: the failing read may be a gate chunk
+  for (const after of [3, 10, 25]) {
+    let n = 0;
+    const streamed = await LlamaModel.load(pi, {
+      threads: 1,
+      contextSize: 64,
+      offload: { cacheBytes: 64 * 4096, residentGates: false, fault: () => (++n > after ? Object.assign(new Error("EIO: i/o error"), { code: "EIO" }) : null) },
+    });
+    try {
+      await assert.rejects(greedy(streamed, reluRef.prompts[0].prompt_ids, 24), /relu-fault\.pi.*EIO|EIO.*relu-fault\.pi/s, `fault after ${after} reads`);
+    } finally {
+      await streamed.dispose();
+    }
+  }
 });
 
 test("a damaged store is refused with the file and the offset", async () => {
