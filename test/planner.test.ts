@@ -83,6 +83,11 @@ test("hit model: hot neurons always hit; a cold LRU of C slots over n alike neur
   const cold = hitProfile(f, 0, 50, 0, 3);
   assert.equal(cold.cold[0][0], 0);
   assert.ok(cold.cold[1][0] > 0 && cold.cold[1][0] <= cold.cold[2][0] + 1e-12, "the cache warms up step by step");
+  // a cold region smaller than one token's misses (tau < 1 token) is overrun before any layer
+  // comes round again: no cold hits, as the runtime measures
+  const thrash = hitProfile(f, 0, 5, 10_000, 2);
+  assert.ok(thrash.tau < 1, `tau ${thrash.tau}`);
+  assert.equal(thrash.cold[1][0] + thrash.cold[1][1], 0);
   // a cold region larger than every neuron: after t tokens a neuron hits with 1 - (1 - p)^t
   const big = hitProfile(f, 0, 1000, 3, 1);
   assert.equal(big.tau, Infinity);

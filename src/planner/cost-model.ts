@@ -305,7 +305,11 @@ export function hitProfile(firing: Firing, hot: number, coldSlots: number, promp
   const cold: Float64Array[] = [];
   const held: Float64Array[] = [];
   for (let j = 0; j < steps; j++) {
-    const age = Math.min(prompt + j, tau);
+    // The runtime visits layers in order, each (layer, neuron) at most once per token: a cold
+    // region that a single token's misses overrun (tau < 1 token) keeps nothing until the same
+    // layer comes round again, so it hits nothing (measured: 0 cold hits), where the
+    // independent-reference approximation would still give 1 - (1 - p)^tau.
+    const age = tau < 1 ? 0 : Math.min(prompt + j, tau);
     const c = new Float64Array(L);
     const h = new Float64Array(L);
     for (let l = 0; l < L; l++) {
