@@ -31,8 +31,9 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { fileURLToPath } from "node:url";
 import { ROOT_DIR } from "./paths.js";
+import { peerRun } from "./peer.js";
 import { plannedFiring, SHAPE_SPECS } from "../src/offline/synth.js";
 
 const BIN = join(ROOT_DIR, "bin", "powerinfer.cjs");
@@ -396,33 +397,6 @@ function unlimited(evict: string, cmd: string[], timeoutS: number) {
   return { status: r.status, signal: r.signal, stdout: r.stdout ?? "", stderr: r.stderr ?? "", usage: {} as CgroupUsage, timedOut: (r.error as NodeJS.ErrnoException | undefined)?.code === "ETIMEDOUT" };
 }
 
-/** llama.cpp through node-llama-cpp: prefill the prompt (BOS + tokens), decode n tokens greedily. */
-async function peerRun(model: string, threads: number, n: number, contextSize: number, prompt: string): Promise<void> {
-  const entry = join(PEER_DIR, "node_modules", "node-llama-cpp", "dist", "index.js");
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  const { getLlama } = (await import(pathToFileURL(entry).href)) as any;
-  const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" });
-  const m = await llama.loadModel({ modelPath: model });
-  const context = await m.createContext({ contextSize, threads, batchSize: 64 });
-  const sequence = context.getSequence();
-  const input = [m.tokens.bos, ...m.tokenize(prompt, false)];
-  const t0 = performance.now();
-  let t1 = 0;
-  let count = 0;
-  for await (const _token of sequence.evaluate(input, { temperature: 0 })) {
-    if (count === 0) t1 = performance.now();
-    if (++count >= n) break;
-  }
-  const t2 = performance.now();
-  process.stderr.write(
-    `prefill: ${input.length} tokens, ${((input.length / (t1 - t0)) * 1000).toPrecision(3)} tok/s; ` +
-      `decode: ${count} tokens, ${(((count - 1) / (t2 - t1)) * 1000).toPrecision(3)} tok/s\n`,
-  );
-  await context.dispose();
-  await m.dispose();
-  await llama.dispose();
-}
-
 // ---------------------------------------------------------------------------------------------
 // Reporting
 
@@ -671,7 +645,8 @@ async function main(): Promise<void> {
 
 if (process.argv[2] === "--peer-run") {
   const [model, threads, n, ctx, prompt] = process.argv.slice(3);
-  await peerRun(model, Number(threads), Number(n), Number(ctx), prompt);
+  // batch 64: llama.cpp's compute buffers grow with the batch, and the limit pays for them
+  await peerRun(model, Number(threads), Number(n), prompt, Number(ctx), 64);
 } else {
   await main();
 }
