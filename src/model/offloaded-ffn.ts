@@ -115,7 +115,10 @@ export class OffloadedFFN {
   private readonly streamRows: number;
   private readonly halfBytes: number;
   private readonly chunkBase = [0, 0];
-  private readonly chunkRequests: FlashReadRequest[][] = [[], []];
+  /** one read request per staging half, rewritten for each chunk (a half is reused only once its read has landed) */
+  private readonly chunkRequests: { fileOffset: number; length: number; dst: number }[][] = [[{ fileOffset: 0, length: 0, dst: 0 }], [{ fileOffset: 0, length: 0, dst: 0 }]];
+  /** gates streamed (not resident) for every layer: then prompt batches stream them too */
+  private readonly streamsAll: boolean;
   private readonly cachedPos: Int32Array;
   readonly mode: SparsityMode;
   private readonly threshold: number;
@@ -179,6 +182,7 @@ export class OffloadedFFN {
     // The staging area in two halves for streaming: a chunk's page span must fit in one half.
     this.halfBytes = Math.floor((this.stageNeurons * this.gateReadBytes) / 2 / 4096) * 4096;
     this.streamRows = opts.streamGates === false ? 0 : Math.max(0, Math.min(this.stageNeurons, Math.floor((this.halfBytes - 2 * 4096) / ffn.rowBytes)));
+    this.streamsAll = store.ffn.layers.every((_, l) => this.streams(l));
     this.cachedPos = new Int32Array(nFF);
 
     // The cache: what the budget leaves, in whole bundles; half of it pinned to hot neurons.
@@ -238,33 +242,26 @@ export class OffloadedFFN {
     // the next attention block computes.
     const next = (l + 1) % this.cfg.nLayer;
     if (this.mode !== "predictor" && !this.residentGates && this.streams(next) && this.cache.hotCount[next] < this.nFF) {
-      this.prefetched = { l: next, promise: this.readChunk(next, this.cache.hotCount[next], 0) };
+      this.prefetchLayer = next;
+      this.prefetchRead = this.readChunk(next, this.cache.hotCount[next], 0);
     }
   }
 
-  /** A first gate chunk read ahead into staging half 0 (see run), or null. */
-  private prefetched: { l: number; promise: Promise<void> } | null = null;
+  /** A first gate chunk read ahead into staging half 0 (see run): its layer and read, or -1 / null. */
+  private prefetchLayer = -1;
+  private prefetchRead: Promise<void> | null = null;
 
-  /**
-   * The read of layer l's prefetched first chunk, if there is one (wrapped: an async function
-   * would adopt a returned promise and wait for it); any other read ahead is waited out, since it
-   * lands in staging half 0.
-   */
-  private async takePrefetch(l: number): Promise<{ read: Promise<void> } | null> {
-    const p = this.prefetched;
-    if (!p) return null;
-    this.prefetched = null;
-    if (p.l === l) return { read: p.promise };
-    await p.promise.catch(() => undefined);
-    return null;
+  /** Wait out a read ahead that will not be used (it lands in staging half 0). */
+  private async dropPrefetch(): Promise<void> {
+    const read = this.prefetchRead;
+    this.prefetchRead = null;
+    this.prefetchLayer = -1;
+    if (read) await read.catch(() => undefined);
   }
 
   /** Whether runBatch applies (gate mode, with resident gate rows or gate rows to stream). */
   get batches(): boolean {
-    if (this.mode === "predictor") return false;
-    if (this.residentGates) return true;
-    for (let l = 0; l < this.cfg.nLayer; l++) if (!this.streams(l)) return false;
-    return true;
+    return this.mode !== "predictor" && (this.residentGates || this.streamsAll);
   }
 
   /** Whether the gate rows are in memory (else streamBatchGates computes a batch's gates). */
@@ -501,11 +498,19 @@ export class OffloadedFFN {
   private async streamGateRows(l: number, from: number, overlapHits: boolean, visit: (r0: number, r1: number, base: number) => void): Promise<void> {
     const nFF = this.nFF;
     if (from >= nFF) {
-      await this.takePrefetch(-1);
+      await this.dropPrefetch();
       if (overlapHits && !this.hitsComputed) this.computeHits();
       return;
     }
-    let cur = (await this.takePrefetch(l))?.read ?? this.readChunk(l, from, 0);
+    let cur: Promise<void>;
+    if (this.prefetchRead && this.prefetchLayer === l) {
+      cur = this.prefetchRead;
+      this.prefetchRead = null;
+      this.prefetchLayer = -1;
+    } else {
+      await this.dropPrefetch();
+      cur = this.readChunk(l, from, 0);
+    }
     let half = 0;
     for (let r0 = from; r0 < nFF; ) {
       const r1 = Math.min(nFF, r0 + this.streamRows);
@@ -538,8 +543,9 @@ export class OffloadedFFN {
     const dst = this.stage + h * this.halfBytes;
     this.chunkBase[h] = dst + (from - a);
     const req = this.chunkRequests[h];
-    req.length = 0;
-    req.push({ fileOffset: a, length: end - a, dst });
+    req[0].fileOffset = a;
+    req[0].length = end - a;
+    req[0].dst = dst;
     this.stats.bytesRead += end - a;
     const read = this.reader.read(req);
     // Whoever awaits it still sees a failure; a read left behind by an error elsewhere must not
@@ -683,7 +689,7 @@ export class OffloadedFFN {
   }
 
   async close(): Promise<void> {
-    await this.takePrefetch(-1);
+    await this.dropPrefetch();
     await this.reader.close();
   }
 }
