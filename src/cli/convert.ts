@@ -4,6 +4,7 @@
  */
 import { existsSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
+import { interruptible } from "./interrupt.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { ProgressBar } from "./progress.js";
 import { typeName } from "../format/ggml-types.js";
@@ -51,15 +52,11 @@ export async function main(argv: string[]): Promise<number> {
   if (profile && !existsSync(profile)) throw new UsageError(`--profile: ${profile} does not exist`);
   const quiet = args.quiet === true;
 
-  const controller = new AbortController();
-  const onSignal = () => controller.abort(new Error("interrupted"));
-  process.once("SIGINT", onSignal);
-  process.once("SIGTERM", onSignal);
   const bar = quiet ? undefined : new ProgressBar({ label: "convert", total: 0, unit: "bytes" });
-  try {
+  return interruptible("convert: interrupted, partial file removed", () => bar?.abandon(), async (signal) => {
     if (!quiet) process.stderr.write(`convert: ${input} -> ${out}\n`);
     const r = await convertToStore({
-      input, output: out, type, profile, signal: controller.signal,
+      input, output: out, type, profile, signal: signal,
       onProgress: bar
         ? (p) => {
             bar.setTotal(p.bytesTotal);
@@ -82,15 +79,5 @@ export async function main(argv: string[]): Promise<number> {
       );
     }
     return 0;
-  } catch (err) {
-    bar?.abandon();
-    if (controller.signal.aborted) {
-      process.stderr.write("convert: interrupted, partial file removed\n");
-      return 130;
-    }
-    throw err;
-  } finally {
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
-  }
+  });
 }

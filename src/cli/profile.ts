@@ -5,6 +5,7 @@
  */
 import { writeFileSync, existsSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
+import { interruptible } from "./interrupt.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { ProgressBar } from "./progress.js";
 import { profileModel, summarizeProfile, type ProfileProgress } from "../offline/profile.js";
@@ -52,16 +53,13 @@ export async function main(argv: string[]): Promise<number> {
   if (target !== undefined && !(target > 0 && target < 1)) throw new UsageError(`profile: --target-sparsity must be between 0 and 1 (exclusive), got ${target}`);
   const quiet = args.quiet === true;
 
-  const controller = new AbortController();
-  const onSignal = () => controller.abort(new Error("interrupted"));
-  process.once("SIGINT", onSignal);
-  process.once("SIGTERM", onSignal);
   let bar: ProgressBar | undefined;
   let stage: ProfileProgress["stage"] | undefined;
-  try {
+  const corpus = resolve(args.corpus as string);
+  return interruptible("profile: interrupted, nothing written", () => bar?.abandon(), async (signal) => {
     const r = await profileModel({
-      model, corpus: resolve(args.corpus), tokens, contextSize: ctx, batchSize: args.batch as number,
-      threads: args.threads as number | undefined, targetSparsity: target, signal: controller.signal,
+      model, corpus, tokens, contextSize: ctx, batchSize: args.batch as number,
+      threads: args.threads as number | undefined, targetSparsity: target, signal,
       onProgress: quiet
         ? undefined
         : (p) => {
@@ -96,15 +94,5 @@ export async function main(argv: string[]): Promise<number> {
     }
     for (const n of r.notes) process.stderr.write(`profile: note: ${n}\n`);
     return 0;
-  } catch (err) {
-    bar?.abandon();
-    if (controller.signal.aborted) {
-      process.stderr.write("profile: interrupted, nothing written\n");
-      return 130;
-    }
-    throw err;
-  } finally {
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
-  }
+  });
 }

@@ -3,6 +3,7 @@
  */
 import { existsSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
+import { interruptible } from "./interrupt.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { ProgressBar } from "./progress.js";
 import {
@@ -89,15 +90,11 @@ export async function main(argv: string[]): Promise<number> {
   if (!quiet) process.stderr.write(`synth: ${shape} (${SHAPE_SPECS[shape].like}), ${act}${planted}, ${type}, seed ${seed} -> ${out} (${(total / MB).toFixed(0)} MB)\n`);
 
   // Ctrl-C deletes the partial file instead of leaving it behind.
-  const controller = new AbortController();
-  const onSignal = () => controller.abort(new Error("interrupted"));
-  process.once("SIGINT", onSignal);
-  process.once("SIGTERM", onSignal);
   const bar = quiet ? undefined : new ProgressBar({ label: "synth", total, unit: "bytes" });
-  try {
+  return interruptible("synth: interrupted, partial file removed", () => bar?.abandon(), async (signal) => {
     const r = await synthesize({
       shape, act, type, seed, out, sparsity, alpha,
-      signal: controller.signal,
+      signal: signal,
       onProgress: bar
         ? (p: SynthProgress) => {
             bar.setTotal(p.totalBytes);
@@ -112,15 +109,5 @@ export async function main(argv: string[]): Promise<number> {
       process.stderr.write(`synth: planted sparsity ${Math.min(...p).toFixed(3)}..${Math.max(...p).toFixed(3)} per layer (by the generator's model; measure it by running the model)\n`);
     }
     return 0;
-  } catch (err) {
-    bar?.abandon();
-    if (controller.signal.aborted) {
-      process.stderr.write("synth: interrupted, partial file removed\n");
-      return 130;
-    }
-    throw err;
-  } finally {
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
-  }
+  });
 }

@@ -5,6 +5,7 @@
  */
 import { existsSync, statSync, writeFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
+import { interruptible } from "./interrupt.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { formatDuration, ProgressBar } from "./progress.js";
 import { NeuronStore } from "../format/store.js";
@@ -113,10 +114,6 @@ export async function main(argv: string[]): Promise<number> {
   const thresholds = typeof args.thresholds === "string" ? thresholdsForModel(resolve(args.thresholds), model) : undefined;
   const quiet = args.quiet === true;
 
-  const controller = new AbortController();
-  const onSignal = () => controller.abort(new Error("interrupted"));
-  process.once("SIGINT", onSignal);
-  process.once("SIGTERM", onSignal);
   let bar: ProgressBar | undefined;
   let barKey = "";
   const onProgress = (p: TrainPredictorsProgress) => {
@@ -130,14 +127,15 @@ export async function main(argv: string[]): Promise<number> {
     }
     bar!.update(p.done);
   };
-  try {
-    if (!quiet) process.stderr.write(`train-predictors: ${model} on ${resolve(args.corpus)}\n`);
+  const corpus = resolve(args.corpus as string);
+  return interruptible("train-predictors: interrupted, nothing written", () => bar?.abandon(), async (signal) => {
+    if (!quiet) process.stderr.write(`train-predictors: ${model} on ${corpus}\n`);
     const r = await trainPredictors({
-      model, corpus: resolve(args.corpus), heldout: typeof args.heldout === "string" ? resolve(args.heldout) : undefined,
+      model, corpus, heldout: typeof args.heldout === "string" ? resolve(args.heldout) : undefined,
       tokens: args.tokens as number, heldoutTokens: args.heldoutTokens as number, recall, minPrecision,
       minHidden: args.minHidden as number, maxHidden: args.maxHidden as number | undefined, epochs: args.epochs as number, lr: args.lr as number,
       seed: args.seed as number, threads: args.threads as number | undefined, contextSize: args.ctx as number | undefined,
-      activationThresholds: thresholds, weightType: type as PredictorType, signal: controller.signal, onProgress,
+      activationThresholds: thresholds, weightType: type as PredictorType, signal, onProgress,
     });
     bar?.finish();
     bar = undefined;
@@ -165,15 +163,5 @@ export async function main(argv: string[]): Promise<number> {
     }
     if (out === undefined && storePath === undefined) console.log("nothing written: give -o OUT.gguf and/or --store MODEL.pi to keep the predictors");
     return r.layers.every((L) => L.heldout.recall >= recall) ? 0 : 3;
-  } catch (err) {
-    bar?.abandon();
-    if (controller.signal.aborted) {
-      process.stderr.write("train-predictors: interrupted, nothing written\n");
-      return 130;
-    }
-    throw err;
-  } finally {
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
-  }
+  });
 }
