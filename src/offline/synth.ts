@@ -450,6 +450,9 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
   const bufs = [new ArrayBuffer(CHUNK_BYTES + 8), new ArrayBuffer(CHUNK_BYTES + 8)];
   const onAbort = () => void w.abort();
   o.signal?.addEventListener("abort", onAbort, { once: true });
+  // the write in flight while the next chunk is filled; an abort makes it reject, and that
+  // rejection must be observed (else an interrupted synth crashes instead of cleaning up)
+  let pending: Promise<void> | undefined;
   try {
     for (let ti = 0; ti < recipes.length; ti++) {
       const r = recipes[ti];
@@ -460,7 +463,7 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
       const stream = new SynthStream(o.seed, r.name);
       const fill = planter ? planter.filler(r, stream) : rowFiller(r, stream);
       const sink = await w.tensorSink(r.name);
-      let pending: Promise<void> | undefined;
+      pending = undefined;
       for (let row = 0, k = 0; row < rows; row += rowsPerChunk, k++) {
         o.signal?.throwIfAborted();
         const n = Math.min(rowsPerChunk, rows - row);
@@ -478,6 +481,7 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
     o.signal?.throwIfAborted();
     await w.finish();
   } catch (err) {
+    await pending?.catch(() => undefined);
     await w.abort();
     throw err;
   } finally {
