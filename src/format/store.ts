@@ -541,6 +541,8 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
   /** the checksummed region [start, end): everything after the header page up to the manifest */
   readonly checksummed: { readonly start: number; readonly end: number; readonly chunkBytes: number };
   private readonly crcs: Uint32Array;
+  /** readTensor's page-aligned staging (reused; reads are synchronous) */
+  private scratch = Buffer.alloc(0);
   private verified: Uint8Array | undefined;
   private fd: number;
 
@@ -699,7 +701,9 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
       const a = from - (from % STORE_PAGE);
       const n = Math.min(length - done, READ_PIECE - (from - a));
       const b = Math.ceil((from + n) / STORE_PAGE) * STORE_PAGE;
-      const buf = Buffer.alloc(b - a);
+      // one scratch buffer, grown as needed: a model run from a store reads an embedding row per token here
+      if (this.scratch.length < b - a) this.scratch = Buffer.alloc(b - a);
+      const buf = this.scratch.subarray(0, b - a);
       this.readVerified(a, buf);
       dst.set(buf.subarray(from - a, from - a + n), done);
       done += n;
