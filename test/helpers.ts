@@ -1,7 +1,7 @@
 /** Paths and small utilities shared by the tests. */
 import { fileURLToPath } from "node:url";
 import { dirname, join, resolve } from "node:path";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 
 /** The repository root (tests run from dist/test). */
@@ -11,6 +11,16 @@ export const SHARED = process.env.POWERINFER_SHARED ?? resolve(ROOT, "..", "shar
 /** The `powerinfer` command as npm installs it (it loads the compiled CLI). */
 export const CLI = join(ROOT, "bin", "powerinfer.cjs");
 
+const made: string[] = [];
+// Each test file runs in its own process: its temporary directories go when it exits (they held
+// ~1 GB of stores per full run, and 300 leftover runs filled the disk).
+process.on("exit", () => {
+  for (const d of made) rmSync(d, { recursive: true, force: true });
+});
+
+/** A fresh temporary directory, removed when the test process exits. */
 export function tempDir(prefix = "powerinfer-test-"): string {
-  return mkdtempSync(join(tmpdir(), prefix));
+  const d = mkdtempSync(join(tmpdir(), prefix));
+  made.push(d);
+  return d;
 }
