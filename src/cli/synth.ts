@@ -9,6 +9,7 @@ import { ProgressBar } from "./progress.js";
 import {
   ALPHA_MAX,
   ALPHA_MIN,
+  GATE_RANK_MAX,
   SPARSITY_ALPHA_DEFAULT,
   SPARSITY_MAX,
   SPARSITY_MIN,
@@ -40,6 +41,13 @@ const SPECS: FlagSpec[] = [
     type: "float",
     help: `power-law exponent of the per-neuron firing frequencies, ${ALPHA_MIN}..${ALPHA_MAX} (default ${SPARSITY_ALPHA_DEFAULT}; 0 = all neurons alike)`,
   },
+  {
+    names: ["--gate-rank"],
+    key: "gateRank",
+    type: "int",
+    help: `with --act relu --sparsity: draw each layer's gate rows from a subspace of this many dimensions, so that small predictors can tell which neurons fire (as on trained ReLU models), and write the predictor that implies (1..${GATE_RANK_MAX})`,
+  },
+  { names: ["--predictors"], key: "predictors", type: "string", help: "with --gate-rank: where the planted predictors go (default: OUTPUT with .predictors.gguf for .gguf); powerinfer convert --predictors takes them into a store" },
   { names: ["--seed", "-s"], key: "seed", type: "int", help: "random seed (same seed, same bytes)", default: 0 },
   { names: ["-o", "--output"], key: "out", type: "string", help: "output file (required)" },
   { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "no progress bar" },
@@ -59,7 +67,7 @@ const MB = 1e6;
 export async function main(argv: string[]): Promise<number> {
   const args = parseArgs(argv, SPECS);
   if (args.help) {
-    console.log(usage("synth --shape tiny|1b|7b|mistral-7b|13b --act silu|relu|drelu [--sparsity S [--alpha A]] --type f32|f16|q8_0|q4_0|q4_1 --seed N -o FILE", SUMMARY, SPECS));
+    console.log(usage("synth --shape tiny|1b|7b|mistral-7b|13b --act silu|relu|drelu [--sparsity S [--alpha A] [--gate-rank R]] --type f32|f16|q8_0|q4_0|q4_1 --seed N -o FILE", SUMMARY, SPECS));
     return 0;
   }
   if (args._.length > 0) throw new UsageError(`synth: unexpected argument "${args._[0]}" (the output file goes after -o)`);
@@ -79,7 +87,15 @@ export async function main(argv: string[]): Promise<number> {
     if (sparsity === undefined) throw new UsageError("--alpha shapes planted sparsity: give --sparsity too");
     if (!(alpha >= ALPHA_MIN && alpha <= ALPHA_MAX)) throw new UsageError(`--alpha must be between ${ALPHA_MIN} and ${ALPHA_MAX}, got ${alpha}`);
   }
+  const gateRank = args.gateRank as number | undefined;
+  if (gateRank !== undefined) {
+    if (act !== "relu" || sparsity === undefined) throw new UsageError("--gate-rank makes planted ReLU sparsity predictable: give --act relu and --sparsity too");
+    if (!(gateRank >= 1 && gateRank <= GATE_RANK_MAX)) throw new UsageError(`--gate-rank must be between 1 and ${GATE_RANK_MAX}, got ${gateRank}`);
+  }
+  if (args.predictors !== undefined && gateRank === undefined) throw new UsageError("--predictors names where --gate-rank's planted predictors go: give --gate-rank too");
   const out = resolve(args.out);
+  const predictorsOut = gateRank === undefined ? undefined : resolve(typeof args.predictors === "string" && args.predictors !== "" ? args.predictors : out.replace(/(\.gguf)?$/i, ".predictors.gguf"));
+  if (predictorsOut === out) throw new UsageError(`--predictors ${predictorsOut} would overwrite the model`);
   const dir = dirname(out);
   if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`synth: output directory ${dir} does not exist`);
   if (existsSync(out) && statSync(out).isDirectory()) throw new UsageError(`synth: ${out} is a directory`);
@@ -93,7 +109,7 @@ export async function main(argv: string[]): Promise<number> {
   const bar = quiet ? undefined : new ProgressBar({ label: "synth", total, unit: "bytes" });
   return interruptible("synth: interrupted, partial file removed", () => bar?.abandon(), async (signal) => {
     const r = await synthesize({
-      shape, act, type, seed, out, sparsity, alpha,
+      shape, act, type, seed, out, sparsity, alpha, gateRank, predictorsOut,
       signal: signal,
       onProgress: bar
         ? (p: SynthProgress) => {
@@ -107,6 +123,12 @@ export async function main(argv: string[]): Promise<number> {
     if (!quiet && r.predictedSparsity) {
       const p = r.predictedSparsity;
       process.stderr.write(`synth: planted sparsity ${Math.min(...p).toFixed(3)}..${Math.max(...p).toFixed(3)} per layer (by the generator's model; measure it by running the model)\n`);
+    }
+    if (!quiet && r.predictors) {
+      const share = r.predictors.reduce((a, p) => a + p.noiseShare, 0) / r.predictors.length;
+      process.stderr.write(
+        `synth: gate rank ${gateRank}: planted predictors (hidden ${r.predictors[0].hidden}, quantization noise ${(100 * share).toFixed(1)}% of a gate's deviation) -> ${predictorsOut}\n`,
+      );
     }
     return 0;
   });

@@ -33,6 +33,7 @@ import {
 } from "../format/store.js";
 import { THRESHOLDS_KEY } from "../model/llama.js";
 import { checkFingerprint, modelFingerprint, profileThresholds, ProfileError } from "./profile.js";
+import { PREDICTOR_MODEL_KEY, SPARSE_THRESHOLD_KEY } from "./predictor-output.js";
 
 export class ConvertError extends Error {
   constructor(message: string) {
@@ -79,6 +80,12 @@ export interface ConvertOptions {
   onProgress?: (p: ConvertProgress) => void;
   /** fsync before the final rename (default true) */
   fsync?: boolean;
+  /**
+   * A GGUF holding the model's activation predictors (`blk.N.fc1/fc2`): a predictors-only file
+   * (what `synth --gate-rank` writes beside its model) or a PowerInfer GGUF of the same model.
+   * They replace any the input has.
+   */
+  predictors?: string;
 }
 
 export interface ConvertResult {
@@ -96,6 +103,8 @@ export interface ConvertResult {
   fixedTensors: number;
   conversion: StoreManifest["ffn"]["conversion"];
   ordered: boolean;
+  /** predictors taken from `predictors` (layers) */
+  predictorLayers: number;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -321,6 +330,63 @@ function withThresholds(metadata: EncodedMetadata[], thresholds: Float32Array | 
   return [...metadata.filter((e) => e[0] !== THRESHOLDS_KEY), entry];
 }
 
+function withSparseThreshold(metadata: EncodedMetadata[], threshold: number | undefined): EncodedMetadata[] {
+  if (threshold === undefined) return metadata;
+  const entry: EncodedMetadata = [SPARSE_THRESHOLD_KEY, GGUFValueType.FLOAT32, encodeMetadataValue(GGUFValueType.FLOAT32, [], threshold)];
+  return [...metadata.filter((e) => e[0] !== SPARSE_THRESHOLD_KEY), entry];
+}
+
+const PREDICTOR_TENSOR_RE = /^blk\.\d+\.fc[12]\.weight$/;
+
+/**
+ * The predictors of `path` for the model `model` (at `modelPath`): every layer's fc1 [nEmbd,
+ * hidden] and fc2 [hidden, nFF], F32 or F16, made for this very model (the fingerprint a
+ * predictors-only file records, or the fingerprint of a whole PowerInfer GGUF).
+ */
+function openPredictors(path: string, model: GGUFFile, modelPath: string, nLayer: number, nEmbd: number, nFF: number): { file: GGUFFile; tensors: GGUFTensorInfo[]; threshold: number } {
+  const file = GGUFFile.open(path);
+  try {
+    const actual = modelFingerprint(model);
+    if (file.has(PREDICTOR_MODEL_KEY)) {
+      let recorded: unknown;
+      try {
+        recorded = JSON.parse(file.getString(PREDICTOR_MODEL_KEY));
+      } catch {
+        throw new ConvertError(`${path}: metadata ${PREDICTOR_MODEL_KEY} is not JSON`);
+      }
+      try {
+        checkFingerprint(recorded, actual, path, modelPath);
+      } catch (e) {
+        throw e instanceof ProfileError ? new ConvertError(e.message.replace("is from another model", "holds predictors of another model")) : e;
+      }
+    } else if (file.tensors.has("blk.0.attn_norm.weight")) {
+      const theirs = modelFingerprint(file);
+      if (JSON.stringify(theirs) !== JSON.stringify(actual)) throw new ConvertError(`${path} holds predictors of another model than ${modelPath} (their fingerprints differ)`);
+    } else {
+      throw new ConvertError(`${path}: does not say which model its predictors are for (no ${PREDICTOR_MODEL_KEY}, and no weights to fingerprint)`);
+    }
+    const tensors: GGUFTensorInfo[] = [];
+    for (let l = 0; l < nLayer; l++) {
+      const fc1 = file.tensors.get(`blk.${l}.fc1.weight`);
+      const fc2 = file.tensors.get(`blk.${l}.fc2.weight`);
+      if (!fc1 || !fc2) throw new ConvertError(`${path}: no predictor for layer ${l} (blk.${l}.fc1.weight and blk.${l}.fc2.weight)`);
+      for (const t of [fc1, fc2]) {
+        if (t.type !== GGMLType.F32 && t.type !== GGMLType.F16) throw new ConvertError(`${path}: ${t.name} is ${typeName(t.type)}; predictors must be F32 or F16`);
+      }
+      const hidden = fc1.dims[1];
+      if (fc1.dims.length !== 2 || fc1.dims[0] !== nEmbd || !(hidden >= 1 && hidden <= nFF)) throw new ConvertError(`${path}: ${fc1.name} has dims [${fc1.dims.join(", ")}], expected [${nEmbd}, hidden <= ${nFF}]`);
+      if (fc2.dims.length !== 2 || fc2.dims[0] !== hidden || fc2.dims[1] !== nFF) throw new ConvertError(`${path}: ${fc2.name} has dims [${fc2.dims.join(", ")}], expected [${hidden}, ${nFF}]`);
+      tensors.push(fc1, fc2);
+    }
+    const threshold = file.has(SPARSE_THRESHOLD_KEY) ? file.getNumber(SPARSE_THRESHOLD_KEY) : 0;
+    if (!Number.isFinite(threshold)) throw new ConvertError(`${path}: ${SPARSE_THRESHOLD_KEY} is ${threshold}`);
+    return { file, tensors, threshold };
+  } catch (e) {
+    file.close();
+    throw e;
+  }
+}
+
 /** Stored position -> neuron: descending frequency, ties by index (a stable hot-first order). */
 export function hotFirstOrder(frequency: ArrayLike<number>): Int32Array {
   const idx = Array.from({ length: frequency.length }, (_, i) => i);
@@ -371,9 +437,17 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
   const input = resolve(opts.input), output = resolve(opts.output);
   if (input === output) throw new ConvertError(`the output ${output} would overwrite the input`);
   const file = GGUFFile.open(input);
+  const closers: (() => void)[] = [];
   let writer: StoreWriter | undefined;
   try {
-    const { layers, nEmbd, fixed } = findFFN(file);
+    const { layers, nEmbd, fixed: own } = findFFN(file);
+    const preds = opts.predictors !== undefined ? openPredictors(resolve(opts.predictors), file, input, layers.length, nEmbd, layers[0].neurons) : undefined;
+    if (preds) closers.push(() => preds.file.close());
+    // each fixed tensor with the file it comes from; predictors from the predictor file win
+    const fixed = [
+      ...own.filter((t) => !(preds && PREDICTOR_TENSOR_RE.test(t.name))).map((t) => ({ t, src: file })),
+      ...(preds?.tensors ?? []).map((t) => ({ t, src: preds!.file })),
+    ];
     const want = opts.type ?? "keep";
     if (!CONVERT_TYPES.includes(want)) throw new ConvertError(`--type must be one of ${CONVERT_TYPES.join(", ")}, got "${want}"`);
     const srcType = layers[0].gate.type;
@@ -384,7 +458,7 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
     const bundleBytes = bundleBytesFor(rowBytes);
     const prof = opts.profile !== undefined ? loadProfile(opts.profile, layers, file) : undefined;
 
-    const bytesTotal = fixed.reduce((a, t) => a + t.bytes, 0) + layers.reduce((a, L) => a + L.gate.bytes + L.up.bytes + L.down.bytes, 0);
+    const bytesTotal = fixed.reduce((a, f) => a + f.t.bytes, 0) + layers.reduce((a, L) => a + L.gate.bytes + L.up.bytes + L.down.bytes, 0);
     let bytesDone = 0;
     const progress = (stage: ConvertProgress["stage"], layer: number) =>
       opts.onProgress?.({ stage, layer, layers: layers.length, bytesDone, bytesTotal });
@@ -398,13 +472,13 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
     // fixed tensors, in source order, each on a page boundary
     const fixedManifest: StoreManifest["fixed"] = [];
     const piece = new Uint8Array(16 << 20);
-    for (const t of fixed) {
+    for (const { t, src } of fixed) {
       check();
       await writer.pad();
       fixedManifest.push({ name: t.name, type: t.type, dims: t.dims, offset: writer.position, bytes: t.bytes });
       for (let o = 0; o < t.bytes; o += piece.length) {
         const n = Math.min(piece.length, t.bytes - o);
-        file.readTensor(t, piece, o, n);
+        src.readTensor(t, piece, o, n);
         await writer.write(piece.subarray(0, n));
         bytesDone += n;
         progress("fixed", -1);
@@ -492,7 +566,7 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
     const neurons = layers.reduce((a, L) => a + L.neurons, 0);
     const { bytes } = await writer.finish({
       source: { file: basename(input), bytes: file.fileSize, magic: file.magic },
-      metadata: withThresholds(encodeMetadata(file), prof?.thresholds),
+      metadata: withSparseThreshold(withThresholds(encodeMetadata(file), prof?.thresholds), preds?.threshold),
       fixed: fixedManifest,
       ffn: {
         type: ffnType, typeName: typeName(ffnType), layout: "gguf", nEmbd, rowBytes, bundleBytes,
@@ -505,11 +579,13 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
     return {
       output, bytes, seconds: (performance.now() - t0) / 1000, ffnType, nEmbd, layers: layers.length, neurons, bundleBytes,
       paddingFraction: 1 - (3 * rowBytes) / bundleBytes, fixedTensors: fixed.length, conversion, ordered: !!prof,
+      predictorLayers: preds ? layers.length : 0,
     };
   } catch (e) {
     await writer?.abort();
     throw e;
   } finally {
+    for (const close of closers) close();
     file.close();
   }
 }

@@ -7,6 +7,9 @@
  *   torch predictors (fc1 [hidden, nEmbd], fc2 [nFF, hidden] row-major), in F32 or F16, and
  *   `powerinfer.sparse_threshold` (f32) = the score threshold the weights are made for (0: each
  *   layer's calibration is folded into its fc2, see src/sparse/predictor-train.ts);
+ * - a predictors-only GGUF: the predictor tensors, the threshold, and the fingerprint of the model
+ *   they belong to (`powerinfer.predictors.model`), for `convert --predictors` (the synthesizer
+ *   writes one beside a predictable model; llama.cpp could not load the model with them inside);
  * - an existing neuron store (.pi): a new store is written next to it and renamed over it, so an
  *   error or interruption leaves the input as it was: everything between the header and the
  *   manifest copied byte for byte (checked against its checksums on the way), so every offset
@@ -23,9 +26,26 @@ import { f32ToF16 } from "../format/half.js";
 import { NeuronStore, StoreWriter, type StoreFixedManifest } from "../format/store.js";
 import { readConfig } from "../model/config.js";
 import { modelFingerprint } from "./profile.js";
-import type { TrainedPredictor } from "../sparse/predictor-train.js";
+import type { ModelFingerprint } from "./profile.js";
+
+/** What a written predictor needs: its weights (a trained one, or one the synthesizer plants). */
+export interface PredictorWeights {
+  hidden: number;
+  nIn: number;
+  nOut: number;
+  /** hidden x nIn, row-major */
+  fc1: Float32Array;
+  /** nOut x hidden, row-major */
+  fc2: Float32Array;
+  /** the score a neuron must exceed */
+  threshold: number;
+}
 
 export const SPARSE_THRESHOLD_KEY = "powerinfer.sparse_threshold";
+/** Metadata of a predictors-only file: the fingerprint (JSON) of the model they were made for. */
+export const PREDICTOR_MODEL_KEY = "powerinfer.predictors.model";
+/** ... and how they were made (free text). */
+export const PREDICTOR_ORIGIN_KEY = "powerinfer.predictors.origin";
 export type PredictorType = "f32" | "f16";
 
 export class PredictorOutputError extends Error {
@@ -46,14 +66,14 @@ export function predictorBytes(values: Float32Array, type: PredictorType): Uint8
 }
 
 /** The tensors one layer's predictor becomes: [name, GGUF dims, values]. */
-export function predictorTensors(l: number, p: TrainedPredictor): [string, number[], Float32Array][] {
+export function predictorTensors(l: number, p: PredictorWeights): [string, number[], Float32Array][] {
   return [
     [`blk.${l}.fc1.weight`, [p.nIn, p.hidden], p.fc1],
     [`blk.${l}.fc2.weight`, [p.hidden, p.nOut], p.fc2],
   ];
 }
 
-function checkPredictors(predictors: TrainedPredictor[], nLayer: number, nEmbd: number, nFF: number, where: string): void {
+function checkPredictors(predictors: PredictorWeights[], nLayer: number, nEmbd: number, nFF: number, where: string): void {
   if (predictors.length !== nLayer) throw new PredictorOutputError(`${where}: ${predictors.length} predictors for a model of ${nLayer} layers`);
   predictors.forEach((p, l) => {
     if (!p) throw new PredictorOutputError(`${where}: no predictor for layer ${l}`);
@@ -140,7 +160,7 @@ export interface PredictorGGUFOptions {
   /** the dense GGUF the predictors were trained for */
   input: string;
   output: string;
-  predictors: TrainedPredictor[];
+  predictors: PredictorWeights[];
   type?: PredictorType;
   fsync?: boolean;
 }
@@ -203,7 +223,7 @@ export interface PredictorStoreOptions {
   store: string;
   /** the dense GGUF the predictors were trained on: the store must come from the same model */
   model: string;
-  predictors: TrainedPredictor[];
+  predictors: PredictorWeights[];
   type?: PredictorType;
   /** write here instead of replacing the store (default: the store itself) */
   output?: string;
@@ -283,5 +303,42 @@ export async function addPredictorsToStore(opts: PredictorStoreOptions): Promise
     throw e;
   } finally {
     store.close();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Predictors-only file
+
+export interface PredictorFileOptions {
+  output: string;
+  predictors: PredictorWeights[];
+  /** the model they belong to (checked when a store is made with them) */
+  model: ModelFingerprint;
+  /** how they were made, for people reading the file */
+  origin: string;
+  type?: PredictorType;
+  fsync?: boolean;
+}
+
+/** Write predictors alone, with the fingerprint of their model. Returns the file size. */
+export async function writePredictorFile(opts: PredictorFileOptions): Promise<number> {
+  const type = opts.type ?? "f16";
+  const { nLayer, nEmbd, nFF } = opts.model;
+  checkPredictors(opts.predictors, nLayer, nEmbd, nFF, opts.output);
+  const writer = new GGUFWriter(resolve(opts.output), { fsync: opts.fsync });
+  try {
+    writer.setMetadata("general.type", "powerinfer-predictors");
+    writer.setMetadata(PREDICTOR_MODEL_KEY, JSON.stringify(opts.model));
+    writer.setMetadata(PREDICTOR_ORIGIN_KEY, opts.origin);
+    writer.setMetadata(SPARSE_THRESHOLD_KEY, opts.predictors[0].threshold, GGUFValueType.FLOAT32);
+    const ggmlType = type === "f32" ? GGMLType.F32 : GGMLType.F16;
+    opts.predictors.forEach((p, l) => {
+      for (const [name, dims, values] of predictorTensors(l, p)) writer.addTensor(name, dims, ggmlType, predictorBytes(values, type));
+    });
+    await writer.finish();
+    return writer.totalBytes;
+  } catch (e) {
+    await writer.abort();
+    throw e;
   }
 }

@@ -22,7 +22,10 @@
 import { GGMLType, typeTraits } from "../format/ggml-types.js";
 import { GGUFWriter, GGUFValueType } from "../format/gguf-writer.js";
 import { f16Table, f16ToF32, f32ToF16 } from "../format/half.js";
+import { dequantizeRow, quantizeRow } from "../format/quant.js";
 import { buildSynthVocab } from "./synth-vocab.js";
+import { writePredictorFile, type PredictorWeights } from "./predictor-output.js";
+import { fingerprintOfPath } from "./profile.js";
 
 export type SynthShape = "tiny" | "1b" | "7b" | "mistral-7b" | "13b";
 export type SynthActivation = "silu" | "relu" | "drelu";
@@ -112,6 +115,15 @@ export interface SynthOptions {
   sparsity?: number;
   /** exponent of the firing-frequency power law (default SPARSITY_ALPHA_DEFAULT); needs `sparsity` */
   alpha?: number;
+  /**
+   * Predictable firing (relu with `sparsity` only): each layer's gate rows are drawn from a
+   * subspace of this many dimensions (plus the quantization's own noise), as the gate inputs of
+   * trained ReLU models live near a low-dimensional subspace; a small predictor can then tell
+   * which neurons fire, and the generator hands one back (`SynthResult.predictors`).
+   */
+  gateRank?: number;
+  /** with gateRank: write the planted predictors here (a predictors-only GGUF for `convert --predictors`) */
+  predictorsOut?: string;
 }
 
 export interface SynthResult {
@@ -125,6 +137,17 @@ export interface SynthResult {
    * of the residual stream predicts (the real rate is measured by running the model).
    */
   predictedSparsity?: number[];
+  /**
+   * With `gateRank`: the predictor the construction implies for each layer (see "Predictable
+   * firing"): PowerInfer's fc2 . relu(fc1 . x) on the raw residual, active above 0.
+   */
+  predictors?: PlantedPredictor[];
+}
+
+/** A predictor the construction implies (see "Predictable firing"). */
+export interface PlantedPredictor extends PredictorWeights {
+  /** mean over neurons: the deviation of the gate's quantization noise over that of its whole pre-activation */
+  noiseShare: number;
 }
 
 /** The tensor table of a synthetic model, in file order. */
@@ -380,8 +403,14 @@ function validate(o: SynthOptions): SynthShapeSpec {
       throw new RangeError(`synthetic model: alpha must be a number in [${ALPHA_MIN}, ${ALPHA_MAX}], got ${o.alpha}`);
     }
   }
+  if (o.predictorsOut !== undefined && o.gateRank === undefined) throw new RangeError("synthetic model: predictorsOut needs gateRank (only a predictable model has predictors to write)");
+  if (o.gateRank !== undefined) {
+    if (o.sparsity === undefined || o.act !== "relu") throw new RangeError("synthetic model: gateRank makes planted ReLU sparsity predictable; it needs act relu and a sparsity");
+    if (!Number.isInteger(o.gateRank) || o.gateRank < 1 || o.gateRank > GATE_RANK_MAX) throw new RangeError(`synthetic model: gateRank must be an integer in [1, ${GATE_RANK_MAX}], got ${o.gateRank}`);
+  }
   const spec = { ...SHAPE_SPECS[o.shape], ...(o.overrides ?? {}) };
   checkSpec(spec, o.type);
+  if (o.gateRank !== undefined && o.gateRank >= spec.dim - RESERVED) throw new RangeError(`synthetic model: gateRank ${o.gateRank} must be below the residual width ${spec.dim - RESERVED}`);
   return spec;
 }
 
@@ -412,6 +441,7 @@ function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): vo
   if (o.sparsity !== undefined) {
     w.setMetadata("synth.sparsity", o.sparsity, F32);
     w.setMetadata("synth.alpha", o.alpha ?? SPARSITY_ALPHA_DEFAULT, F32);
+    if (o.gateRank !== undefined) w.setMetadata("synth.gate_rank", o.gateRank, U32);
   }
   const vocab = buildSynthVocab(spec.vocab);
   w.setMetadata("tokenizer.ggml.model", "llama");
@@ -444,7 +474,7 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
   writeMetadata(w, o, spec);
   for (const r of recipes) w.addTensor(r.name, r.dims, r.type);
   const totalBytes = w.dataBytes;
-  const planter = o.sparsity !== undefined ? new SparsityPlanter(spec, o.type, o.act, o.seed, o.sparsity, o.alpha ?? SPARSITY_ALPHA_DEFAULT) : undefined;
+  const planter = o.sparsity !== undefined ? new SparsityPlanter(spec, o.type, o.act, o.seed, o.sparsity, o.alpha ?? SPARSITY_ALPHA_DEFAULT, o.gateRank ?? 0) : undefined;
 
   // Two buffers: one is filled while the other is on its way to disk.
   const bufs = [new ArrayBuffer(CHUNK_BYTES + 8), new ArrayBuffer(CHUNK_BYTES + 8)];
@@ -489,6 +519,16 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
   }
   const result: SynthResult = { path: o.out, bytes: w.totalBytes, tensors: recipes.length, seconds: (performance.now() - start) / 1000 };
   if (planter) result.predictedSparsity = planter.predicted.slice();
+  if (planter && o.gateRank) {
+    result.predictors = planter.predictors;
+    if (o.predictorsOut) {
+      const share = planter.predictors.reduce((a, p) => a + p.noiseShare, 0) / planter.predictors.length;
+      await writePredictorFile({
+        output: o.predictorsOut, predictors: planter.predictors, model: fingerprintOfPath(o.out), fsync: o.fsync,
+        origin: `planted by powerinfer synth (gate rank ${o.gateRank}, margin ${PREDICTOR_MARGIN} noise deviations; quantization noise ${(100 * share).toFixed(1)}% of the pre-activation's deviation); not trained`,
+      });
+    }
+  }
   return result;
 }
 
@@ -521,6 +561,19 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
 // Frequencies: the neuron of rank r fires with probability c (r+1)^-alpha, clamped to
 // [FIRING_FLOOR, FIRING_CAP], c chosen so the mean is 1 - sparsity; ranks are dealt to neuron
 // indices by a seeded shuffle per layer, so hot neurons are scattered across the matrix.
+//
+// Predictable firing (gateRank r). Plain random gate rows make the firing set a function of
+// the whole residual: a predictor would need the gate itself. In trained ReLU models the gate's
+// input lives near a low-dimensional subspace, which is why PowerInfer's small predictors work.
+// Here the equivalent is built into the gate: row i (elements 32..) is a_i . B, B a random
+// r x dim basis per layer and a_i random coefficients, then quantized as any tensor (element 0
+// still takes the planted bias, so the frequencies hold). The pre-activation is then
+// bias_i + a_i . B x + e_i . x, where e_i is the quantization's noise, and the predictor
+// fc1 = [B; -B; e0] (times the norm weights), fc2 row i = [a_i, -a_i, bias_i + delta_i]
+// computes the first two terms exactly (relu(u) - relu(-u) = u; e0 reads the constant C). Its
+// misses are the neurons whose noise term outweighs the margin delta_i = PREDICTOR_MARGIN times
+// the noise's deviation: a fraction of a percent of the firing ones; its false alarms cost
+// only the read of a bundle whose gate then computes to zero.
 
 export const SPARSITY_MIN = 0.1;
 export const SPARSITY_MAX = 0.99;
@@ -532,6 +585,9 @@ export const SPARSITY_ALPHA_DEFAULT = 1;
 export const FIRING_CAP = 0.95;
 /** Keeps the biases bounded (|z| < 3.8) when alpha is large. */
 export const FIRING_FLOOR = 1e-4;
+export const GATE_RANK_MAX = 1024;
+/** The planted predictor's margin, in deviations of a neuron's quantization noise. */
+export const PREDICTOR_MARGIN = 3;
 
 /**
  * Residual dimension 0 is the constant; 1..RESERVED-1, the rest of its quant block, stay zero, so
@@ -937,6 +993,7 @@ class SparsityPlanter {
     private readonly seed: number,
     private readonly sparsity: number,
     private readonly alpha: number,
+    private readonly rank = 0,
   ) {
     const d = (this.d = spec.dim);
     this.ffn = spec.ffn;
@@ -961,6 +1018,84 @@ class SparsityPlanter {
     this.zu = new Float64Array(f);
     this.eh = new Float64Array(f);
     this.addMean = new Float64Array(d);
+    if (rank > 0) {
+      this.rowF = new Float32Array(d);
+      this.rowQ = new Float32Array(d);
+      this.coefWords = new Uint32Array(rank);
+    }
+  }
+
+  // Predictable firing (rank > 0): the layer's basis, and the predictor being filled in.
+  readonly predictors: PlantedPredictor[] = [];
+  private basis = new Float32Array(0);
+  private rowF = new Float32Array(0);
+  private rowQ = new Float32Array(0);
+  private coefWords = new Uint32Array(0);
+  private current: PlantedPredictor | undefined;
+
+  /** A layer's gate basis (rank x dim) and its predictor's fc1 (zero where the residual is). */
+  private startPredictor(layer: number, std: number): void {
+    const { d, rank } = this;
+    const words = new Uint32Array(rank * d);
+    fillRandom(new SynthStream(this.seed, `blk.${layer}.ffn_gate.basis`), words, words.length);
+    // uniform values with deviation std / sqrt(rank): a row a . B, a of unit deviation, then
+    // has the deviation an ordinary row has
+    const a = (std / Math.sqrt(rank)) * Math.sqrt(3);
+    const B = (this.basis = new Float32Array(rank * d));
+    // (the reserved columns meet zeros in the residual; they are drawn anyway so that block 0
+    // has an ordinary scale for the bias to be planted into)
+    for (let i = 0; i < rank * d; i++) B[i] = unitUniform(words[i]) * a;
+    const w = this.ffnNorm;
+    if (!(w[0] > 0)) throw new Error(`synthetic model: ffn_norm weight 0 of layer ${layer} is ${w[0]}; the planted predictor needs it positive (this is a bug in the generator)`);
+    const hidden = 2 * rank + 1;
+    const fc1 = new Float32Array(hidden * d);
+    for (let k = 0; k < rank; k++) {
+      for (let j = RESERVED; j < d; j++) {
+        const v = B[k * d + j] * w[j];
+        fc1[k * d + j] = v;
+        fc1[(rank + k) * d + j] = -v;
+      }
+    }
+    fc1[2 * rank * d] = w[0]; // reads the constant: relu(w0 C) = w0 C
+    this.current = { hidden, nIn: d, nOut: this.ffn, fc1, fc2: new Float32Array(this.ffn * hidden), threshold: 0, noiseShare: 0 };
+    this.predictors.push(this.current);
+  }
+
+  /** Gate row i of a predictable layer: a_i . B in the file's type, a_i recorded in fc2. */
+  private lowRankRow(b: Uint8Array, off: number, rowBytes: number, i: number, stream: SynthStream): void {
+    const { d, rank, rowF, basis: B } = this;
+    const p = this.current!;
+    const h = p.hidden;
+    fillRandom(stream, this.coefWords, rank);
+    rowF.fill(0);
+    for (let k = 0; k < rank; k++) {
+      const ak = unitUniform(this.coefWords[k]) * Math.sqrt(3);
+      p.fc2[i * h + k] = ak;
+      p.fc2[i * h + rank + k] = -ak;
+      const o = k * d;
+      for (let j = 0; j < d; j++) rowF[j] += ak * B[o + j];
+    }
+    quantizeRow(this.type, rowF, b.subarray(off, off + rowBytes));
+  }
+
+  /**
+   * After row i's bias is planted: the predictor's constant term, the bias plus the margin over
+   * the row's quantization noise (what the predictor cannot see). sigma: the deviation of the
+   * rest of the pre-activation (raw residual units).
+   */
+  private finishPredictorRow(b: Uint8Array, off: number, rowBytes: number, i: number, sigma: number): void {
+    const { d, rank, rowF, rowQ, omega } = this;
+    const p = this.current!;
+    dequantizeRow(this.type, b.subarray(off, off + rowBytes), d, rowQ);
+    let noise = 0;
+    for (let j = RESERVED; j < d; j++) {
+      const e = rowQ[j] - rowF[j];
+      noise += e * e * omega[j];
+    }
+    noise = Math.sqrt(noise);
+    const wc = this.ffnNorm[0] * this.C;
+    p.fc2[i * p.hidden + 2 * rank] = rowQ[0] + (PREDICTOR_MARGIN * noise) / wc;
+    if (sigma > 0) p.noiseShare += noise / sigma / this.ffn;
   }
 
   /** The constant as the file will hold it (what dequantization gives back). */
@@ -1023,6 +1158,7 @@ class SparsityPlanter {
           this.omega[j] = w[j] * w[j] * this.v[j];
           this.nu[j] = w[j] * this.m[j];
         }
+        if (this.rank > 0) this.startPredictor(r.layer, r.std);
         const p = plannedFiring(this.seed, r.layer, this.ffn, this.sparsity, this.alpha);
         this.zGate = new Float64Array(this.ffn);
         this.zUp = new Float64Array(this.ffn);
@@ -1077,7 +1213,9 @@ class SparsityPlanter {
   /** The row generator for a tensor of the sparse model. */
   filler(r: TensorRecipe, stream: SynthStream): RowFiller {
     const std = this.begin(r);
-    const base = rowFiller(std === r.std ? r : { ...r, std }, stream);
+    // a predictable gate draws each row from the layer's basis instead (in `each`, below)
+    const lowRank = r.kind === "ffn_gate" && this.rank > 0;
+    const base: RowFiller = lowRank ? () => {} : rowFiller(std === r.std ? r : { ...r, std }, stream);
     const rowLen = r.dims[0];
     const tr = typeTraits(r.type)!;
     const rowBytes = (rowLen / tr.blockSize) * tr.typeSize;
@@ -1128,9 +1266,11 @@ class SparsityPlanter {
         break;
       case "ffn_gate":
         each = (b, off, i) => {
+          if (lowRank) this.lowRankRow(b, off, rowBytes, i, stream);
           const [sigma, z] = this.plantElement0(b, off, rowLen, this.zGate[i], this.omega, this.nu, wcF);
           this.sg[i] = sigma;
           this.zg[i] = z;
+          if (lowRank) this.finishPredictorRow(b, off, rowBytes, i, sigma);
         };
         break;
       case "ffn_up":
@@ -1218,6 +1358,11 @@ class SparsityPlanter {
     const mu = muR + ds * M0;
     return [sigma, sigma > 0 ? (L0 * ds * wc + mu) / sigma : 0];
   }
+}
+
+/** 32 random bits -> uniform on (-1, 1). */
+function unitUniform(word: number): number {
+  return ((word >>> 8) + 0.5) / 8388608 - 1;
 }
 
 const quantileCache = new Map<number, number>();
