@@ -6,6 +6,7 @@
  *   npm run bench:offload
  *   npm run bench:offload -- --limits 2.25,3.75 --threads 1 --reps 2 -n 16
  *   npm run bench:offload -- --skip compare,io            # only the ablation
+ *   npm run bench:offload -- --shape mistral-7b --gate-rank 64 --limits 1.5,3 # predictor mode
  *
  * Model (--shape 7b, the default): a Llama-2-7B-shape ReLU synthetic with planted activation sparsity 0.9, Q4_1
  * (llama.cpp copies Q4_0 weights into anonymous memory at load, so under a limit it is killed,
@@ -15,6 +16,10 @@
  * a stand-in for a measured activation profile). --shape mistral-7b uses the shape of the paper's
  * TurboSparse-Mistral-7B instead (grouped-query attention: the part that stays in memory is small
  * enough for a 1.5 GiB limit), files named m7b-*.
+ *
+ * --gate-rank R makes the model predictable (`synth --gate-rank`: gate rows from a rank-R basis,
+ * files named *-rR-*), puts the predictors synth planted into the stores, and runs ours with
+ * --sparsity predictor; a last section compares its text with the exact gate mode's.
  *
  * Ours: `powerinfer run -m store.pi --memory-budget LIMIT` (gate sparsity, exact). llama.cpp:
  * node-llama-cpp 3.21.1 (installed by `npm run bench` into bench/.peer), mmap of the GGUF. Each
@@ -69,6 +74,8 @@ interface Options {
   ablationThreads: number[];
   skip: Set<string>;
   timeoutS: number;
+  /** predictable model (synth --gate-rank): ours runs --sparsity predictor with the planted predictors */
+  gateRank?: number;
 }
 
 function parseOptions(argv: string[]): Options {
@@ -112,9 +119,10 @@ function parseOptions(argv: string[]): Options {
     else if (a === "--ablation-threads") o.ablationThreads = nums(v());
     else if (a === "--skip") for (const s of v().split(",")) o.skip.add(s);
     else if (a === "--timeout") o.timeoutS = nums(v())[0];
+    else if (a === "--gate-rank") o.gateRank = nums(v())[0];
     else throw new Error(`unknown option ${a} (see the comment at the top of bench/offload.ts)`);
   }
-  for (const s of o.skip) if (!["compare", "ablation", "io"].includes(s)) throw new Error(`--skip takes compare, ablation, io; got "${s}"`);
+  for (const s of o.skip) if (!["compare", "ablation", "io", "quality"].includes(s)) throw new Error(`--skip takes compare, ablation, io, quality; got "${s}"`);
   return o;
 }
 
@@ -134,15 +142,17 @@ interface Models {
 }
 
 /** The GGUF, its store in index order and its store ordered hot-first: made once. */
-function ensureModels(shape: Options["shape"], type: string): Models {
+function ensureModels(shape: Options["shape"], type: string, gateRank: number | undefined): Models {
   mkdirSync(MODELS_DIR, { recursive: true });
   const prefix = shape === "7b" ? "7b" : "m7b";
-  const base = join(MODELS_DIR, `${prefix}-relu90-${type}`);
+  const base = join(MODELS_DIR, `${prefix}-relu90-${gateRank ? `r${gateRank}-` : ""}${type}`);
   const m: Models = { gguf: `${base}.gguf`, store: `${base}.pi`, hotStore: `${base}.hot.pi` };
-  if (!existsSync(m.gguf)) {
-    sh([process.execPath, BIN, "synth", "--shape", shape, "--act", "relu", "--sparsity", String(SPARSITY), "--type", type, "--seed", String(SEED), "-o", m.gguf], "synth");
+  // a predictable model's planted predictors go into both stores (llama.cpp reads the GGUF, which has none)
+  const predictors = gateRank ? ["--predictors", `${base}.predictors.gguf`] : [];
+  if (!existsSync(m.gguf) || (gateRank && !existsSync(predictors[1]))) {
+    sh([process.execPath, BIN, "synth", "--shape", shape, "--act", "relu", "--sparsity", String(SPARSITY), ...(gateRank ? ["--gate-rank", String(gateRank)] : []), "--type", type, "--seed", String(SEED), "-o", m.gguf], "synth");
   }
-  if (!existsSync(m.store)) sh([process.execPath, BIN, "convert", m.gguf, "-o", m.store], "convert");
+  if (!existsSync(m.store)) sh([process.execPath, BIN, "convert", m.gguf, "-o", m.store, ...predictors], "convert");
   if (!existsSync(m.hotStore)) {
     // The planted per-neuron firing rates as an activation profile: what profiling the model on
     // varied input would find, up to sampling noise. Only the order on flash depends on it.
@@ -150,7 +160,7 @@ function ensureModels(shape: Options["shape"], type: string): Models {
     const profile = join(MODELS_DIR, `${prefix}-relu90-planted-profile.json`);
     const layers = Array.from({ length: spec.layers }, (_, l) => ({ frequency: Array.from(plannedFiring(SEED, l, spec.ffn, SPARSITY), (x) => Number(x.toPrecision(6))) }));
     writeFileSync(profile, JSON.stringify({ layers }));
-    sh([process.execPath, BIN, "convert", m.gguf, "-o", m.hotStore, "--profile", profile], "convert (hot-first)");
+    sh([process.execPath, BIN, "convert", m.gguf, "-o", m.hotStore, "--profile", profile, ...predictors], "convert (hot-first)");
   }
   return m;
 }
@@ -345,12 +355,13 @@ interface OursConfig {
   limit: number;
   threads: number;
   n: number;
+  sparsity: "gate" | "predictor";
   extra?: string[];
 }
 
 function runOurs(cg: CgroupSupport | undefined, c: OursConfig, timeoutS: number): RunResult {
   const cmd = [
-    process.execPath, BIN, "run", "-m", c.store, "--memory-budget", `${Math.round(c.limit / MiB)}MiB`, "--sparsity", "gate",
+    process.execPath, BIN, "run", "-m", c.store, "--memory-budget", `${Math.round(c.limit / MiB)}MiB`, "--sparsity", c.sparsity,
     "-p", PROMPT, "-n", String(c.n), "--temp", "0", "--ignore-eos", "-t", String(c.threads), "-c", String(CONTEXT),
     "--io-queue-depth", String(QUEUE_DEPTH), ...(c.extra ?? []),
   ];
@@ -463,7 +474,8 @@ function oursDetail(rs: RunResult[]): { hit: string; wait: string; mbs: string; 
 async function main(): Promise<void> {
   const o = parseOptions(process.argv.slice(2));
   const started = new Date();
-  const models = ensureModels(o.shape, o.type);
+  const models = ensureModels(o.shape, o.type, o.gateRank);
+  const sparsity = o.gateRank ? "predictor" : "gate";
   const support = cgroupSupport();
   const cg = typeof support === "string" ? undefined : support;
   if (!cg) process.stderr.write(`bench:offload: no memory cgroup (${support}): the comparison under a memory limit is skipped; the ablation runs under ours' own --memory-budget only\n`);
@@ -484,8 +496,9 @@ async function main(): Promise<void> {
   const raw: Record<string, unknown> = { started: started.toISOString(), options: { ...o, skip: [...o.skip] }, models };
 
   log(`# bench:offload, ${started.toISOString()}`);
-  log(`model: ${o.shape} shape (${SHAPE_SPECS[o.shape].like}), ReLU, planted sparsity ${SPARSITY}, ${o.type.toUpperCase()}, seed ${SEED}: GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}`);
-  log(`prompt ${PROMPT.length} chars, ${o.n} generated tokens, greedy, context ${CONTEXT} for both engines; ours: --sparsity gate --io-queue-depth ${QUEUE_DEPTH}; medians of ${o.reps} interleaved runs`);
+  const predictable = o.gateRank ? `, gate rank ${o.gateRank} (planted predictors, not trained: docs/benchmarks.md)` : "";
+  log(`model: ${o.shape} shape (${SHAPE_SPECS[o.shape].like}), ReLU, planted sparsity ${SPARSITY}${predictable}, ${o.type.toUpperCase()}, seed ${SEED}: GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}`);
+  log(`prompt ${PROMPT.length} chars, ${o.n} generated tokens, greedy, context ${CONTEXT} for both engines; ours: --sparsity ${sparsity} --io-queue-depth ${QUEUE_DEPTH}; medians of ${o.reps} interleaved runs`);
 
   // 1. Ours vs llama.cpp under the same limits.
   if (!o.skip.has("compare") && cg) {
@@ -499,7 +512,7 @@ async function main(): Promise<void> {
           const limit = limitG * GiB;
           // a limit ours refused once is refused every time: no need to ask again
           if (!(cell.ours.length && cell.ours.every((r) => r.failure?.startsWith("does not fit")))) {
-            const r = runOurs(cg, { store: models.store, limit, threads, n: o.n }, o.timeoutS);
+            const r = runOurs(cg, { store: models.store, limit, threads, n: o.n, sparsity }, o.timeoutS);
             cell.ours.push(r);
             noteText(`compare ${key}`, r);
             process.stderr.write(`  ours  ${gib(limit)} t${threads}: ${r.ok ? `${r.prefill} / ${r.decode} tok/s, hit ${r.hitRatePct}%, read ${r.readMB} MB, wait ${r.ioWaitS} s, peak RSS ${r.peakRssMiB} MiB` : r.failure} (load ${r.load.toFixed(1)})\n`);
@@ -562,7 +575,7 @@ async function main(): Promise<void> {
       for (const threads of o.ablationThreads) {
         for (const c of configs) {
           const key = `${c.name}/${threads}`;
-          const r = runOurs(cg, { store: c.store, limit, threads, n: o.n, extra: c.extra }, o.timeoutS);
+          const r = runOurs(cg, { store: c.store, limit, threads, n: o.n, sparsity, extra: c.extra }, o.timeoutS);
           (res.get(key) ?? res.set(key, []).get(key)!).push(r);
           noteText(`ablation ${key}`, r);
           process.stderr.write(`  ${c.name.slice(0, 30)} t${threads}: ${r.ok ? `${r.prefill} / ${r.decode} tok/s, hit ${r.hitRatePct}%, read ${r.readMB} MB, wait ${r.ioWaitS} s` : r.failure}\n`);
@@ -622,6 +635,26 @@ async function main(): Promise<void> {
     if (all.length) {
       const whileWaiting = median(all.map((r) => r.readMB! / r.ioWaitS!));
       log(`Median over ours' runs with reads: ${whileWaiting.toFixed(0)} MB/s while waiting for reads (bytes read / I/O wait time; an upper bound, since reads also land while the hits compute).`);
+    }
+  }
+
+  // Predictor mode skips the neurons the predictor rejects: its text against the exact gate mode's,
+  // same store, limit and threads.
+  if (o.gateRank && !o.skip.has("quality")) {
+    const limit = o.ablationLimit * GiB;
+    const threads = o.ablationThreads[0];
+    const exact = runOurs(cg, { store: models.store, limit, threads, n: o.n, sparsity: "gate" }, o.timeoutS);
+    const pred = runOurs(cg, { store: models.store, limit, threads, n: o.n, sparsity: "predictor" }, o.timeoutS);
+    raw.quality = { exact, pred };
+    log("");
+    log(`## Predictor mode against the exact gate mode (${gib(limit)}, ${threads} thread${threads > 1 ? "s" : ""}, ${o.n} tokens)`);
+    log("");
+    if (!exact.ok || !pred.ok) log(`- not compared: gate ${exact.ok ? "ok" : exact.failure}, predictor ${pred.ok ? "ok" : pred.failure}`);
+    else {
+      const same = exact.text === pred.text;
+      log(`- gate (exact): ${exact.decode} tok/s decode, ${exact.computedPct}% of neurons computed, ${(exact.readMB! / (exact.promptTokens! + exact.decodeTokens!)).toFixed(1)} MB read per token`);
+      log(`- predictor: ${pred.decode} tok/s decode, ${pred.computedPct}% of neurons computed, ${(pred.readMB! / (pred.promptTokens! + pred.decodeTokens!)).toFixed(1)} MB read per token`);
+      log(`- greedy text ${same ? "identical" : `differs after ${commonPrefix([exact.text!, pred.text!])} characters`}: ${JSON.stringify(pred.text!.trim().slice(0, 120))}`);
     }
   }
 
