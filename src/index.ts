@@ -65,6 +65,10 @@ export class Model {
   offloadStats(): OffloadStats | undefined {
     return this.llama.offloaded?.snapshot();
   }
+  /** how a neuron store's FFN picks its neurons ("dense", "gate" or "predictor"); undefined for a model in memory */
+  get offloadMode(): string | undefined {
+    return this.llama.offloaded?.mode;
+  }
   /** bytes of wasm memory in use (weights, KV cache, buffers) */
   get residentBytes(): number {
     return this.llama.residentBytes;

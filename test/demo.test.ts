@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { CLI, tempDir } from "./helpers.js";
 
 const cacheHome = tempDir("powerinfer-demo-");
-const store = join(cacheHome, "powerinfer-ts", "demo-v2-tiny-relu0.9-q4_1-seed1.pi");
+const store = join(cacheHome, "powerinfer-ts", "demo-v3-tiny-relu0.9-q4_1-seed1.pi");
 const keepDir = tempDir("powerinfer-demo-keep-");
 after(() => {
   rmSync(cacheHome, { recursive: true, force: true });
@@ -42,22 +42,23 @@ test("demo: makes the model once, runs it under the budget and reports speed, ca
   assert.match(first.stderr, /convert: .* in [\d.]+ s/);
   assert.ok(existsSync(store), "the store is in $XDG_CACHE_HOME/powerinfer-ts");
   // Only the store stays in the cache: the intermediate GGUF is deleted.
-  assert.deepEqual(readdirSync(join(cacheHome, "powerinfer-ts")), ["demo-v2-tiny-relu0.9-q4_1-seed1.pi"]);
+  assert.deepEqual(readdirSync(join(cacheHome, "powerinfer-ts")), ["demo-v3-tiny-relu0.9-q4_1-seed1.pi"]);
 
   const out = first.stdout;
   assert.match(line(out, "model"), /synthetic tiny model \(4 layers, dim 256, ffn 768, ReLU, Q4_1\): [\d.]+ MB of weights, [\d.]+ MB as a store on flash/);
   assert.match(line(out, "budget"), /^[\d.]+ MiB \(default\): /);
   assert.match(line(out, "speed"), /^prefill [\d.]+ tok\/s \(\d+ tokens\), decode [\d.]+ tok\/s \(8 tokens\), 1 thread\(s\)$/);
   const ffn = line(out, "ffn");
-  const fired = Number(/^([\d.]+)% of neurons fired/.exec(ffn)?.[1]);
-  // planted sparsity 0.9: about a tenth fire (what ran is what the weights fired)
-  assert.ok(fired > 3 && fired < 25, ffn);
+  const computed = Number(/^([\d.]+)% of neurons computed \(those the predictor picked; hot clusters it picked nearly whole, whole\)/.exec(ffn)?.[1]);
+  // planted sparsity 0.9: about a tenth fire, and the planted predictor picks a few more (the
+  // hot clusters it picks nearly whole are computed whole)
+  assert.ok(computed > 3 && computed < 30, ffn);
   assert.match(ffn, /neuron cache hit rate [\d.]+% \(hot \d+, cold \d+, misses \d+\)/);
   assert.match(line(out, "flash"), /^read [\d.]+ MB at [\d.]+ MB\/s; waiting for reads \d+% of the time/);
   const mem = /^peak resident ([\d.]+) MiB of the ([\d.]+) MiB budget/.exec(line(out, "memory"));
   assert.ok(mem, line(out, "memory"));
   assert.ok(Number(mem[1]) <= Number(mem[2]) * 1.05, `peak ${mem[1]} MiB over the ${mem[2]} MiB budget`);
-  assert.match(line(out, "note"), /weights are synthetic.*meaningless/);
+  assert.match(line(out, "note"), /weights are synthetic.*meaningless.*predictors were planted by the generator, not trained/);
   assert.match(line(out, "files"), /^made /);
   assert.ok(line(out, "text").length > 0, "some text was generated");
 
@@ -82,11 +83,11 @@ test("demo: a damaged cached store is made again", () => {
   assert.match(line(r.stdout, "files"), /^made /);
 });
 
-test("demo --keep DIR keeps the GGUF and the store there", () => {
+test("demo --keep DIR keeps the GGUF, its predictors and the store there", () => {
   const dir = keepDir;
   const r = demo("--keep", dir);
   assert.equal(r.code, 0, r.stderr);
-  assert.deepEqual(readdirSync(dir).sort(), ["demo-v2-tiny-relu0.9-q4_1-seed1.gguf", "demo-v2-tiny-relu0.9-q4_1-seed1.pi"]);
+  assert.deepEqual(readdirSync(dir).sort(), ["demo-v3-tiny-relu0.9-q4_1-seed1.gguf", "demo-v3-tiny-relu0.9-q4_1-seed1.pi", "demo-v3-tiny-relu0.9-q4_1-seed1.predictors.gguf"]);
   const again = demo("--keep", dir);
   assert.equal(again.code, 0, again.stderr);
   assert.match(again.stderr, /using the cached demo model/);

@@ -2,9 +2,11 @@
  * `powerinfer demo`: a model larger than its memory budget, with no model at hand.
  *
  * 1. Synthesizes, once, a sparse ReLU model of random weights (planted activation sparsity that
- *    emerges from the weights, src/offline/synth.ts) and converts it to a .pi neuron store, cached
+ *    emerges from the weights, made predictable from a low-rank view of the input as on trained
+ *    ReLU models: src/offline/synth.ts, "Predictable firing") with the activation predictors the
+ *    construction implies, and converts both to a .pi neuron store, cached
  *    under $XDG_CACHE_HOME/powerinfer-ts (or ~/.cache/powerinfer-ts); the intermediate GGUF is
- *    deleted unless --keep DIR asks for both files in DIR.
+ *    and predictor files are deleted unless --keep DIR asks for all files in DIR.
  * 2. Runs it under a memory budget smaller than the model, in a child process: the budget is
  *    measured against the process's resident memory, and the parent has just held synthesis and
  *    conversion buffers, so a fresh process is what a user's `powerinfer run` would see (and its
@@ -31,7 +33,7 @@ import { weightKernel } from "../runtime/weights.js";
 import { gateStagingBytes } from "../model/offloaded-ffn.js";
 
 /** Bumped when the demo model's recipe changes, so an old cached store is not reused for it. */
-const RECIPE_VERSION = 2;
+const RECIPE_VERSION = 3;
 const SPARSITY = 0.9;
 const TYPE: SynthType = "q4_1";
 const SEED = 1;
@@ -39,10 +41,10 @@ const SEED = 1;
 const CONTEXT = 256;
 
 /**
- * The default demo shape: FFN-heavy (ffn = 8 x dim, grouped-query attention) because in `gate`
- * mode the attention weights stay in memory while the FFN streams from flash (gate rows every
- * token, Up and Down for the neurons that fire); the more of the model is FFN, the further under
- * the model's size the budget can go. dim 2048 makes a Q4_1 bundle (3 x 1280 bytes) fill one 4 KiB page with
+ * The default demo shape: FFN-heavy (ffn = 8 x dim, grouped-query attention) because the
+ * attention weights stay in memory while the FFN lives on flash (the predictor picks the neurons,
+ * their bundles are read unless cached); the more of the model is FFN, the further under the
+ * model's size the budget can go. dim 2048 makes a Q4_1 bundle (3 x 1280 bytes) fill one 4 KiB page with
  * 6% padding. About 840 MB: synthesis and conversion take well under a minute on two cores.
  */
 const DEMO_SPEC: Partial<SynthShapeSpec> = {
@@ -57,13 +59,16 @@ const DEMO_SPEC: Partial<SynthShapeSpec> = {
 };
 
 type DemoShape = "demo" | SynthShape;
+
+/** Gate rank of the demo model (synth --gate-rank): 32 at dim 2048 (predictors of 29 MB in all), 8 for toy shapes. */
+const gateRankOf = (dim: number) => Math.max(8, Math.min(64, dim / 64));
 const SHAPES: readonly DemoShape[] = ["demo", "tiny", "1b", "7b", "13b"];
 
 /**
  * The default budget leaves this share of the neuron bundles' bytes for the cache, on top of what
  * must stay resident; the rest of Up and Down is read from flash as neurons fire.
  */
-const DEFAULT_CACHE_SHARE = 0.12;
+const DEFAULT_CACHE_SHARE = 0.09;
 /**
  * Node, the wasm runtime, the worker threads and the tokenizer: measured 68 MiB for a tiny model,
  * 100-140 MiB beyond the packed weights for bigger ones (load buffers, JS heap).
@@ -81,10 +86,10 @@ const FLAGS: FlagSpec[] = [
 ];
 
 const SUMMARY =
-  "Synthesize (once, cached) a sparse ReLU model of random weights that is larger than the memory budget, convert it to a " +
-  ".pi neuron store and generate from it under the budget: tok/s, neuron cache hit rate and flash read speed. The default " +
-  `budget holds the attention weights, the KV cache and ${DEFAULT_CACHE_SHARE * 100}% of the FFN neuron bundles; each token streams ` +
-  "the gate rows from flash in large sequential reads, then reads Up and Down only for the neurons that fire.";
+  "Synthesize (once, cached) a sparse ReLU model of random weights that is larger than the memory budget, with activation " +
+  "predictors, convert it to a .pi neuron store and generate from it under the budget: tok/s, neuron cache hit rate and flash " +
+  `read speed. The default budget holds the attention weights, the predictors, the KV cache and ${DEFAULT_CACHE_SHARE * 100}% of the FFN ` +
+  "neuron bundles; each token the predictors pick the neurons that will fire and only their bundles are read from flash.";
 
 /** What the child process reports back over IPC. */
 interface ChildResult {
@@ -102,6 +107,7 @@ interface ChildResult {
   ioWaitMs: number;
   peakRss: number;
   threads: number;
+  sparsity: string;
 }
 
 interface ChildJob {
@@ -140,7 +146,8 @@ function usableStore(path: string): boolean {
 
 async function makeStore(shape: DemoShape, dir: string, storePath: string, ggufPath: string, keepGguf: boolean, signal: AbortSignal): Promise<void> {
   const { synthShape, overrides, spec } = specOf(shape);
-  const synthOpts = { shape: synthShape, overrides, act: "relu" as const, type: TYPE, seed: SEED, sparsity: SPARSITY };
+  const synthOpts = { shape: synthShape, overrides, act: "relu" as const, type: TYPE, seed: SEED, sparsity: SPARSITY, gateRank: gateRankOf(spec.dim) };
+  const predictorsPath = ggufPath.replace(/\.gguf$/, ".predictors.gguf");
   const ggufBytes = synthFileSize(synthOpts);
   // The GGUF and the store exist side by side for a moment; say so before filling the disk.
   const need = 2.2 * ggufBytes;
@@ -153,14 +160,17 @@ async function makeStore(shape: DemoShape, dir: string, storePath: string, ggufP
   }
   process.stderr.write(`demo: making the demo model once (${mb(ggufBytes)}, ${spec.layers} layers, dim ${spec.dim}, ffn ${spec.ffn}); later runs reuse ${storePath}\n`);
 
-  if (!existsSync(ggufPath)) {
+  let predictors = predictorsPath;
+  if (!existsSync(ggufPath) || !existsSync(predictorsPath)) {
     const tmp = keepGguf ? ggufPath : `${ggufPath}.${process.pid}`;
+    predictors = keepGguf ? predictorsPath : `${predictorsPath}.${process.pid}`;
     const bar = new ProgressBar({ label: "synthesize", total: ggufBytes, unit: "bytes" });
     try {
-      await synthesize({ ...synthOpts, out: tmp, signal, fsync: false, onProgress: (p) => bar.update(p.bytesWritten) });
+      await synthesize({ ...synthOpts, out: tmp, predictorsOut: predictors, signal, fsync: false, onProgress: (p) => bar.update(p.bytesWritten) });
       bar.finish();
     } catch (e) {
       bar.abandon();
+      if (!keepGguf) rmSync(predictors, { force: true });
       throw e;
     }
     ggufPath = tmp;
@@ -176,6 +186,7 @@ async function makeStore(shape: DemoShape, dir: string, storePath: string, ggufP
       input: ggufPath,
       output: storePath,
       profile,
+      predictors,
       signal,
       onProgress: (p) => {
         bar.setTotal(p.bytesTotal);
@@ -187,17 +198,20 @@ async function makeStore(shape: DemoShape, dir: string, storePath: string, ggufP
     bar.abandon();
     throw e;
   } finally {
-    if (!keepGguf) rmSync(ggufPath, { force: true });
+    if (!keepGguf) {
+      rmSync(ggufPath, { force: true });
+      rmSync(predictors, { force: true });
+    }
   }
 }
 
 /**
- * Default budget for `store`: what stays resident in `gate` mode with the gate rows streamed from
- * the store's gate-row copy each token (not resident: that is what lets the budget sit a few
- * times under the model's size) plus `cacheShare` of the neuron bundles for the cache.
- * An estimate of what the engine will measure at load: the fixed weights in the kernels' packed
- * layouts (a little larger than in the file), the gate staging area, the KV cache, the sparse
- * kernels' scratch and the runtime itself.
+ * Default budget for `store`: what stays resident (in predictor mode no gate row stays in memory:
+ * that is what lets the budget sit a few times under the model's size; without predictors the
+ * gate rows are streamed through a staging area) plus `cacheShare` of the neuron bundles for the
+ * cache. An estimate of what the engine will measure at load: the fixed weights (predictors
+ * included) in the kernels' packed layouts (a little larger than in the file), the KV cache, the
+ * sparse kernels' scratch and the runtime itself.
  */
 export function defaultBudget(storePath: string, cacheShare = DEFAULT_CACHE_SHARE): number {
   const store = NeuronStore.open(storePath);
@@ -216,7 +230,8 @@ export function defaultBudget(storePath: string, cacheShare = DEFAULT_CACHE_SHAR
     const scratch = 8 * nFF * 4 + 64 * dim * 4 + (4 << 20);
     const bundles = nLayer * nFF * ffn.bundleBytes;
     // The engine keeps 3% of the budget free for what it cannot count.
-    const staging = gateStagingBytes(Math.ceil(ffn.rowBytes / 4096) * 4096, nFF);
+    const predictors = store.tensors.has("blk.0.fc1.weight");
+    const staging = predictors ? 0 : gateStagingBytes(Math.ceil(ffn.rowBytes / 4096) * 4096, nFF);
     const bytes = (fixed * packing + staging + kv + scratch + RUNTIME_ALLOWANCE + cacheShare * bundles) / 0.97;
     return Math.ceil(bytes / (16 * 2 ** 20)) * 16 * 2 ** 20;
   } finally {
@@ -256,6 +271,7 @@ async function child(job: ChildJob): Promise<number> {
       ioWaitMs: off.ioWaitMs,
       peakRss: peakResidentBytes(),
       threads: model.threads,
+      sparsity: model.offloadMode ?? "dense",
     };
     await new Promise<void>((res, rej) => process.send!(result, undefined, {}, (e) => (e ? rej(e) : res())));
   } finally {
@@ -347,15 +363,17 @@ export async function main(argv: string[]): Promise<number> {
   out.write(
     [
       `speed:   prefill ${r.prefillTokensPerSecond.toFixed(2)} tok/s (${r.promptTokens} tokens), decode ${r.decodeTokensPerSecond.toFixed(2)} tok/s (${r.generatedTokens} tokens), ${r.threads} thread(s)`,
-      `ffn:     ${((100 * r.neuronsComputed) / Math.max(1, r.neuronsTotal)).toFixed(1)}% of neurons fired and were computed; ` +
+      `ffn:     ${((100 * r.neuronsComputed) / Math.max(1, r.neuronsTotal)).toFixed(1)}% of neurons computed (${r.sparsity === "predictor" ? "those the predictor picked; hot clusters it picked nearly whole, whole" : "those that fired"}); ` +
         `neuron cache hit rate ${((100 * hits) / Math.max(1, lookups)).toFixed(1)}% (hot ${r.hotHits}, cold ${r.coldHits}, misses ${r.misses})`,
       `flash:   read ${mb(r.bytesRead)} at ${(r.bytesRead / MB / r.seconds).toFixed(1)} MB/s; waiting for reads ${((100 * r.ioWaitMs) / 1000 / r.seconds).toFixed(0)}% of the time` +
         // Reads beyond the misses' bundles are gate rows: the budget does not hold them.
-        (r.bytesRead > r.misses * bundleBytes ? `; ${mb(r.bytesRead - r.misses * bundleBytes)} of it gate rows (not resident under this budget: streamed each token)` : ""),
+        (r.bytesRead > r.misses * bundleBytes
+          ? `; ${mb(r.bytesRead - r.misses * bundleBytes)} of it gate rows (${r.sparsity === "predictor" ? "streamed once for the prompt's batch" : "not resident under this budget: streamed each token"})`
+          : ""),
       `memory:  peak resident ${formatBytes(r.peakRss)} of the ${formatBytes(budget)} budget (model ${mb(sourceBytes)})`,
       "note:    the weights are synthetic: random numbers with planted activation sparsity (90% of FFN neurons at zero), " +
-        "so the text above is meaningless. Neurons are stored hot-first by the firing rates the generator planted, " +
-        "standing in for a measured activation profile; what runs is only what the weights really fire.",
+        "so the text above is meaningless. The predictors were planted by the generator, not trained; neurons are stored " +
+        "hot-first by the firing rates it planted, standing in for a measured activation profile.",
       `files:   ${cached ? "reused" : "made"} ${storePath}${keep ? ` (and ${ggufPath})` : ""}; run it yourself: powerinfer run -m ${storePath} --memory-budget ${formatBytes(budget).replace(" ", "")} -p "..."`,
     ].join("\n") + "\n",
   );

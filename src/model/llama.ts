@@ -197,8 +197,12 @@ export class LlamaModel {
       const weightBytes = [...file.tensors.values()].reduce((a, t) => (store && t.name === "token_embd.weight" ? a : a + t.bytes), 0);
       // What the weights will take in wasm memory once packed (the embedding table stays in JS
       // unless it doubles as the output matrix), plus ~64 MiB of buffers: the KV cache gets the rest.
+      const hasPredictors = [...Array(cfg.nLayer).keys()].every((l) => file.tensors.has(`blk.${l}.fc1.weight`) && file.tensors.has(`blk.${l}.fc2.weight`));
+      const sparsity = opts.offload?.sparsity ?? (hasPredictors ? "predictor" : "gate");
+      const usePredictors = store !== undefined && sparsity === "predictor";
       const packedBytes = [...file.tensors.values()].reduce((a, t) => {
         if (t.name === "token_embd.weight" && file.tensors.has("output.weight")) return a;
+        if (!usePredictors && /^blk\.\d+\.fc[12]\.weight$/.test(t.name)) return a; // loaded only for predictor sparsity
         return a + (t.dims.length === 2 && hasWeightKernel(t.type) ? weightKernel(t.type).packedBytes(t.dims[1], t.dims[0]) : t.elements * 4);
       }, 0);
       const room = 4 * 2 ** 30 - (1 << 20) - packedBytes - 64 * 2 ** 20;
@@ -213,7 +217,7 @@ export class LlamaModel {
       if (store && opts.memoryBudget !== undefined) {
         const kv = 2 * cfg.nLayer * contextSize * cfg.nHeadKV * cfg.headDim * 4;
         const bufferBytes = 4 * (batchSize * (4 * cfg.nEmbd + 2 * cfg.nHead * cfg.headDim + 3 * cfg.nFF) + cfg.nVocab + contextSize * (cfg.nHead + cfg.nRot));
-        LlamaModel.budgetSplit(store, cfg, kv, opts, process.memoryUsage.rss() + packedBytes + bufferBytes, "would");
+        LlamaModel.budgetSplit(store, cfg, kv, { ...opts, offload: { ...opts.offload, sparsity } }, process.memoryUsage.rss() + packedBytes + bufferBytes, "would");
       }
       const loader = new WeightLoader(file, arena, pool, opts.onProgress && ((b) => opts.onProgress!(b, weightBytes)));
       const { nEmbd, nFF, nHead, nHeadKV, headDim, nVocab } = cfg;
@@ -224,12 +228,9 @@ export class LlamaModel {
       // From a store, embedding rows are read from the file as tokens come (one row per token):
       // the table (82 MB at 7B Q4_1) need not be resident under a budget.
       const embd = store ? { info: loader.check("token_embd.weight", [nEmbd, nVocab]), data: null } : loader.raw("token_embd.weight", [nEmbd, nVocab]);
-      const hasPredictors = [...Array(cfg.nLayer).keys()].every((l) => file.tensors.has(`blk.${l}.fc1.weight`) && file.tensors.has(`blk.${l}.fc2.weight`));
-      const sparsity = opts.offload?.sparsity ?? (hasPredictors ? "predictor" : "gate");
       if (store && sparsity === "predictor" && !hasPredictors) {
         throw new Error(`${path}: --sparsity predictor needs activation predictors (blk.N.fc1/fc2), and this model has none: use --sparsity gate, or train them (powerinfer train-predictors)`);
       }
-      const usePredictors = store !== undefined && sparsity === "predictor";
       for (let l = 0; usePredictors && l < cfg.nLayer; l++) {
         const hidden = file.tensor(`blk.${l}.fc1.weight`).dims[1];
         if (hidden > nFF) throw new Error(`${path}: predictor of layer ${l} has ${hidden} hidden units, more than the FFN's ${nFF}`);
@@ -314,7 +315,8 @@ export class LlamaModel {
     const minCache = Math.min(allFFN, 4 * ffn.bundleBytes);
     const base = rss + kvBytes + sparseScratch;
     let cacheBytes = Math.min(allFFN, opts.offload?.cacheBytes ?? allFFN);
-    // Predictor mode computes gates from the bundles it runs: it needs neither resident gate rows nor staging.
+    // Predictor mode computes a token's gates from the bundles it runs: no resident gate rows;
+    // the staging area stays (prompt batches stream the gate rows through it).
     const predictor = opts.offload?.sparsity === "predictor";
     let residentGates = !predictor && (opts.offload?.residentGates ?? true);
     if (opts.memoryBudget !== undefined) {
@@ -323,12 +325,12 @@ export class LlamaModel {
       // Gate rows stay resident when they fit with at least a small cache; else they are read
       // from flash in a first phase (slower, still exact).
       if (!predictor && opts.offload?.residentGates === undefined) residentGates = base + gateBytes + minCache <= room;
-      const fixed = base + (predictor ? 0 : residentGates ? gateBytes : stagingBytes);
+      const fixed = base + (residentGates ? gateBytes : stagingBytes);
       cacheBytes = Math.min(cacheBytes, room - fixed);
       if (cacheBytes < minCache) {
         throw new Error(
           `memory budget ${mib(opts.memoryBudget)} is too small for ${store.path}: the part that stays in memory ` +
-            `(runtime and weights ${would ? `${would} be ` : ""}${mib(rss)}, KV cache ${mib(kvBytes)}${predictor ? "" : residentGates ? `, gate rows ${mib(gateBytes)}` : `, gate staging ${mib(stagingBytes)}`}) needs ` +
+            `(runtime and weights ${would ? `${would} be ` : ""}${mib(rss)}, KV cache ${mib(kvBytes)}${residentGates ? `, gate rows ${mib(gateBytes)}` : `, gate staging ${mib(stagingBytes)}`}) needs ` +
             `${mib(fixed)}; at least ${mib((fixed + minCache) / 0.97)} would run (with a minimal neuron cache)`,
         );
       }

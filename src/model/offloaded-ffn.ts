@@ -78,6 +78,15 @@ export interface OffloadStats {
 const CHUNK = 2 << 20;
 /** gate pages read per round when the gate rows are not resident */
 const STAGE_NEURONS = 2048;
+/**
+ * Predictor mode, hot region: clusters of this many neurons (adjacent in the hot-first order, so
+ * of similar firing rates). A cluster of which the predictor picks at least HOT_DENSE_SHARE is
+ * computed whole in one dense run over its contiguous slots; of the others, just the picked
+ * neurons. With a power-law of firing rates the top clusters fire nearly whole and the tail of a
+ * large hot region fires a few percent: computing it all would multiply the FFN's work.
+ */
+const HOT_CLUSTER = 32;
+const HOT_DENSE_SHARE = 0.75;
 
 /** Bytes the first-phase gate reads need (staging for one round), for budgeting. */
 export function gateStagingBytes(gateReadBytes: number, nFF: number): number {
@@ -184,6 +193,8 @@ export class OffloadedFFN {
     this.streamRows = opts.streamGates === false ? 0 : Math.max(0, Math.min(this.stageNeurons, Math.floor((this.halfBytes - 2 * 4096) / ffn.rowBytes)));
     this.streamsAll = store.ffn.layers.every((_, l) => this.streams(l));
     this.cachedPos = new Int32Array(nFF);
+    this.denseRunStart = new Int32Array(Math.ceil(nFF / HOT_CLUSTER));
+    this.denseRunCount = new Int32Array(Math.ceil(nFF / HOT_CLUSTER));
 
     // The cache: what the budget leaves, in whole bundles; half of it pinned to hot neurons.
     const slots = Math.floor(opts.cacheBytes / ffn.bundleBytes);
@@ -259,9 +270,14 @@ export class OffloadedFFN {
     if (read) await read.catch(() => undefined);
   }
 
-  /** Whether runBatch applies (gate mode, with resident gate rows or gate rows to stream). */
+  /**
+   * Whether prompts run as batches through runBatch: with resident gate rows, or with gate rows
+   * to stream. In predictor mode too: across a prompt nearly every neuron fires for some token,
+   * so the batch computes its exact gates (streamed once for the batch) instead of asking the
+   * predictor token by token and reading each token's bundles separately.
+   */
   get batches(): boolean {
-    return this.mode !== "predictor" && (this.residentGates || this.streamsAll);
+    return this.residentGates || this.streamsAll;
   }
 
   /** Whether the gate rows are in memory (else streamBatchGates computes a batch's gates). */
@@ -270,9 +286,8 @@ export class OffloadedFFN {
   }
 
   /**
-   * The FFN of n tokens of layer l at once (prompt prefill), gate mode with resident gate rows:
-   * `gates` holds the n x nFF gate values (the caller ran the resident gate matrix over the
-   * batch). Every bundle that any token needs is made resident once per batch, in rounds as the
+   * The FFN of n tokens of layer l at once (prompt prefill): `gates` holds the n x nFF gate
+   * values (the caller ran the resident gate matrix over the batch, or streamBatchGates). Every bundle that any token needs is made resident once per batch, in rounds as the
    * cold region allows (the first round's reads overlap the cached neurons' compute), and each
    * token computes just its own firing neurons among them. y rows (residual) += FFN(x rows).
    */
@@ -364,26 +379,47 @@ export class OffloadedFFN {
   }
 
   /**
-   * Predictor mode: the hot region of layer l computed densely at once (gate, up and down of
-   * every hot neuron: exact for them whatever the predictor says), and the cold neurons whose
-   * predicted score exceeds the threshold filed as hits or misses. Returns the hot count.
+   * Predictor mode: the scores of layer l, and the neurons they pick filed for computing: hot
+   * clusters picked (nearly) whole as dense runs (HOT_CLUSTER), the other picked neurons as hits
+   * (resident) or misses (to read). Nothing is computed yet: that overlaps the first reads.
+   * Returns the neurons of the dense runs.
    */
   private predicted(l: number, predict: (l: number, out: number) => void): number {
     const { cache, f32 } = this;
     predict(l, this.gateOut);
     const hot = cache.hotCount[l];
-    const t = performance.now();
-    if (hot > 0) this.sparse.ffnRun(cache.address(cache.hotStart[l]), cache.slotBytes, hot, this.act);
-    this.computeMs += performance.now() - t;
-    cache.hot.hits += hot;
     const order = this.store.layer(l).order;
     const s0 = this.gateOut >>> 2;
-    for (let k = hot; k < this.nFF; k++) {
+    const thr = this.threshold;
+    let dense = 0;
+    this.denseRuns = 0;
+    for (let c0 = 0; c0 < hot; c0 += HOT_CLUSTER) {
+      const c1 = Math.min(hot, c0 + HOT_CLUSTER);
+      let picked = 0;
       // scores come in the model's neuron order; bundles are stored hot-first
-      if (f32[s0 + order[k]] > this.threshold) this.classify(l, k, 1);
+      for (let k = c0; k < c1; k++) if (f32[s0 + order[k]] > thr) picked++;
+      if (picked === 0) continue;
+      if (picked >= HOT_DENSE_SHARE * (c1 - c0)) {
+        this.denseRunStart[this.denseRuns] = c0;
+        this.denseRunCount[this.denseRuns++] = c1 - c0;
+        cache.hot.hits += picked;
+        dense += c1 - c0;
+      } else {
+        for (let k = c0; k < c1; k++) if (f32[s0 + order[k]] > thr) this.classify(l, k, 1);
+      }
     }
-    return hot;
+    for (let k = hot; k < this.nFF; k++) {
+      if (f32[s0 + order[k]] > thr) this.classify(l, k, 1);
+    }
+    this.denseLayer = l;
+    return dense;
   }
+
+  /** predictor mode: the hot clusters to compute whole this step (stored start, count) */
+  private denseRuns = 0;
+  private denseLayer = 0;
+  private readonly denseRunStart: Int32Array;
+  private readonly denseRunCount: Int32Array;
 
   /** File a firing neuron of layer l (stored position k, gate g) as a hit or a miss. */
   private classify(l: number, k: number, g: number): void {
@@ -596,6 +632,11 @@ export class OffloadedFFN {
   private computeHits(): void {
     this.hitsComputed = true;
     const t = performance.now();
+    const cache = this.cache;
+    for (let i = 0; i < this.denseRuns; i++) {
+      this.sparse.ffnRun(cache.address(cache.hotStart[this.denseLayer] + this.denseRunStart[i]), cache.slotBytes, this.denseRunCount[i], this.act);
+    }
+    this.denseRuns = 0;
     if (this.hits > 0) {
       if (this.mode === "predictor") this.sparse.ffn(this.hitList, this.hits, this.act);
       else this.sparse.upDown(this.hitList, this.hits, this.hitGates, this.act);
