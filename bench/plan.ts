@@ -57,8 +57,11 @@ function arg(name: string, fallback?: string): string | undefined {
 /** One run in this (child) process: load with the plan or the defaults, generate, report decode figures. */
 async function child(job: ChildJob): Promise<ChildResult> {
   const la0 = loadavg()[0];
-  // The CLI's defaults (LOAD_FLAGS): hot share 0.5, queue depth libuv's pool (64 as bin/powerinfer.cjs starts it), pipelined; threads: all cores.
-  let opts: LoadModelOptions = { modelPath: job.model, memoryBudget: job.budget, contextSize: job.contextSize, batchSize: 256, offload: { hotFraction: 0.5, pipeline: true } };
+  // The runtime's defaults (as `run` without flags): hot share from the store's profile (0.5 or
+  // more), queue depth libuv's pool (64 as bin/powerinfer.cjs starts it), pipelined; threads: all
+  // cores; gate sparsity (what the planner models). Nothing else set here: applyPlan lets options
+  // given explicitly win over the plan's knobs.
+  let opts: LoadModelOptions = { modelPath: job.model, memoryBudget: job.budget, contextSize: job.contextSize, batchSize: 256, offload: { sparsity: "gate" } };
   if (job.plan) opts = applyPlan({ ...opts, contextSize: undefined }, job.plan);
   const model = await loadModel(opts);
   // the cache's shape, for comparison with the plan's prediction of it (not public API)

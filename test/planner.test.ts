@@ -10,6 +10,7 @@ import { plannedFiring, synthesize } from "../src/offline/synth.js";
 import { readConfig } from "../src/model/config.js";
 import { hitProfile, predict, splitBudget, type Firing, type Hardware, type Knobs, type ModelShape } from "../src/planner/cost-model.js";
 import { batchSecondsAt, gateStreamOf, iopsAt, submitAt, machineDifference, machineFingerprint, probeCachePath, probeMachine, type IoTable } from "../src/planner/probe.js";
+import { calibrated, calibration, type CalibrationJob, type CalibrationRun } from "../src/planner/calibrate.js";
 import { applyPlan, checkPlan, defaultPlanPath, firingOf, makePlan, readPlan, shapeOfStore, sizeText, writePlan, PlanError } from "../src/planner/plan.js";
 import { CLI, tempDir } from "./helpers.js";
 
@@ -349,6 +350,42 @@ test("plan mismatches: another machine, model, budget or context is a clear erro
   assert.equal(sizeText(3.75 * 2 ** 30), "3.75GiB");
 });
 
+test("calibration: a run's compute and read waits scale every prediction by their own factors", async () => {
+  await stores();
+  const budget = 16 * MiB;
+  const plain = await makePlan({ modelPath: profiledPath, budget, probe: FAST, threads: 1, promptTokens: 8, decodeTokens: 16, contextSize: 64, runtimeBase: 0 });
+  const jobs: CalibrationJob[] = [];
+  // a stand-in run: whatever the model predicts for the defaults' steps, twice the compute and three times the waiting
+  const slow = async (job: CalibrationJob): Promise<CalibrationRun> => {
+    jobs.push(job);
+    const io = plain.defaults.breakdown.ioWait + plain.defaults.breakdown.gateReads;
+    return { knobs: job.knobs, promptTokens: job.promptTokens, steps: job.decodeTokens, secondsPerToken: 2 * (plain.defaults.secondsPerToken - io) + 3 * io, ioWaitPerToken: 3 * io, loadAverage: 1 };
+  };
+  const r = await makePlan({ modelPath: profiledPath, budget, probe: { ...FAST, reprobe: false }, threads: 1, promptTokens: 8, decodeTokens: 16, contextSize: 64, runtimeBase: 0, calibrate: slow, calibrationTokens: 4 });
+  assert.equal(jobs.length, 1);
+  assert.deepEqual(jobs[0].knobs, r.defaults.knobs, "the calibration runs the defaults");
+  assert.equal(jobs[0].decodeTokens, 4);
+  const c = r.calibration!;
+  // the stand-in measured the defaults' whole-workload figures, not those of its 4 steps, so
+  // the factors are near 2 and 3, not exactly
+  assert.ok(c.computeFactor > 1.5 && c.computeFactor < 2.5, `compute x${c.computeFactor}`);
+  assert.ok(plain.defaults.breakdown.ioWait + plain.defaults.breakdown.gateReads === 0 || (c.ioFactor > 2 && c.ioFactor < 4), `reads x${c.ioFactor}`);
+  const d = r.defaults.breakdown, d0 = plain.defaults.breakdown;
+  assert.ok(Math.abs(d.attention - c.computeFactor * d0.attention) < 1e-12);
+  assert.ok(Math.abs(d.ioWait - c.ioFactor * d0.ioWait) < 1e-12);
+  assert.ok(r.defaults.tokensPerSecond < plain.defaults.tokensPerSecond);
+  assert.ok(r.best.tokensPerSecond >= r.defaults.tokensPerSecond);
+  assert.equal(r.plan.calibration?.computeFactor, c.computeFactor);
+  // the math alone
+  const fake = { ...plain.defaults, breakdown: { attention: 1, gate: 0, gateReads: 0.5, scan: 0, ffnCompute: 1, ioWait: 0.5, output: 0 }, secondsPerToken: 3 };
+  const cal = calibration({ knobs: fake.knobs, promptTokens: 1, steps: 1, secondsPerToken: 5, ioWaitPerToken: 3, loadAverage: 0 }, fake);
+  assert.equal(cal.computeFactor, 1);
+  assert.equal(cal.ioFactor, 3);
+  assert.equal(calibrated(fake, cal).secondsPerToken, 5);
+  // a disturbed run is kept within a factor of 4
+  assert.equal(calibration({ knobs: fake.knobs, promptTokens: 1, steps: 1, secondsPerToken: 100, ioWaitPerToken: 1, loadAverage: 0 }, fake).computeFactor, 4);
+});
+
 test("powerinfer plan: writes MODEL.plan.json next to the model and prints the prediction and where the time goes", async () => {
   await stores();
   const r = spawnSync(process.execPath, [CLI, "plan", "-m", profiledPath, "--memory-budget", "512MiB", "-t", "1", "-c", "64", "--prompt-tokens", "8", "--decode-tokens", "8", "--probe-scale", "0.02"], {
@@ -357,6 +394,8 @@ test("powerinfer plan: writes MODEL.plan.json next to the model and prints the p
   });
   assert.equal(r.status, 0, r.stderr);
   assert.match(r.stdout, /predicted decode: [\d.]+ tok\/s/);
+  // the real calibration run (a child process under the budget)
+  assert.match(r.stdout, /calibration: a 8-token decode with the defaults measured [\d.]+ tok\/s .* compute scaled x[\d.]+ and its waiting for reads x[\d.]+/);
   assert.match(r.stdout, /waiting for missed bundles|up\/down of firing neurons/);
   assert.match(r.stdout, /wrote .*tiny\.hot\.pi\.plan\.json/);
   const p = readPlan(defaultPlanPath(profiledPath));

@@ -8,6 +8,8 @@ import { loadavg } from "node:os";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { defaultPlanPath, makePlan, sizeText, writePlan, type PlanPrediction } from "../planner/plan.js";
 import { defaultCacheDir, probeCachePath } from "../planner/probe.js";
+import { runCalibration, type CalibrationJob, type CalibrationRun } from "../planner/calibrate.js";
+import { LlamaModel } from "../model/llama.js";
 import { LOAD_FLAGS } from "./model-flags.js";
 
 const FLAGS: FlagSpec[] = [
@@ -22,6 +24,8 @@ const FLAGS: FlagSpec[] = [
   { names: ["--firing"], key: "firing", type: "float", help: "assume every neuron fires with this probability (default: the store's profile, else planted rates of a synthetic model, else 0.1)" },
   { names: ["--reprobe"], key: "reprobe", type: "bool", help: "measure the machine again instead of using the cached probe" },
   { names: ["--probe-scale"], key: "scale", type: "float", help: "multiply the probe's measuring time (1 = a few seconds)", default: 1 },
+  { names: ["--no-calibrate"], key: "noCalibrate", type: "bool", help: "skip the calibration run (a short decode of the store with the default knobs that scales every prediction to this machine under load)" },
+  { names: ["--calibration-tokens"], key: "calTokens", type: "int", help: "decode steps the calibration run measures", default: 8 },
   { names: ["--json"], key: "json", type: "bool", help: "print the plan as JSON on stdout (it is written to the file as well)" },
   { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "no progress messages" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
@@ -31,7 +35,56 @@ const ms = (s: number) => (s * 1000).toFixed(s < 0.01 ? 2 : 1);
 const mb = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
 
+/** The calibration run's child (src/planner/calibrate.ts runCalibration): decode under the budget, report per step. */
+async function calibrationChild(job: CalibrationJob): Promise<number> {
+  const k = job.knobs;
+  const model = await LlamaModel.load(job.store, {
+    threads: k.threads,
+    contextSize: job.contextSize,
+    batchSize: job.batchSize,
+    memoryBudget: job.budget,
+    // the planner models gate sparsity; the knobs as applyPlan would set them
+    offload: { sparsity: "gate", hotFraction: k.hotFraction, queueDepth: k.queueDepth, pipeline: k.pipeline, residentGates: k.residentGates ? undefined : false },
+  });
+  try {
+    const { nVocab } = model.config;
+    // a fixed prompt of ordinary token ids (what they say does not matter to the timing)
+    const prompt = [1, ...Array.from({ length: Math.max(1, job.promptTokens) - 1 }, (_, i) => 3 + ((i * 7919 + 13) % (nVocab - 3)))];
+    const argmax = (l: Float32Array) => {
+      let b = 0;
+      for (let v = 1; v < l.length; v++) if (l[v] > l[b]) b = v;
+      return b;
+    };
+    let pos = 0;
+    let logits = await model.forwardAsync(prompt, prompt.length, pos);
+    pos += prompt.length;
+    // the first generated token warms what the prompt did not touch; then the measured steps
+    logits = await model.forwardAsync([argmax(logits)], 1, pos++);
+    const off = model.offloaded!;
+    const wait0 = off.stats.ioWaitMs;
+    const t0 = performance.now();
+    for (let i = 0; i < job.decodeTokens; i++) logits = await model.forwardAsync([argmax(logits)], 1, pos++);
+    const seconds = (performance.now() - t0) / 1000;
+    const run: CalibrationRun = {
+      knobs: k,
+      promptTokens: prompt.length,
+      steps: job.decodeTokens,
+      secondsPerToken: seconds / job.decodeTokens,
+      ioWaitPerToken: (off.stats.ioWaitMs - wait0) / 1000 / job.decodeTokens,
+      loadAverage: loadavg()[0],
+    };
+    await new Promise<void>((res, rej) => process.send!(run, undefined, {}, (e) => (e ? rej(e) : res())));
+  } finally {
+    await model.dispose();
+  }
+  return 0;
+}
+
 export async function main(argv: string[]): Promise<number> {
+  if (argv[0] === "--calibrate-child") {
+    if (!process.send) throw new UsageError("plan --calibrate-child is internal (run by powerinfer plan over IPC)");
+    return calibrationChild(JSON.parse(argv[1]) as CalibrationJob);
+  }
   const args = parseArgs(argv, FLAGS);
   if (args.help) {
     console.log(
@@ -56,6 +109,7 @@ export async function main(argv: string[]): Promise<number> {
   positive("ctx", "-c");
   positive("batch", "-b");
   positive("decode", "--decode-tokens");
+  if (!((args.calTokens as number) >= 2)) throw new UsageError(`plan: --calibration-tokens must be at least 2, got ${args.calTokens}`);
   if ((args.prompt as number) < 0) throw new UsageError(`plan: --prompt-tokens must be 0 or more`);
   const firing = args.firing as number | undefined;
   if (firing !== undefined && !(firing > 0 && firing <= 1)) throw new UsageError(`plan: --firing must be in (0, 1], got ${firing}`);
@@ -75,6 +129,8 @@ export async function main(argv: string[]): Promise<number> {
     firing,
     probe: { reprobe: Boolean(args.reprobe), scale },
     defaults: flagDefaults(),
+    calibrate: args.noCalibrate ? undefined : runCalibration,
+    calibrationTokens: args.calTokens as number,
     onProgress: say,
   });
   const plan = r.plan;
@@ -99,6 +155,13 @@ export async function main(argv: string[]): Promise<number> {
     lines.push(`note: the load average was ${then[0].toFixed(1)} when this machine was probed and is ${now.toFixed(1)} now; speeds change with it (--reprobe predicts for now)`);
   }
   lines.push(`firing: ${r.firing.source}; mean ${pct(plan.firing.meanFiring)} of neurons per token`);
+  const c = plan.calibration;
+  lines.push(
+    c
+      ? `calibration: a ${c.steps}-token decode with the defaults measured ${(1 / c.secondsPerToken).toFixed(2)} tok/s (load ${c.loadAverage.toFixed(1)}), ` +
+          `the probe's figures predicted ${(1 / c.predictedSecondsPerToken).toFixed(2)}: every prediction below has its compute scaled x${c.computeFactor.toFixed(2)} and its waiting for reads x${c.ioFactor.toFixed(2)}`
+      : "calibration: none (--no-calibrate): the predictions are the probe's figures alone (on this machine they ran 10-30% optimistic)",
+  );
   lines.push(
     `memory: runtime ${mb(s.runtimeBytes)} + weights ${mb(s.weightBytes)} + KV cache ${mb(s.kvBytes)} + ` +
       `${s.residentGates ? "gate rows" : "gate staging"} ${mb(s.gateBytes)} + scratch ${mb(s.scratchBytes)}; neuron cache ${mb(s.cacheBytes)} ` +

@@ -162,3 +162,35 @@ export class NeuronCache {
     if (this.head < 0) this.head = slot;
   }
 }
+
+/** The hot share when nothing better is known (no firing rates, or a cold region that can keep what a token reads). */
+export const DEFAULT_HOT_FRACTION = 0.5;
+
+/**
+ * The default share of `slots` pinned hot, from each layer's firing rates in stored (hot-first)
+ * order. Half, unless the cold region that leaves is smaller than what one token misses over all
+ * layers: an LRU that a single token's misses overrun keeps nothing until the same neuron comes
+ * round again (measured: 0 cold hits), so its slots do more pinned to the next hottest neurons.
+ * It then keeps only room to read two layers' worth of misses at once. Without rates: half.
+ */
+export function defaultHotFraction(firing: ArrayLike<number>[] | null, slots: number, neuronsPerLayer: number): number {
+  if (!firing || firing.length === 0 || slots <= 0) return DEFAULT_HOT_FRACTION;
+  const layers = firing.length;
+  const missesBeyond = (hot: number) => {
+    let all = 0, most = 0;
+    for (const f of firing) {
+      let s = 0;
+      for (let k = Math.min(hot, f.length); k < f.length; k++) s += f[k];
+      all += s;
+      most = Math.max(most, s);
+    }
+    return { all, most };
+  };
+  const hot0 = Math.min(neuronsPerLayer, Math.floor((slots * DEFAULT_HOT_FRACTION) / layers));
+  const cold0 = slots - hot0 * layers;
+  const m0 = missesBeyond(hot0);
+  if (cold0 >= m0.all) return DEFAULT_HOT_FRACTION;
+  const reserve = Math.min(cold0, Math.max(1, Math.round(2 * m0.most)));
+  const hot = Math.min(neuronsPerLayer, Math.floor((slots - reserve) / layers));
+  return Math.max(DEFAULT_HOT_FRACTION, (hot * layers) / slots);
+}

@@ -18,7 +18,7 @@ import type { ThreadPool } from "../runtime/pool.js";
 import { weightKernel } from "../runtime/weights.js";
 import { SparseFFN, type SparseActivation } from "../runtime/sparse-kernels.js";
 import { FlashReader, type FlashReadRequest, type FlashReaderOptions } from "../io/flash-reader.js";
-import { NeuronCache } from "../io/neuron-cache.js";
+import { defaultHotFraction, NeuronCache } from "../io/neuron-cache.js";
 import type { ModelConfig } from "./config.js";
 import type { Matrix } from "./weights.js";
 
@@ -93,6 +93,19 @@ export function gateStagingBytes(gateReadBytes: number, nFF: number): number {
   return Math.min(nFF, STAGE_NEURONS) * gateReadBytes;
 }
 
+/** Each layer's firing rates in stored order, from the profile the store was ordered by (null without one). */
+export function storedFiring(store: NeuronStore): Float32Array[] | null {
+  const out: Float32Array[] = [];
+  for (let l = 0; l < store.ffn.layers.length; l++) {
+    const L = store.layer(l);
+    if (!L.frequency) return null;
+    const f = new Float32Array(L.neurons);
+    for (let k = 0; k < L.neurons; k++) f[k] = L.frequency[L.order[k]];
+    out.push(f);
+  }
+  return out;
+}
+
 export class OffloadedFFN {
   readonly cache: NeuronCache;
   readonly reader: FlashReader;
@@ -130,6 +143,8 @@ export class OffloadedFFN {
   private readonly streamsAll: boolean;
   private readonly cachedPos: Int32Array;
   readonly mode: SparsityMode;
+  /** the share of the cache pinned to hot neurons */
+  readonly hotFraction: number;
   private readonly threshold: number;
   private readonly thresholds: Float32Array | null;
   /** the current layer's activation threshold (0: any non-zero activation fires) */
@@ -196,13 +211,15 @@ export class OffloadedFFN {
     this.denseRunStart = new Int32Array(Math.ceil(nFF / HOT_CLUSTER));
     this.denseRunCount = new Int32Array(Math.ceil(nFF / HOT_CLUSTER));
 
-    // The cache: what the budget leaves, in whole bundles; half of it pinned to hot neurons.
+    // The cache: what the budget leaves, in whole bundles; a share pinned to hot neurons (half,
+    // or more when the profile's firing rates say a cold region of half would keep nothing).
     const slots = Math.floor(opts.cacheBytes / ffn.bundleBytes);
     if (slots < 1) throw new Error(`the memory budget leaves no room for even one neuron bundle (${ffn.bundleBytes} bytes)`);
+    this.hotFraction = opts.hotFraction ?? defaultHotFraction(storedFiring(store), slots, nFF);
     // A cache that holds the whole FFN pins all of it; otherwise keep at least one cold slot so
     // that misses can always be served.
     const hot =
-      slots >= cfg.nLayer * nFF ? nFF : Math.min(nFF, Math.floor((slots * (opts.hotFraction ?? 0.5)) / cfg.nLayer), Math.floor((slots - 1) / cfg.nLayer));
+      slots >= cfg.nLayer * nFF ? nFF : Math.min(nFF, Math.floor((slots * this.hotFraction) / cfg.nLayer), Math.floor((slots - 1) / cfg.nLayer));
     const base = arena.alloc(slots * ffn.bundleBytes, 4096);
     this.cache = new NeuronCache(base, ffn.bundleBytes, slots, Array(cfg.nLayer).fill(nFF), Array(cfg.nLayer).fill(hot));
     for (let l = 0; l < cfg.nLayer && hot > 0; l++) {

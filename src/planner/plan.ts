@@ -23,6 +23,9 @@ import { readConfig, type ModelConfig } from "../model/config.js";
 import { plannedFiring } from "../offline/synth.js";
 import { hasSparseKernel } from "../runtime/sparse-kernels.js";
 import { activationBytes, hasWeightKernel, weightKernel } from "../runtime/weights.js";
+import { DEFAULT_HOT_FRACTION, defaultHotFraction } from "../io/neuron-cache.js";
+import { calibrated, calibration, type Calibration, type CalibrationJob, type CalibrationRun } from "./calibrate.js";
+import { storedFiring } from "../model/offloaded-ffn.js";
 import { hitProfile, predict, splitBudget, type Firing, type Hardware, type HitProfile, type Knobs, type ModelShape, type Prediction, type Workload, STAGE_NEURONS } from "./cost-model.js";
 import {
   defaultQueueDepths,
@@ -51,8 +54,9 @@ export const PLAN_VERSION = 1;
 
 /** What `run` does without a plan (src/cli/model-flags.ts LOAD_FLAGS' defaults, which cli/plan.ts passes in): the baseline a plan must beat. */
 export function defaultKnobs(): Pick<Knobs, "hotFraction" | "queueDepth" | "pipeline"> {
-  // OffloadOptions' own defaults: hot share 0.5, reads in flight = libuv's pool, pipelined
-  return { hotFraction: 0.5, queueDepth: defaultQueueDepth(), pipeline: true };
+  // OffloadOptions' own defaults: hot share 0.5 (more when the store's profile says a cold region
+  // of half would keep nothing: see plan()), reads in flight = libuv's pool, pipelined
+  return { hotFraction: DEFAULT_HOT_FRACTION, queueDepth: defaultQueueDepth(), pipeline: true };
 }
 
 /** Identifies a store's content: its size and its manifest's checksum (a copy elsewhere still matches). */
@@ -115,6 +119,8 @@ export interface PlanFile {
   defaults: PlanPrediction;
   firing: { source: string; meanFiring: number };
   probe: { file: string | null; loadAverage: number | null; seconds: number };
+  /** the real run that scaled every prediction (absent: the probe's figures alone) */
+  calibration?: CalibrationRun & Omit<Calibration, "run">;
 }
 
 export interface PlanPrediction {
@@ -299,6 +305,13 @@ export interface PlanOptions {
   defaults?: Partial<Pick<Knobs, "hotFraction" | "queueDepth" | "pipeline">>;
   /** resident bytes of the runtime before weights (default: measured in this process, see RUN_EXTRA_BYTES) */
   runtimeBase?: number;
+  /**
+   * Calibrate the model with a real run of the defaults (calibrate.ts): runCalibration, or a
+   * stand-in (tests). Omitted: the probe's figures alone.
+   */
+  calibrate?: (job: CalibrationJob) => Promise<CalibrationRun>;
+  /** decode steps the calibration run measures (default 8) */
+  calibrationTokens?: number;
   onProgress?: (message: string) => void;
 }
 
@@ -310,6 +323,7 @@ export interface PlanResult {
   candidates: Prediction[];
   probe: ProbeResult;
   firing: Firing;
+  calibration?: Calibration;
 }
 
 const HOT_FRACTIONS = Array.from({ length: 21 }, (_, i) => i / 20);
@@ -347,7 +361,7 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
 
     // Search. Hits depend only on the cache split, so they are computed once per split.
     const hitMemo = new Map<string, HitProfile>();
-    const candidates: Prediction[] = [];
+    let candidates: Prediction[] = [];
     const evaluate = (hw: Hardware, knobs: Knobs): Prediction => {
       const split = splitBudget(shape, hw, knobs, workload, o.budget);
       const key = `${split.hotPerLayer}:${split.coldSlots}`;
@@ -376,14 +390,33 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
     const dThreads = o.threads ?? cores;
     const dhw = hardwareFromProbe(probe, shape, threadList.includes(dThreads) ? dThreads : threadList[threadList.length - 1], runtimeBase);
     const dKnobs = { ...defaultKnobs(), ...o.defaults, threads: dhw.threads, residentGates: true };
-    let defaults = evaluate(dhw, dKnobs);
-    if (!defaults.split.fits) defaults = evaluate(dhw, { ...dKnobs, residentGates: false });
+    // without a hot share given, the runtime picks one from the store's profile and the cache size
+    const stored = o.defaults?.hotFraction === undefined ? storedFiring(store) : null;
+    const withDefaultHot = (k: Knobs): Knobs => (stored ? { ...k, hotFraction: defaultHotFraction(stored, splitBudget(shape, dhw, k, workload, o.budget).slots, shape.nFF) } : k);
+    let defaults = evaluate(dhw, withDefaultHot(dKnobs));
+    if (!defaults.split.fits) defaults = evaluate(dhw, withDefaultHot({ ...dKnobs, residentGates: false }));
     if (candidates.length === 0) {
       const smallest = Math.min(defaults.split.minBudget, evaluate(dhw, { ...dKnobs, residentGates: false }).split.minBudget);
       throw new Error(
         `memory budget ${mib(o.budget)} is too small for ${o.modelPath}: the part that stays in memory needs more; ` +
           `at least ${mib(smallest)} would run (predicted; \`powerinfer run\` checks it exactly)`,
       );
+    }
+    // One real run of the defaults, and every prediction scaled to what it measured.
+    let cal: Calibration | undefined;
+    if (o.calibrate && defaults.split.fits) {
+      const steps = Math.max(2, o.calibrationTokens ?? 8);
+      o.onProgress?.(`calibrating: a ${steps}-token decode of the store under the budget with the default knobs (${knobsText(defaults.knobs)})`);
+      const run = await o.calibrate({ store: o.modelPath, budget: o.budget, knobs: defaults.knobs, contextSize, batchSize, promptTokens: workload.promptTokens, decodeTokens: steps });
+      // the model for the very steps measured: after the prompt and the first generated token
+      const same = predict(shape, firing, dhw, defaults.knobs, { contextSize, promptTokens: run.promptTokens + 1, decodeTokens: run.steps }, o.budget);
+      cal = calibration(run, same);
+      o.onProgress?.(
+        `calibration: measured ${(1 / run.secondsPerToken).toFixed(2)} tok/s (${ms(run.ioWaitPerToken)} ms/token waiting for reads), ` +
+          `the probe's model said ${same.tokensPerSecond.toFixed(2)} (${ms(cal.predictedIoWaitPerToken)} ms): compute x${cal.computeFactor.toFixed(2)}, reads x${cal.ioFactor.toFixed(2)}`,
+      );
+      candidates = candidates.map((p) => calibrated(p, cal!));
+      defaults = calibrated(defaults, cal);
     }
     candidates.sort((a, b) => b.tokensPerSecond - a.tokensPerSecond);
     // A cold region smaller than a layer's misses serves them in rounds (read, compute, read...):
@@ -418,8 +451,9 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
       defaults: summary(defaults),
       firing: { source: firing.source, meanFiring: firing.layers.reduce((a, p) => a + p.reduce((s, v) => s + v, 0), 0) / firing.layers.reduce((a, p) => a + p.length, 0) },
       probe: { file: null, loadAverage: Object.values(probe.notes)[0]?.loadAverage ?? null, seconds: probe.seconds },
+      ...(cal ? { calibration: { ...cal.run, predictedSecondsPerToken: cal.predictedSecondsPerToken, predictedIoWaitPerToken: cal.predictedIoWaitPerToken, computeFactor: cal.computeFactor, ioFactor: cal.ioFactor } } : {}),
     };
-    return { plan, best, defaults, candidates, probe, firing };
+    return { plan, best, defaults, candidates, probe, firing, calibration: cal };
   } finally {
     store.close();
   }
@@ -595,4 +629,9 @@ function isStore(path: string): boolean {
   } catch {
     return false;
   }
+}
+
+const ms = (s: number) => (s * 1000).toFixed(1);
+function knobsText(k: Knobs): string {
+  return `${k.threads} thread(s), QD ${k.queueDepth}, hot share ${+k.hotFraction.toFixed(3)}, gate rows ${k.residentGates ? "resident" : "from flash"}${k.pipeline ? "" : ", no pipeline"}`;
 }
