@@ -144,7 +144,7 @@ async function main(): Promise<void> {
         runs.plan.push(spawnChild({ model, budget, plan: planPath, contextSize: ctx, prompt, n }));
         if (!skipDefaults) runs.defaults.push(spawnChild({ model, budget, plan: null, contextSize: ctx, prompt, n }));
         const last = runs.plan[runs.plan.length - 1];
-        process.stderr.write(`  ${sizeText(budget)} #${r + 1}: predicted ${plans[r].prediction.tokensPerSecond.toFixed(2)}, measured ${last.decodeTokensPerSecond.toFixed(2)} tok/s` + (skipDefaults ? "" : `; defaults predicted ${plans[r].defaults.tokensPerSecond.toFixed(2)}, measured ${runs.defaults[runs.defaults.length - 1].decodeTokensPerSecond.toFixed(2)}`) + ` (load ${last.loadAverage.map((x) => x.toFixed(1)).join("-")})\n`);
+        process.stderr.write(`  ${sizeText(budget)} #${r + 1}: predicted ${plans[r].prediction.tokensPerSecond.toFixed(2)}, measured ${last.decodeTokensPerSecond.toFixed(2)} tok/s` + (skipDefaults ? "" : `; defaults predicted ${plans[r].defaults.tokensPerSecond.toFixed(2)}, measured ${runs.defaults[runs.defaults.length - 1].decodeTokensPerSecond.toFixed(2)}`) + (plans[r].calibration ? `; calibrated compute x${plans[r].calibration!.computeFactor.toFixed(2)}, reads x${plans[r].calibration!.ioFactor.toFixed(2)}` : "") + ` (load ${last.loadAverage.map((x) => x.toFixed(1)).join("-")})\n`);
       }
       const plan = plans[0];
       const mPlan = median(runs.plan.map((x) => x.decodeTokensPerSecond));

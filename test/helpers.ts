@@ -24,3 +24,14 @@ export function tempDir(prefix = "powerinfer-test-"): string {
   made.push(d);
   return d;
 }
+
+/** BOS (id 1), then seeded pseudo-random token ids in [3, vocab) (no control tokens). */
+export function randomTokens(n: number, vocab: number, seed: number): number[] {
+  const out = [1];
+  let s = seed >>> 0;
+  while (out.length < n) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    out.push(3 + Math.floor((s / 2 ** 32) * (vocab - 3)));
+  }
+  return out;
+}

@@ -16,20 +16,10 @@ import { LlamaModel } from "../src/model/llama.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { PREDICTOR_MODEL_KEY } from "../src/offline/predictor-output.js";
 import { synthesize, type PlantedPredictor, type SynthType } from "../src/offline/synth.js";
-import { CLI, tempDir } from "./helpers.js";
+import { CLI, randomTokens, tempDir } from "./helpers.js";
 
 const dir = tempDir("synth-predictable-");
 
-/** BOS, then seeded random tokens (no control tokens). */
-function randomTokens(n: number, vocab: number, seed: number): number[] {
-  const out = [1];
-  let s = seed >>> 0;
-  while (out.length < n) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    out.push(3 + Math.floor((s / 2 ** 32) * (vocab - 3)));
-  }
-  return out;
-}
 
 interface Counts { tp: number; fp: number; fn: number; fired: number; all: number }
 

@@ -30,7 +30,7 @@ import {
   type SynthType,
 } from "../src/offline/synth.js";
 import { main as synthMain } from "../src/cli/synth.js";
-import { tempDir } from "./helpers.js";
+import { randomTokens, tempDir } from "./helpers.js";
 
 const dir = tempDir("synth-sparsity-");
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -81,16 +81,6 @@ class Probe {
   }
 }
 
-/** BOS, then uniform random tokens (no control tokens), seeded. */
-function randomTokens(n: number, vocab: number, seed: number): number[] {
-  const out = [1];
-  let s = seed >>> 0;
-  while (out.length < n) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    out.push(3 + Math.floor((s / 2 ** 32) * (vocab - 3)));
-  }
-  return out;
-}
 
 interface Measured {
   /** share of zero FFN outputs per layer, averaged over tokens */

@@ -35,6 +35,11 @@ const ms = (s: number) => (s * 1000).toFixed(s < 0.01 ? 2 : 1);
 const mb = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
 
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+}
+
 /** The calibration run's child (src/planner/calibrate.ts runCalibration): decode under the budget, report per step. */
 async function calibrationChild(job: CalibrationJob): Promise<number> {
   const k = job.knobs;
@@ -61,16 +66,22 @@ async function calibrationChild(job: CalibrationJob): Promise<number> {
     // the first generated token warms what the prompt did not touch; then the measured steps
     logits = await model.forwardAsync([argmax(logits)], 1, pos++);
     const off = model.offloaded!;
-    const wait0 = off.stats.ioWaitMs;
-    const t0 = performance.now();
-    for (let i = 0; i < job.decodeTokens; i++) logits = await model.forwardAsync([argmax(logits)], 1, pos++);
-    const seconds = (performance.now() - t0) / 1000;
+    const seconds: number[] = [], waits: number[] = [];
+    for (let i = 0; i < job.decodeTokens; i++) {
+      const wait0 = off.stats.ioWaitMs;
+      const t0 = performance.now();
+      logits = await model.forwardAsync([argmax(logits)], 1, pos++);
+      seconds.push((performance.now() - t0) / 1000);
+      waits.push((off.stats.ioWaitMs - wait0) / 1000);
+    }
+    // Medians, not means: another process's burst slows a few steps by half a second or more on
+    // this shared machine, and a plan is for the machine as it usually is.
     const run: CalibrationRun = {
       knobs: k,
       promptTokens: prompt.length,
       steps: job.decodeTokens,
-      secondsPerToken: seconds / job.decodeTokens,
-      ioWaitPerToken: (off.stats.ioWaitMs - wait0) / 1000 / job.decodeTokens,
+      secondsPerToken: median(seconds),
+      ioWaitPerToken: median(waits),
       loadAverage: loadavg()[0],
     };
     await new Promise<void>((res, rej) => process.send!(run, undefined, {}, (e) => (e ? rej(e) : res())));
@@ -168,7 +179,7 @@ export async function main(argv: string[]): Promise<number> {
       `(${s.slots} bundles: ${s.hotPerLayer} hot per layer, ${s.coldSlots} cold); smallest budget that runs ~${mb(s.minBudget)}`,
   );
   lines.push(
-    `knobs: ${k.threads} thread(s), read queue depth ${k.queueDepth}, hot share ${k.hotFraction}, gate rows ${k.residentGates ? "resident" : "read from flash each token"}, pipeline ${k.pipeline ? "on" : "off"}`,
+    `knobs: ${k.threads} thread(s), read queue depth ${k.queueDepth}, hot share ${+k.hotFraction.toFixed(3)}, gate rows ${k.residentGates ? "resident" : "read from flash each token"}, pipeline ${k.pipeline ? "on" : "off"}`,
   );
   lines.push(
     `reads: ${plan.derived.readBytes >> 10} KiB per missed neuron (one bundle; fixed by the store)${k.residentGates ? "" : `, ${plan.derived.gateReadBytes >> 10} KiB gate pages`}; ` +
@@ -200,7 +211,7 @@ function flagDefaults(): { hotFraction?: number; queueDepth?: number } {
 
 function describe(p: PlanPrediction): string {
   const k = p.knobs;
-  return `${k.threads} thread(s), QD ${k.queueDepth}, hot share ${k.hotFraction}, gate rows ${k.residentGates ? "resident" : "from flash"}`;
+  return `${k.threads} thread(s), QD ${k.queueDepth}, hot share ${+k.hotFraction.toFixed(3)}, gate rows ${k.residentGates ? "resident" : "from flash"}`;
 }
 
 function breakdown(p: PlanPrediction): string {

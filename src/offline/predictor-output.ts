@@ -25,21 +25,10 @@ import { GGUFWriter, type GGUFWritableValue } from "../format/gguf-writer.js";
 import { f32ToF16 } from "../format/half.js";
 import { NeuronStore, StoreWriter, type StoreFixedManifest } from "../format/store.js";
 import { readConfig } from "../model/config.js";
-import { modelFingerprint } from "./profile.js";
-import type { ModelFingerprint } from "./profile.js";
+import { modelFingerprint, type ModelFingerprint } from "./profile.js";
+import type { PredictorWeights } from "../sparse/predictor-train.js";
 
-/** What a written predictor needs: its weights (a trained one, or one the synthesizer plants). */
-export interface PredictorWeights {
-  hidden: number;
-  nIn: number;
-  nOut: number;
-  /** hidden x nIn, row-major */
-  fc1: Float32Array;
-  /** nOut x hidden, row-major */
-  fc2: Float32Array;
-  /** the score a neuron must exceed */
-  threshold: number;
-}
+export type { PredictorWeights };
 
 export const SPARSE_THRESHOLD_KEY = "powerinfer.sparse_threshold";
 /** Metadata of a predictors-only file: the fingerprint (JSON) of the model they were made for. */

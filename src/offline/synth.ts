@@ -24,7 +24,8 @@ import { GGUFWriter, GGUFValueType } from "../format/gguf-writer.js";
 import { f16Table, f16ToF32, f32ToF16 } from "../format/half.js";
 import { dequantizeRow, quantizeRow } from "../format/quant.js";
 import { buildSynthVocab } from "./synth-vocab.js";
-import { writePredictorFile, type PredictorWeights } from "./predictor-output.js";
+import { writePredictorFile } from "./predictor-output.js";
+import type { PredictorWeights } from "../sparse/predictor-train.js";
 import { fingerprintOfPath } from "./profile.js";
 
 export type SynthShape = "tiny" | "1b" | "7b" | "mistral-7b" | "13b";

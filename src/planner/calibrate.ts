@@ -3,7 +3,8 @@
  * each, and a minute-long decode on the same machine runs slower than those parts add up to
  * (docs/planner.md: 11-32% on the 7B, always in that direction). So the planner runs the store
  * once, in a fresh process, under the budget with the runtime's default knobs, and measures the
- * decode steps alone: seconds per token and how much of it waited for reads. Two factors follow,
+ * decode steps alone: seconds per token and how much of it waited for reads (medians over the
+ * steps, so that another process's burst during a few of them does not set the factors). Two factors follow,
  * for the compute and for the waiting, against what the model predicts for the same steps; every
  * candidate's prediction is scaled by them before the search picks one. A plan's prediction is
  * then this machine's measured speed for the defaults times the model's predicted gain.
@@ -13,7 +14,7 @@ import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Breakdown, Knobs, Prediction } from "./cost-model.js";
 
-/** What one calibration run measured, per decode step (prefill and the first token excluded). */
+/** What one calibration run measured, per decode step (prefill and the first token excluded; medians over the steps). */
 export interface CalibrationRun {
   knobs: Knobs;
   promptTokens: number;

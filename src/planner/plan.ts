@@ -418,6 +418,8 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
       candidates = candidates.map((p) => calibrated(p, cal!));
       defaults = calibrated(defaults, cal);
     }
+    // the defaults compete too (their hot share is not on the grid when the profile sets it)
+    if (defaults.split.fits) candidates.push(defaults);
     candidates.sort((a, b) => b.tokensPerSecond - a.tokensPerSecond);
     // A cold region smaller than a layer's misses serves them in rounds (read, compute, read...):
     // each round drains the queue and overlaps nothing, which the model captures only roughly,
@@ -599,7 +601,7 @@ export function applyPlan(opts: LoadModelOptions, planPath?: string, onNote?: (m
   const k = plan.knobs;
   onNote?.(
     `using plan ${path}: ${k.threads} thread(s)${opts.threads !== undefined && opts.threads !== k.threads ? ` (but -t ${opts.threads} given)` : ""}, queue depth ${k.queueDepth}, ` +
-      `hot share ${k.hotFraction}, gate rows ${k.residentGates ? "resident" : "read from flash"}${k.pipeline ? "" : ", no pipeline"}; predicted ${plan.prediction.tokensPerSecond.toFixed(2)} tok/s decode`,
+      `hot share ${+k.hotFraction.toFixed(3)}, gate rows ${k.residentGates ? "resident" : "read from flash"}${k.pipeline ? "" : ", no pipeline"}; predicted ${plan.prediction.tokensPerSecond.toFixed(2)} tok/s decode`,
   );
   return {
     ...opts,

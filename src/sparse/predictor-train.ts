@@ -72,7 +72,8 @@ export interface PredictorQuality {
   trueShare: number;
 }
 
-export interface TrainedPredictor {
+/** A predictor's weights in the engine's layout (trained here, or planted by the synthesizer). */
+export interface PredictorWeights {
   hidden: number;
   nIn: number;
   nOut: number;
@@ -80,6 +81,11 @@ export interface TrainedPredictor {
   fc1: Float32Array;
   /** nOut x hidden, row-major (GGUF fc2.weight: dims [hidden, nOut]) */
   fc2: Float32Array;
+  /** a neuron is active when its score exceeds this */
+  threshold: number;
+}
+
+export interface TrainedPredictor extends PredictorWeights {
   /**
    * a neuron is active when its score exceeds this: always 0, since the layer's own calibrated
    * threshold is folded into fc2 (see `shift`)
