@@ -7,6 +7,7 @@
  *   npm run bench:offload -- --limits 2.25,3.75 --threads 1 --reps 2 -n 16
  *   npm run bench:offload -- --skip compare,io            # only the ablation
  *   npm run bench:offload -- --shape mistral-7b --gate-rank 64 --limits 1.5,3 # predictor mode
+ *   ... --order hot      # the comparison on the hot-first store (default: the store in index order)
  *
  * Model (--shape 7b, the default): a Llama-2-7B-shape ReLU synthetic with planted activation sparsity 0.9, Q4_1
  * (llama.cpp copies Q4_0 weights into anonymous memory at load, so under a limit it is killed,
@@ -76,6 +77,8 @@ interface Options {
   timeoutS: number;
   /** predictable model (synth --gate-rank): ours runs --sparsity predictor with the planted predictors */
   gateRank?: number;
+  /** which store the comparison with llama.cpp runs: in index order (default) or hot-first by the planted rates */
+  order: "index" | "hot";
 }
 
 function parseOptions(argv: string[]): Options {
@@ -90,6 +93,7 @@ function parseOptions(argv: string[]): Options {
     ablationThreads: [1],
     skip: new Set(),
     timeoutS: 900,
+    order: "index",
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -120,6 +124,11 @@ function parseOptions(argv: string[]): Options {
     else if (a === "--skip") for (const s of v().split(",")) o.skip.add(s);
     else if (a === "--timeout") o.timeoutS = nums(v())[0];
     else if (a === "--gate-rank") o.gateRank = nums(v())[0];
+    else if (a === "--order") {
+      const t = v();
+      if (t !== "index" && t !== "hot") throw new Error("--order must be index or hot");
+      o.order = t;
+    }
     else throw new Error(`unknown option ${a} (see the comment at the top of bench/offload.ts)`);
   }
   for (const s of o.skip) if (!["compare", "ablation", "io", "quality"].includes(s)) throw new Error(`--skip takes compare, ablation, io, quality; got "${s}"`);
@@ -498,7 +507,7 @@ async function main(): Promise<void> {
   log(`# bench:offload, ${started.toISOString()}`);
   const predictable = o.gateRank ? `, gate rank ${o.gateRank} (planted predictors, not trained: docs/benchmarks.md)` : "";
   log(`model: ${o.shape} shape (${SHAPE_SPECS[o.shape].like}), ReLU, planted sparsity ${SPARSITY}${predictable}, ${o.type.toUpperCase()}, seed ${SEED}: GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}`);
-  log(`prompt ${PROMPT.length} chars, ${o.n} generated tokens, greedy, context ${CONTEXT} for both engines; ours: --sparsity ${sparsity} --io-queue-depth ${QUEUE_DEPTH}; medians of ${o.reps} interleaved runs`);
+  log(`prompt ${PROMPT.length} chars, ${o.n} generated tokens, greedy, context ${CONTEXT} for both engines; ours: --sparsity ${sparsity} --io-queue-depth ${QUEUE_DEPTH}, store ${o.order === "hot" ? "hot-first (planted rates as the profile)" : "in index order"}; medians of ${o.reps} interleaved runs`);
 
   // 1. Ours vs llama.cpp under the same limits.
   if (!o.skip.has("compare") && cg) {
@@ -512,7 +521,7 @@ async function main(): Promise<void> {
           const limit = limitG * GiB;
           // a limit ours refused once is refused every time: no need to ask again
           if (!(cell.ours.length && cell.ours.every((r) => r.failure?.startsWith("does not fit")))) {
-            const r = runOurs(cg, { store: models.store, limit, threads, n: o.n, sparsity }, o.timeoutS);
+            const r = runOurs(cg, { store: o.order === "hot" ? models.hotStore : models.store, limit, threads, n: o.n, sparsity }, o.timeoutS);
             cell.ours.push(r);
             noteText(`compare ${key}`, r);
             process.stderr.write(`  ours  ${gib(limit)} t${threads}: ${r.ok ? `${r.prefill} / ${r.decode} tok/s, hit ${r.hitRatePct}%, read ${r.readMB} MB, wait ${r.ioWaitS} s, peak RSS ${r.peakRssMiB} MiB` : r.failure} (load ${r.load.toFixed(1)})\n`);

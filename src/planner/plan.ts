@@ -415,7 +415,12 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
         `calibration: measured ${(1 / run.secondsPerToken).toFixed(2)} tok/s (${ms(run.ioWaitPerToken)} ms/token waiting for reads), ` +
           `the probe's model said ${same.tokensPerSecond.toFixed(2)} (${ms(cal.predictedIoWaitPerToken)} ms): compute x${cal.computeFactor.toFixed(2)}, reads x${cal.ioFactor.toFixed(2)}`,
       );
-      candidates = candidates.map((p) => calibrated(p, cal!));
+      // The run measured one way of getting the gates (resident rows, or streamed from flash):
+      // only plans that keep it are predicted from a measurement. The other mode's costs differ in
+      // kind (sequential streams against random reads), and the model alone misjudged them by up
+      // to 60% here (docs/planner.md).
+      const mode = defaults.knobs.residentGates;
+      candidates = candidates.filter((p) => p.knobs.residentGates === mode).map((p) => calibrated(p, cal!));
       defaults = calibrated(defaults, cal);
     }
     // the defaults compete too (their hot share is not on the grid when the profile sets it)
