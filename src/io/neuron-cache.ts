@@ -10,6 +10,7 @@
  * about to read stay put; `acquire` returns -1 when every cold slot is in use this step, and the
  * caller computes what it has before asking again.
  */
+import { hitProfile, type Firing } from "./hit-model.js";
 export interface CacheRegionStats {
   hits: number;
   misses: number;
@@ -163,34 +164,53 @@ export class NeuronCache {
   }
 }
 
-/** The hot share when nothing better is known (no firing rates, or a cold region that can keep what a token reads). */
+/** The hot share when nothing better is known (no firing rates). */
 export const DEFAULT_HOT_FRACTION = 0.5;
 
 /**
  * The default share of `slots` pinned hot, from each layer's firing rates in stored (hot-first)
- * order. Half, unless the cold region that leaves is smaller than what one token misses over all
- * layers: an LRU that a single token's misses overrun keeps nothing until the same neuron comes
- * round again (measured: 0 cold hits), so its slots do more pinned to the next hottest neurons.
- * It then keeps only room to read two layers' worth of misses at once. Without rates: half.
+ * order: of the shares from half up, the one with the most expected hits per token once the cold
+ * LRU has warmed (hit-model.ts: hot neurons always hit, the cold region by Che's approximation,
+ * nothing when a token's misses overrun it), keeping room in the cold region to read two layers'
+ * misses at once. Pinning is never below half: the hit model takes firing as independent from
+ * token to token, which favours the LRU less than real text might. Without rates: half.
  */
 export function defaultHotFraction(firing: ArrayLike<number>[] | null, slots: number, neuronsPerLayer: number): number {
   if (!firing || firing.length === 0 || slots <= 0) return DEFAULT_HOT_FRACTION;
   const layers = firing.length;
-  const missesBeyond = (hot: number) => {
-    let all = 0, most = 0;
-    for (const f of firing) {
+  const rates: Firing = { layers: firing.map((f) => Float64Array.from(f)), source: "profile" };
+  const hotOf = (share: number) => Math.min(neuronsPerLayer, Math.floor((slots * share) / layers), Math.floor((slots - 1) / layers));
+  /** the most one layer misses per token beyond `hot` pinned neurons */
+  const mostMisses = (hot: number) => {
+    let most = 0;
+    for (const f of rates.layers) {
       let s = 0;
       for (let k = Math.min(hot, f.length); k < f.length; k++) s += f[k];
-      all += s;
       most = Math.max(most, s);
     }
-    return { all, most };
+    return most;
   };
-  const hot0 = Math.min(neuronsPerLayer, Math.floor((slots * DEFAULT_HOT_FRACTION) / layers));
-  const cold0 = slots - hot0 * layers;
-  const m0 = missesBeyond(hot0);
-  if (cold0 >= m0.all) return DEFAULT_HOT_FRACTION;
-  const reserve = Math.min(cold0, Math.max(1, Math.round(2 * m0.most)));
-  const hot = Math.min(neuronsPerLayer, Math.floor((slots - reserve) / layers));
-  return Math.max(DEFAULT_HOT_FRACTION, (hot * layers) / slots);
+  const shares: number[] = [];
+  for (let i = 10; i <= 20; i++) shares.push(i / 20);
+  // the most that leaves two layers' misses of room
+  const reserve = Math.max(1, Math.round(2 * mostMisses(hotOf(DEFAULT_HOT_FRACTION))));
+  shares.push(Math.max(DEFAULT_HOT_FRACTION, (slots - reserve) / slots));
+  let best = DEFAULT_HOT_FRACTION, bestHits = -Infinity;
+  for (const share of shares) {
+    const hot = hotOf(share);
+    const cold = slots - hot * layers;
+    if (share > DEFAULT_HOT_FRACTION && cold < 2 * mostMisses(hot) && hot < neuronsPerLayer) continue;
+    const hp = hitProfile(rates, hot, cold, STEADY_PROMPT, 1);
+    let hits = 0;
+    for (let l = 0; l < layers; l++) hits += hp.hot[l] + hp.cold[0][l];
+    // a larger share must gain something real to be taken
+    if (hits > bestHits * (1 + 1e-3)) {
+      best = share;
+      bestHits = hits;
+    }
+  }
+  return best;
 }
+
+/** Tokens of history the default assumes (the LRU's steady state after a prompt). */
+const STEADY_PROMPT = 64;

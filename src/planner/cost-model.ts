@@ -41,6 +41,9 @@
  */
 import type { GGMLType } from "../format/ggml-types.js";
 import type { ScanSpeed, SparseSpeed } from "./probe.js";
+import { hitProfile, type Firing, type HitProfile } from "../io/hit-model.js";
+
+export { hitProfile, type Firing, type HitProfile };
 
 export interface MatrixShape {
   type: GGMLType;
@@ -83,12 +86,6 @@ export interface ModelShape {
   kvBytesPerPosition: number;
 }
 
-/** Per-neuron firing probability per token, per layer, in stored order (position k = the k-th bundle of the layer). */
-export interface Firing {
-  layers: Float64Array[];
-  /** where the numbers come from, in words (profile, planted by synth, assumed) */
-  source: string;
-}
 
 /** The measured machine, for one thread count (see hardwareFromProbe in plan.ts). */
 export interface Hardware {
@@ -228,106 +225,6 @@ export function splitBudget(shape: ModelShape, hw: Pick<Hardware, "runtimeBytes"
     fits,
     minBudget: Math.ceil((fixed + minCache) / BUDGET_ROOM),
   };
-}
-
-// ---------------------------------------------------------------------------------------------
-// Cache hits
-
-/** Log-spaced bins of firing probability: enough resolution for the hit model, fast to sum. */
-const BINS = 240;
-const P_MIN = 1e-7;
-const binOf = (p: number) => Math.min(BINS - 1, Math.max(0, Math.floor((Math.log(p / P_MIN) / Math.log(1 / P_MIN)) * BINS)));
-
-/** Expected cache behaviour per layer at each decode step. */
-export interface HitProfile {
-  /** firing neurons per token, per layer */
-  firing: Float64Array;
-  /** hot hits per token, per layer */
-  hot: Float64Array;
-  /** [step][layer]: cold hits per token */
-  cold: Float64Array[];
-  /** [step][layer]: bundles of the layer in the cold region (the gate-reading mode computes their gates from memory) */
-  coldHeld: Float64Array[];
-  /** Che's characteristic time in tokens (Infinity: the cold region holds every cold neuron that fires) */
-  tau: number;
-}
-
-/**
- * Expected hits of a cache with `hot` pinned positions per layer and `coldSlots` LRU slots, at
- * decode steps 0..steps-1 after a prompt of `prompt` tokens.
- */
-export function hitProfile(firing: Firing, hot: number, coldSlots: number, prompt: number, steps: number): HitProfile {
-  const L = firing.layers.length;
-  const count = new Float64Array(L * BINS);
-  const sumP = new Float64Array(L * BINS);
-  const fire = new Float64Array(L);
-  const hotHits = new Float64Array(L);
-  let coldItems = 0;
-  for (let l = 0; l < L; l++) {
-    const p = firing.layers[l];
-    for (let k = 0; k < p.length; k++) {
-      const v = p[k];
-      if (!(v > 0)) continue;
-      fire[l] += v;
-      if (k < hot) {
-        hotHits[l] += v;
-        continue;
-      }
-      const b = l * BINS + binOf(v);
-      count[b]++;
-      sumP[b] += v;
-      coldItems++;
-    }
-  }
-  // representative probability of each (layer, bin): the mean of its neurons
-  const rep = new Float64Array(L * BINS);
-  for (let i = 0; i < rep.length; i++) rep[i] = count[i] > 0 ? Math.min(1, sumP[i] / count[i]) : 0;
-  const occupancy = (t: number) => {
-    let s = 0;
-    for (let i = 0; i < rep.length; i++) if (count[i] > 0) s += count[i] * (1 - Math.pow(1 - rep[i], t));
-    return s;
-  };
-  let tau = Infinity;
-  if (coldItems > coldSlots) {
-    if (coldSlots <= 0) tau = 0;
-    else {
-      // occupancy grows with t from 0 to coldItems: bisect in log t
-      let lo = 0, hi = 1;
-      while (occupancy(hi) < coldSlots && hi < 1e12) hi *= 2;
-      for (let it = 0; it < 80; it++) {
-        const mid = (lo + hi) / 2;
-        if (occupancy(mid) < coldSlots) lo = mid;
-        else hi = mid;
-      }
-      tau = (lo + hi) / 2;
-    }
-  }
-  const cold: Float64Array[] = [];
-  const held: Float64Array[] = [];
-  for (let j = 0; j < steps; j++) {
-    // The runtime visits layers in order, each (layer, neuron) at most once per token: a cold
-    // region that a single token's misses overrun (tau < 1 token) keeps nothing until the same
-    // layer comes round again, so it hits nothing (measured: 0 cold hits), where the
-    // independent-reference approximation would still give 1 - (1 - p)^tau.
-    const age = tau < 1 ? 0 : Math.min(prompt + j, tau);
-    const c = new Float64Array(L);
-    const h = new Float64Array(L);
-    for (let l = 0; l < L; l++) {
-      let hits = 0, n = 0;
-      for (let b = 0; b < BINS; b++) {
-        const i = l * BINS + b;
-        if (count[i] === 0) continue;
-        const q = 1 - Math.pow(1 - rep[i], age);
-        hits += sumP[i] * q;
-        n += count[i] * q;
-      }
-      c[l] = hits;
-      h[l] = n;
-    }
-    cold.push(c);
-    held.push(h);
-  }
-  return { firing: fire, hot: hotHits, cold, coldHeld: held, tau };
 }
 
 // ---------------------------------------------------------------------------------------------
