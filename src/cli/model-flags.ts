@@ -18,7 +18,7 @@ export const LOAD_FLAGS: FlagSpec[] = [
   { names: ["--memory-budget"], key: "budget", type: "size", help: "for a neuron store (.pi): everything resident fits in this (e.g. 1.5GiB)" },
   { names: ["--sparsity"], key: "sparsity", type: "string", help: "for a store: dense | gate | predictor (default: predictor when the model has predictors, else gate)" },
   { names: ["--cache-size"], key: "cacheSize", type: "size", help: "neuron cache size for a store (default: what the budget leaves)" },
-  { names: ["--hot-fraction"], key: "hotFraction", type: "float", help: "share of the neuron cache pinned to hot neurons (default 0.5, or the plan's)" },
+  { names: ["--hot-fraction"], key: "hotFraction", type: "float", help: "share of the neuron cache pinned to hot neurons (default: the plan's; else from the store's profile, the share with the most expected hits (at least 0.5); 0.5 without one)" },
   { names: ["--io-queue-depth"], key: "queueDepth", type: "int", help: "reads from flash in flight (default: libuv's thread pool, 64 under this command)" },
   { names: ["--no-pipeline"], key: "noPipeline", type: "bool", help: "wait for reads before computing (ablation)" },
   { names: ["--plan"], key: "plan", type: "string", help: "a plan from `powerinfer plan` (default: MODEL.plan.json beside the model when made for this --memory-budget; none: no plan)" },
