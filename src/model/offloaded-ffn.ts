@@ -211,8 +211,8 @@ export class OffloadedFFN {
     this.denseRunStart = new Int32Array(Math.ceil(nFF / HOT_CLUSTER));
     this.denseRunCount = new Int32Array(Math.ceil(nFF / HOT_CLUSTER));
 
-    // The cache: what the budget leaves, in whole bundles; a share pinned to hot neurons (half,
-    // or more when the profile's firing rates say a cold region of half would keep nothing).
+    // The cache: what the budget leaves, in whole bundles; a share pinned to hot neurons (with a
+    // profile, the share with the most expected hits, at least half: see defaultHotFraction).
     const slots = Math.floor(opts.cacheBytes / ffn.bundleBytes);
     if (slots < 1) throw new Error(`the memory budget leaves no room for even one neuron bundle (${ffn.bundleBytes} bytes)`);
     this.hotFraction = opts.hotFraction ?? defaultHotFraction(storedFiring(store), slots, nFF);
@@ -304,8 +304,8 @@ export class OffloadedFFN {
 
   /**
    * The FFN of n tokens of layer l at once (prompt prefill): `gates` holds the n x nFF gate
-   * values (the caller ran the resident gate matrix over the batch, or streamBatchGates). Every bundle that any token needs is made resident once per batch, in rounds as the
-   * cold region allows (the first round's reads overlap the cached neurons' compute), and each
+   * values (the caller ran the resident gate matrix over the batch, or streamBatchGates). Every
+   * bundle that any token needs is made resident once per batch, in rounds as the cold region allows (the first round's reads overlap the cached neurons' compute), and each
    * token computes just its own firing neurons among them. y rows (residual) += FFN(x rows).
    */
   async runBatch(l: number, x: number, y: number, n: number, gates: number): Promise<void> {
