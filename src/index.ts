@@ -69,6 +69,12 @@ export class Model {
   get offloadMode(): string | undefined {
     return this.llama.offloaded?.mode;
   }
+  /** the neuron cache a store runs with: its size, the share pinned hot, and whether gate rows stay in memory */
+  get offloadLayout(): { cacheBytes: number; hotFraction: number; hotPerLayer: number; residentGates: boolean } | undefined {
+    const off = this.llama.offloaded;
+    if (!off) return undefined;
+    return { cacheBytes: off.cache.slots * off.cache.slotBytes, hotFraction: off.hotFraction, hotPerLayer: off.cache.hotCount[0] ?? 0, residentGates: off.hasResidentGates };
+  }
   /** bytes of wasm memory in use (weights, KV cache, buffers) */
   get residentBytes(): number {
     return this.llama.residentBytes;

@@ -182,6 +182,10 @@ test("the memory budget holds: peak RSS of a whole run stays within budget + 5%,
   const peak = Number(/peak RSS ([\d.]+) MiB/.exec(r.stderr)![1]) * 2 ** 20;
   assert.ok(peak <= budget * 1.05, `peak RSS ${(peak / 2 ** 20).toFixed(1)} MiB > 96 MiB + 5%`);
   assert.ok(r.stdout.startsWith(reluRef.prompts[0].greedy_text.slice(0, 40)), r.stdout);
+  // what the budget left, and how the run uses it, said before generating
+  const layout = /ffn from flash: gate sparsity; neuron cache ([\d.]+) MiB, (\d+) hot neurons per layer pinned \(hot share ([\d.]+)\); gate rows (in memory|streamed from flash)/.exec(r.stderr);
+  assert.ok(layout, r.stderr);
+  assert.ok(Number(layout[1]) > 0 && Number(layout[1]) < 96 && Number(layout[3]) >= 0.5, layout[0]);
   const small = spawnSync(process.execPath, [CLI, "run", "-m", pi, "-p", "x", "--memory-budget", "40MiB"], { encoding: "utf8" });
   assert.equal(small.status, 1);
   // refused before the weights load (a cgroup limit would kill a process that loads first)

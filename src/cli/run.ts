@@ -42,6 +42,14 @@ export async function main(argv: string[]): Promise<number> {
       `vocab ${cfg.nVocab}; context ${model.contextSize}, ${model.threads} thread(s), ` +
       `${(model.residentBytes / 2 ** 20).toFixed(1)} MiB resident, in ${((performance.now() - t0) / 1000).toFixed(2)} s\n`,
   );
+  const layout = model.offloadLayout;
+  if (layout) {
+    process.stderr.write(
+      `ffn from flash: ${model.offloadMode} sparsity; neuron cache ${(layout.cacheBytes / 2 ** 20).toFixed(1)} MiB, ` +
+        `${layout.hotPerLayer} hot neurons per layer pinned (hot share ${+layout.hotFraction.toFixed(3)}); ` +
+        `gate rows ${model.offloadMode === "predictor" ? "not needed per token" : layout.residentGates ? "in memory" : "streamed from flash"}\n`,
+    );
+  }
   const controller = new AbortController();
   const onSigint = () => controller.abort();
   process.once("SIGINT", onSigint);
