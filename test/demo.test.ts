@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { CLI, tempDir } from "./helpers.js";
 
 const cacheHome = tempDir("powerinfer-demo-");
-const store = join(cacheHome, "powerinfer-ts", "demo-v3-tiny-relu0.9-q4_1-seed1.pi");
+const store = join(cacheHome, "powerinfer-ts", "demo-v4-tiny-relu0.9-q4_1-seed1.pi");
 const keepDir = tempDir("powerinfer-demo-keep-");
 after(() => {
   rmSync(cacheHome, { recursive: true, force: true });
@@ -42,7 +42,7 @@ test("demo: makes the model once, runs it under the budget and reports speed, ca
   assert.match(first.stderr, /convert: .* in [\d.]+ s/);
   assert.ok(existsSync(store), "the store is in $XDG_CACHE_HOME/powerinfer-ts");
   // Only the store stays in the cache: the intermediate GGUF is deleted.
-  assert.deepEqual(readdirSync(join(cacheHome, "powerinfer-ts")), ["demo-v3-tiny-relu0.9-q4_1-seed1.pi"]);
+  assert.deepEqual(readdirSync(join(cacheHome, "powerinfer-ts")), ["demo-v4-tiny-relu0.9-q4_1-seed1.pi"]);
 
   const out = first.stdout;
   assert.match(line(out, "model"), /synthetic tiny model \(4 layers, dim 256, ffn 768, ReLU, Q4_1\): [\d.]+ MB of weights, [\d.]+ MB as a store on flash/);
@@ -87,7 +87,7 @@ test("demo --keep DIR keeps the GGUF, its predictors and the store there", () =>
   const dir = keepDir;
   const r = demo("--keep", dir);
   assert.equal(r.code, 0, r.stderr);
-  assert.deepEqual(readdirSync(dir).sort(), ["demo-v3-tiny-relu0.9-q4_1-seed1.gguf", "demo-v3-tiny-relu0.9-q4_1-seed1.pi", "demo-v3-tiny-relu0.9-q4_1-seed1.predictors.gguf"]);
+  assert.deepEqual(readdirSync(dir).sort(), ["demo-v4-tiny-relu0.9-q4_1-seed1.gguf", "demo-v4-tiny-relu0.9-q4_1-seed1.pi", "demo-v4-tiny-relu0.9-q4_1-seed1.predictors.gguf"]);
   const again = demo("--keep", dir);
   assert.equal(again.code, 0, again.stderr);
   assert.match(again.stderr, /using the cached demo model/);

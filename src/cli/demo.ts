@@ -33,7 +33,7 @@ import { weightKernel } from "../runtime/weights.js";
 import { gateStagingBytes } from "../model/offloaded-ffn.js";
 
 /** Bumped when the demo model's recipe changes, so an old cached store is not reused for it. */
-const RECIPE_VERSION = 3;
+const RECIPE_VERSION = 4;
 const SPARSITY = 0.9;
 const TYPE: SynthType = "q4_1";
 const SEED = 1;

@@ -588,7 +588,7 @@ export const FIRING_CAP = 0.95;
 export const FIRING_FLOOR = 1e-4;
 export const GATE_RANK_MAX = 1024;
 /** The planted predictor's margin, in deviations of a neuron's quantization noise. */
-export const PREDICTOR_MARGIN = 3;
+export const PREDICTOR_MARGIN = 2;
 
 /**
  * Residual dimension 0 is the constant; 1..RESERVED-1, the rest of its quant block, stay zero, so
