@@ -159,6 +159,8 @@ test("bad predictable-model requests are refused with what to change", async () 
     /a\.predictors\.gguf holds predictors of another model: .*weights differ/,
   );
   assert.ok(!existsSync(join(dir, "b.pi")), "no store is left behind");
+  // a whole model file (no recorded fingerprint): its own weights say whose it is
+  await assert.rejects(convertToStore({ input: b, output: join(dir, "b.pi"), predictors: a, fsync: false }), /a\.gguf holds predictors of another model: .*weights differ/);
   // a file without predictors
   await assert.rejects(convertToStore({ input: b, output: join(dir, "b.pi"), predictors: b, fsync: false }), /b\.gguf: no predictor for layer 0/);
   // a file that does not say whose predictors it holds

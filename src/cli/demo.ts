@@ -30,7 +30,7 @@ import { convertToStore } from "../offline/convert.js";
 import { loadModel } from "../index.js";
 import { peakResidentBytes } from "../runtime/memory.js";
 import { weightKernel } from "../runtime/weights.js";
-import { gateStagingBytes } from "../model/offloaded-ffn.js";
+import { gateReadBytesOf, gateStagingBytes } from "../model/offloaded-ffn.js";
 
 /** Bumped when the demo model's recipe changes, so an old cached store is not reused for it. */
 const RECIPE_VERSION = 4;
@@ -68,7 +68,7 @@ const SHAPES: readonly DemoShape[] = ["demo", "tiny", "1b", "7b", "13b"];
  * The default budget leaves this share of the neuron bundles' bytes for the cache, on top of what
  * must stay resident; the rest of Up and Down is read from flash as neurons fire.
  */
-const DEFAULT_CACHE_SHARE = 0.09;
+const DEFAULT_CACHE_SHARE = 0.08;
 /**
  * Node, the wasm runtime, the worker threads and the tokenizer: measured 68 MiB for a tiny model,
  * 100-140 MiB beyond the packed weights for bigger ones (load buffers, JS heap).
@@ -206,11 +206,12 @@ async function makeStore(shape: DemoShape, dir: string, storePath: string, ggufP
 }
 
 /**
- * Default budget for `store`: what stays resident (in predictor mode no gate row stays in memory:
- * that is what lets the budget sit a few times under the model's size; without predictors the
- * gate rows are streamed through a staging area) plus `cacheShare` of the neuron bundles for the
- * cache. An estimate of what the engine will measure at load: the fixed weights (predictors
- * included) in the kernels' packed layouts (a little larger than in the file), the KV cache, the
+ * Default budget for `store`: what stays resident (no gate row stays in memory: predictors pick a
+ * token's neurons, or without them the gate rows stream from flash; either way prompts stream them
+ * through a staging area, as LlamaModel's budget counts it; that is what lets the budget sit a few
+ * times under the model's size) plus `cacheShare` of the neuron bundles for the cache. An estimate
+ * of what the engine will measure at load: the fixed weights (predictors included) in the
+ * kernels' packed layouts (a little larger than in the file), the staging, the KV cache, the
  * sparse kernels' scratch and the runtime itself.
  */
 export function defaultBudget(storePath: string, cacheShare = DEFAULT_CACHE_SHARE): number {
@@ -230,8 +231,7 @@ export function defaultBudget(storePath: string, cacheShare = DEFAULT_CACHE_SHAR
     const scratch = 8 * nFF * 4 + 64 * dim * 4 + (4 << 20);
     const bundles = nLayer * nFF * ffn.bundleBytes;
     // The engine keeps 3% of the budget free for what it cannot count.
-    const predictors = store.tensors.has("blk.0.fc1.weight");
-    const staging = predictors ? 0 : gateStagingBytes(Math.ceil(ffn.rowBytes / 4096) * 4096, nFF);
+    const staging = gateStagingBytes(gateReadBytesOf(ffn), nFF);
     const bytes = (fixed * packing + staging + kv + scratch + RUNTIME_ALLOWANCE + cacheShare * bundles) / 0.97;
     return Math.ceil(bytes / (16 * 2 ** 20)) * 16 * 2 ** 20;
   } finally {

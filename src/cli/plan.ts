@@ -6,7 +6,7 @@
  */
 import { loadavg } from "node:os";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
-import { defaultPlanPath, makePlan, sizeText, writePlan, type PlanPrediction } from "../planner/plan.js";
+import { defaultPlanPath, knobsText, makePlan, sizeText, writePlan, type PlanPrediction } from "../planner/plan.js";
 import { defaultCacheDir, probeCachePath } from "../planner/probe.js";
 import { runCalibration, type CalibrationJob, type CalibrationRun } from "../planner/calibrate.js";
 import { LlamaModel } from "../model/llama.js";
@@ -189,7 +189,7 @@ export async function main(argv: string[]): Promise<number> {
   const gain = plan.prediction.tokensPerSecond / d.tokensPerSecond;
   lines.push(
     `predicted decode: ${plan.prediction.tokensPerSecond.toFixed(2)} tok/s (averaged over ${plan.workload.decodeTokens} tokens after a ${plan.workload.promptTokens}-token prompt); ` +
-      `the defaults (${describe(d)}): ${d.tokensPerSecond.toFixed(2)} tok/s${gain >= 1.005 ? `, the plan is ${gain.toFixed(2)}x` : ", the plan keeps them"}`,
+      `the defaults (${knobsText(d.knobs)}): ${d.tokensPerSecond.toFixed(2)} tok/s${gain >= 1.005 ? `, the plan is ${gain.toFixed(2)}x` : ", the plan keeps them"}`,
   );
   lines.push(`where a decode token's time goes (ms):`);
   lines.push(breakdown(plan.prediction));
@@ -209,10 +209,6 @@ function flagDefaults(): { hotFraction?: number; queueDepth?: number } {
   return { ...(typeof hot === "number" ? { hotFraction: hot } : {}), ...(typeof qd === "number" ? { queueDepth: qd } : {}) };
 }
 
-function describe(p: PlanPrediction): string {
-  const k = p.knobs;
-  return `${k.threads} thread(s), QD ${k.queueDepth}, hot share ${+k.hotFraction.toFixed(3)}, gate rows ${k.residentGates ? "resident" : "from flash"}`;
-}
 
 function breakdown(p: PlanPrediction): string {
   const b = p.breakdown;

@@ -11,6 +11,7 @@
  * caller computes what it has before asking again.
  */
 import { hitProfile, type Firing } from "./hit-model.js";
+
 export interface CacheRegionStats {
   hits: number;
   misses: number;

@@ -10,7 +10,7 @@
 import { openSync, readSync, closeSync } from "node:fs";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { NeuronStore, STORE_MAGIC } from "../format/store.js";
-import { OffloadedFFN, gateStagingBytes, type OffloadOptions } from "./offloaded-ffn.js";
+import { OffloadedFFN, gateReadBytesOf, gateStagingBytes, type OffloadOptions } from "./offloaded-ffn.js";
 import { dequantizeRow } from "../format/quant.js";
 import { tensorBytes } from "../format/ggml-types.js";
 import { Arena } from "../runtime/arena.js";
@@ -61,6 +61,9 @@ export interface FFNObservation {
   gate: Float32Array;
   up: Float32Array;
 }
+
+/** PowerInfer's activation predictor tensors (blk.N.fc1.weight, blk.N.fc2.weight). */
+export const PREDICTOR_TENSOR_RE = /^blk\.\d+\.fc[12]\.weight$/;
 
 /** Metadata key of per-layer activation thresholds (an array of f32, one per layer). */
 export const THRESHOLDS_KEY = "powerinfer.activation_thresholds";
@@ -202,7 +205,7 @@ export class LlamaModel {
       const usePredictors = store !== undefined && sparsity === "predictor";
       const packedBytes = [...file.tensors.values()].reduce((a, t) => {
         if (t.name === "token_embd.weight" && file.tensors.has("output.weight")) return a;
-        if (!usePredictors && /^blk\.\d+\.fc[12]\.weight$/.test(t.name)) return a; // loaded only for predictor sparsity
+        if (!usePredictors && PREDICTOR_TENSOR_RE.test(t.name)) return a; // loaded only for predictor sparsity
         return a + (t.dims.length === 2 && hasWeightKernel(t.type) ? weightKernel(t.type).packedBytes(t.dims[1], t.dims[0]) : t.elements * 4);
       }, 0);
       const room = 4 * 2 ** 30 - (1 << 20) - packedBytes - 64 * 2 ** 20;
@@ -309,7 +312,7 @@ export class LlamaModel {
   private static budgetSplit(store: NeuronStore, cfg: ModelConfig, kvBytes: number, opts: LoadOptions, rss: number, would: string): { cacheBytes: number; residentGates: boolean } {
     const ffn = store.ffn;
     const gateBytes = cfg.nLayer * weightKernel(ffn.type).packedBytes(cfg.nFF, cfg.nEmbd);
-    const stagingBytes = gateStagingBytes(Math.ceil((ffn.parts.gate + ffn.rowBytes) / 4096) * 4096, cfg.nFF);
+    const stagingBytes = gateStagingBytes(gateReadBytesOf(ffn), cfg.nFF);
     const sparseScratch = 8 * cfg.nFF * 4 + 64 * cfg.nEmbd * 4 + (4 << 20);
     const allFFN = cfg.nLayer * cfg.nFF * ffn.bundleBytes;
     const minCache = Math.min(allFFN, 4 * ffn.bundleBytes);

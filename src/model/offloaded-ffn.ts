@@ -93,6 +93,22 @@ export function gateStagingBytes(gateReadBytes: number, nFF: number): number {
   return Math.min(nFF, STAGE_NEURONS) * gateReadBytes;
 }
 
+/** Bytes of the pages holding one bundle's gate row: what a first-phase gate read reads. */
+export function gateReadBytesOf(ffn: { parts: { gate: number }; rowBytes: number }): number {
+  return Math.ceil((ffn.parts.gate + ffn.rowBytes) / 4096) * 4096;
+}
+
+/**
+ * How gate rows stream from a store's contiguous gate-row copy through the staging area, split in
+ * two halves (one is read while the other's gates compute): rows per chunk (0: a chunk's page span
+ * would not fit a half) and the bytes of a half. The planner models the same reads.
+ */
+export function gateStreamGeometry(nFF: number, gateReadBytes: number, rowBytes: number): { rows: number; halfBytes: number } {
+  const stage = Math.min(nFF, STAGE_NEURONS);
+  const halfBytes = Math.floor((stage * gateReadBytes) / 2 / 4096) * 4096;
+  return { rows: Math.max(0, Math.min(stage, Math.floor((halfBytes - 2 * 4096) / rowBytes))), halfBytes };
+}
+
 /** Each layer's firing rates in stored order, from the profile the store was ordered by (null without one). */
 export function storedFiring(store: NeuronStore): Float32Array[] | null {
   const out: Float32Array[] = [];
@@ -198,14 +214,15 @@ export class OffloadedFFN {
     this.missGates = arena.alloc(nFF * 4, 64);
     this.missPos = new Int32Array(nFF);
     this.missGateValues = new Float32Array(nFF);
-    this.gateReadBytes = Math.ceil((ffn.parts.gate + ffn.rowBytes) / 4096) * 4096;
+    this.gateReadBytes = gateReadBytesOf(ffn);
     this.stageNeurons = this.residentGates ? 0 : Math.min(nFF, STAGE_NEURONS);
     this.stage = this.residentGates ? 0 : arena.alloc(this.stageNeurons * this.gateReadBytes, 4096);
     this.stageList = this.residentGates ? 0 : arena.alloc(this.stageNeurons * 4, 64);
     this.stagePos = new Int32Array(Math.max(this.stageNeurons, 1));
     // The staging area in two halves for streaming: a chunk's page span must fit in one half.
-    this.halfBytes = Math.floor((this.stageNeurons * this.gateReadBytes) / 2 / 4096) * 4096;
-    this.streamRows = opts.streamGates === false ? 0 : Math.max(0, Math.min(this.stageNeurons, Math.floor((this.halfBytes - 2 * 4096) / ffn.rowBytes)));
+    const stream = gateStreamGeometry(this.stageNeurons, this.gateReadBytes, ffn.rowBytes);
+    this.halfBytes = stream.halfBytes;
+    this.streamRows = opts.streamGates === false ? 0 : stream.rows;
     this.streamsAll = store.ffn.layers.every((_, l) => this.streams(l));
     this.cachedPos = new Int32Array(nFF);
     this.denseRunStart = new Int32Array(Math.ceil(nFF / HOT_CLUSTER));
@@ -305,8 +322,9 @@ export class OffloadedFFN {
   /**
    * The FFN of n tokens of layer l at once (prompt prefill): `gates` holds the n x nFF gate
    * values (the caller ran the resident gate matrix over the batch, or streamBatchGates). Every
-   * bundle that any token needs is made resident once per batch, in rounds as the cold region allows (the first round's reads overlap the cached neurons' compute), and each
-   * token computes just its own firing neurons among them. y rows (residual) += FFN(x rows).
+   * bundle that any token needs is made resident once per batch, in rounds as the cold region
+   * allows (the first round's reads overlap the cached neurons' compute), and each token computes
+   * just its own firing neurons among them. y rows (residual) += FFN(x rows).
    */
   async runBatch(l: number, x: number, y: number, n: number, gates: number): Promise<void> {
     const { cache, f32, nFF } = this;

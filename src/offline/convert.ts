@@ -31,7 +31,7 @@ import {
   type StoreLayerManifest,
   type StoreManifest,
 } from "../format/store.js";
-import { THRESHOLDS_KEY } from "../model/llama.js";
+import { PREDICTOR_TENSOR_RE, THRESHOLDS_KEY } from "../model/llama.js";
 import { checkFingerprint, modelFingerprint, profileThresholds, ProfileError } from "./profile.js";
 import { PREDICTOR_MODEL_KEY, SPARSE_THRESHOLD_KEY } from "./predictor-output.js";
 
@@ -336,8 +336,6 @@ function withSparseThreshold(metadata: EncodedMetadata[], threshold: number | un
   return [...metadata.filter((e) => e[0] !== SPARSE_THRESHOLD_KEY), entry];
 }
 
-const PREDICTOR_TENSOR_RE = /^blk\.\d+\.fc[12]\.weight$/;
-
 /**
  * The predictors of `path` for the model `model` (at `modelPath`): every layer's fc1 [nEmbd,
  * hidden] and fc2 [hidden, nFF], F32 or F16, made for this very model (the fingerprint a
@@ -346,24 +344,23 @@ const PREDICTOR_TENSOR_RE = /^blk\.\d+\.fc[12]\.weight$/;
 function openPredictors(path: string, model: GGUFFile, modelPath: string, nLayer: number, nEmbd: number, nFF: number): { file: GGUFFile; tensors: GGUFTensorInfo[]; threshold: number } {
   const file = GGUFFile.open(path);
   try {
-    const actual = modelFingerprint(model);
+    // whose predictors: the fingerprint a predictors-only file records, or that of a whole model
+    let recorded: unknown;
     if (file.has(PREDICTOR_MODEL_KEY)) {
-      let recorded: unknown;
       try {
         recorded = JSON.parse(file.getString(PREDICTOR_MODEL_KEY));
       } catch {
         throw new ConvertError(`${path}: metadata ${PREDICTOR_MODEL_KEY} is not JSON`);
       }
-      try {
-        checkFingerprint(recorded, actual, path, modelPath);
-      } catch (e) {
-        throw e instanceof ProfileError ? new ConvertError(e.message.replace("is from another model", "holds predictors of another model")) : e;
-      }
     } else if (file.tensors.has("blk.0.attn_norm.weight")) {
-      const theirs = modelFingerprint(file);
-      if (JSON.stringify(theirs) !== JSON.stringify(actual)) throw new ConvertError(`${path} holds predictors of another model than ${modelPath} (their fingerprints differ)`);
+      recorded = modelFingerprint(file);
     } else {
       throw new ConvertError(`${path}: does not say which model its predictors are for (no ${PREDICTOR_MODEL_KEY}, and no weights to fingerprint)`);
+    }
+    try {
+      checkFingerprint(recorded, modelFingerprint(model), path, modelPath);
+    } catch (e) {
+      throw e instanceof ProfileError ? new ConvertError(e.message.replace("is from another model", "holds predictors of another model")) : e;
     }
     const tensors: GGUFTensorInfo[] = [];
     for (let l = 0; l < nLayer; l++) {

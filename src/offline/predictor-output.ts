@@ -25,6 +25,7 @@ import { GGUFWriter, type GGUFWritableValue } from "../format/gguf-writer.js";
 import { f32ToF16 } from "../format/half.js";
 import { NeuronStore, StoreWriter, type StoreFixedManifest } from "../format/store.js";
 import { readConfig } from "../model/config.js";
+import { PREDICTOR_TENSOR_RE } from "../model/llama.js";
 import { modelFingerprint, type ModelFingerprint } from "./profile.js";
 import type { PredictorWeights } from "../sparse/predictor-train.js";
 
@@ -44,7 +45,6 @@ export class PredictorOutputError extends Error {
   }
 }
 
-const PREDICTOR_RE = /^blk\.\d+\.fc[12]\.weight$/;
 
 /** A predictor tensor's bytes in `type`. */
 export function predictorBytes(values: Float32Array, type: PredictorType): Uint8Array {
@@ -175,7 +175,7 @@ export async function writePredictorGGUF(opts: PredictorGGUFOptions): Promise<nu
       writer.setMetadata(key, value as GGUFWritableValue, t.type === GGUFValueType.ARRAY ? t.item : t.type);
     }
     writer.setMetadata(SPARSE_THRESHOLD_KEY, opts.predictors[0].threshold, GGUFValueType.FLOAT32);
-    const copied = [...file.tensors.values()].filter((t) => !PREDICTOR_RE.test(t.name));
+    const copied = [...file.tensors.values()].filter((t) => !PREDICTOR_TENSOR_RE.test(t.name));
     for (const t of copied) writer.addTensor(t.name, t.dims, t.type);
     const ggmlType = type === "f32" ? GGMLType.F32 : GGMLType.F16;
     opts.predictors.forEach((p, l) => {
@@ -271,7 +271,7 @@ export async function addPredictorsToStore(opts: PredictorStoreOptions): Promise
       closeSync(fd);
     }
     // old predictors (if any) stay in the copy as unreferenced bytes
-    const fixed: StoreFixedManifest[] = m.fixed.filter((t) => !PREDICTOR_RE.test(t.name));
+    const fixed: StoreFixedManifest[] = m.fixed.filter((t) => !PREDICTOR_TENSOR_RE.test(t.name));
     const ggmlType = type === "f32" ? GGMLType.F32 : GGMLType.F16;
     for (let l = 0; l < opts.predictors.length; l++) {
       for (const [name, dims, values] of predictorTensors(l, opts.predictors[l])) {

@@ -4,10 +4,11 @@
  * (docs/planner.md: 11-32% on the 7B, always in that direction). So the planner runs the store
  * once, in a fresh process, under the budget with the runtime's default knobs, and measures the
  * decode steps alone: seconds per token and how much of it waited for reads (medians over the
- * steps, so that another process's burst during a few of them does not set the factors). Two factors follow,
- * for the compute and for the waiting, against what the model predicts for the same steps; every
- * candidate's prediction is scaled by them before the search picks one. A plan's prediction is
- * then this machine's measured speed for the defaults times the model's predicted gain.
+ * steps, so that another process's burst during a few of them does not set the factors). Two
+ * factors follow, for the compute and for the waiting, against what the model predicts for the
+ * same steps; every candidate's prediction is scaled by them before the search picks one. A
+ * plan's prediction is then this machine's measured speed for the defaults times the model's
+ * predicted gain.
  */
 import { fork } from "node:child_process";
 import { dirname, resolve } from "node:path";

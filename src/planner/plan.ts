@@ -54,8 +54,8 @@ export const PLAN_VERSION = 1;
 
 /** What `run` does without a plan (src/cli/model-flags.ts LOAD_FLAGS' defaults, which cli/plan.ts passes in): the baseline a plan must beat. */
 export function defaultKnobs(): Pick<Knobs, "hotFraction" | "queueDepth" | "pipeline"> {
-  // OffloadOptions' own defaults: hot share 0.5 (more when the store's profile says a cold region
-  // of half would keep nothing: see plan()), reads in flight = libuv's pool, pipelined
+  // OffloadOptions' own defaults: hot share 0.5 (with a profile in the store the runtime sets it
+  // from the rates, defaultHotFraction: makePlan does the same), reads in flight = libuv's pool, pipelined
   return { hotFraction: DEFAULT_HOT_FRACTION, queueDepth: defaultQueueDepth(), pipeline: true };
 }
 
@@ -639,6 +639,7 @@ function isStore(path: string): boolean {
 }
 
 const ms = (s: number) => (s * 1000).toFixed(1);
-function knobsText(k: Knobs): string {
+/** The knobs in a line, as `plan` prints them. */
+export function knobsText(k: Knobs): string {
   return `${k.threads} thread(s), QD ${k.queueDepth}, hot share ${+k.hotFraction.toFixed(3)}, gate rows ${k.residentGates ? "resident" : "from flash"}${k.pipeline ? "" : ", no pipeline"}`;
 }

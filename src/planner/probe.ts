@@ -37,6 +37,7 @@ import { NeuronCache } from "../io/neuron-cache.js";
 import { Arena } from "../runtime/arena.js";
 import { ThreadPool } from "../runtime/pool.js";
 import { SparseFFN, hasSparseKernel } from "../runtime/sparse-kernels.js";
+import { gateReadBytesOf, gateStreamGeometry } from "../model/offloaded-ffn.js";
 import { activationBytes, hasWeightKernel, prepareKernel, weightKernel } from "../runtime/weights.js";
 
 export const PROBE_VERSION = 5;
@@ -222,11 +223,8 @@ export const streamKey = (device: string, bytes: number, threads: number) => `${
  */
 export function gateStreamOf(store: NeuronStore): { rows: number; bytes: number; rowBytes: number } | null {
   if (!store.ffn.layers.every((l) => l.gateRows !== null)) return null;
-  const nFF = store.layer(0).neurons;
   const rowBytes = store.ffn.rowBytes;
-  const stage = Math.min(nFF, 2048);
-  const half = Math.floor((stage * gatePageBytes(store)) / 2 / 4096) * 4096;
-  const rows = Math.max(0, Math.min(stage, Math.floor((half - 2 * 4096) / rowBytes)));
+  const { rows } = gateStreamGeometry(store.layer(0).neurons, gatePageBytes(store), rowBytes);
   if (rows === 0) return null;
   return { rows, bytes: (Math.ceil((rows * rowBytes) / 4096) + 1) * 4096, rowBytes };
 }
@@ -333,7 +331,7 @@ export async function probeMachine(store: NeuronStore, opts: ProbeOptions = {}):
 
 /** Bytes a first-phase gate read takes (the pages holding a bundle's gate row), as OffloadedFFN reads them. */
 export function gatePageBytes(store: NeuronStore): number {
-  return Math.ceil((store.ffn.parts.gate + store.ffn.rowBytes) / 4096) * 4096;
+  return gateReadBytesOf(store.ffn);
 }
 
 /** Median seconds per call of fn, over `rounds` rounds of about `seconds / rounds` each. */
