@@ -51,9 +51,11 @@ test("a kernel trapping in some chunks is an error of the whole job", async () =
     const y = end - 1024 * 4;
     const x = arena.alloc(4096 * 4);
     for (let k = 0; k < 50; k++) assert.throws(() => pool.run(add, [y, x], 2, 4096, 64), /kernel add_inplace failed/);
-    // and the pool still works afterwards
+    // and the pool still works afterwards: every element of the next job is added
+    arena.f32(x, 64).fill(1);
     const z = arena.alloc(64 * 4);
     pool.run(add, [z, x], 2, 64, 1);
+    assert.deepEqual(Array.from(arena.f32(z, 64)), Array(64).fill(1));
   } finally {
     await pool.dispose();
   }
