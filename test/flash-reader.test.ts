@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
 import { closeSync, existsSync, fsyncSync, openSync, readFileSync, truncateSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
+import { aio } from "../src/io/aio.js";
 import { FlashReader, FlashReadError, type FlashReaderOptions, type FlashReadRequest } from "../src/io/flash-reader.js";
 import { NeuronStore, StoreError } from "../src/format/store.js";
 import { convertToStore } from "../src/offline/convert.js";
@@ -42,7 +43,7 @@ function memory(pages = 256): WebAssembly.Memory {
   return new WebAssembly.Memory({ initial: pages, maximum: 1024, shared: true });
 }
 
-function open(path: string, opts: Partial<FlashReaderOptions> & { memory: FlashReaderOptions["memory"] }, warnings: string[] = []): FlashReader {
+function openWith(path: string, opts: Partial<FlashReaderOptions> & { memory: FlashReaderOptions["memory"] }, warnings: string[] = []): FlashReader {
   return FlashReader.open(path, { onWarning: (m) => warnings.push(m), ...opts });
 }
 
@@ -72,241 +73,250 @@ function randomRequests(n: number, seed: number): FlashReadRequest[] {
   return reqs;
 }
 
-test("random aligned requests land where asked, equal to the file's bytes, each reported once", async () => {
-  const mem = memory();
-  const warnings: string[] = [];
-  const r = open(FILE, { memory: mem, queueDepth: 8, maxReadBytes: 64 << 10 }, warnings);
-  assert.equal(r.direct, true, `O_DIRECT should work on ${dir}: ${r.bufferedReason}`);
-  const reqs = randomRequests(400, 7);
-  const seen = new Map<unknown, number>();
-  await r.read(reqs, (q) => {
-    // its bytes are there when it is reported, not only at the end
-    assert.ok(Buffer.from(bytesAt(mem, q.dst, q.length)).equals(content.subarray(q.fileOffset, q.fileOffset + q.length)));
-    seen.set(q.tag, (seen.get(q.tag) ?? 0) + 1);
-  });
-  assert.equal(seen.size, reqs.length);
-  assert.ok([...seen.values()].every((c) => c === 1));
-  assertLanded(mem, reqs);
-  const s = r.stats();
-  assert.equal(s.requests, 400);
-  assert.equal(s.bytes, reqs.reduce((a, q) => a + q.length, 0));
-  assert.ok(s.busySeconds > 0);
-  assert.equal(r.pending, 0);
-  await r.close();
-});
+/** Every behaviour below holds for both ways of issuing reads (native AIO only where it was built). */
+const BACKENDS: ("threads" | "aio")[] = aio().binding ? ["threads", "aio"] : ["threads"];
 
-test("coalescing: adjacent in file and memory -> one read, up to maxReadBytes; larger requests split", async () => {
-  const mem = memory();
-  const r = open(FILE, { memory: mem, maxReadBytes: 4 * K4 });
-  const reqs: FlashReadRequest[] = [
-    { fileOffset: 0, length: K4, dst: 0, tag: "a" },
-    { fileOffset: K4, length: 2 * K4, dst: K4, tag: "b" }, // adjacent to a in both: same read
-    { fileOffset: 3 * K4, length: K4, dst: 10 * K4, tag: "c" }, // adjacent in the file only: new read
-    { fileOffset: 50 * K4, length: K4, dst: 11 * K4, tag: "d" }, // adjacent in memory only: new read
-    { fileOffset: 40 * K4, length: K4, dst: 12 * K4, tag: "e" }, // adjacent in neither
-  ];
-  await r.read(reqs);
-  assertLanded(mem, reqs);
-  let s = r.stats();
-  assert.equal(s.reads, 4);
-  assert.equal(s.coalesced, 1);
+for (const backend of BACKENDS) {
+  const open = (path: string, opts: Partial<FlashReaderOptions> & { memory: FlashReaderOptions["memory"] }, warnings: string[] = []) => openWith(path, { backend, ...opts }, warnings);
 
-  // ten adjacent 4 KiB requests with a 16 KiB cap: 16 + 16 + 8 KiB
-  r.resetStats();
-  const ten = Array.from({ length: 10 }, (_, i) => ({ fileOffset: (100 + i) * K4, length: K4, dst: (20 + i) * K4, tag: i }));
-  await r.read(ten);
-  assertLanded(mem, ten);
-  s = r.stats();
-  assert.equal(s.reads, 3);
-  assert.equal(s.coalesced, 7);
-
-  // one 40 KiB request with a 16 KiB cap: three reads, one completion after the last
-  const small = open(FILE, { memory: mem, maxReadBytes: 4 * K4 });
-  const big = [{ fileOffset: 200 * K4, length: 10 * K4, dst: 40 * K4, tag: "big" }];
-  let done = 0;
-  await small.read(big, () => done++);
-  assert.equal(done, 1);
-  assertLanded(mem, big);
-  assert.equal(small.stats().reads, 3);
-  assert.equal(small.stats().splits, 2);
-  await Promise.all([r.close(), small.close()]);
-});
-
-test("queue depth: never more reads in flight than asked, and that many when there is work", async () => {
-  for (const qd of [1, 3, 7]) {
+  test(`[${backend}] random aligned requests land where asked, equal to the file's bytes, each reported once`, async () => {
     const mem = memory();
-    const r = open(FILE, { memory: mem, queueDepth: qd });
-    let peak = 0;
-    // the fault hook sees every read as it is issued: count what is in flight at that moment
-    const live = { n: 0 };
-    const reqs = Array.from({ length: 40 }, (_, i) => ({ fileOffset: i * 2 * K4, length: K4, dst: i * K4, tag: i }));
-    const r2 = open(FILE, {
-      memory: mem, queueDepth: qd,
-      fault: () => {
-        live.n++;
-        peak = Math.max(peak, live.n);
-        return null;
+    const warnings: string[] = [];
+    const r = open(FILE, { memory: mem, queueDepth: 8, maxReadBytes: 64 << 10 }, warnings);
+    assert.equal(r.direct, true, `O_DIRECT should work on ${dir}: ${r.bufferedReason}`);
+    assert.equal(r.backend, backend);
+    const reqs = randomRequests(400, 7);
+    const seen = new Map<unknown, number>();
+    await r.read(reqs, (q) => {
+      // its bytes are there when it is reported, not only at the end
+      assert.ok(Buffer.from(bytesAt(mem, q.dst, q.length)).equals(content.subarray(q.fileOffset, q.fileOffset + q.length)));
+      seen.set(q.tag, (seen.get(q.tag) ?? 0) + 1);
+    });
+    assert.equal(seen.size, reqs.length);
+    assert.ok([...seen.values()].every((c) => c === 1));
+    assertLanded(mem, reqs);
+    const s = r.stats();
+    assert.equal(s.requests, 400);
+    assert.equal(s.bytes, reqs.reduce((a, q) => a + q.length, 0));
+    assert.ok(s.busySeconds > 0);
+    assert.equal(r.pending, 0);
+    await r.close();
+  });
+
+  test(`[${backend}] coalescing: adjacent in file and memory -> one read, up to maxReadBytes; larger requests split`, async () => {
+    const mem = memory();
+    const r = open(FILE, { memory: mem, maxReadBytes: 4 * K4 });
+    const reqs: FlashReadRequest[] = [
+      { fileOffset: 0, length: K4, dst: 0, tag: "a" },
+      { fileOffset: K4, length: 2 * K4, dst: K4, tag: "b" }, // adjacent to a in both: same read
+      { fileOffset: 3 * K4, length: K4, dst: 10 * K4, tag: "c" }, // adjacent in the file only: new read
+      { fileOffset: 50 * K4, length: K4, dst: 11 * K4, tag: "d" }, // adjacent in memory only: new read
+      { fileOffset: 40 * K4, length: K4, dst: 12 * K4, tag: "e" }, // adjacent in neither
+    ];
+    await r.read(reqs);
+    assertLanded(mem, reqs);
+    let s = r.stats();
+    assert.equal(s.reads, 4);
+    assert.equal(s.coalesced, 1);
+
+    // ten adjacent 4 KiB requests with a 16 KiB cap: 16 + 16 + 8 KiB
+    r.resetStats();
+    const ten = Array.from({ length: 10 }, (_, i) => ({ fileOffset: (100 + i) * K4, length: K4, dst: (20 + i) * K4, tag: i }));
+    await r.read(ten);
+    assertLanded(mem, ten);
+    s = r.stats();
+    assert.equal(s.reads, 3);
+    assert.equal(s.coalesced, 7);
+
+    // one 40 KiB request with a 16 KiB cap: three reads, one completion after the last
+    const small = open(FILE, { memory: mem, maxReadBytes: 4 * K4 });
+    const big = [{ fileOffset: 200 * K4, length: 10 * K4, dst: 40 * K4, tag: "big" }];
+    let done = 0;
+    await small.read(big, () => done++);
+    assert.equal(done, 1);
+    assertLanded(mem, big);
+    assert.equal(small.stats().reads, 3);
+    assert.equal(small.stats().splits, 2);
+    await Promise.all([r.close(), small.close()]);
+  });
+
+  test(`[${backend}] queue depth: never more reads in flight than asked, and that many when there is work`, async () => {
+    for (const qd of [1, 3, 7]) {
+      const mem = memory();
+      const r = open(FILE, { memory: mem, queueDepth: qd });
+      let peak = 0;
+      // the fault hook sees every read as it is issued: count what is in flight at that moment
+      const live = { n: 0 };
+      const reqs = Array.from({ length: 40 }, (_, i) => ({ fileOffset: i * 2 * K4, length: K4, dst: i * K4, tag: i }));
+      const r2 = open(FILE, {
+        memory: mem, queueDepth: qd,
+        fault: () => {
+          live.n++;
+          peak = Math.max(peak, live.n);
+          return null;
+        },
+      });
+      await r2.read(reqs, () => live.n--);
+      assert.equal(r2.stats().maxInFlight, qd);
+      assert.ok(peak <= qd, `qd ${qd}: ${peak} reads were issued while ${qd} were allowed`);
+      await r.read(reqs);
+      assert.equal(r.stats().maxInFlight, qd);
+      assertLanded(mem, reqs);
+      await Promise.all([r.close(), r2.close()]);
+    }
+  });
+
+  test(`[${backend}] an injected I/O error rejects with file and offset; requests not read are never reported`, async () => {
+    const mem = memory();
+    let failedAt = -1;
+    const r = open(FILE, {
+      memory: mem,
+      queueDepth: 4,
+      fault: ({ fileOffset, index }) => {
+        if (index !== 7) return null;
+        failedAt = fileOffset;
+        return Object.assign(new Error("EIO: i/o error, read"), { code: "EIO" });
       },
     });
-    await r2.read(reqs, () => live.n--);
-    assert.equal(r2.stats().maxInFlight, qd);
-    assert.ok(peak <= qd, `qd ${qd}: ${peak} reads were issued while ${qd} were allowed`);
-    await r.read(reqs);
-    assert.equal(r.stats().maxInFlight, qd);
-    assertLanded(mem, reqs);
-    await Promise.all([r.close(), r2.close()]);
+    const reqs = Array.from({ length: 30 }, (_, i) => ({ fileOffset: i * 3 * K4, length: K4, dst: i * K4, tag: i }));
+    const completed = new Set<unknown>();
+    await assert.rejects(r.read(reqs, (q) => completed.add(q.tag)), (e: unknown) => {
+      assert.ok(e instanceof FlashReadError, `expected a FlashReadError, got ${e}`);
+      assert.equal(e.code, "EIO");
+      assert.equal(e.fileOffset, failedAt);
+      assert.match(e.message, new RegExp(`data\\.bin: read failed: EIO: i/o error, read \\(read of 4096 bytes at byte offset ${failedAt}\\)`));
+      return true;
+    });
+    const failedTag = reqs.find((q) => q.fileOffset === failedAt)!.tag;
+    assert.ok(!completed.has(failedTag), "the request whose read failed was reported complete");
+    assert.ok(completed.size < reqs.length);
+    for (const q of reqs) if (completed.has(q.tag)) assertLanded(mem, [q]);
+    const after = completed.size;
+    await new Promise((res) => setTimeout(res, 50));
+    assert.equal(completed.size, after, "requests were reported after the batch failed");
+    assert.equal(r.pending, 0, "the failed batch left reads queued or in flight");
+    assert.equal(r.stats().errors, 1);
+    // the reader stays usable
+    await r.read(reqs.slice(0, 3));
+    assertLanded(mem, reqs.slice(0, 3));
+    await r.close();
+  });
+
+  test(`[${backend}] verify and onComplete failures reject the batch; a short read at end of file is an error`, async () => {
+    const mem = memory();
+    const bad = 5 * K4;
+    const r = open(FILE, {
+      memory: mem,
+      verify: (fileOffset, view, viewOffset, length) => {
+        assert.equal(view.byteLength, mem.buffer.byteLength);
+        if (bad >= fileOffset && bad < fileOffset + length) throw new Error(`checksum says no at ${bad}`);
+      },
+    });
+    const reqs = Array.from({ length: 10 }, (_, i) => ({ fileOffset: i * K4, length: K4, dst: i * 2 * K4, tag: i }));
+    const completed: unknown[] = [];
+    await assert.rejects(r.read(reqs, (q) => completed.push(q.tag)), /checksum says no at 20480/);
+    assert.ok(!completed.includes(5));
+    await assert.rejects(r.read(reqs.slice(0, 2), () => { throw new Error("consumer broke"); }), /consumer broke/);
+    await r.close();
+
+    // the file shrinks after open: the read comes back short
+    const copy = join(dir, "shrinking.bin");
+    writeFileSync(copy, content.subarray(0, 1 << 20));
+    const s = open(copy, { memory: mem });
+    truncateSync(copy, 64 * K4);
+    await assert.rejects(s.read([{ fileOffset: 100 * K4, length: K4, dst: 0 }]), (e: unknown) => {
+      assert.ok(e instanceof FlashReadError);
+      assert.match(e.message, /shrinking\.bin: unexpected end of file .*byte offset 409600/);
+      return true;
+    });
+    await s.close();
+  });
+
+  test(`[${backend}] bad requests are refused before anything is read`, async () => {
+    const mem = memory(4);
+    const r = open(FILE, { memory: mem });
+    await assert.rejects(r.read([{ fileOffset: 100, length: K4, dst: 0 }]), /request 0 .* is not 4096-byte aligned/);
+    await assert.rejects(r.read([{ fileOffset: 0, length: 1000, dst: 0 }]), /not 4096-byte aligned/);
+    await assert.rejects(r.read([{ fileOffset: 0, length: K4, dst: 12 }]), /not 4096-byte aligned/);
+    await assert.rejects(r.read([{ fileOffset: FILE_BYTES, length: K4, dst: 0 }]), /past the end of the file \(8388608 bytes\)/);
+    await assert.rejects(r.read([{ fileOffset: 0, length: K4, dst: 4 * 65536 }]), /past the end of the memory/);
+    assert.equal(r.stats().reads, 0);
+    await r.read([]); // an empty batch resolves
+    await r.close();
+    assert.throws(() => r.submit([{ fileOffset: 0, length: K4, dst: 0 }], null, () => undefined), /closed/);
+  });
+
+  test(`[${backend}] close fails what is still queued and waits for reads in flight`, async () => {
+    const mem = memory();
+    const r = open(FILE, { memory: mem, queueDepth: 2 });
+    const reqs = Array.from({ length: 50 }, (_, i) => ({ fileOffset: i * 2 * K4, length: K4, dst: i * K4, tag: i }));
+    let reported = 0;
+    const p = r.read(reqs, () => reported++);
+    const closed = r.close();
+    await assert.rejects(p, /closed with reads pending/);
+    await closed;
+    assert.ok(reported <= 2, `${reported} requests reported although only 2 reads had started`);
+  });
+
+  /** Bytes this process has caused to be fetched from storage (Linux task I/O accounting). */
+  function storageReadBytes(): number | undefined {
+    if (!existsSync("/proc/self/io")) return undefined;
+    const m = /read_bytes:\s*(\d+)/.exec(readFileSync("/proc/self/io", "utf8"));
+    return m ? Number(m[1]) : undefined;
   }
-});
 
-test("an injected I/O error rejects with file and offset; requests not read are never reported", async () => {
-  const mem = memory();
-  let failedAt = -1;
-  const r = open(FILE, {
-    memory: mem,
-    queueDepth: 4,
-    fault: ({ fileOffset, index }) => {
-      if (index !== 7) return null;
-      failedAt = fileOffset;
-      return Object.assign(new Error("EIO: i/o error, read"), { code: "EIO" });
-    },
+  function residentBytes(path: string): number | undefined {
+    const r = spawnSync("fincore", ["--bytes", "--noheadings", "--output", "RES", path], { encoding: "utf8" });
+    return r.status === 0 ? Number(r.stdout.trim()) : undefined;
+  }
+
+  test(`[${backend}] O_DIRECT bypasses the page cache: every read reaches storage and nothing stays cached`, async (t) => {
+    const mem = memory();
+    const direct = open(FILE, { memory: mem, queueDepth: 4 });
+    const buffered = open(FILE, { memory: mem, queueDepth: 4, direct: false, backend: "threads" });
+    const range = [{ fileOffset: 0, length: 1 << 20, dst: 0 }];
+    const before = storageReadBytes();
+    if (before === undefined) {
+      t.skip("no /proc/self/io on this system");
+      return;
+    }
+    // (1) task I/O accounting: a cached range read twice through the page cache costs no storage
+    // reads; read twice with O_DIRECT it costs two full reads
+    await buffered.read(range);
+    const b0 = storageReadBytes()!;
+    await buffered.read(range);
+    await buffered.read(range);
+    const cachedDelta = storageReadBytes()! - b0;
+    const d0 = storageReadBytes()!;
+    await direct.read(range);
+    await direct.read(range);
+    const directDelta = storageReadBytes()! - d0;
+    t.diagnostic(`storage bytes read: buffered re-reads ${cachedDelta}, direct reads ${directDelta} (2 x ${1 << 20} asked)`);
+    assert.ok(cachedDelta < 1 << 20, "the accounting should show cached reads as free; it cannot tell the two apart here");
+    assert.ok(directDelta >= 2 << 20, `direct reads fetched only ${directDelta} bytes from storage: served from the page cache?`);
+
+    // (2) residency: evict the file, read all of it with O_DIRECT, and nothing is cached afterwards
+    const evict = spawnSync("dd", [`if=${FILE}`, "iflag=nocache", "count=0", "status=none"]);
+    const resident = residentBytes(FILE);
+    if (evict.status !== 0 || resident === undefined || resident !== 0) {
+      t.diagnostic(`residency check skipped (dd status ${evict.status}, resident after eviction ${resident})`);
+    } else {
+      const all = Array.from({ length: FILE_BYTES / (1 << 20) }, (_, i) => ({ fileOffset: i << 20, length: 1 << 20, dst: 0 }));
+      for (const q of all) await direct.read([q]);
+      assert.equal(residentBytes(FILE), 0, "pages of the file entered the page cache during direct reads");
+      await buffered.read(all.slice(0, 1));
+      assert.ok(residentBytes(FILE)! >= 1 << 20, "a buffered read should populate the cache (sanity check of the method)");
+    }
+    await Promise.all([direct.close(), buffered.close()]);
   });
-  const reqs = Array.from({ length: 30 }, (_, i) => ({ fileOffset: i * 3 * K4, length: K4, dst: i * K4, tag: i }));
-  const completed = new Set<unknown>();
-  await assert.rejects(r.read(reqs, (q) => completed.add(q.tag)), (e: unknown) => {
-    assert.ok(e instanceof FlashReadError, `expected a FlashReadError, got ${e}`);
-    assert.equal(e.code, "EIO");
-    assert.equal(e.fileOffset, failedAt);
-    assert.match(e.message, new RegExp(`data\\.bin: read failed: EIO: i/o error, read \\(read of 4096 bytes at byte offset ${failedAt}\\)`));
-    return true;
-  });
-  const failedTag = reqs.find((q) => q.fileOffset === failedAt)!.tag;
-  assert.ok(!completed.has(failedTag), "the request whose read failed was reported complete");
-  assert.ok(completed.size < reqs.length);
-  for (const q of reqs) if (completed.has(q.tag)) assertLanded(mem, [q]);
-  const after = completed.size;
-  await new Promise((res) => setTimeout(res, 50));
-  assert.equal(completed.size, after, "requests were reported after the batch failed");
-  assert.equal(r.pending, 0, "the failed batch left reads queued or in flight");
-  assert.equal(r.stats().errors, 1);
-  // the reader stays usable
-  await r.read(reqs.slice(0, 3));
-  assertLanded(mem, reqs.slice(0, 3));
-  await r.close();
-});
 
-test("verify and onComplete failures reject the batch; a short read at end of file is an error", async () => {
-  const mem = memory();
-  const bad = 5 * K4;
-  const r = open(FILE, {
-    memory: mem,
-    verify: (fileOffset, view, viewOffset, length) => {
-      assert.equal(view.byteLength, mem.buffer.byteLength);
-      if (bad >= fileOffset && bad < fileOffset + length) throw new Error(`checksum says no at ${bad}`);
-    },
-  });
-  const reqs = Array.from({ length: 10 }, (_, i) => ({ fileOffset: i * K4, length: K4, dst: i * 2 * K4, tag: i }));
-  const completed: unknown[] = [];
-  await assert.rejects(r.read(reqs, (q) => completed.push(q.tag)), /checksum says no at 20480/);
-  assert.ok(!completed.includes(5));
-  await assert.rejects(r.read(reqs.slice(0, 2), () => { throw new Error("consumer broke"); }), /consumer broke/);
-  await r.close();
-
-  // the file shrinks after open: the read comes back short
-  const copy = join(dir, "shrinking.bin");
-  writeFileSync(copy, content.subarray(0, 1 << 20));
-  const s = open(copy, { memory: mem });
-  truncateSync(copy, 64 * K4);
-  await assert.rejects(s.read([{ fileOffset: 100 * K4, length: K4, dst: 0 }]), (e: unknown) => {
-    assert.ok(e instanceof FlashReadError);
-    assert.match(e.message, /shrinking\.bin: unexpected end of file .*byte offset 409600/);
-    return true;
-  });
-  await s.close();
-});
-
-test("bad requests are refused before anything is read", async () => {
-  const mem = memory(4);
-  const r = open(FILE, { memory: mem });
-  await assert.rejects(r.read([{ fileOffset: 100, length: K4, dst: 0 }]), /request 0 .* is not 4096-byte aligned/);
-  await assert.rejects(r.read([{ fileOffset: 0, length: 1000, dst: 0 }]), /not 4096-byte aligned/);
-  await assert.rejects(r.read([{ fileOffset: 0, length: K4, dst: 12 }]), /not 4096-byte aligned/);
-  await assert.rejects(r.read([{ fileOffset: FILE_BYTES, length: K4, dst: 0 }]), /past the end of the file \(8388608 bytes\)/);
-  await assert.rejects(r.read([{ fileOffset: 0, length: K4, dst: 4 * 65536 }]), /past the end of the memory/);
-  assert.equal(r.stats().reads, 0);
-  await r.read([]); // an empty batch resolves
-  await r.close();
-  assert.throws(() => r.submit([{ fileOffset: 0, length: K4, dst: 0 }], null, () => undefined), /closed/);
-});
-
-test("close fails what is still queued and waits for reads in flight", async () => {
-  const mem = memory();
-  const r = open(FILE, { memory: mem, queueDepth: 2 });
-  const reqs = Array.from({ length: 50 }, (_, i) => ({ fileOffset: i * 2 * K4, length: K4, dst: i * K4, tag: i }));
-  let reported = 0;
-  const p = r.read(reqs, () => reported++);
-  const closed = r.close();
-  await assert.rejects(p, /closed with reads pending/);
-  await closed;
-  assert.ok(reported <= 2, `${reported} requests reported although only 2 reads had started`);
-});
-
-/** Bytes this process has caused to be fetched from storage (Linux task I/O accounting). */
-function storageReadBytes(): number | undefined {
-  if (!existsSync("/proc/self/io")) return undefined;
-  const m = /read_bytes:\s*(\d+)/.exec(readFileSync("/proc/self/io", "utf8"));
-  return m ? Number(m[1]) : undefined;
 }
-
-function residentBytes(path: string): number | undefined {
-  const r = spawnSync("fincore", ["--bytes", "--noheadings", "--output", "RES", path], { encoding: "utf8" });
-  return r.status === 0 ? Number(r.stdout.trim()) : undefined;
-}
-
-test("O_DIRECT bypasses the page cache: every read reaches storage and nothing stays cached", async (t) => {
-  const mem = memory();
-  const direct = open(FILE, { memory: mem, queueDepth: 4 });
-  const buffered = open(FILE, { memory: mem, queueDepth: 4, direct: false });
-  const range = [{ fileOffset: 0, length: 1 << 20, dst: 0 }];
-  const before = storageReadBytes();
-  if (before === undefined) {
-    t.skip("no /proc/self/io on this system");
-    return;
-  }
-  // (1) task I/O accounting: a cached range read twice through the page cache costs no storage
-  // reads; read twice with O_DIRECT it costs two full reads
-  await buffered.read(range);
-  const b0 = storageReadBytes()!;
-  await buffered.read(range);
-  await buffered.read(range);
-  const cachedDelta = storageReadBytes()! - b0;
-  const d0 = storageReadBytes()!;
-  await direct.read(range);
-  await direct.read(range);
-  const directDelta = storageReadBytes()! - d0;
-  t.diagnostic(`storage bytes read: buffered re-reads ${cachedDelta}, direct reads ${directDelta} (2 x ${1 << 20} asked)`);
-  assert.ok(cachedDelta < 1 << 20, "the accounting should show cached reads as free; it cannot tell the two apart here");
-  assert.ok(directDelta >= 2 << 20, `direct reads fetched only ${directDelta} bytes from storage: served from the page cache?`);
-
-  // (2) residency: evict the file, read all of it with O_DIRECT, and nothing is cached afterwards
-  const evict = spawnSync("dd", [`if=${FILE}`, "iflag=nocache", "count=0", "status=none"]);
-  const resident = residentBytes(FILE);
-  if (evict.status !== 0 || resident === undefined || resident !== 0) {
-    t.diagnostic(`residency check skipped (dd status ${evict.status}, resident after eviction ${resident})`);
-  } else {
-    const all = Array.from({ length: FILE_BYTES / (1 << 20) }, (_, i) => ({ fileOffset: i << 20, length: 1 << 20, dst: 0 }));
-    for (const q of all) await direct.read([q]);
-    assert.equal(residentBytes(FILE), 0, "pages of the file entered the page cache during direct reads");
-    await buffered.read(all.slice(0, 1));
-    assert.ok(residentBytes(FILE)! >= 1 << 20, "a buffered read should populate the cache (sanity check of the method)");
-  }
-  await Promise.all([direct.close(), buffered.close()]);
-});
 
 test("where O_DIRECT is impossible: one clear warning, buffered reads that still work", async () => {
   // a plain ArrayBuffer is not page aligned in V8
   const ab = new ArrayBuffer(1 << 20);
   const warnings: string[] = [];
-  const r = open(FILE, { memory: ab, queueDepth: 2 }, warnings);
+  const r = openWith(FILE, { memory: ab, queueDepth: 2 }, warnings);
   assert.equal(r.direct, false);
   assert.equal(warnings.length, 1);
   assert.match(warnings[0], /data\.bin: direct I\/O \(O_DIRECT\) is not in use: .*not page aligned.*page cache/);
@@ -319,7 +329,7 @@ test("where O_DIRECT is impossible: one clear warning, buffered reads that still
   const proc = "/proc/self/status";
   if (existsSync(proc)) {
     const w2: string[] = [];
-    const p = open(proc, { memory: memory(1), queueDepth: 1 }, w2);
+    const p = openWith(proc, { memory: memory(1), queueDepth: 1 }, w2);
     assert.equal(p.direct, false);
     assert.match(p.bufferedReason ?? "", /refuses O_DIRECT \(EINVAL/);
     assert.equal(w2.length, 1);
@@ -331,7 +341,7 @@ test("where O_DIRECT is impossible: one clear warning, buffered reads that still
   const saved = process.env.UV_THREADPOOL_SIZE;
   process.env.UV_THREADPOOL_SIZE = "4";
   try {
-    const q = open(FILE, { memory: memory(1), queueDepth: 32 }, w3);
+    const q = openWith(FILE, { memory: memory(1), queueDepth: 32, backend: "threads" }, w3);
     assert.equal(w3.length, 1);
     assert.match(w3[0], /queue depth 32 exceeds libuv's thread pool \(UV_THREADPOOL_SIZE=4\).*UV_THREADPOOL_SIZE=32/);
     await q.close();
@@ -342,44 +352,48 @@ test("where O_DIRECT is impossible: one clear warning, buffered reads that still
   assert.throws(() => FlashReader.open(join(dir, "nope.bin"), { memory: memory(1) }), /nope\.bin: cannot open/);
 });
 
-test("store bundles through the flash reader, checked by the store's checksums", async () => {
-  const storePath = join(dir, "relu.pi");
-  await convertToStore({ input: `${SHARED}/models/relu-stories.Q8_0.gguf`, output: storePath, fsync: false });
-  const store = NeuronStore.open(storePath);
-  const mem = memory(512);
-  const L = store.layer(1);
-  // read every other bundle of layer 1 into consecutive slots (pairs coalesce: 0-1, 4-5, ...)
-  const reqs: FlashReadRequest[] = [];
-  for (let p = 0; p < L.neurons; p += 4) {
-    for (const q of [p, p + 1]) reqs.push({ fileOffset: store.bundleOffset(1, q), length: L.bundleBytes, dst: reqs.length * L.bundleBytes, tag: q });
-  }
-  const r = FlashReader.open(storePath, { memory: mem, verify: store.verifier("always"), queueDepth: 4, onWarning: () => undefined });
-  await r.read(reqs);
-  assert.equal(r.stats().reads, reqs.length / 2);
-  const want = new Uint8Array(L.bundleBytes);
-  for (const q of reqs) {
-    store.readBundles(1, q.tag as number, 1, want);
-    assert.deepEqual(bytesAt(mem, q.dst, L.bundleBytes), want);
-  }
-  await r.close();
+for (const backend of BACKENDS) {
+  const open = (path: string, opts: Partial<FlashReaderOptions> & { memory: FlashReaderOptions["memory"] }, warnings: string[] = []) => openWith(path, { backend, ...opts }, warnings);
 
-  // flip a byte of one bundle in a copy: that read is rejected with the store's error
-  const bad = join(dir, "relu-bad.pi");
-  const b = Buffer.from(readFileSync(storePath));
-  const hit = store.bundleOffset(1, 8) + 100;
-  b[hit] ^= 0x40;
-  writeFileSync(bad, b);
-  const badStore = NeuronStore.open(bad); // its manifest is intact: the damage shows only when the bundle is read
-  const rb = FlashReader.open(bad, { memory: mem, verify: badStore.verifier("once"), onWarning: () => undefined });
-  const completed = new Set<unknown>();
-  await assert.rejects(rb.read(reqs, (q) => completed.add(q.tag)), (e: unknown) => {
-    assert.ok(e instanceof StoreError);
-    assert.match(e.message, /relu-bad\.pi: checksum mismatch .*\(layer 1 FFN, bundle at stored position 8 \(neuron 8\)\)/);
-    return true;
+  test(`[${backend}] store bundles through the flash reader, checked by the store's checksums`, async () => {
+    const storePath = join(dir, "relu.pi");
+    await convertToStore({ input: `${SHARED}/models/relu-stories.Q8_0.gguf`, output: storePath, fsync: false });
+    const store = NeuronStore.open(storePath);
+    const mem = memory(512);
+    const L = store.layer(1);
+    // read every other bundle of layer 1 into consecutive slots (pairs coalesce: 0-1, 4-5, ...)
+    const reqs: FlashReadRequest[] = [];
+    for (let p = 0; p < L.neurons; p += 4) {
+      for (const q of [p, p + 1]) reqs.push({ fileOffset: store.bundleOffset(1, q), length: L.bundleBytes, dst: reqs.length * L.bundleBytes, tag: q });
+    }
+    const r = FlashReader.open(storePath, { memory: mem, verify: store.verifier("always"), queueDepth: 4, onWarning: () => undefined });
+    await r.read(reqs);
+    assert.equal(r.stats().reads, reqs.length / 2);
+    const want = new Uint8Array(L.bundleBytes);
+    for (const q of reqs) {
+      store.readBundles(1, q.tag as number, 1, want);
+      assert.deepEqual(bytesAt(mem, q.dst, L.bundleBytes), want);
+    }
+    await r.close();
+
+    // flip a byte of one bundle in a copy: that read is rejected with the store's error
+    const bad = join(dir, "relu-bad.pi");
+    const b = Buffer.from(readFileSync(storePath));
+    const hit = store.bundleOffset(1, 8) + 100;
+    b[hit] ^= 0x40;
+    writeFileSync(bad, b);
+    const badStore = NeuronStore.open(bad); // its manifest is intact: the damage shows only when the bundle is read
+    const rb = FlashReader.open(bad, { memory: mem, verify: badStore.verifier("once"), onWarning: () => undefined });
+    const completed = new Set<unknown>();
+    await assert.rejects(rb.read(reqs, (q) => completed.add(q.tag)), (e: unknown) => {
+      assert.ok(e instanceof StoreError);
+      assert.match(e.message, /relu-bad\.pi: checksum mismatch .*\(layer 1 FFN, bundle at stored position 8 \(neuron 8\)\)/);
+      return true;
+    });
+    assert.ok(!completed.has(8) && !completed.has(9), "the corrupt bundle (and its read-mate) were reported complete");
+    await rb.close();
+    badStore.close();
+    store.close();
+    execFileSync("rm", ["-f", bad]);
   });
-  assert.ok(!completed.has(8) && !completed.has(9), "the corrupt bundle (and its read-mate) were reported complete");
-  await rb.close();
-  badStore.close();
-  store.close();
-  execFileSync("rm", ["-f", bad]);
-});
+}

@@ -10,8 +10,11 @@
  *   were submitted, are coalesced into one read of at most `maxReadBytes`; a larger request is
  *   split into reads of that size. Small random reads are IOPS-bound (docs/design: ~25K IOPS
  *   through libuv here), so coalescing is what turns neuron reads into bandwidth.
- * - Up to `queueDepth` reads are in flight at once, each an fs.read on libuv's thread pool. The
- *   pool has UV_THREADPOOL_SIZE threads (default 4), fixed when the pool first starts. In an ES
+ * - Up to `queueDepth` reads are in flight at once. Direct reads go through Linux native AIO
+ *   where the addon is built (src/io/aio.ts): a batch is one io_submit, and finished reads are
+ *   collected with io_getevents while the event loop would otherwise idle, ~4 us of CPU per read
+ *   against ~30 us through libuv's thread pool on this machine (docs/store-format.md, "Reading").
+ *   Otherwise each read is an fs.read on libuv's thread pool. The pool has UV_THREADPOOL_SIZE threads (default 4), fixed when the pool first starts. In an ES
  *   module program that is *before any user code runs* (Node's ESM loader reads the entry with
  *   async fs), so setting process.env.UV_THREADPOOL_SIZE inside the program is too late: it must
  *   be in the environment when node starts, or be set by a CommonJS entry point before it
@@ -25,6 +28,8 @@
  *   no read lands in memory the caller has already reused.
  */
 import { closeSync, constants, fstatSync, openSync, read, readSync } from "node:fs";
+import { constants as osConstants } from "node:os";
+import { aio, type AioBinding, type AioRing } from "./aio.js";
 
 export const FLASH_ALIGN = 4096;
 
@@ -87,7 +92,15 @@ export interface FlashReaderOptions {
   verify?: (fileOffset: number, view: Uint8Array, viewOffset: number, length: number) => void;
   /** test hook: return an Error to make this read fail with it (as if the device had said EIO) */
   fault?: (read: FlashReadInfo) => Error | null | undefined;
+  /**
+   * How reads are issued: "aio" (Linux native AIO, direct reads only; an error where it is not
+   * available), "threads" (fs.read on libuv's thread pool), "auto" (default: aio where possible).
+   */
+  backend?: "auto" | "aio" | "threads";
 }
+
+/** Reads in flight by default with native AIO: past ~256 io_submit starts to block on this disk's queue (docs/store-format.md). */
+export const AIO_QUEUE_DEPTH = 256;
 
 export interface FlashReaderStats {
   /** requests submitted */
@@ -134,6 +147,8 @@ interface Op {
   dst: number;
   /** bytes already read (a short read continues from here) */
   done: number;
+  /** its AIO request id while in flight */
+  slot: number;
   cb: (err: NodeJS.ErrnoException | null, bytesRead: number) => void;
 }
 
@@ -170,6 +185,8 @@ export class FlashReader {
   readonly bufferedReason: string | null;
   readonly queueDepth: number;
   readonly maxReadBytes: number;
+  /** how reads are issued (FlashReaderOptions.backend) */
+  readonly backend: "aio" | "threads";
   /** file size at open */
   readonly size: number;
   private fd: number;
@@ -186,9 +203,23 @@ export class FlashReader {
   private closing: Promise<void> | null = null;
   private drained: (() => void) | null = null;
   private s: FlashReaderStats = { requests: 0, reads: 0, bytes: 0, busySeconds: 0, maxInFlight: 0, coalesced: 0, splits: 0, errors: 0 };
+  /** native AIO: the binding, its ring, ops in flight by request id, free ids, ops to submit, scratch */
+  private readonly aio: AioBinding | null;
+  private ring: AioRing | null;
+  private readonly slots: (Op | null)[] = [];
+  private readonly freeSlots: number[] = [];
+  private toSubmit: Op[] = [];
+  private submitBuf = new Float64Array(0);
+  private reaped = new Float64Array(0);
+  private polling = false;
+  /** while completions are processed: pump once at the end, not per completion */
+  private reaping = false;
 
-  private constructor(readonly path: string, fd: number, direct: boolean, reason: string | null, size: number, opts: FlashReaderOptions) {
+  private constructor(readonly path: string, fd: number, direct: boolean, reason: string | null, size: number, opts: FlashReaderOptions, ring: { binding: AioBinding; ring: AioRing } | null) {
     this.fd = fd;
+    this.aio = ring?.binding ?? null;
+    this.ring = ring?.ring ?? null;
+    this.backend = ring ? "aio" : "threads";
     this.direct = direct;
     this.bufferedReason = reason;
     this.size = size;
@@ -198,11 +229,20 @@ export class FlashReader {
     this.maxReadBytes = opts.maxReadBytes ?? 1 << 20;
     this.verify = opts.verify;
     this.fault = opts.fault;
+    if (ring) {
+      for (let i = this.queueDepth - 1; i >= 0; i--) this.freeSlots.push(i);
+      this.slots.length = this.queueDepth;
+      this.submitBuf = new Float64Array(4 * this.queueDepth);
+      this.reaped = new Float64Array(2 * this.queueDepth);
+    }
   }
 
   /** Open `path` for reading (see FlashReaderOptions for the choices). */
   static open(path: string, opts: FlashReaderOptions): FlashReader {
-    const qd = opts.queueDepth ?? defaultQueueDepth();
+    const backend = opts.backend ?? "auto";
+    if (backend !== "auto" && backend !== "aio" && backend !== "threads") throw new RangeError(`FlashReader: backend must be "auto", "aio" or "threads", got ${JSON.stringify(backend)}`);
+    const native = backend === "threads" ? null : aio();
+    const qd = opts.queueDepth ?? (native?.binding && opts.direct !== false ? AIO_QUEUE_DEPTH : defaultQueueDepth());
     const max = opts.maxReadBytes ?? 1 << 20;
     if (!Number.isInteger(qd) || qd < 1 || qd > 4096) throw new RangeError(`FlashReader: queueDepth must be an integer in [1, 4096], got ${qd}`);
     if (!aligned(max) || max === 0) throw new RangeError(`FlashReader: maxReadBytes must be a positive multiple of ${FLASH_ALIGN}, got ${max}`);
@@ -249,7 +289,24 @@ export class FlashReader {
       closeSync(fd);
       throw openError(path, e);
     }
-    const r = new FlashReader(path, fd, direct, reason, size, { ...opts, queueDepth: qd, maxReadBytes: max });
+    // Native AIO for direct reads (on a buffered descriptor io_submit would read synchronously).
+    let ring: { binding: AioBinding; ring: AioRing } | null = null;
+    let noAio = native?.reason ?? "";
+    if (native && direct && native.binding) {
+      try {
+        ring = { binding: native.binding, ring: native.binding.open(fd, qd) };
+      } catch (e) {
+        noAio = `io_setup refused: ${(e as Error).message}`;
+      }
+    } else if (native && !direct) noAio = "reads are not direct";
+    if (backend === "aio" && !ring) {
+      closeSync(fd);
+      throw new FlashReadError(path, 0, 0, `native AIO was required but is not possible: ${noAio}`);
+    }
+    const r = new FlashReader(path, fd, direct, reason, size, { ...opts, queueDepth: qd, maxReadBytes: max }, ring);
+    if (direct && !ring && backend === "auto") {
+      warn(`${path}: reading through libuv's thread pool (native AIO not in use: ${noAio}); each read costs more CPU`);
+    }
     if (!direct && want === "auto") {
       warn(
         `${path}: direct I/O (O_DIRECT) is not in use: ${reason}. Reading through the page cache instead: it works, but ` +
@@ -257,7 +314,7 @@ export class FlashReader {
       );
     }
     const pool = visibleThreadPoolSize();
-    if (qd > pool) {
+    if (!ring && qd > pool) {
       warn(
         `queue depth ${qd} exceeds libuv's thread pool (${process.env.UV_THREADPOOL_SIZE ? `UV_THREADPOOL_SIZE=${process.env.UV_THREADPOOL_SIZE}` : "4 threads by default"}): ` +
           `at most ${pool} reads will really run at once. Start node with UV_THREADPOOL_SIZE=${qd} in its environment.`,
@@ -370,12 +427,13 @@ export class FlashReader {
   }
 
   private newOp(): Op {
-    const op: Op = { batch: null, first: 0, count: 0, fileOffset: 0, length: 0, dst: 0, done: 0, cb: null! };
+    const op: Op = { batch: null, first: 0, count: 0, fileOffset: 0, length: 0, dst: 0, done: 0, slot: -1, cb: null! };
     op.cb = (err, n) => this.landed(op, err, n);
     return op;
   }
 
   private pump(): void {
+    if (this.reaping) return;
     while (this.inFlight < this.queueDepth && this.qHead < this.queue.length) {
       const op = this.queue[this.qHead];
       this.queue[this.qHead++] = undefined!;
@@ -388,6 +446,7 @@ export class FlashReader {
       this.queue.splice(0, this.qHead);
       this.qHead = 0;
     }
+    if (this.toSubmit.length > 0) this.flush();
   }
 
   private issue(op: Op): void {
@@ -412,7 +471,99 @@ export class FlashReader {
         return;
       }
     }
+    if (this.ring) {
+      op.slot = this.freeSlots.pop()!;
+      this.slots[op.slot] = op;
+      this.toSubmit.push(op);
+      return;
+    }
     read(this.fd, this.view(), op.dst + op.done, len, from, op.cb);
+  }
+
+  /** Native AIO: submit the reads issued since the last flush, in one system call where the kernel takes them all. */
+  private flush(): void {
+    const ops = this.toSubmit;
+    const buf = this.submitBuf;
+    let from = 0;
+    while (from < ops.length) {
+      const n = ops.length - from;
+      for (let i = 0; i < n; i++) {
+        const op = ops[from + i];
+        buf[4 * i] = op.slot;
+        buf[4 * i + 1] = op.fileOffset + op.done;
+        buf[4 * i + 2] = op.length - op.done;
+        buf[4 * i + 3] = op.dst + op.done;
+      }
+      const k = this.aio!.submit(this.ring!, this.view(), buf, n);
+      if (k < 0) {
+        // the kernel refused the first one: it fails as a read would have
+        const op = ops[from++];
+        this.freeSlot(op);
+        setImmediate(op.cb, errnoError(-k, "io_submit"), 0);
+        continue;
+      }
+      if (k === 0) {
+        // the kernel's queue is full: wait for something to finish, then try the rest again
+        this.toSubmit = ops.slice(from);
+        this.schedulePoll();
+        return;
+      }
+      from += k;
+    }
+    ops.length = 0;
+    this.schedulePoll();
+  }
+
+  private freeSlot(op: Op): void {
+    this.slots[op.slot] = null;
+    this.freeSlots.push(op.slot);
+    op.slot = -1;
+  }
+
+  private schedulePoll(): void {
+    if (this.polling || this.inFlight === 0) return;
+    this.polling = true;
+    setImmediate(this.poll);
+  }
+
+  /**
+   * Native AIO: collect finished reads (waiting up to a millisecond for the first, so an idle
+   * event loop sleeps in the kernel rather than spinning) and report them; again while any are
+   * in flight. The event loop only gets here when JavaScript is not computing, which is when
+   * waiting costs nothing.
+   */
+  private readonly poll = (): void => {
+    this.polling = false;
+    if (!this.ring) return;
+    this.service(1);
+    this.schedulePoll();
+  };
+
+  /**
+   * Report the reads that have finished (waiting up to waitMs for the first) and submit queued
+   * ones in their place. Native AIO only (a no-op otherwise). The engine may call it between
+   * pieces of computation to keep the disk busy; completions are reported from here.
+   */
+  service(waitMs = 0): void {
+    if (!this.ring || this.reaping) return;
+    if (this.toSubmit.length > 0) this.flush();
+    if (this.inFlight - this.toSubmit.length <= 0) return;
+    const out = this.reaped;
+    const k = this.aio!.reap(this.ring, out, this.queueDepth, waitMs);
+    if (k === 0) return;
+    this.reaping = true;
+    try {
+      for (let i = 0; i < k; i++) {
+        const op = this.slots[out[2 * i]]!;
+        const res = out[2 * i + 1];
+        this.freeSlot(op);
+        if (res < 0) op.cb(errnoError(-res, "read"), 0);
+        else op.cb(null, res);
+      }
+    } finally {
+      this.reaping = false;
+    }
+    this.pump();
   }
 
   private landed(op: Op, err: NodeJS.ErrnoException | null, n: number): void {
@@ -502,6 +653,10 @@ export class FlashReader {
       const finish = () => {
         this.drained = null;
         for (const b of queued) this.settle(b);
+        if (this.ring) {
+          this.aio!.close(this.ring);
+          this.ring = null;
+        }
         closeSync(this.fd);
         this.fd = -1;
         resolve();
@@ -520,6 +675,16 @@ export class FlashReader {
 function probeDirect(fd: number): void {
   const page = new Uint8Array(new WebAssembly.Memory({ initial: 1 }).buffer);
   readSync(fd, page, 0, FLASH_ALIGN, 0);
+}
+
+/** An errno number from the kernel as Node reports fs errors (code "EIO", ...). */
+function errnoError(errno: number, syscall: string): NodeJS.ErrnoException {
+  const code = Object.entries(osConstants.errno).find(([, v]) => v === errno)?.[0] ?? `errno ${errno}`;
+  const e = new Error(`${code} (errno ${errno})`) as NodeJS.ErrnoException;
+  e.code = code;
+  e.errno = -errno;
+  e.syscall = syscall;
+  return e;
 }
 
 function openError(path: string, e: unknown): FlashReadError {

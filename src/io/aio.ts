@@ -1,0 +1,42 @@
+/**
+ * The native Linux AIO binding (native/flash_aio.c, compiled by scripts/build-native.mjs at
+ * install), loaded once. The flash reader uses it for direct reads when it is there: one system
+ * call submits a batch, another collects what finished, and no thread is woken per read.
+ * Where it could not be built or loaded (no compiler, not Linux, POWERINFER_AIO=0), `aio()` says
+ * why and the reader goes through libuv's thread pool instead.
+ */
+import { createRequire } from "node:module";
+
+/** An io_setup context with its request table (opaque to JavaScript). */
+export type AioRing = { readonly __aioRing: unique symbol };
+
+export interface AioBinding {
+  /** io_setup for `capacity` reads in flight on file descriptor fd (opened with O_DIRECT) */
+  open(fd: number, capacity: number): AioRing;
+  /**
+   * Submit reqs[0..4n) = [id, fileOffset, length, dst] * n into `view`: how many were taken (the
+   * first k; fewer when the kernel is full), or -errno when it refused the first one.
+   */
+  submit(ring: AioRing, view: Uint8Array, reqs: Float64Array, n: number): number;
+  /** Finished reads into out = [id, bytes read or -errno] * k, waiting up to waitMs for the first; returns k. */
+  reap(ring: AioRing, out: Float64Array, max: number, waitMs: number): number;
+  /** io_destroy: waits for the reads in flight, then frees the ring. */
+  close(ring: AioRing): void;
+}
+
+let loaded: { binding: AioBinding | null; reason: string } | undefined;
+
+/** The binding, or null and why not. */
+export function aio(): { binding: AioBinding | null; reason: string } {
+  if (loaded) return loaded;
+  if (process.env.POWERINFER_AIO === "0") return (loaded = { binding: null, reason: "POWERINFER_AIO=0 turned it off" });
+  if (process.platform !== "linux") return (loaded = { binding: null, reason: `Linux AIO does not exist on ${process.platform}` });
+  const file = new URL("../../../build/flash_aio.node", import.meta.url);
+  try {
+    const binding = createRequire(import.meta.url)(file.pathname) as AioBinding;
+    return (loaded = { binding, reason: "" });
+  } catch (e) {
+    const why = (e as NodeJS.ErrnoException).code === "MODULE_NOT_FOUND" ? `${file.pathname} was not built (see npm install's output)` : (e as Error).message.split("\n")[0];
+    return (loaded = { binding: null, reason: why });
+  }
+}
