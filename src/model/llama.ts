@@ -12,7 +12,7 @@ import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { NeuronStore, STORE_MAGIC } from "../format/store.js";
 import { OffloadedFFN, gateReadBytesOf, gateStagingBytes, type OffloadOptions } from "./offloaded-ffn.js";
 import { dequantizeRow } from "../format/quant.js";
-import { tensorBytes } from "../format/ggml-types.js";
+import { GGMLType, tensorBytes } from "../format/ggml-types.js";
 import { Arena } from "../runtime/arena.js";
 import { ThreadPool } from "../runtime/pool.js";
 import { activationBytes, hasWeightKernel, prepareKernel, weightKernel, type ActivationFormat } from "../runtime/weights.js";
@@ -43,6 +43,13 @@ export interface LoadOptions {
    */
   activationThresholds?: ArrayLike<number>;
   /**
+   * How activation predictors (blk.N.fc1/fc2) sit in memory. "q8_0" (default): F32/F16/BF16
+   * predictors are requantized to Q8_0 at load, their hidden width padded with zeros to a
+   * multiple of 32 (fc1 zero rows, fc2 zero columns: the padding contributes exactly nothing);
+   * predictors already quantized stay as they are. "original": as stored in the file.
+   */
+  predictorType?: "q8_0" | "original";
+  /**
    * Test hook: leave this many bytes of wasm memory unused below every buffer (untouched, so not
    * resident), to run the engine at addresses above 2 GiB where a signed shift would go wrong.
    */
@@ -64,6 +71,24 @@ export interface FFNObservation {
 
 /** PowerInfer's activation predictor tensors (blk.N.fc1.weight, blk.N.fc2.weight). */
 export const PREDICTOR_TENSOR_RE = /^blk\.\d+\.fc[12]\.weight$/;
+
+/** GGUF types of predictor matrices that load requantizes to Q8_0 (LoadOptions.predictorType "q8_0"). */
+const PREDICTOR_REQUANT_TYPES: ReadonlySet<GGMLType> = new Set([GGMLType.F32, GGMLType.F16, GGMLType.BF16]);
+
+/**
+ * The hidden width layer l's predictor takes in memory when it is requantized to Q8_0 (its
+ * hidden width rounded up to a multiple of 32), or 0 when it stays as stored: by choice, because
+ * fc1 or fc2 is already of another type, or because the padded shape would not fit the kernels
+ * or the FFN's buffers.
+ */
+function predictorQ8Hidden(file: ModelFile, cfg: ModelConfig, l: number, opt: LoadOptions["predictorType"]): number {
+  if ((opt ?? "q8_0") === "original") return 0;
+  const fc1 = file.tensor(`blk.${l}.fc1.weight`), fc2 = file.tensor(`blk.${l}.fc2.weight`);
+  if (!PREDICTOR_REQUANT_TYPES.has(fc1.type) || !PREDICTOR_REQUANT_TYPES.has(fc2.type)) return 0;
+  const hidden = fc1.dims[1];
+  const padded = Math.ceil(hidden / 32) * 32;
+  return cfg.nEmbd % 32 === 0 && padded <= cfg.nFF ? padded : 0;
+}
 
 /** Metadata key of per-layer activation thresholds (an array of f32, one per layer). */
 export const THRESHOLDS_KEY = "powerinfer.activation_thresholds";
@@ -203,9 +228,18 @@ export class LlamaModel {
       const hasPredictors = [...Array(cfg.nLayer).keys()].every((l) => file.tensors.has(`blk.${l}.fc1.weight`) && file.tensors.has(`blk.${l}.fc2.weight`));
       const sparsity = opts.offload?.sparsity ?? (hasPredictors ? "predictor" : "gate");
       const usePredictors = store !== undefined && sparsity === "predictor";
+      if (opts.predictorType !== undefined && opts.predictorType !== "q8_0" && opts.predictorType !== "original") {
+        throw new RangeError(`predictorType must be "q8_0" or "original", got ${JSON.stringify(opts.predictorType)}`);
+      }
+      // Predictors requantized to Q8_0 count as packed, padded: hidden width per layer (0: as stored).
+      const predQ8 = usePredictors && hasPredictors ? [...Array(cfg.nLayer).keys()].map((l) => predictorQ8Hidden(file, cfg, l, opts.predictorType)) : [];
       const packedBytes = [...file.tensors.values()].reduce((a, t) => {
         if (t.name === "token_embd.weight" && file.tensors.has("output.weight")) return a;
-        if (!usePredictors && PREDICTOR_TENSOR_RE.test(t.name)) return a; // loaded only for predictor sparsity
+        if (PREDICTOR_TENSOR_RE.test(t.name)) {
+          if (!usePredictors) return a; // loaded only for predictor sparsity
+          const padded = predQ8[Number(t.name.split(".")[1])];
+          if (padded) return a + (t.name.endsWith("fc1.weight") ? weightKernel(GGMLType.Q8_0).packedBytes(padded, t.dims[0]) : weightKernel(GGMLType.Q8_0).packedBytes(t.dims[1], padded));
+        }
         return a + (t.dims.length === 2 && hasWeightKernel(t.type) ? weightKernel(t.type).packedBytes(t.dims[1], t.dims[0]) : t.elements * 4);
       }, 0);
       const room = 4 * 2 ** 30 - (1 << 20) - packedBytes - 64 * 2 ** 20;
@@ -252,12 +286,7 @@ export class LlamaModel {
           bk: bias("attn_k.bias", kvDim),
           bv: bias("attn_v.bias", kvDim),
           ffnNorm: loader.vector(p + "ffn_norm.weight", nEmbd),
-          ...(usePredictors
-            ? {
-                fc1: loader.matrix(p + "fc1.weight", nEmbd, file.tensor(p + "fc1.weight").dims[1]),
-                fc2: loader.matrix(p + "fc2.weight", file.tensor(p + "fc1.weight").dims[1], nFF),
-              }
-            : {}),
+          ...(usePredictors ? loadPredictor(loader, file, l, nEmbd, nFF, predQ8[l]) : {}),
           ...(store
             ? {}
             : {
@@ -416,6 +445,38 @@ export class LlamaModel {
     this.setInput(b.hu, L.fc1!.rows);
     this.matmul(L.fc2!, out, 1);
   };
+
+  /**
+   * The predictor of layer `layer` on one residual row `x` (nEmbd values, before the FFN norm),
+   * as decode computes it: the nFF scores (copied out) and, when `hidden` is given, the hidden
+   * activations relu(fc1 . x) copied into it (the predictor's width in memory, padding
+   * included: see predictorWidth). For tools and tests; uses the activation buffers, so not
+   * during a forward pass.
+   */
+  predictorScores(layer: number, x: ArrayLike<number>, hidden?: Float32Array): Float32Array {
+    const L = this.layers[layer];
+    if (!L?.fc1 || !L.fc2) throw new Error(`layer ${layer} has no predictor loaded (a store with predictors, loaded for --sparsity predictor, has one)`);
+    const { nEmbd, nFF } = this.config;
+    if (x.length !== nEmbd) throw new RangeError(`predictorScores: x holds ${x.length} values, the residual has ${nEmbd}`);
+    const b = this.buf;
+    const saved = this.residualRow;
+    this.f32.set(x, b.xb >>> 2);
+    this.residualRow = b.xb;
+    try {
+      this.predict(layer, b.hg);
+    } finally {
+      this.residualRow = saved;
+    }
+    if (hidden) hidden.set(this.f32.subarray(b.hu >>> 2, (b.hu >>> 2) + Math.min(hidden.length, L.fc1.rows)));
+    return this.f32.slice(b.hg >>> 2, (b.hg >>> 2) + nFF);
+  }
+
+  /** The predictor of layer `layer` in memory: its GGML type and hidden width (padded when requantized), or null. */
+  predictorWidth(layer: number): { type: GGMLType; hidden: number } | null {
+    const L = this.layers[layer];
+    return L?.fc1 ? { type: L.fc1.kernel.type, hidden: L.fc1.rows } : null;
+  }
+
   private readonly gateMatvec = (m: Matrix, out: number): void => {
     this.setInput(this.ffnRow, this.config.nEmbd);
     this.matmul(m, out, 1);
@@ -614,6 +675,17 @@ function allocBuffers(arena: Arena, cfg: ModelConfig, ctx: number, batch: number
     vCache: f(nLayer * ctx * nHeadKV * headDim),
     act,
   };
+}
+
+/** Layer l's predictor: requantized to Q8_0 with its hidden width padded to `padded` (0: as stored). */
+function loadPredictor(loader: WeightLoader, file: ModelFile, l: number, nEmbd: number, nFF: number, padded: number): { fc1: Matrix; fc2: Matrix } {
+  const p = `blk.${l}.`;
+  const hidden = file.tensor(p + "fc1.weight").dims[1];
+  const fc1 = padded ? loader.q8Matrix(p + "fc1.weight", nEmbd, hidden, nEmbd, padded) : loader.matrix(p + "fc1.weight", nEmbd, hidden);
+  const fc2 = padded ? loader.q8Matrix(p + "fc2.weight", hidden, nFF, padded, nFF) : loader.matrix(p + "fc2.weight", hidden, nFF);
+  // predict() feeds fc1's outputs (all of its rows, padding included) to fc2
+  if (fc1.rows !== fc2.cols) throw new Error(`${file.path}: predictor of layer ${l}: fc1 has ${fc1.rows} outputs, fc2 reads ${fc2.cols}`);
+  return { fc1, fc2 };
 }
 
 /** Per-layer activation thresholds from the options or the model's metadata, checked; null when none. */

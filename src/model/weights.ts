@@ -5,7 +5,7 @@
  */
 import { GGMLType, typeName } from "../format/ggml-types.js";
 import { GGUFError, type ModelFile, type GGUFTensorInfo } from "../format/gguf.js";
-import { dequantizeRow } from "../format/quant.js";
+import { dequantizeRow, quantizeRow, rowBytes } from "../format/quant.js";
 import type { Arena } from "../runtime/arena.js";
 import type { ThreadPool } from "../runtime/pool.js";
 import { hasWeightKernel, weightKernel, type WeightKernel } from "../runtime/weights.js";
@@ -62,6 +62,54 @@ export class WeightLoader {
       this.progress(n * rowBytes);
     }
     return { name, ptr, rows, cols, kernel, matvecFn: this.pool.fn(kernel.matvec), matmulFn: this.pool.fn(kernel.matmul) };
+  }
+
+  /**
+   * Load matrix `name` (GGUF shape [cols, rows], F32, F16 or BF16) quantized to Q8_0 and padded
+   * with zeros to `paddedRows` x `paddedCols` (paddedCols a multiple of 32): rows past `rows`
+   * are all zero, and so is every column past `cols`, so a padded row contributes exactly 0 to a
+   * product and a padded column reads nothing. Quantization is ggml's Q8_0 reference rounding
+   * (per 32-value block, d = max|w| / 127), done here in JS once, chunk by chunk.
+   */
+  q8Matrix(name: string, cols: number, rows: number, paddedCols: number, paddedRows: number): Matrix {
+    const t = this.file.tensor(name);
+    checkDims(this.file, t, [cols, rows]);
+    if (t.type !== GGMLType.F32 && t.type !== GGMLType.F16 && t.type !== GGMLType.BF16) {
+      throw new GGUFError(this.file.path, `tensor "${name}" has type ${typeName(t.type)}: only F32, F16 and BF16 are requantized to Q8_0 at load`);
+    }
+    if (!(paddedCols >= cols && paddedCols % 32 === 0 && paddedRows >= rows)) {
+      throw new RangeError(`${name}: cannot pad ${rows} x ${cols} to ${paddedRows} x ${paddedCols} (columns must pad to a multiple of 32)`);
+    }
+    const kernel = weightKernel(GGMLType.Q8_0);
+    const size = kernel.packedBytes(paddedRows, paddedCols);
+    const ptr = this.arena.alloc(size, 64);
+    const dst = this.arena.u8(ptr, size);
+    const rowBytesIn = t.bytes / rows;
+    const q8RowBytes = rowBytes(GGMLType.Q8_0, paddedCols);
+    const rowsPerChunk = Math.max(1, Math.floor(CHUNK_BYTES / Math.max(rowBytesIn, q8RowBytes)));
+    const buf = new Uint8Array(Math.min(rows, rowsPerChunk) * rowBytesIn);
+    const q8 = new Uint8Array(Math.max(Math.min(rows, rowsPerChunk), Math.min(paddedRows - rows, rowsPerChunk)) * q8RowBytes);
+    const row = new Float32Array(paddedCols); // columns past `cols` stay 0
+    for (let r = 0; r < rows; r += rowsPerChunk) {
+      const n = Math.min(rowsPerChunk, rows - r);
+      this.file.readTensor(t, buf, r * rowBytesIn, n * rowBytesIn);
+      for (let i = 0; i < n; i++) {
+        dequantizeRow(t.type, buf.subarray(i * rowBytesIn, (i + 1) * rowBytesIn), cols, row);
+        for (let c = 0; c < cols; c++) {
+          if (!Number.isFinite(row[c])) throw new GGUFError(this.file.path, `tensor "${name}" has an inf or NaN weight at row ${r + i}, column ${c}: the model file is damaged`);
+        }
+        quantizeRow(GGMLType.Q8_0, row, q8.subarray(i * q8RowBytes, (i + 1) * q8RowBytes));
+      }
+      kernel.pack(q8.subarray(0, n * q8RowBytes), dst, r, n, paddedRows, paddedCols);
+      this.progress(n * rowBytesIn);
+    }
+    // The padding rows: all-zero blocks (scale 0, quants 0); packing the last row also zeroes the tile padding.
+    q8.fill(0);
+    for (let r = rows; r < paddedRows; r += rowsPerChunk) {
+      const n = Math.min(rowsPerChunk, paddedRows - r);
+      kernel.pack(q8.subarray(0, n * q8RowBytes), dst, r, n, paddedRows, paddedCols);
+    }
+    return { name, ptr, rows: paddedRows, cols: paddedCols, kernel, matvecFn: this.pool.fn(kernel.matvec), matmulFn: this.pool.fn(kernel.matmul) };
   }
 
   /**
