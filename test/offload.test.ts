@@ -224,8 +224,47 @@ test("predictor mode: hot region dense, cold neurons where the predictor says; a
     const s = model.offloaded!.snapshot();
     assert.ok(s.neuronsComputed < 0.6 * s.neuronsTotal, `${s.neuronsComputed} of ${s.neuronsTotal}`);
     assert.ok(s.hotHits > 0 && s.misses > 0);
+    // Read-ahead (on by default): the next layer's picks from this layer's input were read early,
+    // most were used, and those count as misses (read for this token), never as cache hits.
+    assert.ok(s.readAhead > 0 && s.readAheadUsed > 0.5 * s.readAhead, `read ahead ${s.readAhead}, used ${s.readAheadUsed}`);
+    assert.ok(s.readAheadUsed <= s.misses);
   } finally {
     await model.dispose();
+  }
+  // One failed read in decode, whether a read made ahead for the next layer or a layer's own: an
+  // error naming the file, never a token, and the model still closes. Reads of 3 decode tokens
+  // counted first, then each run fails one of them.
+  const decodeWith = async (fault: () => boolean): Promise<void> => {
+    let armed = false;
+    const model = await LlamaModel.load(pi, {
+      threads: 1,
+      contextSize: 64,
+      offload: { cacheBytes: 6 * 1024 * 4096 * 0.25, fault: () => (armed && fault() ? Object.assign(new Error("EIO: i/o error"), { code: "EIO" }) : null) },
+    });
+    try {
+      let logits = await model.forwardAsync(prompt, prompt.length, 0);
+      armed = true;
+      for (let i = 0; i < 3; i++) logits = await model.forwardAsync([argmax(logits)], 1, prompt.length + i);
+    } finally {
+      await model.dispose();
+    }
+  };
+  let decodeReads = 0;
+  await decodeWith(() => (decodeReads++, false));
+  assert.ok(decodeReads > 50, `${decodeReads} reads`);
+  for (let i = 0; i < 12; i++) {
+    const k = 1 + Math.floor((i * (decodeReads - 1)) / 11);
+    let n = 0;
+    await assert.rejects(decodeWith(() => ++n === k), /exact-predictor\.pi.*EIO|EIO.*exact-predictor\.pi/s, `failed read ${k} of ${decodeReads}`);
+  }
+  // Without it: the same tokens, every miss read in its own layer.
+  const plainRun = await LlamaModel.load(pi, { threads: 2, contextSize: 64, offload: { cacheBytes: 6 * 1024 * 4096 * 0.25, lookahead: false } });
+  try {
+    assert.deepEqual((await greedy(plainRun, prompt, 20)).ids, want);
+    const s = plainRun.offloaded!.snapshot();
+    assert.equal(s.readAhead, 0);
+  } finally {
+    await plainRun.dispose();
   }
   // A model without predictors cannot run in predictor mode: the error says what to do.
   const plain = await store(RELU, "no-predictor.pi");

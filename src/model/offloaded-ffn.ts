@@ -59,6 +59,11 @@ export interface OffloadOptions {
   streamGates?: boolean;
   /** per layer: in gate mode a neuron fires only when |act(gate)| exceeds this (SiLU models) */
   thresholds?: Float32Array | null;
+  /**
+   * predictor mode: while layer l computes, read ahead the cold bundles that layer l+1's
+   * predictor picks from layer l's input (default true; see OffloadedFFN.lookahead)
+   */
+  lookahead?: boolean;
 }
 
 export interface OffloadStats {
@@ -72,6 +77,9 @@ export interface OffloadStats {
   bytesRead: number;
   ioWaitMs: number;
   computeMs: number;
+  /** predictor mode: bundles read ahead for the next layer, and how many of those its own predictor then picked (counted among the misses: they were read for this token) */
+  readAhead: number;
+  readAheadUsed: number;
 }
 
 /** load-time read buffer: small, because under a budget a transient buffer counts too */
@@ -87,6 +95,8 @@ const STAGE_NEURONS = 2048;
  */
 const HOT_CLUSTER = 32;
 const HOT_DENSE_SHARE = 0.75;
+/** cached neurons computed per kernel call between services of the reader (a few hundred microseconds) */
+const HIT_PIECE = 128;
 
 /** Bytes the first-phase gate reads need (staging for one round), for budgeting. */
 export function gateStagingBytes(gateReadBytes: number, nFF: number): number {
@@ -125,7 +135,7 @@ export function storedFiring(store: NeuronStore): Float32Array[] | null {
 export class OffloadedFFN {
   readonly cache: NeuronCache;
   readonly reader: FlashReader;
-  readonly stats: OffloadStats = { steps: 0, neuronsTotal: 0, neuronsComputed: 0, hotHits: 0, coldHits: 0, misses: 0, bytesRead: 0, ioWaitMs: 0, computeMs: 0 };
+  readonly stats: OffloadStats = { steps: 0, neuronsTotal: 0, neuronsComputed: 0, hotHits: 0, coldHits: 0, misses: 0, bytesRead: 0, ioWaitMs: 0, computeMs: 0, readAhead: 0, readAheadUsed: 0 };
   /** resident gate matrices, one per layer, rows in stored order */
   readonly gates: Matrix[] = [];
   private readonly sparse: SparseFFN;
@@ -169,6 +179,13 @@ export class OffloadedFFN {
   private misses = 0;
   private hitsComputed = false;
   private computeMs = 0;
+  /** predictor mode, read-ahead: on, its scores, the read in flight and its requests, which slots hold a bundle read ahead and not yet used */
+  private readonly lookahead: boolean;
+  private readonly lookScores: number;
+  private lookRead: Promise<void> | null = null;
+  private lookRequests: FlashReadRequest[] = [];
+  private readonly readAheadSlot: Uint8Array;
+  private predictFn: ((l: number, out: number) => void) | null = null;
 
   constructor(
     private readonly store: NeuronStore,
@@ -253,6 +270,9 @@ export class OffloadedFFN {
     this.f32 = new Float32Array(arena.memory.buffer);
     this.i32 = new Int32Array(arena.memory.buffer);
     this.pipeline = opts.pipeline ?? true;
+    this.lookahead = this.mode === "predictor" && this.pipeline && (opts.lookahead ?? true) && hot < nFF;
+    this.lookScores = this.lookahead ? arena.alloc(nFF * 4, 64) : 0;
+    this.readAheadSlot = new Uint8Array(this.lookahead ? slots : 0);
   }
 
   /**
@@ -260,6 +280,8 @@ export class OffloadedFFN {
    * computes resident gate rows into gateOut with the dense kernels (the model's matvec).
    */
   async run(l: number, x: number, y: number, gate: (m: Matrix, out: number) => void, predict?: (l: number, out: number) => void): Promise<void> {
+    // what was read ahead for this layer must have landed before its slots are computed
+    if (this.lookRead) await this.awaitLookahead();
     this.sparse.prepare(x);
     this.cache.beginStep();
     this.cut = this.thresholds ? this.thresholds[l] : 0;
@@ -270,6 +292,7 @@ export class OffloadedFFN {
     let dense = 0;
     if (this.mode === "predictor") {
       dense = this.predicted(l, predict!);
+      this.predictFn = predict!;
     } else if (this.residentGates) {
       gate(this.gates[l], this.gateOut);
       for (let k = 0; k < this.nFF; k++) this.classify(l, k, this.f32[(this.gateOut >>> 2) + k]);
@@ -327,6 +350,7 @@ export class OffloadedFFN {
    * just its own firing neurons among them. y rows (residual) += FFN(x rows).
    */
   async runBatch(l: number, x: number, y: number, n: number, gates: number): Promise<void> {
+    if (this.lookRead) await this.awaitLookahead();
     const { cache, f32, nFF } = this;
     cache.beginStep();
     this.cut = this.thresholds ? this.thresholds[l] : 0;
@@ -460,6 +484,13 @@ export class OffloadedFFN {
   private classify(l: number, k: number, g: number): void {
     if (!this.fires(g)) return;
     const slot = this.cache.lookup(l, k);
+    if (slot >= 0 && this.lookahead && this.readAheadSlot[slot]) {
+      // read for this token, only earlier: a miss served ahead of time, not a cache hit
+      this.readAheadSlot[slot] = 0;
+      this.cache.cold.hits--;
+      this.stats.misses++;
+      this.stats.readAheadUsed++;
+    }
     if (slot >= 0) {
       this.i32[(this.hitList >>> 2) + this.hits] = this.cache.address(slot);
       this.f32[(this.hitGates >>> 2) + this.hits] = g;
@@ -630,6 +661,7 @@ export class OffloadedFFN {
    * into gates (n x nFF f32, stored order), the layer's gate rows streamed once for the batch.
    */
   async streamBatchGates(l: number, x: number, n: number, gates: number): Promise<void> {
+    if (this.lookRead) await this.awaitLookahead();
     const cache = this.cache;
     const cached = this.listCached(l);
     this.batchArgs.l = l;
@@ -668,13 +700,18 @@ export class OffloadedFFN {
     this.hitsComputed = true;
     const t = performance.now();
     const cache = this.cache;
+    // In pieces, with the reader serviced in between: reads that finish meanwhile make room for
+    // queued ones (native AIO reports completions only when asked), so the disk stays busy.
     for (let i = 0; i < this.denseRuns; i++) {
       this.sparse.ffnRun(cache.address(cache.hotStart[this.denseLayer] + this.denseRunStart[i]), cache.slotBytes, this.denseRunCount[i], this.act);
+      if ((i & 3) === 3) this.reader.service();
     }
     this.denseRuns = 0;
-    if (this.hits > 0) {
-      if (this.mode === "predictor") this.sparse.ffn(this.hitList, this.hits, this.act);
-      else this.sparse.upDown(this.hitList, this.hits, this.hitGates, this.act);
+    for (let i = 0; i < this.hits; i += HIT_PIECE) {
+      const n = Math.min(HIT_PIECE, this.hits - i);
+      if (this.mode === "predictor") this.sparse.ffn(this.hitList + 4 * i, n, this.act);
+      else this.sparse.upDown(this.hitList + 4 * i, n, this.hitGates + 4 * i, this.act);
+      this.reader.service();
     }
     this.computeMs += performance.now() - t;
   }
@@ -687,8 +724,60 @@ export class OffloadedFFN {
 
   private missLayer = 0;
   private readonly hitsOnce = (): void => {
+    if (this.lookahead && this.missLayer + 1 < this.cfg.nLayer && this.missRoundsFit) this.readAhead(this.missLayer + 1);
     if (!this.hitsComputed) this.computeHits();
   };
+
+  /** whether this layer's misses all fit the cold region in one round (then nothing of this step is evicted later in it) */
+  private missRoundsFit = false;
+
+  /**
+   * Read-ahead (predictor mode): layer l's predictor run on the current layer's input (the
+   * residual stream changes little from one layer to the next, so it picks most of what it will
+   * pick from its own input: 82% of the cold picks on the 7B-shape model, docs/benchmarks.md),
+   * and the cold bundles it picks that are not in memory read into cold slots now, while this
+   * layer computes and the next one's attention runs. Its own predictor decides later what is
+   * computed; a bundle read ahead for nothing is just a cold slot's content. Only when this
+   * layer's misses took one round: slots read ahead are taken in this step and must not be
+   * evicted before they land.
+   */
+  private readAhead(l: number): void {
+    const { cache, f32 } = this;
+    const t = performance.now();
+    this.predictFn!(l, this.lookScores);
+    this.computeMs += performance.now() - t;
+    const order = this.store.layer(l).order;
+    const s0 = this.lookScores >>> 2;
+    const thr = this.threshold;
+    const requests: FlashReadRequest[] = [];
+    this.lookRequests = requests;
+    for (let k = cache.hotCount[l]; k < this.nFF; k++) {
+      if (!(f32[s0 + order[k]] > thr) || cache.peek(l, k) >= 0) continue;
+      const slot = cache.acquire(l, k);
+      if (slot < 0) break;
+      this.readAheadSlot[slot] = 1;
+      requests.push({ fileOffset: this.store.bundleOffset(l, k), length: cache.slotBytes, dst: cache.address(slot), tag: slot });
+    }
+    if (requests.length === 0) return;
+    this.stats.readAhead += requests.length;
+    this.stats.bytesRead += requests.length * cache.slotBytes;
+    const read = this.reader.read(requests);
+    read.catch(() => undefined);
+    this.lookRead = read;
+  }
+
+  /** Wait for the bundles read ahead (counted as I/O wait); on failure their slots are released and the error thrown. */
+  private async awaitLookahead(): Promise<void> {
+    const read = this.lookRead!;
+    const requests = this.lookRequests;
+    this.lookRead = null;
+    try {
+      await this.wait(read, requests);
+    } catch (e) {
+      for (const r of requests) this.readAheadSlot[r.tag as number] = 0;
+      throw e;
+    }
+  }
   /** Up/down (or the whole bundle, predictor mode) of misses [from, to), now resident. */
   private readonly missRound = (from: number, to: number): void => {
     const { cache, f32, i32 } = this;
@@ -719,11 +808,13 @@ export class OffloadedFFN {
       while (done + m < count) {
         const slot = cache.acquire(l, this.missPos[done + m]);
         if (slot < 0) break;
+        if (this.lookahead) this.readAheadSlot[slot] = 0;
         requests.push({ fileOffset: this.store.bundleOffset(l, this.missPos[done + m]), length: cache.slotBytes, dst: cache.address(slot), tag: slot });
         m++;
       }
       const reading = m > 0 ? this.reader.read(requests) : undefined;
       if (reading && !this.pipeline) await this.wait(reading, requests);
+      if (first) this.missRoundsFit = done + m === count;
       if (first) {
         overlap();
         first = false;
@@ -766,6 +857,7 @@ export class OffloadedFFN {
 
   async close(): Promise<void> {
     await this.dropPrefetch();
+    if (this.lookRead) await this.awaitLookahead().catch(() => undefined);
     await this.reader.close();
   }
 }
