@@ -5,7 +5,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync, writeFileSync } from "node:fs";
+import { closeSync, openSync, readFileSync, readSync, writeFileSync, writeSync } from "node:fs";
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { LlamaModel } from "../src/model/llama.js";
@@ -172,6 +172,39 @@ test("a damaged store is refused with the file and the offset", async () => {
   const truncated = join(dir, "truncated.pi");
   writeFileSync(truncated, bytes.subarray(0, bytes.length - 5000));
   await assert.rejects(LlamaModel.load(truncated, { threads: 1, contextSize: 16 }), /truncated\.pi.*truncated/i);
+});
+
+test("checksums while decoding: a damaged bundle first read mid-run is an error; a store rewritten under the model is an error", async () => {
+  const pi = await store(RELU, "relu-late.pi");
+  const st = NeuronStore.open(pi);
+  const lastBundle = st.bundleOffset(5, st.layer(5).neurons - 1);
+  st.close();
+  // "dense" with streamed gates reads every bundle per token and nothing but the hot region at load
+  const opts = { threads: 1, contextSize: 64, offload: { sparsity: "dense" as const, residentGates: false, cacheBytes: 6 * 1024 * 4096 * 0.25 } };
+  const flipped = Buffer.from(readFileSync(pi));
+  flipped[lastBundle + 100] ^= 0x10;
+  const bad = join(dir, "late-flip.pi");
+  writeFileSync(bad, flipped);
+  const model = await LlamaModel.load(bad, opts);
+  try {
+    await assert.rejects(greedy(model, reluRef.prompts[0].prompt_ids, 4), /late-flip\.pi.*checksum mismatch.*at \d+/s);
+  } finally {
+    await model.dispose();
+  }
+  // Rewritten in place while running (chunks checked once are not checked again): the next token says so.
+  const good = await LlamaModel.load(pi, opts);
+  try {
+    const prompt = reluRef.prompts[0].prompt_ids as number[];
+    const logits = await good.forwardAsync(prompt, prompt.length, 0);
+    const fd = openSync(pi, "r+");
+    const page = Buffer.alloc(4096);
+    readSync(fd, page, 0, 4096, lastBundle);
+    writeSync(fd, page, 0, 4096, lastBundle); // same bytes, new modification time
+    closeSync(fd);
+    await assert.rejects(good.forwardAsync([argmax(logits)], 1, prompt.length), /relu-late\.pi.*changed on disk while in use/);
+  } finally {
+    await good.dispose();
+  }
 });
 
 test("the memory budget holds: peak RSS of a whole run stays within budget + 5%, and too small a budget says what would fit", () => {

@@ -550,6 +550,7 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
     super();
     this.fd = fd;
     this.fileSize = size;
+    this.openedStat = { size, mtimeNs: fstatSync(fd, { bigint: true }).mtimeNs };
     this.version = header.version;
     this.manifest = manifest;
     const fail = (m: string, at = header.manifestOffset): never => {
@@ -801,6 +802,22 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
         seen[c] = 1;
       }
     };
+  }
+
+  /** the file's size and modification time when it was opened (assertUnchanged compares them) */
+  private readonly openedStat: { size: number; mtimeNs: bigint };
+
+  /**
+   * Throws a StoreError when the file's size or modification time differ from when it was
+   * opened: with "once" verification, chunks checked before are not checked again, so a file
+   * rewritten under a running model must be caught here (one fstat, ~2 us).
+   */
+  assertUnchanged(): void {
+    if (this.fd < 0) return;
+    const st = fstatSync(this.fd, { bigint: true });
+    if (Number(st.size) !== this.openedStat.size || st.mtimeNs !== this.openedStat.mtimeNs) {
+      throw new StoreError(this.path, `the file changed on disk while in use (size ${this.openedStat.size} -> ${st.size}, modified since it was opened): reopen it`);
+    }
   }
 
   /** Read and check every chunk (e.g. after copying a store). Reports bytes checked so far. */

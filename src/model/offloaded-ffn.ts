@@ -12,7 +12,7 @@
  *
  * Every buffer is laid out at load; a step allocates nothing but the read requests' objects.
  */
-import type { NeuronStore } from "../format/store.js";
+import type { NeuronStore, VerifyMode } from "../format/store.js";
 import type { Arena } from "../runtime/arena.js";
 import type { ThreadPool } from "../runtime/pool.js";
 import { weightKernel } from "../runtime/weights.js";
@@ -59,6 +59,13 @@ export interface OffloadOptions {
   streamGates?: boolean;
   /** per layer: in gate mode a neuron fires only when |act(gate)| exceeds this (SiLU models) */
   thresholds?: Float32Array | null;
+  /**
+   * checksums of bundles read from flash: "once" (default) checks each 4 KiB chunk the first time
+   * it is read, and the store's size and modification time once per token (a file rewritten
+   * under the model is an error); "always" checks every read again (CRC-32 of everything read,
+   * ~30 ms per token at 7B shape, where ~100 MB are read per token)
+   */
+  verify?: VerifyMode;
   /**
    * predictor mode: while layer l computes, read ahead the cold bundles that layer l+1's
    * predictor picks from layer l's input (default true; see OffloadedFFN.lookahead)
@@ -185,6 +192,8 @@ export class OffloadedFFN {
   private lookRead: Promise<void> | null = null;
   private lookRequests: FlashReadRequest[] = [];
   private readonly readAheadSlot: Uint8Array;
+  /** checksums checked on first read only: then the file is checked for changes every token */
+  private readonly verifyOnce: boolean;
   private predictFn: ((l: number, out: number) => void) | null = null;
 
   constructor(
@@ -263,16 +272,18 @@ export class OffloadedFFN {
       memory: arena.memory,
       queueDepth: opts.queueDepth,
       direct: opts.direct ?? "auto",
-      verify: store.verifier("always"),
+      verify: store.verifier(opts.verify ?? "once"),
       onWarning: opts.onWarning,
       fault: opts.fault,
     });
-    this.f32 = new Float32Array(arena.memory.buffer);
-    this.i32 = new Int32Array(arena.memory.buffer);
     this.pipeline = opts.pipeline ?? true;
+    this.verifyOnce = (opts.verify ?? "once") === "once";
     this.lookahead = this.mode === "predictor" && this.pipeline && (opts.lookahead ?? true) && hot < nFF;
     this.lookScores = this.lookahead ? arena.alloc(nFF * 4, 64) : 0;
     this.readAheadSlot = new Uint8Array(this.lookahead ? slots : 0);
+    // views over the whole memory: taken after the last allocation (an allocation may grow it)
+    this.f32 = new Float32Array(arena.memory.buffer);
+    this.i32 = new Int32Array(arena.memory.buffer);
   }
 
   /**
@@ -282,6 +293,7 @@ export class OffloadedFFN {
   async run(l: number, x: number, y: number, gate: (m: Matrix, out: number) => void, predict?: (l: number, out: number) => void): Promise<void> {
     // what was read ahead for this layer must have landed before its slots are computed
     if (this.lookRead) await this.awaitLookahead();
+    if (l === 0 && this.verifyOnce) this.store.assertUnchanged();
     this.sparse.prepare(x);
     this.cache.beginStep();
     this.cut = this.thresholds ? this.thresholds[l] : 0;
@@ -351,6 +363,7 @@ export class OffloadedFFN {
    */
   async runBatch(l: number, x: number, y: number, n: number, gates: number): Promise<void> {
     if (this.lookRead) await this.awaitLookahead();
+    if (l === 0 && this.verifyOnce) this.store.assertUnchanged();
     const { cache, f32, nFF } = this;
     cache.beginStep();
     this.cut = this.thresholds ? this.thresholds[l] : 0;
