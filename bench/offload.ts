@@ -372,7 +372,7 @@ function runOurs(cg: CgroupSupport | undefined, c: OursConfig, timeoutS: number)
   const cmd = [
     process.execPath, BIN, "run", "-m", c.store, "--memory-budget", `${Math.round(c.limit / MiB)}MiB`, "--sparsity", c.sparsity,
     "-p", PROMPT, "-n", String(c.n), "--temp", "0", "--ignore-eos", "-t", String(c.threads), "-c", String(CONTEXT),
-    "--io-queue-depth", String(QUEUE_DEPTH), ...(c.extra ?? []),
+    ...(c.extra ?? []),
   ];
   const load = loadavg()[0];
   const r = cg ? runLimited(cg, c.limit, c.store, cmd, timeoutS) : unlimited(c.store, cmd, timeoutS);
@@ -507,7 +507,7 @@ async function main(): Promise<void> {
   log(`# bench:offload, ${started.toISOString()}`);
   const predictable = o.gateRank ? `, gate rank ${o.gateRank} (planted predictors, not trained: docs/benchmarks.md)` : "";
   log(`model: ${o.shape} shape (${SHAPE_SPECS[o.shape].like}), ReLU, planted sparsity ${SPARSITY}${predictable}, ${o.type.toUpperCase()}, seed ${SEED}: GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}`);
-  log(`prompt ${PROMPT.length} chars, ${o.n} generated tokens, greedy, context ${CONTEXT} for both engines; ours: --sparsity ${sparsity} --io-queue-depth ${QUEUE_DEPTH}, store ${o.order === "hot" ? "hot-first (planted rates as the profile)" : "in index order"}; medians of ${o.reps} interleaved runs`);
+  log(`prompt ${PROMPT.length} chars, ${o.n} generated tokens, greedy, context ${CONTEXT} for both engines; ours: --sparsity ${sparsity} (reader defaults), store ${o.order === "hot" ? "hot-first (planted rates as the profile)" : "in index order"}; medians of ${o.reps} interleaved runs`);
 
   // 1. Ours vs llama.cpp under the same limits.
   if (!o.skip.has("compare") && cg) {
@@ -639,7 +639,7 @@ async function main(): Promise<void> {
       }
     }
     log("");
-    log(`Ours reads whole bundles (${o.type === "q4_1" ? "8 KiB" : "16 KiB"} for this model; adjacent misses coalesce) at queue depth ${QUEUE_DEPTH}; the achieved rates are in the tables above (read MB/s over the whole run, and bytes over I/O wait below).`);
+    log(`Ours reads whole bundles (${o.type === "q4_1" ? "8 KiB" : "16 KiB"} for this model; adjacent misses coalesce) (native AIO, queue depth 256, where built; else libuv at 64); the achieved rates are in the tables above (read MB/s over the whole run, and bytes over I/O wait below).`);
     const all = [...((raw.compare ? Object.values(raw.compare as Record<string, { ours: RunResult[] }>).flatMap((c) => c.ours) : []) as RunResult[]), ...((raw.ablation ? Object.values(raw.ablation as Record<string, RunResult[]>).flat() : []) as RunResult[])].filter((r) => r.ok && r.ioWaitS! > 0.5);
     if (all.length) {
       const whileWaiting = median(all.map((r) => r.readMB! / r.ioWaitS!));

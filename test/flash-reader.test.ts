@@ -74,17 +74,18 @@ function randomRequests(n: number, seed: number): FlashReadRequest[] {
 }
 
 /** Every behaviour below holds for both ways of issuing reads (native AIO only where it was built). */
-const BACKENDS: ("threads" | "aio")[] = aio().binding ? ["threads", "aio"] : ["threads"];
+const BACKENDS: ("threads" | "aio" | "aio-inline")[] = aio().binding ? ["threads", "aio", "aio-inline"] : ["threads"];
+const backendOpts = (b: (typeof BACKENDS)[number]): Partial<FlashReaderOptions> => (b === "aio-inline" ? { backend: "aio", ioThread: false } : { backend: b });
 
 for (const backend of BACKENDS) {
-  const open = (path: string, opts: Partial<FlashReaderOptions> & { memory: FlashReaderOptions["memory"] }, warnings: string[] = []) => openWith(path, { backend, ...opts }, warnings);
+  const open = (path: string, opts: Partial<FlashReaderOptions> & { memory: FlashReaderOptions["memory"] }, warnings: string[] = []) => openWith(path, { ...backendOpts(backend), ...opts }, warnings);
 
   test(`[${backend}] random aligned requests land where asked, equal to the file's bytes, each reported once`, async () => {
     const mem = memory();
     const warnings: string[] = [];
     const r = open(FILE, { memory: mem, queueDepth: 8, maxReadBytes: 64 << 10 }, warnings);
     assert.equal(r.direct, true, `O_DIRECT should work on ${dir}: ${r.bufferedReason}`);
-    assert.equal(r.backend, backend);
+    assert.equal(r.backend, backend === "threads" ? "threads" : "aio");
     const reqs = randomRequests(400, 7);
     const seen = new Map<unknown, number>();
     await r.read(reqs, (q) => {
@@ -353,7 +354,7 @@ test("where O_DIRECT is impossible: one clear warning, buffered reads that still
 });
 
 for (const backend of BACKENDS) {
-  const open = (path: string, opts: Partial<FlashReaderOptions> & { memory: FlashReaderOptions["memory"] }, warnings: string[] = []) => openWith(path, { backend, ...opts }, warnings);
+  const open = (path: string, opts: Partial<FlashReaderOptions> & { memory: FlashReaderOptions["memory"] }, warnings: string[] = []) => openWith(path, { ...backendOpts(backend), ...opts }, warnings);
 
   test(`[${backend}] store bundles through the flash reader, checked by the store's checksums`, async () => {
     const storePath = join(dir, "relu.pi");

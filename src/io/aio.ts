@@ -1,7 +1,8 @@
 /**
  * The native Linux AIO binding (native/flash_aio.c, compiled by scripts/build-native.mjs at
  * install), loaded once. The flash reader uses it for direct reads when it is there: one system
- * call submits a batch, another collects what finished, and no thread is woken per read.
+ * call submits a batch, another collects what finished, both on a thread of the addon's own,
+ * and no thread is woken per read.
  * Where it could not be built or loaded (no compiler, not Linux, POWERINFER_AIO=0), `aio()` says
  * why and the reader goes through libuv's thread pool instead.
  */
@@ -11,11 +12,16 @@ import { createRequire } from "node:module";
 export type AioRing = { readonly __aioRing: unique symbol };
 
 export interface AioBinding {
-  /** io_setup for `capacity` reads in flight on file descriptor fd (opened with O_DIRECT) */
-  open(fd: number, capacity: number): AioRing;
   /**
-   * Submit reqs[0..4n) = [id, fileOffset, length, dst] * n into `view`: how many were taken (the
-   * first k; fewer when the kernel is full), or -errno when it refused the first one.
+   * io_setup for `capacity` reads in flight on file descriptor fd (opened with O_DIRECT); threaded:
+   * the system calls run on a thread of the addon, else on the caller's in submit and reap.
+   */
+  open(fd: number, capacity: number, threaded: boolean): AioRing;
+  /**
+   * Reads reqs[0..4n) = [id, fileOffset, length, dst] * n into `view`. Threaded: queued for the
+   * I/O thread, returns n (a read the kernel refuses is reported by reap with -errno). Inline:
+   * io_submit, returns how many it took (the first k; 0 when the kernel is full), or -errno when
+   * it refused the first.
    */
   submit(ring: AioRing, view: Uint8Array, reqs: Float64Array, n: number): number;
   /** Finished reads into out = [id, bytes read or -errno] * k, waiting up to waitMs for the first; returns k. */

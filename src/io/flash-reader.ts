@@ -97,10 +97,21 @@ export interface FlashReaderOptions {
    * available), "threads" (fs.read on libuv's thread pool), "auto" (default: aio where possible).
    */
   backend?: "auto" | "aio" | "threads";
+  /**
+   * Native AIO: make the system calls on the addon's own I/O thread (default true: best when a
+   * core is free for it) or inline on this thread (better when every core computes).
+   */
+  ioThread?: boolean;
 }
 
-/** Reads in flight by default with native AIO: past ~256 io_submit starts to block on this disk's queue (docs/store-format.md). */
-export const AIO_QUEUE_DEPTH = 256;
+/**
+ * Reads in flight by default with native AIO. The addon's I/O thread takes them all at once (so a
+ * layer's misses and the next layer's read-ahead are all with the kernel while JavaScript
+ * computes); past the disk's queue (256 requests here) io_submit blocks that thread, not this one.
+ * Inline, io_submit would block JavaScript past the disk's queue: 256 then.
+ */
+export const AIO_QUEUE_DEPTH = 1024;
+export const AIO_INLINE_QUEUE_DEPTH = 256;
 
 export interface FlashReaderStats {
   /** requests submitted */
@@ -242,7 +253,8 @@ export class FlashReader {
     const backend = opts.backend ?? "auto";
     if (backend !== "auto" && backend !== "aio" && backend !== "threads") throw new RangeError(`FlashReader: backend must be "auto", "aio" or "threads", got ${JSON.stringify(backend)}`);
     const native = backend === "threads" ? null : aio();
-    const qd = opts.queueDepth ?? (native?.binding && opts.direct !== false ? AIO_QUEUE_DEPTH : defaultQueueDepth());
+    const ioThread = opts.ioThread ?? true;
+    const qd = opts.queueDepth ?? (native?.binding && opts.direct !== false ? (ioThread ? AIO_QUEUE_DEPTH : AIO_INLINE_QUEUE_DEPTH) : defaultQueueDepth());
     const max = opts.maxReadBytes ?? 1 << 20;
     if (!Number.isInteger(qd) || qd < 1 || qd > 4096) throw new RangeError(`FlashReader: queueDepth must be an integer in [1, 4096], got ${qd}`);
     if (!aligned(max) || max === 0) throw new RangeError(`FlashReader: maxReadBytes must be a positive multiple of ${FLASH_ALIGN}, got ${max}`);
@@ -294,7 +306,7 @@ export class FlashReader {
     let noAio = native?.reason ?? "";
     if (native && direct && native.binding) {
       try {
-        ring = { binding: native.binding, ring: native.binding.open(fd, qd) };
+        ring = { binding: native.binding, ring: native.binding.open(fd, qd, ioThread) };
       } catch (e) {
         noAio = `io_setup refused: ${(e as Error).message}`;
       }
@@ -480,7 +492,12 @@ export class FlashReader {
     read(this.fd, this.view(), op.dst + op.done, len, from, op.cb);
   }
 
-  /** Native AIO: submit the reads issued since the last flush, in one system call where the kernel takes them all. */
+  /**
+   * Native AIO: hand the reads issued since the last flush to the addon in one call. With its I/O
+   * thread it queues them all and wakes the thread, which makes the system calls; inline it calls
+   * io_submit, which may take fewer (the rest wait for completions) or refuse the first (it fails
+   * as a read would). A read the kernel refuses on the thread comes back through service().
+   */
   private flush(): void {
     const ops = this.toSubmit;
     const buf = this.submitBuf;
@@ -496,14 +513,12 @@ export class FlashReader {
       }
       const k = this.aio!.submit(this.ring!, this.view(), buf, n);
       if (k < 0) {
-        // the kernel refused the first one: it fails as a read would have
         const op = ops[from++];
         this.freeSlot(op);
         setImmediate(op.cb, errnoError(-k, "io_submit"), 0);
         continue;
       }
       if (k === 0) {
-        // the kernel's queue is full: wait for something to finish, then try the rest again
         this.toSubmit = ops.slice(from);
         this.schedulePoll();
         return;
@@ -547,7 +562,7 @@ export class FlashReader {
   service(waitMs = 0): void {
     if (!this.ring || this.reaping) return;
     if (this.toSubmit.length > 0) this.flush();
-    if (this.inFlight - this.toSubmit.length <= 0) return;
+    if (this.inFlight === 0) return;
     const out = this.reaped;
     const k = this.aio!.reap(this.ring, out, this.queueDepth, waitMs);
     if (k === 0) return;

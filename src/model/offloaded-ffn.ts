@@ -12,6 +12,7 @@
  *
  * Every buffer is laid out at load; a step allocates nothing but the read requests' objects.
  */
+import { availableParallelism } from "node:os";
 import type { NeuronStore, VerifyMode } from "../format/store.js";
 import type { Arena } from "../runtime/arena.js";
 import type { ThreadPool } from "../runtime/pool.js";
@@ -50,6 +51,8 @@ export interface OffloadOptions {
    * misses are read; false waits for the reads first (the ablation's "no pipeline")
    */
   pipeline?: boolean;
+  /** native AIO's system calls on the reader's own thread (default: when compute leaves a core free) */
+  ioThread?: boolean;
   /** test hook passed to the flash reader: return an Error to make a read fail with it */
   fault?: FlashReaderOptions["fault"];
   /**
@@ -275,6 +278,9 @@ export class OffloadedFFN {
       verify: store.verifier(opts.verify ?? "once"),
       onWarning: opts.onWarning,
       fault: opts.fault,
+      // The reader's own I/O thread where a core is left over from compute; when every core
+      // computes, it would only preempt the kernels' threads (docs/store-format.md, "Native AIO").
+      ioThread: opts.ioThread ?? pool.threads < availableParallelism(),
     });
     this.pipeline = opts.pipeline ?? true;
     this.verifyOnce = (opts.verify ?? "once") === "once";
