@@ -576,7 +576,7 @@ async function main(): Promise<void> {
     const configs: { name: string; store: string; extra: string[] }[] = [
       { name: "naive: bundles read every token (16 MiB cache, no hot region), no pipeline", store: models.store, extra: ["--cache-size", "16MiB", "--hot-fraction", "0", "--no-pipeline"] },
       { name: "+ cache (what the budget leaves, half pinned hot)", store: models.store, extra: ["--no-pipeline"] },
-      { name: "+ pipeline (reads overlap the hits' compute)", store: models.store, extra: [] },
+      { name: "+ pipeline (reads overlap compute: the hits', and in predictor mode the next layer's reads ahead)", store: models.store, extra: [] },
       { name: "+ hot-first order on flash and the hot share its profile sets (planted rates as the profile)", store: models.hotStore, extra: [] },
     ];
     const res = new Map<string, RunResult[]>();

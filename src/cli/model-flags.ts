@@ -19,8 +19,10 @@ export const LOAD_FLAGS: FlagSpec[] = [
   { names: ["--sparsity"], key: "sparsity", type: "string", help: "for a store: dense | gate | predictor (default: predictor when the model has predictors, else gate)" },
   { names: ["--cache-size"], key: "cacheSize", type: "size", help: "neuron cache size for a store (default: what the budget leaves)" },
   { names: ["--hot-fraction"], key: "hotFraction", type: "float", help: "share of the neuron cache pinned to hot neurons (default: the plan's; else from the store's profile, the share with the most expected hits (at least 0.5); 0.5 without one)" },
-  { names: ["--io-queue-depth"], key: "queueDepth", type: "int", help: "reads from flash in flight (default: libuv's thread pool, 64 under this command)" },
+  { names: ["--io-queue-depth"], key: "queueDepth", type: "int", help: "reads from flash in flight (default: 1024 with native AIO on its own I/O thread, 256 with AIO inline; 64, libuv's pool under this command, without AIO)" },
   { names: ["--no-pipeline"], key: "noPipeline", type: "bool", help: "wait for reads before computing (ablation)" },
+  { names: ["--no-read-ahead"], key: "noReadAhead", type: "bool", help: "predictor mode: do not read the next layer's likely bundles during this layer (ablation)" },
+  { names: ["--verify"], key: "verify", type: "string", help: "bundle checksums: once (default; each chunk on its first read, and the file checked for changes every token) | always (every read)" },
   { names: ["--plan"], key: "plan", type: "string", help: "a plan from `powerinfer plan` (default: MODEL.plan.json beside the model when made for this --memory-budget; none: no plan)" },
   { names: ["--thresholds"], key: "thresholds", type: "string", help: "apply the activation thresholds of a profile (powerinfer profile --target-sparsity) of this model: SiLU sparsity for a plain GGUF" },
 ];
@@ -48,6 +50,7 @@ export function loadOptions(command: string, args: ParsedArgs): LoadModelOptions
   const hot = args.hotFraction as number | undefined;
   if (hot !== undefined && !(hot >= 0 && hot <= 1)) throw new UsageError(`${command}: --hot-fraction must be between 0 and 1, got ${hot}`);
   if (args.queueDepth !== undefined && (args.queueDepth as number) < 1) throw new UsageError(`${command}: --io-queue-depth must be at least 1`);
+  if (args.verify !== undefined && args.verify !== "once" && args.verify !== "always") throw new UsageError(`${command}: --verify must be once or always, got "${args.verify}"`);
   // Read (and check against the model) now, so a wrong profile fails before the model loads.
   const thresholds = typeof args.thresholds === "string" ? thresholdsForModel(args.thresholds, args.model) : undefined;
   const opts: LoadModelOptions = {
@@ -63,6 +66,8 @@ export function loadOptions(command: string, args: ParsedArgs): LoadModelOptions
       hotFraction: hot,
       queueDepth: args.queueDepth as number | undefined,
       pipeline: args.noPipeline ? false : undefined,
+      lookahead: args.noReadAhead ? false : undefined,
+      verify: args.verify as "once" | "always" | undefined,
     },
   };
   // A plan (explicit, or MODEL.plan.json made for this budget) fills in what the flags left open.
