@@ -11,15 +11,17 @@
  *   split into reads of that size. Small random reads are IOPS-bound (docs/design: ~25K IOPS
  *   through libuv here), so coalescing is what turns neuron reads into bandwidth.
  * - Up to `queueDepth` reads are in flight at once. Direct reads go through Linux native AIO
- *   where the addon is built (src/io/aio.ts): a batch is one io_submit, and finished reads are
- *   collected with io_getevents while the event loop would otherwise idle, ~4 us of CPU per read
+ *   where the addon is built (src/io/aio.ts): a batch is one io_submit, finished reads are
+ *   collected with io_getevents (both on the addon's I/O thread, or inline), and reported when
+ *   the event loop would otherwise idle or the engine calls service(): ~4 us of CPU per read
  *   against ~30 us through libuv's thread pool on this machine (docs/store-format.md, "Reading").
- *   Otherwise each read is an fs.read on libuv's thread pool. The pool has UV_THREADPOOL_SIZE threads (default 4), fixed when the pool first starts. In an ES
- *   module program that is *before any user code runs* (Node's ESM loader reads the entry with
- *   async fs), so setting process.env.UV_THREADPOOL_SIZE inside the program is too late: it must
- *   be in the environment when node starts, or be set by a CommonJS entry point before it
- *   imports the ESM code (see docs/store-format.md, "Reading"). The reader warns once when
- *   queueDepth exceeds the pool size it can see.
+ *   Otherwise each read is an fs.read on libuv's thread pool. The pool has UV_THREADPOOL_SIZE
+ *   threads (default 4), fixed when the pool first starts. In an ES module program that is
+ *   *before any user code runs* (Node's ESM loader reads the entry with async fs), so setting
+ *   process.env.UV_THREADPOOL_SIZE inside the program is too late: it must be in the environment
+ *   when node starts, or be set by a CommonJS entry point before it imports the ESM code (see
+ *   docs/store-format.md, "Reading"). The reader warns once when queueDepth exceeds the pool
+ *   size it can see.
  * - Each request is reported through `onComplete` as soon as its bytes have landed (and passed
  *   the optional `verify` hook), so compute can start on a cluster while others are in flight.
  * - An I/O error, a short read at end of file or a failed verification rejects the batch with a
