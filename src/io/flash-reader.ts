@@ -175,6 +175,14 @@ export function defaultQueueDepth(): number {
   return visibleThreadPoolSize();
 }
 
+/**
+ * The most reads worth having in flight with this process's reader: with native AIO, the disk's
+ * queue (AIO_INLINE_QUEUE_DEPTH); through libuv, its thread pool. The planner probes up to it.
+ */
+export function readerDepthLimit(): number {
+  return aio().binding ? AIO_INLINE_QUEUE_DEPTH : visibleThreadPoolSize();
+}
+
 export function visibleThreadPoolSize(): number {
   const v = Number(process.env.UV_THREADPOOL_SIZE);
   return Number.isInteger(v) && v > 0 ? Math.min(v, 1024) : 4;

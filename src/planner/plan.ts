@@ -17,7 +17,7 @@ import { closeSync, existsSync, openSync, readFileSync, readSync, renameSync, st
 import { resolve } from "node:path";
 import { GGMLType, typeName } from "../format/ggml-types.js";
 import { NeuronStore, STORE_MAGIC } from "../format/store.js";
-import { defaultQueueDepth, visibleThreadPoolSize } from "../io/flash-reader.js";
+import { readerDepthLimit } from "../io/flash-reader.js";
 import type { LoadModelOptions } from "../index.js";
 import { readConfig, type ModelConfig } from "../model/config.js";
 import { plannedFiring } from "../offline/synth.js";
@@ -55,8 +55,9 @@ export const PLAN_VERSION = 1;
 /** What `run` does without a plan (src/cli/model-flags.ts LOAD_FLAGS' defaults, which cli/plan.ts passes in): the baseline a plan must beat. */
 export function defaultKnobs(): Pick<Knobs, "hotFraction" | "queueDepth" | "pipeline"> {
   // OffloadOptions' own defaults: hot share 0.5 (with a profile in the store the runtime sets it
-  // from the rates, defaultHotFraction: makePlan does the same), reads in flight = libuv's pool, pipelined
-  return { hotFraction: DEFAULT_HOT_FRACTION, queueDepth: defaultQueueDepth(), pipeline: true };
+  // from the rates, defaultHotFraction: makePlan does the same), reads in flight as the reader
+  // takes them (native AIO: the disk queue, 256; libuv: its pool), pipelined
+  return { hotFraction: DEFAULT_HOT_FRACTION, queueDepth: readerDepthLimit(), pipeline: true };
 }
 
 /** Identifies a store's content: its size and its manifest's checksum (a copy elsewhere still matches). */
@@ -354,7 +355,7 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
     const runtimeBase = o.runtimeBase ?? process.memoryUsage.rss() + RUN_EXTRA_BYTES;
     const cores = machineFingerprint(o.modelPath).cores;
     const threadList = o.threads !== undefined ? [o.threads] : defaultThreadCounts(cores);
-    const pool = visibleThreadPoolSize();
+    const pool = readerDepthLimit();
     const probe = await probeMachine(store, { ...o.probe, threads: threadList, queueDepths: o.probe?.queueDepths ?? defaultQueueDepths(pool), onProgress: o.onProgress ?? o.probe?.onProgress });
     const firing = firingOf(store, cfg, o.firing);
     const depths = candidateQueueDepths(pool);

@@ -32,7 +32,7 @@ import { availableParallelism, cpus, homedir, hostname, loadavg, totalmem } from
 import { join } from "node:path";
 import { GGMLType, typeName } from "../format/ggml-types.js";
 import type { NeuronStore } from "../format/store.js";
-import { FlashReader, visibleThreadPoolSize, type FlashReadRequest } from "../io/flash-reader.js";
+import { FlashReader, readerDepthLimit, visibleThreadPoolSize, type FlashReadRequest } from "../io/flash-reader.js";
 import { NeuronCache } from "../io/neuron-cache.js";
 import { Arena } from "../runtime/arena.js";
 import { ThreadPool } from "../runtime/pool.js";
@@ -199,15 +199,15 @@ export function defaultThreadCounts(cores: number): number[] {
 
 /** Queue depths worth measuring when `pool` reads can run at once (others are interpolated). */
 export function defaultQueueDepths(pool: number): number[] {
-  const out = [1, 4, 16, 64].filter((q) => q <= pool);
-  if (!out.includes(pool) && pool <= 64) out.push(pool);
+  const out = [1, 4, 16, 64, 256].filter((q) => q <= pool);
+  if (!out.includes(pool) && pool <= 256) out.push(pool);
   return out;
 }
 
 /** Queue depths worth trying in a plan. */
 export function candidateQueueDepths(pool: number): number[] {
-  const out = [1, 2, 4, 8, 16, 32, 64].filter((q) => q <= pool);
-  if (!out.includes(pool) && pool <= 64) out.push(pool);
+  const out = [1, 2, 4, 8, 16, 32, 64, 128, 256].filter((q) => q <= pool);
+  if (!out.includes(pool) && pool <= 256) out.push(pool);
   return out;
 }
 
@@ -285,7 +285,7 @@ export async function probeMachine(store: NeuronStore, opts: ProbeOptions = {}):
   const r = (!opts.reprobe && path ? loadCache(path, fp) : null) ?? emptyResult(fp);
   const scale = opts.scale ?? 1;
   const threads = (opts.threads ?? defaultThreadCounts(fp.cores)).filter((t) => Number.isInteger(t) && t >= 1);
-  const pool = visibleThreadPoolSize();
+  const pool = readerDepthLimit();
   const depths = (opts.queueDepths ?? defaultQueueDepths(pool)).filter((q) => Number.isInteger(q) && q >= 1);
   const say = opts.onProgress ?? (() => {});
   const t0 = performance.now();
