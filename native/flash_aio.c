@@ -28,6 +28,8 @@
  *   reap(ring, out, max, waitMs) -> k              out: Float64Array [id, result] * k; result = bytes
  *                                                  read or -errno (a refused submission too); waits
  *                                                  up to waitMs for the first
+ *   setChecksums(ring, crcs, start, end, chunk, seen)  threaded: the I/O thread checks each whole read's
+ *                                                  chunks (CRC-32) and reports a mismatch as -EBADMSG
  *   close(ring)                                    stops the thread, io_destroy (waits for reads in flight)
  */
 #define _GNU_SOURCE
@@ -45,6 +47,7 @@
 #include <pthread.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <dlfcn.h>
 
 typedef struct {
   aio_context_t ctx;
@@ -65,7 +68,51 @@ typedef struct {
   pthread_t thread;
   int started;
   int threaded;          /* 0: submit and reap make the system calls themselves, on the caller's thread */
+  /* checksums the I/O thread verifies (set_checksums): CRC-32 per chunk of [ckStart, ckEnd) */
+  const uint32_t *crcs;
+  uint8_t *seen;         /* "once": chunks already verified (NULL: verify every read) */
+  double ckStart, ckEnd;
+  int ckChunk;
 } Ring;
+
+/* CRC-32 (zlib's polynomial): zlib's own when the process exports it (Node does), else a table. */
+typedef unsigned long (*crc32_fn)(unsigned long, const unsigned char *, unsigned int);
+static crc32_fn zlib_crc32;
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void) {
+  zlib_crc32 = (crc32_fn)dlsym(RTLD_DEFAULT, "crc32");
+  for (uint32_t n = 0; n < 256; n++) {
+    uint32_t c = n;
+    for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+    crc_table[n] = c;
+  }
+}
+
+static uint32_t crc32_of(const uint8_t *p, size_t n) {
+  if (zlib_crc32) return (uint32_t)zlib_crc32(0, p, (unsigned int)n);
+  uint32_t c = 0xffffffffu;
+  for (size_t i = 0; i < n; i++) c = crc_table[(c ^ p[i]) & 0xff] ^ (c >> 8);
+  return c ^ 0xffffffffu;
+}
+
+/* A read that landed whole: are its chunks what the checksums say? (marks them seen) */
+static int verify_read(Ring *r, const struct iocb *cb) {
+  if (!r->crcs) return 1;
+  double off = (double)cb->aio_offset;
+  size_t len = (size_t)cb->aio_nbytes;
+  const uint8_t *p = (const uint8_t *)(uintptr_t)cb->aio_buf;
+  for (size_t o = 0; o < len; o += (size_t)r->ckChunk) {
+    double at = off + (double)o;
+    if (at < r->ckStart || at + r->ckChunk > r->ckEnd) continue;
+    size_t c = (size_t)((at - r->ckStart) / r->ckChunk);
+    if (r->seen && r->seen[c]) continue;
+    if (crc32_of(p + o, (size_t)r->ckChunk) != r->crcs[c]) return 0;
+    if (r->seen) r->seen[c] = 1;
+  }
+  return 1;
+}
 
 static void push_done(Ring *r, int id, double res) {
   int at = (r->dHead + r->dCount) % r->capacity;
@@ -110,6 +157,12 @@ static void *io_thread(void *arg) {
     do got = syscall(SYS_io_getevents, r->ctx, 0L, (long)r->capacity, r->events, &zero);
     while (got < 0 && errno == EINTR);
     if (got > 0) {
+      /* verify outside the lock: JavaScript only waits on the lock to take finished reads */
+      for (long i = 0; i < got; i++) {
+        struct io_event *ev = &r->events[i];
+        const struct iocb *cb = &r->cbs[(int)ev->data];
+        if ((int64_t)ev->res == (int64_t)cb->aio_nbytes && !verify_read(r, cb)) ev->res = (uint64_t)(int64_t)-EBADMSG;
+      }
       pthread_mutex_lock(&r->mu);
       for (long i = 0; i < got; i++) push_done(r, (int)r->events[i].data, (double)(int64_t)r->events[i].res);
       pthread_cond_broadcast(&r->reaped);
@@ -354,11 +407,56 @@ static napi_value ring_close(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+/*
+ * set_checksums(ring, crcs: Uint32Array, start, end, chunkBytes, seen: Uint8Array | null): the
+ * I/O thread verifies every read that lands whole against crcs (chunks of [start, end); `seen`:
+ * skip chunks verified before and mark the ones it verifies), and reports a mismatch as
+ * -EBADMSG. Threaded rings only. The arrays must outlive the ring (the caller keeps them).
+ */
+static napi_value ring_set_checksums(napi_env env, napi_callback_info info) {
+  napi_value argv[6];
+  if (!get_args(env, info, 6, argv)) return NULL;
+  Ring *r = get_ring(env, argv[0]);
+  if (!r) return NULL;
+  if (!r->threaded) return throw_msg(env, "flash_aio.set_checksums: the ring has no I/O thread");
+  napi_typedarray_type type;
+  size_t count;
+  void *crcs;
+  if (napi_get_typedarray_info(env, argv[1], &type, &count, &crcs, NULL, NULL) != napi_ok || type != napi_uint32_array) {
+    return throw_msg(env, "flash_aio.set_checksums: crcs must be a Uint32Array");
+  }
+  double start, end;
+  int32_t chunk;
+  if (napi_get_value_double(env, argv[2], &start) != napi_ok || napi_get_value_double(env, argv[3], &end) != napi_ok ||
+      napi_get_value_int32(env, argv[4], &chunk) != napi_ok || chunk < 1 || !(start >= 0) || !(end >= start) || (end - start) / chunk > (double)count) {
+    return throw_msg(env, "flash_aio.set_checksums: bad region");
+  }
+  void *seen = NULL;
+  napi_valuetype vt;
+  napi_typeof(env, argv[5], &vt);
+  if (vt != napi_null && vt != napi_undefined) {
+    size_t n;
+    if (napi_get_typedarray_info(env, argv[5], &type, &n, &seen, NULL, NULL) != napi_ok || type != napi_uint8_array || n < count) {
+      return throw_msg(env, "flash_aio.set_checksums: seen must be a Uint8Array with an entry per chunk");
+    }
+  }
+  pthread_once(&crc_once, crc_init);
+  pthread_mutex_lock(&r->mu);
+  r->crcs = (const uint32_t *)crcs;
+  r->seen = (uint8_t *)seen;
+  r->ckStart = start;
+  r->ckEnd = end;
+  r->ckChunk = chunk;
+  pthread_mutex_unlock(&r->mu);
+  return NULL;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"open", NULL, ring_open, NULL, NULL, NULL, napi_default, NULL},
     {"submit", NULL, ring_submit, NULL, NULL, NULL, napi_default, NULL},
     {"reap", NULL, ring_reap, NULL, NULL, NULL, napi_default, NULL},
+    {"setChecksums", NULL, ring_set_checksums, NULL, NULL, NULL, napi_default, NULL},
     {"close", NULL, ring_close, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);

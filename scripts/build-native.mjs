@@ -23,7 +23,7 @@ const include = includes.find((d) => existsSync(join(d, "node_api.h")));
 if (!include) skip(`no node_api.h in ${includes.join(", ")}; set NODE_API_INCLUDE to a folder holding it`);
 const cc = process.env.CC || "cc";
 try {
-  execFileSync(cc, ["-O2", "-shared", "-fPIC", "-pthread", "-Wall", "-DNODE_GYP_MODULE_NAME=flash_aio", `-I${include}`, join(root, "native", "flash_aio.c"), "-o", out], { stdio: ["ignore", "inherit", "inherit"] });
+  execFileSync(cc, ["-O2", "-shared", "-fPIC", "-pthread", "-Wall", "-DNODE_GYP_MODULE_NAME=flash_aio", `-I${include}`, join(root, "native", "flash_aio.c"), "-ldl", "-o", out], { stdio: ["ignore", "inherit", "inherit"] });
 } catch (e) {
   skip(`${cc} failed: ${e.message.split("\n")[0]}`);
 }

@@ -367,8 +367,13 @@ for (const backend of BACKENDS) {
     for (let p = 0; p < L.neurons; p += 4) {
       for (const q of [p, p + 1]) reqs.push({ fileOffset: store.bundleOffset(1, q), length: L.bundleBytes, dst: reqs.length * L.bundleBytes, tag: q });
     }
-    const r = FlashReader.open(storePath, { memory: mem, verify: store.verifier("always"), queueDepth: 4, onWarning: () => undefined });
+    // checksums as a table too: with the AIO thread it checks them, off this thread
+    const check = store.verifier("always");
+    let jsChecks = 0;
+    const verify = (fo: number, v: Uint8Array, vo: number, len: number) => (jsChecks++, check(fo, v, vo, len));
+    const r = FlashReader.open(storePath, { memory: mem, ...backendOpts(backend), verify, checksums: store.checksumTable("always"), queueDepth: 4, onWarning: () => undefined });
     await r.read(reqs);
+    assert.equal(jsChecks === 0, backend === "aio", `${jsChecks} reads checked in JavaScript`);
     assert.equal(r.stats().reads, reqs.length / 2);
     const want = new Uint8Array(L.bundleBytes);
     for (const q of reqs) {
@@ -384,7 +389,7 @@ for (const backend of BACKENDS) {
     b[hit] ^= 0x40;
     writeFileSync(bad, b);
     const badStore = NeuronStore.open(bad); // its manifest is intact: the damage shows only when the bundle is read
-    const rb = FlashReader.open(bad, { memory: mem, verify: badStore.verifier("once"), onWarning: () => undefined });
+    const rb = FlashReader.open(bad, { memory: mem, ...backendOpts(backend), verify: badStore.verifier("once"), checksums: badStore.checksumTable("once"), onWarning: () => undefined });
     const completed = new Set<unknown>();
     await assert.rejects(rb.read(reqs, (q) => completed.add(q.tag)), (e: unknown) => {
       assert.ok(e instanceof StoreError);

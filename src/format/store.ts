@@ -820,6 +820,16 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
     }
   }
 
+  /**
+   * The checksums as a table for a reader that checks reads itself (FlashReaderOptions.checksums):
+   * with "once", chunks verified before are skipped and the ones it verifies marked, shared with
+   * verifier("once").
+   */
+  checksumTable(mode: VerifyMode): { crcs: Uint32Array; start: number; end: number; chunkBytes: number; seen: Uint8Array | null } {
+    const { start, end, chunkBytes } = this.checksummed;
+    return { crcs: this.crcs, start, end, chunkBytes, seen: mode === "once" ? (this.verified ??= new Uint8Array(this.crcs.length)) : null };
+  }
+
   /** Read and check every chunk (e.g. after copying a store). Reports bytes checked so far. */
   verifyAll(onProgress?: (done: number, total: number) => void): void {
     const { start, end } = this.checksummed;

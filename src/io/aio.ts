@@ -26,6 +26,12 @@ export interface AioBinding {
   submit(ring: AioRing, view: Uint8Array, reqs: Float64Array, n: number): number;
   /** Finished reads into out = [id, bytes read or -errno] * k, waiting up to waitMs for the first; returns k. */
   reap(ring: AioRing, out: Float64Array, max: number, waitMs: number): number;
+  /**
+   * Threaded rings: the I/O thread checks each read that lands whole against `crcs` (CRC-32 of
+   * each chunkBytes chunk of [start, end); with `seen`, only chunks not verified before, marking
+   * them) and reports a mismatch as -EBADMSG. The arrays must outlive the ring.
+   */
+  setChecksums(ring: AioRing, crcs: Uint32Array, start: number, end: number, chunkBytes: number, seen: Uint8Array | null): void;
   /** io_destroy: waits for the reads in flight, then frees the ring. */
   close(ring: AioRing): void;
 }

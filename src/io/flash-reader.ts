@@ -34,6 +34,7 @@ import { constants as osConstants } from "node:os";
 import { aio, type AioBinding, type AioRing } from "./aio.js";
 
 export const FLASH_ALIGN = 4096;
+const EBADMSG = osConstants.errno.EBADMSG ?? 74;
 
 export class FlashReadError extends Error {
   /** errno code of the failed read (EIO, ...), when there was one */
@@ -104,6 +105,21 @@ export interface FlashReaderOptions {
    * core is free for it) or inline on this thread (better when every core computes).
    */
   ioThread?: boolean;
+  /**
+   * Checksums the reads must match (NeuronStore.checksumTable()): with the I/O thread it checks
+   * them, off this thread, and `verify` runs only to describe a mismatch; otherwise `verify` does
+   * the checking. Give both.
+   */
+  checksums?: ReaderChecksums;
+}
+
+/** CRC-32 per chunk of a file region; `seen` (optional) marks chunks already verified. */
+export interface ReaderChecksums {
+  readonly crcs: Uint32Array;
+  readonly start: number;
+  readonly end: number;
+  readonly chunkBytes: number;
+  readonly seen: Uint8Array | null;
 }
 
 /**
@@ -162,6 +178,8 @@ interface Op {
   done: number;
   /** its AIO request id while in flight */
   slot: number;
+  /** the I/O thread found a checksum mismatch in it (verify describes it) */
+  badChecksum: boolean;
   cb: (err: NodeJS.ErrnoException | null, bytesRead: number) => void;
 }
 
@@ -235,6 +253,8 @@ export class FlashReader {
   private polling = false;
   /** while completions are processed: pump once at the end, not per completion */
   private reaping = false;
+  /** checksums checked on the I/O thread (kept referenced here: the addon reads them) */
+  private readonly nativeChecksums: ReaderChecksums | null = null;
 
   private constructor(readonly path: string, fd: number, direct: boolean, reason: string | null, size: number, opts: FlashReaderOptions, ring: { binding: AioBinding; ring: AioRing } | null) {
     this.fd = fd;
@@ -250,6 +270,11 @@ export class FlashReader {
     this.maxReadBytes = opts.maxReadBytes ?? 1 << 20;
     this.verify = opts.verify;
     this.fault = opts.fault;
+    if (ring && opts.checksums && opts.ioThread !== false && opts.verify) {
+      const c = opts.checksums;
+      ring.binding.setChecksums(ring.ring, c.crcs, c.start, c.end, c.chunkBytes, c.seen);
+      this.nativeChecksums = c;
+    }
     if (ring) {
       for (let i = this.queueDepth - 1; i >= 0; i--) this.freeSlots.push(i);
       this.slots.length = this.queueDepth;
@@ -449,7 +474,7 @@ export class FlashReader {
   }
 
   private newOp(): Op {
-    const op: Op = { batch: null, first: 0, count: 0, fileOffset: 0, length: 0, dst: 0, done: 0, slot: -1, cb: null! };
+    const op: Op = { batch: null, first: 0, count: 0, fileOffset: 0, length: 0, dst: 0, done: 0, slot: -1, badChecksum: false, cb: null! };
     op.cb = (err, n) => this.landed(op, err, n);
     return op;
   }
@@ -582,7 +607,11 @@ export class FlashReader {
         const op = this.slots[out[2 * i]]!;
         const res = out[2 * i + 1];
         this.freeSlot(op);
-        if (res < 0) op.cb(errnoError(-res, "read"), 0);
+        if (res === -EBADMSG && this.nativeChecksums) {
+          // the bytes landed and did not match: complete() has verify say where and what
+          op.badChecksum = true;
+          op.cb(null, op.length - op.done);
+        } else if (res < 0) op.cb(errnoError(-res, "read"), 0);
         else op.cb(null, res);
       }
     } finally {
@@ -621,11 +650,17 @@ export class FlashReader {
   }
 
   private complete(op: Op, batch: Batch): void {
-    if (this.verify) {
+    const bad = op.badChecksum;
+    op.badChecksum = false;
+    if (this.verify && (bad || !this.nativeChecksums)) {
       try {
         this.verify(op.fileOffset, this.view(), op.dst, op.length);
       } catch (e) {
         this.fail(batch, e as Error);
+        return;
+      }
+      if (bad) {
+        this.fail(batch, new FlashReadError(this.path, op.fileOffset, op.length, "checksum mismatch found by the I/O thread (the bytes changed before they could be described)"));
         return;
       }
     }

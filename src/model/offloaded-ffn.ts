@@ -277,6 +277,7 @@ export class OffloadedFFN {
       queueDepth: opts.queueDepth,
       direct: opts.direct ?? "auto",
       verify: store.verifier(opts.verify ?? "once"),
+      checksums: store.checksumTable(opts.verify ?? "once"),
       onWarning: opts.onWarning,
       fault: opts.fault,
       // The reader's own I/O thread where a core is left over from compute; when every core
