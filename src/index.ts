@@ -73,7 +73,7 @@ export class Model {
   get offloadLayout(): { cacheBytes: number; hotFraction: number; hotPerLayer: number; residentGates: boolean } | undefined {
     const off = this.llama.offloaded;
     if (!off) return undefined;
-    return { cacheBytes: off.cache.slots * off.cache.slotBytes, hotFraction: off.hotFraction, hotPerLayer: off.cache.hotCount[0] ?? 0, residentGates: off.hasResidentGates };
+    return { cacheBytes: off.cache.bytes, hotFraction: off.hotFraction, hotPerLayer: off.cache.hotCount[0] ?? 0, residentGates: off.hasResidentGates };
   }
   /** bytes of wasm memory in use (weights, KV cache, buffers) */
   get residentBytes(): number {

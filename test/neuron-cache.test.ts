@@ -5,7 +5,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { DEFAULT_HOT_FRACTION, defaultHotFraction } from "../src/io/neuron-cache.js";
+import { DEFAULT_HOT_FRACTION, defaultHotFraction, NeuronCache } from "../src/io/neuron-cache.js";
 
 /** `layers` layers of `n` neurons: the first `top` fire with probability a, the rest with b. */
 function rates(layers: number, n: number, top: number, a: number, b: number): Float32Array[] {
@@ -31,4 +31,31 @@ test("defaultHotFraction: half without rates; otherwise the most pinning that le
   assert.equal(defaultHotFraction(rates(10, 1000, 100, 0.9, 0.9), 2000, 1000), DEFAULT_HOT_FRACTION);
   // a cache that holds everything: half of it pinned is the whole FFN already
   assert.equal(defaultHotFraction(rates(2, 10, 5, 0.9, 0.2), 1000, 10), DEFAULT_HOT_FRACTION);
+});
+
+test("packed hot slots: hot at their own stride, cold from the next 4 KiB boundary, nothing overlaps, LRU unchanged", () => {
+  // 3 layers x 10 neurons, 4 hot per layer packed at 7680 bytes, 5 cold slots of 8192
+  const base = 1 << 20;
+  const c = new NeuronCache(base, 8192, 17, [10, 10, 10], [4, 4, 4], 7680);
+  assert.equal(c.hotSlots, 12);
+  assert.equal(c.address(0), base);
+  assert.equal(c.address(5), base + 5 * 7680);
+  assert.equal(c.coldBase % 4096, 0);
+  assert.equal(c.coldBase, base + Math.ceil((12 * 7680) / 4096) * 4096);
+  assert.equal(c.address(12), c.coldBase);
+  assert.equal(c.address(16), c.coldBase + 4 * 8192);
+  assert.equal(c.bytes, c.coldBase - base + 5 * 8192);
+  assert.equal(NeuronCache.bytesFor(12, 5, 8192, 7680), c.bytes);
+  // ranges [address, address + size) are disjoint and inside [base, base + bytes)
+  const ranges = Array.from({ length: 17 }, (_, s) => [c.address(s), c.address(s) + (s < 12 ? 7680 : 8192)]).sort((a, b) => a[0] - b[0]);
+  for (let i = 1; i < ranges.length; i++) assert.ok(ranges[i][0] >= ranges[i - 1][1], `slots overlap at ${ranges[i][0]}`);
+  assert.ok(ranges[ranges.length - 1][1] <= base + c.bytes);
+  // hot positions map to the packed region; a miss takes a cold slot (4 KiB aligned for a direct read)
+  assert.equal(c.lookup(1, 3), c.hotStart[1] + 3);
+  const slot = c.acquire(2, 7);
+  assert.ok(slot >= 12 && c.address(slot) % 4096 === 0);
+  // unpacked, the old layout
+  const u = new NeuronCache(0, 8192, 17, [10, 10, 10], [4, 4, 4]);
+  assert.equal(u.address(12), 12 * 8192);
+  assert.equal(u.bytes, 17 * 8192);
 });

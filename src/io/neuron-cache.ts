@@ -5,6 +5,11 @@
  *   its hot-first stored order) as one contiguous cluster per layer, loaded once and kept;
  * - cold region: the other slots, one neuron each, replaced least-recently-used first.
  *
+ * Hot slots may be packed tighter than cold ones (`hotSlotBytes`: a bundle's three parts without
+ * the padding that keeps flash reads 4 KiB aligned; pinned bundles are loaded once and never
+ * take a direct read), so the same bytes pin more neurons. The cold region then starts at the
+ * next 4 KiB boundary.
+ *
  * Evicted bundles are simply overwritten (flash is the source of truth). A slot used during the
  * current step (token x layer) is never evicted within that step, so the bundles a kernel is
  * about to read stay put; `acquire` returns -1 when every cold slot is in use this step, and the
@@ -19,7 +24,11 @@ export interface CacheRegionStats {
 
 export class NeuronCache {
   readonly slotBytes: number;
+  /** bytes per hot slot (slotBytes unless packed) */
+  readonly hotSlotBytes: number;
   readonly base: number;
+  /** address of the first cold slot */
+  readonly coldBase: number;
   readonly slots: number;
   readonly hotSlots: number;
   /** per layer: how many leading stored positions live in the hot region, and where */
@@ -43,9 +52,10 @@ export class NeuronCache {
    * @param base  wasm address of slot 0 (4 KiB aligned); slot i is at base + i * slotBytes
    * @param hotPerLayer how many hot neurons of each layer to pin (their slots are contiguous)
    */
-  constructor(base: number, slotBytes: number, slots: number, neuronsPerLayer: number[], hotPerLayer: number[]) {
+  constructor(base: number, slotBytes: number, slots: number, neuronsPerLayer: number[], hotPerLayer: number[], hotSlotBytes = slotBytes) {
     this.base = base;
     this.slotBytes = slotBytes;
+    this.hotSlotBytes = hotSlotBytes;
     this.slots = slots;
     const layers = neuronsPerLayer.length;
     this.hotCount = Int32Array.from(hotPerLayer);
@@ -57,6 +67,7 @@ export class NeuronCache {
     }
     if (s > slots) throw new RangeError(`hot region of ${s} neurons does not fit ${slots} slots`);
     this.hotSlots = s;
+    this.coldBase = NeuronCache.coldOffset(s, slotBytes, hotSlotBytes) + base;
     this.where = neuronsPerLayer.map((n) => new Int32Array(n).fill(-1));
     this.ownerLayer = new Int32Array(slots).fill(-1);
     this.ownerPos = new Int32Array(slots).fill(-1);
@@ -71,7 +82,23 @@ export class NeuronCache {
   }
 
   address(slot: number): number {
-    return this.base + slot * this.slotBytes;
+    return slot < this.hotSlots ? this.base + slot * this.hotSlotBytes : this.coldBase + (slot - this.hotSlots) * this.slotBytes;
+  }
+
+  /** Bytes the slots take, hot and cold. */
+  get bytes(): number {
+    return this.coldBase - this.base + this.coldSlots * this.slotBytes;
+  }
+
+  /** Where the cold region starts, relative to the base: after the hot slots, 4 KiB aligned when packed. */
+  static coldOffset(hotSlots: number, slotBytes: number, hotSlotBytes: number): number {
+    const end = hotSlots * hotSlotBytes;
+    return hotSlotBytes === slotBytes ? end : Math.ceil(end / 4096) * 4096;
+  }
+
+  /** Bytes for hotSlots packed hot slots and coldSlots cold ones. */
+  static bytesFor(hotSlots: number, coldSlots: number, slotBytes: number, hotSlotBytes: number): number {
+    return NeuronCache.coldOffset(hotSlots, slotBytes, hotSlotBytes) + coldSlots * slotBytes;
   }
 
   /** Start a new step: slots touched before it may be evicted again. */

@@ -274,12 +274,38 @@ export class OffloadedFFN {
     this.hotFraction = opts.hotFraction ?? defaultHotFraction(storedFiring(store), slots, nFF);
     // A cache that holds the whole FFN pins all of it; otherwise keep at least one cold slot so
     // that misses can always be served.
-    const hot =
+    let hot =
       slots >= cfg.nLayer * nFF ? nFF : Math.min(nFF, Math.floor((slots * this.hotFraction) / cfg.nLayer), Math.floor((slots - 1) / cfg.nLayer));
-    const base = arena.alloc(slots * ffn.bundleBytes, 4096);
-    this.cache = new NeuronCache(base, ffn.bundleBytes, slots, Array(cfg.nLayer).fill(nFF), Array(cfg.nLayer).fill(hot));
+    // Pinned bundles are read once at load, never by a direct read: packed without the padding
+    // that 4 KiB-aligns flash reads (7680 of 8192 bytes for a 4096-wide Q4_1 bundle), the bytes
+    // that padding took pin more neurons; the cold region keeps its slots.
+    const cold = slots - hot * cfg.nLayer;
+    const packed = 3 * ffn.rowBytes;
+    let hotSlotBytes = ffn.bundleBytes;
+    if (packed < ffn.bundleBytes && hot > 0 && hot < nFF) {
+      const room = opts.cacheBytes - cold * ffn.bundleBytes - 4096;
+      const more = Math.min(nFF, Math.floor(room / (cfg.nLayer * packed)));
+      if (more >= hot) {
+        hot = more;
+        hotSlotBytes = packed;
+      }
+    }
+    const cacheSlots = hot * cfg.nLayer + cold;
+    const base = arena.alloc(NeuronCache.bytesFor(hot * cfg.nLayer, cold, ffn.bundleBytes, hotSlotBytes), 4096);
+    this.cache = new NeuronCache(base, ffn.bundleBytes, cacheSlots, Array(cfg.nLayer).fill(nFF), Array(cfg.nLayer).fill(hot), hotSlotBytes);
+    const chunk = new Uint8Array(Math.max(1, Math.floor(CHUNK / ffn.bundleBytes)) * ffn.bundleBytes);
+    const perRead = chunk.length / ffn.bundleBytes;
     for (let l = 0; l < cfg.nLayer && hot > 0; l++) {
-      store.readBundles(l, 0, hot, arena.u8(this.cache.address(this.cache.hotStart[l]), hot * ffn.bundleBytes));
+      if (hotSlotBytes === ffn.bundleBytes) {
+        store.readBundles(l, 0, hot, arena.u8(this.cache.address(this.cache.hotStart[l]), hot * ffn.bundleBytes));
+        continue;
+      }
+      const dst = arena.u8(this.cache.address(this.cache.hotStart[l]), hot * hotSlotBytes);
+      for (let k = 0; k < hot; k += perRead) {
+        const n = Math.min(perRead, hot - k);
+        store.readBundles(l, k, n, chunk.subarray(0, n * ffn.bundleBytes));
+        for (let i = 0; i < n; i++) dst.set(chunk.subarray(i * ffn.bundleBytes, i * ffn.bundleBytes + hotSlotBytes), (k + i) * hotSlotBytes);
+      }
     }
     this.reader = FlashReader.open(store.path, {
       memory: arena.memory,
@@ -297,7 +323,7 @@ export class OffloadedFFN {
     this.verifyOnce = (opts.verify ?? "once") === "once";
     this.lookahead = this.mode === "predictor" && this.pipeline && (opts.lookahead ?? true) && hot < nFF;
     this.lookScores = this.lookahead ? arena.alloc(nFF * 4, 64) : 0;
-    this.readAheadSlot = new Uint8Array(this.lookahead ? slots : 0);
+    this.readAheadSlot = new Uint8Array(this.lookahead ? this.cache.slots : 0);
     // views over the whole memory: taken after the last allocation (an allocation may grow it)
     this.f32 = new Float32Array(arena.memory.buffer);
     this.i32 = new Int32Array(arena.memory.buffer);
@@ -734,7 +760,7 @@ export class OffloadedFFN {
     // In pieces, with the reader serviced in between: reads that finish meanwhile make room for
     // queued ones (native AIO reports completions only when asked), so the disk stays busy.
     for (let i = 0; i < this.denseRuns; i++) {
-      this.sparse.ffnRun(cache.address(cache.hotStart[this.denseLayer] + this.denseRunStart[i]), cache.slotBytes, this.denseRunCount[i], this.act);
+      this.sparse.ffnRun(cache.address(cache.hotStart[this.denseLayer] + this.denseRunStart[i]), cache.hotSlotBytes, this.denseRunCount[i], this.act);
       if ((i & 3) === 3) this.reader.service();
     }
     this.denseRuns = 0;
