@@ -228,6 +228,17 @@ static double *get_f64(napi_env env, napi_value v, size_t *length) {
   return (double *)data;
 }
 
+/*
+ * When the JavaScript handle is collected: a closed ring's memory is freed. One never closed is
+ * left as it is (its thread may still be checking a read against arrays JavaScript has freed by
+ * now; stopping it here could race with that): FlashReader.close() is what closes rings.
+ */
+static void ring_finalize(napi_env env, void *data, void *hint) {
+  (void)env; (void)hint;
+  Ring *r = (Ring *)data;
+  if (r->fd < 0) free(r);
+}
+
 static napi_value ring_open(napi_env env, napi_callback_info info) {
   napi_value argv[3];
   if (!get_args(env, info, 3, argv)) return NULL;
@@ -270,7 +281,7 @@ static napi_value ring_open(napi_env env, napi_callback_info info) {
   }
   r->started = threaded;
   napi_value out;
-  napi_create_external(env, r, NULL, NULL, &out);
+  napi_create_external(env, r, ring_finalize, NULL, &out);
   return out;
 }
 
