@@ -41,6 +41,7 @@ import { fileURLToPath } from "node:url";
 import { ROOT_DIR } from "./paths.js";
 import { peerRun } from "./peer.js";
 import { plannedFiring, SHAPE_SPECS } from "../src/offline/synth.js";
+import { median } from "../src/planner/median.js";
 
 const BIN = join(ROOT_DIR, "bin", "powerinfer.cjs");
 const SELF = fileURLToPath(import.meta.url);
@@ -424,11 +425,6 @@ function commonPrefix(xs: string[]): number {
   let n = 0;
   while (xs.every((x) => n < x.length && x[n] === xs[0][n])) n++;
   return n;
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 }
 
 const gib = (b: number) => `${+(b / GiB).toFixed(2)} GiB`;

@@ -23,6 +23,7 @@ import { Tokenizer } from "../src/tokenizer/index.js";
 import { parseSize } from "../src/cli/args.js";
 import { applyPlan, readPlan, sizeText, type PlanFile } from "../src/planner/plan.js";
 import { ROOT_DIR } from "./paths.js";
+import { median } from "../src/planner/median.js";
 
 const BIN = join(ROOT_DIR, "bin", "powerinfer.cjs");
 const PROMPT = "Once upon a time, in a small village at the edge of a great forest, there lived an old clockmaker who repaired every clock in the valley.";
@@ -104,11 +105,6 @@ function spawnChild(job: ChildJob): ChildResult {
   const line = (r.stdout ?? "").trim().split("\n").pop() ?? "";
   if (r.status !== 0 || !line.startsWith("{")) throw new Error(`run failed (exit ${r.status}):\n${r.stderr}`);
   return JSON.parse(line) as ChildResult;
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 }
 
 async function main(): Promise<void> {

@@ -13,6 +13,7 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { loadavg } from "node:os";
 import { ROOT_DIR } from "./paths.js";
+import { median } from "../src/planner/median.js";
 
 const CLI = join(ROOT_DIR, "dist", "src", "cli", "main.js");
 const PEER = join(ROOT_DIR, "dist", "bench", "peer.js");
@@ -44,11 +45,6 @@ function run(cmd: string[], label: string): Stats {
   const m = /prefill: (\d+) tokens, ([\d.]+) tok\/s; decode: (\d+) tokens, ([\d.]+) tok\/s/.exec(r.stderr ?? "");
   if (r.status !== 0 || !m) throw new Error(`${label} failed (exit ${r.status}):\n${r.stderr}`);
   return { prefillTokens: +m[1], prefill: +m[2], decodeTokens: +m[3], decode: +m[4] };
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 }
 
 function ensurePeer(): void {

@@ -11,6 +11,7 @@ import { defaultCacheDir, probeCachePath } from "../planner/probe.js";
 import { runCalibration, type CalibrationJob, type CalibrationRun } from "../planner/calibrate.js";
 import { LlamaModel } from "../model/llama.js";
 import { LOAD_FLAGS } from "./model-flags.js";
+import { median } from "../planner/median.js";
 
 const FLAGS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "the neuron store (.pi) to plan for" },
@@ -34,11 +35,6 @@ const FLAGS: FlagSpec[] = [
 const ms = (s: number) => (s * 1000).toFixed(s < 0.01 ? 2 : 1);
 const mb = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-}
 
 /** The calibration run's child (src/planner/calibrate.ts runCalibration): decode under the budget, report per step. */
 async function calibrationChild(job: CalibrationJob): Promise<number> {
