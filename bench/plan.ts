@@ -66,7 +66,7 @@ async function child(job: ChildJob): Promise<ChildResult> {
   if (job.plan) opts = applyPlan({ ...opts, contextSize: undefined }, job.plan);
   const model = await loadModel(opts);
   // the cache's shape, for comparison with the plan's prediction of it (not public API)
-  const cache = (model as unknown as { llama: { offloaded: { cache: { slots: number; slotBytes: number; hotCount: Int32Array } } } }).llama.offloaded.cache;
+  const cache = (model as unknown as { llama: { offloaded: { cache: { bytes: number; hotCount: Int32Array } } } }).llama.offloaded.cache;
   try {
     const gen = model.generate(job.prompt, { maxTokens: job.n, temperature: 0, ignoreEos: true });
     let after: ReturnType<typeof model.offloadStats> | undefined;
@@ -88,7 +88,7 @@ async function child(job: ChildJob): Promise<ChildResult> {
       readBytesPerToken: (end.bytesRead - a.bytesRead) / steps,
       ioWaitShare: (end.ioWaitMs - a.ioWaitMs) / Math.max(1, s.decodeMs),
       loadAverage: [la0, loadavg()[0]],
-      cacheBytes: cache.slots * cache.slotBytes,
+      cacheBytes: cache.bytes,
       hotPerLayer: cache.hotCount[0],
     };
   } finally {

@@ -35,6 +35,20 @@ interface Stats {
   decode: number;
 }
 
+// A mistyped flag or --help must not start an hour of benchmarks.
+const KNOWN = new Set(["--models", "--threads", "--reps", "-n"]);
+for (let i = 2; i < process.argv.length; i += 2) {
+  const a = process.argv[i];
+  if (a === "--help" || a === "-h") {
+    process.stdout.write("npm run bench [-- --models 1b-q4_0,1b-q8_0,1b-q4_1,7b-q4_0 --threads 1,2 --reps 3 -n 64]: ours and llama.cpp, interleaved (docs/benchmarks.md)\n");
+    process.exit(0);
+  }
+  if (!KNOWN.has(a)) {
+    process.stderr.write(`bench: unknown option ${a} (known: ${[...KNOWN].join(", ")}; --help)\n`);
+    process.exit(2);
+  }
+}
+
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(name);
   return i >= 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
