@@ -285,6 +285,7 @@ test("predictor mode: hot region dense, cold neurons where the predictor says; a
           // the failed pass must not fail this one)
           armed = false;
           await model.forwardAsync([argmax(logits)], 1, prompt.length + i);
+          recovered++;
           throw e;
         }
       }
@@ -292,6 +293,7 @@ test("predictor mode: hot region dense, cold neurons where the predictor says; a
       await model.dispose();
     }
   };
+  let recovered = 0;
   let decodeReads = 0;
   await decodeWith(() => (decodeReads++, false));
   assert.ok(decodeReads > 50, `${decodeReads} reads`);
@@ -299,7 +301,10 @@ test("predictor mode: hot region dense, cold neurons where the predictor says; a
     const k = 1 + Math.floor((i * (decodeReads - 1)) / 11);
     let n = 0;
     // every read from the k-th on fails: a layer's own reads and those made ahead after them
+    const before = recovered;
     await assert.rejects(decodeWith(() => ++n >= k), /exact-predictor\.pi.*EIO|EIO.*exact-predictor\.pi/s, `failed reads ${k}.. of ${decodeReads}`);
+    // the retry itself must succeed (its own error would match the pattern above too)
+    assert.equal(recovered, before + 1, `failed reads ${k}..: the step did not run again`);
   }
   // Without it: the same tokens, every miss read in its own layer.
   const plainRun = await LlamaModel.load(pi, { threads: 2, contextSize: 64, offload: { cacheBytes: 6 * 1024 * 4096 * 0.25, lookahead: false } });
