@@ -66,7 +66,6 @@ typedef struct {
   int stop;
   int submitFd, doneFd;  /* eventfds: work to submit; reads completed (IOCB_FLAG_RESFD) */
   pthread_t thread;
-  int started;
   int threaded;          /* 0: submit and reap make the system calls themselves, on the caller's thread */
   /* checksums the I/O thread verifies (set_checksums): CRC-32 per chunk of [ckStart, ckEnd) */
   const uint32_t *crcs;
@@ -217,15 +216,20 @@ static Ring *get_ring(napi_env env, napi_value v) {
   return r;
 }
 
-/* A Float64Array argument: its data and length in elements. */
-static double *get_f64(napi_env env, napi_value v, size_t *length) {
+/* A typed-array argument of type `want`: its data and length in elements, or NULL with `error` thrown. */
+static void *get_typed(napi_env env, napi_value v, napi_typedarray_type want, size_t *length, const char *error) {
   napi_typedarray_type type;
   void *data;
-  if (napi_get_typedarray_info(env, v, &type, length, &data, NULL, NULL) != napi_ok || type != napi_float64_array) {
-    throw_msg(env, "flash_aio: expected a Float64Array");
+  if (napi_get_typedarray_info(env, v, &type, length, &data, NULL, NULL) != napi_ok || type != want) {
+    throw_msg(env, error);
     return NULL;
   }
-  return (double *)data;
+  return data;
+}
+
+/* A Float64Array argument: its data and length in elements. */
+static double *get_f64(napi_env env, napi_value v, size_t *length) {
+  return (double *)get_typed(env, v, napi_float64_array, length, "flash_aio: expected a Float64Array");
 }
 
 /*
@@ -279,7 +283,6 @@ static napi_value ring_open(napi_env env, napi_callback_info info) {
     free(r->queued); free(r->done); free(r->cbs); free(r->ptrs); free(r->events); free(r);
     return throw_errno(env, "flash_aio.open: I/O thread", err);
   }
-  r->started = threaded;
   napi_value out;
   napi_create_external(env, r, ring_finalize, NULL, &out);
   return out;
@@ -290,12 +293,9 @@ static napi_value ring_submit(napi_env env, napi_callback_info info) {
   if (!get_args(env, info, 4, argv)) return NULL;
   Ring *r = get_ring(env, argv[0]);
   if (!r) return NULL;
-  napi_typedarray_type vtype;
   size_t vlen;
-  void *vdata;
-  if (napi_get_typedarray_info(env, argv[1], &vtype, &vlen, &vdata, NULL, NULL) != napi_ok || vtype != napi_uint8_array) {
-    return throw_msg(env, "flash_aio.submit: the view must be a Uint8Array");
-  }
+  void *vdata = get_typed(env, argv[1], napi_uint8_array, &vlen, "flash_aio.submit: the view must be a Uint8Array");
+  if (!vdata) return NULL;
   size_t rlen;
   double *reqs = get_f64(env, argv[2], &rlen);
   if (!reqs) return NULL;
@@ -405,7 +405,7 @@ static napi_value ring_close(napi_env env, napi_callback_info info) {
     uint64_t one = 1;
     ssize_t w = write(r->submitFd, &one, sizeof one);
     (void)w;
-    if (r->started) pthread_join(r->thread, NULL);
+    if (r->threaded) pthread_join(r->thread, NULL);
     syscall(SYS_io_destroy, r->ctx);
     close(r->submitFd);
     close(r->doneFd);
@@ -430,12 +430,9 @@ static napi_value ring_set_checksums(napi_env env, napi_callback_info info) {
   Ring *r = get_ring(env, argv[0]);
   if (!r) return NULL;
   if (!r->threaded) return throw_msg(env, "flash_aio.set_checksums: the ring has no I/O thread");
-  napi_typedarray_type type;
   size_t count;
-  void *crcs;
-  if (napi_get_typedarray_info(env, argv[1], &type, &count, &crcs, NULL, NULL) != napi_ok || type != napi_uint32_array) {
-    return throw_msg(env, "flash_aio.set_checksums: crcs must be a Uint32Array");
-  }
+  void *crcs = get_typed(env, argv[1], napi_uint32_array, &count, "flash_aio.set_checksums: crcs must be a Uint32Array");
+  if (!crcs) return NULL;
   double start, end;
   int32_t chunk;
   if (napi_get_value_double(env, argv[2], &start) != napi_ok || napi_get_value_double(env, argv[3], &end) != napi_ok ||
@@ -446,10 +443,11 @@ static napi_value ring_set_checksums(napi_env env, napi_callback_info info) {
   napi_valuetype vt;
   napi_typeof(env, argv[5], &vt);
   if (vt != napi_null && vt != napi_undefined) {
-    size_t n;
-    if (napi_get_typedarray_info(env, argv[5], &type, &n, &seen, NULL, NULL) != napi_ok || type != napi_uint8_array || n < count) {
-      return throw_msg(env, "flash_aio.set_checksums: seen must be a Uint8Array with an entry per chunk");
-    }
+    size_t n = 0;
+    const char *error = "flash_aio.set_checksums: seen must be a Uint8Array with an entry per chunk";
+    seen = get_typed(env, argv[5], napi_uint8_array, &n, error);
+    if (!seen) return NULL;
+    if (n < count) return throw_msg(env, error);
   }
   pthread_once(&crc_once, crc_init);
   pthread_mutex_lock(&r->mu);

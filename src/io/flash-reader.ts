@@ -180,6 +180,8 @@ interface Op {
   slot: number;
   /** the I/O thread found a checksum mismatch in it (verify describes it) */
   badChecksum: boolean;
+  /** it landed in more than one read (a short read): the I/O thread saw no whole read to check, verify checks it here */
+  split: boolean;
   cb: (err: NodeJS.ErrnoException | null, bytesRead: number) => void;
 }
 
@@ -468,13 +470,15 @@ export class FlashReader {
     op.length = length;
     op.dst = dst;
     op.done = 0;
+    op.badChecksum = false;
+    op.split = false;
     for (let k = first; k < first + count; k++) batch.pending[k]++;
     batch.opsLeft++;
     this.queue.push(op);
   }
 
   private newOp(): Op {
-    const op: Op = { batch: null, first: 0, count: 0, fileOffset: 0, length: 0, dst: 0, done: 0, slot: -1, badChecksum: false, cb: null! };
+    const op: Op = { batch: null, first: 0, count: 0, fileOffset: 0, length: 0, dst: 0, done: 0, slot: -1, badChecksum: false, split: false, cb: null! };
     op.cb = (err, n) => this.landed(op, err, n);
     return op;
   }
@@ -635,6 +639,7 @@ export class FlashReader {
         op.done += n;
         if (op.done < op.length) {
           // a short read: continue where it stopped (the op keeps its place at the head of the line)
+          op.split = true;
           this.issue(op);
           return;
         }
@@ -651,8 +656,7 @@ export class FlashReader {
 
   private complete(op: Op, batch: Batch): void {
     const bad = op.badChecksum;
-    op.badChecksum = false;
-    if (this.verify && (bad || !this.nativeChecksums)) {
+    if (this.verify && (bad || op.split || !this.nativeChecksums)) {
       try {
         this.verify(op.fileOffset, this.view(), op.dst, op.length);
       } catch (e) {
