@@ -7,8 +7,9 @@
  *   node dist/bench/io-probe.js [--file PATH] [--size 1GiB] [--sizes 4k,16k,64k,256k,1m]
  *                               [--qd 1,4,16,64] [--seconds 1] [--buffered] [--json]
  *
- * Without --file it writes a scratch file in the OS temp directory (deleted afterwards). libuv's
- * thread pool bounds the real queue depth and is sized when node starts, so when
+ * Without --file it writes a scratch file in the OS temp directory (deleted afterwards). Reads go
+ * the way the runtime's go (native AIO where built, else libuv; the table's title says which).
+ * Through libuv, its thread pool bounds the real queue depth and is sized when node starts, so when
  * UV_THREADPOOL_SIZE is below the largest depth asked for, the probe re-runs itself with it set.
  * With O_DIRECT the page cache plays no part (the probe checks residency with fincore where it
  * exists); a host-side cache under a VM still can, so compare ratios from one run.
@@ -126,7 +127,7 @@ function fmtSize(b: number): string {
   return b >= 1 << 20 ? `${b >> 20} MiB` : `${b >> 10} KiB`;
 }
 
-export async function probe(o: ProbeOptions): Promise<{ direct: boolean; cells: ProbeCell[]; file: string; resident?: number }> {
+export async function probe(o: ProbeOptions): Promise<{ direct: boolean; backend: string; cells: ProbeCell[]; file: string; resident?: number }> {
   const own = !o.file;
   const file = o.file ?? join(tmpdir(), `powerinfer-io-probe-${process.pid}.bin`);
   if (own) {
@@ -141,10 +142,12 @@ export async function probe(o: ProbeOptions): Promise<{ direct: boolean; cells: 
   const memory = new WebAssembly.Memory({ initial: Math.ceil(memBytes / 65536), maximum: 65536, shared: true });
   const cells: ProbeCell[] = [];
   let direct = false;
+  let backend = "";
   try {
     for (const qd of o.depths) {
       const reader = FlashReader.open(file, { memory, queueDepth: qd, maxReadBytes: maxSize, direct: o.direct ? "auto" : false, onWarning: (m) => process.stderr.write(`io-probe: ${m}\n`) });
       direct = reader.direct;
+      backend = reader.backend === "aio" ? "native AIO (its I/O thread)" : `fs.read on ${visibleThreadPoolSize()} libuv threads`;
       try {
         for (const size of o.sizes) {
           if (size > fileBytes) continue;
@@ -156,7 +159,7 @@ export async function probe(o: ProbeOptions): Promise<{ direct: boolean; cells: 
       }
     }
     if (!o.json) process.stderr.write("\n");
-    return { direct, cells, file, resident: residentBytes(file) };
+    return { direct, backend, cells, file, resident: residentBytes(file) };
   } finally {
     if (own) rmSync(file, { force: true });
   }
@@ -190,10 +193,10 @@ async function main(): Promise<void> {
   }
   const res = await probe(o);
   if (o.json) {
-    console.log(JSON.stringify({ direct: res.direct, threadPool: visibleThreadPoolSize(), cells: res.cells }));
+    console.log(JSON.stringify({ direct: res.direct, backend: res.backend, threadPool: visibleThreadPoolSize(), cells: res.cells }));
     return;
   }
-  console.log(`random reads, ${res.direct ? "O_DIRECT" : "buffered (page cache)"}, fs.read on ${visibleThreadPoolSize()} libuv threads, ${o.seconds} s per cell`);
+  console.log(`random reads, ${res.direct ? "O_DIRECT" : "buffered (page cache)"}, ${res.backend}, ${o.seconds} s per cell`);
   console.log(table(res.cells, o.sizes, o.depths));
   if (res.resident !== undefined) console.log(`page cache holds ${(res.resident / 2 ** 20).toFixed(1)} MiB of the probe file afterwards${res.direct ? " (O_DIRECT: should be ~0)" : ""}`);
 }

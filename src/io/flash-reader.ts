@@ -185,9 +185,8 @@ interface Op {
   cb: (err: NodeJS.ErrnoException | null, bytesRead: number) => void;
 }
 
-/** The thread-pool size libuv would take from the environment (it may have started already). */
 /**
- * The default number of reads in flight: as many as libuv's thread pool really runs at once (each
+ * The default number of reads in flight through libuv: as many as its thread pool really runs at once (each
  * fs.read occupies one pool thread), which bin/powerinfer.cjs sizes to 64 before node starts; at
  * 8 KiB, 64 in flight read ~1.4x faster than 16 on this machine's disk (docs/benchmarks.md).
  */
@@ -203,6 +202,7 @@ export function readerDepthLimit(): number {
   return aio().binding ? AIO_INLINE_QUEUE_DEPTH : visibleThreadPoolSize();
 }
 
+/** The thread-pool size libuv would take from the environment (it may have started already). */
 export function visibleThreadPoolSize(): number {
   const v = Number(process.env.UV_THREADPOOL_SIZE);
   return Number.isInteger(v) && v > 0 ? Math.min(v, 1024) : 4;
