@@ -635,7 +635,7 @@ async function main(): Promise<void> {
       }
     }
     log("");
-    log(`Ours reads whole bundles (${o.type === "q4_1" ? "8 KiB" : "16 KiB"} for this model; adjacent misses coalesce) (native AIO, queue depth 256, where built; else libuv at 64); the achieved rates are in the tables above (read MB/s over the whole run, and bytes over I/O wait below).`);
+    log(`Ours reads whole bundles (${o.type === "q4_1" ? "8 KiB" : "16 KiB"} for this model; adjacent misses coalesce) (native AIO where built: queue depth 1024 on its I/O thread, 256 inline; else libuv, 64); the achieved rates are in the tables above (read MB/s over the whole run, and bytes over I/O wait below).`);
     const all = [...((raw.compare ? Object.values(raw.compare as Record<string, { ours: RunResult[] }>).flatMap((c) => c.ours) : []) as RunResult[]), ...((raw.ablation ? Object.values(raw.ablation as Record<string, RunResult[]>).flat() : []) as RunResult[])].filter((r) => r.ok && r.ioWaitS! > 0.5);
     if (all.length) {
       const whileWaiting = median(all.map((r) => r.readMB! / r.ioWaitS!));
