@@ -46,47 +46,70 @@ const TWO112: f32 = reinterpret<f32>(0x77800000);
 
 /** dot of one 16-bit row with one f32 row; two accumulators break the add latency chain. */
 @inline function dotRow(w: usize, x: usize, cols: i32, bf: bool): f32 {
-  let a0 = f32x4.splat(0), a1 = f32x4.splat(0);
+  let a0 = f32x4.splat(0),
+    a1 = f32x4.splat(0);
   let i = 0;
   for (; i + 8 <= cols; i += 8) {
-    const v = v128.load(w + (<usize>i << 1));
-    const xp = x + (<usize>i << 2);
+    const v = v128.load(w + ((<usize>i) << 1));
+    const xp = x + ((<usize>i) << 2);
     a0 = f32x4.add(a0, f32x4.mul(bf ? bf16Lo(v) : f16Lo(v), v128.load(xp)));
     a1 = f32x4.add(a1, f32x4.mul(bf ? bf16Hi(v) : f16Hi(v), v128.load(xp, 16)));
   }
   let s = hsum(f32x4.add(a0, a1));
-  for (; i < cols; i++) s += scalar(<u32>load<u16>(w + (<usize>i << 1)), bf) * load<f32>(x + (<usize>i << 2));
+  for (; i < cols; i++) s += scalar(<u32>load<u16>(w + ((<usize>i) << 1)), bf) * load<f32>(x + ((<usize>i) << 2));
   return s;
 }
 
 @inline function matvecHalf(w: usize, x: usize, y: usize, cols: i32, r0: i32, r1: i32, bf: bool): void {
-  const rb = <usize>cols << 1;
-  for (let r = r0; r < r1; r++) store<f32>(y + (<usize>r << 2), dotRow(w + <usize>r * rb, x, cols, bf));
+  const rb = (<usize>cols) << 1;
+  for (let r = r0; r < r1; r++) store<f32>(y + ((<usize>r) << 2), dotRow(w + <usize>r * rb, x, cols, bf));
 }
 
-@inline function matmulHalf(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32, bf: bool): void {
-  const rb = <usize>cols << 1, xs = <usize>cols << 2, ys = <usize>rows << 2;
+@inline function matmulHalf(
+  w: usize,
+  x: usize,
+  y: usize,
+  rows: i32,
+  cols: i32,
+  ntok: i32,
+  r0: i32,
+  r1: i32,
+  bf: bool,
+): void {
+  const rb = (<usize>cols) << 1,
+    xs = (<usize>cols) << 2,
+    ys = (<usize>rows) << 2;
   for (let r = r0; r < r1; r++) {
     const wr = w + <usize>r * rb;
-    const yr = y + (<usize>r << 2);
+    const yr = y + ((<usize>r) << 2);
     let t = 0;
     for (; t + 4 <= ntok; t += 4) {
-      const x0 = x + <usize>t * xs, x1 = x0 + xs, x2 = x1 + xs, x3 = x2 + xs;
-      let a0 = f32x4.splat(0), a1 = f32x4.splat(0), a2 = f32x4.splat(0), a3 = f32x4.splat(0);
+      const x0 = x + <usize>t * xs,
+        x1 = x0 + xs,
+        x2 = x1 + xs,
+        x3 = x2 + xs;
+      let a0 = f32x4.splat(0),
+        a1 = f32x4.splat(0),
+        a2 = f32x4.splat(0),
+        a3 = f32x4.splat(0);
       let i = 0;
       for (; i + 8 <= cols; i += 8) {
-        const v = v128.load(wr + (<usize>i << 1));
-        const lo = bf ? bf16Lo(v) : f16Lo(v), hi = bf ? bf16Hi(v) : f16Hi(v);
-        const o = <usize>i << 2;
+        const v = v128.load(wr + ((<usize>i) << 1));
+        const lo = bf ? bf16Lo(v) : f16Lo(v),
+          hi = bf ? bf16Hi(v) : f16Hi(v);
+        const o = (<usize>i) << 2;
         a0 = f32x4.add(a0, f32x4.add(f32x4.mul(lo, v128.load(x0 + o)), f32x4.mul(hi, v128.load(x0 + o, 16))));
         a1 = f32x4.add(a1, f32x4.add(f32x4.mul(lo, v128.load(x1 + o)), f32x4.mul(hi, v128.load(x1 + o, 16))));
         a2 = f32x4.add(a2, f32x4.add(f32x4.mul(lo, v128.load(x2 + o)), f32x4.mul(hi, v128.load(x2 + o, 16))));
         a3 = f32x4.add(a3, f32x4.add(f32x4.mul(lo, v128.load(x3 + o)), f32x4.mul(hi, v128.load(x3 + o, 16))));
       }
-      let s0 = hsum(a0), s1 = hsum(a1), s2 = hsum(a2), s3 = hsum(a3);
+      let s0 = hsum(a0),
+        s1 = hsum(a1),
+        s2 = hsum(a2),
+        s3 = hsum(a3);
       for (; i < cols; i++) {
-        const wv = scalar(<u32>load<u16>(wr + (<usize>i << 1)), bf);
-        const o = <usize>i << 2;
+        const wv = scalar(<u32>load<u16>(wr + ((<usize>i) << 1)), bf);
+        const o = (<usize>i) << 2;
         s0 += wv * load<f32>(x0 + o);
         s1 += wv * load<f32>(x1 + o);
         s2 += wv * load<f32>(x2 + o);

@@ -75,20 +75,36 @@ const Q8K: usize = 292;
   let sc = sm;
   // chunk c: 32 quant bytes; low nibbles are sub-block 2c, high nibbles sub-block 2c+1
   for (let c: usize = 0; c < 4; c++) {
-    const qp = wb + 16 + (c << 5), xp = xb + 4 + (c << 6);
-    let lo = i32x4.splat(0), hi = i32x4.splat(0);
+    const qp = wb + 16 + (c << 5),
+      xp = xb + 4 + (c << 6);
+    let lo = i32x4.splat(0),
+      hi = i32x4.splat(0);
     for (let k: usize = 0; k < 32; k += 16) {
-      const q = v128.load(qp + k), xl = v128.load(xp + k), xh = v128.load(xp + k, 32);
-      lo = i32x4.add(lo, i32x4.add(
-        i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x000f)), i16x8.shl(xl, 8)),
-        i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x0f00)), i16x8.shr_s(xl, 8))));
-      hi = i32x4.add(hi, i32x4.add(
-        i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x00f0)), i16x8.shr_s(i16x8.shl(xh, 8), 4)),
-        i32x4.dot_i16x8_s(i16x8.shr_u(q, 12), v128.and(xh, i16x8.splat(<i16>0xff00)))));
+      const q = v128.load(qp + k),
+        xl = v128.load(xp + k),
+        xh = v128.load(xp + k, 32);
+      lo = i32x4.add(
+        lo,
+        i32x4.add(
+          i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x000f)), i16x8.shl(xl, 8)),
+          i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x0f00)), i16x8.shr_s(xl, 8)),
+        ),
+      );
+      hi = i32x4.add(
+        hi,
+        i32x4.add(
+          i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x00f0)), i16x8.shr_s(i16x8.shl(xh, 8), 4)),
+          i32x4.dot_i16x8_s(i16x8.shr_u(q, 12), v128.and(xh, i16x8.splat(<i16>0xff00))),
+        ),
+      );
     }
-    isum = i32x4.add(isum, i32x4.add(
-      i32x4.mul(lo, i32x4.splat(i8x16.extract_lane_u(sc, 0))),
-      i32x4.mul(hi, i32x4.splat(i8x16.extract_lane_u(sc, 1)))));
+    isum = i32x4.add(
+      isum,
+      i32x4.add(
+        i32x4.mul(lo, i32x4.splat(i8x16.extract_lane_u(sc, 0))),
+        i32x4.mul(hi, i32x4.splat(i8x16.extract_lane_u(sc, 1))),
+      ),
+    );
     sc = i8x16.shuffle(sc, sc, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
   }
   return isum;
@@ -98,15 +114,20 @@ const Q8K: usize = 292;
 @inline function finishK(acc: v128, wb: usize, xb: usize, isum: v128, mi: v128, scale: f32): v128 {
   const dd = load<u32>(wb);
   const dx = load<f32>(xb);
-  return f32x4.add(acc, f32x4.sub(
-    f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16(dd & 0xffff) * dx * scale)),
-    f32x4.mul(f32x4.convert_i32x4_s(mi), f32x4.splat(f16(dd >> 16) * dx))));
+  return f32x4.add(
+    acc,
+    f32x4.sub(
+      f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16(dd & 0xffff) * dx * scale)),
+      f32x4.mul(f32x4.convert_i32x4_s(mi), f32x4.splat(f16(dd >> 16) * dx)),
+    ),
+  );
 }
 
 @inline function dotQ4K(w: usize, x: usize, nb: usize): f32 {
   let acc = f32x4.splat(0);
   for (let b: usize = 0; b < nb; b++) {
-    const wb = w + b * Q4K, xb = x + b * Q8K;
+    const wb = w + b * Q4K,
+      xb = x + b * Q8K;
     const sm = scalesMins(wb + 4);
     acc = finishK(acc, wb, xb, intQ4K(wb, xb, sm), minsDot(sm, xb), <f32>1.0 / 256.0);
   }
@@ -115,28 +136,71 @@ const Q8K: usize = 292;
 
 /** Two rows against one activation row: each shaped activation vector serves both rows. */
 @inline function dotQ4KRows2(w0: usize, w1: usize, x: usize, nb: usize, y0: usize, y1: usize): void {
-  let acc0 = f32x4.splat(0), acc1 = f32x4.splat(0);
+  let acc0 = f32x4.splat(0),
+    acc1 = f32x4.splat(0);
   for (let b: usize = 0; b < nb; b++) {
-    const wb0 = w0 + b * Q4K, wb1 = w1 + b * Q4K, xb = x + b * Q8K;
-    const sm0 = scalesMins(wb0 + 4), sm1 = scalesMins(wb1 + 4);
-    let is0 = i32x4.splat(0), is1 = i32x4.splat(0);
-    let sc0 = sm0, sc1 = sm1;
+    const wb0 = w0 + b * Q4K,
+      wb1 = w1 + b * Q4K,
+      xb = x + b * Q8K;
+    const sm0 = scalesMins(wb0 + 4),
+      sm1 = scalesMins(wb1 + 4);
+    let is0 = i32x4.splat(0),
+      is1 = i32x4.splat(0);
+    let sc0 = sm0,
+      sc1 = sm1;
     for (let c: usize = 0; c < 4; c++) {
-      const qo: usize = 16 + (c << 5), xp = xb + 4 + (c << 6);
-      let lo0 = i32x4.splat(0), hi0 = i32x4.splat(0), lo1 = i32x4.splat(0), hi1 = i32x4.splat(0);
+      const qo: usize = 16 + (c << 5),
+        xp = xb + 4 + (c << 6);
+      let lo0 = i32x4.splat(0),
+        hi0 = i32x4.splat(0),
+        lo1 = i32x4.splat(0),
+        hi1 = i32x4.splat(0);
       for (let k: usize = 0; k < 32; k += 16) {
-        const xl = v128.load(xp + k), xh = v128.load(xp + k, 32);
-        const le = i16x8.shl(xl, 8), lo = i16x8.shr_s(xl, 8);
-        const he = i16x8.shr_s(i16x8.shl(xh, 8), 4), ho = v128.and(xh, i16x8.splat(<i16>0xff00));
+        const xl = v128.load(xp + k),
+          xh = v128.load(xp + k, 32);
+        const le = i16x8.shl(xl, 8),
+          lo = i16x8.shr_s(xl, 8);
+        const he = i16x8.shr_s(i16x8.shl(xh, 8), 4),
+          ho = v128.and(xh, i16x8.splat(<i16>0xff00));
         let q = v128.load(wb0 + qo + k);
-        lo0 = i32x4.add(lo0, i32x4.add(i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x000f)), le), i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x0f00)), lo)));
-        hi0 = i32x4.add(hi0, i32x4.add(i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x00f0)), he), i32x4.dot_i16x8_s(i16x8.shr_u(q, 12), ho)));
+        lo0 = i32x4.add(
+          lo0,
+          i32x4.add(
+            i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x000f)), le),
+            i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x0f00)), lo),
+          ),
+        );
+        hi0 = i32x4.add(
+          hi0,
+          i32x4.add(i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x00f0)), he), i32x4.dot_i16x8_s(i16x8.shr_u(q, 12), ho)),
+        );
         q = v128.load(wb1 + qo + k);
-        lo1 = i32x4.add(lo1, i32x4.add(i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x000f)), le), i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x0f00)), lo)));
-        hi1 = i32x4.add(hi1, i32x4.add(i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x00f0)), he), i32x4.dot_i16x8_s(i16x8.shr_u(q, 12), ho)));
+        lo1 = i32x4.add(
+          lo1,
+          i32x4.add(
+            i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x000f)), le),
+            i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x0f00)), lo),
+          ),
+        );
+        hi1 = i32x4.add(
+          hi1,
+          i32x4.add(i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x00f0)), he), i32x4.dot_i16x8_s(i16x8.shr_u(q, 12), ho)),
+        );
       }
-      is0 = i32x4.add(is0, i32x4.add(i32x4.mul(lo0, i32x4.splat(i8x16.extract_lane_u(sc0, 0))), i32x4.mul(hi0, i32x4.splat(i8x16.extract_lane_u(sc0, 1)))));
-      is1 = i32x4.add(is1, i32x4.add(i32x4.mul(lo1, i32x4.splat(i8x16.extract_lane_u(sc1, 0))), i32x4.mul(hi1, i32x4.splat(i8x16.extract_lane_u(sc1, 1)))));
+      is0 = i32x4.add(
+        is0,
+        i32x4.add(
+          i32x4.mul(lo0, i32x4.splat(i8x16.extract_lane_u(sc0, 0))),
+          i32x4.mul(hi0, i32x4.splat(i8x16.extract_lane_u(sc0, 1))),
+        ),
+      );
+      is1 = i32x4.add(
+        is1,
+        i32x4.add(
+          i32x4.mul(lo1, i32x4.splat(i8x16.extract_lane_u(sc1, 0))),
+          i32x4.mul(hi1, i32x4.splat(i8x16.extract_lane_u(sc1, 1))),
+        ),
+      );
       sc0 = i8x16.shuffle(sc0, sc0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
       sc1 = i8x16.shuffle(sc1, sc1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
     }
@@ -149,27 +213,58 @@ const Q8K: usize = 292;
 
 /** One row against two activation rows: each masked weight vector serves both tokens. */
 @inline function dotQ4KTokens2(w: usize, x0: usize, x1: usize, nb: usize, y0: usize, y1: usize): void {
-  let acc0 = f32x4.splat(0), acc1 = f32x4.splat(0);
+  let acc0 = f32x4.splat(0),
+    acc1 = f32x4.splat(0);
   for (let b: usize = 0; b < nb; b++) {
-    const wb = w + b * Q4K, xb0 = x0 + b * Q8K, xb1 = x1 + b * Q8K;
+    const wb = w + b * Q4K,
+      xb0 = x0 + b * Q8K,
+      xb1 = x1 + b * Q8K;
     const sm = scalesMins(wb + 4);
-    let is0 = i32x4.splat(0), is1 = i32x4.splat(0);
+    let is0 = i32x4.splat(0),
+      is1 = i32x4.splat(0);
     let sc = sm;
     for (let c: usize = 0; c < 4; c++) {
-      const qp = wb + 16 + (c << 5), xo: usize = 4 + (c << 6);
-      let lo0 = i32x4.splat(0), hi0 = i32x4.splat(0), lo1 = i32x4.splat(0), hi1 = i32x4.splat(0);
+      const qp = wb + 16 + (c << 5),
+        xo: usize = 4 + (c << 6);
+      let lo0 = i32x4.splat(0),
+        hi0 = i32x4.splat(0),
+        lo1 = i32x4.splat(0),
+        hi1 = i32x4.splat(0);
       for (let k: usize = 0; k < 32; k += 16) {
         const q = v128.load(qp + k);
-        const q1 = v128.and(q, i16x8.splat(0x000f)), q2 = v128.and(q, i16x8.splat(0x0f00));
-        const q3 = v128.and(q, i16x8.splat(0x00f0)), q4 = i16x8.shr_u(q, 12);
-        let xl = v128.load(xb0 + xo + k), xh = v128.load(xb0 + xo + k, 32);
-        lo0 = i32x4.add(lo0, i32x4.add(i32x4.dot_i16x8_s(q1, i16x8.shl(xl, 8)), i32x4.dot_i16x8_s(q2, i16x8.shr_s(xl, 8))));
-        hi0 = i32x4.add(hi0, i32x4.add(i32x4.dot_i16x8_s(q3, i16x8.shr_s(i16x8.shl(xh, 8), 4)), i32x4.dot_i16x8_s(q4, v128.and(xh, i16x8.splat(<i16>0xff00)))));
-        xl = v128.load(xb1 + xo + k); xh = v128.load(xb1 + xo + k, 32);
-        lo1 = i32x4.add(lo1, i32x4.add(i32x4.dot_i16x8_s(q1, i16x8.shl(xl, 8)), i32x4.dot_i16x8_s(q2, i16x8.shr_s(xl, 8))));
-        hi1 = i32x4.add(hi1, i32x4.add(i32x4.dot_i16x8_s(q3, i16x8.shr_s(i16x8.shl(xh, 8), 4)), i32x4.dot_i16x8_s(q4, v128.and(xh, i16x8.splat(<i16>0xff00)))));
+        const q1 = v128.and(q, i16x8.splat(0x000f)),
+          q2 = v128.and(q, i16x8.splat(0x0f00));
+        const q3 = v128.and(q, i16x8.splat(0x00f0)),
+          q4 = i16x8.shr_u(q, 12);
+        let xl = v128.load(xb0 + xo + k),
+          xh = v128.load(xb0 + xo + k, 32);
+        lo0 = i32x4.add(
+          lo0,
+          i32x4.add(i32x4.dot_i16x8_s(q1, i16x8.shl(xl, 8)), i32x4.dot_i16x8_s(q2, i16x8.shr_s(xl, 8))),
+        );
+        hi0 = i32x4.add(
+          hi0,
+          i32x4.add(
+            i32x4.dot_i16x8_s(q3, i16x8.shr_s(i16x8.shl(xh, 8), 4)),
+            i32x4.dot_i16x8_s(q4, v128.and(xh, i16x8.splat(<i16>0xff00))),
+          ),
+        );
+        xl = v128.load(xb1 + xo + k);
+        xh = v128.load(xb1 + xo + k, 32);
+        lo1 = i32x4.add(
+          lo1,
+          i32x4.add(i32x4.dot_i16x8_s(q1, i16x8.shl(xl, 8)), i32x4.dot_i16x8_s(q2, i16x8.shr_s(xl, 8))),
+        );
+        hi1 = i32x4.add(
+          hi1,
+          i32x4.add(
+            i32x4.dot_i16x8_s(q3, i16x8.shr_s(i16x8.shl(xh, 8), 4)),
+            i32x4.dot_i16x8_s(q4, v128.and(xh, i16x8.splat(<i16>0xff00))),
+          ),
+        );
       }
-      const sl = i32x4.splat(i8x16.extract_lane_u(sc, 0)), sh = i32x4.splat(i8x16.extract_lane_u(sc, 1));
+      const sl = i32x4.splat(i8x16.extract_lane_u(sc, 0)),
+        sh = i32x4.splat(i8x16.extract_lane_u(sc, 1));
       is0 = i32x4.add(is0, i32x4.add(i32x4.mul(lo0, sl), i32x4.mul(hi0, sh)));
       is1 = i32x4.add(is1, i32x4.add(i32x4.mul(lo1, sl), i32x4.mul(hi1, sh)));
       sc = i8x16.shuffle(sc, sc, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
@@ -187,21 +282,26 @@ export function matvec_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   const rb = nb * Q4K;
   let r = r0;
   for (; r + 2 <= r1; r += 2) {
-    const wr = w + <usize>r * rb, yr = y + (<usize>r << 2);
+    const wr = w + <usize>r * rb,
+      yr = y + ((<usize>r) << 2);
     dotQ4KRows2(wr, wr + rb, x, nb, yr, yr + 4);
   }
-  if (r < r1) store<f32>(y + (<usize>r << 2), dotQ4K(w + <usize>r * rb, x, nb));
+  if (r < r1) store<f32>(y + ((<usize>r) << 2), dotQ4K(w + <usize>r * rb, x, nb));
 }
 
 /** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1): each weight row is read once for all tokens. */
 export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 8);
-  const rb = nb * Q4K, xs = nb * Q8K, ys = <usize>rows << 2;
+  const rb = nb * Q4K,
+    xs = nb * Q8K,
+    ys = (<usize>rows) << 2;
   for (let r = r0; r < r1; r++) {
-    const wr = w + <usize>r * rb, yr = y + (<usize>r << 2);
+    const wr = w + <usize>r * rb,
+      yr = y + ((<usize>r) << 2);
     let t = 0;
     for (; t + 2 <= ntok; t += 2) {
-      const xt = x + <usize>t * xs, yt = yr + <usize>t * ys;
+      const xt = x + <usize>t * xs,
+        yt = yr + <usize>t * ys;
       dotQ4KTokens2(wr, xt, xt + xs, nb, yt, yt + ys);
     }
     if (t < ntok) store<f32>(yr + <usize>t * ys, dotQ4K(wr, x + <usize>t * xs, nb));
@@ -215,7 +315,8 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 @inline function dotBytes256(q: v128, x: v128): v128 {
   return i32x4.add(
     i32x4.dot_i16x8_s(v128.and(q, i16x8.splat(0x00ff)), i16x8.shl(x, 8)),
-    i32x4.dot_i16x8_s(i16x8.shr_u(q, 8), v128.and(x, i16x8.splat(<i16>0xff00))));
+    i32x4.dot_i16x8_s(i16x8.shr_u(q, 8), v128.and(x, i16x8.splat(<i16>0xff00))),
+  );
 }
 
 /** sc * dot(q, x) for one 16-value group (the 256 divided out exactly first: no overflow). */
@@ -228,7 +329,8 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   const s8 = v128.load(wb + 192);
   const corr = i32x4.add(
     i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(s8), v128.load(xb, 260)),
-    i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(s8), v128.load(xb, 276)));
+    i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(s8), v128.load(xb, 276)),
+  );
   return i32x4.sub(isum, i32x4.shl(corr, 5));
 }
 
@@ -238,15 +340,22 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 
 @inline function dotQ6K(w: usize, x: usize, nb: usize): f32 {
   let acc = f32x4.splat(0);
-  const m0f = i8x16.splat(0x0f), m30 = i8x16.splat(0x30);
+  const m0f = i8x16.splat(0x0f),
+    m30 = i8x16.splat(0x30);
   for (let b: usize = 0; b < nb; b++) {
-    const wb = w + b * Q6K, xb = x + b * Q8K;
+    const wb = w + b * Q6K,
+      xb = x + b * Q8K;
     let isum = i32x4.splat(0);
     for (let i: usize = 0; i < 4; i++) {
-      const h = i >> 1, l0 = (i & 1) << 4;
-      const ql = wb + (h << 6) + l0, qh = wb + 128 + (h << 5) + l0, sc = wb + 192 + (h << 3) + (i & 1);
+      const h = i >> 1,
+        l0 = (i & 1) << 4;
+      const ql = wb + (h << 6) + l0,
+        qh = wb + 128 + (h << 5) + l0,
+        sc = wb + 192 + (h << 3) + (i & 1);
       const xp = xb + 4 + (h << 7) + l0;
-      const A = v128.load(ql), B = v128.load(ql, 32), H = v128.load(qh);
+      const A = v128.load(ql),
+        B = v128.load(ql, 32),
+        H = v128.load(qh);
       // 16-bit shifts are safe: the byte masks drop whatever crossed a byte boundary
       let q = v128.or(v128.and(A, m0f), v128.and(i16x8.shl(H, 4), m30));
       isum = i32x4.add(isum, groupK(q, v128.load(xp), i32x4.splat(<i32>load<i8>(sc))));
@@ -258,23 +367,36 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
       isum = i32x4.add(isum, groupK(q, v128.load(xp, 96), i32x4.splat(<i32>load<i8>(sc, 6))));
     }
     isum = offsetQ6K(isum, wb, xb);
-    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16(<u32>load<u16>(wb + 208)) * load<f32>(xb))));
+    acc = f32x4.add(
+      acc,
+      f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16(<u32>load<u16>(wb + 208)) * load<f32>(xb))),
+    );
   }
   return hsum(acc);
 }
 
 /** One row against two activation rows: each unpacked 6-bit group serves both tokens. */
 @inline function dotQ6KTokens2(w: usize, x0: usize, x1: usize, nb: usize, y0: usize, y1: usize): void {
-  let acc0 = f32x4.splat(0), acc1 = f32x4.splat(0);
-  const m0f = i8x16.splat(0x0f), m30 = i8x16.splat(0x30);
+  let acc0 = f32x4.splat(0),
+    acc1 = f32x4.splat(0);
+  const m0f = i8x16.splat(0x0f),
+    m30 = i8x16.splat(0x30);
   for (let b: usize = 0; b < nb; b++) {
-    const wb = w + b * Q6K, xb0 = x0 + b * Q8K, xb1 = x1 + b * Q8K;
-    let is0 = i32x4.splat(0), is1 = i32x4.splat(0);
+    const wb = w + b * Q6K,
+      xb0 = x0 + b * Q8K,
+      xb1 = x1 + b * Q8K;
+    let is0 = i32x4.splat(0),
+      is1 = i32x4.splat(0);
     for (let i: usize = 0; i < 4; i++) {
-      const h = i >> 1, l0 = (i & 1) << 4;
-      const ql = wb + (h << 6) + l0, qh = wb + 128 + (h << 5) + l0, sc = wb + 192 + (h << 3) + (i & 1);
+      const h = i >> 1,
+        l0 = (i & 1) << 4;
+      const ql = wb + (h << 6) + l0,
+        qh = wb + 128 + (h << 5) + l0,
+        sc = wb + 192 + (h << 3) + (i & 1);
       const xo: usize = 4 + (h << 7) + l0;
-      const A = v128.load(ql), B = v128.load(ql, 32), H = v128.load(qh);
+      const A = v128.load(ql),
+        B = v128.load(ql, 32),
+        H = v128.load(qh);
       let q = v128.or(v128.and(A, m0f), v128.and(i16x8.shl(H, 4), m30));
       let s = i32x4.splat(<i32>load<i8>(sc));
       is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo), s));
@@ -304,18 +426,22 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 export function matvec_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 8);
   const rb = nb * Q6K;
-  for (let r = r0; r < r1; r++) store<f32>(y + (<usize>r << 2), dotQ6K(w + <usize>r * rb, x, nb));
+  for (let r = r0; r < r1; r++) store<f32>(y + ((<usize>r) << 2), dotQ6K(w + <usize>r * rb, x, nb));
 }
 
 /** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1): each weight row is read once for all tokens. */
 export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 8);
-  const rb = nb * Q6K, xs = nb * Q8K, ys = <usize>rows << 2;
+  const rb = nb * Q6K,
+    xs = nb * Q8K,
+    ys = (<usize>rows) << 2;
   for (let r = r0; r < r1; r++) {
-    const wr = w + <usize>r * rb, yr = y + (<usize>r << 2);
+    const wr = w + <usize>r * rb,
+      yr = y + ((<usize>r) << 2);
     let t = 0;
     for (; t + 2 <= ntok; t += 2) {
-      const xt = x + <usize>t * xs, yt = yr + <usize>t * ys;
+      const xt = x + <usize>t * xs,
+        yt = yr + <usize>t * ys;
       dotQ6KTokens2(wr, xt, xt + xs, nb, yt, yt + ys);
     }
     if (t < ntok) store<f32>(yr + <usize>t * ys, dotQ6K(wr, x + <usize>t * xs, nb));
@@ -339,20 +465,34 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 @inline function dotQ5K(w: usize, x: usize, nb: usize): f32 {
   let acc = f32x4.splat(0);
   for (let b: usize = 0; b < nb; b++) {
-    const wb = w + b * Q5K, xb = x + b * Q8K;
+    const wb = w + b * Q5K,
+      xb = x + b * Q8K;
     const sm = scalesMins(wb + 4);
     let isum = i32x4.splat(0);
     let sc = sm;
-    let h0 = v128.load(wb + 16), h1 = v128.load(wb + 32);
+    let h0 = v128.load(wb + 16),
+      h1 = v128.load(wb + 32);
     for (let c: usize = 0; c < 4; c++) {
-      const qp = wb + 48 + (c << 5), xp = xb + 4 + (c << 6);
-      const q0 = v128.load(qp), q1 = v128.load(qp, 16);
+      const qp = wb + 48 + (c << 5),
+        xp = xb + 4 + (c << 6);
+      const q0 = v128.load(qp),
+        q1 = v128.load(qp, 16);
       // each sub-block dot is a multiple of 256 below 2^23: divide it out before scaling
-      const lo = i32x4.shr_s(i32x4.add(dotBytes256(q5Lo(q0, h0), v128.load(xp)), dotBytes256(q5Lo(q1, h1), v128.load(xp, 16))), 8);
-      const hi = i32x4.shr_s(i32x4.add(dotBytes256(q5Hi(q0, h0), v128.load(xp, 32)), dotBytes256(q5Hi(q1, h1), v128.load(xp, 48))), 8);
-      isum = i32x4.add(isum, i32x4.add(
-        i32x4.mul(lo, i32x4.splat(i8x16.extract_lane_u(sc, 0))),
-        i32x4.mul(hi, i32x4.splat(i8x16.extract_lane_u(sc, 1)))));
+      const lo = i32x4.shr_s(
+        i32x4.add(dotBytes256(q5Lo(q0, h0), v128.load(xp)), dotBytes256(q5Lo(q1, h1), v128.load(xp, 16))),
+        8,
+      );
+      const hi = i32x4.shr_s(
+        i32x4.add(dotBytes256(q5Hi(q0, h0), v128.load(xp, 32)), dotBytes256(q5Hi(q1, h1), v128.load(xp, 48))),
+        8,
+      );
+      isum = i32x4.add(
+        isum,
+        i32x4.add(
+          i32x4.mul(lo, i32x4.splat(i8x16.extract_lane_u(sc, 0))),
+          i32x4.mul(hi, i32x4.splat(i8x16.extract_lane_u(sc, 1))),
+        ),
+      );
       sc = i8x16.shuffle(sc, sc, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
       h0 = i16x8.shr_u(h0, 2);
       h1 = i16x8.shr_u(h1, 2);
@@ -364,26 +504,51 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 
 /** One row against two activation rows: each 5-bit weight vector serves both tokens. */
 @inline function dotQ5KTokens2(w: usize, x0: usize, x1: usize, nb: usize, y0: usize, y1: usize): void {
-  let acc0 = f32x4.splat(0), acc1 = f32x4.splat(0);
+  let acc0 = f32x4.splat(0),
+    acc1 = f32x4.splat(0);
   for (let b: usize = 0; b < nb; b++) {
-    const wb = w + b * Q5K, xb0 = x0 + b * Q8K, xb1 = x1 + b * Q8K;
+    const wb = w + b * Q5K,
+      xb0 = x0 + b * Q8K,
+      xb1 = x1 + b * Q8K;
     const sm = scalesMins(wb + 4);
-    let is0 = i32x4.splat(0), is1 = i32x4.splat(0);
+    let is0 = i32x4.splat(0),
+      is1 = i32x4.splat(0);
     let sc = sm;
-    let h0 = v128.load(wb + 16), h1 = v128.load(wb + 32);
+    let h0 = v128.load(wb + 16),
+      h1 = v128.load(wb + 32);
     for (let c: usize = 0; c < 4; c++) {
-      const qp = wb + 48 + (c << 5), xo: usize = 4 + (c << 6);
-      const q0 = v128.load(qp), q1 = v128.load(qp, 16);
-      const l0 = q5Lo(q0, h0), l1 = q5Lo(q1, h1), u0 = q5Hi(q0, h0), u1 = q5Hi(q1, h1);
-      const sl = i32x4.splat(i8x16.extract_lane_u(sc, 0)), sh = i32x4.splat(i8x16.extract_lane_u(sc, 1));
+      const qp = wb + 48 + (c << 5),
+        xo: usize = 4 + (c << 6);
+      const q0 = v128.load(qp),
+        q1 = v128.load(qp, 16);
+      const l0 = q5Lo(q0, h0),
+        l1 = q5Lo(q1, h1),
+        u0 = q5Hi(q0, h0),
+        u1 = q5Hi(q1, h1);
+      const sl = i32x4.splat(i8x16.extract_lane_u(sc, 0)),
+        sh = i32x4.splat(i8x16.extract_lane_u(sc, 1));
       let xp = xb0 + xo;
-      is0 = i32x4.add(is0, i32x4.add(
-        i32x4.mul(i32x4.shr_s(i32x4.add(dotBytes256(l0, v128.load(xp)), dotBytes256(l1, v128.load(xp, 16))), 8), sl),
-        i32x4.mul(i32x4.shr_s(i32x4.add(dotBytes256(u0, v128.load(xp, 32)), dotBytes256(u1, v128.load(xp, 48))), 8), sh)));
+      is0 = i32x4.add(
+        is0,
+        i32x4.add(
+          i32x4.mul(i32x4.shr_s(i32x4.add(dotBytes256(l0, v128.load(xp)), dotBytes256(l1, v128.load(xp, 16))), 8), sl),
+          i32x4.mul(
+            i32x4.shr_s(i32x4.add(dotBytes256(u0, v128.load(xp, 32)), dotBytes256(u1, v128.load(xp, 48))), 8),
+            sh,
+          ),
+        ),
+      );
       xp = xb1 + xo;
-      is1 = i32x4.add(is1, i32x4.add(
-        i32x4.mul(i32x4.shr_s(i32x4.add(dotBytes256(l0, v128.load(xp)), dotBytes256(l1, v128.load(xp, 16))), 8), sl),
-        i32x4.mul(i32x4.shr_s(i32x4.add(dotBytes256(u0, v128.load(xp, 32)), dotBytes256(u1, v128.load(xp, 48))), 8), sh)));
+      is1 = i32x4.add(
+        is1,
+        i32x4.add(
+          i32x4.mul(i32x4.shr_s(i32x4.add(dotBytes256(l0, v128.load(xp)), dotBytes256(l1, v128.load(xp, 16))), 8), sl),
+          i32x4.mul(
+            i32x4.shr_s(i32x4.add(dotBytes256(u0, v128.load(xp, 32)), dotBytes256(u1, v128.load(xp, 48))), 8),
+            sh,
+          ),
+        ),
+      );
       sc = i8x16.shuffle(sc, sc, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
       h0 = i16x8.shr_u(h0, 2);
       h1 = i16x8.shr_u(h1, 2);
@@ -399,18 +564,22 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 export function matvec_q5_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 8);
   const rb = nb * Q5K;
-  for (let r = r0; r < r1; r++) store<f32>(y + (<usize>r << 2), dotQ5K(w + <usize>r * rb, x, nb));
+  for (let r = r0; r < r1; r++) store<f32>(y + ((<usize>r) << 2), dotQ5K(w + <usize>r * rb, x, nb));
 }
 
 /** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1): each weight row is read once for all tokens. */
 export function matmul_q5_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 8);
-  const rb = nb * Q5K, xs = nb * Q8K, ys = <usize>rows << 2;
+  const rb = nb * Q5K,
+    xs = nb * Q8K,
+    ys = (<usize>rows) << 2;
   for (let r = r0; r < r1; r++) {
-    const wr = w + <usize>r * rb, yr = y + (<usize>r << 2);
+    const wr = w + <usize>r * rb,
+      yr = y + ((<usize>r) << 2);
     let t = 0;
     for (; t + 2 <= ntok; t += 2) {
-      const xt = x + <usize>t * xs, yt = yr + <usize>t * ys;
+      const xt = x + <usize>t * xs,
+        yt = yr + <usize>t * ys;
       dotQ5KTokens2(wr, xt, xt + xs, nb, yt, yt + ys);
     }
     if (t < ntok) store<f32>(yr + <usize>t * ys, dotQ5K(wr, x + <usize>t * xs, nb));

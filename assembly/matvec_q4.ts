@@ -35,19 +35,33 @@ const CHUNK = 32; // groups per column chunk
 // The three nibble masks, loaded from memory rather than written as constants: V8 rematerializes
 // a v128 constant inside the loop at every use (3 instructions each), but keeps a loaded value in
 // a register.
-const Q4_MASKS = memory.data<u16>([
-  0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f,
-  0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0,
-  0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00,
-], 16);
+const Q4_MASKS = memory.data<u16>(
+  [
+    0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0,
+    0x00f0, 0x00f0, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00,
+  ],
+  16,
+);
 
 // f16 -> f32 for 4 scales: shift exponent and mantissa into f32 position and multiply by 2^112
 // to rebias the exponent (which also gets subnormals right), then put the sign back.
-const F16_CONST = memory.data<u32>([
-  0x7fff, 0x7fff, 0x7fff, 0x7fff,
-  0x8000, 0x8000, 0x8000, 0x8000,
-  0x77800000, 0x77800000, 0x77800000, 0x77800000, // 2^112 as f32
-], 16);
+const F16_CONST = memory.data<u32>(
+  [
+    0x7fff,
+    0x7fff,
+    0x7fff,
+    0x7fff,
+    0x8000,
+    0x8000,
+    0x8000,
+    0x8000,
+    0x77800000,
+    0x77800000,
+    0x77800000,
+    0x77800000, // 2^112 as f32
+  ],
+  16,
+);
 
 @inline function f16x4(p: usize): v128 {
   const h = i32x4.extend_low_i16x8_u(v128.load64_zero(p));
@@ -68,23 +82,51 @@ const F16_CONST = memory.data<u32>([
 
 // Both rows of one pair over gc groups of one chunk (weights at wp, activations at xp); the
 // results go to y[r], y[r + 1] (added to what is there unless `first`), for rows inside [r0, r1).
-@inline function pairQ4(wp: usize, xp: usize, y: usize, gc: i32, r: i32, r0: i32, r1: i32, first: bool, one: bool): void {
-  const m0 = v128.load(Q4_MASKS), m1 = v128.load(Q4_MASKS, 16), m2 = v128.load(Q4_MASKS, 32);
+@inline function pairQ4(
+  wp: usize,
+  xp: usize,
+  y: usize,
+  gc: i32,
+  r: i32,
+  r0: i32,
+  r1: i32,
+  first: bool,
+  one: bool,
+): void {
+  const m0 = v128.load(Q4_MASKS),
+    m1 = v128.load(Q4_MASKS, 16),
+    m2 = v128.load(Q4_MASKS, 32);
   const GB = one ? Q4_1_GB : Q4_0_GB;
-  let a0 = f32x4.splat(0), a1 = f32x4.splat(0);
+  let a0 = f32x4.splat(0),
+    a1 = f32x4.splat(0);
   for (let g = 0; g < gc; g++) {
-    let s0 = i32x4.splat(0), s1 = i32x4.splat(0);
+    let s0 = i32x4.splat(0),
+      s1 = i32x4.splat(0);
     for (let j: usize = 0; j < 64; j += 16) {
-      const x0 = v128.load(xp + (j << 2)), x1 = v128.load(xp + (j << 2), 16);
-      const x2 = v128.load(xp + (j << 2), 32), x3 = v128.load(xp + (j << 2), 48);
+      const x0 = v128.load(xp + (j << 2)),
+        x1 = v128.load(xp + (j << 2), 16);
+      const x2 = v128.load(xp + (j << 2), 32),
+        x3 = v128.load(xp + (j << 2), 48);
       s0 = i32x4.add(s0, dotw(v128.load(wp + j), x0, x1, x2, x3, m0, m1, m2));
       s1 = i32x4.add(s1, dotw(v128.load(wp + j, 64), x0, x1, x2, x3, m0, m1, m2));
     }
     const dx = v128.load(xp, 256);
     if (one) {
       const sx = v128.load(xp, 288);
-      a0 = f32x4.add(a0, f32x4.add(f32x4.mul(f32x4.convert_i32x4_s(s0), f32x4.mul(v128.load(wp, 128), dx)), f32x4.mul(v128.load(wp, 160), sx)));
-      a1 = f32x4.add(a1, f32x4.add(f32x4.mul(f32x4.convert_i32x4_s(s1), f32x4.mul(v128.load(wp, 144), dx)), f32x4.mul(v128.load(wp, 176), sx)));
+      a0 = f32x4.add(
+        a0,
+        f32x4.add(
+          f32x4.mul(f32x4.convert_i32x4_s(s0), f32x4.mul(v128.load(wp, 128), dx)),
+          f32x4.mul(v128.load(wp, 160), sx),
+        ),
+      );
+      a1 = f32x4.add(
+        a1,
+        f32x4.add(
+          f32x4.mul(f32x4.convert_i32x4_s(s1), f32x4.mul(v128.load(wp, 144), dx)),
+          f32x4.mul(v128.load(wp, 176), sx),
+        ),
+      );
     } else {
       const corr = v128.load(xp, 272);
       a0 = f32x4.add(a0, f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(s0, corr)), f32x4.mul(f16x4(wp + 128), dx)));
@@ -93,7 +135,7 @@ const F16_CONST = memory.data<u32>([
     wp += GB;
     xp += ACT_GB;
   }
-  const y0 = y + (<usize>r << 2);
+  const y0 = y + ((<usize>r) << 2);
   if (r >= r0 && r < r1) store<f32>(y0, first ? hsum(a0) : load<f32>(y0) + hsum(a0));
   if (r + 1 >= r0 && r + 1 < r1) store<f32>(y0, first ? hsum(a1) : load<f32>(y0, 4) + hsum(a1), 4);
 }
@@ -121,13 +163,24 @@ const F16_CONST = memory.data<u32>([
 // registers leave no room to keep both weights and activations.
 const PAIR_BLOCK = 8;
 
-@inline function matmulQ4(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32, one: bool): void {
+@inline function matmulQ4(
+  w: usize,
+  x: usize,
+  y: usize,
+  rows: i32,
+  cols: i32,
+  ntok: i32,
+  r0: i32,
+  r1: i32,
+  one: bool,
+): void {
   const GB = one ? Q4_1_GB : Q4_0_GB;
   const ng = (cols + 127) >> 7;
   const npairs = <usize>((rows + 1) >> 1);
   const astride = <usize>ng * ACT_GB;
-  const ys = <usize>rows << 2;
-  const p0 = r0 >> 1, p1 = (r1 + 1) >> 1;
+  const ys = (<usize>rows) << 2;
+  const p0 = r0 >> 1,
+    p1 = (r1 + 1) >> 1;
   for (let g0 = 0; g0 < ng; g0 += CHUNK) {
     const gc = min(CHUNK, ng - g0);
     const wc = w + <usize>g0 * npairs * GB;
@@ -135,7 +188,8 @@ const PAIR_BLOCK = 8;
     for (let pb = p0; pb < p1; pb += PAIR_BLOCK) {
       const pe = min(pb + PAIR_BLOCK, p1);
       for (let t = 0; t < ntok; t++) {
-        const xt = xc + <usize>t * astride, yt = y + <usize>t * ys;
+        const xt = xc + <usize>t * astride,
+          yt = y + <usize>t * ys;
         for (let p = pb; p < pe; p++) pairQ4(wc + <usize>p * <usize>gc * GB, xt, yt, gc, p << 1, r0, r1, g0 == 0, one);
       }
     }

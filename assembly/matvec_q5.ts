@@ -50,29 +50,43 @@ const Q81: usize = 36;
 @inline function dotSigned256(w: v128, x: v128): v128 {
   return i32x4.add(
     i32x4.dot_i16x8_s(i16x8.shr_s(i16x8.shl(w, 8), 8), i16x8.shl(x, 8)),
-    i32x4.dot_i16x8_s(i16x8.shr_s(w, 8), v128.and(x, i16x8.splat(<i16>0xff00))));
+    i32x4.dot_i16x8_s(i16x8.shr_s(w, 8), v128.and(x, i16x8.splat(<i16>0xff00))),
+  );
 }
 /** 256 * dot(16 weight bytes w in 0..127, 16 activation bytes x) as i32 lanes to be summed. */
 @inline function dotUnsigned256(w: v128, x: v128): v128 {
   return i32x4.add(
     i32x4.dot_i16x8_s(v128.and(w, i16x8.splat(0x00ff)), i16x8.shl(x, 8)),
-    i32x4.dot_i16x8_s(i16x8.shr_u(w, 8), v128.and(x, i16x8.splat(<i16>0xff00))));
+    i32x4.dot_i16x8_s(i16x8.shr_u(w, 8), v128.and(x, i16x8.splat(<i16>0xff00))),
+  );
 }
 
 // Weight bytes of one block: values 0..15 (lo) and 16..31 (hi). Q5_0's are signed,
 // (nibble | fifth bit << 4) - 16: the nibble with 0xF0 set where the fifth bit is clear.
 @inline function w50Lo(wb: usize): v128 {
-  return v128.or(v128.and(v128.load(wb + 6), i8x16.splat(0x0f)), v128.andnot(i8x16.splat(<i8>0xf0), bitsLo(load<u32>(wb + 2))));
+  return v128.or(
+    v128.and(v128.load(wb + 6), i8x16.splat(0x0f)),
+    v128.andnot(i8x16.splat(<i8>0xf0), bitsLo(load<u32>(wb + 2))),
+  );
 }
 @inline function w50Hi(wb: usize): v128 {
-  return v128.or(v128.and(i16x8.shr_u(v128.load(wb + 6), 4), i8x16.splat(0x0f)), v128.andnot(i8x16.splat(<i8>0xf0), bitsHi(load<u32>(wb + 2))));
+  return v128.or(
+    v128.and(i16x8.shr_u(v128.load(wb + 6), 4), i8x16.splat(0x0f)),
+    v128.andnot(i8x16.splat(<i8>0xf0), bitsHi(load<u32>(wb + 2))),
+  );
 }
 // Q5_1's are unsigned: nibble | fifth bit << 4.
 @inline function w51Lo(wb: usize): v128 {
-  return v128.or(v128.and(v128.load(wb + 8), i8x16.splat(0x0f)), v128.and(bitsLo(load<u32>(wb + 4)), i8x16.splat(0x10)));
+  return v128.or(
+    v128.and(v128.load(wb + 8), i8x16.splat(0x0f)),
+    v128.and(bitsLo(load<u32>(wb + 4)), i8x16.splat(0x10)),
+  );
 }
 @inline function w51Hi(wb: usize): v128 {
-  return v128.or(v128.and(i16x8.shr_u(v128.load(wb + 8), 4), i8x16.splat(0x0f)), v128.and(bitsHi(load<u32>(wb + 4)), i8x16.splat(0x10)));
+  return v128.or(
+    v128.and(i16x8.shr_u(v128.load(wb + 8), 4), i8x16.splat(0x0f)),
+    v128.and(bitsHi(load<u32>(wb + 4)), i8x16.splat(0x10)),
+  );
 }
 
 /** 256 * the integer dot of one Q5_0 block at wb with one Q8_0 block at xb, as i32 lanes to be summed. */
@@ -116,63 +130,101 @@ const Q81: usize = 36;
   let acc = f32x4.splat(0);
   let b: usize = 0;
   for (; b + 4 <= nb; b += 4) {
-    const wb = w + b * Q50, xb = x + b * Q80;
-    const s = sum4(intQ50(wb, xb), intQ50(wb + Q50, xb + Q80), intQ50(wb + 2 * Q50, xb + 2 * Q80), intQ50(wb + 3 * Q50, xb + 3 * Q80));
+    const wb = w + b * Q50,
+      xb = x + b * Q80;
+    const s = sum4(
+      intQ50(wb, xb),
+      intQ50(wb + Q50, xb + Q80),
+      intQ50(wb + 2 * Q50, xb + 2 * Q80),
+      intQ50(wb + 3 * Q50, xb + 3 * Q80),
+    );
     acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.mul(halves4(wb, Q50), halves4(xb, Q80))));
   }
   let tail: f32 = 0;
   for (; b < nb; b++) {
-    const wb = w + b * Q50, xb = x + b * Q80;
+    const wb = w + b * Q50,
+      xb = x + b * Q80;
     tail += hsumI(intQ50(wb, xb)) * (f16(<u32>load<u16>(wb)) * f16(<u32>load<u16>(xb)));
   }
   return (hsum(acc) + tail) * (<f32>1.0 / 256.0);
 }
 
 @inline function dotQ51(w: usize, x: usize, nb: usize): f32 {
-  let acc = f32x4.splat(0), accm = f32x4.splat(0);
+  let acc = f32x4.splat(0),
+    accm = f32x4.splat(0);
   let b: usize = 0;
   for (; b + 4 <= nb; b += 4) {
-    const wb = w + b * Q51, xb = x + b * Q81;
-    const s = sum4(intQ51(wb, xb), intQ51(wb + Q51, xb + Q81), intQ51(wb + 2 * Q51, xb + 2 * Q81), intQ51(wb + 3 * Q51, xb + 3 * Q81));
+    const wb = w + b * Q51,
+      xb = x + b * Q81;
+    const s = sum4(
+      intQ51(wb, xb),
+      intQ51(wb + Q51, xb + Q81),
+      intQ51(wb + 2 * Q51, xb + 2 * Q81),
+      intQ51(wb + 3 * Q51, xb + 3 * Q81),
+    );
     acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.mul(halves4(wb, Q51), halves4(xb, Q81))));
     accm = f32x4.add(accm, f32x4.mul(halves4(wb + 2, Q51), halves4(xb + 2, Q81)));
   }
-  let tail: f32 = 0, tailm: f32 = 0;
+  let tail: f32 = 0,
+    tailm: f32 = 0;
   for (; b < nb; b++) {
-    const wb = w + b * Q51, xb = x + b * Q81;
-    const dm = load<u32>(wb), ds = load<u32>(xb);
+    const wb = w + b * Q51,
+      xb = x + b * Q81;
+    const dm = load<u32>(wb),
+      ds = load<u32>(xb);
     tail += hsumI(intQ51(wb, xb)) * (f16(dm & 0xffff) * f16(ds & 0xffff));
     tailm += f16(dm >> 16) * f16(ds >> 16);
   }
   return (hsum(acc) + tail) * (<f32>1.0 / 256.0) + hsum(accm) + tailm;
 }
 
-
 /** One Q5_0 row against two Q8_0 rows: each block's weight bytes serve both tokens. */
 @inline function dotQ50Tokens2(w: usize, x0: usize, x1: usize, nb: usize, y0: usize, y1: usize): void {
-  let acc0 = f32x4.splat(0), acc1 = f32x4.splat(0);
+  let acc0 = f32x4.splat(0),
+    acc1 = f32x4.splat(0);
   let b: usize = 0;
   for (; b + 4 <= nb; b += 4) {
-    const wb = w + b * Q50, xa = x0 + b * Q80, xc = x1 + b * Q80;
-    let lo = w50Lo(wb), hi = w50Hi(wb);
+    const wb = w + b * Q50,
+      xa = x0 + b * Q80,
+      xc = x1 + b * Q80;
+    let lo = w50Lo(wb),
+      hi = w50Hi(wb);
     let a0 = i32x4.add(dotSigned256(lo, v128.load(xa + 2)), dotSigned256(hi, v128.load(xa + 18)));
     let a1 = i32x4.add(dotSigned256(lo, v128.load(xc + 2)), dotSigned256(hi, v128.load(xc + 18)));
-    lo = w50Lo(wb + Q50); hi = w50Hi(wb + Q50);
-    const p0 = pair2(a0, i32x4.add(dotSigned256(lo, v128.load(xa + Q80 + 2)), dotSigned256(hi, v128.load(xa + Q80 + 18))));
-    const p1 = pair2(a1, i32x4.add(dotSigned256(lo, v128.load(xc + Q80 + 2)), dotSigned256(hi, v128.load(xc + Q80 + 18))));
-    lo = w50Lo(wb + 2 * Q50); hi = w50Hi(wb + 2 * Q50);
+    lo = w50Lo(wb + Q50);
+    hi = w50Hi(wb + Q50);
+    const p0 = pair2(
+      a0,
+      i32x4.add(dotSigned256(lo, v128.load(xa + Q80 + 2)), dotSigned256(hi, v128.load(xa + Q80 + 18))),
+    );
+    const p1 = pair2(
+      a1,
+      i32x4.add(dotSigned256(lo, v128.load(xc + Q80 + 2)), dotSigned256(hi, v128.load(xc + Q80 + 18))),
+    );
+    lo = w50Lo(wb + 2 * Q50);
+    hi = w50Hi(wb + 2 * Q50);
     a0 = i32x4.add(dotSigned256(lo, v128.load(xa + 2 * Q80 + 2)), dotSigned256(hi, v128.load(xa + 2 * Q80 + 18)));
     a1 = i32x4.add(dotSigned256(lo, v128.load(xc + 2 * Q80 + 2)), dotSigned256(hi, v128.load(xc + 2 * Q80 + 18)));
-    lo = w50Lo(wb + 3 * Q50); hi = w50Hi(wb + 3 * Q50);
-    const q0 = pair2(a0, i32x4.add(dotSigned256(lo, v128.load(xa + 3 * Q80 + 2)), dotSigned256(hi, v128.load(xa + 3 * Q80 + 18))));
-    const q1 = pair2(a1, i32x4.add(dotSigned256(lo, v128.load(xc + 3 * Q80 + 2)), dotSigned256(hi, v128.load(xc + 3 * Q80 + 18))));
+    lo = w50Lo(wb + 3 * Q50);
+    hi = w50Hi(wb + 3 * Q50);
+    const q0 = pair2(
+      a0,
+      i32x4.add(dotSigned256(lo, v128.load(xa + 3 * Q80 + 2)), dotSigned256(hi, v128.load(xa + 3 * Q80 + 18))),
+    );
+    const q1 = pair2(
+      a1,
+      i32x4.add(dotSigned256(lo, v128.load(xc + 3 * Q80 + 2)), dotSigned256(hi, v128.load(xc + 3 * Q80 + 18))),
+    );
     const dw = halves4(wb, Q50);
     acc0 = f32x4.add(acc0, f32x4.mul(f32x4.convert_i32x4_s(pair4(p0, q0)), f32x4.mul(dw, halves4(xa, Q80))));
     acc1 = f32x4.add(acc1, f32x4.mul(f32x4.convert_i32x4_s(pair4(p1, q1)), f32x4.mul(dw, halves4(xc, Q80))));
   }
-  let t0: f32 = 0, t1: f32 = 0;
+  let t0: f32 = 0,
+    t1: f32 = 0;
   for (; b < nb; b++) {
-    const wb = w + b * Q50, xa = x0 + b * Q80, xc = x1 + b * Q80;
+    const wb = w + b * Q50,
+      xa = x0 + b * Q80,
+      xc = x1 + b * Q80;
     const dw = f16(<u32>load<u16>(wb));
     t0 += hsumI(intQ50(wb, xa)) * (dw * f16(<u32>load<u16>(xa)));
     t1 += hsumI(intQ50(wb, xc)) * (dw * f16(<u32>load<u16>(xc)));
@@ -183,33 +235,63 @@ const Q81: usize = 36;
 
 /** One Q5_1 row against two Q8_1 rows: each block's weight bytes serve both tokens. */
 @inline function dotQ51Tokens2(w: usize, x0: usize, x1: usize, nb: usize, y0: usize, y1: usize): void {
-  let acc0 = f32x4.splat(0), acc1 = f32x4.splat(0), accm0 = f32x4.splat(0), accm1 = f32x4.splat(0);
+  let acc0 = f32x4.splat(0),
+    acc1 = f32x4.splat(0),
+    accm0 = f32x4.splat(0),
+    accm1 = f32x4.splat(0);
   let b: usize = 0;
   for (; b + 4 <= nb; b += 4) {
-    const wb = w + b * Q51, xa = x0 + b * Q81, xc = x1 + b * Q81;
-    let lo = w51Lo(wb), hi = w51Hi(wb);
+    const wb = w + b * Q51,
+      xa = x0 + b * Q81,
+      xc = x1 + b * Q81;
+    let lo = w51Lo(wb),
+      hi = w51Hi(wb);
     let a0 = i32x4.add(dotUnsigned256(lo, v128.load(xa + 4)), dotUnsigned256(hi, v128.load(xa + 20)));
     let a1 = i32x4.add(dotUnsigned256(lo, v128.load(xc + 4)), dotUnsigned256(hi, v128.load(xc + 20)));
-    lo = w51Lo(wb + Q51); hi = w51Hi(wb + Q51);
-    const p0 = pair2(a0, i32x4.add(dotUnsigned256(lo, v128.load(xa + Q81 + 4)), dotUnsigned256(hi, v128.load(xa + Q81 + 20))));
-    const p1 = pair2(a1, i32x4.add(dotUnsigned256(lo, v128.load(xc + Q81 + 4)), dotUnsigned256(hi, v128.load(xc + Q81 + 20))));
-    lo = w51Lo(wb + 2 * Q51); hi = w51Hi(wb + 2 * Q51);
+    lo = w51Lo(wb + Q51);
+    hi = w51Hi(wb + Q51);
+    const p0 = pair2(
+      a0,
+      i32x4.add(dotUnsigned256(lo, v128.load(xa + Q81 + 4)), dotUnsigned256(hi, v128.load(xa + Q81 + 20))),
+    );
+    const p1 = pair2(
+      a1,
+      i32x4.add(dotUnsigned256(lo, v128.load(xc + Q81 + 4)), dotUnsigned256(hi, v128.load(xc + Q81 + 20))),
+    );
+    lo = w51Lo(wb + 2 * Q51);
+    hi = w51Hi(wb + 2 * Q51);
     a0 = i32x4.add(dotUnsigned256(lo, v128.load(xa + 2 * Q81 + 4)), dotUnsigned256(hi, v128.load(xa + 2 * Q81 + 20)));
     a1 = i32x4.add(dotUnsigned256(lo, v128.load(xc + 2 * Q81 + 4)), dotUnsigned256(hi, v128.load(xc + 2 * Q81 + 20)));
-    lo = w51Lo(wb + 3 * Q51); hi = w51Hi(wb + 3 * Q51);
-    const q0 = pair2(a0, i32x4.add(dotUnsigned256(lo, v128.load(xa + 3 * Q81 + 4)), dotUnsigned256(hi, v128.load(xa + 3 * Q81 + 20))));
-    const q1 = pair2(a1, i32x4.add(dotUnsigned256(lo, v128.load(xc + 3 * Q81 + 4)), dotUnsigned256(hi, v128.load(xc + 3 * Q81 + 20))));
-    const dw = halves4(wb, Q51), mw = halves4(wb + 2, Q51);
+    lo = w51Lo(wb + 3 * Q51);
+    hi = w51Hi(wb + 3 * Q51);
+    const q0 = pair2(
+      a0,
+      i32x4.add(dotUnsigned256(lo, v128.load(xa + 3 * Q81 + 4)), dotUnsigned256(hi, v128.load(xa + 3 * Q81 + 20))),
+    );
+    const q1 = pair2(
+      a1,
+      i32x4.add(dotUnsigned256(lo, v128.load(xc + 3 * Q81 + 4)), dotUnsigned256(hi, v128.load(xc + 3 * Q81 + 20))),
+    );
+    const dw = halves4(wb, Q51),
+      mw = halves4(wb + 2, Q51);
     acc0 = f32x4.add(acc0, f32x4.mul(f32x4.convert_i32x4_s(pair4(p0, q0)), f32x4.mul(dw, halves4(xa, Q81))));
     acc1 = f32x4.add(acc1, f32x4.mul(f32x4.convert_i32x4_s(pair4(p1, q1)), f32x4.mul(dw, halves4(xc, Q81))));
     accm0 = f32x4.add(accm0, f32x4.mul(mw, halves4(xa + 2, Q81)));
     accm1 = f32x4.add(accm1, f32x4.mul(mw, halves4(xc + 2, Q81)));
   }
-  let t0: f32 = 0, t1: f32 = 0, m0: f32 = 0, m1: f32 = 0;
+  let t0: f32 = 0,
+    t1: f32 = 0,
+    m0: f32 = 0,
+    m1: f32 = 0;
   for (; b < nb; b++) {
-    const wb = w + b * Q51, xa = x0 + b * Q81, xc = x1 + b * Q81;
-    const dm = load<u32>(wb), da = load<u32>(xa), dc = load<u32>(xc);
-    const dw = f16(dm & 0xffff), mw = f16(dm >> 16);
+    const wb = w + b * Q51,
+      xa = x0 + b * Q81,
+      xc = x1 + b * Q81;
+    const dm = load<u32>(wb),
+      da = load<u32>(xa),
+      dc = load<u32>(xc);
+    const dw = f16(dm & 0xffff),
+      mw = f16(dm >> 16);
     t0 += hsumI(intQ51(wb, xa)) * (dw * f16(da & 0xffff));
     t1 += hsumI(intQ51(wb, xc)) * (dw * f16(dc & 0xffff));
     m0 += mw * f16(da >> 16);
@@ -223,18 +305,22 @@ const Q81: usize = 36;
 export function matvec_q5_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 5);
   const rb = nb * Q50;
-  for (let r = r0; r < r1; r++) store<f32>(y + (<usize>r << 2), dotQ50(w + <usize>r * rb, x, nb));
+  for (let r = r0; r < r1; r++) store<f32>(y + ((<usize>r) << 2), dotQ50(w + <usize>r * rb, x, nb));
 }
 
 /** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1): each weight row is read once for all tokens. */
 export function matmul_q5_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 5);
-  const rb = nb * Q50, xs = nb * Q80, ys = <usize>rows << 2;
+  const rb = nb * Q50,
+    xs = nb * Q80,
+    ys = (<usize>rows) << 2;
   for (let r = r0; r < r1; r++) {
-    const wr = w + <usize>r * rb, yr = y + (<usize>r << 2);
+    const wr = w + <usize>r * rb,
+      yr = y + ((<usize>r) << 2);
     let t = 0;
     for (; t + 2 <= ntok; t += 2) {
-      const xt = x + <usize>t * xs, yt = yr + <usize>t * ys;
+      const xt = x + <usize>t * xs,
+        yt = yr + <usize>t * ys;
       dotQ50Tokens2(wr, xt, xt + xs, nb, yt, yt + ys);
     }
     if (t < ntok) store<f32>(yr + <usize>t * ys, dotQ50(wr, x + <usize>t * xs, nb));
@@ -245,18 +331,22 @@ export function matmul_q5_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 export function matvec_q5_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 5);
   const rb = nb * Q51;
-  for (let r = r0; r < r1; r++) store<f32>(y + (<usize>r << 2), dotQ51(w + <usize>r * rb, x, nb));
+  for (let r = r0; r < r1; r++) store<f32>(y + ((<usize>r) << 2), dotQ51(w + <usize>r * rb, x, nb));
 }
 
 /** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1): each weight row is read once for all tokens. */
 export function matmul_q5_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 5);
-  const rb = nb * Q51, xs = nb * Q81, ys = <usize>rows << 2;
+  const rb = nb * Q51,
+    xs = nb * Q81,
+    ys = (<usize>rows) << 2;
   for (let r = r0; r < r1; r++) {
-    const wr = w + <usize>r * rb, yr = y + (<usize>r << 2);
+    const wr = w + <usize>r * rb,
+      yr = y + ((<usize>r) << 2);
     let t = 0;
     for (; t + 2 <= ntok; t += 2) {
-      const xt = x + <usize>t * xs, yt = yr + <usize>t * ys;
+      const xt = x + <usize>t * xs,
+        yt = yr + <usize>t * ys;
       dotQ51Tokens2(wr, xt, xt + xs, nb, yt, yt + ys);
     }
     if (t < ntok) store<f32>(yr + <usize>t * ys, dotQ51(wr, x + <usize>t * xs, nb));

@@ -28,9 +28,19 @@ const CHUNK = 32;
   store<f32>(p, first ? v : load<f32>(p) + v);
 }
 
-@inline function storeRows(y: usize, t: i32, r0: i32, r1: i32, a0: v128, a1: v128, a2: v128, a3: v128, first: bool): void {
+@inline function storeRows(
+  y: usize,
+  t: i32,
+  r0: i32,
+  r1: i32,
+  a0: v128,
+  a1: v128,
+  a2: v128,
+  a3: v128,
+  first: bool,
+): void {
   const base = t << 2;
-  const yp = y + (<usize>base << 2);
+  const yp = y + ((<usize>base) << 2);
   if (base >= r0 && base + 4 <= r1) {
     put(yp, hsum(a0), first);
     put(yp + 4, hsum(a1), first);
@@ -47,15 +57,46 @@ const CHUNK = 32;
 
 // The 4 rows of tile t over gc groups of one chunk (weights at wp, activations at xp).
 @inline function tileQ8(wp: usize, xp: usize, y: usize, gc: i32, t: i32, r0: i32, r1: i32, first: bool): void {
-  let a0 = f32x4.splat(0), a1 = f32x4.splat(0), a2 = f32x4.splat(0), a3 = f32x4.splat(0);
+  let a0 = f32x4.splat(0),
+    a1 = f32x4.splat(0),
+    a2 = f32x4.splat(0),
+    a3 = f32x4.splat(0);
   for (let g = 0; g < gc; g++) {
-    let s0 = i32x4.splat(0), s1 = i32x4.splat(0), s2 = i32x4.splat(0), s3 = i32x4.splat(0);
+    let s0 = i32x4.splat(0),
+      s1 = i32x4.splat(0),
+      s2 = i32x4.splat(0),
+      s3 = i32x4.splat(0);
     for (let v: usize = 0; v < 16; v += 2) {
-      const xa = v128.load(xp + (v << 4)), xb = v128.load(xp + (v << 4), 16);
-      s0 = i32x4.add(s0, i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3)), xa), i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 8), xb)));
-      s1 = i32x4.add(s1, i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 128), xa), i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 136), xb)));
-      s2 = i32x4.add(s2, i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 256), xa), i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 264), xb)));
-      s3 = i32x4.add(s3, i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 384), xa), i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 392), xb)));
+      const xa = v128.load(xp + (v << 4)),
+        xb = v128.load(xp + (v << 4), 16);
+      s0 = i32x4.add(
+        s0,
+        i32x4.add(
+          i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3)), xa),
+          i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 8), xb),
+        ),
+      );
+      s1 = i32x4.add(
+        s1,
+        i32x4.add(
+          i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 128), xa),
+          i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 136), xb),
+        ),
+      );
+      s2 = i32x4.add(
+        s2,
+        i32x4.add(
+          i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 256), xa),
+          i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 264), xb),
+        ),
+      );
+      s3 = i32x4.add(
+        s3,
+        i32x4.add(
+          i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 384), xa),
+          i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 392), xb),
+        ),
+      );
     }
     const dx = v128.load(xp, 256);
     a0 = f32x4.add(a0, f32x4.mul(f32x4.convert_i32x4_s(s0), f32x4.mul(v128.load(wp, 512), dx)));
@@ -89,8 +130,9 @@ export function matmul_q8_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   const ng = (cols + 127) >> 7;
   const ntiles = <usize>((rows + 3) >> 2);
   const astride = <usize>ng * AGB;
-  const ys = <usize>rows << 2;
-  const t0 = r0 >> 2, t1 = (r1 + 3) >> 2;
+  const ys = (<usize>rows) << 2;
+  const t0 = r0 >> 2,
+    t1 = (r1 + 3) >> 2;
   for (let g0 = 0; g0 < ng; g0 += CHUNK) {
     const gc = min(CHUNK, ng - g0);
     const wc = w + <usize>g0 * ntiles * GB;
@@ -98,7 +140,8 @@ export function matmul_q8_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
     for (let tb = t0; tb < t1; tb += TILE_BLOCK) {
       const te = min(tb + TILE_BLOCK, t1);
       for (let k = 0; k < ntok; k++) {
-        const xk = xc + <usize>k * astride, yk = y + <usize>k * ys;
+        const xk = xc + <usize>k * astride,
+          yk = y + <usize>k * ys;
         for (let t = tb; t < te; t++) tileQ8(wc + <usize>t * <usize>gc * GB, xk, yk, gc, t, r0, r1, g0 == 0);
       }
     }

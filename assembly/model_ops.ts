@@ -2,8 +2,12 @@
 // Float parameters travel as their i32 bit patterns (the thread pool passes i32 only).
 // Each kernel's last two arguments are the range a thread computes (tokens or heads).
 
-@inline function f32at(p: usize, i: i32): f32 { return load<f32>(p + (<usize>i << 2)); }
-@inline function setf32(p: usize, i: i32, v: f32): void { store<f32>(p + (<usize>i << 2), v); }
+@inline function f32at(p: usize, i: i32): f32 {
+  return load<f32>(p + ((<usize>i) << 2));
+}
+@inline function setf32(p: usize, i: i32, v: f32): void {
+  store<f32>(p + ((<usize>i) << 2), v);
+}
 
 function sum4(v: v128): f32 {
   return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
@@ -13,20 +17,23 @@ function sum4(v: v128): f32 {
 export function rmsnorm_rows(y: usize, x: usize, w: usize, n: i32, epsBits: i32, t0: i32, t1: i32): void {
   const eps = reinterpret<f32>(epsBits);
   for (let t = t0; t < t1; t++) {
-    const xr = x + <usize>t * (<usize>n << 2);
-    const yr = y + <usize>t * (<usize>n << 2);
+    const xr = x + <usize>t * ((<usize>n) << 2);
+    const yr = y + <usize>t * ((<usize>n) << 2);
     let acc = f32x4.splat(0);
     let i = 0;
     for (; i + 4 <= n; i += 4) {
-      const v = v128.load(xr + (<usize>i << 2));
+      const v = v128.load(xr + ((<usize>i) << 2));
       acc = f32x4.add(acc, f32x4.mul(v, v));
     }
     let ss = sum4(acc);
-    for (; i < n; i++) { const v = f32at(xr, i); ss += v * v; }
+    for (; i < n; i++) {
+      const v = f32at(xr, i);
+      ss += v * v;
+    }
     const scale = f32x4.splat(<f32>1.0 / Mathf.sqrt(ss / <f32>n + eps));
     i = 0;
     for (; i + 4 <= n; i += 4) {
-      const o = <usize>i << 2;
+      const o = (<usize>i) << 2;
       v128.store(yr + o, f32x4.mul(f32x4.mul(v128.load(xr + o), scale), v128.load(w + o)));
     }
     const s = f32x4.extract_lane(scale, 0);
@@ -40,18 +47,28 @@ export function rmsnorm_rows(y: usize, x: usize, w: usize, n: i32, epsBits: i32,
  * position (i32) of each token. neox = 0 rotates adjacent pairs (x[2i], x[2i+1]) as llama does;
  * neox = 1 rotates (x[i], x[i + nRot/2]) as GPT-NeoX / Qwen2 do.
  */
-export function rope(x: usize, pos: usize, table: usize, nHeads: i32, headDim: i32, nRot: i32, neox: i32, t0: i32, t1: i32): void {
+export function rope(
+  x: usize,
+  pos: usize,
+  table: usize,
+  nHeads: i32,
+  headDim: i32,
+  nRot: i32,
+  neox: i32,
+  t0: i32,
+  t1: i32,
+): void {
   const half = nRot >> 1;
   const rowLen = nHeads * headDim;
   for (let t = t0; t < t1; t++) {
-    const p = load<i32>(pos + (<usize>t << 2));
-    const tab = table + <usize>p * (<usize>half << 3);
-    const row = x + <usize>t * (<usize>rowLen << 2);
+    const p = load<i32>(pos + ((<usize>t) << 2));
+    const tab = table + <usize>p * ((<usize>half) << 3);
+    const row = x + <usize>t * ((<usize>rowLen) << 2);
     for (let h = 0; h < nHeads; h++) {
       const v = row + <usize>(h * headDim) * 4;
       for (let i = 0; i < half; i++) {
-        const c = load<f32>(tab + (<usize>i << 3));
-        const s = load<f32>(tab + (<usize>i << 3) + 4);
+        const c = load<f32>(tab + ((<usize>i) << 3));
+        const s = load<f32>(tab + ((<usize>i) << 3) + 4);
         const ia = neox ? i : 2 * i;
         const ib = neox ? i + half : 2 * i + 1;
         const a = f32at(v, ia);
@@ -69,23 +86,38 @@ export function rope(x: usize, pos: usize, table: usize, nHeads: i32, headDim: i
  * KV head h / (nHeads / nKVHeads). `scores` has room for ctx floats per head.
  * out is [ntok][nHeads*headDim].
  */
-export function attention(q: usize, kc: usize, vc: usize, out: usize, scores: usize, ntok: i32, pos0: i32, nHeads: i32, nKVHeads: i32, headDim: i32, ctx: i32, h0: i32, h1: i32): void {
+export function attention(
+  q: usize,
+  kc: usize,
+  vc: usize,
+  out: usize,
+  scores: usize,
+  ntok: i32,
+  pos0: i32,
+  nHeads: i32,
+  nKVHeads: i32,
+  headDim: i32,
+  ctx: i32,
+  h0: i32,
+  h1: i32,
+): void {
   const group = nHeads / nKVHeads;
   const kvDim = nKVHeads * headDim;
   const qDim = nHeads * headDim;
   const scale: f32 = <f32>1.0 / Mathf.sqrt(<f32>headDim);
   for (let h = h0; h < h1; h++) {
-    const kvOff = <usize>((h / group) * headDim) << 2;
-    const sc = scores + <usize>h * (<usize>ctx << 2);
+    const kvOff = (<usize>((h / group) * headDim)) << 2;
+    const sc = scores + <usize>h * ((<usize>ctx) << 2);
     for (let t = 0; t < ntok; t++) {
-      const qv = q + (<usize>(t * qDim + h * headDim) << 2);
+      const qv = q + ((<usize>(t * qDim + h * headDim)) << 2);
       const n = pos0 + t + 1;
       let mx: f32 = -Infinity;
       for (let j = 0; j < n; j++) {
-        const kv = kc + <usize>j * (<usize>kvDim << 2) + kvOff;
+        const kv = kc + <usize>j * ((<usize>kvDim) << 2) + kvOff;
         let acc = f32x4.splat(0);
         let d = 0;
-        for (; d + 4 <= headDim; d += 4) acc = f32x4.add(acc, f32x4.mul(v128.load(qv + (<usize>d << 2)), v128.load(kv + (<usize>d << 2))));
+        for (; d + 4 <= headDim; d += 4)
+          acc = f32x4.add(acc, f32x4.mul(v128.load(qv + ((<usize>d) << 2)), v128.load(kv + ((<usize>d) << 2))));
         let s = sum4(acc);
         for (; d < headDim; d++) s += f32at(qv, d) * f32at(kv, d);
         s *= scale;
@@ -99,16 +131,16 @@ export function attention(q: usize, kc: usize, vc: usize, out: usize, scores: us
         sum += e;
       }
       const inv: f32 = <f32>1.0 / sum;
-      const ov = out + (<usize>(t * qDim + h * headDim) << 2);
+      const ov = out + ((<usize>(t * qDim + h * headDim)) << 2);
       let d = 0;
-      for (; d + 4 <= headDim; d += 4) v128.store(ov + (<usize>d << 2), f32x4.splat(0));
+      for (; d + 4 <= headDim; d += 4) v128.store(ov + ((<usize>d) << 2), f32x4.splat(0));
       for (; d < headDim; d++) setf32(ov, d, 0);
       for (let j = 0; j < n; j++) {
         const wj = f32x4.splat(f32at(sc, j) * inv);
-        const vv = vc + <usize>j * (<usize>kvDim << 2) + kvOff;
+        const vv = vc + <usize>j * ((<usize>kvDim) << 2) + kvOff;
         d = 0;
         for (; d + 4 <= headDim; d += 4) {
-          const o = <usize>d << 2;
+          const o = (<usize>d) << 2;
           v128.store(ov + o, f32x4.add(v128.load(ov + o), f32x4.mul(wj, v128.load(vv + o))));
         }
         const w1 = f32x4.extract_lane(wj, 0);
@@ -123,7 +155,9 @@ export const ACT_RELU: i32 = 1;
 export const ACT_DRELU: i32 = 2;
 export const ACT_GELU: i32 = 3;
 
-@inline function silu(x: f32): f32 { return x / (<f32>1.0 + Mathf.exp(-x)); }
+@inline function silu(x: f32): f32 {
+  return x / (<f32>1.0 + Mathf.exp(-x));
+}
 @inline function gelu(x: f32): f32 {
   // tanh approximation, as ggml's gelu
   const c: f32 = 0.7978845608028654;
@@ -166,7 +200,7 @@ export function ffn_act_cut(g: usize, u: usize, kind: i32, cutBits: i32, i0: i32
 export function add_inplace(y: usize, x: usize, i0: i32, i1: i32): void {
   let i = i0;
   for (; i + 4 <= i1; i += 4) {
-    const o = <usize>i << 2;
+    const o = (<usize>i) << 2;
     v128.store(y + o, f32x4.add(v128.load(y + o), v128.load(x + o)));
   }
   for (; i < i1; i++) setf32(y, i, f32at(y, i) + f32at(x, i));
@@ -175,7 +209,7 @@ export function add_inplace(y: usize, x: usize, i0: i32, i1: i32): void {
 /** Add a bias row of n floats to tokens t0..t1 of y ([ntok][n]). */
 export function add_bias_rows(y: usize, b: usize, n: i32, t0: i32, t1: i32): void {
   for (let t = t0; t < t1; t++) {
-    const yr = y + <usize>t * (<usize>n << 2);
+    const yr = y + <usize>t * ((<usize>n) << 2);
     for (let i = 0; i < n; i++) setf32(yr, i, f32at(yr, i) + f32at(b, i));
   }
 }
@@ -185,7 +219,7 @@ export function relu_inplace(x: usize, i0: i32, i1: i32): void {
   const zero = f32x4.splat(0);
   let i = i0;
   for (; i + 4 <= i1; i += 4) {
-    const o = <usize>i << 2;
+    const o = (<usize>i) << 2;
     v128.store(x + o, f32x4.max(v128.load(x + o), zero));
   }
   for (; i < i1; i++) {

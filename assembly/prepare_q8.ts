@@ -24,7 +24,7 @@
   const e = exp - 112;
   if (e >= 31) return sign | 0x7c00;
   if (e >= 1) {
-    let h = (<u32>e << 10) | (man >> 13);
+    let h = ((<u32>e) << 10) | (man >> 13);
     const rest = man & 0x1fff;
     if (rest > 0x1000 || (rest == 0x1000 && (h & 1) != 0)) h++;
     return sign | h;
@@ -33,8 +33,8 @@
   const m = man | 0x800000;
   const shift = <u32>(14 - e);
   let h = m >> shift;
-  const rest = m & ((<u32>1 << shift) - 1);
-  const half = <u32>1 << (shift - 1);
+  const rest = m & (((<u32>1) << shift) - 1);
+  const half = (<u32>1) << (shift - 1);
   if (rest > half || (rest == half && (h & 1) != 0)) h++;
   return sign | h;
 }
@@ -54,9 +54,21 @@
 }
 
 @inline function blockAmax(p: usize): f32 {
-  let m = f32x4.max(f32x4.max(f32x4.abs(v128.load(p)), f32x4.abs(v128.load(p, 16))), f32x4.max(f32x4.abs(v128.load(p, 32)), f32x4.abs(v128.load(p, 48))));
-  m = f32x4.max(m, f32x4.max(f32x4.max(f32x4.abs(v128.load(p, 64)), f32x4.abs(v128.load(p, 80))), f32x4.max(f32x4.abs(v128.load(p, 96)), f32x4.abs(v128.load(p, 112)))));
-  return max(max(f32x4.extract_lane(m, 0), f32x4.extract_lane(m, 1)), max(f32x4.extract_lane(m, 2), f32x4.extract_lane(m, 3)));
+  let m = f32x4.max(
+    f32x4.max(f32x4.abs(v128.load(p)), f32x4.abs(v128.load(p, 16))),
+    f32x4.max(f32x4.abs(v128.load(p, 32)), f32x4.abs(v128.load(p, 48))),
+  );
+  m = f32x4.max(
+    m,
+    f32x4.max(
+      f32x4.max(f32x4.abs(v128.load(p, 64)), f32x4.abs(v128.load(p, 80))),
+      f32x4.max(f32x4.abs(v128.load(p, 96)), f32x4.abs(v128.load(p, 112))),
+    ),
+  );
+  return max(
+    max(f32x4.extract_lane(m, 0), f32x4.extract_lane(m, 1)),
+    max(f32x4.extract_lane(m, 2), f32x4.extract_lane(m, 3)),
+  );
 }
 
 @inline function hsumi(v: v128): i32 {
@@ -67,7 +79,7 @@
 export function prepare_q8_0(x: usize, dst: usize, cols: i32, ntok: i32): void {
   const nb = cols >> 5;
   for (let t = 0; t < ntok; t++) {
-    let p = x + <usize>t * (<usize>cols << 2);
+    let p = x + <usize>t * ((<usize>cols) << 2);
     let o = dst + <usize>t * <usize>nb * 34;
     for (let b = 0; b < nb; b++) {
       const amax = blockAmax(p);
@@ -87,7 +99,7 @@ export function prepare_q8_0(x: usize, dst: usize, cols: i32, ntok: i32): void {
 export function prepare_q8_1(x: usize, dst: usize, cols: i32, ntok: i32): void {
   const nb = cols >> 5;
   for (let t = 0; t < ntok; t++) {
-    let p = x + <usize>t * (<usize>cols << 2);
+    let p = x + <usize>t * ((<usize>cols) << 2);
     let o = dst + <usize>t * <usize>nb * 36;
     for (let b = 0; b < nb; b++) {
       const amax = blockAmax(p);
@@ -96,7 +108,8 @@ export function prepare_q8_1(x: usize, dst: usize, cols: i32, ntok: i32): void {
       const id = f32x4.splat(amax != 0 ? <f32>127.0 / amax : <f32>0);
       let sum = i32x4.splat(0);
       for (let k: usize = 0; k < 128; k += 32) {
-        const q0 = quantVecs(p, id, k), q1 = quantVecs(p, id, k + 16);
+        const q0 = quantVecs(p, id, k),
+          q1 = quantVecs(p, id, k + 16);
         sum = i32x4.add(sum, i32x4.add(q0, q1));
         const a = i16x8.narrow_i32x4_s(q0, q1);
         v128.store64_lane(o + 4 + (k >> 2), i8x16.narrow_i16x8_s(a, a), 0);
@@ -114,7 +127,8 @@ export function prepare_q8_1(x: usize, dst: usize, cols: i32, ntok: i32): void {
 @inline function storePairs(p: usize, id: v128, gp: usize, sA: v128, sB: v128): v128 {
   let sum = i32x4.splat(0);
   for (let m: usize = 0; m < 8; m += 2) {
-    const qa = quantVecs(p, id, m << 4), qb = quantVecs(p, id, (m + 1) << 4);
+    const qa = quantVecs(p, id, m << 4),
+      qb = quantVecs(p, id, (m + 1) << 4);
     sum = i32x4.add(sum, i32x4.add(qa, qb));
     const a = i16x8.narrow_i32x4_s(i32x4.mul(qa, sA), i32x4.mul(qb, sB));
     // pairs 2m, 2m+1 (from qa) and 2m+2, 2m+3 (from qb)
@@ -136,12 +150,12 @@ export function prepare_q8_i16(x: usize, dst: usize, cols: i32, ntok: i32): void
   const ng = (cols + 127) >> 7;
   const one = i32x4.splat(1);
   for (let t = 0; t < ntok; t++) {
-    const p0 = x + <usize>t * (<usize>cols << 2);
+    const p0 = x + <usize>t * ((<usize>cols) << 2);
     const d0 = dst + <usize>t * <usize>ng * 272;
     for (let b = 0; b < ng << 2; b++) {
-      const gp = d0 + <usize>(b >> 2) * 272 + (<usize>(b & 3) << 2);
+      const gp = d0 + <usize>(b >> 2) * 272 + ((<usize>(b & 3)) << 2);
       if (b < nb) {
-        const p = p0 + (<usize>b << 7);
+        const p = p0 + ((<usize>b) << 7);
         const amax = blockAmax(p);
         const id = f32x4.splat(amax != 0 ? <f32>127.0 / amax : <f32>0);
         storePairs(p, id, gp, one, one);
@@ -159,14 +173,15 @@ export function prepare_q8_i16n(x: usize, dst: usize, cols: i32, ntok: i32): voi
   const nb = cols >> 5;
   const ng = (cols + 127) >> 7;
   // vector m holds pairs 2m, 2m+1: factors for pair index % 4 = 0,1 (m even) and 2,3 (m odd)
-  const sA = i32x4(256, 256, 16, 16), sB = i32x4(1, 1, 256, 256);
+  const sA = i32x4(256, 256, 16, 16),
+    sB = i32x4(1, 1, 256, 256);
   for (let t = 0; t < ntok; t++) {
-    const p0 = x + <usize>t * (<usize>cols << 2);
+    const p0 = x + <usize>t * ((<usize>cols) << 2);
     const d0 = dst + <usize>t * <usize>ng * 304;
     for (let b = 0; b < ng << 2; b++) {
-      const gp = d0 + <usize>(b >> 2) * 304 + (<usize>(b & 3) << 2);
+      const gp = d0 + <usize>(b >> 2) * 304 + ((<usize>(b & 3)) << 2);
       if (b < nb) {
-        const p = p0 + (<usize>b << 7);
+        const p = p0 + ((<usize>b) << 7);
         const amax = blockAmax(p);
         const d = amax / <f32>127.0;
         const id = f32x4.splat(amax != 0 ? <f32>127.0 / amax : <f32>0);

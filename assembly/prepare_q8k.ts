@@ -17,19 +17,24 @@ const Q8K: usize = 292;
 
 /** Quantize one 256-value block at `x` into the Q8_K block at `dst`. */
 @inline function blockQ8K(x: usize, dst: usize): void {
-  let vmax = v128.load(x), vmin = vmax;
+  let vmax = v128.load(x),
+    vmin = vmax;
   for (let i: usize = 16; i < 1024; i += 16) {
     const v = v128.load(x + i);
     vmax = f32x4.max(vmax, v);
     vmin = f32x4.min(vmin, v);
   }
-  const hi = hmax(vmax), lo = hmin(vmin);
+  const hi = hmax(vmax),
+    lo = hmin(vmin);
   let max: f32 = hi >= -lo ? hi : lo;
   if (hi == -lo) {
     // +v and -v both reach the largest magnitude: the reference keeps the first one it meets
     for (let i: usize = 0; i < 1024; i += 4) {
       const v = load<f32>(x + i);
-      if (abs<f32>(v) == hi) { max = v; break; }
+      if (abs<f32>(v) == hi) {
+        max = v;
+        break;
+      }
     }
   }
   if (max == 0) {

@@ -69,26 +69,28 @@ const Q4_1_BS: usize = 20;
 
 // v128 constants live in memory: V8 rematerializes a v128.const at every use inside a loop, a
 // loaded value stays in a register.
-const MASKS = memory.data<u16>([
-  0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f,
-  0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0,
-  0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00,
-], 16);
+const MASKS = memory.data<u16>(
+  [
+    0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0,
+    0x00f0, 0x00f0, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00,
+  ],
+  16,
+);
 // f16 -> f32 bit moves: keep sign and the 15 shifted bits; re-bias by 2^112
-const CONSTS = memory.data<u32>([
-  0x8fffffff, 0x8fffffff, 0x8fffffff, 0x8fffffff,
-  0x77800000, 0x77800000, 0x77800000, 0x77800000,
-], 16);
+const CONSTS = memory.data<u32>(
+  [0x8fffffff, 0x8fffffff, 0x8fffffff, 0x8fffffff, 0x77800000, 0x77800000, 0x77800000, 0x77800000],
+  16,
+);
 // nibble j of each u32 lane (j = 0..6)
-const NIB = memory.data<u32>([
-  0x0000000f, 0x0000000f, 0x0000000f, 0x0000000f,
-  0x000000f0, 0x000000f0, 0x000000f0, 0x000000f0,
-  0x00000f00, 0x00000f00, 0x00000f00, 0x00000f00,
-  0x0000f000, 0x0000f000, 0x0000f000, 0x0000f000,
-  0x000f0000, 0x000f0000, 0x000f0000, 0x000f0000,
-  0x00f00000, 0x00f00000, 0x00f00000, 0x00f00000,
-  0x0f000000, 0x0f000000, 0x0f000000, 0x0f000000,
-], 16);
+const NIB = memory.data<u32>(
+  [
+    0x0000000f, 0x0000000f, 0x0000000f, 0x0000000f, 0x000000f0, 0x000000f0, 0x000000f0, 0x000000f0, 0x00000f00,
+    0x00000f00, 0x00000f00, 0x00000f00, 0x0000f000, 0x0000f000, 0x0000f000, 0x0000f000, 0x000f0000, 0x000f0000,
+    0x000f0000, 0x000f0000, 0x00f00000, 0x00f00000, 0x00f00000, 0x00f00000, 0x0f000000, 0x0f000000, 0x0f000000,
+    0x0f000000,
+  ],
+  16,
+);
 
 @inline function hsum(v: v128): f32 {
   return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
@@ -112,7 +114,7 @@ function toHalf(v: f32): u32 {
   const e = exp - 112;
   if (e >= 31) return sign | 0x7c00;
   if (e >= 1) {
-    let h = (<u32>e << 10) | (man >> 13);
+    let h = ((<u32>e) << 10) | (man >> 13);
     const rest = man & 0x1fff;
     if (rest > 0x1000 || (rest == 0x1000 && (h & 1) != 0)) h++; // a carry into the exponent is right
     return sign | h;
@@ -121,8 +123,8 @@ function toHalf(v: f32): u32 {
   const m = man | 0x800000;
   const shift = <u32>(14 - e);
   let h = m >> shift;
-  const rest = m & ((<u32>1 << shift) - 1);
-  const half = <u32>1 << (shift - 1);
+  const rest = m & (((<u32>1) << shift) - 1);
+  const half = (<u32>1) << (shift - 1);
   if (rest > half || (rest == half && (h & 1) != 0)) h++;
   return sign | h;
 }
@@ -142,21 +144,24 @@ export function prepare_q8_sp(x: usize, dst: usize, cols: i32, ntok: i32, mode: 
   const nb = cols >> 5;
   const ng = (nb + 3) >> 2;
   for (let t = 0; t < ntok; t++) {
-    const p0 = x + <usize>t * (<usize>cols << 2);
+    const p0 = x + <usize>t * ((<usize>cols) << 2);
     const g0 = dst + <usize>t * <usize>ng * XG;
     for (let b = 0; b < ng << 2; b++) {
       const o = g0 + <usize>(b >> 2) * XG + <usize>(b & 3) * XBK; // this block's quants and correction
-      const lane = g0 + <usize>(b >> 2) * XG + (<usize>(b & 3) << 2); // + 320 / 336: its dx, sx
+      const lane = g0 + <usize>(b >> 2) * XG + ((<usize>(b & 3)) << 2); // + 320 / 336: its dx, sx
       if (b >= nb) {
         for (let v: usize = 0; v < 80; v += 16) v128.store(o + v, i32x4.splat(0));
         store<f32>(lane, 0, 320);
         store<f32>(lane, 0, 336);
         continue;
       }
-      const p = p0 + (<usize>b << 7);
+      const p = p0 + ((<usize>b) << 7);
       let m = f32x4.abs(v128.load(p));
       for (let k: usize = 16; k < 128; k += 16) m = f32x4.max(m, f32x4.abs(v128.load(p + k)));
-      const amax = max(max(f32x4.extract_lane(m, 0), f32x4.extract_lane(m, 1)), max(f32x4.extract_lane(m, 2), f32x4.extract_lane(m, 3)));
+      const amax = max(
+        max(f32x4.extract_lane(m, 0), f32x4.extract_lane(m, 1)),
+        max(f32x4.extract_lane(m, 2), f32x4.extract_lane(m, 3)),
+      );
       const d = amax / <f32>127.0;
       const id = f32x4.splat(amax != 0 ? <f32>127.0 / amax : <f32>0);
       // the 32 quants as i32x4 q[4v .. 4v+3], rounded as prepare_q8_0 rounds them
@@ -172,7 +177,9 @@ export function prepare_q8_sp(x: usize, dst: usize, cols: i32, ntok: i32, mode: 
       const n1 = i16x8.narrow_i32x4_s(q2, q3); // x[8..15]
       const n2 = i16x8.narrow_i32x4_s(q4, q5); // x[16..23]
       const n3 = i16x8.narrow_i32x4_s(q6, q7); // x[24..31]
-      const sum = hsumi(i32x4.add(i32x4.add(i32x4.add(q0, q1), i32x4.add(q2, q3)), i32x4.add(i32x4.add(q4, q5), i32x4.add(q6, q7))));
+      const sum = hsumi(
+        i32x4.add(i32x4.add(i32x4.add(q0, q1), i32x4.add(q2, q3)), i32x4.add(i32x4.add(q4, q5), i32x4.add(q6, q7))),
+      );
       const dh = halfBitsToF32(toHalf(d));
       if (mode == 0) {
         v128.store(o, n0);
@@ -255,8 +262,9 @@ const T_Q8_0 = 8;
 // Nothing past the row is read (a row may end at the end of memory).
 @inline function dot1(t: i32, a: usize, x: usize, n: i32): f32 {
   if (t == T_F32) {
-    let s0 = f32x4.splat(0), s1 = f32x4.splat(0);
-    const end = x + (<usize>n << 2);
+    let s0 = f32x4.splat(0),
+      s1 = f32x4.splat(0);
+    const end = x + ((<usize>n) << 2);
     for (; x < end; x += 32) {
       s0 = f32x4.add(s0, f32x4.mul(v128.load(a), v128.load(x)));
       s1 = f32x4.add(s1, f32x4.mul(v128.load(a, 16), v128.load(x, 16)));
@@ -268,7 +276,9 @@ const T_Q8_0 = 8;
   const q8 = t == T_Q8_0;
   const one = t == T_Q4_1;
   const BS: usize = q8 ? Q8_0_BS : one ? Q4_1_BS : Q4_0_BS;
-  const m0 = v128.load(MASKS), m1 = v128.load(MASKS, 16), m2 = v128.load(MASKS, 32);
+  const m0 = v128.load(MASKS),
+    m1 = v128.load(MASKS, 16),
+    m2 = v128.load(MASKS, 32);
   let acc = f32x4.splat(0);
   // groups of 4 blocks (the last one maybe partial); one block per inner iteration
   for (let i = 0; i < nb; i += 4) {
@@ -277,7 +287,10 @@ const T_Q8_0 = 8;
     if (one) acc = f32x4.add(acc, f32x4.mul(f16x4(a + 2, BS, je), v128.load(x, 336)));
     let xb = x;
     for (let j = 0; j < je; j++) {
-      acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(blockDot(t, a, xb, m0, m1, m2)), i32x4.shuffle(sc, sc, 0, 0, 0, 0)));
+      acc = f32x4.add(
+        acc,
+        f32x4.mul(f32x4.convert_i32x4_s(blockDot(t, a, xb, m0, m1, m2)), i32x4.shuffle(sc, sc, 0, 0, 0, 0)),
+      );
       sc = i32x4.shuffle(sc, sc, 1, 2, 3, 0);
       a += BS;
       xb += XBK;
@@ -290,8 +303,12 @@ const T_Q8_0 = 8;
 // the integer dot of the block at a with the activation block at xb (Q4: x256, Q4_0 offset taken off)
 @inline function blockDot(t: i32, a: usize, xb: usize, m0: v128, m1: v128, m2: v128): v128 {
   if (t == T_Q8_0) return q8dot(a + 2, v128.load(xb), v128.load(xb, 16), v128.load(xb, 32), v128.load(xb, 48));
-  if (t == T_Q4_1) return q4dot(v128.load(a + 4), v128.load(xb), v128.load(xb, 16), v128.load(xb, 32), v128.load(xb, 48), m0, m1, m2);
-  return i32x4.sub(q4dot(v128.load(a + 2), v128.load(xb), v128.load(xb, 16), v128.load(xb, 32), v128.load(xb, 48), m0, m1, m2), v128.load(xb, 64));
+  if (t == T_Q4_1)
+    return q4dot(v128.load(a + 4), v128.load(xb), v128.load(xb, 16), v128.load(xb, 32), v128.load(xb, 48), m0, m1, m2);
+  return i32x4.sub(
+    q4dot(v128.load(a + 2), v128.load(xb), v128.load(xb, 16), v128.load(xb, 32), v128.load(xb, 48), m0, m1, m2),
+    v128.load(xb, 64),
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -302,7 +319,9 @@ const ACT_RELU = 1;
 const ACT_DRELU = 2;
 const ACT_GELU = 3;
 
-@inline function silu(x: f32): f32 { return x / (<f32>1.0 + Mathf.exp(-x)); }
+@inline function silu(x: f32): f32 {
+  return x / (<f32>1.0 + Mathf.exp(-x));
+}
 @inline function gelu(x: f32): f32 {
   const c: f32 = 0.7978845608028654;
   return <f32>0.5 * x * (<f32>1.0 + Mathf.tanh(c * x * (<f32>1.0 + <f32>0.044715 * x * x)));
@@ -330,11 +349,26 @@ const ACT_GELU = 3;
   return (n + (n >> 5) + 15) & ~15;
 }
 
-@inline function axpy4(t: i32, y: usize, corr: usize, n: i32,
-  p0: usize, h0: f32, p1: usize, h1: f32, p2: usize, h2: f32, p3: usize, h3: f32): void {
+@inline function axpy4(
+  t: i32,
+  y: usize,
+  corr: usize,
+  n: i32,
+  p0: usize,
+  h0: f32,
+  p1: usize,
+  h1: f32,
+  p2: usize,
+  h2: f32,
+  p3: usize,
+  h3: f32,
+): void {
   if (t == T_F32) {
-    const H0 = f32x4.splat(h0), H1 = f32x4.splat(h1), H2 = f32x4.splat(h2), H3 = f32x4.splat(h3);
-    const end = y + (<usize>n << 2);
+    const H0 = f32x4.splat(h0),
+      H1 = f32x4.splat(h1),
+      H2 = f32x4.splat(h2),
+      H3 = f32x4.splat(h3);
+    const end = y + ((<usize>n) << 2);
     for (; y < end; y += 16) {
       let acc = v128.load(y);
       acc = f32x4.add(acc, f32x4.mul(v128.load(p0), H0));
@@ -342,26 +376,81 @@ const ACT_GELU = 3;
       acc = f32x4.add(acc, f32x4.mul(v128.load(p2), H2));
       acc = f32x4.add(acc, f32x4.mul(v128.load(p3), H3));
       v128.store(y, acc);
-      p0 += 16; p1 += 16; p2 += 16; p3 += 16;
+      p0 += 16;
+      p1 += 16;
+      p2 += 16;
+      p3 += 16;
     }
     return;
   }
   const nb = n >> 5;
   if (t == T_Q8_0) {
     for (let b = 0; b < nb; b++) {
-      const S0 = f32x4.splat(h0 * f16(p0)), S1 = f32x4.splat(h1 * f16(p1));
-      const S2 = f32x4.splat(h2 * f16(p2)), S3 = f32x4.splat(h3 * f16(p3));
+      const S0 = f32x4.splat(h0 * f16(p0)),
+        S1 = f32x4.splat(h1 * f16(p1));
+      const S2 = f32x4.splat(h2 * f16(p2)),
+        S3 = f32x4.splat(h3 * f16(p3));
       for (let hh: usize = 0; hh < 32; hh += 16) {
-        const q0 = v128.load(p0 + 2 + hh), q1 = v128.load(p1 + 2 + hh), q2 = v128.load(p2 + 2 + hh), q3 = v128.load(p3 + 2 + hh);
+        const q0 = v128.load(p0 + 2 + hh),
+          q1 = v128.load(p1 + 2 + hh),
+          q2 = v128.load(p2 + 2 + hh),
+          q3 = v128.load(p3 + 2 + hh);
         const yh = y + (hh & 16); // half 0 -> vectors 0, 2, 4, 6; half 1 -> 1, 3, 5, 7 (16 bytes apart)
         // byte k of each lane: shl (24 - 8k) then arithmetic shr 24
-        axpySlot(yh, 0, i32x4.shr_s(i32x4.shl(q0, 24), 24), i32x4.shr_s(i32x4.shl(q1, 24), 24), i32x4.shr_s(i32x4.shl(q2, 24), 24), i32x4.shr_s(i32x4.shl(q3, 24), 24), S0, S1, S2, S3);
-        axpySlot(yh, 32, i32x4.shr_s(i32x4.shl(q0, 16), 24), i32x4.shr_s(i32x4.shl(q1, 16), 24), i32x4.shr_s(i32x4.shl(q2, 16), 24), i32x4.shr_s(i32x4.shl(q3, 16), 24), S0, S1, S2, S3);
-        axpySlot(yh, 64, i32x4.shr_s(i32x4.shl(q0, 8), 24), i32x4.shr_s(i32x4.shl(q1, 8), 24), i32x4.shr_s(i32x4.shl(q2, 8), 24), i32x4.shr_s(i32x4.shl(q3, 8), 24), S0, S1, S2, S3);
-        axpySlot(yh, 96, i32x4.shr_s(q0, 24), i32x4.shr_s(q1, 24), i32x4.shr_s(q2, 24), i32x4.shr_s(q3, 24), S0, S1, S2, S3);
+        axpySlot(
+          yh,
+          0,
+          i32x4.shr_s(i32x4.shl(q0, 24), 24),
+          i32x4.shr_s(i32x4.shl(q1, 24), 24),
+          i32x4.shr_s(i32x4.shl(q2, 24), 24),
+          i32x4.shr_s(i32x4.shl(q3, 24), 24),
+          S0,
+          S1,
+          S2,
+          S3,
+        );
+        axpySlot(
+          yh,
+          32,
+          i32x4.shr_s(i32x4.shl(q0, 16), 24),
+          i32x4.shr_s(i32x4.shl(q1, 16), 24),
+          i32x4.shr_s(i32x4.shl(q2, 16), 24),
+          i32x4.shr_s(i32x4.shl(q3, 16), 24),
+          S0,
+          S1,
+          S2,
+          S3,
+        );
+        axpySlot(
+          yh,
+          64,
+          i32x4.shr_s(i32x4.shl(q0, 8), 24),
+          i32x4.shr_s(i32x4.shl(q1, 8), 24),
+          i32x4.shr_s(i32x4.shl(q2, 8), 24),
+          i32x4.shr_s(i32x4.shl(q3, 8), 24),
+          S0,
+          S1,
+          S2,
+          S3,
+        );
+        axpySlot(
+          yh,
+          96,
+          i32x4.shr_s(q0, 24),
+          i32x4.shr_s(q1, 24),
+          i32x4.shr_s(q2, 24),
+          i32x4.shr_s(q3, 24),
+          S0,
+          S1,
+          S2,
+          S3,
+        );
       }
       y += 128;
-      p0 += Q8_0_BS; p1 += Q8_0_BS; p2 += Q8_0_BS; p3 += Q8_0_BS;
+      p0 += Q8_0_BS;
+      p1 += Q8_0_BS;
+      p2 += Q8_0_BS;
+      p3 += Q8_0_BS;
     }
     return;
   }
@@ -369,11 +458,22 @@ const ACT_GELU = 3;
   const BS = one ? Q4_1_BS : Q4_0_BS;
   const QO: usize = one ? 4 : 2;
   for (let b = 0; b < nb; b++) {
-    const s0 = h0 * f16(p0), s1 = h1 * f16(p1), s2 = h2 * f16(p2), s3 = h3 * f16(p3);
-    const c = one ? h0 * f16(p0 + 2) + h1 * f16(p1 + 2) + h2 * f16(p2 + 2) + h3 * f16(p3 + 2) : <f32>-8.0 * (s0 + s1 + s2 + s3);
+    const s0 = h0 * f16(p0),
+      s1 = h1 * f16(p1),
+      s2 = h2 * f16(p2),
+      s3 = h3 * f16(p3);
+    const c = one
+      ? h0 * f16(p0 + 2) + h1 * f16(p1 + 2) + h2 * f16(p2 + 2) + h3 * f16(p3 + 2)
+      : <f32>-8.0 * (s0 + s1 + s2 + s3);
     store<f32>(corr, load<f32>(corr) + c);
-    const S0 = f32x4.splat(s0), S1 = f32x4.splat(s1), S2 = f32x4.splat(s2), S3 = f32x4.splat(s3);
-    const q0 = v128.load(p0 + QO), q1 = v128.load(p1 + QO), q2 = v128.load(p2 + QO), q3 = v128.load(p3 + QO);
+    const S0 = f32x4.splat(s0),
+      S1 = f32x4.splat(s1),
+      S2 = f32x4.splat(s2),
+      S3 = f32x4.splat(s3);
+    const q0 = v128.load(p0 + QO),
+      q1 = v128.load(p1 + QO),
+      q2 = v128.load(p2 + QO),
+      q3 = v128.load(p3 + QO);
     nibSlot(y, 0, q0, q1, q2, q3, S0, S1, S2, S3);
     nibSlot(y, 1, q0, q1, q2, q3, S0, S1, S2, S3);
     nibSlot(y, 2, q0, q1, q2, q3, S0, S1, S2, S3);
@@ -381,21 +481,57 @@ const ACT_GELU = 3;
     nibSlot(y, 4, q0, q1, q2, q3, S0, S1, S2, S3);
     nibSlot(y, 5, q0, q1, q2, q3, S0, S1, S2, S3);
     nibSlot(y, 6, q0, q1, q2, q3, S0, S1, S2, S3);
-    axpySlot(y, 112, i32x4.shr_u(q0, 28), i32x4.shr_u(q1, 28), i32x4.shr_u(q2, 28), i32x4.shr_u(q3, 28), S0, S1, S2, S3);
+    axpySlot(
+      y,
+      112,
+      i32x4.shr_u(q0, 28),
+      i32x4.shr_u(q1, 28),
+      i32x4.shr_u(q2, 28),
+      i32x4.shr_u(q3, 28),
+      S0,
+      S1,
+      S2,
+      S3,
+    );
     y += 128;
     corr += 4;
-    p0 += BS; p1 += BS; p2 += BS; p3 += BS;
+    p0 += BS;
+    p1 += BS;
+    p2 += BS;
+    p3 += BS;
   }
 }
 
 // slot j (< 7) of a Q4 block: nibble j of each lane, masked in place (x 16^j)
-@inline function nibSlot(y: usize, j: usize, q0: v128, q1: v128, q2: v128, q3: v128, S0: v128, S1: v128, S2: v128, S3: v128): void {
+@inline function nibSlot(
+  y: usize,
+  j: usize,
+  q0: v128,
+  q1: v128,
+  q2: v128,
+  q3: v128,
+  S0: v128,
+  S1: v128,
+  S2: v128,
+  S3: v128,
+): void {
   const m = v128.load(NIB + (j << 4));
   axpySlot(y, j << 4, v128.and(q0, m), v128.and(q1, m), v128.and(q2, m), v128.and(q3, m), S0, S1, S2, S3);
 }
 
 // one slot vector: y[o] += v0 * S0 + ... + v3 * S3 (v as i32 lanes)
-@inline function axpySlot(y: usize, o: usize, v0: v128, v1: v128, v2: v128, v3: v128, S0: v128, S1: v128, S2: v128, S3: v128): void {
+@inline function axpySlot(
+  y: usize,
+  o: usize,
+  v0: v128,
+  v1: v128,
+  v2: v128,
+  v3: v128,
+  S0: v128,
+  S1: v128,
+  S2: v128,
+  S3: v128,
+): void {
   let acc = v128.load(y + o);
   acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(v0), S0));
   acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(v1), S1));
@@ -407,7 +543,7 @@ const ACT_GELU = 3;
 @inline function axpy1(t: i32, y: usize, corr: usize, n: i32, p: usize, h: f32): void {
   if (t == T_F32) {
     const H = f32x4.splat(h);
-    const end = y + (<usize>n << 2);
+    const end = y + ((<usize>n) << 2);
     for (; y < end; y += 16) {
       v128.store(y, f32x4.add(v128.load(y), f32x4.mul(v128.load(p), H)));
       p += 16;
@@ -459,19 +595,29 @@ const ACT_GELU = 3;
 
 // Pending down columns of this thread (instance globals, so thread-local): flushed four at a time.
 let DN: i32 = 0;
-let DP0: usize = 0, DP1: usize = 0, DP2: usize = 0;
-let DH0: f32 = 0, DH1: f32 = 0, DH2: f32 = 0;
+let DP0: usize = 0,
+  DP1: usize = 0,
+  DP2: usize = 0;
+let DH0: f32 = 0,
+  DH1: f32 = 0,
+  DH2: f32 = 0;
 
 @inline function pushDown(t: i32, y: usize, corr: usize, n: i32, p: usize, h: f32): void {
   if (DN == 3) {
     axpy4(t, y, corr, n, DP0, DH0, DP1, DH1, DP2, DH2, p, h);
     DN = 0;
   } else if (DN == 2) {
-    DP2 = p; DH2 = h; DN = 3;
+    DP2 = p;
+    DH2 = h;
+    DN = 3;
   } else if (DN == 1) {
-    DP1 = p; DH1 = h; DN = 2;
+    DP1 = p;
+    DH1 = h;
+    DN = 2;
   } else {
-    DP0 = p; DH0 = h; DN = 1;
+    DP0 = p;
+    DH0 = h;
+    DN = 1;
   }
 }
 
@@ -487,7 +633,7 @@ let DH0: f32 = 0, DH1: f32 = 0, DH2: f32 = 0;
 // so the kernel traps (the pool reports it) rather than race.
 @inline function slotBase(partials: usize, n: i32, per: i32, k0: i32, k1: i32): usize {
   if (per <= 0 || k0 % per != 0 || k1 - k0 > per) unreachable();
-  return partials + <usize>(k0 / per) * (<usize>slotFloats(n) << 2);
+  return partials + <usize>(k0 / per) * ((<usize>slotFloats(n)) << 2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -506,27 +652,48 @@ let SINK: u32 = 0;
   SINK ^= acc;
 }
 
-@inline function gateT(t: i32, bundles: usize, xAct: usize, out: usize, n: i32, rowBytes: i32, k0: i32, k1: i32): void {
+@inline function gateT(
+  t: i32,
+  bundles: usize,
+  xAct: usize,
+  out: usize,
+  n: i32,
+  rowBytes: i32,
+  k0: i32,
+  k1: i32,
+): void {
   for (let k = k0; k < k1; k++) {
-    if (k + 2 < k1) touchPages(<usize>load<i32>(bundles + (<usize>k << 2), 8), <usize>rowBytes);
-    store<f32>(out + (<usize>k << 2), dot1(t, <usize>load<i32>(bundles + (<usize>k << 2)), xAct, n));
+    if (k + 2 < k1) touchPages(<usize>load<i32>(bundles + ((<usize>k) << 2), 8), <usize>rowBytes);
+    store<f32>(out + ((<usize>k) << 2), dot1(t, <usize>load<i32>(bundles + ((<usize>k) << 2)), xAct, n));
   }
 }
 
-@inline function upDownT(t: i32, bundles: usize, gate: usize, xAct: usize, partials: usize, n: i32, rowBytes: i32, kind: i32, per: i32, k0: i32, k1: i32): void {
+@inline function upDownT(
+  t: i32,
+  bundles: usize,
+  gate: usize,
+  xAct: usize,
+  partials: usize,
+  n: i32,
+  rowBytes: i32,
+  kind: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
   const y = slotBase(partials, n, per, k0, k1);
-  const corr = y + (<usize>n << 2);
+  const corr = y + ((<usize>n) << 2);
   const rb = <usize>rowBytes;
   DN = 0;
   // the gate factor of neuron k, computed one step ahead so that the next neuron's up and down
   // pages are touched only when they will be read
-  let a = k0 < k1 ? gateFactor(kind, load<f32>(gate + (<usize>k0 << 2))) : 0;
+  let a = k0 < k1 ? gateFactor(kind, load<f32>(gate + ((<usize>k0) << 2))) : 0;
   for (let k = k0; k < k1; k++) {
-    const aNext = k + 1 < k1 ? gateFactor(kind, load<f32>(gate + (<usize>k << 2), 4)) : 0;
-    if (aNext != 0) touchPages(<usize>load<i32>(bundles + (<usize>k << 2), 4) + rb, 2 * rb);
+    const aNext = k + 1 < k1 ? gateFactor(kind, load<f32>(gate + ((<usize>k) << 2), 4)) : 0;
+    if (aNext != 0) touchPages(<usize>load<i32>(bundles + ((<usize>k) << 2), 4) + rb, 2 * rb);
     // a = 0: h = 0 whatever up says, so neither up nor down is read
     if (a != 0) {
-      const bp = <usize>load<i32>(bundles + (<usize>k << 2));
+      const bp = <usize>load<i32>(bundles + ((<usize>k) << 2));
       const h = combine(kind, a, dot1(t, bp + rb, xAct, n));
       if (h != 0) pushDown(t, y, corr, n, bp + 2 * rb, h);
     }
@@ -543,20 +710,43 @@ let SINK: u32 = 0;
   if (h != 0) pushDown(t, y, corr, n, bp + 2 * rb, h);
 }
 
-@inline function ffnT(t: i32, bundles: usize, xAct: usize, partials: usize, n: i32, rowBytes: i32, kind: i32, per: i32, k0: i32, k1: i32): void {
+@inline function ffnT(
+  t: i32,
+  bundles: usize,
+  xAct: usize,
+  partials: usize,
+  n: i32,
+  rowBytes: i32,
+  kind: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
   const y = slotBase(partials, n, per, k0, k1);
-  const corr = y + (<usize>n << 2);
+  const corr = y + ((<usize>n) << 2);
   DN = 0;
   for (let k = k0; k < k1; k++) {
-    if (k + 1 < k1) touchPages(<usize>load<i32>(bundles + (<usize>k << 2), 4), 3 * <usize>rowBytes);
-    ffnOne(t, <usize>load<i32>(bundles + (<usize>k << 2)), xAct, y, corr, n, <usize>rowBytes, kind);
+    if (k + 1 < k1) touchPages(<usize>load<i32>(bundles + ((<usize>k) << 2), 4), 3 * <usize>rowBytes);
+    ffnOne(t, <usize>load<i32>(bundles + ((<usize>k) << 2)), xAct, y, corr, n, <usize>rowBytes, kind);
   }
   flushDown(t, y, corr, n);
 }
 
-@inline function ffnRunT(t: i32, base: usize, stride: i32, xAct: usize, partials: usize, n: i32, rowBytes: i32, kind: i32, per: i32, k0: i32, k1: i32): void {
+@inline function ffnRunT(
+  t: i32,
+  base: usize,
+  stride: i32,
+  xAct: usize,
+  partials: usize,
+  n: i32,
+  rowBytes: i32,
+  kind: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
   const y = slotBase(partials, n, per, k0, k1);
-  const corr = y + (<usize>n << 2);
+  const corr = y + ((<usize>n) << 2);
   DN = 0;
   for (let k = k0; k < k1; k++) {
     if (k + 1 < k1) touchPages(base + <usize>(k + 1) * <usize>stride, 3 * <usize>rowBytes);
@@ -569,68 +759,246 @@ let SINK: u32 = 0;
 // Exports
 
 /** out[k] = gate_k . x for listed k in [k0, k1); F32 bundles, f32 x. */
-export function sparse_gate_f32(bundles: usize, count: i32, xAct: usize, out: usize, nEmbd: i32, rowBytes: i32, k0: i32, k1: i32): void {
+export function sparse_gate_f32(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  out: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  k0: i32,
+  k1: i32,
+): void {
   gateT(T_F32, bundles, xAct, out, nEmbd, rowBytes, k0, k1);
 }
 /** out[k] = gate_k . x; Q8_0 bundles, x prepared q8_sp mode 0. */
-export function sparse_gate_q8_0(bundles: usize, count: i32, xAct: usize, out: usize, nEmbd: i32, rowBytes: i32, k0: i32, k1: i32): void {
+export function sparse_gate_q8_0(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  out: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  k0: i32,
+  k1: i32,
+): void {
   gateT(T_Q8_0, bundles, xAct, out, nEmbd, rowBytes, k0, k1);
 }
 /** out[k] = gate_k . x; Q4_0 bundles, x prepared q8_sp mode 1. */
-export function sparse_gate_q4_0(bundles: usize, count: i32, xAct: usize, out: usize, nEmbd: i32, rowBytes: i32, k0: i32, k1: i32): void {
+export function sparse_gate_q4_0(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  out: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  k0: i32,
+  k1: i32,
+): void {
   gateT(T_Q4_0, bundles, xAct, out, nEmbd, rowBytes, k0, k1);
 }
 /** out[k] = gate_k . x; Q4_1 bundles, x prepared q8_sp mode 1. */
-export function sparse_gate_q4_1(bundles: usize, count: i32, xAct: usize, out: usize, nEmbd: i32, rowBytes: i32, k0: i32, k1: i32): void {
+export function sparse_gate_q4_1(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  out: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  k0: i32,
+  k1: i32,
+): void {
   gateT(T_Q4_1, bundles, xAct, out, nEmbd, rowBytes, k0, k1);
 }
 
 /** Up, activation and down for listed k in [k0, k1) given gate[k]; adds into partial slot k0 / per. */
-export function sparse_updown_f32(bundles: usize, count: i32, gate: usize, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+export function sparse_updown_f32(
+  bundles: usize,
+  count: i32,
+  gate: usize,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
   upDownT(T_F32, bundles, gate, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
-export function sparse_updown_q8_0(bundles: usize, count: i32, gate: usize, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+export function sparse_updown_q8_0(
+  bundles: usize,
+  count: i32,
+  gate: usize,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
   upDownT(T_Q8_0, bundles, gate, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
-export function sparse_updown_q4_0(bundles: usize, count: i32, gate: usize, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+export function sparse_updown_q4_0(
+  bundles: usize,
+  count: i32,
+  gate: usize,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
   upDownT(T_Q4_0, bundles, gate, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
-export function sparse_updown_q4_1(bundles: usize, count: i32, gate: usize, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+export function sparse_updown_q4_1(
+  bundles: usize,
+  count: i32,
+  gate: usize,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
   upDownT(T_Q4_1, bundles, gate, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
 
 /** Gate, up, activation and down for listed k in [k0, k1); adds into partial slot k0 / per. */
-export function sparse_ffn_f32(bundles: usize, count: i32, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+export function sparse_ffn_f32(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
   ffnT(T_F32, bundles, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
-export function sparse_ffn_q8_0(bundles: usize, count: i32, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+export function sparse_ffn_q8_0(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
   ffnT(T_Q8_0, bundles, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
-export function sparse_ffn_q4_0(bundles: usize, count: i32, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+export function sparse_ffn_q4_0(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
   ffnT(T_Q4_0, bundles, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
-export function sparse_ffn_q4_1(bundles: usize, count: i32, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+export function sparse_ffn_q4_1(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
   ffnT(T_Q4_1, bundles, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
 
 /** sparse_ffn over the bundles base + k * stride, k in [k0, k1) (a dense cluster). */
-export function sparse_ffn_run_f32(base: usize, stride: i32, count: i32, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+export function sparse_ffn_run_f32(
+  base: usize,
+  stride: i32,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
   ffnRunT(T_F32, base, stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
-export function sparse_ffn_run_q8_0(base: usize, stride: i32, count: i32, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+export function sparse_ffn_run_q8_0(
+  base: usize,
+  stride: i32,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
   ffnRunT(T_Q8_0, base, stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
-export function sparse_ffn_run_q4_0(base: usize, stride: i32, count: i32, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+export function sparse_ffn_run_q4_0(
+  base: usize,
+  stride: i32,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
   ffnRunT(T_Q4_0, base, stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
-export function sparse_ffn_run_q4_1(base: usize, stride: i32, count: i32, xAct: usize, partials: usize, nEmbd: i32, rowBytes: i32, act: i32, per: i32, k0: i32, k1: i32): void {
+export function sparse_ffn_run_q4_1(
+  base: usize,
+  stride: i32,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
   ffnRunT(T_Q4_1, base, stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
 
 // the 4x4 transpose of f32 vectors a..d added to the 4 vectors at p
 @inline function addT(p: usize, a: v128, b: v128, c: v128, d: v128): void {
-  const ab0 = v128.shuffle<f32>(a, b, 0, 4, 1, 5), ab1 = v128.shuffle<f32>(a, b, 2, 6, 3, 7);
-  const cd0 = v128.shuffle<f32>(c, d, 0, 4, 1, 5), cd1 = v128.shuffle<f32>(c, d, 2, 6, 3, 7);
+  const ab0 = v128.shuffle<f32>(a, b, 0, 4, 1, 5),
+    ab1 = v128.shuffle<f32>(a, b, 2, 6, 3, 7);
+  const cd0 = v128.shuffle<f32>(c, d, 0, 4, 1, 5),
+    cd1 = v128.shuffle<f32>(c, d, 2, 6, 3, 7);
   v128.store(p, f32x4.add(v128.load(p), v128.shuffle<f32>(ab0, cd0, 0, 1, 4, 5)));
   v128.store(p, f32x4.add(v128.load(p, 16), v128.shuffle<f32>(ab0, cd0, 2, 3, 6, 7)), 16);
   v128.store(p, f32x4.add(v128.load(p, 32), v128.shuffle<f32>(ab1, cd1, 0, 1, 4, 5)), 32);
@@ -642,11 +1010,19 @@ export function sparse_ffn_run_q4_1(base: usize, stride: i32, count: i32, xAct: 
  * slots' parts there cleared. mode: 0 natural order (F32), 1 permuted (Q8_0), 2 permuted and
  * scaled with block corrections (Q4_0, Q4_1); see the top of this file.
  */
-export function sparse_sum_partials(y: usize, partials: usize, nSlots: i32, nEmbd: i32, mode: i32, i0: i32, i1: i32): void {
-  const stride = <usize>slotFloats(nEmbd) << 2;
+export function sparse_sum_partials(
+  y: usize,
+  partials: usize,
+  nSlots: i32,
+  nEmbd: i32,
+  mode: i32,
+  i0: i32,
+  i1: i32,
+): void {
+  const stride = (<usize>slotFloats(nEmbd)) << 2;
   const zero = f32x4.splat(0);
   for (let b = i0 >> 5; b < (i1 + 31) >> 5; b++) {
-    const o = <usize>b << 7;
+    const o = (<usize>b) << 7;
     const yb = y + o;
     if (mode == 0) {
       for (let v: usize = 0; v < 128; v += 16) {
@@ -660,17 +1036,28 @@ export function sparse_sum_partials(y: usize, partials: usize, nSlots: i32, nEmb
       }
       continue;
     }
-    let a0 = zero, a1 = zero, a2 = zero, a3 = zero, a4 = zero, a5 = zero, a6 = zero, a7 = zero;
+    let a0 = zero,
+      a1 = zero,
+      a2 = zero,
+      a3 = zero,
+      a4 = zero,
+      a5 = zero,
+      a6 = zero,
+      a7 = zero;
     let c: f32 = 0;
     for (let s = 0; s < nSlots; s++) {
       const p = partials + <usize>s * stride + o;
-      a0 = f32x4.add(a0, v128.load(p)); a1 = f32x4.add(a1, v128.load(p, 16));
-      a2 = f32x4.add(a2, v128.load(p, 32)); a3 = f32x4.add(a3, v128.load(p, 48));
-      a4 = f32x4.add(a4, v128.load(p, 64)); a5 = f32x4.add(a5, v128.load(p, 80));
-      a6 = f32x4.add(a6, v128.load(p, 96)); a7 = f32x4.add(a7, v128.load(p, 112));
+      a0 = f32x4.add(a0, v128.load(p));
+      a1 = f32x4.add(a1, v128.load(p, 16));
+      a2 = f32x4.add(a2, v128.load(p, 32));
+      a3 = f32x4.add(a3, v128.load(p, 48));
+      a4 = f32x4.add(a4, v128.load(p, 64));
+      a5 = f32x4.add(a5, v128.load(p, 80));
+      a6 = f32x4.add(a6, v128.load(p, 96));
+      a7 = f32x4.add(a7, v128.load(p, 112));
       for (let v: usize = 0; v < 128; v += 16) v128.store(p + v, zero);
       if (mode == 2) {
-        const cp = partials + <usize>s * stride + (<usize>nEmbd << 2) + (<usize>b << 2);
+        const cp = partials + <usize>s * stride + ((<usize>nEmbd) << 2) + ((<usize>b) << 2);
         c += load<f32>(cp);
         store<f32>(cp, 0);
       }
@@ -684,8 +1071,14 @@ export function sparse_sum_partials(y: usize, partials: usize, nSlots: i32, nEmb
       a5 = f32x4.mul(a5, f32x4.splat(<f32>(1.0 / 1048576.0)));
       a6 = f32x4.mul(a6, f32x4.splat(<f32>(1.0 / 16777216.0)));
       const C = f32x4.splat(c);
-      a0 = f32x4.add(a0, C); a1 = f32x4.add(a1, C); a2 = f32x4.add(a2, C); a3 = f32x4.add(a3, C);
-      a4 = f32x4.add(a4, C); a5 = f32x4.add(a5, C); a6 = f32x4.add(a6, C); a7 = f32x4.add(a7, C);
+      a0 = f32x4.add(a0, C);
+      a1 = f32x4.add(a1, C);
+      a2 = f32x4.add(a2, C);
+      a3 = f32x4.add(a3, C);
+      a4 = f32x4.add(a4, C);
+      a5 = f32x4.add(a5, C);
+      a6 = f32x4.add(a6, C);
+      a7 = f32x4.add(a7, C);
     }
     // vector j lane l is element 16 (j & 1) + 4 l + (j >> 1): even vectors hold elements 0..15,
     // odd ones 16..31, each group a 4x4 transpose away from natural order

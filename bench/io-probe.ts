@@ -42,16 +42,26 @@ export interface ProbeCell {
 function parseSize(s: string): number {
   const m = /^(\d+(?:\.\d+)?)\s*([kmg]?)(i?b)?$/i.exec(s.trim());
   if (!m) throw new Error(`"${s}" is not a size (e.g. 4k, 1m, 1GiB)`);
-  return Math.round(Number(m[1]) * ({ "": 1, k: 1024, m: 1 << 20, g: 1 << 30 } as Record<string, number>)[m[2].toLowerCase()]);
+  return Math.round(
+    Number(m[1]) * ({ "": 1, k: 1024, m: 1 << 20, g: 1 << 30 } as Record<string, number>)[m[2].toLowerCase()],
+  );
 }
 
 function parseArgs(argv: string[]): ProbeOptions {
-  const o: ProbeOptions = { size: 1 << 30, sizes: [4096, 16384, 65536, 262144, 1 << 20], depths: [1, 4, 16, 64], seconds: 1, direct: true, json: false };
+  const o: ProbeOptions = {
+    size: 1 << 30,
+    sizes: [4096, 16384, 65536, 262144, 1 << 20],
+    depths: [1, 4, 16, 64],
+    seconds: 1,
+    direct: true,
+    json: false,
+  };
   for (let i = 0; i < argv.length; i++) {
-    const a = argv[i], v = () => {
-      if (i + 1 >= argv.length) throw new Error(`${a} needs a value`);
-      return argv[++i];
-    };
+    const a = argv[i],
+      v = () => {
+        if (i + 1 >= argv.length) throw new Error(`${a} needs a value`);
+        return argv[++i];
+      };
     if (a === "--file") o.file = v();
     else if (a === "--size") o.size = parseSize(v());
     else if (a === "--sizes") o.sizes = v().split(",").map(parseSize);
@@ -62,7 +72,8 @@ function parseArgs(argv: string[]): ProbeOptions {
     else throw new Error(`unknown option ${a}`);
   }
   for (const s of o.sizes) if (s <= 0 || s % 4096) throw new Error(`read size ${s} is not a positive multiple of 4096`);
-  for (const d of o.depths) if (!Number.isInteger(d) || d < 1) throw new Error(`queue depth ${d} is not a positive integer`);
+  for (const d of o.depths)
+    if (!Number.isInteger(d) || d < 1) throw new Error(`queue depth ${d} is not a positive integer`);
   return o;
 }
 
@@ -92,7 +103,13 @@ function residentBytes(path: string): number | undefined {
 }
 
 /** Keep `qd` random reads of `readBytes` in flight for `seconds`; bandwidth over the busy time. */
-async function measure(reader: FlashReader, fileBytes: number, readBytes: number, qd: number, seconds: number): Promise<ProbeCell> {
+async function measure(
+  reader: FlashReader,
+  fileBytes: number,
+  readBytes: number,
+  qd: number,
+  seconds: number,
+): Promise<ProbeCell> {
   const slots = Math.floor(fileBytes / readBytes);
   let seed = (readBytes * 31 + qd) >>> 0;
   const next = () => {
@@ -127,7 +144,9 @@ function fmtSize(b: number): string {
   return b >= 1 << 20 ? `${b >> 20} MiB` : `${b >> 10} KiB`;
 }
 
-export async function probe(o: ProbeOptions): Promise<{ direct: boolean; backend: string; cells: ProbeCell[]; file: string; resident?: number }> {
+export async function probe(
+  o: ProbeOptions,
+): Promise<{ direct: boolean; backend: string; cells: ProbeCell[]; file: string; resident?: number }> {
   const own = !o.file;
   const file = o.file ?? join(tmpdir(), `powerinfer-io-probe-${process.pid}.bin`);
   if (own) {
@@ -137,7 +156,8 @@ export async function probe(o: ProbeOptions): Promise<{ direct: boolean; backend
   // drop the file from the page cache so that a buffered run cannot start warm either
   spawnSync("dd", [`if=${file}`, "iflag=nocache", "count=0", "status=none"]);
   const fileBytes = statSync(file).size;
-  const maxSize = Math.max(...o.sizes), maxQd = Math.max(...o.depths);
+  const maxSize = Math.max(...o.sizes),
+    maxQd = Math.max(...o.depths);
   const memBytes = maxSize * maxQd + 65536;
   const memory = new WebAssembly.Memory({ initial: Math.ceil(memBytes / 65536), maximum: 65536, shared: true });
   const cells: ProbeCell[] = [];
@@ -145,9 +165,18 @@ export async function probe(o: ProbeOptions): Promise<{ direct: boolean; backend
   let backend = "";
   try {
     for (const qd of o.depths) {
-      const reader = FlashReader.open(file, { memory, queueDepth: qd, maxReadBytes: maxSize, direct: o.direct ? "auto" : false, onWarning: (m) => process.stderr.write(`io-probe: ${m}\n`) });
+      const reader = FlashReader.open(file, {
+        memory,
+        queueDepth: qd,
+        maxReadBytes: maxSize,
+        direct: o.direct ? "auto" : false,
+        onWarning: (m) => process.stderr.write(`io-probe: ${m}\n`),
+      });
       direct = reader.direct;
-      backend = reader.backend === "aio" ? "native AIO (its I/O thread)" : `fs.read on ${visibleThreadPoolSize()} libuv threads`;
+      backend =
+        reader.backend === "aio"
+          ? "native AIO (its I/O thread)"
+          : `fs.read on ${visibleThreadPoolSize()} libuv threads`;
       try {
         for (const size of o.sizes) {
           if (size > fileBytes) continue;
@@ -193,12 +222,24 @@ async function main(): Promise<void> {
   }
   const res = await probe(o);
   if (o.json) {
-    console.log(JSON.stringify({ direct: res.direct, backend: res.backend, threadPool: visibleThreadPoolSize(), cells: res.cells }));
+    console.log(
+      JSON.stringify({
+        direct: res.direct,
+        backend: res.backend,
+        threadPool: visibleThreadPoolSize(),
+        cells: res.cells,
+      }),
+    );
     return;
   }
-  console.log(`random reads, ${res.direct ? "O_DIRECT" : "buffered (page cache)"}, ${res.backend}, ${o.seconds} s per cell`);
+  console.log(
+    `random reads, ${res.direct ? "O_DIRECT" : "buffered (page cache)"}, ${res.backend}, ${o.seconds} s per cell`,
+  );
   console.log(table(res.cells, o.sizes, o.depths));
-  if (res.resident !== undefined) console.log(`page cache holds ${(res.resident / 2 ** 20).toFixed(1)} MiB of the probe file afterwards${res.direct ? " (O_DIRECT: should be ~0)" : ""}`);
+  if (res.resident !== undefined)
+    console.log(
+      `page cache holds ${(res.resident / 2 ** 20).toFixed(1)} MiB of the probe file afterwards${res.direct ? " (O_DIRECT: should be ~0)" : ""}`,
+    );
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {

@@ -21,23 +21,29 @@ function arg(name: string, def: string): string {
   return i >= 0 && i + 1 < process.argv.length ? process.argv[i + 1] : def;
 }
 
-const types = arg("types", "f32,q8_0,q4_0,q4_1").split(",").map((n) => {
-  const t = typeFromName(n);
-  if (t === undefined) throw new Error(`unknown type ${n}`);
-  return t;
-});
-const shapes = arg("shapes", "2048x2048,5632x2048,2048x5632,4096x11008").split(",").map((s) => s.split("x").map(Number) as [number, number]);
+const types = arg("types", "f32,q8_0,q4_0,q4_1")
+  .split(",")
+  .map((n) => {
+    const t = typeFromName(n);
+    if (t === undefined) throw new Error(`unknown type ${n}`);
+    return t;
+  });
+const shapes = arg("shapes", "2048x2048,5632x2048,2048x5632,4096x11008")
+  .split(",")
+  .map((s) => s.split("x").map(Number) as [number, number]);
 const NTOK = Number(arg("ntok", "16"));
 const TIME = Number(arg("time", "1"));
 const TINY = arg("tiny", "1") !== "0";
 
-const module = process.env.KERNELS_WASM ? new WebAssembly.Module(readFileSync(process.env.KERNELS_WASM)) : kernelModule();
+const module = process.env.KERNELS_WASM
+  ? new WebAssembly.Module(readFileSync(process.env.KERNELS_WASM))
+  : kernelModule();
 
 /** Random GGUF-layout bytes of a rows x cols matrix: random quants, scales near 0.01. */
 function randomMatrix(type: GGMLType, rows: number, cols: number, seed: number): Uint8Array {
   const bytes = new Uint8Array(tensorBytes(type, rows * cols));
   let s = seed >>> 0;
-  const rnd = () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32);
+  const rnd = () => (s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32;
   if (type === GGMLType.F32) {
     const f = new Float32Array(bytes.buffer);
     for (let i = 0; i < f.length; i++) f[i] = rnd() - 0.5;
@@ -48,13 +54,25 @@ function randomMatrix(type: GGMLType, rows: number, cols: number, seed: number):
   if (!bs) return bytes;
   for (let o = 0; o < bytes.length; o += bs) {
     const d = f32ToF16(0.005 + rnd() * 0.01);
-    bytes[o] = d & 0xff; bytes[o + 1] = d >> 8;
-    if (type === GGMLType.Q4_1) { const m = f32ToF16(-rnd() * 0.05); bytes[o + 2] = m & 0xff; bytes[o + 3] = m >> 8; }
+    bytes[o] = d & 0xff;
+    bytes[o + 1] = d >> 8;
+    if (type === GGMLType.Q4_1) {
+      const m = f32ToF16(-rnd() * 0.05);
+      bytes[o + 2] = m & 0xff;
+      bytes[o + 3] = m >> 8;
+    }
   }
   return bytes;
 }
 
-interface Result { type: string; rows: number; cols: number; hot: number; cold: number; matmul: number }
+interface Result {
+  type: string;
+  rows: number;
+  cols: number;
+  hot: number;
+  cold: number;
+  matmul: number;
+}
 
 /**
  * GMAC/s of fn: the best of 5 rounds, each timed in CPU time of this process (user + system),
@@ -62,7 +80,8 @@ interface Result { type: string; rows: number; cols: number; hot: number; cold: 
  */
 function timeIt(fn: (i: number) => void, macs: number): number {
   fn(0);
-  let best = 0, i = 0;
+  let best = 0,
+    i = 0;
   for (let round = 0; round < 5; round++) {
     let iters = 0;
     const t0 = process.hrtime.bigint();
@@ -112,10 +131,13 @@ function bench(type: GGMLType, rows: number, cols: number): Result {
   const prep = prepareKernel(wk.act);
   if (prep) k[prep](xPtr, actPtr, cols, NTOK);
   const xa = prep ? actPtr : xPtr;
-  const mv = k[wk.matvec], mm = k[wk.matmul];
+  const mv = k[wk.matvec],
+    mm = k[wk.matmul];
   const hot = timeIt(() => mv(wPtr, xa, yPtr, rows, cols, 0, rows), rows * cols);
   const cold = timeIt((i) => mv(wPtr + (i % copies) * stride, xa, yPtr, rows, cols, 0, rows), rows * cols);
-  const matmul = mm ? timeIt((i) => mm(wPtr + (i % copies) * stride, xa, yPtr, rows, cols, NTOK, 0, rows), rows * cols * NTOK) : NaN;
+  const matmul = mm
+    ? timeIt((i) => mm(wPtr + (i % copies) * stride, xa, yPtr, rows, cols, NTOK, 0, rows), rows * cols * NTOK)
+    : NaN;
   return { type: typeName(type), rows, cols, hot, cold, matmul };
 }
 
@@ -128,20 +150,33 @@ for (const type of types) {
   for (const [rows, cols] of shapes) {
     const r = bench(type, rows, cols);
     res.push(r);
-    console.log(`${r.type.padEnd(6)} ${`${rows}x${cols}`.padEnd(12)} ${r.hot.toFixed(2).padStart(10)} ${r.cold.toFixed(2).padStart(11)} ${r.matmul.toFixed(2).padStart(8)}`);
+    console.log(
+      `${r.type.padEnd(6)} ${`${rows}x${cols}`.padEnd(12)} ${r.hot.toFixed(2).padStart(10)} ${r.cold.toFixed(2).padStart(11)} ${r.matmul.toFixed(2).padStart(8)}`,
+    );
   }
   if (TINY) {
     // kernel-only time of one TinyLlama token: per layer q, o (2048x2048), k, v (256x2048),
     // gate, up (5632x2048), down (2048x5632); then the 32000x2048 output matrix.
-    const mats: [number, number, number][] = [[2048, 2048, 44], [256, 2048, 44], [5632, 2048, 44], [2048, 5632, 22], [32000, 2048, 1]];
-    let tv = 0, tm = 0;
+    const mats: [number, number, number][] = [
+      [2048, 2048, 44],
+      [256, 2048, 44],
+      [5632, 2048, 44],
+      [2048, 5632, 22],
+      [32000, 2048, 1],
+    ];
+    let tv = 0,
+      tm = 0;
     for (const [rows, cols, count] of mats) {
       const r = res.find((x) => x.rows === rows && x.cols === cols) ?? bench(type, rows, cols);
       tv += (count * rows * cols) / (r.cold * 1e9);
       tm += (count * rows * cols) / (r.matmul * 1e9);
     }
     const peer = LLAMA_CPP[typeName(type)];
-    const vs = peer ? ` (llama.cpp, whole model: ${peer[1]} and ${peer[0]}: ${((1 / tv) / peer[1]).toFixed(2)}x and ${((1 / tm) / peer[0]).toFixed(2)}x)` : "";
-    console.log(`${typeName(type).padEnd(6)} TinyLlama-1.1B kernels only: decode ${(1 / tv).toFixed(1)} tok/s, prefill ${(1 / tm).toFixed(1)} tok/s${vs}`);
+    const vs = peer
+      ? ` (llama.cpp, whole model: ${peer[1]} and ${peer[0]}: ${(1 / tv / peer[1]).toFixed(2)}x and ${(1 / tm / peer[0]).toFixed(2)}x)`
+      : "";
+    console.log(
+      `${typeName(type).padEnd(6)} TinyLlama-1.1B kernels only: decode ${(1 / tv).toFixed(1)} tok/s, prefill ${(1 / tm).toFixed(1)} tok/s${vs}`,
+    );
   }
 }

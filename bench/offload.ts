@@ -110,7 +110,10 @@ function parseOptions(argv: string[]): Options {
       });
     if (a === "--type") {
       const t = v();
-      if (t !== "q4_1" && t !== "q8_0") throw new Error("--type must be q4_1 or q8_0 (llama.cpp repacks Q4_0 into anonymous memory: killed under a limit)");
+      if (t !== "q4_1" && t !== "q8_0")
+        throw new Error(
+          "--type must be q4_1 or q8_0 (llama.cpp repacks Q4_0 into anonymous memory: killed under a limit)",
+        );
       o.type = t;
     } else if (a === "--shape") {
       const t = v();
@@ -129,10 +132,11 @@ function parseOptions(argv: string[]): Options {
       const t = v();
       if (t !== "index" && t !== "hot") throw new Error("--order must be index or hot");
       o.order = t;
-    }
-    else throw new Error(`unknown option ${a} (see the comment at the top of bench/offload.ts)`);
+    } else throw new Error(`unknown option ${a} (see the comment at the top of bench/offload.ts)`);
   }
-  for (const s of o.skip) if (!["compare", "ablation", "io", "quality"].includes(s)) throw new Error(`--skip takes compare, ablation, io, quality; got "${s}"`);
+  for (const s of o.skip)
+    if (!["compare", "ablation", "io", "quality"].includes(s))
+      throw new Error(`--skip takes compare, ablation, io, quality; got "${s}"`);
   return o;
 }
 
@@ -160,7 +164,27 @@ function ensureModels(shape: Options["shape"], type: string, gateRank: number | 
   // a predictable model's planted predictors go into both stores (llama.cpp reads the GGUF, which has none)
   const predictors = gateRank ? ["--predictors", `${base}.predictors.gguf`] : [];
   if (!existsSync(m.gguf) || (gateRank && !existsSync(predictors[1]))) {
-    sh([process.execPath, BIN, "synth", "--shape", shape, "--act", "relu", "--sparsity", String(SPARSITY), ...(gateRank ? ["--gate-rank", String(gateRank)] : []), "--type", type, "--seed", String(SEED), "-o", m.gguf], "synth");
+    sh(
+      [
+        process.execPath,
+        BIN,
+        "synth",
+        "--shape",
+        shape,
+        "--act",
+        "relu",
+        "--sparsity",
+        String(SPARSITY),
+        ...(gateRank ? ["--gate-rank", String(gateRank)] : []),
+        "--type",
+        type,
+        "--seed",
+        String(SEED),
+        "-o",
+        m.gguf,
+      ],
+      "synth",
+    );
   }
   if (!existsSync(m.store)) sh([process.execPath, BIN, "convert", m.gguf, "-o", m.store, ...predictors], "convert");
   if (!existsSync(m.hotStore)) {
@@ -168,9 +192,14 @@ function ensureModels(shape: Options["shape"], type: string, gateRank: number | 
     // varied input would find, up to sampling noise. Only the order on flash depends on it.
     const spec = SHAPE_SPECS[shape];
     const profile = join(MODELS_DIR, `${prefix}-relu90-planted-profile.json`);
-    const layers = Array.from({ length: spec.layers }, (_, l) => ({ frequency: Array.from(plannedFiring(SEED, l, spec.ffn, SPARSITY), (x) => Number(x.toPrecision(6))) }));
+    const layers = Array.from({ length: spec.layers }, (_, l) => ({
+      frequency: Array.from(plannedFiring(SEED, l, spec.ffn, SPARSITY), (x) => Number(x.toPrecision(6))),
+    }));
     writeFileSync(profile, JSON.stringify({ layers }));
-    sh([process.execPath, BIN, "convert", m.gguf, "-o", m.hotStore, "--profile", profile, ...predictors], "convert (hot-first)");
+    sh(
+      [process.execPath, BIN, "convert", m.gguf, "-o", m.hotStore, "--profile", profile, ...predictors],
+      "convert (hot-first)",
+    );
   }
   return m;
 }
@@ -180,7 +209,10 @@ function ensurePeer(): boolean {
   mkdirSync(PEER_DIR, { recursive: true });
   writeFileSync(join(PEER_DIR, "package.json"), JSON.stringify({ name: "powerinfer-bench-peer", private: true }));
   process.stderr.write(`installing node-llama-cpp@${PEER_VERSION} into bench/.peer ...\n`);
-  const r = spawnSync("npm", ["install", `node-llama-cpp@${PEER_VERSION}`, "--no-audit", "--no-fund"], { cwd: PEER_DIR, stdio: "inherit" });
+  const r = spawnSync("npm", ["install", `node-llama-cpp@${PEER_VERSION}`, "--no-audit", "--no-fund"], {
+    cwd: PEER_DIR,
+    stdio: "inherit",
+  });
   return r.status === 0;
 }
 
@@ -214,7 +246,8 @@ function cgroupSupport(): CgroupSupport | string {
   if (v1 && existsSync("/sys/fs/cgroup/memory")) s = { version: 1, parent: join("/sys/fs/cgroup/memory", v1[2]) };
   else {
     const v2 = lines.map((l) => l.split(":")).find((p) => p[0] === "0");
-    if (v2 && existsSync("/sys/fs/cgroup/cgroup.controllers")) s = { version: 2, parent: join("/sys/fs/cgroup", v2[2]) };
+    if (v2 && existsSync("/sys/fs/cgroup/cgroup.controllers"))
+      s = { version: 2, parent: join("/sys/fs/cgroup", v2[2]) };
   }
   if (!s) return "no memory cgroup controller mounted";
   // Probe: make and remove a group, set a limit.
@@ -249,7 +282,20 @@ let groupSeq = 0;
  * Run `cmd` in a fresh memory group limited to `limit` bytes (page cache included), after
  * dropping `evict` from the page cache; the group is removed afterwards.
  */
-function runLimited(cg: CgroupSupport, limit: number, evict: string, cmd: string[], timeoutS: number): { status: number | null; signal: string | null; stdout: string; stderr: string; usage: CgroupUsage; timedOut: boolean } {
+function runLimited(
+  cg: CgroupSupport,
+  limit: number,
+  evict: string,
+  cmd: string[],
+  timeoutS: number,
+): {
+  status: number | null;
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+  usage: CgroupUsage;
+  timedOut: boolean;
+} {
   dropFromPageCache(evict);
   const dir = join(cg.parent, `powerinfer_bench_${process.pid}_${groupSeq++}`);
   mkdirSync(dir);
@@ -346,16 +392,25 @@ interface RunResult {
   load: number;
 }
 
-function parseSpeed(stderr: string): { prefill: number; decode: number; promptTokens: number; decodeTokens: number } | undefined {
+function parseSpeed(
+  stderr: string,
+): { prefill: number; decode: number; promptTokens: number; decodeTokens: number } | undefined {
   const m = /prefill: (\d+) tokens, ([\d.]+) tok\/s; decode: (\d+) tokens, ([\d.]+) tok\/s/.exec(stderr);
   return m ? { promptTokens: +m[1], prefill: +m[2], decodeTokens: +m[3], decode: +m[4] } : undefined;
 }
 
-function failureOf(r: { status: number | null; signal: string | null; stderr: string; usage: CgroupUsage; timedOut: boolean }): string {
+function failureOf(r: {
+  status: number | null;
+  signal: string | null;
+  stderr: string;
+  usage: CgroupUsage;
+  timedOut: boolean;
+}): string {
   if (r.timedOut) return "timed out";
   const fit = /at least ([\d.]+ MiB) would run/.exec(r.stderr);
   if (fit) return `does not fit (needs >= ${fit[1]})`;
-  if (r.signal === "SIGKILL" || (r.usage.oomKills ?? 0) > 0) return `killed${(r.usage.oomKills ?? 0) > 0 ? " (OOM)" : ""}`;
+  if (r.signal === "SIGKILL" || (r.usage.oomKills ?? 0) > 0)
+    return `killed${(r.usage.oomKills ?? 0) > 0 ? " (OOM)" : ""}`;
   const last = r.stderr.trim().split("\n").pop() ?? "";
   return `failed (exit ${r.status}): ${last.slice(0, 160)}`;
 }
@@ -371,20 +426,47 @@ interface OursConfig {
 
 function runOurs(cg: CgroupSupport | undefined, c: OursConfig, timeoutS: number): RunResult {
   const cmd = [
-    process.execPath, BIN, "run", "-m", c.store, "--memory-budget", `${Math.round(c.limit / MiB)}MiB`, "--sparsity", c.sparsity,
-    "-p", PROMPT, "-n", String(c.n), "--temp", "0", "--ignore-eos", "-t", String(c.threads), "-c", String(CONTEXT),
+    process.execPath,
+    BIN,
+    "run",
+    "-m",
+    c.store,
+    "--memory-budget",
+    `${Math.round(c.limit / MiB)}MiB`,
+    "--sparsity",
+    c.sparsity,
+    "-p",
+    PROMPT,
+    "-n",
+    String(c.n),
+    "--temp",
+    "0",
+    "--ignore-eos",
+    "-t",
+    String(c.threads),
+    "-c",
+    String(CONTEXT),
     ...(c.extra ?? []),
   ];
   const load = loadavg()[0];
   const r = cg ? runLimited(cg, c.limit, c.store, cmd, timeoutS) : unlimited(c.store, cmd, timeoutS);
   const speed = parseSpeed(r.stderr);
   if (r.status !== 0 || !speed) return { ok: false, failure: failureOf(r), usage: r.usage, load };
-  const f = /ffn: ([\d.]+)% of neurons computed; cache hit rate ([\d.]+)% \(hot (\d+), cold (\d+), misses (\d+)\); read ([\d.]+) MB, I\/O wait ([\d.]+) s(?: \((\d+)% of the run\))?.*?peak RSS ([\d.]+) MiB/.exec(r.stderr);
+  const f =
+    /ffn: ([\d.]+)% of neurons computed; cache hit rate ([\d.]+)% \(hot (\d+), cold (\d+), misses (\d+)\); read ([\d.]+) MB, I\/O wait ([\d.]+) s(?: \((\d+)% of the run\))?.*?peak RSS ([\d.]+) MiB/.exec(
+      r.stderr,
+    );
   if (!f) throw new Error(`ours: no "ffn:" statistics line in:\n${r.stderr}`);
   const computedPct = Number(f[1]);
   // Planted sparsity 0.9: 10.1% fire (measured). Fewer means some FFN steps did not really run
   // (seen: pointers past 2 GiB of wasm memory read as negative indices, so decode skipped the FFN).
-  if (computedPct < 80 * (1 - SPARSITY)) return { ok: false, failure: `WRONG: ${computedPct}% of FFN neurons computed (planted ~10%): an engine bug, not a speed; tokens are wrong`, usage: r.usage, load };
+  if (computedPct < 80 * (1 - SPARSITY))
+    return {
+      ok: false,
+      failure: `WRONG: ${computedPct}% of FFN neurons computed (planted ~10%): an engine bug, not a speed; tokens are wrong`,
+      usage: r.usage,
+      load,
+    };
   return {
     ok: true,
     ...speed,
@@ -403,7 +485,14 @@ function runOurs(cg: CgroupSupport | undefined, c: OursConfig, timeoutS: number)
   };
 }
 
-function runPeer(cg: CgroupSupport | undefined, gguf: string, limit: number, threads: number, n: number, timeoutS: number): RunResult {
+function runPeer(
+  cg: CgroupSupport | undefined,
+  gguf: string,
+  limit: number,
+  threads: number,
+  n: number,
+  timeoutS: number,
+): RunResult {
   const cmd = [process.execPath, SELF, "--peer-run", gguf, String(threads), String(n), String(CONTEXT), PROMPT];
   const load = loadavg()[0];
   const r = cg ? runLimited(cg, limit, gguf, cmd, timeoutS) : unlimited(gguf, cmd, timeoutS);
@@ -414,8 +503,20 @@ function runPeer(cg: CgroupSupport | undefined, gguf: string, limit: number, thr
 
 function unlimited(evict: string, cmd: string[], timeoutS: number) {
   dropFromPageCache(evict);
-  const r = spawnSync(cmd[0], cmd.slice(1), { encoding: "utf8", maxBuffer: 64 << 20, timeout: timeoutS * 1000, killSignal: "SIGKILL" });
-  return { status: r.status, signal: r.signal, stdout: r.stdout ?? "", stderr: r.stderr ?? "", usage: {} as CgroupUsage, timedOut: (r.error as NodeJS.ErrnoException | undefined)?.code === "ETIMEDOUT" };
+  const r = spawnSync(cmd[0], cmd.slice(1), {
+    encoding: "utf8",
+    maxBuffer: 64 << 20,
+    timeout: timeoutS * 1000,
+    killSignal: "SIGKILL",
+  });
+  return {
+    status: r.status,
+    signal: r.signal,
+    stdout: r.stdout ?? "",
+    stderr: r.stderr ?? "",
+    usage: {} as CgroupUsage,
+    timedOut: (r.error as NodeJS.ErrnoException | undefined)?.code === "ETIMEDOUT",
+  };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -434,7 +535,9 @@ function med(rs: RunResult[], key: keyof RunResult, digits = 2): string {
   const ok = rs.filter((r) => r.ok);
   if (ok.length === 0) return rs[0]?.failure ?? "-";
   const v = median(ok.map((r) => r[key] as number)).toFixed(digits);
-  return ok.length < rs.length ? `${v} (${rs.length - ok.length} of ${rs.length} failed: ${rs.find((r) => !r.ok)!.failure})` : v;
+  return ok.length < rs.length
+    ? `${v} (${rs.length - ok.length} of ${rs.length} failed: ${rs.find((r) => !r.ok)!.failure})`
+    : v;
 }
 
 function medNum(rs: RunResult[], key: keyof RunResult): number | undefined {
@@ -483,9 +586,13 @@ async function main(): Promise<void> {
   const sparsity = o.gateRank ? "predictor" : "gate";
   const support = cgroupSupport();
   const cg = typeof support === "string" ? undefined : support;
-  if (!cg) process.stderr.write(`bench:offload: no memory cgroup (${support}): the comparison under a memory limit is skipped; the ablation runs under ours' own --memory-budget only\n`);
+  if (!cg)
+    process.stderr.write(
+      `bench:offload: no memory cgroup (${support}): the comparison under a memory limit is skipped; the ablation runs under ours' own --memory-budget only\n`,
+    );
   const peerOk = ensurePeer();
-  if (!peerOk) process.stderr.write("bench:offload: node-llama-cpp could not be installed: llama.cpp's columns are skipped\n");
+  if (!peerOk)
+    process.stderr.write("bench:offload: node-llama-cpp could not be installed: llama.cpp's columns are skipped\n");
   const out: string[] = [];
   const log = (s: string) => {
     out.push(s);
@@ -501,9 +608,15 @@ async function main(): Promise<void> {
   const raw: Record<string, unknown> = { started: started.toISOString(), options: { ...o, skip: [...o.skip] }, models };
 
   log(`# bench:offload, ${started.toISOString()}`);
-  const predictable = o.gateRank ? `, gate rank ${o.gateRank} (planted predictors, not trained: docs/benchmarks.md)` : "";
-  log(`model: ${o.shape} shape (${SHAPE_SPECS[o.shape].like}), ReLU, planted sparsity ${SPARSITY}${predictable}, ${o.type.toUpperCase()}, seed ${SEED}: GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}`);
-  log(`prompt ${PROMPT.length} chars, ${o.n} generated tokens, greedy, context ${CONTEXT} for both engines; ours: --sparsity ${sparsity} (reader defaults), store ${o.order === "hot" ? "hot-first (planted rates as the profile)" : "in index order"}; medians of ${o.reps} interleaved runs`);
+  const predictable = o.gateRank
+    ? `, gate rank ${o.gateRank} (planted predictors, not trained: docs/benchmarks.md)`
+    : "";
+  log(
+    `model: ${o.shape} shape (${SHAPE_SPECS[o.shape].like}), ReLU, planted sparsity ${SPARSITY}${predictable}, ${o.type.toUpperCase()}, seed ${SEED}: GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}`,
+  );
+  log(
+    `prompt ${PROMPT.length} chars, ${o.n} generated tokens, greedy, context ${CONTEXT} for both engines; ours: --sparsity ${sparsity} (reader defaults), store ${o.order === "hot" ? "hot-first (planted rates as the profile)" : "in index order"}; medians of ${o.reps} interleaved runs`,
+  );
 
   // 1. Ours vs llama.cpp under the same limits.
   if (!o.skip.has("compare") && cg) {
@@ -517,15 +630,23 @@ async function main(): Promise<void> {
           const limit = limitG * GiB;
           // a limit ours refused once is refused every time: no need to ask again
           if (!(cell.ours.length && cell.ours.every((r) => r.failure?.startsWith("does not fit")))) {
-            const r = runOurs(cg, { store: o.order === "hot" ? models.hotStore : models.store, limit, threads, n: o.n, sparsity }, o.timeoutS);
+            const r = runOurs(
+              cg,
+              { store: o.order === "hot" ? models.hotStore : models.store, limit, threads, n: o.n, sparsity },
+              o.timeoutS,
+            );
             cell.ours.push(r);
             noteText(`compare ${key}`, r);
-            process.stderr.write(`  ours  ${gib(limit)} t${threads}: ${r.ok ? `${r.prefill} / ${r.decode} tok/s, hit ${r.hitRatePct}%, read ${r.readMB} MB, wait ${r.ioWaitS} s, peak RSS ${r.peakRssMiB} MiB` : r.failure} (load ${r.load.toFixed(1)})\n`);
+            process.stderr.write(
+              `  ours  ${gib(limit)} t${threads}: ${r.ok ? `${r.prefill} / ${r.decode} tok/s, hit ${r.hitRatePct}%, read ${r.readMB} MB, wait ${r.ioWaitS} s, peak RSS ${r.peakRssMiB} MiB` : r.failure} (load ${r.load.toFixed(1)})\n`,
+            );
           }
           if (peerOk) {
             const r = runPeer(cg, models.gguf, limit, threads, o.n, o.timeoutS);
             cell.peer.push(r);
-            process.stderr.write(`  llama ${gib(limit)} t${threads}: ${r.ok ? `${r.prefill} / ${r.decode} tok/s, major faults ${r.usage?.majorFaults}` : r.failure} (load ${r.load.toFixed(1)})\n`);
+            process.stderr.write(
+              `  llama ${gib(limit)} t${threads}: ${r.ok ? `${r.prefill} / ${r.decode} tok/s, major faults ${r.usage?.majorFaults}` : r.failure} (load ${r.load.toFixed(1)})\n`,
+            );
           }
         }
       }
@@ -534,7 +655,9 @@ async function main(): Promise<void> {
     log("");
     log(`## Ours vs llama.cpp under a cgroup memory limit (cgroup v${cg.version}, page cache counted)`);
     log("");
-    log("| limit | threads | ours prefill tok/s | llama.cpp prefill tok/s | prefill ratio | ours decode tok/s | llama.cpp decode tok/s | decode ratio | load avg |");
+    log(
+      "| limit | threads | ours prefill tok/s | llama.cpp prefill tok/s | prefill ratio | ours decode tok/s | llama.cpp decode tok/s | decode ratio | load avg |",
+    );
     log("|---|---|---|---|---|---|---|---|---|");
     for (const limitG of o.limits) {
       for (const threads of o.threads) {
@@ -546,22 +669,32 @@ async function main(): Promise<void> {
       }
     }
     log("");
-    log("What limited each side (medians; peak RSS: the largest of the runs, VmHWM; cgroup peak counts the page cache too):");
+    log(
+      "What limited each side (medians; peak RSS: the largest of the runs, VmHWM; cgroup peak counts the page cache too):",
+    );
     log("");
-    log("| limit | threads | ours: neurons computed | hit rate | I/O wait share | read MB/s | peak RSS (<= limit + 5%?) | cgroup peak ours | cgroup peak llama.cpp | llama.cpp major faults per run |");
+    log(
+      "| limit | threads | ours: neurons computed | hit rate | I/O wait share | read MB/s | peak RSS (<= limit + 5%?) | cgroup peak ours | cgroup peak llama.cpp | llama.cpp major faults per run |",
+    );
     log("|---|---|---|---|---|---|---|---|---|---|");
     for (const limitG of o.limits) {
       for (const threads of o.threads) {
         const c = cells.get(`${limitG}/${threads}`)!;
         const d = oursDetail(c.ours);
         const okOurs = c.ours.filter((r) => r.ok);
-        const within = okOurs.length ? (okOurs.every((r) => r.peakRssMiB! * MiB <= limitG * GiB * 1.05) ? "yes" : "NO") : "";
+        const within = okOurs.length
+          ? okOurs.every((r) => r.peakRssMiB! * MiB <= limitG * GiB * 1.05)
+            ? "yes"
+            : "NO"
+          : "";
         const cgPeak = (rs: RunResult[]) => {
           const p = rs.map((r) => r.usage?.peak).filter((x): x is number => x !== undefined && x > 0);
           return p.length ? `${(Math.max(...p) / MiB).toFixed(0)} MiB` : "-";
         };
         const faults = c.peer.map((r) => r.usage?.majorFaults).filter((x): x is number => x !== undefined);
-        log(`| ${limitG} GiB | ${threads} | ${d.computed} | ${d.hit} | ${d.wait} | ${d.mbs} | ${d.rss}${within ? ` (${within})` : ""} | ${cgPeak(c.ours)} | ${cgPeak(c.peer)} | ${faults.length ? median(faults).toFixed(0) : "-"} |`);
+        log(
+          `| ${limitG} GiB | ${threads} | ${d.computed} | ${d.hit} | ${d.wait} | ${d.mbs} | ${d.rss}${within ? ` (${within})` : ""} | ${cgPeak(c.ours)} | ${cgPeak(c.peer)} | ${faults.length ? median(faults).toFixed(0) : "-"} |`,
+        );
       }
     }
   }
@@ -570,10 +703,22 @@ async function main(): Promise<void> {
   if (!o.skip.has("ablation")) {
     const limit = o.ablationLimit * GiB;
     const configs: { name: string; store: string; extra: string[] }[] = [
-      { name: "naive: bundles read every token (16 MiB cache, no hot region), no pipeline", store: models.store, extra: ["--cache-size", "16MiB", "--hot-fraction", "0", "--no-pipeline"] },
+      {
+        name: "naive: bundles read every token (16 MiB cache, no hot region), no pipeline",
+        store: models.store,
+        extra: ["--cache-size", "16MiB", "--hot-fraction", "0", "--no-pipeline"],
+      },
       { name: "+ cache (what the budget leaves, half pinned hot)", store: models.store, extra: ["--no-pipeline"] },
-      { name: "+ pipeline (reads overlap compute: the hits', and in predictor mode the next layer's reads ahead)", store: models.store, extra: [] },
-      { name: "+ hot-first order on flash and the hot share its profile sets (planted rates as the profile)", store: models.hotStore, extra: [] },
+      {
+        name: "+ pipeline (reads overlap compute: the hits', and in predictor mode the next layer's reads ahead)",
+        store: models.store,
+        extra: [],
+      },
+      {
+        name: "+ hot-first order on flash and the hot share its profile sets (planted rates as the profile)",
+        store: models.hotStore,
+        extra: [],
+      },
     ];
     const res = new Map<string, RunResult[]>();
     for (let rep = 0; rep < o.reps; rep++) {
@@ -583,7 +728,9 @@ async function main(): Promise<void> {
           const r = runOurs(cg, { store: c.store, limit, threads, n: o.n, sparsity, extra: c.extra }, o.timeoutS);
           (res.get(key) ?? res.set(key, []).get(key)!).push(r);
           noteText(`ablation ${key}`, r);
-          process.stderr.write(`  ${c.name.slice(0, 30)} t${threads}: ${r.ok ? `${r.prefill} / ${r.decode} tok/s, hit ${r.hitRatePct}%, read ${r.readMB} MB, wait ${r.ioWaitS} s` : r.failure}\n`);
+          process.stderr.write(
+            `  ${c.name.slice(0, 30)} t${threads}: ${r.ok ? `${r.prefill} / ${r.decode} tok/s, hit ${r.hitRatePct}%, read ${r.readMB} MB, wait ${r.ioWaitS} s` : r.failure}\n`,
+          );
         }
       }
     }
@@ -591,16 +738,22 @@ async function main(): Promise<void> {
     log("");
     log(`## Ablation at ${gib(limit)} (${cg ? "cgroup limit and " : ""}--memory-budget ${gib(limit)})`);
     log("");
-    log("| configuration | threads | prefill tok/s | decode tok/s | decode vs naive | hit rate | read MB per token | I/O wait share | load avg |");
+    log(
+      "| configuration | threads | prefill tok/s | decode tok/s | decode vs naive | hit rate | read MB per token | I/O wait share | load avg |",
+    );
     log("|---|---|---|---|---|---|---|---|---|");
     for (const threads of o.ablationThreads) {
       const naive = medNum(res.get(`${configs[0].name}/${threads}`)!, "decode");
       for (const c of configs) {
         const rs = res.get(`${c.name}/${threads}`)!;
         const ok = rs.filter((r) => r.ok);
-        const perTok = ok.length ? median(ok.map((r) => r.readMB! / (r.promptTokens! + r.decodeTokens!))).toFixed(1) : "-";
+        const perTok = ok.length
+          ? median(ok.map((r) => r.readMB! / (r.promptTokens! + r.decodeTokens!))).toFixed(1)
+          : "-";
         const d = oursDetail(rs);
-        log(`| ${c.name} | ${threads} | ${med(rs, "prefill")} | ${med(rs, "decode")} | ${ratio(medNum(rs, "decode"), naive)} | ${d.hit} | ${perTok} | ${d.wait} | ${loadRange(rs)} |`);
+        log(
+          `| ${c.name} | ${threads} | ${med(rs, "prefill")} | ${med(rs, "decode")} | ${ratio(medNum(rs, "decode"), naive)} | ${d.hit} | ${perTok} | ${d.wait} | ${loadRange(rs)} |`,
+        );
       }
     }
   }
@@ -614,32 +767,79 @@ async function main(): Promise<void> {
     const sizes = ["4k", "8k", "64k", "256k"];
     if (fio.status === 0) {
       for (const s of sizes) {
-        const r = spawnSync("fio", ["--name=probe", `--filename=${models.store}`, "--rw=randread", `--bs=${s}`, "--iodepth=16", "--ioengine=libaio", "--direct=1", "--runtime=3", "--time_based", "--readonly", "--output-format=json"], { encoding: "utf8" });
+        const r = spawnSync(
+          "fio",
+          [
+            "--name=probe",
+            `--filename=${models.store}`,
+            "--rw=randread",
+            `--bs=${s}`,
+            "--iodepth=16",
+            "--ioengine=libaio",
+            "--direct=1",
+            "--runtime=3",
+            "--time_based",
+            "--readonly",
+            "--output-format=json",
+          ],
+          { encoding: "utf8" },
+        );
         const bw = r.status === 0 ? JSON.parse(r.stdout).jobs[0].read.bw_bytes / 1e6 : NaN;
         log(`- fio, random ${s} O_DIRECT reads at QD 16 on the store: ${bw.toFixed(0)} MB/s`);
       }
     } else {
-      const r = spawnSync(process.execPath, [join(ROOT_DIR, "dist", "bench", "io-probe.js"), "--file", models.store, "--sizes", sizes.join(","), "--qd", `1,${QUEUE_DEPTH}`, "--seconds", "2", "--json"], { encoding: "utf8" });
+      const r = spawnSync(
+        process.execPath,
+        [
+          join(ROOT_DIR, "dist", "bench", "io-probe.js"),
+          "--file",
+          models.store,
+          "--sizes",
+          sizes.join(","),
+          "--qd",
+          `1,${QUEUE_DEPTH}`,
+          "--seconds",
+          "2",
+          "--json",
+        ],
+        { encoding: "utf8" },
+      );
       if (r.status !== 0) log(`- io-probe failed: ${r.stderr.trim().split("\n").pop()}`);
       else {
-        const probe = JSON.parse(r.stdout.trim().split("\n").pop()!) as { direct: boolean; cells: { readBytes: number; queueDepth: number; mbPerSec: number; iops: number }[] };
+        const probe = JSON.parse(r.stdout.trim().split("\n").pop()!) as {
+          direct: boolean;
+          cells: { readBytes: number; queueDepth: number; mbPerSec: number; iops: number }[];
+        };
         raw.io = probe;
-        log(`fio is not installed; bench/io-probe.ts (the runtime's own flash reader, ${probe.direct ? "O_DIRECT" : "buffered"}, random reads over the store file, 2 s per cell):`);
+        log(
+          `fio is not installed; bench/io-probe.ts (the runtime's own flash reader, ${probe.direct ? "O_DIRECT" : "buffered"}, random reads over the store file, 2 s per cell):`,
+        );
         log("");
         log("| read size | QD 1 | QD 16 |");
         log("|---|---|---|");
         for (const c of probe.cells.filter((c) => c.queueDepth === 1)) {
           const deep = probe.cells.find((d) => d.readBytes === c.readBytes && d.queueDepth === QUEUE_DEPTH);
-          log(`| ${c.readBytes / 1024} KiB | ${c.mbPerSec.toFixed(0)} MB/s (${(c.iops / 1000).toFixed(1)}K IOPS) | ${deep ? `${deep.mbPerSec.toFixed(0)} MB/s (${(deep.iops / 1000).toFixed(1)}K IOPS)` : "-"} |`);
+          log(
+            `| ${c.readBytes / 1024} KiB | ${c.mbPerSec.toFixed(0)} MB/s (${(c.iops / 1000).toFixed(1)}K IOPS) | ${deep ? `${deep.mbPerSec.toFixed(0)} MB/s (${(deep.iops / 1000).toFixed(1)}K IOPS)` : "-"} |`,
+          );
         }
       }
     }
     log("");
-    log(`Ours reads whole bundles (${o.type === "q4_1" ? "8 KiB" : "16 KiB"} for this model; adjacent misses coalesce) (native AIO where built: queue depth 1024 on its I/O thread, 256 inline; else libuv, 64); the achieved rates are in the tables above (read MB/s over the whole run, and bytes over I/O wait below).`);
-    const all = [...((raw.compare ? Object.values(raw.compare as Record<string, { ours: RunResult[] }>).flatMap((c) => c.ours) : []) as RunResult[]), ...((raw.ablation ? Object.values(raw.ablation as Record<string, RunResult[]>).flat() : []) as RunResult[])].filter((r) => r.ok && r.ioWaitS! > 0.5);
+    log(
+      `Ours reads whole bundles (${o.type === "q4_1" ? "8 KiB" : "16 KiB"} for this model; adjacent misses coalesce) (native AIO where built: queue depth 1024 on its I/O thread, 256 inline; else libuv, 64); the achieved rates are in the tables above (read MB/s over the whole run, and bytes over I/O wait below).`,
+    );
+    const all = [
+      ...((raw.compare
+        ? Object.values(raw.compare as Record<string, { ours: RunResult[] }>).flatMap((c) => c.ours)
+        : []) as RunResult[]),
+      ...((raw.ablation ? Object.values(raw.ablation as Record<string, RunResult[]>).flat() : []) as RunResult[]),
+    ].filter((r) => r.ok && r.ioWaitS! > 0.5);
     if (all.length) {
       const whileWaiting = median(all.map((r) => r.readMB! / r.ioWaitS!));
-      log(`Median over ours' runs with reads: ${whileWaiting.toFixed(0)} MB/s while waiting for reads (bytes read / I/O wait time; an upper bound, since reads also land while the hits compute).`);
+      log(
+        `Median over ours' runs with reads: ${whileWaiting.toFixed(0)} MB/s while waiting for reads (bytes read / I/O wait time; an upper bound, since reads also land while the hits compute).`,
+      );
     }
   }
 
@@ -652,14 +852,23 @@ async function main(): Promise<void> {
     const pred = runOurs(cg, { store: models.store, limit, threads, n: o.n, sparsity: "predictor" }, o.timeoutS);
     raw.quality = { exact, pred };
     log("");
-    log(`## Predictor mode against the exact gate mode (${gib(limit)}, ${threads} thread${threads > 1 ? "s" : ""}, ${o.n} tokens)`);
+    log(
+      `## Predictor mode against the exact gate mode (${gib(limit)}, ${threads} thread${threads > 1 ? "s" : ""}, ${o.n} tokens)`,
+    );
     log("");
-    if (!exact.ok || !pred.ok) log(`- not compared: gate ${exact.ok ? "ok" : exact.failure}, predictor ${pred.ok ? "ok" : pred.failure}`);
+    if (!exact.ok || !pred.ok)
+      log(`- not compared: gate ${exact.ok ? "ok" : exact.failure}, predictor ${pred.ok ? "ok" : pred.failure}`);
     else {
       const same = exact.text === pred.text;
-      log(`- gate (exact): ${exact.decode} tok/s decode, ${exact.computedPct}% of neurons computed, ${(exact.readMB! / (exact.promptTokens! + exact.decodeTokens!)).toFixed(1)} MB read per token`);
-      log(`- predictor: ${pred.decode} tok/s decode, ${pred.computedPct}% of neurons computed, ${(pred.readMB! / (pred.promptTokens! + pred.decodeTokens!)).toFixed(1)} MB read per token`);
-      log(`- greedy text ${same ? "identical" : `differs after ${commonPrefix([exact.text!, pred.text!])} characters`}: ${JSON.stringify(pred.text!.trim().slice(0, 120))}`);
+      log(
+        `- gate (exact): ${exact.decode} tok/s decode, ${exact.computedPct}% of neurons computed, ${(exact.readMB! / (exact.promptTokens! + exact.decodeTokens!)).toFixed(1)} MB read per token`,
+      );
+      log(
+        `- predictor: ${pred.decode} tok/s decode, ${pred.computedPct}% of neurons computed, ${(pred.readMB! / (pred.promptTokens! + pred.decodeTokens!)).toFixed(1)} MB read per token`,
+      );
+      log(
+        `- greedy text ${same ? "identical" : `differs after ${commonPrefix([exact.text!, pred.text!])} characters`}: ${JSON.stringify(pred.text!.trim().slice(0, 120))}`,
+      );
     }
   }
 
@@ -674,7 +883,9 @@ async function main(): Promise<void> {
     );
   }
   log("");
-  log(`finished ${new Date().toISOString()}; 1-minute load average now ${loadavg()[0].toFixed(1)} (2 cores; other work on the machine shares them)`);
+  log(
+    `finished ${new Date().toISOString()}; 1-minute load average now ${loadavg()[0].toFixed(1)} (2 cores; other work on the machine shares them)`,
+  );
   const rawPath = join(MODELS_DIR, `offload-${started.toISOString().replace(/[:.]/g, "-")}.json`);
   writeFileSync(rawPath, JSON.stringify(raw, null, 1));
   console.log(out.join("\n"));

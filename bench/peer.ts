@@ -11,7 +11,14 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { join, resolve } from "node:path";
 import { ROOT_DIR } from "./paths.js";
 
-export async function peerRun(modelPath: string, threads: number, n: number, prompt: string, contextSize = 384, batchSize = 512): Promise<void> {
+export async function peerRun(
+  modelPath: string,
+  threads: number,
+  n: number,
+  prompt: string,
+  contextSize = 384,
+  batchSize = 512,
+): Promise<void> {
   const entry = join(ROOT_DIR, "bench", ".peer", "node_modules", "node-llama-cpp", "dist", "index.js");
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   const { getLlama } = (await import(pathToFileURL(entry).href)) as any;
@@ -41,5 +48,12 @@ export async function peerRun(modelPath: string, threads: number, n: number, pro
 
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const [modelPath, threads, n, prompt, context, batch] = process.argv.slice(2);
-  await peerRun(modelPath, Number(threads), Number(n), prompt, context ? Number(context) : undefined, batch ? Number(batch) : undefined);
+  await peerRun(
+    modelPath,
+    Number(threads),
+    Number(n),
+    prompt,
+    context ? Number(context) : undefined,
+    batch ? Number(batch) : undefined,
+  );
 }

@@ -26,7 +26,8 @@ import { ROOT_DIR } from "./paths.js";
 import { median } from "../src/planner/median.js";
 
 const BIN = join(ROOT_DIR, "bin", "powerinfer.cjs");
-const PROMPT = "Once upon a time, in a small village at the edge of a great forest, there lived an old clockmaker who repaired every clock in the valley.";
+const PROMPT =
+  "Once upon a time, in a small village at the edge of a great forest, there lived an old clockmaker who repaired every clock in the valley.";
 
 interface ChildJob {
   model: string;
@@ -62,11 +63,18 @@ async function child(job: ChildJob): Promise<ChildResult> {
   // more), queue depth libuv's pool (64 as bin/powerinfer.cjs starts it), pipelined; threads: all
   // cores; gate sparsity (what the planner models). Nothing else set here: applyPlan lets options
   // given explicitly win over the plan's knobs.
-  let opts: LoadModelOptions = { modelPath: job.model, memoryBudget: job.budget, contextSize: job.contextSize, batchSize: 256, offload: { sparsity: "gate" } };
+  let opts: LoadModelOptions = {
+    modelPath: job.model,
+    memoryBudget: job.budget,
+    contextSize: job.contextSize,
+    batchSize: 256,
+    offload: { sparsity: "gate" },
+  };
   if (job.plan) opts = applyPlan({ ...opts, contextSize: undefined }, job.plan);
   const model = await loadModel(opts);
   // the cache's shape, for comparison with the plan's prediction of it (not public API)
-  const cache = (model as unknown as { llama: { offloaded: { cache: { bytes: number; hotCount: Int32Array } } } }).llama.offloaded.cache;
+  const cache = (model as unknown as { llama: { offloaded: { cache: { bytes: number; hotCount: Int32Array } } } }).llama
+    .offloaded.cache;
   try {
     const gen = model.generate(job.prompt, { maxTokens: job.n, temperature: 0, ignoreEos: true });
     let after: ReturnType<typeof model.offloadStats> | undefined;
@@ -133,14 +141,43 @@ async function main(): Promise<void> {
       for (let r = 0; r < reps; r++) {
         const planPath = join(dir, `plan-${budget}-${r}.json`);
         // n tokens generated = n - 1 decode forward passes, after the prompt's prefill
-        const p = spawnSync(process.execPath, [BIN, "plan", "-m", model, "--memory-budget", String(budget), "-c", String(ctx), "-o", planPath, "--prompt-tokens", String(promptTokens), "--decode-tokens", String(Math.max(1, n - 1)), ...(reprobe ? ["--reprobe"] : [])], { encoding: "utf8" });
+        const p = spawnSync(
+          process.execPath,
+          [
+            BIN,
+            "plan",
+            "-m",
+            model,
+            "--memory-budget",
+            String(budget),
+            "-c",
+            String(ctx),
+            "-o",
+            planPath,
+            "--prompt-tokens",
+            String(promptTokens),
+            "--decode-tokens",
+            String(Math.max(1, n - 1)),
+            ...(reprobe ? ["--reprobe"] : []),
+          ],
+          { encoding: "utf8" },
+        );
         if (p.status !== 0) throw new Error(`plan failed:\n${p.stderr}`);
         if (r === 0) process.stderr.write(p.stdout);
         plans.push(readPlan(planPath));
         runs.plan.push(spawnChild({ model, budget, plan: planPath, contextSize: ctx, prompt, n }));
         if (!skipDefaults) runs.defaults.push(spawnChild({ model, budget, plan: null, contextSize: ctx, prompt, n }));
         const last = runs.plan[runs.plan.length - 1];
-        process.stderr.write(`  ${sizeText(budget)} #${r + 1}: predicted ${plans[r].prediction.tokensPerSecond.toFixed(2)}, measured ${last.decodeTokensPerSecond.toFixed(2)} tok/s` + (skipDefaults ? "" : `; defaults predicted ${plans[r].defaults.tokensPerSecond.toFixed(2)}, measured ${runs.defaults[runs.defaults.length - 1].decodeTokensPerSecond.toFixed(2)}`) + (plans[r].calibration ? `; calibrated compute x${plans[r].calibration!.computeFactor.toFixed(2)}, reads x${plans[r].calibration!.ioFactor.toFixed(2)}` : "") + ` (load ${last.loadAverage.map((x) => x.toFixed(1)).join("-")})\n`);
+        process.stderr.write(
+          `  ${sizeText(budget)} #${r + 1}: predicted ${plans[r].prediction.tokensPerSecond.toFixed(2)}, measured ${last.decodeTokensPerSecond.toFixed(2)} tok/s` +
+            (skipDefaults
+              ? ""
+              : `; defaults predicted ${plans[r].defaults.tokensPerSecond.toFixed(2)}, measured ${runs.defaults[runs.defaults.length - 1].decodeTokensPerSecond.toFixed(2)}`) +
+            (plans[r].calibration
+              ? `; calibrated compute x${plans[r].calibration!.computeFactor.toFixed(2)}, reads x${plans[r].calibration!.ioFactor.toFixed(2)}`
+              : "") +
+            ` (load ${last.loadAverage.map((x) => x.toFixed(1)).join("-")})\n`,
+        );
       }
       const plan = plans[0];
       const mPlan = median(runs.plan.map((x) => x.decodeTokensPerSecond));
@@ -168,7 +205,9 @@ async function main(): Promise<void> {
         breakdown: plan.prediction.breakdown,
       };
       rows.push(row);
-      process.stderr.write(`${row.budget}: predicted ${row.predicted.toFixed(2)}, measured ${mPlan.toFixed(2)} tok/s (${(100 * row.error).toFixed(0)}%); defaults ${mDef.toFixed(2)}\n`);
+      process.stderr.write(
+        `${row.budget}: predicted ${row.predicted.toFixed(2)}, measured ${mPlan.toFixed(2)} tok/s (${(100 * row.error).toFixed(0)}%); defaults ${mDef.toFixed(2)}\n`,
+      );
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -176,7 +215,9 @@ async function main(): Promise<void> {
   const f = (x: number, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : "-");
   const pc = (x: number) => (Number.isFinite(x) ? `${(100 * x).toFixed(0)}%` : "-");
   console.log(`plan vs run: ${model}, prompt ${promptTokens} tokens, ${n} generated, ${reps} run(s) each, medians`);
-  console.log("| budget | plan knobs (threads, QD, hot share, gates) | predicted tok/s | measured tok/s | error (each run) | cache MiB pred / made | hit rate pred / meas | MB read per token pred / meas | defaults pred / meas tok/s | plan / defaults measured | load avg |");
+  console.log(
+    "| budget | plan knobs (threads, QD, hot share, gates) | predicted tok/s | measured tok/s | error (each run) | cache MiB pred / made | hit rate pred / meas | MB read per token pred / meas | defaults pred / meas tok/s | plan / defaults measured | load avg |",
+  );
   console.log("|---|---|---|---|---|---|---|---|---|---|---|");
   for (const r of rows as any[]) {
     const k = r.knobs;
@@ -189,7 +230,11 @@ async function main(): Promise<void> {
     );
   }
   const out = arg("--out");
-  if (out) writeFileSync(out, JSON.stringify({ model, promptTokens, n, reps, at: new Date().toISOString(), rows }, null, 1) + "\n");
+  if (out)
+    writeFileSync(
+      out,
+      JSON.stringify({ model, promptTokens, n, reps, at: new Date().toISOString(), rows }, null, 1) + "\n",
+    );
 }
 
 if (process.argv[2] === "--child") {

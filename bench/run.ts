@@ -40,7 +40,9 @@ const KNOWN = new Set(["--models", "--threads", "--reps", "-n"]);
 for (let i = 2; i < process.argv.length; i += 2) {
   const a = process.argv[i];
   if (a === "--help" || a === "-h") {
-    process.stdout.write("npm run bench [-- --models 1b-q4_0,1b-q8_0,1b-q4_1,7b-q4_0 --threads 1,2 --reps 3 -n 64]: ours and llama.cpp, interleaved (docs/benchmarks.md)\n");
+    process.stdout.write(
+      "npm run bench [-- --models 1b-q4_0,1b-q8_0,1b-q4_1,7b-q4_0 --threads 1,2 --reps 3 -n 64]: ours and llama.cpp, interleaved (docs/benchmarks.md)\n",
+    );
     process.exit(0);
   }
   if (!KNOWN.has(a)) {
@@ -66,7 +68,10 @@ function ensurePeer(): void {
   mkdirSync(PEER_DIR, { recursive: true });
   writeFileSync(join(PEER_DIR, "package.json"), JSON.stringify({ name: "powerinfer-bench-peer", private: true }));
   console.error(`installing node-llama-cpp@${PEER_VERSION} into bench/.peer ...`);
-  const r = spawnSync("npm", ["install", `node-llama-cpp@${PEER_VERSION}`, "--no-audit", "--no-fund"], { cwd: PEER_DIR, stdio: "inherit" });
+  const r = spawnSync("npm", ["install", `node-llama-cpp@${PEER_VERSION}`, "--no-audit", "--no-fund"], {
+    cwd: PEER_DIR,
+    stdio: "inherit",
+  });
   if (r.status !== 0) throw new Error("could not install node-llama-cpp for the benchmark");
 }
 
@@ -76,7 +81,11 @@ function ensureModel(name: string): string {
   mkdirSync(MODELS_DIR, { recursive: true });
   const [shape, type] = name.split("-");
   console.error(`synthesizing ${name} ...`);
-  const r = spawnSync(process.execPath, [CLI, "synth", "--shape", shape, "--type", type, "--act", "silu", "--seed", "1", "-o", path], { stdio: "inherit" });
+  const r = spawnSync(
+    process.execPath,
+    [CLI, "synth", "--shape", shape, "--type", type, "--act", "silu", "--seed", "1", "-o", path],
+    { stdio: "inherit" },
+  );
   if (r.status !== 0) throw new Error(`synth of ${name} failed`);
   return path;
 }
@@ -97,7 +106,28 @@ function main(): void {
       const ours: Stats[] = [];
       const theirs: Stats[] = [];
       for (let i = 0; i < reps; i++) {
-        ours.push(run([CLI, "run", "-m", path, "-p", PROMPT, "-n", String(n), "-t", String(threads), "--temp", "0", "--ignore-eos", "-c", "384"], `ours ${name}`));
+        ours.push(
+          run(
+            [
+              CLI,
+              "run",
+              "-m",
+              path,
+              "-p",
+              PROMPT,
+              "-n",
+              String(n),
+              "-t",
+              String(threads),
+              "--temp",
+              "0",
+              "--ignore-eos",
+              "-c",
+              "384",
+            ],
+            `ours ${name}`,
+          ),
+        );
         theirs.push(run([PEER, path, String(threads), String(n), PROMPT], `llama.cpp ${name}`));
       }
       const op = median(ours.map((s) => s.prefill));
@@ -109,8 +139,12 @@ function main(): void {
       console.error(row);
     }
   }
-  const load = loadavg().map((x) => x.toFixed(2)).join(" ");
-  console.log(`\n${header}\n${rows.join("\n")}\n\n(${reps} interleaved runs each, medians; prompt ${PROMPT.length} chars, ${n} generated tokens, greedy; load average at the end ${load})`);
+  const load = loadavg()
+    .map((x) => x.toFixed(2))
+    .join(" ");
+  console.log(
+    `\n${header}\n${rows.join("\n")}\n\n(${reps} interleaved runs each, medians; prompt ${PROMPT.length} chars, ${n} generated tokens, greedy; load average at the end ${load})`,
+  );
 }
 
 main();

@@ -36,11 +36,13 @@ function arg(name: string, def: string): string {
   return i >= 0 && i + 1 < process.argv.length ? process.argv[i + 1] : def;
 }
 
-const types = arg("types", "q4_0,q8_0,q4_1").split(",").map((n) => {
-  const t = typeFromName(n);
-  if (t === undefined) throw new Error(`unknown type ${n}`);
-  return t;
-});
+const types = arg("types", "q4_0,q8_0,q4_1")
+  .split(",")
+  .map((n) => {
+    const t = typeFromName(n);
+    if (t === undefined) throw new Error(`unknown type ${n}`);
+    return t;
+  });
 const EMBD = Number(arg("embd", "4096"));
 const FF = Number(arg("ff", "11008"));
 const FRACTIONS = arg("fractions", "0.1,0.3,1").split(",").map(Number);
@@ -51,7 +53,7 @@ const SUBSETS = 8;
 const COPIES = 2;
 
 let seed = 12345;
-const rnd = () => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32);
+const rnd = () => (seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32;
 
 /** Random GGUF-layout row bytes: random quants, scales near 0.01 (Q4_1 mins near -0.02). */
 function fillRows(type: GGMLType, dst: Uint8Array): void {
@@ -64,8 +66,13 @@ function fillRows(type: GGMLType, dst: Uint8Array): void {
   const bs = { [GGMLType.Q8_0]: 34, [GGMLType.Q4_0]: 18, [GGMLType.Q4_1]: 20 }[type as number]!;
   for (let o = 0; o + bs <= dst.length; o += bs) {
     const d = f32ToF16(0.005 + rnd() * 0.01);
-    dst[o] = d & 0xff; dst[o + 1] = d >> 8;
-    if (type === GGMLType.Q4_1) { const m = f32ToF16(-rnd() * 0.04); dst[o + 2] = m & 0xff; dst[o + 3] = m >> 8; }
+    dst[o] = d & 0xff;
+    dst[o + 1] = d >> 8;
+    if (type === GGMLType.Q4_1) {
+      const m = f32ToF16(-rnd() * 0.04);
+      dst[o + 2] = m & 0xff;
+      dst[o + 3] = m >> 8;
+    }
   }
 }
 
@@ -74,7 +81,13 @@ function fillRows(type: GGMLType, dst: Uint8Array): void {
  * SLICE seconds; the best round of each. CPU time at one thread, wall time at more.
  */
 function compare(fns: ((i: number) => void)[], threads: number): number[] {
-  const clock = threads === 1 ? () => { const c = process.cpuUsage(); return (c.user + c.system) / 1e6; } : () => performance.now() / 1e3;
+  const clock =
+    threads === 1
+      ? () => {
+          const c = process.cpuUsage();
+          return (c.user + c.system) / 1e6;
+        }
+      : () => performance.now() / 1e3;
   const best = fns.map(() => Infinity);
   let i = 0;
   for (const f of fns) f(i++);
@@ -103,7 +116,10 @@ const GATES = arena.alloc(FF * 4, 64);
 const OUT = arena.alloc(FF * 4, 64);
 const LISTS = arena.alloc(SUBSETS * FF * 4, 64);
 // dense matrices, gate-shaped (ff x embd) and down-shaped (embd x ff), COPIES of each
-const packedMax = Math.max(...types.map((t) => weightKernel(t).packedBytes(FF, EMBD)), ...types.map((t) => weightKernel(t).packedBytes(EMBD, FF)));
+const packedMax = Math.max(
+  ...types.map((t) => weightKernel(t).packedBytes(FF, EMBD)),
+  ...types.map((t) => weightKernel(t).packedBytes(EMBD, FF)),
+);
 const packedStride = Math.ceil(packedMax / 4096) * 4096;
 const DENSE_GATE = arena.alloc(COPIES * packedStride, 4096);
 const DENSE_DOWN = arena.alloc(COPIES * packedStride, 4096);
@@ -120,8 +136,12 @@ const XF = arena.alloc(FF * 4, 64);
 const pools = new Map<number, ThreadPool>();
 for (const n of THREADS) pools.set(n, await ThreadPool.create(arena.memory, n));
 
-console.log(`sparse FFN on neuron bundles, ${EMBD} wide, ${FF} neurons; node ${process.version}; best of ${ROUNDS} interleaved rounds`);
-console.log("'x dense' = time per computed neuron / time per neuron of the dense FFN (gate + up + down matvecs) measured alongside");
+console.log(
+  `sparse FFN on neuron bundles, ${EMBD} wide, ${FF} neurons; node ${process.version}; best of ${ROUNDS} interleaved rounds`,
+);
+console.log(
+  "'x dense' = time per computed neuron / time per neuron of the dense FFN (gate + up + down matvecs) measured alongside",
+);
 
 for (const type of types) {
   const rb = rowBytes(type, EMBD);
@@ -132,7 +152,10 @@ for (const type of types) {
     region.fill(0, i * bundleBytes + 3 * rb, (i + 1) * bundleBytes);
   }
   const wk = weightKernel(type);
-  for (const [ptr, rows, cols] of [[DENSE_GATE, FF, EMBD], [DENSE_DOWN, EMBD, FF]] as const) {
+  for (const [ptr, rows, cols] of [
+    [DENSE_GATE, FF, EMBD],
+    [DENSE_DOWN, EMBD, FF],
+  ] as const) {
     const src = new Uint8Array(rows * rowBytes(type, cols));
     fillRows(type, src);
     const size = wk.packedBytes(rows, cols);
@@ -146,10 +169,14 @@ for (const type of types) {
     k0[prep](X, ACT_E, EMBD, 1);
     k0[prep](XF, ACT_F, FF, 1);
   }
-  const xe = prep ? ACT_E : X, xf = prep ? ACT_F : XF;
+  const xe = prep ? ACT_E : X,
+    xf = prep ? ACT_F : XF;
 
   const perm = Array.from({ length: FF }, (_, i) => i);
-  for (let i = FF - 1; i > 0; i--) { const j = Math.floor(rnd() * (i + 1)); [perm[i], perm[j]] = [perm[j], perm[i]]; }
+  for (let i = FF - 1; i > 0; i--) {
+    const j = Math.floor(rnd() * (i + 1));
+    [perm[i], perm[j]] = [perm[j], perm[i]];
+  }
   const addr = {
     contiguous: (i: number) => REGION + i * bundleBytes,
     shuffled: (i: number) => REGION + perm[i] * bundleBytes,
@@ -162,10 +189,15 @@ for (const type of types) {
     const mv = pool.fn(wk.matvec);
     const dargs = new Int32Array(8);
     const dense = (w: number, x: number, rows: number, cols: number) => (i: number) => {
-      dargs[0] = w + (i % COPIES) * packedStride; dargs[1] = x; dargs[2] = OUT; dargs[3] = rows; dargs[4] = cols;
+      dargs[0] = w + (i % COPIES) * packedStride;
+      dargs[1] = x;
+      dargs[2] = OUT;
+      dargs[3] = rows;
+      dargs[4] = cols;
       pool.run(mv, dargs, 5, rows, 16);
     };
-    const denseGate = dense(DENSE_GATE, xe, FF, EMBD), denseDown = dense(DENSE_DOWN, xf, EMBD, FF);
+    const denseGate = dense(DENSE_GATE, xe, FF, EMBD),
+      denseDown = dense(DENSE_DOWN, xf, EMBD, FF);
     const perNeuron = (t: number[]) => (2 * t[0] + t[1]) / FF; // dense seconds per neuron
 
     // a check at full width: 37 neurons against the plain-TS reference
@@ -176,10 +208,21 @@ for (const type of types) {
       arena.f32(Y, EMBD).fill(0);
       f.ffn(LISTS, 37, "silu");
       f.finish(Y);
-      const want = refSparseFFN(type, new Uint8Array(arena.memory.buffer), Array.from(list), arena.f32(X, EMBD).slice(), EMBD, "silu");
-      let err = 0, scale = 0;
+      const want = refSparseFFN(
+        type,
+        new Uint8Array(arena.memory.buffer),
+        Array.from(list),
+        arena.f32(X, EMBD).slice(),
+        EMBD,
+        "silu",
+      );
+      let err = 0,
+        scale = 0;
       const got = arena.f32(Y, EMBD);
-      for (let i = 0; i < EMBD; i++) { err = Math.max(err, Math.abs(got[i] - want.y[i])); scale = Math.max(scale, want.magnitude[i]); }
+      for (let i = 0; i < EMBD; i++) {
+        err = Math.max(err, Math.abs(got[i] - want.y[i]));
+        scale = Math.max(scale, want.magnitude[i]);
+      }
       // the TS reference quantizes x with ggml's reference rounding, which can differ at exact ties
       if (!(err <= 1e-3 * scale)) throw new Error(`${typeName(type)}: sparse result off by ${err} (scale ${scale})`);
     }
@@ -189,7 +232,9 @@ for (const type of types) {
       const list = arena.i32(LISTS, FF);
       for (let i = 0; i < FF; i++) list[i] = addr[layout](i);
       const t = compare([denseGate, () => f.gate(LISTS, FF, GATES)], threads);
-      console.log(`  ${threads}T gate, all neurons, ${layout.padEnd(10)} ${(t[1] * 1e3).toFixed(2).padStart(7)} ms ${((FF * EMBD) / t[1] / 1e9).toFixed(1).padStart(5)} GMAC/s  x dense gate matvec ${(t[1] / t[0]).toFixed(2)} (${((FF * EMBD) / t[0] / 1e9).toFixed(1)} GMAC/s)`);
+      console.log(
+        `  ${threads}T gate, all neurons, ${layout.padEnd(10)} ${(t[1] * 1e3).toFixed(2).padStart(7)} ms ${((FF * EMBD) / t[1] / 1e9).toFixed(1).padStart(5)} GMAC/s  x dense gate matvec ${(t[1] / t[0]).toFixed(2)} (${((FF * EMBD) / t[0] / 1e9).toFixed(1)} GMAC/s)`,
+      );
     }
     for (const frac of FRACTIONS) {
       const count = Math.max(1, Math.round(FF * frac));
@@ -208,11 +253,21 @@ for (const type of types) {
         const fns = [
           denseGate,
           denseDown,
-          (i: number) => { f.ffn(LISTS + (i % SUBSETS) * FF * 4, count, "silu"); f.finish(Y); },
-          (i: number) => { f.upDown(LISTS + (i % SUBSETS) * FF * 4, count, GATES, "relu"); f.finish(Y); },
+          (i: number) => {
+            f.ffn(LISTS + (i % SUBSETS) * FF * 4, count, "silu");
+            f.finish(Y);
+          },
+          (i: number) => {
+            f.upDown(LISTS + (i % SUBSETS) * FF * 4, count, GATES, "relu");
+            f.finish(Y);
+          },
         ];
         const run = frac >= 1 && layout === "contiguous";
-        if (run) fns.push(() => { f.ffnRun(REGION, bundleBytes, count, "silu"); f.finish(Y); });
+        if (run)
+          fns.push(() => {
+            f.ffnRun(REGION, bundleBytes, count, "silu");
+            f.finish(Y);
+          });
         const t = compare(fns, threads);
         const dn = perNeuron(t);
         let line = `  ${threads}T ffn ${(frac * 100).toFixed(0).padStart(3)}% ${layout.padEnd(10)} ${(t[2] * 1e3).toFixed(2).padStart(7)} ms ${((3 * EMBD * count) / t[2] / 1e9).toFixed(1).padStart(5)} GMAC/s  x dense ${(t[2] / count / dn).toFixed(2)} (dense FFN ${((3 * EMBD) / dn / 1e9).toFixed(1)} GMAC/s)`;
@@ -229,7 +284,10 @@ function pickSorted(n: number, count: number): number[] {
   let c = 0;
   while (c < count) {
     const i = Math.floor(rnd() * n);
-    if (!chosen[i]) { chosen[i] = 1; c++; }
+    if (!chosen[i]) {
+      chosen[i] = 1;
+      c++;
+    }
   }
   const out: number[] = [];
   for (let i = 0; i < n; i++) if (chosen[i]) out.push(i);

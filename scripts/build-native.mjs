@@ -13,17 +13,40 @@ mkdirSync(join(root, "build"), { recursive: true });
 
 function skip(why) {
   rmSync(out, { force: true });
-  console.log(`native flash reader not built (${why}): reads will go through libuv's thread pool, which costs more CPU per read`);
+  console.log(
+    `native flash reader not built (${why}): reads will go through libuv's thread pool, which costs more CPU per read`,
+  );
   process.exit(0);
 }
 
 if (process.platform !== "linux") skip(`Linux AIO is Linux-only; this is ${process.platform}`);
-const includes = [process.env.NODE_API_INCLUDE, join(dirname(process.execPath), "..", "include", "node"), "/usr/include/node", "/usr/local/include/node"].filter(Boolean);
+const includes = [
+  process.env.NODE_API_INCLUDE,
+  join(dirname(process.execPath), "..", "include", "node"),
+  "/usr/include/node",
+  "/usr/local/include/node",
+].filter(Boolean);
 const include = includes.find((d) => existsSync(join(d, "node_api.h")));
 if (!include) skip(`no node_api.h in ${includes.join(", ")}; set NODE_API_INCLUDE to a folder holding it`);
 const cc = process.env.CC || "cc";
 try {
-  execFileSync(cc, ["-O2", "-shared", "-fPIC", "-pthread", "-Wall", "-DNODE_GYP_MODULE_NAME=flash_aio", `-I${include}`, join(root, "native", "flash_aio.c"), "-ldl", "-o", out], { stdio: ["ignore", "inherit", "inherit"] });
+  execFileSync(
+    cc,
+    [
+      "-O2",
+      "-shared",
+      "-fPIC",
+      "-pthread",
+      "-Wall",
+      "-DNODE_GYP_MODULE_NAME=flash_aio",
+      `-I${include}`,
+      join(root, "native", "flash_aio.c"),
+      "-ldl",
+      "-o",
+      out,
+    ],
+    { stdio: ["ignore", "inherit", "inherit"] },
+  );
 } catch (e) {
   skip(`${cc} failed: ${e.message.split("\n")[0]}`);
 }

@@ -11,10 +11,33 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 mkdirSync(join(root, "build"), { recursive: true });
 const asc = join(root, "node_modules", "assemblyscript", "bin", "asc.js");
 const common = [
-  "--runtime", "stub",
-  "--importMemory", "--sharedMemory", "--initialMemory", "17", "--maximumMemory", "65536",
-  "--enable", "simd", "--enable", "threads",
-  "-O3", "--noAssert", "--converge",
+  "--runtime",
+  "stub",
+  "--importMemory",
+  "--sharedMemory",
+  "--initialMemory",
+  "17",
+  "--maximumMemory",
+  "65536",
+  "--enable",
+  "simd",
+  "--enable",
+  "threads",
+  "-O3",
+  "--noAssert",
+  "--converge",
 ];
-execFileSync(process.execPath, [asc, join(root, "assembly", "index.ts"), ...common, "-o", join(root, "build", "kernels.wasm"), "-t", join(root, "build", "kernels.wat")], { stdio: "inherit" });
+execFileSync(
+  process.execPath,
+  [
+    asc,
+    join(root, "assembly", "index.ts"),
+    ...common,
+    "-o",
+    join(root, "build", "kernels.wasm"),
+    "-t",
+    join(root, "build", "kernels.wat"),
+  ],
+  { stdio: "inherit" },
+);
 console.log("built build/kernels.wasm");

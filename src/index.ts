@@ -70,10 +70,16 @@ export class Model {
     return this.llama.offloaded?.mode;
   }
   /** the neuron cache a store runs with: its size, the share pinned hot, and whether gate rows stay in memory */
-  get offloadLayout(): { cacheBytes: number; hotFraction: number; hotPerLayer: number; residentGates: boolean } | undefined {
+  get offloadLayout():
+    { cacheBytes: number; hotFraction: number; hotPerLayer: number; residentGates: boolean } | undefined {
     const off = this.llama.offloaded;
     if (!off) return undefined;
-    return { cacheBytes: off.cache.bytes, hotFraction: off.hotFraction, hotPerLayer: off.cache.hotCount[0] ?? 0, residentGates: off.hasResidentGates };
+    return {
+      cacheBytes: off.cache.bytes,
+      hotFraction: off.hotFraction,
+      hotPerLayer: off.cache.hotCount[0] ?? 0,
+      residentGates: off.hasResidentGates,
+    };
   }
   /** bytes of wasm memory in use (weights, KV cache, buffers) */
   get residentBytes(): number {
@@ -120,9 +126,12 @@ export class Model {
 }
 
 export async function loadModel(options: LoadModelOptions): Promise<Model> {
-  if (!options || typeof options.modelPath !== "string") throw new TypeError("loadModel: modelPath (a string) is required");
-  const threads = options.threads === undefined || options.threads === "auto" ? availableParallelism() : options.threads;
-  if (!Number.isInteger(threads) || threads < 1) throw new RangeError(`loadModel: threads must be a positive integer, got ${threads}`);
+  if (!options || typeof options.modelPath !== "string")
+    throw new TypeError("loadModel: modelPath (a string) is required");
+  const threads =
+    options.threads === undefined || options.threads === "auto" ? availableParallelism() : options.threads;
+  if (!Number.isInteger(threads) || threads < 1)
+    throw new RangeError(`loadModel: threads must be a positive integer, got ${threads}`);
   const llama = await LlamaModel.load(options.modelPath, {
     threads,
     contextSize: options.contextSize === "auto" ? undefined : options.contextSize,

@@ -42,10 +42,20 @@ const all = examples();
 test("docs/api.md has runnable examples for every part of the API", () => {
   assert.ok(all.length >= 10, `found ${all.length} examples`);
   const code = all.map((e) => e.code).join("\n");
-  for (const name of ["loadModel", "ChatSession", "createChatCompletion", "createCompletion", "ChatTemplate", "startServer", "ApiError", "AbortController"]) {
+  for (const name of [
+    "loadModel",
+    "ChatSession",
+    "createChatCompletion",
+    "createCompletion",
+    "ChatTemplate",
+    "startServer",
+    "ApiError",
+    "AbortController",
+  ]) {
     assert.ok(code.includes(name), `no example uses ${name}`);
   }
-  for (const e of all) assert.match(e.code, /from "powerinfer-ts"/, `docs/api.md:${e.line}: examples import the package by name`);
+  for (const e of all)
+    assert.match(e.code, /from "powerinfer-ts"/, `docs/api.md:${e.line}: examples import the package by name`);
 });
 
 // Inside the package, so the package name resolves to this package (self-reference through "exports").
@@ -64,7 +74,10 @@ for (const [i, e] of all.entries()) {
     for (const m of e.code.matchAll(/console\.log\(.*\); \/\/ ([\w' [\],]+)$/gm)) {
       const words = m[1].trim();
       if (/^[a-z]+( \d+)?$/.test(words) || /^\[/.test(words)) {
-        assert.ok(r.stdout.includes(words) || r.stdout.replace(/\s+/g, " ").includes(words), `docs/api.md:${e.line}: the output lacks "${words}":\n${r.stdout}`);
+        assert.ok(
+          r.stdout.includes(words) || r.stdout.replace(/\s+/g, " ").includes(words),
+          `docs/api.md:${e.line}: the output lacks "${words}":\n${r.stdout}`,
+        );
       }
     }
   });

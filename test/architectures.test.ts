@@ -30,7 +30,10 @@ async function compareWithReference(path: string, threads = 2): Promise<number[]
       const scale = Math.max(...slow.map(Math.abs));
       let worst = 0;
       for (let i = 0; i < slow.length; i++) worst = Math.max(worst, Math.abs(fast[i] - slow[i]));
-      assert.ok(worst <= 1e-3 * scale, `${path} step ${step}: engine vs reference logits differ by ${worst} (scale ${scale})`);
+      assert.ok(
+        worst <= 1e-3 * scale,
+        `${path} step ${step}: engine vs reference logits differ by ${worst} (scale ${scale})`,
+      );
       const id = slow.indexOf(Math.max(...slow));
       assert.equal(fast.indexOf(Math.max(...fast)), id, `${path} step ${step}: greedy token`);
       ids.push(id);

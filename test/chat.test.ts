@@ -73,7 +73,10 @@ test("plain template: a transcript ending in the assistant cue, with a stop stri
     { role: "user", content: "Story?" },
   ];
   assert.equal(t.render(msgs), "Be kind.\n\nUser: Hi\nAssistant: Hello!\nUser: Story?\nAssistant:");
-  assert.equal(t.render(msgs, { addGenerationPrompt: false }), "Be kind.\n\nUser: Hi\nAssistant: Hello!\nUser: Story?\n");
+  assert.equal(
+    t.render(msgs, { addGenerationPrompt: false }),
+    "Be kind.\n\nUser: Hi\nAssistant: Hello!\nUser: Story?\n",
+  );
   assert.deepEqual(t.stop, ["\nUser:"]);
   assert.equal(t.trimAnswerStart, true);
 });
@@ -95,7 +98,11 @@ test("Jinja template: rendered with bos/eos, BOS not doubled, raise_exception ->
 
   assert.throws(
     () => t.render([{ role: "assistant", content: "first" }]),
-    (e: unknown) => e instanceof ApiError && e.status === 400 && e.code === "chat_template_error" && /first message must come from the user/.test(e.message),
+    (e: unknown) =>
+      e instanceof ApiError &&
+      e.status === 400 &&
+      e.code === "chat_template_error" &&
+      /first message must come from the user/.test(e.message),
   );
   assert.throws(() => ChatTemplate.jinja("{% for m in messages %}"), /chat template does not parse/);
   assert.throws(() => ChatTemplate.jinja("  "), /empty/);
@@ -111,11 +118,20 @@ test("the template comes from the GGUF's tokenizer.chat_template, else the plain
   assert.equal(t.tokens.bosToken, "<s>");
   assert.equal(t.render([{ role: "user", content: "a" }]), "<s>[user] a\n[assistant]");
   // A model object that exposes its metadata gets its template without being told.
-  const withMeta = { tokenizer: model.tokenizer, contextSize: model.contextSize, generate: model.generate.bind(model), metadata: new Map([["tokenizer.chat_template", TAGS_TEMPLATE]]) };
+  const withMeta = {
+    tokenizer: model.tokenizer,
+    contextSize: model.contextSize,
+    generate: model.generate.bind(model),
+    metadata: new Map([["tokenizer.chat_template", TAGS_TEMPLATE]]),
+  };
   assert.equal(templateForModel(withMeta).kind, "jinja");
 
   // The chat command finds it in the file: its answer is the library's for that rendering.
-  const r = spawnSync(process.execPath, [CLI, "chat", "-m", file, "-t", "1", "--temp", "0", "-n", "12"], { input: "Hello\n", encoding: "utf8", timeout: 60_000 });
+  const r = spawnSync(process.execPath, [CLI, "chat", "-m", file, "-t", "1", "--temp", "0", "-n", "12"], {
+    input: "Hello\n",
+    encoding: "utf8",
+    timeout: 60_000,
+  });
   assert.equal(r.status, 0, r.stderr);
   const ids = tokenizeChatPrompt(model.tokenizer, t.render([{ role: "user", content: "Hello" }]));
   assert.equal(r.stdout, (await model.generate(ids, { temperature: 0, maxTokens: 12 }).text()) + "\n");
@@ -162,7 +178,13 @@ test("createChatCompletion / createCompletion: OpenAI-shaped, equal to the libra
   assert.equal(c.usage.prompt_tokens, ids.length);
   assert.equal(c.usage.completion_tokens, 20);
 
-  const stream = await createChatCompletion(model, { messages, max_tokens: 20, temperature: 0, stream: true, model: "mine" });
+  const stream = await createChatCompletion(model, {
+    messages,
+    max_tokens: 20,
+    temperature: 0,
+    stream: true,
+    model: "mine",
+  });
   let text = "";
   let last;
   for await (const chunk of stream) {
@@ -175,7 +197,11 @@ test("createChatCompletion / createCompletion: OpenAI-shaped, equal to the libra
   assert.equal(last!.choices[0].finish_reason, "length");
   assert.equal(last!.usage!.completion_tokens, 20);
 
-  const t = await createCompletion(model, { prompt: "Once upon a time", max_tokens: 16, temperature: 0 }, { modelName: "stories" });
+  const t = await createCompletion(
+    model,
+    { prompt: "Once upon a time", max_tokens: 16, temperature: 0 },
+    { modelName: "stories" },
+  );
   assert.equal(t.model, "stories");
   assert.equal(t.choices[0].text, await model.generate("Once upon a time", { temperature: 0, maxTokens: 16 }).text());
   // Token ids are used as they are.
@@ -184,7 +210,11 @@ test("createChatCompletion / createCompletion: OpenAI-shaped, equal to the libra
   assert.equal(byIds.choices[0].text, t.choices[0].text);
 
   // Defaults sit under the request's own fields.
-  const d = await createCompletion(model, { prompt: "Once upon a time", temperature: 0 }, { defaults: { maxTokens: 5 } });
+  const d = await createCompletion(
+    model,
+    { prompt: "Once upon a time", temperature: 0 },
+    { defaults: { maxTokens: 5 } },
+  );
   assert.equal(d.usage!.completion_tokens, 5);
 });
 
@@ -192,7 +222,9 @@ test("the facade serializes concurrent calls through the model's queue", async (
   const prompts = ["Lily", "Tom", "The cat", "A big dog"];
   const expected = [];
   for (const p of prompts) expected.push(await model.generate(p, { temperature: 0, maxTokens: 12 }).text());
-  const got = await Promise.all(prompts.map((p) => createCompletion(model, { prompt: p, max_tokens: 12, temperature: 0 })));
+  const got = await Promise.all(
+    prompts.map((p) => createCompletion(model, { prompt: p, max_tokens: 12, temperature: 0 })),
+  );
   assert.deepEqual(
     got.map((r) => r.choices[0].text),
     expected,
@@ -201,16 +233,27 @@ test("the facade serializes concurrent calls through the model's queue", async (
 
 test("the facade: bad requests reject with ApiError naming the field; an abort rejects with its reason", async () => {
   await assert.rejects(
-    createChatCompletion(model, { messages: [{ role: "user", content: "x" }], temperature: "hot" as unknown as number }),
+    createChatCompletion(model, {
+      messages: [{ role: "user", content: "x" }],
+      temperature: "hot" as unknown as number,
+    }),
     (e: unknown) => e instanceof ApiError && e.status === 400 && e.param === "temperature",
   );
   await assert.rejects(
     createCompletion(model, { prompt: "Lily ".repeat(3000) }),
-    (e: unknown) => e instanceof ApiError && e.code === "context_length_exceeded" && /context holds 2048/.test(e.message),
+    (e: unknown) =>
+      e instanceof ApiError && e.code === "context_length_exceeded" && /context holds 2048/.test(e.message),
   );
-  await assert.rejects(createCompletion(model, { prompt: [] }), (e: unknown) => e instanceof ApiError && e.param === "prompt");
+  await assert.rejects(
+    createCompletion(model, { prompt: [] }),
+    (e: unknown) => e instanceof ApiError && e.param === "prompt",
+  );
   const ac = new AbortController();
-  const stream = await createCompletion(model, { prompt: "Once upon a time", max_tokens: -1, ignore_eos: true, temperature: 0, stream: true }, { signal: ac.signal });
+  const stream = await createCompletion(
+    model,
+    { prompt: "Once upon a time", max_tokens: -1, ignore_eos: true, temperature: 0, stream: true },
+    { signal: ac.signal },
+  );
   let pieces = 0;
   await assert.rejects(
     (async () => {
@@ -241,7 +284,10 @@ test("ChatSession: history carries over turns and equals the library's output fo
   const t = ChatTemplate.plain();
   const ids = tokenizeChatPrompt(model.tokenizer, t.render(s.history.slice(0, 4)));
   assert.equal(a2.stats.promptTokens, ids.length);
-  assert.equal(a2.text, (await model.generate(ids, { temperature: 0, maxTokens: 16, stop: [...t.stop] }).text()).trimStart());
+  assert.equal(
+    a2.text,
+    (await model.generate(ids, { temperature: 0, maxTokens: 16, stop: [...t.stop] }).text()).trimStart(),
+  );
   // Turns sent together run in order.
   const s2 = new ChatSession(model, { defaults: { temperature: 0, maxTokens: 8 } });
   const [x, y] = await Promise.all([s2.prompt("One"), s2.prompt("Two")]);
@@ -286,7 +332,10 @@ test("ChatSession: the oldest exchanges are dropped when the conversation outgro
     assert.deepEqual(h[0], { role: "system", content: "Be brief." });
     assert.equal(h.at(-2)!.content, "Tell me about the little dog number 5");
     assert.ok(!h.some((m) => m.content === "Tell me about the little dog number 0"));
-    await assert.rejects(s.prompt("dog ".repeat(200)), (e: unknown) => e instanceof ApiError && e.code === "context_length_exceeded");
+    await assert.rejects(
+      s.prompt("dog ".repeat(200)),
+      (e: unknown) => e instanceof ApiError && e.code === "context_length_exceeded",
+    );
     assert.equal(s.history.length, h.length, "a refused message leaves the history alone");
   } finally {
     await small.dispose();
@@ -295,7 +344,11 @@ test("ChatSession: the oldest exchanges are dropped when the conversation outgro
 
 /** Runs `powerinfer chat` with the given stdin lines, returning stdout, stderr and the exit code. */
 function chatCli(args: string[], input: string) {
-  const r = spawnSync(process.execPath, [CLI, "chat", "-m", STORIES, "-t", "1", ...args], { input, encoding: "utf8", timeout: 60_000 });
+  const r = spawnSync(process.execPath, [CLI, "chat", "-m", STORIES, "-t", "1", ...args], {
+    input,
+    encoding: "utf8",
+    timeout: 60_000,
+  });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -355,7 +408,13 @@ test("chat command: SIGINT (Ctrl-C) stops the answer, not the program; the next 
     for (let i = stdout.indexOf("\n"); i >= 0 && !matched; i = stdout.indexOf("\n", i + 1)) {
       const partial = stdout.slice(0, i);
       if (!full.startsWith(partial) || partial.length >= full.length) continue;
-      const s = new ChatSession(small, { defaults: opts, history: [{ role: "user", content: "Hello" }, { role: "assistant", content: partial }] });
+      const s = new ChatSession(small, {
+        defaults: opts,
+        history: [
+          { role: "user", content: "Hello" },
+          { role: "assistant", content: partial },
+        ],
+      });
       const second = await s.prompt("And then?");
       matched = stdout === `${partial}\n${second.text}\n`;
     }
@@ -372,7 +431,10 @@ test("progress helpers: a bar drawn in place on a terminal, one summary line els
   const bar = new ProgressBar({ label: "loading", total: 4 * 2 ** 20, unit: "bytes", stream: tty, now: () => now });
   now = 1000;
   bar.update(2 ** 20);
-  assert.match(out.at(-1)!, /^\rloading {2}\[#{8}·{22}\] {3}25% {2}1\.0 MiB\/4\.0 MiB {2}1\.0 MiB\/s {2}ETA 3s\x1b\[K$/);
+  assert.match(
+    out.at(-1)!,
+    /^\rloading {2}\[#{8}·{22}\] {3}25% {2}1\.0 MiB\/4\.0 MiB {2}1\.0 MiB\/s {2}ETA 3s\x1b\[K$/,
+  );
   now = 1050;
   bar.update(2 * 2 ** 20);
   assert.equal(out.length, 1, "no redraw within 100 ms");
@@ -381,7 +443,12 @@ test("progress helpers: a bar drawn in place on a terminal, one summary line els
   assert.equal(out.at(-1), "\r\x1b[Kloading: 2.0 MiB in 2.0 s (1.0 MiB/s)\n");
 
   const pipe: string[] = [];
-  const quiet = new ProgressBar({ label: "converting", total: 10, stream: { isTTY: false, write: (s: string) => pipe.push(s) }, now: () => now });
+  const quiet = new ProgressBar({
+    label: "converting",
+    total: 10,
+    stream: { isTTY: false, write: (s: string) => pipe.push(s) },
+    now: () => now,
+  });
   for (let i = 0; i <= 10; i++) quiet.update(i);
   now = 3000;
   quiet.finish();
@@ -390,7 +457,16 @@ test("progress helpers: a bar drawn in place on a terminal, one summary line els
   assert.equal(formatBytes(1536), "1.5 KiB");
   assert.equal(formatBytes(512), "512 B");
   assert.equal(formatDuration(75), "1m15s");
-  assert.equal(formatStats({ tokensPerSecond: 12.34, cacheHitRate: 0.875, readBytesPerSecond: 45.6e6, residentBytes: 2 ** 30, extra: "2 active" }), "12.3 tok/s | cache 87.5% | read 45.6 MB/s | rss 1.0 GiB | 2 active");
+  assert.equal(
+    formatStats({
+      tokensPerSecond: 12.34,
+      cacheHitRate: 0.875,
+      readBytesPerSecond: 45.6e6,
+      residentBytes: 2 ** 30,
+      extra: "2 active",
+    }),
+    "12.3 tok/s | cache 87.5% | read 45.6 MB/s | rss 1.0 GiB | 2 active",
+  );
   assert.equal(formatStats({ tokensPerSecond: 5 }), "5.0 tok/s");
 
   let t = 0;
@@ -404,7 +480,14 @@ test("progress helpers: a bar drawn in place on a terminal, one summary line els
 
 test("StatusLine: reserves the bottom row with a scroll region and gives it back", () => {
   const out: string[] = [];
-  const term = { isTTY: true, columns: 40, rows: 10, write: (s: string) => out.push(s), on: () => undefined, off: () => undefined };
+  const term = {
+    isTTY: true,
+    columns: 40,
+    rows: 10,
+    write: (s: string) => out.push(s),
+    on: () => undefined,
+    off: () => undefined,
+  };
   const line = new StatusLine({ stream: term, intervalMs: 0 });
   assert.equal(line.isLive, true);
   line.start();

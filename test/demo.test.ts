@@ -45,11 +45,21 @@ test("demo: makes the model once, runs it under the budget and reports speed, ca
   assert.deepEqual(readdirSync(join(cacheHome, "powerinfer-ts")), ["demo-v4-tiny-relu0.9-q4_1-seed1.pi"]);
 
   const out = first.stdout;
-  assert.match(line(out, "model"), /synthetic tiny model \(4 layers, dim 256, ffn 768, ReLU, Q4_1\): [\d.]+ MB of weights, [\d.]+ MB as a store on flash/);
+  assert.match(
+    line(out, "model"),
+    /synthetic tiny model \(4 layers, dim 256, ffn 768, ReLU, Q4_1\): [\d.]+ MB of weights, [\d.]+ MB as a store on flash/,
+  );
   assert.match(line(out, "budget"), /^[\d.]+ MiB \(default\): /);
-  assert.match(line(out, "speed"), /^prefill [\d.]+ tok\/s \(\d+ tokens\), decode [\d.]+ tok\/s \(8 tokens\), 1 thread\(s\)$/);
+  assert.match(
+    line(out, "speed"),
+    /^prefill [\d.]+ tok\/s \(\d+ tokens\), decode [\d.]+ tok\/s \(8 tokens\), 1 thread\(s\)$/,
+  );
   const ffn = line(out, "ffn");
-  const computed = Number(/^([\d.]+)% of neurons computed \(those the predictor picked; hot clusters it picked nearly whole, whole\)/.exec(ffn)?.[1]);
+  const computed = Number(
+    /^([\d.]+)% of neurons computed \(those the predictor picked; hot clusters it picked nearly whole, whole\)/.exec(
+      ffn,
+    )?.[1],
+  );
   // planted sparsity 0.9: about a tenth fire, and the planted predictor picks a few more (the
   // hot clusters it picks nearly whole are computed whole)
   assert.ok(computed > 3 && computed < 30, ffn);
@@ -58,7 +68,10 @@ test("demo: makes the model once, runs it under the budget and reports speed, ca
   const mem = /^peak resident ([\d.]+) MiB of the ([\d.]+) MiB budget/.exec(line(out, "memory"));
   assert.ok(mem, line(out, "memory"));
   assert.ok(Number(mem[1]) <= Number(mem[2]) * 1.05, `peak ${mem[1]} MiB over the ${mem[2]} MiB budget`);
-  assert.match(line(out, "note"), /weights are synthetic.*meaningless.*predictors were planted by the generator, not trained/);
+  assert.match(
+    line(out, "note"),
+    /weights are synthetic.*meaningless.*predictors were planted by the generator, not trained/,
+  );
   assert.match(line(out, "files"), /^made /);
   assert.ok(line(out, "text").length > 0, "some text was generated");
 
@@ -87,7 +100,11 @@ test("demo --keep DIR keeps the GGUF, its predictors and the store there", () =>
   const dir = keepDir;
   const r = demo("--keep", dir);
   assert.equal(r.code, 0, r.stderr);
-  assert.deepEqual(readdirSync(dir).sort(), ["demo-v4-tiny-relu0.9-q4_1-seed1.gguf", "demo-v4-tiny-relu0.9-q4_1-seed1.pi", "demo-v4-tiny-relu0.9-q4_1-seed1.predictors.gguf"]);
+  assert.deepEqual(readdirSync(dir).sort(), [
+    "demo-v4-tiny-relu0.9-q4_1-seed1.gguf",
+    "demo-v4-tiny-relu0.9-q4_1-seed1.pi",
+    "demo-v4-tiny-relu0.9-q4_1-seed1.predictors.gguf",
+  ]);
   const again = demo("--keep", dir);
   assert.equal(again.code, 0, again.stderr);
   assert.match(again.stderr, /using the cached demo model/);

@@ -8,7 +8,16 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
-import { closeSync, existsSync, fsyncSync, openSync, readFileSync, truncateSync, writeFileSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  fsyncSync,
+  openSync,
+  readFileSync,
+  truncateSync,
+  writeFileSync,
+  writeSync,
+} from "node:fs";
 import { join } from "node:path";
 import { aio } from "../src/io/aio.js";
 import { FlashReader, FlashReadError, type FlashReaderOptions, type FlashReadRequest } from "../src/io/flash-reader.js";
@@ -26,7 +35,10 @@ function pseudoRandomBytes(n: number, seed: number): Uint8Array {
   let s = seed >>> 0;
   for (let i = 0; i < n; i += 4) {
     s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    out[i] = s; out[i + 1] = s >>> 8; out[i + 2] = s >>> 16; out[i + 3] = s >>> 24;
+    out[i] = s;
+    out[i + 1] = s >>> 8;
+    out[i + 2] = s >>> 16;
+    out[i + 3] = s >>> 24;
   }
   return out;
 }
@@ -43,7 +55,11 @@ function memory(pages = 256): WebAssembly.Memory {
   return new WebAssembly.Memory({ initial: pages, maximum: 1024, shared: true });
 }
 
-function openWith(path: string, opts: Partial<FlashReaderOptions> & { memory: FlashReaderOptions["memory"] }, warnings: string[] = []): FlashReader {
+function openWith(
+  path: string,
+  opts: Partial<FlashReaderOptions> & { memory: FlashReaderOptions["memory"] },
+  warnings: string[] = [],
+): FlashReader {
   return FlashReader.open(path, { onWarning: (m) => warnings.push(m), ...opts });
 }
 
@@ -54,7 +70,10 @@ function bytesAt(mem: WebAssembly.Memory | ArrayBuffer, dst: number, length: num
 
 function assertLanded(mem: WebAssembly.Memory | ArrayBuffer, reqs: readonly FlashReadRequest[]): void {
   for (const r of reqs) {
-    assert.ok(Buffer.from(bytesAt(mem, r.dst, r.length)).equals(content.subarray(r.fileOffset, r.fileOffset + r.length)), `request ${String(r.tag)} at ${r.fileOffset}: bytes differ from the file`);
+    assert.ok(
+      Buffer.from(bytesAt(mem, r.dst, r.length)).equals(content.subarray(r.fileOffset, r.fileOffset + r.length)),
+      `request ${String(r.tag)} at ${r.fileOffset}: bytes differ from the file`,
+    );
   }
 }
 
@@ -75,10 +94,15 @@ function randomRequests(n: number, seed: number): FlashReadRequest[] {
 
 /** Every behaviour below holds for both ways of issuing reads (native AIO only where it was built). */
 const BACKENDS: ("threads" | "aio" | "aio-inline")[] = aio().binding ? ["threads", "aio", "aio-inline"] : ["threads"];
-const backendOpts = (b: (typeof BACKENDS)[number]): Partial<FlashReaderOptions> => (b === "aio-inline" ? { backend: "aio", ioThread: false } : { backend: b });
+const backendOpts = (b: (typeof BACKENDS)[number]): Partial<FlashReaderOptions> =>
+  b === "aio-inline" ? { backend: "aio", ioThread: false } : { backend: b };
 
 for (const backend of BACKENDS) {
-  const open = (path: string, opts: Partial<FlashReaderOptions> & { memory: FlashReaderOptions["memory"] }, warnings: string[] = []) => openWith(path, { ...backendOpts(backend), ...opts }, warnings);
+  const open = (
+    path: string,
+    opts: Partial<FlashReaderOptions> & { memory: FlashReaderOptions["memory"] },
+    warnings: string[] = [],
+  ) => openWith(path, { ...backendOpts(backend), ...opts }, warnings);
 
   test(`[${backend}] random aligned requests land where asked, equal to the file's bytes, each reported once`, async () => {
     const mem = memory();
@@ -90,7 +114,9 @@ for (const backend of BACKENDS) {
     const seen = new Map<unknown, number>();
     await r.read(reqs, (q) => {
       // its bytes are there when it is reported, not only at the end
-      assert.ok(Buffer.from(bytesAt(mem, q.dst, q.length)).equals(content.subarray(q.fileOffset, q.fileOffset + q.length)));
+      assert.ok(
+        Buffer.from(bytesAt(mem, q.dst, q.length)).equals(content.subarray(q.fileOffset, q.fileOffset + q.length)),
+      );
       seen.set(q.tag, (seen.get(q.tag) ?? 0) + 1);
     });
     assert.equal(seen.size, reqs.length);
@@ -98,7 +124,10 @@ for (const backend of BACKENDS) {
     assertLanded(mem, reqs);
     const s = r.stats();
     assert.equal(s.requests, 400);
-    assert.equal(s.bytes, reqs.reduce((a, q) => a + q.length, 0));
+    assert.equal(
+      s.bytes,
+      reqs.reduce((a, q) => a + q.length, 0),
+    );
     assert.ok(s.busySeconds > 0);
     assert.equal(r.pending, 0);
     await r.close();
@@ -122,7 +151,12 @@ for (const backend of BACKENDS) {
 
     // ten adjacent 4 KiB requests with a 16 KiB cap: 16 + 16 + 8 KiB
     r.resetStats();
-    const ten = Array.from({ length: 10 }, (_, i) => ({ fileOffset: (100 + i) * K4, length: K4, dst: (20 + i) * K4, tag: i }));
+    const ten = Array.from({ length: 10 }, (_, i) => ({
+      fileOffset: (100 + i) * K4,
+      length: K4,
+      dst: (20 + i) * K4,
+      tag: i,
+    }));
     await r.read(ten);
     assertLanded(mem, ten);
     s = r.stats();
@@ -150,7 +184,8 @@ for (const backend of BACKENDS) {
       const live = { n: 0 };
       const reqs = Array.from({ length: 40 }, (_, i) => ({ fileOffset: i * 2 * K4, length: K4, dst: i * K4, tag: i }));
       const r2 = open(FILE, {
-        memory: mem, queueDepth: qd,
+        memory: mem,
+        queueDepth: qd,
         fault: () => {
           live.n++;
           peak = Math.max(peak, live.n);
@@ -181,13 +216,21 @@ for (const backend of BACKENDS) {
     });
     const reqs = Array.from({ length: 30 }, (_, i) => ({ fileOffset: i * 3 * K4, length: K4, dst: i * K4, tag: i }));
     const completed = new Set<unknown>();
-    await assert.rejects(r.read(reqs, (q) => completed.add(q.tag)), (e: unknown) => {
-      assert.ok(e instanceof FlashReadError, `expected a FlashReadError, got ${e}`);
-      assert.equal(e.code, "EIO");
-      assert.equal(e.fileOffset, failedAt);
-      assert.match(e.message, new RegExp(`data\\.bin: read failed: EIO: i/o error, read \\(read of 4096 bytes at byte offset ${failedAt}\\)`));
-      return true;
-    });
+    await assert.rejects(
+      r.read(reqs, (q) => completed.add(q.tag)),
+      (e: unknown) => {
+        assert.ok(e instanceof FlashReadError, `expected a FlashReadError, got ${e}`);
+        assert.equal(e.code, "EIO");
+        assert.equal(e.fileOffset, failedAt);
+        assert.match(
+          e.message,
+          new RegExp(
+            `data\\.bin: read failed: EIO: i/o error, read \\(read of 4096 bytes at byte offset ${failedAt}\\)`,
+          ),
+        );
+        return true;
+      },
+    );
     const failedTag = reqs.find((q) => q.fileOffset === failedAt)!.tag;
     assert.ok(!completed.has(failedTag), "the request whose read failed was reported complete");
     assert.ok(completed.size < reqs.length);
@@ -215,9 +258,17 @@ for (const backend of BACKENDS) {
     });
     const reqs = Array.from({ length: 10 }, (_, i) => ({ fileOffset: i * K4, length: K4, dst: i * 2 * K4, tag: i }));
     const completed: unknown[] = [];
-    await assert.rejects(r.read(reqs, (q) => completed.push(q.tag)), /checksum says no at 20480/);
+    await assert.rejects(
+      r.read(reqs, (q) => completed.push(q.tag)),
+      /checksum says no at 20480/,
+    );
     assert.ok(!completed.includes(5));
-    await assert.rejects(r.read(reqs.slice(0, 2), () => { throw new Error("consumer broke"); }), /consumer broke/);
+    await assert.rejects(
+      r.read(reqs.slice(0, 2), () => {
+        throw new Error("consumer broke");
+      }),
+      /consumer broke/,
+    );
     await r.close();
 
     // the file shrinks after open: the read comes back short
@@ -239,7 +290,10 @@ for (const backend of BACKENDS) {
     await assert.rejects(r.read([{ fileOffset: 100, length: K4, dst: 0 }]), /request 0 .* is not 4096-byte aligned/);
     await assert.rejects(r.read([{ fileOffset: 0, length: 1000, dst: 0 }]), /not 4096-byte aligned/);
     await assert.rejects(r.read([{ fileOffset: 0, length: K4, dst: 12 }]), /not 4096-byte aligned/);
-    await assert.rejects(r.read([{ fileOffset: FILE_BYTES, length: K4, dst: 0 }]), /past the end of the file \(8388608 bytes\)/);
+    await assert.rejects(
+      r.read([{ fileOffset: FILE_BYTES, length: K4, dst: 0 }]),
+      /past the end of the file \(8388608 bytes\)/,
+    );
     await assert.rejects(r.read([{ fileOffset: 0, length: K4, dst: 4 * 65536 }]), /past the end of the memory/);
     assert.equal(r.stats().reads, 0);
     await r.read([]); // an empty batch resolves
@@ -292,9 +346,17 @@ for (const backend of BACKENDS) {
     await direct.read(range);
     await direct.read(range);
     const directDelta = storageReadBytes()! - d0;
-    t.diagnostic(`storage bytes read: buffered re-reads ${cachedDelta}, direct reads ${directDelta} (2 x ${1 << 20} asked)`);
-    assert.ok(cachedDelta < 1 << 20, "the accounting should show cached reads as free; it cannot tell the two apart here");
-    assert.ok(directDelta >= 2 << 20, `direct reads fetched only ${directDelta} bytes from storage: served from the page cache?`);
+    t.diagnostic(
+      `storage bytes read: buffered re-reads ${cachedDelta}, direct reads ${directDelta} (2 x ${1 << 20} asked)`,
+    );
+    assert.ok(
+      cachedDelta < 1 << 20,
+      "the accounting should show cached reads as free; it cannot tell the two apart here",
+    );
+    assert.ok(
+      directDelta >= 2 << 20,
+      `direct reads fetched only ${directDelta} bytes from storage: served from the page cache?`,
+    );
 
     // (2) residency: evict the file, read all of it with O_DIRECT, and nothing is cached afterwards
     const evict = spawnSync("dd", [`if=${FILE}`, "iflag=nocache", "count=0", "status=none"]);
@@ -302,15 +364,21 @@ for (const backend of BACKENDS) {
     if (evict.status !== 0 || resident === undefined || resident !== 0) {
       t.diagnostic(`residency check skipped (dd status ${evict.status}, resident after eviction ${resident})`);
     } else {
-      const all = Array.from({ length: FILE_BYTES / (1 << 20) }, (_, i) => ({ fileOffset: i << 20, length: 1 << 20, dst: 0 }));
+      const all = Array.from({ length: FILE_BYTES / (1 << 20) }, (_, i) => ({
+        fileOffset: i << 20,
+        length: 1 << 20,
+        dst: 0,
+      }));
       for (const q of all) await direct.read([q]);
       assert.equal(residentBytes(FILE), 0, "pages of the file entered the page cache during direct reads");
       await buffered.read(all.slice(0, 1));
-      assert.ok(residentBytes(FILE)! >= 1 << 20, "a buffered read should populate the cache (sanity check of the method)");
+      assert.ok(
+        residentBytes(FILE)! >= 1 << 20,
+        "a buffered read should populate the cache (sanity check of the method)",
+      );
     }
     await Promise.all([direct.close(), buffered.close()]);
   });
-
 }
 
 test("where O_DIRECT is impossible: one clear warning, buffered reads that still work", async () => {
@@ -335,7 +403,10 @@ test("where O_DIRECT is impossible: one clear warning, buffered reads that still
     assert.match(p.bufferedReason ?? "", /refuses O_DIRECT \(EINVAL/);
     assert.equal(w2.length, 1);
     await p.close();
-    assert.throws(() => FlashReader.open(proc, { memory: memory(1), direct: true }), /status: direct I\/O was required but is not possible/);
+    assert.throws(
+      () => FlashReader.open(proc, { memory: memory(1), direct: true }),
+      /status: direct I\/O was required but is not possible/,
+    );
   }
   // the thread pool warning
   const w3: string[] = [];
@@ -354,7 +425,11 @@ test("where O_DIRECT is impossible: one clear warning, buffered reads that still
 });
 
 for (const backend of BACKENDS) {
-  const open = (path: string, opts: Partial<FlashReaderOptions> & { memory: FlashReaderOptions["memory"] }, warnings: string[] = []) => openWith(path, { ...backendOpts(backend), ...opts }, warnings);
+  const open = (
+    path: string,
+    opts: Partial<FlashReaderOptions> & { memory: FlashReaderOptions["memory"] },
+    warnings: string[] = [],
+  ) => openWith(path, { ...backendOpts(backend), ...opts }, warnings);
 
   test(`[${backend}] store bundles through the flash reader, checked by the store's checksums`, async () => {
     const storePath = join(dir, "relu.pi");
@@ -365,13 +440,26 @@ for (const backend of BACKENDS) {
     // read every other bundle of layer 1 into consecutive slots (pairs coalesce: 0-1, 4-5, ...)
     const reqs: FlashReadRequest[] = [];
     for (let p = 0; p < L.neurons; p += 4) {
-      for (const q of [p, p + 1]) reqs.push({ fileOffset: store.bundleOffset(1, q), length: L.bundleBytes, dst: reqs.length * L.bundleBytes, tag: q });
+      for (const q of [p, p + 1])
+        reqs.push({
+          fileOffset: store.bundleOffset(1, q),
+          length: L.bundleBytes,
+          dst: reqs.length * L.bundleBytes,
+          tag: q,
+        });
     }
     // checksums as a table too: with the AIO thread it checks them, off this thread
     const check = store.verifier("always");
     let jsChecks = 0;
     const verify = (fo: number, v: Uint8Array, vo: number, len: number) => (jsChecks++, check(fo, v, vo, len));
-    const r = FlashReader.open(storePath, { memory: mem, ...backendOpts(backend), verify, checksums: store.checksumTable("always"), queueDepth: 4, onWarning: () => undefined });
+    const r = FlashReader.open(storePath, {
+      memory: mem,
+      ...backendOpts(backend),
+      verify,
+      checksums: store.checksumTable("always"),
+      queueDepth: 4,
+      onWarning: () => undefined,
+    });
     await r.read(reqs);
     assert.equal(jsChecks === 0, backend === "aio", `${jsChecks} reads checked in JavaScript`);
     assert.equal(r.stats().reads, reqs.length / 2);
@@ -389,13 +477,25 @@ for (const backend of BACKENDS) {
     b[hit] ^= 0x40;
     writeFileSync(bad, b);
     const badStore = NeuronStore.open(bad); // its manifest is intact: the damage shows only when the bundle is read
-    const rb = FlashReader.open(bad, { memory: mem, ...backendOpts(backend), verify: badStore.verifier("once"), checksums: badStore.checksumTable("once"), onWarning: () => undefined });
-    const completed = new Set<unknown>();
-    await assert.rejects(rb.read(reqs, (q) => completed.add(q.tag)), (e: unknown) => {
-      assert.ok(e instanceof StoreError);
-      assert.match(e.message, /relu-bad\.pi: checksum mismatch .*\(layer 1 FFN, bundle at stored position 8 \(neuron 8\)\)/);
-      return true;
+    const rb = FlashReader.open(bad, {
+      memory: mem,
+      ...backendOpts(backend),
+      verify: badStore.verifier("once"),
+      checksums: badStore.checksumTable("once"),
+      onWarning: () => undefined,
     });
+    const completed = new Set<unknown>();
+    await assert.rejects(
+      rb.read(reqs, (q) => completed.add(q.tag)),
+      (e: unknown) => {
+        assert.ok(e instanceof StoreError);
+        assert.match(
+          e.message,
+          /relu-bad\.pi: checksum mismatch .*\(layer 1 FFN, bundle at stored position 8 \(neuron 8\)\)/,
+        );
+        return true;
+      },
+    );
     assert.ok(!completed.has(8) && !completed.has(9), "the corrupt bundle (and its read-mate) were reported complete");
     await rb.close();
     badStore.close();

@@ -54,7 +54,10 @@ test("reads the real models' metadata and tensor tables", () => {
     assert.equal(t.type, GGMLType.F32);
     // a tensor read by position equals the bytes at its offset
     const on = f.tensor("output_norm.weight");
-    assert.deepEqual(Buffer.from(f.tensorData("output_norm.weight")), original.subarray(on.offset, on.offset + on.bytes));
+    assert.deepEqual(
+      Buffer.from(f.tensorData("output_norm.weight")),
+      original.subarray(on.offset, on.offset + on.bytes),
+    );
     const cfg = readConfig(f);
     assert.equal(cfg.nHeadKV, 4);
     assert.equal(cfg.activation, "silu");

@@ -13,9 +13,11 @@ import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/wei
 function rng(seed: number) {
   let s = seed >>> 0 || 1;
   return () => {
-    s ^= s << 13; s >>>= 0;
+    s ^= s << 13;
+    s >>>= 0;
     s ^= s >>> 17;
-    s ^= s << 5; s >>>= 0;
+    s ^= s << 5;
+    s >>>= 0;
     return s / 4294967296;
   };
 }
@@ -25,24 +27,37 @@ function randomWeights(type: GGMLType, rows: number, cols: number, seed: number)
   const r = rng(seed);
   const b = new Uint8Array(rows * rowBytes(type, cols));
   for (let i = 0; i < b.length; i++) b[i] = Math.floor(r() * 256);
-  const setF16 = (o: number, v: number) => { const h = f32ToF16(v); b[o] = h & 0xff; b[o + 1] = h >> 8; };
+  const setF16 = (o: number, v: number) => {
+    const h = f32ToF16(v);
+    b[o] = h & 0xff;
+    b[o + 1] = h >> 8;
+  };
   switch (type) {
-    case GGMLType.F16: case GGMLType.BF16:
+    case GGMLType.F16:
+    case GGMLType.BF16:
       for (let i = 0; i < rows * cols; i++) {
         const v = (r() - 0.5) * 2;
         const h = type === GGMLType.F16 ? f32ToF16(v) : f32ToBF16(v);
-        b[2 * i] = h & 0xff; b[2 * i + 1] = h >> 8;
+        b[2 * i] = h & 0xff;
+        b[2 * i + 1] = h >> 8;
       }
       break;
     case GGMLType.Q5_0:
       for (let o = 0; o < b.length; o += 22) setF16(o, (r() - 0.5) * 0.1);
       break;
     case GGMLType.Q5_1:
-      for (let o = 0; o < b.length; o += 24) { setF16(o, r() * 0.05); setF16(o + 2, (r() - 0.5) * 0.5); }
+      for (let o = 0; o < b.length; o += 24) {
+        setF16(o, r() * 0.05);
+        setF16(o + 2, (r() - 0.5) * 0.5);
+      }
       break;
-    case GGMLType.Q4_K: case GGMLType.Q5_K: {
+    case GGMLType.Q4_K:
+    case GGMLType.Q5_K: {
       const bs = type === GGMLType.Q4_K ? 144 : 176;
-      for (let o = 0; o < b.length; o += bs) { setF16(o, r() * 0.01); setF16(o + 2, r() * 0.01); }
+      for (let o = 0; o < b.length; o += bs) {
+        setF16(o, r() * 0.01);
+        setF16(o + 2, r() * 0.01);
+      }
       break;
     }
     case GGMLType.Q6_K:
@@ -55,7 +70,8 @@ function randomWeights(type: GGMLType, rows: number, cols: number, seed: number)
 }
 
 function gaussians(n: number, seed: number): Float32Array {
-  const r = rng(seed), out = new Float32Array(n);
+  const r = rng(seed),
+    out = new Float32Array(n);
   for (let i = 0; i < n; i++) out[i] = Math.sqrt(-2 * Math.log(r() + 1e-12)) * Math.cos(2 * Math.PI * r());
   return out;
 }
@@ -70,7 +86,10 @@ function put(bytes: Uint8Array, align = 64): number {
   return p;
 }
 
-interface Case { type: GGMLType; cols: number[] }
+interface Case {
+  type: GGMLType;
+  cols: number[];
+}
 const CASES: Case[] = [
   { type: GGMLType.F16, cols: [8, 37, 264] },
   { type: GGMLType.BF16, cols: [8, 37, 264] },
@@ -81,10 +100,19 @@ const CASES: Case[] = [
   { type: GGMLType.Q6_K, cols: [256, 768] },
 ];
 const ROWS = [1, 7, 13];
-const RANGES = (rows: number): [number, number][] => [[0, rows], [Math.min(1, rows), Math.max(Math.min(1, rows), rows - 2)], [rows - 1, rows]];
+const RANGES = (rows: number): [number, number][] => [
+  [0, rows],
+  [Math.min(1, rows), Math.max(Math.min(1, rows), rows - 2)],
+  [rows - 1, rows],
+];
 
 /** Reference for one row and one prepared activation; also a magnitude for the tolerance. */
-function reference(type: GGMLType, w: Uint8Array, act: Uint8Array | Float32Array, cols: number): { v: number; mag: number } {
+function reference(
+  type: GGMLType,
+  w: Uint8Array,
+  act: Uint8Array | Float32Array,
+  cols: number,
+): { v: number; mag: number } {
   const v = vecDot(type, w, act, cols);
   const wf = dequantize(type, w, cols);
   const at = vecDotType(type);
@@ -97,9 +125,18 @@ function reference(type: GGMLType, w: Uint8Array, act: Uint8Array | Float32Array
 for (const { type, cols: colList } of CASES) {
   test(`${typeName(type)} matvec and matmul equal the reference dot (odd rows, sub-ranges, 1..5 tokens)`, () => {
     const wk = weightKernel(type);
-    assert.equal(wk.act, { [GGMLType.F16]: "f32", [GGMLType.BF16]: "f32", [GGMLType.Q5_0]: "q8_0", [GGMLType.Q5_1]: "q8_1" }[type as number] ?? "q8_K");
-    const matvec = K[wk.matvec], matmul = K[wk.matmul];
-    assert.ok(typeof matvec === "function" && typeof matmul === "function", `kernels ${wk.matvec} / ${wk.matmul} are exported`);
+    assert.equal(
+      wk.act,
+      { [GGMLType.F16]: "f32", [GGMLType.BF16]: "f32", [GGMLType.Q5_0]: "q8_0", [GGMLType.Q5_1]: "q8_1" }[
+        type as number
+      ] ?? "q8_K",
+    );
+    const matvec = K[wk.matvec],
+      matmul = K[wk.matmul];
+    assert.ok(
+      typeof matvec === "function" && typeof matmul === "function",
+      `kernels ${wk.matvec} / ${wk.matmul} are exported`,
+    );
     let seed = 100 * type;
     for (const cols of colList) {
       for (const rows of ROWS) {
@@ -128,12 +165,16 @@ for (const { type, cols: colList } of CASES) {
         const refs: { v: number; mag: number }[][] = [];
         for (let t = 0; t < ntokMax; t++) {
           refs.push([]);
-          for (let r = 0; r < rows; r++) refs[t].push(reference(type, gguf.subarray(r * rb, (r + 1) * rb), acts[t], cols));
+          for (let r = 0; r < rows; r++)
+            refs[t].push(reference(type, gguf.subarray(r * rb, (r + 1) * rb), acts[t], cols));
         }
         const yp = arena.alloc(rows * ntokMax * 4);
         const check = (got: number, ref: { v: number; mag: number }, what: string) => {
           const tol = 3e-6 * ref.mag + 1e-6;
-          assert.ok(Math.abs(got - ref.v) <= tol, `${typeName(type)} ${rows}x${cols} ${what}: kernel ${got}, reference ${ref.v} (tolerance ${tol})`);
+          assert.ok(
+            Math.abs(got - ref.v) <= tol,
+            `${typeName(type)} ${rows}x${cols} ${what}: kernel ${got}, reference ${ref.v} (tolerance ${tol})`,
+          );
         };
         for (const [r0, r1] of RANGES(rows)) {
           const y = arena.f32(yp, rows * ntokMax);
@@ -149,7 +190,8 @@ for (const { type, cols: colList } of CASES) {
             for (let t = 0; t < ntokMax; t++) {
               for (let r = 0; r < rows; r++) {
                 const v = y[t * rows + r];
-                if (t < ntok && r >= r0 && r < r1) check(v, refs[t][r], `matmul ntok ${ntok} token ${t} row ${r} of [${r0}, ${r1})`);
+                if (t < ntok && r >= r0 && r < r1)
+                  check(v, refs[t][r], `matmul ntok ${ntok} token ${t} row ${r} of [${r0}, ${r1})`);
                 else assert.ok(Number.isNaN(v), `matmul ntok ${ntok} [${r0}, ${r1}) wrote token ${t} row ${r}`);
               }
             }
@@ -163,18 +205,23 @@ for (const { type, cols: colList } of CASES) {
 test("prepare_q8_K writes the reference Q8_K bytes exactly (several blocks, tokens, zeros, +v/-v ties)", () => {
   const prep = prepareKernel("q8_K");
   assert.equal(prep, "prepare_q8_K");
-  const cols = 768, ntok = 4;
+  const cols = 768,
+    ntok = 4;
   const x = new Float32Array(cols * ntok);
   x.set(gaussians(cols * ntok, 5));
   x.fill(0, cols, cols + 256); // token 1, block 0: all zeros
   // token 2, block 1: -3 comes before +3 (the reference keeps the first); block 2: +3 first
   x.fill(0.5, 2 * cols + 256, 2 * cols + 512);
-  x[2 * cols + 300] = -3; x[2 * cols + 400] = 3;
+  x[2 * cols + 300] = -3;
+  x[2 * cols + 400] = 3;
   x.fill(-0.25, 2 * cols + 512, 3 * cols);
-  x[2 * cols + 600] = 3; x[2 * cols + 700] = -3;
+  x[2 * cols + 600] = 3;
+  x[2 * cols + 700] = -3;
   // token 3: values that land exactly on .5 after scaling (round half to even)
   for (let i = 0; i < cols; i++) x[3 * cols + i] = ((i % 41) - 20) * (127 / 254);
-  x[3 * cols] = 127; x[3 * cols + 256] = -127; x[3 * cols + 512] = 127;
+  x[3 * cols] = 127;
+  x[3 * cols + 256] = -127;
+  x[3 * cols + 512] = 127;
   const xp = put(new Uint8Array(x.buffer));
   const ab = activationBytes("q8_K", cols);
   const dp = arena.alloc(ab * ntok);
@@ -185,7 +232,10 @@ test("prepare_q8_K writes the reference Q8_K bytes exactly (several blocks, toke
     const want = new Uint8Array(ab);
     quantizeRow(GGMLType.Q8_K, x.subarray(t * cols, (t + 1) * cols), want);
     for (let i = 0; i < ab; i++) {
-      if (got[t * ab + i] !== want[i]) assert.fail(`token ${t}: byte ${i} (block ${Math.floor(i / 292)}, offset ${i % 292}) is ${got[t * ab + i]}, reference ${want[i]}`);
+      if (got[t * ab + i] !== want[i])
+        assert.fail(
+          `token ${t}: byte ${i} (block ${Math.floor(i / 292)}, offset ${i % 292}) is ${got[t * ab + i]}, reference ${want[i]}`,
+        );
     }
   }
   // the tie rows really produced opposite signs (so the test can tell first from last)
@@ -196,22 +246,33 @@ test("prepare_q8_K writes the reference Q8_K bytes exactly (several blocks, toke
 
 test("F16 kernels are exact on subnormal, zero, negative-zero and extreme halves", () => {
   const cols = 16;
-  const halves = [0x0001, 0x03ff, 0x0400, 0x8001, 0x0000, 0x8000, 0x7bff, 0xfbff, 0x3c00, 0xbc00, 0x3555, 0x0200, 0x8200, 0x1234, 0x9234, 0x7800];
+  const halves = [
+    0x0001, 0x03ff, 0x0400, 0x8001, 0x0000, 0x8000, 0x7bff, 0xfbff, 0x3c00, 0xbc00, 0x3555, 0x0200, 0x8200, 0x1234,
+    0x9234, 0x7800,
+  ];
   const w = new Uint8Array(cols * 2);
-  halves.forEach((h, i) => { w[2 * i] = h & 0xff; w[2 * i + 1] = h >> 8; });
+  halves.forEach((h, i) => {
+    w[2 * i] = h & 0xff;
+    w[2 * i + 1] = h >> 8;
+  });
   const wf = dequantize(GGMLType.F16, w, cols);
   for (let probe = 0; probe < cols; probe++) {
     // one-hot activations: the kernel must return the weight itself
     const x = new Float32Array(cols);
     x[probe] = 1;
-    const wp = put(w), xp = put(new Uint8Array(x.buffer)), yp = arena.alloc(16);
+    const wp = put(w),
+      xp = put(new Uint8Array(x.buffer)),
+      yp = arena.alloc(16);
     K.matvec_f16(wp, xp, yp, 1, cols, 0, 1);
     const got = arena.f32(yp, 1)[0];
     assert.ok(got === wf[probe], `half 0x${halves[probe].toString(16)}: kernel ${got}, exact ${wf[probe]}`);
     K.matvec_bf16(wp, xp, yp, 1, cols, 0, 1);
     const bf = dequantize(GGMLType.BF16, w, cols)[probe];
     // a dot product that starts from +0 turns a -0 weight into +0: compare with ===
-    assert.ok(arena.f32(yp, 1)[0] === bf, `bf16 0x${halves[probe].toString(16)}: kernel ${arena.f32(yp, 1)[0]}, exact ${bf}`);
+    assert.ok(
+      arena.f32(yp, 1)[0] === bf,
+      `bf16 0x${halves[probe].toString(16)}: kernel ${arena.f32(yp, 1)[0]}, exact ${bf}`,
+    );
   }
 });
 

@@ -13,15 +13,18 @@ import { activationBytes, prepareKernel, weightKernel, type WeightKernel } from 
 function rng(seed: number) {
   let s = seed >>> 0 || 1;
   return () => {
-    s ^= s << 13; s >>>= 0;
+    s ^= s << 13;
+    s >>>= 0;
     s ^= s >>> 17;
-    s ^= s << 5; s >>>= 0;
+    s ^= s << 5;
+    s >>>= 0;
     return s / 4294967296;
   };
 }
 
 function gaussians(n: number, seed: number): Float32Array {
-  const r = rng(seed), out = new Float32Array(n);
+  const r = rng(seed),
+    out = new Float32Array(n);
   for (let i = 0; i < n; i++) out[i] = Math.sqrt(-2 * Math.log(r() + 1e-12)) * Math.cos(2 * Math.PI * r());
   return out;
 }
@@ -35,15 +38,20 @@ function makeWeights(type: GGMLType, rows: number, cols: number, seed: number): 
     if (rows > 5) f[5 * cols + c] = 0;
   }
   if (type === GGMLType.F32) return new Uint8Array(f.buffer);
-  const rb = rowBytes(type, cols), out = new Uint8Array(rows * rb);
-  for (let r = 0; r < rows; r++) quantizeRow(type, f.subarray(r * cols, (r + 1) * cols), out.subarray(r * rb, (r + 1) * rb));
+  const rb = rowBytes(type, cols),
+    out = new Uint8Array(rows * rb);
+  for (let r = 0; r < rows; r++)
+    quantizeRow(type, f.subarray(r * cols, (r + 1) * cols), out.subarray(r * rb, (r + 1) * rb));
   return out;
 }
 
 const arena = new Arena(32 << 20);
 const k = instantiateKernels(arena.memory);
 /** Scratch regions reused by every test (the arena never frees). */
-const W = arena.alloc(8 << 20, 64), X = arena.alloc(2 << 20, 64), A = arena.alloc(2 << 20, 64), Y = arena.alloc(1 << 20, 64);
+const W = arena.alloc(8 << 20, 64),
+  X = arena.alloc(2 << 20, 64),
+  A = arena.alloc(2 << 20, 64),
+  Y = arena.alloc(1 << 20, 64);
 
 function pack(wk: WeightKernel, src: Uint8Array, rows: number, cols: number, pieces = 1): number {
   const size = wk.packedBytes(rows, cols);
@@ -94,15 +102,19 @@ const TYPES = [GGMLType.F32, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1];
 /** llama.cpp's x86 activation quantizer (AVX2 quantize_row_q8_0), in f32 arithmetic. */
 function x86Q8(x: Float32Array): { d: number[]; q: number[]; s: number[] } {
   const fr = Math.fround;
-  const d: number[] = [], q: number[] = [], s: number[] = [];
+  const d: number[] = [],
+    q: number[] = [],
+    s: number[] = [];
   for (let b = 0; b < x.length; b += 32) {
     let amax = 0;
     for (let j = 0; j < 32; j++) amax = Math.max(amax, Math.abs(x[b + j]));
-    const dd = fr(amax / 127), id = amax !== 0 ? fr(127 / amax) : 0;
+    const dd = fr(amax / 127),
+      id = amax !== 0 ? fr(127 / amax) : 0;
     let sum = 0;
     for (let j = 0; j < 32; j++) {
       const v = fr(x[b + j] * id);
-      const f = Math.floor(v), frac = v - f;
+      const f = Math.floor(v),
+        frac = v - f;
       const r = frac > 0.5 || (frac === 0.5 && f % 2 !== 0) ? f + 1 : f; // round half to even
       q.push(r);
       sum += r;
@@ -116,7 +128,8 @@ function x86Q8(x: Float32Array): { d: number[]; q: number[]; s: number[] } {
 test("prepare_q8_0 / prepare_q8_1 write ggml blocks with llama.cpp's x86 rounding", () => {
   const cols = 32 * 9;
   const x = gaussians(cols * 2, 7);
-  x[3] = 0; x.fill(0, 64, 96); // an all-zero block
+  x[3] = 0;
+  x.fill(0, 64, 96); // an all-zero block
   for (let j = 0; j < 32; j++) x[96 + j] = (j - 16) * 0.5; // exact ties after scaling (amax 8 -> id 127/8)
   // d = amax / 127 exactly halfway between two f16 values: rounds to the even one (down, then up)
   x[128] = 127 * (1 + 2 ** -11);
@@ -133,7 +146,8 @@ test("prepare_q8_0 / prepare_q8_1 write ggml blocks with llama.cpp's x86 roundin
   for (let t = 0; t < ntok; t++) {
     const ref = x86Q8(x.subarray(t * cols, (t + 1) * cols));
     for (let b = 0; b < cols / 32; b++) {
-      const o0 = (t * cols / 32 + b) * 34, o1 = (t * cols / 32 + b) * 36;
+      const o0 = ((t * cols) / 32 + b) * 34,
+        o1 = ((t * cols) / 32 + b) * 36;
       assert.equal(f16Table[q0[o0] | (q0[o0 + 1] << 8)], ref.d[b], `q8_0 d of block ${b}`);
       assert.equal(f16Table[q1[o1] | (q1[o1 + 1] << 8)], ref.d[b], `q8_1 d of block ${b}`);
       assert.equal(f16Table[q1[o1 + 2] | (q1[o1 + 3] << 8)], ref.s[b], `q8_1 s of block ${b}`);
@@ -151,7 +165,8 @@ test("prepare_q8_0 / prepare_q8_1 write ggml blocks with llama.cpp's x86 roundin
   for (let b = 0; b < cols / 32; b++) {
     assert.equal(ggmlRef[b * 34] | (ggmlRef[b * 34 + 1] << 8), q0[b * 34] | (q0[b * 34 + 1] << 8));
     for (let j = 0; j < 32; j++) {
-      const a = (ggmlRef[b * 34 + 2 + j] << 24) >> 24, c = (q0[b * 34 + 2 + j] << 24) >> 24;
+      const a = (ggmlRef[b * 34 + 2 + j] << 24) >> 24,
+        c = (q0[b * 34 + 2 + j] << 24) >> 24;
       assert.ok(Math.abs(a - c) <= 1);
       if (a !== c) differ++;
     }
@@ -177,7 +192,8 @@ test("q8_i16 / q8_i16n hold the same quants and scales as ggml's Q8_0 / Q8_1 blo
       const ng = Math.ceil(cols / 128);
       for (let t = 0; t < ntok; t++) {
         for (let b = 0; b < ng * 4; b++) {
-          const g = t * bytes + (b >> 2) * gb, bi = b & 3;
+          const g = t * bytes + (b >> 2) * gb,
+            bi = b & 3;
           const real = b < cols / 32;
           const o = (t * (cols / 32) + b) * 36;
           const d = real ? f16Table[ref[o] | (ref[o + 1] << 8)] : 0;
@@ -186,8 +202,13 @@ test("q8_i16 / q8_i16n hold the same quants and scales as ggml's Q8_0 / Q8_1 blo
           for (let e = 0; e < 32; e++) {
             const q = real ? (ref[o + 4 + e] << 24) >> 24 : 0;
             sum += q;
-            const v = e >> 1, factor = fmt === "q8_i16" ? 1 : [256, 16, 1, 256][v & 3];
-            assert.equal(i16[(g >> 1) + v * 8 + 2 * bi + (e & 1)], q * factor, `${fmt} cols ${cols} token ${t} block ${b} element ${e}`);
+            const v = e >> 1,
+              factor = fmt === "q8_i16" ? 1 : [256, 16, 1, 256][v & 3];
+            assert.equal(
+              i16[(g >> 1) + v * 8 + 2 * bi + (e & 1)],
+              q * factor,
+              `${fmt} cols ${cols} token ${t} block ${b} element ${e}`,
+            );
           }
           if (fmt === "q8_i16") {
             assert.equal(f32[(g + 256) / 4 + bi], d);
@@ -217,7 +238,8 @@ test("pack rejects what it cannot lay out", () => {
 test("packing in several pieces gives the same bytes as packing at once", () => {
   for (const type of TYPES) {
     const wk = weightKernel(type);
-    const rows = 37, cols = 4096 + 160;
+    const rows = 37,
+      cols = 4096 + 160;
     const src = makeWeights(type, rows, cols, 11);
     pack(wk, src, rows, cols, 1);
     const once = arena.u8(W, wk.packedBytes(rows, cols)).slice();
@@ -237,7 +259,13 @@ function checkMatvec(type: GGMLType, rows: number, cols: number, seed: number): 
   const x = gaussians(cols, seed + 1);
   const xa = prepare(wk, x, cols, 1);
   const xr = refActivation(type, x, cols);
-  const ranges: [number, number][] = [[0, rows], [0, Math.min(rows, 1)], [Math.floor(rows / 3), rows], [1, Math.max(1, rows - 1)], [Math.floor(rows / 2), Math.floor(rows / 2) + 3]];
+  const ranges: [number, number][] = [
+    [0, rows],
+    [0, Math.min(rows, 1)],
+    [Math.floor(rows / 3), rows],
+    [1, Math.max(1, rows - 1)],
+    [Math.floor(rows / 2), Math.floor(rows / 2) + 3],
+  ];
   for (const [r0, r1] of ranges) {
     if (r1 > rows || r0 >= r1) continue;
     const y = arena.f32(Y, rows);
@@ -245,11 +273,17 @@ function checkMatvec(type: GGMLType, rows: number, cols: number, seed: number): 
     k[wk.matvec](w, xa, Y, rows, cols, r0, r1);
     for (let r = 0; r < rows; r++) {
       const got = y[r];
-      if (r < r0 || r >= r1) { assert.equal(got, 12345, `${typeName(type)} ${rows}x${cols} [${r0},${r1}) wrote row ${r}`); continue; }
+      if (r < r0 || r >= r1) {
+        assert.equal(got, 12345, `${typeName(type)} ${rows}x${cols} [${r0},${r1}) wrote row ${r}`);
+        continue;
+      }
       const row = src.subarray(r * rb, (r + 1) * rb);
       const want = vecDot(type, row, xr, cols);
       const tol = 2e-5 * magnitude(type, row, x, cols) + 1e-6;
-      assert.ok(Math.abs(got - want) <= tol, `${typeName(type)} ${rows}x${cols} [${r0},${r1}) row ${r}: ${got} vs ${want} (tolerance ${tol})`);
+      assert.ok(
+        Math.abs(got - want) <= tol,
+        `${typeName(type)} ${rows}x${cols} [${r0},${r1}) row ${r}: ${got} vs ${want} (tolerance ${tol})`,
+      );
     }
   }
 }
@@ -271,7 +305,8 @@ function checkMatmul(type: GGMLType, rows: number, cols: number, ntok: number, s
   const w = pack(wk, src, rows, cols, 2);
   const x = gaussians(cols * ntok, seed + 1);
   const xa = prepare(wk, x, cols, ntok);
-  const r0 = rows > 4 ? 3 : 0, r1 = rows;
+  const r0 = rows > 4 ? 3 : 0,
+    r1 = rows;
   const y = arena.f32(Y, rows * ntok);
   y.fill(12345);
   k[wk.matmul](w, xa, Y, rows, cols, ntok, r0, r1);
@@ -280,18 +315,28 @@ function checkMatmul(type: GGMLType, rows: number, cols: number, ntok: number, s
     const xr = refActivation(type, xt, cols);
     for (let r = 0; r < rows; r++) {
       const got = y[t * rows + r];
-      if (r < r0) { assert.equal(got, 12345, `${typeName(type)} matmul wrote row ${r} outside its range`); continue; }
+      if (r < r0) {
+        assert.equal(got, 12345, `${typeName(type)} matmul wrote row ${r} outside its range`);
+        continue;
+      }
       const row = src.subarray(r * rb, (r + 1) * rb);
       const want = vecDot(type, row, xr, cols);
       const tol = 2e-5 * magnitude(type, row, xt, cols) + 1e-6;
-      assert.ok(Math.abs(got - want) <= tol, `${typeName(type)} matmul ${rows}x${cols} ntok ${ntok} token ${t} row ${r}: ${got} vs ${want}`);
+      assert.ok(
+        Math.abs(got - want) <= tol,
+        `${typeName(type)} matmul ${rows}x${cols} ntok ${ntok} token ${t} row ${r}: ${got} vs ${want}`,
+      );
     }
   }
   // a one-token matmul and the matvec agree to the bit: same arithmetic, same order
   if (ntok === 1) {
     const y2 = arena.f32(Y + rows * 4 * 8, rows);
     k[wk.matvec](w, xa, Y + rows * 4 * 8, rows, cols, r0, r1);
-    for (let r = r0; r < r1; r++) assert.ok(Math.abs(y2[r] - y[r]) <= 1e-6 * Math.abs(y[r]) + 1e-6, `${typeName(type)} matmul(1) vs matvec row ${r}`);
+    for (let r = r0; r < r1; r++)
+      assert.ok(
+        Math.abs(y2[r] - y[r]) <= 1e-6 * Math.abs(y[r]) + 1e-6,
+        `${typeName(type)} matmul(1) vs matvec row ${r}`,
+      );
   }
 }
 
@@ -306,7 +351,9 @@ for (const type of TYPES) {
 test("with unit scales and small integers the quantized kernels are exact", () => {
   // x = integers with amax 127: activation scale 1, quants = x; weights with scale 1: every block
   // dot is an integer and every partial sum is far below 2^24, so f32 arithmetic is exact
-  const rows = 9, cols = 384, ntok = 3;
+  const rows = 9,
+    cols = 384,
+    ntok = 3;
   const r = rng(5);
   const x = new Float32Array(cols * ntok);
   for (let i = 0; i < x.length; i++) x[i] = Math.floor(r() * 31) - 15;
@@ -318,8 +365,12 @@ test("with unit scales and small integers the quantized kernels are exact", () =
     for (let i = 0; i < src.length; i++) src[i] = Math.floor(r() * 256);
     const one = f32ToF16(1);
     for (let o = 0; o < src.length; o += bs) {
-      src[o] = one & 0xff; src[o + 1] = one >> 8;
-      if (type === GGMLType.Q4_1) { src[o + 2] = 0; src[o + 3] = 0xbc; } // m = -1
+      src[o] = one & 0xff;
+      src[o + 1] = one >> 8;
+      if (type === GGMLType.Q4_1) {
+        src[o + 2] = 0;
+        src[o + 3] = 0xbc;
+      } // m = -1
       if (type === GGMLType.Q8_0) for (let j = 2; j < 34; j++) src[o + j] = (Math.floor(r() * 17) - 8) & 0xff;
     }
     const w = pack(wk, src, rows, cols);
@@ -337,6 +388,11 @@ test("with unit scales and small integers the quantized kernels are exact", () =
     }
     k[wk.matvec](w, xa, Y, rows, cols, 0, rows);
     const xr = refActivation(type, x.subarray(0, cols), cols);
-    for (let i = 0; i < rows; i++) assert.equal(y[i], vecDot(type, src.subarray(i * rb, (i + 1) * rb), xr, cols), `${typeName(type)} matvec row ${i}`);
+    for (let i = 0; i < rows; i++)
+      assert.equal(
+        y[i],
+        vecDot(type, src.subarray(i * rb, (i + 1) * rb), xr, cols),
+        `${typeName(type)} matvec row ${i}`,
+      );
   }
 });

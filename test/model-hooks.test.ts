@@ -97,7 +97,12 @@ test("activation thresholds: the dense cut and the offloaded gate mode agree, an
   assert.ok(zero > 0.1 * total, `the cut should zero a real share of activations (${zero} of ${total})`);
   assert.ok(maxDiff(plainLogits, denseLogits) > 1e-3, "the cut changes the logits");
 
-  const off = await LlamaModel.load(pi, { threads: 2, contextSize: 32, activationThresholds: cut, offload: { sparsity: "gate", cacheBytes: 1 << 20 } });
+  const off = await LlamaModel.load(pi, {
+    threads: 2,
+    contextSize: 32,
+    activationThresholds: cut,
+    offload: { sparsity: "gate", cacheBytes: 1 << 20 },
+  });
   const offLogits = (await off.forwardAsync(PROMPT, PROMPT.length, 0)).slice();
   // one token more through the per-token path
   const dense2 = await LlamaModel.load(STORIES, { threads: 2, contextSize: 32, activationThresholds: cut });
@@ -109,8 +114,17 @@ test("activation thresholds: the dense cut and the offloaded gate mode agree, an
   await dense2.dispose();
   assert.ok(maxDiff(denseLogits, offLogits) < 1e-3, `batched: ${maxDiff(denseLogits, offLogits)}`);
   assert.ok(maxDiff(d2, o2) < 1e-3, `per token: ${maxDiff(d2, o2)}`);
-  assert.ok(s.neuronsComputed < 0.9 * s.neuronsTotal, `gate mode with a cut computes fewer neurons (${s.neuronsComputed} of ${s.neuronsTotal})`);
+  assert.ok(
+    s.neuronsComputed < 0.9 * s.neuronsTotal,
+    `gate mode with a cut computes fewer neurons (${s.neuronsComputed} of ${s.neuronsTotal})`,
+  );
 
-  await assert.rejects(LlamaModel.load(STORIES, { activationThresholds: [0.1, 0.1] }), /2 thresholds, the model has 5 layers/);
-  await assert.rejects(LlamaModel.load(STORIES, { activationThresholds: [0.1, 0.1, -1, 0.1, 0.1] }), /threshold of layer 2 is -1/);
+  await assert.rejects(
+    LlamaModel.load(STORIES, { activationThresholds: [0.1, 0.1] }),
+    /2 thresholds, the model has 5 layers/,
+  );
+  await assert.rejects(
+    LlamaModel.load(STORIES, { activationThresholds: [0.1, 0.1, -1, 0.1, 0.1] }),
+    /threshold of layer 2 is -1/,
+  );
 });

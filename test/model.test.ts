@@ -23,7 +23,12 @@ function argmax(v: Float32Array): number {
 }
 
 /** Greedy decode from prompt ids with the raw model (no tokenizer, no stopping at EOS). */
-function greedy(model: LlamaModel, promptIds: number[], n: number, batch = true): { ids: number[]; logits: Float32Array[] } {
+function greedy(
+  model: LlamaModel,
+  promptIds: number[],
+  n: number,
+  batch = true,
+): { ids: number[]; logits: Float32Array[] } {
   let pos = 0;
   if (batch) {
     model.forward(promptIds, promptIds.length, 0);
@@ -67,7 +72,10 @@ for (const threads of [1, 2]) {
           const scale = Math.max(...want.map(Math.abs));
           let worst = 0;
           for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(logits[k][i] - want[i]));
-          assert.ok(worst <= 1e-3 * scale, `prompt ${JSON.stringify(ref.prompt)} position ${k}: max |diff| ${worst} > ${1e-3 * scale}`);
+          assert.ok(
+            worst <= 1e-3 * scale,
+            `prompt ${JSON.stringify(ref.prompt)} position ${k}: max |diff| ${worst} > ${1e-3 * scale}`,
+          );
         }
       }
     } finally {

@@ -17,11 +17,16 @@ test("defaultHotFraction: half without rates; otherwise the most pinning that le
   // 10 layers x 1000 neurons, 2000 slots, rates falling as a power law (as planted, and as
   // measured on ReLU models): pinning the next-hottest neurons beats an LRU over them, so the
   // share grows until the cold region is about two layers' misses.
-  const law = Array.from({ length: 10 }, () => Float32Array.from({ length: 1000 }, (_, k) => Math.min(0.9, 5 / (k + 1))));
+  const law = Array.from({ length: 10 }, () =>
+    Float32Array.from({ length: 1000 }, (_, k) => Math.min(0.9, 5 / (k + 1))),
+  );
   const share = defaultHotFraction(law, 2000, 1000);
   const missesBeyond = (hot: number) => law[0].slice(hot).reduce((a, b) => a + b, 0);
   assert.ok(share > 0.8, `share ${share}`);
-  assert.ok(2000 - Math.floor((2000 * share) / 10) * 10 >= 2 * missesBeyond(Math.floor((2000 * share) / 10)), "room for two layers' misses");
+  assert.ok(
+    2000 - Math.floor((2000 * share) / 10) * 10 >= 2 * missesBeyond(Math.floor((2000 * share) / 10)),
+    "room for two layers' misses",
+  );
   // half already pins every neuron that ever fires: nothing to gain, half stays
   assert.equal(defaultHotFraction(rates(10, 1000, 100, 0.9, 0), 2000, 1000), DEFAULT_HOT_FRACTION);
   // 0.2 beyond the top: 180 per layer at half, 1800 per token > 1000 cold slots (the LRU would keep
@@ -47,8 +52,11 @@ test("packed hot slots: hot at their own stride, cold from the next 4 KiB bounda
   assert.equal(c.bytes, c.coldBase - base + 5 * 8192);
   assert.equal(NeuronCache.bytesFor(12, 5, 8192, 7680), c.bytes);
   // ranges [address, address + size) are disjoint and inside [base, base + bytes)
-  const ranges = Array.from({ length: 17 }, (_, s) => [c.address(s), c.address(s) + (s < 12 ? 7680 : 8192)]).sort((a, b) => a[0] - b[0]);
-  for (let i = 1; i < ranges.length; i++) assert.ok(ranges[i][0] >= ranges[i - 1][1], `slots overlap at ${ranges[i][0]}`);
+  const ranges = Array.from({ length: 17 }, (_, s) => [c.address(s), c.address(s) + (s < 12 ? 7680 : 8192)]).sort(
+    (a, b) => a[0] - b[0],
+  );
+  for (let i = 1; i < ranges.length; i++)
+    assert.ok(ranges[i][0] >= ranges[i - 1][1], `slots overlap at ${ranges[i][0]}`);
   assert.ok(ranges[ranges.length - 1][1] <= base + c.bytes);
   // hot positions map to the packed region; a miss takes a cold slot (4 KiB aligned for a direct read)
   assert.equal(c.lookup(1, 3), c.hotStart[1] + 3);

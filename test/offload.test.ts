@@ -33,7 +33,11 @@ function argmax(v: Float32Array): number {
 }
 
 /** Greedy ids and the logits of each step, prompt fed as one batch. */
-async function greedy(model: LlamaModel, prompt: number[], n: number): Promise<{ ids: number[]; logits: Float32Array[] }> {
+async function greedy(
+  model: LlamaModel,
+  prompt: number[],
+  n: number,
+): Promise<{ ids: number[]; logits: Float32Array[] }> {
   let logits = await model.forwardAsync(prompt, prompt.length, 0);
   const ids: number[] = [];
   const all: Float32Array[] = [];
@@ -61,9 +65,21 @@ test("relu-stories from a store, gate mode: the dense run's tokens and logits at
   assert.deepEqual(want.ids, reluRef.prompts[0].greedy_ids.slice(0, 24));
   const bundle = 4096; // relu-stories F32: 3 x 1 KiB rows, padded to one page
   const ffnBytes = 6 * 1024 * bundle;
-  const cases = [[1, true, true], [0.5, true, true], [0.25, true, true], [0.02, true, true], [0.25, false, true], [0.02, false, true], [0.25, false, false]] as const;
+  const cases = [
+    [1, true, true],
+    [0.5, true, true],
+    [0.25, true, true],
+    [0.02, true, true],
+    [0.25, false, true],
+    [0.02, false, true],
+    [0.25, false, false],
+  ] as const;
   for (const [fraction, residentGates, streamGates] of cases) {
-    const model = await LlamaModel.load(pi, { threads: 2, contextSize: 64, offload: { cacheBytes: Math.floor(ffnBytes * fraction), residentGates, streamGates } });
+    const model = await LlamaModel.load(pi, {
+      threads: 2,
+      contextSize: 64,
+      offload: { cacheBytes: Math.floor(ffnBytes * fraction), residentGates, streamGates },
+    });
     try {
       const got = await greedy(model, prompt, 24);
       const what = `cache = ${fraction} of the FFN, gate rows ${residentGates ? "resident" : streamGates ? "streamed from their copy" : "read from each bundle"}`;
@@ -76,7 +92,8 @@ test("relu-stories from a store, gate mode: the dense run's tokens and logits at
       // ReLU sparsity is real: far fewer neurons computed than exist, and only what fired.
       assert.ok(s.neuronsComputed < 0.4 * s.neuronsTotal, `${s.neuronsComputed} of ${s.neuronsTotal} computed`);
       if (fraction === 1) assert.equal(s.bytesRead, 0, "an all-resident cache reads nothing after load");
-      else if (residentGates) assert.ok(s.misses > 0 && s.bytesRead === s.misses * bundle, `misses ${s.misses}, bytes ${s.bytesRead}`);
+      else if (residentGates)
+        assert.ok(s.misses > 0 && s.bytesRead === s.misses * bundle, `misses ${s.misses}, bytes ${s.bytesRead}`);
       else if (!streamGates) assert.ok(s.bytesRead > s.misses * bundle, "gate pages are read too");
       else {
         // each forward pass (the prompt batch, then 23 tokens) streams at most every layer's
@@ -97,7 +114,11 @@ test("Q8_0 store (Down requantized per column): same greedy tokens as the dense 
     const dense = await LlamaModel.load(RELU_Q8, { threads: 1, contextSize: 64 });
     const want = await greedy(dense, ref.prompt_ids, 16);
     await dense.dispose();
-    const model = await LlamaModel.load(pi, { threads: 1, contextSize: 64, offload: { cacheBytes: 6 * 1024 * 4096 * 0.25 } });
+    const model = await LlamaModel.load(pi, {
+      threads: 1,
+      contextSize: 64,
+      offload: { cacheBytes: 6 * 1024 * 4096 * 0.25 },
+    });
     const got = await greedy(model, ref.prompt_ids, 16);
     await model.dispose();
     assert.deepEqual(got.ids, want.ids);
@@ -122,7 +143,10 @@ test("synthetic sparse ReLU model: gate mode under a quarter-FFN cache equals th
     const got = await greedy(small, prompt, 12);
     assert.deepEqual(got.ids, want.ids);
     const s = small.offloaded!.snapshot();
-    assert.ok(s.neuronsComputed < 0.25 * s.neuronsTotal, `planted sparsity: ${s.neuronsComputed} of ${s.neuronsTotal} computed`);
+    assert.ok(
+      s.neuronsComputed < 0.25 * s.neuronsTotal,
+      `planted sparsity: ${s.neuronsComputed} of ${s.neuronsTotal} computed`,
+    );
   } finally {
     await small.dispose();
   }
@@ -134,7 +158,10 @@ test("an I/O error mid-decode is an error naming the file, never a token", async
   const model = await LlamaModel.load(pi, {
     threads: 1,
     contextSize: 64,
-    offload: { cacheBytes: 64 * 4096, fault: () => (++reads > 40 ? Object.assign(new Error("EIO: i/o error"), { code: "EIO" }) : null) },
+    offload: {
+      cacheBytes: 64 * 4096,
+      fault: () => (++reads > 40 ? Object.assign(new Error("EIO: i/o error"), { code: "EIO" }) : null),
+    },
   });
   try {
     await assert.rejects(greedy(model, reluRef.prompts[0].prompt_ids, 24), /relu-fault\.pi.*EIO|EIO.*relu-fault\.pi/s);
@@ -147,10 +174,18 @@ test("an I/O error mid-decode is an error naming the file, never a token", async
     const streamed = await LlamaModel.load(pi, {
       threads: 1,
       contextSize: 64,
-      offload: { cacheBytes: 64 * 4096, residentGates: false, fault: () => (++n > after ? Object.assign(new Error("EIO: i/o error"), { code: "EIO" }) : null) },
+      offload: {
+        cacheBytes: 64 * 4096,
+        residentGates: false,
+        fault: () => (++n > after ? Object.assign(new Error("EIO: i/o error"), { code: "EIO" }) : null),
+      },
     });
     try {
-      await assert.rejects(greedy(streamed, reluRef.prompts[0].prompt_ids, 24), /relu-fault\.pi.*EIO|EIO.*relu-fault\.pi/s, `fault after ${after} reads`);
+      await assert.rejects(
+        greedy(streamed, reluRef.prompts[0].prompt_ids, 24),
+        /relu-fault\.pi.*EIO|EIO.*relu-fault\.pi/s,
+        `fault after ${after} reads`,
+      );
     } finally {
       await streamed.dispose();
     }
@@ -180,7 +215,11 @@ test("checksums while decoding: a damaged bundle first read mid-run is an error;
   const lastBundle = st.bundleOffset(5, st.layer(5).neurons - 1);
   st.close();
   // "dense" with streamed gates reads every bundle per token and nothing but the hot region at load
-  const opts = { threads: 1, contextSize: 64, offload: { sparsity: "dense" as const, residentGates: false, cacheBytes: 6 * 1024 * 4096 * 0.25 } };
+  const opts = {
+    threads: 1,
+    contextSize: 64,
+    offload: { sparsity: "dense" as const, residentGates: false, cacheBytes: 6 * 1024 * 4096 * 0.25 },
+  };
   const flipped = Buffer.from(readFileSync(pi));
   flipped[lastBundle + 100] ^= 0x10;
   const bad = join(dir, "late-flip.pi");
@@ -201,7 +240,10 @@ test("checksums while decoding: a damaged bundle first read mid-run is an error;
     readSync(fd, page, 0, 4096, lastBundle);
     writeSync(fd, page, 0, 4096, lastBundle); // same bytes, new modification time
     closeSync(fd);
-    await assert.rejects(good.forwardAsync([argmax(logits)], 1, prompt.length), /relu-late\.pi.*changed on disk while in use/);
+    await assert.rejects(
+      good.forwardAsync([argmax(logits)], 1, prompt.length),
+      /relu-late\.pi.*changed on disk while in use/,
+    );
   } finally {
     await good.dispose();
   }
@@ -210,19 +252,31 @@ test("checksums while decoding: a damaged bundle first read mid-run is an error;
 test("the memory budget holds: peak RSS of a whole run stays within budget + 5%, and too small a budget says what would fit", () => {
   const pi = join(dir, "relu.pi");
   const budget = 96 * 2 ** 20;
-  const r = spawnSync(process.execPath, [CLI, "run", "-m", pi, "-p", "Once upon a time", "-n", "24", "--temp", "0", "-t", "1", "--memory-budget", "96MiB"], { encoding: "utf8" });
+  const r = spawnSync(
+    process.execPath,
+    [CLI, "run", "-m", pi, "-p", "Once upon a time", "-n", "24", "--temp", "0", "-t", "1", "--memory-budget", "96MiB"],
+    { encoding: "utf8" },
+  );
   assert.equal(r.status, 0, r.stderr);
   const peak = Number(/peak RSS ([\d.]+) MiB/.exec(r.stderr)![1]) * 2 ** 20;
   assert.ok(peak <= budget * 1.05, `peak RSS ${(peak / 2 ** 20).toFixed(1)} MiB > 96 MiB + 5%`);
   assert.ok(r.stdout.startsWith(reluRef.prompts[0].greedy_text.slice(0, 40)), r.stdout);
   // what the budget left, and how the run uses it, said before generating
-  const layout = /ffn from flash: gate sparsity; neuron cache ([\d.]+) MiB, (\d+) hot neurons per layer pinned \(hot share ([\d.]+)\); gate rows (in memory|streamed from flash)/.exec(r.stderr);
+  const layout =
+    /ffn from flash: gate sparsity; neuron cache ([\d.]+) MiB, (\d+) hot neurons per layer pinned \(hot share ([\d.]+)\); gate rows (in memory|streamed from flash)/.exec(
+      r.stderr,
+    );
   assert.ok(layout, r.stderr);
   assert.ok(Number(layout[1]) > 0 && Number(layout[1]) < 96 && Number(layout[3]) >= 0.5, layout[0]);
-  const small = spawnSync(process.execPath, [CLI, "run", "-m", pi, "-p", "x", "--memory-budget", "40MiB"], { encoding: "utf8" });
+  const small = spawnSync(process.execPath, [CLI, "run", "-m", pi, "-p", "x", "--memory-budget", "40MiB"], {
+    encoding: "utf8",
+  });
   assert.equal(small.status, 1);
   // refused before the weights load (a cgroup limit would kill a process that loads first)
-  assert.match(small.stderr, /memory budget 40\.0 MiB is too small .*weights would be [\d.]+ MiB.* at least [\d.]+ MiB would run/);
+  assert.match(
+    small.stderr,
+    /memory budget 40\.0 MiB is too small .*weights would be [\d.]+ MiB.* at least [\d.]+ MiB would run/,
+  );
 });
 
 test("predictor mode: hot region dense, cold neurons where the predictor says; an exact predictor gives the dense tokens", async () => {
@@ -249,7 +303,11 @@ test("predictor mode: hot region dense, cold neurons where the predictor says; a
   const pi = await store(pwri, "exact-predictor.pi");
   const prompt = reluRef.prompts[2].prompt_ids as number[];
   const want = reluRef.prompts[2].greedy_ids.slice(0, 20);
-  const model = await LlamaModel.load(pi, { threads: 2, contextSize: 64, offload: { cacheBytes: 6 * 1024 * 4096 * 0.25 } });
+  const model = await LlamaModel.load(pi, {
+    threads: 2,
+    contextSize: 64,
+    offload: { cacheBytes: 6 * 1024 * 4096 * 0.25 },
+  });
   try {
     assert.equal(model.offloaded!.mode, "predictor");
     const got = await greedy(model, prompt, 20);
@@ -259,7 +317,10 @@ test("predictor mode: hot region dense, cold neurons where the predictor says; a
     assert.ok(s.hotHits > 0 && s.misses > 0);
     // Read-ahead (on by default): the next layer's picks from this layer's input were read early,
     // most were used, and those count as misses (read for this token), never as cache hits.
-    assert.ok(s.readAhead > 0 && s.readAheadUsed > 0.5 * s.readAhead, `read ahead ${s.readAhead}, used ${s.readAheadUsed}`);
+    assert.ok(
+      s.readAhead > 0 && s.readAheadUsed > 0.5 * s.readAhead,
+      `read ahead ${s.readAhead}, used ${s.readAheadUsed}`,
+    );
     assert.ok(s.readAheadUsed <= s.misses);
   } finally {
     await model.dispose();
@@ -272,7 +333,10 @@ test("predictor mode: hot region dense, cold neurons where the predictor says; a
     const model = await LlamaModel.load(pi, {
       threads: 1,
       contextSize: 64,
-      offload: { cacheBytes: 6 * 1024 * 4096 * 0.25, fault: () => (armed && fault() ? Object.assign(new Error("EIO: i/o error"), { code: "EIO" }) : null) },
+      offload: {
+        cacheBytes: 6 * 1024 * 4096 * 0.25,
+        fault: () => (armed && fault() ? Object.assign(new Error("EIO: i/o error"), { code: "EIO" }) : null),
+      },
     });
     try {
       let logits = await model.forwardAsync(prompt, prompt.length, 0);
@@ -302,12 +366,20 @@ test("predictor mode: hot region dense, cold neurons where the predictor says; a
     let n = 0;
     // every read from the k-th on fails: a layer's own reads and those made ahead after them
     const before = recovered;
-    await assert.rejects(decodeWith(() => ++n >= k), /exact-predictor\.pi.*EIO|EIO.*exact-predictor\.pi/s, `failed reads ${k}.. of ${decodeReads}`);
+    await assert.rejects(
+      decodeWith(() => ++n >= k),
+      /exact-predictor\.pi.*EIO|EIO.*exact-predictor\.pi/s,
+      `failed reads ${k}.. of ${decodeReads}`,
+    );
     // the retry itself must succeed (its own error would match the pattern above too)
     assert.equal(recovered, before + 1, `failed reads ${k}..: the step did not run again`);
   }
   // Without it: the same tokens, every miss read in its own layer.
-  const plainRun = await LlamaModel.load(pi, { threads: 2, contextSize: 64, offload: { cacheBytes: 6 * 1024 * 4096 * 0.25, lookahead: false } });
+  const plainRun = await LlamaModel.load(pi, {
+    threads: 2,
+    contextSize: 64,
+    offload: { cacheBytes: 6 * 1024 * 4096 * 0.25, lookahead: false },
+  });
   try {
     assert.deepEqual((await greedy(plainRun, prompt, 20)).ids, want);
     const s = plainRun.offloaded!.snapshot();
@@ -322,7 +394,11 @@ test("predictor mode: hot region dense, cold neurons where the predictor says; a
     /needs activation predictors .* --sparsity gate/,
   );
   // "dense" computes every neuron and still gives the same tokens.
-  const dense = await LlamaModel.load(plain, { threads: 1, contextSize: 64, offload: { sparsity: "dense", cacheBytes: 6 * 1024 * 4096 * 0.25 } });
+  const dense = await LlamaModel.load(plain, {
+    threads: 1,
+    contextSize: 64,
+    offload: { sparsity: "dense", cacheBytes: 6 * 1024 * 4096 * 0.25 },
+  });
   try {
     const got = await greedy(dense, reluRef.prompts[0].prompt_ids, 12);
     assert.deepEqual(got.ids, reluRef.prompts[0].greedy_ids.slice(0, 12));

@@ -43,9 +43,16 @@ for (const pool of pools) {
   const T = `${pool.threads} thread(s)`;
 
   test(`rmsnorm_rows on odd widths (${T})`, () => {
-    for (const [n, ntok] of [[7, 3], [64, 1], [257, 5]]) {
-      const x = rand(n * ntok, 3), w = rand(n);
-      const px = put(x), pw = put(w), py = arena.alloc(n * ntok * 4);
+    for (const [n, ntok] of [
+      [7, 3],
+      [64, 1],
+      [257, 5],
+    ]) {
+      const x = rand(n * ntok, 3),
+        w = rand(n);
+      const px = put(x),
+        pw = put(w),
+        py = arena.alloc(n * ntok * 4);
       pool.run(pool.fn("rmsnorm_rows"), [py, px, pw, n, f32Bits(1e-5)], 5, ntok);
       const want = new Float32Array(n * ntok);
       for (let t = 0; t < ntok; t++) {
@@ -60,7 +67,11 @@ for (const pool of pools) {
 
   test(`rope, normal and NeoX pairing, partial rotation (${T})`, () => {
     for (const neox of [0, 1]) {
-      const nHeads = 3, headDim = 12, nRot = 8, ntok = 5, maxPos = 40;
+      const nHeads = 3,
+        headDim = 12,
+        nRot = 8,
+        ntok = 5,
+        maxPos = 40;
       const x = rand(ntok * nHeads * headDim);
       const positions = [0, 1, 7, 20, 39];
       const half = nRot / 2;
@@ -71,7 +82,9 @@ for (const pool of pools) {
           table[(p * half + i) * 2] = Math.cos(th);
           table[(p * half + i) * 2 + 1] = Math.sin(th);
         }
-      const px = put(x), pt = put(table), pp = arena.alloc(ntok * 4);
+      const px = put(x),
+        pt = put(table),
+        pp = arena.alloc(ntok * 4);
       arena.i32(pp, ntok).set(positions);
       pool.run(pool.fn("rope"), [px, pp, pt, nHeads, headDim, nRot, neox], 7, ntok);
       const want = Float32Array.from(x);
@@ -80,7 +93,8 @@ for (const pool of pools) {
           for (let i = 0; i < half; i++) {
             const th = positions[t] * Math.pow(10000, (-2 * i) / nRot);
             const base = (t * nHeads + h) * headDim;
-            const a = base + (neox ? i : 2 * i), b = base + (neox ? i + half : 2 * i + 1);
+            const a = base + (neox ? i : 2 * i),
+              b = base + (neox ? i + half : 2 * i + 1);
             want[a] = x[a] * Math.cos(th) - x[b] * Math.sin(th);
             want[b] = x[a] * Math.sin(th) + x[b] * Math.cos(th);
           }
@@ -89,10 +103,22 @@ for (const pool of pools) {
   });
 
   test(`causal grouped-query attention on odd sizes (${T})`, () => {
-    const nHeads = 6, nKV = 2, headDim = 10, ctx = 23, ntok = 4, pos0 = 9;
-    const kvDim = nKV * headDim, qDim = nHeads * headDim;
-    const q = rand(ntok * qDim), k = rand(ctx * kvDim), v = rand(ctx * kvDim);
-    const pq = put(q), pk = put(k), pv = put(v), po = arena.alloc(ntok * qDim * 4), ps = arena.alloc(nHeads * ctx * 4);
+    const nHeads = 6,
+      nKV = 2,
+      headDim = 10,
+      ctx = 23,
+      ntok = 4,
+      pos0 = 9;
+    const kvDim = nKV * headDim,
+      qDim = nHeads * headDim;
+    const q = rand(ntok * qDim),
+      k = rand(ctx * kvDim),
+      v = rand(ctx * kvDim);
+    const pq = put(q),
+      pk = put(k),
+      pv = put(v),
+      po = arena.alloc(ntok * qDim * 4),
+      ps = arena.alloc(nHeads * ctx * 4);
     pool.run(pool.fn("attention"), [pq, pk, pv, po, ps, ntok, pos0, nHeads, nKV, headDim, ctx], 11, nHeads);
     const want = new Float32Array(ntok * qDim);
     for (let t = 0; t < ntok; t++)
@@ -107,7 +133,9 @@ for (const pool of pools) {
         const mx = Math.max(...s);
         let sum = 0;
         for (let j = 0; j < n; j++) sum += s[j] = Math.exp(s[j] - mx);
-        for (let j = 0; j < n; j++) for (let d = 0; d < headDim; d++) want[t * qDim + h * headDim + d] += (s[j] / sum) * v[j * kvDim + g * headDim + d];
+        for (let j = 0; j < n; j++)
+          for (let d = 0; d < headDim; d++)
+            want[t * qDim + h * headDim + d] += (s[j] / sum) * v[j * kvDim + g * headDim + d];
       }
     close(arena.f32(po, want.length), want, 1e-5, "attention");
   });
@@ -121,28 +149,57 @@ for (const pool of pools) {
       [3, (g, u) => 0.5 * g * (1 + Math.tanh(0.7978845608028654 * (g + 0.044715 * g ** 3))) * u],
     ];
     for (const [kind, f] of acts) {
-      const g = rand(n, 4), u = rand(n, 4);
-      const pg = put(g), pu = put(u);
+      const g = rand(n, 4),
+        u = rand(n, 4);
+      const pg = put(g),
+        pu = put(u);
       pool.run(pool.fn("ffn_act"), [pg, pu, kind], 3, n, 64);
-      close(arena.f32(pg, n), Array.from(g, (x, i) => f(x, u[i])), 1e-5, `act ${kind}`);
+      close(
+        arena.f32(pg, n),
+        Array.from(g, (x, i) => f(x, u[i])),
+        1e-5,
+        `act ${kind}`,
+      );
     }
   });
 
   test(`residual add and bias rows (${T})`, () => {
-    const y = rand(203), x = rand(203);
-    const py = put(y), px = put(x);
+    const y = rand(203),
+      x = rand(203);
+    const py = put(y),
+      px = put(x);
     pool.run(pool.fn("add_inplace"), [py, px], 2, 203, 64);
-    close(arena.f32(py, 203), Array.from(y, (v, i) => v + x[i]), 1e-6, "add");
-    const rows = rand(3 * 13), b = rand(13);
-    const pr = put(rows), pb = put(b);
+    close(
+      arena.f32(py, 203),
+      Array.from(y, (v, i) => v + x[i]),
+      1e-6,
+      "add",
+    );
+    const rows = rand(3 * 13),
+      b = rand(13);
+    const pr = put(rows),
+      pb = put(b);
     pool.run(pool.fn("add_bias_rows"), [pr, pb, 13], 3, 3);
-    close(arena.f32(pr, 39), Array.from(rows, (v, i) => v + b[i % 13]), 1e-6, "bias");
+    close(
+      arena.f32(pr, 39),
+      Array.from(rows, (v, i) => v + b[i % 13]),
+      1e-6,
+      "bias",
+    );
   });
 }
 
 /** K-quants have no quantizer here: random bytes, with the f16 super-block scales set sane. */
-const K_SCALE_OFFSETS: Partial<Record<GGMLType, number[]>> = { [GGMLType.Q4_K]: [0, 2], [GGMLType.Q5_K]: [0, 2], [GGMLType.Q6_K]: [208] };
-const K_BLOCK_BYTES: Partial<Record<GGMLType, number>> = { [GGMLType.Q4_K]: 144, [GGMLType.Q5_K]: 176, [GGMLType.Q6_K]: 210 };
+const K_SCALE_OFFSETS: Partial<Record<GGMLType, number[]>> = {
+  [GGMLType.Q4_K]: [0, 2],
+  [GGMLType.Q5_K]: [0, 2],
+  [GGMLType.Q6_K]: [208],
+};
+const K_BLOCK_BYTES: Partial<Record<GGMLType, number>> = {
+  [GGMLType.Q4_K]: 144,
+  [GGMLType.Q5_K]: 176,
+  [GGMLType.Q6_K]: 210,
+};
 function randomKQuantRow(row: Uint8Array, scaleOffsets: number[], blockBytes: number): void {
   const bytes = rand(row.length);
   for (let i = 0; i < row.length; i++) row[i] = Math.floor((bytes[i] + 1) * 127.99);
@@ -154,7 +211,19 @@ function randomKQuantRow(row: Uint8Array, scaleOffsets: number[], blockBytes: nu
     }
 }
 
-const WEIGHT_TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K];
+const WEIGHT_TYPES = [
+  GGMLType.F32,
+  GGMLType.F16,
+  GGMLType.BF16,
+  GGMLType.Q8_0,
+  GGMLType.Q4_0,
+  GGMLType.Q4_1,
+  GGMLType.Q5_0,
+  GGMLType.Q5_1,
+  GGMLType.Q4_K,
+  GGMLType.Q5_K,
+  GGMLType.Q6_K,
+];
 
 test("every weight type: 2 threads give exactly the 1-thread result, and match the reference vecDot", () => {
   for (const type of WEIGHT_TYPES) {
@@ -181,7 +250,8 @@ test("every weight type: 2 threads give exactly the 1-thread result, and match t
     }
     const results: Float32Array[] = [];
     for (const pool of pools) {
-      const py = arena.alloc(rows * 4), pm = arena.alloc(ntok * rows * 4);
+      const py = arena.alloc(rows * 4),
+        pm = arena.alloc(ntok * rows * 4);
       pool.run(pool.fn(k.matvec), [pw, pa, py, rows, cols], 5, rows, 16);
       pool.run(pool.fn(k.matmul), [pw, pa, pm, rows, cols, ntok], 6, rows, 16);
       results.push(Float32Array.from(arena.f32(py, rows)), Float32Array.from(arena.f32(pm, ntok * rows)));

@@ -38,7 +38,8 @@ test("perplexity equals an independent computation on the reference forward pass
   const text = readFileSync(HELDOUT, "utf8").slice(0, 2000);
   const tok = tokenizerOf(STORIES);
   const ids = tok.encode(text, { addBos: true }); // the whole text, BOS first, as llama.cpp
-  const nCtx = 24, nChunks = 3;
+  const nCtx = 24,
+    nChunks = 3;
 
   // Independent: the reference model, token by token; chunk k = ids[k*nCtx ..], first token BOS,
   // positions nCtx/2 .. nCtx-2 scored against the next token, in double precision.
@@ -96,7 +97,12 @@ test("relu-stories on the held-out text is near its reference perplexity, and a 
   const dir = tempDir();
   const pi = join(dir, "relu.pi");
   await convertToStore({ input: RELU, output: pi, fsync: false });
-  const store = await LlamaModel.load(pi, { threads: 2, contextSize: 64, batchSize: 64, offload: { sparsity: "gate" } });
+  const store = await LlamaModel.load(pi, {
+    threads: 2,
+    contextSize: 64,
+    batchSize: 64,
+    offload: { sparsity: "gate" },
+  });
   const s = await perplexity(store, tokens, { contextSize: 64, chunks: 2, bos: tok.bosId, measureSparsity: true });
   await store.dispose();
   assert.equal(s.mode, "token-by-token");
@@ -107,16 +113,46 @@ test("relu-stories on the held-out text is near its reference perplexity, and a 
 test("perplexity refuses a text shorter than two contexts and a context larger than the model's", async () => {
   const model = await LlamaModel.load(STORIES, { threads: 1, contextSize: 32, batchSize: 32 });
   try {
-    await assert.rejects(perplexity(model, Int32Array.from({ length: 63 }, () => 5), { contextSize: 32, bos: 1 }), /only 63 tokens.*at least 64/);
-    await assert.rejects(perplexity(model, new Int32Array(200), { contextSize: 64, bos: 1 }), /larger than the model's KV cache/);
-    await assert.rejects(perplexity(model, Int32Array.from({ length: 64 }, () => 9999), { contextSize: 32, bos: 1 }), PerplexityError);
+    await assert.rejects(
+      perplexity(
+        model,
+        Int32Array.from({ length: 63 }, () => 5),
+        { contextSize: 32, bos: 1 },
+      ),
+      /only 63 tokens.*at least 64/,
+    );
+    await assert.rejects(
+      perplexity(model, new Int32Array(200), { contextSize: 64, bos: 1 }),
+      /larger than the model's KV cache/,
+    );
+    await assert.rejects(
+      perplexity(
+        model,
+        Int32Array.from({ length: 64 }, () => 9999),
+        { contextSize: 32, bos: 1 },
+      ),
+      PerplexityError,
+    );
   } finally {
     await model.dispose();
   }
 });
 
 test("powerinfer perplexity prints llama-perplexity's lines, and bad files give clear errors", async () => {
-  const { stdout } = await run(process.execPath, [CLI, "perplexity", "-m", STORIES, "-f", HELDOUT, "-c", "32", "--chunks", "3", "-t", "1"]);
+  const { stdout } = await run(process.execPath, [
+    CLI,
+    "perplexity",
+    "-m",
+    STORIES,
+    "-f",
+    HELDOUT,
+    "-c",
+    "32",
+    "--chunks",
+    "3",
+    "-t",
+    "1",
+  ]);
   assert.match(stdout, /^\[1\]\d+\.\d{4},\[2\]\d+\.\d{4},\[3\]\d+\.\d{4},\n/);
   const m = /Final estimate: PPL = (\d+\.\d{4}) \+\/- (\d+\.\d{5})/.exec(stdout);
   assert.ok(m, stdout);
@@ -140,11 +176,14 @@ test("powerinfer perplexity prints llama-perplexity's lines, and bad files give 
     [["-f", HELDOUT, "--thresholds", join(dir, "none.json")], /profile .*none\.json does not exist/],
   ];
   for (const [extra, re] of cases) {
-    await assert.rejects(run(process.execPath, [CLI, "perplexity", "-m", STORIES, ...extra]), (e: { stderr: string; code: number }) => {
-      assert.match(e.stderr, re);
-      assert.notEqual(e.code, 0);
-      return true;
-    });
+    await assert.rejects(
+      run(process.execPath, [CLI, "perplexity", "-m", STORIES, ...extra]),
+      (e: { stderr: string; code: number }) => {
+        assert.match(e.stderr, re);
+        assert.notEqual(e.code, 0);
+        return true;
+      },
+    );
   }
 });
 
@@ -167,6 +206,11 @@ test("readCorpus and corpusTokens", () => {
   const text = readFileSync(HELDOUT, "utf8").slice(0, 60000);
   const all = corpusTokens(tok, text);
   assert.equal(all[0], tok.bosId);
-  for (const n of [1, 100, 2500]) assert.deepEqual(Array.from(corpusTokens(tok, text, { maxTokens: n })), Array.from(all.subarray(0, n)), `first ${n}`);
+  for (const n of [1, 100, 2500])
+    assert.deepEqual(
+      Array.from(corpusTokens(tok, text, { maxTokens: n })),
+      Array.from(all.subarray(0, n)),
+      `first ${n}`,
+    );
   assert.notEqual(corpusTokens(tok, text, { addBos: false })[0], tok.bosId);
 });

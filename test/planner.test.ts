@@ -8,10 +8,39 @@ import { NeuronStore } from "../src/format/store.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { plannedFiring, synthesize } from "../src/offline/synth.js";
 import { readConfig } from "../src/model/config.js";
-import { hitProfile, predict, splitBudget, type Firing, type Hardware, type Knobs, type ModelShape } from "../src/planner/cost-model.js";
-import { batchSecondsAt, gateStreamOf, iopsAt, submitAt, machineDifference, machineFingerprint, probeCachePath, probeMachine, type IoTable } from "../src/planner/probe.js";
+import {
+  hitProfile,
+  predict,
+  splitBudget,
+  type Firing,
+  type Hardware,
+  type Knobs,
+  type ModelShape,
+} from "../src/planner/cost-model.js";
+import {
+  batchSecondsAt,
+  gateStreamOf,
+  iopsAt,
+  submitAt,
+  machineDifference,
+  machineFingerprint,
+  probeCachePath,
+  probeMachine,
+  type IoTable,
+} from "../src/planner/probe.js";
 import { calibrated, calibration, type CalibrationJob, type CalibrationRun } from "../src/planner/calibrate.js";
-import { applyPlan, checkPlan, defaultPlanPath, firingOf, makePlan, readPlan, shapeOfStore, sizeText, writePlan, PlanError } from "../src/planner/plan.js";
+import {
+  applyPlan,
+  checkPlan,
+  defaultPlanPath,
+  firingOf,
+  makePlan,
+  readPlan,
+  shapeOfStore,
+  sizeText,
+  writePlan,
+  PlanError,
+} from "../src/planner/plan.js";
 import { CLI, tempDir } from "./helpers.js";
 
 const MiB = 2 ** 20;
@@ -20,11 +49,24 @@ const MiB = 2 ** 20;
 // Cost model on hand-made inputs
 
 const shape: ModelShape = {
-  nLayer: 2, nEmbd: 64, nFF: 100, nHead: 4, nHeadKV: 4, headDim: 16, nVocab: 50,
-  ffnType: GGMLType.Q4_1, bundleBytes: 4096, gateReadBytes: 4096,
+  nLayer: 2,
+  nEmbd: 64,
+  nFF: 100,
+  nHead: 4,
+  nHeadKV: 4,
+  headDim: 16,
+  nVocab: 50,
+  ffnType: GGMLType.Q4_1,
+  bundleBytes: 4096,
+  gateReadBytes: 4096,
   layerMatrices: [{ type: GGMLType.Q4_1, rows: 64, cols: 64 }],
   output: { type: GGMLType.Q4_1, rows: 50, cols: 64 },
-  gateBytes: 8 * MiB, stagingBytes: 1 * MiB, scratchBytes: 1 * MiB, weightBytes: 10 * MiB, kvBytesPerPosition: 1024, gateStream: null,
+  gateBytes: 8 * MiB,
+  stagingBytes: 1 * MiB,
+  scratchBytes: 1 * MiB,
+  weightBytes: 10 * MiB,
+  kvBytesPerPosition: 1024,
+  gateStream: null,
 };
 const hw: Hardware = {
   threads: 1,
@@ -42,7 +84,10 @@ const hw: Hardware = {
   overlap: true,
 };
 const knobs: Knobs = { threads: 1, queueDepth: 4, hotFraction: 0.5, residentGates: true, pipeline: true };
-const uniform = (p: number): Firing => ({ layers: [new Float64Array(100).fill(p), new Float64Array(100).fill(p)], source: "test" });
+const uniform = (p: number): Firing => ({
+  layers: [new Float64Array(100).fill(p), new Float64Array(100).fill(p)],
+  source: "test",
+});
 const workload = { contextSize: 1024, promptTokens: 0, decodeTokens: 1 };
 
 test("budget split: what LlamaModel.offload leaves for the neuron cache, hot and cold slots", () => {
@@ -66,7 +111,11 @@ test("budget split: what LlamaModel.offload leaves for the neuron cache, hot and
   assert.ok(none.minBudget > 40 * MiB && none.minBudget <= (40 * MiB + 4 * 4096) / 0.97 + 1);
   const flash = splitBudget(shape, hw, { ...knobs, residentGates: false }, workload, (40 * MiB + 41.5 * 4096) / 0.97);
   assert.equal(flash.gateBytes, 1 * MiB);
-  assert.equal(flash.slots, 200, "without resident gate rows their room (less the staging) goes to the cache: all of the FFN here");
+  assert.equal(
+    flash.slots,
+    200,
+    "without resident gate rows their room (less the staging) goes to the cache: all of the FFN here",
+  );
 });
 
 test("hit model: hot neurons always hit; a cold LRU of C slots over n alike neurons hits C/n once warm", () => {
@@ -122,8 +171,22 @@ test("predicted time: the pipeline hides reads behind the hits' compute, only th
   const f = uniform(0.5);
   const slow: Hardware = { ...hw, sparse: { ...hw.sparse, upDownPerNeuron: 1e-3 } }; // hits compute 1 ms each
   const budget = (40 * MiB + 60.5 * 4096) / 0.97; // 60 slots: 15 hot per layer, 30 cold
-  const on = predict(shape, f, slow, { ...knobs, hotFraction: 0.5, queueDepth: 4 }, { ...workload, promptTokens: 0 }, budget);
-  const off = predict(shape, f, slow, { ...knobs, hotFraction: 0.5, queueDepth: 4, pipeline: false }, { ...workload, promptTokens: 0 }, budget);
+  const on = predict(
+    shape,
+    f,
+    slow,
+    { ...knobs, hotFraction: 0.5, queueDepth: 4 },
+    { ...workload, promptTokens: 0 },
+    budget,
+  );
+  const off = predict(
+    shape,
+    f,
+    slow,
+    { ...knobs, hotFraction: 0.5, queueDepth: 4, pipeline: false },
+    { ...workload, promptTokens: 0 },
+    budget,
+  );
   assert.equal(on.split.hotPerLayer, 15);
   // per layer: 7.5 hot hits (7.5 ms of compute), 42.5 misses, round 1 = 30 reads (cold slots)
   const hits = 7.5e-3;
@@ -133,10 +196,22 @@ test("predicted time: the pipeline hides reads behind the hits' compute, only th
   assert.ok(Math.abs(off.breakdown.ioWait - 2 * (30 / 1000 + r2)) < 1e-9, `unpipelined wait ${off.breakdown.ioWait}`);
   assert.ok(on.secondsPerToken < off.secondsPerToken);
   // compute threads on every core: the reads wait for the CPU, nothing overlaps
-  const busy = predict(shape, f, { ...slow, overlap: false }, { ...knobs, hotFraction: 0.5, queueDepth: 4 }, { ...workload, promptTokens: 0 }, budget);
+  const busy = predict(
+    shape,
+    f,
+    { ...slow, overlap: false },
+    { ...knobs, hotFraction: 0.5, queueDepth: 4 },
+    { ...workload, promptTokens: 0 },
+    budget,
+  );
   assert.ok(Math.abs(busy.breakdown.ioWait - off.breakdown.ioWait) < 1e-12);
   // a deeper queue never predicts slower when the device scales with depth
-  const scaling: Hardware = { ...hw, batchSeconds: (_b, qd, n) => n / (1000 * Math.min(qd, 16)) + 1e-4, submitSeconds: () => 1e-6, iops: (_b, qd) => 1000 * Math.min(qd, 16) };
+  const scaling: Hardware = {
+    ...hw,
+    batchSeconds: (_b, qd, n) => n / (1000 * Math.min(qd, 16)) + 1e-4,
+    submitSeconds: () => 1e-6,
+    iops: (_b, qd) => 1000 * Math.min(qd, 16),
+  };
   let prev = 0;
   for (const qd of [1, 2, 4, 8, 16]) {
     const p = predict(shape, f, scaling, { ...knobs, queueDepth: qd }, workload, budget);
@@ -149,24 +224,53 @@ test("gates not resident, streamed from the store's gate-row copy: chunk reads d
   const streamed: ModelShape = { ...shape, gateStream: { rows: 50, bytes: 50 * 64, rowBytes: 64 } };
   const budget = (33 * MiB + 100.5 * 4096) / 0.97; // fixed part with gate staging (1 MiB) instead of rows: 100 cache slots
   const slowReads: Hardware = { ...hw, streamChunkSeconds: () => 0.01 };
-  const p = predict(streamed, uniform(0), slowReads, { ...knobs, residentGates: false, hotFraction: 0 }, workload, budget);
+  const p = predict(
+    streamed,
+    uniform(0),
+    slowReads,
+    { ...knobs, residentGates: false, hotFraction: 0 },
+    workload,
+    budget,
+  );
   assert.equal(p.split.hotPerLayer, 0);
   // per layer 2 chunks of 10 ms: the first read during attention (4.1 us), the second issued
   // when the first is consumed, so it lands 10 ms after the first: ~20 ms of waiting per layer
   const attn = 64 * 64 * 1e-9;
   const gate0 = 0; // nothing cached, nothing fires
-  const want = 2 * (0.01 - attn - gate0 + 0.01 - 100 * 1e-7 / 2);
+  const want = 2 * (0.01 - attn - gate0 + 0.01 - (100 * 1e-7) / 2);
   assert.ok(Math.abs(p.breakdown.gateReads - want) < 2e-4, `gate reads ${p.breakdown.gateReads} vs ~${want}`);
   assert.ok(Math.abs(p.readBytesPerToken - 2 * 2 * 50 * 64) < 1e-6);
   // compute-bound gates: reads hide behind them but for the first chunk
   const fastReads: Hardware = { ...hw, streamChunkSeconds: () => 1e-6 };
-  const q = predict(streamed, uniform(0), fastReads, { ...knobs, residentGates: false, hotFraction: 0 }, workload, budget);
+  const q = predict(
+    streamed,
+    uniform(0),
+    fastReads,
+    { ...knobs, residentGates: false, hotFraction: 0 },
+    workload,
+    budget,
+  );
   assert.ok(q.breakdown.gateReads < 1e-5);
 });
 
 test("read tables: rates interpolated between measured depths and batch sizes, never past the deepest queue", () => {
-  const cell = (q: number, iops: number) => ({ bytes: 4096, queueDepth: q, iops, submit: 1e-6 * q, batches: [{ n: q, perSecond: iops / 2 }, { n: 4 * q, perSecond: iops * 0.8 }, { n: 16 * q, perSecond: iops }] });
-  const t: IoTable = { direct: true, threadPool: 16, loadAverage: 0, cells: [cell(1, 1000), cell(4, 4000), cell(16, 16000)] };
+  const cell = (q: number, iops: number) => ({
+    bytes: 4096,
+    queueDepth: q,
+    iops,
+    submit: 1e-6 * q,
+    batches: [
+      { n: q, perSecond: iops / 2 },
+      { n: 4 * q, perSecond: iops * 0.8 },
+      { n: 16 * q, perSecond: iops },
+    ],
+  });
+  const t: IoTable = {
+    direct: true,
+    threadPool: 16,
+    loadAverage: 0,
+    cells: [cell(1, 1000), cell(4, 4000), cell(16, 16000)],
+  };
   assert.equal(iopsAt(t, 4), 4000);
   assert.equal(iopsAt(t, 2), 1000 + 0.5 * 3000);
   assert.equal(iopsAt(t, 64), 16000);
@@ -198,7 +302,9 @@ async function stores(): Promise<void> {
   await synthesize({ shape: "tiny", act: "relu", type: "q4_1", seed: 5, sparsity: 0.9, out: gguf, fsync: false });
   storePath = join(dir, "tiny.pi");
   await convertToStore({ input: gguf, output: storePath, fsync: false });
-  const profile = { layers: Array.from({ length: 4 }, (_, l) => ({ frequency: Array.from(plannedFiring(5, l, 768, 0.9)) })) };
+  const profile = {
+    layers: Array.from({ length: 4 }, (_, l) => ({ frequency: Array.from(plannedFiring(5, l, 768, 0.9)) })),
+  };
   profiledPath = join(dir, "tiny.hot.pi");
   await convertToStore({ input: gguf, output: profiledPath, profile, fsync: false });
 }
@@ -254,7 +360,8 @@ test("firing rates: the profile in stored (hot-first) order, else synth's plante
   try {
     const fh = firingOf(hot, readConfig(hot));
     assert.match(fh.source, /profile/);
-    for (let k = 1; k < 768; k++) assert.ok(fh.layers[0][k] <= fh.layers[0][k - 1] + 1e-12, "hot-first: non-increasing along the stored order");
+    for (let k = 1; k < 768; k++)
+      assert.ok(fh.layers[0][k] <= fh.layers[0][k - 1] + 1e-12, "hot-first: non-increasing along the stored order");
     const fp = firingOf(plain, readConfig(plain));
     assert.match(fp.source, /planted/);
     const planted = plannedFiring(5, 2, 768, 0.9);
@@ -285,7 +392,16 @@ test("shapeOfStore: the resident size estimate counts packed weights and buffers
 test("plan: written, read back, applied to load options; never predicted slower than the defaults", async () => {
   await stores();
   const budget = 16 * MiB;
-  const r = await makePlan({ modelPath: profiledPath, budget, probe: FAST, threads: 1, promptTokens: 8, decodeTokens: 16, contextSize: 64, runtimeBase: 0 });
+  const r = await makePlan({
+    modelPath: profiledPath,
+    budget,
+    probe: FAST,
+    threads: 1,
+    promptTokens: 8,
+    decodeTokens: 16,
+    contextSize: 64,
+    runtimeBase: 0,
+  });
   assert.ok(r.best.tokensPerSecond >= r.defaults.tokensPerSecond);
   assert.ok(r.candidates.length > 10);
   const path = join(dir, "p.json");
@@ -301,7 +417,10 @@ test("plan: written, read back, applied to load options; never predicted slower 
   assert.equal(opts.threads, p.knobs.threads);
   assert.equal(opts.contextSize, 64);
   // options set explicitly (flags) win over the plan's knobs
-  const explicit = applyPlan({ modelPath: profiledPath, memoryBudget: budget, offload: { hotFraction: 0.25, queueDepth: 3 } }, path);
+  const explicit = applyPlan(
+    { modelPath: profiledPath, memoryBudget: budget, offload: { hotFraction: 0.25, queueDepth: 3 } },
+    path,
+  );
   assert.equal(explicit.offload?.hotFraction, 0.25);
   assert.equal(explicit.offload?.queueDepth, 3);
   // -t given wins over the plan's threads; no budget given adopts the plan's
@@ -314,7 +433,16 @@ test("plan: written, read back, applied to load options; never predicted slower 
 test("plan mismatches: another machine, model, budget or context is a clear error (explicit plan) or a note (found next to the model)", async () => {
   await stores();
   const budget = 16 * MiB;
-  const r = await makePlan({ modelPath: profiledPath, budget, probe: FAST, threads: 1, promptTokens: 8, decodeTokens: 16, contextSize: 64, runtimeBase: 0 });
+  const r = await makePlan({
+    modelPath: profiledPath,
+    budget,
+    probe: FAST,
+    threads: 1,
+    promptTokens: 8,
+    decodeTokens: 16,
+    contextSize: 64,
+    runtimeBase: 0,
+  });
   const write = (name: string, edit: (p: typeof r.plan) => void) => {
     const p = structuredClone(r.plan);
     edit(p);
@@ -323,11 +451,29 @@ test("plan mismatches: another machine, model, budget or context is a clear erro
     return path;
   };
   const other = write("other-machine.json", (p) => (p.machine.hostname = "some-other-host"));
-  assert.throws(() => applyPlan({ modelPath: profiledPath, memoryBudget: budget }, other), (e: Error) => e instanceof PlanError && /another machine \(host "some-other-host"/.test(e.message) && /re-plan with: powerinfer plan/.test(e.message));
+  assert.throws(
+    () => applyPlan({ modelPath: profiledPath, memoryBudget: budget }, other),
+    (e: Error) =>
+      e instanceof PlanError &&
+      /another machine \(host "some-other-host"/.test(e.message) &&
+      /re-plan with: powerinfer plan/.test(e.message),
+  );
   const good = write("good.json", () => {});
-  assert.throws(() => applyPlan({ modelPath: profiledPath, memoryBudget: 32 * MiB }, good), (e: Error) => /made for --memory-budget 16MiB, this run has 32MiB; re-plan with: powerinfer plan -m .* --memory-budget 32MiB/.test(e.message));
-  assert.throws(() => applyPlan({ modelPath: profiledPath, memoryBudget: budget, contextSize: 128 }, good), /context of 64 tokens/);
-  assert.throws(() => applyPlan({ modelPath: storePath, memoryBudget: budget }, good), /does not match .*tiny\.pi: the plan is for (another store|a store of)/);
+  assert.throws(
+    () => applyPlan({ modelPath: profiledPath, memoryBudget: 32 * MiB }, good),
+    (e: Error) =>
+      /made for --memory-budget 16MiB, this run has 32MiB; re-plan with: powerinfer plan -m .* --memory-budget 32MiB/.test(
+        e.message,
+      ),
+  );
+  assert.throws(
+    () => applyPlan({ modelPath: profiledPath, memoryBudget: budget, contextSize: 128 }, good),
+    /context of 64 tokens/,
+  );
+  assert.throws(
+    () => applyPlan({ modelPath: storePath, memoryBudget: budget }, good),
+    /does not match .*tiny\.pi: the plan is for (another store|a store of)/,
+  );
   assert.throws(() => readPlan(join(dir, "missing.json")), /cannot read plan/);
   writeFileSync(join(dir, "junk.json"), '{"format":"something else"}');
   assert.throws(() => readPlan(join(dir, "junk.json")), /is not a plan file/);
@@ -345,7 +491,10 @@ test("plan mismatches: another machine, model, budget or context is a clear erro
   assert.deepEqual(unchanged, { ...base, memoryBudget: 20 * MiB });
   assert.match(notes.pop()!, /not using .* was made for --memory-budget 16MiB, this run has 20MiB; re-plan/);
   writePlan(defaultPlanPath(copy), JSON.parse(readFileSync(other, "utf8")));
-  assert.deepEqual(applyPlan(base, undefined, (m) => notes.push(m)), base);
+  assert.deepEqual(
+    applyPlan(base, undefined, (m) => notes.push(m)),
+    base,
+  );
   assert.match(notes.pop()!, /another machine/);
   assert.equal(sizeText(3.75 * 2 ** 30), "3.75GiB");
 });
@@ -353,15 +502,42 @@ test("plan mismatches: another machine, model, budget or context is a clear erro
 test("calibration: a run's compute and read waits scale every prediction by their own factors", async () => {
   await stores();
   const budget = 16 * MiB;
-  const plain = await makePlan({ modelPath: profiledPath, budget, probe: FAST, threads: 1, promptTokens: 8, decodeTokens: 16, contextSize: 64, runtimeBase: 0 });
+  const plain = await makePlan({
+    modelPath: profiledPath,
+    budget,
+    probe: FAST,
+    threads: 1,
+    promptTokens: 8,
+    decodeTokens: 16,
+    contextSize: 64,
+    runtimeBase: 0,
+  });
   const jobs: CalibrationJob[] = [];
   // a stand-in run: whatever the model predicts for the defaults' steps, twice the compute and three times the waiting
   const slow = async (job: CalibrationJob): Promise<CalibrationRun> => {
     jobs.push(job);
     const io = plain.defaults.breakdown.ioWait + plain.defaults.breakdown.gateReads;
-    return { knobs: job.knobs, promptTokens: job.promptTokens, steps: job.decodeTokens, secondsPerToken: 2 * (plain.defaults.secondsPerToken - io) + 3 * io, ioWaitPerToken: 3 * io, loadAverage: 1 };
+    return {
+      knobs: job.knobs,
+      promptTokens: job.promptTokens,
+      steps: job.decodeTokens,
+      secondsPerToken: 2 * (plain.defaults.secondsPerToken - io) + 3 * io,
+      ioWaitPerToken: 3 * io,
+      loadAverage: 1,
+    };
   };
-  const r = await makePlan({ modelPath: profiledPath, budget, probe: { ...FAST, reprobe: false }, threads: 1, promptTokens: 8, decodeTokens: 16, contextSize: 64, runtimeBase: 0, calibrate: slow, calibrationTokens: 4 });
+  const r = await makePlan({
+    modelPath: profiledPath,
+    budget,
+    probe: { ...FAST, reprobe: false },
+    threads: 1,
+    promptTokens: 8,
+    decodeTokens: 16,
+    contextSize: 64,
+    runtimeBase: 0,
+    calibrate: slow,
+    calibrationTokens: 4,
+  });
   assert.equal(jobs.length, 1);
   assert.deepEqual(jobs[0].knobs, r.defaults.knobs, "the calibration runs the defaults");
   assert.equal(jobs[0].decodeTokens, 4);
@@ -369,33 +545,74 @@ test("calibration: a run's compute and read waits scale every prediction by thei
   // the stand-in measured the defaults' whole-workload figures, not those of its 4 steps, so
   // the factors are near 2 and 3, not exactly
   assert.ok(c.computeFactor > 1.5 && c.computeFactor < 2.5, `compute x${c.computeFactor}`);
-  assert.ok(plain.defaults.breakdown.ioWait + plain.defaults.breakdown.gateReads === 0 || (c.ioFactor > 2 && c.ioFactor < 4), `reads x${c.ioFactor}`);
-  const d = r.defaults.breakdown, d0 = plain.defaults.breakdown;
+  assert.ok(
+    plain.defaults.breakdown.ioWait + plain.defaults.breakdown.gateReads === 0 || (c.ioFactor > 2 && c.ioFactor < 4),
+    `reads x${c.ioFactor}`,
+  );
+  const d = r.defaults.breakdown,
+    d0 = plain.defaults.breakdown;
   assert.ok(Math.abs(d.attention - c.computeFactor * d0.attention) < 1e-12);
   assert.ok(Math.abs(d.ioWait - c.ioFactor * d0.ioWait) < 1e-12);
   assert.ok(r.defaults.tokensPerSecond < plain.defaults.tokensPerSecond);
   assert.ok(r.best.tokensPerSecond >= r.defaults.tokensPerSecond);
   assert.equal(r.plan.calibration?.computeFactor, c.computeFactor);
   // the math alone
-  const fake = { ...plain.defaults, breakdown: { attention: 1, gate: 0, gateReads: 0.5, scan: 0, ffnCompute: 1, ioWait: 0.5, output: 0 }, secondsPerToken: 3 };
-  const cal = calibration({ knobs: fake.knobs, promptTokens: 1, steps: 1, secondsPerToken: 5, ioWaitPerToken: 3, loadAverage: 0 }, fake);
+  const fake = {
+    ...plain.defaults,
+    breakdown: { attention: 1, gate: 0, gateReads: 0.5, scan: 0, ffnCompute: 1, ioWait: 0.5, output: 0 },
+    secondsPerToken: 3,
+  };
+  const cal = calibration(
+    { knobs: fake.knobs, promptTokens: 1, steps: 1, secondsPerToken: 5, ioWaitPerToken: 3, loadAverage: 0 },
+    fake,
+  );
   assert.equal(cal.computeFactor, 1);
   assert.equal(cal.ioFactor, 3);
   assert.equal(calibrated(fake, cal).secondsPerToken, 5);
   // a disturbed run is kept within a factor of 4
-  assert.equal(calibration({ knobs: fake.knobs, promptTokens: 1, steps: 1, secondsPerToken: 100, ioWaitPerToken: 1, loadAverage: 0 }, fake).computeFactor, 4);
+  assert.equal(
+    calibration(
+      { knobs: fake.knobs, promptTokens: 1, steps: 1, secondsPerToken: 100, ioWaitPerToken: 1, loadAverage: 0 },
+      fake,
+    ).computeFactor,
+    4,
+  );
 });
 
 test("powerinfer plan: writes MODEL.plan.json next to the model and prints the prediction and where the time goes", async () => {
   await stores();
-  const r = spawnSync(process.execPath, [CLI, "plan", "-m", profiledPath, "--memory-budget", "512MiB", "-t", "1", "-c", "64", "--prompt-tokens", "8", "--decode-tokens", "8", "--probe-scale", "0.02"], {
-    encoding: "utf8",
-    env: { ...process.env, POWERINFER_CACHE_DIR: cacheDir },
-  });
+  const r = spawnSync(
+    process.execPath,
+    [
+      CLI,
+      "plan",
+      "-m",
+      profiledPath,
+      "--memory-budget",
+      "512MiB",
+      "-t",
+      "1",
+      "-c",
+      "64",
+      "--prompt-tokens",
+      "8",
+      "--decode-tokens",
+      "8",
+      "--probe-scale",
+      "0.02",
+    ],
+    {
+      encoding: "utf8",
+      env: { ...process.env, POWERINFER_CACHE_DIR: cacheDir },
+    },
+  );
   assert.equal(r.status, 0, r.stderr);
   assert.match(r.stdout, /predicted decode: [\d.]+ tok\/s/);
   // the real calibration run (a child process under the budget)
-  assert.match(r.stdout, /calibration: a 8-token decode with the defaults measured [\d.]+ tok\/s .* compute scaled x[\d.]+ and its waiting for reads x[\d.]+/);
+  assert.match(
+    r.stdout,
+    /calibration: a 8-token decode with the defaults measured [\d.]+ tok\/s .* compute scaled x[\d.]+ and its waiting for reads x[\d.]+/,
+  );
   assert.match(r.stdout, /waiting for missed bundles|up\/down of firing neurons/);
   assert.match(r.stdout, /wrote .*tiny\.hot\.pi\.plan\.json/);
   const p = readPlan(defaultPlanPath(profiledPath));
@@ -403,7 +620,11 @@ test("powerinfer plan: writes MODEL.plan.json next to the model and prints the p
   const bad = spawnSync(process.execPath, [CLI, "plan", "-m", profiledPath], { encoding: "utf8" });
   assert.equal(bad.status, 2);
   assert.match(bad.stderr, /--memory-budget SIZE is required/);
-  const small = spawnSync(process.execPath, [CLI, "plan", "-m", profiledPath, "--memory-budget", "1MiB", "-t", "1", "--probe-scale", "0.02"], { encoding: "utf8", env: { ...process.env, POWERINFER_CACHE_DIR: cacheDir } });
+  const small = spawnSync(
+    process.execPath,
+    [CLI, "plan", "-m", profiledPath, "--memory-budget", "1MiB", "-t", "1", "--probe-scale", "0.02"],
+    { encoding: "utf8", env: { ...process.env, POWERINFER_CACHE_DIR: cacheDir } },
+  );
   assert.equal(small.status, 1);
   assert.match(small.stderr, /too small .* at least [\d.]+ MiB would run/);
 });

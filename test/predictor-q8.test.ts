@@ -27,7 +27,17 @@ let made: Promise<void> | undefined;
 /** The tiny predictable model (F16 planted predictors, hidden 33) and its store with them. */
 function model(): Promise<void> {
   return (made ??= (async () => {
-    await synthesize({ shape: "tiny", act: "relu", type: "q8_0", seed: 4, out: gguf, fsync: false, sparsity: 0.9, gateRank: 16, predictorsOut: preds });
+    await synthesize({
+      shape: "tiny",
+      act: "relu",
+      type: "q8_0",
+      seed: 4,
+      out: gguf,
+      fsync: false,
+      sparsity: 0.9,
+      gateRank: 16,
+      predictorsOut: preds,
+    });
     await convertToStore({ input: gguf, output: pi, predictors: preds, fsync: false });
   })());
 }
@@ -62,7 +72,8 @@ test("WeightLoader.q8Matrix: padded fc1 rows and fc2 columns are exactly zero; r
   const arena = new Arena(16 << 20);
   const pool = await ThreadPool.create(arena.memory, 1);
   try {
-    const t1 = store.tensor("blk.1.fc1.weight"), t2 = store.tensor("blk.1.fc2.weight");
+    const t1 = store.tensor("blk.1.fc1.weight"),
+      t2 = store.tensor("blk.1.fc2.weight");
     assert.equal(t1.type, GGMLType.F16);
     const [nEmbd, hidden] = t1.dims;
     const nFF = t2.dims[1];
@@ -79,7 +90,11 @@ test("WeightLoader.q8Matrix: padded fc1 rows and fc2 columns are exactly zero; r
     const x = rand(nEmbd, 7);
     const y1 = matvec(arena, pool, fc1, x);
     for (let r = hidden; r < 64; r++) assert.equal(y1[r], 0, `fc1 padding row ${r}`);
-    const scale1 = Math.max(...Array.from({ length: hidden }, (_, r) => w1.subarray(r * nEmbd, (r + 1) * nEmbd).reduce((a, v) => a + Math.abs(v), 0)));
+    const scale1 = Math.max(
+      ...Array.from({ length: hidden }, (_, r) =>
+        w1.subarray(r * nEmbd, (r + 1) * nEmbd).reduce((a, v) => a + Math.abs(v), 0),
+      ),
+    );
     for (let r = 0; r < hidden; r++) {
       let want = 0;
       for (let c = 0; c < nEmbd; c++) want += w1[r * nEmbd + c] * x[c];
@@ -90,7 +105,10 @@ test("WeightLoader.q8Matrix: padded fc1 rows and fc2 columns are exactly zero; r
     const pad = new Float32Array(64);
     for (let c = hidden; c < 64; c++) pad[c] = 1 + c;
     const y0 = matvec(arena, pool, fc2, pad);
-    assert.ok(y0.every((v) => v === 0), `fc2 reads its padded columns: ${y0.find((v) => v !== 0)}`);
+    assert.ok(
+      y0.every((v) => v === 0),
+      `fc2 reads its padded columns: ${y0.find((v) => v !== 0)}`,
+    );
     // ... and the real ones match
     const h = rand(64, 11).map((v, c) => (c < hidden ? Math.abs(v) : 0));
     const y2 = matvec(arena, pool, fc2, h);
@@ -129,7 +147,13 @@ test("predictorType q8_0 vs original: the same picks on real residuals within Q8
     await dense.dispose();
   }
 
-  const load = (predictorType: "q8_0" | "original") => LlamaModel.load(pi, { threads: 1, contextSize: 32, predictorType, offload: { sparsity: "predictor", cacheBytes: 1 << 20, onWarning: () => {} } });
+  const load = (predictorType: "q8_0" | "original") =>
+    LlamaModel.load(pi, {
+      threads: 1,
+      contextSize: 32,
+      predictorType,
+      offload: { sparsity: "predictor", cacheBytes: 1 << 20, onWarning: () => {} },
+    });
   const q8 = await load("q8_0");
   const orig = await load("original");
   try {
@@ -138,21 +162,30 @@ test("predictorType q8_0 vs original: the same picks on real residuals within Q8
       assert.deepEqual(orig.predictorWidth(l), { type: GGMLType.F16, hidden: 33 });
     }
     const thr = q8.config.sparseThreshold;
-    let differ = 0, all = 0;
+    let differ = 0,
+      all = 0;
     const c = { q8: { tp: 0, fp: 0, fn: 0 }, orig: { tp: 0, fp: 0, fn: 0 } };
     for (const { layer, x, fired } of rows) {
       const hidden = new Float32Array(64).fill(NaN);
       const a = q8.predictorScores(layer, x, hidden);
       const b = orig.predictorScores(layer, x);
-      for (let k = 33; k < 64; k++) assert.equal(hidden[k], 0, `layer ${layer}: hidden unit ${k} (padding) is ${hidden[k]}`);
+      for (let k = 33; k < 64; k++)
+        assert.equal(hidden[k], 0, `layer ${layer}: hidden unit ${k} (padding) is ${hidden[k]}`);
       let scale = 0;
       for (let i = 0; i < nFF; i++) scale = Math.max(scale, Math.abs(b[i]));
       for (let i = 0; i < nFF; i++) {
-        assert.ok(Math.abs(a[i] - b[i]) <= 0.02 * scale, `layer ${layer} neuron ${i}: q8 ${a[i]} vs original ${b[i]} (row max ${scale})`);
-        const pa = a[i] > thr, pb = b[i] > thr;
+        assert.ok(
+          Math.abs(a[i] - b[i]) <= 0.02 * scale,
+          `layer ${layer} neuron ${i}: q8 ${a[i]} vs original ${b[i]} (row max ${scale})`,
+        );
+        const pa = a[i] > thr,
+          pb = b[i] > thr;
         if (pa !== pb) differ++;
         all++;
-        for (const [p, k] of [[pa, "q8"], [pb, "orig"]] as const) {
+        for (const [p, k] of [
+          [pa, "q8"],
+          [pb, "orig"],
+        ] as const) {
           if (p && fired[i]) c[k].tp++;
           else if (p) c[k].fp++;
           else if (fired[i]) c[k].fn++;
@@ -161,7 +194,9 @@ test("predictorType q8_0 vs original: the same picks on real residuals within Q8
     }
     const recall = (k: "q8" | "orig") => c[k].tp / (c[k].tp + c[k].fn);
     const precision = (k: "q8" | "orig") => c[k].tp / (c[k].tp + c[k].fp);
-    console.log(`${rows.length} rows: picks differ for ${differ} of ${all}; recall q8 ${recall("q8").toFixed(4)} original ${recall("orig").toFixed(4)}; precision q8 ${precision("q8").toFixed(4)} original ${precision("orig").toFixed(4)}`);
+    console.log(
+      `${rows.length} rows: picks differ for ${differ} of ${all}; recall q8 ${recall("q8").toFixed(4)} original ${recall("orig").toFixed(4)}; precision q8 ${precision("q8").toFixed(4)} original ${precision("orig").toFixed(4)}`,
+    );
     assert.ok(differ <= 0.01 * all, `picks differ for ${differ} of ${all}`);
     assert.ok(recall("q8") >= recall("orig") - 0.01, `recall q8 ${recall("q8")} vs original ${recall("orig")}`);
     assert.ok(recall("q8") >= 0.99, `recall q8 ${recall("q8")}`);
@@ -180,7 +215,10 @@ test("predictorType q8_0 vs original: the same picks on real residuals within Q8
       return out;
     };
     assert.deepEqual(await run(q8), await run(orig));
-    await assert.rejects(LlamaModel.load(pi, { predictorType: "f16" as "q8_0" }), /predictorType must be "q8_0" or "original", got "f16"/);
+    await assert.rejects(
+      LlamaModel.load(pi, { predictorType: "f16" as "q8_0" }),
+      /predictorType must be "q8_0" or "original", got "f16"/,
+    );
   } finally {
     await q8.dispose();
     await orig.dispose();

@@ -25,26 +25,40 @@ import { CLI, SHARED, tempDir } from "./helpers.js";
 import { Arena } from "../src/runtime/arena.js";
 import { ThreadPool } from "../src/runtime/pool.js";
 import {
-  TrainKernels, maskBit, refAdam, refBce, refMmNN, refMmNT, refMmTN, refRelu, refReluGrad,
+  TrainKernels,
+  maskBit,
+  refAdam,
+  refBce,
+  refMmNN,
+  refMmNT,
+  refMmTN,
+  refRelu,
+  refReluGrad,
 } from "../src/sparse/train-kernels.js";
 
 /** Deterministic pseudo-random floats in [-1, 1). */
 function rand(seed: number): () => number {
   let s = seed >>> 0 || 1;
   return () => {
-    s ^= s << 13; s >>>= 0;
+    s ^= s << 13;
+    s >>>= 0;
     s ^= s >>> 17;
-    s ^= s << 5; s >>>= 0;
+    s ^= s << 5;
+    s >>>= 0;
     return (s / 2 ** 32) * 2 - 1;
   };
 }
 
 function close(got: Float32Array, want: Float32Array, tol: number, what: string): void {
   assert.equal(got.length, want.length, `${what}: length`);
-  let worst = 0, at = -1;
+  let worst = 0,
+    at = -1;
   for (let i = 0; i < got.length; i++) {
     const d = Math.abs(got[i] - want[i]) / (1 + Math.abs(want[i]));
-    if (!(d <= worst)) { worst = d; at = i; }
+    if (!(d <= worst)) {
+      worst = d;
+      at = i;
+    }
   }
   assert.ok(worst <= tol, `${what}: element ${at} is ${got[at]}, reference ${want[at]} (relative error ${worst})`);
 }
@@ -63,24 +77,37 @@ test("training kernels match their references on odd sizes, with 1 and 2 threads
     };
     const fill = (n: number) => Float32Array.from({ length: n }, r);
     try {
-      for (const [m, n, kk] of [[1, 1, 1], [3, 5, 7], [7, 19, 13], [17, 33, 65], [6, 16, 4], [9, 37, 130]]) {
+      for (const [m, n, kk] of [
+        [1, 1, 1],
+        [3, 5, 7],
+        [7, 19, 13],
+        [17, 33, 65],
+        [6, 16, 4],
+        [9, 37, 130],
+      ]) {
         for (const acc of [false, true]) {
           // C = A . B^T
-          let A = fill(m * kk), B = fill(n * kk), C0 = fill(m * n);
+          let A = fill(m * kk),
+            B = fill(n * kk),
+            C0 = fill(m * n);
           let want = C0.slice();
           refMmNT(A, B, want, m, n, kk, acc);
           let pc = put(C0);
           k.mmNT(put(A), put(B), pc, m, n, kk, acc);
           close(arena.f32(pc, m * n).slice(), want, 1e-5, `mmNT ${m}x${n}x${kk} acc=${acc} threads=${threads}`);
           // C = A . B
-          A = fill(m * kk); B = fill(kk * n); C0 = fill(m * n);
+          A = fill(m * kk);
+          B = fill(kk * n);
+          C0 = fill(m * n);
           want = C0.slice();
           refMmNN(A, B, want, m, n, kk, acc);
           pc = put(C0);
           k.mmNN(put(A), put(B), pc, m, n, kk, acc);
           close(arena.f32(pc, m * n).slice(), want, 1e-5, `mmNN ${m}x${n}x${kk} acc=${acc} threads=${threads}`);
           // C = A^T . B
-          A = fill(kk * m); B = fill(kk * n); C0 = fill(m * n);
+          A = fill(kk * m);
+          B = fill(kk * n);
+          C0 = fill(m * n);
           want = C0.slice();
           refMmTN(A, B, want, m, n, kk, acc);
           pc = put(C0);
@@ -96,7 +123,8 @@ test("training kernels match their references on odd sizes, with 1 and 2 threads
       const wantRelu = x.slice();
       refRelu(wantRelu);
       close(arena.f32(px, len).slice(), wantRelu, 0, "relu");
-      const g = fill(len), h = fill(len);
+      const g = fill(len),
+        h = fill(len);
       const pg = put(g);
       k.reluGrad(pg, put(h), len);
       const wantG = g.slice();
@@ -104,23 +132,33 @@ test("training kernels match their references on odd sizes, with 1 and 2 threads
       close(arena.f32(pg, len).slice(), wantG, 0, "reluGrad");
 
       // BCE: 5 rows of 70 outputs (3 words per row), logits up to +-20, both weights
-      const rows = 5, nOut = 70, words = 3;
+      const rows = 5,
+        nOut = 70,
+        words = 3;
       const s = Float32Array.from({ length: rows * nOut }, () => r() * 20);
       const mask = Uint32Array.from({ length: rows * words }, () => (r() * 2 ** 31) >>> 0);
       const ps = put(s);
       const pm = arena.alloc(mask.length * 4, 64);
       new Uint32Array(arena.memory.buffer, pm, mask.length).set(mask);
-      const pds = arena.alloc(rows * nOut * 4, 64), pl = arena.alloc(rows * 4, 64);
+      const pds = arena.alloc(rows * nOut * 4, 64),
+        pl = arena.alloc(rows * 4, 64);
       k.bce(ps, pm, pds, rows, nOut, words, 3.5, 0.25, pl);
-      const wantDs = new Float32Array(rows * nOut), wantLoss = new Float32Array(rows);
+      const wantDs = new Float32Array(rows * nOut),
+        wantLoss = new Float32Array(rows);
       refBce(s, mask, wantDs, rows, nOut, words, 3.5, 0.25, wantLoss);
       close(arena.f32(pds, rows * nOut).slice(), wantDs, 1e-5, "bce gradient");
       close(arena.f32(pl, rows).slice(), wantLoss, 1e-4, "bce loss");
 
       // Adam, three steps on 1031 parameters
-      const w = fill(len), mo = new Float32Array(len), v = new Float32Array(len);
-      const pw = put(w), pmo = put(mo), pv = put(v);
-      const ww = w.slice(), mm = mo.slice(), vv = v.slice();
+      const w = fill(len),
+        mo = new Float32Array(len),
+        v = new Float32Array(len);
+      const pw = put(w),
+        pmo = put(mo),
+        pv = put(v);
+      const ww = w.slice(),
+        mm = mo.slice(),
+        vv = v.slice();
       for (let t = 1; t <= 3; t++) {
         const grad = fill(len);
         const pgr = put(grad);
@@ -145,7 +183,7 @@ const HELDOUT = `${SHARED}/data/stories-heldout.txt`;
 const run = promisify(execFile);
 
 test("thresholdForRecall keeps the asked share of positives above the threshold", () => {
-  const pos = Float32Array.from({ length: 1000 }, (_, i) => (i * 37) % 1000 - 500);
+  const pos = Float32Array.from({ length: 1000 }, (_, i) => ((i * 37) % 1000) - 500);
   for (const recall of [0.5, 0.9, 0.95, 0.999, 1]) {
     const t = thresholdForRecall(pos, recall);
     const above = pos.filter((v) => v > t).length;
@@ -163,16 +201,24 @@ test("thresholdForRecall keeps the asked share of positives above the threshold"
 test("PredictorTrainer learns a synthetic ReLU mask; its validation figures hold for the folded weights at threshold 0", async () => {
   // x: 48 dims with per-dimension scales from 0.1 to 10 (as a residual's); the mask: neuron k
   // fires when (W x)_k > 0, W random of rank 8, so a width-32 MLP can represent it
-  const nIn = 48, nOut = 96, n = 6000, rank = 8;
+  const nIn = 48,
+    nOut = 96,
+    n = 6000,
+    rank = 8;
   const r = rand(3);
-  const A = Float32Array.from({ length: nOut * rank }, r), B = Float32Array.from({ length: rank * nIn }, r);
+  const A = Float32Array.from({ length: nOut * rank }, r),
+    B = Float32Array.from({ length: rank * nIn }, r);
   const x = new Float32Array(n * nIn);
-  for (let i = 0; i < x.length; i++) x[i] = r() * 10 ** ((i % nIn) / (nIn - 1) * 2 - 1);
+  for (let i = 0; i < x.length; i++) x[i] = r() * 10 ** (((i % nIn) / (nIn - 1)) * 2 - 1);
   const words = maskWords(nOut);
   const mask = new Uint32Array(n * words);
   const z = new Float64Array(rank);
   for (let t = 0; t < n; t++) {
-    for (let q = 0; q < rank; q++) { let s = 0; for (let i = 0; i < nIn; i++) s += B[q * nIn + i] * x[t * nIn + i]; z[q] = s; }
+    for (let q = 0; q < rank; q++) {
+      let s = 0;
+      for (let i = 0; i < nIn; i++) s += B[q * nIn + i] * x[t * nIn + i];
+      z[q] = s;
+    }
     for (let k = 0; k < nOut; k++) {
       let s = 0;
       for (let q = 0; q < rank; q++) s += A[k * rank + q] * z[q];
@@ -187,9 +233,14 @@ test("PredictorTrainer learns a synthetic ReLU mask; its validation figures hold
     const p = trainer.train(data, trainEnd, { hidden: 32, epochs: 6, recall: 0.95, seed: 5 });
     assert.equal(p.threshold, 0);
     assert.ok(p.validation.recall >= 0.95, `validation recall ${p.validation.recall}`);
-    assert.ok(p.validation.precision >= 0.8, `validation precision ${p.validation.precision}: the trainer did not learn the mask`);
+    assert.ok(
+      p.validation.precision >= 0.8,
+      `validation precision ${p.validation.precision}: the trainer did not learn the mask`,
+    );
     // recount the validation samples with the folded weights in f64, raw (unscaled) inputs
-    let tp = 0, fp = 0, fn = 0;
+    let tp = 0,
+      fp = 0,
+      fn = 0;
     const h = new Float64Array(32);
     for (let t = trainEnd; t < n; t++) {
       for (let j = 0; j < 32; j++) {
@@ -201,11 +252,20 @@ test("PredictorTrainer learns a synthetic ReLU mask; its validation figures hold
         let s = 0;
         for (let j = 0; j < 32; j++) s += p.fc2[k * 32 + j] * h[j];
         const y = maskBit(mask, words, t, k);
-        if (s > 0) { if (y) tp++; else fp++; } else if (y) fn++;
+        if (s > 0) {
+          if (y) tp++;
+          else fp++;
+        } else if (y) fn++;
       }
     }
-    assert.ok(Math.abs(tp / (tp + fn) - p.validation.recall) < 2e-3, `recounted recall ${tp / (tp + fn)} vs ${p.validation.recall}`);
-    assert.ok(Math.abs(tp / (tp + fp) - p.validation.precision) < 2e-3, `recounted precision ${tp / (tp + fp)} vs ${p.validation.precision}`);
+    assert.ok(
+      Math.abs(tp / (tp + fn) - p.validation.recall) < 2e-3,
+      `recounted recall ${tp / (tp + fn)} vs ${p.validation.recall}`,
+    );
+    assert.ok(
+      Math.abs(tp / (tp + fp) - p.validation.precision) < 2e-3,
+      `recounted precision ${tp / (tp + fp)} vs ${p.validation.precision}`,
+    );
     // score() computes what the engine would: the same decisions for the first rows
     const scores = trainer.score(p, x.subarray(trainEnd * nIn), 64);
     const q = new QualityCounter(nOut);
@@ -218,7 +278,15 @@ test("PredictorTrainer learns a synthetic ReLU mask; its validation figures hold
 
 let trained: TrainPredictorsResult | undefined;
 const TRAIN_OPTS = {
-  model: RELU, corpus: TRAIN, heldout: HELDOUT, tokens: 3000, heldoutTokens: 1000, epochs: 4, minHidden: 64, maxHidden: 64, threads: 1,
+  model: RELU,
+  corpus: TRAIN,
+  heldout: HELDOUT,
+  tokens: 3000,
+  heldoutTokens: 1000,
+  epochs: 4,
+  minHidden: 64,
+  maxHidden: 64,
+  threads: 1,
 } as const;
 
 test("a small training budget gives informative predictors; the held-out figures match an independent count", async () => {
@@ -233,7 +301,10 @@ test("a small training budget gives informative predictors; the held-out figures
     // calibrated on 300 validation tokens: within a few points on unseen text
     assert.ok(L.heldout.recall >= 0.9, `layer ${L.layer}: held-out recall ${L.heldout.recall}`);
     // better than choosing neurons blindly (precision = the true active share)
-    assert.ok(L.heldout.precision >= 1.5 * L.heldout.trueShare, `layer ${L.layer}: precision ${L.heldout.precision} vs true active share ${L.heldout.trueShare}`);
+    assert.ok(
+      L.heldout.precision >= 1.5 * L.heldout.trueShare,
+      `layer ${L.layer}: precision ${L.heldout.precision} vs true active share ${L.heldout.trueShare}`,
+    );
     assert.equal(r.predictors[L.layer].threshold, 0);
   }
 
@@ -258,7 +329,8 @@ test("a small training budget gives informative predictors; the held-out figures
         for (let k = 0; k < nFF; k++) {
           let s = 0;
           for (let j = 0; j < p.hidden; j++) s += p.fc2[k * p.hidden + j] * hid[j];
-          const predicted = s > p.threshold, fired = o.gate[t * nFF + k] > 0;
+          const predicted = s > p.threshold,
+            fired = o.gate[t * nFF + k] > 0;
           const c = counts[o.layer];
           if (predicted && fired) c.tp++;
           else if (predicted) c.fp++;
@@ -275,10 +347,17 @@ test("a small training budget gives informative predictors; the held-out figures
     }
     for (const L of r.layers) {
       const c = counts[L.layer];
-      const recall = c.tp / (c.tp + c.fn), precision = c.tp / (c.tp + c.fp);
+      const recall = c.tp / (c.tp + c.fn),
+        precision = c.tp / (c.tp + c.fp);
       // f32 kernels vs f64 here: a handful of scores right at the threshold may differ
-      assert.ok(Math.abs(recall - L.heldout.recall) < 2e-3, `layer ${L.layer}: reported recall ${L.heldout.recall}, counted ${recall}`);
-      assert.ok(Math.abs(precision - L.heldout.precision) < 2e-3, `layer ${L.layer}: reported precision ${L.heldout.precision}, counted ${precision}`);
+      assert.ok(
+        Math.abs(recall - L.heldout.recall) < 2e-3,
+        `layer ${L.layer}: reported recall ${L.heldout.recall}, counted ${recall}`,
+      );
+      assert.ok(
+        Math.abs(precision - L.heldout.precision) < 2e-3,
+        `layer ${L.layer}: reported precision ${L.heldout.precision}, counted ${precision}`,
+      );
       assert.ok(Math.abs((c.tp + c.fn) / (1000 * nFF) - L.heldout.trueShare) < 1e-9);
     }
   } finally {
@@ -307,7 +386,8 @@ test("PWRI GGUF: written, read back, converted to a store, run with --sparsity p
   await writePredictorGGUF({ input: RELU, output: pwri, predictors: r.predictors, fsync: false });
 
   // read back: every key and tensor of the input, plus the predictors and the threshold
-  const src = GGUFFile.open(RELU), out = GGUFFile.open(pwri);
+  const src = GGUFFile.open(RELU),
+    out = GGUFFile.open(pwri);
   try {
     assert.equal(out.magic, "PWRI");
     assert.equal(out.getNumber("powerinfer.sparse_threshold"), 0);
@@ -338,7 +418,8 @@ test("PWRI GGUF: written, read back, converted to a store, run with --sparsity p
     const half = new Uint16Array(g16.tensorData(t.name).slice().buffer);
     const want = r.predictors[4].fc1;
     assert.equal(half.length, want.length);
-    for (let i = 0; i < half.length; i++) assert.ok(Math.abs(f16ToF32(half[i]) - want[i]) <= Math.abs(want[i]) * 2 ** -11 + 2 ** -24, `fc1[${i}]`);
+    for (let i = 0; i < half.length; i++)
+      assert.ok(Math.abs(f16ToF32(half[i]) - want[i]) <= Math.abs(want[i]) * 2 ** -11 + 2 ** -24, `fc1[${i}]`);
   } finally {
     g16.close();
   }
@@ -359,7 +440,12 @@ test("PWRI GGUF: written, read back, converted to a store, run with --sparsity p
     try {
       s.verifyAll();
       assert.equal(s.getNumber("powerinfer.sparse_threshold"), 0);
-      for (let l = 0; l < 6; l++) assert.deepEqual(new Float32Array(s.tensorData(`blk.${l}.fc1.weight`).slice().buffer), r.predictors[l].fc1, `${path} fc1 of layer ${l}`);
+      for (let l = 0; l < 6; l++)
+        assert.deepEqual(
+          new Float32Array(s.tensorData(`blk.${l}.fc1.weight`).slice().buffer),
+          r.predictors[l].fc1,
+          `${path} fc1 of layer ${l}`,
+        );
       const b = new Uint8Array(bundlesBefore.length);
       s.readBundles(3, 100, 4, b);
       assert.ok(Buffer.from(b).equals(Buffer.from(bundlesBefore)), `${path}: FFN bundles unchanged`);
@@ -371,7 +457,16 @@ test("PWRI GGUF: written, read back, converted to a store, run with --sparsity p
   // a hot-first store (neurons stored in another order than the predictor scores them)
   const hotFirst = join(dir, "hot-first.pi");
   const rnd = (i: number) => ((i * 2654435761) >>> 0) / 2 ** 32;
-  await convertToStore({ input: RELU, output: hotFirst, fsync: false, profile: { layers: Array.from({ length: 6 }, (_, l) => ({ frequency: Array.from({ length: 1024 }, (_, i) => rnd(i + 7 * l)) })) } });
+  await convertToStore({
+    input: RELU,
+    output: hotFirst,
+    fsync: false,
+    profile: {
+      layers: Array.from({ length: 6 }, (_, l) => ({
+        frequency: Array.from({ length: 1024 }, (_, i) => rnd(i + 7 * l)),
+      })),
+    },
+  });
   await addPredictorsToStore({ store: hotFirst, model: RELU, predictors: r.predictors, fsync: false });
 
   // a store that fails its checksums mid-copy: an error, and the file stays exactly as it was
@@ -383,9 +478,15 @@ test("PWRI GGUF: written, read back, converted to a store, run with --sparsity p
   at.close();
   bytes[flip] ^= 0x40;
   writeFileSync(bad, bytes);
-  await assert.rejects(addPredictorsToStore({ store: bad, model: RELU, predictors: r.predictors, fsync: false }), /checksum mismatch.*layer 2 FFN/);
+  await assert.rejects(
+    addPredictorsToStore({ store: bad, model: RELU, predictors: r.predictors, fsync: false }),
+    /checksum mismatch.*layer 2 FFN/,
+  );
   assert.ok(readFileSync(bad).equals(bytes), "the failed store was changed");
-  assert.deepEqual(readdirSync(dir).filter((f) => f.includes(".partial-")), []);
+  assert.deepEqual(
+    readdirSync(dir).filter((f) => f.includes(".partial-")),
+    [],
+  );
 
   // run: dense vs predictor from both stores, every neuron chosen by the predictor (no hot region)
   const tok = Tokenizer.fromGGUF(GGUFFile.open(RELU));
@@ -395,12 +496,19 @@ test("PWRI GGUF: written, read back, converted to a store, run with --sparsity p
   await dense.dispose();
   const runs: number[][] = [];
   for (const path of [fromPwri, plain, hotFirst]) {
-    const m = await LlamaModel.load(path, { threads: 1, contextSize: 64, offload: { sparsity: "predictor", cacheBytes: 4 << 20, hotFraction: 0, direct: "auto", onWarning: () => {} } });
+    const m = await LlamaModel.load(path, {
+      threads: 1,
+      contextSize: 64,
+      offload: { sparsity: "predictor", cacheBytes: 4 << 20, hotFraction: 0, direct: "auto", onWarning: () => {} },
+    });
     try {
       runs.push(await greedy(m, prompt, 16));
       const s = m.offloaded!.snapshot();
       // the predictor really chooses: fewer neurons than all, more than the ones that fire
-      assert.ok(s.neuronsComputed < s.neuronsTotal && s.neuronsComputed > 0.1 * s.neuronsTotal, `computed ${s.neuronsComputed} of ${s.neuronsTotal}`);
+      assert.ok(
+        s.neuronsComputed < s.neuronsTotal && s.neuronsComputed > 0.1 * s.neuronsTotal,
+        `computed ${s.neuronsComputed} of ${s.neuronsTotal}`,
+      );
     } finally {
       await m.dispose();
     }
@@ -410,7 +518,9 @@ test("PWRI GGUF: written, read back, converted to a store, run with --sparsity p
   assert.deepEqual(runs[2], runs[0]);
   let same = 0;
   while (same < want.length && runs[0][same] === want[same]) same++;
-  console.log(`predictor (small budget) vs dense, greedy: first ${same} of ${want.length} tokens equal\n  dense:     ${JSON.stringify(tok.decode(want))}\n  predictor: ${JSON.stringify(tok.decode(runs[0]))}`);
+  console.log(
+    `predictor (small budget) vs dense, greedy: first ${same} of ${want.length} tokens equal\n  dense:     ${JSON.stringify(tok.decode(want))}\n  predictor: ${JSON.stringify(tok.decode(runs[0]))}`,
+  );
   // 95% recall misses a few neurons per token: the text may drift, but not from the start
   assert.ok(same >= 4, `predictor and dense differ from token ${same}`);
 });

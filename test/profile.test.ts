@@ -17,7 +17,13 @@ import { convertToStore, hotFirstOrder } from "../src/offline/convert.js";
 import { corpusTokens, readCorpus } from "../src/offline/corpus.js";
 import { perplexity } from "../src/offline/perplexity.js";
 import {
-  FiringCounts, fingerprintOfPath, MagnitudeHistogram, profileModel, readProfile, thresholdsForModel, type ProfileFile,
+  FiringCounts,
+  fingerprintOfPath,
+  MagnitudeHistogram,
+  profileModel,
+  readProfile,
+  thresholdsForModel,
+  type ProfileFile,
 } from "../src/offline/profile.js";
 import { parseArgs } from "../src/cli/args.js";
 import { LOAD_FLAGS, loadOptions } from "../src/cli/model-flags.js";
@@ -59,7 +65,14 @@ test("FiringCounts counts firings and adjacent pairs; the histogram quantile cut
 });
 
 test("stories260K (SiLU): thresholds calibrated to 50% sparsity cut half the activations, as the model applies them", async () => {
-  const r = await profileModel({ model: STORIES, corpus: TRAIN, tokens: 1200, contextSize: 128, targetSparsity: 0.5, threads: 2 });
+  const r = await profileModel({
+    model: STORIES,
+    corpus: TRAIN,
+    tokens: 1200,
+    contextSize: 128,
+    targetSparsity: 0.5,
+    threads: 2,
+  });
   const p = r.profile;
   assert.equal(p.tokens, 1200);
   assert.equal(p.targetSparsity, 0.5);
@@ -78,14 +91,27 @@ test("stories260K (SiLU): thresholds calibrated to 50% sparsity cut half the act
   assert.equal(r.notes.length, 0);
 
   // Independent count of layer 2 with the thresholds applied by the model (as the runtime will).
-  const tok = (() => { const f = GGUFFile.open(STORIES); try { return Tokenizer.fromGGUF(f); } finally { f.close(); } })();
+  const tok = (() => {
+    const f = GGUFFile.open(STORIES);
+    try {
+      return Tokenizer.fromGGUF(f);
+    } finally {
+      f.close();
+    }
+  })();
   const ids = corpusTokens(tok, readCorpus(TRAIN), { maxTokens: 1200 });
   const cut = Float32Array.from(p.layers, (L) => L.threshold!);
-  const model = await LlamaModel.load(STORIES, { threads: 2, contextSize: 128, batchSize: 128, activationThresholds: cut });
+  const model = await LlamaModel.load(STORIES, {
+    threads: 2,
+    contextSize: 128,
+    batchSize: 128,
+    activationThresholds: cut,
+  });
   const fired = new Float64Array(172);
   model.setFFNObserver((o) => {
     if (o.layer !== 2) return;
-    for (let t = 0; t < o.n; t++) for (let i = 0; i < 172; i++) if (Math.abs(silu(o.gate[t * 172 + i])) > cut[2]) fired[i]++;
+    for (let t = 0; t < o.n; t++)
+      for (let i = 0; i < 172; i++) if (Math.abs(silu(o.gate[t * 172 + i])) > cut[2]) fired[i]++;
   });
   for (let s = 0; s < ids.length; s += 128) {
     const w = ids.slice(s, s + 128);
@@ -105,11 +131,17 @@ test("stories260K (SiLU): thresholds calibrated to 50% sparsity cut half the act
 
 test("relu-stories: frequencies match the reference sparsity, --target-sparsity is refused, quantizations share the fingerprint", async () => {
   const r = await profileModel({ model: RELU, corpus: HELDOUT, tokens: 1500, contextSize: 256, threads: 2 });
-  const ref = JSON.parse(readFileSync(`${SHARED}/reference/relu-stories.json`, "utf8")).ffn_activation_sparsity.per_layer_zero_frac as number[];
-  r.profile.layers.forEach((L, l) => assert.ok(Math.abs(L.sparsity! - ref[l]) < 0.05, `layer ${l}: ${L.sparsity} vs reference ${ref[l]}`));
+  const ref = JSON.parse(readFileSync(`${SHARED}/reference/relu-stories.json`, "utf8")).ffn_activation_sparsity
+    .per_layer_zero_frac as number[];
+  r.profile.layers.forEach((L, l) =>
+    assert.ok(Math.abs(L.sparsity! - ref[l]) < 0.05, `layer ${l}: ${L.sparsity} vs reference ${ref[l]}`),
+  );
   assert.equal(r.profile.criterion, "gate > 0");
   assert.equal(r.notes.length, 0);
-  await assert.rejects(profileModel({ model: RELU, corpus: HELDOUT, tokens: 100, targetSparsity: 0.5 }), /uses relu.*nothing to calibrate/);
+  await assert.rejects(
+    profileModel({ model: RELU, corpus: HELDOUT, tokens: 100, targetSparsity: 0.5 }),
+    /uses relu.*nothing to calibrate/,
+  );
   assert.deepEqual(fingerprintOfPath(RELU_Q8), fingerprintOfPath(RELU));
   assert.notEqual(fingerprintOfPath(STORIES).hash, fingerprintOfPath(RELU).hash);
 });
@@ -118,7 +150,24 @@ test("a calibrated profile goes into a store (hot-first, thresholds in the metad
   const dir = tempDir();
   const profPath = join(dir, "stories.json");
   // through the CLI: writes the file, prints the table
-  const { stderr } = await run(process.execPath, [CLI, "profile", "-m", STORIES, "--corpus", TRAIN, "--tokens", "600", "-c", "64", "-t", "2", "--target-sparsity", "0.5", "-o", profPath]);
+  const { stderr } = await run(process.execPath, [
+    CLI,
+    "profile",
+    "-m",
+    STORIES,
+    "--corpus",
+    TRAIN,
+    "--tokens",
+    "600",
+    "-c",
+    "64",
+    "-t",
+    "2",
+    "--target-sparsity",
+    "0.5",
+    "-o",
+    profPath,
+  ]);
   assert.match(stderr, /layer\s+threshold\s+sparsity/);
   const prof = readProfile(profPath) as ProfileFile;
   assert.equal(prof.model.file, "stories260K.gguf");
@@ -136,9 +185,20 @@ test("a calibrated profile goes into a store (hot-first, thresholds in the metad
   const args = parseArgs(["-m", STORIES, "--thresholds", profPath], LOAD_FLAGS);
   const opts = loadOptions("perplexity", args);
   assert.deepEqual(opts.activationThresholds, cut);
-  const tok = (() => { const f = GGUFFile.open(STORIES); try { return Tokenizer.fromGGUF(f); } finally { f.close(); } })();
+  const tok = (() => {
+    const f = GGUFFile.open(STORIES);
+    try {
+      return Tokenizer.fromGGUF(f);
+    } finally {
+      f.close();
+    }
+  })();
   const tokens = corpusTokens(tok, readCorpus(HELDOUT), { maxTokens: 200 });
-  const dense = await LlamaModel.load(STORIES, { threads: 2, contextSize: 48, activationThresholds: opts.activationThresholds });
+  const dense = await LlamaModel.load(STORIES, {
+    threads: 2,
+    contextSize: 48,
+    activationThresholds: opts.activationThresholds,
+  });
   const d = await perplexity(dense, tokens, { contextSize: 48, chunks: 2, bos: tok.bosId, measureSparsity: true });
   await dense.dispose();
   const off = await LlamaModel.load(pi, { threads: 2, contextSize: 48, offload: { sparsity: "gate" } });
@@ -151,16 +211,25 @@ test("a calibrated profile goes into a store (hot-first, thresholds in the metad
   // Another model: a different shape, or the same shape with other weights.
   const reluProf = join(dir, "relu.json");
   writeFileSync(reluProf, JSON.stringify({ ...prof, model: { ...prof.model, nEmbd: 256, file: "relu-stories.gguf" } }));
-  await assert.rejects(convertToStore({ input: STORIES, output: join(dir, "x.pi"), profile: reluProf }), /from another model \(profiled on relu-stories\.gguf\): its nEmbd is 256/);
+  await assert.rejects(
+    convertToStore({ input: STORIES, output: join(dir, "x.pi"), profile: reluProf }),
+    /from another model \(profiled on relu-stories\.gguf\): its nEmbd is 256/,
+  );
   const other = join(dir, "other.json");
   writeFileSync(other, JSON.stringify({ ...prof, model: { ...prof.model, hash: "sha256:" + "0".repeat(64) } }));
-  await assert.rejects(convertToStore({ input: STORIES, output: join(dir, "x.pi"), profile: other }), /same shape, but the weights differ/);
+  await assert.rejects(
+    convertToStore({ input: STORIES, output: join(dir, "x.pi"), profile: other }),
+    /same shape, but the weights differ/,
+  );
   assert.throws(() => thresholdsForModel(other, STORIES), /from another model/);
   assert.throws(() => thresholdsForModel(profPath, RELU), /from another model.*nLayer is 5/);
   // A profile without thresholds cannot be applied.
   const noCut = join(dir, "nocut.json");
   writeFileSync(noCut, JSON.stringify({ ...prof, layers: prof.layers.map(({ threshold: _t, ...L }) => L) }));
-  assert.throws(() => thresholdsForModel(noCut, STORIES), /has no activation thresholds: make one with powerinfer profile/);
+  assert.throws(
+    () => thresholdsForModel(noCut, STORIES),
+    /has no activation thresholds: make one with powerinfer profile/,
+  );
 });
 
 test("profile refuses bad corpora and a neuron store", async () => {
@@ -170,15 +239,21 @@ test("profile refuses bad corpora and a neuron store", async () => {
   const bin = join(dir, "data.bin");
   writeFileSync(bin, Uint8Array.from([1, 2, 3, 0, 5]));
   await assert.rejects(profileModel({ model: STORIES, corpus: empty }), /corpus .*empty\.txt is empty/);
-  await assert.rejects(profileModel({ model: STORIES, corpus: bin }), /data\.bin is not a text file: NUL byte at byte offset 3/);
+  await assert.rejects(
+    profileModel({ model: STORIES, corpus: bin }),
+    /data\.bin is not a text file: NUL byte at byte offset 3/,
+  );
   await assert.rejects(profileModel({ model: STORIES, corpus: join(dir, "nope.txt") }), /nope\.txt does not exist/);
   await assert.rejects(profileModel({ model: STORIES, corpus: TRAIN, targetSparsity: 1 }), /between 0 and 1/);
   const pi = join(dir, "s.pi");
   await convertToStore({ input: STORIES, output: pi, fsync: false });
   await assert.rejects(profileModel({ model: pi, corpus: TRAIN }), /is a neuron store: .*give the GGUF model/);
-  await assert.rejects(run(process.execPath, [CLI, "profile", "-m", STORIES, "--corpus", empty, "-o", join(dir, "p.json")]), (e: { stderr: string; code: number }) => {
-    assert.match(e.stderr, /empty\.txt is empty/);
-    assert.equal(e.code, 1);
-    return true;
-  });
+  await assert.rejects(
+    run(process.execPath, [CLI, "profile", "-m", STORIES, "--corpus", empty, "-o", join(dir, "p.json")]),
+    (e: { stderr: string; code: number }) => {
+      assert.match(e.stderr, /empty\.txt is empty/);
+      assert.equal(e.code, 1);
+      return true;
+    },
+  );
 });

@@ -5,7 +5,16 @@ import { GGMLType, typeName } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
 import { bf16ToF32, f16ToF32, f32ToBF16, f32ToF16 } from "../src/format/half.js";
 import { SHARED } from "./helpers.js";
-import { dequantize, dequantizeRow, prepareActivation, quantize, quantizeRow, rowBytes, vecDot, vecDotType } from "../src/format/quant.js";
+import {
+  dequantize,
+  dequantizeRow,
+  prepareActivation,
+  quantize,
+  quantizeRow,
+  rowBytes,
+  vecDot,
+  vecDotType,
+} from "../src/format/quant.js";
 
 const fr = Math.fround;
 
@@ -13,14 +22,17 @@ const fr = Math.fround;
 function rng(seed: number) {
   let s = seed >>> 0 || 1;
   return () => {
-    s ^= s << 13; s >>>= 0;
+    s ^= s << 13;
+    s >>>= 0;
     s ^= s >>> 17;
-    s ^= s << 5; s >>>= 0;
+    s ^= s << 5;
+    s >>>= 0;
     return s / 4294967296;
   };
 }
 function gaussians(n: number, seed: number, scale = 1): Float32Array {
-  const r = rng(seed), out = new Float32Array(n);
+  const r = rng(seed),
+    out = new Float32Array(n);
   for (let i = 0; i < n; i++) out[i] = scale * Math.sqrt(-2 * Math.log(r() + 1e-12)) * Math.cos(2 * Math.PI * r());
   return out;
 }
@@ -55,7 +67,7 @@ test("f16: exact values, rounding to nearest even, subnormals, inf and NaN", () 
   assert.ok(Number.isNaN(f16ToF32(0x7e00)));
   // every finite or infinite half survives the round trip bit for bit
   for (let h = 0; h < 65536; h++) {
-    if ((h & 0x7c00) === 0x7c00 && (h & 0x3ff)) continue;
+    if ((h & 0x7c00) === 0x7c00 && h & 0x3ff) continue;
     assert.equal(f32ToF16(f16ToF32(h)), h, `half 0x${h.toString(16)}`);
   }
 });
@@ -73,7 +85,7 @@ test("bf16: exact values, rounding to nearest even, inf and NaN", () => {
   assert.equal(f32ToBF16(3.4e38), 0x7f80); // rounds up past the largest bf16 into infinity
   assert.ok(Number.isNaN(bf16ToF32(f32ToBF16(NaN))));
   for (let h = 0; h < 65536; h += 7) {
-    if ((h & 0x7f80) === 0x7f80 && (h & 0x7f)) continue;
+    if ((h & 0x7f80) === 0x7f80 && h & 0x7f) continue;
     assert.equal(f32ToBF16(bf16ToF32(h)), h);
   }
 });
@@ -101,11 +113,17 @@ test("dequantize Q4_0 and Q4_1 by hand", () => {
   // d = 0.5; byte j holds value j (low nibble) and value j+16 (high nibble)
   const qs = Array.from({ length: 16 }, (_, j) => (j & 15) | ((15 - j) << 4));
   const q40 = bytes(0x00, 0x38, qs);
-  const want40 = [...Array.from({ length: 16 }, (_, j) => (j - 8) * 0.5), ...Array.from({ length: 16 }, (_, j) => (15 - j - 8) * 0.5)];
+  const want40 = [
+    ...Array.from({ length: 16 }, (_, j) => (j - 8) * 0.5),
+    ...Array.from({ length: 16 }, (_, j) => (15 - j - 8) * 0.5),
+  ];
   assert.deepEqual(deq(GGMLType.Q4_0, q40, 32), want40);
   // d = 2, m = -1
   const q41 = bytes(0x00, 0x40, 0x00, 0xbc, qs);
-  const want41 = [...Array.from({ length: 16 }, (_, j) => j * 2 - 1), ...Array.from({ length: 16 }, (_, j) => (15 - j) * 2 - 1)];
+  const want41 = [
+    ...Array.from({ length: 16 }, (_, j) => j * 2 - 1),
+    ...Array.from({ length: 16 }, (_, j) => (15 - j) * 2 - 1),
+  ];
   assert.deepEqual(deq(GGMLType.Q4_1, q41, 32), want41);
 });
 
@@ -128,7 +146,10 @@ test("dequantize Q5_0 and Q5_1 by hand (fifth bits from qh)", () => {
 test("dequantize Q8_0 by hand", () => {
   const qs = Array.from({ length: 32 }, (_, j) => (j * 7 - 110) & 0xff);
   const b = bytes(0x00, 0x3a, qs); // d = 0.75
-  assert.deepEqual(deq(GGMLType.Q8_0, b, 32), Array.from({ length: 32 }, (_, j) => (j * 7 - 110) * 0.75));
+  assert.deepEqual(
+    deq(GGMLType.Q8_0, b, 32),
+    Array.from({ length: 32 }, (_, j) => (j * 7 - 110) * 0.75),
+  );
 });
 
 /** Pack 8 six-bit scales and 8 six-bit mins the way Q4_K/Q5_K store them in 12 bytes. */
@@ -136,7 +157,8 @@ function packScalesK(sc: number[], mn: number[]): number[] {
   const b = new Array(12).fill(0);
   for (let j = 0; j < 8; j++) {
     if (j < 4) {
-      b[j] = sc[j] & 63; b[j + 4] = mn[j] & 63;
+      b[j] = sc[j] & 63;
+      b[j + 4] = mn[j] & 63;
     } else {
       b[j + 4] = (sc[j] & 15) | ((mn[j] & 15) << 4);
       b[j - 4] |= (sc[j] >> 4) << 6;
@@ -147,7 +169,8 @@ function packScalesK(sc: number[], mn: number[]): number[] {
 }
 
 test("dequantize Q4_K by hand (six-bit scales and mins, nibble order)", () => {
-  const sc = [1, 2, 3, 63, 17, 40, 5, 33], mn = [0, 7, 63, 1, 20, 48, 9, 2];
+  const sc = [1, 2, 3, 63, 17, 40, 5, 33],
+    mn = [0, 7, 63, 1, 20, 48, 9, 2];
   // the packing by hand for scale 4 (17 = 0b010001) and min 4 (20 = 0b010100):
   const packed = packScalesK(sc, mn);
   assert.equal(packed[8], (17 & 15) | ((20 & 15) << 4));
@@ -155,34 +178,37 @@ test("dequantize Q4_K by hand (six-bit scales and mins, nibble order)", () => {
   assert.equal(packed[4] >> 6, 20 >> 4);
   const qs: number[] = [];
   for (let i = 0; i < 128; i++) qs.push(((i * 7) & 15) | (((i * 3 + 5) & 15) << 4));
-  const d = 0.5, dmin = 0.125;
+  const d = 0.5,
+    dmin = 0.125;
   const b = bytes(H(d), H(dmin), packed, qs);
   assert.equal(b.length, 144);
   const want: number[] = [];
   for (let c = 0; c < 4; c++) {
-    for (let l = 0; l < 32; l++) want.push(d * sc[2 * c] * ((((32 * c + l) * 7) & 15)) - dmin * mn[2 * c]);
+    for (let l = 0; l < 32; l++) want.push(d * sc[2 * c] * (((32 * c + l) * 7) & 15) - dmin * mn[2 * c]);
     for (let l = 0; l < 32; l++) want.push(d * sc[2 * c + 1] * (((32 * c + l) * 3 + 5) & 15) - dmin * mn[2 * c + 1]);
   }
   assert.deepEqual(deq(GGMLType.Q4_K, b, 256), want.map(fr));
 });
 
 test("dequantize Q5_K by hand (qh bit 2c / 2c+1 is the fifth bit)", () => {
-  const sc = [3, 1, 4, 1, 5, 9, 2, 6], mn = [2, 7, 1, 8, 2, 8, 1, 8];
+  const sc = [3, 1, 4, 1, 5, 9, 2, 6],
+    mn = [2, 7, 1, 8, 2, 8, 1, 8];
   const qh: number[] = [];
   for (let l = 0; l < 32; l++) qh.push((l * 37 + 11) & 0xff);
   const qs: number[] = [];
   for (let i = 0; i < 128; i++) qs.push((i * 13 + 1) & 0xff);
-  const d = 0.25, dmin = 1;
+  const d = 0.25,
+    dmin = 1;
   const b = bytes(H(d), H(dmin), packScalesK(sc, mn), qh, qs);
   assert.equal(b.length, 176);
   const want: number[] = [];
   for (let c = 0; c < 4; c++) {
     for (let l = 0; l < 32; l++) {
-      const q = ((qs[32 * c + l] & 15) + ((qh[l] >> (2 * c)) & 1 ? 16 : 0));
+      const q = (qs[32 * c + l] & 15) + ((qh[l] >> (2 * c)) & 1 ? 16 : 0);
       want.push(d * sc[2 * c] * q - dmin * mn[2 * c]);
     }
     for (let l = 0; l < 32; l++) {
-      const q = ((qs[32 * c + l] >> 4) + ((qh[l] >> (2 * c + 1)) & 1 ? 16 : 0));
+      const q = (qs[32 * c + l] >> 4) + ((qh[l] >> (2 * c + 1)) & 1 ? 16 : 0);
       want.push(d * sc[2 * c + 1] * q - dmin * mn[2 * c + 1]);
     }
   }
@@ -194,18 +220,27 @@ test("dequantize Q6_K by hand (4 low bits in ql, 2 high in qh, signed 16-value s
   const q: number[] = [];
   for (let i = 0; i < 256; i++) q.push((i * 29 + 3) & 63);
   const scales = [-128, -3, 0, 1, 7, 127, -64, 5, 9, -9, 33, 2, -1, 100, 60, -20];
-  const ql = new Array(128).fill(0), qh = new Array(64).fill(0);
+  const ql = new Array(128).fill(0),
+    qh = new Array(64).fill(0);
   for (let half = 0; half < 2; half++) {
     for (let l = 0; l < 32; l++) {
       const base = 128 * half;
-      const a = q[base + l], b2 = q[base + l + 32], c = q[base + l + 64], e = q[base + l + 96];
+      const a = q[base + l],
+        b2 = q[base + l + 32],
+        c = q[base + l + 64],
+        e = q[base + l + 96];
       ql[64 * half + l] = (a & 15) | ((c & 15) << 4);
       ql[64 * half + l + 32] = (b2 & 15) | ((e & 15) << 4);
       qh[32 * half + l] = (a >> 4) | ((b2 >> 4) << 2) | ((c >> 4) << 4) | ((e >> 4) << 6);
     }
   }
   const d = 0.0625;
-  const b = bytes(ql, qh, scales.map((s) => s & 0xff), H(d));
+  const b = bytes(
+    ql,
+    qh,
+    scales.map((s) => s & 0xff),
+    H(d),
+  );
   assert.equal(b.length, 210);
   const want = q.map((qi, i) => d * scales[i >> 4] * (qi - 32));
   assert.deepEqual(deq(GGMLType.Q6_K, b, 256), want.map(fr));
@@ -215,7 +250,10 @@ test("dequantize Q8_K by hand", () => {
   const b = new Uint8Array(292);
   new DataView(b.buffer).setFloat32(0, 0.125, true);
   for (let j = 0; j < 256; j++) b[4 + j] = (j - 128) & 0xff;
-  assert.deepEqual(deq(GGMLType.Q8_K, b, 256), Array.from({ length: 256 }, (_, j) => (j - 128) * 0.125));
+  assert.deepEqual(
+    deq(GGMLType.Q8_K, b, 256),
+    Array.from({ length: 256 }, (_, j) => (j - 128) * 0.125),
+  );
 });
 
 test("dequantizeRow writes at an offset and rejects short buffers with clear errors", () => {
@@ -229,7 +267,10 @@ test("dequantizeRow writes at an offset and rejects short buffers with clear err
   assert.throws(() => dequantizeRow(GGMLType.Q8_0, b.subarray(0, 30), 32, dst), /Q8_0.*30 bytes/);
   assert.throws(() => dequantizeRow(GGMLType.Q4_K, new Uint8Array(144), 100, dst), /not a whole number/);
   assert.throws(() => dequantizeRow(GGMLType.Q8_0, b, 32, new Float32Array(10)), /room for 10/);
-  assert.throws(() => quantizeRow(GGMLType.Q4_K, new Float32Array(256), new Uint8Array(144)), /Q4_K is not implemented/);
+  assert.throws(
+    () => quantizeRow(GGMLType.Q4_K, new Float32Array(256), new Uint8Array(144)),
+    /Q4_K is not implemented/,
+  );
 });
 
 // ------------------------------------------------------------------------------------------
@@ -238,7 +279,12 @@ test("dequantizeRow writes at an offset and rejects short buffers with clear err
 test("Q8_0 quantization of a hand-worked block", () => {
   // amax = 12.7 -> d = 0.1 (f32), id = 10; 0.25 * 10 = 2.5 rounds away from zero to 3
   const x = new Float32Array(32);
-  x[0] = 12.7; x[1] = -12.7; x[2] = 0.25; x[3] = -0.25; x[4] = 0.04; x[5] = 1;
+  x[0] = 12.7;
+  x[1] = -12.7;
+  x[2] = 0.25;
+  x[3] = -0.25;
+  x[4] = 0.04;
+  x[5] = 1;
   const out = new Uint8Array(34);
   quantizeRow(GGMLType.Q8_0, x, out);
   assert.equal(out[0] | (out[1] << 8), f32ToF16(fr(fr(12.7) / 127)));
@@ -249,7 +295,11 @@ test("Q8_0 quantization of a hand-worked block", () => {
 test("Q4_0 quantization of a hand-worked block", () => {
   // the largest magnitude is -4 -> d = -4 / -8 = 0.5, id = 2; q = trunc(x * 2 + 8.5), max 15
   const x = new Float32Array(32);
-  x[0] = -4; x[1] = 3.9; x[2] = 0.2; x[16] = 1; x[17] = -1.3;
+  x[0] = -4;
+  x[1] = 3.9;
+  x[2] = 0.2;
+  x[16] = 1;
+  x[17] = -1.3;
   const out = new Uint8Array(18);
   quantizeRow(GGMLType.Q4_0, x, out);
   assert.equal(out[0] | (out[1] << 8), 0x3800); // 0.5
@@ -280,7 +330,10 @@ test("Q4_1 and Q5_1 quantization of a hand-worked block", () => {
 test("Q5_0 quantization of a hand-worked block", () => {
   // max magnitude 16 (positive) -> d = 16 / -16 = -1, id = -1: q = trunc(-x + 16.5), max 31
   const x = new Float32Array(32);
-  x[0] = 16; x[1] = -15; x[2] = 0.4; x[16] = -16;
+  x[0] = 16;
+  x[1] = -15;
+  x[2] = 0.4;
+  x[16] = -16;
   const out = new Uint8Array(22);
   quantizeRow(GGMLType.Q5_0, x, out);
   assert.equal(out[0] | (out[1] << 8), 0xbc00); // -1
@@ -295,7 +348,9 @@ test("Q5_0 quantization of a hand-worked block", () => {
 
 test("Q8_1 and Q8_K activation quantization of hand-worked blocks", () => {
   const x = new Float32Array(32);
-  x[0] = 1.27; x[1] = 0.5; x[2] = -0.015;
+  x[0] = 1.27;
+  x[1] = 0.5;
+  x[2] = -0.015;
   const o = new Uint8Array(36);
   quantizeRow(GGMLType.Q8_1, x, o);
   const d = fr(fr(1.27) / 127);
@@ -305,7 +360,9 @@ test("Q8_1 and Q8_K activation quantization of hand-worked blocks", () => {
   assert.equal(o[2] | (o[3] << 8), f32ToF16(fr(175 * d)));
 
   const xk = new Float32Array(256);
-  xk[0] = -2; xk[1] = 1; xk[17] = 0.5;
+  xk[0] = -2;
+  xk[1] = 1;
+  xk[17] = 0.5;
   const k = new Uint8Array(292);
   quantizeRow(GGMLType.Q8_K, xk, k);
   const dv = new DataView(k.buffer);
@@ -327,7 +384,9 @@ test("Q8_1 and Q8_K activation quantization of hand-worked blocks", () => {
 test("Q8_K rounds halves to even (ggml's nearest_int), Q8_0 rounds them away from zero", () => {
   // amax 127 -> scales 1: 2.5 -> 2 in Q8_K (even) but 3 in Q8_0 (away from zero)
   const x = new Float32Array(256);
-  x[0] = 127; x[1] = 2.5; x[2] = -3.5;
+  x[0] = 127;
+  x[1] = 2.5;
+  x[2] = -3.5;
   const k = new Uint8Array(292);
   quantizeRow(GGMLType.Q8_K, x, k);
   // iscale = -127/127 = -1: 2.5 -> -2.5 -> -2; -3.5 -> 3.5 -> 4
@@ -351,31 +410,48 @@ const BOUNDS: [GGMLType, number][] = [
 test("quantizer round trips stay within half a quantization step", () => {
   const n = 1024;
   const x = gaussians(n, 12345, 0.7);
-  x[100] = 0; x[37] = -3.1;
+  x[100] = 0;
+  x[37] = -3.1;
   for (const [type, rel] of BOUNDS) {
     const q = quantize(type, x);
     const y = dequantize(type, q, n);
     const block = type === GGMLType.Q8_K ? 256 : 32;
     for (let b = 0; b < n; b += block) {
-      let amax = 0, max = 0;
-      for (let j = 0; j < block; j++) if (Math.abs(x[b + j]) > amax) { amax = Math.abs(x[b + j]); max = x[b + j]; }
+      let amax = 0,
+        max = 0;
+      for (let j = 0; j < block; j++)
+        if (Math.abs(x[b + j]) > amax) {
+          amax = Math.abs(x[b + j]);
+          max = x[b + j];
+        }
       for (let j = 0; j < block; j++) {
         const err = Math.abs(x[b + j] - y[b + j]);
         let bound = type === GGMLType.F16 || type === GGMLType.BF16 ? Math.abs(x[b + j]) * rel + 1e-7 : amax * rel;
         // Q4_0/Q5_0 map the largest magnitude to -8/-16 steps: the other side ends at +7/+15
         const half = type === GGMLType.Q4_0 ? 8 : type === GGMLType.Q5_0 ? 16 : 0;
-        if (half && Math.sign(x[b + j]) !== Math.sign(max)) bound = Math.max(bound, Math.abs(x[b + j]) - ((half - 1) * amax) / half + amax * 2 ** -10);
-        assert.ok(err <= bound, `${typeName(type)} value ${b + j}: ${x[b + j]} came back as ${y[b + j]} (error ${err} > ${bound})`);
+        if (half && Math.sign(x[b + j]) !== Math.sign(max))
+          bound = Math.max(bound, Math.abs(x[b + j]) - ((half - 1) * amax) / half + amax * 2 ** -10);
+        assert.ok(
+          err <= bound,
+          `${typeName(type)} value ${b + j}: ${x[b + j]} came back as ${y[b + j]} (error ${err} > ${bound})`,
+        );
       }
     }
   }
   // min/max types: half a step of (max - min) / levels
-  for (const [type, levels] of [[GGMLType.Q4_1, 15], [GGMLType.Q5_1, 31]] as const) {
+  for (const [type, levels] of [
+    [GGMLType.Q4_1, 15],
+    [GGMLType.Q5_1, 31],
+  ] as const) {
     const q = quantize(type, x);
     const y = dequantize(type, q, n);
     for (let b = 0; b < n; b += 32) {
-      let mn = Infinity, mx = -Infinity;
-      for (let j = 0; j < 32; j++) { mn = Math.min(mn, x[b + j]); mx = Math.max(mx, x[b + j]); }
+      let mn = Infinity,
+        mx = -Infinity;
+      for (let j = 0; j < 32; j++) {
+        mn = Math.min(mn, x[b + j]);
+        mx = Math.max(mx, x[b + j]);
+      }
       // f16 rounding of d and of the min add a little to the half step
       const bound = ((mx - mn) / levels) * (0.5 + levels * 2 ** -11) + Math.abs(mn) * 2 ** -11 + 1e-6;
       for (let j = 0; j < 32; j++) {
@@ -415,28 +491,46 @@ function randomWeights(type: GGMLType, n: number, seed: number): Uint8Array {
   const r = rng(seed);
   const b = new Uint8Array(rowBytes(type, n));
   for (let i = 0; i < b.length; i++) b[i] = Math.floor(r() * 256);
-  const setF16 = (o: number, v: number) => { const h = f32ToF16(v); b[o] = h & 0xff; b[o + 1] = h >> 8; };
-  const sz = (rowBytes(type, 256 * 32) / (256 * 32)) * (type === GGMLType.Q4_K || type === GGMLType.Q5_K || type === GGMLType.Q6_K ? 256 : 32);
+  const setF16 = (o: number, v: number) => {
+    const h = f32ToF16(v);
+    b[o] = h & 0xff;
+    b[o + 1] = h >> 8;
+  };
+  const sz =
+    (rowBytes(type, 256 * 32) / (256 * 32)) *
+    (type === GGMLType.Q4_K || type === GGMLType.Q5_K || type === GGMLType.Q6_K ? 256 : 32);
   switch (type) {
     case GGMLType.F32: {
       const f = new Float32Array(b.buffer);
       for (let i = 0; i < n; i++) f[i] = (r() - 0.5) * 2;
       break;
     }
-    case GGMLType.F16: case GGMLType.BF16:
+    case GGMLType.F16:
+    case GGMLType.BF16:
       for (let i = 0; i < n; i++) {
         const h = type === GGMLType.F16 ? f32ToF16((r() - 0.5) * 2) : f32ToBF16((r() - 0.5) * 2);
-        b[2 * i] = h & 0xff; b[2 * i + 1] = h >> 8;
+        b[2 * i] = h & 0xff;
+        b[2 * i + 1] = h >> 8;
       }
       break;
-    case GGMLType.Q4_0: case GGMLType.Q5_0: case GGMLType.Q8_0:
+    case GGMLType.Q4_0:
+    case GGMLType.Q5_0:
+    case GGMLType.Q8_0:
       for (let o = 0; o < b.length; o += sz) setF16(o, (r() - 0.5) * 0.1);
       break;
-    case GGMLType.Q4_1: case GGMLType.Q5_1:
-      for (let o = 0; o < b.length; o += sz) { setF16(o, r() * 0.05); setF16(o + 2, (r() - 0.5) * 0.5); }
+    case GGMLType.Q4_1:
+    case GGMLType.Q5_1:
+      for (let o = 0; o < b.length; o += sz) {
+        setF16(o, r() * 0.05);
+        setF16(o + 2, (r() - 0.5) * 0.5);
+      }
       break;
-    case GGMLType.Q4_K: case GGMLType.Q5_K:
-      for (let o = 0; o < b.length; o += sz) { setF16(o, r() * 0.01); setF16(o + 2, r() * 0.01); }
+    case GGMLType.Q4_K:
+    case GGMLType.Q5_K:
+      for (let o = 0; o < b.length; o += sz) {
+        setF16(o, r() * 0.01);
+        setF16(o + 2, r() * 0.01);
+      }
       break;
     case GGMLType.Q6_K:
       for (let o = 0; o < b.length; o += sz) setF16(o + 208, (r() - 0.5) * 0.01);
@@ -448,8 +542,17 @@ function randomWeights(type: GGMLType, n: number, seed: number): Uint8Array {
 }
 
 const DOT_TYPES = [
-  GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
-  GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K,
+  GGMLType.F32,
+  GGMLType.F16,
+  GGMLType.BF16,
+  GGMLType.Q4_0,
+  GGMLType.Q4_1,
+  GGMLType.Q5_0,
+  GGMLType.Q5_1,
+  GGMLType.Q8_0,
+  GGMLType.Q4_K,
+  GGMLType.Q5_K,
+  GGMLType.Q6_K,
 ];
 
 test("vecDot equals the dot of dequantized weights and dequantized activations, every type", () => {
@@ -463,11 +566,18 @@ test("vecDot equals the dot of dequantized weights and dequantized activations, 
       const wf = dequantize(type, w, n);
       const at = vecDotType(type);
       const xf = at === GGMLType.F32 ? x : dequantize(at, act as Uint8Array, n);
-      let want = 0, mag = 0;
-      for (let i = 0; i < n; i++) { want += wf[i] * xf[i]; mag += Math.abs(wf[i] * xf[i]); }
+      let want = 0,
+        mag = 0;
+      for (let i = 0; i < n; i++) {
+        want += wf[i] * xf[i];
+        mag += Math.abs(wf[i] * xf[i]);
+      }
       // Q4_1/Q5_1 use the stored f16 s for the min term (not the exact sum of q): allow for it
       const tol = mag * 2e-6 + (at === GGMLType.Q8_1 ? mag * 2e-3 : 0) + 1e-9;
-      assert.ok(Math.abs(got - want) <= tol, `${typeName(type)} trial ${trial}: vecDot ${got}, dequantized dot ${want}`);
+      assert.ok(
+        Math.abs(got - want) <= tol,
+        `${typeName(type)} trial ${trial}: vecDot ${got}, dequantized dot ${want}`,
+      );
       // and it approximates the exact f32 dot product
       let exact = 0;
       for (let i = 0; i < n; i++) exact += wf[i] * x[i];
@@ -489,29 +599,38 @@ test("vecDot checks its operands", () => {
 const F32_MODEL = `${SHARED}/models/relu-stories.gguf`;
 const Q8_MODEL = `${SHARED}/models/relu-stories.Q8_0.gguf`;
 
-test("quantizing relu-stories' F32 tensors to Q8_0 gives the Q8_0 file's bytes exactly", { skip: !existsSync(F32_MODEL) || !existsSync(Q8_MODEL) }, () => {
-  const f32 = GGUFFile.open(F32_MODEL), q8 = GGUFFile.open(Q8_MODEL);
-  try {
-    let checked = 0, blocks = 0;
-    for (const t of q8.tensors.values()) {
-      if (t.type !== GGMLType.Q8_0) continue;
-      const ft = f32.tensor(t.name);
-      assert.equal(ft.type, GGMLType.F32, `${t.name} is F32 in the F32 file`);
-      const raw = f32.tensorData(t.name);
-      const x = new Float32Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.byteLength));
-      const mine = quantize(GGMLType.Q8_0, x, ft.dims[0]);
-      const theirs = q8.tensorData(t.name);
-      assert.equal(mine.length, theirs.length, t.name);
-      for (let i = 0; i < mine.length; i++) {
-        if (mine[i] !== theirs[i]) assert.fail(`${t.name}: byte ${i} (block ${Math.floor(i / 34)}) is ${mine[i]} here, ${theirs[i]} in the file`);
+test(
+  "quantizing relu-stories' F32 tensors to Q8_0 gives the Q8_0 file's bytes exactly",
+  { skip: !existsSync(F32_MODEL) || !existsSync(Q8_MODEL) },
+  () => {
+    const f32 = GGUFFile.open(F32_MODEL),
+      q8 = GGUFFile.open(Q8_MODEL);
+    try {
+      let checked = 0,
+        blocks = 0;
+      for (const t of q8.tensors.values()) {
+        if (t.type !== GGMLType.Q8_0) continue;
+        const ft = f32.tensor(t.name);
+        assert.equal(ft.type, GGMLType.F32, `${t.name} is F32 in the F32 file`);
+        const raw = f32.tensorData(t.name);
+        const x = new Float32Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.byteLength));
+        const mine = quantize(GGMLType.Q8_0, x, ft.dims[0]);
+        const theirs = q8.tensorData(t.name);
+        assert.equal(mine.length, theirs.length, t.name);
+        for (let i = 0; i < mine.length; i++) {
+          if (mine[i] !== theirs[i])
+            assert.fail(
+              `${t.name}: byte ${i} (block ${Math.floor(i / 34)}) is ${mine[i]} here, ${theirs[i]} in the file`,
+            );
+        }
+        checked++;
+        blocks += mine.length / 34;
       }
-      checked++;
-      blocks += mine.length / 34;
+      assert.ok(checked >= 6 * 7, `expected every layer's Q8_0 matrices, found ${checked}`);
+      assert.ok(blocks > 100000);
+    } finally {
+      f32.close();
+      q8.close();
     }
-    assert.ok(checked >= 6 * 7, `expected every layer's Q8_0 matrices, found ${checked}`);
-    assert.ok(blocks > 100000);
-  } finally {
-    f32.close();
-    q8.close();
-  }
-});
+  },
+);

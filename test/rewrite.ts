@@ -34,16 +34,23 @@ export async function rewrite(srcPath: string, name: string, r: Rewrite, parts =
     if (changed.has(t.name)) continue;
     tensorList.push({ name: t.name, dims: t.dims, type: t.type, data: src.tensorData(t.name) });
   }
-  for (const [n, v] of changed) if (v) tensorList.push({ name: n, dims: v[0], type: GGMLType.F32, data: f32Bytes(v[1]) });
+  for (const [n, v] of changed)
+    if (v) tensorList.push({ name: n, dims: v[0], type: GGMLType.F32, data: f32Bytes(v[1]) });
   const paths: string[] = [];
   const per = Math.ceil(tensorList.length / parts);
   for (let p = 0; p < parts; p++) {
-    const path = parts === 1 ? join(dir, `${name}.gguf`) : join(dir, `${name}-${String(p + 1).padStart(5, "0")}-of-${String(parts).padStart(5, "0")}.gguf`);
+    const path =
+      parts === 1
+        ? join(dir, `${name}.gguf`)
+        : join(dir, `${name}-${String(p + 1).padStart(5, "0")}-of-${String(parts).padStart(5, "0")}.gguf`);
     const w = new GGUFWriter(path, { magic: r.magic ?? "GGUF", fsync: false });
     for (const [key, value] of src.metadata) {
       if (r.dropKeys?.includes(key)) continue;
       const k = key.startsWith(`${srcArch}.`) ? `${arch}.${key.slice(srcArch.length + 1)}` : key;
-      w.setMetadata(k, k === "general.architecture" ? arch : (value as Exclude<GGUFValue, GGUFValue[]> | string[]) as never);
+      w.setMetadata(
+        k,
+        k === "general.architecture" ? arch : (value as Exclude<GGUFValue, GGUFValue[]> | string[] as never),
+      );
     }
     for (const [k, v] of Object.entries(r.metadata ?? {})) w.setMetadata(k, v);
     if (parts > 1) {
@@ -68,4 +75,3 @@ export function random(n: number, seed: number, scale: number): Float32Array {
   }
   return a;
 }
-

@@ -65,15 +65,26 @@ test("top_k keeps exactly the k best (ties by lowest id)", () => {
   const s = new Sampler({ seed: 7, topK: 3, topP: 1, minP: 0, temperature: 1e6 });
   const logits = f32([0, 5, 1, 5, 4, 5, 3, 2]); // best 3: ids 1, 3, 5 (all 5)
   const h = histogram(s, logits, 3000);
-  assert.deepEqual(h.map((c, i) => (c > 0 ? i : -1)).filter((i) => i >= 0), [1, 3, 5]);
+  assert.deepEqual(
+    h.map((c, i) => (c > 0 ? i : -1)).filter((i) => i >= 0),
+    [1, 3, 5],
+  );
   const s2 = new Sampler({ seed: 7, topK: 2, topP: 1, minP: 0, temperature: 1e6 });
   const h2 = histogram(s2, logits, 2000);
-  assert.deepEqual(h2.map((c, i) => (c > 0 ? i : -1)).filter((i) => i >= 0), [1, 3]);
+  assert.deepEqual(
+    h2.map((c, i) => (c > 0 ? i : -1)).filter((i) => i >= 0),
+    [1, 3],
+  );
 });
 
 test("top_k selection matches a full sort on random logits", () => {
   const rng = new Xoshiro128(99);
-  for (const [n, k] of [[1000, 40], [517, 1], [64, 63], [2000, 500]]) {
+  for (const [n, k] of [
+    [1000, 40],
+    [517, 1],
+    [64, 63],
+    [2000, 500],
+  ]) {
     const logits = new Float32Array(n);
     // coarse values so that ties are frequent
     for (let i = 0; i < n; i++) logits[i] = Math.floor(rng.nextFloat() * 50);
@@ -105,14 +116,20 @@ test("top_p keeps the smallest prefix reaching p of the temperature-1 distributi
 
 test("top_p without top_k on a large vocabulary matches a reference cut", () => {
   const rng = new Xoshiro128(321);
-  for (const [n, spread, p] of [[3000, 40, 0.9], [3000, 12, 0.9], [3000, 2, 0.5], [1500, 0.01, 0.95]] as const) {
+  for (const [n, spread, p] of [
+    [3000, 40, 0.9],
+    [3000, 12, 0.9],
+    [3000, 2, 0.5],
+    [1500, 0.01, 0.95],
+  ] as const) {
     const logits = new Float32Array(n);
     for (let i = 0; i < n; i++) logits[i] = (rng.nextFloat() - 0.5) * spread;
     logits[17] = logits[18] = 5; // a tie
     const order = [...logits.keys()].sort((a, b) => logits[b] - logits[a] || a - b);
     const max = logits[order[0]];
     const total = order.reduce((acc, i) => acc + Math.exp(logits[i] - max), 0);
-    let cum = 0, keep = 0;
+    let cum = 0,
+      keep = 0;
     while (cum < p * total) cum += Math.exp(logits[order[keep++]] - max);
     const expected = new Set(order.slice(0, keep));
     const s = new Sampler({ seed: 8, topK: 0, topP: p, minP: 0, temperature: 1e9 });
@@ -209,7 +226,10 @@ test("draws follow softmax(logits / T) (chi-square)", () => {
   const s = new Sampler({ seed: 77, topK: 3, topP: 1, minP: 0, temperature: 0.8 });
   const top = [4, 5, 0];
   const p = new Array(logits.length).fill(0);
-  const pt = softmax(top.map((i) => logits[i]), 0.8);
+  const pt = softmax(
+    top.map((i) => logits[i]),
+    0.8,
+  );
   top.forEach((id, j) => (p[id] = pt[j]));
   const h = histogram(s, f32(logits), draws);
   assert.ok(chiSquare(h, p, draws) < 20);
@@ -226,7 +246,8 @@ test("a biased sampler is caught by the chi-square check (the test can fail)", (
 test("PRNG floats are uniform in [0, 1)", () => {
   const r = new Xoshiro128(5);
   const bins = new Array(16).fill(0);
-  let min = 1, max = 0;
+  let min = 1,
+    max = 0;
   for (let i = 0; i < 64000; i++) {
     const x = r.nextFloat();
     min = Math.min(min, x);

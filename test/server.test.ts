@@ -39,7 +39,8 @@ async function libChat(messages: ChatMessage[], maxTokens: number): Promise<stri
 /** Polls `cond` every 10 ms for at most `ms` (bounded: tests never hang on it). */
 async function waitFor(cond: () => boolean, ms = 5000): Promise<void> {
   for (let waited = 0; !cond(); waited += 10) {
-    if (waited >= ms) throw new Error(`condition not met within ${ms} ms; server metrics ${JSON.stringify(server?.metrics)}`);
+    if (waited >= ms)
+      throw new Error(`condition not met within ${ms} ms; server metrics ${JSON.stringify(server?.metrics)}`);
     await new Promise((r) => setTimeout(r, 10));
   }
 }
@@ -72,7 +73,10 @@ test("the server listens on loopback at an ephemeral port; health and models", a
   );
   const one = await client.models.retrieve(NAME);
   assert.equal(one.id, NAME);
-  await assert.rejects(client.models.retrieve("gpt-4"), (e: unknown) => e instanceof OpenAI.APIError && e.status === 404);
+  await assert.rejects(
+    client.models.retrieve("gpt-4"),
+    (e: unknown) => e instanceof OpenAI.APIError && e.status === 404,
+  );
 });
 
 test("completion, not streamed: the library's greedy output, usage and finish reason", async () => {
@@ -123,7 +127,13 @@ test("chat and completion streamed: the same text in pieces, usage in the last c
 
   const messages: ChatMessage[] = [{ role: "user", content: "What did the dog do?" }];
   const expectedChat = await libChat(messages, 30);
-  const chat = await client.chat.completions.create({ model: NAME, messages, max_tokens: 30, temperature: 0, stream: true });
+  const chat = await client.chat.completions.create({
+    model: NAME,
+    messages,
+    max_tokens: 30,
+    temperature: 0,
+    stream: true,
+  });
   let answer = "";
   const chatChunks = [];
   for await (const c of chat) {
@@ -179,19 +189,54 @@ test("sampling fields are honoured: stop strings, seed, top_k/min_p/repeat_penal
   const full = await libText(prompt, 30);
   const cut = full.indexOf("Lily");
   assert.ok(cut > 0, `the reference continuation mentions Lily: ${full}`);
-  const r = await client.completions.create({ model: NAME, prompt, max_tokens: 30, temperature: 0, stop: ["Lily", "zzz"] });
+  const r = await client.completions.create({
+    model: NAME,
+    prompt,
+    max_tokens: 30,
+    temperature: 0,
+    stop: ["Lily", "zzz"],
+  });
   assert.equal(r.choices[0].text, full.slice(0, cut));
   assert.equal(r.choices[0].finish_reason, "stop");
   const one = await client.completions.create({ model: NAME, prompt, max_tokens: 30, temperature: 0, stop: "Lily" });
   assert.equal(one.choices[0].text, full.slice(0, cut));
 
   // A seed makes sampling repeatable, and the server samples as the library does.
-  const params = { temperature: 0.9, top_p: 0.9, top_k: 20, min_p: 0.02, repeat_penalty: 1.1, seed: 1234, frequency_penalty: 0.1, presence_penalty: 0.1 };
-  const a = await client.completions.create({ model: NAME, prompt, max_tokens: 20, ...params } as OpenAI.CompletionCreateParamsNonStreaming);
-  const b = await client.completions.create({ model: NAME, prompt, max_tokens: 20, ...params } as OpenAI.CompletionCreateParamsNonStreaming);
+  const params = {
+    temperature: 0.9,
+    top_p: 0.9,
+    top_k: 20,
+    min_p: 0.02,
+    repeat_penalty: 1.1,
+    seed: 1234,
+    frequency_penalty: 0.1,
+    presence_penalty: 0.1,
+  };
+  const a = await client.completions.create({
+    model: NAME,
+    prompt,
+    max_tokens: 20,
+    ...params,
+  } as OpenAI.CompletionCreateParamsNonStreaming);
+  const b = await client.completions.create({
+    model: NAME,
+    prompt,
+    max_tokens: 20,
+    ...params,
+  } as OpenAI.CompletionCreateParamsNonStreaming);
   assert.equal(a.choices[0].text, b.choices[0].text);
   const lib = await model
-    .generate(prompt, { maxTokens: 20, temperature: 0.9, topP: 0.9, topK: 20, minP: 0.02, repeatPenalty: 1.1, seed: 1234, frequencyPenalty: 0.1, presencePenalty: 0.1 })
+    .generate(prompt, {
+      maxTokens: 20,
+      temperature: 0.9,
+      topP: 0.9,
+      topK: 20,
+      minP: 0.02,
+      repeatPenalty: 1.1,
+      seed: 1234,
+      frequencyPenalty: 0.1,
+      presencePenalty: 0.1,
+    })
     .text();
   assert.equal(a.choices[0].text, lib);
 });
@@ -209,7 +254,12 @@ async function rejects(p: Promise<unknown>, status: number, message: RegExp, par
 
 test("wrong field types and values: 400 naming the field", async () => {
   const bad = (extra: Record<string, unknown>) =>
-    client.chat.completions.create({ model: NAME, messages: [{ role: "user", content: "Hi" }], max_tokens: 4, ...extra } as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    client.chat.completions.create({
+      model: NAME,
+      messages: [{ role: "user", content: "Hi" }],
+      max_tokens: 4,
+      ...extra,
+    } as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming);
   await rejects(bad({ temperature: "hot" }), 400, /temperature must be a number, got string/, "temperature");
   await rejects(bad({ max_tokens: 2.5 }), 400, /max_tokens must be an integer/, "max_tokens");
   await rejects(bad({ top_p: 1.5 }), 400, /top_p must be between 0 and 1, got 1\.5/, "top_p");
@@ -219,20 +269,48 @@ test("wrong field types and values: 400 naming the field", async () => {
   await rejects(bad({ n: 3 }), 400, /n = 3 .* not supported/, "n");
   await rejects(bad({ messages: "Hi" }), 400, /messages must be an array, got string/, "messages");
   await rejects(bad({ messages: [] }), 400, /at least one message/, "messages");
-  await rejects(bad({ messages: [{ role: "wizard", content: "x" }] }), 400, /messages\[0\]\.role must be one of/, "messages[0].role");
-  await rejects(bad({ messages: [{ role: "user", content: 42 }] }), 400, /messages\[0\]\.content must be a string/, "messages[0].content");
+  await rejects(
+    bad({ messages: [{ role: "wizard", content: "x" }] }),
+    400,
+    /messages\[0\]\.role must be one of/,
+    "messages[0].role",
+  );
+  await rejects(
+    bad({ messages: [{ role: "user", content: 42 }] }),
+    400,
+    /messages\[0\]\.content must be a string/,
+    "messages[0].content",
+  );
   await rejects(
     bad({ messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "x" } }] }] }),
     400,
     /only text content parts are supported/,
   );
-  await rejects(client.completions.create({ model: NAME, prompt: 7 } as unknown as OpenAI.CompletionCreateParamsNonStreaming), 400, /prompt must be a string/, "prompt");
-  await rejects(client.completions.create({ model: NAME, prompt: [1, 99999] }), 400, /prompt\[1\] = 99999 is not a token id/, "prompt[1]");
+  await rejects(
+    client.completions.create({ model: NAME, prompt: 7 } as unknown as OpenAI.CompletionCreateParamsNonStreaming),
+    400,
+    /prompt must be a string/,
+    "prompt",
+  );
+  await rejects(
+    client.completions.create({ model: NAME, prompt: [1, 99999] }),
+    400,
+    /prompt\[1\] = 99999 is not a token id/,
+    "prompt[1]",
+  );
   await rejects(client.completions.create({ model: NAME, prompt: ["a", "b"] }), 400, /only one prompt per request/);
   // Text content parts are joined, as OpenAI's.
   const parts = await client.chat.completions.create({
     model: NAME,
-    messages: [{ role: "user", content: [{ type: "text", text: "Tell me " }, { type: "text", text: "a story." }] }],
+    messages: [
+      {
+        role: "user",
+        content: [
+          { type: "text", text: "Tell me " },
+          { type: "text", text: "a story." },
+        ],
+      },
+    ],
     max_tokens: 12,
     temperature: 0,
   });
@@ -243,13 +321,27 @@ test("a prompt longer than the context: 400 context_length_exceeded with both le
   const long = "Once upon a time there was a big dog. ".repeat(300);
   const n = model.tokenize(long).length;
   assert.ok(n > model.contextSize);
-  await rejects(client.completions.create({ model: NAME, prompt: long, max_tokens: 4 }), 400, new RegExp(`${n + 1} tokens long, but the model's context holds ${model.contextSize}`), "prompt");
-  await rejects(client.chat.completions.create({ model: NAME, messages: [{ role: "user", content: long }] }), 400, /context holds 2048 tokens/, "messages");
-  await assert.rejects(client.completions.create({ model: NAME, prompt: long }), (e: unknown) => e instanceof OpenAI.APIError && e.code === "context_length_exceeded");
+  await rejects(
+    client.completions.create({ model: NAME, prompt: long, max_tokens: 4 }),
+    400,
+    new RegExp(`${n + 1} tokens long, but the model's context holds ${model.contextSize}`),
+    "prompt",
+  );
+  await rejects(
+    client.chat.completions.create({ model: NAME, messages: [{ role: "user", content: long }] }),
+    400,
+    /context holds 2048 tokens/,
+    "messages",
+  );
+  await assert.rejects(
+    client.completions.create({ model: NAME, prompt: long }),
+    (e: unknown) => e instanceof OpenAI.APIError && e.code === "context_length_exceeded",
+  );
 });
 
 test("malformed JSON, non-object bodies, unknown routes and models, wrong methods: status and an OpenAI error object", async () => {
-  const post = (path: string, body: string) => fetch(`${server.url}${path}`, { method: "POST", headers: { "Content-Type": "application/json" }, body });
+  const post = (path: string, body: string) =>
+    fetch(`${server.url}${path}`, { method: "POST", headers: { "Content-Type": "application/json" }, body });
   const check = async (res: Response, status: number, message: RegExp) => {
     assert.equal(res.status, status);
     assert.match(res.headers.get("content-type")!, /^application\/json/);
@@ -258,26 +350,51 @@ test("malformed JSON, non-object bodies, unknown routes and models, wrong method
     assert.match(j.error.message, message);
     return j.error;
   };
-  const e1 = await check(await post("/v1/chat/completions", '{"messages": [{"role": "user", "content": "Hi"}'), 400, /not valid JSON/);
+  const e1 = await check(
+    await post("/v1/chat/completions", '{"messages": [{"role": "user", "content": "Hi"}'),
+    400,
+    /not valid JSON/,
+  );
   assert.equal(e1.type, "invalid_request_error");
   await check(await post("/v1/completions", ""), 400, /body is empty/);
   await check(await post("/v1/completions", "[1, 2]"), 400, /must be a JSON object, got array/);
   await check(await post("/v1/completions", '"hello"'), 400, /must be a JSON object, got string/);
   await check(await fetch(`${server.url}/v1/engines`), 404, /no route for GET \/v1\/engines/);
-  const e2 = await check(await post("/v1/completions", JSON.stringify({ model: "gpt-4o", prompt: "Hi" })), 404, /"gpt-4o" does not exist/);
+  const e2 = await check(
+    await post("/v1/completions", JSON.stringify({ model: "gpt-4o", prompt: "Hi" })),
+    404,
+    /"gpt-4o" does not exist/,
+  );
   assert.equal(e2.code, "model_not_found");
   const e3 = await check(await fetch(`${server.url}/v1/chat/completions`), 405, /GET is not allowed/);
   assert.equal(e3.code, "method_not_allowed");
   // The routes answer without the /v1 prefix too, as llama-server's do.
-  const plain = await post("/completions", JSON.stringify({ prompt: "Once upon a time", max_tokens: 3, temperature: 0 }));
+  const plain = await post(
+    "/completions",
+    JSON.stringify({ prompt: "Once upon a time", max_tokens: 3, temperature: 0 }),
+  );
   assert.equal(plain.status, 200);
   // The server is still fine.
-  const ok = await client.completions.create({ model: NAME, prompt: "Once upon a time", max_tokens: 4, temperature: 0 });
+  const ok = await client.completions.create({
+    model: NAME,
+    prompt: "Once upon a time",
+    max_tokens: 4,
+    temperature: 0,
+  });
   assert.equal(ok.choices[0].text, await libText("Once upon a time", 4));
 });
 
 test("16 concurrent clients: every one gets the complete answer the library gives alone", async () => {
-  const prompts = ["Once upon a time", "Lily", "The dog", "One day", "Tom had a ball", "The sun was", "Mom said", "A bird"];
+  const prompts = [
+    "Once upon a time",
+    "Lily",
+    "The dog",
+    "One day",
+    "Tom had a ball",
+    "The sun was",
+    "Mom said",
+    "A bird",
+  ];
   const jobs = Array.from({ length: 16 }, (_, i) => {
     const prompt = prompts[i % prompts.length];
     const maxTokens = 16 + i;
@@ -287,17 +404,28 @@ test("16 concurrent clients: every one gets the complete answer the library give
   });
   // The library's answers first: the model runs one generation at a time.
   const expected: string[] = [];
-  for (const j of jobs) expected.push(j.kind === "chat" ? await libChat([{ role: "user", content: j.prompt }], j.maxTokens) : await libText(j.prompt, j.maxTokens));
+  for (const j of jobs)
+    expected.push(
+      j.kind === "chat"
+        ? await libChat([{ role: "user", content: j.prompt }], j.maxTokens)
+        : await libText(j.prompt, j.maxTokens),
+    );
   const before = { ...server.metrics };
   const clients = jobs.map(() => newClient(server));
   const answers = await Promise.all(
     jobs.map(async (j, i) => {
       const c = clients[i];
       if (j.kind === "chat") {
-        const base = { model: NAME, messages: [{ role: "user" as const, content: j.prompt }], max_tokens: j.maxTokens, temperature: 0 };
+        const base = {
+          model: NAME,
+          messages: [{ role: "user" as const, content: j.prompt }],
+          max_tokens: j.maxTokens,
+          temperature: 0,
+        };
         if (!j.stream) return (await c.chat.completions.create(base)).choices[0].message.content;
         let s = "";
-        for await (const ch of await c.chat.completions.create({ ...base, stream: true })) s += ch.choices[0]?.delta?.content ?? "";
+        for await (const ch of await c.chat.completions.create({ ...base, stream: true }))
+          s += ch.choices[0]?.delta?.content ?? "";
         return s;
       }
       const base = { model: NAME, prompt: j.prompt, max_tokens: j.maxTokens, temperature: 0 };
@@ -318,7 +446,14 @@ test("a client disconnecting mid-stream aborts its generation; the server keeps 
   const controller = new AbortController();
   // Without a length limit and past end-of-text, this would run to the full 2048-token context.
   const stream = await client.completions.create(
-    { model: NAME, prompt: "Once upon a time", max_tokens: -1, temperature: 0, stream: true, ignore_eos: true } as OpenAI.CompletionCreateParamsStreaming,
+    {
+      model: NAME,
+      prompt: "Once upon a time",
+      max_tokens: -1,
+      temperature: 0,
+      stream: true,
+      ignore_eos: true,
+    } as OpenAI.CompletionCreateParamsStreaming,
     { signal: controller.signal },
   );
   let received = "";
@@ -338,9 +473,17 @@ test("a client disconnecting mid-stream aborts its generation; the server keeps 
   assert.equal(server.metrics.completed, before.completed, "the aborted request did not run to its end");
 
   // A raw client that vanishes: it sends the request, reads the first bytes and drops the socket.
-  const body = JSON.stringify({ messages: [{ role: "user", content: "Hi" }], max_tokens: -1, temperature: 0, stream: true, ignore_eos: true });
+  const body = JSON.stringify({
+    messages: [{ role: "user", content: "Hi" }],
+    max_tokens: -1,
+    temperature: 0,
+    stream: true,
+    ignore_eos: true,
+  });
   const sock = connect(server.port, "127.0.0.1");
-  sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  sock.write(
+    `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
   const [first] = (await once(sock, "data")) as [Buffer];
   assert.match(first.toString(), /^HTTP\/1\.1 200/);
   sock.destroy();
@@ -349,23 +492,44 @@ test("a client disconnecting mid-stream aborts its generation; the server keeps 
 
   // The openai client breaking out of its loop: whether its socket closes at once or not, the
   // server does not stall on it.
-  const s3 = await client.chat.completions.create(
-    { model: NAME, messages: [{ role: "user", content: "Hi" }], max_tokens: -1, temperature: 0, stream: true, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsStreaming,
-  );
+  const s3 = await client.chat.completions.create({
+    model: NAME,
+    messages: [{ role: "user", content: "Hi" }],
+    max_tokens: -1,
+    temperature: 0,
+    stream: true,
+    ignore_eos: true,
+  } as OpenAI.ChatCompletionCreateParamsStreaming);
   let n = 0;
   for await (const _ of s3) if (++n === 3) break;
   await waitFor(() => server.metrics.active === 0);
 
-  const r = await client.completions.create({ model: NAME, prompt: "Once upon a time", max_tokens: 20, temperature: 0 });
+  const r = await client.completions.create({
+    model: NAME,
+    prompt: "Once upon a time",
+    max_tokens: 20,
+    temperature: 0,
+  });
   assert.equal(r.choices[0].text, await libText("Once upon a time", 20));
 });
 
 test("a full queue answers 429; a waiting client that leaves is dropped from the queue", async () => {
   const s = await startServer({ model, port: 0, modelName: NAME, maxQueue: 1 });
   try {
-    const long = JSON.stringify({ prompt: "Once upon a time", max_tokens: -1, temperature: 0, stream: true, ignore_eos: true });
+    const long = JSON.stringify({
+      prompt: "Once upon a time",
+      max_tokens: -1,
+      temperature: 0,
+      stream: true,
+      ignore_eos: true,
+    });
     const post = (body: string, signal?: AbortSignal) =>
-      fetch(`${s.url}/v1/completions`, { method: "POST", headers: { "Content-Type": "application/json" }, body, signal });
+      fetch(`${s.url}/v1/completions`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body,
+        signal,
+      });
     const runner = new AbortController();
     const a = await post(long, runner.signal); // generating
     const reader = a.body!.getReader();
@@ -403,7 +567,11 @@ test("413 for a body over the limit; the server keeps serving", async () => {
   const s = await startServer({ model, port: 0, modelName: NAME, maxBodyBytes: 1024 });
   try {
     const body = JSON.stringify({ prompt: "x".repeat(4000), max_tokens: 1 });
-    const res = await fetch(`${s.url}/v1/completions`, { method: "POST", headers: { "Content-Type": "application/json" }, body });
+    const res = await fetch(`${s.url}/v1/completions`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body,
+    });
     assert.equal(res.status, 413);
     const j = (await res.json()) as { error: { message: string; code: string } };
     assert.match(j.error.message, /larger than the server's limit of 1024 bytes/);
@@ -422,7 +590,11 @@ test("503 while the model loads and after a failed load; then serving once set",
     const h = await fetch(`${s.url}/health`);
     assert.equal(h.status, 503);
     assert.equal(((await h.json()) as { error: { code: string } }).error.code, "model_loading");
-    await rejects(newClient(s).completions.create({ model: NAME, prompt: "Lily", max_tokens: 2 }), 503, /still loading/);
+    await rejects(
+      newClient(s).completions.create({ model: NAME, prompt: "Lily", max_tokens: 2 }),
+      503,
+      /still loading/,
+    );
     s.setModel(model);
     assert.equal((await fetch(`${s.url}/health`)).status, 200);
     const ok = await newClient(s).completions.create({ model: NAME, prompt: "Lily", max_tokens: 3, temperature: 0 });
@@ -444,7 +616,14 @@ test("503 while the model loads and after a failed load; then serving once set",
 test("graceful shutdown: an answer in progress completes, new connections are refused", async () => {
   const s = await startServer({ model, port: 0, modelName: NAME });
   const c = newClient(s);
-  const stream = await c.completions.create({ model: NAME, prompt: "Once upon a time", max_tokens: 200, temperature: 0, stream: true, ignore_eos: true } as OpenAI.CompletionCreateParamsStreaming);
+  const stream = await c.completions.create({
+    model: NAME,
+    prompt: "Once upon a time",
+    max_tokens: 200,
+    temperature: 0,
+    stream: true,
+    ignore_eos: true,
+  } as OpenAI.CompletionCreateParamsStreaming);
   const it = stream[Symbol.asyncIterator]();
   let text = (await it.next()).value?.choices[0]?.text ?? "";
   const closing = s.close({ timeoutMs: 10_000 });
@@ -452,7 +631,10 @@ test("graceful shutdown: an answer in progress completes, new connections are re
   for (let r = await it.next(); !r.done; r = await it.next()) text += r.value.choices[0]?.text ?? "";
   await closing;
   assert.equal(s.state, "closed");
-  assert.equal(text, await model.generate("Once upon a time", { maxTokens: 200, temperature: 0, ignoreEos: true }).text());
+  assert.equal(
+    text,
+    await model.generate("Once upon a time", { maxTokens: 200, temperature: 0, ignoreEos: true }).text(),
+  );
   await assert.rejects(fetch(`${s.url}/health`));
 });
 
@@ -460,7 +642,13 @@ test("shutdown past its timeout aborts the answers still running", async () => {
   const s = await startServer({ model, port: 0, modelName: NAME });
   const res = await fetch(`${s.url}/v1/completions`, {
     method: "POST",
-    body: JSON.stringify({ prompt: "Once upon a time", max_tokens: -1, temperature: 0, stream: true, ignore_eos: true }),
+    body: JSON.stringify({
+      prompt: "Once upon a time",
+      max_tokens: -1,
+      temperature: 0,
+      stream: true,
+      ignore_eos: true,
+    }),
   });
   const reader = res.body!.getReader();
   await reader.read();
@@ -472,7 +660,9 @@ test("shutdown past its timeout aborts the answers still running", async () => {
 });
 
 test("powerinfer serve: listens, loads, answers the openai client, shuts down on SIGTERM", async () => {
-  const child = spawn(process.execPath, [CLI, "serve", "-m", STORIES, "--port", "0", "-t", "1", "--alias", "tiny"], { stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [CLI, "serve", "-m", STORIES, "--port", "0", "-t", "1", "--alias", "tiny"], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   const killer = setTimeout(() => child.kill("SIGKILL"), 60_000);
   let stderr = "";
   child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
@@ -483,11 +673,19 @@ test("powerinfer serve: listens, loads, answers the openai client, shuts down on
     assert.ok(url, stderr);
     assert.match(stderr, /the plain chat format/);
     const c = new OpenAI({ baseURL: `${url}/v1`, apiKey: "x", maxRetries: 0 });
-    assert.deepEqual((await c.models.list()).data.map((m) => m.id), ["tiny"]);
+    assert.deepEqual(
+      (await c.models.list()).data.map((m) => m.id),
+      ["tiny"],
+    );
     const r = await c.completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 12, temperature: 0 });
     assert.equal(r.choices[0].text, await libText("Once upon a time", 12));
     // The file name works as the model's name too.
-    const byFile = await c.chat.completions.create({ model: "stories260K.gguf", messages: [{ role: "user", content: "Hi" }], max_tokens: 6, temperature: 0 });
+    const byFile = await c.chat.completions.create({
+      model: "stories260K.gguf",
+      messages: [{ role: "user", content: "Hi" }],
+      max_tokens: 6,
+      temperature: 0,
+    });
     assert.equal(byFile.choices[0].message.content, await libChat([{ role: "user", content: "Hi" }], 6));
     assert.match(stderr, /POST \/v1\/completions 200 \d+\+12 tokens/);
     child.kill("SIGTERM");
@@ -501,13 +699,17 @@ test("powerinfer serve: listens, loads, answers the openai client, shuts down on
 });
 
 test("powerinfer serve: clear failures for a missing model flag, a busy port, a missing file", async () => {
-  const run = (...args: string[]) => spawnSync(process.execPath, [CLI, "serve", ...args], { encoding: "utf8", timeout: 60_000 });
+  const run = (...args: string[]) =>
+    spawnSync(process.execPath, [CLI, "serve", ...args], { encoding: "utf8", timeout: 60_000 });
   const noModel = run();
   assert.equal(noModel.status, 2);
   assert.match(noModel.stderr, /-m MODEL is required/);
   const busy = run("-m", STORIES, "--port", String(server.port), "-t", "1");
   assert.equal(busy.status, 1);
-  assert.match(busy.stderr, new RegExp(`127\\.0\\.0\\.1:${server.port} is already in use; choose another port with --port`));
+  assert.match(
+    busy.stderr,
+    new RegExp(`127\\.0\\.0\\.1:${server.port} is already in use; choose another port with --port`),
+  );
   const missing = run("-m", "/nonexistent/model.gguf", "--port", "0", "-t", "1");
   assert.equal(missing.status, 1);
   assert.match(missing.stderr, /nonexistent\/model\.gguf/);

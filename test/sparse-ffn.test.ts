@@ -11,22 +11,30 @@ import { Arena } from "../src/runtime/arena.js";
 import { ThreadPool } from "../src/runtime/pool.js";
 import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weights.js";
 import {
-  SparseFFN, refSparseFFN, refSparseGate, sparseKernel, sparseActivationBytes, partialBytes,
+  SparseFFN,
+  refSparseFFN,
+  refSparseGate,
+  sparseKernel,
+  sparseActivationBytes,
+  partialBytes,
   type SparseActivation,
 } from "../src/runtime/sparse-kernels.js";
 
 function rng(seed: number) {
   let s = seed >>> 0 || 1;
   return () => {
-    s ^= s << 13; s >>>= 0;
+    s ^= s << 13;
+    s >>>= 0;
     s ^= s >>> 17;
-    s ^= s << 5; s >>>= 0;
+    s ^= s << 5;
+    s >>>= 0;
     return s / 4294967296;
   };
 }
 
 function gaussians(n: number, seed: number): Float32Array {
-  const r = rng(seed), out = new Float32Array(n);
+  const r = rng(seed),
+    out = new Float32Array(n);
   for (let i = 0; i < n; i++) out[i] = Math.sqrt(-2 * Math.log(r() + 1e-12)) * Math.cos(2 * Math.PI * r());
   return out;
 }
@@ -49,8 +57,13 @@ const k = pools[0].kernels;
 const mem = () => new Uint8Array(arena.memory.buffer);
 
 const BUNDLE_REGION = arena.alloc(24 << 20, 4096);
-const X = arena.alloc(64 << 10, 64), REF_ACT = arena.alloc(64 << 10, 64), LIST = arena.alloc(64 << 10, 64);
-const GATES = arena.alloc(64 << 10, 64), Y = arena.alloc(64 << 10, 64), W = arena.alloc(4 << 20, 64), A = arena.alloc(64 << 10, 64);
+const X = arena.alloc(64 << 10, 64),
+  REF_ACT = arena.alloc(64 << 10, 64),
+  LIST = arena.alloc(64 << 10, 64);
+const GATES = arena.alloc(64 << 10, 64),
+  Y = arena.alloc(64 << 10, 64),
+  W = arena.alloc(4 << 20, 64),
+  A = arena.alloc(64 << 10, 64);
 
 /** A layer of `nFF` neuron bundles at shuffled 4 KiB-aligned addresses, with gaps between them. */
 function makeLayer(type: GGMLType, nEmbd: number, nFF: number, seed: number) {
@@ -60,14 +73,20 @@ function makeLayer(type: GGMLType, nEmbd: number, nFF: number, seed: number) {
   if (slots * bundleBytes > 24 << 20) throw new Error("test layer too large");
   const r = rng(seed);
   const order = Array.from({ length: slots }, (_, i) => i);
-  for (let i = slots - 1; i > 0; i--) { const j = Math.floor(r() * (i + 1)); [order[i], order[j]] = [order[j], order[i]]; }
+  for (let i = slots - 1; i > 0; i--) {
+    const j = Math.floor(r() * (i + 1));
+    [order[i], order[j]] = [order[j], order[i]];
+  }
   const addr = new Int32Array(nFF);
   const m = mem();
   m.fill(0xee, BUNDLE_REGION, BUNDLE_REGION + slots * bundleBytes); // the padding is never read as weights
-  const gateRows: Uint8Array[] = [], upRows: Uint8Array[] = [];
+  const gateRows: Uint8Array[] = [],
+    upRows: Uint8Array[] = [];
   for (let i = 0; i < nFF; i++) {
     addr[i] = BUNDLE_REGION + order[i] * bundleBytes;
-    const g = gaussians(nEmbd, seed * 1000 + 3 * i), u = gaussians(nEmbd, seed * 1000 + 3 * i + 1), d = gaussians(nEmbd, seed * 1000 + 3 * i + 2);
+    const g = gaussians(nEmbd, seed * 1000 + 3 * i),
+      u = gaussians(nEmbd, seed * 1000 + 3 * i + 1),
+      d = gaussians(nEmbd, seed * 1000 + 3 * i + 2);
     if (i === 1) g.fill(0); // an all-zero row (zero scales)
     if (i === 2) for (let j = 0; j < nEmbd; j++) d[j] *= 300; // a wide-range down column
     const parts = [quantRow(type, g), quantRow(type, u), quantRow(type, d)];
@@ -97,13 +116,20 @@ function writeList(addrs: ArrayLike<number>): number {
  * |got - want| within rel times the largest of `magnitude` (default: of |want|): the scale of the
  * terms summed, which bounds float rounding; a misplaced or missing term is far outside it.
  */
-function close(got: ArrayLike<number>, want: ArrayLike<number>, rel: number, what: string, magnitude: ArrayLike<number> = want): void {
+function close(
+  got: ArrayLike<number>,
+  want: ArrayLike<number>,
+  rel: number,
+  what: string,
+  magnitude: ArrayLike<number> = want,
+): void {
   assert.equal(got.length, want.length, `${what}: length`);
   let scale = 1e-30;
   for (let i = 0; i < magnitude.length; i++) scale = Math.max(scale, Math.abs(magnitude[i]));
   for (let i = 0; i < want.length; i++) {
     const err = Math.abs(got[i] - want[i]);
-    if (!(err <= rel * scale)) assert.fail(`${what}: element ${i} is ${got[i]}, want ${want[i]} (error ${err}, bound ${rel * scale})`);
+    if (!(err <= rel * scale))
+      assert.fail(`${what}: element ${i} is ${got[i]}, want ${want[i]} (error ${err}, bound ${rel * scale})`);
   }
 }
 
@@ -120,8 +146,12 @@ function readY(n: number): Float32Array {
 }
 
 function subset(n: number, count: number, seed: number): number[] {
-  const r = rng(seed), all = Array.from({ length: n }, (_, i) => i);
-  for (let i = n - 1; i > 0; i--) { const j = Math.floor(r() * (i + 1)); [all[i], all[j]] = [all[j], all[i]]; }
+  const r = rng(seed),
+    all = Array.from({ length: n }, (_, i) => i);
+  for (let i = n - 1; i > 0; i--) {
+    const j = Math.floor(r() * (i + 1));
+    [all[i], all[j]] = [all[j], all[i]];
+  }
   return all.slice(0, count);
 }
 
@@ -136,14 +166,16 @@ test("prepare_q8_sp holds prepare_q8_0's quants and scales (and q8_1's sums) in 
   arena.f32(X, cols).set(x);
   k.prepare_q8_0(X, REF_ACT, cols, 1);
   k.prepare_q8_1(X, REF_ACT + 32768, cols, 1);
-  const q0 = arena.u8(REF_ACT, activationBytes("q8_0", cols)).slice(), q1 = arena.u8(REF_ACT + 32768, activationBytes("q8_1", cols)).slice();
+  const q0 = arena.u8(REF_ACT, activationBytes("q8_0", cols)).slice(),
+    q1 = arena.u8(REF_ACT + 32768, activationBytes("q8_1", cols)).slice();
   for (const mode of [0, 1]) {
     k.prepare_q8_sp(X, A, cols, 1, mode);
     const b8 = arena.u8(A, sparseActivationBytes(mode === 0 ? GGMLType.Q8_0 : GGMLType.Q4_0, cols)).slice();
     const dv = new DataView(b8.buffer);
     for (let b = 0; b < cols / 32; b++) {
       // group of 4 blocks: 4 x (64 B of quants, i32 x4 correction), then f32 dx x4, f32 sx x4
-      const o = Math.floor(b / 4) * 352 + (b % 4) * 80, lane = Math.floor(b / 4) * 352 + (b % 4) * 4;
+      const o = Math.floor(b / 4) * 352 + (b % 4) * 80,
+        lane = Math.floor(b / 4) * 352 + (b % 4) * 4;
       const q = (j: number) => (q0[b * 34 + 2 + j] << 24) >> 24;
       const d = f16Table[q0[b * 34] | (q0[b * 34 + 1] << 8)];
       const i16 = (v: number, l: number) => dv.getInt16(o + 16 * v + 2 * l, true);
@@ -204,7 +236,12 @@ test("sparse_gate: listed gate dots equal the reference and the dense matvec, od
           const got = arena.f32(GATES, count).slice();
           const what = `${typeName(type)} nEmbd ${nEmbd} count ${count} threads ${pool.threads}`;
           close(got, want, 2e-6, `gate vs reference, ${what}`);
-          close(got, ids.map((i) => denseOut[i]), 2e-6, `gate vs dense matvec, ${what}`);
+          close(
+            got,
+            ids.map((i) => denseOut[i]),
+            2e-6,
+            `gate vs dense matvec, ${what}`,
+          );
         }
       }
     }
@@ -223,7 +260,9 @@ test("sparse_updown: given the gates, equals the reference for random subsets, s
         const addrs = ids.map((i) => L.addr[i]);
         const gates = refSparseGate(type, mem(), addrs, xa, nEmbd);
         // some exact zeros and negatives among the gates
-        ids.forEach((_, j) => { if (j % 5 === 3) gates[j] = 0; });
+        ids.forEach((_, j) => {
+          if (j % 5 === 3) gates[j] = 0;
+        });
         for (const act of acts) {
           const want = refSparseFFN(type, mem(), addrs, xa, nEmbd, act, gates);
           for (const pool of pools) {
@@ -233,7 +272,13 @@ test("sparse_updown: given the gates, equals the reference for random subsets, s
             arena.f32(Y, nEmbd).fill(0);
             f.upDown(writeList(addrs), count, GATES, act);
             f.finish(Y);
-            close(readY(nEmbd), want.y, 1e-5, `${typeName(type)} ${act} nEmbd ${nEmbd} count ${count} threads ${pool.threads}`, want.magnitude);
+            close(
+              readY(nEmbd),
+              want.y,
+              1e-5,
+              `${typeName(type)} ${act} nEmbd ${nEmbd} count ${count} threads ${pool.threads}`,
+              want.magnitude,
+            );
           }
         }
       }
@@ -242,10 +287,18 @@ test("sparse_updown: given the gates, equals the reference for random subsets, s
       const ids = Array.from({ length: L.nFF }, (_, i) => i);
       const addrs = ids.map((i) => L.addr[i]);
       const gates = refSparseGate(type, mem(), addrs, xa, nEmbd);
-      const want = { relu: refSparseFFN(type, mem(), addrs, xa, nEmbd, "relu", gates), drelu: refSparseFFN(type, mem(), addrs, xa, nEmbd, "drelu", gates) };
+      const want = {
+        relu: refSparseFFN(type, mem(), addrs, xa, nEmbd, "relu", gates),
+        drelu: refSparseFFN(type, mem(), addrs, xa, nEmbd, "drelu", gates),
+      };
       let skipped = 0;
       const end = arena.memory.buffer.byteLength - 8;
-      ids.forEach((i) => { if (gates[i] <= 0) { addrs[i] = end; skipped++; } });
+      ids.forEach((i) => {
+        if (gates[i] <= 0) {
+          addrs[i] = end;
+          skipped++;
+        }
+      });
       assert.ok(skipped > 5 && skipped < L.nFF - 5, `${skipped} of ${L.nFF} gates are <= 0`);
       for (const act of ["relu", "drelu"] as const) {
         for (const pool of pools) {
@@ -255,7 +308,13 @@ test("sparse_updown: given the gates, equals the reference for random subsets, s
           arena.f32(Y, nEmbd).fill(0);
           f.upDown(writeList(addrs), L.nFF, GATES, act);
           f.finish(Y);
-          close(readY(nEmbd), want[act].y, 1e-5, `${typeName(type)} ${act} with poisoned skipped neurons, nEmbd ${nEmbd}, threads ${pool.threads}`, want[act].magnitude);
+          close(
+            readY(nEmbd),
+            want[act].y,
+            1e-5,
+            `${typeName(type)} ${act} with poisoned skipped neurons, nEmbd ${nEmbd}, threads ${pool.threads}`,
+            want[act].magnitude,
+          );
         }
       }
     }
@@ -279,7 +338,13 @@ test("sparse_ffn and sparse_ffn_run: subsets equal the reference; all neurons eq
             arena.f32(Y, nEmbd).fill(0);
             f.ffn(writeList(addrs), count, act);
             f.finish(Y);
-            close(readY(nEmbd), want.y, 1e-5, `${typeName(type)} ${act} nEmbd ${nEmbd} count ${count} threads ${pool.threads}`, want.magnitude);
+            close(
+              readY(nEmbd),
+              want.y,
+              1e-5,
+              `${typeName(type)} ${act} nEmbd ${nEmbd} count ${count} threads ${pool.threads}`,
+              want.magnitude,
+            );
           }
         }
       }
@@ -301,7 +366,13 @@ test("sparse_ffn and sparse_ffn_run: subsets equal the reference; all neurons eq
             arena.f32(Y, nEmbd).fill(0);
             f.ffn(writeList(addrs), addrs.length, act);
             f.finish(Y);
-            close(readY(nEmbd), want.y, 1e-5, `${typeName(type)} ${act} fused, a gate <= 0 at the end of memory, nEmbd ${nEmbd}, threads ${pool.threads}`, want.magnitude);
+            close(
+              readY(nEmbd),
+              want.y,
+              1e-5,
+              `${typeName(type)} ${act} fused, a gate <= 0 at the end of memory, nEmbd ${nEmbd}, threads ${pool.threads}`,
+              want.magnitude,
+            );
           }
         }
       }
@@ -317,18 +388,26 @@ test("sparse_ffn and sparse_ffn_run: subsets equal the reference; all neurons eq
         k[wk.matvec](W, prep ? A : X, GATES, L.nFF, nEmbd, 0, L.nFF);
         return arena.f32(GATES, L.nFF).slice();
       };
-      const g = rows(L.gateRows), u = rows(L.upRows);
+      const g = rows(L.gateRows),
+        u = rows(L.upRows);
       arena.f32(GATES, L.nFF).set(g);
       arena.f32(GATES + 16384, L.nFF).set(u);
       k.ffn_act(GATES, GATES + 16384, 2, 0, L.nFF); // dReLU
       const h = arena.f32(GATES, L.nFF).slice();
       const y0 = gaussians(nEmbd, 77);
-      const want = new Float64Array(nEmbd), mag = new Float64Array(nEmbd);
-      for (let i = 0; i < nEmbd; i++) { want[i] = y0[i]; mag[i] = Math.abs(y0[i]); }
+      const want = new Float64Array(nEmbd),
+        mag = new Float64Array(nEmbd);
+      for (let i = 0; i < nEmbd; i++) {
+        want[i] = y0[i];
+        mag[i] = Math.abs(y0[i]);
+      }
       for (let n = 0; n < L.nFF; n++) {
         if (h[n] === 0) continue;
         const col = dequantize(type, mem().subarray(L.addr[n] + 2 * L.rb, L.addr[n] + 3 * L.rb), nEmbd);
-        for (let i = 0; i < nEmbd; i++) { want[i] += h[n] * col[i]; mag[i] += Math.abs(h[n] * col[i]); }
+        for (let i = 0; i < nEmbd; i++) {
+          want[i] += h[n] * col[i];
+          mag[i] += Math.abs(h[n] * col[i]);
+        }
       }
       assert.ok(h.some((v) => v === 0) && h.some((v) => v !== 0));
       const all = Array.from(L.addr);
@@ -341,7 +420,13 @@ test("sparse_ffn and sparse_ffn_run: subsets equal the reference; all neurons eq
         f.ffn(list, 10, "drelu");
         f.ffn(list + 40, 31, "drelu");
         f.finish(Y);
-        close(readY(nEmbd), want, 1e-5, `${typeName(type)} all neurons vs dense, nEmbd ${nEmbd}, threads ${pool.threads}`, mag);
+        close(
+          readY(nEmbd),
+          want,
+          1e-5,
+          `${typeName(type)} all neurons vs dense, nEmbd ${nEmbd}, threads ${pool.threads}`,
+          mag,
+        );
       }
       // a run of bundles at a fixed stride equals the list form over the same bundles
       const stride = Math.ceil((3 * L.rb) / 4096) * 4096;
@@ -354,7 +439,13 @@ test("sparse_ffn and sparse_ffn_run: subsets equal the reference; all neurons eq
         arena.f32(Y, nEmbd).fill(0);
         f.ffnRun(base, stride, 9, "silu");
         f.finish(Y);
-        close(readY(nEmbd), runWant.y, 1e-5, `${typeName(type)} run, nEmbd ${nEmbd}, threads ${pool.threads}`, runWant.magnitude);
+        close(
+          readY(nEmbd),
+          runWant.y,
+          1e-5,
+          `${typeName(type)} run, nEmbd ${nEmbd}, threads ${pool.threads}`,
+          runWant.magnitude,
+        );
       }
     }
   }
@@ -372,7 +463,10 @@ test("each thread adds only into its own partial slot: slot s holds exactly the 
     f.prepare(X);
     f.ffn(writeList(addrs), 21, "silu"); // per = 11: thread 0 takes 0..10, thread 1 takes 11..20
     const slotBytes = partialBytes(nEmbd, 1);
-    for (const [s, part] of [[0, addrs.slice(0, 11)], [1, addrs.slice(11)]] as const) {
+    for (const [s, part] of [
+      [0, addrs.slice(0, 11)],
+      [1, addrs.slice(11)],
+    ] as const) {
       arena.f32(Y, nEmbd).fill(0);
       k.sparse_sum_partials(Y, f.partials + s * slotBytes, 1, nEmbd, f.kernel.partialMode, 0, nEmbd);
       const want = refSparseFFN(type, mem(), part, xa, nEmbd, "silu");
@@ -382,7 +476,10 @@ test("each thread adds only into its own partial slot: slot s holds exactly the 
     assert.throws(() => k[f.kernel.ffn](LIST, 21, X, f.partials, nEmbd, L.rb, 0, 11, 1, 12), /unreachable/);
     assert.throws(() => k[f.kernel.ffn](LIST, 21, X, f.partials, nEmbd, L.rb, 0, 11, 0, 12), /unreachable/);
     // the reduction cleared both slots
-    assert.ok(arena.f32(f.partials, (2 * slotBytes) / 4).every((v) => v === 0), "partial slots are zero after the reduction");
+    assert.ok(
+      arena.f32(f.partials, (2 * slotBytes) / 4).every((v) => v === 0),
+      "partial slots are zero after the reduction",
+    );
     f.finish(Y); // nothing left to add; resets the slot count
   }
 });

@@ -41,7 +41,11 @@ function f32Bytes(a: Float32Array): Uint8Array {
   return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 }
 
-async function convert(input: string, name: string, extra: Partial<Parameters<typeof convertToStore>[0]> = {}): Promise<{ path: string; r: ConvertResult }> {
+async function convert(
+  input: string,
+  name: string,
+  extra: Partial<Parameters<typeof convertToStore>[0]> = {},
+): Promise<{ path: string; r: ConvertResult }> {
   const path = join(dir, name);
   const r = await convertToStore({ input, output: path, fsync: false, ...extra });
   return { path, r };
@@ -58,7 +62,11 @@ function srcMatrix(src: GGUFFile, name: string): Float32Array {
  * to the dequantized source column within the error the store reports (which must be exactly the
  * largest difference found).
  */
-function checkBundles(store: NeuronStore, src: GGUFFile, opts: { gateUpExact: boolean; downExact: boolean; transposedSource?: boolean }): void {
+function checkBundles(
+  store: NeuronStore,
+  src: GGUFFile,
+  opts: { gateUpExact: boolean; downExact: boolean; transposedSource?: boolean },
+): void {
   const { nEmbd, rowBytes: rb, bundleBytes, type } = store.ffn;
   const cfg = cfgOf(src);
   const deq = new Float32Array(nEmbd);
@@ -66,9 +74,12 @@ function checkBundles(store: NeuronStore, src: GGUFFile, opts: { gateUpExact: bo
     const p = `blk.${L.index}.`;
     const n = L.neurons;
     assert.equal(n, cfg.nFF);
-    const gate = src.tensor(p + "ffn_gate.weight"), up = src.tensor(p + "ffn_up.weight");
-    const gateRaw = src.tensorData(gate.name), upRaw = src.tensorData(up.name);
-    const gateRb = gate.bytes / n, upRb = up.bytes / n;
+    const gate = src.tensor(p + "ffn_gate.weight"),
+      up = src.tensor(p + "ffn_up.weight");
+    const gateRaw = src.tensorData(gate.name),
+      upRaw = src.tensorData(up.name);
+    const gateRb = gate.bytes / n,
+      upRb = up.bytes / n;
     const down = opts.transposedSource ? null : srcMatrix(src, p + "ffn_down.weight");
     const downT = opts.transposedSource ? src.tensorData(p + "ffn_down_t.weight") : null;
     const all = new Uint8Array(n * bundleBytes);
@@ -77,16 +88,31 @@ function checkBundles(store: NeuronStore, src: GGUFFile, opts: { gateUpExact: bo
     const gates = new Uint8Array(n * rb);
     store.readGateRows(L.index, 0, n, gates);
     for (let pos = 0; pos < n; pos++) {
-      if (Buffer.compare(gates.subarray(pos * rb, (pos + 1) * rb), all.subarray(pos * bundleBytes, pos * bundleBytes + rb)) !== 0) assert.fail(`layer ${L.index} position ${pos}: gate row copy differs from the bundle`);
+      if (
+        Buffer.compare(
+          gates.subarray(pos * rb, (pos + 1) * rb),
+          all.subarray(pos * bundleBytes, pos * bundleBytes + rb),
+        ) !== 0
+      )
+        assert.fail(`layer ${L.index} position ${pos}: gate row copy differs from the bundle`);
     }
-    let worstDown = 0, worstGate = 0;
+    let worstDown = 0,
+      worstGate = 0;
     for (let pos = 0; pos < n; pos++) {
       const i = L.order[pos];
       assert.equal(L.position[i], pos);
       const b = all.subarray(pos * bundleBytes, (pos + 1) * bundleBytes);
       if (opts.gateUpExact) {
-        assert.deepEqual(b.subarray(0, rb), gateRaw.subarray(i * gateRb, (i + 1) * gateRb), `layer ${L.index} neuron ${i}: gate row`);
-        assert.deepEqual(b.subarray(rb, 2 * rb), upRaw.subarray(i * upRb, (i + 1) * upRb), `layer ${L.index} neuron ${i}: up row`);
+        assert.deepEqual(
+          b.subarray(0, rb),
+          gateRaw.subarray(i * gateRb, (i + 1) * gateRb),
+          `layer ${L.index} neuron ${i}: gate row`,
+        );
+        assert.deepEqual(
+          b.subarray(rb, 2 * rb),
+          upRaw.subarray(i * upRb, (i + 1) * upRb),
+          `layer ${L.index} neuron ${i}: up row`,
+        );
       } else {
         const want = new Uint8Array(rb);
         const srcRow = new Float32Array(nEmbd);
@@ -97,22 +123,31 @@ function checkBundles(store: NeuronStore, src: GGUFFile, opts: { gateUpExact: bo
         for (let r = 0; r < nEmbd; r++) worstGate = Math.max(worstGate, Math.abs(deq[r] - srcRow[r]));
       }
       if (downT) {
-        assert.deepEqual(b.subarray(2 * rb, 3 * rb), downT.subarray(i * rb, (i + 1) * rb), `layer ${L.index} neuron ${i}: down_t row`);
+        assert.deepEqual(
+          b.subarray(2 * rb, 3 * rb),
+          downT.subarray(i * rb, (i + 1) * rb),
+          `layer ${L.index} neuron ${i}: down_t row`,
+        );
       } else {
         dequantizeRow(type, b.subarray(2 * rb, 3 * rb), nEmbd, deq);
         for (let r = 0; r < nEmbd; r++) {
           const d = Math.abs(deq[r] - down![r * n + i]);
-          if (opts.downExact) assert.equal(deq[r], down![r * n + i], `layer ${L.index} neuron ${i} row ${r}: down value`);
+          if (opts.downExact)
+            assert.equal(deq[r], down![r * n + i], `layer ${L.index} neuron ${i} row ${r}: down value`);
           worstDown = Math.max(worstDown, d);
         }
       }
-      assert.ok(b.subarray(3 * rb).every((x) => x === 0), `layer ${L.index} neuron ${i}: padding is zero`);
+      assert.ok(
+        b.subarray(3 * rb).every((x) => x === 0),
+        `layer ${L.index} neuron ${i}: padding is zero`,
+      );
     }
     if (!downT) {
       assert.ok(L.down, "down conversion is reported");
       assert.equal(L.down!.maxAbsError, worstDown, `layer ${L.index}: reported down error is the real one`);
     } else assert.equal(L.down, null);
-    if (!opts.gateUpExact) assert.equal(L.gate!.maxAbsError, worstGate, `layer ${L.index}: reported gate error is the real one`);
+    if (!opts.gateUpExact)
+      assert.equal(L.gate!.maxAbsError, worstGate, `layer ${L.index}: reported gate error is the real one`);
     else assert.equal(L.gate, null);
   }
 }
@@ -135,7 +170,8 @@ function checkFixedAndMetadata(store: NeuronStore, src: GGUFFile): void {
   assert.deepEqual(store.metadata, src.metadata);
   assert.deepEqual(cfgOf(store), cfgOf(src));
   const text = "Once upon a time, there was a little girl named Lily. 123 üñí ✓";
-  const a = Tokenizer.fromGGUF(store), b = Tokenizer.fromGGUF(src);
+  const a = Tokenizer.fromGGUF(store),
+    b = Tokenizer.fromGGUF(src);
   assert.deepEqual(a.encode(text), b.encode(text));
   assert.equal(a.decode(a.encode(text)), b.decode(b.encode(text)));
 }
@@ -161,7 +197,11 @@ test("relu-stories F32: bundles, fixed tensors and metadata round-trip exactly",
     assert.equal(store.ffn.bundleBytes, 4096);
     for (const L of store.ffn.layers) {
       assert.equal(L.offset % STORE_PAGE, 0);
-      assert.deepEqual([...L.order], Array.from({ length: 1024 }, (_, i) => i), "index order without a profile");
+      assert.deepEqual(
+        [...L.order],
+        Array.from({ length: 1024 }, (_, i) => i),
+        "index order without a profile",
+      );
       assert.equal(L.frequency, null);
     }
     checkBundles(store, src, { gateUpExact: true, downExact: true });
@@ -179,7 +219,10 @@ test("relu-stories Q8_0: gate/up bit for bit, down requantized per column within
   const down = r.conversion.down!;
   assert.equal(down.fromName, "Q8_0");
   // requantizing a Q8_0 value to Q8_0 in another block costs at most about one new step (amax / 127)
-  assert.ok(down.maxAbsError > 0 && down.maxAbsError <= down.maxAbsValue / 127, `down error ${down.maxAbsError} vs max |w| ${down.maxAbsValue}`);
+  assert.ok(
+    down.maxAbsError > 0 && down.maxAbsError <= down.maxAbsValue / 127,
+    `down error ${down.maxAbsError} vs max |w| ${down.maxAbsValue}`,
+  );
   const store = NeuronStore.open(path);
   const src = GGUFFile.open(RELU_Q8);
   try {
@@ -211,7 +254,9 @@ test("a hot-first profile orders bundles by frequency and is kept in the manifes
   const src = GGUFFile.open(RELU);
   const nLayer = cfgOf(src).nLayer;
   src.close();
-  const layers = Array.from({ length: nLayer }, (_, l) => ({ frequency: Array.from(random(1024, 100 + l), (v) => Math.round(Math.abs(v) * 50) / 50) }));
+  const layers = Array.from({ length: nLayer }, (_, l) => ({
+    frequency: Array.from(random(1024, 100 + l), (v) => Math.round(Math.abs(v) * 50) / 50),
+  }));
   const profilePath = join(dir, "profile.json");
   writeFileSync(profilePath, JSON.stringify({ layers, tokens: 12345 }));
   const { path, r } = await convert(RELU, "relu-hot.pi", { profile: profilePath });
@@ -224,8 +269,12 @@ test("a hot-first profile orders bundles by frequency and is kept in the manifes
       const f = layers[L.index].frequency;
       assert.deepEqual([...L.order], [...hotFirstOrder(f)]);
       for (let p = 1; p < L.neurons; p++) {
-        const a = f[L.order[p - 1]], b = f[L.order[p]];
-        assert.ok(a > b || (a === b && L.order[p - 1] < L.order[p]), `layer ${L.index} position ${p}: hot first, ties by index`);
+        const a = f[L.order[p - 1]],
+          b = f[L.order[p]];
+        assert.ok(
+          a > b || (a === b && L.order[p - 1] < L.order[p]),
+          `layer ${L.index} position ${p}: hot first, ties by index`,
+        );
       }
       assert.deepEqual([...L.frequency!], [...Float32Array.from(f)]);
     }
@@ -235,8 +284,18 @@ test("a hot-first profile orders bundles by frequency and is kept in the manifes
     store.close();
     gguf.close();
   }
-  await assert.rejects(convertToStore({ input: RELU, output: join(dir, "bad.pi"), profile: { layers: layers.slice(1) } }), /has 5 layers, the model 6/);
-  await assert.rejects(convertToStore({ input: RELU, output: join(dir, "bad.pi"), profile: { layers: [{ frequency: [1] }, ...layers.slice(1)] } }), /layers\[0\]\.frequency has 1 entries, layer 0 has 1024 neurons/);
+  await assert.rejects(
+    convertToStore({ input: RELU, output: join(dir, "bad.pi"), profile: { layers: layers.slice(1) } }),
+    /has 5 layers, the model 6/,
+  );
+  await assert.rejects(
+    convertToStore({
+      input: RELU,
+      output: join(dir, "bad.pi"),
+      profile: { layers: [{ frequency: [1] }, ...layers.slice(1)] },
+    }),
+    /layers\[0\]\.frequency has 1 entries, layer 0 has 1024 neurons/,
+  );
   assert.ok(!existsSync(join(dir, "bad.pi")));
 });
 
@@ -259,11 +318,22 @@ async function makePWRI(path: string, downType: GGMLType): Promise<void> {
     const bytes = downType === GGMLType.F32 ? f32Bytes(tr) : new Uint8Array(rowBytes(downType, cfg.nEmbd) * cfg.nFF);
     if (downType !== GGMLType.F32) {
       const rb = rowBytes(downType, cfg.nEmbd);
-      for (let i = 0; i < cfg.nFF; i++) quantizeRow(downType, tr.subarray(i * cfg.nEmbd, (i + 1) * cfg.nEmbd), bytes.subarray(i * rb, (i + 1) * rb));
+      for (let i = 0; i < cfg.nFF; i++)
+        quantizeRow(downType, tr.subarray(i * cfg.nEmbd, (i + 1) * cfg.nEmbd), bytes.subarray(i * rb, (i + 1) * rb));
     }
     w.addTensor(`blk.${m[1]}.ffn_down_t.weight`, [cfg.nEmbd, cfg.nFF], downType, bytes);
-    w.addTensor(`blk.${m[1]}.fc1.weight`, [cfg.nEmbd, 64], GGMLType.F32, f32Bytes(random(cfg.nEmbd * 64, 7 + Number(m[1]))));
-    w.addTensor(`blk.${m[1]}.fc2.weight`, [64, cfg.nFF], GGMLType.F32, f32Bytes(random(64 * cfg.nFF, 70 + Number(m[1]))));
+    w.addTensor(
+      `blk.${m[1]}.fc1.weight`,
+      [cfg.nEmbd, 64],
+      GGMLType.F32,
+      f32Bytes(random(cfg.nEmbd * 64, 7 + Number(m[1]))),
+    );
+    w.addTensor(
+      `blk.${m[1]}.fc2.weight`,
+      [64, cfg.nFF],
+      GGMLType.F32,
+      f32Bytes(random(64 * cfg.nFF, 70 + Number(m[1]))),
+    );
   }
   await w.finish();
   src.close();
@@ -308,8 +378,12 @@ function randomQ4K(rows: number, cols: number, seed: number): Uint8Array {
   const noise = random(out.length, seed);
   for (let i = 0; i < out.length; i++) out[i] = Math.floor((noise[i] * 0.5 + 0.5) * 255.99);
   for (let b = 0; b < out.length; b += 144) {
-    const d = f32ToF16(0.001 + Math.abs(noise[b]) * 0.002), dmin = f32ToF16(0.0005 + Math.abs(noise[b + 1]) * 0.001);
-    out[b] = d & 0xff; out[b + 1] = d >> 8; out[b + 2] = dmin & 0xff; out[b + 3] = dmin >> 8;
+    const d = f32ToF16(0.001 + Math.abs(noise[b]) * 0.002),
+      dmin = f32ToF16(0.0005 + Math.abs(noise[b + 1]) * 0.001);
+    out[b] = d & 0xff;
+    out[b + 1] = d >> 8;
+    out[b + 2] = dmin & 0xff;
+    out[b + 3] = dmin >> 8;
   }
   return out;
 }
@@ -322,7 +396,8 @@ test("a K-quant FFN (no quantizer) is stored in the nearest type, Q4_K -> Q4_1, 
   for (const [k, v] of src.metadata) w.setMetadata(k, v as never);
   let seed = 1;
   for (const t of src.tensors.values()) {
-    if (/ffn_(gate|up|down)\.weight$/.test(t.name)) w.addTensor(t.name, t.dims, GGMLType.Q4_K, randomQ4K(t.dims[1], t.dims[0], seed++));
+    if (/ffn_(gate|up|down)\.weight$/.test(t.name))
+      w.addTensor(t.name, t.dims, GGMLType.Q4_K, randomQ4K(t.dims[1], t.dims[0], seed++));
     else w.addTensor(t.name, t.dims, t.type, src.tensorData(t.name));
   }
   await w.finish();
@@ -380,18 +455,37 @@ test("truncated, corrupt and foreign files: clear errors naming the file and the
 
   // truncation anywhere past the header loses the manifest
   for (const cut of [size - 1, manifestAt + 10, layer2.offset + 5000]) {
-    expectStoreError(() => NeuronStore.open(damaged(good, `cut-${cut}.pi`, (b) => b.subarray(0, cut))), /file truncated: the manifest at offset \d+/, manifestAt);
+    expectStoreError(
+      () => NeuronStore.open(damaged(good, `cut-${cut}.pi`, (b) => b.subarray(0, cut))),
+      /file truncated: the manifest at offset \d+/,
+      manifestAt,
+    );
   }
-  expectStoreError(() => NeuronStore.open(damaged(good, "longer.pi", (b) => Buffer.concat([b, Buffer.alloc(10)]))), /10 unexpected bytes after the end of the store/, size);
-  expectStoreError(() => NeuronStore.open(damaged(good, "cut-100.pi", (b) => b.subarray(0, 100))), /file truncated: a store begins with a 4096-byte header page, the file has 100 bytes/, 0);
+  expectStoreError(
+    () => NeuronStore.open(damaged(good, "longer.pi", (b) => Buffer.concat([b, Buffer.alloc(10)]))),
+    /10 unexpected bytes after the end of the store/,
+    size,
+  );
+  expectStoreError(
+    () => NeuronStore.open(damaged(good, "cut-100.pi", (b) => b.subarray(0, 100))),
+    /file truncated: a store begins with a 4096-byte header page, the file has 100 bytes/,
+    0,
+  );
 
   // a flipped byte in a bundle: opening works, reading that bundle (or verifying) fails
   const hit = layer2.offset + 3 * layer2.bundleBytes + 17;
-  const flipped = damaged(good, "flip-ffn.pi", (b) => { b[hit] ^= 0x10; return b; });
+  const flipped = damaged(good, "flip-ffn.pi", (b) => {
+    b[hit] ^= 0x10;
+    return b;
+  });
   const s = NeuronStore.open(flipped);
   try {
     const chunk = hit - (hit % STORE_PAGE);
-    const e = expectStoreError(() => s.readBundles(2, 3, 1, new Uint8Array(s.ffn.bundleBytes)), /checksum mismatch .*layer 2 FFN, bundle at stored position 3 \(neuron 3\)/, chunk);
+    const e = expectStoreError(
+      () => s.readBundles(2, 3, 1, new Uint8Array(s.ffn.bundleBytes)),
+      /checksum mismatch .*layer 2 FFN, bundle at stored position 3 \(neuron 3\)/,
+      chunk,
+    );
     assert.match(e.message, /corrupt/);
     expectStoreError(() => s.verifyAll(), /checksum mismatch/, chunk);
     s.readBundles(2, 4, 1, new Uint8Array(s.ffn.bundleBytes)); // its neighbour is fine
@@ -405,17 +499,86 @@ test("truncated, corrupt and foreign files: clear errors naming the file and the
   }
 
   // a flipped byte in a fixed tensor fails when the tensor is loaded
-  const f2 = NeuronStore.open(damaged(good, "flip-fixed.pi", (b) => { b[embAt + 9000] ^= 1; return b; }));
-  expectStoreError(() => f2.tensorData("token_embd.weight"), /checksum mismatch .*fixed tensor token_embd\.weight/, embAt + 8192);
+  const f2 = NeuronStore.open(
+    damaged(good, "flip-fixed.pi", (b) => {
+      b[embAt + 9000] ^= 1;
+      return b;
+    }),
+  );
+  expectStoreError(
+    () => f2.tensorData("token_embd.weight"),
+    /checksum mismatch .*fixed tensor token_embd\.weight/,
+    embAt + 8192,
+  );
   f2.close();
 
   // manifest and header damage is caught at open
-  expectStoreError(() => NeuronStore.open(damaged(good, "flip-manifest.pi", (b) => { b[manifestAt + 40] ^= 2; return b; })), /manifest checksum mismatch/, manifestAt);
-  expectStoreError(() => NeuronStore.open(damaged(good, "flip-header.pi", (b) => { b[20] ^= 1; return b; })), /header checksum mismatch/, 0);
-  expectStoreError(() => NeuronStore.open(damaged(good, "version.pi", (b) => { b[8] = 7; return b; })), /store format version 7 is not supported/, 8);
-  expectStoreError(() => NeuronStore.open(damaged(good, "magic.pi", (b) => { b.write("NOTASTOR", 0, "latin1"); return b; })), /not a \.pi neuron store: magic is "NOTASTOR"/, 0);
-  expectStoreError(() => NeuronStore.open(damaged(good, "zero.pi", (b) => { b.fill(0, 0, 8); return b; })), /unfinished conversion/, 0);
-  expectStoreError(() => NeuronStore.open(damaged(good, "reserved.pi", (b) => { b[100] = 1; return b; })), /reserved area/, 100);
+  expectStoreError(
+    () =>
+      NeuronStore.open(
+        damaged(good, "flip-manifest.pi", (b) => {
+          b[manifestAt + 40] ^= 2;
+          return b;
+        }),
+      ),
+    /manifest checksum mismatch/,
+    manifestAt,
+  );
+  expectStoreError(
+    () =>
+      NeuronStore.open(
+        damaged(good, "flip-header.pi", (b) => {
+          b[20] ^= 1;
+          return b;
+        }),
+      ),
+    /header checksum mismatch/,
+    0,
+  );
+  expectStoreError(
+    () =>
+      NeuronStore.open(
+        damaged(good, "version.pi", (b) => {
+          b[8] = 7;
+          return b;
+        }),
+      ),
+    /store format version 7 is not supported/,
+    8,
+  );
+  expectStoreError(
+    () =>
+      NeuronStore.open(
+        damaged(good, "magic.pi", (b) => {
+          b.write("NOTASTOR", 0, "latin1");
+          return b;
+        }),
+      ),
+    /not a \.pi neuron store: magic is "NOTASTOR"/,
+    0,
+  );
+  expectStoreError(
+    () =>
+      NeuronStore.open(
+        damaged(good, "zero.pi", (b) => {
+          b.fill(0, 0, 8);
+          return b;
+        }),
+      ),
+    /unfinished conversion/,
+    0,
+  );
+  expectStoreError(
+    () =>
+      NeuronStore.open(
+        damaged(good, "reserved.pi", (b) => {
+          b[100] = 1;
+          return b;
+        }),
+      ),
+    /reserved area/,
+    100,
+  );
   const gguf = join(dir, "model-as.pi");
   writeFileSync(gguf, readFileSync(RELU_Q8));
   expectStoreError(() => NeuronStore.open(gguf), /GGUF model, not a \.pi neuron store: convert it first/, 0);
@@ -425,12 +588,20 @@ test("truncated, corrupt and foreign files: clear errors naming the file and the
 /** Rewrite a store's manifest (with valid checksums) to test the semantic checks. */
 function withManifest(good: string, name: string, edit: (m: Record<string, any>) => void): string {
   const b = Buffer.from(readFileSync(good));
-  const at = Number(b.readBigUInt64LE(16)), n = Number(b.readBigUInt64LE(24));
+  const at = Number(b.readBigUInt64LE(16)),
+    n = Number(b.readBigUInt64LE(24));
   const m = JSON.parse(b.toString("utf8", at, at + n));
   edit(m);
   const json = Buffer.from(JSON.stringify(m));
-  const out = Buffer.concat([b.subarray(0, at), json, Buffer.alloc((STORE_PAGE - (json.length % STORE_PAGE)) % STORE_PAGE)]);
-  Buffer.from(encodeHeader({ manifestOffset: at, manifestBytes: json.length, manifestCrc32: crc32(json) })).copy(out, 0);
+  const out = Buffer.concat([
+    b.subarray(0, at),
+    json,
+    Buffer.alloc((STORE_PAGE - (json.length % STORE_PAGE)) % STORE_PAGE),
+  ]);
+  Buffer.from(encodeHeader({ manifestOffset: at, manifestBytes: json.length, manifestCrc32: crc32(json) })).copy(
+    out,
+    0,
+  );
   const p = join(dir, name);
   writeFileSync(p, out);
   return p;
@@ -440,15 +611,72 @@ test("manifests that check out byte-wise but not in meaning are refused", async 
   const { path: good } = await convert(RELU_Q8, "good2.pi");
   const manifestAt = NeuronStore.open(good).checksummed.end;
   const cases: [string, (m: Record<string, any>) => void, RegExp][] = [
-    ["order", (m) => { const o = Int32Array.from({ length: 1024 }, (_, i) => i); o[5] = 1; m.ffn.layers[1].order = Buffer.from(o.buffer).toString("base64"); }, /ffn layer 1: order is not a permutation \(entry 5 = 1\)/],
-    ["layer-off", (m) => { m.ffn.layers[5].offset = manifestAt; }, /ffn layer 5: bytes \[\d+, \d+\) lie outside the data region/],
-    ["unaligned", (m) => { m.ffn.layers[0].offset += 100; }, /ffn layer 0: offset \d+ is not a multiple of 4096/],
-    ["rowbytes", (m) => { m.ffn.rowBytes = 100; }, /ffn\.rowBytes 100 should be 272/],
-    ["fixed", (m) => { m.fixed[0].bytes += 1; }, /fixed tensor "[^"]+": .* cannot take \d+ bytes/],
-    ["type", (m) => { m.ffn.type = 12; }, /ffn\.type 12 is not a type a store may hold/],
-    ["crcs", (m) => { m.checksums.crc32 = m.checksums.crc32.slice(0, 16); }, /checksums\.crc32 has \d+ entries/],
-    ["meta", (m) => { m.metadata[0][2] = 5; m.metadata[0][1] = 8; }, /metadata "[^"]+": expected a string, found 5/],
-    ["json", (m) => { m.format = "something else"; }, /format is "something else"/],
+    [
+      "order",
+      (m) => {
+        const o = Int32Array.from({ length: 1024 }, (_, i) => i);
+        o[5] = 1;
+        m.ffn.layers[1].order = Buffer.from(o.buffer).toString("base64");
+      },
+      /ffn layer 1: order is not a permutation \(entry 5 = 1\)/,
+    ],
+    [
+      "layer-off",
+      (m) => {
+        m.ffn.layers[5].offset = manifestAt;
+      },
+      /ffn layer 5: bytes \[\d+, \d+\) lie outside the data region/,
+    ],
+    [
+      "unaligned",
+      (m) => {
+        m.ffn.layers[0].offset += 100;
+      },
+      /ffn layer 0: offset \d+ is not a multiple of 4096/,
+    ],
+    [
+      "rowbytes",
+      (m) => {
+        m.ffn.rowBytes = 100;
+      },
+      /ffn\.rowBytes 100 should be 272/,
+    ],
+    [
+      "fixed",
+      (m) => {
+        m.fixed[0].bytes += 1;
+      },
+      /fixed tensor "[^"]+": .* cannot take \d+ bytes/,
+    ],
+    [
+      "type",
+      (m) => {
+        m.ffn.type = 12;
+      },
+      /ffn\.type 12 is not a type a store may hold/,
+    ],
+    [
+      "crcs",
+      (m) => {
+        m.checksums.crc32 = m.checksums.crc32.slice(0, 16);
+      },
+      /checksums\.crc32 has \d+ entries/,
+    ],
+    [
+      "meta",
+      (m) => {
+        m.metadata[0][2] = 5;
+        m.metadata[0][1] = 8;
+      },
+      /metadata "[^"]+": expected a string, found 5/,
+    ],
+    [
+      "json",
+      (m) => {
+        m.format = "something else";
+      },
+      /format is "something else"/,
+    ],
   ];
   for (const [name, edit, pattern] of cases) {
     expectStoreError(() => NeuronStore.open(withManifest(good, `m-${name}.pi`, edit)), pattern, manifestAt);
@@ -464,11 +692,21 @@ test("an aborted conversion leaves no file behind", async () => {
   const out = join(dir, "aborted.pi");
   let calls = 0;
   await assert.rejects(
-    convertToStore({ input: RELU, output: out, signal: ac.signal, onProgress: () => { if (++calls === 3) ac.abort(new Error("stop here")); } }),
+    convertToStore({
+      input: RELU,
+      output: out,
+      signal: ac.signal,
+      onProgress: () => {
+        if (++calls === 3) ac.abort(new Error("stop here"));
+      },
+    }),
     /stop here/,
   );
   assert.ok(!existsSync(out));
-  assert.deepEqual(readdirSync(dir).filter((f) => f.startsWith("aborted.pi")), []);
+  assert.deepEqual(
+    readdirSync(dir).filter((f) => f.startsWith("aborted.pi")),
+    [],
+  );
 });
 
 test("powerinfer convert: CLI writes a store, shows progress on stderr, refuses bad flags", () => {
@@ -487,7 +725,9 @@ test("powerinfer convert: CLI writes a store, shows progress on stderr, refuses 
   const noOut = spawnSync(process.execPath, [CLI, "convert", RELU_Q8], { encoding: "utf8" });
   assert.equal(noOut.status, 2);
   assert.match(noOut.stderr, /-o MODEL\.pi/);
-  const notModel = spawnSync(process.execPath, [CLI, "convert", out, "-o", join(dir, "x.pi"), "-q"], { encoding: "utf8" });
+  const notModel = spawnSync(process.execPath, [CLI, "convert", out, "-o", join(dir, "x.pi"), "-q"], {
+    encoding: "utf8",
+  });
   assert.equal(notModel.status, 1);
   assert.match(notModel.stderr, /not a GGUF file/);
 });

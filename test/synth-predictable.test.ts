@@ -20,8 +20,13 @@ import { CLI, randomTokens, tempDir } from "./helpers.js";
 
 const dir = tempDir("synth-predictable-");
 
-
-interface Counts { tp: number; fp: number; fn: number; fired: number; all: number }
+interface Counts {
+  tp: number;
+  fp: number;
+  fn: number;
+  fired: number;
+  all: number;
+}
 
 /** Run the dense model over random tokens; count the planted predictors' calls against the real gates. */
 async function score(path: string, predictors: PlantedPredictor[], tokens: number): Promise<Counts[]> {
@@ -64,7 +69,16 @@ async function score(path: string, predictors: PlantedPredictor[], tokens: numbe
 for (const type of ["q4_1", "q8_0", "f16"] as SynthType[]) {
   test(`${type}: the planted predictors find the neurons that really fire (recall >= 99.5%), and the planted sparsity holds`, async () => {
     const out = join(dir, `rank-${type}.gguf`);
-    const r = await synthesize({ shape: "tiny", act: "relu", type, seed: 4, out, fsync: false, sparsity: 0.9, gateRank: 16 });
+    const r = await synthesize({
+      shape: "tiny",
+      act: "relu",
+      type,
+      seed: 4,
+      out,
+      fsync: false,
+      sparsity: 0.9,
+      gateRank: 16,
+    });
     const preds = r.predictors!;
     assert.equal(preds.length, 4);
     for (const p of preds) {
@@ -82,17 +96,45 @@ for (const type of ["q4_1", "q8_0", "f16"] as SynthType[]) {
       assert.ok(precision >= (type === "q4_1" ? 0.6 : 0.9), `layer ${l}: precision ${precision}`);
       assert.ok(Math.abs(firing - 0.1) < 0.03, `layer ${l}: ${firing} of the neurons fire, planted 0.1`);
     });
-    if (type === "q4_1") assert.ok(preds.every((p) => p.noiseShare > 0.03 && p.noiseShare < 0.15), `noise share ${preds.map((p) => p.noiseShare)}`);
+    if (type === "q4_1")
+      assert.ok(
+        preds.every((p) => p.noiseShare > 0.03 && p.noiseShare < 0.15),
+        `noise share ${preds.map((p) => p.noiseShare)}`,
+      );
   });
 }
 
 test("synth --gate-rank writes the predictors beside the model; convert --predictors carries them; predictor mode under a small cache gives the dense tokens", async () => {
   const model = join(dir, "cli.gguf");
-  const r = spawnSync(process.execPath, [CLI, "synth", "--shape", "tiny", "--act", "relu", "--sparsity", "0.9", "--gate-rank", "16", "--type", "q8_0", "-s", "2", "-o", model], { encoding: "utf8" });
+  const r = spawnSync(
+    process.execPath,
+    [
+      CLI,
+      "synth",
+      "--shape",
+      "tiny",
+      "--act",
+      "relu",
+      "--sparsity",
+      "0.9",
+      "--gate-rank",
+      "16",
+      "--type",
+      "q8_0",
+      "-s",
+      "2",
+      "-o",
+      model,
+    ],
+    { encoding: "utf8" },
+  );
   assert.equal(r.status, 0, r.stderr);
   const predictors = join(dir, "cli.predictors.gguf");
   assert.ok(existsSync(predictors), r.stderr);
-  assert.match(r.stderr, /gate rank 16: planted predictors \(hidden 33, quantization noise [\d.]+% .*\) -> .*cli\.predictors\.gguf/);
+  assert.match(
+    r.stderr,
+    /gate rank 16: planted predictors \(hidden 33, quantization noise [\d.]+% .*\) -> .*cli\.predictors\.gguf/,
+  );
   const pf = GGUFFile.open(predictors);
   try {
     assert.equal(JSON.parse(pf.getString(PREDICTOR_MODEL_KEY)).nLayer, 4);
@@ -102,7 +144,9 @@ test("synth --gate-rank writes the predictors beside the model; convert --predic
   }
 
   const pi = join(dir, "cli.pi");
-  const c = spawnSync(process.execPath, [CLI, "convert", model, "-o", pi, "--predictors", predictors], { encoding: "utf8" });
+  const c = spawnSync(process.execPath, [CLI, "convert", model, "-o", pi, "--predictors", predictors], {
+    encoding: "utf8",
+  });
   assert.equal(c.status, 0, c.stderr);
   assert.match(c.stderr, /predictors of 4 layers from/);
   const store = NeuronStore.open(pi);
@@ -112,7 +156,11 @@ test("synth --gate-rank writes the predictors beside the model; convert --predic
   const ids = randomTokens(12, 512, 3);
   const run = async (sparsity: "dense" | "predictor") => {
     // a quarter of the FFN in the cache
-    const m = await LlamaModel.load(pi, { threads: 2, contextSize: 64, offload: { sparsity, cacheBytes: 4 * 768 * 4096 * 0.25 } });
+    const m = await LlamaModel.load(pi, {
+      threads: 2,
+      contextSize: 64,
+      offload: { sparsity, cacheBytes: 4 * 768 * 4096 * 0.25 },
+    });
     try {
       const out: number[] = [];
       let logits = await m.forwardAsync(ids, ids.length, 0);
@@ -131,17 +179,43 @@ test("synth --gate-rank writes the predictors beside the model; convert --predic
   const dense = await run("dense");
   const pred = await run("predictor");
   assert.deepEqual(pred.out, dense.out);
-  assert.ok(pred.stats.neuronsComputed < 0.5 * pred.stats.neuronsTotal, `${pred.stats.neuronsComputed} of ${pred.stats.neuronsTotal} computed`);
+  assert.ok(
+    pred.stats.neuronsComputed < 0.5 * pred.stats.neuronsTotal,
+    `${pred.stats.neuronsComputed} of ${pred.stats.neuronsTotal} computed`,
+  );
   assert.ok(pred.stats.misses > 0, "some cold neurons were read from the store");
 });
 
 test("bad predictable-model requests are refused with what to change", async () => {
   const out = join(dir, "bad.gguf");
-  await assert.rejects(synthesize({ shape: "tiny", act: "silu", type: "q8_0", seed: 1, out, gateRank: 8 }), /gateRank .* needs act relu and a sparsity/);
-  await assert.rejects(synthesize({ shape: "tiny", act: "drelu", type: "q8_0", seed: 1, out, sparsity: 0.9, gateRank: 8 }), /needs act relu/);
-  await assert.rejects(synthesize({ shape: "tiny", act: "relu", type: "q8_0", seed: 1, out, sparsity: 0.9, gateRank: 0 }), /gateRank must be an integer/);
-  await assert.rejects(synthesize({ shape: "tiny", act: "relu", type: "q8_0", seed: 1, out, sparsity: 0.9, gateRank: 300 }), /below the residual width 224/);
-  await assert.rejects(synthesize({ shape: "tiny", act: "relu", type: "q8_0", seed: 1, out, sparsity: 0.9, predictorsOut: join(dir, "p.gguf") }), /predictorsOut needs gateRank/);
+  await assert.rejects(
+    synthesize({ shape: "tiny", act: "silu", type: "q8_0", seed: 1, out, gateRank: 8 }),
+    /gateRank .* needs act relu and a sparsity/,
+  );
+  await assert.rejects(
+    synthesize({ shape: "tiny", act: "drelu", type: "q8_0", seed: 1, out, sparsity: 0.9, gateRank: 8 }),
+    /needs act relu/,
+  );
+  await assert.rejects(
+    synthesize({ shape: "tiny", act: "relu", type: "q8_0", seed: 1, out, sparsity: 0.9, gateRank: 0 }),
+    /gateRank must be an integer/,
+  );
+  await assert.rejects(
+    synthesize({ shape: "tiny", act: "relu", type: "q8_0", seed: 1, out, sparsity: 0.9, gateRank: 300 }),
+    /below the residual width 224/,
+  );
+  await assert.rejects(
+    synthesize({
+      shape: "tiny",
+      act: "relu",
+      type: "q8_0",
+      seed: 1,
+      out,
+      sparsity: 0.9,
+      predictorsOut: join(dir, "p.gguf"),
+    }),
+    /predictorsOut needs gateRank/,
+  );
   const cli = (...a: string[]) => spawnSync(process.execPath, [CLI, ...a], { encoding: "utf8" });
   let r = cli("synth", "--act", "relu", "--gate-rank", "8", "-o", out);
   assert.equal(r.status, 2);
@@ -151,8 +225,19 @@ test("bad predictable-model requests are refused with what to change", async () 
   assert.match(r.stderr, /--predictors .* give --gate-rank too/);
 
   // predictors of another model (another seed: same shape, other weights)
-  const a = join(dir, "a.gguf"), b = join(dir, "b.gguf");
-  await synthesize({ shape: "tiny", act: "relu", type: "q8_0", seed: 1, out: a, fsync: false, sparsity: 0.9, gateRank: 8, predictorsOut: join(dir, "a.predictors.gguf") });
+  const a = join(dir, "a.gguf"),
+    b = join(dir, "b.gguf");
+  await synthesize({
+    shape: "tiny",
+    act: "relu",
+    type: "q8_0",
+    seed: 1,
+    out: a,
+    fsync: false,
+    sparsity: 0.9,
+    gateRank: 8,
+    predictorsOut: join(dir, "a.predictors.gguf"),
+  });
   await synthesize({ shape: "tiny", act: "relu", type: "q8_0", seed: 2, out: b, fsync: false, sparsity: 0.9 });
   await assert.rejects(
     convertToStore({ input: b, output: join(dir, "b.pi"), predictors: join(dir, "a.predictors.gguf"), fsync: false }),
@@ -160,11 +245,20 @@ test("bad predictable-model requests are refused with what to change", async () 
   );
   assert.ok(!existsSync(join(dir, "b.pi")), "no store is left behind");
   // a whole model file (no recorded fingerprint): its own weights say whose it is
-  await assert.rejects(convertToStore({ input: b, output: join(dir, "b.pi"), predictors: a, fsync: false }), /a\.gguf holds predictors of another model: .*weights differ/);
+  await assert.rejects(
+    convertToStore({ input: b, output: join(dir, "b.pi"), predictors: a, fsync: false }),
+    /a\.gguf holds predictors of another model: .*weights differ/,
+  );
   // a file without predictors
-  await assert.rejects(convertToStore({ input: b, output: join(dir, "b.pi"), predictors: b, fsync: false }), /b\.gguf: no predictor for layer 0/);
+  await assert.rejects(
+    convertToStore({ input: b, output: join(dir, "b.pi"), predictors: b, fsync: false }),
+    /b\.gguf: no predictor for layer 0/,
+  );
   // a file that does not say whose predictors it holds
-  await assert.rejects(convertToStore({ input: b, output: join(dir, "b.pi"), predictors: join(dir, "a.gguf.missing"), fsync: false }), /a\.gguf\.missing/);
+  await assert.rejects(
+    convertToStore({ input: b, output: join(dir, "b.pi"), predictors: join(dir, "a.gguf.missing"), fsync: false }),
+    /a\.gguf\.missing/,
+  );
   r = cli("convert", b, "-o", join(dir, "b.pi"), "--predictors", join(dir, "nope.gguf"));
   assert.equal(r.status, 2);
   assert.match(r.stderr, /--predictors: .*nope\.gguf does not exist/);

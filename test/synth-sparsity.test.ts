@@ -36,7 +36,10 @@ const dir = tempDir("synth-sparsity-");
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
 const sha = (p: string) => createHash("sha256").update(readFileSync(p)).digest("hex");
 
-async function make(name: string, o: Partial<SynthOptions> & { act: SynthActivation; type: SynthType }): Promise<string> {
+async function make(
+  name: string,
+  o: Partial<SynthOptions> & { act: SynthActivation; type: SynthType },
+): Promise<string> {
   const out = join(dir, `${name}.gguf`);
   await synthesize({ shape: "tiny", seed: 11, out, fsync: false, ...o });
   return out;
@@ -81,7 +84,6 @@ class Probe {
   }
 }
 
-
 interface Measured {
   /** share of zero FFN outputs per layer, averaged over tokens */
   zero: number[];
@@ -98,7 +100,8 @@ function measure(path: string, tokens: number, seed = 5): Measured {
   const logitStd: number[] = [];
   randomTokens(tokens, probe.c.nVocab, seed).forEach((t, pos) => {
     const l = probe.forward(t, pos);
-    let s = 0, s2 = 0;
+    let s = 0,
+      s2 = 0;
     for (const v of l) {
       assert.ok(Number.isFinite(v), `${path}: non-finite logit at position ${pos}`);
       s += v;
@@ -123,9 +126,17 @@ function top10Share(freq: Float64Array): number {
 
 function correlation(a: ArrayLike<number>, b: ArrayLike<number>): number {
   const n = a.length;
-  let sa = 0, sb = 0, sab = 0, saa = 0, sbb = 0;
+  let sa = 0,
+    sb = 0,
+    sab = 0,
+    saa = 0,
+    sbb = 0;
   for (let i = 0; i < n; i++) {
-    sa += a[i]; sb += b[i]; sab += a[i] * b[i]; saa += a[i] * a[i]; sbb += b[i] * b[i];
+    sa += a[i];
+    sb += b[i];
+    sab += a[i] * b[i];
+    saa += a[i] * a[i];
+    sbb += b[i] * b[i];
   }
   return (sab / n - (sa / n) * (sb / n)) / Math.sqrt((saa / n - (sa / n) ** 2) * (sbb / n - (sb / n) ** 2));
 }
@@ -145,7 +156,10 @@ for (const { act, type, sparsity } of CASES) {
     const m = measure(path, 128);
     const spec = SHAPE_SPECS.tiny;
     for (let l = 0; l < spec.layers; l++) {
-      assert.ok(Math.abs(m.zero[l] - sparsity) <= 0.05, `layer ${l}: ${m.zero[l].toFixed(4)} of the FFN outputs are zero, planted ${sparsity}`);
+      assert.ok(
+        Math.abs(m.zero[l] - sparsity) <= 0.05,
+        `layer ${l}: ${m.zero[l].toFixed(4)} of the FFN outputs are zero, planted ${sparsity}`,
+      );
       // each neuron fires about as often as planted: the rank each one got survives
       const planned = plannedFiring(11, l, spec.ffn, sparsity);
       const r = correlation(planned, m.freq[l]);
@@ -153,11 +167,19 @@ for (const { act, type, sparsity } of CASES) {
       // skewed: at 0.9 the top 10% give about half the firings (uniform frequencies: 10%);
       // at 0.5 the cap at 0.95 limits the skew to about 19%
       const share = top10Share(m.freq[l]);
-      assert.ok(share > (sparsity === 0.9 ? 0.4 : 0.16), `layer ${l}: the top 10% of neurons give ${share.toFixed(3)} of the firings`);
+      assert.ok(
+        share > (sparsity === 0.9 ? 0.4 : 0.16),
+        `layer ${l}: the top 10% of neurons give ${share.toFixed(3)} of the firings`,
+      );
       // and the hot neurons are scattered over the matrix, not gathered at the front
-      const hot = Array.from(m.freq[l].keys()).sort((a, b) => m.freq[l][b] - m.freq[l][a]).slice(0, spec.ffn / 10);
+      const hot = Array.from(m.freq[l].keys())
+        .sort((a, b) => m.freq[l][b] - m.freq[l][a])
+        .slice(0, spec.ffn / 10);
       const front = hot.filter((i) => i < spec.ffn / 10).length / hot.length;
-      assert.ok(front < 0.3, `layer ${l}: ${(front * 100).toFixed(0)}% of the hottest neurons sit in the first tenth of the rows`);
+      assert.ok(
+        front < 0.3,
+        `layer ${l}: ${(front * 100).toFixed(0)}% of the hottest neurons sit in the first tenth of the rows`,
+      );
     }
     // logits neither flat nor exploding (the output layer is scaled for a deviation near 2)
     const meanStd = m.logitStd.reduce((a, b) => a + b, 0) / m.logitStd.length;
@@ -166,8 +188,16 @@ for (const { act, type, sparsity } of CASES) {
 }
 
 test("32 layers stay finite and every layer keeps its sparsity", async () => {
-  for (const [act, type] of [["relu", "f32"], ["drelu", "q4_1"]] as const) {
-    const path = await make(`deep-${act}`, { act, type, sparsity: 0.9, overrides: { layers: 32, dim: 96, ffn: 256, heads: 3, kvHeads: 1 } });
+  for (const [act, type] of [
+    ["relu", "f32"],
+    ["drelu", "q4_1"],
+  ] as const) {
+    const path = await make(`deep-${act}`, {
+      act,
+      type,
+      sparsity: 0.9,
+      overrides: { layers: 32, dim: 96, ffn: 256, heads: 3, kvHeads: 1 },
+    });
     const m = measure(path, 48);
     assert.ok(m.maxAbs < 100, `${act}: residual reaches ${m.maxAbs}`);
     m.zero.forEach((z, l) => assert.ok(Math.abs(z - 0.9) <= 0.05, `${act} layer ${l}: ${z.toFixed(4)} zeros`));
@@ -191,7 +221,10 @@ test("the engine runs a sparse model as the reference does", async () => {
       for (let i = 0; i < b.length; i++) worst = Math.max(worst, Math.abs(a[i] - b[i]));
       // the engine rounds activations to 8 bits per block, as llama.cpp does: a plain random
       // Q4_1 model shows about 2% here, and the planted constant must not make it worse
-      assert.ok(worst <= 0.05 * scale, `position ${pos}: engine and reference logits differ by ${worst} (scale ${scale})`);
+      assert.ok(
+        worst <= 0.05 * scale,
+        `position ${pos}: engine and reference logits differ by ${worst} (scale ${scale})`,
+      );
       if (a.indexOf(Math.max(...a)) === b.indexOf(Math.max(...b))) agree++;
     }
     assert.ok(agree >= 10, `greedy tokens agree at only ${agree} of 12 positions`);
@@ -213,7 +246,10 @@ test("the file tells the engine nothing about which neuron fires", async () => {
     assert.deepEqual(synthKeys, ["synth.alpha", "synth.seed", "synth.shape", "synth.sparsity"]);
     // the same tensors as a plain model: no per-neuron table, no predictor
     const spec = SHAPE_SPECS.tiny;
-    assert.deepEqual([...f.tensors.keys()], synthRecipes(spec, type).map((r) => r.name));
+    assert.deepEqual(
+      [...f.tensors.keys()],
+      synthRecipes(spec, type).map((r) => r.name),
+    );
 
     // the construction, as the weights show it
     const get = (n: string) => dequantize(f.tensor(n).type, f.tensorData(n), f.tensor(n).elements);
@@ -229,7 +265,8 @@ test("the file tells the engine nothing about which neuron fires", async () => {
       for (const n of ["attn_output", "ffn_down"]) {
         const w = get(`blk.${l}.${n}.weight`);
         const cols = f.tensor(`blk.${l}.${n}.weight`).dims[0];
-        for (let i = 0; i < 32 * cols; i++) assert.ok(w[i] === 0, `${n} row ${Math.floor(i / cols)} must not write the reserved block`);
+        for (let i = 0; i < 32 * cols; i++)
+          assert.ok(w[i] === 0, `${n} row ${Math.floor(i / cols)} must not write the reserved block`);
       }
       // under ReLU nothing but the gate reads the constant (the residual has no mean to cancel)
       for (const n of ["attn_q", "attn_k", "attn_v", "ffn_up"]) {
@@ -240,7 +277,10 @@ test("the file tells the engine nothing about which neuron fires", async () => {
       const gate = get(`blk.${l}.ffn_gate.weight`);
       const bias = Array.from({ length: spec.ffn }, (_, i) => gate[i * d]);
       const planned = plannedFiring(11, l, spec.ffn, 0.8, 1.5);
-      const r = correlation(planned.map((p) => normQuantile(p)), bias);
+      const r = correlation(
+        planned.map((p) => normQuantile(p)),
+        bias,
+      );
       assert.ok(r > 0.9, `layer ${l}: gate biases correlate ${r.toFixed(3)} with the planted quantiles`);
     }
   } finally {
@@ -271,46 +311,84 @@ test("deterministic per seed and options; the plain model is untouched", async (
     g.close();
   }
   // neuron ranks are dealt afresh per layer and per seed
-  const p0 = plannedFiring(11, 0, 768, 0.9), p1 = plannedFiring(11, 1, 768, 0.9), q0 = plannedFiring(12, 0, 768, 0.9);
+  const p0 = plannedFiring(11, 0, 768, 0.9),
+    p1 = plannedFiring(11, 1, 768, 0.9),
+    q0 = plannedFiring(12, 0, 768, 0.9);
   assert.ok(correlation(p0, p1) < 0.3 && correlation(p0, q0) < 0.3);
   assert.deepEqual(p0, plannedFiring(11, 0, 768, 0.9));
 });
 
 test("firing frequencies: power law with the planted mean, cap and floor", () => {
-  for (const [n, s, alpha] of [[768, 0.9, 1], [11008, 0.9, 1], [5632, 0.5, 1], [768, 0.99, 3], [1000, 0.7, 0]] as const) {
+  for (const [n, s, alpha] of [
+    [768, 0.9, 1],
+    [11008, 0.9, 1],
+    [5632, 0.5, 1],
+    [768, 0.99, 3],
+    [1000, 0.7, 0],
+  ] as const) {
     const p = powerLawFrequencies(n, s, alpha);
     const mean = p.reduce((a, b) => a + b, 0) / n;
     assert.ok(Math.abs(mean - (1 - s)) < 1e-9, `mean ${mean} for sparsity ${s}`);
     for (let r = 1; r < n; r++) assert.ok(p[r] <= p[r - 1], "descending by rank");
     assert.ok(p[0] <= FIRING_CAP && p[n - 1] >= FIRING_FLOOR);
-    if (alpha === 0) assert.ok(p.every((x) => Math.abs(x - (1 - s)) < 1e-12), "alpha 0: all alike");
+    if (alpha === 0)
+      assert.ok(
+        p.every((x) => Math.abs(x - (1 - s)) < 1e-12),
+        "alpha 0: all alike",
+      );
     else {
       // the law itself, away from the cap and the floor: p(r) (r+1)^alpha is constant
       const mid = Math.floor(n / 2);
       const k = p[mid] * (mid + 1) ** alpha;
       const r = Math.floor(n * 0.8);
-      if (p[r] > FIRING_FLOOR && p[mid] < FIRING_CAP) assert.ok(Math.abs(p[r] * (r + 1) ** alpha / k - 1) < 1e-9);
+      if (p[r] > FIRING_FLOOR && p[mid] < FIRING_CAP) assert.ok(Math.abs((p[r] * (r + 1) ** alpha) / k - 1) < 1e-9);
     }
   }
   // per neuron index: the same values, shuffled
   const law = Array.from(powerLawFrequencies(768, 0.9, 1));
-  assert.deepEqual(Array.from(plannedFiring(3, 2, 768, 0.9)).sort((a, b) => b - a), law);
+  assert.deepEqual(
+    Array.from(plannedFiring(3, 2, 768, 0.9)).sort((a, b) => b - a),
+    law,
+  );
   assert.throws(() => powerLawFrequencies(10, 0.01, 1), /mean/);
 });
 
 test("normal quantiles", () => {
-  const known: [number, number][] = [[0.5, 0], [0.975, 1.959963984540054], [0.1, -1.2815515655446004], [1e-4, -3.719016485455709], [0.95, 1.6448536269514722]];
-  for (const [p, z] of known) assert.ok(Math.abs(normQuantile(p) - z) < 1e-9, `PhiInverse(${p}) = ${normQuantile(p)}, expected ${z}`);
-  for (const p of [1e-6, 0.003, 0.3, 0.77, 0.999]) assert.ok(Math.abs(normCdf(normQuantile(p)) - p) < 1e-12 * Math.max(1, 1 / p) + 1e-15);
+  const known: [number, number][] = [
+    [0.5, 0],
+    [0.975, 1.959963984540054],
+    [0.1, -1.2815515655446004],
+    [1e-4, -3.719016485455709],
+    [0.95, 1.6448536269514722],
+  ];
+  for (const [p, z] of known)
+    assert.ok(Math.abs(normQuantile(p) - z) < 1e-9, `PhiInverse(${p}) = ${normQuantile(p)}, expected ${z}`);
+  for (const p of [1e-6, 0.003, 0.3, 0.77, 0.999])
+    assert.ok(Math.abs(normCdf(normQuantile(p)) - p) < 1e-12 * Math.max(1, 1 / p) + 1e-15);
   assert.throws(() => normQuantile(0), /p must be in/);
   assert.throws(() => normQuantile(1.5), /p must be in/);
 });
 
 test("the generator predicts the planted sparsity and rejects what it cannot plant", async () => {
-  const r = await synthesize({ shape: "tiny", act: "relu", type: "q8_0", seed: 1, out: join(dir, "pred.gguf"), fsync: false, sparsity: 0.7 });
+  const r = await synthesize({
+    shape: "tiny",
+    act: "relu",
+    type: "q8_0",
+    seed: 1,
+    out: join(dir, "pred.gguf"),
+    fsync: false,
+    sparsity: 0.7,
+  });
   assert.equal(r.predictedSparsity?.length, SHAPE_SPECS.tiny.layers);
   for (const p of r.predictedSparsity!) assert.ok(Math.abs(p - 0.7) < 0.002, `predicted ${p}`);
-  const plain = await synthesize({ shape: "tiny", act: "relu", type: "q8_0", seed: 1, out: join(dir, "pred2.gguf"), fsync: false });
+  const plain = await synthesize({
+    shape: "tiny",
+    act: "relu",
+    type: "q8_0",
+    seed: 1,
+    out: join(dir, "pred2.gguf"),
+    fsync: false,
+  });
   assert.equal(plain.predictedSparsity, undefined);
 
   const base = { shape: "tiny", act: "relu", type: "q4_0", seed: 1, out: join(dir, "bad.gguf") } as const;
@@ -320,19 +398,31 @@ test("the generator predicts the planted sparsity and rejects what it cannot pla
   await assert.rejects(synthesize({ ...base, sparsity: NaN }), /sparsity must be/);
   await assert.rejects(synthesize({ ...base, alpha: 1 }), /give a sparsity too/);
   await assert.rejects(synthesize({ ...base, sparsity: 0.9, alpha: 5 }), /alpha must be a number in \[0, 4\]/);
-  await assert.rejects(synthesize({ ...base, sparsity: 0.9, overrides: { dim: 32, heads: 2, kvHeads: 2 } }), /needs dim > 32/);
+  await assert.rejects(
+    synthesize({ ...base, sparsity: 0.9, overrides: { dim: 32, heads: 2, kvHeads: 2 } }),
+    /needs dim > 32/,
+  );
 });
 
 test("synth CLI: --sparsity and --alpha", async () => {
   const path = join(dir, "cli.gguf");
-  assert.equal(await synthMain(["--act", "relu", "--type", "q4_1", "--sparsity", "0.85", "--alpha", "1.2", "-o", path, "--quiet"]), 0);
+  assert.equal(
+    await synthMain(["--act", "relu", "--type", "q4_1", "--sparsity", "0.85", "--alpha", "1.2", "-o", path, "--quiet"]),
+    0,
+  );
   const f = GGUFFile.open(path);
   assert.ok(Math.abs(f.getNumber("synth.sparsity") - 0.85) < 1e-6);
   assert.ok(Math.abs(f.getNumber("synth.alpha") - 1.2) < 1e-6);
   f.close();
   await assert.rejects(synthMain(["--sparsity", "0.9", "-o", path]), /--sparsity needs --act relu or drelu/);
-  await assert.rejects(synthMain(["--act", "relu", "--sparsity", "2", "-o", path]), /--sparsity must be between 0.1 and 0.99, got 2/);
+  await assert.rejects(
+    synthMain(["--act", "relu", "--sparsity", "2", "-o", path]),
+    /--sparsity must be between 0.1 and 0.99, got 2/,
+  );
   await assert.rejects(synthMain(["--act", "relu", "--sparsity", "x", "-o", path]), /--sparsity/);
   await assert.rejects(synthMain(["--act", "relu", "--alpha", "1", "-o", path]), /give --sparsity too/);
-  await assert.rejects(synthMain(["--act", "drelu", "--sparsity", "0.9", "--alpha", "-1", "-o", path]), /--alpha must be between 0 and 4/);
+  await assert.rejects(
+    synthMain(["--act", "drelu", "--sparsity", "0.9", "--alpha", "-1", "-o", path]),
+    /--alpha must be between 0 and 4/,
+  );
 });

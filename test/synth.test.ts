@@ -21,7 +21,9 @@ const tmp = (name: string) => join(dir, name);
 const sha = (p: string) => createHash("sha256").update(readFileSync(p)).digest("hex");
 
 function stats(x: Float32Array) {
-  let s = 0, s2 = 0, finite = true;
+  let s = 0,
+    s2 = 0,
+    finite = true;
   for (const v of x) {
     if (!Number.isFinite(v)) finite = false;
     s += v;
@@ -58,9 +60,12 @@ test("writer: metadata of every type and tensors round-trip through GGUFFile", a
   w.addTensor("big", [96, 40], GGMLType.Q8_0);
   await w.writeTensorData("odd", new Uint8Array(Float32Array.from([1, 2, 3, 4, 5]).buffer));
   // chunks of awkward sizes, from a generator
-  await w.writeTensorData("big", (function* () {
-    for (let o = 0; o < big.length; o += 1000) yield big.subarray(o, Math.min(big.length, o + 1000));
-  })());
+  await w.writeTensorData(
+    "big",
+    (function* () {
+      for (let o = 0; o < big.length; o += 1000) yield big.subarray(o, Math.min(big.length, o + 1000));
+    })(),
+  );
   await w.finish();
   assert.ok(!existsSync(w.tempPath), "temp file is gone after finish");
 
@@ -127,7 +132,10 @@ test("writer: an unfinished or failed write leaves no file that looks like a mod
   await assert.rejects(s2.write(new Uint8Array(17)), /holds only 16/);
   await w2.abort();
   assert.ok(!existsSync(w2.tempPath));
-  assert.deepEqual(readdirSync(dir).filter((n) => n.startsWith("partial")), []);
+  assert.deepEqual(
+    readdirSync(dir).filter((n) => n.startsWith("partial")),
+    [],
+  );
 });
 
 test("writer: misuse is a clear error", async () => {
@@ -178,7 +186,15 @@ test("vocab: llama layout, no duplicates, prefix-closed pieces", () => {
 test("tiny model: metadata and tensor table as llama.cpp expects", async () => {
   const path = tmp("tiny-q4_0.gguf");
   let last = 0;
-  const r = await synthesize({ shape: "tiny", act: "relu", type: "q4_0", seed: 1, out: path, fsync: false, onProgress: (p) => (last = p.bytesWritten / p.totalBytes) });
+  const r = await synthesize({
+    shape: "tiny",
+    act: "relu",
+    type: "q4_0",
+    seed: 1,
+    out: path,
+    fsync: false,
+    onProgress: (p) => (last = p.bytesWritten / p.totalBytes),
+  });
   assert.equal(last, 1);
   assert.equal(r.bytes, statSync(path).size);
   assert.equal(r.bytes, synthFileSize({ shape: "tiny", act: "relu", type: "q4_0", seed: 1 }));
@@ -206,7 +222,10 @@ test("tiny model: metadata and tensor table as llama.cpp expects", async () => {
 
     const recipes = synthRecipes(spec, "q4_0");
     assert.equal(f.tensors.size, 2 + 9 * spec.layers + 1);
-    assert.deepEqual([...f.tensors.keys()], recipes.map((t) => t.name));
+    assert.deepEqual(
+      [...f.tensors.keys()],
+      recipes.map((t) => t.name),
+    );
     const kv = (spec.dim / spec.heads) * spec.kvHeads;
     const expect: Record<string, [number[], GGMLType]> = {
       "token_embd.weight": [[spec.dim, spec.vocab], GGMLType.Q4_0],
@@ -232,13 +251,16 @@ test("tiny model: metadata and tensor table as llama.cpp expects", async () => {
 });
 
 test("same seed, same bytes; another seed, other weights but the same vocabulary", async () => {
-  const a = tmp("det-a.gguf"), b = tmp("det-b.gguf"), c = tmp("det-c.gguf");
+  const a = tmp("det-a.gguf"),
+    b = tmp("det-b.gguf"),
+    c = tmp("det-c.gguf");
   await synthesize({ shape: "tiny", act: "silu", type: "q8_0", seed: 42, out: a, fsync: false });
   await synthesize({ shape: "tiny", act: "silu", type: "q8_0", seed: 42, out: b, fsync: false });
   await synthesize({ shape: "tiny", act: "silu", type: "q8_0", seed: 43, out: c, fsync: false });
   assert.equal(sha(a), sha(b));
   assert.notEqual(sha(a), sha(c));
-  const fa = GGUFFile.open(a), fc = GGUFFile.open(c);
+  const fa = GGUFFile.open(a),
+    fc = GGUFFile.open(c);
   try {
     assert.deepEqual(fa.getArray("tokenizer.ggml.tokens"), fc.getArray("tokenizer.ggml.tokens"));
     for (const name of fa.tensors.keys()) {
@@ -266,7 +288,10 @@ test("every type decodes to finite values with the intended spread", async () =>
         const norm = r.kind === "norm";
         const centre = norm ? 1 : 0;
         assert.ok(Math.abs(s.mean - centre) < (norm ? 0.25 : 0.05) * r.std, `${type} ${r.name}: mean ${s.mean}`);
-        assert.ok(Math.abs(s.std / r.std - 1) < (norm ? 0.15 : 0.05), `${type} ${r.name}: std ${s.std}, wanted ${r.std}`);
+        assert.ok(
+          Math.abs(s.std / r.std - 1) < (norm ? 0.15 : 0.05),
+          `${type} ${r.name}: std ${s.std}, wanted ${r.std}`,
+        );
       }
       // block scales are sane halves: nonzero, finite, and within 25% of the nominal magnitude
       if (type === "q4_0" || type === "q8_0" || type === "q4_1") {
@@ -286,7 +311,8 @@ test("every type decodes to finite values with the intended spread", async () =>
           }
         }
         const blocks = data.length / bs;
-        if (type === "q4_0") assert.ok(negatives > blocks * 0.4 && negatives < blocks * 0.6, "q4_0 scales carry random signs");
+        if (type === "q4_0")
+          assert.ok(negatives > blocks * 0.4 && negatives < blocks * 0.6, "q4_0 scales carry random signs");
         else assert.equal(negatives, 0);
       }
     } finally {
@@ -297,7 +323,15 @@ test("every type decodes to finite values with the intended spread", async () =>
 
 test("the synthetic vocabulary works with the project's tokenizer", async () => {
   const path = tmp("tok.gguf");
-  await synthesize({ shape: "tiny", act: "silu", type: "q4_0", seed: 1, out: path, fsync: false, overrides: { vocab: 4000 } });
+  await synthesize({
+    shape: "tiny",
+    act: "silu",
+    type: "q4_0",
+    seed: 1,
+    out: path,
+    fsync: false,
+    overrides: { vocab: 4000 },
+  });
   const f = GGUFFile.open(path);
   try {
     const tok = Tokenizer.fromGGUF(f);
@@ -329,8 +363,9 @@ test("activations stay finite and the logits are neither flat nor collapsed (eng
       assert.ok(s.finite, `position ${p}: non-finite logits`);
       // the output projection is scaled for logits with a standard deviation near 2
       assert.ok(s.std > 1 && s.std < 4, `position ${p}: logit std ${s.std}`);
-      let max = -Infinity, arg = 0;
-      for (let i = 0; i < l.length; i++) if (l[i] > max) (max = l[i]), (arg = i);
+      let max = -Infinity,
+        arg = 0;
+      for (let i = 0; i < l.length; i++) if (l[i] > max) ((max = l[i]), (arg = i));
       let z = 0;
       for (const v of l) z += Math.exp(v - max);
       const pmax = 1 / z;
@@ -347,11 +382,23 @@ test("abort removes the partial file", async () => {
   const path = tmp("aborted.gguf");
   const ac = new AbortController();
   await assert.rejects(
-    synthesize({ shape: "tiny", act: "silu", type: "f32", seed: 1, out: path, fsync: false, signal: ac.signal, onProgress: (p) => p.tensorIndex === 3 && ac.abort() }),
+    synthesize({
+      shape: "tiny",
+      act: "silu",
+      type: "f32",
+      seed: 1,
+      out: path,
+      fsync: false,
+      signal: ac.signal,
+      onProgress: (p) => p.tensorIndex === 3 && ac.abort(),
+    }),
     (e: Error) => e.name === "AbortError" || /abort/i.test(e.message),
   );
   assert.ok(!existsSync(path));
-  assert.deepEqual(readdirSync(dir).filter((n) => n.startsWith("aborted")), []);
+  assert.deepEqual(
+    readdirSync(dir).filter((n) => n.startsWith("aborted")),
+    [],
+  );
 });
 
 test("bad options are clear errors", async () => {
@@ -366,13 +413,28 @@ test("bad options are clear errors", async () => {
 
 test("synth CLI writes the file and rejects bad flags", async () => {
   const path = tmp("cli.gguf");
-  const code = await synthMain(["--shape", "tiny", "--act", "drelu", "--type", "q4_1", "--seed", "9", "-o", path, "--quiet"]);
+  const code = await synthMain([
+    "--shape",
+    "tiny",
+    "--act",
+    "drelu",
+    "--type",
+    "q4_1",
+    "--seed",
+    "9",
+    "-o",
+    path,
+    "--quiet",
+  ]);
   assert.equal(code, 0);
   const f = GGUFFile.open(path);
   assert.equal(f.getString("llama.feed_forward_activation"), "drelu");
   assert.equal(f.getNumber("general.file_type"), 3);
   f.close();
-  await assert.rejects(synthMain(["--shape", "huge", "-o", path]), /--shape must be one of tiny, 1b, 7b, mistral-7b, 13b/);
+  await assert.rejects(
+    synthMain(["--shape", "huge", "-o", path]),
+    /--shape must be one of tiny, 1b, 7b, mistral-7b, 13b/,
+  );
   await assert.rejects(synthMain(["--type", "q5_0", "-o", path]), /--type must be one of/);
   await assert.rejects(synthMain(["--act", "gelu", "-o", path]), /--act must be one of/);
   await assert.rejects(synthMain(["--seed", "x", "-o", path]), /--seed expects an integer/);

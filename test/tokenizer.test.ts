@@ -3,7 +3,13 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { GGUFFile } from "../src/format/gguf.js";
-import { Tokenizer, StreamingDecoder, TokenizerError, preTokenize, preTokenizerConfig } from "../src/tokenizer/index.js";
+import {
+  Tokenizer,
+  StreamingDecoder,
+  TokenizerError,
+  preTokenize,
+  preTokenizerConfig,
+} from "../src/tokenizer/index.js";
 import { SHARED } from "./helpers.js";
 
 const MODEL = join(SHARED, "models", "stories260K.gguf");
@@ -67,7 +73,18 @@ test("stories260K: characters outside the vocabulary fall back to byte tokens", 
   const ids = spm.encode("héllo 😀 世界");
   const texts = ids.map((id) => spm.tokenText(id));
   // 😀 = F0 9F 98 80, 世 = E4 B8 96, 界 = E7 95 8C
-  for (const b of ["<0xF0>", "<0x9F>", "<0x98>", "<0x80>", "<0xE4>", "<0xB8>", "<0x96>", "<0xE7>", "<0x95>", "<0x8C>"]) {
+  for (const b of [
+    "<0xF0>",
+    "<0x9F>",
+    "<0x98>",
+    "<0x80>",
+    "<0xE4>",
+    "<0xB8>",
+    "<0x96>",
+    "<0xE7>",
+    "<0x95>",
+    "<0x8C>",
+  ]) {
     assert.ok(texts.includes(b), `expected byte token ${b} in ${texts.join(" ")}`);
   }
   assert.deepEqual(Array.from(spm.piece(spm.encode("😀").at(-1)!)), [0x80]);
@@ -119,14 +136,25 @@ test("stories260K: pieces", () => {
 });
 
 test("invalid ids give a RangeError naming the id and the vocabulary size", () => {
-  assert.throws(() => spm.decode([5, 999]), (e: unknown) => e instanceof RangeError && /999/.test(e.message) && /512/.test(e.message));
-  assert.throws(() => spm.piece(-1), (e: unknown) => e instanceof RangeError && /-1/.test(e.message) && /512/.test(e.message));
+  assert.throws(
+    () => spm.decode([5, 999]),
+    (e: unknown) => e instanceof RangeError && /999/.test(e.message) && /512/.test(e.message),
+  );
+  assert.throws(
+    () => spm.piece(-1),
+    (e: unknown) => e instanceof RangeError && /-1/.test(e.message) && /512/.test(e.message),
+  );
   assert.throws(() => spm.piece(1.5), RangeError);
   assert.throws(() => spm.tokenText(512), RangeError);
 });
 
 test("stories260K: a 2 MB corpus round-trips", () => {
-  const parts = ref.tokenize.map((e) => e.text).concat(ref.greedy.map((g) => g.text), ["héllo 😀 世界\n"]);
+  const parts = ref.tokenize
+    .map((e) => e.text)
+    .concat(
+      ref.greedy.map((g) => g.text),
+      ["héllo 😀 世界\n"],
+    );
   let corpus = "";
   while (corpus.length < 2_000_000) corpus += parts.join("\n") + "\n";
   const ids = spm.encode(corpus);
@@ -138,7 +166,11 @@ test("stories260K: a 2 MB corpus round-trips", () => {
 function rng(seed: number): () => number {
   let x = seed >>> 0;
   return () => {
-    x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
     return x / 4294967296;
   };
 }
@@ -153,10 +185,14 @@ function naiveSpm(tok: Tokenizer, scores: ArrayLike<number>, text: string): numb
   for (let i = 0; i < tok.vocabSize; i++) ids.set(tok.tokenText(i), i);
   const syms = Array.from((" " + text).replaceAll(" ", "\u2581"));
   for (;;) {
-    let best = -1, bestScore = -Infinity;
+    let best = -1,
+      bestScore = -Infinity;
     for (let i = 0; i + 1 < syms.length; i++) {
       const id = ids.get(syms[i] + syms[i + 1]);
-      if (id !== undefined && scores[id] > bestScore) { best = i; bestScore = scores[id]; }
+      if (id !== undefined && scores[id] > bestScore) {
+        best = i;
+        bestScore = scores[id];
+      }
     }
     if (best < 0) break;
     syms.splice(best, 2, syms[best] + syms[best + 1]);
@@ -165,7 +201,9 @@ function naiveSpm(tok: Tokenizer, scores: ArrayLike<number>, text: string): numb
   for (const s of syms) {
     const id = ids.get(s);
     if (id !== undefined) out.push(id);
-    else for (const b of new TextEncoder().encode(s)) out.push(ids.get(`<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`)!);
+    else
+      for (const b of new TextEncoder().encode(s))
+        out.push(ids.get(`<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`)!);
   }
   return out;
 }
@@ -326,10 +364,14 @@ function naiveBpe(tok: Tokenizer, text: string): number[] {
   for (const word of preTokenize(text, preTokenizerConfig(tok.pre)!.regexes)) {
     const syms = Array.from(new TextEncoder().encode(word), byteChar);
     for (;;) {
-      let best = -1, bestRank = Infinity;
+      let best = -1,
+        bestRank = Infinity;
       for (let i = 0; i + 1 < syms.length; i++) {
         const r = rank.get(syms[i] + " " + syms[i + 1]);
-        if (r !== undefined && r < bestRank) { best = i; bestRank = r; }
+        if (r !== undefined && r < bestRank) {
+          best = i;
+          bestRank = r;
+        }
       }
       if (best < 0) break;
       syms.splice(best, 2, syms[best] + syms[best + 1]);
@@ -361,7 +403,18 @@ function split(pre: string, text: string): string[] {
 }
 
 test("pre-tokenizer gpt-2", () => {
-  assert.deepEqual(split("gpt-2", "Hello world's 123  foo\n\nbar 😀!"), ["Hello", " world", "'s", " 123", " ", " foo", "\n", "\n", "bar", " 😀!"]);
+  assert.deepEqual(split("gpt-2", "Hello world's 123  foo\n\nbar 😀!"), [
+    "Hello",
+    " world",
+    "'s",
+    " 123",
+    " ",
+    " foo",
+    "\n",
+    "\n",
+    "bar",
+    " 😀!",
+  ]);
   assert.deepEqual(split("gpt-2", "DON'T don't"), ["DON", "'", "T", " don", "'t"]);
   assert.deepEqual(split("gpt-2", "a  "), ["a", "  "]);
   assert.deepEqual(split("gpt-2", "a\tb"), ["a", "\t", "b"]);
@@ -373,7 +426,19 @@ test("pre-tokenizer gpt-2", () => {
 });
 
 test("pre-tokenizer llama3", () => {
-  assert.deepEqual(split("llama-bpe", "Hello world's 123456  foo\n\nbar 😀!"), ["Hello", " world", "'s", " ", "123", "456", " ", " foo", "\n\n", "bar", " 😀!"]);
+  assert.deepEqual(split("llama-bpe", "Hello world's 123456  foo\n\nbar 😀!"), [
+    "Hello",
+    " world",
+    "'s",
+    " ",
+    "123",
+    "456",
+    " ",
+    " foo",
+    "\n\n",
+    "bar",
+    " 😀!",
+  ]);
   assert.deepEqual(split("llama-bpe", "DON'T"), ["DON", "'T"]);
   assert.deepEqual(split("llama-bpe", "a\r\n\r\n  b"), ["a", "\r\n\r\n", " ", " b"]);
   assert.deepEqual(split("llama-bpe", "a\tb"), ["a", "\tb"]);
@@ -396,12 +461,17 @@ test("pre-tokenizer default refines punctuation, numbers and digit triples", () 
 function throwsNaming(meta: Map<string, unknown>, key: string | RegExp): void {
   assert.throws(
     () => Tokenizer.fromGGUF({ metadata: meta }),
-    (e: unknown) => e instanceof TokenizerError && (typeof key === "string" ? e.message.includes(key) : key.test(e.message)),
+    (e: unknown) =>
+      e instanceof TokenizerError && (typeof key === "string" ? e.message.includes(key) : key.test(e.message)),
   );
 }
 
 test("bad metadata gives a clear error naming the key", () => {
-  const without = (k: string) => { const m = bpeMetadata("gpt-2"); m.delete(k); return m; };
+  const without = (k: string) => {
+    const m = bpeMetadata("gpt-2");
+    m.delete(k);
+    return m;
+  };
   throwsNaming(without("tokenizer.ggml.model"), "tokenizer.ggml.model");
   throwsNaming(without("tokenizer.ggml.tokens"), "tokenizer.ggml.tokens");
   throwsNaming(without("tokenizer.ggml.merges"), "tokenizer.ggml.merges");
@@ -415,12 +485,22 @@ test("bad metadata gives a clear error naming the key", () => {
   throwsNaming(bpeMetadata("tekken"), "tokenizer.ggml.pre");
   throwsNaming(bpeMetadata("gpt-2", { "tokenizer.ggml.model": "t5" }), "tokenizer.ggml.model");
   throwsNaming(bpeMetadata("gpt-2", { "tokenizer.ggml.model": "whatever" }), "tokenizer.ggml.model");
-  throwsNaming(bpeMetadata("gpt-2", { "tokenizer.ggml.tokens": [...bpeMetadata("gpt-2").get("tokenizer.ggml.tokens") as string[]].fill("x", 260, 262) }), /same text/);
+  throwsNaming(
+    bpeMetadata("gpt-2", {
+      "tokenizer.ggml.tokens": [...(bpeMetadata("gpt-2").get("tokenizer.ggml.tokens") as string[])].fill("x", 260, 262),
+    }),
+    /same text/,
+  );
   assert.throws(() => Tokenizer.fromGGUF({} as never), TokenizerError);
 });
 
 test("out-of-range special ids in metadata are ignored, as llama.cpp does", () => {
-  const t = Tokenizer.fromGGUF({ metadata: bpeMetadata("gpt-2", { "tokenizer.ggml.padding_token_id": 0xffffffff, "tokenizer.ggml.eot_token_id": 266 }) });
+  const t = Tokenizer.fromGGUF({
+    metadata: bpeMetadata("gpt-2", {
+      "tokenizer.ggml.padding_token_id": 0xffffffff,
+      "tokenizer.ggml.eot_token_id": 266,
+    }),
+  });
   assert.equal(t.padId, -1);
   assert.equal(t.eotId, 266);
   assert.equal(t.isEog(266), true);

@@ -112,14 +112,31 @@ export class PreparedCompletion<Full, Chunk> {
    */
   async *chunks(signal?: AbortSignal): AsyncGenerator<Chunk, void, undefined> {
     // id first and object second, as OpenAI orders them (JSON key order follows insertion).
-    const head = { id: this.id, object: this.kind === "chat" ? "chat.completion.chunk" : "text_completion", created: this.created, model: this.model } as const;
+    const head = {
+      id: this.id,
+      object: this.kind === "chat" ? "chat.completion.chunk" : "text_completion",
+      created: this.created,
+      model: this.model,
+    } as const;
     const chat = this.kind === "chat";
     const piece = (content: string): Chunk =>
       (chat
-        ? ({ ...head, object: "chat.completion.chunk", choices: [{ index: 0, delta: { content }, finish_reason: null, logprobs: null }] } satisfies ChatCompletionChunk)
-        : ({ ...head, object: "text_completion", choices: [{ index: 0, text: content, finish_reason: null, logprobs: null }] } satisfies CompletionChunk)) as Chunk;
+        ? ({
+            ...head,
+            object: "chat.completion.chunk",
+            choices: [{ index: 0, delta: { content }, finish_reason: null, logprobs: null }],
+          } satisfies ChatCompletionChunk)
+        : ({
+            ...head,
+            object: "text_completion",
+            choices: [{ index: 0, text: content, finish_reason: null, logprobs: null }],
+          } satisfies CompletionChunk)) as Chunk;
     if (chat) {
-      yield { ...head, object: "chat.completion.chunk", choices: [{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null, logprobs: null }] } satisfies ChatCompletionChunk as Chunk;
+      yield {
+        ...head,
+        object: "chat.completion.chunk",
+        choices: [{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null, logprobs: null }],
+      } satisfies ChatCompletionChunk as Chunk;
     }
     const pieces = this.pieces(signal);
     let r = await pieces.next();
@@ -130,11 +147,29 @@ export class PreparedCompletion<Full, Chunk> {
     const stats = r.value;
     const finish = finishReason(stats);
     const tail = this.includeUsage ? {} : { usage: usage(stats), timings: timings(stats) };
-    yield (chat
-      ? ({ ...head, object: "chat.completion.chunk", choices: [{ index: 0, delta: {}, finish_reason: finish, logprobs: null }], ...tail } satisfies ChatCompletionChunk)
-      : ({ ...head, object: "text_completion", choices: [{ index: 0, text: "", finish_reason: finish, logprobs: null }], ...tail } satisfies CompletionChunk)) as Chunk;
+    yield (
+      chat
+        ? ({
+            ...head,
+            object: "chat.completion.chunk",
+            choices: [{ index: 0, delta: {}, finish_reason: finish, logprobs: null }],
+            ...tail,
+          } satisfies ChatCompletionChunk)
+        : ({
+            ...head,
+            object: "text_completion",
+            choices: [{ index: 0, text: "", finish_reason: finish, logprobs: null }],
+            ...tail,
+          } satisfies CompletionChunk)
+    ) as Chunk;
     if (this.includeUsage) {
-      yield { ...head, object: chat ? "chat.completion.chunk" : "text_completion", choices: [], usage: usage(stats), timings: timings(stats) } as Chunk;
+      yield {
+        ...head,
+        object: chat ? "chat.completion.chunk" : "text_completion",
+        choices: [],
+        usage: usage(stats),
+        timings: timings(stats),
+      } as Chunk;
     }
   }
 
@@ -188,7 +223,11 @@ function finishReason(stats: GenerationStats): FinishReason {
 }
 
 function usage(stats: GenerationStats): CompletionUsage {
-  const u: CompletionUsage = { prompt_tokens: stats.promptTokens, completion_tokens: stats.generatedTokens, total_tokens: stats.promptTokens + stats.generatedTokens };
+  const u: CompletionUsage = {
+    prompt_tokens: stats.promptTokens,
+    completion_tokens: stats.generatedTokens,
+    total_tokens: stats.promptTokens + stats.generatedTokens,
+  };
   // Prompt tokens whose KV entries were reused from the previous generation (OpenAI's cached_tokens).
   const cached = (stats as { cachedPromptTokens?: number }).cachedPromptTokens;
   if (cached !== undefined) u.prompt_tokens_details = { cached_tokens: cached };
@@ -211,7 +250,11 @@ function round(x: number): number {
 }
 
 /** Request options over defaults; an unlimited length unless one of them sets it. */
-function mergeOptions(defaults: GenerateOptions | undefined, parsed: ParsedRequest, extraStop: readonly string[]): GenerateOptions {
+function mergeOptions(
+  defaults: GenerateOptions | undefined,
+  parsed: ParsedRequest,
+  extraStop: readonly string[],
+): GenerateOptions {
   const options: GenerateOptions = { maxTokens: -1, ...defaults, ...parsed.options };
   delete options.signal;
   const stop = [...(parsed.options.stop ?? defaults?.stop ?? []), ...extraStop];
@@ -220,7 +263,8 @@ function mergeOptions(defaults: GenerateOptions | undefined, parsed: ParsedReque
 }
 
 function checkPromptLength(model: ChatModel, ids: number[], param: string): void {
-  if (ids.length === 0) throw new ApiError(400, `the ${param} is empty: it has no tokens`, "invalid_request_error", param, "empty_prompt");
+  if (ids.length === 0)
+    throw new ApiError(400, `the ${param} is empty: it has no tokens`, "invalid_request_error", param, "empty_prompt");
   if (ids.length >= model.contextSize) {
     throw new ApiError(
       400,
@@ -265,9 +309,21 @@ export function prepareCompletion(
   const merged = mergeOptions(options.defaults, parsed, []);
   const tk = model.tokenizer;
   // Text is tokenized exactly as Model.generate(text) does it, so answers match the library's.
-  const ids = typeof parsed.prompt === "string" ? tk.encode(parsed.prompt, { addBos: merged.addBos ?? tk.addBos, parseSpecial: true }) : parsed.prompt;
+  const ids =
+    typeof parsed.prompt === "string"
+      ? tk.encode(parsed.prompt, { addBos: merged.addBos ?? tk.addBos, parseSpecial: true })
+      : parsed.prompt;
   checkPromptLength(model, ids, "prompt");
-  return new PreparedCompletion(model, "text", parsed.model ?? options.modelName ?? "local", parsed.stream, parsed.includeUsage, ids, merged, false);
+  return new PreparedCompletion(
+    model,
+    "text",
+    parsed.model ?? options.modelName ?? "local",
+    parsed.stream,
+    parsed.includeUsage,
+    ids,
+    merged,
+    false,
+  );
 }
 
 /**
@@ -310,7 +366,11 @@ export function createCompletion(
   params: CompletionCreateParams & { stream?: false | null },
   options?: CompletionOptions,
 ): Promise<Completion>;
-export function createCompletion(model: ChatModel, params: CompletionCreateParams, options?: CompletionOptions): Promise<Completion | AsyncIterable<CompletionChunk>>;
+export function createCompletion(
+  model: ChatModel,
+  params: CompletionCreateParams,
+  options?: CompletionOptions,
+): Promise<Completion | AsyncIterable<CompletionChunk>>;
 export async function createCompletion(
   model: ChatModel,
   params: CompletionCreateParams,

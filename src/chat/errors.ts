@@ -4,11 +4,7 @@
  * throws it too, so a library caller and an HTTP client see the same message for the same mistake.
  */
 export type ApiErrorType =
-  | "invalid_request_error"
-  | "not_found_error"
-  | "rate_limit_error"
-  | "unavailable_error"
-  | "server_error";
+  "invalid_request_error" | "not_found_error" | "rate_limit_error" | "unavailable_error" | "server_error";
 
 export class ApiError extends Error {
   override name = "ApiError";

@@ -1,6 +1,14 @@
 /** Chat templates, chat sessions and the in-process OpenAI-shaped facade. */
 export { ApiError, type ApiErrorType } from "./errors.js";
-export { ChatTemplate, templateForModel, tokenizeChatPrompt, type ChatMessage, type ChatRole, type RenderOptions, type TemplateTokens } from "./template.js";
+export {
+  ChatTemplate,
+  templateForModel,
+  tokenizeChatPrompt,
+  type ChatMessage,
+  type ChatRole,
+  type RenderOptions,
+  type TemplateTokens,
+} from "./template.js";
 export { GenerationQueue, queueFor } from "./queue.js";
 export {
   createChatCompletion,

@@ -37,7 +37,13 @@ function typeOf(v: unknown): string {
 
 function asObject(body: unknown): Body {
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
-    throw new ApiError(400, `the request body must be a JSON object, got ${typeOf(body)}`, "invalid_request_error", null, "invalid_body");
+    throw new ApiError(
+      400,
+      `the request body must be a JSON object, got ${typeOf(body)}`,
+      "invalid_request_error",
+      null,
+      "invalid_body",
+    );
   }
   return body as Body;
 }
@@ -54,15 +60,28 @@ function optNumber(body: Body, key: string, rule: NumberRule): number | undefine
   const v = body[key];
   if (v === undefined || v === null) return undefined;
   if (typeof v !== "number" || !Number.isFinite(v)) {
-    throw invalidParam(key, `${key} must be ${rule.integer ? "an integer" : "a number"}, got ${typeof v === "number" ? String(v) : typeOf(v)}`, "invalid_type");
+    throw invalidParam(
+      key,
+      `${key} must be ${rule.integer ? "an integer" : "a number"}, got ${typeof v === "number" ? String(v) : typeOf(v)}`,
+      "invalid_type",
+    );
   }
-  if (rule.integer && !Number.isInteger(v)) throw invalidParam(key, `${key} must be an integer, got ${v}`, "invalid_type");
+  if (rule.integer && !Number.isInteger(v))
+    throw invalidParam(key, `${key} must be an integer, got ${v}`, "invalid_type");
   if (rule.min !== undefined && (rule.exclusiveMin ? v <= rule.min : v < rule.min)) {
-    const bound = rule.max !== undefined ? `between ${rule.min} and ${rule.max}` : rule.exclusiveMin ? `greater than ${rule.min}` : `at least ${rule.min}`;
+    const bound =
+      rule.max !== undefined
+        ? `between ${rule.min} and ${rule.max}`
+        : rule.exclusiveMin
+          ? `greater than ${rule.min}`
+          : `at least ${rule.min}`;
     throw invalidParam(key, `${key} must be ${bound}, got ${v}`);
   }
   if (rule.max !== undefined && v > rule.max) {
-    throw invalidParam(key, `${key} must be ${rule.min !== undefined ? `between ${rule.min} and ${rule.max}` : `at most ${rule.max}`}, got ${v}`);
+    throw invalidParam(
+      key,
+      `${key} must be ${rule.min !== undefined ? `between ${rule.min} and ${rule.max}` : `at most ${rule.max}`}, got ${v}`,
+    );
   }
   return v;
 }
@@ -82,7 +101,13 @@ function optString(body: Body, key: string): string | undefined {
 }
 
 function unsupported(param: string, what: string): ApiError {
-  return new ApiError(400, `${what} is not supported by this server`, "invalid_request_error", param, "unsupported_parameter");
+  return new ApiError(
+    400,
+    `${what} is not supported by this server`,
+    "invalid_request_error",
+    param,
+    "unsupported_parameter",
+  );
 }
 
 /** The fields both endpoints share. */
@@ -92,9 +117,11 @@ function parseCommon(body: Body): ParsedRequest {
   let includeUsage = false;
   const so = body.stream_options;
   if (so !== undefined && so !== null) {
-    if (typeof so !== "object" || Array.isArray(so)) throw invalidParam("stream_options", `stream_options must be an object, got ${typeOf(so)}`, "invalid_type");
+    if (typeof so !== "object" || Array.isArray(so))
+      throw invalidParam("stream_options", `stream_options must be an object, got ${typeOf(so)}`, "invalid_type");
     includeUsage = optBoolean(so as Body, "include_usage") ?? false;
-    if (!stream && includeUsage) throw invalidParam("stream_options", "stream_options is only allowed when stream is true");
+    if (!stream && includeUsage)
+      throw invalidParam("stream_options", "stream_options is only allowed when stream is true");
   }
 
   const n = optNumber(body, "n", { integer: true, min: 1 });
@@ -102,10 +129,12 @@ function parseCommon(body: Body): ParsedRequest {
   const bestOf = optNumber(body, "best_of", { integer: true, min: 1 });
   if (bestOf !== undefined && bestOf !== 1) throw unsupported("best_of", `best_of = ${bestOf}`);
   const bias = body.logit_bias;
-  if (bias !== undefined && bias !== null && (typeof bias !== "object" || Object.keys(bias).length > 0)) throw unsupported("logit_bias", "logit_bias");
+  if (bias !== undefined && bias !== null && (typeof bias !== "object" || Object.keys(bias).length > 0))
+    throw unsupported("logit_bias", "logit_bias");
   for (const key of ["tools", "functions"]) {
     const v = body[key];
-    if (v !== undefined && v !== null && !(Array.isArray(v) && v.length === 0)) throw unsupported(key, `${key} (tool calling)`);
+    if (v !== undefined && v !== null && !(Array.isArray(v) && v.length === 0))
+      throw unsupported(key, `${key} (tool calling)`);
   }
   const rf = body.response_format;
   if (rf !== undefined && rf !== null) {
@@ -114,7 +143,9 @@ function parseCommon(body: Body): ParsedRequest {
   }
 
   // -1 is llama-server's "no limit"; 0 is allowed and yields an empty answer.
-  const maxTokens = optNumber(body, "max_completion_tokens", { integer: true, min: -1 }) ?? optNumber(body, "max_tokens", { integer: true, min: -1 });
+  const maxTokens =
+    optNumber(body, "max_completion_tokens", { integer: true, min: -1 }) ??
+    optNumber(body, "max_tokens", { integer: true, min: -1 });
   const options: GenerateOptions = {
     maxTokens,
     temperature: optNumber(body, "temperature", { min: 0 }),
@@ -136,28 +167,49 @@ function parseCommon(body: Body): ParsedRequest {
 function parseStop(v: unknown): string[] | undefined {
   if (v === undefined || v === null) return undefined;
   if (typeof v === "string") return v === "" ? undefined : [v];
-  if (!Array.isArray(v)) throw invalidParam("stop", `stop must be a string or an array of strings, got ${typeOf(v)}`, "invalid_type");
-  if (v.length > MAX_STOP_STRINGS) throw invalidParam("stop", `stop holds at most ${MAX_STOP_STRINGS} strings, got ${v.length}`);
+  if (!Array.isArray(v))
+    throw invalidParam("stop", `stop must be a string or an array of strings, got ${typeOf(v)}`, "invalid_type");
+  if (v.length > MAX_STOP_STRINGS)
+    throw invalidParam("stop", `stop holds at most ${MAX_STOP_STRINGS} strings, got ${v.length}`);
   v.forEach((s, i) => {
-    if (typeof s !== "string") throw invalidParam(`stop[${i}]`, `stop[${i}] must be a string, got ${typeOf(s)}`, "invalid_type");
+    if (typeof s !== "string")
+      throw invalidParam(`stop[${i}]`, `stop[${i}] must be a string, got ${typeOf(s)}`, "invalid_type");
   });
   const stops = (v as string[]).filter((s) => s !== "");
   return stops.length ? stops : undefined;
 }
 
-const ROLES: Record<string, ChatMessage["role"]> = { system: "system", developer: "system", user: "user", assistant: "assistant" };
+const ROLES: Record<string, ChatMessage["role"]> = {
+  system: "system",
+  developer: "system",
+  user: "user",
+  assistant: "assistant",
+};
 
 function parseMessages(v: unknown): ChatMessage[] {
-  if (v === undefined || v === null) throw new ApiError(400, "messages is required (an array of {role, content})", "invalid_request_error", "messages", "missing_required_parameter");
+  if (v === undefined || v === null)
+    throw new ApiError(
+      400,
+      "messages is required (an array of {role, content})",
+      "invalid_request_error",
+      "messages",
+      "missing_required_parameter",
+    );
   if (!Array.isArray(v)) throw invalidParam("messages", `messages must be an array, got ${typeOf(v)}`, "invalid_type");
   if (v.length === 0) throw invalidParam("messages", "messages must hold at least one message");
   return v.map((m, i): ChatMessage => {
     const at = `messages[${i}]`;
-    if (typeof m !== "object" || m === null || Array.isArray(m)) throw invalidParam(at, `${at} must be an object {role, content}, got ${typeOf(m)}`, "invalid_type");
+    if (typeof m !== "object" || m === null || Array.isArray(m))
+      throw invalidParam(at, `${at} must be an object {role, content}, got ${typeOf(m)}`, "invalid_type");
     const msg = m as Body;
-    if (typeof msg.role !== "string") throw invalidParam(`${at}.role`, `${at}.role must be a string, got ${typeOf(msg.role)}`, "invalid_type");
+    if (typeof msg.role !== "string")
+      throw invalidParam(`${at}.role`, `${at}.role must be a string, got ${typeOf(msg.role)}`, "invalid_type");
     const role = ROLES[msg.role];
-    if (!role) throw invalidParam(`${at}.role`, `${at}.role must be one of system, developer, user, assistant; got "${msg.role}"`);
+    if (!role)
+      throw invalidParam(
+        `${at}.role`,
+        `${at}.role must be one of system, developer, user, assistant; got "${msg.role}"`,
+      );
     return { role, content: parseContent(msg.content, `${at}.content`, role) };
   });
 }
@@ -172,9 +224,20 @@ function parseContent(c: unknown, at: string, role: string): string {
         const p = part as Body;
         if (typeof part !== "object" || part === null || p.type !== "text") {
           const t = typeof part === "object" && part !== null ? JSON.stringify(p.type) : typeOf(part);
-          throw new ApiError(400, `${at}[${j}] has type ${t}: only text content parts are supported`, "invalid_request_error", `${at}[${j}]`, "unsupported_content");
+          throw new ApiError(
+            400,
+            `${at}[${j}] has type ${t}: only text content parts are supported`,
+            "invalid_request_error",
+            `${at}[${j}]`,
+            "unsupported_content",
+          );
         }
-        if (typeof p.text !== "string") throw invalidParam(`${at}[${j}].text`, `${at}[${j}].text must be a string, got ${typeOf(p.text)}`, "invalid_type");
+        if (typeof p.text !== "string")
+          throw invalidParam(
+            `${at}[${j}].text`,
+            `${at}[${j}].text must be a string, got ${typeOf(p.text)}`,
+            "invalid_type",
+          );
         return p.text;
       })
       .join("");
@@ -194,22 +257,40 @@ export function parseCompletionRequest(body: unknown, vocabSize: number): Parsed
   const common = parseCommon(b);
   if (b.logprobs !== undefined && b.logprobs !== null && b.logprobs !== 0) throw unsupported("logprobs", "logprobs");
   if (b.echo === true) throw unsupported("echo", "echo");
-  if (b.suffix !== undefined && b.suffix !== null && b.suffix !== "") throw unsupported("suffix", "suffix (fill-in-the-middle)");
+  if (b.suffix !== undefined && b.suffix !== null && b.suffix !== "")
+    throw unsupported("suffix", "suffix (fill-in-the-middle)");
   return { ...common, prompt: parsePrompt(b.prompt, vocabSize) };
 }
 
 function parsePrompt(p: unknown, vocabSize: number): string | number[] {
-  if (p === undefined || p === null) throw new ApiError(400, "prompt is required", "invalid_request_error", "prompt", "missing_required_parameter");
+  if (p === undefined || p === null)
+    throw new ApiError(400, "prompt is required", "invalid_request_error", "prompt", "missing_required_parameter");
   if (typeof p === "string") return p;
-  if (!Array.isArray(p)) throw invalidParam("prompt", `prompt must be a string, an array of token ids, or a one-element array of either; got ${typeOf(p)}`, "invalid_type");
+  if (!Array.isArray(p))
+    throw invalidParam(
+      "prompt",
+      `prompt must be a string, an array of token ids, or a one-element array of either; got ${typeOf(p)}`,
+      "invalid_type",
+    );
   if (p.length > 0 && p.every((x) => typeof x === "number")) return checkIds(p as number[], "prompt", vocabSize);
   if (p.length !== 1) {
-    throw new ApiError(400, `prompt holds ${p.length} prompts: only one prompt per request is supported`, "invalid_request_error", "prompt", "unsupported_parameter");
+    throw new ApiError(
+      400,
+      `prompt holds ${p.length} prompts: only one prompt per request is supported`,
+      "invalid_request_error",
+      "prompt",
+      "unsupported_parameter",
+    );
   }
   const only = p[0];
   if (typeof only === "string") return only;
-  if (Array.isArray(only) && only.length > 0 && only.every((x) => typeof x === "number")) return checkIds(only as number[], "prompt[0]", vocabSize);
-  throw invalidParam("prompt[0]", `prompt[0] must be a string or an array of token ids, got ${typeOf(only)}`, "invalid_type");
+  if (Array.isArray(only) && only.length > 0 && only.every((x) => typeof x === "number"))
+    return checkIds(only as number[], "prompt[0]", vocabSize);
+  throw invalidParam(
+    "prompt[0]",
+    `prompt[0] must be a string or an array of token ids, got ${typeOf(only)}`,
+    "invalid_type",
+  );
 }
 
 function checkIds(ids: number[], at: string, vocabSize: number): number[] {

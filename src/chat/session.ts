@@ -126,7 +126,8 @@ export class ChatSession {
     }
     const stats = r.value;
     // Aborted before a word: as if the message had not been sent.
-    if (stats.stopReason !== "abort" || answer !== "") this.messages = [...pending, { role: "assistant", content: answer }];
+    if (stats.stopReason !== "abort" || answer !== "")
+      this.messages = [...pending, { role: "assistant", content: answer }];
     return { text: answer, stopReason: stats.stopReason, stats, droppedMessages: dropped };
   }
 }

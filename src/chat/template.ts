@@ -47,7 +47,8 @@ export class ChatTemplate {
 
   /** A Jinja chat template. Parsed now, so a broken template fails at load, not at the first request. */
   static jinja(source: string, tokens: TemplateTokens = {}): ChatTemplate {
-    if (typeof source !== "string" || source.trim() === "") throw new TypeError("ChatTemplate.jinja: the template source is empty");
+    if (typeof source !== "string" || source.trim() === "")
+      throw new TypeError("ChatTemplate.jinja: the template source is empty");
     let compiled: Template;
     try {
       compiled = new Template(source);
@@ -69,7 +70,8 @@ export class ChatTemplate {
   static fromMetadata(metadata: ReadonlyMap<string, unknown>, tokenizer?: Tokenizer): ChatTemplate {
     const source = metadata.get(CHAT_TEMPLATE_KEY);
     if (source === undefined || source === "") return ChatTemplate.plain();
-    if (typeof source !== "string") throw new TypeError(`metadata "${CHAT_TEMPLATE_KEY}" should be a string, found ${typeof source}`);
+    if (typeof source !== "string")
+      throw new TypeError(`metadata "${CHAT_TEMPLATE_KEY}" should be a string, found ${typeof source}`);
     return ChatTemplate.jinja(source, tokenizer ? tokenTexts(tokenizer) : {});
   }
 
@@ -98,7 +100,13 @@ export class ChatTemplate {
         eos_token: this.tokens.eosToken ?? "",
       });
     } catch (e) {
-      throw new ApiError(400, `the model's chat template rejected the messages: ${e instanceof Error ? e.message : String(e)}`, "invalid_request_error", "messages", "chat_template_error");
+      throw new ApiError(
+        400,
+        `the model's chat template rejected the messages: ${e instanceof Error ? e.message : String(e)}`,
+        "invalid_request_error",
+        "messages",
+        "chat_template_error",
+      );
     }
   }
 }

@@ -17,7 +17,19 @@ export interface FlagSpec {
 
 export type ParsedArgs = { _: string[]; [key: string]: string | number | boolean | string[] | undefined };
 
-const SIZE_UNITS: Record<string, number> = { "": 1, b: 1, k: 1024, kb: 1000, kib: 1024, m: 2 ** 20, mb: 1e6, mib: 2 ** 20, g: 2 ** 30, gb: 1e9, gib: 2 ** 30 };
+const SIZE_UNITS: Record<string, number> = {
+  "": 1,
+  b: 1,
+  k: 1024,
+  kb: 1000,
+  kib: 1024,
+  m: 2 ** 20,
+  mb: 1e6,
+  mib: 2 ** 20,
+  g: 2 ** 30,
+  gb: 1e9,
+  gib: 2 ** 30,
+};
 
 /** "1.5GiB", "512M", "2g", "1000000" -> bytes. */
 export function parseSize(text: string): number {
@@ -74,7 +86,8 @@ function convert(spec: FlagSpec, flag: string, value: string): string | number {
     }
     case "float": {
       const v = Number(value);
-      if (value.trim() === "" || !Number.isFinite(v)) throw new UsageError(`option ${flag} expects a number, got "${value}"`);
+      if (value.trim() === "" || !Number.isFinite(v))
+        throw new UsageError(`option ${flag} expects a number, got "${value}"`);
       return v;
     }
     case "size":
@@ -87,7 +100,8 @@ function convert(spec: FlagSpec, flag: string, value: string): string | number {
 export function usage(command: string, summary: string, specs: FlagSpec[]): string {
   const lines = [`usage: powerinfer ${command}`, "", summary, "", "options:"];
   for (const s of specs) {
-    const names = s.names.join(", ") + (s.type === "bool" ? "" : ` ${s.type === "string" ? "VALUE" : s.type.toUpperCase()}`);
+    const names =
+      s.names.join(", ") + (s.type === "bool" ? "" : ` ${s.type === "string" ? "VALUE" : s.type.toUpperCase()}`);
     const def = s.default !== undefined ? ` (default: ${s.default})` : "";
     lines.push(`  ${names.padEnd(28)} ${s.help}${def}`);
   }

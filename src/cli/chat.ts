@@ -20,10 +20,26 @@ import { formatBytes, formatStats, ProgressBar, StatusLine, TokenRate } from "./
 const FLAGS: FlagSpec[] = [
   ...LOAD_FLAGS,
   { names: ["-sys", "--system"], key: "system", type: "string", help: "a system prompt" },
-  { names: ["-n", "--n-predict"], key: "n", type: "int", help: "most tokens per answer (-1 = until the model ends it)", default: -1 },
+  {
+    names: ["-n", "--n-predict"],
+    key: "n",
+    type: "int",
+    help: "most tokens per answer (-1 = until the model ends it)",
+    default: -1,
+  },
   ...SAMPLING_FLAGS,
-  { names: ["--chat-template-file"], key: "templateFile", type: "string", help: "a Jinja chat template to use instead of the model's" },
-  { names: ["--stats"], key: "stats", type: "bool", help: "a live line with tok/s and resident memory while answering, and a summary after" },
+  {
+    names: ["--chat-template-file"],
+    key: "templateFile",
+    type: "string",
+    help: "a Jinja chat template to use instead of the model's",
+  },
+  {
+    names: ["--stats"],
+    key: "stats",
+    type: "bool",
+    help: "a live line with tok/s and resident memory while answering, and a summary after",
+  },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
 
@@ -35,7 +51,9 @@ const HELP_LINES = [
 export async function main(argv: string[]): Promise<number> {
   const args = parseArgs(argv, FLAGS);
   if (args.help) {
-    console.log(usage("chat -m MODEL [options]", "Chat with a model in the terminal.\n" + HELP_LINES.join("\n"), FLAGS));
+    console.log(
+      usage("chat -m MODEL [options]", "Chat with a model in the terminal.\n" + HELP_LINES.join("\n"), FLAGS),
+    );
     return 0;
   }
   if (args._.length) throw new UsageError(`chat: unexpected argument "${args._[0]}"`);
@@ -47,7 +65,9 @@ export async function main(argv: string[]): Promise<number> {
     try {
       template = ChatTemplate.jinja(readFileSync(args.templateFile, "utf8"));
     } catch (e) {
-      throw new UsageError(`chat: --chat-template-file ${args.templateFile}: ${e instanceof Error ? e.message : String(e)}`);
+      throw new UsageError(
+        `chat: --chat-template-file ${args.templateFile}: ${e instanceof Error ? e.message : String(e)}`,
+      );
     }
   }
 
@@ -75,7 +95,9 @@ export async function main(argv: string[]): Promise<number> {
       defaults: { ...samplingOptions(args), maxTokens: args.n as number },
     });
     if (interactive) {
-      process.stderr.write(`chatting with ${modelPath} (context ${model.contextSize} tokens). ${HELP_LINES.join(" ")}\n`);
+      process.stderr.write(
+        `chatting with ${modelPath} (context ${model.contextSize} tokens). ${HELP_LINES.join(" ")}\n`,
+      );
     }
     return await converse(session, interactive, Boolean(args.stats));
   } finally {
@@ -84,7 +106,12 @@ export async function main(argv: string[]): Promise<number> {
 }
 
 async function converse(session: ChatSession, interactive: boolean, stats: boolean): Promise<number> {
-  const rl = createInterface({ input: process.stdin, output: interactive ? process.stdout : undefined, terminal: interactive, prompt: "> " });
+  const rl = createInterface({
+    input: process.stdin,
+    output: interactive ? process.stdout : undefined,
+    terminal: interactive,
+    prompt: "> ",
+  });
   let answering: AbortController | undefined;
   let armedQuit = false;
   let exitCode = 0;
@@ -143,14 +170,23 @@ async function converse(session: ChatSession, interactive: boolean, stats: boole
             process.stdout.write(piece);
             if (status) {
               rate.mark(tokens);
-              status.update(formatStats({ tokensPerSecond: rate.perSecond, residentBytes: process.memoryUsage.rss(), extra: `${tokens} tokens` }));
+              status.update(
+                formatStats({
+                  tokensPerSecond: rate.perSecond,
+                  residentBytes: process.memoryUsage.rss(),
+                  extra: `${tokens} tokens`,
+                }),
+              );
             }
           },
         });
         status?.stop();
         process.stdout.write("\n");
         if (reply.stopReason === "abort") process.stderr.write("(stopped)\n");
-        if (reply.droppedMessages > 0) process.stderr.write(`(the ${reply.droppedMessages} oldest messages no longer fit the context and were dropped)\n`);
+        if (reply.droppedMessages > 0)
+          process.stderr.write(
+            `(the ${reply.droppedMessages} oldest messages no longer fit the context and were dropped)\n`,
+          );
         if (stats) process.stderr.write(summary(reply.stats) + "\n");
       } catch (e) {
         status?.stop();

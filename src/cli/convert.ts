@@ -13,9 +13,25 @@ import { CONVERT_TYPES, convertToStore, type ConvertType } from "../offline/conv
 
 const SPECS: FlagSpec[] = [
   { names: ["-o", "--output"], key: "out", type: "string", help: "output store (.pi), required" },
-  { names: ["--type"], key: "type", type: "string", help: `FFN weight type: ${CONVERT_TYPES.join(", ")} (keep: the model's own, or the nearest storable one for K-quants)`, default: "keep" },
-  { names: ["--profile"], key: "profile", type: "string", help: 'activation profile JSON {"layers":[{"frequency":[...]}, ...]}: neurons are stored hot-first' },
-  { names: ["--predictors"], key: "predictors", type: "string", help: "GGUF with the model's activation predictors (blk.N.fc1/fc2): a predictors-only file (synth --gate-rank) or a PowerInfer GGUF of the same model" },
+  {
+    names: ["--type"],
+    key: "type",
+    type: "string",
+    help: `FFN weight type: ${CONVERT_TYPES.join(", ")} (keep: the model's own, or the nearest storable one for K-quants)`,
+    default: "keep",
+  },
+  {
+    names: ["--profile"],
+    key: "profile",
+    type: "string",
+    help: 'activation profile JSON {"layers":[{"frequency":[...]}, ...]}: neurons are stored hot-first',
+  },
+  {
+    names: ["--predictors"],
+    key: "predictors",
+    type: "string",
+    help: "GGUF with the model's activation predictors (blk.N.fc1/fc2): a predictors-only file (synth --gate-rank) or a PowerInfer GGUF of the same model",
+  },
   { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "no progress bar or summary" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
@@ -36,19 +52,33 @@ function describe(kind: string, c: StoreConversion | null, to: string): string {
 export async function main(argv: string[]): Promise<number> {
   const args = parseArgs(argv, SPECS);
   if (args.help) {
-    console.log(usage("convert MODEL.gguf -o MODEL.pi [--type q4_0|q4_1|q8_0|keep] [--profile FILE] [--predictors FILE]", SUMMARY, SPECS));
+    console.log(
+      usage(
+        "convert MODEL.gguf -o MODEL.pi [--type q4_0|q4_1|q8_0|keep] [--profile FILE] [--predictors FILE]",
+        SUMMARY,
+        SPECS,
+      ),
+    );
     return 0;
   }
-  if (args._.length !== 1) throw new UsageError(args._.length === 0 ? "convert: the input model is required (powerinfer convert MODEL.gguf -o MODEL.pi)" : `convert: one input model expected, got ${args._.length}`);
+  if (args._.length !== 1)
+    throw new UsageError(
+      args._.length === 0
+        ? "convert: the input model is required (powerinfer convert MODEL.gguf -o MODEL.pi)"
+        : `convert: one input model expected, got ${args._.length}`,
+    );
   const input = resolve(args._[0]);
   if (!existsSync(input)) throw new UsageError(`convert: ${input} does not exist`);
-  if (typeof args.out !== "string" || args.out === "") throw new UsageError("convert: the output store is required (-o MODEL.pi)");
+  if (typeof args.out !== "string" || args.out === "")
+    throw new UsageError("convert: the output store is required (-o MODEL.pi)");
   const out = resolve(args.out);
   const dir = dirname(out);
-  if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`convert: output directory ${dir} does not exist`);
+  if (!existsSync(dir) || !statSync(dir).isDirectory())
+    throw new UsageError(`convert: output directory ${dir} does not exist`);
   if (existsSync(out) && statSync(out).isDirectory()) throw new UsageError(`convert: ${out} is a directory`);
   const type = String(args.type).toLowerCase() as ConvertType;
-  if (!CONVERT_TYPES.includes(type)) throw new UsageError(`--type must be one of ${CONVERT_TYPES.join(", ")}, got "${args.type}"`);
+  if (!CONVERT_TYPES.includes(type))
+    throw new UsageError(`--type must be one of ${CONVERT_TYPES.join(", ")}, got "${args.type}"`);
   const profile = typeof args.profile === "string" ? resolve(args.profile) : undefined;
   if (profile && !existsSync(profile)) throw new UsageError(`--profile: ${profile} does not exist`);
   const predictors = typeof args.predictors === "string" ? resolve(args.predictors) : undefined;
@@ -56,32 +86,41 @@ export async function main(argv: string[]): Promise<number> {
   const quiet = args.quiet === true;
 
   const bar = quiet ? undefined : new ProgressBar({ label: "convert", total: 0, unit: "bytes" });
-  return interruptible("convert: interrupted, partial file removed", () => bar?.abandon(), async (signal) => {
-    if (!quiet) process.stderr.write(`convert: ${input} -> ${out}\n`);
-    const r = await convertToStore({
-      input, output: out, type, profile, predictors, signal: signal,
-      onProgress: bar
-        ? (p) => {
-            bar.setTotal(p.bytesTotal);
-            bar.update(p.bytesDone);
-          }
-        : undefined,
-    });
-    bar?.abandon(); // the summary below says it all
-    if (!quiet) {
-      const to = typeName(r.ffnType);
-      process.stderr.write(
-        [
-          `convert: wrote ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s: ${r.fixedTensors} fixed tensors, ${r.layers} layers, ` +
-            `${r.neurons} FFN neurons (${r.ordered ? "hot-first by the profile" : "in index order"}), ${to} bundles of ${r.bundleBytes} bytes ` +
-            `(${(100 * r.paddingFraction).toFixed(1)}% padding)`,
-          describe("gate", r.conversion.gate, to),
-          describe("up", r.conversion.up, to),
-          describe("down", r.conversion.down, to),
-          ...(r.predictorLayers ? [`  predictors of ${r.predictorLayers} layers from ${predictors}`] : []),
-        ].join("\n") + "\n",
-      );
-    }
-    return 0;
-  });
+  return interruptible(
+    "convert: interrupted, partial file removed",
+    () => bar?.abandon(),
+    async (signal) => {
+      if (!quiet) process.stderr.write(`convert: ${input} -> ${out}\n`);
+      const r = await convertToStore({
+        input,
+        output: out,
+        type,
+        profile,
+        predictors,
+        signal: signal,
+        onProgress: bar
+          ? (p) => {
+              bar.setTotal(p.bytesTotal);
+              bar.update(p.bytesDone);
+            }
+          : undefined,
+      });
+      bar?.abandon(); // the summary below says it all
+      if (!quiet) {
+        const to = typeName(r.ffnType);
+        process.stderr.write(
+          [
+            `convert: wrote ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s: ${r.fixedTensors} fixed tensors, ${r.layers} layers, ` +
+              `${r.neurons} FFN neurons (${r.ordered ? "hot-first by the profile" : "in index order"}), ${to} bundles of ${r.bundleBytes} bytes ` +
+              `(${(100 * r.paddingFraction).toFixed(1)}% padding)`,
+            describe("gate", r.conversion.gate, to),
+            describe("up", r.conversion.up, to),
+            describe("down", r.conversion.down, to),
+            ...(r.predictorLayers ? [`  predictors of ${r.predictorLayers} layers from ${predictors}`] : []),
+          ].join("\n") + "\n",
+        );
+      }
+      return 0;
+    },
+  );
 }

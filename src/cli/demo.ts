@@ -25,7 +25,15 @@ import { fileURLToPath } from "node:url";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { ProgressBar, formatBytes } from "./progress.js";
 import { NeuronStore } from "../format/store.js";
-import { plannedFiring, SHAPE_SPECS, synthesize, synthFileSize, type SynthShape, type SynthShapeSpec, type SynthType } from "../offline/synth.js";
+import {
+  plannedFiring,
+  SHAPE_SPECS,
+  synthesize,
+  synthFileSize,
+  type SynthShape,
+  type SynthShapeSpec,
+  type SynthType,
+} from "../offline/synth.js";
 import { convertToStore } from "../offline/convert.js";
 import { loadModel } from "../index.js";
 import { peakResidentBytes } from "../runtime/memory.js";
@@ -76,12 +84,22 @@ const DEFAULT_CACHE_SHARE = 0.08;
 const RUNTIME_ALLOWANCE = 144 * 2 ** 20;
 
 const FLAGS: FlagSpec[] = [
-  { names: ["--budget"], key: "budget", type: "size", help: `memory budget for the run (default: what must stay resident plus ${DEFAULT_CACHE_SHARE * 100}% of the bundles, see above)` },
+  {
+    names: ["--budget"],
+    key: "budget",
+    type: "size",
+    help: `memory budget for the run (default: what must stay resident plus ${DEFAULT_CACHE_SHARE * 100}% of the bundles, see above)`,
+  },
   { names: ["--shape"], key: "shape", type: "string", help: `model shape: ${SHAPES.join(", ")}`, default: "demo" },
   { names: ["-n", "--n-predict"], key: "n", type: "int", help: "tokens to generate", default: 32 },
   { names: ["-p", "--prompt"], key: "prompt", type: "string", help: "prompt text", default: "Once upon a time" },
   { names: ["-t", "--threads"], key: "threads", type: "int", help: "compute threads (default: all cores)" },
-  { names: ["--keep"], key: "keep", type: "string", help: "keep the synthetic GGUF and the .pi store in DIR (instead of the cache; reused from there)" },
+  {
+    names: ["--keep"],
+    key: "keep",
+    type: "string",
+    help: "keep the synthetic GGUF and the .pi store in DIR (instead of the cache; reused from there)",
+  },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
 
@@ -119,11 +137,16 @@ interface ChildJob {
 }
 
 export function cacheDir(env: NodeJS.ProcessEnv = process.env): string {
-  const base = env.XDG_CACHE_HOME && env.XDG_CACHE_HOME.startsWith("/") ? env.XDG_CACHE_HOME : join(homedir(), ".cache");
+  const base =
+    env.XDG_CACHE_HOME && env.XDG_CACHE_HOME.startsWith("/") ? env.XDG_CACHE_HOME : join(homedir(), ".cache");
   return join(base, "powerinfer-ts");
 }
 
-function specOf(shape: DemoShape): { synthShape: SynthShape; overrides?: Partial<SynthShapeSpec>; spec: SynthShapeSpec } {
+function specOf(shape: DemoShape): {
+  synthShape: SynthShape;
+  overrides?: Partial<SynthShapeSpec>;
+  spec: SynthShapeSpec;
+} {
   if (shape === "demo") return { synthShape: "1b", overrides: DEMO_SPEC, spec: { ...SHAPE_SPECS["1b"], ...DEMO_SPEC } };
   return { synthShape: shape, spec: SHAPE_SPECS[shape] };
 }
@@ -144,9 +167,24 @@ function usableStore(path: string): boolean {
   }
 }
 
-async function makeStore(shape: DemoShape, dir: string, storePath: string, ggufPath: string, keepGguf: boolean, signal: AbortSignal): Promise<void> {
+async function makeStore(
+  shape: DemoShape,
+  dir: string,
+  storePath: string,
+  ggufPath: string,
+  keepGguf: boolean,
+  signal: AbortSignal,
+): Promise<void> {
   const { synthShape, overrides, spec } = specOf(shape);
-  const synthOpts = { shape: synthShape, overrides, act: "relu" as const, type: TYPE, seed: SEED, sparsity: SPARSITY, gateRank: gateRankOf(spec.dim) };
+  const synthOpts = {
+    shape: synthShape,
+    overrides,
+    act: "relu" as const,
+    type: TYPE,
+    seed: SEED,
+    sparsity: SPARSITY,
+    gateRank: gateRankOf(spec.dim),
+  };
   const predictorsPath = ggufPath.replace(/\.gguf$/, ".predictors.gguf");
   const ggufBytes = synthFileSize(synthOpts);
   // The GGUF and the store exist side by side for a moment; say so before filling the disk.
@@ -154,11 +192,16 @@ async function makeStore(shape: DemoShape, dir: string, storePath: string, ggufP
   try {
     const fs = statfsSync(dir);
     const free = fs.bavail * fs.bsize;
-    if (free < need) throw new Error(`demo: ${dir} has ${formatBytes(free)} free, the demo model needs about ${formatBytes(need)} while it is made (use --keep DIR elsewhere)`);
+    if (free < need)
+      throw new Error(
+        `demo: ${dir} has ${formatBytes(free)} free, the demo model needs about ${formatBytes(need)} while it is made (use --keep DIR elsewhere)`,
+      );
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === undefined) throw e;
   }
-  process.stderr.write(`demo: making the demo model once (${mb(ggufBytes)}, ${spec.layers} layers, dim ${spec.dim}, ffn ${spec.ffn}); later runs reuse ${storePath}\n`);
+  process.stderr.write(
+    `demo: making the demo model once (${mb(ggufBytes)}, ${spec.layers} layers, dim ${spec.dim}, ffn ${spec.ffn}); later runs reuse ${storePath}\n`,
+  );
 
   let predictors = predictorsPath;
   if (!existsSync(ggufPath) || !existsSync(predictorsPath)) {
@@ -166,7 +209,14 @@ async function makeStore(shape: DemoShape, dir: string, storePath: string, ggufP
     predictors = keepGguf ? predictorsPath : `${predictorsPath}.${process.pid}`;
     const bar = new ProgressBar({ label: "synthesize", total: ggufBytes, unit: "bytes" });
     try {
-      await synthesize({ ...synthOpts, out: tmp, predictorsOut: predictors, signal, fsync: false, onProgress: (p) => bar.update(p.bytesWritten) });
+      await synthesize({
+        ...synthOpts,
+        out: tmp,
+        predictorsOut: predictors,
+        signal,
+        fsync: false,
+        onProgress: (p) => bar.update(p.bytesWritten),
+      });
       bar.finish();
     } catch (e) {
       bar.abandon();
@@ -179,7 +229,9 @@ async function makeStore(shape: DemoShape, dir: string, storePath: string, ggufP
   // Neurons are stored hot-first by the firing rates the generator planted: a stand-in for the
   // measured activation profile a real model would come with. It decides only the order on
   // flash (which neurons the hot region pins); what runs is still what the weights fire.
-  const profile = { layers: Array.from({ length: spec.layers }, (_, l) => ({ frequency: plannedFiring(SEED, l, spec.ffn, SPARSITY) })) };
+  const profile = {
+    layers: Array.from({ length: spec.layers }, (_, l) => ({ frequency: plannedFiring(SEED, l, spec.ffn, SPARSITY) })),
+  };
   const bar = new ProgressBar({ label: "convert", total: 0, unit: "bytes" });
   try {
     await convertToStore({
@@ -226,7 +278,8 @@ export function defaultBudget(storePath: string, cacheShare = DEFAULT_CACHE_SHAR
     const gates = nLayer * weightKernel(ffn.type).packedBytes(nFF, dim);
     // Packing inflates every matrix of this type alike (Q4_1: 1.2x); synthetic models use one type.
     const packing = gates / (nLayer * nFF * ffn.rowBytes);
-    const kvDim = (dim * store.getNumber("llama.attention.head_count_kv")) / store.getNumber("llama.attention.head_count");
+    const kvDim =
+      (dim * store.getNumber("llama.attention.head_count_kv")) / store.getNumber("llama.attention.head_count");
     const kv = 2 * nLayer * CONTEXT * kvDim * 4;
     const scratch = 8 * nFF * 4 + 64 * dim * 4 + (4 << 20);
     const bundles = nLayer * nFF * ffn.bundleBytes;
@@ -293,7 +346,8 @@ function runChild(job: ChildJob): Promise<ChildResult> {
     p.on("exit", (code, signal) => {
       process.off("SIGINT", onSigint);
       if (result && code === 0) res(result);
-      else rej(new Error(`demo: the run failed (${signal ? `signal ${signal}` : `exit ${code}`}; its message is above)`));
+      else
+        rej(new Error(`demo: the run failed (${signal ? `signal ${signal}` : `exit ${code}`}; its message is above)`));
     });
   });
 }
@@ -351,8 +405,13 @@ export async function main(argv: string[]): Promise<number> {
   const ratio = sourceBytes / budget;
 
   const out = process.stdout;
-  out.write(`model:   synthetic ${shape} model (${cfgLine}): ${mb(sourceBytes)} of weights, ${mb(storeBytes)} as a store on flash\n`);
-  const versus = ratio >= 1 ? `the model is ${ratio.toFixed(1)}x the budget` : "the model is smaller than the budget (a tiny shape; the default demo model is not)";
+  out.write(
+    `model:   synthetic ${shape} model (${cfgLine}): ${mb(sourceBytes)} of weights, ${mb(storeBytes)} as a store on flash\n`,
+  );
+  const versus =
+    ratio >= 1
+      ? `the model is ${ratio.toFixed(1)}x the budget`
+      : "the model is smaller than the budget (a tiny shape; the default demo model is not)";
   out.write(`budget:  ${formatBytes(budget)}${args.budget === undefined ? " (default)" : ""}: ${versus}\n`);
   out.write(`prompt:  ${JSON.stringify(prompt)}, ${n} tokens, greedy\n`);
   out.write("text:    ");

@@ -36,18 +36,43 @@ export async function main(argv: string[]): Promise<number> {
     const params = tensors.reduce((a, t) => a + t.elements, 0);
     if (args.json) {
       const meta: Record<string, unknown> = {};
-      for (const [k, v] of f.metadata) meta[k] = ArrayBuffer.isView(v) ? Array.from(v as Float32Array) : typeof v === "bigint" ? String(v) : v;
-      console.log(JSON.stringify({ magic: f.magic, version: f.version, files: f.paths, metadata: meta, tensors: tensors.map((t) => ({ name: t.name, type: typeName(t.type), dims: t.dims, bytes: t.bytes, offset: t.offset, file: t.fileIndex })) }, null, 1));
+      for (const [k, v] of f.metadata)
+        meta[k] = ArrayBuffer.isView(v) ? Array.from(v as Float32Array) : typeof v === "bigint" ? String(v) : v;
+      console.log(
+        JSON.stringify(
+          {
+            magic: f.magic,
+            version: f.version,
+            files: f.paths,
+            metadata: meta,
+            tensors: tensors.map((t) => ({
+              name: t.name,
+              type: typeName(t.type),
+              dims: t.dims,
+              bytes: t.bytes,
+              offset: t.offset,
+              file: t.fileIndex,
+            })),
+          },
+          null,
+          1,
+        ),
+      );
       return 0;
     }
     console.log(`file: ${f.paths.join(", ")}`);
-    console.log(`format: ${f.magic === "PWRI" ? "PowerInfer sparse GGUF (PWRI)" : "GGUF"} v${f.version}, ${mib(f.fileSize)}`);
+    console.log(
+      `format: ${f.magic === "PWRI" ? "PowerInfer sparse GGUF (PWRI)" : "GGUF"} v${f.version}, ${mib(f.fileSize)}`,
+    );
     console.log(`\nmetadata (${f.metadata.size} keys):`);
     for (const [k, v] of f.metadata) console.log(`  ${k} = ${show(v, Boolean(args.all))}`);
     console.log(`\ntensors (${tensors.length}, ${(params / 1e6).toFixed(2)} M parameters, ${mib(total)}):`);
     const byType = new Map<string, number>();
     for (const t of tensors) {
-      console.log(`  ${t.name.padEnd(32)} ${typeName(t.type).padEnd(5)} [${t.dims.join(", ")}]`.padEnd(72) + ` ${mib(t.bytes).padStart(12)}  @${t.offset}`);
+      console.log(
+        `  ${t.name.padEnd(32)} ${typeName(t.type).padEnd(5)} [${t.dims.join(", ")}]`.padEnd(72) +
+          ` ${mib(t.bytes).padStart(12)}  @${t.offset}`,
+      );
       byType.set(typeName(t.type), (byType.get(typeName(t.type)) ?? 0) + t.bytes);
     }
     console.log(`\nbytes by type: ${[...byType].map(([k, v]) => `${k} ${mib(v)}`).join(", ")}`);

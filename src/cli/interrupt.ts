@@ -3,7 +3,11 @@
  * SIGTERM: the job gets an AbortSignal and removes what it had half written; the command then
  * prints one line and exits with 130, as shells expect of an interrupted program.
  */
-export async function interruptible(message: string, onFail: () => void, job: (signal: AbortSignal) => Promise<number>): Promise<number> {
+export async function interruptible(
+  message: string,
+  onFail: () => void,
+  job: (signal: AbortSignal) => Promise<number>,
+): Promise<number> {
   const controller = new AbortController();
   const onSignal = () => controller.abort(new Error("interrupted"));
   process.once("SIGINT", onSignal);

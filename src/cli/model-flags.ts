@@ -13,18 +13,68 @@ import { applyPlan } from "../planner/plan.js";
 export const LOAD_FLAGS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "model file (GGUF, or a neuron store .pi)" },
   { names: ["-t", "--threads"], key: "threads", type: "int", help: "compute threads (default: all cores)" },
-  { names: ["-c", "--ctx-size"], key: "ctx", type: "int", help: "context size in tokens (default: the model's, capped to what fits)" },
+  {
+    names: ["-c", "--ctx-size"],
+    key: "ctx",
+    type: "int",
+    help: "context size in tokens (default: the model's, capped to what fits)",
+  },
   { names: ["-b", "--batch-size"], key: "batch", type: "int", help: "prompt tokens per forward pass", default: 256 },
-  { names: ["--memory-budget"], key: "budget", type: "size", help: "for a neuron store (.pi): everything resident fits in this (e.g. 1.5GiB)" },
-  { names: ["--sparsity"], key: "sparsity", type: "string", help: "for a store: dense | gate | predictor (default: predictor when the model has predictors, else gate)" },
-  { names: ["--cache-size"], key: "cacheSize", type: "size", help: "neuron cache size for a store (default: what the budget leaves)" },
-  { names: ["--hot-fraction"], key: "hotFraction", type: "float", help: "share of the neuron cache pinned to hot neurons (default: the plan's; else from the store's profile, the share with the most expected hits (at least 0.5); 0.5 without one)" },
-  { names: ["--io-queue-depth"], key: "queueDepth", type: "int", help: "reads from flash in flight (default: 1024 with native AIO on its own I/O thread, 256 with AIO inline; 64, libuv's pool under this command, without AIO)" },
+  {
+    names: ["--memory-budget"],
+    key: "budget",
+    type: "size",
+    help: "for a neuron store (.pi): everything resident fits in this (e.g. 1.5GiB)",
+  },
+  {
+    names: ["--sparsity"],
+    key: "sparsity",
+    type: "string",
+    help: "for a store: dense | gate | predictor (default: predictor when the model has predictors, else gate)",
+  },
+  {
+    names: ["--cache-size"],
+    key: "cacheSize",
+    type: "size",
+    help: "neuron cache size for a store (default: what the budget leaves)",
+  },
+  {
+    names: ["--hot-fraction"],
+    key: "hotFraction",
+    type: "float",
+    help: "share of the neuron cache pinned to hot neurons (default: the plan's; else from the store's profile, the share with the most expected hits (at least 0.5); 0.5 without one)",
+  },
+  {
+    names: ["--io-queue-depth"],
+    key: "queueDepth",
+    type: "int",
+    help: "reads from flash in flight (default: 1024 with native AIO on its own I/O thread, 256 with AIO inline; 64, libuv's pool under this command, without AIO)",
+  },
   { names: ["--no-pipeline"], key: "noPipeline", type: "bool", help: "wait for reads before computing (ablation)" },
-  { names: ["--no-read-ahead"], key: "noReadAhead", type: "bool", help: "predictor mode: do not read the next layer's likely bundles during this layer (ablation)" },
-  { names: ["--verify"], key: "verify", type: "string", help: "bundle checksums: once (default; each chunk on its first read, and the file checked for changes every token) | always (every read)" },
-  { names: ["--plan"], key: "plan", type: "string", help: "a plan from `powerinfer plan` (default: MODEL.plan.json beside the model when made for this --memory-budget; none: no plan)" },
-  { names: ["--thresholds"], key: "thresholds", type: "string", help: "apply the activation thresholds of a profile (powerinfer profile --target-sparsity) of this model: SiLU sparsity for a plain GGUF" },
+  {
+    names: ["--no-read-ahead"],
+    key: "noReadAhead",
+    type: "bool",
+    help: "predictor mode: do not read the next layer's likely bundles during this layer (ablation)",
+  },
+  {
+    names: ["--verify"],
+    key: "verify",
+    type: "string",
+    help: "bundle checksums: once (default; each chunk on its first read, and the file checked for changes every token) | always (every read)",
+  },
+  {
+    names: ["--plan"],
+    key: "plan",
+    type: "string",
+    help: "a plan from `powerinfer plan` (default: MODEL.plan.json beside the model when made for this --memory-budget; none: no plan)",
+  },
+  {
+    names: ["--thresholds"],
+    key: "thresholds",
+    type: "string",
+    help: "apply the activation thresholds of a profile (powerinfer profile --target-sparsity) of this model: SiLU sparsity for a plain GGUF",
+  },
 ];
 
 export const SAMPLING_FLAGS: FlagSpec[] = [
@@ -32,25 +82,42 @@ export const SAMPLING_FLAGS: FlagSpec[] = [
   { names: ["--top-k"], key: "topK", type: "int", help: "top-k sampling (0 = off)", default: 40 },
   { names: ["--top-p"], key: "topP", type: "float", help: "top-p sampling (1 = off)", default: 0.95 },
   { names: ["--min-p"], key: "minP", type: "float", help: "min-p sampling (0 = off)", default: 0.05 },
-  { names: ["--repeat-penalty"], key: "repeatPenalty", type: "float", help: "penalize repeated tokens (1 = off)", default: 1.0 },
-  { names: ["--repeat-last-n"], key: "repeatLastN", type: "int", help: "tokens the repeat penalty looks back", default: 64 },
+  {
+    names: ["--repeat-penalty"],
+    key: "repeatPenalty",
+    type: "float",
+    help: "penalize repeated tokens (1 = off)",
+    default: 1.0,
+  },
+  {
+    names: ["--repeat-last-n"],
+    key: "repeatLastN",
+    type: "int",
+    help: "tokens the repeat penalty looks back",
+    default: 64,
+  },
   { names: ["-s", "--seed"], key: "seed", type: "int", help: "random seed (default: random)" },
   { names: ["--ignore-eos"], key: "ignoreEos", type: "bool", help: "keep generating after end-of-generation tokens" },
 ];
 
 /** loadModel options from the LOAD_FLAGS, checked; `command` names the command in errors. */
 export function loadOptions(command: string, args: ParsedArgs): LoadModelOptions {
-  if (typeof args.model !== "string") throw new UsageError(`${command}: -m MODEL is required (see powerinfer ${command} --help)`);
-  if (args.threads !== undefined && (args.threads as number) < 1) throw new UsageError(`${command}: -t must be at least 1`);
+  if (typeof args.model !== "string")
+    throw new UsageError(`${command}: -m MODEL is required (see powerinfer ${command} --help)`);
+  if (args.threads !== undefined && (args.threads as number) < 1)
+    throw new UsageError(`${command}: -t must be at least 1`);
   if (args.ctx !== undefined && (args.ctx as number) < 1) throw new UsageError(`${command}: -c must be at least 1`);
   if ((args.batch as number) < 1) throw new UsageError(`${command}: -b must be at least 1`);
   if (args.sparsity !== undefined && !["dense", "gate", "predictor"].includes(args.sparsity as string)) {
     throw new UsageError(`${command}: --sparsity must be dense, gate or predictor, got "${args.sparsity}"`);
   }
   const hot = args.hotFraction as number | undefined;
-  if (hot !== undefined && !(hot >= 0 && hot <= 1)) throw new UsageError(`${command}: --hot-fraction must be between 0 and 1, got ${hot}`);
-  if (args.queueDepth !== undefined && (args.queueDepth as number) < 1) throw new UsageError(`${command}: --io-queue-depth must be at least 1`);
-  if (args.verify !== undefined && args.verify !== "once" && args.verify !== "always") throw new UsageError(`${command}: --verify must be once or always, got "${args.verify}"`);
+  if (hot !== undefined && !(hot >= 0 && hot <= 1))
+    throw new UsageError(`${command}: --hot-fraction must be between 0 and 1, got ${hot}`);
+  if (args.queueDepth !== undefined && (args.queueDepth as number) < 1)
+    throw new UsageError(`${command}: --io-queue-depth must be at least 1`);
+  if (args.verify !== undefined && args.verify !== "once" && args.verify !== "always")
+    throw new UsageError(`${command}: --verify must be once or always, got "${args.verify}"`);
   // Read (and check against the model) now, so a wrong profile fails before the model loads.
   const thresholds = typeof args.thresholds === "string" ? thresholdsForModel(args.thresholds, args.model) : undefined;
   const opts: LoadModelOptions = {

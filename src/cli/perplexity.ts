@@ -21,7 +21,12 @@ const FLAGS: FlagSpec[] = [
   ...LOAD_FLAGS,
   { names: ["-f", "--file"], key: "file", type: "string", help: "text file to score (UTF-8)" },
   { names: ["--chunks"], key: "chunks", type: "int", help: "score at most this many chunks (default: all)" },
-  { names: ["--sparsity-stats"], key: "sparsityStats", type: "bool", help: "also measure the FFN sparsity of the run (a dense model: through the FFN observer, slower)" },
+  {
+    names: ["--sparsity-stats"],
+    key: "sparsityStats",
+    type: "bool",
+    help: "also measure the FFN sparsity of the run (a dense model: through the FFN observer, slower)",
+  },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
 
@@ -35,33 +40,50 @@ const SUMMARY =
 export async function main(argv: string[]): Promise<number> {
   const args = parseArgs(argv, FLAGS);
   if (args.help) {
-    console.log(usage("perplexity -m MODEL -f FILE [-c CTX] [-b BATCH] [--chunks N] [--thresholds PROFILE] [--sparsity MODE]", SUMMARY, FLAGS));
+    console.log(
+      usage(
+        "perplexity -m MODEL -f FILE [-c CTX] [-b BATCH] [--chunks N] [--thresholds PROFILE] [--sparsity MODE]",
+        SUMMARY,
+        FLAGS,
+      ),
+    );
     return 0;
   }
-  if (args._.length > 0) throw new UsageError(`perplexity: unexpected argument "${args._[0]}" (the text file goes after -f)`);
+  if (args._.length > 0)
+    throw new UsageError(`perplexity: unexpected argument "${args._[0]}" (the text file goes after -f)`);
   if (typeof args.file !== "string") throw new UsageError("perplexity: -f FILE (the text to score) is required");
-  if (typeof args.model === "string" && !existsSync(args.model)) throw new UsageError(`perplexity: model ${args.model} does not exist`);
+  if (typeof args.model === "string" && !existsSync(args.model))
+    throw new UsageError(`perplexity: model ${args.model} does not exist`);
   const chunks = args.chunks as number | undefined;
-  if (chunks !== undefined && chunks < 1) throw new UsageError(`perplexity: --chunks must be at least 1, got ${chunks}`);
+  if (chunks !== undefined && chunks < 1)
+    throw new UsageError(`perplexity: --chunks must be at least 1, got ${chunks}`);
   const load = loadOptions("perplexity", args);
-  if (args.ctx !== undefined && (args.ctx as number) < 4) throw new UsageError(`perplexity: -c must be at least 4, got ${args.ctx}`);
+  if (args.ctx !== undefined && (args.ctx as number) < 4)
+    throw new UsageError(`perplexity: -c must be at least 4, got ${args.ctx}`);
 
   // The text first: a bad file fails before the model loads.
   const text = readCorpus(args.file);
-  const file: ModelFile = isNeuronStore(load.modelPath) ? NeuronStore.open(load.modelPath) : GGUFFile.open(load.modelPath);
+  const file: ModelFile = isNeuronStore(load.modelPath)
+    ? NeuronStore.open(load.modelPath)
+    : GGUFFile.open(load.modelPath);
   let nCtx: number, tokens: Int32Array, bos: number;
   try {
     const cfg = readConfig(file);
     const tokenizer = Tokenizer.fromGGUF(file);
     nCtx = (args.ctx as number | undefined) ?? Math.min(512, cfg.nCtxTrain);
-    if (nCtx > cfg.nCtxTrain) process.stderr.write(`perplexity: warning: the model was trained on ${cfg.nCtxTrain} context tokens (-c ${nCtx} given)\n`);
+    if (nCtx > cfg.nCtxTrain)
+      process.stderr.write(
+        `perplexity: warning: the model was trained on ${cfg.nCtxTrain} context tokens (-c ${nCtx} given)\n`,
+      );
     tokens = corpusTokens(tokenizer, text);
     bos = tokenizer.addBos && tokenizer.bosId >= 0 ? tokenizer.bosId : -1;
   } finally {
     file.close();
   }
   if (tokens.length < 2 * nCtx) {
-    throw new UsageError(`perplexity: ${args.file} tokenizes to only ${tokens.length} tokens; a context of ${nCtx} needs at least ${2 * nCtx} (2 * n_ctx, as llama-perplexity): use a longer text or a smaller -c`);
+    throw new UsageError(
+      `perplexity: ${args.file} tokenizes to only ${tokens.length} tokens; a context of ${nCtx} needs at least ${2 * nCtx} (2 * n_ctx, as llama-perplexity): use a longer text or a smaller -c`,
+    );
   }
 
   const t0 = performance.now();
@@ -89,10 +111,17 @@ export async function main(argv: string[]): Promise<number> {
         `${chunks !== undefined ? ` (scoring ${Math.min(chunks, Math.floor(tokens.length / nCtx))})` : ""}, batch ${model.batchSize}\n`,
     );
     const r = await perplexity(model, tokens, {
-      contextSize: nCtx, batchSize: model.batchSize, chunks, bos, signal: controller.signal,
+      contextSize: nCtx,
+      batchSize: model.batchSize,
+      chunks,
+      bos,
+      signal: controller.signal,
       measureSparsity: args.sparsityStats === true || model.offloaded !== undefined,
       onChunk: (c, n, ppl, seconds) => {
-        if (c === 1) process.stderr.write(`perplexity: ${seconds.toFixed(2)} seconds per pass - ETA ${formatDuration(seconds * n)}\n`);
+        if (c === 1)
+          process.stderr.write(
+            `perplexity: ${seconds.toFixed(2)} seconds per pass - ETA ${formatDuration(seconds * n)}\n`,
+          );
         process.stdout.write(`[${c}]${ppl.toFixed(4)},`);
       },
     });
@@ -101,7 +130,9 @@ export async function main(argv: string[]): Promise<number> {
     process.stdout.write(`Final estimate: PPL = ${r.ppl.toFixed(4)}${pm}\n`);
     process.stderr.write(
       `perplexity: ${r.count} tokens scored in ${r.chunks} chunks, ${r.seconds.toFixed(1)} s` +
-        (r.sparsity !== undefined ? `; FFN sparsity ${(100 * r.sparsity).toFixed(1)}% of neuron activations skipped or zero` : "") +
+        (r.sparsity !== undefined
+          ? `; FFN sparsity ${(100 * r.sparsity).toFixed(1)}% of neuron activations skipped or zero`
+          : "") +
         "\n",
     );
     return 0;

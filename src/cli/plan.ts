@@ -15,19 +15,90 @@ import { median } from "../planner/median.js";
 
 const FLAGS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "the neuron store (.pi) to plan for" },
-  { names: ["--memory-budget"], key: "budget", type: "size", help: "everything resident fits in this (e.g. 3.75GiB), as for run" },
-  { names: ["-o", "--output"], key: "output", type: "string", help: "plan file to write (default: MODEL.plan.json next to the model, where run finds it)" },
-  { names: ["-t", "--threads"], key: "threads", type: "int", help: "use this many threads (default: the fastest predicted, 1..cores)" },
-  { names: ["-c", "--ctx-size"], key: "ctx", type: "int", help: "context size of the runs (its KV cache is part of the budget)", default: 256 },
-  { names: ["-b", "--batch-size"], key: "batch", type: "int", help: "prompt tokens per forward pass, as for run", default: 256 },
-  { names: ["--prompt-tokens"], key: "prompt", type: "int", help: "prompt length the prediction assumes (its prefill warms the cache)", default: 32 },
-  { names: ["--decode-tokens"], key: "decode", type: "int", help: "generated tokens the predicted tok/s averages over", default: 128 },
-  { names: ["--firing"], key: "firing", type: "float", help: "assume every neuron fires with this probability (default: the store's profile, else planted rates of a synthetic model, else 0.1)" },
-  { names: ["--reprobe"], key: "reprobe", type: "bool", help: "measure the machine again instead of using the cached probe" },
-  { names: ["--probe-scale"], key: "scale", type: "float", help: "multiply the probe's measuring time (1 = a few seconds)", default: 1 },
-  { names: ["--no-calibrate"], key: "noCalibrate", type: "bool", help: "skip the calibration run (a short decode of the store with the default knobs that scales every prediction to this machine under load)" },
-  { names: ["--calibration-tokens"], key: "calTokens", type: "int", help: "decode steps the calibration run measures", default: 8 },
-  { names: ["--json"], key: "json", type: "bool", help: "print the plan as JSON on stdout (it is written to the file as well)" },
+  {
+    names: ["--memory-budget"],
+    key: "budget",
+    type: "size",
+    help: "everything resident fits in this (e.g. 3.75GiB), as for run",
+  },
+  {
+    names: ["-o", "--output"],
+    key: "output",
+    type: "string",
+    help: "plan file to write (default: MODEL.plan.json next to the model, where run finds it)",
+  },
+  {
+    names: ["-t", "--threads"],
+    key: "threads",
+    type: "int",
+    help: "use this many threads (default: the fastest predicted, 1..cores)",
+  },
+  {
+    names: ["-c", "--ctx-size"],
+    key: "ctx",
+    type: "int",
+    help: "context size of the runs (its KV cache is part of the budget)",
+    default: 256,
+  },
+  {
+    names: ["-b", "--batch-size"],
+    key: "batch",
+    type: "int",
+    help: "prompt tokens per forward pass, as for run",
+    default: 256,
+  },
+  {
+    names: ["--prompt-tokens"],
+    key: "prompt",
+    type: "int",
+    help: "prompt length the prediction assumes (its prefill warms the cache)",
+    default: 32,
+  },
+  {
+    names: ["--decode-tokens"],
+    key: "decode",
+    type: "int",
+    help: "generated tokens the predicted tok/s averages over",
+    default: 128,
+  },
+  {
+    names: ["--firing"],
+    key: "firing",
+    type: "float",
+    help: "assume every neuron fires with this probability (default: the store's profile, else planted rates of a synthetic model, else 0.1)",
+  },
+  {
+    names: ["--reprobe"],
+    key: "reprobe",
+    type: "bool",
+    help: "measure the machine again instead of using the cached probe",
+  },
+  {
+    names: ["--probe-scale"],
+    key: "scale",
+    type: "float",
+    help: "multiply the probe's measuring time (1 = a few seconds)",
+    default: 1,
+  },
+  {
+    names: ["--no-calibrate"],
+    key: "noCalibrate",
+    type: "bool",
+    help: "skip the calibration run (a short decode of the store with the default knobs that scales every prediction to this machine under load)",
+  },
+  {
+    names: ["--calibration-tokens"],
+    key: "calTokens",
+    type: "int",
+    help: "decode steps the calibration run measures",
+    default: 8,
+  },
+  {
+    names: ["--json"],
+    key: "json",
+    type: "bool",
+    help: "print the plan as JSON on stdout (it is written to the file as well)",
+  },
   { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "no progress messages" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
@@ -45,12 +116,21 @@ async function calibrationChild(job: CalibrationJob): Promise<number> {
     batchSize: job.batchSize,
     memoryBudget: job.budget,
     // the planner models gate sparsity; the knobs as applyPlan would set them
-    offload: { sparsity: "gate", hotFraction: k.hotFraction, queueDepth: k.queueDepth, pipeline: k.pipeline, residentGates: k.residentGates ? undefined : false },
+    offload: {
+      sparsity: "gate",
+      hotFraction: k.hotFraction,
+      queueDepth: k.queueDepth,
+      pipeline: k.pipeline,
+      residentGates: k.residentGates ? undefined : false,
+    },
   });
   try {
     const { nVocab } = model.config;
     // a fixed prompt of ordinary token ids (what they say does not matter to the timing)
-    const prompt = [1, ...Array.from({ length: Math.max(1, job.promptTokens) - 1 }, (_, i) => 3 + ((i * 7919 + 13) % (nVocab - 3)))];
+    const prompt = [
+      1,
+      ...Array.from({ length: Math.max(1, job.promptTokens) - 1 }, (_, i) => 3 + ((i * 7919 + 13) % (nVocab - 3))),
+    ];
     const argmax = (l: Float32Array) => {
       let b = 0;
       for (let v = 1; v < l.length; v++) if (l[v] > l[b]) b = v;
@@ -62,7 +142,8 @@ async function calibrationChild(job: CalibrationJob): Promise<number> {
     // the first generated token warms what the prompt did not touch; then the measured steps
     logits = await model.forwardAsync([argmax(logits)], 1, pos++);
     const off = model.offloaded!;
-    const seconds: number[] = [], waits: number[] = [];
+    const seconds: number[] = [],
+      waits: number[] = [];
     for (let i = 0; i < job.decodeTokens; i++) {
       const wait0 = off.stats.ioWaitMs;
       const t0 = performance.now();
@@ -107,7 +188,8 @@ export async function main(argv: string[]): Promise<number> {
   }
   const model = (args.model as string | undefined) ?? args._[0];
   if (typeof model !== "string") throw new UsageError("plan: -m MODEL.pi is required (see powerinfer plan --help)");
-  if (typeof args.budget !== "number") throw new UsageError("plan: --memory-budget SIZE is required (the plan is for one budget)");
+  if (typeof args.budget !== "number")
+    throw new UsageError("plan: --memory-budget SIZE is required (the plan is for one budget)");
   const positive = (key: string, flag: string) => {
     const v = args[key];
     if (v !== undefined && !((v as number) >= 1)) throw new UsageError(`plan: ${flag} must be at least 1, got ${v}`);
@@ -116,10 +198,12 @@ export async function main(argv: string[]): Promise<number> {
   positive("ctx", "-c");
   positive("batch", "-b");
   positive("decode", "--decode-tokens");
-  if (!((args.calTokens as number) >= 2)) throw new UsageError(`plan: --calibration-tokens must be at least 2, got ${args.calTokens}`);
+  if (!((args.calTokens as number) >= 2))
+    throw new UsageError(`plan: --calibration-tokens must be at least 2, got ${args.calTokens}`);
   if ((args.prompt as number) < 0) throw new UsageError(`plan: --prompt-tokens must be 0 or more`);
   const firing = args.firing as number | undefined;
-  if (firing !== undefined && !(firing > 0 && firing <= 1)) throw new UsageError(`plan: --firing must be in (0, 1], got ${firing}`);
+  if (firing !== undefined && !(firing > 0 && firing <= 1))
+    throw new UsageError(`plan: --firing must be in (0, 1], got ${firing}`);
   const scale = args.scale as number;
   if (!(scale > 0)) throw new UsageError(`plan: --probe-scale must be positive`);
   const out = (args.output as string | undefined) ?? defaultPlanPath(model);
@@ -153,13 +237,19 @@ export async function main(argv: string[]): Promise<number> {
   const k = plan.knobs;
   const lines: string[] = [];
   lines.push(`plan for ${model} under --memory-budget ${sizeText(plan.budget)}, context ${plan.contextSize}`);
-  lines.push(`machine: ${m.hostname}, ${m.cpuModel}, ${m.cores} cores, ${(m.totalMemory / 2 ** 30).toFixed(1)} GiB; store on ${m.device}; load average now ${loadavg()[0].toFixed(1)}`);
-  const notes = Object.entries(r.probe.notes).map(([part, n]) => `${part} ${n.at.slice(0, 16)} (load ${n.loadAverage.toFixed(1)})`);
+  lines.push(
+    `machine: ${m.hostname}, ${m.cpuModel}, ${m.cores} cores, ${(m.totalMemory / 2 ** 30).toFixed(1)} GiB; store on ${m.device}; load average now ${loadavg()[0].toFixed(1)}`,
+  );
+  const notes = Object.entries(r.probe.notes).map(
+    ([part, n]) => `${part} ${n.at.slice(0, 16)} (load ${n.loadAverage.toFixed(1)})`,
+  );
   lines.push(`probe: ${plan.probe.file} [${notes.join("; ")}] (--reprobe measures again)`);
   const then = Object.values(r.probe.notes).map((n) => n.loadAverage);
   const now = loadavg()[0];
   if (then.length && Math.abs(now - then[0]) > Math.max(2, 0.5 * m.cores)) {
-    lines.push(`note: the load average was ${then[0].toFixed(1)} when this machine was probed and is ${now.toFixed(1)} now; speeds change with it (--reprobe predicts for now)`);
+    lines.push(
+      `note: the load average was ${then[0].toFixed(1)} when this machine was probed and is ${now.toFixed(1)} now; speeds change with it (--reprobe predicts for now)`,
+    );
   }
   lines.push(`firing: ${r.firing.source}; mean ${pct(plan.firing.meanFiring)} of neurons per token`);
   const c = plan.calibration;
@@ -193,7 +283,9 @@ export async function main(argv: string[]): Promise<number> {
     `cache: ${pct(plan.prediction.hitRate)} of firing neurons hit; ${Math.round(plan.prediction.firingPerToken)} fire per token, ${Math.round(plan.prediction.missesPerToken)} missed, ` +
       `${(plan.prediction.readBytesPerToken / 1e6).toFixed(1)} MB read per token`,
   );
-  lines.push(`wrote ${out}; run picks it up with --plan ${out}${out === defaultPlanPath(model) ? ` (or by itself when run with --memory-budget ${sizeText(plan.budget)})` : ""}`);
+  lines.push(
+    `wrote ${out}; run picks it up with --plan ${out}${out === defaultPlanPath(model) ? ` (or by itself when run with --memory-budget ${sizeText(plan.budget)})` : ""}`,
+  );
   console.log(lines.join("\n"));
   return 0;
 }
@@ -201,10 +293,13 @@ export async function main(argv: string[]): Promise<number> {
 /** The knobs `run` uses when no flag sets them: the plan is compared with these. */
 function flagDefaults(): { hotFraction?: number; queueDepth?: number } {
   const def = (key: string) => LOAD_FLAGS.find((f) => f.key === key)?.default;
-  const hot = def("hotFraction"), qd = def("queueDepth");
-  return { ...(typeof hot === "number" ? { hotFraction: hot } : {}), ...(typeof qd === "number" ? { queueDepth: qd } : {}) };
+  const hot = def("hotFraction"),
+    qd = def("queueDepth");
+  return {
+    ...(typeof hot === "number" ? { hotFraction: hot } : {}),
+    ...(typeof qd === "number" ? { queueDepth: qd } : {}),
+  };
 }
-
 
 function breakdown(p: PlanPrediction): string {
   const b = p.breakdown;

@@ -104,7 +104,9 @@ export class ProgressBar {
     if (this.finished) return;
     this.finished = true;
     const seconds = (this.now() - this.t0) / 1000;
-    const line = message ?? `${this.options.label}: ${this.amount(this.done)} in ${seconds.toFixed(1)} s${this.rate(this.done, seconds)}`;
+    const line =
+      message ??
+      `${this.options.label}: ${this.amount(this.done)} in ${seconds.toFixed(1)} s${this.rate(this.done, seconds)}`;
     this.stream.write(`${this.drawn ? "\r\x1b[K" : ""}${line}\n`);
   }
 
@@ -124,11 +126,16 @@ export class ProgressBar {
       const frac = this.done / total;
       const width = Math.max(10, Math.min(30, (this.stream.columns ?? 80) - 60));
       const full = Math.round(frac * width);
-      parts.push(`[${"#".repeat(full)}${"·".repeat(width - full)}]`, `${Math.floor(frac * 100)}%`.padStart(4), `${this.amount(this.done)}/${this.amount(total)}`);
+      parts.push(
+        `[${"#".repeat(full)}${"·".repeat(width - full)}]`,
+        `${Math.floor(frac * 100)}%`.padStart(4),
+        `${this.amount(this.done)}/${this.amount(total)}`,
+      );
     } else parts.push(this.amount(this.done));
     const rate = this.rate(this.done, seconds);
     if (rate) parts.push(rate.slice(2, -1));
-    if (total > 0 && this.done > 0 && this.done < total && seconds > 0.5) parts.push(`ETA ${formatDuration(((total - this.done) * seconds) / this.done)}`);
+    if (total > 0 && this.done > 0 && this.done < total && seconds > 0.5)
+      parts.push(`ETA ${formatDuration(((total - this.done) * seconds) / this.done)}`);
     return parts.join("  ");
   }
 

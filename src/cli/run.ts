@@ -14,17 +14,30 @@ const FLAGS: FlagSpec[] = [
   ...LOAD_FLAGS,
   { names: ["-p", "--prompt"], key: "prompt", type: "string", help: "prompt text" },
   { names: ["-f", "--file"], key: "file", type: "string", help: "read the prompt from a file" },
-  { names: ["-n", "--n-predict"], key: "n", type: "int", help: "tokens to generate (-1 = until end or full context)", default: 128 },
+  {
+    names: ["-n", "--n-predict"],
+    key: "n",
+    type: "int",
+    help: "tokens to generate (-1 = until end or full context)",
+    default: 128,
+  },
   ...SAMPLING_FLAGS,
   { names: ["--no-bos"], key: "noBos", type: "bool", help: "do not add the BOS token" },
-  { names: ["--stats"], key: "stats", type: "bool", help: "a live status line while generating (tok/s, cache hit rate, MB/s read, resident memory)" },
+  {
+    names: ["--stats"],
+    key: "stats",
+    type: "bool",
+    help: "a live status line while generating (tok/s, cache hit rate, MB/s read, resident memory)",
+  },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
 
 export async function main(argv: string[]): Promise<number> {
   const args = parseArgs(argv, FLAGS);
   if (args.help) {
-    console.log(usage("run -m MODEL -p PROMPT [options]", "Generate text. The text goes to stdout, statistics to stderr.", FLAGS));
+    console.log(
+      usage("run -m MODEL -p PROMPT [options]", "Generate text. The text goes to stdout, statistics to stderr.", FLAGS),
+    );
     return 0;
   }
   const load = loadOptions("run", args);
@@ -74,7 +87,9 @@ export async function main(argv: string[]): Promise<number> {
           status.update(
             formatStats({
               tokensPerSecond: rate.perSecond,
-              cacheHitRate: off ? (off.hotHits + off.coldHits) / Math.max(1, off.hotHits + off.coldHits + off.misses) : undefined,
+              cacheHitRate: off
+                ? (off.hotHits + off.coldHits) / Math.max(1, off.hotHits + off.coldHits + off.misses)
+                : undefined,
               readBytesPerSecond: off ? off.bytesRead / Math.max(seconds, 1e-3) : undefined,
               residentBytes: process.memoryUsage.rss(),
               extra: `${gen.tokens.length} tokens`,

@@ -20,13 +20,41 @@ const FLAGS: FlagSpec[] = [
   ...LOAD_FLAGS,
   { names: ["--host"], key: "host", type: "string", help: "address to listen on", default: "127.0.0.1" },
   { names: ["--port"], key: "port", type: "int", help: "port to listen on (0 = any free port)", default: 8080 },
-  { names: ["-a", "--alias"], key: "alias", type: "string", help: "model name clients use (default: the file name without .gguf)" },
-  { names: ["-n", "--n-predict"], key: "n", type: "int", help: "default max_tokens when a request gives none (-1 = until end or full context)", default: -1 },
+  {
+    names: ["-a", "--alias"],
+    key: "alias",
+    type: "string",
+    help: "model name clients use (default: the file name without .gguf)",
+  },
+  {
+    names: ["-n", "--n-predict"],
+    key: "n",
+    type: "int",
+    help: "default max_tokens when a request gives none (-1 = until end or full context)",
+    default: -1,
+  },
   ...SAMPLING_FLAGS,
-  { names: ["--chat-template-file"], key: "templateFile", type: "string", help: "a Jinja chat template to use instead of the model's" },
-  { names: ["--max-queue"], key: "maxQueue", type: "int", help: "requests that may wait behind the running one before 429", default: 64 },
+  {
+    names: ["--chat-template-file"],
+    key: "templateFile",
+    type: "string",
+    help: "a Jinja chat template to use instead of the model's",
+  },
+  {
+    names: ["--max-queue"],
+    key: "maxQueue",
+    type: "int",
+    help: "requests that may wait behind the running one before 429",
+    default: 64,
+  },
   { names: ["--max-body"], key: "maxBody", type: "size", help: "largest request body before 413", default: "4MiB" },
-  { names: ["--shutdown-timeout"], key: "shutdownTimeout", type: "float", help: "seconds answers in progress get to finish on shutdown", default: 10 },
+  {
+    names: ["--shutdown-timeout"],
+    key: "shutdownTimeout",
+    type: "float",
+    help: "seconds answers in progress get to finish on shutdown",
+    default: 10,
+  },
   { names: ["--stats"], key: "stats", type: "bool", help: "a live status line: requests, tok/s, resident memory" },
   { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "do not log each request" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
@@ -63,7 +91,9 @@ export async function main(argv: string[]): Promise<number> {
     try {
       template = ChatTemplate.jinja(readFileSync(args.templateFile, "utf8"));
     } catch (e) {
-      throw new UsageError(`serve: --chat-template-file ${args.templateFile}: ${e instanceof Error ? e.message : String(e)}`);
+      throw new UsageError(
+        `serve: --chat-template-file ${args.templateFile}: ${e instanceof Error ? e.message : String(e)}`,
+      );
     }
   }
   const defaults: GenerateOptions = { ...samplingOptions(args), maxTokens: args.n as number };
@@ -84,7 +114,8 @@ export async function main(argv: string[]): Promise<number> {
     await server.listen();
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
-    if (code === "EADDRINUSE") throw new Error(`serve: ${args.host}:${port} is already in use; choose another port with --port`);
+    if (code === "EADDRINUSE")
+      throw new Error(`serve: ${args.host}:${port} is already in use; choose another port with --port`);
     if (code === "EADDRNOTAVAIL") throw new Error(`serve: cannot listen on ${args.host}: no such local address`);
     throw e;
   }
@@ -131,7 +162,11 @@ export async function main(argv: string[]): Promise<number> {
     }
     const chatTemplate = template ?? ChatTemplate.fromModelFile(modelPath, model.tokenizer);
     server.setModel(model, chatTemplate);
-    const tpl = template ? "the template of --chat-template-file" : chatTemplate.kind === "jinja" ? "the model's chat template" : "the plain chat format (the model has no template)";
+    const tpl = template
+      ? "the template of --chat-template-file"
+      : chatTemplate.kind === "jinja"
+        ? "the model's chat template"
+        : "the plain chat format (the model has no template)";
     say(`ready: model "${name}", context ${model.contextSize}, ${model.threads} thread(s), ${tpl}`);
     if (status?.isLive) {
       status.start();

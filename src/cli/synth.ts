@@ -26,8 +26,20 @@ import {
 } from "../offline/synth.js";
 
 const SPECS: FlagSpec[] = [
-  { names: ["--shape"], key: "shape", type: "string", help: `model shape: ${SYNTH_SHAPES.map((s) => `${s} (${SHAPE_SPECS[s].like})`).join(", ")}`, default: "tiny" },
-  { names: ["--act"], key: "act", type: "string", help: `FFN activation: ${SYNTH_ACTIVATIONS.join(", ")}`, default: "silu" },
+  {
+    names: ["--shape"],
+    key: "shape",
+    type: "string",
+    help: `model shape: ${SYNTH_SHAPES.map((s) => `${s} (${SHAPE_SPECS[s].like})`).join(", ")}`,
+    default: "tiny",
+  },
+  {
+    names: ["--act"],
+    key: "act",
+    type: "string",
+    help: `FFN activation: ${SYNTH_ACTIVATIONS.join(", ")}`,
+    default: "silu",
+  },
   { names: ["--type"], key: "type", type: "string", help: `weight type: ${SYNTH_TYPES.join(", ")}`, default: "q4_0" },
   {
     names: ["--sparsity"],
@@ -47,14 +59,20 @@ const SPECS: FlagSpec[] = [
     type: "int",
     help: `with --act relu --sparsity: draw each layer's gate rows from a subspace of this many dimensions, so that small predictors can tell which neurons fire (as on trained ReLU models), and write the predictor that implies (1..${GATE_RANK_MAX})`,
   },
-  { names: ["--predictors"], key: "predictors", type: "string", help: "with --gate-rank: where the planted predictors go (default: OUTPUT with .predictors.gguf for .gguf); powerinfer convert --predictors takes them into a store" },
+  {
+    names: ["--predictors"],
+    key: "predictors",
+    type: "string",
+    help: "with --gate-rank: where the planted predictors go (default: OUTPUT with .predictors.gguf for .gguf); powerinfer convert --predictors takes them into a store",
+  },
   { names: ["--seed", "-s"], key: "seed", type: "int", help: "random seed (same seed, same bytes)", default: 0 },
   { names: ["-o", "--output"], key: "out", type: "string", help: "output file (required)" },
   { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "no progress bar" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
 
-const SUMMARY = "Write a llama-architecture GGUF of random weights, deterministic per seed (for benchmarks and tests; it generates noise, not text).";
+const SUMMARY =
+  "Write a llama-architecture GGUF of random weights, deterministic per seed (for benchmarks and tests; it generates noise, not text).";
 
 function oneOf<T extends string>(flag: string, value: unknown, allowed: readonly T[]): T {
   const v = String(value).toLowerCase();
@@ -67,69 +85,108 @@ const MB = 1e6;
 export async function main(argv: string[]): Promise<number> {
   const args = parseArgs(argv, SPECS);
   if (args.help) {
-    console.log(usage("synth --shape tiny|1b|7b|mistral-7b|13b --act silu|relu|drelu [--sparsity S [--alpha A] [--gate-rank R]] --type f32|f16|q8_0|q4_0|q4_1 --seed N -o FILE", SUMMARY, SPECS));
+    console.log(
+      usage(
+        "synth --shape tiny|1b|7b|mistral-7b|13b --act silu|relu|drelu [--sparsity S [--alpha A] [--gate-rank R]] --type f32|f16|q8_0|q4_0|q4_1 --seed N -o FILE",
+        SUMMARY,
+        SPECS,
+      ),
+    );
     return 0;
   }
-  if (args._.length > 0) throw new UsageError(`synth: unexpected argument "${args._[0]}" (the output file goes after -o)`);
+  if (args._.length > 0)
+    throw new UsageError(`synth: unexpected argument "${args._[0]}" (the output file goes after -o)`);
   const shape = oneOf<SynthShape>("--shape", args.shape, SYNTH_SHAPES);
   const act = oneOf<SynthActivation>("--act", args.act, SYNTH_ACTIVATIONS);
   const type = oneOf<SynthType>("--type", args.type, SYNTH_TYPES);
   const seed = args.seed as number;
-  if (!Number.isSafeInteger(seed) || seed < 0) throw new UsageError(`--seed must be a non-negative integer, got ${seed}`);
-  if (typeof args.out !== "string" || args.out === "") throw new UsageError("synth: the output file is required (-o FILE)");
+  if (!Number.isSafeInteger(seed) || seed < 0)
+    throw new UsageError(`--seed must be a non-negative integer, got ${seed}`);
+  if (typeof args.out !== "string" || args.out === "")
+    throw new UsageError("synth: the output file is required (-o FILE)");
   const sparsity = args.sparsity as number | undefined;
   const alpha = args.alpha as number | undefined;
   if (sparsity !== undefined) {
     if (act === "silu") throw new UsageError("--sparsity needs --act relu or drelu (silu never outputs exact zeros)");
-    if (!(sparsity >= SPARSITY_MIN && sparsity <= SPARSITY_MAX)) throw new UsageError(`--sparsity must be between ${SPARSITY_MIN} and ${SPARSITY_MAX}, got ${sparsity}`);
+    if (!(sparsity >= SPARSITY_MIN && sparsity <= SPARSITY_MAX))
+      throw new UsageError(`--sparsity must be between ${SPARSITY_MIN} and ${SPARSITY_MAX}, got ${sparsity}`);
   }
   if (alpha !== undefined) {
     if (sparsity === undefined) throw new UsageError("--alpha shapes planted sparsity: give --sparsity too");
-    if (!(alpha >= ALPHA_MIN && alpha <= ALPHA_MAX)) throw new UsageError(`--alpha must be between ${ALPHA_MIN} and ${ALPHA_MAX}, got ${alpha}`);
+    if (!(alpha >= ALPHA_MIN && alpha <= ALPHA_MAX))
+      throw new UsageError(`--alpha must be between ${ALPHA_MIN} and ${ALPHA_MAX}, got ${alpha}`);
   }
   const gateRank = args.gateRank as number | undefined;
   if (gateRank !== undefined) {
-    if (act !== "relu" || sparsity === undefined) throw new UsageError("--gate-rank makes planted ReLU sparsity predictable: give --act relu and --sparsity too");
-    if (!(gateRank >= 1 && gateRank <= GATE_RANK_MAX)) throw new UsageError(`--gate-rank must be between 1 and ${GATE_RANK_MAX}, got ${gateRank}`);
+    if (act !== "relu" || sparsity === undefined)
+      throw new UsageError("--gate-rank makes planted ReLU sparsity predictable: give --act relu and --sparsity too");
+    if (!(gateRank >= 1 && gateRank <= GATE_RANK_MAX))
+      throw new UsageError(`--gate-rank must be between 1 and ${GATE_RANK_MAX}, got ${gateRank}`);
   }
-  if (args.predictors !== undefined && gateRank === undefined) throw new UsageError("--predictors names where --gate-rank's planted predictors go: give --gate-rank too");
+  if (args.predictors !== undefined && gateRank === undefined)
+    throw new UsageError("--predictors names where --gate-rank's planted predictors go: give --gate-rank too");
   const out = resolve(args.out);
-  const predictorsOut = gateRank === undefined ? undefined : resolve(typeof args.predictors === "string" && args.predictors !== "" ? args.predictors : out.replace(/(\.gguf)?$/i, ".predictors.gguf"));
+  const predictorsOut =
+    gateRank === undefined
+      ? undefined
+      : resolve(
+          typeof args.predictors === "string" && args.predictors !== ""
+            ? args.predictors
+            : out.replace(/(\.gguf)?$/i, ".predictors.gguf"),
+        );
   if (predictorsOut === out) throw new UsageError(`--predictors ${predictorsOut} would overwrite the model`);
   const dir = dirname(out);
-  if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`synth: output directory ${dir} does not exist`);
+  if (!existsSync(dir) || !statSync(dir).isDirectory())
+    throw new UsageError(`synth: output directory ${dir} does not exist`);
   if (existsSync(out) && statSync(out).isDirectory()) throw new UsageError(`synth: ${out} is a directory`);
 
   const total = synthFileSize({ shape, act, type, seed, sparsity, alpha });
   const quiet = args.quiet === true;
   const planted = sparsity === undefined ? "" : `, sparsity ${sparsity} (alpha ${alpha ?? SPARSITY_ALPHA_DEFAULT})`;
-  if (!quiet) process.stderr.write(`synth: ${shape} (${SHAPE_SPECS[shape].like}), ${act}${planted}, ${type}, seed ${seed} -> ${out} (${(total / MB).toFixed(0)} MB)\n`);
+  if (!quiet)
+    process.stderr.write(
+      `synth: ${shape} (${SHAPE_SPECS[shape].like}), ${act}${planted}, ${type}, seed ${seed} -> ${out} (${(total / MB).toFixed(0)} MB)\n`,
+    );
 
   // Ctrl-C deletes the partial file instead of leaving it behind.
   const bar = quiet ? undefined : new ProgressBar({ label: "synth", total, unit: "bytes" });
-  return interruptible("synth: interrupted, partial file removed", () => bar?.abandon(), async (signal) => {
-    const r = await synthesize({
-      shape, act, type, seed, out, sparsity, alpha, gateRank, predictorsOut,
-      signal: signal,
-      onProgress: bar
-        ? (p: SynthProgress) => {
-            bar.setTotal(p.totalBytes);
-            bar.update(p.bytesWritten);
-          }
-        : undefined,
-    });
-    // The bar's last line becomes the summary.
-    bar?.finish(`synth: wrote ${r.tensors} tensors, ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s`);
-    if (!quiet && r.predictedSparsity) {
-      const p = r.predictedSparsity;
-      process.stderr.write(`synth: planted sparsity ${Math.min(...p).toFixed(3)}..${Math.max(...p).toFixed(3)} per layer (by the generator's model; measure it by running the model)\n`);
-    }
-    if (!quiet && r.predictors) {
-      const share = r.predictors.reduce((a, p) => a + p.noiseShare, 0) / r.predictors.length;
-      process.stderr.write(
-        `synth: gate rank ${gateRank}: planted predictors (hidden ${r.predictors[0].hidden}, quantization noise ${(100 * share).toFixed(1)}% of a gate's deviation) -> ${predictorsOut}\n`,
-      );
-    }
-    return 0;
-  });
+  return interruptible(
+    "synth: interrupted, partial file removed",
+    () => bar?.abandon(),
+    async (signal) => {
+      const r = await synthesize({
+        shape,
+        act,
+        type,
+        seed,
+        out,
+        sparsity,
+        alpha,
+        gateRank,
+        predictorsOut,
+        signal: signal,
+        onProgress: bar
+          ? (p: SynthProgress) => {
+              bar.setTotal(p.totalBytes);
+              bar.update(p.bytesWritten);
+            }
+          : undefined,
+      });
+      // The bar's last line becomes the summary.
+      bar?.finish(`synth: wrote ${r.tensors} tensors, ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s`);
+      if (!quiet && r.predictedSparsity) {
+        const p = r.predictedSparsity;
+        process.stderr.write(
+          `synth: planted sparsity ${Math.min(...p).toFixed(3)}..${Math.max(...p).toFixed(3)} per layer (by the generator's model; measure it by running the model)\n`,
+        );
+      }
+      if (!quiet && r.predictors) {
+        const share = r.predictors.reduce((a, p) => a + p.noiseShare, 0) / r.predictors.length;
+        process.stderr.write(
+          `synth: gate rank ${gateRank}: planted predictors (hidden ${r.predictors[0].hidden}, quantization noise ${(100 * share).toFixed(1)}% of a gate's deviation) -> ${predictorsOut}\n`,
+        );
+      }
+      return 0;
+    },
+  );
 }

@@ -22,7 +22,9 @@ export async function main(argv: string[]): Promise<number> {
   const file = GGUFFile.open(args.model);
   try {
     const tok = Tokenizer.fromGGUF(file);
-    console.log(JSON.stringify(tok.encode(args.prompt, { addBos: Boolean(args.bos), parseSpecial: Boolean(args.special) })));
+    console.log(
+      JSON.stringify(tok.encode(args.prompt, { addBos: Boolean(args.bos), parseSpecial: Boolean(args.special) })),
+    );
   } finally {
     file.close();
   }

@@ -36,7 +36,12 @@ export interface TypeTraits {
   readonly supported: boolean;
 }
 
-const T = (name: string, blockSize: number, typeSize: number, supported = true): TypeTraits => ({ name, blockSize, typeSize, supported });
+const T = (name: string, blockSize: number, typeSize: number, supported = true): TypeTraits => ({
+  name,
+  blockSize,
+  typeSize,
+  supported,
+});
 
 const TRAITS: Partial<Record<GGMLType, TypeTraits>> = {
   [GGMLType.F32]: T("F32", 1, 4),

@@ -19,7 +19,10 @@ import { GGUFValueType } from "./gguf.js";
 export { GGUFValueType };
 
 export class GGUFWriteError extends Error {
-  constructor(readonly file: string, message: string) {
+  constructor(
+    readonly file: string,
+    message: string,
+  ) {
     super(`${file}: ${message}`);
     this.name = "GGUFWriteError";
   }
@@ -79,9 +82,17 @@ interface TensorEntry {
 }
 
 const SCALAR_SIZE: Partial<Record<GGUFValueType, number>> = {
-  [GGUFValueType.UINT8]: 1, [GGUFValueType.INT8]: 1, [GGUFValueType.UINT16]: 2, [GGUFValueType.INT16]: 2,
-  [GGUFValueType.UINT32]: 4, [GGUFValueType.INT32]: 4, [GGUFValueType.FLOAT32]: 4, [GGUFValueType.BOOL]: 1,
-  [GGUFValueType.UINT64]: 8, [GGUFValueType.INT64]: 8, [GGUFValueType.FLOAT64]: 8,
+  [GGUFValueType.UINT8]: 1,
+  [GGUFValueType.INT8]: 1,
+  [GGUFValueType.UINT16]: 2,
+  [GGUFValueType.INT16]: 2,
+  [GGUFValueType.UINT32]: 4,
+  [GGUFValueType.INT32]: 4,
+  [GGUFValueType.FLOAT32]: 4,
+  [GGUFValueType.BOOL]: 1,
+  [GGUFValueType.UINT64]: 8,
+  [GGUFValueType.INT64]: 8,
+  [GGUFValueType.FLOAT64]: 8,
 };
 
 /** Growable little-endian byte buffer for the header. */
@@ -100,24 +111,62 @@ class ByteBuilder {
     return o;
   }
   // The offset must be taken before `this.buf` is read: room() may replace the buffer.
-  u8(v: number) { const o = this.room(1); this.buf.writeUInt8(v, o); }
-  i8(v: number) { const o = this.room(1); this.buf.writeInt8(v, o); }
-  u16(v: number) { const o = this.room(2); this.buf.writeUInt16LE(v, o); }
-  i16(v: number) { const o = this.room(2); this.buf.writeInt16LE(v, o); }
-  u32(v: number) { const o = this.room(4); this.buf.writeUInt32LE(v, o); }
-  i32(v: number) { const o = this.room(4); this.buf.writeInt32LE(v, o); }
-  f32(v: number) { const o = this.room(4); this.buf.writeFloatLE(v, o); }
-  f64(v: number) { const o = this.room(8); this.buf.writeDoubleLE(v, o); }
-  u64(v: number | bigint) { const o = this.room(8); this.buf.writeBigUInt64LE(BigInt(v), o); }
-  i64(v: number | bigint) { const o = this.room(8); this.buf.writeBigInt64LE(BigInt(v), o); }
-  bytes(b: Uint8Array) { const o = this.room(b.length); this.buf.set(b, o); }
+  u8(v: number) {
+    const o = this.room(1);
+    this.buf.writeUInt8(v, o);
+  }
+  i8(v: number) {
+    const o = this.room(1);
+    this.buf.writeInt8(v, o);
+  }
+  u16(v: number) {
+    const o = this.room(2);
+    this.buf.writeUInt16LE(v, o);
+  }
+  i16(v: number) {
+    const o = this.room(2);
+    this.buf.writeInt16LE(v, o);
+  }
+  u32(v: number) {
+    const o = this.room(4);
+    this.buf.writeUInt32LE(v, o);
+  }
+  i32(v: number) {
+    const o = this.room(4);
+    this.buf.writeInt32LE(v, o);
+  }
+  f32(v: number) {
+    const o = this.room(4);
+    this.buf.writeFloatLE(v, o);
+  }
+  f64(v: number) {
+    const o = this.room(8);
+    this.buf.writeDoubleLE(v, o);
+  }
+  u64(v: number | bigint) {
+    const o = this.room(8);
+    this.buf.writeBigUInt64LE(BigInt(v), o);
+  }
+  i64(v: number | bigint) {
+    const o = this.room(8);
+    this.buf.writeBigInt64LE(BigInt(v), o);
+  }
+  bytes(b: Uint8Array) {
+    const o = this.room(b.length);
+    this.buf.set(b, o);
+  }
   str(s: string) {
     const b = Buffer.from(s, "utf8");
     this.u64(b.length);
     this.bytes(b);
   }
-  zeros(n: number) { const o = this.room(n); this.buf.fill(0, o, this.length); }
-  result(): Buffer { return this.buf.subarray(0, this.length); }
+  zeros(n: number) {
+    const o = this.room(n);
+    this.buf.fill(0, o, this.length);
+  }
+  result(): Buffer {
+    return this.buf.subarray(0, this.length);
+  }
 }
 
 function isTypedOrArray(v: unknown): v is readonly unknown[] | Float32Array | Int32Array | Uint32Array {
@@ -126,9 +175,12 @@ function isTypedOrArray(v: unknown): v is readonly unknown[] | Float32Array | In
 
 function inferScalarType(v: unknown, key: string): GGUFValueType {
   switch (typeof v) {
-    case "string": return GGUFValueType.STRING;
-    case "boolean": return GGUFValueType.BOOL;
-    case "bigint": return v < 0n ? GGUFValueType.INT64 : GGUFValueType.UINT64;
+    case "string":
+      return GGUFValueType.STRING;
+    case "boolean":
+      return GGUFValueType.BOOL;
+    case "bigint":
+      return v < 0n ? GGUFValueType.INT64 : GGUFValueType.UINT64;
     case "number":
       if (Number.isInteger(v)) {
         if (v >= 0 && v <= 0xffffffff) return GGUFValueType.UINT32;
@@ -149,12 +201,18 @@ function checkScalar(key: string, type: GGUFValueType, v: unknown): void {
     if (typeof v !== "number" || !Number.isInteger(v) || v < lo || v > hi) bad(`an integer in [${lo}, ${hi}]`);
   };
   switch (type) {
-    case GGUFValueType.UINT8: return intRange(0, 0xff);
-    case GGUFValueType.INT8: return intRange(-0x80, 0x7f);
-    case GGUFValueType.UINT16: return intRange(0, 0xffff);
-    case GGUFValueType.INT16: return intRange(-0x8000, 0x7fff);
-    case GGUFValueType.UINT32: return intRange(0, 0xffffffff);
-    case GGUFValueType.INT32: return intRange(-0x80000000, 0x7fffffff);
+    case GGUFValueType.UINT8:
+      return intRange(0, 0xff);
+    case GGUFValueType.INT8:
+      return intRange(-0x80, 0x7f);
+    case GGUFValueType.UINT16:
+      return intRange(0, 0xffff);
+    case GGUFValueType.INT16:
+      return intRange(-0x8000, 0x7fff);
+    case GGUFValueType.UINT32:
+      return intRange(0, 0xffffffff);
+    case GGUFValueType.INT32:
+      return intRange(-0x80000000, 0x7fffffff);
     case GGUFValueType.FLOAT32:
     case GGUFValueType.FLOAT64:
       if (typeof v !== "number") bad("a number");
@@ -172,7 +230,8 @@ function checkScalar(key: string, type: GGUFValueType, v: unknown): void {
         if (unsigned ? v < 0n || v >= 1n << 64n : v < -(1n << 63n) || v >= 1n << 63n) bad("in range");
         return;
       }
-      if (typeof v !== "number" || !Number.isSafeInteger(v) || (unsigned && v < 0)) bad("a safe integer or bigint in range");
+      if (typeof v !== "number" || !Number.isSafeInteger(v) || (unsigned && v < 0))
+        bad("a safe integer or bigint in range");
       return;
     }
     default:
@@ -182,19 +241,32 @@ function checkScalar(key: string, type: GGUFValueType, v: unknown): void {
 
 function writeScalar(b: ByteBuilder, type: GGUFValueType, v: unknown): void {
   switch (type) {
-    case GGUFValueType.UINT8: return b.u8(v as number);
-    case GGUFValueType.INT8: return b.i8(v as number);
-    case GGUFValueType.UINT16: return b.u16(v as number);
-    case GGUFValueType.INT16: return b.i16(v as number);
-    case GGUFValueType.UINT32: return b.u32(v as number);
-    case GGUFValueType.INT32: return b.i32(v as number);
-    case GGUFValueType.FLOAT32: return b.f32(v as number);
-    case GGUFValueType.FLOAT64: return b.f64(v as number);
-    case GGUFValueType.BOOL: return b.u8(v ? 1 : 0);
-    case GGUFValueType.STRING: return b.str(v as string);
-    case GGUFValueType.UINT64: return b.u64(v as number | bigint);
-    case GGUFValueType.INT64: return b.i64(v as number | bigint);
-    default: throw new TypeError(`unsupported value type ${type}`);
+    case GGUFValueType.UINT8:
+      return b.u8(v as number);
+    case GGUFValueType.INT8:
+      return b.i8(v as number);
+    case GGUFValueType.UINT16:
+      return b.u16(v as number);
+    case GGUFValueType.INT16:
+      return b.i16(v as number);
+    case GGUFValueType.UINT32:
+      return b.u32(v as number);
+    case GGUFValueType.INT32:
+      return b.i32(v as number);
+    case GGUFValueType.FLOAT32:
+      return b.f32(v as number);
+    case GGUFValueType.FLOAT64:
+      return b.f64(v as number);
+    case GGUFValueType.BOOL:
+      return b.u8(v ? 1 : 0);
+    case GGUFValueType.STRING:
+      return b.str(v as string);
+    case GGUFValueType.UINT64:
+      return b.u64(v as number | bigint);
+    case GGUFValueType.INT64:
+      return b.i64(v as number | bigint);
+    default:
+      throw new TypeError(`unsupported value type ${type}`);
   }
 }
 
@@ -223,7 +295,8 @@ export class GGUFWriter {
     this.path = path;
     this.tempPath = `${path}.partial-${process.pid}`;
     this.magic = options.magic ?? "GGUF";
-    if (this.magic !== "GGUF" && this.magic !== "PWRI") throw new TypeError(`GGUF writer: magic must be "GGUF" or "PWRI", got ${JSON.stringify(this.magic)}`);
+    if (this.magic !== "GGUF" && this.magic !== "PWRI")
+      throw new TypeError(`GGUF writer: magic must be "GGUF" or "PWRI", got ${JSON.stringify(this.magic)}`);
     this.alignment = options.alignment ?? 32;
     if (!Number.isInteger(this.alignment) || this.alignment < 1 || (this.alignment & (this.alignment - 1)) !== 0) {
       throw new RangeError(`GGUF writer: alignment ${this.alignment} is not a power of two`);
@@ -270,8 +343,11 @@ export class GGUFWriter {
           // The widest type that holds every item.
           const all = value as readonly number[];
           itemType = all.every((x) => Number.isInteger(x))
-            ? all.every((x) => x >= 0 && x <= 0xffffffff) ? GGUFValueType.UINT32
-              : all.every((x) => x >= -0x80000000 && x <= 0x7fffffff) ? GGUFValueType.INT32 : GGUFValueType.INT64
+            ? all.every((x) => x >= 0 && x <= 0xffffffff)
+              ? GGUFValueType.UINT32
+              : all.every((x) => x >= -0x80000000 && x <= 0x7fffffff)
+                ? GGUFValueType.INT32
+                : GGUFValueType.INT64
             : GGUFValueType.FLOAT32;
         } else itemType = inferScalarType(value[0], key);
       }
@@ -296,22 +372,40 @@ export class GGUFWriter {
   addTensor(name: string, dims: readonly number[], type: GGMLType, data?: Uint8Array): this {
     this.assertDeclaring(`add tensor "${name}"`);
     if (this.tensors.has(name)) throw new GGUFWriteError(this.path, `tensor "${name}" declared twice`);
-    if (Buffer.byteLength(name, "utf8") > 63) throw new GGUFWriteError(this.path, `tensor name "${name}" is longer than ggml's 63 bytes`);
-    if (dims.length < 1 || dims.length > 4) throw new GGUFWriteError(this.path, `tensor "${name}" has ${dims.length} dimensions (1 to 4 allowed)`);
+    if (Buffer.byteLength(name, "utf8") > 63)
+      throw new GGUFWriteError(this.path, `tensor name "${name}" is longer than ggml's 63 bytes`);
+    if (dims.length < 1 || dims.length > 4)
+      throw new GGUFWriteError(this.path, `tensor "${name}" has ${dims.length} dimensions (1 to 4 allowed)`);
     for (const d of dims) {
-      if (!Number.isSafeInteger(d) || d < 1) throw new GGUFWriteError(this.path, `tensor "${name}" has a bad dimension ${d}`);
+      if (!Number.isSafeInteger(d) || d < 1)
+        throw new GGUFWriteError(this.path, `tensor "${name}" has a bad dimension ${d}`);
     }
     const traits = typeTraits(type);
     if (!traits) throw new GGUFWriteError(this.path, `tensor "${name}" has unknown type id ${type}`);
     if (dims[0] % traits.blockSize !== 0) {
-      throw new GGUFWriteError(this.path, `tensor "${name}": row length ${dims[0]} is not a multiple of the ${traits.name} block size ${traits.blockSize}`);
+      throw new GGUFWriteError(
+        this.path,
+        `tensor "${name}": row length ${dims[0]} is not a multiple of the ${traits.name} block size ${traits.blockSize}`,
+      );
     }
     const elements = dims.reduce((a, b) => a * b, 1);
     const bytes = (elements / traits.blockSize) * traits.typeSize;
     if (data && data.length !== bytes) {
-      throw new GGUFWriteError(this.path, `tensor "${name}" (${typeName(type)} [${dims.join(", ")}]) needs ${bytes} bytes, got ${data.length}`);
+      throw new GGUFWriteError(
+        this.path,
+        `tensor "${name}" (${typeName(type)} [${dims.join(", ")}]) needs ${bytes} bytes, got ${data.length}`,
+      );
     }
-    const e: TensorEntry = { name, dims: [...dims], type, bytes, rel: this.dataSize, written: 0, inline: data, sinkOpen: false };
+    const e: TensorEntry = {
+      name,
+      dims: [...dims],
+      type,
+      bytes,
+      rel: this.dataSize,
+      written: 0,
+      inline: data,
+      sinkOpen: false,
+    };
     this.dataSize = alignUp(this.dataSize + bytes, this.alignment);
     this.tensors.set(name, e);
     this.order.push(e);
@@ -355,10 +449,18 @@ export class GGUFWriter {
         return e.written;
       },
       write(chunk: Uint8Array): Promise<void> {
-        if (self.state !== "writing") return Promise.reject(new GGUFWriteError(self.path, `cannot write tensor "${name}": the writer is ${self.state}`));
+        if (self.state !== "writing")
+          return Promise.reject(
+            new GGUFWriteError(self.path, `cannot write tensor "${name}": the writer is ${self.state}`),
+          );
         if (self.failure) return Promise.reject(self.failure);
         if (e.written + chunk.length > e.bytes) {
-          return Promise.reject(new GGUFWriteError(self.path, `tensor "${name}": ${e.written + chunk.length} bytes written, but it holds only ${e.bytes}`));
+          return Promise.reject(
+            new GGUFWriteError(
+              self.path,
+              `tensor "${name}": ${e.written + chunk.length} bytes written, but it holds only ${e.bytes}`,
+            ),
+          );
         }
         const pos = self.dataStart + e.rel + e.written;
         e.written += chunk.length;
@@ -375,16 +477,25 @@ export class GGUFWriter {
     await this.drain();
     const missing = this.order.filter((e) => e.written !== e.bytes);
     if (missing.length > 0) {
-      const list = missing.slice(0, 5).map((e) => `"${e.name}" (${e.written} of ${e.bytes} bytes)`).join(", ");
+      const list = missing
+        .slice(0, 5)
+        .map((e) => `"${e.name}" (${e.written} of ${e.bytes} bytes)`)
+        .join(", ");
       await this.abort();
-      throw new GGUFWriteError(this.path, `cannot finish: ${missing.length} tensor(s) incomplete: ${list}${missing.length > 5 ? ", ..." : ""}`);
+      throw new GGUFWriteError(
+        this.path,
+        `cannot finish: ${missing.length} tensor(s) incomplete: ${list}${missing.length > 5 ? ", ..." : ""}`,
+      );
     }
     const fh = this.fh!;
     try {
       // The padding after the last tensor is part of the format (llama.cpp pads it too); writing
       // its final byte makes the file length exact even if the data ended in a gap.
       const total = this.dataStart + this.dataSize;
-      const last = this.order.length > 0 ? this.dataStart + this.order[this.order.length - 1].rel + this.order[this.order.length - 1].bytes : total;
+      const last =
+        this.order.length > 0
+          ? this.dataStart + this.order[this.order.length - 1].rel + this.order[this.order.length - 1].bytes
+          : total;
       if (total > last) await writeAll(fh, new Uint8Array(total - last), last);
       await fh.truncate(total);
       if (this.doFsync) await fh.sync();

@@ -11,15 +11,29 @@ import { basename, dirname, join } from "node:path";
 import { GGMLType, typeTraits, typeName } from "./ggml-types.js";
 
 export class GGUFError extends Error {
-  constructor(readonly file: string, message: string) {
+  constructor(
+    readonly file: string,
+    message: string,
+  ) {
     super(`${basename(file)}: ${message}`);
     this.name = "GGUFError";
   }
 }
 
 export enum GGUFValueType {
-  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12,
 }
 
 /** A metadata value: numbers (64-bit ints become numbers when exact, else bigint), strings, arrays. */
@@ -46,14 +60,19 @@ class HeaderCursor {
   private buf = Buffer.alloc(0);
   private bufStart = 0;
   pos = 0;
-  constructor(private fd: number, readonly size: number, private file: string) {}
+  constructor(
+    private fd: number,
+    readonly size: number,
+    private file: string,
+  ) {}
 
   fail(what: string, at = this.pos): never {
     throw new GGUFError(this.file, `${what} (at byte offset ${at})`);
   }
 
   private ensure(n: number, what: string): number {
-    if (this.pos + n > this.size) this.fail(`file truncated: ${what} needs ${n} bytes but only ${this.size - this.pos} remain`);
+    if (this.pos + n > this.size)
+      this.fail(`file truncated: ${what} needs ${n} bytes but only ${this.size - this.pos} remain`);
     const rel = this.pos - this.bufStart;
     if (rel >= 0 && rel + n <= this.buf.length) return rel;
     const len = Math.min(Math.max(n, READ_CHUNK), this.size - this.pos);
@@ -68,23 +87,64 @@ class HeaderCursor {
     return 0;
   }
 
-  u8(what: string) { const o = this.ensure(1, what); this.pos += 1; return this.buf.readUInt8(o); }
-  i8(what: string) { const o = this.ensure(1, what); this.pos += 1; return this.buf.readInt8(o); }
-  u16(what: string) { const o = this.ensure(2, what); this.pos += 2; return this.buf.readUInt16LE(o); }
-  i16(what: string) { const o = this.ensure(2, what); this.pos += 2; return this.buf.readInt16LE(o); }
-  u32(what: string) { const o = this.ensure(4, what); this.pos += 4; return this.buf.readUInt32LE(o); }
-  i32(what: string) { const o = this.ensure(4, what); this.pos += 4; return this.buf.readInt32LE(o); }
-  f32(what: string) { const o = this.ensure(4, what); this.pos += 4; return this.buf.readFloatLE(o); }
-  f64(what: string) { const o = this.ensure(8, what); this.pos += 8; return this.buf.readDoubleLE(o); }
-  u64(what: string): bigint { const o = this.ensure(8, what); this.pos += 8; return this.buf.readBigUInt64LE(o); }
-  i64(what: string): bigint { const o = this.ensure(8, what); this.pos += 8; return this.buf.readBigInt64LE(o); }
+  u8(what: string) {
+    const o = this.ensure(1, what);
+    this.pos += 1;
+    return this.buf.readUInt8(o);
+  }
+  i8(what: string) {
+    const o = this.ensure(1, what);
+    this.pos += 1;
+    return this.buf.readInt8(o);
+  }
+  u16(what: string) {
+    const o = this.ensure(2, what);
+    this.pos += 2;
+    return this.buf.readUInt16LE(o);
+  }
+  i16(what: string) {
+    const o = this.ensure(2, what);
+    this.pos += 2;
+    return this.buf.readInt16LE(o);
+  }
+  u32(what: string) {
+    const o = this.ensure(4, what);
+    this.pos += 4;
+    return this.buf.readUInt32LE(o);
+  }
+  i32(what: string) {
+    const o = this.ensure(4, what);
+    this.pos += 4;
+    return this.buf.readInt32LE(o);
+  }
+  f32(what: string) {
+    const o = this.ensure(4, what);
+    this.pos += 4;
+    return this.buf.readFloatLE(o);
+  }
+  f64(what: string) {
+    const o = this.ensure(8, what);
+    this.pos += 8;
+    return this.buf.readDoubleLE(o);
+  }
+  u64(what: string): bigint {
+    const o = this.ensure(8, what);
+    this.pos += 8;
+    return this.buf.readBigUInt64LE(o);
+  }
+  i64(what: string): bigint {
+    const o = this.ensure(8, what);
+    this.pos += 8;
+    return this.buf.readBigInt64LE(o);
+  }
 
   /** A u64 count or size that must fit the rest of the file (each item at least `minItemBytes`). */
   count(what: string, minItemBytes: number): number {
     const at = this.pos;
     const v = this.u64(what);
     const room = BigInt(this.size - this.pos);
-    if (v * BigInt(Math.max(1, minItemBytes)) > room) this.fail(`${what} = ${v} is larger than the rest of the file (${room} bytes)`, at);
+    if (v * BigInt(Math.max(1, minItemBytes)) > room)
+      this.fail(`${what} = ${v} is larger than the rest of the file (${room} bytes)`, at);
     return Number(v);
   }
 
@@ -105,9 +165,18 @@ class HeaderCursor {
 }
 
 const VALUE_SIZE: Partial<Record<GGUFValueType, number>> = {
-  [GGUFValueType.UINT8]: 1, [GGUFValueType.INT8]: 1, [GGUFValueType.UINT16]: 2, [GGUFValueType.INT16]: 2,
-  [GGUFValueType.UINT32]: 4, [GGUFValueType.INT32]: 4, [GGUFValueType.FLOAT32]: 4, [GGUFValueType.BOOL]: 1,
-  [GGUFValueType.UINT64]: 8, [GGUFValueType.INT64]: 8, [GGUFValueType.FLOAT64]: 8, [GGUFValueType.STRING]: 8,
+  [GGUFValueType.UINT8]: 1,
+  [GGUFValueType.INT8]: 1,
+  [GGUFValueType.UINT16]: 2,
+  [GGUFValueType.INT16]: 2,
+  [GGUFValueType.UINT32]: 4,
+  [GGUFValueType.INT32]: 4,
+  [GGUFValueType.FLOAT32]: 4,
+  [GGUFValueType.BOOL]: 1,
+  [GGUFValueType.UINT64]: 8,
+  [GGUFValueType.INT64]: 8,
+  [GGUFValueType.FLOAT64]: 8,
+  [GGUFValueType.STRING]: 8,
 };
 
 function bigToNumber(v: bigint): number | bigint {
@@ -116,27 +185,39 @@ function bigToNumber(v: bigint): number | bigint {
 
 function readValue(c: HeaderCursor, type: number, key: string, depth = 0): GGUFValue {
   switch (type) {
-    case GGUFValueType.UINT8: return c.u8(key);
-    case GGUFValueType.INT8: return c.i8(key);
-    case GGUFValueType.UINT16: return c.u16(key);
-    case GGUFValueType.INT16: return c.i16(key);
-    case GGUFValueType.UINT32: return c.u32(key);
-    case GGUFValueType.INT32: return c.i32(key);
-    case GGUFValueType.FLOAT32: return c.f32(key);
+    case GGUFValueType.UINT8:
+      return c.u8(key);
+    case GGUFValueType.INT8:
+      return c.i8(key);
+    case GGUFValueType.UINT16:
+      return c.u16(key);
+    case GGUFValueType.INT16:
+      return c.i16(key);
+    case GGUFValueType.UINT32:
+      return c.u32(key);
+    case GGUFValueType.INT32:
+      return c.i32(key);
+    case GGUFValueType.FLOAT32:
+      return c.f32(key);
     case GGUFValueType.BOOL: {
       const at = c.pos;
       const b = c.u8(key);
       if (b > 1) c.fail(`metadata "${key}": bool must be 0 or 1, found ${b}`, at);
       return b === 1;
     }
-    case GGUFValueType.STRING: return c.str(`metadata "${key}" string`);
-    case GGUFValueType.UINT64: return bigToNumber(c.u64(key));
-    case GGUFValueType.INT64: return bigToNumber(c.i64(key));
-    case GGUFValueType.FLOAT64: return c.f64(key);
+    case GGUFValueType.STRING:
+      return c.str(`metadata "${key}" string`);
+    case GGUFValueType.UINT64:
+      return bigToNumber(c.u64(key));
+    case GGUFValueType.INT64:
+      return bigToNumber(c.i64(key));
+    case GGUFValueType.FLOAT64:
+      return c.f64(key);
     case GGUFValueType.ARRAY: {
       const at = c.pos;
       const itemType = c.u32(`metadata "${key}" array item type`);
-      if (itemType === GGUFValueType.ARRAY && depth > 0) c.fail(`metadata "${key}": nested arrays deeper than 2 are not supported`, at);
+      if (itemType === GGUFValueType.ARRAY && depth > 0)
+        c.fail(`metadata "${key}": nested arrays deeper than 2 are not supported`, at);
       const itemSize = VALUE_SIZE[itemType as GGUFValueType] ?? (itemType === GGUFValueType.ARRAY ? 12 : -1);
       if (itemSize < 0) c.fail(`metadata "${key}": unknown array item type ${itemType}`, at);
       const n = c.count(`metadata "${key}" array length`, itemSize);
@@ -185,7 +266,10 @@ function parseOne(path: string, fileIndex: number): ParsedFile {
     const magicBytes = c.bytes(Math.min(4, size), "magic");
     const magic = magicBytes.toString("latin1");
     if (magic !== "GGUF" && magic !== "PWRI") {
-      throw new GGUFError(path, `not a GGUF file: magic is ${JSON.stringify(magic)} (bytes ${[...magicBytes].map((b) => b.toString(16).padStart(2, "0")).join(" ")}), expected "GGUF" or PowerInfer's "PWRI"`);
+      throw new GGUFError(
+        path,
+        `not a GGUF file: magic is ${JSON.stringify(magic)} (bytes ${[...magicBytes].map((b) => b.toString(16).padStart(2, "0")).join(" ")}), expected "GGUF" or PowerInfer's "PWRI"`,
+      );
     }
     const version = c.u32("version");
     if (version !== 2 && version !== 3) c.fail(`unsupported GGUF version ${version} (this reader handles 2 and 3)`, 4);
@@ -221,17 +305,26 @@ function parseOne(path: string, fileIndex: number): ParsedFile {
     const tensors: GGUFTensorInfo[] = [];
     for (const t of raw) {
       const traits = typeTraits(t.type);
-      if (!traits) throw new GGUFError(path, `tensor "${t.name}" has unknown type id ${t.type} (at byte offset ${t.at})`);
+      if (!traits)
+        throw new GGUFError(path, `tensor "${t.name}" has unknown type id ${t.type} (at byte offset ${t.at})`);
       const elements = t.dims.reduce((a, b) => a * b, 1);
-      if (!Number.isSafeInteger(elements) || elements > 2 ** 40) throw new GGUFError(path, `tensor "${t.name}" has absurd dimensions [${t.dims.join(", ")}]`);
+      if (!Number.isSafeInteger(elements) || elements > 2 ** 40)
+        throw new GGUFError(path, `tensor "${t.name}" has absurd dimensions [${t.dims.join(", ")}]`);
       if (t.dims[0] % traits.blockSize !== 0) {
-        throw new GGUFError(path, `tensor "${t.name}" row length ${t.dims[0]} is not a multiple of the ${traits.name} block size ${traits.blockSize}`);
+        throw new GGUFError(
+          path,
+          `tensor "${t.name}" row length ${t.dims[0]} is not a multiple of the ${traits.name} block size ${traits.blockSize}`,
+        );
       }
       const bytes = (elements / traits.blockSize) * traits.typeSize;
       const offset = dataStart + Number(t.rel);
-      if (t.rel % BigInt(alignment) !== 0n) throw new GGUFError(path, `tensor "${t.name}" offset ${t.rel} is not aligned to ${alignment}`);
+      if (t.rel % BigInt(alignment) !== 0n)
+        throw new GGUFError(path, `tensor "${t.name}" offset ${t.rel} is not aligned to ${alignment}`);
       if (offset + bytes > size) {
-        throw new GGUFError(path, `tensor "${t.name}" (${typeName(t.type)} [${t.dims.join(", ")}], ${bytes} bytes at offset ${offset}) extends beyond the end of the file (${size} bytes): the file is truncated or corrupt`);
+        throw new GGUFError(
+          path,
+          `tensor "${t.name}" (${typeName(t.type)} [${t.dims.join(", ")}], ${bytes} bytes at offset ${offset}) extends beyond the end of the file (${size} bytes): the file is truncated or corrupt`,
+        );
       }
       tensors.push({ name: t.name, dims: t.dims, type: t.type as GGMLType, elements, bytes, fileIndex, offset });
     }
@@ -316,7 +409,10 @@ export abstract class MetadataAccess {
       return fallback;
     }
     if (typeof v === "bigint") throw this.metadataError(`metadata "${key}" = ${v} is out of range`);
-    if (typeof v !== "number") throw this.metadataError(`metadata "${key}" should be a number, found ${Array.isArray(v) ? "an array" : typeof v}`);
+    if (typeof v !== "number")
+      throw this.metadataError(
+        `metadata "${key}" should be a number, found ${Array.isArray(v) ? "an array" : typeof v}`,
+      );
     return v;
   }
 
@@ -335,7 +431,6 @@ export abstract class MetadataAccess {
     }
     return v;
   }
-
 }
 
 export class GGUFFile extends MetadataAccess implements ModelFile {
@@ -397,7 +492,8 @@ export class GGUFFile extends MetadataAccess implements ModelFile {
 
   /** Read `length` bytes of a tensor starting `start` bytes into it, into `dst`. */
   readTensor(t: GGUFTensorInfo, dst: Uint8Array, start = 0, length = t.bytes - start): void {
-    if (start < 0 || start + length > t.bytes || dst.length < length) throw new RangeError(`bad read of tensor ${t.name}`);
+    if (start < 0 || start + length > t.bytes || dst.length < length)
+      throw new RangeError(`bad read of tensor ${t.name}`);
     const fd = this.fds[t.fileIndex];
     let got = 0;
     while (got < length) {

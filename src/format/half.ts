@@ -17,7 +17,8 @@ const F16_TABLE: Float32Array = (() => {
     const exp = (h >>> 10) & 0x1f;
     const man = h & 0x3ff;
     let v: number;
-    if (exp === 0) v = man * 2 ** -24; // zero and subnormals
+    if (exp === 0)
+      v = man * 2 ** -24; // zero and subnormals
     else if (exp === 31) v = man ? NaN : Infinity;
     else v = (1 + man / 1024) * 2 ** (exp - 15);
     t[h] = sign * v;
@@ -46,7 +47,7 @@ export function f32ToF16(v: number): number {
     let h = (e << 10) | (man >>> 13);
     const rest = man & 0x1fff;
     // a carry out of the mantissa correctly bumps the exponent (up to infinity)
-    if (rest > 0x1000 || (rest === 0x1000 && (h & 1))) h++;
+    if (rest > 0x1000 || (rest === 0x1000 && h & 1)) h++;
     return sign | h;
   }
   // f16 subnormal (or zero): the value in units of 2^-24 is m >> shift
@@ -56,7 +57,7 @@ export function f32ToF16(v: number): number {
   let h = m >>> shift;
   const rest = m & ((1 << shift) - 1);
   const half = 1 << (shift - 1);
-  if (rest > half || (rest === half && (h & 1))) h++;
+  if (rest > half || (rest === half && h & 1)) h++;
   return sign | h;
 }
 

@@ -52,7 +52,10 @@ function rdU32(b: Uint8Array, o: number): number {
 const f32Box = new Float32Array(1);
 const u8Box = new Uint8Array(f32Box.buffer);
 function rdF32(b: Uint8Array, o: number): number {
-  u8Box[0] = b[o]; u8Box[1] = b[o + 1]; u8Box[2] = b[o + 2]; u8Box[3] = b[o + 3];
+  u8Box[0] = b[o];
+  u8Box[1] = b[o + 1];
+  u8Box[2] = b[o + 2];
+  u8Box[3] = b[o + 3];
   return f32Box[0];
 }
 function wr16(b: Uint8Array, o: number, v: number): void {
@@ -61,7 +64,10 @@ function wr16(b: Uint8Array, o: number, v: number): void {
 }
 function wrF32(b: Uint8Array, o: number, v: number): void {
   f32Box[0] = v;
-  b[o] = u8Box[0]; b[o + 1] = u8Box[1]; b[o + 2] = u8Box[2]; b[o + 3] = u8Box[3];
+  b[o] = u8Box[0];
+  b[o + 1] = u8Box[1];
+  b[o + 2] = u8Box[2];
+  b[o + 3] = u8Box[3];
 }
 
 /** C's roundf: halves away from zero. */
@@ -90,7 +96,8 @@ function traits(type: GGMLType) {
 /** Bytes of one row of `n` values of `type`. */
 export function rowBytes(type: GGMLType, n: number): number {
   const t = traits(type);
-  if (n % t.blockSize !== 0) throw new QuantError(`${t.name}: a row of ${n} values is not a whole number of ${t.blockSize}-value blocks`);
+  if (n % t.blockSize !== 0)
+    throw new QuantError(`${t.name}: a row of ${n} values is not a whole number of ${t.blockSize}-value blocks`);
   return (n / t.blockSize) * t.typeSize;
 }
 
@@ -111,7 +118,8 @@ function scaleMinK4(b: Uint8Array, o: number, j: number): [number, number] {
 /** Decode `n` values of `type` from `src` (which starts at the first block) into dst[dstOffset..]. */
 export function dequantizeRow(type: GGMLType, src: Uint8Array, n: number, dst: Float32Array, dstOffset = 0): void {
   checkRow(type, src.length, n, "source");
-  if (dst.length - dstOffset < n) throw new QuantError(`${typeName(type)}: destination has room for ${dst.length - dstOffset} values, need ${n}`);
+  if (dst.length - dstOffset < n)
+    throw new QuantError(`${typeName(type)}: destination has room for ${dst.length - dstOffset} values, need ${n}`);
   let y = dstOffset;
   switch (type) {
     case GGMLType.F32:
@@ -121,8 +129,12 @@ export function dequantizeRow(type: GGMLType, src: Uint8Array, n: number, dst: F
       for (let i = 0; i < n; i++) dst[y + i] = rdF16(src, 2 * i);
       return;
     case GGMLType.BF16: {
-      const u = new Uint32Array(1), f = new Float32Array(u.buffer);
-      for (let i = 0; i < n; i++) { u[0] = rd16(src, 2 * i) << 16; dst[y + i] = f[0]; }
+      const u = new Uint32Array(1),
+        f = new Float32Array(u.buffer);
+      for (let i = 0; i < n; i++) {
+        u[0] = rd16(src, 2 * i) << 16;
+        dst[y + i] = f[0];
+      }
       return;
     }
     case GGMLType.Q4_0:
@@ -137,7 +149,8 @@ export function dequantizeRow(type: GGMLType, src: Uint8Array, n: number, dst: F
       return;
     case GGMLType.Q4_1:
       for (let o = 0; y < dstOffset + n; o += 20, y += 32) {
-        const d = rdF16(src, o), m = rdF16(src, o + 2);
+        const d = rdF16(src, o),
+          m = rdF16(src, o + 2);
         for (let j = 0; j < 16; j++) {
           const q = src[o + 4 + j];
           dst[y + j] = (q & 15) * d + m;
@@ -147,7 +160,8 @@ export function dequantizeRow(type: GGMLType, src: Uint8Array, n: number, dst: F
       return;
     case GGMLType.Q5_0:
       for (let o = 0; y < dstOffset + n; o += 22, y += 32) {
-        const d = rdF16(src, o), qh = rdU32(src, o + 2);
+        const d = rdF16(src, o),
+          qh = rdU32(src, o + 2);
         for (let j = 0; j < 16; j++) {
           const q = src[o + 6 + j];
           dst[y + j] = (((q & 15) | (((qh >>> j) & 1) << 4)) - 16) * d;
@@ -157,7 +171,9 @@ export function dequantizeRow(type: GGMLType, src: Uint8Array, n: number, dst: F
       return;
     case GGMLType.Q5_1:
       for (let o = 0; y < dstOffset + n; o += 24, y += 32) {
-        const d = rdF16(src, o), m = rdF16(src, o + 2), qh = rdU32(src, o + 4);
+        const d = rdF16(src, o),
+          m = rdF16(src, o + 2),
+          qh = rdU32(src, o + 4);
         for (let j = 0; j < 16; j++) {
           const q = src[o + 8 + j];
           dst[y + j] = ((q & 15) | (((qh >>> j) & 1) << 4)) * d + m;
@@ -179,11 +195,15 @@ export function dequantizeRow(type: GGMLType, src: Uint8Array, n: number, dst: F
       return;
     case GGMLType.Q4_K:
       for (let o = 0; y < dstOffset + n; o += 144) {
-        const d = rdF16(src, o), dmin = rdF16(src, o + 2);
+        const d = rdF16(src, o),
+          dmin = rdF16(src, o + 2);
         for (let c = 0; c < 4; c++) {
           const [s1, m1] = scaleMinK4(src, o + 4, 2 * c);
           const [s2, m2] = scaleMinK4(src, o + 4, 2 * c + 1);
-          const d1 = fr(d * s1), n1 = fr(dmin * m1), d2 = fr(d * s2), n2 = fr(dmin * m2);
+          const d1 = fr(d * s1),
+            n1 = fr(dmin * m1),
+            d2 = fr(d * s2),
+            n2 = fr(dmin * m2);
           const q = o + 16 + 32 * c;
           for (let l = 0; l < 32; l++) dst[y + l] = d1 * (src[q + l] & 15) - n1;
           for (let l = 0; l < 32; l++) dst[y + 32 + l] = d2 * (src[q + l] >> 4) - n2;
@@ -193,14 +213,21 @@ export function dequantizeRow(type: GGMLType, src: Uint8Array, n: number, dst: F
       return;
     case GGMLType.Q5_K:
       for (let o = 0; y < dstOffset + n; o += 176) {
-        const d = rdF16(src, o), dmin = rdF16(src, o + 2);
+        const d = rdF16(src, o),
+          dmin = rdF16(src, o + 2);
         for (let c = 0; c < 4; c++) {
           const [s1, m1] = scaleMinK4(src, o + 4, 2 * c);
           const [s2, m2] = scaleMinK4(src, o + 4, 2 * c + 1);
-          const d1 = fr(d * s1), n1 = fr(dmin * m1), d2 = fr(d * s2), n2 = fr(dmin * m2);
-          const q = o + 48 + 32 * c, h = o + 16;
-          for (let l = 0; l < 32; l++) dst[y + l] = d1 * ((src[q + l] & 15) | (((src[h + l] >> (2 * c)) & 1) << 4)) - n1;
-          for (let l = 0; l < 32; l++) dst[y + 32 + l] = d2 * ((src[q + l] >> 4) | (((src[h + l] >> (2 * c + 1)) & 1) << 4)) - n2;
+          const d1 = fr(d * s1),
+            n1 = fr(dmin * m1),
+            d2 = fr(d * s2),
+            n2 = fr(dmin * m2);
+          const q = o + 48 + 32 * c,
+            h = o + 16;
+          for (let l = 0; l < 32; l++)
+            dst[y + l] = d1 * ((src[q + l] & 15) | (((src[h + l] >> (2 * c)) & 1) << 4)) - n1;
+          for (let l = 0; l < 32; l++)
+            dst[y + 32 + l] = d2 * ((src[q + l] >> 4) | (((src[h + l] >> (2 * c + 1)) & 1) << 4)) - n2;
           y += 64;
         }
       }
@@ -209,9 +236,12 @@ export function dequantizeRow(type: GGMLType, src: Uint8Array, n: number, dst: F
       for (let o = 0; y < dstOffset + n; o += 210) {
         const d = rdF16(src, o + 208);
         for (let half = 0; half < 2; half++) {
-          const ql = o + 64 * half, qh = o + 128 + 32 * half, sc = o + 192 + 8 * half;
+          const ql = o + 64 * half,
+            qh = o + 128 + 32 * half,
+            sc = o + 192 + 8 * half;
           for (let l = 0; l < 32; l++) {
-            const is = l >> 4, h = src[qh + l];
+            const is = l >> 4,
+              h = src[qh + l];
             const q1 = ((src[ql + l] & 15) | ((h & 3) << 4)) - 32;
             const q2 = ((src[ql + l + 32] & 15) | (((h >> 2) & 3) << 4)) - 32;
             const q3 = ((src[ql + l] >> 4) | (((h >> 4) & 3) << 4)) - 32;
@@ -248,8 +278,16 @@ export function dequantize(type: GGMLType, src: Uint8Array, elements: number): F
 
 /** Types quantizeRow can write. */
 export const QUANTIZABLE: readonly GGMLType[] = [
-  GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
-  GGMLType.Q8_0, GGMLType.Q8_1, GGMLType.Q8_K,
+  GGMLType.F32,
+  GGMLType.F16,
+  GGMLType.BF16,
+  GGMLType.Q4_0,
+  GGMLType.Q4_1,
+  GGMLType.Q5_0,
+  GGMLType.Q5_1,
+  GGMLType.Q8_0,
+  GGMLType.Q8_1,
+  GGMLType.Q8_K,
 ];
 
 /**
@@ -272,36 +310,50 @@ export function quantizeRow(type: GGMLType, src: Float32Array, dst: Uint8Array):
     case GGMLType.Q4_0:
     case GGMLType.Q5_0: {
       const five = type === GGMLType.Q5_0;
-      const bs = five ? 22 : 18, qoff = five ? 6 : 2, half = five ? 16 : 8, top = five ? 31 : 15;
+      const bs = five ? 22 : 18,
+        qoff = five ? 6 : 2,
+        half = five ? 16 : 8,
+        top = five ? 31 : 15;
       for (let b = 0, o = 0; b < n; b += 32, o += bs) {
         // the signed value of largest magnitude maps to -half (the first one wins on ties)
-        let amax = 0, max = 0;
+        let amax = 0,
+          max = 0;
         for (let j = 0; j < 32; j++) {
           const v = src[b + j];
-          if (amax < Math.abs(v)) { amax = Math.abs(v); max = v; }
+          if (amax < Math.abs(v)) {
+            amax = Math.abs(v);
+            max = v;
+          }
         }
         const d = fr(max / -half);
         const id = d ? fr(1 / d) : 0;
         wr16(dst, o, f32ToF16(d));
         let qh = 0;
         for (let j = 0; j < 16; j++) {
-          const x0 = fr(src[b + j] * id), x1 = fr(src[b + 16 + j] * id);
+          const x0 = fr(src[b + j] * id),
+            x1 = fr(src[b + 16 + j] * id);
           const q0 = Math.min(top, trunc(fr(x0 + half + 0.5)));
           const q1 = Math.min(top, trunc(fr(x1 + half + 0.5)));
           dst[o + qoff + j] = (q0 & 15) | ((q1 & 15) << 4);
           qh |= ((q0 >> 4) & 1) << j;
           qh |= ((q1 >> 4) & 1) << (j + 16);
         }
-        if (five) { wr16(dst, o + 2, qh & 0xffff); wr16(dst, o + 4, qh >>> 16); }
+        if (five) {
+          wr16(dst, o + 2, qh & 0xffff);
+          wr16(dst, o + 4, qh >>> 16);
+        }
       }
       return;
     }
     case GGMLType.Q4_1:
     case GGMLType.Q5_1: {
       const five = type === GGMLType.Q5_1;
-      const bs = five ? 24 : 20, qoff = five ? 8 : 4, levels = five ? 31 : 15;
+      const bs = five ? 24 : 20,
+        qoff = five ? 8 : 4,
+        levels = five ? 31 : 15;
       for (let b = 0, o = 0; b < n; b += 32, o += bs) {
-        let min = Infinity, max = -Infinity;
+        let min = Infinity,
+          max = -Infinity;
         for (let j = 0; j < 32; j++) {
           const v = src[b + j];
           if (v < min) min = v;
@@ -313,7 +365,8 @@ export function quantizeRow(type: GGMLType, src: Float32Array, dst: Uint8Array):
         wr16(dst, o + 2, f32ToF16(min));
         let qh = 0;
         for (let j = 0; j < 16; j++) {
-          const x0 = fr(fr(src[b + j] - min) * id), x1 = fr(fr(src[b + 16 + j] - min) * id);
+          const x0 = fr(fr(src[b + j] - min) * id),
+            x1 = fr(fr(src[b + 16 + j] - min) * id);
           // Q4_1 clamps at 15; Q5_1's reference does not clamp (x <= 31 + rounding slack there)
           const q0 = Math.min(levels, trunc(fr(x0 + 0.5)));
           const q1 = Math.min(levels, trunc(fr(x1 + 0.5)));
@@ -321,7 +374,10 @@ export function quantizeRow(type: GGMLType, src: Float32Array, dst: Uint8Array):
           qh |= ((q0 >> 4) & 1) << j;
           qh |= ((q1 >> 4) & 1) << (j + 16);
         }
-        if (five) { wr16(dst, o + 4, qh & 0xffff); wr16(dst, o + 6, qh >>> 16); }
+        if (five) {
+          wr16(dst, o + 4, qh & 0xffff);
+          wr16(dst, o + 6, qh >>> 16);
+        }
       }
       return;
     }
@@ -331,7 +387,8 @@ export function quantizeRow(type: GGMLType, src: Float32Array, dst: Uint8Array):
       // x86 build quantizes *activations* with round-half-even instead (its AVX2 path); the
       // two differ only on exact .5 ties.
       const one = type === GGMLType.Q8_1;
-      const bs = one ? 36 : 34, qoff = one ? 4 : 2;
+      const bs = one ? 36 : 34,
+        qoff = one ? 4 : 2;
       for (let b = 0, o = 0; b < n; b += 32, o += bs) {
         let amax = 0;
         for (let j = 0; j < 32; j++) amax = Math.max(amax, Math.abs(src[b + j]));
@@ -350,10 +407,14 @@ export function quantizeRow(type: GGMLType, src: Float32Array, dst: Uint8Array):
     }
     case GGMLType.Q8_K:
       for (let b = 0, o = 0; b < n; b += 256, o += 292) {
-        let amax = 0, max = 0;
+        let amax = 0,
+          max = 0;
         for (let j = 0; j < 256; j++) {
           const a = Math.abs(src[b + j]);
-          if (a > amax) { amax = a; max = src[b + j]; }
+          if (a > amax) {
+            amax = a;
+            max = src[b + j];
+          }
         }
         if (!amax) {
           dst.fill(0, o, o + 292);
@@ -370,7 +431,9 @@ export function quantizeRow(type: GGMLType, src: Float32Array, dst: Uint8Array):
       }
       return;
     default:
-      throw new QuantError(`quantizing to ${typeName(type)} is not implemented (only ${QUANTIZABLE.map(typeName).join(", ")})`);
+      throw new QuantError(
+        `quantizing to ${typeName(type)} is not implemented (only ${QUANTIZABLE.map(typeName).join(", ")})`,
+      );
   }
 }
 
@@ -391,11 +454,23 @@ export function quantize(type: GGMLType, src: Float32Array, rowLength = src.leng
 /** The activation format ggml pairs with each weight type for its dot product (F32: plain floats). */
 export function vecDotType(type: GGMLType): GGMLType {
   switch (type) {
-    case GGMLType.F32: case GGMLType.F16: case GGMLType.BF16: return GGMLType.F32;
-    case GGMLType.Q4_0: case GGMLType.Q5_0: case GGMLType.Q8_0: return GGMLType.Q8_0;
-    case GGMLType.Q4_1: case GGMLType.Q5_1: return GGMLType.Q8_1;
-    case GGMLType.Q4_K: case GGMLType.Q5_K: case GGMLType.Q6_K: return GGMLType.Q8_K;
-    default: throw new QuantError(`no dot product for weight type ${typeName(type)}`);
+    case GGMLType.F32:
+    case GGMLType.F16:
+    case GGMLType.BF16:
+      return GGMLType.F32;
+    case GGMLType.Q4_0:
+    case GGMLType.Q5_0:
+    case GGMLType.Q8_0:
+      return GGMLType.Q8_0;
+    case GGMLType.Q4_1:
+    case GGMLType.Q5_1:
+      return GGMLType.Q8_1;
+    case GGMLType.Q4_K:
+    case GGMLType.Q5_K:
+    case GGMLType.Q6_K:
+      return GGMLType.Q8_K;
+    default:
+      throw new QuantError(`no dot product for weight type ${typeName(type)}`);
   }
 }
 
@@ -426,14 +501,17 @@ export function vecDot(type: GGMLType, wRow: Uint8Array, xAct: Uint8Array | Floa
     for (let i = 0; i < n; i++) s += w[i] * xAct[i];
     return s;
   }
-  if (!(xAct instanceof Uint8Array)) throw new QuantError(`${typeName(type)} dot product wants ${typeName(at)} activation bytes`);
+  if (!(xAct instanceof Uint8Array))
+    throw new QuantError(`${typeName(type)} dot product wants ${typeName(at)} activation bytes`);
   checkRow(at, xAct.length, n, "activation");
   const x = xAct;
   let sum = 0;
   switch (type) {
     case GGMLType.Q4_0:
     case GGMLType.Q5_0: {
-      const five = type === GGMLType.Q5_0, bs = five ? 22 : 18, qoff = five ? 6 : 2;
+      const five = type === GGMLType.Q5_0,
+        bs = five ? 22 : 18,
+        qoff = five ? 6 : 2;
       for (let o = 0, a = 0; a < x.length && o < wRow.length; o += bs, a += 34) {
         const qh = five ? rdU32(wRow, o + 2) : 0;
         let si = 0;
@@ -449,7 +527,9 @@ export function vecDot(type: GGMLType, wRow: Uint8Array, xAct: Uint8Array | Floa
     }
     case GGMLType.Q4_1:
     case GGMLType.Q5_1: {
-      const five = type === GGMLType.Q5_1, bs = five ? 24 : 20, qoff = five ? 8 : 4;
+      const five = type === GGMLType.Q5_1,
+        bs = five ? 24 : 20,
+        qoff = five ? 8 : 4;
       for (let o = 0, a = 0; o < wRow.length; o += bs, a += 36) {
         const qh = five ? rdU32(wRow, o + 4) : 0;
         let si = 0;
@@ -473,15 +553,20 @@ export function vecDot(type: GGMLType, wRow: Uint8Array, xAct: Uint8Array | Floa
       return sum;
     case GGMLType.Q4_K:
     case GGMLType.Q5_K: {
-      const five = type === GGMLType.Q5_K, bs = five ? 176 : 144, qoff = five ? 48 : 16;
+      const five = type === GGMLType.Q5_K,
+        bs = five ? 176 : 144,
+        qoff = five ? 48 : 16;
       for (let o = 0, a = 0; o < wRow.length; o += bs, a += 292) {
-        let si = 0, mi = 0;
+        let si = 0,
+          mi = 0;
         for (let c = 0; c < 4; c++) {
           const [s1, m1] = scaleMinK4(wRow, o + 4, 2 * c);
           const [s2, m2] = scaleMinK4(wRow, o + 4, 2 * c + 1);
-          let d1 = 0, d2 = 0;
+          let d1 = 0,
+            d2 = 0;
           for (let l = 0; l < 32; l++) {
-            const q = wRow[o + qoff + 32 * c + l], h = five ? wRow[o + 16 + l] : 0;
+            const q = wRow[o + qoff + 32 * c + l],
+              h = five ? wRow[o + 16 + l] : 0;
             const lo = (q & 15) | (((h >> (2 * c)) & 1) << 4);
             const hi = (q >> 4) | (((h >> (2 * c + 1)) & 1) << 4);
             d1 += lo * rdI8(x, a + 4 + 64 * c + l);
@@ -501,10 +586,14 @@ export function vecDot(type: GGMLType, wRow: Uint8Array, xAct: Uint8Array | Floa
       for (let o = 0, a = 0; o < wRow.length; o += 210, a += 292) {
         let si = 0;
         for (let half = 0; half < 2; half++) {
-          const ql = o + 64 * half, qh = o + 128 + 32 * half, sc = o + 192 + 8 * half, xa = a + 4 + 128 * half;
+          const ql = o + 64 * half,
+            qh = o + 128 + 32 * half,
+            sc = o + 192 + 8 * half,
+            xa = a + 4 + 128 * half;
           const part = [0, 0, 0, 0, 0, 0, 0, 0];
           for (let l = 0; l < 32; l++) {
-            const is = l >> 4, h = wRow[qh + l];
+            const is = l >> 4,
+              h = wRow[qh + l];
             part[is + 0] += (((wRow[ql + l] & 15) | ((h & 3) << 4)) - 32) * rdI8(x, xa + l);
             part[is + 2] += (((wRow[ql + l + 32] & 15) | (((h >> 2) & 3) << 4)) - 32) * rdI8(x, xa + l + 32);
             part[is + 4] += (((wRow[ql + l] >> 4) | (((h >> 4) & 3) << 4)) - 32) * rdI8(x, xa + l + 64);

@@ -29,7 +29,11 @@ const HEADER_FIELDS = 40;
 const FORMAT_NAME = "powerinfer-ts store";
 
 export class StoreError extends Error {
-  constructor(readonly file: string, message: string, readonly offset?: number) {
+  constructor(
+    readonly file: string,
+    message: string,
+    readonly offset?: number,
+  ) {
     super(`${file}: ${message}${offset !== undefined ? ` (at byte offset ${offset})` : ""}`);
     this.name = "StoreError";
   }
@@ -141,11 +145,15 @@ export function base64Of(a: Int32Array | Float32Array | Uint32Array): string {
 }
 
 function fromBase64<T extends Int32Array | Float32Array | Uint32Array>(
-  text: unknown, ctor: { new (n: number): T; BYTES_PER_ELEMENT: number }, fail: (m: string) => never, what: string,
+  text: unknown,
+  ctor: { new (n: number): T; BYTES_PER_ELEMENT: number },
+  fail: (m: string) => never,
+  what: string,
 ): T {
   if (typeof text !== "string") fail(`${what} should be a base64 string`);
   const raw = Buffer.from(text, "base64");
-  if (raw.length % ctor.BYTES_PER_ELEMENT !== 0) fail(`${what} decodes to ${raw.length} bytes, not a whole number of ${ctor.BYTES_PER_ELEMENT}-byte values`);
+  if (raw.length % ctor.BYTES_PER_ELEMENT !== 0)
+    fail(`${what} decodes to ${raw.length} bytes, not a whole number of ${ctor.BYTES_PER_ELEMENT}-byte values`);
   const out = new ctor(raw.length / ctor.BYTES_PER_ELEMENT);
   new Uint8Array(out.buffer).set(raw);
   return out;
@@ -160,9 +168,11 @@ function fromBase64<T extends Int32Array | Float32Array | Uint32Array>(
  */
 function encodeScalar(type: number, v: unknown): unknown {
   switch (type) {
-    case GGUFValueType.UINT64: case GGUFValueType.INT64:
+    case GGUFValueType.UINT64:
+    case GGUFValueType.INT64:
       return typeof v === "bigint" ? v.toString() : v;
-    case GGUFValueType.FLOAT32: case GGUFValueType.FLOAT64: {
+    case GGUFValueType.FLOAT32:
+    case GGUFValueType.FLOAT64: {
       const n = v as number;
       if (Number.isNaN(n)) return "NaN";
       if (n === Infinity) return "Infinity";
@@ -193,15 +203,21 @@ function bigToValue(v: bigint): number | bigint {
 function decodeMetadataValue(type: number, enc: unknown, fail: (m: string) => never, key: string): GGUFValue {
   const bad = (what: string): never => fail(`metadata "${key}": ${what}`);
   switch (type) {
-    case GGUFValueType.UINT8: case GGUFValueType.INT8: case GGUFValueType.UINT16: case GGUFValueType.INT16:
-    case GGUFValueType.UINT32: case GGUFValueType.INT32:
+    case GGUFValueType.UINT8:
+    case GGUFValueType.INT8:
+    case GGUFValueType.UINT16:
+    case GGUFValueType.INT16:
+    case GGUFValueType.UINT32:
+    case GGUFValueType.INT32:
       if (typeof enc !== "number" || !Number.isInteger(enc)) bad(`expected an integer, found ${JSON.stringify(enc)}`);
       return enc as number;
-    case GGUFValueType.UINT64: case GGUFValueType.INT64:
+    case GGUFValueType.UINT64:
+    case GGUFValueType.INT64:
       if (typeof enc === "number" && Number.isInteger(enc)) return enc;
       if (typeof enc === "string" && /^-?\d+$/.test(enc)) return bigToValue(BigInt(enc));
       return bad(`expected a 64-bit integer, found ${JSON.stringify(enc)}`);
-    case GGUFValueType.FLOAT32: case GGUFValueType.FLOAT64:
+    case GGUFValueType.FLOAT32:
+    case GGUFValueType.FLOAT64:
       if (typeof enc === "number") return enc;
       if (enc === "NaN") return NaN;
       if (enc === "Infinity") return Infinity;
@@ -265,36 +281,79 @@ function decodeHeader(file: string, page: Buffer, fileSize: number): StoreHeader
   if (magic !== STORE_MAGIC) {
     const four = magic.slice(0, 4);
     if (four === "GGUF" || four === "PWRI") {
-      throw new StoreError(file, `this is a ${four === "PWRI" ? "PowerInfer " : ""}GGUF model, not a .pi neuron store: convert it first with "powerinfer convert ${file} -o MODEL.pi"`, 0);
+      throw new StoreError(
+        file,
+        `this is a ${four === "PWRI" ? "PowerInfer " : ""}GGUF model, not a .pi neuron store: convert it first with "powerinfer convert ${file} -o MODEL.pi"`,
+        0,
+      );
     }
     if (page.subarray(0, 8).every((b) => b === 0)) {
-      throw new StoreError(file, "the header magic is all zeros: an unfinished conversion (the converter writes the magic last); convert again", 0);
+      throw new StoreError(
+        file,
+        "the header magic is all zeros: an unfinished conversion (the converter writes the magic last); convert again",
+        0,
+      );
     }
-    throw new StoreError(file, `not a .pi neuron store: magic is ${JSON.stringify(magic)}, expected ${JSON.stringify(STORE_MAGIC)}`, 0);
+    throw new StoreError(
+      file,
+      `not a .pi neuron store: magic is ${JSON.stringify(magic)}, expected ${JSON.stringify(STORE_MAGIC)}`,
+      0,
+    );
   }
   const version = page.readUInt32LE(8);
   if (version !== STORE_VERSION) {
-    throw new StoreError(file, `store format version ${version} is not supported (this reader handles version ${STORE_VERSION})${version > STORE_VERSION ? "; a newer powerinfer-ts wrote it" : ""}`, 8);
+    throw new StoreError(
+      file,
+      `store format version ${version} is not supported (this reader handles version ${STORE_VERSION})${version > STORE_VERSION ? "; a newer powerinfer-ts wrote it" : ""}`,
+      8,
+    );
   }
-  const want = page.readUInt32LE(36), got = crc32(page.subarray(0, 36));
-  if (want !== got) throw new StoreError(file, `header checksum mismatch (stored 0x${hex(want)}, computed 0x${hex(got)}): the header page is corrupt`, 0);
+  const want = page.readUInt32LE(36),
+    got = crc32(page.subarray(0, 36));
+  if (want !== got)
+    throw new StoreError(
+      file,
+      `header checksum mismatch (stored 0x${hex(want)}, computed 0x${hex(got)}): the header page is corrupt`,
+      0,
+    );
   for (let i = HEADER_FIELDS; i < STORE_PAGE; i++) {
     if (page[i] !== 0) throw new StoreError(file, `header page has a non-zero byte in its reserved area`, i);
   }
   const flags = page.readUInt32LE(12);
-  if (flags !== 0) throw new StoreError(file, `header flags 0x${flags.toString(16)} are not understood by this reader`, 12);
-  const mo = page.readBigUInt64LE(16), mb = page.readBigUInt64LE(24);
-  const manifestOffset = Number(mo), manifestBytes = Number(mb);
-  if (mo > BigInt(Number.MAX_SAFE_INTEGER) || mb > BigInt(Number.MAX_SAFE_INTEGER) || manifestOffset < STORE_PAGE || manifestOffset % STORE_PAGE !== 0 || manifestBytes === 0) {
-    throw new StoreError(file, `header: manifest offset ${mo} / size ${mb} is impossible (the offset must be a positive multiple of ${STORE_PAGE})`, 16);
+  if (flags !== 0)
+    throw new StoreError(file, `header flags 0x${flags.toString(16)} are not understood by this reader`, 12);
+  const mo = page.readBigUInt64LE(16),
+    mb = page.readBigUInt64LE(24);
+  const manifestOffset = Number(mo),
+    manifestBytes = Number(mb);
+  if (
+    mo > BigInt(Number.MAX_SAFE_INTEGER) ||
+    mb > BigInt(Number.MAX_SAFE_INTEGER) ||
+    manifestOffset < STORE_PAGE ||
+    manifestOffset % STORE_PAGE !== 0 ||
+    manifestBytes === 0
+  ) {
+    throw new StoreError(
+      file,
+      `header: manifest offset ${mo} / size ${mb} is impossible (the offset must be a positive multiple of ${STORE_PAGE})`,
+      16,
+    );
   }
   // the writer pads the file to a whole page after the manifest (so O_DIRECT can read its end)
   const end = Math.ceil((manifestOffset + manifestBytes) / STORE_PAGE) * STORE_PAGE;
   if (end > fileSize) {
-    throw new StoreError(file, `file truncated: the manifest at offset ${manifestOffset} (${manifestBytes} bytes, padded to end at ${end}) needs a file of ${end} bytes, this one has ${fileSize}`, manifestOffset);
+    throw new StoreError(
+      file,
+      `file truncated: the manifest at offset ${manifestOffset} (${manifestBytes} bytes, padded to end at ${end}) needs a file of ${end} bytes, this one has ${fileSize}`,
+      manifestOffset,
+    );
   }
   if (end < fileSize) {
-    throw new StoreError(file, `${fileSize - end} unexpected bytes after the end of the store (${end}): the file was appended to or is not what the converter wrote`, end);
+    throw new StoreError(
+      file,
+      `${fileSize - end} unexpected bytes after the end of the store (${end}): the file was appended to or is not what the converter wrote`,
+      end,
+    );
   }
   return { version, flags, manifestOffset, manifestBytes, manifestCrc32: page.readUInt32LE(32) };
 }
@@ -308,7 +367,14 @@ function hex(v: number): string {
 
 /** FFN types a store holds: those quantizeRow can write, since Down is requantized per column. */
 export const STORE_FFN_TYPES: readonly GGMLType[] = [
-  GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0,
+  GGMLType.F32,
+  GGMLType.F16,
+  GGMLType.BF16,
+  GGMLType.Q4_0,
+  GGMLType.Q4_1,
+  GGMLType.Q5_0,
+  GGMLType.Q5_1,
+  GGMLType.Q8_0,
 ];
 
 /**
@@ -319,11 +385,19 @@ export const STORE_FFN_TYPES: readonly GGMLType[] = [
 export function nearestStoreType(type: GGMLType): GGMLType {
   if (STORE_FFN_TYPES.includes(type)) return type;
   switch (type) {
-    case GGMLType.Q2_K: case GGMLType.Q3_K: return GGMLType.Q4_0;
-    case GGMLType.Q4_K: return GGMLType.Q4_1;
-    case GGMLType.Q5_K: return GGMLType.Q5_1;
-    case GGMLType.Q6_K: case GGMLType.Q8_1: case GGMLType.Q8_K: return GGMLType.Q8_0;
-    default: return GGMLType.F32;
+    case GGMLType.Q2_K:
+    case GGMLType.Q3_K:
+      return GGMLType.Q4_0;
+    case GGMLType.Q4_K:
+      return GGMLType.Q4_1;
+    case GGMLType.Q5_K:
+      return GGMLType.Q5_1;
+    case GGMLType.Q6_K:
+    case GGMLType.Q8_1:
+    case GGMLType.Q8_K:
+      return GGMLType.Q8_0;
+    default:
+      return GGMLType.F32;
   }
 }
 
@@ -364,7 +438,11 @@ export class StoreWriter {
   private curFill = 0;
   private closed = false;
 
-  private constructor(readonly path: string, private fh: FileHandle, private opts: StoreWriterOptions) {
+  private constructor(
+    readonly path: string,
+    private fh: FileHandle,
+    private opts: StoreWriterOptions,
+  ) {
     this.tmpPath = `${path}.partial-${process.pid}`;
     this.buf = Buffer.alloc(opts.bufferBytes ?? 4 << 20);
   }
@@ -442,7 +520,13 @@ export class StoreWriter {
       format: FORMAT_NAME,
       version: STORE_VERSION,
       ...body,
-      checksums: { algorithm: "crc32", chunkBytes: STORE_PAGE, start: STORE_PAGE, end, crc32: base64Of(this.crcs.subarray(0, this.nCrcs)) },
+      checksums: {
+        algorithm: "crc32",
+        chunkBytes: STORE_PAGE,
+        start: STORE_PAGE,
+        end,
+        crc32: base64Of(this.crcs.subarray(0, this.nCrcs)),
+      },
     };
     const json = Buffer.from(JSON.stringify(manifest), "utf8");
     await this.write(json);
@@ -450,7 +534,12 @@ export class StoreWriter {
     await this.pad();
     await this.flush();
     this.closed = true;
-    await this.fh.write(encodeHeader({ manifestOffset: end, manifestBytes: json.length, manifestCrc32: crc32(json) }), 0, STORE_PAGE, 0);
+    await this.fh.write(
+      encodeHeader({ manifestOffset: end, manifestBytes: json.length, manifestCrc32: crc32(json) }),
+      0,
+      STORE_PAGE,
+      0,
+    );
     if (this.opts.fsync !== false) await this.fh.sync();
     await this.fh.close();
     await rename(this.tmpPath, this.path);
@@ -546,7 +635,13 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
   private verified: Uint8Array | undefined;
   private fd: number;
 
-  private constructor(readonly path: string, fd: number, size: number, header: StoreHeader, manifest: StoreManifest) {
+  private constructor(
+    readonly path: string,
+    fd: number,
+    size: number,
+    header: StoreHeader,
+    manifest: StoreManifest,
+  ) {
     super();
     this.fd = fd;
     this.fileSize = size;
@@ -556,22 +651,36 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
     const fail = (m: string, at = header.manifestOffset): never => {
       throw new StoreError(path, `manifest: ${m}`, at);
     };
-    if (manifest.format !== FORMAT_NAME) fail(`format is ${JSON.stringify(manifest.format)}, expected ${JSON.stringify(FORMAT_NAME)}`);
-    if (manifest.version !== header.version) fail(`version ${manifest.version} differs from the header's ${header.version}`);
+    if (manifest.format !== FORMAT_NAME)
+      fail(`format is ${JSON.stringify(manifest.format)}, expected ${JSON.stringify(FORMAT_NAME)}`);
+    if (manifest.version !== header.version)
+      fail(`version ${manifest.version} differs from the header's ${header.version}`);
 
     // checksums first: everything else is bounded by the region they cover
     const ck = manifest.checksums;
-    if (!ck || ck.algorithm !== "crc32" || ck.chunkBytes !== STORE_PAGE || ck.start !== STORE_PAGE || ck.end !== header.manifestOffset) {
-      fail(`checksums must be crc32 over ${STORE_PAGE}-byte chunks from ${STORE_PAGE} to the manifest (${header.manifestOffset}); found ${JSON.stringify({ ...ck, crc32: undefined })}`);
+    if (
+      !ck ||
+      ck.algorithm !== "crc32" ||
+      ck.chunkBytes !== STORE_PAGE ||
+      ck.start !== STORE_PAGE ||
+      ck.end !== header.manifestOffset
+    ) {
+      fail(
+        `checksums must be crc32 over ${STORE_PAGE}-byte chunks from ${STORE_PAGE} to the manifest (${header.manifestOffset}); found ${JSON.stringify({ ...ck, crc32: undefined })}`,
+      );
     }
     this.crcs = fromBase64(ck.crc32, Uint32Array, fail, "checksums.crc32");
     const chunks = (ck.end - ck.start) / ck.chunkBytes;
-    if (this.crcs.length !== chunks) fail(`checksums.crc32 has ${this.crcs.length} entries, the region [${ck.start}, ${ck.end}) has ${chunks} chunks`);
+    if (this.crcs.length !== chunks)
+      fail(`checksums.crc32 has ${this.crcs.length} entries, the region [${ck.start}, ${ck.end}) has ${chunks} chunks`);
     this.checksummed = { start: ck.start, end: ck.end, chunkBytes: ck.chunkBytes };
     const inRegion = (what: string, offset: unknown, bytes: number) => {
-      if (typeof offset !== "number" || !Number.isSafeInteger(offset) || offset % STORE_PAGE !== 0) fail(`${what}: offset ${offset} is not a multiple of ${STORE_PAGE}`);
+      if (typeof offset !== "number" || !Number.isSafeInteger(offset) || offset % STORE_PAGE !== 0)
+        fail(`${what}: offset ${offset} is not a multiple of ${STORE_PAGE}`);
       if ((offset as number) < ck.start || (offset as number) + bytes > ck.end) {
-        fail(`${what}: bytes [${offset}, ${(offset as number) + bytes}) lie outside the data region [${ck.start}, ${ck.end})`);
+        fail(
+          `${what}: bytes [${offset}, ${(offset as number) + bytes}) lie outside the data region [${ck.start}, ${ck.end})`,
+        );
       }
     };
 
@@ -582,7 +691,8 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
     if (!Array.isArray(manifest.metadata)) fail("metadata must be an array of [key, type, value]");
     this.metadata = new Map();
     for (const e of manifest.metadata) {
-      if (!Array.isArray(e) || e.length !== 3 || typeof e[0] !== "string" || typeof e[1] !== "number") fail(`metadata entry ${JSON.stringify(e).slice(0, 80)} is not [key, type, value]`);
+      if (!Array.isArray(e) || e.length !== 3 || typeof e[0] !== "string" || typeof e[1] !== "number")
+        fail(`metadata entry ${JSON.stringify(e).slice(0, 80)} is not [key, type, value]`);
       this.metadata.set(e[0], decodeMetadataValue(e[1], e[2], fail, e[0]));
     }
 
@@ -590,8 +700,15 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
     this.tensors = new Map();
     for (const t of manifest.fixed) {
       const traits = typeTraits(t?.type);
-      if (typeof t?.name !== "string" || !traits) fail(`fixed tensor ${JSON.stringify(t?.name)} has unknown type ${t?.type}`);
-      if (!Array.isArray(t.dims) || t.dims.length < 1 || t.dims.length > 4 || !t.dims.every((d) => Number.isSafeInteger(d) && d > 0)) fail(`fixed tensor "${t.name}" has bad dims ${JSON.stringify(t.dims)}`);
+      if (typeof t?.name !== "string" || !traits)
+        fail(`fixed tensor ${JSON.stringify(t?.name)} has unknown type ${t?.type}`);
+      if (
+        !Array.isArray(t.dims) ||
+        t.dims.length < 1 ||
+        t.dims.length > 4 ||
+        !t.dims.every((d) => Number.isSafeInteger(d) && d > 0)
+      )
+        fail(`fixed tensor "${t.name}" has bad dims ${JSON.stringify(t.dims)}`);
       const elements = t.dims.reduce((a, b) => a * b, 1);
       if (t.dims[0] % traits!.blockSize !== 0 || (elements / traits!.blockSize) * traits!.typeSize !== t.bytes) {
         fail(`fixed tensor "${t.name}": ${typeName(t.type)} [${t.dims.join(", ")}] cannot take ${t.bytes} bytes`);
@@ -599,41 +716,76 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
       const paddedBytes = Math.ceil(t.bytes / STORE_PAGE) * STORE_PAGE;
       inRegion(`fixed tensor "${t.name}"`, t.offset, paddedBytes);
       if (this.tensors.has(t.name)) fail(`fixed tensor "${t.name}" appears twice`);
-      this.tensors.set(t.name, { name: t.name, dims: t.dims, type: t.type, elements, bytes: t.bytes, fileIndex: 0, offset: t.offset, paddedBytes });
+      this.tensors.set(t.name, {
+        name: t.name,
+        dims: t.dims,
+        type: t.type,
+        elements,
+        bytes: t.bytes,
+        fileIndex: 0,
+        offset: t.offset,
+        paddedBytes,
+      });
     }
 
     const f = manifest.ffn;
-    if (!f || !STORE_FFN_TYPES.includes(f.type)) fail(`ffn.type ${f?.type} is not a type a store may hold (${STORE_FFN_TYPES.map(typeName).join(", ")})`);
+    if (!f || !STORE_FFN_TYPES.includes(f.type))
+      fail(`ffn.type ${f?.type} is not a type a store may hold (${STORE_FFN_TYPES.map(typeName).join(", ")})`);
     if (f.layout !== "gguf") fail(`ffn.layout ${JSON.stringify(f.layout)} is not understood (expected "gguf")`);
     const tr = typeTraits(f.type)!;
-    if (!Number.isSafeInteger(f.nEmbd) || f.nEmbd <= 0 || f.nEmbd % tr.blockSize !== 0) fail(`ffn.nEmbd ${f.nEmbd} is not a positive multiple of the ${tr.name} block size`);
+    if (!Number.isSafeInteger(f.nEmbd) || f.nEmbd <= 0 || f.nEmbd % tr.blockSize !== 0)
+      fail(`ffn.nEmbd ${f.nEmbd} is not a positive multiple of the ${tr.name} block size`);
     const rb = (f.nEmbd / tr.blockSize) * tr.typeSize;
     if (f.rowBytes !== rb) fail(`ffn.rowBytes ${f.rowBytes} should be ${rb} for ${f.nEmbd} ${tr.name} values`);
     if (f.bundleBytes !== bundleBytesFor(rb)) fail(`ffn.bundleBytes ${f.bundleBytes} should be ${bundleBytesFor(rb)}`);
-    if (f.parts?.gate !== 0 || f.parts.up !== rb || f.parts.down !== 2 * rb) fail(`ffn.parts ${JSON.stringify(f.parts)} should be { gate: 0, up: ${rb}, down: ${2 * rb} }`);
+    if (f.parts?.gate !== 0 || f.parts.up !== rb || f.parts.down !== 2 * rb)
+      fail(`ffn.parts ${JSON.stringify(f.parts)} should be { gate: 0, up: ${rb}, down: ${2 * rb} }`);
     if (!Array.isArray(f.layers)) fail("ffn.layers must be an array");
     const layers: StoreFFNLayer[] = [];
     f.layers.forEach((L, index) => {
       const what = `ffn layer ${index}`;
-      if (!Number.isSafeInteger(L?.neurons) || L.neurons <= 0) fail(`${what}: neurons ${L?.neurons} is not a positive integer`);
+      if (!Number.isSafeInteger(L?.neurons) || L.neurons <= 0)
+        fail(`${what}: neurons ${L?.neurons} is not a positive integer`);
       inRegion(what, L.offset, L.neurons * f.bundleBytes);
       const order = fromBase64(L.order, Int32Array, fail, `${what} order`);
       if (order.length !== L.neurons) fail(`${what}: order has ${order.length} entries for ${L.neurons} neurons`);
       const position = new Int32Array(L.neurons).fill(-1);
       for (let p = 0; p < order.length; p++) {
         const n = order[p];
-        if (n < 0 || n >= L.neurons || position[n] !== -1) fail(`${what}: order is not a permutation (entry ${p} = ${n})`);
+        if (n < 0 || n >= L.neurons || position[n] !== -1)
+          fail(`${what}: order is not a permutation (entry ${p} = ${n})`);
         position[n] = p;
       }
       const frequency = L.frequency == null ? null : fromBase64(L.frequency, Float32Array, fail, `${what} frequency`);
-      if (L.gateRows != null) inRegion(`${what} gate rows`, L.gateRows, Math.ceil((L.neurons * rb) / STORE_PAGE) * STORE_PAGE);
-      if (frequency && frequency.length !== L.neurons) fail(`${what}: frequency has ${frequency.length} entries for ${L.neurons} neurons`);
+      if (L.gateRows != null)
+        inRegion(`${what} gate rows`, L.gateRows, Math.ceil((L.neurons * rb) / STORE_PAGE) * STORE_PAGE);
+      if (frequency && frequency.length !== L.neurons)
+        fail(`${what}: frequency has ${frequency.length} entries for ${L.neurons} neurons`);
       layers.push({
-        index, offset: L.offset, neurons: L.neurons, bundleBytes: f.bundleBytes, rowBytes: rb, type: f.type, order, position, frequency,
-        gate: L.gate ?? null, up: L.up ?? null, down: L.down ?? null, gateRows: L.gateRows ?? null,
+        index,
+        offset: L.offset,
+        neurons: L.neurons,
+        bundleBytes: f.bundleBytes,
+        rowBytes: rb,
+        type: f.type,
+        order,
+        position,
+        frequency,
+        gate: L.gate ?? null,
+        up: L.up ?? null,
+        down: L.down ?? null,
+        gateRows: L.gateRows ?? null,
       });
     });
-    this.ffn = { type: f.type, nEmbd: f.nEmbd, rowBytes: rb, bundleBytes: f.bundleBytes, parts: { gate: 0, up: rb, down: 2 * rb }, conversion: f.conversion, layers };
+    this.ffn = {
+      type: f.type,
+      nEmbd: f.nEmbd,
+      rowBytes: rb,
+      bundleBytes: f.bundleBytes,
+      parts: { gate: 0, up: rb, down: 2 * rb },
+      conversion: f.conversion,
+      layers,
+    };
   }
 
   /** Open a store: checks the header, the manifest's checksum and every structural field. */
@@ -646,7 +798,12 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
     }
     try {
       const size = fstatSync(fd).size;
-      if (size < STORE_PAGE) throw new StoreError(path, `file truncated: a store begins with a ${STORE_PAGE}-byte header page, the file has ${size} bytes`, 0);
+      if (size < STORE_PAGE)
+        throw new StoreError(
+          path,
+          `file truncated: a store begins with a ${STORE_PAGE}-byte header page, the file has ${size} bytes`,
+          0,
+        );
       const page = Buffer.alloc(STORE_PAGE);
       preadFully(fd, page, 0, path);
       const header = decodeHeader(path, page, size);
@@ -654,7 +811,11 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
       preadFully(fd, raw, header.manifestOffset, path);
       const got = crc32(raw);
       if (got !== header.manifestCrc32) {
-        throw new StoreError(path, `manifest checksum mismatch (header says 0x${hex(header.manifestCrc32)}, the ${header.manifestBytes} bytes give 0x${hex(got)}): the file is corrupt`, header.manifestOffset);
+        throw new StoreError(
+          path,
+          `manifest checksum mismatch (header says 0x${hex(header.manifestCrc32)}, the ${header.manifestBytes} bytes give 0x${hex(got)}): the file is corrupt`,
+          header.manifestOffset,
+        );
       }
       let manifest: StoreManifest;
       try {
@@ -662,7 +823,8 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
       } catch (e) {
         throw new StoreError(path, `manifest is not valid JSON: ${(e as Error).message}`, header.manifestOffset);
       }
-      if (typeof manifest !== "object" || manifest === null) throw new StoreError(path, "manifest is not a JSON object", header.manifestOffset);
+      if (typeof manifest !== "object" || manifest === null)
+        throw new StoreError(path, "manifest is not a JSON object", header.manifestOffset);
       return new NeuronStore(path, fd, size, header, manifest);
     } catch (e) {
       closeSync(fd);
@@ -684,7 +846,9 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
   tensor(name: string): StoreTensorInfo {
     const t = this.tensors.get(name);
     if (!t) {
-      const ffn = /^blk\.\d+\.ffn_(gate|up|down|down_t)\.weight$/.test(name) ? " (FFN weights live in neuron bundles: see store.ffn)" : "";
+      const ffn = /^blk\.\d+\.ffn_(gate|up|down|down_t)\.weight$/.test(name)
+        ? " (FFN weights live in neuron bundles: see store.ffn)"
+        : "";
       throw new StoreError(this.path, `missing tensor "${name}"${ffn}`);
     }
     return t;
@@ -695,7 +859,8 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
    * them are read whole and checked against their CRCs first.
    */
   readTensor(t: GGUFTensorInfo, dst: Uint8Array, start = 0, length = t.bytes - start): void {
-    if (start < 0 || length < 0 || start + length > t.bytes || dst.length < length) throw new RangeError(`${this.path}: bad read of tensor ${t.name} (${start}+${length} of ${t.bytes} bytes)`);
+    if (start < 0 || length < 0 || start + length > t.bytes || dst.length < length)
+      throw new RangeError(`${this.path}: bad read of tensor ${t.name} (${start}+${length} of ${t.bytes} bytes)`);
     let done = 0;
     while (done < length) {
       const from = t.offset + start + done;
@@ -729,23 +894,30 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
   /** File offset of the bundle at stored position `pos` of layer `layer`. */
   bundleOffset(layer: number, pos: number): number {
     const L = this.layer(layer);
-    if (!Number.isInteger(pos) || pos < 0 || pos >= L.neurons) throw new RangeError(`${this.path}: layer ${layer} has no stored position ${pos}`);
+    if (!Number.isInteger(pos) || pos < 0 || pos >= L.neurons)
+      throw new RangeError(`${this.path}: layer ${layer} has no stored position ${pos}`);
     return L.offset + pos * L.bundleBytes;
   }
 
   /** Read `count` bundles starting at stored position `pos` into dst (verified). */
   readBundles(layer: number, pos: number, count: number, dst: Uint8Array): void {
     const L = this.layer(layer);
-    if (count < 1 || pos + count > L.neurons) throw new RangeError(`${this.path}: layer ${layer} has no bundles [${pos}, ${pos + count})`);
-    if (dst.length < count * L.bundleBytes) throw new RangeError(`${this.path}: destination holds ${dst.length} bytes, ${count} bundles need ${count * L.bundleBytes}`);
+    if (count < 1 || pos + count > L.neurons)
+      throw new RangeError(`${this.path}: layer ${layer} has no bundles [${pos}, ${pos + count})`);
+    if (dst.length < count * L.bundleBytes)
+      throw new RangeError(
+        `${this.path}: destination holds ${dst.length} bytes, ${count} bundles need ${count * L.bundleBytes}`,
+      );
     this.readVerified(this.bundleOffset(layer, pos), dst.subarray(0, count * L.bundleBytes));
   }
 
   /** Read `count` gate rows of the contiguous copy from stored position `pos` into dst (verified). */
   readGateRows(layer: number, pos: number, count: number, dst: Uint8Array): void {
     const L = this.layer(layer);
-    if (L.gateRows === null) throw new RangeError(`${this.path}: layer ${layer} has no gate row copy (a store converted before it existed)`);
-    if (count < 1 || pos < 0 || pos + count > L.neurons) throw new RangeError(`${this.path}: layer ${layer} has no gate rows [${pos}, ${pos + count})`);
+    if (L.gateRows === null)
+      throw new RangeError(`${this.path}: layer ${layer} has no gate row copy (a store converted before it existed)`);
+    if (count < 1 || pos < 0 || pos + count > L.neurons)
+      throw new RangeError(`${this.path}: layer ${layer} has no gate rows [${pos}, ${pos + count})`);
     const from = L.gateRows + pos * L.rowBytes;
     const a = from - (from % STORE_PAGE);
     const buf = Buffer.alloc(Math.ceil((from + count * L.rowBytes) / STORE_PAGE) * STORE_PAGE - a);
@@ -769,7 +941,9 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
   verifyRange(fileOffset: number, view: Uint8Array, viewOffset: number, length: number): void {
     const { start, end, chunkBytes } = this.checksummed;
     if (fileOffset % chunkBytes !== 0 || length % chunkBytes !== 0 || fileOffset < start || fileOffset + length > end) {
-      throw new RangeError(`${this.path}: cannot verify [${fileOffset}, ${fileOffset + length}): checksums cover ${chunkBytes}-byte chunks of [${start}, ${end})`);
+      throw new RangeError(
+        `${this.path}: cannot verify [${fileOffset}, ${fileOffset + length}): checksums cover ${chunkBytes}-byte chunks of [${start}, ${end})`,
+      );
     }
     for (let o = 0; o < length; o += chunkBytes) {
       const chunk = (fileOffset + o - start) / chunkBytes;
@@ -790,7 +964,9 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
    * passed and skips them later: cheaper (CRC-32 runs at ~2 GB/s on one core) but blind to a
    * file changed while it is open.
    */
-  verifier(mode: VerifyMode = "always"): (fileOffset: number, view: Uint8Array, viewOffset: number, length: number) => void {
+  verifier(
+    mode: VerifyMode = "always",
+  ): (fileOffset: number, view: Uint8Array, viewOffset: number, length: number) => void {
     if (mode === "always") return (fo, v, vo, len) => this.verifyRange(fo, v, vo, len);
     const { start, chunkBytes } = this.checksummed;
     const seen = (this.verified ??= new Uint8Array(this.crcs.length));
@@ -816,7 +992,10 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
     if (this.fd < 0) return;
     const st = fstatSync(this.fd, { bigint: true });
     if (Number(st.size) !== this.openedStat.size || st.mtimeNs !== this.openedStat.mtimeNs) {
-      throw new StoreError(this.path, `the file changed on disk while in use (size ${this.openedStat.size} -> ${st.size}, modified since it was opened): reopen it`);
+      throw new StoreError(
+        this.path,
+        `the file changed on disk while in use (size ${this.openedStat.size} -> ${st.size}, modified since it was opened): reopen it`,
+      );
     }
   }
 
@@ -825,9 +1004,21 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
    * with "once", chunks verified before are skipped and the ones it verifies marked, shared with
    * verifier("once").
    */
-  checksumTable(mode: VerifyMode): { crcs: Uint32Array; start: number; end: number; chunkBytes: number; seen: Uint8Array | null } {
+  checksumTable(mode: VerifyMode): {
+    crcs: Uint32Array;
+    start: number;
+    end: number;
+    chunkBytes: number;
+    seen: Uint8Array | null;
+  } {
     const { start, end, chunkBytes } = this.checksummed;
-    return { crcs: this.crcs, start, end, chunkBytes, seen: mode === "once" ? (this.verified ??= new Uint8Array(this.crcs.length)) : null };
+    return {
+      crcs: this.crcs,
+      start,
+      end,
+      chunkBytes,
+      seen: mode === "once" ? (this.verified ??= new Uint8Array(this.crcs.length)) : null,
+    };
   }
 
   /** Read and check every chunk (e.g. after copying a store). Reports bytes checked so far. */
@@ -871,7 +1062,12 @@ function preadFully(fd: number, dst: Uint8Array, offset: number, path: string): 
   let got = 0;
   while (got < dst.length) {
     const r = readSync(fd, dst, got, Math.min(dst.length - got, 1 << 30), offset + got);
-    if (r === 0) throw new StoreError(path, `file truncated: needed ${dst.length} bytes from offset ${offset}, the file ends after ${got}`, offset + got);
+    if (r === 0)
+      throw new StoreError(
+        path,
+        `file truncated: needed ${dst.length} bytes from offset ${offset}, the file ends after ${got}`,
+        offset + got,
+      );
     got += r;
   }
 }

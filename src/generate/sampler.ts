@@ -79,7 +79,10 @@ export class Xoshiro128 {
 
   /** Next 32 random bits as an unsigned integer. */
   nextU32(): number {
-    const s0 = this.s0, s1 = this.s1, s2 = this.s2, s3 = this.s3;
+    const s0 = this.s0,
+      s1 = this.s1,
+      s2 = this.s2,
+      s3 = this.s3;
     const r = Math.imul(rotl(Math.imul(s1, 5), 7), 9);
     const t = s1 << 9;
     const n2 = s2 ^ s0;
@@ -153,9 +156,11 @@ export class Sampler {
     this.presencePenalty = checkFinite("presencePenalty", o.presencePenalty);
     if (this.topP < 0 || this.topP > 1) throw new RangeError(`sampler option topP must be in [0, 1], got ${this.topP}`);
     if (this.minP < 0 || this.minP > 1) throw new RangeError(`sampler option minP must be in [0, 1], got ${this.minP}`);
-    if (this.repeatPenalty <= 0) throw new RangeError(`sampler option repeatPenalty must be > 0, got ${this.repeatPenalty}`);
+    if (this.repeatPenalty <= 0)
+      throw new RangeError(`sampler option repeatPenalty must be > 0, got ${this.repeatPenalty}`);
     if (this.repeatLastN < 0) throw new RangeError(`sampler option repeatLastN must be >= 0, got ${this.repeatLastN}`);
-    if (options.seed !== undefined && !Number.isInteger(options.seed)) throw new RangeError(`sampler option seed must be an integer, got ${options.seed}`);
+    if (options.seed !== undefined && !Number.isInteger(options.seed))
+      throw new RangeError(`sampler option seed must be an integer, got ${options.seed}`);
     this.seed = options.seed ?? randomBytes(4).readUInt32LE(0);
     this.rng = new Xoshiro128(this.seed);
     this.history = new Int32Array(this.repeatLastN);
@@ -268,7 +273,8 @@ export class Sampler {
     this.idx = new Int32Array(n);
     this.prob = new Float64Array(n);
     this.counts = new Int32Array(n);
-    if (n > MAX_SORT_VOCAB) throw new RangeError(`sampler: vocabulary of ${n} tokens is above the supported ${MAX_SORT_VOCAB}`);
+    if (n > MAX_SORT_VOCAB)
+      throw new RangeError(`sampler: vocabulary of ${n} tokens is above the supported ${MAX_SORT_VOCAB}`);
     this.keys = new Float64Array(n);
     this.workBits = new Uint32Array(this.work.buffer);
   }

@@ -31,7 +31,14 @@ export interface AioBinding {
    * each chunkBytes chunk of [start, end); with `seen`, only chunks not verified before, marking
    * them) and reports a mismatch as -EBADMSG. The arrays must outlive the ring.
    */
-  setChecksums(ring: AioRing, crcs: Uint32Array, start: number, end: number, chunkBytes: number, seen: Uint8Array | null): void;
+  setChecksums(
+    ring: AioRing,
+    crcs: Uint32Array,
+    start: number,
+    end: number,
+    chunkBytes: number,
+    seen: Uint8Array | null,
+  ): void;
   /** io_destroy: waits for the reads in flight, then frees the ring. */
   close(ring: AioRing): void;
 }
@@ -42,13 +49,17 @@ let loaded: { binding: AioBinding | null; reason: string } | undefined;
 export function aio(): { binding: AioBinding | null; reason: string } {
   if (loaded) return loaded;
   if (process.env.POWERINFER_AIO === "0") return (loaded = { binding: null, reason: "POWERINFER_AIO=0 turned it off" });
-  if (process.platform !== "linux") return (loaded = { binding: null, reason: `Linux AIO does not exist on ${process.platform}` });
+  if (process.platform !== "linux")
+    return (loaded = { binding: null, reason: `Linux AIO does not exist on ${process.platform}` });
   const file = new URL("../../../build/flash_aio.node", import.meta.url);
   try {
     const binding = createRequire(import.meta.url)(file.pathname) as AioBinding;
     return (loaded = { binding, reason: "" });
   } catch (e) {
-    const why = (e as NodeJS.ErrnoException).code === "MODULE_NOT_FOUND" ? `${file.pathname} was not built (see npm install's output)` : (e as Error).message.split("\n")[0];
+    const why =
+      (e as NodeJS.ErrnoException).code === "MODULE_NOT_FOUND"
+        ? `${file.pathname} was not built (see npm install's output)`
+        : (e as Error).message.split("\n")[0];
     return (loaded = { binding: null, reason: why });
   }
 }

@@ -243,7 +243,16 @@ export class FlashReader {
   private readIndex = 0;
   private closing: Promise<void> | null = null;
   private drained: (() => void) | null = null;
-  private s: FlashReaderStats = { requests: 0, reads: 0, bytes: 0, busySeconds: 0, maxInFlight: 0, coalesced: 0, splits: 0, errors: 0 };
+  private s: FlashReaderStats = {
+    requests: 0,
+    reads: 0,
+    bytes: 0,
+    busySeconds: 0,
+    maxInFlight: 0,
+    coalesced: 0,
+    splits: 0,
+    errors: 0,
+  };
   /** native AIO: the binding, its ring, ops in flight by request id, free ids, ops to submit, scratch */
   private readonly aio: AioBinding | null;
   private ring: AioRing | null;
@@ -258,7 +267,15 @@ export class FlashReader {
   /** checksums checked on the I/O thread (kept referenced here: the addon reads them) */
   private readonly nativeChecksums: ReaderChecksums | null = null;
 
-  private constructor(readonly path: string, fd: number, direct: boolean, reason: string | null, size: number, opts: FlashReaderOptions, ring: { binding: AioBinding; ring: AioRing } | null) {
+  private constructor(
+    readonly path: string,
+    fd: number,
+    direct: boolean,
+    reason: string | null,
+    size: number,
+    opts: FlashReaderOptions,
+    ring: { binding: AioBinding; ring: AioRing } | null,
+  ) {
     this.fd = fd;
     this.aio = ring?.binding ?? null;
     this.ring = ring?.ring ?? null;
@@ -288,17 +305,30 @@ export class FlashReader {
   /** Open `path` for reading (see FlashReaderOptions for the choices). */
   static open(path: string, opts: FlashReaderOptions): FlashReader {
     const backend = opts.backend ?? "auto";
-    if (backend !== "auto" && backend !== "aio" && backend !== "threads") throw new RangeError(`FlashReader: backend must be "auto", "aio" or "threads", got ${JSON.stringify(backend)}`);
+    if (backend !== "auto" && backend !== "aio" && backend !== "threads")
+      throw new RangeError(`FlashReader: backend must be "auto", "aio" or "threads", got ${JSON.stringify(backend)}`);
     const native = backend === "threads" ? null : aio();
     const ioThread = opts.ioThread ?? true;
-    const qd = opts.queueDepth ?? (native?.binding && opts.direct !== false ? (ioThread ? AIO_QUEUE_DEPTH : AIO_INLINE_QUEUE_DEPTH) : defaultQueueDepth());
+    const qd =
+      opts.queueDepth ??
+      (native?.binding && opts.direct !== false
+        ? ioThread
+          ? AIO_QUEUE_DEPTH
+          : AIO_INLINE_QUEUE_DEPTH
+        : defaultQueueDepth());
     const max = opts.maxReadBytes ?? 1 << 20;
-    if (!Number.isInteger(qd) || qd < 1 || qd > 4096) throw new RangeError(`FlashReader: queueDepth must be an integer in [1, 4096], got ${qd}`);
-    if (!aligned(max) || max === 0) throw new RangeError(`FlashReader: maxReadBytes must be a positive multiple of ${FLASH_ALIGN}, got ${max}`);
+    if (!Number.isInteger(qd) || qd < 1 || qd > 4096)
+      throw new RangeError(`FlashReader: queueDepth must be an integer in [1, 4096], got ${qd}`);
+    if (!aligned(max) || max === 0)
+      throw new RangeError(`FlashReader: maxReadBytes must be a positive multiple of ${FLASH_ALIGN}, got ${max}`);
     const warn = opts.onWarning ?? defaultWarning;
     const want = opts.direct ?? "auto";
     const isWasm = typeof WebAssembly !== "undefined" && opts.memory instanceof WebAssembly.Memory;
-    if (!isWasm && !(opts.memory instanceof ArrayBuffer) && !(typeof SharedArrayBuffer !== "undefined" && opts.memory instanceof SharedArrayBuffer)) {
+    if (
+      !isWasm &&
+      !(opts.memory instanceof ArrayBuffer) &&
+      !(typeof SharedArrayBuffer !== "undefined" && opts.memory instanceof SharedArrayBuffer)
+    ) {
       throw new TypeError("FlashReader: memory must be a WebAssembly.Memory, SharedArrayBuffer or ArrayBuffer");
     }
 
@@ -308,7 +338,9 @@ export class FlashReader {
     if (want !== false) {
       const flag = (constants as { O_DIRECT?: number }).O_DIRECT;
       if (flag === undefined) reason = `this platform (${process.platform}) has no O_DIRECT`;
-      else if (!isWasm) reason = "the destination is a plain ArrayBuffer/SharedArrayBuffer, whose address is not page aligned (O_DIRECT needs a WebAssembly.Memory)";
+      else if (!isWasm)
+        reason =
+          "the destination is a plain ArrayBuffer/SharedArrayBuffer, whose address is not page aligned (O_DIRECT needs a WebAssembly.Memory)";
       else {
         try {
           fd = openSync(path, constants.O_RDONLY | flag);
@@ -322,7 +354,8 @@ export class FlashReader {
           reason = `the file system refuses O_DIRECT (${code}; e.g. tmpfs before Linux 6.6, /proc, some network and FUSE file systems)`;
         }
       }
-      if (!direct && want === true) throw new FlashReadError(path, 0, 0, `direct I/O was required but is not possible: ${reason}`);
+      if (!direct && want === true)
+        throw new FlashReadError(path, 0, 0, `direct I/O was required but is not possible: ${reason}`);
     } else reason = "buffered reads were asked for (direct: false)";
     if (fd < 0) {
       try {
@@ -374,7 +407,9 @@ export class FlashReader {
 
   private buffer(): ArrayBuffer | SharedArrayBuffer {
     const m = this.memory;
-    return m instanceof ArrayBuffer || (typeof SharedArrayBuffer !== "undefined" && m instanceof SharedArrayBuffer) ? m : (m as WebAssembly.Memory).buffer;
+    return m instanceof ArrayBuffer || (typeof SharedArrayBuffer !== "undefined" && m instanceof SharedArrayBuffer)
+      ? m
+      : (m as WebAssembly.Memory).buffer;
   }
 
   /** A view over the whole memory, re-taken after the memory grew. */
@@ -396,7 +431,16 @@ export class FlashReader {
   }
 
   resetStats(): void {
-    this.s = { requests: 0, reads: 0, bytes: 0, busySeconds: 0, maxInFlight: this.inFlight, coalesced: 0, splits: 0, errors: 0 };
+    this.s = {
+      requests: 0,
+      reads: 0,
+      bytes: 0,
+      busySeconds: 0,
+      maxInFlight: this.inFlight,
+      coalesced: 0,
+      splits: 0,
+      errors: 0,
+    };
     if (this.inFlight > 0) this.busySince = performance.now();
   }
 
@@ -421,22 +465,38 @@ export class FlashReader {
     for (let i = 0; i < requests.length; i++) {
       const r = requests[i];
       if (!aligned(r.fileOffset) || !aligned(r.length) || r.length === 0 || !aligned(r.dst)) {
-        throw new RangeError(`${this.path}: request ${i} (fileOffset ${r.fileOffset}, length ${r.length}, dst ${r.dst}) is not ${FLASH_ALIGN}-byte aligned`);
+        throw new RangeError(
+          `${this.path}: request ${i} (fileOffset ${r.fileOffset}, length ${r.length}, dst ${r.dst}) is not ${FLASH_ALIGN}-byte aligned`,
+        );
       }
       if (r.fileOffset + r.length > this.size) {
-        throw new RangeError(`${this.path}: request ${i} reads [${r.fileOffset}, ${r.fileOffset + r.length}) past the end of the file (${this.size} bytes)`);
+        throw new RangeError(
+          `${this.path}: request ${i} reads [${r.fileOffset}, ${r.fileOffset + r.length}) past the end of the file (${this.size} bytes)`,
+        );
       }
       if (r.dst + r.length > memBytes) {
-        throw new RangeError(`${this.path}: request ${i} writes [${r.dst}, ${r.dst + r.length}) past the end of the memory (${memBytes} bytes)`);
+        throw new RangeError(
+          `${this.path}: request ${i} writes [${r.dst}, ${r.dst + r.length}) past the end of the memory (${memBytes} bytes)`,
+        );
       }
     }
-    const batch: Batch = { requests, onComplete, onDone, pending: new Int32Array(requests.length), opsLeft: 0, inFlight: 0, error: null, finished: false };
+    const batch: Batch = {
+      requests,
+      onComplete,
+      onDone,
+      pending: new Int32Array(requests.length),
+      opsLeft: 0,
+      inFlight: 0,
+      error: null,
+      finished: false,
+    };
     this.s.requests += requests.length;
     const max = this.maxReadBytes;
-    for (let i = 0; i < requests.length; ) {
+    for (let i = 0; i < requests.length;) {
       const r = requests[i];
       if (r.length > max) {
-        for (let o = 0; o < r.length; o += max) this.enqueue(batch, i, 1, r.fileOffset + o, Math.min(max, r.length - o), r.dst + o);
+        for (let o = 0; o < r.length; o += max)
+          this.enqueue(batch, i, 1, r.fileOffset + o, Math.min(max, r.length - o), r.dst + o);
         this.s.splits += Math.ceil(r.length / max) - 1;
         i++;
         continue;
@@ -444,7 +504,8 @@ export class FlashReader {
       let j = i + 1;
       let len = r.length;
       while (j < requests.length) {
-        const p = requests[j - 1], q = requests[j];
+        const p = requests[j - 1],
+          q = requests[j];
         if (q.fileOffset !== p.fileOffset + p.length || q.dst !== p.dst + p.length || len + q.length > max) break;
         len += q.length;
         j++;
@@ -478,7 +539,19 @@ export class FlashReader {
   }
 
   private newOp(): Op {
-    const op: Op = { batch: null, first: 0, count: 0, fileOffset: 0, length: 0, dst: 0, done: 0, slot: -1, badChecksum: false, split: false, cb: null! };
+    const op: Op = {
+      batch: null,
+      first: 0,
+      count: 0,
+      fileOffset: 0,
+      length: 0,
+      dst: 0,
+      done: 0,
+      slot: -1,
+      badChecksum: false,
+      split: false,
+      cb: null!,
+    };
     op.cb = (err, n) => this.landed(op, err, n);
     return op;
   }
@@ -631,9 +704,26 @@ export class FlashReader {
     if (this.inFlight === 0) this.s.busySeconds += (performance.now() - this.busySince) / 1000;
     if (!batch.error) {
       if (err) {
-        this.fail(batch, new FlashReadError(this.path, op.fileOffset + op.done, op.length - op.done, `read failed: ${err.message}`, err));
+        this.fail(
+          batch,
+          new FlashReadError(
+            this.path,
+            op.fileOffset + op.done,
+            op.length - op.done,
+            `read failed: ${err.message}`,
+            err,
+          ),
+        );
       } else if (n === 0) {
-        this.fail(batch, new FlashReadError(this.path, op.fileOffset + op.done, op.length - op.done, `unexpected end of file (${this.size} bytes at open; was the file truncated?)`));
+        this.fail(
+          batch,
+          new FlashReadError(
+            this.path,
+            op.fileOffset + op.done,
+            op.length - op.done,
+            `unexpected end of file (${this.size} bytes at open; was the file truncated?)`,
+          ),
+        );
       } else {
         this.s.bytes += n;
         op.done += n;
@@ -664,7 +754,15 @@ export class FlashReader {
         return;
       }
       if (bad) {
-        this.fail(batch, new FlashReadError(this.path, op.fileOffset, op.length, "checksum mismatch found by the I/O thread (the bytes changed before they could be described)"));
+        this.fail(
+          batch,
+          new FlashReadError(
+            this.path,
+            op.fileOffset,
+            op.length,
+            "checksum mismatch found by the I/O thread (the bytes changed before they could be described)",
+          ),
+        );
         return;
       }
     }
@@ -712,7 +810,8 @@ export class FlashReader {
     if (this.closing) return this.closing;
     const queued = new Set<Batch>();
     for (let r = this.qHead; r < this.queue.length; r++) queued.add(this.queue[r].batch!);
-    for (const b of queued) this.fail(b, new FlashReadError(this.path, 0, 0, "the reader was closed with reads pending"));
+    for (const b of queued)
+      this.fail(b, new FlashReadError(this.path, 0, 0, "the reader was closed with reads pending"));
     this.closing = new Promise<void>((resolve) => {
       const finish = () => {
         this.drained = null;

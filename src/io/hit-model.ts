@@ -20,7 +20,8 @@ export interface Firing {
 /** Log-spaced bins of firing probability: enough resolution for the hit model, fast to sum. */
 const BINS = 240;
 const P_MIN = 1e-7;
-const binOf = (p: number) => Math.min(BINS - 1, Math.max(0, Math.floor((Math.log(p / P_MIN) / Math.log(1 / P_MIN)) * BINS)));
+const binOf = (p: number) =>
+  Math.min(BINS - 1, Math.max(0, Math.floor((Math.log(p / P_MIN) / Math.log(1 / P_MIN)) * BINS)));
 
 /** Expected cache behaviour per layer at each decode step. */
 export interface HitProfile {
@@ -76,7 +77,8 @@ export function hitProfile(firing: Firing, hot: number, coldSlots: number, promp
     if (coldSlots <= 0) tau = 0;
     else {
       // occupancy grows with t from 0 to coldItems: bisect in log t
-      let lo = 0, hi = 1;
+      let lo = 0,
+        hi = 1;
       while (occupancy(hi) < coldSlots && hi < 1e12) hi *= 2;
       for (let it = 0; it < 80; it++) {
         const mid = (lo + hi) / 2;
@@ -97,7 +99,8 @@ export function hitProfile(firing: Firing, hot: number, coldSlots: number, promp
     const c = new Float64Array(L);
     const h = new Float64Array(L);
     for (let l = 0; l < L; l++) {
-      let hits = 0, n = 0;
+      let hits = 0,
+        n = 0;
       for (let b = 0; b < BINS; b++) {
         const i = l * BINS + b;
         if (count[i] === 0) continue;

@@ -52,7 +52,14 @@ export class NeuronCache {
    * @param base  wasm address of slot 0 (4 KiB aligned); slot i is at base + i * slotBytes
    * @param hotPerLayer how many hot neurons of each layer to pin (their slots are contiguous)
    */
-  constructor(base: number, slotBytes: number, slots: number, neuronsPerLayer: number[], hotPerLayer: number[], hotSlotBytes = slotBytes) {
+  constructor(
+    base: number,
+    slotBytes: number,
+    slots: number,
+    neuronsPerLayer: number[],
+    hotPerLayer: number[],
+    hotSlotBytes = slotBytes,
+  ) {
     this.base = base;
     this.slotBytes = slotBytes;
     this.hotSlotBytes = hotSlotBytes;
@@ -82,7 +89,9 @@ export class NeuronCache {
   }
 
   address(slot: number): number {
-    return slot < this.hotSlots ? this.base + slot * this.hotSlotBytes : this.coldBase + (slot - this.hotSlots) * this.slotBytes;
+    return slot < this.hotSlots
+      ? this.base + slot * this.hotSlotBytes
+      : this.coldBase + (slot - this.hotSlots) * this.slotBytes;
   }
 
   /** Bytes the slots take, hot and cold. */
@@ -207,7 +216,8 @@ export function defaultHotFraction(firing: ArrayLike<number>[] | null, slots: nu
   if (!firing || firing.length === 0 || slots <= 0) return DEFAULT_HOT_FRACTION;
   const layers = firing.length;
   const rates: Firing = { layers: firing.map((f) => Float64Array.from(f)), source: "profile" };
-  const hotOf = (share: number) => Math.min(neuronsPerLayer, Math.floor((slots * share) / layers), Math.floor((slots - 1) / layers));
+  const hotOf = (share: number) =>
+    Math.min(neuronsPerLayer, Math.floor((slots * share) / layers), Math.floor((slots - 1) / layers));
   /** the most one layer misses per token beyond `hot` pinned neurons */
   const mostMisses = (hot: number) => {
     let most = 0;
@@ -223,7 +233,8 @@ export function defaultHotFraction(firing: ArrayLike<number>[] | null, slots: nu
   // the most that leaves two layers' misses of room
   const reserve = Math.max(1, Math.round(2 * mostMisses(hotOf(DEFAULT_HOT_FRACTION))));
   shares.push(Math.max(DEFAULT_HOT_FRACTION, (slots - reserve) / slots));
-  let best = DEFAULT_HOT_FRACTION, bestHits = -Infinity;
+  let best = DEFAULT_HOT_FRACTION,
+    bestHits = -Infinity;
   for (const share of shares) {
     const hot = hotOf(share);
     const cold = slots - hot * layers;

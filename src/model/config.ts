@@ -47,19 +47,29 @@ const ARCHITECTURES: Record<string, ArchTraits> = {
 export const SUPPORTED_ARCHITECTURES = Object.keys(ARCHITECTURES);
 
 const ACTIVATIONS: Record<string, Activation> = {
-  silu: "silu", swiglu: "silu", relu: "relu", reglu: "relu", drelu: "drelu", gelu: "gelu", geglu: "gelu",
+  silu: "silu",
+  swiglu: "silu",
+  relu: "relu",
+  reglu: "relu",
+  drelu: "drelu",
+  gelu: "gelu",
+  geglu: "gelu",
 };
 
 export function readConfig(file: ModelFile): ModelConfig {
   const arch = file.architecture;
   const traits = ARCHITECTURES[arch];
   if (!traits) {
-    throw new GGUFError(file.path, `unsupported architecture "${arch}" (supported: ${SUPPORTED_ARCHITECTURES.join(", ")})`);
+    throw new GGUFError(
+      file.path,
+      `unsupported architecture "${arch}" (supported: ${SUPPORTED_ARCHITECTURES.join(", ")})`,
+    );
   }
   const key = (k: string) => `${arch}.${k}`;
   const positive = (k: string, fallback?: number, max = 1 << 24): number => {
     const v = file.getNumber(key(k), fallback);
-    if (!Number.isInteger(v) || v <= 0 || v > max) throw new GGUFError(file.path, `metadata "${key(k)}" = ${v} is not a sane positive integer`);
+    if (!Number.isInteger(v) || v <= 0 || v > max)
+      throw new GGUFError(file.path, `metadata "${key(k)}" = ${v} is not a sane positive integer`);
     return v;
   };
   const nEmbd = positive("embedding_length", undefined, 1 << 17);
@@ -67,15 +77,17 @@ export function readConfig(file: ModelFile): ModelConfig {
   const nHead = positive("attention.head_count", undefined, 4096);
   const nHeadKV = positive("attention.head_count_kv", nHead, 4096);
   const nFF = positive("feed_forward_length", undefined, 1 << 20);
-  if (nEmbd % nHead !== 0) throw new GGUFError(file.path, `embedding_length ${nEmbd} is not a multiple of head_count ${nHead}`);
-  if (nHead % nHeadKV !== 0) throw new GGUFError(file.path, `head_count ${nHead} is not a multiple of head_count_kv ${nHeadKV}`);
+  if (nEmbd % nHead !== 0)
+    throw new GGUFError(file.path, `embedding_length ${nEmbd} is not a multiple of head_count ${nHead}`);
+  if (nHead % nHeadKV !== 0)
+    throw new GGUFError(file.path, `head_count ${nHead} is not a multiple of head_count_kv ${nHeadKV}`);
   const headDim = nEmbd / nHead;
   const nRot = positive("rope.dimension_count", headDim, headDim);
   if (nRot % 2 !== 0) throw new GGUFError(file.path, `rope.dimension_count ${nRot} is odd`);
 
   const tokens = file.getArray("tokenizer.ggml.tokens");
   const embd = file.tensor("token_embd.weight");
-  const nVocab = file.has(key("vocab_size")) ? positive("vocab_size") : tokens?.length ?? embd.dims[1];
+  const nVocab = file.has(key("vocab_size")) ? positive("vocab_size") : (tokens?.length ?? embd.dims[1]);
   if (embd.dims[0] !== nEmbd || embd.dims[1] !== nVocab) {
     throw new GGUFError(file.path, `token_embd.weight is [${embd.dims.join(", ")}], expected [${nEmbd}, ${nVocab}]`);
   }
@@ -84,7 +96,11 @@ export function readConfig(file: ModelFile): ModelConfig {
   if (file.has(key("feed_forward_activation"))) {
     const name = file.getString(key("feed_forward_activation")).toLowerCase();
     const a = ACTIVATIONS[name];
-    if (!a) throw new GGUFError(file.path, `metadata "${key("feed_forward_activation")}" = "${name}" is not a known activation (${Object.keys(ACTIVATIONS).join(", ")})`);
+    if (!a)
+      throw new GGUFError(
+        file.path,
+        `metadata "${key("feed_forward_activation")}" = "${name}" is not a known activation (${Object.keys(ACTIVATIONS).join(", ")})`,
+      );
     activation = a;
   }
 
@@ -100,7 +116,8 @@ export function readConfig(file: ModelFile): ModelConfig {
 
   const normEps = file.getNumber(key("attention.layer_norm_rms_epsilon"), 1e-5);
   const ropeFreqBase = file.getNumber(key("rope.freq_base"), 10000);
-  if (!(normEps > 0 && normEps < 1)) throw new GGUFError(file.path, `layer_norm_rms_epsilon = ${normEps} is not in (0, 1)`);
+  if (!(normEps > 0 && normEps < 1))
+    throw new GGUFError(file.path, `layer_norm_rms_epsilon = ${normEps} is not in (0, 1)`);
   if (!(ropeFreqBase > 1)) throw new GGUFError(file.path, `rope.freq_base = ${ropeFreqBase} must be > 1`);
 
   return {

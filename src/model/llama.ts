@@ -15,7 +15,13 @@ import { dequantizeRow } from "../format/quant.js";
 import { GGMLType, tensorBytes } from "../format/ggml-types.js";
 import { Arena } from "../runtime/arena.js";
 import { ThreadPool } from "../runtime/pool.js";
-import { activationBytes, hasWeightKernel, prepareKernel, weightKernel, type ActivationFormat } from "../runtime/weights.js";
+import {
+  activationBytes,
+  hasWeightKernel,
+  prepareKernel,
+  weightKernel,
+  type ActivationFormat,
+} from "../runtime/weights.js";
 import { readConfig, type ModelConfig } from "./config.js";
 import { ropeTable } from "./rope.js";
 import { WeightLoader, type Matrix } from "./weights.js";
@@ -83,7 +89,8 @@ const PREDICTOR_REQUANT_TYPES: ReadonlySet<GGMLType> = new Set([GGMLType.F32, GG
  */
 function predictorQ8Hidden(file: ModelFile, cfg: ModelConfig, l: number, opt: LoadOptions["predictorType"]): number {
   if ((opt ?? "q8_0") === "original") return 0;
-  const fc1 = file.tensor(`blk.${l}.fc1.weight`), fc2 = file.tensor(`blk.${l}.fc2.weight`);
+  const fc1 = file.tensor(`blk.${l}.fc1.weight`),
+    fc2 = file.tensor(`blk.${l}.fc2.weight`);
   if (!PREDICTOR_REQUANT_TYPES.has(fc1.type) || !PREDICTOR_REQUANT_TYPES.has(fc2.type)) return 0;
   const hidden = fc1.dims[1];
   const padded = Math.ceil(hidden / 32) * 32;
@@ -181,7 +188,10 @@ export class LlamaModel {
   private readonly heap: Uint8Array;
   private readonly f32: Float32Array;
   private readonly i32: Int32Array;
-  private readonly fn: Record<"rmsnorm" | "rope" | "attention" | "ffnAct" | "ffnActCut" | "add" | "bias" | "relu", number>;
+  private readonly fn: Record<
+    "rmsnorm" | "rope" | "attention" | "ffnAct" | "ffnActCut" | "add" | "bias" | "relu",
+    number
+  >;
   private readonly epsBits: number;
   private readonly args = new Int32Array(16);
   /** which prepared-activation buffers hold the current matmul input */
@@ -205,7 +215,8 @@ export class LlamaModel {
    * projections (null: stop). Offline tools read activations this way; it slows the forward pass.
    */
   setFFNObserver(fn: ((o: FFNObservation) => void) | null): void {
-    if (fn && this.offloaded) throw new Error("FFN observation needs the dense model (a GGUF file), not a neuron store");
+    if (fn && this.offloaded)
+      throw new Error("FFN observation needs the dense model (a GGUF file), not a neuron store");
     this.observer = fn;
   }
 
@@ -222,25 +233,44 @@ export class LlamaModel {
       let contextSize = Math.max(1, Math.floor(opts.contextSize ?? Math.min(cfg.nCtxTrain, defaultContext)));
       // Keep the KV cache inside what wasm32 can address next to the weights.
       const kvBytesPerPos = 2 * cfg.nLayer * cfg.nHeadKV * cfg.headDim * 4;
-      const weightBytes = [...file.tensors.values()].reduce((a, t) => (store && t.name === "token_embd.weight" ? a : a + t.bytes), 0);
+      const weightBytes = [...file.tensors.values()].reduce(
+        (a, t) => (store && t.name === "token_embd.weight" ? a : a + t.bytes),
+        0,
+      );
       // What the weights will take in wasm memory once packed (the embedding table stays in JS
       // unless it doubles as the output matrix), plus ~64 MiB of buffers: the KV cache gets the rest.
-      const hasPredictors = [...Array(cfg.nLayer).keys()].every((l) => file.tensors.has(`blk.${l}.fc1.weight`) && file.tensors.has(`blk.${l}.fc2.weight`));
+      const hasPredictors = [...Array(cfg.nLayer).keys()].every(
+        (l) => file.tensors.has(`blk.${l}.fc1.weight`) && file.tensors.has(`blk.${l}.fc2.weight`),
+      );
       const sparsity = opts.offload?.sparsity ?? (hasPredictors ? "predictor" : "gate");
       const usePredictors = store !== undefined && sparsity === "predictor";
       if (opts.predictorType !== undefined && opts.predictorType !== "q8_0" && opts.predictorType !== "original") {
         throw new RangeError(`predictorType must be "q8_0" or "original", got ${JSON.stringify(opts.predictorType)}`);
       }
       // Predictors requantized to Q8_0 count as packed, padded: hidden width per layer (0: as stored).
-      const predQ8 = usePredictors && hasPredictors ? [...Array(cfg.nLayer).keys()].map((l) => predictorQ8Hidden(file, cfg, l, opts.predictorType)) : [];
+      const predQ8 =
+        usePredictors && hasPredictors
+          ? [...Array(cfg.nLayer).keys()].map((l) => predictorQ8Hidden(file, cfg, l, opts.predictorType))
+          : [];
       const packedBytes = [...file.tensors.values()].reduce((a, t) => {
         if (t.name === "token_embd.weight" && file.tensors.has("output.weight")) return a;
         if (PREDICTOR_TENSOR_RE.test(t.name)) {
           if (!usePredictors) return a; // loaded only for predictor sparsity
           const padded = predQ8[Number(t.name.split(".")[1])];
-          if (padded) return a + (t.name.endsWith("fc1.weight") ? weightKernel(GGMLType.Q8_0).packedBytes(padded, t.dims[0]) : weightKernel(GGMLType.Q8_0).packedBytes(t.dims[1], padded));
+          if (padded)
+            return (
+              a +
+              (t.name.endsWith("fc1.weight")
+                ? weightKernel(GGMLType.Q8_0).packedBytes(padded, t.dims[0])
+                : weightKernel(GGMLType.Q8_0).packedBytes(t.dims[1], padded))
+            );
         }
-        return a + (t.dims.length === 2 && hasWeightKernel(t.type) ? weightKernel(t.type).packedBytes(t.dims[1], t.dims[0]) : t.elements * 4);
+        return (
+          a +
+          (t.dims.length === 2 && hasWeightKernel(t.type)
+            ? weightKernel(t.type).packedBytes(t.dims[1], t.dims[0])
+            : t.elements * 4)
+        );
       }, 0);
       const room = 4 * 2 ** 30 - (1 << 20) - packedBytes - 64 * 2 ** 20;
       if (opts.contextSize === undefined && contextSize * kvBytesPerPos > room) {
@@ -253,8 +283,19 @@ export class LlamaModel {
       // process mid-load otherwise): the weights and buffers are not resident yet, so count them.
       if (store && opts.memoryBudget !== undefined) {
         const kv = 2 * cfg.nLayer * contextSize * cfg.nHeadKV * cfg.headDim * 4;
-        const bufferBytes = 4 * (batchSize * (4 * cfg.nEmbd + 2 * cfg.nHead * cfg.headDim + 3 * cfg.nFF) + cfg.nVocab + contextSize * (cfg.nHead + cfg.nRot));
-        LlamaModel.budgetSplit(store, cfg, kv, { ...opts, offload: { ...opts.offload, sparsity } }, process.memoryUsage.rss() + packedBytes + bufferBytes, "would");
+        const bufferBytes =
+          4 *
+          (batchSize * (4 * cfg.nEmbd + 2 * cfg.nHead * cfg.headDim + 3 * cfg.nFF) +
+            cfg.nVocab +
+            contextSize * (cfg.nHead + cfg.nRot));
+        LlamaModel.budgetSplit(
+          store,
+          cfg,
+          kv,
+          { ...opts, offload: { ...opts.offload, sparsity } },
+          process.memoryUsage.rss() + packedBytes + bufferBytes,
+          "would",
+        );
       }
       const loader = new WeightLoader(file, arena, pool, opts.onProgress && ((b) => opts.onProgress!(b, weightBytes)));
       const { nEmbd, nFF, nHead, nHeadKV, headDim, nVocab } = cfg;
@@ -264,13 +305,18 @@ export class LlamaModel {
       const thresholds = activationThresholds(file, cfg.nLayer, opts.activationThresholds);
       // From a store, embedding rows are read from the file as tokens come (one row per token):
       // the table (82 MB at 7B Q4_1) need not be resident under a budget.
-      const embd = store ? { info: loader.check("token_embd.weight", [nEmbd, nVocab]), data: null } : loader.raw("token_embd.weight", [nEmbd, nVocab]);
+      const embd = store
+        ? { info: loader.check("token_embd.weight", [nEmbd, nVocab]), data: null }
+        : loader.raw("token_embd.weight", [nEmbd, nVocab]);
       if (store && sparsity === "predictor" && !hasPredictors) {
-        throw new Error(`${path}: --sparsity predictor needs activation predictors (blk.N.fc1/fc2), and this model has none: use --sparsity gate, or train them (powerinfer train-predictors)`);
+        throw new Error(
+          `${path}: --sparsity predictor needs activation predictors (blk.N.fc1/fc2), and this model has none: use --sparsity gate, or train them (powerinfer train-predictors)`,
+        );
       }
       for (let l = 0; usePredictors && l < cfg.nLayer; l++) {
         const hidden = file.tensor(`blk.${l}.fc1.weight`).dims[1];
-        if (hidden > nFF) throw new Error(`${path}: predictor of layer ${l} has ${hidden} hidden units, more than the FFN's ${nFF}`);
+        if (hidden > nFF)
+          throw new Error(`${path}: predictor of layer ${l} has ${hidden} hidden units, more than the FFN's ${nFF}`);
       }
       const layers: Layer[] = [];
       for (let l = 0; l < cfg.nLayer; l++) {
@@ -299,8 +345,15 @@ export class LlamaModel {
         });
       }
       const outputNorm = loader.vector("output_norm.weight", nEmbd);
-      const output = loader.matrix(file.tensors.has("output.weight") ? "output.weight" : "token_embd.weight", nEmbd, nVocab);
-      const matrices = [output, ...layers.flatMap((L) => [L.wq, L.wk, L.wv, L.wo, L.gate, L.up, L.down, L.fc1, L.fc2])].filter((m): m is Matrix => m !== undefined);
+      const output = loader.matrix(
+        file.tensors.has("output.weight") ? "output.weight" : "token_embd.weight",
+        nEmbd,
+        nVocab,
+      );
+      const matrices = [
+        output,
+        ...layers.flatMap((L) => [L.wq, L.wk, L.wv, L.wo, L.gate, L.up, L.down, L.fc1, L.fc2]),
+      ].filter((m): m is Matrix => m !== undefined);
       // The resident gate rows of an offloaded FFN read the FFN input in their kernel's format.
       if (store) matrices.push({ ...output, kernel: weightKernel(store.ffn.type), cols: nEmbd });
       const buf = allocBuffers(arena, cfg, contextSize, batchSize, matrices);
@@ -311,8 +364,25 @@ export class LlamaModel {
       let offloaded: OffloadedFFN | undefined;
       const kvBytes = 2 * cfg.nLayer * contextSize * kvDim * 4;
 
-      if (store) offloaded = LlamaModel.offload(store, cfg, arena, pool, kvBytes, { ...opts, offload: { ...opts.offload, sparsity, thresholds } });
-      const model = new LlamaModel(file, cfg, arena, pool, layers, embd, outputNorm, output, buf, contextSize, batchSize, offloaded);
+      if (store)
+        offloaded = LlamaModel.offload(store, cfg, arena, pool, kvBytes, {
+          ...opts,
+          offload: { ...opts.offload, sparsity, thresholds },
+        });
+      const model = new LlamaModel(
+        file,
+        cfg,
+        arena,
+        pool,
+        layers,
+        embd,
+        outputNorm,
+        output,
+        buf,
+        contextSize,
+        batchSize,
+        offloaded,
+      );
       model.thresholds = thresholds;
       return model;
     } catch (e) {
@@ -328,8 +398,22 @@ export class LlamaModel {
    * yet resident), the resident gate rows, the sparse kernels' scratch and the load-time read
    * buffers. Too small a budget is an error that says how much would fit.
    */
-  private static offload(store: NeuronStore, cfg: ModelConfig, arena: Arena, pool: ThreadPool, kvBytes: number, opts: LoadOptions): OffloadedFFN {
-    const { cacheBytes, residentGates } = LlamaModel.budgetSplit(store, cfg, kvBytes, opts, process.memoryUsage.rss(), "");
+  private static offload(
+    store: NeuronStore,
+    cfg: ModelConfig,
+    arena: Arena,
+    pool: ThreadPool,
+    kvBytes: number,
+    opts: LoadOptions,
+  ): OffloadedFFN {
+    const { cacheBytes, residentGates } = LlamaModel.budgetSplit(
+      store,
+      cfg,
+      kvBytes,
+      opts,
+      process.memoryUsage.rss(),
+      "",
+    );
     return new OffloadedFFN(store, cfg, arena, pool, { ...opts.offload, cacheBytes, residentGates });
   }
 
@@ -338,7 +422,14 @@ export class LlamaModel {
    * loading, "would" be resident besides the KV cache and the FFN's own memory); throws when the
    * budget cannot hold the fixed part with a minimal cache.
    */
-  private static budgetSplit(store: NeuronStore, cfg: ModelConfig, kvBytes: number, opts: LoadOptions, rss: number, would: string): { cacheBytes: number; residentGates: boolean } {
+  private static budgetSplit(
+    store: NeuronStore,
+    cfg: ModelConfig,
+    kvBytes: number,
+    opts: LoadOptions,
+    rss: number,
+    would: string,
+  ): { cacheBytes: number; residentGates: boolean } {
     const ffn = store.ffn;
     const gateBytes = cfg.nLayer * weightKernel(ffn.type).packedBytes(cfg.nFF, cfg.nEmbd);
     const stagingBytes = gateStagingBytes(gateReadBytesOf(ffn), cfg.nFF);
@@ -395,7 +486,8 @@ export class LlamaModel {
    */
   forwardAll(tokens: ArrayLike<number>, n: number, pos0: number, out: Float32Array): void {
     const nVocab = this.config.nVocab;
-    if (out.length < n * nVocab) throw new RangeError(`forwardAll: out holds ${out.length} floats, ${n} tokens need ${n * nVocab}`);
+    if (out.length < n * nVocab)
+      throw new RangeError(`forwardAll: out holds ${out.length} floats, ${n} tokens need ${n * nVocab}`);
     this.forward(tokens, n, pos0);
     out.set(this.logits, (n - 1) * nVocab);
     for (let t = 0; t < n - 1; t++) out.set(this.logitsOfRow(t), t * nVocab);
@@ -455,9 +547,13 @@ export class LlamaModel {
    */
   predictorScores(layer: number, x: ArrayLike<number>, hidden?: Float32Array): Float32Array {
     const L = this.layers[layer];
-    if (!L?.fc1 || !L.fc2) throw new Error(`layer ${layer} has no predictor loaded (a store with predictors, loaded for --sparsity predictor, has one)`);
+    if (!L?.fc1 || !L.fc2)
+      throw new Error(
+        `layer ${layer} has no predictor loaded (a store with predictors, loaded for --sparsity predictor, has one)`,
+      );
     const { nEmbd, nFF } = this.config;
-    if (x.length !== nEmbd) throw new RangeError(`predictorScores: x holds ${x.length} values, the residual has ${nEmbd}`);
+    if (x.length !== nEmbd)
+      throw new RangeError(`predictorScores: x holds ${x.length} values, the residual has ${nEmbd}`);
     const b = this.buf;
     const saved = this.residualRow;
     this.f32.set(x, b.xb >>> 2);
@@ -486,13 +582,17 @@ export class LlamaModel {
   private embed(tokens: ArrayLike<number>, n: number, pos0: number): void {
     const cfg = this.config;
     if (n < 1 || n > this.batchSize) throw new RangeError(`forward: ${n} tokens, batch holds 1..${this.batchSize}`);
-    if (pos0 < 0 || pos0 + n > this.contextSize) throw new RangeError(`context full: positions ${pos0}..${pos0 + n - 1} exceed the context size ${this.contextSize}`);
+    if (pos0 < 0 || pos0 + n > this.contextSize)
+      throw new RangeError(
+        `context full: positions ${pos0}..${pos0 + n - 1} exceed the context size ${this.contextSize}`,
+      );
     const b = this.buf;
     const nEmbd = cfg.nEmbd;
     const rowBytes = tensorBytes(this.embd.info.type, nEmbd);
     for (let t = 0; t < n; t++) {
       const id = tokens[t];
-      if (!(id >= 0 && id < cfg.nVocab)) throw new RangeError(`token id ${id} is outside the vocabulary (0..${cfg.nVocab - 1})`);
+      if (!(id >= 0 && id < cfg.nVocab))
+        throw new RangeError(`token id ${id} is outside the vocabulary (0..${cfg.nVocab - 1})`);
       let row: Uint8Array;
       if (this.embd.data) row = this.embd.data.subarray(id * rowBytes, (id + 1) * rowBytes);
       else {
@@ -532,12 +632,28 @@ export class LlamaModel {
       this.addBias(vOut, L.bv, kvDim, n);
     }
     const neox = cfg.ropePairing === "neox" ? 1 : 0;
-    a[0] = b.q; a[1] = b.pos; a[2] = b.rope; a[3] = nHead; a[4] = headDim; a[5] = cfg.nRot; a[6] = neox;
+    a[0] = b.q;
+    a[1] = b.pos;
+    a[2] = b.rope;
+    a[3] = nHead;
+    a[4] = headDim;
+    a[5] = cfg.nRot;
+    a[6] = neox;
     pool.run(this.fn.rope, a, 7, n, 1, n * qDim * 4);
-    a[0] = kOut; a[3] = nHeadKV;
+    a[0] = kOut;
+    a[3] = nHeadKV;
     pool.run(this.fn.rope, a, 7, n, 1, n * kvDim * 4);
-    a[0] = b.q; a[1] = kCache; a[2] = vCache; a[3] = b.att; a[4] = b.scores; a[5] = n; a[6] = pos0;
-    a[7] = nHead; a[8] = nHeadKV; a[9] = headDim; a[10] = this.contextSize;
+    a[0] = b.q;
+    a[1] = kCache;
+    a[2] = vCache;
+    a[3] = b.att;
+    a[4] = b.scores;
+    a[5] = n;
+    a[6] = pos0;
+    a[7] = nHead;
+    a[8] = nHeadKV;
+    a[9] = headDim;
+    a[10] = this.contextSize;
     pool.run(this.fn.attention, a, 11, nHead, 1, 2 * n * (pos0 + n) * qDim);
     this.setInput(b.att, qDim);
     this.matmul(L.wo, b.xb, n);
@@ -564,7 +680,9 @@ export class LlamaModel {
         up: new Float32Array(buf, b.hu, n * cfg.nFF),
       });
     }
-    a[0] = b.hg; a[1] = b.hu; a[2] = ACT_CODE[cfg.activation];
+    a[0] = b.hg;
+    a[1] = b.hu;
+    a[2] = ACT_CODE[cfg.activation];
     const cut = this.thresholds ? this.thresholds[l] : 0;
     if (cut > 0) {
       a[3] = f32Bits(cut);
@@ -592,19 +710,26 @@ export class LlamaModel {
 
   private rmsnorm(y: number, x: number, w: number, n: number): void {
     const a = this.args;
-    a[0] = y; a[1] = x; a[2] = w; a[3] = this.config.nEmbd; a[4] = this.epsBits;
+    a[0] = y;
+    a[1] = x;
+    a[2] = w;
+    a[3] = this.config.nEmbd;
+    a[4] = this.epsBits;
     this.pool.run(this.fn.rmsnorm, a, 5, n, 1, n * this.config.nEmbd * 4);
   }
 
   private add(y: number, x: number, count: number): void {
     const a = this.args;
-    a[0] = y; a[1] = x;
+    a[0] = y;
+    a[1] = x;
     this.pool.run(this.fn.add, a, 2, count, 64, count);
   }
 
   private addBias(y: number, bias: number, width: number, n: number): void {
     const a = this.args;
-    a[0] = y; a[1] = bias; a[2] = width;
+    a[0] = y;
+    a[1] = bias;
+    a[2] = width;
     this.pool.run(this.fn.bias, a, 3, n, 1, n * width);
   }
 
@@ -630,7 +755,11 @@ export class LlamaModel {
       }
     }
     const a = this.args;
-    a[0] = m.ptr; a[1] = x; a[2] = out; a[3] = m.rows; a[4] = m.cols;
+    a[0] = m.ptr;
+    a[1] = x;
+    a[2] = out;
+    a[3] = m.rows;
+    a[4] = m.cols;
     const work = m.rows * m.cols * n;
     if (n === 1) this.pool.run(m.matvecFn, a, 5, m.rows, 16, work);
     else {
@@ -647,9 +776,18 @@ export class LlamaModel {
 }
 
 interface Buffers {
-  x: number; xb: number; q: number; att: number; hg: number; hu: number;
-  logits: number; scores: number; pos: number; rope: number;
-  kCache: number; vCache: number;
+  x: number;
+  xb: number;
+  q: number;
+  att: number;
+  hg: number;
+  hu: number;
+  logits: number;
+  scores: number;
+  pos: number;
+  rope: number;
+  kCache: number;
+  vCache: number;
   act: Record<ActivationFormat, number>;
 }
 
@@ -658,7 +796,11 @@ function allocBuffers(arena: Arena, cfg: ModelConfig, ctx: number, batch: number
   const f = (count: number) => arena.alloc(count * 4, 64);
   const act = { f32: 0, q8_0: 0, q8_1: 0, q8_K: 0 } as Record<ActivationFormat, number>;
   for (const fmt of new Set(matrices.map((m) => m.kernel.act))) {
-    if (fmt !== "f32") act[fmt] = arena.alloc(batch * Math.max(...matrices.filter((m) => m.kernel.act === fmt).map((m) => activationBytes(fmt, m.cols))) + 64, 64);
+    if (fmt !== "f32")
+      act[fmt] = arena.alloc(
+        batch * Math.max(...matrices.filter((m) => m.kernel.act === fmt).map((m) => activationBytes(fmt, m.cols))) + 64,
+        64,
+      );
   }
   return {
     x: f(batch * nEmbd),
@@ -678,18 +820,34 @@ function allocBuffers(arena: Arena, cfg: ModelConfig, ctx: number, batch: number
 }
 
 /** Layer l's predictor: requantized to Q8_0 with its hidden width padded to `padded` (0: as stored). */
-function loadPredictor(loader: WeightLoader, file: ModelFile, l: number, nEmbd: number, nFF: number, padded: number): { fc1: Matrix; fc2: Matrix } {
+function loadPredictor(
+  loader: WeightLoader,
+  file: ModelFile,
+  l: number,
+  nEmbd: number,
+  nFF: number,
+  padded: number,
+): { fc1: Matrix; fc2: Matrix } {
   const p = `blk.${l}.`;
   const hidden = file.tensor(p + "fc1.weight").dims[1];
-  const fc1 = padded ? loader.q8Matrix(p + "fc1.weight", nEmbd, hidden, nEmbd, padded) : loader.matrix(p + "fc1.weight", nEmbd, hidden);
-  const fc2 = padded ? loader.q8Matrix(p + "fc2.weight", hidden, nFF, padded, nFF) : loader.matrix(p + "fc2.weight", hidden, nFF);
+  const fc1 = padded
+    ? loader.q8Matrix(p + "fc1.weight", nEmbd, hidden, nEmbd, padded)
+    : loader.matrix(p + "fc1.weight", nEmbd, hidden);
+  const fc2 = padded
+    ? loader.q8Matrix(p + "fc2.weight", hidden, nFF, padded, nFF)
+    : loader.matrix(p + "fc2.weight", hidden, nFF);
   // predict() feeds fc1's outputs (all of its rows, padding included) to fc2
-  if (fc1.rows !== fc2.cols) throw new Error(`${file.path}: predictor of layer ${l}: fc1 has ${fc1.rows} outputs, fc2 reads ${fc2.cols}`);
+  if (fc1.rows !== fc2.cols)
+    throw new Error(`${file.path}: predictor of layer ${l}: fc1 has ${fc1.rows} outputs, fc2 reads ${fc2.cols}`);
   return { fc1, fc2 };
 }
 
 /** Per-layer activation thresholds from the options or the model's metadata, checked; null when none. */
-function activationThresholds(file: ModelFile, nLayer: number, given: ArrayLike<number> | undefined): Float32Array | null {
+function activationThresholds(
+  file: ModelFile,
+  nLayer: number,
+  given: ArrayLike<number> | undefined,
+): Float32Array | null {
   let values: ArrayLike<number>;
   let where: string;
   if (given !== undefined) {
@@ -701,11 +859,13 @@ function activationThresholds(file: ModelFile, nLayer: number, given: ArrayLike<
     if (!arr) throw new Error(`${where}: expected an array of numbers, one per layer`);
     values = arr as unknown as ArrayLike<number>;
   } else return null;
-  if (values.length !== nLayer) throw new Error(`${where}: ${values.length} thresholds, the model has ${nLayer} layers`);
+  if (values.length !== nLayer)
+    throw new Error(`${where}: ${values.length} thresholds, the model has ${nLayer} layers`);
   const out = new Float32Array(nLayer);
   for (let l = 0; l < nLayer; l++) {
     const v = Number(values[l]);
-    if (!(Number.isFinite(v) && v >= 0)) throw new Error(`${where}: threshold of layer ${l} is ${values[l]}, expected a finite number >= 0`);
+    if (!(Number.isFinite(v) && v >= 0))
+      throw new Error(`${where}: threshold of layer ${l} is ${values[l]}, expected a finite number >= 0`);
     out[l] = v;
   }
   return out.some((v) => v > 0) ? out : null;

@@ -132,7 +132,11 @@ export function gateReadBytesOf(ffn: { parts: { gate: number }; rowBytes: number
  * two halves (one is read while the other's gates compute): rows per chunk (0: a chunk's page span
  * would not fit a half) and the bytes of a half. The planner models the same reads.
  */
-export function gateStreamGeometry(nFF: number, gateReadBytes: number, rowBytes: number): { rows: number; halfBytes: number } {
+export function gateStreamGeometry(
+  nFF: number,
+  gateReadBytes: number,
+  rowBytes: number,
+): { rows: number; halfBytes: number } {
   const stage = Math.min(nFF, STAGE_NEURONS);
   const halfBytes = Math.floor((stage * gateReadBytes) / 2 / 4096) * 4096;
   return { rows: Math.max(0, Math.min(stage, Math.floor((halfBytes - 2 * 4096) / rowBytes))), halfBytes };
@@ -154,7 +158,19 @@ export function storedFiring(store: NeuronStore): Float32Array[] | null {
 export class OffloadedFFN {
   readonly cache: NeuronCache;
   readonly reader: FlashReader;
-  readonly stats: OffloadStats = { steps: 0, neuronsTotal: 0, neuronsComputed: 0, hotHits: 0, coldHits: 0, misses: 0, bytesRead: 0, ioWaitMs: 0, computeMs: 0, readAhead: 0, readAheadUsed: 0 };
+  readonly stats: OffloadStats = {
+    steps: 0,
+    neuronsTotal: 0,
+    neuronsComputed: 0,
+    hotHits: 0,
+    coldHits: 0,
+    misses: 0,
+    bytesRead: 0,
+    ioWaitMs: 0,
+    computeMs: 0,
+    readAhead: 0,
+    readAheadUsed: 0,
+  };
   /** resident gate matrices, one per layer, rows in stored order */
   readonly gates: Matrix[] = [];
   private readonly sparse: SparseFFN;
@@ -183,7 +199,10 @@ export class OffloadedFFN {
   private readonly halfBytes: number;
   private readonly chunkBase = [0, 0];
   /** one read request per staging half, rewritten for each chunk (a half is reused only once its read has landed) */
-  private readonly chunkRequests: { fileOffset: number; length: number; dst: number }[][] = [[{ fileOffset: 0, length: 0, dst: 0 }], [{ fileOffset: 0, length: 0, dst: 0 }]];
+  private readonly chunkRequests: { fileOffset: number; length: number; dst: number }[][] = [
+    [{ fileOffset: 0, length: 0, dst: 0 }],
+    [{ fileOffset: 0, length: 0, dst: 0 }],
+  ];
   /** gates streamed (not resident) for every layer: then prompt batches stream them too */
   private readonly streamsAll: boolean;
   private readonly cachedPos: Int32Array;
@@ -218,7 +237,8 @@ export class OffloadedFFN {
   ) {
     const ffn = store.ffn;
     const nFF = (this.nFF = cfg.nFF);
-    if (ffn.nEmbd !== cfg.nEmbd) throw new Error(`${store.path}: FFN rows are ${ffn.nEmbd} wide, the model is ${cfg.nEmbd}`);
+    if (ffn.nEmbd !== cfg.nEmbd)
+      throw new Error(`${store.path}: FFN rows are ${ffn.nEmbd} wide, the model is ${cfg.nEmbd}`);
     this.act = cfg.activation === "gelu" ? "gelu" : cfg.activation;
 
     this.mode = opts.sparsity ?? "gate";
@@ -239,10 +259,22 @@ export class OffloadedFFN {
       for (let p = 0; p < L.neurons; p += perChunk) {
         const n = Math.min(perChunk, L.neurons - p);
         store.readBundles(l, p, n, bundles.subarray(0, n * ffn.bundleBytes));
-        for (let i = 0; i < n; i++) gateRows.set(bundles.subarray(i * ffn.bundleBytes + ffn.parts.gate, i * ffn.bundleBytes + ffn.parts.gate + ffn.rowBytes), i * ffn.rowBytes);
+        for (let i = 0; i < n; i++)
+          gateRows.set(
+            bundles.subarray(i * ffn.bundleBytes + ffn.parts.gate, i * ffn.bundleBytes + ffn.parts.gate + ffn.rowBytes),
+            i * ffn.rowBytes,
+          );
         kernel.pack(gateRows.subarray(0, n * ffn.rowBytes), dst, p, n, nFF, cfg.nEmbd);
       }
-      this.gates.push({ name: `blk.${l}.ffn_gate (resident)`, ptr, rows: nFF, cols: cfg.nEmbd, kernel, matvecFn: pool.fn(kernel.matvec), matmulFn: pool.fn(kernel.matmul) });
+      this.gates.push({
+        name: `blk.${l}.ffn_gate (resident)`,
+        ptr,
+        rows: nFF,
+        cols: cfg.nEmbd,
+        kernel,
+        matvecFn: pool.fn(kernel.matvec),
+        matmulFn: pool.fn(kernel.matmul),
+      });
     }
 
     this.sparse = new SparseFFN(pool, arena, ffn.type, cfg.nEmbd);
@@ -270,12 +302,15 @@ export class OffloadedFFN {
     // The cache: what the budget leaves, in whole bundles; a share pinned to hot neurons (with a
     // profile, the share with the most expected hits, at least half: see defaultHotFraction).
     const slots = Math.floor(opts.cacheBytes / ffn.bundleBytes);
-    if (slots < 1) throw new Error(`the memory budget leaves no room for even one neuron bundle (${ffn.bundleBytes} bytes)`);
+    if (slots < 1)
+      throw new Error(`the memory budget leaves no room for even one neuron bundle (${ffn.bundleBytes} bytes)`);
     this.hotFraction = opts.hotFraction ?? defaultHotFraction(storedFiring(store), slots, nFF);
     // A cache that holds the whole FFN pins all of it; otherwise keep at least one cold slot so
     // that misses can always be served.
     let hot =
-      slots >= cfg.nLayer * nFF ? nFF : Math.min(nFF, Math.floor((slots * this.hotFraction) / cfg.nLayer), Math.floor((slots - 1) / cfg.nLayer));
+      slots >= cfg.nLayer * nFF
+        ? nFF
+        : Math.min(nFF, Math.floor((slots * this.hotFraction) / cfg.nLayer), Math.floor((slots - 1) / cfg.nLayer));
     // Pinned bundles are read once at load, never by a direct read: packed without the padding
     // that 4 KiB-aligns flash reads (7680 of 8192 bytes for a 4096-wide Q4_1 bundle), the bytes
     // that padding took pin more neurons; the cold region keeps its slots.
@@ -292,7 +327,14 @@ export class OffloadedFFN {
     }
     const cacheSlots = hot * cfg.nLayer + cold;
     const base = arena.alloc(NeuronCache.bytesFor(hot * cfg.nLayer, cold, ffn.bundleBytes, hotSlotBytes), 4096);
-    this.cache = new NeuronCache(base, ffn.bundleBytes, cacheSlots, Array(cfg.nLayer).fill(nFF), Array(cfg.nLayer).fill(hot), hotSlotBytes);
+    this.cache = new NeuronCache(
+      base,
+      ffn.bundleBytes,
+      cacheSlots,
+      Array(cfg.nLayer).fill(nFF),
+      Array(cfg.nLayer).fill(hot),
+      hotSlotBytes,
+    );
     const chunk = new Uint8Array(Math.max(1, Math.floor(CHUNK / ffn.bundleBytes)) * ffn.bundleBytes);
     const perRead = chunk.length / ffn.bundleBytes;
     for (let l = 0; l < cfg.nLayer && hot > 0; l++) {
@@ -304,7 +346,8 @@ export class OffloadedFFN {
       for (let k = 0; k < hot; k += perRead) {
         const n = Math.min(perRead, hot - k);
         store.readBundles(l, k, n, chunk.subarray(0, n * ffn.bundleBytes));
-        for (let i = 0; i < n; i++) dst.set(chunk.subarray(i * ffn.bundleBytes, i * ffn.bundleBytes + hotSlotBytes), (k + i) * hotSlotBytes);
+        for (let i = 0; i < n; i++)
+          dst.set(chunk.subarray(i * ffn.bundleBytes, i * ffn.bundleBytes + hotSlotBytes), (k + i) * hotSlotBytes);
       }
     }
     this.reader = FlashReader.open(store.path, {
@@ -333,7 +376,13 @@ export class OffloadedFFN {
    * y (nEmbd f32) += FFN(x) for one token of layer `l`; x is the normed FFN input (f32), gate()
    * computes resident gate rows into gateOut with the dense kernels (the model's matvec).
    */
-  async run(l: number, x: number, y: number, gate: (m: Matrix, out: number) => void, predict?: (l: number, out: number) => void): Promise<void> {
+  async run(
+    l: number,
+    x: number,
+    y: number,
+    gate: (m: Matrix, out: number) => void,
+    predict?: (l: number, out: number) => void,
+  ): Promise<void> {
     // what was read ahead for this layer must have landed before its slots are computed (one
     // left over from a pass that failed only has to settle)
     if (this.lookRead) await this.awaitLookahead(this.lookLayer === l);
@@ -365,7 +414,12 @@ export class OffloadedFFN {
     // The next layer's first gate chunk does not depend on this token's values: read it while
     // the next attention block computes.
     const next = (l + 1) % this.cfg.nLayer;
-    if (this.mode !== "predictor" && !this.residentGates && this.streams(next) && this.cache.hotCount[next] < this.nFF) {
+    if (
+      this.mode !== "predictor" &&
+      !this.residentGates &&
+      this.streams(next) &&
+      this.cache.hotCount[next] < this.nFF
+    ) {
       this.prefetchLayer = next;
       this.prefetchRead = this.readChunk(next, this.cache.hotCount[next], 0);
     }
@@ -456,7 +510,16 @@ export class OffloadedFFN {
   };
 
   /** For each token: up/down of its firing neurons among positions[from..to) (all resident). */
-  private computeTokens(l: number, x: number, y: number, n: number, gates: number, positions: Int32Array, from: number, to: number): void {
+  private computeTokens(
+    l: number,
+    x: number,
+    y: number,
+    n: number,
+    gates: number,
+    positions: Int32Array,
+    from: number,
+    to: number,
+  ): void {
     const { cache, f32, i32, nFF } = this;
     const rowBytes = this.cfg.nEmbd * 4;
     const t0 = performance.now();
@@ -488,7 +551,10 @@ export class OffloadedFFN {
     const cut = this.cut;
     if (this.act === "silu" || this.act === "gelu") {
       if (cut === 0) return g !== 0;
-      const a = this.act === "silu" ? g / (1 + Math.exp(-g)) : 0.5 * g * (1 + Math.tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+      const a =
+        this.act === "silu"
+          ? g / (1 + Math.exp(-g))
+          : 0.5 * g * (1 + Math.tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
       return Math.abs(a) > cut;
     }
     return g > cut;
@@ -654,7 +720,12 @@ export class OffloadedFFN {
    * computes this one (base: address of row r0). With overlapHits, the cached neurons' up/down
    * runs while the first chunk is read.
    */
-  private async streamGateRows(l: number, from: number, overlapHits: boolean, visit: (r0: number, r1: number, base: number) => void): Promise<void> {
+  private async streamGateRows(
+    l: number,
+    from: number,
+    overlapHits: boolean,
+    visit: (r0: number, r1: number, base: number) => void,
+  ): Promise<void> {
     const nFF = this.nFF;
     if (from >= nFF) {
       await this.dropPrefetch();
@@ -671,7 +742,7 @@ export class OffloadedFFN {
       cur = this.readChunk(l, from, 0);
     }
     let half = 0;
-    for (let r0 = from; r0 < nFF; ) {
+    for (let r0 = from; r0 < nFF;) {
       const r1 = Math.min(nFF, r0 + this.streamRows);
       half ^= 1;
       const next = r1 < nFF ? this.readChunk(l, r1, half) : null;
@@ -760,7 +831,12 @@ export class OffloadedFFN {
     // In pieces, with the reader serviced in between: reads that finish meanwhile make room for
     // queued ones (native AIO reports completions only when asked), so the disk stays busy.
     for (let i = 0; i < this.denseRuns; i++) {
-      this.sparse.ffnRun(cache.address(cache.hotStart[this.denseLayer] + this.denseRunStart[i]), cache.hotSlotBytes, this.denseRunCount[i], this.act);
+      this.sparse.ffnRun(
+        cache.address(cache.hotStart[this.denseLayer] + this.denseRunStart[i]),
+        cache.hotSlotBytes,
+        this.denseRunCount[i],
+        this.act,
+      );
       if ((i & 3) === 3) this.reader.service();
     }
     this.denseRuns = 0;
@@ -781,7 +857,8 @@ export class OffloadedFFN {
 
   private missLayer = 0;
   private readonly hitsOnce = (): void => {
-    if (this.lookahead && this.missLayer + 1 < this.cfg.nLayer && this.missRoundsFit) this.readAhead(this.missLayer + 1);
+    if (this.lookahead && this.missLayer + 1 < this.cfg.nLayer && this.missRoundsFit)
+      this.readAhead(this.missLayer + 1);
     if (!this.hitsComputed) this.computeHits();
   };
 
@@ -808,7 +885,8 @@ export class OffloadedFFN {
     const s0 = this.lookScores >>> 2;
     // Only picks clearly above the threshold: the disk is what limits a token here, and picks
     // near it from the previous layer's input are mostly wrong (see READ_AHEAD_MARGIN).
-    let sum = 0, sq = 0;
+    let sum = 0,
+      sq = 0;
     const hot = cache.hotCount[l];
     for (let k = hot; k < this.nFF; k++) {
       const v = f32[s0 + order[k]];
@@ -825,7 +903,12 @@ export class OffloadedFFN {
       const slot = cache.acquire(l, k);
       if (slot < 0) break;
       this.readAheadSlot[slot] = 1;
-      requests.push({ fileOffset: this.store.bundleOffset(l, k), length: cache.slotBytes, dst: cache.address(slot), tag: slot });
+      requests.push({
+        fileOffset: this.store.bundleOffset(l, k),
+        length: cache.slotBytes,
+        dst: cache.address(slot),
+        tag: slot,
+      });
     }
     if (requests.length === 0) return;
     this.stats.readAhead += requests.length;
@@ -871,7 +954,12 @@ export class OffloadedFFN {
    * read (unless the pipeline is off: then after it); `compute(from, to)` runs on each round once
    * its bytes have landed.
    */
-  private async readRounds(l: number, count: number, overlap: () => void, compute: (from: number, to: number) => void): Promise<void> {
+  private async readRounds(
+    l: number,
+    count: number,
+    overlap: () => void,
+    compute: (from: number, to: number) => void,
+  ): Promise<void> {
     const cache = this.cache;
     let done = 0;
     let first = true;
@@ -883,7 +971,12 @@ export class OffloadedFFN {
         const slot = cache.acquire(l, this.missPos[done + m]);
         if (slot < 0) break;
         if (this.lookahead) this.readAheadSlot[slot] = 0;
-        requests.push({ fileOffset: this.store.bundleOffset(l, this.missPos[done + m]), length: cache.slotBytes, dst: cache.address(slot), tag: slot });
+        requests.push({
+          fileOffset: this.store.bundleOffset(l, this.missPos[done + m]),
+          length: cache.slotBytes,
+          dst: cache.address(slot),
+          tag: slot,
+        });
         m++;
       }
       const reading = m > 0 ? this.reader.read(requests) : undefined;

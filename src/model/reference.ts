@@ -10,10 +10,17 @@ import { readConfig, type ModelConfig } from "./config.js";
 
 interface RefLayer {
   attnNorm: Float32Array;
-  wq: Float32Array; wk: Float32Array; wv: Float32Array; wo: Float32Array;
-  bq?: Float32Array; bk?: Float32Array; bv?: Float32Array;
+  wq: Float32Array;
+  wk: Float32Array;
+  wv: Float32Array;
+  wo: Float32Array;
+  bq?: Float32Array;
+  bk?: Float32Array;
+  bv?: Float32Array;
   ffnNorm: Float32Array;
-  gate: Float32Array; up: Float32Array; down: Float32Array;
+  gate: Float32Array;
+  up: Float32Array;
+  down: Float32Array;
 }
 
 export class ReferenceModel {
@@ -28,7 +35,10 @@ export class ReferenceModel {
   onFFN?: (layer: number, activations: Float32Array) => void;
   onResidual?: (x: Float32Array) => void;
 
-  constructor(file: ModelFile, readonly contextSize = 256) {
+  constructor(
+    file: ModelFile,
+    readonly contextSize = 256,
+  ) {
     const cfg = (this.config = readConfig(file));
     const get = (name: string) => dequantize(file.tensor(name).type, file.tensorData(name), file.tensor(name).elements);
     this.embd = get("token_embd.weight");
@@ -41,16 +51,22 @@ export class ReferenceModel {
         // stored transposed: row i = column i of Down
         const t = get(p + "ffn_down_t.weight");
         down = new Float32Array(t.length);
-        for (let i = 0; i < cfg.nFF; i++) for (let j = 0; j < cfg.nEmbd; j++) down[j * cfg.nFF + i] = t[i * cfg.nEmbd + j];
+        for (let i = 0; i < cfg.nFF; i++)
+          for (let j = 0; j < cfg.nEmbd; j++) down[j * cfg.nFF + i] = t[i * cfg.nEmbd + j];
       } else down = get(p + "ffn_down.weight");
       this.layers.push({
         attnNorm: get(p + "attn_norm.weight"),
-        wq: get(p + "attn_q.weight"), wk: get(p + "attn_k.weight"), wv: get(p + "attn_v.weight"), wo: get(p + "attn_output.weight"),
+        wq: get(p + "attn_q.weight"),
+        wk: get(p + "attn_k.weight"),
+        wv: get(p + "attn_v.weight"),
+        wo: get(p + "attn_output.weight"),
         bq: cfg.qkvBias ? get(p + "attn_q.bias") : undefined,
         bk: cfg.qkvBias ? get(p + "attn_k.bias") : undefined,
         bv: cfg.qkvBias ? get(p + "attn_v.bias") : undefined,
         ffnNorm: get(p + "ffn_norm.weight"),
-        gate: get(p + "ffn_gate.weight"), up: get(p + "ffn_up.weight"), down,
+        gate: get(p + "ffn_gate.weight"),
+        up: get(p + "ffn_up.weight"),
+        down,
       });
     }
     const kvDim = cfg.nHeadKV * cfg.headDim;
@@ -86,7 +102,8 @@ export class ReferenceModel {
         const mx = Math.max(...scores);
         let sum = 0;
         for (let j = 0; j <= pos; j++) sum += scores[j] = Math.exp(scores[j] - mx);
-        for (let j = 0; j <= pos; j++) for (let i = 0; i < hd; i++) att[h * hd + i] += (scores[j] / sum) * this.vCache[l][j * kvDim + kvh * hd + i];
+        for (let j = 0; j <= pos; j++)
+          for (let i = 0; i < hd; i++) att[h * hd + i] += (scores[j] / sum) * this.vCache[l][j * kvDim + kvh * hd + i];
       }
       const o = matvec(L.wo, att, d);
       for (let i = 0; i < d; i++) x[i] += o[i];
@@ -138,9 +155,13 @@ function rope(v: Float32Array, nHeads: number, hd: number, c: ModelConfig, pos: 
 
 function activate(kind: ModelConfig["activation"], g: number, u: number): number {
   switch (kind) {
-    case "silu": return (g / (1 + Math.exp(-g))) * u;
-    case "relu": return Math.max(g, 0) * u;
-    case "drelu": return Math.max(g, 0) * Math.max(u, 0);
-    case "gelu": return 0.5 * g * (1 + Math.tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+    case "silu":
+      return (g / (1 + Math.exp(-g))) * u;
+    case "relu":
+      return Math.max(g, 0) * u;
+    case "drelu":
+      return Math.max(g, 0) * Math.max(u, 0);
+    case "gelu":
+      return 0.5 * g * (1 + Math.tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
   }
 }

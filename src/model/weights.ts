@@ -27,7 +27,11 @@ const CHUNK_BYTES = 2 << 20;
 
 function checkDims(file: ModelFile, t: GGUFTensorInfo, expected: number[]): void {
   const same = t.dims.length === expected.length && t.dims.every((d, i) => d === expected[i]);
-  if (!same) throw new GGUFError(file.path, `tensor "${t.name}" has shape [${t.dims.join(", ")}], expected [${expected.join(", ")}]`);
+  if (!same)
+    throw new GGUFError(
+      file.path,
+      `tensor "${t.name}" has shape [${t.dims.join(", ")}], expected [${expected.join(", ")}]`,
+    );
 }
 
 export class WeightLoader {
@@ -46,7 +50,10 @@ export class WeightLoader {
     const t = this.file.tensor(name);
     checkDims(this.file, t, [cols, rows]);
     if (!hasWeightKernel(t.type)) {
-      throw new GGUFError(this.file.path, `tensor "${name}" has type ${typeName(t.type)}, which this engine cannot compute with yet`);
+      throw new GGUFError(
+        this.file.path,
+        `tensor "${name}" has type ${typeName(t.type)}, which this engine cannot compute with yet`,
+      );
     }
     const kernel = weightKernel(t.type);
     const size = kernel.packedBytes(rows, cols);
@@ -61,7 +68,15 @@ export class WeightLoader {
       kernel.pack(buf.subarray(0, n * rowBytes), dst, r, n, rows, cols);
       this.progress(n * rowBytes);
     }
-    return { name, ptr, rows, cols, kernel, matvecFn: this.pool.fn(kernel.matvec), matmulFn: this.pool.fn(kernel.matmul) };
+    return {
+      name,
+      ptr,
+      rows,
+      cols,
+      kernel,
+      matvecFn: this.pool.fn(kernel.matvec),
+      matmulFn: this.pool.fn(kernel.matmul),
+    };
   }
 
   /**
@@ -75,10 +90,15 @@ export class WeightLoader {
     const t = this.file.tensor(name);
     checkDims(this.file, t, [cols, rows]);
     if (t.type !== GGMLType.F32 && t.type !== GGMLType.F16 && t.type !== GGMLType.BF16) {
-      throw new GGUFError(this.file.path, `tensor "${name}" has type ${typeName(t.type)}: only F32, F16 and BF16 are requantized to Q8_0 at load`);
+      throw new GGUFError(
+        this.file.path,
+        `tensor "${name}" has type ${typeName(t.type)}: only F32, F16 and BF16 are requantized to Q8_0 at load`,
+      );
     }
     if (!(paddedCols >= cols && paddedCols % 32 === 0 && paddedRows >= rows)) {
-      throw new RangeError(`${name}: cannot pad ${rows} x ${cols} to ${paddedRows} x ${paddedCols} (columns must pad to a multiple of 32)`);
+      throw new RangeError(
+        `${name}: cannot pad ${rows} x ${cols} to ${paddedRows} x ${paddedCols} (columns must pad to a multiple of 32)`,
+      );
     }
     const kernel = weightKernel(GGMLType.Q8_0);
     const size = kernel.packedBytes(paddedRows, paddedCols);
@@ -88,7 +108,9 @@ export class WeightLoader {
     const q8RowBytes = rowBytes(GGMLType.Q8_0, paddedCols);
     const rowsPerChunk = Math.max(1, Math.floor(CHUNK_BYTES / Math.max(rowBytesIn, q8RowBytes)));
     const buf = new Uint8Array(Math.min(rows, rowsPerChunk) * rowBytesIn);
-    const q8 = new Uint8Array(Math.max(Math.min(rows, rowsPerChunk), Math.min(paddedRows - rows, rowsPerChunk)) * q8RowBytes);
+    const q8 = new Uint8Array(
+      Math.max(Math.min(rows, rowsPerChunk), Math.min(paddedRows - rows, rowsPerChunk)) * q8RowBytes,
+    );
     const row = new Float32Array(paddedCols); // columns past `cols` stay 0
     for (let r = 0; r < rows; r += rowsPerChunk) {
       const n = Math.min(rowsPerChunk, rows - r);
@@ -96,7 +118,11 @@ export class WeightLoader {
       for (let i = 0; i < n; i++) {
         dequantizeRow(t.type, buf.subarray(i * rowBytesIn, (i + 1) * rowBytesIn), cols, row);
         for (let c = 0; c < cols; c++) {
-          if (!Number.isFinite(row[c])) throw new GGUFError(this.file.path, `tensor "${name}" has an inf or NaN weight at row ${r + i}, column ${c}: the model file is damaged`);
+          if (!Number.isFinite(row[c]))
+            throw new GGUFError(
+              this.file.path,
+              `tensor "${name}" has an inf or NaN weight at row ${r + i}, column ${c}: the model file is damaged`,
+            );
         }
         quantizeRow(GGMLType.Q8_0, row, q8.subarray(i * q8RowBytes, (i + 1) * q8RowBytes));
       }
@@ -109,7 +135,15 @@ export class WeightLoader {
       const n = Math.min(rowsPerChunk, paddedRows - r);
       kernel.pack(q8.subarray(0, n * q8RowBytes), dst, r, n, paddedRows, paddedCols);
     }
-    return { name, ptr, rows: paddedRows, cols: paddedCols, kernel, matvecFn: this.pool.fn(kernel.matvec), matmulFn: this.pool.fn(kernel.matmul) };
+    return {
+      name,
+      ptr,
+      rows: paddedRows,
+      cols: paddedCols,
+      kernel,
+      matvecFn: this.pool.fn(kernel.matvec),
+      matmulFn: this.pool.fn(kernel.matmul),
+    };
   }
 
   /**
@@ -122,13 +156,22 @@ export class WeightLoader {
     const raw = this.file.tensorData(name);
     const src = new Float32Array(rows * cols);
     const rowBytes = t.bytes / cols;
-    for (let c = 0; c < cols; c++) dequantizeRow(t.type, raw.subarray(c * rowBytes, (c + 1) * rowBytes), rows, src, c * rows);
+    for (let c = 0; c < cols; c++)
+      dequantizeRow(t.type, raw.subarray(c * rowBytes, (c + 1) * rowBytes), rows, src, c * rows);
     const kernel = weightKernel(GGMLType.F32);
     const ptr = this.arena.alloc(rows * cols * 4, 64);
     const dst = this.arena.f32(ptr, rows * cols);
     for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) dst[r * cols + c] = src[c * rows + r];
     this.progress(t.bytes);
-    return { name, ptr, rows, cols, kernel, matvecFn: this.pool.fn(kernel.matvec), matmulFn: this.pool.fn(kernel.matmul) };
+    return {
+      name,
+      ptr,
+      rows,
+      cols,
+      kernel,
+      matvecFn: this.pool.fn(kernel.matvec),
+      matmulFn: this.pool.fn(kernel.matmul),
+    };
   }
 
   /** A 1-D tensor of n values as f32 in wasm memory. */

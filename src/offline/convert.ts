@@ -119,11 +119,14 @@ function scanMetadataTypes(path: string): Map<string, number[]> {
   const fd = openSync(path, "r");
   try {
     const size = statSync(path).size;
-    let buf = Buffer.alloc(0), bufAt = 0, pos = 0;
+    let buf = Buffer.alloc(0),
+      bufAt = 0,
+      pos = 0;
     const need = (n: number): number => {
       if (pos - bufAt >= 0 && pos + n <= bufAt + buf.length) return pos - bufAt;
       const len = Math.min(Math.max(n, 1 << 20), size - pos);
-      if (len < n) throw new ConvertError(`${path}: header ends early while re-reading metadata types (at byte offset ${pos})`);
+      if (len < n)
+        throw new ConvertError(`${path}: header ends early while re-reading metadata types (at byte offset ${pos})`);
       buf = Buffer.alloc(len);
       let got = 0;
       while (got < len) {
@@ -134,9 +137,22 @@ function scanMetadataTypes(path: string): Map<string, number[]> {
       bufAt = pos;
       return 0;
     };
-    const u32 = () => { const o = need(4); pos += 4; return buf.readUInt32LE(o); };
-    const u64 = () => { const o = need(8); pos += 8; return Number(buf.readBigUInt64LE(o)); };
-    const str = () => { const n = u64(); const o = need(n); pos += n; return buf.toString("utf8", o, o + n); };
+    const u32 = () => {
+      const o = need(4);
+      pos += 4;
+      return buf.readUInt32LE(o);
+    };
+    const u64 = () => {
+      const o = need(8);
+      pos += 8;
+      return Number(buf.readBigUInt64LE(o));
+    };
+    const str = () => {
+      const n = u64();
+      const o = need(n);
+      pos += n;
+      return buf.toString("utf8", o, o + n);
+    };
     const FIXED: Record<number, number> = { 0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8 };
     const skip = (type: number): number[] => {
       if (type === GGUFValueType.STRING) {
@@ -144,7 +160,10 @@ function scanMetadataTypes(path: string): Map<string, number[]> {
         pos += n;
         return [type];
       }
-      if (type !== GGUFValueType.ARRAY) { pos += FIXED[type]; return [type]; }
+      if (type !== GGUFValueType.ARRAY) {
+        pos += FIXED[type];
+        return [type];
+      }
       const item = u32();
       const n = u64();
       if (item === GGUFValueType.STRING || item === GGUFValueType.ARRAY) {
@@ -194,7 +213,9 @@ class ErrorStats {
   count = 0;
   maxValue = 0;
   add(src: Float32Array, got: Float32Array, n: number): void {
-    let m = this.maxAbs, s = 0, v = this.maxValue;
+    let m = this.maxAbs,
+      s = 0,
+      v = this.maxValue;
     for (let i = 0; i < n; i++) {
       const d = Math.abs(got[i] - src[i]);
       if (d > m) m = d;
@@ -214,7 +235,13 @@ class ErrorStats {
     this.maxValue = Math.max(this.maxValue, o.maxValue);
   }
   report(from: GGMLType): StoreConversion {
-    return { from, fromName: typeName(from), maxAbsError: this.maxAbs, rmsError: this.count ? Math.sqrt(this.sumSq / this.count) : 0, maxAbsValue: this.maxValue };
+    return {
+      from,
+      fromName: typeName(from),
+      maxAbsError: this.maxAbs,
+      rmsError: this.count ? Math.sqrt(this.sumSq / this.count) : 0,
+      maxAbsValue: this.maxValue,
+    };
   }
 }
 
@@ -236,7 +263,8 @@ function findFFN(file: GGUFFile): { layers: FFNTensors[]; nEmbd: number; fixed: 
   const byLayer = new Map<number, Partial<Record<"gate" | "up" | "down" | "down_t", GGUFTensorInfo>>>();
   const fixed: GGUFTensorInfo[] = [];
   for (const t of file.tensors.values()) {
-    if (/_exps\.|ffn_gate_inp/.test(t.name)) throw new ConvertError(`${file.path}: "${t.name}": mixture-of-experts models cannot be converted yet`);
+    if (/_exps\.|ffn_gate_inp/.test(t.name))
+      throw new ConvertError(`${file.path}: "${t.name}": mixture-of-experts models cannot be converted yet`);
     const m = FFN_RE.exec(t.name);
     if (!m) {
       fixed.push(t);
@@ -247,31 +275,50 @@ function findFFN(file: GGUFFile): { layers: FFNTensors[]; nEmbd: number; fixed: 
     e[m[2] as "gate"] = t;
     byLayer.set(l, e);
   }
-  if (byLayer.size === 0) throw new ConvertError(`${file.path}: no FFN tensors (blk.N.ffn_gate/up/down.weight) found: nothing to put into neuron bundles`);
+  if (byLayer.size === 0)
+    throw new ConvertError(
+      `${file.path}: no FFN tensors (blk.N.ffn_gate/up/down.weight) found: nothing to put into neuron bundles`,
+    );
   const layers: FFNTensors[] = [];
   let nEmbd = 0;
   for (let l = 0; l < byLayer.size; l++) {
     const e = byLayer.get(l);
-    if (!e) throw new ConvertError(`${file.path}: FFN tensors of layer ${l} are missing (layers ${[...byLayer.keys()].sort((a, b) => a - b).join(", ")} have them)`);
+    if (!e)
+      throw new ConvertError(
+        `${file.path}: FFN tensors of layer ${l} are missing (layers ${[...byLayer.keys()].sort((a, b) => a - b).join(", ")} have them)`,
+      );
     const miss = (["gate", "up"] as const).filter((k) => !e[k]);
-    if (miss.length || (!e.down && !e.down_t)) throw new ConvertError(`${file.path}: layer ${l} lacks ${[...miss.map((k) => `ffn_${k}`), ...(!e.down && !e.down_t ? ["ffn_down"] : [])].join(", ")}`);
+    if (miss.length || (!e.down && !e.down_t))
+      throw new ConvertError(
+        `${file.path}: layer ${l} lacks ${[...miss.map((k) => `ffn_${k}`), ...(!e.down && !e.down_t ? ["ffn_down"] : [])].join(", ")}`,
+      );
     if (e.down && e.down_t) throw new ConvertError(`${file.path}: layer ${l} has both ffn_down and ffn_down_t`);
-    const gate = e.gate!, up = e.up!, down = (e.down ?? e.down_t)!;
+    const gate = e.gate!,
+      up = e.up!,
+      down = (e.down ?? e.down_t)!;
     const [d, n] = gate.dims;
     const shape = (t: GGUFTensorInfo, want: number[]) => {
       if (t.dims.length !== 2 || t.dims[0] !== want[0] || t.dims[1] !== want[1]) {
-        throw new ConvertError(`${file.path}: ${t.name} is [${t.dims.join(", ")}], expected [${want.join(", ")}] (from ${gate.name} [${gate.dims.join(", ")}])`);
+        throw new ConvertError(
+          `${file.path}: ${t.name} is [${t.dims.join(", ")}], expected [${want.join(", ")}] (from ${gate.name} [${gate.dims.join(", ")}])`,
+        );
       }
     };
     if (gate.dims.length !== 2) throw new ConvertError(`${file.path}: ${gate.name} is not a matrix`);
     shape(up, [d, n]);
     shape(down, e.down_t ? [d, n] : [n, d]);
-    if (nEmbd && d !== nEmbd) throw new ConvertError(`${file.path}: layer ${l} has embedding width ${d}, layer 0 has ${nEmbd}`);
+    if (nEmbd && d !== nEmbd)
+      throw new ConvertError(`${file.path}: layer ${l} has embedding width ${d}, layer 0 has ${nEmbd}`);
     nEmbd = d;
     for (const t of [gate, up, down]) {
       const tr = typeTraits(t.type);
-      if (!tr || (!STORE_FFN_TYPES.includes(t.type) && ![GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K].includes(t.type))) {
-        throw new ConvertError(`${file.path}: ${t.name} is ${typeName(t.type)}, which this converter cannot read (no dequantizer)`);
+      if (
+        !tr ||
+        (!STORE_FFN_TYPES.includes(t.type) && ![GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K].includes(t.type))
+      ) {
+        throw new ConvertError(
+          `${file.path}: ${t.name} is ${typeName(t.type)}, which this converter cannot read (no dequantizer)`,
+        );
       }
     }
     layers.push({ gate, up, down, transposed: !!e.down_t, neurons: n });
@@ -279,7 +326,11 @@ function findFFN(file: GGUFFile): { layers: FFNTensors[]; nEmbd: number; fixed: 
   return { layers, nEmbd, fixed };
 }
 
-function loadProfile(p: string | ActivationProfile, layers: FFNTensors[], model: GGUFFile): { profile: ActivationProfile; file: string | null; thresholds: Float32Array | null } {
+function loadProfile(
+  p: string | ActivationProfile,
+  layers: FFNTensors[],
+  model: GGUFFile,
+): { profile: ActivationProfile; file: string | null; thresholds: Float32Array | null } {
   let profile: ActivationProfile;
   let file: string | null = null;
   if (typeof p === "string") {
@@ -291,7 +342,8 @@ function loadProfile(p: string | ActivationProfile, layers: FFNTensors[], model:
     }
   } else profile = p;
   const where = file ?? "profile";
-  if (!profile || !Array.isArray(profile.layers)) throw new ConvertError(`${where}: expected a JSON object { "layers": [ { "frequency": [...] }, ... ] }`);
+  if (!profile || !Array.isArray(profile.layers))
+    throw new ConvertError(`${where}: expected a JSON object { "layers": [ { "frequency": [...] }, ... ] }`);
   // A profile that names its model (powerinfer profile writes one) must name this one: the same
   // shape alone would let another model's frequencies and thresholds through. Checked first, as
   // "from another model" says more than a count that does not match.
@@ -302,20 +354,28 @@ function loadProfile(p: string | ActivationProfile, layers: FFNTensors[], model:
       throw e instanceof ProfileError ? new ConvertError(e.message) : e;
     }
   };
-  if (profile.model !== undefined) fromProfile(() => checkFingerprint(profile.model, modelFingerprint(model), where, model.path));
-  if (profile.layers.length !== layers.length) throw new ConvertError(`${where}: has ${profile.layers.length} layers, the model ${layers.length}`);
+  if (profile.model !== undefined)
+    fromProfile(() => checkFingerprint(profile.model, modelFingerprint(model), where, model.path));
+  if (profile.layers.length !== layers.length)
+    throw new ConvertError(`${where}: has ${profile.layers.length} layers, the model ${layers.length}`);
   profile.layers.forEach((L, l) => {
     const f = L?.frequency;
     if (!f || typeof f.length !== "number") throw new ConvertError(`${where}: layers[${l}].frequency is missing`);
-    if (f.length !== layers[l].neurons) throw new ConvertError(`${where}: layers[${l}].frequency has ${f.length} entries, layer ${l} has ${layers[l].neurons} neurons`);
+    if (f.length !== layers[l].neurons)
+      throw new ConvertError(
+        `${where}: layers[${l}].frequency has ${f.length} entries, layer ${l} has ${layers[l].neurons} neurons`,
+      );
     for (let i = 0; i < f.length; i++) {
-      if (typeof f[i] !== "number" || !Number.isFinite(f[i]) || f[i] < 0) throw new ConvertError(`${where}: layers[${l}].frequency[${i}] = ${f[i]} is not a finite non-negative number`);
+      if (typeof f[i] !== "number" || !Number.isFinite(f[i]) || f[i] < 0)
+        throw new ConvertError(`${where}: layers[${l}].frequency[${i}] = ${f[i]} is not a finite non-negative number`);
     }
   });
-  if (profile.tokens !== undefined && !(Number.isFinite(profile.tokens) && profile.tokens >= 0)) throw new ConvertError(`${where}: tokens = ${profile.tokens} is not a count`);
+  if (profile.tokens !== undefined && !(Number.isFinite(profile.tokens) && profile.tokens >= 0))
+    throw new ConvertError(`${where}: tokens = ${profile.tokens} is not a count`);
   profile.layers.forEach((L, l) => {
     const t = L.threshold;
-    if (t !== undefined && !(typeof t === "number" && Number.isFinite(t) && t >= 0)) throw new ConvertError(`${where}: layers[${l}].threshold = ${JSON.stringify(t)} is not a finite number >= 0`);
+    if (t !== undefined && !(typeof t === "number" && Number.isFinite(t) && t >= 0))
+      throw new ConvertError(`${where}: layers[${l}].threshold = ${JSON.stringify(t)} is not a finite number >= 0`);
   });
   return { profile, file, thresholds: fromProfile(() => profileThresholds(profile, where)) };
 }
@@ -326,13 +386,21 @@ function loadProfile(p: string | ActivationProfile, layers: FFNTensors[], model:
  */
 function withThresholds(metadata: EncodedMetadata[], thresholds: Float32Array | null | undefined): EncodedMetadata[] {
   if (!thresholds) return metadata;
-  const entry: EncodedMetadata = [THRESHOLDS_KEY, GGUFValueType.ARRAY, encodeMetadataValue(GGUFValueType.ARRAY, [GGUFValueType.FLOAT32], thresholds)];
+  const entry: EncodedMetadata = [
+    THRESHOLDS_KEY,
+    GGUFValueType.ARRAY,
+    encodeMetadataValue(GGUFValueType.ARRAY, [GGUFValueType.FLOAT32], thresholds),
+  ];
   return [...metadata.filter((e) => e[0] !== THRESHOLDS_KEY), entry];
 }
 
 function withSparseThreshold(metadata: EncodedMetadata[], threshold: number | undefined): EncodedMetadata[] {
   if (threshold === undefined) return metadata;
-  const entry: EncodedMetadata = [SPARSE_THRESHOLD_KEY, GGUFValueType.FLOAT32, encodeMetadataValue(GGUFValueType.FLOAT32, [], threshold)];
+  const entry: EncodedMetadata = [
+    SPARSE_THRESHOLD_KEY,
+    GGUFValueType.FLOAT32,
+    encodeMetadataValue(GGUFValueType.FLOAT32, [], threshold),
+  ];
   return [...metadata.filter((e) => e[0] !== SPARSE_THRESHOLD_KEY), entry];
 }
 
@@ -341,7 +409,14 @@ function withSparseThreshold(metadata: EncodedMetadata[], threshold: number | un
  * hidden] and fc2 [hidden, nFF], F32 or F16, made for this very model (the fingerprint a
  * predictors-only file records, or the fingerprint of a whole PowerInfer GGUF).
  */
-function openPredictors(path: string, model: GGUFFile, modelPath: string, nLayer: number, nEmbd: number, nFF: number): { file: GGUFFile; tensors: GGUFTensorInfo[]; threshold: number } {
+function openPredictors(
+  path: string,
+  model: GGUFFile,
+  modelPath: string,
+  nLayer: number,
+  nEmbd: number,
+  nFF: number,
+): { file: GGUFFile; tensors: GGUFTensorInfo[]; threshold: number } {
   const file = GGUFFile.open(path);
   try {
     // whose predictors: the fingerprint a predictors-only file records, or that of a whole model
@@ -355,24 +430,34 @@ function openPredictors(path: string, model: GGUFFile, modelPath: string, nLayer
     } else if (file.tensors.has("blk.0.attn_norm.weight")) {
       recorded = modelFingerprint(file);
     } else {
-      throw new ConvertError(`${path}: does not say which model its predictors are for (no ${PREDICTOR_MODEL_KEY}, and no weights to fingerprint)`);
+      throw new ConvertError(
+        `${path}: does not say which model its predictors are for (no ${PREDICTOR_MODEL_KEY}, and no weights to fingerprint)`,
+      );
     }
     try {
       checkFingerprint(recorded, modelFingerprint(model), path, modelPath);
     } catch (e) {
-      throw e instanceof ProfileError ? new ConvertError(e.message.replace("is from another model", "holds predictors of another model")) : e;
+      throw e instanceof ProfileError
+        ? new ConvertError(e.message.replace("is from another model", "holds predictors of another model"))
+        : e;
     }
     const tensors: GGUFTensorInfo[] = [];
     for (let l = 0; l < nLayer; l++) {
       const fc1 = file.tensors.get(`blk.${l}.fc1.weight`);
       const fc2 = file.tensors.get(`blk.${l}.fc2.weight`);
-      if (!fc1 || !fc2) throw new ConvertError(`${path}: no predictor for layer ${l} (blk.${l}.fc1.weight and blk.${l}.fc2.weight)`);
+      if (!fc1 || !fc2)
+        throw new ConvertError(`${path}: no predictor for layer ${l} (blk.${l}.fc1.weight and blk.${l}.fc2.weight)`);
       for (const t of [fc1, fc2]) {
-        if (t.type !== GGMLType.F32 && t.type !== GGMLType.F16) throw new ConvertError(`${path}: ${t.name} is ${typeName(t.type)}; predictors must be F32 or F16`);
+        if (t.type !== GGMLType.F32 && t.type !== GGMLType.F16)
+          throw new ConvertError(`${path}: ${t.name} is ${typeName(t.type)}; predictors must be F32 or F16`);
       }
       const hidden = fc1.dims[1];
-      if (fc1.dims.length !== 2 || fc1.dims[0] !== nEmbd || !(hidden >= 1 && hidden <= nFF)) throw new ConvertError(`${path}: ${fc1.name} has dims [${fc1.dims.join(", ")}], expected [${nEmbd}, hidden <= ${nFF}]`);
-      if (fc2.dims.length !== 2 || fc2.dims[0] !== hidden || fc2.dims[1] !== nFF) throw new ConvertError(`${path}: ${fc2.name} has dims [${fc2.dims.join(", ")}], expected [${hidden}, ${nFF}]`);
+      if (fc1.dims.length !== 2 || fc1.dims[0] !== nEmbd || !(hidden >= 1 && hidden <= nFF))
+        throw new ConvertError(
+          `${path}: ${fc1.name} has dims [${fc1.dims.join(", ")}], expected [${nEmbd}, hidden <= ${nFF}]`,
+        );
+      if (fc2.dims.length !== 2 || fc2.dims[0] !== hidden || fc2.dims[1] !== nFF)
+        throw new ConvertError(`${path}: ${fc2.name} has dims [${fc2.dims.join(", ")}], expected [${hidden}, ${nFF}]`);
       tensors.push(fc1, fc2);
     }
     const threshold = file.has(SPARSE_THRESHOLD_KEY) ? file.getNumber(SPARSE_THRESHOLD_KEY) : 0;
@@ -397,7 +482,7 @@ export function hotFirstOrder(frequency: ArrayLike<number>): Int32Array {
 /** Read rows `indices` (original row numbers) of a matrix into dst, one read per consecutive run. */
 function readRows(file: GGUFFile, t: GGUFTensorInfo, indices: Int32Array, dst: Uint8Array): void {
   const rb = t.bytes / t.dims[1];
-  for (let i = 0; i < indices.length; ) {
+  for (let i = 0; i < indices.length;) {
     let j = i + 1;
     while (j < indices.length && indices[j] === indices[j - 1] + 1) j++;
     file.readTensor(t, dst.subarray(i * rb, j * rb), indices[i] * rb, (j - i) * rb);
@@ -431,14 +516,18 @@ const tick = () => new Promise<void>((r) => setImmediate(r));
 
 export async function convertToStore(opts: ConvertOptions): Promise<ConvertResult> {
   const t0 = performance.now();
-  const input = resolve(opts.input), output = resolve(opts.output);
+  const input = resolve(opts.input),
+    output = resolve(opts.output);
   if (input === output) throw new ConvertError(`the output ${output} would overwrite the input`);
   const file = GGUFFile.open(input);
   const closers: (() => void)[] = [];
   let writer: StoreWriter | undefined;
   try {
     const { layers, nEmbd, fixed: own } = findFFN(file);
-    const preds = opts.predictors !== undefined ? openPredictors(resolve(opts.predictors), file, input, layers.length, nEmbd, layers[0].neurons) : undefined;
+    const preds =
+      opts.predictors !== undefined
+        ? openPredictors(resolve(opts.predictors), file, input, layers.length, nEmbd, layers[0].neurons)
+        : undefined;
     if (preds) closers.push(() => preds.file.close());
     // each fixed tensor with the file it comes from; predictors from the predictor file win
     const fixed = [
@@ -446,21 +535,28 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
       ...(preds?.tensors ?? []).map((t) => ({ t, src: preds!.file })),
     ];
     const want = opts.type ?? "keep";
-    if (!CONVERT_TYPES.includes(want)) throw new ConvertError(`--type must be one of ${CONVERT_TYPES.join(", ")}, got "${want}"`);
+    if (!CONVERT_TYPES.includes(want))
+      throw new ConvertError(`--type must be one of ${CONVERT_TYPES.join(", ")}, got "${want}"`);
     const srcType = layers[0].gate.type;
     const ffnType = want === "keep" ? nearestStoreType(srcType) : typeFromName(want)!;
     const tr = typeTraits(ffnType)!;
-    if (nEmbd % tr.blockSize !== 0) throw new ConvertError(`embedding width ${nEmbd} is not a multiple of the ${tr.name} block size ${tr.blockSize}: choose another --type`);
+    if (nEmbd % tr.blockSize !== 0)
+      throw new ConvertError(
+        `embedding width ${nEmbd} is not a multiple of the ${tr.name} block size ${tr.blockSize}: choose another --type`,
+      );
     const rowBytes = (nEmbd / tr.blockSize) * tr.typeSize;
     const bundleBytes = bundleBytesFor(rowBytes);
     const prof = opts.profile !== undefined ? loadProfile(opts.profile, layers, file) : undefined;
 
-    const bytesTotal = fixed.reduce((a, f) => a + f.t.bytes, 0) + layers.reduce((a, L) => a + L.gate.bytes + L.up.bytes + L.down.bytes, 0);
+    const bytesTotal =
+      fixed.reduce((a, f) => a + f.t.bytes, 0) +
+      layers.reduce((a, L) => a + L.gate.bytes + L.up.bytes + L.down.bytes, 0);
     let bytesDone = 0;
     const progress = (stage: ConvertProgress["stage"], layer: number) =>
       opts.onProgress?.({ stage, layer, layers: layers.length, bytesDone, bytesTotal });
     const check = () => {
-      if (opts.signal?.aborted) throw opts.signal.reason instanceof Error ? opts.signal.reason : new ConvertError("conversion aborted");
+      if (opts.signal?.aborted)
+        throw opts.signal.reason instanceof Error ? opts.signal.reason : new ConvertError("conversion aborted");
     };
 
     writer = await StoreWriter.create(output, { fsync: opts.fsync });
@@ -493,7 +589,9 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
       const L = layers[l];
       const n = L.neurons;
       const stats = { gate: new ErrorStats(), up: new ErrorStats(), down: new ErrorStats() };
-      const order = prof ? hotFirstOrder(prof.profile.layers[l].frequency) : Int32Array.from({ length: n }, (_, i) => i);
+      const order = prof
+        ? hotFirstOrder(prof.profile.layers[l].frequency)
+        : Int32Array.from({ length: n }, (_, i) => i);
 
       // Down as one row per neuron, in the store's type
       let downT: Uint8Array | undefined;
@@ -510,7 +608,11 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
       const group = Math.max(1, Math.floor((4 << 20) / bundleBytes));
       const out = new Uint8Array(group * bundleBytes);
       const srcRb = { gate: L.gate.bytes / n, up: L.up.bytes / n, down: L.down.bytes / n };
-      const scratch = { gate: new Uint8Array(group * srcRb.gate), up: new Uint8Array(group * srcRb.up), down: new Uint8Array(L.transposed ? group * srcRb.down : 0) };
+      const scratch = {
+        gate: new Uint8Array(group * srcRb.gate),
+        up: new Uint8Array(group * srcRb.up),
+        down: new Uint8Array(L.transposed ? group * srcRb.down : 0),
+      };
       // The layer's gate rows as stored, collected for their contiguous copy after the bundles.
       const gateRows = new Uint8Array(n * rowBytes);
       for (let p0 = 0; p0 < n; p0 += group) {
@@ -520,7 +622,8 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
         out.fill(0);
         for (const kind of ["gate", "up", "down"] as const) {
           if (kind === "down" && !L.transposed) {
-            for (let k = 0; k < g; k++) out.set(downT!.subarray(idx[k] * rowBytes, (idx[k] + 1) * rowBytes), k * bundleBytes + 2 * rowBytes);
+            for (let k = 0; k < g; k++)
+              out.set(downT!.subarray(idx[k] * rowBytes, (idx[k] + 1) * rowBytes), k * bundleBytes + 2 * rowBytes);
             continue;
           }
           const t = L[kind];
@@ -536,7 +639,8 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
           if (t.type !== ffnType) changed[kind] = t.type;
           bytesDone += g * rb;
         }
-        for (let k = 0; k < g; k++) gateRows.set(out.subarray(k * bundleBytes, k * bundleBytes + rowBytes), (p0 + k) * rowBytes);
+        for (let k = 0; k < g; k++)
+          gateRows.set(out.subarray(k * bundleBytes, k * bundleBytes + rowBytes), (p0 + k) * rowBytes);
         await writer.write(out.subarray(0, g * bundleBytes));
         progress("ffn", l);
         await tick();
@@ -548,9 +652,14 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
       const conv = (kind: "gate" | "up" | "down", t: GGUFTensorInfo): StoreConversion | null =>
         t.type === ffnType && (kind !== "down" || L.transposed) ? null : stats[kind].report(t.type);
       layerManifest.push({
-        offset, neurons: n, order: base64Of(order),
+        offset,
+        neurons: n,
+        order: base64Of(order),
         frequency: prof ? base64Of(Float32Array.from(prof.profile.layers[l].frequency)) : null,
-        gate: conv("gate", L.gate), up: conv("up", L.up), down: conv("down", L.down), gateRows: gateRowsOffset,
+        gate: conv("gate", L.gate),
+        up: conv("up", L.up),
+        down: conv("down", L.down),
+        gateRows: gateRowsOffset,
       });
       for (const k of ["gate", "up", "down"] as const) total[k].merge(stats[k]);
     }
@@ -566,16 +675,33 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
       metadata: withSparseThreshold(withThresholds(encodeMetadata(file), prof?.thresholds), preds?.threshold),
       fixed: fixedManifest,
       ffn: {
-        type: ffnType, typeName: typeName(ffnType), layout: "gguf", nEmbd, rowBytes, bundleBytes,
-        parts: { gate: 0, up: rowBytes, down: 2 * rowBytes }, conversion, layers: layerManifest,
+        type: ffnType,
+        typeName: typeName(ffnType),
+        layout: "gguf",
+        nEmbd,
+        rowBytes,
+        bundleBytes,
+        parts: { gate: 0, up: rowBytes, down: 2 * rowBytes },
+        conversion,
+        layers: layerManifest,
       },
       profile: prof ? { file: prof.file ? basename(prof.file) : null, tokens: prof.profile.tokens ?? null } : null,
     });
     writer = undefined;
     progress("ffn", layers.length - 1);
     return {
-      output, bytes, seconds: (performance.now() - t0) / 1000, ffnType, nEmbd, layers: layers.length, neurons, bundleBytes,
-      paddingFraction: 1 - (3 * rowBytes) / bundleBytes, fixedTensors: fixed.length, conversion, ordered: !!prof,
+      output,
+      bytes,
+      seconds: (performance.now() - t0) / 1000,
+      ffnType,
+      nEmbd,
+      layers: layers.length,
+      neurons,
+      bundleBytes,
+      paddingFraction: 1 - (3 * rowBytes) / bundleBytes,
+      fixedTensors: fixed.length,
+      conversion,
+      ordered: !!prof,
       predictorLayers: preds ? layers.length : 0,
     };
   } catch (e) {
@@ -593,8 +719,17 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
  * dequantized into an nEmbd x band f32 tile, then each column of the tile is quantized.
  */
 async function transposeDown(
-  file: GGUFFile, t: GGUFTensorInfo, n: number, nEmbd: number, type: GGMLType, rowBytes: number, out: Uint8Array,
-  rc: RowConverter, stats: ErrorStats, check: () => void, onBytes: (b: number) => void,
+  file: GGUFFile,
+  t: GGUFTensorInfo,
+  n: number,
+  nEmbd: number,
+  type: GGMLType,
+  rowBytes: number,
+  out: Uint8Array,
+  rc: RowConverter,
+  stats: ErrorStats,
+  check: () => void,
+  onBytes: (b: number) => void,
 ): Promise<void> {
   const src = typeTraits(t.type)!;
   const srcRb = t.bytes / nEmbd;
@@ -624,7 +759,12 @@ async function transposeDown(
       }
       for (let k = 0; k < g; k++) {
         const c = c0 + j0 + k;
-        rc.quantize(cols.subarray(k * nEmbd, (k + 1) * nEmbd), type, out.subarray(c * rowBytes, (c + 1) * rowBytes), stats);
+        rc.quantize(
+          cols.subarray(k * nEmbd, (k + 1) * nEmbd),
+          type,
+          out.subarray(c * rowBytes, (c + 1) * rowBytes),
+          stats,
+        );
       }
     }
     onBytes(sb * nEmbd);

@@ -31,10 +31,19 @@ export function firstInvalidUtf8(b: Uint8Array): number {
       continue;
     }
     let len: number, min: number, cp: number;
-    if (c >= 0xc2 && c <= 0xdf) { len = 2; min = 0x80; cp = c & 0x1f; }
-    else if (c >= 0xe0 && c <= 0xef) { len = 3; min = 0x800; cp = c & 0x0f; }
-    else if (c >= 0xf0 && c <= 0xf4) { len = 4; min = 0x10000; cp = c & 0x07; }
-    else return i;
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+      min = 0x80;
+      cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      min = 0x800;
+      cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      min = 0x10000;
+      cp = c & 0x07;
+    } else return i;
     if (i + len > n) return i;
     for (let k = 1; k < len; k++) {
       const d = b[i + k];
@@ -68,11 +77,16 @@ export function readCorpus(path: string): string {
   if (nul >= 0) throw new CorpusError(`corpus ${path} is not a text file: NUL byte at byte offset ${nul}`);
   const bad = firstInvalidUtf8(bytes);
   if (bad >= 0) {
-    throw new CorpusError(`corpus ${path} is not UTF-8 text: invalid byte 0x${bytes[bad].toString(16).padStart(2, "0")} at byte offset ${bad}`);
+    throw new CorpusError(
+      `corpus ${path} is not UTF-8 text: invalid byte 0x${bytes[bad].toString(16).padStart(2, "0")} at byte offset ${bad}`,
+    );
   }
   const start = bytes.length >= 3 && bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf ? 3 : 0;
   const text = bytes.toString("utf8", start);
-  if (text.trim() === "") throw new CorpusError(`corpus ${path} holds only whitespace (${bytes.length} bytes): no text to run the model over`);
+  if (text.trim() === "")
+    throw new CorpusError(
+      `corpus ${path} holds only whitespace (${bytes.length} bytes): no text to run the model over`,
+    );
   return text;
 }
 
@@ -95,7 +109,8 @@ export interface CorpusTokenOptions {
 export function corpusTokens(tokenizer: Tokenizer, text: string, opts: CorpusTokenOptions = {}): Int32Array {
   const addBos = opts.addBos ?? tokenizer.addBos;
   const max = opts.maxTokens;
-  if (max !== undefined && !(Number.isInteger(max) && max >= 1)) throw new RangeError(`corpusTokens: maxTokens must be a positive integer, got ${max}`);
+  if (max !== undefined && !(Number.isInteger(max) && max >= 1))
+    throw new RangeError(`corpusTokens: maxTokens must be a positive integer, got ${max}`);
   if (max === undefined) return Int32Array.from(tokenizer.encode(text, { addBos }));
   // Characters per token is ~3-4 for English; start at 8 per token plus a margin, double as needed.
   let chars = max * 8 + 4096;

@@ -78,28 +78,42 @@ export function tokenNll(logits: Float32Array, offset: number, nVocab: number, t
 
 const tick = () => new Promise<void>((r) => setImmediate(r));
 
-export async function perplexity(model: LlamaModel, tokens: Int32Array, opts: PerplexityOptions): Promise<PerplexityResult> {
+export async function perplexity(
+  model: LlamaModel,
+  tokens: Int32Array,
+  opts: PerplexityOptions,
+): Promise<PerplexityResult> {
   const t0 = performance.now();
   const nCtx = opts.contextSize;
   const nVocab = model.config.nVocab;
-  if (!(Number.isInteger(nCtx) && nCtx >= 4)) throw new PerplexityError(`context size must be an integer >= 4, got ${nCtx}`);
-  if (nCtx > model.contextSize) throw new PerplexityError(`context size ${nCtx} is larger than the model's KV cache (${model.contextSize} positions): load it with contextSize >= ${nCtx}`);
+  if (!(Number.isInteger(nCtx) && nCtx >= 4))
+    throw new PerplexityError(`context size must be an integer >= 4, got ${nCtx}`);
+  if (nCtx > model.contextSize)
+    throw new PerplexityError(
+      `context size ${nCtx} is larger than the model's KV cache (${model.contextSize} positions): load it with contextSize >= ${nCtx}`,
+    );
   const batch = Math.min(opts.batchSize ?? model.batchSize, model.batchSize, nCtx);
-  if (!(Number.isInteger(batch) && batch >= 1)) throw new PerplexityError(`batch size must be a positive integer, got ${opts.batchSize}`);
+  if (!(Number.isInteger(batch) && batch >= 1))
+    throw new PerplexityError(`batch size must be a positive integer, got ${opts.batchSize}`);
   if (tokens.length < 2 * nCtx) {
-    throw new PerplexityError(`the text gives only ${tokens.length} tokens; perplexity with a context of ${nCtx} needs at least ${2 * nCtx} (2 * n_ctx, as llama-perplexity): use a longer text or a smaller -c`);
+    throw new PerplexityError(
+      `the text gives only ${tokens.length} tokens; perplexity with a context of ${nCtx} needs at least ${2 * nCtx} (2 * n_ctx, as llama-perplexity): use a longer text or a smaller -c`,
+    );
   }
   for (let i = 0; i < tokens.length; i++) {
-    if (!(tokens[i] >= 0 && tokens[i] < nVocab)) throw new PerplexityError(`token ${i} (id ${tokens[i]}) is outside the vocabulary (0..${nVocab - 1})`);
+    if (!(tokens[i] >= 0 && tokens[i] < nVocab))
+      throw new PerplexityError(`token ${i} (id ${tokens[i]}) is outside the vocabulary (0..${nVocab - 1})`);
   }
   const maxChunks = Math.floor(tokens.length / nCtx);
-  if (opts.chunks !== undefined && !(Number.isInteger(opts.chunks) && opts.chunks >= 1)) throw new PerplexityError(`chunks must be a positive integer, got ${opts.chunks}`);
+  if (opts.chunks !== undefined && !(Number.isInteger(opts.chunks) && opts.chunks >= 1))
+    throw new PerplexityError(`chunks must be a positive integer, got ${opts.chunks}`);
   const nChunks = Math.min(opts.chunks ?? maxChunks, maxChunks);
   const first = nCtx >> 1;
   const sparse = model.offloaded !== undefined;
 
   // FFN sparsity of the run
-  let zero = 0, seen = 0;
+  let zero = 0,
+    seen = 0;
   const before = sparse ? model.offloaded!.snapshot() : undefined;
   if (opts.measureSparsity && !sparse) {
     const nFF = model.config.nFF;
@@ -116,7 +130,9 @@ export async function perplexity(model: LlamaModel, tokens: Int32Array, opts: Pe
 
   const chunk = new Int32Array(nCtx);
   const logits = new Float32Array(batch * nVocab);
-  let nll = 0, nll2 = 0, count = 0;
+  let nll = 0,
+    nll2 = 0,
+    count = 0;
   const perChunk: number[] = [];
   try {
     for (let c = 0; c < nChunks; c++) {
@@ -132,7 +148,8 @@ export async function perplexity(model: LlamaModel, tokens: Int32Array, opts: Pe
         count++;
       };
       const check = () => {
-        if (opts.signal?.aborted) throw opts.signal.reason instanceof Error ? opts.signal.reason : new PerplexityError("perplexity aborted");
+        if (opts.signal?.aborted)
+          throw opts.signal.reason instanceof Error ? opts.signal.reason : new PerplexityError("perplexity aborted");
       };
       if (!sparse) {
         for (let j = 0; j < fed; j += batch) {
@@ -179,7 +196,15 @@ export async function perplexity(model: LlamaModel, tokens: Int32Array, opts: Pe
     } else sparsity = seen > 0 ? zero / seen : undefined;
   }
   return {
-    ppl, stdError, nll: mean, count, chunks: nChunks, perChunk, tokens: tokens.length,
-    mode: sparse ? "token-by-token" : "batched", sparsity, seconds: (performance.now() - t0) / 1000,
+    ppl,
+    stdError,
+    nll: mean,
+    count,
+    chunks: nChunks,
+    perChunk,
+    tokens: tokens.length,
+    mode: sparse ? "token-by-token" : "batched",
+    sparsity,
+    seconds: (performance.now() - t0) / 1000,
   };
 }

@@ -45,10 +45,10 @@ export class PredictorOutputError extends Error {
   }
 }
 
-
 /** A predictor tensor's bytes in `type`. */
 export function predictorBytes(values: Float32Array, type: PredictorType): Uint8Array {
-  if (type === "f32") return new Uint8Array(values.buffer.slice(values.byteOffset, values.byteOffset + values.byteLength));
+  if (type === "f32")
+    return new Uint8Array(values.buffer.slice(values.byteOffset, values.byteOffset + values.byteLength));
   const out = new Uint16Array(values.length);
   for (let i = 0; i < values.length; i++) out[i] = f32ToF16(values[i]);
   return new Uint8Array(out.buffer);
@@ -62,13 +62,27 @@ export function predictorTensors(l: number, p: PredictorWeights): [string, numbe
   ];
 }
 
-function checkPredictors(predictors: PredictorWeights[], nLayer: number, nEmbd: number, nFF: number, where: string): void {
-  if (predictors.length !== nLayer) throw new PredictorOutputError(`${where}: ${predictors.length} predictors for a model of ${nLayer} layers`);
+function checkPredictors(
+  predictors: PredictorWeights[],
+  nLayer: number,
+  nEmbd: number,
+  nFF: number,
+  where: string,
+): void {
+  if (predictors.length !== nLayer)
+    throw new PredictorOutputError(`${where}: ${predictors.length} predictors for a model of ${nLayer} layers`);
   predictors.forEach((p, l) => {
     if (!p) throw new PredictorOutputError(`${where}: no predictor for layer ${l}`);
-    if (p.nIn !== nEmbd || p.nOut !== nFF) throw new PredictorOutputError(`${where}: the predictor of layer ${l} maps ${p.nIn} -> ${p.nOut}, the model ${nEmbd} -> ${nFF}`);
-    if (p.fc1.length !== p.hidden * p.nIn || p.fc2.length !== p.nOut * p.hidden) throw new PredictorOutputError(`${where}: the predictor of layer ${l} has weights of the wrong size`);
-    if (p.threshold !== predictors[0].threshold) throw new PredictorOutputError(`${where}: predictors are made for different thresholds (${predictors[0].threshold}, ${p.threshold}); one global threshold is stored`);
+    if (p.nIn !== nEmbd || p.nOut !== nFF)
+      throw new PredictorOutputError(
+        `${where}: the predictor of layer ${l} maps ${p.nIn} -> ${p.nOut}, the model ${nEmbd} -> ${nFF}`,
+      );
+    if (p.fc1.length !== p.hidden * p.nIn || p.fc2.length !== p.nOut * p.hidden)
+      throw new PredictorOutputError(`${where}: the predictor of layer ${l} has weights of the wrong size`);
+    if (p.threshold !== predictors[0].threshold)
+      throw new PredictorOutputError(
+        `${where}: predictors are made for different thresholds (${predictors[0].threshold}, ${p.threshold}); one global threshold is stored`,
+      );
   });
 }
 
@@ -81,7 +95,19 @@ interface KeyType {
   item?: GGUFValueType;
 }
 
-const SCALAR_BYTES: Partial<Record<number, number>> = { 0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8 };
+const SCALAR_BYTES: Partial<Record<number, number>> = {
+  0: 1,
+  1: 1,
+  2: 2,
+  3: 2,
+  4: 4,
+  5: 4,
+  6: 4,
+  7: 1,
+  10: 8,
+  11: 8,
+  12: 8,
+};
 
 /** Each metadata key's GGUF type, read from the header of `path` (already validated by GGUFFile.open). */
 export function metadataTypes(path: string): Map<string, KeyType> {
@@ -105,8 +131,16 @@ export function metadataTypes(path: string): Map<string, KeyType> {
       at = pos;
       return 0;
     };
-    const u32 = () => { const o = view(4); pos += 4; return buf.readUInt32LE(o); };
-    const u64 = () => { const o = view(8); pos += 8; return Number(buf.readBigUInt64LE(o)); };
+    const u32 = () => {
+      const o = view(4);
+      pos += 4;
+      return buf.readUInt32LE(o);
+    };
+    const u64 = () => {
+      const o = view(8);
+      pos += 8;
+      return Number(buf.readBigUInt64LE(o));
+    };
     const skipValue = (type: number): void => {
       if (type === GGUFValueType.STRING) {
         const n = u64();
@@ -156,7 +190,8 @@ export interface PredictorGGUFOptions {
 
 /** Write `input` plus the predictors as a PowerInfer GGUF. Returns the file size. */
 export async function writePredictorGGUF(opts: PredictorGGUFOptions): Promise<number> {
-  const input = resolve(opts.input), output = resolve(opts.output);
+  const input = resolve(opts.input),
+    output = resolve(opts.output);
   if (input === output) throw new PredictorOutputError(`the output ${output} would overwrite the input`);
   const type = opts.type ?? "f32";
   const file = GGUFFile.open(input);
@@ -170,8 +205,12 @@ export async function writePredictorGGUF(opts: PredictorGGUFOptions): Promise<nu
     for (const [key, value] of file.metadata) {
       if (key.startsWith("split.") || key === "general.alignment" || key === SPARSE_THRESHOLD_KEY) continue;
       const t = types.get(key);
-      if (!t) throw new PredictorOutputError(`${input}: metadata key "${key}" was not found when re-reading the header`);
-      if (t.type === GGUFValueType.ARRAY && t.item === GGUFValueType.ARRAY) throw new PredictorOutputError(`${input}: metadata "${key}" is an array of arrays, which the GGUF writer cannot copy`);
+      if (!t)
+        throw new PredictorOutputError(`${input}: metadata key "${key}" was not found when re-reading the header`);
+      if (t.type === GGUFValueType.ARRAY && t.item === GGUFValueType.ARRAY)
+        throw new PredictorOutputError(
+          `${input}: metadata "${key}" is an array of arrays, which the GGUF writer cannot copy`,
+        );
       writer.setMetadata(key, value as GGUFWritableValue, t.type === GGUFValueType.ARRAY ? t.item : t.type);
     }
     writer.setMetadata(SPARSE_THRESHOLD_KEY, opts.predictors[0].threshold, GGUFValueType.FLOAT32);
@@ -179,7 +218,8 @@ export async function writePredictorGGUF(opts: PredictorGGUFOptions): Promise<nu
     for (const t of copied) writer.addTensor(t.name, t.dims, t.type);
     const ggmlType = type === "f32" ? GGMLType.F32 : GGMLType.F16;
     opts.predictors.forEach((p, l) => {
-      for (const [name, dims, values] of predictorTensors(l, p)) writer!.addTensor(name, dims, ggmlType, predictorBytes(values, type));
+      for (const [name, dims, values] of predictorTensors(l, p))
+        writer!.addTensor(name, dims, ggmlType, predictorBytes(values, type));
     });
     const piece = new Uint8Array(8 << 20);
     for (const t of copied) {
@@ -226,10 +266,14 @@ export interface PredictorStoreOptions {
 export function checkStoreModel(store: NeuronStore, modelPath: string): void {
   const gguf = GGUFFile.open(modelPath);
   try {
-    const a = modelFingerprint(store), b = modelFingerprint(gguf);
+    const a = modelFingerprint(store),
+      b = modelFingerprint(gguf);
     if (JSON.stringify(a) === JSON.stringify(b)) return;
-    const show = (f: typeof a) => `${f.architecture} ${f.nLayer} layers ${f.nEmbd} -> ${f.nFF}, norms ${f.hash.slice(0, 19)}`;
-    throw new PredictorOutputError(`${store.path} was not converted from ${modelPath} (store: ${show(a)}; model: ${show(b)}): predictors trained on one model do not fit another`);
+    const show = (f: typeof a) =>
+      `${f.architecture} ${f.nLayer} layers ${f.nEmbd} -> ${f.nFF}, norms ${f.hash.slice(0, 19)}`;
+    throw new PredictorOutputError(
+      `${store.path} was not converted from ${modelPath} (store: ${show(a)}; model: ${show(b)}): predictors trained on one model do not fit another`,
+    );
   } finally {
     gguf.close();
   }
@@ -261,7 +305,8 @@ export async function addPredictorsToStore(opts: PredictorStoreOptions): Promise
         let got = 0;
         while (got < view.length) {
           const r = readSync(fd, view, got, view.length - got, o + got);
-          if (r === 0) throw new PredictorOutputError(`${storePath}: file ended at byte offset ${o + got} while copying`);
+          if (r === 0)
+            throw new PredictorOutputError(`${storePath}: file ended at byte offset ${o + got} while copying`);
           got += r;
         }
         store.verifyRange(o, view, 0, view.length);
@@ -322,7 +367,8 @@ export async function writePredictorFile(opts: PredictorFileOptions): Promise<nu
     writer.setMetadata(SPARSE_THRESHOLD_KEY, opts.predictors[0].threshold, GGUFValueType.FLOAT32);
     const ggmlType = type === "f32" ? GGMLType.F32 : GGMLType.F16;
     opts.predictors.forEach((p, l) => {
-      for (const [name, dims, values] of predictorTensors(l, p)) writer.addTensor(name, dims, ggmlType, predictorBytes(values, type));
+      for (const [name, dims, values] of predictorTensors(l, p))
+        writer.addTensor(name, dims, ggmlType, predictorBytes(values, type));
     });
     await writer.finish();
     return writer.totalBytes;

@@ -70,8 +70,13 @@ export function modelFingerprint(file: ModelFile, cfg: ModelConfig = readConfig(
     h.update(buf);
   }
   return {
-    architecture: cfg.architecture, nLayer: cfg.nLayer, nEmbd: cfg.nEmbd, nFF: cfg.nFF, nVocab: cfg.nVocab,
-    activation: cfg.activation, hash: `sha256:${h.digest("hex")}`,
+    architecture: cfg.architecture,
+    nLayer: cfg.nLayer,
+    nEmbd: cfg.nEmbd,
+    nFF: cfg.nFF,
+    nVocab: cfg.nVocab,
+    activation: cfg.activation,
+    hash: `sha256:${h.digest("hex")}`,
   };
 }
 
@@ -90,16 +95,21 @@ export function fingerprintOfPath(path: string): ModelFingerprint {
  * `where` names the profile, `modelPath` the model, in the message.
  */
 export function checkFingerprint(recorded: unknown, actual: ModelFingerprint, where: string, modelPath: string): void {
-  if (typeof recorded !== "object" || recorded === null) throw new ProfileError(`${where}: "model" should be the fingerprint object of the profiled model`);
+  if (typeof recorded !== "object" || recorded === null)
+    throw new ProfileError(`${where}: "model" should be the fingerprint object of the profiled model`);
   const r = recorded as Partial<ModelFingerprint> & { file?: string };
   const from = r.file ? ` (profiled on ${r.file})` : "";
   for (const k of ["architecture", "nLayer", "nEmbd", "nFF", "nVocab", "activation"] as const) {
     if (r[k] !== actual[k]) {
-      throw new ProfileError(`${where} is from another model${from}: its ${k} is ${JSON.stringify(r[k])}, ${modelPath} has ${JSON.stringify(actual[k])}`);
+      throw new ProfileError(
+        `${where} is from another model${from}: its ${k} is ${JSON.stringify(r[k])}, ${modelPath} has ${JSON.stringify(actual[k])}`,
+      );
     }
   }
   if (r.hash !== actual.hash) {
-    throw new ProfileError(`${where} is from another model${from}: same shape, but the weights differ (fingerprint ${String(r.hash).slice(0, 19)}..., ${modelPath} has ${actual.hash.slice(0, 19)}...)`);
+    throw new ProfileError(
+      `${where} is from another model${from}: same shape, but the weights differ (fingerprint ${String(r.hash).slice(0, 19)}..., ${modelPath} has ${actual.hash.slice(0, 19)}...)`,
+    );
   }
 }
 
@@ -143,7 +153,9 @@ export function readProfile(path: string): ProfileFile {
     raw = readFileSync(path, "utf8");
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
-    throw new ProfileError(code === "ENOENT" ? `profile ${path} does not exist` : `profile ${path}: ${(e as Error).message}`);
+    throw new ProfileError(
+      code === "ENOENT" ? `profile ${path} does not exist` : `profile ${path}: ${(e as Error).message}`,
+    );
   }
   let p: ProfileFile;
   try {
@@ -152,22 +164,34 @@ export function readProfile(path: string): ProfileFile {
     throw new ProfileError(`profile ${path} is not JSON: ${(e as Error).message}`);
   }
   if (typeof p !== "object" || p === null || !Array.isArray(p.layers)) {
-    throw new ProfileError(`profile ${path}: expected a JSON object { "layers": [ { "frequency": [...] }, ... ] } (from powerinfer profile)`);
+    throw new ProfileError(
+      `profile ${path}: expected a JSON object { "layers": [ { "frequency": [...] }, ... ] } (from powerinfer profile)`,
+    );
   }
   p.layers.forEach((L, l) => {
-    if (typeof L !== "object" || L === null || !Array.isArray(L.frequency)) throw new ProfileError(`profile ${path}: layers[${l}].frequency is missing`);
-    if (L.threshold !== undefined && !(typeof L.threshold === "number" && Number.isFinite(L.threshold) && L.threshold >= 0)) {
-      throw new ProfileError(`profile ${path}: layers[${l}].threshold = ${JSON.stringify(L.threshold)} is not a finite number >= 0`);
+    if (typeof L !== "object" || L === null || !Array.isArray(L.frequency))
+      throw new ProfileError(`profile ${path}: layers[${l}].frequency is missing`);
+    if (
+      L.threshold !== undefined &&
+      !(typeof L.threshold === "number" && Number.isFinite(L.threshold) && L.threshold >= 0)
+    ) {
+      throw new ProfileError(
+        `profile ${path}: layers[${l}].threshold = ${JSON.stringify(L.threshold)} is not a finite number >= 0`,
+      );
     }
   });
   return p;
 }
 
 /** The per-layer thresholds of a profile, or null when it has none. All layers or none. */
-export function profileThresholds(p: ActivationProfile & { layers: { threshold?: number }[] }, where: string): Float32Array | null {
+export function profileThresholds(
+  p: ActivationProfile & { layers: { threshold?: number }[] },
+  where: string,
+): Float32Array | null {
   const have = p.layers.filter((L) => L.threshold !== undefined).length;
   if (have === 0) return null;
-  if (have !== p.layers.length) throw new ProfileError(`${where}: ${have} of ${p.layers.length} layers have a threshold: all or none should`);
+  if (have !== p.layers.length)
+    throw new ProfileError(`${where}: ${have} of ${p.layers.length} layers have a threshold: all or none should`);
   return Float32Array.from(p.layers, (L) => L.threshold!);
 }
 
@@ -180,7 +204,8 @@ export function thresholdsForModel(profilePath: string, modelPath: string): Floa
   const where = `profile ${profilePath}`;
   const fp = fingerprintOfPath(modelPath);
   if (p.model !== undefined) checkFingerprint(p.model, fp, where, modelPath);
-  if (p.layers.length !== fp.nLayer) throw new ProfileError(`${where} has ${p.layers.length} layers, ${modelPath} has ${fp.nLayer}`);
+  if (p.layers.length !== fp.nLayer)
+    throw new ProfileError(`${where} has ${p.layers.length} layers, ${modelPath} has ${fp.nLayer}`);
   const t = profileThresholds(p, where);
   if (!t) {
     throw new ProfileError(
@@ -226,7 +251,9 @@ export class FiringCounts {
   }
   /** Count n rows of nFF magnitudes: a neuron fires when its magnitude is above `threshold`. */
   add(mag: Float32Array, n: number, threshold: number): void {
-    const nFF = this.nFF, fired = this.fired, pairs = this.pairs;
+    const nFF = this.nFF,
+      fired = this.fired,
+      pairs = this.pairs;
     for (let r = 0; r < n; r++) {
       const base = r * nFF;
       let prev = mag[base] > threshold;
@@ -272,7 +299,8 @@ export class MagnitudeHistogram {
     if (this.total === 0) throw new ProfileError("no activations were observed to calibrate a threshold from");
     const want = q * this.total;
     let below = 0;
-    const f = new Float32Array(1), u = new Uint32Array(f.buffer);
+    const f = new Float32Array(1),
+      u = new Uint32Array(f.buffer);
     for (let b = 0; b < this.bins.length; b++) {
       const c = this.bins[b];
       if (c > 0 && below + c >= want) {
@@ -333,11 +361,15 @@ const round7 = (x: number) => Math.round(x * 1e7) / 1e7;
 export async function profileModel(opts: ProfileOptions): Promise<ProfileResult> {
   const t0 = performance.now();
   if (isNeuronStore(opts.model)) {
-    throw new ProfileError(`${opts.model} is a neuron store: profiling observes the dense FFN, so give the GGUF model it was converted from`);
+    throw new ProfileError(
+      `${opts.model} is a neuron store: profiling observes the dense FFN, so give the GGUF model it was converted from`,
+    );
   }
   const S = opts.targetSparsity;
-  if (S !== undefined && !(S > 0 && S < 1)) throw new ProfileError(`target sparsity must be between 0 and 1 (exclusive), got ${S}`);
-  if (opts.tokens !== undefined && !(Number.isInteger(opts.tokens) && opts.tokens >= 2)) throw new ProfileError(`tokens must be an integer >= 2, got ${opts.tokens}`);
+  if (S !== undefined && !(S > 0 && S < 1))
+    throw new ProfileError(`target sparsity must be between 0 and 1 (exclusive), got ${S}`);
+  if (opts.tokens !== undefined && !(Number.isInteger(opts.tokens) && opts.tokens >= 2))
+    throw new ProfileError(`tokens must be an integer >= 2, got ${opts.tokens}`);
 
   // Shape, tokenizer and fingerprint first, so bad input fails before the model loads.
   const file = GGUFFile.open(opts.model);
@@ -359,13 +391,16 @@ export async function profileModel(opts: ProfileOptions): Promise<ProfileResult>
   const ctx = opts.contextSize ?? Math.min(cfg.nCtxTrain, 512);
   if (!(Number.isInteger(ctx) && ctx >= 2)) throw new ProfileError(`context size must be an integer >= 2, got ${ctx}`);
   const batch = Math.min(opts.batchSize ?? 256, ctx);
-  if (!(Number.isInteger(batch) && batch >= 1)) throw new ProfileError(`batch size must be a positive integer, got ${opts.batchSize}`);
+  if (!(Number.isInteger(batch) && batch >= 1))
+    throw new ProfileError(`batch size must be a positive integer, got ${opts.batchSize}`);
 
   const text = readCorpus(opts.corpus);
   const tokens = corpusTokens(tokenizer, text, { maxTokens: opts.tokens });
-  if (tokens.length < 2) throw new ProfileError(`corpus ${opts.corpus} gives only ${tokens.length} token(s): too little to profile`);
+  if (tokens.length < 2)
+    throw new ProfileError(`corpus ${opts.corpus} gives only ${tokens.length} token(s): too little to profile`);
   const notes: string[] = [];
-  if (opts.tokens !== undefined && tokens.length < opts.tokens) notes.push(`the corpus has only ${tokens.length} tokens (asked for ${opts.tokens}): profiled all of them`);
+  if (opts.tokens !== undefined && tokens.length < opts.tokens)
+    notes.push(`the corpus has only ${tokens.length} tokens (asked for ${opts.tokens}): profiled all of them`);
 
   const model = await LlamaModel.load(opts.model, { threads: opts.threads, contextSize: ctx, batchSize: batch });
   try {
@@ -384,7 +419,8 @@ export async function profileModel(opts: ProfileOptions): Promise<ProfileResult>
         window.set(tokens.subarray(start, start + len));
         if (bos >= 0) window[0] = bos;
         for (let j = 0; j < len; j += batch) {
-          if (opts.signal?.aborted) throw opts.signal.reason instanceof Error ? opts.signal.reason : new ProfileError("profiling aborted");
+          if (opts.signal?.aborted)
+            throw opts.signal.reason instanceof Error ? opts.signal.reason : new ProfileError("profiling aborted");
           const n = Math.min(batch, len - j);
           model.forward(window.subarray(j, j + n), n, j);
           opts.onProgress?.({ stage, done: start + j + n, total: tokens.length });
@@ -455,7 +491,14 @@ export async function profileModel(opts: ProfileOptions): Promise<ProfileResult>
  * A short per-layer digest of a profile: measured sparsity, active neurons per token, and how
  * concentrated the firing is (share of all firings that the hottest 10% of neurons account for).
  */
-export function summarizeProfile(p: ProfileFile): { layer: number; threshold: number | null; sparsity: number; activePerToken: number; hot10: number; adjacent: number }[] {
+export function summarizeProfile(p: ProfileFile): {
+  layer: number;
+  threshold: number | null;
+  sparsity: number;
+  activePerToken: number;
+  hot10: number;
+  adjacent: number;
+}[] {
   return p.layers.map((L, l) => {
     const f = Float64Array.from(L.frequency).sort().reverse();
     const total = f.reduce((a, b) => a + b, 0);
@@ -463,7 +506,8 @@ export function summarizeProfile(p: ProfileFile): { layer: number; threshold: nu
     let hot = 0;
     for (let i = 0; i < top; i++) hot += f[i];
     // adjacent: P(i+1 fires | i fires), over all pairs
-    let both = 0, first = 0;
+    let both = 0,
+      first = 0;
     const co = L.coactivation ?? [];
     for (let i = 0; i < co.length; i++) {
       both += co[i];

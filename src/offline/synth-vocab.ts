@@ -68,7 +68,27 @@ const WORDS = (
 ).split(" ");
 
 // Frequent word endings (no boundary mark: they continue a word).
-const SUFFIXES = ["s", "ed", "ing", "er", "ly", "es", "est", "tion", "ness", "ment", "able", "ful", "less", "ous", "ive", "al", "ity", "ers", "ings"];
+const SUFFIXES = [
+  "s",
+  "ed",
+  "ing",
+  "er",
+  "ly",
+  "es",
+  "est",
+  "tion",
+  "ness",
+  "ment",
+  "able",
+  "ful",
+  "less",
+  "ous",
+  "ive",
+  "al",
+  "ity",
+  "ers",
+  "ings",
+];
 
 const LOWER = "etaoinshrdlcumwfgypbvkjxqz";
 const UPPER = "TAISOWHBCMFPDRLEGNYUVJKQXZ";
@@ -136,13 +156,15 @@ function ordinaryPieces(count: number): string[] {
     // pieces already present from the word lists extend too
     frontier = [...new Set([...next, ...pieces.filter((p) => [...p].length === len && /^[a-z\u2581]/.test(p))])];
   }
-  if (pieces.length < count) throw new Error(`synthetic vocabulary: could only make ${pieces.length} of ${count} pieces`);
+  if (pieces.length < count)
+    throw new Error(`synthetic vocabulary: could only make ${pieces.length} of ${count} pieces`);
   return pieces;
 }
 
 /** Build a vocabulary of exactly `size` tokens. */
 export function buildSynthVocab(size: number): SynthVocab {
-  if (!Number.isInteger(size) || size < MIN_VOCAB) throw new RangeError(`synthetic vocabulary size must be an integer >= ${MIN_VOCAB}, got ${size}`);
+  if (!Number.isInteger(size) || size < MIN_VOCAB)
+    throw new RangeError(`synthetic vocabulary size must be an integer >= ${MIN_VOCAB}, got ${size}`);
   const tokens: string[] = [...SPECIALS];
   for (let b = 0; b < 256; b++) tokens.push(`<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`);
   const pieces = ordinaryPieces(size - N_FIXED);

@@ -51,13 +51,68 @@ export interface SynthShapeSpec {
 }
 
 export const SHAPE_SPECS: Readonly<Record<SynthShape, SynthShapeSpec>> = {
-  tiny: { like: "a toy llama", dim: 256, layers: 4, ffn: 768, heads: 8, kvHeads: 4, vocab: 512, context: 512, ropeBase: 10000, rmsEps: 1e-5 },
-  "1b": { like: "TinyLlama-1.1B", dim: 2048, layers: 22, ffn: 5632, heads: 32, kvHeads: 4, vocab: 32000, context: 2048, ropeBase: 10000, rmsEps: 1e-5 },
-  "7b": { like: "Llama-2-7B", dim: 4096, layers: 32, ffn: 11008, heads: 32, kvHeads: 32, vocab: 32000, context: 4096, ropeBase: 10000, rmsEps: 1e-5 },
+  tiny: {
+    like: "a toy llama",
+    dim: 256,
+    layers: 4,
+    ffn: 768,
+    heads: 8,
+    kvHeads: 4,
+    vocab: 512,
+    context: 512,
+    ropeBase: 10000,
+    rmsEps: 1e-5,
+  },
+  "1b": {
+    like: "TinyLlama-1.1B",
+    dim: 2048,
+    layers: 22,
+    ffn: 5632,
+    heads: 32,
+    kvHeads: 4,
+    vocab: 32000,
+    context: 2048,
+    ropeBase: 10000,
+    rmsEps: 1e-5,
+  },
+  "7b": {
+    like: "Llama-2-7B",
+    dim: 4096,
+    layers: 32,
+    ffn: 11008,
+    heads: 32,
+    kvHeads: 32,
+    vocab: 32000,
+    context: 4096,
+    ropeBase: 10000,
+    rmsEps: 1e-5,
+  },
   // The shape of the paper's TurboSparse-Mistral-7B: grouped-query attention keeps the part that
   // stays in memory at 0.62x Llama-2-7B's (8 KV heads), so a 7B fits a 1.5 GiB budget.
-  "mistral-7b": { like: "Mistral-7B", dim: 4096, layers: 32, ffn: 14336, heads: 32, kvHeads: 8, vocab: 32000, context: 32768, ropeBase: 10000, rmsEps: 1e-5 },
-  "13b": { like: "Llama-2-13B", dim: 5120, layers: 40, ffn: 13824, heads: 40, kvHeads: 40, vocab: 32000, context: 4096, ropeBase: 10000, rmsEps: 1e-5 },
+  "mistral-7b": {
+    like: "Mistral-7B",
+    dim: 4096,
+    layers: 32,
+    ffn: 14336,
+    heads: 32,
+    kvHeads: 8,
+    vocab: 32000,
+    context: 32768,
+    ropeBase: 10000,
+    rmsEps: 1e-5,
+  },
+  "13b": {
+    like: "Llama-2-13B",
+    dim: 5120,
+    layers: 40,
+    ffn: 13824,
+    heads: 40,
+    kvHeads: 40,
+    vocab: 32000,
+    context: 4096,
+    ropeBase: 10000,
+    rmsEps: 1e-5,
+  },
 };
 
 const GGML_TYPE: Record<SynthType, GGMLType> = {
@@ -71,7 +126,8 @@ const GGML_TYPE: Record<SynthType, GGMLType> = {
 /** llama.cpp's `llama_ftype` ("mostly" the given type; norms stay F32). */
 const FILE_TYPE: Record<SynthType, number> = { f32: 0, f16: 1, q4_0: 2, q4_1: 3, q8_0: 7 };
 
-export type TensorKind = "embed" | "norm" | "attn_q" | "attn_k" | "attn_v" | "attn_output" | "ffn_gate" | "ffn_up" | "ffn_down" | "output";
+export type TensorKind =
+  "embed" | "norm" | "attn_q" | "attn_k" | "attn_v" | "attn_output" | "ffn_gate" | "ffn_up" | "ffn_down" | "output";
 
 /** One tensor of the synthetic model, with how its values are drawn. */
 export interface TensorRecipe {
@@ -160,7 +216,15 @@ export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecip
   const out: TensorRecipe[] = [];
   const add = (name: string, kind: TensorKind, layer: number, dims: number[], ty: GGMLType, std: number) => {
     const tr = typeTraits(ty)!;
-    out.push({ name, kind, layer, dims, type: ty, std, bytes: ((dims[0] * (dims[1] ?? 1)) / tr.blockSize) * tr.typeSize });
+    out.push({
+      name,
+      kind,
+      layer,
+      dims,
+      type: ty,
+      std,
+      bytes: ((dims[0] * (dims[1] ?? 1)) / tr.blockSize) * tr.typeSize,
+    });
   };
   const proj = (fanIn: number) => 1 / Math.sqrt(fanIn);
   // Embeddings at unit scale: the first RMSNorm rescales them anyway, and unit scale keeps the
@@ -196,7 +260,8 @@ function checkSpec(spec: SynthShapeSpec, type: SynthType): void {
   if (spec.heads % spec.kvHeads !== 0) fail(`heads ${spec.heads} is not a multiple of kvHeads ${spec.kvHeads}`);
   if ((spec.dim / spec.heads) % 2 !== 0) fail(`head dimension ${spec.dim / spec.heads} must be even for RoPE`);
   const block = typeTraits(GGML_TYPE[type])!.blockSize;
-  if (spec.dim % block !== 0 || spec.ffn % block !== 0) fail(`dim ${spec.dim} and ffn ${spec.ffn} must be multiples of the ${type} block size ${block}`);
+  if (spec.dim % block !== 0 || spec.ffn % block !== 0)
+    fail(`dim ${spec.dim} and ffn ${spec.ffn} must be multiples of the ${type} block size ${block}`);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -231,7 +296,10 @@ export class SynthStream {
 
 /** Fill words[0..n) with random bits. State lives in locals for the loop (this is the hot loop). */
 function fillRandom(st: SynthStream, words: Uint32Array, n: number): void {
-  let s0 = st.s[0], s1 = st.s[1], s2 = st.s[2], s3 = st.s[3];
+  let s0 = st.s[0],
+    s1 = st.s[1],
+    s2 = st.s[2],
+    s3 = st.s[3];
   for (let i = 0; i < n; i++) {
     const m = Math.imul(s1, 5);
     const r = (m << 7) | (m >>> 25);
@@ -244,7 +312,10 @@ function fillRandom(st: SynthStream, words: Uint32Array, n: number): void {
     s2 ^= t;
     s3 = (s3 << 11) | (s3 >>> 21);
   }
-  st.s[0] = s0; st.s[1] = s1; st.s[2] = s2; st.s[3] = s3;
+  st.s[0] = s0;
+  st.s[1] = s1;
+  st.s[2] = s2;
+  st.s[3] = s3;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -306,7 +377,7 @@ function f16ValueTable(std: number, centre: number): Uint16Array {
   if (t) return t;
   t = new Uint16Array(65536);
   const a = std * Math.sqrt(3);
-  for (let r = 0; r < 65536; r++) t[r] = f32ToF16(centre + ((r + 0.5) / 65536 * 2 - 1) * a);
+  for (let r = 0; r < 65536; r++) t[r] = f32ToF16(centre + (((r + 0.5) / 65536) * 2 - 1) * a);
   cacheTable(key, t);
   return t;
 }
@@ -387,31 +458,59 @@ export function rowFiller(recipe: TensorRecipe, stream: SynthStream): RowFiller 
 const CHUNK_BYTES = 4 << 20;
 
 function validate(o: SynthOptions): SynthShapeSpec {
-  if (!SYNTH_SHAPES.includes(o.shape)) throw new RangeError(`synthetic model: unknown shape ${JSON.stringify(o.shape)} (expected ${SYNTH_SHAPES.join(", ")})`);
-  if (!SYNTH_ACTIVATIONS.includes(o.act)) throw new RangeError(`synthetic model: unknown activation ${JSON.stringify(o.act)} (expected ${SYNTH_ACTIVATIONS.join(", ")})`);
-  if (!SYNTH_TYPES.includes(o.type)) throw new RangeError(`synthetic model: unknown type ${JSON.stringify(o.type)} (expected ${SYNTH_TYPES.join(", ")})`);
-  if (!Number.isSafeInteger(o.seed) || o.seed < 0) throw new RangeError(`synthetic model: seed must be a non-negative integer, got ${o.seed}`);
+  if (!SYNTH_SHAPES.includes(o.shape))
+    throw new RangeError(
+      `synthetic model: unknown shape ${JSON.stringify(o.shape)} (expected ${SYNTH_SHAPES.join(", ")})`,
+    );
+  if (!SYNTH_ACTIVATIONS.includes(o.act))
+    throw new RangeError(
+      `synthetic model: unknown activation ${JSON.stringify(o.act)} (expected ${SYNTH_ACTIVATIONS.join(", ")})`,
+    );
+  if (!SYNTH_TYPES.includes(o.type))
+    throw new RangeError(
+      `synthetic model: unknown type ${JSON.stringify(o.type)} (expected ${SYNTH_TYPES.join(", ")})`,
+    );
+  if (!Number.isSafeInteger(o.seed) || o.seed < 0)
+    throw new RangeError(`synthetic model: seed must be a non-negative integer, got ${o.seed}`);
   if (typeof o.out !== "string" || o.out === "") throw new RangeError("synthetic model: no output path");
   if (o.sparsity !== undefined) {
-    if (o.act === "silu") throw new RangeError("synthetic model: planted sparsity needs a ReLU-family activation (relu or drelu); silu never outputs exact zeros");
+    if (o.act === "silu")
+      throw new RangeError(
+        "synthetic model: planted sparsity needs a ReLU-family activation (relu or drelu); silu never outputs exact zeros",
+      );
     if (typeof o.sparsity !== "number" || !(o.sparsity >= SPARSITY_MIN && o.sparsity <= SPARSITY_MAX)) {
-      throw new RangeError(`synthetic model: sparsity must be a number in [${SPARSITY_MIN}, ${SPARSITY_MAX}], got ${o.sparsity}`);
+      throw new RangeError(
+        `synthetic model: sparsity must be a number in [${SPARSITY_MIN}, ${SPARSITY_MAX}], got ${o.sparsity}`,
+      );
     }
   }
   if (o.alpha !== undefined) {
-    if (o.sparsity === undefined) throw new RangeError("synthetic model: alpha shapes the firing frequencies of planted sparsity; give a sparsity too");
+    if (o.sparsity === undefined)
+      throw new RangeError(
+        "synthetic model: alpha shapes the firing frequencies of planted sparsity; give a sparsity too",
+      );
     if (typeof o.alpha !== "number" || !(o.alpha >= ALPHA_MIN && o.alpha <= ALPHA_MAX)) {
       throw new RangeError(`synthetic model: alpha must be a number in [${ALPHA_MIN}, ${ALPHA_MAX}], got ${o.alpha}`);
     }
   }
-  if (o.predictorsOut !== undefined && o.gateRank === undefined) throw new RangeError("synthetic model: predictorsOut needs gateRank (only a predictable model has predictors to write)");
+  if (o.predictorsOut !== undefined && o.gateRank === undefined)
+    throw new RangeError(
+      "synthetic model: predictorsOut needs gateRank (only a predictable model has predictors to write)",
+    );
   if (o.gateRank !== undefined) {
-    if (o.sparsity === undefined || o.act !== "relu") throw new RangeError("synthetic model: gateRank makes planted ReLU sparsity predictable; it needs act relu and a sparsity");
-    if (!Number.isInteger(o.gateRank) || o.gateRank < 1 || o.gateRank > GATE_RANK_MAX) throw new RangeError(`synthetic model: gateRank must be an integer in [1, ${GATE_RANK_MAX}], got ${o.gateRank}`);
+    if (o.sparsity === undefined || o.act !== "relu")
+      throw new RangeError(
+        "synthetic model: gateRank makes planted ReLU sparsity predictable; it needs act relu and a sparsity",
+      );
+    if (!Number.isInteger(o.gateRank) || o.gateRank < 1 || o.gateRank > GATE_RANK_MAX)
+      throw new RangeError(`synthetic model: gateRank must be an integer in [1, ${GATE_RANK_MAX}], got ${o.gateRank}`);
   }
   const spec = { ...SHAPE_SPECS[o.shape], ...(o.overrides ?? {}) };
   checkSpec(spec, o.type);
-  if (o.gateRank !== undefined && o.gateRank >= spec.dim - RESERVED) throw new RangeError(`synthetic model: gateRank ${o.gateRank} must be below the residual width ${spec.dim - RESERVED}`);
+  if (o.gateRank !== undefined && o.gateRank >= spec.dim - RESERVED)
+    throw new RangeError(
+      `synthetic model: gateRank ${o.gateRank} must be below the residual width ${spec.dim - RESERVED}`,
+    );
   return spec;
 }
 
@@ -421,7 +520,10 @@ function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): vo
   const F32 = GGUFValueType.FLOAT32;
   w.setMetadata("general.architecture", "llama");
   const planted = o.sparsity !== undefined ? `-sparsity${o.sparsity}` : "";
-  w.setMetadata("general.name", `synthetic-${o.shape}-${o.act}${planted}-${o.type}-seed${o.seed} (random weights shaped like ${spec.like}; not a trained model)`);
+  w.setMetadata(
+    "general.name",
+    `synthetic-${o.shape}-${o.act}${planted}-${o.type}-seed${o.seed} (random weights shaped like ${spec.like}; not a trained model)`,
+  );
   w.setMetadata("general.file_type", FILE_TYPE[o.type], U32);
   if (o.type !== "f32" && o.type !== "f16") w.setMetadata("general.quantization_version", 2, U32);
   w.setMetadata("llama.context_length", spec.context, U32);
@@ -475,7 +577,10 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
   writeMetadata(w, o, spec);
   for (const r of recipes) w.addTensor(r.name, r.dims, r.type);
   const totalBytes = w.dataBytes;
-  const planter = o.sparsity !== undefined ? new SparsityPlanter(spec, o.type, o.act, o.seed, o.sparsity, o.alpha ?? SPARSITY_ALPHA_DEFAULT, o.gateRank ?? 0) : undefined;
+  const planter =
+    o.sparsity !== undefined
+      ? new SparsityPlanter(spec, o.type, o.act, o.seed, o.sparsity, o.alpha ?? SPARSITY_ALPHA_DEFAULT, o.gateRank ?? 0)
+      : undefined;
 
   // Two buffers: one is filled while the other is on its way to disk.
   const bufs = [new ArrayBuffer(CHUNK_BYTES + 8), new ArrayBuffer(CHUNK_BYTES + 8)];
@@ -505,7 +610,13 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
         fill(dst, new Uint32Array(buf, 0, (bytes + 3) >>> 2), n);
         if (pending) await pending;
         pending = sink.write(dst);
-        o.onProgress?.({ bytesWritten: w.dataBytesWritten, totalBytes, tensor: r.name, tensorIndex: ti, tensorCount: recipes.length });
+        o.onProgress?.({
+          bytesWritten: w.dataBytesWritten,
+          totalBytes,
+          tensor: r.name,
+          tensorIndex: ti,
+          tensorCount: recipes.length,
+        });
       }
       if (pending) await pending;
     }
@@ -518,14 +629,22 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
   } finally {
     o.signal?.removeEventListener("abort", onAbort);
   }
-  const result: SynthResult = { path: o.out, bytes: w.totalBytes, tensors: recipes.length, seconds: (performance.now() - start) / 1000 };
+  const result: SynthResult = {
+    path: o.out,
+    bytes: w.totalBytes,
+    tensors: recipes.length,
+    seconds: (performance.now() - start) / 1000,
+  };
   if (planter) result.predictedSparsity = planter.predicted.slice();
   if (planter && o.gateRank) {
     result.predictors = planter.predictors;
     if (o.predictorsOut) {
       const share = planter.predictors.reduce((a, p) => a + p.noiseShare, 0) / planter.predictors.length;
       await writePredictorFile({
-        output: o.predictorsOut, predictors: planter.predictors, model: fingerprintOfPath(o.out), fsync: o.fsync,
+        output: o.predictorsOut,
+        predictors: planter.predictors,
+        model: fingerprintOfPath(o.out),
+        fsync: o.fsync,
         origin: `planted by powerinfer synth (gate rank ${o.gateRank}, margin ${PREDICTOR_MARGIN} noise deviations; quantization noise ${(100 * share).toFixed(1)}% of the pre-activation's deviation); not trained`,
       });
     }
@@ -671,7 +790,8 @@ export function powerLawFrequencies(n: number, sparsity: number, alpha: number):
   const hit = lawCache.get(key);
   if (hit) return hit;
   const target = 1 - sparsity;
-  if (!(target > FIRING_FLOOR && target < FIRING_CAP)) throw new RangeError(`firing frequencies: mean ${target} is outside (${FIRING_FLOOR}, ${FIRING_CAP})`);
+  if (!(target > FIRING_FLOOR && target < FIRING_CAP))
+    throw new RangeError(`firing frequencies: mean ${target} is outside (${FIRING_FLOOR}, ${FIRING_CAP})`);
   const base = new Float64Array(n);
   for (let r = 0; r < n; r++) base[r] = Math.pow(r + 1, -alpha);
   const p = new Float64Array(n);
@@ -715,7 +835,13 @@ function neuronOrder(seed: number, layer: number, n: number): Uint32Array {
  * model on varied input should find, up to the accuracy of the construction. For tests and
  * reports; the engine never sees it.
  */
-export function plannedFiring(seed: number, layer: number, ffn: number, sparsity: number, alpha = SPARSITY_ALPHA_DEFAULT): Float64Array {
+export function plannedFiring(
+  seed: number,
+  layer: number,
+  ffn: number,
+  sparsity: number,
+  alpha = SPARSITY_ALPHA_DEFAULT,
+): Float64Array {
   const law = powerLawFrequencies(ffn, sparsity, alpha);
   const order = neuronOrder(seed, layer, ffn);
   const p = new Float64Array(ffn);
@@ -731,7 +857,16 @@ const F16 = f16Table;
  * out[0] = sum omega_j W_j^2 and out[1] = sum nu_j W_j over elements [from, rowLen) of the row
  * at b[off..] (from: a multiple of the block size).
  */
-function rowMoments(type: GGMLType, b: Uint8Array, off: number, rowLen: number, from: number, omega: Float64Array, nu: Float64Array, out: Float64Array): void {
+function rowMoments(
+  type: GGMLType,
+  b: Uint8Array,
+  off: number,
+  rowLen: number,
+  from: number,
+  omega: Float64Array,
+  nu: Float64Array,
+  out: Float64Array,
+): void {
   let s2 = 0;
   let s1 = 0;
   switch (type) {
@@ -790,7 +925,11 @@ function rowMoments(type: GGMLType, b: Uint8Array, off: number, rowLen: number, 
       for (let e = from, o = off + (from >> 5) * 20; e < rowLen; e += 32, o += 20) {
         const d = F16[b[o] | (b[o + 1] << 8)];
         const m = F16[b[o + 2] | (b[o + 3] << 8)];
-        let wnn = 0, wn = 0, w = 0, vn = 0, v = 0;
+        let wnn = 0,
+          wn = 0,
+          w = 0,
+          vn = 0,
+          v = 0;
         for (let j = 0; j < 16; j++) {
           const byte = b[o + 4 + j];
           const lo = byte & 15;
@@ -895,7 +1034,15 @@ function writeBlock0(type: GGMLType, b: Uint8Array, o: number, d: number, L: Int
  * residual mean can then help the bias instead of fighting it) or, when nothing else works,
  * zeroed (s = 0: then a root always exists). Returns [L0, d, s].
  */
-function solveBlock0(z: number, R: number, muR: number, Q0: number, M0: number, wc: number, bl: BlockLevels): [level: number, d: number, s: number] {
+function solveBlock0(
+  z: number,
+  R: number,
+  muR: number,
+  Q0: number,
+  M0: number,
+  wc: number,
+  bl: BlockLevels,
+): [level: number, d: number, s: number] {
   // nothing to offset: the level-0 element with the drawn scale is exact
   if (z === 0 && muR === 0) return M0 === 0 ? [0, bl.dNom, 1] : [0, bl.dNom, 0];
   let bestL = 0;
@@ -942,7 +1089,10 @@ function solveBlock0(z: number, R: number, muR: number, Q0: number, M0: number, 
       if (qq !== 0) consider(L, c / qq);
     }
   }
-  if (bestCost === Infinity) throw new Error(`synthetic model: no block scale puts the planted bias into a row (z ${z}, wc ${wc}); this is a bug in the generator`);
+  if (bestCost === Infinity)
+    throw new Error(
+      `synthetic model: no block scale puts the planted bias into a row (z ${z}, wc ${wc}); this is a bug in the generator`,
+    );
   return [bestL, bestD, bestS];
 }
 
@@ -1047,7 +1197,10 @@ class SparsityPlanter {
     // has an ordinary scale for the bias to be planted into)
     for (let i = 0; i < rank * d; i++) B[i] = unitUniform(words[i]) * a;
     const w = this.ffnNorm;
-    if (!(w[0] > 0)) throw new Error(`synthetic model: ffn_norm weight 0 of layer ${layer} is ${w[0]}; the planted predictor needs it positive (this is a bug in the generator)`);
+    if (!(w[0] > 0))
+      throw new Error(
+        `synthetic model: ffn_norm weight 0 of layer ${layer} is ${w[0]}; the planted predictor needs it positive (this is a bug in the generator)`,
+      );
     const hidden = 2 * rank + 1;
     const fc1 = new Float32Array(hidden * d);
     for (let k = 0; k < rank; k++) {
@@ -1058,7 +1211,15 @@ class SparsityPlanter {
       }
     }
     fc1[2 * rank * d] = w[0]; // reads the constant: relu(w0 C) = w0 C
-    this.current = { hidden, nIn: d, nOut: this.ffn, fc1, fc2: new Float32Array(this.ffn * hidden), threshold: 0, noiseShare: 0 };
+    this.current = {
+      hidden,
+      nIn: d,
+      nOut: this.ffn,
+      fc1,
+      fc2: new Float32Array(this.ffn * hidden),
+      threshold: 0,
+      noiseShare: 0,
+    };
     this.predictors.push(this.current);
   }
 
@@ -1102,10 +1263,14 @@ class SparsityPlanter {
   /** The constant as the file will hold it (what dequantization gives back). */
   private constantValue(c: number): number {
     switch (this.type) {
-      case GGMLType.F32: return Math.fround(c);
-      case GGMLType.F16: return F16[f32ToF16(c)];
-      case GGMLType.Q8_0: return 127 * F16[f32ToF16(c / 127)];
-      default: return 7 * F16[f32ToF16(c / 7)]; // Q4_0, Q4_1: level 7
+      case GGMLType.F32:
+        return Math.fround(c);
+      case GGMLType.F16:
+        return F16[f32ToF16(c)];
+      case GGMLType.Q8_0:
+        return 127 * F16[f32ToF16(c / 127)];
+      default:
+        return 7 * F16[f32ToF16(c / 7)]; // Q4_0, Q4_1: level 7
     }
   }
 
@@ -1225,7 +1390,11 @@ class SparsityPlanter {
     const wcF = this.ffnNorm.length ? this.ffnNorm[0] * this.C : 1;
     switch (r.kind) {
       case "norm": {
-        const which = r.name.endsWith("attn_norm.weight") ? "attnNorm" : r.name.endsWith("ffn_norm.weight") ? "ffnNorm" : "outNorm";
+        const which = r.name.endsWith("attn_norm.weight")
+          ? "attnNorm"
+          : r.name.endsWith("ffn_norm.weight")
+            ? "ffnNorm"
+            : "outNorm";
         each = (b, off) => {
           this[which] = new Float32Array(rowLen);
           this[which].set(new Float32Array(b.buffer, b.byteOffset + off, rowLen));
@@ -1276,7 +1445,15 @@ class SparsityPlanter {
         break;
       case "ffn_up":
         each = (b, off, i) => {
-          const [sigma, z] = this.plantElement0(b, off, rowLen, this.drelu ? this.zUp[i] : null, this.omega, this.nu, wcF);
+          const [sigma, z] = this.plantElement0(
+            b,
+            off,
+            rowLen,
+            this.drelu ? this.zUp[i] : null,
+            this.omega,
+            this.nu,
+            wcF,
+          );
           this.su[i] = sigma;
           this.zu[i] = z;
         };
@@ -1316,7 +1493,15 @@ class SparsityPlanter {
    * (raw residual units) and the bias-plus-mean over it (the z reached; for z null, the mean's
    * share).
    */
-  private plantElement0(b: Uint8Array, off: number, rowLen: number, z: number | null, omega: Float64Array, nu: Float64Array, wc: number): [number, number] {
+  private plantElement0(
+    b: Uint8Array,
+    off: number,
+    rowLen: number,
+    z: number | null,
+    omega: Float64Array,
+    nu: Float64Array,
+    wc: number,
+  ): [number, number] {
     const mom = this.mom;
     if (!this.quantized) {
       rowMoments(this.type, b, off, rowLen, 1, omega, nu, mom);

@@ -24,7 +24,12 @@ import { gateMagnitudes } from "./profile.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { corpusTokens, readCorpus } from "./corpus.js";
 import {
-  maskWords, PredictorTrainer, QualityCounter, type LayerSamples, type PredictorQuality, type TrainedPredictor,
+  maskWords,
+  PredictorTrainer,
+  QualityCounter,
+  type LayerSamples,
+  type PredictorQuality,
+  type TrainedPredictor,
 } from "../sparse/predictor-train.js";
 
 export class PredictorTrainingError extends Error {
@@ -130,8 +135,16 @@ const tick = () => new Promise<void>((r) => setImmediate(r));
  * neuron j's FFN output is not zero under the model's activation and cut.
  */
 export function firingMask(
-  kind: Activation, cut: number, gate: Float32Array, up: Float32Array, n: number, nFF: number,
-  out: Uint32Array, row0: number, words: number, mag: Float32Array,
+  kind: Activation,
+  cut: number,
+  gate: Float32Array,
+  up: Float32Array,
+  n: number,
+  nFF: number,
+  out: Uint32Array,
+  row0: number,
+  words: number,
+  mag: Float32Array,
 ): void {
   out.fill(0, row0 * words, (row0 + n) * words);
   gateMagnitudes(kind, gate, n * nFF, mag);
@@ -146,25 +159,40 @@ export function firingMask(
 }
 
 /** The training tokens and the held-out tokens. */
-function readTokens(opts: TrainPredictorsOptions, tokenizer: Tokenizer, train: number, heldout: number, notes: string[]): { train: Int32Array; heldout: Int32Array } {
+function readTokens(
+  opts: TrainPredictorsOptions,
+  tokenizer: Tokenizer,
+  train: number,
+  heldout: number,
+  notes: string[],
+): { train: Int32Array; heldout: Int32Array } {
   if (opts.heldout !== undefined) {
     const t = corpusTokens(tokenizer, readCorpus(opts.corpus), { maxTokens: train });
     const h = corpusTokens(tokenizer, readCorpus(opts.heldout), { maxTokens: heldout });
-    if (t.length < train) notes.push(`the corpus has only ${t.length} tokens (asked for ${train}): trained on all of them`);
+    if (t.length < train)
+      notes.push(`the corpus has only ${t.length} tokens (asked for ${train}): trained on all of them`);
     return { train: t, heldout: h };
   }
   // One file: the held-out tokens come after the training tokens, never trained on.
   const all = corpusTokens(tokenizer, readCorpus(opts.corpus), { maxTokens: train + heldout });
-  if (all.length >= train + Math.min(heldout, 2048)) return { train: all.subarray(0, train), heldout: all.subarray(train) };
+  if (all.length >= train + Math.min(heldout, 2048))
+    return { train: all.subarray(0, train), heldout: all.subarray(train) };
   const cut = Math.floor(all.length * 0.8);
-  notes.push(`the corpus has ${all.length} tokens, fewer than ${train} to train plus held-out ones: trained on the first ${cut}, measured on the other ${all.length - cut} (give --heldout FILE for a separate text)`);
+  notes.push(
+    `the corpus has ${all.length} tokens, fewer than ${train} to train plus held-out ones: trained on the first ${cut}, measured on the other ${all.length - cut} (give --heldout FILE for a separate text)`,
+  );
   return { train: all.subarray(0, cut), heldout: all.subarray(cut) };
 }
 
 /** Run tokens through the model in context windows (each starting with BOS, as profile and perplexity do). */
 async function runWindows(
-  model: LlamaModel, tokens: Int32Array, ctx: number, batch: number, bos: number,
-  signal: AbortSignal | undefined, onTokens: (done: number) => void,
+  model: LlamaModel,
+  tokens: Int32Array,
+  ctx: number,
+  batch: number,
+  bos: number,
+  signal: AbortSignal | undefined,
+  onTokens: (done: number) => void,
 ): Promise<void> {
   const window = new Int32Array(ctx);
   for (let start = 0; start < tokens.length; start += ctx) {
@@ -172,7 +200,8 @@ async function runWindows(
     window.set(tokens.subarray(start, start + len));
     if (bos >= 0) window[0] = bos;
     for (let j = 0; j < len; j += batch) {
-      if (signal?.aborted) throw signal.reason instanceof Error ? signal.reason : new PredictorTrainingError("training aborted");
+      if (signal?.aborted)
+        throw signal.reason instanceof Error ? signal.reason : new PredictorTrainingError("training aborted");
       const n = Math.min(batch, len - j);
       model.forward(window.subarray(j, j + n), n, j);
       onTokens(start + j + n);
@@ -184,18 +213,27 @@ async function runWindows(
 export async function trainPredictors(opts: TrainPredictorsOptions): Promise<TrainPredictorsResult> {
   const t0 = performance.now();
   if (isNeuronStore(opts.model)) {
-    throw new PredictorTrainingError(`${opts.model} is a neuron store: training observes the dense FFN, so give the GGUF model it was converted from`);
+    throw new PredictorTrainingError(
+      `${opts.model} is a neuron store: training observes the dense FFN, so give the GGUF model it was converted from`,
+    );
   }
   const recall = opts.recall ?? 0.95;
-  if (!(recall > 0 && recall < 1)) throw new PredictorTrainingError(`recall target must be between 0 and 1 (exclusive), got ${recall}`);
+  if (!(recall > 0 && recall < 1))
+    throw new PredictorTrainingError(`recall target must be between 0 and 1 (exclusive), got ${recall}`);
   const calib = opts.calibrationRecall ?? recall + (1 - recall) / 5;
-  if (!(calib >= recall && calib <= 1)) throw new PredictorTrainingError(`calibration recall must be between the target ${recall} and 1, got ${calib}`);
+  if (!(calib >= recall && calib <= 1))
+    throw new PredictorTrainingError(`calibration recall must be between the target ${recall} and 1, got ${calib}`);
   const minPrecision = opts.minPrecision ?? 0.9;
-  if (!(minPrecision >= 0 && minPrecision <= 1)) throw new PredictorTrainingError(`minimum precision must be between 0 and 1, got ${minPrecision}`);
+  if (!(minPrecision >= 0 && minPrecision <= 1))
+    throw new PredictorTrainingError(`minimum precision must be between 0 and 1, got ${minPrecision}`);
   const trainTokens = opts.tokens ?? 60000;
   const heldoutTokens = opts.heldoutTokens ?? 30000;
-  for (const [what, v, min] of [["training tokens", trainTokens, 64], ["held-out tokens", heldoutTokens, 1]] as const) {
-    if (!(Number.isInteger(v) && v >= min)) throw new PredictorTrainingError(`${what} must be an integer >= ${min}, got ${v}`);
+  for (const [what, v, min] of [
+    ["training tokens", trainTokens, 64],
+    ["held-out tokens", heldoutTokens, 1],
+  ] as const) {
+    if (!(Number.isInteger(v) && v >= min))
+      throw new PredictorTrainingError(`${what} must be an integer >= ${min}, got ${v}`);
   }
 
   // Shape and tokenizer first, so bad input fails before the model loads.
@@ -219,30 +257,50 @@ export async function trainPredictors(opts: TrainPredictorsOptions): Promise<Tra
   const { nLayer, nEmbd, nFF } = cfg;
   const maxHidden = opts.maxHidden ?? Math.min(1024, nFF);
   const minHidden = Math.min(opts.minHidden ?? 64, maxHidden);
-  if (!(Number.isInteger(maxHidden) && maxHidden >= 1 && maxHidden <= nFF)) throw new PredictorTrainingError(`largest hidden width must be an integer in 1..${nFF} (the FFN width), got ${maxHidden}`);
-  if (!(Number.isInteger(minHidden) && minHidden >= 1)) throw new PredictorTrainingError(`first hidden width must be a positive integer, got ${opts.minHidden}`);
+  if (!(Number.isInteger(maxHidden) && maxHidden >= 1 && maxHidden <= nFF))
+    throw new PredictorTrainingError(
+      `largest hidden width must be an integer in 1..${nFF} (the FFN width), got ${maxHidden}`,
+    );
+  if (!(Number.isInteger(minHidden) && minHidden >= 1))
+    throw new PredictorTrainingError(`first hidden width must be a positive integer, got ${opts.minHidden}`);
   const widths: number[] = [];
   for (let h = minHidden; h < maxHidden; h *= 2) widths.push(h);
   widths.push(maxHidden);
   const ctx = opts.contextSize ?? Math.min(cfg.nCtxTrain, 512);
-  if (!(Number.isInteger(ctx) && ctx >= 2)) throw new PredictorTrainingError(`context size must be an integer >= 2, got ${ctx}`);
+  if (!(Number.isInteger(ctx) && ctx >= 2))
+    throw new PredictorTrainingError(`context size must be an integer >= 2, got ${ctx}`);
   const batch = Math.min(256, ctx);
 
   const notes: string[] = [];
   const toks = readTokens(opts, tokenizer, trainTokens, heldoutTokens, notes);
   const nTrain = toks.train.length;
   const nVal = Math.max(1, Math.floor(nTrain * 0.1));
-  if (nTrain - nVal < 256) throw new PredictorTrainingError(`only ${nTrain} training tokens: at least ${256 + 29} are needed (256 to train, a tenth to calibrate)`);
+  if (nTrain - nVal < 256)
+    throw new PredictorTrainingError(
+      `only ${nTrain} training tokens: at least ${256 + 29} are needed (256 to train, a tenth to calibrate)`,
+    );
   if (toks.heldout.length < 1) throw new PredictorTrainingError("no held-out tokens to measure on");
 
-  const model = await LlamaModel.load(opts.model, { threads: opts.threads, contextSize: ctx, batchSize: batch, activationThresholds: opts.activationThresholds });
+  const model = await LlamaModel.load(opts.model, {
+    threads: opts.threads,
+    contextSize: ctx,
+    batchSize: batch,
+    activationThresholds: opts.activationThresholds,
+  });
   let trainer: PredictorTrainer | undefined;
   try {
     const cuts = model.thresholds ?? new Float32Array(nLayer);
     // (all-zero thresholds load as none: a SiLU model with them would fire everywhere)
-    if (!relu && !model.thresholds) throw new PredictorTrainingError(`${opts.model}: its activation thresholds are all 0, so every ${kind} neuron fires on every token: nothing to predict`);
+    if (!relu && !model.thresholds)
+      throw new PredictorTrainingError(
+        `${opts.model}: its activation thresholds are all 0, so every ${kind} neuron fires on every token: nothing to predict`,
+      );
     const act = kind === "drelu" ? "relu" : kind;
-    const criterion = model.thresholds ? `|${act}(gate)| > threshold${kind === "drelu" ? " and up > 0" : ""}` : kind === "drelu" ? "gate > 0 and up > 0" : "gate > 0";
+    const criterion = model.thresholds
+      ? `|${act}(gate)| > threshold${kind === "drelu" ? " and up > 0" : ""}`
+      : kind === "drelu"
+        ? "gate > 0 and up > 0"
+        : "gate > 0";
     const words = maskWords(nFF);
     const bos = tokenizer.addBos && tokenizer.bosId >= 0 ? tokenizer.bosId : -1;
     const threads = model.threads;
@@ -255,13 +313,22 @@ export async function trainPredictors(opts: TrainPredictorsOptions): Promise<Tra
     const group = Math.max(1, Math.min(nLayer, Math.floor((opts.memoryBytes ?? 2 ** 30) / perLayer)));
     const predictors: TrainedPredictor[] = new Array(nLayer);
     const reports: Omit<LayerReport, "heldout">[] = new Array(nLayer);
-    let collectMs = 0, trainMs = 0;
+    let collectMs = 0,
+      trainMs = 0;
     for (let g0 = 0; g0 < nLayer; g0 += group) {
       const g1 = Math.min(nLayer, g0 + group);
       // 1. collect this group's samples
       let tc = performance.now();
       const samples: LayerSamples[] = [];
-      for (let l = g0; l < g1; l++) samples.push({ n: nTrain, nIn: nEmbd, nOut: nFF, words, x: new Float32Array(nTrain * nEmbd), mask: new Uint32Array(nTrain * words) });
+      for (let l = g0; l < g1; l++)
+        samples.push({
+          n: nTrain,
+          nIn: nEmbd,
+          nOut: nFF,
+          words,
+          x: new Float32Array(nTrain * nEmbd),
+          mask: new Uint32Array(nTrain * words),
+        });
       let row = 0;
       model.setFFNObserver((o) => {
         if (o.layer < g0 || o.layer >= g1) return;
@@ -287,9 +354,16 @@ export async function trainPredictors(opts: TrainPredictorsOptions): Promise<Tra
         let chosen: TrainedPredictor | undefined;
         let best: TrainedPredictor | undefined;
         for (const h of widths) {
-          if (opts.signal?.aborted) throw opts.signal.reason instanceof Error ? opts.signal.reason : new PredictorTrainingError("training aborted");
+          if (opts.signal?.aborted)
+            throw opts.signal.reason instanceof Error
+              ? opts.signal.reason
+              : new PredictorTrainingError("training aborted");
           const p = trainer.train(s, nTrain - nVal, {
-            hidden: h, epochs: opts.epochs, lr: opts.lr, recall: calib, seed: (opts.seed ?? 1) * 1000003 + l * 101 + h,
+            hidden: h,
+            epochs: opts.epochs,
+            lr: opts.lr,
+            recall: calib,
+            seed: (opts.seed ?? 1) * 1000003 + l * 101 + h,
             onStep: (done, total) => opts.onProgress?.({ stage: "train", layer: l, hidden: h, done, total }),
           });
           tried.push({ hidden: h, recall: p.validation.recall, precision: p.validation.precision, seconds: p.seconds });
@@ -302,13 +376,22 @@ export async function trainPredictors(opts: TrainPredictorsOptions): Promise<Tra
         }
         if (!chosen) {
           chosen = best!;
-          notes.push(`layer ${l}: no width up to ${maxHidden} reached precision ${minPrecision} on the validation tokens; kept width ${chosen.hidden} (precision ${chosen.validation.precision.toFixed(3)})`);
+          notes.push(
+            `layer ${l}: no width up to ${maxHidden} reached precision ${minPrecision} on the validation tokens; kept width ${chosen.hidden} (precision ${chosen.validation.precision.toFixed(3)})`,
+          );
         }
         if (opts.weightType === "f16") {
           for (const w of [chosen.fc1, chosen.fc2]) for (let i = 0; i < w.length; i++) w[i] = f16ToF32(f32ToF16(w[i]));
         }
         predictors[l] = chosen;
-        reports[l] = { layer: l, hidden: chosen.hidden, shift: chosen.shift, tried, validation: chosen.validation, seconds: (performance.now() - tl) / 1000 };
+        reports[l] = {
+          layer: l,
+          hidden: chosen.hidden,
+          shift: chosen.shift,
+          tried,
+          validation: chosen.validation,
+          seconds: (performance.now() - tl) / 1000,
+        };
       }
       trainMs += performance.now() - tc;
     }
@@ -327,19 +410,33 @@ export async function trainPredictors(opts: TrainPredictorsOptions): Promise<Tra
       }
     });
     opts.onProgress?.({ stage: "heldout", layer: -1, hidden: 0, done: 0, total: toks.heldout.length });
-    await runWindows(model, toks.heldout, ctx, batch, bos, opts.signal, (done) => opts.onProgress?.({ stage: "heldout", layer: -1, hidden: 0, done, total: toks.heldout.length }));
+    await runWindows(model, toks.heldout, ctx, batch, bos, opts.signal, (done) =>
+      opts.onProgress?.({ stage: "heldout", layer: -1, hidden: 0, done, total: toks.heldout.length }),
+    );
     model.setFFNObserver(null);
     const heldoutMs = performance.now() - th;
 
     const layers: LayerReport[] = reports.map((r, l) => ({ ...r, heldout: counters[l].result() }));
     for (const L of layers) {
-      if (L.heldout.recall < recall) notes.push(`layer ${L.layer}: held-out recall ${(100 * L.heldout.recall).toFixed(2)}% is below the target ${(100 * recall).toFixed(1)}%`);
+      if (L.heldout.recall < recall)
+        notes.push(
+          `layer ${L.layer}: held-out recall ${(100 * L.heldout.recall).toFixed(2)}% is below the target ${(100 * recall).toFixed(1)}%`,
+        );
     }
     return {
-      predictors, layers,
+      predictors,
+      layers,
       tokens: { train: nTrain - nVal, validation: nVal, heldout: toks.heldout.length },
-      criterion, recallTarget: recall, calibrationRecall: calib, minPrecision,
-      seconds: { collect: collectMs / 1000, train: trainMs / 1000, heldout: heldoutMs / 1000, total: (performance.now() - t0) / 1000 },
+      criterion,
+      recallTarget: recall,
+      calibrationRecall: calib,
+      minPrecision,
+      seconds: {
+        collect: collectMs / 1000,
+        train: trainMs / 1000,
+        heldout: heldoutMs / 1000,
+        total: (performance.now() - t0) / 1000,
+      },
       notes,
     };
   } finally {

@@ -37,7 +37,8 @@ export interface Calibration {
 }
 
 /** Factors are kept within this range: a run disturbed beyond it says more about the run than the model. */
-const FACTOR_MIN = 0.25, FACTOR_MAX = 4;
+const FACTOR_MIN = 0.25,
+  FACTOR_MAX = 4;
 const clamp = (x: number) => Math.min(FACTOR_MAX, Math.max(FACTOR_MIN, Number.isFinite(x) ? x : 1));
 
 /** The parts of a decode token that wait for flash; the rest is compute (and JS). */
@@ -62,7 +63,8 @@ export function calibration(run: CalibrationRun, predicted: Prediction): Calibra
 export function calibrated(p: Prediction, c: Calibration): Prediction {
   if (!Number.isFinite(p.secondsPerToken)) return p;
   const breakdown = { ...p.breakdown };
-  for (const k of Object.keys(breakdown) as (keyof Breakdown)[]) breakdown[k] *= IO_PARTS.includes(k) ? c.ioFactor : c.computeFactor;
+  for (const k of Object.keys(breakdown) as (keyof Breakdown)[])
+    breakdown[k] *= IO_PARTS.includes(k) ? c.ioFactor : c.computeFactor;
   const secondsPerToken = Object.values(breakdown).reduce((a, v) => a + v, 0);
   return { ...p, breakdown, secondsPerToken, tokensPerSecond: 1 / secondsPerToken };
 }
@@ -87,13 +89,20 @@ export function runCalibration(job: CalibrationJob): Promise<CalibrationRun> {
   return new Promise((res, rej) => {
     let result: CalibrationRun | undefined;
     let stderr = "";
-    const p = fork(bin, ["plan", "--calibrate-child", JSON.stringify(job)], { stdio: ["ignore", "ignore", "pipe", "ipc"] });
+    const p = fork(bin, ["plan", "--calibrate-child", JSON.stringify(job)], {
+      stdio: ["ignore", "ignore", "pipe", "ipc"],
+    });
     p.stderr!.on("data", (d: Buffer) => (stderr += d.toString()));
     p.on("message", (m) => (result = m as CalibrationRun));
     p.on("error", rej);
     p.on("exit", (code, signal) => {
       if (result && code === 0) res(result);
-      else rej(new Error(`plan: the calibration run failed (${signal ? `signal ${signal}` : `exit ${code}`}): ${stderr.trim().split("\n").pop() ?? ""}`));
+      else
+        rej(
+          new Error(
+            `plan: the calibration run failed (${signal ? `signal ${signal}` : `exit ${code}`}): ${stderr.trim().split("\n").pop() ?? ""}`,
+          ),
+        );
     });
   });
 }

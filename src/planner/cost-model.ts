@@ -86,7 +86,6 @@ export interface ModelShape {
   kvBytesPerPosition: number;
 }
 
-
 /** The measured machine, for one thread count (see hardwareFromProbe in plan.ts). */
 export interface Hardware {
   threads: number;
@@ -196,7 +195,13 @@ export const STAGE_NEURONS = 2048;
 export const BUDGET_ROOM = 0.97;
 
 /** The budget's split with these knobs, as LlamaModel.offload will make it. */
-export function splitBudget(shape: ModelShape, hw: Pick<Hardware, "runtimeBytes">, knobs: Pick<Knobs, "residentGates" | "hotFraction">, workload: Pick<Workload, "contextSize">, budget: number): MemorySplit {
+export function splitBudget(
+  shape: ModelShape,
+  hw: Pick<Hardware, "runtimeBytes">,
+  knobs: Pick<Knobs, "residentGates" | "hotFraction">,
+  workload: Pick<Workload, "contextSize">,
+  budget: number,
+): MemorySplit {
   const { nLayer, nFF, bundleBytes } = shape;
   const kvBytes = shape.kvBytesPerPosition * workload.contextSize;
   const allFFN = nLayer * nFF * bundleBytes;
@@ -208,7 +213,11 @@ export function splitBudget(shape: ModelShape, hw: Pick<Hardware, "runtimeBytes"
   const cacheBytes = Math.max(0, Math.min(allFFN, room - fixed));
   const fits = cacheBytes >= minCache;
   const slots = fits ? Math.floor(cacheBytes / bundleBytes) : 0;
-  const hot = !fits ? 0 : slots >= nLayer * nFF ? nFF : Math.max(0, Math.min(nFF, Math.floor((slots * knobs.hotFraction) / nLayer), Math.floor((slots - 1) / nLayer)));
+  const hot = !fits
+    ? 0
+    : slots >= nLayer * nFF
+      ? nFF
+      : Math.max(0, Math.min(nFF, Math.floor((slots * knobs.hotFraction) / nLayer), Math.floor((slots - 1) / nLayer)));
   return {
     budget,
     room,
@@ -251,8 +260,16 @@ function overlapped(hw: Hardware, bytes: number, n: number, qd: number, compute:
 }
 
 /** Reads of `n` bundles in rounds of at most `cold` (each round read, then computed). */
-function rounds(hw: Hardware, bytes: number, n: number, cold: number, qd: number, up: number): { io: number; compute: number } {
-  let io = 0, compute = 0;
+function rounds(
+  hw: Hardware,
+  bytes: number,
+  n: number,
+  cold: number,
+  qd: number,
+  up: number,
+): { io: number; compute: number } {
+  let io = 0,
+    compute = 0;
   let left = n;
   while (left > 1e-9) {
     const r = Math.min(left, Math.max(1, cold));
@@ -263,13 +280,35 @@ function rounds(hw: Hardware, bytes: number, n: number, cold: number, qd: number
   return { io, compute };
 }
 
-export function predict(shape: ModelShape, firing: Firing, hw: Hardware, knobs: Knobs, workload: Workload, budget: number, hits?: HitProfile): Prediction {
-  if (firing.layers.length !== shape.nLayer) throw new Error(`firing rates for ${firing.layers.length} layers, the model has ${shape.nLayer}`);
+export function predict(
+  shape: ModelShape,
+  firing: Firing,
+  hw: Hardware,
+  knobs: Knobs,
+  workload: Workload,
+  budget: number,
+  hits?: HitProfile,
+): Prediction {
+  if (firing.layers.length !== shape.nLayer)
+    throw new Error(`firing rates for ${firing.layers.length} layers, the model has ${shape.nLayer}`);
   const split = splitBudget(shape, hw, knobs, workload, budget);
   const steps = Math.max(1, Math.floor(workload.decodeTokens));
   const zero: Breakdown = { attention: 0, gate: 0, gateReads: 0, scan: 0, ffnCompute: 0, ioWait: 0, output: 0 };
   if (!split.fits) {
-    return { knobs, split, tokensPerSecond: 0, secondsPerToken: Infinity, breakdown: zero, firingPerToken: 0, hitsPerToken: 0, hotHitsPerToken: 0, missesPerToken: 0, readBytesPerToken: 0, hitRate: 0, maxRounds: Infinity };
+    return {
+      knobs,
+      split,
+      tokensPerSecond: 0,
+      secondsPerToken: Infinity,
+      breakdown: zero,
+      firingPerToken: 0,
+      hitsPerToken: 0,
+      hotHitsPerToken: 0,
+      missesPerToken: 0,
+      readBytesPerToken: 0,
+      hitRate: 0,
+      maxRounds: Infinity,
+    };
   }
   const hp = hits ?? hitProfile(firing, split.hotPerLayer, split.coldSlots, workload.promptTokens, steps);
   const { nLayer, nFF, nEmbd, bundleBytes, gateReadBytes } = shape;
@@ -287,7 +326,11 @@ export function predict(shape: ModelShape, firing: Firing, hw: Hardware, knobs: 
   const output = mv(shape.output) + 2 * hw.dispatch;
 
   const total: Breakdown = { ...zero };
-  let fired = 0, hitsSum = 0, hotSum = 0, readBytes = 0, maxRounds = 0;
+  let fired = 0,
+    hitsSum = 0,
+    hotSum = 0,
+    readBytes = 0,
+    maxRounds = 0;
   for (let j = 0; j < steps; j++) {
     const pos = workload.promptTokens + j;
     const kvRead = (2 * pos * shape.nHead * shape.headDim * 4) / hw.memoryBandwidth;
@@ -307,7 +350,9 @@ export function predict(shape: ModelShape, firing: Firing, hw: Hardware, knobs: 
       maxRounds = Math.max(maxRounds, Math.ceil(m / Math.max(1, cold) - 1e-9));
       if (knobs.residentGates) {
         b.gate += gateMatvec;
-        const r1 = knobs.pipeline ? overlapped(hw, bundleBytes, n1, qd, tHits) : readTime(hw, bundleBytes, n1, qd) + tHits;
+        const r1 = knobs.pipeline
+          ? overlapped(hw, bundleBytes, n1, qd, tHits)
+          : readTime(hw, bundleBytes, n1, qd) + tHits;
         const more = rounds(hw, bundleBytes, m - n1, cold, qd, up);
         const submit = m * hw.submitSeconds(bundleBytes, qd);
         b.scan += submit;
@@ -329,8 +374,12 @@ export function predict(shape: ModelShape, firing: Firing, hw: Hardware, knobs: 
           const fresh = rows > 0 ? uncached / rows : 0;
           // the first chunk was read ahead while this layer's attention computed
           let now = 0;
-          let ready = Math.max(0, tc - (attnMatvecs + attnOps + kvRead) - (cached > 0 ? sp.gateFixed + cached * sp.gatePerNeuron : 0));
-          let waited = 0, computed = 0;
+          let ready = Math.max(
+            0,
+            tc - (attnMatvecs + attnOps + kvRead) - (cached > 0 ? sp.gateFixed + cached * sp.gatePerNeuron : 0),
+          );
+          let waited = 0,
+            computed = 0;
           for (let c = 0; c < chunks; c++) {
             const r = Math.min(g.rows, rows - c * g.rows);
             const nextReady = c + 1 < chunks ? Math.max(now, ready) + tc : 0;
@@ -352,7 +401,10 @@ export function predict(shape: ModelShape, firing: Firing, hw: Hardware, knobs: 
           let first = true;
           while (left > 1e-9) {
             const r = Math.min(left, STAGE_NEURONS);
-            const io = first && knobs.pipeline ? overlapped(hw, gateReadBytes, r, qd, tHits) - tHits : readTime(hw, gateReadBytes, r, qd);
+            const io =
+              first && knobs.pipeline
+                ? overlapped(hw, gateReadBytes, r, qd, tHits) - tHits
+                : readTime(hw, gateReadBytes, r, qd);
             const submit = r * hw.submitSeconds(gateReadBytes, qd);
             b.scan += submit;
             b.gateReads += io - submit;

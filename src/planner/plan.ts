@@ -26,7 +26,19 @@ import { activationBytes, hasWeightKernel, weightKernel } from "../runtime/weigh
 import { DEFAULT_HOT_FRACTION, defaultHotFraction } from "../io/neuron-cache.js";
 import { calibrated, calibration, type Calibration, type CalibrationJob, type CalibrationRun } from "./calibrate.js";
 import { storedFiring } from "../model/offloaded-ffn.js";
-import { hitProfile, predict, splitBudget, type Firing, type Hardware, type HitProfile, type Knobs, type ModelShape, type Prediction, type Workload, STAGE_NEURONS } from "./cost-model.js";
+import {
+  hitProfile,
+  predict,
+  splitBudget,
+  type Firing,
+  type Hardware,
+  type HitProfile,
+  type Knobs,
+  type ModelShape,
+  type Prediction,
+  type Workload,
+  STAGE_NEURONS,
+} from "./cost-model.js";
 import {
   defaultQueueDepths,
   defaultThreadCounts,
@@ -74,9 +86,16 @@ export function modelFingerprint(path: string): ModelFingerprint {
   try {
     const head = Buffer.alloc(40);
     if (readSync(fd, head, 0, 40, 0) !== 40 || head.toString("latin1", 0, 8) !== STORE_MAGIC) {
-      throw new Error(`${path}: not a .pi neuron store (the planner plans stores: convert the model first with "powerinfer convert")`);
+      throw new Error(
+        `${path}: not a .pi neuron store (the planner plans stores: convert the model first with "powerinfer convert")`,
+      );
     }
-    return { path: resolve(path), bytes: st.size, mtimeMs: Math.round(st.mtimeMs), manifestCrc32: head.readUInt32LE(32).toString(16).padStart(8, "0") };
+    return {
+      path: resolve(path),
+      bytes: st.size,
+      mtimeMs: Math.round(st.mtimeMs),
+      manifestCrc32: head.readUInt32LE(32).toString(16).padStart(8, "0"),
+    };
   } finally {
     closeSync(fd);
   }
@@ -84,8 +103,10 @@ export function modelFingerprint(path: string): ModelFingerprint {
 
 /** null when the plan's model is this store, else what differs. */
 export function modelDifference(planned: ModelFingerprint, here: ModelFingerprint): string | null {
-  if (planned.bytes !== here.bytes) return `the plan is for a store of ${planned.bytes} bytes (${planned.path}), this one has ${here.bytes}`;
-  if (planned.manifestCrc32 !== here.manifestCrc32) return `the plan is for another store (manifest checksum ${planned.manifestCrc32}, this one ${here.manifestCrc32}; ${planned.path})`;
+  if (planned.bytes !== here.bytes)
+    return `the plan is for a store of ${planned.bytes} bytes (${planned.path}), this one has ${here.bytes}`;
+  if (planned.manifestCrc32 !== here.manifestCrc32)
+    return `the plan is for another store (manifest checksum ${planned.manifestCrc32}, this one ${here.manifestCrc32}; ${planned.path})`;
   return null;
 }
 
@@ -158,7 +179,8 @@ export function shapeOfStore(store: NeuronStore, cfg: ModelConfig, batchSize = 2
     return { type: t.type, rows: t.dims[1], cols: t.dims[0] };
   };
   const packed = (m: { type: GGMLType; rows: number; cols: number }) => {
-    if (!hasWeightKernel(m.type)) throw new Error(`${store.path}: a ${typeName(m.type)} matrix has no kernel in this engine`);
+    if (!hasWeightKernel(m.type))
+      throw new Error(`${store.path}: a ${typeName(m.type)} matrix has no kernel in this engine`);
     return weightKernel(m.type).packedBytes(m.rows, m.cols);
   };
   const layerMatrices = ["attn_q", "attn_k", "attn_v", "attn_output"].map((n) => mat(`blk.0.${n}.weight`));
@@ -178,10 +200,24 @@ export function shapeOfStore(store: NeuronStore, cfg: ModelConfig, batchSize = 2
     if (f !== "f32") fmts.set(f, Math.max(fmts.get(f) ?? 0, activationBytes(f, m.cols)));
   }
   for (const bytes of fmts.values()) arena += batchSize * bytes + 64;
-  arena += 4 * (2 * batchSize * nEmbd + 2 * batchSize * qDim + 2 * batchSize * nFF + nVocab + nHead * contextSize + batchSize + contextSize * cfg.nRot);
+  arena +=
+    4 *
+    (2 * batchSize * nEmbd +
+      2 * batchSize * qDim +
+      2 * batchSize * nFF +
+      nVocab +
+      nHead * contextSize +
+      batchSize +
+      contextSize * cfg.nRot);
   const gateRead = gatePageBytes(store);
   return {
-    nLayer, nEmbd, nFF, nHead, nHeadKV, headDim, nVocab,
+    nLayer,
+    nEmbd,
+    nFF,
+    nHead,
+    nHeadKV,
+    headDim,
+    nVocab,
     ffnType: store.ffn.type,
     bundleBytes: store.ffn.bundleBytes,
     gateReadBytes: gateRead,
@@ -217,7 +253,10 @@ export function firingOf(store: NeuronStore, cfg: ModelConfig, assumed?: number)
       layers.push(p);
     }
     const prof = store.manifest.profile;
-    return { layers, source: `the store's activation profile${prof?.file ? ` (${prof.file}${prof.tokens ? `, ${prof.tokens} tokens` : ""})` : ""}` };
+    return {
+      layers,
+      source: `the store's activation profile${prof?.file ? ` (${prof.file}${prof.tokens ? `, ${prof.tokens} tokens` : ""})` : ""}`,
+    };
   }
   if (assumed === undefined && store.has("synth.sparsity") && store.has("synth.seed")) {
     // stored as f32: back to the decimal synth was given (0.9, not 0.8999999762)
@@ -231,33 +270,69 @@ export function firingOf(store: NeuronStore, cfg: ModelConfig, assumed?: number)
       for (let k = 0; k < Ls.neurons; k++) p[k] = planted[Ls.order[k]];
       layers.push(p);
     }
-    return { layers, source: `no profile in the store: the firing rates its generator planted (synthetic model, sparsity ${sparsity}${alpha !== undefined ? `, alpha ${alpha}` : ""})` };
+    return {
+      layers,
+      source: `no profile in the store: the firing rates its generator planted (synthetic model, sparsity ${sparsity}${alpha !== undefined ? `, alpha ${alpha}` : ""})`,
+    };
   }
-  const silu = (cfg.activation === "silu" || cfg.activation === "gelu") && !store.has("powerinfer.activation_thresholds");
+  const silu =
+    (cfg.activation === "silu" || cfg.activation === "gelu") && !store.has("powerinfer.activation_thresholds");
   const p0 = assumed ?? (silu ? 1 : ASSUMED_FIRING);
   if (!(p0 > 0 && p0 <= 1)) throw new RangeError(`firing rate must be in (0, 1], got ${p0}`);
   for (let l = 0; l < L; l++) layers.push(new Float64Array(store.layer(l).neurons).fill(p0));
-  const why = assumed !== undefined ? "as given" : silu ? `${cfg.activation} without activation thresholds: no activation is exactly zero` : "assumed (no profile in the store; convert with --profile for a better plan)";
-  return { layers, source: `every neuron fires with probability ${p0} (${why}); no hot-first order, so the hot set is no hotter than the rest` };
+  const why =
+    assumed !== undefined
+      ? "as given"
+      : silu
+        ? `${cfg.activation} without activation thresholds: no activation is exactly zero`
+        : "assumed (no profile in the store; convert with --profile for a better plan)";
+  return {
+    layers,
+    source: `every neuron fires with probability ${p0} (${why}); no hot-first order, so the hot set is no hotter than the rest`,
+  };
 }
 
 /** The cost model's view of the probe at one thread count. */
-export function hardwareFromProbe(probe: ProbeResult, shape: ModelShape, threads: number, runtimeBase: number): Hardware {
+export function hardwareFromProbe(
+  probe: ProbeResult,
+  shape: ModelShape,
+  threads: number,
+  runtimeBase: number,
+): Hardware {
   const dev = probe.fingerprint.device;
   const need = <T>(v: T | undefined, what: string): T => {
     if (v === undefined) throw new Error(`the probe has no ${what}: probe again (powerinfer plan --reprobe)`);
     return v;
   };
-  const sparse = need(probe.sparse[sparseKey(shape.ffnType, shape.nEmbd, threads)], `sparse kernel speed for ${typeName(shape.ffnType)} at ${threads} thread(s)`);
+  const sparse = need(
+    probe.sparse[sparseKey(shape.ffnType, shape.nEmbd, threads)],
+    `sparse kernel speed for ${typeName(shape.ffnType)} at ${threads} thread(s)`,
+  );
   const tables = new Map<number, IoTable>();
-  for (const bytes of new Set([shape.bundleBytes, shape.gateReadBytes])) tables.set(bytes, need(probe.io[ioKey(dev, bytes, threads)], `read table for ${bytes}-byte reads on ${dev} at ${threads} thread(s)`));
+  for (const bytes of new Set([shape.bundleBytes, shape.gateReadBytes]))
+    tables.set(
+      bytes,
+      need(
+        probe.io[ioKey(dev, bytes, threads)],
+        `read table for ${bytes}-byte reads on ${dev} at ${threads} thread(s)`,
+      ),
+    );
   const table = (bytes: number) => tables.get(bytes) ?? tables.get(shape.bundleBytes)!;
-  const stream = shape.gateStream ? need(probe.io[streamKey(dev, shape.gateStream.bytes, threads)], `read table for gate-row chunks on ${dev} at ${threads} thread(s)`) : null;
+  const stream = shape.gateStream
+    ? need(
+        probe.io[streamKey(dev, shape.gateStream.bytes, threads)],
+        `read table for gate-row chunks on ${dev} at ${threads} thread(s)`,
+      )
+    : null;
   const rates = new Map<GGMLType, number>();
   for (const m of [...shape.layerMatrices, shape.output, { type: shape.ffnType, rows: 0, cols: shape.nEmbd }]) {
     if (rates.has(m.type)) continue;
     // rates were measured nEmbd wide; a type without its own measurement borrows the FFN type's
-    rates.set(m.type, probe.matvec[matvecKey(m.type, shape.nEmbd, threads)] ?? need(probe.matvec[matvecKey(shape.ffnType, shape.nEmbd, threads)], `matvec speed at ${threads} thread(s)`));
+    rates.set(
+      m.type,
+      probe.matvec[matvecKey(m.type, shape.nEmbd, threads)] ??
+        need(probe.matvec[matvecKey(shape.ffnType, shape.nEmbd, threads)], `matvec speed at ${threads} thread(s)`),
+    );
   }
   return {
     threads,
@@ -336,27 +411,40 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
   try {
     const cfg = readConfig(store);
     if (["attn_q", "attn_k", "attn_v", "attn_output"].some((n) => !store.tensors.has(`blk.0.${n}.weight`))) {
-      throw new Error(`${o.modelPath}: the planner models llama-style attention (blk.N.attn_q/k/v/output); this store lacks them`);
+      throw new Error(
+        `${o.modelPath}: the planner models llama-style attention (blk.N.attn_q/k/v/output); this store lacks them`,
+      );
     }
     if (!hasSparseKernel(store.ffn.type)) {
-      throw new Error(`${o.modelPath}: its FFN is ${typeName(store.ffn.type)}, which has no sparse kernel in this engine (F32, Q8_0, Q4_0 and Q4_1 have one): it cannot run under a budget; convert with --type q4_1 or q8_0`);
+      throw new Error(
+        `${o.modelPath}: its FFN is ${typeName(store.ffn.type)}, which has no sparse kernel in this engine (F32, Q8_0, Q4_0 and Q4_1 have one): it cannot run under a budget; convert with --type q4_1 or q8_0`,
+      );
     }
     const hasPredictors = store.tensors.has("blk.0.fc1.weight");
     if (hasPredictors) {
-      o.onProgress?.("note: this store has activation predictors; the plan models the gate sparsity mode (run it with --sparsity gate)");
+      o.onProgress?.(
+        "note: this store has activation predictors; the plan models the gate sparsity mode (run it with --sparsity gate)",
+      );
     }
     const contextSize = o.contextSize ?? 256;
     const batchSize = o.batchSize ?? 256;
     const workload: Workload = { contextSize, promptTokens: o.promptTokens ?? 32, decodeTokens: o.decodeTokens ?? 128 };
     if (workload.promptTokens + workload.decodeTokens > contextSize) {
-      throw new RangeError(`plan: ${workload.promptTokens} prompt + ${workload.decodeTokens} decode tokens do not fit a context of ${contextSize}`);
+      throw new RangeError(
+        `plan: ${workload.promptTokens} prompt + ${workload.decodeTokens} decode tokens do not fit a context of ${contextSize}`,
+      );
     }
     const shape = shapeOfStore(store, cfg, batchSize, contextSize);
     const runtimeBase = o.runtimeBase ?? process.memoryUsage.rss() + RUN_EXTRA_BYTES;
     const cores = machineFingerprint(o.modelPath).cores;
     const threadList = o.threads !== undefined ? [o.threads] : defaultThreadCounts(cores);
     const pool = readerDepthLimit();
-    const probe = await probeMachine(store, { ...o.probe, threads: threadList, queueDepths: o.probe?.queueDepths ?? defaultQueueDepths(pool), onProgress: o.onProgress ?? o.probe?.onProgress });
+    const probe = await probeMachine(store, {
+      ...o.probe,
+      threads: threadList,
+      queueDepths: o.probe?.queueDepths ?? defaultQueueDepths(pool),
+      onProgress: o.onProgress ?? o.probe?.onProgress,
+    });
     const firing = firingOf(store, cfg, o.firing);
     const depths = candidateQueueDepths(pool);
 
@@ -389,15 +477,29 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
     // The runtime's defaults: all cores, QD 16 (or the deepest the pool runs), hot share 0.5,
     // resident gate rows when they fit, pipelined.
     const dThreads = o.threads ?? cores;
-    const dhw = hardwareFromProbe(probe, shape, threadList.includes(dThreads) ? dThreads : threadList[threadList.length - 1], runtimeBase);
+    const dhw = hardwareFromProbe(
+      probe,
+      shape,
+      threadList.includes(dThreads) ? dThreads : threadList[threadList.length - 1],
+      runtimeBase,
+    );
     const dKnobs = { ...defaultKnobs(), ...o.defaults, threads: dhw.threads, residentGates: true };
     // without a hot share given, the runtime picks one from the store's profile and the cache size
     const stored = o.defaults?.hotFraction === undefined ? storedFiring(store) : null;
-    const withDefaultHot = (k: Knobs): Knobs => (stored ? { ...k, hotFraction: defaultHotFraction(stored, splitBudget(shape, dhw, k, workload, o.budget).slots, shape.nFF) } : k);
+    const withDefaultHot = (k: Knobs): Knobs =>
+      stored
+        ? {
+            ...k,
+            hotFraction: defaultHotFraction(stored, splitBudget(shape, dhw, k, workload, o.budget).slots, shape.nFF),
+          }
+        : k;
     let defaults = evaluate(dhw, withDefaultHot(dKnobs));
     if (!defaults.split.fits) defaults = evaluate(dhw, withDefaultHot({ ...dKnobs, residentGates: false }));
     if (candidates.length === 0) {
-      const smallest = Math.min(defaults.split.minBudget, evaluate(dhw, { ...dKnobs, residentGates: false }).split.minBudget);
+      const smallest = Math.min(
+        defaults.split.minBudget,
+        evaluate(dhw, { ...dKnobs, residentGates: false }).split.minBudget,
+      );
       throw new Error(
         `memory budget ${mib(o.budget)} is too small for ${o.modelPath}: the part that stays in memory needs more; ` +
           `at least ${mib(smallest)} would run (predicted; \`powerinfer run\` checks it exactly)`,
@@ -407,10 +509,27 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
     let cal: Calibration | undefined;
     if (o.calibrate && defaults.split.fits) {
       const steps = Math.max(2, o.calibrationTokens ?? 8);
-      o.onProgress?.(`calibrating: a ${steps}-token decode of the store under the budget with the default knobs (${knobsText(defaults.knobs)})`);
-      const run = await o.calibrate({ store: o.modelPath, budget: o.budget, knobs: defaults.knobs, contextSize, batchSize, promptTokens: workload.promptTokens, decodeTokens: steps });
+      o.onProgress?.(
+        `calibrating: a ${steps}-token decode of the store under the budget with the default knobs (${knobsText(defaults.knobs)})`,
+      );
+      const run = await o.calibrate({
+        store: o.modelPath,
+        budget: o.budget,
+        knobs: defaults.knobs,
+        contextSize,
+        batchSize,
+        promptTokens: workload.promptTokens,
+        decodeTokens: steps,
+      });
       // the model for the very steps measured: after the prompt and the first generated token
-      const same = predict(shape, firing, dhw, defaults.knobs, { contextSize, promptTokens: run.promptTokens + 1, decodeTokens: run.steps }, o.budget);
+      const same = predict(
+        shape,
+        firing,
+        dhw,
+        defaults.knobs,
+        { contextSize, promptTokens: run.promptTokens + 1, decodeTokens: run.steps },
+        o.budget,
+      );
       cal = calibration(run, same);
       o.onProgress?.(
         `calibration: measured ${(1 / run.secondsPerToken).toFixed(2)} tok/s (${ms(run.ioWaitPerToken)} ms/token waiting for reads), ` +
@@ -457,9 +576,24 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
       },
       prediction: summary(best),
       defaults: summary(defaults),
-      firing: { source: firing.source, meanFiring: firing.layers.reduce((a, p) => a + p.reduce((s, v) => s + v, 0), 0) / firing.layers.reduce((a, p) => a + p.length, 0) },
+      firing: {
+        source: firing.source,
+        meanFiring:
+          firing.layers.reduce((a, p) => a + p.reduce((s, v) => s + v, 0), 0) /
+          firing.layers.reduce((a, p) => a + p.length, 0),
+      },
       probe: { file: null, loadAverage: Object.values(probe.notes)[0]?.loadAverage ?? null, seconds: probe.seconds },
-      ...(cal ? { calibration: { ...cal.run, predictedSecondsPerToken: cal.predictedSecondsPerToken, predictedIoWaitPerToken: cal.predictedIoWaitPerToken, computeFactor: cal.computeFactor, ioFactor: cal.ioFactor } } : {}),
+      ...(cal
+        ? {
+            calibration: {
+              ...cal.run,
+              predictedSecondsPerToken: cal.predictedSecondsPerToken,
+              predictedIoWaitPerToken: cal.predictedIoWaitPerToken,
+              computeFactor: cal.computeFactor,
+              ioFactor: cal.ioFactor,
+            },
+          }
+        : {}),
     };
     return { plan, best, defaults, candidates, probe, firing, calibration: cal };
   } finally {
@@ -534,13 +668,35 @@ export function readPlan(path: string): PlanFile {
   } catch (e) {
     throw new PlanError(`${path} is not a plan file: ${(e as Error).message}`);
   }
-  if (!p || p.format !== PLAN_FORMAT) throw new PlanError(`${path} is not a plan file (format ${JSON.stringify(p?.format)}, expected ${JSON.stringify(PLAN_FORMAT)})`);
-  if (p.version !== PLAN_VERSION) throw new PlanError(`${path}: plan version ${p.version} is not supported (this engine reads version ${PLAN_VERSION}): make a new plan with powerinfer plan`);
+  if (!p || p.format !== PLAN_FORMAT)
+    throw new PlanError(
+      `${path} is not a plan file (format ${JSON.stringify(p?.format)}, expected ${JSON.stringify(PLAN_FORMAT)})`,
+    );
+  if (p.version !== PLAN_VERSION)
+    throw new PlanError(
+      `${path}: plan version ${p.version} is not supported (this engine reads version ${PLAN_VERSION}): make a new plan with powerinfer plan`,
+    );
   const k = p.knobs;
   const ok =
-    k && Number.isInteger(k.threads) && k.threads >= 1 && Number.isInteger(k.queueDepth) && k.queueDepth >= 1 && typeof k.hotFraction === "number" && k.hotFraction >= 0 && k.hotFraction <= 1 &&
-    typeof k.residentGates === "boolean" && typeof k.pipeline === "boolean" && typeof p.budget === "number" && p.budget > 0 && Number.isInteger(p.contextSize) && p.machine && p.model;
-  if (!ok) throw new PlanError(`${path}: the plan's knobs, budget or fingerprints are missing or out of range: make a new plan with powerinfer plan`);
+    k &&
+    Number.isInteger(k.threads) &&
+    k.threads >= 1 &&
+    Number.isInteger(k.queueDepth) &&
+    k.queueDepth >= 1 &&
+    typeof k.hotFraction === "number" &&
+    k.hotFraction >= 0 &&
+    k.hotFraction <= 1 &&
+    typeof k.residentGates === "boolean" &&
+    typeof k.pipeline === "boolean" &&
+    typeof p.budget === "number" &&
+    p.budget > 0 &&
+    Number.isInteger(p.contextSize) &&
+    p.machine &&
+    p.model;
+  if (!ok)
+    throw new PlanError(
+      `${path}: the plan's knobs, budget or fingerprints are missing or out of range: make a new plan with powerinfer plan`,
+    );
   return p;
 }
 
@@ -548,13 +704,20 @@ export function readPlan(path: string): PlanFile {
  * Why `plan` does not apply to a run of `modelPath` with this budget and context on this
  * machine (one sentence with the command that re-plans), or null when it does.
  */
-export function checkPlan(plan: PlanFile, modelPath: string, budget: number | undefined, contextSize: number | undefined, planPath = "the plan"): string | null {
+export function checkPlan(
+  plan: PlanFile,
+  modelPath: string,
+  budget: number | undefined,
+  contextSize: number | undefined,
+  planPath = "the plan",
+): string | null {
   const replan = (b: number) => `re-plan with: powerinfer plan -m ${modelPath} --memory-budget ${sizeText(b)}`;
   const machine = machineDifference(plan.machine, machineFingerprint(modelPath));
   if (machine) return `${planPath} was made on another machine (${machine}); ${replan(budget ?? plan.budget)}`;
   const model = modelDifference(plan.model, modelFingerprint(modelPath));
   if (model) return `${planPath} does not match ${modelPath}: ${model}; ${replan(budget ?? plan.budget)}`;
-  if (budget !== undefined && budget !== plan.budget) return `${planPath} was made for --memory-budget ${sizeText(plan.budget)}, this run has ${sizeText(budget)}; ${replan(budget)}`;
+  if (budget !== undefined && budget !== plan.budget)
+    return `${planPath} was made for --memory-budget ${sizeText(plan.budget)}, this run has ${sizeText(budget)}; ${replan(budget)}`;
   if (contextSize !== undefined && contextSize !== plan.contextSize) {
     return `${planPath} was made for a context of ${plan.contextSize} tokens (its KV cache is part of the budget), this run asks for ${contextSize}; ${replan(budget ?? plan.budget)} -c ${contextSize}`;
   }
@@ -563,9 +726,14 @@ export function checkPlan(plan: PlanFile, modelPath: string, budget: number | un
 
 /** "3.75GiB" etc.: a budget as --memory-budget takes it, exact. */
 export function sizeText(bytes: number): string {
-  for (const [unit, f] of [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 1024]] as const) {
+  for (const [unit, f] of [
+    ["GiB", 2 ** 30],
+    ["MiB", 2 ** 20],
+    ["KiB", 1024],
+  ] as const) {
     const v = bytes / f;
-    if (v >= 1 && Number.isInteger(Math.round(v * 1000)) && Math.abs(v * 1000 - Math.round(v * 1000)) < 1e-6) return `${+v.toFixed(3)}${unit}`;
+    if (v >= 1 && Number.isInteger(Math.round(v * 1000)) && Math.abs(v * 1000 - Math.round(v * 1000)) < 1e-6)
+      return `${+v.toFixed(3)}${unit}`;
   }
   return String(bytes);
 }
@@ -581,7 +749,11 @@ export function sizeText(bytes: number): string {
  * (a plan without --memory-budget adopts the plan's budget). Resident gate rows are left to the
  * runtime's own check when the plan wants them (it keeps them whenever they fit).
  */
-export function applyPlan(opts: LoadModelOptions, planPath?: string, onNote?: (message: string) => void): LoadModelOptions {
+export function applyPlan(
+  opts: LoadModelOptions,
+  planPath?: string,
+  onNote?: (message: string) => void,
+): LoadModelOptions {
   if (planPath === "none") return opts;
   const explicit = planPath !== undefined;
   const path = planPath ?? defaultPlanPath(opts.modelPath);
@@ -594,7 +766,8 @@ export function applyPlan(opts: LoadModelOptions, planPath?: string, onNote?: (m
     onNote?.(`${(e as Error).message}; running without it`);
     return opts;
   }
-  if (explicit && !isStore(opts.modelPath)) throw new PlanError(`${path}: a plan applies to a neuron store (.pi), and ${opts.modelPath} is not one`);
+  if (explicit && !isStore(opts.modelPath))
+    throw new PlanError(`${path}: a plan applies to a neuron store (.pi), and ${opts.modelPath} is not one`);
   const ctx = opts.contextSize === "auto" ? undefined : opts.contextSize;
   // A plan found next to the model applies only when the run asked for its budget.
   if (!explicit && opts.memoryBudget === undefined) return opts;

@@ -86,7 +86,10 @@ export function deviceOf(path: string): string {
 
 /** A short stable id of a machine (its fingerprint without the device). */
 export function machineId(fp: MachineFingerprint): string {
-  return createHash("sha256").update(JSON.stringify([fp.hostname, fp.cpuModel, fp.cores, fp.totalMemory])).digest("hex").slice(0, 16);
+  return createHash("sha256")
+    .update(JSON.stringify([fp.hostname, fp.cpuModel, fp.cores, fp.totalMemory]))
+    .digest("hex")
+    .slice(0, 16);
 }
 
 /** null when a and b are the same machine (and device), else what differs, in words. */
@@ -95,7 +98,8 @@ export function machineDifference(planned: MachineFingerprint, here: MachineFing
   if (planned.hostname !== here.hostname) diffs.push(`host "${planned.hostname}" vs "${here.hostname}"`);
   if (planned.cpuModel !== here.cpuModel) diffs.push(`CPU "${planned.cpuModel}" vs "${here.cpuModel}"`);
   if (planned.cores !== here.cores) diffs.push(`${planned.cores} vs ${here.cores} cores`);
-  if (planned.totalMemory !== here.totalMemory) diffs.push(`${gib(planned.totalMemory)} vs ${gib(here.totalMemory)} of RAM`);
+  if (planned.totalMemory !== here.totalMemory)
+    diffs.push(`${gib(planned.totalMemory)} vs ${gib(here.totalMemory)} of RAM`);
   if (planned.device !== here.device) diffs.push(`store device "${planned.device}" vs "${here.device}"`);
   return diffs.length ? diffs.join(", ") : null;
 }
@@ -230,7 +234,19 @@ export function gateStreamOf(store: NeuronStore): { rows: number; bytes: number;
 }
 
 function emptyResult(fp: MachineFingerprint): ProbeResult {
-  return { version: PROBE_VERSION, fingerprint: fp, notes: {}, seconds: 0, dispatch: {}, memoryBandwidth: {}, poolBytes: {}, matvec: {}, sparse: {}, scan: null, io: {} };
+  return {
+    version: PROBE_VERSION,
+    fingerprint: fp,
+    notes: {},
+    seconds: 0,
+    dispatch: {},
+    memoryBandwidth: {},
+    poolBytes: {},
+    matvec: {},
+    sparse: {},
+    scan: null,
+    io: {},
+  };
 }
 
 function loadCache(path: string, fp: MachineFingerprint): ProbeResult | null {
@@ -238,7 +254,8 @@ function loadCache(path: string, fp: MachineFingerprint): ProbeResult | null {
   try {
     const r = JSON.parse(readFileSync(path, "utf8")) as ProbeResult;
     // Same machine id but another device: keep the compute numbers, the read table is keyed by device anyway.
-    if (r.version !== PROBE_VERSION || machineDifference({ ...r.fingerprint, device: fp.device }, fp) !== null) return null;
+    if (r.version !== PROBE_VERSION || machineDifference({ ...r.fingerprint, device: fp.device }, fp) !== null)
+      return null;
     return { ...emptyResult(fp), ...r, fingerprint: fp };
   } catch {
     return null; // a damaged cache is measured again, not an error
@@ -295,12 +312,18 @@ export async function probeMachine(store: NeuronStore, opts: ProbeOptions = {}):
   const nEmbd = ffn.nEmbd;
   const types = denseMatrixTypes(store);
   const needCompute =
-    threads.some((t) => r.dispatch[t] === undefined || r.memoryBandwidth[t] === undefined || r.poolBytes[t] === undefined) ||
-    threads.some((t) => [...types.keys(), ffn.type].some((ty) => hasWeightKernel(ty) && r.matvec[matvecKey(ty, nEmbd, t)] === undefined)) ||
+    threads.some(
+      (t) => r.dispatch[t] === undefined || r.memoryBandwidth[t] === undefined || r.poolBytes[t] === undefined,
+    ) ||
+    threads.some((t) =>
+      [...types.keys(), ffn.type].some((ty) => hasWeightKernel(ty) && r.matvec[matvecKey(ty, nEmbd, t)] === undefined),
+    ) ||
     threads.some((t) => hasSparseKernel(ffn.type) && r.sparse[sparseKey(ffn.type, nEmbd, t)] === undefined) ||
     r.scan === null;
   if (needCompute) {
-    say(`probing compute: ${[...new Set([...types.keys(), ffn.type])].map(typeName).join(", ")} kernels at ${threads.join(", ")} thread(s)`);
+    say(
+      `probing compute: ${[...new Set([...types.keys(), ffn.type])].map(typeName).join(", ")} kernels at ${threads.join(", ")} thread(s)`,
+    );
     await probeCompute(store, r, threads, scale, types);
     note("compute");
   }
@@ -310,7 +333,9 @@ export async function probeMachine(store: NeuronStore, opts: ProbeOptions = {}):
       const key = ioKey(fp.device, bytes, T);
       const have = r.io[key];
       if (have && depths.every((q) => have.cells.some((c) => c.queueDepth === q))) continue;
-      say(`probing reads of ${bytes >> 10} KiB from ${store.path} (${fp.device}) at queue depths ${depths.join(", ")}, ${T} compute thread(s)`);
+      say(
+        `probing reads of ${bytes >> 10} KiB from ${store.path} (${fp.device}) at queue depths ${depths.join(", ")}, ${T} compute thread(s)`,
+      );
       r.io[key] = await probeReads(store, bytes, depths, scale, T);
       note(`io ${bytes} ${T}`);
     }
@@ -320,7 +345,9 @@ export async function probeMachine(store: NeuronStore, opts: ProbeOptions = {}):
     const key = streamKey(fp.device, stream!.bytes, T);
     const have = r.io[key];
     if (have && depths.every((q) => have.cells.some((c) => c.queueDepth === q))) continue;
-    say(`probing gate-row chunk reads of ${(stream!.bytes / 2 ** 20).toFixed(1)} MiB at queue depths ${depths.join(", ")}, ${T} compute thread(s)`);
+    say(
+      `probing gate-row chunk reads of ${(stream!.bytes / 2 ** 20).toFixed(1)} MiB at queue depths ${depths.join(", ")}, ${T} compute thread(s)`,
+    );
     r.io[key] = await probeStream(store, stream!.bytes, depths, scale, T);
     note(`stream ${stream!.bytes} ${T}`);
   }
@@ -361,7 +388,13 @@ const rnd = () => (seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 
 /** Bytes past which a buffer no longer fits in the last-level caches of common machines. */
 const STREAM_BYTES = 96 << 20;
 
-async function probeCompute(store: NeuronStore, r: ProbeResult, threads: number[], scale: number, types: Map<GGMLType, string>): Promise<void> {
+async function probeCompute(
+  store: NeuronStore,
+  r: ProbeResult,
+  threads: number[],
+  scale: number,
+  types: Map<GGMLType, string>,
+): Promise<void> {
   const ffn = store.ffn;
   const nEmbd = ffn.nEmbd;
   const nFF = store.layer(0).neurons;
@@ -369,7 +402,15 @@ async function probeCompute(store: NeuronStore, r: ProbeResult, threads: number[
 
   // Dense matrices: one real matrix per type (capped to ~16 MiB of rows), packed, in copies that
   // together exceed the caches; plus the FFN's gate rows (the resident gate matrix's kernel).
-  interface Dense { type: GGMLType; ptr: number; stride: number; copies: number; rows: number; cols: number; act: number }
+  interface Dense {
+    type: GGMLType;
+    ptr: number;
+    stride: number;
+    copies: number;
+    rows: number;
+    cols: number;
+    act: number;
+  }
   const dense: Dense[] = [];
   const loadDense = (type: GGMLType, rows: number, cols: number, fill: (dst: Uint8Array, rows: number) => void) => {
     const k = weightKernel(type);
@@ -400,7 +441,11 @@ async function probeCompute(store: NeuronStore, r: ProbeResult, threads: number[
       for (let p = 0; p < n; p += per) {
         const c = Math.min(per, n - p);
         store.readBundles(0, p, c, buf.subarray(0, c * ffn.bundleBytes));
-        for (let i = 0; i < c; i++) dst.set(buf.subarray(i * ffn.bundleBytes + ffn.parts.gate, i * ffn.bundleBytes + ffn.parts.gate + ffn.rowBytes), (p + i) * ffn.rowBytes);
+        for (let i = 0; i < c; i++)
+          dst.set(
+            buf.subarray(i * ffn.bundleBytes + ffn.parts.gate, i * ffn.bundleBytes + ffn.parts.gate + ffn.rowBytes),
+            (p + i) * ffn.rowBytes,
+          );
       }
     });
   }
@@ -461,20 +506,32 @@ async function probeCompute(store: NeuronStore, r: ProbeResult, threads: number[
       const add = pool.fn("add_inplace");
       const tiny = 64 * T * 4;
       r.dispatch[T] = timeCalls(() => {
-        args[0] = bwY; args[1] = bwX;
+        args[0] = bwY;
+        args[1] = bwX;
         pool.run(add, args, 2, tiny, 64);
       }, d);
-      r.memoryBandwidth[T] = (3 * bwCount * 4) / timeCalls(() => {
-        args[0] = bwY; args[1] = bwX;
-        pool.run(add, args, 2, bwCount, 64);
-      }, d * 2, 3);
+      r.memoryBandwidth[T] =
+        (3 * bwCount * 4) /
+        timeCalls(
+          () => {
+            args[0] = bwY;
+            args[1] = bwX;
+            pool.run(add, args, 2, bwCount, 64);
+          },
+          d * 2,
+          3,
+        );
       for (const m of dense) {
         const k = weightKernel(m.type);
         const prep = prepareKernel(k.act);
         if (prep) pool.kernels[prep](x, m.act, m.cols, 1);
         const mv = pool.fn(k.matvec);
         const sec = timeCalls((i) => {
-          args[0] = m.ptr + (i % m.copies) * m.stride; args[1] = prep ? m.act : x; args[2] = gateOut; args[3] = m.rows; args[4] = m.cols;
+          args[0] = m.ptr + (i % m.copies) * m.stride;
+          args[1] = prep ? m.act : x;
+          args[2] = gateOut;
+          args[3] = m.rows;
+          args[4] = m.cols;
           pool.run(mv, args, 5, m.rows, 16);
         }, d);
         // the dispatch is counted separately: the rate is of the kernel itself
@@ -510,7 +567,8 @@ async function probeCompute(store: NeuronStore, r: ProbeResult, threads: number[
 /** Row bytes of a `type` row of `cols` values, from the store's own tensors (null when none has that type). */
 function typeRowBytes(store: NeuronStore, type: GGMLType, cols: number): number | null {
   if (type === store.ffn.type && cols === store.ffn.nEmbd) return store.ffn.rowBytes;
-  for (const t of store.tensors.values()) if (t.type === type && t.dims.length === 2 && t.dims[0] === cols) return t.bytes / t.dims[1];
+  for (const t of store.tensors.values())
+    if (t.type === type && t.dims.length === 2 && t.dims[0] === cols) return t.bytes / t.dims[1];
   return null;
 }
 
@@ -555,21 +613,22 @@ function probeScan(nFF: number, layers: number, seconds: number): ScanSpeed {
   const fired = g.reduce((a, v) => a + (v > 0 ? 1 : 0), 0);
   // per miss: a cold slot, a request object, then (once read) its address in the kernel's list
   const requests: { fileOffset: number; length: number; dst: number; tag: number }[] = [];
-  const perMiss = timeCalls(() => {
-    cache.beginStep();
-    requests.length = 0;
-    const n = Math.min(misses, 256);
-    for (let i = 0; i < n; i++) {
-      const k = missPos[i];
-      const slot = cache.acquire(layer, k);
-      if (slot < 0) break;
-      requests.push({ fileOffset: k * 4096, length: 4096, dst: cache.address(slot), tag: slot });
-    }
-    for (let i = 0; i < requests.length; i++) listA[i] = cache.address(cache.peek(layer, missPos[i]));
-    sink += requests.length;
-    // the next round finds them cached: forget them so that they miss again
-    for (const r of requests) cache.release(r.tag);
-  }, seconds * 0.2) / Math.max(1, Math.min(misses, 256));
+  const perMiss =
+    timeCalls(() => {
+      cache.beginStep();
+      requests.length = 0;
+      const n = Math.min(misses, 256);
+      for (let i = 0; i < n; i++) {
+        const k = missPos[i];
+        const slot = cache.acquire(layer, k);
+        if (slot < 0) break;
+        requests.push({ fileOffset: k * 4096, length: 4096, dst: cache.address(slot), tag: slot });
+      }
+      for (let i = 0; i < requests.length; i++) listA[i] = cache.address(cache.peek(layer, missPos[i]));
+      sink += requests.length;
+      // the next round finds them cached: forget them so that they miss again
+      for (const r of requests) cache.release(r.tag);
+    }, seconds * 0.2) / Math.max(1, Math.min(misses, 256));
   void sink;
   return { perNeuron: tNone / nFF, perLookup: Math.max(0, (tSome - tNone) / Math.max(1, fired)), perMiss };
 }
@@ -587,7 +646,13 @@ const GAP_MS = 2;
  * a change in the machine's load meanwhile falls on all of them alike; the median wall time of
  * each is kept. The submit call's own time is the main thread's share.
  */
-async function probeReads(store: NeuronStore, bytes: number, depths: number[], scale: number, threads: number): Promise<IoTable> {
+async function probeReads(
+  store: NeuronStore,
+  bytes: number,
+  depths: number[],
+  scale: number,
+  threads: number,
+): Promise<IoTable> {
   const sizes = (qd: number) => [qd, 4 * qd, 16 * qd];
   const most = Math.max(...depths.map((q) => 16 * q));
   const arena = new Arena(most * bytes + (2 << 20));
@@ -605,7 +670,9 @@ async function probeReads(store: NeuronStore, bytes: number, depths: number[], s
   };
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
   const gap = new Float64Array(1 << 18);
-  const readers = depths.map((qd) => FlashReader.open(store.path, { memory: arena.memory, queueDepth: qd, direct: "auto", verify, onWarning: () => {} }));
+  const readers = depths.map((qd) =>
+    FlashReader.open(store.path, { memory: arena.memory, queueDepth: qd, direct: "auto", verify, onWarning: () => {} }),
+  );
   try {
     const times = depths.map((q) => sizes(q).map(() => [] as number[]));
     const sync = depths.map(() => [] as number[]);
@@ -618,10 +685,13 @@ async function probeReads(store: NeuronStore, bytes: number, depths: number[], s
       const req: FlashReadRequest[] = [];
       for (let i = 0; i < n; i++) req.push({ fileOffset: next(), length: bytes, dst: base + i * bytes });
       const t0 = performance.now();
-      const done = new Promise<void>((resolve, reject) => readers[d].submit(req, null, (e) => (e ? reject(e) : resolve())));
+      const done = new Promise<void>((resolve, reject) =>
+        readers[d].submit(req, null, (e) => (e ? reject(e) : resolve())),
+      );
       const t1 = performance.now();
       // a job split over every thread, as the hits' up/down right after the submit
-      args[0] = scratch; args[1] = scratch;
+      args[0] = scratch;
+      args[1] = scratch;
       pool.run(add, args, 2, 64 * 1024, 64);
       await done;
       times[d][k].push((performance.now() - t0) / 1000);
@@ -650,14 +720,22 @@ async function probeReads(store: NeuronStore, bytes: number, depths: number[], s
  * random row) as OffloadedFFN streams them (split by the reader into reads of at most 1 MiB, up to
  * QD at once), with a pool of `threads` around, per queue depth: one chunk per batch, median time.
  */
-async function probeStream(store: NeuronStore, bytes: number, depths: number[], scale: number, threads: number): Promise<IoTable> {
+async function probeStream(
+  store: NeuronStore,
+  bytes: number,
+  depths: number[],
+  scale: number,
+  threads: number,
+): Promise<IoTable> {
   const arena = new Arena(bytes + (2 << 20));
   const base = arena.alloc(bytes, 4096);
   const pool = await ThreadPool.create(arena.memory, threads);
   const layers = store.ffn.layers.length;
   const verify = store.verifier("always");
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
-  const readers = depths.map((qd) => FlashReader.open(store.path, { memory: arena.memory, queueDepth: qd, direct: "auto", verify, onWarning: () => {} }));
+  const readers = depths.map((qd) =>
+    FlashReader.open(store.path, { memory: arena.memory, queueDepth: qd, direct: "auto", verify, onWarning: () => {} }),
+  );
   try {
     const times = depths.map(() => [] as number[]);
     const seconds = 0.25 * depths.length * scale;
@@ -722,7 +800,8 @@ function lerpDepth(table: IoTable, qd: number, f: (c: IoCell) => number): number
   const q = Math.min(qd, table.threadPool);
   if (q <= cells[0].queueDepth) return f(cells[0]);
   for (let i = 1; i < cells.length; i++) {
-    const a = cells[i - 1], b = cells[i];
+    const a = cells[i - 1],
+      b = cells[i];
     if (q <= b.queueDepth) {
       const t = Math.log(q / a.queueDepth) / Math.log(b.queueDepth / a.queueDepth);
       return f(a) + t * (f(b) - f(a));
@@ -746,7 +825,8 @@ export function iopsAt(table: IoTable, qd: number): number {
   const q = Math.min(qd, table.threadPool);
   if (q <= cells[0].queueDepth) return cells[0].iops * (q / cells[0].queueDepth);
   for (let i = 1; i < cells.length; i++) {
-    const a = cells[i - 1], b = cells[i];
+    const a = cells[i - 1],
+      b = cells[i];
     if (q <= b.queueDepth) {
       const t = Math.log(q / a.queueDepth) / Math.log(b.queueDepth / a.queueDepth);
       return a.iops + t * (b.iops - a.iops);

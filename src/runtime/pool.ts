@@ -55,7 +55,13 @@ export function splitRange(total: number, align: number, n: number, index: numbe
  * job cannot be replaced, so what is read belongs to it (read before, it could be a newer job's).
  * `a` is scratch for the arguments; the chunk range goes after them. Returns false if the kernel threw.
  */
-export function runChunks(c: Int32Array, tag: number, fns: ((...a: number[]) => number)[], a: Int32Array, range: Int32Array): boolean {
+export function runChunks(
+  c: Int32Array,
+  tag: number,
+  fns: ((...a: number[]) => number)[],
+  a: Int32Array,
+  range: Int32Array,
+): boolean {
   let ok = true;
   for (;;) {
     const v = Atomics.load(c, CTRL.NEXT);
@@ -74,7 +80,27 @@ export function runChunks(c: Int32Array, tag: number, fns: ((...a: number[]) => 
       if (range[0] < range[1]) {
         // A fixed-arity call: wasm ignores the extra arguments, and nothing is allocated.
         if (nargs + 2 <= 8) f(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
-        else f(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17]);
+        else
+          f(
+            a[0],
+            a[1],
+            a[2],
+            a[3],
+            a[4],
+            a[5],
+            a[6],
+            a[7],
+            a[8],
+            a[9],
+            a[10],
+            a[11],
+            a[12],
+            a[13],
+            a[14],
+            a[15],
+            a[16],
+            a[17],
+          );
       }
     } catch {
       ok = false;
@@ -100,11 +126,16 @@ export class ThreadPool {
   /** jobs smaller than this (in the caller's work units, ~multiply-adds) run on the caller alone */
   minParallelWork = 1 << 17;
 
-  private constructor(readonly memory: WebAssembly.Memory, threads: number) {
+  private constructor(
+    readonly memory: WebAssembly.Memory,
+    threads: number,
+  ) {
     this.threads = threads;
     const module = kernelModule();
     this.kernels = instantiateKernels(memory, module);
-    this.names = WebAssembly.Module.exports(module).filter((e) => e.kind === "function").map((e) => e.name);
+    this.names = WebAssembly.Module.exports(module)
+      .filter((e) => e.kind === "function")
+      .map((e) => e.name);
     this.names.forEach((n, i) => this.index.set(n, i));
     this.fns = this.names.map((n) => this.kernels[n]);
     this.ctrl = new Int32Array(new SharedArrayBuffer(CTRL.SIZE * 4));
@@ -139,7 +170,8 @@ export class ThreadPool {
   /** Index of a kernel export, for `run`. Throws for an unknown name. */
   fn(name: string): number {
     const i = this.index.get(name);
-    if (i === undefined) throw new Error(`kernel "${name}" is not in build/kernels.wasm (rebuild with "npm run build")`);
+    if (i === undefined)
+      throw new Error(`kernel "${name}" is not in build/kernels.wasm (rebuild with "npm run build")`);
     return i;
   }
 
@@ -199,7 +231,27 @@ export class ThreadPool {
     const a = this.args;
     const f = this.fns[fn];
     if (count <= 8) f(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
-    else f(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17]);
+    else
+      f(
+        a[0],
+        a[1],
+        a[2],
+        a[3],
+        a[4],
+        a[5],
+        a[6],
+        a[7],
+        a[8],
+        a[9],
+        a[10],
+        a[11],
+        a[12],
+        a[13],
+        a[14],
+        a[15],
+        a[16],
+        a[17],
+      );
   }
 
   async dispose(): Promise<void> {

@@ -80,7 +80,8 @@ export function sparseKernel(type: GGMLType): SparseKernel {
 }
 
 function checkWidth(nEmbd: number): void {
-  if (!Number.isInteger(nEmbd) || nEmbd <= 0 || nEmbd % 32 !== 0) throw new Error(`sparse FFN: nEmbd ${nEmbd} is not a positive multiple of 32`);
+  if (!Number.isInteger(nEmbd) || nEmbd <= 0 || nEmbd % 32 !== 0)
+    throw new Error(`sparse FFN: nEmbd ${nEmbd} is not a positive multiple of 32`);
 }
 
 /** Bytes of one bundle part (gate row, up row or down column). */
@@ -169,7 +170,12 @@ export class SparseFFN {
   /** out[k] = gate_k . x for the `count` bundles listed at `bundles` (i32 addresses); out f32. */
   gate(bundles: number, count: number, out: number): void {
     const a = this.args;
-    a[0] = bundles; a[1] = count; a[2] = this.act(); a[3] = out; a[4] = this.nEmbd; a[5] = this.rowBytes;
+    a[0] = bundles;
+    a[1] = count;
+    a[2] = this.act();
+    a[3] = out;
+    a[4] = this.nEmbd;
+    a[5] = this.rowBytes;
     this.pool.run(this.fn.gate, a, 6, count, 2);
   }
 
@@ -189,8 +195,15 @@ export class SparseFFN {
     if (count <= 0) return;
     const a = this.args;
     const per = this.per(count);
-    a[0] = bundles; a[1] = count; a[2] = gates; a[3] = this.act(); a[4] = this.partials; a[5] = this.nEmbd;
-    a[6] = this.rowBytes; a[7] = SPARSE_ACT[act]; a[8] = per;
+    a[0] = bundles;
+    a[1] = count;
+    a[2] = gates;
+    a[3] = this.act();
+    a[4] = this.partials;
+    a[5] = this.nEmbd;
+    a[6] = this.rowBytes;
+    a[7] = SPARSE_ACT[act];
+    a[8] = per;
     this.pool.run(this.fn.upDown, a, 9, count, per);
   }
 
@@ -204,8 +217,14 @@ export class SparseFFN {
     if (count <= 0) return;
     const a = this.args;
     const per = this.per(count);
-    a[0] = bundles; a[1] = count; a[2] = this.act(); a[3] = this.partials; a[4] = this.nEmbd;
-    a[5] = this.rowBytes; a[6] = SPARSE_ACT[act]; a[7] = per;
+    a[0] = bundles;
+    a[1] = count;
+    a[2] = this.act();
+    a[3] = this.partials;
+    a[4] = this.nEmbd;
+    a[5] = this.rowBytes;
+    a[6] = SPARSE_ACT[act];
+    a[7] = per;
     this.pool.run(this.fn.ffn, a, 8, count, per);
   }
 
@@ -214,15 +233,26 @@ export class SparseFFN {
     if (count <= 0) return;
     const a = this.args;
     const per = this.per(count);
-    a[0] = base; a[1] = stride; a[2] = count; a[3] = this.act(); a[4] = this.partials; a[5] = this.nEmbd;
-    a[6] = this.rowBytes; a[7] = SPARSE_ACT[act]; a[8] = per;
+    a[0] = base;
+    a[1] = stride;
+    a[2] = count;
+    a[3] = this.act();
+    a[4] = this.partials;
+    a[5] = this.nEmbd;
+    a[6] = this.rowBytes;
+    a[7] = SPARSE_ACT[act];
+    a[8] = per;
     this.pool.run(this.fn.ffnRun, a, 9, count, per);
   }
 
   /** y (nEmbd f32) += everything accumulated since the last finish; the slots are cleared. */
   finish(y: number): void {
     const a = this.args;
-    a[0] = y; a[1] = this.partials; a[2] = this.slotsUsed; a[3] = this.nEmbd; a[4] = this.kernel.partialMode;
+    a[0] = y;
+    a[1] = this.partials;
+    a[2] = this.slotsUsed;
+    a[3] = this.nEmbd;
+    a[4] = this.kernel.partialMode;
     if (this.slotsUsed > 0) this.pool.run(this.fn.sum, a, 5, this.nEmbd, 32);
     this.slotsUsed = 0;
   }
@@ -233,10 +263,14 @@ export class SparseFFN {
 
 function actF(kind: SparseActivation, g: number, u: number): number {
   switch (kind) {
-    case "silu": return (g / (1 + Math.exp(-g))) * u;
-    case "relu": return g > 0 ? g * u : 0;
-    case "drelu": return g > 0 && u > 0 ? g * u : 0;
-    case "gelu": return 0.5 * g * (1 + Math.tanh(0.7978845608028654 * g * (1 + 0.044715 * g * g))) * u;
+    case "silu":
+      return (g / (1 + Math.exp(-g))) * u;
+    case "relu":
+      return g > 0 ? g * u : 0;
+    case "drelu":
+      return g > 0 && u > 0 ? g * u : 0;
+    case "gelu":
+      return 0.5 * g * (1 + Math.tanh(0.7978845608028654 * g * (1 + 0.044715 * g * g))) * u;
   }
 }
 
@@ -255,7 +289,13 @@ function refActivation(type: GGMLType, x: Float32Array | Uint8Array, nEmbd: numb
 }
 
 /** gate_k . x for each listed bundle address (mem: the wasm memory's bytes). */
-export function refSparseGate(type: GGMLType, mem: Uint8Array, bundles: ArrayLike<number>, x: Float32Array | Uint8Array, nEmbd: number): Float64Array {
+export function refSparseGate(
+  type: GGMLType,
+  mem: Uint8Array,
+  bundles: ArrayLike<number>,
+  x: Float32Array | Uint8Array,
+  nEmbd: number,
+): Float64Array {
   const xa = refActivation(type, x, nEmbd);
   const out = new Float64Array(bundles.length);
   for (let k = 0; k < bundles.length; k++) out[k] = vecDot(type, part(mem, type, nEmbd, bundles[k], 0), xa, nEmbd);
@@ -268,9 +308,18 @@ export function refSparseGate(type: GGMLType, mem: Uint8Array, bundles: ArrayLik
  * scale of the float rounding a kernel may make (act(g, u) is at most |g u| for every kind).
  * Neurons whose h is 0 add nothing.
  */
-export function refSparseFFN(type: GGMLType, mem: Uint8Array, bundles: ArrayLike<number>, x: Float32Array | Uint8Array, nEmbd: number, act: SparseActivation, gates?: ArrayLike<number>): { y: Float64Array; magnitude: Float64Array } {
+export function refSparseFFN(
+  type: GGMLType,
+  mem: Uint8Array,
+  bundles: ArrayLike<number>,
+  x: Float32Array | Uint8Array,
+  nEmbd: number,
+  act: SparseActivation,
+  gates?: ArrayLike<number>,
+): { y: Float64Array; magnitude: Float64Array } {
   const xa = refActivation(type, x, nEmbd);
-  const y = new Float64Array(nEmbd), magnitude = new Float64Array(nEmbd);
+  const y = new Float64Array(nEmbd),
+    magnitude = new Float64Array(nEmbd);
   const col = new Float32Array(nEmbd);
   for (let k = 0; k < bundles.length; k++) {
     const g = gates ? gates[k] : vecDot(type, part(mem, type, nEmbd, bundles[k], 0), xa, nEmbd);

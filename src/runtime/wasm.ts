@@ -15,7 +15,8 @@ let compiled: WebAssembly.Module | undefined;
 
 export function kernelModule(): WebAssembly.Module {
   if (!compiled) {
-    if (!existsSync(WASM_PATH)) throw new Error(`kernel module ${WASM_PATH} is missing: run "npm install" (or "npm run build") first`);
+    if (!existsSync(WASM_PATH))
+      throw new Error(`kernel module ${WASM_PATH} is missing: run "npm install" (or "npm run build") first`);
     compiled = new WebAssembly.Module(readFileSync(WASM_PATH));
   }
   return compiled;

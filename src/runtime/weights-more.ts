@@ -38,7 +38,9 @@ function checkFiniteF16(src: Uint8Array, rowStart: number, cols: number): void {
   for (let i = 1; i < src.length; i += 2) {
     if ((src[i] & 0x7c) === 0x7c) {
       const at = (i - 1) / 2;
-      throw new Error(`F16 matrix has an inf or NaN weight at row ${rowStart + Math.floor(at / cols)}, column ${at % cols}: the model file is damaged`);
+      throw new Error(
+        `F16 matrix has an inf or NaN weight at row ${rowStart + Math.floor(at / cols)}, column ${at % cols}: the model file is damaged`,
+      );
     }
   }
 }
@@ -51,10 +53,14 @@ function copyKernel(type: GGMLType, act: ActivationFormat, name: string, check?:
     pack(src, dst, rowStart, nrows, rows, cols) {
       const rb = rowBytesOf(type, cols);
       if (rowStart < 0 || nrows < 0 || rowStart + nrows > rows) {
-        throw new Error(`${typeName(type)} pack: rows ${rowStart}..${rowStart + nrows} are outside the matrix's ${rows}`);
+        throw new Error(
+          `${typeName(type)} pack: rows ${rowStart}..${rowStart + nrows} are outside the matrix's ${rows}`,
+        );
       }
-      if (src.length < nrows * rb) throw new Error(`${typeName(type)} pack: ${nrows} rows of ${cols} need ${nrows * rb} bytes, got ${src.length}`);
-      if (dst.length < rows * rb) throw new Error(`${typeName(type)} pack: destination holds ${dst.length} bytes, the matrix needs ${rows * rb}`);
+      if (src.length < nrows * rb)
+        throw new Error(`${typeName(type)} pack: ${nrows} rows of ${cols} need ${nrows * rb} bytes, got ${src.length}`);
+      if (dst.length < rows * rb)
+        throw new Error(`${typeName(type)} pack: destination holds ${dst.length} bytes, the matrix needs ${rows * rb}`);
       const part = src.subarray(0, nrows * rb);
       check?.(part, rowStart, cols);
       dst.set(part, rowStart * rb);

@@ -60,12 +60,18 @@ export interface WeightKernel {
 /** Bytes one prepared activation row of `cols` values takes. */
 export function activationBytes(fmt: ActivationFormat, cols: number): number {
   switch (fmt) {
-    case "f32": return cols * 4;
-    case "q8_0": return (cols / 32) * 34;
-    case "q8_1": return (cols / 32) * 36;
-    case "q8_K": return (cols / 256) * 292;
-    case "q8_i16": return Math.ceil(cols / 128) * 272;
-    case "q8_i16n": return Math.ceil(cols / 128) * 304;
+    case "f32":
+      return cols * 4;
+    case "q8_0":
+      return (cols / 32) * 34;
+    case "q8_1":
+      return (cols / 32) * 36;
+    case "q8_K":
+      return (cols / 256) * 292;
+    case "q8_i16":
+      return Math.ceil(cols / 128) * 272;
+    case "q8_i16n":
+      return Math.ceil(cols / 128) * 304;
   }
 }
 
@@ -79,12 +85,26 @@ export function prepareKernel(fmt: ActivationFormat): string | undefined {
 
 const ceilTo = (n: number, m: number) => Math.ceil(n / m) * m;
 
-function checkPack(name: string, src: Uint8Array, dst: Uint8Array, rowStart: number, nrows: number, rows: number, cols: number, rowBytes: number, packed: number): void {
+function checkPack(
+  name: string,
+  src: Uint8Array,
+  dst: Uint8Array,
+  rowStart: number,
+  nrows: number,
+  rows: number,
+  cols: number,
+  rowBytes: number,
+  packed: number,
+): void {
   if (cols % 32 !== 0) throw new Error(`${name}: ${cols} columns are not a whole number of 32-value blocks`);
-  if (rowStart < 0 || nrows < 0 || rowStart + nrows > rows) throw new Error(`${name}: rows [${rowStart}, ${rowStart + nrows}) are outside a matrix of ${rows} rows`);
-  if (src.length < nrows * rowBytes) throw new Error(`${name}: source holds ${src.length} bytes, ${nrows} rows need ${nrows * rowBytes}`);
-  if (dst.length < packed) throw new Error(`${name}: destination holds ${dst.length} bytes, the packed matrix needs ${packed}`);
-  if (dst.byteOffset % 16 !== 0) throw new Error(`${name}: destination must be 16-byte aligned (offset ${dst.byteOffset})`);
+  if (rowStart < 0 || nrows < 0 || rowStart + nrows > rows)
+    throw new Error(`${name}: rows [${rowStart}, ${rowStart + nrows}) are outside a matrix of ${rows} rows`);
+  if (src.length < nrows * rowBytes)
+    throw new Error(`${name}: source holds ${src.length} bytes, ${nrows} rows need ${nrows * rowBytes}`);
+  if (dst.length < packed)
+    throw new Error(`${name}: destination holds ${dst.length} bytes, the packed matrix needs ${packed}`);
+  if (dst.byteOffset % 16 !== 0)
+    throw new Error(`${name}: destination must be 16-byte aligned (offset ${dst.byteOffset})`);
 }
 
 /** Column groups per chunk: a kernel streams one chunk of all rows at a time (see assembly/matvec_q4.ts). */
@@ -95,10 +115,12 @@ const CHUNK = 32;
  * groups cut into chunks of CHUNK stored one after the other.
  */
 function tiled(tileRows: number, groupBytes: number) {
-  const packedBytes = (rows: number, cols: number) => (ceilTo(rows, tileRows) / tileRows) * (ceilTo(cols, 128) / 128) * groupBytes;
+  const packedBytes = (rows: number, cols: number) =>
+    (ceilTo(rows, tileRows) / tileRows) * (ceilTo(cols, 128) / 128) * groupBytes;
   /** Byte offset of tile-group (tile, g) in a matrix of `tiles` tiles and `ng` groups. */
   const at = (tiles: number, ng: number, tile: number, g: number) => {
-    const g0 = g - (g % CHUNK), gc = Math.min(CHUNK, ng - g0);
+    const g0 = g - (g % CHUNK),
+      gc = Math.min(CHUNK, ng - g0);
     return (g0 * tiles + tile * gc + (g - g0)) * groupBytes;
   };
   return { packedBytes, at };
@@ -115,7 +137,10 @@ function packBlockNibbles(src: Uint8Array, q: number, u16: Uint16Array, at: numb
   for (let h = 0; h < 2; h++) {
     const b = q + 8 * h;
     for (let p = 0; p < 2; p++) {
-      const b0 = src[b + p], b1 = src[b + p + 2], b2 = src[b + p + 4], b3 = src[b + p + 6];
+      const b0 = src[b + p],
+        b1 = src[b + p + 2],
+        b2 = src[b + p + 4],
+        b3 = src[b + p + 6];
       u16[at + 8 * h + 2 * bi + p] = (b0 & 15) | ((b1 & 15) << 4) | ((b2 & 15) << 8) | ((b3 & 15) << 12);
       u16[at + 8 * (h + 2) + 2 * bi + p] = (b0 >> 4) | ((b1 >> 4) << 4) | ((b2 >> 4) << 8) | ((b3 >> 4) << 12);
     }
@@ -125,26 +150,34 @@ function packBlockNibbles(src: Uint8Array, q: number, u16: Uint16Array, at: numb
 /** Q4_0 / Q4_1: row pairs x 128 columns: quants of both rows (64 B each), d of both (Q4_0: f16 x4 each; Q4_1: f32 x4 each), for Q4_1 m of both. */
 function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1) {
   const one = type === GGMLType.Q4_1;
-  const GB = one ? 192 : 144, BS = one ? 20 : 18, QO = one ? 4 : 2;
+  const GB = one ? 192 : 144,
+    BS = one ? 20 : 18,
+    QO = one ? 4 : 2;
   const name = one ? "Q4_1" : "Q4_0";
   const geo = tiled(2, GB);
   return {
     packedBytes: geo.packedBytes,
     pack(src: Uint8Array, dst: Uint8Array, rowStart: number, nrows: number, rows: number, cols: number): void {
-      const nb = cols / 32, ng = ceilTo(cols, 128) / 128, rowBytes = nb * BS, tiles = ceilTo(rows, 2) / 2;
+      const nb = cols / 32,
+        ng = ceilTo(cols, 128) / 128,
+        rowBytes = nb * BS,
+        tiles = ceilTo(rows, 2) / 2;
       checkPack(name, src, dst, rowStart, nrows, rows, cols, rowBytes, geo.packedBytes(rows, cols));
       const u16 = new Uint16Array(dst.buffer, dst.byteOffset, dst.length >> 1);
       const f32 = new Float32Array(dst.buffer, dst.byteOffset, dst.length >> 2);
       const end = rowStart + nrows === rows ? ceilTo(rows, 2) : rowStart + nrows;
       for (let r = rowStart; r < end; r++) {
-        const pr = r >> 1, ri = r & 1, real = r < rows;
+        const pr = r >> 1,
+          ri = r & 1,
+          real = r < rows;
         const s0 = (r - rowStart) * rowBytes;
         for (let g = 0; g < ng; g++) {
           const base = geo.at(tiles, ng, pr, g);
           const at = (base + ri * 64) >> 1;
           u16.fill(0, at, at + 32);
           for (let bi = 0; bi < 4; bi++) {
-            const b = g * 4 + bi, o = s0 + b * BS;
+            const b = g * 4 + bi,
+              o = s0 + b * BS;
             const ok = real && b < nb;
             if (ok) packBlockNibbles(src, o + QO, u16, at, bi);
             if (one) {
@@ -164,20 +197,26 @@ function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1) {
 const Q8_0_GB = 576;
 const q8geo = tiled(4, Q8_0_GB);
 function packQ8_0(src: Uint8Array, dst: Uint8Array, rowStart: number, nrows: number, rows: number, cols: number): void {
-  const nb = cols / 32, ng = ceilTo(cols, 128) / 128, rowBytes = nb * 34, tiles = ceilTo(rows, 4) / 4;
+  const nb = cols / 32,
+    ng = ceilTo(cols, 128) / 128,
+    rowBytes = nb * 34,
+    tiles = ceilTo(rows, 4) / 4;
   checkPack("Q8_0", src, dst, rowStart, nrows, rows, cols, rowBytes, q8geo.packedBytes(rows, cols));
   const f32 = new Float32Array(dst.buffer, dst.byteOffset, dst.length >> 2);
   const u16 = new Uint16Array(dst.buffer, dst.byteOffset, dst.length >> 1);
   const end = rowStart + nrows === rows ? ceilTo(rows, 4) : rowStart + nrows;
   for (let r = rowStart; r < end; r++) {
-    const t = r >> 2, ri = r & 3, real = r < rows;
+    const t = r >> 2,
+      ri = r & 3,
+      real = r < rows;
     const s0 = (r - rowStart) * rowBytes;
     for (let g = 0; g < ng; g++) {
       const base = q8geo.at(tiles, ng, t, g);
       const q = (base + ri * 128) >> 1;
       u16.fill(0, q, q + 64);
       for (let bi = 0; bi < 4; bi++) {
-        const b = g * 4 + bi, o = s0 + b * 34;
+        const b = g * 4 + bi,
+          o = s0 + b * 34;
         const ok = real && b < nb;
         // piece v, bytes 2 bi, 2 bi + 1  <-  elements 2v, 2v + 1 of block bi
         if (ok) for (let v = 0; v < 16; v++) u16[q + 4 * v + bi] = src[o + 2 + 2 * v] | (src[o + 3 + 2 * v] << 8);
@@ -195,7 +234,8 @@ const F32: WeightKernel = {
   act: "f32",
   packedBytes: (rows, cols) => rows * cols * 4,
   pack: (src, dst, rowStart, nrows, rows, cols) => {
-    if (rowStart + nrows > rows) throw new Error(`F32: rows [${rowStart}, ${rowStart + nrows}) are outside a matrix of ${rows} rows`);
+    if (rowStart + nrows > rows)
+      throw new Error(`F32: rows [${rowStart}, ${rowStart + nrows}) are outside a matrix of ${rows} rows`);
     dst.set(src.subarray(0, nrows * cols * 4), rowStart * cols * 4);
   },
   matvec: "matvec_f32",
@@ -213,8 +253,22 @@ const Q8_0: WeightKernel = {
   rowAlign: 4,
 };
 
-const Q4_0: WeightKernel = { type: GGMLType.Q4_0, act: "q8_i16n", ...packQ4(GGMLType.Q4_0), matvec: "matvec_q4_0", matmul: "matmul_q4_0", rowAlign: 2 };
-const Q4_1: WeightKernel = { type: GGMLType.Q4_1, act: "q8_i16n", ...packQ4(GGMLType.Q4_1), matvec: "matvec_q4_1", matmul: "matmul_q4_1", rowAlign: 2 };
+const Q4_0: WeightKernel = {
+  type: GGMLType.Q4_0,
+  act: "q8_i16n",
+  ...packQ4(GGMLType.Q4_0),
+  matvec: "matvec_q4_0",
+  matmul: "matmul_q4_0",
+  rowAlign: 2,
+};
+const Q4_1: WeightKernel = {
+  type: GGMLType.Q4_1,
+  act: "q8_i16n",
+  ...packQ4(GGMLType.Q4_1),
+  matvec: "matvec_q4_1",
+  matmul: "matmul_q4_1",
+  rowAlign: 2,
+};
 
 const KERNELS = new Map<GGMLType, WeightKernel>();
 for (const k of [F32, Q8_0, Q4_0, Q4_1, ...MORE_KERNELS]) KERNELS.set(k.type, k);

@@ -15,7 +15,12 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { GenerateOptions } from "../generate/generator.js";
 import { ApiError } from "../chat/errors.js";
-import { prepareChatCompletion, prepareCompletion, type ChatModel, type PreparedCompletion } from "../chat/completions.js";
+import {
+  prepareChatCompletion,
+  prepareCompletion,
+  type ChatModel,
+  type PreparedCompletion,
+} from "../chat/completions.js";
 import type { ChatTemplate } from "../chat/template.js";
 import type { ModelObject } from "../chat/openai-types.js";
 
@@ -109,7 +114,8 @@ export class OpenAIServer {
       throw new RangeError(`port must be an integer 0..65535, got ${options.port}`);
     }
     this.maxQueue = options.maxQueue ?? 64;
-    if (!Number.isInteger(this.maxQueue) || this.maxQueue < 0) throw new RangeError(`maxQueue must be a non-negative integer, got ${options.maxQueue}`);
+    if (!Number.isInteger(this.maxQueue) || this.maxQueue < 0)
+      throw new RangeError(`maxQueue must be a non-negative integer, got ${options.maxQueue}`);
     this.maxBodyBytes = options.maxBodyBytes ?? 4 * 2 ** 20;
     if (!(this.maxBodyBytes > 0)) throw new RangeError(`maxBodyBytes must be positive, got ${options.maxBodyBytes}`);
     this.defaults = options.defaults;
@@ -203,7 +209,12 @@ export class OpenAIServer {
     try {
       path = new URL(req.url ?? "/", "http://localhost").pathname;
     } catch {
-      return this.fail(req, res, new ApiError(400, `bad request target ${JSON.stringify(req.url)}`, "invalid_request_error", null, "bad_url"), t0);
+      return this.fail(
+        req,
+        res,
+        new ApiError(400, `bad request target ${JSON.stringify(req.url)}`, "invalid_request_error", null, "bad_url"),
+        t0,
+      );
     }
     if (path.length > 1 && path.endsWith("/")) path = path.slice(0, -1);
     const route = path.startsWith("/v1/") ? path.slice(3) : path;
@@ -211,7 +222,13 @@ export class OpenAIServer {
     const allow = (m: string) => {
       if (method === m || (m === "GET" && method === "HEAD")) return true;
       res.setHeader("Allow", m === "GET" ? "GET, HEAD" : m);
-      throw new ApiError(405, `${method} is not allowed on ${path}; use ${m}`, "invalid_request_error", null, "method_not_allowed");
+      throw new ApiError(
+        405,
+        `${method} is not allowed on ${path}; use ${m}`,
+        "invalid_request_error",
+        null,
+        "method_not_allowed",
+      );
     };
     try {
       if (route === "/health") {
@@ -244,9 +261,18 @@ export class OpenAIServer {
   }
 
   private checkReady(): void {
-    if (this._state === "loading") throw new ApiError(503, "the model is still loading; retry shortly", "unavailable_error", null, "model_loading");
-    if (this._state === "failed") throw new ApiError(503, `the model failed to load: ${this.failure}`, "unavailable_error", null, "model_load_failed");
-    if (this._state === "closing" || this._state === "closed") throw new ApiError(503, "the server is shutting down", "unavailable_error", null, "shutting_down");
+    if (this._state === "loading")
+      throw new ApiError(503, "the model is still loading; retry shortly", "unavailable_error", null, "model_loading");
+    if (this._state === "failed")
+      throw new ApiError(
+        503,
+        `the model failed to load: ${this.failure}`,
+        "unavailable_error",
+        null,
+        "model_load_failed",
+      );
+    if (this._state === "closing" || this._state === "closed")
+      throw new ApiError(503, "the server is shutting down", "unavailable_error", null, "shutting_down");
   }
 
   private modelObject(): ModelObject {
@@ -254,7 +280,13 @@ export class OpenAIServer {
   }
 
   private unknownModel(name: string): ApiError {
-    return new ApiError(404, `the model "${name}" does not exist; this server serves "${this.modelName}"`, "invalid_request_error", "model", "model_not_found");
+    return new ApiError(
+      404,
+      `the model "${name}" does not exist; this server serves "${this.modelName}"`,
+      "invalid_request_error",
+      "model",
+      "model_not_found",
+    );
   }
 
   private async completion(req: IncomingMessage, res: ServerResponse, chat: boolean, t0: number): Promise<void> {
@@ -265,12 +297,20 @@ export class OpenAIServer {
       if (typeof name === "string" && !this.names.has(name)) throw this.unknownModel(name);
     }
     const opts = { template: this.template, modelName: this.modelName, defaults: this.defaults };
-    const job: PreparedCompletion<unknown, unknown> = chat ? prepareChatCompletion(model, body, opts) : prepareCompletion(model, body, opts);
+    const job: PreparedCompletion<unknown, unknown> = chat
+      ? prepareChatCompletion(model, body, opts)
+      : prepareCompletion(model, body, opts);
     // One running plus maxQueue waiting; counted here, at acceptance, so the bound is exact.
     if (this.metrics.active >= this.maxQueue + 1) {
       this.metrics.rejected++;
       res.setHeader("Retry-After", "1");
-      throw new ApiError(429, `the server is busy: ${this.metrics.active - 1} requests are already waiting (the queue holds ${this.maxQueue}); retry later`, "rate_limit_error", null, "queue_full");
+      throw new ApiError(
+        429,
+        `the server is busy: ${this.metrics.active - 1} requests are already waiting (the queue holds ${this.maxQueue}); retry later`,
+        "rate_limit_error",
+        null,
+        "queue_full",
+      );
     }
 
     const controller = new AbortController();
@@ -296,7 +336,14 @@ export class OpenAIServer {
         // Nobody to answer (or the server is going down): just stop.
         this.metrics.aborted++;
         outcome = "aborted";
-        if (!res.headersSent) res.writeHead(503, { ...JSON_HEADERS, Connection: "close" }).end(JSON.stringify(new ApiError(503, "the server is shutting down", "unavailable_error", null, "shutting_down")));
+        if (!res.headersSent)
+          res
+            .writeHead(503, { ...JSON_HEADERS, Connection: "close" })
+            .end(
+              JSON.stringify(
+                new ApiError(503, "the server is shutting down", "unavailable_error", null, "shutting_down"),
+              ),
+            );
         else res.end();
       } else {
         this.metrics.failed++;
@@ -312,7 +359,13 @@ export class OpenAIServer {
   }
 
   /** Server-Sent Events: one `data: {chunk}` event per chunk, then `data: [DONE]`. */
-  private async stream(req: IncomingMessage, res: ServerResponse, job: PreparedCompletion<unknown, unknown>, controller: AbortController, t0: number): Promise<void> {
+  private async stream(
+    req: IncomingMessage,
+    res: ServerResponse,
+    job: PreparedCompletion<unknown, unknown>,
+    controller: AbortController,
+    t0: number,
+  ): Promise<void> {
     const signal = controller.signal;
     let summary = "";
     res.writeHead(200, {
@@ -336,7 +389,16 @@ export class OpenAIServer {
     } catch (err) {
       if (signal.aborted) throw err;
       // Headers are out: report the failure as an error event the openai client raises.
-      const e = err instanceof ApiError ? err : new ApiError(500, `generation failed: ${err instanceof Error ? err.message : String(err)}`, "server_error", null, null);
+      const e =
+        err instanceof ApiError
+          ? err
+          : new ApiError(
+              500,
+              `generation failed: ${err instanceof Error ? err.message : String(err)}`,
+              "server_error",
+              null,
+              null,
+            );
       res.write(`data: ${JSON.stringify(e)}\n\n`);
       this.metrics.failed++;
     }
@@ -357,7 +419,13 @@ export class OpenAIServer {
   private async readJSON(req: IncomingMessage): Promise<unknown> {
     const declared = Number(req.headers["content-length"]);
     const tooLarge = () =>
-      new ApiError(413, `the request body is larger than the server's limit of ${this.maxBodyBytes} bytes`, "invalid_request_error", null, "request_too_large");
+      new ApiError(
+        413,
+        `the request body is larger than the server's limit of ${this.maxBodyBytes} bytes`,
+        "invalid_request_error",
+        null,
+        "request_too_large",
+      );
     if (Number.isFinite(declared) && declared > this.maxBodyBytes) throw tooLarge();
     const chunks: Buffer[] = [];
     let size = 0;
@@ -371,19 +439,45 @@ export class OpenAIServer {
       }
     } catch {
       // The client went away mid-body: nobody is left to read an answer, but say what happened.
-      throw new ApiError(400, "the request body was cut off before its end", "invalid_request_error", null, "incomplete_body");
+      throw new ApiError(
+        400,
+        "the request body was cut off before its end",
+        "invalid_request_error",
+        null,
+        "incomplete_body",
+      );
     }
     if (size > this.maxBodyBytes) throw tooLarge();
     const text = Buffer.concat(chunks).toString("utf8");
-    if (text.trim() === "") throw new ApiError(400, "the request body is empty; send a JSON object", "invalid_request_error", null, "invalid_json");
+    if (text.trim() === "")
+      throw new ApiError(
+        400,
+        "the request body is empty; send a JSON object",
+        "invalid_request_error",
+        null,
+        "invalid_json",
+      );
     try {
       return JSON.parse(text);
     } catch (e) {
-      throw new ApiError(400, `the request body is not valid JSON: ${e instanceof Error ? e.message : String(e)}`, "invalid_request_error", null, "invalid_json");
+      throw new ApiError(
+        400,
+        `the request body is not valid JSON: ${e instanceof Error ? e.message : String(e)}`,
+        "invalid_request_error",
+        null,
+        "invalid_json",
+      );
     }
   }
 
-  private sendJSON(req: IncomingMessage, res: ServerResponse, status: number, body: unknown, t0: number, note = ""): void {
+  private sendJSON(
+    req: IncomingMessage,
+    res: ServerResponse,
+    status: number,
+    body: unknown,
+    t0: number,
+    note = "",
+  ): void {
     const text = JSON.stringify(body);
     const headers: Record<string, string | number> = { ...JSON_HEADERS, "Content-Length": Buffer.byteLength(text) };
     if (this._state === "closing" || status === 413) headers.Connection = "close";

@@ -114,7 +114,9 @@ export class QualityCounter {
   /** Add `rows` rows of scores (nOut each) against their mask rows, at `threshold`. */
   add(scores: Float32Array, mask: Uint32Array, maskRow0: number, rows: number, words: number, threshold: number): void {
     const nOut = this.nOut;
-    let tp = 0, fp = 0, fn = 0;
+    let tp = 0,
+      fp = 0,
+      fn = 0;
     for (let r = 0; r < rows; r++) {
       const s0 = r * nOut;
       const m0 = (maskRow0 + r) * words;
@@ -177,7 +179,7 @@ export function countBits(mask: Uint32Array, from = 0, to = mask.length): number
     let v = mask[i];
     v = v - ((v >>> 1) & 0x55555555);
     v = (v & 0x33333333) + ((v >>> 2) & 0x33333333);
-    c += (Math.imul((v + (v >>> 4)) & 0x0f0f0f0f, 0x01010101) >>> 24);
+    c += Math.imul((v + (v >>> 4)) & 0x0f0f0f0f, 0x01010101) >>> 24;
   }
   return c;
 }
@@ -192,12 +194,20 @@ export class PredictorTrainer {
   private readonly u32: () => Uint32Array;
   private readonly words: number;
   // wasm buffers (byte offsets)
-  private readonly w1: number; private readonly w2: number;
-  private readonly g1: number; private readonly g2: number;
-  private readonly m1: number; private readonly m2: number;
-  private readonly v1: number; private readonly v2: number;
-  private readonly xb: number; private readonly hb: number; private readonly sb: number;
-  private readonly dh: number; private readonly mb: number; private readonly lb: number;
+  private readonly w1: number;
+  private readonly w2: number;
+  private readonly g1: number;
+  private readonly g2: number;
+  private readonly m1: number;
+  private readonly m2: number;
+  private readonly v1: number;
+  private readonly v2: number;
+  private readonly xb: number;
+  private readonly hb: number;
+  private readonly sb: number;
+  private readonly dh: number;
+  private readonly mb: number;
+  private readonly lb: number;
 
   private constructor(
     private readonly arena: Arena,
@@ -210,9 +220,16 @@ export class PredictorTrainer {
     this.k = new TrainKernels(pool);
     this.words = maskWords(nOut);
     const f = (count: number) => arena.alloc(count * 4, 64);
-    const p1 = maxHidden * nIn, p2 = nOut * maxHidden;
-    this.w1 = f(p1); this.g1 = f(p1); this.m1 = f(p1); this.v1 = f(p1);
-    this.w2 = f(p2); this.g2 = f(p2); this.m2 = f(p2); this.v2 = f(p2);
+    const p1 = maxHidden * nIn,
+      p2 = nOut * maxHidden;
+    this.w1 = f(p1);
+    this.g1 = f(p1);
+    this.m1 = f(p1);
+    this.v1 = f(p1);
+    this.w2 = f(p2);
+    this.g2 = f(p2);
+    this.m2 = f(p2);
+    this.v2 = f(p2);
     this.xb = f(batch * nIn);
     this.hb = f(batch * maxHidden);
     this.dh = f(batch * maxHidden);
@@ -223,9 +240,21 @@ export class PredictorTrainer {
     this.u32 = () => new Uint32Array(arena.memory.buffer);
   }
 
-  static async create(nIn: number, nOut: number, maxHidden: number, threads: number, batch = 256): Promise<PredictorTrainer> {
-    for (const [what, v] of [["input width", nIn], ["output width", nOut], ["hidden width", maxHidden], ["batch", batch]] as const) {
-      if (!Number.isInteger(v) || v < 1) throw new RangeError(`predictor trainer: ${what} ${v} is not a positive integer`);
+  static async create(
+    nIn: number,
+    nOut: number,
+    maxHidden: number,
+    threads: number,
+    batch = 256,
+  ): Promise<PredictorTrainer> {
+    for (const [what, v] of [
+      ["input width", nIn],
+      ["output width", nOut],
+      ["hidden width", maxHidden],
+      ["batch", batch],
+    ] as const) {
+      if (!Number.isInteger(v) || v < 1)
+        throw new RangeError(`predictor trainer: ${what} ${v} is not a positive integer`);
     }
     const arena = new Arena(16 << 20);
     const pool = await ThreadPool.create(arena.memory, threads);
@@ -243,9 +272,14 @@ export class PredictorTrainer {
     const t0 = performance.now();
     const { nIn, nOut, words, batch } = this;
     const h = s.hidden;
-    if (data.nIn !== nIn || data.nOut !== nOut || data.words !== words) throw new Error(`predictor trainer: samples are ${data.nIn} -> ${data.nOut}, the trainer ${nIn} -> ${nOut}`);
-    if (!Number.isInteger(h) || h < 1 || h > this.maxHidden) throw new RangeError(`predictor trainer: hidden width ${h} is outside 1..${this.maxHidden}`);
-    if (!(trainEnd >= batch && trainEnd < data.n)) throw new RangeError(`predictor trainer: ${trainEnd} training samples of ${data.n}: need at least one batch (${batch}) to train and one sample to validate`);
+    if (data.nIn !== nIn || data.nOut !== nOut || data.words !== words)
+      throw new Error(`predictor trainer: samples are ${data.nIn} -> ${data.nOut}, the trainer ${nIn} -> ${nOut}`);
+    if (!Number.isInteger(h) || h < 1 || h > this.maxHidden)
+      throw new RangeError(`predictor trainer: hidden width ${h} is outside 1..${this.maxHidden}`);
+    if (!(trainEnd >= batch && trainEnd < data.n))
+      throw new RangeError(
+        `predictor trainer: ${trainEnd} training samples of ${data.n}: need at least one batch (${batch}) to train and one sample to validate`,
+      );
     this.loaded = null; // training overwrites the weight buffers
     const epochs = s.epochs ?? 8;
     const lr0 = s.lr ?? 5e-3;
@@ -262,7 +296,8 @@ export class PredictorTrainer {
     let f32 = this.f32();
     const w1 = f32.subarray(this.w1 >>> 2, (this.w1 >>> 2) + h * nIn);
     const w2 = f32.subarray(this.w2 >>> 2, (this.w2 >>> 2) + nOut * h);
-    const s1 = Math.sqrt(2 / nIn), s2 = Math.sqrt(1 / h);
+    const s1 = Math.sqrt(2 / nIn),
+      s2 = Math.sqrt(1 / h);
     for (let i = 0; i < w1.length; i++) w1[i] = gaussian(rnd) * s1;
     for (let i = 0; i < w2.length; i++) w2[i] = gaussian(rnd) * s2;
     for (const p of [this.m1, this.v1]) f32.fill(0, p >>> 2, (p >>> 2) + h * nIn);
@@ -278,7 +313,9 @@ export class PredictorTrainer {
       // Fisher-Yates shuffle per epoch
       for (let i = trainEnd - 1; i > 0; i--) {
         const j = Math.floor(rnd() * (i + 1));
-        const t = order[i]; order[i] = order[j]; order[j] = t;
+        const t = order[i];
+        order[i] = order[j];
+        order[j] = t;
       }
       lossSum = 0;
       for (let b = 0; b < steps; b++) {
@@ -310,7 +347,18 @@ export class PredictorTrainer {
     const fc2 = f32.slice(this.w2 >>> 2, (this.w2 >>> 2) + nOut * h);
     // fold the shift: (fc2 - shift) . h = fc2 . h - shift * sum(h), compared with 0
     for (let i = 0; i < fc2.length; i++) fc2[i] -= shift;
-    return { hidden: h, nIn, nOut, fc1, fc2, threshold: 0, shift, validation: q.result(), loss, seconds: (performance.now() - t0) / 1000 };
+    return {
+      hidden: h,
+      nIn,
+      nOut,
+      fc1,
+      fc2,
+      threshold: 0,
+      shift,
+      validation: q.result(),
+      loss,
+      seconds: (performance.now() - t0) / 1000,
+    };
   }
 
   /** the predictor whose weights sit in the weight buffers for score() */
@@ -321,7 +369,8 @@ export class PredictorTrainer {
    * them: a view into wasm memory, valid until the next call. Allocates nothing.
    */
   score(p: TrainedPredictor, x: Float32Array, n: number): Float32Array {
-    if (p.nIn !== this.nIn || p.nOut !== this.nOut || p.hidden > this.maxHidden) throw new Error(`predictor ${p.nIn} -> ${p.hidden} -> ${p.nOut} does not fit this trainer`);
+    if (p.nIn !== this.nIn || p.nOut !== this.nOut || p.hidden > this.maxHidden)
+      throw new Error(`predictor ${p.nIn} -> ${p.hidden} -> ${p.nOut} does not fit this trainer`);
     if (!(n >= 1 && n <= this.batch)) throw new RangeError(`score: ${n} rows, the batch holds 1..${this.batch}`);
     const f32 = this.f32();
     if (this.loaded !== p) {
@@ -335,13 +384,22 @@ export class PredictorTrainer {
   }
 
   /** Copy samples order[from..from+rows) into the batch buffers, x scaled. */
-  private loadBatch(data: LayerSamples, order: Int32Array | null, from: number, rows: number, scale: Float32Array): void {
-    const f32 = this.f32(), u32 = this.u32();
+  private loadBatch(
+    data: LayerSamples,
+    order: Int32Array | null,
+    from: number,
+    rows: number,
+    scale: Float32Array,
+  ): void {
+    const f32 = this.f32(),
+      u32 = this.u32();
     const { nIn, words } = this;
-    const xb = this.xb >>> 2, mb = this.mb >>> 2;
+    const xb = this.xb >>> 2,
+      mb = this.mb >>> 2;
     for (let r = 0; r < rows; r++) {
       const i = order ? order[from + r] : from + r;
-      const src = i * nIn, dst = xb + r * nIn;
+      const src = i * nIn,
+        dst = xb + r * nIn;
       for (let c = 0; c < nIn; c++) f32[dst + c] = data.x[src + c] * scale[c];
       u32.set(data.mask.subarray(i * words, (i + 1) * words), mb + r * words);
     }
@@ -379,7 +437,11 @@ export class PredictorTrainer {
    * hsum[r] is the sum of row r's hidden activations (|relu(fc1 . x)|_1).
    */
   private forEachScores(
-    data: LayerSamples, from: number, to: number, h: number, scale: Float32Array,
+    data: LayerSamples,
+    from: number,
+    to: number,
+    h: number,
+    scale: Float32Array,
     fn: (scores: Float32Array, row0: number, rows: number, hsum: Float32Array) => void,
   ): void {
     const hsum = new Float32Array(this.batch);
@@ -403,7 +465,8 @@ export class PredictorTrainer {
    * everywhere and never passes a threshold of 0).
    */
   private positiveRatios(data: LayerSamples, from: number, to: number, h: number, scale: Float32Array): Float32Array {
-    const words = this.words, nOut = this.nOut;
+    const words = this.words,
+      nOut = this.nOut;
     const out = new Float32Array(countBits(data.mask, from * words, to * words));
     let n = 0;
     this.forEachScores(data, from, to, h, scale, (scores, row0, rows, hsum) => {

@@ -35,9 +35,25 @@ export class TrainKernels {
     };
   }
 
-  private mm(fn: number, a: number, b: number, c: number, m: number, n: number, k: number, acc: boolean, align: number): void {
+  private mm(
+    fn: number,
+    a: number,
+    b: number,
+    c: number,
+    m: number,
+    n: number,
+    k: number,
+    acc: boolean,
+    align: number,
+  ): void {
     const x = this.a;
-    x[0] = a; x[1] = b; x[2] = c; x[3] = m; x[4] = n; x[5] = k; x[6] = acc ? 1 : 0;
+    x[0] = a;
+    x[1] = b;
+    x[2] = c;
+    x[3] = m;
+    x[4] = n;
+    x[5] = k;
+    x[6] = acc ? 1 : 0;
     this.pool.run(fn, x, 7, m, align, m * n * k);
   }
 
@@ -64,7 +80,8 @@ export class TrainKernels {
 
   /** g = h > 0 ? g : 0, n elements. */
   reluGrad(g: number, h: number, n: number): void {
-    this.a[0] = g; this.a[1] = h;
+    this.a[0] = g;
+    this.a[1] = h;
     this.pool.run(this.fn.reluGrad, this.a, 2, n, 64, n);
   }
 
@@ -72,18 +89,53 @@ export class TrainKernels {
    * Weighted BCE on `rows` rows of nOut logits at s with bit targets (`words` u32 per row):
    * ds = scale * w * (sigmoid(s) - y), loss[r] = the row's weighted loss.
    */
-  bce(s: number, mask: number, ds: number, rows: number, nOut: number, words: number, wpos: number, scale: number, loss: number): void {
+  bce(
+    s: number,
+    mask: number,
+    ds: number,
+    rows: number,
+    nOut: number,
+    words: number,
+    wpos: number,
+    scale: number,
+    loss: number,
+  ): void {
     const x = this.a;
-    x[0] = s; x[1] = mask; x[2] = ds; x[3] = nOut; x[4] = words; x[5] = f32Bits(wpos); x[6] = f32Bits(scale); x[7] = loss;
+    x[0] = s;
+    x[1] = mask;
+    x[2] = ds;
+    x[3] = nOut;
+    x[4] = words;
+    x[5] = f32Bits(wpos);
+    x[6] = f32Bits(scale);
+    x[7] = loss;
     this.pool.run(this.fn.bce, x, 8, rows, 1, rows * nOut * 16);
   }
 
   /** One Adam step over n parameters (t: the step number, from 1). */
-  adam(w: number, g: number, m: number, v: number, n: number, t: number, lr: number, b1 = 0.9, b2 = 0.999, eps = 1e-8): void {
+  adam(
+    w: number,
+    g: number,
+    m: number,
+    v: number,
+    n: number,
+    t: number,
+    lr: number,
+    b1 = 0.9,
+    b2 = 0.999,
+    eps = 1e-8,
+  ): void {
     const x = this.a;
-    x[0] = w; x[1] = g; x[2] = m; x[3] = v;
-    x[4] = f32Bits(lr); x[5] = f32Bits(b1); x[6] = f32Bits(b2); x[7] = f32Bits(eps);
-    x[8] = f32Bits(1 - b1 ** t); x[9] = f32Bits(1 - b2 ** t);
+    x[0] = w;
+    x[1] = g;
+    x[2] = m;
+    x[3] = v;
+    x[4] = f32Bits(lr);
+    x[5] = f32Bits(b1);
+    x[6] = f32Bits(b2);
+    x[7] = f32Bits(eps);
+    x[8] = f32Bits(1 - b1 ** t);
+    x[9] = f32Bits(1 - b2 ** t);
     this.pool.run(this.fn.adam, x, 10, n, 64, n * 8);
   }
 }
@@ -91,7 +143,15 @@ export class TrainKernels {
 // ---------------------------------------------------------------------------------------------
 // Plain-TS references (f64 sums; the kernels sum in f32, so compare with a tolerance)
 
-export function refMmNT(a: Float32Array, b: Float32Array, c: Float32Array, m: number, n: number, k: number, acc = false): void {
+export function refMmNT(
+  a: Float32Array,
+  b: Float32Array,
+  c: Float32Array,
+  m: number,
+  n: number,
+  k: number,
+  acc = false,
+): void {
   for (let i = 0; i < m; i++) {
     for (let j = 0; j < n; j++) {
       let s = acc ? c[i * n + j] : 0;
@@ -101,7 +161,15 @@ export function refMmNT(a: Float32Array, b: Float32Array, c: Float32Array, m: nu
   }
 }
 
-export function refMmNN(a: Float32Array, b: Float32Array, c: Float32Array, m: number, n: number, k: number, acc = false): void {
+export function refMmNN(
+  a: Float32Array,
+  b: Float32Array,
+  c: Float32Array,
+  m: number,
+  n: number,
+  k: number,
+  acc = false,
+): void {
   for (let i = 0; i < m; i++) {
     for (let j = 0; j < n; j++) {
       let s = acc ? c[i * n + j] : 0;
@@ -111,7 +179,15 @@ export function refMmNN(a: Float32Array, b: Float32Array, c: Float32Array, m: nu
   }
 }
 
-export function refMmTN(a: Float32Array, b: Float32Array, c: Float32Array, m: number, n: number, k: number, acc = false): void {
+export function refMmTN(
+  a: Float32Array,
+  b: Float32Array,
+  c: Float32Array,
+  m: number,
+  n: number,
+  k: number,
+  acc = false,
+): void {
   for (let i = 0; i < m; i++) {
     for (let j = 0; j < n; j++) {
       let s = acc ? c[i * n + j] : 0;
@@ -134,7 +210,17 @@ export function maskBit(mask: Uint32Array, words: number, r: number, j: number):
   return (mask[r * words + (j >>> 5)] >>> (j & 31)) & 1;
 }
 
-export function refBce(s: Float32Array, mask: Uint32Array, ds: Float32Array, rows: number, nOut: number, words: number, wpos: number, scale: number, loss: Float32Array): void {
+export function refBce(
+  s: Float32Array,
+  mask: Uint32Array,
+  ds: Float32Array,
+  rows: number,
+  nOut: number,
+  words: number,
+  wpos: number,
+  scale: number,
+  loss: Float32Array,
+): void {
   for (let r = 0; r < rows; r++) {
     let total = 0;
     for (let j = 0; j < nOut; j++) {
@@ -155,8 +241,19 @@ export function refBce(s: Float32Array, mask: Uint32Array, ds: Float32Array, row
   }
 }
 
-export function refAdam(w: Float32Array, g: Float32Array, m: Float32Array, v: Float32Array, t: number, lr: number, b1 = 0.9, b2 = 0.999, eps = 1e-8): void {
-  const bc1 = 1 - b1 ** t, bc2 = 1 - b2 ** t;
+export function refAdam(
+  w: Float32Array,
+  g: Float32Array,
+  m: Float32Array,
+  v: Float32Array,
+  t: number,
+  lr: number,
+  b1 = 0.9,
+  b2 = 0.999,
+  eps = 1e-8,
+): void {
+  const bc1 = 1 - b1 ** t,
+    bc2 = 1 - b2 ** t;
   for (let i = 0; i < w.length; i++) {
     m[i] = b1 * m[i] + (1 - b1) * g[i];
     v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];

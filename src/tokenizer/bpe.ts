@@ -80,7 +80,8 @@ export class BpeEncoder {
     for (let i = 1; i < n; i++) this.tryAdd(word, i - 1, i);
     while (heap.length > 0) {
       heap.pop();
-      const l = heap.topLeft, r = heap.topRight;
+      const l = heap.topLeft,
+        r = heap.topRight;
       // Stale candidates: one side merged away, or the right side grew (lengths only grow).
       if (len[l] === 0 || len[r] === 0 || len[l] + len[r] !== heap.topSize) continue;
       len[l] += len[r];

@@ -23,29 +23,49 @@ export class MergeHeap {
 
   private grow(): void {
     const cap = this.key.length * 2;
-    const k = new Float64Array(cap); k.set(this.key); this.key = k;
-    const l = new Int32Array(cap); l.set(this.left); this.left = l;
-    const r = new Int32Array(cap); r.set(this.right); this.right = r;
-    const s = new Int32Array(cap); s.set(this.size); this.size = s;
+    const k = new Float64Array(cap);
+    k.set(this.key);
+    this.key = k;
+    const l = new Int32Array(cap);
+    l.set(this.left);
+    this.left = l;
+    const r = new Int32Array(cap);
+    r.set(this.right);
+    this.right = r;
+    const s = new Int32Array(cap);
+    s.set(this.size);
+    this.size = s;
   }
 
   /** a has priority over b */
   private before(a: number, b: number): boolean {
-    const ka = this.key[a], kb = this.key[b];
+    const ka = this.key[a],
+      kb = this.key[b];
     return ka > kb || (ka === kb && this.left[a] < this.left[b]);
   }
 
   private swap(a: number, b: number): void {
-    const k = this.key[a]; this.key[a] = this.key[b]; this.key[b] = k;
-    const l = this.left[a]; this.left[a] = this.left[b]; this.left[b] = l;
-    const r = this.right[a]; this.right[a] = this.right[b]; this.right[b] = r;
-    const s = this.size[a]; this.size[a] = this.size[b]; this.size[b] = s;
+    const k = this.key[a];
+    this.key[a] = this.key[b];
+    this.key[b] = k;
+    const l = this.left[a];
+    this.left[a] = this.left[b];
+    this.left[b] = l;
+    const r = this.right[a];
+    this.right[a] = this.right[b];
+    this.right[b] = r;
+    const s = this.size[a];
+    this.size[a] = this.size[b];
+    this.size[b] = s;
   }
 
   push(key: number, left: number, right: number, size: number): void {
     if (this.length === this.key.length) this.grow();
     let i = this.length++;
-    this.key[i] = key; this.left[i] = left; this.right[i] = right; this.size[i] = size;
+    this.key[i] = key;
+    this.left[i] = left;
+    this.right[i] = right;
+    this.size[i] = size;
     while (i > 0) {
       const p = (i - 1) >> 1;
       if (!this.before(i, p)) break;
@@ -61,8 +81,10 @@ export class MergeHeap {
     this.topSize = this.size[0];
     const last = --this.length;
     if (last > 0) {
-      this.key[0] = this.key[last]; this.left[0] = this.left[last];
-      this.right[0] = this.right[last]; this.size[0] = this.size[last];
+      this.key[0] = this.key[last];
+      this.left[0] = this.left[last];
+      this.right[0] = this.right[last];
+      this.size[0] = this.size[last];
       let i = 0;
       for (;;) {
         const l = 2 * i + 1;

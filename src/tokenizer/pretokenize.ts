@@ -52,7 +52,11 @@ export interface PreTokenizerConfig {
   readonly noBos?: boolean;
 }
 
-function cfg(family: string, patterns: string[], extra: Omit<PreTokenizerConfig, "family" | "regexes"> = {}): PreTokenizerConfig {
+function cfg(
+  family: string,
+  patterns: string[],
+  extra: Omit<PreTokenizerConfig, "family" | "regexes"> = {},
+): PreTokenizerConfig {
   return { family, regexes: patterns.map((p) => new RegExp(p, "gu")), ...extra };
 }
 
@@ -103,7 +107,9 @@ export function preTokenizerConfig(pre: string): PreTokenizerConfig | null {
     case "falcon":
       return cfg("falcon", [PUNCT_FALCON, GPT2, THREE_DIGITS]);
     case "deepseek-coder":
-      return cfg("deepseek-coder", ["[\\r\\n]", `${S}?\\p{L}+`, `${S}?\\p{P}+`, CJK_DEEPSEEK, "\\p{N}"], { cleanSpaces: false });
+      return cfg("deepseek-coder", ["[\\r\\n]", `${S}?\\p{L}+`, `${S}?\\p{P}+`, CJK_DEEPSEEK, "\\p{N}"], {
+        cleanSpaces: false,
+      });
     case "bloom":
     case "gpt3-finnish":
       return cfg("bloom", [BLOOM]);

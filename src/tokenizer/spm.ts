@@ -102,7 +102,7 @@ export class SpmEncoder {
     this.ensure(n);
     const { start, len, prev, next, heap } = this;
     let count = 0;
-    for (let i = 0; i < n; ) {
+    for (let i = 0; i < n;) {
       const c = text.charCodeAt(i);
       const l = c >= 0xd800 && c <= 0xdbff && i + 1 < n ? 2 : 1;
       start[count] = i;
@@ -121,7 +121,8 @@ export class SpmEncoder {
     // symbols is stale (llama.cpp checks byte sizes the same way).
     while (heap.length > 0) {
       heap.pop();
-      const l = heap.topLeft, r = heap.topRight;
+      const l = heap.topLeft,
+        r = heap.topRight;
       if (len[l] === 0 || len[r] === 0 || len[l] + len[r] !== heap.topSize) continue;
       len[l] += len[r];
       len[r] = 0;
@@ -151,7 +152,9 @@ export class SpmEncoder {
         // one <unk> for the character, which is the useful behaviour.
         out.push(unkId);
       } else {
-        throw new TokenizerError(`cannot encode ${JSON.stringify(piece)}: the vocabulary has no byte token <0x${missing.toString(16).toUpperCase().padStart(2, "0")}> and no unknown token`);
+        throw new TokenizerError(
+          `cannot encode ${JSON.stringify(piece)}: the vocabulary has no byte token <0x${missing.toString(16).toUpperCase().padStart(2, "0")}> and no unknown token`,
+        );
       }
     }
   }

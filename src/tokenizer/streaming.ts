@@ -25,7 +25,10 @@ export class StreamingDecoder {
   private readonly strip: boolean;
   private readonly special: boolean;
 
-  constructor(private readonly tokenizer: Tokenizer, opts: StreamingDecoderOptions = {}) {
+  constructor(
+    private readonly tokenizer: Tokenizer,
+    opts: StreamingDecoderOptions = {},
+  ) {
     this.strip = opts.removeLeadingSpace === true && tokenizer.addSpacePrefix;
     this.special = opts.special === true;
   }

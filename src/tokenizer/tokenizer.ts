@@ -5,7 +5,14 @@
 import { BpeEncoder } from "./bpe.js";
 import { SpmEncoder } from "./spm.js";
 import { wellFormed } from "./unicode.js";
-import { loadVocab, TokenizerError, TokenType, type TokenizerMetadataSource, type Vocab, type VocabKind } from "./vocab.js";
+import {
+  loadVocab,
+  TokenizerError,
+  TokenType,
+  type TokenizerMetadataSource,
+  type Vocab,
+  type VocabKind,
+} from "./vocab.js";
 
 export interface EncodeOptions {
   /** Put the BOS token first (default false; `tokenizer.addBos` says what the model wants). */
@@ -132,11 +139,18 @@ export class Tokenizer {
       if (!parseSpecial && (ty === TokenType.Control || ty === TokenType.Unknown)) continue;
       const st = v.tokens[id];
       let found = false;
-      for (const f of frags) if (typeof f === "string" && f.includes(st)) { found = true; break; }
+      for (const f of frags)
+        if (typeof f === "string" && f.includes(st)) {
+          found = true;
+          break;
+        }
       if (!found) continue;
       const next: (string | number)[] = [];
       for (const f of frags) {
-        if (typeof f === "number") { next.push(f); continue; }
+        if (typeof f === "number") {
+          next.push(f);
+          continue;
+        }
         let from = 0;
         for (let at = f.indexOf(st); at >= 0; at = f.indexOf(st, from)) {
           if (at > from) next.push(f.substring(from, at));
@@ -152,7 +166,9 @@ export class Tokenizer {
 
   private check(id: number): void {
     if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize) {
-      throw new RangeError(`token id ${id} is out of range: the vocabulary has ${this.vocabSize} tokens (ids 0..${this.vocabSize - 1})`);
+      throw new RangeError(
+        `token id ${id} is out of range: the vocabulary has ${this.vocabSize} tokens (ids 0..${this.vocabSize - 1})`,
+      );
     }
   }
 
@@ -209,7 +225,8 @@ export class Tokenizer {
     let n = 0;
     for (let i = 0; i < ids.length; i++) {
       let p = pieces[ids[i]];
-      if (i === 0 && opts.removeLeadingSpace && this.addSpacePrefix && p.length > 0 && p[0] === SPACE) p = p.subarray(1);
+      if (i === 0 && opts.removeLeadingSpace && this.addSpacePrefix && p.length > 0 && p[0] === SPACE)
+        p = p.subarray(1);
       buf.set(p, n);
       n += p.length;
     }

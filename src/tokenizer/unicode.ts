@@ -65,7 +65,10 @@ export function gpt2ByteEncode(s: string): string {
   let plain = true;
   for (let i = 0; i < s.length; i++) {
     const c = s.charCodeAt(i);
-    if (c < 0x21 || c > 0x7e) { plain = false; break; }
+    if (c < 0x21 || c > 0x7e) {
+      plain = false;
+      break;
+    }
   }
   if (plain) return s;
   const bytes = utf8Encode(s);

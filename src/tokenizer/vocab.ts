@@ -108,7 +108,8 @@ function optId(src: TokenizerMetadataSource, key: string): number | undefined {
   const v = src.metadata.get(key);
   if (v === undefined) return undefined;
   const n = typeof v === "bigint" ? Number(v) : v;
-  if (typeof n !== "number" || !Number.isInteger(n)) fail(src, `"${key}" should be an integer token id, found ${describe(v)}`);
+  if (typeof n !== "number" || !Number.isInteger(n))
+    fail(src, `"${key}" should be an integer token id, found ${describe(v)}`);
   return n;
 }
 
@@ -134,7 +135,15 @@ function numberArray(src: TokenizerMetadataSource, key: string, n: number): Arra
 }
 
 /** Token texts that llama.cpp treats as end-of-turn/end-of-generation whatever the metadata says. */
-const EOT_TEXTS = ["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>", "<｜end▁of▁sentence｜>"];
+const EOT_TEXTS = [
+  "<|eot_id|>",
+  "<|im_end|>",
+  "<|end|>",
+  "<end_of_turn>",
+  "<|endoftext|>",
+  "<EOT>",
+  "<｜end▁of▁sentence｜>",
+];
 const EOG_TEXTS = ["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>"];
 const FIM_PAD_TEXTS = ["<|fim_pad|>", "<fim-pad>", "<PAD>"];
 const FIM_REP_TEXTS = ["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"];
@@ -152,20 +161,31 @@ export function loadVocab(src: TokenizerMetadataSource): Vocab {
 
   let kind: VocabKind;
   // llama.cpp's per-type defaults; metadata keys override them below.
-  let bosId = -1, eosId = -1, unkId = -1;
-  let addBos = false, addEos = false, addSpacePrefix = false, ignoreMerges = false, cleanSpaces = false;
+  let bosId = -1,
+    eosId = -1,
+    unkId = -1;
+  let addBos = false,
+    addEos = false,
+    addSpacePrefix = false,
+    ignoreMerges = false,
+    cleanSpaces = false;
   let preTokenizer: PreTokenizerConfig | null = null;
   const pre = optString(src, `${K}pre`) ?? "";
   if (model === "llama") {
     kind = "spm";
-    bosId = 1; eosId = 2; unkId = 0;
-    addSpacePrefix = true; addBos = true;
+    bosId = 1;
+    eosId = 2;
+    unkId = 0;
+    addSpacePrefix = true;
+    addBos = true;
   } else if (model === "gpt2") {
     kind = "bpe";
-    bosId = 11; eosId = 11;
+    bosId = 11;
+    eosId = 11;
     cleanSpaces = true;
     preTokenizer = preTokenizerConfig(pre);
-    if (!preTokenizer) fail(src, `"${K}pre" = ${JSON.stringify(pre)} is a pre-tokenizer this engine does not implement`);
+    if (!preTokenizer)
+      fail(src, `"${K}pre" = ${JSON.stringify(pre)} is a pre-tokenizer this engine does not implement`);
     if (preTokenizer.cleanSpaces !== undefined) cleanSpaces = preTokenizer.cleanSpaces;
     if (preTokenizer.ignoreMerges) ignoreMerges = true;
     if (preTokenizer.addBos) addBos = true;
@@ -240,19 +260,39 @@ export function loadVocab(src: TokenizerMetadataSource): Vocab {
 
   // Auto-detection by text, in id order (llama.cpp walks a hash map; real vocabularies have at
   // most one token of each text, so the order only matters for the first-found EOT).
-  const markControl = (id: number) => { types[id] = TokenType.Control; };
+  const markControl = (id: number) => {
+    types[id] = TokenType.Control;
+  };
   for (let id = 0; id < n; id++) {
     const t = tokens[id];
-    if (eotId < 0 && EOT_TEXTS.includes(t)) { eotId = id; markControl(id); }
-    if (eomId < 0 && t === "<|eom_id|>") { eomId = id; markControl(id); }
-    if (fimPad < 0 && FIM_PAD_TEXTS.includes(t)) { fimPad = id; markControl(id); }
-    if (fimRep < 0 && FIM_REP_TEXTS.includes(t)) { fimRep = id; markControl(id); }
-    if (fimSep < 0 && FIM_SEP_TEXTS.includes(t)) { fimSep = id; markControl(id); }
+    if (eotId < 0 && EOT_TEXTS.includes(t)) {
+      eotId = id;
+      markControl(id);
+    }
+    if (eomId < 0 && t === "<|eom_id|>") {
+      eomId = id;
+      markControl(id);
+    }
+    if (fimPad < 0 && FIM_PAD_TEXTS.includes(t)) {
+      fimPad = id;
+      markControl(id);
+    }
+    if (fimRep < 0 && FIM_REP_TEXTS.includes(t)) {
+      fimRep = id;
+      markControl(id);
+    }
+    if (fimSep < 0 && FIM_SEP_TEXTS.includes(t)) {
+      fimSep = id;
+      markControl(id);
+    }
   }
   const eogIds = new Set<number>();
   for (const id of [fimPad, fimRep, fimSep]) if (id >= 0) eogIds.add(id);
   for (let id = 0; id < n; id++) {
-    if (EOG_TEXTS.includes(tokens[id])) { eogIds.add(id); markControl(id); }
+    if (EOG_TEXTS.includes(tokens[id])) {
+      eogIds.add(id);
+      markControl(id);
+    }
   }
   for (const id of [eosId, eotId, eomId]) if (id >= 0) eogIds.add(id);
 
@@ -296,10 +336,34 @@ export function loadVocab(src: TokenizerMetadataSource): Vocab {
   specialTokens.sort((a, b) => tokens[b].length - tokens[a].length || a - b);
 
   return {
-    kind, pre, preTokenizer, tokens, scores, types, tokenToId, maxTokenLength, mergeRanks, byteToToken,
-    pieces, specialPieces, specialTokens, eogIds,
-    bosId, eosId, eotId, eomId, unkId, sepId, padId, maskId, nlId,
-    addBos, addEos, addSpacePrefix, ignoreMerges, cleanSpaces,
+    kind,
+    pre,
+    preTokenizer,
+    tokens,
+    scores,
+    types,
+    tokenToId,
+    maxTokenLength,
+    mergeRanks,
+    byteToToken,
+    pieces,
+    specialPieces,
+    specialTokens,
+    eogIds,
+    bosId,
+    eosId,
+    eotId,
+    eomId,
+    unkId,
+    sepId,
+    padId,
+    maskId,
+    nlId,
+    addBos,
+    addEos,
+    addSpacePrefix,
+    ignoreMerges,
+    cleanSpaces,
   };
 }
 

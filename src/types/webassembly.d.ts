@@ -1,7 +1,11 @@
 // The slice of the WebAssembly JS API this project uses (Node provides it; TypeScript's "DOM" lib
 // would declare it too, along with a browser we do not want in scope).
 declare namespace WebAssembly {
-  interface MemoryDescriptor { initial: number; maximum?: number; shared?: boolean }
+  interface MemoryDescriptor {
+    initial: number;
+    maximum?: number;
+    shared?: boolean;
+  }
   class Memory {
     constructor(descriptor: MemoryDescriptor);
     readonly buffer: ArrayBuffer | SharedArrayBuffer;
