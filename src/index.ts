@@ -10,11 +10,13 @@ import { LlamaModel } from "./model/llama.js";
 import { Tokenizer } from "./tokenizer/index.js";
 import { Generation, type GenerateOptions } from "./generate/generator.js";
 import type { ModelConfig } from "./model/config.js";
-import type { OffloadOptions, OffloadStats } from "./model/offloaded-ffn.js";
+import type { OffloadOptions, OffloadStats } from "./model/offload/offloaded-ffn.js";
+import type { OffloadLayout } from "./model/offload/layout.js";
 
 export type { GenerateOptions, GenerationStats, StopReason } from "./generate/generator.js";
 export type { ModelConfig } from "./model/config.js";
-export type { OffloadOptions, OffloadStats } from "./model/offloaded-ffn.js";
+export type { OffloadOptions, OffloadStats } from "./model/offload/offloaded-ffn.js";
+export type { OffloadLayout, SparsityMode } from "./model/offload/layout.js";
 export { Generation } from "./generate/generator.js";
 export { Tokenizer, StreamingDecoder } from "./tokenizer/index.js";
 export { GGUFFile, GGUFError } from "./format/gguf.js";
@@ -69,17 +71,13 @@ export class Model {
   get offloadMode(): string | undefined {
     return this.llama.offloaded?.mode;
   }
-  /** the neuron cache a store runs with: its size, the share pinned hot, and whether gate rows stay in memory */
-  get offloadLayout():
-    { cacheBytes: number; hotFraction: number; hotPerLayer: number; residentGates: boolean } | undefined {
-    const off = this.llama.offloaded;
-    if (!off) return undefined;
-    return {
-      cacheBytes: off.cache.bytes,
-      hotFraction: off.hotFraction,
-      hotPerLayer: off.cache.hotCount[0] ?? 0,
-      residentGates: off.hasResidentGates,
-    };
+  /**
+   * How a store's budget is laid out (undefined for a model in memory): what stays resident, the
+   * neuron cache's size, the hot neurons pinned per layer and the share asked for, whether the
+   * gate rows stay in memory (src/model/offload/layout.ts).
+   */
+  get offloadLayout(): OffloadLayout | undefined {
+    return this.llama.offloaded?.layout;
   }
   /** bytes of wasm memory in use (weights, KV cache, buffers) */
   get residentBytes(): number {

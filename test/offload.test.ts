@@ -275,7 +275,7 @@ test("the memory budget holds: peak RSS of a whole run stays within budget + 5%,
   // refused before the weights load (a cgroup limit would kill a process that loads first)
   assert.match(
     small.stderr,
-    /memory budget 40\.0 MiB is too small .*weights would be [\d.]+ MiB.* at least [\d.]+ MiB would run/,
+    /memory budget 40\.0 MiB is too small .*runtime [\d.]+ MiB, weights [\d.]+ MiB.* at least [\d.]+ MiB would run/,
   );
 });
 

@@ -25,7 +25,7 @@ import { hasSparseKernel } from "../runtime/sparse-kernels.js";
 import { activationBytes, hasWeightKernel, weightKernel } from "../runtime/weights.js";
 import { DEFAULT_HOT_FRACTION, defaultHotFraction } from "../io/neuron-cache.js";
 import { calibrated, calibration, type Calibration, type CalibrationJob, type CalibrationRun } from "./calibrate.js";
-import { storedFiring } from "../model/offloaded-ffn.js";
+import { storedFiring } from "../model/offload/layout.js";
 import {
   hitProfile,
   predict,

@@ -37,7 +37,7 @@ import { NeuronCache } from "../io/neuron-cache.js";
 import { Arena } from "../runtime/arena.js";
 import { ThreadPool } from "../runtime/pool.js";
 import { SparseFFN, hasSparseKernel } from "../runtime/sparse-kernels.js";
-import { gateReadBytesOf, gateStreamGeometry } from "../model/offloaded-ffn.js";
+import { gateReadBytesOf, gateStreamGeometry } from "../model/offload/layout.js";
 import { activationBytes, hasWeightKernel, prepareKernel, weightKernel } from "../runtime/weights.js";
 
 export const PROBE_VERSION = 5;
