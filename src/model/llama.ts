@@ -11,7 +11,7 @@ import { openSync, readSync, closeSync } from "node:fs";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { NeuronStore, STORE_MAGIC } from "../format/store.js";
 import { OffloadedFFN, type OffloadOptions } from "./offload/offloaded-ffn.js";
-import { budgetError, offloadLayout, storeFacts, type OffloadLayout } from "./offload/layout.js";
+import { BudgetError, offloadLayout, storeFacts, type OffloadLayout } from "./offload/layout.js";
 import { hasPredictors, Predictor } from "./offload/predictor.js";
 import { dequantizeRow } from "../format/quant.js";
 import { GGMLType, tensorBytes } from "../format/ggml-types.js";
@@ -176,6 +176,12 @@ export class LlamaModel {
   readonly cachedTokens: number[] = [];
   /** per-layer activation thresholds in force (null: none) */
   thresholds: Float32Array | null = null;
+  /**
+   * Bytes of wasm memory the model itself took (the kernels' static region, weights, buffers, KV
+   * cache), before an offloaded FFN's: what resident-bytes.ts computed before loading, plus the
+   * static region (tests check the two agree).
+   */
+  fixedArenaBytes = 0;
   /** one embedding row read from a store */
   private embdRow: Uint8Array | null = null;
   /** see setFFNObserver */
@@ -248,7 +254,7 @@ export class LlamaModel {
             },
           )
         : undefined;
-      if (layout && !layout.fits) throw new Error(budgetError(layout, file.path));
+      if (layout && !layout.fits) throw new BudgetError(layout, file.path);
       return { store, cfg, batchSize, sparsity, contextSize, resident, arena, pool, layout };
     } catch (e) {
       await pool.dispose();
@@ -330,6 +336,7 @@ export class LlamaModel {
         ? Predictor.load(loader, arena, pool, file, cfg, resident.predictors)
         : null;
       const buf = allocBuffers(arena, cfg, contextSize, batchSize, resident.quantized);
+      const fixedArenaBytes = arena.used - (opts.addressFloor ?? 0);
       // Touch the activation buffers (laid out from x up to the KV cache) now: they are resident
       // from the start, as the layout counts them.
       if (store) arena.u8(buf.x, buf.kCache - buf.x).fill(0);
@@ -358,6 +365,7 @@ export class LlamaModel {
         offloaded,
       );
       model.thresholds = thresholds;
+      model.fixedArenaBytes = fixedArenaBytes;
       return model;
     } catch (e) {
       await pool?.dispose();

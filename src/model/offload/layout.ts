@@ -268,13 +268,26 @@ export function offloadLayout(
 
 const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
 
-/** Why a layout does not fit its budget, with the budget that would (for an error message). */
-export function budgetError(layout: OffloadLayout, path: string): string {
+/** The parts of what stays in memory, in words: "runtime 62.1 MiB, weights 5.0 MiB, ...". */
+export function fixedPartsText(layout: OffloadLayout): string {
   const r = layout.fixedResident;
   return (
-    `memory budget ${mib(layout.budget ?? 0)} is too small for ${path}: the part that stays in memory ` +
-    `(runtime ${mib(r.base)}, weights ${mib(r.weights)}, buffers ${mib(r.buffers + layout.runtimeGrowth + layout.ffnBuffers)}, ` +
-    `KV cache ${mib(r.kv)}, ${layout.residentGates ? "gate rows" : "gate staging"} ${mib(layout.gateBytes)}) needs ` +
-    `${mib(layout.fixed)}; at least ${mib(layout.minBudget)} would run (with a minimal neuron cache)`
+    `runtime ${mib(r.base)}, weights ${mib(r.weights)}, buffers ${mib(r.buffers + layout.ffnBuffers)}, ` +
+    `KV cache ${mib(r.kv)}, ${layout.residentGates ? "gate rows" : "gate staging"} ${mib(layout.gateBytes)}, ` +
+    `growth allowance ${mib(layout.runtimeGrowth)}`
   );
+}
+
+/** A budget too small for a store: says why, with the budget that would run; carries the layout. */
+export class BudgetError extends Error {
+  override name = "BudgetError";
+  constructor(
+    readonly layout: OffloadLayout,
+    path: string,
+  ) {
+    super(
+      `memory budget ${mib(layout.budget ?? 0)} is too small for ${path}: the part that stays in memory ` +
+        `(${fixedPartsText(layout)}) needs ${mib(layout.fixed)}; at least ${mib(layout.minBudget)} would run (with a minimal neuron cache)`,
+    );
+  }
 }
