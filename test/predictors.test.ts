@@ -19,7 +19,12 @@ import { convertToStore } from "../src/offline/convert.js";
 import { corpusTokens, readCorpus } from "../src/offline/corpus.js";
 import { addPredictorsToStore, writePredictorGGUF } from "../src/offline/predictor-output.js";
 import { trainPredictors, type TrainPredictorsResult } from "../src/offline/train-predictors.js";
-import { maskWords, PredictorTrainer, QualityCounter, thresholdForRecall } from "../src/sparse/predictor-train.js";
+import {
+  maskWords,
+  PredictorTrainer,
+  QualityCounter,
+  thresholdForRecall,
+} from "../src/predictor-training/predictor-train.js";
 import { Tokenizer } from "../src/tokenizer/index.js";
 import { CLI, SHARED, tempDir } from "./helpers.js";
 import { Arena } from "../src/runtime/arena.js";
@@ -34,7 +39,7 @@ import {
   refMmTN,
   refRelu,
   refReluGrad,
-} from "../src/sparse/train-kernels.js";
+} from "../src/predictor-training/train-kernels.js";
 
 /** Deterministic pseudo-random floats in [-1, 1). */
 function rand(seed: number): () => number {

@@ -25,7 +25,7 @@ import { f16Table, f16ToF32, f32ToF16 } from "../format/half.js";
 import { dequantizeRow, quantizeRow } from "../format/quant.js";
 import { buildSynthVocab } from "./synth-vocab.js";
 import { writePredictorFile } from "./predictor-output.js";
-import type { PredictorWeights } from "../sparse/predictor-train.js";
+import type { PredictorWeights } from "../predictor-training/predictor-train.js";
 import { fingerprintOfPath } from "./profile.js";
 
 export type SynthShape = "tiny" | "1b" | "7b" | "mistral-7b" | "13b";
