@@ -9,18 +9,7 @@
  * The F16 kernels read halves with a conversion that is exact for every finite value but turns
  * inf and NaN into finite numbers, so packing rejects F16 matrices holding them.
  *
- * Measured on the development machine (one core of a 2-core AMD EPYC Zen 4 VM, Node 20, V8's
- * wasm SIMD128; 4096 x 4096, best of many interleaved runs; the machine was shared, so runs
- * vary by up to +-30%), in GMAC/s:
- *
- *   type    matvec   matmul (8 tokens)     type    matvec   matmul (8 tokens)
- *   Q4_K    10-12    14                    Q5_0    5.8      8.3
- *   Q6_K    8.0      12.3                  Q5_1    5.2      6.3-7.2
- *   Q5_K    8.0      10.6                  F16     5.0      10.4
- *                                          BF16    6.9      12.6
- *
- * prepare_q8_K takes about 4 us per 4096-value row. F16/BF16 matvec at this size streams 32 MiB
- * per call and is close to what this machine's memory gave the F32 kernel (13 GB/s).
+ * Their speed per type: docs/benchmarks.md, "The less common weight types' kernels".
  */
 import { GGMLType, typeName, typeTraits } from "../format/ggml-types.js";
 import type { ActivationFormat, WeightKernel } from "./weights.js";
