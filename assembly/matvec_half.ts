@@ -4,7 +4,7 @@
 // shift make it one. F16 is widened with its sign, shifted so its exponent and mantissa land in
 // the f32 fields, masked, and multiplied by 2^112 (re-biasing the exponent 15 -> 127; exact for
 // every finite half, subnormals and zeros included). Halves that are inf or NaN would come out
-// as finite numbers near 2^16: the loader rejects such tensors (src/runtime/weights-more.ts).
+// as finite numbers near 2^16: the loader rejects such tensors (src/runtime/weight-kernels/half.ts).
 //
 // matmul works on tiles of 4 tokens so each converted weight vector serves 4 activations.
 

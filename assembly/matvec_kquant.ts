@@ -16,8 +16,8 @@
 // i32x4.dot_i16x8_s then adds two such products. The 256 is divided out in the f32 block scale.
 // (Bound: 8 sub-blocks * 63 * 8 products * 15 * 128 * 256 < 2^31, so i32 never overflows.)
 //
-// What measured fastest here (V8 on x86-64, 16 xmm registers; see the report in
-// src/runtime/weights-more.ts): matvec shares each shaped activation vector between 2 rows
+// What measured fastest here (V8 on x86-64, 16 xmm registers; the speeds are in
+// docs/benchmarks.md, "The less common weight types' kernels"): matvec shares each shaped activation vector between 2 rows
 // (Q4_K) and matmul shares each unpacked weight vector between 2 tokens (all three types).
 // Wider tiles spill. Inner loops stay loops: fully unrolled blocks made V8 hoist every load and
 // spill most vectors to the stack.

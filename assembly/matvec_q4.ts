@@ -2,7 +2,7 @@
 // (decode) and matmul (prefill), with ggml's numerics: an exact integer dot per 32-block, scaled by the f32 product of the two block
 // scales (Q4_1 adds m_w * s_x, s_x = d_x * sum q_x as ggml's Q8_1 stores it).
 //
-// Packed weights (written by src/runtime/weights.ts at load). Rows come in pairs, columns in
+// Packed weights (written by src/runtime/weight-kernels/q4.ts at load). Rows come in pairs, columns in
 // groups of 128 (4 blocks); both are zero-padded. Groups are cut into chunks of 32 (4096
 // columns), stored one after the other, each holding all row pairs: row pair p, group g of chunk
 // c (g0 = 32 c <= g < g0 + gc, gc = min(32, ngroups - g0)) sits at

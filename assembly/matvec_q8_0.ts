@@ -2,7 +2,7 @@
 // matmul (prefill), with ggml's numerics:
 // an exact integer dot per 32-block times the f32 product of the two block scales.
 //
-// Packed weights (written by src/runtime/weights.ts at load). Rows come in tiles of 4, columns in
+// Packed weights (written by src/runtime/weight-kernels/q8.ts at load). Rows come in tiles of 4, columns in
 // groups of 128 (4 blocks); both are zero-padded. Groups are cut into chunks of 32 (4096 columns)
 // stored one after the other, each holding all tiles (see matvec_q4.ts for why): tile t, group g
 // of chunk c (g0 = 32 c <= g < g0 + gc, gc = min(32, ngroups - g0)) sits at

@@ -14,7 +14,7 @@ import { GGMLType, typeFromName, typeName, tensorBytes } from "../src/format/ggm
 import { f32ToF16 } from "../src/format/half.js";
 import { Arena } from "../src/runtime/arena.js";
 import { instantiateKernels, kernelModule } from "../src/runtime/wasm.js";
-import { prepareKernel, weightKernel } from "../src/runtime/weights.js";
+import { prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
 
 function arg(name: string, def: string): string {
   const i = process.argv.indexOf(`--${name}`);

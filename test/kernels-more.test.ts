@@ -7,7 +7,7 @@ import { dequantize, prepareActivation, quantizeRow, rowBytes, vecDot, vecDotTyp
 import { f32ToBF16, f32ToF16 } from "../src/format/half.js";
 import { Arena } from "../src/runtime/arena.js";
 import { instantiateKernels } from "../src/runtime/wasm.js";
-import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weights.js";
+import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
 
 /** Deterministic pseudo-random numbers (xorshift32). */
 function rng(seed: number) {

@@ -8,7 +8,7 @@ import { dequantize, quantizeRow, rowBytes, vecDot } from "../src/format/quant.j
 import { f16Table, f32ToF16 } from "../src/format/half.js";
 import { Arena } from "../src/runtime/arena.js";
 import { instantiateKernels } from "../src/runtime/wasm.js";
-import { activationBytes, prepareKernel, weightKernel, type WeightKernel } from "../src/runtime/weights.js";
+import { activationBytes, prepareKernel, weightKernel, type WeightKernel } from "../src/runtime/weight-kernels.js";
 
 function rng(seed: number) {
   let s = seed >>> 0 || 1;

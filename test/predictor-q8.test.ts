@@ -16,7 +16,7 @@ import { convertToStore } from "../src/offline/convert.js";
 import { synthesize } from "../src/offline/synth.js";
 import { Arena } from "../src/runtime/arena.js";
 import { ThreadPool } from "../src/runtime/pool.js";
-import { activationBytes, prepareKernel } from "../src/runtime/weights.js";
+import { activationBytes, prepareKernel } from "../src/runtime/weight-kernels.js";
 import { randomTokens, tempDir } from "./helpers.js";
 
 const dir = tempDir("predictor-q8-");

@@ -9,7 +9,7 @@ import { dequantize, quantizeRow, rowBytes } from "../src/format/quant.js";
 import { f16Table } from "../src/format/half.js";
 import { Arena } from "../src/runtime/arena.js";
 import { ThreadPool } from "../src/runtime/pool.js";
-import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weights.js";
+import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
 import {
   SparseFFN,
   refSparseFFN,

@@ -37,7 +37,7 @@ import {
 import { convertToStore } from "../offline/convert.js";
 import { loadModel } from "../index.js";
 import { peakResidentBytes } from "../runtime/memory.js";
-import { weightKernel } from "../runtime/weights.js";
+import { weightKernel } from "../runtime/weight-kernels.js";
 import { gateReadBytesOf, gateStagingBytes } from "../model/offloaded-ffn.js";
 
 /** Bumped when the demo model's recipe changes, so an old cached store is not reused for it. */

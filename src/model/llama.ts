@@ -21,7 +21,7 @@ import {
   prepareKernel,
   weightKernel,
   type ActivationFormat,
-} from "../runtime/weights.js";
+} from "../runtime/weight-kernels.js";
 import { readConfig, type ModelConfig } from "./config.js";
 import { ropeTable } from "./rope.js";
 import { WeightLoader, type Matrix } from "./weights.js";

@@ -16,7 +16,7 @@ import { availableParallelism } from "node:os";
 import type { NeuronStore, VerifyMode } from "../format/store.js";
 import type { Arena } from "../runtime/arena.js";
 import type { ThreadPool } from "../runtime/pool.js";
-import { weightKernel } from "../runtime/weights.js";
+import { weightKernel } from "../runtime/weight-kernels.js";
 import { SparseFFN, type SparseActivation } from "../runtime/sparse-kernels.js";
 import { FlashReader, type FlashReadRequest, type FlashReaderOptions } from "../io/flash-reader.js";
 import { defaultHotFraction, NeuronCache } from "../io/neuron-cache.js";

@@ -22,7 +22,7 @@ import type { LoadModelOptions } from "../index.js";
 import { readConfig, type ModelConfig } from "../model/config.js";
 import { plannedFiring } from "../offline/synth.js";
 import { hasSparseKernel } from "../runtime/sparse-kernels.js";
-import { activationBytes, hasWeightKernel, weightKernel } from "../runtime/weights.js";
+import { activationBytes, hasWeightKernel, weightKernel } from "../runtime/weight-kernels.js";
 import { DEFAULT_HOT_FRACTION, defaultHotFraction } from "../io/neuron-cache.js";
 import { calibrated, calibration, type Calibration, type CalibrationJob, type CalibrationRun } from "./calibrate.js";
 import { storedFiring } from "../model/offloaded-ffn.js";

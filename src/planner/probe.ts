@@ -38,7 +38,7 @@ import { Arena } from "../runtime/arena.js";
 import { ThreadPool } from "../runtime/pool.js";
 import { SparseFFN, hasSparseKernel } from "../runtime/sparse-kernels.js";
 import { gateReadBytesOf, gateStreamGeometry } from "../model/offloaded-ffn.js";
-import { activationBytes, hasWeightKernel, prepareKernel, weightKernel } from "../runtime/weights.js";
+import { activationBytes, hasWeightKernel, prepareKernel, weightKernel } from "../runtime/weight-kernels.js";
 
 export const PROBE_VERSION = 5;
 
