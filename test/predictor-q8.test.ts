@@ -11,7 +11,7 @@ import { GGMLType } from "../src/format/ggml-types.js";
 import { NeuronStore } from "../src/format/store.js";
 import { dequantize } from "../src/format/quant.js";
 import { LlamaModel } from "../src/model/llama.js";
-import { WeightLoader, type Matrix } from "../src/model/weights.js";
+import { WeightLoader, type Matrix } from "../src/model/weight-loader.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { synthesize } from "../src/offline/synth.js";
 import { Arena } from "../src/runtime/arena.js";

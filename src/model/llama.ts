@@ -24,7 +24,7 @@ import {
 } from "../runtime/weight-kernels.js";
 import { readConfig, type ModelConfig } from "./config.js";
 import { ropeTable } from "./rope.js";
-import { WeightLoader, type Matrix } from "./weights.js";
+import { WeightLoader, type Matrix } from "./weight-loader.js";
 import type { GGUFTensorInfo } from "../format/gguf.js";
 
 export interface LoadOptions {

@@ -21,7 +21,7 @@ import { SparseFFN, type SparseActivation } from "../runtime/sparse-kernels.js";
 import { FlashReader, type FlashReadRequest, type FlashReaderOptions } from "../io/flash-reader.js";
 import { defaultHotFraction, NeuronCache } from "../io/neuron-cache.js";
 import type { ModelConfig } from "./config.js";
-import type { Matrix } from "./weights.js";
+import type { Matrix } from "./weight-loader.js";
 
 /**
  * Which neurons run: "gate" computes every gate and then up/down where the activation is not
