@@ -17,7 +17,7 @@ import { NeuronStore } from "../src/format/store.js";
 import { LlamaModel } from "../src/model/llama.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { corpusTokens, readCorpus } from "../src/offline/corpus.js";
-import { addPredictorsToStore, writePredictorGGUF } from "../src/offline/predictor-output.js";
+import { addPredictorsToStore, writePredictorGGUF } from "../src/offline/predictor-files.js";
 import { trainPredictors, type TrainPredictorsResult } from "../src/offline/train-predictors.js";
 import {
   maskWords,

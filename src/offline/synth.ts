@@ -24,7 +24,7 @@ import { GGUFWriter, GGUFValueType } from "../format/gguf-writer.js";
 import { f16Table, f16ToF32, f32ToF16 } from "../format/half.js";
 import { dequantizeRow, quantizeRow } from "../format/quant.js";
 import { buildSynthVocab } from "./synth-vocab.js";
-import { writePredictorFile } from "./predictor-output.js";
+import { writePredictorFile } from "./predictor-files.js";
 import type { PredictorWeights } from "../predictor-training/predictor-train.js";
 import { fingerprintOfPath } from "./profile.js";
 
