@@ -18,7 +18,7 @@ import { resolve } from "node:path";
 import { GGMLType, typeName } from "../format/ggml-types.js";
 import { NeuronStore, STORE_MAGIC } from "../format/store.js";
 import { readerDepthLimit } from "../io/flash-reader.js";
-import type { LoadModelOptions } from "../index.js";
+import type { LoadModelOptions } from "../api/model.js";
 import { readConfig, type ModelConfig } from "../model/config.js";
 import { plannedFiring } from "../offline/synth.js";
 import { hasSparseKernel } from "../runtime/sparse-kernels.js";
