@@ -20,7 +20,7 @@ import { NeuronStore, STORE_MAGIC } from "../format/store.js";
 import { readerDepthLimit } from "../io/flash-reader.js";
 import type { LoadModelOptions } from "../api/model.js";
 import { readConfig, type ModelConfig } from "../model/config.js";
-import { plannedFiring } from "../offline/synth.js";
+import { plannedFiring } from "../model/firing.js";
 import { hasSparseKernel } from "../runtime/sparse-kernels.js";
 import { activationBytes, hasWeightKernel, weightKernel } from "../runtime/weight-kernels.js";
 import { DEFAULT_HOT_FRACTION, defaultHotFraction } from "../io/neuron-cache.js";
