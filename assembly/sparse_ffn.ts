@@ -224,11 +224,10 @@ const T_Q8_0 = 8;
 // One block per inner iteration; at the start of each group of 4 blocks the row's four f16
 // scales are gathered (load16_lane) and converted in SIMD and multiplied by the four activation
 // scales, and each block takes its scale from lane 0 (pshufd) and rotates the next one in.
-// Tried and dropped (measured hot, 4096 wide, against the dense Q4_0 matvec at ~26 GMAC/s):
-// a scalar f16 decode and splat per block (15.2 GMAC/s; this loop 15.8); two rows per loop
-// sharing the activation loads (the same: V8 spills the extra registers); two or four blocks
-// unrolled (10.9, 10.8: V8 hoists all loads of the body to its top and spills), four with a
-// transpose-add of their partial sums (13).
+// Tried and dropped (speeds: docs/benchmarks.md, "Kernel variants measured"): a scalar f16
+// decode and splat per block; two rows per loop sharing the activation loads (V8 spills the
+// extra registers); two or four blocks unrolled (V8 hoists all loads of the body to its top and
+// spills), four with a transpose-add of their partial sums.
 // Nothing past the row is read (a row may end at the end of memory).
 @inline function dot1(t: i32, a: usize, x: usize, n: i32): f32 {
   if (t == T_F32) {
