@@ -17,12 +17,12 @@ import { dequantizeRow } from "../format/quant.js";
 import { GGMLType, tensorBytes } from "../format/ggml-types.js";
 import { Arena } from "../runtime/arena.js";
 import { ThreadPool } from "../runtime/pool.js";
-import type { ActivationFormat } from "../runtime/weights.js";
+import type { ActivationFormat } from "../runtime/weight-kernels.js";
 import { readConfig, type ModelConfig } from "./config.js";
 import { MatrixRunner } from "./matrix-runner.js";
 import { bufferFloats, residentBytes, type BufferFloats } from "./resident-bytes.js";
 import { ropeTable } from "./rope.js";
-import { WeightLoader, type Matrix } from "./weights.js";
+import { WeightLoader, type Matrix } from "./weight-loader.js";
 import type { GGUFTensorInfo } from "../format/gguf.js";
 
 export { PREDICTOR_TENSOR_RE } from "./offload/predictor.js";

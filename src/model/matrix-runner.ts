@@ -5,8 +5,8 @@
  * a batch the matmul kernel. Allocates nothing per call.
  */
 import type { ThreadPool } from "../runtime/pool.js";
-import { prepareKernel, type ActivationFormat } from "../runtime/weights.js";
-import type { Matrix } from "./weights.js";
+import { prepareKernel, type ActivationFormat } from "../runtime/weight-kernels.js";
+import type { Matrix } from "./weight-loader.js";
 
 export class MatrixRunner {
   private readonly args = new Int32Array(8);

@@ -6,7 +6,7 @@
  */
 import type { ModelFile } from "../format/gguf.js";
 import { NeuronStore } from "../format/store.js";
-import { activationBytes, hasWeightKernel, weightKernel, type ActivationFormat } from "../runtime/weights.js";
+import { activationBytes, hasWeightKernel, weightKernel, type ActivationFormat } from "../runtime/weight-kernels.js";
 import type { ModelConfig } from "./config.js";
 import { predictorShapes, type PredictorShape } from "./offload/predictor.js";
 

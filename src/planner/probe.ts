@@ -44,11 +44,12 @@ import {
   prepareKernel,
   weightKernel,
   type ActivationFormat,
-} from "../runtime/weights.js";
+} from "../runtime/weight-kernels.js";
 import { readConfig } from "../model/config.js";
+import { median } from "./median.js";
 import { MatrixRunner } from "../model/matrix-runner.js";
 import { hasPredictors, Predictor, predictorShapes, type PredictorShape } from "../model/offload/predictor.js";
-import { WeightLoader } from "../model/weights.js";
+import { WeightLoader } from "../model/weight-loader.js";
 
 export const PROBE_VERSION = 6;
 
@@ -731,7 +732,6 @@ async function probeReads(
     const L = store.layer(Math.floor(rnd() * layers));
     return L.offset + Math.floor(rnd() * L.neurons) * L.bundleBytes;
   };
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
   const gap = new Float64Array(1 << 18);
   const readers = depths.map((qd) =>
     FlashReader.open(store.path, { memory: arena.memory, queueDepth: qd, direct: "auto", verify, onWarning: () => {} }),
@@ -795,7 +795,6 @@ async function probeStream(
   const pool = await ThreadPool.create(arena.memory, threads);
   const layers = store.ffn.layers.length;
   const verify = store.verifier("always");
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
   const readers = depths.map((qd) =>
     FlashReader.open(store.path, { memory: arena.memory, queueDepth: qd, direct: "auto", verify, onWarning: () => {} }),
   );

@@ -12,7 +12,7 @@ import type { NeuronStore } from "../../format/store.js";
 import type { GGMLType } from "../../format/ggml-types.js";
 import { defaultHotFraction, NeuronCache } from "../../io/neuron-cache.js";
 import { partialBytes, sparseActivationBytes } from "../../runtime/sparse-kernels.js";
-import { weightKernel } from "../../runtime/weights.js";
+import { weightKernel } from "../../runtime/weight-kernels.js";
 import type { ModelConfig } from "../config.js";
 
 /**

@@ -10,10 +10,10 @@ import { GGMLType } from "../../format/ggml-types.js";
 import type { ModelFile } from "../../format/gguf.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { ThreadPool } from "../../runtime/pool.js";
-import { hasWeightKernel, weightKernel, type ActivationFormat } from "../../runtime/weights.js";
+import { hasWeightKernel, weightKernel, type ActivationFormat } from "../../runtime/weight-kernels.js";
 import type { ModelConfig } from "../config.js";
 import type { MatrixRunner } from "../matrix-runner.js";
-import type { Matrix, WeightLoader } from "../weights.js";
+import type { Matrix, WeightLoader } from "../weight-loader.js";
 
 /** PowerInfer's activation predictor tensors (blk.N.fc1.weight, blk.N.fc2.weight). */
 export const PREDICTOR_TENSOR_RE = /^blk\.\d+\.fc[12]\.weight$/;

@@ -5,9 +5,9 @@
 import type { NeuronStore } from "../../format/store.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { ThreadPool } from "../../runtime/pool.js";
-import { weightKernel } from "../../runtime/weights.js";
+import { weightKernel } from "../../runtime/weight-kernels.js";
 import type { MatrixRunner } from "../matrix-runner.js";
-import type { Matrix } from "../weights.js";
+import type { Matrix } from "../weight-loader.js";
 import type { BatchGateSource, GateSource } from "./gate-source.js";
 import type { NeuronLists } from "./neuron-lists.js";
 import type { OffloadStats } from "./stats.js";

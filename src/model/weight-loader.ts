@@ -8,7 +8,7 @@ import { GGUFError, type ModelFile, type GGUFTensorInfo } from "../format/gguf.j
 import { dequantizeRow, quantizeRow, rowBytes } from "../format/quant.js";
 import type { Arena } from "../runtime/arena.js";
 import type { ThreadPool } from "../runtime/pool.js";
-import { hasWeightKernel, weightKernel, type WeightKernel } from "../runtime/weights.js";
+import { hasWeightKernel, weightKernel, type WeightKernel } from "../runtime/weight-kernels.js";
 
 /** A weight matrix in wasm memory: `rows` outputs, each a dot product over `cols` inputs. */
 export interface Matrix {
