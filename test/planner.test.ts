@@ -8,7 +8,7 @@ import { NeuronStore } from "../src/format/store.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { plannedFiring, synthesize } from "../src/offline/synth.js";
 import { readConfig } from "../src/model/config.js";
-import { BudgetError, ffnBufferBytes, RUNTIME_GROWTH_BYTES, type StoreFacts } from "../src/model/offload/layout.js";
+import { BudgetError, ffnBufferBytes, runtimeGrowthBytes, type StoreFacts } from "../src/model/offload/layout.js";
 import {
   hitProfile,
   layoutFor,
@@ -62,6 +62,7 @@ const facts: StoreFacts = {
   gateRowBytes: 4 * MiB,
   gateReadBytes: 4096,
   gateCopy: false,
+  nVocab: 50,
   checksumMarkBytes: 0,
   firing: null,
 };
@@ -120,7 +121,7 @@ const uniform = (p: number): Firing => ({
 });
 const workload = { contextSize: 1024, promptTokens: 0, decodeTokens: 1 };
 /** everything but the cache: base 20 + weights 10 + KV 1 MiB + runtime growth + the FFN's buffers + gate rows (or staging) + the cache's page alignment */
-const fixedOf = (gates: number) => 31 * MiB + RUNTIME_GROWTH_BYTES + ffnBufferBytes(facts, 1, true) + gates + 4096;
+const fixedOf = (gates: number) => 31 * MiB + runtimeGrowthBytes(facts) + ffnBufferBytes(facts, 1, true) + gates + 4096;
 /** a budget that leaves `slots` (and half a) bundles of cache, resident gate rows */
 const budgetFor = (slots: number, gates = 8 * MiB) => (fixedOf(gates) + (slots + 0.5) * 4096) / 0.97;
 

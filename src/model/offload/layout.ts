@@ -29,11 +29,14 @@ export const BUDGET_ROOM = 0.97;
 export const STAGE_NEURONS = 2048;
 /**
  * What the process gains after the layout is made that the layout does not list: the JS buffers
- * loading reads through (the weight loader's and the hot region's 2 MiB chunks), code the JIT
- * compiles, the tokenizer's and the generator's JS heap, the reader's rings. Measured 8-9 MiB
- * above the layout's other parts at the peak of a relu-stories run.
+ * loading reads through (the weight loader's and the hot region's 2 MiB chunks, kept for reuse),
+ * code the JIT compiles, the reader's rings, the generator's heap (RUNTIME_GROWTH_BYTES), and the
+ * tokenizer, which grows with the vocabulary (TOKENIZER_BYTES_PER_TOKEN). Measured: 11-13 MiB
+ * above the weights' own memory once a 1B model has loaded, 8.9 MiB for its 32000-token
+ * tokenizer (docs/architecture.md, "Memory").
  */
-export const RUNTIME_GROWTH_BYTES = 12 << 20;
+export const RUNTIME_GROWTH_BYTES = 16 << 20;
+export const TOKENIZER_BYTES_PER_TOKEN = 320;
 /** The smallest neuron cache that runs, in bundles (a layer's misses are served in rounds of what is free). */
 const MIN_CACHE_BUNDLES = 4;
 /** Slack for an allocation aligned to a 4 KiB page (the staging area, the cache). */
@@ -55,6 +58,8 @@ export interface StoreFacts {
   gateReadBytes: number;
   /** every layer has a contiguous copy of its gate rows (gates can stream in large reads) */
   gateCopy: boolean;
+  /** the vocabulary's size (the tokenizer's memory grows with it) */
+  nVocab: number;
   /** bytes of the reader's once-per-chunk checksum marks (one byte per 4 KiB chunk) */
   checksumMarkBytes: number;
   /** each layer's firing rates in stored order, from the profile the store was ordered by (null: none) */
@@ -94,7 +99,7 @@ export interface OffloadLayout {
   /** what the layout hands out: BUDGET_ROOM of the budget */
   room: number;
   fixedResident: FixedResident;
-  /** what the process gains once running that the other parts do not list (RUNTIME_GROWTH_BYTES) */
+  /** what the process gains once running that the other parts do not list (runtimeGrowthBytes) */
   runtimeGrowth: number;
   /** the offloaded FFN's own buffers: neuron lists, the sparse kernels' activation and partial sums, checksum marks */
   ffnBuffers: number;
@@ -118,6 +123,11 @@ export interface OffloadLayout {
   fits: boolean;
   /** the smallest budget that runs with these knobs */
   minBudget: number;
+}
+
+/** What the process gains once running that the layout's other parts do not list (see RUNTIME_GROWTH_BYTES). */
+export function runtimeGrowthBytes(facts: Pick<StoreFacts, "nVocab">): number {
+  return RUNTIME_GROWTH_BYTES + TOKENIZER_BYTES_PER_TOKEN * facts.nVocab;
 }
 
 /** Bytes of the pages holding one bundle's gate row: what a first-phase gate read reads. */
@@ -168,6 +178,7 @@ export function storeFacts(store: NeuronStore, cfg: ModelConfig): StoreFacts {
     gateRowBytes: weightKernel(ffn.type).packedBytes(cfg.nFF, cfg.nEmbd),
     gateReadBytes: gateReadBytesOf(ffn),
     gateCopy: ffn.layers.every((L) => L.gateRows !== null),
+    nVocab: cfg.nVocab,
     checksumMarkBytes: store.checksumTable("always").crcs.length,
     firing: storedFiring(store),
   };
@@ -210,7 +221,8 @@ export function offloadLayout(
   const allFFN = nLayer * nFF * bundleBytes;
   const minCache = Math.min(allFFN, MIN_CACHE_BUNDLES * bundleBytes);
   const ffnBuffers = ffnBufferBytes(facts, knobs.threads, knobs.verifyOnce ?? true);
-  const base = resident.base + resident.weights + resident.buffers + resident.kv + RUNTIME_GROWTH_BYTES + ffnBuffers;
+  const growth = runtimeGrowthBytes(facts);
+  const base = resident.base + resident.weights + resident.buffers + resident.kv + growth + ffnBuffers;
   const gateRows = nLayer * facts.gateRowBytes;
   const staging = stagingBytes(facts);
   const room = budget === undefined ? Infinity : budget * BUDGET_ROOM;
@@ -250,7 +262,7 @@ export function offloadLayout(
     budget,
     room,
     fixedResident: resident,
-    runtimeGrowth: RUNTIME_GROWTH_BYTES,
+    runtimeGrowth: growth,
     ffnBuffers,
     residentGates,
     gateBytes,
