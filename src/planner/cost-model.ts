@@ -22,7 +22,7 @@
  */
 import type { GGMLType } from "../format/ggml-types.js";
 import type { ScanSpeed, SparseSpeed } from "./probe.js";
-import { hitProfile, type Firing, type HitProfile } from "../io/hit-model.js";
+import { hitProfile, normalCdf, type Firing, type HitProfile } from "../io/hit-model.js";
 import {
   offloadLayout,
   STAGE_NEURONS,
@@ -459,16 +459,6 @@ function hotRuns(firing: Firing, hot: number): HotRuns {
 
 function normalPdf(z: number): number {
   return Math.exp(-0.5 * z * z) / Math.sqrt(2 * Math.PI);
-}
-
-/** The standard normal CDF (Abramowitz and Stegun 7.1.26, error under 1.5e-7). */
-function normalCdf(z: number): number {
-  const x = Math.abs(z) / Math.SQRT2;
-  const t = 1 / (1 + 0.3275911 * x);
-  const erf =
-    1 -
-    ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * Math.exp(-x * x);
-  return z >= 0 ? 0.5 * (1 + erf) : 0.5 * (1 - erf);
 }
 
 /**
