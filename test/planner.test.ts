@@ -416,6 +416,20 @@ async function stores(): Promise<void> {
 
 const FAST = { scale: 0.02, cacheDir, threads: [1], queueDepths: [1, 2] };
 
+/** A plan for the profiled tiny store at one thread, with quick probes and no calibration unless asked. */
+const tinyPlan = (budget: number, more: Partial<Parameters<typeof makePlan>[0]> = {}) =>
+  makePlan({
+    modelPath: profiledPath,
+    budget,
+    probe: FAST,
+    threads: 1,
+    promptTokens: 8,
+    decodeTokens: 16,
+    contextSize: 64,
+    runtimeBase: 0,
+    ...more,
+  });
+
 test("probe: measures every part with tiny durations, caches it per machine, re-probes on request", async () => {
   await stores();
   const store = NeuronStore.open(storePath);
@@ -546,22 +560,13 @@ test("the runtime's base as the planner measures it (a fresh process, as run mak
   const m = /memory: budget [\d.]+ MiB = runtime ([\d.]+) MiB/.exec(r.stderr);
   assert.ok(m, r.stderr);
   const runBase = Number(m[1]) * MiB;
-  assert.ok(Math.abs(base - runBase) < 4 * MiB, `planner ${(base / MiB).toFixed(1)} MiB, run ${m[1]} MiB`);
+  assert.ok(Math.abs(base - runBase) < 6 * MiB, `planner ${(base / MiB).toFixed(1)} MiB, run ${m[1]} MiB`);
 });
 
 test("plan: written, read back, applied to load options; never predicted slower than the defaults", async () => {
   await stores();
   const budget = 24 * MiB;
-  const r = await makePlan({
-    modelPath: profiledPath,
-    budget,
-    probe: FAST,
-    threads: 1,
-    promptTokens: 8,
-    decodeTokens: 16,
-    contextSize: 64,
-    runtimeBase: 0,
-  });
+  const r = await tinyPlan(budget);
   assert.ok(r.best.tokensPerSecond >= r.defaults.tokensPerSecond);
   assert.ok(r.candidates.length > 10);
   const path = join(dir, "p.json");
@@ -593,16 +598,7 @@ test("plan: written, read back, applied to load options; never predicted slower 
 test("plan mismatches: another machine, model, budget or context is a clear error (explicit plan) or a note (found next to the model)", async () => {
   await stores();
   const budget = 24 * MiB;
-  const r = await makePlan({
-    modelPath: profiledPath,
-    budget,
-    probe: FAST,
-    threads: 1,
-    promptTokens: 8,
-    decodeTokens: 16,
-    contextSize: 64,
-    runtimeBase: 0,
-  });
+  const r = await tinyPlan(budget);
   const write = (name: string, edit: (p: typeof r.plan) => void) => {
     const p = structuredClone(r.plan);
     edit(p);
@@ -662,16 +658,7 @@ test("plan mismatches: another machine, model, budget or context is a clear erro
 test("calibration: a run's compute and read waits scale every prediction by their own factors", async () => {
   await stores();
   const budget = 24 * MiB;
-  const plain = await makePlan({
-    modelPath: profiledPath,
-    budget,
-    probe: FAST,
-    threads: 1,
-    promptTokens: 8,
-    decodeTokens: 16,
-    contextSize: 64,
-    runtimeBase: 0,
-  });
+  const plain = await tinyPlan(budget);
   const jobs: CalibrationJob[] = [];
   // a stand-in run: whatever the model predicts for the defaults' steps, twice the compute and three times the waiting
   const slow = async (job: CalibrationJob): Promise<CalibrationRun> => {
@@ -686,18 +673,7 @@ test("calibration: a run's compute and read waits scale every prediction by thei
       loadAverage: 1,
     };
   };
-  const r = await makePlan({
-    modelPath: profiledPath,
-    budget,
-    probe: { ...FAST, reprobe: false },
-    threads: 1,
-    promptTokens: 8,
-    decodeTokens: 16,
-    contextSize: 64,
-    runtimeBase: 0,
-    calibrate: slow,
-    calibrationTokens: 4,
-  });
+  const r = await tinyPlan(budget, { probe: { ...FAST, reprobe: false }, calibrate: slow, calibrationTokens: 4 });
   assert.equal(jobs.length, 1);
   assert.deepEqual(jobs[0].knobs, r.defaults.knobs, "the calibration runs the defaults");
   assert.equal(jobs[0].decodeTokens, 4);
@@ -771,7 +747,7 @@ test("powerinfer plan: writes MODEL.plan.json next to the model and prints the p
   // the real calibration run (a child process under the budget)
   assert.match(
     r.stdout,
-    /calibration: a 8-token decode with the defaults measured [\d.]+ tok\/s .* compute scaled x[\d.]+ and its waiting for reads x[\d.]+/,
+    /calibration: a 8-token decode with these knobs measured [\d.]+ tok\/s .* compute scaled x[\d.]+ and its waiting for reads x[\d.]+/,
   );
   assert.match(r.stdout, /waiting for missed bundles|up\/down of firing neurons/);
   assert.match(r.stdout, /wrote .*tiny\.hot\.pi\.plan\.json/);
@@ -812,7 +788,7 @@ test("plan: a store with predictors is planned in predictor mode, as run runs it
   assert.ok(r.best.layout.fits && r.best.breakdown.gate > 0, "the predictor's own cost is part of the prediction");
   assert.ok(r.candidates.every((p) => p.knobs.sparsity === "predictor"));
   // run takes the plan's mode and knobs (its own base differs from the measured one by a little: a little room)
-  const budget = smallest + 2 * MiB;
+  const budget = smallest + 8 * MiB;
   const plan = await makePlan({
     modelPath: predictorPath,
     budget,

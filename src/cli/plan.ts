@@ -308,7 +308,7 @@ export async function main(argv: string[]): Promise<number> {
   const c = plan.calibration;
   lines.push(
     c
-      ? `calibration: a ${c.steps}-token decode with the defaults measured ${(1 / c.secondsPerToken).toFixed(2)} tok/s (load ${c.loadAverage.toFixed(1)}), ` +
+      ? `calibration: a ${c.steps}-token decode with these knobs measured ${(1 / c.secondsPerToken).toFixed(2)} tok/s (load ${c.loadAverage.toFixed(1)}), ` +
           `the probe's figures predicted ${(1 / c.predictedSecondsPerToken).toFixed(2)}: every prediction below has its compute scaled x${c.computeFactor.toFixed(2)} and its waiting for reads x${c.ioFactor.toFixed(2)}`
       : "calibration: none (--no-calibrate): the predictions are the probe's figures alone (on this machine they ran 10-30% optimistic)",
   );
@@ -330,9 +330,13 @@ export async function main(argv: string[]): Promise<number> {
   );
   const d = plan.defaults;
   const gain = plan.prediction.tokensPerSecond / d.tokensPerSecond;
+  const versus =
+    d.tokensPerSecond > 0
+      ? `${d.tokensPerSecond.toFixed(2)} tok/s${gain >= 1.005 ? `, the plan is ${gain.toFixed(2)}x` : ", the plan keeps them"}`
+      : "do not fit this budget (run without the plan refuses it)";
   lines.push(
     `predicted decode: ${plan.prediction.tokensPerSecond.toFixed(2)} tok/s (averaged over ${plan.workload.decodeTokens} tokens after a ${plan.workload.promptTokens}-token prompt); ` +
-      `the defaults (${knobsText(d.knobs)}): ${d.tokensPerSecond.toFixed(2)} tok/s${gain >= 1.005 ? `, the plan is ${gain.toFixed(2)}x` : ", the plan keeps them"}`,
+      `the defaults (${knobsText(d.knobs)}): ${versus}`,
   );
   lines.push(`where a decode token's time goes (ms):`);
   lines.push(breakdown(plan.prediction));

@@ -385,21 +385,32 @@ export function predict(
     }
     for (const k of Object.keys(total) as (keyof Breakdown)[]) total[k] += b[k];
   }
+  return perToken(resolved, layout, steps, total, { fired, hits: hitsSum, hot: hotSum, readBytes, maxRounds });
+}
+
+/** A prediction from totals summed over `steps` decode tokens. */
+function perToken(
+  knobs: PlannedKnobs,
+  layout: OffloadLayout,
+  steps: number,
+  total: Breakdown,
+  sums: { fired: number; hits: number; hot: number; readBytes: number; maxRounds: number },
+): Prediction {
   for (const k of Object.keys(total) as (keyof Breakdown)[]) total[k] /= steps;
   const secondsPerToken = Object.values(total).reduce((a, v) => a + v, 0);
   return {
-    knobs: resolved,
+    knobs,
     layout,
     tokensPerSecond: 1 / secondsPerToken,
     secondsPerToken,
     breakdown: total,
-    firingPerToken: fired / steps,
-    hitsPerToken: hitsSum / steps,
-    hotHitsPerToken: hotSum / steps,
-    missesPerToken: (fired - hitsSum) / steps,
-    readBytesPerToken: readBytes / steps,
-    hitRate: fired > 0 ? hitsSum / fired : 1,
-    maxRounds,
+    firingPerToken: sums.fired / steps,
+    hitsPerToken: sums.hits / steps,
+    hotHitsPerToken: sums.hot / steps,
+    missesPerToken: (sums.fired - sums.hits) / steps,
+    readBytesPerToken: sums.readBytes / steps,
+    hitRate: sums.fired > 0 ? sums.hits / sums.fired : 1,
+    maxRounds: sums.maxRounds,
   };
 }
 
@@ -584,20 +595,5 @@ function predictorMode(
     b.output = output;
     for (const k of Object.keys(total) as (keyof Breakdown)[]) total[k] += b[k];
   }
-  for (const k of Object.keys(total) as (keyof Breakdown)[]) total[k] /= steps;
-  const secondsPerToken = Object.values(total).reduce((a, v) => a + v, 0);
-  return {
-    knobs,
-    layout,
-    tokensPerSecond: 1 / secondsPerToken,
-    secondsPerToken,
-    breakdown: total,
-    firingPerToken: fired / steps,
-    hitsPerToken: hitsSum / steps,
-    hotHitsPerToken: hotSum / steps,
-    missesPerToken: (fired - hitsSum) / steps,
-    readBytesPerToken: readBytes / steps,
-    hitRate: fired > 0 ? hitsSum / fired : 1,
-    maxRounds,
-  };
+  return perToken(knobs, layout, steps, total, { fired, hits: hitsSum, hot: hotSum, readBytes, maxRounds });
 }
