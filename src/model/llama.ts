@@ -21,6 +21,7 @@ import type { ActivationFormat } from "../runtime/weight-kernels.js";
 import { readConfig, type ModelConfig } from "./config.js";
 import { MatrixRunner } from "./matrix-runner.js";
 import { bufferFloats, residentBytes, type BufferFloats } from "./resident-bytes.js";
+import { loadMoeLayer, routeTokens, type MoeLayer } from "./moe.js";
 import { ropeTable } from "./rope.js";
 import { WeightLoader, type Matrix } from "./weight-loader.js";
 import type { GGUFTensorInfo } from "../format/gguf.js";
@@ -69,10 +70,15 @@ export interface LoadOptions {
  */
 export interface FFNObservation {
   layer: number;
+  /** rows of gate and up */
   n: number;
+  /** the residual stream of every token of the forward pass (n rows, or for an expert all the pass's tokens) */
   residual: Float32Array;
   gate: Float32Array;
   up: Float32Array;
+  /** a mixture of experts: the expert observed, and which of the pass's tokens each gate/up row is */
+  expert?: number;
+  tokens?: Int32Array;
 }
 
 /** Metadata key of per-layer activation thresholds (an array of f32, one per layer). */
@@ -104,10 +110,12 @@ interface Layer {
   bk: number;
   bv: number;
   ffnNorm: number;
-  /** the dense FFN (absent when it is offloaded to a neuron store) */
+  /** the dense FFN (absent when it is offloaded to a neuron store, or a mixture of experts) */
   gate?: Matrix;
   up?: Matrix;
   down?: Matrix;
+  /** a mixture of experts in memory (Mixtral layout) */
+  moe?: MoeLayer;
 }
 
 const ACT_CODE = { silu: 0, relu: 1, drelu: 2, gelu: 3 } as const;
@@ -158,6 +166,14 @@ export class LlamaModel {
       bias: pool.fn("add_bias_rows"),
     };
     this.epsBits = f32Bits(cfg.normEps);
+    const k = cfg.nExpertUsed;
+    this.routing = {
+      ids: new Int32Array(batchSize * k),
+      weights: new Float32Array(batchSize * k),
+      probs: new Float64Array(cfg.nExpert),
+      tokens: new Int32Array(batchSize),
+      tokenWeights: new Float32Array(batchSize),
+    };
     this.logits = new Float32Array(arena.memory.buffer, buf.logits, cfg.nVocab);
   }
 
@@ -167,6 +183,14 @@ export class LlamaModel {
   private readonly fn: Record<"rmsnorm" | "rope" | "attention" | "ffnAct" | "ffnActCut" | "add" | "bias", number>;
   private readonly epsBits: number;
   private readonly args = new Int32Array(16);
+  /** a mixture of experts' routing of the current batch (laid out once) */
+  private readonly routing: {
+    ids: Int32Array;
+    weights: Float32Array;
+    probs: Float64Array;
+    tokens: Int32Array;
+    tokenWeights: Float32Array;
+  };
   /** logits of the last token of the last forward() (a view into wasm memory) */
   readonly logits: Float32Array;
   /**
@@ -317,13 +341,15 @@ export class LlamaModel {
           ffnNorm: loader.vector(p + "ffn_norm.weight", nEmbd),
           ...(store
             ? {}
-            : {
-                gate: loader.matrix(p + "ffn_gate.weight", nEmbd, nFF),
-                up: loader.matrix(p + "ffn_up.weight", nEmbd, nFF),
-                down: file.tensors.has(p + "ffn_down_t.weight")
-                  ? loader.transposedMatrix(p + "ffn_down_t.weight", nFF, nEmbd)
-                  : loader.matrix(p + "ffn_down.weight", nFF, nEmbd),
-              }),
+            : cfg.nExpert > 0
+              ? { moe: loadMoeLayer(loader, file, cfg, l) }
+              : {
+                  gate: loader.matrix(p + "ffn_gate.weight", nEmbd, nFF),
+                  up: loader.matrix(p + "ffn_up.weight", nEmbd, nFF),
+                  down: file.tensors.has(p + "ffn_down_t.weight")
+                    ? loader.transposedMatrix(p + "ffn_down_t.weight", nFF, nEmbd)
+                    : loader.matrix(p + "ffn_down.weight", nFF, nEmbd),
+                }),
         });
       }
       const outputNorm = loader.vector("output_norm.weight", nEmbd);
@@ -388,7 +414,8 @@ export class LlamaModel {
     this.embed(tokens, n, pos0);
     for (let l = 0; l < this.config.nLayer; l++) {
       this.attentionBlock(l, n, pos0);
-      this.denseFFN(l, n);
+      if (this.layers[l].moe) this.moeFFN(l, n);
+      else this.denseFFN(l, n);
     }
     return this.logitsOfLast(n);
   }
@@ -556,17 +583,85 @@ export class LlamaModel {
         up: new Float32Array(buf, b.hu, n * cfg.nFF),
       });
     }
-    a[0] = b.hg;
-    a[1] = b.hu;
-    a[2] = ACT_CODE[cfg.activation];
-    const cut = this.thresholds ? this.thresholds[l] : 0;
-    if (cut > 0) {
-      a[3] = f32Bits(cut);
-      this.pool.run(this.fn.ffnActCut, a, 4, n * cfg.nFF, 64, n * cfg.nFF * 16);
-    } else this.pool.run(this.fn.ffnAct, a, 3, n * cfg.nFF, 64, n * cfg.nFF * 16);
+    this.activate(l, n);
     this.mm.setInput(b.hg, cfg.nFF);
     this.mm.run(L.down!, b.xb, n);
     this.add(b.x, b.xb, n * cfg.nEmbd);
+  }
+
+  /** hg = act(hg) * hu over n rows of nFF (with layer l's activation threshold, if any). */
+  private activate(l: number, n: number): void {
+    const a = this.args;
+    const nFF = this.config.nFF;
+    a[0] = this.buf.hg;
+    a[1] = this.buf.hu;
+    a[2] = ACT_CODE[this.config.activation];
+    const cut = this.thresholds ? this.thresholds[l] : 0;
+    if (cut > 0) {
+      a[3] = f32Bits(cut);
+      this.pool.run(this.fn.ffnActCut, a, 4, n * nFF, 64, n * nFF * 16);
+    } else this.pool.run(this.fn.ffnAct, a, 3, n * nFF, 64, n * nFF * 16);
+  }
+
+  /**
+   * x += the FFN of a mixture of experts for layer l: each token routed to its experts (moe.ts),
+   * then expert by expert the tokens routed to it as one batch (gathered, their gate, up, down),
+   * each token's output added into its residual row with its routing weight.
+   */
+  private moeFFN(l: number, n: number): void {
+    const { nEmbd, nFF, nExpert, nExpertUsed: k } = this.config;
+    const b = this.buf;
+    const moe = this.layers[l].moe!;
+    const r = this.routing;
+    const f32 = this.f32;
+    this.rmsnorm(b.xb, b.x, this.layers[l].ffnNorm, n);
+    this.mm.setInput(b.xb, nEmbd);
+    this.mm.run(moe.router, b.route, n);
+    routeTokens(f32.subarray(b.route >>> 2, (b.route >>> 2) + n * nExpert), n, nExpert, k, r.ids, r.weights, r.probs);
+    const x0 = b.x >>> 2,
+      xb0 = b.xb >>> 2,
+      in0 = b.moeIn >>> 2,
+      out0 = b.moeOut >>> 2;
+    for (let e = 0; e < nExpert; e++) {
+      let m = 0;
+      for (let t = 0; t < n; t++) {
+        for (let j = 0; j < k; j++) {
+          if (r.ids[t * k + j] !== e) continue;
+          r.tokens[m] = t;
+          r.tokenWeights[m++] = r.weights[t * k + j];
+        }
+      }
+      if (m === 0) continue;
+      for (let i = 0; i < m; i++) {
+        const from = xb0 + r.tokens[i] * nEmbd;
+        f32.copyWithin(in0 + i * nEmbd, from, from + nEmbd);
+      }
+      const E = moe.experts[e];
+      this.mm.setInput(b.moeIn, nEmbd);
+      this.mm.run(E.gate, b.hg, m);
+      this.mm.run(E.up, b.hu, m);
+      if (this.observer) {
+        const buf = this.arena.memory.buffer;
+        this.observer({
+          layer: l,
+          expert: e,
+          n: m,
+          tokens: r.tokens.subarray(0, m),
+          residual: new Float32Array(buf, b.x, n * nEmbd),
+          gate: new Float32Array(buf, b.hg, m * nFF),
+          up: new Float32Array(buf, b.hu, m * nFF),
+        });
+      }
+      this.activate(l, m);
+      this.mm.setInput(b.hg, nFF);
+      this.mm.run(E.down, b.moeOut, m);
+      for (let i = 0; i < m; i++) {
+        const w = r.tokenWeights[i];
+        const xr = x0 + r.tokens[i] * nEmbd;
+        const or = out0 + i * nEmbd;
+        for (let c = 0; c < nEmbd; c++) f32[xr + c] += w * f32[or + c];
+      }
+    }
   }
 
   /** Final norm and the output matrix, for the last token only. */

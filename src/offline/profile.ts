@@ -402,6 +402,8 @@ export async function profileModel(opts: ProfileOptions): Promise<ProfileResult>
   if (opts.tokens !== undefined && tokens.length < opts.tokens)
     notes.push(`the corpus has only ${tokens.length} tokens (asked for ${opts.tokens}): profiled all of them`);
 
+  if (cfg.nExpert > 0)
+    throw new Error(`${opts.model}: a mixture of experts is profiled per expert, which this version does not do yet`);
   const model = await LlamaModel.load(opts.model, { threads: opts.threads, contextSize: ctx, batchSize: batch });
   try {
     const { nLayer, nFF } = cfg;

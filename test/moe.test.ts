@@ -1,0 +1,187 @@
+/**
+ * Mixture of experts in memory: moe-stories (Mixtral layout, 8 dReLU experts, top-2) against its
+ * PyTorch reference (greedy ids, logits, the experts each token is routed to), both expert tensor
+ * layouts, prompt batches against token-by-token decoding, and files whose experts and metadata
+ * disagree.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { LlamaModel } from "../src/model/llama.js";
+import { argmax, SHARED } from "./helpers.js";
+import { rewrite } from "./rewrite.js";
+
+const MOE = `${SHARED}/models/moe-stories.gguf`;
+const ref = JSON.parse(readFileSync(`${SHARED}/reference/moe-stories.json`, "utf8"));
+
+interface Ref {
+  prompt: string;
+  prompt_ids: number[];
+  greedy_ids: number[];
+  logits_first3: number[][];
+  expert_ids_per_position: number[][][];
+}
+
+/** Greedy decode from prompt ids (the prompt as one batch); the logits of every generated position. */
+function greedy(
+  model: LlamaModel,
+  promptIds: number[],
+  n: number,
+  batch = true,
+): { ids: number[]; logits: Float32Array[] } {
+  let pos = 0;
+  if (batch) {
+    model.forward(promptIds, promptIds.length, 0);
+    pos = promptIds.length;
+  } else for (const id of promptIds) model.forward([id], 1, pos++);
+  const ids: number[] = [];
+  const logits: Float32Array[] = [];
+  for (let i = 0; i < n; i++) {
+    logits.push(model.logits.slice());
+    ids.push(argmax(model.logits));
+    if (i + 1 < n) model.forward([ids[i]], 1, pos++);
+  }
+  return { ids, logits };
+}
+
+function checkLogits(got: Float32Array[], want: number[][], what: string): void {
+  for (let k = 0; k < want.length; k++) {
+    const scale = Math.max(...want[k].map(Math.abs));
+    let worst = 0;
+    for (let i = 0; i < want[k].length; i++) worst = Math.max(worst, Math.abs(got[k][i] - want[k][i]));
+    assert.ok(worst <= 1e-3 * scale, `${what} position ${k}: max |diff| ${worst} > ${1e-3 * scale}`);
+  }
+}
+
+for (const threads of [1, 2]) {
+  test(`moe-stories in memory: greedy ids equal the reference, logits within 1e-3 of the max logit (${threads} thread(s))`, async () => {
+    const model = await LlamaModel.load(MOE, { threads });
+    try {
+      assert.equal(model.config.nExpert, 8);
+      assert.equal(model.config.nExpertUsed, 2);
+      assert.equal(model.config.activation, "drelu");
+      for (const r of ref.prompts as Ref[]) {
+        const { ids, logits } = greedy(model, r.prompt_ids, r.greedy_ids.length);
+        assert.deepEqual(ids, r.greedy_ids, `prompt ${JSON.stringify(r.prompt)}`);
+        checkLogits(logits, r.logits_first3, `prompt ${JSON.stringify(r.prompt)}`);
+      }
+    } finally {
+      await model.dispose();
+    }
+  });
+}
+
+test("moe-stories: every token is routed to the reference's experts, in every layer", async () => {
+  const model = await LlamaModel.load(MOE, { threads: 2 });
+  try {
+    for (const r of ref.prompts as Ref[]) {
+      const fed = [...r.prompt_ids, ...r.greedy_ids.slice(0, -1)];
+      // per position and layer, the experts an observer sees the position routed to
+      const seen: Set<number>[][] = fed.map(() => Array.from({ length: 6 }, () => new Set<number>()));
+      let base = 0;
+      model.setFFNObserver((o) => {
+        for (const t of o.tokens!) seen[base + t][o.layer].add(o.expert!);
+      });
+      model.forward(r.prompt_ids, r.prompt_ids.length, 0);
+      base = r.prompt_ids.length;
+      for (let i = 0; i + 1 < r.greedy_ids.length; i++) {
+        model.forward([r.greedy_ids[i]], 1, base);
+        base++;
+      }
+      model.setFFNObserver(null);
+      for (let p = 0; p < fed.length; p++) {
+        for (let l = 0; l < 6; l++) {
+          assert.deepEqual(
+            [...seen[p][l]].sort(),
+            [...r.expert_ids_per_position[p][l]].sort(),
+            `prompt ${JSON.stringify(r.prompt)} position ${p} layer ${l}`,
+          );
+        }
+      }
+    }
+  } finally {
+    await model.dispose();
+  }
+});
+
+test("moe-stories: a prompt as one batch (tokens grouped per expert) gives token-by-token decoding's logits", async () => {
+  const model = await LlamaModel.load(MOE, { threads: 2 });
+  try {
+    const r = (ref.prompts as Ref[])[1];
+    const a = greedy(model, r.prompt_ids, 4, true);
+    const b = greedy(model, r.prompt_ids, 4, false);
+    assert.deepEqual(a.ids, b.ids);
+    checkLogits(
+      a.logits,
+      b.logits.map((l) => Array.from(l)),
+      "batch against one by one",
+    );
+  } finally {
+    await model.dispose();
+  }
+});
+
+test("older files with one 2-D tensor per expert (blk.N.ffn_gate.E.weight) run the same", async () => {
+  const split = await rewrite(MOE, "moe-split", {
+    tensors: (src) => {
+      const m = new Map<string, [number[], Float32Array] | undefined>();
+      for (let l = 0; l < 6; l++) {
+        for (const kind of ["gate", "up", "down"]) {
+          const name = `blk.${l}.ffn_${kind}_exps.weight`;
+          const t = src.tensor(name);
+          const all = new Float32Array(src.tensorData(name).slice().buffer);
+          const per = all.length / 8;
+          m.set(name, undefined);
+          for (let e = 0; e < 8; e++)
+            m.set(`blk.${l}.ffn_${kind}.${e}.weight`, [t.dims.slice(0, 2), all.slice(e * per, (e + 1) * per)]);
+        }
+      }
+      return m;
+    },
+  });
+  const model = await LlamaModel.load(split, { threads: 2 });
+  try {
+    const r = (ref.prompts as Ref[])[0];
+    const { ids, logits } = greedy(model, r.prompt_ids, r.greedy_ids.length);
+    assert.deepEqual(ids, r.greedy_ids);
+    checkLogits(logits, r.logits_first3, "per-expert tensors");
+  } finally {
+    await model.dispose();
+  }
+});
+
+test("experts and metadata that disagree are refused, naming the file, the tensor and the field", async () => {
+  const bad = async (name: string, r: Parameters<typeof rewrite>[2], pattern: RegExp) => {
+    const path = await rewrite(MOE, name, r);
+    await assert.rejects(LlamaModel.load(path, { threads: 1 }), (e: Error) => {
+      assert.match(e.message, new RegExp(`${name}\\.gguf`), "names the file");
+      assert.match(e.message, pattern);
+      return true;
+    });
+  };
+  await bad(
+    "moe-count",
+    { metadata: { "llama.expert_count": 6 } },
+    /"blk\.0\.ffn_gate_inp\.weight" has shape \[256, 8\], expected \[256, 6\] \(embedding_length, expert_count\)/,
+  );
+  await bad(
+    "moe-used",
+    { metadata: { "llama.expert_used_count": 9 } },
+    /"llama\.expert_used_count" = 9 does not fit "llama\.expert_count" = 8/,
+  );
+  await bad(
+    "moe-router",
+    { tensors: () => new Map([["blk.2.ffn_gate_inp.weight", [[256, 7], new Float32Array(256 * 7)]]]) },
+    /"blk\.2\.ffn_gate_inp\.weight" has shape \[256, 7\], expected \[256, 8\]/,
+  );
+  await bad(
+    "moe-seven",
+    { tensors: () => new Map([["blk.1.ffn_up_exps.weight", [[256, 384, 7], new Float32Array(256 * 384 * 7)]]]) },
+    /"blk\.1\.ffn_up_exps\.weight" has shape \[256, 384, 7\], expected \[256, 384, 8\] \(it holds 7 experts, metadata expert_count says 8\)/,
+  );
+  await bad(
+    "moe-missing",
+    { tensors: () => new Map([["blk.3.ffn_down_exps.weight", undefined]]) },
+    /layer 3 is a mixture of experts .* has neither "blk\.3\.ffn_down_exps\.weight" nor "blk\.3\.ffn_down\.0\.weight"/,
+  );
+});
