@@ -6,9 +6,10 @@
  * Every structural problem becomes a GGUFError naming the file, the byte offset and what was
  * expected, so a truncated or hostile file can never crash or hang the loader.
  */
-import { closeSync, fstatSync, openSync, readSync, existsSync } from "node:fs";
+import { closeSync, readSync, existsSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { GGMLType, typeTraits, typeName } from "./ggml-types.js";
+import { openModelFile } from "./model-file-open.js";
 
 export class GGUFError extends Error {
   constructor(
@@ -254,14 +255,8 @@ interface ParsedFile {
 }
 
 function parseOne(path: string, fileIndex: number): ParsedFile {
-  let fd: number;
+  const { fd, size } = openModelFile(path, (m) => new GGUFError(path, m));
   try {
-    fd = openSync(path, "r");
-  } catch (e) {
-    throw new GGUFError(path, `cannot open: ${(e as Error).message}`);
-  }
-  try {
-    const size = fstatSync(fd).size;
     const c = new HeaderCursor(fd, size, path);
     const magicBytes = c.bytes(Math.min(4, size), "magic");
     const magic = magicBytes.toString("latin1");

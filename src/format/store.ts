@@ -14,11 +14,12 @@
  * accessors as GGUFFile (getString/getNumber/..., tensor(), tensorData(), readTensor()), so the
  * config reader and the tokenizer work on a store as they do on a GGUF file.
  */
-import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+import { closeSync, fstatSync, readSync } from "node:fs";
 import { open as openAsync, rename, rm, type FileHandle } from "node:fs/promises";
 import * as zlib from "node:zlib";
 import { GGMLType, typeName, typeTraits } from "./ggml-types.js";
 import { GGUFValueType, MetadataAccess, type GGUFTensorInfo, type GGUFValue } from "./gguf.js";
+import { openModelFile } from "./model-file-open.js";
 
 export const STORE_MAGIC = "PISTORE\0";
 export const STORE_VERSION = 1;
@@ -790,14 +791,8 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
 
   /** Open a store: checks the header, the manifest's checksum and every structural field. */
   static open(path: string): NeuronStore {
-    let fd: number;
+    const { fd, size } = openModelFile(path, (m) => new StoreError(path, m));
     try {
-      fd = openSync(path, "r");
-    } catch (e) {
-      throw new StoreError(path, `cannot open: ${(e as Error).message}`);
-    }
-    try {
-      const size = fstatSync(fd).size;
       if (size < STORE_PAGE)
         throw new StoreError(
           path,

@@ -7,7 +7,8 @@
  * [kvDim] f32) and the activation buffers for a batch of up to `batchSize` tokens. forward()
  * allocates nothing.
  */
-import { openSync, readSync, closeSync } from "node:fs";
+import { readSync, closeSync } from "node:fs";
+import { openModelFile } from "../format/model-file-open.js";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { NeuronStore, STORE_MAGIC } from "../format/store.js";
 import { OffloadedFFN, gateReadBytesOf, gateStagingBytes, type OffloadOptions } from "./offloaded-ffn.js";
@@ -104,9 +105,9 @@ export const THRESHOLDS_KEY = "powerinfer.activation_thresholds";
 export function isNeuronStore(path: string): boolean {
   let fd: number;
   try {
-    fd = openSync(path, "r");
+    ({ fd } = openModelFile(path, (m) => new Error(m)));
   } catch {
-    return false;
+    return false; // not a readable, non-empty regular file: the GGUF reader says why
   }
   try {
     const b = Buffer.alloc(8);
