@@ -9,6 +9,7 @@
  */
 import { readSync, closeSync } from "node:fs";
 import { openModelFile } from "../format/model-file-open.js";
+import { checkFiniteOnRead } from "../format/finite-check.js";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { NeuronStore, STORE_MAGIC } from "../format/store.js";
 import { OffloadedFFN, gateReadBytesOf, gateStagingBytes, type OffloadOptions } from "./offloaded-ffn.js";
@@ -222,7 +223,8 @@ export class LlamaModel {
   }
 
   static async load(path: string, opts: LoadOptions = {}): Promise<LlamaModel> {
-    const file: ModelFile = isNeuronStore(path) ? NeuronStore.open(path) : GGUFFile.open(path);
+    // Every tensor read is checked for NaN/Inf as it passes (see finite-check.ts).
+    const file: ModelFile = checkFiniteOnRead(isNeuronStore(path) ? NeuronStore.open(path) : GGUFFile.open(path));
     const store = file instanceof NeuronStore ? file : undefined;
     let pool: ThreadPool | undefined;
     try {
