@@ -20,6 +20,7 @@ import * as zlib from "node:zlib";
 import { GGMLType, typeName, typeTraits } from "./ggml-types.js";
 import { GGUFValueType, MetadataAccess, type GGUFTensorInfo, type GGUFValue } from "./gguf.js";
 import { openModelFile } from "./model-file-open.js";
+import { checkStoreLayout } from "./store-layout-check.js";
 
 export const STORE_MAGIC = "PISTORE\0";
 export const STORE_VERSION = 1;
@@ -139,6 +140,11 @@ export interface StoreManifest {
   };
   profile: { file: string | null; tokens: number | null } | null;
   checksums: { algorithm: "crc32"; chunkBytes: number; start: number; end: number; crc32: string };
+  /**
+   * Byte ranges (whole pages) the manifest knowingly leaves unreferenced, e.g. predictors that
+   * train-predictors --store replaced; absent in stores written before the layout check.
+   */
+  unused?: { offset: number; bytes: number; what: string }[];
 }
 
 export function base64Of(a: Int32Array | Float32Array | Uint32Array): string {
@@ -521,6 +527,8 @@ export class StoreWriter {
       format: FORMAT_NAME,
       version: STORE_VERSION,
       ...body,
+      // listed even when empty: its presence tells the reader to hold the layout to no gaps
+      unused: body.unused ?? [],
       checksums: {
         algorithm: "crc32",
         chunkBytes: STORE_PAGE,
@@ -787,6 +795,8 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
       conversion: f.conversion,
       layers,
     };
+    const layout = { tensors: this.tensors.values(), layers, unused: manifest.unused, start: ck.start, end: ck.end };
+    checkStoreLayout({ metadata: this.metadata, ...layout }, fail);
   }
 
   /** Open a store: checks the header, the manifest's checksum and every structural field. */
