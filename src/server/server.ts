@@ -244,7 +244,7 @@ export class OpenAIServer {
       if (route.startsWith("/models/")) {
         allow("GET");
         this.checkReady();
-        const id = decodeURIComponent(route.slice("/models/".length));
+        const id = decodePathPart(route.slice("/models/".length), path);
         if (!this.names.has(id)) throw this.unknownModel(id);
         return this.sendJSON(req, res, 200, this.modelObject(), t0);
       }
@@ -507,6 +507,21 @@ export class OpenAIServer {
 
   private logLine(req: IncomingMessage, outcome: string, t0: number): void {
     this.log?.(`${req.method} ${req.url} ${outcome} ${(performance.now() - t0).toFixed(1)} ms`);
+  }
+}
+
+/** A percent-encoded part of the path, decoded; 400 when it is not valid UTF-8 percent-encoding. */
+function decodePathPart(part: string, path: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    throw new ApiError(
+      400,
+      `the path ${JSON.stringify(path)} is not valid percent-encoded UTF-8`,
+      "invalid_request_error",
+      null,
+      "bad_url",
+    );
   }
 }
 
