@@ -3,13 +3,12 @@
  * a value outside is a usage error naming the flag, instead of reaching code that allocates or
  * loops by it (`--repeat-last-n 1e9` once reserved 4 GB).
  */
+import { MIN_CONTEXT } from "../model/context-size.js";
 
 /** token counts and positions are 32-bit integers in the engine */
 export const INT32_MAX = 2 ** 31 - 1;
 /** a context's largest size: the most a model's metadata may claim (src/model/config.ts) */
 export const MAX_CONTEXT = 2 ** 24;
-/** a context must hold BOS and one more token (src/model/context-size.ts) */
-export const MIN_CONTEXT = 2;
 
 export const RANGE = {
   /** -t: one compute thread per worker; more than this is never faster and costs memory per worker */

@@ -10,6 +10,7 @@
 import { readSync, closeSync } from "node:fs";
 import { openModelFile } from "../format/model-file-open.js";
 import { checkFiniteOnRead } from "../format/finite-check.js";
+import { checkContextSize } from "./context-size.js";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { NeuronStore, STORE_MAGIC } from "../format/store.js";
 import { OffloadedFFN, gateReadBytesOf, gateStagingBytes, type OffloadOptions } from "./offloaded-ffn.js";
@@ -233,6 +234,7 @@ export class LlamaModel {
       const batchSize = Math.max(1, Math.min(opts.batchSize ?? 256, 4096));
       // Under a memory budget the KV cache is part of it: a short default context.
       const defaultContext = opts.memoryBudget !== undefined ? 256 : 4096;
+      checkContextSize(opts.contextSize, Math.min(cfg.nCtxTrain, defaultContext), file);
       let contextSize = Math.max(1, Math.floor(opts.contextSize ?? Math.min(cfg.nCtxTrain, defaultContext)));
       // Keep the KV cache inside what wasm32 can address next to the weights.
       const kvBytesPerPos = 2 * cfg.nLayer * cfg.nHeadKV * cfg.headDim * 4;
