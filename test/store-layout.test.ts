@@ -158,3 +158,25 @@ test("NaN in a store's fixed tensor (chunk checksum recomputed) is named at load
     /nan\.pi: tensor "blk\.0\.attn_v\.weight" \(Q8_0\) holds NaN in the scale of the block at row 5, columns 32\.\.63/,
   );
 });
+
+test("entries whose offsets were swapped (the layout still tiles) are refused by their order", () => {
+  const layers = rewritten(good, "swapped-layers.pi", (m) => {
+    const [a, b] = [m.ffn.layers[1], m.ffn.layers[2]];
+    [a.offset, b.offset, a.gateRows, b.gateRows] = [b.offset, a.offset, b.gateRows, a.gateRows];
+  });
+  assert.throws(() => NeuronStore.open(layers), /layout: ffn layer 2 bundles at \d+ do not come after layer 1's/);
+  const norms = rewritten(good, "swapped-norms.pi", (m) => {
+    const a = m.fixed[fixedIndex(m, "blk.0.attn_norm.weight")];
+    const b = m.fixed[fixedIndex(m, "blk.0.ffn_norm.weight")];
+    [a.offset, b.offset] = [b.offset, a.offset];
+  });
+  assert.throws(
+    () => NeuronStore.open(norms),
+    /layout: fixed tensor "[^"]+" at \d+ comes after "[^"]+" at \d+ in the manifest but not in the file/,
+  );
+  const gates = rewritten(good, "gates-elsewhere.pi", (m) => {
+    const [a, b] = [m.ffn.layers[0], m.ffn.layers[1]];
+    [a.gateRows, b.gateRows] = [b.gateRows, a.gateRows];
+  });
+  assert.throws(() => NeuronStore.open(gates), /layout: ffn layer 0 gate rows at \d+ do not follow its bundles/);
+});

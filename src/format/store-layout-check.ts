@@ -10,6 +10,7 @@
  *
  *  - no two regions (fixed tensors padded to 4 KiB, each layer's bundle array, each layer's
  *    gate-row copy, ranges the manifest declares unused) may overlap;
+ *  - they come in the order the writer writes them (so swapped offsets are seen);
  *  - together they must cover the data region [4096, manifest) with no gap, in stores whose
  *    manifest has the `unused` list (written since it exists). Older stores may hold predictors
  *    that train-predictors --store replaced without saying so: there gaps are tolerated, overlaps
@@ -29,7 +30,7 @@ export interface LayoutRegion {
 
 export interface StoreLayoutInput {
   readonly metadata: Map<string, GGUFValue>;
-  readonly tensors: Iterable<StoreTensorInfo>;
+  readonly tensors: readonly StoreTensorInfo[];
   readonly layers: readonly StoreFFNLayer[];
   readonly unused: StoreManifest["unused"];
   /** the data region the checksums cover */
@@ -102,6 +103,25 @@ export function checkStoreLayout(input: StoreLayoutInput, fail: (message: string
     if (reach && r.start < reach.end) fail(`layout: ${span(r)} overlaps ${span(reach)}`);
     if (!reach || r.end > reach.end) reach = r;
   }
+  // The writer lays regions out in manifest order (fixed tensors, then per layer its bundles and
+  // right after them its gate rows): two entries whose offsets were swapped still tile the file,
+  // but not in this order.
+  let prev: StoreTensorInfo | undefined;
+  for (const t of input.tensors) {
+    if (prev && t.offset <= prev.offset)
+      fail(
+        `layout: fixed tensor "${t.name}" at ${t.offset} comes after "${prev.name}" at ${prev.offset} in the manifest but not in the file`,
+      );
+    prev = t;
+  }
+  input.layers.forEach((L, i) => {
+    const before = input.layers[i - 1];
+    if (before && L.offset <= before.offset)
+      fail(`layout: ffn layer ${i} bundles at ${L.offset} do not come after layer ${i - 1}'s at ${before.offset}`);
+    const end = L.offset + L.neurons * L.bundleBytes;
+    if (L.gateRows !== null && L.gateRows !== end)
+      fail(`layout: ffn layer ${i} gate rows at ${L.gateRows} do not follow its bundles, which end at ${end}`);
+  });
   if (input.unused === undefined) return regions;
   let pos = input.start;
   let before = "the header page";

@@ -795,7 +795,13 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
       conversion: f.conversion,
       layers,
     };
-    const layout = { tensors: this.tensors.values(), layers, unused: manifest.unused, start: ck.start, end: ck.end };
+    const layout = {
+      tensors: [...this.tensors.values()],
+      layers,
+      unused: manifest.unused,
+      start: ck.start,
+      end: ck.end,
+    };
     checkStoreLayout({ metadata: this.metadata, ...layout }, fail);
   }
 
