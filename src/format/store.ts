@@ -20,6 +20,7 @@ import * as zlib from "node:zlib";
 import { GGMLType, typeName, typeTraits } from "./ggml-types.js";
 import { GGUFValueType, MetadataAccess, type GGUFTensorInfo, type GGUFValue } from "./gguf.js";
 import { openModelFile } from "./model-file-open.js";
+import { oneLine } from "./printable.js";
 import { checkStoreLayout } from "./store-layout-check.js";
 
 export const STORE_MAGIC = "PISTORE\0";
@@ -36,7 +37,7 @@ export class StoreError extends Error {
     message: string,
     readonly offset?: number,
   ) {
-    super(`${file}: ${message}${offset !== undefined ? ` (at byte offset ${offset})` : ""}`);
+    super(oneLine(`${file}: ${message}${offset !== undefined ? ` (at byte offset ${offset})` : ""}`));
     this.name = "StoreError";
   }
 }

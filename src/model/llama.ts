@@ -11,6 +11,7 @@ import { readSync, closeSync } from "node:fs";
 import { openModelFile } from "../format/model-file-open.js";
 import { checkFiniteOnRead } from "../format/finite-check.js";
 import { checkContextSize } from "./context-size.js";
+import { checkValueTensorTypes } from "./tensor-types-check.js";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { NeuronStore, STORE_MAGIC } from "../format/store.js";
 import { OffloadedFFN, gateReadBytesOf, gateStagingBytes, type OffloadOptions } from "./offloaded-ffn.js";
@@ -230,6 +231,7 @@ export class LlamaModel {
     let pool: ThreadPool | undefined;
     try {
       const cfg = readConfig(file);
+      checkValueTensorTypes(file);
       const threads = opts.threads ?? (await import("node:os")).availableParallelism();
       const batchSize = Math.max(1, Math.min(opts.batchSize ?? 256, 4096));
       // Under a memory budget the KV cache is part of it: a short default context.
