@@ -66,10 +66,13 @@ function gaps(regions: LayoutRegion[], start: number, end: number): [number, num
   return out;
 }
 
+/** A number of a conversion record (informational: the reader does not check them, so neither is trusted here). */
+const figure = (x: unknown) => (typeof x === "number" ? x.toPrecision(3) : JSON.stringify(x));
+
 function conversion(c: StoreConversion | null): string {
-  return c
-    ? `from ${c.fromName}, max |error| ${c.maxAbsError.toPrecision(3)}, rms ${c.rmsError.toPrecision(3)} (max |value| ${c.maxAbsValue.toPrecision(3)})`
-    : "copied bit for bit";
+  if (c === null || c === undefined) return "copied bit for bit";
+  if (typeof c !== "object") return `conversion record ${JSON.stringify(c)}`;
+  return `from ${String(c.fromName)}, max |error| ${figure(c.maxAbsError)}, rms ${figure(c.rmsError)} (max |value| ${figure(c.maxAbsValue)})`;
 }
 
 const isIdentity = (order: Int32Array) => order.every((n, i) => n === i);
@@ -160,7 +163,11 @@ export function inspectStore(path: string, opts: { json: boolean; all: boolean; 
       `\nffn: ${typeName(f.type)}, nEmbd ${f.nEmbd}, row ${f.rowBytes} bytes, bundle ${f.bundleBytes} bytes (gate ${f.parts.gate}, up ${f.parts.up}, down ${f.parts.down}), ${f.layers.length} layers`,
     );
     line(`  padding: ${(100 * (1 - (3 * f.rowBytes) / f.bundleBytes)).toFixed(1)}% of each bundle`);
-    for (const kind of ["gate", "up", "down"] as const) line(`  ${kind}: ${conversion(f.conversion[kind])}`);
+    const records = f.conversion as unknown;
+    for (const kind of ["gate", "up", "down"] as const) {
+      const c = typeof records === "object" && records !== null ? (records as Record<string, unknown>)[kind] : records;
+      line(`  ${kind}: ${conversion(c as StoreConversion | null)}`);
+    }
     for (const L of f.layers) {
       line(
         `  layer ${L.index}: ${L.neurons} neurons, bundles at ${L.offset} (${L.neurons * L.bundleBytes} bytes), ` +
