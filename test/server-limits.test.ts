@@ -154,3 +154,36 @@ test("a prompt whose bytes cannot fit the context is refused before tokenizing",
     await s.close({ timeoutMs: 1000 });
   }
 });
+
+test("requests the HTTP parser refuses, and stalled ones, get OpenAI error objects, not Node's empty answers", async () => {
+  const s = await startServer({ model, port: 0, limits: { idleTimeoutMs: 300 } });
+  try {
+    const cases: [string, RegExp, string][] = [
+      [
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nBad Header: x\r\nContent-Length: 2\r\n\r\n{}",
+        /^HTTP\/1\.1 400 /,
+        "bad_http",
+      ],
+      [
+        `GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ${"b".repeat(20_000)}\r\n\r\n`,
+        /^HTTP\/1\.1 431 /,
+        "headers_too_large",
+      ],
+      ["POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{", /^HTTP\/1\.1 408 /, "idle_timeout"],
+    ];
+    for (const [request, status, code] of cases) {
+      const sock = await open(s);
+      const done = untilClosed(sock, 5000);
+      sock.write(request);
+      const r = await done;
+      assert.match(r.data, status, request.slice(0, 40));
+      const body = JSON.parse(r.data.slice(r.data.indexOf("\r\n\r\n") + 4)) as {
+        error: { code: string; message: string };
+      };
+      assert.equal(body.error.code, code);
+      assert.ok(body.error.message.length > 10);
+    }
+  } finally {
+    await s.close({ timeoutMs: 1000 });
+  }
+});

@@ -52,23 +52,63 @@ export function connectionsCheckingInterval(limits: ServerLimits): number {
   return Math.max(25, Math.min(1000, Math.floor(limits.headersTimeoutMs / 4)));
 }
 
-/** The raw answer to a connection past the cap (no request has been parsed on it). */
-function overCapResponse(max: number): string {
-  const body = JSON.stringify({
-    error: {
-      message: `the server is busy: it serves at most ${max} connections at once; retry later`,
-      type: "unavailable_error",
-      param: null,
-      code: "too_many_connections",
-    },
-  });
+const REASON: Record<number, string> = {
+  400: "Bad Request",
+  408: "Request Timeout",
+  413: "Payload Too Large",
+  431: "Request Header Fields Too Large",
+  503: "Service Unavailable",
+};
+
+/**
+ * A whole response written straight to the socket, as an OpenAI error object: for answers the
+ * http layer gives before (or instead of) a request (past the cap, unparsable requests).
+ */
+function rawError(status: number, type: string, code: string, message: string): string {
+  const body = JSON.stringify({ error: { message, type, param: null, code } });
   return (
-    "HTTP/1.1 503 Service Unavailable\r\n" +
+    `HTTP/1.1 ${status} ${REASON[status]}\r\n` +
     "Content-Type: application/json; charset=utf-8\r\n" +
     `Content-Length: ${Buffer.byteLength(body)}\r\n` +
-    "Retry-After: 1\r\nConnection: close\r\n\r\n" +
+    (status === 503 ? "Retry-After: 1\r\n" : "") +
+    "Connection: close\r\n\r\n" +
     body
   );
+}
+
+function overCapResponse(max: number): string {
+  const message = `the server is busy: it serves at most ${max} connections at once; retry later`;
+  return rawError(503, "unavailable_error", "too_many_connections", message);
+}
+
+/**
+ * The answer to a request Node's HTTP parser refused (Node's own is an empty 400): why, in the
+ * error shape every other answer has.
+ */
+function clientErrorResponse(err: Error & { code?: string }, limits: ServerLimits): string {
+  switch (err.code) {
+    case "HPE_HEADER_OVERFLOW":
+      return rawError(
+        431,
+        "invalid_request_error",
+        "headers_too_large",
+        "the request headers are larger than the server accepts",
+      );
+    case "ERR_HTTP_REQUEST_TIMEOUT":
+      return rawError(
+        408,
+        "invalid_request_error",
+        "request_timeout",
+        `the request did not arrive whole within ${limits.requestTimeoutMs} ms (headers within ${limits.headersTimeoutMs} ms)`,
+      );
+    default:
+      return rawError(
+        400,
+        "invalid_request_error",
+        "bad_http",
+        `the request is not valid HTTP/1.1 (${err.code ?? "parse error"}: ${err.message.replace(/[\r\n]+/g, " ")})`,
+      );
+  }
 }
 
 /**
@@ -92,8 +132,18 @@ export class ConnectionGuard {
     // between requests on a kept-alive connection: Node's 5 s unless the idle limit is shorter
     http.keepAliveTimeout = Math.min(5000, limits.idleTimeoutMs);
     http.setTimeout(limits.idleTimeoutMs, (socket: Socket) => {
-      if (!this.busy.has(socket)) socket.destroy();
       // a busy one: its timer fires again after the next traffic (Node refreshes it on activity)
+      if (this.busy.has(socket)) return;
+      // silent, or stalled inside its request: say so (as Node does for a headers timeout), then go
+      const message = `nothing arrived on this connection for ${limits.idleTimeoutMs} ms: closing it`;
+      if (socket.writable) socket.end(rawError(408, "invalid_request_error", "idle_timeout", message));
+      setTimeout(() => socket.destroy(), 1000).unref();
+    });
+    http.on("clientError", (err: Error & { code?: string }, socket: Socket) => {
+      // nothing to answer on a connection that is gone or already carries an answer
+      if (err.code === "ECONNRESET" || !socket.writable || this.busy.has(socket)) return void socket.destroy();
+      socket.end(clientErrorResponse(err, limits));
+      setTimeout(() => socket.destroy(), 1000).unref();
     });
     http.on("connection", (socket: Socket) => {
       this.open++;

@@ -233,6 +233,7 @@ export function serverCase(rng: Rng): ServerCase {
       break;
     }
     default:
+      complete = false; // a chunk size of 2^64-1 never completes
       headers.push("Transfer-Encoding: chunked");
       payload = Buffer.concat([
         Buffer.from(rng.pick(["zz\r\n", "ffffffffffffffff\r\n", "5\r\nab\r\n", "-1\r\n"])),
@@ -337,8 +338,19 @@ function exchange(port: number, c: ServerCase, deadlineMs: number): Promise<Rece
   });
 }
 
+/** The bytes after any interim (1xx) responses, such as 100 Continue. */
+function finalResponse(b: Buffer): Buffer {
+  while (/^HTTP\/1\.1 1\d\d /.test(b.toString("latin1", 0, 13))) {
+    const end = b.indexOf("\r\n\r\n");
+    if (end < 0) return Buffer.alloc(0);
+    b = b.subarray(end + 4);
+  }
+  return b;
+}
+
 /** A whole response: headers plus Content-Length bytes, or an event stream's [DONE]. */
-function responseComplete(b: Buffer): boolean {
+function responseComplete(all: Buffer): boolean {
+  const b = finalResponse(all);
   const end = b.indexOf("\r\n\r\n");
   if (end < 0) return false;
   const head = b.toString("latin1", 0, end);
@@ -368,6 +380,7 @@ function unchunk(body: Buffer): Buffer {
 export async function runServerCase(port: number, c: ServerCase, deadlineMs: number): Promise<CaseResult> {
   const t0 = performance.now();
   const r = await exchange(port, c, deadlineMs);
+  r.data = finalResponse(r.data);
   const ms = performance.now() - t0;
   if (!r.closed) return { outcome: "hang", detail: `no complete answer and no close within ${deadlineMs} ms`, ms };
   if (c.closeAfterMs !== undefined && !responseComplete(r.data))
@@ -389,6 +402,9 @@ export async function runServerCase(port: number, c: ServerCase, deadlineMs: num
   const head = r.data.toString("latin1", 0, end);
   let body = r.data.subarray(end + 4);
   if (/\r\ntransfer-encoding: *chunked/i.test(head)) body = unchunk(body);
+  // what follows the first answer belongs to the next request on the connection
+  const length = /\r\ncontent-length: *(\d+)/i.exec(head);
+  if (length) body = body.subarray(0, Number(length[1]));
   const text = body.toString("utf8");
   if (status >= 500) return { outcome: "crash", detail: `${status}: ${text.slice(0, 200)}`, ms };
   const isHead = c.pieces.length > 0 && Buffer.from(c.pieces[0].hex, "hex").toString("latin1").startsWith("HEAD ");
