@@ -1,9 +1,9 @@
 // F32 weights: y[r] = dot(W[r, :], x) for rows r0..r1. W is row-major, `cols` floats per row
 // (no repacking). One row at a time with four accumulators (SIMD128 has no fused multiply-add
 // outside relaxed SIMD, so four chains hide the f32 add latency). F32 matvec is bound by memory
-// (4 bytes per multiply-add): one row at a time is a single sequential stream and reached
-// ~6 GMAC/s (24 GB/s) from DRAM, where four rows sharing each activation load (four streams)
-// reached ~4.
+// (4 bytes per multiply-add): one row at a time is a single sequential stream, faster from DRAM
+// than four rows sharing each activation load (four streams; speeds: docs/benchmarks.md,
+// "Kernel variants measured").
 
 @inline function hsum(v: v128): f32 {
   return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);

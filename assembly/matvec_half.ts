@@ -4,24 +4,12 @@
 // shift make it one. F16 is widened with its sign, shifted so its exponent and mantissa land in
 // the f32 fields, masked, and multiplied by 2^112 (re-biasing the exponent 15 -> 127; exact for
 // every finite half, subnormals and zeros included). Halves that are inf or NaN would come out
-// as finite numbers near 2^16: the loader rejects such tensors (src/runtime/weights-more.ts).
+// as finite numbers near 2^16: the loader rejects such tensors (src/runtime/weight-kernels/half.ts).
 //
 // matmul works on tiles of 4 tokens so each converted weight vector serves 4 activations.
 
-const TWO112: f32 = reinterpret<f32>(0x77800000);
+import { f16ToF32, halfLanes } from "./half";
 
-/** f16 bits -> f32 for one scalar (the tails): exact, inf and NaN kept. */
-@inline function f16(h: u32): f32 {
-  const b = (h & 0x7fff) << 13;
-  let f = reinterpret<f32>(b) * TWO112;
-  if ((h & 0x7c00) == 0x7c00) f = reinterpret<f32>(b | 0x7f800000);
-  return h & 0x8000 ? -f : f;
-}
-
-/** 4 sign-extended f16 values in i32 lanes -> f32 (finite values). */
-@inline function halfLanes(e: v128): v128 {
-  return f32x4.mul(v128.and(i32x4.shl(e, 13), i32x4.splat(0x8fffe000)), f32x4.splat(TWO112));
-}
 @inline function f16Lo(v: v128): v128 {
   return halfLanes(i32x4.extend_low_i16x8_s(v));
 }
@@ -41,7 +29,7 @@ const TWO112: f32 = reinterpret<f32>(0x77800000);
 }
 
 @inline function scalar(h: u32, bf: bool): f32 {
-  return bf ? reinterpret<f32>(h << 16) : f16(h);
+  return bf ? reinterpret<f32>(h << 16) : f16ToF32(h); // the tails: exact, inf and NaN kept
 }
 
 /** dot of one 16-bit row with one f32 row; two accumulators break the add latency chain. */

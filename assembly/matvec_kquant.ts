@@ -16,24 +16,19 @@
 // i32x4.dot_i16x8_s then adds two such products. The 256 is divided out in the f32 block scale.
 // (Bound: 8 sub-blocks * 63 * 8 products * 15 * 128 * 256 < 2^31, so i32 never overflows.)
 //
-// What measured fastest here (V8 on x86-64, 16 xmm registers; see the report in
-// src/runtime/weights-more.ts): matvec shares each shaped activation vector between 2 rows
-// (Q4_K) and matmul shares each unpacked weight vector between 2 tokens (all three types).
+// What measured fastest here (V8 on x86-64, 16 xmm registers; the speeds are in
+// docs/benchmarks.md, "The less common weight types' kernels"): matvec shares each shaped
+// activation vector between 2 rows (Q4_K) and matmul shares each unpacked weight vector between
+// 2 tokens (all three types).
 // Wider tiles spill. Inner loops stay loops: fully unrolled blocks made V8 hoist every load and
 // spill most vectors to the stack.
+
+import { f16ToF32 } from "./half";
 
 const Q4K: usize = 144;
 const Q5K: usize = 176;
 const Q6K: usize = 210;
 const Q8K: usize = 292;
-
-/** f16 bits -> f32, exact for every finite half (subnormals included), inf and NaN kept. */
-@inline function f16(h: u32): f32 {
-  const b = (h & 0x7fff) << 13;
-  let f = reinterpret<f32>(b) * reinterpret<f32>(0x77800000); // * 2^112 re-biases the exponent
-  if ((h & 0x7c00) == 0x7c00) f = reinterpret<f32>(b | 0x7f800000);
-  return h & 0x8000 ? -f : f;
-}
 
 @inline function hsum(v: v128): f32 {
   const a = f32x4.add(v, i32x4.shuffle(v, v, 2, 3, 0, 1));
@@ -117,8 +112,8 @@ const Q8K: usize = 292;
   return f32x4.add(
     acc,
     f32x4.sub(
-      f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16(dd & 0xffff) * dx * scale)),
-      f32x4.mul(f32x4.convert_i32x4_s(mi), f32x4.splat(f16(dd >> 16) * dx)),
+      f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16ToF32(dd & 0xffff) * dx * scale)),
+      f32x4.mul(f32x4.convert_i32x4_s(mi), f32x4.splat(f16ToF32(dd >> 16) * dx)),
     ),
   );
 }
@@ -369,7 +364,7 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
     isum = offsetQ6K(isum, wb, xb);
     acc = f32x4.add(
       acc,
-      f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16(<u32>load<u16>(wb + 208)) * load<f32>(xb))),
+      f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16ToF32(<u32>load<u16>(wb + 208)) * load<f32>(xb))),
     );
   }
   return hsum(acc);
@@ -414,7 +409,7 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
       is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo, 96), s));
       is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo, 96), s));
     }
-    const d = f16(<u32>load<u16>(wb + 208));
+    const d = f16ToF32(<u32>load<u16>(wb + 208));
     acc0 = f32x4.add(acc0, f32x4.mul(f32x4.convert_i32x4_s(offsetQ6K(is0, wb, xb0)), f32x4.splat(d * load<f32>(xb0))));
     acc1 = f32x4.add(acc1, f32x4.mul(f32x4.convert_i32x4_s(offsetQ6K(is1, wb, xb1)), f32x4.splat(d * load<f32>(xb1))));
   }

@@ -2,10 +2,10 @@
 // (decode) and matmul (prefill), with ggml's numerics: an exact integer dot per 32-block, scaled by the f32 product of the two block
 // scales (Q4_1 adds m_w * s_x, s_x = d_x * sum q_x as ggml's Q8_1 stores it).
 //
-// Packed weights (written by src/runtime/weights.ts at load). Rows come in pairs, columns in
-// groups of 128 (4 blocks); both are zero-padded. Groups are cut into chunks of 32 (4096
-// columns), stored one after the other, each holding all row pairs: row pair p, group g of chunk
-// c (g0 = 32 c <= g < g0 + gc, gc = min(32, ngroups - g0)) sits at
+// Packed weights (written by src/runtime/weight-kernels/q4.ts at load). Rows come in pairs,
+// columns in groups of 128 (4 blocks); both are zero-padded. Groups are cut into chunks of 32
+// (4096 columns), stored one after the other, each holding all row pairs: row pair p, group g of
+// chunk c (g0 = 32 c <= g < g0 + gc, gc = min(32, ngroups - g0)) sits at
 //   w + (c * npairs * 32 + p * gc + (g - g0)) * GB        (GB = 160 for Q4_0, 192 for Q4_1)
 // and holds: quants of rows 0 and 1 (64 B each), then for Q4_0 the f16 scales d of rows 0 and 1
 // (8 B each, blocks 0..3, as GGUF stores them: the packed matrix is no bigger than the file, which
@@ -21,11 +21,11 @@
 // the row is done.
 //
 // A kernel walks one chunk at a time over all its rows, adding into y: the chunk's activations
-// (32 x 304 B) then stay in L1 while the weights stream past. Without chunks, a 4096 x 11008
-// matrix ran at half speed (its 26 KB of activations fell out of L1 between rows).
-// Measured (one thread, this repo's bench/kernels.ts): ~26 GMAC/s for this layout, against ~24
-// for 4-row tiles (16 xmm registers do not hold 4 rows' accumulators plus the masks and
-// activations) and ~15.6 for a plain per-block kernel over GGUF's layout (docs/design.md).
+// (32 x 304 B) then stay in L1 while the weights stream past (without chunks, a 4096 x 11008
+// matrix's 26 KB of activations fell out of L1 between rows). Row pairs beat 4-row tiles (16 xmm
+// registers do not hold 4 rows' accumulators plus the masks and activations) and a plain
+// per-block kernel over GGUF's layout; the speeds are in docs/benchmarks.md, "Kernel variants
+// measured".
 
 const Q4_0_GB: usize = 144;
 const Q4_1_GB: usize = 192;
@@ -156,10 +156,10 @@ const F16_CONST = memory.data<u32>(
 
 // Prefill: the same pair kernel, token by token over a block of PAIR_BLOCK pairs whose chunk of
 // weights (8 x 32 x 160 B) stays in L2 while the tokens pass, so only the first token streams
-// them from DRAM. Tiles of rows x tokens that share loads across tokens were tried and lost: a
-// row x 4 tokens tile ran at 19.5 GMAC/s, with the token loop kept rolled (so V8 keeps the loads
-// next to their uses) 21.7, against 26 here. Per 32 multiply-adds both need 4 dot_i16x8 and 4
-// adds; the tile saves the nibble split but pays 4 activation loads per token, and 16 xmm
+// them from DRAM. Tiles of rows x tokens that share loads across tokens were tried and lost,
+// even with the token loop kept rolled so V8 keeps the loads next to their uses (speeds:
+// docs/benchmarks.md, "Kernel variants measured"). Per 32 multiply-adds both need 4 dot_i16x8
+// and 4 adds; the tile saves the nibble split but pays 4 activation loads per token, and 16 xmm
 // registers leave no room to keep both weights and activations.
 const PAIR_BLOCK = 8;
 

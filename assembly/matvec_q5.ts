@@ -12,17 +12,12 @@
 // meet bytes through i32x4.dot_i16x8_s after an in-lane split into even and odd positions (the
 // activation side is shifted so each product is 256 * q_w * q_x; the 256 goes into the scale).
 
+import { f16ToF32, halfLanes } from "./half";
+
 const Q50: usize = 22;
 const Q51: usize = 24;
 const Q80: usize = 34;
 const Q81: usize = 36;
-
-@inline function f16(h: u32): f32 {
-  const b = (h & 0x7fff) << 13;
-  let f = reinterpret<f32>(b) * reinterpret<f32>(0x77800000);
-  if ((h & 0x7c00) == 0x7c00) f = reinterpret<f32>(b | 0x7f800000);
-  return h & 0x8000 ? -f : f;
-}
 
 @inline function hsumI(v: v128): f32 {
   const a = i32x4.add(v, i32x4.shuffle(v, v, 2, 3, 0, 1));
@@ -118,8 +113,7 @@ const Q81: usize = 36;
   v = i16x8.replace_lane(v, 1, <i16>load<u16>(p + stride));
   v = i16x8.replace_lane(v, 2, <i16>load<u16>(p + 2 * stride));
   v = i16x8.replace_lane(v, 3, <i16>load<u16>(p + 3 * stride));
-  const e = i32x4.extend_low_i16x8_s(v);
-  return f32x4.mul(v128.and(i32x4.shl(e, 13), i32x4.splat(0x8fffe000)), f32x4.splat(reinterpret<f32>(0x77800000)));
+  return halfLanes(i32x4.extend_low_i16x8_s(v));
 }
 
 // Four blocks at a time: their integer dots are summed side by side into one vector and scaled
@@ -144,7 +138,7 @@ const Q81: usize = 36;
   for (; b < nb; b++) {
     const wb = w + b * Q50,
       xb = x + b * Q80;
-    tail += hsumI(intQ50(wb, xb)) * (f16(<u32>load<u16>(wb)) * f16(<u32>load<u16>(xb)));
+    tail += hsumI(intQ50(wb, xb)) * (f16ToF32(<u32>load<u16>(wb)) * f16ToF32(<u32>load<u16>(xb)));
   }
   return (hsum(acc) + tail) * (<f32>1.0 / 256.0);
 }
@@ -172,8 +166,8 @@ const Q81: usize = 36;
       xb = x + b * Q81;
     const dm = load<u32>(wb),
       ds = load<u32>(xb);
-    tail += hsumI(intQ51(wb, xb)) * (f16(dm & 0xffff) * f16(ds & 0xffff));
-    tailm += f16(dm >> 16) * f16(ds >> 16);
+    tail += hsumI(intQ51(wb, xb)) * (f16ToF32(dm & 0xffff) * f16ToF32(ds & 0xffff));
+    tailm += f16ToF32(dm >> 16) * f16ToF32(ds >> 16);
   }
   return (hsum(acc) + tail) * (<f32>1.0 / 256.0) + hsum(accm) + tailm;
 }
@@ -225,9 +219,9 @@ const Q81: usize = 36;
     const wb = w + b * Q50,
       xa = x0 + b * Q80,
       xc = x1 + b * Q80;
-    const dw = f16(<u32>load<u16>(wb));
-    t0 += hsumI(intQ50(wb, xa)) * (dw * f16(<u32>load<u16>(xa)));
-    t1 += hsumI(intQ50(wb, xc)) * (dw * f16(<u32>load<u16>(xc)));
+    const dw = f16ToF32(<u32>load<u16>(wb));
+    t0 += hsumI(intQ50(wb, xa)) * (dw * f16ToF32(<u32>load<u16>(xa)));
+    t1 += hsumI(intQ50(wb, xc)) * (dw * f16ToF32(<u32>load<u16>(xc)));
   }
   store<f32>(y0, (hsum(acc0) + t0) * (<f32>1.0 / 256.0));
   store<f32>(y1, (hsum(acc1) + t1) * (<f32>1.0 / 256.0));
@@ -290,12 +284,12 @@ const Q81: usize = 36;
     const dm = load<u32>(wb),
       da = load<u32>(xa),
       dc = load<u32>(xc);
-    const dw = f16(dm & 0xffff),
-      mw = f16(dm >> 16);
-    t0 += hsumI(intQ51(wb, xa)) * (dw * f16(da & 0xffff));
-    t1 += hsumI(intQ51(wb, xc)) * (dw * f16(dc & 0xffff));
-    m0 += mw * f16(da >> 16);
-    m1 += mw * f16(dc >> 16);
+    const dw = f16ToF32(dm & 0xffff),
+      mw = f16ToF32(dm >> 16);
+    t0 += hsumI(intQ51(wb, xa)) * (dw * f16ToF32(da & 0xffff));
+    t1 += hsumI(intQ51(wb, xc)) * (dw * f16ToF32(dc & 0xffff));
+    m0 += mw * f16ToF32(da >> 16);
+    m1 += mw * f16ToF32(dc >> 16);
   }
   store<f32>(y0, (hsum(acc0) + t0) * (<f32>1.0 / 256.0) + hsum(accm0) + m0);
   store<f32>(y1, (hsum(acc1) + t1) * (<f32>1.0 / 256.0) + hsum(accm1) + m1);

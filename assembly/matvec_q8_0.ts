@@ -2,19 +2,19 @@
 // matmul (prefill), with ggml's numerics:
 // an exact integer dot per 32-block times the f32 product of the two block scales.
 //
-// Packed weights (written by src/runtime/weights.ts at load). Rows come in tiles of 4, columns in
-// groups of 128 (4 blocks); both are zero-padded. Groups are cut into chunks of 32 (4096 columns)
-// stored one after the other, each holding all tiles (see matvec_q4.ts for why): tile t, group g
-// of chunk c (g0 = 32 c <= g < g0 + gc, gc = min(32, ngroups - g0)) sits at
+// Packed weights (written by src/runtime/weight-kernels/q8.ts at load). Rows come in tiles of 4,
+// columns in groups of 128 (4 blocks); both are zero-padded. Groups are cut into chunks of 32
+// (4096 columns) stored one after the other, each holding all tiles (see matvec_q4.ts for why):
+// tile t, group g of chunk c (g0 = 32 c <= g < g0 + gc, gc = min(32, ngroups - g0)) sits at
 //   w + (c * ntiles * 32 + t * gc + (g - g0)) * 576
 // and holds the quants of rows 0..3 (128 B each), then the f32 scales of rows 0..3 (16 B each).
 // A row's 128 quant bytes are 16 pieces of 8: piece v, byte l is element 2v + (l & 1) of block
 // l >> 1. `v128.load8x8_s` widens a piece to i16x8 in one instruction, and i32x4.dot_i16x8_s
 // with the matching activation vector adds both products of a block into that block's lane, so
 // after a group lane b of a row's i32x4 is block b's integer dot: no horizontal sums.
-// Four rows share each activation load. Measured ~20 GMAC/s streaming from DRAM (22 GB/s, close
-// to what one core reads here), ~25 from cache. Splitting each group into two row pairs (fewer
-// live registers) or touching lines ahead as a software prefetch did not help.
+// Four rows share each activation load; streaming from DRAM this runs close to what one core
+// reads. Splitting each group into two row pairs (fewer live registers) or touching lines ahead
+// as a software prefetch did not help (speeds: docs/benchmarks.md, "Kernel variants measured").
 
 const GB: usize = 576;
 const AGB: usize = 272;

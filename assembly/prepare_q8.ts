@@ -12,42 +12,7 @@
 //           multiplied by 256, 16, 1, 256 for v % 4 = 0, 1, 2, 3 (see matvec_q4.ts), then
 //           f32 d/256 x4, i32 2048 * sum q x4 (Q4_0's -8 offset), f32 s x4 (Q8_1's d * sum q).
 
-// ---------------------------------------------------------------------------------------------
-// IEEE half conversions (round to nearest even), exact for subnormals.
-
-@inline function f32_to_f16(v: f32): u32 {
-  const x = reinterpret<u32>(v);
-  const sign = (x >> 16) & 0x8000;
-  const exp = <i32>((x >> 23) & 0xff);
-  const man = x & 0x7fffff;
-  if (exp == 0xff) return sign | (man != 0 ? 0x7e00 : 0x7c00);
-  const e = exp - 112;
-  if (e >= 31) return sign | 0x7c00;
-  if (e >= 1) {
-    let h = ((<u32>e) << 10) | (man >> 13);
-    const rest = man & 0x1fff;
-    if (rest > 0x1000 || (rest == 0x1000 && (h & 1) != 0)) h++;
-    return sign | h;
-  }
-  if (e < -10) return sign;
-  const m = man | 0x800000;
-  const shift = <u32>(14 - e);
-  let h = m >> shift;
-  const rest = m & (((<u32>1) << shift) - 1);
-  const half = (<u32>1) << (shift - 1);
-  if (rest > half || (rest == half && (h & 1) != 0)) h++;
-  return sign | h;
-}
-
-@inline function f16_to_f32(h: u32): f32 {
-  const sign = (h & 0x8000) << 16;
-  const em = h & 0x7fff;
-  if (em >= 0x7c00) return reinterpret<f32>(sign | 0x7f800000 | ((em & 0x3ff) << 13));
-  // exponent rebias by multiplication: exact for normals and subnormals alike
-  return reinterpret<f32>(sign | (em << 13)) * reinterpret<f32>(<u32>0x77800000); // 2^112
-}
-
-// ---------------------------------------------------------------------------------------------
+import { f16ToF32, f32ToF16 } from "./half";
 
 @inline function quantVecs(p: usize, id: v128, o: usize): v128 {
   return i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p + o), id)));
@@ -83,7 +48,7 @@ export function prepare_q8_0(x: usize, dst: usize, cols: i32, ntok: i32): void {
     let o = dst + <usize>t * <usize>nb * 34;
     for (let b = 0; b < nb; b++) {
       const amax = blockAmax(p);
-      store<u16>(o, <u16>f32_to_f16(amax / <f32>127.0));
+      store<u16>(o, <u16>f32ToF16(amax / <f32>127.0));
       const id = f32x4.splat(amax != 0 ? <f32>127.0 / amax : <f32>0);
       for (let k: usize = 0; k < 128; k += 32) {
         const a = i16x8.narrow_i32x4_s(quantVecs(p, id, k), quantVecs(p, id, k + 16));
@@ -104,7 +69,7 @@ export function prepare_q8_1(x: usize, dst: usize, cols: i32, ntok: i32): void {
     for (let b = 0; b < nb; b++) {
       const amax = blockAmax(p);
       const d = amax / <f32>127.0;
-      store<u16>(o, <u16>f32_to_f16(d));
+      store<u16>(o, <u16>f32ToF16(d));
       const id = f32x4.splat(amax != 0 ? <f32>127.0 / amax : <f32>0);
       let sum = i32x4.splat(0);
       for (let k: usize = 0; k < 128; k += 32) {
@@ -114,7 +79,7 @@ export function prepare_q8_1(x: usize, dst: usize, cols: i32, ntok: i32): void {
         const a = i16x8.narrow_i32x4_s(q0, q1);
         v128.store64_lane(o + 4 + (k >> 2), i8x16.narrow_i16x8_s(a, a), 0);
       }
-      store<u16>(o, <u16>f32_to_f16(d * <f32>hsumi(sum)), 2);
+      store<u16>(o, <u16>f32ToF16(d * <f32>hsumi(sum)), 2);
       p += 128;
       o += 36;
     }
@@ -159,7 +124,7 @@ export function prepare_q8_i16(x: usize, dst: usize, cols: i32, ntok: i32): void
         const amax = blockAmax(p);
         const id = f32x4.splat(amax != 0 ? <f32>127.0 / amax : <f32>0);
         storePairs(p, id, gp, one, one);
-        store<f32>(gp, f16_to_f32(f32_to_f16(amax / <f32>127.0)), 256);
+        store<f32>(gp, f16ToF32(f32ToF16(amax / <f32>127.0)), 256);
       } else {
         zeroPairs(gp);
         store<f32>(gp, 0, 256);
@@ -186,9 +151,9 @@ export function prepare_q8_i16n(x: usize, dst: usize, cols: i32, ntok: i32): voi
         const d = amax / <f32>127.0;
         const id = f32x4.splat(amax != 0 ? <f32>127.0 / amax : <f32>0);
         const sum = hsumi(storePairs(p, id, gp, sA, sB));
-        store<f32>(gp, f16_to_f32(f32_to_f16(d)) * <f32>(1.0 / 256.0), 256);
+        store<f32>(gp, f16ToF32(f32ToF16(d)) * <f32>(1.0 / 256.0), 256);
         store<i32>(gp, sum << 11, 272);
-        store<f32>(gp, f16_to_f32(f32_to_f16(d * <f32>sum)), 288);
+        store<f32>(gp, f16ToF32(f32ToF16(d * <f32>sum)), 288);
       } else {
         zeroPairs(gp);
         store<f32>(gp, 0, 256);

@@ -56,6 +56,8 @@
 // 1 Q8_0, 2 Q4). Four active neurons go through each block together, so the slot's vectors are
 // loaded and stored once per four columns.
 
+import { f16ToF32Finite, f32ToF16 } from "./half";
+
 // ---------------------------------------------------------------------------------------------
 // Shared pieces
 
@@ -96,41 +98,9 @@ const NIB = memory.data<u32>(
   return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
 }
 
-// f16 at p -> f32. The bit pattern is moved into place (sign kept, exponent and mantissa shifted)
-// and the exponent re-biased by one exact multiply; right for normals, subnormals and zero (f16
-// infinities and NaNs, which no sane weight scale holds, come out finite).
+// f16 at p -> f32 (half.ts's branch-free conversion: f16 infinities and NaNs come out finite).
 @inline function f16(p: usize): f32 {
-  const h = <i32>load<u16>(p);
-  return reinterpret<f32>(((h << 16) >> 3) & 0x8fffffff) * <f32>5.192296858534828e33; // 2^112
-}
-
-// f32 -> f16 bits, rounding to nearest even (as GGML_FP32_TO_FP16).
-function toHalf(v: f32): u32 {
-  const x = reinterpret<u32>(v);
-  const sign = (x >> 16) & 0x8000;
-  const exp = <i32>((x >> 23) & 0xff);
-  const man = x & 0x7fffff;
-  if (exp == 0xff) return sign | (man != 0 ? 0x7e00 : 0x7c00);
-  const e = exp - 112;
-  if (e >= 31) return sign | 0x7c00;
-  if (e >= 1) {
-    let h = ((<u32>e) << 10) | (man >> 13);
-    const rest = man & 0x1fff;
-    if (rest > 0x1000 || (rest == 0x1000 && (h & 1) != 0)) h++; // a carry into the exponent is right
-    return sign | h;
-  }
-  if (e < -10) return sign;
-  const m = man | 0x800000;
-  const shift = <u32>(14 - e);
-  let h = m >> shift;
-  const rest = m & (((<u32>1) << shift) - 1);
-  const half = (<u32>1) << (shift - 1);
-  if (rest > half || (rest == half && (h & 1) != 0)) h++;
-  return sign | h;
-}
-
-@inline function halfBitsToF32(h: u32): f32 {
-  return reinterpret<f32>(((<i32>(h << 16)) >> 3) & 0x8fffffff) * <f32>5.192296858534828e33;
+  return f16ToF32Finite(<u32>load<u16>(p));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -180,7 +150,7 @@ export function prepare_q8_sp(x: usize, dst: usize, cols: i32, ntok: i32, mode: 
       const sum = hsumi(
         i32x4.add(i32x4.add(i32x4.add(q0, q1), i32x4.add(q2, q3)), i32x4.add(i32x4.add(q4, q5), i32x4.add(q6, q7))),
       );
-      const dh = halfBitsToF32(toHalf(d));
+      const dh = f16ToF32Finite(f32ToF16(d));
       if (mode == 0) {
         v128.store(o, n0);
         v128.store(o, n1, 16);
@@ -201,7 +171,7 @@ export function prepare_q8_sp(x: usize, dst: usize, cols: i32, ntok: i32, mode: 
         v128.store(o, i16x8.shl(o1, 8), 48);
         v128.store(o, i32x4.splat(sum << 9), 64); // 4 lanes: 8 * 256 * sum q, the Q4_0 offset
         store<f32>(lane, dh * <f32>(1.0 / 256.0), 320);
-        store<f32>(lane, halfBitsToF32(toHalf(d * <f32>sum)), 336);
+        store<f32>(lane, f16ToF32Finite(f32ToF16(d * <f32>sum)), 336);
       }
     }
   }
@@ -254,11 +224,10 @@ const T_Q8_0 = 8;
 // One block per inner iteration; at the start of each group of 4 blocks the row's four f16
 // scales are gathered (load16_lane) and converted in SIMD and multiplied by the four activation
 // scales, and each block takes its scale from lane 0 (pshufd) and rotates the next one in.
-// Tried and dropped (measured hot, 4096 wide, against the dense Q4_0 matvec at ~26 GMAC/s):
-// a scalar f16 decode and splat per block (15.2 GMAC/s; this loop 15.8); two rows per loop
-// sharing the activation loads (the same: V8 spills the extra registers); two or four blocks
-// unrolled (10.9, 10.8: V8 hoists all loads of the body to its top and spills), four with a
-// transpose-add of their partial sums (13).
+// Tried and dropped (speeds: docs/benchmarks.md, "Kernel variants measured"): a scalar f16
+// decode and splat per block; two rows per loop sharing the activation loads (V8 spills the
+// extra registers); two or four blocks unrolled (V8 hoists all loads of the body to its top and
+// spills), four with a transpose-add of their partial sums.
 // Nothing past the row is read (a row may end at the end of memory).
 @inline function dot1(t: i32, a: usize, x: usize, n: i32): f32 {
   if (t == T_F32) {

@@ -6,7 +6,7 @@
  *
  * Shapes are rows x cols (outputs x inputs). The last lines estimate the kernel-only decode and
  * prefill speed of a TinyLlama-1.1B-shaped model (22 layers, dim 2048, FFN 5632, 4 KV heads of 64,
- * vocabulary 32000), which is what llama.cpp's tok/s figures in docs/design.md compare against.
+ * vocabulary 32000), which is what llama.cpp's tok/s figures (LLAMA_CPP, below) compare against.
  * KERNELS_WASM=path overrides the module (for trying kernel variants).
  */
 import { readFileSync } from "node:fs";
@@ -14,7 +14,7 @@ import { GGMLType, typeFromName, typeName, tensorBytes } from "../src/format/ggm
 import { f32ToF16 } from "../src/format/half.js";
 import { Arena } from "../src/runtime/arena.js";
 import { instantiateKernels, kernelModule } from "../src/runtime/wasm.js";
-import { prepareKernel, weightKernel } from "../src/runtime/weights.js";
+import { prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
 
 function arg(name: string, def: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -98,8 +98,8 @@ function timeIt(fn: (i: number) => void, macs: number): number {
 
 /**
  * llama.cpp at one thread on this machine, TinyLlama-shaped random-weight models, [prefill,
- * decode] tok/s (docs/design.md). Whole-model figures: the kernel-only estimates here leave out
- * attention, norms and sampling, so they flatter this engine a little.
+ * decode] tok/s, measured once on a quiet machine. Whole-model figures: the kernel-only estimates
+ * here leave out attention, norms and sampling, so they flatter this engine a little.
  */
 const LLAMA_CPP: Record<string, [number, number]> = { Q4_0: [144, 36], Q8_0: [75, 24], Q4_1: [33, 26] };
 

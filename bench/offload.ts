@@ -40,7 +40,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ROOT_DIR } from "./paths.js";
 import { peerRun } from "./peer.js";
-import { plannedFiring, SHAPE_SPECS } from "../src/offline/synth.js";
+import { plannedFiring } from "../src/model/firing.js";
+import { SHAPE_SPECS } from "../src/offline/synth.js";
 import { median } from "../src/planner/median.js";
 
 const BIN = join(ROOT_DIR, "bin", "powerinfer.cjs");

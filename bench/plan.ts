@@ -21,7 +21,7 @@ import { loadModel, type LoadModelOptions } from "../src/index.js";
 import { NeuronStore } from "../src/format/store.js";
 import { Tokenizer } from "../src/tokenizer/index.js";
 import { parseSize } from "../src/cli/args.js";
-import { applyPlan, readPlan, sizeText, type PlanFile } from "../src/planner/plan.js";
+import { applyPlan, knobsText, readPlan, sizeText, type PlanFile } from "../src/planner/plan.js";
 import { ROOT_DIR } from "./paths.js";
 import { median } from "../src/planner/median.js";
 
@@ -59,22 +59,20 @@ function arg(name: string, fallback?: string): string | undefined {
 /** One run in this (child) process: load with the plan or the defaults, generate, report decode figures. */
 async function child(job: ChildJob): Promise<ChildResult> {
   const la0 = loadavg()[0];
-  // The runtime's defaults (as `run` without flags): hot share from the store's profile (0.5 or
-  // more), queue depth libuv's pool (64 as bin/powerinfer.cjs starts it), pipelined; threads: all
-  // cores; gate sparsity (what the planner models). Nothing else set here: applyPlan lets options
-  // given explicitly win over the plan's knobs.
+  // The runtime's defaults (as `run` without flags): the sparsity mode the store gets (predictor
+  // when it has predictors), the hot share from the store's profile, the reader's queue depth,
+  // pipelined, all cores. Nothing else set here: applyPlan lets options given explicitly win over
+  // the plan's knobs.
   let opts: LoadModelOptions = {
     modelPath: job.model,
     memoryBudget: job.budget,
     contextSize: job.contextSize,
     batchSize: 256,
-    offload: { sparsity: "gate" },
   };
   if (job.plan) opts = applyPlan({ ...opts, contextSize: undefined }, job.plan);
   const model = await loadModel(opts);
-  // the cache's shape, for comparison with the plan's prediction of it (not public API)
-  const cache = (model as unknown as { llama: { offloaded: { cache: { bytes: number; hotCount: Int32Array } } } }).llama
-    .offloaded.cache;
+  // the cache the runtime made, for comparison with the plan's prediction of it
+  const layout = model.offloadLayout!;
   try {
     const gen = model.generate(job.prompt, { maxTokens: job.n, temperature: 0, ignoreEos: true });
     let after: ReturnType<typeof model.offloadStats> | undefined;
@@ -96,8 +94,8 @@ async function child(job: ChildJob): Promise<ChildResult> {
       readBytesPerToken: (end.bytesRead - a.bytesRead) / steps,
       ioWaitShare: (end.ioWaitMs - a.ioWaitMs) / Math.max(1, s.decodeMs),
       loadAverage: [la0, loadavg()[0]],
-      cacheBytes: cache.bytes,
-      hotPerLayer: cache.hotCount[0],
+      cacheBytes: layout.cacheBytes,
+      hotPerLayer: layout.hotPerLayer,
     };
   } finally {
     await model.dispose();
@@ -216,14 +214,14 @@ async function main(): Promise<void> {
   const pc = (x: number) => (Number.isFinite(x) ? `${(100 * x).toFixed(0)}%` : "-");
   console.log(`plan vs run: ${model}, prompt ${promptTokens} tokens, ${n} generated, ${reps} run(s) each, medians`);
   console.log(
-    "| budget | plan knobs (threads, QD, hot share, gates) | predicted tok/s | measured tok/s | error (each run) | cache MiB pred / made | hit rate pred / meas | MB read per token pred / meas | defaults pred / meas tok/s | plan / defaults measured | load avg |",
+    "| budget | plan knobs | predicted tok/s | measured tok/s | error (each run) | cache MiB pred / made | hit rate pred / meas | MB read per token pred / meas | defaults pred / meas tok/s | plan / defaults measured | load avg |",
   );
   console.log("|---|---|---|---|---|---|---|---|---|---|---|");
   for (const r of rows as any[]) {
     const k = r.knobs;
     const la = r.loadAverage as number[];
     console.log(
-      `| ${r.budget} | ${k.threads}, ${k.queueDepth}, ${k.hotFraction}, ${k.residentGates ? "resident" : "flash"} | ${f(r.predicted)} | ${f(r.measured)} | ${pc(r.error)} (${(r.errors as number[]).map(pc).join(", ")}) | ` +
+      `| ${r.budget} | ${knobsText(k)} | ${f(r.predicted)} | ${f(r.measured)} | ${pc(r.error)} (${(r.errors as number[]).map(pc).join(", ")}) | ` +
         `${f(r.predictedCacheBytes / 2 ** 20, 0)} / ${f(r.measuredCacheBytes / 2 ** 20, 0)} | ` +
         `${pc(r.predictedHitRate)} / ${pc(r.measuredHitRate)} | ${f(r.predictedReadPerToken / 1e6, 1)} / ${f(r.measuredReadPerToken / 1e6, 1)} | ${f(r.defaultsPredicted)} / ${f(r.defaultsMeasured)} | ` +
         `${f(r.measured / r.defaultsMeasured)}x | ${f(Math.min(...la), 1)}-${f(Math.max(...la), 1)} |`,

@@ -28,7 +28,7 @@ import { f32ToF16 } from "../src/format/half.js";
 import { rowBytes } from "../src/format/quant.js";
 import { Arena } from "../src/runtime/arena.js";
 import { ThreadPool } from "../src/runtime/pool.js";
-import { prepareKernel, weightKernel } from "../src/runtime/weights.js";
+import { prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
 import { SparseFFN, refSparseFFN } from "../src/runtime/sparse-kernels.js";
 
 function arg(name: string, def: string): string {

@@ -4,147 +4,16 @@
  *   const model = await loadModel({ modelPath: "model.gguf" });
  *   for await (const piece of model.generate("Once upon a time", { maxTokens: 64 })) process.stdout.write(piece);
  *   await model.dispose();
+ *
+ * This file only gathers what the package exports; `Model` and `loadModel` live in src/api/model.ts.
  */
-import { availableParallelism } from "node:os";
-import { LlamaModel } from "./model/llama.js";
-import { Tokenizer } from "./tokenizer/index.js";
-import { Generation, type GenerateOptions } from "./generate/generator.js";
-import type { ModelConfig } from "./model/config.js";
-import type { OffloadOptions, OffloadStats } from "./model/offloaded-ffn.js";
-
+export { Model, loadModel, type LoadModelOptions } from "./api/model.js";
 export type { GenerateOptions, GenerationStats, StopReason } from "./generate/generator.js";
 export type { ModelConfig } from "./model/config.js";
-export type { OffloadOptions, OffloadStats } from "./model/offloaded-ffn.js";
+export type { OffloadOptions, OffloadStats } from "./model/offload/offloaded-ffn.js";
+export type { OffloadLayout, SparsityMode } from "./model/offload/layout.js";
 export { Generation } from "./generate/generator.js";
 export { Tokenizer, StreamingDecoder } from "./tokenizer/index.js";
 export { GGUFFile, GGUFError } from "./format/gguf.js";
 export * from "./chat/index.js";
 export * from "./server/index.js";
-
-export interface LoadModelOptions {
-  /** a GGUF file (or PowerInfer "PWRI" GGUF; any part of a split model) */
-  modelPath: string;
-  /** compute threads including the caller; "auto" or omitted = all cores */
-  threads?: number | "auto";
-  /** KV cache length in tokens; "auto" = the model's training context, capped to what fits */
-  contextSize?: number | "auto";
-  /** most prompt tokens per forward pass (default 256) */
-  batchSize?: number;
-  onLoadProgress?: (loadedBytes: number, totalBytes: number) => void;
-  /** for a neuron store (.pi): everything resident must fit in this many bytes */
-  memoryBudget?: number;
-  /** for a neuron store: cache size, hot share, read queue depth, pipelining (see OffloadOptions) */
-  offload?: Partial<OffloadOptions>;
-  /** per layer: FFN activations with |act(gate)| at or below count as zero (default: the model's calibrated thresholds, if any) */
-  activationThresholds?: ArrayLike<number>;
-}
-
-export class Model {
-  private busy = false;
-  private disposed = false;
-
-  constructor(
-    private readonly llama: LlamaModel,
-    readonly tokenizer: Tokenizer,
-  ) {}
-
-  get config(): ModelConfig {
-    return this.llama.config;
-  }
-  get contextSize(): number {
-    return this.llama.contextSize;
-  }
-  get threads(): number {
-    return this.llama.threads;
-  }
-  /** the model file's metadata (GGUF key/values: hyper-parameters, tokenizer, chat template) */
-  get metadata(): ReadonlyMap<string, unknown> {
-    return this.llama.file.metadata;
-  }
-  /** counters of the offloaded FFN (neurons computed, cache hits, bytes read), for a neuron store */
-  offloadStats(): OffloadStats | undefined {
-    return this.llama.offloaded?.snapshot();
-  }
-  /** how a neuron store's FFN picks its neurons ("dense", "gate" or "predictor"); undefined for a model in memory */
-  get offloadMode(): string | undefined {
-    return this.llama.offloaded?.mode;
-  }
-  /** the neuron cache a store runs with: its size, the share pinned hot, and whether gate rows stay in memory */
-  get offloadLayout():
-    { cacheBytes: number; hotFraction: number; hotPerLayer: number; residentGates: boolean } | undefined {
-    const off = this.llama.offloaded;
-    if (!off) return undefined;
-    return {
-      cacheBytes: off.cache.bytes,
-      hotFraction: off.hotFraction,
-      hotPerLayer: off.cache.hotCount[0] ?? 0,
-      residentGates: off.hasResidentGates,
-    };
-  }
-  /** bytes of wasm memory in use (weights, KV cache, buffers) */
-  get residentBytes(): number {
-    return this.llama.residentBytes;
-  }
-
-  /** Token ids of `text` (no BOS unless asked; special tokens parsed only if asked). */
-  tokenize(text: string, options: { addBos?: boolean; special?: boolean } = {}): number[] {
-    return this.tokenizer.encode(text, { addBos: options.addBos ?? false, parseSpecial: options.special ?? false });
-  }
-
-  detokenize(ids: number[]): string {
-    return this.tokenizer.decode(ids);
-  }
-
-  /**
-   * Generate a continuation of `prompt` (text, or token ids used as they are). Iterate the result
-   * for text pieces; its `stats` hold prefill and decode speed once done. One generation at a
-   * time per model: the KV cache is the model's.
-   */
-  generate(prompt: string | number[], options: GenerateOptions = {}): Generation {
-    if (this.disposed) throw new Error("the model has been disposed");
-    const model = this;
-    const inner = new Generation(this.llama, this.tokenizer, prompt, options);
-    // Guard the one KV cache against two interleaved generations.
-    const iterate = inner[Symbol.asyncIterator].bind(inner);
-    inner[Symbol.asyncIterator] = async function* () {
-      if (model.busy) throw new Error("this model is already generating; await the other generation first");
-      model.busy = true;
-      try {
-        yield* { [Symbol.asyncIterator]: iterate };
-      } finally {
-        model.busy = false;
-      }
-    };
-    return inner;
-  }
-
-  async dispose(): Promise<void> {
-    if (this.disposed) return;
-    this.disposed = true;
-    await this.llama.dispose();
-  }
-}
-
-export async function loadModel(options: LoadModelOptions): Promise<Model> {
-  if (!options || typeof options.modelPath !== "string")
-    throw new TypeError("loadModel: modelPath (a string) is required");
-  const threads =
-    options.threads === undefined || options.threads === "auto" ? availableParallelism() : options.threads;
-  if (!Number.isInteger(threads) || threads < 1)
-    throw new RangeError(`loadModel: threads must be a positive integer, got ${threads}`);
-  const llama = await LlamaModel.load(options.modelPath, {
-    threads,
-    contextSize: options.contextSize === "auto" ? undefined : options.contextSize,
-    batchSize: options.batchSize,
-    memoryBudget: options.memoryBudget,
-    offload: options.offload,
-    activationThresholds: options.activationThresholds,
-    onProgress: options.onLoadProgress,
-  });
-  try {
-    return new Model(llama, Tokenizer.fromGGUF(llama.file));
-  } catch (e) {
-    await llama.dispose();
-    throw e;
-  }
-}

@@ -7,10 +7,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { GGUFFile } from "../src/format/gguf.js";
-import { rewrite, random } from "./rewrite.js";
+import { rewrite } from "./rewrite.js";
 import { LlamaModel } from "../src/model/llama.js";
 import { ReferenceModel } from "../src/model/reference.js";
-import { SHARED } from "./helpers.js";
+import { SHARED, uniforms } from "./helpers.js";
 
 const RELU = `${SHARED}/models/relu-stories.gguf`;
 const PROMPT = [1, 403, 407, 261, 378];
@@ -66,9 +66,9 @@ test("qwen2: Q/K/V biases and NeoX RoPE pairing", async () => {
     tensors: () => {
       const m = new Map<string, [number[], Float32Array]>();
       for (let l = 0; l < 6; l++) {
-        m.set(`blk.${l}.attn_q.bias`, [[256], random(256, 10 + l, 0.3)]);
-        m.set(`blk.${l}.attn_k.bias`, [[128], random(128, 20 + l, 0.3)]);
-        m.set(`blk.${l}.attn_v.bias`, [[128], random(128, 30 + l, 0.3)]);
+        m.set(`blk.${l}.attn_q.bias`, [[256], uniforms(256, 10 + l, 0.3)]);
+        m.set(`blk.${l}.attn_k.bias`, [[128], uniforms(128, 20 + l, 0.3)]);
+        m.set(`blk.${l}.attn_v.bias`, [[128], uniforms(128, 30 + l, 0.3)]);
       }
       return m;
     },
@@ -100,8 +100,8 @@ test("PowerInfer PWRI file: transposed Down and predictor tensors load and run d
         for (let r = 0; r < 256; r++) for (let c = 0; c < 1024; c++) t[c * 256 + r] = down[r * 1024 + c];
         m.set(`blk.${l}.ffn_down.weight`, undefined);
         m.set(`blk.${l}.ffn_down_t.weight`, [[256, 1024], t]);
-        m.set(`blk.${l}.fc1.weight`, [[256, 64], random(256 * 64, l, 0.1)]);
-        m.set(`blk.${l}.fc2.weight`, [[64, 1024], random(64 * 1024, l + 7, 0.1)]);
+        m.set(`blk.${l}.fc1.weight`, [[256, 64], uniforms(256 * 64, l, 0.1)]);
+        m.set(`blk.${l}.fc2.weight`, [[64, 1024], uniforms(64 * 1024, l + 7, 0.1)]);
       }
       return m;
     },

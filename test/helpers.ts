@@ -1,7 +1,8 @@
 /** Paths and small utilities shared by the tests. */
 import { fileURLToPath } from "node:url";
 import { dirname, join, resolve } from "node:path";
-import { mkdtempSync, rmSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 
 /** The repository root (tests run from dist/test). */
@@ -25,6 +26,48 @@ export function tempDir(prefix = "powerinfer-test-"): string {
   return d;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Seeded pseudo-random numbers, so failures reproduce. Tests' tolerances and expected values were
+// set against these exact sequences: change none of them.
+
+/** Uniform numbers in [0, 1) from xorshift32 (seed 0 acts as 1). */
+export function rng(seed: number): () => number {
+  let s = seed >>> 0 || 1;
+  return () => {
+    s ^= s << 13;
+    s >>>= 0;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    s >>>= 0;
+    return s / 4294967296;
+  };
+}
+
+/** rng(seed)'s stream mapped to [-1, 1). */
+export function signedRng(seed: number): () => number {
+  const r = rng(seed);
+  return () => r() * 2 - 1;
+}
+
+/** n normal values of deviation `scale` (Box-Muller on rng(seed)), as f32. */
+export function gaussians(n: number, seed: number, scale = 1): Float32Array {
+  const r = rng(seed),
+    out = new Float32Array(n);
+  for (let i = 0; i < n; i++) out[i] = scale * Math.sqrt(-2 * Math.log(r() + 1e-12)) * Math.cos(2 * Math.PI * r());
+  return out;
+}
+
+/** n values uniform in [-scale, scale) from a 32-bit LCG (the one randomTokens uses), as f32. */
+export function uniforms(n: number, seed: number, scale = 1): Float32Array {
+  const a = new Float32Array(n);
+  let s = seed >>> 0;
+  for (let i = 0; i < n; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    a[i] = ((s / 2 ** 32) * 2 - 1) * scale;
+  }
+  return a;
+}
+
 /** BOS (id 1), then seeded pseudo-random token ids in [3, vocab) (no control tokens). */
 export function randomTokens(n: number, vocab: number, seed: number): number[] {
   const out = [1];
@@ -35,3 +78,30 @@ export function randomTokens(n: number, vocab: number, seed: number): number[] {
   }
   return out;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Small pieces of arithmetic and I/O
+
+/** Index of the largest value (the first on ties). */
+export function argmax(v: ArrayLike<number>): number {
+  let best = 0;
+  for (let i = 1; i < v.length; i++) if (v[i] > v[best]) best = i;
+  return best;
+}
+
+/** Largest |a[i] - b[i]|. */
+export function maxDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
+  return m;
+}
+
+export const silu = (x: number) => x / (1 + Math.exp(-x));
+
+/** The bytes of an f32 array (a view, not a copy). */
+export function f32Bytes(a: Float32Array): Uint8Array {
+  return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+}
+
+/** SHA-256 of a file's contents, in hex. */
+export const sha256OfFile = (path: string) => createHash("sha256").update(readFileSync(path)).digest("hex");

@@ -7,20 +7,8 @@ import { dequantize, prepareActivation, quantizeRow, rowBytes, vecDot, vecDotTyp
 import { f32ToBF16, f32ToF16 } from "../src/format/half.js";
 import { Arena } from "../src/runtime/arena.js";
 import { instantiateKernels } from "../src/runtime/wasm.js";
-import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weights.js";
-
-/** Deterministic pseudo-random numbers (xorshift32). */
-function rng(seed: number) {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    s >>>= 0;
-    return s / 4294967296;
-  };
-}
+import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
+import { rng } from "./helpers.js";
 
 /** Random but valid weight bytes: random quants and scale bytes, sane f16 block scales. */
 function randomWeights(type: GGMLType, rows: number, cols: number, seed: number): Uint8Array {

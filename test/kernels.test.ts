@@ -8,26 +8,8 @@ import { dequantize, quantizeRow, rowBytes, vecDot } from "../src/format/quant.j
 import { f16Table, f32ToF16 } from "../src/format/half.js";
 import { Arena } from "../src/runtime/arena.js";
 import { instantiateKernels } from "../src/runtime/wasm.js";
-import { activationBytes, prepareKernel, weightKernel, type WeightKernel } from "../src/runtime/weights.js";
-
-function rng(seed: number) {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    s >>>= 0;
-    return s / 4294967296;
-  };
-}
-
-function gaussians(n: number, seed: number): Float32Array {
-  const r = rng(seed),
-    out = new Float32Array(n);
-  for (let i = 0; i < n; i++) out[i] = Math.sqrt(-2 * Math.log(r() + 1e-12)) * Math.cos(2 * Math.PI * r());
-  return out;
-}
+import { activationBytes, prepareKernel, weightKernel, type WeightKernel } from "../src/runtime/weight-kernels.js";
+import { gaussians, rng } from "./helpers.js";
 
 /** Weights as llama.cpp's quantizer would write them (F32: raw floats). */
 function makeWeights(type: GGMLType, rows: number, cols: number, seed: number): Uint8Array {

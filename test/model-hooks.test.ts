@@ -10,19 +10,11 @@ import { LlamaModel } from "../src/model/llama.js";
 import { ReferenceModel } from "../src/model/reference.js";
 import { GGUFFile } from "../src/format/gguf.js";
 import { convertToStore } from "../src/offline/convert.js";
-import { SHARED, tempDir } from "./helpers.js";
+import { maxDiff, SHARED, silu, tempDir } from "./helpers.js";
 
 const STORIES = `${SHARED}/models/stories260K.gguf`;
 const RELU = `${SHARED}/models/relu-stories.gguf`;
 const PROMPT = [1, 403, 407, 261, 378, 429, 297, 488, 300, 85];
-
-const silu = (x: number) => x / (1 + Math.exp(-x));
-
-function maxDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
-  return m;
-}
 
 test("the FFN observer sees the gate and up projections the reference forward pass computes", async () => {
   const model = await LlamaModel.load(STORIES, { threads: 2, contextSize: 32 });

@@ -8,19 +8,13 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { loadModel } from "../src/index.js";
 import { LlamaModel } from "../src/model/llama.js";
-import { SHARED } from "./helpers.js";
+import { argmax, SHARED } from "./helpers.js";
 
 const STORIES = `${SHARED}/models/stories260K.gguf`;
 const RELU = `${SHARED}/models/relu-stories.gguf`;
 const RELU_Q8 = `${SHARED}/models/relu-stories.Q8_0.gguf`;
 const llamacpp = JSON.parse(readFileSync(`${SHARED}/reference/stories260K.llamacpp.json`, "utf8"));
 const reluRef = JSON.parse(readFileSync(`${SHARED}/reference/relu-stories.json`, "utf8"));
-
-function argmax(v: Float32Array): number {
-  let best = 0;
-  for (let i = 1; i < v.length; i++) if (v[i] > v[best]) best = i;
-  return best;
-}
 
 /** Greedy decode from prompt ids with the raw model (no tokenizer, no stopping at EOS). */
 function greedy(

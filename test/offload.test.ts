@@ -12,7 +12,7 @@ import { LlamaModel } from "../src/model/llama.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { NeuronStore } from "../src/format/store.js";
 import { synthesize } from "../src/offline/synth.js";
-import { CLI, SHARED, tempDir } from "./helpers.js";
+import { argmax, CLI, maxDiff, SHARED, tempDir } from "./helpers.js";
 import { rewrite } from "./rewrite.js";
 
 const RELU = `${SHARED}/models/relu-stories.gguf`;
@@ -24,12 +24,6 @@ async function store(src: string, name: string): Promise<string> {
   const out = join(dir, name);
   await convertToStore({ input: src, output: out, fsync: false });
   return out;
-}
-
-function argmax(v: Float32Array): number {
-  let best = 0;
-  for (let i = 1; i < v.length; i++) if (v[i] > v[best]) best = i;
-  return best;
 }
 
 /** Greedy ids and the logits of each step, prompt fed as one batch. */
@@ -48,12 +42,6 @@ async function greedy(
     if (i + 1 < n) logits = await model.forwardAsync([id], 1, prompt.length + i);
   }
   return { ids, logits: all };
-}
-
-function maxDiff(a: Float32Array, b: Float32Array): number {
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
-  return m;
 }
 
 test("relu-stories from a store, gate mode: the dense run's tokens and logits at every cache size", async () => {
@@ -275,7 +263,7 @@ test("the memory budget holds: peak RSS of a whole run stays within budget + 5%,
   // refused before the weights load (a cgroup limit would kill a process that loads first)
   assert.match(
     small.stderr,
-    /memory budget 40\.0 MiB is too small .*weights would be [\d.]+ MiB.* at least [\d.]+ MiB would run/,
+    /memory budget 40\.0 MiB is too small .*runtime [\d.]+ MiB, weights [\d.]+ MiB.* at least [\d.]+ MiB would run/,
   );
 });
 

@@ -10,7 +10,7 @@ import { ThreadPool } from "../src/runtime/pool.js";
 import { GGMLType, typeName } from "../src/format/ggml-types.js";
 import { quantizeRow, rowBytes, vecDot, prepareActivation } from "../src/format/quant.js";
 import { f32ToF16 } from "../src/format/half.js";
-import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weights.js";
+import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
 
 const arena = new Arena(64 << 20);
 const pools = [await ThreadPool.create(arena.memory, 1), await ThreadPool.create(arena.memory, 2)];

@@ -8,10 +8,11 @@ import { NeuronStore } from "../src/format/store.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { plannedFiring, synthesize } from "../src/offline/synth.js";
 import { readConfig } from "../src/model/config.js";
+import { BudgetError, ffnBufferBytes, runtimeGrowthBytes, type StoreFacts } from "../src/model/offload/layout.js";
 import {
   hitProfile,
+  layoutFor,
   predict,
-  splitBudget,
   type Firing,
   type Hardware,
   type Knobs,
@@ -41,6 +42,8 @@ import {
   writePlan,
   PlanError,
 } from "../src/planner/plan.js";
+import { measureRuntimeBase } from "../src/planner/runtime-base.js";
+import { LlamaModel } from "../src/model/llama.js";
 import { CLI, tempDir } from "./helpers.js";
 
 const MiB = 2 ** 20;
@@ -48,7 +51,24 @@ const MiB = 2 ** 20;
 // ---------------------------------------------------------------------------------------------
 // Cost model on hand-made inputs
 
+const facts: StoreFacts = {
+  nLayer: 2,
+  nFF: 100,
+  nEmbd: 64,
+  ffnType: GGMLType.Q4_1,
+  bundleBytes: 4096,
+  // a bundle's parts fill its page (no packing of hot slots): hot counts are the knob's
+  rowBytes: 1400,
+  gateRowBytes: 4 * MiB,
+  gateReadBytes: 4096,
+  gateCopy: false,
+  nVocab: 50,
+  checksumMarkBytes: 0,
+  firing: null,
+};
 const shape: ModelShape = {
+  facts,
+  resident: { weights: 10 * MiB, buffers: 0, kv: 1 * MiB },
   nLayer: 2,
   nEmbd: 64,
   nFF: 100,
@@ -61,61 +81,77 @@ const shape: ModelShape = {
   gateReadBytes: 4096,
   layerMatrices: [{ type: GGMLType.Q4_1, rows: 64, cols: 64 }],
   output: { type: GGMLType.Q4_1, rows: 50, cols: 64 },
-  gateBytes: 8 * MiB,
-  stagingBytes: 1 * MiB,
-  scratchBytes: 1 * MiB,
-  weightBytes: 10 * MiB,
-  kvBytesPerPosition: 1024,
   gateStream: null,
+  predictor: null,
 };
 const hw: Hardware = {
   threads: 1,
   dispatch: 0,
   memoryBandwidth: 1e12,
   matvecRate: () => 1e9, // 1 ns per multiply-add
-  sparse: { upDownPerNeuron: 1e-6, layerFixed: 0, gatePerNeuron: 1e-7, gateFixed: 0 },
+  sparse: {
+    upDownPerNeuron: 1e-6,
+    layerFixed: 0,
+    gatePerNeuron: 1e-7,
+    gateFixed: 0,
+    ffnPerNeuron: 1.5e-6,
+    ffnRunPerNeuron: 1e-6,
+  },
   scan: { perNeuron: 0, perLookup: 0, perMiss: 0 },
+  predictorSeconds: 0,
   // 1 ms per read at any depth: I/O time = reads / 1000
   batchSeconds: (_b, _q, n) => n / 1000,
   streamChunkSeconds: () => 0.01,
   submitSeconds: () => 0,
   iops: () => 1000,
-  runtimeBytes: 20 * MiB,
+  base: 20 * MiB,
   overlap: true,
 };
-const knobs: Knobs = { threads: 1, queueDepth: 4, hotFraction: 0.5, residentGates: true, pipeline: true };
+const knobs: Knobs = {
+  sparsity: "gate",
+  threads: 1,
+  queueDepth: 4,
+  hotFraction: 0.5,
+  residentGates: true,
+  pipeline: true,
+};
 const uniform = (p: number): Firing => ({
   layers: [new Float64Array(100).fill(p), new Float64Array(100).fill(p)],
   source: "test",
 });
 const workload = { contextSize: 1024, promptTokens: 0, decodeTokens: 1 };
+/** everything but the cache: base 20 + weights 10 + KV 1 MiB + runtime growth + the FFN's buffers + gate rows (or staging) + the cache's page alignment */
+const fixedOf = (gates: number) => 31 * MiB + runtimeGrowthBytes(facts) + ffnBufferBytes(facts, 1, true) + gates + 4096;
+/** a budget that leaves `slots` (and half a) bundles of cache, resident gate rows */
+const budgetFor = (slots: number, gates = 8 * MiB) => (fixedOf(gates) + (slots + 0.5) * 4096) / 0.97;
 
-test("budget split: what LlamaModel.offload leaves for the neuron cache, hot and cold slots", () => {
-  // fixed = runtime 20 + weights 10 + KV 1 + scratch 1 + gate rows 8 = 40 MiB; room = 0.97 budget
+test("budget layout: what the runtime's layout leaves for the neuron cache, hot and cold slots", () => {
   const budget = 100 * MiB;
-  const s = splitBudget(shape, hw, knobs, workload, budget);
-  const room = 0.97 * budget;
-  assert.equal(s.kvBytes, 1024 * 1024);
-  const allFFN = 2 * 100 * 4096;
-  assert.equal(s.cacheBytes, Math.min(allFFN, room - 40 * MiB));
+  const s = layoutFor(shape, hw, knobs, budget);
+  assert.equal(s.fixed, fixedOf(8 * MiB));
+  assert.equal(s.fixedResident.kv, 1 * MiB);
   assert.equal(s.slots, 200); // the whole FFN fits: everything hot
   assert.equal(s.hotPerLayer, 100);
   assert.equal(s.coldSlots, 0);
-  const tight = splitBudget(shape, hw, knobs, workload, (40 * MiB + 41.5 * 4096) / 0.97);
+  assert.equal(s.cacheBytes, 200 * 4096);
+  const tight = layoutFor(shape, hw, knobs, budgetFor(41));
   assert.ok(tight.fits);
   assert.equal(tight.slots, 41);
   assert.equal(tight.hotPerLayer, Math.min(Math.floor((41 * 0.5) / 2), Math.floor(40 / 2)));
   assert.equal(tight.coldSlots, 41 - 2 * tight.hotPerLayer);
-  const none = splitBudget(shape, hw, knobs, workload, 40 * MiB);
+  const none = layoutFor(shape, hw, knobs, fixedOf(8 * MiB));
   assert.equal(none.fits, false);
-  assert.ok(none.minBudget > 40 * MiB && none.minBudget <= (40 * MiB + 4 * 4096) / 0.97 + 1);
-  const flash = splitBudget(shape, hw, { ...knobs, residentGates: false }, workload, (40 * MiB + 41.5 * 4096) / 0.97);
-  assert.equal(flash.gateBytes, 1 * MiB);
-  assert.equal(
-    flash.slots,
-    200,
-    "without resident gate rows their room (less the staging) goes to the cache: all of the FFN here",
-  );
+  assert.equal(none.minBudget, Math.ceil((fixedOf(8 * MiB) + 4 * 4096) / 0.97));
+  // gate rows read from flash: their room, less the staging area, goes to the cache
+  const flash = layoutFor(shape, hw, { ...knobs, residentGates: false }, budgetFor(41));
+  assert.equal(flash.gateBytes, 4096 + 100 * 4096 + 448);
+  assert.equal(flash.slots, 200, "without resident gate rows their room goes to the cache: all of the FFN here");
+  // predictor mode never keeps gate rows
+  const pred = layoutFor(shape, hw, { ...knobs, sparsity: "predictor" }, budgetFor(41));
+  assert.equal(pred.residentGates, false);
+  // undefined: gate rows resident when they fit with a minimal cache, else read from flash
+  assert.equal(layoutFor(shape, hw, { ...knobs, residentGates: undefined }, budgetFor(41)).residentGates, true);
+  assert.equal(layoutFor(shape, hw, { ...knobs, residentGates: undefined }, budgetFor(2)).residentGates, false);
 });
 
 test("hit model: hot neurons always hit; a cold LRU of C slots over n alike neurons hits C/n once warm", () => {
@@ -156,8 +192,8 @@ test("predicted time: everything cached means no reads; a cache of the minimum r
   assert.ok(Math.abs(sum - all.secondsPerToken) < 1e-12, "the breakdown adds up to the total");
 
   // 4 bundles of cache, hot share 0: at step 0 nothing is cached, 40 misses per token
-  const tiny = predict(shape, f, hw, { ...knobs, hotFraction: 0 }, workload, (40 * MiB + 4.5 * 4096) / 0.97);
-  assert.equal(tiny.split.slots, 4);
+  const tiny = predict(shape, f, hw, { ...knobs, hotFraction: 0 }, workload, budgetFor(4));
+  assert.equal(tiny.layout.slots, 4);
   assert.ok(Math.abs(tiny.missesPerToken - 40) < 1e-9);
   // 20 misses per layer in rounds of 4 cold slots: 5 rounds of 4 reads, 4 ms each
   assert.ok(Math.abs(tiny.breakdown.ioWait - 2 * 5 * 0.004) < 1e-9, `I/O wait ${tiny.breakdown.ioWait}`);
@@ -170,7 +206,7 @@ test("predicted time: everything cached means no reads; a cache of the minimum r
 test("predicted time: the pipeline hides reads behind the hits' compute, only the first queue-depth's worth", () => {
   const f = uniform(0.5);
   const slow: Hardware = { ...hw, sparse: { ...hw.sparse, upDownPerNeuron: 1e-3 } }; // hits compute 1 ms each
-  const budget = (40 * MiB + 60.5 * 4096) / 0.97; // 60 slots: 15 hot per layer, 30 cold
+  const budget = budgetFor(60); // 60 slots: 15 hot per layer, 30 cold
   const on = predict(
     shape,
     f,
@@ -187,7 +223,7 @@ test("predicted time: the pipeline hides reads behind the hits' compute, only th
     { ...workload, promptTokens: 0 },
     budget,
   );
-  assert.equal(on.split.hotPerLayer, 15);
+  assert.equal(on.layout.hotPerLayer, 15);
   // per layer: 7.5 hot hits (7.5 ms of compute), 42.5 misses, round 1 = 30 reads (cold slots)
   const hits = 7.5e-3;
   const r1 = Math.max(hits + (30 - 4) / 1000, 30 / 1000);
@@ -222,7 +258,7 @@ test("predicted time: the pipeline hides reads behind the hits' compute, only th
 
 test("gates not resident, streamed from the store's gate-row copy: chunk reads double-buffered behind the gates' compute", () => {
   const streamed: ModelShape = { ...shape, gateStream: { rows: 50, bytes: 50 * 64, rowBytes: 64 } };
-  const budget = (33 * MiB + 100.5 * 4096) / 0.97; // fixed part with gate staging (1 MiB) instead of rows: 100 cache slots
+  const budget = budgetFor(100, 4096 + 100 * 4096 + 448); // gate staging instead of rows: 100 cache slots
   const slowReads: Hardware = { ...hw, streamChunkSeconds: () => 0.01 };
   const p = predict(
     streamed,
@@ -232,7 +268,7 @@ test("gates not resident, streamed from the store's gate-row copy: chunk reads d
     workload,
     budget,
   );
-  assert.equal(p.split.hotPerLayer, 0);
+  assert.equal(p.layout.hotPerLayer, 0);
   // per layer 2 chunks of 10 ms: the first read during attention (4.1 us), the second issued
   // when the first is consumed, so it lands 10 ms after the first: ~20 ms of waiting per layer
   const attn = 64 * 64 * 1e-9;
@@ -295,6 +331,7 @@ const dir = tempDir("powerinfer-planner-");
 const cacheDir = join(dir, "cache");
 let storePath = "";
 let profiledPath = "";
+let predictorPath = "";
 
 async function stores(): Promise<void> {
   if (storePath) return;
@@ -307,6 +344,22 @@ async function stores(): Promise<void> {
   };
   profiledPath = join(dir, "tiny.hot.pi");
   await convertToStore({ input: gguf, output: profiledPath, profile, fsync: false });
+  // predictable, with the predictors synth plants, hot-first by the planted rates
+  const pgguf = join(dir, "tiny-pred.gguf");
+  const predictors = join(dir, "tiny-pred.predictors.gguf");
+  await synthesize({
+    shape: "tiny",
+    act: "relu",
+    type: "q4_1",
+    seed: 5,
+    sparsity: 0.9,
+    gateRank: 16,
+    predictorsOut: predictors,
+    out: pgguf,
+    fsync: false,
+  });
+  predictorPath = join(dir, "tiny-pred.pi");
+  await convertToStore({ input: pgguf, output: predictorPath, profile, predictors, fsync: false });
 }
 
 const FAST = { scale: 0.02, cacheDir, threads: [1], queueDepths: [1, 2] };
@@ -374,24 +427,79 @@ test("firing rates: the profile in stored (hot-first) order, else synth's plante
   }
 });
 
-test("shapeOfStore: the resident size estimate counts packed weights and buffers, not the FFN or the embedding table", async () => {
+test("the planner's layout is the runtime's: the same split at several budgets, both sparsity modes, with and without a profile", async () => {
   await stores();
-  const store = NeuronStore.open(storePath);
-  try {
-    const s = shapeOfStore(store, readConfig(store));
-    assert.equal(s.nFF, 768);
-    assert.equal(s.bundleBytes, 4096);
-    const ffnBytes = 4 * 768 * 4096;
-    assert.ok(s.weightBytes > 1 << 20 && s.weightBytes < store.fileSize - ffnBytes + (8 << 20), `${s.weightBytes}`);
-    assert.ok(s.gateBytes > 0 && s.kvBytesPerPosition === 2 * 4 * 4 * 32 * 4);
-  } finally {
-    store.close();
+  // Budgets over this process's own resident size (the layout's base: everything resident counts)
+  const base0 = (await LlamaModel.layoutOf(storePath, { threads: 1, contextSize: 64 })).fixedResident.base;
+  const budgets = [4, 20, 24, 32, 64, 400].map((m) => base0 + m * MiB);
+  let compared = 0,
+    refused = 0;
+  for (const path of [storePath, profiledPath, predictorPath]) {
+    const store = NeuronStore.open(path);
+    const cfg = readConfig(store);
+    const modes = store.tensors.has("blk.0.fc1.weight") ? (["gate", "predictor"] as const) : (["gate"] as const);
+    try {
+      for (const sparsity of modes) {
+        const shape = shapeOfStore(store, cfg, sparsity, 256, 64);
+        for (const budget of budgets) {
+          const opts = { threads: 1, contextSize: 64, memoryBudget: budget, offload: { sparsity } };
+          const knobs: Knobs = { sparsity, threads: 1, queueDepth: 8, pipeline: true };
+          let runtime;
+          try {
+            runtime = await LlamaModel.load(path, opts);
+          } catch (e) {
+            // refused: the planner's layout for the runtime's base is the refused one, and does not fit either
+            if (!(e instanceof BudgetError)) throw e;
+            const planned = layoutFor(shape, { base: e.layout.fixedResident.base, threads: 1 }, knobs, budget);
+            assert.deepEqual(planned, e.layout, `${path} ${sparsity}: refused at ${budget / MiB} MiB`);
+            assert.equal(planned.fits, false);
+            refused++;
+            continue;
+          }
+          try {
+            const made = runtime.offloaded!.layout;
+            const planned = layoutFor(shape, { base: made.fixedResident.base, threads: 1 }, knobs, budget);
+            assert.deepEqual(planned, made, `${path} ${sparsity} at ${budget / MiB} MiB`);
+            // what the layout counts for the model's own wasm memory is what loading allocated
+            const r = made.fixedResident;
+            assert.equal(runtime.fixedArenaBytes, (1 << 20) + r.weights + r.buffers + r.kv, "resident bytes as loaded");
+            compared++;
+          } finally {
+            await runtime.dispose();
+          }
+        }
+      }
+    } finally {
+      store.close();
+    }
   }
+  assert.ok(compared >= 8 && refused >= 2, `${compared} layouts made, ${refused} refused`);
+});
+
+test("the runtime's base as the planner measures it (a fresh process, as run makes it) is within a few MiB of run's", async () => {
+  await stores();
+  const base = await measureRuntimeBase({
+    store: predictorPath,
+    threads: 1,
+    contextSize: 64,
+    batchSize: 256,
+    sparsity: "predictor",
+  });
+  const r = spawnSync(
+    process.execPath,
+    [CLI, "run", "-m", predictorPath, "-p", "a", "-n", "1", "-t", "1", "-c", "64", "--memory-budget", "128MiB"],
+    { encoding: "utf8" },
+  );
+  assert.equal(r.status, 0, r.stderr);
+  const m = /memory: budget [\d.]+ MiB = runtime ([\d.]+) MiB/.exec(r.stderr);
+  assert.ok(m, r.stderr);
+  const runBase = Number(m[1]) * MiB;
+  assert.ok(Math.abs(base - runBase) < 4 * MiB, `planner ${(base / MiB).toFixed(1)} MiB, run ${m[1]} MiB`);
 });
 
 test("plan: written, read back, applied to load options; never predicted slower than the defaults", async () => {
   await stores();
-  const budget = 16 * MiB;
+  const budget = 24 * MiB;
   const r = await makePlan({
     modelPath: profiledPath,
     budget,
@@ -432,7 +540,7 @@ test("plan: written, read back, applied to load options; never predicted slower 
 
 test("plan mismatches: another machine, model, budget or context is a clear error (explicit plan) or a note (found next to the model)", async () => {
   await stores();
-  const budget = 16 * MiB;
+  const budget = 24 * MiB;
   const r = await makePlan({
     modelPath: profiledPath,
     budget,
@@ -462,7 +570,7 @@ test("plan mismatches: another machine, model, budget or context is a clear erro
   assert.throws(
     () => applyPlan({ modelPath: profiledPath, memoryBudget: 32 * MiB }, good),
     (e: Error) =>
-      /made for --memory-budget 16MiB, this run has 32MiB; re-plan with: powerinfer plan -m .* --memory-budget 32MiB/.test(
+      /made for --memory-budget 24MiB, this run has 32MiB; re-plan with: powerinfer plan -m .* --memory-budget 32MiB/.test(
         e.message,
       ),
   );
@@ -489,7 +597,7 @@ test("plan mismatches: another machine, model, budget or context is a clear erro
   assert.match(notes.pop()!, /using plan .*copy\.hot\.pi\.plan\.json/);
   const unchanged = applyPlan({ ...base, memoryBudget: 20 * MiB }, undefined, (m) => notes.push(m));
   assert.deepEqual(unchanged, { ...base, memoryBudget: 20 * MiB });
-  assert.match(notes.pop()!, /not using .* was made for --memory-budget 16MiB, this run has 20MiB; re-plan/);
+  assert.match(notes.pop()!, /not using .* was made for --memory-budget 24MiB, this run has 20MiB; re-plan/);
   writePlan(defaultPlanPath(copy), JSON.parse(readFileSync(other, "utf8")));
   assert.deepEqual(
     applyPlan(base, undefined, (m) => notes.push(m)),
@@ -501,7 +609,7 @@ test("plan mismatches: another machine, model, budget or context is a clear erro
 
 test("calibration: a run's compute and read waits scale every prediction by their own factors", async () => {
   await stores();
-  const budget = 16 * MiB;
+  const budget = 24 * MiB;
   const plain = await makePlan({
     modelPath: profiledPath,
     budget,
@@ -627,4 +735,56 @@ test("powerinfer plan: writes MODEL.plan.json next to the model and prints the p
   );
   assert.equal(small.status, 1);
   assert.match(small.stderr, /too small .* at least [\d.]+ MiB would run/);
+});
+
+test("plan: a store with predictors is planned in predictor mode, as run runs it; the smallest budget run accepts is planned", async () => {
+  await stores();
+  const job = { store: predictorPath, threads: 1, contextSize: 64, batchSize: 256, sparsity: "predictor" as const };
+  const base = await measureRuntimeBase(job);
+  const store = NeuronStore.open(predictorPath);
+  const shape = shapeOfStore(store, readConfig(store), "predictor", 256, 64);
+  store.close();
+  const knobs: Knobs = { sparsity: "predictor", threads: 1, queueDepth: 8, pipeline: true };
+  const smallest = layoutFor(shape, { base, threads: 1 }, knobs, 2 ** 40).minBudget;
+  const r = await makePlan({
+    modelPath: predictorPath,
+    budget: smallest,
+    probe: FAST,
+    threads: 1,
+    promptTokens: 8,
+    decodeTokens: 16,
+    contextSize: 64,
+    runtimeBase: base,
+  });
+  assert.equal(r.plan.knobs.sparsity, "predictor");
+  assert.ok(r.best.layout.fits && r.best.breakdown.gate > 0, "the predictor's own cost is part of the prediction");
+  assert.ok(r.candidates.every((p) => p.knobs.sparsity === "predictor"));
+  // run takes the plan's mode and knobs (its own base differs from the measured one by a little: a little room)
+  const budget = smallest + 2 * MiB;
+  const plan = await makePlan({
+    modelPath: predictorPath,
+    budget,
+    probe: FAST,
+    threads: 1,
+    promptTokens: 8,
+    decodeTokens: 16,
+    contextSize: 64,
+    runtimeBase: base,
+  });
+  const path = join(dir, "pred.plan.json");
+  writePlan(path, plan.plan);
+  const opts = applyPlan({ modelPath: predictorPath, memoryBudget: budget }, path);
+  assert.equal(opts.offload?.sparsity, "predictor");
+  const run = spawnSync(
+    process.execPath,
+    [CLI, "run", "-m", predictorPath, "-p", "Once", "-n", "4", "--plan", path, "--memory-budget", String(budget)],
+    { encoding: "utf8" },
+  );
+  assert.equal(run.status, 0, run.stderr);
+  assert.match(run.stderr, /using plan .*: predictor sparsity/);
+  // a plan for one mode does not apply to a run of the other
+  assert.throws(
+    () => applyPlan({ modelPath: predictorPath, memoryBudget: budget, offload: { sparsity: "gate" } }, path),
+    /made for --sparsity predictor, this run asks for gate/,
+  );
 });

@@ -11,13 +11,13 @@ import { GGMLType } from "../src/format/ggml-types.js";
 import { NeuronStore } from "../src/format/store.js";
 import { dequantize } from "../src/format/quant.js";
 import { LlamaModel } from "../src/model/llama.js";
-import { WeightLoader, type Matrix } from "../src/model/weights.js";
+import { WeightLoader, type Matrix } from "../src/model/weight-loader.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { synthesize } from "../src/offline/synth.js";
 import { Arena } from "../src/runtime/arena.js";
 import { ThreadPool } from "../src/runtime/pool.js";
-import { activationBytes, prepareKernel } from "../src/runtime/weights.js";
-import { randomTokens, tempDir } from "./helpers.js";
+import { activationBytes, prepareKernel } from "../src/runtime/weight-kernels.js";
+import { randomTokens, tempDir, uniforms } from "./helpers.js";
 
 const dir = tempDir("predictor-q8-");
 const gguf = join(dir, "m.gguf");
@@ -56,16 +56,6 @@ function matvec(arena: Arena, pool: ThreadPool, m: Matrix, x: Float32Array): Flo
   return Float32Array.from(arena.f32(py, m.rows));
 }
 
-function rand(n: number, seed: number): Float32Array {
-  const out = new Float32Array(n);
-  let s = seed >>> 0;
-  for (let i = 0; i < n; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    out[i] = s / 2 ** 31 - 1;
-  }
-  return out;
-}
-
 test("WeightLoader.q8Matrix: padded fc1 rows and fc2 columns are exactly zero; real ones match the F16 values", async () => {
   await model();
   const store = NeuronStore.open(pi);
@@ -87,7 +77,7 @@ test("WeightLoader.q8Matrix: padded fc1 rows and fc2 columns are exactly zero; r
     const w2 = dequantize(t2.type, store.tensorData("blk.1.fc2.weight"), nFF * hidden);
 
     // fc1: rows 33..63 give exactly 0 for any input; the real rows match the f64 product
-    const x = rand(nEmbd, 7);
+    const x = uniforms(nEmbd, 7);
     const y1 = matvec(arena, pool, fc1, x);
     for (let r = hidden; r < 64; r++) assert.equal(y1[r], 0, `fc1 padding row ${r}`);
     const scale1 = Math.max(
@@ -110,7 +100,7 @@ test("WeightLoader.q8Matrix: padded fc1 rows and fc2 columns are exactly zero; r
       `fc2 reads its padded columns: ${y0.find((v) => v !== 0)}`,
     );
     // ... and the real ones match
-    const h = rand(64, 11).map((v, c) => (c < hidden ? Math.abs(v) : 0));
+    const h = uniforms(64, 11).map((v, c) => (c < hidden ? Math.abs(v) : 0));
     const y2 = matvec(arena, pool, fc2, h);
     let scale2 = 0;
     for (let i = 0; i < w2.length; i++) scale2 = Math.max(scale2, Math.abs(w2[i]));

@@ -17,11 +17,16 @@ import { NeuronStore } from "../src/format/store.js";
 import { LlamaModel } from "../src/model/llama.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { corpusTokens, readCorpus } from "../src/offline/corpus.js";
-import { addPredictorsToStore, writePredictorGGUF } from "../src/offline/predictor-output.js";
+import { addPredictorsToStore, writePredictorGGUF } from "../src/offline/predictor-files.js";
 import { trainPredictors, type TrainPredictorsResult } from "../src/offline/train-predictors.js";
-import { maskWords, PredictorTrainer, QualityCounter, thresholdForRecall } from "../src/sparse/predictor-train.js";
+import {
+  maskWords,
+  PredictorTrainer,
+  QualityCounter,
+  thresholdForRecall,
+} from "../src/predictor-training/predictor-train.js";
 import { Tokenizer } from "../src/tokenizer/index.js";
-import { CLI, SHARED, tempDir } from "./helpers.js";
+import { CLI, SHARED, signedRng, tempDir } from "./helpers.js";
 import { Arena } from "../src/runtime/arena.js";
 import { ThreadPool } from "../src/runtime/pool.js";
 import {
@@ -34,20 +39,7 @@ import {
   refMmTN,
   refRelu,
   refReluGrad,
-} from "../src/sparse/train-kernels.js";
-
-/** Deterministic pseudo-random floats in [-1, 1). */
-function rand(seed: number): () => number {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    s >>>= 0;
-    return (s / 2 ** 32) * 2 - 1;
-  };
-}
+} from "../src/predictor-training/train-kernels.js";
 
 function close(got: Float32Array, want: Float32Array, tol: number, what: string): void {
   assert.equal(got.length, want.length, `${what}: length`);
@@ -69,7 +61,7 @@ test("training kernels match their references on odd sizes, with 1 and 2 threads
     const pool = await ThreadPool.create(arena.memory, threads);
     pool.minParallelWork = 0; // split even small jobs, so the 2-thread run really splits
     const k = new TrainKernels(pool);
-    const r = rand(7 + threads);
+    const r = signedRng(7 + threads);
     const put = (a: Float32Array) => {
       const p = arena.alloc(a.length * 4 + 16, 64);
       arena.f32(p, a.length).set(a);
@@ -205,7 +197,7 @@ test("PredictorTrainer learns a synthetic ReLU mask; its validation figures hold
     nOut = 96,
     n = 6000,
     rank = 8;
-  const r = rand(3);
+  const r = signedRng(3);
   const A = Float32Array.from({ length: nOut * rank }, r),
     B = Float32Array.from({ length: rank * nIn }, r);
   const x = new Float32Array(n * nIn);

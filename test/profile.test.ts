@@ -28,7 +28,7 @@ import {
 import { parseArgs } from "../src/cli/args.js";
 import { LOAD_FLAGS, loadOptions } from "../src/cli/model-flags.js";
 import { Tokenizer } from "../src/tokenizer/index.js";
-import { CLI, SHARED, tempDir } from "./helpers.js";
+import { CLI, SHARED, silu, tempDir } from "./helpers.js";
 
 const STORIES = `${SHARED}/models/stories260K.gguf`;
 const RELU = `${SHARED}/models/relu-stories.gguf`;
@@ -36,7 +36,6 @@ const RELU_Q8 = `${SHARED}/models/relu-stories.Q8_0.gguf`;
 const TRAIN = `${SHARED}/data/stories-train.txt`;
 const HELDOUT = `${SHARED}/data/stories-heldout.txt`;
 const run = promisify(execFile);
-const silu = (x: number) => x / (1 + Math.exp(-x));
 
 test("FiringCounts counts firings and adjacent pairs; the histogram quantile cuts the asked share", () => {
   const c = new FiringCounts(4);

@@ -4,7 +4,7 @@ import { existsSync } from "node:fs";
 import { GGMLType, typeName } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
 import { bf16ToF32, f16ToF32, f32ToBF16, f32ToF16 } from "../src/format/half.js";
-import { SHARED } from "./helpers.js";
+import { gaussians, rng, SHARED } from "./helpers.js";
 import {
   dequantize,
   dequantizeRow,
@@ -17,25 +17,6 @@ import {
 } from "../src/format/quant.js";
 
 const fr = Math.fround;
-
-/** Deterministic pseudo-random numbers (xorshift32), so failures reproduce. */
-function rng(seed: number) {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    s >>>= 0;
-    return s / 4294967296;
-  };
-}
-function gaussians(n: number, seed: number, scale = 1): Float32Array {
-  const r = rng(seed),
-    out = new Float32Array(n);
-  for (let i = 0; i < n; i++) out[i] = scale * Math.sqrt(-2 * Math.log(r() + 1e-12)) * Math.cos(2 * Math.PI * r());
-  return out;
-}
 
 test("f16: exact values, rounding to nearest even, subnormals, inf and NaN", () => {
   assert.equal(f32ToF16(1), 0x3c00);

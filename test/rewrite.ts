@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { GGUFFile, type GGUFValue } from "../src/format/gguf.js";
 import { GGUFWriter } from "../src/format/gguf-writer.js";
 import { GGMLType } from "../src/format/ggml-types.js";
-import { tempDir } from "./helpers.js";
+import { f32Bytes, tempDir } from "./helpers.js";
 
 const dir = tempDir();
 
@@ -17,10 +17,6 @@ export interface Rewrite {
   metadata?: Record<string, string | number>;
   /** replace or add tensors: name -> [dims, f32 data] (undefined removes) */
   tensors?: (src: GGUFFile) => Map<string, [number[], Float32Array] | undefined>;
-}
-
-function f32Bytes(a: Float32Array): Uint8Array {
-  return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 }
 
 /** Write a copy of `srcPath` with the given changes into one file or `parts` split files. */
@@ -63,15 +59,4 @@ export async function rewrite(srcPath: string, name: string, r: Rewrite, parts =
   }
   src.close();
   return paths[0];
-}
-
-/** Deterministic uniform values in [-scale, scale). */
-export function random(n: number, seed: number, scale: number): Float32Array {
-  const a = new Float32Array(n);
-  let s = seed >>> 0;
-  for (let i = 0; i < n; i++) {
-    s = (s * 1664525 + 1013904223) >>> 0;
-    a[i] = ((s / 2 ** 32) * 2 - 1) * scale;
-  }
-  return a;
 }

@@ -9,7 +9,7 @@ import { dequantize, quantizeRow, rowBytes } from "../src/format/quant.js";
 import { f16Table } from "../src/format/half.js";
 import { Arena } from "../src/runtime/arena.js";
 import { ThreadPool } from "../src/runtime/pool.js";
-import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weights.js";
+import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
 import {
   SparseFFN,
   refSparseFFN,
@@ -19,25 +19,7 @@ import {
   partialBytes,
   type SparseActivation,
 } from "../src/runtime/sparse-kernels.js";
-
-function rng(seed: number) {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    s >>>= 0;
-    return s / 4294967296;
-  };
-}
-
-function gaussians(n: number, seed: number): Float32Array {
-  const r = rng(seed),
-    out = new Float32Array(n);
-  for (let i = 0; i < n; i++) out[i] = Math.sqrt(-2 * Math.log(r() + 1e-12)) * Math.cos(2 * Math.PI * r());
-  return out;
-}
+import { gaussians, rng } from "./helpers.js";
 
 function quantRow(type: GGMLType, f: Float32Array): Uint8Array {
   if (type === GGMLType.F32) return new Uint8Array(f.slice().buffer);

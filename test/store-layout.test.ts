@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { spawnSync } from "node:child_process";
 import { crc32, encodeHeader, NeuronStore, STORE_PAGE } from "../src/format/store.js";
 import { convertToStore } from "../src/offline/convert.js";
-import { addPredictorsToStore } from "../src/offline/predictor-output.js";
+import { addPredictorsToStore } from "../src/offline/predictor-files.js";
 import { loadModel } from "../src/index.js";
 import { CLI, SHARED, tempDir } from "./helpers.js";
 

@@ -18,7 +18,7 @@ import { crc32, crc32Portable, encodeHeader, NeuronStore, StoreError, STORE_PAGE
 import { convertToStore, hotFirstOrder, type ConvertResult } from "../src/offline/convert.js";
 import { readConfig } from "../src/model/config.js";
 import { Tokenizer } from "../src/tokenizer/index.js";
-import { CLI, SHARED, tempDir } from "./helpers.js";
+import { CLI, f32Bytes, SHARED, tempDir, uniforms } from "./helpers.js";
 
 const RELU = `${SHARED}/models/relu-stories.gguf`;
 const RELU_Q8 = `${SHARED}/models/relu-stories.Q8_0.gguf`;
@@ -26,20 +26,6 @@ const dir = tempDir("powerinfer-store-");
 
 // readConfig is typed for GGUFFile (a class with private fields); the store offers the same surface.
 const cfgOf = (f: NeuronStore | GGUFFile) => readConfig(f as GGUFFile);
-
-function random(n: number, seed: number, scale = 1): Float32Array {
-  const a = new Float32Array(n);
-  let s = seed >>> 0;
-  for (let i = 0; i < n; i++) {
-    s = (s * 1664525 + 1013904223) >>> 0;
-    a[i] = ((s / 2 ** 32) * 2 - 1) * scale;
-  }
-  return a;
-}
-
-function f32Bytes(a: Float32Array): Uint8Array {
-  return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
-}
 
 async function convert(
   input: string,
@@ -255,7 +241,7 @@ test("a hot-first profile orders bundles by frequency and is kept in the manifes
   const nLayer = cfgOf(src).nLayer;
   src.close();
   const layers = Array.from({ length: nLayer }, (_, l) => ({
-    frequency: Array.from(random(1024, 100 + l), (v) => Math.round(Math.abs(v) * 50) / 50),
+    frequency: Array.from(uniforms(1024, 100 + l), (v) => Math.round(Math.abs(v) * 50) / 50),
   }));
   const profilePath = join(dir, "profile.json");
   writeFileSync(profilePath, JSON.stringify({ layers, tokens: 12345 }));
@@ -326,13 +312,13 @@ async function makePWRI(path: string, downType: GGMLType): Promise<void> {
       `blk.${m[1]}.fc1.weight`,
       [cfg.nEmbd, 64],
       GGMLType.F32,
-      f32Bytes(random(cfg.nEmbd * 64, 7 + Number(m[1]))),
+      f32Bytes(uniforms(cfg.nEmbd * 64, 7 + Number(m[1]))),
     );
     w.addTensor(
       `blk.${m[1]}.fc2.weight`,
       [64, cfg.nFF],
       GGMLType.F32,
-      f32Bytes(random(64 * cfg.nFF, 70 + Number(m[1]))),
+      f32Bytes(uniforms(64 * cfg.nFF, 70 + Number(m[1]))),
     );
   }
   await w.finish();
@@ -375,7 +361,7 @@ test("PWRI with an F16 ffn_down_t and --type f32: converted with the error repor
 function randomQ4K(rows: number, cols: number, seed: number): Uint8Array {
   const rb = rowBytes(GGMLType.Q4_K, cols);
   const out = new Uint8Array(rows * rb);
-  const noise = random(out.length, seed);
+  const noise = uniforms(out.length, seed);
   for (let i = 0; i < out.length; i++) out[i] = Math.floor((noise[i] * 0.5 + 0.5) * 255.99);
   for (let b = 0; b < out.length; b += 144) {
     const d = f32ToF16(0.001 + Math.abs(noise[b]) * 0.002),

@@ -14,7 +14,7 @@ import { GGUFFile } from "../src/format/gguf.js";
 import { NeuronStore } from "../src/format/store.js";
 import { LlamaModel } from "../src/model/llama.js";
 import { convertToStore } from "../src/offline/convert.js";
-import { PREDICTOR_MODEL_KEY } from "../src/offline/predictor-output.js";
+import { PREDICTOR_MODEL_KEY } from "../src/offline/predictor-files.js";
 import { synthesize, type PlantedPredictor, type SynthType } from "../src/offline/synth.js";
 import { CLI, randomTokens, tempDir } from "./helpers.js";
 

@@ -7,8 +7,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createHash } from "node:crypto";
-import { readFileSync, rmSync } from "node:fs";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { GGUFFile } from "../src/format/gguf.js";
 import { dequantize } from "../src/format/quant.js";
@@ -30,11 +29,10 @@ import {
   type SynthType,
 } from "../src/offline/synth.js";
 import { main as synthMain } from "../src/cli/synth.js";
-import { randomTokens, tempDir } from "./helpers.js";
+import { randomTokens, sha256OfFile, tempDir } from "./helpers.js";
 
 const dir = tempDir("synth-sparsity-");
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
-const sha = (p: string) => createHash("sha256").update(readFileSync(p)).digest("hex");
 
 async function make(
   name: string,
@@ -294,9 +292,9 @@ test("deterministic per seed and options; the plain model is untouched", async (
   const c = await make("det-c", { act: "relu", type: "q4_1", sparsity: 0.5 });
   const e = await make("det-e", { act: "relu", type: "q4_1", sparsity: 0.9, seed: 12 });
   const plain = await make("det-plain", { act: "relu", type: "q4_1" });
-  assert.equal(sha(a), sha(b));
-  assert.notEqual(sha(a), sha(c));
-  assert.notEqual(sha(a), sha(e));
+  assert.equal(sha256OfFile(a), sha256OfFile(b));
+  assert.notEqual(sha256OfFile(a), sha256OfFile(c));
+  assert.notEqual(sha256OfFile(a), sha256OfFile(e));
   const f = GGUFFile.open(plain);
   const g = GGUFFile.open(a);
   try {

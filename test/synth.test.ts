@@ -1,7 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createHash } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { GGUFFile } from "../src/format/gguf.js";
@@ -14,11 +13,11 @@ import { buildSynthVocab, MIN_VOCAB, SPACE } from "../src/offline/synth-vocab.js
 import { Tokenizer } from "../src/tokenizer/index.js";
 import { main as synthMain } from "../src/cli/synth.js";
 import { LlamaModel } from "../src/model/llama.js";
+import { sha256OfFile } from "./helpers.js";
 
 const dir = mkdtempSync(join(tmpdir(), "synth-test-"));
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
 const tmp = (name: string) => join(dir, name);
-const sha = (p: string) => createHash("sha256").update(readFileSync(p)).digest("hex");
 
 function stats(x: Float32Array) {
   let s = 0,
@@ -257,8 +256,8 @@ test("same seed, same bytes; another seed, other weights but the same vocabulary
   await synthesize({ shape: "tiny", act: "silu", type: "q8_0", seed: 42, out: a, fsync: false });
   await synthesize({ shape: "tiny", act: "silu", type: "q8_0", seed: 42, out: b, fsync: false });
   await synthesize({ shape: "tiny", act: "silu", type: "q8_0", seed: 43, out: c, fsync: false });
-  assert.equal(sha(a), sha(b));
-  assert.notEqual(sha(a), sha(c));
+  assert.equal(sha256OfFile(a), sha256OfFile(b));
+  assert.notEqual(sha256OfFile(a), sha256OfFile(c));
   const fa = GGUFFile.open(a),
     fc = GGUFFile.open(c);
   try {

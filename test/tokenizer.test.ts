@@ -10,7 +10,7 @@ import {
   preTokenize,
   preTokenizerConfig,
 } from "../src/tokenizer/index.js";
-import { SHARED } from "./helpers.js";
+import { rng, SHARED } from "./helpers.js";
 
 const MODEL = join(SHARED, "models", "stories260K.gguf");
 const REF = join(SHARED, "reference", "stories260K.llamacpp.json");
@@ -161,19 +161,6 @@ test("stories260K: a 2 MB corpus round-trips", () => {
   assert.ok(ids.length > 300_000);
   assert.equal(spm.decode(ids, { removeLeadingSpace: true }), corpus);
 });
-
-/** Deterministic pseudo-random numbers for the differential tests. */
-function rng(seed: number): () => number {
-  let x = seed >>> 0;
-  return () => {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    return x / 4294967296;
-  };
-}
 
 /**
  * The SentencePiece merge rule written the slow, obvious way: among adjacent symbols whose

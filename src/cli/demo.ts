@@ -19,7 +19,7 @@
  */
 import { fork } from "node:child_process";
 import { existsSync, mkdirSync, rmSync, statfsSync, statSync } from "node:fs";
-import { homedir } from "node:os";
+import { availableParallelism, homedir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
@@ -37,8 +37,9 @@ import {
 import { convertToStore } from "../offline/convert.js";
 import { loadModel } from "../index.js";
 import { peakResidentBytes } from "../runtime/memory.js";
-import { weightKernel } from "../runtime/weights.js";
-import { gateReadBytesOf, gateStagingBytes } from "../model/offloaded-ffn.js";
+import { BUDGET_ROOM, offloadLayout, storeFacts } from "../model/offload/layout.js";
+import { readConfig } from "../model/config.js";
+import { residentBytes } from "../model/resident-bytes.js";
 import { RANGE } from "./flag-ranges.js";
 
 /** Bumped when the demo model's recipe changes, so an old cached store is not reused for it. */
@@ -79,10 +80,11 @@ const SHAPES: readonly DemoShape[] = ["demo", "tiny", "1b", "7b", "13b"];
  */
 const DEFAULT_CACHE_SHARE = 0.08;
 /**
- * Node, the wasm runtime, the worker threads and the tokenizer: measured 68 MiB for a tiny model,
- * 100-140 MiB beyond the packed weights for bigger ones (load buffers, JS heap).
+ * What the run's process holds before any weight loads (node, the engine, the worker threads, the
+ * store's manifest), with room for the tokenizer and the generator: measured ~62 MiB with 2
+ * threads on a small store.
  */
-const RUNTIME_ALLOWANCE = 144 * 2 ** 20;
+const RUNTIME_BASE = 96 * 2 ** 20;
 
 const FLAGS: FlagSpec[] = [
   {
@@ -266,34 +268,29 @@ async function makeStore(
 }
 
 /**
- * Default budget for `store`: what stays resident (no gate row stays in memory: predictors pick a
- * token's neurons, or without them the gate rows stream from flash; either way prompts stream them
- * through a staging area, as LlamaModel's budget counts it; that is what lets the budget sit a few
- * times under the model's size) plus `cacheShare` of the neuron bundles for the cache. An estimate
- * of what the engine will measure at load: the fixed weights (predictors included) in the
- * kernels' packed layouts (a little larger than in the file), the staging, the KV cache, the
- * sparse kernels' scratch and the runtime itself.
+ * Default budget for `store`: what stays resident as the engine lays it out (layout.ts: no gate
+ * row stays in memory, predictors pick a token's neurons and prompts stream the gate rows through
+ * a staging area; that is what lets the budget sit a few times under the model's size) plus
+ * `cacheShare` of the neuron bundles for the cache, rounded up to 16 MiB. The runtime's own memory
+ * is estimated (RUNTIME_BASE); the engine measures it when it loads.
  */
-export function defaultBudget(storePath: string, cacheShare = DEFAULT_CACHE_SHARE): number {
+export function defaultBudget(
+  storePath: string,
+  cacheShare = DEFAULT_CACHE_SHARE,
+  threads = availableParallelism(),
+): number {
   const store = NeuronStore.open(storePath);
   try {
-    let fixed = 0;
-    for (const t of store.tensors.values()) fixed += t.bytes;
-    const ffn = store.ffn;
-    const nLayer = ffn.layers.length;
-    const nFF = ffn.layers[0].neurons;
-    const dim = ffn.nEmbd;
-    const gates = nLayer * weightKernel(ffn.type).packedBytes(nFF, dim);
-    // Packing inflates every matrix of this type alike (Q4_1: 1.2x); synthetic models use one type.
-    const packing = gates / (nLayer * nFF * ffn.rowBytes);
-    const kvDim =
-      (dim * store.getNumber("llama.attention.head_count_kv")) / store.getNumber("llama.attention.head_count");
-    const kv = 2 * nLayer * CONTEXT * kvDim * 4;
-    const scratch = 8 * nFF * 4 + 64 * dim * 4 + (4 << 20);
-    const bundles = nLayer * nFF * ffn.bundleBytes;
-    // The engine keeps 3% of the budget free for what it cannot count.
-    const staging = gateStagingBytes(gateReadBytesOf(ffn), nFF);
-    const bytes = (fixed * packing + staging + kv + scratch + RUNTIME_ALLOWANCE + cacheShare * bundles) / 0.97;
+    const cfg = readConfig(store);
+    const r = residentBytes(store, cfg, { batchSize: 256, contextSize: CONTEXT, predictors: true });
+    const layout = offloadLayout(
+      storeFacts(store, cfg),
+      { base: RUNTIME_BASE, weights: r.weights, buffers: r.buffers, kv: r.kv },
+      undefined,
+      { sparsity: "predictor", threads, cacheBytes: 0 },
+    );
+    const bundles = cfg.nLayer * cfg.nFF * store.ffn.bundleBytes;
+    const bytes = (layout.fixed + cacheShare * bundles) / BUDGET_ROOM;
     return Math.ceil(bytes / (16 * 2 ** 20)) * 16 * 2 ** 20;
   } finally {
     store.close();

@@ -5,7 +5,7 @@
  */
 import type { GenerateOptions } from "../generate/generator.js";
 import type { LoadModelOptions } from "../index.js";
-import type { SparsityMode } from "../model/offloaded-ffn.js";
+import type { SparsityMode } from "../model/offload/layout.js";
 import { thresholdsForModel } from "../offline/profile.js";
 import { UsageError, type FlagSpec, type ParsedArgs } from "./args.js";
 import { applyPlan } from "../planner/plan.js";

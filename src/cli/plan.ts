@@ -9,6 +9,7 @@ import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { defaultPlanPath, knobsText, makePlan, sizeText, writePlan, type PlanPrediction } from "../planner/plan.js";
 import { defaultCacheDir, probeCachePath } from "../planner/probe.js";
 import { runCalibration, type CalibrationJob, type CalibrationRun } from "../planner/calibrate.js";
+import type { BaseJob } from "../planner/runtime-base.js";
 import { LlamaModel } from "../model/llama.js";
 import { LOAD_FLAGS } from "./model-flags.js";
 import { median } from "../planner/median.js";
@@ -69,6 +70,12 @@ const FLAGS: FlagSpec[] = [
     range: RANGE.positive,
   },
   {
+    names: ["--sparsity"],
+    key: "sparsity",
+    type: "string",
+    help: "the sparsity mode to plan: gate or predictor (default: the one run uses, predictor when the store has predictors)",
+  },
+  {
     names: ["--firing"],
     key: "firing",
     type: "float",
@@ -125,9 +132,9 @@ async function calibrationChild(job: CalibrationJob): Promise<number> {
     contextSize: job.contextSize,
     batchSize: job.batchSize,
     memoryBudget: job.budget,
-    // the planner models gate sparsity; the knobs as applyPlan would set them
+    // the knobs as applyPlan would set them
     offload: {
-      sparsity: "gate",
+      sparsity: k.sparsity,
       hotFraction: k.hotFraction,
       queueDepth: k.queueDepth,
       pipeline: k.pipeline,
@@ -154,6 +161,7 @@ async function calibrationChild(job: CalibrationJob): Promise<number> {
     const off = model.offloaded!;
     const seconds: number[] = [],
       waits: number[] = [];
+    const before = off.snapshot();
     for (let i = 0; i < job.decodeTokens; i++) {
       const wait0 = off.stats.ioWaitMs;
       const t0 = performance.now();
@@ -161,9 +169,17 @@ async function calibrationChild(job: CalibrationJob): Promise<number> {
       seconds.push((performance.now() - t0) / 1000);
       waits.push((off.stats.ioWaitMs - wait0) / 1000);
     }
+    // predictor mode: how much of a layer's misses the read-ahead covered, and how much of what it read was used
+    const after = off.snapshot();
+    const missed = after.misses - before.misses;
+    const read = after.readAhead - before.readAhead;
+    const used = after.readAheadUsed - before.readAheadUsed;
+    const readAhead =
+      k.sparsity === "predictor" && missed > 0 && read > 0 ? { coverage: used / missed, used: used / read } : undefined;
     // Medians, not means: another process's burst slows a few steps by half a second or more on
     // this shared machine, and a plan is for the machine as it usually is.
     const run: CalibrationRun = {
+      readAhead,
       knobs: k,
       promptTokens: prompt.length,
       steps: job.decodeTokens,
@@ -178,10 +194,31 @@ async function calibrationChild(job: CalibrationJob): Promise<number> {
   return 0;
 }
 
+/**
+ * The runtime-base child (src/planner/runtime-base.ts): the library loaded as `run` loads it, the
+ * store's layout made as load makes it (the pool created, nothing loaded); reports its base.
+ */
+async function baseChild(job: BaseJob): Promise<number> {
+  await import("../index.js");
+  const layout = await LlamaModel.layoutOf(job.store, {
+    threads: job.threads,
+    contextSize: job.contextSize,
+    batchSize: job.batchSize,
+    offload: { sparsity: job.sparsity },
+  });
+  const base = layout.fixedResident.base;
+  await new Promise<void>((res, rej) => process.send!({ base }, undefined, {}, (e) => (e ? rej(e) : res())));
+  return 0;
+}
+
 export async function main(argv: string[]): Promise<number> {
   if (argv[0] === "--calibrate-child") {
     if (!process.send) throw new UsageError("plan --calibrate-child is internal (run by powerinfer plan over IPC)");
     return calibrationChild(JSON.parse(argv[1]) as CalibrationJob);
+  }
+  if (argv[0] === "--base-child") {
+    if (!process.send) throw new UsageError("plan --base-child is internal (run by powerinfer plan over IPC)");
+    return baseChild(JSON.parse(argv[1]) as BaseJob);
   }
   const args = parseArgs(argv, FLAGS);
   if (args.help) {
@@ -190,7 +227,7 @@ export async function main(argv: string[]): Promise<number> {
         "plan -m MODEL.pi --memory-budget SIZE [options]",
         "Probe this machine (kernel speed, memory bandwidth, direct-read rates of the store's device; cached in " +
           `${defaultCacheDir()}), predict decode speed for the store under the budget, and write the fastest knobs ` +
-          "(threads, read queue depth, hot share of the neuron cache, resident gate rows, pipeline) as a plan that run uses.",
+          "(threads, read queue depth, hot share of the neuron cache, resident gate rows, pipeline) for the sparsity mode run uses as a plan that run uses.",
         FLAGS,
       ),
     );
@@ -214,6 +251,9 @@ export async function main(argv: string[]): Promise<number> {
   const firing = args.firing as number | undefined;
   if (firing !== undefined && !(firing > 0 && firing <= 1))
     throw new UsageError(`plan: --firing must be in (0, 1], got ${firing}`);
+  const sparsity = args.sparsity as string | undefined;
+  if (sparsity !== undefined && sparsity !== "gate" && sparsity !== "predictor")
+    throw new UsageError(`plan: --sparsity must be gate or predictor, got ${JSON.stringify(sparsity)}`);
   const scale = args.scale as number;
   if (!(scale > 0)) throw new UsageError(`plan: --probe-scale must be positive`);
   const out = (args.output as string | undefined) ?? defaultPlanPath(model);
@@ -228,6 +268,7 @@ export async function main(argv: string[]): Promise<number> {
     promptTokens: args.prompt as number,
     decodeTokens: args.decode as number,
     firing,
+    sparsity,
     probe: { reprobe: Boolean(args.reprobe), scale },
     defaults: flagDefaults(),
     calibrate: args.noCalibrate ? undefined : runCalibration,
@@ -243,7 +284,8 @@ export async function main(argv: string[]): Promise<number> {
   }
 
   const m = plan.machine;
-  const s = r.best.split;
+  const s = r.best.layout;
+  const fr = s.fixedResident;
   const k = plan.knobs;
   const lines: string[] = [];
   lines.push(`plan for ${model} under --memory-budget ${sizeText(plan.budget)}, context ${plan.contextSize}`);
@@ -270,16 +312,20 @@ export async function main(argv: string[]): Promise<number> {
       : "calibration: none (--no-calibrate): the predictions are the probe's figures alone (on this machine they ran 10-30% optimistic)",
   );
   lines.push(
-    `memory: runtime ${mb(s.runtimeBytes)} + weights ${mb(s.weightBytes)} + KV cache ${mb(s.kvBytes)} + ` +
-      `${s.residentGates ? "gate rows" : "gate staging"} ${mb(s.gateBytes)} + scratch ${mb(s.scratchBytes)}; neuron cache ${mb(s.cacheBytes)} ` +
-      `(${s.slots} bundles: ${s.hotPerLayer} hot per layer, ${s.coldSlots} cold); smallest budget that runs ~${mb(s.minBudget)}`,
+    `memory: runtime ${mb(fr.base)} (measured as run measures it) + weights ${mb(fr.weights)} + buffers ${mb(fr.buffers + s.ffnBuffers)} + KV cache ${mb(fr.kv)} + ` +
+      `${s.residentGates ? "gate rows" : "gate staging"} ${mb(s.gateBytes)} + runtime growth ${mb(s.runtimeGrowth)}; neuron cache ${mb(s.cacheBytes)} ` +
+      `(${s.slots} bundles: ${s.hotPerLayer} hot per layer, ${s.coldSlots} cold); smallest budget that runs ${mb(s.minBudget)}`,
   );
   lines.push(
-    `knobs: ${k.threads} thread(s), read queue depth ${k.queueDepth}, hot share ${+k.hotFraction.toFixed(3)}, gate rows ${k.residentGates ? "resident" : "read from flash each token"}, pipeline ${k.pipeline ? "on" : "off"}`,
+    `knobs: ${k.sparsity} sparsity, ${k.threads} thread(s), read queue depth ${k.queueDepth}, hot share ${+k.hotFraction.toFixed(3)}, ` +
+      `${k.sparsity === "gate" ? `gate rows ${k.residentGates ? "resident" : "read from flash each token"}, ` : ""}pipeline ${k.pipeline ? "on" : "off"}` +
+      `${k.sparsity === "predictor" && k.pipeline && plan.readAhead ? ` (read-ahead: ${pct(plan.readAhead.coverage)} of misses read a layer early, ${pct(plan.readAhead.used)} of it used${plan.calibration ? ", as measured" : ", assumed"})` : ""}`,
   );
   lines.push(
-    `reads: ${plan.derived.readBytes >> 10} KiB per missed neuron (one bundle; fixed by the store)${k.residentGates ? "" : `, ${plan.derived.gateReadBytes >> 10} KiB gate pages`}; ` +
-      `clusters: one hot cluster of ${plan.derived.hotClusterNeurons} neurons per layer, cold neurons one by one`,
+    `reads: ${plan.derived.readBytes >> 10} KiB per missed neuron (one bundle; fixed by the store)${k.sparsity === "gate" && !k.residentGates ? `, ${plan.derived.gateReadBytes >> 10} KiB gate pages` : ""}; ` +
+      (k.sparsity === "predictor"
+        ? `clusters: hot neurons in runs of ${plan.derived.hotClusterNeurons}, computed whole when the predictor picks most of one; cold neurons one by one`
+        : `clusters: one hot cluster of ${plan.derived.hotClusterNeurons} neurons per layer, cold neurons one by one`),
   );
   const d = plan.defaults;
   const gain = plan.prediction.tokensPerSecond / d.tokensPerSecond;
@@ -315,10 +361,15 @@ function breakdown(p: PlanPrediction): string {
   const b = p.breakdown;
   const rows: [string, number][] = [
     ["attention (matvecs, KV cache)", b.attention],
-    ["gate (resident rows' matvec, or from bundles)", b.gate],
+    [
+      p.knobs.sparsity === "predictor"
+        ? "predictor (this layer's and the read-ahead's)"
+        : "gate (resident rows' matvec, or from bundles)",
+      b.gate,
+    ],
     ["waiting for gate pages", b.gateReads],
     ["JS: filing neurons, submitting reads", b.scan],
-    ["up/down of firing neurons", b.ffnCompute],
+    [p.knobs.sparsity === "predictor" ? "gate/up/down of picked neurons" : "up/down of firing neurons", b.ffnCompute],
     ["waiting for missed bundles' reads", b.ioWait],
     ["output matvec", b.output],
   ];

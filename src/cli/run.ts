@@ -10,6 +10,7 @@ import { StatusLine, TokenRate, formatStats } from "./progress.js";
 import { peakResidentBytes } from "../runtime/memory.js";
 import { LOAD_FLAGS, SAMPLING_FLAGS, loadOptions, samplingOptions } from "./model-flags.js";
 import { RANGE } from "./flag-ranges.js";
+import { BUDGET_ROOM, fixedPartsText } from "../model/offload/layout.js";
 
 const FLAGS: FlagSpec[] = [
   ...LOAD_FLAGS,
@@ -63,6 +64,11 @@ export async function main(argv: string[]): Promise<number> {
         `${layout.hotPerLayer} hot neurons per layer pinned (hot share ${+layout.hotFraction.toFixed(3)}); ` +
         `gate rows ${model.offloadMode === "predictor" ? "not needed per token" : layout.residentGates ? "in memory" : "streamed from flash"}\n`,
     );
+    if (layout.budget !== undefined)
+      process.stderr.write(
+        `memory: budget ${(layout.budget / 2 ** 20).toFixed(1)} MiB = ${fixedPartsText(layout)}, ` +
+          `neuron cache ${(layout.cacheBytes / 2 ** 20).toFixed(1)} MiB, ${(100 * (1 - BUDGET_ROOM)).toFixed(0)}% kept free\n`,
+      );
   }
   const controller = new AbortController();
   const onSigint = () => controller.abort();

@@ -16,7 +16,7 @@ import {
   checkStoreModel,
   writePredictorGGUF,
   type PredictorType,
-} from "../offline/predictor-output.js";
+} from "../offline/predictor-files.js";
 import {
   trainPredictors,
   type TrainPredictorsProgress,

@@ -14,6 +14,10 @@
  * current step (token x layer) is never evicted within that step, so the bundles a kernel is
  * about to read stay put; `acquire` returns -1 when every cold slot is in use this step, and the
  * caller computes what it has before asking again.
+ *
+ * A slot can be filled ahead of need (`acquire(..., true)`: read ahead because a predictor
+ * expects its neuron soon). The first lookup that finds it counts it as a miss served early
+ * (`ahead.used`), not as a hit: it was read for this use, only sooner.
  */
 import { hitProfile, type Firing } from "./hit-model.js";
 
@@ -36,11 +40,15 @@ export class NeuronCache {
   readonly hotStart: Int32Array;
   readonly hot: CacheRegionStats = { hits: 0, misses: 0 };
   readonly cold: CacheRegionStats = { hits: 0, misses: 0 };
+  /** lookups that found a bundle read ahead for them (misses served early, not hits) */
+  readonly ahead = { used: 0 };
   /** per layer, stored position -> cold slot or -1 */
   private readonly where: Int32Array[];
   private readonly ownerLayer: Int32Array;
   private readonly ownerPos: Int32Array;
   private readonly stamp: Int32Array;
+  /** per slot: 1 while it holds a bundle read ahead and not yet looked up */
+  private readonly early: Uint8Array;
   private readonly prev: Int32Array;
   private readonly next: Int32Array;
   /** LRU list of cold slots: head = most recent, tail = least */
@@ -79,6 +87,7 @@ export class NeuronCache {
     this.ownerLayer = new Int32Array(slots).fill(-1);
     this.ownerPos = new Int32Array(slots).fill(-1);
     this.stamp = new Int32Array(slots);
+    this.early = new Uint8Array(slots);
     this.prev = new Int32Array(slots).fill(-1);
     this.next = new Int32Array(slots).fill(-1);
     for (let i = slots - 1; i >= s; i--) this.pushFront(i);
@@ -126,7 +135,10 @@ export class NeuronCache {
       this.cold.misses++;
       return -1;
     }
-    this.cold.hits++;
+    if (this.early[slot]) {
+      this.early[slot] = 0;
+      this.ahead.used++;
+    } else this.cold.hits++;
     this.touch(slot);
     return slot;
   }
@@ -139,8 +151,9 @@ export class NeuronCache {
   /**
    * A cold slot for (layer, pos), which must not be cached: the least recently used slot not
    * touched in this step, now owned by (layer, pos) and touched. -1 when there is none.
+   * `ahead`: it is filled ahead of need (see above).
    */
-  acquire(layer: number, pos: number): number {
+  acquire(layer: number, pos: number, ahead = false): number {
     const slot = this.tail;
     if (slot < 0 || this.stamp[slot] === this.step) return -1;
     const l = this.ownerLayer[slot];
@@ -148,6 +161,7 @@ export class NeuronCache {
     this.ownerLayer[slot] = layer;
     this.ownerPos[slot] = pos;
     this.where[layer][pos] = slot;
+    this.early[slot] = ahead ? 1 : 0;
     this.touch(slot);
     return slot;
   }
@@ -159,12 +173,13 @@ export class NeuronCache {
     this.ownerLayer[slot] = -1;
     this.ownerPos[slot] = -1;
     this.stamp[slot] = 0;
+    this.early[slot] = 0;
     this.unlink(slot);
     this.pushBack(slot);
   }
 
   resetStats(): void {
-    this.hot.hits = this.hot.misses = this.cold.hits = this.cold.misses = 0;
+    this.hot.hits = this.hot.misses = this.cold.hits = this.cold.misses = this.ahead.used = 0;
   }
 
   private touch(slot: number): void {

@@ -14,22 +14,22 @@ import { checkContextSize } from "./context-size.js";
 import { checkValueTensorTypes } from "./tensor-types-check.js";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { NeuronStore, STORE_MAGIC } from "../format/store.js";
-import { OffloadedFFN, gateReadBytesOf, gateStagingBytes, type OffloadOptions } from "./offloaded-ffn.js";
+import { OffloadedFFN, type OffloadOptions } from "./offload/offloaded-ffn.js";
+import { BudgetError, offloadLayout, storeFacts, type OffloadLayout } from "./offload/layout.js";
+import { hasPredictors, Predictor } from "./offload/predictor.js";
 import { dequantizeRow } from "../format/quant.js";
 import { GGMLType, tensorBytes } from "../format/ggml-types.js";
 import { Arena } from "../runtime/arena.js";
 import { ThreadPool } from "../runtime/pool.js";
-import {
-  activationBytes,
-  hasWeightKernel,
-  prepareKernel,
-  weightKernel,
-  type ActivationFormat,
-} from "../runtime/weights.js";
+import type { ActivationFormat } from "../runtime/weight-kernels.js";
 import { readConfig, type ModelConfig } from "./config.js";
+import { MatrixRunner } from "./matrix-runner.js";
+import { bufferFloats, residentBytes, type BufferFloats } from "./resident-bytes.js";
 import { ropeTable } from "./rope.js";
-import { WeightLoader, type Matrix } from "./weights.js";
+import { WeightLoader, type Matrix } from "./weight-loader.js";
 import type { GGUFTensorInfo } from "../format/gguf.js";
+
+export { PREDICTOR_TENSOR_RE } from "./offload/predictor.js";
 
 export interface LoadOptions {
   /** threads for compute, including the caller (default: all cores) */
@@ -79,28 +79,6 @@ export interface FFNObservation {
   up: Float32Array;
 }
 
-/** PowerInfer's activation predictor tensors (blk.N.fc1.weight, blk.N.fc2.weight). */
-export const PREDICTOR_TENSOR_RE = /^blk\.\d+\.fc[12]\.weight$/;
-
-/** GGUF types of predictor matrices that load requantizes to Q8_0 (LoadOptions.predictorType "q8_0"). */
-const PREDICTOR_REQUANT_TYPES: ReadonlySet<GGMLType> = new Set([GGMLType.F32, GGMLType.F16, GGMLType.BF16]);
-
-/**
- * The hidden width layer l's predictor takes in memory when it is requantized to Q8_0 (its
- * hidden width rounded up to a multiple of 32), or 0 when it stays as stored: by choice, because
- * fc1 or fc2 is already of another type, or because the padded shape would not fit the kernels
- * or the FFN's buffers.
- */
-function predictorQ8Hidden(file: ModelFile, cfg: ModelConfig, l: number, opt: LoadOptions["predictorType"]): number {
-  if ((opt ?? "q8_0") === "original") return 0;
-  const fc1 = file.tensor(`blk.${l}.fc1.weight`),
-    fc2 = file.tensor(`blk.${l}.fc2.weight`);
-  if (!PREDICTOR_REQUANT_TYPES.has(fc1.type) || !PREDICTOR_REQUANT_TYPES.has(fc2.type)) return 0;
-  const hidden = fc1.dims[1];
-  const padded = Math.ceil(hidden / 32) * 32;
-  return cfg.nEmbd % 32 === 0 && padded <= cfg.nFF ? padded : 0;
-}
-
 /** Metadata key of per-layer activation thresholds (an array of f32, one per layer). */
 export const THRESHOLDS_KEY = "powerinfer.activation_thresholds";
 
@@ -130,9 +108,6 @@ interface Layer {
   bk: number;
   bv: number;
   ffnNorm: number;
-  /** PowerInfer's activation predictor (present for predictor sparsity) */
-  fc1?: Matrix;
-  fc2?: Matrix;
   /** the dense FFN (absent when it is offloaded to a neuron store) */
   gate?: Matrix;
   up?: Matrix;
@@ -162,6 +137,8 @@ export class LlamaModel {
     private readonly outputNorm: number,
     private readonly output: Matrix,
     private readonly buf: Buffers,
+    /** every matrix product of the forward pass runs on it */
+    private readonly mm: MatrixRunner,
     contextSize: number,
     batchSize: number,
     /** the FFN of a model run from a neuron store */
@@ -183,7 +160,6 @@ export class LlamaModel {
       ffnActCut: pool.fn("ffn_act_cut"),
       add: pool.fn("add_inplace"),
       bias: pool.fn("add_bias_rows"),
-      relu: pool.fn("relu_inplace"),
     };
     this.epsBits = f32Bits(cfg.normEps);
     this.logits = new Float32Array(arena.memory.buffer, buf.logits, cfg.nVocab);
@@ -192,14 +168,9 @@ export class LlamaModel {
   private readonly heap: Uint8Array;
   private readonly f32: Float32Array;
   private readonly i32: Int32Array;
-  private readonly fn: Record<
-    "rmsnorm" | "rope" | "attention" | "ffnAct" | "ffnActCut" | "add" | "bias" | "relu",
-    number
-  >;
+  private readonly fn: Record<"rmsnorm" | "rope" | "attention" | "ffnAct" | "ffnActCut" | "add" | "bias", number>;
   private readonly epsBits: number;
   private readonly args = new Int32Array(16);
-  /** which prepared-activation buffers hold the current matmul input */
-  private readonly prepared = new Set<ActivationFormat>();
   /** logits of the last token of the last forward() (a view into wasm memory) */
   readonly logits: Float32Array;
   /**
@@ -209,6 +180,12 @@ export class LlamaModel {
   readonly cachedTokens: number[] = [];
   /** per-layer activation thresholds in force (null: none) */
   thresholds: Float32Array | null = null;
+  /**
+   * Bytes of wasm memory the model itself took (the kernels' static region, weights, buffers, KV
+   * cache), before an offloaded FFN's: what resident-bytes.ts computed before loading, plus the
+   * static region (tests check the two agree).
+   */
+  fixedArenaBytes = 0;
   /** one embedding row read from a store */
   private embdRow: Uint8Array | null = null;
   /** see setFFNObserver */
@@ -224,86 +201,102 @@ export class LlamaModel {
     this.observer = fn;
   }
 
+  /**
+   * What a load decides before anything loads: the context, what the model will keep in wasm
+   * memory, and for a store its memory layout (a budget too small is refused here: a cgroup
+   * limit would kill a process that loaded first). Creates the arena and the thread pool; the
+   * process's resident size after that is the layout's base.
+   */
+  private static async prepare(file: ModelFile, opts: LoadOptions) {
+    const store = file instanceof NeuronStore ? file : undefined;
+    const cfg = readConfig(file);
+    checkValueTensorTypes(file);
+    const threads = opts.threads ?? (await import("node:os")).availableParallelism();
+    const batchSize = Math.max(1, Math.min(opts.batchSize ?? 256, 4096));
+    if (opts.predictorType !== undefined && opts.predictorType !== "q8_0" && opts.predictorType !== "original") {
+      throw new RangeError(`predictorType must be "q8_0" or "original", got ${JSON.stringify(opts.predictorType)}`);
+    }
+    const withPredictors = hasPredictors(file, cfg.nLayer);
+    const sparsity = opts.offload?.sparsity ?? (withPredictors ? "predictor" : "gate");
+    if (store && sparsity === "predictor" && !withPredictors) {
+      throw new Error(
+        `${file.path}: --sparsity predictor needs activation predictors (blk.N.fc1/fc2), and this model has none: use --sparsity gate, or train them (powerinfer train-predictors)`,
+      );
+    }
+    const residentOpts = (contextSize: number) => ({
+      batchSize,
+      contextSize,
+      predictors: store !== undefined && sparsity === "predictor",
+      predictorType: opts.predictorType,
+    });
+    // Under a memory budget the KV cache is part of it: a short default context. Without an
+    // explicit one, the KV cache gets what wasm32 can address next to the weights (~64 MiB kept
+    // for the buffers).
+    const defaultContext = opts.memoryBudget !== undefined ? 256 : 4096;
+    checkContextSize(opts.contextSize, Math.min(cfg.nCtxTrain, defaultContext), file);
+    let contextSize = Math.max(1, Math.floor(opts.contextSize ?? Math.min(cfg.nCtxTrain, defaultContext)));
+    const kvBytesPerPos = 2 * cfg.nLayer * cfg.nHeadKV * cfg.headDim * 4;
+    const room = 4 * 2 ** 30 - (1 << 20) - residentBytes(file, cfg, residentOpts(0)).weights - 64 * 2 ** 20;
+    if (opts.contextSize === undefined && contextSize * kvBytesPerPos > room) {
+      contextSize = Math.max(16, Math.floor(room / kvBytesPerPos));
+    }
+    const resident = residentBytes(file, cfg, residentOpts(contextSize));
+    const arena = new Arena(64 << 20);
+    if (opts.addressFloor) arena.alloc(opts.addressFloor, 4096);
+    const pool = await ThreadPool.create(arena.memory, threads);
+    try {
+      const layout = store
+        ? offloadLayout(
+            storeFacts(store, cfg),
+            { base: process.memoryUsage.rss(), weights: resident.weights, buffers: resident.buffers, kv: resident.kv },
+            opts.memoryBudget,
+            {
+              sparsity,
+              threads,
+              residentGates: opts.offload?.residentGates,
+              hotFraction: opts.offload?.hotFraction,
+              cacheBytes: opts.offload?.cacheBytes,
+              verifyOnce: (opts.offload?.verify ?? "once") === "once",
+            },
+          )
+        : undefined;
+      if (layout && !layout.fits) throw new BudgetError(layout, file.path);
+      return { store, cfg, batchSize, sparsity, contextSize, resident, arena, pool, layout };
+    } catch (e) {
+      await pool.dispose();
+      throw e;
+    }
+  }
+
+  /**
+   * The memory layout `load(path, opts)` would make for a store, computed in this process the
+   * way load computes it (its base is this process's resident size with a thread pool made);
+   * nothing loads. A budget too small is an error, as for load.
+   */
+  static async layoutOf(path: string, opts: LoadOptions = {}): Promise<OffloadLayout> {
+    if (!isNeuronStore(path)) throw new Error(`${path}: a memory layout is made for a neuron store (.pi)`);
+    const file = NeuronStore.open(path);
+    try {
+      const p = await LlamaModel.prepare(file, opts);
+      await p.pool.dispose();
+      return p.layout!;
+    } finally {
+      file.close();
+    }
+  }
+
   static async load(path: string, opts: LoadOptions = {}): Promise<LlamaModel> {
     // Every tensor read is checked for NaN/Inf as it passes (see finite-check.ts).
     const file: ModelFile = checkFiniteOnRead(isNeuronStore(path) ? NeuronStore.open(path) : GGUFFile.open(path));
-    const store = file instanceof NeuronStore ? file : undefined;
     let pool: ThreadPool | undefined;
     try {
-      const cfg = readConfig(file);
-      checkValueTensorTypes(file);
-      const threads = opts.threads ?? (await import("node:os")).availableParallelism();
-      const batchSize = Math.max(1, Math.min(opts.batchSize ?? 256, 4096));
-      // Under a memory budget the KV cache is part of it: a short default context.
-      const defaultContext = opts.memoryBudget !== undefined ? 256 : 4096;
-      checkContextSize(opts.contextSize, Math.min(cfg.nCtxTrain, defaultContext), file);
-      let contextSize = Math.max(1, Math.floor(opts.contextSize ?? Math.min(cfg.nCtxTrain, defaultContext)));
-      // Keep the KV cache inside what wasm32 can address next to the weights.
-      const kvBytesPerPos = 2 * cfg.nLayer * cfg.nHeadKV * cfg.headDim * 4;
+      const prepared = await LlamaModel.prepare(file, opts);
+      const { store, cfg, batchSize, sparsity, contextSize, resident, arena, layout } = prepared;
+      pool = prepared.pool;
       const weightBytes = [...file.tensors.values()].reduce(
         (a, t) => (store && t.name === "token_embd.weight" ? a : a + t.bytes),
         0,
       );
-      // What the weights will take in wasm memory once packed (the embedding table stays in JS
-      // unless it doubles as the output matrix), plus ~64 MiB of buffers: the KV cache gets the rest.
-      const hasPredictors = [...Array(cfg.nLayer).keys()].every(
-        (l) => file.tensors.has(`blk.${l}.fc1.weight`) && file.tensors.has(`blk.${l}.fc2.weight`),
-      );
-      const sparsity = opts.offload?.sparsity ?? (hasPredictors ? "predictor" : "gate");
-      const usePredictors = store !== undefined && sparsity === "predictor";
-      if (opts.predictorType !== undefined && opts.predictorType !== "q8_0" && opts.predictorType !== "original") {
-        throw new RangeError(`predictorType must be "q8_0" or "original", got ${JSON.stringify(opts.predictorType)}`);
-      }
-      // Predictors requantized to Q8_0 count as packed, padded: hidden width per layer (0: as stored).
-      const predQ8 =
-        usePredictors && hasPredictors
-          ? [...Array(cfg.nLayer).keys()].map((l) => predictorQ8Hidden(file, cfg, l, opts.predictorType))
-          : [];
-      const packedBytes = [...file.tensors.values()].reduce((a, t) => {
-        if (t.name === "token_embd.weight" && file.tensors.has("output.weight")) return a;
-        if (PREDICTOR_TENSOR_RE.test(t.name)) {
-          if (!usePredictors) return a; // loaded only for predictor sparsity
-          const padded = predQ8[Number(t.name.split(".")[1])];
-          if (padded)
-            return (
-              a +
-              (t.name.endsWith("fc1.weight")
-                ? weightKernel(GGMLType.Q8_0).packedBytes(padded, t.dims[0])
-                : weightKernel(GGMLType.Q8_0).packedBytes(t.dims[1], padded))
-            );
-        }
-        return (
-          a +
-          (t.dims.length === 2 && hasWeightKernel(t.type)
-            ? weightKernel(t.type).packedBytes(t.dims[1], t.dims[0])
-            : t.elements * 4)
-        );
-      }, 0);
-      const room = 4 * 2 ** 30 - (1 << 20) - packedBytes - 64 * 2 ** 20;
-      if (opts.contextSize === undefined && contextSize * kvBytesPerPos > room) {
-        contextSize = Math.max(16, Math.floor(room / kvBytesPerPos));
-      }
-      const arena = new Arena(64 << 20);
-      if (opts.addressFloor) arena.alloc(opts.addressFloor, 4096);
-      pool = await ThreadPool.create(arena.memory, threads);
-      // Under a budget, refuse before loading what would not fit (a cgroup limit would kill the
-      // process mid-load otherwise): the weights and buffers are not resident yet, so count them.
-      if (store && opts.memoryBudget !== undefined) {
-        const kv = 2 * cfg.nLayer * contextSize * cfg.nHeadKV * cfg.headDim * 4;
-        const bufferBytes =
-          4 *
-          (batchSize * (4 * cfg.nEmbd + 2 * cfg.nHead * cfg.headDim + 3 * cfg.nFF) +
-            cfg.nVocab +
-            contextSize * (cfg.nHead + cfg.nRot));
-        LlamaModel.budgetSplit(
-          store,
-          cfg,
-          kv,
-          { ...opts, offload: { ...opts.offload, sparsity } },
-          process.memoryUsage.rss() + packedBytes + bufferBytes,
-          "would",
-        );
-      }
       const loader = new WeightLoader(file, arena, pool, opts.onProgress && ((b) => opts.onProgress!(b, weightBytes)));
       const { nEmbd, nFF, nHead, nHeadKV, headDim, nVocab } = cfg;
       const qDim = nHead * headDim;
@@ -315,16 +308,6 @@ export class LlamaModel {
       const embd = store
         ? { info: loader.check("token_embd.weight", [nEmbd, nVocab]), data: null }
         : loader.raw("token_embd.weight", [nEmbd, nVocab]);
-      if (store && sparsity === "predictor" && !hasPredictors) {
-        throw new Error(
-          `${path}: --sparsity predictor needs activation predictors (blk.N.fc1/fc2), and this model has none: use --sparsity gate, or train them (powerinfer train-predictors)`,
-        );
-      }
-      for (let l = 0; usePredictors && l < cfg.nLayer; l++) {
-        const hidden = file.tensor(`blk.${l}.fc1.weight`).dims[1];
-        if (hidden > nFF)
-          throw new Error(`${path}: predictor of layer ${l} has ${hidden} hidden units, more than the FFN's ${nFF}`);
-      }
       const layers: Layer[] = [];
       for (let l = 0; l < cfg.nLayer; l++) {
         const p = `blk.${l}.`;
@@ -339,7 +322,6 @@ export class LlamaModel {
           bk: bias("attn_k.bias", kvDim),
           bv: bias("attn_v.bias", kvDim),
           ffnNorm: loader.vector(p + "ffn_norm.weight", nEmbd),
-          ...(usePredictors ? loadPredictor(loader, file, l, nEmbd, nFF, predQ8[l]) : {}),
           ...(store
             ? {}
             : {
@@ -357,25 +339,23 @@ export class LlamaModel {
         nEmbd,
         nVocab,
       );
-      const matrices = [
-        output,
-        ...layers.flatMap((L) => [L.wq, L.wk, L.wv, L.wo, L.gate, L.up, L.down, L.fc1, L.fc2]),
-      ].filter((m): m is Matrix => m !== undefined);
-      // The resident gate rows of an offloaded FFN read the FFN input in their kernel's format.
-      if (store) matrices.push({ ...output, kernel: weightKernel(store.ffn.type), cols: nEmbd });
-      const buf = allocBuffers(arena, cfg, contextSize, batchSize, matrices);
-      // Touch the activation buffers (laid out from x up to the KV cache) now, so that the
-      // resident size a budget is checked against already includes them.
+      const predictor = resident.predictors
+        ? Predictor.load(loader, arena, pool, file, cfg, resident.predictors)
+        : null;
+      const buf = allocBuffers(arena, cfg, contextSize, batchSize, resident.quantized);
+      const fixedArenaBytes = arena.used - (opts.addressFloor ?? 0);
+      // Touch the activation buffers (laid out from x up to the KV cache) now: they are resident
+      // from the start, as the layout counts them.
       if (store) arena.u8(buf.x, buf.kCache - buf.x).fill(0);
       arena.f32(buf.rope, contextSize * cfg.nRot).set(ropeTable(cfg, contextSize));
-      let offloaded: OffloadedFFN | undefined;
-      const kvBytes = 2 * cfg.nLayer * contextSize * kvDim * 4;
-
-      if (store)
-        offloaded = LlamaModel.offload(store, cfg, arena, pool, kvBytes, {
-          ...opts,
-          offload: { ...opts.offload, sparsity, thresholds },
-        });
+      const mm = new MatrixRunner(pool, buf.act);
+      const offloaded =
+        store && layout
+          ? new OffloadedFFN(
+              { store, cfg, arena, pool, layout, mm, predictor },
+              { ...opts.offload, sparsity, thresholds },
+            )
+          : undefined;
       const model = new LlamaModel(
         file,
         cfg,
@@ -386,86 +366,19 @@ export class LlamaModel {
         outputNorm,
         output,
         buf,
+        mm,
         contextSize,
         batchSize,
         offloaded,
       );
       model.thresholds = thresholds;
+      model.fixedArenaBytes = fixedArenaBytes;
       return model;
     } catch (e) {
       await pool?.dispose();
       file.close();
       throw e;
     }
-  }
-
-  /**
-   * Size the neuron cache from the budget: what is left after the process as it stands now
-   * (runtime, threads, weights in memory), the KV cache (allocated but not yet touched, so not
-   * yet resident), the resident gate rows, the sparse kernels' scratch and the load-time read
-   * buffers. Too small a budget is an error that says how much would fit.
-   */
-  private static offload(
-    store: NeuronStore,
-    cfg: ModelConfig,
-    arena: Arena,
-    pool: ThreadPool,
-    kvBytes: number,
-    opts: LoadOptions,
-  ): OffloadedFFN {
-    const { cacheBytes, residentGates } = LlamaModel.budgetSplit(
-      store,
-      cfg,
-      kvBytes,
-      opts,
-      process.memoryUsage.rss(),
-      "",
-    );
-    return new OffloadedFFN(store, cfg, arena, pool, { ...opts.offload, cacheBytes, residentGates });
-  }
-
-  /**
-   * The neuron cache size and whether the gate rows stay resident, given `rss` (what is or, before
-   * loading, "would" be resident besides the KV cache and the FFN's own memory); throws when the
-   * budget cannot hold the fixed part with a minimal cache.
-   */
-  private static budgetSplit(
-    store: NeuronStore,
-    cfg: ModelConfig,
-    kvBytes: number,
-    opts: LoadOptions,
-    rss: number,
-    would: string,
-  ): { cacheBytes: number; residentGates: boolean } {
-    const ffn = store.ffn;
-    const gateBytes = cfg.nLayer * weightKernel(ffn.type).packedBytes(cfg.nFF, cfg.nEmbd);
-    const stagingBytes = gateStagingBytes(gateReadBytesOf(ffn), cfg.nFF);
-    const sparseScratch = 8 * cfg.nFF * 4 + 64 * cfg.nEmbd * 4 + (4 << 20);
-    const allFFN = cfg.nLayer * cfg.nFF * ffn.bundleBytes;
-    const minCache = Math.min(allFFN, 4 * ffn.bundleBytes);
-    const base = rss + kvBytes + sparseScratch;
-    let cacheBytes = Math.min(allFFN, opts.offload?.cacheBytes ?? allFFN);
-    // Predictor mode computes a token's gates from the bundles it runs: no resident gate rows;
-    // the staging area stays (prompt batches stream the gate rows through it).
-    const predictor = opts.offload?.sparsity === "predictor";
-    let residentGates = !predictor && (opts.offload?.residentGates ?? true);
-    if (opts.memoryBudget !== undefined) {
-      // 3% of the budget stays free for what is hard to count (JS heap growth, stacks).
-      const room = opts.memoryBudget * 0.97;
-      // Gate rows stay resident when they fit with at least a small cache; else they are read
-      // from flash in a first phase (slower, still exact).
-      if (!predictor && opts.offload?.residentGates === undefined) residentGates = base + gateBytes + minCache <= room;
-      const fixed = base + (residentGates ? gateBytes : stagingBytes);
-      cacheBytes = Math.min(cacheBytes, room - fixed);
-      if (cacheBytes < minCache) {
-        throw new Error(
-          `memory budget ${mib(opts.memoryBudget)} is too small for ${store.path}: the part that stays in memory ` +
-            `(runtime and weights ${would ? `${would} be ` : ""}${mib(rss)}, KV cache ${mib(kvBytes)}${residentGates ? `, gate rows ${mib(gateBytes)}` : `, gate staging ${mib(stagingBytes)}`}) needs ` +
-            `${mib(fixed)}; at least ${mib((fixed + minCache) / 0.97)} would run (with a minimal neuron cache)`,
-        );
-      }
-    }
-    return { cacheBytes, residentGates };
   }
 
   get threads(): number {
@@ -510,40 +423,13 @@ export class LlamaModel {
     for (let l = 0; l < this.config.nLayer; l++) {
       this.attentionBlock(l, n, pos0);
       this.rmsnorm(b.xb, b.x, this.layers[l].ffnNorm, n);
-      if (n > 1 && off.batches) {
-        // Prompt: gates for the whole batch (dense kernels over the resident gate rows, or the
-        // gate rows streamed once for the batch), then every needed bundle once.
-        if (off.hasResidentGates) {
-          this.setInput(b.xb, this.config.nEmbd);
-          this.matmul(off.gates[l], b.hg, n);
-        } else await off.streamBatchGates(l, b.xb, n, b.hg);
-        await off.runBatch(l, b.xb, b.x, n, b.hg);
-        continue;
-      }
-      // One token at a time: each sees only its own firing neurons.
-      for (let t = 0; t < n; t++) {
-        this.ffnRow = b.xb + t * row;
-        this.residualRow = b.x + t * row;
-        await off.run(l, this.ffnRow, this.residualRow, this.gateMatvec, this.predict);
-      }
+      // A prompt as one batch (every needed bundle read once); otherwise one token at a time,
+      // each seeing only its own firing neurons.
+      if (n > 1 && off.batches) await off.prefillBatch(l, b.xb, b.x, n, b.hg);
+      else for (let t = 0; t < n; t++) await off.decodeStep(l, b.xb + t * row, b.x + t * row);
     }
     return this.logitsOfLast(n);
   }
-
-  /** FFN input row the resident gate matrix of an offloaded model reads, and the residual row the predictor reads. */
-  private ffnRow = 0;
-  private residualRow = 0;
-  /** Predictor scores of layer l for the current row: fc2 . relu(fc1 . x), x before the FFN norm (as PowerInfer). */
-  private readonly predict = (l: number, out: number): void => {
-    const L = this.layers[l];
-    const b = this.buf;
-    this.setInput(this.residualRow, this.config.nEmbd);
-    this.matmul(L.fc1!, b.hu, 1);
-    this.args[0] = b.hu;
-    this.pool.run(this.fn.relu, this.args, 1, L.fc1!.rows, 64, L.fc1!.rows);
-    this.setInput(b.hu, L.fc1!.rows);
-    this.matmul(L.fc2!, out, 1);
-  };
 
   /**
    * The predictor of layer `layer` on one residual row `x` (nEmbd values, before the FFN norm),
@@ -553,8 +439,8 @@ export class LlamaModel {
    * during a forward pass.
    */
   predictorScores(layer: number, x: ArrayLike<number>, hidden?: Float32Array): Float32Array {
-    const L = this.layers[layer];
-    if (!L?.fc1 || !L.fc2)
+    const p = this.offloaded?.predictor;
+    if (!p || !(layer >= 0 && layer < this.config.nLayer))
       throw new Error(
         `layer ${layer} has no predictor loaded (a store with predictors, loaded for --sparsity predictor, has one)`,
       );
@@ -562,28 +448,18 @@ export class LlamaModel {
     if (x.length !== nEmbd)
       throw new RangeError(`predictorScores: x holds ${x.length} values, the residual has ${nEmbd}`);
     const b = this.buf;
-    const saved = this.residualRow;
     this.f32.set(x, b.xb >>> 2);
-    this.residualRow = b.xb;
-    try {
-      this.predict(layer, b.hg);
-    } finally {
-      this.residualRow = saved;
-    }
-    if (hidden) hidden.set(this.f32.subarray(b.hu >>> 2, (b.hu >>> 2) + Math.min(hidden.length, L.fc1.rows)));
+    p.scores(this.mm, layer, b.xb, nEmbd, b.hg);
+    const width = p.width(layer).hidden;
+    if (hidden) hidden.set(this.f32.subarray(p.hidden >>> 2, (p.hidden >>> 2) + Math.min(hidden.length, width)));
     return this.f32.slice(b.hg >>> 2, (b.hg >>> 2) + nFF);
   }
 
   /** The predictor of layer `layer` in memory: its GGML type and hidden width (padded when requantized), or null. */
   predictorWidth(layer: number): { type: GGMLType; hidden: number } | null {
-    const L = this.layers[layer];
-    return L?.fc1 ? { type: L.fc1.kernel.type, hidden: L.fc1.rows } : null;
+    const p = this.offloaded?.predictor;
+    return p && layer >= 0 && layer < this.config.nLayer ? p.width(layer) : null;
   }
-
-  private readonly gateMatvec = (m: Matrix, out: number): void => {
-    this.setInput(this.ffnRow, this.config.nEmbd);
-    this.matmul(m, out, 1);
-  };
 
   /** Embeddings (one dequantized row per token) and positions; checks the token ids. */
   private embed(tokens: ArrayLike<number>, n: number, pos0: number): void {
@@ -629,10 +505,10 @@ export class LlamaModel {
     const vOut = vCache + pos0 * kvDim * 4;
 
     this.rmsnorm(b.xb, b.x, L.attnNorm, n);
-    this.setInput(b.xb, nEmbd);
-    this.matmul(L.wq, b.q, n);
-    this.matmul(L.wk, kOut, n);
-    this.matmul(L.wv, vOut, n);
+    this.mm.setInput(b.xb, nEmbd);
+    this.mm.run(L.wq, b.q, n);
+    this.mm.run(L.wk, kOut, n);
+    this.mm.run(L.wv, vOut, n);
     if (L.bq) {
       this.addBias(b.q, L.bq, qDim, n);
       this.addBias(kOut, L.bk, kvDim, n);
@@ -662,8 +538,8 @@ export class LlamaModel {
     a[9] = headDim;
     a[10] = this.contextSize;
     pool.run(this.fn.attention, a, 11, nHead, 1, 2 * n * (pos0 + n) * qDim);
-    this.setInput(b.att, qDim);
-    this.matmul(L.wo, b.xb, n);
+    this.mm.setInput(b.att, qDim);
+    this.mm.run(L.wo, b.xb, n);
     this.add(b.x, b.xb, n * nEmbd);
   }
 
@@ -674,9 +550,9 @@ export class LlamaModel {
     const a = this.args;
     const L = this.layers[l];
     this.rmsnorm(b.xb, b.x, L.ffnNorm, n);
-    this.setInput(b.xb, cfg.nEmbd);
-    this.matmul(L.gate!, b.hg, n);
-    this.matmul(L.up!, b.hu, n);
+    this.mm.setInput(b.xb, cfg.nEmbd);
+    this.mm.run(L.gate!, b.hg, n);
+    this.mm.run(L.up!, b.hu, n);
     if (this.observer) {
       const buf = this.arena.memory.buffer;
       this.observer({
@@ -695,8 +571,8 @@ export class LlamaModel {
       a[3] = f32Bits(cut);
       this.pool.run(this.fn.ffnActCut, a, 4, n * cfg.nFF, 64, n * cfg.nFF * 16);
     } else this.pool.run(this.fn.ffnAct, a, 3, n * cfg.nFF, 64, n * cfg.nFF * 16);
-    this.setInput(b.hg, cfg.nFF);
-    this.matmul(L.down!, b.xb, n);
+    this.mm.setInput(b.hg, cfg.nFF);
+    this.mm.run(L.down!, b.xb, n);
     this.add(b.x, b.xb, n * cfg.nEmbd);
   }
 
@@ -710,8 +586,8 @@ export class LlamaModel {
     const b = this.buf;
     const nEmbd = this.config.nEmbd;
     this.rmsnorm(b.xb, b.x + t * nEmbd * 4, this.outputNorm, 1);
-    this.setInput(b.xb, nEmbd);
-    this.matmul(this.output, b.logits, 1);
+    this.mm.setInput(b.xb, nEmbd);
+    this.mm.run(this.output, b.logits, 1);
     return this.logits;
   }
 
@@ -740,41 +616,6 @@ export class LlamaModel {
     this.pool.run(this.fn.bias, a, 3, n, 1, n * width);
   }
 
-  private input = 0;
-  private inputCols = 0;
-
-  /** The f32 rows that the next matmuls read; prepared (quantized) lazily per format. */
-  private setInput(ptr: number, cols: number): void {
-    this.input = ptr;
-    this.inputCols = cols;
-    this.prepared.clear();
-  }
-
-  private matmul(m: Matrix, out: number, n: number): void {
-    const fmt = m.kernel.act;
-    let x = this.input;
-    if (fmt !== "f32") {
-      x = this.buf.act[fmt];
-      if (!this.prepared.has(fmt)) {
-        // Quantize the input rows once; every matrix of this format reads them.
-        this.pool.kernels[prepareKernel(fmt)!](this.input, x, this.inputCols, n);
-        this.prepared.add(fmt);
-      }
-    }
-    const a = this.args;
-    a[0] = m.ptr;
-    a[1] = x;
-    a[2] = out;
-    a[3] = m.rows;
-    a[4] = m.cols;
-    const work = m.rows * m.cols * n;
-    if (n === 1) this.pool.run(m.matvecFn, a, 5, m.rows, 16, work);
-    else {
-      a[5] = n;
-      this.pool.run(m.matmulFn, a, 6, m.rows, 16, work);
-    }
-  }
-
   async dispose(): Promise<void> {
     await this.offloaded?.close();
     await this.pool.dispose();
@@ -782,71 +623,22 @@ export class LlamaModel {
   }
 }
 
-interface Buffers {
-  x: number;
-  xb: number;
-  q: number;
-  att: number;
-  hg: number;
-  hu: number;
-  logits: number;
-  scores: number;
-  pos: number;
-  rope: number;
-  kCache: number;
-  vCache: number;
-  act: Record<ActivationFormat, number>;
-}
+/** Addresses of the forward pass's buffers (resident-bytes.ts bufferFloats sizes them). */
+type Buffers = Record<keyof BufferFloats, number> & { act: Record<ActivationFormat, number> };
 
-function allocBuffers(arena: Arena, cfg: ModelConfig, ctx: number, batch: number, matrices: Matrix[]): Buffers {
-  const { nEmbd, nFF, nHead, nHeadKV, headDim, nLayer, nVocab } = cfg;
-  const f = (count: number) => arena.alloc(count * 4, 64);
+function allocBuffers(
+  arena: Arena,
+  cfg: ModelConfig,
+  ctx: number,
+  batch: number,
+  quantized: ReadonlyMap<ActivationFormat, number>,
+): Buffers {
   const act = { f32: 0, q8_0: 0, q8_1: 0, q8_K: 0 } as Record<ActivationFormat, number>;
-  for (const fmt of new Set(matrices.map((m) => m.kernel.act))) {
-    if (fmt !== "f32")
-      act[fmt] = arena.alloc(
-        batch * Math.max(...matrices.filter((m) => m.kernel.act === fmt).map((m) => activationBytes(fmt, m.cols))) + 64,
-        64,
-      );
-  }
-  return {
-    x: f(batch * nEmbd),
-    xb: f(batch * nEmbd),
-    q: f(batch * nHead * headDim),
-    att: f(batch * nHead * headDim),
-    hg: f(batch * nFF),
-    hu: f(batch * nFF),
-    logits: f(nVocab),
-    scores: f(nHead * ctx),
-    pos: f(batch),
-    rope: f(ctx * cfg.nRot),
-    kCache: f(nLayer * ctx * nHeadKV * headDim),
-    vCache: f(nLayer * ctx * nHeadKV * headDim),
-    act,
-  };
-}
-
-/** Layer l's predictor: requantized to Q8_0 with its hidden width padded to `padded` (0: as stored). */
-function loadPredictor(
-  loader: WeightLoader,
-  file: ModelFile,
-  l: number,
-  nEmbd: number,
-  nFF: number,
-  padded: number,
-): { fc1: Matrix; fc2: Matrix } {
-  const p = `blk.${l}.`;
-  const hidden = file.tensor(p + "fc1.weight").dims[1];
-  const fc1 = padded
-    ? loader.q8Matrix(p + "fc1.weight", nEmbd, hidden, nEmbd, padded)
-    : loader.matrix(p + "fc1.weight", nEmbd, hidden);
-  const fc2 = padded
-    ? loader.q8Matrix(p + "fc2.weight", hidden, nFF, padded, nFF)
-    : loader.matrix(p + "fc2.weight", hidden, nFF);
-  // predict() feeds fc1's outputs (all of its rows, padding included) to fc2
-  if (fc1.rows !== fc2.cols)
-    throw new Error(`${file.path}: predictor of layer ${l}: fc1 has ${fc1.rows} outputs, fc2 reads ${fc2.cols}`);
-  return { fc1, fc2 };
+  for (const [fmt, bytes] of quantized) act[fmt] = arena.alloc(bytes, 64);
+  const floats = bufferFloats(cfg, ctx, batch);
+  const at = {} as Record<keyof typeof floats, number>;
+  for (const [name, n] of Object.entries(floats) as [keyof typeof floats, number][]) at[name] = arena.alloc(n * 4, 64);
+  return { ...at, act };
 }
 
 /** Per-layer activation thresholds from the options or the model's metadata, checked; null when none. */

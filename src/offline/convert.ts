@@ -34,7 +34,7 @@ import {
 } from "../format/store.js";
 import { PREDICTOR_TENSOR_RE, THRESHOLDS_KEY } from "../model/llama.js";
 import { checkFingerprint, modelFingerprint, profileThresholds, ProfileError } from "./profile.js";
-import { PREDICTOR_MODEL_KEY, SPARSE_THRESHOLD_KEY } from "./predictor-output.js";
+import { PREDICTOR_MODEL_KEY, SPARSE_THRESHOLD_KEY } from "./predictor-files.js";
 
 export class ConvertError extends Error {
   constructor(message: string) {

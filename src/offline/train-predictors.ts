@@ -6,7 +6,7 @@
  *    residual stream before the FFN norm) and which neurons fire: the ReLU gate is positive (dReLU:
  *    gate and up both), or |act(gate)| exceeds the layer's activation threshold where the model
  *    has thresholds (SiLU/GELU models need them: without, every neuron fires).
- * 2. Train: per layer, the bias-free MLP score = fc2 . relu(fc1 . x) (src/sparse/predictor-train.ts)
+ * 2. Train: per layer, the bias-free MLP score = fc2 . relu(fc1 . x) (src/predictor-training/predictor-train.ts)
  *    on the first 90% of the samples, calibrated on the last 10% to the recall target plus a
  *    margin; the hidden width grows (64, 128, 256, ...) until the calibrated precision reaches
  *    `minPrecision` or the width reaches `maxHidden`.
@@ -30,7 +30,7 @@ import {
   type LayerSamples,
   type PredictorQuality,
   type TrainedPredictor,
-} from "../sparse/predictor-train.js";
+} from "../predictor-training/predictor-train.js";
 
 export class PredictorTrainingError extends Error {
   constructor(message: string) {

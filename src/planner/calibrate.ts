@@ -13,7 +13,7 @@
 import { fork } from "node:child_process";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Breakdown, Knobs, Prediction } from "./cost-model.js";
+import type { Breakdown, Knobs, Prediction, ReadAheadRates } from "./cost-model.js";
 
 /** What one calibration run measured, per decode step (prefill and the first token excluded; medians over the steps). */
 export interface CalibrationRun {
@@ -24,6 +24,8 @@ export interface CalibrationRun {
   secondsPerToken: number;
   ioWaitPerToken: number;
   loadAverage: number;
+  /** predictor mode: the read-ahead measured over the steps */
+  readAhead?: ReadAheadRates;
 }
 
 export interface Calibration {

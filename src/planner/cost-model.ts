@@ -1,47 +1,38 @@
 /**
  * The planner's cost model: seconds per decode token of a neuron store run under a memory budget
  * with given knobs, from the hardware probe, the model's shapes and its neurons' firing rates.
+ * It follows what the runtime does (src/model/llama.ts forwardAsync, src/model/offload/), step
+ * by step, with expected values; docs/planner.md writes the formulas out.
  *
- * It follows what the runtime does (src/model/llama.ts forwardAsync, src/model/offloaded-ffn.ts
- * in `gate` sparsity), step by step, with expected values:
+ * Budget: the runtime's own layout function (src/model/offload/layout.ts offloadLayout), fed
+ * what loading the store keeps resident (src/model/resident-bytes.ts) and the runtime's measured
+ * base: the split predicted is the split the runtime makes.
  *
- * Budget (as LlamaModel.offload): room = 0.97 budget; fixed = resident runtime and weights + KV
- * cache + sparse scratch + (resident gate rows | gate staging); cache = min(all bundles, room -
- * fixed) in whole bundles; hot = min(nFF, floor(slots * hotFraction / nLayer), floor((slots - 1)
- * / nLayer)) per layer, pinned to the first stored positions; the rest is one cold LRU.
+ * Hits: src/io/hit-model.ts (hot neurons always hit; the cold LRU by Che's approximation).
  *
- * Hits (independent firing per token, neuron i of layer l with probability p): a hot neuron always
- * hits. The cold LRU follows Che's approximation: the cache keeps what was asked for within the
- * last tau tokens, tau solving  sum over cold neurons (1 - (1 - p)^tau) = cold slots; it starts
- * empty, so at decode step j (after a prompt of P tokens, whose batched prefill touches the union
- * of their neurons) a cold neuron hits with probability 1 - (1 - p)^min(P + j, tau).
+ * Gate mode: gate rows resident (one matvec), or streamed from the store's gate-row copy, or
+ * read as gate pages; the misses read in rounds, the first round overlapping the hits' compute.
  *
- * Reads (probe.ts): a batch of n reads at queue depth QD takes B(n, QD) seconds, measured for
- * batches as the runtime issues them (one submit, wait for the last; the submit's JS included),
- * of which n s(QD) are the main thread's submit calls; X(QD) is the rate while the queue stays full.
- *
- * Time per layer, resident gates (pipeline on):
- *   gate    = nFF nEmbd / matvec rate + dispatch
- *   JS      = nFF c_scan + firing c_lookup + misses (c_miss + s(QD))   (filing, slots, submits)
- *   round 1 = max(n1 s + hits c_up + B(n1 - QD, QD) - (n1 - QD) s,  B(n1, QD))
- *             n1 = min(misses, cold slots); only the QD reads issued before the hits are computed
- *             overlap them: the reader issues new reads from its completion callbacks, which wait
- *             while the main thread computes
- *   misses  = n1 c_up (+ further rounds of B(n, QD) + n c_up when misses exceed the cold slots)
- *   fixed   = prepare + reduce (probed as a layer's fixed cost)
- * Without the pipeline round 1 is B(n1, QD) + hits c_up. Without resident gates, the gates of
- * cached bundles are computed from them and the others' come from the store's gate-row copy,
- * streamed in chunks, double-buffered (chunk i + 1 is read while chunk i's gates compute; the
- * first was read during the attention block), or, in stores without that copy, from each
- * uncached bundle's gate pages read in rounds of 2048 (the first overlapping the hits); then the
- * misses are read, with nothing left to overlap.
- * Attention: its four matvecs at the probed rates, the KV cache read at memory bandwidth, and a
- * dispatch per kernel call; the output matvec once per token. The prediction is the mean over the
- * decode steps (the cold region warms up along them).
+ * Predictor mode: the predictor's matvecs (probed on the store's own predictor); the picked
+ * neurons (taken to be the firing ones: the predictor's precision and recall are not modelled,
+ * calibration absorbs them); hot clusters computed whole when the predictor picks at least
+ * HOT_DENSE_SHARE of them (the chance from a normal approximation of the picked count); the
+ * misses' reads and the next layer's read-ahead on one disk queue, simulated layer by layer
+ * against the main thread's work.
  */
 import type { GGMLType } from "../format/ggml-types.js";
 import type { ScanSpeed, SparseSpeed } from "./probe.js";
 import { hitProfile, type Firing, type HitProfile } from "../io/hit-model.js";
+import {
+  offloadLayout,
+  STAGE_NEURONS,
+  type FixedResident,
+  type OffloadLayout,
+  type StoreFacts,
+} from "../model/offload/layout.js";
+import { HOT_CLUSTER } from "../model/offload/neuron-lists.js";
+import { HOT_DENSE_SHARE } from "../model/offload/predictor-picks.js";
+import type { PredictorShape } from "../model/offload/predictor.js";
 
 export { hitProfile, type Firing, type HitProfile };
 
@@ -53,6 +44,10 @@ export interface MatrixShape {
 
 /** What the cost model needs to know about the model (see shapeOfStore in plan.ts). */
 export interface ModelShape {
+  /** the store as the layout sees it */
+  facts: StoreFacts;
+  /** what loading the store keeps in wasm memory at the plan's context and batch (residentBytes) */
+  resident: Omit<FixedResident, "base">;
   nLayer: number;
   nEmbd: number;
   nFF: number;
@@ -67,23 +62,15 @@ export interface ModelShape {
   /** the dense matrices of one layer's attention (wq, wk, wv, wo) */
   layerMatrices: MatrixShape[];
   output: MatrixShape;
-  /** packed resident gate rows of all layers */
-  gateBytes: number;
-  /** staging for first-phase gate reads (when the gate rows are not resident) */
-  stagingBytes: number;
   /**
    * When every layer has a contiguous copy of its gate rows (stores converted since it exists):
    * gates not resident are streamed from it in chunks of `rows` rows (`bytes` per read, as
-   * OffloadedFFN reads them), double-buffered, the first chunk read during the attention block.
-   * null: each uncached bundle's gate pages are read instead.
+   * StreamedGateRows reads them), double-buffered, the first chunk read during the attention
+   * block. null: each uncached bundle's gate pages are read instead.
    */
   gateStream: { rows: number; bytes: number; rowBytes: number } | null;
-  /** sparse kernels' scratch, as LlamaModel.offload counts it */
-  scratchBytes: number;
-  /** resident bytes of weights and buffers once loaded, before the KV cache and the FFN (wasm arena touched + the JS-side embedding table) */
-  weightBytes: number;
-  /** KV cache bytes per context position (f32 K and V, all layers) */
-  kvBytesPerPosition: number;
+  /** layer 0's activation predictor as it sits in memory (null: the store has none) */
+  predictor: PredictorShape | null;
 }
 
 /** The measured machine, for one thread count (see hardwareFromProbe in plan.ts). */
@@ -97,6 +84,8 @@ export interface Hardware {
   matvecRate(type: GGMLType): number;
   sparse: SparseSpeed;
   scan: ScanSpeed;
+  /** seconds of one layer's predictor scores (predictor mode) */
+  predictorSeconds: number;
   /** seconds to read one chunk of a layer's gate-row copy (ModelShape.gateStream) at queue depth qd */
   streamChunkSeconds(qd: number): number;
   /** wall seconds of one batch of n random reads of `bytes` from the store at queue depth qd (submit included) */
@@ -106,22 +95,40 @@ export interface Hardware {
   /** reads per second while the queue stays full */
   iops(bytes: number, qd: number): number;
   /**
-   * whether reads progress while the compute threads run: not when they take every core (the
-   * read threads then wait for the CPU; measured on a 2-core machine), so compute and reads add up
+   * whether reads progress while the compute threads run: with native AIO they do (the device
+   * works while the kernels compute); through libuv's pool not when compute takes every core
+   * (the read threads then wait for the CPU), so compute and reads add up
    */
   overlap: boolean;
-  /** resident bytes of the process before any weight is loaded (runtime, the store's manifest, the thread pool) */
-  runtimeBytes: number;
+  /** resident bytes of the runtime before any weight loads (node, the engine, the thread pool, the store's manifest), as `run` measures it */
+  base: number;
 }
 
 export interface Knobs {
+  sparsity: "gate" | "predictor";
   threads: number;
   queueDepth: number;
-  hotFraction: number;
-  /** keep the gate rows in memory (false: read gate pages every token) */
-  residentGates: boolean;
+  /** share of the cache pinned hot; undefined: what the runtime picks from the store's profile */
+  hotFraction?: number;
+  /** gate mode: keep the gate rows in memory (false: read them from flash); undefined: when they fit */
+  residentGates?: boolean;
   pipeline: boolean;
 }
+
+/** Predictor mode's read-ahead, as measured (the calibration run) or assumed. */
+export interface ReadAheadRates {
+  /** share of a layer's misses read ahead during the layer before */
+  coverage: number;
+  /** share of the bundles read ahead that the layer's own predictor then picks */
+  used: number;
+}
+
+/**
+ * Read-ahead when nothing measured it: on the Mistral-7B-shape synthetic with planted
+ * predictors it read 78% of a layer's misses ahead, 97% of what it read then used
+ * (docs/benchmarks.md).
+ */
+export const ASSUMED_READ_AHEAD: ReadAheadRates = { coverage: 0.78, used: 0.97 };
 
 export interface Workload {
   /** KV cache positions (the budget counts all of them) */
@@ -132,48 +139,30 @@ export interface Workload {
   decodeTokens: number;
 }
 
-export interface MemorySplit {
-  budget: number;
-  /** 97% of the budget: LlamaModel.offload leaves 3% for what is hard to count */
-  room: number;
-  runtimeBytes: number;
-  weightBytes: number;
-  kvBytes: number;
-  scratchBytes: number;
-  /** resident gate rows or gate staging */
-  gateBytes: number;
-  residentGates: boolean;
-  cacheBytes: number;
-  slots: number;
-  hotPerLayer: number;
-  coldSlots: number;
-  /** whether the budget runs at all (a cache of at least 4 bundles) */
-  fits: boolean;
-  /** the smallest budget that runs with these knobs */
-  minBudget: number;
-}
-
 /** Seconds per decode token, by where they go. */
 export interface Breakdown {
   /** attention matvecs, KV cache reads, norms, rope */
   attention: number;
-  /** resident gate matvec, or gates computed from cached bundles and read gate pages */
+  /** which neurons fire: resident gate matvec, gates computed from cached bundles and read gate pages, or the predictor */
   gate: number;
   /** waiting for gate pages (non-resident gate rows) */
   gateReads: number;
   /** JS: filing firing neurons as hits and misses, taking slots and submitting the misses' reads */
   scan: number;
-  /** up/down of firing neurons (hits and misses) and the layer's fixed sparse cost */
+  /** up/down (or whole bundles) of the neurons computed, and the layer's fixed sparse cost */
   ffnCompute: number;
-  /** waiting for the misses' bundles beyond what overlaps the hits' compute */
+  /** waiting for the misses' bundles beyond what overlaps compute */
   ioWait: number;
   /** output matvec */
   output: number;
 }
 
+/** Knobs as a layout resolved them: the hot share the runtime picks, whether gate rows stay resident. */
+export type PlannedKnobs = Knobs & { hotFraction: number; residentGates: boolean };
+
 export interface Prediction {
-  knobs: Knobs;
-  split: MemorySplit;
+  knobs: PlannedKnobs;
+  layout: OffloadLayout;
   tokensPerSecond: number;
   secondsPerToken: number;
   breakdown: Breakdown;
@@ -189,51 +178,19 @@ export interface Prediction {
   maxRounds: number;
 }
 
-/** Gate pages read per round when the gate rows are not resident (OffloadedFFN's STAGE_NEURONS). */
-export const STAGE_NEURONS = 2048;
-/** Share of the budget LlamaModel.offload leaves unallocated. */
-export const BUDGET_ROOM = 0.97;
-
-/** The budget's split with these knobs, as LlamaModel.offload will make it. */
-export function splitBudget(
+/** The budget's layout with these knobs: the runtime's own (layout.ts), with the runtime's base as measured. */
+export function layoutFor(
   shape: ModelShape,
-  hw: Pick<Hardware, "runtimeBytes">,
-  knobs: Pick<Knobs, "residentGates" | "hotFraction">,
-  workload: Pick<Workload, "contextSize">,
+  hw: Pick<Hardware, "base" | "threads">,
+  knobs: Knobs,
   budget: number,
-): MemorySplit {
-  const { nLayer, nFF, bundleBytes } = shape;
-  const kvBytes = shape.kvBytesPerPosition * workload.contextSize;
-  const allFFN = nLayer * nFF * bundleBytes;
-  const minCache = Math.min(allFFN, 4 * bundleBytes);
-  const base = hw.runtimeBytes + shape.weightBytes + kvBytes + shape.scratchBytes;
-  const gateBytes = knobs.residentGates ? shape.gateBytes : shape.stagingBytes;
-  const fixed = base + gateBytes;
-  const room = budget * BUDGET_ROOM;
-  const cacheBytes = Math.max(0, Math.min(allFFN, room - fixed));
-  const fits = cacheBytes >= minCache;
-  const slots = fits ? Math.floor(cacheBytes / bundleBytes) : 0;
-  const hot = !fits
-    ? 0
-    : slots >= nLayer * nFF
-      ? nFF
-      : Math.max(0, Math.min(nFF, Math.floor((slots * knobs.hotFraction) / nLayer), Math.floor((slots - 1) / nLayer)));
-  return {
-    budget,
-    room,
-    runtimeBytes: hw.runtimeBytes,
-    weightBytes: shape.weightBytes,
-    kvBytes,
-    scratchBytes: shape.scratchBytes,
-    gateBytes,
-    residentGates: knobs.residentGates,
-    cacheBytes,
-    slots,
-    hotPerLayer: hot,
-    coldSlots: slots - hot * nLayer,
-    fits,
-    minBudget: Math.ceil((fixed + minCache) / BUDGET_ROOM),
-  };
+): OffloadLayout {
+  return offloadLayout(shape.facts, { base: hw.base, ...shape.resident }, budget, {
+    sparsity: knobs.sparsity,
+    threads: knobs.threads,
+    residentGates: knobs.sparsity === "gate" ? knobs.residentGates : undefined,
+    hotFraction: knobs.hotFraction,
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -288,19 +245,20 @@ export function predict(
   workload: Workload,
   budget: number,
   hits?: HitProfile,
+  readAhead: ReadAheadRates = ASSUMED_READ_AHEAD,
 ): Prediction {
   if (firing.layers.length !== shape.nLayer)
     throw new Error(`firing rates for ${firing.layers.length} layers, the model has ${shape.nLayer}`);
-  const split = splitBudget(shape, hw, knobs, workload, budget);
+  const layout = layoutFor(shape, hw, knobs, budget);
   const steps = Math.max(1, Math.floor(workload.decodeTokens));
-  const zero: Breakdown = { attention: 0, gate: 0, gateReads: 0, scan: 0, ffnCompute: 0, ioWait: 0, output: 0 };
-  if (!split.fits) {
+  const resolved: PlannedKnobs = { ...knobs, hotFraction: layout.hotFraction, residentGates: layout.residentGates };
+  if (!layout.fits) {
     return {
-      knobs,
-      split,
+      knobs: resolved,
+      layout,
       tokensPerSecond: 0,
       secondsPerToken: Infinity,
-      breakdown: zero,
+      breakdown: zeroBreakdown(),
       firingPerToken: 0,
       hitsPerToken: 0,
       hotHitsPerToken: 0,
@@ -310,19 +268,22 @@ export function predict(
       maxRounds: Infinity,
     };
   }
-  const hp = hits ?? hitProfile(firing, split.hotPerLayer, split.coldSlots, workload.promptTokens, steps);
+  const hp = hits ?? hitProfile(firing, layout.hotPerLayer, layout.coldSlots, workload.promptTokens, steps);
+  if (knobs.sparsity === "predictor")
+    return predictorMode(shape, firing, hw, resolved, workload, layout, hp, readAhead);
   const { nLayer, nFF, nEmbd, bundleBytes, gateReadBytes } = shape;
   const sp = hw.sparse;
   const up = sp.upDownPerNeuron;
   const qd = knobs.queueDepth;
-  const cold = split.coldSlots;
+  const cold = layout.coldSlots;
+  const zero = zeroBreakdown();
 
   // Dense work per token (the same at every step but for the attention's growing span).
   const mv = (m: MatrixShape) => (m.rows * m.cols) / hw.matvecRate(m.type) + hw.dispatch;
   const attnMatvecs = shape.layerMatrices.reduce((a, m) => a + mv(m), 0);
   // norms (2), rope (2), attention, add (2), activation prepare: one dispatch each
   const attnOps = 8 * hw.dispatch;
-  const gateMatvec = knobs.residentGates ? mv({ type: shape.ffnType, rows: nFF, cols: nEmbd }) : 0;
+  const gateMatvec = layout.residentGates ? mv({ type: shape.ffnType, rows: nFF, cols: nEmbd }) : 0;
   const output = mv(shape.output) + 2 * hw.dispatch;
 
   const total: Breakdown = { ...zero };
@@ -348,7 +309,7 @@ export function predict(
       const tHits = h > 0 ? h * up : 0;
       const n1 = Math.min(m, Math.max(1, cold));
       maxRounds = Math.max(maxRounds, Math.ceil(m / Math.max(1, cold) - 1e-9));
-      if (knobs.residentGates) {
+      if (layout.residentGates) {
         b.gate += gateMatvec;
         const r1 = knobs.pipeline
           ? overlapped(hw, bundleBytes, n1, qd, tHits)
@@ -362,12 +323,12 @@ export function predict(
       } else {
         // gates of the bundles in memory, then the others': streamed from the gate-row copy, or
         // each uncached bundle's gate pages read in rounds
-        const cached = Math.min(nFF, split.hotPerLayer + hp.coldHeld[j][l]);
+        const cached = Math.min(nFF, layout.hotPerLayer + hp.coldHeld[j][l]);
         const uncached = nFF - cached;
         b.gate += cached > 0 ? sp.gateFixed + cached * sp.gatePerNeuron : 0;
         if (shape.gateStream) {
           const g = shape.gateStream;
-          const rows = nFF - split.hotPerLayer; // streamed from the end of the hot cluster on
+          const rows = nFF - layout.hotPerLayer; // streamed from the end of the hot cluster on
           const chunks = Math.ceil(rows / g.rows - 1e-9);
           const tc = hw.streamChunkSeconds(qd);
           // share of the streamed rows not in the cold region: their gates are computed
@@ -427,8 +388,217 @@ export function predict(
   for (const k of Object.keys(total) as (keyof Breakdown)[]) total[k] /= steps;
   const secondsPerToken = Object.values(total).reduce((a, v) => a + v, 0);
   return {
+    knobs: resolved,
+    layout,
+    tokensPerSecond: 1 / secondsPerToken,
+    secondsPerToken,
+    breakdown: total,
+    firingPerToken: fired / steps,
+    hitsPerToken: hitsSum / steps,
+    hotHitsPerToken: hotSum / steps,
+    missesPerToken: (fired - hitsSum) / steps,
+    readBytesPerToken: readBytes / steps,
+    hitRate: fired > 0 ? hitsSum / fired : 1,
+    maxRounds,
+  };
+}
+
+function zeroBreakdown(): Breakdown {
+  return { attention: 0, gate: 0, gateReads: 0, scan: 0, ffnCompute: 0, ioWait: 0, output: 0 };
+}
+
+/** Per layer: expected neurons of the hot clusters computed whole, and how many of their picks those cover. */
+interface HotRuns {
+  neurons: Float64Array;
+  picked: Float64Array;
+}
+
+const runsMemo = new WeakMap<Firing, Map<number, HotRuns>>();
+
+/**
+ * Predictor mode's hot clusters (predictor-picks.ts): a cluster of HOT_CLUSTER adjacent hot
+ * neurons is computed whole when at least HOT_DENSE_SHARE of it is picked. The picked count is a
+ * sum of independent Bernoulli trials (the firing rates); its chance to reach the cut, and the
+ * picks it then covers, from a normal approximation with a continuity correction.
+ */
+function hotRuns(firing: Firing, hot: number): HotRuns {
+  let memo = runsMemo.get(firing);
+  if (!memo) runsMemo.set(firing, (memo = new Map()));
+  const have = memo.get(hot);
+  if (have) return have;
+  const L = firing.layers.length;
+  const runs: HotRuns = { neurons: new Float64Array(L), picked: new Float64Array(L) };
+  for (let l = 0; l < L; l++) {
+    const p = firing.layers[l];
+    for (let c0 = 0; c0 < Math.min(hot, p.length); c0 += HOT_CLUSTER) {
+      const c1 = Math.min(hot, p.length, c0 + HOT_CLUSTER);
+      let mu = 0,
+        v = 0;
+      for (let k = c0; k < c1; k++) {
+        mu += p[k];
+        v += p[k] * (1 - p[k]);
+      }
+      const cut = Math.ceil(HOT_DENSE_SHARE * (c1 - c0) - 1e-9);
+      let chance: number, covered: number;
+      if (v < 1e-12) {
+        chance = mu >= cut - 1e-9 ? 1 : 0;
+        covered = chance * mu;
+      } else {
+        const sd = Math.sqrt(v);
+        const z = (cut - 0.5 - mu) / sd;
+        chance = 1 - normalCdf(z);
+        covered = Math.min(mu, Math.max(0, mu * chance + sd * normalPdf(z)));
+      }
+      runs.neurons[l] += chance * (c1 - c0);
+      runs.picked[l] += covered;
+    }
+  }
+  memo.set(hot, runs);
+  return runs;
+}
+
+function normalPdf(z: number): number {
+  return Math.exp(-0.5 * z * z) / Math.sqrt(2 * Math.PI);
+}
+
+/** The standard normal CDF (Abramowitz and Stegun 7.1.26, error under 1.5e-7). */
+function normalCdf(z: number): number {
+  const x = Math.abs(z) / Math.SQRT2;
+  const t = 1 / (1 + 0.3275911 * x);
+  const erf =
+    1 -
+    ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * Math.exp(-x * x);
+  return z >= 0 ? 0.5 * (1 + erf) : 0.5 * (1 - erf);
+}
+
+/**
+ * Predictor mode, one token at a time through the layers, with the main thread and the disk as
+ * two timelines: a layer's attention; the wait for what was read ahead for it; its predictor and
+ * the filing of its picks; its misses' reads issued (queued on the disk behind whatever is
+ * there); the next layer's predictor on this layer's input and its read-ahead issued; the hits
+ * computed (hot clusters whole, the other hits and the bundles read ahead one by one); the wait
+ * for the misses; the misses computed (in rounds when the cold region is smaller than them).
+ * Every moment of the main thread lands in one part of the breakdown.
+ */
+function predictorMode(
+  shape: ModelShape,
+  firing: Firing,
+  hw: Hardware,
+  knobs: PlannedKnobs,
+  workload: Workload,
+  layout: OffloadLayout,
+  hp: HitProfile,
+  ra: ReadAheadRates,
+): Prediction {
+  const { nLayer, nFF, bundleBytes } = shape;
+  const sp = hw.sparse;
+  const qd = knobs.queueDepth;
+  const cold = layout.coldSlots;
+  const steps = Math.max(1, Math.floor(workload.decodeTokens));
+  const runs = hotRuns(firing, layout.hotPerLayer);
+  const mv = (m: MatrixShape) => (m.rows * m.cols) / hw.matvecRate(m.type) + hw.dispatch;
+  const attnMatvecs = shape.layerMatrices.reduce((a, m) => a + mv(m), 0);
+  const attnOps = 8 * hw.dispatch;
+  const output = mv(shape.output) + 2 * hw.dispatch;
+  const lookahead = knobs.pipeline && layout.hotPerLayer < nFF;
+  const submit = hw.submitSeconds(bundleBytes, qd);
+  /** disk seconds of a batch of n reads besides the main thread's submits */
+  const disk = (n: number) => (n > 0 ? Math.max(0, readTime(hw, bundleBytes, n, qd) - n * submit) : 0);
+  const total = zeroBreakdown();
+  let fired = 0,
+    hitsSum = 0,
+    hotSum = 0,
+    readBytes = 0,
+    maxRounds = 0;
+  const misses = new Float64Array(nLayer);
+  for (let j = 0; j < steps; j++) {
+    const kvRead = (2 * (workload.promptTokens + j) * shape.nHead * shape.headDim * 4) / hw.memoryBandwidth;
+    const b = zeroBreakdown();
+    for (let l = 0; l < nLayer; l++) misses[l] = Math.max(0, hp.firing[l] - hp.hot[l] - hp.cold[j][l]);
+    let t = 0;
+    let diskFree = 0;
+    /** when what was read ahead for the current layer lands, and how many of its misses that covers */
+    let aheadDone = 0;
+    let ahead = 0;
+    for (let l = 0; l < nLayer; l++) {
+      const f = hp.firing[l];
+      const m = misses[l];
+      fired += f;
+      hitsSum += f - m;
+      hotSum += hp.hot[l];
+      const attn = attnMatvecs + attnOps + kvRead;
+      t += attn;
+      b.attention += attn;
+      if (aheadDone > t) {
+        b.ioWait += aheadDone - t;
+        t = aheadDone;
+      }
+      const rest = Math.max(0, m - ahead);
+      const scan = nFF * hw.scan.perNeuron + f * hw.scan.perLookup + rest * (hw.scan.perMiss + submit);
+      t += hw.predictorSeconds + scan;
+      b.gate += hw.predictorSeconds;
+      b.scan += scan;
+      // the first round of the misses' reads, queued on the disk
+      const n1 = Math.min(rest, Math.max(1, cold));
+      maxRounds = Math.max(maxRounds, Math.ceil(rest / Math.max(1, cold) - 1e-9));
+      let missDone: number;
+      if (hw.overlap) {
+        diskFree = Math.max(t, diskFree) + disk(n1);
+        missDone = diskFree;
+      } else {
+        t += disk(n1);
+        b.ioWait += disk(n1);
+        missDone = t;
+      }
+      if (!knobs.pipeline && missDone > t) {
+        b.ioWait += missDone - t;
+        t = missDone;
+      }
+      // the next layer's read-ahead, when this layer's misses took one round
+      ahead = 0;
+      aheadDone = 0;
+      if (lookahead && l + 1 < nLayer && n1 >= rest - 1e-9) {
+        ahead = ra.coverage * misses[l + 1];
+        const reads = ahead / Math.max(0.05, ra.used);
+        t += hw.predictorSeconds + reads * submit;
+        b.gate += hw.predictorSeconds;
+        b.scan += reads * submit;
+        readBytes += reads * bundleBytes;
+        if (hw.overlap) {
+          diskFree = Math.max(t, diskFree) + disk(reads);
+          aheadDone = diskFree;
+        } else {
+          t += disk(reads);
+          b.ioWait += disk(reads);
+        }
+      }
+      // the hits: hot clusters whole, the other hits (and what was read ahead for this layer) one by one
+      const served = m - rest;
+      const tHits =
+        sp.layerFixed +
+        runs.neurons[l] * sp.ffnRunPerNeuron +
+        Math.max(0, hp.hot[l] - runs.picked[l] + hp.cold[j][l] + served) * sp.ffnPerNeuron;
+      t += tHits;
+      b.ffnCompute += tHits;
+      if (missDone > t) {
+        b.ioWait += missDone - t;
+        t = missDone;
+      }
+      const more = rounds(hw, bundleBytes, rest - n1, cold, qd, sp.ffnPerNeuron);
+      const tMiss = n1 * sp.ffnPerNeuron + (n1 > 0 ? hw.dispatch : 0) + more.compute;
+      t += tMiss + more.io;
+      b.ffnCompute += tMiss;
+      b.ioWait += more.io;
+      readBytes += rest * bundleBytes;
+    }
+    b.output = output;
+    for (const k of Object.keys(total) as (keyof Breakdown)[]) total[k] += b[k];
+  }
+  for (const k of Object.keys(total) as (keyof Breakdown)[]) total[k] /= steps;
+  const secondsPerToken = Object.values(total).reduce((a, v) => a + v, 0);
+  return {
     knobs,
-    split,
+    layout,
     tokensPerSecond: 1 / secondsPerToken,
     secondsPerToken,
     breakdown: total,

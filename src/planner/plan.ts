@@ -18,26 +18,33 @@ import { resolve } from "node:path";
 import { GGMLType, typeName } from "../format/ggml-types.js";
 import { NeuronStore, STORE_MAGIC } from "../format/store.js";
 import { readerDepthLimit } from "../io/flash-reader.js";
-import type { LoadModelOptions } from "../index.js";
+import type { LoadModelOptions } from "../api/model.js";
 import { readConfig, type ModelConfig } from "../model/config.js";
-import { plannedFiring } from "../offline/synth.js";
+import { plannedFiring } from "../model/firing.js";
 import { hasSparseKernel } from "../runtime/sparse-kernels.js";
-import { activationBytes, hasWeightKernel, weightKernel } from "../runtime/weights.js";
-import { DEFAULT_HOT_FRACTION, defaultHotFraction } from "../io/neuron-cache.js";
+import { hasWeightKernel } from "../runtime/weight-kernels.js";
+import { DEFAULT_HOT_FRACTION } from "../io/neuron-cache.js";
+import { aio } from "../io/aio.js";
+import { storeFacts, type OffloadLayout } from "../model/offload/layout.js";
+import { HOT_CLUSTER } from "../model/offload/neuron-lists.js";
+import { hasPredictors } from "../model/offload/predictor.js";
+import { residentBytes } from "../model/resident-bytes.js";
 import { calibrated, calibration, type Calibration, type CalibrationJob, type CalibrationRun } from "./calibrate.js";
-import { storedFiring } from "../model/offloaded-ffn.js";
+import { measureRuntimeBase, type BaseJob } from "./runtime-base.js";
 import {
   hitProfile,
   predict,
-  splitBudget,
+  layoutFor,
+  ASSUMED_READ_AHEAD,
+  type ReadAheadRates,
   type Firing,
   type Hardware,
   type HitProfile,
   type Knobs,
+  type PlannedKnobs,
   type ModelShape,
   type Prediction,
   type Workload,
-  STAGE_NEURONS,
 } from "./cost-model.js";
 import {
   defaultQueueDepths,
@@ -53,8 +60,10 @@ import {
   machineDifference,
   machineFingerprint,
   matvecKey,
+  predictorKey,
   probeMachine,
   sparseKey,
+  storePredictor,
   type MachineFingerprint,
   type ProbeOptions,
   type IoTable,
@@ -62,7 +71,7 @@ import {
 } from "./probe.js";
 
 export const PLAN_FORMAT = "powerinfer-ts plan";
-export const PLAN_VERSION = 1;
+export const PLAN_VERSION = 2;
 
 /** What `run` does without a plan (src/cli/model-flags.ts LOAD_FLAGS' defaults, which cli/plan.ts passes in): the baseline a plan must beat. */
 export function defaultKnobs(): Pick<Knobs, "hotFraction" | "queueDepth" | "pipeline"> {
@@ -122,7 +131,7 @@ export interface PlanFile {
   batchSize: number;
   workload: Workload;
   /** the chosen knobs, as load options take them */
-  knobs: Knobs;
+  knobs: PlannedKnobs;
   /** what the knobs imply, for the reader: cache split, read and cluster sizes */
   derived: {
     cacheBytes: number;
@@ -141,12 +150,16 @@ export interface PlanFile {
   defaults: PlanPrediction;
   firing: { source: string; meanFiring: number };
   probe: { file: string | null; loadAverage: number | null; seconds: number };
+  /** the layout the chosen knobs make (layout.ts), with the runtime's base as measured for the plan */
+  layout: OffloadLayout;
+  /** predictor mode: the read-ahead the prediction assumed (measured by the calibration run, when there was one) */
+  readAhead?: ReadAheadRates;
   /** the real run that scaled every prediction (absent: the probe's figures alone) */
   calibration?: CalibrationRun & Omit<Calibration, "run">;
 }
 
 export interface PlanPrediction {
-  knobs: Knobs;
+  knobs: PlannedKnobs;
   tokensPerSecond: number;
   secondsPerToken: number;
   breakdown: Prediction["breakdown"];
@@ -160,76 +173,42 @@ export interface PlanPrediction {
 // ---------------------------------------------------------------------------------------------
 // Model facts
 
-/** Sparse kernels' scratch as LlamaModel.offload counts it. */
-function scratchBytes(cfg: ModelConfig): number {
-  return 8 * cfg.nFF * 4 + 64 * cfg.nEmbd * 4 + (4 << 20);
-}
-
 /**
- * The store's shapes and what loading it makes resident before the neuron cache (mirrors
- * LlamaModel.load: packed matrices, f32 vectors, activation buffers up to the KV cache; a store's
- * embedding table is not resident, its rows are read as tokens come).
+ * The store's shapes and what loading it in `sparsity` mode keeps resident besides the offloaded
+ * FFN: the runtime's own functions (layout.ts storeFacts, resident-bytes.ts residentBytes), so
+ * that the layout the planner predicts is the one the runtime makes.
  */
-export function shapeOfStore(store: NeuronStore, cfg: ModelConfig, batchSize = 256, contextSize = 256): ModelShape {
-  const { nEmbd, nFF, nHead, nHeadKV, headDim, nLayer, nVocab } = cfg;
-  const qDim = nHead * headDim;
-  const kvDim = nHeadKV * headDim;
+export function shapeOfStore(
+  store: NeuronStore,
+  cfg: ModelConfig,
+  sparsity: "gate" | "predictor",
+  batchSize = 256,
+  contextSize = 256,
+): ModelShape {
   const mat = (name: string): { type: GGMLType; rows: number; cols: number } => {
     const t = store.tensor(name);
+    if (!hasWeightKernel(t.type))
+      throw new Error(`${store.path}: a ${typeName(t.type)} matrix has no kernel in this engine`);
     return { type: t.type, rows: t.dims[1], cols: t.dims[0] };
   };
-  const packed = (m: { type: GGMLType; rows: number; cols: number }) => {
-    if (!hasWeightKernel(m.type))
-      throw new Error(`${store.path}: a ${typeName(m.type)} matrix has no kernel in this engine`);
-    return weightKernel(m.type).packedBytes(m.rows, m.cols);
-  };
-  const layerMatrices = ["attn_q", "attn_k", "attn_v", "attn_output"].map((n) => mat(`blk.0.${n}.weight`));
-  const output = mat(store.tensors.has("output.weight") ? "output.weight" : "token_embd.weight");
-  let arena = 1 << 20; // the kernel module's static region
-  for (let l = 0; l < nLayer; l++) {
-    for (const n of ["attn_q", "attn_k", "attn_v", "attn_output"]) arena += packed(mat(`blk.${l}.${n}.weight`));
-    arena += 2 * nEmbd * 4; // norms
-    if (cfg.qkvBias) arena += (qDim + 2 * kvDim) * 4;
-  }
-  arena += nEmbd * 4 + packed(output);
-  // activation buffers: one per format the matrices (and the resident gate rows) read
-  const fmts = new Map<string, number>();
-  for (const m of [...layerMatrices, output, { type: store.ffn.type, rows: nFF, cols: nEmbd }]) {
-    if (!hasWeightKernel(m.type)) continue;
-    const f = weightKernel(m.type).act;
-    if (f !== "f32") fmts.set(f, Math.max(fmts.get(f) ?? 0, activationBytes(f, m.cols)));
-  }
-  for (const bytes of fmts.values()) arena += batchSize * bytes + 64;
-  arena +=
-    4 *
-    (2 * batchSize * nEmbd +
-      2 * batchSize * qDim +
-      2 * batchSize * nFF +
-      nVocab +
-      nHead * contextSize +
-      batchSize +
-      contextSize * cfg.nRot);
-  const gateRead = gatePageBytes(store);
+  const r = residentBytes(store, cfg, { batchSize, contextSize, predictors: sparsity === "predictor" });
   return {
-    nLayer,
-    nEmbd,
-    nFF,
-    nHead,
-    nHeadKV,
-    headDim,
-    nVocab,
+    facts: storeFacts(store, cfg),
+    resident: { weights: r.weights, buffers: r.buffers, kv: r.kv },
+    nLayer: cfg.nLayer,
+    nEmbd: cfg.nEmbd,
+    nFF: cfg.nFF,
+    nHead: cfg.nHead,
+    nHeadKV: cfg.nHeadKV,
+    headDim: cfg.headDim,
+    nVocab: cfg.nVocab,
     ffnType: store.ffn.type,
     bundleBytes: store.ffn.bundleBytes,
-    gateReadBytes: gateRead,
-    layerMatrices,
-    output,
-    gateBytes: nLayer * packed({ type: store.ffn.type, rows: nFF, cols: nEmbd }),
-    stagingBytes: Math.min(nFF, STAGE_NEURONS) * gateRead,
+    gateReadBytes: gatePageBytes(store),
+    layerMatrices: ["attn_q", "attn_k", "attn_v", "attn_output"].map((n) => mat(`blk.0.${n}.weight`)),
+    output: mat(store.tensors.has("output.weight") ? "output.weight" : "token_embd.weight"),
     gateStream: gateStreamOf(store),
-    scratchBytes: scratchBytes(cfg),
-    // the embedding table stays on flash (one row read per token)
-    weightBytes: arena,
-    kvBytesPerPosition: 2 * nLayer * kvDim * 4,
+    predictor: storePredictor(store),
   };
 }
 
@@ -293,12 +272,7 @@ export function firingOf(store: NeuronStore, cfg: ModelConfig, assumed?: number)
 }
 
 /** The cost model's view of the probe at one thread count. */
-export function hardwareFromProbe(
-  probe: ProbeResult,
-  shape: ModelShape,
-  threads: number,
-  runtimeBase: number,
-): Hardware {
+export function hardwareFromProbe(probe: ProbeResult, shape: ModelShape, threads: number, base: number): Hardware {
   const dev = probe.fingerprint.device;
   const need = <T>(v: T | undefined, what: string): T => {
     if (v === undefined) throw new Error(`the probe has no ${what}: probe again (powerinfer plan --reprobe)`);
@@ -345,19 +319,17 @@ export function hardwareFromProbe(
     batchSeconds: (bytes, qd, n) => batchSecondsAt(table(bytes), qd, n),
     submitSeconds: (bytes, qd) => submitAt(table(bytes), qd),
     iops: (bytes, qd) => iopsAt(table(bytes), qd),
-    runtimeBytes: runtimeBase + (probe.poolBytes[threads] ?? 0),
-    overlap: threads < probe.fingerprint.cores,
+    predictorSeconds: shape.predictor
+      ? need(
+          probe.predictor[predictorKey(shape.predictor, shape.nEmbd, shape.nFF, threads)],
+          `predictor speed at ${threads} thread(s)`,
+        )
+      : 0,
+    base,
+    // native AIO reads on while every core computes; libuv's read threads wait for a free core
+    overlap: aio().binding !== null || threads < probe.fingerprint.cores,
   };
 }
-
-/**
- * Resident bytes a `run` process has before loading weights, besides the thread pool: node, the
- * engine's modules and the store's parsed manifest. Measured here as this process's resident
- * size with the store open (this process has loaded the same modules), plus what the run path
- * adds on top that a planner process does not have (the tokenizer, the generator): calibrated
- * on this project's machine, see docs/planner.md.
- */
-export const RUN_EXTRA_BYTES = 32 << 20;
 
 // ---------------------------------------------------------------------------------------------
 // Search
@@ -379,8 +351,13 @@ export interface PlanOptions {
   probe?: ProbeOptions;
   /** the runtime's defaults the plan is compared with (default defaultKnobs(); cli/plan.ts passes the CLI's flag defaults) */
   defaults?: Partial<Pick<Knobs, "hotFraction" | "queueDepth" | "pipeline">>;
-  /** resident bytes of the runtime before weights (default: measured in this process, see RUN_EXTRA_BYTES) */
-  runtimeBase?: number;
+  /** the sparsity mode to plan (default: the one `run` uses, predictor when the store has predictors) */
+  sparsity?: "gate" | "predictor";
+  /**
+   * resident bytes of the runtime before any weight loads, per thread count: a number, or how to
+   * measure it (default measureRuntimeBase: a fresh process made as `run` makes it)
+   */
+  runtimeBase?: number | ((job: BaseJob) => Promise<number>);
   /**
    * Calibrate the model with a real run of the defaults (calibrate.ts): runCalibration, or a
    * stand-in (tests). Omitted: the probe's figures alone.
@@ -420,11 +397,11 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
         `${o.modelPath}: its FFN is ${typeName(store.ffn.type)}, which has no sparse kernel in this engine (F32, Q8_0, Q4_0 and Q4_1 have one): it cannot run under a budget; convert with --type q4_1 or q8_0`,
       );
     }
-    const hasPredictors = store.tensors.has("blk.0.fc1.weight");
-    if (hasPredictors) {
-      o.onProgress?.(
-        "note: this store has activation predictors; the plan models the gate sparsity mode (run it with --sparsity gate)",
-      );
+    // the mode `run` will use: predictors when the store has them
+    const withPredictors = hasPredictors(store, cfg.nLayer);
+    const sparsity = o.sparsity ?? (withPredictors ? "predictor" : "gate");
+    if (sparsity === "predictor" && !withPredictors) {
+      throw new Error(`${o.modelPath}: predictor sparsity needs activation predictors, and this store has none`);
     }
     const contextSize = o.contextSize ?? 256;
     const batchSize = o.batchSize ?? 256;
@@ -434,80 +411,75 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
         `plan: ${workload.promptTokens} prompt + ${workload.decodeTokens} decode tokens do not fit a context of ${contextSize}`,
       );
     }
-    const shape = shapeOfStore(store, cfg, batchSize, contextSize);
-    const runtimeBase = o.runtimeBase ?? process.memoryUsage.rss() + RUN_EXTRA_BYTES;
+    const shape = shapeOfStore(store, cfg, sparsity, batchSize, contextSize);
     const cores = machineFingerprint(o.modelPath).cores;
     const threadList = o.threads !== undefined ? [o.threads] : defaultThreadCounts(cores);
-    const pool = readerDepthLimit();
+    const depthLimit = readerDepthLimit();
     const probe = await probeMachine(store, {
       ...o.probe,
       threads: threadList,
-      queueDepths: o.probe?.queueDepths ?? defaultQueueDepths(pool),
+      queueDepths: o.probe?.queueDepths ?? defaultQueueDepths(depthLimit),
       onProgress: o.onProgress ?? o.probe?.onProgress,
     });
     const firing = firingOf(store, cfg, o.firing);
-    const depths = candidateQueueDepths(pool);
+    const depths = candidateQueueDepths(depthLimit);
+    // The runtime's base per thread count, as a `run` process measures it.
+    const baseOf = new Map<number, number>();
+    for (const threads of threadList) {
+      baseOf.set(
+        threads,
+        typeof o.runtimeBase === "number"
+          ? o.runtimeBase
+          : await (o.runtimeBase ?? measureRuntimeBase)({
+              store: o.modelPath,
+              threads,
+              contextSize,
+              batchSize,
+              sparsity,
+            }),
+      );
+    }
+    const hardware = (threads: number) => hardwareFromProbe(probe, shape, threads, baseOf.get(threads)!);
 
     // Search. Hits depend only on the cache split, so they are computed once per split.
     const hitMemo = new Map<string, HitProfile>();
-    let candidates: Prediction[] = [];
+    let readAhead = ASSUMED_READ_AHEAD;
     const evaluate = (hw: Hardware, knobs: Knobs): Prediction => {
-      const split = splitBudget(shape, hw, knobs, workload, o.budget);
-      const key = `${split.hotPerLayer}:${split.coldSlots}`;
+      const layout = layoutFor(shape, hw, knobs, o.budget);
+      const key = `${layout.hotPerLayer}:${layout.coldSlots}`;
       let hp = hitMemo.get(key);
-      if (!hp && split.fits) {
-        hp = hitProfile(firing, split.hotPerLayer, split.coldSlots, workload.promptTokens, workload.decodeTokens);
+      if (!hp && layout.fits) {
+        hp = hitProfile(firing, layout.hotPerLayer, layout.coldSlots, workload.promptTokens, workload.decodeTokens);
         hitMemo.set(key, hp);
       }
-      return predict(shape, firing, hw, knobs, workload, o.budget, hp);
+      return predict(shape, firing, hw, knobs, workload, o.budget, hp, readAhead);
     };
+    const grid: Knobs[] = [];
     for (const threads of threadList) {
-      const hw = hardwareFromProbe(probe, shape, threads, runtimeBase);
-      for (const residentGates of [true, false]) {
+      for (const residentGates of sparsity === "gate" ? [true, false] : [undefined]) {
         for (const pipeline of [true, false]) {
           for (const queueDepth of depths) {
-            for (const hotFraction of HOT_FRACTIONS) {
-              const p = evaluate(hw, { threads, queueDepth, hotFraction, residentGates, pipeline });
-              if (p.split.fits) candidates.push(p);
-            }
+            for (const hotFraction of HOT_FRACTIONS)
+              grid.push({ sparsity, threads, queueDepth, hotFraction, residentGates, pipeline });
           }
         }
       }
     }
-    // The runtime's defaults: all cores, QD 16 (or the deepest the pool runs), hot share 0.5,
-    // resident gate rows when they fit, pipelined.
+    // The runtime's defaults: all cores, the reader's queue depth, the hot share the store's
+    // profile gives (half without one), resident gate rows when they fit, pipelined.
     const dThreads = o.threads ?? cores;
-    const dhw = hardwareFromProbe(
-      probe,
-      shape,
-      threadList.includes(dThreads) ? dThreads : threadList[threadList.length - 1],
-      runtimeBase,
-    );
-    const dKnobs = { ...defaultKnobs(), ...o.defaults, threads: dhw.threads, residentGates: true };
-    // without a hot share given, the runtime picks one from the store's profile and the cache size
-    const stored = o.defaults?.hotFraction === undefined ? storedFiring(store) : null;
-    const withDefaultHot = (k: Knobs): Knobs =>
-      stored
-        ? {
-            ...k,
-            hotFraction: defaultHotFraction(stored, splitBudget(shape, dhw, k, workload, o.budget).slots, shape.nFF),
-          }
-        : k;
-    let defaults = evaluate(dhw, withDefaultHot(dKnobs));
-    if (!defaults.split.fits) defaults = evaluate(dhw, withDefaultHot({ ...dKnobs, residentGates: false }));
-    if (candidates.length === 0) {
-      const smallest = Math.min(
-        defaults.split.minBudget,
-        evaluate(dhw, { ...dKnobs, residentGates: false }).split.minBudget,
-      );
+    const dhw = hardware(threadList.includes(dThreads) ? dThreads : threadList[threadList.length - 1]);
+    const dKnobs: Knobs = { ...defaultKnobs(), ...o.defaults, sparsity, threads: dhw.threads };
+    let defaults = evaluate(dhw, dKnobs);
+    if (!grid.some((k) => evaluate(hardware(k.threads), k).layout.fits) && !defaults.layout.fits) {
       throw new Error(
         `memory budget ${mib(o.budget)} is too small for ${o.modelPath}: the part that stays in memory needs more; ` +
-          `at least ${mib(smallest)} would run (predicted; \`powerinfer run\` checks it exactly)`,
+          `at least ${mib(defaults.layout.minBudget)} would run`,
       );
     }
     // One real run of the defaults, and every prediction scaled to what it measured.
     let cal: Calibration | undefined;
-    if (o.calibrate && defaults.split.fits) {
+    if (o.calibrate && defaults.layout.fits) {
       const steps = Math.max(2, o.calibrationTokens ?? 8);
       o.onProgress?.(
         `calibrating: a ${steps}-token decode of the store under the budget with the default knobs (${knobsText(defaults.knobs)})`,
@@ -521,6 +493,8 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
         promptTokens: workload.promptTokens,
         decodeTokens: steps,
       });
+      // predictor mode: the read-ahead as measured
+      if (run.readAhead) readAhead = run.readAhead;
       // the model for the very steps measured: after the prompt and the first generated token
       const same = predict(
         shape,
@@ -529,12 +503,18 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
         defaults.knobs,
         { contextSize, promptTokens: run.promptTokens + 1, decodeTokens: run.steps },
         o.budget,
+        undefined,
+        readAhead,
       );
       cal = calibration(run, same);
       o.onProgress?.(
         `calibration: measured ${(1 / run.secondsPerToken).toFixed(2)} tok/s (${ms(run.ioWaitPerToken)} ms/token waiting for reads), ` +
           `the probe's model said ${same.tokensPerSecond.toFixed(2)} (${ms(cal.predictedIoWaitPerToken)} ms): compute x${cal.computeFactor.toFixed(2)}, reads x${cal.ioFactor.toFixed(2)}`,
       );
+      defaults = evaluate(dhw, dKnobs);
+    }
+    let candidates = grid.map((k) => evaluate(hardware(k.threads), k)).filter((p) => p.layout.fits);
+    if (cal) {
       // The run measured one way of getting the gates (resident rows, or streamed from flash):
       // only plans that keep it are predicted from a measurement. The other mode's costs differ in
       // kind (sequential streams against random reads), and the model alone misjudged them by up
@@ -544,7 +524,7 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
       defaults = calibrated(defaults, cal);
     }
     // the defaults compete too (their hot share is not on the grid when the profile sets it)
-    if (defaults.split.fits) candidates.push(defaults);
+    if (defaults.layout.fits) candidates.push(defaults);
     candidates.sort((a, b) => b.tokensPerSecond - a.tokensPerSecond);
     // A cold region smaller than a layer's misses serves them in rounds (read, compute, read...):
     // each round drains the queue and overlaps nothing, which the model captures only roughly,
@@ -553,7 +533,7 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
     // Prefer the defaults' values among near-equal candidates: an unmeasurable gain is not worth a change.
     let best = pickStable(oneRound.length > 0 ? oneRound : candidates, defaults);
     // never a plan predicted slower than what runs without one
-    if (defaults.split.fits && best.tokensPerSecond < defaults.tokensPerSecond) best = defaults;
+    if (defaults.layout.fits && best.tokensPerSecond < defaults.tokensPerSecond) best = defaults;
     const plan: PlanFile = {
       format: PLAN_FORMAT,
       version: PLAN_VERSION,
@@ -566,14 +546,15 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
       workload,
       knobs: best.knobs,
       derived: {
-        cacheBytes: best.split.cacheBytes,
-        hotPerLayer: best.split.hotPerLayer,
-        coldSlots: best.split.coldSlots,
+        cacheBytes: best.layout.cacheBytes,
+        hotPerLayer: best.layout.hotPerLayer,
+        coldSlots: best.layout.coldSlots,
         readBytes: shape.bundleBytes,
         gateReadBytes: shape.gateReadBytes,
-        hotClusterNeurons: best.split.hotPerLayer,
-        minBudget: best.split.minBudget,
+        hotClusterNeurons: sparsity === "predictor" ? HOT_CLUSTER : best.layout.hotPerLayer,
+        minBudget: best.layout.minBudget,
       },
+      layout: best.layout,
       prediction: summary(best),
       defaults: summary(defaults),
       firing: {
@@ -582,6 +563,7 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
           firing.layers.reduce((a, p) => a + p.reduce((s, v) => s + v, 0), 0) /
           firing.layers.reduce((a, p) => a + p.length, 0),
       },
+      readAhead: sparsity === "predictor" ? readAhead : undefined,
       probe: { file: null, loadAverage: Object.values(probe.notes)[0]?.loadAverage ?? null, seconds: probe.seconds },
       ...(cal
         ? {
@@ -630,7 +612,7 @@ function summary(p: Prediction): PlanPrediction {
     firingPerToken: p.firingPerToken,
     missesPerToken: p.missesPerToken,
     readBytesPerToken: p.readBytesPerToken,
-    cacheBytes: p.split.cacheBytes,
+    cacheBytes: p.layout.cacheBytes,
   };
 }
 
@@ -688,6 +670,7 @@ export function readPlan(path: string): PlanFile {
     k.hotFraction <= 1 &&
     typeof k.residentGates === "boolean" &&
     typeof k.pipeline === "boolean" &&
+    (k.sparsity === "gate" || k.sparsity === "predictor") &&
     typeof p.budget === "number" &&
     p.budget > 0 &&
     Number.isInteger(p.contextSize) &&
@@ -710,6 +693,7 @@ export function checkPlan(
   budget: number | undefined,
   contextSize: number | undefined,
   planPath = "the plan",
+  sparsity?: string,
 ): string | null {
   const replan = (b: number) => `re-plan with: powerinfer plan -m ${modelPath} --memory-budget ${sizeText(b)}`;
   const machine = machineDifference(plan.machine, machineFingerprint(modelPath));
@@ -721,6 +705,8 @@ export function checkPlan(
   if (contextSize !== undefined && contextSize !== plan.contextSize) {
     return `${planPath} was made for a context of ${plan.contextSize} tokens (its KV cache is part of the budget), this run asks for ${contextSize}; ${replan(budget ?? plan.budget)} -c ${contextSize}`;
   }
+  if (sparsity !== undefined && sparsity !== plan.knobs.sparsity)
+    return `${planPath} was made for --sparsity ${plan.knobs.sparsity}, this run asks for ${sparsity}; ${replan(budget ?? plan.budget)} --sparsity ${sparsity}`;
   return null;
 }
 
@@ -744,8 +730,8 @@ export function sizeText(bytes: number): string {
  * MODEL.plan.json next to the model when it exists and applies, else say why not through
  * onNote and run without it.
  *
- * Applied: hotFraction, queueDepth, pipeline and (when false) residentGates replace the options'
- * values; threads only when the options have none; contextSize and memoryBudget are the plan's
+ * Applied: the sparsity mode (a plan for another mode than the options ask for does not apply);
+ * hotFraction, queueDepth, pipeline and (when false) residentGates replace the options' values; threads only when the options have none; contextSize and memoryBudget are the plan's
  * (a plan without --memory-budget adopts the plan's budget). Resident gate rows are left to the
  * runtime's own check when the plan wants them (it keeps them whenever they fit).
  */
@@ -771,7 +757,7 @@ export function applyPlan(
   const ctx = opts.contextSize === "auto" ? undefined : opts.contextSize;
   // A plan found next to the model applies only when the run asked for its budget.
   if (!explicit && opts.memoryBudget === undefined) return opts;
-  const why = checkPlan(plan, opts.modelPath, opts.memoryBudget, ctx, path);
+  const why = checkPlan(plan, opts.modelPath, opts.memoryBudget, ctx, path, opts.offload?.sparsity);
   if (why) {
     if (explicit) throw new PlanError(why);
     onNote?.(`not using ${why}`);
@@ -779,8 +765,8 @@ export function applyPlan(
   }
   const k = plan.knobs;
   onNote?.(
-    `using plan ${path}: ${k.threads} thread(s)${opts.threads !== undefined && opts.threads !== k.threads ? ` (but -t ${opts.threads} given)` : ""}, queue depth ${k.queueDepth}, ` +
-      `hot share ${+k.hotFraction.toFixed(3)}, gate rows ${k.residentGates ? "resident" : "read from flash"}${k.pipeline ? "" : ", no pipeline"}; predicted ${plan.prediction.tokensPerSecond.toFixed(2)} tok/s decode`,
+    `using plan ${path}: ${k.sparsity} sparsity, ${k.threads} thread(s)${opts.threads !== undefined && opts.threads !== k.threads ? ` (but -t ${opts.threads} given)` : ""}, queue depth ${k.queueDepth}, ` +
+      `hot share ${+k.hotFraction.toFixed(3)}${k.sparsity === "gate" ? `, gate rows ${k.residentGates ? "resident" : "read from flash"}` : ""}${k.pipeline ? "" : ", no pipeline"}; predicted ${plan.prediction.tokensPerSecond.toFixed(2)} tok/s decode`,
   );
   return {
     ...opts,
@@ -790,6 +776,7 @@ export function applyPlan(
     // what the caller set explicitly wins over the plan
     offload: {
       ...opts.offload,
+      sparsity: k.sparsity,
       hotFraction: opts.offload?.hotFraction ?? k.hotFraction,
       queueDepth: opts.offload?.queueDepth ?? k.queueDepth,
       pipeline: opts.offload?.pipeline ?? k.pipeline,
@@ -814,6 +801,7 @@ function isStore(path: string): boolean {
 
 const ms = (s: number) => (s * 1000).toFixed(1);
 /** The knobs in a line, as `plan` prints them. */
-export function knobsText(k: Knobs): string {
-  return `${k.threads} thread(s), QD ${k.queueDepth}, hot share ${+k.hotFraction.toFixed(3)}, gate rows ${k.residentGates ? "resident" : "from flash"}${k.pipeline ? "" : ", no pipeline"}`;
+export function knobsText(k: PlannedKnobs): string {
+  const gates = k.sparsity === "gate" ? `, gate rows ${k.residentGates ? "resident" : "from flash"}` : "";
+  return `${k.sparsity} sparsity, ${k.threads} thread(s), QD ${k.queueDepth}, hot share ${+k.hotFraction.toFixed(3)}${gates}${k.pipeline ? "" : ", no pipeline"}`;
 }

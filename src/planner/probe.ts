@@ -37,10 +37,21 @@ import { NeuronCache } from "../io/neuron-cache.js";
 import { Arena } from "../runtime/arena.js";
 import { ThreadPool } from "../runtime/pool.js";
 import { SparseFFN, hasSparseKernel } from "../runtime/sparse-kernels.js";
-import { gateReadBytesOf, gateStreamGeometry } from "../model/offloaded-ffn.js";
-import { activationBytes, hasWeightKernel, prepareKernel, weightKernel } from "../runtime/weights.js";
+import { gateReadBytesOf, gateStreamGeometry } from "../model/offload/layout.js";
+import {
+  activationBytes,
+  hasWeightKernel,
+  prepareKernel,
+  weightKernel,
+  type ActivationFormat,
+} from "../runtime/weight-kernels.js";
+import { readConfig } from "../model/config.js";
+import { median } from "./median.js";
+import { MatrixRunner } from "../model/matrix-runner.js";
+import { hasPredictors, Predictor, predictorShapes, type PredictorShape } from "../model/offload/predictor.js";
+import { WeightLoader } from "../model/weight-loader.js";
 
-export const PROBE_VERSION = 5;
+export const PROBE_VERSION = 6;
 
 /** What identifies a machine for the planner: a plan or probe made elsewhere does not apply here. */
 export interface MachineFingerprint {
@@ -148,6 +159,10 @@ export interface SparseSpeed {
   gatePerNeuron: number;
   /** seconds of one gate call besides the neurons */
   gateFixed: number;
+  /** seconds per listed neuron of gate, up and down in one pass (predictor mode's picked neurons) */
+  ffnPerNeuron: number;
+  /** seconds per neuron of the same over a contiguous run of bundles (predictor mode's hot clusters computed whole) */
+  ffnRunPerNeuron: number;
 }
 
 export interface ProbeResult {
@@ -169,6 +184,8 @@ export interface ProbeResult {
   sparse: Record<string, SparseSpeed>;
   /** JS of the FFN step: seconds per neuron scanned, per firing neuron looked up, per miss (slot, request, list) */
   scan: ScanSpeed | null;
+  /** predictorKey -> seconds of one layer's predictor scores (fc1, relu, fc2) */
+  predictor: Record<string, number>;
   /** "device|readBytes" -> read rates per queue depth */
   io: Record<string, IoTable>;
 }
@@ -217,6 +234,9 @@ export function candidateQueueDepths(pool: number): number[] {
 
 export const matvecKey = (type: GGMLType, cols: number, threads: number) => `${typeName(type)}:${cols}:${threads}`;
 export const sparseKey = (type: GGMLType, nEmbd: number, threads: number) => `${typeName(type)}:${nEmbd}:${threads}`;
+/** A store's predictor as it sits in memory (layer 0's shape), at a thread count. */
+export const predictorKey = (p: PredictorShape, nEmbd: number, nFF: number, threads: number) =>
+  `${typeName(p.type)}:${nEmbd}x${p.hidden}x${nFF}:${threads}`;
 export const ioKey = (device: string, bytes: number, threads: number) => `${device}|${bytes}|${threads}`;
 /** Read table of whole gate-row chunks (one chunk per batch) of `bytes`. */
 export const streamKey = (device: string, bytes: number, threads: number) => `${device}|stream ${bytes}|${threads}`;
@@ -245,6 +265,7 @@ function emptyResult(fp: MachineFingerprint): ProbeResult {
     matvec: {},
     sparse: {},
     scan: null,
+    predictor: {},
     io: {},
   };
 }
@@ -310,7 +331,9 @@ export async function probeMachine(store: NeuronStore, opts: ProbeOptions = {}):
 
   const ffn = store.ffn;
   const nEmbd = ffn.nEmbd;
+  const nFF = store.layer(0).neurons;
   const types = denseMatrixTypes(store);
+  const predictor = storePredictor(store);
   const needCompute =
     threads.some(
       (t) => r.dispatch[t] === undefined || r.memoryBandwidth[t] === undefined || r.poolBytes[t] === undefined,
@@ -319,6 +342,7 @@ export async function probeMachine(store: NeuronStore, opts: ProbeOptions = {}):
       [...types.keys(), ffn.type].some((ty) => hasWeightKernel(ty) && r.matvec[matvecKey(ty, nEmbd, t)] === undefined),
     ) ||
     threads.some((t) => hasSparseKernel(ffn.type) && r.sparse[sparseKey(ffn.type, nEmbd, t)] === undefined) ||
+    threads.some((t) => predictor !== null && r.predictor[predictorKey(predictor, nEmbd, nFF, t)] === undefined) ||
     r.scan === null;
   if (needCompute) {
     say(
@@ -354,6 +378,12 @@ export async function probeMachine(store: NeuronStore, opts: ProbeOptions = {}):
   r.seconds += (performance.now() - t0) / 1000;
   if (path) saveCache(path, r);
   return r;
+}
+
+/** Layer 0's predictor as the runtime holds it (predictorShapes), or null when the store has none. */
+export function storePredictor(store: NeuronStore): PredictorShape | null {
+  const cfg = readConfig(store);
+  return hasPredictors(store, cfg.nLayer) ? predictorShapes(store, cfg)[0] : null;
 }
 
 /** Bytes a first-phase gate read takes (the pages holding a bundle's gate row), as OffloadedFFN reads them. */
@@ -550,12 +580,46 @@ async function probeCompute(
         const gSmall = timeCalls(() => f.gate(stageList, Math.min(small, nStage), gateOut), d * 0.5);
         const gBig = timeCalls(() => f.gate(stageList, nStage, gateOut), d);
         const gatePerNeuron = Math.max(1e-12, (gBig - gSmall) / Math.max(1, nStage - Math.min(small, nStage)));
+        // predictor mode: whole bundles, listed (the picks) or as a contiguous run (a hot cluster)
+        const whole = (count: number) => (i: number) => {
+          f.prepare(x);
+          f.ffn(lists + (i % LISTS) * nb * 4, count, "relu");
+          f.finish(y);
+        };
+        const run = (count: number) => (i: number) => {
+          f.prepare(x);
+          f.ffnRun(region + ((i * 32) % Math.max(1, nb - count)) * ffn.bundleBytes, ffn.bundleBytes, count, "relu");
+          f.finish(y);
+        };
+        const ffnPerNeuron = Math.max(
+          1e-12,
+          (timeCalls(whole(firing), d) - timeCalls(whole(small), d)) / (firing - small),
+        );
+        const ffnRunPerNeuron = Math.max(
+          1e-12,
+          (timeCalls(run(firing), d) - timeCalls(run(small), d)) / (firing - small),
+        );
         r.sparse[sparseKey(ffn.type, nEmbd, T)] = {
           upDownPerNeuron,
           layerFixed: Math.max(0, tSmall - small * upDownPerNeuron),
           gatePerNeuron,
           gateFixed: Math.max(0, gSmall - Math.min(small, nStage) * gatePerNeuron),
+          ffnPerNeuron,
+          ffnRunPerNeuron,
         };
+      }
+      const pred = storePredictor(store);
+      if (pred) {
+        // layer 0's predictor as the runtime loads it, its scores over the same input
+        const cfg = readConfig(store);
+        const shapes = predictorShapes(store, cfg);
+        const p = Predictor.load(new WeightLoader(store, arena, pool), arena, pool, store, cfg, shapes, 1);
+        const act = { f32: 0, q8_0: 0, q8_1: 0, q8_K: 0 } as Record<ActivationFormat, number>;
+        for (const fmt of ["q8_0", "q8_1", "q8_K"] as const)
+          act[fmt] = arena.alloc(activationBytes(fmt, Math.max(nEmbd, pred.hidden)) + 64, 64);
+        const scores = arena.alloc(nFF * 4, 64);
+        const mm = new MatrixRunner(pool, act);
+        r.predictor[predictorKey(pred, nEmbd, nFF, T)] = timeCalls(() => p.scores(mm, 0, x, nEmbd, scores), d);
       }
     } finally {
       await pool.dispose();
@@ -668,7 +732,6 @@ async function probeReads(
     const L = store.layer(Math.floor(rnd() * layers));
     return L.offset + Math.floor(rnd() * L.neurons) * L.bundleBytes;
   };
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
   const gap = new Float64Array(1 << 18);
   const readers = depths.map((qd) =>
     FlashReader.open(store.path, { memory: arena.memory, queueDepth: qd, direct: "auto", verify, onWarning: () => {} }),
@@ -732,7 +795,6 @@ async function probeStream(
   const pool = await ThreadPool.create(arena.memory, threads);
   const layers = store.ffn.layers.length;
   const verify = store.verifier("always");
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
   const readers = depths.map((qd) =>
     FlashReader.open(store.path, { memory: arena.memory, queueDepth: qd, direct: "auto", verify, onWarning: () => {} }),
   );

@@ -6,7 +6,7 @@
  *   `blk.N.fc2.weight` (dims [hidden, nFF]), the shapes PowerInfer's converter writes from its
  *   torch predictors (fc1 [hidden, nEmbd], fc2 [nFF, hidden] row-major), in F32 or F16, and
  *   `powerinfer.sparse_threshold` (f32) = the score threshold the weights are made for (0: each
- *   layer's calibration is folded into its fc2, see src/sparse/predictor-train.ts);
+ *   layer's calibration is folded into its fc2, see src/predictor-training/predictor-train.ts);
  * - a predictors-only GGUF: the predictor tensors, the threshold, and the fingerprint of the model
  *   they belong to (`powerinfer.predictors.model`), for `convert --predictors` (the synthesizer
  *   writes one beside a predictable model; llama.cpp could not load the model with them inside);
@@ -27,7 +27,7 @@ import { NeuronStore, StoreWriter, STORE_PAGE, type StoreFixedManifest } from ".
 import { readConfig } from "../model/config.js";
 import { PREDICTOR_TENSOR_RE } from "../model/llama.js";
 import { modelFingerprint, type ModelFingerprint } from "./profile.js";
-import type { PredictorWeights } from "../sparse/predictor-train.js";
+import type { PredictorWeights } from "../predictor-training/predictor-train.js";
 
 export type { PredictorWeights };
 

@@ -1,0 +1,65 @@
+/**
+ * How an offloaded FFN step learns which neurons fire. One implementation per way:
+ * - resident-gate-rows.ts: every gate row in memory, one dense matvec (gate mode);
+ * - streamed-gate-rows.ts: gate rows not in memory, streamed from the store's contiguous copy in
+ *   large sequential reads (gate mode; prompt batches in every mode);
+ * - gate-page-reads.ts: stores without that copy: each uncached bundle's gate page read (gate mode);
+ * - predictor-picks.ts: PowerInfer's predictor (predictor mode).
+ */
+import type { NeuronCache } from "../../io/neuron-cache.js";
+import type { SparseFFN } from "../../runtime/sparse-kernels.js";
+import type { NeuronCompute } from "./neuron-compute.js";
+import type { NeuronLists } from "./neuron-lists.js";
+import type { OffloadStats } from "./stats.js";
+
+export interface GateSource {
+  /**
+   * File layer `lists.layer`'s neurons that fire for this token into `lists` (x: the FFN input,
+   * already prepared in the sparse kernels; residual: the row before the FFN norm). A source that
+   * reads from flash computes the hits it has filed while its reads are in flight.
+   */
+  pick(lists: NeuronLists, x: number, residual: number, compute: NeuronCompute): Promise<void> | void;
+  /** After a step of layer l: start what the next layer's pick can start now (a read). */
+  afterStep?(l: number): void;
+  /** Wait out anything still in flight (before a batch, or closing). */
+  settle?(): Promise<void>;
+}
+
+/** Prompt batches: the gates of every token, so that each needed bundle is read once for the batch. */
+export interface BatchGateSource {
+  /** gates of layer l for n tokens (x: n rows of nEmbd f32) into `gates` (n x nFF f32, stored order) */
+  batchGates(l: number, x: number, n: number, gates: number): Promise<void> | void;
+}
+
+/**
+ * Gates of the bundles of layer `lists.layer` that are in memory, computed from their own gate
+ * rows and filed. Returns their stored positions' count; `cachedPos` gets the positions, in order.
+ */
+export function fileCachedGates(
+  lists: NeuronLists,
+  cache: NeuronCache,
+  sparse: SparseFFN,
+  cachedPos: Int32Array,
+  stats: OffloadStats,
+): number {
+  const n = listCached(lists.layer, lists, cache, cachedPos);
+  const t = performance.now();
+  if (n > 0) sparse.gate(lists.missList, n, lists.gateOut);
+  stats.computeMs += performance.now() - t;
+  const g0 = lists.gateOut >>> 2;
+  for (let i = 0; i < n; i++) lists.file(cachedPos[i], lists.f32[g0 + i]);
+  return n;
+}
+
+/** The bundles of layer l in memory: their addresses into lists.missList (as scratch), stored positions into pos. Returns the count. */
+export function listCached(l: number, lists: NeuronLists, cache: NeuronCache, pos: Int32Array): number {
+  let n = 0;
+  const a0 = lists.missList >>> 2;
+  for (let k = 0; k < lists.nFF; k++) {
+    const slot = cache.peek(l, k);
+    if (slot < 0) continue;
+    lists.i32[a0 + n] = cache.address(slot);
+    pos[n++] = k;
+  }
+  return n;
+}

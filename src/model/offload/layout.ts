@@ -1,0 +1,305 @@
+/**
+ * The memory layout of a neuron store run under a budget: how the budget splits into what must
+ * stay resident (the runtime, the fixed weights, the KV cache, the offloaded FFN's buffers, the
+ * gate rows or their staging) and the neuron cache (hot slots packed per layer, cold slots).
+ *
+ * One function, `offloadLayout`, computes it. `LlamaModel.load` calls it before loading anything
+ * (to refuse a budget that cannot run) and builds the runtime from what it returns;
+ * `OffloadedFFN` allocates exactly what it lists; the planner calls it for every candidate;
+ * `powerinfer demo` picks its default budget with it. Nothing else computes any part of it.
+ */
+import type { NeuronStore } from "../../format/store.js";
+import type { GGMLType } from "../../format/ggml-types.js";
+import { defaultHotFraction, NeuronCache } from "../../io/neuron-cache.js";
+import { partialBytes, sparseActivationBytes } from "../../runtime/sparse-kernels.js";
+import { weightKernel } from "../../runtime/weight-kernels.js";
+import type { ModelConfig } from "../config.js";
+
+/**
+ * Which neurons run: "gate" computes every gate and then up/down where the activation is not
+ * zero (exact for ReLU-family models); "predictor" computes the hot region densely and the cold
+ * neurons the predictor selects (PowerInfer's fc1/fc2); "dense" computes every neuron (for
+ * comparison and the ablation's naive baseline).
+ */
+export type SparsityMode = "dense" | "gate" | "predictor";
+
+/** Share of the budget the layout hands out: the rest is for what cannot be counted (JS heap growth, stacks). */
+export const BUDGET_ROOM = 0.97;
+/** Gate pages read per round, and gate rows per streamed prompt batch round: the staging area's size in neurons. */
+export const STAGE_NEURONS = 2048;
+/**
+ * What the process gains after the layout is made that the layout does not list: the JS buffers
+ * loading reads through (the weight loader's and the hot region's 2 MiB chunks, kept for reuse),
+ * code the JIT compiles, the reader's rings, the generator's heap (RUNTIME_GROWTH_BYTES), and the
+ * tokenizer, which grows with the vocabulary (TOKENIZER_BYTES_PER_TOKEN). Measured: 11-13 MiB
+ * above the weights' own memory once a 1B model has loaded, 8.9 MiB for its 32000-token
+ * tokenizer (docs/architecture.md, "Memory").
+ */
+export const RUNTIME_GROWTH_BYTES = 16 << 20;
+export const TOKENIZER_BYTES_PER_TOKEN = 320;
+/** The smallest neuron cache that runs, in bundles (a layer's misses are served in rounds of what is free). */
+const MIN_CACHE_BUNDLES = 4;
+/** Slack for an allocation aligned to a 4 KiB page (the staging area, the cache). */
+const PAGE_PAD = 4096;
+
+/** What the layout needs to know about a store and its model (storeFacts reads it). */
+export interface StoreFacts {
+  nLayer: number;
+  nFF: number;
+  nEmbd: number;
+  ffnType: GGMLType;
+  /** one neuron bundle on flash (gate row | up row | down column, 4 KiB padded) */
+  bundleBytes: number;
+  /** one part of a bundle */
+  rowBytes: number;
+  /** one layer's gate rows packed for the dense kernel (when they stay resident) */
+  gateRowBytes: number;
+  /** the pages holding one bundle's gate row: what a gate-page read reads */
+  gateReadBytes: number;
+  /** every layer has a contiguous copy of its gate rows (gates can stream in large reads) */
+  gateCopy: boolean;
+  /** the vocabulary's size (the tokenizer's memory grows with it) */
+  nVocab: number;
+  /** bytes of the reader's once-per-chunk checksum marks (one byte per 4 KiB chunk) */
+  checksumMarkBytes: number;
+  /** each layer's firing rates in stored order, from the profile the store was ordered by (null: none) */
+  firing: Float32Array[] | null;
+}
+
+/** What the loaded model keeps in wasm memory besides the offloaded FFN (residentBytes computes it), and the runtime itself. */
+export interface FixedResident {
+  /** the process before any weight loads: node, the engine's modules, the thread pool, the store's manifest (measured) */
+  base: number;
+  /** packed weights kept in memory (attention, norms, output, predictors) */
+  weights: number;
+  /** activation buffers for a batch */
+  buffers: number;
+  /** the KV cache */
+  kv: number;
+}
+
+/** The knobs of the layout. */
+export interface LayoutKnobs {
+  sparsity: SparsityMode;
+  /** compute threads (the sparse kernels keep a partial sum per thread) */
+  threads: number;
+  /** keep every gate row in memory; undefined: when they fit with a minimal cache (gate mode; predictor mode never) */
+  residentGates?: boolean;
+  /** share of the cache pinned to each layer's hottest neurons; undefined: from the store's profile (defaultHotFraction) */
+  hotFraction?: number;
+  /** a neuron cache of at most this many bytes instead of what the budget leaves */
+  cacheBytes?: number;
+  /** checksums checked on a chunk's first read only ("once", the default): the reader keeps a mark per chunk */
+  verifyOnce?: boolean;
+}
+
+export interface OffloadLayout {
+  /** the memory budget (undefined: none, the cache holds every bundle unless cacheBytes caps it) */
+  budget: number | undefined;
+  /** what the layout hands out: BUDGET_ROOM of the budget */
+  room: number;
+  fixedResident: FixedResident;
+  /** what the process gains once running that the other parts do not list (runtimeGrowthBytes) */
+  runtimeGrowth: number;
+  /** the offloaded FFN's own buffers: neuron lists, the sparse kernels' activation and partial sums, checksum marks */
+  ffnBuffers: number;
+  /** gate rows in memory (else the staging area gate reads land in) */
+  residentGates: boolean;
+  /** bytes of the resident gate rows, or of the staging area */
+  gateBytes: number;
+  /** everything but the neuron cache */
+  fixed: number;
+  /** bytes of the neuron cache's slots as laid out */
+  cacheBytes: number;
+  slots: number;
+  /** stored positions of each layer pinned in the hot region */
+  hotPerLayer: number;
+  /** bytes per hot slot: a bundle without its read padding when that pins more neurons */
+  hotSlotBytes: number;
+  coldSlots: number;
+  /** the share of the cache asked to be pinned hot (the knob, or the profile's default) */
+  hotFraction: number;
+  /** whether the budget holds the fixed part and a minimal cache */
+  fits: boolean;
+  /** the smallest budget that runs with these knobs */
+  minBudget: number;
+}
+
+/** What the process gains once running that the layout's other parts do not list (see RUNTIME_GROWTH_BYTES). */
+export function runtimeGrowthBytes(facts: Pick<StoreFacts, "nVocab">): number {
+  return RUNTIME_GROWTH_BYTES + TOKENIZER_BYTES_PER_TOKEN * facts.nVocab;
+}
+
+/** Bytes of the pages holding one bundle's gate row: what a first-phase gate read reads. */
+export function gateReadBytesOf(ffn: { parts: { gate: number }; rowBytes: number }): number {
+  return Math.ceil((ffn.parts.gate + ffn.rowBytes) / 4096) * 4096;
+}
+
+/**
+ * How gate rows stream from a store's contiguous gate-row copy through the staging area, split in
+ * two halves (one is read while the other's gates compute): rows per chunk (0: a chunk's page span
+ * would not fit a half) and the bytes of a half. The planner models the same reads.
+ */
+export function gateStreamGeometry(
+  nFF: number,
+  gateReadBytes: number,
+  rowBytes: number,
+): { rows: number; halfBytes: number } {
+  const stage = Math.min(nFF, STAGE_NEURONS);
+  const halfBytes = Math.floor((stage * gateReadBytes) / 2 / 4096) * 4096;
+  return { rows: Math.max(0, Math.min(stage, Math.floor((halfBytes - 2 * 4096) / rowBytes))), halfBytes };
+}
+
+/** Each layer's firing rates in stored order, from the profile the store was ordered by (null without one). */
+export function storedFiring(store: NeuronStore): Float32Array[] | null {
+  const out: Float32Array[] = [];
+  for (let l = 0; l < store.ffn.layers.length; l++) {
+    const L = store.layer(l);
+    if (!L.frequency) return null;
+    const f = new Float32Array(L.neurons);
+    for (let k = 0; k < L.neurons; k++) f[k] = L.frequency[L.order[k]];
+    out.push(f);
+  }
+  return out;
+}
+
+/** The facts of a store the layout depends on. */
+export function storeFacts(store: NeuronStore, cfg: ModelConfig): StoreFacts {
+  const ffn = store.ffn;
+  if (ffn.nEmbd !== cfg.nEmbd)
+    throw new Error(`${store.path}: FFN rows are ${ffn.nEmbd} wide, the model is ${cfg.nEmbd}`);
+  return {
+    nLayer: cfg.nLayer,
+    nFF: cfg.nFF,
+    nEmbd: cfg.nEmbd,
+    ffnType: ffn.type,
+    bundleBytes: ffn.bundleBytes,
+    rowBytes: ffn.rowBytes,
+    gateRowBytes: weightKernel(ffn.type).packedBytes(cfg.nFF, cfg.nEmbd),
+    gateReadBytes: gateReadBytesOf(ffn),
+    gateCopy: ffn.layers.every((L) => L.gateRows !== null),
+    nVocab: cfg.nVocab,
+    checksumMarkBytes: store.checksumTable("always").crcs.length,
+    firing: storedFiring(store),
+  };
+}
+
+const align64 = (n: number) => Math.ceil(n / 64) * 64;
+
+/**
+ * The offloaded FFN's own buffers, as OffloadedFFN allocates them (each 64-byte aligned): per
+ * step, six lists of nFF entries (gate outputs, hit addresses and gates, miss addresses and gates,
+ * read-ahead scores); the sparse kernels' prepared activation and per-thread partial sums; the
+ * reader's checksum marks.
+ */
+export function ffnBufferBytes(facts: StoreFacts, threads: number, verifyOnce: boolean): number {
+  return (
+    6 * align64(facts.nFF * 4) +
+    align64(sparseActivationBytes(facts.ffnType, facts.nEmbd)) +
+    align64(partialBytes(facts.nEmbd, threads)) +
+    (verifyOnce ? facts.checksumMarkBytes : 0)
+  );
+}
+
+/** The staging area gate reads land in when the gate rows are not resident, and its list. */
+export function stagingBytes(facts: StoreFacts): number {
+  const neurons = Math.min(facts.nFF, STAGE_NEURONS);
+  return PAGE_PAD + neurons * facts.gateReadBytes + align64(neurons * 4);
+}
+
+/**
+ * The layout for `budget` (undefined: none) with `knobs`, given what the rest of the model keeps
+ * resident. Never throws for a budget too small: `fits` says, and budgetError words it.
+ */
+export function offloadLayout(
+  facts: StoreFacts,
+  resident: FixedResident,
+  budget: number | undefined,
+  knobs: LayoutKnobs,
+): OffloadLayout {
+  const { nLayer, nFF, bundleBytes } = facts;
+  const allFFN = nLayer * nFF * bundleBytes;
+  const minCache = Math.min(allFFN, MIN_CACHE_BUNDLES * bundleBytes);
+  const ffnBuffers = ffnBufferBytes(facts, knobs.threads, knobs.verifyOnce ?? true);
+  const growth = runtimeGrowthBytes(facts);
+  const base = resident.base + resident.weights + resident.buffers + resident.kv + growth + ffnBuffers;
+  const gateRows = nLayer * facts.gateRowBytes;
+  const staging = stagingBytes(facts);
+  const room = budget === undefined ? Infinity : budget * BUDGET_ROOM;
+  // Predictor mode computes a token's gates from the bundles it runs: no resident gate rows (the
+  // staging area stays: prompt batches stream the gate rows through it). In gate mode they stay
+  // resident when they fit with at least a small cache; otherwise they are read from flash.
+  const residentGates =
+    knobs.sparsity !== "predictor" && (knobs.residentGates ?? base + gateRows + PAGE_PAD + minCache <= room);
+  const gateBytes = residentGates ? gateRows : staging;
+  // the cache's base is page aligned: its padding is counted with the fixed part
+  const fixed = base + gateBytes + PAGE_PAD;
+  const cacheRoom = Math.min(allFFN, knobs.cacheBytes ?? Infinity, room - fixed);
+  const fits = cacheRoom >= minCache;
+  const slots = fits ? Math.floor(cacheRoom / bundleBytes) : 0;
+  const hotFraction = knobs.hotFraction ?? defaultHotFraction(facts.firing, slots, nFF);
+  // A cache that holds the whole FFN pins all of it; otherwise keep at least one cold slot so
+  // that misses can always be served.
+  let hot =
+    slots >= nLayer * nFF
+      ? nFF
+      : Math.max(0, Math.min(nFF, Math.floor((slots * hotFraction) / nLayer), Math.floor((slots - 1) / nLayer)));
+  const cold = slots - hot * nLayer;
+  // Pinned bundles are read once at load, never by a direct read: packed without the padding
+  // that 4 KiB-aligns flash reads, the bytes that padding took pin more neurons; the cold region
+  // keeps its slots (and starts 4 KiB aligned after the hot region).
+  let hotSlotBytes = bundleBytes;
+  const packed = 3 * facts.rowBytes;
+  if (fits && packed < bundleBytes && hot > 0 && hot < nFF) {
+    const more = Math.min(nFF, Math.floor((cacheRoom - PAGE_PAD - cold * bundleBytes) / (nLayer * packed)));
+    if (more >= hot) {
+      hot = more;
+      hotSlotBytes = packed;
+    }
+  }
+  const cacheBytes = fits ? NeuronCache.bytesFor(hot * nLayer, cold, bundleBytes, hotSlotBytes) : 0;
+  return {
+    budget,
+    room,
+    fixedResident: resident,
+    runtimeGrowth: growth,
+    ffnBuffers,
+    residentGates,
+    gateBytes,
+    fixed,
+    cacheBytes,
+    slots: hot * nLayer + cold,
+    hotPerLayer: hot,
+    hotSlotBytes,
+    coldSlots: cold,
+    hotFraction,
+    fits,
+    minBudget: Math.ceil((fixed + minCache) / BUDGET_ROOM),
+  };
+}
+
+const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+
+/** The parts of what stays in memory, in words: "runtime 62.1 MiB, weights 5.0 MiB, ...". */
+export function fixedPartsText(layout: OffloadLayout): string {
+  const r = layout.fixedResident;
+  return (
+    `runtime ${mib(r.base)}, weights ${mib(r.weights)}, buffers ${mib(r.buffers + layout.ffnBuffers)}, ` +
+    `KV cache ${mib(r.kv)}, ${layout.residentGates ? "gate rows" : "gate staging"} ${mib(layout.gateBytes)}, ` +
+    `growth allowance ${mib(layout.runtimeGrowth)}`
+  );
+}
+
+/** A budget too small for a store: says why, with the budget that would run; carries the layout. */
+export class BudgetError extends Error {
+  override name = "BudgetError";
+  constructor(
+    readonly layout: OffloadLayout,
+    path: string,
+  ) {
+    super(
+      `memory budget ${mib(layout.budget ?? 0)} is too small for ${path}: the part that stays in memory ` +
+        `(${fixedPartsText(layout)}) needs ${mib(layout.fixed)}; at least ${mib(layout.minBudget)} would run (with a minimal neuron cache)`,
+    );
+  }
+}

@@ -1,0 +1,297 @@
+/**
+ * The FFN of a model run from a neuron store (.pi) under a memory budget. `decodeStep` is one
+ * token of one layer, start to end:
+ *
+ * 1. Which neurons fire (a GateSource: resident gate rows, gate rows streamed from flash, gate
+ *    pages, or PowerInfer's predictor), each filed as a hit (its bundle in the neuron cache) or a
+ *    miss (to read from flash).
+ * 2. The misses' bundles are read (direct I/O, many in flight) into cold slots, in rounds as the
+ *    cold region allows; while the first round is in flight the hits are computed (and, in
+ *    predictor mode, the next layer's likely misses are read ahead); then each round as it lands.
+ * 3. Up, activation and down for exactly those neurons, summed into the residual stream.
+ *
+ * `prefillBatch` does the same for a prompt's batch: every token's gates, then each needed bundle
+ * read once for the batch. Every buffer is laid out at load from the layout (layout.ts); a step
+ * allocates nothing but the reader's promises.
+ */
+import { availableParallelism } from "node:os";
+import type { NeuronStore, VerifyMode } from "../../format/store.js";
+import { FlashReader, type FlashReaderOptions } from "../../io/flash-reader.js";
+import type { NeuronCache } from "../../io/neuron-cache.js";
+import type { Arena } from "../../runtime/arena.js";
+import type { ThreadPool } from "../../runtime/pool.js";
+import { SparseFFN, type SparseActivation } from "../../runtime/sparse-kernels.js";
+import type { ModelConfig } from "../config.js";
+import type { MatrixRunner } from "../matrix-runner.js";
+import type { BatchGateSource, GateSource } from "./gate-source.js";
+import { GatePageReads } from "./gate-page-reads.js";
+import { makeCache } from "./hot-region.js";
+import type { OffloadLayout, SparsityMode } from "./layout.js";
+import { MissReader } from "./miss-reader.js";
+import { NeuronCompute } from "./neuron-compute.js";
+import { NeuronLists } from "./neuron-lists.js";
+import type { Predictor } from "./predictor.js";
+import { PredictorPicks } from "./predictor-picks.js";
+import { ReadAhead } from "./read-ahead.js";
+import { ResidentGateRows } from "./resident-gate-rows.js";
+import { newStats, type OffloadStats } from "./stats.js";
+import { StreamedGateRows } from "./streamed-gate-rows.js";
+
+export interface OffloadOptions {
+  sparsity?: SparsityMode;
+  /** predictor: a neuron runs when its score exceeds this (default: the model's powerinfer.sparse_threshold, else 0) */
+  threshold?: number;
+  /** bytes for the neuron cache (hot + cold regions) at most, instead of what the budget leaves */
+  cacheBytes: number;
+  /** keep every gate row in memory (default: when they fit); false reads gates from flash */
+  residentGates?: boolean;
+  /** share of the cache pinned to each layer's hottest neurons (default: from the store's profile, else 0.5) */
+  hotFraction?: number;
+  /** reads in flight (default: the reader's limit) */
+  queueDepth?: number;
+  /** direct I/O: "auto" (default) falls back to buffered reads with a warning */
+  direct?: boolean | "auto";
+  onWarning?: (message: string) => void;
+  /**
+   * overlap reads with compute (default true): the neurons in memory are computed while the
+   * misses are read; false waits for the reads first (the ablation's "no pipeline")
+   */
+  pipeline?: boolean;
+  /** native AIO's system calls on the reader's own thread (default: when compute leaves a core free) */
+  ioThread?: boolean;
+  /** test hook passed to the flash reader: return an Error to make a read fail with it */
+  fault?: FlashReaderOptions["fault"];
+  /**
+   * gates not resident: stream them from the store's contiguous gate-row copy (default true)
+   * rather than reading each bundle's gate pages (what stores without a copy always do)
+   */
+  streamGates?: boolean;
+  /** per layer: in gate mode a neuron fires only when |act(gate)| exceeds this (SiLU models) */
+  thresholds?: Float32Array | null;
+  /**
+   * checksums of bundles read from flash: "once" (default) checks each 4 KiB chunk the first time
+   * it is read, and the store's size and modification time once per token (a file rewritten
+   * under the model is an error); "always" checks every read again
+   */
+  verify?: VerifyMode;
+  /** predictor mode: read ahead the cold bundles the next layer's predictor picks (default true; read-ahead.ts) */
+  lookahead?: boolean;
+}
+
+export type { OffloadStats } from "./stats.js";
+
+/** What an offloaded FFN is built from: the loaded model's parts it shares. */
+export interface OffloadParts {
+  store: NeuronStore;
+  cfg: ModelConfig;
+  arena: Arena;
+  pool: ThreadPool;
+  layout: OffloadLayout;
+  /** the model's dense matrix runner (resident gate rows and the predictor run on it) */
+  mm: MatrixRunner;
+  /** the activation predictors (predictor mode) */
+  predictor: Predictor | null;
+}
+
+export class OffloadedFFN {
+  readonly cache: NeuronCache;
+  readonly reader: FlashReader;
+  readonly stats: OffloadStats = newStats();
+  readonly mode: SparsityMode;
+  readonly layout: OffloadLayout;
+  readonly predictor: Predictor | null;
+  /** how a decode step learns what fires, and how a prompt batch gets its gates (null: tokens one by one) */
+  private readonly gates: GateSource;
+  private readonly batchGates: BatchGateSource | null;
+  private readonly lists: NeuronLists;
+  private readonly compute: NeuronCompute;
+  private readonly misses: MissReader;
+  private readonly readAhead: ReadAhead | null;
+  private readonly sparse: SparseFFN;
+  private readonly store: NeuronStore;
+  private readonly pipeline: boolean;
+  private readonly verifyOnce: boolean;
+  private readonly thresholds: Float32Array | null;
+  private readonly nLayer: number;
+  /** a prompt batch's firing neurons in memory, by stored position */
+  private readonly batchCached: Int32Array;
+
+  constructor(parts: OffloadParts, opts: Omit<OffloadOptions, "cacheBytes">) {
+    const { store, cfg, arena, pool, layout, mm } = parts;
+    const stats = this.stats;
+    const act: SparseActivation = cfg.activation;
+    this.store = store;
+    this.layout = layout;
+    this.mode = opts.sparsity ?? "gate";
+    this.predictor = parts.predictor;
+    this.thresholds = opts.thresholds ?? null;
+    this.pipeline = opts.pipeline ?? true;
+    this.verifyOnce = (opts.verify ?? "once") === "once";
+    this.nLayer = cfg.nLayer;
+    this.batchCached = new Int32Array(cfg.nFF);
+    const resident = layout.residentGates ? ResidentGateRows.load(store, arena, pool, mm, stats) : null;
+    this.sparse = new SparseFFN(pool, arena, store.ffn.type, cfg.nEmbd);
+    this.cache = makeCache(store, arena, layout);
+    this.lists = new NeuronLists(arena, cfg.nFF, this.cache, act, this.mode);
+    this.reader = FlashReader.open(store.path, {
+      memory: arena.memory,
+      queueDepth: opts.queueDepth,
+      direct: opts.direct ?? "auto",
+      verify: store.verifier(opts.verify ?? "once"),
+      checksums: store.checksumTable(opts.verify ?? "once"),
+      onWarning: opts.onWarning,
+      fault: opts.fault,
+      // The reader's own I/O thread where a core is left over from compute; when every core
+      // computes, it would only preempt the kernels' threads (docs/store-format.md, "Native AIO").
+      ioThread: opts.ioThread ?? pool.threads < availableParallelism(),
+    });
+    const streamed =
+      !resident && opts.streamGates !== false && StreamedGateRows.possible(store)
+        ? new StreamedGateRows(store, this.cache, this.reader, this.sparse, arena, this.lists, stats)
+        : null;
+    const threshold = opts.threshold ?? cfg.sparseThreshold;
+    if (this.mode === "predictor") {
+      if (!parts.predictor)
+        throw new Error(`${store.path}: predictor sparsity needs the store's activation predictors`);
+      this.gates = new PredictorPicks(parts.predictor, mm, store, this.cache, cfg.nEmbd, threshold, stats);
+    } else {
+      this.gates =
+        resident ?? streamed ?? new GatePageReads(store, this.cache, this.reader, this.sparse, arena, cfg.nFF, stats);
+    }
+    // Prompts run as batches with the gates of every token: in predictor mode too (across a
+    // prompt nearly every neuron fires for some token, so the batch computes its exact gates,
+    // streamed once, instead of asking the predictor token by token and reading each token's
+    // bundles separately).
+    this.batchGates = resident ?? streamed;
+    this.compute = new NeuronCompute(this.sparse, this.cache, this.reader, act, this.mode === "predictor", stats);
+    this.misses = new MissReader(store, this.cache, this.reader, stats);
+    const lookahead =
+      this.mode === "predictor" && this.pipeline && (opts.lookahead ?? true) && layout.hotPerLayer < cfg.nFF;
+    this.readAhead = lookahead
+      ? new ReadAhead(
+          store,
+          this.cache,
+          this.reader,
+          parts.predictor!,
+          mm,
+          this.lists,
+          arena,
+          cfg.nEmbd,
+          threshold,
+          stats,
+        )
+      : null;
+    this.lists.takeViews(arena);
+  }
+
+  /** Whether prompts run as batches through prefillBatch (else one decodeStep per token). */
+  get batches(): boolean {
+    return this.batchGates !== null;
+  }
+
+  /** Whether the gate rows are in memory. */
+  get hasResidentGates(): boolean {
+    return this.layout.residentGates;
+  }
+
+  /**
+   * One token of layer l: residual += FFN(x). x: the FFN input after its norm (nEmbd f32);
+   * residual: the residual stream row (the predictor reads it before the FFN adds into it).
+   */
+  async decodeStep(l: number, x: number, residual: number): Promise<void> {
+    // what was read ahead for this layer must have landed before its slots are computed
+    await this.readAhead?.landed(l);
+    if (l === 0 && this.verifyOnce) this.store.assertUnchanged();
+    const lists = this.lists.begin(l, this.thresholds ? this.thresholds[l] : 0);
+    this.sparse.prepare(x);
+    this.cache.beginStep();
+
+    // 1. Which neurons fire, filed as hits and misses (a source that reads from flash computes the hits meanwhile).
+    await this.gates.pick(lists, x, residual, this.compute);
+    this.stats.steps++;
+    this.stats.neuronsTotal += lists.nFF;
+    this.stats.neuronsComputed += lists.runNeurons + lists.hits + lists.misses;
+    this.stats.misses += lists.misses;
+
+    // 2. The misses, in rounds of the free cold slots: the first round's reads overlap the hits'
+    //    compute and, when it takes every miss (so that nothing of this step is evicted later in
+    //    it), the next layer's read-ahead.
+    let round = this.misses.read(lists, lists.missPos, 0, lists.misses, false);
+    if (!this.pipeline) await this.misses.landed(round);
+    if (this.readAhead && round.to === lists.misses && l + 1 < this.nLayer) this.readAhead.start(l + 1, residual);
+    this.compute.hits(lists);
+    for (;;) {
+      await this.misses.landed(round);
+      this.compute.misses(lists, round.from, round.to);
+      if (round.to >= lists.misses) break;
+      round = this.misses.read(lists, lists.missPos, round.to, lists.misses, true);
+    }
+
+    // 3. The step's sum into the residual stream; the next layer's reads that can start now.
+    this.sparse.finish(residual);
+    this.gates.afterStep?.(l);
+  }
+
+  /**
+   * A prompt's n tokens through layer l at once: residual rows += FFN(x rows). `gates`: an
+   * n x nFF f32 buffer for the batch's gates. Every bundle any token needs is made resident once,
+   * in rounds as the cold region allows (the first round's reads overlap the cached neurons'
+   * compute), and each token computes just its own firing neurons among them.
+   */
+  async prefillBatch(l: number, x: number, residual: number, n: number, gates: number): Promise<void> {
+    await this.readAhead?.landed(-1);
+    if (l === 0 && this.verifyOnce) this.store.assertUnchanged();
+    await this.batchGates!.batchGates(l, x, n, gates);
+    const lists = this.lists.begin(l, this.thresholds ? this.thresholds[l] : 0);
+    this.cache.beginStep();
+    // The union of the firing neurons, by stored position: in memory (cachedPos) or to read (missPos).
+    const { f32, nFF } = lists;
+    const cached = this.batchCached;
+    let hits = 0,
+      misses = 0,
+      fired = 0;
+    for (let k = 0; k < nFF; k++) {
+      let any = false;
+      for (let t = 0; t < n; t++) {
+        if (lists.fires(f32[(gates >>> 2) + t * nFF + k])) {
+          any = true;
+          fired++;
+        }
+      }
+      if (!any) continue;
+      if (this.cache.lookup(l, k) >= 0) cached[hits++] = k;
+      else lists.missPos[misses++] = k;
+    }
+    this.stats.steps += n;
+    this.stats.neuronsTotal += n * nFF;
+    this.stats.neuronsComputed += fired;
+    this.stats.misses += misses;
+    let round = this.misses.read(lists, lists.missPos, 0, misses, false);
+    if (!this.pipeline) await this.misses.landed(round);
+    this.compute.tokens(lists, x, residual, n, gates, cached, 0, hits);
+    for (;;) {
+      await this.misses.landed(round);
+      this.compute.tokens(lists, x, residual, n, gates, lists.missPos, round.from, round.to);
+      if (round.to >= misses) break;
+      round = this.misses.read(lists, lists.missPos, round.to, misses, true);
+    }
+  }
+
+  /** Copies of the running counters, with the cache's hit counts. */
+  snapshot(): OffloadStats {
+    const c = this.cache;
+    return {
+      ...this.stats,
+      hotHits: c.hot.hits,
+      coldHits: c.cold.hits,
+      misses: this.stats.misses + c.ahead.used,
+      readAheadUsed: c.ahead.used,
+    };
+  }
+
+  async close(): Promise<void> {
+    await this.gates.settle?.();
+    await this.readAhead?.landed(-1);
+    await this.reader.close();
+  }
+}

@@ -1,0 +1,168 @@
+/**
+ * PowerInfer's activation predictor: per layer, scores = fc2 . relu(fc1 . x) over the residual
+ * stream x before the FFN norm; a neuron whose score exceeds the threshold is predicted to fire.
+ * Two small matrices per layer (blk.N.fc1.weight [nEmbd -> hidden], blk.N.fc2.weight [hidden ->
+ * nFF]), kept in memory. F32/F16/BF16 predictors are requantized to Q8_0 at load by default, their
+ * hidden width padded with zeros to a multiple of 32 (fc1 zero rows, fc2 zero columns: the padding
+ * contributes exactly nothing).
+ */
+import { GGMLType } from "../../format/ggml-types.js";
+import type { ModelFile } from "../../format/gguf.js";
+import type { Arena } from "../../runtime/arena.js";
+import type { ThreadPool } from "../../runtime/pool.js";
+import { hasWeightKernel, weightKernel, type ActivationFormat } from "../../runtime/weight-kernels.js";
+import type { ModelConfig } from "../config.js";
+import type { MatrixRunner } from "../matrix-runner.js";
+import type { Matrix, WeightLoader } from "../weight-loader.js";
+
+/** PowerInfer's activation predictor tensors (blk.N.fc1.weight, blk.N.fc2.weight). */
+export const PREDICTOR_TENSOR_RE = /^blk\.\d+\.fc[12]\.weight$/;
+
+/** GGUF types of predictor matrices that load requantizes to Q8_0 (predictorType "q8_0"). */
+const REQUANT_TYPES: ReadonlySet<GGMLType> = new Set([GGMLType.F32, GGMLType.F16, GGMLType.BF16]);
+
+export type PredictorType = "q8_0" | "original";
+
+/** Whether every layer of `file` has an activation predictor. */
+export function hasPredictors(file: ModelFile, nLayer: number): boolean {
+  for (let l = 0; l < nLayer; l++) {
+    if (!file.tensors.has(`blk.${l}.fc1.weight`) || !file.tensors.has(`blk.${l}.fc2.weight`)) return false;
+  }
+  return nLayer > 0;
+}
+
+/** How layer l's predictor sits in memory. */
+export interface PredictorShape {
+  /** its type in memory */
+  type: GGMLType;
+  /** the activation format its kernels read */
+  act: ActivationFormat;
+  /** hidden width in memory (fc1's rows, fc2's columns), padding included */
+  hidden: number;
+  /** hidden width in the file */
+  fileHidden: number;
+  /** requantized to Q8_0 (and padded) at load, rather than kept as stored */
+  requantized: boolean;
+  /** packed bytes of fc1 and fc2 */
+  fc1Bytes: number;
+  fc2Bytes: number;
+}
+
+/**
+ * Each layer's predictor as it will sit in memory: requantized to Q8_0 with its hidden width
+ * rounded up to a multiple of 32, or as stored (by choice, because fc1 or fc2 is already of
+ * another type, or because the padded shape would not fit the kernels or the FFN's buffers).
+ */
+export function predictorShapes(file: ModelFile, cfg: ModelConfig, type: PredictorType = "q8_0"): PredictorShape[] {
+  if (type !== "q8_0" && type !== "original") {
+    throw new RangeError(`predictorType must be "q8_0" or "original", got ${JSON.stringify(type)}`);
+  }
+  const out: PredictorShape[] = [];
+  for (let l = 0; l < cfg.nLayer; l++) {
+    const fc1 = file.tensor(`blk.${l}.fc1.weight`);
+    const fc2 = file.tensor(`blk.${l}.fc2.weight`);
+    const hidden = fc1.dims[1];
+    if (hidden > cfg.nFF) {
+      throw new Error(
+        `${file.path}: predictor of layer ${l} has ${hidden} hidden units, more than the FFN's ${cfg.nFF}`,
+      );
+    }
+    const padded = Math.ceil(hidden / 32) * 32;
+    const requant =
+      type === "q8_0" &&
+      REQUANT_TYPES.has(fc1.type) &&
+      REQUANT_TYPES.has(fc2.type) &&
+      cfg.nEmbd % 32 === 0 &&
+      padded <= cfg.nFF;
+    if (requant) {
+      const k = weightKernel(GGMLType.Q8_0);
+      out.push({
+        type: GGMLType.Q8_0,
+        act: k.act,
+        hidden: padded,
+        fileHidden: hidden,
+        requantized: true,
+        fc1Bytes: k.packedBytes(padded, cfg.nEmbd),
+        fc2Bytes: k.packedBytes(cfg.nFF, padded),
+      });
+    } else {
+      if (!hasWeightKernel(fc1.type) || !hasWeightKernel(fc2.type)) {
+        throw new Error(`${file.path}: predictor of layer ${l} has a weight type this engine cannot compute with`);
+      }
+      out.push({
+        type: fc1.type,
+        act: weightKernel(fc1.type).act,
+        hidden,
+        fileHidden: hidden,
+        requantized: false,
+        fc1Bytes: weightKernel(fc1.type).packedBytes(hidden, cfg.nEmbd),
+        fc2Bytes: weightKernel(fc2.type).packedBytes(cfg.nFF, hidden),
+      });
+    }
+  }
+  return out;
+}
+
+export class Predictor {
+  private readonly args = new Int32Array(2);
+  private readonly relu: number;
+
+  private constructor(
+    readonly fc1: Matrix[],
+    readonly fc2: Matrix[],
+    /** relu(fc1 . x) of the current row (the widest layer's hidden width, f32) */
+    readonly hidden: number,
+    private readonly pool: ThreadPool,
+  ) {
+    this.relu = pool.fn("relu_inplace");
+  }
+
+  /** Load the predictors of the first `layers` layers (default: all) as `shapes` (predictorShapes) says. */
+  static load(
+    loader: WeightLoader,
+    arena: Arena,
+    pool: ThreadPool,
+    file: ModelFile,
+    cfg: ModelConfig,
+    shapes: PredictorShape[],
+    layers = cfg.nLayer,
+  ): Predictor {
+    const fc1: Matrix[] = [];
+    const fc2: Matrix[] = [];
+    for (let l = 0; l < layers; l++) {
+      const p = `blk.${l}.`;
+      const s = shapes[l];
+      const q8 = s.requantized;
+      const a = q8
+        ? loader.q8Matrix(p + "fc1.weight", cfg.nEmbd, s.fileHidden, cfg.nEmbd, s.hidden)
+        : loader.matrix(p + "fc1.weight", cfg.nEmbd, s.fileHidden);
+      const b = q8
+        ? loader.q8Matrix(p + "fc2.weight", s.fileHidden, cfg.nFF, s.hidden, cfg.nFF)
+        : loader.matrix(p + "fc2.weight", s.fileHidden, cfg.nFF);
+      // scores() feeds fc1's outputs (all of its rows, padding included) to fc2
+      if (a.rows !== b.cols) {
+        throw new Error(`${file.path}: predictor of layer ${l}: fc1 has ${a.rows} outputs, fc2 reads ${b.cols}`);
+      }
+      fc1.push(a);
+      fc2.push(b);
+    }
+    const hidden = arena.alloc(Math.max(...shapes.slice(0, layers).map((s) => s.hidden)) * 4, 64);
+    return new Predictor(fc1, fc2, hidden, pool);
+  }
+
+  /** The nFF scores of layer l for the residual row at `residual` into `out` (f32, the model's neuron order). */
+  scores(mm: MatrixRunner, l: number, residual: number, nEmbd: number, out: number): void {
+    const fc1 = this.fc1[l];
+    mm.setInput(residual, nEmbd);
+    mm.run(fc1, this.hidden, 1);
+    this.args[0] = this.hidden;
+    this.pool.run(this.relu, this.args, 1, fc1.rows, 64, fc1.rows);
+    mm.setInput(this.hidden, fc1.rows);
+    mm.run(this.fc2[l], out, 1);
+  }
+
+  /** Layer l's predictor in memory: its GGML type and hidden width (padded when requantized). */
+  width(l: number): { type: GGMLType; hidden: number } {
+    return { type: this.fc1[l].kernel.type, hidden: this.fc1[l].rows };
+  }
+}

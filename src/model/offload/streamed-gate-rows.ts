@@ -1,0 +1,211 @@
+/**
+ * Gates without resident gate rows, from the store's contiguous copy of each layer's gate rows
+ * (stored order): the bundles in memory give their own gates, and the rows past the hot region
+ * stream in large sequential reads through a staging area in two halves, the next chunk read
+ * while this one's gates compute. The first read overlaps the hits' compute; the next layer's
+ * first chunk is read during its attention block. Prompt batches stream the rows once for all
+ * their tokens.
+ */
+import type { FlashReader } from "../../io/flash-reader.js";
+import type { NeuronCache } from "../../io/neuron-cache.js";
+import type { NeuronStore } from "../../format/store.js";
+import type { Arena } from "../../runtime/arena.js";
+import type { SparseFFN } from "../../runtime/sparse-kernels.js";
+import { fileCachedGates, listCached, type BatchGateSource, type GateSource } from "./gate-source.js";
+import { gateReadBytesOf, gateStreamGeometry, STAGE_NEURONS } from "./layout.js";
+import type { NeuronCompute } from "./neuron-compute.js";
+import type { NeuronLists } from "./neuron-lists.js";
+import { waitForReads, type OffloadStats } from "./stats.js";
+
+/** What a streamed chunk's rows are for: filing a decode token's neurons, or a batch's gates. */
+type ChunkUse = { kind: "decode"; lists: NeuronLists } | { kind: "batch"; x: number; n: number; gates: number };
+
+export class StreamedGateRows implements GateSource, BatchGateSource {
+  /** rows per chunk, and the bytes of a staging half */
+  private readonly rows: number;
+  private readonly halfBytes: number;
+  private readonly stage: number;
+  /** wasm list of a chunk's uncached rows' addresses, and their stored positions */
+  private readonly stageList: number;
+  private readonly stagePos: Int32Array;
+  private readonly cachedPos: Int32Array;
+  /** address of the first row of the chunk in each half */
+  private readonly chunkBase = [0, 0];
+  /** one read request per staging half, rewritten for each chunk (a half is reused only once its read has landed) */
+  private readonly chunkRequests: { fileOffset: number; length: number; dst: number }[][] = [
+    [{ fileOffset: 0, length: 0, dst: 0 }],
+    [{ fileOffset: 0, length: 0, dst: 0 }],
+  ];
+  /** a first chunk read ahead into half 0 during the next layer's attention: its layer, or -1 */
+  private prefetchLayer = -1;
+  private prefetchRead: Promise<void> | null = null;
+  /** a decode step's use of the chunks (made once: decode allocates nothing) */
+  private readonly decodeUse: ChunkUse & { kind: "decode" };
+
+  /** Whether gates can stream from `store` with this staging area (every layer has a gate-row copy that fits a half). */
+  static possible(store: NeuronStore): boolean {
+    const ffn = store.ffn;
+    const nFF = store.layer(0).neurons;
+    return (
+      ffn.layers.every((L) => L.gateRows !== null) &&
+      gateStreamGeometry(Math.min(nFF, STAGE_NEURONS), gateReadBytesOf(ffn), ffn.rowBytes).rows > 0
+    );
+  }
+
+  constructor(
+    private readonly store: NeuronStore,
+    private readonly cache: NeuronCache,
+    private readonly reader: FlashReader,
+    private readonly sparse: SparseFFN,
+    arena: Arena,
+    private readonly lists: NeuronLists,
+    private readonly stats: OffloadStats,
+  ) {
+    const ffn = store.ffn;
+    const nFF = lists.nFF;
+    const neurons = Math.min(nFF, STAGE_NEURONS);
+    const stream = gateStreamGeometry(neurons, gateReadBytesOf(ffn), ffn.rowBytes);
+    this.rows = stream.rows;
+    this.halfBytes = stream.halfBytes;
+    // layout.ts stagingBytes
+    this.stage = arena.alloc(neurons * gateReadBytesOf(ffn), 4096);
+    this.stageList = arena.alloc(neurons * 4, 64);
+    this.stagePos = new Int32Array(neurons);
+    this.cachedPos = new Int32Array(nFF);
+    this.decodeUse = { kind: "decode", lists };
+  }
+
+  async pick(lists: NeuronLists, _x: number, _residual: number, compute: NeuronCompute): Promise<void> {
+    fileCachedGates(lists, this.cache, this.sparse, this.cachedPos, this.stats);
+    await this.stream(lists.layer, this.decodeUse, lists, compute);
+  }
+
+  /** The next layer's first chunk does not depend on this token's values: read it while the next attention block computes. */
+  afterStep(l: number): void {
+    const next = (l + 1) % this.store.ffn.layers.length;
+    if (this.cache.hotCount[next] < this.lists.nFF) {
+      this.prefetchLayer = next;
+      this.prefetchRead = this.readChunk(next, this.cache.hotCount[next], 0);
+    }
+  }
+
+  async settle(): Promise<void> {
+    const read = this.prefetchRead;
+    this.prefetchRead = null;
+    this.prefetchLayer = -1;
+    if (read) await read.catch(() => undefined);
+  }
+
+  async batchGates(l: number, x: number, n: number, gates: number): Promise<void> {
+    const use: ChunkUse & { kind: "batch" } = { kind: "batch", x, n, gates };
+    const cached = listCached(l, this.lists, this.cache, this.cachedPos);
+    this.gatesForBatch(use, this.lists.missList, this.cachedPos, cached);
+    await this.stream(l, use, null, null);
+  }
+
+  /**
+   * Stream layer l's gate-row copy from the end of its hot region on, in chunks alternating
+   * between the two staging halves: the next chunk is read while this one is used. With `compute`,
+   * the filed hits compute while the first chunk is read.
+   */
+  private async stream(
+    l: number,
+    use: ChunkUse,
+    lists: NeuronLists | null,
+    compute: NeuronCompute | null,
+  ): Promise<void> {
+    const nFF = this.lists.nFF;
+    const from = this.cache.hotCount[l];
+    if (from >= nFF) {
+      await this.settle();
+      if (compute && lists) compute.hits(lists);
+      return;
+    }
+    let cur: Promise<void>;
+    if (this.prefetchRead && this.prefetchLayer === l) {
+      cur = this.prefetchRead;
+      this.prefetchRead = null;
+      this.prefetchLayer = -1;
+    } else {
+      await this.settle();
+      cur = this.readChunk(l, from, 0);
+    }
+    let half = 0;
+    for (let r0 = from; r0 < nFF;) {
+      const r1 = Math.min(nFF, r0 + this.rows);
+      half ^= 1;
+      const next = r1 < nFF ? this.readChunk(l, r1, half) : null;
+      if (compute && lists) compute.hits(lists);
+      try {
+        await waitForReads(this.stats, cur);
+      } catch (e) {
+        // let the other half's read finish before its staging can be reused
+        await next?.catch(() => undefined);
+        throw e;
+      }
+      this.useChunk(l, use, r0, r1, this.chunkBase[half ^ 1]);
+      r0 = r1;
+      if (next) cur = next;
+    }
+  }
+
+  /** Read the page span holding gate rows [r0, r0 + rows) of layer l into staging half h. */
+  private readChunk(l: number, r0: number, h: number): Promise<void> {
+    const L = this.store.layer(l);
+    const rb = L.rowBytes;
+    const r1 = Math.min(this.lists.nFF, r0 + this.rows);
+    const from = L.gateRows! + r0 * rb;
+    const a = from - (from % 4096);
+    const end = Math.ceil((L.gateRows! + r1 * rb) / 4096) * 4096;
+    const dst = this.stage + h * this.halfBytes;
+    this.chunkBase[h] = dst + (from - a);
+    const req = this.chunkRequests[h];
+    req[0].fileOffset = a;
+    req[0].length = end - a;
+    req[0].dst = dst;
+    this.stats.bytesRead += end - a;
+    const read = this.reader.read(req);
+    // Whoever awaits it still sees a failure; a read left behind by an error elsewhere must not
+    // become an unhandled rejection.
+    read.catch(() => undefined);
+    return read;
+  }
+
+  /** The uncached rows of chunk [r0, r1) (row r0 at `base`): gates computed and filed, or gathered for a batch. */
+  private useChunk(l: number, use: ChunkUse, r0: number, r1: number, base: number): void {
+    const rb = this.store.ffn.rowBytes;
+    const i32 = this.lists.i32;
+    let m = 0;
+    for (let r = r0; r < r1; r++) {
+      if (this.cache.peek(l, r) >= 0) continue;
+      i32[(this.stageList >>> 2) + m] = base + (r - r0) * rb;
+      this.stagePos[m++] = r;
+    }
+    if (m === 0) return;
+    if (use.kind === "batch") {
+      this.gatesForBatch(use, this.stageList, this.stagePos, m);
+      return;
+    }
+    const lists = use.lists;
+    const t = performance.now();
+    this.sparse.gate(this.stageList, m, lists.gateOut);
+    this.stats.computeMs += performance.now() - t;
+    const g0 = lists.gateOut >>> 2;
+    for (let i = 0; i < m; i++) lists.file(this.stagePos[i], lists.f32[g0 + i]);
+  }
+
+  /** Gates of `count` rows (addresses in `list`, stored positions in pos) for each token of the batch. */
+  private gatesForBatch(use: ChunkUse & { kind: "batch" }, list: number, pos: Int32Array, count: number): void {
+    if (count === 0) return;
+    const { f32, nFF, gateOut } = this.lists;
+    const rowBytes = this.sparse.nEmbd * 4;
+    const t0 = performance.now();
+    for (let t = 0; t < use.n; t++) {
+      this.sparse.prepare(use.x + t * rowBytes);
+      this.sparse.gate(list, count, gateOut);
+      const g0 = (use.gates >>> 2) + t * nFF;
+      for (let i = 0; i < count; i++) f32[g0 + pos[i]] = f32[(gateOut >>> 2) + i];
+    }
+    this.stats.computeMs += performance.now() - t0;
+  }
+}

@@ -1,0 +1,142 @@
+/**
+ * What loading a model puts in wasm memory, computed from its tensor table before anything
+ * loads: the packed weights kept in memory, the activation buffers for a batch and the KV cache.
+ * LlamaModel.load caps the context and lays out a memory budget with it, the planner plans with
+ * it, and a test checks it byte for byte against the arena after a real load.
+ */
+import type { ModelFile } from "../format/gguf.js";
+import { NeuronStore } from "../format/store.js";
+import { activationBytes, hasWeightKernel, weightKernel, type ActivationFormat } from "../runtime/weight-kernels.js";
+import type { ModelConfig } from "./config.js";
+import { predictorShapes, type PredictorShape } from "./offload/predictor.js";
+
+/** The f32 activation buffers of the forward pass, by name: floats each. */
+export interface BufferFloats {
+  x: number;
+  xb: number;
+  q: number;
+  att: number;
+  hg: number;
+  hu: number;
+  logits: number;
+  scores: number;
+  pos: number;
+  rope: number;
+  kCache: number;
+  vCache: number;
+}
+
+/** The forward pass's buffers for `batch` tokens and `ctx` positions, in the order they are laid out. */
+export function bufferFloats(cfg: ModelConfig, ctx: number, batch: number): BufferFloats {
+  const { nEmbd, nFF, nHead, nHeadKV, headDim, nLayer, nVocab } = cfg;
+  return {
+    x: batch * nEmbd,
+    xb: batch * nEmbd,
+    q: batch * nHead * headDim,
+    att: batch * nHead * headDim,
+    hg: batch * nFF,
+    hu: batch * nFF,
+    logits: nVocab,
+    scores: nHead * ctx,
+    pos: batch,
+    rope: ctx * cfg.nRot,
+    kCache: nLayer * ctx * nHeadKV * headDim,
+    vCache: nLayer * ctx * nHeadKV * headDim,
+  };
+}
+
+/** Bytes of the quantized-input buffer of each activation format, for `batch` rows as wide as the widest matrix reading it. */
+export function activationBufferBytes(
+  widest: Map<ActivationFormat, number>,
+  batch: number,
+): Map<ActivationFormat, number> {
+  const out = new Map<ActivationFormat, number>();
+  for (const [fmt, cols] of widest) if (fmt !== "f32") out.set(fmt, batch * activationBytes(fmt, cols) + 64);
+  return out;
+}
+
+export interface ResidentBytes {
+  /** packed matrices and f32 vectors: attention, norms, output, predictors, and the dense FFN of a model in memory */
+  weights: number;
+  /** activation buffers (quantized inputs and f32 rows) */
+  buffers: number;
+  /** the KV cache */
+  kv: number;
+  /** predictor shapes in memory, per layer (when they load) */
+  predictors: PredictorShape[] | null;
+  /** bytes of the quantized-input buffer of each activation format the matrices read */
+  quantized: Map<ActivationFormat, number>;
+}
+
+export interface ResidentOptions {
+  batchSize: number;
+  contextSize: number;
+  /** the activation predictors load (a store run in predictor mode) */
+  predictors: boolean;
+  predictorType?: "q8_0" | "original";
+}
+
+const align64 = (n: number) => Math.ceil(n / 64) * 64;
+
+/**
+ * Wasm bytes the model takes once loaded (each allocation 64-byte aligned, as LlamaModel lays
+ * them out), before an offloaded FFN's own memory. A store's token embeddings stay on flash (one
+ * row read per token); a GGUF's stay in JS memory, outside this count, unless they double as the
+ * output matrix.
+ */
+export function residentBytes(file: ModelFile, cfg: ModelConfig, opts: ResidentOptions): ResidentBytes {
+  const store = file instanceof NeuronStore;
+  const { nEmbd, nLayer, nHead, nHeadKV, headDim } = cfg;
+  let weights = 0;
+  const widest = new Map<ActivationFormat, number>();
+  const reads = (fmt: ActivationFormat, cols: number) => widest.set(fmt, Math.max(widest.get(fmt) ?? 0, cols));
+  const matrix = (name: string) => {
+    const t = file.tensor(name);
+    const [cols, rows] = t.dims;
+    if (!hasWeightKernel(t.type)) return; // the loader refuses it
+    const k = weightKernel(t.type);
+    weights += align64(k.packedBytes(rows, cols));
+    reads(k.act, cols);
+  };
+  const vector = (n: number) => (weights += align64(n * 4));
+  for (let l = 0; l < nLayer; l++) {
+    const p = `blk.${l}.`;
+    vector(nEmbd);
+    for (const m of ["attn_q", "attn_k", "attn_v", "attn_output"]) matrix(`${p}${m}.weight`);
+    if (cfg.qkvBias) {
+      vector(nHead * headDim);
+      vector(nHeadKV * headDim);
+      vector(nHeadKV * headDim);
+    }
+    vector(nEmbd);
+    if (!store) {
+      matrix(`${p}ffn_gate.weight`);
+      matrix(`${p}ffn_up.weight`);
+      if (file.tensors.has(`${p}ffn_down_t.weight`)) {
+        weights += align64(cfg.nFF * nEmbd * 4); // turned back into a row-major F32 matrix
+        reads("f32", cfg.nFF);
+      } else matrix(`${p}ffn_down.weight`);
+    }
+  }
+  vector(nEmbd);
+  matrix(file.tensors.has("output.weight") ? "output.weight" : "token_embd.weight");
+  const predictors = opts.predictors ? predictorShapes(file, cfg, opts.predictorType) : null;
+  for (const s of predictors ?? []) {
+    weights += align64(s.fc1Bytes) + align64(s.fc2Bytes);
+    reads(s.act, nEmbd);
+    reads(s.act, s.hidden);
+  }
+  if (predictors) weights += align64(Math.max(...predictors.map((s) => s.hidden)) * 4); // their hidden activations
+  // An offloaded FFN's resident gate rows read the FFN input in their kernel's format.
+  if (store) reads(weightKernel(file.ffn.type).act, nEmbd);
+  const quantized = activationBufferBytes(widest, opts.batchSize);
+  let buffers = 0;
+  for (const bytes of quantized.values()) buffers += align64(bytes);
+  const floats = bufferFloats(cfg, opts.contextSize, opts.batchSize);
+  let kv = 0;
+  for (const [name, n] of Object.entries(floats)) {
+    if (name === "kCache" || name === "vCache") kv += align64(n * 4);
+    else buffers += align64(n * 4);
+  }
+  return { weights, buffers, kv, predictors, quantized };
+}

@@ -1,0 +1,796 @@
+/**
+ * Planted activation sparsity: the rows of a plain random model (random-rows.ts) rewritten so a
+ * chosen share of FFN neurons outputs exactly zero, at the rates of the firing law
+ * (src/model/firing.ts), and, with a gate rank, so that a small predictor can tell which fire.
+ * The construction follows.
+ */
+import { GGMLType, typeTraits } from "../../format/ggml-types.js";
+import { f16Table, f32ToF16 } from "../../format/half.js";
+import { dequantizeRow, quantizeRow } from "../../format/quant.js";
+import { fillRandom, plannedFiring, SynthStream } from "../../model/firing.js";
+import type { PredictorWeights } from "../../predictor-training/predictor-train.js";
+import { normCdf, normQuantile, reluMoments } from "./normal.js";
+import { rowFiller, type RowFiller } from "./random-rows.js";
+import { GGML_TYPE, type SynthActivation, type SynthShapeSpec, type SynthType, type TensorRecipe } from "./shapes.js";
+
+// ---------------------------------------------------------------------------------------------
+// Planted activation sparsity
+//
+// The construction. Residual dimension 0 carries a large constant C: every token embedding has
+// C there and zeros in dimensions 1..31 (the rest of its quant block), and rows 0..31 of every
+// attn_output and ffn_down are zero, so no layer changes them. Column 0 of every matrix that reads the normalized residual (attn_q/k/v, output, and
+// ffn_up under relu) is zero, so the constant reaches only ffn_gate (and ffn_up under drelu).
+// RMSNorm multiplies the whole residual by one positive number per token, which cannot change
+// a sign: neuron i fires exactly when  W[i,0] w0 C + sum_{j>0} W[i,j] w_j x_j > 0,  x being the
+// raw residual and w the ffn_norm weights. The sum is a random projection of the residual, close
+// to Gaussian across tokens with mean mu_i and deviation sigma_i, so W[i,0] = (sigma_i z_i -
+// mu_i) / (w0 C) with z_i = PhiInverse(p_i) makes the neuron fire with probability p_i. Under
+// dReLU the up row gets the same kind of bias, and the two events (nearly independent: the rows
+// are independent random vectors) each have probability sqrt(p_i).
+//
+// sigma_i and mu_i come from the generated row itself (after quantization: the bias is written
+// into the row's first block with a scale chosen so that it is exact) and from a running model
+// of the residual stream: its per-dimension variance v_j and, under dReLU (whose outputs are
+// never negative), its mean m_j. Both are known in closed form because the generator chooses
+// the scales: each FFN adds variance G/L per dimension (ffn_down's scale is set from the
+// Gaussian moments of the planned activations), attention adds a quarter of that at position 0
+// and, averaging over ever more positions, next to nothing later. The dReLU mean is pushed
+// through the actual generated ffn_down rows; in attn_v and output, element 0 cancels it (so
+// attention carries no constant and the logits have no fixed favourites). So the residual's
+// variance grows from 1 to 1 + G over the depth whatever the shape, which keeps 40 layers finite.
+//
+// Frequencies: the power law of src/model/firing.ts (plannedFiring), ranks dealt to neurons by a
+// seeded shuffle per layer.
+//
+// Predictable firing (gateRank r). Plain random gate rows make the firing set a function of
+// the whole residual: a predictor would need the gate itself. In trained ReLU models the gate's
+// input lives near a low-dimensional subspace, which is why PowerInfer's small predictors work.
+// Here the equivalent is built into the gate: row i (elements 32..) is a_i . B, B a random
+// r x dim basis per layer and a_i random coefficients, then quantized as any tensor (element 0
+// still takes the planted bias, so the frequencies hold). The pre-activation is then
+// bias_i + a_i . B x + e_i . x, where e_i is the quantization's noise, and the predictor
+// fc1 = [B; -B; e0] (times the norm weights), fc2 row i = [a_i, -a_i, bias_i + delta_i]
+// computes the first two terms exactly (relu(u) - relu(-u) = u; e0 reads the constant C). Its
+// misses are the neurons whose noise term outweighs the margin delta_i = PREDICTOR_MARGIN times
+// the noise's deviation: a fraction of a percent of the firing ones; its false alarms cost
+// only the read of a bundle whose gate then computes to zero.
+
+export const SPARSITY_MIN = 0.1;
+export const SPARSITY_MAX = 0.99;
+export const ALPHA_MIN = 0;
+export const ALPHA_MAX = 4;
+export const GATE_RANK_MAX = 1024;
+/** The planted predictor's margin, in deviations of a neuron's quantization noise. */
+export const PREDICTOR_MARGIN = 2;
+
+/**
+ * Residual dimension 0 is the constant; 1..RESERVED-1, the rest of its quant block, stay zero, so
+ * the block holds C alone: exact in the token embeddings of every type, and exact again when the
+ * engine quantizes the normalized residual to 8 bits per block (a neighbour of C would otherwise
+ * get C's coarse step).
+ */
+export const RESERVED = 32;
+/** Residual variance added by all the FFNs together (the embeddings bring 1). */
+const GROWTH = 2;
+/** Attention's variance at position 0, relative to an FFN's. */
+const ATTN_SHARE = 0.25;
+/** C^2 relative to the embedding's summed variance: enough to make the biases ordinary-sized weights. */
+const KAPPA = 2;
+
+/** A predictor the construction implies (see "Predictable firing"). */
+export interface PlantedPredictor extends PredictorWeights {
+  /** mean over neurons: the deviation of the gate's quantization noise over that of its whole pre-activation */
+  noiseShare: number;
+}
+
+// Row arithmetic on generated blocks.
+
+const F16 = f16Table;
+
+/**
+ * out[0] = sum omega_j W_j^2 and out[1] = sum nu_j W_j over elements [from, rowLen) of the row
+ * at b[off..] (from: a multiple of the block size).
+ */
+function rowMoments(
+  type: GGMLType,
+  b: Uint8Array,
+  off: number,
+  rowLen: number,
+  from: number,
+  omega: Float64Array,
+  nu: Float64Array,
+  out: Float64Array,
+): void {
+  let s2 = 0;
+  let s1 = 0;
+  switch (type) {
+    case GGMLType.F32: {
+      const f = new Float32Array(b.buffer, b.byteOffset + off, rowLen);
+      for (let j = from; j < rowLen; j++) {
+        const x = f[j];
+        s2 += omega[j] * x * x;
+        s1 += nu[j] * x;
+      }
+      break;
+    }
+    case GGMLType.F16: {
+      const h = new Uint16Array(b.buffer, b.byteOffset + off, rowLen);
+      for (let j = from; j < rowLen; j++) {
+        const x = F16[h[j]];
+        s2 += omega[j] * x * x;
+        s1 += nu[j] * x;
+      }
+      break;
+    }
+    case GGMLType.Q8_0: {
+      for (let e = from, o = off + (from >> 5) * 34; e < rowLen; e += 32, o += 34) {
+        const d = F16[b[o] | (b[o + 1] << 8)];
+        let a2 = 0;
+        let a1 = 0;
+        for (let j = 0; j < 32; j++) {
+          const q = (b[o + 2 + j] << 24) >> 24;
+          a2 += omega[e + j] * q * q;
+          a1 += nu[e + j] * q;
+        }
+        s2 += a2 * d * d;
+        s1 += a1 * d;
+      }
+      break;
+    }
+    case GGMLType.Q4_0: {
+      for (let e = from, o = off + (from >> 5) * 18; e < rowLen; e += 32, o += 18) {
+        const d = F16[b[o] | (b[o + 1] << 8)];
+        let a2 = 0;
+        let a1 = 0;
+        for (let j = 0; j < 16; j++) {
+          const byte = b[o + 2 + j];
+          const lo = (byte & 15) - 8;
+          const hi = (byte >>> 4) - 8;
+          a2 += omega[e + j] * lo * lo + omega[e + j + 16] * hi * hi;
+          a1 += nu[e + j] * lo + nu[e + j + 16] * hi;
+        }
+        s2 += a2 * d * d;
+        s1 += a1 * d;
+      }
+      break;
+    }
+    case GGMLType.Q4_1: {
+      // (n d + m)^2 = n^2 d^2 + 2 n d m + m^2, summed per block
+      for (let e = from, o = off + (from >> 5) * 20; e < rowLen; e += 32, o += 20) {
+        const d = F16[b[o] | (b[o + 1] << 8)];
+        const m = F16[b[o + 2] | (b[o + 3] << 8)];
+        let wnn = 0,
+          wn = 0,
+          w = 0,
+          vn = 0,
+          v = 0;
+        for (let j = 0; j < 16; j++) {
+          const byte = b[o + 4 + j];
+          const lo = byte & 15;
+          const hi = byte >>> 4;
+          const w0 = omega[e + j];
+          const w1 = omega[e + j + 16];
+          wnn += w0 * lo * lo + w1 * hi * hi;
+          wn += w0 * lo + w1 * hi;
+          w += w0 + w1;
+          vn += nu[e + j] * lo + nu[e + j + 16] * hi;
+          v += nu[e + j] + nu[e + j + 16];
+        }
+        s2 += wnn * d * d + 2 * wn * d * m + w * m * m;
+        s1 += vn * d + v * m;
+      }
+      break;
+    }
+    default:
+      throw new RangeError(`synthetic model: no sparse planting for type ${typeTraits(type)?.name ?? type}`);
+  }
+  out[0] = s2;
+  out[1] = s1;
+}
+
+/**
+ * Quantized rows whose element 0 needs a chosen value get their first block rewritten as
+ * value_j = L_j d with d > 0 and integer levels L_j: element 0 takes level L0, the other 31 keep
+ * the random levels already drawn (the level that would unbalance them, -8 or -128, is mapped
+ * to 0, so they are symmetric). Q4_1 stores m = -8 d, which f16 holds exactly.
+ */
+interface BlockLevels {
+  /** the block's drawn scale, as a size for the new one */
+  dNom: number;
+  levels: Int32Array;
+  /** largest |L0| for a positive / negative value */
+  maxPos: number;
+  maxNeg: number;
+}
+
+function readBlock0(type: GGMLType, b: Uint8Array, o: number, out: BlockLevels): void {
+  const L = out.levels;
+  switch (type) {
+    case GGMLType.Q8_0:
+      out.dNom = Math.abs(F16[b[o] | (b[o + 1] << 8)]);
+      for (let j = 1; j < 32; j++) {
+        const q = (b[o + 2 + j] << 24) >> 24;
+        L[j] = q === -128 ? 0 : q;
+      }
+      out.maxPos = 127;
+      out.maxNeg = 127;
+      break;
+    case GGMLType.Q4_0:
+    case GGMLType.Q4_1: {
+      const qs = o + (type === GGMLType.Q4_0 ? 2 : 4);
+      out.dNom = Math.abs(F16[b[o] | (b[o + 1] << 8)]);
+      for (let j = 1; j < 32; j++) {
+        const n = j < 16 ? b[qs + j] & 15 : b[qs + j - 16] >>> 4;
+        L[j] = n === 0 ? 0 : n - 8;
+      }
+      out.maxPos = 7;
+      out.maxNeg = 8;
+      break;
+    }
+    default:
+      throw new RangeError(`synthetic model: no sparse planting for type ${typeTraits(type)?.name ?? type}`);
+  }
+  L[0] = 0;
+}
+
+/** Write levels (L[0] included) with scale d >= 0; returns the stored (f16-rounded) scale. */
+function writeBlock0(type: GGMLType, b: Uint8Array, o: number, d: number, L: Int32Array): number {
+  const dh = f32ToF16(d);
+  b[o] = dh & 0xff;
+  b[o + 1] = dh >>> 8;
+  switch (type) {
+    case GGMLType.Q8_0:
+      for (let j = 0; j < 32; j++) b[o + 2 + j] = L[j] & 0xff;
+      break;
+    case GGMLType.Q4_0:
+    case GGMLType.Q4_1: {
+      let qs = o + 2;
+      if (type === GGMLType.Q4_1) {
+        const mh = f32ToF16(-8 * F16[dh]);
+        b[o + 2] = mh & 0xff;
+        b[o + 3] = mh >>> 8;
+        qs = o + 4;
+      }
+      for (let j = 0; j < 16; j++) b[qs + j] = (L[j] + 8) | ((L[j + 16] + 8) << 4);
+      break;
+    }
+  }
+  return F16[dh];
+}
+
+/**
+ * Level L0 and scale d > 0 for a rewritten block 0 such that the row's dot product with the raw
+ * residual has mean/deviation z:  L0 d wc + muR + d M0 = z sqrt(R + d^2 Q0),  where R, muR are
+ * the variance and mean contributed by blocks 1.., and d^2 Q0, d M0 those of the block's other
+ * 31 values (which scale with d). For each level this is a quadratic in d; of all levels' roots
+ * the one with d nearest the drawn scale wins, so the block stays an ordinary block wherever
+ * possible. The other 31 levels may also be negated (s = -1: as random as before, and a large
+ * residual mean can then help the bias instead of fighting it) or, when nothing else works,
+ * zeroed (s = 0: then a root always exists). Returns [L0, d, s].
+ */
+function solveBlock0(
+  z: number,
+  R: number,
+  muR: number,
+  Q0: number,
+  M0: number,
+  wc: number,
+  bl: BlockLevels,
+): [level: number, d: number, s: number] {
+  // nothing to offset: the level-0 element with the drawn scale is exact
+  if (z === 0 && muR === 0) return M0 === 0 ? [0, bl.dNom, 1] : [0, bl.dNom, 0];
+  let bestL = 0;
+  let bestD = 0;
+  let bestS = 1;
+  let bestCost = Infinity;
+  for (const s of [1, -1, 0]) {
+    if (s === 0 && bestCost < Infinity) break;
+    const q0 = s === 0 ? 0 : Q0;
+    const m0 = s * M0;
+    const consider = (L: number, d: number) => {
+      if (!(d > 0) || !Number.isFinite(d)) return;
+      const lhs = (L * wc + m0) * d + muR;
+      // roots of the squared equation must have the sign of z
+      if (z === 0 ? Math.abs(lhs) > 1e-9 * Math.abs(muR) : lhs * z <= 0) return;
+      const cost = Math.abs(Math.log(d / bl.dNom));
+      if (cost < bestCost) {
+        bestCost = cost;
+        bestL = L;
+        bestD = d;
+        bestS = s;
+      }
+    };
+    for (let L = -bl.maxNeg; L <= bl.maxPos; L++) {
+      if (L === 0 && (z !== 0 || s === 0)) continue;
+      const A = L * wc + m0;
+      if (z === 0) {
+        consider(L, -muR / A);
+        continue;
+      }
+      // (A d + muR)^2 = z^2 (R + d^2 q0)
+      const a = A * A - z * z * q0;
+      const b = 2 * A * muR;
+      const c = muR * muR - z * z * R;
+      if (Math.abs(a) < 1e-12 * A * A) {
+        consider(L, -c / b);
+        continue;
+      }
+      const disc = b * b - 4 * a * c;
+      if (disc < 0) continue;
+      const sq = Math.sqrt(disc);
+      const qq = -0.5 * (b + (b >= 0 ? sq : -sq)); // the numerically stable pair of roots
+      consider(L, qq / a);
+      if (qq !== 0) consider(L, c / qq);
+    }
+  }
+  if (bestCost === Infinity)
+    throw new Error(
+      `synthetic model: no block scale puts the planted bias into a row (z ${z}, wc ${wc}); this is a bug in the generator`,
+    );
+  return [bestL, bestD, bestS];
+}
+
+/**
+ * Follows the tensors in file order (embeddings, then per layer norms, attention, FFN, then the
+ * output), rewriting each generated row as the construction needs and keeping the running model
+ * of the residual stream that the next tensors' biases and scales are computed from.
+ */
+export class SparsityPlanter {
+  readonly predicted: number[] = [];
+  private readonly d: number;
+  private readonly ffn: number;
+  private readonly type: GGMLType;
+  private readonly quantized: boolean;
+  /** E[(value / std)^2] of generated weights: block scales vary by a uniform factor in [0.75, 1.25] */
+  private readonly ef2: number;
+  private readonly drelu: boolean;
+  private readonly C: number;
+  private readonly dF: number;
+  private readonly dA: number;
+  /** residual variance per dimension, and (dReLU) mean; index 0 (the constant) unused */
+  private readonly v: Float64Array;
+  private readonly m: Float64Array;
+  private attnNorm = new Float32Array(0);
+  private ffnNorm = new Float32Array(0);
+  private outNorm = new Float32Array(0);
+  private kNorm = 1;
+  private readonly omega: Float64Array;
+  private readonly nu: Float64Array;
+  private readonly zeroW: Float64Array;
+  // per neuron of the current layer
+  private zGate = new Float64Array(0);
+  private zUp = new Float64Array(0);
+  private readonly sg: Float64Array;
+  private readonly zg: Float64Array;
+  private readonly su: Float64Array;
+  private readonly zu: Float64Array;
+  private readonly eh: Float64Array;
+  // means in flight (dReLU)
+  private readonly addMean: Float64Array;
+  private pending: "none" | "attn" | "ffn" = "none";
+  private readonly mom = new Float64Array(2);
+  private readonly bl: BlockLevels = { dNom: 0, levels: new Int32Array(32), maxPos: 0, maxNeg: 0 };
+
+  constructor(
+    private readonly spec: SynthShapeSpec,
+    synthType: SynthType,
+    act: SynthActivation,
+    private readonly seed: number,
+    private readonly sparsity: number,
+    private readonly alpha: number,
+    private readonly rank = 0,
+  ) {
+    const d = (this.d = spec.dim);
+    this.ffn = spec.ffn;
+    this.type = GGML_TYPE[synthType];
+    this.quantized = synthType !== "f32" && synthType !== "f16";
+    this.ef2 = this.quantized ? 1 + 1 / 48 : 1;
+    this.drelu = act === "drelu";
+    if (d <= RESERVED) throw new RangeError(`synthetic model: planted sparsity needs dim > ${RESERVED}, got ${d}`);
+    this.dF = GROWTH / spec.layers;
+    this.dA = ATTN_SHARE * this.dF;
+    this.v = new Float64Array(d);
+    for (let j = RESERVED; j < d; j++) this.v[j] = this.ef2; // token embeddings: std 1
+    this.m = new Float64Array(d);
+    this.C = this.constantValue(Math.sqrt(KAPPA * (d - RESERVED)));
+    this.omega = new Float64Array(d);
+    this.nu = new Float64Array(d);
+    this.zeroW = new Float64Array(Math.max(d, spec.ffn));
+    const f = spec.ffn;
+    this.sg = new Float64Array(f);
+    this.zg = new Float64Array(f);
+    this.su = new Float64Array(f);
+    this.zu = new Float64Array(f);
+    this.eh = new Float64Array(f);
+    this.addMean = new Float64Array(d);
+    if (rank > 0) {
+      this.rowF = new Float32Array(d);
+      this.rowQ = new Float32Array(d);
+      this.coefWords = new Uint32Array(rank);
+    }
+  }
+
+  // Predictable firing (rank > 0): the layer's basis, and the predictor being filled in.
+  readonly predictors: PlantedPredictor[] = [];
+  private basis = new Float32Array(0);
+  private rowF = new Float32Array(0);
+  private rowQ = new Float32Array(0);
+  private coefWords = new Uint32Array(0);
+  private current: PlantedPredictor | undefined;
+
+  /** A layer's gate basis (rank x dim) and its predictor's fc1 (zero where the residual is). */
+  private startPredictor(layer: number, std: number): void {
+    const { d, rank } = this;
+    const words = new Uint32Array(rank * d);
+    fillRandom(new SynthStream(this.seed, `blk.${layer}.ffn_gate.basis`), words, words.length);
+    // uniform values with deviation std / sqrt(rank): a row a . B, a of unit deviation, then
+    // has the deviation an ordinary row has
+    const a = (std / Math.sqrt(rank)) * Math.sqrt(3);
+    const B = (this.basis = new Float32Array(rank * d));
+    // (the reserved columns meet zeros in the residual; they are drawn anyway so that block 0
+    // has an ordinary scale for the bias to be planted into)
+    for (let i = 0; i < rank * d; i++) B[i] = unitUniform(words[i]) * a;
+    const w = this.ffnNorm;
+    if (!(w[0] > 0))
+      throw new Error(
+        `synthetic model: ffn_norm weight 0 of layer ${layer} is ${w[0]}; the planted predictor needs it positive (this is a bug in the generator)`,
+      );
+    const hidden = 2 * rank + 1;
+    const fc1 = new Float32Array(hidden * d);
+    for (let k = 0; k < rank; k++) {
+      for (let j = RESERVED; j < d; j++) {
+        const v = B[k * d + j] * w[j];
+        fc1[k * d + j] = v;
+        fc1[(rank + k) * d + j] = -v;
+      }
+    }
+    fc1[2 * rank * d] = w[0]; // reads the constant: relu(w0 C) = w0 C
+    this.current = {
+      hidden,
+      nIn: d,
+      nOut: this.ffn,
+      fc1,
+      fc2: new Float32Array(this.ffn * hidden),
+      threshold: 0,
+      noiseShare: 0,
+    };
+    this.predictors.push(this.current);
+  }
+
+  /** Gate row i of a predictable layer: a_i . B in the file's type, a_i recorded in fc2. */
+  private lowRankRow(b: Uint8Array, off: number, rowBytes: number, i: number, stream: SynthStream): void {
+    const { d, rank, rowF, basis: B } = this;
+    const p = this.current!;
+    const h = p.hidden;
+    fillRandom(stream, this.coefWords, rank);
+    rowF.fill(0);
+    for (let k = 0; k < rank; k++) {
+      const ak = unitUniform(this.coefWords[k]) * Math.sqrt(3);
+      p.fc2[i * h + k] = ak;
+      p.fc2[i * h + rank + k] = -ak;
+      const o = k * d;
+      for (let j = 0; j < d; j++) rowF[j] += ak * B[o + j];
+    }
+    quantizeRow(this.type, rowF, b.subarray(off, off + rowBytes));
+  }
+
+  /**
+   * After row i's bias is planted: the predictor's constant term, the bias plus the margin over
+   * the row's quantization noise (what the predictor cannot see). sigma: the deviation of the
+   * rest of the pre-activation (raw residual units).
+   */
+  private finishPredictorRow(b: Uint8Array, off: number, rowBytes: number, i: number, sigma: number): void {
+    const { d, rank, rowF, rowQ, omega } = this;
+    const p = this.current!;
+    dequantizeRow(this.type, b.subarray(off, off + rowBytes), d, rowQ);
+    let noise = 0;
+    for (let j = RESERVED; j < d; j++) {
+      const e = rowQ[j] - rowF[j];
+      noise += e * e * omega[j];
+    }
+    noise = Math.sqrt(noise);
+    const wc = this.ffnNorm[0] * this.C;
+    p.fc2[i * p.hidden + 2 * rank] = rowQ[0] + (PREDICTOR_MARGIN * noise) / wc;
+    if (sigma > 0) p.noiseShare += noise / sigma / this.ffn;
+  }
+
+  /** The constant as the file will hold it (what dequantization gives back). */
+  private constantValue(c: number): number {
+    switch (this.type) {
+      case GGMLType.F32:
+        return Math.fround(c);
+      case GGMLType.F16:
+        return F16[f32ToF16(c)];
+      case GGMLType.Q8_0:
+        return 127 * F16[f32ToF16(c / 127)];
+      default:
+        return 7 * F16[f32ToF16(c / 7)]; // Q4_0, Q4_1: level 7
+    }
+  }
+
+  /** 1 / RMS of the residual: the factor RMSNorm applies, the same for nearly every token. */
+  private normFactor(): number {
+    let s = this.C * this.C;
+    for (let j = 1; j < this.d; j++) s += this.v[j] + this.m[j] * this.m[j];
+    return 1 / Math.sqrt(s / this.d + this.spec.rmsEps);
+  }
+
+  /** sum_j w_j^2 v_j over the varying dimensions */
+  private weightedVar(w: Float32Array): number {
+    let s = 0;
+    for (let j = 1; j < this.d; j++) s += w[j] * w[j] * this.v[j];
+    return s;
+  }
+
+  private finishAttention(): void {
+    // V's mean is cancelled (see filler), so attention moves no mean. Its variance is not
+    // counted: past the first few positions it averages many values and adds almost none, so
+    // only those first positions fire a little more often than planned.
+    this.pending = "none";
+  }
+
+  private finishFfn(): void {
+    for (let j = RESERVED; j < this.d; j++) this.v[j] += this.dF;
+    if (this.drelu) for (let j = 1; j < this.d; j++) this.m[j] += this.addMean[j];
+    this.pending = "none";
+  }
+
+  /** Set up for a tensor; returns the standard deviation its values get. */
+  private begin(r: TensorRecipe): number {
+    const d = this.d;
+    switch (r.kind) {
+      case "norm":
+        // a norm follows the block whose effect on the residual is now complete
+        if (this.pending === "ffn") this.finishFfn();
+        else if (this.pending === "attn") this.finishAttention();
+        return r.std;
+      case "attn_output": {
+        // variance of one value of V at position 0, where attention returns it unchanged
+        const k = this.normFactor();
+        const varV = (this.ef2 / d) * k * k * this.weightedVar(this.attnNorm); // attn_v's std is 1/sqrt(dim)
+        this.pending = "attn";
+        return Math.sqrt(this.dA / (this.ef2 * d * varV));
+      }
+      case "ffn_gate": {
+        this.kNorm = this.normFactor();
+        const w = this.ffnNorm;
+        for (let j = 1; j < d; j++) {
+          this.omega[j] = w[j] * w[j] * this.v[j];
+          this.nu[j] = w[j] * this.m[j];
+        }
+        if (this.rank > 0) this.startPredictor(r.layer, r.std);
+        const p = plannedFiring(this.seed, r.layer, this.ffn, this.sparsity, this.alpha);
+        this.zGate = new Float64Array(this.ffn);
+        this.zUp = new Float64Array(this.ffn);
+        for (let i = 0; i < this.ffn; i++) {
+          // dReLU: gate and up each fire with probability sqrt(p)
+          const pg = this.drelu ? Math.sqrt(p[i]) : p[i];
+          this.zGate[i] = quantileCached(pg);
+          this.zUp[i] = this.drelu ? this.zGate[i] : 0;
+        }
+        return r.std;
+      }
+      case "ffn_down": {
+        // Gaussian moments of each neuron's output, in the units RMSNorm leaves
+        const k2 = this.kNorm * this.kNorm;
+        let sumVar = 0;
+        let zeros = 0;
+        for (let i = 0; i < this.ffn; i++) {
+          const [g1, g2] = reluMoments(this.zg[i]);
+          const sg = this.sg[i];
+          const su = this.su[i];
+          let e1: number, e2: number;
+          if (this.drelu) {
+            const [u1, u2] = reluMoments(this.zu[i]);
+            e1 = k2 * sg * su * g1 * u1;
+            e2 = k2 * k2 * sg * sg * su * su * g2 * u2;
+            zeros += 1 - normCdf(this.zg[i]) * normCdf(this.zu[i]);
+          } else {
+            // up has no bias here: zu holds its mean over its deviation
+            const mu = this.zu[i] * su;
+            e1 = k2 * sg * g1 * mu;
+            e2 = k2 * k2 * sg * sg * g2 * (su * su + mu * mu);
+            zeros += 1 - normCdf(this.zg[i]);
+          }
+          this.eh[i] = e1;
+          sumVar += e2 - e1 * e1;
+        }
+        this.predicted.push(zeros / this.ffn);
+        this.addMean.fill(0);
+        this.pending = "ffn";
+        return Math.sqrt(this.dF / (this.ef2 * sumVar));
+      }
+      case "output": {
+        if (this.pending === "ffn") this.finishFfn();
+        const k = this.normFactor();
+        return 2 / Math.sqrt(this.ef2 * k * k * this.weightedVar(this.outNorm));
+      }
+      default:
+        return r.std;
+    }
+  }
+
+  /** The row generator for a tensor of the sparse model. */
+  filler(r: TensorRecipe, stream: SynthStream): RowFiller {
+    const std = this.begin(r);
+    // a predictable gate draws each row from the layer's basis instead (in `each`, below)
+    const lowRank = r.kind === "ffn_gate" && this.rank > 0;
+    const base: RowFiller = lowRank ? () => {} : rowFiller(std === r.std ? r : { ...r, std }, stream);
+    const rowLen = r.dims[0];
+    const tr = typeTraits(r.type)!;
+    const rowBytes = (rowLen / tr.blockSize) * tr.typeSize;
+    let row = 0;
+    let each: (b: Uint8Array, off: number, row: number) => void;
+    const wcF = this.ffnNorm.length ? this.ffnNorm[0] * this.C : 1;
+    switch (r.kind) {
+      case "norm": {
+        const which = r.name.endsWith("attn_norm.weight")
+          ? "attnNorm"
+          : r.name.endsWith("ffn_norm.weight")
+            ? "ffnNorm"
+            : "outNorm";
+        each = (b, off) => {
+          this[which] = new Float32Array(rowLen);
+          this[which].set(new Float32Array(b.buffer, b.byteOffset + off, rowLen));
+        };
+        break;
+      }
+      case "embed":
+        each = (b, off) => this.writeEmbedding(b, off);
+        break;
+      case "attn_q":
+      case "attn_k":
+        each = (b, off) => this.plantElement0(b, off, rowLen, null, this.zeroW, this.zeroW, 1);
+        break;
+      case "attn_v":
+      case "output": {
+        // Under dReLU the residual has a mean (outputs are never negative); element 0 then
+        // cancels its share in V (attention passes no constant on) and in the logits (no fixed
+        // favourite tokens). Under ReLU the mean is zero and element 0 is zero.
+        const norm = r.kind === "attn_v" ? this.attnNorm : this.outNorm;
+        const nu = new Float64Array(rowLen);
+        for (let j = 1; j < rowLen; j++) nu[j] = norm[j] * this.m[j];
+        const wc = norm[0] * this.C;
+        each = (b, off) => this.plantElement0(b, off, rowLen, this.drelu ? 0 : null, this.zeroW, nu, wc);
+        break;
+      }
+      case "attn_output":
+        each = (b, off, j) => {
+          if (j < RESERVED) b.fill(0, off, off + rowBytes); // nothing may move the constant or fill its block
+        };
+        break;
+      case "ffn_down":
+        each = (b, off, j) => {
+          if (j < RESERVED) b.fill(0, off, off + rowBytes);
+          else if (this.drelu) {
+            rowMoments(this.type, b, off, rowLen, 0, this.zeroW, this.eh, this.mom);
+            this.addMean[j] = this.mom[1];
+          }
+        };
+        break;
+      case "ffn_gate":
+        each = (b, off, i) => {
+          if (lowRank) this.lowRankRow(b, off, rowBytes, i, stream);
+          const [sigma, z] = this.plantElement0(b, off, rowLen, this.zGate[i], this.omega, this.nu, wcF);
+          this.sg[i] = sigma;
+          this.zg[i] = z;
+          if (lowRank) this.finishPredictorRow(b, off, rowBytes, i, sigma);
+        };
+        break;
+      case "ffn_up":
+        each = (b, off, i) => {
+          const [sigma, z] = this.plantElement0(
+            b,
+            off,
+            rowLen,
+            this.drelu ? this.zUp[i] : null,
+            this.omega,
+            this.nu,
+            wcF,
+          );
+          this.su[i] = sigma;
+          this.zu[i] = z;
+        };
+        break;
+      default:
+        throw new RangeError(`synthetic model: no sparse recipe for ${r.name}`);
+    }
+    return (dst, words, rows) => {
+      base(dst, words, rows);
+      for (let k = 0; k < rows; k++, row++) each(dst, k * rowBytes, row);
+    };
+  }
+
+  /** Token embedding row: the constant in dimension 0, zeros in the rest of its block. */
+  private writeEmbedding(b: Uint8Array, off: number): void {
+    switch (this.type) {
+      case GGMLType.F32:
+        new Float32Array(b.buffer, b.byteOffset + off, RESERVED).fill(0)[0] = this.C;
+        return;
+      case GGMLType.F16:
+        new Uint16Array(b.buffer, b.byteOffset + off, RESERVED).fill(0)[0] = f32ToF16(this.C);
+        return;
+      default: {
+        const L = this.bl.levels;
+        L.fill(0);
+        L[0] = this.type === GGMLType.Q8_0 ? 127 : 7;
+        writeBlock0(this.type, b, off, this.C / L[0], L);
+      }
+    }
+  }
+
+  /**
+   * Set element 0 of a row that reads the normalized residual: to 0 (z null), or to the bias that
+   * makes the row's dot product positive with probability Phi(z) (z = 0 with a mean: the bias
+   * that cancels the mean). wc: what element 0 is multiplied by, in raw residual units (the
+   * norm weight of dimension 0 times C). Returns the deviation of the rest of the dot product
+   * (raw residual units) and the bias-plus-mean over it (the z reached; for z null, the mean's
+   * share).
+   */
+  private plantElement0(
+    b: Uint8Array,
+    off: number,
+    rowLen: number,
+    z: number | null,
+    omega: Float64Array,
+    nu: Float64Array,
+    wc: number,
+  ): [number, number] {
+    const mom = this.mom;
+    if (!this.quantized) {
+      rowMoments(this.type, b, off, rowLen, 1, omega, nu, mom);
+      const sigma = Math.sqrt(mom[0]);
+      const mu = mom[1];
+      const target = z === null ? 0 : (z * sigma - mu) / wc;
+      let value: number;
+      if (this.type === GGMLType.F32) {
+        value = Math.fround(target);
+        new Float32Array(b.buffer, b.byteOffset + off, 1)[0] = value;
+      } else {
+        const h = f32ToF16(target);
+        new Uint16Array(b.buffer, b.byteOffset + off, 1)[0] = h;
+        value = F16[h];
+      }
+      return [sigma, sigma > 0 ? (value * wc + mu) / sigma : 0];
+    }
+    // blocks 1.. as drawn; block 0 rewritten around the bias
+    rowMoments(this.type, b, off, rowLen, 32, omega, nu, mom);
+    const R = mom[0];
+    const muR = mom[1];
+    const bl = this.bl;
+    readBlock0(this.type, b, off, bl);
+    const L = bl.levels;
+    let Q0 = 0;
+    let M0 = 0;
+    for (let j = 1; j < 32; j++) {
+      Q0 += omega[j] * L[j] * L[j];
+      M0 += nu[j] * L[j];
+    }
+    const [L0, d, sgn] = z === null ? [0, bl.dNom, 1] : solveBlock0(z, R, muR, Q0, M0, wc, bl);
+    if (sgn !== 1) {
+      for (let j = 1; j < 32; j++) L[j] *= sgn;
+      Q0 *= sgn * sgn;
+      M0 *= sgn;
+    }
+    L[0] = L0;
+    const ds = writeBlock0(this.type, b, off, d, L);
+    const sigma = Math.sqrt(R + ds * ds * Q0);
+    const mu = muR + ds * M0;
+    return [sigma, sigma > 0 ? (L0 * ds * wc + mu) / sigma : 0];
+  }
+}
+
+/** 32 random bits -> uniform on (-1, 1). */
+function unitUniform(word: number): number {
+  return ((word >>> 8) + 0.5) / 8388608 - 1;
+}
+
+const quantileCache = new Map<number, number>();
+function quantileCached(p: number): number {
+  let z = quantileCache.get(p);
+  if (z === undefined) {
+    if (quantileCache.size > 1 << 16) quantileCache.clear();
+    quantileCache.set(p, (z = normQuantile(p)));
+  }
+  return z;
+}

@@ -1,0 +1,175 @@
+/**
+ * The shapes a synthetic model can take (SHAPE_SPECS: from a 4-layer toy to Llama-2-13B), its
+ * weight types and activations, and its tensor table (synthRecipes): every tensor with its
+ * dimensions, type and the standard deviation its values are drawn with.
+ */
+import { GGMLType, typeTraits } from "../../format/ggml-types.js";
+
+export type SynthShape = "tiny" | "1b" | "7b" | "mistral-7b" | "13b";
+export type SynthActivation = "silu" | "relu" | "drelu";
+export type SynthType = "f32" | "f16" | "q8_0" | "q4_0" | "q4_1";
+
+export const SYNTH_SHAPES: readonly SynthShape[] = ["tiny", "1b", "7b", "mistral-7b", "13b"];
+export const SYNTH_ACTIVATIONS: readonly SynthActivation[] = ["silu", "relu", "drelu"];
+export const SYNTH_TYPES: readonly SynthType[] = ["f32", "f16", "q8_0", "q4_0", "q4_1"];
+
+export interface SynthShapeSpec {
+  /** what it imitates */
+  readonly like: string;
+  readonly dim: number;
+  readonly layers: number;
+  readonly ffn: number;
+  readonly heads: number;
+  readonly kvHeads: number;
+  readonly vocab: number;
+  readonly context: number;
+  readonly ropeBase: number;
+  readonly rmsEps: number;
+}
+
+export const SHAPE_SPECS: Readonly<Record<SynthShape, SynthShapeSpec>> = {
+  tiny: {
+    like: "a toy llama",
+    dim: 256,
+    layers: 4,
+    ffn: 768,
+    heads: 8,
+    kvHeads: 4,
+    vocab: 512,
+    context: 512,
+    ropeBase: 10000,
+    rmsEps: 1e-5,
+  },
+  "1b": {
+    like: "TinyLlama-1.1B",
+    dim: 2048,
+    layers: 22,
+    ffn: 5632,
+    heads: 32,
+    kvHeads: 4,
+    vocab: 32000,
+    context: 2048,
+    ropeBase: 10000,
+    rmsEps: 1e-5,
+  },
+  "7b": {
+    like: "Llama-2-7B",
+    dim: 4096,
+    layers: 32,
+    ffn: 11008,
+    heads: 32,
+    kvHeads: 32,
+    vocab: 32000,
+    context: 4096,
+    ropeBase: 10000,
+    rmsEps: 1e-5,
+  },
+  // The shape of the paper's TurboSparse-Mistral-7B: grouped-query attention keeps the part that
+  // stays in memory at 0.62x Llama-2-7B's (8 KV heads), so a 7B fits a 1.5 GiB budget.
+  "mistral-7b": {
+    like: "Mistral-7B",
+    dim: 4096,
+    layers: 32,
+    ffn: 14336,
+    heads: 32,
+    kvHeads: 8,
+    vocab: 32000,
+    context: 32768,
+    ropeBase: 10000,
+    rmsEps: 1e-5,
+  },
+  "13b": {
+    like: "Llama-2-13B",
+    dim: 5120,
+    layers: 40,
+    ffn: 13824,
+    heads: 40,
+    kvHeads: 40,
+    vocab: 32000,
+    context: 4096,
+    ropeBase: 10000,
+    rmsEps: 1e-5,
+  },
+};
+
+export const GGML_TYPE: Record<SynthType, GGMLType> = {
+  f32: GGMLType.F32,
+  f16: GGMLType.F16,
+  q8_0: GGMLType.Q8_0,
+  q4_0: GGMLType.Q4_0,
+  q4_1: GGMLType.Q4_1,
+};
+
+export type TensorKind =
+  "embed" | "norm" | "attn_q" | "attn_k" | "attn_v" | "attn_output" | "ffn_gate" | "ffn_up" | "ffn_down" | "output";
+
+/** One tensor of the synthetic model, with how its values are drawn. */
+export interface TensorRecipe {
+  readonly name: string;
+  readonly kind: TensorKind;
+  /** layer index, or -1 outside the blocks */
+  readonly layer: number;
+  /** ggml order: [row length, rows] */
+  readonly dims: readonly number[];
+  readonly type: GGMLType;
+  /** target standard deviation of the values; for norms the spread around 1 */
+  readonly std: number;
+  readonly bytes: number;
+}
+
+/** The tensor table of a synthetic model, in file order. */
+export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecipe[] {
+  const t = GGML_TYPE[type];
+  const { dim, ffn, layers, vocab, heads, kvHeads } = spec;
+  const headDim = dim / heads;
+  const kvDim = headDim * kvHeads;
+  const out: TensorRecipe[] = [];
+  const add = (name: string, kind: TensorKind, layer: number, dims: number[], ty: GGMLType, std: number) => {
+    const tr = typeTraits(ty)!;
+    out.push({
+      name,
+      kind,
+      layer,
+      dims,
+      type: ty,
+      std,
+      bytes: ((dims[0] * (dims[1] ?? 1)) / tr.blockSize) * tr.typeSize,
+    });
+  };
+  const proj = (fanIn: number) => 1 / Math.sqrt(fanIn);
+  // Embeddings at unit scale: the first RMSNorm rescales them anyway, and unit scale keeps the
+  // residual stream comparable to what each layer adds.
+  add("token_embd.weight", "embed", -1, [dim, vocab], t, 1);
+  for (let l = 0; l < layers; l++) {
+    const p = `blk.${l}.`;
+    add(p + "attn_norm.weight", "norm", l, [dim], GGMLType.F32, 0.05);
+    add(p + "attn_q.weight", "attn_q", l, [dim, dim], t, proj(dim));
+    add(p + "attn_k.weight", "attn_k", l, [dim, kvDim], t, proj(dim));
+    add(p + "attn_v.weight", "attn_v", l, [dim, kvDim], t, proj(dim));
+    add(p + "attn_output.weight", "attn_output", l, [dim, dim], t, proj(dim));
+    add(p + "ffn_norm.weight", "norm", l, [dim], GGMLType.F32, 0.05);
+    add(p + "ffn_gate.weight", "ffn_gate", l, [dim, ffn], t, proj(dim));
+    add(p + "ffn_up.weight", "ffn_up", l, [dim, ffn], t, proj(dim));
+    add(p + "ffn_down.weight", "ffn_down", l, [ffn, dim], t, proj(ffn));
+  }
+  add("output_norm.weight", "norm", -1, [dim], GGMLType.F32, 0.05);
+  // Logits with a standard deviation near 2: a distribution with a few clear favourites rather
+  // than a flat one over 32000 tokens.
+  add("output.weight", "output", -1, [dim, vocab], t, 2 / Math.sqrt(dim));
+  return out;
+}
+
+export function checkSpec(spec: SynthShapeSpec, type: SynthType): void {
+  const fail = (m: string) => {
+    throw new RangeError(`synthetic model: ${m}`);
+  };
+  for (const k of ["dim", "layers", "ffn", "heads", "kvHeads", "vocab", "context"] as const) {
+    if (!Number.isInteger(spec[k]) || spec[k] < 1) fail(`${k} must be a positive integer, got ${spec[k]}`);
+  }
+  if (spec.dim % spec.heads !== 0) fail(`dim ${spec.dim} is not a multiple of heads ${spec.heads}`);
+  if (spec.heads % spec.kvHeads !== 0) fail(`heads ${spec.heads} is not a multiple of kvHeads ${spec.kvHeads}`);
+  if ((spec.dim / spec.heads) % 2 !== 0) fail(`head dimension ${spec.dim / spec.heads} must be even for RoPE`);
+  const block = typeTraits(GGML_TYPE[type])!.blockSize;
+  if (spec.dim % block !== 0 || spec.ffn % block !== 0)
+    fail(`dim ${spec.dim} and ffn ${spec.ffn} must be multiples of the ${type} block size ${block}`);
+}

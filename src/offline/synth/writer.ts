@@ -1,0 +1,293 @@
+/**
+ * Writing a synthetic model: checking the options, the GGUF metadata (hyper-parameters, a
+ * synthetic vocabulary, provenance), and streaming the tensors to disk chunk by chunk, each drawn
+ * from its own stream (random-rows.ts) or, with planted sparsity, rewritten as the construction
+ * needs (planted-sparsity.ts); then the implied predictors, if asked for.
+ */
+import { GGUFWriter, GGUFValueType } from "../../format/gguf-writer.js";
+import { SPARSITY_ALPHA_DEFAULT, SynthStream } from "../../model/firing.js";
+import { writePredictorFile } from "../predictor-files.js";
+import { fingerprintOfPath } from "../profile.js";
+import { buildSynthVocab } from "../synth-vocab.js";
+import {
+  ALPHA_MAX,
+  ALPHA_MIN,
+  GATE_RANK_MAX,
+  PREDICTOR_MARGIN,
+  RESERVED,
+  SPARSITY_MAX,
+  SPARSITY_MIN,
+  SparsityPlanter,
+  type PlantedPredictor,
+} from "./planted-sparsity.js";
+import { rowFiller } from "./random-rows.js";
+import {
+  checkSpec,
+  SHAPE_SPECS,
+  SYNTH_ACTIVATIONS,
+  SYNTH_SHAPES,
+  SYNTH_TYPES,
+  synthRecipes,
+  type SynthActivation,
+  type SynthShape,
+  type SynthShapeSpec,
+  type SynthType,
+} from "./shapes.js";
+
+/** llama.cpp's `llama_ftype` ("mostly" the given type; norms stay F32). */
+const FILE_TYPE: Record<SynthType, number> = { f32: 0, f16: 1, q4_0: 2, q4_1: 3, q8_0: 7 };
+
+export interface SynthProgress {
+  /** tensor data bytes written so far, and in all */
+  readonly bytesWritten: number;
+  readonly totalBytes: number;
+  readonly tensor: string;
+  readonly tensorIndex: number;
+  readonly tensorCount: number;
+}
+
+export interface SynthOptions {
+  shape: SynthShape;
+  act: SynthActivation;
+  type: SynthType;
+  seed: number;
+  out: string;
+  onProgress?: (p: SynthProgress) => void;
+  signal?: AbortSignal;
+  /** override the shape's spec (tests use smaller vocabularies) */
+  overrides?: Partial<SynthShapeSpec>;
+  /** fsync before the final rename (default true) */
+  fsync?: boolean;
+  /**
+   * Planted activation sparsity (relu and drelu only): the mean share of FFN neurons whose
+   * output is exactly zero, per layer, in [SPARSITY_MIN, SPARSITY_MAX]. Omitted: plain random
+   * weights (a ReLU model then rests about half its neurons, with no hot ones).
+   */
+  sparsity?: number;
+  /** exponent of the firing-frequency power law (default SPARSITY_ALPHA_DEFAULT); needs `sparsity` */
+  alpha?: number;
+  /**
+   * Predictable firing (relu with `sparsity` only): each layer's gate rows are drawn from a
+   * subspace of this many dimensions (plus the quantization's own noise), as the gate inputs of
+   * trained ReLU models live near a low-dimensional subspace; a small predictor can then tell
+   * which neurons fire, and the generator hands one back (`SynthResult.predictors`).
+   */
+  gateRank?: number;
+  /** with gateRank: write the planted predictors here (a predictors-only GGUF for `convert --predictors`) */
+  predictorsOut?: string;
+}
+
+export interface SynthResult {
+  path: string;
+  /** file size */
+  bytes: number;
+  tensors: number;
+  seconds: number;
+  /**
+   * With planted sparsity: the share of zero FFN outputs per layer that the generator's own model
+   * of the residual stream predicts (the real rate is measured by running the model).
+   */
+  predictedSparsity?: number[];
+  /**
+   * With `gateRank`: the predictor the construction implies for each layer (see "Predictable
+   * firing"): PowerInfer's fc2 . relu(fc1 . x) on the raw residual, active above 0.
+   */
+  predictors?: PlantedPredictor[];
+}
+
+const CHUNK_BYTES = 4 << 20;
+
+function validate(o: SynthOptions): SynthShapeSpec {
+  if (!SYNTH_SHAPES.includes(o.shape))
+    throw new RangeError(
+      `synthetic model: unknown shape ${JSON.stringify(o.shape)} (expected ${SYNTH_SHAPES.join(", ")})`,
+    );
+  if (!SYNTH_ACTIVATIONS.includes(o.act))
+    throw new RangeError(
+      `synthetic model: unknown activation ${JSON.stringify(o.act)} (expected ${SYNTH_ACTIVATIONS.join(", ")})`,
+    );
+  if (!SYNTH_TYPES.includes(o.type))
+    throw new RangeError(
+      `synthetic model: unknown type ${JSON.stringify(o.type)} (expected ${SYNTH_TYPES.join(", ")})`,
+    );
+  if (!Number.isSafeInteger(o.seed) || o.seed < 0)
+    throw new RangeError(`synthetic model: seed must be a non-negative integer, got ${o.seed}`);
+  if (typeof o.out !== "string" || o.out === "") throw new RangeError("synthetic model: no output path");
+  if (o.sparsity !== undefined) {
+    if (o.act === "silu")
+      throw new RangeError(
+        "synthetic model: planted sparsity needs a ReLU-family activation (relu or drelu); silu never outputs exact zeros",
+      );
+    if (typeof o.sparsity !== "number" || !(o.sparsity >= SPARSITY_MIN && o.sparsity <= SPARSITY_MAX)) {
+      throw new RangeError(
+        `synthetic model: sparsity must be a number in [${SPARSITY_MIN}, ${SPARSITY_MAX}], got ${o.sparsity}`,
+      );
+    }
+  }
+  if (o.alpha !== undefined) {
+    if (o.sparsity === undefined)
+      throw new RangeError(
+        "synthetic model: alpha shapes the firing frequencies of planted sparsity; give a sparsity too",
+      );
+    if (typeof o.alpha !== "number" || !(o.alpha >= ALPHA_MIN && o.alpha <= ALPHA_MAX)) {
+      throw new RangeError(`synthetic model: alpha must be a number in [${ALPHA_MIN}, ${ALPHA_MAX}], got ${o.alpha}`);
+    }
+  }
+  if (o.predictorsOut !== undefined && o.gateRank === undefined)
+    throw new RangeError(
+      "synthetic model: predictorsOut needs gateRank (only a predictable model has predictors to write)",
+    );
+  if (o.gateRank !== undefined) {
+    if (o.sparsity === undefined || o.act !== "relu")
+      throw new RangeError(
+        "synthetic model: gateRank makes planted ReLU sparsity predictable; it needs act relu and a sparsity",
+      );
+    if (!Number.isInteger(o.gateRank) || o.gateRank < 1 || o.gateRank > GATE_RANK_MAX)
+      throw new RangeError(`synthetic model: gateRank must be an integer in [1, ${GATE_RANK_MAX}], got ${o.gateRank}`);
+  }
+  const spec = { ...SHAPE_SPECS[o.shape], ...(o.overrides ?? {}) };
+  checkSpec(spec, o.type);
+  if (o.gateRank !== undefined && o.gateRank >= spec.dim - RESERVED)
+    throw new RangeError(
+      `synthetic model: gateRank ${o.gateRank} must be below the residual width ${spec.dim - RESERVED}`,
+    );
+  return spec;
+}
+
+/** Set a synthetic model's metadata on a writer. */
+function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): void {
+  const U32 = GGUFValueType.UINT32;
+  const F32 = GGUFValueType.FLOAT32;
+  w.setMetadata("general.architecture", "llama");
+  const planted = o.sparsity !== undefined ? `-sparsity${o.sparsity}` : "";
+  w.setMetadata(
+    "general.name",
+    `synthetic-${o.shape}-${o.act}${planted}-${o.type}-seed${o.seed} (random weights shaped like ${spec.like}; not a trained model)`,
+  );
+  w.setMetadata("general.file_type", FILE_TYPE[o.type], U32);
+  if (o.type !== "f32" && o.type !== "f16") w.setMetadata("general.quantization_version", 2, U32);
+  w.setMetadata("llama.context_length", spec.context, U32);
+  w.setMetadata("llama.embedding_length", spec.dim, U32);
+  w.setMetadata("llama.block_count", spec.layers, U32);
+  w.setMetadata("llama.feed_forward_length", spec.ffn, U32);
+  w.setMetadata("llama.rope.dimension_count", spec.dim / spec.heads, U32);
+  w.setMetadata("llama.attention.head_count", spec.heads, U32);
+  w.setMetadata("llama.attention.head_count_kv", spec.kvHeads, U32);
+  w.setMetadata("llama.attention.layer_norm_rms_epsilon", spec.rmsEps, F32);
+  w.setMetadata("llama.rope.freq_base", spec.ropeBase, F32);
+  w.setMetadata("llama.vocab_size", spec.vocab, U32);
+  w.setMetadata("llama.feed_forward_activation", o.act);
+  // Provenance, so tools can tell a synthetic file from a real one and rebuild it.
+  w.setMetadata("synth.shape", o.shape);
+  w.setMetadata("synth.seed", BigInt(o.seed), GGUFValueType.UINT64);
+  // For display and for rebuilding the file only: the engine must find the zeros by computing.
+  if (o.sparsity !== undefined) {
+    w.setMetadata("synth.sparsity", o.sparsity, F32);
+    w.setMetadata("synth.alpha", o.alpha ?? SPARSITY_ALPHA_DEFAULT, F32);
+    if (o.gateRank !== undefined) w.setMetadata("synth.gate_rank", o.gateRank, U32);
+  }
+  const vocab = buildSynthVocab(spec.vocab);
+  w.setMetadata("tokenizer.ggml.model", "llama");
+  w.setMetadata("tokenizer.ggml.tokens", vocab.tokens, GGUFValueType.STRING);
+  w.setMetadata("tokenizer.ggml.scores", vocab.scores);
+  w.setMetadata("tokenizer.ggml.token_type", vocab.types);
+  w.setMetadata("tokenizer.ggml.bos_token_id", vocab.bosId, U32);
+  w.setMetadata("tokenizer.ggml.eos_token_id", vocab.eosId, U32);
+  w.setMetadata("tokenizer.ggml.unknown_token_id", vocab.unkId, U32);
+  w.setMetadata("tokenizer.ggml.add_bos_token", true);
+  w.setMetadata("tokenizer.ggml.add_eos_token", false);
+}
+
+/** Size in bytes of the file synthesize() would write (header included). */
+export function synthFileSize(o: Omit<SynthOptions, "out"> & { out?: string }): number {
+  const spec = validate({ ...o, out: o.out ?? "size-only" });
+  const w = new GGUFWriter(o.out ?? "size-only");
+  writeMetadata(w, { ...o, out: "" }, spec);
+  for (const r of synthRecipes(spec, o.type)) w.addTensor(r.name, r.dims, r.type);
+  return w.totalBytes;
+}
+
+/** Write a synthetic model. Resolves when the file is complete and in place. */
+export async function synthesize(o: SynthOptions): Promise<SynthResult> {
+  const start = performance.now();
+  const spec = validate(o);
+  o.signal?.throwIfAborted();
+  const recipes = synthRecipes(spec, o.type);
+  const w = new GGUFWriter(o.out, { fsync: o.fsync ?? true });
+  writeMetadata(w, o, spec);
+  for (const r of recipes) w.addTensor(r.name, r.dims, r.type);
+  const totalBytes = w.dataBytes;
+  const planter =
+    o.sparsity !== undefined
+      ? new SparsityPlanter(spec, o.type, o.act, o.seed, o.sparsity, o.alpha ?? SPARSITY_ALPHA_DEFAULT, o.gateRank ?? 0)
+      : undefined;
+
+  // Two buffers: one is filled while the other is on its way to disk.
+  const bufs = [new ArrayBuffer(CHUNK_BYTES + 8), new ArrayBuffer(CHUNK_BYTES + 8)];
+  const onAbort = () => void w.abort();
+  o.signal?.addEventListener("abort", onAbort, { once: true });
+  // the write in flight while the next chunk is filled; an abort makes it reject, and that
+  // rejection must be observed (else an interrupted synth crashes instead of cleaning up)
+  let pending: Promise<void> | undefined;
+  try {
+    for (let ti = 0; ti < recipes.length; ti++) {
+      const r = recipes[ti];
+      const rows = r.dims[1] ?? 1;
+      const rowBytes = r.bytes / rows;
+      // Whole rows per chunk (a row is a neuron), at least one.
+      const rowsPerChunk = Math.max(1, Math.floor(CHUNK_BYTES / rowBytes));
+      const stream = new SynthStream(o.seed, r.name);
+      const fill = planter ? planter.filler(r, stream) : rowFiller(r, stream);
+      const sink = await w.tensorSink(r.name);
+      pending = undefined;
+      for (let row = 0, k = 0; row < rows; row += rowsPerChunk, k++) {
+        o.signal?.throwIfAborted();
+        const n = Math.min(rowsPerChunk, rows - row);
+        const bytes = n * rowBytes;
+        let buf = bufs[k & 1];
+        if (buf.byteLength < bytes + 8) buf = bufs[k & 1] = new ArrayBuffer(bytes + 8); // a single huge row
+        const dst = new Uint8Array(buf, 0, bytes);
+        fill(dst, new Uint32Array(buf, 0, (bytes + 3) >>> 2), n);
+        if (pending) await pending;
+        pending = sink.write(dst);
+        o.onProgress?.({
+          bytesWritten: w.dataBytesWritten,
+          totalBytes,
+          tensor: r.name,
+          tensorIndex: ti,
+          tensorCount: recipes.length,
+        });
+      }
+      if (pending) await pending;
+    }
+    o.signal?.throwIfAborted();
+    await w.finish();
+  } catch (err) {
+    await pending?.catch(() => undefined);
+    await w.abort();
+    throw err;
+  } finally {
+    o.signal?.removeEventListener("abort", onAbort);
+  }
+  const result: SynthResult = {
+    path: o.out,
+    bytes: w.totalBytes,
+    tensors: recipes.length,
+    seconds: (performance.now() - start) / 1000,
+  };
+  if (planter) result.predictedSparsity = planter.predicted.slice();
+  if (planter && o.gateRank) {
+    result.predictors = planter.predictors;
+    if (o.predictorsOut) {
+      const share = planter.predictors.reduce((a, p) => a + p.noiseShare, 0) / planter.predictors.length;
+      await writePredictorFile({
+        output: o.predictorsOut,
+        predictors: planter.predictors,
+        model: fingerprintOfPath(o.out),
+        fsync: o.fsync,
+        origin: `planted by powerinfer synth (gate rank ${o.gateRank}, margin ${PREDICTOR_MARGIN} noise deviations; quantization noise ${(100 * share).toFixed(1)}% of the pre-activation's deviation); not trained`,
+      });
+    }
+  }
+  return result;
+}

@@ -1,0 +1,96 @@
+/**
+ * How each weight type lives in wasm memory and which kernels compute with it: the contract
+ * (`WeightKernel`), the table of types and its lookups.
+ *
+ * A matrix of `rows` x `cols` (ggml: dims [cols, rows]) is packed once at load from its GGUF
+ * bytes into a layout its kernels like (which may differ from GGUF's: e.g. scales split from
+ * quants). Every matvec takes the activation already prepared in the format the type wants
+ * (f32, or quantized to 8-bit blocks as llama.cpp does), so one prepared vector serves every
+ * matrix that reads it (Q, K and V; Gate and Up).
+ *
+ * Kernel signatures (all arguments i32; pointers are byte offsets into the shared memory):
+ *   matvec(w, xAct, y, rows, cols, r0, r1)        y[r] = W[r,:] . x            for r in [r0, r1)
+ *   matmul(w, xAct, y, rows, cols, ntok, r0, r1)  y[t*rows + r] = W[r,:] . x_t for all t < ntok
+ *   prepare_<act>(x, dst, cols, ntok)             ntok rows of f32 -> ntok prepared rows, each
+ *                                                 activationBytes(act, cols) bytes apart
+ * Any [r0, r1) inside [0, rows) is computed correctly; ranges whose ends are multiples of
+ * `rowAlign` (or equal rows) waste no work (the packed types compute rows in tiles of 2 or 4).
+ *
+ * The types, one file per family in weight-kernels/ (each file describes its packed layout):
+ *   f32.ts     F32               row-major f32, as in GGUF
+ *   q8.ts      Q8_0              tiles of 4 rows x 128 columns (tiled.ts)
+ *   q4.ts      Q4_0, Q4_1        tiles of 2 rows x 128 columns (tiled.ts)
+ *   half.ts    F16, BF16         GGUF's own rows, packed by copying (row-copy.ts)
+ *   q5.ts      Q5_0, Q5_1        GGUF's own rows (row-copy.ts)
+ *   kquant.ts  Q4_K, Q5_K, Q6_K  GGUF's own rows (row-copy.ts)
+ *
+ * Activation formats (see assembly/prepare_q8.ts): "q8_0" / "q8_1" / "q8_K" are ggml's own block
+ * layouts (for kernels that want them); "q8_i16" and "q8_i16n" hold the same quants as ggml's Q8_0
+ * / Q8_1 (llama.cpp's x86 rounding) widened to i16 and interleaved 4 blocks at a time for the
+ * packed Q8_0 and Q4_0/Q4_1 kernels.
+ */
+import { GGMLType, typeName } from "../format/ggml-types.js";
+import { F32 } from "./weight-kernels/f32.js";
+import { Q8_0 } from "./weight-kernels/q8.js";
+import { Q4_0, Q4_1 } from "./weight-kernels/q4.js";
+import { BF16, F16 } from "./weight-kernels/half.js";
+import { Q5_0, Q5_1 } from "./weight-kernels/q5.js";
+import { Q4_K, Q5_K, Q6_K } from "./weight-kernels/kquant.js";
+
+export type ActivationFormat = "f32" | "q8_0" | "q8_1" | "q8_K" | "q8_i16" | "q8_i16n";
+
+export interface WeightKernel {
+  readonly type: GGMLType;
+  readonly act: ActivationFormat;
+  /** bytes the packed matrix takes in wasm memory */
+  packedBytes(rows: number, cols: number): number;
+  /**
+   * pack GGUF-layout rows [rowStart, rowStart + nrows) of the matrix (src holds just those rows)
+   * into dst (the whole packed matrix). Packing the last row also writes the padding rows.
+   */
+  pack(src: Uint8Array, dst: Uint8Array, rowStart: number, nrows: number, rows: number, cols: number): void;
+  /** export names of the kernels */
+  readonly matvec: string;
+  readonly matmul: string;
+  /** row ranges handed to the kernels should start (and end, unless at `rows`) at multiples of this */
+  readonly rowAlign: number;
+}
+
+/** Bytes one prepared activation row of `cols` values takes. */
+export function activationBytes(fmt: ActivationFormat, cols: number): number {
+  switch (fmt) {
+    case "f32":
+      return cols * 4;
+    case "q8_0":
+      return (cols / 32) * 34;
+    case "q8_1":
+      return (cols / 32) * 36;
+    case "q8_K":
+      return (cols / 256) * 292;
+    case "q8_i16":
+      return Math.ceil(cols / 128) * 272;
+    case "q8_i16n":
+      return Math.ceil(cols / 128) * 304;
+  }
+}
+
+/** Export name of the kernel that prepares activations in `fmt` (none for f32). */
+export function prepareKernel(fmt: ActivationFormat): string | undefined {
+  return fmt === "f32" ? undefined : `prepare_${fmt}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The table
+
+const KERNELS = new Map<GGMLType, WeightKernel>();
+for (const k of [F32, Q8_0, Q4_0, Q4_1, F16, BF16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K]) KERNELS.set(k.type, k);
+
+export function weightKernel(type: GGMLType): WeightKernel {
+  const k = KERNELS.get(type);
+  if (!k) throw new Error(`no kernel for weight type ${typeName(type)}`);
+  return k;
+}
+
+export function hasWeightKernel(type: GGMLType): boolean {
+  return KERNELS.has(type);
+}

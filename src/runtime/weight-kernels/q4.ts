@@ -1,0 +1,94 @@
+/**
+ * Q4_0 and Q4_1 weights (assembly/matvec_q4.ts): tiles of 2 rows x 128 columns (tiled.ts):
+ * 2 x 64 bytes of nibbles, 4 per u16 lane, arranged so masks yield i16 lanes directly, then
+ * 2 x 4 f16 scales (Q4_0, as GGUF) or 2 x 4 f32 scales then 2 x 4 f32 mins (Q4_1).
+ */
+import { GGMLType } from "../../format/ggml-types.js";
+import { f16Table } from "../../format/half.js";
+import type { WeightKernel } from "../weight-kernels.js";
+import { ceilTo, checkPack, tiled } from "./tiled.js";
+
+/**
+ * Q4_0 / Q4_1 nibble lanes of one block (quants at src[q..q+16)) into the 4 vectors of its row
+ * group (u16 index `at`, block slot bi; see assembly/matvec_q4.ts): u16 lane 2 bi + p of vector j
+ * holds the quants of elements 2 (4j + k) + p, k = 0..3, in bits 4k..4k+3. Element e < 16 is the
+ * low nibble of byte e, element e >= 16 the high nibble of byte e - 16, so vector j reads bytes
+ * 8 (j & 1) + p + 2k, low nibbles for j < 2 and high ones after.
+ */
+function packBlockNibbles(src: Uint8Array, q: number, u16: Uint16Array, at: number, bi: number): void {
+  for (let h = 0; h < 2; h++) {
+    const b = q + 8 * h;
+    for (let p = 0; p < 2; p++) {
+      const b0 = src[b + p],
+        b1 = src[b + p + 2],
+        b2 = src[b + p + 4],
+        b3 = src[b + p + 6];
+      u16[at + 8 * h + 2 * bi + p] = (b0 & 15) | ((b1 & 15) << 4) | ((b2 & 15) << 8) | ((b3 & 15) << 12);
+      u16[at + 8 * (h + 2) + 2 * bi + p] = (b0 >> 4) | ((b1 >> 4) << 4) | ((b2 >> 4) << 8) | ((b3 >> 4) << 12);
+    }
+  }
+}
+
+/** Q4_0 / Q4_1: row pairs x 128 columns: quants of both rows (64 B each), d of both (Q4_0: f16 x4 each; Q4_1: f32 x4 each), for Q4_1 m of both. */
+function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1) {
+  const one = type === GGMLType.Q4_1;
+  const GB = one ? 192 : 144,
+    BS = one ? 20 : 18,
+    QO = one ? 4 : 2;
+  const name = one ? "Q4_1" : "Q4_0";
+  const geo = tiled(2, GB);
+  return {
+    packedBytes: geo.packedBytes,
+    pack(src: Uint8Array, dst: Uint8Array, rowStart: number, nrows: number, rows: number, cols: number): void {
+      const nb = cols / 32,
+        ng = ceilTo(cols, 128) / 128,
+        rowBytes = nb * BS,
+        tiles = ceilTo(rows, 2) / 2;
+      checkPack(name, src, dst, rowStart, nrows, rows, cols, rowBytes, geo.packedBytes(rows, cols));
+      const u16 = new Uint16Array(dst.buffer, dst.byteOffset, dst.length >> 1);
+      const f32 = new Float32Array(dst.buffer, dst.byteOffset, dst.length >> 2);
+      const end = rowStart + nrows === rows ? ceilTo(rows, 2) : rowStart + nrows;
+      for (let r = rowStart; r < end; r++) {
+        const pr = r >> 1,
+          ri = r & 1,
+          real = r < rows;
+        const s0 = (r - rowStart) * rowBytes;
+        for (let g = 0; g < ng; g++) {
+          const base = geo.at(tiles, ng, pr, g);
+          const at = (base + ri * 64) >> 1;
+          u16.fill(0, at, at + 32);
+          for (let bi = 0; bi < 4; bi++) {
+            const b = g * 4 + bi,
+              o = s0 + b * BS;
+            const ok = real && b < nb;
+            if (ok) packBlockNibbles(src, o + QO, u16, at, bi);
+            if (one) {
+              f32[(base + 128 + ri * 16 + bi * 4) >> 2] = ok ? f16Table[src[o] | (src[o + 1] << 8)] : 0;
+              f32[(base + 160 + ri * 16 + bi * 4) >> 2] = ok ? f16Table[src[o + 2] | (src[o + 3] << 8)] : 0;
+            } else {
+              // Q4_0 keeps GGUF's f16 scale: the kernel converts four at a time
+              u16[(base + 128 + ri * 8 + bi * 2) >> 1] = ok ? src[o] | (src[o + 1] << 8) : 0;
+            }
+          }
+        }
+      }
+    },
+  };
+}
+
+export const Q4_0: WeightKernel = {
+  type: GGMLType.Q4_0,
+  act: "q8_i16n",
+  ...packQ4(GGMLType.Q4_0),
+  matvec: "matvec_q4_0",
+  matmul: "matmul_q4_0",
+  rowAlign: 2,
+};
+export const Q4_1: WeightKernel = {
+  type: GGMLType.Q4_1,
+  act: "q8_i16n",
+  ...packQ4(GGMLType.Q4_1),
+  matvec: "matvec_q4_1",
+  matmul: "matmul_q4_1",
+  rowAlign: 2,
+};

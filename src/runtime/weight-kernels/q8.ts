@@ -1,0 +1,51 @@
+/**
+ * Q8_0 weights (assembly/matvec_q8_0.ts): tiles of 4 rows x 128 columns (tiled.ts): 4 x 128 quant
+ * bytes interleaved so one 8-byte piece holds 2 adjacent values of each of the 4 blocks, then
+ * 4 x 4 f32 scales.
+ */
+import { GGMLType } from "../../format/ggml-types.js";
+import { f16Table } from "../../format/half.js";
+import type { WeightKernel } from "../weight-kernels.js";
+import { ceilTo, checkPack, tiled } from "./tiled.js";
+
+const Q8_0_GB = 576;
+const q8geo = tiled(4, Q8_0_GB);
+function packQ8_0(src: Uint8Array, dst: Uint8Array, rowStart: number, nrows: number, rows: number, cols: number): void {
+  const nb = cols / 32,
+    ng = ceilTo(cols, 128) / 128,
+    rowBytes = nb * 34,
+    tiles = ceilTo(rows, 4) / 4;
+  checkPack("Q8_0", src, dst, rowStart, nrows, rows, cols, rowBytes, q8geo.packedBytes(rows, cols));
+  const f32 = new Float32Array(dst.buffer, dst.byteOffset, dst.length >> 2);
+  const u16 = new Uint16Array(dst.buffer, dst.byteOffset, dst.length >> 1);
+  const end = rowStart + nrows === rows ? ceilTo(rows, 4) : rowStart + nrows;
+  for (let r = rowStart; r < end; r++) {
+    const t = r >> 2,
+      ri = r & 3,
+      real = r < rows;
+    const s0 = (r - rowStart) * rowBytes;
+    for (let g = 0; g < ng; g++) {
+      const base = q8geo.at(tiles, ng, t, g);
+      const q = (base + ri * 128) >> 1;
+      u16.fill(0, q, q + 64);
+      for (let bi = 0; bi < 4; bi++) {
+        const b = g * 4 + bi,
+          o = s0 + b * 34;
+        const ok = real && b < nb;
+        // piece v, bytes 2 bi, 2 bi + 1  <-  elements 2v, 2v + 1 of block bi
+        if (ok) for (let v = 0; v < 16; v++) u16[q + 4 * v + bi] = src[o + 2 + 2 * v] | (src[o + 3 + 2 * v] << 8);
+        f32[(base + 512 + ri * 16 + bi * 4) >> 2] = ok ? f16Table[src[o] | (src[o + 1] << 8)] : 0;
+      }
+    }
+  }
+}
+
+export const Q8_0: WeightKernel = {
+  type: GGMLType.Q8_0,
+  act: "q8_i16",
+  packedBytes: q8geo.packedBytes,
+  pack: packQ8_0,
+  matvec: "matvec_q8_0",
+  matmul: "matmul_q8_0",
+  rowAlign: 4,
+};
