@@ -44,7 +44,8 @@ import {
 } from "../src/planner/plan.js";
 import { measureRuntimeBase } from "../src/planner/runtime-base.js";
 import { LlamaModel } from "../src/model/llama.js";
-import { CLI, tempDir } from "./helpers.js";
+import { NeuronCache } from "../src/io/neuron-cache.js";
+import { CLI, rng, tempDir } from "./helpers.js";
 
 const MiB = 2 ** 20;
 
@@ -154,17 +155,68 @@ test("budget layout: what the runtime's layout leaves for the neuron cache, hot 
   assert.equal(layoutFor(shape, hw, { ...knobs, residentGates: undefined }, budgetFor(2)).residentGates, false);
 });
 
-test("hit model: hot neurons always hit; a cold LRU of C slots over n alike neurons hits C/n once warm", () => {
+/** The real NeuronCache under independent per-token firing, layers in order as the runtime visits them: its cold hit rate once warm. */
+function simulateLru(rates: Float64Array[], coldSlots: number, tokens: number): number {
+  const L = rates.length;
+  const cache = new NeuronCache(
+    0,
+    4096,
+    coldSlots,
+    rates.map((p) => p.length),
+    Array(L).fill(0),
+  );
+  const rnd = rng(7);
+  let hits = 0,
+    asked = 0;
+  const warm = Math.floor(tokens / 4);
+  for (let t = 0; t < tokens; t++) {
+    for (let l = 0; l < L; l++) {
+      cache.beginStep();
+      const missed: number[] = [];
+      for (let k = 0; k < rates[l].length; k++) {
+        if (rnd() >= rates[l][k]) continue;
+        const hit = cache.lookup(l, k) >= 0;
+        if (!hit) missed.push(k);
+        if (t >= warm) {
+          asked++;
+          if (hit) hits++;
+        }
+      }
+      for (const k of missed) cache.acquire(l, k);
+    }
+  }
+  return hits / asked;
+}
+
+test("hit model: hot neurons always hit; the cold LRU's hits as the real cache's under independent firing", () => {
   const f = uniform(0.2);
   // all hot
   const allHot = hitProfile(f, 100, 0, 0, 1);
   assert.ok(Math.abs(allHot.hot[0] - 20) < 1e-9);
   assert.equal(allHot.cold[0][0], 0);
-  // no hot, 50 cold slots over 200 alike neurons: steady state hit rate 50 / 200
-  const warm = hitProfile(f, 0, 50, 10_000, 1);
-  assert.ok(Number.isFinite(warm.tau));
-  const rate = (warm.cold[0][0] + warm.cold[0][1]) / 40;
-  assert.ok(Math.abs(rate - 0.25) < 0.01, `hit rate ${rate}`);
+  // Once warm, against the NeuronCache itself: alike neurons, and a power law of rates, at cold
+  // regions from under one token's misses to many tokens' worth
+  const power = (n: number, s: number) => Float64Array.from({ length: n }, (_, k) => Math.min(1, s / (1 + k / 20)));
+  for (const [rates, cold] of [
+    [[new Float64Array(100).fill(0.2), new Float64Array(100).fill(0.2)], 50],
+    [[power(600, 0.5), power(600, 0.5), power(600, 0.5)], 150],
+    [[power(600, 0.5), power(600, 0.5), power(600, 0.5)], 400],
+    [[power(600, 0.5), power(600, 0.5), power(600, 0.5)], 900],
+  ] as [Float64Array[], number][]) {
+    const hp = hitProfile({ layers: rates, source: "test" }, 0, cold, 10_000, 1);
+    let hits = 0,
+      fired = 0;
+    for (let l = 0; l < rates.length; l++) {
+      hits += hp.cold[0][l];
+      fired += hp.firing[l];
+    }
+    const model = hits / fired;
+    const sim = simulateLru(rates, cold, 4000);
+    assert.ok(
+      Math.abs(model - sim) < 0.02,
+      `${cold} cold slots: model ${model.toFixed(3)}, the real cache ${sim.toFixed(3)}`,
+    );
+  }
   // cold start: nothing cached before the first token
   const cold = hitProfile(f, 0, 50, 0, 3);
   assert.equal(cold.cold[0][0], 0);
@@ -364,6 +416,20 @@ async function stores(): Promise<void> {
 
 const FAST = { scale: 0.02, cacheDir, threads: [1], queueDepths: [1, 2] };
 
+/** A plan for the profiled tiny store at one thread, with quick probes and no calibration unless asked. */
+const tinyPlan = (budget: number, more: Partial<Parameters<typeof makePlan>[0]> = {}) =>
+  makePlan({
+    modelPath: profiledPath,
+    budget,
+    probe: FAST,
+    threads: 1,
+    promptTokens: 8,
+    decodeTokens: 16,
+    contextSize: 64,
+    runtimeBase: 0,
+    ...more,
+  });
+
 test("probe: measures every part with tiny durations, caches it per machine, re-probes on request", async () => {
   await stores();
   const store = NeuronStore.open(storePath);
@@ -431,7 +497,7 @@ test("the planner's layout is the runtime's: the same split at several budgets, 
   await stores();
   // Budgets over this process's own resident size (the layout's base: everything resident counts)
   const base0 = (await LlamaModel.layoutOf(storePath, { threads: 1, contextSize: 64 })).fixedResident.base;
-  const budgets = [4, 20, 24, 32, 64, 400].map((m) => base0 + m * MiB);
+  const budgets = [4, 12, 40, 48, 64, 400].map((m) => base0 + m * MiB);
   let compared = 0,
     refused = 0;
   for (const path of [storePath, profiledPath, predictorPath]) {
@@ -494,22 +560,13 @@ test("the runtime's base as the planner measures it (a fresh process, as run mak
   const m = /memory: budget [\d.]+ MiB = runtime ([\d.]+) MiB/.exec(r.stderr);
   assert.ok(m, r.stderr);
   const runBase = Number(m[1]) * MiB;
-  assert.ok(Math.abs(base - runBase) < 4 * MiB, `planner ${(base / MiB).toFixed(1)} MiB, run ${m[1]} MiB`);
+  assert.ok(Math.abs(base - runBase) < 6 * MiB, `planner ${(base / MiB).toFixed(1)} MiB, run ${m[1]} MiB`);
 });
 
 test("plan: written, read back, applied to load options; never predicted slower than the defaults", async () => {
   await stores();
   const budget = 24 * MiB;
-  const r = await makePlan({
-    modelPath: profiledPath,
-    budget,
-    probe: FAST,
-    threads: 1,
-    promptTokens: 8,
-    decodeTokens: 16,
-    contextSize: 64,
-    runtimeBase: 0,
-  });
+  const r = await tinyPlan(budget);
   assert.ok(r.best.tokensPerSecond >= r.defaults.tokensPerSecond);
   assert.ok(r.candidates.length > 10);
   const path = join(dir, "p.json");
@@ -541,16 +598,7 @@ test("plan: written, read back, applied to load options; never predicted slower 
 test("plan mismatches: another machine, model, budget or context is a clear error (explicit plan) or a note (found next to the model)", async () => {
   await stores();
   const budget = 24 * MiB;
-  const r = await makePlan({
-    modelPath: profiledPath,
-    budget,
-    probe: FAST,
-    threads: 1,
-    promptTokens: 8,
-    decodeTokens: 16,
-    contextSize: 64,
-    runtimeBase: 0,
-  });
+  const r = await tinyPlan(budget);
   const write = (name: string, edit: (p: typeof r.plan) => void) => {
     const p = structuredClone(r.plan);
     edit(p);
@@ -610,16 +658,7 @@ test("plan mismatches: another machine, model, budget or context is a clear erro
 test("calibration: a run's compute and read waits scale every prediction by their own factors", async () => {
   await stores();
   const budget = 24 * MiB;
-  const plain = await makePlan({
-    modelPath: profiledPath,
-    budget,
-    probe: FAST,
-    threads: 1,
-    promptTokens: 8,
-    decodeTokens: 16,
-    contextSize: 64,
-    runtimeBase: 0,
-  });
+  const plain = await tinyPlan(budget);
   const jobs: CalibrationJob[] = [];
   // a stand-in run: whatever the model predicts for the defaults' steps, twice the compute and three times the waiting
   const slow = async (job: CalibrationJob): Promise<CalibrationRun> => {
@@ -634,18 +673,7 @@ test("calibration: a run's compute and read waits scale every prediction by thei
       loadAverage: 1,
     };
   };
-  const r = await makePlan({
-    modelPath: profiledPath,
-    budget,
-    probe: { ...FAST, reprobe: false },
-    threads: 1,
-    promptTokens: 8,
-    decodeTokens: 16,
-    contextSize: 64,
-    runtimeBase: 0,
-    calibrate: slow,
-    calibrationTokens: 4,
-  });
+  const r = await tinyPlan(budget, { probe: { ...FAST, reprobe: false }, calibrate: slow, calibrationTokens: 4 });
   assert.equal(jobs.length, 1);
   assert.deepEqual(jobs[0].knobs, r.defaults.knobs, "the calibration runs the defaults");
   assert.equal(jobs[0].decodeTokens, 4);
@@ -677,13 +705,13 @@ test("calibration: a run's compute and read waits scale every prediction by thei
   assert.equal(cal.computeFactor, 1);
   assert.equal(cal.ioFactor, 3);
   assert.equal(calibrated(fake, cal).secondsPerToken, 5);
-  // a disturbed run is kept within a factor of 4
+  // a disturbed run is kept within a factor of 10
   assert.equal(
     calibration(
       { knobs: fake.knobs, promptTokens: 1, steps: 1, secondsPerToken: 100, ioWaitPerToken: 1, loadAverage: 0 },
       fake,
     ).computeFactor,
-    4,
+    10,
   );
 });
 
@@ -719,7 +747,7 @@ test("powerinfer plan: writes MODEL.plan.json next to the model and prints the p
   // the real calibration run (a child process under the budget)
   assert.match(
     r.stdout,
-    /calibration: a 8-token decode with the defaults measured [\d.]+ tok\/s .* compute scaled x[\d.]+ and its waiting for reads x[\d.]+/,
+    /calibration: a 8-token decode with these knobs measured [\d.]+ tok\/s .* compute scaled x[\d.]+ and its waiting for reads x[\d.]+/,
   );
   assert.match(r.stdout, /waiting for missed bundles|up\/down of firing neurons/);
   assert.match(r.stdout, /wrote .*tiny\.hot\.pi\.plan\.json/);
@@ -760,7 +788,7 @@ test("plan: a store with predictors is planned in predictor mode, as run runs it
   assert.ok(r.best.layout.fits && r.best.breakdown.gate > 0, "the predictor's own cost is part of the prediction");
   assert.ok(r.candidates.every((p) => p.knobs.sparsity === "predictor"));
   // run takes the plan's mode and knobs (its own base differs from the measured one by a little: a little room)
-  const budget = smallest + 2 * MiB;
+  const budget = smallest + 8 * MiB;
   const plan = await makePlan({
     modelPath: predictorPath,
     budget,

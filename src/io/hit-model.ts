@@ -7,7 +7,9 @@
  * hits. The cold LRU follows Che's approximation: the cache keeps what was asked for within the
  * last tau tokens, tau solving  sum over cold neurons (1 - (1 - p)^tau) = cold slots; it starts
  * empty, so at decode step j (after a prompt of P tokens, whose batched prefill touches the union
- * of their neurons) a cold neuron hits with probability 1 - (1 - p)^min(P + j, tau).
+ * of their neurons) a cold neuron hits when it was asked for within the last P + j tokens and
+ * survived since (whole tokens, a survival chance per age: see below; in effect
+ * 1 - (1 - p)^floor(tau) with a soft edge).
  */
 
 /** Per-neuron firing probability per token, per layer, in stored order (position k = the k-th bundle of the layer). */
@@ -88,14 +90,47 @@ export function hitProfile(firing: Firing, hot: number, coldSlots: number, promp
       tau = (lo + hi) / 2;
     }
   }
+  // The runtime visits layers in order, each (layer, neuron) at most once per token, so a cold
+  // bundle is asked for again whole tokens later, and it is still there when fewer than
+  // `coldSlots` other bundles were asked for in between (LRU). survives[k - 1]: the chance of that
+  // k tokens on, the distinct bundles asked for in k tokens taken as a normal variable (a sum of
+  // independent firings). A cold region that a single token's misses overrun keeps nothing until
+  // the same layer comes round again (measured: 0 cold hits), where Che's continuous approximation
+  // would still give 1 - (1 - p)^tau.
+  const most = prompt + steps;
+  const survives: number[] = [];
+  for (let k = 1; k <= most; k++) {
+    if (tau === Infinity) {
+      survives.push(1);
+      continue;
+    }
+    let mean = 0,
+      variance = 0;
+    for (let i = 0; i < rep.length; i++) {
+      if (count[i] === 0) continue;
+      const q = 1 - Math.pow(1 - rep[i], k);
+      mean += count[i] * q;
+      variance += count[i] * q * (1 - q);
+    }
+    const z = (coldSlots - 0.5 - mean) / Math.sqrt(Math.max(variance, 1e-12));
+    const sk = normalCdf(z);
+    if (sk < 1e-7) break;
+    survives.push(sk);
+  }
+  // per (layer, bin): the chance a neuron asked for within the last `age` tokens is still held
+  const heldWithin = (i: number, age: number) => {
+    let q = 0,
+      last = 1;
+    const r = rep[i];
+    for (let k = 1; k <= Math.min(age, survives.length); k++) {
+      q += last * r * survives[k - 1];
+      last *= 1 - r;
+    }
+    return q;
+  };
   const cold: Float64Array[] = [];
   const held: Float64Array[] = [];
   for (let j = 0; j < steps; j++) {
-    // The runtime visits layers in order, each (layer, neuron) at most once per token: a cold
-    // region that a single token's misses overrun (tau < 1 token) keeps nothing until the same
-    // layer comes round again, so it hits nothing (measured: 0 cold hits), where the
-    // independent-reference approximation would still give 1 - (1 - p)^tau.
-    const age = tau < 1 ? 0 : Math.min(prompt + j, tau);
     const c = new Float64Array(L);
     const h = new Float64Array(L);
     for (let l = 0; l < L; l++) {
@@ -104,7 +139,7 @@ export function hitProfile(firing: Firing, hot: number, coldSlots: number, promp
       for (let b = 0; b < BINS; b++) {
         const i = l * BINS + b;
         if (count[i] === 0) continue;
-        const q = 1 - Math.pow(1 - rep[i], age);
+        const q = heldWithin(i, prompt + j);
         hits += sumP[i] * q;
         n += count[i] * q;
       }
@@ -115,4 +150,14 @@ export function hitProfile(firing: Firing, hot: number, coldSlots: number, promp
     held.push(h);
   }
   return { firing: fire, hot: hotHits, cold, coldHeld: held, tau };
+}
+
+/** The standard normal CDF (Abramowitz and Stegun 7.1.26, error under 1.5e-7). */
+export function normalCdf(z: number): number {
+  const x = Math.abs(z) / Math.SQRT2;
+  const t = 1 / (1 + 0.3275911 * x);
+  const erf =
+    1 -
+    ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * Math.exp(-x * x);
+  return z >= 0 ? 0.5 * (1 + erf) : 0.5 * (1 - erf);
 }

@@ -216,6 +216,16 @@ export class NeuronCache {
   }
 }
 
+/**
+ * Stored positions pinned hot per layer for `slots` slots and a hot `share`: a cache that holds
+ * the whole FFN pins all of it; otherwise at least one cold slot stays, so that misses can always
+ * be served.
+ */
+export function hotPerLayer(slots: number, share: number, layers: number, neuronsPerLayer: number): number {
+  if (slots >= layers * neuronsPerLayer) return neuronsPerLayer;
+  return Math.max(0, Math.min(neuronsPerLayer, Math.floor((slots * share) / layers), Math.floor((slots - 1) / layers)));
+}
+
 /** The hot share when nothing better is known (no firing rates). */
 export const DEFAULT_HOT_FRACTION = 0.5;
 
@@ -231,8 +241,7 @@ export function defaultHotFraction(firing: ArrayLike<number>[] | null, slots: nu
   if (!firing || firing.length === 0 || slots <= 0) return DEFAULT_HOT_FRACTION;
   const layers = firing.length;
   const rates: Firing = { layers: firing.map((f) => Float64Array.from(f)), source: "profile" };
-  const hotOf = (share: number) =>
-    Math.min(neuronsPerLayer, Math.floor((slots * share) / layers), Math.floor((slots - 1) / layers));
+  const hotOf = (share: number) => hotPerLayer(slots, share, layers, neuronsPerLayer);
   /** the most one layer misses per token beyond `hot` pinned neurons */
   const mostMisses = (hot: number) => {
     let most = 0;

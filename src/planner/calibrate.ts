@@ -13,11 +13,11 @@
 import { fork } from "node:child_process";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Breakdown, Knobs, Prediction, ReadAheadRates } from "./cost-model.js";
+import type { Breakdown, PlannedKnobs, Prediction, ReadAheadRates } from "./cost-model.js";
 
 /** What one calibration run measured, per decode step (prefill and the first token excluded; medians over the steps). */
 export interface CalibrationRun {
-  knobs: Knobs;
+  knobs: PlannedKnobs;
   promptTokens: number;
   /** decode steps measured */
   steps: number;
@@ -26,6 +26,8 @@ export interface CalibrationRun {
   loadAverage: number;
   /** predictor mode: the read-ahead measured over the steps */
   readAhead?: ReadAheadRates;
+  /** neurons picked (predictor) or firing (gate) per decode token, summed over the layers */
+  picksPerToken?: number;
 }
 
 export interface Calibration {
@@ -39,8 +41,8 @@ export interface Calibration {
 }
 
 /** Factors are kept within this range: a run disturbed beyond it says more about the run than the model. */
-const FACTOR_MIN = 0.25,
-  FACTOR_MAX = 4;
+const FACTOR_MIN = 0.1,
+  FACTOR_MAX = 10;
 const clamp = (x: number) => Math.min(FACTOR_MAX, Math.max(FACTOR_MIN, Number.isFinite(x) ? x : 1));
 
 /** The parts of a decode token that wait for flash; the rest is compute (and JS). */
@@ -75,7 +77,7 @@ export function calibrated(p: Prediction, c: Calibration): Prediction {
 export interface CalibrationJob {
   store: string;
   budget: number;
-  knobs: Knobs;
+  knobs: PlannedKnobs;
   contextSize: number;
   batchSize: number;
   promptTokens: number;

@@ -22,7 +22,7 @@
  */
 import type { GGMLType } from "../format/ggml-types.js";
 import type { ScanSpeed, SparseSpeed } from "./probe.js";
-import { hitProfile, type Firing, type HitProfile } from "../io/hit-model.js";
+import { hitProfile, normalCdf, type Firing, type HitProfile } from "../io/hit-model.js";
 import {
   offloadLayout,
   STAGE_NEURONS,
@@ -385,21 +385,32 @@ export function predict(
     }
     for (const k of Object.keys(total) as (keyof Breakdown)[]) total[k] += b[k];
   }
+  return perToken(resolved, layout, steps, total, { fired, hits: hitsSum, hot: hotSum, readBytes, maxRounds });
+}
+
+/** A prediction from totals summed over `steps` decode tokens. */
+function perToken(
+  knobs: PlannedKnobs,
+  layout: OffloadLayout,
+  steps: number,
+  total: Breakdown,
+  sums: { fired: number; hits: number; hot: number; readBytes: number; maxRounds: number },
+): Prediction {
   for (const k of Object.keys(total) as (keyof Breakdown)[]) total[k] /= steps;
   const secondsPerToken = Object.values(total).reduce((a, v) => a + v, 0);
   return {
-    knobs: resolved,
+    knobs,
     layout,
     tokensPerSecond: 1 / secondsPerToken,
     secondsPerToken,
     breakdown: total,
-    firingPerToken: fired / steps,
-    hitsPerToken: hitsSum / steps,
-    hotHitsPerToken: hotSum / steps,
-    missesPerToken: (fired - hitsSum) / steps,
-    readBytesPerToken: readBytes / steps,
-    hitRate: fired > 0 ? hitsSum / fired : 1,
-    maxRounds,
+    firingPerToken: sums.fired / steps,
+    hitsPerToken: sums.hits / steps,
+    hotHitsPerToken: sums.hot / steps,
+    missesPerToken: (sums.fired - sums.hits) / steps,
+    readBytesPerToken: sums.readBytes / steps,
+    hitRate: sums.fired > 0 ? sums.hits / sums.fired : 1,
+    maxRounds: sums.maxRounds,
   };
 }
 
@@ -459,16 +470,6 @@ function hotRuns(firing: Firing, hot: number): HotRuns {
 
 function normalPdf(z: number): number {
   return Math.exp(-0.5 * z * z) / Math.sqrt(2 * Math.PI);
-}
-
-/** The standard normal CDF (Abramowitz and Stegun 7.1.26, error under 1.5e-7). */
-function normalCdf(z: number): number {
-  const x = Math.abs(z) / Math.SQRT2;
-  const t = 1 / (1 + 0.3275911 * x);
-  const erf =
-    1 -
-    ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * Math.exp(-x * x);
-  return z >= 0 ? 0.5 * (1 + erf) : 0.5 * (1 - erf);
 }
 
 /**
@@ -594,20 +595,5 @@ function predictorMode(
     b.output = output;
     for (const k of Object.keys(total) as (keyof Breakdown)[]) total[k] += b[k];
   }
-  for (const k of Object.keys(total) as (keyof Breakdown)[]) total[k] /= steps;
-  const secondsPerToken = Object.values(total).reduce((a, v) => a + v, 0);
-  return {
-    knobs,
-    layout,
-    tokensPerSecond: 1 / secondsPerToken,
-    secondsPerToken,
-    breakdown: total,
-    firingPerToken: fired / steps,
-    hitsPerToken: hitsSum / steps,
-    hotHitsPerToken: hotSum / steps,
-    missesPerToken: (fired - hitsSum) / steps,
-    readBytesPerToken: readBytes / steps,
-    hitRate: fired > 0 ? hitsSum / fired : 1,
-    maxRounds,
-  };
+  return perToken(knobs, layout, steps, total, { fired, hits: hitsSum, hot: hotSum, readBytes, maxRounds });
 }

@@ -10,7 +10,7 @@
  */
 import type { NeuronStore } from "../../format/store.js";
 import type { GGMLType } from "../../format/ggml-types.js";
-import { defaultHotFraction, NeuronCache } from "../../io/neuron-cache.js";
+import { defaultHotFraction, hotPerLayer, NeuronCache } from "../../io/neuron-cache.js";
 import { partialBytes, sparseActivationBytes } from "../../runtime/sparse-kernels.js";
 import { weightKernel } from "../../runtime/weight-kernels.js";
 import type { ModelConfig } from "../config.js";
@@ -238,12 +238,7 @@ export function offloadLayout(
   const fits = cacheRoom >= minCache;
   const slots = fits ? Math.floor(cacheRoom / bundleBytes) : 0;
   const hotFraction = knobs.hotFraction ?? defaultHotFraction(facts.firing, slots, nFF);
-  // A cache that holds the whole FFN pins all of it; otherwise keep at least one cold slot so
-  // that misses can always be served.
-  let hot =
-    slots >= nLayer * nFF
-      ? nFF
-      : Math.max(0, Math.min(nFF, Math.floor((slots * hotFraction) / nLayer), Math.floor((slots - 1) / nLayer)));
+  let hot = hotPerLayer(slots, hotFraction, nLayer, nFF);
   const cold = slots - hot * nLayer;
   // Pinned bundles are read once at load, never by a direct read: packed without the padding
   // that 4 KiB-aligns flash reads, the bytes that padding took pin more neurons; the cold region
