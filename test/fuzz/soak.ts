@@ -6,6 +6,7 @@
  * of the samples is within a margin of the median after warm-up (the second fifth).
  */
 import { join } from "node:path";
+import { rmSync } from "node:fs";
 import { Executor, prepareInputs, executorInit, DEFAULT_LIMITS } from "./runner.js";
 import { runServerCase, healthy, type ServerCase } from "./server-cases.js";
 import { Rng } from "./rng.js";
@@ -159,6 +160,7 @@ export async function soak(o: SoakOptions): Promise<SoakSummary> {
     if (!(await healthy(port))) failures.push("after the soak the server did not answer GET /health");
   } finally {
     await ex.stop();
+    rmSync(inputs.workDir, { recursive: true, force: true });
   }
   const median = (a: number[]) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)] ?? 0;
   const fifth = Math.max(1, Math.floor(rssSamples.length / 5));
