@@ -9,6 +9,7 @@ import { interruptible } from "./interrupt.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { ProgressBar } from "./progress.js";
 import { profileModel, summarizeProfile, type ProfileProgress } from "../offline/profile.js";
+import { RANGE } from "./flag-ranges.js";
 
 const FLAGS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "model file (GGUF; not a .pi store)" },
@@ -19,20 +20,36 @@ const FLAGS: FlagSpec[] = [
     key: "tokens",
     type: "int",
     help: "profile at most this many tokens (default: the whole corpus)",
+    range: RANGE.positive,
   },
   {
     names: ["-c", "--ctx-size"],
     key: "ctx",
     type: "int",
     help: "context window in tokens (default: the model's, at most 512)",
+    range: RANGE.context,
   },
-  { names: ["-b", "--batch-size"], key: "batch", type: "int", help: "tokens per forward pass", default: 256 },
-  { names: ["-t", "--threads"], key: "threads", type: "int", help: "compute threads (default: all cores)" },
+  {
+    names: ["-b", "--batch-size"],
+    key: "batch",
+    type: "int",
+    help: "tokens per forward pass",
+    default: 256,
+    range: RANGE.batch,
+  },
+  {
+    names: ["-t", "--threads"],
+    key: "threads",
+    type: "int",
+    help: "compute threads (default: all cores)",
+    range: RANGE.threads,
+  },
   {
     names: ["--target-sparsity"],
     key: "target",
     type: "float",
     help: "SiLU/GELU models: calibrate per-layer thresholds on |act(gate)| so that this share of activations is cut (e.g. 0.5)",
+    range: RANGE.share,
   },
   { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "no progress bar or table" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },

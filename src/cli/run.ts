@@ -9,6 +9,7 @@ import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { StatusLine, TokenRate, formatStats } from "./progress.js";
 import { peakResidentBytes } from "../runtime/memory.js";
 import { LOAD_FLAGS, SAMPLING_FLAGS, loadOptions, samplingOptions } from "./model-flags.js";
+import { RANGE } from "./flag-ranges.js";
 import { BUDGET_ROOM, fixedPartsText } from "../model/offload/layout.js";
 
 const FLAGS: FlagSpec[] = [
@@ -21,6 +22,7 @@ const FLAGS: FlagSpec[] = [
     type: "int",
     help: "tokens to generate (-1 = until end or full context)",
     default: 128,
+    range: RANGE.predict,
   },
   ...SAMPLING_FLAGS,
   { names: ["--no-bos"], key: "noBos", type: "bool", help: "do not add the BOS token" },
@@ -46,7 +48,6 @@ export async function main(argv: string[]): Promise<number> {
   if (typeof args.file === "string") prompt = readFileSync(args.file, "utf8");
   if (prompt === undefined) throw new UsageError("run: give a prompt with -p TEXT or -f FILE");
   const n = args.n as number;
-  if (n < -1) throw new UsageError(`run: -n must be -1 or more, got ${n}`);
 
   const t0 = performance.now();
   const model = await loadModel(load);

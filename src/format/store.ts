@@ -14,11 +14,14 @@
  * accessors as GGUFFile (getString/getNumber/..., tensor(), tensorData(), readTensor()), so the
  * config reader and the tokenizer work on a store as they do on a GGUF file.
  */
-import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+import { closeSync, fstatSync, readSync } from "node:fs";
 import { open as openAsync, rename, rm, type FileHandle } from "node:fs/promises";
 import * as zlib from "node:zlib";
 import { GGMLType, typeName, typeTraits } from "./ggml-types.js";
 import { GGUFValueType, MetadataAccess, type GGUFTensorInfo, type GGUFValue } from "./gguf.js";
+import { openModelFile } from "./model-file-open.js";
+import { oneLine } from "./printable.js";
+import { checkStoreLayout } from "./store-layout-check.js";
 
 export const STORE_MAGIC = "PISTORE\0";
 /** The version this writer writes (2: mixtures of experts); the reader also reads version 1. */
@@ -36,7 +39,7 @@ export class StoreError extends Error {
     message: string,
     readonly offset?: number,
   ) {
-    super(`${file}: ${message}${offset !== undefined ? ` (at byte offset ${offset})` : ""}`);
+    super(oneLine(`${file}: ${message}${offset !== undefined ? ` (at byte offset ${offset})` : ""}`));
     this.name = "StoreError";
   }
 }
@@ -145,6 +148,11 @@ export interface StoreManifest {
   };
   profile: { file: string | null; tokens: number | null } | null;
   checksums: { algorithm: "crc32"; chunkBytes: number; start: number; end: number; crc32: string };
+  /**
+   * Byte ranges (whole pages) the manifest knowingly leaves unreferenced, e.g. predictors that
+   * train-predictors --store replaced; absent in stores written before the layout check.
+   */
+  unused?: { offset: number; bytes: number; what: string }[];
 }
 
 export function base64Of(a: Int32Array | Float32Array | Uint32Array): string {
@@ -527,6 +535,8 @@ export class StoreWriter {
       format: FORMAT_NAME,
       version: STORE_VERSION,
       ...body,
+      // listed even when empty: its presence tells the reader to hold the layout to no gaps
+      unused: body.unused ?? [],
       checksums: {
         algorithm: "crc32",
         chunkBytes: STORE_PAGE,
@@ -814,18 +824,20 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
       experts,
       layers,
     };
+    const layout = {
+      tensors: [...this.tensors.values()],
+      layers,
+      unused: manifest.unused,
+      start: ck.start,
+      end: ck.end,
+    };
+    checkStoreLayout({ metadata: this.metadata, ...layout }, fail);
   }
 
   /** Open a store: checks the header, the manifest's checksum and every structural field. */
   static open(path: string): NeuronStore {
-    let fd: number;
+    const { fd, size } = openModelFile(path, (m) => new StoreError(path, m));
     try {
-      fd = openSync(path, "r");
-    } catch (e) {
-      throw new StoreError(path, `cannot open: ${(e as Error).message}`);
-    }
-    try {
-      const size = fstatSync(fd).size;
       if (size < STORE_PAGE)
         throw new StoreError(
           path,

@@ -119,7 +119,7 @@ export class Generation implements AsyncIterable<string> {
           stats.stopReason = "abort";
           break;
         }
-        const id = sampler.sample(logits!);
+        const id = sampleNamed(sampler, logits!, model.file.path, pos);
         sampler.accept(id);
         if (!options.ignoreEos && tokenizer.isEog(id)) {
           stats.stopReason = "eos";
@@ -156,6 +156,23 @@ export class Generation implements AsyncIterable<string> {
     }
     if (stats.stopReason !== "stop") pending += decoder.flush();
     if (pending) yield pending;
+  }
+}
+
+/**
+ * A sample; when no logit is finite, an error naming the model file and the position: the
+ * weights were finite when loaded (they are checked), so they overflow float32 in the
+ * computation or are damaged in a way no check sees.
+ */
+function sampleNamed(sampler: Sampler, logits: Float32Array, file: string, pos: number): number {
+  try {
+    return sampler.sample(logits);
+  } catch (e) {
+    if (e instanceof RangeError && /every logit/.test(e.message))
+      throw new Error(
+        `${file}: the model computed no finite logit at position ${pos} (its weights overflow float32, or the file is damaged)`,
+      );
+    throw e;
   }
 }
 

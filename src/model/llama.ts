@@ -7,7 +7,11 @@
  * [kvDim] f32) and the activation buffers for a batch of up to `batchSize` tokens. forward()
  * allocates nothing.
  */
-import { openSync, readSync, closeSync } from "node:fs";
+import { readSync, closeSync } from "node:fs";
+import { openModelFile } from "../format/model-file-open.js";
+import { checkFiniteOnRead } from "../format/finite-check.js";
+import { checkContextSize } from "./context-size.js";
+import { checkValueTensorTypes } from "./tensor-types-check.js";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { NeuronStore, STORE_MAGIC } from "../format/store.js";
 import { OffloadedFFN, type OffloadOptions } from "./offload/offloaded-ffn.js";
@@ -88,9 +92,9 @@ export const THRESHOLDS_KEY = "powerinfer.activation_thresholds";
 export function isNeuronStore(path: string): boolean {
   let fd: number;
   try {
-    fd = openSync(path, "r");
+    ({ fd } = openModelFile(path, (m) => new Error(m)));
   } catch {
-    return false;
+    return false; // not a readable, non-empty regular file: the GGUF reader says why
   }
   try {
     const b = Buffer.alloc(8);
@@ -230,6 +234,7 @@ export class LlamaModel {
   private static async prepare(file: ModelFile, opts: LoadOptions) {
     const store = file instanceof NeuronStore ? file : undefined;
     const cfg = readConfig(file);
+    checkValueTensorTypes(file);
     const threads = opts.threads ?? (await import("node:os")).availableParallelism();
     const batchSize = Math.max(1, Math.min(opts.batchSize ?? 256, 4096));
     if (opts.predictorType !== undefined && opts.predictorType !== "q8_0" && opts.predictorType !== "original") {
@@ -252,6 +257,7 @@ export class LlamaModel {
     // explicit one, the KV cache gets what wasm32 can address next to the weights (~64 MiB kept
     // for the buffers).
     const defaultContext = opts.memoryBudget !== undefined ? 256 : 4096;
+    checkContextSize(opts.contextSize, Math.min(cfg.nCtxTrain, defaultContext), file);
     let contextSize = Math.max(1, Math.floor(opts.contextSize ?? Math.min(cfg.nCtxTrain, defaultContext)));
     const kvBytesPerPos = 2 * cfg.nLayer * cfg.nHeadKV * cfg.headDim * 4;
     const room = 4 * 2 ** 30 - (1 << 20) - residentBytes(file, cfg, residentOpts(0)).weights - 64 * 2 ** 20;
@@ -304,7 +310,8 @@ export class LlamaModel {
   }
 
   static async load(path: string, opts: LoadOptions = {}): Promise<LlamaModel> {
-    const file: ModelFile = isNeuronStore(path) ? NeuronStore.open(path) : GGUFFile.open(path);
+    // Every tensor read is checked for NaN/Inf as it passes (see finite-check.ts).
+    const file: ModelFile = checkFiniteOnRead(isNeuronStore(path) ? NeuronStore.open(path) : GGUFFile.open(path));
     let pool: ThreadPool | undefined;
     try {
       const prepared = await LlamaModel.prepare(file, opts);

@@ -18,6 +18,7 @@ import { closeSync, openSync, readFileSync, readSync, statSync } from "node:fs";
 import { basename, resolve } from "node:path";
 import { GGMLType, typeFromName, typeName, typeTraits } from "../format/ggml-types.js";
 import { GGUFFile, GGUFValueType, type GGUFTensorInfo } from "../format/gguf.js";
+import { checkFiniteOnRead } from "../format/finite-check.js";
 import { dequantizeRow, quantizeRow } from "../format/quant.js";
 import {
   base64Of,
@@ -526,7 +527,7 @@ function openPredictors(
   nEmbd: number,
   nFF: number,
 ): { file: GGUFFile; tensors: GGUFTensorInfo[]; threshold: number } {
-  const file = GGUFFile.open(path);
+  const file = checkFiniteOnRead(GGUFFile.open(path));
   try {
     // whose predictors: the fingerprint a predictors-only file records, or that of a whole model
     let recorded: unknown;
@@ -628,7 +629,8 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
   const input = resolve(opts.input),
     output = resolve(opts.output);
   if (input === output) throw new ConvertError(`the output ${output} would overwrite the input`);
-  const file = GGUFFile.open(input);
+  // NaN/Inf in the source is refused as it is read: a store holds only what was checked.
+  const file = checkFiniteOnRead(GGUFFile.open(input));
   const closers: (() => void)[] = [];
   let writer: StoreWriter | undefined;
   try {

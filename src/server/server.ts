@@ -23,6 +23,7 @@ import {
 } from "../chat/completions.js";
 import type { ChatTemplate } from "../chat/template.js";
 import type { ModelObject } from "../chat/openai-types.js";
+import { ConnectionGuard, connectionsCheckingInterval, resolveLimits, type ServerLimits } from "./limits.js";
 
 export interface ServerOptions {
   /** the model to serve; omit it to start in the "loading" state and call setModel() later */
@@ -45,6 +46,8 @@ export interface ServerOptions {
   defaults?: GenerateOptions;
   /** one line per finished request (default: none) */
   log?: (line: string) => void;
+  /** timeouts and the connection cap (default SERVER_LIMIT_DEFAULTS, src/server/limits.ts) */
+  limits?: Partial<ServerLimits>;
 }
 
 export type ServerState = "loading" | "ready" | "failed" | "closing" | "closed";
@@ -83,6 +86,7 @@ export class OpenAIServer {
   readonly host: string;
   private requestedPort: number;
   private readonly http: Server;
+  private readonly guard: ConnectionGuard;
   private model: ChatModel | undefined;
   private template: ChatTemplate | undefined;
   private modelName: string;
@@ -125,9 +129,16 @@ export class OpenAIServer {
     this.template = options.template;
     this.model = options.model;
     this._state = this.model ? "ready" : "loading";
-    this.http = createServer((req, res) => {
+    const limits = resolveLimits(options.limits);
+    this.http = createServer({ connectionsCheckingInterval: connectionsCheckingInterval(limits) }, (req, res) => {
       this.handle(req, res).catch((err) => this.internalError(res, err));
     });
+    this.guard = new ConnectionGuard(this.http, limits);
+  }
+
+  /** the timeouts and connection cap in force */
+  get limits(): ServerLimits {
+    return this.guard.limits;
   }
 
   get state(): ServerState {
@@ -203,6 +214,8 @@ export class OpenAIServer {
   // ---- request handling ----
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    // answered 503 when it connected, past the connection cap
+    if (this.guard.isRefused(req.socket)) return void res.destroy();
     const t0 = performance.now();
     const method = req.method ?? "GET";
     let path: string;
@@ -244,7 +257,7 @@ export class OpenAIServer {
       if (route.startsWith("/models/")) {
         allow("GET");
         this.checkReady();
-        const id = decodeURIComponent(route.slice("/models/".length));
+        const id = decodePathPart(route.slice("/models/".length), path);
         if (!this.names.has(id)) throw this.unknownModel(id);
         return this.sendJSON(req, res, 200, this.modelObject(), t0);
       }
@@ -321,6 +334,7 @@ export class OpenAIServer {
     let finish!: () => void;
     const entry: Active = { controller, done: new Promise<void>((r) => (finish = r)) };
     this.active.add(entry);
+    this.guard.hold(req.socket, entry.done);
     this.metrics.active++;
     this.metrics.requests++;
     let outcome = "ok";
@@ -507,6 +521,21 @@ export class OpenAIServer {
 
   private logLine(req: IncomingMessage, outcome: string, t0: number): void {
     this.log?.(`${req.method} ${req.url} ${outcome} ${(performance.now() - t0).toFixed(1)} ms`);
+  }
+}
+
+/** A percent-encoded part of the path, decoded; 400 when it is not valid UTF-8 percent-encoding. */
+function decodePathPart(part: string, path: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    throw new ApiError(
+      400,
+      `the path ${JSON.stringify(path)} is not valid percent-encoded UTF-8`,
+      "invalid_request_error",
+      null,
+      "bad_url",
+    );
   }
 }
 
