@@ -33,7 +33,7 @@ test("inspect STORE.pi: header, metadata, tensors, FFN layout, predictors, check
   const r = cli("inspect", store);
   assert.equal(r.code, 0, r.stderr);
   const out = r.stdout;
-  assert.match(out, /^format: powerinfer-ts neuron store v1, /m);
+  assert.match(out, /^format: powerinfer-ts neuron store v2, /m);
   assert.match(
     out,
     new RegExp(`^header: manifest at ${manifestAt} \\(\\d+ bytes, crc32 [0-9a-f]{8}\\), flags 0$`, "m"),
@@ -57,7 +57,7 @@ test("inspect --json STORE.pi: the same, machine-readable", () => {
   assert.equal(r.code, 0, r.stderr);
   const j = JSON.parse(r.stdout);
   assert.equal(j.format, "powerinfer-ts store");
-  assert.equal(j.version, 1);
+  assert.equal(j.version, 2);
   assert.equal(j.metadata["llama.block_count"], 6);
   assert.equal(j.ffn.layers.length, 6);
   assert.equal(j.ffn.layers[0].neurons, 1024);

@@ -16,7 +16,8 @@
  *    that train-predictors --store replaced without saying so: there gaps are tolerated, overlaps
  *    are not.
  *
- * Also checked against the model's metadata: one FFN layer per block, each as wide as the FFN.
+ * Also checked against the model's metadata: one FFN layer per block (a mixture of experts: one
+ * group per block and expert), each as wide as the FFN.
  */
 import { STORE_PAGE, type StoreFFNLayer, type StoreManifest, type StoreTensorInfo } from "./store.js";
 import type { GGUFValue } from "./gguf.js";
@@ -32,6 +33,8 @@ export interface StoreLayoutInput {
   readonly metadata: Map<string, GGUFValue>;
   readonly tensors: readonly StoreTensorInfo[];
   readonly layers: readonly StoreFFNLayer[];
+  /** experts per layer (0: a dense FFN): the groups are then layers x experts */
+  readonly experts?: number;
   readonly unused: StoreManifest["unused"];
   /** the data region the checksums cover */
   readonly start: number;
@@ -87,8 +90,16 @@ export function checkStoreLayout(input: StoreLayoutInput, fail: (message: string
   const arch = input.metadata.get("general.architecture");
   if (typeof arch === "string") {
     const blocks = input.metadata.get(`${arch}.block_count`);
-    if (typeof blocks === "number" && blocks !== input.layers.length)
-      fail(`ffn has ${input.layers.length} layers, the model (${arch}.block_count) has ${blocks}`);
+    const experts = input.experts ?? 0;
+    const modelExperts = input.metadata.get(`${arch}.expert_count`) ?? 0;
+    if (experts !== modelExperts)
+      fail(`ffn has ${experts} experts per layer, the model (${arch}.expert_count) has ${modelExperts}`);
+    if (typeof blocks === "number" && blocks * Math.max(1, experts) !== input.layers.length)
+      fail(
+        experts > 0
+          ? `ffn has ${input.layers.length} groups, the model (${arch}.block_count x ${arch}.expert_count) has ${blocks} x ${experts}`
+          : `ffn has ${input.layers.length} layers, the model (${arch}.block_count) has ${blocks}`,
+      );
     const width = input.metadata.get(`${arch}.feed_forward_length`);
     if (typeof width === "number") {
       for (const L of input.layers)

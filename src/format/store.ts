@@ -827,6 +827,7 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
     const layout = {
       tensors: [...this.tensors.values()],
       layers,
+      experts,
       unused: manifest.unused,
       start: ck.start,
       end: ck.end,
