@@ -7,8 +7,12 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { NeuronStore } from "../src/format/store.js";
 import { LlamaModel } from "../src/model/llama.js";
-import { argmax, SHARED } from "./helpers.js";
+import { BUDGET_ROOM } from "../src/model/offload/layout.js";
+import { convertToStore } from "../src/offline/convert.js";
+import { argmax, SHARED, tempDir } from "./helpers.js";
 import { rewrite } from "./rewrite.js";
 
 const MOE = `${SHARED}/models/moe-stories.gguf`;
@@ -185,3 +189,61 @@ test("experts and metadata that disagree are refused, naming the file, the tenso
     /layer 3 is a mixture of experts .* has neither "blk\.3\.ffn_down_exps\.weight" nor "blk\.3\.ffn_down\.0\.weight"/,
   );
 });
+
+const dir = tempDir("powerinfer-moe-");
+let storePath = "";
+async function store(): Promise<string> {
+  if (!storePath) {
+    storePath = join(dir, "moe.pi");
+    await convertToStore({ input: MOE, output: storePath, fsync: false });
+  }
+  return storePath;
+}
+
+for (const threads of [1, 2]) {
+  test(`moe-stories from a store under a budget that leaves most experts on flash (gate mode): the reference's ids and logits (${threads} thread(s))`, async () => {
+    const pi = await store();
+    const s = NeuronStore.open(pi);
+    const allFFN = s.ffn.layers.length * s.ffn.layers[0].neurons * s.ffn.bundleBytes;
+    assert.equal(s.ffn.experts, 8);
+    assert.equal(s.ffn.layers.length, 48);
+    s.close();
+    // the fixed part as this process would lay it out, and a quarter of the experts' bundles
+    const fixed = (await LlamaModel.layoutOf(pi, { threads, offload: { sparsity: "gate" } })).fixed;
+    const budget = Math.ceil((fixed + allFFN / 4) / BUDGET_ROOM);
+    const model = await LlamaModel.load(pi, { threads, memoryBudget: budget, offload: { sparsity: "gate" } });
+    try {
+      const layout = model.offloaded!.layout;
+      assert.ok(layout.cacheBytes < allFFN / 2, `cache ${layout.cacheBytes} of ${allFFN} bytes of experts`);
+      for (const r of ref.prompts as Ref[]) {
+        const { ids, logits } = await greedyAsync(model, r.prompt_ids, r.greedy_ids.length);
+        assert.deepEqual(ids, r.greedy_ids, `prompt ${JSON.stringify(r.prompt)}`);
+        checkLogits(logits, r.logits_first3, `prompt ${JSON.stringify(r.prompt)}`);
+      }
+      const st = model.offloaded!.snapshot();
+      assert.ok(st.misses > 0 && st.bytesRead > 0, "experts' bundles were read from flash");
+      // a step is one routed expert of one token: 2 per token and layer
+      assert.ok(st.neuronsComputed < 0.5 * st.neuronsTotal, `${st.neuronsComputed} of ${st.neuronsTotal} computed`);
+    } finally {
+      await model.dispose();
+    }
+  });
+}
+
+/** greedy() through forwardAsync (a model whose FFN is offloaded). */
+async function greedyAsync(
+  model: LlamaModel,
+  promptIds: number[],
+  n: number,
+): Promise<{ ids: number[]; logits: Float32Array[] }> {
+  await model.forwardAsync(promptIds, promptIds.length, 0);
+  let pos = promptIds.length;
+  const ids: number[] = [];
+  const logits: Float32Array[] = [];
+  for (let i = 0; i < n; i++) {
+    logits.push(model.logits.slice());
+    ids.push(argmax(model.logits));
+    if (i + 1 < n) await model.forwardAsync([ids[i]], 1, pos++);
+  }
+  return { ids, logits };
+}

@@ -25,7 +25,7 @@ import type { ActivationFormat } from "../runtime/weight-kernels.js";
 import { readConfig, type ModelConfig } from "./config.js";
 import { MatrixRunner } from "./matrix-runner.js";
 import { bufferFloats, residentBytes, type BufferFloats } from "./resident-bytes.js";
-import { loadMoeLayer, routeTokens, type MoeLayer } from "./moe.js";
+import { loadMoeLayer, routeTokens, routerName, type MoeLayer } from "./moe.js";
 import { ropeTable } from "./rope.js";
 import { WeightLoader, type Matrix } from "./weight-loader.js";
 import type { GGUFTensorInfo } from "../format/gguf.js";
@@ -120,6 +120,8 @@ interface Layer {
   down?: Matrix;
   /** a mixture of experts in memory (Mixtral layout) */
   moe?: MoeLayer;
+  /** a mixture whose experts are offloaded to a store: the router alone stays in memory */
+  router?: Matrix;
 }
 
 const ACT_CODE = { silu: 0, relu: 1, drelu: 2, gelu: 3 } as const;
@@ -347,7 +349,9 @@ export class LlamaModel {
           bv: bias("attn_v.bias", kvDim),
           ffnNorm: loader.vector(p + "ffn_norm.weight", nEmbd),
           ...(store
-            ? {}
+            ? cfg.nExpert > 0
+              ? { router: loader.matrix(routerName(l), nEmbd, cfg.nExpert) }
+              : {}
             : cfg.nExpert > 0
               ? { moe: loadMoeLayer(loader, file, cfg, l) }
               : {
@@ -446,9 +450,14 @@ export class LlamaModel {
     if (!off) return this.forward(tokens, n, pos0);
     const b = this.buf;
     const row = this.config.nEmbd * 4;
+    off.startPass();
     this.embed(tokens, n, pos0);
     for (let l = 0; l < this.config.nLayer; l++) {
       this.attentionBlock(l, n, pos0);
+      if (this.config.nExpert > 0) {
+        await this.moeOffloaded(off, l, n);
+        continue;
+      }
       this.rmsnorm(b.xb, b.x, this.layers[l].ffnNorm, n);
       // A prompt as one batch (every needed bundle read once); otherwise one token at a time,
       // each seeing only its own firing neurons.
@@ -613,36 +622,17 @@ export class LlamaModel {
   /**
    * x += the FFN of a mixture of experts for layer l: each token routed to its experts (moe.ts),
    * then expert by expert the tokens routed to it as one batch (gathered, their gate, up, down),
-   * each token's output added into its residual row with its routing weight.
+   * each token's output weighted and summed, the sum added to the residual stream last.
    */
   private moeFFN(l: number, n: number): void {
-    const { nEmbd, nFF, nExpert, nExpertUsed: k } = this.config;
+    const { nEmbd, nFF } = this.config;
     const b = this.buf;
     const moe = this.layers[l].moe!;
     const r = this.routing;
-    const f32 = this.f32;
-    this.rmsnorm(b.xb, b.x, this.layers[l].ffnNorm, n);
-    this.mm.setInput(b.xb, nEmbd);
-    this.mm.run(moe.router, b.route, n);
-    routeTokens(f32.subarray(b.route >>> 2, (b.route >>> 2) + n * nExpert), n, nExpert, k, r.ids, r.weights, r.probs);
-    const x0 = b.x >>> 2,
-      xb0 = b.xb >>> 2,
-      in0 = b.moeIn >>> 2,
-      out0 = b.moeOut >>> 2;
-    for (let e = 0; e < nExpert; e++) {
-      let m = 0;
-      for (let t = 0; t < n; t++) {
-        for (let j = 0; j < k; j++) {
-          if (r.ids[t * k + j] !== e) continue;
-          r.tokens[m] = t;
-          r.tokenWeights[m++] = r.weights[t * k + j];
-        }
-      }
+    this.routeLayer(moe.router, l, n);
+    for (let e = 0; e < this.config.nExpert; e++) {
+      const m = this.tokensOf(e, n);
       if (m === 0) continue;
-      for (let i = 0; i < m; i++) {
-        const from = xb0 + r.tokens[i] * nEmbd;
-        f32.copyWithin(in0 + i * nEmbd, from, from + nEmbd);
-      }
       const E = moe.experts[e];
       this.mm.setInput(b.moeIn, nEmbd);
       this.mm.run(E.gate, b.hg, m);
@@ -662,12 +652,78 @@ export class LlamaModel {
       this.activate(l, m);
       this.mm.setInput(b.hg, nFF);
       this.mm.run(E.down, b.moeOut, m);
-      for (let i = 0; i < m; i++) {
-        const w = r.tokenWeights[i];
-        const xr = x0 + r.tokens[i] * nEmbd;
-        const or = out0 + i * nEmbd;
-        for (let c = 0; c < nEmbd; c++) f32[xr + c] += w * f32[or + c];
+      this.addWeighted(m);
+    }
+    this.add(b.x, b.moeAcc, n * nEmbd);
+  }
+
+  /**
+   * The same for a mixture whose experts are offloaded: each expert's tokens through its group of
+   * bundles in the store (a batch, or one by one).
+   */
+  private async moeOffloaded(off: OffloadedFFN, l: number, n: number): Promise<void> {
+    const { nEmbd, nExpert } = this.config;
+    const b = this.buf;
+    const r = this.routing;
+    const row = nEmbd * 4;
+    this.routeLayer(this.layers[l].router!, l, n);
+    for (let e = 0; e < nExpert; e++) {
+      const m = this.tokensOf(e, n);
+      if (m === 0) continue;
+      const group = l * nExpert + e;
+      this.f32.fill(0, b.moeOut >>> 2, (b.moeOut >>> 2) + m * nEmbd);
+      if (m > 1 && off.batches) await off.prefillBatch(group, b.moeIn, b.moeOut, m, b.hg);
+      else {
+        for (let i = 0; i < m; i++)
+          await off.decodeStep(group, b.moeIn + i * row, b.x + r.tokens[i] * row, b.moeOut + i * row);
       }
+      this.addWeighted(m);
+    }
+    this.add(b.x, b.moeAcc, n * nEmbd);
+  }
+
+  /** Route the n normed rows of xb with `router` (the routing into this.routing); clears the layer's output sum. */
+  private routeLayer(router: Matrix, l: number, n: number): void {
+    const { nEmbd, nExpert, nExpertUsed } = this.config;
+    const b = this.buf;
+    const r = this.routing;
+    this.rmsnorm(b.xb, b.x, this.layers[l].ffnNorm, n);
+    this.mm.setInput(b.xb, nEmbd);
+    this.mm.run(router, b.route, n);
+    const logits = this.f32.subarray(b.route >>> 2, (b.route >>> 2) + n * nExpert);
+    routeTokens(logits, n, nExpert, nExpertUsed, r.ids, r.weights, r.probs);
+    this.f32.fill(0, b.moeAcc >>> 2, (b.moeAcc >>> 2) + n * nEmbd);
+  }
+
+  /** The tokens routed to expert e (into routing.tokens, their weights into tokenWeights), their xb rows gathered into moeIn; returns how many. */
+  private tokensOf(e: number, n: number): number {
+    const k = this.config.nExpertUsed;
+    const nEmbd = this.config.nEmbd;
+    const r = this.routing;
+    const f32 = this.f32;
+    let m = 0;
+    for (let t = 0; t < n; t++) {
+      for (let j = 0; j < k; j++) {
+        if (r.ids[t * k + j] !== e) continue;
+        const from = (this.buf.xb >>> 2) + t * nEmbd;
+        f32.copyWithin((this.buf.moeIn >>> 2) + m * nEmbd, from, from + nEmbd);
+        r.tokens[m] = t;
+        r.tokenWeights[m++] = r.weights[t * k + j];
+      }
+    }
+    return m;
+  }
+
+  /** moeAcc rows of the expert's m tokens += their routing weight * its output rows (moeOut). */
+  private addWeighted(m: number): void {
+    const nEmbd = this.config.nEmbd;
+    const r = this.routing;
+    const f32 = this.f32;
+    for (let i = 0; i < m; i++) {
+      const w = r.tokenWeights[i];
+      const acc = (this.buf.moeAcc >>> 2) + r.tokens[i] * nEmbd;
+      const out = (this.buf.moeOut >>> 2) + i * nEmbd;
+      for (let c = 0; c < nEmbd; c++) f32[acc + c] += w * f32[out + c];
     }
   }
 

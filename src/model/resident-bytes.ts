@@ -25,10 +25,11 @@ export interface BufferFloats {
   rope: number;
   kCache: number;
   vCache: number;
-  /** a mixture of experts: router logits, the tokens routed to one expert gathered, their output */
+  /** a mixture of experts: router logits, the tokens routed to one expert gathered, their output, the layer's weighted sum */
   route: number;
   moeIn: number;
   moeOut: number;
+  moeAcc: number;
 }
 
 /** The forward pass's buffers for `batch` tokens and `ctx` positions, in the order they are laid out. */
@@ -50,6 +51,7 @@ export function bufferFloats(cfg: ModelConfig, ctx: number, batch: number): Buff
     route: batch * cfg.nExpert,
     moeIn: cfg.nExpert > 0 ? batch * nEmbd : 0,
     moeOut: cfg.nExpert > 0 ? batch * nEmbd : 0,
+    moeAcc: cfg.nExpert > 0 ? batch * nEmbd : 0,
   };
 }
 
@@ -117,6 +119,7 @@ export function residentBytes(file: ModelFile, cfg: ModelConfig, opts: ResidentO
       vector(nHeadKV * headDim);
     }
     vector(nEmbd);
+    if (store && cfg.nExpert > 0) matrix(routerName(l));
     if (!store && cfg.nExpert > 0) {
       // the router and every expert's three matrices
       matrix(routerName(l));

@@ -44,7 +44,8 @@ const PAGE_PAD = 4096;
 
 /** What the layout needs to know about a store and its model (storeFacts reads it). */
 export interface StoreFacts {
-  nLayer: number;
+  /** groups of bundles: the layers, or for a mixture of experts layers x experts (each expert's FFN its own group) */
+  groups: number;
   nFF: number;
   nEmbd: number;
   ffnType: GGMLType;
@@ -112,7 +113,7 @@ export interface OffloadLayout {
   /** bytes of the neuron cache's slots as laid out */
   cacheBytes: number;
   slots: number;
-  /** stored positions of each layer pinned in the hot region */
+  /** stored positions of each group (layer, or expert of a layer) pinned in the hot region */
   hotPerLayer: number;
   /** bytes per hot slot: a bundle without its read padding when that pins more neurons */
   hotSlotBytes: number;
@@ -169,7 +170,7 @@ export function storeFacts(store: NeuronStore, cfg: ModelConfig): StoreFacts {
   if (ffn.nEmbd !== cfg.nEmbd)
     throw new Error(`${store.path}: FFN rows are ${ffn.nEmbd} wide, the model is ${cfg.nEmbd}`);
   return {
-    nLayer: cfg.nLayer,
+    groups: ffn.layers.length,
     nFF: cfg.nFF,
     nEmbd: cfg.nEmbd,
     ffnType: ffn.type,
@@ -217,13 +218,13 @@ export function offloadLayout(
   budget: number | undefined,
   knobs: LayoutKnobs,
 ): OffloadLayout {
-  const { nLayer, nFF, bundleBytes } = facts;
-  const allFFN = nLayer * nFF * bundleBytes;
+  const { groups, nFF, bundleBytes } = facts;
+  const allFFN = groups * nFF * bundleBytes;
   const minCache = Math.min(allFFN, MIN_CACHE_BUNDLES * bundleBytes);
   const ffnBuffers = ffnBufferBytes(facts, knobs.threads, knobs.verifyOnce ?? true);
   const growth = runtimeGrowthBytes(facts);
   const base = resident.base + resident.weights + resident.buffers + resident.kv + growth + ffnBuffers;
-  const gateRows = nLayer * facts.gateRowBytes;
+  const gateRows = groups * facts.gateRowBytes;
   const staging = stagingBytes(facts);
   const room = budget === undefined ? Infinity : budget * BUDGET_ROOM;
   // Predictor mode computes a token's gates from the bundles it runs: no resident gate rows (the
@@ -238,21 +239,21 @@ export function offloadLayout(
   const fits = cacheRoom >= minCache;
   const slots = fits ? Math.floor(cacheRoom / bundleBytes) : 0;
   const hotFraction = knobs.hotFraction ?? defaultHotFraction(facts.firing, slots, nFF);
-  let hot = hotPerLayer(slots, hotFraction, nLayer, nFF);
-  const cold = slots - hot * nLayer;
+  let hot = hotPerLayer(slots, hotFraction, groups, nFF);
+  const cold = slots - hot * groups;
   // Pinned bundles are read once at load, never by a direct read: packed without the padding
   // that 4 KiB-aligns flash reads, the bytes that padding took pin more neurons; the cold region
   // keeps its slots (and starts 4 KiB aligned after the hot region).
   let hotSlotBytes = bundleBytes;
   const packed = 3 * facts.rowBytes;
   if (fits && packed < bundleBytes && hot > 0 && hot < nFF) {
-    const more = Math.min(nFF, Math.floor((cacheRoom - PAGE_PAD - cold * bundleBytes) / (nLayer * packed)));
+    const more = Math.min(nFF, Math.floor((cacheRoom - PAGE_PAD - cold * bundleBytes) / (groups * packed)));
     if (more >= hot) {
       hot = more;
       hotSlotBytes = packed;
     }
   }
-  const cacheBytes = fits ? NeuronCache.bytesFor(hot * nLayer, cold, bundleBytes, hotSlotBytes) : 0;
+  const cacheBytes = fits ? NeuronCache.bytesFor(hot * groups, cold, bundleBytes, hotSlotBytes) : 0;
   return {
     budget,
     room,
@@ -263,7 +264,7 @@ export function offloadLayout(
     gateBytes,
     fixed,
     cacheBytes,
-    slots: hot * nLayer + cold,
+    slots: hot * groups + cold,
     hotPerLayer: hot,
     hotSlotBytes,
     coldSlots: cold,

@@ -165,8 +165,13 @@ export class OffloadedFFN {
     this.batchGates = resident ?? streamed;
     this.compute = new NeuronCompute(this.sparse, this.cache, this.reader, act, this.mode === "predictor", stats);
     this.misses = new MissReader(store, this.cache, this.reader, stats);
+    // (a mixture of experts would read ahead the next layer's likely experts: not done yet)
     const lookahead =
-      this.mode === "predictor" && this.pipeline && (opts.lookahead ?? true) && layout.hotPerLayer < cfg.nFF;
+      this.mode === "predictor" &&
+      this.pipeline &&
+      (opts.lookahead ?? true) &&
+      layout.hotPerLayer < cfg.nFF &&
+      store.ffn.experts === 0;
     this.readAhead = lookahead
       ? new ReadAhead(
           store,
@@ -195,14 +200,23 @@ export class OffloadedFFN {
   }
 
   /**
-   * One token of layer l: residual += FFN(x). x: the FFN input after its norm (nEmbd f32);
-   * residual: the residual stream row (the predictor reads it before the FFN adds into it).
+   * Before a forward pass: with checksums checked on first read only, the store's size and
+   * modification time are checked instead, once per pass (a file rewritten under the model is an
+   * error, not other weights).
    */
-  async decodeStep(l: number, x: number, residual: number): Promise<void> {
+  startPass(): void {
+    if (this.verifyOnce) this.store.assertUnchanged();
+  }
+
+  /**
+   * One token of group l (a layer, or one expert of a mixture's layer): y += FFN(x). x: the FFN
+   * input after its norm (nEmbd f32); residual: the residual stream row (the predictor reads it);
+   * y: where the output is added (the residual row itself for a dense FFN).
+   */
+  async decodeStep(l: number, x: number, residual: number, y = residual): Promise<void> {
     // what was read ahead for this layer must have landed before its slots are computed
     await this.readAhead?.landed(l);
-    if (l === 0 && this.verifyOnce) this.store.assertUnchanged();
-    const lists = this.lists.begin(l, this.thresholds ? this.thresholds[l] : 0);
+    const lists = this.lists.begin(l, this.thresholds ? this.thresholds[this.store.layer(l).layer] : 0);
     this.sparse.prepare(x);
     this.cache.beginStep();
 
@@ -228,7 +242,7 @@ export class OffloadedFFN {
     }
 
     // 3. The step's sum into the residual stream; the next layer's reads that can start now.
-    this.sparse.finish(residual);
+    this.sparse.finish(y);
     this.gates.afterStep?.(l);
   }
 
@@ -240,9 +254,8 @@ export class OffloadedFFN {
    */
   async prefillBatch(l: number, x: number, residual: number, n: number, gates: number): Promise<void> {
     await this.readAhead?.landed(-1);
-    if (l === 0 && this.verifyOnce) this.store.assertUnchanged();
     await this.batchGates!.batchGates(l, x, n, gates);
-    const lists = this.lists.begin(l, this.thresholds ? this.thresholds[l] : 0);
+    const lists = this.lists.begin(l, this.thresholds ? this.thresholds[this.store.layer(l).layer] : 0);
     this.cache.beginStep();
     // The union of the firing neurons, by stored position: in memory (cachedPos) or to read (missPos).
     const { f32, nFF } = lists;
