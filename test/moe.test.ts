@@ -12,6 +12,7 @@ import { NeuronStore } from "../src/format/store.js";
 import { LlamaModel } from "../src/model/llama.js";
 import { BUDGET_ROOM } from "../src/model/offload/layout.js";
 import { convertToStore } from "../src/offline/convert.js";
+import { profileModel } from "../src/offline/profile.js";
 import { argmax, SHARED, tempDir } from "./helpers.js";
 import { rewrite } from "./rewrite.js";
 
@@ -247,3 +248,38 @@ async function greedyAsync(
   }
   return { ids, logits };
 }
+
+test("profile per expert (routing and firing), a hot-first store, hot slots shared out by rate: the reference's ids under a budget", async () => {
+  const { profile } = await profileModel({
+    model: MOE,
+    corpus: `${SHARED}/data/stories-train.txt`,
+    tokens: 4000,
+    threads: 2,
+  });
+  assert.equal(profile.experts, 8);
+  assert.equal(profile.layers.length, 48);
+  for (let l = 0; l < 6; l++) {
+    // each token goes to 2 experts: the routed shares of a layer add up to 2
+    const routed = profile.layers.slice(l * 8, l * 8 + 8).reduce((a, L) => a + (L.routed ?? 0), 0);
+    assert.ok(Math.abs(routed - 2) < 1e-3, `layer ${l}: routed shares sum to ${routed}`);
+  }
+  const pi = join(dir, "moe.hot.pi");
+  await convertToStore({ input: MOE, output: pi, profile, fsync: false });
+  const fixed = (await LlamaModel.layoutOf(pi, { threads: 2, offload: { sparsity: "gate" } })).fixed;
+  const model = await LlamaModel.load(pi, {
+    threads: 2,
+    memoryBudget: Math.ceil((fixed + 12 * 2 ** 20) / BUDGET_ROOM),
+    offload: { sparsity: "gate", hotFraction: 0.8 },
+  });
+  try {
+    const hot = model.offloaded!.layout.hotPerGroup;
+    assert.ok(Math.max(...hot) > 2 * Math.min(...hot), `hot slots by rate: ${hot.join(", ")}`);
+    for (const r of (ref.prompts as Ref[]).slice(0, 2)) {
+      const { ids, logits } = await greedyAsync(model, r.prompt_ids, r.greedy_ids.length);
+      assert.deepEqual(ids, r.greedy_ids, `prompt ${JSON.stringify(r.prompt)}`);
+      checkLogits(logits, r.logits_first3, `prompt ${JSON.stringify(r.prompt)}`);
+    }
+  } finally {
+    await model.dispose();
+  }
+});

@@ -54,6 +54,7 @@ const MiB = 2 ** 20;
 
 const facts: StoreFacts = {
   groups: 2,
+  experts: 0,
   nFF: 100,
   nEmbd: 64,
   ffnType: GGMLType.Q4_1,

@@ -135,11 +135,15 @@ export async function main(argv: string[]): Promise<number> {
         const lines = [
           `profile: ${p.tokens} tokens of ${p.corpus.file} in windows of ${p.contextSize}, ${r.seconds.toFixed(1)} s; a neuron fires when ${p.criterion}` +
             (p.targetSparsity !== null ? ` (calibrated to ${(100 * p.targetSparsity).toFixed(1)}% sparsity)` : ""),
-          "layer  threshold   sparsity  active/token  hottest 10% share  P(i+1 | i)",
+          `${p.experts ? "layer.expert  routed" : "layer"}  threshold   sparsity  active/token  hottest 10% share  P(i+1 | i)`,
         ];
         for (const s of summarizeProfile(p)) {
+          const L = p.layers[s.layer];
+          const name = p.experts
+            ? `${`${L.layer}.${L.expert}`.padStart(12)}  ${(100 * (L.routed ?? 0)).toFixed(1).padStart(5)}%`
+            : String(s.layer).padStart(5);
           lines.push(
-            `${String(s.layer).padStart(5)}  ${(s.threshold === null ? "-" : s.threshold.toPrecision(4)).padStart(9)}  ${(100 * s.sparsity).toFixed(1).padStart(8)}%` +
+            `${name}  ${(s.threshold === null ? "-" : s.threshold.toPrecision(4)).padStart(9)}  ${(100 * s.sparsity).toFixed(1).padStart(8)}%` +
               `  ${s.activePerToken.toFixed(1).padStart(12)}  ${(100 * s.hot10).toFixed(1).padStart(16)}%  ${(100 * s.adjacent).toFixed(1).padStart(9)}%`,
           );
         }

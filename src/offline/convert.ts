@@ -487,7 +487,11 @@ function loadProfile(
     if (t !== undefined && !(typeof t === "number" && Number.isFinite(t) && t >= 0))
       throw new ConvertError(`${where}: layers[${l}].threshold = ${JSON.stringify(t)} is not a finite number >= 0`);
   });
-  return { profile, file, thresholds: fromProfile(() => profileThresholds(profile, where)) };
+  // a mixture's profile has one entry per (layer, expert), each with its layer's threshold
+  const all = fromProfile(() => profileThresholds(profile, where));
+  const experts = layers[0]?.expert >= 0 ? layers.filter((L) => L.layer === 0).length : 1;
+  const thresholds = all && experts > 1 ? all.filter((_, g) => g % experts === 0) : all;
+  return { profile, file, thresholds };
 }
 
 /**
@@ -577,6 +581,15 @@ function openPredictors(
     file.close();
     throw e;
   }
+}
+
+/**
+ * A profile entry's frequencies per token: for an expert of a mixture, its firing share among the
+ * tokens routed to it times the share of tokens routed to it (what the neuron cache sees).
+ */
+function perToken(L: ActivationProfile["layers"][number] & { routed?: number }): Float32Array {
+  const routed = typeof L.routed === "number" && L.routed >= 0 && L.routed <= 1 ? L.routed : 1;
+  return Float32Array.from(L.frequency, (f) => f * routed);
 }
 
 /** Stored position -> neuron: descending frequency, ties by index (a stable hot-first order). */
@@ -770,7 +783,7 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
         offset,
         neurons: n,
         order: base64Of(order),
-        frequency: prof ? base64Of(Float32Array.from(prof.profile.layers[l].frequency)) : null,
+        frequency: prof ? base64Of(perToken(prof.profile.layers[l])) : null,
         gate: conv("gate", L.gate),
         up: conv("up", L.up),
         down: conv("down", L.down),

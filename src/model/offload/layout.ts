@@ -46,6 +46,8 @@ const PAGE_PAD = 4096;
 export interface StoreFacts {
   /** groups of bundles: the layers, or for a mixture of experts layers x experts (each expert's FFN its own group) */
   groups: number;
+  /** experts per layer (0: a dense FFN) */
+  experts: number;
   nFF: number;
   nEmbd: number;
   ffnType: GGMLType;
@@ -113,8 +115,14 @@ export interface OffloadLayout {
   /** bytes of the neuron cache's slots as laid out */
   cacheBytes: number;
   slots: number;
-  /** stored positions of each group (layer, or expert of a layer) pinned in the hot region */
+  /** stored positions of each group (layer, or expert of a layer) pinned in the hot region, as if alike */
   hotPerLayer: number;
+  /**
+   * the same per group: all alike for a dense FFN; a mixture of experts with firing rates shares
+   * the same slots out by rate (per token: an expert's firing times its routing), so popular
+   * experts' hot neurons are pinned before rare experts' lukewarm ones
+   */
+  hotPerGroup: number[];
   /** bytes per hot slot: a bundle without its read padding when that pins more neurons */
   hotSlotBytes: number;
   coldSlots: number;
@@ -171,6 +179,7 @@ export function storeFacts(store: NeuronStore, cfg: ModelConfig): StoreFacts {
     throw new Error(`${store.path}: FFN rows are ${ffn.nEmbd} wide, the model is ${cfg.nEmbd}`);
   return {
     groups: ffn.layers.length,
+    experts: ffn.experts,
     nFF: cfg.nFF,
     nEmbd: cfg.nEmbd,
     ffnType: ffn.type,
@@ -254,6 +263,10 @@ export function offloadLayout(
     }
   }
   const cacheBytes = fits ? NeuronCache.bytesFor(hot * groups, cold, bundleBytes, hotSlotBytes) : 0;
+  const hotPerGroup =
+    facts.experts > 0 && facts.firing && hot > 0 && hot < nFF
+      ? shareByRate(facts.firing, hot * groups, nFF)
+      : Array<number>(groups).fill(hot);
   return {
     budget,
     room,
@@ -266,12 +279,50 @@ export function offloadLayout(
     cacheBytes,
     slots: hot * groups + cold,
     hotPerLayer: hot,
+    hotPerGroup,
     hotSlotBytes,
     coldSlots: cold,
     hotFraction,
     fits,
     minBudget: Math.ceil((fixed + minCache) / BUDGET_ROOM),
   };
+}
+
+/**
+ * `total` hot slots shared out among groups whose neurons fire at `rates` (stored order, hot
+ * first, per token): the neurons above one rate threshold, found by bisection, at most nFF per
+ * group; what rounding leaves over goes to the groups in order.
+ */
+function shareByRate(rates: Float32Array[], total: number, nFF: number): number[] {
+  const above = (t: number) =>
+    rates.map((r) => {
+      let lo = 0,
+        hi = Math.min(nFF, r.length);
+      // the first stored position at or below t (rates are non-increasing along the stored order)
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (r[mid] > t) lo = mid + 1;
+        else hi = mid;
+      }
+      return lo;
+    });
+  let lo = 0,
+    hi = 1;
+  for (let it = 0; it < 60; it++) {
+    const mid = (lo + hi) / 2;
+    const n = above(mid).reduce((a, b) => a + b, 0);
+    if (n > total) lo = mid;
+    else hi = mid;
+  }
+  const counts = above(hi);
+  let left = total - counts.reduce((a, b) => a + b, 0);
+  for (let g = 0; left > 0 && g < counts.length; g = (g + 1) % counts.length) {
+    if (counts[g] < nFF) {
+      counts[g]++;
+      left--;
+    }
+  }
+  return counts;
 }
 
 const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
