@@ -152,14 +152,17 @@ const pct = (v: number) => `${(100 * v).toFixed(2)}%`;
 
 /** The per-layer results as a markdown table. */
 export function resultTable(r: TrainPredictorsResult): string {
+  const experts = r.layers.some((L) => L.expert !== undefined);
   const rows = [
-    "| layer | hidden | widths tried (val. precision) | val. recall | val. precision | held-out recall | held-out precision | predicted active | truly active | train time |",
-    "|---|---|---|---|---|---|---|---|---|---|",
+    `| ${experts ? "layer.expert | samples" : "layer"} | hidden | widths tried (val. precision) | val. recall | val. precision | held-out recall | held-out precision | predicted active | truly active | train time |`,
+    `|---|---|---|---|---|---|---|---|---|---|${experts ? "---|" : ""}`,
   ];
+  const perExpert = experts ? Math.max(...r.layers.map((L) => (L.expert ?? 0) + 1)) : 1;
   for (const L of r.layers) {
     const tried = L.tried.map((t) => `${t.hidden} (${t.precision.toFixed(3)})`).join(", ");
+    const name = experts ? `${Math.floor(L.layer / perExpert)}.${L.expert} | ${L.samples}` : `${L.layer}`;
     rows.push(
-      `| ${L.layer} | ${L.hidden} | ${tried} | ${pct(L.validation.recall)} | ${pct(L.validation.precision)} | ${pct(L.heldout.recall)} | ${pct(L.heldout.precision)} | ` +
+      `| ${name} | ${L.hidden} | ${tried} | ${pct(L.validation.recall)} | ${pct(L.validation.precision)} | ${pct(L.heldout.recall)} | ${pct(L.heldout.precision)} | ` +
         `${pct(L.heldout.predictedShare)} | ${pct(L.heldout.trueShare)} | ${L.seconds.toFixed(1)} s |`,
     );
   }

@@ -242,7 +242,7 @@ export class LlamaModel {
     if (opts.predictorType !== undefined && opts.predictorType !== "q8_0" && opts.predictorType !== "original") {
       throw new RangeError(`predictorType must be "q8_0" or "original", got ${JSON.stringify(opts.predictorType)}`);
     }
-    const withPredictors = hasPredictors(file, cfg.nLayer);
+    const withPredictors = hasPredictors(file, cfg);
     const sparsity = opts.offload?.sparsity ?? (withPredictors ? "predictor" : "gate");
     if (store && sparsity === "predictor" && !withPredictors) {
       throw new Error(

@@ -33,6 +33,7 @@ import {
   type StoreManifest,
 } from "../format/store.js";
 import { PREDICTOR_TENSOR_RE, THRESHOLDS_KEY } from "../model/llama.js";
+import { predictorNames } from "../model/offload/predictor.js";
 import { checkFingerprint, modelFingerprint, profileThresholds, ProfileError } from "./profile.js";
 import { PREDICTOR_MODEL_KEY, SPARSE_THRESHOLD_KEY } from "./predictor-files.js";
 
@@ -527,9 +528,10 @@ function openPredictors(
   path: string,
   model: GGUFFile,
   modelPath: string,
-  nLayer: number,
+  groups: number,
   nEmbd: number,
   nFF: number,
+  experts: number,
 ): { file: GGUFFile; tensors: GGUFTensorInfo[]; threshold: number } {
   const file = checkFiniteOnRead(GGUFFile.open(path));
   try {
@@ -556,11 +558,14 @@ function openPredictors(
         : e;
     }
     const tensors: GGUFTensorInfo[] = [];
-    for (let l = 0; l < nLayer; l++) {
-      const fc1 = file.tensors.get(`blk.${l}.fc1.weight`);
-      const fc2 = file.tensors.get(`blk.${l}.fc2.weight`);
+    for (let g = 0; g < groups; g++) {
+      const names = predictorNames(g, experts);
+      const fc1 = file.tensors.get(names.fc1);
+      const fc2 = file.tensors.get(names.fc2);
       if (!fc1 || !fc2)
-        throw new ConvertError(`${path}: no predictor for layer ${l} (blk.${l}.fc1.weight and blk.${l}.fc2.weight)`);
+        throw new ConvertError(
+          `${path}: no predictor for ${experts > 0 ? `layer ${Math.floor(g / experts)}, expert ${g % experts}` : `layer ${g}`} (${names.fc1} and ${names.fc2})`,
+        );
       for (const t of [fc1, fc2]) {
         if (t.type !== GGMLType.F32 && t.type !== GGMLType.F16)
           throw new ConvertError(`${path}: ${t.name} is ${typeName(t.type)}; predictors must be F32 or F16`);
@@ -648,11 +653,9 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
   let writer: StoreWriter | undefined;
   try {
     const { layers, nEmbd, fixed: own, experts } = findFFN(file);
-    if (experts > 0 && opts.predictors !== undefined)
-      throw new ConvertError(`${input}: per-expert predictors cannot be put into a store by this version yet`);
     const preds =
       opts.predictors !== undefined
-        ? openPredictors(resolve(opts.predictors), file, input, layers.length, nEmbd, layers[0].neurons)
+        ? openPredictors(resolve(opts.predictors), file, input, layers.length, nEmbd, layers[0].neurons, experts)
         : undefined;
     if (preds) closers.push(() => preds.file.close());
     // each fixed tensor with the file it comes from; predictors from the predictor file win

@@ -26,6 +26,7 @@ import { f32ToF16 } from "../format/half.js";
 import { NeuronStore, StoreWriter, STORE_PAGE, type StoreFixedManifest } from "../format/store.js";
 import { readConfig } from "../model/config.js";
 import { PREDICTOR_TENSOR_RE } from "../model/llama.js";
+import { predictorGroups, predictorNames } from "../model/offload/predictor.js";
 import { modelFingerprint, type ModelFingerprint } from "./profile.js";
 import type { PredictorWeights } from "../predictor-training/predictor-train.js";
 
@@ -54,11 +55,12 @@ export function predictorBytes(values: Float32Array, type: PredictorType): Uint8
   return new Uint8Array(out.buffer);
 }
 
-/** The tensors one layer's predictor becomes: [name, GGUF dims, values]. */
-export function predictorTensors(l: number, p: PredictorWeights): [string, number[], Float32Array][] {
+/** The tensors group g's predictor becomes (a layer's, or an expert's: see predictorNames): [name, GGUF dims, values]. */
+export function predictorTensors(g: number, p: PredictorWeights, experts = 0): [string, number[], Float32Array][] {
+  const names = predictorNames(g, experts);
   return [
-    [`blk.${l}.fc1.weight`, [p.nIn, p.hidden], p.fc1],
-    [`blk.${l}.fc2.weight`, [p.hidden, p.nOut], p.fc2],
+    [names.fc1, [p.nIn, p.hidden], p.fc1],
+    [names.fc2, [p.hidden, p.nOut], p.fc2],
   ];
 }
 
@@ -68,11 +70,14 @@ function checkPredictors(
   nEmbd: number,
   nFF: number,
   where: string,
+  experts = 0,
 ): void {
   if (predictors.length !== nLayer)
-    throw new PredictorOutputError(`${where}: ${predictors.length} predictors for a model of ${nLayer} layers`);
+    throw new PredictorOutputError(
+      `${where}: ${predictors.length} predictors for a model of ${nLayer} layers${experts > 0 ? ` x experts (${nLayer / experts} x ${experts})` : ""}`,
+    );
   predictors.forEach((p, l) => {
-    if (!p) throw new PredictorOutputError(`${where}: no predictor for layer ${l}`);
+    if (!p) throw new PredictorOutputError(`${where}: no predictor for ${experts > 0 ? "group" : "layer"} ${l}`);
     if (p.nIn !== nEmbd || p.nOut !== nFF)
       throw new PredictorOutputError(
         `${where}: the predictor of layer ${l} maps ${p.nIn} -> ${p.nOut}, the model ${nEmbd} -> ${nFF}`,
@@ -197,8 +202,9 @@ export async function writePredictorGGUF(opts: PredictorGGUFOptions): Promise<nu
   const file = GGUFFile.open(input);
   let writer: GGUFWriter | undefined;
   try {
-    const { nLayer, nEmbd, nFF } = readConfig(file);
-    checkPredictors(opts.predictors, nLayer, nEmbd, nFF, output);
+    const cfg = readConfig(file);
+    const { nEmbd, nFF, nExpert } = cfg;
+    checkPredictors(opts.predictors, predictorGroups(cfg), nEmbd, nFF, output, nExpert);
     const types = metadataTypes(file.paths[0]);
     const alignment = file.has("general.alignment") ? file.getNumber("general.alignment") : 32;
     writer = new GGUFWriter(output, { magic: "PWRI", alignment, fsync: opts.fsync });
@@ -217,8 +223,8 @@ export async function writePredictorGGUF(opts: PredictorGGUFOptions): Promise<nu
     const copied = [...file.tensors.values()].filter((t) => !PREDICTOR_TENSOR_RE.test(t.name));
     for (const t of copied) writer.addTensor(t.name, t.dims, t.type);
     const ggmlType = type === "f32" ? GGMLType.F32 : GGMLType.F16;
-    opts.predictors.forEach((p, l) => {
-      for (const [name, dims, values] of predictorTensors(l, p))
+    opts.predictors.forEach((p, g) => {
+      for (const [name, dims, values] of predictorTensors(g, p, nExpert))
         writer!.addTensor(name, dims, ggmlType, predictorBytes(values, type));
     });
     const piece = new Uint8Array(8 << 20);
@@ -301,7 +307,7 @@ export async function addPredictorsToStore(opts: PredictorStoreOptions): Promise
     checkStoreModel(store, opts.model);
     const m = store.manifest;
     const nFF = store.ffn.layers[0]?.neurons ?? 0;
-    checkPredictors(opts.predictors, store.ffn.layers.length, store.ffn.nEmbd, nFF, storePath);
+    checkPredictors(opts.predictors, store.ffn.layers.length, store.ffn.nEmbd, nFF, storePath, store.ffn.experts);
 
     writer = await StoreWriter.create(output, { fsync: opts.fsync });
     // Everything after the header is copied as it is (each piece checked against its chunk
@@ -331,7 +337,7 @@ export async function addPredictorsToStore(opts: PredictorStoreOptions): Promise
     const unused = [...(m.unused ?? []), ...replacedRegions(m.fixed)];
     const ggmlType = type === "f32" ? GGMLType.F32 : GGMLType.F16;
     for (let l = 0; l < opts.predictors.length; l++) {
-      for (const [name, dims, values] of predictorTensors(l, opts.predictors[l])) {
+      for (const [name, dims, values] of predictorTensors(l, opts.predictors[l], store.ffn.experts)) {
         const bytes = predictorBytes(values, type);
         await writer.pad();
         fixed.push({ name, type: ggmlType, dims, offset: writer.position, bytes: bytes.length });
@@ -362,6 +368,8 @@ export interface PredictorFileOptions {
   model: ModelFingerprint;
   /** how they were made, for people reading the file */
   origin: string;
+  /** experts per layer of a mixture (default 0: one predictor per layer) */
+  experts?: number;
   type?: PredictorType;
   fsync?: boolean;
 }
@@ -370,7 +378,8 @@ export interface PredictorFileOptions {
 export async function writePredictorFile(opts: PredictorFileOptions): Promise<number> {
   const type = opts.type ?? "f16";
   const { nLayer, nEmbd, nFF } = opts.model;
-  checkPredictors(opts.predictors, nLayer, nEmbd, nFF, opts.output);
+  const experts = opts.experts ?? 0;
+  checkPredictors(opts.predictors, nLayer * Math.max(1, experts), nEmbd, nFF, opts.output, experts);
   const writer = new GGUFWriter(resolve(opts.output), { fsync: opts.fsync });
   try {
     writer.setMetadata("general.type", "powerinfer-predictors");
@@ -378,8 +387,9 @@ export async function writePredictorFile(opts: PredictorFileOptions): Promise<nu
     writer.setMetadata(PREDICTOR_ORIGIN_KEY, opts.origin);
     writer.setMetadata(SPARSE_THRESHOLD_KEY, opts.predictors[0].threshold, GGUFValueType.FLOAT32);
     const ggmlType = type === "f32" ? GGMLType.F32 : GGMLType.F16;
-    opts.predictors.forEach((p, l) => {
-      for (const [name, dims, values] of predictorTensors(l, p))
+    if (experts > 0) writer.setMetadata("powerinfer.predictors.experts", experts, GGUFValueType.UINT32);
+    opts.predictors.forEach((p, g) => {
+      for (const [name, dims, values] of predictorTensors(g, p, experts))
         writer.addTensor(name, dims, ggmlType, predictorBytes(values, type));
     });
     await writer.finish();

@@ -103,7 +103,11 @@ export interface WidthTrial {
 }
 
 export interface LayerReport {
+  /** the group: a layer, or for a mixture of experts layer * experts + expert */
   layer: number;
+  /** a mixture of experts: the expert, and how many routed tokens it was trained and calibrated on */
+  expert?: number;
+  samples?: number;
   hidden: number;
   /** the calibration folded into fc2 (see TrainedPredictor.shift) */
   shift: number;
@@ -281,8 +285,6 @@ export async function trainPredictors(opts: TrainPredictorsOptions): Promise<Tra
     );
   if (toks.heldout.length < 1) throw new PredictorTrainingError("no held-out tokens to measure on");
 
-  if (cfg.nExpert > 0)
-    throw new PredictorTrainingError(`${opts.model}: per-expert predictors are not trained by this version yet`);
   const model = await LlamaModel.load(opts.model, {
     threads: opts.threads,
     contextSize: ctx,
@@ -311,46 +313,61 @@ export async function trainPredictors(opts: TrainPredictorsOptions): Promise<Tra
     trainer = await PredictorTrainer.create(nEmbd, nFF, maxHidden, threads, trainBatch);
     const mag = new Float32Array(batch * nFF);
 
-    const perLayer = nTrain * (nEmbd + words) * 4;
-    const group = Math.max(1, Math.min(nLayer, Math.floor((opts.memoryBytes ?? 2 ** 30) / perLayer)));
-    const predictors: TrainedPredictor[] = new Array(nLayer);
-    const reports: Omit<LayerReport, "heldout">[] = new Array(nLayer);
+    // One predictor per group: a layer, or one expert of a mixture's layer (group l * experts + e,
+    // trained on the tokens routed to that expert).
+    const experts = Math.max(1, cfg.nExpert);
+    const groups = nLayer * experts;
+    const groupOf = (o: { layer: number; expert?: number }) => o.layer * experts + (o.expert ?? 0);
+    const name = (g: number) =>
+      cfg.nExpert > 0 ? `layer ${Math.floor(g / experts)} expert ${g % experts}` : `layer ${g}`;
+    const perGroup = nTrain * (nEmbd + words) * 4;
+    const group = Math.max(1, Math.min(groups, Math.floor((opts.memoryBytes ?? 2 ** 30) / perGroup)));
+    const predictors: TrainedPredictor[] = new Array(groups);
+    const reports: Omit<LayerReport, "heldout">[] = new Array(groups);
     let collectMs = 0,
       trainMs = 0;
-    for (let g0 = 0; g0 < nLayer; g0 += group) {
-      const g1 = Math.min(nLayer, g0 + group);
-      // 1. collect this group's samples
+    for (let g0 = 0; g0 < groups; g0 += group) {
+      const g1 = Math.min(groups, g0 + group);
+      // 1. collect this set of groups' samples: every token's residual (a mixture: every token
+      //    routed to the expert) and which neurons fired
       let tc = performance.now();
       const samples: LayerSamples[] = [];
-      for (let l = g0; l < g1; l++)
+      for (let g = g0; g < g1; g++)
         samples.push({
-          n: nTrain,
+          n: 0,
           nIn: nEmbd,
           nOut: nFF,
           words,
           x: new Float32Array(nTrain * nEmbd),
           mask: new Uint32Array(nTrain * words),
         });
-      let row = 0;
       model.setFFNObserver((o) => {
-        if (o.layer < g0 || o.layer >= g1) return;
-        const s = samples[o.layer - g0];
-        s.x.set(o.residual.subarray(0, o.n * nEmbd), row * nEmbd);
-        firingMask(kind, cuts[o.layer], o.gate, o.up, o.n, nFF, s.mask, row, words, mag);
+        const g = groupOf(o);
+        if (g < g0 || g >= g1) return;
+        const s = samples[g - g0];
+        for (let i = 0; i < o.n; i++) {
+          const t = o.tokens ? o.tokens[i] : i;
+          s.x.set(o.residual.subarray(t * nEmbd, (t + 1) * nEmbd), (s.n + i) * nEmbd);
+        }
+        firingMask(kind, cuts[o.layer], o.gate, o.up, o.n, nFF, s.mask, s.n, words, mag);
+        s.n += o.n;
       });
       opts.onProgress?.({ stage: "collect", layer: -1, hidden: 0, done: 0, total: nTrain });
-      await runWindows(model, toks.train, ctx, batch, bos, opts.signal, (done) => {
-        row = done;
-        opts.onProgress?.({ stage: "collect", layer: -1, hidden: 0, done, total: nTrain });
-      });
-      // `row` advances after each forward call; the observer ran before it, at the old value
+      await runWindows(model, toks.train, ctx, batch, bos, opts.signal, (done) =>
+        opts.onProgress?.({ stage: "collect", layer: -1, hidden: 0, done, total: nTrain }),
+      );
       model.setFFNObserver(null);
       collectMs += performance.now() - tc;
 
-      // 2. train each layer of the group, growing the width
+      // 2. train each group, growing the width: the first 90% of its samples train, the rest calibrate
       tc = performance.now();
-      for (let l = g0; l < g1; l++) {
-        const s = samples[l - g0];
+      for (let g = g0; g < g1; g++) {
+        const s = samples[g - g0];
+        const val = Math.max(1, Math.floor(s.n * 0.1));
+        if (s.n - val < 32)
+          throw new PredictorTrainingError(
+            `${name(g)}: only ${s.n} training samples (the expert is rarely routed to): give a longer corpus (--tokens)`,
+          );
         const tl = performance.now();
         const tried: WidthTrial[] = [];
         let chosen: TrainedPredictor | undefined;
@@ -360,13 +377,13 @@ export async function trainPredictors(opts: TrainPredictorsOptions): Promise<Tra
             throw opts.signal.reason instanceof Error
               ? opts.signal.reason
               : new PredictorTrainingError("training aborted");
-          const p = trainer.train(s, nTrain - nVal, {
+          const p = trainer.train(s, s.n - val, {
             hidden: h,
             epochs: opts.epochs,
             lr: opts.lr,
             recall: calib,
-            seed: (opts.seed ?? 1) * 1000003 + l * 101 + h,
-            onStep: (done, total) => opts.onProgress?.({ stage: "train", layer: l, hidden: h, done, total }),
+            seed: (opts.seed ?? 1) * 1000003 + g * 101 + h,
+            onStep: (done, total) => opts.onProgress?.({ stage: "train", layer: g, hidden: h, done, total }),
           });
           tried.push({ hidden: h, recall: p.validation.recall, precision: p.validation.precision, seconds: p.seconds });
           if (!best || p.validation.precision > best.validation.precision) best = p;
@@ -379,15 +396,16 @@ export async function trainPredictors(opts: TrainPredictorsOptions): Promise<Tra
         if (!chosen) {
           chosen = best!;
           notes.push(
-            `layer ${l}: no width up to ${maxHidden} reached precision ${minPrecision} on the validation tokens; kept width ${chosen.hidden} (precision ${chosen.validation.precision.toFixed(3)})`,
+            `${name(g)}: no width up to ${maxHidden} reached precision ${minPrecision} on the validation tokens; kept width ${chosen.hidden} (precision ${chosen.validation.precision.toFixed(3)})`,
           );
         }
         if (opts.weightType === "f16") {
           for (const w of [chosen.fc1, chosen.fc2]) for (let i = 0; i < w.length; i++) w[i] = f16ToF32(f32ToF16(w[i]));
         }
-        predictors[l] = chosen;
-        reports[l] = {
-          layer: l,
+        predictors[g] = chosen;
+        reports[g] = {
+          layer: g,
+          ...(cfg.nExpert > 0 ? { expert: g % experts, samples: s.n } : {}),
           hidden: chosen.hidden,
           shift: chosen.shift,
           tried,
@@ -400,15 +418,26 @@ export async function trainPredictors(opts: TrainPredictorsOptions): Promise<Tra
 
     // 3. held-out tokens: the predictors' decisions against the real firing
     const th = performance.now();
-    const counters = Array.from({ length: nLayer }, () => new QualityCounter(nFF));
+    const counters = Array.from({ length: groups }, () => new QualityCounter(nFF));
     const truth = new Uint32Array(batch * words);
+    const rowsOf = new Float32Array(trainer.batch * nEmbd);
     model.setFFNObserver((o) => {
       firingMask(kind, cuts[o.layer], o.gate, o.up, o.n, nFF, truth, 0, words, mag);
-      const p = predictors[o.layer];
+      const g = groupOf(o);
+      const p = predictors[g];
       for (let r0 = 0; r0 < o.n; r0 += trainer!.batch) {
         const rows = Math.min(trainer!.batch, o.n - r0);
-        const scores = trainer!.score(p, o.residual.subarray(r0 * nEmbd), rows);
-        counters[o.layer].add(scores, truth, r0, rows, words, p.threshold);
+        let x = o.residual.subarray(r0 * nEmbd);
+        if (o.tokens) {
+          // the routed tokens' residual rows, gathered
+          for (let i = 0; i < rows; i++) {
+            const t = o.tokens[r0 + i];
+            rowsOf.set(o.residual.subarray(t * nEmbd, (t + 1) * nEmbd), i * nEmbd);
+          }
+          x = rowsOf;
+        }
+        const scores = trainer!.score(p, x, rows);
+        counters[g].add(scores, truth, r0, rows, words, p.threshold);
       }
     });
     opts.onProgress?.({ stage: "heldout", layer: -1, hidden: 0, done: 0, total: toks.heldout.length });
@@ -422,7 +451,7 @@ export async function trainPredictors(opts: TrainPredictorsOptions): Promise<Tra
     for (const L of layers) {
       if (L.heldout.recall < recall)
         notes.push(
-          `layer ${L.layer}: held-out recall ${(100 * L.heldout.recall).toFixed(2)}% is below the target ${(100 * recall).toFixed(1)}%`,
+          `${name(L.layer)}: held-out recall ${(100 * L.heldout.recall).toFixed(2)}% is below the target ${(100 * recall).toFixed(1)}%`,
         );
     }
     return {

@@ -399,7 +399,7 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
       );
     }
     // the mode `run` will use: predictors when the store has them
-    const withPredictors = hasPredictors(store, cfg.nLayer);
+    const withPredictors = hasPredictors(store, cfg);
     const sparsity = o.sparsity ?? (withPredictors ? "predictor" : "gate");
     if (sparsity === "predictor" && !withPredictors) {
       throw new Error(`${o.modelPath}: predictor sparsity needs activation predictors, and this store has none`);

@@ -383,7 +383,7 @@ export async function probeMachine(store: NeuronStore, opts: ProbeOptions = {}):
 /** Layer 0's predictor as the runtime holds it (predictorShapes), or null when the store has none. */
 export function storePredictor(store: NeuronStore): PredictorShape | null {
   const cfg = readConfig(store);
-  return hasPredictors(store, cfg.nLayer) ? predictorShapes(store, cfg)[0] : null;
+  return hasPredictors(store, cfg) ? predictorShapes(store, cfg)[0] : null;
 }
 
 /** Bytes a first-phase gate read takes (the pages holding a bundle's gate row), as OffloadedFFN reads them. */

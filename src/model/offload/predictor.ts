@@ -2,7 +2,9 @@
  * PowerInfer's activation predictor: per layer, scores = fc2 . relu(fc1 . x) over the residual
  * stream x before the FFN norm; a neuron whose score exceeds the threshold is predicted to fire.
  * Two small matrices per layer (blk.N.fc1.weight [nEmbd -> hidden], blk.N.fc2.weight [hidden ->
- * nFF]), kept in memory. F32/F16/BF16 predictors are requantized to Q8_0 at load by default, their
+ * nFF]), kept in memory. A mixture of experts has one per expert (blk.N.fc1.E.weight,
+ * blk.N.fc2.E.weight: TurboSparse-Mixtral's model.layers.N.block_sparse_moe.experts.E.predictor
+ * fc1 / fc2), indexed like the store's groups: layer * experts + expert. F32/F16/BF16 predictors are requantized to Q8_0 at load by default, their
  * hidden width padded with zeros to a multiple of 32 (fc1 zero rows, fc2 zero columns: the padding
  * contributes exactly nothing).
  */
@@ -15,20 +17,33 @@ import type { ModelConfig } from "../config.js";
 import type { MatrixRunner } from "../matrix-runner.js";
 import type { Matrix, WeightLoader } from "../weight-loader.js";
 
-/** PowerInfer's activation predictor tensors (blk.N.fc1.weight, blk.N.fc2.weight). */
-export const PREDICTOR_TENSOR_RE = /^blk\.\d+\.fc[12]\.weight$/;
+/** PowerInfer's activation predictor tensors (blk.N.fc1.weight, blk.N.fc2.weight; per expert blk.N.fc1.E.weight). */
+export const PREDICTOR_TENSOR_RE = /^blk\.\d+\.fc[12](\.\d+)?\.weight$/;
+
+/** The predictor tensors of group g (a layer, or expert g % experts of layer g / experts). */
+export function predictorNames(g: number, experts: number): { fc1: string; fc2: string } {
+  if (experts <= 0) return { fc1: `blk.${g}.fc1.weight`, fc2: `blk.${g}.fc2.weight` };
+  const l = Math.floor(g / experts),
+    e = g % experts;
+  return { fc1: `blk.${l}.fc1.${e}.weight`, fc2: `blk.${l}.fc2.${e}.weight` };
+}
+
+/** Groups with a predictor each: the layers, or layers x experts. */
+export const predictorGroups = (cfg: Pick<ModelConfig, "nLayer" | "nExpert">) => cfg.nLayer * Math.max(1, cfg.nExpert);
 
 /** GGUF types of predictor matrices that load requantizes to Q8_0 (predictorType "q8_0"). */
 const REQUANT_TYPES: ReadonlySet<GGMLType> = new Set([GGMLType.F32, GGMLType.F16, GGMLType.BF16]);
 
 export type PredictorType = "q8_0" | "original";
 
-/** Whether every layer of `file` has an activation predictor. */
-export function hasPredictors(file: ModelFile, nLayer: number): boolean {
-  for (let l = 0; l < nLayer; l++) {
-    if (!file.tensors.has(`blk.${l}.fc1.weight`) || !file.tensors.has(`blk.${l}.fc2.weight`)) return false;
+/** Whether every layer (every expert of a mixture) of `file` has an activation predictor. */
+export function hasPredictors(file: ModelFile, cfg: Pick<ModelConfig, "nLayer" | "nExpert">): boolean {
+  const groups = predictorGroups(cfg);
+  for (let g = 0; g < groups; g++) {
+    const n = predictorNames(g, cfg.nExpert);
+    if (!file.tensors.has(n.fc1) || !file.tensors.has(n.fc2)) return false;
   }
-  return nLayer > 0;
+  return groups > 0;
 }
 
 /** How layer l's predictor sits in memory. */
@@ -58,13 +73,14 @@ export function predictorShapes(file: ModelFile, cfg: ModelConfig, type: Predict
     throw new RangeError(`predictorType must be "q8_0" or "original", got ${JSON.stringify(type)}`);
   }
   const out: PredictorShape[] = [];
-  for (let l = 0; l < cfg.nLayer; l++) {
-    const fc1 = file.tensor(`blk.${l}.fc1.weight`);
-    const fc2 = file.tensor(`blk.${l}.fc2.weight`);
+  for (let g = 0; g < predictorGroups(cfg); g++) {
+    const names = predictorNames(g, cfg.nExpert);
+    const fc1 = file.tensor(names.fc1);
+    const fc2 = file.tensor(names.fc2);
     const hidden = fc1.dims[1];
     if (hidden > cfg.nFF) {
       throw new Error(
-        `${file.path}: predictor of layer ${l} has ${hidden} hidden units, more than the FFN's ${cfg.nFF}`,
+        `${file.path}: predictor ${names.fc1} has ${hidden} hidden units, more than the FFN's ${cfg.nFF}`,
       );
     }
     const padded = Math.ceil(hidden / 32) * 32;
@@ -87,7 +103,7 @@ export function predictorShapes(file: ModelFile, cfg: ModelConfig, type: Predict
       });
     } else {
       if (!hasWeightKernel(fc1.type) || !hasWeightKernel(fc2.type)) {
-        throw new Error(`${file.path}: predictor of layer ${l} has a weight type this engine cannot compute with`);
+        throw new Error(`${file.path}: predictor ${names.fc1} has a weight type this engine cannot compute with`);
       }
       out.push({
         type: fc1.type,
@@ -117,7 +133,7 @@ export class Predictor {
     this.relu = pool.fn("relu_inplace");
   }
 
-  /** Load the predictors of the first `layers` layers (default: all) as `shapes` (predictorShapes) says. */
+  /** Load the predictors of the first `groups` groups (default: all) as `shapes` (predictorShapes) says. */
   static load(
     loader: WeightLoader,
     arena: Arena,
@@ -125,28 +141,28 @@ export class Predictor {
     file: ModelFile,
     cfg: ModelConfig,
     shapes: PredictorShape[],
-    layers = cfg.nLayer,
+    groups = shapes.length,
   ): Predictor {
     const fc1: Matrix[] = [];
     const fc2: Matrix[] = [];
-    for (let l = 0; l < layers; l++) {
-      const p = `blk.${l}.`;
-      const s = shapes[l];
+    for (let g = 0; g < groups; g++) {
+      const n = predictorNames(g, cfg.nExpert);
+      const s = shapes[g];
       const q8 = s.requantized;
       const a = q8
-        ? loader.q8Matrix(p + "fc1.weight", cfg.nEmbd, s.fileHidden, cfg.nEmbd, s.hidden)
-        : loader.matrix(p + "fc1.weight", cfg.nEmbd, s.fileHidden);
+        ? loader.q8Matrix(n.fc1, cfg.nEmbd, s.fileHidden, cfg.nEmbd, s.hidden)
+        : loader.matrix(n.fc1, cfg.nEmbd, s.fileHidden);
       const b = q8
-        ? loader.q8Matrix(p + "fc2.weight", s.fileHidden, cfg.nFF, s.hidden, cfg.nFF)
-        : loader.matrix(p + "fc2.weight", s.fileHidden, cfg.nFF);
+        ? loader.q8Matrix(n.fc2, s.fileHidden, cfg.nFF, s.hidden, cfg.nFF)
+        : loader.matrix(n.fc2, s.fileHidden, cfg.nFF);
       // scores() feeds fc1's outputs (all of its rows, padding included) to fc2
       if (a.rows !== b.cols) {
-        throw new Error(`${file.path}: predictor of layer ${l}: fc1 has ${a.rows} outputs, fc2 reads ${b.cols}`);
+        throw new Error(`${file.path}: predictor ${n.fc1}: fc1 has ${a.rows} outputs, fc2 reads ${b.cols}`);
       }
       fc1.push(a);
       fc2.push(b);
     }
-    const hidden = arena.alloc(Math.max(...shapes.slice(0, layers).map((s) => s.hidden)) * 4, 64);
+    const hidden = arena.alloc(Math.max(...shapes.slice(0, groups).map((s) => s.hidden)) * 4, 64);
     return new Predictor(fc1, fc2, hidden, pool);
   }
 
