@@ -22,7 +22,8 @@ export interface Rewrite {
 /** Write a copy of `srcPath` with the given changes into one file or `parts` split files. */
 export async function rewrite(srcPath: string, name: string, r: Rewrite, parts = 1): Promise<string> {
   const src = GGUFFile.open(srcPath);
-  const srcArch = src.architecture;
+  // (a predictors-only file has no architecture)
+  const srcArch = src.has("general.architecture") ? src.architecture : "";
   const arch = r.arch ?? srcArch;
   const changed = r.tensors?.(src) ?? new Map();
   const tensorList: { name: string; dims: number[]; type: GGMLType; data: Uint8Array }[] = [];

@@ -110,13 +110,17 @@ export async function main(argv: string[]): Promise<number> {
         const to = typeName(r.ffnType);
         process.stderr.write(
           [
-            `convert: wrote ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s: ${r.fixedTensors} fixed tensors, ${r.layers} layers, ` +
+            `convert: wrote ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s: ${r.fixedTensors} fixed tensors, ${r.layers} layers${r.experts ? ` x ${r.experts} experts` : ""}, ` +
               `${r.neurons} FFN neurons (${r.ordered ? "hot-first by the profile" : "in index order"}), ${to} bundles of ${r.bundleBytes} bytes ` +
               `(${(100 * r.paddingFraction).toFixed(1)}% padding)`,
             describe("gate", r.conversion.gate, to),
             describe("up", r.conversion.up, to),
             describe("down", r.conversion.down, to),
-            ...(r.predictorLayers ? [`  predictors of ${r.predictorLayers} layers from ${predictors}`] : []),
+            ...(r.predictorGroups
+              ? [
+                  `  predictors of ${r.experts ? `${r.predictorGroups} experts (${r.experts} in each of ${r.layers} layers)` : `${r.predictorGroups} layers`} from ${predictors}`,
+                ]
+              : []),
           ].join("\n") + "\n",
         );
       }

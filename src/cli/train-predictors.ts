@@ -58,6 +58,13 @@ const SPECS: FlagSpec[] = [
     range: RANGE.share,
   },
   {
+    names: ["--calibration-recall"],
+    key: "calibrationRecall",
+    type: "float",
+    help: "recall the threshold is set to on the validation tokens, a margin above --recall (default: a fifth of what --recall misses to 1 above it, two fifths for a mixture of experts)",
+    range: RANGE.share,
+  },
+  {
     names: ["--min-precision"],
     key: "minPrecision",
     type: "float",
@@ -157,10 +164,9 @@ export function resultTable(r: TrainPredictorsResult): string {
     `| ${experts ? "layer.expert | samples" : "layer"} | hidden | widths tried (val. precision) | val. recall | val. precision | held-out recall | held-out precision | predicted active | truly active | train time |`,
     `|---|---|---|---|---|---|---|---|---|---|${experts ? "---|" : ""}`,
   ];
-  const perExpert = experts ? Math.max(...r.layers.map((L) => (L.expert ?? 0) + 1)) : 1;
   for (const L of r.layers) {
     const tried = L.tried.map((t) => `${t.hidden} (${t.precision.toFixed(3)})`).join(", ");
-    const name = experts ? `${Math.floor(L.layer / perExpert)}.${L.expert} | ${L.samples}` : `${L.layer}`;
+    const name = experts ? `${L.layer}.${L.expert} | ${L.samples}` : `${L.layer}`;
     rows.push(
       `| ${name} | ${L.hidden} | ${tried} | ${pct(L.validation.recall)} | ${pct(L.validation.precision)} | ${pct(L.heldout.recall)} | ${pct(L.heldout.precision)} | ` +
         `${pct(L.heldout.predictedShare)} | ${pct(L.heldout.trueShare)} | ${L.seconds.toFixed(1)} s |`,
@@ -212,6 +218,9 @@ export async function main(argv: string[]): Promise<number> {
   positive("-t", args.threads);
   const recall = args.recall as number;
   if (!(recall > 0 && recall < 1)) throw new UsageError(`--recall must be between 0 and 1 (exclusive), got ${recall}`);
+  const calibrationRecall = args.calibrationRecall as number | undefined;
+  if (calibrationRecall !== undefined && !(calibrationRecall >= recall && calibrationRecall <= 1))
+    throw new UsageError(`--calibration-recall must be between --recall (${recall}) and 1, got ${calibrationRecall}`);
   const minPrecision = args.minPrecision as number;
   if (!(minPrecision >= 0 && minPrecision <= 1))
     throw new UsageError(`--min-precision must be between 0 and 1, got ${minPrecision}`);
@@ -246,7 +255,7 @@ export async function main(argv: string[]): Promise<number> {
   let barKey = "";
   const onProgress = (p: TrainPredictorsProgress) => {
     if (quiet) return;
-    const key = `${p.stage}/${p.layer}/${p.hidden}`;
+    const key = `${p.stage}/${p.layer}/${p.expert}/${p.hidden}`;
     if (key !== barKey) {
       bar?.finish();
       barKey = key;
@@ -255,7 +264,7 @@ export async function main(argv: string[]): Promise<number> {
           ? "collect tokens"
           : p.stage === "heldout"
             ? "held-out tokens"
-            : `layer ${p.layer} hidden ${p.hidden} (steps)`;
+            : `layer ${p.layer}${p.expert === undefined ? "" : ` expert ${p.expert}`} hidden ${p.hidden} (steps)`;
       bar = new ProgressBar({ label, total: p.total });
     }
     bar!.update(p.done);
@@ -273,6 +282,7 @@ export async function main(argv: string[]): Promise<number> {
         tokens: args.tokens as number,
         heldoutTokens: args.heldoutTokens as number,
         recall,
+        calibrationRecall,
         minPrecision,
         minHidden: args.minHidden as number,
         maxHidden: args.maxHidden as number | undefined,

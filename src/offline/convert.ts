@@ -33,7 +33,7 @@ import {
   type StoreManifest,
 } from "../format/store.js";
 import { PREDICTOR_TENSOR_RE, THRESHOLDS_KEY } from "../model/llama.js";
-import { predictorNames } from "../model/offload/predictor.js";
+import { checkPredictorExperts, predictorNames } from "../model/offload/predictor.js";
 import { checkFingerprint, modelFingerprint, profileThresholds, ProfileError } from "./profile.js";
 import { PREDICTOR_MODEL_KEY, SPARSE_THRESHOLD_KEY } from "./predictor-files.js";
 
@@ -96,7 +96,10 @@ export interface ConvertResult {
   seconds: number;
   ffnType: GGMLType;
   nEmbd: number;
+  /** transformer layers */
   layers: number;
+  /** experts per layer (0: a dense FFN) */
+  experts: number;
   /** FFN neurons over all layers */
   neurons: number;
   bundleBytes: number;
@@ -105,8 +108,8 @@ export interface ConvertResult {
   fixedTensors: number;
   conversion: StoreManifest["ffn"]["conversion"];
   ordered: boolean;
-  /** predictors taken from `predictors` (layers) */
-  predictorLayers: number;
+  /** predictors taken from `predictors`: one per layer, or per (layer, expert) */
+  predictorGroups: number;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -524,6 +527,15 @@ function withSparseThreshold(metadata: EncodedMetadata[], threshold: number | un
  * hidden] and fc2 [hidden, nFF], F32 or F16, made for this very model (the fingerprint a
  * predictors-only file records, or the fingerprint of a whole PowerInfer GGUF).
  */
+/** checkPredictorExperts of `file` for `model` of `groups` (layers x experts), as a ConvertError. */
+function predictorsFit(file: GGUFFile, model: GGUFFile, groups: number, experts: number): void {
+  try {
+    checkPredictorExperts(file, { nLayer: groups / Math.max(1, experts), nExpert: experts }, model.architecture);
+  } catch (e) {
+    throw new ConvertError((e as Error).message);
+  }
+}
+
 function openPredictors(
   path: string,
   model: GGUFFile,
@@ -557,6 +569,7 @@ function openPredictors(
         ? new ConvertError(e.message.replace("is from another model", "holds predictors of another model"))
         : e;
     }
+    predictorsFit(file, model, groups, experts);
     const tensors: GGUFTensorInfo[] = [];
     for (let g = 0; g < groups; g++) {
       const names = predictorNames(g, experts);
@@ -653,6 +666,7 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
   let writer: StoreWriter | undefined;
   try {
     const { layers, nEmbd, fixed: own, experts } = findFFN(file);
+    if (opts.predictors === undefined) predictorsFit(file, file, layers.length, experts);
     const preds =
       opts.predictors !== undefined
         ? openPredictors(resolve(opts.predictors), file, input, layers.length, nEmbd, layers[0].neurons, experts)
@@ -827,14 +841,15 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
       seconds: (performance.now() - t0) / 1000,
       ffnType,
       nEmbd,
-      layers: layers.length,
+      layers: layers.length / Math.max(1, experts),
+      experts,
       neurons,
       bundleBytes,
       paddingFraction: 1 - (3 * rowBytes) / bundleBytes,
       fixedTensors: fixed.length,
       conversion,
       ordered: !!prof,
-      predictorLayers: preds ? layers.length : 0,
+      predictorGroups: preds ? layers.length : 0,
     };
   } catch (e) {
     await writer?.abort();

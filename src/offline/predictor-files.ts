@@ -26,7 +26,7 @@ import { f32ToF16 } from "../format/half.js";
 import { NeuronStore, StoreWriter, STORE_PAGE, type StoreFixedManifest } from "../format/store.js";
 import { readConfig } from "../model/config.js";
 import { PREDICTOR_TENSOR_RE } from "../model/llama.js";
-import { predictorGroups, predictorNames } from "../model/offload/predictor.js";
+import { PREDICTOR_EXPERTS_KEY, predictorGroups, predictorNames } from "../model/offload/predictor.js";
 import { modelFingerprint, type ModelFingerprint } from "./profile.js";
 import type { PredictorWeights } from "../predictor-training/predictor-train.js";
 
@@ -387,7 +387,7 @@ export async function writePredictorFile(opts: PredictorFileOptions): Promise<nu
     writer.setMetadata(PREDICTOR_ORIGIN_KEY, opts.origin);
     writer.setMetadata(SPARSE_THRESHOLD_KEY, opts.predictors[0].threshold, GGUFValueType.FLOAT32);
     const ggmlType = type === "f32" ? GGMLType.F32 : GGMLType.F16;
-    if (experts > 0) writer.setMetadata("powerinfer.predictors.experts", experts, GGUFValueType.UINT32);
+    if (experts > 0) writer.setMetadata(PREDICTOR_EXPERTS_KEY, experts, GGUFValueType.UINT32);
     opts.predictors.forEach((p, g) => {
       for (const [name, dims, values] of predictorTensors(g, p, experts))
         writer.addTensor(name, dims, ggmlType, predictorBytes(values, type));

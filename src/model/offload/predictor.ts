@@ -36,8 +36,58 @@ const REQUANT_TYPES: ReadonlySet<GGMLType> = new Set([GGMLType.F32, GGMLType.F16
 
 export type PredictorType = "q8_0" | "original";
 
-/** Whether every layer (every expert of a mixture) of `file` has an activation predictor. */
+/** Metadata of a mixture's predictors: how many experts per layer they were made for. */
+export const PREDICTOR_EXPERTS_KEY = "powerinfer.predictors.experts";
+
+/**
+ * Throws when the predictor tensors of `file` are not made for the model's experts: per-layer
+ * predictors for a mixture (or per-expert ones for a dense model), an expert index past the
+ * model's expert_count, or `powerinfer.predictors.experts` saying another count. A mixture's
+ * predictors cannot be paired with another split of the FFN: each scores one expert's neurons.
+ */
+export function checkPredictorExperts(
+  file: ModelFile,
+  cfg: Pick<ModelConfig, "nLayer" | "nExpert">,
+  /** the model's architecture, for naming its expert_count key (a predictors-only file has none) */
+  arch = file.architecture,
+): void {
+  const where = file.path;
+  const countKey = `${arch}.expert_count`;
+  if (file.has(PREDICTOR_EXPERTS_KEY)) {
+    const n = file.getNumber(PREDICTOR_EXPERTS_KEY);
+    if (n !== cfg.nExpert)
+      throw new Error(
+        `${where}: metadata ${PREDICTOR_EXPERTS_KEY} = ${n}: predictors for ${n} experts per layer, but the model has ${cfg.nExpert} (${countKey})`,
+      );
+  }
+  for (const name of file.tensors.keys()) {
+    const m = /^blk\.(\d+)\.fc[12](?:\.(\d+))?\.weight$/.exec(name);
+    if (!m) continue;
+    if (cfg.nExpert > 0 && m[2] === undefined)
+      throw new Error(
+        `${where}: tensor ${name} is a whole layer's predictor, but the model is a mixture of ${cfg.nExpert} experts (${countKey}): it needs one per expert (blk.N.fc1.E.weight)`,
+      );
+    if (cfg.nExpert === 0 && m[2] !== undefined)
+      throw new Error(
+        `${where}: tensor ${name} is an expert's predictor, but the model has no experts (no ${countKey})`,
+      );
+    if (m[2] !== undefined && Number(m[2]) >= cfg.nExpert)
+      throw new Error(
+        `${where}: tensor ${name} is the predictor of expert ${m[2]}, but the model has ${cfg.nExpert} experts per layer (${countKey})`,
+      );
+    if (Number(m[1]) >= cfg.nLayer)
+      throw new Error(
+        `${where}: tensor ${name} is a predictor of layer ${m[1]}, but the model has ${cfg.nLayer} layers`,
+      );
+  }
+}
+
+/**
+ * Whether every layer (every expert of a mixture) of `file` has an activation predictor; throws
+ * (checkPredictorExperts) when its predictors are made for another number of experts.
+ */
 export function hasPredictors(file: ModelFile, cfg: Pick<ModelConfig, "nLayer" | "nExpert">): boolean {
+  checkPredictorExperts(file, cfg);
   const groups = predictorGroups(cfg);
   for (let g = 0; g < groups; g++) {
     const n = predictorNames(g, cfg.nExpert);
