@@ -11,6 +11,7 @@ import { ModelBusyError, ModelDisposedError } from "../generate/errors.js";
 import type { ModelConfig } from "../model/config.js";
 import type { OffloadOptions, OffloadStats } from "../model/offload/offloaded-ffn.js";
 import type { OffloadLayout } from "../model/offload/layout.js";
+import type { Tracer } from "../runtime/tracer.js";
 
 export interface LoadModelOptions {
   /** a GGUF file (or PowerInfer "PWRI" GGUF; any part of a split model) */
@@ -28,6 +29,11 @@ export interface LoadModelOptions {
   offload?: Partial<OffloadOptions>;
   /** per layer: FFN activations with |act(gate)| at or below count as zero (default: the model's calibrated thresholds, if any) */
   activationThresholds?: ArrayLike<number>;
+  /**
+   * record a Chrome trace of this model's work: loading, each token per layer (attention, the
+   * FFN's steps), a store's reads and waits, and cache counters; `tracer.write(path)` saves it
+   */
+  tracer?: Tracer;
 }
 
 export class Model {
@@ -142,7 +148,10 @@ export class Model {
       await running.iterator.return(undefined);
       await running.ended;
     }
+    const tr = this.llama.tracer;
+    const t = tr ? tr.now() : 0;
     await this.llama.dispose();
+    if (tr) tr.span("dispose", "model", t);
   }
 
   /** `await using model = await loadModel(...)` disposes it at the end of the scope. */
@@ -158,6 +167,8 @@ export async function loadModel(options: LoadModelOptions): Promise<Model> {
     options.threads === undefined || options.threads === "auto" ? availableParallelism() : options.threads;
   if (!Number.isInteger(threads) || threads < 1)
     throw new RangeError(`loadModel: threads must be a positive integer, got ${threads}`);
+  const tr = options.tracer;
+  const t = tr ? tr.now() : 0;
   const llama = await LlamaModel.load(options.modelPath, {
     threads,
     contextSize: options.contextSize === "auto" ? undefined : options.contextSize,
@@ -166,9 +177,12 @@ export async function loadModel(options: LoadModelOptions): Promise<Model> {
     offload: options.offload,
     activationThresholds: options.activationThresholds,
     onProgress: options.onLoadProgress,
+    tracer: tr,
   });
   try {
-    return new Model(llama, Tokenizer.fromGGUF(llama.file));
+    const model = new Model(llama, Tokenizer.fromGGUF(llama.file));
+    if (tr) tr.span("load", "model", t, { path: options.modelPath });
+    return model;
   } catch (e) {
     await llama.dispose();
     throw e;

@@ -10,6 +10,7 @@ import { PromptTooLongError } from "./errors.js";
 import { JsonConstraint } from "./json-constraint.js";
 import { checkAnswerRoom, responseGrammar, type ResponseFormat } from "./response-format.js";
 import type { SchemaNode } from "./json-schema.js";
+import { OffloadCounters } from "./trace-counters.js";
 
 export interface GenerateOptions extends SamplerOptions {
   /** most tokens to generate (default 256; -1 = until the context is full) */
@@ -115,6 +116,9 @@ export class Generation implements AsyncIterable<string> {
     // Prefill: the prompt in batches; the last batch leaves the logits of the last prompt token.
     // Positions whose tokens are already in the KV cache (a shared prefix with what the model
     // saw last, as in a chat) are reused; at least the last prompt token is evaluated again.
+    const tr = model.tracer;
+    const traceStart = tr ? tr.now() : 0;
+    const counters = tr && model.offloaded ? new OffloadCounters(tr, model.offloaded) : null;
     const t0 = performance.now();
     const cache = model.cachedTokens;
     let pos = 0;
@@ -132,6 +136,8 @@ export class Generation implements AsyncIterable<string> {
       pos += n;
     }
     stats.prefillMs = performance.now() - t0;
+    if (tr) tr.span("prefill", "generate", tr.fromClock(t0), { tokens: promptIds.length - stats.cachedPromptTokens });
+    counters?.sample();
     stats.prefillTokensPerSecond = ((promptIds.length - stats.cachedPromptTokens) / stats.prefillMs) * 1000;
 
     const decoder = new StreamingDecoder(tokenizer);
@@ -149,7 +155,9 @@ export class Generation implements AsyncIterable<string> {
           stats.stopReason = "abort";
           break;
         }
+        const tt = tr ? tr.now() : 0;
         const id = sampler.sample(logits!, constraint?.allowed(room(i, pos)));
+        if (tr) tr.span("sample", "generate", tt);
         const lp = logprobs === undefined ? null : sampler.lastLogprobs(id, logprobs);
         sampler.accept(id);
         if (!options.ignoreEos && tokenizer.isEog(id)) {
@@ -187,10 +195,16 @@ export class Generation implements AsyncIterable<string> {
         one[0] = id;
         logits = model.offloaded ? await model.forwardAsync(one, 1, pos++) : model.forward(one, 1, pos++);
         decodeTokens++;
+        if (tr) {
+          tr.span(`token ${i + 1}`, "generate", tt);
+          counters?.sample();
+        }
       }
       loopDone = true;
     } finally {
       if (!loopDone) stats.stopReason = "abort";
+      if (tr)
+        tr.span("generate", "generate", traceStart, { prompt: promptIds.length, generated: stats.generatedTokens });
       stats.decodeMs = performance.now() - t1;
       stats.decodeTokensPerSecond = decodeTokens > 0 ? (decodeTokens / stats.decodeMs) * 1000 : 0;
     }
