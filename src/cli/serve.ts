@@ -15,6 +15,8 @@ import type { GenerateOptions } from "../generate/generator.js";
 import { LOAD_FLAGS, SAMPLING_FLAGS, loadOptions, samplingOptions } from "./model-flags.js";
 import { parseArgs, parseSize, usage, UsageError, type FlagSpec } from "./args.js";
 import { formatBytes, formatStats, ProgressBar, StatusLine } from "./progress.js";
+import { acceptLlamaCppFlags } from "./llama-compat-flags.js";
+import { finishTrace, startTrace, TRACE_FLAG } from "./trace-flag.js";
 
 const FLAGS: FlagSpec[] = [
   ...LOAD_FLAGS,
@@ -70,10 +72,12 @@ const FLAGS: FlagSpec[] = [
   },
   { names: ["--stats"], key: "stats", type: "bool", help: "a live status line: requests, tok/s, resident memory" },
   { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "do not log each request" },
+  { ...TRACE_FLAG, help: TRACE_FLAG.help + " (written at shutdown)" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
 
 export async function main(argv: string[]): Promise<number> {
+  argv = acceptLlamaCppFlags("serve", argv);
   const args = parseArgs(argv, FLAGS);
   if (args.help) {
     console.log(
@@ -111,6 +115,7 @@ export async function main(argv: string[]): Promise<number> {
     }
   }
   const defaults: GenerateOptions = { ...samplingOptions(args), maxTokens: args.n as number };
+  const trace = startTrace("serve", argv, args);
 
   const status = args.stats ? new StatusLine() : undefined;
   const say = (line: string) => process.stderr.write(`powerinfer: ${line}\n`);
@@ -162,6 +167,7 @@ export async function main(argv: string[]): Promise<number> {
     try {
       model = await loadModel({
         ...load,
+        tracer: trace?.tracer,
         onLoadProgress: (done, total) => {
           loadTotal = total;
           bar.setTotal(total);
@@ -211,6 +217,7 @@ export async function main(argv: string[]): Promise<number> {
     if (!stopping) await server.close({ timeoutMs: 0 });
     else await stopping;
     await model?.dispose();
+    finishTrace(trace);
     if (stopping) say("stopped");
   }
 }
