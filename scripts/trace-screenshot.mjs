@@ -35,8 +35,10 @@ function speedscopeDir() {
 }
 
 // The region to show: from the start of token FIRST to the end of token FIRST + TOKENS - 1.
-const trace = JSON.parse(readFileSync(tracePath, "utf8"));
-const spans = trace.traceEvents.filter((e) => e.ph === "X" && e.tid === 1);
+// Chrome's JSON array format; a trace whose process was killed lacks the closing bracket
+const text = readFileSync(tracePath, "utf8").trimEnd();
+const events = JSON.parse(text.endsWith("]") ? text : text.replace(/,$/, "") + "]");
+const spans = events.filter((e) => e.ph === "X" && e.tid === 1);
 const first = Number(firstArg);
 const last = first + Number(countArg) - 1;
 const from = spans.find((e) => e.name === `token ${first}`);
@@ -46,9 +48,12 @@ if (!from || !to) throw new Error(`the trace has no spans "token ${first}" and "
 // The viewer shows a whole profile: give it the window alone, each span that overlaps it clipped to it.
 const w0 = from.ts;
 const w1 = to.ts + to.dur;
+// in time order, a span before those it contains (speedscope reads the events in order)
 const window = spans
   .filter((e) => e.ts < w1 && e.ts + e.dur > w0)
-  .map((e) => ({ ...e, ts: Math.max(e.ts, w0), dur: Math.min(e.ts + e.dur, w1) - Math.max(e.ts, w0) }));
+  .map((e) => ({ ...e, ts: Math.max(e.ts, w0), dur: Math.min(e.ts + e.dur, w1) - Math.max(e.ts, w0), whole: e.dur }))
+  .sort((a, b) => a.ts - b.ts || b.dur - a.dur || b.whole - a.whole)
+  .map(({ whole, ...e }) => e);
 const cropped = JSON.stringify({ traceEvents: window });
 const dir = speedscopeDir();
 const TYPES = { ".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".wasm": "application/wasm" };

@@ -31,7 +31,13 @@ before(async () => {
 
 interface Trace {
   traceEvents: TraceEvent[];
-  displayTimeUnit?: string;
+}
+
+/** A trace file: Chrome's JSON array format (the closing bracket is there once the trace is closed). */
+function load(file: string): Trace {
+  const events = JSON.parse(readFileSync(file, "utf8")) as TraceEvent[];
+  assert.ok(Array.isArray(events), "a JSON array of events");
+  return { traceEvents: events };
 }
 
 /** What a viewer needs of every event. */
@@ -42,7 +48,9 @@ function checkFormat(t: Trace): void {
     assert.ok(["X", "b", "e", "C", "i", "M"].includes(e.ph), `phase ${e.ph}`);
     assert.ok(Number.isFinite(e.ts) && e.ts >= 0, `ts of ${e.name}`);
     assert.ok(Number.isInteger(e.pid) && Number.isInteger(e.tid));
-    if (e.ph === "X") assert.ok(Number.isFinite(e.dur) && e.dur! >= 0, `dur of ${e.name}`);
+    // whole microseconds: a span's end then equals the next one's start exactly, so viewers nest them right
+    if (e.ph === "X")
+      assert.ok(Number.isInteger(e.ts) && Number.isInteger(e.dur) && e.dur! >= 0, `ts, dur of ${e.name}`);
     if (e.ph === "b" || e.ph === "e") assert.ok(Number.isInteger(e.id) && typeof e.cat === "string" && e.cat !== "");
     if (e.ph === "C")
       for (const v of Object.values(e.args!)) assert.ok(Number.isFinite(v as number), `counter ${e.name}`);
@@ -66,7 +74,7 @@ function spanTree(t: Trace): Node[] {
     const parent = stack[stack.length - 1] ?? null;
     if (parent)
       assert.ok(
-        end(e) <= end(parent.e) + 1e-3,
+        end(e) <= end(parent.e),
         `"${e.name}" [${e.ts}, ${end(e)}] overlaps "${parent.e.name}" [${parent.e.ts}, ${end(parent.e)}] without nesting`,
       );
     const node: Node = { e, parent, children: [] };
@@ -114,14 +122,12 @@ test("a store run's trace: viewer format, a span tree per token and layer, reads
     { encoding: "utf8", timeout: 120_000 },
   );
   assert.equal(r.status, 0, r.stderr);
-  assert.match(
+  assert.ok(
+    r.stderr.includes(`trace: ${file} (`) && /events\); open it in https:\/\/ui\.perfetto\.dev/.test(r.stderr),
     r.stderr,
-    new RegExp(
-      `trace: ${file.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")} \\(\\d+ events\\); open it in https://ui\\.perfetto\\.dev or chrome://tracing`,
-    ),
   );
   const stats = JSON.parse(r.stdout).stats as { bytesRead: number; generatedTokens: number; misses: number };
-  const t = JSON.parse(readFileSync(file, "utf8")) as Trace;
+  const t = load(file);
   checkFormat(t);
 
   const roots = spanTree(t);
@@ -183,13 +189,16 @@ test("a store run's trace: viewer format, a span tree per token and layer, reads
   }
   assert.equal(bytes, stats.bytesRead);
 
-  // counter tracks: a hit rate and a read rate per forward pass, reads in flight at each issue
+  // counter tracks: a hit rate and a read rate per forward pass
   const counters = (name: string) => t.traceEvents.filter((e) => e.ph === "C" && e.name === name);
   const hit = counters("neuron cache hit rate");
   assert.equal(hit.length, 1 + tokens.length);
   for (const c of hit) for (const v of Object.values(c.args!)) assert.ok((v as number) >= 0 && (v as number) <= 1);
   assert.equal(counters("flash read MB/s").length, hit.length);
-  assert.ok(counters("flash reads in flight").length >= 2 * begins.length);
+  // reads in flight: sampled (at most every 100 us), down to 0 whenever the reads drain
+  const inFlight = counters("flash reads in flight").map((c) => (c.args as { reads: number }).reads);
+  assert.ok(inFlight.length > 0 && inFlight.length < 2 * begins.length);
+  assert.ok(inFlight.every((v) => v >= 0) && inFlight.includes(0));
 });
 
 test("serve --trace writes the trace at shutdown; bench --trace covers its runs", async () => {
@@ -220,7 +229,7 @@ test("serve --trace writes the trace at shutdown; bench --trace covers its runs"
   await res.json();
   child.kill("SIGTERM");
   await once(child, "exit");
-  const t = JSON.parse(readFileSync(file, "utf8")) as Trace;
+  const t = load(file);
   checkFormat(t);
   const names = all(spanTree(t)).map((n) => n.e.name);
   for (const name of ["load", "generate", "prefill", "token 1", "layer 4", "attention", "ffn", "dispose"])
@@ -233,22 +242,34 @@ test("serve --trace writes the trace at shutdown; bench --trace covers its runs"
     { encoding: "utf8", timeout: 60_000 },
   );
   assert.equal(b.status, 0, b.stderr);
-  const bt = JSON.parse(readFileSync(benchFile, "utf8")) as Trace;
+  const bt = load(benchFile);
   checkFormat(bt);
   const roots = spanTree(bt);
   // warm-up and two timed runs of each test
   assert.equal(roots.filter((n) => n.e.name === "generate").length, 6);
 });
 
-test("Tracer: events past the limit are counted and dropped; the file says so", () => {
-  const tr = new Tracer("limit", 5);
+test("Tracer: events past the limit are counted and dropped; a trace not closed still holds every event written", () => {
+  const file = join(dir, "limit.json");
+  const tr = new Tracer(file, "limit", 5);
   for (let i = 0; i < 8; i++) tr.span(`s${i}`, "x", tr.now());
   assert.deepEqual(tr.size, { events: 5, dropped: 3 });
-  const file = join(dir, "limit.json");
-  tr.write(file);
-  const t = JSON.parse(readFileSync(file, "utf8")) as Trace & { otherData: { title: string } };
-  assert.equal(t.otherData.title, "limit");
+  tr.close();
+  const t = load(file);
+  assert.equal(t.traceEvents.find((e) => e.name === "process_name")!.args!.name, "limit");
   assert.equal(t.traceEvents.filter((e) => e.ph === "X").length, 5);
   // the end is there all the same, with the count of what was dropped
   assert.deepEqual(t.traceEvents.find((e) => e.name === "trace end")!.args, { dropped_events: 3 });
+
+  // streamed: a process killed before close() leaves the events flushed so far, in the array
+  // format whose closing bracket viewers do not need
+  const open = join(dir, "open.json");
+  const big = new Tracer(open, "killed");
+  for (let i = 0; i < 20_000; i++) big.span(`span ${i}`, "x", big.now(), { i });
+  const text = readFileSync(open, "utf8");
+  assert.ok(text.startsWith("[\n"));
+  const events = JSON.parse(text.replace(/,?\s*$/, "") + "]") as TraceEvent[];
+  assert.ok(events.length > 3 && events.length < 20_003, `${events.length} events flushed`);
+  big.close();
+  assert.equal(load(open).traceEvents.filter((e) => e.ph === "X").length, 20_000);
 });

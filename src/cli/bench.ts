@@ -111,7 +111,7 @@ export async function main(argv: string[]): Promise<number> {
   const model = await loadModel({
     ...load,
     contextSize: (args.ctx as number | undefined) ?? need,
-    tracer: trace?.tracer,
+    tracer: trace,
   });
   const facts = modelFacts(load.modelPath, model);
   const xs = new Xoshiro128(args.seed as number);

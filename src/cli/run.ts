@@ -65,7 +65,7 @@ export async function main(argv: string[]): Promise<number> {
   if (n < -1) throw new UsageError(`run: -n must be -1 or more, got ${n}`);
 
   const t0 = performance.now();
-  const model = await loadModel({ ...load, tracer: trace?.tracer });
+  const model = await loadModel({ ...load, tracer: trace });
   const cfg = model.config;
   process.stderr.write(
     `loaded ${args.model}: ${cfg.architecture}, ${cfg.nLayer} layers, dim ${cfg.nEmbd}, ffn ${cfg.nFF} (${cfg.activation}), ` +

@@ -167,7 +167,7 @@ export async function main(argv: string[]): Promise<number> {
     try {
       model = await loadModel({
         ...load,
-        tracer: trace?.tracer,
+        tracer: trace,
         onLoadProgress: (done, total) => {
           loadTotal = total;
           bar.setTotal(total);

@@ -224,6 +224,9 @@ function aligned(v: number): boolean {
   return Number.isSafeInteger(v) && v >= 0 && v % FLASH_ALIGN === 0;
 }
 
+/** Least time between two values of a trace's reads-in-flight counter (a value per read would double the trace). */
+const COUNTER_EVERY_US = 100;
+
 export class FlashReader {
   /** whether reads bypass the page cache (O_DIRECT) */
   readonly direct: boolean;
@@ -272,6 +275,8 @@ export class FlashReader {
   /** checksums checked on the I/O thread (kept referenced here: the addon reads them) */
   private readonly nativeChecksums: ReaderChecksums | null = null;
   private readonly tracer: Tracer | null;
+  /** when the reads-in-flight counter was last traced (it is traced at most every COUNTER_EVERY_US) */
+  private counterAt = -Infinity;
 
   private constructor(
     readonly path: string,
@@ -594,8 +599,8 @@ export class FlashReader {
     const tr = this.tracer;
     if (tr) {
       op.traceId = tr.nextId();
-      tr.asyncBegin("read", "flash", op.traceId, { offset: from, bytes: len, in_flight: this.inFlight });
-      tr.counter("flash reads in flight", { reads: this.inFlight });
+      tr.readBegin(op.traceId, from, len, this.inFlight);
+      this.traceInFlight(tr);
     }
     if (this.fault) {
       let injected: Error | null | undefined;
@@ -717,8 +722,8 @@ export class FlashReader {
     batch.inFlight--;
     const tr = this.tracer;
     if (tr) {
-      tr.asyncEnd("read", "flash", op.traceId, { bytes: n, error: err ? err.message : null, in_flight: this.inFlight });
-      tr.counter("flash reads in flight", { reads: this.inFlight });
+      tr.readEnd(op.traceId, n, this.inFlight, err ? err.message : null);
+      this.traceInFlight(tr);
     }
     if (this.inFlight === 0) this.s.busySeconds += (performance.now() - this.busySince) / 1000;
     if (!batch.error) {
@@ -761,6 +766,14 @@ export class FlashReader {
     this.settle(batch);
     this.pump();
     if (this.inFlight === 0 && this.drained) this.drained();
+  }
+
+  /** The reads-in-flight counter track, at most every COUNTER_EVERY_US (and whenever it drains). */
+  private traceInFlight(tr: Tracer): void {
+    const t = tr.now();
+    if (this.inFlight > 0 && t - this.counterAt < COUNTER_EVERY_US) return;
+    this.counterAt = t;
+    tr.counter("flash reads in flight", { reads: this.inFlight });
   }
 
   private complete(op: Op, batch: Batch): void {
