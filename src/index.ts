@@ -16,6 +16,7 @@ export { Generation } from "./generate/generator.js";
 export { Tokenizer, StreamingDecoder } from "./tokenizer/index.js";
 export { GGUFFile, GGUFError } from "./format/gguf.js";
 export { Tracer, type TraceEvent } from "./runtime/tracer.js";
+export { convertToStore, type ConvertOptions, type ConvertResult } from "./offline/convert.js";
 export type { ResponseFormat } from "./generate/response-format.js";
 export type { TokenLogprobs } from "./generate/sampler.js";
 export { UnsupportedSchemaError } from "./generate/json-schema.js";
