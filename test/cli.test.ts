@@ -63,7 +63,7 @@ test("bad flags and bad files fail with a clear message and a non-zero exit", ()
     [["run", "-m", STORIES, "-p", "x", "-n", "abc"], /-n expects an integer, got "abc"/, 2],
     [["run", "-m", STORIES, "-p", "x", "--temp"], /--temp needs a value/, 2],
     [["run", "-m", STORIES, "-p", "x", "--bogus"], /unknown option --bogus/, 2],
-    [["run", "-m", STORIES, "-p", "x", "-t", "0"], /-t must be at least 1/, 2],
+    [["run", "-m", STORIES, "-p", "x", "-t", "0"], /-t must be between 1 and 256, got 0/, 2],
     [["run", "-m", STORIES, "-p", "x", "--verify", "sometimes"], /--verify must be once or always, got "sometimes"/, 2],
     [["run", "-m", "/nonexistent/model.gguf", "-p", "x"], /model\.gguf: cannot open/, 1],
     [["run", "-m", `${SHARED}/reference/README.md`, "-p", "x"], /README\.md: not a GGUF file/, 1],

@@ -53,7 +53,8 @@ const MiB = 2 ** 20;
 // Cost model on hand-made inputs
 
 const facts: StoreFacts = {
-  nLayer: 2,
+  groups: 2,
+  experts: 0,
   nFF: 100,
   nEmbd: 64,
   ffnType: GGMLType.Q4_1,

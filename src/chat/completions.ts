@@ -32,6 +32,7 @@ import { parseChatRequest, parseCompletionRequest, type ParsedRequest } from "./
 import { queueFor } from "./queue.js";
 import { checkAnswerRoom, responseGrammar } from "../generate/response-format.js";
 import { chatLogprobs, completionLogprobs } from "./logprobs.js";
+import { checkPromptBytes } from "./prompt-bound.js";
 import { templateForModel, tokenizeChatPrompt, type ChatTemplate } from "./template.js";
 
 /** What the chat layer needs of a model; `Model` from `loadModel` is one. */
@@ -350,7 +351,9 @@ export function prepareChatCompletion(
 ): PreparedCompletion<ChatCompletion, ChatCompletionChunk> {
   const parsed = parseChatRequest(params);
   const template = options.template ?? templateForModel(model);
-  const ids = tokenizeChatPrompt(model.tokenizer, template.render(parsed.messages));
+  const text = template.render(parsed.messages);
+  checkPromptBytes(model, text, "messages");
+  const ids = tokenizeChatPrompt(model.tokenizer, text);
   checkPromptLength(model, ids, "messages");
   const merged = mergeOptions(options.defaults, parsed, template.stop);
   checkAnswerFits(model, ids, merged);
@@ -375,6 +378,7 @@ export function prepareCompletion(
   const parsed = parseCompletionRequest(params, model.tokenizer.vocabSize);
   const merged = mergeOptions(options.defaults, parsed, []);
   const tk = model.tokenizer;
+  if (typeof parsed.prompt === "string") checkPromptBytes(model, parsed.prompt, "prompt");
   // Text is tokenized exactly as Model.generate(text) does it, so answers match the library's.
   const ids =
     typeof parsed.prompt === "string"

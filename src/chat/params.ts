@@ -49,13 +49,24 @@ function asObject(body: unknown): Body {
   return body as Body;
 }
 
+/**
+ * Both bounds are required: every number a request carries has a range, so that no value (1e300
+ * included) reaches code that sizes memory or loops by it.
+ */
 interface NumberRule {
   integer?: boolean;
-  min?: number;
-  max?: number;
+  min: number;
+  max: number;
   /** the minimum itself is not allowed */
   exclusiveMin?: boolean;
 }
+
+/** token counts and positions are 32-bit integers in the engine */
+const INT32_MAX = 2 ** 31 - 1;
+/** the largest context a model may have (src/model/config.ts) */
+const MAX_CONTEXT = 2 ** 24;
+/** `n` and `best_of`: only 1 is supported; a bound keeps 1e300 from being called an integer count */
+const MAX_CHOICES = 128;
 
 function optNumber(body: Body, key: string, rule: NumberRule): number | undefined {
   const v = body[key];
@@ -69,20 +80,13 @@ function optNumber(body: Body, key: string, rule: NumberRule): number | undefine
   }
   if (rule.integer && !Number.isInteger(v))
     throw invalidParam(key, `${key} must be an integer, got ${v}`, "invalid_type");
-  if (rule.min !== undefined && (rule.exclusiveMin ? v <= rule.min : v < rule.min)) {
-    const bound =
-      rule.max !== undefined
-        ? `between ${rule.min} and ${rule.max}`
-        : rule.exclusiveMin
-          ? `greater than ${rule.min}`
-          : `at least ${rule.min}`;
-    throw invalidParam(key, `${key} must be ${bound}, got ${v}`);
-  }
-  if (rule.max !== undefined && v > rule.max) {
-    throw invalidParam(
-      key,
-      `${key} must be ${rule.min !== undefined ? `between ${rule.min} and ${rule.max}` : `at most ${rule.max}`}, got ${v}`,
-    );
+  const low = rule.exclusiveMin ? v <= rule.min : v < rule.min;
+  if (low || v > rule.max) {
+    const kind = rule.integer ? "an integer " : "";
+    const bound = rule.exclusiveMin
+      ? `greater than ${rule.min} and at most ${rule.max}`
+      : `between ${rule.min} and ${rule.max}`;
+    throw invalidParam(key, `${key} must be ${kind}${bound}, got ${v}`);
   }
   return v;
 }
@@ -125,9 +129,9 @@ function parseCommon(body: Body): ParsedRequest {
       throw invalidParam("stream_options", "stream_options is only allowed when stream is true");
   }
 
-  const n = optNumber(body, "n", { integer: true, min: 1 });
+  const n = optNumber(body, "n", { integer: true, min: 1, max: MAX_CHOICES });
   if (n !== undefined && n !== 1) throw unsupported("n", `n = ${n} (several choices per request)`);
-  const bestOf = optNumber(body, "best_of", { integer: true, min: 1 });
+  const bestOf = optNumber(body, "best_of", { integer: true, min: 1, max: MAX_CHOICES });
   if (bestOf !== undefined && bestOf !== 1) throw unsupported("best_of", `best_of = ${bestOf}`);
   const bias = body.logit_bias;
   if (bias !== undefined && bias !== null && (typeof bias !== "object" || Object.keys(bias).length > 0))
@@ -139,19 +143,19 @@ function parseCommon(body: Body): ParsedRequest {
   }
   // -1 is llama-server's "no limit"; 0 is allowed and yields an empty answer.
   const maxTokens =
-    optNumber(body, "max_completion_tokens", { integer: true, min: -1 }) ??
-    optNumber(body, "max_tokens", { integer: true, min: -1 });
+    optNumber(body, "max_completion_tokens", { integer: true, min: -1, max: INT32_MAX }) ??
+    optNumber(body, "max_tokens", { integer: true, min: -1, max: INT32_MAX });
   const options: GenerateOptions = {
     maxTokens,
-    temperature: optNumber(body, "temperature", { min: 0 }),
+    temperature: optNumber(body, "temperature", { min: 0, max: 100 }),
     topP: optNumber(body, "top_p", { min: 0, max: 1 }),
-    topK: optNumber(body, "top_k", { integer: true, min: 0 }),
+    topK: optNumber(body, "top_k", { integer: true, min: 0, max: INT32_MAX }),
     minP: optNumber(body, "min_p", { min: 0, max: 1 }),
-    repeatPenalty: optNumber(body, "repeat_penalty", { min: 0, exclusiveMin: true }),
-    repeatLastN: optNumber(body, "repeat_last_n", { integer: true, min: 0 }),
+    repeatPenalty: optNumber(body, "repeat_penalty", { min: 0, exclusiveMin: true, max: 100 }),
+    repeatLastN: optNumber(body, "repeat_last_n", { integer: true, min: 0, max: MAX_CONTEXT }),
     frequencyPenalty: optNumber(body, "frequency_penalty", { min: -2, max: 2 }),
     presencePenalty: optNumber(body, "presence_penalty", { min: -2, max: 2 }),
-    seed: optNumber(body, "seed", { integer: true }),
+    seed: optNumber(body, "seed", { integer: true, min: -Number.MAX_SAFE_INTEGER, max: Number.MAX_SAFE_INTEGER }),
     stop: parseStop(body.stop),
     ignoreEos: optBoolean(body, "ignore_eos"),
     responseFormat: parseResponseFormat(body),

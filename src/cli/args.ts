@@ -13,6 +13,12 @@ export interface FlagSpec {
   type: "string" | "int" | "float" | "bool" | "size";
   help: string;
   default?: string | number | boolean;
+  /**
+   * [min, max] a number must lie in (both included), required of every int, float and size flag
+   * (src/cli/flag-ranges.ts has the common ones): a value past what the engine can use must be
+   * a usage error naming the flag, not an allocation of 4 GB or a crash deep inside.
+   */
+  range?: readonly [number, number];
 }
 
 export type ParsedArgs = { _: string[]; [key: string]: string | number | boolean | string[] | undefined };
@@ -44,6 +50,11 @@ export function parseArgs(argv: string[], specs: FlagSpec[]): ParsedArgs {
   for (const s of specs) if (s.default !== undefined) out[s.key] = s.default;
   const byName = new Map<string, FlagSpec>();
   for (const s of specs) for (const n of s.names) byName.set(n, s);
+  for (const s of specs) {
+    // a programming error, caught by any use of the command (its --help included)
+    if (s.type !== "string" && s.type !== "bool" && !s.range)
+      throw new Error(`option ${s.names.join(", ")} is numeric but has no range`);
+  }
   for (let i = 0; i < argv.length; i++) {
     let arg = argv[i];
     if (arg === "--") {
@@ -76,25 +87,29 @@ export function parseArgs(argv: string[], specs: FlagSpec[]): ParsedArgs {
 }
 
 function convert(spec: FlagSpec, flag: string, value: string): string | number {
+  let v: number;
   switch (spec.type) {
-    case "string":
-      return value;
-    case "int": {
-      const v = Number(value);
+    case "int":
+      v = Number(value);
       if (!Number.isInteger(v)) throw new UsageError(`option ${flag} expects an integer, got "${value}"`);
-      return v;
-    }
-    case "float": {
-      const v = Number(value);
+      break;
+    case "float":
+      v = Number(value);
       if (value.trim() === "" || !Number.isFinite(v))
         throw new UsageError(`option ${flag} expects a number, got "${value}"`);
-      return v;
-    }
+      break;
     case "size":
-      return parseSize(value);
+      v = parseSize(value);
+      break;
     default:
       return value;
   }
+  const [min, max] = spec.range!;
+  if (!(v >= min && v <= max)) {
+    const shown = spec.type === "size" ? (value.length > 40 ? `"${value.slice(0, 40)}..."` : `"${value}"`) : String(v);
+    throw new UsageError(`${flag} must be between ${min} and ${max}, got ${shown}`);
+  }
+  return v;
 }
 
 export function usage(command: string, summary: string, specs: FlagSpec[]): string {

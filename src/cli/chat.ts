@@ -17,6 +17,7 @@ import type { GenerationStats } from "../generate/generator.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { LOAD_FLAGS, SAMPLING_FLAGS, loadOptions, samplingOptions } from "./model-flags.js";
 import { formatBytes, formatStats, ProgressBar, StatusLine, TokenRate } from "./progress.js";
+import { RANGE } from "./flag-ranges.js";
 
 const FLAGS: FlagSpec[] = [
   ...LOAD_FLAGS,
@@ -27,6 +28,7 @@ const FLAGS: FlagSpec[] = [
     type: "int",
     help: "most tokens per answer (-1 = until the model ends it)",
     default: -1,
+    range: RANGE.predict,
   },
   ...SAMPLING_FLAGS,
   {
@@ -61,7 +63,6 @@ export async function main(argv: string[]): Promise<number> {
   if (args._.length) throw new UsageError(`chat: unexpected argument "${args._[0]}"`);
   const load = loadOptions("chat", args);
   const modelPath = load.modelPath;
-  if ((args.n as number) < -1) throw new UsageError(`chat: -n must be -1 or more, got ${args.n}`);
   let template: ChatTemplate | undefined;
   if (typeof args.templateFile === "string") {
     try {

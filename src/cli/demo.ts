@@ -40,6 +40,7 @@ import { peakResidentBytes } from "../runtime/memory.js";
 import { BUDGET_ROOM, offloadLayout, storeFacts } from "../model/offload/layout.js";
 import { readConfig } from "../model/config.js";
 import { residentBytes } from "../model/resident-bytes.js";
+import { RANGE } from "./flag-ranges.js";
 
 /** Bumped when the demo model's recipe changes, so an old cached store is not reused for it. */
 const RECIPE_VERSION = 4;
@@ -91,11 +92,18 @@ const FLAGS: FlagSpec[] = [
     key: "budget",
     type: "size",
     help: `memory budget for the run (default: what must stay resident plus ${DEFAULT_CACHE_SHARE * 100}% of the bundles, see above)`,
+    range: RANGE.bytes,
   },
   { names: ["--shape"], key: "shape", type: "string", help: `model shape: ${SHAPES.join(", ")}`, default: "demo" },
-  { names: ["-n", "--n-predict"], key: "n", type: "int", help: "tokens to generate", default: 32 },
+  { names: ["-n", "--n-predict"], key: "n", type: "int", help: "tokens to generate", default: 32, range: RANGE.count },
   { names: ["-p", "--prompt"], key: "prompt", type: "string", help: "prompt text", default: "Once upon a time" },
-  { names: ["-t", "--threads"], key: "threads", type: "int", help: "compute threads (default: all cores)" },
+  {
+    names: ["-t", "--threads"],
+    key: "threads",
+    type: "int",
+    help: "compute threads (default: all cores)",
+    range: RANGE.threads,
+  },
   {
     names: ["--keep"],
     key: "keep",

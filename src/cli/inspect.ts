@@ -1,34 +1,43 @@
 /** `powerinfer inspect FILE`: metadata (long arrays summarized), the tensor table and sizes. */
-import { GGUFFile, type GGUFValue } from "../format/gguf.js";
+import { GGUFFile } from "../format/gguf.js";
 import { typeName } from "../format/ggml-types.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
+import { jsonValue, showValue } from "./inspect-format.js";
+import { hasStoreMagic, inspectStore } from "./inspect-store.js";
 
 const FLAGS: FlagSpec[] = [
   { names: ["--all"], key: "all", type: "bool", help: "print whole arrays" },
   { names: ["--json"], key: "json", type: "bool", help: "machine-readable output" },
+  {
+    names: ["--verify"],
+    key: "verify",
+    type: "bool",
+    help: "a neuron store: read every chunk and check it against its checksum",
+  },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
-
-function show(v: GGUFValue, all: boolean): string {
-  if (Array.isArray(v) || v instanceof Float32Array || v instanceof Int32Array) {
-    const items = [...(v as ArrayLike<unknown> & Iterable<unknown>)];
-    const shown = all ? items : items.slice(0, 8);
-    return `[${items.length}] ${shown.map((x) => JSON.stringify(typeof x === "bigint" ? String(x) : x)).join(", ")}${shown.length < items.length ? ", ..." : ""}`;
-  }
-  if (typeof v === "string") return JSON.stringify(v.length > 200 && !all ? v.slice(0, 200) + "..." : v);
-  return String(v);
-}
 
 const mib = (b: number) => `${(b / 2 ** 20).toFixed(2)} MiB`;
 
 export async function main(argv: string[]): Promise<number> {
   const args = parseArgs(argv, FLAGS);
   if (args.help) {
-    console.log(usage("inspect FILE", "Show a GGUF file's metadata, tensors and sizes.", FLAGS));
+    console.log(
+      usage(
+        "inspect FILE",
+        "Show a GGUF file's metadata, tensors and sizes, or a neuron store's (.pi) header, manifest and layout.",
+        FLAGS,
+      ),
+    );
     return 0;
   }
   const path = args._[0];
   if (!path) throw new UsageError("inspect: give a model file");
+  if (hasStoreMagic(path)) {
+    inspectStore(path, { json: Boolean(args.json), all: Boolean(args.all), verify: Boolean(args.verify) });
+    return 0;
+  }
+  if (args.verify) throw new UsageError("inspect: --verify checks a neuron store's checksums; a GGUF file has none");
   const f = GGUFFile.open(path);
   try {
     const tensors = [...f.tensors.values()];
@@ -36,8 +45,7 @@ export async function main(argv: string[]): Promise<number> {
     const params = tensors.reduce((a, t) => a + t.elements, 0);
     if (args.json) {
       const meta: Record<string, unknown> = {};
-      for (const [k, v] of f.metadata)
-        meta[k] = ArrayBuffer.isView(v) ? Array.from(v as Float32Array) : typeof v === "bigint" ? String(v) : v;
+      for (const [k, v] of f.metadata) meta[k] = jsonValue(v);
       console.log(
         JSON.stringify(
           {
@@ -65,7 +73,7 @@ export async function main(argv: string[]): Promise<number> {
       `format: ${f.magic === "PWRI" ? "PowerInfer sparse GGUF (PWRI)" : "GGUF"} v${f.version}, ${mib(f.fileSize)}`,
     );
     console.log(`\nmetadata (${f.metadata.size} keys):`);
-    for (const [k, v] of f.metadata) console.log(`  ${k} = ${show(v, Boolean(args.all))}`);
+    for (const [k, v] of f.metadata) console.log(`  ${k} = ${showValue(v, Boolean(args.all))}`);
     console.log(`\ntensors (${tensors.length}, ${(params / 1e6).toFixed(2)} M parameters, ${mib(total)}):`);
     const byType = new Map<string, number>();
     for (const t of tensors) {

@@ -9,22 +9,38 @@ import type { SparsityMode } from "../model/offload/layout.js";
 import { thresholdsForModel } from "../offline/profile.js";
 import { UsageError, type FlagSpec, type ParsedArgs } from "./args.js";
 import { applyPlan } from "../planner/plan.js";
+import { RANGE } from "./flag-ranges.js";
 
 export const LOAD_FLAGS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "model file (GGUF, or a neuron store .pi)" },
-  { names: ["-t", "--threads"], key: "threads", type: "int", help: "compute threads (default: all cores)" },
+  {
+    names: ["-t", "--threads"],
+    key: "threads",
+    type: "int",
+    help: "compute threads (default: all cores)",
+    range: RANGE.threads,
+  },
   {
     names: ["-c", "--ctx-size"],
     key: "ctx",
     type: "int",
     help: "context size in tokens (default: the model's, capped to what fits)",
+    range: RANGE.context,
   },
-  { names: ["-b", "--batch-size"], key: "batch", type: "int", help: "prompt tokens per forward pass", default: 256 },
+  {
+    names: ["-b", "--batch-size"],
+    key: "batch",
+    type: "int",
+    help: "prompt tokens per forward pass",
+    default: 256,
+    range: RANGE.batch,
+  },
   {
     names: ["--memory-budget"],
     key: "budget",
     type: "size",
     help: "for a neuron store (.pi): everything resident fits in this (e.g. 1.5GiB)",
+    range: RANGE.bytes,
   },
   {
     names: ["--sparsity"],
@@ -37,18 +53,21 @@ export const LOAD_FLAGS: FlagSpec[] = [
     key: "cacheSize",
     type: "size",
     help: "neuron cache size for a store (default: what the budget leaves)",
+    range: RANGE.bytes,
   },
   {
     names: ["--hot-fraction"],
     key: "hotFraction",
     type: "float",
     help: "share of the neuron cache pinned to hot neurons (default: the plan's; else from the store's profile, the share with the most expected hits (at least 0.5); 0.5 without one)",
+    range: RANGE.share,
   },
   {
     names: ["--io-queue-depth"],
     key: "queueDepth",
     type: "int",
     help: "reads from flash in flight (default: 1024 with native AIO on its own I/O thread, 256 with AIO inline; 64, libuv's pool under this command, without AIO)",
+    range: RANGE.queueDepth,
   },
   { names: ["--no-pipeline"], key: "noPipeline", type: "bool", help: "wait for reads before computing (ablation)" },
   {
@@ -78,16 +97,38 @@ export const LOAD_FLAGS: FlagSpec[] = [
 ];
 
 export const SAMPLING_FLAGS: FlagSpec[] = [
-  { names: ["--temp"], key: "temp", type: "float", help: "temperature (0 = greedy)", default: 0.8 },
-  { names: ["--top-k"], key: "topK", type: "int", help: "top-k sampling (0 = off)", default: 40 },
-  { names: ["--top-p"], key: "topP", type: "float", help: "top-p sampling (1 = off)", default: 0.95 },
-  { names: ["--min-p"], key: "minP", type: "float", help: "min-p sampling (0 = off)", default: 0.05 },
+  {
+    names: ["--temp"],
+    key: "temp",
+    type: "float",
+    help: "temperature (0 = greedy)",
+    default: 0.8,
+    range: RANGE.temperature,
+  },
+  { names: ["--top-k"], key: "topK", type: "int", help: "top-k sampling (0 = off)", default: 40, range: RANGE.count },
+  {
+    names: ["--top-p"],
+    key: "topP",
+    type: "float",
+    help: "top-p sampling (1 = off)",
+    default: 0.95,
+    range: RANGE.share,
+  },
+  {
+    names: ["--min-p"],
+    key: "minP",
+    type: "float",
+    help: "min-p sampling (0 = off)",
+    default: 0.05,
+    range: RANGE.share,
+  },
   {
     names: ["--repeat-penalty"],
     key: "repeatPenalty",
     type: "float",
     help: "penalize repeated tokens (1 = off)",
     default: 1.0,
+    range: RANGE.penalty,
   },
   {
     names: ["--repeat-last-n"],
@@ -95,8 +136,9 @@ export const SAMPLING_FLAGS: FlagSpec[] = [
     type: "int",
     help: "tokens the repeat penalty looks back",
     default: 64,
+    range: RANGE.window,
   },
-  { names: ["-s", "--seed"], key: "seed", type: "int", help: "random seed (default: random)" },
+  { names: ["-s", "--seed"], key: "seed", type: "int", help: "random seed (default: random)", range: RANGE.seed },
   { names: ["--ignore-eos"], key: "ignoreEos", type: "bool", help: "keep generating after end-of-generation tokens" },
 ];
 
@@ -104,18 +146,10 @@ export const SAMPLING_FLAGS: FlagSpec[] = [
 export function loadOptions(command: string, args: ParsedArgs): LoadModelOptions {
   if (typeof args.model !== "string")
     throw new UsageError(`${command}: -m MODEL is required (see powerinfer ${command} --help)`);
-  if (args.threads !== undefined && (args.threads as number) < 1)
-    throw new UsageError(`${command}: -t must be at least 1`);
-  if (args.ctx !== undefined && (args.ctx as number) < 1) throw new UsageError(`${command}: -c must be at least 1`);
-  if ((args.batch as number) < 1) throw new UsageError(`${command}: -b must be at least 1`);
   if (args.sparsity !== undefined && !["dense", "gate", "predictor"].includes(args.sparsity as string)) {
     throw new UsageError(`${command}: --sparsity must be dense, gate or predictor, got "${args.sparsity}"`);
   }
   const hot = args.hotFraction as number | undefined;
-  if (hot !== undefined && !(hot >= 0 && hot <= 1))
-    throw new UsageError(`${command}: --hot-fraction must be between 0 and 1, got ${hot}`);
-  if (args.queueDepth !== undefined && (args.queueDepth as number) < 1)
-    throw new UsageError(`${command}: --io-queue-depth must be at least 1`);
   if (args.verify !== undefined && args.verify !== "once" && args.verify !== "always")
     throw new UsageError(`${command}: --verify must be once or always, got "${args.verify}"`);
   // Read (and check against the model) now, so a wrong profile fails before the model loads.

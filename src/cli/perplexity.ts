@@ -16,11 +16,18 @@ import { Tokenizer } from "../tokenizer/index.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { formatDuration } from "./progress.js";
 import { LOAD_FLAGS, loadOptions } from "./model-flags.js";
+import { RANGE } from "./flag-ranges.js";
 
 const FLAGS: FlagSpec[] = [
   ...LOAD_FLAGS,
   { names: ["-f", "--file"], key: "file", type: "string", help: "text file to score (UTF-8)" },
-  { names: ["--chunks"], key: "chunks", type: "int", help: "score at most this many chunks (default: all)" },
+  {
+    names: ["--chunks"],
+    key: "chunks",
+    type: "int",
+    help: "score at most this many chunks (default: all)",
+    range: RANGE.positive,
+  },
   {
     names: ["--sparsity-stats"],
     key: "sparsityStats",
@@ -55,8 +62,6 @@ export async function main(argv: string[]): Promise<number> {
   if (typeof args.model === "string" && !existsSync(args.model))
     throw new UsageError(`perplexity: model ${args.model} does not exist`);
   const chunks = args.chunks as number | undefined;
-  if (chunks !== undefined && chunks < 1)
-    throw new UsageError(`perplexity: --chunks must be at least 1, got ${chunks}`);
   const load = loadOptions("perplexity", args);
   if (args.ctx !== undefined && (args.ctx as number) < 4)
     throw new UsageError(`perplexity: -c must be at least 4, got ${args.ctx}`);

@@ -12,6 +12,7 @@ import { runCalibration, type CalibrationJob, type CalibrationRun } from "../pla
 import type { BaseJob } from "../planner/runtime-base.js";
 import { LlamaModel } from "../model/llama.js";
 import { LOAD_FLAGS } from "./model-flags.js";
+import { RANGE } from "./flag-ranges.js";
 
 const FLAGS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "the neuron store (.pi) to plan for" },
@@ -20,6 +21,7 @@ const FLAGS: FlagSpec[] = [
     key: "budget",
     type: "size",
     help: "everything resident fits in this (e.g. 3.75GiB), as for run",
+    range: RANGE.bytes,
   },
   {
     names: ["-o", "--output"],
@@ -32,6 +34,7 @@ const FLAGS: FlagSpec[] = [
     key: "threads",
     type: "int",
     help: "use this many threads (default: the fastest predicted, 1..cores)",
+    range: RANGE.threads,
   },
   {
     names: ["-c", "--ctx-size"],
@@ -39,6 +42,7 @@ const FLAGS: FlagSpec[] = [
     type: "int",
     help: "context size of the runs (its KV cache is part of the budget)",
     default: 256,
+    range: RANGE.context,
   },
   {
     names: ["-b", "--batch-size"],
@@ -46,6 +50,7 @@ const FLAGS: FlagSpec[] = [
     type: "int",
     help: "prompt tokens per forward pass, as for run",
     default: 256,
+    range: RANGE.batch,
   },
   {
     names: ["--prompt-tokens"],
@@ -53,6 +58,7 @@ const FLAGS: FlagSpec[] = [
     type: "int",
     help: "prompt length the prediction assumes (its prefill warms the cache)",
     default: 32,
+    range: RANGE.positive,
   },
   {
     names: ["--decode-tokens"],
@@ -60,6 +66,7 @@ const FLAGS: FlagSpec[] = [
     type: "int",
     help: "generated tokens the predicted tok/s averages over",
     default: 128,
+    range: RANGE.positive,
   },
   {
     names: ["--sparsity"],
@@ -72,6 +79,7 @@ const FLAGS: FlagSpec[] = [
     key: "firing",
     type: "float",
     help: "assume every neuron fires with this probability (default: the store's profile, else planted rates of a synthetic model, else 0.1)",
+    range: RANGE.share,
   },
   {
     names: ["--reprobe"],
@@ -85,6 +93,7 @@ const FLAGS: FlagSpec[] = [
     type: "float",
     help: "multiply the probe's measuring time (1 = a few seconds)",
     default: 1,
+    range: RANGE.timeScale,
   },
   {
     names: ["--no-calibrate"],
@@ -98,6 +107,7 @@ const FLAGS: FlagSpec[] = [
     type: "int",
     help: "decode steps the calibration run measures",
     default: 8,
+    range: RANGE.positive,
   },
   {
     names: ["--json"],

@@ -9,6 +9,7 @@ import { interruptible } from "./interrupt.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { ProgressBar } from "./progress.js";
 import { profileModel, summarizeProfile, type ProfileProgress } from "../offline/profile.js";
+import { RANGE } from "./flag-ranges.js";
 
 const FLAGS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "model file (GGUF; not a .pi store)" },
@@ -19,20 +20,36 @@ const FLAGS: FlagSpec[] = [
     key: "tokens",
     type: "int",
     help: "profile at most this many tokens (default: the whole corpus)",
+    range: RANGE.positive,
   },
   {
     names: ["-c", "--ctx-size"],
     key: "ctx",
     type: "int",
     help: "context window in tokens (default: the model's, at most 512)",
+    range: RANGE.context,
   },
-  { names: ["-b", "--batch-size"], key: "batch", type: "int", help: "tokens per forward pass", default: 256 },
-  { names: ["-t", "--threads"], key: "threads", type: "int", help: "compute threads (default: all cores)" },
+  {
+    names: ["-b", "--batch-size"],
+    key: "batch",
+    type: "int",
+    help: "tokens per forward pass",
+    default: 256,
+    range: RANGE.batch,
+  },
+  {
+    names: ["-t", "--threads"],
+    key: "threads",
+    type: "int",
+    help: "compute threads (default: all cores)",
+    range: RANGE.threads,
+  },
   {
     names: ["--target-sparsity"],
     key: "target",
     type: "float",
     help: "SiLU/GELU models: calibrate per-layer thresholds on |act(gate)| so that this share of activations is cut (e.g. 0.5)",
+    range: RANGE.share,
   },
   { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "no progress bar or table" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
@@ -118,11 +135,15 @@ export async function main(argv: string[]): Promise<number> {
         const lines = [
           `profile: ${p.tokens} tokens of ${p.corpus.file} in windows of ${p.contextSize}, ${r.seconds.toFixed(1)} s; a neuron fires when ${p.criterion}` +
             (p.targetSparsity !== null ? ` (calibrated to ${(100 * p.targetSparsity).toFixed(1)}% sparsity)` : ""),
-          "layer  threshold   sparsity  active/token  hottest 10% share  P(i+1 | i)",
+          `${p.experts ? "layer.expert  routed" : "layer"}  threshold   sparsity  active/token  hottest 10% share  P(i+1 | i)`,
         ];
         for (const s of summarizeProfile(p)) {
+          const L = p.layers[s.layer];
+          const name = p.experts
+            ? `${`${L.layer}.${L.expert}`.padStart(12)}  ${(100 * (L.routed ?? 0)).toFixed(1).padStart(5)}%`
+            : String(s.layer).padStart(5);
           lines.push(
-            `${String(s.layer).padStart(5)}  ${(s.threshold === null ? "-" : s.threshold.toPrecision(4)).padStart(9)}  ${(100 * s.sparsity).toFixed(1).padStart(8)}%` +
+            `${name}  ${(s.threshold === null ? "-" : s.threshold.toPrecision(4)).padStart(9)}  ${(100 * s.sparsity).toFixed(1).padStart(8)}%` +
               `  ${s.activePerToken.toFixed(1).padStart(12)}  ${(100 * s.hot10).toFixed(1).padStart(16)}%  ${(100 * s.adjacent).toFixed(1).padStart(9)}%`,
           );
         }

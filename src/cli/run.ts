@@ -10,6 +10,7 @@ import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { StatusLine, TokenRate, formatStats } from "./progress.js";
 import { peakResidentBytes } from "../runtime/memory.js";
 import { LOAD_FLAGS, SAMPLING_FLAGS, loadOptions, samplingOptions } from "./model-flags.js";
+import { RANGE } from "./flag-ranges.js";
 import { BUDGET_ROOM, fixedPartsText } from "../model/offload/layout.js";
 import { acceptLlamaCppFlags } from "./llama-compat-flags.js";
 import { JSON_SCHEMA_FLAGS, responseFormatFromFlags } from "./json-schema-flag.js";
@@ -26,6 +27,7 @@ const FLAGS: FlagSpec[] = [
     type: "int",
     help: "tokens to generate (-1 = until end or full context)",
     default: 128,
+    range: RANGE.predict,
   },
   ...SAMPLING_FLAGS,
   { names: ["--no-bos"], key: "noBos", type: "bool", help: "do not add the BOS token" },
@@ -62,7 +64,6 @@ export async function main(argv: string[]): Promise<number> {
   const n = args.n as number;
   const responseFormat = responseFormatFromFlags("run", args);
   const trace = startTrace("run", argv, args);
-  if (n < -1) throw new UsageError(`run: -n must be -1 or more, got ${n}`);
 
   const t0 = performance.now();
   const model = await loadModel({ ...load, tracer: trace });

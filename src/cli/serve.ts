@@ -17,11 +17,19 @@ import { parseArgs, parseSize, usage, UsageError, type FlagSpec } from "./args.j
 import { formatBytes, formatStats, ProgressBar, StatusLine } from "./progress.js";
 import { acceptLlamaCppFlags } from "./llama-compat-flags.js";
 import { finishTrace, startTrace, TRACE_FLAG } from "./trace-flag.js";
+import { RANGE } from "./flag-ranges.js";
 
 const FLAGS: FlagSpec[] = [
   ...LOAD_FLAGS,
   { names: ["--host"], key: "host", type: "string", help: "address to listen on", default: "127.0.0.1" },
-  { names: ["--port"], key: "port", type: "int", help: "port to listen on (0 = any free port)", default: 8080 },
+  {
+    names: ["--port"],
+    key: "port",
+    type: "int",
+    help: "port to listen on (0 = any free port)",
+    default: 8080,
+    range: RANGE.port,
+  },
   {
     names: ["-a", "--alias"],
     key: "alias",
@@ -34,6 +42,7 @@ const FLAGS: FlagSpec[] = [
     type: "int",
     help: "default max_tokens when a request gives none (-1 = until end or full context)",
     default: -1,
+    range: RANGE.predict,
   },
   ...SAMPLING_FLAGS,
   {
@@ -48,14 +57,23 @@ const FLAGS: FlagSpec[] = [
     type: "int",
     help: "requests that may wait behind the running one before 429",
     default: 64,
+    range: RANGE.count,
   },
-  { names: ["--max-body"], key: "maxBody", type: "size", help: "largest request body before 413", default: "4MiB" },
+  {
+    names: ["--max-body"],
+    key: "maxBody",
+    type: "size",
+    help: "largest request body before 413",
+    default: "4MiB",
+    range: RANGE.bytes,
+  },
   {
     names: ["--shutdown-timeout"],
     key: "shutdownTimeout",
     type: "float",
     help: "seconds answers in progress get to finish on shutdown",
     default: 10,
+    range: RANGE.seconds,
   },
   {
     names: ["--api-key"],
@@ -94,14 +112,10 @@ export async function main(argv: string[]): Promise<number> {
   if (args._.length) throw new UsageError(`serve: unexpected argument "${args._[0]}"`);
   const load = loadOptions("serve", args);
   const port = args.port as number;
-  if (port < 0 || port > 65535) throw new UsageError(`serve: --port must be 0..65535, got ${port}`);
-  if ((args.n as number) < -1) throw new UsageError(`serve: -n must be -1 or more, got ${args.n}`);
-  if ((args.maxQueue as number) < 0) throw new UsageError("serve: --max-queue must be 0 or more");
   // The default is written as a size for --help; given values arrive parsed.
   const maxBody = typeof args.maxBody === "string" ? parseSize(args.maxBody) : (args.maxBody as number);
   if (!(maxBody > 0)) throw new UsageError("serve: --max-body must be a positive size");
   const shutdownMs = (args.shutdownTimeout as number) * 1000;
-  if (!(shutdownMs >= 0)) throw new UsageError("serve: --shutdown-timeout must be 0 or more");
   const modelPath = load.modelPath;
   const name = (args.alias as string | undefined) ?? basename(modelPath).replace(/\.(gguf|pi)$/i, "");
   let template: ChatTemplate | undefined;

@@ -24,6 +24,7 @@ import {
   type SynthShape,
   type SynthType,
 } from "../offline/synth.js";
+import { RANGE } from "./flag-ranges.js";
 
 const SPECS: FlagSpec[] = [
   {
@@ -46,18 +47,21 @@ const SPECS: FlagSpec[] = [
     key: "sparsity",
     type: "float",
     help: `plant activation sparsity (relu/drelu): share of FFN outputs that are exactly zero, ${SPARSITY_MIN}..${SPARSITY_MAX} (default: none, plain random weights)`,
+    range: [SPARSITY_MIN, SPARSITY_MAX],
   },
   {
     names: ["--alpha"],
     key: "alpha",
     type: "float",
     help: `power-law exponent of the per-neuron firing frequencies, ${ALPHA_MIN}..${ALPHA_MAX} (default ${SPARSITY_ALPHA_DEFAULT}; 0 = all neurons alike)`,
+    range: [ALPHA_MIN, ALPHA_MAX],
   },
   {
     names: ["--gate-rank"],
     key: "gateRank",
     type: "int",
     help: `with --act relu --sparsity: draw each layer's gate rows from a subspace of this many dimensions, so that small predictors can tell which neurons fire (as on trained ReLU models), and write the predictor that implies (1..${GATE_RANK_MAX})`,
+    range: [1, GATE_RANK_MAX],
   },
   {
     names: ["--predictors"],
@@ -65,7 +69,14 @@ const SPECS: FlagSpec[] = [
     type: "string",
     help: "with --gate-rank: where the planted predictors go (default: OUTPUT with .predictors.gguf for .gguf); powerinfer convert --predictors takes them into a store",
   },
-  { names: ["--seed", "-s"], key: "seed", type: "int", help: "random seed (same seed, same bytes)", default: 0 },
+  {
+    names: ["--seed", "-s"],
+    key: "seed",
+    type: "int",
+    help: "random seed (same seed, same bytes)",
+    default: 0,
+    range: RANGE.seed,
+  },
   { names: ["-o", "--output"], key: "out", type: "string", help: "output file (required)" },
   { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "no progress bar" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
@@ -108,20 +119,14 @@ export async function main(argv: string[]): Promise<number> {
   const alpha = args.alpha as number | undefined;
   if (sparsity !== undefined) {
     if (act === "silu") throw new UsageError("--sparsity needs --act relu or drelu (silu never outputs exact zeros)");
-    if (!(sparsity >= SPARSITY_MIN && sparsity <= SPARSITY_MAX))
-      throw new UsageError(`--sparsity must be between ${SPARSITY_MIN} and ${SPARSITY_MAX}, got ${sparsity}`);
   }
   if (alpha !== undefined) {
     if (sparsity === undefined) throw new UsageError("--alpha shapes planted sparsity: give --sparsity too");
-    if (!(alpha >= ALPHA_MIN && alpha <= ALPHA_MAX))
-      throw new UsageError(`--alpha must be between ${ALPHA_MIN} and ${ALPHA_MAX}, got ${alpha}`);
   }
   const gateRank = args.gateRank as number | undefined;
   if (gateRank !== undefined) {
     if (act !== "relu" || sparsity === undefined)
       throw new UsageError("--gate-rank makes planted ReLU sparsity predictable: give --act relu and --sparsity too");
-    if (!(gateRank >= 1 && gateRank <= GATE_RANK_MAX))
-      throw new UsageError(`--gate-rank must be between 1 and ${GATE_RANK_MAX}, got ${gateRank}`);
   }
   if (args.predictors !== undefined && gateRank === undefined)
     throw new UsageError("--predictors names where --gate-rank's planted predictors go: give --gate-rank too");

@@ -22,6 +22,7 @@ import {
   type TrainPredictorsProgress,
   type TrainPredictorsResult,
 } from "../offline/train-predictors.js";
+import { RANGE } from "./flag-ranges.js";
 
 const SPECS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "dense GGUF model, required" },
@@ -38,6 +39,7 @@ const SPECS: FlagSpec[] = [
     type: "int",
     help: "training tokens (the last 10% calibrate the threshold)",
     default: 60000,
+    range: RANGE.positive,
   },
   {
     names: ["--heldout-tokens"],
@@ -45,6 +47,7 @@ const SPECS: FlagSpec[] = [
     type: "int",
     help: "held-out tokens to measure on",
     default: 30000,
+    range: RANGE.positive,
   },
   {
     names: ["--recall"],
@@ -52,6 +55,7 @@ const SPECS: FlagSpec[] = [
     type: "float",
     help: "recall every layer should reach on held-out tokens",
     default: 0.95,
+    range: RANGE.share,
   },
   {
     names: ["--min-precision"],
@@ -59,6 +63,7 @@ const SPECS: FlagSpec[] = [
     type: "float",
     help: "grow the hidden width until the precision reaches this",
     default: 0.9,
+    range: RANGE.share,
   },
   {
     names: ["--min-hidden"],
@@ -66,15 +71,31 @@ const SPECS: FlagSpec[] = [
     type: "int",
     help: "first hidden width tried (then doubled)",
     default: 64,
+    range: RANGE.positive,
   },
   {
     names: ["--max-hidden"],
     key: "maxHidden",
     type: "int",
     help: "largest hidden width (default: min(1024, FFN width))",
+    range: RANGE.positive,
   },
-  { names: ["--epochs"], key: "epochs", type: "int", help: "passes over the training tokens per width", default: 8 },
-  { names: ["--lr"], key: "lr", type: "float", help: "Adam step size (decays linearly to a tenth)", default: 5e-3 },
+  {
+    names: ["--epochs"],
+    key: "epochs",
+    type: "int",
+    help: "passes over the training tokens per width",
+    default: 8,
+    range: RANGE.positive,
+  },
+  {
+    names: ["--lr"],
+    key: "lr",
+    type: "float",
+    help: "Adam step size (decays linearly to a tenth)",
+    default: 5e-3,
+    range: RANGE.learningRate,
+  },
   {
     names: ["-o", "--output"],
     key: "out",
@@ -100,9 +121,23 @@ const SPECS: FlagSpec[] = [
     key: "ctx",
     type: "int",
     help: "context window in tokens (default: the model's, at most 512)",
+    range: RANGE.context,
   },
-  { names: ["-t", "--threads"], key: "threads", type: "int", help: "compute threads (default: all cores)" },
-  { names: ["-s", "--seed"], key: "seed", type: "int", help: "random seed (initialization, shuffling)", default: 1 },
+  {
+    names: ["-t", "--threads"],
+    key: "threads",
+    type: "int",
+    help: "compute threads (default: all cores)",
+    range: RANGE.threads,
+  },
+  {
+    names: ["-s", "--seed"],
+    key: "seed",
+    type: "int",
+    help: "random seed (initialization, shuffling)",
+    default: 1,
+    range: RANGE.seed,
+  },
   { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "no progress bars (the table is still printed)" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];

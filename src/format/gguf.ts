@@ -6,16 +6,18 @@
  * Every structural problem becomes a GGUFError naming the file, the byte offset and what was
  * expected, so a truncated or hostile file can never crash or hang the loader.
  */
-import { closeSync, fstatSync, openSync, readSync, existsSync } from "node:fs";
+import { closeSync, readSync, existsSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { GGMLType, typeTraits, typeName } from "./ggml-types.js";
+import { openModelFile } from "./model-file-open.js";
+import { oneLine, quoted } from "./printable.js";
 
 export class GGUFError extends Error {
   constructor(
     readonly file: string,
     message: string,
   ) {
-    super(`${basename(file)}: ${message}`);
+    super(oneLine(`${basename(file)}: ${message}`));
     this.name = "GGUFError";
   }
 }
@@ -202,11 +204,11 @@ function readValue(c: HeaderCursor, type: number, key: string, depth = 0): GGUFV
     case GGUFValueType.BOOL: {
       const at = c.pos;
       const b = c.u8(key);
-      if (b > 1) c.fail(`metadata "${key}": bool must be 0 or 1, found ${b}`, at);
+      if (b > 1) c.fail(`metadata ${quoted(key)}: bool must be 0 or 1, found ${b}`, at);
       return b === 1;
     }
     case GGUFValueType.STRING:
-      return c.str(`metadata "${key}" string`);
+      return c.str(`metadata ${quoted(key)} string`);
     case GGUFValueType.UINT64:
       return bigToNumber(c.u64(key));
     case GGUFValueType.INT64:
@@ -215,12 +217,12 @@ function readValue(c: HeaderCursor, type: number, key: string, depth = 0): GGUFV
       return c.f64(key);
     case GGUFValueType.ARRAY: {
       const at = c.pos;
-      const itemType = c.u32(`metadata "${key}" array item type`);
+      const itemType = c.u32(`metadata ${quoted(key)} array item type`);
       if (itemType === GGUFValueType.ARRAY && depth > 0)
-        c.fail(`metadata "${key}": nested arrays deeper than 2 are not supported`, at);
+        c.fail(`metadata ${quoted(key)}: nested arrays deeper than 2 are not supported`, at);
       const itemSize = VALUE_SIZE[itemType as GGUFValueType] ?? (itemType === GGUFValueType.ARRAY ? 12 : -1);
-      if (itemSize < 0) c.fail(`metadata "${key}": unknown array item type ${itemType}`, at);
-      const n = c.count(`metadata "${key}" array length`, itemSize);
+      if (itemSize < 0) c.fail(`metadata ${quoted(key)}: unknown array item type ${itemType}`, at);
+      const n = c.count(`metadata ${quoted(key)} array length`, itemSize);
       // Typed arrays for the big numeric vocab tables (scores, token types).
       if (itemType === GGUFValueType.FLOAT32) {
         const raw = c.bytes(n * 4, key);
@@ -239,7 +241,7 @@ function readValue(c: HeaderCursor, type: number, key: string, depth = 0): GGUFV
       return out;
     }
     default:
-      return c.fail(`metadata "${key}": unknown value type ${type}`);
+      return c.fail(`metadata ${quoted(key)}: unknown value type ${type}`);
   }
 }
 
@@ -254,14 +256,8 @@ interface ParsedFile {
 }
 
 function parseOne(path: string, fileIndex: number): ParsedFile {
-  let fd: number;
+  const { fd, size } = openModelFile(path, (m) => new GGUFError(path, m));
   try {
-    fd = openSync(path, "r");
-  } catch (e) {
-    throw new GGUFError(path, `cannot open: ${(e as Error).message}`);
-  }
-  try {
-    const size = fstatSync(fd).size;
     const c = new HeaderCursor(fd, size, path);
     const magicBytes = c.bytes(Math.min(4, size), "magic");
     const magic = magicBytes.toString("latin1");
@@ -277,8 +273,11 @@ function parseOne(path: string, fileIndex: number): ParsedFile {
     const nKV = c.count("metadata count", 12);
     const metadata = new Map<string, GGUFValue>();
     for (let i = 0; i < nKV; i++) {
+      const keyAt = c.pos;
       const key = c.str(`metadata key #${i}`);
-      const type = c.u32(`type of metadata "${key}"`);
+      // a second value for a key would silently replace the first: which one did the writer mean?
+      if (metadata.has(key)) c.fail(`metadata key ${quoted(key)} appears twice`, keyAt);
+      const type = c.u32(`type of metadata ${quoted(key)}`);
       metadata.set(key, readValue(c, type, key));
     }
     const alignment = metadata.has("general.alignment") ? Number(metadata.get("general.alignment")) : 32;
@@ -289,16 +288,17 @@ function parseOne(path: string, fileIndex: number): ParsedFile {
     for (let i = 0; i < nTensors; i++) {
       const at = c.pos;
       const name = c.str(`tensor #${i} name`);
-      const nd = c.u32(`tensor "${name}" dimension count`);
-      if (nd < 1 || nd > MAX_DIMS) c.fail(`tensor "${name}" has ${nd} dimensions (expected 1 to ${MAX_DIMS})`, at);
+      const nd = c.u32(`tensor ${quoted(name)} dimension count`);
+      if (nd < 1 || nd > MAX_DIMS)
+        c.fail(`tensor ${quoted(name)} has ${nd} dimensions (expected 1 to ${MAX_DIMS})`, at);
       const dims: number[] = [];
       for (let d = 0; d < nd; d++) {
-        const v = c.u64(`tensor "${name}" dimension ${d}`);
-        if (v === 0n || v > 1n << 40n) c.fail(`tensor "${name}" dimension ${d} = ${v} is absurd`);
+        const v = c.u64(`tensor ${quoted(name)} dimension ${d}`);
+        if (v === 0n || v > 1n << 40n) c.fail(`tensor ${quoted(name)} dimension ${d} = ${v} is absurd`);
         dims.push(Number(v));
       }
-      const type = c.u32(`tensor "${name}" type`);
-      const rel = c.u64(`tensor "${name}" offset`);
+      const type = c.u32(`tensor ${quoted(name)} type`);
+      const rel = c.u64(`tensor ${quoted(name)} offset`);
       raw.push({ name, dims, type, rel, at });
     }
     const dataStart = Math.ceil(c.pos / alignment) * alignment;
@@ -306,24 +306,24 @@ function parseOne(path: string, fileIndex: number): ParsedFile {
     for (const t of raw) {
       const traits = typeTraits(t.type);
       if (!traits)
-        throw new GGUFError(path, `tensor "${t.name}" has unknown type id ${t.type} (at byte offset ${t.at})`);
+        throw new GGUFError(path, `tensor ${quoted(t.name)} has unknown type id ${t.type} (at byte offset ${t.at})`);
       const elements = t.dims.reduce((a, b) => a * b, 1);
       if (!Number.isSafeInteger(elements) || elements > 2 ** 40)
-        throw new GGUFError(path, `tensor "${t.name}" has absurd dimensions [${t.dims.join(", ")}]`);
+        throw new GGUFError(path, `tensor ${quoted(t.name)} has absurd dimensions [${t.dims.join(", ")}]`);
       if (t.dims[0] % traits.blockSize !== 0) {
         throw new GGUFError(
           path,
-          `tensor "${t.name}" row length ${t.dims[0]} is not a multiple of the ${traits.name} block size ${traits.blockSize}`,
+          `tensor ${quoted(t.name)} row length ${t.dims[0]} is not a multiple of the ${traits.name} block size ${traits.blockSize}`,
         );
       }
       const bytes = (elements / traits.blockSize) * traits.typeSize;
       const offset = dataStart + Number(t.rel);
       if (t.rel % BigInt(alignment) !== 0n)
-        throw new GGUFError(path, `tensor "${t.name}" offset ${t.rel} is not aligned to ${alignment}`);
+        throw new GGUFError(path, `tensor ${quoted(t.name)} offset ${t.rel} is not aligned to ${alignment}`);
       if (offset + bytes > size) {
         throw new GGUFError(
           path,
-          `tensor "${t.name}" (${typeName(t.type)} [${t.dims.join(", ")}], ${bytes} bytes at offset ${offset}) extends beyond the end of the file (${size} bytes): the file is truncated or corrupt`,
+          `tensor ${quoted(t.name)} (${typeName(t.type)} [${t.dims.join(", ")}], ${bytes} bytes at offset ${offset}) extends beyond the end of the file (${size} bytes): the file is truncated or corrupt`,
         );
       }
       tensors.push({ name: t.name, dims: t.dims, type: t.type as GGMLType, elements, bytes, fileIndex, offset });
@@ -453,7 +453,7 @@ export class GGUFFile extends MetadataAccess implements ModelFile {
     this.tensors = new Map();
     for (const f of files) {
       for (const t of f.tensors) {
-        if (this.tensors.has(t.name)) throw new GGUFError(f.path, `tensor "${t.name}" appears twice`);
+        if (this.tensors.has(t.name)) throw new GGUFError(f.path, `tensor ${quoted(t.name)} appears twice`);
         this.tensors.set(t.name, t);
       }
     }
@@ -499,7 +499,8 @@ export class GGUFFile extends MetadataAccess implements ModelFile {
     while (got < length) {
       const n = Math.min(length - got, 1 << 30);
       const r = readSync(fd, dst, got, n, t.offset + start + got);
-      if (r === 0) throw new GGUFError(this.paths[t.fileIndex], `unexpected end of file reading tensor "${t.name}"`);
+      if (r === 0)
+        throw new GGUFError(this.paths[t.fileIndex], `unexpected end of file reading tensor ${quoted(t.name)}`);
       got += r;
     }
   }

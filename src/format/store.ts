@@ -14,14 +14,19 @@
  * accessors as GGUFFile (getString/getNumber/..., tensor(), tensorData(), readTensor()), so the
  * config reader and the tokenizer work on a store as they do on a GGUF file.
  */
-import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+import { closeSync, fstatSync, readSync } from "node:fs";
 import { open as openAsync, rename, rm, type FileHandle } from "node:fs/promises";
 import * as zlib from "node:zlib";
 import { GGMLType, typeName, typeTraits } from "./ggml-types.js";
 import { GGUFValueType, MetadataAccess, type GGUFTensorInfo, type GGUFValue } from "./gguf.js";
+import { openModelFile } from "./model-file-open.js";
+import { oneLine } from "./printable.js";
+import { checkStoreLayout } from "./store-layout-check.js";
 
 export const STORE_MAGIC = "PISTORE\0";
-export const STORE_VERSION = 1;
+/** The version this writer writes (2: mixtures of experts); the reader also reads version 1. */
+export const STORE_VERSION = 2;
+export const STORE_OLDEST_VERSION = 1;
 /** Alignment of everything that is read together (O_DIRECT needs it) and the checksum chunk. */
 export const STORE_PAGE = 4096;
 /** Bytes of the header page that carry fields (the rest of the page is zero). */
@@ -34,7 +39,7 @@ export class StoreError extends Error {
     message: string,
     readonly offset?: number,
   ) {
-    super(`${file}: ${message}${offset !== undefined ? ` (at byte offset ${offset})` : ""}`);
+    super(oneLine(`${file}: ${message}${offset !== undefined ? ` (at byte offset ${offset})` : ""}`));
     this.name = "StoreError";
   }
 }
@@ -89,6 +94,9 @@ export interface StoreConversion {
 }
 
 export interface StoreLayerManifest {
+  /** a mixture of experts (version 2): the layer and the expert this group of bundles is (groups go layer by layer, expert by expert) */
+  layer?: number;
+  expert?: number;
   /** file offset of stored position 0's bundle (4 KiB aligned) */
   offset: number;
   neurons: number;
@@ -134,10 +142,17 @@ export interface StoreManifest {
     parts: { gate: number; up: number; down: number };
     /** per tensor kind, the worst conversion over all layers (null: every layer copied exactly) */
     conversion: { gate: StoreConversion | null; up: StoreConversion | null; down: StoreConversion | null };
+    /** a mixture of experts (version 2): experts per layer; `layers` then holds one group per (layer, expert) */
+    experts?: number;
     layers: StoreLayerManifest[];
   };
   profile: { file: string | null; tokens: number | null } | null;
   checksums: { algorithm: "crc32"; chunkBytes: number; start: number; end: number; crc32: string };
+  /**
+   * Byte ranges (whole pages) the manifest knowingly leaves unreferenced, e.g. predictors that
+   * train-predictors --store replaced; absent in stores written before the layout check.
+   */
+  unused?: { offset: number; bytes: number; what: string }[];
 }
 
 export function base64Of(a: Int32Array | Float32Array | Uint32Array): string {
@@ -301,10 +316,10 @@ function decodeHeader(file: string, page: Buffer, fileSize: number): StoreHeader
     );
   }
   const version = page.readUInt32LE(8);
-  if (version !== STORE_VERSION) {
+  if (version < STORE_OLDEST_VERSION || version > STORE_VERSION) {
     throw new StoreError(
       file,
-      `store format version ${version} is not supported (this reader handles version ${STORE_VERSION})${version > STORE_VERSION ? "; a newer powerinfer-ts wrote it" : ""}`,
+      `store format version ${version} is not supported (this reader handles versions ${STORE_OLDEST_VERSION} to ${STORE_VERSION})${version > STORE_VERSION ? "; a newer powerinfer-ts wrote it" : ""}`,
       8,
     );
   }
@@ -520,6 +535,8 @@ export class StoreWriter {
       format: FORMAT_NAME,
       version: STORE_VERSION,
       ...body,
+      // listed even when empty: its presence tells the reader to hold the layout to no gaps
+      unused: body.unused ?? [],
       checksums: {
         algorithm: "crc32",
         chunkBytes: STORE_PAGE,
@@ -564,7 +581,11 @@ export interface StoreTensorInfo extends GGUFTensorInfo {
 }
 
 export interface StoreFFNLayer {
+  /** the group's index in `ffn.layers`: the layer, or for a mixture of experts layer * experts + expert */
   readonly index: number;
+  /** the model layer, and the expert (-1 for a dense FFN) */
+  readonly layer: number;
+  readonly expert: number;
   /** file offset of stored position 0's bundle */
   readonly offset: number;
   readonly neurons: number;
@@ -593,6 +614,8 @@ export interface StoreFFN {
   /** byte offsets of Gate, Up and Down inside a bundle */
   readonly parts: { readonly gate: number; readonly up: number; readonly down: number };
   readonly conversion: StoreManifest["ffn"]["conversion"];
+  /** experts per layer (0: a dense FFN, one group per layer) */
+  readonly experts: number;
   readonly layers: readonly StoreFFNLayer[];
 }
 
@@ -741,9 +764,21 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
     if (f.parts?.gate !== 0 || f.parts.up !== rb || f.parts.down !== 2 * rb)
       fail(`ffn.parts ${JSON.stringify(f.parts)} should be { gate: 0, up: ${rb}, down: ${2 * rb} }`);
     if (!Array.isArray(f.layers)) fail("ffn.layers must be an array");
+    const experts = f.experts ?? 0;
+    if (!Number.isSafeInteger(experts) || experts < 0 || experts > 1024)
+      fail(`ffn.experts ${JSON.stringify(f.experts)} is not an expert count (0..1024)`);
+    if (experts > 0 && f.layers.length % experts !== 0)
+      fail(`ffn.layers has ${f.layers.length} groups, not a whole number of layers of ${experts} experts`);
     const layers: StoreFFNLayer[] = [];
     f.layers.forEach((L, index) => {
-      const what = `ffn layer ${index}`;
+      const what =
+        experts > 0
+          ? `ffn group ${index} (layer ${Math.floor(index / experts)}, expert ${index % experts})`
+          : `ffn layer ${index}`;
+      const layer = experts > 0 ? Math.floor(index / experts) : index;
+      const expert = experts > 0 ? index % experts : -1;
+      if (experts > 0 ? L?.layer !== layer || L?.expert !== expert : L?.layer !== undefined || L?.expert !== undefined)
+        fail(`${what}: says layer ${L?.layer}, expert ${L?.expert}`);
       if (!Number.isSafeInteger(L?.neurons) || L.neurons <= 0)
         fail(`${what}: neurons ${L?.neurons} is not a positive integer`);
       inRegion(what, L.offset, L.neurons * f.bundleBytes);
@@ -763,6 +798,8 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
         fail(`${what}: frequency has ${frequency.length} entries for ${L.neurons} neurons`);
       layers.push({
         index,
+        layer,
+        expert,
         offset: L.offset,
         neurons: L.neurons,
         bundleBytes: f.bundleBytes,
@@ -784,20 +821,24 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
       bundleBytes: f.bundleBytes,
       parts: { gate: 0, up: rb, down: 2 * rb },
       conversion: f.conversion,
+      experts,
       layers,
     };
+    const layout = {
+      tensors: [...this.tensors.values()],
+      layers,
+      experts,
+      unused: manifest.unused,
+      start: ck.start,
+      end: ck.end,
+    };
+    checkStoreLayout({ metadata: this.metadata, ...layout }, fail);
   }
 
   /** Open a store: checks the header, the manifest's checksum and every structural field. */
   static open(path: string): NeuronStore {
-    let fd: number;
+    const { fd, size } = openModelFile(path, (m) => new StoreError(path, m));
     try {
-      fd = openSync(path, "r");
-    } catch (e) {
-      throw new StoreError(path, `cannot open: ${(e as Error).message}`);
-    }
-    try {
-      const size = fstatSync(fd).size;
       if (size < STORE_PAGE)
         throw new StoreError(
           path,

@@ -156,7 +156,7 @@ export class Generation implements AsyncIterable<string> {
           break;
         }
         const tt = tr ? tr.now() : 0;
-        const id = sampler.sample(logits!, constraint?.allowed(room(i, pos)));
+        const id = sampleNamed(sampler, logits!, model.file.path, pos, constraint?.allowed(room(i, pos)));
         if (tr) tr.span("sample", "generate", tt);
         const lp = logprobs === undefined ? null : sampler.lastLogprobs(id, logprobs);
         sampler.accept(id);
@@ -210,6 +210,23 @@ export class Generation implements AsyncIterable<string> {
     }
     if (stats.stopReason !== "stop") pending += decoder.flush();
     if (pending) yield pending;
+  }
+}
+
+/**
+ * A sample; when no logit is finite, an error naming the model file and the position: the
+ * weights were finite when loaded (they are checked), so they overflow float32 in the
+ * computation or are damaged in a way no check sees.
+ */
+function sampleNamed(sampler: Sampler, logits: Float32Array, file: string, pos: number, allowed?: Uint8Array): number {
+  try {
+    return sampler.sample(logits, allowed);
+  } catch (e) {
+    if (e instanceof RangeError && /every logit/.test(e.message))
+      throw new Error(
+        `${file}: the model computed no finite logit at position ${pos} (its weights overflow float32, or the file is damaged)`,
+      );
+    throw e;
   }
 }
 

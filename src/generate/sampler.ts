@@ -166,7 +166,9 @@ export class Sampler {
       throw new RangeError(`sampler option seed must be an integer, got ${options.seed}`);
     this.seed = options.seed ?? randomBytes(4).readUInt32LE(0);
     this.rng = new Xoshiro128(this.seed);
-    this.history = new Int32Array(this.repeatLastN);
+    // Grown as tokens arrive (accept): a window larger than the tokens ever seen (repeatLastN 1e9)
+    // must not reserve memory for them.
+    this.history = new Int32Array(Math.min(this.repeatLastN, 256));
   }
 
   /** Forget the penalty history and restart the RNG from the seed. */
@@ -179,6 +181,12 @@ export class Sampler {
   /** Record a token (prompt or generated) for the repetition penalties. */
   accept(token: number): void {
     if (this.repeatLastN === 0) return;
+    if (this.historyLen === this.history.length && this.historyLen < this.repeatLastN) {
+      // Not yet wrapped (it wraps only at full repeatLastN), so the tokens are in order: copy them.
+      const grown = new Int32Array(Math.min(this.repeatLastN, 2 * this.history.length));
+      grown.set(this.history);
+      this.history = grown;
+    }
     this.history[this.historyPos] = token;
     this.historyPos = (this.historyPos + 1) % this.repeatLastN;
     if (this.historyLen < this.repeatLastN) this.historyLen++;

@@ -28,6 +28,9 @@ export interface ModelConfig {
   readonly qkvBias: boolean;
   /** PowerInfer sparse file ("PWRI"): predictors present, Down stored transposed */
   readonly powerinfer: boolean;
+  /** mixture of experts (Mixtral layout): experts per layer (0: a dense FFN), and how many each token is routed to */
+  readonly nExpert: number;
+  readonly nExpertUsed: number;
   readonly sparseThreshold: number;
 }
 
@@ -55,6 +58,30 @@ const ACTIVATIONS: Record<string, Activation> = {
   gelu: "gelu",
   geglu: "gelu",
 };
+
+/** A mixture of experts' counts from `<arch>.expert_count` / `.expert_used_count`, checked (0 and 0 for a dense FFN). */
+function experts(file: ModelFile, key: (k: string) => string): { nExpert: number; nExpertUsed: number } {
+  if (!file.has(key("expert_count"))) {
+    if (file.has(key("expert_used_count")))
+      throw new GGUFError(
+        file.path,
+        `metadata "${key("expert_used_count")}" is set but "${key("expert_count")}" is not`,
+      );
+    return { nExpert: 0, nExpertUsed: 0 };
+  }
+  const nExpert = file.getNumber(key("expert_count"));
+  if (!Number.isInteger(nExpert) || nExpert < 0 || nExpert > 1024)
+    throw new GGUFError(file.path, `metadata "${key("expert_count")}" = ${nExpert} is not an expert count (0..1024)`);
+  if (nExpert === 0) return { nExpert: 0, nExpertUsed: 0 };
+  const nExpertUsed = file.getNumber(key("expert_used_count"), 2);
+  if (!Number.isInteger(nExpertUsed) || nExpertUsed < 1 || nExpertUsed > nExpert) {
+    throw new GGUFError(
+      file.path,
+      `metadata "${key("expert_used_count")}" = ${nExpertUsed} does not fit "${key("expert_count")}" = ${nExpert} (expected 1..${nExpert})`,
+    );
+  }
+  return { nExpert, nExpertUsed };
+}
 
 export function readConfig(file: ModelFile): ModelConfig {
   const arch = file.architecture;
@@ -138,6 +165,7 @@ export function readConfig(file: ModelFile): ModelConfig {
     activation,
     qkvBias: traits.qkvBias && file.tensors.has("blk.0.attn_q.bias"),
     powerinfer: file.magic === "PWRI",
+    ...experts(file, key),
     sparseThreshold: file.has("powerinfer.sparse_threshold") ? file.getNumber("powerinfer.sparse_threshold") : 0,
   };
 }

@@ -7,7 +7,11 @@
  * [kvDim] f32) and the activation buffers for a batch of up to `batchSize` tokens. forward()
  * allocates nothing.
  */
-import { openSync, readSync, closeSync } from "node:fs";
+import { readSync, closeSync } from "node:fs";
+import { openModelFile } from "../format/model-file-open.js";
+import { checkFiniteOnRead } from "../format/finite-check.js";
+import { checkContextSize } from "./context-size.js";
+import { checkValueTensorTypes } from "./tensor-types-check.js";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { NeuronStore, STORE_MAGIC } from "../format/store.js";
 import { OffloadedFFN, type OffloadOptions } from "./offload/offloaded-ffn.js";
@@ -22,6 +26,7 @@ import type { ActivationFormat } from "../runtime/weight-kernels.js";
 import { readConfig, type ModelConfig } from "./config.js";
 import { MatrixRunner } from "./matrix-runner.js";
 import { bufferFloats, residentBytes, type BufferFloats } from "./resident-bytes.js";
+import { loadMoeLayer, routeTokens, routerName, type MoeLayer } from "./moe.js";
 import { ropeTable } from "./rope.js";
 import { WeightLoader, type Matrix } from "./weight-loader.js";
 import type { GGUFTensorInfo } from "../format/gguf.js";
@@ -72,10 +77,15 @@ export interface LoadOptions {
  */
 export interface FFNObservation {
   layer: number;
+  /** rows of gate and up */
   n: number;
+  /** the residual stream of every token of the forward pass (n rows, or for an expert all the pass's tokens) */
   residual: Float32Array;
   gate: Float32Array;
   up: Float32Array;
+  /** a mixture of experts: the expert observed, and which of the pass's tokens each gate/up row is */
+  expert?: number;
+  tokens?: Int32Array;
 }
 
 /** Metadata key of per-layer activation thresholds (an array of f32, one per layer). */
@@ -85,9 +95,9 @@ export const THRESHOLDS_KEY = "powerinfer.activation_thresholds";
 export function isNeuronStore(path: string): boolean {
   let fd: number;
   try {
-    fd = openSync(path, "r");
+    ({ fd } = openModelFile(path, (m) => new Error(m)));
   } catch {
-    return false;
+    return false; // not a readable, non-empty regular file: the GGUF reader says why
   }
   try {
     const b = Buffer.alloc(8);
@@ -107,10 +117,14 @@ interface Layer {
   bk: number;
   bv: number;
   ffnNorm: number;
-  /** the dense FFN (absent when it is offloaded to a neuron store) */
+  /** the dense FFN (absent when it is offloaded to a neuron store, or a mixture of experts) */
   gate?: Matrix;
   up?: Matrix;
   down?: Matrix;
+  /** a mixture of experts in memory (Mixtral layout) */
+  moe?: MoeLayer;
+  /** a mixture whose experts are offloaded to a store: the router alone stays in memory */
+  router?: Matrix;
 }
 
 const ACT_CODE = { silu: 0, relu: 1, drelu: 2, gelu: 3 } as const;
@@ -161,6 +175,14 @@ export class LlamaModel {
       bias: pool.fn("add_bias_rows"),
     };
     this.epsBits = f32Bits(cfg.normEps);
+    const k = cfg.nExpertUsed;
+    this.routing = {
+      ids: new Int32Array(batchSize * k),
+      weights: new Float32Array(batchSize * k),
+      probs: new Float64Array(cfg.nExpert),
+      tokens: new Int32Array(batchSize),
+      tokenWeights: new Float32Array(batchSize),
+    };
     this.logits = new Float32Array(arena.memory.buffer, buf.logits, cfg.nVocab);
   }
 
@@ -170,6 +192,14 @@ export class LlamaModel {
   private readonly fn: Record<"rmsnorm" | "rope" | "attention" | "ffnAct" | "ffnActCut" | "add" | "bias", number>;
   private readonly epsBits: number;
   private readonly args = new Int32Array(16);
+  /** a mixture of experts' routing of the current batch (laid out once) */
+  private readonly routing: {
+    ids: Int32Array;
+    weights: Float32Array;
+    probs: Float64Array;
+    tokens: Int32Array;
+    tokenWeights: Float32Array;
+  };
   /** logits of the last token of the last forward() (a view into wasm memory) */
   readonly logits: Float32Array;
   /**
@@ -211,6 +241,7 @@ export class LlamaModel {
   private static async prepare(file: ModelFile, opts: LoadOptions) {
     const store = file instanceof NeuronStore ? file : undefined;
     const cfg = readConfig(file);
+    checkValueTensorTypes(file);
     const threads = opts.threads ?? (await import("node:os")).availableParallelism();
     const batchSize = Math.max(1, Math.min(opts.batchSize ?? 256, 4096));
     if (opts.predictorType !== undefined && opts.predictorType !== "q8_0" && opts.predictorType !== "original") {
@@ -233,6 +264,7 @@ export class LlamaModel {
     // explicit one, the KV cache gets what wasm32 can address next to the weights (~64 MiB kept
     // for the buffers).
     const defaultContext = opts.memoryBudget !== undefined ? 256 : 4096;
+    checkContextSize(opts.contextSize, Math.min(cfg.nCtxTrain, defaultContext), file);
     let contextSize = Math.max(1, Math.floor(opts.contextSize ?? Math.min(cfg.nCtxTrain, defaultContext)));
     const kvBytesPerPos = 2 * cfg.nLayer * cfg.nHeadKV * cfg.headDim * 4;
     const room = 4 * 2 ** 30 - (1 << 20) - residentBytes(file, cfg, residentOpts(0)).weights - 64 * 2 ** 20;
@@ -285,7 +317,8 @@ export class LlamaModel {
   }
 
   static async load(path: string, opts: LoadOptions = {}): Promise<LlamaModel> {
-    const file: ModelFile = isNeuronStore(path) ? NeuronStore.open(path) : GGUFFile.open(path);
+    // Every tensor read is checked for NaN/Inf as it passes (see finite-check.ts).
+    const file: ModelFile = checkFiniteOnRead(isNeuronStore(path) ? NeuronStore.open(path) : GGUFFile.open(path));
     let pool: ThreadPool | undefined;
     try {
       const prepared = await LlamaModel.prepare(file, opts);
@@ -321,14 +354,18 @@ export class LlamaModel {
           bv: bias("attn_v.bias", kvDim),
           ffnNorm: loader.vector(p + "ffn_norm.weight", nEmbd),
           ...(store
-            ? {}
-            : {
-                gate: loader.matrix(p + "ffn_gate.weight", nEmbd, nFF),
-                up: loader.matrix(p + "ffn_up.weight", nEmbd, nFF),
-                down: file.tensors.has(p + "ffn_down_t.weight")
-                  ? loader.transposedMatrix(p + "ffn_down_t.weight", nFF, nEmbd)
-                  : loader.matrix(p + "ffn_down.weight", nFF, nEmbd),
-              }),
+            ? cfg.nExpert > 0
+              ? { router: loader.matrix(routerName(l), nEmbd, cfg.nExpert) }
+              : {}
+            : cfg.nExpert > 0
+              ? { moe: loadMoeLayer(loader, file, cfg, l) }
+              : {
+                  gate: loader.matrix(p + "ffn_gate.weight", nEmbd, nFF),
+                  up: loader.matrix(p + "ffn_up.weight", nEmbd, nFF),
+                  down: file.tensors.has(p + "ffn_down_t.weight")
+                    ? loader.transposedMatrix(p + "ffn_down_t.weight", nFF, nEmbd)
+                    : loader.matrix(p + "ffn_down.weight", nFF, nEmbd),
+                }),
         });
       }
       const outputNorm = loader.vector("output_norm.weight", nEmbd);
@@ -398,7 +435,8 @@ export class LlamaModel {
       this.attentionBlock(l, n, pos0);
       const tf = tr ? tr.now() : 0;
       if (tr) tr.span("attention", "attention", t, undefined, tf);
-      this.denseFFN(l, n);
+      if (this.layers[l].moe) this.moeFFN(l, n);
+      else this.denseFFN(l, n);
       if (tr) {
         tr.span("ffn", "ffn", tf);
         tr.span(`layer ${l}`, "layer", t);
@@ -430,17 +468,21 @@ export class LlamaModel {
     const b = this.buf;
     const row = this.config.nEmbd * 4;
     const tr = this.tracer;
+    off.startPass();
     this.embed(tokens, n, pos0);
     for (let l = 0; l < this.config.nLayer; l++) {
       const t0 = tr ? tr.now() : 0;
       this.attentionBlock(l, n, pos0);
       const tf = tr ? tr.now() : 0;
       if (tr) tr.span("attention", "attention", t0, undefined, tf);
-      this.rmsnorm(b.xb, b.x, this.layers[l].ffnNorm, n);
-      // A prompt as one batch (every needed bundle read once); otherwise one token at a time,
-      // each seeing only its own firing neurons.
-      if (n > 1 && off.batches) await off.prefillBatch(l, b.xb, b.x, n, b.hg);
-      else for (let t = 0; t < n; t++) await off.decodeStep(l, b.xb + t * row, b.x + t * row);
+      if (this.config.nExpert > 0) await this.moeOffloaded(off, l, n);
+      else {
+        this.rmsnorm(b.xb, b.x, this.layers[l].ffnNorm, n);
+        // A prompt as one batch (every needed bundle read once); otherwise one token at a time,
+        // each seeing only its own firing neurons.
+        if (n > 1 && off.batches) await off.prefillBatch(l, b.xb, b.x, n, b.hg);
+        else for (let t = 0; t < n; t++) await off.decodeStep(l, b.xb + t * row, b.x + t * row);
+      }
       if (tr) {
         tr.span("ffn", "ffn", tf);
         tr.span(`layer ${l}`, "layer", t0);
@@ -584,17 +626,132 @@ export class LlamaModel {
         up: new Float32Array(buf, b.hu, n * cfg.nFF),
       });
     }
-    a[0] = b.hg;
-    a[1] = b.hu;
-    a[2] = ACT_CODE[cfg.activation];
-    const cut = this.thresholds ? this.thresholds[l] : 0;
-    if (cut > 0) {
-      a[3] = f32Bits(cut);
-      this.pool.run(this.fn.ffnActCut, a, 4, n * cfg.nFF, 64, n * cfg.nFF * 16);
-    } else this.pool.run(this.fn.ffnAct, a, 3, n * cfg.nFF, 64, n * cfg.nFF * 16);
+    this.activate(l, n);
     this.mm.setInput(b.hg, cfg.nFF);
     this.mm.run(L.down!, b.xb, n);
     this.add(b.x, b.xb, n * cfg.nEmbd);
+  }
+
+  /** hg = act(hg) * hu over n rows of nFF (with layer l's activation threshold, if any). */
+  private activate(l: number, n: number): void {
+    const a = this.args;
+    const nFF = this.config.nFF;
+    a[0] = this.buf.hg;
+    a[1] = this.buf.hu;
+    a[2] = ACT_CODE[this.config.activation];
+    const cut = this.thresholds ? this.thresholds[l] : 0;
+    if (cut > 0) {
+      a[3] = f32Bits(cut);
+      this.pool.run(this.fn.ffnActCut, a, 4, n * nFF, 64, n * nFF * 16);
+    } else this.pool.run(this.fn.ffnAct, a, 3, n * nFF, 64, n * nFF * 16);
+  }
+
+  /**
+   * x += the FFN of a mixture of experts for layer l: each token routed to its experts (moe.ts),
+   * then expert by expert the tokens routed to it as one batch (gathered, their gate, up, down),
+   * each token's output weighted and summed, the sum added to the residual stream last.
+   */
+  private moeFFN(l: number, n: number): void {
+    const { nEmbd, nFF } = this.config;
+    const b = this.buf;
+    const moe = this.layers[l].moe!;
+    const r = this.routing;
+    this.routeLayer(moe.router, l, n);
+    for (let e = 0; e < this.config.nExpert; e++) {
+      const m = this.tokensOf(e, n);
+      if (m === 0) continue;
+      const E = moe.experts[e];
+      this.mm.setInput(b.moeIn, nEmbd);
+      this.mm.run(E.gate, b.hg, m);
+      this.mm.run(E.up, b.hu, m);
+      if (this.observer) {
+        const buf = this.arena.memory.buffer;
+        this.observer({
+          layer: l,
+          expert: e,
+          n: m,
+          tokens: r.tokens.subarray(0, m),
+          residual: new Float32Array(buf, b.x, n * nEmbd),
+          gate: new Float32Array(buf, b.hg, m * nFF),
+          up: new Float32Array(buf, b.hu, m * nFF),
+        });
+      }
+      this.activate(l, m);
+      this.mm.setInput(b.hg, nFF);
+      this.mm.run(E.down, b.moeOut, m);
+      this.addWeighted(m);
+    }
+    this.add(b.x, b.moeAcc, n * nEmbd);
+  }
+
+  /**
+   * The same for a mixture whose experts are offloaded: each expert's tokens through its group of
+   * bundles in the store (a batch, or one by one).
+   */
+  private async moeOffloaded(off: OffloadedFFN, l: number, n: number): Promise<void> {
+    const { nEmbd, nExpert } = this.config;
+    const b = this.buf;
+    const r = this.routing;
+    const row = nEmbd * 4;
+    this.routeLayer(this.layers[l].router!, l, n);
+    for (let e = 0; e < nExpert; e++) {
+      const m = this.tokensOf(e, n);
+      if (m === 0) continue;
+      const group = l * nExpert + e;
+      this.f32.fill(0, b.moeOut >>> 2, (b.moeOut >>> 2) + m * nEmbd);
+      if (m > 1 && off.batches) await off.prefillBatch(group, b.moeIn, b.moeOut, m, b.hg);
+      else {
+        for (let i = 0; i < m; i++)
+          await off.decodeStep(group, b.moeIn + i * row, b.x + r.tokens[i] * row, b.moeOut + i * row);
+      }
+      this.addWeighted(m);
+    }
+    this.add(b.x, b.moeAcc, n * nEmbd);
+  }
+
+  /** Route the n normed rows of xb with `router` (the routing into this.routing); clears the layer's output sum. */
+  private routeLayer(router: Matrix, l: number, n: number): void {
+    const { nEmbd, nExpert, nExpertUsed } = this.config;
+    const b = this.buf;
+    const r = this.routing;
+    this.rmsnorm(b.xb, b.x, this.layers[l].ffnNorm, n);
+    this.mm.setInput(b.xb, nEmbd);
+    this.mm.run(router, b.route, n);
+    const logits = this.f32.subarray(b.route >>> 2, (b.route >>> 2) + n * nExpert);
+    routeTokens(logits, n, nExpert, nExpertUsed, r.ids, r.weights, r.probs);
+    this.f32.fill(0, b.moeAcc >>> 2, (b.moeAcc >>> 2) + n * nEmbd);
+  }
+
+  /** The tokens routed to expert e (into routing.tokens, their weights into tokenWeights), their xb rows gathered into moeIn; returns how many. */
+  private tokensOf(e: number, n: number): number {
+    const k = this.config.nExpertUsed;
+    const nEmbd = this.config.nEmbd;
+    const r = this.routing;
+    const f32 = this.f32;
+    let m = 0;
+    for (let t = 0; t < n; t++) {
+      for (let j = 0; j < k; j++) {
+        if (r.ids[t * k + j] !== e) continue;
+        const from = (this.buf.xb >>> 2) + t * nEmbd;
+        f32.copyWithin((this.buf.moeIn >>> 2) + m * nEmbd, from, from + nEmbd);
+        r.tokens[m] = t;
+        r.tokenWeights[m++] = r.weights[t * k + j];
+      }
+    }
+    return m;
+  }
+
+  /** moeAcc rows of the expert's m tokens += their routing weight * its output rows (moeOut). */
+  private addWeighted(m: number): void {
+    const nEmbd = this.config.nEmbd;
+    const r = this.routing;
+    const f32 = this.f32;
+    for (let i = 0; i < m; i++) {
+      const w = r.tokenWeights[i];
+      const acc = (this.buf.moeAcc >>> 2) + r.tokens[i] * nEmbd;
+      const out = (this.buf.moeOut >>> 2) + i * nEmbd;
+      for (let c = 0; c < nEmbd; c++) f32[acc + c] += w * f32[out + c];
+    }
   }
 
   /** Final norm and the output matrix, for the last token only. */

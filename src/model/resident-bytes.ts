@@ -9,6 +9,7 @@ import { NeuronStore } from "../format/store.js";
 import { activationBytes, hasWeightKernel, weightKernel, type ActivationFormat } from "../runtime/weight-kernels.js";
 import type { ModelConfig } from "./config.js";
 import { predictorShapes, type PredictorShape } from "./offload/predictor.js";
+import { expertTensor, routerName } from "./moe.js";
 
 /** The f32 activation buffers of the forward pass, by name: floats each. */
 export interface BufferFloats {
@@ -24,6 +25,11 @@ export interface BufferFloats {
   rope: number;
   kCache: number;
   vCache: number;
+  /** a mixture of experts: router logits, the tokens routed to one expert gathered, their output, the layer's weighted sum */
+  route: number;
+  moeIn: number;
+  moeOut: number;
+  moeAcc: number;
 }
 
 /** The forward pass's buffers for `batch` tokens and `ctx` positions, in the order they are laid out. */
@@ -42,6 +48,10 @@ export function bufferFloats(cfg: ModelConfig, ctx: number, batch: number): Buff
     rope: ctx * cfg.nRot,
     kCache: nLayer * ctx * nHeadKV * headDim,
     vCache: nLayer * ctx * nHeadKV * headDim,
+    route: batch * cfg.nExpert,
+    moeIn: cfg.nExpert > 0 ? batch * nEmbd : 0,
+    moeOut: cfg.nExpert > 0 ? batch * nEmbd : 0,
+    moeAcc: cfg.nExpert > 0 ? batch * nEmbd : 0,
   };
 }
 
@@ -109,7 +119,22 @@ export function residentBytes(file: ModelFile, cfg: ModelConfig, opts: ResidentO
       vector(nHeadKV * headDim);
     }
     vector(nEmbd);
-    if (!store) {
+    if (store && cfg.nExpert > 0) matrix(routerName(l));
+    if (!store && cfg.nExpert > 0) {
+      // the router and every expert's three matrices
+      matrix(routerName(l));
+      for (const kind of ["gate", "up", "down"] as const) {
+        for (let e = 0; e < cfg.nExpert; e++) {
+          const t = expertTensor(file, l, kind, e);
+          const info = file.tensor(t.name);
+          const [cols, rows] = info.dims;
+          if (!hasWeightKernel(info.type)) continue;
+          const k = weightKernel(info.type);
+          weights += align64(k.packedBytes(rows, cols));
+          reads(k.act, cols);
+        }
+      }
+    } else if (!store) {
       matrix(`${p}ffn_gate.weight`);
       matrix(`${p}ffn_up.weight`);
       if (file.tensors.has(`${p}ffn_down_t.weight`)) {

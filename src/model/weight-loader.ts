@@ -61,24 +61,39 @@ export class WeightLoader {
   matrix(name: string, cols: number, rows: number): Matrix {
     const t = this.file.tensor(name);
     checkDims(this.file, t, [cols, rows]);
+    return this.rowsOf(t, name, 0, cols, rows);
+  }
+
+  /**
+   * Load expert `expert` of a mixture's 3-D tensor `name` (GGUF shape [cols, rows, experts]: one
+   * matrix per expert, one after the other) as a matrix of its own.
+   */
+  expertMatrix(name: string, expert: number, cols: number, rows: number, experts: number): Matrix {
+    const t = this.file.tensor(name);
+    checkDims(this.file, t, [cols, rows, experts]);
+    return this.rowsOf(t, `${name}[${expert}]`, (expert * t.bytes) / experts, cols, rows);
+  }
+
+  /** `rows` rows of `cols` values of tensor t from byte `start` on, packed for its kernel. */
+  private rowsOf(t: GGUFTensorInfo, name: string, start: number, cols: number, rows: number): Matrix {
     if (!hasWeightKernel(t.type)) {
       throw new GGUFError(
         this.file.path,
-        `tensor "${name}" has type ${typeName(t.type)}, which this engine cannot compute with yet`,
+        `tensor "${t.name}" has type ${typeName(t.type)}, which this engine cannot compute with yet`,
       );
     }
     const kernel = weightKernel(t.type);
     const size = kernel.packedBytes(rows, cols);
     const ptr = this.arena.alloc(size, 64);
-    const rowBytes = t.bytes / rows;
-    const rowsPerChunk = Math.max(1, Math.floor(CHUNK_BYTES / rowBytes));
-    const buf = this.scratch(0, Math.min(rows, rowsPerChunk) * rowBytes);
+    const rb = rowBytes(t.type, cols);
+    const rowsPerChunk = Math.max(1, Math.floor(CHUNK_BYTES / rb));
+    const buf = this.scratch(0, Math.min(rows, rowsPerChunk) * rb);
     const dst = this.arena.u8(ptr, size);
     for (let r = 0; r < rows; r += rowsPerChunk) {
       const n = Math.min(rowsPerChunk, rows - r);
-      this.file.readTensor(t, buf, r * rowBytes, n * rowBytes);
-      kernel.pack(buf.subarray(0, n * rowBytes), dst, r, n, rows, cols);
-      this.progress(n * rowBytes);
+      this.file.readTensor(t, buf, start + r * rb, n * rb);
+      kernel.pack(buf.subarray(0, n * rb), dst, r, n, rows, cols);
+      this.progress(n * rb);
     }
     return {
       name,

@@ -18,6 +18,7 @@ import { closeSync, openSync, readFileSync, readSync, statSync } from "node:fs";
 import { basename, resolve } from "node:path";
 import { GGMLType, typeFromName, typeName, typeTraits } from "../format/ggml-types.js";
 import { GGUFFile, GGUFValueType, type GGUFTensorInfo } from "../format/gguf.js";
+import { checkFiniteOnRead } from "../format/finite-check.js";
 import { dequantizeRow, quantizeRow } from "../format/quant.js";
 import {
   base64Of,
@@ -248,23 +249,50 @@ class ErrorStats {
 // ---------------------------------------------------------------------------------------------
 // Model structure
 
+/** One matrix of the source: a 2-D tensor, or one expert's slice of a mixture's 3-D tensor. */
+interface MatrixView {
+  t: GGUFTensorInfo;
+  /** byte offset of the matrix inside the tensor */
+  base: number;
+  rows: number;
+  rowBytes: number;
+  bytes: number;
+  /** for messages: the tensor, and the expert when a slice */
+  name: string;
+}
+
+/** The FFN of one layer, or of one expert of a mixture's layer: a group of neuron bundles. */
 interface FFNTensors {
-  gate: GGUFTensorInfo;
-  up: GGUFTensorInfo;
-  down: GGUFTensorInfo;
+  gate: MatrixView;
+  up: MatrixView;
+  down: MatrixView;
   /** PWRI: `down` is ffn_down_t, already one row per neuron */
   transposed: boolean;
   neurons: number;
+  layer: number;
+  /** the expert (a mixture of experts), or -1 */
+  expert: number;
 }
 
 const FFN_RE = /^blk\.(\d+)\.ffn_(gate|up|down|down_t)\.weight$/;
+const EXPERT_RE = /^blk\.(\d+)\.ffn_(gate|up|down)(_exps|\.(\d+))\.weight$/;
 
-function findFFN(file: GGUFFile): { layers: FFNTensors[]; nEmbd: number; fixed: GGUFTensorInfo[] } {
+function whole(t: GGUFTensorInfo): MatrixView {
+  return { t, base: 0, rows: t.dims[1], rowBytes: t.bytes / t.dims[1], bytes: t.bytes, name: t.name };
+}
+
+function findFFN(file: GGUFFile): { layers: FFNTensors[]; nEmbd: number; fixed: GGUFTensorInfo[]; experts: number } {
+  const experts = file.has(`${file.architecture}.expert_count`)
+    ? file.getNumber(`${file.architecture}.expert_count`)
+    : 0;
+  if (experts > 0) return findExperts(file, experts);
   const byLayer = new Map<number, Partial<Record<"gate" | "up" | "down" | "down_t", GGUFTensorInfo>>>();
   const fixed: GGUFTensorInfo[] = [];
   for (const t of file.tensors.values()) {
     if (/_exps\.|ffn_gate_inp/.test(t.name))
-      throw new ConvertError(`${file.path}: "${t.name}": mixture-of-experts models cannot be converted yet`);
+      throw new ConvertError(
+        `${file.path}: "${t.name}" is a mixture of experts' tensor, but the metadata has no expert_count`,
+      );
     const m = FFN_RE.exec(t.name);
     if (!m) {
       fixed.push(t);
@@ -310,20 +338,102 @@ function findFFN(file: GGUFFile): { layers: FFNTensors[]; nEmbd: number; fixed: 
     if (nEmbd && d !== nEmbd)
       throw new ConvertError(`${file.path}: layer ${l} has embedding width ${d}, layer 0 has ${nEmbd}`);
     nEmbd = d;
-    for (const t of [gate, up, down]) {
-      const tr = typeTraits(t.type);
-      if (
-        !tr ||
-        (!STORE_FFN_TYPES.includes(t.type) && ![GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K].includes(t.type))
-      ) {
-        throw new ConvertError(
-          `${file.path}: ${t.name} is ${typeName(t.type)}, which this converter cannot read (no dequantizer)`,
-        );
-      }
-    }
-    layers.push({ gate, up, down, transposed: !!e.down_t, neurons: n });
+    for (const t of [gate, up, down]) checkReadable(file, t);
+    layers.push({
+      gate: whole(gate),
+      up: whole(up),
+      down: whole(down),
+      transposed: !!e.down_t,
+      neurons: n,
+      layer: l,
+      expert: -1,
+    });
   }
-  return { layers, nEmbd, fixed };
+  return { layers, nEmbd, fixed, experts: 0 };
+}
+
+function checkReadable(file: GGUFFile, t: GGUFTensorInfo): void {
+  const tr = typeTraits(t.type);
+  if (!tr || (!STORE_FFN_TYPES.includes(t.type) && ![GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K].includes(t.type))) {
+    throw new ConvertError(
+      `${file.path}: ${t.name} is ${typeName(t.type)}, which this converter cannot read (no dequantizer)`,
+    );
+  }
+}
+
+/**
+ * A mixture of experts' groups, layer by layer and expert by expert: each expert's gate, up and
+ * down from the layer's 3-D tensors (one matrix per expert) or from its own 2-D tensors. The
+ * routers (ffn_gate_inp) stay fixed tensors.
+ */
+function findExperts(
+  file: GGUFFile,
+  experts: number,
+): { layers: FFNTensors[]; nEmbd: number; fixed: GGUFTensorInfo[]; experts: number } {
+  const fixed: GGUFTensorInfo[] = [];
+  const byLayer = new Map<number, Map<string, GGUFTensorInfo>>();
+  for (const t of file.tensors.values()) {
+    const m = EXPERT_RE.exec(t.name);
+    if (!m) {
+      if (FFN_RE.test(t.name))
+        throw new ConvertError(
+          `${file.path}: "${t.name}" is a dense FFN tensor in a mixture of experts (expert_count ${experts})`,
+        );
+      fixed.push(t);
+      continue;
+    }
+    const l = Number(m[1]);
+    const map = byLayer.get(l) ?? new Map<string, GGUFTensorInfo>();
+    map.set(m[4] === undefined ? `${m[2]}` : `${m[2]}.${m[4]}`, t);
+    byLayer.set(l, map);
+  }
+  const nLayer = byLayer.size;
+  const gate0 = byLayer.get(0)?.get("gate") ?? byLayer.get(0)?.get("gate.0");
+  if (!gate0)
+    throw new ConvertError(
+      `${file.path}: no expert tensors for layer 0 (blk.0.ffn_gate_exps.weight or blk.0.ffn_gate.0.weight)`,
+    );
+  const [nEmbd, nFF] = gate0.dims;
+  const layers: FFNTensors[] = [];
+  for (let l = 0; l < nLayer; l++) {
+    const map = byLayer.get(l);
+    if (!map) throw new ConvertError(`${file.path}: the expert tensors of layer ${l} are missing`);
+    const view = (kind: "gate" | "up" | "down", e: number): MatrixView => {
+      const [cols, rows] = kind === "down" ? [nFF, nEmbd] : [nEmbd, nFF];
+      const merged = map.get(kind);
+      if (merged) {
+        const want = [cols, rows, experts];
+        if (merged.dims.length !== 3 || merged.dims.some((d, i) => d !== want[i]))
+          throw new ConvertError(
+            `${file.path}: ${merged.name} is [${merged.dims.join(", ")}], expected [${want.join(", ")}] (expert_count ${experts})`,
+          );
+        checkReadable(file, merged);
+        const bytes = merged.bytes / experts;
+        return { t: merged, base: e * bytes, rows, rowBytes: bytes / rows, bytes, name: `${merged.name} expert ${e}` };
+      }
+      const single = map.get(`${kind}.${e}`);
+      if (!single)
+        throw new ConvertError(`${file.path}: layer ${l} has no ffn_${kind} for expert ${e} (expert_count ${experts})`);
+      if (single.dims.length !== 2 || single.dims[0] !== cols || single.dims[1] !== rows)
+        throw new ConvertError(
+          `${file.path}: ${single.name} is [${single.dims.join(", ")}], expected [${cols}, ${rows}]`,
+        );
+      checkReadable(file, single);
+      return whole(single);
+    };
+    for (let e = 0; e < experts; e++) {
+      layers.push({
+        gate: view("gate", e),
+        up: view("up", e),
+        down: view("down", e),
+        transposed: false,
+        neurons: nFF,
+        layer: l,
+        expert: e,
+      });
+    }
+  }
+  return { layers, nEmbd, fixed, experts };
 }
 
 function loadProfile(
@@ -377,7 +487,11 @@ function loadProfile(
     if (t !== undefined && !(typeof t === "number" && Number.isFinite(t) && t >= 0))
       throw new ConvertError(`${where}: layers[${l}].threshold = ${JSON.stringify(t)} is not a finite number >= 0`);
   });
-  return { profile, file, thresholds: fromProfile(() => profileThresholds(profile, where)) };
+  // a mixture's profile has one entry per (layer, expert), each with its layer's threshold
+  const all = fromProfile(() => profileThresholds(profile, where));
+  const experts = layers[0]?.expert >= 0 ? layers.filter((L) => L.layer === 0).length : 1;
+  const thresholds = all && experts > 1 ? all.filter((_, g) => g % experts === 0) : all;
+  return { profile, file, thresholds };
 }
 
 /**
@@ -417,7 +531,7 @@ function openPredictors(
   nEmbd: number,
   nFF: number,
 ): { file: GGUFFile; tensors: GGUFTensorInfo[]; threshold: number } {
-  const file = GGUFFile.open(path);
+  const file = checkFiniteOnRead(GGUFFile.open(path));
   try {
     // whose predictors: the fingerprint a predictors-only file records, or that of a whole model
     let recorded: unknown;
@@ -469,6 +583,15 @@ function openPredictors(
   }
 }
 
+/**
+ * A profile entry's frequencies per token: for an expert of a mixture, its firing share among the
+ * tokens routed to it times the share of tokens routed to it (what the neuron cache sees).
+ */
+function perToken(L: ActivationProfile["layers"][number] & { routed?: number }): Float32Array {
+  const routed = typeof L.routed === "number" && L.routed >= 0 && L.routed <= 1 ? L.routed : 1;
+  return Float32Array.from(L.frequency, (f) => f * routed);
+}
+
 /** Stored position -> neuron: descending frequency, ties by index (a stable hot-first order). */
 export function hotFirstOrder(frequency: ArrayLike<number>): Int32Array {
   const idx = Array.from({ length: frequency.length }, (_, i) => i);
@@ -480,12 +603,12 @@ export function hotFirstOrder(frequency: ArrayLike<number>): Int32Array {
 // Row helpers
 
 /** Read rows `indices` (original row numbers) of a matrix into dst, one read per consecutive run. */
-function readRows(file: GGUFFile, t: GGUFTensorInfo, indices: Int32Array, dst: Uint8Array): void {
-  const rb = t.bytes / t.dims[1];
+function readRows(file: GGUFFile, m: MatrixView, indices: Int32Array, dst: Uint8Array): void {
+  const rb = m.rowBytes;
   for (let i = 0; i < indices.length;) {
     let j = i + 1;
     while (j < indices.length && indices[j] === indices[j - 1] + 1) j++;
-    file.readTensor(t, dst.subarray(i * rb, j * rb), indices[i] * rb, (j - i) * rb);
+    file.readTensor(m.t, dst.subarray(i * rb, j * rb), m.base + indices[i] * rb, (j - i) * rb);
     i = j;
   }
 }
@@ -519,11 +642,14 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
   const input = resolve(opts.input),
     output = resolve(opts.output);
   if (input === output) throw new ConvertError(`the output ${output} would overwrite the input`);
-  const file = GGUFFile.open(input);
+  // NaN/Inf in the source is refused as it is read: a store holds only what was checked.
+  const file = checkFiniteOnRead(GGUFFile.open(input));
   const closers: (() => void)[] = [];
   let writer: StoreWriter | undefined;
   try {
-    const { layers, nEmbd, fixed: own } = findFFN(file);
+    const { layers, nEmbd, fixed: own, experts } = findFFN(file);
+    if (experts > 0 && opts.predictors !== undefined)
+      throw new ConvertError(`${input}: per-expert predictors cannot be put into a store by this version yet`);
     const preds =
       opts.predictors !== undefined
         ? openPredictors(resolve(opts.predictors), file, input, layers.length, nEmbd, layers[0].neurons)
@@ -537,7 +663,7 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
     const want = opts.type ?? "keep";
     if (!CONVERT_TYPES.includes(want))
       throw new ConvertError(`--type must be one of ${CONVERT_TYPES.join(", ")}, got "${want}"`);
-    const srcType = layers[0].gate.type;
+    const srcType = layers[0].gate.t.type;
     const ffnType = want === "keep" ? nearestStoreType(srcType) : typeFromName(want)!;
     const tr = typeTraits(ffnType)!;
     if (nEmbd % tr.blockSize !== 0)
@@ -601,13 +727,13 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
           bytesDone += b;
           progress("ffn", l);
         });
-        changed.down = L.down.type;
+        changed.down = L.down.t.type;
       }
 
       const offset = writer.position;
       const group = Math.max(1, Math.floor((4 << 20) / bundleBytes));
       const out = new Uint8Array(group * bundleBytes);
-      const srcRb = { gate: L.gate.bytes / n, up: L.up.bytes / n, down: L.down.bytes / n };
+      const srcRb = { gate: L.gate.rowBytes, up: L.up.rowBytes, down: L.down.rowBytes };
       const scratch = {
         gate: new Uint8Array(group * srcRb.gate),
         up: new Uint8Array(group * srcRb.up),
@@ -626,17 +752,18 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
               out.set(downT!.subarray(idx[k] * rowBytes, (idx[k] + 1) * rowBytes), k * bundleBytes + 2 * rowBytes);
             continue;
           }
-          const t = L[kind];
+          const m = L[kind];
+          const type = m.t.type;
           const at = kind === "gate" ? 0 : kind === "up" ? rowBytes : 2 * rowBytes;
-          readRows(file, t, idx, scratch[kind]);
+          readRows(file, m, idx, scratch[kind]);
           const rb = srcRb[kind];
           for (let k = 0; k < g; k++) {
             const src = scratch[kind].subarray(k * rb, (k + 1) * rb);
             const dst = out.subarray(k * bundleBytes + at, k * bundleBytes + at + rowBytes);
-            if (t.type === ffnType) dst.set(src);
-            else rc.convert(t.type, src, ffnType, dst, stats[kind]);
+            if (type === ffnType) dst.set(src);
+            else rc.convert(type, src, ffnType, dst, stats[kind]);
           }
-          if (t.type !== ffnType) changed[kind] = t.type;
+          if (type !== ffnType) changed[kind] = type;
           bytesDone += g * rb;
         }
         for (let k = 0; k < g; k++)
@@ -649,13 +776,14 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
       const gateRowsOffset = writer.position;
       await writer.write(gateRows);
       await writer.pad();
-      const conv = (kind: "gate" | "up" | "down", t: GGUFTensorInfo): StoreConversion | null =>
-        t.type === ffnType && (kind !== "down" || L.transposed) ? null : stats[kind].report(t.type);
+      const conv = (kind: "gate" | "up" | "down", m: MatrixView): StoreConversion | null =>
+        m.t.type === ffnType && (kind !== "down" || L.transposed) ? null : stats[kind].report(m.t.type);
       layerManifest.push({
+        ...(L.expert >= 0 ? { layer: L.layer, expert: L.expert } : {}),
         offset,
         neurons: n,
         order: base64Of(order),
-        frequency: prof ? base64Of(Float32Array.from(prof.profile.layers[l].frequency)) : null,
+        frequency: prof ? base64Of(perToken(prof.profile.layers[l])) : null,
         gate: conv("gate", L.gate),
         up: conv("up", L.up),
         down: conv("down", L.down),
@@ -683,6 +811,7 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
         bundleBytes,
         parts: { gate: 0, up: rowBytes, down: 2 * rowBytes },
         conversion,
+        ...(experts > 0 ? { experts } : {}),
         layers: layerManifest,
       },
       profile: prof ? { file: prof.file ? basename(prof.file) : null, tokens: prof.profile.tokens ?? null } : null,
@@ -720,7 +849,7 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
  */
 async function transposeDown(
   file: GGUFFile,
-  t: GGUFTensorInfo,
+  m: MatrixView,
   n: number,
   nEmbd: number,
   type: GGMLType,
@@ -731,8 +860,9 @@ async function transposeDown(
   check: () => void,
   onBytes: (b: number) => void,
 ): Promise<void> {
+  const t = m.t;
   const src = typeTraits(t.type)!;
-  const srcRb = t.bytes / nEmbd;
+  const srcRb = m.rowBytes;
   // at most ~32 MiB of f32 tile, a whole number of source blocks wide
   const maxBand = Math.max(src.blockSize, Math.floor((8 << 20) / nEmbd / src.blockSize) * src.blockSize);
   const band = Math.min(n, maxBand);
@@ -748,7 +878,7 @@ async function transposeDown(
     const sb = (w / src.blockSize) * src.typeSize;
     const at = (c0 / src.blockSize) * src.typeSize;
     for (let r = 0; r < nEmbd; r++) {
-      file.readTensor(t, slice, r * srcRb + at, sb);
+      file.readTensor(t, slice, m.base + r * srcRb + at, sb);
       dequantizeRow(t.type, slice.subarray(0, sb), w, tile, r * w);
     }
     for (let j0 = 0; j0 < w; j0 += G) {

@@ -23,7 +23,7 @@ import { GGMLType } from "../format/ggml-types.js";
 import { GGUFFile, GGUFValueType } from "../format/gguf.js";
 import { GGUFWriter, type GGUFWritableValue } from "../format/gguf-writer.js";
 import { f32ToF16 } from "../format/half.js";
-import { NeuronStore, StoreWriter, type StoreFixedManifest } from "../format/store.js";
+import { NeuronStore, StoreWriter, STORE_PAGE, type StoreFixedManifest } from "../format/store.js";
 import { readConfig } from "../model/config.js";
 import { PREDICTOR_TENSOR_RE } from "../model/llama.js";
 import { modelFingerprint, type ModelFingerprint } from "./profile.js";
@@ -280,6 +280,17 @@ export function checkStoreModel(store: NeuronStore, modelPath: string): void {
 }
 
 /** Add (or replace) the predictors of a store. Returns the new file's size. */
+/** The pages of the predictor tensors a store holds now, as `unused` entries once they are replaced. */
+function replacedRegions(fixed: StoreFixedManifest[]): { offset: number; bytes: number; what: string }[] {
+  return fixed
+    .filter((t) => PREDICTOR_TENSOR_RE.test(t.name))
+    .map((t) => ({
+      offset: t.offset,
+      bytes: Math.ceil(t.bytes / STORE_PAGE) * STORE_PAGE,
+      what: `replaced predictor ${t.name}`,
+    }));
+}
+
 export async function addPredictorsToStore(opts: PredictorStoreOptions): Promise<number> {
   const storePath = resolve(opts.store);
   const output = resolve(opts.output ?? opts.store);
@@ -315,8 +326,9 @@ export async function addPredictorsToStore(opts: PredictorStoreOptions): Promise
     } finally {
       closeSync(fd);
     }
-    // old predictors (if any) stay in the copy as unreferenced bytes
+    // old predictors (if any) stay in the copy as unreferenced bytes, declared unused
     const fixed: StoreFixedManifest[] = m.fixed.filter((t) => !PREDICTOR_TENSOR_RE.test(t.name));
+    const unused = [...(m.unused ?? []), ...replacedRegions(m.fixed)];
     const ggmlType = type === "f32" ? GGMLType.F32 : GGMLType.F16;
     for (let l = 0; l < opts.predictors.length; l++) {
       for (const [name, dims, values] of predictorTensors(l, opts.predictors[l])) {
@@ -329,7 +341,7 @@ export async function addPredictorsToStore(opts: PredictorStoreOptions): Promise
     const metadata = m.metadata.filter(([key]) => key !== SPARSE_THRESHOLD_KEY);
     metadata.push([SPARSE_THRESHOLD_KEY, GGUFValueType.FLOAT32, opts.predictors[0].threshold]);
     const { format: _f, version: _v, checksums: _c, ...body } = m;
-    const { bytes } = await writer.finish({ ...body, metadata, fixed });
+    const { bytes } = await writer.finish({ ...body, metadata, fixed, unused });
     writer = undefined;
     return bytes;
   } catch (e) {

@@ -117,7 +117,11 @@ export function checkFingerprint(recorded: unknown, actual: ModelFingerprint, wh
 // The profile file
 
 export interface ProfileLayer {
-  /** per neuron: share of profiled tokens on which it fired (0..1) */
+  /** a mixture of experts: the layer and expert of this group, and the share of profiled tokens routed to the expert */
+  layer?: number;
+  expert?: number;
+  routed?: number;
+  /** per neuron: share of profiled tokens (a mixture: of the tokens routed to the expert) on which it fired (0..1) */
   frequency: number[];
   /** per neuron i < nFF-1: share of tokens on which neurons i and i+1 both fired */
   coactivation?: number[];
@@ -140,6 +144,8 @@ export interface ProfileFile extends ActivationProfile {
   criterion: string;
   /** the share S the thresholds were calibrated to, or null */
   targetSparsity: number | null;
+  /** a mixture of experts: experts per layer; `layers` then holds one entry per (layer, expert), layer by layer */
+  experts?: number;
   layers: ProfileLayer[];
 }
 
@@ -405,6 +411,9 @@ export async function profileModel(opts: ProfileOptions): Promise<ProfileResult>
   const model = await LlamaModel.load(opts.model, { threads: opts.threads, contextSize: ctx, batchSize: batch });
   try {
     const { nLayer, nFF } = cfg;
+    // a mixture of experts is counted per (layer, expert) group: group l * experts + e
+    const experts = Math.max(1, cfg.nExpert);
+    const groupOf = (o: { layer: number; expert?: number }) => o.layer * experts + (o.expert ?? 0);
     const magBuf = new ArrayBuffer(batch * nFF * 4);
     const mag = new Float32Array(magBuf);
     const bits = new Uint32Array(magBuf);
@@ -454,12 +463,12 @@ export async function profileModel(opts: ProfileOptions): Promise<ProfileResult>
 
     // Count with the thresholds in force, as the runtime will run the model.
     model.thresholds = thresholds;
-    const counts = Array.from({ length: nLayer }, () => new FiringCounts(nFF));
+    const counts = Array.from({ length: nLayer * experts }, () => new FiringCounts(nFF));
     const cut = thresholds ?? new Float32Array(nLayer);
     model.setFFNObserver((o) => {
       const count = o.n * nFF;
       gateMagnitudes(cfg.activation, o.gate, count, mag);
-      counts[o.layer].add(mag, o.n, cut[o.layer]);
+      counts[groupOf(o)].add(mag, o.n, cut[o.layer]);
     });
     await pass("count");
     model.setFFNObserver(null);
@@ -474,10 +483,14 @@ export async function profileModel(opts: ProfileOptions): Promise<ProfileResult>
       contextSize: ctx,
       criterion: thresholds ? `|${act}(gate)| > threshold` : relu ? "gate > 0" : `|${act}(gate)| > 0`,
       targetSparsity: S ?? null,
-      layers: counts.map((c, l) => ({
-        frequency: Array.from(c.fired, (v) => round7(v / c.tokens)),
-        coactivation: Array.from(c.pairs, (v) => round7(v / c.tokens)),
-        ...(thresholds ? { threshold: thresholds[l] } : {}),
+      ...(cfg.nExpert > 0 ? { experts: cfg.nExpert } : {}),
+      layers: counts.map((c, g) => ({
+        ...(cfg.nExpert > 0
+          ? { layer: Math.floor(g / experts), expert: g % experts, routed: round7(c.tokens / tokens.length) }
+          : {}),
+        frequency: Array.from(c.fired, (v) => round7(c.tokens > 0 ? v / c.tokens : 0)),
+        coactivation: Array.from(c.pairs, (v) => round7(c.tokens > 0 ? v / c.tokens : 0)),
+        ...(thresholds ? { threshold: thresholds[Math.floor(g / experts)] } : {}),
         sparsity: round7(c.sparsity),
       })),
     };

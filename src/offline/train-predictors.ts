@@ -281,6 +281,8 @@ export async function trainPredictors(opts: TrainPredictorsOptions): Promise<Tra
     );
   if (toks.heldout.length < 1) throw new PredictorTrainingError("no held-out tokens to measure on");
 
+  if (cfg.nExpert > 0)
+    throw new PredictorTrainingError(`${opts.model}: per-expert predictors are not trained by this version yet`);
   const model = await LlamaModel.load(opts.model, {
     threads: opts.threads,
     contextSize: ctx,

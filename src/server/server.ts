@@ -30,6 +30,7 @@ import { queueFor } from "../chat/queue.js";
 import { ApiKeyCheck } from "./auth.js";
 import { CorsPolicy } from "./cors.js";
 import { EXTRA_ROUTES, type RouteAnswer } from "./routes/index.js";
+import { ConnectionGuard, connectionsCheckingInterval, resolveLimits, type ServerLimits } from "./limits.js";
 
 export interface ServerOptions {
   /** the model to serve; omit it to start in the "loading" state and call setModel() later */
@@ -56,6 +57,8 @@ export interface ServerOptions {
   defaults?: GenerateOptions;
   /** one line per finished request (default: none) */
   log?: (line: string) => void;
+  /** timeouts and the connection cap (default SERVER_LIMIT_DEFAULTS, src/server/limits.ts) */
+  limits?: Partial<ServerLimits>;
 }
 
 export type ServerState = "loading" | "ready" | "failed" | "closing" | "closed";
@@ -97,6 +100,7 @@ export class OpenAIServer {
   readonly host: string;
   private requestedPort: number;
   private readonly http: Server;
+  private readonly guard: ConnectionGuard;
   private model: ChatModel | undefined;
   private template: ChatTemplate | undefined;
   private modelName: string;
@@ -145,9 +149,16 @@ export class OpenAIServer {
     this.template = options.template;
     this.model = options.model;
     this._state = this.model ? "ready" : "loading";
-    this.http = createServer((req, res) => {
+    const limits = resolveLimits(options.limits);
+    this.http = createServer({ connectionsCheckingInterval: connectionsCheckingInterval(limits) }, (req, res) => {
       this.handle(req, res).catch((err) => this.internalError(res, err));
     });
+    this.guard = new ConnectionGuard(this.http, limits);
+  }
+
+  /** the timeouts and connection cap in force */
+  get limits(): ServerLimits {
+    return this.guard.limits;
   }
 
   /** whether requests need an API key (apiKeys were given) */
@@ -228,6 +239,8 @@ export class OpenAIServer {
   // ---- request handling ----
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    // answered 503 when it connected, past the connection cap
+    if (this.guard.isRefused(req.socket)) return void res.destroy();
     const t0 = performance.now();
     const method = req.method ?? "GET";
     let path: string;
@@ -272,7 +285,8 @@ export class OpenAIServer {
       if (route.startsWith("/models/")) {
         allow("GET");
         this.checkReady();
-        // any id names the one model served (as a request's `model` does)
+        // any id names the one model served (as a request's `model` does); a malformed one is a 400
+        decodePathPart(route.slice("/models/".length), path);
         return this.sendJSON(req, res, 200, this.modelObject(), t0);
       }
       if (route === "/chat/completions" || route === "/completions") {
@@ -360,6 +374,7 @@ export class OpenAIServer {
     let finish!: () => void;
     const entry: Active = { controller, done: new Promise<void>((r) => (finish = r)) };
     this.active.add(entry);
+    this.guard.hold(req.socket, entry.done);
     this.metrics.active++;
     this.metrics.requests++;
     let outcome = "ok";
@@ -550,6 +565,21 @@ export class OpenAIServer {
 
   private logLine(req: IncomingMessage, outcome: string, t0: number): void {
     this.log?.(`${req.method} ${req.url} ${outcome} ${(performance.now() - t0).toFixed(1)} ms`);
+  }
+}
+
+/** A percent-encoded part of the path, decoded; 400 when it is not valid UTF-8 percent-encoding. */
+function decodePathPart(part: string, path: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    throw new ApiError(
+      400,
+      `the path ${JSON.stringify(path)} is not valid percent-encoded UTF-8`,
+      "invalid_request_error",
+      null,
+      "bad_url",
+    );
   }
 }
 

@@ -13,21 +13,23 @@ const CHUNK = 2 << 20;
 
 export function makeCache(store: NeuronStore, arena: Arena, layout: OffloadLayout): NeuronCache {
   const ffn = store.ffn;
-  const nLayer = ffn.layers.length;
-  const hot = layout.hotPerLayer;
+  const groups = ffn.layers.length;
   const hotBytes = layout.hotSlotBytes;
-  const base = arena.alloc(NeuronCache.bytesFor(hot * nLayer, layout.coldSlots, ffn.bundleBytes, hotBytes), 4096);
+  const hotSlots = layout.hotPerGroup.reduce((a, b) => a + b, 0);
+  const base = arena.alloc(NeuronCache.bytesFor(hotSlots, layout.coldSlots, ffn.bundleBytes, hotBytes), 4096);
   const cache = new NeuronCache(
     base,
     ffn.bundleBytes,
     layout.slots,
     ffn.layers.map((L) => L.neurons),
-    Array(nLayer).fill(hot),
+    layout.hotPerGroup,
     hotBytes,
   );
   const chunk = new Uint8Array(Math.max(1, Math.floor(CHUNK / ffn.bundleBytes)) * ffn.bundleBytes);
   const perRead = chunk.length / ffn.bundleBytes;
-  for (let l = 0; l < nLayer && hot > 0; l++) {
+  for (let l = 0; l < groups; l++) {
+    const hot = layout.hotPerGroup[l];
+    if (hot === 0) continue;
     const dst = arena.u8(cache.address(cache.hotStart[l]), hot * hotBytes);
     if (hotBytes === ffn.bundleBytes) {
       store.readBundles(l, 0, hot, dst);

@@ -44,7 +44,10 @@ const PAGE_PAD = 4096;
 
 /** What the layout needs to know about a store and its model (storeFacts reads it). */
 export interface StoreFacts {
-  nLayer: number;
+  /** groups of bundles: the layers, or for a mixture of experts layers x experts (each expert's FFN its own group) */
+  groups: number;
+  /** experts per layer (0: a dense FFN) */
+  experts: number;
   nFF: number;
   nEmbd: number;
   ffnType: GGMLType;
@@ -112,8 +115,14 @@ export interface OffloadLayout {
   /** bytes of the neuron cache's slots as laid out */
   cacheBytes: number;
   slots: number;
-  /** stored positions of each layer pinned in the hot region */
+  /** stored positions of each group (layer, or expert of a layer) pinned in the hot region, as if alike */
   hotPerLayer: number;
+  /**
+   * the same per group: all alike for a dense FFN; a mixture of experts with firing rates shares
+   * the same slots out by rate (per token: an expert's firing times its routing), so popular
+   * experts' hot neurons are pinned before rare experts' lukewarm ones
+   */
+  hotPerGroup: number[];
   /** bytes per hot slot: a bundle without its read padding when that pins more neurons */
   hotSlotBytes: number;
   coldSlots: number;
@@ -169,7 +178,8 @@ export function storeFacts(store: NeuronStore, cfg: ModelConfig): StoreFacts {
   if (ffn.nEmbd !== cfg.nEmbd)
     throw new Error(`${store.path}: FFN rows are ${ffn.nEmbd} wide, the model is ${cfg.nEmbd}`);
   return {
-    nLayer: cfg.nLayer,
+    groups: ffn.layers.length,
+    experts: ffn.experts,
     nFF: cfg.nFF,
     nEmbd: cfg.nEmbd,
     ffnType: ffn.type,
@@ -217,13 +227,13 @@ export function offloadLayout(
   budget: number | undefined,
   knobs: LayoutKnobs,
 ): OffloadLayout {
-  const { nLayer, nFF, bundleBytes } = facts;
-  const allFFN = nLayer * nFF * bundleBytes;
+  const { groups, nFF, bundleBytes } = facts;
+  const allFFN = groups * nFF * bundleBytes;
   const minCache = Math.min(allFFN, MIN_CACHE_BUNDLES * bundleBytes);
   const ffnBuffers = ffnBufferBytes(facts, knobs.threads, knobs.verifyOnce ?? true);
   const growth = runtimeGrowthBytes(facts);
   const base = resident.base + resident.weights + resident.buffers + resident.kv + growth + ffnBuffers;
-  const gateRows = nLayer * facts.gateRowBytes;
+  const gateRows = groups * facts.gateRowBytes;
   const staging = stagingBytes(facts);
   const room = budget === undefined ? Infinity : budget * BUDGET_ROOM;
   // Predictor mode computes a token's gates from the bundles it runs: no resident gate rows (the
@@ -238,21 +248,25 @@ export function offloadLayout(
   const fits = cacheRoom >= minCache;
   const slots = fits ? Math.floor(cacheRoom / bundleBytes) : 0;
   const hotFraction = knobs.hotFraction ?? defaultHotFraction(facts.firing, slots, nFF);
-  let hot = hotPerLayer(slots, hotFraction, nLayer, nFF);
-  const cold = slots - hot * nLayer;
+  let hot = hotPerLayer(slots, hotFraction, groups, nFF);
+  const cold = slots - hot * groups;
   // Pinned bundles are read once at load, never by a direct read: packed without the padding
   // that 4 KiB-aligns flash reads, the bytes that padding took pin more neurons; the cold region
   // keeps its slots (and starts 4 KiB aligned after the hot region).
   let hotSlotBytes = bundleBytes;
   const packed = 3 * facts.rowBytes;
   if (fits && packed < bundleBytes && hot > 0 && hot < nFF) {
-    const more = Math.min(nFF, Math.floor((cacheRoom - PAGE_PAD - cold * bundleBytes) / (nLayer * packed)));
+    const more = Math.min(nFF, Math.floor((cacheRoom - PAGE_PAD - cold * bundleBytes) / (groups * packed)));
     if (more >= hot) {
       hot = more;
       hotSlotBytes = packed;
     }
   }
-  const cacheBytes = fits ? NeuronCache.bytesFor(hot * nLayer, cold, bundleBytes, hotSlotBytes) : 0;
+  const cacheBytes = fits ? NeuronCache.bytesFor(hot * groups, cold, bundleBytes, hotSlotBytes) : 0;
+  const hotPerGroup =
+    facts.experts > 0 && facts.firing && hot > 0 && hot < nFF
+      ? shareByRate(facts.firing, hot * groups, nFF)
+      : Array<number>(groups).fill(hot);
   return {
     budget,
     room,
@@ -263,14 +277,52 @@ export function offloadLayout(
     gateBytes,
     fixed,
     cacheBytes,
-    slots: hot * nLayer + cold,
+    slots: hot * groups + cold,
     hotPerLayer: hot,
+    hotPerGroup,
     hotSlotBytes,
     coldSlots: cold,
     hotFraction,
     fits,
     minBudget: Math.ceil((fixed + minCache) / BUDGET_ROOM),
   };
+}
+
+/**
+ * `total` hot slots shared out among groups whose neurons fire at `rates` (stored order, hot
+ * first, per token): the neurons above one rate threshold, found by bisection, at most nFF per
+ * group; what rounding leaves over goes to the groups in order.
+ */
+function shareByRate(rates: Float32Array[], total: number, nFF: number): number[] {
+  const above = (t: number) =>
+    rates.map((r) => {
+      let lo = 0,
+        hi = Math.min(nFF, r.length);
+      // the first stored position at or below t (rates are non-increasing along the stored order)
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (r[mid] > t) lo = mid + 1;
+        else hi = mid;
+      }
+      return lo;
+    });
+  let lo = 0,
+    hi = 1;
+  for (let it = 0; it < 60; it++) {
+    const mid = (lo + hi) / 2;
+    const n = above(mid).reduce((a, b) => a + b, 0);
+    if (n > total) lo = mid;
+    else hi = mid;
+  }
+  const counts = above(hi);
+  let left = total - counts.reduce((a, b) => a + b, 0);
+  for (let g = 0; left > 0 && g < counts.length; g = (g + 1) % counts.length) {
+    if (counts[g] < nFF) {
+      counts[g]++;
+      left--;
+    }
+  }
+  return counts;
 }
 
 const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;

@@ -179,8 +179,13 @@ export class OffloadedFFN {
       this.tracer,
     );
     this.misses = new MissReader(store, this.cache, this.reader, stats);
+    // (a mixture of experts would read ahead the next layer's likely experts: not done yet)
     const lookahead =
-      this.mode === "predictor" && this.pipeline && (opts.lookahead ?? true) && layout.hotPerLayer < cfg.nFF;
+      this.mode === "predictor" &&
+      this.pipeline &&
+      (opts.lookahead ?? true) &&
+      layout.hotPerLayer < cfg.nFF &&
+      store.ffn.experts === 0;
     this.readAhead = lookahead
       ? new ReadAhead(
           store,
@@ -209,17 +214,26 @@ export class OffloadedFFN {
   }
 
   /**
-   * One token of layer l: residual += FFN(x). x: the FFN input after its norm (nEmbd f32);
-   * residual: the residual stream row (the predictor reads it before the FFN adds into it).
+   * Before a forward pass: with checksums checked on first read only, the store's size and
+   * modification time are checked instead, once per pass (a file rewritten under the model is an
+   * error, not other weights).
    */
-  async decodeStep(l: number, x: number, residual: number): Promise<void> {
+  startPass(): void {
+    if (this.verifyOnce) this.store.assertUnchanged();
+  }
+
+  /**
+   * One token of group l (a layer, or one expert of a mixture's layer): y += FFN(x). x: the FFN
+   * input after its norm (nEmbd f32); residual: the residual stream row (the predictor reads it);
+   * y: where the output is added (the residual row itself for a dense FFN).
+   */
+  async decodeStep(l: number, x: number, residual: number, y = residual): Promise<void> {
     const tr = this.tracer;
     let t = tr ? tr.now() : 0;
     // what was read ahead for this layer must have landed before its slots are computed
     await this.readAhead?.landed(l);
     if (tr && this.readAhead) tr.span("wait read-ahead", "wait", t);
-    if (l === 0 && this.verifyOnce) this.store.assertUnchanged();
-    const lists = this.lists.begin(l, this.thresholds ? this.thresholds[l] : 0);
+    const lists = this.lists.begin(l, this.thresholds ? this.thresholds[this.store.layer(l).layer] : 0);
     this.sparse.prepare(x);
     this.cache.beginStep();
 
@@ -251,7 +265,7 @@ export class OffloadedFFN {
     }
 
     // 3. The step's sum into the residual stream; the next layer's reads that can start now.
-    this.sparse.finish(residual);
+    this.sparse.finish(y);
     this.gates.afterStep?.(l);
   }
 
@@ -272,12 +286,11 @@ export class OffloadedFFN {
    */
   async prefillBatch(l: number, x: number, residual: number, n: number, gates: number): Promise<void> {
     await this.readAhead?.landed(-1);
-    if (l === 0 && this.verifyOnce) this.store.assertUnchanged();
     const tr = this.tracer;
     const t = tr ? tr.now() : 0;
     await this.batchGates!.batchGates(l, x, n, gates);
     if (tr) tr.span("batch gates", "pick", t, { tokens: n });
-    const lists = this.lists.begin(l, this.thresholds ? this.thresholds[l] : 0);
+    const lists = this.lists.begin(l, this.thresholds ? this.thresholds[this.store.layer(l).layer] : 0);
     this.cache.beginStep();
     // The union of the firing neurons, by stored position: in memory (cachedPos) or to read (missPos).
     const { f32, nFF } = lists;

@@ -82,6 +82,8 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
 
   /** The next layer's first chunk does not depend on this token's values: read it while the next attention block computes. */
   afterStep(l: number): void {
+    // a mixture's next group is whichever expert the next layer routes to: nothing to read yet
+    if (this.store.ffn.experts > 0) return;
     const next = (l + 1) % this.store.ffn.layers.length;
     if (this.cache.hotCount[next] < this.lists.nFF) {
       this.prefetchLayer = next;
