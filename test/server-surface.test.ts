@@ -11,7 +11,9 @@ import OpenAI from "openai";
 import { Ajv } from "ajv";
 import { loadModel, type Model } from "../src/index.js";
 import { OpenAIServer, startServer } from "../src/server/index.js";
-import { SHARED } from "./helpers.js";
+import { join } from "node:path";
+import { convertToStore } from "../src/offline/convert.js";
+import { SHARED, tempDir } from "./helpers.js";
 
 const STORIES = `${SHARED}/models/stories260K.gguf`;
 const NAME = "stories260K";
@@ -273,6 +275,36 @@ test("/metrics: Prometheus text whose counters grow with each request", async ()
   assert.equal(after.get("llamacpp:requests_deferred"), 0);
   // a model in memory has no neuron cache to report
   assert.equal(after.has("powerinfer:neuron_cache_misses_total"), false);
+});
+
+test("/metrics of a neuron store: the neuron cache's hits and misses and the bytes read grow with requests; /props has its layout", async () => {
+  const store = join(tempDir(), "relu.pi");
+  await convertToStore({ input: `${SHARED}/models/relu-stories.gguf`, output: store, fsync: false });
+  const storeModel = await loadModel({ modelPath: store, threads: 1, offload: { cacheBytes: 2 * 2 ** 20 } });
+  const s = await startServer({ model: storeModel, port: 0, modelName: "relu" });
+  try {
+    const scrape = async () => parseMetrics(await (await fetch(`${s.url}/metrics`)).text());
+    const before = await scrape();
+    await newClient(s).completions.create({ model: "relu", prompt: "Once upon a time", max_tokens: 8, temperature: 0 });
+    const after = await scrape();
+    const grew = (k: string) => after.get(k)! - (before.get(k) ?? 0);
+    assert.ok(grew("powerinfer:neuron_cache_misses_total") > 0);
+    assert.ok(grew('powerinfer:neuron_cache_hits_total{region="hot"}') > 0);
+    assert.ok(grew("powerinfer:flash_read_bytes_total") > 0);
+    const off = storeModel.offloadStats()!;
+    assert.equal(after.get("powerinfer:flash_read_bytes_total"), off.bytesRead);
+    assert.equal(after.get("powerinfer:neuron_cache_misses_total"), off.misses);
+    const ratio = after.get("powerinfer:neuron_cache_hit_ratio")!;
+    assert.ok(ratio > 0 && ratio < 1);
+    const props = (await (await fetch(`${s.url}/props`)).json()) as {
+      offload: { sparsity: string; neuron_cache_bytes: number };
+    };
+    assert.equal(props.offload.sparsity, "gate");
+    assert.ok(props.offload.neuron_cache_bytes > 0);
+  } finally {
+    await s.close({ timeoutMs: 2000 });
+    await storeModel.dispose();
+  }
 });
 
 // ---- logprobs ----

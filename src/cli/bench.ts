@@ -22,6 +22,7 @@ import { acceptLlamaCppFlags } from "./llama-compat-flags.js";
 import { finishTrace, startTrace, TRACE_FLAG } from "./trace-flag.js";
 import { formatBytes } from "./progress.js";
 import { buildInfo } from "../server/build-info.js";
+import { RANGE } from "./flag-ranges.js";
 
 const FLAGS: FlagSpec[] = [
   ...LOAD_FLAGS,
@@ -39,10 +40,24 @@ const FLAGS: FlagSpec[] = [
     help: "generation lengths to time, comma-separated (0: none)",
     default: "128",
   },
-  { names: ["-r", "--repetitions"], key: "reps", type: "int", help: "timed runs of each test", default: 5 },
+  {
+    names: ["-r", "--repetitions"],
+    key: "reps",
+    type: "int",
+    help: "timed runs of each test",
+    default: 5,
+    range: RANGE.positive,
+  },
   { names: ["-o", "--output"], key: "output", type: "string", help: "md | json | jsonl", default: "md" },
   { names: ["--json"], key: "json", type: "bool", help: "the same as -o json" },
-  { names: ["-s", "--seed"], key: "seed", type: "int", help: "seed of the random prompts", default: 1 },
+  {
+    names: ["-s", "--seed"],
+    key: "seed",
+    type: "int",
+    help: "seed of the random prompts",
+    default: 1,
+    range: RANGE.seed,
+  },
   TRACE_FLAG,
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];

@@ -72,9 +72,15 @@ export class ModelBusyError extends ApiError {
   }
 }
 
-/** A prompt (or a conversation) that leaves no room in the context for a single generated token. */
+/**
+ * A prompt (or a conversation) that leaves no room in the context for a single generated token.
+ * A text far too long is refused from its length before it is tokenized (`textBytes` given):
+ * `promptTokens` is then the fewest tokens it can be, past the context already.
+ */
 export class PromptTooLongError extends ApiError {
   override name = "PromptTooLongError";
+  /** whether promptTokens is the count (true) or, for a text refused by its length, the fewest it can be */
+  readonly exact: boolean;
 
   constructor(
     /** tokens in the prompt as the model would see it (template and BOS included) */
@@ -83,14 +89,21 @@ export class PromptTooLongError extends ApiError {
     readonly contextSize: number,
     /** what the caller sent: "prompt" or "messages" */
     param: "prompt" | "messages" = "prompt",
+    /** the text's UTF-8 length, when it was refused by it (and the most bytes one token covers) */
+    measured?: { textBytes: number; bytesPerToken: number },
   ) {
+    const what = param === "messages" ? "conversation" : "prompt";
+    const length = measured
+      ? `at least ${promptTokens} tokens long (${measured.textBytes} bytes of text, at most ${measured.bytesPerToken} bytes a token)`
+      : `${promptTokens} tokens long`;
     super(
       400,
-      `the ${param === "messages" ? "conversation" : "prompt"} is ${promptTokens} tokens long, but the model's context holds ` +
-        `${contextSize} tokens for prompt and answer together; shorten it or load the model with a larger context size`,
+      `the ${what} is ${length}, but the model's context holds ${contextSize} tokens for prompt and answer together; ` +
+        `shorten it or load the model with a larger context size`,
       "invalid_request_error",
       param,
       "context_length_exceeded",
     );
+    this.exact = measured === undefined;
   }
 }
