@@ -51,6 +51,11 @@ test("docs/api.md has runnable examples for every part of the API", () => {
     "startServer",
     "ApiError",
     "AbortController",
+    "memoryBudget",
+    "offload",
+    "responseFormat",
+    "logprobs",
+    "Tracer",
   ]) {
     assert.ok(code.includes(name), `no example uses ${name}`);
   }

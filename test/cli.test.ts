@@ -81,5 +81,5 @@ test("bad flags and bad files fail with a clear message and a non-zero exit", ()
 test("a prompt longer than the context is refused clearly", () => {
   const r = cli("run", "-m", STORIES, "-p", "Once upon a time there was a girl", "-c", "4");
   assert.equal(r.code, 1);
-  assert.match(r.stderr, /the prompt has \d+ tokens, but the context holds 4/);
+  assert.match(r.stderr, /the prompt is \d+ tokens long, but the model's context holds 4 tokens/);
 });

@@ -7,9 +7,11 @@ import { availableParallelism } from "node:os";
 import { LlamaModel } from "../model/llama.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { Generation, type GenerateOptions } from "../generate/generator.js";
+import { ModelBusyError, ModelDisposedError } from "../generate/errors.js";
 import type { ModelConfig } from "../model/config.js";
 import type { OffloadOptions, OffloadStats } from "../model/offload/offloaded-ffn.js";
 import type { OffloadLayout } from "../model/offload/layout.js";
+import type { Tracer } from "../runtime/tracer.js";
 
 export interface LoadModelOptions {
   /** a GGUF file (or PowerInfer "PWRI" GGUF; any part of a split model) */
@@ -27,11 +29,19 @@ export interface LoadModelOptions {
   offload?: Partial<OffloadOptions>;
   /** per layer: FFN activations with |act(gate)| at or below count as zero (default: the model's calibrated thresholds, if any) */
   activationThresholds?: ArrayLike<number>;
+  /**
+   * record a Chrome trace of this model's work: loading, each token per layer (attention, the
+   * FFN's steps), a store's reads and waits, and cache counters; `tracer.write(path)` saves it
+   */
+  tracer?: Tracer;
 }
 
 export class Model {
   private busy = false;
   private disposed = false;
+  /** the running generation's own abort (dispose() stops it), and its end */
+  private running: { controller: AbortController; iterator: AsyncGenerator<string>; ended: Promise<void> } | null =
+    null;
 
   constructor(
     private readonly llama: LlamaModel,
@@ -71,6 +81,10 @@ export class Model {
   get residentBytes(): number {
     return this.llama.residentBytes;
   }
+  /** whether dispose() has been called */
+  get isDisposed(): boolean {
+    return this.disposed;
+  }
 
   /** Token ids of `text` (no BOS unless asked; special tokens parsed only if asked). */
   tokenize(text: string, options: { addBos?: boolean; special?: boolean } = {}): number[] {
@@ -84,30 +98,65 @@ export class Model {
   /**
    * Generate a continuation of `prompt` (text, or token ids used as they are). Iterate the result
    * for text pieces; its `stats` hold prefill and decode speed once done. One generation at a
-   * time per model: the KV cache is the model's.
+   * time per model: the KV cache is the model's, and a second one beside it throws
+   * ModelBusyError; after dispose() it throws ModelDisposedError.
    */
   generate(prompt: string | number[], options: GenerateOptions = {}): Generation {
-    if (this.disposed) throw new Error("the model has been disposed");
+    if (this.disposed) throw new ModelDisposedError();
     const model = this;
-    const inner = new Generation(this.llama, this.tokenizer, prompt, options);
+    // The generation's own signal: the caller's abort, or dispose().
+    const controller = new AbortController();
+    const callerSignal = options.signal;
+    const inner = new Generation(this.llama, this.tokenizer, prompt, { ...options, signal: controller.signal });
     // Guard the one KV cache against two interleaved generations.
     const iterate = inner[Symbol.asyncIterator].bind(inner);
-    inner[Symbol.asyncIterator] = async function* () {
-      if (model.busy) throw new Error("this model is already generating; await the other generation first");
+    let iterator: AsyncGenerator<string> | undefined;
+    const guarded = async function* () {
+      if (model.disposed) throw new ModelDisposedError();
+      if (model.busy) throw new ModelBusyError();
       model.busy = true;
+      const forward = () => controller.abort(callerSignal!.reason);
+      if (callerSignal?.aborted) forward();
+      else callerSignal?.addEventListener("abort", forward, { once: true });
+      let ended!: () => void;
+      model.running = { controller, iterator: iterator!, ended: new Promise<void>((r) => (ended = r)) };
       try {
         yield* { [Symbol.asyncIterator]: iterate };
       } finally {
+        callerSignal?.removeEventListener("abort", forward);
         model.busy = false;
+        model.running = null;
+        ended();
       }
     };
+    inner[Symbol.asyncIterator] = () => (iterator = guarded());
     return inner;
   }
 
+  /**
+   * Frees the worker threads and memory. A generation still running is stopped first (at once if
+   * its reader is between pieces, else after the token in progress): its iteration ends with
+   * stopReason "abort".
+   */
   async dispose(): Promise<void> {
     if (this.disposed) return;
     this.disposed = true;
+    const running = this.running;
+    if (running) {
+      running.controller.abort(new ModelDisposedError());
+      // Ends the iteration even when nobody pulls the next piece (dispose called in the loop's body).
+      await running.iterator.return(undefined);
+      await running.ended;
+    }
+    const tr = this.llama.tracer;
+    const t = tr ? tr.now() : 0;
     await this.llama.dispose();
+    if (tr) tr.span("dispose", "model", t);
+  }
+
+  /** `await using model = await loadModel(...)` disposes it at the end of the scope. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.dispose();
   }
 }
 
@@ -118,6 +167,8 @@ export async function loadModel(options: LoadModelOptions): Promise<Model> {
     options.threads === undefined || options.threads === "auto" ? availableParallelism() : options.threads;
   if (!Number.isInteger(threads) || threads < 1)
     throw new RangeError(`loadModel: threads must be a positive integer, got ${threads}`);
+  const tr = options.tracer;
+  const t = tr ? tr.now() : 0;
   const llama = await LlamaModel.load(options.modelPath, {
     threads,
     contextSize: options.contextSize === "auto" ? undefined : options.contextSize,
@@ -126,9 +177,12 @@ export async function loadModel(options: LoadModelOptions): Promise<Model> {
     offload: options.offload,
     activationThresholds: options.activationThresholds,
     onProgress: options.onLoadProgress,
+    tracer: tr,
   });
   try {
-    return new Model(llama, Tokenizer.fromGGUF(llama.file));
+    const model = new Model(llama, Tokenizer.fromGGUF(llama.file));
+    if (tr) tr.span("load", "model", t, { path: options.modelPath });
+    return model;
   } catch (e) {
     await llama.dispose();
     throw e;

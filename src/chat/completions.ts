@@ -12,12 +12,16 @@ import { randomUUID } from "node:crypto";
 import { setImmediate as nextMacrotask } from "node:timers/promises";
 import type { GenerateOptions, Generation, GenerationStats } from "../generate/generator.js";
 import type { Tokenizer } from "../tokenizer/index.js";
-import { ApiError } from "./errors.js";
+import type { OffloadLayout } from "../model/offload/layout.js";
+import type { OffloadStats } from "../model/offload/stats.js";
+import { ApiError, ModelDisposedError, PromptTooLongError } from "./errors.js";
 import type {
   ChatCompletion,
   ChatCompletionChunk,
   ChatCompletionCreateParams,
+  ChatLogprobs,
   Completion,
+  CompletionLogprobs,
   CompletionChunk,
   CompletionCreateParams,
   CompletionUsage,
@@ -26,6 +30,8 @@ import type {
 } from "./openai-types.js";
 import { parseChatRequest, parseCompletionRequest, type ParsedRequest } from "./params.js";
 import { queueFor } from "./queue.js";
+import { checkAnswerRoom, responseGrammar } from "../generate/response-format.js";
+import { chatLogprobs, completionLogprobs } from "./logprobs.js";
 import { checkPromptBytes } from "./prompt-bound.js";
 import { templateForModel, tokenizeChatPrompt, type ChatTemplate } from "./template.js";
 
@@ -34,6 +40,11 @@ export interface ChatModel {
   readonly tokenizer: Tokenizer;
   readonly contextSize: number;
   generate(prompt: string | number[], options?: GenerateOptions): Generation;
+  /** what the server's /props and /metrics report when the model has them */
+  readonly config?: { readonly architecture: string };
+  readonly offloadMode?: string;
+  readonly offloadLayout?: OffloadLayout;
+  offloadStats?(): OffloadStats | undefined;
 }
 
 export interface CompletionOptions {
@@ -43,6 +54,8 @@ export interface CompletionOptions {
   template?: ChatTemplate;
   /** the `model` reported in responses when the request names none (default "local") */
   modelName?: string;
+  /** the `model` every response reports, whatever the request names (a server of one model) */
+  servedModel?: string;
   /** generation settings under the request's own fields, e.g. `{ maxTokens: 256 }` */
   defaults?: GenerateOptions;
 }
@@ -55,6 +68,8 @@ export class PreparedCompletion<Full, Chunk> {
   readonly id: string;
   readonly created = Math.floor(Date.now() / 1000);
   private used = false;
+  /** the running generation (for its logprobs) */
+  private gen: Generation | undefined;
 
   constructor(
     private readonly chatModel: ChatModel,
@@ -81,13 +96,21 @@ export class PreparedCompletion<Full, Chunk> {
     }
     const stats = r.value;
     const finish = finishReason(stats);
+    const count = this.gen?.logprobs.length ?? 0;
     if (this.kind === "chat") {
       const full: ChatCompletion = {
         id: this.id,
         object: "chat.completion",
         created: this.created,
         model: this.model,
-        choices: [{ index: 0, message: { role: "assistant", content: text }, finish_reason: finish, logprobs: null }],
+        choices: [
+          {
+            index: 0,
+            message: { role: "assistant", content: text },
+            finish_reason: finish,
+            logprobs: this.chatLogprobs(0, count),
+          },
+        ],
         usage: usage(stats),
         timings: timings(stats),
       };
@@ -98,11 +121,23 @@ export class PreparedCompletion<Full, Chunk> {
       object: "text_completion",
       created: this.created,
       model: this.model,
-      choices: [{ index: 0, text, finish_reason: finish, logprobs: null }],
+      choices: [{ index: 0, text, finish_reason: finish, logprobs: this.textLogprobs(0, count, 0) }],
       usage: usage(stats),
       timings: timings(stats),
     };
     return full as Full;
+  }
+
+  /** Logprobs of the answer's tokens [from, to) in the chat form; null when not asked for. */
+  private chatLogprobs(from: number, to: number): ChatLogprobs | null {
+    if (this.options.logprobs === undefined || !this.gen) return null;
+    return chatLogprobs(this.chatModel.tokenizer, this.gen.logprobs, from, to);
+  }
+
+  /** The completions form; `offset`: the answer's length before token `from`. */
+  private textLogprobs(from: number, to: number, offset: number): CompletionLogprobs | null {
+    if (this.options.logprobs === undefined || !this.gen) return null;
+    return completionLogprobs(this.chatModel.tokenizer, this.gen.logprobs, from, to, offset);
   }
 
   /**
@@ -120,18 +155,27 @@ export class PreparedCompletion<Full, Chunk> {
       model: this.model,
     } as const;
     const chat = this.kind === "chat";
-    const piece = (content: string): Chunk =>
-      (chat
+    // each chunk carries the logprobs of the tokens generated since the previous one
+    let sent = 0;
+    let offset = 0;
+    const piece = (content: string): Chunk => {
+      const to = this.gen?.logprobs.length ?? 0;
+      const from = sent;
+      sent = to;
+      const chunk = chat
         ? ({
             ...head,
             object: "chat.completion.chunk",
-            choices: [{ index: 0, delta: { content }, finish_reason: null, logprobs: null }],
+            choices: [{ index: 0, delta: { content }, finish_reason: null, logprobs: this.chatLogprobs(from, to) }],
           } satisfies ChatCompletionChunk)
         : ({
             ...head,
             object: "text_completion",
-            choices: [{ index: 0, text: content, finish_reason: null, logprobs: null }],
-          } satisfies CompletionChunk)) as Chunk;
+            choices: [{ index: 0, text: content, finish_reason: null, logprobs: this.textLogprobs(from, to, offset) }],
+          } satisfies CompletionChunk);
+      offset += content.length;
+      return chunk as Chunk;
+    };
     if (chat) {
       yield {
         ...head,
@@ -148,18 +192,33 @@ export class PreparedCompletion<Full, Chunk> {
     const stats = r.value;
     const finish = finishReason(stats);
     const tail = this.includeUsage ? {} : { usage: usage(stats), timings: timings(stats) };
+    const last = this.gen?.logprobs.length ?? 0;
     yield (
       chat
         ? ({
             ...head,
             object: "chat.completion.chunk",
-            choices: [{ index: 0, delta: {}, finish_reason: finish, logprobs: null }],
+            choices: [
+              {
+                index: 0,
+                delta: {},
+                finish_reason: finish,
+                logprobs: sent < last ? this.chatLogprobs(sent, last) : null,
+              },
+            ],
             ...tail,
           } satisfies ChatCompletionChunk)
         : ({
             ...head,
             object: "text_completion",
-            choices: [{ index: 0, text: "", finish_reason: finish, logprobs: null }],
+            choices: [
+              {
+                index: 0,
+                text: "",
+                finish_reason: finish,
+                logprobs: sent < last ? this.textLogprobs(sent, last, offset) : null,
+              },
+            ],
             ...tail,
           } satisfies CompletionChunk)
     ) as Chunk;
@@ -178,8 +237,15 @@ export class PreparedCompletion<Full, Chunk> {
   private async *pieces(signal?: AbortSignal): AsyncGenerator<string, GenerationStats, undefined> {
     if (this.used) throw new Error("a prepared completion runs only once");
     this.used = true;
-    const stats = yield* generateInTurn(this.chatModel, this.promptIds, { ...this.options, signal }, this.trimStart);
-    if (stats.stopReason === "abort") throw signal?.reason ?? new Error("the generation was aborted");
+    const stats = yield* generateInTurn(
+      this.chatModel,
+      this.promptIds,
+      { ...this.options, signal },
+      this.trimStart,
+      (gen) => (this.gen = gen),
+    );
+    // An abort the caller did not ask for is the model's dispose().
+    if (stats.stopReason === "abort") throw signal?.aborted ? signal.reason : new ModelDisposedError();
     return stats;
   }
 }
@@ -196,12 +262,13 @@ export async function* generateInTurn(
   prompt: number[],
   options: GenerateOptions,
   trimStart = false,
-  /** called before each piece is yielded with the number of tokens generated so far */
-  onTokens?: (generated: number) => void,
+  /** called once the generation is made, for its tokens and logprobs as they come */
+  onStart?: (gen: Generation) => void,
 ): AsyncGenerator<string, GenerationStats, undefined> {
   const release = await queueFor(model).acquire(options.signal);
   try {
     const gen = model.generate(prompt, options);
+    onStart?.(gen);
     let trimming = trimStart;
     for await (let piece of gen) {
       if (trimming) {
@@ -209,7 +276,6 @@ export async function* generateInTurn(
         if (piece === "") continue;
         trimming = false;
       }
-      onTokens?.(gen.tokens.length);
       yield piece;
       await nextMacrotask();
     }
@@ -263,19 +329,18 @@ function mergeOptions(
   return options;
 }
 
-function checkPromptLength(model: ChatModel, ids: number[], param: string): void {
+function checkPromptLength(model: ChatModel, ids: number[], param: "prompt" | "messages"): void {
   if (ids.length === 0)
     throw new ApiError(400, `the ${param} is empty: it has no tokens`, "invalid_request_error", param, "empty_prompt");
-  if (ids.length >= model.contextSize) {
-    throw new ApiError(
-      400,
-      `the ${param} is ${ids.length} tokens long, but the model's context holds ${model.contextSize} tokens for prompt and answer together; ` +
-        `shorten it or load the model with a larger context size`,
-      "invalid_request_error",
-      param,
-      "context_length_exceeded",
-    );
-  }
+  if (ids.length >= model.contextSize) throw new PromptTooLongError(ids.length, model.contextSize, param);
+}
+
+/** A JSON response format's shortest answer must fit in max_tokens and the context the prompt leaves. */
+function checkAnswerFits(model: ChatModel, ids: number[], options: GenerateOptions): void {
+  const grammar = responseGrammar(options.responseFormat);
+  if (!grammar) return;
+  const max = options.maxTokens ?? -1;
+  checkAnswerRoom(grammar, Math.min(max < 0 ? Infinity : max, model.contextSize - ids.length + 1));
 }
 
 /** Validates, renders through the chat template and tokenizes a chat request (throws ApiError(400)). */
@@ -290,14 +355,16 @@ export function prepareChatCompletion(
   checkPromptBytes(model, text, "messages");
   const ids = tokenizeChatPrompt(model.tokenizer, text);
   checkPromptLength(model, ids, "messages");
+  const merged = mergeOptions(options.defaults, parsed, template.stop);
+  checkAnswerFits(model, ids, merged);
   return new PreparedCompletion(
     model,
     "chat",
-    parsed.model ?? options.modelName ?? "local",
+    options.servedModel ?? parsed.model ?? options.modelName ?? "local",
     parsed.stream,
     parsed.includeUsage,
     ids,
-    mergeOptions(options.defaults, parsed, template.stop),
+    merged,
     template.trimAnswerStart,
   );
 }
@@ -318,10 +385,11 @@ export function prepareCompletion(
       ? tk.encode(parsed.prompt, { addBos: merged.addBos ?? tk.addBos, parseSpecial: true })
       : parsed.prompt;
   checkPromptLength(model, ids, "prompt");
+  checkAnswerFits(model, ids, merged);
   return new PreparedCompletion(
     model,
     "text",
-    parsed.model ?? options.modelName ?? "local",
+    options.servedModel ?? parsed.model ?? options.modelName ?? "local",
     parsed.stream,
     parsed.includeUsage,
     ids,

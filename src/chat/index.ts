@@ -1,5 +1,5 @@
 /** Chat templates, chat sessions and the in-process OpenAI-shaped facade. */
-export { ApiError, type ApiErrorType } from "./errors.js";
+export { ApiError, ModelBusyError, ModelDisposedError, PromptTooLongError, type ApiErrorType } from "./errors.js";
 export {
   ChatTemplate,
   templateForModel,

@@ -42,6 +42,8 @@ export interface SamplingParams {
   /** only 1 is supported */
   n?: number | null;
   user?: string;
+  /** the answer as JSON: any object, or a value a JSON schema accepts (constrained decoding) */
+  response_format?: ResponseFormatParam | null;
 }
 
 export interface StreamOptions {
@@ -51,6 +53,10 @@ export interface StreamOptions {
 
 export interface ChatCompletionCreateParams extends SamplingParams {
   messages: ChatCompletionMessageParam[];
+  /** return each answer token's log-probability */
+  logprobs?: boolean | null;
+  /** and this many most probable alternatives per token (0..20; needs logprobs: true) */
+  top_logprobs?: number | null;
   stream?: boolean | null;
   stream_options?: StreamOptions | null;
 }
@@ -58,11 +64,40 @@ export interface ChatCompletionCreateParams extends SamplingParams {
 export interface CompletionCreateParams extends SamplingParams {
   /** text, token ids, or a one-element array of either */
   prompt: string | string[] | number[] | number[][];
+  /** return each answer token's log-probability and this many alternatives (0..20) */
+  logprobs?: number | null;
   stream?: boolean | null;
   stream_options?: StreamOptions | null;
 }
 
 export type FinishReason = "stop" | "length";
+
+/** The response format of a request (OpenAI's; `schema` beside `type` is llama-server's form). */
+export type ResponseFormatParam =
+  | { type: "text" }
+  | { type: "json_object"; schema?: Record<string, unknown> }
+  | { type: "json_schema"; json_schema: { name?: string; schema: Record<string, unknown>; strict?: boolean | null } };
+
+/** One token of a chat answer with its log-probability and the most probable alternatives. */
+export interface ChatTokenLogprob {
+  token: string;
+  logprob: number;
+  /** the token's UTF-8 bytes (its text may be a fragment of a character) */
+  bytes: number[];
+  top_logprobs: { token: string; logprob: number; bytes: number[] }[];
+}
+
+export interface ChatLogprobs {
+  content: ChatTokenLogprob[];
+}
+
+/** The legacy completions form: parallel arrays, one entry per token. */
+export interface CompletionLogprobs {
+  tokens: string[];
+  token_logprobs: number[];
+  top_logprobs: Record<string, number>[];
+  text_offset: number[];
+}
 
 export interface CompletionUsage {
   prompt_tokens: number;
@@ -91,7 +126,7 @@ export interface ChatCompletion {
     index: number;
     message: { role: "assistant"; content: string };
     finish_reason: FinishReason;
-    logprobs: null;
+    logprobs: ChatLogprobs | null;
   }[];
   usage: CompletionUsage;
   timings: Timings;
@@ -106,7 +141,7 @@ export interface ChatCompletionChunk {
     index: number;
     delta: { role?: "assistant"; content?: string };
     finish_reason: FinishReason | null;
-    logprobs: null;
+    logprobs: ChatLogprobs | null;
   }[];
   usage?: CompletionUsage;
   timings?: Timings;
@@ -117,7 +152,7 @@ export interface Completion {
   object: "text_completion";
   created: number;
   model: string;
-  choices: { index: number; text: string; finish_reason: FinishReason | null; logprobs: null }[];
+  choices: { index: number; text: string; finish_reason: FinishReason | null; logprobs: CompletionLogprobs | null }[];
   usage?: CompletionUsage;
   timings?: Timings;
 }

@@ -3,11 +3,12 @@
  * one fails with ApiError(400) naming the field, so that `{"temperature": "hot"}` is answered
  * with "temperature must be a number, got string" rather than silently sampling at a default.
  * Unknown fields are ignored (clients send extras); fields this engine cannot honour (n > 1,
- * tools, logprobs, echo...) are refused rather than ignored, since ignoring them changes the answer.
+ * tools, echo...) are refused rather than ignored, since ignoring them changes the answer.
  */
 import type { GenerateOptions } from "../generate/generator.js";
 import { ApiError, invalidParam } from "./errors.js";
 import type { ChatMessage } from "./template.js";
+import { parseChatLogprobs, parseCompletionLogprobs, parseResponseFormat } from "./response-format-param.js";
 
 export const MAX_STOP_STRINGS = 16;
 
@@ -140,12 +141,6 @@ function parseCommon(body: Body): ParsedRequest {
     if (v !== undefined && v !== null && !(Array.isArray(v) && v.length === 0))
       throw unsupported(key, `${key} (tool calling)`);
   }
-  const rf = body.response_format;
-  if (rf !== undefined && rf !== null) {
-    const t = typeof rf === "object" && !Array.isArray(rf) ? (rf as Body).type : undefined;
-    if (t !== "text") throw unsupported("response_format", `response_format ${JSON.stringify(t ?? rf)} (only "text")`);
-  }
-
   // -1 is llama-server's "no limit"; 0 is allowed and yields an empty answer.
   const maxTokens =
     optNumber(body, "max_completion_tokens", { integer: true, min: -1, max: INT32_MAX }) ??
@@ -163,6 +158,7 @@ function parseCommon(body: Body): ParsedRequest {
     seed: optNumber(body, "seed", { integer: true, min: -Number.MAX_SAFE_INTEGER, max: Number.MAX_SAFE_INTEGER }),
     stop: parseStop(body.stop),
     ignoreEos: optBoolean(body, "ignore_eos"),
+    responseFormat: parseResponseFormat(body),
   };
   for (const k of Object.keys(options) as (keyof GenerateOptions)[]) if (options[k] === undefined) delete options[k];
   return { model, stream, includeUsage, options };
@@ -252,14 +248,16 @@ function parseContent(c: unknown, at: string, role: string): string {
 export function parseChatRequest(body: unknown): ParsedChatRequest {
   const b = asObject(body);
   const common = parseCommon(b);
-  if (b.logprobs === true) throw unsupported("logprobs", "logprobs");
+  const logprobs = parseChatLogprobs(b);
+  if (logprobs !== undefined) common.options.logprobs = logprobs;
   return { ...common, messages: parseMessages(b.messages) };
 }
 
 export function parseCompletionRequest(body: unknown, vocabSize: number): ParsedCompletionRequest {
   const b = asObject(body);
   const common = parseCommon(b);
-  if (b.logprobs !== undefined && b.logprobs !== null && b.logprobs !== 0) throw unsupported("logprobs", "logprobs");
+  const logprobs = parseCompletionLogprobs(b);
+  if (logprobs !== undefined) common.options.logprobs = logprobs;
   if (b.echo === true) throw unsupported("echo", "echo");
   if (b.suffix !== undefined && b.suffix !== null && b.suffix !== "")
     throw unsupported("suffix", "suffix (fill-in-the-middle)");

@@ -9,7 +9,7 @@
  * Texts under that bound are tokenized and checked exactly, as before.
  */
 import type { Tokenizer } from "../tokenizer/index.js";
-import { ApiError } from "./errors.js";
+import { PromptTooLongError } from "./errors.js";
 
 const longest = new WeakMap<Tokenizer, number>();
 
@@ -24,11 +24,11 @@ export function maxTokenBytes(tokenizer: Tokenizer): number {
   return n;
 }
 
-/** Throws ApiError(400, context_length_exceeded) when `text` cannot fit `contextSize` tokens. */
+/** Throws PromptTooLongError (400, context_length_exceeded) when `text` cannot fit `contextSize` tokens. */
 export function checkPromptBytes(
   model: { readonly tokenizer: Tokenizer; readonly contextSize: number },
   text: string,
-  param: string,
+  param: "prompt" | "messages",
 ): void {
   const perToken = maxTokenBytes(model.tokenizer);
   const limit = model.contextSize * perToken;
@@ -36,11 +36,9 @@ export function checkPromptBytes(
   if (text.length * 3 <= limit) return;
   const bytes = Buffer.byteLength(text, "utf8");
   if (bytes <= limit) return;
-  throw new ApiError(
-    400,
-    `the ${param === "messages" ? "conversation" : "prompt"} is ${bytes} bytes of text; the context holds ${model.contextSize} tokens of at most ${perToken} bytes each (the longest token of this model), so it cannot fit; shorten it or load the model with a larger context size`,
-    "invalid_request_error",
-    param,
-    "context_length_exceeded",
-  );
+  // one token covers at most perToken bytes: the text is at least this many tokens, past the context
+  throw new PromptTooLongError(Math.ceil(bytes / perToken), model.contextSize, param, {
+    textBytes: bytes,
+    bytesPerToken: perToken,
+  });
 }

@@ -10,9 +10,9 @@
  * prompt stays). An aborted answer is kept in the history as far as it got, since that is what
  * the user saw.
  */
-import type { GenerateOptions, GenerationStats, StopReason } from "../generate/generator.js";
+import type { GenerateOptions, Generation, GenerationStats, StopReason } from "../generate/generator.js";
 import { generateInTurn, type ChatModel } from "./completions.js";
-import { ApiError } from "./errors.js";
+import { ModelDisposedError, PromptTooLongError } from "./errors.js";
 import { templateForModel, tokenizeChatPrompt, type ChatMessage, type ChatTemplate } from "./template.js";
 
 export interface ChatSessionOptions {
@@ -49,6 +49,9 @@ export class ChatSession {
   private readonly trim: boolean;
   /** turns of one session run in call order */
   private tail: Promise<unknown> = Promise.resolve();
+  private disposed = false;
+  /** aborts the turn in progress when the session is disposed */
+  private readonly stopAll = new AbortController();
 
   constructor(
     readonly model: ChatModel,
@@ -73,19 +76,41 @@ export class ChatSession {
 
   /**
    * Send a user message and generate the answer; both join the history. Rejects with
-   * ApiError(400, "context_length_exceeded") when even the message alone does not fit, and with
+   * PromptTooLongError (an ApiError 400, code "context_length_exceeded") when even the message
+   * alone does not fit, with ModelDisposedError once the session or its model is disposed, and with
    * the signal's reason when aborted before generation began (the history is then unchanged).
    */
   prompt(text: string, options: ChatPromptOptions = {}): Promise<ChatReply> {
     if (typeof text !== "string") throw new TypeError(`ChatSession.prompt: text must be a string, got ${typeof text}`);
+    if (this.disposed) return Promise.reject(new ModelDisposedError("chat session"));
     const run = this.tail.then(() => this.turn(text, options));
     this.tail = run.catch(() => undefined);
     return run;
   }
 
+  /**
+   * Ends the session: a turn in progress stops at its next token (it resolves with stopReason
+   * "abort", as an abort would), turns still waiting and later prompts reject with
+   * ModelDisposedError. The model stays loaded: the session does not own it.
+   */
+  async dispose(): Promise<void> {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.stopAll.abort(new ModelDisposedError("chat session"));
+    await this.tail;
+  }
+
+  /** `await using chat = new ChatSession(model)` disposes it at the end of the scope. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.dispose();
+  }
+
   private async turn(text: string, options: ChatPromptOptions): Promise<ChatReply> {
+    if (this.disposed) throw new ModelDisposedError("chat session");
     const { onText, ...rest } = options;
     const gen: GenerateOptions = { ...this.defaults, ...rest };
+    // The caller's abort, or the session's dispose().
+    gen.signal = rest.signal ? AbortSignal.any([rest.signal, this.stopAll.signal]) : this.stopAll.signal;
     gen.stop = [...(rest.stop ?? this.defaults.stop ?? []), ...this.template.stop];
     const pending = [...this.messages, { role: "user" as const, content: text }];
     const ctx = this.model.contextSize;
@@ -105,23 +130,15 @@ export class ChatSession {
       pending.splice(first, end - first);
       ids = tokenizeChatPrompt(this.model.tokenizer, this.template.render(pending));
     }
-    if (ids.length >= ctx) {
-      throw new ApiError(
-        400,
-        `the conversation is ${ids.length} tokens long, but the model's context holds ${ctx}; send a shorter message or use a larger context size`,
-        "invalid_request_error",
-        "messages",
-        "context_length_exceeded",
-      );
-    }
+    if (ids.length >= ctx) throw new PromptTooLongError(ids.length, ctx, "messages");
 
     let answer = "";
-    let tokens = 0;
-    const pieces = generateInTurn(this.model, ids, gen, this.template.trimAnswerStart, (n) => (tokens = n));
+    let generation: Generation | undefined;
+    const pieces = generateInTurn(this.model, ids, gen, this.template.trimAnswerStart, (g) => (generation = g));
     let r = await pieces.next();
     while (!r.done) {
       answer += r.value;
-      onText?.(r.value, tokens);
+      onText?.(r.value, generation?.tokens.length ?? 0);
       r = await pieces.next();
     }
     const stats = r.value;

@@ -12,6 +12,7 @@ import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { loadModel } from "../index.js";
 import { ApiError, ChatSession, ChatTemplate } from "../chat/index.js";
+import { acceptLlamaCppFlags } from "./llama-compat-flags.js";
 import type { GenerationStats } from "../generate/generator.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { LOAD_FLAGS, SAMPLING_FLAGS, loadOptions, samplingOptions } from "./model-flags.js";
@@ -51,6 +52,7 @@ const HELP_LINES = [
 ];
 
 export async function main(argv: string[]): Promise<number> {
+  argv = acceptLlamaCppFlags("chat", argv);
   const args = parseArgs(argv, FLAGS);
   if (args.help) {
     console.log(

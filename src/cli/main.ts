@@ -6,6 +6,10 @@ import { UsageError } from "./args.js";
 
 const COMMANDS: Record<string, { summary: string; load: () => Promise<{ main(argv: string[]): Promise<number> }> }> = {
   run: { summary: "generate text from a model (llama.cpp-style flags)", load: () => import("./run.js") },
+  bench: {
+    summary: "prompt processing and generation speed over repetitions, as llama-bench (table or --json)",
+    load: () => import("./bench.js"),
+  },
   tokenize: { summary: "print the token ids of a text as a JSON array", load: () => import("./tokenize.js") },
   inspect: { summary: "show a model file's metadata and tensor table", load: () => import("./inspect.js") },
   convert: {

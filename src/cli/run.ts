@@ -2,6 +2,7 @@
  * `powerinfer run -m MODEL -p PROMPT [-n N] ...`: the generated text alone on stdout (not the
  * prompt); load and speed statistics on stderr, ending with the line scripts read:
  *   prefill: 12 tokens, 345.6 tok/s; decode: 64 tokens, 36.1 tok/s
+ * With --json, stdout is instead one JSON object: {text, tokens, stats} (run-json.ts).
  */
 import { readFileSync } from "node:fs";
 import { loadModel } from "../index.js";
@@ -11,6 +12,10 @@ import { peakResidentBytes } from "../runtime/memory.js";
 import { LOAD_FLAGS, SAMPLING_FLAGS, loadOptions, samplingOptions } from "./model-flags.js";
 import { RANGE } from "./flag-ranges.js";
 import { BUDGET_ROOM, fixedPartsText } from "../model/offload/layout.js";
+import { acceptLlamaCppFlags } from "./llama-compat-flags.js";
+import { JSON_SCHEMA_FLAGS, responseFormatFromFlags } from "./json-schema-flag.js";
+import { finishTrace, startTrace, TRACE_FLAG } from "./trace-flag.js";
+import { runResult } from "./run-json.js";
 
 const FLAGS: FlagSpec[] = [
   ...LOAD_FLAGS,
@@ -26,6 +31,14 @@ const FLAGS: FlagSpec[] = [
   },
   ...SAMPLING_FLAGS,
   { names: ["--no-bos"], key: "noBos", type: "bool", help: "do not add the BOS token" },
+  ...JSON_SCHEMA_FLAGS,
+  {
+    names: ["--json"],
+    key: "json",
+    type: "bool",
+    help: "write one JSON object to stdout: text, tokens (the generated ids), stats (speeds, stop reason; a store's cache and read figures)",
+  },
+  TRACE_FLAG,
   {
     names: ["--stats"],
     key: "stats",
@@ -36,6 +49,7 @@ const FLAGS: FlagSpec[] = [
 ];
 
 export async function main(argv: string[]): Promise<number> {
+  argv = acceptLlamaCppFlags("run", argv);
   const args = parseArgs(argv, FLAGS);
   if (args.help) {
     console.log(
@@ -48,9 +62,11 @@ export async function main(argv: string[]): Promise<number> {
   if (typeof args.file === "string") prompt = readFileSync(args.file, "utf8");
   if (prompt === undefined) throw new UsageError("run: give a prompt with -p TEXT or -f FILE");
   const n = args.n as number;
+  const responseFormat = responseFormatFromFlags("run", args);
+  const trace = startTrace("run", argv, args);
 
   const t0 = performance.now();
-  const model = await loadModel(load);
+  const model = await loadModel({ ...load, tracer: trace });
   const cfg = model.config;
   process.stderr.write(
     `loaded ${args.model}: ${cfg.architecture}, ${cfg.nLayer} layers, dim ${cfg.nEmbd}, ffn ${cfg.nFF} (${cfg.activation}), ` +
@@ -79,14 +95,18 @@ export async function main(argv: string[]): Promise<number> {
       maxTokens: n,
       addBos: args.noBos ? false : undefined,
       signal: controller.signal,
+      responseFormat,
     });
+    const json = Boolean(args.json);
+    let text = "";
     const status = args.stats ? new StatusLine() : undefined;
     const rate = new TokenRate();
     const genStart = performance.now();
     status?.start();
     try {
       for await (const piece of gen) {
-        process.stdout.write(piece);
+        if (json) text += piece;
+        else process.stdout.write(piece);
         if (status) {
           rate.mark(gen.tokens.length);
           const off = model.offloadStats();
@@ -107,9 +127,9 @@ export async function main(argv: string[]): Promise<number> {
     } finally {
       status?.stop();
     }
-    process.stdout.write("\n");
     const s = gen.stats!;
     const off = model.offloadStats();
+    process.stdout.write(json ? JSON.stringify(runResult(text, gen.tokens, s, off)) + "\n" : "\n");
     if (off) {
       const hits = off.hotHits + off.coldHits;
       process.stderr.write(
@@ -126,6 +146,7 @@ export async function main(argv: string[]): Promise<number> {
   } finally {
     process.off("SIGINT", onSigint);
     await model.dispose();
+    finishTrace(trace);
   }
   return 0;
 }

@@ -15,6 +15,8 @@ import type { GenerateOptions } from "../generate/generator.js";
 import { LOAD_FLAGS, SAMPLING_FLAGS, loadOptions, samplingOptions } from "./model-flags.js";
 import { parseArgs, parseSize, usage, UsageError, type FlagSpec } from "./args.js";
 import { formatBytes, formatStats, ProgressBar, StatusLine } from "./progress.js";
+import { acceptLlamaCppFlags } from "./llama-compat-flags.js";
+import { finishTrace, startTrace, TRACE_FLAG } from "./trace-flag.js";
 import { RANGE } from "./flag-ranges.js";
 
 const FLAGS: FlagSpec[] = [
@@ -73,18 +75,34 @@ const FLAGS: FlagSpec[] = [
     default: 10,
     range: RANGE.seconds,
   },
+  {
+    names: ["--api-key"],
+    key: "apiKey",
+    type: "string",
+    help: "require Authorization: Bearer KEY on every route but /health (several: comma-separated; default: $POWERINFER_API_KEY, else $LLAMA_API_KEY, else none)",
+  },
+  {
+    names: ["--cors-origin"],
+    key: "corsOrigin",
+    type: "string",
+    help: "origins whose web pages may call the server, comma-separated (default: * = any)",
+    default: "*",
+  },
   { names: ["--stats"], key: "stats", type: "bool", help: "a live status line: requests, tok/s, resident memory" },
   { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "do not log each request" },
+  { ...TRACE_FLAG, help: TRACE_FLAG.help + " (written at shutdown)" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
 
 export async function main(argv: string[]): Promise<number> {
+  argv = acceptLlamaCppFlags("serve", argv);
   const args = parseArgs(argv, FLAGS);
   if (args.help) {
     console.log(
       usage(
         "serve -m MODEL [--host 127.0.0.1] [--port 8080] [options]",
-        "Serve a model over an OpenAI-compatible HTTP API: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health.\n" +
+        "Serve a model over an OpenAI-compatible HTTP API: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n" +
+          "and llama-server's POST /tokenize, POST /detokenize, GET /props, GET /metrics.\n" +
           "One generation runs at a time; other requests wait in a first-in-first-out queue.",
         FLAGS,
       ),
@@ -111,6 +129,7 @@ export async function main(argv: string[]): Promise<number> {
     }
   }
   const defaults: GenerateOptions = { ...samplingOptions(args), maxTokens: args.n as number };
+  const trace = startTrace("serve", argv, args);
 
   const status = args.stats ? new StatusLine() : undefined;
   const say = (line: string) => process.stderr.write(`powerinfer: ${line}\n`);
@@ -118,7 +137,9 @@ export async function main(argv: string[]): Promise<number> {
     host: args.host as string,
     port,
     modelName: name,
-    aliases: [basename(modelPath)],
+    modelPath,
+    apiKeys: apiKeys(args.apiKey as string | undefined),
+    corsOrigins: corsOrigins(args.corsOrigin as string),
     maxQueue: args.maxQueue as number,
     maxBodyBytes: maxBody,
     defaults,
@@ -133,7 +154,9 @@ export async function main(argv: string[]): Promise<number> {
     if (code === "EADDRNOTAVAIL") throw new Error(`serve: cannot listen on ${args.host}: no such local address`);
     throw e;
   }
-  say(`listening on ${server.url} (loading ${basename(modelPath)})`);
+  say(
+    `listening on ${server.url} (loading ${basename(modelPath)}${server.requiresApiKey ? "; API key required" : ""})`,
+  );
 
   // Signals: the first shuts down gracefully, a second exits at once.
   let stopping: Promise<void> | undefined;
@@ -158,6 +181,7 @@ export async function main(argv: string[]): Promise<number> {
     try {
       model = await loadModel({
         ...load,
+        tracer: trace,
         onLoadProgress: (done, total) => {
           loadTotal = total;
           bar.setTotal(total);
@@ -207,6 +231,32 @@ export async function main(argv: string[]): Promise<number> {
     if (!stopping) await server.close({ timeoutMs: 0 });
     else await stopping;
     await model?.dispose();
+    finishTrace(trace);
     if (stopping) say("stopped");
   }
+}
+
+/** The keys of --api-key, else of the environment (a key on the command line shows in `ps`). */
+function apiKeys(flag: string | undefined): string[] {
+  const text = flag ?? process.env.POWERINFER_API_KEY ?? process.env.LLAMA_API_KEY ?? "";
+  const keys = text
+    .split(",")
+    .map((k) => k.trim())
+    .filter((k) => k !== "");
+  if (flag !== undefined && keys.length === 0) throw new UsageError("serve: --api-key needs a key");
+  return keys;
+}
+
+function corsOrigins(flag: string): "*" | string[] {
+  const list = flag
+    .split(",")
+    .map((o) => o.trim())
+    .filter((o) => o !== "");
+  if (list.length === 0) throw new UsageError('serve: --cors-origin needs an origin (e.g. https://example.com) or "*"');
+  for (const o of list)
+    if (o !== "*" && !/^https?:\/\/[^/\s]+$/.test(o.replace(/\/+$/, "")))
+      throw new UsageError(
+        `serve: --cors-origin "${o}" is not an origin like https://example.com:8443 (scheme, host and port only)`,
+      );
+  return list.includes("*") ? "*" : list;
 }

@@ -143,6 +143,9 @@ export class Sampler {
   private workBits = new Uint32Array(0);
   /** selectNucleus's sum of exp(logit - max) over every candidate */
   private nucleusTotal = 0;
+  /** the last draw's candidates (idx/prob[0..drawn), weights summing to drawnSum); 0 after a greedy pick */
+  private drawn = 0;
+  private drawnSum = 0;
 
   constructor(options: SamplerOptions = {}) {
     const o = { ...SAMPLER_DEFAULTS, ...stripUndefined(options) };
@@ -189,14 +192,19 @@ export class Sampler {
     if (this.historyLen < this.repeatLastN) this.historyLen++;
   }
 
-  /** Pick the next token from a row of logits (which is not modified). */
-  sample(logits: Float32Array): number {
+  /**
+   * Pick the next token from a row of logits (which is not modified). `allowed`: when given, only
+   * tokens whose entry is non-zero can be picked (constrained decoding's mask).
+   */
+  sample(logits: Float32Array, allowed?: Uint8Array): number {
     const n = logits.length;
     if (n === 0) throw new RangeError("sampler: empty logits");
     this.ensureCapacity(n);
     const work = this.work;
     work.set(logits);
+    if (allowed) for (let i = 0; i < n; i++) if (allowed[i] === 0) work[i] = -Infinity;
     this.applyPenalties(work, n);
+    this.drawn = 0;
 
     if (this.temperature <= 0) return this.argmax(work, n);
 
@@ -262,6 +270,8 @@ export class Sampler {
       prob[i] = p;
       sum += p;
     }
+    this.drawn = m;
+    this.drawnSum = sum;
     const r = this.rng.nextFloat() * sum;
     let cum = 0;
     for (let i = 0; i < m; i++) {
@@ -271,6 +281,39 @@ export class Sampler {
     // Rounding can leave r a hair above the final sum: the last candidate with weight takes it.
     for (let i = m - 1; i >= 0; i--) if (prob[i] > 0) return idx[i];
     return idx[0];
+  }
+
+  /**
+   * The distribution the last sample() drew from, for OpenAI's logprobs: the log-probability of
+   * `chosen` and of the `top` most probable tokens, best first. Sampling (temperature > 0): the
+   * candidates the filters kept, at the temperature (a token the filters dropped had probability
+   * 0 and is not listed, so fewer than `top` may come back). Greedy: the softmax of the penalised
+   * logits at temperature 1, whose most probable token greedy picks. Call it only when logprobs
+   * are asked for: it allocates the answer.
+   */
+  lastLogprobs(chosen: number, top: number): TokenLogprobs {
+    const work = this.work;
+    const n = this.nVocab;
+    const picks: { id: number; logprob: number }[] = [];
+    if (this.drawn === 0) {
+      let max = -Infinity;
+      for (let i = 0; i < n; i++) if (work[i] > max) max = work[i];
+      let sum = 0;
+      for (let i = 0; i < n; i++) if (work[i] > -Infinity) sum += Math.exp(work[i] - max);
+      const norm = max + Math.log(sum);
+      for (const id of topIndices(work, n, top)) picks.push({ id, logprob: work[id] - norm });
+      return { id: chosen, logprob: work[chosen] - norm, top: picks };
+    }
+    const m = this.drawn;
+    const logSum = Math.log(this.drawnSum);
+    let logprob = -Infinity;
+    for (let i = 0; i < m; i++) if (this.idx[i] === chosen) logprob = Math.log(this.prob[i]) - logSum;
+    // the candidates' weights, best first (idx order is not always sorted)
+    const weights = this.keys.subarray(0, m);
+    for (let i = 0; i < m; i++) weights[i] = this.prob[i];
+    for (const i of topIndices(weights, m, top))
+      picks.push({ id: this.idx[i], logprob: Math.log(this.prob[i]) - logSum });
+    return { id: chosen, logprob, top: picks };
   }
 
   private ensureCapacity(n: number): void {
@@ -413,6 +456,33 @@ export class Sampler {
     }
     return size;
   }
+}
+
+/** A sampled token's log-probability and the most probable alternatives (lastLogprobs). */
+export interface TokenLogprobs {
+  id: number;
+  logprob: number;
+  top: { id: number; logprob: number }[];
+}
+
+/** Indices of the k largest finite values of v[0..n), largest first (ties: lower index first). One pass. */
+function topIndices(v: ArrayLike<number>, n: number, k: number): number[] {
+  const out: number[] = [];
+  if (k <= 0) return out;
+  for (let i = 0; i < n; i++) {
+    const x = v[i];
+    if (!(x > -Infinity)) continue;
+    if (out.length === k && !(x > v[out[k - 1]])) continue;
+    // in place of the weakest (or appended), then moved up past weaker ones; equals stay behind
+    let j: number;
+    if (out.length < k) j = out.push(i) - 1;
+    else out[(j = k - 1)] = i;
+    while (j > 0 && x > v[out[j - 1]]) {
+      out[j] = out[j - 1];
+      out[--j] = i;
+    }
+  }
+  return out;
 }
 
 /** sortAll packs token ids into 20 bits */

@@ -31,6 +31,7 @@
  */
 import { closeSync, constants, fstatSync, openSync, read, readSync } from "node:fs";
 import { constants as osConstants } from "node:os";
+import type { Tracer } from "../runtime/tracer.js";
 import { aio, type AioBinding, type AioRing } from "./aio.js";
 
 export const FLASH_ALIGN = 4096;
@@ -111,6 +112,8 @@ export interface FlashReaderOptions {
    * the checking. Give both.
    */
   checksums?: ReaderChecksums;
+  /** records each read's issue and completion (offset, bytes, reads in flight) as an async span */
+  tracer?: Tracer | null;
 }
 
 /** CRC-32 per chunk of a file region; `seen` (optional) marks chunks already verified. */
@@ -182,6 +185,8 @@ interface Op {
   badChecksum: boolean;
   /** it landed in more than one read (a short read): the I/O thread saw no whole read to check, verify checks it here */
   split: boolean;
+  /** its async span in a trace, while in flight */
+  traceId: number;
   cb: (err: NodeJS.ErrnoException | null, bytesRead: number) => void;
 }
 
@@ -218,6 +223,9 @@ function defaultWarning(message: string): void {
 function aligned(v: number): boolean {
   return Number.isSafeInteger(v) && v >= 0 && v % FLASH_ALIGN === 0;
 }
+
+/** Least time between two values of a trace's reads-in-flight counter (a value per read would double the trace). */
+const COUNTER_EVERY_US = 100;
 
 export class FlashReader {
   /** whether reads bypass the page cache (O_DIRECT) */
@@ -266,6 +274,9 @@ export class FlashReader {
   private reaping = false;
   /** checksums checked on the I/O thread (kept referenced here: the addon reads them) */
   private readonly nativeChecksums: ReaderChecksums | null = null;
+  private readonly tracer: Tracer | null;
+  /** when the reads-in-flight counter was last traced (it is traced at most every COUNTER_EVERY_US) */
+  private counterAt = -Infinity;
 
   private constructor(
     readonly path: string,
@@ -289,6 +300,7 @@ export class FlashReader {
     this.maxReadBytes = opts.maxReadBytes ?? 1 << 20;
     this.verify = opts.verify;
     this.fault = opts.fault;
+    this.tracer = opts.tracer ?? null;
     if (ring && opts.checksums && opts.ioThread !== false && opts.verify) {
       const c = opts.checksums;
       ring.binding.setChecksums(ring.ring, c.crcs, c.start, c.end, c.chunkBytes, c.seen);
@@ -550,6 +562,7 @@ export class FlashReader {
       slot: -1,
       badChecksum: false,
       split: false,
+      traceId: 0,
       cb: null!,
     };
     op.cb = (err, n) => this.landed(op, err, n);
@@ -583,6 +596,12 @@ export class FlashReader {
     const index = this.readIndex++;
     const from = op.fileOffset + op.done;
     const len = op.length - op.done;
+    const tr = this.tracer;
+    if (tr) {
+      op.traceId = tr.nextId();
+      tr.readBegin(op.traceId, from, len, this.inFlight);
+      this.traceInFlight(tr);
+    }
     if (this.fault) {
       let injected: Error | null | undefined;
       try {
@@ -701,6 +720,11 @@ export class FlashReader {
     const batch = op.batch!;
     this.inFlight--;
     batch.inFlight--;
+    const tr = this.tracer;
+    if (tr) {
+      tr.readEnd(op.traceId, n, this.inFlight, err ? err.message : null);
+      this.traceInFlight(tr);
+    }
     if (this.inFlight === 0) this.s.busySeconds += (performance.now() - this.busySince) / 1000;
     if (!batch.error) {
       if (err) {
@@ -742,6 +766,14 @@ export class FlashReader {
     this.settle(batch);
     this.pump();
     if (this.inFlight === 0 && this.drained) this.drained();
+  }
+
+  /** The reads-in-flight counter track, at most every COUNTER_EVERY_US (and whenever it drains). */
+  private traceInFlight(tr: Tracer): void {
+    const t = tr.now();
+    if (this.inFlight > 0 && t - this.counterAt < COUNTER_EVERY_US) return;
+    this.counterAt = t;
+    tr.counter("flash reads in flight", { reads: this.inFlight });
   }
 
   private complete(op: Op, batch: Batch): void {

@@ -15,6 +15,7 @@ import { checkValueTensorTypes } from "./tensor-types-check.js";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { NeuronStore, STORE_MAGIC } from "../format/store.js";
 import { OffloadedFFN, type OffloadOptions } from "./offload/offloaded-ffn.js";
+import type { Tracer } from "../runtime/tracer.js";
 import { BudgetError, offloadLayout, storeFacts, type OffloadLayout } from "./offload/layout.js";
 import { hasPredictors, Predictor } from "./offload/predictor.js";
 import { dequantizeRow } from "../format/quant.js";
@@ -60,6 +61,8 @@ export interface LoadOptions {
    * predictors already quantized stay as they are. "original": as stored in the file.
    */
   predictorType?: "q8_0" | "original";
+  /** records the forward pass per layer (attention, FFN), a store's FFN steps and reads (src/runtime/tracer.ts) */
+  tracer?: Tracer;
   /**
    * Test hook: leave this many bytes of wasm memory unused below every buffer (untouched, so not
    * resident), to run the engine at addresses above 2 GiB where a signed shift would go wrong.
@@ -212,6 +215,8 @@ export class LlamaModel {
    * static region (tests check the two agree).
    */
   fixedArenaBytes = 0;
+  /** the trace being recorded (LoadOptions.tracer), null when none */
+  tracer: Tracer | null = null;
   /** one embedding row read from a store */
   private embdRow: Uint8Array | null = null;
   /** see setFFNObserver */
@@ -383,7 +388,7 @@ export class LlamaModel {
         store && layout
           ? new OffloadedFFN(
               { store, cfg, arena, pool, layout, mm, predictor },
-              { ...opts.offload, sparsity, thresholds },
+              { ...opts.offload, sparsity, thresholds, tracer: opts.tracer },
             )
           : undefined;
       const model = new LlamaModel(
@@ -403,6 +408,7 @@ export class LlamaModel {
       );
       model.thresholds = thresholds;
       model.fixedArenaBytes = fixedArenaBytes;
+      model.tracer = opts.tracer ?? null;
       return model;
     } catch (e) {
       await pool?.dispose();
@@ -422,13 +428,24 @@ export class LlamaModel {
    */
   forward(tokens: ArrayLike<number>, n: number, pos0: number): Float32Array {
     if (this.offloaded) throw new Error("this model reads its FFN from flash: call forwardAsync()");
+    const tr = this.tracer;
     this.embed(tokens, n, pos0);
     for (let l = 0; l < this.config.nLayer; l++) {
+      const t = tr ? tr.now() : 0;
       this.attentionBlock(l, n, pos0);
+      const tf = tr ? tr.now() : 0;
+      if (tr) tr.span("attention", "attention", t, undefined, tf);
       if (this.layers[l].moe) this.moeFFN(l, n);
       else this.denseFFN(l, n);
+      if (tr) {
+        tr.span("ffn", "ffn", tf);
+        tr.span(`layer ${l}`, "layer", t);
+      }
     }
-    return this.logitsOfLast(n);
+    const t = tr ? tr.now() : 0;
+    const logits = this.logitsOfLast(n);
+    if (tr) tr.span("output", "output", t);
+    return logits;
   }
 
   /**
@@ -450,21 +467,31 @@ export class LlamaModel {
     if (!off) return this.forward(tokens, n, pos0);
     const b = this.buf;
     const row = this.config.nEmbd * 4;
+    const tr = this.tracer;
     off.startPass();
     this.embed(tokens, n, pos0);
     for (let l = 0; l < this.config.nLayer; l++) {
+      const t0 = tr ? tr.now() : 0;
       this.attentionBlock(l, n, pos0);
-      if (this.config.nExpert > 0) {
-        await this.moeOffloaded(off, l, n);
-        continue;
+      const tf = tr ? tr.now() : 0;
+      if (tr) tr.span("attention", "attention", t0, undefined, tf);
+      if (this.config.nExpert > 0) await this.moeOffloaded(off, l, n);
+      else {
+        this.rmsnorm(b.xb, b.x, this.layers[l].ffnNorm, n);
+        // A prompt as one batch (every needed bundle read once); otherwise one token at a time,
+        // each seeing only its own firing neurons.
+        if (n > 1 && off.batches) await off.prefillBatch(l, b.xb, b.x, n, b.hg);
+        else for (let t = 0; t < n; t++) await off.decodeStep(l, b.xb + t * row, b.x + t * row);
       }
-      this.rmsnorm(b.xb, b.x, this.layers[l].ffnNorm, n);
-      // A prompt as one batch (every needed bundle read once); otherwise one token at a time,
-      // each seeing only its own firing neurons.
-      if (n > 1 && off.batches) await off.prefillBatch(l, b.xb, b.x, n, b.hg);
-      else for (let t = 0; t < n; t++) await off.decodeStep(l, b.xb + t * row, b.x + t * row);
+      if (tr) {
+        tr.span("ffn", "ffn", tf);
+        tr.span(`layer ${l}`, "layer", t0);
+      }
     }
-    return this.logitsOfLast(n);
+    const t = tr ? tr.now() : 0;
+    const logits = this.logitsOfLast(n);
+    if (tr) tr.span("output", "output", t);
+    return logits;
   }
 
   /**

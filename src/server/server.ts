@@ -3,6 +3,7 @@
  *
  *   POST /v1/chat/completions, POST /v1/completions   (Server-Sent Events when stream: true)
  *   GET  /v1/models, GET /v1/models/{id}, GET /health
+ *   POST /tokenize, POST /detokenize, GET /props, GET /metrics   (llama-server's; routes/)
  *
  * (The same routes answer without the /v1 prefix, as llama-server's do.) Errors are OpenAI error
  * objects `{ error: { message, type, param, code } }` with the status that says what went wrong:
@@ -10,7 +11,9 @@
  * full, 503 model loading or server shutting down, 500 a bug.
  *
  * One generation runs at a time per model; the others wait in a FIFO queue of bounded length.
- * A client that disconnects aborts its request, whether it is waiting or generating.
+ * A client that disconnects aborts its request, whether it is waiting or generating. A request
+ * may name any model: one model is served, and responses name it. With API keys set, requests
+ * need one (auth.ts); CORS headers go on every response and preflights are answered (cors.ts).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { GenerateOptions } from "../generate/generator.js";
@@ -23,6 +26,10 @@ import {
 } from "../chat/completions.js";
 import type { ChatTemplate } from "../chat/template.js";
 import type { ModelObject } from "../chat/openai-types.js";
+import { queueFor } from "../chat/queue.js";
+import { ApiKeyCheck } from "./auth.js";
+import { CorsPolicy } from "./cors.js";
+import { EXTRA_ROUTES, type RouteAnswer } from "./routes/index.js";
 import { ConnectionGuard, connectionsCheckingInterval, resolveLimits, type ServerLimits } from "./limits.js";
 
 export interface ServerOptions {
@@ -30,10 +37,14 @@ export interface ServerOptions {
   model?: ChatModel;
   /** the chat template (default: the model's, else the plain format) */
   template?: ChatTemplate;
-  /** the id /v1/models reports and requests may name (default "local") */
+  /** the id /v1/models reports and responses name, whatever model a request names (default "local") */
   modelName?: string;
-  /** more names a request's `model` field may use for this model */
-  aliases?: string[];
+  /** the model file, reported by /props */
+  modelPath?: string;
+  /** keys a request must send as `Authorization: Bearer KEY` (every route but /health); default none */
+  apiKeys?: string[];
+  /** origins whose web pages may call the server: "*" (default) or a list */
+  corsOrigins?: "*" | string[];
   /** default "127.0.0.1"; the server listens on this address only */
   host?: string;
   /** default 8080; 0 picks a free port (see `port` after listen()) */
@@ -62,6 +73,9 @@ export interface ServerMetrics {
   failed: number;
   promptTokens: number;
   generatedTokens: number;
+  /** time spent on prompts (prefill) and on generating, in seconds */
+  promptSeconds: number;
+  decodeSeconds: number;
   /** decode speed of the last finished generation */
   lastDecodeTokensPerSecond: number;
 }
@@ -77,7 +91,7 @@ const MAX_UNREAD_BYTES = 16 * 2 ** 20;
 /** The parts of a response the metrics read. */
 interface Counted {
   usage: { prompt_tokens: number; completion_tokens: number };
-  timings?: { predicted_per_second: number };
+  timings?: { predicted_per_second: number; prompt_ms: number; predicted_ms: number };
 }
 
 const JSON_HEADERS = { "Content-Type": "application/json; charset=utf-8" };
@@ -90,7 +104,9 @@ export class OpenAIServer {
   private model: ChatModel | undefined;
   private template: ChatTemplate | undefined;
   private modelName: string;
-  private names: Set<string>;
+  private readonly modelPath: string | undefined;
+  private readonly auth: ApiKeyCheck;
+  private readonly cors: CorsPolicy;
   private readonly maxQueue: number;
   private readonly maxBodyBytes: number;
   private readonly defaults: GenerateOptions | undefined;
@@ -108,6 +124,8 @@ export class OpenAIServer {
     failed: 0,
     promptTokens: 0,
     generatedTokens: 0,
+    promptSeconds: 0,
+    decodeSeconds: 0,
     lastDecodeTokensPerSecond: 0,
   };
 
@@ -125,7 +143,9 @@ export class OpenAIServer {
     this.defaults = options.defaults;
     this.log = options.log;
     this.modelName = options.modelName ?? "local";
-    this.names = new Set([this.modelName, ...(options.aliases ?? [])]);
+    this.modelPath = options.modelPath;
+    this.auth = new ApiKeyCheck(options.apiKeys);
+    this.cors = new CorsPolicy(options.corsOrigins);
     this.template = options.template;
     this.model = options.model;
     this._state = this.model ? "ready" : "loading";
@@ -139,6 +159,11 @@ export class OpenAIServer {
   /** the timeouts and connection cap in force */
   get limits(): ServerLimits {
     return this.guard.limits;
+  }
+
+  /** whether requests need an API key (apiKeys were given) */
+  get requiresApiKey(): boolean {
+    return this.auth.enabled;
   }
 
   get state(): ServerState {
@@ -231,6 +256,8 @@ export class OpenAIServer {
     }
     if (path.length > 1 && path.endsWith("/")) path = path.slice(0, -1);
     const route = path.startsWith("/v1/") ? path.slice(3) : path;
+    this.cors.apply(req, res);
+    if (method === "OPTIONS") return this.cors.preflight(req, res);
 
     const allow = (m: string) => {
       if (method === m || (m === "GET" && method === "HEAD")) return true;
@@ -244,6 +271,7 @@ export class OpenAIServer {
       );
     };
     try {
+      this.auth.check(req, res, route);
       if (route === "/health") {
         allow("GET");
         this.checkReady();
@@ -257,14 +285,20 @@ export class OpenAIServer {
       if (route.startsWith("/models/")) {
         allow("GET");
         this.checkReady();
-        const id = decodePathPart(route.slice("/models/".length), path);
-        if (!this.names.has(id)) throw this.unknownModel(id);
+        // any id names the one model served (as a request's `model` does); a malformed one is a 400
+        decodePathPart(route.slice("/models/".length), path);
         return this.sendJSON(req, res, 200, this.modelObject(), t0);
       }
       if (route === "/chat/completions" || route === "/completions") {
         allow("POST");
         this.checkReady();
         return await this.completion(req, res, route === "/chat/completions", t0);
+      }
+      const extra = EXTRA_ROUTES.get(route);
+      if (extra) {
+        allow(extra.method);
+        this.checkReady();
+        return this.answer(req, res, await extra.handle(this.routeContext(req)), t0);
       }
       throw new ApiError(404, `no route for ${method} ${path}`, "not_found_error", null, "not_found");
     } catch (err) {
@@ -292,24 +326,30 @@ export class OpenAIServer {
     return { id: this.modelName, object: "model", created: this.created, owned_by: "powerinfer" };
   }
 
-  private unknownModel(name: string): ApiError {
-    return new ApiError(
-      404,
-      `the model "${name}" does not exist; this server serves "${this.modelName}"`,
-      "invalid_request_error",
-      "model",
-      "model_not_found",
-    );
+  private routeContext(req: IncomingMessage) {
+    return {
+      model: this.model!,
+      modelName: this.modelName,
+      modelPath: this.modelPath,
+      template: this.template,
+      defaults: this.defaults,
+      metrics: this.metrics,
+      waiting: queueFor(this.model!).waiting,
+      readBody: () => this.readJSON(req),
+    };
+  }
+
+  private answer(req: IncomingMessage, res: ServerResponse, a: RouteAnswer, t0: number): void {
+    if ("json" in a) return this.sendJSON(req, res, 200, a.json, t0);
+    res.writeHead(200, { "Content-Type": a.contentType, "Content-Length": Buffer.byteLength(a.text) });
+    res.end(req.method === "HEAD" ? undefined : a.text);
+    this.logLine(req, "200", t0);
   }
 
   private async completion(req: IncomingMessage, res: ServerResponse, chat: boolean, t0: number): Promise<void> {
     const body = await this.readJSON(req);
     const model = this.model!;
-    if (body && typeof body === "object" && !Array.isArray(body)) {
-      const name = (body as { model?: unknown }).model;
-      if (typeof name === "string" && !this.names.has(name)) throw this.unknownModel(name);
-    }
-    const opts = { template: this.template, modelName: this.modelName, defaults: this.defaults };
+    const opts = { template: this.template, servedModel: this.modelName, defaults: this.defaults };
     const job: PreparedCompletion<unknown, unknown> = chat
       ? prepareChatCompletion(model, body, opts)
       : prepareCompletion(model, body, opts);
@@ -424,7 +464,11 @@ export class OpenAIServer {
   private count(r: Counted): string {
     this.metrics.promptTokens += r.usage.prompt_tokens;
     this.metrics.generatedTokens += r.usage.completion_tokens;
-    if (r.timings) this.metrics.lastDecodeTokensPerSecond = r.timings.predicted_per_second;
+    if (r.timings) {
+      this.metrics.lastDecodeTokensPerSecond = r.timings.predicted_per_second;
+      this.metrics.promptSeconds += r.timings.prompt_ms / 1000;
+      this.metrics.decodeSeconds += r.timings.predicted_ms / 1000;
+    }
     const speed = r.timings ? `, ${r.timings.predicted_per_second.toFixed(1)} tok/s` : "";
     return ` ${r.usage.prompt_tokens}+${r.usage.completion_tokens} tokens${speed},`;
   }

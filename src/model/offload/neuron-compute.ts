@@ -9,6 +9,7 @@ import type { NeuronCache } from "../../io/neuron-cache.js";
 import type { SparseActivation, SparseFFN } from "../../runtime/sparse-kernels.js";
 import type { NeuronLists } from "./neuron-lists.js";
 import type { OffloadStats } from "./stats.js";
+import type { Tracer } from "../../runtime/tracer.js";
 
 /** Cached neurons computed per kernel call between services of the reader (a few hundred microseconds). */
 const HIT_PIECE = 128;
@@ -22,6 +23,7 @@ export class NeuronCompute {
     /** predictor mode: gates are computed from the bundles (no gate values filed) */
     private readonly wholeBundles: boolean,
     private readonly stats: OffloadStats,
+    private readonly tracer: Tracer | null = null,
   ) {}
 
   /**
@@ -46,6 +48,9 @@ export class NeuronCompute {
       this.reader.service();
     }
     this.stats.computeMs += performance.now() - t;
+    this.tracer?.span("hit compute", "compute", this.tracer.fromClock(t), {
+      neurons: lists.hits + lists.runNeurons,
+    });
   }
 
   /** Misses [from, to) of the step, whose bundles are now in their cold slots. */
@@ -61,6 +66,9 @@ export class NeuronCompute {
     if (this.wholeBundles) this.sparse.ffn(lists.missList, to - from, this.act);
     else this.sparse.upDown(lists.missList, to - from, lists.missGates, this.act);
     this.stats.computeMs += performance.now() - t;
+    this.tracer?.span("miss compute", "compute", this.tracer.fromClock(t), {
+      neurons: to - from,
+    });
   }
 
   /**
@@ -100,5 +108,8 @@ export class NeuronCompute {
       this.sparse.finish(y + t * rowBytes);
     }
     this.stats.computeMs += performance.now() - t0;
+    this.tracer?.span("batch compute", "compute", this.tracer.fromClock(t0), {
+      bundles: to - from,
+    });
   }
 }

@@ -20,6 +20,7 @@ import { FlashReader, type FlashReaderOptions } from "../../io/flash-reader.js";
 import type { NeuronCache } from "../../io/neuron-cache.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { ThreadPool } from "../../runtime/pool.js";
+import type { Tracer } from "../../runtime/tracer.js";
 import { SparseFFN, type SparseActivation } from "../../runtime/sparse-kernels.js";
 import type { ModelConfig } from "../config.js";
 import type { MatrixRunner } from "../matrix-runner.js";
@@ -27,7 +28,7 @@ import type { BatchGateSource, GateSource } from "./gate-source.js";
 import { GatePageReads } from "./gate-page-reads.js";
 import { makeCache } from "./hot-region.js";
 import type { OffloadLayout, SparsityMode } from "./layout.js";
-import { MissReader } from "./miss-reader.js";
+import { MissReader, type MissRound } from "./miss-reader.js";
 import { NeuronCompute } from "./neuron-compute.js";
 import { NeuronLists } from "./neuron-lists.js";
 import type { Predictor } from "./predictor.js";
@@ -76,6 +77,8 @@ export interface OffloadOptions {
   verify?: VerifyMode;
   /** predictor mode: read ahead the cold bundles the next layer's predictor picks (default true; read-ahead.ts) */
   lookahead?: boolean;
+  /** records each step's phases (pick, hit and miss compute, waits) and each read (src/runtime/tracer.ts) */
+  tracer?: Tracer | null;
 }
 
 export type { OffloadStats } from "./stats.js";
@@ -115,6 +118,7 @@ export class OffloadedFFN {
   private readonly nLayer: number;
   /** a prompt batch's firing neurons in memory, by stored position */
   private readonly batchCached: Int32Array;
+  private readonly tracer: Tracer | null;
 
   constructor(parts: OffloadParts, opts: Omit<OffloadOptions, "cacheBytes">) {
     const { store, cfg, arena, pool, layout, mm } = parts;
@@ -129,6 +133,7 @@ export class OffloadedFFN {
     this.verifyOnce = (opts.verify ?? "once") === "once";
     this.nLayer = cfg.nLayer;
     this.batchCached = new Int32Array(cfg.nFF);
+    this.tracer = opts.tracer ?? null;
     const resident = layout.residentGates ? ResidentGateRows.load(store, arena, pool, mm, stats) : null;
     this.sparse = new SparseFFN(pool, arena, store.ffn.type, cfg.nEmbd);
     this.cache = makeCache(store, arena, layout);
@@ -141,6 +146,7 @@ export class OffloadedFFN {
       checksums: store.checksumTable(opts.verify ?? "once"),
       onWarning: opts.onWarning,
       fault: opts.fault,
+      tracer: this.tracer,
       // The reader's own I/O thread where a core is left over from compute; when every core
       // computes, it would only preempt the kernels' threads (docs/store-format.md, "Native AIO").
       ioThread: opts.ioThread ?? pool.threads < availableParallelism(),
@@ -163,7 +169,15 @@ export class OffloadedFFN {
     // streamed once, instead of asking the predictor token by token and reading each token's
     // bundles separately).
     this.batchGates = resident ?? streamed;
-    this.compute = new NeuronCompute(this.sparse, this.cache, this.reader, act, this.mode === "predictor", stats);
+    this.compute = new NeuronCompute(
+      this.sparse,
+      this.cache,
+      this.reader,
+      act,
+      this.mode === "predictor",
+      stats,
+      this.tracer,
+    );
     this.misses = new MissReader(store, this.cache, this.reader, stats);
     // (a mixture of experts would read ahead the next layer's likely experts: not done yet)
     const lookahead =
@@ -214,14 +228,19 @@ export class OffloadedFFN {
    * y: where the output is added (the residual row itself for a dense FFN).
    */
   async decodeStep(l: number, x: number, residual: number, y = residual): Promise<void> {
+    const tr = this.tracer;
+    let t = tr ? tr.now() : 0;
     // what was read ahead for this layer must have landed before its slots are computed
     await this.readAhead?.landed(l);
+    if (tr && this.readAhead) tr.span("wait read-ahead", "wait", t);
     const lists = this.lists.begin(l, this.thresholds ? this.thresholds[this.store.layer(l).layer] : 0);
     this.sparse.prepare(x);
     this.cache.beginStep();
 
     // 1. Which neurons fire, filed as hits and misses (a source that reads from flash computes the hits meanwhile).
+    t = tr ? tr.now() : 0;
     await this.gates.pick(lists, x, residual, this.compute);
+    if (tr) tr.span(this.mode, "pick", t, { hits: lists.hits + lists.runNeurons, misses: lists.misses });
     this.stats.steps++;
     this.stats.neuronsTotal += lists.nFF;
     this.stats.neuronsComputed += lists.runNeurons + lists.hits + lists.misses;
@@ -231,11 +250,15 @@ export class OffloadedFFN {
     //    compute and, when it takes every miss (so that nothing of this step is evicted later in
     //    it), the next layer's read-ahead.
     let round = this.misses.read(lists, lists.missPos, 0, lists.misses, false);
-    if (!this.pipeline) await this.misses.landed(round);
-    if (this.readAhead && round.to === lists.misses && l + 1 < this.nLayer) this.readAhead.start(l + 1, residual);
+    if (!this.pipeline) await this.landed(round);
+    if (this.readAhead && round.to === lists.misses && l + 1 < this.nLayer) {
+      t = tr ? tr.now() : 0;
+      this.readAhead.start(l + 1, residual);
+      if (tr) tr.span("read-ahead", "pick", t, { layer: l + 1 });
+    }
     this.compute.hits(lists);
     for (;;) {
-      await this.misses.landed(round);
+      await this.landed(round);
       this.compute.misses(lists, round.from, round.to);
       if (round.to >= lists.misses) break;
       round = this.misses.read(lists, lists.missPos, round.to, lists.misses, true);
@@ -246,6 +269,15 @@ export class OffloadedFFN {
     this.gates.afterStep?.(l);
   }
 
+  /** Waits for a round's reads (a "wait reads" span in a trace). */
+  private async landed(round: MissRound): Promise<void> {
+    const tr = this.tracer;
+    if (!tr || round.reading === null) return this.misses.landed(round);
+    const t = tr.now();
+    await this.misses.landed(round);
+    tr.span("wait reads", "wait", t, { bundles: round.to - round.from });
+  }
+
   /**
    * A prompt's n tokens through layer l at once: residual rows += FFN(x rows). `gates`: an
    * n x nFF f32 buffer for the batch's gates. Every bundle any token needs is made resident once,
@@ -254,7 +286,10 @@ export class OffloadedFFN {
    */
   async prefillBatch(l: number, x: number, residual: number, n: number, gates: number): Promise<void> {
     await this.readAhead?.landed(-1);
+    const tr = this.tracer;
+    const t = tr ? tr.now() : 0;
     await this.batchGates!.batchGates(l, x, n, gates);
+    if (tr) tr.span("batch gates", "pick", t, { tokens: n });
     const lists = this.lists.begin(l, this.thresholds ? this.thresholds[this.store.layer(l).layer] : 0);
     this.cache.beginStep();
     // The union of the firing neurons, by stored position: in memory (cachedPos) or to read (missPos).
@@ -280,10 +315,10 @@ export class OffloadedFFN {
     this.stats.neuronsComputed += fired;
     this.stats.misses += misses;
     let round = this.misses.read(lists, lists.missPos, 0, misses, false);
-    if (!this.pipeline) await this.misses.landed(round);
+    if (!this.pipeline) await this.landed(round);
     this.compute.tokens(lists, x, residual, n, gates, cached, 0, hits);
     for (;;) {
-      await this.misses.landed(round);
+      await this.landed(round);
       this.compute.tokens(lists, x, residual, n, gates, lists.missPos, round.from, round.to);
       if (round.to >= misses) break;
       round = this.misses.read(lists, lists.missPos, round.to, misses, true);
