@@ -13,6 +13,7 @@ import { LlamaModel } from "../src/model/llama.js";
 import { BUDGET_ROOM } from "../src/model/offload/layout.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { profileModel } from "../src/offline/profile.js";
+import { firingOf, shapeOfStore } from "../src/planner/plan.js";
 import { argmax, SHARED, tempDir } from "./helpers.js";
 import { rewrite } from "./rewrite.js";
 
@@ -274,6 +275,27 @@ test("profile per expert (routing and firing), a hot-first store, hot slots shar
   try {
     const hot = model.offloaded!.layout.hotPerGroup;
     assert.ok(Math.max(...hot) > 2 * Math.min(...hot), `hot slots by rate: ${hot.join(", ")}`);
+    // the planner's view of the store: one group of per-token rates per (layer, expert), the
+    // routing shares the profile measured (kept in the manifest), a layer's rates summing to the
+    // firing of its two routed experts
+    const store = NeuronStore.open(pi);
+    const shape = shapeOfStore(store, model.config, "gate");
+    const firing = firingOf(store, model.config);
+    store.close();
+    assert.equal(firing.layers.length, 48);
+    assert.equal(shape.experts, 8);
+    assert.equal(shape.expertsUsed, 2);
+    for (let g = 0; g < 48; g++) assert.ok(Math.abs(shape.routed![g] - (profile.layers[g].routed ?? -1)) < 1e-6);
+    for (let l = 0; l < 6; l++) {
+      let want = 0,
+        got = 0;
+      for (let e = 0; e < 8; e++) {
+        const L = profile.layers[l * 8 + e];
+        want += L.routed! * Array.from(L.frequency).reduce((a, v) => a + v, 0);
+        got += firing.layers[l * 8 + e].reduce((a, v) => a + v, 0);
+      }
+      assert.ok(Math.abs(got - want) < 1e-3 * want, `layer ${l}: ${got} firing per token, the profile says ${want}`);
+    }
     for (const r of (ref.prompts as Ref[]).slice(0, 2)) {
       const { ids, logits } = await greedyAsync(model, r.prompt_ids, r.greedy_ids.length);
       assert.deepEqual(ids, r.greedy_ids, `prompt ${JSON.stringify(r.prompt)}`);

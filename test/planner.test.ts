@@ -72,6 +72,9 @@ const shape: ModelShape = {
   facts,
   resident: { weights: 10 * MiB, buffers: 0, kv: 1 * MiB },
   nLayer: 2,
+  experts: 0,
+  expertsUsed: 1,
+  routed: null,
   nEmbd: 64,
   nFF: 100,
   nHead: 4,
@@ -340,6 +343,59 @@ test("gates not resident, streamed from the store's gate-row copy: chunk reads d
     budget,
   );
   assert.ok(q.breakdown.gateReads < 1e-5);
+});
+
+test("a mixture of experts: hits per (layer, expert), a layer's work over its routed experts, one predictor per routed expert", () => {
+  // 2 layers x 4 experts of 100 neurons, top-2; experts 0 and 1 take 80% of the routing each
+  const routed = Float64Array.from([0.8, 0.8, 0.2, 0.2, 0.8, 0.8, 0.2, 0.2]);
+  // a routed expert fires 10% of its neurons (the first ones more often): per token, its share of that
+  const firing: Firing = {
+    layers: Array.from(routed, (r) => Float64Array.from({ length: 100 }, (_, i) => (0.15 - i * 0.001) * r)),
+    source: "test",
+  };
+  const moe: ModelShape = {
+    ...shape,
+    // the store's profile (the layout shares hot slots out by it)
+    facts: { ...facts, groups: 8, experts: 4, firing: firing.layers.map((p) => Float32Array.from(p)) },
+    experts: 4,
+    expertsUsed: 2,
+    routed,
+  };
+  const moeHw: Hardware = { ...hw, predictorSeconds: 1e-4 };
+  const k: Knobs = { ...knobs, sparsity: "predictor", pipeline: false, hotFraction: 1 };
+  const p = predict(moe, firing, moeHw, k, workload, 100 * MiB);
+  assert.ok(p.layout.fits);
+  assert.equal(p.layout.slots, 800, "the whole mixture fits");
+  assert.ok(Math.abs(p.firingPerToken - 2 * 2 * 10.05) < 1e-9, "2 layers x 2 routed experts x 10.05 neurons");
+  assert.equal(p.missesPerToken, 0);
+  // per layer the router (64 x 4 multiply-adds at 1 ns) and a predictor per routed expert
+  assert.ok(Math.abs(p.breakdown.gate - 2 * (256e-9 + 2e-4)) < 1e-12, `gate ${p.breakdown.gate}`);
+  // the same rates as a dense model of 2 layers: no router, one predictor per layer
+  const dense = predict(
+    shape,
+    { layers: [firing.layers[0], firing.layers[4]], source: "test" },
+    moeHw,
+    k,
+    workload,
+    100 * MiB,
+  );
+  assert.ok(Math.abs(dense.breakdown.gate - 2e-4) < 1e-12);
+  // a small cache: the popular experts' neurons are pinned first (shared out by rate), so the
+  // routing skew makes more hits than pinning every expert alike would
+  const budget = budgetFor(240, 4096 + 100 * 4096 + 448);
+  const skewed = predict(moe, firing, moeHw, { ...k, hotFraction: 0.9 }, workload, budget);
+  assert.ok(skewed.layout.fits);
+  const hot = skewed.layout.hotPerGroup;
+  assert.ok(hot[0] > hot[2] && hot[4] > hot[6], `hot per group ${hot.join(", ")}`);
+  const alike = hitProfile(firing, skewed.layout.hotPerLayer, skewed.layout.coldSlots, 0, 1);
+  const byRate = hitProfile(firing, hot, skewed.layout.coldSlots, 0, 1);
+  const hotHits = (h: typeof alike) => h.hot.reduce((a, v) => a + v, 0);
+  assert.ok(hotHits(byRate) > hotHits(alike), `${hotHits(byRate)} hot hits by rate, ${hotHits(alike)} alike`);
+  // the rates must match the groups
+  assert.throws(
+    () => predict(moe, uniform(0.1), moeHw, k, workload, 100 * MiB),
+    /firing rates for 2 groups, the model has 8 \(2 layers x 4 experts\)/,
+  );
 });
 
 test("read tables: rates interpolated between measured depths and batch sizes, never past the deepest queue", () => {

@@ -146,7 +146,12 @@ export interface StoreManifest {
     experts?: number;
     layers: StoreLayerManifest[];
   };
-  profile: { file: string | null; tokens: number | null } | null;
+  /**
+   * The profile the FFN was ordered by. `routed` (a mixture of experts): per (layer, expert) group,
+   * the share of profiled tokens routed to it; the groups' stored frequencies are per token (that
+   * share times the expert's firing among its routed tokens). Absent in stores written before it.
+   */
+  profile: { file: string | null; tokens: number | null; routed?: number[] } | null;
   checksums: { algorithm: "crc32"; chunkBytes: number; start: number; end: number; crc32: string };
   /**
    * Byte ranges (whole pages) the manifest knowingly leaves unreferenced, e.g. predictors that

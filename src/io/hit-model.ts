@@ -12,7 +12,11 @@
  * 1 - (1 - p)^floor(tau) with a soft edge).
  */
 
-/** Per-neuron firing probability per token, per layer, in stored order (position k = the k-th bundle of the layer). */
+/**
+ * Per-neuron firing probability per token, per layer, in stored order (position k = the k-th
+ * bundle of the layer). A mixture of experts has one entry per (layer, expert) group, layer-major,
+ * each neuron's rate per token (its expert's routing share times its firing when routed).
+ */
 export interface Firing {
   layers: Float64Array[];
   /** where the numbers come from, in words (profile, planted by synth, assumed) */
@@ -40,10 +44,17 @@ export interface HitProfile {
 }
 
 /**
- * Expected hits of a cache with `hot` pinned positions per layer and `coldSlots` LRU slots, at
+ * Expected hits of a cache with `hot` pinned positions per layer (or per group: a mixture's
+ * experts each their own) and `coldSlots` LRU slots, at
  * decode steps 0..steps-1 after a prompt of `prompt` tokens.
  */
-export function hitProfile(firing: Firing, hot: number, coldSlots: number, prompt: number, steps: number): HitProfile {
+export function hitProfile(
+  firing: Firing,
+  hot: number | ArrayLike<number>,
+  coldSlots: number,
+  prompt: number,
+  steps: number,
+): HitProfile {
   const L = firing.layers.length;
   const count = new Float64Array(L * BINS);
   const sumP = new Float64Array(L * BINS);
@@ -52,11 +63,12 @@ export function hitProfile(firing: Firing, hot: number, coldSlots: number, promp
   let coldItems = 0;
   for (let l = 0; l < L; l++) {
     const p = firing.layers[l];
+    const hotHere = typeof hot === "number" ? hot : hot[l];
     for (let k = 0; k < p.length; k++) {
       const v = p[k];
       if (!(v > 0)) continue;
       fire[l] += v;
-      if (k < hot) {
+      if (k < hotHere) {
         hotHits[l] += v;
         continue;
       }

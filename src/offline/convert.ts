@@ -57,7 +57,8 @@ export type ConvertType = (typeof CONVERT_TYPES)[number];
  * store keeps in its metadata (THRESHOLDS_KEY).
  */
 export interface ActivationProfile {
-  layers: { frequency: ArrayLike<number>; threshold?: number }[];
+  /** per group; `routed` (a mixture of experts): the share of profiled tokens routed to the expert, `frequency` then among those */
+  layers: { frequency: ArrayLike<number>; threshold?: number; routed?: number }[];
   tokens?: number;
   model?: unknown;
 }
@@ -605,9 +606,14 @@ function openPredictors(
  * A profile entry's frequencies per token: for an expert of a mixture, its firing share among the
  * tokens routed to it times the share of tokens routed to it (what the neuron cache sees).
  */
-function perToken(L: ActivationProfile["layers"][number] & { routed?: number }): Float32Array {
-  const routed = typeof L.routed === "number" && L.routed >= 0 && L.routed <= 1 ? L.routed : 1;
+function perToken(L: ActivationProfile["layers"][number]): Float32Array {
+  const routed = routedShare(L);
   return Float32Array.from(L.frequency, (f) => f * routed);
+}
+
+/** A profile entry's share of tokens routed to it (1: a dense layer, or a profile that does not say). */
+function routedShare(L: ActivationProfile["layers"][number]): number {
+  return typeof L.routed === "number" && L.routed >= 0 && L.routed <= 1 ? L.routed : 1;
 }
 
 /** Stored position -> neuron: descending frequency, ties by index (a stable hot-first order). */
@@ -831,7 +837,13 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
         ...(experts > 0 ? { experts } : {}),
         layers: layerManifest,
       },
-      profile: prof ? { file: prof.file ? basename(prof.file) : null, tokens: prof.profile.tokens ?? null } : null,
+      profile: prof
+        ? {
+            file: prof.file ? basename(prof.file) : null,
+            tokens: prof.profile.tokens ?? null,
+            ...(experts > 0 ? { routed: prof.profile.layers.map(routedShare) } : {}),
+          }
+        : null,
     });
     writer = undefined;
     progress("ffn", layers.length - 1);

@@ -10,6 +10,10 @@
  *
  * Hits: src/io/hit-model.ts (hot neurons always hit; the cold LRU by Che's approximation).
  *
+ * A mixture of experts: the hit model runs per (layer, expert) group on per-token rates; the
+ * step model then works per layer on sums over the experts (layerHits), the per-expert fixed
+ * costs (predictor, gate matvec, scan, the sparse kernels' set-up) taken once per routed expert.
+ *
  * Gate mode: gate rows resident (one matvec), or streamed from the store's gate-row copy, or
  * read as gate pages; the misses read in rounds, the first round overlapping the hits' compute.
  *
@@ -20,7 +24,7 @@
  * misses' reads and the next layer's read-ahead on one disk queue, simulated layer by layer
  * against the main thread's work.
  */
-import type { GGMLType } from "../format/ggml-types.js";
+import { GGMLType } from "../format/ggml-types.js";
 import type { ScanSpeed, SparseSpeed } from "./probe.js";
 import { hitProfile, normalCdf, type Firing, type HitProfile } from "../io/hit-model.js";
 import {
@@ -49,7 +53,13 @@ export interface ModelShape {
   /** what loading the store keeps in wasm memory at the plan's context and batch (residentBytes) */
   resident: Omit<FixedResident, "base">;
   nLayer: number;
+  /** a mixture of experts: experts per layer (0: a dense FFN) and how many each token runs */
+  experts: number;
+  expertsUsed: number;
+  /** per (layer, expert) group, the share of tokens routed to it (null: dense, or every expert alike) */
+  routed: Float64Array | null;
   nEmbd: number;
+  /** neurons of one FFN (of one expert) */
   nFF: number;
   nHead: number;
   nHeadKV: number;
@@ -194,6 +204,62 @@ export function layoutFor(
 }
 
 // ---------------------------------------------------------------------------------------------
+// Layers and experts
+
+/** Groups of bundles: the layers, or for a mixture of experts every (layer, expert). */
+export function groupsOf(shape: Pick<ModelShape, "nLayer" | "experts">): number {
+  return shape.nLayer * Math.max(1, shape.experts);
+}
+
+/** The share of tokens routed to group g (1 for a dense layer; every expert alike when the store does not say). */
+function routedShare(shape: ModelShape, g: number): number {
+  if (shape.experts === 0) return 1;
+  return shape.routed ? shape.routed[g] : shape.expertsUsed / shape.experts;
+}
+
+/** Seconds of a layer's router (a mixture: nEmbd x experts logits in F32, and the top-k); 0 for a dense FFN. */
+function routerSeconds(shape: ModelShape, hw: Hardware): number {
+  if (shape.experts === 0) return 0;
+  return (shape.nEmbd * shape.experts) / hw.matvecRate(GGMLType.F32) + hw.dispatch;
+}
+
+/**
+ * The hit profile per layer, what the step model works with: for a mixture of experts, sums over
+ * the layer's experts of the per-token figures (firing, hot hits, cold hits), and of what the
+ * routed experts hold (positions pinned hot, bundles in the cold region), weighted by routing:
+ * only a routed expert's gates are computed or streamed. A dense model's profile passes through.
+ */
+export interface LayerHits extends HitProfile {
+  /** per layer: the routed experts' positions pinned in the hot region (expected) */
+  hotHeld: Float64Array;
+  /** FFNs each token runs per layer (1: dense) */
+  routedExperts: number;
+}
+
+function layerHits(shape: ModelShape, layout: OffloadLayout, hp: HitProfile): LayerHits {
+  const E = shape.experts;
+  if (E === 0) {
+    return { ...hp, hotHeld: new Float64Array(shape.nLayer).fill(layout.hotPerLayer), routedExperts: 1 };
+  }
+  const L = shape.nLayer;
+  const sum = (a: Float64Array, weighted: boolean) => {
+    const out = new Float64Array(L);
+    for (let g = 0; g < a.length; g++) out[Math.floor(g / E)] += (weighted ? routedShare(shape, g) : 1) * a[g];
+    return out;
+  };
+  const pinned = Float64Array.from(layout.hotPerGroup);
+  return {
+    firing: sum(hp.firing, false),
+    hot: sum(hp.hot, false),
+    cold: hp.cold.map((c) => sum(c, false)),
+    coldHeld: hp.coldHeld.map((c) => sum(c, true)),
+    tau: hp.tau,
+    hotHeld: sum(pinned, true),
+    routedExperts: shape.expertsUsed,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
 // Time
 
 /** Seconds of a batch of n reads of `bytes` at queue depth qd, with nothing else to do meanwhile (submit included). */
@@ -247,8 +313,11 @@ export function predict(
   hits?: HitProfile,
   readAhead: ReadAheadRates = ASSUMED_READ_AHEAD,
 ): Prediction {
-  if (firing.layers.length !== shape.nLayer)
-    throw new Error(`firing rates for ${firing.layers.length} layers, the model has ${shape.nLayer}`);
+  const groups = groupsOf(shape);
+  if (firing.layers.length !== groups)
+    throw new Error(
+      `firing rates for ${firing.layers.length} groups, the model has ${groups}${shape.experts > 0 ? ` (${shape.nLayer} layers x ${shape.experts} experts)` : " layers"}`,
+    );
   const layout = layoutFor(shape, hw, knobs, budget);
   const steps = Math.max(1, Math.floor(workload.decodeTokens));
   const resolved: PlannedKnobs = { ...knobs, hotFraction: layout.hotFraction, residentGates: layout.residentGates };
@@ -268,7 +337,11 @@ export function predict(
       maxRounds: Infinity,
     };
   }
-  const hp = hits ?? hitProfile(firing, layout.hotPerLayer, layout.coldSlots, workload.promptTokens, steps);
+  const hp = layerHits(
+    shape,
+    layout,
+    hits ?? hitProfile(firing, layout.hotPerGroup, layout.coldSlots, workload.promptTokens, steps),
+  );
   if (knobs.sparsity === "predictor")
     return predictorMode(shape, firing, hw, resolved, workload, layout, hp, readAhead);
   const { nLayer, nFF, nEmbd, bundleBytes, gateReadBytes } = shape;
@@ -283,7 +356,9 @@ export function predict(
   const attnMatvecs = shape.layerMatrices.reduce((a, m) => a + mv(m), 0);
   // norms (2), rope (2), attention, add (2), activation prepare: one dispatch each
   const attnOps = 8 * hw.dispatch;
-  const gateMatvec = layout.residentGates ? mv({ type: shape.ffnType, rows: nFF, cols: nEmbd }) : 0;
+  const k = hp.routedExperts;
+  const gateMatvec = layout.residentGates ? k * mv({ type: shape.ffnType, rows: nFF, cols: nEmbd }) : 0;
+  const router = routerSeconds(shape, hw);
   const output = mv(shape.output) + 2 * hw.dispatch;
 
   const total: Breakdown = { ...zero };
@@ -297,6 +372,7 @@ export function predict(
     const kvRead = (2 * pos * shape.nHead * shape.headDim * 4) / hw.memoryBandwidth;
     const b: Breakdown = { ...zero };
     b.attention = nLayer * (attnMatvecs + attnOps + kvRead);
+    b.gate += nLayer * router;
     b.output = output;
     for (let l = 0; l < nLayer; l++) {
       const f = hp.firing[l];
@@ -305,7 +381,7 @@ export function predict(
       fired += f;
       hitsSum += h;
       hotSum += hp.hot[l];
-      b.scan += nFF * hw.scan.perNeuron + f * hw.scan.perLookup + m * hw.scan.perMiss;
+      b.scan += k * nFF * hw.scan.perNeuron + f * hw.scan.perLookup + m * hw.scan.perMiss;
       const tHits = h > 0 ? h * up : 0;
       const n1 = Math.min(m, Math.max(1, cold));
       maxRounds = Math.max(maxRounds, Math.ceil(m / Math.max(1, cold) - 1e-9));
@@ -318,17 +394,17 @@ export function predict(
         const submit = m * hw.submitSeconds(bundleBytes, qd);
         b.scan += submit;
         b.ioWait += r1 - tHits + more.io - submit;
-        b.ffnCompute += sp.layerFixed + tHits + n1 * up + (n1 > 0 ? hw.dispatch : 0) + more.compute;
+        b.ffnCompute += k * sp.layerFixed + tHits + n1 * up + (n1 > 0 ? hw.dispatch : 0) + more.compute;
         readBytes += m * bundleBytes;
       } else {
         // gates of the bundles in memory, then the others': streamed from the gate-row copy, or
         // each uncached bundle's gate pages read in rounds
-        const cached = Math.min(nFF, layout.hotPerLayer + hp.coldHeld[j][l]);
-        const uncached = nFF - cached;
-        b.gate += cached > 0 ? sp.gateFixed + cached * sp.gatePerNeuron : 0;
+        const cached = Math.min(k * nFF, hp.hotHeld[l] + hp.coldHeld[j][l]);
+        const uncached = k * nFF - cached;
+        b.gate += cached > 0 ? k * sp.gateFixed + cached * sp.gatePerNeuron : 0;
         if (shape.gateStream) {
           const g = shape.gateStream;
-          const rows = nFF - layout.hotPerLayer; // streamed from the end of the hot cluster on
+          const rows = k * nFF - hp.hotHeld[l]; // streamed from the end of the hot cluster on
           const chunks = Math.ceil(rows / g.rows - 1e-9);
           const tc = hw.streamChunkSeconds(qd);
           // share of the streamed rows not in the cold region: their gates are computed
@@ -337,7 +413,7 @@ export function predict(
           let now = 0;
           let ready = Math.max(
             0,
-            tc - (attnMatvecs + attnOps + kvRead) - (cached > 0 ? sp.gateFixed + cached * sp.gatePerNeuron : 0),
+            tc - (attnMatvecs + attnOps + kvRead) - (cached > 0 ? k * sp.gateFixed + cached * sp.gatePerNeuron : 0),
           );
           let waited = 0,
             computed = 0;
@@ -380,7 +456,7 @@ export function predict(
         const submit = m * hw.submitSeconds(bundleBytes, qd);
         b.scan += submit;
         b.ioWait += miss.io - submit;
-        b.ffnCompute += sp.layerFixed + tHits + miss.compute;
+        b.ffnCompute += k * sp.layerFixed + tHits + miss.compute;
       }
     }
     for (const k of Object.keys(total) as (keyof Breakdown)[]) total[k] += b[k];
@@ -424,30 +500,38 @@ interface HotRuns {
   picked: Float64Array;
 }
 
-const runsMemo = new WeakMap<Firing, Map<number, HotRuns>>();
+const runsMemo = new WeakMap<Firing, Map<string, HotRuns>>();
 
 /**
  * Predictor mode's hot clusters (predictor-picks.ts): a cluster of HOT_CLUSTER adjacent hot
  * neurons is computed whole when at least HOT_DENSE_SHARE of it is picked. The picked count is a
  * sum of independent Bernoulli trials (the firing rates); its chance to reach the cut, and the
- * picks it then covers, from a normal approximation with a continuity correction.
+ * picks it then covers, from a normal approximation with a continuity correction. An expert's
+ * clusters are looked at only when a token is routed to it: its rates given that (per token
+ * divided by the routing share), the result weighted by the share.
  */
-function hotRuns(firing: Firing, hot: number): HotRuns {
+function hotRuns(shape: ModelShape, firing: Firing, hotPerGroup: readonly number[]): HotRuns {
   let memo = runsMemo.get(firing);
   if (!memo) runsMemo.set(firing, (memo = new Map()));
-  const have = memo.get(hot);
+  const key = hotPerGroup.join(",");
+  const have = memo.get(key);
   if (have) return have;
-  const L = firing.layers.length;
-  const runs: HotRuns = { neurons: new Float64Array(L), picked: new Float64Array(L) };
-  for (let l = 0; l < L; l++) {
-    const p = firing.layers[l];
+  const perLayer = Math.max(1, shape.experts);
+  const runs: HotRuns = { neurons: new Float64Array(shape.nLayer), picked: new Float64Array(shape.nLayer) };
+  for (let g = 0; g < firing.layers.length; g++) {
+    const l = Math.floor(g / perLayer);
+    const share = routedShare(shape, g);
+    if (!(share > 0)) continue;
+    const p = firing.layers[g];
+    const hot = hotPerGroup[g];
     for (let c0 = 0; c0 < Math.min(hot, p.length); c0 += HOT_CLUSTER) {
       const c1 = Math.min(hot, p.length, c0 + HOT_CLUSTER);
       let mu = 0,
         v = 0;
       for (let k = c0; k < c1; k++) {
-        mu += p[k];
-        v += p[k] * (1 - p[k]);
+        const q = Math.min(1, p[k] / share);
+        mu += q;
+        v += q * (1 - q);
       }
       const cut = Math.ceil(HOT_DENSE_SHARE * (c1 - c0) - 1e-9);
       let chance: number, covered: number;
@@ -460,11 +544,11 @@ function hotRuns(firing: Firing, hot: number): HotRuns {
         chance = 1 - normalCdf(z);
         covered = Math.min(mu, Math.max(0, mu * chance + sd * normalPdf(z)));
       }
-      runs.neurons[l] += chance * (c1 - c0);
-      runs.picked[l] += covered;
+      runs.neurons[l] += share * chance * (c1 - c0);
+      runs.picked[l] += share * covered;
     }
   }
-  memo.set(hot, runs);
+  memo.set(key, runs);
   return runs;
 }
 
@@ -488,15 +572,19 @@ function predictorMode(
   knobs: PlannedKnobs,
   workload: Workload,
   layout: OffloadLayout,
-  hp: HitProfile,
+  hp: LayerHits,
   ra: ReadAheadRates,
 ): Prediction {
   const { nLayer, nFF, bundleBytes } = shape;
+  const k = hp.routedExperts;
+  const router = routerSeconds(shape, hw);
+  /** seconds of a layer's predictors: one per routed expert (and the router that picks them) */
+  const predictors = router + k * hw.predictorSeconds;
   const sp = hw.sparse;
   const qd = knobs.queueDepth;
   const cold = layout.coldSlots;
   const steps = Math.max(1, Math.floor(workload.decodeTokens));
-  const runs = hotRuns(firing, layout.hotPerLayer);
+  const runs = hotRuns(shape, firing, layout.hotPerGroup);
   const mv = (m: MatrixShape) => (m.rows * m.cols) / hw.matvecRate(m.type) + hw.dispatch;
   const attnMatvecs = shape.layerMatrices.reduce((a, m) => a + mv(m), 0);
   const attnOps = 8 * hw.dispatch;
@@ -535,9 +623,9 @@ function predictorMode(
         t = aheadDone;
       }
       const rest = Math.max(0, m - ahead);
-      const scan = nFF * hw.scan.perNeuron + f * hw.scan.perLookup + rest * (hw.scan.perMiss + submit);
-      t += hw.predictorSeconds + scan;
-      b.gate += hw.predictorSeconds;
+      const scan = k * nFF * hw.scan.perNeuron + f * hw.scan.perLookup + rest * (hw.scan.perMiss + submit);
+      t += predictors + scan;
+      b.gate += predictors;
       b.scan += scan;
       // the first round of the misses' reads, queued on the disk
       const n1 = Math.min(rest, Math.max(1, cold));
@@ -561,8 +649,8 @@ function predictorMode(
       if (lookahead && l + 1 < nLayer && n1 >= rest - 1e-9) {
         ahead = ra.coverage * misses[l + 1];
         const reads = ahead / Math.max(0.05, ra.used);
-        t += hw.predictorSeconds + reads * submit;
-        b.gate += hw.predictorSeconds;
+        t += predictors + reads * submit;
+        b.gate += predictors;
         b.scan += reads * submit;
         readBytes += reads * bundleBytes;
         if (hw.overlap) {
@@ -576,7 +664,7 @@ function predictorMode(
       // the hits: hot clusters whole, the other hits (and what was read ahead for this layer) one by one
       const served = m - rest;
       const tHits =
-        sp.layerFixed +
+        k * sp.layerFixed +
         runs.neurons[l] * sp.ffnRunPerNeuron +
         Math.max(0, hp.hot[l] - runs.picked[l] + hp.cold[j][l] + served) * sp.ffnPerNeuron;
       t += tHits;

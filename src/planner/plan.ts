@@ -197,6 +197,9 @@ export function shapeOfStore(
     facts: storeFacts(store, cfg),
     resident: { weights: r.weights, buffers: r.buffers, kv: r.kv },
     nLayer: cfg.nLayer,
+    experts: store.ffn.experts,
+    expertsUsed: store.ffn.experts > 0 ? cfg.nExpertUsed : 1,
+    routed: routedShares(store),
     nEmbd: cfg.nEmbd,
     nFF: cfg.nFF,
     nHead: cfg.nHead,
@@ -213,6 +216,19 @@ export function shapeOfStore(
   };
 }
 
+/**
+ * A mixture's routing share per (layer, expert) group, from the profile the store was ordered by
+ * (manifest `profile.routed`); null for a dense store, or when the store does not say (or says
+ * something that is not one share in [0, 1] per group).
+ */
+function routedShares(store: NeuronStore): Float64Array | null {
+  const r = store.manifest.profile?.routed;
+  const groups = store.ffn.layers.length;
+  if (store.ffn.experts === 0 || !Array.isArray(r) || r.length !== groups) return null;
+  if (!r.every((v) => typeof v === "number" && v >= 0 && v <= 1)) return null;
+  return Float64Array.from(r);
+}
+
 /** Firing assumed per neuron when a store has no profile (a ReLU-fied model's typical ~90% sparsity). */
 export const ASSUMED_FIRING = 0.1;
 
@@ -223,7 +239,8 @@ export const ASSUMED_FIRING = 0.1;
  * activation is exactly zero).
  */
 export function firingOf(store: NeuronStore, cfg: ModelConfig, assumed?: number): Firing {
-  const L = cfg.nLayer;
+  // per group: the layers, or a mixture's (layer, expert) groups, each with its per-token rates
+  const L = store.ffn.layers.length;
   const layers: Float64Array[] = [];
   if (assumed === undefined && store.ffn.layers.every((l) => l.frequency !== null)) {
     for (let l = 0; l < L; l++) {
@@ -448,10 +465,10 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
     const readAheadAt = new Map<number, ReadAheadRates>();
     const evaluate = (hw: Hardware, knobs: Knobs): Prediction => {
       const layout = layoutFor(shape, hw, knobs, o.budget);
-      const key = `${layout.hotPerLayer}:${layout.coldSlots}`;
+      const key = `${layout.hotPerGroup.join(",")}:${layout.coldSlots}`;
       let hp = hitMemo.get(key);
       if (!hp && layout.fits) {
-        hp = hitProfile(rates, layout.hotPerLayer, layout.coldSlots, workload.promptTokens, workload.decodeTokens);
+        hp = hitProfile(rates, layout.hotPerGroup, layout.coldSlots, workload.promptTokens, workload.decodeTokens);
         hitMemo.set(key, hp);
       }
       return predict(
