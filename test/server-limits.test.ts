@@ -109,20 +109,25 @@ test("past the connection cap a new connection gets 503 and is closed; the serve
 });
 
 test("an answer that takes longer than the idle timeout is not cut off", async () => {
-  const s = await startServer({ model, port: 0, limits: { idleTimeoutMs: 150 } });
+  // A model slow enough that the answer takes several idle timeouts, and a timeout long enough
+  // that the request itself arrives within it on a loaded machine (150 ms with stories260K gave a
+  // 408 once at load average 10: the request had not been read yet when the timer fired).
+  const slow = await loadModel({ modelPath: `${SHARED}/models/relu-stories.gguf`, threads: 1, contextSize: 512 });
+  const s = await startServer({ model: slow, port: 0, limits: { idleTimeoutMs: 300 } });
   try {
     const t0 = performance.now();
     const res = await fetch(`${s.url}/v1/completions`, {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ prompt: "Once", max_tokens: 400, ignore_eos: true, temperature: 0 }),
+      body: JSON.stringify({ prompt: "Once", max_tokens: 480, ignore_eos: true, temperature: 0 }),
     });
     assert.equal(res.status, 200);
     const j = (await res.json()) as { usage: { completion_tokens: number } };
-    assert.ok(performance.now() - t0 > 150, "the generation was too fast to test anything");
-    assert.ok(j.usage.completion_tokens > 300);
+    assert.ok(performance.now() - t0 > 300, "the generation was too fast to test anything");
+    assert.ok(j.usage.completion_tokens > 400);
   } finally {
     await s.close({ timeoutMs: 1000 });
+    await slow.dispose();
   }
 });
 
