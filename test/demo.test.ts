@@ -116,3 +116,21 @@ test("demo: a budget too small for the model fails with the engine's message", (
   assert.match(r.stderr, /memory budget 8\.0 MiB is too small/);
   assert.match(r.stderr, /demo: the run failed/);
 });
+
+test("demo --shape mixtral-tiny: a mixture of experts (per-expert planted predictors and profile) runs end to end", () => {
+  const r = spawnSync(process.execPath, [CLI, "demo", "--shape", "mixtral-tiny", "-n", "8", "-t", "1"], {
+    encoding: "utf8",
+    env: { ...process.env, XDG_CACHE_HOME: cacheHome },
+    timeout: 120_000,
+  });
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stderr, /making the demo model once \([\d.]+ MB, 2 layers, dim 128, 4 experts of ffn 256\)/);
+  assert.match(
+    line(r.stdout, "model"),
+    /synthetic mixtral-tiny model \(2 layers, dim 128, 4 experts of ffn 256 \(2 used per token\), ReLU, Q4_1\)/,
+  );
+  const computed = Number(/^([\d.]+)% of neurons computed/.exec(line(r.stdout, "ffn"))![1]);
+  // the predictors pick about a tenth of the routed experts' neurons, not the whole FFN
+  assert.ok(computed > 2 && computed < 30, `${computed}% computed`);
+  assert.match(line(r.stdout, "speed"), /decode [\d.]+ tok\/s \(8 tokens\)/);
+});

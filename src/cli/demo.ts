@@ -68,11 +68,30 @@ const DEMO_SPEC: Partial<SynthShapeSpec> = {
   context: 512,
 };
 
-type DemoShape = "demo" | SynthShape;
+/**
+ * The mixture-of-experts demo: Mixtral's layout (8 experts, 2 used per token) at the demo's scale.
+ * A token's FFN is the two routed experts (a quarter of the FFN weights), and the predictors pick
+ * within them. dim 2048 for the same reason as the dense demo (a Q4_1 bundle fills a 4 KiB page;
+ * at dim 1024 the store would be twice the model). About 330 MB.
+ */
+const MOE_SPEC: Partial<SynthShapeSpec> = {
+  like: "the powerinfer mixture-of-experts demo (Mixtral-like)",
+  dim: 2048,
+  layers: 8,
+  ffn: 1024,
+  heads: 16,
+  kvHeads: 4,
+  vocab: 4096,
+  context: 512,
+  experts: 8,
+  expertsUsed: 2,
+};
+
+type DemoShape = "demo" | "moe" | SynthShape;
 
 /** Gate rank of the demo model (synth --gate-rank): 32 at dim 2048 (predictors of 29 MB in all), 8 for toy shapes. */
 const gateRankOf = (dim: number) => Math.max(8, Math.min(64, dim / 64));
-const SHAPES: readonly DemoShape[] = ["demo", "tiny", "1b", "7b", "13b"];
+const SHAPES: readonly DemoShape[] = ["demo", "moe", "tiny", "mixtral-tiny", "1b", "7b", "13b"];
 
 /**
  * The default budget leaves this share of the neuron bundles' bytes for the cache, on top of what
@@ -160,6 +179,8 @@ function specOf(shape: DemoShape): {
   spec: SynthShapeSpec;
 } {
   if (shape === "demo") return { synthShape: "1b", overrides: DEMO_SPEC, spec: { ...SHAPE_SPECS["1b"], ...DEMO_SPEC } };
+  if (shape === "moe")
+    return { synthShape: "mixtral", overrides: MOE_SPEC, spec: { ...SHAPE_SPECS.mixtral, ...MOE_SPEC } };
   return { synthShape: shape, spec: SHAPE_SPECS[shape] };
 }
 
@@ -212,7 +233,7 @@ async function makeStore(
     if ((e as NodeJS.ErrnoException).code === undefined) throw e;
   }
   process.stderr.write(
-    `demo: making the demo model once (${mb(ggufBytes)}, ${spec.layers} layers, dim ${spec.dim}, ffn ${spec.ffn}); later runs reuse ${storePath}\n`,
+    `demo: making the demo model once (${mb(ggufBytes)}, ${spec.layers} layers, dim ${spec.dim}, ${spec.experts > 0 ? `${spec.experts} experts of ` : ""}ffn ${spec.ffn}); later runs reuse ${storePath}\n`,
   );
 
   let predictors = predictorsPath;
@@ -240,9 +261,16 @@ async function makeStore(
 
   // Neurons are stored hot-first by the firing rates the generator planted: a stand-in for the
   // measured activation profile a real model would come with. It decides only the order on
-  // flash (which neurons the hot region pins); what runs is still what the weights fire.
+  // flash (which neurons the hot region pins); what runs is still what the weights fire. A
+  // mixture's profile has an entry per (layer, expert), each expert with its own planted rates.
+  const experts = spec.experts;
   const profile = {
-    layers: Array.from({ length: spec.layers }, (_, l) => ({ frequency: plannedFiring(SEED, l, spec.ffn, SPARSITY) })),
+    layers: Array.from({ length: spec.layers * Math.max(1, experts) }, (_, g) => ({
+      frequency:
+        experts > 0
+          ? plannedFiring(SEED, Math.floor(g / experts), spec.ffn, SPARSITY, undefined, g % experts)
+          : plannedFiring(SEED, g, spec.ffn, SPARSITY),
+    })),
   };
   const bar = new ProgressBar({ label: "convert", total: 0, unit: "bytes" });
   try {
@@ -291,7 +319,8 @@ export function defaultBudget(
       undefined,
       { sparsity: "predictor", threads, cacheBytes: 0 },
     );
-    const bundles = cfg.nLayer * cfg.nFF * store.ffn.bundleBytes;
+    // every expert's bundles (a mixture's store has a group of nFF per layer and expert)
+    const bundles = store.ffn.layers.reduce((s, l) => s + l.neurons, 0) * store.ffn.bundleBytes;
     const bytes = (layout.fixed + cacheShare * bundles) / BUDGET_ROOM;
     return Math.ceil(bytes / (16 * 2 ** 20)) * 16 * 2 ** 20;
   } finally {
@@ -367,7 +396,7 @@ export async function main(argv: string[]): Promise<number> {
   }
   const args = parseArgs(argv, FLAGS);
   if (args.help) {
-    console.log(usage("demo [--budget SIZE] [--shape demo|tiny|1b|7b|13b] [-n N] [--keep DIR]", SUMMARY, FLAGS));
+    console.log(usage(`demo [--budget SIZE] [--shape ${SHAPES.join("|")}] [-n N] [--keep DIR]`, SUMMARY, FLAGS));
     return 0;
   }
   if (args._.length > 0) throw new UsageError(`demo: unexpected argument "${args._[0]}"`);
@@ -408,7 +437,12 @@ export async function main(argv: string[]): Promise<number> {
   const sourceBytes = store.manifest.source.bytes;
   const bundleBytes = store.ffn.bundleBytes;
   const allBundles = store.ffn.layers.reduce((s, l) => s + l.neurons, 0) * bundleBytes;
-  const cfgLine = `${store.ffn.layers.length} layers, dim ${store.ffn.nEmbd}, ffn ${store.ffn.layers[0].neurons}, ReLU, ${TYPE.toUpperCase()}`;
+  const experts = store.ffn.experts;
+  const nLayer = store.ffn.layers.length / Math.max(1, experts);
+  const cfgLine =
+    experts > 0
+      ? `${nLayer} layers, dim ${store.ffn.nEmbd}, ${experts} experts of ffn ${store.ffn.layers[0].neurons} (${readConfig(store).nExpertUsed} used per token), ReLU, ${TYPE.toUpperCase()}`
+      : `${nLayer} layers, dim ${store.ffn.nEmbd}, ffn ${store.ffn.layers[0].neurons}, ReLU, ${TYPE.toUpperCase()}`;
   store.close();
   const budget = (args.budget as number | undefined) ?? defaultBudget(storePath);
   const ratio = sourceBytes / budget;

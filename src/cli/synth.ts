@@ -22,8 +22,10 @@ import {
   type SynthActivation,
   type SynthProgress,
   type SynthShape,
+  type SynthShapeSpec,
   type SynthType,
 } from "../offline/synth.js";
+import { RESERVED } from "../offline/synth/planted-sparsity.js";
 import { RANGE } from "./flag-ranges.js";
 
 const SPECS: FlagSpec[] = [
@@ -40,6 +42,20 @@ const SPECS: FlagSpec[] = [
     type: "string",
     help: `FFN activation: ${SYNTH_ACTIVATIONS.join(", ")}`,
     default: "silu",
+  },
+  {
+    names: ["--layers"],
+    key: "layers",
+    type: "int",
+    help: "keep the shape's widths with this many layers (default: the shape's own)",
+    range: [1, 1024],
+  },
+  {
+    names: ["--experts-used"],
+    key: "expertsUsed",
+    type: "int",
+    help: "mixture shapes only: experts each token is routed to (default: the shape's, 2)",
+    range: [1, 1024],
   },
   { names: ["--type"], key: "type", type: "string", help: `weight type: ${SYNTH_TYPES.join(", ")}`, default: "q4_0" },
   {
@@ -83,7 +99,9 @@ const SPECS: FlagSpec[] = [
 ];
 
 const SUMMARY =
-  "Write a llama-architecture GGUF of random weights, deterministic per seed (for benchmarks and tests; it generates noise, not text).";
+  "Write a llama-architecture GGUF of random weights, deterministic per seed (for benchmarks and tests; it generates noise, not text). " +
+  "The mixtral shapes are mixtures of experts in llama.cpp's Mixtral layout (a router and 3-D expert tensors per layer); " +
+  "planted sparsity and predictors are then per expert.";
 
 function oneOf<T extends string>(flag: string, value: unknown, allowed: readonly T[]): T {
   const v = String(value).toLowerCase();
@@ -98,7 +116,7 @@ export async function main(argv: string[]): Promise<number> {
   if (args.help) {
     console.log(
       usage(
-        "synth --shape tiny|1b|7b|mistral-7b|13b --act silu|relu|drelu [--sparsity S [--alpha A] [--gate-rank R]] --type f32|f16|q8_0|q4_0|q4_1 --seed N -o FILE",
+        `synth --shape ${SYNTH_SHAPES.join("|")} [--layers N] --act silu|relu|drelu [--sparsity S [--alpha A] [--gate-rank R]] --type f32|f16|q8_0|q4_0|q4_1 --seed N -o FILE`,
         SUMMARY,
         SPECS,
       ),
@@ -140,17 +158,34 @@ export async function main(argv: string[]): Promise<number> {
             : out.replace(/(\.gguf)?$/i, ".predictors.gguf"),
         );
   if (predictorsOut === out) throw new UsageError(`--predictors ${predictorsOut} would overwrite the model`);
+  const spec = SHAPE_SPECS[shape];
+  const overrides: { -readonly [K in keyof SynthShapeSpec]?: SynthShapeSpec[K] } = {};
+  if (args.layers !== undefined) overrides.layers = args.layers as number;
+  if (args.expertsUsed !== undefined) {
+    if (spec.experts === 0)
+      throw new UsageError(
+        `--experts-used routes tokens among a mixture's experts, and --shape ${shape} is dense (mixtures: ${SYNTH_SHAPES.filter((s) => SHAPE_SPECS[s].experts > 0).join(", ")})`,
+      );
+    const k = args.expertsUsed as number;
+    if (k > spec.experts)
+      throw new UsageError(`--experts-used ${k}: --shape ${shape} has ${spec.experts} experts per layer`);
+    overrides.expertsUsed = k;
+  }
+  if (gateRank !== undefined && gateRank >= spec.dim - RESERVED)
+    throw new UsageError(
+      `--gate-rank ${gateRank} must be below the residual width of --shape ${shape} (${spec.dim - RESERVED})`,
+    );
   const dir = dirname(out);
   if (!existsSync(dir) || !statSync(dir).isDirectory())
     throw new UsageError(`synth: output directory ${dir} does not exist`);
   if (existsSync(out) && statSync(out).isDirectory()) throw new UsageError(`synth: ${out} is a directory`);
 
-  const total = synthFileSize({ shape, act, type, seed, sparsity, alpha });
+  const total = synthFileSize({ shape, act, type, seed, sparsity, alpha, overrides });
   const quiet = args.quiet === true;
   const planted = sparsity === undefined ? "" : `, sparsity ${sparsity} (alpha ${alpha ?? SPARSITY_ALPHA_DEFAULT})`;
   if (!quiet)
     process.stderr.write(
-      `synth: ${shape} (${SHAPE_SPECS[shape].like}), ${act}${planted}, ${type}, seed ${seed} -> ${out} (${(total / MB).toFixed(0)} MB)\n`,
+      `synth: ${shape} (${spec.like}${args.layers !== undefined ? `, ${args.layers} layers` : ""}${spec.experts > 0 ? `, ${spec.experts} experts, ${overrides.expertsUsed ?? spec.expertsUsed} used` : ""}), ${act}${planted}, ${type}, seed ${seed} -> ${out} (${(total / MB).toFixed(0)} MB)\n`,
     );
 
   // Ctrl-C deletes the partial file instead of leaving it behind.
@@ -169,6 +204,7 @@ export async function main(argv: string[]): Promise<number> {
         alpha,
         gateRank,
         predictorsOut,
+        overrides,
         signal: signal,
         onProgress: bar
           ? (p: SynthProgress) => {

@@ -110,12 +110,13 @@ export function powerLawFrequencies(n: number, sparsity: number, alpha: number):
   return p;
 }
 
-/** Seeded shuffle: order[r] is the neuron index that gets rank r in layer `layer`. */
-function neuronOrder(seed: number, layer: number, n: number): Uint32Array {
+/** Seeded shuffle: order[r] is the neuron index that gets rank r in layer `layer` (or its expert `expert`). */
+function neuronOrder(seed: number, layer: number, n: number, expert: number): Uint32Array {
   const order = new Uint32Array(n);
   for (let i = 0; i < n; i++) order[i] = i;
   const words = new Uint32Array(n);
-  fillRandom(new SynthStream(seed, `synth.neuron_order.${layer}`), words, n);
+  const key = expert < 0 ? `synth.neuron_order.${layer}` : `synth.neuron_order.${layer}.${expert}`;
+  fillRandom(new SynthStream(seed, key), words, n);
   for (let i = n - 1; i > 0; i--) {
     const j = Math.floor((words[i] / 4294967296) * (i + 1));
     const t = order[i];
@@ -136,9 +137,11 @@ export function plannedFiring(
   ffn: number,
   sparsity: number,
   alpha = SPARSITY_ALPHA_DEFAULT,
+  /** a mixture's expert (each has its own hot neurons); -1 for a dense layer */
+  expert = -1,
 ): Float64Array {
   const law = powerLawFrequencies(ffn, sparsity, alpha);
-  const order = neuronOrder(seed, layer, ffn);
+  const order = neuronOrder(seed, layer, ffn, expert);
   const p = new Float64Array(ffn);
   for (let r = 0; r < ffn; r++) p[order[r]] = law[r];
   return p;

@@ -42,6 +42,17 @@ import { GGML_TYPE, type SynthActivation, type SynthShapeSpec, type SynthType, t
 // Frequencies: the power law of src/model/firing.ts (plannedFiring), ranks dealt to neurons by a
 // seeded shuffle per layer.
 //
+// A mixture of experts (Mixtral's layout) is the same construction per expert: every expert
+// reads the same normalized residual, so each gets its own biases, its own shuffle of the firing
+// law (plannedFiring's expert argument: each expert has its own hot neurons), and with a gate rank
+// its own basis and predictor. The FFN's output is the routed experts' outputs weighted by
+// probabilities that sum to 1; with k experts used and weights near 1/k it has 1/k of one
+// expert's variance, so each expert's ffn_down is drawn k times as wide in variance, and under dReLU
+// the mean it adds is the experts' mean (routing spreads tokens over them). The router reads the
+// normalized residual too: its column 0 is zero (or, under dReLU, cancels the residual's mean), so
+// neither the constant nor the mean favours an expert, and its rows are scaled for logits of
+// deviation ROUTER_LOGIT_STD, so the choice follows the token.
+//
 // Predictable firing (gateRank r). Plain random gate rows make the firing set a function of
 // the whole residual: a predictor would need the gate itself. In trained ReLU models the gate's
 // input lives near a low-dimensional subspace, which is why PowerInfer's small predictors work.
@@ -76,6 +87,8 @@ const GROWTH = 2;
 const ATTN_SHARE = 0.25;
 /** C^2 relative to the embedding's summed variance: enough to make the biases ordinary-sized weights. */
 const KAPPA = 2;
+/** Deviation of a router logit across tokens: clear favourites per token, none overall. */
+const ROUTER_LOGIT_STD = 1;
 
 /** A predictor the construction implies (see "Predictable firing"). */
 export interface PlantedPredictor extends PredictorWeights {
@@ -339,6 +352,9 @@ export class SparsityPlanter {
   readonly predicted: number[] = [];
   private readonly d: number;
   private readonly ffn: number;
+  /** experts per layer (1 when dense) and experts used per token */
+  private readonly experts: number;
+  private readonly used: number;
   private readonly type: GGMLType;
   private readonly quantized: boolean;
   /** E[(value / std)^2] of generated weights: block scales vary by a uniform factor in [0.75, 1.25] */
@@ -357,7 +373,7 @@ export class SparsityPlanter {
   private readonly omega: Float64Array;
   private readonly nu: Float64Array;
   private readonly zeroW: Float64Array;
-  // per neuron of the current layer
+  // per neuron of the current layer (of every expert of a mixture: expert e's at e * ffn)
   private zGate = new Float64Array(0);
   private zUp = new Float64Array(0);
   private readonly sg: Float64Array;
@@ -396,7 +412,9 @@ export class SparsityPlanter {
     this.omega = new Float64Array(d);
     this.nu = new Float64Array(d);
     this.zeroW = new Float64Array(Math.max(d, spec.ffn));
-    const f = spec.ffn;
+    this.experts = Math.max(1, spec.experts);
+    this.used = Math.max(1, spec.expertsUsed);
+    const f = spec.ffn * this.experts;
     this.sg = new Float64Array(f);
     this.zg = new Float64Array(f);
     this.su = new Float64Array(f);
@@ -419,10 +437,11 @@ export class SparsityPlanter {
   private current: PlantedPredictor | undefined;
 
   /** A layer's gate basis (rank x dim) and its predictor's fc1 (zero where the residual is). */
-  private startPredictor(layer: number, std: number): void {
+  private startPredictor(layer: number, expert: number, std: number): void {
     const { d, rank } = this;
     const words = new Uint32Array(rank * d);
-    fillRandom(new SynthStream(this.seed, `blk.${layer}.ffn_gate.basis`), words, words.length);
+    const key = this.spec.experts > 0 ? `blk.${layer}.ffn_gate_exps.${expert}.basis` : `blk.${layer}.ffn_gate.basis`;
+    fillRandom(new SynthStream(this.seed, key), words, words.length);
     // uniform values with deviation std / sqrt(rank): a row a . B, a of unit deviation, then
     // has the deviation an ordinary row has
     const a = (std / Math.sqrt(rank)) * Math.sqrt(3);
@@ -535,8 +554,8 @@ export class SparsityPlanter {
     this.pending = "none";
   }
 
-  /** Set up for a tensor; returns the standard deviation its values get. */
-  private begin(r: TensorRecipe): number {
+  /** Set up for a tensor (of a mixture: for one expert's part of it); returns the standard deviation its values get. */
+  private begin(r: TensorRecipe, expert: number): number {
     const d = this.d;
     switch (r.kind) {
       case "norm":
@@ -551,22 +570,37 @@ export class SparsityPlanter {
         this.pending = "attn";
         return Math.sqrt(this.dA / (this.ef2 * d * varV));
       }
+      case "router": {
+        // the router reads the normalized residual, as the experts do (F32: no quantization spread)
+        const k = this.normFactor();
+        return ROUTER_LOGIT_STD / Math.sqrt(k * k * this.weightedVar(this.ffnNorm));
+      }
       case "ffn_gate": {
-        this.kNorm = this.normFactor();
-        const w = this.ffnNorm;
-        for (let j = 1; j < d; j++) {
-          this.omega[j] = w[j] * w[j] * this.v[j];
-          this.nu[j] = w[j] * this.m[j];
+        if (expert === 0) {
+          this.kNorm = this.normFactor();
+          const w = this.ffnNorm;
+          for (let j = 1; j < d; j++) {
+            this.omega[j] = w[j] * w[j] * this.v[j];
+            this.nu[j] = w[j] * this.m[j];
+          }
+          this.zGate = new Float64Array(this.ffn * this.experts);
+          this.zUp = new Float64Array(this.ffn * this.experts);
         }
-        if (this.rank > 0) this.startPredictor(r.layer, r.std);
-        const p = plannedFiring(this.seed, r.layer, this.ffn, this.sparsity, this.alpha);
-        this.zGate = new Float64Array(this.ffn);
-        this.zUp = new Float64Array(this.ffn);
+        if (this.rank > 0) this.startPredictor(r.layer, expert, r.std);
+        const p = plannedFiring(
+          this.seed,
+          r.layer,
+          this.ffn,
+          this.sparsity,
+          this.alpha,
+          this.spec.experts > 0 ? expert : -1,
+        );
+        const base = expert * this.ffn;
         for (let i = 0; i < this.ffn; i++) {
           // dReLU: gate and up each fire with probability sqrt(p)
           const pg = this.drelu ? Math.sqrt(p[i]) : p[i];
-          this.zGate[i] = quantileCached(pg);
-          this.zUp[i] = this.drelu ? this.zGate[i] : 0;
+          this.zGate[base + i] = quantileCached(pg);
+          this.zUp[base + i] = this.drelu ? this.zGate[base + i] : 0;
         }
         return r.std;
       }
@@ -575,7 +609,9 @@ export class SparsityPlanter {
         const k2 = this.kNorm * this.kNorm;
         let sumVar = 0;
         let zeros = 0;
-        for (let i = 0; i < this.ffn; i++) {
+        const base = expert * this.ffn;
+        for (let j = 0; j < this.ffn; j++) {
+          const i = base + j;
           const [g1, g2] = reluMoments(this.zg[i]);
           const sg = this.sg[i];
           const su = this.su[i];
@@ -592,13 +628,18 @@ export class SparsityPlanter {
             e2 = k2 * k2 * sg * sg * g2 * (su * su + mu * mu);
             zeros += 1 - normCdf(this.zg[i]);
           }
-          this.eh[i] = e1;
+          this.eh[j] = e1;
           sumVar += e2 - e1 * e1;
         }
-        this.predicted.push(zeros / this.ffn);
-        this.addMean.fill(0);
+        // a layer's share: the mean over its experts
+        if (expert === 0) {
+          this.predicted.push(0);
+          this.addMean.fill(0);
+        }
+        this.predicted[this.predicted.length - 1] += zeros / this.ffn / this.experts;
         this.pending = "ffn";
-        return Math.sqrt(this.dF / (this.ef2 * sumVar));
+        // a mixture: k routed experts weighted about 1/k each keep 1/k of one expert's variance
+        return Math.sqrt((this.dF * this.used) / (this.ef2 * sumVar));
       }
       case "output": {
         if (this.pending === "ffn") this.finishFfn();
@@ -610,9 +651,10 @@ export class SparsityPlanter {
     }
   }
 
-  /** The row generator for a tensor of the sparse model. */
-  filler(r: TensorRecipe, stream: SynthStream): RowFiller {
-    const std = this.begin(r);
+  /** The row generator for a tensor of the sparse model (of a mixture's expert tensor: for expert `expert`'s rows). */
+  filler(r: TensorRecipe, stream: SynthStream, expert = 0): RowFiller {
+    const std = this.begin(r, expert);
+    const base0 = expert * this.ffn;
     // a predictable gate draws each row from the layer's basis instead (in `each`, below)
     const lowRank = r.kind === "ffn_gate" && this.rank > 0;
     const base: RowFiller = lowRank ? () => {} : rowFiller(std === r.std ? r : { ...r, std }, stream);
@@ -659,21 +701,35 @@ export class SparsityPlanter {
           if (j < RESERVED) b.fill(0, off, off + rowBytes); // nothing may move the constant or fill its block
         };
         break;
-      case "ffn_down":
+      case "router": {
+        // F32 rows, one per expert: element 0 zero under ReLU (the constant must not favour an
+        // expert), under dReLU the value that cancels the residual's mean (nor may the mean)
+        const w = this.ffnNorm;
+        each = (b, off) => {
+          const f = new Float32Array(b.buffer, b.byteOffset + off, rowLen);
+          let mu = 0;
+          if (this.drelu) for (let j = 1; j < rowLen; j++) mu += f[j] * w[j] * this.m[j];
+          f[0] = this.drelu ? -mu / wcF : 0;
+        };
+        break;
+      }
+      case "ffn_down": {
+        const share = 1 / this.experts;
         each = (b, off, j) => {
           if (j < RESERVED) b.fill(0, off, off + rowBytes);
           else if (this.drelu) {
             rowMoments(this.type, b, off, rowLen, 0, this.zeroW, this.eh, this.mom);
-            this.addMean[j] = this.mom[1];
+            this.addMean[j] += this.mom[1] * share;
           }
         };
         break;
+      }
       case "ffn_gate":
         each = (b, off, i) => {
           if (lowRank) this.lowRankRow(b, off, rowBytes, i, stream);
-          const [sigma, z] = this.plantElement0(b, off, rowLen, this.zGate[i], this.omega, this.nu, wcF);
-          this.sg[i] = sigma;
-          this.zg[i] = z;
+          const [sigma, z] = this.plantElement0(b, off, rowLen, this.zGate[base0 + i], this.omega, this.nu, wcF);
+          this.sg[base0 + i] = sigma;
+          this.zg[base0 + i] = z;
           if (lowRank) this.finishPredictorRow(b, off, rowBytes, i, sigma);
         };
         break;
@@ -683,13 +739,13 @@ export class SparsityPlanter {
             b,
             off,
             rowLen,
-            this.drelu ? this.zUp[i] : null,
+            this.drelu ? this.zUp[base0 + i] : null,
             this.omega,
             this.nu,
             wcF,
           );
-          this.su[i] = sigma;
-          this.zu[i] = z;
+          this.su[base0 + i] = sigma;
+          this.zu[base0 + i] = z;
         };
         break;
       default:

@@ -1,15 +1,16 @@
 /**
- * The shapes a synthetic model can take (SHAPE_SPECS: from a 4-layer toy to Llama-2-13B), its
- * weight types and activations, and its tensor table (synthRecipes): every tensor with its
- * dimensions, type and the standard deviation its values are drawn with.
+ * The shapes a synthetic model can take (SHAPE_SPECS: from a 4-layer toy to Llama-2-13B, and
+ * mixtures of experts in Mixtral's layout), its weight types and activations, and its tensor table
+ * (synthRecipes): every tensor with its dimensions, type and the standard deviation its values are
+ * drawn with.
  */
 import { GGMLType, typeTraits } from "../../format/ggml-types.js";
 
-export type SynthShape = "tiny" | "1b" | "7b" | "mistral-7b" | "13b";
+export type SynthShape = "tiny" | "1b" | "7b" | "mistral-7b" | "13b" | "mixtral-tiny" | "mixtral";
 export type SynthActivation = "silu" | "relu" | "drelu";
 export type SynthType = "f32" | "f16" | "q8_0" | "q4_0" | "q4_1";
 
-export const SYNTH_SHAPES: readonly SynthShape[] = ["tiny", "1b", "7b", "mistral-7b", "13b"];
+export const SYNTH_SHAPES: readonly SynthShape[] = ["tiny", "1b", "7b", "mistral-7b", "13b", "mixtral-tiny", "mixtral"];
 export const SYNTH_ACTIVATIONS: readonly SynthActivation[] = ["silu", "relu", "drelu"];
 export const SYNTH_TYPES: readonly SynthType[] = ["f32", "f16", "q8_0", "q4_0", "q4_1"];
 
@@ -25,6 +26,10 @@ export interface SynthShapeSpec {
   readonly context: number;
   readonly ropeBase: number;
   readonly rmsEps: number;
+  /** experts per layer (a mixture in Mixtral's layout, each expert an FFN of `ffn` neurons); 0: dense */
+  readonly experts: number;
+  /** experts each token is routed to (llama.cpp's expert_used_count); 0 when dense */
+  readonly expertsUsed: number;
 }
 
 export const SHAPE_SPECS: Readonly<Record<SynthShape, SynthShapeSpec>> = {
@@ -39,6 +44,8 @@ export const SHAPE_SPECS: Readonly<Record<SynthShape, SynthShapeSpec>> = {
     context: 512,
     ropeBase: 10000,
     rmsEps: 1e-5,
+    experts: 0,
+    expertsUsed: 0,
   },
   "1b": {
     like: "TinyLlama-1.1B",
@@ -51,6 +58,8 @@ export const SHAPE_SPECS: Readonly<Record<SynthShape, SynthShapeSpec>> = {
     context: 2048,
     ropeBase: 10000,
     rmsEps: 1e-5,
+    experts: 0,
+    expertsUsed: 0,
   },
   "7b": {
     like: "Llama-2-7B",
@@ -63,6 +72,8 @@ export const SHAPE_SPECS: Readonly<Record<SynthShape, SynthShapeSpec>> = {
     context: 4096,
     ropeBase: 10000,
     rmsEps: 1e-5,
+    experts: 0,
+    expertsUsed: 0,
   },
   // The shape of the paper's TurboSparse-Mistral-7B: grouped-query attention keeps the part that
   // stays in memory at 0.62x Llama-2-7B's (8 KV heads), so a 7B fits a 1.5 GiB budget.
@@ -77,6 +88,8 @@ export const SHAPE_SPECS: Readonly<Record<SynthShape, SynthShapeSpec>> = {
     context: 32768,
     ropeBase: 10000,
     rmsEps: 1e-5,
+    experts: 0,
+    expertsUsed: 0,
   },
   "13b": {
     like: "Llama-2-13B",
@@ -89,6 +102,39 @@ export const SHAPE_SPECS: Readonly<Record<SynthShape, SynthShapeSpec>> = {
     context: 4096,
     ropeBase: 10000,
     rmsEps: 1e-5,
+    experts: 0,
+    expertsUsed: 0,
+  },
+  // A mixture small enough for tests and for checking against llama.cpp in seconds.
+  "mixtral-tiny": {
+    like: "a toy Mixtral",
+    dim: 128,
+    layers: 2,
+    ffn: 256,
+    heads: 4,
+    kvHeads: 2,
+    vocab: 512,
+    context: 512,
+    ropeBase: 10000,
+    rmsEps: 1e-5,
+    experts: 4,
+    expertsUsed: 2,
+  },
+  // Mixtral-8x7B, the shape of the paper's TurboSparse-Mixtral-47B: Mistral-7B's attention, and
+  // per layer 8 experts of Mistral's FFN, 2 used per token (about 13B of the 47B per token).
+  mixtral: {
+    like: "Mixtral-8x7B / TurboSparse-Mixtral-47B",
+    dim: 4096,
+    layers: 32,
+    ffn: 14336,
+    heads: 32,
+    kvHeads: 8,
+    vocab: 32000,
+    context: 32768,
+    ropeBase: 1000000,
+    rmsEps: 1e-5,
+    experts: 8,
+    expertsUsed: 2,
   },
 };
 
@@ -101,7 +147,17 @@ export const GGML_TYPE: Record<SynthType, GGMLType> = {
 };
 
 export type TensorKind =
-  "embed" | "norm" | "attn_q" | "attn_k" | "attn_v" | "attn_output" | "ffn_gate" | "ffn_up" | "ffn_down" | "output";
+  | "embed"
+  | "norm"
+  | "attn_q"
+  | "attn_k"
+  | "attn_v"
+  | "attn_output"
+  | "router"
+  | "ffn_gate"
+  | "ffn_up"
+  | "ffn_down"
+  | "output";
 
 /** One tensor of the synthetic model, with how its values are drawn. */
 export interface TensorRecipe {
@@ -109,7 +165,10 @@ export interface TensorRecipe {
   readonly kind: TensorKind;
   /** layer index, or -1 outside the blocks */
   readonly layer: number;
-  /** ggml order: [row length, rows] */
+  /**
+   * ggml order: [row length, rows], and for a mixture's experts [row length, rows, experts]: expert
+   * e's rows follow expert e-1's (llama.cpp's `ffn_*_exps`)
+   */
   readonly dims: readonly number[];
   readonly type: GGMLType;
   /** target standard deviation of the values; for norms the spread around 1 */
@@ -120,7 +179,7 @@ export interface TensorRecipe {
 /** The tensor table of a synthetic model, in file order. */
 export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecipe[] {
   const t = GGML_TYPE[type];
-  const { dim, ffn, layers, vocab, heads, kvHeads } = spec;
+  const { dim, ffn, layers, vocab, heads, kvHeads, experts } = spec;
   const headDim = dim / heads;
   const kvDim = headDim * kvHeads;
   const out: TensorRecipe[] = [];
@@ -133,7 +192,7 @@ export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecip
       dims,
       type: ty,
       std,
-      bytes: ((dims[0] * (dims[1] ?? 1)) / tr.blockSize) * tr.typeSize,
+      bytes: ((dims[0] * (dims[1] ?? 1) * (dims[2] ?? 1)) / tr.blockSize) * tr.typeSize,
     });
   };
   const proj = (fanIn: number) => 1 / Math.sqrt(fanIn);
@@ -148,9 +207,18 @@ export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecip
     add(p + "attn_v.weight", "attn_v", l, [dim, kvDim], t, proj(dim));
     add(p + "attn_output.weight", "attn_output", l, [dim, dim], t, proj(dim));
     add(p + "ffn_norm.weight", "norm", l, [dim], GGMLType.F32, 0.05);
-    add(p + "ffn_gate.weight", "ffn_gate", l, [dim, ffn], t, proj(dim));
-    add(p + "ffn_up.weight", "ffn_up", l, [dim, ffn], t, proj(dim));
-    add(p + "ffn_down.weight", "ffn_down", l, [ffn, dim], t, proj(ffn));
+    if (experts > 0) {
+      // The router stays F32 as llama.cpp's converters leave it. Logits of deviation about 1
+      // over a unit-scale input: routing follows the token, with no expert favoured.
+      add(p + "ffn_gate_inp.weight", "router", l, [dim, experts], GGMLType.F32, proj(dim));
+      add(p + "ffn_gate_exps.weight", "ffn_gate", l, [dim, ffn, experts], t, proj(dim));
+      add(p + "ffn_up_exps.weight", "ffn_up", l, [dim, ffn, experts], t, proj(dim));
+      add(p + "ffn_down_exps.weight", "ffn_down", l, [ffn, dim, experts], t, proj(ffn));
+    } else {
+      add(p + "ffn_gate.weight", "ffn_gate", l, [dim, ffn], t, proj(dim));
+      add(p + "ffn_up.weight", "ffn_up", l, [dim, ffn], t, proj(dim));
+      add(p + "ffn_down.weight", "ffn_down", l, [ffn, dim], t, proj(ffn));
+    }
   }
   add("output_norm.weight", "norm", -1, [dim], GGMLType.F32, 0.05);
   // Logits with a standard deviation near 2: a distribution with a few clear favourites rather
@@ -169,6 +237,15 @@ export function checkSpec(spec: SynthShapeSpec, type: SynthType): void {
   if (spec.dim % spec.heads !== 0) fail(`dim ${spec.dim} is not a multiple of heads ${spec.heads}`);
   if (spec.heads % spec.kvHeads !== 0) fail(`heads ${spec.heads} is not a multiple of kvHeads ${spec.kvHeads}`);
   if ((spec.dim / spec.heads) % 2 !== 0) fail(`head dimension ${spec.dim / spec.heads} must be even for RoPE`);
+  if (!Number.isInteger(spec.experts) || spec.experts < 0 || spec.experts === 1)
+    fail(`experts must be 0 (dense) or an integer of at least 2, got ${spec.experts}`);
+  if (spec.experts === 0 && spec.expertsUsed !== 0)
+    fail(`expertsUsed ${spec.expertsUsed} needs a mixture of experts (experts is 0: a dense FFN)`);
+  if (
+    spec.experts > 0 &&
+    (!Number.isInteger(spec.expertsUsed) || spec.expertsUsed < 1 || spec.expertsUsed > spec.experts)
+  )
+    fail(`expertsUsed must be an integer in [1, experts = ${spec.experts}], got ${spec.expertsUsed}`);
   const block = typeTraits(GGML_TYPE[type])!.blockSize;
   if (spec.dim % block !== 0 || spec.ffn % block !== 0)
     fail(`dim ${spec.dim} and ffn ${spec.ffn} must be multiples of the ${type} block size ${block}`);

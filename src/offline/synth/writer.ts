@@ -177,6 +177,10 @@ function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): vo
   w.setMetadata("llama.rope.freq_base", spec.ropeBase, F32);
   w.setMetadata("llama.vocab_size", spec.vocab, U32);
   w.setMetadata("llama.feed_forward_activation", o.act);
+  if (spec.experts > 0) {
+    w.setMetadata("llama.expert_count", spec.experts, U32);
+    w.setMetadata("llama.expert_used_count", spec.expertsUsed, U32);
+  }
   // Provenance, so tools can tell a synthetic file from a real one and rebuild it.
   w.setMetadata("synth.shape", o.shape);
   w.setMetadata("synth.seed", BigInt(o.seed), GGUFValueType.UINT64);
@@ -233,30 +237,35 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
     for (let ti = 0; ti < recipes.length; ti++) {
       const r = recipes[ti];
       const rows = r.dims[1] ?? 1;
-      const rowBytes = r.bytes / rows;
-      // Whole rows per chunk (a row is a neuron), at least one.
+      // a mixture's expert tensor is its experts' matrices one after the other
+      const experts = r.dims[2] ?? 1;
+      const rowBytes = r.bytes / rows / experts;
+      // Whole rows per chunk (a row is a neuron), at least one, never two experts in a chunk.
       const rowsPerChunk = Math.max(1, Math.floor(CHUNK_BYTES / rowBytes));
-      const stream = new SynthStream(o.seed, r.name);
-      const fill = planter ? planter.filler(r, stream) : rowFiller(r, stream);
       const sink = await w.tensorSink(r.name);
       pending = undefined;
-      for (let row = 0, k = 0; row < rows; row += rowsPerChunk, k++) {
-        o.signal?.throwIfAborted();
-        const n = Math.min(rowsPerChunk, rows - row);
-        const bytes = n * rowBytes;
-        let buf = bufs[k & 1];
-        if (buf.byteLength < bytes + 8) buf = bufs[k & 1] = new ArrayBuffer(bytes + 8); // a single huge row
-        const dst = new Uint8Array(buf, 0, bytes);
-        fill(dst, new Uint32Array(buf, 0, (bytes + 3) >>> 2), n);
-        if (pending) await pending;
-        pending = sink.write(dst);
-        o.onProgress?.({
-          bytesWritten: w.dataBytesWritten,
-          totalBytes,
-          tensor: r.name,
-          tensorIndex: ti,
-          tensorCount: recipes.length,
-        });
+      for (let e = 0, k = 0; e < experts; e++) {
+        // each expert its own stream: expert e's bytes do not depend on how many come before it
+        const stream = new SynthStream(o.seed, r.dims.length > 2 ? `${r.name}.${e}` : r.name);
+        const fill = planter ? planter.filler(r, stream, e) : rowFiller(r, stream);
+        for (let row = 0; row < rows; row += rowsPerChunk, k++) {
+          o.signal?.throwIfAborted();
+          const n = Math.min(rowsPerChunk, rows - row);
+          const bytes = n * rowBytes;
+          let buf = bufs[k & 1];
+          if (buf.byteLength < bytes + 8) buf = bufs[k & 1] = new ArrayBuffer(bytes + 8); // a single huge row
+          const dst = new Uint8Array(buf, 0, bytes);
+          fill(dst, new Uint32Array(buf, 0, (bytes + 3) >>> 2), n);
+          if (pending) await pending;
+          pending = sink.write(dst);
+          o.onProgress?.({
+            bytesWritten: w.dataBytesWritten,
+            totalBytes,
+            tensor: r.name,
+            tensorIndex: ti,
+            tensorCount: recipes.length,
+          });
+        }
       }
       if (pending) await pending;
     }
@@ -283,6 +292,7 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
       await writePredictorFile({
         output: o.predictorsOut,
         predictors: planter.predictors,
+        experts: spec.experts,
         model: fingerprintOfPath(o.out),
         fsync: o.fsync,
         origin: `planted by powerinfer synth (gate rank ${o.gateRank}, margin ${PREDICTOR_MARGIN} noise deviations; quantization noise ${(100 * share).toFixed(1)}% of the pre-activation's deviation); not trained`,
