@@ -8,6 +8,7 @@
  *   npm run bench:offload -- --skip compare,io            # only the ablation
  *   npm run bench:offload -- --shape mistral-7b --gate-rank 64 --limits 1.5,3 # predictor mode
  *   ... --order hot      # the comparison on the hot-first store (default: the store in index order)
+ *   npm run bench:offload -- --shape mixtral --gate-rank 64   # Mixtral-8x7B shape, 16 layers, 4 GiB
  *
  * Model (--shape 7b, the default): a Llama-2-7B-shape ReLU synthetic with planted activation sparsity 0.9, Q4_1
  * (llama.cpp copies Q4_0 weights into anonymous memory at load, so under a limit it is killed,
@@ -16,11 +17,17 @@
  * second store ordered hot-first by the firing rates the generator planted (an ablation row;
  * a stand-in for a measured activation profile). --shape mistral-7b uses the shape of the paper's
  * TurboSparse-Mistral-7B instead (grouped-query attention: the part that stays in memory is small
- * enough for a 1.5 GiB limit), files named m7b-*.
+ * enough for a 1.5 GiB limit), files named m7b-*. --shape mixtral is the Mixtral-8x7B /
+ * TurboSparse-Mixtral-47B shape (8 experts of FFN 14336, top-2) with --layers 16 by default (a
+ * 14 GB Q4_1 GGUF: the full 32 layers and their stores do not fit this disk twice), at a 4 GiB
+ * limit by default (the paper's 47B at 8 GiB is the same 3.5x), files named mx16-*.
  *
  * --gate-rank R makes the model predictable (`synth --gate-rank`: gate rows from a rank-R basis,
  * files named *-rR-*), puts the predictors synth planted into the stores, and runs ours with
- * --sparsity predictor; a last section compares its text with the exact gate mode's.
+ * --sparsity predictor; a last section compares its text with the exact gate mode's. The ablation
+ * then adds the predictors as a step of their own (naive, + cache, + pipeline in gate mode; +
+ * predictors; + hot-first), and a section runs `powerinfer plan` at the ablation's limit and puts
+ * its prediction beside a run with that plan under the same limit.
  *
  * Ours: `powerinfer run -m store.pi --memory-budget LIMIT` (gate sparsity, exact). llama.cpp:
  * node-llama-cpp 3.21.1 (installed by `npm run bench` into bench/.peer), mmap of the GGUF. Each
@@ -66,8 +73,12 @@ const PROMPT =
 // ---------------------------------------------------------------------------------------------
 // Options
 
+type Shape = "7b" | "mistral-7b" | "mixtral";
+
 interface Options {
-  shape: "7b" | "mistral-7b";
+  shape: Shape;
+  /** layers kept of the shape (synth --layers; the mixtral shape's default is 16) */
+  layers?: number;
   type: "q4_1" | "q8_0";
   limits: number[];
   threads: number[];
@@ -118,9 +129,14 @@ function parseOptions(argv: string[]): Options {
       o.type = t;
     } else if (a === "--shape") {
       const t = v();
-      if (t !== "7b" && t !== "mistral-7b") throw new Error("--shape must be 7b or mistral-7b");
+      if (t !== "7b" && t !== "mistral-7b" && t !== "mixtral")
+        throw new Error("--shape must be 7b, mistral-7b or mixtral");
       o.shape = t;
-    } else if (a === "--limits") o.limits = nums(v());
+      if (t === "mixtral" && !argv.includes("--limits")) o.limits = [4];
+      if (t === "mixtral" && !argv.includes("--ablation-limit")) o.ablationLimit = 4;
+      if (t === "mixtral" && !argv.includes("--layers")) o.layers = 16;
+    } else if (a === "--layers") o.layers = nums(v())[0];
+    else if (a === "--limits") o.limits = nums(v());
     else if (a === "--threads") o.threads = nums(v());
     else if (a === "--reps") o.reps = nums(v())[0];
     else if (a === "-n") o.n = nums(v())[0];
@@ -136,8 +152,8 @@ function parseOptions(argv: string[]): Options {
     } else throw new Error(`unknown option ${a} (see the comment at the top of bench/offload.ts)`);
   }
   for (const s of o.skip)
-    if (!["compare", "ablation", "io", "quality"].includes(s))
-      throw new Error(`--skip takes compare, ablation, io, quality; got "${s}"`);
+    if (!["compare", "ablation", "plan", "io", "quality"].includes(s))
+      throw new Error(`--skip takes compare, ablation, plan, io, quality; got "${s}"`);
   return o;
 }
 
@@ -157,9 +173,13 @@ interface Models {
 }
 
 /** The GGUF, its store in index order and its store ordered hot-first: made once. */
-function ensureModels(shape: Options["shape"], type: string, gateRank: number | undefined): Models {
+function ensureModels(shape: Shape, type: string, gateRank: number | undefined, layers?: number): Models {
   mkdirSync(MODELS_DIR, { recursive: true });
-  const prefix = shape === "7b" ? "7b" : "m7b";
+  const spec = SHAPE_SPECS[shape];
+  const nLayer = layers ?? spec.layers;
+  const prefix =
+    (shape === "7b" ? "7b" : shape === "mistral-7b" ? "m7b" : "mx") +
+    (nLayer !== spec.layers || shape === "mixtral" ? String(nLayer) : "");
   const base = join(MODELS_DIR, `${prefix}-relu90-${gateRank ? `r${gateRank}-` : ""}${type}`);
   const m: Models = { gguf: `${base}.gguf`, store: `${base}.pi`, hotStore: `${base}.hot.pi` };
   // a predictable model's planted predictors go into both stores (llama.cpp reads the GGUF, which has none)
@@ -177,6 +197,7 @@ function ensureModels(shape: Options["shape"], type: string, gateRank: number | 
         "--sparsity",
         String(SPARSITY),
         ...(gateRank ? ["--gate-rank", String(gateRank)] : []),
+        ...(nLayer !== spec.layers ? ["--layers", String(nLayer)] : []),
         "--type",
         type,
         "--seed",
@@ -191,18 +212,35 @@ function ensureModels(shape: Options["shape"], type: string, gateRank: number | 
   if (!existsSync(m.hotStore)) {
     // The planted per-neuron firing rates as an activation profile: what profiling the model on
     // varied input would find, up to sampling noise. Only the order on flash depends on it.
-    const spec = SHAPE_SPECS[shape];
     const profile = join(MODELS_DIR, `${prefix}-relu90-planted-profile.json`);
-    const layers = Array.from({ length: spec.layers }, (_, l) => ({
-      frequency: Array.from(plannedFiring(SEED, l, spec.ffn, SPARSITY), (x) => Number(x.toPrecision(6))),
-    }));
-    writeFileSync(profile, JSON.stringify({ layers }));
+    writeFileSync(profile, JSON.stringify({ layers: plantedProfile(shape, nLayer) }));
     sh(
       [process.execPath, BIN, "convert", m.gguf, "-o", m.hotStore, "--profile", profile, ...predictors],
       "convert (hot-first)",
     );
   }
   return m;
+}
+
+/**
+ * The planted per-neuron firing rates as profile entries, one per layer (a mixture: per layer and
+ * expert, each expert's rates when routed, every expert taken as routed alike: the generator plants
+ * firing, not routing).
+ */
+function plantedProfile(shape: Shape, nLayer: number): { frequency: number[]; routed?: number }[] {
+  const spec = SHAPE_SPECS[shape];
+  const round = (xs: ArrayLike<number>) => Array.from(xs, (x) => Number(x.toPrecision(6)));
+  const experts = spec.experts ?? 0;
+  if (experts === 0)
+    return Array.from({ length: nLayer }, (_, l) => ({ frequency: round(plannedFiring(SEED, l, spec.ffn, SPARSITY)) }));
+  const out: { frequency: number[]; routed?: number }[] = [];
+  for (let l = 0; l < nLayer; l++)
+    for (let e = 0; e < experts; e++)
+      out.push({
+        frequency: round(plannedFiring(SEED, l, spec.ffn, SPARSITY, undefined, e)),
+        routed: spec.expertsUsed! / experts,
+      });
+  return out;
 }
 
 function ensurePeer(): boolean {
@@ -583,7 +621,7 @@ function oursDetail(rs: RunResult[]): { hit: string; wait: string; mbs: string; 
 async function main(): Promise<void> {
   const o = parseOptions(process.argv.slice(2));
   const started = new Date();
-  const models = ensureModels(o.shape, o.type, o.gateRank);
+  const models = ensureModels(o.shape, o.type, o.gateRank, o.layers);
   const sparsity = o.gateRank ? "predictor" : "gate";
   const support = cgroupSupport();
   const cg = typeof support === "string" ? undefined : support;
@@ -599,12 +637,14 @@ async function main(): Promise<void> {
     out.push(s);
     process.stderr.write(`${s}\n`);
   };
-  const texts = new Map<string, string[]>();
-  const noteText = (label: string, r: RunResult) => {
+  // greedy text per sparsity mode: the exact gate mode's may differ from the predictors'
+  const texts = new Map<string, Map<string, string[]>>();
+  const noteText = (mode: string, label: string, r: RunResult) => {
     if (!r.ok || r.text === undefined) return;
-    const list = texts.get(r.text) ?? [];
+    const byText = texts.get(mode) ?? texts.set(mode, new Map()).get(mode)!;
+    const list = byText.get(r.text) ?? [];
     list.push(label);
-    texts.set(r.text, list);
+    byText.set(r.text, list);
   };
   const raw: Record<string, unknown> = { started: started.toISOString(), options: { ...o, skip: [...o.skip] }, models };
 
@@ -613,7 +653,7 @@ async function main(): Promise<void> {
     ? `, gate rank ${o.gateRank} (planted predictors, not trained: docs/benchmarks.md)`
     : "";
   log(
-    `model: ${o.shape} shape (${SHAPE_SPECS[o.shape].like}), ReLU, planted sparsity ${SPARSITY}${predictable}, ${o.type.toUpperCase()}, seed ${SEED}: GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}`,
+    `model: ${o.shape} shape (${SHAPE_SPECS[o.shape].like}${o.layers !== undefined && o.layers !== SHAPE_SPECS[o.shape].layers ? `, ${o.layers} of its ${SHAPE_SPECS[o.shape].layers} layers` : ""}), ReLU, planted sparsity ${SPARSITY}${predictable}, ${o.type.toUpperCase()}, seed ${SEED}: GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}`,
   );
   log(
     `prompt ${PROMPT.length} chars, ${o.n} generated tokens, greedy, context ${CONTEXT} for both engines; ours: --sparsity ${sparsity} (reader defaults), store ${o.order === "hot" ? "hot-first (planted rates as the profile)" : "in index order"}; medians of ${o.reps} interleaved runs`,
@@ -637,7 +677,7 @@ async function main(): Promise<void> {
               o.timeoutS,
             );
             cell.ours.push(r);
-            noteText(`compare ${key}`, r);
+            noteText(sparsity, `compare ${key}`, r);
             process.stderr.write(
               `  ours  ${gib(limit)} t${threads}: ${r.ok ? `${r.prefill} / ${r.decode} tok/s, hit ${r.hitRatePct}%, read ${r.readMB} MB, wait ${r.ioWaitS} s, peak RSS ${r.peakRssMiB} MiB` : r.failure} (load ${r.load.toFixed(1)})\n`,
             );
@@ -700,25 +740,45 @@ async function main(): Promise<void> {
     }
   }
 
-  // 2. Ablation: naive, + cache, + pipeline (index order), + hot-first order.
+  // 2. Ablation: naive, + cache, + pipeline (index order), (+ predictors,) + hot-first order.
   if (!o.skip.has("ablation")) {
     const limit = o.ablationLimit * GiB;
-    const configs: { name: string; store: string; extra: string[] }[] = [
+    // with predictors, the steps before them run the exact gate mode, and the predictors are a step
+    const early: "gate" | "predictor" = "gate";
+    const configs: { name: string; store: string; extra: string[]; sparsity: "gate" | "predictor" }[] = [
       {
         name: "naive: bundles read every token (16 MiB cache, no hot region), no pipeline",
         store: models.store,
         extra: ["--cache-size", "16MiB", "--hot-fraction", "0", "--no-pipeline"],
+        sparsity: early,
       },
-      { name: "+ cache (what the budget leaves, half pinned hot)", store: models.store, extra: ["--no-pipeline"] },
       {
-        name: "+ pipeline (reads overlap compute: the hits', and in predictor mode the next layer's reads ahead)",
+        name: "+ cache (what the budget leaves, half pinned hot)",
+        store: models.store,
+        extra: ["--no-pipeline"],
+        sparsity: early,
+      },
+      {
+        name: `+ pipeline (reads overlap compute: the hits'${o.gateRank ? "" : ", and in predictor mode the next layer's reads ahead"})`,
         store: models.store,
         extra: [],
+        sparsity: early,
       },
+      ...(o.gateRank
+        ? [
+            {
+              name: "+ predictors (the planted ones pick the neurons: no gate rows read; the next layer's reads ahead)",
+              store: models.store,
+              extra: [],
+              sparsity: "predictor" as const,
+            },
+          ]
+        : []),
       {
         name: "+ hot-first order on flash and the hot share its profile sets (planted rates as the profile)",
         store: models.hotStore,
         extra: [],
+        sparsity,
       },
     ];
     const res = new Map<string, RunResult[]>();
@@ -726,9 +786,13 @@ async function main(): Promise<void> {
       for (const threads of o.ablationThreads) {
         for (const c of configs) {
           const key = `${c.name}/${threads}`;
-          const r = runOurs(cg, { store: c.store, limit, threads, n: o.n, sparsity, extra: c.extra }, o.timeoutS);
+          const r = runOurs(
+            cg,
+            { store: c.store, limit, threads, n: o.n, sparsity: c.sparsity, extra: c.extra },
+            o.timeoutS,
+          );
           (res.get(key) ?? res.set(key, []).get(key)!).push(r);
-          noteText(`ablation ${key}`, r);
+          noteText(c.sparsity, `ablation ${key}`, r);
           process.stderr.write(
             `  ${c.name.slice(0, 30)} t${threads}: ${r.ok ? `${r.prefill} / ${r.decode} tok/s, hit ${r.hitRatePct}%, read ${r.readMB} MB, wait ${r.ioWaitS} s` : r.failure}\n`,
           );
@@ -759,7 +823,67 @@ async function main(): Promise<void> {
     }
   }
 
-  // 3. Read bandwidth: the device at our read size against what the runs achieved.
+  // 3. The planner: its prediction for the ablation's last configuration's store and limit, beside
+  // a run with the plan it wrote, under the same limit.
+  if (!o.skip.has("plan")) {
+    const limit = o.ablationLimit * GiB;
+    const threads = o.ablationThreads[0];
+    const store = models.hotStore;
+    const planFile = `${store}.bench-plan.json`;
+    const cmd = [
+      process.execPath,
+      BIN,
+      "plan",
+      "-m",
+      store,
+      "--memory-budget",
+      `${Math.round(limit / MiB)}MiB`,
+      "-t",
+      String(threads),
+      "-c",
+      String(CONTEXT),
+      "--decode-tokens",
+      String(o.n),
+      "-o",
+      planFile,
+      "--json",
+      "-q",
+    ];
+    process.stderr.write(`$ ${cmd.slice(1).join(" ")}\n`);
+    const p = spawnSync(cmd[0], cmd.slice(1), { encoding: "utf8", maxBuffer: 64 << 20, timeout: o.timeoutS * 1000 });
+    log("");
+    log(
+      `## The planner at ${gib(limit)}, ${threads} thread(s) (\`powerinfer plan\`, then \`run --plan\` under the limit)`,
+    );
+    log("");
+    if (p.status !== 0) log(`- plan failed (exit ${p.status}): ${(p.stderr ?? "").trim().split("\n").pop()}`);
+    else {
+      const plan = JSON.parse(p.stdout) as {
+        knobs: { sparsity: "gate" | "predictor"; queueDepth: number; hotFraction: number };
+        prediction: { tokensPerSecond: number; hitRate: number };
+      };
+      const runs: RunResult[] = [];
+      for (let rep = 0; rep < o.reps; rep++)
+        runs.push(
+          runOurs(
+            cg,
+            { store, limit, threads, n: o.n, sparsity: plan.knobs.sparsity, extra: ["--plan", planFile] },
+            o.timeoutS,
+          ),
+        );
+      raw.plan = { plan, runs };
+      const measured = medNum(runs, "decode");
+      const predicted = plan.prediction.tokensPerSecond;
+      log(
+        `- plan: ${plan.knobs.sparsity} sparsity, queue depth ${plan.knobs.queueDepth}, hot share ${plan.knobs.hotFraction}; predicted ${predicted.toFixed(2)} tok/s decode, hit rate ${(100 * plan.prediction.hitRate).toFixed(1)}%`,
+      );
+      log(
+        `- measured with it: ${med(runs, "decode")} tok/s decode, hit rate ${oursDetail(runs).hit}${measured !== undefined ? ` (prediction ${((100 * (predicted - measured)) / measured).toFixed(0)}% off)` : ""}`,
+      );
+    }
+  }
+
+  // 4. Read bandwidth: the device at our read size against what the runs achieved.
   if (!o.skip.has("io")) {
     const fio = spawnSync("fio", ["--version"], { encoding: "utf8" });
     log("");
@@ -874,13 +998,13 @@ async function main(): Promise<void> {
   }
 
   // Exactness across every run of ours: greedy tokens do not depend on the budget or the cache.
-  if (texts.size > 0) {
+  for (const [mode, byText] of texts) {
     log("");
     log(
-      texts.size === 1
-        ? `Ours generated the same text in all ${[...texts.values()][0].length} successful runs (every limit, thread count and ablation setting).`
-        : `WARNING: ours generated ${texts.size} different texts across runs (greedy; they agree on the first ${commonPrefix([...texts.keys()])} characters): ` +
-            [...texts.entries()].map(([t, l]) => `${JSON.stringify(t.trim())} in ${l.join(", ")}`).join(" | "),
+      byText.size === 1
+        ? `Ours (${mode} sparsity) generated the same text in all ${[...byText.values()][0].length} successful runs (every limit, thread count and ablation setting).`
+        : `WARNING: ours (${mode} sparsity) generated ${byText.size} different texts across runs (greedy; they agree on the first ${commonPrefix([...byText.keys()])} characters): ` +
+            [...byText.entries()].map(([t, l]) => `${JSON.stringify(t.trim())} in ${l.join(", ")}`).join(" | "),
     );
   }
   log("");

@@ -260,11 +260,18 @@ export function firingOf(store: NeuronStore, cfg: ModelConfig, assumed?: number)
     const sparsity = Number(store.getNumber("synth.sparsity").toPrecision(6));
     const alpha = store.has("synth.alpha") ? Number(store.getNumber("synth.alpha").toPrecision(6)) : undefined;
     const seed = Number(store.metadata.get("synth.seed"));
-    for (let l = 0; l < L; l++) {
-      const Ls = store.layer(l);
-      const planted = plannedFiring(seed, l, Ls.neurons, sparsity, alpha);
+    // a mixture: each expert's own planted rates when routed, times its routing share (the
+    // generator plants firing, not routing: every expert taken as routed alike)
+    const E = store.ffn.experts;
+    const share = E > 0 ? cfg.nExpertUsed / E : 1;
+    for (let g = 0; g < L; g++) {
+      const Ls = store.layer(g);
+      const planted =
+        E > 0
+          ? plannedFiring(seed, Math.floor(g / E), Ls.neurons, sparsity, alpha, g % E)
+          : plannedFiring(seed, g, Ls.neurons, sparsity, alpha);
       const p = new Float64Array(Ls.neurons);
-      for (let k = 0; k < Ls.neurons; k++) p[k] = planted[Ls.order[k]];
+      for (let k = 0; k < Ls.neurons; k++) p[k] = share * planted[Ls.order[k]];
       layers.push(p);
     }
     return {
