@@ -74,7 +74,7 @@ export const LOAD_FLAGS: FlagSpec[] = [
     names: ["--no-read-ahead"],
     key: "noReadAhead",
     type: "bool",
-    help: "predictor mode: do not read the next layer's likely bundles during this layer (ablation)",
+    help: "predictor mode: do not read the next layer's likely bundles during this layer (a mixture of experts: nor the next routed expert's during the first) (ablation)",
   },
   {
     names: ["--verify"],
