@@ -18,6 +18,9 @@ import { writePredictorFile } from "../src/offline/predictor-files.js";
 import { modelFingerprint } from "../src/offline/profile.js";
 import { trainPredictors } from "../src/offline/train-predictors.js";
 import { expertSummary, GROUP_FIELDS, type OffloadStats } from "../src/model/offload/stats.js";
+import { runResult } from "../src/cli/run-json.js";
+import { expertStatsText } from "../src/cli/expert-stats.js";
+import type { GenerationStats } from "../src/generate/generator.js";
 import { argmax, SHARED, tempDir } from "./helpers.js";
 
 const MOE = `${SHARED}/models/moe-stories.gguf`;
@@ -63,7 +66,12 @@ async function store(): Promise<string> {
   return storePath;
 }
 
-async function load(threads: number, lookahead: boolean, threshold?: number): Promise<LlamaModel> {
+async function load(
+  threads: number,
+  lookahead: boolean,
+  threshold?: number,
+  expertReadAhead?: "both" | "expert" | "layer",
+): Promise<LlamaModel> {
   const pi = await store();
   const s = NeuronStore.open(pi);
   const allFFN = s.ffn.layers.length * s.ffn.layers[0].neurons * s.ffn.bundleBytes;
@@ -71,7 +79,7 @@ async function load(threads: number, lookahead: boolean, threshold?: number): Pr
   return LlamaModel.load(pi, {
     threads,
     contextSize: 128,
-    offload: { sparsity: "predictor", cacheBytes: Math.floor(allFFN / 4), lookahead, threshold },
+    offload: { sparsity: "predictor", cacheBytes: Math.floor(allFFN / 4), lookahead, threshold, expertReadAhead },
   });
 }
 
@@ -113,9 +121,9 @@ function checkGroups(st: OffloadStats): void {
 
 for (const threads of [1, 2]) {
   test(`moe-stories, predictor mode picking every neuron, read-ahead on: the reference's ids and logits, per-expert routed counts as the reference routes (${threads} thread(s))`, async () => {
-    const model = await load(threads, true, -1e30);
+    const model = await load(threads, true, -1e30, "both");
     try {
-      assert.ok(model.offloaded!.readsAhead);
+      assert.ok(model.offloaded!.readsAheadExpert && model.offloaded!.readsAheadLayer);
       const routed = new Float64Array(6 * 8);
       for (const r of (ref.prompts as Ref[]).slice(0, 2)) {
         const { ids, logits } = await greedy(model, r.prompt_ids, r.greedy_ids.length);
@@ -147,10 +155,14 @@ for (const threads of [1, 2]) {
   });
 }
 
-test("moe-stories, trained per-expert predictors: read-ahead on gives the ids and logits of read-ahead off; its counts per expert", async () => {
+test("moe-stories, trained per-expert predictors: read-ahead (the default, and both kinds) gives the ids and logits of read-ahead off; its counts per expert", async () => {
   const runs: { ids: number[][]; logits: Float32Array[][]; st: OffloadStats }[] = [];
-  for (const lookahead of [false, true]) {
-    const model = await load(2, lookahead);
+  for (const [lookahead, kind] of [
+    [false, undefined],
+    [true, undefined],
+    [true, "both"],
+  ] as const) {
+    const model = await load(2, lookahead, undefined, kind);
     try {
       const ids: number[][] = [];
       const logits: Float32Array[][] = [];
@@ -164,35 +176,53 @@ test("moe-stories, trained per-expert predictors: read-ahead on gives the ids an
       await model.dispose();
     }
   }
-  const [off, on] = runs;
-  assert.deepEqual(on.ids, off.ids);
-  for (let p = 0; p < on.logits.length; p++)
-    for (let k = 0; k < on.logits[p].length; k++) {
-      const a = on.logits[p][k],
-        b = off.logits[p][k];
-      let worst = 0,
-        scale = 0;
-      for (let i = 0; i < a.length; i++) {
-        worst = Math.max(worst, Math.abs(a[i] - b[i]));
-        scale = Math.max(scale, Math.abs(b[i]));
+  const [off, on, both] = runs;
+  for (const on of [runs[1], both]) {
+    assert.deepEqual(on.ids, off.ids);
+    for (let p = 0; p < on.logits.length; p++)
+      for (let k = 0; k < on.logits[p].length; k++) {
+        const a = on.logits[p][k],
+          b = off.logits[p][k];
+        let worst = 0,
+          scale = 0;
+        for (let i = 0; i < a.length; i++) {
+          worst = Math.max(worst, Math.abs(a[i] - b[i]));
+          scale = Math.max(scale, Math.abs(b[i]));
+        }
+        // the same neurons, summed in another order (a bundle read ahead is computed with the hits)
+        assert.ok(worst <= 1e-4 * scale, `prompt ${p} position ${k}: max |diff| ${worst}`);
       }
-      // the same neurons, summed in another order (a bundle read ahead is computed with the hits)
-      assert.ok(worst <= 1e-4 * scale, `prompt ${p} position ${k}: max |diff| ${worst}`);
-    }
+    assert.deepEqual(Array.from(on.st.groups!.steps), Array.from(off.st.groups!.steps), "the same routing");
+    assert.equal(on.st.neuronsComputed, off.st.neuronsComputed, "the same neurons computed");
+    checkGroups(on.st);
+    assert.ok(on.st.readAhead > 0 && on.st.readAheadUsed > 0 && on.st.readAheadUsed <= on.st.readAhead);
+    assert.ok(on.st.readAheadExact! > 0);
+    assert.equal(on.st.readAheadExactUsed, on.st.readAheadExact);
+  }
   assert.equal(off.st.readAhead, 0);
-  assert.deepEqual(Array.from(on.st.groups!.steps), Array.from(off.st.groups!.steps), "the same routing");
-  assert.equal(on.st.neuronsComputed, off.st.neuronsComputed, "the same neurons computed");
-  checkGroups(on.st);
   checkGroups(off.st);
-  assert.ok(on.st.readAhead > 0 && on.st.readAheadUsed > 0 && on.st.readAheadUsed <= on.st.readAhead);
-  assert.ok(on.st.readAheadExact! > 0);
-  assert.equal(on.st.readAheadExactUsed, on.st.readAheadExact);
-  // the next layer's likely experts: issued and used too (the router on the residual before the next attention)
-  assert.ok(on.st.readAhead - on.st.readAheadExact! > 0);
-  assert.ok(on.st.readAheadUsed - on.st.readAheadExactUsed! > 0);
+  // the default reads ahead the next routed expert only: nothing for nothing, no more bundles read than without
+  assert.equal(on.st.readAhead, on.st.readAheadExact);
+  assert.equal(on.st.misses, off.st.misses);
+  // both: the next layer's likely experts too, issued and partly used (the router on the residual before the next attention)
+  assert.ok(both.st.readAhead - both.st.readAheadExact! > 0);
+  assert.ok(both.st.readAheadUsed - both.st.readAheadExactUsed! > 0);
+  // run --json: per expert and per layer x expert; run --stats-experts: the table
+  const moe = runResult("", [], {} as GenerationStats, on.st).stats.moe!;
+  assert.equal(moe.experts.length, 8);
+  assert.equal(moe.layers.length, 6);
+  for (const L of moe.layers) assert.equal(L.routed.length, 8);
+  assert.equal(
+    moe.layers.reduce((a, L) => a + L.routed.reduce((x, y) => x + y, 0), 0),
+    on.st.steps,
+  );
+  const text = expertStatsText(on.st.groups!, true).split("\n");
+  assert.match(text[0], /^experts \(summed over 6 layers\)/);
+  assert.equal(text.filter((l) => /^ +\d+ +[\d.]+% +hit +[\d.]+%/.test(l)).length, 8, "a line per expert");
+  assert.equal(text.filter((l) => /^ +\d+ +(\d+ \/ ([\d.]+%|-) *){8}$/.test(l)).length, 6, "a row per layer");
   console.log(
-    `read-ahead: ${on.st.readAheadExact} exact (next routed expert), all used; ` +
-      `${on.st.readAhead - on.st.readAheadExact!} for the next layer's likely experts, ` +
-      `${on.st.readAheadUsed - on.st.readAheadExactUsed!} used; misses ${off.st.misses} without, ${on.st.misses} with`,
+    `read-ahead: default ${on.st.readAheadExact} exact (next routed expert), all used; both: ` +
+      `${both.st.readAhead - both.st.readAheadExact!} for the next layer's likely experts, ` +
+      `${both.st.readAheadUsed - both.st.readAheadExactUsed!} used; bundles read ${off.st.misses} without, ${on.st.misses} default, ${both.st.misses} both`,
   );
 });

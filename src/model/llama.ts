@@ -700,7 +700,7 @@ export class LlamaModel {
     const r = this.routing;
     const row = nEmbd * 4;
     this.routeLayer(this.layers[l].router!, l, n);
-    const ahead = n === 1 && off.readsAhead;
+    const ahead = n === 1 && off.readsAheadExpert;
     for (let e = 0; e < nExpert; e++) {
       const m = this.tokensOf(e, n);
       if (m === 0) continue;
@@ -721,7 +721,7 @@ export class LlamaModel {
       this.addWeighted(m);
     }
     this.add(b.x, b.moeAcc, n * nEmbd);
-    if (ahead && l + 1 < this.config.nLayer) {
+    if (n === 1 && off.readsAheadLayer && l + 1 < this.config.nLayer) {
       // the next layer's router on the residual as it is now (its attention still to come)
       this.rmsnorm(b.xb, b.x, this.layers[l + 1].ffnNorm, 1);
       this.mm.setInput(b.xb, nEmbd);

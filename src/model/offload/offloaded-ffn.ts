@@ -82,11 +82,23 @@ export interface OffloadOptions {
    * computes, and the next layer's likely experts' picks
    */
   lookahead?: boolean;
+  /**
+   * a mixture of experts with read-ahead: what is read ahead. "expert": the token's next routed
+   * expert's picks while the first computes (exact: the same input, nothing read for nothing;
+   * the default); "layer": after a layer, the likely picks of the experts the next layer's router
+   * picks on the current residual; "both". On moe-stories from a disk that limits the token
+   * (docs/benchmarks.md, "Mixture-of-experts read-ahead") "layer" read ~13% more for ~80% used
+   * and was slower than none; "expert" was faster.
+   */
+  expertReadAhead?: ExpertReadAhead;
   /** records each step's phases (pick, hit and miss compute, waits) and each read (src/runtime/tracer.ts) */
   tracer?: Tracer | null;
 }
 
 export type { OffloadStats } from "./stats.js";
+
+export type ExpertReadAhead = "both" | "expert" | "layer";
+export const EXPERT_READ_AHEAD: readonly ExpertReadAhead[] = ["both", "expert", "layer"];
 
 /** What an offloaded FFN is built from: the loaded model's parts it shares. */
 export interface OffloadParts {
@@ -115,6 +127,7 @@ export class OffloadedFFN {
   private readonly compute: NeuronCompute;
   private readonly misses: MissReader;
   private readonly readAhead: ReadAhead | null;
+  private readonly expertReadAhead: ExpertReadAhead;
   private readonly sparse: SparseFFN;
   private readonly store: NeuronStore;
   private readonly pipeline: boolean;
@@ -139,6 +152,11 @@ export class OffloadedFFN {
     this.pipeline = opts.pipeline ?? true;
     this.verifyOnce = (opts.verify ?? "once") === "once";
     this.nLayer = cfg.nLayer;
+    this.expertReadAhead = opts.expertReadAhead ?? "expert";
+    if (!EXPERT_READ_AHEAD.includes(this.expertReadAhead))
+      throw new RangeError(
+        `expertReadAhead must be ${EXPERT_READ_AHEAD.join(", ")}; got ${JSON.stringify(opts.expertReadAhead)}`,
+      );
     this.batchCached = new Int32Array(cfg.nFF);
     this.groups = this.stats.groups = newGroupStats(store.ffn.layers.length, store.ffn.experts);
     this.tracer = opts.tracer ?? null;
@@ -212,9 +230,14 @@ export class OffloadedFFN {
     return this.batchGates !== null;
   }
 
-  /** Whether predictor picks are read ahead (readAheadGroups does something). */
-  get readsAhead(): boolean {
-    return this.readAhead !== null;
+  /** A mixture: whether decodeStep reads ahead the next routed expert's picks (its `next`). */
+  get readsAheadExpert(): boolean {
+    return this.readAhead !== null && this.expertReadAhead !== "layer";
+  }
+
+  /** A mixture: whether readAheadGroups reads the next layer's likely experts' picks. */
+  get readsAheadLayer(): boolean {
+    return this.readAhead !== null && this.expertReadAhead !== "expert";
   }
 
   /**
@@ -224,7 +247,7 @@ export class OffloadedFFN {
    */
   readAheadGroups(groups: Int32Array, count: number, residual: number): void {
     const ra = this.readAhead;
-    if (!ra) return;
+    if (!ra || !this.readsAheadLayer) return;
     const tr = this.tracer;
     const t = tr ? tr.now() : 0;
     for (let i = 0; i < count; i++) if (!ra.has(groups[i])) ra.start(groups[i], residual, false);
