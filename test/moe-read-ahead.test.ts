@@ -226,3 +226,57 @@ test("moe-stories, trained per-expert predictors: read-ahead (the default, and b
       `${both.st.readAheadUsed - both.st.readAheadExactUsed!} used; bundles read ${off.st.misses} without, ${on.st.misses} default, ${both.st.misses} both`,
   );
 });
+
+test("moe-stories read-ahead (both kinds) with failing reads: an error naming the file, never a token from a slot whose read failed; the step again gives the clean run's tokens", async () => {
+  const pi = await store();
+  const s = NeuronStore.open(pi);
+  const allFFN = s.ffn.layers.length * s.ffn.layers[0].neurons * s.ffn.bundleBytes;
+  s.close();
+  const prompt = (ref.prompts as Ref[])[1].prompt_ids;
+  /** prompt, then 4 greedy tokens; reads fail while `fail()` says so once armed (after the prompt); a failed step is run again with reads working */
+  const run = async (fail: () => boolean): Promise<{ ids: number[]; failures: number }> => {
+    let armed = false;
+    const model = await LlamaModel.load(pi, {
+      threads: 1,
+      contextSize: 64,
+      offload: {
+        sparsity: "predictor",
+        cacheBytes: Math.floor(allFFN / 4),
+        expertReadAhead: "both",
+        fault: () => (armed && fail() ? Object.assign(new Error("EIO: i/o error"), { code: "EIO" }) : null),
+      },
+    });
+    const ids: number[] = [];
+    let failures = 0;
+    try {
+      let logits = await model.forwardAsync(prompt, prompt.length, 0);
+      armed = true;
+      for (let i = 0; i < 4; i++) {
+        ids.push(argmax(logits));
+        try {
+          logits = await model.forwardAsync([ids[i]], 1, prompt.length + i);
+        } catch (e) {
+          assert.match(String(e), /moe\.pi.*EIO|EIO.*moe\.pi/s);
+          failures++;
+          armed = false;
+          logits = await model.forwardAsync([ids[i]], 1, prompt.length + i);
+        }
+      }
+      ids.push(argmax(logits));
+    } finally {
+      await model.dispose();
+    }
+    return { ids, failures };
+  };
+  let reads = 0;
+  const clean = await run(() => (reads++, false));
+  assert.equal(clean.failures, 0);
+  assert.ok(reads > 100, `${reads} reads`);
+  for (let i = 0; i < 6; i++) {
+    const k = 1 + Math.floor((i * (reads - 1)) / 5);
+    let n = 0;
+    const got = await run(() => ++n >= k);
+    assert.equal(got.failures, 1, `reads ${k}.. of ${reads} failed`);
+    assert.deepEqual(got.ids, clean.ids, `reads ${k}.. of ${reads} failed, then the step ran again`);
+  }
+});

@@ -262,9 +262,11 @@ export class OffloadedFFN {
   /**
    * Before a forward pass: with checksums checked on first read only, the store's size and
    * modification time are checked instead, once per pass (a file rewritten under the model is an
-   * error, not other weights).
+   * error, not other weights). Reads ahead still in flight are an earlier pass's: their failure
+   * (that pass failed before using them) is not this pass's error, their slots just go back.
    */
   startPass(): void {
+    this.readAhead?.newPass();
     if (this.verifyOnce) this.store.assertUnchanged();
   }
 

@@ -41,6 +41,8 @@ const MAX_PENDING = 8;
 /** One group's read in flight. */
 interface Pending {
   group: number;
+  /** read in an earlier forward pass (one that failed before using it): its failure is no step's error */
+  stale: boolean;
   reading: Promise<void> | null;
   requests: FlashReadRequest[];
   /** request objects reused from read to read */
@@ -73,7 +75,8 @@ export class ReadAhead {
     this.scores = arena.alloc(store.layer(0).neurons * 4, 64);
     this.experts = store.ffn.experts;
     this.maxPinned = Math.floor(cache.coldSlots / 2);
-    for (let i = 0; i < MAX_PENDING; i++) this.free.push({ group: -1, reading: null, requests: [], pool: [] });
+    for (let i = 0; i < MAX_PENDING; i++)
+      this.free.push({ group: -1, stale: false, reading: null, requests: [], pool: [] });
   }
 
   /** The model layer of a group. */
@@ -145,8 +148,14 @@ export class ReadAhead {
     const reading = this.reader.read(requests);
     reading.catch(() => undefined);
     p.group = g;
+    p.stale = false;
     p.reading = reading;
     this.pending.push(p);
+  }
+
+  /** A forward pass starts: reads ahead still in flight were made by an earlier one (that failed, or read for nothing). */
+  newPass(): void {
+    for (const p of this.pending) p.stale = true;
   }
 
   /**
@@ -175,7 +184,7 @@ export class ReadAhead {
         for (const r of p.requests) this.cache.unpin(r.tag as number);
       } catch (e) {
         for (const r of p.requests) this.cache.release(r.tag as number);
-        if (p.group === g && error === null) error = e;
+        if (p.group === g && !p.stale && error === null) error = e;
       }
       this.free.push(p);
     }
