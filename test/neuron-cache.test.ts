@@ -67,3 +67,49 @@ test("packed hot slots: hot at their own stride, cold from the next 4 KiB bounda
   assert.equal(u.address(12), 12 * 8192);
   assert.equal(u.bytes, 17 * 8192);
 });
+
+test("a slot read ahead is pinned while its read is in flight: no acquire takes it, whatever the step; per-layer counts add up", () => {
+  // 2 layers of 8 neurons, 2 hot each, 4 cold slots
+  const c = new NeuronCache(0, 4096, 8, [8, 8], [2, 2]);
+  assert.equal(c.coldSlots, 4);
+  c.beginStep();
+  const early = c.acquire(1, 5, 2);
+  c.pin(early);
+  assert.equal(c.pinnedCount, 1);
+  // later steps take every other cold slot, again and again, never the pinned one
+  const seen = new Set<number>();
+  for (let step = 0; step < 6; step++) {
+    c.beginStep();
+    for (let k = 2; k < 5; k++) {
+      const pos = ((k + step) % 6) + 2;
+      if (c.peek(0, pos) >= 0) continue;
+      const s = c.acquire(0, pos);
+      if (s < 0) continue;
+      assert.notEqual(s, early);
+      seen.add(s);
+    }
+  }
+  assert.equal(seen.size, 3);
+  assert.equal(c.peek(1, 5), early, "still owned by what was read ahead");
+  c.unpin(early);
+  assert.equal(c.pinnedCount, 0);
+  // its first lookup is a miss served early (exact), not a hit
+  c.beginStep();
+  assert.equal(c.lookup(1, 5), early);
+  assert.equal(c.lookup(1, 0), c.hotStart[1]);
+  assert.equal(c.lookup(1, 6), -1);
+  c.countHot(0, 3);
+  assert.deepEqual([c.ahead.used, c.ahead.exact], [1, 1]);
+  assert.deepEqual(Array.from(c.aheadUsedOf), [0, 1]);
+  assert.deepEqual(Array.from(c.hotHitsOf), [3, 1]);
+  assert.deepEqual(Array.from(c.coldMissesOf), [0, 1]);
+  assert.equal(c.hot.hits, 4);
+  // the slot is an ordinary cold slot now; a pinned one whose read failed goes back too
+  const failed = c.acquire(1, 7, 1);
+  c.pin(failed);
+  c.release(failed);
+  assert.equal(c.pinnedCount, 0);
+  assert.equal(c.peek(1, 7), -1);
+  c.beginStep();
+  assert.equal(c.acquire(0, 7), failed, "a released slot is the next one taken");
+});

@@ -6,6 +6,7 @@
 import type { GenerateOptions } from "../generate/generator.js";
 import type { LoadModelOptions } from "../index.js";
 import type { SparsityMode } from "../model/offload/layout.js";
+import { EXPERT_READ_AHEAD, type ExpertReadAhead } from "../model/offload/offloaded-ffn.js";
 import { thresholdsForModel } from "../offline/profile.js";
 import { UsageError, type FlagSpec, type ParsedArgs } from "./args.js";
 import { applyPlan } from "../planner/plan.js";
@@ -74,7 +75,13 @@ export const LOAD_FLAGS: FlagSpec[] = [
     names: ["--no-read-ahead"],
     key: "noReadAhead",
     type: "bool",
-    help: "predictor mode: do not read the next layer's likely bundles during this layer (ablation)",
+    help: "predictor mode: do not read the next layer's likely bundles during this layer (a mixture of experts: nor the next routed expert's during the first) (ablation)",
+  },
+  {
+    names: ["--expert-read-ahead"],
+    key: "expertReadAhead",
+    type: "string",
+    help: "a mixture of experts in predictor mode, what is read ahead: expert (the next routed expert's exact picks while the first computes), layer (the next layer's likely experts, by its router on the current residual), both; default: expert",
   },
   {
     names: ["--verify"],
@@ -150,6 +157,10 @@ export function loadOptions(command: string, args: ParsedArgs): LoadModelOptions
     throw new UsageError(`${command}: --sparsity must be dense, gate or predictor, got "${args.sparsity}"`);
   }
   const hot = args.hotFraction as number | undefined;
+  if (args.expertReadAhead !== undefined && !EXPERT_READ_AHEAD.includes(args.expertReadAhead as ExpertReadAhead))
+    throw new UsageError(
+      `${command}: --expert-read-ahead must be ${EXPERT_READ_AHEAD.join(", ")}, got "${args.expertReadAhead}"`,
+    );
   if (args.verify !== undefined && args.verify !== "once" && args.verify !== "always")
     throw new UsageError(`${command}: --verify must be once or always, got "${args.verify}"`);
   // Read (and check against the model) now, so a wrong profile fails before the model loads.
@@ -168,6 +179,7 @@ export function loadOptions(command: string, args: ParsedArgs): LoadModelOptions
       queueDepth: args.queueDepth as number | undefined,
       pipeline: args.noPipeline ? false : undefined,
       lookahead: args.noReadAhead ? false : undefined,
+      expertReadAhead: args.expertReadAhead as ExpertReadAhead | undefined,
       verify: args.verify as "once" | "always" | undefined,
     },
   };

@@ -1,12 +1,13 @@
 /**
  * `run --json`'s one object on stdout, for scripts: the generated text, its token ids, and stats:
  * every GenerationStats field, and for a neuron store the FFN's figures (neurons computed, the
- * neuron cache's hits and misses and hit rate, bytes read and I/O wait) and the peak resident
- * memory.
+ * neuron cache's hits and misses and hit rate, bytes read and I/O wait; for a mixture of experts
+ * the same per expert and per layer x expert) and the peak resident memory.
  */
 import type { GenerationStats } from "../generate/generator.js";
 import type { OffloadStats } from "../model/offload/stats.js";
 import { peakResidentBytes } from "../runtime/memory.js";
+import { expertFigures, type ExpertFigures } from "./expert-stats.js";
 
 export interface RunResult {
   text: string;
@@ -28,6 +29,11 @@ export interface StoreFigures {
   ioWaitMs: number;
   readAhead: number;
   readAheadUsed: number;
+  /** a mixture of experts: of readAhead, the bundles read for each token's next routed expert (exact picks), and how many were used */
+  readAheadExact?: number;
+  readAheadExactUsed?: number;
+  /** a mixture of experts: per expert across layers, and per layer x expert */
+  moe?: ExpertFigures;
   peakResidentBytes: number;
 }
 
@@ -53,5 +59,10 @@ export function runResult(
     readAheadUsed: off.readAheadUsed,
     peakResidentBytes: peakResidentBytes(),
   };
+  if (off.groups && off.groups.experts > 0) {
+    store.readAheadExact = off.readAheadExact ?? 0;
+    store.readAheadExactUsed = off.readAheadExactUsed ?? 0;
+    store.moe = expertFigures(off.groups);
+  }
   return { text, tokens, stats: { ...stats, ...store } };
 }

@@ -16,6 +16,7 @@ import { acceptLlamaCppFlags } from "./llama-compat-flags.js";
 import { JSON_SCHEMA_FLAGS, responseFormatFromFlags } from "./json-schema-flag.js";
 import { finishTrace, startTrace, TRACE_FLAG } from "./trace-flag.js";
 import { runResult } from "./run-json.js";
+import { expertStatsText } from "./expert-stats.js";
 
 const FLAGS: FlagSpec[] = [
   ...LOAD_FLAGS,
@@ -43,7 +44,13 @@ const FLAGS: FlagSpec[] = [
     names: ["--stats"],
     key: "stats",
     type: "bool",
-    help: "a live status line while generating (tok/s, cache hit rate, MB/s read, resident memory)",
+    help: "a live status line while generating (tok/s, cache hit rate, MB/s read, resident memory); for a mixture of experts from a store, per-expert figures at the end",
+  },
+  {
+    names: ["--stats-experts"],
+    key: "statsExperts",
+    type: "bool",
+    help: "a mixture of experts from a store: the per-expert figures and a layer x expert table (tokens routed, hit rate) at the end",
   },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
@@ -137,6 +144,17 @@ export async function main(argv: string[]): Promise<number> {
           `cache hit rate ${((100 * hits) / Math.max(1, hits + off.misses)).toFixed(1)}% (hot ${off.hotHits}, cold ${off.coldHits}, misses ${off.misses}); ` +
           `read ${(off.bytesRead / 1e6).toFixed(1)} MB, I/O wait ${(off.ioWaitMs / 1000).toFixed(2)} s (${((100 * off.ioWaitMs) / Math.max(1, s.prefillMs + s.decodeMs)).toFixed(0)}% of the run); peak RSS ${(peakResidentBytes() / 2 ** 20).toFixed(1)} MiB\n`,
       );
+      if (off.readAhead > 0)
+        process.stderr.write(
+          `read-ahead: ${off.readAhead} bundles, ${off.readAheadUsed} used` +
+            (off.readAheadExact !== undefined
+              ? ` (next routed expert: ${off.readAheadExact}, ${off.readAheadExactUsed} used; next layer's likely experts: ${off.readAhead - off.readAheadExact}, ${off.readAheadUsed - (off.readAheadExactUsed ?? 0)} used)`
+              : "") +
+            "\n",
+        );
+      const verbose = Boolean(args.statsExperts);
+      if (off.groups && off.groups.experts > 0 && (args.stats || verbose))
+        process.stderr.write(expertStatsText(off.groups, verbose));
     }
     process.stderr.write(
       `stop: ${s.stopReason}\n` +

@@ -15,9 +15,15 @@
  * about to read stay put; `acquire` returns -1 when every cold slot is in use this step, and the
  * caller computes what it has before asking again.
  *
- * A slot can be filled ahead of need (`acquire(..., true)`: read ahead because a predictor
+ * A slot can be filled ahead of need (`acquire(..., kind)`: read ahead because a predictor
  * expects its neuron soon). The first lookup that finds it counts it as a miss served early
- * (`ahead.used`), not as a hit: it was read for this use, only sooner.
+ * (`ahead.used`), not as a hit: it was read for this use, only sooner. While such a read is in
+ * flight its slot is pinned (`pin`: out of the LRU list, so no later acquire can take it and
+ * start a second read into it, whatever the step); `unpin` puts it back once the read landed.
+ * The owner of a read ahead must make sure it landed before a lookup can serve it.
+ *
+ * Every count is also kept per layer (a layer here is a store group: a layer, or one expert of a
+ * mixture's layer), in arrays laid out at construction.
  */
 import { hitProfile, type Firing } from "./hit-model.js";
 
@@ -40,15 +46,24 @@ export class NeuronCache {
   readonly hotStart: Int32Array;
   readonly hot: CacheRegionStats = { hits: 0, misses: 0 };
   readonly cold: CacheRegionStats = { hits: 0, misses: 0 };
-  /** lookups that found a bundle read ahead for them (misses served early, not hits) */
-  readonly ahead = { used: 0 };
+  /** lookups that found a bundle read ahead for them (misses served early, not hits); `exact`: of those read for a mixture's next routed expert */
+  readonly ahead = { used: 0, exact: 0 };
+  /** per layer (store group): hot hits, cold hits, cold misses, read-ahead bundles used */
+  readonly hotHitsOf: Float64Array;
+  readonly coldHitsOf: Float64Array;
+  readonly coldMissesOf: Float64Array;
+  readonly aheadUsedOf: Float64Array;
+  /** slots pinned now (reads ahead in flight) */
+  pinnedCount = 0;
   /** per layer, stored position -> cold slot or -1 */
   private readonly where: Int32Array[];
   private readonly ownerLayer: Int32Array;
   private readonly ownerPos: Int32Array;
   private readonly stamp: Int32Array;
-  /** per slot: 1 while it holds a bundle read ahead and not yet looked up */
+  /** per slot: the kind of read ahead (1 likely, 2 exact) while it holds a bundle read ahead and not yet looked up, else 0 */
   private readonly early: Uint8Array;
+  /** per slot: 1 while its read ahead is in flight (out of the LRU list) */
+  private readonly pinned: Uint8Array;
   private readonly prev: Int32Array;
   private readonly next: Int32Array;
   /** LRU list of cold slots: head = most recent, tail = least */
@@ -88,6 +103,11 @@ export class NeuronCache {
     this.ownerPos = new Int32Array(slots).fill(-1);
     this.stamp = new Int32Array(slots);
     this.early = new Uint8Array(slots);
+    this.pinned = new Uint8Array(slots);
+    this.hotHitsOf = new Float64Array(layers);
+    this.coldHitsOf = new Float64Array(layers);
+    this.coldMissesOf = new Float64Array(layers);
+    this.aheadUsedOf = new Float64Array(layers);
     this.prev = new Int32Array(slots).fill(-1);
     this.next = new Int32Array(slots).fill(-1);
     for (let i = slots - 1; i >= s; i--) this.pushFront(i);
@@ -128,19 +148,44 @@ export class NeuronCache {
   lookup(layer: number, pos: number): number {
     if (pos < this.hotCount[layer]) {
       this.hot.hits++;
+      this.hotHitsOf[layer]++;
       return this.hotStart[layer] + pos;
     }
     const slot = this.where[layer][pos];
     if (slot < 0) {
       this.cold.misses++;
+      this.coldMissesOf[layer]++;
       return -1;
     }
     if (this.early[slot]) {
+      if (this.early[slot] === 2) this.ahead.exact++;
       this.early[slot] = 0;
       this.ahead.used++;
-    } else this.cold.hits++;
+      this.aheadUsedOf[layer]++;
+    } else {
+      this.cold.hits++;
+      this.coldHitsOf[layer]++;
+    }
     this.touch(slot);
     return slot;
+  }
+
+  /** `picked` hot neurons of layer `layer` computed as part of a whole cluster: hot hits. */
+  countHot(layer: number, picked: number): void {
+    this.hot.hits += picked;
+    this.hotHitsOf[layer] += picked;
+  }
+
+  /**
+   * Keep (layer, pos) if cached in a cold slot: touch it without counting, so that reads ahead
+   * in this step do not evict what is about to be used. Returns whether it is cached.
+   */
+  keep(layer: number, pos: number): boolean {
+    if (pos < this.hotCount[layer]) return true;
+    const slot = this.where[layer][pos];
+    if (slot < 0) return false;
+    this.touch(slot);
+    return true;
   }
 
   /** The slot holding (layer, stored position), or -1, without counting or touching it. */
@@ -151,9 +196,9 @@ export class NeuronCache {
   /**
    * A cold slot for (layer, pos), which must not be cached: the least recently used slot not
    * touched in this step, now owned by (layer, pos) and touched. -1 when there is none.
-   * `ahead`: it is filled ahead of need (see above).
+   * `ahead`: it is filled ahead of need (see above; 1 or true: a likely need, 2: a certain one).
    */
-  acquire(layer: number, pos: number, ahead = false): number {
+  acquire(layer: number, pos: number, ahead: boolean | 1 | 2 = false): number {
     const slot = this.tail;
     if (slot < 0 || this.stamp[slot] === this.step) return -1;
     const l = this.ownerLayer[slot];
@@ -161,9 +206,30 @@ export class NeuronCache {
     this.ownerLayer[slot] = layer;
     this.ownerPos[slot] = pos;
     this.where[layer][pos] = slot;
-    this.early[slot] = ahead ? 1 : 0;
+    this.early[slot] = ahead === 2 ? 2 : ahead ? 1 : 0;
     this.touch(slot);
     return slot;
+  }
+
+  /** Take a cold slot out of the LRU list while a read into it is in flight: no acquire can take it. */
+  pin(slot: number): void {
+    if (this.pinned[slot]) return;
+    this.unlink(slot);
+    this.pinned[slot] = 1;
+    this.pinnedCount++;
+  }
+
+  /** Its read landed: the slot goes back to the recent end of the LRU list. */
+  unpin(slot: number): void {
+    if (!this.pinned[slot]) return;
+    this.pinned[slot] = 0;
+    this.pinnedCount--;
+    this.pushFront(slot);
+  }
+
+  /** Whether a read into the slot is in flight (pinned). */
+  isPinned(slot: number): boolean {
+    return this.pinned[slot] === 1;
   }
 
   /** Forget (layer, pos) (its read failed): the slot goes back to the cold end of the list. */
@@ -174,17 +240,22 @@ export class NeuronCache {
     this.ownerPos[slot] = -1;
     this.stamp[slot] = 0;
     this.early[slot] = 0;
-    this.unlink(slot);
+    if (this.pinned[slot]) {
+      this.pinned[slot] = 0;
+      this.pinnedCount--;
+    } else this.unlink(slot);
     this.pushBack(slot);
   }
 
   resetStats(): void {
-    this.hot.hits = this.hot.misses = this.cold.hits = this.cold.misses = this.ahead.used = 0;
+    this.hot.hits = this.hot.misses = this.cold.hits = this.cold.misses = this.ahead.used = this.ahead.exact = 0;
+    for (const a of [this.hotHitsOf, this.coldHitsOf, this.coldMissesOf, this.aheadUsedOf]) a.fill(0);
   }
 
   private touch(slot: number): void {
     this.stamp[slot] = this.step;
-    if (this.head === slot) return;
+    // a pinned slot stays out of the list until its read lands
+    if (this.head === slot || this.pinned[slot]) return;
     this.unlink(slot);
     this.pushFront(slot);
   }

@@ -182,6 +182,7 @@ export class LlamaModel {
       probs: new Float64Array(cfg.nExpert),
       tokens: new Int32Array(batchSize),
       tokenWeights: new Float32Array(batchSize),
+      ahead: new Int32Array(Math.max(1, k)),
     };
     this.logits = new Float32Array(arena.memory.buffer, buf.logits, cfg.nVocab);
   }
@@ -199,6 +200,8 @@ export class LlamaModel {
     probs: Float64Array;
     tokens: Int32Array;
     tokenWeights: Float32Array;
+    /** the next layer's likely experts (store groups) to read ahead */
+    ahead: Int32Array;
   };
   /** logits of the last token of the last forward() (a view into wasm memory) */
   readonly logits: Float32Array;
@@ -686,14 +689,18 @@ export class LlamaModel {
 
   /**
    * The same for a mixture whose experts are offloaded: each expert's tokens through its group of
-   * bundles in the store (a batch, or one by one).
+   * bundles in the store (a batch, or one by one). Decoding one token with read-ahead (predictor
+   * mode), each routed expert's step reads ahead the next routed expert's picks (exact: the same
+   * residual row), and after the layer the experts the next layer's router picks on the new
+   * residual get their likely bundles read ahead while its attention computes.
    */
   private async moeOffloaded(off: OffloadedFFN, l: number, n: number): Promise<void> {
-    const { nEmbd, nExpert } = this.config;
+    const { nEmbd, nExpert, nExpertUsed } = this.config;
     const b = this.buf;
     const r = this.routing;
     const row = nEmbd * 4;
     this.routeLayer(this.layers[l].router!, l, n);
+    const ahead = n === 1 && off.readsAheadExpert;
     for (let e = 0; e < nExpert; e++) {
       const m = this.tokensOf(e, n);
       if (m === 0) continue;
@@ -701,12 +708,45 @@ export class LlamaModel {
       this.f32.fill(0, b.moeOut >>> 2, (b.moeOut >>> 2) + m * nEmbd);
       if (m > 1 && off.batches) await off.prefillBatch(group, b.moeIn, b.moeOut, m, b.hg);
       else {
+        const next = ahead ? this.nextRouted(e) : -1;
         for (let i = 0; i < m; i++)
-          await off.decodeStep(group, b.moeIn + i * row, b.x + r.tokens[i] * row, b.moeOut + i * row);
+          await off.decodeStep(
+            group,
+            b.moeIn + i * row,
+            b.x + r.tokens[i] * row,
+            b.moeOut + i * row,
+            next < 0 ? -1 : l * nExpert + next,
+          );
       }
       this.addWeighted(m);
     }
     this.add(b.x, b.moeAcc, n * nEmbd);
+    if (n === 1 && off.readsAheadLayer && l + 1 < this.config.nLayer) {
+      // the next layer's router on the residual as it is now (its attention still to come)
+      this.rmsnorm(b.xb, b.x, this.layers[l + 1].ffnNorm, 1);
+      this.mm.setInput(b.xb, nEmbd);
+      this.mm.run(this.layers[l + 1].router!, b.route, 1);
+      const logits = b.route >>> 2;
+      for (let j = 0; j < nExpertUsed; j++) {
+        let best = -1;
+        for (let e = 0; e < nExpert; e++) {
+          let taken = false;
+          for (let i = 0; i < j; i++) if (r.ahead[i] === (l + 1) * nExpert + e) taken = true;
+          if (!taken && (best < 0 || this.f32[logits + e] > this.f32[logits + best])) best = e;
+        }
+        r.ahead[j] = (l + 1) * nExpert + best;
+      }
+      off.readAheadGroups(r.ahead, nExpertUsed, b.x);
+    }
+  }
+
+  /** Decoding one token: the expert after e (in the order moeOffloaded steps through them) it is routed to, or -1. */
+  private nextRouted(e: number): number {
+    const k = this.config.nExpertUsed;
+    const ids = this.routing.ids;
+    let next = -1;
+    for (let j = 0; j < k; j++) if (ids[j] > e && (next < 0 || ids[j] < next)) next = ids[j];
+    return next;
   }
 
   /** Route the n normed rows of xb with `router` (the routing into this.routing); clears the layer's output sum. */

@@ -117,6 +117,6 @@ export class NeuronLists {
     this.runStart[this.runs] = start;
     this.runCount[this.runs++] = count;
     this.runNeurons += count;
-    this.cache.hot.hits += picked;
+    this.cache.countHot(this.layer, picked);
   }
 }

@@ -7,7 +7,8 @@
  *    miss (to read from flash).
  * 2. The misses' bundles are read (direct I/O, many in flight) into cold slots, in rounds as the
  *    cold region allows; while the first round is in flight the hits are computed (and, in
- *    predictor mode, the next layer's likely misses are read ahead); then each round as it lands.
+ *    predictor mode, the next layer's likely misses are read ahead, or for a mixture of experts
+ *    the token's next routed expert's exact misses); then each round as it lands.
  * 3. Up, activation and down for exactly those neurons, summed into the residual stream.
  *
  * `prefillBatch` does the same for a prompt's batch: every token's gates, then each needed bundle
@@ -35,7 +36,7 @@ import type { Predictor } from "./predictor.js";
 import { PredictorPicks } from "./predictor-picks.js";
 import { ReadAhead } from "./read-ahead.js";
 import { ResidentGateRows } from "./resident-gate-rows.js";
-import { newStats, type OffloadStats } from "./stats.js";
+import { newGroupStats, newStats, type GroupStats, type OffloadStats } from "./stats.js";
 import { StreamedGateRows } from "./streamed-gate-rows.js";
 
 export interface OffloadOptions {
@@ -75,13 +76,29 @@ export interface OffloadOptions {
    * under the model is an error); "always" checks every read again
    */
   verify?: VerifyMode;
-  /** predictor mode: read ahead the cold bundles the next layer's predictor picks (default true; read-ahead.ts) */
+  /**
+   * predictor mode: read ahead the cold bundles the next layer's predictor picks (default true;
+   * read-ahead.ts); for a mixture of experts, the next routed expert's picks while the first
+   * computes, and the next layer's likely experts' picks
+   */
   lookahead?: boolean;
+  /**
+   * a mixture of experts with read-ahead: what is read ahead. "expert": the token's next routed
+   * expert's picks while the first computes (exact: the same input, nothing read for nothing;
+   * the default); "layer": after a layer, the likely picks of the experts the next layer's router
+   * picks on the current residual; "both". On moe-stories from a disk that limits the token
+   * (docs/benchmarks.md, "Mixture-of-experts read-ahead") "layer" read ~13% more for ~80% used
+   * and was slower than none; "expert" was faster.
+   */
+  expertReadAhead?: ExpertReadAhead;
   /** records each step's phases (pick, hit and miss compute, waits) and each read (src/runtime/tracer.ts) */
   tracer?: Tracer | null;
 }
 
 export type { OffloadStats } from "./stats.js";
+
+export type ExpertReadAhead = "both" | "expert" | "layer";
+export const EXPERT_READ_AHEAD: readonly ExpertReadAhead[] = ["both", "expert", "layer"];
 
 /** What an offloaded FFN is built from: the loaded model's parts it shares. */
 export interface OffloadParts {
@@ -110,12 +127,15 @@ export class OffloadedFFN {
   private readonly compute: NeuronCompute;
   private readonly misses: MissReader;
   private readonly readAhead: ReadAhead | null;
+  private readonly expertReadAhead: ExpertReadAhead;
   private readonly sparse: SparseFFN;
   private readonly store: NeuronStore;
   private readonly pipeline: boolean;
   private readonly verifyOnce: boolean;
   private readonly thresholds: Float32Array | null;
   private readonly nLayer: number;
+  /** per store group counters (the stats' `groups`), laid out at load */
+  private readonly groups: GroupStats;
   /** a prompt batch's firing neurons in memory, by stored position */
   private readonly batchCached: Int32Array;
   private readonly tracer: Tracer | null;
@@ -132,7 +152,13 @@ export class OffloadedFFN {
     this.pipeline = opts.pipeline ?? true;
     this.verifyOnce = (opts.verify ?? "once") === "once";
     this.nLayer = cfg.nLayer;
+    this.expertReadAhead = opts.expertReadAhead ?? "expert";
+    if (!EXPERT_READ_AHEAD.includes(this.expertReadAhead))
+      throw new RangeError(
+        `expertReadAhead must be ${EXPERT_READ_AHEAD.join(", ")}; got ${JSON.stringify(opts.expertReadAhead)}`,
+      );
     this.batchCached = new Int32Array(cfg.nFF);
+    this.groups = this.stats.groups = newGroupStats(store.ffn.layers.length, store.ffn.experts);
     this.tracer = opts.tracer ?? null;
     const resident = layout.residentGates ? ResidentGateRows.load(store, arena, pool, mm, stats) : null;
     this.sparse = new SparseFFN(pool, arena, store.ffn.type, cfg.nEmbd);
@@ -179,13 +205,8 @@ export class OffloadedFFN {
       this.tracer,
     );
     this.misses = new MissReader(store, this.cache, this.reader, stats);
-    // (a mixture of experts would read ahead the next layer's likely experts: not done yet)
     const lookahead =
-      this.mode === "predictor" &&
-      this.pipeline &&
-      (opts.lookahead ?? true) &&
-      layout.hotPerLayer < cfg.nFF &&
-      store.ffn.experts === 0;
+      this.mode === "predictor" && this.pipeline && (opts.lookahead ?? true) && layout.hotPerLayer < cfg.nFF;
     this.readAhead = lookahead
       ? new ReadAhead(
           store,
@@ -198,6 +219,7 @@ export class OffloadedFFN {
           cfg.nEmbd,
           threshold,
           stats,
+          this.groups,
         )
       : null;
     this.lists.takeViews(arena);
@@ -208,6 +230,30 @@ export class OffloadedFFN {
     return this.batchGates !== null;
   }
 
+  /** A mixture: whether decodeStep reads ahead the next routed expert's picks (its `next`). */
+  get readsAheadExpert(): boolean {
+    return this.readAhead !== null && this.expertReadAhead !== "layer";
+  }
+
+  /** A mixture: whether readAheadGroups reads the next layer's likely experts' picks. */
+  get readsAheadLayer(): boolean {
+    return this.readAhead !== null && this.expertReadAhead !== "expert";
+  }
+
+  /**
+   * A mixture: start reading the likely bundles of groups[0..count) (the experts the next layer's
+   * router picks on the current residual), from the residual row at `residual`, while other work
+   * computes. Nothing without read-ahead.
+   */
+  readAheadGroups(groups: Int32Array, count: number, residual: number): void {
+    const ra = this.readAhead;
+    if (!ra || !this.readsAheadLayer) return;
+    const tr = this.tracer;
+    const t = tr ? tr.now() : 0;
+    for (let i = 0; i < count; i++) if (!ra.has(groups[i])) ra.start(groups[i], residual, false);
+    if (tr) tr.span("read-ahead", "pick", t, { group: groups[0] });
+  }
+
   /** Whether the gate rows are in memory. */
   get hasResidentGates(): boolean {
     return this.layout.residentGates;
@@ -216,18 +262,22 @@ export class OffloadedFFN {
   /**
    * Before a forward pass: with checksums checked on first read only, the store's size and
    * modification time are checked instead, once per pass (a file rewritten under the model is an
-   * error, not other weights).
+   * error, not other weights). Reads ahead still in flight are an earlier pass's: their failure
+   * (that pass failed before using them) is not this pass's error, their slots just go back.
    */
   startPass(): void {
+    this.readAhead?.newPass();
     if (this.verifyOnce) this.store.assertUnchanged();
   }
 
   /**
    * One token of group l (a layer, or one expert of a mixture's layer): y += FFN(x). x: the FFN
    * input after its norm (nEmbd f32); residual: the residual stream row (the predictor reads it);
-   * y: where the output is added (the residual row itself for a dense FFN).
+   * y: where the output is added (the residual row itself for a dense FFN). `next`: a mixture's
+   * group computed next on the same residual row (the token's next routed expert of this layer),
+   * whose picks are read ahead during this step; -1: none.
    */
-  async decodeStep(l: number, x: number, residual: number, y = residual): Promise<void> {
+  async decodeStep(l: number, x: number, residual: number, y = residual, next = -1): Promise<void> {
     const tr = this.tracer;
     let t = tr ? tr.now() : 0;
     // what was read ahead for this layer must have landed before its slots are computed
@@ -245,28 +295,50 @@ export class OffloadedFFN {
     this.stats.neuronsTotal += lists.nFF;
     this.stats.neuronsComputed += lists.runNeurons + lists.hits + lists.misses;
     this.stats.misses += lists.misses;
+    const g = this.groups;
+    g.steps[l]++;
+    g.neuronsComputed[l] += lists.runNeurons + lists.hits + lists.misses;
+    g.misses[l] += lists.misses;
 
     // 2. The misses, in rounds of the free cold slots: the first round's reads overlap the hits'
-    //    compute and, when it takes every miss (so that nothing of this step is evicted later in
-    //    it), the next layer's read-ahead.
+    //    compute and, when it takes every miss (the read-ahead takes cold slots this step's
+    //    later rounds would want), the next layer's read-ahead (a mixture's: the next routed
+    //    expert's, exact: its predictor on this same residual row).
     let round = this.misses.read(lists, lists.missPos, 0, lists.misses, false);
     if (!this.pipeline) await this.landed(round);
-    if (this.readAhead && round.to === lists.misses && l + 1 < this.nLayer) {
-      t = tr ? tr.now() : 0;
-      this.readAhead.start(l + 1, residual);
-      if (tr) tr.span("read-ahead", "pick", t, { layer: l + 1 });
+    if (this.readAhead && round.to === lists.misses) {
+      const ahead = this.store.ffn.experts > 0 ? next : l + 1 < this.nLayer ? l + 1 : -1;
+      if (ahead >= 0) {
+        t = tr ? tr.now() : 0;
+        this.readAhead.start(ahead, residual, ahead === next);
+        if (tr) tr.span("read-ahead", "pick", t, { group: ahead });
+      }
     }
     this.compute.hits(lists);
     for (;;) {
       await this.landed(round);
       this.compute.misses(lists, round.from, round.to);
       if (round.to >= lists.misses) break;
-      round = this.misses.read(lists, lists.missPos, round.to, lists.misses, true);
+      round = await this.nextRound(lists, lists.missPos, round.to, lists.misses);
     }
 
     // 3. The step's sum into the residual stream; the next layer's reads that can start now.
     this.sparse.finish(y);
     this.gates.afterStep?.(l);
+  }
+
+  /**
+   * The next round of misses [from, count): when every cold slot not pinned by a read ahead is in
+   * use, the reads ahead land first (their slots come back), so that a round always progresses.
+   */
+  private async nextRound(lists: NeuronLists, positions: Int32Array, from: number, count: number): Promise<MissRound> {
+    let round = this.misses.read(lists, positions, from, count, true);
+    if (round.to === from && this.readAhead) {
+      await this.readAhead.landed(-1);
+      round = this.misses.read(lists, positions, from, count, true);
+    }
+    if (round.to === from) throw new Error(`neuron cache: no cold slot free for group ${lists.layer}'s misses`);
+    return round;
   }
 
   /** Waits for a round's reads (a "wait reads" span in a trace). */
@@ -314,6 +386,10 @@ export class OffloadedFFN {
     this.stats.neuronsTotal += n * nFF;
     this.stats.neuronsComputed += fired;
     this.stats.misses += misses;
+    const g = this.groups;
+    g.steps[l] += n;
+    g.neuronsComputed[l] += fired;
+    g.misses[l] += misses;
     let round = this.misses.read(lists, lists.missPos, 0, misses, false);
     if (!this.pipeline) await this.landed(round);
     this.compute.tokens(lists, x, residual, n, gates, cached, 0, hits);
@@ -321,19 +397,34 @@ export class OffloadedFFN {
       await this.landed(round);
       this.compute.tokens(lists, x, residual, n, gates, lists.missPos, round.from, round.to);
       if (round.to >= misses) break;
-      round = this.misses.read(lists, lists.missPos, round.to, misses, true);
+      round = await this.nextRound(lists, lists.missPos, round.to, misses);
     }
   }
 
-  /** Copies of the running counters, with the cache's hit counts. */
+  /** Copies of the running counters, with the cache's hit counts (per group too). */
   snapshot(): OffloadStats {
     const c = this.cache;
+    const g = this.groups;
+    const misses = g.misses.slice();
+    for (let i = 0; i < misses.length; i++) misses[i] += c.aheadUsedOf[i];
+    const mixture = this.store.ffn.experts > 0;
     return {
       ...this.stats,
       hotHits: c.hot.hits,
       coldHits: c.cold.hits,
       misses: this.stats.misses + c.ahead.used,
       readAheadUsed: c.ahead.used,
+      ...(mixture ? { readAheadExact: this.stats.readAheadExact ?? 0, readAheadExactUsed: c.ahead.exact } : {}),
+      groups: {
+        experts: g.experts,
+        steps: g.steps.slice(),
+        neuronsComputed: g.neuronsComputed.slice(),
+        hotHits: c.hotHitsOf.slice(),
+        coldHits: c.coldHitsOf.slice(),
+        misses,
+        readAhead: g.readAhead.slice(),
+        readAheadUsed: c.aheadUsedOf.slice(),
+      },
     };
   }
 

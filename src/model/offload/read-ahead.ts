@@ -1,10 +1,21 @@
 /**
- * Predictor mode's read-ahead: while layer l computes, layer l+1's predictor runs on layer l's
- * input (the residual stream changes little from one layer to the next, so it picks most of what
- * it will pick from its own input), and the cold bundles it picks that are not in memory are read
- * into cold slots now, while layer l's neurons and layer l+1's attention compute. Layer l+1's own
- * predictor decides later what is computed; a bundle read ahead for nothing is just a cold slot's
- * content. The cache counts a bundle read ahead and then used as a miss served early, not as a hit.
+ * Predictor mode's read-ahead: bundles a group's predictor picks are read into cold slots before
+ * the group's step, while other work computes.
+ *
+ * - A dense model: while layer l computes, layer l+1's predictor runs on layer l's input (the
+ *   residual stream changes little from one layer to the next, so it picks most of what it will
+ *   pick from its own input), and the cold bundles it picks clearly are read now, while layer l's
+ *   neurons and layer l+1's attention compute.
+ * - A mixture of experts: while a token's first routed expert of layer l computes, its next
+ *   routed expert's predictor runs on the same residual row, so its picks are exactly those that
+ *   expert's step will make ("exact"); and after layer l, the experts layer l+1's router picks
+ *   on the current residual get their likely bundles read while layer l+1's attention computes.
+ *
+ * The group's own predictor decides later what is computed; a bundle read ahead for nothing is
+ * just a cold slot's content. The cache counts a bundle read ahead and then used as a miss served
+ * early, not as a hit. Several reads may be in flight at once (one per group); each one's slots
+ * are pinned in the cache until it has landed (no acquire can take them and read into them
+ * again), and a group's step waits for the reads for it before it looks anything up.
  */
 import type { FlashReader, FlashReadRequest } from "../../io/flash-reader.js";
 import type { NeuronCache } from "../../io/neuron-cache.js";
@@ -13,23 +24,40 @@ import type { Arena } from "../../runtime/arena.js";
 import type { MatrixRunner } from "../matrix-runner.js";
 import type { NeuronLists } from "./neuron-lists.js";
 import type { Predictor } from "./predictor.js";
-import { waitForReads, type OffloadStats } from "./stats.js";
+import { waitForReads, type GroupStats, type OffloadStats } from "./stats.js";
 
 /**
  * Read-ahead takes the next layer's picks whose score (from this layer's input) clears the
  * threshold by this many standard deviations of the layer's cold scores: the disk's IOPS are what
  * limits a token, so a read for nothing costs as much as a useful one, and picks near the
  * threshold from the previous layer's input are mostly wrong (docs/benchmarks.md, "Read-ahead margin").
+ * Exact reads (a mixture's next routed expert, same input) take the picks themselves.
  */
 const READ_AHEAD_MARGIN = 0.2;
 
+/** Reads ahead in flight at most (groups): a mixture's next expert and the next layer's top-k. */
+const MAX_PENDING = 8;
+
+/** One group's read in flight. */
+interface Pending {
+  group: number;
+  /** read in an earlier forward pass (one that failed before using it): its failure is no step's error */
+  stale: boolean;
+  reading: Promise<void> | null;
+  requests: FlashReadRequest[];
+  /** request objects reused from read to read */
+  pool: { fileOffset: number; length: number; dst: number; tag: number }[];
+}
+
 export class ReadAhead {
-  /** the read in flight, for which layer, and its requests */
-  private reading: Promise<void> | null = null;
-  private layer = -1;
-  private requests: FlashReadRequest[] = [];
-  /** predictor scores of the layer read for (nFF f32, the sixth of ffnBufferBytes' lists) */
+  private readonly pending: Pending[] = [];
+  /** entries not in flight */
+  private readonly free: Pending[] = [];
+  /** predictor scores of the group read for (nFF f32, the sixth of ffnBufferBytes' lists) */
   private readonly scores: number;
+  private readonly experts: number;
+  /** cold slots read-ahead may pin at once: half the cold region (the step's own misses need the rest) */
+  private readonly maxPinned: number;
 
   constructor(
     private readonly store: NeuronStore,
@@ -42,70 +70,124 @@ export class ReadAhead {
     private readonly nEmbd: number,
     private readonly threshold: number,
     private readonly stats: OffloadStats,
+    private readonly groups: GroupStats,
   ) {
     this.scores = arena.alloc(store.layer(0).neurons * 4, 64);
+    this.experts = store.ffn.experts;
+    this.maxPinned = Math.floor(cache.coldSlots / 2);
+    for (let i = 0; i < MAX_PENDING; i++)
+      this.free.push({ group: -1, stale: false, reading: null, requests: [], pool: [] });
   }
 
-  /** Start reading the cold bundles layer l's predictor picks clearly from the residual row at `residual`. */
-  start(l: number, residual: number): void {
-    const cache = this.cache;
-    const f32 = this.lists.f32;
-    const nFF = this.store.layer(l).neurons;
-    const t = performance.now();
-    this.predictor.scores(this.mm, l, residual, this.nEmbd, this.scores);
-    this.stats.computeMs += performance.now() - t;
-    const order = this.store.layer(l).order;
-    const s0 = this.scores >>> 2;
-    const hot = cache.hotCount[l];
-    let sum = 0,
-      sq = 0;
-    for (let k = hot; k < nFF; k++) {
-      const v = f32[s0 + order[k]];
-      sum += v;
-      sq += v * v;
-    }
-    const n = nFF - hot;
-    const mean = sum / n;
-    const thr = this.threshold + READ_AHEAD_MARGIN * Math.sqrt(Math.max(0, sq / n - mean * mean));
-    const requests: FlashReadRequest[] = [];
-    for (let k = hot; k < nFF; k++) {
-      if (!(f32[s0 + order[k]] > thr) || cache.peek(l, k) >= 0) continue;
-      const slot = cache.acquire(l, k, true);
-      if (slot < 0) break;
-      requests.push({
-        fileOffset: this.store.bundleOffset(l, k),
-        length: cache.slotBytes,
-        dst: cache.address(slot),
-        tag: slot,
-      });
-    }
-    if (requests.length === 0) return;
-    this.stats.readAhead += requests.length;
-    this.stats.bytesRead += requests.length * cache.slotBytes;
-    const reading = this.reader.read(requests);
-    reading.catch(() => undefined);
-    this.reading = reading;
-    this.layer = l;
-    this.requests = requests;
+  /** The model layer of a group. */
+  private layerOf(g: number): number {
+    return this.experts > 0 ? Math.floor(g / this.experts) : g;
+  }
+
+  /** Whether a read ahead for group g is in flight. */
+  has(g: number): boolean {
+    for (const p of this.pending) if (p.group === g) return true;
+    return false;
   }
 
   /**
-   * Wait for what was read ahead (counted as I/O wait). On failure its slots are released, and the
-   * error is thrown when it was read for layer `l` (about to compute): a read-ahead left over from
-   * a pass that failed elsewhere is not this pass's error. l = -1: only let it settle.
+   * Start reading the cold bundles group g's predictor picks from the residual row at `residual`:
+   * those that clear the threshold by the margin, or with `exact` (the same input the group's step
+   * will see) exactly its picks; the picks already cached are kept (touched) so that these reads
+   * do not evict them.
    */
-  async landed(l: number): Promise<void> {
-    const reading = this.reading;
-    if (!reading) return;
-    const requests = this.requests;
-    const forLayer = this.layer === l;
-    this.reading = null;
-    this.layer = -1;
-    try {
-      await waitForReads(this.stats, reading);
-    } catch (e) {
-      for (const r of requests) this.cache.release(r.tag as number);
-      if (forLayer) throw e;
+  start(g: number, residual: number, exact = false): void {
+    const cache = this.cache;
+    if (this.free.length === 0 || cache.pinnedCount >= this.maxPinned) return;
+    const f32 = this.lists.f32;
+    const nFF = this.store.layer(g).neurons;
+    const t = performance.now();
+    this.predictor.scores(this.mm, g, residual, this.nEmbd, this.scores);
+    this.stats.computeMs += performance.now() - t;
+    const order = this.store.layer(g).order;
+    const s0 = this.scores >>> 2;
+    const hot = cache.hotCount[g];
+    let thr = this.threshold;
+    if (!exact) {
+      let sum = 0,
+        sq = 0;
+      for (let k = hot; k < nFF; k++) {
+        const v = f32[s0 + order[k]];
+        sum += v;
+        sq += v * v;
+      }
+      const n = nFF - hot;
+      const mean = sum / n;
+      thr += READ_AHEAD_MARGIN * Math.sqrt(Math.max(0, sq / n - mean * mean));
     }
+    const p = this.free[this.free.length - 1];
+    const requests = p.requests;
+    requests.length = 0;
+    let m = 0;
+    if (exact) for (let k = hot; k < nFF; k++) if (f32[s0 + order[k]] > thr) cache.keep(g, k);
+    for (let k = hot; k < nFF; k++) {
+      if (!(f32[s0 + order[k]] > thr) || cache.peek(g, k) >= 0) continue;
+      if (cache.pinnedCount >= this.maxPinned) break;
+      const slot = cache.acquire(g, k, exact ? 2 : 1);
+      if (slot < 0) break;
+      cache.pin(slot);
+      const r = (p.pool[m] ??= { fileOffset: 0, length: 0, dst: 0, tag: 0 });
+      r.fileOffset = this.store.bundleOffset(g, k);
+      r.length = cache.slotBytes;
+      r.dst = cache.address(slot);
+      r.tag = slot;
+      requests.push(r);
+      m++;
+    }
+    if (m === 0) return;
+    this.free.pop();
+    this.stats.readAhead += m;
+    this.groups.readAhead[g] += m;
+    if (exact) this.stats.readAheadExact = (this.stats.readAheadExact ?? 0) + m;
+    this.stats.bytesRead += m * cache.slotBytes;
+    const reading = this.reader.read(requests);
+    reading.catch(() => undefined);
+    p.group = g;
+    p.stale = false;
+    p.reading = reading;
+    this.pending.push(p);
+  }
+
+  /** A forward pass starts: reads ahead still in flight were made by an earlier one (that failed, or read for nothing). */
+  newPass(): void {
+    for (const p of this.pending) p.stale = true;
+  }
+
+  /**
+   * Before group g's step: wait for the reads ahead for it (counted as I/O wait), and for those
+   * of other layers (read for nothing by now); a mixture's reads for other experts of g's layer
+   * stay in flight. Each landed read's slots are unpinned; on failure they are released, and the
+   * error is thrown when it was read for g (about to compute): a read-ahead left over from a
+   * pass that failed elsewhere is not this pass's error. g = -1: let every read settle.
+   */
+  async landed(g: number): Promise<void> {
+    if (this.pending.length === 0) return;
+    const layer = g < 0 ? -1 : this.layerOf(g);
+    let error: unknown = null;
+    for (let i = 0; i < this.pending.length;) {
+      const p = this.pending[i];
+      if (g >= 0 && p.group !== g && this.layerOf(p.group) === layer) {
+        i++;
+        continue;
+      }
+      this.pending[i] = this.pending[this.pending.length - 1];
+      this.pending.pop();
+      const reading = p.reading!;
+      p.reading = null;
+      try {
+        await waitForReads(this.stats, reading);
+        for (const r of p.requests) this.cache.unpin(r.tag as number);
+      } catch (e) {
+        for (const r of p.requests) this.cache.release(r.tag as number);
+        if (p.group === g && !p.stale && error === null) error = e;
+      }
+      this.free.push(p);
+    }
+    if (error !== null) throw error;
   }
 }

@@ -1,6 +1,6 @@
 /** The offloaded FFN's running counters, shared by its parts (each adds what it does). */
 export interface OffloadStats {
-  /** (token, layer) FFN evaluations */
+  /** (token, layer) FFN evaluations (a mixture's: (token, routed expert) evaluations) */
   steps: number;
   neuronsTotal: number;
   neuronsComputed: number;
@@ -14,6 +14,58 @@ export interface OffloadStats {
   /** predictor mode: bundles read ahead for the next layer, and how many of those its own predictor then picked */
   readAhead: number;
   readAheadUsed: number;
+  /**
+   * a mixture in predictor mode: of readAhead, the bundles read for the token's next routed
+   * expert of the same layer (its predictor on the same input: exact picks), and how many of
+   * those were used; the rest were read for the next layer's likely experts (its router on the
+   * current residual)
+   */
+  readAheadExact?: number;
+  readAheadExactUsed?: number;
+  /** the same counts per store group (a layer, or layer * experts + expert of a mixture) */
+  groups?: GroupStats;
+}
+
+/**
+ * Counters per store group (a layer, or one expert of a mixture's layer), laid out at load: each
+ * array has one entry per group. Sums over the groups are the totals of OffloadStats.
+ */
+export interface GroupStats {
+  /** experts per layer (0: a dense model, a group is a layer) */
+  experts: number;
+  /** FFN evaluations of the group (a mixture: tokens routed to the expert) */
+  steps: Float64Array;
+  neuronsComputed: Float64Array;
+  hotHits: Float64Array;
+  coldHits: Float64Array;
+  /** bundles read: step misses and read-ahead used */
+  misses: Float64Array;
+  readAhead: Float64Array;
+  readAheadUsed: Float64Array;
+}
+
+export const GROUP_FIELDS = [
+  "steps",
+  "neuronsComputed",
+  "hotHits",
+  "coldHits",
+  "misses",
+  "readAhead",
+  "readAheadUsed",
+] as const;
+
+export function newGroupStats(groups: number, experts: number): GroupStats {
+  const a = () => new Float64Array(groups);
+  return {
+    experts,
+    steps: a(),
+    neuronsComputed: a(),
+    hotHits: a(),
+    coldHits: a(),
+    misses: a(),
+    readAhead: a(),
+    readAheadUsed: a(),
+  };
 }
 
 export function newStats(): OffloadStats {
@@ -30,6 +82,49 @@ export function newStats(): OffloadStats {
     readAhead: 0,
     readAheadUsed: 0,
   };
+}
+
+/** One expert across a mixture's layers (or one layer of a dense model): its share of routings and its cache figures. */
+export interface ExpertSummary {
+  expert: number;
+  /** tokens routed to it, summed over layers */
+  routed: number;
+  /** routed / every (token, layer) routing: the experts' shares add up to 1 */
+  routedShare: number;
+  neuronsComputed: number;
+  hotHits: number;
+  coldHits: number;
+  misses: number;
+  /** (hot + cold hits) / (hits + misses), 0 when it computed nothing */
+  hitRate: number;
+  readAhead: number;
+  readAheadUsed: number;
+}
+
+/** Per expert across layers, from a mixture's group counters. */
+export function expertSummary(g: GroupStats): ExpertSummary[] {
+  const E = Math.max(1, g.experts);
+  const out: ExpertSummary[] = [];
+  let routedAll = 0;
+  for (let i = 0; i < g.steps.length; i++) routedAll += g.steps[i];
+  for (let e = 0; e < E; e++) {
+    const s = { steps: 0, neuronsComputed: 0, hotHits: 0, coldHits: 0, misses: 0, readAhead: 0, readAheadUsed: 0 };
+    for (let i = e; i < g.steps.length; i += E) for (const f of GROUP_FIELDS) s[f] += g[f][i];
+    const hits = s.hotHits + s.coldHits;
+    out.push({
+      expert: e,
+      routed: s.steps,
+      routedShare: routedAll > 0 ? s.steps / routedAll : 0,
+      neuronsComputed: s.neuronsComputed,
+      hotHits: s.hotHits,
+      coldHits: s.coldHits,
+      misses: s.misses,
+      hitRate: hits + s.misses > 0 ? hits / (hits + s.misses) : 0,
+      readAhead: s.readAhead,
+      readAheadUsed: s.readAheadUsed,
+    });
+  }
+  return out;
 }
 
 /** Await `reading`, counting the wait as I/O wait. */
