@@ -589,7 +589,10 @@ function predictorMode(
   const attnMatvecs = shape.layerMatrices.reduce((a, m) => a + mv(m), 0);
   const attnOps = 8 * hw.dispatch;
   const output = mv(shape.output) + 2 * hw.dispatch;
-  const lookahead = knobs.pipeline && layout.hotPerLayer < nFF;
+  // A mixture reads no next layer ahead by default (the runtime's expert read-ahead reads the
+  // second routed expert's picks during the first's step: with every miss of a layer issued
+  // before its hits compute, the step model below already overlaps them so)
+  const lookahead = knobs.pipeline && layout.hotPerLayer < nFF && shape.experts === 0;
   const submit = hw.submitSeconds(bundleBytes, qd);
   /** disk seconds of a batch of n reads besides the main thread's submits */
   const disk = (n: number) => (n > 0 ? Math.max(0, readTime(hw, bundleBytes, n, qd) - n * submit) : 0);
