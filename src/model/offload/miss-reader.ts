@@ -10,6 +10,30 @@ import type { NeuronLists } from "./neuron-lists.js";
 import { waitForReads, type OffloadStats } from "./stats.js";
 
 /** One round: misses [from, to) of the step's list (or of `positions` for a batch) being read. */
+/** A read request kept for reuse (the hot path allocates none once warm). */
+export type BundleRequest = { fileOffset: number; length: number; dst: number; tag: number };
+
+/**
+ * Fill pool[m] (made once) with the read of bundle k of group g into cache slot `slot`, the slot
+ * as its tag, and return it.
+ */
+export function bundleRequest(
+  pool: BundleRequest[],
+  m: number,
+  store: NeuronStore,
+  cache: NeuronCache,
+  g: number,
+  k: number,
+  slot: number,
+): BundleRequest {
+  const r = (pool[m] ??= { fileOffset: 0, length: 0, dst: 0, tag: 0 });
+  r.fileOffset = store.bundleOffset(g, k);
+  r.length = cache.slotBytes;
+  r.dst = cache.address(slot);
+  r.tag = slot;
+  return r;
+}
+
 export interface MissRound {
   from: number;
   to: number;
@@ -21,7 +45,7 @@ export class MissReader {
   private readonly round: MissRound = { from: 0, to: 0, reading: null };
   /** the round's requests: objects reused from round to round (a round lands before the next starts) */
   private readonly requests: FlashReadRequest[] = [];
-  private readonly pool: { fileOffset: number; length: number; dst: number; tag: number }[] = [];
+  private readonly pool: BundleRequest[] = [];
 
   constructor(
     private readonly store: NeuronStore,
@@ -62,12 +86,7 @@ export class MissReader {
       const k = positions[from + m];
       const slot = cache.acquire(layer, k);
       if (slot < 0) break;
-      const r = (pool[m] ??= { fileOffset: 0, length: 0, dst: 0, tag: 0 });
-      r.fileOffset = this.store.bundleOffset(layer, k);
-      r.length = cache.slotBytes;
-      r.dst = cache.address(slot);
-      r.tag = slot;
-      requests.push(r);
+      requests.push(bundleRequest(pool, m, this.store, cache, layer, k, slot));
       m++;
     }
     return m;

@@ -24,6 +24,7 @@ import type { Arena } from "../../runtime/arena.js";
 import type { MatrixRunner } from "../matrix-runner.js";
 import type { NeuronLists } from "./neuron-lists.js";
 import type { Predictor } from "./predictor.js";
+import { bundleRequest, type BundleRequest } from "./miss-reader.js";
 import { waitForReads, type GroupStats, type OffloadStats } from "./stats.js";
 
 /**
@@ -46,7 +47,7 @@ interface Pending {
   reading: Promise<void> | null;
   requests: FlashReadRequest[];
   /** request objects reused from read to read */
-  pool: { fileOffset: number; length: number; dst: number; tag: number }[];
+  pool: BundleRequest[];
 }
 
 export class ReadAhead {
@@ -131,12 +132,7 @@ export class ReadAhead {
       const slot = cache.acquire(g, k, exact ? 2 : 1);
       if (slot < 0) break;
       cache.pin(slot);
-      const r = (p.pool[m] ??= { fileOffset: 0, length: 0, dst: 0, tag: 0 });
-      r.fileOffset = this.store.bundleOffset(g, k);
-      r.length = cache.slotBytes;
-      r.dst = cache.address(slot);
-      r.tag = slot;
-      requests.push(r);
+      requests.push(bundleRequest(p.pool, m, this.store, cache, g, k, slot));
       m++;
     }
     if (m === 0) return;
