@@ -36,6 +36,10 @@ test("defaultHotFraction: half without rates; otherwise the most pinning that le
   assert.equal(defaultHotFraction(rates(10, 1000, 100, 0.9, 0.9), 2000, 1000), DEFAULT_HOT_FRACTION);
   // a cache that holds everything: half of it pinned is the whole FFN already
   assert.equal(defaultHotFraction(rates(2, 10, 5, 0.9, 0.2), 1000, 10), DEFAULT_HOT_FRACTION);
+  // The same rates as 5 layers x 2 experts, 1 routed per token (rates per token: half of a routed
+  // expert's): a routed expert misses 360 at half, not 180, so the reserve is 720 slots and the
+  // share stops at 0.65 (hot 130: 2 x 348 misses fit 700 cold slots; at 0.7 they do not).
+  assert.equal(defaultHotFraction(rates(10, 1000, 100, 0.9, 0.2), 2000, 1000, { experts: 2, used: 1 }), 0.65);
 });
 
 test("packed hot slots: hot at their own stride, cold from the next 4 KiB boundary, nothing overlaps, LRU unchanged", () => {

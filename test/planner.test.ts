@@ -55,6 +55,7 @@ const MiB = 2 ** 20;
 const facts: StoreFacts = {
   groups: 2,
   experts: 0,
+  expertsUsed: 1,
   nFF: 100,
   nEmbd: 64,
   ffnType: GGMLType.Q4_1,
@@ -356,7 +357,7 @@ test("a mixture of experts: hits per (layer, expert), a layer's work over its ro
   const moe: ModelShape = {
     ...shape,
     // the store's profile (the layout shares hot slots out by it)
-    facts: { ...facts, groups: 8, experts: 4, firing: firing.layers.map((p) => Float32Array.from(p)) },
+    facts: { ...facts, groups: 8, experts: 4, expertsUsed: 2, firing: firing.layers.map((p) => Float32Array.from(p)) },
     experts: 4,
     expertsUsed: 2,
     routed,

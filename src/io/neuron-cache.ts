@@ -308,17 +308,37 @@ export const DEFAULT_HOT_FRACTION = 0.5;
  * misses at once. Pinning is never below half: the hit model takes firing as independent from
  * token to token, which favours the LRU less than real text might. Without rates: half.
  */
-export function defaultHotFraction(firing: ArrayLike<number>[] | null, slots: number, neuronsPerLayer: number): number {
+export function defaultHotFraction(
+  firing: ArrayLike<number>[] | null,
+  slots: number,
+  neuronsPerLayer: number,
+  /** a mixture of experts: `firing` has a group per (layer, expert), rates per token; `used` experts run per token */
+  mixture?: { experts: number; used: number },
+): number {
   if (!firing || firing.length === 0 || slots <= 0) return DEFAULT_HOT_FRACTION;
   const layers = firing.length;
   const rates: Firing = { layers: firing.map((f) => Float64Array.from(f)), source: "profile" };
   const hotOf = (share: number) => hotPerLayer(slots, share, layers, neuronsPerLayer);
-  /** the most one layer misses per token beyond `hot` pinned neurons */
+  const E = mixture && mixture.experts > 0 ? mixture.experts : 1;
+  const used = mixture && mixture.experts > 0 ? mixture.used : 1;
+  /**
+   * the most one layer misses per token beyond `hot` pinned neurons; a mixture's layer: its
+   * `used` experts with the most misses when routed (a group's per-token misses over its routing
+   * share, taken as used / experts), all read in the layer's step
+   */
   const mostMisses = (hot: number) => {
     let most = 0;
-    for (const f of rates.layers) {
+    const perExpert = new Float64Array(E);
+    for (let l0 = 0; l0 < layers; l0 += E) {
+      for (let e = 0; e < E && l0 + e < layers; e++) {
+        const f = rates.layers[l0 + e];
+        let s = 0;
+        for (let k = Math.min(hot, f.length); k < f.length; k++) s += f[k];
+        perExpert[e] = (s * E) / used;
+      }
+      const top = Array.from(perExpert).sort((a, b) => b - a);
       let s = 0;
-      for (let k = Math.min(hot, f.length); k < f.length; k++) s += f[k];
+      for (let i = 0; i < used; i++) s += top[i];
       most = Math.max(most, s);
     }
     return most;

@@ -46,8 +46,9 @@ const PAGE_PAD = 4096;
 export interface StoreFacts {
   /** groups of bundles: the layers, or for a mixture of experts layers x experts (each expert's FFN its own group) */
   groups: number;
-  /** experts per layer (0: a dense FFN) */
+  /** experts per layer (0: a dense FFN), and how many each token runs (1 for a dense FFN) */
   experts: number;
+  expertsUsed: number;
   nFF: number;
   nEmbd: number;
   ffnType: GGMLType;
@@ -180,6 +181,7 @@ export function storeFacts(store: NeuronStore, cfg: ModelConfig): StoreFacts {
   return {
     groups: ffn.layers.length,
     experts: ffn.experts,
+    expertsUsed: ffn.experts > 0 ? cfg.nExpertUsed : 1,
     nFF: cfg.nFF,
     nEmbd: cfg.nEmbd,
     ffnType: ffn.type,
@@ -247,7 +249,14 @@ export function offloadLayout(
   const cacheRoom = Math.min(allFFN, knobs.cacheBytes ?? Infinity, room - fixed);
   const fits = cacheRoom >= minCache;
   const slots = fits ? Math.floor(cacheRoom / bundleBytes) : 0;
-  const hotFraction = knobs.hotFraction ?? defaultHotFraction(facts.firing, slots, nFF);
+  const hotFraction =
+    knobs.hotFraction ??
+    defaultHotFraction(
+      facts.firing,
+      slots,
+      nFF,
+      facts.experts > 0 ? { experts: facts.experts, used: facts.expertsUsed } : undefined,
+    );
   let hot = hotPerLayer(slots, hotFraction, groups, nFF);
   const cold = slots - hot * groups;
   // Pinned bundles are read once at load, never by a direct read: packed without the padding
