@@ -14,7 +14,9 @@ import { loadModel, type Model } from "../src/index.js";
 import { OpenAIServer, startServer } from "../src/server/index.js";
 import { ChatTemplate, tokenizeChatPrompt, type ChatMessage } from "../src/chat/index.js";
 import { spawn, spawnSync } from "node:child_process";
-import { CLI, SHARED } from "./helpers.js";
+import { join } from "node:path";
+import { convertToStore } from "../src/offline/convert.js";
+import { CLI, SHARED, tempDir } from "./helpers.js";
 
 const STORIES = `${SHARED}/models/stories260K.gguf`;
 const NAME = "stories260K";
@@ -688,6 +690,44 @@ test("powerinfer serve: listens, loads, answers the openai client, shuts down on
     assert.equal(await exited, 0, stderr);
     assert.match(stderr, /SIGTERM: shutting down/);
     assert.match(stderr, /stopped\n$/);
+  } finally {
+    clearTimeout(killer);
+    child.kill("SIGKILL");
+  }
+});
+
+test("powerinfer serve: a neuron store under a memory budget (its chat template read from the store's metadata)", async () => {
+  const pi = join(tempDir(), "stories.pi");
+  await convertToStore({ input: STORIES, output: pi, fsync: false });
+  const child = spawn(
+    process.execPath,
+    [CLI, "serve", "-m", pi, "--port", "0", "-t", "1", "--memory-budget", "128MiB"],
+    {
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
+  const killer = setTimeout(() => child.kill("SIGKILL"), 60_000);
+  let stderr = "";
+  child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+  try {
+    await waitFor(() => /ready: model "stories"/.test(stderr) || child.exitCode !== null, 30_000);
+    const url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(stderr)?.[1];
+    assert.ok(url && child.exitCode === null, stderr);
+    const c = new OpenAI({ baseURL: `${url}/v1`, apiKey: "x", maxRetries: 0 });
+    const r = await c.completions.create({
+      model: "stories",
+      prompt: "Once upon a time",
+      max_tokens: 12,
+      temperature: 0,
+    });
+    assert.equal(r.choices[0].text, await libText("Once upon a time", 12));
+    const chat = await c.chat.completions.create({
+      model: "stories",
+      messages: [{ role: "user", content: "Hi" }],
+      max_tokens: 6,
+      temperature: 0,
+    });
+    assert.equal(chat.choices[0].message.content, await libChat([{ role: "user", content: "Hi" }], 6));
   } finally {
     clearTimeout(killer);
     child.kill("SIGKILL");

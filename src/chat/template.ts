@@ -8,6 +8,8 @@
  */
 import { Template } from "@huggingface/jinja";
 import { GGUFFile } from "../format/gguf.js";
+import { NeuronStore } from "../format/store.js";
+import { isNeuronStore } from "../model/llama.js";
 import type { Tokenizer } from "../tokenizer/index.js";
 import { ApiError } from "./errors.js";
 
@@ -75,9 +77,9 @@ export class ChatTemplate {
     return ChatTemplate.jinja(source, tokenizer ? tokenTexts(tokenizer) : {});
   }
 
-  /** The template of a GGUF model file (reads only its header). */
+  /** The template of a model file, a GGUF or a neuron store (reads only its header or manifest). */
   static fromModelFile(path: string, tokenizer?: Tokenizer): ChatTemplate {
-    const file = GGUFFile.open(path);
+    const file = isNeuronStore(path) ? NeuronStore.open(path) : GGUFFile.open(path);
     try {
       return ChatTemplate.fromMetadata(file.metadata, tokenizer);
     } finally {
