@@ -10,6 +10,7 @@
  *   ... --order hot      # the comparison on the hot-first store (default: the store in index order)
  *   npm run bench:offload -- --shape mixtral --gate-rank 64   # Mixtral-8x7B shape, 16 layers, 4 GiB
  *   ... --prewarm        # each run's file read whole first (a virtual disk's host cache then serves both engines alike)
+ *   ... --peer no-repack # llama.cpp without node-llama-cpp's AMX variant (the default where the CPU has AMX; --peer as-is: never)
  *
  * Model (--shape 7b, the default): a Llama-2-7B-shape ReLU synthetic with planted activation sparsity 0.9, Q4_1
  * (llama.cpp copies Q4_0 weights into anonymous memory at load, so under a limit it is killed,
@@ -42,12 +43,21 @@
  * the limit that ours, at the 256-token context both get here, does not pay.
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmdirSync,
+  statSync,
+  unlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { loadavg } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ROOT_DIR } from "./paths.js";
-import { peerRun } from "./peer.js";
+import { PEER_DIR, peerRun } from "./peer.js";
 import { plannedFiring } from "../src/model/firing.js";
 import { SHAPE_SPECS } from "../src/offline/synth.js";
 import { median } from "../src/planner/median.js";
@@ -55,7 +65,10 @@ import { median } from "../src/planner/median.js";
 const BIN = join(ROOT_DIR, "bin", "powerinfer.cjs");
 const SELF = fileURLToPath(import.meta.url);
 const MODELS_DIR = join(ROOT_DIR, "bench", ".models");
-const PEER_DIR = join(ROOT_DIR, "bench", ".peer");
+/** The peer as users get it, and the copy that runs under a limit on a CPU with AMX (noRepackPeer). */
+const NO_REPACK_PEER_DIR = join(ROOT_DIR, "bench", ".peer-norepack");
+/** node-llama-cpp's CPU variant for AMX: it copies Q4_0, Q4_1 and Q8_0 weights into anonymous memory */
+const AMX_VARIANT = "libggml-cpu-sapphirerapids.so";
 const PEER_VERSION = "3.21.1";
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
@@ -93,6 +106,8 @@ interface Options {
   gateRank?: number;
   /** which store the comparison with llama.cpp runs: in index order (default) or hot-first by the planted rates */
   order: "index" | "hot";
+  /** the peer under a limit: without its AMX variant ("no-repack"), as shipped ("as-is"); undefined: no-repack where the CPU has AMX */
+  peer?: "as-is" | "no-repack";
 }
 
 function parseOptions(argv: string[]): Options {
@@ -147,7 +162,11 @@ function parseOptions(argv: string[]): Options {
     else if (a === "--timeout") o.timeoutS = nums(v())[0];
     else if (a === "--gate-rank") o.gateRank = nums(v())[0];
     else if (a === "--prewarm") prewarm = true;
-    else if (a === "--order") {
+    else if (a === "--peer") {
+      const t = v();
+      if (t !== "as-is" && t !== "no-repack") throw new Error("--peer must be as-is or no-repack");
+      o.peer = t;
+    } else if (a === "--order") {
       const t = v();
       if (t !== "index" && t !== "hot") throw new Error("--order must be index or hot");
       o.order = t;
@@ -243,6 +262,44 @@ function plantedProfile(shape: Shape, nLayer: number): { frequency: number[]; ro
         routed: spec.expertsUsed! / experts,
       });
   return out;
+}
+
+/** Whether this CPU has AMX (node-llama-cpp's prebuilt then loads its AMX variant). */
+function cpuHasAmx(): boolean {
+  try {
+    return /^flags\s*:.*\bamx_tile\b/m.test(readFileSync("/proc/cpuinfo", "utf8"));
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The peer for runs under a memory limit. On a CPU with AMX, node-llama-cpp's prebuilt loads its
+ * AMX variant, which copies the Q4_0/Q4_1/Q8_0 weights into anonymous memory: under a limit below
+ * the model's size llama.cpp is then killed, not slowed. So these runs use a copy of the peer
+ * install (hard links, made once) without that variant: llama.cpp loads the next-best one and
+ * reads the mapped file, as llama-cli's --no-repack does. Elsewhere (or with --peer as-is) the
+ * install as users get it. Returns the directory and a line for the report.
+ */
+function limitPeer(force: boolean | undefined): { dir: string; note: string } {
+  const amx = cpuHasAmx();
+  if (!(force ?? amx))
+    return {
+      dir: PEER_DIR,
+      note: `llama.cpp as node-llama-cpp ${PEER_VERSION} ships it (${amx ? `--peer as-is: its AMX variant copies the weights into memory, so a limit below the model's size kills it` : "this CPU has no AMX"})`,
+    };
+  const bins = join("node_modules", "@node-llama-cpp", "linux-x64", "bins", "linux-x64");
+  if (!existsSync(join(NO_REPACK_PEER_DIR, "package.json"))) {
+    // hard links: the copy costs no disk, and removing one name leaves the original alone
+    const r = spawnSync("cp", ["-al", PEER_DIR, NO_REPACK_PEER_DIR], { stdio: "inherit" });
+    if (r.status !== 0) throw new Error(`could not copy ${PEER_DIR} to ${NO_REPACK_PEER_DIR}`);
+  }
+  const variant = join(NO_REPACK_PEER_DIR, bins, AMX_VARIANT);
+  if (existsSync(variant)) unlinkSync(variant);
+  return {
+    dir: NO_REPACK_PEER_DIR,
+    note: `llama.cpp without node-llama-cpp's AMX variant (${AMX_VARIANT} removed from bench/.peer-norepack${amx ? "" : "; --peer no-repack on a CPU without AMX"}): it maps the file instead of copying the weights into memory, as llama-cli --no-repack`,
+  };
 }
 
 function ensurePeer(): boolean {
@@ -537,13 +594,24 @@ function runOurs(cg: CgroupSupport | undefined, c: OursConfig, timeoutS: number)
 
 function runPeer(
   cg: CgroupSupport | undefined,
+  peerDir: string,
   gguf: string,
   limit: number,
   threads: number,
   n: number,
   timeoutS: number,
 ): RunResult {
-  const cmd = [process.execPath, SELF, "--peer-run", gguf, String(threads), String(n), String(CONTEXT), PROMPT];
+  const cmd = [
+    process.execPath,
+    SELF,
+    "--peer-run",
+    gguf,
+    String(threads),
+    String(n),
+    String(CONTEXT),
+    PROMPT,
+    peerDir,
+  ];
   const load = loadavg()[0];
   const r = cg ? runLimited(cg, limit, gguf, cmd, timeoutS) : unlimited(gguf, cmd, timeoutS);
   const speed = parseSpeed(r.stderr);
@@ -643,6 +711,9 @@ async function main(): Promise<void> {
   const peerOk = ensurePeer();
   if (!peerOk)
     process.stderr.write("bench:offload: node-llama-cpp could not be installed: llama.cpp's columns are skipped\n");
+  const peer = peerOk
+    ? limitPeer(o.peer === undefined ? undefined : o.peer === "no-repack")
+    : { dir: PEER_DIR, note: "" };
   const out: string[] = [];
   const log = (s: string) => {
     out.push(s);
@@ -694,7 +765,7 @@ async function main(): Promise<void> {
             );
           }
           if (peerOk) {
-            const r = runPeer(cg, models.gguf, limit, threads, o.n, o.timeoutS);
+            const r = runPeer(cg, peer.dir, models.gguf, limit, threads, o.n, o.timeoutS);
             cell.peer.push(r);
             process.stderr.write(
               `  llama ${gib(limit)} t${threads}: ${r.ok ? `${r.prefill} / ${r.decode} tok/s, major faults ${r.usage?.majorFaults}` : r.failure} (load ${r.load.toFixed(1)})\n`,
@@ -706,6 +777,8 @@ async function main(): Promise<void> {
     raw.compare = Object.fromEntries(cells);
     log("");
     log(`## Ours vs llama.cpp under a cgroup memory limit (cgroup v${cg.version}, page cache counted)`);
+    log("");
+    log(`The peer: ${peer.note}.`);
     log("");
     log(
       "| limit | threads | ours prefill tok/s | llama.cpp prefill tok/s | prefill ratio | ours decode tok/s | llama.cpp decode tok/s | decode ratio | load avg |",
@@ -1029,9 +1102,9 @@ async function main(): Promise<void> {
 }
 
 if (process.argv[2] === "--peer-run") {
-  const [model, threads, n, ctx, prompt] = process.argv.slice(3);
+  const [model, threads, n, ctx, prompt, peerDir] = process.argv.slice(3);
   // batch 64: llama.cpp's compute buffers grow with the batch, and the limit pays for them
-  await peerRun(model, Number(threads), Number(n), prompt, Number(ctx), 64);
+  await peerRun(model, Number(threads), Number(n), prompt, Number(ctx), 64, peerDir);
 } else {
   await main();
 }

@@ -11,6 +11,9 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { join, resolve } from "node:path";
 import { ROOT_DIR } from "./paths.js";
 
+/** Where `npm run bench` installs the peer. */
+export const PEER_DIR = join(ROOT_DIR, "bench", ".peer");
+
 export async function peerRun(
   modelPath: string,
   threads: number,
@@ -18,8 +21,10 @@ export async function peerRun(
   prompt: string,
   contextSize = 384,
   batchSize = 512,
+  /** the peer's install (a copy without the AMX variant for runs under a memory limit: bench/offload.ts) */
+  peerDir = PEER_DIR,
 ): Promise<void> {
-  const entry = join(ROOT_DIR, "bench", ".peer", "node_modules", "node-llama-cpp", "dist", "index.js");
+  const entry = join(peerDir, "node_modules", "node-llama-cpp", "dist", "index.js");
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   const { getLlama } = (await import(pathToFileURL(entry).href)) as any;
   const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" });
