@@ -59,6 +59,7 @@ import { fileURLToPath } from "node:url";
 import { ROOT_DIR } from "./paths.js";
 import { PEER_DIR, peerRun } from "./peer.js";
 import { plannedFiring } from "../src/model/firing.js";
+import { evenRoutingShare } from "../src/io/hit-model.js";
 import { SHAPE_SPECS } from "../src/offline/synth.js";
 import { median } from "../src/planner/median.js";
 
@@ -259,7 +260,7 @@ function plantedProfile(shape: Shape, nLayer: number): { frequency: number[]; ro
     for (let e = 0; e < experts; e++)
       out.push({
         frequency: round(plannedFiring(SEED, l, spec.ffn, SPARSITY, undefined, e)),
-        routed: spec.expertsUsed! / experts,
+        routed: evenRoutingShare(experts, spec.expertsUsed!),
       });
   return out;
 }

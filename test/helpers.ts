@@ -4,6 +4,7 @@ import { dirname, join, resolve } from "node:path";
 import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
+import type { LlamaModel } from "../src/model/llama.js";
 
 /** The repository root (tests run from dist/test). */
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -87,6 +88,44 @@ export function argmax(v: ArrayLike<number>): number {
   let best = 0;
   for (let i = 1; i < v.length; i++) if (v[i] > v[best]) best = i;
   return best;
+}
+
+/** Greedy ids and the logits of every generated position. */
+export interface Greedy {
+  ids: number[];
+  logits: Float32Array[];
+}
+
+/**
+ * Greedy decode of n tokens with the raw model (no tokenizer, no stop at EOS), the prompt as one
+ * batch or (batch false) token by token.
+ */
+export function greedy(model: LlamaModel, promptIds: number[], n: number, batch = true): Greedy {
+  let pos = 0;
+  if (batch) {
+    model.forward(promptIds, promptIds.length, 0);
+    pos = promptIds.length;
+  } else for (const id of promptIds) model.forward([id], 1, pos++);
+  const out: Greedy = { ids: [], logits: [] };
+  for (let i = 0; i < n; i++) {
+    out.logits.push(model.logits.slice());
+    out.ids.push(argmax(model.logits));
+    if (i + 1 < n) model.forward([out.ids[i]], 1, pos++);
+  }
+  return out;
+}
+
+/** greedy() through forwardAsync (memory or a store alike), the prompt as one batch. */
+export async function greedyAsync(model: LlamaModel, promptIds: number[], n: number): Promise<Greedy> {
+  await model.forwardAsync(promptIds, promptIds.length, 0);
+  let pos = promptIds.length;
+  const out: Greedy = { ids: [], logits: [] };
+  for (let i = 0; i < n; i++) {
+    out.logits.push(model.logits.slice());
+    out.ids.push(argmax(model.logits));
+    if (i + 1 < n) await model.forwardAsync([out.ids[i]], 1, pos++);
+  }
+  return out;
 }
 
 /** Largest |a[i] - b[i]|. */

@@ -8,38 +8,13 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { loadModel } from "../src/index.js";
 import { LlamaModel } from "../src/model/llama.js";
-import { argmax, SHARED } from "./helpers.js";
+import { greedy, SHARED } from "./helpers.js";
 
 const STORIES = `${SHARED}/models/stories260K.gguf`;
 const RELU = `${SHARED}/models/relu-stories.gguf`;
 const RELU_Q8 = `${SHARED}/models/relu-stories.Q8_0.gguf`;
 const llamacpp = JSON.parse(readFileSync(`${SHARED}/reference/stories260K.llamacpp.json`, "utf8"));
 const reluRef = JSON.parse(readFileSync(`${SHARED}/reference/relu-stories.json`, "utf8"));
-
-/** Greedy decode from prompt ids with the raw model (no tokenizer, no stopping at EOS). */
-function greedy(
-  model: LlamaModel,
-  promptIds: number[],
-  n: number,
-  batch = true,
-): { ids: number[]; logits: Float32Array[] } {
-  let pos = 0;
-  if (batch) {
-    model.forward(promptIds, promptIds.length, 0);
-    pos = promptIds.length;
-  } else {
-    for (const id of promptIds) model.forward([id], 1, pos++);
-  }
-  const ids: number[] = [];
-  const logits: Float32Array[] = [];
-  for (let i = 0; i < n; i++) {
-    logits.push(model.logits.slice());
-    const id = argmax(model.logits);
-    ids.push(id);
-    if (i + 1 < n) model.forward([id], 1, pos++);
-  }
-  return { ids, logits };
-}
 
 for (const threads of [1, 2]) {
   test(`stories260K: greedy 64 tokens equal llama.cpp's for every prompt (${threads} thread(s))`, async () => {

@@ -21,7 +21,7 @@ import { expertSummary, GROUP_FIELDS, type OffloadStats } from "../src/model/off
 import { runResult } from "../src/cli/run-json.js";
 import { expertStatsText } from "../src/cli/expert-stats.js";
 import type { GenerationStats } from "../src/generate/generator.js";
-import { argmax, SHARED, tempDir } from "./helpers.js";
+import { argmax, greedyAsync, SHARED, tempDir } from "./helpers.js";
 
 const MOE = `${SHARED}/models/moe-stories.gguf`;
 const ref = JSON.parse(readFileSync(`${SHARED}/reference/moe-stories.json`, "utf8"));
@@ -83,20 +83,6 @@ async function load(
   });
 }
 
-/** The prompt as one batch, then greedy decoding of n tokens: the ids and the logits of each. */
-async function greedy(model: LlamaModel, promptIds: number[], n: number) {
-  await model.forwardAsync(promptIds, promptIds.length, 0);
-  let pos = promptIds.length;
-  const ids: number[] = [];
-  const logits: Float32Array[] = [];
-  for (let i = 0; i < n; i++) {
-    logits.push(model.logits.slice());
-    ids.push(argmax(model.logits));
-    if (i + 1 < n) await model.forwardAsync([ids[i]], 1, pos++);
-  }
-  return { ids, logits };
-}
-
 /** Per-group counters add up to the totals; hit rates in [0, 1]. */
 function checkGroups(st: OffloadStats): void {
   const g = st.groups!;
@@ -126,7 +112,7 @@ for (const threads of [1, 2]) {
       assert.ok(model.offloaded!.readsAheadExpert && model.offloaded!.readsAheadLayer);
       const routed = new Float64Array(6 * 8);
       for (const r of (ref.prompts as Ref[]).slice(0, 2)) {
-        const { ids, logits } = await greedy(model, r.prompt_ids, r.greedy_ids.length);
+        const { ids, logits } = await greedyAsync(model, r.prompt_ids, r.greedy_ids.length);
         assert.deepEqual(ids, r.greedy_ids);
         for (let k = 0; k < r.logits_first3.length; k++) {
           const want = r.logits_first3[k];
@@ -167,7 +153,7 @@ test("moe-stories, trained per-expert predictors: read-ahead (the default, and b
       const ids: number[][] = [];
       const logits: Float32Array[][] = [];
       for (const r of ref.prompts as Ref[]) {
-        const g = await greedy(model, r.prompt_ids, 32);
+        const g = await greedyAsync(model, r.prompt_ids, 32);
         ids.push(g.ids);
         logits.push(g.logits);
       }

@@ -14,7 +14,7 @@ import { BUDGET_ROOM } from "../src/model/offload/layout.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { profileModel } from "../src/offline/profile.js";
 import { firingOf, shapeOfStore } from "../src/planner/plan.js";
-import { argmax, SHARED, tempDir } from "./helpers.js";
+import { greedy, greedyAsync, SHARED, tempDir } from "./helpers.js";
 import { rewrite } from "./rewrite.js";
 
 const MOE = `${SHARED}/models/moe-stories.gguf`;
@@ -26,28 +26,6 @@ interface Ref {
   greedy_ids: number[];
   logits_first3: number[][];
   expert_ids_per_position: number[][][];
-}
-
-/** Greedy decode from prompt ids (the prompt as one batch); the logits of every generated position. */
-function greedy(
-  model: LlamaModel,
-  promptIds: number[],
-  n: number,
-  batch = true,
-): { ids: number[]; logits: Float32Array[] } {
-  let pos = 0;
-  if (batch) {
-    model.forward(promptIds, promptIds.length, 0);
-    pos = promptIds.length;
-  } else for (const id of promptIds) model.forward([id], 1, pos++);
-  const ids: number[] = [];
-  const logits: Float32Array[] = [];
-  for (let i = 0; i < n; i++) {
-    logits.push(model.logits.slice());
-    ids.push(argmax(model.logits));
-    if (i + 1 < n) model.forward([ids[i]], 1, pos++);
-  }
-  return { ids, logits };
 }
 
 function checkLogits(got: Float32Array[], want: number[][], what: string): void {
@@ -230,24 +208,6 @@ for (const threads of [1, 2]) {
       await model.dispose();
     }
   });
-}
-
-/** greedy() through forwardAsync (a model whose FFN is offloaded). */
-async function greedyAsync(
-  model: LlamaModel,
-  promptIds: number[],
-  n: number,
-): Promise<{ ids: number[]; logits: Float32Array[] }> {
-  await model.forwardAsync(promptIds, promptIds.length, 0);
-  let pos = promptIds.length;
-  const ids: number[] = [];
-  const logits: Float32Array[] = [];
-  for (let i = 0; i < n; i++) {
-    logits.push(model.logits.slice());
-    ids.push(argmax(model.logits));
-    if (i + 1 < n) await model.forwardAsync([ids[i]], 1, pos++);
-  }
-  return { ids, logits };
 }
 
 test("profile per expert (routing and firing), a hot-first store, hot slots shared out by rate: the reference's ids under a budget", async () => {

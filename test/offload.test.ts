@@ -12,7 +12,7 @@ import { LlamaModel } from "../src/model/llama.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { NeuronStore } from "../src/format/store.js";
 import { synthesize } from "../src/offline/synth.js";
-import { argmax, CLI, maxDiff, SHARED, tempDir } from "./helpers.js";
+import { argmax, CLI, greedyAsync, maxDiff, SHARED, tempDir } from "./helpers.js";
 import { rewrite } from "./rewrite.js";
 
 const RELU = `${SHARED}/models/relu-stories.gguf`;
@@ -26,29 +26,11 @@ async function store(src: string, name: string): Promise<string> {
   return out;
 }
 
-/** Greedy ids and the logits of each step, prompt fed as one batch. */
-async function greedy(
-  model: LlamaModel,
-  prompt: number[],
-  n: number,
-): Promise<{ ids: number[]; logits: Float32Array[] }> {
-  let logits = await model.forwardAsync(prompt, prompt.length, 0);
-  const ids: number[] = [];
-  const all: Float32Array[] = [];
-  for (let i = 0; i < n; i++) {
-    all.push(logits.slice());
-    const id = argmax(logits);
-    ids.push(id);
-    if (i + 1 < n) logits = await model.forwardAsync([id], 1, prompt.length + i);
-  }
-  return { ids, logits: all };
-}
-
 test("relu-stories from a store, gate mode: the dense run's tokens and logits at every cache size", async () => {
   const pi = await store(RELU, "relu.pi");
   const dense = await LlamaModel.load(RELU, { threads: 2, contextSize: 64 });
   const prompt = reluRef.prompts[0].prompt_ids as number[];
-  const want = await greedy(dense, prompt, 24);
+  const want = await greedyAsync(dense, prompt, 24);
   await dense.dispose();
   assert.deepEqual(want.ids, reluRef.prompts[0].greedy_ids.slice(0, 24));
   const bundle = 4096; // relu-stories F32: 3 x 1 KiB rows, padded to one page
@@ -69,7 +51,7 @@ test("relu-stories from a store, gate mode: the dense run's tokens and logits at
       offload: { cacheBytes: Math.floor(ffnBytes * fraction), residentGates, streamGates },
     });
     try {
-      const got = await greedy(model, prompt, 24);
+      const got = await greedyAsync(model, prompt, 24);
       const what = `cache = ${fraction} of the FFN, gate rows ${residentGates ? "resident" : streamGates ? "streamed from their copy" : "read from each bundle"}`;
       assert.deepEqual(got.ids, want.ids, what);
       for (let k = 0; k < got.logits.length; k++) {
@@ -100,14 +82,14 @@ test("Q8_0 store (Down requantized per column): same greedy tokens as the dense 
   const pi = await store(RELU_Q8, "relu-q8.pi");
   for (const ref of reluRef.prompts.slice(0, 2)) {
     const dense = await LlamaModel.load(RELU_Q8, { threads: 1, contextSize: 64 });
-    const want = await greedy(dense, ref.prompt_ids, 16);
+    const want = await greedyAsync(dense, ref.prompt_ids, 16);
     await dense.dispose();
     const model = await LlamaModel.load(pi, {
       threads: 1,
       contextSize: 64,
       offload: { cacheBytes: 6 * 1024 * 4096 * 0.25 },
     });
-    const got = await greedy(model, ref.prompt_ids, 16);
+    const got = await greedyAsync(model, ref.prompt_ids, 16);
     await model.dispose();
     assert.deepEqual(got.ids, want.ids);
   }
@@ -120,7 +102,7 @@ test("synthetic sparse ReLU model: gate mode under a quarter-FFN cache equals th
   const pi = await store(gguf, "sparse.pi");
   const prompt = [1, 300, 301, 302, 303];
   const dense = await LlamaModel.load(gguf, { threads: 2, contextSize: 64 });
-  const want = await greedy(dense, prompt, 12);
+  const want = await greedyAsync(dense, prompt, 12);
   await dense.dispose();
   const model = await LlamaModel.load(pi, { threads: 2, contextSize: 64 });
   const ffn = model.offloaded!;
@@ -128,7 +110,7 @@ test("synthetic sparse ReLU model: gate mode under a quarter-FFN cache equals th
   const quarter = (ffn.cache.slots * ffn.cache.slotBytes) / 4;
   const small = await LlamaModel.load(pi, { threads: 2, contextSize: 64, offload: { cacheBytes: quarter } });
   try {
-    const got = await greedy(small, prompt, 12);
+    const got = await greedyAsync(small, prompt, 12);
     assert.deepEqual(got.ids, want.ids);
     const s = small.offloaded!.snapshot();
     assert.ok(
@@ -152,7 +134,10 @@ test("an I/O error mid-decode is an error naming the file, never a token", async
     },
   });
   try {
-    await assert.rejects(greedy(model, reluRef.prompts[0].prompt_ids, 24), /relu-fault\.pi.*EIO|EIO.*relu-fault\.pi/s);
+    await assert.rejects(
+      greedyAsync(model, reluRef.prompts[0].prompt_ids, 24),
+      /relu-fault\.pi.*EIO|EIO.*relu-fault\.pi/s,
+    );
   } finally {
     await model.dispose();
   }
@@ -170,7 +155,7 @@ test("an I/O error mid-decode is an error naming the file, never a token", async
     });
     try {
       await assert.rejects(
-        greedy(streamed, reluRef.prompts[0].prompt_ids, 24),
+        greedyAsync(streamed, reluRef.prompts[0].prompt_ids, 24),
         /relu-fault\.pi.*EIO|EIO.*relu-fault\.pi/s,
         `fault after ${after} reads`,
       );
@@ -214,7 +199,10 @@ test("checksums while decoding: a damaged bundle first read mid-run is an error;
   writeFileSync(bad, flipped);
   const model = await LlamaModel.load(bad, opts);
   try {
-    await assert.rejects(greedy(model, reluRef.prompts[0].prompt_ids, 4), /late-flip\.pi.*checksum mismatch.*at \d+/s);
+    await assert.rejects(
+      greedyAsync(model, reluRef.prompts[0].prompt_ids, 4),
+      /late-flip\.pi.*checksum mismatch.*at \d+/s,
+    );
   } finally {
     await model.dispose();
   }
@@ -298,7 +286,7 @@ test("predictor mode: hot region dense, cold neurons where the predictor says; a
   });
   try {
     assert.equal(model.offloaded!.mode, "predictor");
-    const got = await greedy(model, prompt, 20);
+    const got = await greedyAsync(model, prompt, 20);
     assert.deepEqual(got.ids, want);
     const s = model.offloaded!.snapshot();
     assert.ok(s.neuronsComputed < 0.6 * s.neuronsTotal, `${s.neuronsComputed} of ${s.neuronsTotal}`);
@@ -369,7 +357,7 @@ test("predictor mode: hot region dense, cold neurons where the predictor says; a
     offload: { cacheBytes: 6 * 1024 * 4096 * 0.25, lookahead: false },
   });
   try {
-    assert.deepEqual((await greedy(plainRun, prompt, 20)).ids, want);
+    assert.deepEqual((await greedyAsync(plainRun, prompt, 20)).ids, want);
     const s = plainRun.offloaded!.snapshot();
     assert.equal(s.readAhead, 0);
   } finally {
@@ -388,7 +376,7 @@ test("predictor mode: hot region dense, cold neurons where the predictor says; a
     offload: { sparsity: "dense", cacheBytes: 6 * 1024 * 4096 * 0.25 },
   });
   try {
-    const got = await greedy(dense, reluRef.prompts[0].prompt_ids, 12);
+    const got = await greedyAsync(dense, reluRef.prompts[0].prompt_ids, 12);
     assert.deepEqual(got.ids, reluRef.prompts[0].greedy_ids.slice(0, 12));
     const s = dense.offloaded!.snapshot();
     assert.equal(s.neuronsComputed, s.neuronsTotal);

@@ -474,7 +474,7 @@ async function stores(): Promise<void> {
 
 const FAST = { scale: 0.02, cacheDir, threads: [1], queueDepths: [1, 2] };
 
-/** A plan for the profiled tiny store at one thread, with quick probes and no calibration unless asked. */
+/** A plan for the profiled tiny store (or `more.modelPath`) at one thread, with quick probes and no calibration unless asked. */
 const tinyPlan = (budget: number, more: Partial<Parameters<typeof makePlan>[0]> = {}) =>
   makePlan({
     modelPath: profiledPath,
@@ -847,16 +847,7 @@ test("plan: a store with predictors is planned in predictor mode, as run runs it
   assert.ok(r.candidates.every((p) => p.knobs.sparsity === "predictor"));
   // run takes the plan's mode and knobs (its own base differs from the measured one by a little: a little room)
   const budget = smallest + 8 * MiB;
-  const plan = await makePlan({
-    modelPath: predictorPath,
-    budget,
-    probe: FAST,
-    threads: 1,
-    promptTokens: 8,
-    decodeTokens: 16,
-    contextSize: 64,
-    runtimeBase: base,
-  });
+  const plan = await tinyPlan(budget, { modelPath: predictorPath, runtimeBase: base });
   const path = join(dir, "pred.plan.json");
   writePlan(path, plan.plan);
   const opts = applyPlan({ modelPath: predictorPath, memoryBudget: budget }, path);

@@ -26,7 +26,7 @@ import {
   thresholdForRecall,
 } from "../src/predictor-training/predictor-train.js";
 import { Tokenizer } from "../src/tokenizer/index.js";
-import { CLI, SHARED, signedRng, tempDir } from "./helpers.js";
+import { CLI, greedyAsync, SHARED, signedRng, tempDir } from "./helpers.js";
 import { Arena } from "../src/runtime/arena.js";
 import { ThreadPool } from "../src/runtime/pool.js";
 import {
@@ -357,19 +357,6 @@ test("a small training budget gives informative predictors; the held-out figures
   }
 });
 
-/** Greedy continuation of `prompt` for n tokens. */
-async function greedy(model: LlamaModel, prompt: number[], n: number): Promise<number[]> {
-  let logits = await model.forwardAsync(prompt, prompt.length, 0);
-  const out: number[] = [];
-  for (let i = 0; i < n; i++) {
-    let best = 0;
-    for (let v = 1; v < logits.length; v++) if (logits[v] > logits[best]) best = v;
-    out.push(best);
-    logits = await model.forwardAsync([best], 1, prompt.length + i);
-  }
-  return out;
-}
-
 test("PWRI GGUF: written, read back, converted to a store, run with --sparsity predictor; --store adds the same predictors", async (t) => {
   const r = trained ?? (await trainPredictors(TRAIN_OPTS));
   const dir = tempDir("predictors-");
@@ -484,7 +471,7 @@ test("PWRI GGUF: written, read back, converted to a store, run with --sparsity p
   const tok = Tokenizer.fromGGUF(GGUFFile.open(RELU));
   const prompt = tok.encode("Once upon a time", { addBos: true });
   const dense = await LlamaModel.load(RELU, { threads: 1, contextSize: 64 });
-  const want = await greedy(dense, prompt, 16);
+  const want = (await greedyAsync(dense, prompt, 16)).ids;
   await dense.dispose();
   const runs: number[][] = [];
   for (const path of [fromPwri, plain, hotFirst]) {
@@ -494,7 +481,7 @@ test("PWRI GGUF: written, read back, converted to a store, run with --sparsity p
       offload: { sparsity: "predictor", cacheBytes: 4 << 20, hotFraction: 0, direct: "auto", onWarning: () => {} },
     });
     try {
-      runs.push(await greedy(m, prompt, 16));
+      runs.push((await greedyAsync(m, prompt, 16)).ids);
       const s = m.offloaded!.snapshot();
       // the predictor really chooses: fewer neurons than all, more than the ones that fire
       assert.ok(

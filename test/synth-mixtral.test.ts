@@ -28,7 +28,7 @@ import {
   SYNTH_TYPES,
   type SynthOptions,
 } from "../src/offline/synth.js";
-import { argmax, CLI, randomTokens, ROOT, sha256OfFile, tempDir } from "./helpers.js";
+import { CLI, greedyAsync, randomTokens, ROOT, sha256OfFile, tempDir } from "./helpers.js";
 
 const dir = tempDir("synth-mixtral-");
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -302,13 +302,7 @@ test("synth --shape mixtral-tiny --gate-rank: predictors per expert, carried by 
       offload: { sparsity, cacheBytes: bundles / 4 },
     });
     try {
-      const out: number[] = [];
-      let logits = await m.forwardAsync(ids, ids.length, 0);
-      let pos = ids.length;
-      for (let i = 0; i < 16; i++) {
-        out.push(argmax(logits));
-        logits = await m.forwardAsync([out[i]], 1, pos++);
-      }
+      const out = (await greedyAsync(m, ids, 16)).ids;
       return { out, stats: m.offloaded!.snapshot() };
     } finally {
       await m.dispose();
@@ -396,24 +390,16 @@ async function refGguf(): Promise<string> {
   return refModel;
 }
 
-/** Greedy ids after the prompt, by forwardAsync (memory or store alike). */
-async function greedy(m: LlamaModel, prompt: number[], n: number): Promise<number[]> {
-  let logits = await m.forwardAsync(prompt, prompt.length, 0);
-  let pos = prompt.length;
-  const out: number[] = [];
-  for (let i = 0; i < n; i++) {
-    out.push(argmax(logits));
-    if (i + 1 < n) logits = await m.forwardAsync([out[i]], 1, pos++);
-  }
-  return out;
-}
-
 for (const threads of [1, 2]) {
   test(`synthetic SiLU Mixtral in memory: llama.cpp's greedy ids (${threads} thread(s))`, async () => {
     const m = await LlamaModel.load(await refGguf(), { threads, contextSize: 64 });
     try {
       for (const p of ref.prompts)
-        assert.deepEqual(await greedy(m, p.prompt_ids, p.greedy_ids.length), p.greedy_ids, `prompt ${p.prompt_ids}`);
+        assert.deepEqual(
+          (await greedyAsync(m, p.prompt_ids, p.greedy_ids.length)).ids,
+          p.greedy_ids,
+          `prompt ${p.prompt_ids}`,
+        );
     } finally {
       await m.dispose();
     }
@@ -442,7 +428,11 @@ for (const threads of [1, 2]) {
     try {
       assert.ok(m.offloaded!.layout.cacheBytes < allFFN / 2, `cache ${m.offloaded!.layout.cacheBytes} of ${allFFN}`);
       for (const p of ref.prompts)
-        assert.deepEqual(await greedy(m, p.prompt_ids, p.greedy_ids.length), p.greedy_ids, `prompt ${p.prompt_ids}`);
+        assert.deepEqual(
+          (await greedyAsync(m, p.prompt_ids, p.greedy_ids.length)).ids,
+          p.greedy_ids,
+          `prompt ${p.prompt_ids}`,
+        );
       const st = m.offloaded!.snapshot();
       assert.ok(st.misses > 0 && st.bytesRead > 0, "experts' bundles were read from flash");
     } finally {

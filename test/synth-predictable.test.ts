@@ -16,7 +16,7 @@ import { LlamaModel } from "../src/model/llama.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { PREDICTOR_MODEL_KEY } from "../src/offline/predictor-files.js";
 import { synthesize, type PlantedPredictor, type SynthType } from "../src/offline/synth.js";
-import { CLI, randomTokens, tempDir } from "./helpers.js";
+import { CLI, greedyAsync, randomTokens, tempDir } from "./helpers.js";
 
 const dir = tempDir("synth-predictable-");
 
@@ -162,15 +162,7 @@ test("synth --gate-rank writes the predictors beside the model; convert --predic
       offload: { sparsity, cacheBytes: 4 * 768 * 4096 * 0.25 },
     });
     try {
-      const out: number[] = [];
-      let logits = await m.forwardAsync(ids, ids.length, 0);
-      let pos = ids.length;
-      for (let i = 0; i < 20; i++) {
-        let best = 0;
-        for (let v = 1; v < logits.length; v++) if (logits[v] > logits[best]) best = v;
-        out.push(best);
-        logits = await m.forwardAsync([best], 1, pos++);
-      }
+      const out = (await greedyAsync(m, ids, 20)).ids;
       return { out, stats: m.offloaded!.snapshot() };
     } finally {
       await m.dispose();

@@ -23,6 +23,14 @@ export interface Firing {
   source: string;
 }
 
+/**
+ * A mixture's routing share per expert when nothing measured it: each token runs `used` of
+ * `experts`, every expert taken as routed alike (1 for a dense FFN: experts 0).
+ */
+export function evenRoutingShare(experts: number, used: number): number {
+  return experts > 0 ? used / experts : 1;
+}
+
 /** Log-spaced bins of firing probability: enough resolution for the hit model, fast to sum. */
 const BINS = 240;
 const P_MIN = 1e-7;

@@ -25,7 +25,7 @@
  * Every count is also kept per layer (a layer here is a store group: a layer, or one expert of a
  * mixture's layer), in arrays laid out at construction.
  */
-import { hitProfile, type Firing } from "./hit-model.js";
+import { evenRoutingShare, hitProfile, type Firing } from "./hit-model.js";
 
 export interface CacheRegionStats {
   hits: number;
@@ -334,7 +334,7 @@ export function defaultHotFraction(
         const f = rates.layers[l0 + e];
         let s = 0;
         for (let k = Math.min(hot, f.length); k < f.length; k++) s += f[k];
-        perExpert[e] = (s * E) / used;
+        perExpert[e] = s / evenRoutingShare(E, used);
       }
       const top = Array.from(perExpert).sort((a, b) => b - a);
       let s = 0;

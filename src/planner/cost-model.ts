@@ -26,7 +26,7 @@
  */
 import { GGMLType } from "../format/ggml-types.js";
 import type { ScanSpeed, SparseSpeed } from "./probe.js";
-import { hitProfile, normalCdf, type Firing, type HitProfile } from "../io/hit-model.js";
+import { evenRoutingShare, hitProfile, normalCdf, type Firing, type HitProfile } from "../io/hit-model.js";
 import {
   offloadLayout,
   STAGE_NEURONS,
@@ -214,7 +214,7 @@ export function groupsOf(shape: Pick<ModelShape, "nLayer" | "experts">): number 
 /** The share of tokens routed to group g (1 for a dense layer; every expert alike when the store does not say). */
 function routedShare(shape: ModelShape, g: number): number {
   if (shape.experts === 0) return 1;
-  return shape.routed ? shape.routed[g] : shape.expertsUsed / shape.experts;
+  return shape.routed ? shape.routed[g] : evenRoutingShare(shape.experts, shape.expertsUsed);
 }
 
 /** Seconds of a layer's router (a mixture: nEmbd x experts logits in F32, and the top-k); 0 for a dense FFN. */

@@ -32,6 +32,7 @@ import { residentBytes } from "../model/resident-bytes.js";
 import { calibrated, calibration, type Calibration, type CalibrationJob, type CalibrationRun } from "./calibrate.js";
 import { measureRuntimeBase, type BaseJob } from "./runtime-base.js";
 import { median } from "./median.js";
+import { evenRoutingShare } from "../io/hit-model.js";
 import {
   hitProfile,
   predict,
@@ -263,7 +264,7 @@ export function firingOf(store: NeuronStore, cfg: ModelConfig, assumed?: number)
     // a mixture: each expert's own planted rates when routed, times its routing share (the
     // generator plants firing, not routing: every expert taken as routed alike)
     const E = store.ffn.experts;
-    const share = E > 0 ? cfg.nExpertUsed / E : 1;
+    const share = evenRoutingShare(E, cfg.nExpertUsed);
     for (let g = 0; g < L; g++) {
       const Ls = store.layer(g);
       const planted =
