@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { loadModel, type Model } from "../src/index.js";
 import { GGUFFile } from "../src/format/gguf.js";
 import { GGUFWriter } from "../src/format/gguf-writer.js";
+import { convertToStore } from "../src/offline/convert.js";
 import {
   ApiError,
   ChatSession,
@@ -117,6 +118,10 @@ test("the template comes from the GGUF's tokenizer.chat_template, else the plain
   assert.equal(t.source, TAGS_TEMPLATE);
   assert.equal(t.tokens.bosToken, "<s>");
   assert.equal(t.render([{ role: "user", content: "a" }]), "<s>[user] a\n[assistant]");
+  // a neuron store carries the GGUF's metadata: the same template from its manifest
+  const pi = join(tempDir(), "with-template.pi");
+  await convertToStore({ input: file, output: pi, fsync: false });
+  assert.equal(ChatTemplate.fromModelFile(pi, model.tokenizer).source, TAGS_TEMPLATE);
   // A model object that exposes its metadata gets its template without being told.
   const withMeta = {
     tokenizer: model.tokenizer,

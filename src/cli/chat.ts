@@ -94,7 +94,7 @@ export async function main(argv: string[]): Promise<number> {
   try {
     const session = new ChatSession(model, {
       systemPrompt: args.system as string | undefined,
-      template: template ?? ChatTemplate.fromModelFile(modelPath, model.tokenizer),
+      template: template ?? ChatTemplate.fromMetadata(model.metadata, model.tokenizer),
       defaults: { ...samplingOptions(args), maxTokens: args.n as number },
     });
     if (interactive) {

@@ -198,7 +198,7 @@ export async function main(argv: string[]): Promise<number> {
       await stopping;
       return 0;
     }
-    const chatTemplate = template ?? ChatTemplate.fromModelFile(modelPath, model.tokenizer);
+    const chatTemplate = template ?? ChatTemplate.fromMetadata(model.metadata, model.tokenizer);
     server.setModel(model, chatTemplate);
     const tpl = template
       ? "the template of --chat-template-file"
