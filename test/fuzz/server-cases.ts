@@ -148,6 +148,19 @@ function bodyText(rng: Rng, chat: boolean): string {
   }
 }
 
+/** Bodies for /tokenize and /detokenize: good ones mostly, then wrong types and ranges. */
+function tokenizeBody(rng: Rng, route: string): string {
+  if (rng.chance(0.1)) return rng.pick(["", "{", "[]", "null", '{"content":'.repeat(50)]);
+  if (route === "/tokenize")
+    return JSON.stringify({
+      content: rng.chance(0.7) ? "Once upon a time" : rng.pick(["", 5, null, ["a"], "\ud800<s>", "x".repeat(5000)]),
+      ...(rng.chance(0.3) ? { add_special: rng.pick([true, false, "yes", 1]) } : {}),
+    });
+  return JSON.stringify({
+    tokens: rng.chance(0.7) ? [1, 2, 3] : rng.pick([[], [99999], [-1], [1.5], "x", null, [[1]], [2 ** 53]]),
+  });
+}
+
 /** A request and how it is sent. */
 export function serverCase(rng: Rng): ServerCase {
   const route = rng.weighted<string>([
@@ -156,6 +169,10 @@ export function serverCase(rng: Rng): ServerCase {
     [2, "/v1/models"],
     [2, "/v1/models/local"],
     [2, "/health"],
+    [2, "/tokenize"],
+    [2, "/detokenize"],
+    [1, "/props"],
+    [1, "/metrics"],
     [1, "/v1/models/%ff"],
     [1, "/v1/models/%E0%A4%A"],
     [1, "/v1/models/%"],
@@ -169,13 +186,14 @@ export function serverCase(rng: Rng): ServerCase {
     [1, "/v1/models/\u00e9"],
   ]);
   const chat = route.includes("chat");
-  const post = route.includes("completions");
+  const tokenizing = route.endsWith("tokenize");
+  const post = route.includes("completions") || tokenizing;
   const method = rng.chance(0.9)
     ? post
       ? "POST"
       : "GET"
     : rng.pick(["GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH", "BREW", "get"]);
-  let body = post || rng.chance(0.05) ? bodyText(rng, chat) : "";
+  let body = tokenizing ? tokenizeBody(rng, route) : post || rng.chance(0.05) ? bodyText(rng, chat) : "";
   if (rng.chance(0.03)) body = "\xff\xfe" + body; // invalid UTF-8 in front
   const bodyBytes = Buffer.from(body, body.startsWith("\xff") ? "latin1" : "utf8");
   const headers: string[] = ["Host: localhost"];
@@ -409,6 +427,10 @@ export async function runServerCase(port: number, c: ServerCase, deadlineMs: num
   if (status >= 500) return { outcome: "crash", detail: `${status}: ${text.slice(0, 200)}`, ms };
   const isHead = c.pieces.length > 0 && Buffer.from(c.pieces[0].hex, "hex").toString("latin1").startsWith("HEAD ");
   if (isHead) return { outcome: status < 400 ? "success" : "clean", detail: statusLine, ms };
+  if (status === 204)
+    return text === ""
+      ? { outcome: "success", detail: statusLine, ms }
+      : { outcome: "crash", detail: `204 with a body: ${JSON.stringify(text.slice(0, 120))}`, ms };
   if (status >= 400) {
     try {
       const j = JSON.parse(text) as { error?: { message?: unknown; type?: unknown } };
@@ -436,6 +458,15 @@ export async function runServerCase(port: number, c: ServerCase, deadlineMs: num
       }
     }
     return { outcome: "success", detail: `${status} stream, ${events.length - 1} events`, ms };
+  }
+  if (/\r\ncontent-type: *text\/plain/i.test(head)) {
+    // /metrics: Prometheus text, every line a comment or "name{labels} value"
+    const bad = text
+      .split("\n")
+      .find((l) => l !== "" && !l.startsWith("#") && !/^[a-z_:][\w:]*(\{[^}]*\})? \S+$/i.test(l));
+    return bad === undefined
+      ? { outcome: "success", detail: statusLine, ms }
+      : { outcome: "crash", detail: `${status} text with a line that is not a metric: ${JSON.stringify(bad)}`, ms };
   }
   try {
     JSON.parse(text);
