@@ -2,6 +2,8 @@
 // Float parameters travel as their i32 bit patterns (the thread pool passes i32 only).
 // Each kernel's last two arguments are the range a thread computes (tokens or heads).
 
+import { f16ToF32, f32ToF16, halfLanes } from "./half";
+
 @inline function f32at(p: usize, i: i32): f32 {
   return load<f32>(p + ((<usize>i) << 2));
 }
@@ -80,13 +82,49 @@ export function rope(
   }
 }
 
+// One KV cache element type per instantiation: u16 holds f16 bits, f32 is itself. The branches
+// on sizeof<T>() fold at compile time, so each of attention's four (K, V) combinations gets its
+// own loops.
+@inline function kv4<T>(row: usize, d: i32): v128 {
+  if (sizeof<T>() == 2) return halfLanes(i32x4.extend_low_i16x8_s(v128.load64_zero(row + ((<usize>d) << 1))));
+  return v128.load(row + ((<usize>d) << 2));
+}
+@inline function kv1<T>(row: usize, d: i32): f32 {
+  if (sizeof<T>() == 2) return f16ToF32(load<u16>(row + ((<usize>d) << 1)));
+  return f32at(row, d);
+}
+
 /**
  * Causal attention for heads h0..h1 of ntok query tokens at positions pos0 .. pos0+ntok-1,
- * over a KV cache laid out [position][nKVHeads*headDim] (f32). Grouped-query: query head h reads
- * KV head h / (nHeads / nKVHeads). `scores` has room for ctx floats per head.
- * out is [ntok][nHeads*headDim].
+ * over a KV cache laid out [position][nKVHeads*headDim] with f16 (kF16/vF16 = 1) or f32 elements.
+ * Grouped-query: query head h reads KV head h / (nHeads / nKVHeads). `scores` has room for ctx
+ * floats per head. out is [ntok][nHeads*headDim] (f32, as q).
  */
 export function attention(
+  q: usize,
+  kc: usize,
+  vc: usize,
+  out: usize,
+  scores: usize,
+  ntok: i32,
+  pos0: i32,
+  nHeads: i32,
+  nKVHeads: i32,
+  headDim: i32,
+  ctx: i32,
+  kF16: i32,
+  vF16: i32,
+  h0: i32,
+  h1: i32,
+): void {
+  if (kF16) {
+    if (vF16) attend<u16, u16>(q, kc, vc, out, scores, ntok, pos0, nHeads, nKVHeads, headDim, ctx, h0, h1);
+    else attend<u16, f32>(q, kc, vc, out, scores, ntok, pos0, nHeads, nKVHeads, headDim, ctx, h0, h1);
+  } else if (vF16) attend<f32, u16>(q, kc, vc, out, scores, ntok, pos0, nHeads, nKVHeads, headDim, ctx, h0, h1);
+  else attend<f32, f32>(q, kc, vc, out, scores, ntok, pos0, nHeads, nKVHeads, headDim, ctx, h0, h1);
+}
+
+function attend<K, V>(
   q: usize,
   kc: usize,
   vc: usize,
@@ -103,23 +141,25 @@ export function attention(
 ): void {
   const group = nHeads / nKVHeads;
   const kvDim = nKVHeads * headDim;
+  const kStride = <usize>kvDim * sizeof<K>();
+  const vStride = <usize>kvDim * sizeof<V>();
   const qDim = nHeads * headDim;
   const scale: f32 = <f32>1.0 / Mathf.sqrt(<f32>headDim);
   for (let h = h0; h < h1; h++) {
-    const kvOff = (<usize>((h / group) * headDim)) << 2;
+    const head = <usize>((h / group) * headDim);
     const sc = scores + <usize>h * ((<usize>ctx) << 2);
     for (let t = 0; t < ntok; t++) {
       const qv = q + ((<usize>(t * qDim + h * headDim)) << 2);
       const n = pos0 + t + 1;
       let mx: f32 = -Infinity;
       for (let j = 0; j < n; j++) {
-        const kv = kc + <usize>j * ((<usize>kvDim) << 2) + kvOff;
+        const kv = kc + <usize>j * kStride + head * sizeof<K>();
         let acc = f32x4.splat(0);
         let d = 0;
         for (; d + 4 <= headDim; d += 4)
-          acc = f32x4.add(acc, f32x4.mul(v128.load(qv + ((<usize>d) << 2)), v128.load(kv + ((<usize>d) << 2))));
+          acc = f32x4.add(acc, f32x4.mul(v128.load(qv + ((<usize>d) << 2)), kv4<K>(kv, d)));
         let s = sum4(acc);
-        for (; d < headDim; d++) s += f32at(qv, d) * f32at(kv, d);
+        for (; d < headDim; d++) s += f32at(qv, d) * kv1<K>(kv, d);
         s *= scale;
         setf32(sc, j, s);
         if (s > mx) mx = s;
@@ -137,17 +177,27 @@ export function attention(
       for (; d < headDim; d++) setf32(ov, d, 0);
       for (let j = 0; j < n; j++) {
         const wj = f32x4.splat(f32at(sc, j) * inv);
-        const vv = vc + <usize>j * ((<usize>kvDim) << 2) + kvOff;
+        const vv = vc + <usize>j * vStride + head * sizeof<V>();
         d = 0;
         for (; d + 4 <= headDim; d += 4) {
           const o = (<usize>d) << 2;
-          v128.store(ov + o, f32x4.add(v128.load(ov + o), f32x4.mul(wj, v128.load(vv + o))));
+          v128.store(ov + o, f32x4.add(v128.load(ov + o), f32x4.mul(wj, kv4<V>(vv, d))));
         }
         const w1 = f32x4.extract_lane(wj, 0);
-        for (; d < headDim; d++) setf32(ov, d, f32at(ov, d) + w1 * f32at(vv, d));
+        for (; d < headDim; d++) setf32(ov, d, f32at(ov, d) + w1 * kv1<V>(vv, d));
       }
     }
   }
+}
+
+/**
+ * Elements i0..i1 of src (f32) into the KV cache at dst: as f16 bits rounded to nearest even
+ * (toF16 = 1, as llama.cpp stores them), else copied as f32.
+ */
+export function kv_store(src: usize, dst: usize, toF16: i32, i0: i32, i1: i32): void {
+  if (toF16) {
+    for (let i = i0; i < i1; i++) store<u16>(dst + ((<usize>i) << 1), <u16>f32ToF16(f32at(src, i)));
+  } else memory.copy(dst + ((<usize>i0) << 2), src + ((<usize>i0) << 2), (<usize>(i1 - i0)) << 2);
 }
 
 export const ACT_SILU: i32 = 0;

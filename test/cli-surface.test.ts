@@ -112,6 +112,18 @@ test("llama.cpp's GPU and format flags are accepted with a one-line note each, a
   assert.match(help.stderr, /note: -ngl 99 ignored/);
 });
 
+test("-ctk/-ctv f16|f32 choose the KV cache's types (no note); an unknown type is an error naming the flag", () => {
+  const f32 = cli("run", "-m", STORIES, ...GREEDY, "-ctk", "f32", "--cache-type-v=f32");
+  assert.equal(f32.status, 0, f32.stderr);
+  assert.doesNotMatch(f32.stderr, /note:/);
+  const f16 = cli("run", "-m", STORIES, ...GREEDY, "-ctk", "F16");
+  assert.equal(f16.status, 0, f16.stderr);
+  assert.equal(f16.stdout, f32.stdout, "greedy text with either cache");
+  const bad = cli("run", "-m", STORIES, ...GREEDY, "-ctv", "f8");
+  assert.notEqual(bad.status, 0);
+  assert.match(bad.stderr, /--cache-type-v must be f16 or f32, got "f8"/);
+});
+
 test("run --json-schema FILE (or the schema itself): the answer validates; a schema it cannot enforce fails naming the keyword", () => {
   const schema = {
     type: "object",

@@ -152,3 +152,36 @@ test("library: a prompt that extends the previous one reuses its KV cache and gi
     await model.dispose();
   }
 });
+
+test("KV cache f16 (default) and f32: the f16 cache takes half the bytes, both give the reference's greedy ids, logits close", async () => {
+  const ref = reluRef.prompts[2];
+  const runs: { arena: number; ids: number[]; logits: Float32Array[] }[] = [];
+  let f32KvBytes = 0;
+  for (const type of ["f16", "f32"] as const) {
+    const model = await LlamaModel.load(RELU, { threads: 2, contextSize: 128, kvCache: { k: type, v: type } });
+    try {
+      assert.deepEqual(model.kvCache, { k: type, v: type });
+      const cfg = model.config;
+      f32KvBytes = 2 * cfg.nLayer * 128 * cfg.nHeadKV * cfg.headDim * 4;
+      const { ids, logits } = greedy(model, ref.prompt_ids, ref.greedy_ids.length);
+      assert.deepEqual(ids, ref.greedy_ids, `${type} cache`);
+      runs.push({ arena: model.fixedArenaBytes, ids, logits });
+    } finally {
+      await model.dispose();
+    }
+  }
+  const [f16, f32] = runs;
+  // the loads differ by their KV caches alone: f32 keys and values take twice f16's bytes
+  assert.equal(f32.arena - f16.arena, f32KvBytes / 2);
+  for (let k = 0; k < f16.logits.length; k++) {
+    const scale = Math.max(...f32.logits[k].map(Math.abs));
+    let worst = 0;
+    for (let i = 0; i < f32.logits[k].length; i++)
+      worst = Math.max(worst, Math.abs(f16.logits[k][i] - f32.logits[k][i]));
+    assert.ok(worst <= 2e-3 * scale, `position ${k}: f16 vs f32 cache logits differ by ${worst} (scale ${scale})`);
+  }
+  await assert.rejects(
+    LlamaModel.load(RELU, { kvCache: { k: "q8_0" as "f16" } }),
+    /kvCache.k must be f16 or f32, got "q8_0"/,
+  );
+});

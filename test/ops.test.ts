@@ -9,7 +9,7 @@ import { Arena } from "../src/runtime/arena.js";
 import { ThreadPool } from "../src/runtime/pool.js";
 import { GGMLType, typeName } from "../src/format/ggml-types.js";
 import { quantizeRow, rowBytes, vecDot, prepareActivation } from "../src/format/quant.js";
-import { f32ToF16 } from "../src/format/half.js";
+import { f16ToF32, f32ToF16 } from "../src/format/half.js";
 import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
 
 const arena = new Arena(64 << 20);
@@ -102,43 +102,72 @@ for (const pool of pools) {
     }
   });
 
-  test(`causal grouped-query attention on odd sizes (${T})`, () => {
-    const nHeads = 6,
-      nKV = 2,
-      headDim = 10,
-      ctx = 23,
-      ntok = 4,
-      pos0 = 9;
-    const kvDim = nKV * headDim,
-      qDim = nHeads * headDim;
-    const q = rand(ntok * qDim),
-      k = rand(ctx * kvDim),
-      v = rand(ctx * kvDim);
-    const pq = put(q),
-      pk = put(k),
-      pv = put(v),
-      po = arena.alloc(ntok * qDim * 4),
-      ps = arena.alloc(nHeads * ctx * 4);
-    pool.run(pool.fn("attention"), [pq, pk, pv, po, ps, ntok, pos0, nHeads, nKV, headDim, ctx], 11, nHeads);
-    const want = new Float32Array(ntok * qDim);
-    for (let t = 0; t < ntok; t++)
-      for (let h = 0; h < nHeads; h++) {
-        const g = Math.floor(h / (nHeads / nKV));
-        const n = pos0 + t + 1;
-        const s = new Float64Array(n);
-        for (let j = 0; j < n; j++) {
-          for (let d = 0; d < headDim; d++) s[j] += q[t * qDim + h * headDim + d] * k[j * kvDim + g * headDim + d];
-          s[j] /= Math.sqrt(headDim);
-        }
-        const mx = Math.max(...s);
-        let sum = 0;
-        for (let j = 0; j < n; j++) sum += s[j] = Math.exp(s[j] - mx);
-        for (let j = 0; j < n; j++)
-          for (let d = 0; d < headDim; d++)
-            want[t * qDim + h * headDim + d] += (s[j] / sum) * v[j * kvDim + g * headDim + d];
-      }
-    close(arena.f32(po, want.length), want, 1e-5, "attention");
+  test(`KV cache store: f32 -> f16 bits as format/half.ts rounds them (nearest even, subnormals, overflow), or an f32 copy (${T})`, () => {
+    const special = [0, -0, 65504, 65520, 1e6, -1e6, 6e-8, 3e-8, 1e-9, 2.98e-8, 1 + 2 ** -11, 1 + 3 * 2 ** -11, NaN];
+    const x = Float32Array.from([...special, ...rand(3001, 100)]);
+    const px = put(x);
+    const dst = arena.alloc(x.length * 4);
+    pool.run(pool.fn("kv_store"), [px, dst, 1], 3, x.length, 1024);
+    const bits = new Uint16Array(arena.memory.buffer, dst, x.length);
+    for (let i = 0; i < x.length; i++)
+      if (!Number.isNaN(x[i])) assert.equal(bits[i], f32ToF16(x[i]), `f16 of ${x[i]} at ${i}`);
+      else assert.ok((bits[i] & 0x7c00) === 0x7c00 && (bits[i] & 0x3ff) !== 0, "NaN stays NaN");
+    pool.run(pool.fn("kv_store"), [px, dst, 0], 3, x.length, 1024);
+    assert.deepEqual(new Uint32Array(arena.memory.buffer, dst, x.length), new Uint32Array(x.buffer));
   });
+
+  for (const [kType, vType] of [
+    ["f32", "f32"],
+    ["f16", "f16"],
+    ["f16", "f32"],
+    ["f32", "f16"],
+  ] as const)
+    test(`causal grouped-query attention on odd sizes, K ${kType}, V ${vType} (${T})`, () => {
+      const nHeads = 6,
+        nKV = 2,
+        headDim = 10,
+        ctx = 23,
+        ntok = 4,
+        pos0 = 9;
+      const kvDim = nKV * headDim,
+        qDim = nHeads * headDim;
+      const q = rand(ntok * qDim),
+        k = rand(ctx * kvDim, 3),
+        v = rand(ctx * kvDim, 3);
+      // the cache as the kernel holds it, and the values it stands for
+      const cache = (x: Float32Array, type: "f16" | "f32"): [number, Float32Array] => {
+        if (type === "f32") return [put(x), x];
+        const h = Uint16Array.from(x, (e) => f32ToF16(e));
+        const p = arena.alloc(h.length * 2);
+        new Uint16Array(arena.memory.buffer, p, h.length).set(h);
+        return [p, Float32Array.from(h, (b) => f16ToF32(b))];
+      };
+      const [pk, kv] = cache(k, kType);
+      const [pv, vv] = cache(v, vType);
+      const pq = put(q),
+        po = arena.alloc(ntok * qDim * 4),
+        ps = arena.alloc(nHeads * ctx * 4);
+      const flags = [kType === "f16" ? 1 : 0, vType === "f16" ? 1 : 0];
+      pool.run(pool.fn("attention"), [pq, pk, pv, po, ps, ntok, pos0, nHeads, nKV, headDim, ctx, ...flags], 13, nHeads);
+      const want = new Float32Array(ntok * qDim);
+      for (let t = 0; t < ntok; t++)
+        for (let h = 0; h < nHeads; h++) {
+          const g = Math.floor(h / (nHeads / nKV));
+          const n = pos0 + t + 1;
+          const s = new Float64Array(n);
+          for (let j = 0; j < n; j++) {
+            for (let d = 0; d < headDim; d++) s[j] += q[t * qDim + h * headDim + d] * kv[j * kvDim + g * headDim + d];
+            s[j] /= Math.sqrt(headDim);
+          }
+          const mx = Math.max(...s);
+          let sum = 0;
+          for (let j = 0; j < n; j++) sum += s[j] = Math.exp(s[j] - mx);
+          for (let j = 0; j < n; j++)
+            for (let d = 0; d < headDim; d++)
+              want[t * qDim + h * headDim + d] += (s[j] / sum) * vv[j * kvDim + g * headDim + d];
+        }
+      close(arena.f32(po, want.length), want, 1e-5, "attention");
+    });
 
   test(`gated FFN activations: silu, relu, drelu, gelu (${T})`, () => {
     const n = 301;

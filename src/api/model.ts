@@ -22,6 +22,8 @@ export interface LoadModelOptions {
   contextSize?: number | "auto";
   /** most prompt tokens per forward pass (default 256) */
   batchSize?: number;
+  /** element types of the KV cache's keys and values: "f16" (default, as llama.cpp) or "f32" */
+  kvCache?: { k?: "f16" | "f32"; v?: "f16" | "f32" };
   onLoadProgress?: (loadedBytes: number, totalBytes: number) => void;
   /** for a neuron store (.pi): everything resident must fit in this many bytes */
   memoryBudget?: number;
@@ -173,6 +175,7 @@ export async function loadModel(options: LoadModelOptions): Promise<Model> {
     threads,
     contextSize: options.contextSize === "auto" ? undefined : options.contextSize,
     batchSize: options.batchSize,
+    kvCache: options.kvCache,
     memoryBudget: options.memoryBudget,
     offload: options.offload,
     activationThresholds: options.activationThresholds,

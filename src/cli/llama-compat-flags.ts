@@ -1,6 +1,6 @@
 /**
  * llama.cpp's flags that mean nothing here (GPU offload, attention kernels, memory mapping,
- * KV-cache types, server slots): accepted, each with a one-line note on stderr, so that a
+ * quantized KV-cache types, server slots): accepted, each with a one-line note on stderr, so that a
  * llama.cpp command pasted with `powerinfer` in front of it runs. They are taken out of argv
  * before the command's own parser sees it.
  */
@@ -10,6 +10,8 @@ interface IgnoredFlag {
   /** true: takes a value; "optional": takes the next argument when it is one of `values` */
   value: boolean | "optional";
   values?: string[];
+  /** a flag the command has too: ignored only with one of these values (others go to the command) */
+  onlyWith?: string[];
   why: string;
 }
 
@@ -32,8 +34,13 @@ const IGNORED: IgnoredFlag[] = [
   { names: ["--no-mmap", "--mmap"], value: false, why: "weights are read into memory, never mapped" },
   { names: ["--mlock"], value: false, why: "memory is not locked; a store's budget bounds what stays resident" },
   { names: ["--numa"], value: true, why: "threads are not pinned to NUMA nodes" },
-  { names: ["-ctk", "--cache-type-k", "-ctv", "--cache-type-v"], value: true, why: "the KV cache is f32" },
   { names: ["-ub", "--ubatch-size"], value: true, why: "a prompt batch of -b tokens is also the physical batch" },
+  {
+    names: ["-ctk", "--cache-type-k", "-ctv", "--cache-type-v"],
+    value: true,
+    onlyWith: ["bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"],
+    why: "the KV cache holds f16 (the default) or f32 here: f16 is used",
+  },
   { names: ["--no-warmup"], value: false, why: "there is no warm-up run to skip" },
   {
     names: ["-cnv", "--conversation", "-no-cnv", "--no-conversation"],
@@ -74,7 +81,8 @@ export function stripLlamaCppFlags(argv: readonly string[]): { argv: string[]; n
     const eq = arg.startsWith("--") ? arg.indexOf("=") : -1;
     const name = eq > 0 ? arg.slice(0, eq) : arg;
     const flag = BY_NAME.get(name);
-    if (!flag) {
+    const value = eq > 0 ? arg.slice(eq + 1) : argv[i + 1];
+    if (!flag || (flag.onlyWith && !flag.onlyWith.includes(String(value).toLowerCase()))) {
       out.push(arg);
       continue;
     }

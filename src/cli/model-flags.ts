@@ -11,6 +11,7 @@ import { thresholdsForModel } from "../offline/profile.js";
 import { UsageError, type FlagSpec, type ParsedArgs } from "./args.js";
 import { applyPlan } from "../planner/plan.js";
 import { RANGE } from "./flag-ranges.js";
+import { parseKvCacheType } from "../model/kv-cache.js";
 
 export const LOAD_FLAGS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "model file (GGUF, or a neuron store .pi)" },
@@ -35,6 +36,18 @@ export const LOAD_FLAGS: FlagSpec[] = [
     help: "prompt tokens per forward pass",
     default: 256,
     range: RANGE.batch,
+  },
+  {
+    names: ["-ctk", "--cache-type-k"],
+    key: "cacheTypeK",
+    type: "string",
+    help: "KV cache type for keys: f16 (default, as llama.cpp) or f32",
+  },
+  {
+    names: ["-ctv", "--cache-type-v"],
+    key: "cacheTypeV",
+    type: "string",
+    help: "KV cache type for values: f16 (default) or f32",
   },
   {
     names: ["--memory-budget"],
@@ -161,6 +174,15 @@ export function loadOptions(command: string, args: ParsedArgs): LoadModelOptions
     throw new UsageError(
       `${command}: --expert-read-ahead must be ${EXPERT_READ_AHEAD.join(", ")}, got "${args.expertReadAhead}"`,
     );
+  const cacheType = (value: unknown, flag: string) => {
+    if (value === undefined) return undefined;
+    try {
+      return parseKvCacheType(value, `${command}: ${flag}`);
+    } catch (e) {
+      throw new UsageError((e as Error).message);
+    }
+  };
+  const kvCache = { k: cacheType(args.cacheTypeK, "--cache-type-k"), v: cacheType(args.cacheTypeV, "--cache-type-v") };
   if (args.verify !== undefined && args.verify !== "once" && args.verify !== "always")
     throw new UsageError(`${command}: --verify must be once or always, got "${args.verify}"`);
   // Read (and check against the model) now, so a wrong profile fails before the model loads.
@@ -171,6 +193,7 @@ export function loadOptions(command: string, args: ParsedArgs): LoadModelOptions
     threads: args.threads as number | undefined,
     contextSize: args.ctx as number | undefined,
     batchSize: args.batch as number,
+    kvCache,
     memoryBudget: args.budget as number | undefined,
     offload: {
       sparsity: args.sparsity as SparsityMode | undefined,

@@ -4,7 +4,7 @@
  * matrix as one GEMM; decode is the same code with a batch of one (matvec kernels).
  *
  * Everything lives in one wasm memory laid out at load: weights, the KV cache ([layer][position]
- * [kvDim] f32) and the activation buffers for a batch of up to `batchSize` tokens. forward()
+ * [kvDim], f16 by default, kv-cache.ts) and the activation buffers for a batch of up to `batchSize` tokens. forward()
  * allocates nothing.
  */
 import { readSync, closeSync } from "node:fs";
@@ -25,7 +25,15 @@ import { ThreadPool } from "../runtime/pool.js";
 import type { ActivationFormat } from "../runtime/weight-kernels.js";
 import { readConfig, type ModelConfig } from "./config.js";
 import { MatrixRunner } from "./matrix-runner.js";
-import { bufferFloats, residentBytes, type BufferFloats } from "./resident-bytes.js";
+import { bufferBytes, residentBytes, type BufferBytes } from "./resident-bytes.js";
+import {
+  DEFAULT_KV_CACHE,
+  kvBytesPerPosition,
+  kvRowBytes,
+  parseKvCacheType,
+  type KvCacheType,
+  type KvCacheTypes,
+} from "./kv-cache.js";
 import { loadMoeLayer, routeTokens, routerName, type MoeLayer } from "./moe.js";
 import { ropeTable } from "./rope.js";
 import { WeightLoader, type Matrix } from "./weight-loader.js";
@@ -40,6 +48,8 @@ export interface LoadOptions {
   contextSize?: number;
   /** most tokens per forward call (prompt chunks); default 256 */
   batchSize?: number;
+  /** element types of the KV cache's keys and values (default f16 both, as llama.cpp's) */
+  kvCache?: Partial<KvCacheTypes>;
   onProgress?: (loadedBytes: number, totalBytes: number) => void;
   /**
    * For a neuron store (.pi): everything resident (weights kept in memory, KV cache, buffers,
@@ -154,6 +164,8 @@ export class LlamaModel {
     private readonly mm: MatrixRunner,
     contextSize: number,
     batchSize: number,
+    /** the KV cache's element types */
+    readonly kvCache: KvCacheTypes,
     /** the FFN of a model run from a neuron store */
     readonly offloaded?: OffloadedFFN,
   ) {
@@ -169,6 +181,7 @@ export class LlamaModel {
       rmsnorm: pool.fn("rmsnorm_rows"),
       rope: pool.fn("rope"),
       attention: pool.fn("attention"),
+      kvStore: pool.fn("kv_store"),
       ffnAct: pool.fn("ffn_act"),
       ffnActCut: pool.fn("ffn_act_cut"),
       add: pool.fn("add_inplace"),
@@ -190,7 +203,10 @@ export class LlamaModel {
   private readonly heap: Uint8Array;
   private readonly f32: Float32Array;
   private readonly i32: Int32Array;
-  private readonly fn: Record<"rmsnorm" | "rope" | "attention" | "ffnAct" | "ffnActCut" | "add" | "bias", number>;
+  private readonly fn: Record<
+    "rmsnorm" | "rope" | "attention" | "kvStore" | "ffnAct" | "ffnActCut" | "add" | "bias",
+    number
+  >;
   private readonly epsBits: number;
   private readonly args = new Int32Array(16);
   /** a mixture of experts' routing of the current batch (laid out once) */
@@ -257,9 +273,14 @@ export class LlamaModel {
         `${file.path}: --sparsity predictor needs activation predictors (blk.N.fc1/fc2), and this model has none: use --sparsity gate, or train them (powerinfer train-predictors)`,
       );
     }
+    const kvCache: KvCacheTypes = {
+      k: parseKvCacheType(opts.kvCache?.k ?? DEFAULT_KV_CACHE.k, "kvCache.k"),
+      v: parseKvCacheType(opts.kvCache?.v ?? DEFAULT_KV_CACHE.v, "kvCache.v"),
+    };
     const residentOpts = (contextSize: number) => ({
       batchSize,
       contextSize,
+      kvCache,
       predictors: store !== undefined && sparsity === "predictor",
       predictorType: opts.predictorType,
     });
@@ -269,7 +290,7 @@ export class LlamaModel {
     const defaultContext = opts.memoryBudget !== undefined ? 256 : 4096;
     checkContextSize(opts.contextSize, Math.min(cfg.nCtxTrain, defaultContext), file);
     let contextSize = Math.max(1, Math.floor(opts.contextSize ?? Math.min(cfg.nCtxTrain, defaultContext)));
-    const kvBytesPerPos = 2 * cfg.nLayer * cfg.nHeadKV * cfg.headDim * 4;
+    const kvBytesPerPos = kvBytesPerPosition(cfg, kvCache);
     const room = 4 * 2 ** 30 - (1 << 20) - residentBytes(file, cfg, residentOpts(0)).weights - 64 * 2 ** 20;
     if (opts.contextSize === undefined && contextSize * kvBytesPerPos > room) {
       contextSize = Math.max(16, Math.floor(room / kvBytesPerPos));
@@ -295,7 +316,7 @@ export class LlamaModel {
           )
         : undefined;
       if (layout && !layout.fits) throw new BudgetError(layout, file.path);
-      return { store, cfg, batchSize, sparsity, contextSize, resident, arena, pool, layout };
+      return { store, cfg, batchSize, sparsity, contextSize, kvCache, resident, arena, pool, layout };
     } catch (e) {
       await pool.dispose();
       throw e;
@@ -325,7 +346,7 @@ export class LlamaModel {
     let pool: ThreadPool | undefined;
     try {
       const prepared = await LlamaModel.prepare(file, opts);
-      const { store, cfg, batchSize, sparsity, contextSize, resident, arena, layout } = prepared;
+      const { store, cfg, batchSize, sparsity, contextSize, kvCache, resident, arena, layout } = prepared;
       pool = prepared.pool;
       const weightBytes = [...file.tensors.values()].reduce(
         (a, t) => (store && t.name === "token_embd.weight" ? a : a + t.bytes),
@@ -380,7 +401,7 @@ export class LlamaModel {
       const predictor = resident.predictors
         ? Predictor.load(loader, arena, pool, file, cfg, resident.predictors)
         : null;
-      const buf = allocBuffers(arena, cfg, contextSize, batchSize, resident.quantized);
+      const buf = allocBuffers(arena, cfg, contextSize, batchSize, resident.quantized, kvCache);
       const fixedArenaBytes = arena.used - (opts.addressFloor ?? 0);
       // Touch the activation buffers (laid out from x up to the KV cache) now: they are resident
       // from the start, as the layout counts them.
@@ -407,6 +428,7 @@ export class LlamaModel {
         mm,
         contextSize,
         batchSize,
+        kvCache,
         offloaded,
       );
       model.thresholds = thresholds;
@@ -555,7 +577,11 @@ export class LlamaModel {
     for (let t = 0; t < n; t++) this.cachedTokens.push(tokens[t]);
   }
 
-  /** x += attention(norm(x)) for layer l: Q/K/V (K and V straight into the cache), RoPE, attend, project. */
+  /**
+   * x += attention(norm(x)) for layer l: Q/K/V, RoPE, the new keys and values into the cache (in
+   * its element types), attend, project. The new keys and values are computed in f32 in hg and hu,
+   * which the FFN needs only after attention.
+   */
   private attentionBlock(l: number, n: number, pos0: number): void {
     const cfg = this.config;
     const { nEmbd, nHead, nHeadKV, headDim } = cfg;
@@ -565,20 +591,22 @@ export class LlamaModel {
     const pool = this.pool;
     const a = this.args;
     const L = this.layers[l];
-    const kCache = b.kCache + l * this.contextSize * kvDim * 4;
-    const vCache = b.vCache + l * this.contextSize * kvDim * 4;
-    const kOut = kCache + pos0 * kvDim * 4;
-    const vOut = vCache + pos0 * kvDim * 4;
+    const kRow = kvRowBytes(cfg, this.kvCache.k);
+    const vRow = kvRowBytes(cfg, this.kvCache.v);
+    const kCache = b.kCache + l * this.contextSize * kRow;
+    const vCache = b.vCache + l * this.contextSize * vRow;
+    const kNew = b.hg;
+    const vNew = b.hu;
 
     this.rmsnorm(b.xb, b.x, L.attnNorm, n);
     this.mm.setInput(b.xb, nEmbd);
     this.mm.run(L.wq, b.q, n);
-    this.mm.run(L.wk, kOut, n);
-    this.mm.run(L.wv, vOut, n);
+    this.mm.run(L.wk, kNew, n);
+    this.mm.run(L.wv, vNew, n);
     if (L.bq) {
       this.addBias(b.q, L.bq, qDim, n);
-      this.addBias(kOut, L.bk, kvDim, n);
-      this.addBias(vOut, L.bv, kvDim, n);
+      this.addBias(kNew, L.bk, kvDim, n);
+      this.addBias(vNew, L.bv, kvDim, n);
     }
     const neox = cfg.ropePairing === "neox" ? 1 : 0;
     a[0] = b.q;
@@ -589,9 +617,11 @@ export class LlamaModel {
     a[5] = cfg.nRot;
     a[6] = neox;
     pool.run(this.fn.rope, a, 7, n, 1, n * qDim * 4);
-    a[0] = kOut;
+    a[0] = kNew;
     a[3] = nHeadKV;
     pool.run(this.fn.rope, a, 7, n, 1, n * kvDim * 4);
+    this.storeKV(kNew, kCache + pos0 * kRow, this.kvCache.k, n * kvDim);
+    this.storeKV(vNew, vCache + pos0 * vRow, this.kvCache.v, n * kvDim);
     a[0] = b.q;
     a[1] = kCache;
     a[2] = vCache;
@@ -603,10 +633,21 @@ export class LlamaModel {
     a[8] = nHeadKV;
     a[9] = headDim;
     a[10] = this.contextSize;
-    pool.run(this.fn.attention, a, 11, nHead, 1, 2 * n * (pos0 + n) * qDim);
+    a[11] = this.kvCache.k === "f16" ? 1 : 0;
+    a[12] = this.kvCache.v === "f16" ? 1 : 0;
+    pool.run(this.fn.attention, a, 13, nHead, 1, 2 * n * (pos0 + n) * qDim);
     this.mm.setInput(b.att, qDim);
     this.mm.run(L.wo, b.xb, n);
     this.add(b.x, b.xb, n * nEmbd);
+  }
+
+  /** count f32 values at src into the KV cache at dst as `type` (rounded to nearest even for f16). */
+  private storeKV(src: number, dst: number, type: KvCacheType, count: number): void {
+    const a = this.args;
+    a[0] = src;
+    a[1] = dst;
+    a[2] = type === "f16" ? 1 : 0;
+    this.pool.run(this.fn.kvStore, a, 3, count, 1024, count * 4);
   }
 
   /** x += down(act(gate . norm(x)) * up . norm(x)) for layer l, all neurons. */
@@ -841,8 +882,8 @@ export class LlamaModel {
   }
 }
 
-/** Addresses of the forward pass's buffers (resident-bytes.ts bufferFloats sizes them). */
-type Buffers = Record<keyof BufferFloats, number> & { act: Record<ActivationFormat, number> };
+/** Addresses of the forward pass's buffers (resident-bytes.ts bufferBytes sizes them). */
+type Buffers = Record<keyof BufferBytes, number> & { act: Record<ActivationFormat, number> };
 
 function allocBuffers(
   arena: Arena,
@@ -850,12 +891,13 @@ function allocBuffers(
   ctx: number,
   batch: number,
   quantized: ReadonlyMap<ActivationFormat, number>,
+  kv: KvCacheTypes,
 ): Buffers {
   const act = { f32: 0, q8_0: 0, q8_1: 0, q8_K: 0 } as Record<ActivationFormat, number>;
   for (const [fmt, bytes] of quantized) act[fmt] = arena.alloc(bytes, 64);
-  const floats = bufferFloats(cfg, ctx, batch);
-  const at = {} as Record<keyof typeof floats, number>;
-  for (const [name, n] of Object.entries(floats) as [keyof typeof floats, number][]) at[name] = arena.alloc(n * 4, 64);
+  const sizes = bufferBytes(cfg, ctx, batch, kv);
+  const at = {} as Record<keyof typeof sizes, number>;
+  for (const [name, n] of Object.entries(sizes) as [keyof typeof sizes, number][]) at[name] = arena.alloc(n, 64);
   return { ...at, act };
 }
 

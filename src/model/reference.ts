@@ -6,7 +6,9 @@
  */
 import { dequantize } from "../format/quant.js";
 import type { ModelFile } from "../format/gguf.js";
+import { f16ToF32, f32ToF16 } from "../format/half.js";
 import { readConfig, type ModelConfig } from "./config.js";
+import { DEFAULT_KV_CACHE, type KvCacheType, type KvCacheTypes } from "./kv-cache.js";
 
 interface RefLayer {
   attnNorm: Float32Array;
@@ -38,6 +40,8 @@ export class ReferenceModel {
   constructor(
     file: ModelFile,
     readonly contextSize = 256,
+    /** the engine's KV cache types: keys and values are rounded to them as they are stored */
+    private readonly kvCache: KvCacheTypes = DEFAULT_KV_CACHE,
   ) {
     const cfg = (this.config = readConfig(file));
     const get = (name: string) => dequantize(file.tensor(name).type, file.tensorData(name), file.tensor(name).elements);
@@ -88,8 +92,8 @@ export class ReferenceModel {
       const v = matvec(L.wv, xb, kvDim, L.bv);
       rope(q, nHead, hd, c, pos);
       rope(k, nHeadKV, hd, c, pos);
-      this.kCache[l].set(k, pos * kvDim);
-      this.vCache[l].set(v, pos * kvDim);
+      this.kCache[l].set(roundTo(this.kvCache.k, k), pos * kvDim);
+      this.vCache[l].set(roundTo(this.kvCache.v, v), pos * kvDim);
       const att = new Float32Array(nHead * hd);
       for (let h = 0; h < nHead; h++) {
         const kvh = Math.floor(h / (nHead / nHeadKV));
@@ -164,4 +168,9 @@ function activate(kind: ModelConfig["activation"], g: number, u: number): number
     case "gelu":
       return 0.5 * g * (1 + Math.tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
   }
+}
+
+/** The values as a KV cache of `type` holds them. */
+function roundTo(type: KvCacheType, v: Float32Array): Float32Array {
+  return type === "f16" ? v.map((x) => f16ToF32(f32ToF16(x))) : v;
 }

@@ -10,9 +10,10 @@ import { activationBytes, hasWeightKernel, weightKernel, type ActivationFormat }
 import type { ModelConfig } from "./config.js";
 import { predictorShapes, type PredictorShape } from "./offload/predictor.js";
 import { expertTensor, routerName } from "./moe.js";
+import { DEFAULT_KV_CACHE, kvRowBytes, type KvCacheTypes } from "./kv-cache.js";
 
-/** The f32 activation buffers of the forward pass, by name: floats each. */
-export interface BufferFloats {
+/** The activation buffers of the forward pass and the KV cache, by name: bytes each. */
+export interface BufferBytes {
   x: number;
   xb: number;
   q: number;
@@ -32,26 +33,32 @@ export interface BufferFloats {
   moeAcc: number;
 }
 
-/** The forward pass's buffers for `batch` tokens and `ctx` positions, in the order they are laid out. */
-export function bufferFloats(cfg: ModelConfig, ctx: number, batch: number): BufferFloats {
+/**
+ * The forward pass's buffers for `batch` tokens and `ctx` positions, in the order they are laid
+ * out. hg and hu (the FFN's gate and up rows) also hold a batch's new keys and values in f32
+ * while attention runs, before they are rounded into the cache, so they are at least kvDim wide.
+ */
+export function bufferBytes(cfg: ModelConfig, ctx: number, batch: number, kv: KvCacheTypes): BufferBytes {
   const { nEmbd, nFF, nHead, nHeadKV, headDim, nLayer, nVocab } = cfg;
+  const f32 = (n: number) => n * 4;
+  const ffnRow = Math.max(nFF, nHeadKV * headDim);
   return {
-    x: batch * nEmbd,
-    xb: batch * nEmbd,
-    q: batch * nHead * headDim,
-    att: batch * nHead * headDim,
-    hg: batch * nFF,
-    hu: batch * nFF,
-    logits: nVocab,
-    scores: nHead * ctx,
-    pos: batch,
-    rope: ctx * cfg.nRot,
-    kCache: nLayer * ctx * nHeadKV * headDim,
-    vCache: nLayer * ctx * nHeadKV * headDim,
-    route: batch * cfg.nExpert,
-    moeIn: cfg.nExpert > 0 ? batch * nEmbd : 0,
-    moeOut: cfg.nExpert > 0 ? batch * nEmbd : 0,
-    moeAcc: cfg.nExpert > 0 ? batch * nEmbd : 0,
+    x: f32(batch * nEmbd),
+    xb: f32(batch * nEmbd),
+    q: f32(batch * nHead * headDim),
+    att: f32(batch * nHead * headDim),
+    hg: f32(batch * ffnRow),
+    hu: f32(batch * ffnRow),
+    logits: f32(nVocab),
+    scores: f32(nHead * ctx),
+    pos: f32(batch),
+    rope: f32(ctx * cfg.nRot),
+    kCache: nLayer * ctx * kvRowBytes(cfg, kv.k),
+    vCache: nLayer * ctx * kvRowBytes(cfg, kv.v),
+    route: f32(batch * cfg.nExpert),
+    moeIn: cfg.nExpert > 0 ? f32(batch * nEmbd) : 0,
+    moeOut: cfg.nExpert > 0 ? f32(batch * nEmbd) : 0,
+    moeAcc: cfg.nExpert > 0 ? f32(batch * nEmbd) : 0,
   };
 }
 
@@ -84,6 +91,8 @@ export interface ResidentOptions {
   /** the activation predictors load (a store run in predictor mode) */
   predictors: boolean;
   predictorType?: "q8_0" | "original";
+  /** the KV cache's element types (default f16 keys and values) */
+  kvCache?: KvCacheTypes;
 }
 
 const align64 = (n: number) => Math.ceil(n / 64) * 64;
@@ -157,11 +166,11 @@ export function residentBytes(file: ModelFile, cfg: ModelConfig, opts: ResidentO
   const quantized = activationBufferBytes(widest, opts.batchSize);
   let buffers = 0;
   for (const bytes of quantized.values()) buffers += align64(bytes);
-  const floats = bufferFloats(cfg, opts.contextSize, opts.batchSize);
+  const sizes = bufferBytes(cfg, opts.contextSize, opts.batchSize, opts.kvCache ?? DEFAULT_KV_CACHE);
   let kv = 0;
-  for (const [name, n] of Object.entries(floats)) {
-    if (name === "kCache" || name === "vCache") kv += align64(n * 4);
-    else buffers += align64(n * 4);
+  for (const [name, n] of Object.entries(sizes)) {
+    if (name === "kCache" || name === "vCache") kv += align64(n);
+    else buffers += align64(n);
   }
   return { weights, buffers, kv, predictors, quantized };
 }
