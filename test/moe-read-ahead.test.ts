@@ -179,7 +179,13 @@ test("moe-stories, trained per-expert predictors: read-ahead (the default, and b
         assert.ok(worst <= 1e-4 * scale, `prompt ${p} position ${k}: max |diff| ${worst}`);
       }
     assert.deepEqual(Array.from(on.st.groups!.steps), Array.from(off.st.groups!.steps), "the same routing");
-    assert.equal(on.st.neuronsComputed, off.st.neuronsComputed, "the same neurons computed");
+    // The same neurons, but for predictor scores within rounding of their threshold: the sums
+    // above differ in their last bits, so a near-tie can flip (3 of 446486 with an f16 KV cache).
+    const flips = Math.abs(on.st.neuronsComputed - off.st.neuronsComputed);
+    assert.ok(
+      flips <= 1e-4 * off.st.neuronsComputed,
+      `neurons computed ${on.st.neuronsComputed} vs ${off.st.neuronsComputed}`,
+    );
     checkGroups(on.st);
     assert.ok(on.st.readAhead > 0 && on.st.readAheadUsed > 0 && on.st.readAheadUsed <= on.st.readAhead);
     assert.ok(on.st.readAheadExact! > 0);
@@ -189,7 +195,10 @@ test("moe-stories, trained per-expert predictors: read-ahead (the default, and b
   checkGroups(off.st);
   // the default reads ahead the next routed expert only: nothing for nothing, no more bundles read than without
   assert.equal(on.st.readAhead, on.st.readAheadExact);
-  assert.equal(on.st.misses, off.st.misses);
+  assert.ok(
+    Math.abs(on.st.misses - off.st.misses) <= 1e-4 * off.st.misses,
+    `misses ${on.st.misses} vs ${off.st.misses}`,
+  );
   // both: the next layer's likely experts too, issued and partly used (the router on the residual before the next attention)
   assert.ok(both.st.readAhead - both.st.readAheadExact! > 0);
   assert.ok(both.st.readAheadUsed - both.st.readAheadExactUsed! > 0);
