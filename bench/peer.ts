@@ -1,7 +1,8 @@
 /**
  * The peer for benchmarks: llama.cpp through node-llama-cpp 3.21.1 (installed by bench/run into
  * bench/.peer, never a dependency of the package). Same job and same stats line as
- * `powerinfer run`: prefill the prompt (BOS + tokens), then decode N tokens greedily.
+ * `powerinfer run`: prefill the prompt (BOS + tokens), then decode N tokens greedily; then a line
+ * `tokens: ID ID ...` with the generated ids, which bench/run.ts compares with ours.
  *
  *   node dist/bench/peer.js MODEL THREADS N PROMPT [CONTEXT [BATCH]]
  *
@@ -35,8 +36,10 @@ export async function peerRun(
   const t0 = performance.now();
   let t1 = 0;
   let count = 0;
-  for await (const _token of sequence.evaluate(input, { temperature: 0 })) {
+  const ids: number[] = [];
+  for await (const token of sequence.evaluate(input, { temperature: 0 })) {
     if (count === 0) t1 = performance.now();
+    ids.push(Number(token));
     if (++count >= n) break;
   }
   const t2 = performance.now();
@@ -44,7 +47,8 @@ export async function peerRun(
   const rate = (v: number) => (v >= 10 ? v.toFixed(1) : v.toPrecision(3));
   process.stderr.write(
     `prefill: ${input.length} tokens, ${rate((input.length / (t1 - t0)) * 1000)} tok/s; ` +
-      `decode: ${count} tokens, ${rate(((count - 1) / (t2 - t1)) * 1000)} tok/s\n`,
+      `decode: ${count} tokens, ${rate(((count - 1) / (t2 - t1)) * 1000)} tok/s\n` +
+      `tokens: ${ids.join(" ")}\n`,
   );
   await context.dispose();
   await model.dispose();

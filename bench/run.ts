@@ -2,8 +2,18 @@
  * `npm run bench`: our engine and llama.cpp (node-llama-cpp 3.21.1) on the same synthetic models,
  * runs interleaved (ours, theirs, ours, theirs, ...), median of each, reported as ratios.
  *
- *   npm run bench                       # the issue's set: 1b q4_0/q8_0/q4_1 and 7b q4_0, 1 and 2 threads
+ *   npm run bench                       # the issue's set: 1b q4_0/q8_0/q4_1, 1b-relu-pred and 7b q4_0, 1 and 2 threads
  *   npm run bench -- --models 1b-q8_0 --threads 1 --reps 3
+ *
+ * Each row also says how many of the generated tokens are llama.cpp's (the leading run of equal
+ * greedy ids): the check that both computed the same model. `1b-relu-pred` is the TinyLlama shape
+ * with ReLU, planted sparsity 0.9 and planted predictors (gate rank 64), Q4_1: ours runs its neuron
+ * store held wholly in memory (no budget) in predictor mode, computing only the predicted neurons,
+ * llama.cpp runs the GGUF dense; its token check is against our own dense run of the GGUF (what
+ * the predictors miss changes the answer slightly). llama.cpp's llama architecture computes SiLU
+ * whatever the file's activation says, so its tokens differ from the first on a ReLU model (the
+ * work per token is the same); on the SiLU models they agree until the first near-tie of these
+ * random-weight models.
  *
  * The peer is installed on first use into bench/.peer (npm registry), the models are synthesized
  * on first use into bench/.models (a few GB): neither is part of the package.
@@ -33,6 +43,17 @@ interface Stats {
   prefill: number;
   decodeTokens: number;
   decode: number;
+  /** the generated token ids */
+  tokens: number[];
+}
+
+/** What one row runs: our file and the peer's (the same model, or its GGUF for a store). */
+interface BenchModel {
+  name: string;
+  ours: string;
+  peer: string;
+  /** the file of the dense run whose tokens ours must equal (default: llama.cpp's tokens) */
+  denseReference?: string;
 }
 
 // A mistyped flag or --help must not start an hour of benchmarks.
@@ -41,7 +62,7 @@ for (let i = 2; i < process.argv.length; i += 2) {
   const a = process.argv[i];
   if (a === "--help" || a === "-h") {
     process.stdout.write(
-      "npm run bench [-- --models 1b-q4_0,1b-q8_0,1b-q4_1,7b-q4_0 --threads 1,2 --reps 3 -n 64]: ours and llama.cpp, interleaved (docs/benchmarks.md)\n",
+      "npm run bench [-- --models 1b-q4_0,1b-q8_0,1b-q4_1,1b-relu-pred,7b-q4_0 --threads 1,2 --reps 3 -n 64]: ours and llama.cpp, interleaved (docs/benchmarks.md)\n",
     );
     process.exit(0);
   }
@@ -56,11 +77,44 @@ function arg(name: string, fallback: string): string {
   return i >= 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
 }
 
+/** Runs a command that prints the stats line on stderr, its tokens as `run --json` or the peer gives them. */
 function run(cmd: string[], label: string): Stats {
   const r = spawnSync(process.execPath, cmd, { encoding: "utf8", maxBuffer: 64 << 20 });
   const m = /prefill: (\d+) tokens, ([\d.]+) tok\/s; decode: (\d+) tokens, ([\d.]+) tok\/s/.exec(r.stderr ?? "");
   if (r.status !== 0 || !m) throw new Error(`${label} failed (exit ${r.status}):\n${r.stderr}`);
-  return { prefillTokens: +m[1], prefill: +m[2], decodeTokens: +m[3], decode: +m[4] };
+  const peerTokens = /^tokens: ([\d ]*)$/m.exec(r.stderr);
+  const tokens = peerTokens
+    ? peerTokens[1].split(" ").filter(Boolean).map(Number)
+    : (JSON.parse(r.stdout) as { tokens: number[] }).tokens;
+  return { prefillTokens: +m[1], prefill: +m[2], decodeTokens: +m[3], decode: +m[4], tokens };
+}
+
+/** `k/n`: how many leading tokens of `a` equal `b`'s. */
+function sameTokens(a: number[], b: number[]): string {
+  let k = 0;
+  while (k < a.length && k < b.length && a[k] === b[k]) k++;
+  return `${k}/${Math.max(a.length, b.length)}`;
+}
+
+function ours(path: string, threads: number, n: number): string[] {
+  return [
+    CLI,
+    "run",
+    "-m",
+    path,
+    "-p",
+    PROMPT,
+    "-n",
+    String(n),
+    "-t",
+    String(threads),
+    "--temp",
+    "0",
+    "--ignore-eos",
+    "-c",
+    "384",
+    "--json",
+  ];
 }
 
 function ensurePeer(): void {
@@ -75,66 +129,72 @@ function ensurePeer(): void {
   if (r.status !== 0) throw new Error("could not install node-llama-cpp for the benchmark");
 }
 
-function ensureModel(name: string): string {
-  const path = join(MODELS_DIR, `${name}.gguf`);
-  if (existsSync(path)) return path;
+function cli(args: string[], what: string): void {
+  console.error(`${what} ...`);
+  const r = spawnSync(process.execPath, [CLI, ...args], { stdio: "inherit" });
+  if (r.status !== 0) throw new Error(`${what} failed`);
+}
+
+function ensureModel(name: string): BenchModel {
   mkdirSync(MODELS_DIR, { recursive: true });
+  if (name === "1b-relu-pred") {
+    const base = join(MODELS_DIR, "1b-relu90-r64-q4_1");
+    const gguf = `${base}.gguf`;
+    if (!existsSync(gguf) || !existsSync(`${base}.predictors.gguf`))
+      cli(
+        ["synth", "--shape", "1b", "--act", "relu", "--sparsity", "0.9", "--gate-rank", "64"].concat([
+          "--type",
+          "q4_1",
+          "--seed",
+          "1",
+          "-o",
+          gguf,
+        ]),
+        `synthesizing ${name}`,
+      );
+    if (!existsSync(`${base}.pi`))
+      cli(["convert", gguf, "-o", `${base}.pi`, "--predictors", `${base}.predictors.gguf`], `converting ${name}`);
+    return { name, ours: `${base}.pi`, peer: gguf, denseReference: gguf };
+  }
+  const path = join(MODELS_DIR, `${name}.gguf`);
   const [shape, type] = name.split("-");
-  console.error(`synthesizing ${name} ...`);
-  const r = spawnSync(
-    process.execPath,
-    [CLI, "synth", "--shape", shape, "--type", type, "--act", "silu", "--seed", "1", "-o", path],
-    { stdio: "inherit" },
-  );
-  if (r.status !== 0) throw new Error(`synth of ${name} failed`);
-  return path;
+  if (!existsSync(path))
+    cli(
+      ["synth", "--shape", shape, "--type", type, "--act", "silu", "--seed", "1", "-o", path],
+      `synthesizing ${name}`,
+    );
+  return { name, ours: path, peer: path };
 }
 
 function main(): void {
-  const models = arg("--models", "1b-q4_0,1b-q8_0,1b-q4_1,7b-q4_0").split(",");
+  const models = arg("--models", "1b-q4_0,1b-q8_0,1b-q4_1,1b-relu-pred,7b-q4_0").split(",");
   const threadsList = arg("--threads", "1,2").split(",").map(Number);
   const reps = Number(arg("--reps", "3"));
   const n = Number(arg("-n", "64"));
   ensurePeer();
   const rows: string[] = [];
   const header =
-    "| model | threads | ours prefill tok/s | llama.cpp prefill tok/s | prefill ratio | ours decode tok/s | llama.cpp decode tok/s | decode ratio |\n" +
-    "|---|---|---|---|---|---|---|---|";
+    "| model | threads | ours prefill tok/s | llama.cpp prefill tok/s | prefill ratio | ours decode tok/s | llama.cpp decode tok/s | decode ratio | tokens equal |\n" +
+    "|---|---|---|---|---|---|---|---|---|";
   for (const name of models) {
-    const path = ensureModel(name);
+    const m = ensureModel(name);
+    // the dense run a sparse one is checked against (once: greedy tokens do not depend on threads)
+    const dense = m.denseReference ? run(ours(m.denseReference, threadsList[0], n), `ours dense ${name}`) : undefined;
     for (const threads of threadsList) {
-      const ours: Stats[] = [];
+      const mine: Stats[] = [];
       const theirs: Stats[] = [];
       for (let i = 0; i < reps; i++) {
-        ours.push(
-          run(
-            [
-              CLI,
-              "run",
-              "-m",
-              path,
-              "-p",
-              PROMPT,
-              "-n",
-              String(n),
-              "-t",
-              String(threads),
-              "--temp",
-              "0",
-              "--ignore-eos",
-              "-c",
-              "384",
-            ],
-            `ours ${name}`,
-          ),
-        );
-        theirs.push(run([PEER, path, String(threads), String(n), PROMPT], `llama.cpp ${name}`));
+        mine.push(run(ours(m.ours, threads, n), `ours ${name}`));
+        theirs.push(run([PEER, m.peer, String(threads), String(n), PROMPT], `llama.cpp ${name}`));
       }
-      const op = median(ours.map((s) => s.prefill));
+      const op = median(mine.map((s) => s.prefill));
       const tp = median(theirs.map((s) => s.prefill));
-      const od = median(ours.map((s) => s.decode));
+      const od = median(mine.map((s) => s.decode));
       const td = median(theirs.map((s) => s.decode));
-      const row = `| ${name} | ${threads} | ${op.toFixed(1)} | ${tp.toFixed(1)} | ${(op / tp).toFixed(2)}x | ${od.toFixed(2)} | ${td.toFixed(2)} | ${(od / td).toFixed(2)}x |`;
+      const same = dense
+        ? `${sameTokens(mine[0].tokens, dense.tokens)} of our dense run (llama.cpp ${sameTokens(mine[0].tokens, theirs[0].tokens)})`
+        : sameTokens(mine[0].tokens, theirs[0].tokens);
+      const row = `| ${name} | ${threads} | ${op.toFixed(1)} | ${tp.toFixed(1)} | ${(op / tp).toFixed(2)}x | ${od.toFixed(2)} | ${td.toFixed(2)} | ${(od / td).toFixed(2)}x | ${same} |`;
       rows.push(row);
       console.error(row);
     }
