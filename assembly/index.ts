@@ -13,3 +13,4 @@ export * from "./matvec_kquant";
 export * from "./prepare_q8k";
 export * from "./sparse_ffn";
 export * from "./train";
+export * from "./stream_probe";

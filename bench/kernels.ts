@@ -4,7 +4,10 @@
  *
  *   node dist/bench/kernels.js [--types q4_0,q8_0] [--shapes 2048x2048,5632x2048] [--ntok 16] [--time 0.4]
  *
- * Shapes are rows x cols (outputs x inputs). The last lines estimate the kernel-only decode and
+ * Shapes are rows x cols (outputs x inputs). Each cold matvec is also given in GB/s of packed
+ * weights and as a share of the streaming limit: what `stream_probe` (assembly/stream_probe.ts)
+ * reads per CPU second from the same cold region doing nothing but loads (the best of 1, 2 and 4
+ * interleaved streams). The last lines estimate the kernel-only decode and
  * prefill speed of a TinyLlama-1.1B-shaped model (22 layers, dim 2048, FFN 5632, 4 KV heads of 64,
  * vocabulary 32000), which is what llama.cpp's tok/s figures (LLAMA_CPP, below) compare against.
  * KERNELS_WASM=path overrides the module (for trying kernel variants).
@@ -49,6 +52,17 @@ function randomMatrix(type: GGMLType, rows: number, cols: number, seed: number):
     for (let i = 0; i < f.length; i++) f[i] = rnd() - 0.5;
     return bytes;
   }
+  if (type === GGMLType.F16 || type === GGMLType.BF16) {
+    // random bytes would hold infinities and NaNs, which the loader refuses
+    const h = new Uint16Array(bytes.buffer);
+    const f = new Float32Array(1);
+    const u = new Uint32Array(f.buffer);
+    for (let i = 0; i < h.length; i++) {
+      f[0] = rnd() - 0.5;
+      h[i] = type === GGMLType.F16 ? f32ToF16(f[0]) : u[0] >>> 16;
+    }
+    return bytes;
+  }
   for (let i = 0; i < bytes.length; i++) bytes[i] = (rnd() * 256) | 0;
   const bs = { [GGMLType.Q8_0]: 34, [GGMLType.Q4_0]: 18, [GGMLType.Q4_1]: 20 }[type as number];
   if (!bs) return bytes;
@@ -71,6 +85,8 @@ interface Result {
   cols: number;
   hot: number;
   cold: number;
+  /** cold matvec in GB/s of packed weights */
+  coldGBs: number;
   matmul: number;
 }
 
@@ -114,6 +130,7 @@ const actPtr = arena.alloc(NTOK * Math.ceil(maxCols / 128) * 304 + 64);
 const yPtr = arena.alloc(NTOK * maxRows * 4);
 const REGION = COLD_BYTES + (256 << 20);
 const wPtr = arena.alloc(REGION, 4096);
+arena.u8(wPtr, REGION).fill(1); // fault every page in now, not inside a timed round
 {
   const x = arena.f32(xPtr, NTOK * maxCols);
   for (let i = 0; i < x.length; i++) x[i] = Math.sin(i * 0.37) * 2;
@@ -138,12 +155,26 @@ function bench(type: GGMLType, rows: number, cols: number): Result {
   const matmul = mm
     ? timeIt((i) => mm(wPtr + (i % copies) * stride, xa, yPtr, rows, cols, NTOK, 0, rows), rows * cols * NTOK)
     : NaN;
-  return { type: typeName(type), rows, cols, hot, cold, matmul };
+  return { type: typeName(type), rows, cols, hot, cold, coldGBs: (cold * size) / (rows * cols), matmul };
+}
+
+/** GB/s of the streaming probe over the cold region with `streams` interleaved walks (best of 5 rounds). */
+function probe(streams: number): number {
+  const part = 64 << 20; // bytes per call: well past the caches
+  const parts = Math.floor(REGION / part);
+  const probeFn = k.stream_probe;
+  // timeIt counts "MACs": here bytes, so its figure is GB/s
+  return timeIt((i) => probeFn(wPtr + (i % parts) * part, part, streams), part);
 }
 
 console.log(`one thread, node ${process.version}; GMAC/s per CPU second, best of 5 (matmul: ${NTOK} tokens per call)`);
+const probes = [1, 2, 4].map((n) => [n, probe(n)] as const);
+const limit = Math.max(...probes.map(([, g]) => g));
+console.log(
+  `streaming limit (loads only, cold): ${probes.map(([n, g]) => `${n} stream${n > 1 ? "s" : ""} ${g.toFixed(1)} GB/s`).join(", ")}`,
+);
 console.log("matvec hot: weights in cache (L2/L3); cold: streamed from DRAM, as in a real decode; matmul: cold");
-console.log("type   shape        matvec-hot matvec-cold   matmul");
+console.log("type   shape        matvec-hot matvec-cold  cold GB/s  of limit   matmul");
 for (const type of types) {
   const wk = weightKernel(type);
   const res: Result[] = [];
@@ -151,7 +182,7 @@ for (const type of types) {
     const r = bench(type, rows, cols);
     res.push(r);
     console.log(
-      `${r.type.padEnd(6)} ${`${rows}x${cols}`.padEnd(12)} ${r.hot.toFixed(2).padStart(10)} ${r.cold.toFixed(2).padStart(11)} ${r.matmul.toFixed(2).padStart(8)}`,
+      `${r.type.padEnd(6)} ${`${rows}x${cols}`.padEnd(12)} ${r.hot.toFixed(2).padStart(10)} ${r.cold.toFixed(2).padStart(11)} ${r.coldGBs.toFixed(1).padStart(10)} ${`${((100 * r.coldGBs) / limit).toFixed(0)}%`.padStart(9)} ${r.matmul.toFixed(2).padStart(8)}`,
     );
   }
   if (TINY) {
