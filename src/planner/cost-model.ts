@@ -37,6 +37,7 @@ import {
 import { HOT_CLUSTER } from "../model/offload/neuron-lists.js";
 import { HOT_DENSE_SHARE } from "../model/offload/predictor-picks.js";
 import type { PredictorShape } from "../model/offload/predictor.js";
+import { DEFAULT_KV_CACHE, kvElementBytes } from "../model/kv-cache.js";
 
 export { hitProfile, type Firing, type HitProfile };
 
@@ -218,6 +219,15 @@ function routedShare(shape: ModelShape, g: number): number {
 }
 
 /** Seconds of a layer's router (a mixture: nEmbd x experts logits in F32, and the top-k); 0 for a dense FFN. */
+/**
+ * Attention's reads of the KV cache at position `pos`: every query head streams its group's keys
+ * and values (the runtime's default cache types: f16).
+ */
+function kvReadSeconds(shape: ModelShape, pos: number, hw: Hardware): number {
+  const bytes = kvElementBytes(DEFAULT_KV_CACHE.k) + kvElementBytes(DEFAULT_KV_CACHE.v);
+  return (pos * shape.nHead * shape.headDim * bytes) / hw.memoryBandwidth;
+}
+
 function routerSeconds(shape: ModelShape, hw: Hardware): number {
   if (shape.experts === 0) return 0;
   return (shape.nEmbd * shape.experts) / hw.matvecRate(GGMLType.F32) + hw.dispatch;
@@ -369,7 +379,7 @@ export function predict(
     maxRounds = 0;
   for (let j = 0; j < steps; j++) {
     const pos = workload.promptTokens + j;
-    const kvRead = (2 * pos * shape.nHead * shape.headDim * 4) / hw.memoryBandwidth;
+    const kvRead = kvReadSeconds(shape, pos, hw);
     const b: Breakdown = { ...zero };
     b.attention = nLayer * (attnMatvecs + attnOps + kvRead);
     b.gate += nLayer * router;
@@ -604,7 +614,7 @@ function predictorMode(
     maxRounds = 0;
   const misses = new Float64Array(nLayer);
   for (let j = 0; j < steps; j++) {
-    const kvRead = (2 * (workload.promptTokens + j) * shape.nHead * shape.headDim * 4) / hw.memoryBandwidth;
+    const kvRead = kvReadSeconds(shape, workload.promptTokens + j, hw);
     const b = zeroBreakdown();
     for (let l = 0; l < nLayer; l++) misses[l] = Math.max(0, hp.firing[l] - hp.hot[l] - hp.cold[j][l]);
     let t = 0;
