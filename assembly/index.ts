@@ -6,6 +6,8 @@ export * from "./model_ops";
 export * from "./matmul_f32";
 export * from "./matvec_q8_0";
 export * from "./matvec_q4";
+export * from "./matmul_q8_0";
+export * from "./matmul_q4";
 export * from "./prepare_q8";
 export * from "./matvec_half";
 export * from "./matvec_q5";

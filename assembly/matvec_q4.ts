@@ -1,5 +1,5 @@
 // Q4_0 and Q4_1 weights times activations prepared as "q8_i16n" (see prepare_q8.ts): matvec
-// (decode) and matmul (prefill), with ggml's numerics: an exact integer dot per 32-block, scaled by the f32 product of the two block
+// (decode; the prefill GEMM over the same layout is matmul_q4.ts), with ggml's numerics: an exact integer dot per 32-block, scaled by the f32 product of the two block
 // scales (Q4_1 adds m_w * s_x, s_x = d_x * sum q_x as ggml's Q8_1 stores it).
 //
 // Packed weights (written by src/runtime/weight-kernels/q4.ts at load). Rows come in pairs,
@@ -154,48 +154,6 @@ const F16_CONST = memory.data<u32>(
   }
 }
 
-// Prefill: the same pair kernel, token by token over a block of PAIR_BLOCK pairs whose chunk of
-// weights (8 x 32 x 160 B) stays in L2 while the tokens pass, so only the first token streams
-// them from DRAM. Tiles of rows x tokens that share loads across tokens were tried and lost,
-// even with the token loop kept rolled so V8 keeps the loads next to their uses (speeds:
-// docs/benchmarks.md, "Kernel variants measured"). Per 32 multiply-adds both need 4 dot_i16x8
-// and 4 adds; the tile saves the nibble split but pays 4 activation loads per token, and 16 xmm
-// registers leave no room to keep both weights and activations.
-const PAIR_BLOCK = 8;
-
-@inline function matmulQ4(
-  w: usize,
-  x: usize,
-  y: usize,
-  rows: i32,
-  cols: i32,
-  ntok: i32,
-  r0: i32,
-  r1: i32,
-  one: bool,
-): void {
-  const GB = one ? Q4_1_GB : Q4_0_GB;
-  const ng = (cols + 127) >> 7;
-  const npairs = <usize>((rows + 1) >> 1);
-  const astride = <usize>ng * ACT_GB;
-  const ys = (<usize>rows) << 2;
-  const p0 = r0 >> 1,
-    p1 = (r1 + 1) >> 1;
-  for (let g0 = 0; g0 < ng; g0 += CHUNK) {
-    const gc = min(CHUNK, ng - g0);
-    const wc = w + <usize>g0 * npairs * GB;
-    const xc = x + <usize>g0 * ACT_GB;
-    for (let pb = p0; pb < p1; pb += PAIR_BLOCK) {
-      const pe = min(pb + PAIR_BLOCK, p1);
-      for (let t = 0; t < ntok; t++) {
-        const xt = xc + <usize>t * astride,
-          yt = y + <usize>t * ys;
-        for (let p = pb; p < pe; p++) pairQ4(wc + <usize>p * <usize>gc * GB, xt, yt, gc, p << 1, r0, r1, g0 == 0, one);
-      }
-    }
-  }
-}
-
 /** y[r] = W[r,:] . x for r in [r0, r1); W packed Q4_0, x prepared q8_i16n. */
 export function matvec_q4_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   matvecQ4(w, x, y, rows, cols, r0, r1, false);
@@ -204,14 +162,4 @@ export function matvec_q4_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 /** y[r] = W[r,:] . x for r in [r0, r1); W packed Q4_1, x prepared q8_i16n. */
 export function matvec_q4_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   matvecQ4(w, x, y, rows, cols, r0, r1, true);
-}
-
-/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W packed Q4_0, x ntok q8_i16n rows. */
-export function matmul_q4_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
-  matmulQ4(w, x, y, rows, cols, ntok, r0, r1, false);
-}
-
-/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W packed Q4_1, x ntok q8_i16n rows. */
-export function matmul_q4_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
-  matmulQ4(w, x, y, rows, cols, ntok, r0, r1, true);
 }

@@ -1,5 +1,5 @@
-// Q8_0 weights times activations prepared as "q8_i16" (see prepare_q8.ts): matvec (decode) and
-// matmul (prefill), with ggml's numerics:
+// Q8_0 weights times activations prepared as "q8_i16" (see prepare_q8.ts): matvec (decode; the
+// prefill GEMM over the same layout is matmul_q8_0.ts), with ggml's numerics:
 // an exact integer dot per 32-block times the f32 product of the two block scales.
 //
 // Packed weights (written by src/runtime/weight-kernels/q8.ts at load). Rows come in tiles of 4,
@@ -118,32 +118,5 @@ export function matvec_q8_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
     const wc = w + <usize>g0 * ntiles * GB;
     const xc = x + <usize>g0 * AGB;
     for (let t = r0 >> 2; t < (r1 + 3) >> 2; t++) tileQ8(wc + <usize>t * <usize>gc * GB, xc, y, gc, t, r0, r1, g0 == 0);
-  }
-}
-
-// Prefill: the tile kernel token by token over a block of TILE_BLOCK tiles whose chunk of weights
-// (4 x 32 x 576 B) stays in L2 while the tokens pass (see matvec_q4.ts for the tiles that lost).
-const TILE_BLOCK = 4;
-
-/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W packed Q8_0, x ntok q8_i16 rows. */
-export function matmul_q8_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
-  const ng = (cols + 127) >> 7;
-  const ntiles = <usize>((rows + 3) >> 2);
-  const astride = <usize>ng * AGB;
-  const ys = (<usize>rows) << 2;
-  const t0 = r0 >> 2,
-    t1 = (r1 + 3) >> 2;
-  for (let g0 = 0; g0 < ng; g0 += CHUNK) {
-    const gc = min(CHUNK, ng - g0);
-    const wc = w + <usize>g0 * ntiles * GB;
-    const xc = x + <usize>g0 * AGB;
-    for (let tb = t0; tb < t1; tb += TILE_BLOCK) {
-      const te = min(tb + TILE_BLOCK, t1);
-      for (let k = 0; k < ntok; k++) {
-        const xk = xc + <usize>k * astride,
-          yk = y + <usize>k * ys;
-        for (let t = tb; t < te; t++) tileQ8(wc + <usize>t * <usize>gc * GB, xk, yk, gc, t, r0, r1, g0 == 0);
-      }
-    }
   }
 }

@@ -330,6 +330,69 @@ for (const type of TYPES) {
   });
 }
 
+// The prefill GEMMs (assembly/matmul_q8_0.ts, matmul_q4.ts) work on tiles of several tokens with
+// a tail for the rest: every token of a batch must come out bit for bit as the matvec gives it
+// alone (same integer block dots, same f32 order), on odd row counts, widths of one and several
+// 4096-column chunks, sub-ranges that cut a row tile, and token counts that leave each tail size.
+test("matmul of Q8_0, Q4_0, Q4_1 equals the per-token matvec to the bit (odd rows, ranges, 1..13 tokens)", () => {
+  for (const type of [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1]) {
+    const wk = weightKernel(type);
+    for (const [rows, cols] of [
+      [1, 32],
+      [7, 96],
+      [19, 4096 + 160],
+      [37, 640],
+    ]) {
+      const src = makeWeights(type, rows, cols, rows * 7 + cols);
+      const rb = src.length / rows;
+      const w = pack(wk, src, rows, cols, 2);
+      const ntokMax = 13;
+      const x = gaussians(cols * ntokMax, rows + cols);
+      x.fill(0, cols, cols + Math.min(cols, 40)); // token 1 starts with a block of zeros
+      const xa = prepare(wk, x, cols, ntokMax);
+      const ab = activationBytes(wk.act, cols);
+      // the matvec of each token alone
+      const want = new Float32Array(ntokMax * rows);
+      for (let t = 0; t < ntokMax; t++) {
+        k[wk.matvec](w, xa + t * ab, Y, rows, cols, 0, rows);
+        want.set(arena.f32(Y, rows), t * rows);
+      }
+      const ranges: [number, number][] = [
+        [0, rows],
+        [Math.min(3, rows - 1), rows],
+        [1, Math.max(2, rows - 2)],
+      ];
+      for (const ntok of [1, 2, 3, 4, 5, 9, 13]) {
+        for (const [r0, r1] of ranges) {
+          if (r1 > rows || r0 >= r1) continue;
+          const y = arena.f32(Y, rows * ntok);
+          y.fill(12345);
+          k[wk.matmul](w, xa, Y, rows, cols, ntok, r0, r1);
+          for (let t = 0; t < ntok; t++)
+            for (let r = 0; r < rows; r++) {
+              const got = y[t * rows + r];
+              const what = `${typeName(type)} ${rows}x${cols} ntok ${ntok} [${r0},${r1}) token ${t} row ${r}`;
+              if (r < r0 || r >= r1) assert.equal(got, 12345, `${what}: written outside the range`);
+              else assert.equal(got, want[t * rows + r], what);
+            }
+        }
+      }
+      // and the matvec itself against the reference dot, for a token of the batch
+      const t = ntokMax - 1;
+      const xr = refActivation(type, x.subarray(t * cols, (t + 1) * cols), cols);
+      for (let r = 0; r < rows; r++) {
+        const row = src.subarray(r * rb, (r + 1) * rb);
+        const ref = vecDot(type, row, xr, cols);
+        const tol = 2e-5 * magnitude(type, row, x.subarray(t * cols, (t + 1) * cols), cols) + 1e-6;
+        assert.ok(
+          Math.abs(want[t * rows + r] - ref) <= tol,
+          `${typeName(type)} row ${r}: ${want[t * rows + r]} vs ${ref}`,
+        );
+      }
+    }
+  }
+});
+
 test("with unit scales and small integers the quantized kernels are exact", () => {
   // x = integers with amax 127: activation scale 1, quants = x; weights with scale 1: every block
   // dot is an integer and every partial sum is far below 2^24, so f32 arithmetic is exact

@@ -297,3 +297,38 @@ test("every weight type: 2 threads give exactly the 1-thread result, and match t
     close(results[1], want, 1e-4, `${name} matmul vs reference`);
   }
 });
+
+test("the Q8_0, Q4_0 and Q4_1 prefill GEMMs: 2 threads give exactly the 1-thread result (odd rows, 2 chunks, 1..13 tokens)", () => {
+  for (const type of [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1]) {
+    const k = weightKernel(type);
+    const rows = 45,
+      cols = 4096 + 160;
+    const rb = rowBytes(type, cols);
+    const src = new Uint8Array(rows * rb);
+    const wf = rand(rows * cols, 0.5);
+    for (let r = 0; r < rows; r++)
+      quantizeRow(type, wf.subarray(r * cols, (r + 1) * cols), src.subarray(r * rb, (r + 1) * rb));
+    const pw = arena.alloc(k.packedBytes(rows, cols));
+    k.pack(src, arena.u8(pw, k.packedBytes(rows, cols)), 0, rows, rows, cols);
+    const ntokMax = 13;
+    const x = rand(ntokMax * cols, 2);
+    const px = put(x);
+    const pa = arena.alloc(ntokMax * activationBytes(k.act, cols));
+    pools[0].kernels[prepareKernel(k.act)!](px, pa, cols, ntokMax);
+    for (const ntok of [1, 3, 5, 9, 13]) {
+      const results: Float32Array[] = [];
+      for (const pool of pools) {
+        const pm = arena.alloc(ntok * rows * 4);
+        pool.run(pool.fn(k.matmul), [pw, pa, pm, rows, cols, ntok], 6, rows, 16);
+        results.push(Float32Array.from(arena.f32(pm, ntok * rows)));
+      }
+      assert.deepEqual(results[1], results[0], `${typeName(type)} matmul ntok ${ntok}: 2 threads vs 1`);
+      const want = new Float32Array(ntok * rows);
+      for (let t = 0; t < ntok; t++) {
+        const act = prepareActivation(type, x.subarray(t * cols, (t + 1) * cols));
+        for (let r = 0; r < rows; r++) want[t * rows + r] = vecDot(type, src.subarray(r * rb, (r + 1) * rb), act, cols);
+      }
+      close(results[0], want, 1e-4, `${typeName(type)} matmul ntok ${ntok} vs reference`);
+    }
+  }
+});

@@ -1,0 +1,371 @@
+// Prefill GEMM for packed Q4_0 and Q4_1 weights (layout: matvec_q4.ts) times ntok activation rows
+// prepared as "q8_i16n": y[t*rows + r] = W[r,:] . x_t.
+//
+// The decode kernel splits each 16-byte weight vector into 4 i16x8 quant vectors (3 ands and a
+// shift) and spends one i32x4.dot_i16x8_s and one i32x4.add on each: 3 ops per 8 multiply-adds.
+// Here each split vector serves 3 tokens: a tile of the row pair x 3 tokens keeps 6 i32x4 block
+// sums, the 2 rows' split vectors, a mask and the 3 tokens' activation vectors (V8 loads all of
+// a loop body's vectors at its top) live: 13 of the 15 xmm registers V8 allocates on x64. A
+// fourth token's 2 block sums made it spill one, and the store-to-load round trip on that sum
+// every iteration cost more than the tile saved. The f32 accumulators are touched once per group
+// and may live on the stack.
+//
+// The 4 splits run as 4 loops over the rows' 4 weight vectors (a body holding all 4 splits would
+// have its 12 activation loads at its top, more than the registers hold); the raw weight vector
+// is loaded again for each split rather than kept.
+//
+// Per (row, token) the arithmetic and its order are the decode kernel's (an exact integer dot per
+// block, lane b of a group's i32x4 holding 256 times block b's dot, then the f32 group update,
+// the lanes summed at the end of a 4096-column chunk, chunks added into y), so a token's result
+// is bit for bit what matvec_q4_0/_1 gives for it alone.
+
+// The packed layout's sizes (matvec_q4.ts): bytes per row-pair group, per activation group;
+// groups per column chunk.
+const Q4_0_GB: usize = 144;
+const Q4_1_GB: usize = 192;
+const ACT_GB: usize = 304;
+const CHUNK = 32;
+
+// Row pairs whose chunk of weights stays in L2 while all the tokens pass; the pool hands out
+// rows in multiples of 16, one block.
+const PAIR_BLOCK = 8;
+// Tokens per pass over a row pair.
+const NT = 3;
+
+// The nibble masks, loaded rather than written as constants (V8 rematerializes a v128 constant
+// inside a loop at every use).
+const MASKS = memory.data<u16>(
+  [
+    0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0,
+    0x00f0, 0x00f0, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00,
+  ],
+  16,
+);
+
+// f16 -> f32 for the 2 rows' 4 scales each (Q4_0): exponent and mantissa shifted into place
+// times 2^112 (exact, subnormals included), the sign put back; constants loaded for the same
+// reason as the masks.
+const F16_CONST = memory.data<u32>(
+  [0x7fff, 0x7fff, 0x7fff, 0x7fff, 0x8000, 0x8000, 0x8000, 0x8000, 0x77800000, 0x77800000, 0x77800000, 0x77800000],
+  16,
+);
+
+@inline function f16x4(h: v128): v128 {
+  const f = f32x4.mul(i32x4.shl(v128.and(h, v128.load(F16_CONST)), 13), v128.load(F16_CONST, 32));
+  return v128.or(f, i32x4.shl(v128.and(h, v128.load(F16_CONST, 16)), 16));
+}
+
+// The decode kernel's lane order, so that results match it to the bit.
+@inline function hsum(v: v128): f32 {
+  return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
+}
+
+@inline function put(p: usize, v: f32, first: bool): void {
+  store<f32>(p, first ? v : load<f32>(p) + v);
+}
+
+@inline function dot(s: v128, w: v128, x: v128): v128 {
+  return i32x4.add(s, i32x4.dot_i16x8_s(w, x));
+}
+
+// One group's f32 update of a (row, token) accumulator: Q4_0 subtracts the activation's offset
+// correction from the block sums; Q4_1 adds m_w * s_x.
+@inline function acc(a: v128, s: v128, dw: v128, mw: v128, xg: usize, one: bool): v128 {
+  const dx = v128.load(xg, 256);
+  if (one)
+    return f32x4.add(
+      a,
+      f32x4.add(f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.mul(dw, dx)), f32x4.mul(mw, v128.load(xg, 288))),
+    );
+  return f32x4.add(a, f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(s, v128.load(xg, 272))), f32x4.mul(dw, dx)));
+}
+
+// The row pair whose groups start at wp (rows r, r + 1), over gc groups of one chunk, times nt
+// (1..3, a constant) tokens whose chunk activations start at xp, astride bytes apart. Results go
+// to y + t * ys (y: row r's output), added to what is there unless `first`; a row outside the
+// range (in0 / in1 false) is computed but not stored.
+@inline function pairTokens(
+  wp: usize,
+  xp: usize,
+  astride: usize,
+  y: usize,
+  ys: usize,
+  gc: i32,
+  first: bool,
+  nt: i32,
+  one: bool,
+  in0: bool,
+  in1: bool,
+): void {
+  const GB = one ? Q4_1_GB : Q4_0_GB;
+  let a00 = f32x4.splat(0),
+    a01 = f32x4.splat(0),
+    a02 = f32x4.splat(0),
+    a10 = f32x4.splat(0),
+    a11 = f32x4.splat(0),
+    a12 = f32x4.splat(0);
+  let x0 = xp,
+    x1 = xp + astride,
+    x2 = xp + astride * 2;
+  for (let g = 0; g < gc; g++) {
+    let s00 = i32x4.splat(0),
+      s01 = i32x4.splat(0),
+      s02 = i32x4.splat(0),
+      s10 = i32x4.splat(0),
+      s11 = i32x4.splat(0),
+      s12 = i32x4.splat(0);
+    // split k of the rows' weight vector j meets activation vector 4j + k
+    let m = v128.load(MASKS);
+    for (let j: usize = 0; j < 64; j += 16) {
+      const u0 = v128.and(v128.load(wp + j), m),
+        u1 = v128.and(v128.load(wp + j, 64), m);
+      const o = j << 2;
+      let x = v128.load(x0 + o);
+      s00 = dot(s00, u0, x);
+      s10 = dot(s10, u1, x);
+      if (nt > 1) {
+        x = v128.load(x1 + o);
+        s01 = dot(s01, u0, x);
+        s11 = dot(s11, u1, x);
+      }
+      if (nt > 2) {
+        x = v128.load(x2 + o);
+        s02 = dot(s02, u0, x);
+        s12 = dot(s12, u1, x);
+      }
+    }
+    m = v128.load(MASKS, 16);
+    for (let j: usize = 0; j < 64; j += 16) {
+      const u0 = v128.and(v128.load(wp + j), m),
+        u1 = v128.and(v128.load(wp + j, 64), m);
+      const o = (j << 2) + 16;
+      let x = v128.load(x0 + o);
+      s00 = dot(s00, u0, x);
+      s10 = dot(s10, u1, x);
+      if (nt > 1) {
+        x = v128.load(x1 + o);
+        s01 = dot(s01, u0, x);
+        s11 = dot(s11, u1, x);
+      }
+      if (nt > 2) {
+        x = v128.load(x2 + o);
+        s02 = dot(s02, u0, x);
+        s12 = dot(s12, u1, x);
+      }
+    }
+    m = v128.load(MASKS, 32);
+    for (let j: usize = 0; j < 64; j += 16) {
+      const u0 = v128.and(v128.load(wp + j), m),
+        u1 = v128.and(v128.load(wp + j, 64), m);
+      const o = (j << 2) + 32;
+      let x = v128.load(x0 + o);
+      s00 = dot(s00, u0, x);
+      s10 = dot(s10, u1, x);
+      if (nt > 1) {
+        x = v128.load(x1 + o);
+        s01 = dot(s01, u0, x);
+        s11 = dot(s11, u1, x);
+      }
+      if (nt > 2) {
+        x = v128.load(x2 + o);
+        s02 = dot(s02, u0, x);
+        s12 = dot(s12, u1, x);
+      }
+    }
+    for (let j: usize = 0; j < 64; j += 16) {
+      const u0 = i16x8.shr_u(v128.load(wp + j), 12),
+        u1 = i16x8.shr_u(v128.load(wp + j, 64), 12);
+      const o = (j << 2) + 48;
+      let x = v128.load(x0 + o);
+      s00 = dot(s00, u0, x);
+      s10 = dot(s10, u1, x);
+      if (nt > 1) {
+        x = v128.load(x1 + o);
+        s01 = dot(s01, u0, x);
+        s11 = dot(s11, u1, x);
+      }
+      if (nt > 2) {
+        x = v128.load(x2 + o);
+        s02 = dot(s02, u0, x);
+        s12 = dot(s12, u1, x);
+      }
+    }
+    let dw0: v128, dw1: v128, mw0: v128, mw1: v128;
+    if (one) {
+      dw0 = v128.load(wp, 128);
+      dw1 = v128.load(wp, 144);
+      mw0 = v128.load(wp, 160);
+      mw1 = v128.load(wp, 176);
+    } else {
+      const h = v128.load(wp, 128);
+      dw0 = f16x4(i32x4.extend_low_i16x8_u(h));
+      dw1 = f16x4(i32x4.extend_high_i16x8_u(h));
+      mw0 = dw0;
+      mw1 = dw1;
+    }
+    a00 = acc(a00, s00, dw0, mw0, x0, one);
+    a10 = acc(a10, s10, dw1, mw1, x0, one);
+    if (nt > 1) {
+      a01 = acc(a01, s01, dw0, mw0, x1, one);
+      a11 = acc(a11, s11, dw1, mw1, x1, one);
+    }
+    if (nt > 2) {
+      a02 = acc(a02, s02, dw0, mw0, x2, one);
+      a12 = acc(a12, s12, dw1, mw1, x2, one);
+    }
+    wp += GB;
+    x0 += ACT_GB;
+    x1 += ACT_GB;
+    x2 += ACT_GB;
+  }
+  if (in0) put(y, hsum(a00), first);
+  if (in1) put(y + 4, hsum(a10), first);
+  if (nt > 1) {
+    if (in0) put(y + ys, hsum(a01), first);
+    if (in1) put(y + ys + 4, hsum(a11), first);
+  }
+  if (nt > 2) {
+    if (in0) put(y + ys * 2, hsum(a02), first);
+    if (in1) put(y + ys * 2 + 4, hsum(a12), first);
+  }
+}
+
+// One function per type and token count, so that each is compiled with both as constants
+// (inlined copies that differ only in a constant were merged back into one with runtime tests).
+function q4_0_t1(
+  wp: usize,
+  xp: usize,
+  as: usize,
+  y: usize,
+  ys: usize,
+  gc: i32,
+  first: bool,
+  in0: bool,
+  in1: bool,
+): void {
+  pairTokens(wp, xp, as, y, ys, gc, first, 1, false, in0, in1);
+}
+function q4_0_t2(
+  wp: usize,
+  xp: usize,
+  as: usize,
+  y: usize,
+  ys: usize,
+  gc: i32,
+  first: bool,
+  in0: bool,
+  in1: bool,
+): void {
+  pairTokens(wp, xp, as, y, ys, gc, first, 2, false, in0, in1);
+}
+function q4_0_t3(
+  wp: usize,
+  xp: usize,
+  as: usize,
+  y: usize,
+  ys: usize,
+  gc: i32,
+  first: bool,
+  in0: bool,
+  in1: bool,
+): void {
+  pairTokens(wp, xp, as, y, ys, gc, first, 3, false, in0, in1);
+}
+function q4_1_t1(
+  wp: usize,
+  xp: usize,
+  as: usize,
+  y: usize,
+  ys: usize,
+  gc: i32,
+  first: bool,
+  in0: bool,
+  in1: bool,
+): void {
+  pairTokens(wp, xp, as, y, ys, gc, first, 1, true, in0, in1);
+}
+function q4_1_t2(
+  wp: usize,
+  xp: usize,
+  as: usize,
+  y: usize,
+  ys: usize,
+  gc: i32,
+  first: bool,
+  in0: bool,
+  in1: bool,
+): void {
+  pairTokens(wp, xp, as, y, ys, gc, first, 2, true, in0, in1);
+}
+function q4_1_t3(
+  wp: usize,
+  xp: usize,
+  as: usize,
+  y: usize,
+  ys: usize,
+  gc: i32,
+  first: bool,
+  in0: bool,
+  in1: bool,
+): void {
+  pairTokens(wp, xp, as, y, ys, gc, first, 3, true, in0, in1);
+}
+
+@inline function matmulQ4(
+  w: usize,
+  x: usize,
+  y: usize,
+  rows: i32,
+  cols: i32,
+  ntok: i32,
+  r0: i32,
+  r1: i32,
+  one: bool,
+): void {
+  const GB = one ? Q4_1_GB : Q4_0_GB;
+  const ng = (cols + 127) >> 7;
+  const npairs = <usize>((rows + 1) >> 1);
+  const as = <usize>ng * ACT_GB;
+  const ys = (<usize>rows) << 2;
+  const p0 = r0 >> 1,
+    p1 = (r1 + 1) >> 1;
+  for (let g0 = 0; g0 < ng; g0 += CHUNK) {
+    const gc = min(CHUNK, ng - g0);
+    const wc = w + <usize>g0 * npairs * GB;
+    const xc = x + <usize>g0 * ACT_GB;
+    const first = g0 == 0;
+    for (let pb = p0; pb < p1; pb += PAIR_BLOCK) {
+      const pe = min(pb + PAIR_BLOCK, p1);
+      for (let k = 0; k < ntok; k += NT) {
+        const xp = xc + <usize>k * as,
+          nt = min(NT, ntok - k);
+        for (let p = pb; p < pe; p++) {
+          const r = p << 1;
+          const wp = wc + <usize>p * <usize>gc * GB,
+            yr = y + <usize>k * ys + ((<usize>r) << 2);
+          const in0 = r >= r0 && r < r1,
+            in1 = r + 1 >= r0 && r + 1 < r1;
+          if (one) {
+            if (nt == 3) q4_1_t3(wp, xp, as, yr, ys, gc, first, in0, in1);
+            else if (nt == 2) q4_1_t2(wp, xp, as, yr, ys, gc, first, in0, in1);
+            else q4_1_t1(wp, xp, as, yr, ys, gc, first, in0, in1);
+          } else {
+            if (nt == 3) q4_0_t3(wp, xp, as, yr, ys, gc, first, in0, in1);
+            else if (nt == 2) q4_0_t2(wp, xp, as, yr, ys, gc, first, in0, in1);
+            else q4_0_t1(wp, xp, as, yr, ys, gc, first, in0, in1);
+          }
+        }
+      }
+    }
+  }
+}
+
+/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W packed Q4_0, x ntok q8_i16n rows. */
+export function matmul_q4_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
+  matmulQ4(w, x, y, rows, cols, ntok, r0, r1, false);
+}
+
+/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W packed Q4_1, x ntok q8_i16n rows. */
+export function matmul_q4_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
+  matmulQ4(w, x, y, rows, cols, ntok, r0, r1, true);
+}
