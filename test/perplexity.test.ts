@@ -44,7 +44,10 @@ test("perplexity equals an independent computation on the reference forward pass
   // Independent: the reference model, token by token; chunk k = ids[k*nCtx ..], first token BOS,
   // positions nCtx/2 .. nCtx-2 scored against the next token, in double precision.
   const file = GGUFFile.open(STORIES);
-  const ref = new ReferenceModel(file, nCtx);
+  // both with an f32 KV cache: this checks the chunking and scoring to 1e-4, which the f16
+  // cache's rounding (one f16 step where the two forward passes round differently) would blur
+  const F32_KV = { k: "f32", v: "f32" } as const;
+  const ref = new ReferenceModel(file, nCtx, F32_KV);
   file.close();
   const nlls: number[] = [];
   const running: number[] = [];
@@ -71,7 +74,7 @@ test("perplexity equals an independent computation on the reference forward pass
   assert.deepEqual(Array.from(tokens), ids);
   // batch 7 splits each chunk's batches across the scored boundary
   for (const batch of [nCtx, 7]) {
-    const model = await LlamaModel.load(STORIES, { threads: 2, contextSize: nCtx, batchSize: batch });
+    const model = await LlamaModel.load(STORIES, { threads: 2, contextSize: nCtx, batchSize: batch, kvCache: F32_KV });
     const r = await perplexity(model, tokens, { contextSize: nCtx, chunks: nChunks, bos: tok.bosId });
     await model.dispose();
     assert.equal(r.count, nChunks * (nCtx - 1 - nCtx / 2));
