@@ -26,6 +26,9 @@
 // registers do not hold 4 rows' accumulators plus the masks and activations) and a plain
 // per-block kernel over GGUF's layout; the speeds are in docs/benchmarks.md, "Kernel variants
 // measured".
+// The relaxed-SIMD build (scripts/build-wasm.mjs) runs the pair kernel of matvec_q4_relaxed.ts
+// instead, over "q8_i8n" activations: any kernel here that reads activations must branch on
+// ASC_FEATURE_RELAXED_SIMD the same way.
 
 import { pairQ4Relaxed, Q8_I8N_GB } from "./matvec_q4_relaxed";
 
