@@ -26,10 +26,16 @@
 // registers do not hold 4 rows' accumulators plus the masks and activations) and a plain
 // per-block kernel over GGUF's layout; the speeds are in docs/benchmarks.md, "Kernel variants
 // measured".
+// The relaxed-SIMD build (scripts/build-wasm.mjs) runs the pair kernel of matvec_q4_relaxed.ts
+// instead, over "q8_i8n" activations: any kernel here that reads activations must branch on
+// ASC_FEATURE_RELAXED_SIMD the same way.
+
+import { pairQ4Relaxed, Q8_I8N_GB } from "./matvec_q4_relaxed";
 
 const Q4_0_GB: usize = 144;
 const Q4_1_GB: usize = 192;
-const ACT_GB: usize = 304; // q8_i16n bytes per group: 256 quants, d/256, 2048*sum q, s
+// q8_i16n bytes per group: 256 quants, d/256, 2048*sum q, s; the relaxed build's q8_i8n is smaller
+const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : 304;
 const CHUNK = 32; // groups per column chunk
 
 // The three nibble masks, loaded from memory rather than written as constants: V8 rematerializes
@@ -93,6 +99,10 @@ const F16_CONST = memory.data<u32>(
   first: bool,
   one: bool,
 ): void {
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    pairQ4Relaxed(wp, xp, y, gc, r, r0, r1, first, one);
+    return;
+  }
   const m0 = v128.load(Q4_MASKS),
     m1 = v128.load(Q4_MASKS, 16),
     m2 = v128.load(Q4_MASKS, 32);

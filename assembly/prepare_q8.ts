@@ -11,6 +11,10 @@
 //   q8_i16n for packed Q4_0/Q4_1 weights: 304 B per group: the same 16 vectors with vector v
 //           multiplied by 256, 16, 1, 256 for v % 4 = 0, 1, 2, 3 (see matvec_q4.ts), then
 //           f32 d/256 x4, i32 2048 * sum q x4 (Q4_0's -8 offset), f32 s x4 (Q8_1's d * sum q).
+//   q8_i8n  for packed Q4_0/Q4_1 weights in the relaxed-SIMD build: 176 B per group: 8 vectors of
+//           i8 quants, L_0 H_0 L_1 H_1 .. H_3; bytes 4b..4b+3 of L_j hold elements 8j + 0, 4, 1, 5
+//           of block b, of H_j elements 8j + 2, 6, 3, 7 (the order the packed nibbles come out in,
+//           see matvec_q4_relaxed.ts); then f32 d x4, i32 8 * sum q x4, f32 s x4.
 
 import { f16ToF32, f32ToF16 } from "./half";
 
@@ -159,6 +163,62 @@ export function prepare_q8_i16n(x: usize, dst: usize, cols: i32, ntok: i32): voi
         store<f32>(gp, 0, 256);
         store<i32>(gp, 0, 272);
         store<f32>(gp, 0, 288);
+      }
+    }
+  }
+}
+
+// One block's 16 quants of elements 8i..8i+15 (i = 0, 1) as i8, reordered to 0,4,1,5 | 2,6,3,7 |
+// 8,12,9,13 | 10,14,11,15: the four 4-byte lanes go to L_2i, H_2i, L_2i+1, H_2i+1.
+@inline function i8nLanes(p: usize, id: v128, o: usize): v128 {
+  const a = i16x8.narrow_i32x4_s(quantVecs(p, id, o), quantVecs(p, id, o + 16));
+  const b = i16x8.narrow_i32x4_s(quantVecs(p, id, o + 32), quantVecs(p, id, o + 48));
+  const q = i8x16.narrow_i16x8_s(a, b);
+  return i8x16.shuffle(q, q, 0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+}
+
+// The sum of a block's quants from its 8 reordered vectors' bytes (order does not matter).
+@inline function sumI8(a: v128, b: v128): i32 {
+  const s = i32x4.add(
+    i32x4.extadd_pairwise_i16x8_s(i16x8.extadd_pairwise_i8x16_s(a)),
+    i32x4.extadd_pairwise_i16x8_s(i16x8.extadd_pairwise_i8x16_s(b)),
+  );
+  return hsumi(s);
+}
+
+/** q8_i8n rows (for Q4_0 / Q4_1 weights, relaxed build): ceil(cols / 128) groups of 176 B per row. */
+export function prepare_q8_i8n(x: usize, dst: usize, cols: i32, ntok: i32): void {
+  const nb = cols >> 5;
+  const ng = (cols + 127) >> 7;
+  for (let t = 0; t < ntok; t++) {
+    const p0 = x + <usize>t * ((<usize>cols) << 2);
+    const d0 = dst + <usize>t * <usize>ng * 176;
+    for (let b = 0; b < ng << 2; b++) {
+      const gp = d0 + <usize>(b >> 2) * 176 + ((<usize>(b & 3)) << 2);
+      if (b < nb) {
+        const p = p0 + ((<usize>b) << 7);
+        const amax = blockAmax(p);
+        const d = amax / <f32>127.0;
+        const id = f32x4.splat(amax != 0 ? <f32>127.0 / amax : <f32>0);
+        const lo = i8nLanes(p, id, 0),
+          hi = i8nLanes(p, id, 64);
+        v128.store32_lane(gp, lo, 0);
+        v128.store32_lane(gp, lo, 1, 16);
+        v128.store32_lane(gp, lo, 2, 32);
+        v128.store32_lane(gp, lo, 3, 48);
+        v128.store32_lane(gp, hi, 0, 64);
+        v128.store32_lane(gp, hi, 1, 80);
+        v128.store32_lane(gp, hi, 2, 96);
+        v128.store32_lane(gp, hi, 3, 112);
+        const sum = sumI8(lo, hi);
+        store<f32>(gp, f16ToF32(f32ToF16(d)), 128);
+        store<i32>(gp, sum << 3, 144);
+        store<f32>(gp, f16ToF32(f32ToF16(d * <f32>sum)), 160);
+      } else {
+        for (let v: usize = 0; v < 8; v++) store<u32>(gp + (v << 4), 0);
+        store<f32>(gp, 0, 128);
+        store<i32>(gp, 0, 144);
+        store<f32>(gp, 0, 160);
       }
     }
   }

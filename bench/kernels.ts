@@ -10,13 +10,23 @@
  * interleaved streams). The last lines estimate the kernel-only decode and
  * prefill speed of a TinyLlama-1.1B-shaped model (22 layers, dim 2048, FFN 5632, 4 KV heads of 64,
  * vocabulary 32000), which is what llama.cpp's tok/s figures (LLAMA_CPP, below) compare against.
- * KERNELS_WASM=path overrides the module (for trying kernel variants).
+ * Where this runtime validates relaxed SIMD (Node 22; Node 20 with --experimental-wasm-relaxed-simd)
+ * every line is measured with both kernel builds, interleaved (src/runtime/wasm.ts), else with the
+ * SIMD128 build. KERNELS_WASM=path overrides the module (for trying kernel variants: it is taken as
+ * the build POWERINFER_KERNELS names, SIMD128 by default).
  */
 import { readFileSync } from "node:fs";
 import { GGMLType, typeFromName, typeName, tensorBytes } from "../src/format/ggml-types.js";
 import { f32ToF16 } from "../src/format/half.js";
 import { Arena } from "../src/runtime/arena.js";
-import { instantiateKernels, kernelModule } from "../src/runtime/wasm.js";
+import {
+  instantiateKernels,
+  kernelBuild,
+  kernelModule,
+  relaxedSimdSupported,
+  type KernelBuild,
+  type KernelExports,
+} from "../src/runtime/wasm.js";
 import { prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
 
 function arg(name: string, def: string): string {
@@ -38,9 +48,15 @@ const NTOK = Number(arg("ntok", "16"));
 const TIME = Number(arg("time", "1"));
 const TINY = arg("tiny", "1") !== "0";
 
-const module = process.env.KERNELS_WASM
-  ? new WebAssembly.Module(readFileSync(process.env.KERNELS_WASM))
-  : kernelModule();
+const builds: KernelBuild[] = process.env.KERNELS_WASM
+  ? [process.env.POWERINFER_KERNELS === "relaxed" ? "relaxed" : "simd128"]
+  : process.env.POWERINFER_KERNELS
+    ? [kernelBuild()]
+    : relaxedSimdSupported()
+      ? ["simd128", "relaxed"]
+      : ["simd128"];
+const moduleOf = (b: KernelBuild) =>
+  process.env.KERNELS_WASM ? new WebAssembly.Module(readFileSync(process.env.KERNELS_WASM)) : kernelModule(b);
 
 /** Random GGUF-layout bytes of a rows x cols matrix: random quants, scales near 0.01. */
 function randomMatrix(type: GGMLType, rows: number, cols: number, seed: number): Uint8Array {
@@ -80,6 +96,7 @@ function randomMatrix(type: GGMLType, rows: number, cols: number, seed: number):
 }
 
 interface Result {
+  build: KernelBuild;
   type: string;
   rows: number;
   cols: number;
@@ -122,11 +139,13 @@ const LLAMA_CPP: Record<string, [number, number]> = { Q4_0: [144, 36], Q8_0: [75
 /** Weights rotate over copies spanning this many bytes, so "cold" runs stream them from DRAM. */
 const COLD_BYTES = 160 << 20;
 const arena = new Arena(64 << 20);
-const k = instantiateKernels(arena.memory, module);
+const kernels = new Map<KernelBuild, KernelExports>(
+  builds.map((b) => [b, instantiateKernels(arena.memory, moduleOf(b))]),
+);
 const maxRows = Math.max(32000, ...shapes.map((s) => s[0]));
 const maxCols = Math.max(...shapes.map((s) => s[1]), 2048);
 const xPtr = arena.alloc(NTOK * maxCols * 4);
-const actPtr = arena.alloc(NTOK * Math.ceil(maxCols / 128) * 304 + 64);
+const actPtr = arena.alloc(NTOK * Math.ceil(maxCols / 128) * 304 + 64); // the widest format
 const yPtr = arena.alloc(NTOK * maxRows * 4);
 const REGION = COLD_BYTES + (256 << 20);
 const wPtr = arena.alloc(REGION, 4096);
@@ -136,8 +155,9 @@ arena.u8(wPtr, REGION).fill(1); // fault every page in now, not inside a timed r
   for (let i = 0; i < x.length; i++) x[i] = Math.sin(i * 0.37) * 2;
 }
 
-function bench(type: GGMLType, rows: number, cols: number): Result {
-  const wk = weightKernel(type);
+function bench(type: GGMLType, rows: number, cols: number, build: KernelBuild): Result {
+  const wk = weightKernel(type, build);
+  const k = kernels.get(build)!;
   const src = randomMatrix(type, rows, cols, rows * 31 + cols);
   const size = wk.packedBytes(rows, cols);
   const stride = Math.ceil(size / 4096) * 4096;
@@ -155,14 +175,14 @@ function bench(type: GGMLType, rows: number, cols: number): Result {
   const matmul = mm
     ? timeIt((i) => mm(wPtr + (i % copies) * stride, xa, yPtr, rows, cols, NTOK, 0, rows), rows * cols * NTOK)
     : NaN;
-  return { type: typeName(type), rows, cols, hot, cold, coldGBs: (cold * size) / (rows * cols), matmul };
+  return { build, type: typeName(type), rows, cols, hot, cold, coldGBs: (cold * size) / (rows * cols), matmul };
 }
 
 /** GB/s of the streaming probe over the cold region with `streams` interleaved walks (best of 5 rounds). */
 function probe(streams: number): number {
   const part = 64 << 20; // bytes per call: well past the caches
   const parts = Math.floor(REGION / part);
-  const probeFn = k.stream_probe;
+  const probeFn = kernels.get(builds[0])!.stream_probe;
   // timeIt counts "MACs": here bytes, so its figure is GB/s
   return timeIt((i) => probeFn(wPtr + (i % parts) * part, part, streams), part);
 }
@@ -174,40 +194,44 @@ console.log(
   `streaming limit (loads only, cold): ${probes.map(([n, g]) => `${n} stream${n > 1 ? "s" : ""} ${g.toFixed(1)} GB/s`).join(", ")}`,
 );
 console.log("matvec hot: weights in cache (L2/L3); cold: streamed from DRAM, as in a real decode; matmul: cold");
-console.log("type   shape        matvec-hot matvec-cold  cold GB/s  of limit   matmul");
+console.log(`kernel builds: ${builds.join(", ")}`);
+console.log("type   build    shape        matvec-hot matvec-cold  cold GB/s  of limit   matmul");
 for (const type of types) {
-  const wk = weightKernel(type);
   const res: Result[] = [];
   for (const [rows, cols] of shapes) {
-    const r = bench(type, rows, cols);
-    res.push(r);
-    console.log(
-      `${r.type.padEnd(6)} ${`${rows}x${cols}`.padEnd(12)} ${r.hot.toFixed(2).padStart(10)} ${r.cold.toFixed(2).padStart(11)} ${r.coldGBs.toFixed(1).padStart(10)} ${`${((100 * r.coldGBs) / limit).toFixed(0)}%`.padStart(9)} ${r.matmul.toFixed(2).padStart(8)}`,
-    );
-  }
-  if (TINY) {
-    // kernel-only time of one TinyLlama token: per layer q, o (2048x2048), k, v (256x2048),
-    // gate, up (5632x2048), down (2048x5632); then the 32000x2048 output matrix.
-    const mats: [number, number, number][] = [
-      [2048, 2048, 44],
-      [256, 2048, 44],
-      [5632, 2048, 44],
-      [2048, 5632, 22],
-      [32000, 2048, 1],
-    ];
-    let tv = 0,
-      tm = 0;
-    for (const [rows, cols, count] of mats) {
-      const r = res.find((x) => x.rows === rows && x.cols === cols) ?? bench(type, rows, cols);
-      tv += (count * rows * cols) / (r.cold * 1e9);
-      tm += (count * rows * cols) / (r.matmul * 1e9);
+    for (const build of builds) {
+      const r = bench(type, rows, cols, build);
+      res.push(r);
+      console.log(
+        `${r.type.padEnd(6)} ${build.padEnd(8)} ${`${rows}x${cols}`.padEnd(12)} ${r.hot.toFixed(2).padStart(10)} ${r.cold.toFixed(2).padStart(11)} ${r.coldGBs.toFixed(1).padStart(10)} ${`${((100 * r.coldGBs) / limit).toFixed(0)}%`.padStart(9)} ${r.matmul.toFixed(2).padStart(8)}`,
+      );
     }
-    const peer = LLAMA_CPP[typeName(type)];
-    const vs = peer
-      ? ` (llama.cpp, whole model: ${peer[1]} and ${peer[0]}: ${(1 / tv / peer[1]).toFixed(2)}x and ${(1 / tm / peer[0]).toFixed(2)}x)`
-      : "";
-    console.log(
-      `${typeName(type).padEnd(6)} TinyLlama-1.1B kernels only: decode ${(1 / tv).toFixed(1)} tok/s, prefill ${(1 / tm).toFixed(1)} tok/s${vs}`,
-    );
   }
+  if (TINY)
+    for (const build of builds) {
+      // kernel-only time of one TinyLlama token: per layer q, o (2048x2048), k, v (256x2048),
+      // gate, up (5632x2048), down (2048x5632); then the 32000x2048 output matrix.
+      const mats: [number, number, number][] = [
+        [2048, 2048, 44],
+        [256, 2048, 44],
+        [5632, 2048, 44],
+        [2048, 5632, 22],
+        [32000, 2048, 1],
+      ];
+      let tv = 0,
+        tm = 0;
+      for (const [rows, cols, count] of mats) {
+        const r =
+          res.find((x) => x.rows === rows && x.cols === cols && x.build === build) ?? bench(type, rows, cols, build);
+        tv += (count * rows * cols) / (r.cold * 1e9);
+        tm += (count * rows * cols) / (r.matmul * 1e9);
+      }
+      const peer = LLAMA_CPP[typeName(type)];
+      const vs = peer
+        ? ` (llama.cpp, whole model: ${peer[1]} and ${peer[0]}: ${(1 / tv / peer[1]).toFixed(2)}x and ${(1 / tm / peer[0]).toFixed(2)}x)`
+        : "";
+      console.log(
+        `${typeName(type).padEnd(6)} ${build.padEnd(8)} TinyLlama-1.1B kernels only: decode ${(1 / tv).toFixed(1)} tok/s, prefill ${(1 / tm).toFixed(1)} tok/s${vs}`,
+      );
+    }
 }

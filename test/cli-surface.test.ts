@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { Ajv } from "ajv";
 import { convertToStore } from "../src/offline/convert.js";
 import { CLI, SHARED, tempDir } from "./helpers.js";
+import { kernelBuild } from "../src/runtime/wasm.js";
 
 const STORIES = `${SHARED}/models/stories260K.gguf`;
 const RELU = `${SHARED}/models/relu-stories.gguf`;
@@ -76,6 +77,8 @@ test("run --json from a store: the neuron cache's and the reads' figures", async
   assert.ok(s.cacheHitRate > 0 && s.cacheHitRate < 1);
   assert.equal(s.cacheHitRate, (s.hotHits + s.coldHits) / (s.hotHits + s.coldHits + s.misses));
   assert.equal(s.neuronsComputedShare, s.neuronsComputed / s.neuronsTotal);
+  // the kernel build that ran: the CLI runs on this Node with this environment
+  assert.equal((s as unknown as { kernels: string }).kernels, kernelBuild());
 });
 
 test("llama.cpp's GPU and format flags are accepted with a one-line note each, and change nothing", () => {
@@ -162,7 +165,7 @@ test("bench: llama-bench's table, JSON and JSON lines, pp and tg over repetition
   assert.match(md.stdout, /^\| model \| size \| params \| backend \| threads \| test \| t\/s \|$/m);
   assert.match(
     rows[0],
-    /\| llama 292\.80 K F32 \| 1\.1 MiB \| 292\.80 K \| WASM SIMD \| 1 \| pp32 \| [\d.]+ ± [\d.]+ \|$/,
+    /\| llama 292\.80 K F32 \| 1\.1 MiB \| 292\.80 K \| WASM (SIMD128|relaxed SIMD) \| 1 \| pp32 \| [\d.]+ ± [\d.]+ \|$/,
   );
   assert.match(rows[1], /\| tg8 \| [\d.]+ ± [\d.]+ \|$/);
   assert.match(md.stdout, /^build: powerinfer-ts \d/m);

@@ -156,7 +156,7 @@ test("prepare_q8_0 / prepare_q8_1 write ggml blocks with llama.cpp's x86 roundin
   assert.ok(differ <= 16, `${differ} quants differ from the reference rule`);
 });
 
-test("q8_i16 / q8_i16n hold the same quants and scales as ggml's Q8_0 / Q8_1 blocks", () => {
+test("q8_i16 / q8_i16n / q8_i8n hold the same quants and scales as ggml's Q8_0 / Q8_1 blocks", () => {
   for (const cols of [32, 96, 128, 352]) {
     const ntok = 3;
     const x = gaussians(cols * ntok, cols);
@@ -200,6 +200,34 @@ test("q8_i16 / q8_i16n hold the same quants and scales as ggml's Q8_0 / Q8_1 blo
             assert.equal(f32[(g + 288) / 4 + bi], s);
           }
         }
+      }
+    }
+    // q8_i8n (the relaxed build's Q4 activations): i8 quants in the packed nibbles' order
+    const bytes = activationBytes("q8_i8n", cols);
+    arena.u8(A, ntok * bytes).fill(0x77);
+    k.prepare_q8_i8n(X, A, cols, ntok);
+    const i8 = new Int8Array(arena.memory.buffer, A, ntok * bytes);
+    const f32 = new Float32Array(arena.memory.buffer, A, (ntok * bytes) / 4);
+    const i32 = new Int32Array(arena.memory.buffer, A, (ntok * bytes) / 4);
+    for (let t = 0; t < ntok; t++) {
+      for (let b = 0; b < Math.ceil(cols / 128) * 4; b++) {
+        const g = t * bytes + (b >> 2) * 176,
+          bi = b & 3;
+        const real = b < cols / 32;
+        const o = (t * (cols / 32) + b) * 36;
+        let sum = 0;
+        for (let e = 0; e < 32; e++) {
+          const q = real ? (ref[o + 4 + e] << 24) >> 24 : 0;
+          sum += q;
+          // element 8j + r: vector L_j (r & 2 = 0) or H_j, byte ((r >> 2) & 1) | ((r & 1) << 1) of the block's lane
+          const j = e >> 3,
+            r = e & 7;
+          const at = g + 16 * (2 * j + ((r >> 1) & 1)) + 4 * bi + (((r >> 2) & 1) | ((r & 1) << 1));
+          assert.equal(i8[at], q, `q8_i8n cols ${cols} token ${t} block ${b} element ${e}`);
+        }
+        assert.equal(f32[(g + 128) / 4 + bi], real ? f16Table[ref[o] | (ref[o + 1] << 8)] : 0);
+        assert.equal(i32[(g + 144) / 4 + bi], 8 * sum);
+        assert.equal(f32[(g + 160) / 4 + bi], real ? f16Table[ref[o + 2] | (ref[o + 3] << 8)] : 0);
       }
     }
   }

@@ -23,6 +23,7 @@ import { finishTrace, startTrace, TRACE_FLAG } from "./trace-flag.js";
 import { formatBytes } from "./progress.js";
 import { buildInfo } from "../server/build-info.js";
 import { RANGE } from "./flag-ranges.js";
+import { kernelBuild } from "../runtime/wasm.js";
 
 const FLAGS: FlagSpec[] = [
   ...LOAD_FLAGS,
@@ -244,7 +245,7 @@ function result(facts: ModelFacts, model: Model, batch: number, t: Test, samples
     model_type: facts.type,
     model_size: facts.size,
     model_n_params: facts.params,
-    backends: facts.store ? "WASM SIMD, flash" : "WASM SIMD",
+    backends: `WASM ${kernelBuild() === "relaxed" ? "relaxed SIMD" : "SIMD128"}${facts.store ? ", flash" : ""}`,
     n_threads: model.threads,
     n_batch: batch,
     n_ctx: model.contextSize,

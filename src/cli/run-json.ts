@@ -2,17 +2,19 @@
  * `run --json`'s one object on stdout, for scripts: the generated text, its token ids, and stats:
  * every GenerationStats field, and for a neuron store the FFN's figures (neurons computed, the
  * neuron cache's hits and misses and hit rate, bytes read and I/O wait; for a mixture of experts
- * the same per expert and per layer x expert) and the peak resident memory.
+ * the same per expert and per layer x expert) and the peak resident memory; `kernels` names the
+ * kernel build that ran (src/runtime/wasm.ts).
  */
 import type { GenerationStats } from "../generate/generator.js";
 import type { OffloadStats } from "../model/offload/stats.js";
 import { peakResidentBytes } from "../runtime/memory.js";
+import { kernelBuild, type KernelBuild } from "../runtime/wasm.js";
 import { expertFigures, type ExpertFigures } from "./expert-stats.js";
 
 export interface RunResult {
   text: string;
   tokens: number[];
-  stats: GenerationStats & Partial<StoreFigures>;
+  stats: GenerationStats & Partial<StoreFigures> & { kernels: KernelBuild };
 }
 
 export interface StoreFigures {
@@ -43,7 +45,7 @@ export function runResult(
   stats: GenerationStats,
   off: OffloadStats | undefined,
 ): RunResult {
-  if (!off) return { text, tokens, stats: { ...stats } };
+  if (!off) return { text, tokens, stats: { ...stats, kernels: kernelBuild() } };
   const hits = off.hotHits + off.coldHits;
   const store: StoreFigures = {
     neuronsComputed: off.neuronsComputed,
@@ -64,5 +66,5 @@ export function runResult(
     store.readAheadExactUsed = off.readAheadExactUsed ?? 0;
     store.moe = expertFigures(off.groups);
   }
-  return { text, tokens, stats: { ...stats, ...store } };
+  return { text, tokens, stats: { ...stats, ...store, kernels: kernelBuild() } };
 }

@@ -11,7 +11,7 @@
  * Which thread computes a chunk never changes its result. Dispatch allocates nothing.
  */
 import { Worker } from "node:worker_threads";
-import { instantiateKernels, kernelModule, type KernelExports } from "./wasm.js";
+import { instantiateKernels, kernelBuild, kernelModule, type KernelExports } from "./wasm.js";
 
 /** Control block layout (Int32 slots). */
 export const CTRL = {
@@ -171,7 +171,7 @@ export class ThreadPool {
   fn(name: string): number {
     const i = this.index.get(name);
     if (i === undefined)
-      throw new Error(`kernel "${name}" is not in build/kernels.wasm (rebuild with "npm run build")`);
+      throw new Error(`kernel "${name}" is not in the ${kernelBuild()} kernel build (rebuild with "npm run build")`);
     return i;
   }
 

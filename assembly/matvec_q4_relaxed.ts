@@ -1,0 +1,127 @@
+// The relaxed-SIMD build's Q4_0 / Q4_1 row-pair kernel (compiled only with relaxed SIMD on: see
+// pairQ4 in matvec_q4.ts, which hands over to it). Same packed weights, same numerics, same float
+// order as the SIMD128 kernel, so both builds give the same bits; activations come prepared as
+// "q8_i8n" (see prepare_q8.ts) instead of "q8_i16n".
+//
+// Why it is faster: i16x8.relaxed_dot_i8x16_i7x16_s multiplies 16 signed activation bytes by 16
+// bytes that must be 7-bit (0..127; others are implementation-defined) and adds neighbouring pairs
+// into i16 lanes. Nibbles (0..15) qualify as they come out of the packed bytes, so 32 weights cost
+// one load, an and, a shift, an and and two of these dots, which V8 lowers to one pmaddubsw each
+// on x86 (no VNNI in Node 20 or 22; the i32 "dot_add" form costs 5 instructions there, since V8
+// rebuilds its constant of ones every time, and was no faster than SIMD128). A pair's i16 lane is
+// at most 2 * 127 * 15 = 3810, so the 8 dots of a 128-column group add up in i16 without
+// overflow (30480 < 32767), and one i32x4.dot_i16x8_s with ones per group and row folds the two
+// lanes of each block into that block's i32 lane.
+//
+// Nibble order: packed vector W_j (matvec_q4.ts) holds in u16 lane 2b + p the quants of elements
+// 2(4j + k) + p of block b, k = 0..3 in bits 4k. Byte-wise, `W_j & 0x0f` puts elements 8j + 0, 4,
+// 1, 5 of block b in bytes 4b..4b+3 and `(W_j >> 4) & 0x0f` elements 8j + 2, 6, 3, 7: the order
+// prepare_q8_i8n writes the activation bytes in.
+
+const Q4_0_GB: usize = 144;
+const Q4_1_GB: usize = 192;
+const Q8_I8N_GB: usize = 176; // q8_i8n bytes per group: 128 quants, d, 8 * sum q, s
+
+// 0x0f bytes, then i16 ones: loaded rather than written as constants, which V8 would rebuild
+// inside the loop at every use.
+const CONSTS = memory.data<u32>(
+  [
+    0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x00010001, 0x00010001, 0x00010001, 0x00010001, 0x8fffe000,
+    0x8fffe000, 0x8fffe000, 0x8fffe000, 0x77800000, 0x77800000, 0x77800000, 0x77800000,
+  ],
+  16,
+);
+
+// 4 f16 scales at p -> f32x4, as halfLanes (half.ts) with its constants (mask, 2^112) passed in
+@inline function f16x4(p: usize, mask: v128, bias: v128): v128 {
+  return f32x4.mul(v128.and(i32x4.shl(i32x4.extend_low_i16x8_s(v128.load64_zero(p)), 13), mask), bias);
+}
+
+@inline function hsum(v: v128): f32 {
+  return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
+}
+
+// The i16 lanes of one packed row vector w against its two activation vectors.
+@inline function dotw(w: v128, xl: v128, xh: v128, m: v128): v128 {
+  return i16x8.add(
+    i16x8.relaxed_dot_i8x16_i7x16_s(xl, v128.and(w, m)),
+    i16x8.relaxed_dot_i8x16_i7x16_s(xh, v128.and(i16x8.shr_u(w, 4), m)),
+  );
+}
+
+/** pairQ4 (matvec_q4.ts) over q8_i8n activations. */
+@inline function pairQ4Relaxed(
+  wp: usize,
+  xp: usize,
+  y: usize,
+  gc: i32,
+  r: i32,
+  r0: i32,
+  r1: i32,
+  first: bool,
+  one: bool,
+): void {
+  const m = v128.load(CONSTS),
+    ones = v128.load(CONSTS, 16),
+    hmask = v128.load(CONSTS, 32),
+    hbias = v128.load(CONSTS, 48);
+  const GB = one ? Q4_1_GB : Q4_0_GB;
+  let a0 = f32x4.splat(0),
+    a1 = f32x4.splat(0);
+  for (let g = 0; g < gc; g++) {
+    let h0 = i16x8.splat(0),
+      h1 = i16x8.splat(0);
+    // unrolled by hand: a rolled loop costs V8 a branch and a stack check per step
+    let xl = v128.load(xp),
+      xh = v128.load(xp, 16);
+    h0 = i16x8.add(h0, dotw(v128.load(wp), xl, xh, m));
+    h1 = i16x8.add(h1, dotw(v128.load(wp, 64), xl, xh, m));
+    xl = v128.load(xp, 32);
+    xh = v128.load(xp, 48);
+    h0 = i16x8.add(h0, dotw(v128.load(wp, 16), xl, xh, m));
+    h1 = i16x8.add(h1, dotw(v128.load(wp, 80), xl, xh, m));
+    xl = v128.load(xp, 64);
+    xh = v128.load(xp, 80);
+    h0 = i16x8.add(h0, dotw(v128.load(wp, 32), xl, xh, m));
+    h1 = i16x8.add(h1, dotw(v128.load(wp, 96), xl, xh, m));
+    xl = v128.load(xp, 96);
+    xh = v128.load(xp, 112);
+    h0 = i16x8.add(h0, dotw(v128.load(wp, 48), xl, xh, m));
+    h1 = i16x8.add(h1, dotw(v128.load(wp, 112), xl, xh, m));
+    const s0 = i32x4.dot_i16x8_s(h0, ones),
+      s1 = i32x4.dot_i16x8_s(h1, ones);
+    const dx = v128.load(xp, 128);
+    // The SIMD128 kernel computes (256 dot) * (d_w * (d_x / 256)): scaling by powers of two is
+    // exact here, so this gives the same bits.
+    if (one) {
+      const sx = v128.load(xp, 160);
+      a0 = f32x4.add(
+        a0,
+        f32x4.add(
+          f32x4.mul(f32x4.convert_i32x4_s(s0), f32x4.mul(v128.load(wp, 128), dx)),
+          f32x4.mul(v128.load(wp, 160), sx),
+        ),
+      );
+      a1 = f32x4.add(
+        a1,
+        f32x4.add(
+          f32x4.mul(f32x4.convert_i32x4_s(s1), f32x4.mul(v128.load(wp, 144), dx)),
+          f32x4.mul(v128.load(wp, 176), sx),
+        ),
+      );
+    } else {
+      const corr = v128.load(xp, 144);
+      const d0 = f16x4(wp + 128, hmask, hbias),
+        d1 = f16x4(wp + 136, hmask, hbias);
+      a0 = f32x4.add(a0, f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(s0, corr)), f32x4.mul(d0, dx)));
+      a1 = f32x4.add(a1, f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(s1, corr)), f32x4.mul(d1, dx)));
+    }
+    wp += GB;
+    xp += Q8_I8N_GB;
+  }
+  const y0 = y + ((<usize>r) << 2);
+  if (r >= r0 && r < r1) store<f32>(y0, first ? hsum(a0) : load<f32>(y0) + hsum(a0));
+  if (r + 1 >= r0 && r + 1 < r1) store<f32>(y0, first ? hsum(a1) : load<f32>(y0, 4) + hsum(a1), 4);
+}
+
+export { pairQ4Relaxed, Q8_I8N_GB };

