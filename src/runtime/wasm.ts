@@ -22,8 +22,6 @@ const WASM_FILE: Record<KernelBuild, string> = { simd128: "kernels.wasm", relaxe
 export function wasmPath(build: KernelBuild): string {
   return fileURLToPath(new URL(`../../../build/${WASM_FILE[build]}`, import.meta.url));
 }
-/** The SIMD128 module's path (kept for callers that predate the relaxed build). */
-export const WASM_PATH = wasmPath("simd128");
 
 /** Kernel exports: functions taking and returning numbers (pointers are byte offsets). */
 export type KernelExports = Record<string, (...args: number[]) => number>;
