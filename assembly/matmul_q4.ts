@@ -24,6 +24,7 @@
 // pairs: its i16 dots already do in one instruction what the tiles here share across tokens.
 
 import { pairQ4Relaxed, Q8_I8N_GB } from "./matvec_q4_relaxed";
+import { q4_0Group, q4_1Group } from "./q4_group";
 
 // The packed layout's sizes (matvec_q4.ts): bytes per row-pair group, per activation group;
 // groups per column chunk.
@@ -78,12 +79,8 @@ const F16_CONST = memory.data<u32>(
 // correction from the block sums; Q4_1 adds m_w * s_x.
 @inline function acc(a: v128, s: v128, dw: v128, mw: v128, xg: usize, one: bool): v128 {
   const dx = v128.load(xg, 256);
-  if (one)
-    return f32x4.add(
-      a,
-      f32x4.add(f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.mul(dw, dx)), f32x4.mul(mw, v128.load(xg, 288))),
-    );
-  return f32x4.add(a, f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(s, v128.load(xg, 272))), f32x4.mul(dw, dx)));
+  if (one) return q4_1Group(a, s, dw, dx, mw, v128.load(xg, 288));
+  return q4_0Group(a, s, v128.load(xg, 272), dw, dx);
 }
 
 // The row pair whose groups start at wp (rows r, r + 1), over gc groups of one chunk, times nt

@@ -31,6 +31,7 @@
 // ASC_FEATURE_RELAXED_SIMD the same way.
 
 import { pairQ4Relaxed, Q8_I8N_GB } from "./matvec_q4_relaxed";
+import { q4_0Group, q4_1Group } from "./q4_group";
 
 const Q4_0_GB: usize = 144;
 const Q4_1_GB: usize = 192;
@@ -123,24 +124,12 @@ const F16_CONST = memory.data<u32>(
     const dx = v128.load(xp, 256);
     if (one) {
       const sx = v128.load(xp, 288);
-      a0 = f32x4.add(
-        a0,
-        f32x4.add(
-          f32x4.mul(f32x4.convert_i32x4_s(s0), f32x4.mul(v128.load(wp, 128), dx)),
-          f32x4.mul(v128.load(wp, 160), sx),
-        ),
-      );
-      a1 = f32x4.add(
-        a1,
-        f32x4.add(
-          f32x4.mul(f32x4.convert_i32x4_s(s1), f32x4.mul(v128.load(wp, 144), dx)),
-          f32x4.mul(v128.load(wp, 176), sx),
-        ),
-      );
+      a0 = q4_1Group(a0, s0, v128.load(wp, 128), dx, v128.load(wp, 160), sx);
+      a1 = q4_1Group(a1, s1, v128.load(wp, 144), dx, v128.load(wp, 176), sx);
     } else {
       const corr = v128.load(xp, 272);
-      a0 = f32x4.add(a0, f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(s0, corr)), f32x4.mul(f16x4(wp + 128), dx)));
-      a1 = f32x4.add(a1, f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(s1, corr)), f32x4.mul(f16x4(wp + 136), dx)));
+      a0 = q4_0Group(a0, s0, corr, f16x4(wp + 128), dx);
+      a1 = q4_0Group(a1, s1, corr, f16x4(wp + 136), dx);
     }
     wp += GB;
     xp += ACT_GB;

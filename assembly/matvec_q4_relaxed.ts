@@ -18,6 +18,8 @@
 // 1, 5 of block b in bytes 4b..4b+3 and `(W_j >> 4) & 0x0f` elements 8j + 2, 6, 3, 7: the order
 // prepare_q8_i8n writes the activation bytes in.
 
+import { q4_0Group, q4_1Group } from "./q4_group";
+
 const Q4_0_GB: usize = 144;
 const Q4_1_GB: usize = 192;
 const Q8_I8N_GB: usize = 176; // q8_i8n bytes per group: 128 quants, d, 8 * sum q, s
@@ -95,26 +97,12 @@ const CONSTS = memory.data<u32>(
     // exact here, so this gives the same bits.
     if (one) {
       const sx = v128.load(xp, 160);
-      a0 = f32x4.add(
-        a0,
-        f32x4.add(
-          f32x4.mul(f32x4.convert_i32x4_s(s0), f32x4.mul(v128.load(wp, 128), dx)),
-          f32x4.mul(v128.load(wp, 160), sx),
-        ),
-      );
-      a1 = f32x4.add(
-        a1,
-        f32x4.add(
-          f32x4.mul(f32x4.convert_i32x4_s(s1), f32x4.mul(v128.load(wp, 144), dx)),
-          f32x4.mul(v128.load(wp, 176), sx),
-        ),
-      );
+      a0 = q4_1Group(a0, s0, v128.load(wp, 128), dx, v128.load(wp, 160), sx);
+      a1 = q4_1Group(a1, s1, v128.load(wp, 144), dx, v128.load(wp, 176), sx);
     } else {
       const corr = v128.load(xp, 144);
-      const d0 = f16x4(wp + 128, hmask, hbias),
-        d1 = f16x4(wp + 136, hmask, hbias);
-      a0 = f32x4.add(a0, f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(s0, corr)), f32x4.mul(d0, dx)));
-      a1 = f32x4.add(a1, f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(s1, corr)), f32x4.mul(d1, dx)));
+      a0 = q4_0Group(a0, s0, corr, f16x4(wp + 128, hmask, hbias), dx);
+      a1 = q4_0Group(a1, s1, corr, f16x4(wp + 136, hmask, hbias), dx);
     }
     wp += GB;
     xp += Q8_I8N_GB;

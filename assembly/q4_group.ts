@@ -1,0 +1,21 @@
+// The f32 update a Q4_0 / Q4_1 row's accumulator gets after each 128-column group, in one place:
+// the SIMD128 decode kernel (matvec_q4.ts), the relaxed one (matvec_q4_relaxed.ts) and the prefill
+// GEMM (matmul_q4.ts) all call it, so their results stay the same bits (the tests compare them
+// bit for bit).
+//
+// s holds the group's 4 block dots (times 256 for the SIMD128 activations, whose d_x is stored
+// divided by 256: the product is exact either way), dw the 4 weight scales, dx the 4 activation
+// scales. Q4_0 subtracts the activation's offset correction (8 * sum q_x per block, in the same
+// units as s) before scaling; Q4_1 adds m_w * s_x (its mins times the activation's block sums).
+
+/** Q4_0: a + f32(s - corr) * (dw * dx). */
+@inline function q4_0Group(a: v128, s: v128, corr: v128, dw: v128, dx: v128): v128 {
+  return f32x4.add(a, f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(s, corr)), f32x4.mul(dw, dx)));
+}
+
+/** Q4_1: a + (f32(s) * (dw * dx) + mw * sx). */
+@inline function q4_1Group(a: v128, s: v128, dw: v128, dx: v128, mw: v128, sx: v128): v128 {
+  return f32x4.add(a, f32x4.add(f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.mul(dw, dx)), f32x4.mul(mw, sx)));
+}
+
+export { q4_0Group, q4_1Group };
