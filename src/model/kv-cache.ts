@@ -37,7 +37,5 @@ export function kvBytesPerPosition(cfg: ModelConfig, types: KvCacheTypes): numbe
 export function parseKvCacheType(value: unknown, where: string): KvCacheType {
   if (typeof value === "string" && (KV_CACHE_TYPES as readonly string[]).includes(value.toLowerCase()))
     return value.toLowerCase() as KvCacheType;
-  throw new Error(
-    `${where} must be ${KV_CACHE_TYPES.join(" or ")}, got ${JSON.stringify(value)} (quantized KV caches such as q8_0 are not supported)`,
-  );
+  throw new Error(`${where} must be ${KV_CACHE_TYPES.join(" or ")}, got ${JSON.stringify(value)}`);
 }
