@@ -25,6 +25,7 @@ import {
   submitAt,
   machineDifference,
   machineFingerprint,
+  machineId,
   probeCachePath,
   probeMachine,
   type IoTable,
@@ -528,6 +529,12 @@ test("machine fingerprint: same machine, and what differs when not", async () =>
   assert.equal(machineDifference(fp, machineFingerprint(storePath)), null);
   assert.match(machineDifference({ ...fp, hostname: "elsewhere" }, fp)!, /host "elsewhere"/);
   assert.match(machineDifference({ ...fp, cores: fp.cores + 1 }, fp)!, /cores/);
+  // the kernel build counts; a fingerprint from before there were two builds was SIMD128's
+  const other = fp.kernels === "relaxed" ? "simd128" : "relaxed";
+  assert.match(machineDifference({ ...fp, kernels: other }, fp)!, new RegExp(`kernel build ${other} vs ${fp.kernels}`));
+  const { kernels: _, ...old } = fp;
+  assert.equal(machineDifference(old, fp) === null, fp.kernels === "simd128");
+  assert.equal(machineId(old) === machineId(fp), fp.kernels === "simd128");
 });
 
 test("firing rates: the profile in stored (hot-first) order, else synth's planted rates, else an assumption", async () => {

@@ -50,6 +50,7 @@ import { median } from "./median.js";
 import { MatrixRunner } from "../model/matrix-runner.js";
 import { hasPredictors, Predictor, predictorShapes, type PredictorShape } from "../model/offload/predictor.js";
 import { WeightLoader } from "../model/weight-loader.js";
+import { kernelBuild, type KernelBuild } from "../runtime/wasm.js";
 
 export const PROBE_VERSION = 6;
 
@@ -62,6 +63,11 @@ export interface MachineFingerprint {
   totalMemory: number;
   /** the block device the store lives on ("254:0 /dev/vda"), "" when not known */
   device: string;
+  /**
+   * the kernel build this Node runs (src/runtime/wasm.ts): the same CPU computes at other speeds
+   * under another build; absent in probes and plans made before there were two (SIMD128 then)
+   */
+  kernels?: KernelBuild;
 }
 
 /** The fingerprint of this machine, with the device of `path` (the store). */
@@ -72,6 +78,7 @@ export function machineFingerprint(path: string): MachineFingerprint {
     cores: availableParallelism(),
     totalMemory: totalmem(),
     device: deviceOf(path),
+    kernels: kernelBuild(),
   };
 }
 
@@ -97,10 +104,10 @@ export function deviceOf(path: string): string {
 
 /** A short stable id of a machine (its fingerprint without the device). */
 export function machineId(fp: MachineFingerprint): string {
-  return createHash("sha256")
-    .update(JSON.stringify([fp.hostname, fp.cpuModel, fp.cores, fp.totalMemory]))
-    .digest("hex")
-    .slice(0, 16);
+  const id = [fp.hostname, fp.cpuModel, fp.cores, fp.totalMemory];
+  // a probe cache of its own per build, the SIMD128 one keeping the name it had before
+  if ((fp.kernels ?? "simd128") !== "simd128") id.push(fp.kernels!);
+  return createHash("sha256").update(JSON.stringify(id)).digest("hex").slice(0, 16);
 }
 
 /** null when a and b are the same machine (and device), else what differs, in words. */
@@ -112,6 +119,8 @@ export function machineDifference(planned: MachineFingerprint, here: MachineFing
   if (planned.totalMemory !== here.totalMemory)
     diffs.push(`${gib(planned.totalMemory)} vs ${gib(here.totalMemory)} of RAM`);
   if (planned.device !== here.device) diffs.push(`store device "${planned.device}" vs "${here.device}"`);
+  const [pk, hk] = [planned.kernels ?? "simd128", here.kernels ?? "simd128"];
+  if (pk !== hk) diffs.push(`kernel build ${pk} vs ${hk}`);
   return diffs.length ? diffs.join(", ") : null;
 }
 
