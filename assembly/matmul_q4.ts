@@ -23,53 +23,15 @@
 // (matvec_q4_relaxed.ts) serves the tokens one by one over the same L2-resident block of row
 // pairs: its i16 dots already do in one instruction what the tiles here share across tokens.
 
-import { pairQ4Relaxed, Q8_I8N_GB } from "./matvec_q4_relaxed";
+import { pairQ4Relaxed } from "./matvec_q4_relaxed";
+import { CHUNK, f16x4, hsum, put, Q4_0_GB, Q4_1_GB, Q4_MASKS, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
-
-// The packed layout's sizes (matvec_q4.ts): bytes per row-pair group, per activation group;
-// groups per column chunk.
-const Q4_0_GB: usize = 144;
-const Q4_1_GB: usize = 192;
-const ACT_GB: usize = 304;
-const CHUNK = 32;
 
 // Row pairs whose chunk of weights stays in L2 while all the tokens pass; the pool hands out
 // rows in multiples of 16, one block.
 const PAIR_BLOCK = 8;
 // Tokens per pass over a row pair.
 const NT = 3;
-
-// The nibble masks, loaded rather than written as constants (V8 rematerializes a v128 constant
-// inside a loop at every use).
-const MASKS = memory.data<u16>(
-  [
-    0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0,
-    0x00f0, 0x00f0, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00,
-  ],
-  16,
-);
-
-// f16 -> f32 for the 2 rows' 4 scales each (Q4_0): exponent and mantissa shifted into place
-// times 2^112 (exact, subnormals included), the sign put back; constants loaded for the same
-// reason as the masks.
-const F16_CONST = memory.data<u32>(
-  [0x7fff, 0x7fff, 0x7fff, 0x7fff, 0x8000, 0x8000, 0x8000, 0x8000, 0x77800000, 0x77800000, 0x77800000, 0x77800000],
-  16,
-);
-
-@inline function f16x4(h: v128): v128 {
-  const f = f32x4.mul(i32x4.shl(v128.and(h, v128.load(F16_CONST)), 13), v128.load(F16_CONST, 32));
-  return v128.or(f, i32x4.shl(v128.and(h, v128.load(F16_CONST, 16)), 16));
-}
-
-// The decode kernel's lane order, so that results match it to the bit.
-@inline function hsum(v: v128): f32 {
-  return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
-}
-
-@inline function put(p: usize, v: f32, first: bool): void {
-  store<f32>(p, first ? v : load<f32>(p) + v);
-}
 
 @inline function dot(s: v128, w: v128, x: v128): v128 {
   return i32x4.add(s, i32x4.dot_i16x8_s(w, x));
@@ -118,7 +80,7 @@ const F16_CONST = memory.data<u32>(
       s11 = i32x4.splat(0),
       s12 = i32x4.splat(0);
     // split k of the rows' weight vector j meets activation vector 4j + k
-    let m = v128.load(MASKS);
+    let m = v128.load(Q4_MASKS);
     for (let j: usize = 0; j < 64; j += 16) {
       const u0 = v128.and(v128.load(wp + j), m),
         u1 = v128.and(v128.load(wp + j, 64), m);
@@ -137,7 +99,7 @@ const F16_CONST = memory.data<u32>(
         s12 = dot(s12, u1, x);
       }
     }
-    m = v128.load(MASKS, 16);
+    m = v128.load(Q4_MASKS, 16);
     for (let j: usize = 0; j < 64; j += 16) {
       const u0 = v128.and(v128.load(wp + j), m),
         u1 = v128.and(v128.load(wp + j, 64), m);
@@ -156,7 +118,7 @@ const F16_CONST = memory.data<u32>(
         s12 = dot(s12, u1, x);
       }
     }
-    m = v128.load(MASKS, 32);
+    m = v128.load(Q4_MASKS, 32);
     for (let j: usize = 0; j < 64; j += 16) {
       const u0 = v128.and(v128.load(wp + j), m),
         u1 = v128.and(v128.load(wp + j, 64), m);
@@ -217,9 +179,9 @@ const F16_CONST = memory.data<u32>(
       a12 = acc(a12, s12, dw1, mw1, x2, one);
     }
     wp += GB;
-    x0 += ACT_GB;
-    x1 += ACT_GB;
-    x2 += ACT_GB;
+    x0 += Q8_I16N_GB;
+    x1 += Q8_I16N_GB;
+    x2 += Q8_I16N_GB;
   }
   if (in0) put(y, hsum(a00), first);
   if (in1) put(y + 4, hsum(a10), first);
@@ -332,14 +294,14 @@ function q4_1_t3(
   const GB = one ? Q4_1_GB : Q4_0_GB;
   const ng = (cols + 127) >> 7;
   const npairs = <usize>((rows + 1) >> 1);
-  const as = <usize>ng * ACT_GB;
+  const as = <usize>ng * Q8_I16N_GB;
   const ys = (<usize>rows) << 2;
   const p0 = r0 >> 1,
     p1 = (r1 + 1) >> 1;
   for (let g0 = 0; g0 < ng; g0 += CHUNK) {
     const gc = min(CHUNK, ng - g0);
     const wc = w + <usize>g0 * npairs * GB;
-    const xc = x + <usize>g0 * ACT_GB;
+    const xc = x + <usize>g0 * Q8_I16N_GB;
     const first = g0 == 0;
     for (let pb = p0; pb < p1; pb += PAIR_BLOCK) {
       const pe = min(pb + PAIR_BLOCK, p1);

@@ -13,26 +13,14 @@
 // 4 lanes summed at the end of a 4096-column chunk, chunks added into y. So a token's result is
 // bit for bit what matvec_q8_0 gives for it alone.
 
-// The packed layout's sizes (matvec_q8_0.ts): bytes per tile group, per activation group; groups
-// per column chunk.
-const Q8_GB: usize = 576;
-const Q8_AGB: usize = 272;
-const CHUNK = 32;
 
-// The decode kernel's lane order, so that results match it to the bit.
-@inline function hsum(v: v128): f32 {
-  return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
-}
+import { CHUNK, hsum, put, Q8_GB, Q8_I16_GB } from "./packed_layout";
 
 // Tiles whose chunk of weights (4 tiles x 32 groups x 576 B) stays in L2 while all the tokens
 // pass; the pool hands out rows in multiples of 16, one block.
 const TILE_BLOCK = 4;
 // Tokens per pass over a row pair.
 const NT = 4;
-
-@inline function put(p: usize, v: f32, first: bool): void {
-  store<f32>(p, first ? v : load<f32>(p) + v);
-}
 
 @inline function dot(s: v128, w: v128, x: v128): v128 {
   return i32x4.add(s, i32x4.dot_i16x8_s(w, x));
@@ -126,10 +114,10 @@ const NT = 4;
     }
     wq += Q8_GB;
     ws += Q8_GB;
-    x0 += Q8_AGB;
-    x1 += Q8_AGB;
-    x2 += Q8_AGB;
-    x3 += Q8_AGB;
+    x0 += Q8_I16_GB;
+    x1 += Q8_I16_GB;
+    x2 += Q8_I16_GB;
+    x3 += Q8_I16_GB;
   }
   const in0 = r >= r0 && r < r1,
     in1 = r + 1 >= r0 && r + 1 < r1;
@@ -217,14 +205,14 @@ function q8_t4(
 export function matmul_q8_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   const ng = (cols + 127) >> 7;
   const ntiles = <usize>((rows + 3) >> 2);
-  const astride = <usize>ng * Q8_AGB;
+  const astride = <usize>ng * Q8_I16_GB;
   const ys = (<usize>rows) << 2;
   const t0 = r0 >> 2,
     t1 = (r1 + 3) >> 2;
   for (let g0 = 0; g0 < ng; g0 += CHUNK) {
     const gc = min(CHUNK, ng - g0);
     const wc = w + <usize>g0 * ntiles * Q8_GB;
-    const xc = x + <usize>g0 * Q8_AGB;
+    const xc = x + <usize>g0 * Q8_I16_GB;
     const first = g0 == 0;
     for (let tb = t0; tb < t1; tb += TILE_BLOCK) {
       const te = min(tb + TILE_BLOCK, t1);

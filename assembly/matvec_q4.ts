@@ -30,55 +30,12 @@
 // instead, over "q8_i8n" activations: any kernel here that reads activations must branch on
 // ASC_FEATURE_RELAXED_SIMD the same way.
 
-import { pairQ4Relaxed, Q8_I8N_GB } from "./matvec_q4_relaxed";
+import { pairQ4Relaxed } from "./matvec_q4_relaxed";
+import { CHUNK, f16x4At, hsum, Q4_0_GB, Q4_1_GB, Q4_MASKS, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 
-const Q4_0_GB: usize = 144;
-const Q4_1_GB: usize = 192;
-// q8_i16n bytes per group: 256 quants, d/256, 2048*sum q, s; the relaxed build's q8_i8n is smaller
-const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : 304;
-const CHUNK = 32; // groups per column chunk
-
-// The three nibble masks, loaded from memory rather than written as constants: V8 rematerializes
-// a v128 constant inside the loop at every use (3 instructions each), but keeps a loaded value in
-// a register.
-const Q4_MASKS = memory.data<u16>(
-  [
-    0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0,
-    0x00f0, 0x00f0, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00,
-  ],
-  16,
-);
-
-// f16 -> f32 for 4 scales: shift exponent and mantissa into f32 position and multiply by 2^112
-// to rebias the exponent (which also gets subnormals right), then put the sign back.
-const F16_CONST = memory.data<u32>(
-  [
-    0x7fff,
-    0x7fff,
-    0x7fff,
-    0x7fff,
-    0x8000,
-    0x8000,
-    0x8000,
-    0x8000,
-    0x77800000,
-    0x77800000,
-    0x77800000,
-    0x77800000, // 2^112 as f32
-  ],
-  16,
-);
-
-@inline function f16x4(p: usize): v128 {
-  const h = i32x4.extend_low_i16x8_u(v128.load64_zero(p));
-  const f = f32x4.mul(i32x4.shl(v128.and(h, v128.load(F16_CONST)), 13), v128.load(F16_CONST, 32));
-  return v128.or(f, i32x4.shl(v128.and(h, v128.load(F16_CONST, 16)), 16));
-}
-
-@inline function hsum(v: v128): f32 {
-  return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
-}
+// activation bytes per group: the relaxed build reads its own, smaller q8_i8n
+const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
 
 // Integer dot (x256) of one packed row vector W_j with the four activation vectors it meets.
 @inline function dotw(w: v128, x0: v128, x1: v128, x2: v128, x3: v128, m0: v128, m1: v128, m2: v128): v128 {
@@ -128,8 +85,8 @@ const F16_CONST = memory.data<u32>(
       a1 = q4_1Group(a1, s1, v128.load(wp, 144), dx, v128.load(wp, 176), sx);
     } else {
       const corr = v128.load(xp, 272);
-      a0 = q4_0Group(a0, s0, corr, f16x4(wp + 128), dx);
-      a1 = q4_0Group(a1, s1, corr, f16x4(wp + 136), dx);
+      a0 = q4_0Group(a0, s0, corr, f16x4At(wp + 128), dx);
+      a1 = q4_0Group(a1, s1, corr, f16x4At(wp + 136), dx);
     }
     wp += GB;
     xp += ACT_GB;

@@ -19,10 +19,8 @@
 // prepare_q8_i8n writes the activation bytes in.
 
 import { q4_0Group, q4_1Group } from "./q4_group";
+import { hsum, Q4_0_GB, Q4_1_GB, Q8_I8N_GB } from "./packed_layout";
 
-const Q4_0_GB: usize = 144;
-const Q4_1_GB: usize = 192;
-const Q8_I8N_GB: usize = 176; // q8_i8n bytes per group: 128 quants, d, 8 * sum q, s
 
 // 0x0f bytes, then i16 ones: loaded rather than written as constants, which V8 would rebuild
 // inside the loop at every use.
@@ -37,10 +35,6 @@ const CONSTS = memory.data<u32>(
 // 4 f16 scales at p -> f32x4, as halfLanes (half.ts) with its constants (mask, 2^112) passed in
 @inline function f16x4(p: usize, mask: v128, bias: v128): v128 {
   return f32x4.mul(v128.and(i32x4.shl(i32x4.extend_low_i16x8_s(v128.load64_zero(p)), 13), mask), bias);
-}
-
-@inline function hsum(v: v128): f32 {
-  return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
 }
 
 // The i16 lanes of one packed row vector w against its two activation vectors.
@@ -112,4 +106,4 @@ const CONSTS = memory.data<u32>(
   if (r + 1 >= r0 && r + 1 < r1) store<f32>(y0, first ? hsum(a1) : load<f32>(y0, 4) + hsum(a1), 4);
 }
 
-export { pairQ4Relaxed, Q8_I8N_GB };
+export { pairQ4Relaxed };

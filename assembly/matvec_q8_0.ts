@@ -16,17 +16,8 @@
 // reads. Splitting each group into two row pairs (fewer live registers) or touching lines ahead
 // as a software prefetch did not help (speeds: docs/benchmarks.md, "Kernel variants measured").
 
-const GB: usize = 576;
-const AGB: usize = 272;
-const CHUNK = 32;
 
-@inline function hsum(v: v128): f32 {
-  return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
-}
-
-@inline function put(p: usize, v: f32, first: bool): void {
-  store<f32>(p, first ? v : load<f32>(p) + v);
-}
+import { CHUNK, hsum, put, Q8_GB, Q8_I16_GB } from "./packed_layout";
 
 @inline function storeRows(
   y: usize,
@@ -103,8 +94,8 @@ const CHUNK = 32;
     a1 = f32x4.add(a1, f32x4.mul(f32x4.convert_i32x4_s(s1), f32x4.mul(v128.load(wp, 528), dx)));
     a2 = f32x4.add(a2, f32x4.mul(f32x4.convert_i32x4_s(s2), f32x4.mul(v128.load(wp, 544), dx)));
     a3 = f32x4.add(a3, f32x4.mul(f32x4.convert_i32x4_s(s3), f32x4.mul(v128.load(wp, 560), dx)));
-    wp += GB;
-    xp += AGB;
+    wp += Q8_GB;
+    xp += Q8_I16_GB;
   }
   storeRows(y, t, r0, r1, a0, a1, a2, a3, first);
 }
@@ -115,8 +106,8 @@ export function matvec_q8_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   const ntiles = <usize>((rows + 3) >> 2);
   for (let g0 = 0; g0 < ng; g0 += CHUNK) {
     const gc = min(CHUNK, ng - g0);
-    const wc = w + <usize>g0 * ntiles * GB;
-    const xc = x + <usize>g0 * AGB;
-    for (let t = r0 >> 2; t < (r1 + 3) >> 2; t++) tileQ8(wc + <usize>t * <usize>gc * GB, xc, y, gc, t, r0, r1, g0 == 0);
+    const wc = w + <usize>g0 * ntiles * Q8_GB;
+    const xc = x + <usize>g0 * Q8_I16_GB;
+    for (let t = r0 >> 2; t < (r1 + 3) >> 2; t++) tileQ8(wc + <usize>t * <usize>gc * Q8_GB, xc, y, gc, t, r0, r1, g0 == 0);
   }
 }
