@@ -4,8 +4,8 @@
  * matrix as one GEMM; decode is the same code with a batch of one (matvec kernels).
  *
  * Everything lives in one wasm memory laid out at load: weights, the KV cache ([layer][position]
- * [kvDim], f16 by default, kv-cache.ts) and the activation buffers for a batch of up to `batchSize` tokens. forward()
- * allocates nothing.
+ * [kvDim], f16 by default, kv-cache.ts) and the activation buffers for a batch of up to
+ * `batchSize` tokens. forward() allocates nothing.
  */
 import { readSync, closeSync } from "node:fs";
 import { openModelFile } from "../format/model-file-open.js";
