@@ -13,7 +13,6 @@
 // 4 lanes summed at the end of a 4096-column chunk, chunks added into y. So a token's result is
 // bit for bit what matvec_q8_0 gives for it alone.
 
-
 import { CHUNK, hsum, put, Q8_GB, Q8_I16_GB } from "./packed_layout";
 
 // Tiles whose chunk of weights (4 tiles x 32 groups x 576 B) stays in L2 while all the tokens

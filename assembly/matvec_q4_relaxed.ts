@@ -21,7 +21,6 @@
 import { q4_0Group, q4_1Group } from "./q4_group";
 import { hsum, Q4_0_GB, Q4_1_GB, Q8_I8N_GB } from "./packed_layout";
 
-
 // 0x0f bytes, then i16 ones: loaded rather than written as constants, which V8 would rebuild
 // inside the loop at every use.
 const CONSTS = memory.data<u32>(

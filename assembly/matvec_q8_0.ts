@@ -16,7 +16,6 @@
 // reads. Splitting each group into two row pairs (fewer live registers) or touching lines ahead
 // as a software prefetch did not help (speeds: docs/benchmarks.md, "Kernel variants measured").
 
-
 import { CHUNK, hsum, put, Q8_GB, Q8_I16_GB } from "./packed_layout";
 
 @inline function storeRows(
@@ -108,6 +107,7 @@ export function matvec_q8_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
     const gc = min(CHUNK, ng - g0);
     const wc = w + <usize>g0 * ntiles * Q8_GB;
     const xc = x + <usize>g0 * Q8_I16_GB;
-    for (let t = r0 >> 2; t < (r1 + 3) >> 2; t++) tileQ8(wc + <usize>t * <usize>gc * Q8_GB, xc, y, gc, t, r0, r1, g0 == 0);
+    for (let t = r0 >> 2; t < (r1 + 3) >> 2; t++)
+      tileQ8(wc + <usize>t * <usize>gc * Q8_GB, xc, y, gc, t, r0, r1, g0 == 0);
   }
 }
