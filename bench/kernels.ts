@@ -10,7 +10,7 @@
  * interleaved streams). The last lines estimate the kernel-only decode and
  * prefill speed of a TinyLlama-1.1B-shaped model (22 layers, dim 2048, FFN 5632, 4 KV heads of 64,
  * vocabulary 32000), which is what llama.cpp's tok/s figures (LLAMA_CPP, below) compare against.
- * Where this runtime validates relaxed SIMD (Node 22; Node 20 with --experimental-wasm-relaxed-simd)
+ * Where this runtime validates relaxed SIMD (Node 21+; Node 20 with the V8 flag wasm.ts sets)
  * every line is measured with both kernel builds, interleaved (src/runtime/wasm.ts), else with the
  * SIMD128 build. KERNELS_WASM=path overrides the module (for trying kernel variants: it is taken as
  * the build POWERINFER_KERNELS names, SIMD128 by default).

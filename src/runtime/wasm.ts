@@ -4,14 +4,15 @@
  * Two builds of the same AssemblyScript source (scripts/build-wasm.mjs): "simd128"
  * (build/kernels.wasm), which every supported Node runs, and "relaxed" (build/kernels-relaxed.wasm),
  * whose int8 dot kernels use relaxed SIMD where that is faster. The process picks one once: relaxed
- * where this runtime validates a module using the relaxed dot instructions (Node 22 by default,
- * Node 20 with --experimental-wasm-relaxed-simd), SIMD128 otherwise. POWERINFER_KERNELS=simd128 or
- * =relaxed forces one. The builds may differ in the activation formats their kernels take (see
+ * where this runtime validates a module using the relaxed dot instructions (Node 21+ by default;
+ * on Node 20 the process turns on V8's flag for it, see allowRelaxedSimd), SIMD128 otherwise.
+ * POWERINFER_KERNELS=simd128 or =relaxed forces one. The builds may differ in the activation formats their kernels take (see
  * weight-kernels.ts), never in results: every kernel gives the same bits in both.
  * A module is compiled once per thread; every worker instantiates it over the same memory.
  */
 import { readFileSync, existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
+import { setFlagsFromString } from "node:v8";
 
 export type KernelBuild = "simd128" | "relaxed";
 export const KERNEL_BUILDS: readonly KernelBuild[] = ["simd128", "relaxed"];
@@ -55,10 +56,25 @@ function relaxedProbe(): Uint8Array {
   ]);
 }
 
+/**
+ * Node 20's V8 (11.3) has relaxed SIMD behind --experimental-wasm-relaxed-simd; V8 11.4 turned it
+ * on by default (Chrome 114, Node 21) with the same instructions and the same x86 lowering. The
+ * flag only adds instructions to what a module may use, so the process sets it before its first
+ * validation rather than asking users for a command-line flag: on Node 20 the relaxed Q4 kernels
+ * are the faster ones just as on Node 22 (docs/benchmarks.md). Flags are process-wide: the pool's
+ * workers see it too.
+ */
+function allowRelaxedSimd(): void {
+  if (Number(process.versions.node.split(".")[0]) === 20) setFlagsFromString("--experimental-wasm-relaxed-simd");
+}
+
 let relaxedOk: boolean | undefined;
 /** Whether this runtime validates relaxed SIMD (the dot instructions the relaxed build uses). */
 export function relaxedSimdSupported(): boolean {
-  relaxedOk ??= WebAssembly.validate(relaxedProbe());
+  if (relaxedOk === undefined) {
+    allowRelaxedSimd();
+    relaxedOk = WebAssembly.validate(relaxedProbe());
+  }
   return relaxedOk;
 }
 
@@ -74,7 +90,7 @@ export function kernelBuild(): KernelBuild {
     if (forced === "relaxed" && !relaxedSimdSupported())
       throw new Error(
         `POWERINFER_KERNELS=relaxed, but this runtime (Node ${process.version}) does not validate relaxed SIMD ` +
-          `(on by default from Node 22; Node 20 needs --experimental-wasm-relaxed-simd)`,
+          `(Node 20 and later have it)`,
       );
     chosen = forced;
   } else chosen = relaxedSimdSupported() ? "relaxed" : "simd128";
