@@ -19,11 +19,10 @@
 // the lanes summed at the end of a 4096-column chunk, chunks added into y), so a token's result
 // is bit for bit what matvec_q4_0/_1 gives for it alone.
 
-// In the relaxed-SIMD build the activations come as "q8_i8n" and the relaxed pair kernel
-// (matvec_q4_relaxed.ts) serves the tokens one by one over the same L2-resident block of row
-// pairs: its i16 dots already do in one instruction what the tiles here share across tokens.
+// In the relaxed-SIMD build the activations come as "q8_i8n" and matmul_q4_relaxed.ts's tiles
+// (the same row pair x 3 tokens, over relaxed dots) run instead.
 
-import { pairQ4Relaxed } from "./matvec_q4_relaxed";
+import { matmulQ4Relaxed } from "./matmul_q4_relaxed";
 import { CHUNK, f16x4, hsum, put, Q4_0_GB, Q4_1_GB, Q4_MASKS, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 
@@ -325,47 +324,6 @@ function q4_1_t3(
           }
         }
       }
-    }
-  }
-}
-
-@inline function matmulQ4Relaxed(
-  w: usize,
-  x: usize,
-  y: usize,
-  rows: i32,
-  cols: i32,
-  ntok: i32,
-  r0: i32,
-  r1: i32,
-  one: bool,
-): void {
-  const GB = one ? Q4_1_GB : Q4_0_GB;
-  const ng = (cols + 127) >> 7;
-  const npairs = <usize>((rows + 1) >> 1);
-  const as = <usize>ng * Q8_I8N_GB;
-  const ys = (<usize>rows) << 2;
-  const p0 = r0 >> 1,
-    p1 = (r1 + 1) >> 1;
-  for (let g0 = 0; g0 < ng; g0 += CHUNK) {
-    const gc = min(CHUNK, ng - g0);
-    const wc = w + <usize>g0 * npairs * GB;
-    const xc = x + <usize>g0 * Q8_I8N_GB;
-    for (let pb = p0; pb < p1; pb += PAIR_BLOCK) {
-      const pe = min(pb + PAIR_BLOCK, p1);
-      for (let k = 0; k < ntok; k++)
-        for (let p = pb; p < pe; p++)
-          pairQ4Relaxed(
-            wc + <usize>p * <usize>gc * GB,
-            xc + <usize>k * as,
-            y + <usize>k * ys,
-            gc,
-            p << 1,
-            r0,
-            r1,
-            g0 == 0,
-            one,
-          );
     }
   }
 }

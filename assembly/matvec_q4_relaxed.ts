@@ -23,7 +23,7 @@ import { hsum, Q4_0_GB, Q4_1_GB, Q8_I8N_GB } from "./packed_layout";
 
 // 0x0f bytes, then i16 ones: loaded rather than written as constants, which V8 would rebuild
 // inside the loop at every use.
-const CONSTS = memory.data<u32>(
+const Q4_RELAXED_CONSTS = memory.data<u32>(
   [
     0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x00010001, 0x00010001, 0x00010001, 0x00010001, 0x8fffe000,
     0x8fffe000, 0x8fffe000, 0x8fffe000, 0x77800000, 0x77800000, 0x77800000, 0x77800000,
@@ -34,6 +34,11 @@ const CONSTS = memory.data<u32>(
 // 4 f16 scales at p -> f32x4, as halfLanes (half.ts) with its constants (mask, 2^112) passed in
 @inline function f16x4(p: usize, mask: v128, bias: v128): v128 {
   return f32x4.mul(v128.and(i32x4.shl(i32x4.extend_low_i16x8_s(v128.load64_zero(p)), 13), mask), bias);
+}
+
+/** f16x4 with its constants loaded here (for kernels that convert scales outside their loop). */
+@inline function f16x4Relaxed(p: usize): v128 {
+  return f16x4(p, v128.load(Q4_RELAXED_CONSTS, 32), v128.load(Q4_RELAXED_CONSTS, 48));
 }
 
 // The i16 lanes of one packed row vector w against its two activation vectors.
@@ -56,10 +61,10 @@ const CONSTS = memory.data<u32>(
   first: bool,
   one: bool,
 ): void {
-  const m = v128.load(CONSTS),
-    ones = v128.load(CONSTS, 16),
-    hmask = v128.load(CONSTS, 32),
-    hbias = v128.load(CONSTS, 48);
+  const m = v128.load(Q4_RELAXED_CONSTS),
+    ones = v128.load(Q4_RELAXED_CONSTS, 16),
+    hmask = v128.load(Q4_RELAXED_CONSTS, 32),
+    hbias = v128.load(Q4_RELAXED_CONSTS, 48);
   const GB = one ? Q4_1_GB : Q4_0_GB;
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0);
@@ -105,4 +110,4 @@ const CONSTS = memory.data<u32>(
   if (r + 1 >= r0 && r + 1 < r1) store<f32>(y0, first ? hsum(a1) : load<f32>(y0, 4) + hsum(a1), 4);
 }
 
-export { pairQ4Relaxed };
+export { pairQ4Relaxed, f16x4Relaxed, Q4_RELAXED_CONSTS };

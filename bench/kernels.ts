@@ -48,8 +48,9 @@ const NTOK = Number(arg("ntok", "16"));
 const TIME = Number(arg("time", "1"));
 const TINY = arg("tiny", "1") !== "0";
 
+// (relaxedSimdSupported first: on Node 20 it turns on the V8 flag an overriding module may need)
 const builds: KernelBuild[] = process.env.KERNELS_WASM
-  ? [process.env.POWERINFER_KERNELS === "relaxed" ? "relaxed" : "simd128"]
+  ? [relaxedSimdSupported() && process.env.POWERINFER_KERNELS === "relaxed" ? "relaxed" : "simd128"]
   : process.env.POWERINFER_KERNELS
     ? [kernelBuild()]
     : relaxedSimdSupported()

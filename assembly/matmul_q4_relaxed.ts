@@ -1,0 +1,211 @@
+// The relaxed-SIMD build's prefill GEMM for packed Q4_0 / Q4_1 weights (layout: matvec_q4.ts)
+// times ntok activation rows prepared as "q8_i8n" (compiled only with relaxed SIMD on: matmul_q4.ts
+// hands over to it). y[t*rows + r] = W[r,:] . x_t.
+//
+// The decode kernel (matvec_q4_relaxed.ts) unpacks each 16-byte weight vector into two 7-bit
+// byte vectors (an and, a shift and an and) and meets them with one pmaddubsw-like relaxed dot
+// each. Here the unpacked vectors of the row pair serve 3 tokens: a tile keeps 6 i16x8 group
+// sums, the pair's 4 unpacked vectors, the mask and one token's 2 activation vectors live, 13 of
+// the 15 xmm registers V8 allocates on x64. Per 192 multiply-adds that is 8 ops on weights and
+// 30 on the tokens' side, against 54 when the tokens go one by one.
+//
+// Per (row, token) the integer sums and the float order are the decode kernel's (i16 lanes over
+// a 128-column group, folded into block lanes by a dot with ones, then the f32 group update of
+// q4_group.ts, lanes summed at the end of a chunk, chunks added into y), so every token's result
+// is bit for bit what matvec_q4_0/_1 gives for it alone in either build.
+
+import { f16x4Relaxed, Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
+import { CHUNK, hsum, put, Q4_0_GB, Q4_1_GB, Q8_I8N_GB } from "./packed_layout";
+import { q4_0Group, q4_1Group } from "./q4_group";
+
+// Row pairs whose chunk of weights stays in L2 while all the tokens pass (as in matmul_q4.ts).
+const PAIR_BLOCK = 8;
+// Tokens per pass over a row pair.
+const NT = 3;
+
+// h + the relaxed dots of one token's activation vectors (xl, xh) with a row's unpacked vectors
+@inline function rdot(h: v128, xl: v128, xh: v128, lo: v128, hi: v128): v128 {
+  return i16x8.add(h, i16x8.add(i16x8.relaxed_dot_i8x16_i7x16_s(xl, lo), i16x8.relaxed_dot_i8x16_i7x16_s(xh, hi)));
+}
+
+// One group's f32 update of a (row, token) accumulator from its i16 sums h.
+@inline function acc(a: v128, h: v128, ones: v128, dw: v128, mw: v128, xg: usize, one: bool): v128 {
+  const s = i32x4.dot_i16x8_s(h, ones);
+  const dx = v128.load(xg, 128);
+  if (one) return q4_1Group(a, s, dw, dx, mw, v128.load(xg, 160));
+  return q4_0Group(a, s, v128.load(xg, 144), dw, dx);
+}
+
+// The row pair whose groups start at wp (rows r, r + 1), over gc groups of one chunk, times nt
+// (1..3, a constant) tokens whose chunk activations start at xp, astride bytes apart. Results go
+// to y + t * ys (y: row r's output), added to what is there unless `first`; a row outside the
+// range (in0 / in1 false) is computed but not stored.
+@inline function pairTokensRelaxed(
+  wp: usize,
+  xp: usize,
+  astride: usize,
+  y: usize,
+  ys: usize,
+  gc: i32,
+  first: bool,
+  nt: i32,
+  one: bool,
+  in0: bool,
+  in1: bool,
+): void {
+  const GB = one ? Q4_1_GB : Q4_0_GB;
+  let a00 = f32x4.splat(0),
+    a01 = f32x4.splat(0),
+    a02 = f32x4.splat(0),
+    a10 = f32x4.splat(0),
+    a11 = f32x4.splat(0),
+    a12 = f32x4.splat(0);
+  let x0 = xp,
+    x1 = xp + astride,
+    x2 = xp + astride * 2;
+  for (let g = 0; g < gc; g++) {
+    let h00 = i16x8.splat(0),
+      h01 = i16x8.splat(0),
+      h02 = i16x8.splat(0),
+      h10 = i16x8.splat(0),
+      h11 = i16x8.splat(0),
+      h12 = i16x8.splat(0);
+    const m = v128.load(Q4_RELAXED_CONSTS);
+    // weight vector j of each row meets activation bytes 32j..32j+31 of each token
+    for (let j: usize = 0; j < 64; j += 16) {
+      const w0 = v128.load(wp + j),
+        w1 = v128.load(wp + j, 64);
+      const l0 = v128.and(w0, m),
+        k0 = v128.and(i16x8.shr_u(w0, 4), m),
+        l1 = v128.and(w1, m),
+        k1 = v128.and(i16x8.shr_u(w1, 4), m);
+      const o = j << 1;
+      let xl = v128.load(x0 + o),
+        xh = v128.load(x0 + o, 16);
+      h00 = rdot(h00, xl, xh, l0, k0);
+      h10 = rdot(h10, xl, xh, l1, k1);
+      if (nt > 1) {
+        xl = v128.load(x1 + o);
+        xh = v128.load(x1 + o, 16);
+        h01 = rdot(h01, xl, xh, l0, k0);
+        h11 = rdot(h11, xl, xh, l1, k1);
+      }
+      if (nt > 2) {
+        xl = v128.load(x2 + o);
+        xh = v128.load(x2 + o, 16);
+        h02 = rdot(h02, xl, xh, l0, k0);
+        h12 = rdot(h12, xl, xh, l1, k1);
+      }
+    }
+    const ones = v128.load(Q4_RELAXED_CONSTS, 16);
+    let dw0: v128, dw1: v128, mw0: v128, mw1: v128;
+    if (one) {
+      dw0 = v128.load(wp, 128);
+      dw1 = v128.load(wp, 144);
+      mw0 = v128.load(wp, 160);
+      mw1 = v128.load(wp, 176);
+    } else {
+      dw0 = f16x4Relaxed(wp + 128);
+      dw1 = f16x4Relaxed(wp + 136);
+      mw0 = dw0;
+      mw1 = dw1;
+    }
+    a00 = acc(a00, h00, ones, dw0, mw0, x0, one);
+    a10 = acc(a10, h10, ones, dw1, mw1, x0, one);
+    if (nt > 1) {
+      a01 = acc(a01, h01, ones, dw0, mw0, x1, one);
+      a11 = acc(a11, h11, ones, dw1, mw1, x1, one);
+    }
+    if (nt > 2) {
+      a02 = acc(a02, h02, ones, dw0, mw0, x2, one);
+      a12 = acc(a12, h12, ones, dw1, mw1, x2, one);
+    }
+    wp += GB;
+    x0 += Q8_I8N_GB;
+    x1 += Q8_I8N_GB;
+    x2 += Q8_I8N_GB;
+  }
+  if (in0) put(y, hsum(a00), first);
+  if (in1) put(y + 4, hsum(a10), first);
+  if (nt > 1) {
+    if (in0) put(y + ys, hsum(a01), first);
+    if (in1) put(y + ys + 4, hsum(a11), first);
+  }
+  if (nt > 2) {
+    if (in0) put(y + ys * 2, hsum(a02), first);
+    if (in1) put(y + ys * 2 + 4, hsum(a12), first);
+  }
+}
+
+// One function per type and token count, so that each is compiled with both as constants (see
+// matmul_q4.ts).
+function r4_0_t1(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 1, false, i0, i1);
+}
+function r4_0_t2(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 2, false, i0, i1);
+}
+function r4_0_t3(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 3, false, i0, i1);
+}
+function r4_1_t1(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 1, true, i0, i1);
+}
+function r4_1_t2(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 2, true, i0, i1);
+}
+function r4_1_t3(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 3, true, i0, i1);
+}
+
+/** matmulQ4 (matmul_q4.ts) over q8_i8n activations. */
+@inline function matmulQ4Relaxed(
+  w: usize,
+  x: usize,
+  y: usize,
+  rows: i32,
+  cols: i32,
+  ntok: i32,
+  r0: i32,
+  r1: i32,
+  one: bool,
+): void {
+  const GB = one ? Q4_1_GB : Q4_0_GB;
+  const ng = (cols + 127) >> 7;
+  const npairs = <usize>((rows + 1) >> 1);
+  const as = <usize>ng * Q8_I8N_GB;
+  const ys = (<usize>rows) << 2;
+  const p0 = r0 >> 1,
+    p1 = (r1 + 1) >> 1;
+  for (let g0 = 0; g0 < ng; g0 += CHUNK) {
+    const gc = min(CHUNK, ng - g0);
+    const wc = w + <usize>g0 * npairs * GB;
+    const xc = x + <usize>g0 * Q8_I8N_GB;
+    const first = g0 == 0;
+    for (let pb = p0; pb < p1; pb += PAIR_BLOCK) {
+      const pe = min(pb + PAIR_BLOCK, p1);
+      for (let k = 0; k < ntok; k += NT) {
+        const xp = xc + <usize>k * as,
+          nt = min(NT, ntok - k);
+        for (let p = pb; p < pe; p++) {
+          const r = p << 1;
+          const wp = wc + <usize>p * <usize>gc * GB,
+            yr = y + <usize>k * ys + ((<usize>r) << 2);
+          const in0 = r >= r0 && r < r1,
+            in1 = r + 1 >= r0 && r + 1 < r1;
+          if (one) {
+            if (nt == 3) r4_1_t3(wp, xp, as, yr, ys, gc, first, in0, in1);
+            else if (nt == 2) r4_1_t2(wp, xp, as, yr, ys, gc, first, in0, in1);
+            else r4_1_t1(wp, xp, as, yr, ys, gc, first, in0, in1);
+          } else {
+            if (nt == 3) r4_0_t3(wp, xp, as, yr, ys, gc, first, in0, in1);
+            else if (nt == 2) r4_0_t2(wp, xp, as, yr, ys, gc, first, in0, in1);
+            else r4_0_t1(wp, xp, as, yr, ys, gc, first, in0, in1);
+          }
+        }
+      }
+    }
+  }
+}
+
+export { matmulQ4Relaxed };
