@@ -159,6 +159,15 @@ export function prepare_q8_sp(x: usize, dst: usize, cols: i32, ntok: i32, mode: 
         v128.store(o, i32x4.splat(0), 64);
         store<f32>(lane, dh, 320);
         store<f32>(lane, 0, 336);
+      } else if (ASC_FEATURE_RELAXED_SIMD) {
+        // the relaxed build's Q4 dot (q4dotRelaxed): the quants as i8 in natural order
+        v128.store(o, i8x16.narrow_i16x8_s(n0, n1));
+        v128.store(o, i8x16.narrow_i16x8_s(n2, n3), 16);
+        v128.store(o, i32x4.splat(0), 32);
+        v128.store(o, i32x4.splat(0), 48);
+        v128.store(o, i32x4.splat(sum << 9), 64);
+        store<f32>(lane, dh * <f32>(1.0 / 256.0), 320);
+        store<f32>(lane, f16ToF32Finite(f32ToF16(d * <f32>sum)), 336);
       } else {
         // even / odd elements of x[0..15] and x[16..31]
         const e0 = v128.shuffle<i16>(n0, n1, 0, 2, 4, 6, 8, 10, 12, 14);
@@ -188,6 +197,27 @@ const T_F32 = 0;
 const T_Q4_0 = 2;
 const T_Q4_1 = 3;
 const T_Q8_0 = 8;
+
+// The relaxed-SIMD build's constants: 0x0f bytes, i16 ones.
+const RELAXED_CONSTS = memory.data<u32>(
+  [0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x00010001, 0x00010001, 0x00010001, 0x00010001],
+  16,
+);
+
+// q4dot in the relaxed-SIMD build, whose mode-1 activation block holds its 32 quants as i8 in
+// natural order (prepare_q8_sp). Byte i of the block's quants holds element i (low nibble) and
+// i + 16 (high nibble): `w & 0x0f` and `(w >> 4) & 0x0f` are 7-bit bytes that meet x[0..15] and
+// x[16..31] in one relaxed dot each (pmaddubsw on x86; a lane is at most 4 * 127 * 15). Folding
+// the i16 lanes in pairs with a dot against ones puts elements 4l..4l+3 and 16+4l..16+4l+3 in i32
+// lane l, the same sets as q4dot's lanes, and the shift by 8 its factor of 256: the same i32
+// lanes, so both builds give the same bits.
+@inline function q4dotRelaxed(w: v128, xb: usize, m: v128, ones: v128): v128 {
+  const h = i16x8.add(
+    i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xb), v128.and(w, m)),
+    i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xb, 16), v128.and(i16x8.shr_u(w, 4), m)),
+  );
+  return i32x4.shl(i32x4.dot_i16x8_s(h, ones), 8);
+}
 
 // 256 x the integer dot of one GGUF Q4 block's 16 quant bytes with the mode-1 activation block.
 @inline function q4dot(w: v128, x0: v128, x1: v128, x2: v128, x3: v128, m0: v128, m1: v128, m2: v128): v128 {
@@ -245,8 +275,10 @@ const T_Q8_0 = 8;
   const q8 = t == T_Q8_0;
   const one = t == T_Q4_1;
   const BS: usize = q8 ? Q8_0_BS : one ? Q4_1_BS : Q4_0_BS;
-  const m0 = v128.load(MASKS),
-    m1 = v128.load(MASKS, 16),
+  // the relaxed build's Q4 blocks take the byte mask and the ones in m0, m1
+  const relaxedQ4 = ASC_FEATURE_RELAXED_SIMD && !q8;
+  const m0 = relaxedQ4 ? v128.load(RELAXED_CONSTS) : v128.load(MASKS),
+    m1 = relaxedQ4 ? v128.load(RELAXED_CONSTS, 16) : v128.load(MASKS, 16),
     m2 = v128.load(MASKS, 32);
   let acc = f32x4.splat(0);
   // groups of 4 blocks (the last one maybe partial); one block per inner iteration
@@ -272,6 +304,10 @@ const T_Q8_0 = 8;
 // the integer dot of the block at a with the activation block at xb (Q4: x256, Q4_0 offset taken off)
 @inline function blockDot(t: i32, a: usize, xb: usize, m0: v128, m1: v128, m2: v128): v128 {
   if (t == T_Q8_0) return q8dot(a + 2, v128.load(xb), v128.load(xb, 16), v128.load(xb, 32), v128.load(xb, 48));
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    if (t == T_Q4_1) return q4dotRelaxed(v128.load(a + 4), xb, m0, m1);
+    return i32x4.sub(q4dotRelaxed(v128.load(a + 2), xb, m0, m1), v128.load(xb, 64));
+  }
   if (t == T_Q4_1)
     return q4dot(v128.load(a + 4), v128.load(xb), v128.load(xb, 16), v128.load(xb, 32), v128.load(xb, 48), m0, m1, m2);
   return i32x4.sub(

@@ -28,6 +28,15 @@ import {
   type KernelExports,
 } from "../src/runtime/wasm.js";
 import { prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
+import {
+  hasSparseKernel,
+  partialBytes,
+  SPARSE_ACT,
+  SPARSE_PREPARE,
+  sparseActivationBytes,
+  sparseKernel,
+  sparseRowBytes,
+} from "../src/runtime/sparse-kernels.js";
 
 function arg(name: string, def: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -235,4 +244,65 @@ for (const type of types) {
         `${typeName(type).padEnd(6)} ${build.padEnd(8)} TinyLlama-1.1B kernels only: decode ${(1 / tv).toFixed(1)} tok/s, prefill ${(1 / tm).toFixed(1)} tok/s${vs}`,
       );
     }
+}
+
+// The sparse FFN kernels on neuron bundles (sparse_ffn.ts), 4096 wide as in a 7B model: the gate
+// dots alone (sparse_gate_T over a list of bundle addresses, the predictor-free gate pass) and the
+// whole neuron (sparse_ffn_run_T: gate, up and down, SiLU so that every neuron is computed), over
+// bundles hot (1024 of them, in L2/L3) and cold (rotating over the cold region).
+const SPARSE_EMBD = 4096,
+  SPARSE_COUNT = 1024;
+const sparseTypes = types.filter((t) => hasSparseKernel(t) && t !== GGMLType.F32);
+if (sparseTypes.length) {
+  console.log(
+    `sparse FFN bundles, ${SPARSE_EMBD} wide, ${SPARSE_COUNT} per call; GMAC/s (gate: 1 row per neuron, ffn: 3)`,
+  );
+  console.log("type   build    gate-hot  gate-cold   ffn-hot  ffn-cold");
+  const listPtr = arena.alloc(SPARSE_COUNT * 4, 64);
+  const outPtr = arena.alloc(SPARSE_COUNT * 4, 64);
+  const partPtr = arena.alloc(partialBytes(SPARSE_EMBD, 1), 64);
+  for (const type of sparseTypes) {
+    const sk = sparseKernel(type);
+    const rb = sparseRowBytes(type, SPARSE_EMBD);
+    const stride = Math.ceil((3 * rb) / 64) * 64;
+    const setBytes = SPARSE_COUNT * stride;
+    const sets = Math.max(1, Math.floor(Math.min(COLD_BYTES, REGION) / setBytes));
+    const src = randomMatrix(type, 3 * SPARSE_COUNT, SPARSE_EMBD, 7 + type);
+    const mem = arena.u8(wPtr, sets * setBytes);
+    for (let n = 0; n < SPARSE_COUNT; n++) mem.set(src.subarray(3 * n * rb, 3 * (n + 1) * rb), n * stride);
+    for (let c = 1; c < sets; c++) mem.copyWithin(c * setBytes, 0, setBytes);
+    const list = new Int32Array(arena.memory.buffer, listPtr, SPARSE_COUNT);
+    for (const build of builds) {
+      const k = kernels.get(build)!;
+      k[SPARSE_PREPARE](xPtr, actPtr, SPARSE_EMBD, 1, sk.prepareMode);
+      const gate = (set: number) => {
+        for (let n = 0; n < SPARSE_COUNT; n++) list[n] = wPtr + set * setBytes + n * stride;
+        k[sk.gate](listPtr, SPARSE_COUNT, actPtr, outPtr, SPARSE_EMBD, rb, 0, SPARSE_COUNT);
+      };
+      const ffn = (set: number) => {
+        k[sk.ffnRun](
+          wPtr + set * setBytes,
+          stride,
+          SPARSE_COUNT,
+          actPtr,
+          partPtr,
+          SPARSE_EMBD,
+          rb,
+          SPARSE_ACT.silu,
+          SPARSE_COUNT,
+          0,
+          SPARSE_COUNT,
+        );
+        k.sparse_sum_partials(yPtr, partPtr, 1, SPARSE_EMBD, sk.partialMode, 0, SPARSE_EMBD);
+      };
+      const macs = SPARSE_COUNT * SPARSE_EMBD;
+      const r = [
+        timeIt(() => gate(0), macs),
+        timeIt((i) => gate(i % sets), macs),
+        timeIt(() => ffn(0), 3 * macs),
+        timeIt((i) => ffn(i % sets), 3 * macs),
+      ];
+      console.log(`${typeName(type).padEnd(6)} ${build.padEnd(8)} ${r.map((v) => v.toFixed(2).padStart(9)).join(" ")}`);
+    }
+  }
 }

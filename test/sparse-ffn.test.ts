@@ -8,6 +8,7 @@ import { GGMLType, typeName } from "../src/format/ggml-types.js";
 import { dequantize, quantizeRow, rowBytes } from "../src/format/quant.js";
 import { f16Table } from "../src/format/half.js";
 import { Arena } from "../src/runtime/arena.js";
+import { kernelBuild } from "../src/runtime/wasm.js";
 import { ThreadPool } from "../src/runtime/pool.js";
 import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
 import {
@@ -164,6 +165,12 @@ test("prepare_q8_sp holds prepare_q8_0's quants and scales (and q8_1's sums) in 
       for (let l = 0; l < 8; l++) {
         if (mode === 0) {
           for (let v = 0; v < 4; v++) assert.equal(i16(v, l), q(8 * v + l), `mode 0 block ${b} element ${8 * v + l}`);
+        } else if (kernelBuild() === "relaxed") {
+          // the relaxed build: the 32 quants as i8 in natural order, then zeros
+          for (let j = 0; j < 4; j++)
+            assert.equal(dv.getInt8(o + 4 * l + j), q(4 * l + j), `mode 1 (relaxed) block ${b} element ${4 * l + j}`);
+          assert.equal(i16(2, l), 0);
+          assert.equal(i16(3, l), 0);
         } else {
           assert.equal(i16(0, l), 256 * q(2 * l), `mode 1 block ${b} vector 0 lane ${l}`);
           assert.equal(i16(1, l), 16 * q(2 * l + 16), `mode 1 block ${b} vector 1 lane ${l}`);
