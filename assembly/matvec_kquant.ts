@@ -105,6 +105,59 @@ const Q8K: usize = 292;
   return isum;
 }
 
+// The relaxed-SIMD build (ASC_FEATURE_RELAXED_SIMD) computes a Q4_K block's integer part with
+// relaxed dots on the Q8_K activation as it is (i8 in natural order, -128..127): nibbles are
+// 7-bit, so `q & 0x0f` and `(q >> 4) & 0x0f` meet 16 activation bytes in one
+// i16x8.relaxed_dot_i8x16_i7x16_s each (pmaddubsw on x86). A sub-block's i16 lanes hold at most
+// 4 * 128 * 15 products, and one i32x4.dot_i16x8_s with the splat scale folds them in pairs:
+// i32 lane l gets elements 4l..4l+3 and 16+4l..16+4l+3, the lanes intQ4K gets, without the factor
+// 256 (its caller's scale is 1 instead of 1/256, which gives the same f32 bits).
+
+// 0x0f bytes, loaded rather than written as a constant (V8 rebuilds a v128.const at every use)
+const K_NIB = memory.data<u8>([15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15], 16);
+
+/** sc_lo * dot(sub-block 2c) + sc_hi * dot(sub-block 2c+1): the 32 quant bytes at qp, activations at xp. */
+@inline function chunkQ4KRelaxed(qp: usize, xl0: v128, xl1: v128, xh0: v128, xh1: v128, m: v128, sc: v128): v128 {
+  const q0 = v128.load(qp),
+    q1 = v128.load(qp, 16);
+  const lo = i16x8.add(
+    i16x8.relaxed_dot_i8x16_i7x16_s(xl0, v128.and(q0, m)),
+    i16x8.relaxed_dot_i8x16_i7x16_s(xl1, v128.and(q1, m)),
+  );
+  const hi = i16x8.add(
+    i16x8.relaxed_dot_i8x16_i7x16_s(xh0, v128.and(i16x8.shr_u(q0, 4), m)),
+    i16x8.relaxed_dot_i8x16_i7x16_s(xh1, v128.and(i16x8.shr_u(q1, 4), m)),
+  );
+  return i32x4.add(
+    i32x4.dot_i16x8_s(lo, i16x8.splat(i8x16.extract_lane_u(sc, 0))),
+    i32x4.dot_i16x8_s(hi, i16x8.splat(i8x16.extract_lane_u(sc, 1))),
+  );
+}
+
+/** intQ4K over relaxed dots: [sum_j sc_j dot_j] lanes (no factor 256). */
+@inline function intQ4KRelaxed(wb: usize, xb: usize, sm: v128): v128 {
+  const m = v128.load(K_NIB);
+  let isum = i32x4.splat(0);
+  let sc = sm;
+  for (let c: usize = 0; c < 4; c++) {
+    const xp = xb + 4 + (c << 6);
+    isum = i32x4.add(
+      isum,
+      chunkQ4KRelaxed(
+        wb + 16 + (c << 5),
+        v128.load(xp),
+        v128.load(xp, 16),
+        v128.load(xp, 32),
+        v128.load(xp, 48),
+        m,
+        sc,
+      ),
+    );
+    sc = i8x16.shuffle(sc, sc, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
+  }
+  return isum;
+}
+
 /** acc + d_w d_x / 256 * isum - dmin_w d_x * mins: one finished Q4_K/Q5_K block. */
 @inline function finishK(acc: v128, wb: usize, xb: usize, isum: v128, mi: v128, scale: f32): v128 {
   const dd = load<u32>(wb);
@@ -124,13 +177,18 @@ const Q8K: usize = 292;
     const wb = w + b * Q4K,
       xb = x + b * Q8K;
     const sm = scalesMins(wb + 4);
-    acc = finishK(acc, wb, xb, intQ4K(wb, xb, sm), minsDot(sm, xb), <f32>1.0 / 256.0);
+    if (ASC_FEATURE_RELAXED_SIMD) acc = finishK(acc, wb, xb, intQ4KRelaxed(wb, xb, sm), minsDot(sm, xb), 1.0);
+    else acc = finishK(acc, wb, xb, intQ4K(wb, xb, sm), minsDot(sm, xb), <f32>1.0 / 256.0);
   }
   return hsum(acc);
 }
 
 /** Two rows against one activation row: each shaped activation vector serves both rows. */
 @inline function dotQ4KRows2(w0: usize, w1: usize, x: usize, nb: usize, y0: usize, y1: usize): void {
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    dotQ4KRows2Relaxed(w0, w1, x, nb, y0, y1);
+    return;
+  }
   let acc0 = f32x4.splat(0),
     acc1 = f32x4.splat(0);
   for (let b: usize = 0; b < nb; b++) {
@@ -201,6 +259,39 @@ const Q8K: usize = 292;
     }
     acc0 = finishK(acc0, wb0, xb, is0, minsDot(sm0, xb), <f32>1.0 / 256.0);
     acc1 = finishK(acc1, wb1, xb, is1, minsDot(sm1, xb), <f32>1.0 / 256.0);
+  }
+  store<f32>(y0, hsum(acc0));
+  store<f32>(y1, hsum(acc1));
+}
+
+/** dotQ4KRows2 over relaxed dots (intQ4KRelaxed), each activation vector loaded once for both rows. */
+@inline function dotQ4KRows2Relaxed(w0: usize, w1: usize, x: usize, nb: usize, y0: usize, y1: usize): void {
+  const m = v128.load(K_NIB);
+  let acc0 = f32x4.splat(0),
+    acc1 = f32x4.splat(0);
+  for (let b: usize = 0; b < nb; b++) {
+    const wb0 = w0 + b * Q4K,
+      wb1 = w1 + b * Q4K,
+      xb = x + b * Q8K;
+    const sm0 = scalesMins(wb0 + 4),
+      sm1 = scalesMins(wb1 + 4);
+    let is0 = i32x4.splat(0),
+      is1 = i32x4.splat(0);
+    let sc0 = sm0,
+      sc1 = sm1;
+    for (let c: usize = 0; c < 4; c++) {
+      const xp = xb + 4 + (c << 6);
+      const xl0 = v128.load(xp),
+        xl1 = v128.load(xp, 16),
+        xh0 = v128.load(xp, 32),
+        xh1 = v128.load(xp, 48);
+      is0 = i32x4.add(is0, chunkQ4KRelaxed(wb0 + 16 + (c << 5), xl0, xl1, xh0, xh1, m, sc0));
+      is1 = i32x4.add(is1, chunkQ4KRelaxed(wb1 + 16 + (c << 5), xl0, xl1, xh0, xh1, m, sc1));
+      sc0 = i8x16.shuffle(sc0, sc0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
+      sc1 = i8x16.shuffle(sc1, sc1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
+    }
+    acc0 = finishK(acc0, wb0, xb, is0, minsDot(sm0, xb), 1.0);
+    acc1 = finishK(acc1, wb1, xb, is1, minsDot(sm1, xb), 1.0);
   }
   store<f32>(y0, hsum(acc0));
   store<f32>(y1, hsum(acc1));
@@ -294,12 +385,14 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
     const wr = w + <usize>r * rb,
       yr = y + ((<usize>r) << 2);
     let t = 0;
-    for (; t + 2 <= ntok; t += 2) {
-      const xt = x + <usize>t * xs,
-        yt = yr + <usize>t * ys;
-      dotQ4KTokens2(wr, xt, xt + xs, nb, yt, yt + ys);
-    }
-    if (t < ntok) store<f32>(yr + <usize>t * ys, dotQ4K(wr, x + <usize>t * xs, nb));
+    // the relaxed build's dots do in one instruction what the token pair shares
+    if (!ASC_FEATURE_RELAXED_SIMD)
+      for (; t + 2 <= ntok; t += 2) {
+        const xt = x + <usize>t * xs,
+          yt = yr + <usize>t * ys;
+        dotQ4KTokens2(wr, xt, xt + xs, nb, yt, yt + ys);
+      }
+    for (; t < ntok; t++) store<f32>(yr + <usize>t * ys, dotQ4K(wr, x + <usize>t * xs, nb));
   }
 }
 
