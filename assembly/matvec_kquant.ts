@@ -407,8 +407,19 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   );
 }
 
-/** sc * dot(q, x) for one 16-value group (the 256 divided out exactly first: no overflow). */
+/** A 16-value group's scale as groupK takes it: i32 lanes, or i16 lanes in the relaxed build. */
+@inline function scaleK(sc: i32): v128 {
+  return ASC_FEATURE_RELAXED_SIMD ? i16x8.splat(<i16>sc) : i32x4.splat(sc);
+}
+
+/**
+ * sc * dot(q, x) for one 16-value group (the 256 divided out exactly first: no overflow); sc from
+ * scaleK. The relaxed build meets the 6-bit q (7-bit operands) with x in one relaxed dot and folds
+ * the i16 pairs times sc with one dot_i16x8_s (a pair is at most 2 * 128 * 63): lane l holds bytes
+ * 4l..4l+3 either way, so both builds give the same bits.
+ */
 @inline function groupK(q: v128, x: v128, sc: v128): v128 {
+  if (ASC_FEATURE_RELAXED_SIMD) return i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(x, q), sc);
   return i32x4.mul(i32x4.shr_s(dotBytes256(q, x), 8), sc);
 }
 
@@ -446,13 +457,13 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
         H = v128.load(qh);
       // 16-bit shifts are safe: the byte masks drop whatever crossed a byte boundary
       let q = v128.or(v128.and(A, m0f), v128.and(i16x8.shl(H, 4), m30));
-      isum = i32x4.add(isum, groupK(q, v128.load(xp), i32x4.splat(<i32>load<i8>(sc))));
+      isum = i32x4.add(isum, groupK(q, v128.load(xp), scaleK(<i32>load<i8>(sc))));
       q = v128.or(v128.and(B, m0f), v128.and(i16x8.shl(H, 2), m30));
-      isum = i32x4.add(isum, groupK(q, v128.load(xp, 32), i32x4.splat(<i32>load<i8>(sc, 2))));
+      isum = i32x4.add(isum, groupK(q, v128.load(xp, 32), scaleK(<i32>load<i8>(sc, 2))));
       q = v128.or(v128.and(i16x8.shr_u(A, 4), m0f), v128.and(H, m30));
-      isum = i32x4.add(isum, groupK(q, v128.load(xp, 64), i32x4.splat(<i32>load<i8>(sc, 4))));
+      isum = i32x4.add(isum, groupK(q, v128.load(xp, 64), scaleK(<i32>load<i8>(sc, 4))));
       q = v128.or(v128.and(i16x8.shr_u(B, 4), m0f), v128.and(i16x8.shr_u(H, 2), m30));
-      isum = i32x4.add(isum, groupK(q, v128.load(xp, 96), i32x4.splat(<i32>load<i8>(sc, 6))));
+      isum = i32x4.add(isum, groupK(q, v128.load(xp, 96), scaleK(<i32>load<i8>(sc, 6))));
     }
     isum = offsetQ6K(isum, wb, xb);
     acc = f32x4.add(
@@ -486,19 +497,19 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
         B = v128.load(ql, 32),
         H = v128.load(qh);
       let q = v128.or(v128.and(A, m0f), v128.and(i16x8.shl(H, 4), m30));
-      let s = i32x4.splat(<i32>load<i8>(sc));
+      let s = scaleK(<i32>load<i8>(sc));
       is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo), s));
       is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo), s));
       q = v128.or(v128.and(B, m0f), v128.and(i16x8.shl(H, 2), m30));
-      s = i32x4.splat(<i32>load<i8>(sc, 2));
+      s = scaleK(<i32>load<i8>(sc, 2));
       is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo, 32), s));
       is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo, 32), s));
       q = v128.or(v128.and(i16x8.shr_u(A, 4), m0f), v128.and(H, m30));
-      s = i32x4.splat(<i32>load<i8>(sc, 4));
+      s = scaleK(<i32>load<i8>(sc, 4));
       is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo, 64), s));
       is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo, 64), s));
       q = v128.or(v128.and(i16x8.shr_u(B, 4), m0f), v128.and(i16x8.shr_u(H, 2), m30));
-      s = i32x4.splat(<i32>load<i8>(sc, 6));
+      s = scaleK(<i32>load<i8>(sc, 6));
       is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo, 96), s));
       is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo, 96), s));
     }

@@ -61,7 +61,7 @@ test("POWERINFER_KERNELS: an unknown value, or relaxed where the runtime lacks i
   }
 });
 
-test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32 and Q4_K matvec and matmul on odd shapes", (t) => {
+test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32, Q4_K and Q6_K matvec and matmul on odd shapes", (t) => {
   if (!relaxedSimdSupported()) {
     t.skip(`Node ${process.version} cannot load the relaxed build; the Node 22 run below covers this`);
     return;
@@ -75,8 +75,8 @@ test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32 and Q4_K matvec and 
     X = arena.alloc(1 << 20, 64),
     A = arena.alloc(2 << 20, 64),
     Y = arena.alloc(1 << 20, 64);
-  for (const type of [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.F32, GGMLType.Q4_K]) {
-    const kQuant = type === GGMLType.Q4_K; // 256-value blocks
+  for (const type of [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.F32, GGMLType.Q4_K, GGMLType.Q6_K]) {
+    const kQuant = type === GGMLType.Q4_K || type === GGMLType.Q6_K; // 256-value blocks
     for (const [rows, cols, ntok] of kQuant
       ? [
           [1, 256, 1],
@@ -95,11 +95,11 @@ test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32 and Q4_K matvec and 
       const src = new Uint8Array(rows * rb);
       if (type === GGMLType.F32) src.set(new Uint8Array(f.buffer));
       else if (kQuant) {
-        // no Q4_K quantizer: random quants and scale bytes, small f16 d and dmin
+        // no K-quant quantizer: random quants and scale bytes, small f16 d (and dmin)
         for (let i = 0; i < src.length; i++) src[i] = Math.floor(Math.abs(f[i % f.length]) * 2551) & 255;
-        for (let o = 0; o < src.length; o += 144) {
-          src.set([0x00, 0x20, 0x00, 0x1c], o); // d = 0.0078125, dmin = 0.00390625
-        }
+        if (type === GGMLType.Q4_K)
+          for (let o = 0; o < src.length; o += 144) src.set([0x00, 0x20, 0x00, 0x1c], o); // d 2^-7, dmin 2^-8
+        else for (let o = 0; o < src.length; o += 210) src.set([0x00, 0x20], o + 208);
       } else
         for (let r = 0; r < rows; r++) quantizeRow(type, f.subarray(r * cols, (r + 1) * cols), src.subarray(r * rb));
       arena.f32(X, ntok * cols).set(gaussians(ntok * cols, cols, 3));
