@@ -83,6 +83,10 @@ export class Model {
   get residentBytes(): number {
     return this.llama.residentBytes;
   }
+  /** bytes of the shared wasm memory (weights, KV cache, buffers, a store's neuron cache); it only grows, so this is its peak */
+  get wasmMemoryBytes(): number {
+    return this.llama.wasmMemoryBytes;
+  }
   /** whether dispose() has been called */
   get isDisposed(): boolean {
     return this.disposed;

@@ -234,6 +234,10 @@ export class LlamaModel {
    * static region (tests check the two agree).
    */
   fixedArenaBytes = 0;
+  /** Bytes of the shared wasm memory as it stands (it only grows: this is also its peak). */
+  get wasmMemoryBytes(): number {
+    return this.arena.memory.buffer.byteLength;
+  }
   /** the trace being recorded (LoadOptions.tracer), null when none */
   tracer: Tracer | null = null;
   /** one embedding row read from a store */
@@ -296,7 +300,9 @@ export class LlamaModel {
       contextSize = Math.max(16, Math.floor(room / kvBytesPerPos));
     }
     const resident = residentBytes(file, cfg, residentOpts(contextSize));
-    const arena = new Arena(64 << 20);
+    // Under a budget the memory starts small and grows as laid out, so that its size (what a
+    // browser counts against the page) never passes the budget; otherwise 64 MiB saves grows.
+    const arena = new Arena(opts.memoryBudget !== undefined ? 4 << 20 : 64 << 20);
     if (opts.addressFloor) arena.alloc(opts.addressFloor, 4096);
     const pool = await ThreadPool.create(arena.memory, threads);
     try {
