@@ -132,6 +132,7 @@ async function load(a: LoadArgs): Promise<object> {
       modelPath: opfsPath(a.name),
       threads: a.threads ?? Math.max(1, Math.min(web.navigator.hardwareConcurrency ?? 1, 8)),
       memoryBudget: a.budget,
+      budgetCounts: "wasm",
       contextSize: a.contextSize,
     });
     loaded = { name: a.name, model, handle, budget: a.budget ?? null, build, readers: readers.count };

@@ -56,6 +56,12 @@ export interface LoadOptions {
    * neuron cache, the runtime itself) must fit in this many bytes; default: room for all of it.
    */
   memoryBudget?: number;
+  /**
+   * What the budget counts: "process" (default) the process's resident size (measured at load,
+   * plus an allowance for what it gains while running); "wasm" the wasm memory and the buffers
+   * it owns, nothing else (a browser tab, where the page's own memory is not the engine's to count).
+   */
+  budgetCounts?: "process" | "wasm";
   /** neuron cache and reader settings for a store (cacheBytes: a fixed cache size instead of what the budget leaves) */
   offload?: Partial<OffloadOptions>;
   /**
@@ -309,7 +315,13 @@ export class LlamaModel {
       const layout = store
         ? offloadLayout(
             storeFacts(store, cfg),
-            { base: process.memoryUsage.rss(), weights: resident.weights, buffers: resident.buffers, kv: resident.kv },
+            {
+              // "wasm": the memory below the arena (the kernels' static region) is the base
+              ...(opts.budgetCounts === "wasm" ? { base: arena.used, growth: 0 } : { base: process.memoryUsage.rss() }),
+              weights: resident.weights,
+              buffers: resident.buffers,
+              kv: resident.kv,
+            },
             opts.memoryBudget,
             {
               sparsity,

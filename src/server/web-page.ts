@@ -17,6 +17,8 @@ export interface WebPageOptions {
   models?: string[];
   /** the browser build (default: dist/browser of this package) */
   root?: string;
+  /** send the cross-origin-isolation headers (default true; false shows the page's error without them) */
+  isolation?: boolean;
 }
 
 const TYPES: Record<string, string> = {
@@ -83,7 +85,8 @@ export async function startWebPage(opts: WebPageOptions = {}): Promise<WebPage> 
     models.set(basename(p), p);
   }
   const server = createServer((req, res) => {
-    isolationHeaders(res);
+    if (opts.isolation !== false) isolationHeaders(res);
+    else res.setHeader("Cache-Control", "no-store");
     try {
       if (req.method !== "GET" && req.method !== "HEAD") {
         res.writeHead(405, { Allow: "GET, HEAD" });

@@ -1,0 +1,199 @@
+/**
+ * The engine in a real browser: headless Chromium (the system's, /usr/bin/chromium; .ci/run
+ * installs Debian's package when it is missing) driven by playwright-core against the page
+ * `powerinfer web` serves, through its script contract (/?model=URL&...&autorun=1 sets
+ * document.body.dataset.state to "done", the text in #output, the stats JSON in #stats).
+ *  - stories260K (GGUF copied into OPFS): the greedy tokens equal Node's.
+ *  - relu-stories: the GGUF copied into OPFS, converted to a neuron store there (streaming),
+ *    run under a budget that leaves most bundles on flash: the dense run's tokens, and the wasm
+ *    memory never passes the budget.
+ *  - a screenshot of the page, its size checked.
+ *  - bad input gives an error on the page, never a hang: no cross-origin isolation, a truncated
+ *    file, a URL that is not there.
+ * Skipped, saying so, where no Chromium binary exists (CHROMIUM=/path picks another).
+ */
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startWebPage, type WebPage } from "../src/server/web-page.js";
+import { loadModel } from "../src/api/model.js";
+import { SHARED, tempDir } from "./helpers.js";
+
+const CHROMIUM = [process.env.CHROMIUM, "/usr/bin/chromium", "/usr/bin/chromium-browser"].find(
+  (p): p is string => !!p && existsSync(p),
+);
+const skip = CHROMIUM ? false : "no Chromium binary (/usr/bin/chromium; set CHROMIUM=/path): browser tests skipped";
+const STORIES = `${SHARED}/models/stories260K.gguf`;
+const RELU = `${SHARED}/models/relu-stories.gguf`;
+const PROMPT = "Once upon a time";
+const N = 24;
+
+type Ctx = {
+  newPage(): Promise<Page>;
+  close(): Promise<void>;
+};
+type Page = {
+  goto(url: string): Promise<unknown>;
+  waitForFunction(f: () => boolean, arg: null, o: { timeout: number }): Promise<unknown>;
+  evaluate<T>(f: () => T): Promise<T>;
+  screenshot(o: { path?: string; fullPage?: boolean }): Promise<Buffer>;
+  setViewportSize(s: { width: number; height: number }): Promise<void>;
+  on(e: string, f: (m: { text(): string }) => void): void;
+  close(): Promise<void>;
+};
+
+/** The page's globals, inside evaluate (the test compiles without the DOM library). */
+declare const document: {
+  body: { dataset: Record<string, string | undefined> };
+  getElementById(id: string): { textContent: string | null } | null;
+};
+
+let ctx: Ctx;
+let page: WebPage;
+let bare: WebPage;
+const dir = tempDir();
+const truncated = join(dir, "truncated.gguf");
+
+before(async () => {
+  if (skip) return;
+  writeFileSync(truncated, readFileSync(STORIES).subarray(0, 600000));
+  page = await startWebPage({ port: 0, models: [STORIES, RELU, truncated] });
+  bare = await startWebPage({ port: 0, isolation: false });
+  const { chromium } = (await import("playwright-core")) as unknown as {
+    chromium: { launchPersistentContext(dir: string, o: object): Promise<Ctx> };
+  };
+  // A persistent profile: an incognito one keeps OPFS in memory, ~50x slower per read.
+  ctx = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), "powerinfer-chromium-")), {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ["--no-sandbox"],
+  });
+});
+
+after(async () => {
+  await ctx?.close();
+  await page?.close();
+  await bare?.close();
+});
+
+interface Run {
+  state: string;
+  output: string;
+  error: string;
+  stats: Record<string, unknown> & { tokens: number[] };
+  p: Page;
+}
+
+/** Open the page with `query`, wait for "done" or "error" (at most 120 s). */
+async function run(base: string, query: string, keep = false): Promise<Run> {
+  const p = await ctx.newPage();
+  const log: string[] = [];
+  p.on("console", (m) => log.push(m.text()));
+  await p.goto(`${base}?${query}`);
+  try {
+    await p.waitForFunction(() => ["done", "error"].includes(document.body.dataset.state ?? ""), null, {
+      timeout: 120000,
+    });
+  } catch (e) {
+    const progress = await p.evaluate(() => document.getElementById("progress-text")?.textContent ?? "");
+    throw new Error(
+      `the page did not finish: ${(e as Error).message}; progress "${progress}"; console: ${log.join(" | ")}`,
+    );
+  }
+  const r = await p.evaluate(() => ({
+    state: document.body.dataset.state ?? "",
+    output: document.getElementById("output")?.textContent ?? "",
+    error: document.getElementById("error")?.textContent ?? "",
+    stats: document.getElementById("stats")?.textContent ?? "",
+  }));
+  if (!keep) await p.close();
+  return { ...r, stats: r.state === "done" ? JSON.parse(r.stats) : null, p };
+}
+
+async function nodeTokens(path: string): Promise<{ tokens: number[]; text: string }> {
+  const model = await loadModel({ modelPath: path, threads: 2 });
+  try {
+    const gen = model.generate(PROMPT, { maxTokens: N, temperature: 0 });
+    let text = "";
+    for await (const piece of gen) text += piece;
+    return { tokens: [...gen.tokens], text };
+  } finally {
+    await model.dispose();
+  }
+}
+
+const q = (o: Record<string, string | number>) =>
+  Object.entries(o)
+    .map(([k, v]) => `${k}=${encodeURIComponent(String(v))}`)
+    .join("&");
+
+test("browser: stories260K's greedy tokens in Chromium equal Node's", { skip }, async () => {
+  const want = await nodeTokens(STORIES);
+  const r = await run(page.url, q({ model: "/models/stories260K.gguf", prompt: PROMPT, n: N, temp: 0, autorun: 1 }));
+  assert.equal(r.state, "done", r.error);
+  assert.deepEqual(r.stats.tokens, want.tokens);
+  assert.equal(r.output, want.text);
+  assert.equal(r.stats.kind, "gguf");
+});
+
+test(
+  "browser: relu-stories converted to a store in OPFS, most bundles on flash under a budget, equals the dense run",
+  { skip },
+  async () => {
+    const want = await nodeTokens(RELU);
+    const budget = 15 * 2 ** 20;
+    const r = await run(
+      page.url,
+      q({ model: "/models/relu-stories.gguf", convert: 1, prompt: PROMPT, n: N, temp: 0, budget: "15M", autorun: 1 }),
+      true,
+    );
+    try {
+      assert.equal(r.state, "done", r.error);
+      assert.deepEqual(r.stats.tokens, want.tokens, "the store in the browser gives the dense run's tokens");
+      const s = r.stats as unknown as {
+        kind: string;
+        budget: number;
+        wasmMemoryBytes: number;
+        offload: { cacheSlots: number; bundles: number; misses: number; bytesRead: number; layers: unknown[] };
+      };
+      assert.equal(s.kind, "store");
+      assert.equal(s.budget, budget);
+      assert.ok(s.wasmMemoryBytes <= budget, `wasm memory ${s.wasmMemoryBytes} within the budget ${budget}`);
+      assert.equal(s.offload.bundles, 6 * 1024);
+      assert.ok(
+        s.offload.cacheSlots < s.offload.bundles / 2,
+        `${s.offload.cacheSlots} of ${s.offload.bundles} bundles in memory`,
+      );
+      assert.ok(s.offload.misses > 0 && s.offload.bytesRead >= s.offload.misses * 4096, "misses were read from OPFS");
+      assert.equal(s.offload.layers.length, 6);
+      // the page as a user sees it after a run: a screenshot of a sensible size, not blank
+      await r.p.setViewportSize({ width: 1200, height: 800 });
+      const png = await r.p.screenshot({ path: join(dir, "page.png") });
+      assert.equal(png.subarray(1, 4).toString("latin1"), "PNG");
+      const width = png.readUInt32BE(16),
+        height = png.readUInt32BE(20);
+      assert.equal(width, 1200);
+      assert.equal(height, 800);
+      assert.ok(png.length > 30000, `a screenshot of ${png.length} bytes is too small to show the page`);
+    } finally {
+      await r.p.close();
+    }
+  },
+);
+
+test("browser: bad input is an error on the page, never a hang", { skip }, async () => {
+  const noIso = await run(bare.url, q({ model: "/models/stories260K.gguf", autorun: 1 }));
+  assert.equal(noIso.state, "error");
+  assert.match(noIso.error, /cross-origin isolation is required/);
+  assert.match(noIso.error, /Cross-Origin-Embedder-Policy: require-corp/);
+
+  const missing = await run(page.url, q({ model: "/models/nothing-here.gguf", autorun: 1 }));
+  assert.equal(missing.state, "error");
+  assert.match(missing.error, /HTTP 404/);
+
+  const cut = await run(page.url, q({ model: "/models/truncated.gguf", n: 4, autorun: 1 }));
+  assert.equal(cut.state, "error");
+  assert.match(cut.error, /truncated\.gguf/);
+});
