@@ -21,7 +21,11 @@ import { startWebPage, type WebPage } from "../src/server/web-page.js";
 import { loadModel } from "../src/api/model.js";
 import { SHARED, tempDir } from "./helpers.js";
 
-const CHROMIUM = [process.env.CHROMIUM, "/usr/bin/chromium", "/usr/bin/chromium-browser"].find(
+const onPath = (process.env.PATH ?? "")
+  .split(":")
+  .filter((d) => d !== "")
+  .flatMap((d) => [join(d, "chromium"), join(d, "chromium-browser")]);
+const CHROMIUM = [process.env.CHROMIUM, "/usr/bin/chromium", "/usr/bin/chromium-browser", ...onPath].find(
   (p): p is string => !!p && existsSync(p),
 );
 const skip = CHROMIUM ? false : "no Chromium binary (/usr/bin/chromium; set CHROMIUM=/path): browser tests skipped";
