@@ -41,7 +41,7 @@ type Ctx = {
 type Page = {
   goto(url: string): Promise<unknown>;
   waitForFunction(f: () => boolean, arg: null, o: { timeout: number }): Promise<unknown>;
-  evaluate<T>(f: () => T): Promise<T>;
+  evaluate<T>(f: (() => T) | string): Promise<T>;
   screenshot(o: { path?: string; fullPage?: boolean }): Promise<Buffer>;
   setViewportSize(s: { width: number; height: number }): Promise<void>;
   on(e: string, f: (m: { text(): string }) => void): void;
@@ -186,6 +186,45 @@ test(
     }
   },
 );
+
+test("browser: a copy into OPFS resumes from what an interrupted one left", { skip }, async () => {
+  const p = await ctx.newPage();
+  try {
+    await p.goto(page.url);
+    const whole = readFileSync(STORIES);
+    const cut = 400000;
+    const r = await p.evaluate(
+      `(async () => {
+        const url = new URL("/models/stories260K.gguf", location.href).href;
+        const root = await navigator.storage.getDirectory();
+        // what an interrupted copy leaves: the first bytes in NAME.part, the source in NAME.part.json
+        const src = await (await fetch(url)).arrayBuffer();
+        const part = await (await root.getFileHandle("resume.gguf.part", { create: true })).createWritable();
+        await part.write(new Uint8Array(src, 0, ${cut}));
+        await part.close();
+        const meta = await (await root.getFileHandle("resume.gguf.part.json", { create: true })).createWritable();
+        await meta.write(JSON.stringify({ url }));
+        await meta.close();
+        const { Engine } = await import("/index.js");
+        const engine = await Engine.start();
+        let resumedFrom = -1;
+        const size = await engine.importUrl(url, "resume.gguf", (p) => { if (resumedFrom < 0) resumedFrom = p.resumedFrom; });
+        const names = (await engine.list()).map((f) => f.name);
+        const copy = await (await (await root.getFileHandle("resume.gguf")).getFile()).arrayBuffer();
+        const digest = (b) => crypto.subtle.digest("SHA-256", b).then((d) => Array.from(new Uint8Array(d)).join(","));
+        engine.terminate();
+        return { size, resumedFrom, names, same: (await digest(copy)) === (await digest(src)) };
+      })()`,
+    );
+    const got = r as { size: number; resumedFrom: number; names: string[]; same: boolean };
+    assert.equal(got.resumedFrom, cut, "the copy continued from the part it found");
+    assert.equal(got.size, whole.length);
+    assert.ok(got.same, "the resumed copy is the file, byte for byte");
+    assert.ok(got.names.includes("resume.gguf") && !got.names.includes("resume.gguf.part"), got.names.join(", "));
+  } finally {
+    await p.close();
+  }
+});
 
 test("browser: bad input is an error on the page, never a hang", { skip }, async () => {
   const noIso = await run(bare.url, q({ model: "/models/stories260K.gguf", autorun: 1 }));

@@ -91,7 +91,16 @@ async function copy(
         await reader.cancel().catch(() => undefined);
         throw new Error(`copy of ${name} stopped (${at} bytes kept; the next copy resumes there)`);
       }
-      const { done, value } = await reader.read();
+      let chunk: { done: boolean; value?: Uint8Array };
+      try {
+        chunk = await reader.read();
+      } catch (e) {
+        handle.flush();
+        throw new Error(
+          `copy of ${name} was cut off after ${at} bytes (${(e as Error).message}); the next copy resumes there`,
+        );
+      }
+      const { done, value } = chunk;
       if (done) break;
       if (!value || value.length === 0) continue;
       let w = 0;
