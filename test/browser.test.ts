@@ -221,6 +221,16 @@ test("browser: a copy into OPFS resumes from what an interrupted one left", { sk
     assert.equal(got.size, whole.length);
     assert.ok(got.same, "the resumed copy is the file, byte for byte");
     assert.ok(got.names.includes("resume.gguf") && !got.names.includes("resume.gguf.part"), got.names.join(", "));
+    // a file picked in the page is copied into OPFS the same way
+    await (p as unknown as { setInputFiles(sel: string, path: string): Promise<void> }).setInputFiles("#file", STORIES);
+    await p.waitForFunction(
+      () =>
+        document.body.dataset.state !== "busy" &&
+        /^copy: 1\.1 MiB of 1\.1 MiB/.test(document.getElementById("progress-text")?.textContent ?? ""),
+      null,
+      { timeout: 60000 },
+    );
+    assert.notEqual(await p.evaluate(() => document.body.dataset.state), "error");
   } finally {
     await p.close();
   }

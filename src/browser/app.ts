@@ -64,7 +64,8 @@ function showStats(s: EngineStats): void {
     const rows = o.layers.map((l, i) => {
       const all = l.hot + l.cold + l.misses || 1;
       const w = (x: number) => ((x / all) * 100).toFixed(1);
-      return `<span>layer ${i}</span><div class="bar" title="hot ${l.hot}, cold ${l.cold}, misses ${l.misses}"><div class="hot" style="width:${w(l.hot)}%"></div><div class="cold" style="width:${w(l.cold)}%"></div><div class="miss" style="width:${w(l.misses)}%"></div></div>`;
+      const label = o.experts > 0 ? `L${Math.floor(i / o.experts)} E${i % o.experts}` : `layer ${i}`;
+      return `<span>${label}</span><div class="bar" title="hot ${l.hot}, cold ${l.cold}, misses ${l.misses}"><div class="hot" style="width:${w(l.hot)}%"></div><div class="cold" style="width:${w(l.cold)}%"></div><div class="miss" style="width:${w(l.misses)}%"></div></div>`;
     });
     $("cache").innerHTML = rows.join("");
   }

@@ -76,6 +76,8 @@ export interface EngineStats {
     cacheSlots: number;
     /** neuron bundles in the store (layers x neurons, x experts for a mixture) */
     bundles: number;
+    /** experts per layer (0: a dense FFN); `layers` then has one entry per (layer, expert) */
+    experts: number;
     layers: LayerCache[];
   };
 }
@@ -194,6 +196,7 @@ function stats(
       cacheBytes: layout.cacheBytes,
       cacheSlots: layout.slots,
       bundles: Math.round(perStep * (groups ? groups.steps.length : 0)),
+      experts: groups?.experts ?? 0,
       layers,
     };
   }
@@ -268,6 +271,9 @@ async function generate(id: number, a: GenerateArgs): Promise<object> {
       if (now - lastEmit > 100) {
         lastEmit = now;
         emit("token", { id, text, stats: diff(stats(l, gen as never, t0, tFirst)) });
+        // a turn of the event loop, so that an abort (the Stop button) is seen between tokens
+        // even when nothing in the forward pass waits (a model in memory)
+        await new Promise<void>((r) => setImmediate(r));
       }
     }
   } finally {
