@@ -160,7 +160,14 @@ test(
         kind: string;
         budget: number;
         wasmMemoryBytes: number;
-        offload: { cacheSlots: number; bundles: number; misses: number; bytesRead: number; layers: unknown[] };
+        offload: {
+          cacheSlots: number;
+          bundles: number;
+          misses: number;
+          bytesRead: number;
+          layers: unknown[];
+          maxReadsInFlight: number;
+        };
       };
       assert.equal(s.kind, "store");
       assert.equal(s.budget, budget);
@@ -172,6 +179,7 @@ test(
       );
       assert.ok(s.offload.misses > 0 && s.offload.bytesRead >= s.offload.misses * 4096, "misses were read from OPFS");
       assert.equal(s.offload.layers.length, 6);
+      assert.ok(s.offload.maxReadsInFlight > 1, `at most ${s.offload.maxReadsInFlight} reads in flight`);
       // the page as a user sees it after a run: a screenshot of a sensible size, not blank
       await r.p.setViewportSize({ width: 1200, height: 800 });
       const png = await r.p.screenshot({ path: join(dir, "page.png") });

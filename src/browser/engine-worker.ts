@@ -79,6 +79,9 @@ export interface EngineStats {
     /** experts per layer (0: a dense FFN); `layers` then has one entry per (layer, expert) */
     experts: number;
     layers: LayerCache[];
+    /** the flash reader since load: reads issued, and the most in flight at once (across the reader workers) */
+    reads: number;
+    maxReadsInFlight: number;
   };
 }
 
@@ -159,6 +162,15 @@ async function load(a: LoadArgs): Promise<object> {
   };
 }
 
+/** The offloaded FFN's flash reader's counters (the Model keeps its LlamaModel private). */
+function readerCounts(m: Model): { reads: number; maxReadsInFlight: number } {
+  const llama = (
+    m as unknown as { llama: { offloaded?: { reader: { stats(): { reads: number; maxInFlight: number } } } } }
+  ).llama;
+  const r = llama.offloaded?.reader.stats();
+  return { reads: r?.reads ?? 0, maxReadsInFlight: r?.maxInFlight ?? 0 };
+}
+
 function stats(
   l: Loaded,
   gen: { stats?: { [k: string]: unknown }; tokens: number[] } | null,
@@ -197,6 +209,7 @@ function stats(
       cacheSlots: layout.slots,
       bundles: Math.round(perStep * (groups ? groups.steps.length : 0)),
       experts: groups?.experts ?? 0,
+      ...readerCounts(m),
       layers,
     };
   }
