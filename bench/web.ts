@@ -35,6 +35,8 @@ interface Row {
   tps: number;
   hit: number;
   mbPerToken: number;
+  /** ms per token the FFN waited for reads */
+  waitPerToken: number;
   wasm: number;
   tokens: number[];
 }
@@ -57,6 +59,7 @@ async function node(): Promise<Row> {
       tps: gen.stats!.decodeTokensPerSecond,
       hit: hits / (hits + misses),
       mbPerToken: (s.bytesRead - before.bytesRead) / 1e6 / gen.tokens.length,
+      waitPerToken: (s.ioWaitMs - before.ioWaitMs) / gen.tokens.length,
       wasm: m.wasmMemoryBytes,
       tokens: [...gen.tokens],
     };
@@ -100,6 +103,7 @@ async function browser(): Promise<Row> {
     tps: s.decodeTokensPerSecond,
     hit: s.offload.hitRate,
     mbPerToken: s.offload.bytesRead / 1e6 / s.generatedTokens,
+    waitPerToken: s.offload.ioWaitMs / s.generatedTokens,
     wasm: s.wasmMemoryBytes,
     tokens: s.tokens,
   };
@@ -120,12 +124,14 @@ console.log(
   `store ${basename(store)}: ${(weights / 2 ** 20).toFixed(1)} MiB on flash, budget ${(BUDGET / 2 ** 20).toFixed(1)} MiB ` +
     `(${(weights / BUDGET).toFixed(2)}x), ${N} tokens greedy, ${THREADS} threads\n`,
 );
-console.log("| run | where | decode tok/s | hit rate | MB read / token | peak wasm memory | tokens equal Node's |");
-console.log("|---|---|---|---|---|---|---|");
+console.log(
+  "| run | where | decode tok/s | hit rate | MB read / token | read wait ms / token | peak wasm memory | tokens equal Node's |",
+);
+console.log("|---|---|---|---|---|---|---|---|");
 const ref = rows[0].tokens.join(",");
 rows.forEach((x, i) =>
   console.log(
-    `| ${Math.floor(i / 2) + 1} | ${x.where} | ${x.tps.toFixed(1)} | ${(x.hit * 100).toFixed(1)}% | ${x.mbPerToken.toFixed(2)} | ` +
+    `| ${Math.floor(i / 2) + 1} | ${x.where} | ${x.tps.toFixed(1)} | ${(x.hit * 100).toFixed(1)}% | ${x.mbPerToken.toFixed(2)} | ${x.waitPerToken.toFixed(2)} | ` +
       `${(x.wasm / 2 ** 20).toFixed(1)} MiB | ${x.tokens.join(",") === ref ? "yes" : "NO"} |`,
   ),
 );
