@@ -15,11 +15,12 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startWebPage, type WebPage } from "../src/server/web-page.js";
 import { loadModel } from "../src/api/model.js";
-import { SHARED, tempDir } from "./helpers.js";
+import { CLI, SHARED, tempDir } from "./helpers.js";
 
 const onPath = (process.env.PATH ?? "")
   .split(":")
@@ -132,6 +133,37 @@ const q = (o: Record<string, string | number>) =>
   Object.entries(o)
     .map(([k, v]) => `${k}=${encodeURIComponent(String(v))}`)
     .join("&");
+
+test("powerinfer web: serves the page, its workers and kernels with the cross-origin-isolation headers, and the model with ranges", async () => {
+  const child = spawn(process.execPath, [CLI, "web", "-m", STORIES, "--port", "0"], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  try {
+    const url = await new Promise<string>((resolve, reject) => {
+      let out = "";
+      child.stdout.on("data", (d: Buffer) => {
+        out += d.toString();
+        const m = /open (http:\/\/\S+?)\?model=/.exec(out);
+        if (m) resolve(m[1]);
+      });
+      child.once("exit", (code) => reject(new Error(`powerinfer web exited (${code}): ${out}`)));
+    });
+    for (const path of ["", "app.js", "engine-worker.js", "pool-worker.js", "reader-worker.js", "kernels.wasm"]) {
+      const res = await fetch(url + path);
+      assert.equal(res.status, 200, path);
+      assert.equal(res.headers.get("cross-origin-opener-policy"), "same-origin", path);
+      assert.equal(res.headers.get("cross-origin-embedder-policy"), "require-corp", path);
+      await res.arrayBuffer();
+    }
+    const part = await fetch(`${url}models/stories260K.gguf`, { headers: { range: "bytes=0-3" } });
+    assert.equal(part.status, 206);
+    assert.equal(Buffer.from(await part.arrayBuffer()).toString("latin1"), "GGUF");
+    assert.equal((await fetch(`${url}models/other.gguf`)).status, 404);
+    assert.equal((await fetch(`${url}..%2Fpackage.json`)).status, 404);
+  } finally {
+    child.kill("SIGTERM");
+  }
+});
 
 test("browser: stories260K's greedy tokens in Chromium equal Node's", { skip }, async () => {
   const want = await nodeTokens(STORIES);

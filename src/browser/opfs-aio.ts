@@ -196,10 +196,16 @@ export class OpfsReaders implements AioBinding {
     if (!r || r.closed) return;
     // wait for the reads in flight: none may land in memory after this
     const { hdr } = r.v;
+    const t0 = performance.now();
     for (;;) {
       const submitted = Atomics.load(hdr, H.SUB_WRITE);
       const finished = Atomics.load(hdr, H.DONE_WRITE);
       if (finished >= submitted) break;
+      if (performance.now() - t0 > 30000) {
+        // a reader that never answers (its worker died): do not hang the page's unload on it
+        console.error(`OPFS reader: ${submitted - finished} reads still in flight after 30 s; closing anyway`);
+        break;
+      }
       Atomics.wait(hdr, H.DONE_WRITE, finished, 10);
     }
     r.closed = true;
