@@ -37,6 +37,11 @@ export function parseSize(s: string): number | undefined {
   return Math.floor(Number(m[1]) * mult);
 }
 
+/** Text for innerHTML (file names in OPFS may be anything). */
+function esc(t: string): string {
+  return t.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
 function setState(state: string): void {
   doc.body.dataset.state = state;
 }
@@ -83,7 +88,7 @@ async function refreshModels(select?: string): Promise<void> {
   const sel = $("models");
   sel.innerHTML = list
     .filter((f) => !f.name.endsWith(".part") && !f.name.endsWith(".part.json"))
-    .map((f) => `<option value="${f.name}">${f.name} (${mib(f.size)})</option>`)
+    .map((f) => `<option value="${esc(f.name)}">${esc(f.name)} (${mib(f.size)})</option>`)
     .join("");
   if (select) sel.value = select;
 }
