@@ -276,6 +276,31 @@ test("browser: a copy into OPFS resumes from what an interrupted one left", { sk
   }
 });
 
+test("browser: a generation stops when asked (the library's abort), with stopReason abort", { skip }, async () => {
+  const p = await ctx.newPage();
+  try {
+    await p.goto(page.url);
+    const r = (await p.evaluate(
+      `(async () => {
+        const { Engine } = await import("/index.js");
+        const engine = await Engine.start();
+        await engine.importUrl("/models/stories260K.gguf", "stop.gguf");
+        await engine.load({ name: "stop.gguf", contextSize: 4096 });
+        const gen = engine.generate({ prompt: "Once upon a time", maxTokens: 4000, temperature: 0.8, seed: 3 });
+        await new Promise((r) => setTimeout(r, 150));
+        await engine.abort(gen);
+        const r = await gen;
+        engine.terminate();
+        return { stopReason: r.stats.stopReason, n: r.stats.generatedTokens };
+      })()`,
+    )) as { stopReason: string; n: number };
+    assert.equal(r.stopReason, "abort");
+    assert.ok(r.n > 0 && r.n < 4000, `${r.n} tokens`);
+  } finally {
+    await p.close();
+  }
+});
+
 test("browser: bad input is an error on the page, never a hang", { skip }, async () => {
   const noIso = await run(bare.url, q({ model: "/models/stories260K.gguf", autorun: 1 }));
   assert.equal(noIso.state, "error");
