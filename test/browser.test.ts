@@ -311,6 +311,14 @@ test("browser: bad input is an error on the page, never a hang", { skip }, async
   assert.equal(missing.state, "error");
   assert.match(missing.error, /HTTP 404/);
 
+  const notUrl = await run(page.url, q({ model: "http://[oops/x.gguf", autorun: 1 }));
+  assert.equal(notUrl.state, "error");
+  assert.match(notUrl.error, /not a URL/);
+
+  const unreachable = await run(page.url, q({ model: "http://127.0.0.1:9/x.gguf", autorun: 1 }));
+  assert.equal(unreachable.state, "error");
+  assert.match(unreachable.error, /fetching http:\/\/127\.0\.0\.1:9\/x\.gguf failed/);
+
   const cut = await run(page.url, q({ model: "/models/truncated.gguf", n: 4, autorun: 1 }));
   assert.equal(cut.state, "error");
   assert.match(cut.error, /truncated\.gguf/);

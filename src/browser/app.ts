@@ -94,9 +94,13 @@ async function refreshModels(select?: string): Promise<void> {
 }
 
 function nameFromUrl(url: string): string {
-  const last =
-    new URL(url, (globalThis as unknown as { location: { href: string } }).location.href).pathname.split("/").pop() ??
-    "";
+  let parsed: URL;
+  try {
+    parsed = new URL(url, (globalThis as unknown as { location: { href: string } }).location.href);
+  } catch {
+    throw new Error(`model=${url}: not a URL`);
+  }
+  const last = parsed.pathname.split("/").pop() ?? "";
   const name = decodeURIComponent(last).replace(/[^A-Za-z0-9._-]/g, "_");
   if (!name) throw new Error(`cannot name a model after the URL ${url}`);
   return name;
