@@ -7,7 +7,6 @@
  */
 import { loadModel, type Model } from "../api/model.js";
 import { convertToStore } from "../offline/convert.js";
-import { GROUP_FIELDS } from "../model/offload/stats.js";
 import { browserPlatform } from "./platform.js";
 import { registerFile, unregisterFile } from "./shims/fs.js";
 import { opfsPath } from "./opfs-paths.js";
@@ -190,7 +189,6 @@ function stats(
       for (let i = 0; i < groups.steps.length; i++)
         layers.push({ hot: groups.hotHits[i], cold: groups.coldHits[i], misses: groups.misses[i] });
     }
-    void GROUP_FIELDS;
     const hits = s.hotHits + s.coldHits;
     const layout = m.offloadLayout!;
     const perStep = s.steps > 0 ? s.neuronsTotal / s.steps : 0;
