@@ -27,6 +27,7 @@ const BUDGET = parseSize(flag("--budget", "15M"));
 const N = Number(flag("-n", "128"));
 const ROUNDS = Number(flag("--rounds", "3"));
 const THREADS = Number(flag("--threads", "2"));
+const READERS = Number(flag("--readers", "4"));
 const PROMPT = "Once upon a time";
 const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 
@@ -82,7 +83,7 @@ const ctx = await chromium.launchPersistentContext(join(dir, "profile"), {
 
 async function browser(): Promise<Row> {
   const p = await ctx.newPage();
-  const q = `model=/models/${basename(store)}&prompt=${encodeURIComponent(PROMPT)}&n=${N}&temp=0&budget=${BUDGET}&autorun=1`;
+  const q = `model=/models/${basename(store)}&prompt=${encodeURIComponent(PROMPT)}&n=${N}&temp=0&budget=${BUDGET}&threads=${THREADS}&readers=${READERS}&autorun=1`;
   await p.goto(`${page.url}?${q}`);
   await p.waitForFunction(() => ["done", "error"].includes((globalThis as any).document.body.dataset.state), null, {
     timeout: 600000,

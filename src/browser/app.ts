@@ -1,7 +1,8 @@
 /**
  * The page `powerinfer web` serves (plain DOM). Besides the controls, a contract for scripts:
  * `/?model=URL&prompt=TEXT&n=N&temp=T&budget=SIZE&autorun=1` copies the model into OPFS (with
- * `&convert=1` a GGUF is converted to a store in the browser first), loads it, runs one
+ * `&convert=1` a GGUF is converted to a store in the browser first; `&threads=N`, `&readers=N`
+ * set the compute threads and OPFS reader workers), loads it, runs one
  * generation and, when done, writes the text into #output, the stats JSON into #stats and sets
  * document.body.dataset.state = "done" ("error", with the reason in #error, when anything fails).
  */
@@ -106,10 +107,14 @@ function nameFromUrl(url: string): string {
   return name;
 }
 
-async function load(name: string, budget: number | undefined): Promise<void> {
+async function load(
+  name: string,
+  budget: number | undefined,
+  more: { threads?: number; readers?: number } = {},
+): Promise<void> {
   const e = await getEngine();
   $("progress-text").textContent = `loading ${name}${budget ? ` under ${mib(budget)}` : ""}...`;
-  const info = await e.load({ name, budget });
+  const info = await e.load({ name, budget, ...more });
   $("progress-text").textContent =
     `loaded ${name}: ${info.kind}, ${info.kernels} kernels, ${info.threads} threads, wasm memory ${mib(info.wasmMemoryBytes as number)}`;
   $("generate").disabled = false;
@@ -214,7 +219,15 @@ async function autorun(): Promise<void> {
     name = out;
   }
   await refreshModels(name);
-  await load(name, budget);
+  // optional: compute threads and OPFS reader workers (defaults: the cores, at most 8; 4 readers)
+  const count = (k: string) => {
+    const v = params.get(k);
+    if (v === null) return undefined;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 1 || n > 64) throw new Error(`${k}=${v}: expected an integer in [1, 64]`);
+    return n;
+  };
+  await load(name, budget, { threads: count("threads"), readers: count("readers") });
   const r = await generate(prompt, n, temp);
   $("output").textContent = r.text;
   $("stats").textContent = JSON.stringify(r.stats);

@@ -19,7 +19,7 @@ export interface LoadArgs {
   budget?: number;
   threads?: number;
   contextSize?: number;
-  /** reader workers for OPFS (default 4) */
+  /** reader workers for OPFS (default 4; they start with the engine's first load or conversion, which fixes the count) */
   readers?: number;
 }
 
