@@ -20,6 +20,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startWebPage, type WebPage } from "../src/server/web-page.js";
 import { loadModel } from "../src/api/model.js";
+import { convertToStore } from "../src/offline/convert.js";
 import { CLI, SHARED, tempDir } from "./helpers.js";
 
 const onPath = (process.env.PATH ?? "")
@@ -60,11 +61,17 @@ let page: WebPage;
 let bare: WebPage;
 const dir = tempDir();
 const truncated = join(dir, "truncated.gguf");
+const corrupt = join(dir, "corrupt.pi");
 
 before(async () => {
   if (skip) return;
   writeFileSync(truncated, readFileSync(STORIES).subarray(0, 600000));
-  page = await startWebPage({ port: 0, models: [STORIES, RELU, truncated] });
+  // a store whose FFN bundles were changed after conversion (their CRC-32s no longer match)
+  await convertToStore({ input: RELU, output: corrupt, fsync: false });
+  const bytes = readFileSync(corrupt);
+  for (let off = 8_000_000; off < 30_000_000; off += 7 * 4096) bytes.fill(0xff, off, off + 64);
+  writeFileSync(corrupt, bytes);
+  page = await startWebPage({ port: 0, models: [STORIES, RELU, truncated, corrupt] });
   bare = await startWebPage({ port: 0, isolation: false });
   const { chromium } = (await import("playwright-core")) as unknown as {
     chromium: { launchPersistentContext(dir: string, o: object): Promise<Ctx> };
@@ -318,6 +325,13 @@ test("browser: bad input is an error on the page, never a hang", { skip }, async
   const unreachable = await run(page.url, q({ model: "http://127.0.0.1:9/x.gguf", autorun: 1 }));
   assert.equal(unreachable.state, "error");
   assert.match(unreachable.error, /fetching http:\/\/127\.0\.0\.1:9\/x\.gguf failed/);
+
+  // threads=1 leaves a core to the reader workers, which then check the checksums themselves
+  for (const threads of [1, 2]) {
+    const bad = await run(page.url, q({ model: "/models/corrupt.pi", n: 8, budget: "15M", threads, autorun: 1 }));
+    assert.equal(bad.state, "error");
+    assert.match(bad.error, /corrupt\.pi: checksum mismatch in the 4096-byte chunk at \d+ \(layer \d FFN/);
+  }
 
   const cut = await run(page.url, q({ model: "/models/truncated.gguf", n: 4, autorun: 1 }));
   assert.equal(cut.state, "error");
