@@ -27,6 +27,8 @@ export interface LoadModelOptions {
   onLoadProgress?: (loadedBytes: number, totalBytes: number) => void;
   /** for a neuron store (.pi): everything resident must fit in this many bytes */
   memoryBudget?: number;
+  /** what the budget counts: the process's resident size ("process", default) or the wasm memory and its buffers ("wasm", a browser) */
+  budgetCounts?: "process" | "wasm";
   /** for a neuron store: cache size, hot share, read queue depth, pipelining (see OffloadOptions) */
   offload?: Partial<OffloadOptions>;
   /** per layer: FFN activations with |act(gate)| at or below count as zero (default: the model's calibrated thresholds, if any) */
@@ -82,6 +84,10 @@ export class Model {
   /** bytes of wasm memory in use (weights, KV cache, buffers) */
   get residentBytes(): number {
     return this.llama.residentBytes;
+  }
+  /** bytes of the shared wasm memory (weights, KV cache, buffers, a store's neuron cache); it only grows, so this is its peak */
+  get wasmMemoryBytes(): number {
+    return this.llama.wasmMemoryBytes;
   }
   /** whether dispose() has been called */
   get isDisposed(): boolean {
@@ -177,6 +183,7 @@ export async function loadModel(options: LoadModelOptions): Promise<Model> {
     batchSize: options.batchSize,
     kvCache: options.kvCache,
     memoryBudget: options.memoryBudget,
+    budgetCounts: options.budgetCounts,
     offload: options.offload,
     activationThresholds: options.activationThresholds,
     onProgress: options.onLoadProgress,

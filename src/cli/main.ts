@@ -18,6 +18,10 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<{ main(arg
   },
   synth: { summary: "write a synthetic model of random weights (for benchmarks)", load: () => import("./synth.js") },
   serve: { summary: "serve a model over an OpenAI-compatible HTTP API", load: () => import("./serve.js") },
+  web: {
+    summary: "serve a page that runs a model in the browser (WebAssembly workers, OPFS)",
+    load: () => import("./web.js"),
+  },
   chat: { summary: "chat with a model in the terminal", load: () => import("./chat.js") },
   profile: {
     summary: "record how often each FFN neuron fires over a text corpus (and calibrate SiLU thresholds)",

@@ -45,6 +45,14 @@ export interface AioBinding {
 
 let loaded: { binding: AioBinding | null; reason: string } | undefined;
 
+/**
+ * Use `binding` instead of the native addon (the browser build's reader workers over OPFS,
+ * src/browser/opfs-aio.ts, have the same shape: batches in, completions out).
+ */
+export function provideAioBinding(binding: AioBinding): void {
+  loaded = { binding, reason: "" };
+}
+
 /** The binding, or null and why not. */
 export function aio(): { binding: AioBinding | null; reason: string } {
   if (loaded) return loaded;

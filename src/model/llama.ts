@@ -56,6 +56,12 @@ export interface LoadOptions {
    * neuron cache, the runtime itself) must fit in this many bytes; default: room for all of it.
    */
   memoryBudget?: number;
+  /**
+   * What the budget counts: "process" (default) the process's resident size (measured at load,
+   * plus an allowance for what it gains while running); "wasm" the wasm memory and the buffers
+   * it owns, nothing else (a browser tab, where the page's own memory is not the engine's to count).
+   */
+  budgetCounts?: "process" | "wasm";
   /** neuron cache and reader settings for a store (cacheBytes: a fixed cache size instead of what the budget leaves) */
   offload?: Partial<OffloadOptions>;
   /**
@@ -234,6 +240,10 @@ export class LlamaModel {
    * static region (tests check the two agree).
    */
   fixedArenaBytes = 0;
+  /** Bytes of the shared wasm memory as it stands (it only grows: this is also its peak). */
+  get wasmMemoryBytes(): number {
+    return this.arena.memory.buffer.byteLength;
+  }
   /** the trace being recorded (LoadOptions.tracer), null when none */
   tracer: Tracer | null = null;
   /** one embedding row read from a store */
@@ -296,14 +306,22 @@ export class LlamaModel {
       contextSize = Math.max(16, Math.floor(room / kvBytesPerPos));
     }
     const resident = residentBytes(file, cfg, residentOpts(contextSize));
-    const arena = new Arena(64 << 20);
+    // Under a budget the memory starts small and grows as laid out, so that its size (what a
+    // browser counts against the page) never passes the budget; otherwise 64 MiB saves grows.
+    const arena = new Arena(opts.memoryBudget !== undefined ? 4 << 20 : 64 << 20);
     if (opts.addressFloor) arena.alloc(opts.addressFloor, 4096);
     const pool = await ThreadPool.create(arena.memory, threads);
     try {
       const layout = store
         ? offloadLayout(
             storeFacts(store, cfg),
-            { base: process.memoryUsage.rss(), weights: resident.weights, buffers: resident.buffers, kv: resident.kv },
+            {
+              // "wasm": the memory below the arena (the kernels' static region) is the base
+              ...(opts.budgetCounts === "wasm" ? { base: arena.used, growth: 0 } : { base: process.memoryUsage.rss() }),
+              weights: resident.weights,
+              buffers: resident.buffers,
+              kv: resident.kv,
+            },
             opts.memoryBudget,
             {
               sparsity,

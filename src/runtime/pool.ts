@@ -13,6 +13,30 @@
 import { Worker } from "node:worker_threads";
 import { instantiateKernels, kernelBuild, kernelModule, type KernelExports } from "./wasm.js";
 
+/** What a pool worker is started with (pool-worker-loop.ts). */
+export interface PoolWorkerData {
+  module: WebAssembly.Module;
+  memory: WebAssembly.Memory;
+  ctrl: SharedArrayBuffer;
+  names: string[];
+  index: number;
+}
+
+/** A started pool worker, as the pool uses it: Node's Worker has this shape; the browser build adapts a Web Worker. */
+export interface PoolWorker {
+  once(event: "message" | "error" | "exit", listener: (value: unknown) => void): unknown;
+  ref(): void;
+  unref(): void;
+}
+
+let spawnWorker: (data: PoolWorkerData) => PoolWorker = (data) =>
+  new Worker(new URL("./pool-worker.js", import.meta.url), { workerData: data });
+
+/** How pool workers start (default: Node's worker_threads); the browser build replaces it with Web Workers. */
+export function setPoolWorkerSpawner(spawn: (data: PoolWorkerData) => PoolWorker): void {
+  spawnWorker = spawn;
+}
+
 /** Control block layout (Int32 slots). */
 export const CTRL = {
   GEN: 0, // job generation: bumped for each job; workers wait for it to change
@@ -118,7 +142,7 @@ export class ThreadPool {
   private readonly names: string[];
   private readonly index = new Map<string, number>();
   private readonly fns: ((...a: number[]) => number)[];
-  private readonly workers: Worker[] = [];
+  private readonly workers: PoolWorker[] = [];
   private readonly args = new Int32Array(MAX_ARGS + 2);
   private readonly chunkArgs = new Int32Array(MAX_ARGS + 2);
   private readonly range = new Int32Array(2);
@@ -152,8 +176,12 @@ export class ThreadPool {
     const module = kernelModule();
     const ready: Promise<void>[] = [];
     for (let i = 1; i < this.threads; i++) {
-      const w = new Worker(new URL("./pool-worker.js", import.meta.url), {
-        workerData: { module, memory: this.memory, ctrl: this.ctrl.buffer, names: this.names, index: i },
+      const w = spawnWorker({
+        module,
+        memory: this.memory,
+        ctrl: this.ctrl.buffer as SharedArrayBuffer,
+        names: this.names,
+        index: i,
       });
       w.unref();
       ready.push(

@@ -99,6 +99,15 @@ export function kernelBuild(): KernelBuild {
 
 const compiled = new Map<KernelBuild, WebAssembly.Module>();
 
+/**
+ * Use an already compiled module for `build` and run that build (the browser build fetches and
+ * compiles build/*.wasm itself, since it has no file system to read them from).
+ */
+export function provideKernelModule(build: KernelBuild, module: WebAssembly.Module): void {
+  compiled.set(build, module);
+  chosen = build;
+}
+
 /** The compiled module of `build` (by default the one this process runs). */
 export function kernelModule(build: KernelBuild = kernelBuild()): WebAssembly.Module {
   let m = compiled.get(build);

@@ -80,6 +80,8 @@ export interface FixedResident {
   buffers: number;
   /** the KV cache */
   kv: number;
+  /** what the process gains once running beyond these (default runtimeGrowthBytes; 0 when the budget counts wasm memory only) */
+  growth?: number;
 }
 
 /** The knobs of the layout. */
@@ -233,7 +235,7 @@ export function offloadLayout(
   const allFFN = groups * nFF * bundleBytes;
   const minCache = Math.min(allFFN, MIN_CACHE_BUNDLES * bundleBytes);
   const ffnBuffers = ffnBufferBytes(facts, knobs.threads, knobs.verifyOnce ?? true);
-  const growth = runtimeGrowthBytes(facts);
+  const growth = resident.growth ?? runtimeGrowthBytes(facts);
   const base = resident.base + resident.weights + resident.buffers + resident.kv + growth + ffnBuffers;
   const gateRows = groups * facts.gateRowBytes;
   const staging = stagingBytes(facts);

@@ -1,0 +1,35 @@
+/**
+ * The body of a pool worker, shared by Node's worker_threads entry (pool-worker.ts) and the
+ * browser's Web Worker entry (src/browser/pool-worker.ts): instantiate the kernel module over
+ * the shared memory, say ready, then loop: wait for a new job generation, take chunks of it
+ * until none are left. See pool.ts.
+ */
+import { CTRL, MAX_ARGS, chunkTag, runChunks, type PoolWorkerData } from "./pool.js";
+import { instantiateKernels } from "./wasm.js";
+
+/** How long to spin before sleeping: long enough to cover the gap between two kernels of a token. */
+const SPIN = 200000;
+
+/** Runs until the pool says exit (FN < 0). */
+export function runPoolWorker(data: PoolWorkerData, ready: () => void): void {
+  const { module, memory, ctrl, names } = data;
+  const kernels = instantiateKernels(memory, module);
+  const fns = names.map((n) => kernels[n]);
+  const c = new Int32Array(ctrl);
+  const a = new Int32Array(MAX_ARGS + 2);
+  const range = new Int32Array(2);
+  let seen = Atomics.load(c, CTRL.GEN);
+  ready();
+  for (;;) {
+    let spins = 0;
+    while (Atomics.load(c, CTRL.GEN) === seen) {
+      if (++spins > SPIN) {
+        Atomics.wait(c, CTRL.GEN, seen);
+        spins = 0;
+      }
+    }
+    seen = Atomics.load(c, CTRL.GEN);
+    if (c[CTRL.FN] < 0) break;
+    runChunks(c, chunkTag(seen), fns, a, range);
+  }
+}
