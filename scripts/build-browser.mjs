@@ -17,6 +17,7 @@ const alias = {
   "node:path": shim("path.ts"),
   "node:url": shim("url.ts"),
   "node:crypto": shim("crypto.ts"),
+  "node:v8": shim("v8.ts"),
   "node:zlib": shim("unavailable.ts"),
   "node:module": shim("unavailable.ts"),
   "node:worker_threads": shim("unavailable.ts"),

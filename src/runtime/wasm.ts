@@ -65,7 +65,8 @@ function relaxedProbe(): Uint8Array {
  * workers see it too.
  */
 function allowRelaxedSimd(): void {
-  if (Number(process.versions.node.split(".")[0]) === 20) setFlagsFromString("--experimental-wasm-relaxed-simd");
+  const node = process.versions.node; // undefined in the browser build
+  if (node !== undefined && Number(node.split(".")[0]) === 20) setFlagsFromString("--experimental-wasm-relaxed-simd");
 }
 
 let relaxedOk: boolean | undefined;
