@@ -18,7 +18,7 @@
 //
 // What measured fastest here (V8 on x86-64, 16 xmm registers; the speeds are in
 // docs/benchmarks.md, "The less common weight types' kernels"): matvec shares each shaped
-// activation vector between 2 rows (Q4_K) and matmul shares each unpacked weight vector between
+// activation vector between 2 rows (Q4_K, SIMD128 build) and matmul shares each unpacked weight vector between
 // 2 tokens (all three types).
 // Wider tiles spill. Inner loops stay loops: fully unrolled blocks made V8 hoist every load and
 // spill most vectors to the stack.
@@ -185,10 +185,6 @@ const K_NIB = memory.data<u8>([15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 1
 
 /** Two rows against one activation row: each shaped activation vector serves both rows. */
 @inline function dotQ4KRows2(w0: usize, w1: usize, x: usize, nb: usize, y0: usize, y1: usize): void {
-  if (ASC_FEATURE_RELAXED_SIMD) {
-    dotQ4KRows2Relaxed(w0, w1, x, nb, y0, y1);
-    return;
-  }
   let acc0 = f32x4.splat(0),
     acc1 = f32x4.splat(0);
   for (let b: usize = 0; b < nb; b++) {
@@ -264,39 +260,6 @@ const K_NIB = memory.data<u8>([15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 1
   store<f32>(y1, hsum(acc1));
 }
 
-/** dotQ4KRows2 over relaxed dots (intQ4KRelaxed), each activation vector loaded once for both rows. */
-@inline function dotQ4KRows2Relaxed(w0: usize, w1: usize, x: usize, nb: usize, y0: usize, y1: usize): void {
-  const m = v128.load(K_NIB);
-  let acc0 = f32x4.splat(0),
-    acc1 = f32x4.splat(0);
-  for (let b: usize = 0; b < nb; b++) {
-    const wb0 = w0 + b * Q4K,
-      wb1 = w1 + b * Q4K,
-      xb = x + b * Q8K;
-    const sm0 = scalesMins(wb0 + 4),
-      sm1 = scalesMins(wb1 + 4);
-    let is0 = i32x4.splat(0),
-      is1 = i32x4.splat(0);
-    let sc0 = sm0,
-      sc1 = sm1;
-    for (let c: usize = 0; c < 4; c++) {
-      const xp = xb + 4 + (c << 6);
-      const xl0 = v128.load(xp),
-        xl1 = v128.load(xp, 16),
-        xh0 = v128.load(xp, 32),
-        xh1 = v128.load(xp, 48);
-      is0 = i32x4.add(is0, chunkQ4KRelaxed(wb0 + 16 + (c << 5), xl0, xl1, xh0, xh1, m, sc0));
-      is1 = i32x4.add(is1, chunkQ4KRelaxed(wb1 + 16 + (c << 5), xl0, xl1, xh0, xh1, m, sc1));
-      sc0 = i8x16.shuffle(sc0, sc0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
-      sc1 = i8x16.shuffle(sc1, sc1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
-    }
-    acc0 = finishK(acc0, wb0, xb, is0, minsDot(sm0, xb), 1.0);
-    acc1 = finishK(acc1, wb1, xb, is1, minsDot(sm1, xb), 1.0);
-  }
-  store<f32>(y0, hsum(acc0));
-  store<f32>(y1, hsum(acc1));
-}
-
 /** One row against two activation rows: each masked weight vector serves both tokens. */
 @inline function dotQ4KTokens2(w: usize, x0: usize, x1: usize, nb: usize, y0: usize, y1: usize): void {
   let acc0 = f32x4.splat(0),
@@ -367,12 +330,16 @@ export function matvec_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   const nb = <usize>(cols >> 8);
   const rb = nb * Q4K;
   let r = r0;
-  for (; r + 2 <= r1; r += 2) {
-    const wr = w + <usize>r * rb,
-      yr = y + ((<usize>r) << 2);
-    dotQ4KRows2(wr, wr + rb, x, nb, yr, yr + 4);
-  }
-  if (r < r1) store<f32>(y + ((<usize>r) << 2), dotQ4K(w + <usize>r * rb, x, nb));
+  // Relaxed: one row at a time. Its row pair streamed from DRAM at about half the rate of single
+  // rows (bench/kernels cold, 2048 x 2048: 8.4 against 14.6-15 GMAC/s; in cache the pair is ~20%
+  // faster); the SIMD128 pair holds its own there.
+  if (!ASC_FEATURE_RELAXED_SIMD)
+    for (; r + 2 <= r1; r += 2) {
+      const wr = w + <usize>r * rb,
+        yr = y + ((<usize>r) << 2);
+      dotQ4KRows2(wr, wr + rb, x, nb, yr, yr + 4);
+    }
+  for (; r < r1; r++) store<f32>(y + ((<usize>r) << 2), dotQ4K(w + <usize>r * rb, x, nb));
 }
 
 /** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1): each weight row is read once for all tokens. */
