@@ -20,9 +20,9 @@
 // is bit for bit what matvec_q4_0/_1 gives for it alone.
 
 // In the relaxed-SIMD build the activations come as "q8_i8n" and matmul_q4_relaxed.ts's tiles
-// (the same row pair x 3 tokens, over relaxed dots) run instead.
+// (the same row pair x 3 tokens, over relaxed dots) run in the same loops.
 
-import { matmulQ4Relaxed } from "./matmul_q4_relaxed";
+import { r4_0_t1, r4_0_t2, r4_0_t3, r4_1_t1, r4_1_t2, r4_1_t3 } from "./matmul_q4_relaxed";
 import { CHUNK, f16x4, hsum, put, Q4_0_GB, Q4_1_GB, Q4_MASKS, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 
@@ -286,21 +286,18 @@ function q4_1_t3(
   r1: i32,
   one: bool,
 ): void {
-  if (ASC_FEATURE_RELAXED_SIMD) {
-    matmulQ4Relaxed(w, x, y, rows, cols, ntok, r0, r1, one);
-    return;
-  }
   const GB = one ? Q4_1_GB : Q4_0_GB;
+  const AGB = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
   const ng = (cols + 127) >> 7;
   const npairs = <usize>((rows + 1) >> 1);
-  const as = <usize>ng * Q8_I16N_GB;
+  const as = <usize>ng * AGB;
   const ys = (<usize>rows) << 2;
   const p0 = r0 >> 1,
     p1 = (r1 + 1) >> 1;
   for (let g0 = 0; g0 < ng; g0 += CHUNK) {
     const gc = min(CHUNK, ng - g0);
     const wc = w + <usize>g0 * npairs * GB;
-    const xc = x + <usize>g0 * Q8_I16N_GB;
+    const xc = x + <usize>g0 * AGB;
     const first = g0 == 0;
     for (let pb = p0; pb < p1; pb += PAIR_BLOCK) {
       const pe = min(pb + PAIR_BLOCK, p1);
@@ -313,7 +310,17 @@ function q4_1_t3(
             yr = y + <usize>k * ys + ((<usize>r) << 2);
           const in0 = r >= r0 && r < r1,
             in1 = r + 1 >= r0 && r + 1 < r1;
-          if (one) {
+          if (ASC_FEATURE_RELAXED_SIMD) {
+            if (one) {
+              if (nt == 3) r4_1_t3(wp, xp, as, yr, ys, gc, first, in0, in1);
+              else if (nt == 2) r4_1_t2(wp, xp, as, yr, ys, gc, first, in0, in1);
+              else r4_1_t1(wp, xp, as, yr, ys, gc, first, in0, in1);
+            } else {
+              if (nt == 3) r4_0_t3(wp, xp, as, yr, ys, gc, first, in0, in1);
+              else if (nt == 2) r4_0_t2(wp, xp, as, yr, ys, gc, first, in0, in1);
+              else r4_0_t1(wp, xp, as, yr, ys, gc, first, in0, in1);
+            }
+          } else if (one) {
             if (nt == 3) q4_1_t3(wp, xp, as, yr, ys, gc, first, in0, in1);
             else if (nt == 2) q4_1_t2(wp, xp, as, yr, ys, gc, first, in0, in1);
             else q4_1_t1(wp, xp, as, yr, ys, gc, first, in0, in1);

@@ -1,6 +1,6 @@
 // The relaxed-SIMD build's prefill GEMM for packed Q4_0 / Q4_1 weights (layout: matvec_q4.ts)
 // times ntok activation rows prepared as "q8_i8n" (compiled only with relaxed SIMD on: matmul_q4.ts
-// hands over to it). y[t*rows + r] = W[r,:] . x_t.
+// runs these tiles in its loops). y[t*rows + r] = W[r,:] . x_t.
 //
 // The decode kernel (matvec_q4_relaxed.ts) unpacks each 16-byte weight vector into two 7-bit
 // byte vectors (an and, a shift and an and) and meets them with one pmaddubsw-like relaxed dot
@@ -15,13 +15,8 @@
 // is bit for bit what matvec_q4_0/_1 gives for it alone in either build.
 
 import { f16x4Relaxed, Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
-import { CHUNK, hsum, put, Q4_0_GB, Q4_1_GB, Q8_I8N_GB } from "./packed_layout";
+import { hsum, put, Q4_0_GB, Q4_1_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
-
-// Row pairs whose chunk of weights stays in L2 while all the tokens pass (as in matmul_q4.ts).
-const PAIR_BLOCK = 8;
-// Tokens per pass over a row pair.
-const NT = 3;
 
 // h + the relaxed dots of one token's activation vectors (xl, xh) with a row's unpacked vectors
 @inline function rdot(h: v128, xl: v128, xh: v128, lo: v128, hi: v128): v128 {
@@ -158,54 +153,4 @@ function r4_1_t3(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, 
   pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 3, true, i0, i1);
 }
 
-/** matmulQ4 (matmul_q4.ts) over q8_i8n activations. */
-@inline function matmulQ4Relaxed(
-  w: usize,
-  x: usize,
-  y: usize,
-  rows: i32,
-  cols: i32,
-  ntok: i32,
-  r0: i32,
-  r1: i32,
-  one: bool,
-): void {
-  const GB = one ? Q4_1_GB : Q4_0_GB;
-  const ng = (cols + 127) >> 7;
-  const npairs = <usize>((rows + 1) >> 1);
-  const as = <usize>ng * Q8_I8N_GB;
-  const ys = (<usize>rows) << 2;
-  const p0 = r0 >> 1,
-    p1 = (r1 + 1) >> 1;
-  for (let g0 = 0; g0 < ng; g0 += CHUNK) {
-    const gc = min(CHUNK, ng - g0);
-    const wc = w + <usize>g0 * npairs * GB;
-    const xc = x + <usize>g0 * Q8_I8N_GB;
-    const first = g0 == 0;
-    for (let pb = p0; pb < p1; pb += PAIR_BLOCK) {
-      const pe = min(pb + PAIR_BLOCK, p1);
-      for (let k = 0; k < ntok; k += NT) {
-        const xp = xc + <usize>k * as,
-          nt = min(NT, ntok - k);
-        for (let p = pb; p < pe; p++) {
-          const r = p << 1;
-          const wp = wc + <usize>p * <usize>gc * GB,
-            yr = y + <usize>k * ys + ((<usize>r) << 2);
-          const in0 = r >= r0 && r < r1,
-            in1 = r + 1 >= r0 && r + 1 < r1;
-          if (one) {
-            if (nt == 3) r4_1_t3(wp, xp, as, yr, ys, gc, first, in0, in1);
-            else if (nt == 2) r4_1_t2(wp, xp, as, yr, ys, gc, first, in0, in1);
-            else r4_1_t1(wp, xp, as, yr, ys, gc, first, in0, in1);
-          } else {
-            if (nt == 3) r4_0_t3(wp, xp, as, yr, ys, gc, first, in0, in1);
-            else if (nt == 2) r4_0_t2(wp, xp, as, yr, ys, gc, first, in0, in1);
-            else r4_0_t1(wp, xp, as, yr, ys, gc, first, in0, in1);
-          }
-        }
-      }
-    }
-  }
-}
-
-export { matmulQ4Relaxed };
+export { r4_0_t1, r4_0_t2, r4_0_t3, r4_1_t1, r4_1_t2, r4_1_t3 };
