@@ -17,6 +17,7 @@ import {
   kernelModule,
   relaxedSimdSupported,
   type KernelBuild,
+  type KernelExports,
 } from "../src/runtime/wasm.js";
 import { prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
 import { gaussians, ROOT } from "./helpers.js";
@@ -61,16 +62,24 @@ test("POWERINFER_KERNELS: an unknown value, or relaxed where the runtime lacks i
   }
 });
 
-test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32, Q4_K and Q6_K matvec and matmul on odd shapes", (t) => {
+/** Both builds instantiated over one arena of `bytes`, or undefined (the test skipped) where the relaxed one cannot load. */
+function bothBuilds(t: TestContext, bytes: number) {
   if (!relaxedSimdSupported()) {
     t.skip(`Node ${process.version} cannot load the relaxed build; the Node 22 run below covers this`);
-    return;
+    return undefined;
   }
-  const arena = new Arena(32 << 20);
-  const k = {
+  const arena = new Arena(bytes);
+  const k: Record<KernelBuild, KernelExports> = {
     simd128: instantiateKernels(arena.memory, kernelModule("simd128")),
     relaxed: instantiateKernels(arena.memory, kernelModule("relaxed")),
   };
+  return { arena, k };
+}
+
+test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32, Q4_K and Q6_K matvec and matmul on odd shapes", (t) => {
+  const both = bothBuilds(t, 32 << 20);
+  if (!both) return;
+  const { arena, k } = both;
   const W = arena.alloc(8 << 20, 64),
     X = arena.alloc(1 << 20, 64),
     A = arena.alloc(2 << 20, 64),
@@ -128,15 +137,9 @@ test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32, Q4_K and Q6_K matve
 });
 
 test("both builds give the same bits: the sparse Q4_0 / Q4_1 gate dots over prepared q8_sp activations", (t) => {
-  if (!relaxedSimdSupported()) {
-    t.skip(`Node ${process.version} cannot load the relaxed build`);
-    return;
-  }
-  const arena = new Arena(8 << 20);
-  const k = {
-    simd128: instantiateKernels(arena.memory, kernelModule("simd128")),
-    relaxed: instantiateKernels(arena.memory, kernelModule("relaxed")),
-  };
+  const both = bothBuilds(t, 8 << 20);
+  if (!both) return;
+  const { arena, k } = both;
   const W = arena.alloc(2 << 20, 64),
     X = arena.alloc(64 << 10, 64),
     A = arena.alloc(64 << 10, 64),
