@@ -34,7 +34,8 @@
 //   mode 1 (Q4_0 / Q4_1 weights): vector 0 lane l = 256 x[2l], 1: 16 x[2l+16], 2: x[2l+1],
 //     3: 256 x[2l+17]; dx = d / 256; correction lanes = 512 * sum q (8 * 256 * sum q over the
 //     4 lanes: Q4_0's -8 offset, taken off in integer); sx = f16(d * sum q) as ggml's Q8_1
-//     stores it (the Q4_1 min term).
+//     stores it (the Q4_1 min term). The relaxed-SIMD build stores the 32 quants as i8 in
+//     natural order in the first 32 bytes instead (zeros after), for q4dotRelaxed.
 // Why not ggml's q8_0 / q8_1 blocks: a GGUF Q4 block read as 8 u16 lanes holds in lane l the
 // nibbles of elements 2l, 2l+16, 2l+1, 2l+17; three masks and a shift give four i16x8 vectors
 // scaled by 1, 16, 256, 1, and activations arranged and scaled to match make every product
@@ -57,6 +58,7 @@
 // loaded and stored once per four columns.
 
 import { f16ToF32Finite, f32ToF16 } from "./half";
+import { Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
 
 // ---------------------------------------------------------------------------------------------
 // Shared pieces
@@ -159,25 +161,24 @@ export function prepare_q8_sp(x: usize, dst: usize, cols: i32, ntok: i32, mode: 
         v128.store(o, i32x4.splat(0), 64);
         store<f32>(lane, dh, 320);
         store<f32>(lane, 0, 336);
-      } else if (ASC_FEATURE_RELAXED_SIMD) {
-        // the relaxed build's Q4 dot (q4dotRelaxed): the quants as i8 in natural order
-        v128.store(o, i8x16.narrow_i16x8_s(n0, n1));
-        v128.store(o, i8x16.narrow_i16x8_s(n2, n3), 16);
-        v128.store(o, i32x4.splat(0), 32);
-        v128.store(o, i32x4.splat(0), 48);
-        v128.store(o, i32x4.splat(sum << 9), 64);
-        store<f32>(lane, dh * <f32>(1.0 / 256.0), 320);
-        store<f32>(lane, f16ToF32Finite(f32ToF16(d * <f32>sum)), 336);
       } else {
-        // even / odd elements of x[0..15] and x[16..31]
-        const e0 = v128.shuffle<i16>(n0, n1, 0, 2, 4, 6, 8, 10, 12, 14);
-        const o0 = v128.shuffle<i16>(n0, n1, 1, 3, 5, 7, 9, 11, 13, 15);
-        const e1 = v128.shuffle<i16>(n2, n3, 0, 2, 4, 6, 8, 10, 12, 14);
-        const o1 = v128.shuffle<i16>(n2, n3, 1, 3, 5, 7, 9, 11, 13, 15);
-        v128.store(o, i16x8.shl(e0, 8));
-        v128.store(o, i16x8.shl(e1, 4), 16);
-        v128.store(o, o0, 32);
-        v128.store(o, i16x8.shl(o1, 8), 48);
+        if (ASC_FEATURE_RELAXED_SIMD) {
+          // the relaxed build's Q4 dot (q4dotRelaxed): the quants as i8 in natural order
+          v128.store(o, i8x16.narrow_i16x8_s(n0, n1));
+          v128.store(o, i8x16.narrow_i16x8_s(n2, n3), 16);
+          v128.store(o, i32x4.splat(0), 32);
+          v128.store(o, i32x4.splat(0), 48);
+        } else {
+          // even / odd elements of x[0..15] and x[16..31]
+          const e0 = v128.shuffle<i16>(n0, n1, 0, 2, 4, 6, 8, 10, 12, 14);
+          const o0 = v128.shuffle<i16>(n0, n1, 1, 3, 5, 7, 9, 11, 13, 15);
+          const e1 = v128.shuffle<i16>(n2, n3, 0, 2, 4, 6, 8, 10, 12, 14);
+          const o1 = v128.shuffle<i16>(n2, n3, 1, 3, 5, 7, 9, 11, 13, 15);
+          v128.store(o, i16x8.shl(e0, 8));
+          v128.store(o, i16x8.shl(e1, 4), 16);
+          v128.store(o, o0, 32);
+          v128.store(o, i16x8.shl(o1, 8), 48);
+        }
         v128.store(o, i32x4.splat(sum << 9), 64); // 4 lanes: 8 * 256 * sum q, the Q4_0 offset
         store<f32>(lane, dh * <f32>(1.0 / 256.0), 320);
         store<f32>(lane, f16ToF32Finite(f32ToF16(d * <f32>sum)), 336);
@@ -197,12 +198,6 @@ const T_F32 = 0;
 const T_Q4_0 = 2;
 const T_Q4_1 = 3;
 const T_Q8_0 = 8;
-
-// The relaxed-SIMD build's constants: 0x0f bytes, i16 ones.
-const RELAXED_CONSTS = memory.data<u32>(
-  [0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x00010001, 0x00010001, 0x00010001, 0x00010001],
-  16,
-);
 
 // q4dot in the relaxed-SIMD build, whose mode-1 activation block holds its 32 quants as i8 in
 // natural order (prepare_q8_sp). Byte i of the block's quants holds element i (low nibble) and
@@ -275,10 +270,10 @@ const RELAXED_CONSTS = memory.data<u32>(
   const q8 = t == T_Q8_0;
   const one = t == T_Q4_1;
   const BS: usize = q8 ? Q8_0_BS : one ? Q4_1_BS : Q4_0_BS;
-  // the relaxed build's Q4 blocks take the byte mask and the ones in m0, m1
+  // the relaxed build's Q4 blocks take the byte mask and the i16 ones in m0, m1
   const relaxedQ4 = ASC_FEATURE_RELAXED_SIMD && !q8;
-  const m0 = relaxedQ4 ? v128.load(RELAXED_CONSTS) : v128.load(MASKS),
-    m1 = relaxedQ4 ? v128.load(RELAXED_CONSTS, 16) : v128.load(MASKS, 16),
+  const m0 = relaxedQ4 ? v128.load(Q4_RELAXED_CONSTS) : v128.load(MASKS),
+    m1 = relaxedQ4 ? v128.load(Q4_RELAXED_CONSTS, 16) : v128.load(MASKS, 16),
     m2 = v128.load(MASKS, 32);
   let acc = f32x4.splat(0);
   // groups of 4 blocks (the last one maybe partial); one block per inner iteration
