@@ -528,6 +528,22 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   return v128.or(v128.and(i16x8.shr_u(q, 4), i8x16.splat(0x0f)), v128.and(i16x8.shl(h, 3), i8x16.splat(0x10)));
 }
 
+/**
+ * s * (dot(a, x0) + dot(b, x1)): one 32-value sub-block, a and b its two 16-byte halves of 5-bit
+ * weights, s from scaleK. The relaxed build meets them with x in relaxed dots (a lane is at most
+ * 4 * 128 * 31) and folds the i16 pairs times s with one dot_i16x8_s: lane l holds bytes 4l..4l+3
+ * of both halves either way, so both builds give the same bits.
+ */
+@inline function subBlockK5(a: v128, b: v128, x0: v128, x1: v128, s: v128): v128 {
+  if (ASC_FEATURE_RELAXED_SIMD)
+    return i32x4.dot_i16x8_s(
+      i16x8.add(i16x8.relaxed_dot_i8x16_i7x16_s(x0, a), i16x8.relaxed_dot_i8x16_i7x16_s(x1, b)),
+      s,
+    );
+  // each dot is a multiple of 256 below 2^23: divide it out before scaling
+  return i32x4.mul(i32x4.shr_s(i32x4.add(dotBytes256(a, x0), dotBytes256(b, x1)), 8), s);
+}
+
 @inline function dotQ5K(w: usize, x: usize, nb: usize): f32 {
   let acc = f32x4.splat(0);
   for (let b: usize = 0; b < nb; b++) {
@@ -543,20 +559,17 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
         xp = xb + 4 + (c << 6);
       const q0 = v128.load(qp),
         q1 = v128.load(qp, 16);
-      // each sub-block dot is a multiple of 256 below 2^23: divide it out before scaling
-      const lo = i32x4.shr_s(
-        i32x4.add(dotBytes256(q5Lo(q0, h0), v128.load(xp)), dotBytes256(q5Lo(q1, h1), v128.load(xp, 16))),
-        8,
-      );
-      const hi = i32x4.shr_s(
-        i32x4.add(dotBytes256(q5Hi(q0, h0), v128.load(xp, 32)), dotBytes256(q5Hi(q1, h1), v128.load(xp, 48))),
-        8,
-      );
       isum = i32x4.add(
         isum,
         i32x4.add(
-          i32x4.mul(lo, i32x4.splat(i8x16.extract_lane_u(sc, 0))),
-          i32x4.mul(hi, i32x4.splat(i8x16.extract_lane_u(sc, 1))),
+          subBlockK5(q5Lo(q0, h0), q5Lo(q1, h1), v128.load(xp), v128.load(xp, 16), scaleK(i8x16.extract_lane_u(sc, 0))),
+          subBlockK5(
+            q5Hi(q0, h0),
+            q5Hi(q1, h1),
+            v128.load(xp, 32),
+            v128.load(xp, 48),
+            scaleK(i8x16.extract_lane_u(sc, 1)),
+          ),
         ),
       );
       sc = i8x16.shuffle(sc, sc, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
@@ -591,28 +604,22 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
         l1 = q5Lo(q1, h1),
         u0 = q5Hi(q0, h0),
         u1 = q5Hi(q1, h1);
-      const sl = i32x4.splat(i8x16.extract_lane_u(sc, 0)),
-        sh = i32x4.splat(i8x16.extract_lane_u(sc, 1));
+      const sl = scaleK(i8x16.extract_lane_u(sc, 0)),
+        sh = scaleK(i8x16.extract_lane_u(sc, 1));
       let xp = xb0 + xo;
       is0 = i32x4.add(
         is0,
         i32x4.add(
-          i32x4.mul(i32x4.shr_s(i32x4.add(dotBytes256(l0, v128.load(xp)), dotBytes256(l1, v128.load(xp, 16))), 8), sl),
-          i32x4.mul(
-            i32x4.shr_s(i32x4.add(dotBytes256(u0, v128.load(xp, 32)), dotBytes256(u1, v128.load(xp, 48))), 8),
-            sh,
-          ),
+          subBlockK5(l0, l1, v128.load(xp), v128.load(xp, 16), sl),
+          subBlockK5(u0, u1, v128.load(xp, 32), v128.load(xp, 48), sh),
         ),
       );
       xp = xb1 + xo;
       is1 = i32x4.add(
         is1,
         i32x4.add(
-          i32x4.mul(i32x4.shr_s(i32x4.add(dotBytes256(l0, v128.load(xp)), dotBytes256(l1, v128.load(xp, 16))), 8), sl),
-          i32x4.mul(
-            i32x4.shr_s(i32x4.add(dotBytes256(u0, v128.load(xp, 32)), dotBytes256(u1, v128.load(xp, 48))), 8),
-            sh,
-          ),
+          subBlockK5(l0, l1, v128.load(xp), v128.load(xp, 16), sl),
+          subBlockK5(u0, u1, v128.load(xp, 32), v128.load(xp, 48), sh),
         ),
       );
       sc = i8x16.shuffle(sc, sc, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);

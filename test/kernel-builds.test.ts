@@ -76,7 +76,7 @@ function bothBuilds(t: TestContext, bytes: number) {
   return { arena, k };
 }
 
-test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32, Q4_K and Q6_K matvec and matmul on odd shapes", (t) => {
+test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32, Q4_K, Q5_K and Q6_K matvec and matmul on odd shapes", (t) => {
   const both = bothBuilds(t, 32 << 20);
   if (!both) return;
   const { arena, k } = both;
@@ -84,8 +84,16 @@ test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32, Q4_K and Q6_K matve
     X = arena.alloc(1 << 20, 64),
     A = arena.alloc(2 << 20, 64),
     Y = arena.alloc(1 << 20, 64);
-  for (const type of [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.F32, GGMLType.Q4_K, GGMLType.Q6_K]) {
-    const kQuant = type === GGMLType.Q4_K || type === GGMLType.Q6_K; // 256-value blocks
+  for (const type of [
+    GGMLType.Q4_0,
+    GGMLType.Q4_1,
+    GGMLType.Q8_0,
+    GGMLType.F32,
+    GGMLType.Q4_K,
+    GGMLType.Q5_K,
+    GGMLType.Q6_K,
+  ]) {
+    const kQuant = type === GGMLType.Q4_K || type === GGMLType.Q5_K || type === GGMLType.Q6_K; // 256-value blocks
     for (const [rows, cols, ntok] of kQuant
       ? [
           [1, 256, 1],
@@ -106,8 +114,8 @@ test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32, Q4_K and Q6_K matve
       else if (kQuant) {
         // no K-quant quantizer: random quants and scale bytes, small f16 d (and dmin)
         for (let i = 0; i < src.length; i++) src[i] = Math.floor(Math.abs(f[i % f.length]) * 2551) & 255;
-        if (type === GGMLType.Q4_K)
-          for (let o = 0; o < src.length; o += 144) src.set([0x00, 0x20, 0x00, 0x1c], o); // d 2^-7, dmin 2^-8
+        if (type !== GGMLType.Q6_K)
+          for (let o = 0; o < src.length; o += type === GGMLType.Q4_K ? 144 : 176) src.set([0x00, 0x20, 0x00, 0x1c], o); // d 2^-7, dmin 2^-8
         else for (let o = 0; o < src.length; o += 210) src.set([0x00, 0x20], o + 208);
       } else
         for (let r = 0; r < rows; r++) quantizeRow(type, f.subarray(r * cols, (r + 1) * cols), src.subarray(r * rb));
