@@ -14,8 +14,8 @@
 // q4_group.ts, lanes summed at the end of a chunk, chunks added into y), so every token's result
 // is bit for bit what matvec_q4_0/_1 gives for it alone in either build.
 
-import { f16x4Relaxed, Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
-import { hsum, put, Q4_0_GB, Q4_1_GB, Q8_I8N_GB } from "./packed_layout";
+import { Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
+import { f16x4At, hsum, put, Q4_0_GB, Q4_1_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 
 // h + the relaxed dots of one token's activation vectors (xl, xh) with a row's unpacked vectors
@@ -100,8 +100,8 @@ import { q4_0Group, q4_1Group } from "./q4_group";
       mw0 = v128.load(wp, 160);
       mw1 = v128.load(wp, 176);
     } else {
-      dw0 = f16x4Relaxed(wp + 128);
-      dw1 = f16x4Relaxed(wp + 136);
+      dw0 = f16x4At(wp + 128);
+      dw1 = f16x4At(wp + 136);
       mw0 = dw0;
       mw1 = dw1;
     }

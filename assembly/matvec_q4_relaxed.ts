@@ -36,11 +36,6 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   return f32x4.mul(v128.and(i32x4.shl(i32x4.extend_low_i16x8_s(v128.load64_zero(p)), 13), mask), bias);
 }
 
-/** f16x4 with its constants loaded here (for kernels that convert scales outside their loop). */
-@inline function f16x4Relaxed(p: usize): v128 {
-  return f16x4(p, v128.load(Q4_RELAXED_CONSTS, 32), v128.load(Q4_RELAXED_CONSTS, 48));
-}
-
 // The i16 lanes of one packed row vector w against its two activation vectors.
 @inline function dotw(w: v128, xl: v128, xh: v128, m: v128): v128 {
   return i16x8.add(
@@ -110,4 +105,4 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   if (r + 1 >= r0 && r + 1 < r1) store<f32>(y0, first ? hsum(a1) : load<f32>(y0, 4) + hsum(a1), 4);
 }
 
-export { pairQ4Relaxed, f16x4Relaxed, Q4_RELAXED_CONSTS };
+export { pairQ4Relaxed, Q4_RELAXED_CONSTS };

@@ -59,6 +59,7 @@
 
 import { f16ToF32Finite, f32ToF16 } from "./half";
 import { Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
+import { Q4_MASKS } from "./packed_layout";
 
 // ---------------------------------------------------------------------------------------------
 // Shared pieces
@@ -72,14 +73,7 @@ const Q4_0_BS: usize = 18;
 const Q4_1_BS: usize = 20;
 
 // v128 constants live in memory: V8 rematerializes a v128.const at every use inside a loop, a
-// loaded value stays in a register.
-const MASKS = memory.data<u16>(
-  [
-    0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x000f, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0, 0x00f0,
-    0x00f0, 0x00f0, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00, 0x0f00,
-  ],
-  16,
-);
+// loaded value stays in a register. The nibble masks are the packed Q4 kernels' (Q4_MASKS).
 // f16 -> f32 bit moves: keep sign and the 15 shifted bits; re-bias by 2^112
 const CONSTS = memory.data<u32>(
   [0x8fffffff, 0x8fffffff, 0x8fffffff, 0x8fffffff, 0x77800000, 0x77800000, 0x77800000, 0x77800000],
@@ -272,9 +266,9 @@ const T_Q8_0 = 8;
   const BS: usize = q8 ? Q8_0_BS : one ? Q4_1_BS : Q4_0_BS;
   // the relaxed build's Q4 blocks take the byte mask and the i16 ones in m0, m1
   const relaxedQ4 = ASC_FEATURE_RELAXED_SIMD && !q8;
-  const m0 = relaxedQ4 ? v128.load(Q4_RELAXED_CONSTS) : v128.load(MASKS),
-    m1 = relaxedQ4 ? v128.load(Q4_RELAXED_CONSTS, 16) : v128.load(MASKS, 16),
-    m2 = v128.load(MASKS, 32);
+  const m0 = relaxedQ4 ? v128.load(Q4_RELAXED_CONSTS) : v128.load(Q4_MASKS),
+    m1 = relaxedQ4 ? v128.load(Q4_RELAXED_CONSTS, 16) : v128.load(Q4_MASKS, 16),
+    m2 = v128.load(Q4_MASKS, 32);
   let acc = f32x4.splat(0);
   // groups of 4 blocks (the last one maybe partial); one block per inner iteration
   for (let i = 0; i < nb; i += 4) {

@@ -266,7 +266,7 @@ if (sparseTypes.length) {
     const rb = sparseRowBytes(type, SPARSE_EMBD);
     const stride = Math.ceil((3 * rb) / 64) * 64;
     const setBytes = SPARSE_COUNT * stride;
-    const sets = Math.max(1, Math.floor(Math.min(COLD_BYTES, REGION) / setBytes));
+    const sets = Math.max(1, Math.floor(COLD_BYTES / setBytes));
     const src = randomMatrix(type, 3 * SPARSE_COUNT, SPARSE_EMBD, 7 + type);
     const mem = arena.u8(wPtr, sets * setBytes);
     for (let n = 0; n < SPARSE_COUNT; n++) mem.set(src.subarray(3 * n * rb, 3 * (n + 1) * rb), n * stride);
