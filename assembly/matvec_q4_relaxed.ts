@@ -31,6 +31,11 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   16,
 );
 
+// Scratch that each step's partial sums are stored to: a store sits on V8's effect chain, so the
+// step's arithmetic must be done before the next step's loads, instead of every load of a group
+// being issued first and half the values spilled to the stack.
+const SCRATCH = memory.data(32, 16);
+
 // 4 f16 scales at p -> f32x4, as halfLanes (half.ts) with its constants (mask, 2^112) passed in
 @inline function f16x4(p: usize, mask: v128, bias: v128): v128 {
   return f32x4.mul(v128.and(i32x4.shl(i32x4.extend_low_i16x8_s(v128.load64_zero(p)), 13), mask), bias);
@@ -64,21 +69,25 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0);
   for (let g = 0; g < gc; g++) {
-    let h0 = i16x8.splat(0),
-      h1 = i16x8.splat(0);
     // unrolled by hand: a rolled loop costs V8 a branch and a stack check per step
     let xl = v128.load(xp),
       xh = v128.load(xp, 16);
-    h0 = i16x8.add(h0, dotw(v128.load(wp), xl, xh, m));
-    h1 = i16x8.add(h1, dotw(v128.load(wp, 64), xl, xh, m));
+    let h0 = dotw(v128.load(wp), xl, xh, m),
+      h1 = dotw(v128.load(wp, 64), xl, xh, m);
+    v128.store(SCRATCH, h0);
+    v128.store(SCRATCH, h1, 16);
     xl = v128.load(xp, 32);
     xh = v128.load(xp, 48);
     h0 = i16x8.add(h0, dotw(v128.load(wp, 16), xl, xh, m));
     h1 = i16x8.add(h1, dotw(v128.load(wp, 80), xl, xh, m));
+    v128.store(SCRATCH, h0);
+    v128.store(SCRATCH, h1, 16);
     xl = v128.load(xp, 64);
     xh = v128.load(xp, 80);
     h0 = i16x8.add(h0, dotw(v128.load(wp, 32), xl, xh, m));
     h1 = i16x8.add(h1, dotw(v128.load(wp, 96), xl, xh, m));
+    v128.store(SCRATCH, h0);
+    v128.store(SCRATCH, h1, 16);
     xl = v128.load(xp, 96);
     xh = v128.load(xp, 112);
     h0 = i16x8.add(h0, dotw(v128.load(wp, 48), xl, xh, m));
