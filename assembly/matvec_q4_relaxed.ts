@@ -114,4 +114,4 @@ const SCRATCH = memory.data(32, 16);
   if (r + 1 >= r0 && r + 1 < r1) store<f32>(y0, first ? hsum(a1) : load<f32>(y0, 4) + hsum(a1), 4);
 }
 
-export { pairQ4Relaxed, Q4_RELAXED_CONSTS };
+export { pairQ4Relaxed, Q4_RELAXED_CONSTS, SCRATCH };
