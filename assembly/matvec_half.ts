@@ -8,13 +8,20 @@
 //
 // matmul works on tiles of 4 tokens so each converted weight vector serves 4 activations.
 
-import { f16ToF32, halfLanes } from "./half";
+import { f16ToF32 } from "./half";
 
-@inline function f16Lo(v: v128): v128 {
-  return halfLanes(i32x4.extend_low_i16x8_s(v));
+// halfLanes' mask and 2^112, loaded: written as constants, V8 rebuilds each at every use inside
+// a loop (three instructions apiece), loaded once they stay in registers
+const HALF_K = memory.data<u32>(
+  [0x8fffe000, 0x8fffe000, 0x8fffe000, 0x8fffe000, 0x77800000, 0x77800000, 0x77800000, 0x77800000],
+  16,
+);
+
+@inline function f16Lo(v: v128, mask: v128, bias: v128): v128 {
+  return f32x4.mul(v128.and(i32x4.shl(i32x4.extend_low_i16x8_s(v), 13), mask), bias);
 }
-@inline function f16Hi(v: v128): v128 {
-  return halfLanes(i32x4.extend_high_i16x8_s(v));
+@inline function f16Hi(v: v128, mask: v128, bias: v128): v128 {
+  return f32x4.mul(v128.and(i32x4.shl(i32x4.extend_high_i16x8_s(v), 13), mask), bias);
 }
 @inline function bf16Lo(v: v128): v128 {
   return i32x4.shl(i32x4.extend_low_i16x8_u(v), 16);
@@ -32,25 +39,139 @@ import { f16ToF32, halfLanes } from "./half";
   return bf ? reinterpret<f32>(h << 16) : f16ToF32(h); // the tails: exact, inf and NaN kept
 }
 
-/** dot of one 16-bit row with one f32 row; two accumulators break the add latency chain. */
+/** dot of one 16-bit row with one f32 row; four accumulators break the add latency chain. */
 @inline function dotRow(w: usize, x: usize, cols: i32, bf: bool): f32 {
+  const mask = v128.load(HALF_K),
+    bias = v128.load(HALF_K, 16);
   let a0 = f32x4.splat(0),
-    a1 = f32x4.splat(0);
+    a1 = f32x4.splat(0),
+    a2 = f32x4.splat(0),
+    a3 = f32x4.splat(0);
   let i = 0;
+  for (; i + 16 <= cols; i += 16) {
+    const v = v128.load(w + ((<usize>i) << 1)),
+      u = v128.load(w + ((<usize>i) << 1), 16);
+    const xp = x + ((<usize>i) << 2);
+    a0 = f32x4.add(a0, f32x4.mul(bf ? bf16Lo(v) : f16Lo(v, mask, bias), v128.load(xp)));
+    a1 = f32x4.add(a1, f32x4.mul(bf ? bf16Hi(v) : f16Hi(v, mask, bias), v128.load(xp, 16)));
+    a2 = f32x4.add(a2, f32x4.mul(bf ? bf16Lo(u) : f16Lo(u, mask, bias), v128.load(xp, 32)));
+    a3 = f32x4.add(a3, f32x4.mul(bf ? bf16Hi(u) : f16Hi(u, mask, bias), v128.load(xp, 48)));
+  }
   for (; i + 8 <= cols; i += 8) {
     const v = v128.load(w + ((<usize>i) << 1));
     const xp = x + ((<usize>i) << 2);
-    a0 = f32x4.add(a0, f32x4.mul(bf ? bf16Lo(v) : f16Lo(v), v128.load(xp)));
-    a1 = f32x4.add(a1, f32x4.mul(bf ? bf16Hi(v) : f16Hi(v), v128.load(xp, 16)));
+    a0 = f32x4.add(a0, f32x4.mul(bf ? bf16Lo(v) : f16Lo(v, mask, bias), v128.load(xp)));
+    a1 = f32x4.add(a1, f32x4.mul(bf ? bf16Hi(v) : f16Hi(v, mask, bias), v128.load(xp, 16)));
   }
-  let s = hsum(f32x4.add(a0, a1));
+  let s = hsum(f32x4.add(f32x4.add(a0, a1), f32x4.add(a2, a3)));
   for (; i < cols; i++) s += scalar(<u32>load<u16>(w + ((<usize>i) << 1)), bf) * load<f32>(x + ((<usize>i) << 2));
   return s;
 }
 
+// Two rows from two places at once (rows r and r + half of the range): two memory streams in
+// flight, and each activation load serves both rows.
+@inline function dotRows2(w0: usize, w1: usize, x: usize, y0: usize, y1: usize, cols: i32, bf: bool): void {
+  const mask = v128.load(HALF_K),
+    bias = v128.load(HALF_K, 16);
+  let a0 = f32x4.splat(0),
+    a1 = f32x4.splat(0),
+    b0 = f32x4.splat(0),
+    b1 = f32x4.splat(0);
+  let i = 0;
+  for (; i + 8 <= cols; i += 8) {
+    const v = v128.load(w0 + ((<usize>i) << 1)),
+      u = v128.load(w1 + ((<usize>i) << 1));
+    const xp = x + ((<usize>i) << 2);
+    const xl = v128.load(xp),
+      xh = v128.load(xp, 16);
+    a0 = f32x4.add(a0, f32x4.mul(bf ? bf16Lo(v) : f16Lo(v, mask, bias), xl));
+    a1 = f32x4.add(a1, f32x4.mul(bf ? bf16Hi(v) : f16Hi(v, mask, bias), xh));
+    b0 = f32x4.add(b0, f32x4.mul(bf ? bf16Lo(u) : f16Lo(u, mask, bias), xl));
+    b1 = f32x4.add(b1, f32x4.mul(bf ? bf16Hi(u) : f16Hi(u, mask, bias), xh));
+  }
+  let s = hsum(f32x4.add(a0, a1)),
+    t = hsum(f32x4.add(b0, b1));
+  for (; i < cols; i++) {
+    const xv = load<f32>(x + ((<usize>i) << 2));
+    s += scalar(<u32>load<u16>(w0 + ((<usize>i) << 1)), bf) * xv;
+    t += scalar(<u32>load<u16>(w1 + ((<usize>i) << 1)), bf) * xv;
+  }
+  store<f32>(y0, s);
+  store<f32>(y1, t);
+}
+
+// Four rows from four places at once (rows r + k * quarter of the range): four memory streams in
+// flight, and each activation load serves four rows.
+@inline function dotRows4(w: usize, rs: usize, x: usize, y: usize, ys: usize, cols: i32, bf: bool): void {
+  const mask = v128.load(HALF_K),
+    bias = v128.load(HALF_K, 16);
+  let a0 = f32x4.splat(0),
+    a1 = f32x4.splat(0),
+    a2 = f32x4.splat(0),
+    a3 = f32x4.splat(0);
+  let i = 0;
+  for (; i + 8 <= cols; i += 8) {
+    const wp = w + ((<usize>i) << 1);
+    const xp = x + ((<usize>i) << 2);
+    const xl = v128.load(xp),
+      xh = v128.load(xp, 16);
+    let v = v128.load(wp);
+    a0 = f32x4.add(
+      a0,
+      f32x4.add(
+        f32x4.mul(bf ? bf16Lo(v) : f16Lo(v, mask, bias), xl),
+        f32x4.mul(bf ? bf16Hi(v) : f16Hi(v, mask, bias), xh),
+      ),
+    );
+    v = v128.load(wp + rs);
+    a1 = f32x4.add(
+      a1,
+      f32x4.add(
+        f32x4.mul(bf ? bf16Lo(v) : f16Lo(v, mask, bias), xl),
+        f32x4.mul(bf ? bf16Hi(v) : f16Hi(v, mask, bias), xh),
+      ),
+    );
+    v = v128.load(wp + 2 * rs);
+    a2 = f32x4.add(
+      a2,
+      f32x4.add(
+        f32x4.mul(bf ? bf16Lo(v) : f16Lo(v, mask, bias), xl),
+        f32x4.mul(bf ? bf16Hi(v) : f16Hi(v, mask, bias), xh),
+      ),
+    );
+    v = v128.load(wp + 3 * rs);
+    a3 = f32x4.add(
+      a3,
+      f32x4.add(
+        f32x4.mul(bf ? bf16Lo(v) : f16Lo(v, mask, bias), xl),
+        f32x4.mul(bf ? bf16Hi(v) : f16Hi(v, mask, bias), xh),
+      ),
+    );
+  }
+  let s0 = hsum(a0),
+    s1 = hsum(a1),
+    s2 = hsum(a2),
+    s3 = hsum(a3);
+  for (; i < cols; i++) {
+    const xv = load<f32>(x + ((<usize>i) << 2));
+    const wp = w + ((<usize>i) << 1);
+    s0 += scalar(<u32>load<u16>(wp), bf) * xv;
+    s1 += scalar(<u32>load<u16>(wp + rs), bf) * xv;
+    s2 += scalar(<u32>load<u16>(wp + 2 * rs), bf) * xv;
+    s3 += scalar(<u32>load<u16>(wp + 3 * rs), bf) * xv;
+  }
+  store<f32>(y, s0);
+  store<f32>(y + ys, s1);
+  store<f32>(y + 2 * ys, s2);
+  store<f32>(y + 3 * ys, s3);
+}
+
 @inline function matvecHalf(w: usize, x: usize, y: usize, cols: i32, r0: i32, r1: i32, bf: bool): void {
   const rb = (<usize>cols) << 1;
-  for (let r = r0; r < r1; r++) store<f32>(y + ((<usize>r) << 2), dotRow(w + <usize>r * rb, x, cols, bf));
+  const q = (r1 - r0) >> 2;
+  for (let r = r0; r < r0 + q; r++)
+    dotRows4(w + <usize>r * rb, <usize>q * rb, x, y + ((<usize>r) << 2), (<usize>q) << 2, cols, bf);
+  for (let r = r0 + 4 * q; r < r1; r++) store<f32>(y + ((<usize>r) << 2), dotRow(w + <usize>r * rb, x, cols, bf));
 }
 
 @inline function matmulHalf(
@@ -67,6 +188,8 @@ import { f16ToF32, halfLanes } from "./half";
   const rb = (<usize>cols) << 1,
     xs = (<usize>cols) << 2,
     ys = (<usize>rows) << 2;
+  const mask = v128.load(HALF_K),
+    bias = v128.load(HALF_K, 16);
   for (let r = r0; r < r1; r++) {
     const wr = w + <usize>r * rb;
     const yr = y + ((<usize>r) << 2);
@@ -83,8 +206,8 @@ import { f16ToF32, halfLanes } from "./half";
       let i = 0;
       for (; i + 8 <= cols; i += 8) {
         const v = v128.load(wr + ((<usize>i) << 1));
-        const lo = bf ? bf16Lo(v) : f16Lo(v),
-          hi = bf ? bf16Hi(v) : f16Hi(v);
+        const lo = bf ? bf16Lo(v) : f16Lo(v, mask, bias),
+          hi = bf ? bf16Hi(v) : f16Hi(v, mask, bias);
         const o = (<usize>i) << 2;
         a0 = f32x4.add(a0, f32x4.add(f32x4.mul(lo, v128.load(x0 + o)), f32x4.mul(hi, v128.load(x0 + o, 16))));
         a1 = f32x4.add(a1, f32x4.add(f32x4.mul(lo, v128.load(x1 + o)), f32x4.mul(hi, v128.load(x1 + o, 16))));
