@@ -67,6 +67,9 @@ import { Q4_MASKS } from "./packed_layout";
 const XG: usize = 352; // q8_sp bytes per group of 4 blocks
 const XBK: usize = 80; // q8_sp bytes per block inside a group (quants, correction)
 
+// where dot1 stores each block's dot (see there); nothing reads it
+const SCRATCH = memory.data(16, 16);
+
 // weight block geometry (GGUF): bytes per block, offset of the quants
 const Q8_0_BS: usize = 34;
 const Q4_0_BS: usize = 18;
@@ -240,14 +243,17 @@ const T_Q8_0 = 8;
 
 // One row times x.
 //
-// One block per inner iteration; at the start of each group of 4 blocks the row's four f16
-// scales are gathered (load16_lane) and converted in SIMD and multiplied by the four activation
-// scales, and each block takes its scale from lane 0 (pshufd) and rotates the next one in.
-// Tried and dropped (speeds: docs/benchmarks.md, "Kernel variants measured"): a scalar f16
-// decode and splat per block; two rows per loop sharing the activation loads (V8 spills the
-// extra registers); two or four blocks unrolled (V8 hoists all loads of the body to its top and
-// spills), four with a transpose-add of their partial sums.
-// Nothing past the row is read (a row may end at the end of memory).
+// Q4: a group of 4 blocks per iteration: each block's integer dot comes out as 4 i32 partial lanes,
+// a transpose-add turns the 4 blocks' lanes into one i32x4 holding block j's exact dot in lane j,
+// which meets the 4 block scales (the row's f16 scales gathered with load16_lane and converted in
+// SIMD, times the activation's) in one multiply-add: per block that is ggml's sum of d * isum,
+// its float adds spread over 4 lanes. Each block's dot is stored to a scratch line: a store sits
+// on V8's effect chain, so a block's arithmetic is done before the next block's loads are issued
+// (without it V8 hoisted every load of the 4 blocks to the top and spilled; that variant, and
+// one block per iteration with its scale splat from a rotated vector, measured slower: docs/
+// benchmarks.md, "Kernel variants measured").
+// Nothing past the row is read (a row may end at the end of memory): a partial last group takes
+// zeros for its missing blocks, whose scales f16x4 leaves 0.
 @inline function dot1(t: i32, a: usize, x: usize, n: i32): f32 {
   if (t == T_F32) {
     let s0 = f32x4.splat(0),
@@ -270,21 +276,51 @@ const T_Q8_0 = 8;
     m1 = relaxedQ4 ? v128.load(Q4_RELAXED_CONSTS, 16) : v128.load(Q4_MASKS, 16),
     m2 = v128.load(Q4_MASKS, 32);
   let acc = f32x4.splat(0);
-  // groups of 4 blocks (the last one maybe partial); one block per inner iteration
+  if (q8) {
+    // Q8_0: one block per iteration, its scale splat from a vector rotated each block (the
+    // transpose-add below measured 6% slower for these blocks)
+    for (let i = 0; i < nb; i += 4) {
+      const je = min(4, nb - i);
+      let sc = f32x4.mul(f16x4(a, BS, je), v128.load(x, 320));
+      let xb = x;
+      for (let j = 0; j < je; j++) {
+        acc = f32x4.add(
+          acc,
+          f32x4.mul(f32x4.convert_i32x4_s(blockDot(t, a, xb, m0, m1, m2)), i32x4.shuffle(sc, sc, 0, 0, 0, 0)),
+        );
+        sc = i32x4.shuffle(sc, sc, 1, 2, 3, 0);
+        a += BS;
+        xb += XBK;
+      }
+      x += XG;
+    }
+    return hsum(acc);
+  }
   for (let i = 0; i < nb; i += 4) {
     const je = min(4, nb - i);
-    let sc = f32x4.mul(f16x4(a, BS, je), v128.load(x, 320));
+    const sc = f32x4.mul(f16x4(a, BS, je), v128.load(x, 320));
     if (one) acc = f32x4.add(acc, f32x4.mul(f16x4(a + 2, BS, je), v128.load(x, 336)));
-    let xb = x;
-    for (let j = 0; j < je; j++) {
-      acc = f32x4.add(
-        acc,
-        f32x4.mul(f32x4.convert_i32x4_s(blockDot(t, a, xb, m0, m1, m2)), i32x4.shuffle(sc, sc, 0, 0, 0, 0)),
-      );
-      sc = i32x4.shuffle(sc, sc, 1, 2, 3, 0);
-      a += BS;
-      xb += XBK;
+    const d0 = blockDot(t, a, x, m0, m1, m2);
+    v128.store(SCRATCH, d0);
+    let d1 = i32x4.splat(0),
+      d2 = i32x4.splat(0),
+      d3 = i32x4.splat(0);
+    if (je == 4) {
+      d1 = blockDot(t, a + BS, x + XBK, m0, m1, m2);
+      v128.store(SCRATCH, d1);
+      d2 = blockDot(t, a + 2 * BS, x + 2 * XBK, m0, m1, m2);
+      v128.store(SCRATCH, d2);
+      d3 = blockDot(t, a + 3 * BS, x + 3 * XBK, m0, m1, m2);
+    } else {
+      if (je > 1) d1 = blockDot(t, a + BS, x + XBK, m0, m1, m2);
+      if (je > 2) d2 = blockDot(t, a + 2 * BS, x + 2 * XBK, m0, m1, m2);
     }
+    // transpose-add: lane j = the sum of d_j's four lanes
+    const t01 = i32x4.add(i32x4.shuffle(d0, d1, 0, 4, 1, 5), i32x4.shuffle(d0, d1, 2, 6, 3, 7));
+    const t23 = i32x4.add(i32x4.shuffle(d2, d3, 0, 4, 1, 5), i32x4.shuffle(d2, d3, 2, 6, 3, 7));
+    const sj = i32x4.add(i32x4.shuffle(t01, t23, 0, 1, 4, 5), i32x4.shuffle(t01, t23, 2, 3, 6, 7));
+    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(sj), sc));
+    a += BS * <usize>je;
     x += XG;
   }
   return hsum(acc);
