@@ -21,9 +21,10 @@
 // activation vector between 2 rows (Q4_K, SIMD128 build) and matmul shares each unpacked weight vector between
 // 2 tokens (all three types).
 // Wider tiles spill. Inner loops stay loops: fully unrolled blocks made V8 hoist every load and
-// spill most vectors to the stack.
+// spill most vectors to the stack, unless each step stores its partial sum to a scratch line
+// (the relaxed Q4_K block below): a store sits on V8's effect chain and pins the schedule.
 
-import { f16ToF32 } from "./half";
+import { f16ToF32Finite } from "./half";
 
 const Q4K: usize = 144;
 const Q5K: usize = 176;
@@ -117,45 +118,71 @@ const Q8K: usize = 292;
 const K_NIB = memory.data<u8>([15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15], 16);
 
 /** sc_lo * dot(sub-block 2c) + sc_hi * dot(sub-block 2c+1): the 32 quant bytes at qp, activations at xp. */
-@inline function chunkQ4KRelaxed(qp: usize, xl0: v128, xl1: v128, xh0: v128, xh1: v128, m: v128, sc: v128): v128 {
+@inline function chunkQ4KRelaxed(qp: usize, xp: usize, m: v128, sl: v128, sh: v128): v128 {
   const q0 = v128.load(qp),
     q1 = v128.load(qp, 16);
   const lo = i16x8.add(
-    i16x8.relaxed_dot_i8x16_i7x16_s(xl0, v128.and(q0, m)),
-    i16x8.relaxed_dot_i8x16_i7x16_s(xl1, v128.and(q1, m)),
+    i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xp), v128.and(q0, m)),
+    i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xp, 16), v128.and(q1, m)),
   );
   const hi = i16x8.add(
-    i16x8.relaxed_dot_i8x16_i7x16_s(xh0, v128.and(i16x8.shr_u(q0, 4), m)),
-    i16x8.relaxed_dot_i8x16_i7x16_s(xh1, v128.and(i16x8.shr_u(q1, 4), m)),
+    i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xp, 32), v128.and(i16x8.shr_u(q0, 4), m)),
+    i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xp, 48), v128.and(i16x8.shr_u(q1, 4), m)),
   );
-  return i32x4.add(
-    i32x4.dot_i16x8_s(lo, i16x8.splat(i8x16.extract_lane_u(sc, 0))),
-    i32x4.dot_i16x8_s(hi, i16x8.splat(i8x16.extract_lane_u(sc, 1))),
-  );
+  return i32x4.add(i32x4.dot_i16x8_s(lo, sl), i32x4.dot_i16x8_s(hi, sh));
 }
+
+// where intQ4KRelaxed stores each chunk's sum: a store sits on V8's effect chain, so one chunk's
+// arithmetic is done before the next chunk's loads (unrolled without it, V8 issues every load of
+// the block first and spills); nothing reads it
+const K_SCRATCH = memory.data(16, 16);
 
 /** intQ4K over relaxed dots: [sum_j sc_j dot_j] lanes (no factor 256). */
 @inline function intQ4KRelaxed(wb: usize, xb: usize, sm: v128): v128 {
   const m = v128.load(K_NIB);
-  let isum = i32x4.splat(0);
-  let sc = sm;
-  for (let c: usize = 0; c < 4; c++) {
-    const xp = xb + 4 + (c << 6);
-    isum = i32x4.add(
-      isum,
-      chunkQ4KRelaxed(
-        wb + 16 + (c << 5),
-        v128.load(xp),
-        v128.load(xp, 16),
-        v128.load(xp, 32),
-        v128.load(xp, 48),
-        m,
-        sc,
-      ),
-    );
-    sc = i8x16.shuffle(sc, sc, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
-  }
-  return isum;
+  // the 8 sub-block scales as i16 lanes, each splat where its chunk needs it (a shuffle that V8
+  // lowers to pshuflw/pshufhw + pshufd, with no constant to build)
+  const sc = i16x8.extend_low_i8x16_u(sm);
+  let isum = chunkQ4KRelaxed(
+    wb + 16,
+    xb + 4,
+    m,
+    i8x16.shuffle(sc, sc, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1),
+    i8x16.shuffle(sc, sc, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3),
+  );
+  v128.store(K_SCRATCH, isum);
+  isum = i32x4.add(
+    isum,
+    chunkQ4KRelaxed(
+      wb + 48,
+      xb + 68,
+      m,
+      i8x16.shuffle(sc, sc, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5),
+      i8x16.shuffle(sc, sc, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7),
+    ),
+  );
+  v128.store(K_SCRATCH, isum);
+  isum = i32x4.add(
+    isum,
+    chunkQ4KRelaxed(
+      wb + 80,
+      xb + 132,
+      m,
+      i8x16.shuffle(sc, sc, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9),
+      i8x16.shuffle(sc, sc, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11),
+    ),
+  );
+  v128.store(K_SCRATCH, isum);
+  return i32x4.add(
+    isum,
+    chunkQ4KRelaxed(
+      wb + 112,
+      xb + 196,
+      m,
+      i8x16.shuffle(sc, sc, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13),
+      i8x16.shuffle(sc, sc, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15),
+    ),
+  );
 }
 
 /** acc + d_w d_x / 256 * isum - dmin_w d_x * mins: one finished Q4_K/Q5_K block. */
@@ -165,8 +192,8 @@ const K_NIB = memory.data<u8>([15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 1
   return f32x4.add(
     acc,
     f32x4.sub(
-      f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16ToF32(dd & 0xffff) * dx * scale)),
-      f32x4.mul(f32x4.convert_i32x4_s(mi), f32x4.splat(f16ToF32(dd >> 16) * dx)),
+      f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16ToF32Finite(dd & 0xffff) * dx * scale)),
+      f32x4.mul(f32x4.convert_i32x4_s(mi), f32x4.splat(f16ToF32Finite(dd >> 16) * dx)),
     ),
   );
 }
@@ -435,7 +462,7 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
     isum = offsetQ6K(isum, wb, xb);
     acc = f32x4.add(
       acc,
-      f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16ToF32(<u32>load<u16>(wb + 208)) * load<f32>(xb))),
+      f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16ToF32Finite(<u32>load<u16>(wb + 208)) * load<f32>(xb))),
     );
   }
   return hsum(acc);
@@ -480,7 +507,7 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
       is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo, 96), s));
       is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo, 96), s));
     }
-    const d = f16ToF32(<u32>load<u16>(wb + 208));
+    const d = f16ToF32Finite(<u32>load<u16>(wb + 208));
     acc0 = f32x4.add(acc0, f32x4.mul(f32x4.convert_i32x4_s(offsetQ6K(is0, wb, xb0)), f32x4.splat(d * load<f32>(xb0))));
     acc1 = f32x4.add(acc1, f32x4.mul(f32x4.convert_i32x4_s(offsetQ6K(is1, wb, xb1)), f32x4.splat(d * load<f32>(xb1))));
   }
