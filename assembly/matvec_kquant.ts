@@ -114,8 +114,15 @@ const Q8K: usize = 292;
 // i32 lane l gets elements 4l..4l+3 and 16+4l..16+4l+3, the lanes intQ4K gets, without the factor
 // 256 (its caller's scale is 1 instead of 1/256, which gives the same f32 bits).
 
-// 0x0f bytes, loaded rather than written as a constant (V8 rebuilds a v128.const at every use)
-const K_NIB = memory.data<u8>([15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15], 16);
+// 0x0f bytes, then 0x30 bytes (Q6_K), loaded rather than written as constants (V8 rebuilds a
+// v128.const at every use)
+const K_NIB = memory.data<u8>(
+  [
+    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30,
+    0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30,
+  ],
+  16,
+);
 
 /** sc_lo * dot(sub-block 2c) + sc_hi * dot(sub-block 2c+1): the 32 quant bytes at qp, activations at xp. */
 @inline function chunkQ4KRelaxed(qp: usize, xp: usize, m: v128, sl: v128, sh: v128): v128 {
@@ -431,34 +438,42 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 // l0..l0+15 of the half) and B (32 further), their 2-bit tops in qh byte H; the four 6-bit
 // groups lo(A)|H<<4, lo(B)|H<<2, hi(A)|H, hi(B)|H>>2 are 32 values apart, each with its scale.
 
+/** isum + step i (0..3, a constant) of a Q6_K block: its four 16-value groups. */
+@inline function stepQ6K(isum: v128, wb: usize, xb: usize, i: usize, m0f: v128, m30: v128): v128 {
+  const h = i >> 1,
+    l0 = (i & 1) << 4;
+  const ql = wb + (h << 6) + l0,
+    qh = wb + 128 + (h << 5) + l0,
+    sc = wb + 192 + (h << 3) + (i & 1);
+  const xp = xb + 4 + (h << 7) + l0;
+  const A = v128.load(ql),
+    B = v128.load(ql, 32),
+    H = v128.load(qh);
+  // 16-bit shifts are safe: the byte masks drop whatever crossed a byte boundary
+  let q = v128.or(v128.and(A, m0f), v128.and(i16x8.shl(H, 4), m30));
+  isum = i32x4.add(isum, groupK(q, v128.load(xp), scaleK(<i32>load<i8>(sc))));
+  q = v128.or(v128.and(B, m0f), v128.and(i16x8.shl(H, 2), m30));
+  isum = i32x4.add(isum, groupK(q, v128.load(xp, 32), scaleK(<i32>load<i8>(sc, 2))));
+  q = v128.or(v128.and(i16x8.shr_u(A, 4), m0f), v128.and(H, m30));
+  isum = i32x4.add(isum, groupK(q, v128.load(xp, 64), scaleK(<i32>load<i8>(sc, 4))));
+  q = v128.or(v128.and(i16x8.shr_u(B, 4), m0f), v128.and(i16x8.shr_u(H, 2), m30));
+  isum = i32x4.add(isum, groupK(q, v128.load(xp, 96), scaleK(<i32>load<i8>(sc, 6))));
+  // pins V8's schedule: this step's arithmetic before the next step's loads (see the top)
+  v128.store(K_SCRATCH, isum);
+  return isum;
+}
+
 @inline function dotQ6K(w: usize, x: usize, nb: usize): f32 {
   let acc = f32x4.splat(0);
-  const m0f = i8x16.splat(0x0f),
-    m30 = i8x16.splat(0x30);
+  const m0f = v128.load(K_NIB),
+    m30 = v128.load(K_NIB, 16);
   for (let b: usize = 0; b < nb; b++) {
     const wb = w + b * Q6K,
       xb = x + b * Q8K;
-    let isum = i32x4.splat(0);
-    for (let i: usize = 0; i < 4; i++) {
-      const h = i >> 1,
-        l0 = (i & 1) << 4;
-      const ql = wb + (h << 6) + l0,
-        qh = wb + 128 + (h << 5) + l0,
-        sc = wb + 192 + (h << 3) + (i & 1);
-      const xp = xb + 4 + (h << 7) + l0;
-      const A = v128.load(ql),
-        B = v128.load(ql, 32),
-        H = v128.load(qh);
-      // 16-bit shifts are safe: the byte masks drop whatever crossed a byte boundary
-      let q = v128.or(v128.and(A, m0f), v128.and(i16x8.shl(H, 4), m30));
-      isum = i32x4.add(isum, groupK(q, v128.load(xp), scaleK(<i32>load<i8>(sc))));
-      q = v128.or(v128.and(B, m0f), v128.and(i16x8.shl(H, 2), m30));
-      isum = i32x4.add(isum, groupK(q, v128.load(xp, 32), scaleK(<i32>load<i8>(sc, 2))));
-      q = v128.or(v128.and(i16x8.shr_u(A, 4), m0f), v128.and(H, m30));
-      isum = i32x4.add(isum, groupK(q, v128.load(xp, 64), scaleK(<i32>load<i8>(sc, 4))));
-      q = v128.or(v128.and(i16x8.shr_u(B, 4), m0f), v128.and(i16x8.shr_u(H, 2), m30));
-      isum = i32x4.add(isum, groupK(q, v128.load(xp, 96), scaleK(<i32>load<i8>(sc, 6))));
-    }
+    let isum = stepQ6K(i32x4.splat(0), wb, xb, 0, m0f, m30);
+    isum = stepQ6K(isum, wb, xb, 1, m0f, m30);
+    isum = stepQ6K(isum, wb, xb, 2, m0f, m30);
+    isum = stepQ6K(isum, wb, xb, 3, m0f, m30);
     isum = offsetQ6K(isum, wb, xb);
     acc = f32x4.add(
       acc,
