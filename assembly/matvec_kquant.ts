@@ -114,12 +114,13 @@ const Q8K: usize = 292;
 // i32 lane l gets elements 4l..4l+3 and 16+4l..16+4l+3, the lanes intQ4K gets, without the factor
 // 256 (its caller's scale is 1 instead of 1/256, which gives the same f32 bits).
 
-// 0x0f bytes, then 0x30 bytes (Q6_K), loaded rather than written as constants (V8 rebuilds a
+// 0x0f bytes, then 0x30 bytes (Q6_K) and 0x10 bytes (Q5_K), loaded rather than written as constants (V8 rebuilds a
 // v128.const at every use)
 const K_NIB = memory.data<u8>(
   [
     15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30,
-    0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30,
+    0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10,
+    0x10, 0x10, 0x10, 0x10, 0x10,
   ],
   16,
 );
@@ -563,11 +564,38 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 // nibbles, bit 2c+1). h0/h1 are the qh bytes for l = 0..15 / 16..31, shifted right by 2c with a
 // 16-bit shift (bits 0 and 1 of each byte, the only ones used, never come from the neighbour).
 
-@inline function q5Lo(q: v128, h: v128): v128 {
-  return v128.or(v128.and(q, i8x16.splat(0x0f)), v128.and(i16x8.shl(h, 4), i8x16.splat(0x10)));
+// m0f, m10: 0x0f and 0x10 bytes (K_NIB), loaded once by the caller
+@inline function q5Lo(q: v128, h: v128, m0f: v128, m10: v128): v128 {
+  return v128.or(v128.and(q, m0f), v128.and(i16x8.shl(h, 4), m10));
 }
-@inline function q5Hi(q: v128, h: v128): v128 {
-  return v128.or(v128.and(i16x8.shr_u(q, 4), i8x16.splat(0x0f)), v128.and(i16x8.shl(h, 3), i8x16.splat(0x10)));
+@inline function q5Hi(q: v128, h: v128, m0f: v128, m10: v128): v128 {
+  return v128.or(v128.and(i16x8.shr_u(q, 4), m0f), v128.and(i16x8.shl(h, 3), m10));
+}
+
+/**
+ * Scale k (0..7, a constant) of the unpacked scales sm as scaleK makes it: the relaxed build
+ * splats lane k of sc16 (sm's bytes as i16) with a shuffle V8 lowers to pshuflw/pshufhw + pshufd.
+ */
+@inline function subScale(sm: v128, sc16: v128, k: i32): v128 {
+  if (!ASC_FEATURE_RELAXED_SIMD) {
+    // extract_lane takes a literal lane
+    if (k == 0) return i32x4.splat(i8x16.extract_lane_u(sm, 0));
+    if (k == 1) return i32x4.splat(i8x16.extract_lane_u(sm, 1));
+    if (k == 2) return i32x4.splat(i8x16.extract_lane_u(sm, 2));
+    if (k == 3) return i32x4.splat(i8x16.extract_lane_u(sm, 3));
+    if (k == 4) return i32x4.splat(i8x16.extract_lane_u(sm, 4));
+    if (k == 5) return i32x4.splat(i8x16.extract_lane_u(sm, 5));
+    if (k == 6) return i32x4.splat(i8x16.extract_lane_u(sm, 6));
+    return i32x4.splat(i8x16.extract_lane_u(sm, 7));
+  }
+  if (k == 0) return i8x16.shuffle(sc16, sc16, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1);
+  if (k == 1) return i8x16.shuffle(sc16, sc16, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  if (k == 2) return i8x16.shuffle(sc16, sc16, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5);
+  if (k == 3) return i8x16.shuffle(sc16, sc16, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7);
+  if (k == 4) return i8x16.shuffle(sc16, sc16, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9);
+  if (k == 5) return i8x16.shuffle(sc16, sc16, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11);
+  if (k == 6) return i8x16.shuffle(sc16, sc16, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13);
+  return i8x16.shuffle(sc16, sc16, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15);
 }
 
 /**
@@ -586,38 +614,60 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   return i32x4.mul(i32x4.shr_s(i32x4.add(dotBytes256(a, x0), dotBytes256(b, x1)), 8), s);
 }
 
+/** isum + chunk c (0..3, a constant) of a Q5_K block: sub-blocks 2c and 2c + 1. */
+@inline function chunkQ5K(
+  isum: v128,
+  wb: usize,
+  xb: usize,
+  c: usize,
+  sm: v128,
+  sc16: v128,
+  m0f: v128,
+  m10: v128,
+): v128 {
+  const qp = wb + 48 + (c << 5),
+    xp = xb + 4 + (c << 6);
+  const q0 = v128.load(qp),
+    q1 = v128.load(qp, 16);
+  const h0 = i16x8.shr_u(v128.load(wb + 16), <i32>(c << 1)),
+    h1 = i16x8.shr_u(v128.load(wb + 32), <i32>(c << 1));
+  isum = i32x4.add(
+    isum,
+    i32x4.add(
+      subBlockK5(
+        q5Lo(q0, h0, m0f, m10),
+        q5Lo(q1, h1, m0f, m10),
+        v128.load(xp),
+        v128.load(xp, 16),
+        subScale(sm, sc16, <i32>(c << 1)),
+      ),
+      subBlockK5(
+        q5Hi(q0, h0, m0f, m10),
+        q5Hi(q1, h1, m0f, m10),
+        v128.load(xp, 32),
+        v128.load(xp, 48),
+        subScale(sm, sc16, <i32>(c << 1) + 1),
+      ),
+    ),
+  );
+  // pins V8's schedule: this chunk's arithmetic before the next chunk's loads (see the top)
+  v128.store(K_SCRATCH, isum);
+  return isum;
+}
+
 @inline function dotQ5K(w: usize, x: usize, nb: usize): f32 {
   let acc = f32x4.splat(0);
+  const m0f = v128.load(K_NIB),
+    m10 = v128.load(K_NIB, 32);
   for (let b: usize = 0; b < nb; b++) {
     const wb = w + b * Q5K,
       xb = x + b * Q8K;
     const sm = scalesMins(wb + 4);
-    let isum = i32x4.splat(0);
-    let sc = sm;
-    let h0 = v128.load(wb + 16),
-      h1 = v128.load(wb + 32);
-    for (let c: usize = 0; c < 4; c++) {
-      const qp = wb + 48 + (c << 5),
-        xp = xb + 4 + (c << 6);
-      const q0 = v128.load(qp),
-        q1 = v128.load(qp, 16);
-      isum = i32x4.add(
-        isum,
-        i32x4.add(
-          subBlockK5(q5Lo(q0, h0), q5Lo(q1, h1), v128.load(xp), v128.load(xp, 16), scaleK(i8x16.extract_lane_u(sc, 0))),
-          subBlockK5(
-            q5Hi(q0, h0),
-            q5Hi(q1, h1),
-            v128.load(xp, 32),
-            v128.load(xp, 48),
-            scaleK(i8x16.extract_lane_u(sc, 1)),
-          ),
-        ),
-      );
-      sc = i8x16.shuffle(sc, sc, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1);
-      h0 = i16x8.shr_u(h0, 2);
-      h1 = i16x8.shr_u(h1, 2);
-    }
+    const sc16 = i16x8.extend_low_i8x16_u(sm);
+    let isum = chunkQ5K(i32x4.splat(0), wb, xb, 0, sm, sc16, m0f, m10);
+    isum = chunkQ5K(isum, wb, xb, 1, sm, sc16, m0f, m10);
+    isum = chunkQ5K(isum, wb, xb, 2, sm, sc16, m0f, m10);
+    isum = chunkQ5K(isum, wb, xb, 3, sm, sc16, m0f, m10);
     acc = finishK(acc, wb, xb, isum, minsDot(sm, xb), 1.0);
   }
   return hsum(acc);
@@ -637,15 +687,17 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
     let sc = sm;
     let h0 = v128.load(wb + 16),
       h1 = v128.load(wb + 32);
+    const m0f = v128.load(K_NIB),
+      m10 = v128.load(K_NIB, 32);
     for (let c: usize = 0; c < 4; c++) {
       const qp = wb + 48 + (c << 5),
         xo: usize = 4 + (c << 6);
       const q0 = v128.load(qp),
         q1 = v128.load(qp, 16);
-      const l0 = q5Lo(q0, h0),
-        l1 = q5Lo(q1, h1),
-        u0 = q5Hi(q0, h0),
-        u1 = q5Hi(q1, h1);
+      const l0 = q5Lo(q0, h0, m0f, m10),
+        l1 = q5Lo(q1, h1, m0f, m10),
+        u0 = q5Hi(q0, h0, m0f, m10),
+        u1 = q5Hi(q1, h1, m0f, m10);
       const sl = scaleK(i8x16.extract_lane_u(sc, 0)),
         sh = scaleK(i8x16.extract_lane_u(sc, 1));
       let xp = xb0 + xo;
