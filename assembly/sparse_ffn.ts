@@ -67,8 +67,8 @@ import { Q4_MASKS } from "./packed_layout";
 const XG: usize = 352; // q8_sp bytes per group of 4 blocks
 const XBK: usize = 80; // q8_sp bytes per block inside a group (quants, correction)
 
-// where dot1 stores each block's dot (see there); nothing reads it
-const SCRATCH = memory.data(16, 16);
+// where dot1 stores each block's dot (see there); nothing reads it (the pool's threads share it)
+const SCRATCH = memory.data(32, 16);
 
 // weight block geometry (GGUF): bytes per block, offset of the quants
 const Q8_0_BS: usize = 34;
@@ -298,32 +298,97 @@ const T_Q8_0 = 8;
   }
   for (let i = 0; i < nb; i += 4) {
     const je = min(4, nb - i);
-    const sc = f32x4.mul(f16x4(a, BS, je), v128.load(x, 320));
-    if (one) acc = f32x4.add(acc, f32x4.mul(f16x4(a + 2, BS, je), v128.load(x, 336)));
-    const d0 = blockDot(t, a, x, m0, m1, m2);
-    v128.store(SCRATCH, d0);
-    let d1 = i32x4.splat(0),
-      d2 = i32x4.splat(0),
-      d3 = i32x4.splat(0);
-    if (je == 4) {
-      d1 = blockDot(t, a + BS, x + XBK, m0, m1, m2);
-      v128.store(SCRATCH, d1);
-      d2 = blockDot(t, a + 2 * BS, x + 2 * XBK, m0, m1, m2);
-      v128.store(SCRATCH, d2);
-      d3 = blockDot(t, a + 3 * BS, x + 3 * XBK, m0, m1, m2);
-    } else {
-      if (je > 1) d1 = blockDot(t, a + BS, x + XBK, m0, m1, m2);
-      if (je > 2) d2 = blockDot(t, a + 2 * BS, x + 2 * XBK, m0, m1, m2);
-    }
-    // transpose-add: lane j = the sum of d_j's four lanes
-    const t01 = i32x4.add(i32x4.shuffle(d0, d1, 0, 4, 1, 5), i32x4.shuffle(d0, d1, 2, 6, 3, 7));
-    const t23 = i32x4.add(i32x4.shuffle(d2, d3, 0, 4, 1, 5), i32x4.shuffle(d2, d3, 2, 6, 3, 7));
-    const sj = i32x4.add(i32x4.shuffle(t01, t23, 0, 1, 4, 5), i32x4.shuffle(t01, t23, 2, 3, 6, 7));
-    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(sj), sc));
+    acc = groupQ4(t, acc, a, x, je, m0, m1, m2);
     a += BS * <usize>je;
     x += XG;
   }
   return hsum(acc);
+}
+
+// Two Q4 rows (at a and b) times x, each exactly as dot1 computes it (the same operations per
+// row, interleaved): two bundles streamed at once from two places keep twice the reads in flight,
+// which is what scattered bundles from DRAM are bound by. The results come back in lanes 0 and 1
+// (not through memory: static data is shared by the pool's threads).
+@inline function dot2(t: i32, a: usize, b: usize, x: usize, n: i32): v128 {
+  const nb = n >> 5;
+  const one = t == T_Q4_1;
+  const BS: usize = one ? Q4_1_BS : Q4_0_BS;
+  const relaxedQ4 = ASC_FEATURE_RELAXED_SIMD;
+  const m0 = relaxedQ4 ? v128.load(Q4_RELAXED_CONSTS) : v128.load(Q4_MASKS),
+    m1 = relaxedQ4 ? v128.load(Q4_RELAXED_CONSTS, 16) : v128.load(Q4_MASKS, 16),
+    m2 = v128.load(Q4_MASKS, 32);
+  let accA = f32x4.splat(0),
+    accB = f32x4.splat(0);
+  for (let i = 0; i < nb; i += 4) {
+    const je = min(4, nb - i);
+    if (je < 4) {
+      // the partial last group: one row at a time, as dot1's tail
+      accA = groupQ4(t, accA, a, x, je, m0, m1, m2);
+      accB = groupQ4(t, accB, b, x, je, m0, m1, m2);
+      break;
+    }
+    const scA = f32x4.mul(f16x4(a, BS, 4), v128.load(x, 320)),
+      scB = f32x4.mul(f16x4(b, BS, 4), v128.load(x, 320));
+    if (one) {
+      accA = f32x4.add(accA, f32x4.mul(f16x4(a + 2, BS, 4), v128.load(x, 336)));
+      accB = f32x4.add(accB, f32x4.mul(f16x4(b + 2, BS, 4), v128.load(x, 336)));
+    }
+    const a0 = blockDot(t, a, x, m0, m1, m2),
+      b0 = blockDot(t, b, x, m0, m1, m2);
+    v128.store(SCRATCH, a0);
+    v128.store(SCRATCH, b0, 16);
+    const a1 = blockDot(t, a + BS, x + XBK, m0, m1, m2),
+      b1 = blockDot(t, b + BS, x + XBK, m0, m1, m2);
+    v128.store(SCRATCH, a1);
+    v128.store(SCRATCH, b1, 16);
+    const tA01 = i32x4.add(i32x4.shuffle(a0, a1, 0, 4, 1, 5), i32x4.shuffle(a0, a1, 2, 6, 3, 7)),
+      tB01 = i32x4.add(i32x4.shuffle(b0, b1, 0, 4, 1, 5), i32x4.shuffle(b0, b1, 2, 6, 3, 7));
+    v128.store(SCRATCH, tA01);
+    v128.store(SCRATCH, tB01, 16);
+    const a2 = blockDot(t, a + 2 * BS, x + 2 * XBK, m0, m1, m2),
+      b2 = blockDot(t, b + 2 * BS, x + 2 * XBK, m0, m1, m2);
+    v128.store(SCRATCH, a2);
+    v128.store(SCRATCH, b2, 16);
+    const a3 = blockDot(t, a + 3 * BS, x + 3 * XBK, m0, m1, m2),
+      b3 = blockDot(t, b + 3 * BS, x + 3 * XBK, m0, m1, m2);
+    accA = f32x4.add(accA, f32x4.mul(f32x4.convert_i32x4_s(transposeRest(tA01, a2, a3)), scA));
+    accB = f32x4.add(accB, f32x4.mul(f32x4.convert_i32x4_s(transposeRest(tB01, b2, b3)), scB));
+    a += BS << 2;
+    b += BS << 2;
+    x += XG;
+  }
+  return f32x4.replace_lane(f32x4.splat(hsum(accA)), 1, hsum(accB));
+}
+
+// The second half of dot1's transpose-add: t01 from blocks 0 and 1, then blocks 2 and 3.
+@inline function transposeRest(t01: v128, d2: v128, d3: v128): v128 {
+  const t23 = i32x4.add(i32x4.shuffle(d2, d3, 0, 4, 1, 5), i32x4.shuffle(d2, d3, 2, 6, 3, 7));
+  return i32x4.add(i32x4.shuffle(t01, t23, 0, 1, 4, 5), i32x4.shuffle(t01, t23, 2, 3, 6, 7));
+}
+
+// acc + one group of je (1..4) Q4 blocks of the row at a, as dot1 adds it.
+@inline function groupQ4(t: i32, acc: v128, a: usize, x: usize, je: i32, m0: v128, m1: v128, m2: v128): v128 {
+  const one = t == T_Q4_1;
+  const BS: usize = one ? Q4_1_BS : Q4_0_BS;
+  const sc = f32x4.mul(f16x4(a, BS, je), v128.load(x, 320));
+  if (one) acc = f32x4.add(acc, f32x4.mul(f16x4(a + 2, BS, je), v128.load(x, 336)));
+  const d0 = blockDot(t, a, x, m0, m1, m2);
+  v128.store(SCRATCH, d0);
+  let d1 = i32x4.splat(0),
+    d2 = i32x4.splat(0),
+    d3 = i32x4.splat(0);
+  if (je == 4) {
+    d1 = blockDot(t, a + BS, x + XBK, m0, m1, m2);
+    v128.store(SCRATCH, d1);
+    d2 = blockDot(t, a + 2 * BS, x + 2 * XBK, m0, m1, m2);
+    v128.store(SCRATCH, d2);
+    d3 = blockDot(t, a + 3 * BS, x + 3 * XBK, m0, m1, m2);
+  } else {
+    if (je > 1) d1 = blockDot(t, a + BS, x + XBK, m0, m1, m2);
+    if (je > 2) d2 = blockDot(t, a + 2 * BS, x + 2 * XBK, m0, m1, m2);
+  }
+  const t01 = i32x4.add(i32x4.shuffle(d0, d1, 0, 4, 1, 5), i32x4.shuffle(d0, d1, 2, 6, 3, 7));
+  return f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(transposeRest(t01, d2, d3)), sc));
 }
 
 // the integer dot of the block at a with the activation block at xb (Q4: x256, Q4_0 offset taken off)
@@ -740,6 +805,34 @@ let SINK: u32 = 0;
   if (h != 0) pushDown(t, y, corr, n, bp + 2 * rb, h);
 }
 
+// ffnOne for two bundles at once (Q4: dot2 streams both); the same results, pushed in the same
+// order, as ffnOne on A then B.
+@inline function ffnPair(
+  t: i32,
+  bpA: usize,
+  bpB: usize,
+  xAct: usize,
+  y: usize,
+  corr: usize,
+  n: i32,
+  rb: usize,
+  kind: i32,
+): void {
+  const g = dot2(t, bpA, bpB, xAct, n);
+  const aA = gateFactor(kind, f32x4.extract_lane(g, 0)),
+    aB = gateFactor(kind, f32x4.extract_lane(g, 1));
+  let hA: f32 = 0,
+    hB: f32 = 0;
+  if (aA != 0 && aB != 0) {
+    const u = dot2(t, bpA + rb, bpB + rb, xAct, n);
+    hA = combine(kind, aA, f32x4.extract_lane(u, 0));
+    hB = combine(kind, aB, f32x4.extract_lane(u, 1));
+  } else if (aA != 0) hA = combine(kind, aA, dot1(t, bpA + rb, xAct, n));
+  else if (aB != 0) hB = combine(kind, aB, dot1(t, bpB + rb, xAct, n));
+  if (hA != 0) pushDown(t, y, corr, n, bpA + 2 * rb, hA);
+  if (hB != 0) pushDown(t, y, corr, n, bpB + 2 * rb, hB);
+}
+
 @inline function ffnT(
   t: i32,
   bundles: usize,
@@ -754,10 +847,19 @@ let SINK: u32 = 0;
 ): void {
   const y = slotBase(partials, n, per, k0, k1);
   const corr = y + ((<usize>n) << 2);
+  const rb = <usize>rowBytes;
   DN = 0;
-  for (let k = k0; k < k1; k++) {
-    if (k + 1 < k1) touchPages(<usize>load<i32>(bundles + ((<usize>k) << 2), 4), 3 * <usize>rowBytes);
-    ffnOne(t, <usize>load<i32>(bundles + ((<usize>k) << 2)), xAct, y, corr, n, <usize>rowBytes, kind);
+  let k = k0;
+  if (t == T_Q4_0 || t == T_Q4_1)
+    for (; k + 2 <= k1; k += 2) {
+      if (k + 2 < k1) touchPages(<usize>load<i32>(bundles + ((<usize>k) << 2), 8), 3 * rb);
+      if (k + 3 < k1) touchPages(<usize>load<i32>(bundles + ((<usize>k) << 2), 12), 3 * rb);
+      const p = bundles + ((<usize>k) << 2);
+      ffnPair(t, <usize>load<i32>(p), <usize>load<i32>(p, 4), xAct, y, corr, n, rb, kind);
+    }
+  for (; k < k1; k++) {
+    if (k + 1 < k1) touchPages(<usize>load<i32>(bundles + ((<usize>k) << 2), 4), 3 * rb);
+    ffnOne(t, <usize>load<i32>(bundles + ((<usize>k) << 2)), xAct, y, corr, n, rb, kind);
   }
   flushDown(t, y, corr, n);
 }
@@ -777,10 +879,19 @@ let SINK: u32 = 0;
 ): void {
   const y = slotBase(partials, n, per, k0, k1);
   const corr = y + ((<usize>n) << 2);
+  const rb = <usize>rowBytes,
+    st = <usize>stride;
   DN = 0;
-  for (let k = k0; k < k1; k++) {
-    if (k + 1 < k1) touchPages(base + <usize>(k + 1) * <usize>stride, 3 * <usize>rowBytes);
-    ffnOne(t, base + <usize>k * <usize>stride, xAct, y, corr, n, <usize>rowBytes, kind);
+  let k = k0;
+  if (t == T_Q4_0 || t == T_Q4_1)
+    for (; k + 2 <= k1; k += 2) {
+      if (k + 2 < k1) touchPages(base + <usize>(k + 2) * st, 3 * rb);
+      if (k + 3 < k1) touchPages(base + <usize>(k + 3) * st, 3 * rb);
+      ffnPair(t, base + <usize>k * st, base + <usize>(k + 1) * st, xAct, y, corr, n, rb, kind);
+    }
+  for (; k < k1; k++) {
+    if (k + 1 < k1) touchPages(base + <usize>(k + 1) * st, 3 * rb);
+    ffnOne(t, base + <usize>k * st, xAct, y, corr, n, rb, kind);
   }
   flushDown(t, y, corr, n);
 }
