@@ -16,3 +16,4 @@ export * from "./prepare_q8k";
 export * from "./sparse_ffn";
 export * from "./train";
 export * from "./stream_probe";
+export { schedule_pins } from "./schedule_pin";

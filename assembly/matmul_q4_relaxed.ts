@@ -14,9 +14,10 @@
 // q4_group.ts, lanes summed at the end of a chunk, chunks added into y), so every token's result
 // is bit for bit what matvec_q4_0/_1 gives for it alone in either build.
 
-import { Q4_RELAXED_CONSTS, SCRATCH } from "./matvec_q4_relaxed";
+import { Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
 import { f16x4At, hsum, put, Q4_0_GB, Q4_1_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
+import { pin, pin2 } from "./schedule_pin";
 
 // h + the relaxed dots of one token's activation vectors (xl, xh) with a row's unpacked vectors
 @inline function rdot(h: v128, xl: v128, xh: v128, lo: v128, hi: v128): v128 {
@@ -79,15 +80,13 @@ import { q4_0Group, q4_1Group } from "./q4_group";
         xh = v128.load(x0 + o, 16);
       h00 = rdot(h00, xl, xh, l0, k0);
       h10 = rdot(h10, xl, xh, l1, k1);
-      v128.store(SCRATCH, h00);
-      v128.store(SCRATCH, h10, 16);
+      pin2(h00, h10);
       if (nt > 1) {
         xl = v128.load(x1 + o);
         xh = v128.load(x1 + o, 16);
         h01 = rdot(h01, xl, xh, l0, k0);
         h11 = rdot(h11, xl, xh, l1, k1);
-        v128.store(SCRATCH, h01);
-        v128.store(SCRATCH, h11, 16);
+        pin2(h01, h11);
       }
       if (nt > 2) {
         xl = v128.load(x2 + o);

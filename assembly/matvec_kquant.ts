@@ -21,10 +21,11 @@
 // activation vector between 2 rows (Q4_K, SIMD128 build) and matmul shares each unpacked weight vector between
 // 2 tokens (all three types).
 // Wider tiles spill. Inner loops stay loops: fully unrolled blocks made V8 hoist every load and
-// spill most vectors to the stack, unless each step stores its partial sum to a scratch line
-// (the relaxed Q4_K block below): a store sits on V8's effect chain and pins the schedule.
+// spill most vectors to the stack, unless each step pins its partial sum (schedule_pin.ts), as the
+// relaxed Q4_K, Q5_K and Q6_K blocks below do.
 
 import { f16ToF32Finite } from "./half";
+import { pin } from "./schedule_pin";
 
 const Q4K: usize = 144;
 const Q5K: usize = 176;
@@ -140,11 +141,6 @@ const K_NIB = memory.data<u8>(
   return i32x4.add(i32x4.dot_i16x8_s(lo, sl), i32x4.dot_i16x8_s(hi, sh));
 }
 
-// where intQ4KRelaxed stores each chunk's sum: a store sits on V8's effect chain, so one chunk's
-// arithmetic is done before the next chunk's loads (unrolled without it, V8 issues every load of
-// the block first and spills); nothing reads it
-const K_SCRATCH = memory.data(16, 16);
-
 /** intQ4K over relaxed dots: [sum_j sc_j dot_j] lanes (no factor 256). */
 @inline function intQ4KRelaxed(wb: usize, xb: usize, sm: v128): v128 {
   const m = v128.load(K_NIB);
@@ -158,7 +154,7 @@ const K_SCRATCH = memory.data(16, 16);
     i8x16.shuffle(sc, sc, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1),
     i8x16.shuffle(sc, sc, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3),
   );
-  v128.store(K_SCRATCH, isum);
+  pin(isum);
   isum = i32x4.add(
     isum,
     chunkQ4KRelaxed(
@@ -169,7 +165,7 @@ const K_SCRATCH = memory.data(16, 16);
       i8x16.shuffle(sc, sc, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7),
     ),
   );
-  v128.store(K_SCRATCH, isum);
+  pin(isum);
   isum = i32x4.add(
     isum,
     chunkQ4KRelaxed(
@@ -180,7 +176,7 @@ const K_SCRATCH = memory.data(16, 16);
       i8x16.shuffle(sc, sc, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11),
     ),
   );
-  v128.store(K_SCRATCH, isum);
+  pin(isum);
   return i32x4.add(
     isum,
     chunkQ4KRelaxed(
@@ -459,8 +455,8 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   isum = i32x4.add(isum, groupK(q, v128.load(xp, 64), scaleK(<i32>load<i8>(sc, 4))));
   q = v128.or(v128.and(i16x8.shr_u(B, 4), m0f), v128.and(i16x8.shr_u(H, 2), m30));
   isum = i32x4.add(isum, groupK(q, v128.load(xp, 96), scaleK(<i32>load<i8>(sc, 6))));
-  // pins V8's schedule: this step's arithmetic before the next step's loads (see the top)
-  v128.store(K_SCRATCH, isum);
+  // this step's arithmetic before the next step's loads (schedule_pin.ts)
+  pin(isum);
   return isum;
 }
 
@@ -650,8 +646,8 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
       ),
     ),
   );
-  // pins V8's schedule: this chunk's arithmetic before the next chunk's loads (see the top)
-  v128.store(K_SCRATCH, isum);
+  // this chunk's arithmetic before the next chunk's loads (schedule_pin.ts)
+  pin(isum);
   return isum;
 }
 

@@ -20,6 +20,7 @@
 
 import { q4_0Group, q4_1Group } from "./q4_group";
 import { hsum, Q4_0_GB, Q4_1_GB, Q8_I8N_GB } from "./packed_layout";
+import { pin, pin2 } from "./schedule_pin";
 
 // 0x0f bytes, then i16 ones: loaded rather than written as constants, which V8 would rebuild
 // inside the loop at every use.
@@ -30,11 +31,6 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   ],
   16,
 );
-
-// Scratch that each step's partial sums are stored to: a store sits on V8's effect chain, so the
-// step's arithmetic must be done before the next step's loads, instead of every load of a group
-// being issued first and half the values spilled to the stack.
-const SCRATCH = memory.data(32, 16);
 
 // 4 f16 scales at p -> f32x4, as halfLanes (half.ts) with its constants (mask, 2^112) passed in
 @inline function f16x4(p: usize, mask: v128, bias: v128): v128 {
@@ -74,20 +70,17 @@ const SCRATCH = memory.data(32, 16);
       xh = v128.load(xp, 16);
     let h0 = dotw(v128.load(wp), xl, xh, m),
       h1 = dotw(v128.load(wp, 64), xl, xh, m);
-    v128.store(SCRATCH, h0);
-    v128.store(SCRATCH, h1, 16);
+    pin2(h0, h1);
     xl = v128.load(xp, 32);
     xh = v128.load(xp, 48);
     h0 = i16x8.add(h0, dotw(v128.load(wp, 16), xl, xh, m));
     h1 = i16x8.add(h1, dotw(v128.load(wp, 80), xl, xh, m));
-    v128.store(SCRATCH, h0);
-    v128.store(SCRATCH, h1, 16);
+    pin2(h0, h1);
     xl = v128.load(xp, 64);
     xh = v128.load(xp, 80);
     h0 = i16x8.add(h0, dotw(v128.load(wp, 32), xl, xh, m));
     h1 = i16x8.add(h1, dotw(v128.load(wp, 96), xl, xh, m));
-    v128.store(SCRATCH, h0);
-    v128.store(SCRATCH, h1, 16);
+    pin2(h0, h1);
     xl = v128.load(xp, 96);
     xh = v128.load(xp, 112);
     h0 = i16x8.add(h0, dotw(v128.load(wp, 48), xl, xh, m));
@@ -114,4 +107,4 @@ const SCRATCH = memory.data(32, 16);
   if (r + 1 >= r0 && r + 1 < r1) store<f32>(y0, first ? hsum(a1) : load<f32>(y0, 4) + hsum(a1), 4);
 }
 
-export { pairQ4Relaxed, Q4_RELAXED_CONSTS, SCRATCH };
+export { pairQ4Relaxed, Q4_RELAXED_CONSTS };

@@ -60,15 +60,13 @@
 import { f16ToF32Finite, f32ToF16 } from "./half";
 import { Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
 import { Q4_MASKS } from "./packed_layout";
+import { pin, pin2 } from "./schedule_pin";
 
 // ---------------------------------------------------------------------------------------------
 // Shared pieces
 
 const XG: usize = 352; // q8_sp bytes per group of 4 blocks
 const XBK: usize = 80; // q8_sp bytes per block inside a group (quants, correction)
-
-// where dot1 stores each block's dot (see there); nothing reads it (the pool's threads share it)
-const SCRATCH = memory.data(32, 16);
 
 // weight block geometry (GGUF): bytes per block, offset of the quants
 const Q8_0_BS: usize = 34;
@@ -247,9 +245,9 @@ const T_Q8_0 = 8;
 // a transpose-add turns the 4 blocks' lanes into one i32x4 holding block j's exact dot in lane j,
 // which meets the 4 block scales (the row's f16 scales gathered with load16_lane and converted in
 // SIMD, times the activation's) in one multiply-add: per block that is ggml's sum of d * isum,
-// its float adds spread over 4 lanes. Each block's dot is stored to a scratch line: a store sits
-// on V8's effect chain, so a block's arithmetic is done before the next block's loads are issued
-// (without it V8 hoisted every load of the 4 blocks to the top and spilled; that variant, and
+// its float adds spread over 4 lanes. Each block's dot is pinned (schedule_pin.ts), so its
+// arithmetic is done before the next block's loads are issued (without it V8 hoisted every load
+// of the 4 blocks to the top and spilled; that variant, and
 // one block per iteration with its scale splat from a rotated vector, measured slower: docs/
 // benchmarks.md, "Kernel variants measured").
 // Nothing past the row is read (a row may end at the end of memory): a partial last group takes
@@ -335,20 +333,16 @@ const T_Q8_0 = 8;
     }
     const a0 = blockDot(t, a, x, m0, m1, m2),
       b0 = blockDot(t, b, x, m0, m1, m2);
-    v128.store(SCRATCH, a0);
-    v128.store(SCRATCH, b0, 16);
+    pin2(a0, b0);
     const a1 = blockDot(t, a + BS, x + XBK, m0, m1, m2),
       b1 = blockDot(t, b + BS, x + XBK, m0, m1, m2);
-    v128.store(SCRATCH, a1);
-    v128.store(SCRATCH, b1, 16);
+    pin2(a1, b1);
     const tA01 = i32x4.add(i32x4.shuffle(a0, a1, 0, 4, 1, 5), i32x4.shuffle(a0, a1, 2, 6, 3, 7)),
       tB01 = i32x4.add(i32x4.shuffle(b0, b1, 0, 4, 1, 5), i32x4.shuffle(b0, b1, 2, 6, 3, 7));
-    v128.store(SCRATCH, tA01);
-    v128.store(SCRATCH, tB01, 16);
+    pin2(tA01, tB01);
     const a2 = blockDot(t, a + 2 * BS, x + 2 * XBK, m0, m1, m2),
       b2 = blockDot(t, b + 2 * BS, x + 2 * XBK, m0, m1, m2);
-    v128.store(SCRATCH, a2);
-    v128.store(SCRATCH, b2, 16);
+    pin2(a2, b2);
     const a3 = blockDot(t, a + 3 * BS, x + 3 * XBK, m0, m1, m2),
       b3 = blockDot(t, b + 3 * BS, x + 3 * XBK, m0, m1, m2);
     accA = f32x4.add(accA, f32x4.mul(f32x4.convert_i32x4_s(transposeRest(tA01, a2, a3)), scA));
@@ -373,15 +367,15 @@ const T_Q8_0 = 8;
   const sc = f32x4.mul(f16x4(a, BS, je), v128.load(x, 320));
   if (one) acc = f32x4.add(acc, f32x4.mul(f16x4(a + 2, BS, je), v128.load(x, 336)));
   const d0 = blockDot(t, a, x, m0, m1, m2);
-  v128.store(SCRATCH, d0);
+  pin(d0);
   let d1 = i32x4.splat(0),
     d2 = i32x4.splat(0),
     d3 = i32x4.splat(0);
   if (je == 4) {
     d1 = blockDot(t, a + BS, x + XBK, m0, m1, m2);
-    v128.store(SCRATCH, d1);
+    pin(d1);
     d2 = blockDot(t, a + 2 * BS, x + 2 * XBK, m0, m1, m2);
-    v128.store(SCRATCH, d2);
+    pin(d2);
     d3 = blockDot(t, a + 3 * BS, x + 3 * XBK, m0, m1, m2);
   } else {
     if (je > 1) d1 = blockDot(t, a + BS, x + XBK, m0, m1, m2);
