@@ -17,7 +17,7 @@
 import { Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
 import { f16x4At, hsum, put, Q4_0_GB, Q4_1_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
-import { pin, pin2 } from "./schedule_pin";
+import { pin2 } from "./schedule_pin";
 
 // h + the relaxed dots of one token's activation vectors (xl, xh) with a row's unpacked vectors
 @inline function rdot(h: v128, xl: v128, xh: v128, lo: v128, hi: v128): v128 {

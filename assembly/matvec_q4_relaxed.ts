@@ -20,7 +20,7 @@
 
 import { q4_0Group, q4_1Group } from "./q4_group";
 import { hsum, Q4_0_GB, Q4_1_GB, Q8_I8N_GB } from "./packed_layout";
-import { pin, pin2 } from "./schedule_pin";
+import { pin2 } from "./schedule_pin";
 
 // 0x0f bytes, then i16 ones: loaded rather than written as constants, which V8 would rebuild
 // inside the loop at every use.
@@ -65,7 +65,8 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0);
   for (let g = 0; g < gc; g++) {
-    // unrolled by hand: a rolled loop costs V8 a branch and a stack check per step
+    // unrolled by hand (a rolled loop costs V8 a branch and a stack check per step), each step
+    // pinned so that V8 does not issue the whole group's loads first (schedule_pin.ts)
     let xl = v128.load(xp),
       xh = v128.load(xp, 16);
     let h0 = dotw(v128.load(wp), xl, xh, m),
