@@ -100,6 +100,14 @@ const HALF_K = memory.data<u32>(
   store<f32>(y1, t);
 }
 
+/** 8 halves v (F16 or BF16) times the f32 vectors xl (their low 4) and xh (their high 4), as 4 lanes. */
+@inline function half8(v: v128, xl: v128, xh: v128, bf: bool, mask: v128, bias: v128): v128 {
+  return f32x4.add(
+    f32x4.mul(bf ? bf16Lo(v) : f16Lo(v, mask, bias), xl),
+    f32x4.mul(bf ? bf16Hi(v) : f16Hi(v, mask, bias), xh),
+  );
+}
+
 // Four rows from four places at once (rows r + k * quarter of the range): four memory streams in
 // flight, and each activation load serves four rows.
 @inline function dotRows4(w: usize, rs: usize, x: usize, y: usize, ys: usize, cols: i32, bf: bool): void {
@@ -115,38 +123,10 @@ const HALF_K = memory.data<u32>(
     const xp = x + ((<usize>i) << 2);
     const xl = v128.load(xp),
       xh = v128.load(xp, 16);
-    let v = v128.load(wp);
-    a0 = f32x4.add(
-      a0,
-      f32x4.add(
-        f32x4.mul(bf ? bf16Lo(v) : f16Lo(v, mask, bias), xl),
-        f32x4.mul(bf ? bf16Hi(v) : f16Hi(v, mask, bias), xh),
-      ),
-    );
-    v = v128.load(wp + rs);
-    a1 = f32x4.add(
-      a1,
-      f32x4.add(
-        f32x4.mul(bf ? bf16Lo(v) : f16Lo(v, mask, bias), xl),
-        f32x4.mul(bf ? bf16Hi(v) : f16Hi(v, mask, bias), xh),
-      ),
-    );
-    v = v128.load(wp + 2 * rs);
-    a2 = f32x4.add(
-      a2,
-      f32x4.add(
-        f32x4.mul(bf ? bf16Lo(v) : f16Lo(v, mask, bias), xl),
-        f32x4.mul(bf ? bf16Hi(v) : f16Hi(v, mask, bias), xh),
-      ),
-    );
-    v = v128.load(wp + 3 * rs);
-    a3 = f32x4.add(
-      a3,
-      f32x4.add(
-        f32x4.mul(bf ? bf16Lo(v) : f16Lo(v, mask, bias), xl),
-        f32x4.mul(bf ? bf16Hi(v) : f16Hi(v, mask, bias), xh),
-      ),
-    );
+    a0 = f32x4.add(a0, half8(v128.load(wp), xl, xh, bf, mask, bias));
+    a1 = f32x4.add(a1, half8(v128.load(wp + rs), xl, xh, bf, mask, bias));
+    a2 = f32x4.add(a2, half8(v128.load(wp + 2 * rs), xl, xh, bf, mask, bias));
+    a3 = f32x4.add(a3, half8(v128.load(wp + 3 * rs), xl, xh, bf, mask, bias));
   }
   let s0 = hsum(a0),
     s1 = hsum(a1),

@@ -63,6 +63,32 @@ const Q8K: usize = 292;
   return i32x4.add(i32x4.dot_i16x8_s(v128.load(xb, 260), md0), i32x4.dot_i16x8_s(v128.load(xb, 276), md1));
 }
 
+/**
+ * Scale k (0..7, a constant) of the unpacked scales sm as scaleK makes it: the relaxed build
+ * splats lane k of sc16 (sm's bytes as i16) with a shuffle V8 lowers to pshuflw/pshufhw + pshufd.
+ */
+@inline function subScale(sm: v128, sc16: v128, k: i32): v128 {
+  if (!ASC_FEATURE_RELAXED_SIMD) {
+    // extract_lane takes a literal lane
+    if (k == 0) return i32x4.splat(i8x16.extract_lane_u(sm, 0));
+    if (k == 1) return i32x4.splat(i8x16.extract_lane_u(sm, 1));
+    if (k == 2) return i32x4.splat(i8x16.extract_lane_u(sm, 2));
+    if (k == 3) return i32x4.splat(i8x16.extract_lane_u(sm, 3));
+    if (k == 4) return i32x4.splat(i8x16.extract_lane_u(sm, 4));
+    if (k == 5) return i32x4.splat(i8x16.extract_lane_u(sm, 5));
+    if (k == 6) return i32x4.splat(i8x16.extract_lane_u(sm, 6));
+    return i32x4.splat(i8x16.extract_lane_u(sm, 7));
+  }
+  if (k == 0) return i8x16.shuffle(sc16, sc16, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1);
+  if (k == 1) return i8x16.shuffle(sc16, sc16, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  if (k == 2) return i8x16.shuffle(sc16, sc16, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5);
+  if (k == 3) return i8x16.shuffle(sc16, sc16, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7);
+  if (k == 4) return i8x16.shuffle(sc16, sc16, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9);
+  if (k == 5) return i8x16.shuffle(sc16, sc16, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11);
+  if (k == 6) return i8x16.shuffle(sc16, sc16, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13);
+  return i8x16.shuffle(sc16, sc16, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Q4_K
 
@@ -141,52 +167,31 @@ const K_NIB = memory.data<u8>(
   return i32x4.add(i32x4.dot_i16x8_s(lo, sl), i32x4.dot_i16x8_s(hi, sh));
 }
 
+/** isum + chunk c (0..3, a constant) of a Q4_K block over relaxed dots. */
+@inline function stepQ4KRelaxed(isum: v128, wb: usize, xb: usize, c: i32, m: v128, sm: v128, sc16: v128): v128 {
+  isum = i32x4.add(
+    isum,
+    chunkQ4KRelaxed(
+      wb + 16 + ((<usize>c) << 5),
+      xb + 4 + ((<usize>c) << 6),
+      m,
+      subScale(sm, sc16, c << 1),
+      subScale(sm, sc16, (c << 1) + 1),
+    ),
+  );
+  // this chunk's arithmetic before the next chunk's loads (schedule_pin.ts)
+  pin(isum);
+  return isum;
+}
+
 /** intQ4K over relaxed dots: [sum_j sc_j dot_j] lanes (no factor 256). */
 @inline function intQ4KRelaxed(wb: usize, xb: usize, sm: v128): v128 {
   const m = v128.load(K_NIB);
-  // the 8 sub-block scales as i16 lanes, each splat where its chunk needs it (a shuffle that V8
-  // lowers to pshuflw/pshufhw + pshufd, with no constant to build)
-  const sc = i16x8.extend_low_i8x16_u(sm);
-  let isum = chunkQ4KRelaxed(
-    wb + 16,
-    xb + 4,
-    m,
-    i8x16.shuffle(sc, sc, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1),
-    i8x16.shuffle(sc, sc, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3),
-  );
-  pin(isum);
-  isum = i32x4.add(
-    isum,
-    chunkQ4KRelaxed(
-      wb + 48,
-      xb + 68,
-      m,
-      i8x16.shuffle(sc, sc, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5),
-      i8x16.shuffle(sc, sc, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7),
-    ),
-  );
-  pin(isum);
-  isum = i32x4.add(
-    isum,
-    chunkQ4KRelaxed(
-      wb + 80,
-      xb + 132,
-      m,
-      i8x16.shuffle(sc, sc, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9),
-      i8x16.shuffle(sc, sc, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11),
-    ),
-  );
-  pin(isum);
-  return i32x4.add(
-    isum,
-    chunkQ4KRelaxed(
-      wb + 112,
-      xb + 196,
-      m,
-      i8x16.shuffle(sc, sc, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13),
-      i8x16.shuffle(sc, sc, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15),
-    ),
-  );
+  const sc16 = i16x8.extend_low_i8x16_u(sm);
+  let isum = stepQ4KRelaxed(i32x4.splat(0), wb, xb, 0, m, sm, sc16);
+  isum = stepQ4KRelaxed(isum, wb, xb, 1, m, sm, sc16);
+  isum = stepQ4KRelaxed(isum, wb, xb, 2, m, sm, sc16);
+  return stepQ4KRelaxed(isum, wb, xb, 3, m, sm, sc16);
 }
 
 /** acc + d_w d_x / 256 * isum - dmin_w d_x * mins: one finished Q4_K/Q5_K block. */
@@ -566,32 +571,6 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 }
 @inline function q5Hi(q: v128, h: v128, m0f: v128, m10: v128): v128 {
   return v128.or(v128.and(i16x8.shr_u(q, 4), m0f), v128.and(i16x8.shl(h, 3), m10));
-}
-
-/**
- * Scale k (0..7, a constant) of the unpacked scales sm as scaleK makes it: the relaxed build
- * splats lane k of sc16 (sm's bytes as i16) with a shuffle V8 lowers to pshuflw/pshufhw + pshufd.
- */
-@inline function subScale(sm: v128, sc16: v128, k: i32): v128 {
-  if (!ASC_FEATURE_RELAXED_SIMD) {
-    // extract_lane takes a literal lane
-    if (k == 0) return i32x4.splat(i8x16.extract_lane_u(sm, 0));
-    if (k == 1) return i32x4.splat(i8x16.extract_lane_u(sm, 1));
-    if (k == 2) return i32x4.splat(i8x16.extract_lane_u(sm, 2));
-    if (k == 3) return i32x4.splat(i8x16.extract_lane_u(sm, 3));
-    if (k == 4) return i32x4.splat(i8x16.extract_lane_u(sm, 4));
-    if (k == 5) return i32x4.splat(i8x16.extract_lane_u(sm, 5));
-    if (k == 6) return i32x4.splat(i8x16.extract_lane_u(sm, 6));
-    return i32x4.splat(i8x16.extract_lane_u(sm, 7));
-  }
-  if (k == 0) return i8x16.shuffle(sc16, sc16, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1);
-  if (k == 1) return i8x16.shuffle(sc16, sc16, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-  if (k == 2) return i8x16.shuffle(sc16, sc16, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5);
-  if (k == 3) return i8x16.shuffle(sc16, sc16, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7);
-  if (k == 4) return i8x16.shuffle(sc16, sc16, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9);
-  if (k == 5) return i8x16.shuffle(sc16, sc16, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11);
-  if (k == 6) return i8x16.shuffle(sc16, sc16, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13);
-  return i8x16.shuffle(sc16, sc16, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15);
 }
 
 /**
