@@ -68,38 +68,6 @@ const HALF_K = memory.data<u32>(
   return s;
 }
 
-// Two rows from two places at once (rows r and r + half of the range): two memory streams in
-// flight, and each activation load serves both rows.
-@inline function dotRows2(w0: usize, w1: usize, x: usize, y0: usize, y1: usize, cols: i32, bf: bool): void {
-  const mask = v128.load(HALF_K),
-    bias = v128.load(HALF_K, 16);
-  let a0 = f32x4.splat(0),
-    a1 = f32x4.splat(0),
-    b0 = f32x4.splat(0),
-    b1 = f32x4.splat(0);
-  let i = 0;
-  for (; i + 8 <= cols; i += 8) {
-    const v = v128.load(w0 + ((<usize>i) << 1)),
-      u = v128.load(w1 + ((<usize>i) << 1));
-    const xp = x + ((<usize>i) << 2);
-    const xl = v128.load(xp),
-      xh = v128.load(xp, 16);
-    a0 = f32x4.add(a0, f32x4.mul(bf ? bf16Lo(v) : f16Lo(v, mask, bias), xl));
-    a1 = f32x4.add(a1, f32x4.mul(bf ? bf16Hi(v) : f16Hi(v, mask, bias), xh));
-    b0 = f32x4.add(b0, f32x4.mul(bf ? bf16Lo(u) : f16Lo(u, mask, bias), xl));
-    b1 = f32x4.add(b1, f32x4.mul(bf ? bf16Hi(u) : f16Hi(u, mask, bias), xh));
-  }
-  let s = hsum(f32x4.add(a0, a1)),
-    t = hsum(f32x4.add(b0, b1));
-  for (; i < cols; i++) {
-    const xv = load<f32>(x + ((<usize>i) << 2));
-    s += scalar(<u32>load<u16>(w0 + ((<usize>i) << 1)), bf) * xv;
-    t += scalar(<u32>load<u16>(w1 + ((<usize>i) << 1)), bf) * xv;
-  }
-  store<f32>(y0, s);
-  store<f32>(y1, t);
-}
-
 /** 8 halves v (F16 or BF16) times the f32 vectors xl (their low 4) and xh (their high 4), as 4 lanes. */
 @inline function half8(v: v128, xl: v128, xh: v128, bf: bool, mask: v128, bias: v128): v128 {
   return f32x4.add(
