@@ -39,31 +39,21 @@ const HALF_K = memory.data<u32>(
   return bf ? reinterpret<f32>(h << 16) : f16ToF32(h); // the tails: exact, inf and NaN kept
 }
 
-/** dot of one 16-bit row with one f32 row; four accumulators break the add latency chain. */
+/**
+ * dot of one 16-bit row with one f32 row, in the float order every kernel here uses for a row (one
+ * accumulator of 8-value steps, its lanes summed, then the tail): a row's bits do not depend on
+ * which rows it was computed with, so a thread split or a token tile changes nothing.
+ */
 @inline function dotRow(w: usize, x: usize, cols: i32, bf: bool): f32 {
   const mask = v128.load(HALF_K),
     bias = v128.load(HALF_K, 16);
-  let a0 = f32x4.splat(0),
-    a1 = f32x4.splat(0),
-    a2 = f32x4.splat(0),
-    a3 = f32x4.splat(0);
+  let a = f32x4.splat(0);
   let i = 0;
-  for (; i + 16 <= cols; i += 16) {
-    const v = v128.load(w + ((<usize>i) << 1)),
-      u = v128.load(w + ((<usize>i) << 1), 16);
-    const xp = x + ((<usize>i) << 2);
-    a0 = f32x4.add(a0, f32x4.mul(bf ? bf16Lo(v) : f16Lo(v, mask, bias), v128.load(xp)));
-    a1 = f32x4.add(a1, f32x4.mul(bf ? bf16Hi(v) : f16Hi(v, mask, bias), v128.load(xp, 16)));
-    a2 = f32x4.add(a2, f32x4.mul(bf ? bf16Lo(u) : f16Lo(u, mask, bias), v128.load(xp, 32)));
-    a3 = f32x4.add(a3, f32x4.mul(bf ? bf16Hi(u) : f16Hi(u, mask, bias), v128.load(xp, 48)));
-  }
   for (; i + 8 <= cols; i += 8) {
-    const v = v128.load(w + ((<usize>i) << 1));
     const xp = x + ((<usize>i) << 2);
-    a0 = f32x4.add(a0, f32x4.mul(bf ? bf16Lo(v) : f16Lo(v, mask, bias), v128.load(xp)));
-    a1 = f32x4.add(a1, f32x4.mul(bf ? bf16Hi(v) : f16Hi(v, mask, bias), v128.load(xp, 16)));
+    a = f32x4.add(a, half8(v128.load(w + ((<usize>i) << 1)), v128.load(xp), v128.load(xp, 16), bf, mask, bias));
   }
-  let s = hsum(f32x4.add(f32x4.add(a0, a1), f32x4.add(a2, a3)));
+  let s = hsum(a);
   for (; i < cols; i++) s += scalar(<u32>load<u16>(w + ((<usize>i) << 1)), bf) * load<f32>(x + ((<usize>i) << 2));
   return s;
 }
