@@ -241,17 +241,17 @@ const T_Q8_0 = 8;
 
 // One row times x.
 //
-// Q4: a group of 4 blocks per iteration: each block's integer dot comes out as 4 i32 partial lanes,
-// a transpose-add turns the 4 blocks' lanes into one i32x4 holding block j's exact dot in lane j,
-// which meets the 4 block scales (the row's f16 scales gathered with load16_lane and converted in
-// SIMD, times the activation's) in one multiply-add: per block that is ggml's sum of d * isum,
-// its float adds spread over 4 lanes. Each block's dot is pinned (schedule_pin.ts), so its
-// arithmetic is done before the next block's loads are issued (without it V8 hoisted every load
-// of the 4 blocks to the top and spilled; that variant, and
-// one block per iteration with its scale splat from a rotated vector, measured slower: docs/
-// benchmarks.md, "Kernel variants measured").
-// Nothing past the row is read (a row may end at the end of memory): a partial last group takes
-// zeros for its missing blocks, whose scales f16x4 leaves 0.
+// Q4 (groupQ4): a group of 4 blocks per iteration. Each block's integer dot comes out as 4 i32
+// partial lanes; a transpose-add turns the 4 blocks' lanes into one i32x4 holding block j's
+// exact dot in lane j, which meets the 4 block scales (the row's f16 scales gathered with
+// load16_lane and converted in SIMD, times the activation's) in one multiply-add: per block that
+// is ggml's sum of d * isum, its float adds spread over 4 lanes. Each block's dot is pinned
+// (schedule_pin.ts), so its arithmetic is done before the next block's loads are issued (without
+// it V8 hoisted every load of the 4 blocks to the top and spilled; that variant, and one block
+// per iteration with its scale splat from a rotated vector, measured slower: docs/benchmarks.md,
+// "Kernel variants measured"). Q8_0 keeps the block loop. Nothing past the row is read (a row
+// may end at the end of memory): a partial last group takes zeros for its missing blocks, whose
+// scales f16x4 leaves 0.
 @inline function dot1(t: i32, a: usize, x: usize, n: i32): f32 {
   if (t == T_F32) {
     let s0 = f32x4.splat(0),
