@@ -141,8 +141,8 @@ const Q8K: usize = 292;
 // i32 lane l gets elements 4l..4l+3 and 16+4l..16+4l+3, the lanes intQ4K gets, without the factor
 // 256 (its caller's scale is 1 instead of 1/256, which gives the same f32 bits).
 
-// 0x0f bytes, then 0x30 bytes (Q6_K) and 0x10 bytes (Q5_K), loaded rather than written as constants (V8 rebuilds a
-// v128.const at every use)
+// 0x0f bytes, then 0x30 bytes (Q6_K) and 0x10 bytes (Q5_K), loaded rather than written as
+// constants (V8 rebuilds a v128.const at every use)
 const K_NIB = memory.data<u8>(
   [
     15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30,
