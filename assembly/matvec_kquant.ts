@@ -652,6 +652,8 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 @inline function dotQ5KTokens2(w: usize, x0: usize, x1: usize, nb: usize, y0: usize, y1: usize): void {
   let acc0 = f32x4.splat(0),
     acc1 = f32x4.splat(0);
+  const m0f = v128.load(K_NIB),
+    m10 = v128.load(K_NIB, 32);
   for (let b: usize = 0; b < nb; b++) {
     const wb = w + b * Q5K,
       xb0 = x0 + b * Q8K,
@@ -662,8 +664,6 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
     let sc = sm;
     let h0 = v128.load(wb + 16),
       h1 = v128.load(wb + 32);
-    const m0f = v128.load(K_NIB),
-      m10 = v128.load(K_NIB, 32);
     for (let c: usize = 0; c < 4; c++) {
       const qp = wb + 48 + (c << 5),
         xo: usize = 4 + (c << 6);

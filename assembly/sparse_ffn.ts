@@ -311,9 +311,9 @@ const T_Q8_0 = 8;
   const nb = n >> 5;
   const one = t == T_Q4_1;
   const BS: usize = one ? Q4_1_BS : Q4_0_BS;
-  const relaxedQ4 = ASC_FEATURE_RELAXED_SIMD;
-  const m0 = relaxedQ4 ? v128.load(Q4_RELAXED_CONSTS) : v128.load(Q4_MASKS),
-    m1 = relaxedQ4 ? v128.load(Q4_RELAXED_CONSTS, 16) : v128.load(Q4_MASKS, 16),
+  // as dot1's Q4 masks
+  const m0 = ASC_FEATURE_RELAXED_SIMD ? v128.load(Q4_RELAXED_CONSTS) : v128.load(Q4_MASKS),
+    m1 = ASC_FEATURE_RELAXED_SIMD ? v128.load(Q4_RELAXED_CONSTS, 16) : v128.load(Q4_MASKS, 16),
     m2 = v128.load(Q4_MASKS, 32);
   let accA = f32x4.splat(0),
     accB = f32x4.splat(0);
@@ -827,9 +827,20 @@ let SINK: u32 = 0;
   if (hB != 0) pushDown(t, y, corr, n, bpB + 2 * rb, hB);
 }
 
-@inline function ffnT(
+// Bundle k of a call: the listed address (sparse_ffn_T) or base + k * stride (a dense cluster,
+// sparse_ffn_run_T; `run` is a constant after inlining).
+@inline function bundleAt(run: bool, list: usize, base: usize, stride: usize, k: i32): usize {
+  return run ? base + <usize>k * stride : <usize>load<i32>(list + ((<usize>k) << 2));
+}
+
+// The bundles k in [k0, k1) through ffnOne, Q4 two at a time through ffnPair; the next
+// bundles' pages touched one step ahead.
+@inline function ffnBundles(
   t: i32,
-  bundles: usize,
+  run: bool,
+  list: usize,
+  base: usize,
+  stride: usize,
   xAct: usize,
   partials: usize,
   n: i32,
@@ -846,16 +857,32 @@ let SINK: u32 = 0;
   let k = k0;
   if (t == T_Q4_0 || t == T_Q4_1)
     for (; k + 2 <= k1; k += 2) {
-      if (k + 2 < k1) touchPages(<usize>load<i32>(bundles + ((<usize>k) << 2), 8), 3 * rb);
-      if (k + 3 < k1) touchPages(<usize>load<i32>(bundles + ((<usize>k) << 2), 12), 3 * rb);
-      const p = bundles + ((<usize>k) << 2);
-      ffnPair(t, <usize>load<i32>(p), <usize>load<i32>(p, 4), xAct, y, corr, n, rb, kind);
+      if (k + 2 < k1) touchPages(bundleAt(run, list, base, stride, k + 2), 3 * rb);
+      if (k + 3 < k1) touchPages(bundleAt(run, list, base, stride, k + 3), 3 * rb);
+      const bpA = bundleAt(run, list, base, stride, k),
+        bpB = bundleAt(run, list, base, stride, k + 1);
+      ffnPair(t, bpA, bpB, xAct, y, corr, n, rb, kind);
     }
   for (; k < k1; k++) {
-    if (k + 1 < k1) touchPages(<usize>load<i32>(bundles + ((<usize>k) << 2), 4), 3 * rb);
-    ffnOne(t, <usize>load<i32>(bundles + ((<usize>k) << 2)), xAct, y, corr, n, rb, kind);
+    if (k + 1 < k1) touchPages(bundleAt(run, list, base, stride, k + 1), 3 * rb);
+    ffnOne(t, bundleAt(run, list, base, stride, k), xAct, y, corr, n, rb, kind);
   }
   flushDown(t, y, corr, n);
+}
+
+@inline function ffnT(
+  t: i32,
+  bundles: usize,
+  xAct: usize,
+  partials: usize,
+  n: i32,
+  rowBytes: i32,
+  kind: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  ffnBundles(t, false, bundles, 0, 0, xAct, partials, n, rowBytes, kind, per, k0, k1);
 }
 
 @inline function ffnRunT(
@@ -871,23 +898,7 @@ let SINK: u32 = 0;
   k0: i32,
   k1: i32,
 ): void {
-  const y = slotBase(partials, n, per, k0, k1);
-  const corr = y + ((<usize>n) << 2);
-  const rb = <usize>rowBytes,
-    st = <usize>stride;
-  DN = 0;
-  let k = k0;
-  if (t == T_Q4_0 || t == T_Q4_1)
-    for (; k + 2 <= k1; k += 2) {
-      if (k + 2 < k1) touchPages(base + <usize>(k + 2) * st, 3 * rb);
-      if (k + 3 < k1) touchPages(base + <usize>(k + 3) * st, 3 * rb);
-      ffnPair(t, base + <usize>k * st, base + <usize>(k + 1) * st, xAct, y, corr, n, rb, kind);
-    }
-  for (; k < k1; k++) {
-    if (k + 1 < k1) touchPages(base + <usize>(k + 1) * st, 3 * rb);
-    ffnOne(t, base + <usize>k * st, xAct, y, corr, n, rb, kind);
-  }
-  flushDown(t, y, corr, n);
+  ffnBundles(t, true, 0, base, <usize>stride, xAct, partials, n, rowBytes, kind, per, k0, k1);
 }
 
 // ---------------------------------------------------------------------------------------------
