@@ -834,7 +834,8 @@ let SINK: u32 = 0;
 }
 
 // The bundles k in [k0, k1) through ffnOne, Q4 two at a time through ffnPair; the next
-// bundles' pages touched one step ahead.
+// bundles' pages touched one step ahead. sparse_ffn_T runs it over a list, sparse_ffn_run_T
+// over a strided cluster.
 @inline function ffnBundles(
   t: i32,
   run: bool,
@@ -868,37 +869,6 @@ let SINK: u32 = 0;
     ffnOne(t, bundleAt(run, list, base, stride, k), xAct, y, corr, n, rb, kind);
   }
   flushDown(t, y, corr, n);
-}
-
-@inline function ffnT(
-  t: i32,
-  bundles: usize,
-  xAct: usize,
-  partials: usize,
-  n: i32,
-  rowBytes: i32,
-  kind: i32,
-  per: i32,
-  k0: i32,
-  k1: i32,
-): void {
-  ffnBundles(t, false, bundles, 0, 0, xAct, partials, n, rowBytes, kind, per, k0, k1);
-}
-
-@inline function ffnRunT(
-  t: i32,
-  base: usize,
-  stride: i32,
-  xAct: usize,
-  partials: usize,
-  n: i32,
-  rowBytes: i32,
-  kind: i32,
-  per: i32,
-  k0: i32,
-  k1: i32,
-): void {
-  ffnBundles(t, true, 0, base, <usize>stride, xAct, partials, n, rowBytes, kind, per, k0, k1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1032,7 +1002,7 @@ export function sparse_ffn_f32(
   k0: i32,
   k1: i32,
 ): void {
-  ffnT(T_F32, bundles, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+  ffnBundles(T_F32, false, bundles, 0, 0, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
 export function sparse_ffn_q8_0(
   bundles: usize,
@@ -1046,7 +1016,7 @@ export function sparse_ffn_q8_0(
   k0: i32,
   k1: i32,
 ): void {
-  ffnT(T_Q8_0, bundles, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+  ffnBundles(T_Q8_0, false, bundles, 0, 0, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
 export function sparse_ffn_q4_0(
   bundles: usize,
@@ -1060,7 +1030,7 @@ export function sparse_ffn_q4_0(
   k0: i32,
   k1: i32,
 ): void {
-  ffnT(T_Q4_0, bundles, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+  ffnBundles(T_Q4_0, false, bundles, 0, 0, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
 export function sparse_ffn_q4_1(
   bundles: usize,
@@ -1074,7 +1044,7 @@ export function sparse_ffn_q4_1(
   k0: i32,
   k1: i32,
 ): void {
-  ffnT(T_Q4_1, bundles, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+  ffnBundles(T_Q4_1, false, bundles, 0, 0, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
 
 /** sparse_ffn over the bundles base + k * stride, k in [k0, k1) (a dense cluster). */
@@ -1091,7 +1061,7 @@ export function sparse_ffn_run_f32(
   k0: i32,
   k1: i32,
 ): void {
-  ffnRunT(T_F32, base, stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+  ffnBundles(T_F32, true, 0, base, <usize>stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
 export function sparse_ffn_run_q8_0(
   base: usize,
@@ -1106,7 +1076,7 @@ export function sparse_ffn_run_q8_0(
   k0: i32,
   k1: i32,
 ): void {
-  ffnRunT(T_Q8_0, base, stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+  ffnBundles(T_Q8_0, true, 0, base, <usize>stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
 export function sparse_ffn_run_q4_0(
   base: usize,
@@ -1121,7 +1091,7 @@ export function sparse_ffn_run_q4_0(
   k0: i32,
   k1: i32,
 ): void {
-  ffnRunT(T_Q4_0, base, stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+  ffnBundles(T_Q4_0, true, 0, base, <usize>stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
 export function sparse_ffn_run_q4_1(
   base: usize,
@@ -1136,7 +1106,7 @@ export function sparse_ffn_run_q4_1(
   k0: i32,
   k1: i32,
 ): void {
-  ffnRunT(T_Q4_1, base, stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+  ffnBundles(T_Q4_1, true, 0, base, <usize>stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
 
 // the 4x4 transpose of f32 vectors a..d added to the 4 vectors at p
