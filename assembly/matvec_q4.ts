@@ -30,7 +30,7 @@
 // instead, over "q8_i8n" activations: any kernel here that reads activations must branch on
 // ASC_FEATURE_RELAXED_SIMD the same way.
 
-import { pairQ4Relaxed } from "./matvec_q4_relaxed";
+import { pairQ4Relaxed, quadQ4Relaxed } from "./matvec_q4_relaxed";
 import { CHUNK, f16x4At, hsum, Q4_0_GB, Q4_1_GB, Q4_MASKS, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 
@@ -104,7 +104,33 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
     const gc = min(CHUNK, ng - g0);
     const wc = w + <usize>g0 * npairs * GB; // chunks before this one are CHUNK groups wide
     const xc = x + <usize>g0 * ACT_GB;
-    for (let p = r0 >> 1; p < (r1 + 1) >> 1; p++) {
+    let p = r0 >> 1;
+    const pEnd = (r1 + 1) >> 1;
+    if (ASC_FEATURE_RELAXED_SIMD) {
+      // the first and second halves of the pairs at once: two long weight streams, each
+      // activation load serving four rows
+      const half = (pEnd - p) >> 1;
+      const stride = <usize>gc * GB;
+      for (let i = 0; i < half; i++) {
+        const pa = p + i,
+          pb = p + half + i;
+        quadQ4Relaxed(
+          wc + <usize>pa * stride,
+          wc + <usize>pb * stride,
+          xc,
+          y,
+          gc,
+          pa << 1,
+          pb << 1,
+          r0,
+          r1,
+          g0 == 0,
+          one,
+        );
+      }
+      p += half << 1;
+    }
+    for (; p < pEnd; p++) {
       pairQ4(wc + <usize>p * <usize>gc * GB, xc, y, gc, p << 1, r0, r1, g0 == 0, one);
     }
   }

@@ -108,4 +108,94 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   if (r + 1 >= r0 && r + 1 < r1) store<f32>(y0, first ? hsum(a1) : load<f32>(y0, 4) + hsum(a1), 4);
 }
 
-export { pairQ4Relaxed, Q4_RELAXED_CONSTS };
+/**
+ * pairQ4Relaxed for two row pairs at once: rows r..r+1 at wp and q..q+1 at wq (another place
+ * in memory: two weight streams), each activation vector loaded once for four rows. Every row's
+ * operations are pairQ4Relaxed's, in its order, so the results are the same bits.
+ */
+@inline function quadQ4Relaxed(
+  wp: usize,
+  wq: usize,
+  xp: usize,
+  y: usize,
+  gc: i32,
+  r: i32,
+  q: i32,
+  r0: i32,
+  r1: i32,
+  first: bool,
+  one: bool,
+): void {
+  const m = v128.load(Q4_RELAXED_CONSTS);
+  const GB = one ? Q4_1_GB : Q4_0_GB;
+  let a0 = f32x4.splat(0),
+    a1 = f32x4.splat(0),
+    a2 = f32x4.splat(0),
+    a3 = f32x4.splat(0);
+  for (let g = 0; g < gc; g++) {
+    let xl = v128.load(xp),
+      xh = v128.load(xp, 16);
+    let h0 = dotw(v128.load(wp), xl, xh, m),
+      h1 = dotw(v128.load(wp, 64), xl, xh, m);
+    pin2(h0, h1);
+    let h2 = dotw(v128.load(wq), xl, xh, m),
+      h3 = dotw(v128.load(wq, 64), xl, xh, m);
+    pin2(h2, h3);
+    xl = v128.load(xp, 32);
+    xh = v128.load(xp, 48);
+    h0 = i16x8.add(h0, dotw(v128.load(wp, 16), xl, xh, m));
+    h1 = i16x8.add(h1, dotw(v128.load(wp, 80), xl, xh, m));
+    pin2(h0, h1);
+    h2 = i16x8.add(h2, dotw(v128.load(wq, 16), xl, xh, m));
+    h3 = i16x8.add(h3, dotw(v128.load(wq, 80), xl, xh, m));
+    pin2(h2, h3);
+    xl = v128.load(xp, 64);
+    xh = v128.load(xp, 80);
+    h0 = i16x8.add(h0, dotw(v128.load(wp, 32), xl, xh, m));
+    h1 = i16x8.add(h1, dotw(v128.load(wp, 96), xl, xh, m));
+    pin2(h0, h1);
+    h2 = i16x8.add(h2, dotw(v128.load(wq, 32), xl, xh, m));
+    h3 = i16x8.add(h3, dotw(v128.load(wq, 96), xl, xh, m));
+    pin2(h2, h3);
+    xl = v128.load(xp, 96);
+    xh = v128.load(xp, 112);
+    h0 = i16x8.add(h0, dotw(v128.load(wp, 48), xl, xh, m));
+    h1 = i16x8.add(h1, dotw(v128.load(wp, 112), xl, xh, m));
+    pin2(h0, h1);
+    h2 = i16x8.add(h2, dotw(v128.load(wq, 48), xl, xh, m));
+    h3 = i16x8.add(h3, dotw(v128.load(wq, 112), xl, xh, m));
+    pin2(h2, h3);
+    const ones = v128.load(Q4_RELAXED_CONSTS, 16);
+    const s0 = i32x4.dot_i16x8_s(h0, ones),
+      s1 = i32x4.dot_i16x8_s(h1, ones),
+      s2 = i32x4.dot_i16x8_s(h2, ones),
+      s3 = i32x4.dot_i16x8_s(h3, ones);
+    const dx = v128.load(xp, 128);
+    if (one) {
+      const sx = v128.load(xp, 160);
+      a0 = q4_1Group(a0, s0, v128.load(wp, 128), dx, v128.load(wp, 160), sx);
+      a1 = q4_1Group(a1, s1, v128.load(wp, 144), dx, v128.load(wp, 176), sx);
+      a2 = q4_1Group(a2, s2, v128.load(wq, 128), dx, v128.load(wq, 160), sx);
+      a3 = q4_1Group(a3, s3, v128.load(wq, 144), dx, v128.load(wq, 176), sx);
+    } else {
+      const corr = v128.load(xp, 144),
+        hmask = v128.load(Q4_RELAXED_CONSTS, 32),
+        hbias = v128.load(Q4_RELAXED_CONSTS, 48);
+      a0 = q4_0Group(a0, s0, corr, f16x4(wp + 128, hmask, hbias), dx);
+      a1 = q4_0Group(a1, s1, corr, f16x4(wp + 136, hmask, hbias), dx);
+      a2 = q4_0Group(a2, s2, corr, f16x4(wq + 128, hmask, hbias), dx);
+      a3 = q4_0Group(a3, s3, corr, f16x4(wq + 136, hmask, hbias), dx);
+    }
+    wp += GB;
+    wq += GB;
+    xp += Q8_I8N_GB;
+  }
+  const y0 = y + ((<usize>r) << 2);
+  if (r >= r0 && r < r1) store<f32>(y0, first ? hsum(a0) : load<f32>(y0) + hsum(a0));
+  if (r + 1 >= r0 && r + 1 < r1) store<f32>(y0, first ? hsum(a1) : load<f32>(y0, 4) + hsum(a1), 4);
+  const y2 = y + ((<usize>q) << 2);
+  if (q >= r0 && q < r1) store<f32>(y2, first ? hsum(a2) : load<f32>(y2) + hsum(a2));
+  if (q + 1 >= r0 && q + 1 < r1) store<f32>(y2, first ? hsum(a3) : load<f32>(y2, 4) + hsum(a3), 4);
+}
+
+export { pairQ4Relaxed, quadQ4Relaxed, Q4_RELAXED_CONSTS };
