@@ -11,7 +11,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Arena } from "../src/runtime/arena.js";
-import { ThreadPool } from "../src/runtime/pool.js";
+import { MAX_JOBS, newPoolJob, ThreadPool } from "../src/runtime/pool.js";
 
 test("back-to-back jobs of changing sizes: each element added exactly once per job", async () => {
   const arena = new Arena(8 << 20);
@@ -40,6 +40,47 @@ test("back-to-back jobs of changing sizes: each element added exactly once per j
   }
 });
 
+test("groups of jobs (runAll): every chunk of every job runs exactly once, groups back to back", async () => {
+  const arena = new Arena(8 << 20);
+  const pool = await ThreadPool.create(arena.memory, 6);
+  pool.minParallelWork = 0;
+  try {
+    const n = 2048;
+    const x = arena.alloc(n * 4);
+    arena.f32(x, n).fill(1);
+    const ys = Array.from({ length: MAX_JOBS }, () => arena.alloc(n * 4));
+    const expect = ys.map(() => new Float64Array(n));
+    const add = pool.fn("add_inplace");
+    const jobs = Array.from({ length: MAX_JOBS }, newPoolJob);
+    let seed = 777;
+    const next = () => (seed = (seed * 1103515245 + 12345) >>> 0);
+    for (let group = 0; group < 5000; group++) {
+      const count = 1 + (next() % MAX_JOBS);
+      for (let j = 0; j < count; j++) {
+        const job = jobs[j];
+        job.fn = add;
+        job.args[0] = ys[j];
+        job.args[1] = x;
+        job.nargs = 2;
+        // sizes from nothing (an empty job) to all, works far apart (one job gets one chunk)
+        job.total = next() % (n + 1);
+        job.align = [1, 4, 64][next() % 3];
+        job.work = 1 + (next() % 1000) * (j + 1);
+        for (let i = 0; i < job.total; i++) expect[j][i]++;
+      }
+      pool.runAll(jobs, count);
+    }
+    ys.forEach((y, j) => {
+      const got = arena.f32(y, n);
+      for (let i = 0; i < n; i++)
+        if (got[i] !== expect[j][i]) assert.fail(`job ${j}, element ${i}: ${got[i]}, expected ${expect[j][i]}`);
+    });
+    assert.throws(() => pool.runAll([...jobs, newPoolJob()]), /at most 4 jobs/);
+  } finally {
+    await pool.dispose();
+  }
+});
+
 test("a kernel trapping in some chunks is an error of the whole job", async () => {
   const arena = new Arena(4 << 20);
   const pool = await ThreadPool.create(arena.memory, 2);
@@ -51,6 +92,14 @@ test("a kernel trapping in some chunks is an error of the whole job", async () =
     const y = end - 1024 * 4;
     const x = arena.alloc(4096 * 4);
     for (let k = 0; k < 50; k++) assert.throws(() => pool.run(add, [y, x], 2, 4096, 64), /kernel add_inplace failed/);
+    // in a group, the failing job's chunks fail the group
+    const ok = newPoolJob();
+    Object.assign(ok, { fn: add, nargs: 2, total: 4096, align: 64, work: 1 });
+    ok.args.set([arena.alloc(4096 * 4), x]);
+    const bad = newPoolJob();
+    Object.assign(bad, { fn: add, nargs: 2, total: 4096, align: 64, work: 1 });
+    bad.args.set([y, x]);
+    for (let k = 0; k < 20; k++) assert.throws(() => pool.runAll([ok, bad]), /kernel add_inplace failed/);
     // and the pool still works afterwards: every element of the next job is added
     arena.f32(x, 64).fill(1);
     const z = arena.alloc(64 * 4);

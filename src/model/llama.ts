@@ -194,6 +194,11 @@ export class LlamaModel {
       bias: pool.fn("add_bias_rows"),
     };
     this.epsBits = f32Bits(cfg.normEps);
+    // q, k, v read one input and so do gate and up: each set runs as one pool group
+    this.qkv = layers.map((L) => [L.wq, L.wk, L.wv]);
+    this.qkvOut = [buf.q, buf.hg, buf.hu];
+    this.gateUp = layers.map((L) => (L.gate && L.up ? [L.gate, L.up] : []));
+    this.gateUpOut = [buf.hg, buf.hu];
     const k = cfg.nExpertUsed;
     this.routing = {
       ids: new Int32Array(batchSize * k),
@@ -215,6 +220,10 @@ export class LlamaModel {
   >;
   private readonly epsBits: number;
   private readonly args = new Int32Array(16);
+  private readonly qkv: Matrix[][];
+  private readonly qkvOut: number[];
+  private readonly gateUp: Matrix[][];
+  private readonly gateUpOut: number[];
   /** a mixture of experts' routing of the current batch (laid out once) */
   private readonly routing: {
     ids: Int32Array;
@@ -613,14 +622,12 @@ export class LlamaModel {
     const vRow = kvRowBytes(cfg, this.kvCache.v);
     const kCache = b.kCache + l * this.contextSize * kRow;
     const vCache = b.vCache + l * this.contextSize * vRow;
-    const kNew = b.hg;
-    const vNew = b.hu;
+    const kNew = this.qkvOut[1]; // the new keys and values, in f32
+    const vNew = this.qkvOut[2];
 
     this.rmsnorm(b.xb, b.x, L.attnNorm, n);
     this.mm.setInput(b.xb, nEmbd);
-    this.mm.run(L.wq, b.q, n);
-    this.mm.run(L.wk, kNew, n);
-    this.mm.run(L.wv, vNew, n);
+    this.mm.runAll(this.qkv[l], this.qkvOut, n);
     if (L.bq) {
       this.addBias(b.q, L.bq, qDim, n);
       this.addBias(kNew, L.bk, kvDim, n);
@@ -676,8 +683,7 @@ export class LlamaModel {
     const L = this.layers[l];
     this.rmsnorm(b.xb, b.x, L.ffnNorm, n);
     this.mm.setInput(b.xb, cfg.nEmbd);
-    this.mm.run(L.gate!, b.hg, n);
-    this.mm.run(L.up!, b.hu, n);
+    this.mm.runAll(this.gateUp[l], this.gateUpOut, n);
     if (this.observer) {
       const buf = this.arena.memory.buffer;
       this.observer({

@@ -4,12 +4,12 @@
  * matrix of that format reads the same quantized rows. Decode (one row) runs the matvec kernel,
  * a batch the matmul kernel. Allocates nothing per call.
  */
-import type { ThreadPool } from "../runtime/pool.js";
+import { MAX_JOBS, newPoolJob, type PoolJob, type ThreadPool } from "../runtime/pool.js";
 import { prepareKernel, type ActivationFormat } from "../runtime/weight-kernels.js";
 import type { Matrix } from "./weight-loader.js";
 
 export class MatrixRunner {
-  private readonly args = new Int32Array(8);
+  private readonly jobs: PoolJob[] = Array.from({ length: MAX_JOBS }, newPoolJob);
   private readonly prepared = new Set<ActivationFormat>();
   private input = 0;
   private inputCols = 0;
@@ -29,6 +29,21 @@ export class MatrixRunner {
 
   /** out (n rows of m.rows f32) = m . input rows. */
   run(m: Matrix, out: number, n: number): void {
+    this.describe(this.jobs[0], m, out, n);
+    this.pool.runAll(this.jobs, 1);
+  }
+
+  /**
+   * outs[i] (n rows of ms[i].rows f32) = ms[i] . input rows for each i, as one group of the
+   * pool's (one wait for all of them). At most MAX_JOBS matrices; largest first.
+   */
+  runAll(ms: readonly Matrix[], outs: readonly number[], n: number): void {
+    for (let i = 0; i < ms.length; i++) this.describe(this.jobs[i], ms[i], outs[i], n);
+    this.pool.runAll(this.jobs, ms.length);
+  }
+
+  /** Fill `job` with m's kernel over the input rows (quantized first if m's format wants it). */
+  private describe(job: PoolJob, m: Matrix, out: number, n: number): void {
     const fmt = m.kernel.act;
     let x = this.input;
     if (fmt !== "f32") {
@@ -38,17 +53,17 @@ export class MatrixRunner {
         this.prepared.add(fmt);
       }
     }
-    const a = this.args;
+    const a = job.args;
     a[0] = m.ptr;
     a[1] = x;
     a[2] = out;
     a[3] = m.rows;
     a[4] = m.cols;
-    const work = m.rows * m.cols * n;
-    if (n === 1) this.pool.run(m.matvecFn, a, 5, m.rows, 16, work);
-    else {
-      a[5] = n;
-      this.pool.run(m.matmulFn, a, 6, m.rows, 16, work);
-    }
+    a[5] = n;
+    job.fn = n === 1 ? m.matvecFn : m.matmulFn;
+    job.nargs = n === 1 ? 5 : 6;
+    job.total = m.rows;
+    job.align = 16;
+    job.work = m.rows * m.cols * n;
   }
 }

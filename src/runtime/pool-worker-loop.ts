@@ -1,7 +1,7 @@
 /**
  * The body of a pool worker, shared by Node's worker_threads entry (pool-worker.ts) and the
  * browser's Web Worker entry (src/browser/pool-worker.ts): instantiate the kernel module over
- * the shared memory, say ready, then loop: wait for a new job generation, take chunks of it
+ * the shared memory, say ready, then loop: wait for a new group generation, take chunks of it
  * until none are left. See pool.ts.
  */
 import { CTRL, MAX_ARGS, chunkTag, runChunks, type PoolWorkerData } from "./pool.js";
@@ -29,7 +29,7 @@ export function runPoolWorker(data: PoolWorkerData, ready: () => void): void {
       }
     }
     seen = Atomics.load(c, CTRL.GEN);
-    if (c[CTRL.FN] < 0) break;
+    if (c[CTRL.NJOBS] < 0) break;
     runChunks(c, chunkTag(seen), fns, a, range);
   }
 }

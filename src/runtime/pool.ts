@@ -8,7 +8,9 @@
  * hold up the step: the others take its chunks (on a busy 2-core machine a fixed split made
  * every step wait for a time slice). Workers spin briefly before sleeping, because a decode step
  * issues hundreds of small jobs and a wake-up from Atomics.wait costs microseconds.
- * Which thread computes a chunk never changes its result. Dispatch allocates nothing.
+ * Independent jobs can go as one group (runAll): the threads take chunks of all of them from
+ * one counter and wait once. Which thread computes a chunk never changes its result. Dispatch
+ * allocates nothing.
  */
 import { Worker } from "node:worker_threads";
 import { instantiateKernels, kernelBuild, kernelModule, type KernelExports } from "./wasm.js";
@@ -37,26 +39,55 @@ export function setPoolWorkerSpawner(spawn: (data: PoolWorkerData) => PoolWorker
   spawnWorker = spawn;
 }
 
-/** Control block layout (Int32 slots). */
+/** Control block layout (Int32 slots): a header, then one slot per job of the current group. */
 export const CTRL = {
-  GEN: 0, // job generation: bumped for each job; workers wait for it to change
-  NEXT: 1, // (generation tag << CHUNK_BITS) | next chunk to hand out
-  DONE: 2, // chunks finished in the current job
-  FN: 3, // index of the kernel in the name table, or -1 to exit
-  NARGS: 4, // fixed arguments before the range
-  TOTAL: 5, // range length
-  ALIGN: 6, // chunks start at multiples of this
-  NCHUNKS: 7,
-  ERROR: 8, // set by a worker whose kernel threw
-  ARGS: 9, // up to MAX_ARGS arguments
-  SIZE: 32,
+  GEN: 0, // group generation: bumped for each group; workers wait for it to change
+  NEXT: 1, // (generation tag << CHUNK_BITS) | next chunk to hand out, counted over the whole group
+  DONE: 2, // chunks finished in the current group
+  NCHUNKS: 3, // chunks in the group
+  NJOBS: 4, // jobs in the group, or -1 to exit
+  ERROR: 5, // set by a worker whose kernel threw
+  JOBS: 8, // MAX_JOBS job slots of JOB_SIZE from here
+  SIZE: 8 + 4 * 22,
+} as const;
+/** A job slot's fields, relative to the slot. */
+export const JOB = {
+  FN: 0, // index of the kernel in the name table
+  NARGS: 1, // fixed arguments before the range
+  TOTAL: 2, // range length
+  ALIGN: 3, // chunks start at multiples of this
+  FIRST: 4, // the group's chunk number of this job's first chunk
+  NCHUNKS: 5,
+  ARGS: 6, // up to MAX_ARGS arguments
+  SIZE: 22,
 } as const;
 export const MAX_ARGS = 16;
+/** jobs one group can hold */
+export const MAX_JOBS = 4;
 const CHUNK_BITS = 12;
 const CHUNKS_PER_THREAD = 4;
 const TAG_MASK = (1 << (31 - CHUNK_BITS)) - 1;
 
-/** The tag a job's chunk counter carries: its generation's low bits. */
+/**
+ * One job of a group given to ThreadPool.runAll: kernel `fn` with the first `nargs` of `args`,
+ * over [0, total) in chunks starting at multiples of `align`; `work` estimates its size in
+ * matvec multiply-adds' time (see ThreadPool.run).
+ */
+export interface PoolJob {
+  fn: number;
+  readonly args: Int32Array;
+  nargs: number;
+  total: number;
+  align: number;
+  work: number;
+}
+
+/** A job with room for MAX_ARGS arguments, to fill in and reuse. */
+export function newPoolJob(): PoolJob {
+  return { fn: 0, args: new Int32Array(MAX_ARGS), nargs: 0, total: 0, align: 1, work: 0 };
+}
+
+/** The tag a group's chunk counter carries: its generation's low bits. */
 export function chunkTag(gen: number): number {
   return (gen & TAG_MASK) << CHUNK_BITS;
 }
@@ -73,11 +104,11 @@ export function splitRange(total: number, align: number, n: number, index: numbe
 }
 
 /**
- * Grab chunks of the job tagged `tag` and run them until none are left (or the job is no longer
- * the current one). The job's kernel (an index into `fns`), arguments and sizes are read from the
- * control block only after a chunk is claimed: from then until that chunk is reported done the
- * job cannot be replaced, so what is read belongs to it (read before, it could be a newer job's).
- * `a` is scratch for the arguments; the chunk range goes after them. Returns false if the kernel threw.
+ * Grab chunks of the group tagged `tag` and run them until none are left (or the group is no
+ * longer the current one). A chunk's job (kernel, arguments, sizes) is read from the control
+ * block only after the chunk is claimed: from then until that chunk is reported done the group
+ * cannot be replaced, so what is read belongs to it (read before, it could be a newer group's).
+ * `a` is scratch for the arguments; the chunk range goes after them. Returns false if a kernel threw.
  */
 export function runChunks(
   c: Int32Array,
@@ -90,49 +121,60 @@ export function runChunks(
   for (;;) {
     const v = Atomics.load(c, CTRL.NEXT);
     const chunk = v & ((1 << CHUNK_BITS) - 1);
-    // -1 (a job being written) matches no tag
+    // -1 (a group being written) matches no tag
     if ((v & ~((1 << CHUNK_BITS) - 1)) !== tag || chunk >= Atomics.load(c, CTRL.NCHUNKS)) return ok;
     if (Atomics.compareExchange(c, CTRL.NEXT, v, v + 1) !== v) continue;
     const nChunks = Atomics.load(c, CTRL.NCHUNKS);
-    const nargs = Atomics.load(c, CTRL.NARGS);
-    const f = fns[Atomics.load(c, CTRL.FN)];
-    for (let i = 0; i < nargs; i++) a[i] = Atomics.load(c, CTRL.ARGS + i);
-    splitRange(Atomics.load(c, CTRL.TOTAL), Atomics.load(c, CTRL.ALIGN), nChunks, chunk, range);
+    // the job whose chunks hold this one: jobs hand out their chunks in order
+    let j = CTRL.JOBS;
+    while (chunk >= Atomics.load(c, j + JOB.FIRST) + Atomics.load(c, j + JOB.NCHUNKS)) j += JOB.SIZE;
+    const nargs = Atomics.load(c, j + JOB.NARGS);
+    const f = fns[Atomics.load(c, j + JOB.FN)];
+    for (let i = 0; i < nargs; i++) a[i] = Atomics.load(c, j + JOB.ARGS + i);
+    splitRange(
+      Atomics.load(c, j + JOB.TOTAL),
+      Atomics.load(c, j + JOB.ALIGN),
+      Atomics.load(c, j + JOB.NCHUNKS),
+      chunk - Atomics.load(c, j + JOB.FIRST),
+      range,
+    );
     a[nargs] = range[0];
     a[nargs + 1] = range[1];
     try {
-      if (range[0] < range[1]) {
-        // A fixed-arity call: wasm ignores the extra arguments, and nothing is allocated.
-        if (nargs + 2 <= 8) f(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
-        else
-          f(
-            a[0],
-            a[1],
-            a[2],
-            a[3],
-            a[4],
-            a[5],
-            a[6],
-            a[7],
-            a[8],
-            a[9],
-            a[10],
-            a[11],
-            a[12],
-            a[13],
-            a[14],
-            a[15],
-            a[16],
-            a[17],
-          );
-      }
+      if (range[0] < range[1]) call(f, a, nargs + 2);
     } catch {
       ok = false;
-      // flagged before the chunk counts as done, so the caller sees it when it sees the job finish
+      // flagged before the chunk counts as done, so the caller sees it when it sees the group finish
       Atomics.store(c, CTRL.ERROR, 1);
     }
     if (Atomics.add(c, CTRL.DONE, 1) + 1 === nChunks) Atomics.notify(c, CTRL.DONE);
   }
+}
+
+/** f(a[0], ..., a[count - 1]) as a fixed-arity call: wasm ignores the extra arguments, and nothing is allocated. */
+function call(f: (...a: number[]) => number, a: Int32Array, count: number): void {
+  if (count <= 8) f(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+  else
+    f(
+      a[0],
+      a[1],
+      a[2],
+      a[3],
+      a[4],
+      a[5],
+      a[6],
+      a[7],
+      a[8],
+      a[9],
+      a[10],
+      a[11],
+      a[12],
+      a[13],
+      a[14],
+      a[15],
+      a[16],
+      a[17],
+    );
 }
 
 export class ThreadPool {
@@ -146,8 +188,9 @@ export class ThreadPool {
   private readonly args = new Int32Array(MAX_ARGS + 2);
   private readonly chunkArgs = new Int32Array(MAX_ARGS + 2);
   private readonly range = new Int32Array(2);
+  private readonly groupChunks = new Int32Array(MAX_JOBS);
   private disposed = false;
-  /** jobs smaller than this (in the caller's work units, ~multiply-adds) run on the caller alone */
+  /** jobs smaller than this (in matvec multiply-adds' time) run on the caller alone */
   minParallelWork = 1 << 17;
 
   private constructor(
@@ -206,34 +249,110 @@ export class ThreadPool {
   /**
    * Run kernel `fn` (an index from `fn(name)`) with `nargs` arguments taken from `args`
    * (plus r0, r1) over [0, total), split among all threads. Returns when every share is done.
-   * `work` estimates the job's size (e.g. multiply-adds): below `minParallelWork` the caller
-   * runs it alone, since waking a worker costs more than a tiny job and, on a busy machine, a
-   * descheduled worker stalls the whole step.
+   * `work` estimates the job's size in matvec multiply-adds' time: below `minParallelWork` the
+   * caller runs it alone, since waking a worker costs more than a tiny job and, on a busy
+   * machine, a descheduled worker stalls the whole step.
    */
   run(fn: number, args: ArrayLike<number>, nargs: number, total: number, align = 1, work = Infinity): void {
     if (total <= 0) return;
-    const a = this.args;
-    for (let i = 0; i < nargs; i++) a[i] = args[i];
-    const n = this.threads;
-    if (n === 1 || total <= align || work < this.minParallelWork) {
-      a[nargs] = 0;
-      a[nargs + 1] = total;
-      this.call(fn, nargs + 2);
+    if (this.threads === 1 || total <= align || work < this.minParallelWork) {
+      this.runAlone(fn, args, nargs, total);
       return;
     }
+    const nChunks = Math.min(Math.ceil(total / align), this.threads * CHUNKS_PER_THREAD, 1 << CHUNK_BITS);
+    this.closeGroup();
+    this.writeJob(0, fn, args, nargs, total, align, 0, nChunks);
+    this.dispatch(1, nChunks);
+  }
+
+  /**
+   * Run `count` independent jobs (at most MAX_JOBS) as one group: their chunks are handed out
+   * in order from one counter, so the threads wait once for all of them, not once per job
+   * (a decode step's q, k and v, or gate and up, are one wait instead of three or two). Each
+   * job gets chunks in proportion to its work; put the largest first, so the last chunks
+   * claimed are the small ones. The jobs must not depend on each other's results.
+   */
+  runAll(jobs: readonly PoolJob[], count = jobs.length): void {
+    if (count > MAX_JOBS) throw new RangeError(`runAll: at most ${MAX_JOBS} jobs, got ${count}`);
+    let work = 0;
+    for (let i = 0; i < count; i++) work += jobs[i].work;
+    if (this.threads === 1 || work < this.minParallelWork) {
+      for (let i = 0; i < count; i++) {
+        const j = jobs[i];
+        if (j.total > 0) this.runAlone(j.fn, j.args, j.nargs, j.total);
+      }
+      return;
+    }
+    const budget = this.threads * CHUNKS_PER_THREAD;
+    const chunks = this.groupChunks;
+    let nChunks = 0;
+    for (let i = 0; i < count; i++) {
+      const j = jobs[i];
+      const share = Math.max(1, Math.round((budget * j.work) / work));
+      chunks[i] = j.total > 0 ? Math.min(Math.ceil(j.total / j.align), share, (1 << CHUNK_BITS) / MAX_JOBS) : 0;
+      nChunks += chunks[i];
+    }
+    if (nChunks <= 1) {
+      for (let i = 0; i < count; i++)
+        if (chunks[i] > 0) this.runAlone(jobs[i].fn, jobs[i].args, jobs[i].nargs, jobs[i].total);
+      return;
+    }
+    this.closeGroup();
+    let first = 0;
+    let slot = 0;
+    for (let i = 0; i < count; i++) {
+      if (chunks[i] === 0) continue;
+      const j = jobs[i];
+      this.writeJob(slot++, j.fn, j.args, j.nargs, j.total, j.align, first, chunks[i]);
+      first += chunks[i];
+    }
+    this.dispatch(slot, nChunks);
+  }
+
+  private runAlone(fn: number, args: ArrayLike<number>, nargs: number, total: number): void {
+    const a = this.args;
+    for (let i = 0; i < nargs; i++) a[i] = args[i];
+    a[nargs] = 0;
+    a[nargs + 1] = total;
+    call(this.fns[fn], a, nargs + 2);
+  }
+
+  /**
+   * Close the previous group's counter before rewriting the job slots: a descheduled worker
+   * that read the old counter could otherwise claim a chunk with the old tag against the new
+   * fields and run the new arguments through a stale kernel (seen as rare "kernel failed"
+   * errors on a busy machine, and it could also miscount DONE). -1 matches no tag.
+   */
+  private closeGroup(): void {
+    Atomics.store(this.ctrl, CTRL.NEXT, -1);
+  }
+
+  private writeJob(
+    slot: number,
+    fn: number,
+    args: ArrayLike<number>,
+    nargs: number,
+    total: number,
+    align: number,
+    first: number,
+    nChunks: number,
+  ): void {
     const c = this.ctrl;
-    const nChunks = Math.min(Math.ceil(total / align), n * CHUNKS_PER_THREAD, 1 << CHUNK_BITS);
-    // Close the previous job's counter before rewriting the job: a descheduled worker that read
-    // the old counter could otherwise claim a chunk with the old tag against the new NCHUNKS and
-    // run the new arguments through a stale kernel (seen as rare "kernel failed" errors on a busy
-    // machine, and it could also miscount DONE). -1 matches no tag.
-    Atomics.store(c, CTRL.NEXT, -1);
-    c[CTRL.FN] = fn;
-    c[CTRL.NARGS] = nargs;
-    c[CTRL.TOTAL] = total;
-    c[CTRL.ALIGN] = align;
+    const j = CTRL.JOBS + slot * JOB.SIZE;
+    c[j + JOB.FN] = fn;
+    c[j + JOB.NARGS] = nargs;
+    c[j + JOB.TOTAL] = total;
+    c[j + JOB.ALIGN] = align;
+    c[j + JOB.FIRST] = first;
+    c[j + JOB.NCHUNKS] = nChunks;
+    for (let i = 0; i < nargs; i++) c[j + JOB.ARGS + i] = args[i];
+  }
+
+  /** Publish the group written in the first `nJobs` slots (nChunks chunks), take part, wait for the rest. */
+  private dispatch(nJobs: number, nChunks: number): void {
+    const c = this.ctrl;
+    c[CTRL.NJOBS] = nJobs;
     c[CTRL.NCHUNKS] = nChunks;
-    for (let i = 0; i < nargs; i++) c[CTRL.ARGS + i] = a[i];
     const gen = (c[CTRL.GEN] + 1) | 0;
     const tag = chunkTag(gen);
     Atomics.store(c, CTRL.DONE, 0);
@@ -252,41 +371,24 @@ export class ThreadPool {
       Atomics.store(c, CTRL.ERROR, 0);
       ok = false;
     }
-    if (!ok) throw new Error(`kernel ${this.names[fn]} failed`);
+    if (!ok) throw new Error(`kernel ${this.failedNames(nJobs)} failed`);
   }
 
-  private call(fn: number, count: number): void {
-    const a = this.args;
-    const f = this.fns[fn];
-    if (count <= 8) f(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
-    else
-      f(
-        a[0],
-        a[1],
-        a[2],
-        a[3],
-        a[4],
-        a[5],
-        a[6],
-        a[7],
-        a[8],
-        a[9],
-        a[10],
-        a[11],
-        a[12],
-        a[13],
-        a[14],
-        a[15],
-        a[16],
-        a[17],
-      );
+  /** The kernels of a failed group, for its error: "a" or "a, b or c". */
+  private failedNames(nJobs: number): string {
+    const names: string[] = [];
+    for (let s = 0; s < nJobs; s++) {
+      const name = this.names[this.ctrl[CTRL.JOBS + s * JOB.SIZE + JOB.FN]];
+      if (!names.includes(name)) names.push(name);
+    }
+    return names.length === 1 ? names[0] : `${names.slice(0, -1).join(", ")} or ${names[names.length - 1]}`;
   }
 
   async dispose(): Promise<void> {
     if (this.disposed) return;
     this.disposed = true;
     if (this.workers.length) {
-      this.ctrl[CTRL.FN] = -1;
+      this.ctrl[CTRL.NJOBS] = -1;
       Atomics.store(this.ctrl, CTRL.NEXT, 0);
       Atomics.add(this.ctrl, CTRL.GEN, 1);
       Atomics.notify(this.ctrl, CTRL.GEN);
