@@ -39,18 +39,10 @@ export function setPoolWorkerSpawner(spawn: (data: PoolWorkerData) => PoolWorker
   spawnWorker = spawn;
 }
 
-/** Control block layout (Int32 slots): a header, then one slot per job of the current group. */
-export const CTRL = {
-  GEN: 0, // group generation: bumped for each group; workers wait for it to change
-  NEXT: 1, // (generation tag << CHUNK_BITS) | next chunk to hand out, counted over the whole group
-  DONE: 2, // chunks finished in the current group
-  NCHUNKS: 3, // chunks in the group
-  NJOBS: 4, // jobs in the group, or -1 to exit
-  ERROR: 5, // set by a worker whose kernel threw
-  JOBS: 8, // MAX_JOBS job slots of JOB_SIZE from here
-  SIZE: 8 + 4 * 22,
-} as const;
-/** A job slot's fields, relative to the slot. */
+export const MAX_ARGS = 16;
+/** jobs one group can hold */
+export const MAX_JOBS = 4;
+/** A job slot's fields in the control block, relative to the slot. */
 export const JOB = {
   FN: 0, // index of the kernel in the name table
   NARGS: 1, // fixed arguments before the range
@@ -59,11 +51,19 @@ export const JOB = {
   FIRST: 4, // the group's chunk number of this job's first chunk
   NCHUNKS: 5,
   ARGS: 6, // up to MAX_ARGS arguments
-  SIZE: 22,
+  SIZE: 6 + MAX_ARGS,
 } as const;
-export const MAX_ARGS = 16;
-/** jobs one group can hold */
-export const MAX_JOBS = 4;
+/** Control block layout (Int32 slots): a header, then one slot per job of the current group. */
+export const CTRL = {
+  GEN: 0, // group generation: bumped for each group; workers wait for it to change
+  NEXT: 1, // (generation tag << CHUNK_BITS) | next chunk to hand out, counted over the whole group
+  DONE: 2, // chunks finished in the current group
+  NCHUNKS: 3, // chunks in the group
+  NJOBS: 4, // jobs in the group, or -1 to exit
+  ERROR: 5, // set by a worker whose kernel threw
+  JOBS: 8, // MAX_JOBS job slots of JOB.SIZE from here
+  SIZE: 8 + MAX_JOBS * JOB.SIZE,
+} as const;
 const CHUNK_BITS = 12;
 const CHUNKS_PER_THREAD = 4;
 const TAG_MASK = (1 << (31 - CHUNK_BITS)) - 1;
@@ -189,6 +189,8 @@ export class ThreadPool {
   private readonly chunkArgs = new Int32Array(MAX_ARGS + 2);
   private readonly range = new Int32Array(2);
   private readonly groupChunks = new Int32Array(MAX_JOBS);
+  /** run()'s job */
+  private readonly single = [newPoolJob()];
   private disposed = false;
   /** jobs smaller than this (in matvec multiply-adds' time) run on the caller alone */
   minParallelWork = 1 << 17;
@@ -254,23 +256,22 @@ export class ThreadPool {
    * machine, a descheduled worker stalls the whole step.
    */
   run(fn: number, args: ArrayLike<number>, nargs: number, total: number, align = 1, work = Infinity): void {
-    if (total <= 0) return;
-    if (this.threads === 1 || total <= align || work < this.minParallelWork) {
-      this.runAlone(fn, args, nargs, total);
-      return;
-    }
-    const nChunks = Math.min(Math.ceil(total / align), this.threads * CHUNKS_PER_THREAD, 1 << CHUNK_BITS);
-    this.closeGroup();
-    this.writeJob(0, fn, args, nargs, total, align, 0, nChunks);
-    this.dispatch(1, nChunks);
+    const j = this.single[0];
+    j.fn = fn;
+    j.nargs = nargs;
+    j.total = total;
+    j.align = align;
+    j.work = work;
+    for (let i = 0; i < nargs; i++) j.args[i] = args[i];
+    this.runAll(this.single, 1);
   }
 
   /**
-   * Run `count` independent jobs (at most MAX_JOBS) as one group: their chunks are handed out
+   * Run the first `count` of `jobs` (at most MAX_JOBS, independent of each other) as one group: their chunks are handed out
    * in order from one counter, so the threads wait once for all of them, not once per job
    * (a decode step's q, k and v, or gate and up, are one wait instead of three or two). Each
    * job gets chunks in proportion to its work; put the largest first, so the last chunks
-   * claimed are the small ones. The jobs must not depend on each other's results.
+   * claimed are the small ones. Below `minParallelWork` in all, the caller runs them alone.
    */
   runAll(jobs: readonly PoolJob[], count = jobs.length): void {
     if (count > MAX_JOBS) throw new RangeError(`runAll: at most ${MAX_JOBS} jobs, got ${count}`);
@@ -288,7 +289,8 @@ export class ThreadPool {
     let nChunks = 0;
     for (let i = 0; i < count; i++) {
       const j = jobs[i];
-      const share = Math.max(1, Math.round((budget * j.work) / work));
+      // (a job of unknown size, work Infinity, gets the whole budget)
+      const share = Number.isFinite(work) && work > 0 ? Math.max(1, Math.round((budget * j.work) / work)) : budget;
       chunks[i] = j.total > 0 ? Math.min(Math.ceil(j.total / j.align), share, (1 << CHUNK_BITS) / MAX_JOBS) : 0;
       nChunks += chunks[i];
     }
