@@ -26,9 +26,11 @@
 // registers do not hold 4 rows' accumulators plus the masks and activations) and a plain
 // per-block kernel over GGUF's layout; the speeds are in docs/benchmarks.md, "Kernel variants
 // measured".
-// The relaxed-SIMD build (scripts/build-wasm.mjs) runs the pair kernel of matvec_q4_relaxed.ts
-// instead, over "q8_i8n" activations: any kernel here that reads activations must branch on
-// ASC_FEATURE_RELAXED_SIMD the same way.
+// The relaxed-SIMD build (scripts/build-wasm.mjs) runs the kernels of matvec_q4_relaxed.ts
+// instead, over "q8_i8n" activations (any kernel here that reads activations must branch on
+// ASC_FEATURE_RELAXED_SIMD the same way): it needs fewer registers per row, so it walks two row
+// pairs at once, one from each half of the range (two long weight streams; two adjacent pairs,
+// whose streams restart every chunk, were far slower from DRAM).
 
 import { pairQ4Relaxed, quadQ4Relaxed } from "./matvec_q4_relaxed";
 import { CHUNK, f16x4At, hsum, Q4_0_GB, Q4_1_GB, Q4_MASKS, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
