@@ -32,7 +32,7 @@
 // pairs at once, one from each half of the range (two long weight streams; two adjacent pairs,
 // whose streams restart every chunk, were far slower from DRAM).
 
-import { pairQ4Relaxed, quadQ4Relaxed } from "./matvec_q4_relaxed";
+import { quadQ4Relaxed } from "./matvec_q4_relaxed";
 import { CHUNK, f16x4At, hsum, Q4_0_GB, Q4_1_GB, Q4_MASKS, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 
@@ -59,10 +59,6 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
   first: bool,
   one: bool,
 ): void {
-  if (ASC_FEATURE_RELAXED_SIMD) {
-    pairQ4Relaxed(wp, xp, y, gc, r, r0, r1, first, one);
-    return;
-  }
   const m0 = v128.load(Q4_MASKS),
     m1 = v128.load(Q4_MASKS, 16),
     m2 = v128.load(Q4_MASKS, 32);
@@ -108,32 +104,23 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
     const xc = x + <usize>g0 * ACT_GB;
     let p = r0 >> 1;
     const pEnd = (r1 + 1) >> 1;
+    const stride = <usize>gc * GB;
     if (ASC_FEATURE_RELAXED_SIMD) {
       // the first and second halves of the pairs at once: two long weight streams, each
       // activation load serving four rows
       const half = (pEnd - p) >> 1;
-      const stride = <usize>gc * GB;
       for (let i = 0; i < half; i++) {
         const pa = p + i,
           pb = p + half + i;
-        quadQ4Relaxed(
-          wc + <usize>pa * stride,
-          wc + <usize>pb * stride,
-          xc,
-          y,
-          gc,
-          pa << 1,
-          pb << 1,
-          r0,
-          r1,
-          g0 == 0,
-          one,
-        );
+        const wa = wc + <usize>pa * stride;
+        quadQ4Relaxed(wa, wc + <usize>pb * stride, xc, y, gc, pa << 1, pb << 1, r0, r1, g0 == 0, one);
       }
       p += half << 1;
-    }
-    for (; p < pEnd; p++) {
-      pairQ4(wc + <usize>p * <usize>gc * GB, xc, y, gc, p << 1, r0, r1, g0 == 0, one);
+      // an odd pair left: as both pairs, the copy not stored
+      const wl = wc + <usize>p * stride;
+      if (p < pEnd) quadQ4Relaxed(wl, wl, xc, y, gc, p << 1, -2, r0, r1, g0 == 0, one);
+    } else {
+      for (; p < pEnd; p++) pairQ4(wc + <usize>p * stride, xc, y, gc, p << 1, r0, r1, g0 == 0, one);
     }
   }
 }

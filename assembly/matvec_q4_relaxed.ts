@@ -1,5 +1,5 @@
-// The relaxed-SIMD build's Q4_0 / Q4_1 row-pair kernel (compiled only with relaxed SIMD on: see
-// pairQ4 in matvec_q4.ts, which hands over to it). Same packed weights, same numerics, same float
+// The relaxed-SIMD build's Q4_0 / Q4_1 decode kernel (compiled only with relaxed SIMD on: see
+// matvecQ4 in matvec_q4.ts, which hands over to it). Same packed weights, same numerics, same float
 // order as the SIMD128 kernel, so both builds give the same bits; activations come prepared as
 // "q8_i8n" (see prepare_q8.ts) instead of "q8_i16n".
 //
@@ -45,73 +45,12 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   );
 }
 
-/** pairQ4 (matvec_q4.ts) over q8_i8n activations. */
-@inline function pairQ4Relaxed(
-  wp: usize,
-  xp: usize,
-  y: usize,
-  gc: i32,
-  r: i32,
-  r0: i32,
-  r1: i32,
-  first: bool,
-  one: bool,
-): void {
-  const m = v128.load(Q4_RELAXED_CONSTS),
-    ones = v128.load(Q4_RELAXED_CONSTS, 16),
-    hmask = v128.load(Q4_RELAXED_CONSTS, 32),
-    hbias = v128.load(Q4_RELAXED_CONSTS, 48);
-  const GB = one ? Q4_1_GB : Q4_0_GB;
-  let a0 = f32x4.splat(0),
-    a1 = f32x4.splat(0);
-  for (let g = 0; g < gc; g++) {
-    // unrolled by hand (a rolled loop costs V8 a branch and a stack check per step), each step
-    // pinned so that V8 does not issue the whole group's loads first (schedule_pin.ts)
-    let xl = v128.load(xp),
-      xh = v128.load(xp, 16);
-    let h0 = dotw(v128.load(wp), xl, xh, m),
-      h1 = dotw(v128.load(wp, 64), xl, xh, m);
-    pin2(h0, h1);
-    xl = v128.load(xp, 32);
-    xh = v128.load(xp, 48);
-    h0 = i16x8.add(h0, dotw(v128.load(wp, 16), xl, xh, m));
-    h1 = i16x8.add(h1, dotw(v128.load(wp, 80), xl, xh, m));
-    pin2(h0, h1);
-    xl = v128.load(xp, 64);
-    xh = v128.load(xp, 80);
-    h0 = i16x8.add(h0, dotw(v128.load(wp, 32), xl, xh, m));
-    h1 = i16x8.add(h1, dotw(v128.load(wp, 96), xl, xh, m));
-    pin2(h0, h1);
-    xl = v128.load(xp, 96);
-    xh = v128.load(xp, 112);
-    h0 = i16x8.add(h0, dotw(v128.load(wp, 48), xl, xh, m));
-    h1 = i16x8.add(h1, dotw(v128.load(wp, 112), xl, xh, m));
-    const s0 = i32x4.dot_i16x8_s(h0, ones),
-      s1 = i32x4.dot_i16x8_s(h1, ones);
-    const dx = v128.load(xp, 128);
-    // The SIMD128 kernel computes (256 dot) * (d_w * (d_x / 256)): scaling by powers of two is
-    // exact here, so this gives the same bits.
-    if (one) {
-      const sx = v128.load(xp, 160);
-      a0 = q4_1Group(a0, s0, v128.load(wp, 128), dx, v128.load(wp, 160), sx);
-      a1 = q4_1Group(a1, s1, v128.load(wp, 144), dx, v128.load(wp, 176), sx);
-    } else {
-      const corr = v128.load(xp, 144);
-      a0 = q4_0Group(a0, s0, corr, f16x4(wp + 128, hmask, hbias), dx);
-      a1 = q4_0Group(a1, s1, corr, f16x4(wp + 136, hmask, hbias), dx);
-    }
-    wp += GB;
-    xp += Q8_I8N_GB;
-  }
-  const y0 = y + ((<usize>r) << 2);
-  if (r >= r0 && r < r1) store<f32>(y0, first ? hsum(a0) : load<f32>(y0) + hsum(a0));
-  if (r + 1 >= r0 && r + 1 < r1) store<f32>(y0, first ? hsum(a1) : load<f32>(y0, 4) + hsum(a1), 4);
-}
-
 /**
- * pairQ4Relaxed for two row pairs at once: rows r..r+1 at wp and q..q+1 at wq (another place
- * in memory: two weight streams), each activation vector loaded once for four rows. Every row's
- * operations are pairQ4Relaxed's, in its order, so the results are the same bits.
+ * The relaxed build's pairQ4 (matvec_q4.ts), for two row pairs at once: rows r, r + 1 at wp and
+ * q, q + 1 at wq (another place in memory: two weight streams), each activation vector loaded
+ * once for four rows. Each row's operations are those of the SIMD128 pair kernel on i8
+ * activations, so the builds give the same bits. A lone pair goes in as both, with q < 0: its
+ * copy is computed and not stored.
  */
 @inline function quadQ4Relaxed(
   wp: usize,
@@ -133,6 +72,8 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
     a2 = f32x4.splat(0),
     a3 = f32x4.splat(0);
   for (let g = 0; g < gc; g++) {
+    // unrolled by hand (a rolled loop costs V8 a branch and a stack check per step), each step
+    // pinned so that V8 does not issue the whole group's loads first (schedule_pin.ts)
     let xl = v128.load(xp),
       xh = v128.load(xp, 16);
     let h0 = dotw(v128.load(wp), xl, xh, m),
@@ -171,6 +112,8 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
       s2 = i32x4.dot_i16x8_s(h2, ones),
       s3 = i32x4.dot_i16x8_s(h3, ones);
     const dx = v128.load(xp, 128);
+    // The SIMD128 kernel computes (256 dot) * (d_w * (d_x / 256)): scaling by powers of two is
+    // exact here, so this gives the same bits.
     if (one) {
       const sx = v128.load(xp, 160);
       a0 = q4_1Group(a0, s0, v128.load(wp, 128), dx, v128.load(wp, 160), sx);
@@ -198,4 +141,4 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   if (q + 1 >= r0 && q + 1 < r1) store<f32>(y2, first ? hsum(a3) : load<f32>(y2, 4) + hsum(a3), 4);
 }
 
-export { pairQ4Relaxed, quadQ4Relaxed, Q4_RELAXED_CONSTS };
+export { quadQ4Relaxed, Q4_RELAXED_CONSTS };
