@@ -48,9 +48,9 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
 /**
  * The relaxed build's pairQ4 (matvec_q4.ts), for two row pairs at once: rows r, r + 1 at wp and
  * q, q + 1 at wq (another place in memory: two weight streams), each activation vector loaded
- * once for four rows. Each row's operations are those of the SIMD128 pair kernel on i8
- * activations, so the builds give the same bits. A lone pair goes in as both, with q < 0: its
- * copy is computed and not stored.
+ * once for four rows. Each row's integer sums and float order are the SIMD128 pair kernel's, so
+ * the builds give the same bits. A lone pair goes in as both, with q < 0: its copy is computed
+ * and not stored.
  */
 @inline function quadQ4Relaxed(
   wp: usize,
