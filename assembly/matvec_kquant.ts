@@ -25,7 +25,7 @@
 // relaxed Q4_K, Q5_K and Q6_K blocks below do.
 
 import { f16ToF32Finite } from "./half";
-import { pin } from "./schedule_pin";
+import { pin, pin2 } from "./schedule_pin";
 
 const Q4K: usize = 144;
 const Q5K: usize = 176;
@@ -152,33 +152,52 @@ const K_NIB = memory.data<u8>(
   16,
 );
 
-/** sc_lo * dot(sub-block 2c) + sc_hi * dot(sub-block 2c+1): the 32 quant bytes at qp, activations at xp. */
-@inline function chunkQ4KRelaxed(qp: usize, xp: usize, m: v128, sl: v128, sh: v128): v128 {
+/**
+ * sc_lo * dot(sub-block 2c) + sc_hi * dot(sub-block 2c+1): the 32 quant bytes at qp against the
+ * chunk's 64 activation bytes x0..x3.
+ */
+@inline function chunkQ4KRelaxed(qp: usize, x0: v128, x1: v128, x2: v128, x3: v128, m: v128, sl: v128, sh: v128): v128 {
   const q0 = v128.load(qp),
     q1 = v128.load(qp, 16);
   const lo = i16x8.add(
-    i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xp), v128.and(q0, m)),
-    i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xp, 16), v128.and(q1, m)),
+    i16x8.relaxed_dot_i8x16_i7x16_s(x0, v128.and(q0, m)),
+    i16x8.relaxed_dot_i8x16_i7x16_s(x1, v128.and(q1, m)),
   );
   const hi = i16x8.add(
-    i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xp, 32), v128.and(i16x8.shr_u(q0, 4), m)),
-    i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xp, 48), v128.and(i16x8.shr_u(q1, 4), m)),
+    i16x8.relaxed_dot_i8x16_i7x16_s(x2, v128.and(i16x8.shr_u(q0, 4), m)),
+    i16x8.relaxed_dot_i8x16_i7x16_s(x3, v128.and(i16x8.shr_u(q1, 4), m)),
   );
   return i32x4.add(i32x4.dot_i16x8_s(lo, sl), i32x4.dot_i16x8_s(hi, sh));
 }
 
+/** isum + chunk c (0..3, a constant) of the Q4_K block at wb against activation bytes x0..x3. */
+@inline function rowChunkQ4K(
+  isum: v128,
+  wb: usize,
+  c: i32,
+  x0: v128,
+  x1: v128,
+  x2: v128,
+  x3: v128,
+  m: v128,
+  sm: v128,
+  sc16: v128,
+): v128 {
+  const qp = wb + 16 + ((<usize>c) << 5);
+  return i32x4.add(
+    isum,
+    chunkQ4KRelaxed(qp, x0, x1, x2, x3, m, subScale(sm, sc16, c << 1), subScale(sm, sc16, (c << 1) + 1)),
+  );
+}
+
 /** isum + chunk c (0..3, a constant) of a Q4_K block over relaxed dots. */
 @inline function stepQ4KRelaxed(isum: v128, wb: usize, xb: usize, c: i32, m: v128, sm: v128, sc16: v128): v128 {
-  isum = i32x4.add(
-    isum,
-    chunkQ4KRelaxed(
-      wb + 16 + ((<usize>c) << 5),
-      xb + 4 + ((<usize>c) << 6),
-      m,
-      subScale(sm, sc16, c << 1),
-      subScale(sm, sc16, (c << 1) + 1),
-    ),
-  );
+  const xp = xb + 4 + ((<usize>c) << 6);
+  const x0 = v128.load(xp),
+    x1 = v128.load(xp, 16),
+    x2 = v128.load(xp, 32),
+    x3 = v128.load(xp, 48);
+  isum = rowChunkQ4K(isum, wb, c, x0, x1, x2, x3, m, sm, sc16);
   // this chunk's arithmetic before the next chunk's loads (schedule_pin.ts)
   pin(isum);
   return isum;
@@ -217,6 +236,63 @@ const K_NIB = memory.data<u8>(
     else acc = finishK(acc, wb, xb, intQ4K(wb, xb, sm), minsDot(sm, xb), <f32>1.0 / 256.0);
   }
   return hsum(acc);
+}
+
+/**
+ * dotQ4K (relaxed build) for rows at wa and wb, two places in memory (two weight streams), each
+ * activation vector loaded once for both; every row's integer sums and float order are dotQ4K's.
+ */
+@inline function dotQ4KRelaxedRows2(wa: usize, wb: usize, x: usize, nb: usize, ya: usize, yb: usize): void {
+  const m = v128.load(K_NIB);
+  let acca = f32x4.splat(0),
+    accb = f32x4.splat(0);
+  for (let b: usize = 0; b < nb; b++) {
+    const ba = wa + b * Q4K,
+      bb = wb + b * Q4K,
+      xb = x + b * Q8K;
+    const sa = scalesMins(ba + 4),
+      sb = scalesMins(bb + 4);
+    const sa16 = i16x8.extend_low_i8x16_u(sa),
+      sb16 = i16x8.extend_low_i8x16_u(sb);
+    let ia = i32x4.splat(0),
+      ib = i32x4.splat(0);
+    let xp = xb + 4;
+    let x0 = v128.load(xp),
+      x1 = v128.load(xp, 16),
+      x2 = v128.load(xp, 32),
+      x3 = v128.load(xp, 48);
+    ia = rowChunkQ4K(ia, ba, 0, x0, x1, x2, x3, m, sa, sa16);
+    ib = rowChunkQ4K(ib, bb, 0, x0, x1, x2, x3, m, sb, sb16);
+    pin2(ia, ib);
+    xp += 64;
+    x0 = v128.load(xp);
+    x1 = v128.load(xp, 16);
+    x2 = v128.load(xp, 32);
+    x3 = v128.load(xp, 48);
+    ia = rowChunkQ4K(ia, ba, 1, x0, x1, x2, x3, m, sa, sa16);
+    ib = rowChunkQ4K(ib, bb, 1, x0, x1, x2, x3, m, sb, sb16);
+    pin2(ia, ib);
+    xp += 64;
+    x0 = v128.load(xp);
+    x1 = v128.load(xp, 16);
+    x2 = v128.load(xp, 32);
+    x3 = v128.load(xp, 48);
+    ia = rowChunkQ4K(ia, ba, 2, x0, x1, x2, x3, m, sa, sa16);
+    ib = rowChunkQ4K(ib, bb, 2, x0, x1, x2, x3, m, sb, sb16);
+    pin2(ia, ib);
+    xp += 64;
+    x0 = v128.load(xp);
+    x1 = v128.load(xp, 16);
+    x2 = v128.load(xp, 32);
+    x3 = v128.load(xp, 48);
+    ia = rowChunkQ4K(ia, ba, 3, x0, x1, x2, x3, m, sa, sa16);
+    ib = rowChunkQ4K(ib, bb, 3, x0, x1, x2, x3, m, sb, sb16);
+    pin2(ia, ib);
+    acca = finishK(acca, ba, xb, ia, minsDot(sa, xb), 1.0);
+    accb = finishK(accb, bb, xb, ib, minsDot(sb, xb), 1.0);
+  }
+  store<f32>(ya, hsum(acca));
+  store<f32>(yb, hsum(accb));
 }
 
 /** Two rows against one activation row: each shaped activation vector serves both rows. */
@@ -366,10 +442,18 @@ export function matvec_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   const nb = <usize>(cols >> 8);
   const rb = nb * Q4K;
   let r = r0;
-  // Relaxed: one row at a time. Its row pair streamed from DRAM at about half the rate of single
-  // rows (bench/kernels cold, 2048 x 2048: 8.4 against 14.6-15 GMAC/s; in cache the pair is ~20%
-  // faster); the SIMD128 pair holds its own there.
-  if (!ASC_FEATURE_RELAXED_SIMD)
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    // Relaxed: a row from each half of the range at once, two long weight streams. (Two adjacent
+    // rows, streams that end every row, ran from DRAM at about half the rate of single rows:
+    // bench/kernels cold, 2048 x 2048, 8.4 against 14.6-15 GMAC/s, though ~20% faster in cache.)
+    const half = (r1 - r0) >> 1;
+    for (let i = 0; i < half; i++) {
+      const ra = <usize>(r0 + i),
+        rc = <usize>(r0 + half + i);
+      dotQ4KRelaxedRows2(w + ra * rb, w + rc * rb, x, nb, y + (ra << 2), y + (rc << 2));
+    }
+    r += half << 1;
+  } else
     for (; r + 2 <= r1; r += 2) {
       const wr = w + <usize>r * rb,
         yr = y + ((<usize>r) << 2);
