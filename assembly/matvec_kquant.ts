@@ -156,7 +156,16 @@ const K_NIB = memory.data<u8>(
  * sc_lo * dot(sub-block 2c) + sc_hi * dot(sub-block 2c+1): the 32 quant bytes at qp against the
  * chunk's 64 activation bytes x0..x3.
  */
-@inline function chunkQ4KRelaxed(qp: usize, x0: v128, x1: v128, x2: v128, x3: v128, m: v128, sl: v128, sh: v128): v128 {
+@inline function chunkQ4KRelaxed(
+  qp: usize,
+  x0: v128,
+  x1: v128,
+  x2: v128,
+  x3: v128,
+  m: v128,
+  sl: v128,
+  sh: v128,
+): v128 {
   const q0 = v128.load(qp),
     q1 = v128.load(qp, 16);
   const lo = i16x8.add(
@@ -256,6 +265,8 @@ const K_NIB = memory.data<u8>(
       sb16 = i16x8.extend_low_i8x16_u(sb);
     let ia = i32x4.splat(0),
       ib = i32x4.splat(0);
+    // the 4 chunks unrolled by hand: rowChunkQ4K needs c as a constant (subScale's shuffles),
+    // and each chunk is pinned before the next one's loads (schedule_pin.ts)
     let xp = xb + 4;
     let x0 = v128.load(xp),
       x1 = v128.load(xp, 16),

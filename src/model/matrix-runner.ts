@@ -38,6 +38,7 @@ export class MatrixRunner {
    * pool's (one wait for all of them). At most MAX_JOBS matrices; largest first.
    */
   runAll(ms: readonly Matrix[], outs: readonly number[], n: number): void {
+    if (ms.length > MAX_JOBS) throw new RangeError(`runAll: at most ${MAX_JOBS} matrices, got ${ms.length}`);
     for (let i = 0; i < ms.length; i++) this.describe(this.jobs[i], ms[i], outs[i], n);
     this.pool.runAll(this.jobs, ms.length);
   }
