@@ -228,6 +228,14 @@ function kvReadSeconds(shape: ModelShape, pos: number, hw: Hardware): number {
   return (pos * shape.nHead * shape.headDim * bytes) / hw.memoryBandwidth;
 }
 
+/**
+ * Seconds of a layer's attention matrices at decode: q, k and v go to the pool as one group (one
+ * dispatch: llama.ts), the output projection as another.
+ */
+function attentionMatvecSeconds(shape: ModelShape, hw: Hardware): number {
+  return shape.layerMatrices.reduce((a, m) => a + (m.rows * m.cols) / hw.matvecRate(m.type), 0) + 2 * hw.dispatch;
+}
+
 function routerSeconds(shape: ModelShape, hw: Hardware): number {
   if (shape.experts === 0) return 0;
   return (shape.nEmbd * shape.experts) / hw.matvecRate(GGMLType.F32) + hw.dispatch;
@@ -363,7 +371,7 @@ export function predict(
 
   // Dense work per token (the same at every step but for the attention's growing span).
   const mv = (m: MatrixShape) => (m.rows * m.cols) / hw.matvecRate(m.type) + hw.dispatch;
-  const attnMatvecs = shape.layerMatrices.reduce((a, m) => a + mv(m), 0);
+  const attnMatvecs = attentionMatvecSeconds(shape, hw);
   // norms (2), rope (2), attention, add (2), activation prepare: one dispatch each
   const attnOps = 8 * hw.dispatch;
   const k = hp.routedExperts;
@@ -596,7 +604,7 @@ function predictorMode(
   const steps = Math.max(1, Math.floor(workload.decodeTokens));
   const runs = hotRuns(shape, firing, layout.hotPerGroup);
   const mv = (m: MatrixShape) => (m.rows * m.cols) / hw.matvecRate(m.type) + hw.dispatch;
-  const attnMatvecs = shape.layerMatrices.reduce((a, m) => a + mv(m), 0);
+  const attnMatvecs = attentionMatvecSeconds(shape, hw);
   const attnOps = 8 * hw.dispatch;
   const output = mv(shape.output) + 2 * hw.dispatch;
   // A mixture reads no next layer ahead by default (the runtime's expert read-ahead reads the
