@@ -19,6 +19,9 @@ import type { OffloadStats } from "./stats.js";
 export const HOT_DENSE_SHARE = 0.75;
 
 export class PredictorPicks implements GateSource {
+  /** the stored positions the predictor picked in the cluster being scanned */
+  private readonly inCluster = new Int32Array(HOT_CLUSTER);
+
   constructor(
     readonly predictor: Predictor,
     private readonly mm: MatrixRunner,
@@ -41,13 +44,14 @@ export class PredictorPicks implements GateSource {
     const order = this.store.layer(l).order;
     const s0 = lists.gateOut >>> 2;
     const thr = this.threshold;
+    const inCluster = this.inCluster;
     for (let c0 = 0; c0 < hot; c0 += HOT_CLUSTER) {
       const c1 = Math.min(hot, c0 + HOT_CLUSTER);
       let picked = 0;
-      for (let k = c0; k < c1; k++) if (f32[s0 + order[k]] > thr) picked++;
+      for (let k = c0; k < c1; k++) if (f32[s0 + order[k]] > thr) inCluster[picked++] = k;
       if (picked === 0) continue;
       if (picked >= HOT_DENSE_SHARE * (c1 - c0)) lists.fileRun(c0, c1 - c0, picked);
-      else for (let k = c0; k < c1; k++) if (f32[s0 + order[k]] > thr) lists.file(k, 1);
+      else for (let i = 0; i < picked; i++) lists.file(inCluster[i], 1);
     }
     for (let k = hot; k < lists.nFF; k++) if (f32[s0 + order[k]] > thr) lists.file(k, 1);
   }
