@@ -535,6 +535,18 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 // l0..l0+15 of the half) and B (32 further), their 2-bit tops in qh byte H; the four 6-bit
 // groups lo(A)|H<<4, lo(B)|H<<2, hi(A)|H, hi(B)|H>>2 are 32 values apart, each with its scale.
 
+/**
+ * 6-bit group g (0..3, a constant) of a step: the low or high nibbles of A or B with their 2-bit
+ * tops from H; m0f, m30: 0x0f and 0x30 bytes (K_NIB). 16-bit shifts are safe: the byte masks drop
+ * whatever crossed a byte boundary.
+ */
+@inline function q6Group(A: v128, B: v128, H: v128, g: i32, m0f: v128, m30: v128): v128 {
+  if (g == 0) return v128.or(v128.and(A, m0f), v128.and(i16x8.shl(H, 4), m30));
+  if (g == 1) return v128.or(v128.and(B, m0f), v128.and(i16x8.shl(H, 2), m30));
+  if (g == 2) return v128.or(v128.and(i16x8.shr_u(A, 4), m0f), v128.and(H, m30));
+  return v128.or(v128.and(i16x8.shr_u(B, 4), m0f), v128.and(i16x8.shr_u(H, 2), m30));
+}
+
 /** isum + step i (0..3, a constant) of a Q6_K block: its four 16-value groups. */
 @inline function stepQ6K(isum: v128, wb: usize, xb: usize, i: usize, m0f: v128, m30: v128): v128 {
   const h = i >> 1,
@@ -546,15 +558,10 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   const A = v128.load(ql),
     B = v128.load(ql, 32),
     H = v128.load(qh);
-  // 16-bit shifts are safe: the byte masks drop whatever crossed a byte boundary
-  let q = v128.or(v128.and(A, m0f), v128.and(i16x8.shl(H, 4), m30));
-  isum = i32x4.add(isum, groupK(q, v128.load(xp), scaleK(<i32>load<i8>(sc))));
-  q = v128.or(v128.and(B, m0f), v128.and(i16x8.shl(H, 2), m30));
-  isum = i32x4.add(isum, groupK(q, v128.load(xp, 32), scaleK(<i32>load<i8>(sc, 2))));
-  q = v128.or(v128.and(i16x8.shr_u(A, 4), m0f), v128.and(H, m30));
-  isum = i32x4.add(isum, groupK(q, v128.load(xp, 64), scaleK(<i32>load<i8>(sc, 4))));
-  q = v128.or(v128.and(i16x8.shr_u(B, 4), m0f), v128.and(i16x8.shr_u(H, 2), m30));
-  isum = i32x4.add(isum, groupK(q, v128.load(xp, 96), scaleK(<i32>load<i8>(sc, 6))));
+  isum = i32x4.add(isum, groupK(q6Group(A, B, H, 0, m0f, m30), v128.load(xp), scaleK(<i32>load<i8>(sc))));
+  isum = i32x4.add(isum, groupK(q6Group(A, B, H, 1, m0f, m30), v128.load(xp, 32), scaleK(<i32>load<i8>(sc, 2))));
+  isum = i32x4.add(isum, groupK(q6Group(A, B, H, 2, m0f, m30), v128.load(xp, 64), scaleK(<i32>load<i8>(sc, 4))));
+  isum = i32x4.add(isum, groupK(q6Group(A, B, H, 3, m0f, m30), v128.load(xp, 96), scaleK(<i32>load<i8>(sc, 6))));
   // this step's arithmetic before the next step's loads (schedule_pin.ts)
   pin(isum);
   return isum;
@@ -584,8 +591,8 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 @inline function dotQ6KTokens2(w: usize, x0: usize, x1: usize, nb: usize, y0: usize, y1: usize): void {
   let acc0 = f32x4.splat(0),
     acc1 = f32x4.splat(0);
-  const m0f = i8x16.splat(0x0f),
-    m30 = i8x16.splat(0x30);
+  const m0f = v128.load(K_NIB),
+    m30 = v128.load(K_NIB, 16);
   for (let b: usize = 0; b < nb; b++) {
     const wb = w + b * Q6K,
       xb0 = x0 + b * Q8K,
@@ -602,19 +609,19 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
       const A = v128.load(ql),
         B = v128.load(ql, 32),
         H = v128.load(qh);
-      let q = v128.or(v128.and(A, m0f), v128.and(i16x8.shl(H, 4), m30));
+      let q = q6Group(A, B, H, 0, m0f, m30);
       let s = scaleK(<i32>load<i8>(sc));
       is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo), s));
       is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo), s));
-      q = v128.or(v128.and(B, m0f), v128.and(i16x8.shl(H, 2), m30));
+      q = q6Group(A, B, H, 1, m0f, m30);
       s = scaleK(<i32>load<i8>(sc, 2));
       is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo, 32), s));
       is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo, 32), s));
-      q = v128.or(v128.and(i16x8.shr_u(A, 4), m0f), v128.and(H, m30));
+      q = q6Group(A, B, H, 2, m0f, m30);
       s = scaleK(<i32>load<i8>(sc, 4));
       is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo, 64), s));
       is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo, 64), s));
-      q = v128.or(v128.and(i16x8.shr_u(B, 4), m0f), v128.and(i16x8.shr_u(H, 2), m30));
+      q = q6Group(A, B, H, 3, m0f, m30);
       s = scaleK(<i32>load<i8>(sc, 6));
       is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo, 96), s));
       is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo, 96), s));
