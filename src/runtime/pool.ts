@@ -75,6 +75,7 @@ const TAG_MASK = (1 << (31 - CHUNK_BITS)) - 1;
  */
 export interface PoolJob {
   fn: number;
+  /** nargs + 2 long at least: a job run on the caller alone gets its range appended here */
   readonly args: Int32Array;
   nargs: number;
   total: number;
@@ -82,9 +83,9 @@ export interface PoolJob {
   work: number;
 }
 
-/** A job with room for MAX_ARGS arguments, to fill in and reuse. */
+/** A job with room for MAX_ARGS arguments and the range after them, to fill in and reuse. */
 export function newPoolJob(): PoolJob {
-  return { fn: 0, args: new Int32Array(MAX_ARGS), nargs: 0, total: 0, align: 1, work: 0 };
+  return { fn: 0, args: new Int32Array(MAX_ARGS + 2), nargs: 0, total: 0, align: 1, work: 0 };
 }
 
 /** The tag a group's chunk counter carries: its generation's low bits. */
@@ -177,6 +178,13 @@ function call(f: (...a: number[]) => number, a: Int32Array, count: number): void
     );
 }
 
+/** Job j's kernel f over its whole range, on the caller. */
+function runAlone(f: (...a: number[]) => number, j: PoolJob): void {
+  j.args[j.nargs] = 0;
+  j.args[j.nargs + 1] = j.total;
+  call(f, j.args, j.nargs + 2);
+}
+
 export class ThreadPool {
   readonly threads: number;
   readonly kernels: KernelExports;
@@ -185,7 +193,6 @@ export class ThreadPool {
   private readonly index = new Map<string, number>();
   private readonly fns: ((...a: number[]) => number)[];
   private readonly workers: PoolWorker[] = [];
-  private readonly args = new Int32Array(MAX_ARGS + 2);
   private readonly chunkArgs = new Int32Array(MAX_ARGS + 2);
   private readonly range = new Int32Array(2);
   private readonly groupChunks = new Int32Array(MAX_JOBS);
@@ -280,7 +287,7 @@ export class ThreadPool {
     if (this.threads === 1 || work < this.minParallelWork) {
       for (let i = 0; i < count; i++) {
         const j = jobs[i];
-        if (j.total > 0) this.runAlone(j.fn, j.args, j.nargs, j.total);
+        if (j.total > 0) runAlone(this.fns[j.fn], j);
       }
       return;
     }
@@ -295,8 +302,7 @@ export class ThreadPool {
       nChunks += chunks[i];
     }
     if (nChunks <= 1) {
-      for (let i = 0; i < count; i++)
-        if (chunks[i] > 0) this.runAlone(jobs[i].fn, jobs[i].args, jobs[i].nargs, jobs[i].total);
+      for (let i = 0; i < count; i++) if (chunks[i] > 0) runAlone(this.fns[jobs[i].fn], jobs[i]);
       return;
     }
     this.closeGroup();
@@ -309,14 +315,6 @@ export class ThreadPool {
       first += chunks[i];
     }
     this.dispatch(slot, nChunks);
-  }
-
-  private runAlone(fn: number, args: ArrayLike<number>, nargs: number, total: number): void {
-    const a = this.args;
-    for (let i = 0; i < nargs; i++) a[i] = args[i];
-    a[nargs] = 0;
-    a[nargs + 1] = total;
-    call(this.fns[fn], a, nargs + 2);
   }
 
   /**
