@@ -179,34 +179,21 @@ const K_NIB = memory.data<u8>(
   return i32x4.add(i32x4.dot_i16x8_s(lo, sl), i32x4.dot_i16x8_s(hi, sh));
 }
 
-/** isum + chunk c (0..3, a constant) of the Q4_K block at wb against activation bytes x0..x3. */
-@inline function rowChunkQ4K(
-  isum: v128,
-  wb: usize,
-  c: i32,
-  x0: v128,
-  x1: v128,
-  x2: v128,
-  x3: v128,
-  m: v128,
-  sm: v128,
-  sc16: v128,
-): v128 {
-  const qp = wb + 16 + ((<usize>c) << 5);
+/** isum + chunk c (0..3, a constant) of the Q4_K block at wb against the Q8_K block at xb. */
+@inline function rowChunkQ4K(isum: v128, wb: usize, xb: usize, c: i32, m: v128, sm: v128, sc16: v128): v128 {
+  const qp = wb + 16 + ((<usize>c) << 5),
+    xp = xb + 4 + ((<usize>c) << 6);
+  const sl = subScale(sm, sc16, c << 1),
+    sh = subScale(sm, sc16, (c << 1) + 1);
   return i32x4.add(
     isum,
-    chunkQ4KRelaxed(qp, x0, x1, x2, x3, m, subScale(sm, sc16, c << 1), subScale(sm, sc16, (c << 1) + 1)),
+    chunkQ4KRelaxed(qp, v128.load(xp), v128.load(xp, 16), v128.load(xp, 32), v128.load(xp, 48), m, sl, sh),
   );
 }
 
 /** isum + chunk c (0..3, a constant) of a Q4_K block over relaxed dots. */
 @inline function stepQ4KRelaxed(isum: v128, wb: usize, xb: usize, c: i32, m: v128, sm: v128, sc16: v128): v128 {
-  const xp = xb + 4 + ((<usize>c) << 6);
-  const x0 = v128.load(xp),
-    x1 = v128.load(xp, 16),
-    x2 = v128.load(xp, 32),
-    x3 = v128.load(xp, 48);
-  isum = rowChunkQ4K(isum, wb, c, x0, x1, x2, x3, m, sm, sc16);
+  isum = rowChunkQ4K(isum, wb, xb, c, m, sm, sc16);
   // this chunk's arithmetic before the next chunk's loads (schedule_pin.ts)
   pin(isum);
   return isum;
@@ -267,37 +254,17 @@ const K_NIB = memory.data<u8>(
       ib = i32x4.splat(0);
     // the 4 chunks unrolled by hand: rowChunkQ4K needs c as a constant (subScale's shuffles),
     // and each chunk is pinned before the next one's loads (schedule_pin.ts)
-    let xp = xb + 4;
-    let x0 = v128.load(xp),
-      x1 = v128.load(xp, 16),
-      x2 = v128.load(xp, 32),
-      x3 = v128.load(xp, 48);
-    ia = rowChunkQ4K(ia, ba, 0, x0, x1, x2, x3, m, sa, sa16);
-    ib = rowChunkQ4K(ib, bb, 0, x0, x1, x2, x3, m, sb, sb16);
+    ia = rowChunkQ4K(ia, ba, xb, 0, m, sa, sa16);
+    ib = rowChunkQ4K(ib, bb, xb, 0, m, sb, sb16);
     pin2(ia, ib);
-    xp += 64;
-    x0 = v128.load(xp);
-    x1 = v128.load(xp, 16);
-    x2 = v128.load(xp, 32);
-    x3 = v128.load(xp, 48);
-    ia = rowChunkQ4K(ia, ba, 1, x0, x1, x2, x3, m, sa, sa16);
-    ib = rowChunkQ4K(ib, bb, 1, x0, x1, x2, x3, m, sb, sb16);
+    ia = rowChunkQ4K(ia, ba, xb, 1, m, sa, sa16);
+    ib = rowChunkQ4K(ib, bb, xb, 1, m, sb, sb16);
     pin2(ia, ib);
-    xp += 64;
-    x0 = v128.load(xp);
-    x1 = v128.load(xp, 16);
-    x2 = v128.load(xp, 32);
-    x3 = v128.load(xp, 48);
-    ia = rowChunkQ4K(ia, ba, 2, x0, x1, x2, x3, m, sa, sa16);
-    ib = rowChunkQ4K(ib, bb, 2, x0, x1, x2, x3, m, sb, sb16);
+    ia = rowChunkQ4K(ia, ba, xb, 2, m, sa, sa16);
+    ib = rowChunkQ4K(ib, bb, xb, 2, m, sb, sb16);
     pin2(ia, ib);
-    xp += 64;
-    x0 = v128.load(xp);
-    x1 = v128.load(xp, 16);
-    x2 = v128.load(xp, 32);
-    x3 = v128.load(xp, 48);
-    ia = rowChunkQ4K(ia, ba, 3, x0, x1, x2, x3, m, sa, sa16);
-    ib = rowChunkQ4K(ib, bb, 3, x0, x1, x2, x3, m, sb, sb16);
+    ia = rowChunkQ4K(ia, ba, xb, 3, m, sa, sa16);
+    ib = rowChunkQ4K(ib, bb, xb, 3, m, sb, sb16);
     pin2(ia, ib);
     acca = finishK(acca, ba, xb, ia, minsDot(sa, xb), 1.0);
     accb = finishK(accb, bb, xb, ib, minsDot(sb, xb), 1.0);
