@@ -57,6 +57,7 @@
 // 1 Q8_0, 2 Q4). Four active neurons go through each block together, so the slot's vectors are
 // loaded and stored once per four columns.
 
+import { gelu, silu } from "./activation_math";
 import { f16ToF32Finite, f32ToF16 } from "./half";
 import { Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
 import { Q4_MASKS } from "./packed_layout";
@@ -407,14 +408,6 @@ const ACT_SILU = 0;
 const ACT_RELU = 1;
 const ACT_DRELU = 2;
 const ACT_GELU = 3;
-
-@inline function silu(x: f32): f32 {
-  return x / (<f32>1.0 + Mathf.exp(-x));
-}
-@inline function gelu(x: f32): f32 {
-  const c: f32 = 0.7978845608028654;
-  return <f32>0.5 * x * (<f32>1.0 + Mathf.tanh(c * x * (<f32>1.0 + <f32>0.044715 * x * x)));
-}
 
 // The gate's factor a(g): h = a(g) * u (dReLU: a(g) * relu(u)). h is 0 for every u exactly
 // when this is 0, so up and down need not be read.
