@@ -37,3 +37,13 @@ export function stream_probe(p: usize, bytes: usize, streams: i32): i32 {
   const s = v128.xor(v128.xor(a, b), v128.xor(c, d));
   return i32x4.extract_lane(s, 0) ^ i32x4.extract_lane(s, 1) ^ i32x4.extract_lane(s, 2) ^ i32x4.extract_lane(s, 3);
 }
+
+/**
+ * stream_probe over parts [i0, i1) of `part` bytes each from p: a thread pool splits the parts
+ * among its threads, which gives the limit for several cores streaming at once.
+ */
+export function stream_probe_parts(p: usize, part: usize, streams: i32, i0: i32, i1: i32): i32 {
+  let x = 0;
+  for (let i = i0; i < i1; i++) x ^= stream_probe(p + <usize>i * part, part, streams);
+  return x;
+}

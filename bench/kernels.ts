@@ -16,9 +16,11 @@
  * the build POWERINFER_KERNELS names, SIMD128 by default).
  */
 import { readFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { GGMLType, typeFromName, typeName, tensorBytes } from "../src/format/ggml-types.js";
 import { f32ToF16 } from "../src/format/half.js";
 import { Arena } from "../src/runtime/arena.js";
+import { ThreadPool } from "../src/runtime/pool.js";
 import {
   instantiateKernels,
   kernelBuild,
@@ -197,12 +199,42 @@ function probe(streams: number): number {
   return timeIt((i) => probeFn(wPtr + (i % parts) * part, part, streams), part);
 }
 
+/**
+ * GB/s of `threads` threads reading the cold region at once (4 streams each; wall time, best of 5
+ * rounds of the whole region split into 64 MiB parts among the threads).
+ */
+async function probeThreads(threads: number): Promise<number> {
+  const pool = await ThreadPool.create(arena.memory, threads);
+  try {
+    const part = 64 << 20;
+    const parts = Math.floor(REGION / part);
+    const fn = pool.fn("stream_probe_parts");
+    const run = () => pool.run(fn, [wPtr, part, 4], 3, parts, 1);
+    run();
+    let best = 0;
+    for (let round = 0; round < 5; round++) {
+      const t0 = process.hrtime.bigint();
+      run();
+      best = Math.max(best, (parts * part) / (Number(process.hrtime.bigint() - t0) / 1e9) / 1e9);
+    }
+    return best;
+  } finally {
+    await pool.dispose();
+  }
+}
+
 console.log(`one thread, node ${process.version}; GMAC/s per CPU second, best of 5 (matmul: ${NTOK} tokens per call)`);
 const probes = [1, 2, 4].map((n) => [n, probe(n)] as const);
 const limit = Math.max(...probes.map(([, g]) => g));
 console.log(
   `streaming limit (loads only, cold): ${probes.map(([n, g]) => `${n} stream${n > 1 ? "s" : ""} ${g.toFixed(1)} GB/s`).join(", ")}`,
 );
+if (availableParallelism() >= 2) {
+  const g = await probeThreads(2);
+  console.log(
+    `streaming limit of 2 threads at once (4 streams each, wall time): ${g.toFixed(1)} GB/s, ${(g / probes[2][1]).toFixed(2)}x one thread: what a memory-bound decode's 2-thread speedup can reach`,
+  );
+}
 console.log("matvec hot: weights in cache (L2/L3); cold: streamed from DRAM, as in a real decode; matmul: cold");
 console.log(`kernel builds: ${builds.join(", ")}`);
 console.log("type   build    shape        matvec-hot matvec-cold  cold GB/s  of limit   matmul");

@@ -165,6 +165,11 @@ test("moe-stories, trained per-expert predictors: read-ahead (the default, and b
   const [off, on, both] = runs;
   for (const on of [runs[1], both]) {
     assert.deepEqual(on.ids, off.ids);
+    // The same neurons, summed in another order (a bundle read ahead is computed with the hits):
+    // logits within 1e-4 of the largest. A near-tie flipping a neuron (below) moves a position's
+    // logits by that neuron's share instead (1.2e-3 seen): a few positions may, within 3e-3.
+    let positions = 0,
+      moved = 0;
     for (let p = 0; p < on.logits.length; p++)
       for (let k = 0; k < on.logits[p].length; k++) {
         const a = on.logits[p][k],
@@ -175,9 +180,11 @@ test("moe-stories, trained per-expert predictors: read-ahead (the default, and b
           worst = Math.max(worst, Math.abs(a[i] - b[i]));
           scale = Math.max(scale, Math.abs(b[i]));
         }
-        // the same neurons, summed in another order (a bundle read ahead is computed with the hits)
-        assert.ok(worst <= 1e-4 * scale, `prompt ${p} position ${k}: max |diff| ${worst}`);
+        positions++;
+        if (worst > 1e-4 * scale) moved++;
+        assert.ok(worst <= 3e-3 * scale, `prompt ${p} position ${k}: max |diff| ${worst} of ${scale}`);
       }
+    assert.ok(moved <= Math.max(1, positions / 50), `${moved} of ${positions} positions' logits moved past 1e-4`);
     assert.deepEqual(Array.from(on.st.groups!.steps), Array.from(off.st.groups!.steps), "the same routing");
     // The same neurons, but for predictor scores within rounding of their threshold: the sums
     // above differ in their last bits, so a near-tie can flip (3 of 446486 with an f16 KV cache).
