@@ -228,17 +228,27 @@ function kvReadSeconds(shape: ModelShape, pos: number, hw: Hardware): number {
   return (pos * shape.nHead * shape.headDim * bytes) / hw.memoryBandwidth;
 }
 
+/** Seconds of one decode matvec of m's shape, the pool's dispatch not included. */
+function matvecComputeSeconds(m: MatrixShape, hw: Hardware): number {
+  return (m.rows * m.cols) / hw.matvecRate(m.type);
+}
+
+/** A decode matvec dispatched to the pool on its own. */
+function matvecSeconds(m: MatrixShape, hw: Hardware): number {
+  return matvecComputeSeconds(m, hw) + hw.dispatch;
+}
+
 /**
  * Seconds of a layer's attention matrices at decode: q, k and v go to the pool as one group (one
  * dispatch: llama.ts), the output projection as another.
  */
 function attentionMatvecSeconds(shape: ModelShape, hw: Hardware): number {
-  return shape.layerMatrices.reduce((a, m) => a + (m.rows * m.cols) / hw.matvecRate(m.type), 0) + 2 * hw.dispatch;
+  return shape.layerMatrices.reduce((a, m) => a + matvecComputeSeconds(m, hw), 0) + 2 * hw.dispatch;
 }
 
 function routerSeconds(shape: ModelShape, hw: Hardware): number {
   if (shape.experts === 0) return 0;
-  return (shape.nEmbd * shape.experts) / hw.matvecRate(GGMLType.F32) + hw.dispatch;
+  return matvecSeconds({ type: GGMLType.F32, rows: shape.experts, cols: shape.nEmbd }, hw);
 }
 
 /**
@@ -370,14 +380,13 @@ export function predict(
   const zero = zeroBreakdown();
 
   // Dense work per token (the same at every step but for the attention's growing span).
-  const mv = (m: MatrixShape) => (m.rows * m.cols) / hw.matvecRate(m.type) + hw.dispatch;
   const attnMatvecs = attentionMatvecSeconds(shape, hw);
   // norms (2), rope (2), attention, add (2), activation prepare: one dispatch each
   const attnOps = 8 * hw.dispatch;
   const k = hp.routedExperts;
-  const gateMatvec = layout.residentGates ? k * mv({ type: shape.ffnType, rows: nFF, cols: nEmbd }) : 0;
+  const gateMatvec = layout.residentGates ? k * matvecSeconds({ type: shape.ffnType, rows: nFF, cols: nEmbd }, hw) : 0;
   const router = routerSeconds(shape, hw);
-  const output = mv(shape.output) + 2 * hw.dispatch;
+  const output = matvecSeconds(shape.output, hw) + 2 * hw.dispatch;
 
   const total: Breakdown = { ...zero };
   let fired = 0,
@@ -603,10 +612,9 @@ function predictorMode(
   const cold = layout.coldSlots;
   const steps = Math.max(1, Math.floor(workload.decodeTokens));
   const runs = hotRuns(shape, firing, layout.hotPerGroup);
-  const mv = (m: MatrixShape) => (m.rows * m.cols) / hw.matvecRate(m.type) + hw.dispatch;
   const attnMatvecs = attentionMatvecSeconds(shape, hw);
   const attnOps = 8 * hw.dispatch;
-  const output = mv(shape.output) + 2 * hw.dispatch;
+  const output = matvecSeconds(shape.output, hw) + 2 * hw.dispatch;
   // A mixture reads no next layer ahead by default (the runtime's expert read-ahead reads the
   // second routed expert's picks during the first's step: with every miss of a layer issued
   // before its hits compute, the step model below already overlaps them so)
