@@ -2,7 +2,7 @@
 // Float parameters travel as their i32 bit patterns (the thread pool passes i32 only).
 // Each kernel's last two arguments are the range a thread computes (tokens or heads).
 
-import { exp4, silu, silu4, gelu } from "./activation_math";
+import { exp1, exp4, silu, silu4, gelu } from "./activation_math";
 import { f16ToF32, f32ToF16, halfLanes } from "./half";
 
 @inline function f32at(p: usize, i: i32): f32 {
@@ -177,7 +177,7 @@ function attend<K, V>(
       }
       let sum = sum4(acc4);
       for (; j < n; j++) {
-        const e = f32x4.extract_lane(exp4(f32x4.splat(f32at(sc, j) - mx)), 0);
+        const e = exp1(f32at(sc, j) - mx);
         setf32(sc, j, e);
         sum += e;
       }

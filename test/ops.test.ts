@@ -192,6 +192,33 @@ for (const pool of pools) {
     }
   });
 
+  test(`SiLU over its whole range: within a few ulp to -87, its limits beyond (${T})`, () => {
+    // the kernels' e^x (activation_math.ts exp4) is a polynomial with a clamped input: check it
+    // where decode meets it, not only near 0
+    const xs: number[] = [0, -0, 1e-30, -1e-30, 87, -87, 88.7, -88.7, 100, -100, 1e4, -1e4, 3.4e38, -3.4e38];
+    for (let i = 0; i < 4093; i++) xs.push(-90 + (i * 190) / 4093, Math.tan(((i + 0.5) / 4093 - 0.5) * 3.1) * 10);
+    const n = xs.length;
+    const g = Float32Array.from(xs);
+    const pg = put(g),
+      pu = put(new Float32Array(n).fill(1));
+    pool.run(pool.fn("ffn_act"), [pg, pu, 0], 3, n, 64);
+    const got = arena.f32(pg, n);
+    for (let i = 0; i < n; i++) {
+      const x = g[i],
+        want = Math.fround(x / (1 + Math.exp(-x)));
+      if (x < -87) {
+        // true value below 1e-35: only its size and sign matter
+        assert.ok(Math.abs(got[i]) < 1e-30 && !(got[i] > 0), `silu(${x}) = ${got[i]}`);
+        continue;
+      }
+      const ulp = Math.max(Math.abs(want) * 2 ** -23, 2 ** -149);
+      assert.ok(
+        Math.abs(got[i] - want) <= 2 * ulp,
+        `silu(${x}) = ${got[i]}, want ${want} (${(Math.abs(got[i] - want) / ulp).toFixed(2)} ulp)`,
+      );
+    }
+  });
+
   test(`residual add and bias rows (${T})`, () => {
     const y = rand(203),
       x = rand(203);
