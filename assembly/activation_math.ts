@@ -4,7 +4,7 @@
 
 // SiLU four lanes at a time: x / (1 + e^-x), with e^-x from exp4 below (SIMD128 only and no fused
 // multiply-add, so both kernel builds give the same bits). With the scalar Mathf.exp the SiLU took
-// 0.6-1 ms of a 1b model's token (124k activations, serial on the main thread), 0.21 ms now;
+// 0.6-1 ms of a 1b model's token (124k activations, serial on the main thread), 0.21-0.23 now;
 // within 2 ulp of the exact SiLU from -87 up (test/ops.test.ts).
 @inline function silu4(x: v128): v128 {
   return f32x4.div(x, f32x4.add(f32x4.splat(1), exp4(f32x4.neg(x))));
