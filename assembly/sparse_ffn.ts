@@ -426,6 +426,16 @@ const ACT_GELU = 3;
 // ---------------------------------------------------------------------------------------------
 // Down columns: y (a partial slot, in the slot order above) += h * column, four columns at once.
 
+// acc + v * s. The relaxed build fuses it (one FMA where the CPU has one: the down column's
+// mask, convert, multiply, add per four elements and column become mask, convert, FMA; +9% whole
+// neurons in cache, +2-6% from DRAM, docs/benchmarks.md), so its down sums differ from the SIMD128
+// build's in the last bits; the tests hold both to the reference, and the gate and up dots (whose
+// signs decide what is computed) keep the same bits in both.
+@inline function madd(acc: v128, v: v128, s: v128): v128 {
+  if (ASC_FEATURE_RELAXED_SIMD) return f32x4.relaxed_madd(v, s, acc);
+  return f32x4.add(acc, f32x4.mul(v, s));
+}
+
 /** f32 values per partial slot: nEmbd accumulators, nEmbd / 32 block corrections, padded to 64 bytes. */
 @inline function slotFloats(n: i32): i32 {
   return (n + (n >> 5) + 15) & ~15;
@@ -453,10 +463,10 @@ const ACT_GELU = 3;
     const end = y + ((<usize>n) << 2);
     for (; y < end; y += 16) {
       let acc = v128.load(y);
-      acc = f32x4.add(acc, f32x4.mul(v128.load(p0), H0));
-      acc = f32x4.add(acc, f32x4.mul(v128.load(p1), H1));
-      acc = f32x4.add(acc, f32x4.mul(v128.load(p2), H2));
-      acc = f32x4.add(acc, f32x4.mul(v128.load(p3), H3));
+      acc = madd(acc, v128.load(p0), H0);
+      acc = madd(acc, v128.load(p1), H1);
+      acc = madd(acc, v128.load(p2), H2);
+      acc = madd(acc, v128.load(p3), H3);
       v128.store(y, acc);
       p0 += 16;
       p1 += 16;
@@ -615,10 +625,10 @@ const ACT_GELU = 3;
   S3: v128,
 ): void {
   let acc = v128.load(y + o);
-  acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(v0), S0));
-  acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(v1), S1));
-  acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(v2), S2));
-  acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(v3), S3));
+  acc = madd(acc, f32x4.convert_i32x4_s(v0), S0);
+  acc = madd(acc, f32x4.convert_i32x4_s(v1), S1);
+  acc = madd(acc, f32x4.convert_i32x4_s(v2), S2);
+  acc = madd(acc, f32x4.convert_i32x4_s(v3), S3);
   v128.store(y + o, acc);
 }
 
@@ -627,7 +637,7 @@ const ACT_GELU = 3;
     const H = f32x4.splat(h);
     const end = y + ((<usize>n) << 2);
     for (; y < end; y += 16) {
-      v128.store(y, f32x4.add(v128.load(y), f32x4.mul(v128.load(p), H)));
+      v128.store(y, madd(v128.load(y), v128.load(p), H));
       p += 16;
     }
     return;
@@ -672,7 +682,7 @@ const ACT_GELU = 3;
 }
 
 @inline function axpyOne(y: usize, o: usize, v: v128, S: v128): void {
-  v128.store(y + o, f32x4.add(v128.load(y + o), f32x4.mul(f32x4.convert_i32x4_s(v), S)));
+  v128.store(y + o, madd(v128.load(y + o), f32x4.convert_i32x4_s(v), S));
 }
 
 // Pending down columns of this thread (instance globals, so thread-local): flushed four at a time.
