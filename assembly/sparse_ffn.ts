@@ -35,7 +35,8 @@
 //     3: 256 x[2l+17]; dx = d / 256; correction lanes = 512 * sum q (8 * 256 * sum q over the
 //     4 lanes: Q4_0's -8 offset, taken off in integer); sx = f16(d * sum q) as ggml's Q8_1
 //     stores it (the Q4_1 min term). The relaxed-SIMD build stores the 32 quants as i8 in
-//     natural order in the first 32 bytes instead (zeros after), for q4dotRelaxed.
+//     natural order in the first 32 bytes instead (zeros after), for q4dotRelaxed, whose block
+//     dots are not scaled by 256: there dx = d and the correction lanes 2 * sum q.
 // Why not ggml's q8_0 / q8_1 blocks: a GGUF Q4 block read as 8 u16 lanes holds in lane l the
 // nibbles of elements 2l, 2l+16, 2l+1, 2l+17; three masks and a shift give four i16x8 vectors
 // scaled by 1, 16, 256, 1, and activations arranged and scaled to match make every product
@@ -76,9 +77,13 @@ const Q4_1_BS: usize = 20;
 
 // v128 constants live in memory: V8 rematerializes a v128.const at every use inside a loop, a
 // loaded value stays in a register. The nibble masks are the packed Q4 kernels' (Q4_MASKS).
-// f16 -> f32 bit moves: keep sign and the 15 shifted bits; re-bias by 2^112
+// f16 -> f32 bit moves: keep sign and the 15 shifted bits; re-bias by 2^112; the first mask
+// without the 13 bits below (pairM)
 const CONSTS = memory.data<u32>(
-  [0x8fffffff, 0x8fffffff, 0x8fffffff, 0x8fffffff, 0x77800000, 0x77800000, 0x77800000, 0x77800000],
+  [
+    0x8fffffff, 0x8fffffff, 0x8fffffff, 0x8fffffff, 0x77800000, 0x77800000, 0x77800000, 0x77800000, 0x8fffe000,
+    0x8fffe000, 0x8fffe000, 0x8fffe000,
+  ],
   16,
 );
 // nibble j of each u32 lane (j = 0..6)
@@ -175,8 +180,10 @@ export function prepare_q8_sp(x: usize, dst: usize, cols: i32, ntok: i32, mode: 
           v128.store(o, o0, 32);
           v128.store(o, i16x8.shl(o1, 8), 48);
         }
-        v128.store(o, i32x4.splat(sum << 9), 64); // 4 lanes: 8 * 256 * sum q, the Q4_0 offset
-        store<f32>(lane, dh * <f32>(1.0 / 256.0), 320);
+        // 4 lanes: 8 * sum q over the 4 lanes (the Q4_0 offset) and dx, in the units of the build's
+        // block dots (x 256 in the SIMD128 build's, unscaled in the relaxed build's)
+        v128.store(o, i32x4.splat(ASC_FEATURE_RELAXED_SIMD ? sum << 1 : sum << 9), 64);
+        store<f32>(lane, ASC_FEATURE_RELAXED_SIMD ? dh : dh * <f32>(1.0 / 256.0), 320);
         store<f32>(lane, f16ToF32Finite(f32ToF16(d * <f32>sum)), 336);
       }
     }
@@ -200,14 +207,16 @@ const T_Q8_0 = 8;
 // i + 16 (high nibble): `w & 0x0f` and `(w >> 4) & 0x0f` are 7-bit bytes that meet x[0..15] and
 // x[16..31] in one relaxed dot each (pmaddubsw on x86; a lane is at most 4 * 127 * 15). Folding
 // the i16 lanes in pairs with a dot against ones puts elements 4l..4l+3 and 16+4l..16+4l+3 in i32
-// lane l, the same sets as q4dot's lanes, and the shift by 8 its factor of 256: the same i32
-// lanes, so both builds give the same bits.
+// lane l, the same sets as q4dot's lanes but without its factor of 256, which this build's
+// activation leaves out of its correction and puts into dx instead (d, not d / 256): the block's
+// integer dot converts exactly either way and meets a scale 256 times larger, the same product,
+// so both builds give the same bits (a shift per block fewer).
 @inline function q4dotRelaxed(w: v128, xb: usize, m: v128, ones: v128): v128 {
   const h = i16x8.add(
     i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xb), v128.and(w, m)),
     i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xb, 16), v128.and(i16x8.shr_u(w, 4), m)),
   );
-  return i32x4.shl(i32x4.dot_i16x8_s(h, ones), 8);
+  return i32x4.dot_i16x8_s(h, ones);
 }
 
 // 256 x the integer dot of one GGUF Q4 block's 16 quant bytes with the mode-1 activation block.
@@ -238,6 +247,24 @@ const T_Q8_0 = 8;
     if (n > 2) v = v128.load16_lane(p + 2 * bs, v, 5);
   }
   return f32x4.mul(v128.and(i32x4.shr_s(v, 3), v128.load(CONSTS)), v128.load(CONSTS, 16));
+}
+
+// The f16 pairs (d, m) that start each of n (1..4) Q4_1 blocks at p, p + bs, ... in u32 lanes (d
+// in the low half), one load each; pairD / pairM convert them with f16x4's bit moves (pairM's mask
+// also clears the bits of d that its shift moves below m's).
+@inline function f16pairs(p: usize, bs: usize, n: i32): v128 {
+  let v = i32x4.splat(0);
+  v = v128.load32_lane(p, v, 0);
+  if (n > 1) v = v128.load32_lane(p + bs, v, 1);
+  if (n > 2) v = v128.load32_lane(p + 2 * bs, v, 2);
+  if (n > 3) v = v128.load32_lane(p + 3 * bs, v, 3);
+  return v;
+}
+@inline function pairD(v: v128): v128 {
+  return f32x4.mul(v128.and(i32x4.shr_s(i32x4.shl(v, 16), 3), v128.load(CONSTS)), v128.load(CONSTS, 16));
+}
+@inline function pairM(v: v128): v128 {
+  return f32x4.mul(v128.and(i32x4.shr_s(v, 3), v128.load(CONSTS, 32)), v128.load(CONSTS, 16));
 }
 
 // One row times x.
@@ -326,11 +353,17 @@ const T_Q8_0 = 8;
       accB = groupQ4(t, accB, b, x, je, m0, m1, m2);
       break;
     }
-    const scA = f32x4.mul(f16x4(a, BS, 4), v128.load(x, 320)),
-      scB = f32x4.mul(f16x4(b, BS, 4), v128.load(x, 320));
+    let scA: v128, scB: v128;
     if (one) {
-      accA = f32x4.add(accA, f32x4.mul(f16x4(a + 2, BS, 4), v128.load(x, 336)));
-      accB = f32x4.add(accB, f32x4.mul(f16x4(b + 2, BS, 4), v128.load(x, 336)));
+      const pA = f16pairs(a, BS, 4),
+        pB = f16pairs(b, BS, 4);
+      scA = f32x4.mul(pairD(pA), v128.load(x, 320));
+      scB = f32x4.mul(pairD(pB), v128.load(x, 320));
+      accA = f32x4.add(accA, f32x4.mul(pairM(pA), v128.load(x, 336)));
+      accB = f32x4.add(accB, f32x4.mul(pairM(pB), v128.load(x, 336)));
+    } else {
+      scA = f32x4.mul(f16x4(a, BS, 4), v128.load(x, 320));
+      scB = f32x4.mul(f16x4(b, BS, 4), v128.load(x, 320));
     }
     const a0 = blockDot(t, a, x, m0, m1, m2),
       b0 = blockDot(t, b, x, m0, m1, m2);
@@ -365,8 +398,12 @@ const T_Q8_0 = 8;
 @inline function groupQ4(t: i32, acc: v128, a: usize, x: usize, je: i32, m0: v128, m1: v128, m2: v128): v128 {
   const one = t == T_Q4_1;
   const BS: usize = one ? Q4_1_BS : Q4_0_BS;
-  const sc = f32x4.mul(f16x4(a, BS, je), v128.load(x, 320));
-  if (one) acc = f32x4.add(acc, f32x4.mul(f16x4(a + 2, BS, je), v128.load(x, 336)));
+  let sc: v128;
+  if (one) {
+    const dm = f16pairs(a, BS, je);
+    sc = f32x4.mul(pairD(dm), v128.load(x, 320));
+    acc = f32x4.add(acc, f32x4.mul(pairM(dm), v128.load(x, 336)));
+  } else sc = f32x4.mul(f16x4(a, BS, je), v128.load(x, 320));
   const d0 = blockDot(t, a, x, m0, m1, m2);
   pin(d0);
   let d1 = i32x4.splat(0),
