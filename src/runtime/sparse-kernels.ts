@@ -97,10 +97,13 @@ export function sparseActivationBytes(type: GGMLType, nEmbd: number): number {
   return sparseKernel(type).act === "f32" ? nEmbd * 4 : Math.ceil(nEmbd / 128) * 352;
 }
 
-/** f32 values per partial slot (the kernel's slotFloats): nEmbd sums, nEmbd / 32 corrections, 64-byte padded. */
+/**
+ * f32 values per partial slot (the kernel's slotFloats): nEmbd sums, nEmbd / 32 corrections (to a
+ * multiple of 4), 16 of scratch, 64-byte padded.
+ */
 export function partialSlotFloats(nEmbd: number): number {
   checkWidth(nEmbd);
-  return (nEmbd + nEmbd / 32 + 15) & ~15;
+  return (((nEmbd + nEmbd / 32 + 3) & ~3) + 16 + 15) & ~15;
 }
 
 /** Bytes of the partial region for `threads` threads. */
