@@ -897,16 +897,39 @@ let SINK: u32 = 0;
   // the gate factor of neuron k, computed one step ahead so that the next neuron's up and down
   // pages are touched only when they will be read
   let a = k0 < k1 ? gateFactor(kind, load<f32>(gate + ((<usize>k0) << 2))) : 0;
+  // Q4: neurons that fire go in pairs whose up rows dot2 streams at once (each row's dot exactly
+  // dot1's; pushed in list order): the pending first of a pair
+  const pairs = t == T_Q4_0 || t == T_Q4_1;
+  let pend = false,
+    pendBp: usize = 0,
+    pendA: f32 = 0;
   for (let k = k0; k < k1; k++) {
     const aNext = k + 1 < k1 ? gateFactor(kind, load<f32>(gate + ((<usize>k) << 2), 4)) : 0;
     if (aNext != 0) touchPages(<usize>load<i32>(bundles + ((<usize>k) << 2), 4) + rb, 2 * rb);
     // a = 0: h = 0 whatever up says, so neither up nor down is read
     if (a != 0) {
       const bp = <usize>load<i32>(bundles + ((<usize>k) << 2));
-      const h = combine(kind, a, dot1(t, bp + rb, xAct, n));
-      if (h != 0) pushDown(t, y, corr, n, bp + 2 * rb, h);
+      if (!pairs) {
+        const h = combine(kind, a, dot1(t, bp + rb, xAct, n));
+        if (h != 0) pushDown(t, y, corr, n, bp + 2 * rb, h);
+      } else if (!pend) {
+        pend = true;
+        pendBp = bp;
+        pendA = a;
+      } else {
+        const u = dot2(t, pendBp + rb, bp + rb, xAct, n);
+        const hA = combine(kind, pendA, f32x4.extract_lane(u, 0)),
+          hB = combine(kind, a, f32x4.extract_lane(u, 1));
+        if (hA != 0) pushDown(t, y, corr, n, pendBp + 2 * rb, hA);
+        if (hB != 0) pushDown(t, y, corr, n, bp + 2 * rb, hB);
+        pend = false;
+      }
     }
     a = aNext;
+  }
+  if (pend) {
+    const h = combine(kind, pendA, dot1(t, pendBp + rb, xAct, n));
+    if (h != 0) pushDown(t, y, corr, n, pendBp + 2 * rb, h);
   }
   flushDown(t, y, corr, n);
 }
