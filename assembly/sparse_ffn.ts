@@ -247,12 +247,18 @@ const T_Q8_0 = 8;
     if (n > 1) v = v128.load16_lane(p + bs, v, 3);
     if (n > 2) v = v128.load16_lane(p + 2 * bs, v, 5);
   }
-  return f32x4.mul(v128.and(i32x4.shr_s(v, 3), v128.load(CONSTS)), v128.load(CONSTS, 16));
+  return highHalves(v, 0);
+}
+
+// f16 values in the high halves of the u32 lanes of v -> f32x4: sign kept, exponent and mantissa
+// shifted into place (the mask at CONSTS + maskOff clears what the arithmetic shift spread, and
+// pairM's the low half's bits too), re-biased by 2^112
+@inline function highHalves(v: v128, maskOff: usize): v128 {
+  return f32x4.mul(v128.and(i32x4.shr_s(v, 3), v128.load(CONSTS + maskOff)), v128.load(CONSTS, 16));
 }
 
 // The f16 pairs (d, m) that start each of n (1..4) Q4_1 blocks at p, p + bs, ... in u32 lanes (d
-// in the low half), one load each; pairD / pairM convert them with f16x4's bit moves (pairM's mask
-// also clears the bits of d that its shift moves below m's).
+// in the low half), one load each; pairD / pairM convert them (highHalves).
 @inline function f16pairs(p: usize, bs: usize, n: i32): v128 {
   let v = i32x4.splat(0);
   v = v128.load32_lane(p, v, 0);
@@ -262,10 +268,10 @@ const T_Q8_0 = 8;
   return v;
 }
 @inline function pairD(v: v128): v128 {
-  return f32x4.mul(v128.and(i32x4.shr_s(i32x4.shl(v, 16), 3), v128.load(CONSTS)), v128.load(CONSTS, 16));
+  return highHalves(i32x4.shl(v, 16), 0);
 }
 @inline function pairM(v: v128): v128 {
-  return f32x4.mul(v128.and(i32x4.shr_s(v, 3), v128.load(CONSTS, 32)), v128.load(CONSTS, 16));
+  return highHalves(v, 32);
 }
 
 // One row times x.
@@ -909,37 +915,64 @@ let SINK: u32 = 0;
     // a = 0: h = 0 whatever up says, so neither up nor down is read
     if (a != 0) {
       const bp = <usize>load<i32>(bundles + ((<usize>k) << 2));
-      if (!pairs) {
-        const h = combine(kind, a, dot1(t, bp + rb, xAct, n));
-        if (h != 0) pushDown(t, y, corr, n, bp + 2 * rb, h);
-      } else if (!pend) {
+      if (!pairs) upDown1(t, bp, a, xAct, y, corr, n, rb, kind);
+      else if (!pend) {
         pend = true;
         pendBp = bp;
         pendA = a;
       } else {
-        const u = dot2(t, pendBp + rb, bp + rb, xAct, n);
-        const hA = combine(kind, pendA, f32x4.extract_lane(u, 0)),
-          hB = combine(kind, a, f32x4.extract_lane(u, 1));
-        if (hA != 0) pushDown(t, y, corr, n, pendBp + 2 * rb, hA);
-        if (hB != 0) pushDown(t, y, corr, n, bp + 2 * rb, hB);
+        upDown2(t, pendBp, pendA, bp, a, xAct, y, corr, n, rb, kind);
         pend = false;
       }
     }
     a = aNext;
   }
-  if (pend) {
-    const h = combine(kind, pendA, dot1(t, pendBp + rb, xAct, n));
-    if (h != 0) pushDown(t, y, corr, n, pendBp + 2 * rb, h);
-  }
+  if (pend) upDown1(t, pendBp, pendA, xAct, y, corr, n, rb, kind);
   flushDown(t, y, corr, n);
 }
 
 // Gate, then (unless the gate factor is 0: up and down unread) up and down, of the bundle at bp.
 @inline function ffnOne(t: i32, bp: usize, xAct: usize, y: usize, corr: usize, n: i32, rb: usize, kind: i32): void {
   const a = gateFactor(kind, dot1(t, bp, xAct, n));
-  if (a == 0) return;
+  if (a != 0) upDown1(t, bp, a, xAct, y, corr, n, rb, kind);
+}
+
+// Up and down of the bundle at bp whose gate factor a is not 0.
+@inline function upDown1(
+  t: i32,
+  bp: usize,
+  a: f32,
+  xAct: usize,
+  y: usize,
+  corr: usize,
+  n: i32,
+  rb: usize,
+  kind: i32,
+): void {
   const h = combine(kind, a, dot1(t, bp + rb, xAct, n));
   if (h != 0) pushDown(t, y, corr, n, bp + 2 * rb, h);
+}
+
+// upDown1 for two bundles (Q4): dot2 streams both up rows (each row's dot exactly dot1's), A's
+// column pushed first.
+@inline function upDown2(
+  t: i32,
+  bpA: usize,
+  aA: f32,
+  bpB: usize,
+  aB: f32,
+  xAct: usize,
+  y: usize,
+  corr: usize,
+  n: i32,
+  rb: usize,
+  kind: i32,
+): void {
+  const u = dot2(t, bpA + rb, bpB + rb, xAct, n);
+  const hA = combine(kind, aA, f32x4.extract_lane(u, 0)),
+    hB = combine(kind, aB, f32x4.extract_lane(u, 1));
+  if (hA != 0) pushDown(t, y, corr, n, bpA + 2 * rb, hA);
+  if (hB != 0) pushDown(t, y, corr, n, bpB + 2 * rb, hB);
 }
 
 // ffnOne for two bundles at once (Q4: dot2 streams both); the same results, pushed in the same
@@ -958,16 +991,9 @@ let SINK: u32 = 0;
   const g = dot2(t, bpA, bpB, xAct, n);
   const aA = gateFactor(kind, f32x4.extract_lane(g, 0)),
     aB = gateFactor(kind, f32x4.extract_lane(g, 1));
-  let hA: f32 = 0,
-    hB: f32 = 0;
-  if (aA != 0 && aB != 0) {
-    const u = dot2(t, bpA + rb, bpB + rb, xAct, n);
-    hA = combine(kind, aA, f32x4.extract_lane(u, 0));
-    hB = combine(kind, aB, f32x4.extract_lane(u, 1));
-  } else if (aA != 0) hA = combine(kind, aA, dot1(t, bpA + rb, xAct, n));
-  else if (aB != 0) hB = combine(kind, aB, dot1(t, bpB + rb, xAct, n));
-  if (hA != 0) pushDown(t, y, corr, n, bpA + 2 * rb, hA);
-  if (hB != 0) pushDown(t, y, corr, n, bpB + 2 * rb, hB);
+  if (aA != 0 && aB != 0) upDown2(t, bpA, aA, bpB, aB, xAct, y, corr, n, rb, kind);
+  else if (aA != 0) upDown1(t, bpA, aA, xAct, y, corr, n, rb, kind);
+  else if (aB != 0) upDown1(t, bpB, aB, xAct, y, corr, n, rb, kind);
 }
 
 // Bundle k of a call: the listed address (sparse_ffn_T) or base + k * stride (a dense cluster,

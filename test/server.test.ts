@@ -360,7 +360,7 @@ test("malformed JSON, non-object bodies, unknown routes, wrong methods: status a
   // the message one line (found by the server fuzzer: a chunked body starting "K\n...")
   const e2 = await check(await post("/v1/chat/completions", "K\n\u0001\u2028x"), 400, /not valid JSON/);
   assert.doesNotMatch(e2.message, /[\u0000-\u001f\u007f\u2028\u2029]/);
-  assert.match(e2.message, /K\\n\\u0001\\u2028x/);
+  assert.match(e2.message, /K\\u000a\\u0001\\u2028x/);
   await check(await post("/v1/completions", ""), 400, /body is empty/);
   await check(await post("/v1/completions", "[1, 2]"), 400, /must be a JSON object, got array/);
   await check(await post("/v1/completions", '"hello"'), 400, /must be a JSON object, got string/);

@@ -27,6 +27,7 @@ import {
 import type { ChatTemplate } from "../chat/template.js";
 import type { ModelObject } from "../chat/openai-types.js";
 import { queueFor } from "../chat/queue.js";
+import { oneLine } from "../format/printable.js";
 import { ApiKeyCheck } from "./auth.js";
 import { CorsPolicy } from "./cors.js";
 import { EXTRA_ROUTES, type RouteAnswer } from "./routes/index.js";
@@ -95,22 +96,6 @@ interface Counted {
 }
 
 const JSON_HEADERS = { "Content-Type": "application/json; charset=utf-8" };
-
-/**
- * s with its control characters (and U+2028 / U+2029) written as JSON escapes: V8's JSON.parse
- * errors quote the offending input, raw newlines included, and an error message stays one line.
- */
-function escapeControls(s: string): string {
-  return s.replace(/[\u0000-\u001f\u007f\u2028\u2029]/g, (c) =>
-    c === "\n"
-      ? "\\n"
-      : c === "\r"
-        ? "\\r"
-        : c === "\t"
-          ? "\\t"
-          : `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
-  );
-}
 
 export class OpenAIServer {
   readonly host: string;
@@ -536,7 +521,7 @@ export class OpenAIServer {
     } catch (e) {
       throw new ApiError(
         400,
-        `the request body is not valid JSON: ${escapeControls(e instanceof Error ? e.message : String(e))}`,
+        `the request body is not valid JSON: ${oneLine(e instanceof Error ? e.message : String(e))}`,
         "invalid_request_error",
         null,
         "invalid_json",
