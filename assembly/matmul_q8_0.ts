@@ -13,7 +13,17 @@
 // 4 lanes summed at the end of a 4096-column chunk, chunks added into y. So a token's result is
 // bit for bit what matvec_q8_0 gives for it alone.
 
-import { CHUNK, hsum, put, Q8_GB, Q8_I16_GB } from "./packed_layout";
+// The relaxed-SIMD build's tile is the same 2 rows x 4 tokens over its own layout and q8_i8s
+// activations (matvec_q8_0_relaxed.ts): per 16 multiply-adds of a (row, token) an xor, a relaxed
+// dot, a dot with ones and an add, each weight vector loaded once for the 4 tokens. Same integer
+// sums, same float order: the same bits as the decode kernels of both builds.
+
+import { q8Ones, step8 } from "./matvec_q8_0_relaxed";
+import { CHUNK, hsum, put, Q8_GB, Q8_I16_GB, Q8_I8S_GB } from "./packed_layout";
+import { pin2 } from "./schedule_pin";
+
+// activation bytes per group: the relaxed build reads its own q8_i8s
+const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8S_GB : Q8_I16_GB;
 
 // Tiles whose chunk of weights (4 tiles x 32 groups x 576 B) stays in L2 while all the tokens
 // pass; the pool hands out rows in multiples of 16, one block.
@@ -59,6 +69,7 @@ const NT = 4;
     x1 = xp + astride,
     x2 = xp + astride * 2,
     x3 = xp + astride * 3;
+  const ones = ASC_FEATURE_RELAXED_SIMD ? q8Ones() : i32x4.splat(0);
   for (let g = 0; g < gc; g++) {
     let s00 = i32x4.splat(0),
       s01 = i32x4.splat(0),
@@ -68,55 +79,92 @@ const NT = 4;
       s11 = i32x4.splat(0),
       s12 = i32x4.splat(0),
       s13 = i32x4.splat(0);
-    for (let v: usize = 0; v < 128; v += 8) {
-      const w0 = v128.load8x8_s(wq + v),
-        w1 = v128.load8x8_s(wq + v, 128);
-      const o = v << 1;
-      let x = v128.load(x0 + o);
-      s00 = dot(s00, w0, x);
-      s10 = dot(s10, w1, x);
-      if (nt > 1) {
-        x = v128.load(x1 + o);
-        s01 = dot(s01, w0, x);
-        s11 = dot(s11, w1, x);
+    if (ASC_FEATURE_RELAXED_SIMD) {
+      // each block's sum starts at the token's c (matvec_q8_0_relaxed.ts)
+      s00 = s10 = v128.load(x0, 256);
+      if (nt > 1) s01 = s11 = v128.load(x1, 256);
+      if (nt > 2) s02 = s12 = v128.load(x2, 256);
+      if (nt > 3) s03 = s13 = v128.load(x3, 256);
+      for (let v: usize = 0; v < 128; v += 16) {
+        const w0 = v128.load(wq + v),
+          w1 = v128.load(wq + v, 128);
+        let a = v128.load(x0 + v),
+          m = v128.load(x0 + v, 128);
+        s00 = step8(s00, w0, a, m, ones);
+        s10 = step8(s10, w1, a, m, ones);
+        pin2(s00, s10);
+        if (nt > 1) {
+          a = v128.load(x1 + v);
+          m = v128.load(x1 + v, 128);
+          s01 = step8(s01, w0, a, m, ones);
+          s11 = step8(s11, w1, a, m, ones);
+          pin2(s01, s11);
+        }
+        if (nt > 2) {
+          a = v128.load(x2 + v);
+          m = v128.load(x2 + v, 128);
+          s02 = step8(s02, w0, a, m, ones);
+          s12 = step8(s12, w1, a, m, ones);
+          pin2(s02, s12);
+        }
+        if (nt > 3) {
+          a = v128.load(x3 + v);
+          m = v128.load(x3 + v, 128);
+          s03 = step8(s03, w0, a, m, ones);
+          s13 = step8(s13, w1, a, m, ones);
+        }
       }
-      if (nt > 2) {
-        x = v128.load(x2 + o);
-        s02 = dot(s02, w0, x);
-        s12 = dot(s12, w1, x);
-      }
-      if (nt > 3) {
-        x = v128.load(x3 + o);
-        s03 = dot(s03, w0, x);
-        s13 = dot(s13, w1, x);
+    } else {
+      for (let v: usize = 0; v < 128; v += 8) {
+        const w0 = v128.load8x8_s(wq + v),
+          w1 = v128.load8x8_s(wq + v, 128);
+        const o = v << 1;
+        let x = v128.load(x0 + o);
+        s00 = dot(s00, w0, x);
+        s10 = dot(s10, w1, x);
+        if (nt > 1) {
+          x = v128.load(x1 + o);
+          s01 = dot(s01, w0, x);
+          s11 = dot(s11, w1, x);
+        }
+        if (nt > 2) {
+          x = v128.load(x2 + o);
+          s02 = dot(s02, w0, x);
+          s12 = dot(s12, w1, x);
+        }
+        if (nt > 3) {
+          x = v128.load(x3 + o);
+          s03 = dot(s03, w0, x);
+          s13 = dot(s13, w1, x);
+        }
       }
     }
     const d0 = v128.load(ws),
       d1 = v128.load(ws, 16);
-    let dx = v128.load(x0, 256);
+    let dx = v128.load(x0, ACT_GB - 16);
     a00 = acc(a00, s00, d0, dx);
     a10 = acc(a10, s10, d1, dx);
     if (nt > 1) {
-      dx = v128.load(x1, 256);
+      dx = v128.load(x1, ACT_GB - 16);
       a01 = acc(a01, s01, d0, dx);
       a11 = acc(a11, s11, d1, dx);
     }
     if (nt > 2) {
-      dx = v128.load(x2, 256);
+      dx = v128.load(x2, ACT_GB - 16);
       a02 = acc(a02, s02, d0, dx);
       a12 = acc(a12, s12, d1, dx);
     }
     if (nt > 3) {
-      dx = v128.load(x3, 256);
+      dx = v128.load(x3, ACT_GB - 16);
       a03 = acc(a03, s03, d0, dx);
       a13 = acc(a13, s13, d1, dx);
     }
     wq += Q8_GB;
     ws += Q8_GB;
-    x0 += Q8_I16_GB;
-    x1 += Q8_I16_GB;
-    x2 += Q8_I16_GB;
-    x3 += Q8_I16_GB;
+    x0 += ACT_GB;
+    x1 += ACT_GB;
+    x2 += ACT_GB;
+    x3 += ACT_GB;
   }
   const in0 = r >= r0 && r < r1,
     in1 = r + 1 >= r0 && r + 1 < r1;
@@ -200,18 +248,18 @@ function q8_t4(
   pairTokens(wq, ws, xp, as, y, ys, gc, r, r0, r1, first, 4);
 }
 
-/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W packed Q8_0, x ntok q8_i16 rows. */
+/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W packed Q8_0, x ntok q8_i16 rows (relaxed build: q8_i8s). */
 export function matmul_q8_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   const ng = (cols + 127) >> 7;
   const ntiles = <usize>((rows + 3) >> 2);
-  const astride = <usize>ng * Q8_I16_GB;
+  const astride = <usize>ng * ACT_GB;
   const ys = (<usize>rows) << 2;
   const t0 = r0 >> 2,
     t1 = (r1 + 3) >> 2;
   for (let g0 = 0; g0 < ng; g0 += CHUNK) {
     const gc = min(CHUNK, ng - g0);
     const wc = w + <usize>g0 * ntiles * Q8_GB;
-    const xc = x + <usize>g0 * Q8_I16_GB;
+    const xc = x + <usize>g0 * ACT_GB;
     const first = g0 == 0;
     for (let tb = t0; tb < t1; tb += TILE_BLOCK) {
       const te = min(tb + TILE_BLOCK, t1);

@@ -15,8 +15,15 @@
 // Four rows share each activation load; streaming from DRAM this runs close to what one core
 // reads. Splitting each group into two row pairs (fewer live registers) or touching lines ahead
 // as a software prefetch did not help (speeds: docs/benchmarks.md, "Kernel variants measured").
+// The relaxed-SIMD build packs the quants in pieces of 16 B instead and takes "q8_i8s"
+// activations (matvec_q8_0_relaxed.ts says why); tiles, groups, chunks, scales and the float
+// order are the same, and so are the results.
 
-import { CHUNK, hsum, put, Q8_GB, Q8_I16_GB } from "./packed_layout";
+import { q8Ones, step8 } from "./matvec_q8_0_relaxed";
+import { CHUNK, hsum, put, Q8_GB, Q8_I16_GB, Q8_I8S_GB } from "./packed_layout";
+
+// activation bytes per group: the relaxed build reads its own q8_i8s
+const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8S_GB : Q8_I16_GB;
 
 @inline function storeRows(
   y: usize,
@@ -51,62 +58,74 @@ import { CHUNK, hsum, put, Q8_GB, Q8_I16_GB } from "./packed_layout";
     a1 = f32x4.splat(0),
     a2 = f32x4.splat(0),
     a3 = f32x4.splat(0);
+  const ones = ASC_FEATURE_RELAXED_SIMD ? q8Ones() : i32x4.splat(0);
   for (let g = 0; g < gc; g++) {
-    let s0 = i32x4.splat(0),
-      s1 = i32x4.splat(0),
-      s2 = i32x4.splat(0),
-      s3 = i32x4.splat(0);
-    for (let v: usize = 0; v < 16; v += 2) {
-      const xa = v128.load(xp + (v << 4)),
-        xb = v128.load(xp + (v << 4), 16);
-      s0 = i32x4.add(
-        s0,
-        i32x4.add(
-          i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3)), xa),
-          i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 8), xb),
-        ),
-      );
-      s1 = i32x4.add(
-        s1,
-        i32x4.add(
-          i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 128), xa),
-          i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 136), xb),
-        ),
-      );
-      s2 = i32x4.add(
-        s2,
-        i32x4.add(
-          i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 256), xa),
-          i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 264), xb),
-        ),
-      );
-      s3 = i32x4.add(
-        s3,
-        i32x4.add(
-          i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 384), xa),
-          i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 392), xb),
-        ),
-      );
+    let s0: v128, s1: v128, s2: v128, s3: v128;
+    if (ASC_FEATURE_RELAXED_SIMD) {
+      // each block's sum starts at its c (matvec_q8_0_relaxed.ts)
+      s0 = s1 = s2 = s3 = v128.load(xp, 256);
+      for (let v: usize = 0; v < 128; v += 16) {
+        const a = v128.load(xp + v),
+          m = v128.load(xp + v, 128);
+        s0 = step8(s0, v128.load(wp + v), a, m, ones);
+        s1 = step8(s1, v128.load(wp + v, 128), a, m, ones);
+        s2 = step8(s2, v128.load(wp + v, 256), a, m, ones);
+        s3 = step8(s3, v128.load(wp + v, 384), a, m, ones);
+      }
+    } else {
+      s0 = s1 = s2 = s3 = i32x4.splat(0);
+      for (let v: usize = 0; v < 16; v += 2) {
+        const xa = v128.load(xp + (v << 4)),
+          xb = v128.load(xp + (v << 4), 16);
+        s0 = i32x4.add(
+          s0,
+          i32x4.add(
+            i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3)), xa),
+            i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 8), xb),
+          ),
+        );
+        s1 = i32x4.add(
+          s1,
+          i32x4.add(
+            i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 128), xa),
+            i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 136), xb),
+          ),
+        );
+        s2 = i32x4.add(
+          s2,
+          i32x4.add(
+            i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 256), xa),
+            i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 264), xb),
+          ),
+        );
+        s3 = i32x4.add(
+          s3,
+          i32x4.add(
+            i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 384), xa),
+            i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 392), xb),
+          ),
+        );
+      }
     }
-    const dx = v128.load(xp, 256);
+    const dx = v128.load(xp, ACT_GB - 16);
     a0 = f32x4.add(a0, f32x4.mul(f32x4.convert_i32x4_s(s0), f32x4.mul(v128.load(wp, 512), dx)));
     a1 = f32x4.add(a1, f32x4.mul(f32x4.convert_i32x4_s(s1), f32x4.mul(v128.load(wp, 528), dx)));
     a2 = f32x4.add(a2, f32x4.mul(f32x4.convert_i32x4_s(s2), f32x4.mul(v128.load(wp, 544), dx)));
     a3 = f32x4.add(a3, f32x4.mul(f32x4.convert_i32x4_s(s3), f32x4.mul(v128.load(wp, 560), dx)));
     wp += Q8_GB;
-    xp += Q8_I16_GB;
+    xp += ACT_GB;
   }
   storeRows(y, t, r0, r1, a0, a1, a2, a3, first);
 }
 
-/** y[r] = W[r,:] . x for r in [r0, r1); W packed Q8_0, x prepared q8_i16. */
+/** y[r] = W[r,:] . x for r in [r0, r1); W packed Q8_0, x prepared q8_i16 (relaxed build: q8_i8s). */
 export function matvec_q8_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   const ng = (cols + 127) >> 7;
   const ntiles = <usize>((rows + 3) >> 2);
   for (let g0 = 0; g0 < ng; g0 += CHUNK) {
     const gc = min(CHUNK, ng - g0);
     const wc = w + <usize>g0 * ntiles * Q8_GB;
-    const xc = x + <usize>g0 * Q8_I16_GB;
+    const xc = x + <usize>g0 * ACT_GB;
     for (let t = r0 >> 2; t < (r1 + 3) >> 2; t++)
       tileQ8(wc + <usize>t * <usize>gc * Q8_GB, xc, y, gc, t, r0, r1, g0 == 0);
   }

@@ -19,6 +19,8 @@ const Q4_1_GB: usize = 192;
 const Q8_I16N_GB: usize = 304;
 /** a q8_i8n activation group (the relaxed build's): 128 quants, d, 8 * sum q, s */
 const Q8_I8N_GB: usize = 176;
+/** a q8_i8s activation group (the relaxed build's, for Q8_0): 128 |q|, 128 sign masks, c, d */
+const Q8_I8S_GB: usize = 288;
 
 // The three nibble masks, loaded from memory rather than written as constants: V8 rematerializes
 // a v128 constant inside a loop at every use (3 instructions each), but keeps a loaded value in a
@@ -60,4 +62,18 @@ const F16_CONST = memory.data<u32>(
   store<f32>(p, first ? v : load<f32>(p) + v);
 }
 
-export { CHUNK, Q8_GB, Q8_I16_GB, Q4_0_GB, Q4_1_GB, Q8_I16N_GB, Q8_I8N_GB, Q4_MASKS, f16x4, f16x4At, hsum, put };
+export {
+  CHUNK,
+  Q8_GB,
+  Q8_I16_GB,
+  Q4_0_GB,
+  Q4_1_GB,
+  Q8_I16N_GB,
+  Q8_I8N_GB,
+  Q8_I8S_GB,
+  Q4_MASKS,
+  f16x4,
+  f16x4At,
+  hsum,
+  put,
+};

@@ -15,6 +15,10 @@
 //           i8 quants, L_0 H_0 L_1 H_1 .. H_3; bytes 4b..4b+3 of L_j hold elements 8j + 0, 4, 1, 5
 //           of block b, of H_j elements 8j + 2, 6, 3, 7 (the order the packed nibbles come out in,
 //           see matvec_q4_relaxed.ts); then f32 d x4, i32 8 * sum q x4, f32 s x4.
+//   q8_i8s  for packed Q8_0 weights in the relaxed-SIMD build: 288 B per group: 8 vectors of |q|
+//           as bytes, then 8 of sign masks (0xff where q < 0); bytes 4b..4b+3 of vector v hold
+//           elements 4v..4v+3 of block b; then i32 c x4 (the sum of block b's negative quants'
+//           magnitudes, see matvec_q8_0_relaxed.ts), f32 d x4.
 
 import { f16ToF32, f32ToF16 } from "./half";
 
@@ -219,6 +223,59 @@ export function prepare_q8_i8n(x: usize, dst: usize, cols: i32, ntok: i32): void
         store<f32>(gp, 0, 128);
         store<i32>(gp, 0, 144);
         store<f32>(gp, 0, 160);
+      }
+    }
+  }
+}
+
+/** q8_i8s rows (for Q8_0 weights, relaxed build): ceil(cols / 128) groups of 288 B per row. */
+export function prepare_q8_i8s(x: usize, dst: usize, cols: i32, ntok: i32): void {
+  const nb = cols >> 5;
+  const ng = (cols + 127) >> 7;
+  const zero = i32x4.splat(0);
+  for (let t = 0; t < ntok; t++) {
+    const p0 = x + <usize>t * ((<usize>cols) << 2);
+    const d0 = dst + <usize>t * <usize>ng * 288;
+    for (let b = 0; b < ng << 2; b++) {
+      const gp = d0 + <usize>(b >> 2) * 288 + ((<usize>(b & 3)) << 2);
+      if (b < nb) {
+        const p = p0 + ((<usize>b) << 7);
+        const amax = blockAmax(p);
+        const id = f32x4.splat(amax != 0 ? <f32>127.0 / amax : <f32>0);
+        let c = zero;
+        // elements 16h..16h+15: i32 lanes of 4 at a time, then one byte vector whose 4-byte lane
+        // j goes to vector 4h + j
+        for (let h: usize = 0; h < 2; h++) {
+          const q0 = quantVecs(p, id, h << 6),
+            q1 = quantVecs(p, id, (h << 6) + 16),
+            q2 = quantVecs(p, id, (h << 6) + 32),
+            q3 = quantVecs(p, id, (h << 6) + 48);
+          c = i32x4.add(
+            c,
+            i32x4.add(
+              i32x4.add(i32x4.max_s(i32x4.neg(q0), zero), i32x4.max_s(i32x4.neg(q1), zero)),
+              i32x4.add(i32x4.max_s(i32x4.neg(q2), zero), i32x4.max_s(i32x4.neg(q3), zero)),
+            ),
+          );
+          const q = i8x16.narrow_i16x8_s(i16x8.narrow_i32x4_s(q0, q1), i16x8.narrow_i32x4_s(q2, q3));
+          const a = i8x16.abs(q),
+            m = i8x16.lt_s(q, zero);
+          const o = gp + (h << 6);
+          v128.store32_lane(o, a, 0);
+          v128.store32_lane(o, a, 1, 16);
+          v128.store32_lane(o, a, 2, 32);
+          v128.store32_lane(o, a, 3, 48);
+          v128.store32_lane(o, m, 0, 128);
+          v128.store32_lane(o, m, 1, 144);
+          v128.store32_lane(o, m, 2, 160);
+          v128.store32_lane(o, m, 3, 176);
+        }
+        store<i32>(gp, hsumi(c), 256);
+        store<f32>(gp, f16ToF32(f32ToF16(amax / <f32>127.0)), 272);
+      } else {
+        for (let v: usize = 0; v < 16; v++) store<u32>(gp + (v << 4), 0);
+        store<i32>(gp, 0, 256);
+        store<f32>(gp, 0, 272);
       }
     }
   }

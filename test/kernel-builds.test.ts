@@ -123,7 +123,7 @@ test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32, Q4_K, Q5_K and Q6_K
       const out: Record<KernelBuild, Uint32Array[]> = { simd128: [], relaxed: [] };
       for (const build of ["simd128", "relaxed"] as const) {
         const wk = weightKernel(type, build);
-        // the builds pack alike, so one packed matrix serves both
+        // packed for each build: the relaxed build's Q8_0 has its own layout
         wk.pack(src, arena.u8(W, wk.packedBytes(rows, cols)), 0, rows, rows, cols);
         const prep = prepareKernel(wk.act);
         if (prep) k[build][prep](X, A, cols, ntok);

@@ -156,7 +156,7 @@ test("prepare_q8_0 / prepare_q8_1 write ggml blocks with llama.cpp's x86 roundin
   assert.ok(differ <= 16, `${differ} quants differ from the reference rule`);
 });
 
-test("q8_i16 / q8_i16n / q8_i8n hold the same quants and scales as ggml's Q8_0 / Q8_1 blocks", () => {
+test("q8_i16 / q8_i16n / q8_i8n / q8_i8s hold the same quants and scales as ggml's Q8_0 / Q8_1 blocks", () => {
   for (const cols of [32, 96, 128, 352]) {
     const ntok = 3;
     const x = gaussians(cols * ntok, cols);
@@ -228,6 +228,32 @@ test("q8_i16 / q8_i16n / q8_i8n hold the same quants and scales as ggml's Q8_0 /
         assert.equal(f32[(g + 128) / 4 + bi], real ? f16Table[ref[o] | (ref[o + 1] << 8)] : 0);
         assert.equal(i32[(g + 144) / 4 + bi], 8 * sum);
         assert.equal(f32[(g + 160) / 4 + bi], real ? f16Table[ref[o + 2] | (ref[o + 3] << 8)] : 0);
+      }
+    }
+    // q8_i8s (the relaxed build's Q8_0 activations): |q| and sign masks in 16-byte pieces, the
+    // magnitudes of the negative quants summed per block, d
+    const sBytes = activationBytes("q8_i8s", cols);
+    arena.u8(A, ntok * sBytes).fill(0x77);
+    k.prepare_q8_i8s(X, A, cols, ntok);
+    const u8s = arena.u8(A, ntok * sBytes);
+    const f32s = new Float32Array(arena.memory.buffer, A, (ntok * sBytes) / 4);
+    const i32s = new Int32Array(arena.memory.buffer, A, (ntok * sBytes) / 4);
+    for (let t = 0; t < ntok; t++) {
+      for (let b = 0; b < Math.ceil(cols / 128) * 4; b++) {
+        const g = t * sBytes + (b >> 2) * 288,
+          bi = b & 3;
+        const real = b < cols / 32;
+        const o = (t * (cols / 32) + b) * 36;
+        let negative = 0;
+        for (let e = 0; e < 32; e++) {
+          const q = real ? (ref[o + 4 + e] << 24) >> 24 : 0;
+          if (q < 0) negative -= q;
+          const at = g + 16 * (e >> 2) + 4 * bi + (e & 3);
+          assert.equal(u8s[at], Math.abs(q), `q8_i8s |q| cols ${cols} token ${t} block ${b} element ${e}`);
+          assert.equal(u8s[at + 128], q < 0 ? 0xff : 0, `q8_i8s sign cols ${cols} token ${t} block ${b} element ${e}`);
+        }
+        assert.equal(i32s[(g + 256) / 4 + bi], negative);
+        assert.equal(f32s[(g + 272) / 4 + bi], real ? f16Table[ref[o] | (ref[o + 1] << 8)] : 0);
       }
     }
   }
@@ -444,7 +470,15 @@ test("with unit scales and small integers the quantized kernels are exact", () =
         src[o + 2] = 0;
         src[o + 3] = 0xbc;
       } // m = -1
-      if (type === GGMLType.Q8_0) for (let j = 2; j < 34; j++) src[o + j] = (Math.floor(r() * 17) - 8) & 0xff;
+      if (type === GGMLType.Q8_0) {
+        for (let j = 2; j < 34; j++) src[o + j] = (Math.floor(r() * 17) - 8) & 0xff;
+        // the extremes, against x's +-127 at element 7: -128 (which the relaxed build's kernels
+        // meet as one's complement, matvec_q8_0_relaxed.ts) and 127, in every row
+        const blk = o / bs;
+        if (blk % 3 === 0) src[o + 2 + 7] = 0x80;
+        if (blk % 3 === 1) src[o + 2 + 7] = 127;
+        if (blk % 5 === 0) src[o + 2 + 20] = 0x80;
+      }
     }
     const w = pack(wk, src, rows, cols);
     const xa = prepare(wk, x, cols, ntok);
