@@ -13,6 +13,7 @@
 // activation side is shifted so each product is 256 * q_w * q_x; the 256 goes into the scale).
 
 import { f16ToF32, halfLanes } from "./half";
+import { pin } from "./schedule_pin";
 
 const Q50: usize = 22;
 const Q51: usize = 24;
@@ -29,69 +30,130 @@ const Q81: usize = 36;
   return f32x4.extract_lane(f32x4.add(a, i32x4.shuffle(a, a, 1, 0, 3, 2)), 0);
 }
 
+// The kernels' v128 constants, loaded rather than written as constants: V8 rebuilds a v128.const
+// at every use inside a loop (three instructions apiece), a load is one.
+//   +0  bit k of each byte's group (1, 2, .., 128, twice)   +16 0x0f bytes   +32 0xf0 bytes
+//   +48 0x10 bytes   +64 0x00ff words   +80 0xff00 words   +96 i16 ones
+//   +112 byte selectors spreading qh's bytes 0, 1 (values 0..15) and +128 bytes 2, 3 (16..31)
+const Q5_K = memory.data<u8>(
+  [
+    1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
+    15, 15, 0xf0, 0xf0, 0xf0, 0xf0, 0xf0, 0xf0, 0xf0, 0xf0, 0xf0, 0xf0, 0xf0, 0xf0, 0xf0, 0xf0, 0xf0, 0xf0, 16, 16, 16,
+    16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 0xff, 0, 0xff, 0, 0xff, 0, 0xff, 0, 0xff, 0, 0xff, 0, 0xff, 0,
+    0xff, 0, 0, 0xff, 0, 0xff, 0, 0xff, 0, 0xff, 0, 0xff, 0, 0xff, 0, 0xff, 0, 0xff, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
+    1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+  ],
+  16,
+);
+
+// qh's bytes spread by the selectors at `sel`: one pshufb in the relaxed build (its indices are in
+// range, where the relaxed swizzle is exact), the SIMD128 swizzle otherwise (a shuffle with
+// constant lanes made V8 build its mask from immediates each time: four instructions).
+@inline function spread(qh: u32, sel: usize): v128 {
+  const b = i32x4.splat(<i32>qh);
+  return ASC_FEATURE_RELAXED_SIMD ? i8x16.relaxed_swizzle(b, v128.load(sel)) : i8x16.swizzle(b, v128.load(sel));
+}
+
 /** 0xFF in byte k where bit k (values 0..15, lo) or bit 16 + k (hi) of qh is set. */
 @inline function bitsLo(qh: u32): v128 {
-  const b = i32x4.splat(<i32>qh);
-  const m = v128(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
-  return i8x16.eq(v128.and(i8x16.shuffle(b, b, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), m), m);
+  const m = v128.load(Q5_K);
+  return i8x16.eq(v128.and(spread(qh, Q5_K + 112), m), m);
 }
 @inline function bitsHi(qh: u32): v128 {
-  const b = i32x4.splat(<i32>qh);
-  const m = v128(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
-  return i8x16.eq(v128.and(i8x16.shuffle(b, b, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3), m), m);
+  const m = v128.load(Q5_K);
+  return i8x16.eq(v128.and(spread(qh, Q5_K + 128), m), m);
 }
 
 /** 256 * dot(16 signed weight bytes w, 16 activation bytes x) as i32 lanes to be summed. */
 @inline function dotSigned256(w: v128, x: v128): v128 {
   return i32x4.add(
     i32x4.dot_i16x8_s(i16x8.shr_s(i16x8.shl(w, 8), 8), i16x8.shl(x, 8)),
-    i32x4.dot_i16x8_s(i16x8.shr_s(w, 8), v128.and(x, i16x8.splat(<i16>0xff00))),
+    i32x4.dot_i16x8_s(i16x8.shr_s(w, 8), v128.and(x, v128.load(Q5_K, 80))),
   );
 }
 /** 256 * dot(16 weight bytes w in 0..127, 16 activation bytes x) as i32 lanes to be summed. */
 @inline function dotUnsigned256(w: v128, x: v128): v128 {
   return i32x4.add(
-    i32x4.dot_i16x8_s(v128.and(w, i16x8.splat(0x00ff)), i16x8.shl(x, 8)),
-    i32x4.dot_i16x8_s(i16x8.shr_u(w, 8), v128.and(x, i16x8.splat(<i16>0xff00))),
+    i32x4.dot_i16x8_s(v128.and(w, v128.load(Q5_K, 64)), i16x8.shl(x, 8)),
+    i32x4.dot_i16x8_s(i16x8.shr_u(w, 8), v128.and(x, v128.load(Q5_K, 80))),
   );
 }
 
-// Weight bytes of one block: values 0..15 (lo) and 16..31 (hi). Q5_0's are signed,
-// (nibble | fifth bit << 4) - 16: the nibble with 0xF0 set where the fifth bit is clear.
+// Weight bytes of one block: values 0..15 (lo) and 16..31 (hi), nibble | fifth bit << 4. Q5_0
+// subtracts 16 (SIMD128: the nibble with 0xF0 set where the fifth bit is clear, signed; relaxed:
+// 16 sum x taken off the dot of the unsigned bytes); Q5_1's are these.
+@inline function w5Lo(q: usize, qh: usize): v128 {
+  return v128.or(v128.and(v128.load(q), v128.load(Q5_K, 16)), v128.and(bitsLo(load<u32>(qh)), v128.load(Q5_K, 48)));
+}
+@inline function w5Hi(q: usize, qh: usize): v128 {
+  return v128.or(
+    v128.and(i16x8.shr_u(v128.load(q), 4), v128.load(Q5_K, 16)),
+    v128.and(bitsHi(load<u32>(qh)), v128.load(Q5_K, 48)),
+  );
+}
 @inline function w50Lo(wb: usize): v128 {
   return v128.or(
-    v128.and(v128.load(wb + 6), i8x16.splat(0x0f)),
-    v128.andnot(i8x16.splat(<i8>0xf0), bitsLo(load<u32>(wb + 2))),
+    v128.and(v128.load(wb + 6), v128.load(Q5_K, 16)),
+    v128.andnot(v128.load(Q5_K, 32), bitsLo(load<u32>(wb + 2))),
   );
 }
 @inline function w50Hi(wb: usize): v128 {
   return v128.or(
-    v128.and(i16x8.shr_u(v128.load(wb + 6), 4), i8x16.splat(0x0f)),
-    v128.andnot(i8x16.splat(<i8>0xf0), bitsHi(load<u32>(wb + 2))),
+    v128.and(i16x8.shr_u(v128.load(wb + 6), 4), v128.load(Q5_K, 16)),
+    v128.andnot(v128.load(Q5_K, 32), bitsHi(load<u32>(wb + 2))),
   );
 }
-// Q5_1's are unsigned: nibble | fifth bit << 4.
 @inline function w51Lo(wb: usize): v128 {
-  return v128.or(
-    v128.and(v128.load(wb + 8), i8x16.splat(0x0f)),
-    v128.and(bitsLo(load<u32>(wb + 4)), i8x16.splat(0x10)),
-  );
+  return w5Lo(wb + 8, wb + 4);
 }
 @inline function w51Hi(wb: usize): v128 {
-  return v128.or(
-    v128.and(i16x8.shr_u(v128.load(wb + 8), 4), i8x16.splat(0x0f)),
-    v128.and(bitsHi(load<u32>(wb + 4)), i8x16.splat(0x10)),
-  );
+  return w5Hi(wb + 8, wb + 4);
 }
 
-/** 256 * the integer dot of one Q5_0 block at wb with one Q8_0 block at xb, as i32 lanes to be summed. */
+// The relaxed-SIMD build: the unsigned weight bytes (0..31, 7-bit) meet the 16 activation bytes
+// in one i16x8.relaxed_dot_i8x16_i7x16_s each (pmaddubsw on x86: a lane is at most 2 * 31 * 128),
+// the two halves add in i16, and a dot with ones folds the pairs into i32 lanes: the block's
+// exact integer dot, without SIMD128's factor 256 (the final scale, Q5_SCALE, is 1 instead of
+// 1/256, which gives the same f32 bits). Q5_0's -16 comes off as 16 sum x, from two more relaxed
+// dots of x with 16s (|16 sum x| over a lane's 4 values <= 8192: the i16 lane stays in range).
+const Q5_SCALE: f32 = ASC_FEATURE_RELAXED_SIMD ? 1.0 : <f32>1.0 / 256.0;
+
+@inline function relaxedQ5(lo: v128, hi: v128, xl: v128, xh: v128, signed: bool): v128 {
+  let h = i16x8.add(i16x8.relaxed_dot_i8x16_i7x16_s(xl, lo), i16x8.relaxed_dot_i8x16_i7x16_s(xh, hi));
+  if (signed) {
+    const k16 = v128.load(Q5_K, 48);
+    h = i16x8.sub(h, i16x8.add(i16x8.relaxed_dot_i8x16_i7x16_s(xl, k16), i16x8.relaxed_dot_i8x16_i7x16_s(xh, k16)));
+  }
+  return i32x4.dot_i16x8_s(h, v128.load(Q5_K, 96));
+}
+
+// A block's weight bytes as the build's dots take them (SIMD128: Q5_0 signed; relaxed: unsigned).
+@inline function q50Lo(wb: usize): v128 {
+  return ASC_FEATURE_RELAXED_SIMD ? w5Lo(wb + 6, wb + 2) : w50Lo(wb);
+}
+@inline function q50Hi(wb: usize): v128 {
+  return ASC_FEATURE_RELAXED_SIMD ? w5Hi(wb + 6, wb + 2) : w50Hi(wb);
+}
+
+/** The integer dot (times 256 in the SIMD128 build) of a Q5_0 block's bytes with a Q8_0 block's halves, as lanes to be summed. */
+@inline function dot50(lo: v128, hi: v128, xl: v128, xh: v128): v128 {
+  if (ASC_FEATURE_RELAXED_SIMD) return relaxedQ5(lo, hi, xl, xh, true);
+  return i32x4.add(dotSigned256(lo, xl), dotSigned256(hi, xh));
+}
+/** The same for a Q5_1 block and a Q8_1 block. */
+@inline function dot51(lo: v128, hi: v128, xl: v128, xh: v128): v128 {
+  if (ASC_FEATURE_RELAXED_SIMD) return relaxedQ5(lo, hi, xl, xh, false);
+  return i32x4.add(dotUnsigned256(lo, xl), dotUnsigned256(hi, xh));
+}
+
+/** The integer dot (x256 in SIMD128) of one Q5_0 block at wb with one Q8_0 block at xb, as i32 lanes to be summed. */
 @inline function intQ50(wb: usize, xb: usize): v128 {
-  return i32x4.add(dotSigned256(w50Lo(wb), v128.load(xb + 2)), dotSigned256(w50Hi(wb), v128.load(xb + 18)));
+  return dot50(q50Lo(wb), q50Hi(wb), v128.load(xb + 2), v128.load(xb + 18));
 }
 
-/** 256 * the integer dot of one Q5_1 block with one Q8_1 block (the m * s term not included). */
+/** The integer dot (x256 in SIMD128) of one Q5_1 block with one Q8_1 block (the m * s term not included). */
 @inline function intQ51(wb: usize, xb: usize): v128 {
-  return i32x4.add(dotUnsigned256(w51Lo(wb), v128.load(xb + 4)), dotUnsigned256(w51Hi(wb), v128.load(xb + 20)));
+  return dot51(w51Lo(wb), w51Hi(wb), v128.load(xb + 4), v128.load(xb + 20));
 }
 
 /** [a0 + a2, a1 + a3, b0 + b2, b1 + b3]: half of summing four vectors side by side. */
@@ -126,12 +188,15 @@ const Q81: usize = 36;
   for (; b + 4 <= nb; b += 4) {
     const wb = w + b * Q50,
       xb = x + b * Q80;
-    const s = sum4(
-      intQ50(wb, xb),
-      intQ50(wb + Q50, xb + Q80),
-      intQ50(wb + 2 * Q50, xb + 2 * Q80),
-      intQ50(wb + 3 * Q50, xb + 3 * Q80),
-    );
+    // each block's dot pinned before the next block's loads (schedule_pin.ts): without it V8
+    // issued all four blocks' loads first and spilled
+    const d0 = intQ50(wb, xb);
+    pin(d0);
+    const d1 = intQ50(wb + Q50, xb + Q80);
+    pin(d1);
+    const d2 = intQ50(wb + 2 * Q50, xb + 2 * Q80);
+    pin(d2);
+    const s = sum4(d0, d1, d2, intQ50(wb + 3 * Q50, xb + 3 * Q80));
     acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.mul(halves4(wb, Q50), halves4(xb, Q80))));
   }
   let tail: f32 = 0;
@@ -140,7 +205,7 @@ const Q81: usize = 36;
       xb = x + b * Q80;
     tail += hsumI(intQ50(wb, xb)) * (f16ToF32(<u32>load<u16>(wb)) * f16ToF32(<u32>load<u16>(xb)));
   }
-  return (hsum(acc) + tail) * (<f32>1.0 / 256.0);
+  return (hsum(acc) + tail) * Q5_SCALE;
 }
 
 @inline function dotQ51(w: usize, x: usize, nb: usize): f32 {
@@ -150,12 +215,15 @@ const Q81: usize = 36;
   for (; b + 4 <= nb; b += 4) {
     const wb = w + b * Q51,
       xb = x + b * Q81;
-    const s = sum4(
-      intQ51(wb, xb),
-      intQ51(wb + Q51, xb + Q81),
-      intQ51(wb + 2 * Q51, xb + 2 * Q81),
-      intQ51(wb + 3 * Q51, xb + 3 * Q81),
-    );
+    // each block's dot pinned before the next block's loads (schedule_pin.ts): without it V8
+    // issued all four blocks' loads first and spilled
+    const d0 = intQ51(wb, xb);
+    pin(d0);
+    const d1 = intQ51(wb + Q51, xb + Q81);
+    pin(d1);
+    const d2 = intQ51(wb + 2 * Q51, xb + 2 * Q81);
+    pin(d2);
+    const s = sum4(d0, d1, d2, intQ51(wb + 3 * Q51, xb + 3 * Q81));
     acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.mul(halves4(wb, Q51), halves4(xb, Q81))));
     accm = f32x4.add(accm, f32x4.mul(halves4(wb + 2, Q51), halves4(xb + 2, Q81)));
   }
@@ -169,7 +237,7 @@ const Q81: usize = 36;
     tail += hsumI(intQ51(wb, xb)) * (f16ToF32(dm & 0xffff) * f16ToF32(ds & 0xffff));
     tailm += f16ToF32(dm >> 16) * f16ToF32(ds >> 16);
   }
-  return (hsum(acc) + tail) * (<f32>1.0 / 256.0) + hsum(accm) + tailm;
+  return (hsum(acc) + tail) * Q5_SCALE + hsum(accm) + tailm;
 }
 
 /** One Q5_0 row against two Q8_0 rows: each block's weight bytes serve both tokens. */
@@ -181,34 +249,22 @@ const Q81: usize = 36;
     const wb = w + b * Q50,
       xa = x0 + b * Q80,
       xc = x1 + b * Q80;
-    let lo = w50Lo(wb),
-      hi = w50Hi(wb);
-    let a0 = i32x4.add(dotSigned256(lo, v128.load(xa + 2)), dotSigned256(hi, v128.load(xa + 18)));
-    let a1 = i32x4.add(dotSigned256(lo, v128.load(xc + 2)), dotSigned256(hi, v128.load(xc + 18)));
-    lo = w50Lo(wb + Q50);
-    hi = w50Hi(wb + Q50);
-    const p0 = pair2(
-      a0,
-      i32x4.add(dotSigned256(lo, v128.load(xa + Q80 + 2)), dotSigned256(hi, v128.load(xa + Q80 + 18))),
-    );
-    const p1 = pair2(
-      a1,
-      i32x4.add(dotSigned256(lo, v128.load(xc + Q80 + 2)), dotSigned256(hi, v128.load(xc + Q80 + 18))),
-    );
-    lo = w50Lo(wb + 2 * Q50);
-    hi = w50Hi(wb + 2 * Q50);
-    a0 = i32x4.add(dotSigned256(lo, v128.load(xa + 2 * Q80 + 2)), dotSigned256(hi, v128.load(xa + 2 * Q80 + 18)));
-    a1 = i32x4.add(dotSigned256(lo, v128.load(xc + 2 * Q80 + 2)), dotSigned256(hi, v128.load(xc + 2 * Q80 + 18)));
-    lo = w50Lo(wb + 3 * Q50);
-    hi = w50Hi(wb + 3 * Q50);
-    const q0 = pair2(
-      a0,
-      i32x4.add(dotSigned256(lo, v128.load(xa + 3 * Q80 + 2)), dotSigned256(hi, v128.load(xa + 3 * Q80 + 18))),
-    );
-    const q1 = pair2(
-      a1,
-      i32x4.add(dotSigned256(lo, v128.load(xc + 3 * Q80 + 2)), dotSigned256(hi, v128.load(xc + 3 * Q80 + 18))),
-    );
+    let lo = q50Lo(wb),
+      hi = q50Hi(wb);
+    let a0 = dot50(lo, hi, v128.load(xa + 2), v128.load(xa + 18));
+    let a1 = dot50(lo, hi, v128.load(xc + 2), v128.load(xc + 18));
+    lo = q50Lo(wb + Q50);
+    hi = q50Hi(wb + Q50);
+    const p0 = pair2(a0, dot50(lo, hi, v128.load(xa + Q80 + 2), v128.load(xa + Q80 + 18)));
+    const p1 = pair2(a1, dot50(lo, hi, v128.load(xc + Q80 + 2), v128.load(xc + Q80 + 18)));
+    lo = q50Lo(wb + 2 * Q50);
+    hi = q50Hi(wb + 2 * Q50);
+    a0 = dot50(lo, hi, v128.load(xa + 2 * Q80 + 2), v128.load(xa + 2 * Q80 + 18));
+    a1 = dot50(lo, hi, v128.load(xc + 2 * Q80 + 2), v128.load(xc + 2 * Q80 + 18));
+    lo = q50Lo(wb + 3 * Q50);
+    hi = q50Hi(wb + 3 * Q50);
+    const q0 = pair2(a0, dot50(lo, hi, v128.load(xa + 3 * Q80 + 2), v128.load(xa + 3 * Q80 + 18)));
+    const q1 = pair2(a1, dot50(lo, hi, v128.load(xc + 3 * Q80 + 2), v128.load(xc + 3 * Q80 + 18)));
     const dw = halves4(wb, Q50);
     acc0 = f32x4.add(acc0, f32x4.mul(f32x4.convert_i32x4_s(pair4(p0, q0)), f32x4.mul(dw, halves4(xa, Q80))));
     acc1 = f32x4.add(acc1, f32x4.mul(f32x4.convert_i32x4_s(pair4(p1, q1)), f32x4.mul(dw, halves4(xc, Q80))));
@@ -223,8 +279,8 @@ const Q81: usize = 36;
     t0 += hsumI(intQ50(wb, xa)) * (dw * f16ToF32(<u32>load<u16>(xa)));
     t1 += hsumI(intQ50(wb, xc)) * (dw * f16ToF32(<u32>load<u16>(xc)));
   }
-  store<f32>(y0, (hsum(acc0) + t0) * (<f32>1.0 / 256.0));
-  store<f32>(y1, (hsum(acc1) + t1) * (<f32>1.0 / 256.0));
+  store<f32>(y0, (hsum(acc0) + t0) * Q5_SCALE);
+  store<f32>(y1, (hsum(acc1) + t1) * Q5_SCALE);
 }
 
 /** One Q5_1 row against two Q8_1 rows: each block's weight bytes serve both tokens. */
@@ -240,32 +296,20 @@ const Q81: usize = 36;
       xc = x1 + b * Q81;
     let lo = w51Lo(wb),
       hi = w51Hi(wb);
-    let a0 = i32x4.add(dotUnsigned256(lo, v128.load(xa + 4)), dotUnsigned256(hi, v128.load(xa + 20)));
-    let a1 = i32x4.add(dotUnsigned256(lo, v128.load(xc + 4)), dotUnsigned256(hi, v128.load(xc + 20)));
+    let a0 = dot51(lo, hi, v128.load(xa + 4), v128.load(xa + 20));
+    let a1 = dot51(lo, hi, v128.load(xc + 4), v128.load(xc + 20));
     lo = w51Lo(wb + Q51);
     hi = w51Hi(wb + Q51);
-    const p0 = pair2(
-      a0,
-      i32x4.add(dotUnsigned256(lo, v128.load(xa + Q81 + 4)), dotUnsigned256(hi, v128.load(xa + Q81 + 20))),
-    );
-    const p1 = pair2(
-      a1,
-      i32x4.add(dotUnsigned256(lo, v128.load(xc + Q81 + 4)), dotUnsigned256(hi, v128.load(xc + Q81 + 20))),
-    );
+    const p0 = pair2(a0, dot51(lo, hi, v128.load(xa + Q81 + 4), v128.load(xa + Q81 + 20)));
+    const p1 = pair2(a1, dot51(lo, hi, v128.load(xc + Q81 + 4), v128.load(xc + Q81 + 20)));
     lo = w51Lo(wb + 2 * Q51);
     hi = w51Hi(wb + 2 * Q51);
-    a0 = i32x4.add(dotUnsigned256(lo, v128.load(xa + 2 * Q81 + 4)), dotUnsigned256(hi, v128.load(xa + 2 * Q81 + 20)));
-    a1 = i32x4.add(dotUnsigned256(lo, v128.load(xc + 2 * Q81 + 4)), dotUnsigned256(hi, v128.load(xc + 2 * Q81 + 20)));
+    a0 = dot51(lo, hi, v128.load(xa + 2 * Q81 + 4), v128.load(xa + 2 * Q81 + 20));
+    a1 = dot51(lo, hi, v128.load(xc + 2 * Q81 + 4), v128.load(xc + 2 * Q81 + 20));
     lo = w51Lo(wb + 3 * Q51);
     hi = w51Hi(wb + 3 * Q51);
-    const q0 = pair2(
-      a0,
-      i32x4.add(dotUnsigned256(lo, v128.load(xa + 3 * Q81 + 4)), dotUnsigned256(hi, v128.load(xa + 3 * Q81 + 20))),
-    );
-    const q1 = pair2(
-      a1,
-      i32x4.add(dotUnsigned256(lo, v128.load(xc + 3 * Q81 + 4)), dotUnsigned256(hi, v128.load(xc + 3 * Q81 + 20))),
-    );
+    const q0 = pair2(a0, dot51(lo, hi, v128.load(xa + 3 * Q81 + 4), v128.load(xa + 3 * Q81 + 20)));
+    const q1 = pair2(a1, dot51(lo, hi, v128.load(xc + 3 * Q81 + 4), v128.load(xc + 3 * Q81 + 20)));
     const dw = halves4(wb, Q51),
       mw = halves4(wb + 2, Q51);
     acc0 = f32x4.add(acc0, f32x4.mul(f32x4.convert_i32x4_s(pair4(p0, q0)), f32x4.mul(dw, halves4(xa, Q81))));
@@ -291,8 +335,8 @@ const Q81: usize = 36;
     m0 += mw * f16ToF32(da >> 16);
     m1 += mw * f16ToF32(dc >> 16);
   }
-  store<f32>(y0, (hsum(acc0) + t0) * (<f32>1.0 / 256.0) + hsum(accm0) + m0);
-  store<f32>(y1, (hsum(acc1) + t1) * (<f32>1.0 / 256.0) + hsum(accm1) + m1);
+  store<f32>(y0, (hsum(acc0) + t0) * Q5_SCALE + hsum(accm0) + m0);
+  store<f32>(y1, (hsum(acc1) + t1) * Q5_SCALE + hsum(accm1) + m1);
 }
 
 /** y[r] = W[r,:] . x for r in [r0, r1); W Q5_0 (GGUF layout), x one Q8_0 row. */

@@ -76,7 +76,7 @@ function bothBuilds(t: TestContext, bytes: number) {
   return { arena, k };
 }
 
-test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32, Q4_K, Q5_K and Q6_K matvec and matmul on odd shapes", (t) => {
+test("both builds give the same bits: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, F32, Q4_K, Q5_K and Q6_K matvec and matmul on odd shapes", (t) => {
   const both = bothBuilds(t, 32 << 20);
   if (!both) return;
   const { arena, k } = both;
@@ -88,6 +88,8 @@ test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32, Q4_K, Q5_K and Q6_K
     GGMLType.Q4_0,
     GGMLType.Q4_1,
     GGMLType.Q8_0,
+    GGMLType.Q5_0,
+    GGMLType.Q5_1,
     GGMLType.F32,
     GGMLType.Q4_K,
     GGMLType.Q5_K,
