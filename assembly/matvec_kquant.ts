@@ -37,6 +37,22 @@ const Q8K: usize = 292;
   return f32x4.extract_lane(f32x4.add(a, i32x4.shuffle(a, a, 1, 0, 3, 2)), 0);
 }
 
+// scalesMins' and minsDot's constants, loaded rather than written as constants (V8 rebuilds a
+// v128.const at every use, and builds a shuffle's byte selector from immediates): +0 and +16 the
+// masks m1, m2, +32 0x30 bytes; the relaxed build's byte selectors for the shuffles below (0x80:
+// a zero byte, which relaxed_swizzle gives for every index of 128 or more): +48 low, +64 top,
+// +80 md0, +96 md1
+const K_SM = memory.data<u8>(
+  [
+    63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15,
+    0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0, 1, 2, 3, 8, 9,
+    10, 11, 4, 5, 6, 7, 8, 9, 10, 11, 0x80, 0x80, 0x80, 0x80, 0, 1, 2, 3, 0x80, 0x80, 0x80, 0x80, 4, 5, 6, 7, 8, 0x80,
+    8, 0x80, 9, 0x80, 9, 0x80, 10, 0x80, 10, 0x80, 11, 0x80, 11, 0x80, 12, 0x80, 12, 0x80, 13, 0x80, 13, 0x80, 14, 0x80,
+    14, 0x80, 15, 0x80, 15, 0x80,
+  ],
+  16,
+);
+
 /**
  * The 12 scale bytes of a Q4_K/Q5_K block (at p; 16 bytes are read) -> u8 lanes
  * [sc0..sc7, m0..m7]. Sub-blocks 0..3 keep 6 bits in bytes 0..3 (scales) and 4..7 (mins);
@@ -45,21 +61,31 @@ const Q8K: usize = 292;
  */
 @inline function scalesMins(p: usize): v128 {
   const v = v128.load(p);
-  const z = i64x2.splat(0);
-  const low = i8x16.shuffle(v, v, 0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11);
-  const top = i8x16.shuffle(v, z, 16, 16, 16, 16, 0, 1, 2, 3, 16, 16, 16, 16, 4, 5, 6, 7);
-  const m1 = v128(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0);
-  const m2 = v128(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15);
+  let low: v128, top: v128;
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    low = i8x16.relaxed_swizzle(v, v128.load(K_SM, 48));
+    top = i8x16.relaxed_swizzle(v, v128.load(K_SM, 64));
+  } else {
+    const z = i64x2.splat(0);
+    low = i8x16.shuffle(v, v, 0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11);
+    top = i8x16.shuffle(v, z, 16, 16, 16, 16, 0, 1, 2, 3, 16, 16, 16, 16, 4, 5, 6, 7);
+  }
   // 16-bit shifts are safe here: the masks drop every bit that crossed a byte boundary
-  const lo = v128.or(v128.and(low, m1), v128.and(i16x8.shr_u(low, 4), m2));
-  return v128.or(lo, v128.and(i16x8.shr_u(top, 2), i8x16.splat(0x30)));
+  const lo = v128.or(v128.and(low, v128.load(K_SM)), v128.and(i16x8.shr_u(low, 4), v128.load(K_SM, 16)));
+  return v128.or(lo, v128.and(i16x8.shr_u(top, 2), v128.load(K_SM, 32)));
 }
 
 /** sum_j min_j * (bsums[2j] + bsums[2j+1]) of a Q8_K block at xb, as i32 lanes to be added. */
 @inline function minsDot(sm: v128, xb: usize): v128 {
-  const z = i64x2.splat(0);
-  const md0 = i8x16.shuffle(sm, z, 8, 16, 8, 16, 9, 16, 9, 16, 10, 16, 10, 16, 11, 16, 11, 16);
-  const md1 = i8x16.shuffle(sm, z, 12, 16, 12, 16, 13, 16, 13, 16, 14, 16, 14, 16, 15, 16, 15, 16);
+  let md0: v128, md1: v128;
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    md0 = i8x16.relaxed_swizzle(sm, v128.load(K_SM, 80));
+    md1 = i8x16.relaxed_swizzle(sm, v128.load(K_SM, 96));
+  } else {
+    const z = i64x2.splat(0);
+    md0 = i8x16.shuffle(sm, z, 8, 16, 8, 16, 9, 16, 9, 16, 10, 16, 10, 16, 11, 16, 11, 16);
+    md1 = i8x16.shuffle(sm, z, 12, 16, 12, 16, 13, 16, 13, 16, 14, 16, 14, 16, 15, 16, 15, 16);
+  }
   return i32x4.add(i32x4.dot_i16x8_s(v128.load(xb, 260), md0), i32x4.dot_i16x8_s(v128.load(xb, 276), md1));
 }
 
