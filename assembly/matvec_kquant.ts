@@ -3,7 +3,8 @@
 // per 256-block and scaled by the f32 product of the two block scales; Q4_K/Q5_K subtract
 // dmin * sum(min_j * bsum_j) from the activation's 16-value sums, as ggml does.
 //
-// Weights stay in GGUF's layout (packing is a copy), so rows read from flash need no conversion:
+// Weights stay in GGUF's layout (packing is a copy), except the relaxed build's Q4_K (below, at
+// its kernel), so rows read from flash need no conversion:
 //   Q4_K 144 B: d f16 @0, dmin f16 @2, scales[12] @4, qs[128] @16
 //   Q5_K 176 B: d @0, dmin @2, scales[12] @4, qh[32] @16, qs[128] @48
 //   Q6_K 210 B: ql[128] @0, qh[64] @128, scales i8[16] @192, d f16 @208
@@ -159,14 +160,6 @@ const K_SM = memory.data<u8>(
   return isum;
 }
 
-// The relaxed-SIMD build (ASC_FEATURE_RELAXED_SIMD) computes a Q4_K block's integer part with
-// relaxed dots on the Q8_K activation as it is (i8 in natural order, -128..127): nibbles are
-// 7-bit, so `q & 0x0f` and `(q >> 4) & 0x0f` meet 16 activation bytes in one
-// i16x8.relaxed_dot_i8x16_i7x16_s each (pmaddubsw on x86). A sub-block's i16 lanes hold at most
-// 4 * 128 * 15 products, and one i32x4.dot_i16x8_s with the splat scale folds them in pairs:
-// i32 lane l gets elements 4l..4l+3 and 16+4l..16+4l+3, the lanes intQ4K gets, without the factor
-// 256 (its caller's scale is 1 instead of 1/256, which gives the same f32 bits).
-
 // 0x0f bytes, then 0x30 bytes (Q6_K) and 0x10 bytes (Q5_K), loaded rather than written as
 // constants (V8 rebuilds a v128.const at every use)
 const K_NIB = memory.data<u8>(
@@ -177,63 +170,6 @@ const K_NIB = memory.data<u8>(
   ],
   16,
 );
-
-/**
- * sc_lo * dot(sub-block 2c) + sc_hi * dot(sub-block 2c+1): the 32 quant bytes at qp against the
- * chunk's 64 activation bytes x0..x3.
- */
-@inline function chunkQ4KRelaxed(
-  qp: usize,
-  x0: v128,
-  x1: v128,
-  x2: v128,
-  x3: v128,
-  m: v128,
-  sl: v128,
-  sh: v128,
-): v128 {
-  const q0 = v128.load(qp),
-    q1 = v128.load(qp, 16);
-  const lo = i16x8.add(
-    i16x8.relaxed_dot_i8x16_i7x16_s(x0, v128.and(q0, m)),
-    i16x8.relaxed_dot_i8x16_i7x16_s(x1, v128.and(q1, m)),
-  );
-  const hi = i16x8.add(
-    i16x8.relaxed_dot_i8x16_i7x16_s(x2, v128.and(i16x8.shr_u(q0, 4), m)),
-    i16x8.relaxed_dot_i8x16_i7x16_s(x3, v128.and(i16x8.shr_u(q1, 4), m)),
-  );
-  return i32x4.add(i32x4.dot_i16x8_s(lo, sl), i32x4.dot_i16x8_s(hi, sh));
-}
-
-/** isum + chunk c (0..3, a constant) of the Q4_K block at wb against the Q8_K block at xb. */
-@inline function rowChunkQ4K(isum: v128, wb: usize, xb: usize, c: i32, m: v128, sm: v128, sc16: v128): v128 {
-  const qp = wb + 16 + ((<usize>c) << 5),
-    xp = xb + 4 + ((<usize>c) << 6);
-  const sl = subScale(sm, sc16, c << 1),
-    sh = subScale(sm, sc16, (c << 1) + 1);
-  return i32x4.add(
-    isum,
-    chunkQ4KRelaxed(qp, v128.load(xp), v128.load(xp, 16), v128.load(xp, 32), v128.load(xp, 48), m, sl, sh),
-  );
-}
-
-/** isum + chunk c (0..3, a constant) of a Q4_K block over relaxed dots. */
-@inline function stepQ4KRelaxed(isum: v128, wb: usize, xb: usize, c: i32, m: v128, sm: v128, sc16: v128): v128 {
-  isum = rowChunkQ4K(isum, wb, xb, c, m, sm, sc16);
-  // this chunk's arithmetic before the next chunk's loads (schedule_pin.ts)
-  pin(isum);
-  return isum;
-}
-
-/** intQ4K over relaxed dots: [sum_j sc_j dot_j] lanes (no factor 256). */
-@inline function intQ4KRelaxed(wb: usize, xb: usize, sm: v128): v128 {
-  const m = v128.load(K_NIB);
-  const sc16 = i16x8.extend_low_i8x16_u(sm);
-  let isum = stepQ4KRelaxed(i32x4.splat(0), wb, xb, 0, m, sm, sc16);
-  isum = stepQ4KRelaxed(isum, wb, xb, 1, m, sm, sc16);
-  isum = stepQ4KRelaxed(isum, wb, xb, 2, m, sm, sc16);
-  return stepQ4KRelaxed(isum, wb, xb, 3, m, sm, sc16);
-}
 
 /** acc + d_w d_x / 256 * isum - dmin_w d_x * mins: one finished Q4_K/Q5_K block. */
 @inline function finishK(acc: v128, wb: usize, xb: usize, isum: v128, mi: v128, scale: f32): v128 {
@@ -254,49 +190,9 @@ const K_NIB = memory.data<u8>(
     const wb = w + b * Q4K,
       xb = x + b * Q8K;
     const sm = scalesMins(wb + 4);
-    if (ASC_FEATURE_RELAXED_SIMD) acc = finishK(acc, wb, xb, intQ4KRelaxed(wb, xb, sm), minsDot(sm, xb), 1.0);
-    else acc = finishK(acc, wb, xb, intQ4K(wb, xb, sm), minsDot(sm, xb), <f32>1.0 / 256.0);
+    acc = finishK(acc, wb, xb, intQ4K(wb, xb, sm), minsDot(sm, xb), <f32>1.0 / 256.0);
   }
   return hsum(acc);
-}
-
-/**
- * dotQ4K (relaxed build) for rows at wa and wb, two places in memory (two weight streams), each
- * activation vector loaded once for both; every row's integer sums and float order are dotQ4K's.
- */
-@inline function dotQ4KRelaxedRows2(wa: usize, wb: usize, x: usize, nb: usize, ya: usize, yb: usize): void {
-  const m = v128.load(K_NIB);
-  let acca = f32x4.splat(0),
-    accb = f32x4.splat(0);
-  for (let b: usize = 0; b < nb; b++) {
-    const ba = wa + b * Q4K,
-      bb = wb + b * Q4K,
-      xb = x + b * Q8K;
-    const sa = scalesMins(ba + 4),
-      sb = scalesMins(bb + 4);
-    const sa16 = i16x8.extend_low_i8x16_u(sa),
-      sb16 = i16x8.extend_low_i8x16_u(sb);
-    let ia = i32x4.splat(0),
-      ib = i32x4.splat(0);
-    // the 4 chunks unrolled by hand: rowChunkQ4K needs c as a constant (subScale's shuffles),
-    // and each chunk is pinned before the next one's loads (schedule_pin.ts)
-    ia = rowChunkQ4K(ia, ba, xb, 0, m, sa, sa16);
-    ib = rowChunkQ4K(ib, bb, xb, 0, m, sb, sb16);
-    pin2(ia, ib);
-    ia = rowChunkQ4K(ia, ba, xb, 1, m, sa, sa16);
-    ib = rowChunkQ4K(ib, bb, xb, 1, m, sb, sb16);
-    pin2(ia, ib);
-    ia = rowChunkQ4K(ia, ba, xb, 2, m, sa, sa16);
-    ib = rowChunkQ4K(ib, bb, xb, 2, m, sb, sb16);
-    pin2(ia, ib);
-    ia = rowChunkQ4K(ia, ba, xb, 3, m, sa, sa16);
-    ib = rowChunkQ4K(ib, bb, xb, 3, m, sb, sb16);
-    pin2(ia, ib);
-    acca = finishK(acca, ba, xb, ia, minsDot(sa, xb), 1.0);
-    accb = finishK(accb, bb, xb, ib, minsDot(sb, xb), 1.0);
-  }
-  store<f32>(ya, hsum(acca));
-  store<f32>(yb, hsum(accb));
 }
 
 /** Two rows against one activation row: each shaped activation vector serves both rows. */
@@ -441,34 +337,233 @@ const K_NIB = memory.data<u8>(
   store<f32>(y1, hsum(acc1));
 }
 
-/** y[r] = W[r,:] . x for r in [r0, r1); W Q4_K (GGUF layout), x one Q8_K row. */
+// The relaxed build's Q4_K (src/runtime/weight-kernels/kquant.ts packs it; prepare_q8k.ts makes
+// its "q8_Ki" activations): per 256-value block the nibbles of sub-blocks 4h..4h+3 sit in 4
+// vectors whose bytes 4b..4b+3 belong to sub-block 4h + b (low nibbles one element run, high
+// nibbles the next), the activation bytes in the same places. A relaxed dot (pmaddubsw) then
+// leaves sub-block b's pair sums in i16 lanes 2b, 2b+1; a half's 8 dots add up in i16 (a lane is
+// at most 8 * 2 * 15 * 128 = 30720), and one i32x4.dot_i16x8_s with the scales spread as
+// [sc0, sc0, sc1, sc1, ..] (one swizzle of the block's scale bytes) gives lane b = sc_b * dot_b.
+// Against GGUF's layout, where every vector is one sub-block and each needs its scale splat,
+// that is about half the instructions. The mins meet the activation's sub-block sums in one more
+// dot. Integer sums as ggml's; the float lanes differ from the SIMD128 build's (4 lanes of other
+// sub-block mixes), so the two builds agree to rounding, not to the bit.
+
+// +0: selector spreading scale bytes 0..3 to i16 pairs, +16: bytes 4..7, +32: min bytes 8..15 to
+// i16 lanes (0x80: a zero byte)
+const Q4KI_SEL = memory.data<u8>(
+  [
+    0, 0x80, 0, 0x80, 1, 0x80, 1, 0x80, 2, 0x80, 2, 0x80, 3, 0x80, 3, 0x80, 4, 0x80, 4, 0x80, 5, 0x80, 5, 0x80, 6, 0x80,
+    6, 0x80, 7, 0x80, 7, 0x80, 8, 0x80, 9, 0x80, 10, 0x80, 11, 0x80, 12, 0x80, 13, 0x80, 14, 0x80, 15, 0x80,
+  ],
+  16,
+);
+const Q4KI: usize = 152;
+const Q8KI: usize = 288;
+
+/** i16 pair sums of one half (64 weight bytes at wh, 128 activation bytes at xh) of a block. */
+@inline function halfQ4Ki(wh: usize, xh: usize, m: v128): v128 {
+  let h = i16x8.splat(0);
+  for (let j: usize = 0; j < 64; j += 16) {
+    const w = v128.load(wh + j);
+    const o = xh + (j << 1);
+    h = i16x8.add(
+      h,
+      i16x8.add(
+        i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(o), v128.and(w, m)),
+        i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(o, 16), v128.and(i16x8.shr_u(w, 4), m)),
+      ),
+    );
+  }
+  return h;
+}
+
+/** acc + one relaxed-layout Q4_K block at wb against one q8_Ki block at xb. */
+@inline function blockQ4Ki(acc: v128, wb: usize, xb: usize, m: v128): v128 {
+  const h0 = halfQ4Ki(wb, xb, m);
+  pin(h0);
+  return finishQ4Ki(acc, h0, halfQ4Ki(wb + 64, xb + 128, m), wb, xb);
+}
+
+/** The scaled integer sums and the mins term of one block from its two halves' i16 sums. */
+@inline function finishQ4Ki(acc: v128, h0: v128, h1: v128, wb: usize, xb: usize): v128 {
+  const sm = v128.load(wb, 128);
+  const isum = i32x4.add(
+    i32x4.dot_i16x8_s(h0, i8x16.relaxed_swizzle(sm, v128.load(Q4KI_SEL))),
+    i32x4.dot_i16x8_s(h1, i8x16.relaxed_swizzle(sm, v128.load(Q4KI_SEL, 16))),
+  );
+  const mi = i32x4.dot_i16x8_s(i8x16.relaxed_swizzle(sm, v128.load(Q4KI_SEL, 32)), v128.load(xb, 256));
+  const dx = load<f32>(xb, 272);
+  return f32x4.add(
+    acc,
+    f32x4.sub(
+      f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(load<f32>(wb, 144) * dx)),
+      f32x4.mul(f32x4.convert_i32x4_s(mi), f32x4.splat(load<f32>(wb, 148) * dx)),
+    ),
+  );
+}
+
+/** Rows at wa and wc (two places in memory: two weight streams), each activation vector loaded once for both. */
+@inline function dotQ4KiRows2(wa: usize, wc: usize, x: usize, nb: usize, ya: usize, yc: usize): void {
+  const m = v128.load(K_NIB);
+  let acca = f32x4.splat(0),
+    accc = f32x4.splat(0);
+  for (let b: usize = 0; b < nb; b++) {
+    const ba = wa + b * Q4KI,
+      bc = wc + b * Q4KI,
+      xb = x + b * Q8KI;
+    let ha0 = i16x8.splat(0),
+      hc0 = i16x8.splat(0),
+      ha1 = i16x8.splat(0),
+      hc1 = i16x8.splat(0);
+    for (let j: usize = 0; j < 64; j += 16) {
+      const o = xb + (j << 1);
+      const xl = v128.load(o),
+        xh = v128.load(o, 16);
+      const wA = v128.load(ba + j),
+        wC = v128.load(bc + j);
+      ha0 = i16x8.add(
+        ha0,
+        i16x8.add(
+          i16x8.relaxed_dot_i8x16_i7x16_s(xl, v128.and(wA, m)),
+          i16x8.relaxed_dot_i8x16_i7x16_s(xh, v128.and(i16x8.shr_u(wA, 4), m)),
+        ),
+      );
+      hc0 = i16x8.add(
+        hc0,
+        i16x8.add(
+          i16x8.relaxed_dot_i8x16_i7x16_s(xl, v128.and(wC, m)),
+          i16x8.relaxed_dot_i8x16_i7x16_s(xh, v128.and(i16x8.shr_u(wC, 4), m)),
+        ),
+      );
+      pin2(ha0, hc0);
+      const xl1 = v128.load(o, 128),
+        xh1 = v128.load(o, 144);
+      const wA1 = v128.load(ba + j, 64),
+        wC1 = v128.load(bc + j, 64);
+      ha1 = i16x8.add(
+        ha1,
+        i16x8.add(
+          i16x8.relaxed_dot_i8x16_i7x16_s(xl1, v128.and(wA1, m)),
+          i16x8.relaxed_dot_i8x16_i7x16_s(xh1, v128.and(i16x8.shr_u(wA1, 4), m)),
+        ),
+      );
+      hc1 = i16x8.add(
+        hc1,
+        i16x8.add(
+          i16x8.relaxed_dot_i8x16_i7x16_s(xl1, v128.and(wC1, m)),
+          i16x8.relaxed_dot_i8x16_i7x16_s(xh1, v128.and(i16x8.shr_u(wC1, 4), m)),
+        ),
+      );
+      pin2(ha1, hc1);
+    }
+    acca = finishQ4Ki(acca, ha0, ha1, ba, xb);
+    accc = finishQ4Ki(accc, hc0, hc1, bc, xb);
+  }
+  store<f32>(ya, hsum(acca));
+  store<f32>(yc, hsum(accc));
+}
+
+/** One row against two q8_Ki rows (x0, x1): each unpacked weight vector serves both tokens. */
+@inline function dotQ4KiTokens2(w: usize, x0: usize, x1: usize, nb: usize, y0: usize, y1: usize): void {
+  const m = v128.load(K_NIB);
+  let acc0 = f32x4.splat(0),
+    acc1 = f32x4.splat(0);
+  for (let b: usize = 0; b < nb; b++) {
+    const wb = w + b * Q4KI,
+      xa = x0 + b * Q8KI,
+      xc = x1 + b * Q8KI;
+    let a0 = i16x8.splat(0),
+      c0 = i16x8.splat(0),
+      a1 = i16x8.splat(0),
+      c1 = i16x8.splat(0);
+    for (let j: usize = 0; j < 128; j += 16) {
+      // j < 64: the first half (sub-blocks 0..3), then the second
+      const wv = v128.load(wb + j);
+      const lo = v128.and(wv, m),
+        hi = v128.and(i16x8.shr_u(wv, 4), m);
+      const o = j << 1;
+      const da = i16x8.add(
+        i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xa + o), lo),
+        i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xa + o, 16), hi),
+      );
+      const dc = i16x8.add(
+        i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xc + o), lo),
+        i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xc + o, 16), hi),
+      );
+      if (j < 64) {
+        a0 = i16x8.add(a0, da);
+        c0 = i16x8.add(c0, dc);
+        pin2(a0, c0);
+      } else {
+        a1 = i16x8.add(a1, da);
+        c1 = i16x8.add(c1, dc);
+        pin2(a1, c1);
+      }
+    }
+    acc0 = finishQ4Ki(acc0, a0, a1, wb, xa);
+    acc1 = finishQ4Ki(acc1, c0, c1, wb, xc);
+  }
+  store<f32>(y0, hsum(acc0));
+  store<f32>(y1, hsum(acc1));
+}
+
+@inline function dotQ4Ki(w: usize, x: usize, nb: usize): f32 {
+  const m = v128.load(K_NIB);
+  let acc = f32x4.splat(0);
+  for (let b: usize = 0; b < nb; b++) {
+    acc = blockQ4Ki(acc, w + b * Q4KI, x + b * Q8KI, m);
+    pin(acc);
+  }
+  return hsum(acc);
+}
+
+/** y[r] = W[r,:] . x for r in [r0, r1); W Q4_K (GGUF layout; relaxed build: its own), x one Q8_K row (relaxed: q8_Ki). */
 export function matvec_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 8);
-  const rb = nb * Q4K;
-  let r = r0;
   if (ASC_FEATURE_RELAXED_SIMD) {
-    // Relaxed: a row from each half of the range at once, two long weight streams. (Two adjacent
-    // rows, streams that end every row, ran from DRAM at about half the rate of single rows:
-    // bench/kernels cold, 2048 x 2048, 8.4 against 14.6-15 GMAC/s, though ~20% faster in cache.)
+    // a row from each half of the range at once: two long weight streams (two adjacent rows,
+    // streams that end every row, ran from DRAM at about half the rate of single rows in the
+    // GGUF-layout kernel before this one)
+    const rbi = nb * Q4KI;
     const half = (r1 - r0) >> 1;
     for (let i = 0; i < half; i++) {
       const ra = <usize>(r0 + i),
         rc = <usize>(r0 + half + i);
-      dotQ4KRelaxedRows2(w + ra * rb, w + rc * rb, x, nb, y + (ra << 2), y + (rc << 2));
+      dotQ4KiRows2(w + ra * rbi, w + rc * rbi, x, nb, y + (ra << 2), y + (rc << 2));
     }
-    r += half << 1;
-  } else
-    for (; r + 2 <= r1; r += 2) {
-      const wr = w + <usize>r * rb,
-        yr = y + ((<usize>r) << 2);
-      dotQ4KRows2(wr, wr + rb, x, nb, yr, yr + 4);
-    }
+    for (let r = r0 + (half << 1); r < r1; r++) store<f32>(y + ((<usize>r) << 2), dotQ4Ki(w + <usize>r * rbi, x, nb));
+    return;
+  }
+  const rb = nb * Q4K;
+  let r = r0;
+  for (; r + 2 <= r1; r += 2) {
+    const wr = w + <usize>r * rb,
+      yr = y + ((<usize>r) << 2);
+    dotQ4KRows2(wr, wr + rb, x, nb, yr, yr + 4);
+  }
   for (; r < r1; r++) store<f32>(y + ((<usize>r) << 2), dotQ4K(w + <usize>r * rb, x, nb));
 }
 
 /** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1): each weight row is read once for all tokens. */
 export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 8);
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    const ys = (<usize>rows) << 2,
+      xs = nb * Q8KI;
+    for (let r = r0; r < r1; r++) {
+      const wr = w + <usize>r * nb * Q4KI,
+        yr = y + ((<usize>r) << 2);
+      let t = 0;
+      for (; t + 2 <= ntok; t += 2) {
+        const xt = x + <usize>t * xs,
+          yt = yr + <usize>t * ys;
+        dotQ4KiTokens2(wr, xt, xt + xs, nb, yt, yt + ys);
+      }
+      if (t < ntok) store<f32>(yr + <usize>t * ys, dotQ4Ki(wr, x + <usize>t * xs, nb));
+    }
+    return;
+  }
   const rb = nb * Q4K,
     xs = nb * Q8K,
     ys = (<usize>rows) << 2;
@@ -476,13 +571,11 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
     const wr = w + <usize>r * rb,
       yr = y + ((<usize>r) << 2);
     let t = 0;
-    // the relaxed build's dots do in one instruction what the token pair shares
-    if (!ASC_FEATURE_RELAXED_SIMD)
-      for (; t + 2 <= ntok; t += 2) {
-        const xt = x + <usize>t * xs,
-          yt = yr + <usize>t * ys;
-        dotQ4KTokens2(wr, xt, xt + xs, nb, yt, yt + ys);
-      }
+    for (; t + 2 <= ntok; t += 2) {
+      const xt = x + <usize>t * xs,
+        yt = yr + <usize>t * ys;
+      dotQ4KTokens2(wr, xt, xt + xs, nb, yt, yt + ys);
+    }
     for (; t < ntok; t++) store<f32>(yr + <usize>t * ys, dotQ4K(wr, x + <usize>t * xs, nb));
   }
 }

@@ -6,8 +6,9 @@ import { GGMLType, typeName } from "../src/format/ggml-types.js";
 import { dequantize, prepareActivation, quantizeRow, rowBytes, vecDot, vecDotType } from "../src/format/quant.js";
 import { f32ToBF16, f32ToF16 } from "../src/format/half.js";
 import { Arena } from "../src/runtime/arena.js";
-import { instantiateKernels } from "../src/runtime/wasm.js";
+import { instantiateKernels, kernelBuild } from "../src/runtime/wasm.js";
 import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
+import { q8KiFromQ8K } from "../src/runtime/weight-kernels/kquant.js";
 import { rng } from "./helpers.js";
 
 /** Random but valid weight bytes: random quants and scale bytes, sane f16 block scales. */
@@ -113,11 +114,13 @@ function reference(
 for (const { type, cols: colList } of CASES) {
   test(`${typeName(type)} matvec and matmul equal the reference dot (odd rows, sub-ranges, 1..5 tokens)`, () => {
     const wk = weightKernel(type);
+    // the relaxed build packs Q4_K its own way and takes "q8_Ki" (weight-kernels/kquant.ts)
+    const interleaved = type === GGMLType.Q4_K && kernelBuild() === "relaxed";
     assert.equal(
       wk.act,
       { [GGMLType.F16]: "f32", [GGMLType.BF16]: "f32", [GGMLType.Q5_0]: "q8_0", [GGMLType.Q5_1]: "q8_1" }[
         type as number
-      ] ?? "q8_K",
+      ] ?? (interleaved ? "q8_Ki" : "q8_K"),
     );
     const matvec = K[wk.matvec],
       matmul = K[wk.matmul];
@@ -131,7 +134,7 @@ for (const { type, cols: colList } of CASES) {
         const rb = rowBytes(type, cols);
         const gguf = randomWeights(type, rows, cols, ++seed);
         // pack in two calls (rows split) as a streaming loader would
-        assert.equal(wk.packedBytes(rows, cols), rows * rb);
+        assert.equal(wk.packedBytes(rows, cols), interleaved ? rows * (cols / 256) * 152 : rows * rb);
         const packed = new Uint8Array(wk.packedBytes(rows, cols));
         const split = rows >> 1;
         wk.pack(gguf.subarray(0, split * rb), packed, 0, split, rows, cols);
@@ -146,9 +149,10 @@ for (const { type, cols: colList } of CASES) {
           if (t === 2) x.fill(0, 0, Math.min(cols, 40)); // a block of zeros (Q8 scale 0)
           const a = prepareActivation(type, x);
           acts.push(a);
-          xall.set(a instanceof Float32Array ? new Uint8Array(a.buffer, a.byteOffset, a.byteLength) : a, t * ab);
+          const k = interleaved ? q8KiFromQ8K(a as Uint8Array, cols) : a;
+          xall.set(k instanceof Float32Array ? new Uint8Array(k.buffer, k.byteOffset, k.byteLength) : k, t * ab);
         }
-        assert.equal(acts[0].byteLength, ab);
+        assert.equal(interleaved ? q8KiFromQ8K(acts[0] as Uint8Array, cols).byteLength : acts[0].byteLength, ab);
         const xp = put(xall);
         const refs: { v: number; mag: number }[][] = [];
         for (let t = 0; t < ntokMax; t++) {
@@ -202,7 +206,7 @@ for (const { type, cols: colList } of CASES) {
   });
 }
 
-test("prepare_q8_K writes the reference Q8_K bytes exactly (several blocks, tokens, zeros, +v/-v ties)", () => {
+test("prepare_q8_K writes the reference Q8_K bytes exactly (several blocks, tokens, zeros, +v/-v ties), and prepare_q8_Ki the same quants interleaved", () => {
   const prep = prepareKernel("q8_K");
   assert.equal(prep, "prepare_q8_K");
   const cols = 768,
@@ -242,6 +246,20 @@ test("prepare_q8_K writes the reference Q8_K bytes exactly (several blocks, toke
   const dv = new DataView(got.buffer, got.byteOffset);
   assert.ok(dv.getFloat32(2 * ab + 292, true) > 0, "block with -3 first: d = 1 / (-127 / -3) > 0");
   assert.ok(dv.getFloat32(2 * ab + 584, true) < 0, "block with +3 first: d < 0");
+  // q8_Ki (the relaxed build's Q4_K activations): the same quants and d, interleaved, with sub-block sums
+  const ib = activationBytes("q8_Ki", cols);
+  const ip = arena.alloc(ib * ntok);
+  arena.u8(ip, ib * ntok).fill(0xcc);
+  K.prepare_q8_Ki(xp, ip, cols, ntok);
+  const gotI = arena.u8(ip, ib * ntok);
+  for (let t = 0; t < ntok; t++) {
+    const want = q8KiFromQ8K(got.subarray(t * ab, (t + 1) * ab), cols);
+    for (let i = 0; i < ib; i++)
+      if (gotI[t * ib + i] !== want[i])
+        assert.fail(
+          `q8_Ki token ${t}: byte ${i} (block ${Math.floor(i / 288)}, offset ${i % 288}) is ${gotI[t * ib + i]}, want ${want[i]}`,
+        );
+  }
 });
 
 test("F16 kernels are exact on subnormal, zero, negative-zero and extreme halves", () => {

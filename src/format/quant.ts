@@ -107,7 +107,7 @@ function checkRow(type: GGMLType, bytes: number, n: number, what: string): void 
 }
 
 /** Unpack the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block's 12 scale bytes at `o`. */
-function scaleMinK4(b: Uint8Array, o: number, j: number): [number, number] {
+export function scaleMinK4(b: Uint8Array, o: number, j: number): [number, number] {
   if (j < 4) return [b[o + j] & 63, b[o + j + 4] & 63];
   return [(b[o + j + 4] & 0x0f) | ((b[o + j - 4] >> 6) << 4), (b[o + j + 4] >> 4) | ((b[o + j] >> 6) << 4)];
 }

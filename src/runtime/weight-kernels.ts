@@ -29,8 +29,9 @@
  * / Q8_1 (llama.cpp's x86 rounding) widened to i16 and interleaved 4 blocks at a time for the
  * packed Q8_0 and Q4_0/Q4_1 kernels. The relaxed-SIMD kernel build (wasm.ts) takes "q8_i8n" for
  * Q4_0/Q4_1 instead (the same quants as i8, ordered for its relaxed dots) and "q8_i8s" for Q8_0
- * (magnitudes and signs of the quants apart), and packs Q8_0 in its own pieces. So the table is
- * per build: `weightKernel(type)` answers for the build this process runs.
+ * (magnitudes and signs of the quants apart) and "q8_Ki" for Q4_K (Q8_K's quants interleaved four
+ * sub-blocks at a time), and packs Q8_0 and Q4_K its own way. So the table is per build:
+ * `weightKernel(type)` answers for the build this process runs.
  */
 import { GGMLType, typeName } from "../format/ggml-types.js";
 import { F32 } from "./weight-kernels/f32.js";
@@ -38,10 +39,22 @@ import { Q8_0, Q8_0_RELAXED } from "./weight-kernels/q8.js";
 import { Q4_0, Q4_1 } from "./weight-kernels/q4.js";
 import { BF16, F16 } from "./weight-kernels/half.js";
 import { Q5_0, Q5_1 } from "./weight-kernels/q5.js";
-import { Q4_K, Q5_K, Q6_K } from "./weight-kernels/kquant.js";
+import { Q4_K, Q4_K_RELAXED, Q5_K, Q6_K } from "./weight-kernels/kquant.js";
 import { kernelBuild, type KernelBuild } from "./wasm.js";
 
-export type ActivationFormat = "f32" | "q8_0" | "q8_1" | "q8_K" | "q8_i16" | "q8_i16n" | "q8_i8n" | "q8_i8s";
+/** Every activation format some kernel takes. */
+export const ACTIVATION_FORMATS = [
+  "f32",
+  "q8_0",
+  "q8_1",
+  "q8_K",
+  "q8_i16",
+  "q8_i16n",
+  "q8_i8n",
+  "q8_i8s",
+  "q8_Ki",
+] as const;
+export type ActivationFormat = (typeof ACTIVATION_FORMATS)[number];
 
 export interface WeightKernel {
   readonly type: GGMLType;
@@ -79,6 +92,8 @@ export function activationBytes(fmt: ActivationFormat, cols: number): number {
       return Math.ceil(cols / 128) * 176;
     case "q8_i8s":
       return Math.ceil(cols / 128) * 288;
+    case "q8_Ki":
+      return (cols / 256) * 288;
   }
 }
 
@@ -92,9 +107,9 @@ export function prepareKernel(fmt: ActivationFormat): string | undefined {
 
 const SIMD128 = [F32, Q8_0, Q4_0, Q4_1, F16, BF16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K];
 // the relaxed build exports the same kernel names; Q4_0/Q4_1 are packed alike but take other
-// activations, Q8_0 is packed in other pieces and takes other activations (q8.ts)
+// activations, Q8_0 and Q4_K are packed their own way and take other activations (q8.ts, kquant.ts)
 const RELAXED = SIMD128.map((k): WeightKernel =>
-  k === Q4_0 || k === Q4_1 ? { ...k, act: "q8_i8n" } : k === Q8_0 ? Q8_0_RELAXED : k,
+  k === Q4_0 || k === Q4_1 ? { ...k, act: "q8_i8n" } : k === Q8_0 ? Q8_0_RELAXED : k === Q4_K ? Q4_K_RELAXED : k,
 );
 const KERNELS: Record<KernelBuild, Map<GGMLType, WeightKernel>> = {
   simd128: new Map(SIMD128.map((k) => [k.type, k])),

@@ -1,7 +1,97 @@
-/** The K-quants Q4_K, Q5_K and Q6_K (assembly/matvec_kquant.ts), in GGUF's rows (row-copy.ts), with ggml's Q8_K activations. */
+/**
+ * The K-quants Q4_K, Q5_K and Q6_K (assembly/matvec_kquant.ts), in GGUF's rows (row-copy.ts), with
+ * ggml's Q8_K activations. The relaxed-SIMD build packs Q4_K its own way (Q4_K_RELAXED below).
+ */
 import { GGMLType } from "../../format/ggml-types.js";
+import { f16Table } from "../../format/half.js";
+import { scaleMinK4 } from "../../format/quant.js";
+import type { WeightKernel } from "../weight-kernels.js";
 import { copyKernel } from "./row-copy.js";
 
 export const Q4_K = copyKernel(GGMLType.Q4_K, "q8_K", "q4_K");
 export const Q5_K = copyKernel(GGMLType.Q5_K, "q8_K", "q5_K");
 export const Q6_K = copyKernel(GGMLType.Q6_K, "q8_K", "q6_K");
+
+/** GGUF's Q4_K block: d f16, dmin f16, 12 scale bytes, 128 bytes of nibbles (256 values). */
+const Q4K_BYTES = 144;
+/** The relaxed build's Q4_K block (see Q4_K_RELAXED). */
+const Q4KI_BYTES = 152;
+
+/**
+ * One GGUF Q4_K block at src[o..] -> the relaxed build's block at dst[p..]: the nibbles of
+ * sub-blocks 4h..4h+3 in 64 bytes at 64 h, vector j (16 bytes at 64 h + 16 j) holding in bytes
+ * 4b..4b+3 elements 8j..8j+3 (low nibbles) and 8j+4..8j+7 (high nibbles) of sub-block 4h + b;
+ * then the 8 six-bit scales and the 8 mins as bytes @128 and @136, d and dmin as f32 @144, @148.
+ */
+function packBlockQ4K(src: Uint8Array, o: number, dst: Uint8Array, p: number): void {
+  dst.fill(0, p, p + 128);
+  for (let sb = 0; sb < 8; sb++) {
+    const [sc, m] = scaleMinK4(src, o + 4, sb);
+    dst[p + 128 + sb] = sc;
+    dst[p + 136 + sb] = m;
+    const q = o + 16 + 32 * (sb >> 1),
+      shift = (sb & 1) * 4;
+    const base = p + 64 * (sb >> 2) + 4 * (sb & 3);
+    for (let e = 0; e < 32; e++) {
+      const v = (src[q + e] >> shift) & 0x0f;
+      const r = e & 7;
+      const at = base + 16 * (e >> 3) + (r & 3);
+      dst[at] |= r < 4 ? v : v << 4;
+    }
+  }
+  const f = new DataView(dst.buffer, dst.byteOffset + p + 144, 8);
+  f.setFloat32(0, f16Table[src[o] | (src[o + 1] << 8)], true);
+  f.setFloat32(4, f16Table[src[o + 2] | (src[o + 3] << 8)], true);
+}
+
+/**
+ * The relaxed-SIMD build's Q4_K: rows of 152-byte blocks (packBlockQ4K), the same kernel names,
+ * "q8_Ki" activations (assembly/prepare_q8k.ts). Each relaxed dot then meets four sub-blocks at
+ * once, their i16 sums scaled by one dot with the four scales (assembly/matvec_kquant.ts).
+ */
+export const Q4_K_RELAXED: WeightKernel = {
+  ...Q4_K,
+  act: "q8_Ki",
+  packedBytes: (rows, cols) => rows * (Q4_K.packedBytes(1, cols) / Q4K_BYTES) * Q4KI_BYTES,
+  pack(src, dst, rowStart, nrows, rows, cols) {
+    const nb = Q4_K.packedBytes(1, cols) / Q4K_BYTES; // (throws for a width that is not whole blocks)
+    if (rowStart < 0 || nrows < 0 || rowStart + nrows > rows)
+      throw new Error(`Q4_K pack: rows ${rowStart}..${rowStart + nrows} are outside the matrix's ${rows}`);
+    if (src.length < nrows * nb * Q4K_BYTES)
+      throw new Error(`Q4_K pack: ${nrows} rows of ${cols} need ${nrows * nb * Q4K_BYTES} bytes, got ${src.length}`);
+    if (dst.length < rows * nb * Q4KI_BYTES)
+      throw new Error(`Q4_K pack: destination holds ${dst.length} bytes, the matrix needs ${rows * nb * Q4KI_BYTES}`);
+    for (let r = 0; r < nrows; r++)
+      for (let b = 0; b < nb; b++)
+        packBlockQ4K(src, (r * nb + b) * Q4K_BYTES, dst, ((rowStart + r) * nb + b) * Q4KI_BYTES);
+  },
+};
+
+/**
+ * The "q8_Ki" activation (assembly/prepare_q8k.ts writes it from f32) from ggml's Q8_K blocks:
+ * the plain-TS statement of its layout, for tests. Per 256 values (288 bytes): half h at 128 h,
+ * vector L_j at 32 j and H_j at 32 j + 16 holding in bytes 4b..4b+3 elements 8j..8j+3 and
+ * 8j+4..8j+7 of sub-block 4h + b; the 8 sub-blocks' sums as i16 @256; d as f32 @272; zeros.
+ */
+export function q8KiFromQ8K(q8k: Uint8Array, cols: number): Uint8Array {
+  const nb = cols / 256;
+  const out = new Uint8Array(nb * 288);
+  const src = new DataView(q8k.buffer, q8k.byteOffset, q8k.byteLength);
+  const dst = new DataView(out.buffer);
+  for (let b = 0; b < nb; b++) {
+    const i = b * 292,
+      o = b * 288;
+    for (let sb = 0; sb < 8; sb++) {
+      let sum = 0;
+      for (let e = 0; e < 32; e++) {
+        const q = src.getInt8(i + 4 + 32 * sb + e);
+        sum += q;
+        const r = e & 7;
+        out[o + 128 * (sb >> 2) + 32 * (e >> 3) + (r < 4 ? 0 : 16) + 4 * (sb & 3) + (r & 3)] = q & 0xff;
+      }
+      dst.setInt16(o + 256 + 2 * sb, sum, true);
+    }
+    dst.setFloat32(o + 272, src.getFloat32(i, true), true);
+  }
+  return out;
+}
