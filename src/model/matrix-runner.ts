@@ -49,6 +49,7 @@ export class MatrixRunner {
     let x = this.input;
     if (fmt !== "f32") {
       x = this.quantized[fmt];
+      if (x === undefined) throw new Error(`no ${fmt} activation buffer for a ${m.rows} x ${m.cols} matrix`);
       if (!this.prepared.has(fmt)) {
         this.pool.kernels[prepareKernel(fmt)!](this.input, x, this.inputCols, n);
         this.prepared.add(fmt);

@@ -39,6 +39,7 @@ import { ThreadPool } from "../runtime/pool.js";
 import { SparseFFN, hasSparseKernel } from "../runtime/sparse-kernels.js";
 import { gateReadBytesOf, gateStreamGeometry } from "../model/offload/layout.js";
 import {
+  ACTIVATION_FORMATS,
   activationBytes,
   hasWeightKernel,
   prepareKernel,
@@ -623,9 +624,11 @@ async function probeCompute(
         const cfg = readConfig(store);
         const shapes = predictorShapes(store, cfg);
         const p = Predictor.load(new WeightLoader(store, arena, pool), arena, pool, store, cfg, shapes, 1);
-        const act = { f32: 0, q8_0: 0, q8_1: 0, q8_K: 0 } as Record<ActivationFormat, number>;
-        for (const fmt of ["q8_0", "q8_1", "q8_K"] as const)
-          act[fmt] = arena.alloc(activationBytes(fmt, Math.max(nEmbd, pred.hidden)) + 64, 64);
+        // a buffer for every quantized format: the predictor's matrices take their build's (the
+        // relaxed build's Q8_0 takes q8_i8s); a format left out would be prepared at address 0
+        const act = { f32: 0 } as Record<ActivationFormat, number>;
+        for (const fmt of ACTIVATION_FORMATS)
+          if (fmt !== "f32") act[fmt] = arena.alloc(activationBytes(fmt, Math.max(nEmbd, pred.hidden)) + 64, 64);
         const scores = arena.alloc(nFF * 4, 64);
         const mm = new MatrixRunner(pool, act);
         r.predictor[predictorKey(pred, nEmbd, nFF, T)] = timeCalls(() => p.scores(mm, 0, x, nEmbd, scores), d);
