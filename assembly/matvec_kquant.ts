@@ -26,6 +26,7 @@
 // relaxed Q4_K, Q5_K and Q6_K blocks below do.
 
 import { f16ToF32Finite } from "./half";
+import { dotw } from "./matvec_q4_relaxed";
 import { pin, pin2 } from "./schedule_pin";
 
 const Q4K: usize = 144;
@@ -365,15 +366,8 @@ const Q8KI: usize = 288;
 @inline function halfQ4Ki(wh: usize, xh: usize, m: v128): v128 {
   let h = i16x8.splat(0);
   for (let j: usize = 0; j < 64; j += 16) {
-    const w = v128.load(wh + j);
     const o = xh + (j << 1);
-    h = i16x8.add(
-      h,
-      i16x8.add(
-        i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(o), v128.and(w, m)),
-        i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(o, 16), v128.and(i16x8.shr_u(w, 4), m)),
-      ),
-    );
+    h = i16x8.add(h, dotw(v128.load(wh + j), v128.load(o), v128.load(o, 16), m));
   }
   return h;
 }
@@ -422,39 +416,15 @@ const Q8KI: usize = 288;
         xh = v128.load(o, 16);
       const wA = v128.load(ba + j),
         wC = v128.load(bc + j);
-      ha0 = i16x8.add(
-        ha0,
-        i16x8.add(
-          i16x8.relaxed_dot_i8x16_i7x16_s(xl, v128.and(wA, m)),
-          i16x8.relaxed_dot_i8x16_i7x16_s(xh, v128.and(i16x8.shr_u(wA, 4), m)),
-        ),
-      );
-      hc0 = i16x8.add(
-        hc0,
-        i16x8.add(
-          i16x8.relaxed_dot_i8x16_i7x16_s(xl, v128.and(wC, m)),
-          i16x8.relaxed_dot_i8x16_i7x16_s(xh, v128.and(i16x8.shr_u(wC, 4), m)),
-        ),
-      );
+      ha0 = i16x8.add(ha0, dotw(wA, xl, xh, m));
+      hc0 = i16x8.add(hc0, dotw(wC, xl, xh, m));
       pin2(ha0, hc0);
       const xl1 = v128.load(o, 128),
         xh1 = v128.load(o, 144);
       const wA1 = v128.load(ba + j, 64),
         wC1 = v128.load(bc + j, 64);
-      ha1 = i16x8.add(
-        ha1,
-        i16x8.add(
-          i16x8.relaxed_dot_i8x16_i7x16_s(xl1, v128.and(wA1, m)),
-          i16x8.relaxed_dot_i8x16_i7x16_s(xh1, v128.and(i16x8.shr_u(wA1, 4), m)),
-        ),
-      );
-      hc1 = i16x8.add(
-        hc1,
-        i16x8.add(
-          i16x8.relaxed_dot_i8x16_i7x16_s(xl1, v128.and(wC1, m)),
-          i16x8.relaxed_dot_i8x16_i7x16_s(xh1, v128.and(i16x8.shr_u(wC1, 4), m)),
-        ),
-      );
+      ha1 = i16x8.add(ha1, dotw(wA1, xl1, xh1, m));
+      hc1 = i16x8.add(hc1, dotw(wC1, xl1, xh1, m));
       pin2(ha1, hc1);
     }
     acca = finishQ4Ki(acca, ha0, ha1, ba, xb);

@@ -141,4 +141,4 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   if (q + 1 >= r0 && q + 1 < r1) store<f32>(y2, first ? hsum(a3) : load<f32>(y2, 4) + hsum(a3), 4);
 }
 
-export { quadQ4Relaxed, Q4_RELAXED_CONSTS };
+export { dotw, quadQ4Relaxed, Q4_RELAXED_CONSTS };
