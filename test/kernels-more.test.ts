@@ -1,4 +1,4 @@
-// The WASM kernels for F16, BF16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (and prepare_q8_K) against the
+// The WASM kernels for F16, BF16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (and prepare_q8_K, prepare_q8_Ki) against the
 // plain-TypeScript reference in src/format/quant.ts, on odd shapes, row sub-ranges and 1..5 tokens.
 import { test } from "node:test";
 import assert from "node:assert/strict";

@@ -22,7 +22,7 @@
  *   q4.ts      Q4_0, Q4_1        tiles of 2 rows x 128 columns (tiled.ts)
  *   half.ts    F16, BF16         GGUF's own rows, packed by copying (row-copy.ts)
  *   q5.ts      Q5_0, Q5_1        GGUF's own rows (row-copy.ts)
- *   kquant.ts  Q4_K, Q5_K, Q6_K  GGUF's own rows (row-copy.ts)
+ *   kquant.ts  Q4_K, Q5_K, Q6_K  GGUF's own rows (row-copy.ts); the relaxed build's Q4_K its own blocks
  *
  * Activation formats (see assembly/prepare_q8.ts): "q8_0" / "q8_1" / "q8_K" are ggml's own block
  * layouts (for kernels that want them); "q8_i16" and "q8_i16n" hold the same quants as ggml's Q8_0
