@@ -39,10 +39,12 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
 
 // The i16 lanes of one packed row vector w against its two activation vectors.
 @inline function dotw(w: v128, xl: v128, xh: v128, m: v128): v128 {
-  return i16x8.add(
-    i16x8.relaxed_dot_i8x16_i7x16_s(xl, v128.and(w, m)),
-    i16x8.relaxed_dot_i8x16_i7x16_s(xh, v128.and(i16x8.shr_u(w, 4), m)),
-  );
+  return dotLoHi(v128.and(w, m), v128.and(i16x8.shr_u(w, 4), m), xl, xh);
+}
+
+// The same for a vector already unpacked into its low (lo) and high (hi) nibbles.
+@inline function dotLoHi(lo: v128, hi: v128, xl: v128, xh: v128): v128 {
+  return i16x8.add(i16x8.relaxed_dot_i8x16_i7x16_s(xl, lo), i16x8.relaxed_dot_i8x16_i7x16_s(xh, hi));
 }
 
 /**
@@ -141,4 +143,4 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   if (q + 1 >= r0 && q + 1 < r1) store<f32>(y2, first ? hsum(a3) : load<f32>(y2, 4) + hsum(a3), 4);
 }
 
-export { dotw, quadQ4Relaxed, Q4_RELAXED_CONSTS };
+export { dotLoHi, dotw, quadQ4Relaxed, Q4_RELAXED_CONSTS };

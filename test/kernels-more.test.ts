@@ -149,10 +149,11 @@ for (const { type, cols: colList } of CASES) {
           if (t === 2) x.fill(0, 0, Math.min(cols, 40)); // a block of zeros (Q8 scale 0)
           const a = prepareActivation(type, x);
           acts.push(a);
+          // the bytes the kernel takes: Q8_K blocks reordered for the relaxed Q4_K
           const k = interleaved ? q8KiFromQ8K(a as Uint8Array, cols) : a;
+          assert.equal(k.byteLength, ab);
           xall.set(k instanceof Float32Array ? new Uint8Array(k.buffer, k.byteOffset, k.byteLength) : k, t * ab);
         }
-        assert.equal(interleaved ? q8KiFromQ8K(acts[0] as Uint8Array, cols).byteLength : acts[0].byteLength, ab);
         const xp = put(xall);
         const refs: { v: number; mag: number }[][] = [];
         for (let t = 0; t < ntokMax; t++) {

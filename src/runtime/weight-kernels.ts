@@ -108,9 +108,13 @@ export function prepareKernel(fmt: ActivationFormat): string | undefined {
 const SIMD128 = [F32, Q8_0, Q4_0, Q4_1, F16, BF16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K];
 // the relaxed build exports the same kernel names; Q4_0/Q4_1 are packed alike but take other
 // activations, Q8_0 and Q4_K are packed their own way and take other activations (q8.ts, kquant.ts)
-const RELAXED = SIMD128.map((k): WeightKernel =>
-  k === Q4_0 || k === Q4_1 ? { ...k, act: "q8_i8n" } : k === Q8_0 ? Q8_0_RELAXED : k === Q4_K ? Q4_K_RELAXED : k,
-);
+const RELAXED_OWN = new Map<WeightKernel, WeightKernel>([
+  [Q4_0, { ...Q4_0, act: "q8_i8n" }],
+  [Q4_1, { ...Q4_1, act: "q8_i8n" }],
+  [Q8_0, Q8_0_RELAXED],
+  [Q4_K, Q4_K_RELAXED],
+]);
+const RELAXED = SIMD128.map((k) => RELAXED_OWN.get(k) ?? k);
 const KERNELS: Record<KernelBuild, Map<GGMLType, WeightKernel>> = {
   simd128: new Map(SIMD128.map((k) => [k.type, k])),
   relaxed: new Map(RELAXED.map((k) => [k.type, k])),

@@ -7,6 +7,7 @@ import { f16Table } from "../../format/half.js";
 import { scaleMinK4 } from "../../format/quant.js";
 import type { WeightKernel } from "../weight-kernels.js";
 import { copyKernel } from "./row-copy.js";
+import { checkPack } from "./tiled.js";
 
 export const Q4_K = copyKernel(GGMLType.Q4_K, "q8_K", "q4_K");
 export const Q5_K = copyKernel(GGMLType.Q5_K, "q8_K", "q5_K");
@@ -21,9 +22,10 @@ const Q4KI_BYTES = 152;
  * One GGUF Q4_K block at src[o..] -> the relaxed build's block at dst[p..]: the nibbles of
  * sub-blocks 4h..4h+3 in 64 bytes at 64 h, vector j (16 bytes at 64 h + 16 j) holding in bytes
  * 4b..4b+3 elements 8j..8j+3 (low nibbles) and 8j+4..8j+7 (high nibbles) of sub-block 4h + b;
- * then the 8 six-bit scales and the 8 mins as bytes @128 and @136, d and dmin as f32 @144, @148.
+ * then the 8 six-bit scales and the 8 mins as bytes @128 and @136, d and dmin as f32 @144, @148
+ * (written through `f32`, a view of dst's bytes).
  */
-function packBlockQ4K(src: Uint8Array, o: number, dst: Uint8Array, p: number): void {
+function packBlockQ4K(src: Uint8Array, o: number, dst: Uint8Array, f32: DataView, p: number): void {
   dst.fill(0, p, p + 128);
   for (let sb = 0; sb < 8; sb++) {
     const [sc, m] = scaleMinK4(src, o + 4, sb);
@@ -39,9 +41,8 @@ function packBlockQ4K(src: Uint8Array, o: number, dst: Uint8Array, p: number): v
       dst[at] |= r < 4 ? v : v << 4;
     }
   }
-  const f = new DataView(dst.buffer, dst.byteOffset + p + 144, 8);
-  f.setFloat32(0, f16Table[src[o] | (src[o + 1] << 8)], true);
-  f.setFloat32(4, f16Table[src[o + 2] | (src[o + 3] << 8)], true);
+  f32.setFloat32(p + 144, f16Table[src[o] | (src[o + 1] << 8)], true);
+  f32.setFloat32(p + 148, f16Table[src[o + 2] | (src[o + 3] << 8)], true);
 }
 
 /**
@@ -55,15 +56,11 @@ export const Q4_K_RELAXED: WeightKernel = {
   packedBytes: (rows, cols) => rows * (Q4_K.packedBytes(1, cols) / Q4K_BYTES) * Q4KI_BYTES,
   pack(src, dst, rowStart, nrows, rows, cols) {
     const nb = Q4_K.packedBytes(1, cols) / Q4K_BYTES; // (throws for a width that is not whole blocks)
-    if (rowStart < 0 || nrows < 0 || rowStart + nrows > rows)
-      throw new Error(`Q4_K pack: rows ${rowStart}..${rowStart + nrows} are outside the matrix's ${rows}`);
-    if (src.length < nrows * nb * Q4K_BYTES)
-      throw new Error(`Q4_K pack: ${nrows} rows of ${cols} need ${nrows * nb * Q4K_BYTES} bytes, got ${src.length}`);
-    if (dst.length < rows * nb * Q4KI_BYTES)
-      throw new Error(`Q4_K pack: destination holds ${dst.length} bytes, the matrix needs ${rows * nb * Q4KI_BYTES}`);
+    checkPack("Q4_K", src, dst, rowStart, nrows, rows, cols, nb * Q4K_BYTES, rows * nb * Q4KI_BYTES);
+    const f32 = new DataView(dst.buffer, dst.byteOffset, dst.byteLength);
     for (let r = 0; r < nrows; r++)
       for (let b = 0; b < nb; b++)
-        packBlockQ4K(src, (r * nb + b) * Q4K_BYTES, dst, ((rowStart + r) * nb + b) * Q4KI_BYTES);
+        packBlockQ4K(src, (r * nb + b) * Q4K_BYTES, dst, f32, ((rowStart + r) * nb + b) * Q4KI_BYTES);
   },
 };
 

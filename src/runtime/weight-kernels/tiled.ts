@@ -27,9 +27,9 @@ export function checkPack(
   if (rowStart < 0 || nrows < 0 || rowStart + nrows > rows)
     throw new Error(`${name}: rows [${rowStart}, ${rowStart + nrows}) are outside a matrix of ${rows} rows`);
   if (src.length < nrows * rowBytes)
-    throw new Error(`${name}: source holds ${src.length} bytes, ${nrows} rows need ${nrows * rowBytes}`);
+    throw new Error(`${name}: source holds ${src.length} bytes, ${nrows} rows need ${nrows * rowBytes} bytes`);
   if (dst.length < packed)
-    throw new Error(`${name}: destination holds ${dst.length} bytes, the packed matrix needs ${packed}`);
+    throw new Error(`${name}: destination holds ${dst.length} bytes, the packed matrix needs ${packed} bytes`);
   if (dst.byteOffset % 16 !== 0)
     throw new Error(`${name}: destination must be 16-byte aligned (offset ${dst.byteOffset})`);
 }
