@@ -3,8 +3,8 @@
 // per 256-block and scaled by the f32 product of the two block scales; Q4_K/Q5_K subtract
 // dmin * sum(min_j * bsum_j) from the activation's 16-value sums, as ggml does.
 //
-// Weights stay in GGUF's layout (packing is a copy), except the relaxed build's Q4_K (below, at
-// its kernel), so rows read from flash need no conversion:
+// Weights stay in GGUF's layout (packing is a copy), except the relaxed build's Q4_K and Q6_K
+// (below, at their kernels), so rows read from flash need no conversion:
 //   Q4_K 144 B: d f16 @0, dmin f16 @2, scales[12] @4, qs[128] @16
 //   Q5_K 176 B: d @0, dmin @2, scales[12] @4, qh[32] @16, qs[128] @48
 //   Q6_K 210 B: ql[128] @0, qh[64] @128, scales i8[16] @192, d f16 @208
@@ -23,7 +23,7 @@
 // 2 tokens (all three types).
 // Wider tiles spill. Inner loops stay loops: fully unrolled blocks made V8 hoist every load and
 // spill most vectors to the stack, unless each step pins its partial sum (schedule_pin.ts), as the
-// relaxed Q4_K, Q5_K and Q6_K blocks below do.
+// Q5_K and Q6_K blocks below do.
 
 import { f16ToF32Finite } from "./half";
 import { dotLoHi, dotw } from "./matvec_q4_relaxed";
@@ -360,7 +360,7 @@ const Q4KI_SEL = memory.data<u8>(
   16,
 );
 const Q4KI: usize = 152;
-const Q8KI: usize = 288;
+const Q8KI: usize = 320;
 
 /** i16 pair sums of one half (64 weight bytes at wh, 128 activation bytes at xh) of a block. */
 @inline function halfQ4Ki(wh: usize, xh: usize, m: v128): v128 {
@@ -386,8 +386,8 @@ const Q8KI: usize = 288;
     i32x4.dot_i16x8_s(h0, i8x16.relaxed_swizzle(sm, v128.load(Q4KI_SEL))),
     i32x4.dot_i16x8_s(h1, i8x16.relaxed_swizzle(sm, v128.load(Q4KI_SEL, 16))),
   );
-  const mi = i32x4.dot_i16x8_s(i8x16.relaxed_swizzle(sm, v128.load(Q4KI_SEL, 32)), v128.load(xb, 256));
-  const dx = load<f32>(xb, 272);
+  const mi = i32x4.dot_i16x8_s(i8x16.relaxed_swizzle(sm, v128.load(Q4KI_SEL, 32)), v128.load(xb, 288));
+  const dx = load<f32>(xb, 304);
   return f32x4.add(
     acc,
     f32x4.sub(
@@ -541,19 +541,16 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   );
 }
 
-/** A 16-value group's scale as groupK takes it: i32 lanes, or i16 lanes in the relaxed build. */
+/** A 16- or 32-value group's scale as groupK / subBlockK5 take it: i32 lanes, or i16 lanes in the relaxed build. */
 @inline function scaleK(sc: i32): v128 {
   return ASC_FEATURE_RELAXED_SIMD ? i16x8.splat(<i16>sc) : i32x4.splat(sc);
 }
 
 /**
  * sc * dot(q, x) for one 16-value group (the 256 divided out exactly first: no overflow); sc from
- * scaleK. The relaxed build meets the 6-bit q (7-bit operands) with x in one relaxed dot and folds
- * the i16 pairs times sc with one dot_i16x8_s (a pair is at most 2 * 128 * 63): lane l holds bytes
- * 4l..4l+3 either way, so both builds give the same bits.
+ * scaleK. (The SIMD128 build's: the relaxed build has its own Q6_K blocks, below.)
  */
 @inline function groupK(q: v128, x: v128, sc: v128): v128 {
-  if (ASC_FEATURE_RELAXED_SIMD) return i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(x, q), sc);
   return i32x4.mul(i32x4.shr_s(dotBytes256(q, x), 8), sc);
 }
 
@@ -670,9 +667,184 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   store<f32>(y1, hsum(acc1));
 }
 
-/** y[r] = W[r,:] . x for r in [r0, r1); W Q6_K (GGUF layout), x one Q8_K row. */
+// The relaxed build's Q6_K (src/runtime/weight-kernels/kquant.ts packs it; "q8_Ki" activations
+// as the relaxed Q4_K's): per 256-value block 16 vectors of 6-bit quants, the partners of q8_Ki's
+// 16 activation vectors, stored four in three. Quad g (48 bytes at 48 g: A, B, C) holds
+//   W0 = A & 0x3f, W1 = B & 0x3f, W2 = C & 0x3f, W3 = (A & 0xc0) >> 6 | (B & 0xc0) >> 4 | (C & 0xc0) >> 2
+// (16-bit shifts: the masks clear every bit that would cross into the neighbouring byte): 11
+// instructions for 64 values, against about 18 from GGUF's nibbles and 2-bit tops. They meet the
+// activation vectors L_2k, H_2k, L_2k+1, H_2k+1 of half h (g = 2h + k), whose bytes 4b..4b+3 are
+// all in 16-value sub-block 8h + 2b + k; so a relaxed dot leaves sub-block pairs in i16 lanes
+// 2b, 2b + 1, two such dots add up in i16 (a lane is at most 2 * 2 * 63 * 127 = 32004), and one
+// dot_i16x8_s with the quad's scales spread as [s, s] pairs gives lane b = s * dot. GGUF's layout
+// needs a scale splat for every 16 values. Scales (GGUF's 16 i8) @192, d as f32 @208; the
+// offset 32 comes off with the activation's 16-value sums, as in offsetQ6K. Integer sums as
+// ggml's; the float lanes differ from the SIMD128 build's, so the builds agree to rounding.
+
+// +16 g: selector spreading scale bytes 8h + k, 8h + 2 + k, 8h + 4 + k, 8h + 6 + k (g = 2h + k)
+// into byte pairs (the upper 8 bytes unused); +64: 0x3f bytes, +80: 0xc0 bytes
+const Q6KI_SEL = memory.data<u8>(
+  [
+    0, 0, 2, 2, 4, 4, 6, 6, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 1, 1, 3, 3, 5, 5, 7, 7, 0x80, 0x80, 0x80,
+    0x80, 0x80, 0x80, 0x80, 0x80, 8, 8, 10, 10, 12, 12, 14, 14, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 9, 9,
+    11, 11, 13, 13, 15, 15, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f,
+    0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0,
+    0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0,
+  ],
+  16,
+);
+const Q6KI: usize = 212;
+
+/** Quad g's scales as i16 pairs, for dot_i16x8_s (wb: the block). */
+@inline function spreadQ6Ki(wb: usize, g: usize): v128 {
+  return i16x8.extend_low_i8x16_s(i8x16.relaxed_swizzle(v128.load(wb, 192), v128.load(Q6KI_SEL + (g << 4))));
+}
+
+/** The fourth 6-bit vector of a quad, from the top bits of its three bytes vectors. */
+@inline function q6Fourth(A: v128, B: v128, C: v128, mc0: v128): v128 {
+  return v128.or(
+    v128.or(i16x8.shr_u(v128.and(A, mc0), 6), i16x8.shr_u(v128.and(B, mc0), 4)),
+    i16x8.shr_u(v128.and(C, mc0), 2),
+  );
+}
+
+/** isum + the quad's four unpacked vectors against the activation vectors at xq (64 bytes), scales sp. */
+@inline function quadQ6KiDots(isum: v128, w0: v128, w1: v128, w2: v128, w3: v128, xq: usize, sp: v128): v128 {
+  const s01 = i16x8.add(
+    i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xq), w0),
+    i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xq, 16), w1),
+  );
+  isum = i32x4.add(isum, i32x4.dot_i16x8_s(s01, sp));
+  const s23 = i16x8.add(
+    i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xq, 32), w2),
+    i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xq, 48), w3),
+  );
+  return i32x4.add(isum, i32x4.dot_i16x8_s(s23, sp));
+}
+
+/** isum + quad g of the block at wb against the q8_Ki block at xb; m3f, mc0: 0x3f and 0xc0 bytes. */
+@inline function quadQ6Ki(isum: v128, wb: usize, xb: usize, g: usize, m3f: v128, mc0: v128): v128 {
+  const wq = wb + g * 48;
+  const A = v128.load(wq),
+    B = v128.load(wq, 16),
+    C = v128.load(wq, 32);
+  return quadQ6KiDots(
+    isum,
+    v128.and(A, m3f),
+    v128.and(B, m3f),
+    v128.and(C, m3f),
+    q6Fourth(A, B, C, mc0),
+    xb + (g << 6),
+    spreadQ6Ki(wb, g),
+  );
+}
+
+/** acc + a block's integer sum less its offset 32 (q8_Ki's 16-value sums), times d * dx. */
+@inline function finishQ6Ki(acc: v128, isum: v128, wb: usize, xb: usize): v128 {
+  const sc = v128.load(wb, 192);
+  const corr = i32x4.add(
+    i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(sc), v128.load(xb, 256)),
+    i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(sc), v128.load(xb, 272)),
+  );
+  return f32x4.add(
+    acc,
+    f32x4.mul(
+      f32x4.convert_i32x4_s(i32x4.sub(isum, i32x4.shl(corr, 5))),
+      f32x4.splat(load<f32>(wb, 208) * load<f32>(xb, 304)),
+    ),
+  );
+}
+
+@inline function dotQ6Ki(w: usize, x: usize, nb: usize): f32 {
+  const m3f = v128.load(Q6KI_SEL, 64),
+    mc0 = v128.load(Q6KI_SEL, 80);
+  let acc = f32x4.splat(0);
+  for (let b: usize = 0; b < nb; b++) {
+    const wb = w + b * Q6KI,
+      xb = x + b * Q8KI;
+    let isum = i32x4.splat(0);
+    for (let g: usize = 0; g < 4; g++) {
+      isum = quadQ6Ki(isum, wb, xb, g, m3f, mc0);
+      pin(isum);
+    }
+    acc = finishQ6Ki(acc, isum, wb, xb);
+  }
+  return hsum(acc);
+}
+
+/** Rows at wa and wc (two weight streams) against one q8_Ki row, quad by quad. */
+@inline function dotQ6KiRows2(wa: usize, wc: usize, x: usize, nb: usize, ya: usize, yc: usize): void {
+  const m3f = v128.load(Q6KI_SEL, 64),
+    mc0 = v128.load(Q6KI_SEL, 80);
+  let acca = f32x4.splat(0),
+    accc = f32x4.splat(0);
+  for (let b: usize = 0; b < nb; b++) {
+    const ba = wa + b * Q6KI,
+      bc = wc + b * Q6KI,
+      xb = x + b * Q8KI;
+    let isa = i32x4.splat(0),
+      isc = i32x4.splat(0);
+    for (let g: usize = 0; g < 4; g++) {
+      isa = quadQ6Ki(isa, ba, xb, g, m3f, mc0);
+      pin(isa);
+      isc = quadQ6Ki(isc, bc, xb, g, m3f, mc0);
+      pin(isc);
+    }
+    acca = finishQ6Ki(acca, isa, ba, xb);
+    accc = finishQ6Ki(accc, isc, bc, xb);
+  }
+  store<f32>(ya, hsum(acca));
+  store<f32>(yc, hsum(accc));
+}
+
+/** One row against two q8_Ki rows (x0, x1): each unpacked quad serves both tokens. */
+@inline function dotQ6KiTokens2(w: usize, x0: usize, x1: usize, nb: usize, y0: usize, y1: usize): void {
+  const m3f = v128.load(Q6KI_SEL, 64),
+    mc0 = v128.load(Q6KI_SEL, 80);
+  let acc0 = f32x4.splat(0),
+    acc1 = f32x4.splat(0);
+  for (let b: usize = 0; b < nb; b++) {
+    const wb = w + b * Q6KI,
+      xa = x0 + b * Q8KI,
+      xc = x1 + b * Q8KI;
+    let is0 = i32x4.splat(0),
+      is1 = i32x4.splat(0);
+    for (let g: usize = 0; g < 4; g++) {
+      const wq = wb + g * 48;
+      const A = v128.load(wq),
+        B = v128.load(wq, 16),
+        C = v128.load(wq, 32);
+      const w0 = v128.and(A, m3f),
+        w1 = v128.and(B, m3f),
+        w2 = v128.and(C, m3f),
+        w3 = q6Fourth(A, B, C, mc0);
+      const sp = spreadQ6Ki(wb, g);
+      is0 = quadQ6KiDots(is0, w0, w1, w2, w3, xa + (g << 6), sp);
+      is1 = quadQ6KiDots(is1, w0, w1, w2, w3, xc + (g << 6), sp);
+      pin2(is0, is1);
+    }
+    acc0 = finishQ6Ki(acc0, is0, wb, xa);
+    acc1 = finishQ6Ki(acc1, is1, wb, xc);
+  }
+  store<f32>(y0, hsum(acc0));
+  store<f32>(y1, hsum(acc1));
+}
+
+/** y[r] = W[r,:] . x for r in [r0, r1); W Q6_K (GGUF layout; relaxed build: its own), x one Q8_K row (relaxed: q8_Ki). */
 export function matvec_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 8);
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    // a row from each half of the range at once: two weight streams (as the relaxed Q4_K)
+    const rbi = nb * Q6KI;
+    const half = (r1 - r0) >> 1;
+    for (let i = 0; i < half; i++) {
+      const ra = <usize>(r0 + i),
+        rc = <usize>(r0 + half + i);
+      dotQ6KiRows2(w + ra * rbi, w + rc * rbi, x, nb, y + (ra << 2), y + (rc << 2));
+    }
+    for (let r = r0 + (half << 1); r < r1; r++) store<f32>(y + ((<usize>r) << 2), dotQ6Ki(w + <usize>r * rbi, x, nb));
+    return;
+  }
   const rb = nb * Q6K;
   for (let r = r0; r < r1; r++) store<f32>(y + ((<usize>r) << 2), dotQ6K(w + <usize>r * rb, x, nb));
 }
@@ -680,8 +852,9 @@ export function matvec_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 /** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1): each weight row is read once for all tokens. */
 export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   const nb = <usize>(cols >> 8);
-  const rb = nb * Q6K,
-    xs = nb * Q8K,
+  // the relaxed build's blocks and activations are its own (above); the loops are the same
+  const rb = nb * (ASC_FEATURE_RELAXED_SIMD ? Q6KI : Q6K),
+    xs = nb * (ASC_FEATURE_RELAXED_SIMD ? Q8KI : Q8K),
     ys = (<usize>rows) << 2;
   for (let r = r0; r < r1; r++) {
     const wr = w + <usize>r * rb,
@@ -690,9 +863,13 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
     for (; t + 2 <= ntok; t += 2) {
       const xt = x + <usize>t * xs,
         yt = yr + <usize>t * ys;
-      dotQ6KTokens2(wr, xt, xt + xs, nb, yt, yt + ys);
+      if (ASC_FEATURE_RELAXED_SIMD) dotQ6KiTokens2(wr, xt, xt + xs, nb, yt, yt + ys);
+      else dotQ6KTokens2(wr, xt, xt + xs, nb, yt, yt + ys);
     }
-    if (t < ntok) store<f32>(yr + <usize>t * ys, dotQ6K(wr, x + <usize>t * xs, nb));
+    if (t < ntok) {
+      const xt = x + <usize>t * xs;
+      store<f32>(yr + <usize>t * ys, ASC_FEATURE_RELAXED_SIMD ? dotQ6Ki(wr, xt, nb) : dotQ6K(wr, xt, nb));
+    }
   }
 }
 

@@ -81,12 +81,19 @@ export function prepare_q8_K(x: usize, dst: usize, cols: i32, ntok: i32): void {
   }
 }
 
-// The relaxed build's Q4_K activations, "q8_Ki" (288 bytes per 256 values): the same quants and d
-// as Q8_K, ordered for the relaxed Q4_K kernel (matvec_kquant.ts): half h (sub-blocks 4h..4h+3)
-// at 128 h holds for j = 0..3 vector L_j at 32 j and H_j at 32 j + 16; bytes 4b..4b+3 of L_j are
-// elements 8j..8j+3 of sub-block 4h + b, of H_j elements 8j+4..8j+7. Then the 8 sub-blocks' sums
-// as i16 @256 and d as f32 @272; 12 bytes of zeros.
-const Q8KI: usize = 288;
+// The relaxed build's Q4_K and Q6_K activations, "q8_Ki" (320 bytes per 256 values): the same
+// quants and d as Q8_K, ordered for the relaxed kernels (matvec_kquant.ts): half h (32-value
+// sub-blocks 4h..4h+3) at 128 h holds for j = 0..3 vector L_j at 32 j and H_j at 32 j + 16; bytes
+// 4b..4b+3 of L_j are elements 8j..8j+3 of sub-block 4h + b, of H_j elements 8j+4..8j+7. Then the
+// sums of the 16 runs of 16 values as i16 @256 (Q8_K's bsums), of the 8 sub-blocks as i16 @288,
+// d as f32 @304; 12 bytes of zeros.
+const Q8KI: usize = 320;
+
+/** The sum of the 4 i32 lanes of v. */
+@inline function lanesSum(v: v128): i32 {
+  const t = i32x4.add(v, i32x4.shuffle(v, v, 2, 3, 0, 1));
+  return i32x4.extract_lane(i32x4.add(t, i32x4.shuffle(t, t, 1, 0, 3, 2)), 0);
+}
 
 @inline function blockQ8Ki(x: usize, dst: usize): void {
   const max = blockMax(x);
@@ -99,7 +106,8 @@ const Q8KI: usize = 288;
   for (let sb: usize = 0; sb < 8; sb++) {
     const p = x + (sb << 7);
     const o = dst + ((sb >> 2) << 7) + ((sb & 3) << 2);
-    let sum = i32x4.splat(0);
+    let sum = i32x4.splat(0),
+      first: i32 = 0;
     for (let j: usize = 0; j < 4; j++) {
       const lo = quant4(p + (j << 5), vs),
         hi = quant4(p + (j << 5) + 16, vs);
@@ -107,12 +115,15 @@ const Q8KI: usize = 288;
       const b = i8x16.narrow_i16x8_s(i16x8.narrow_i32x4_s(lo, hi), i16x8.narrow_i32x4_s(lo, hi));
       v128.store32_lane(o + (j << 5), b, 0);
       v128.store32_lane(o + (j << 5) + 16, b, 1);
+      if (j == 1) first = lanesSum(sum); // the sub-block's first 16 values
     }
-    const t = i32x4.add(sum, i32x4.shuffle(sum, sum, 2, 3, 0, 1));
-    store<i16>(dst + 256 + (sb << 1), <i16>i32x4.extract_lane(i32x4.add(t, i32x4.shuffle(t, t, 1, 0, 3, 2)), 0));
+    const total = lanesSum(sum);
+    store<i16>(dst + 256 + (sb << 2), <i16>first);
+    store<i16>(dst + 258 + (sb << 2), <i16>(total - first));
+    store<i16>(dst + 288 + (sb << 1), <i16>total);
   }
-  store<f32>(dst, <f32>1.0 / iscale, 272);
-  memory.fill(dst + 276, 0, 12);
+  store<f32>(dst, <f32>1.0 / iscale, 304);
+  memory.fill(dst + 308, 0, 12);
 }
 
 /** ntok rows of `cols` f32 (cols a multiple of 256) at x -> ntok rows of q8_Ki blocks at dst. */

@@ -8,7 +8,7 @@ import { f32ToBF16, f32ToF16 } from "../src/format/half.js";
 import { Arena } from "../src/runtime/arena.js";
 import { instantiateKernels, kernelBuild } from "../src/runtime/wasm.js";
 import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
-import { q8KiFromQ8K } from "../src/runtime/weight-kernels/kquant.js";
+import { Q8KI_BYTES, q8KiFromQ8K } from "../src/runtime/weight-kernels/kquant.js";
 import { rng } from "./helpers.js";
 
 /** Random but valid weight bytes: random quants and scale bytes, sane f16 block scales. */
@@ -114,8 +114,8 @@ function reference(
 for (const { type, cols: colList } of CASES) {
   test(`${typeName(type)} matvec and matmul equal the reference dot (odd rows, sub-ranges, 1..5 tokens)`, () => {
     const wk = weightKernel(type);
-    // the relaxed build packs Q4_K its own way and takes "q8_Ki" (weight-kernels/kquant.ts)
-    const interleaved = type === GGMLType.Q4_K && kernelBuild() === "relaxed";
+    // the relaxed build packs Q4_K and Q6_K its own way and takes "q8_Ki" (weight-kernels/kquant.ts)
+    const interleaved = (type === GGMLType.Q4_K || type === GGMLType.Q6_K) && kernelBuild() === "relaxed";
     assert.equal(
       wk.act,
       { [GGMLType.F16]: "f32", [GGMLType.BF16]: "f32", [GGMLType.Q5_0]: "q8_0", [GGMLType.Q5_1]: "q8_1" }[
@@ -134,7 +134,8 @@ for (const { type, cols: colList } of CASES) {
         const rb = rowBytes(type, cols);
         const gguf = randomWeights(type, rows, cols, ++seed);
         // pack in two calls (rows split) as a streaming loader would
-        assert.equal(wk.packedBytes(rows, cols), interleaved ? rows * (cols / 256) * 152 : rows * rb);
+        const ownBlock = type === GGMLType.Q4_K ? 152 : 212;
+        assert.equal(wk.packedBytes(rows, cols), interleaved ? rows * (cols / 256) * ownBlock : rows * rb);
         const packed = new Uint8Array(wk.packedBytes(rows, cols));
         const split = rows >> 1;
         wk.pack(gguf.subarray(0, split * rb), packed, 0, split, rows, cols);
@@ -149,7 +150,7 @@ for (const { type, cols: colList } of CASES) {
           if (t === 2) x.fill(0, 0, Math.min(cols, 40)); // a block of zeros (Q8 scale 0)
           const a = prepareActivation(type, x);
           acts.push(a);
-          // the bytes the kernel takes: Q8_K blocks reordered for the relaxed Q4_K
+          // the bytes the kernel takes: Q8_K blocks reordered for the relaxed Q4_K and Q6_K
           const k = interleaved ? q8KiFromQ8K(a as Uint8Array, cols) : a;
           assert.equal(k.byteLength, ab);
           xall.set(k instanceof Float32Array ? new Uint8Array(k.buffer, k.byteOffset, k.byteLength) : k, t * ab);
@@ -247,7 +248,7 @@ test("prepare_q8_K writes the reference Q8_K bytes exactly (several blocks, toke
   const dv = new DataView(got.buffer, got.byteOffset);
   assert.ok(dv.getFloat32(2 * ab + 292, true) > 0, "block with -3 first: d = 1 / (-127 / -3) > 0");
   assert.ok(dv.getFloat32(2 * ab + 584, true) < 0, "block with +3 first: d < 0");
-  // q8_Ki (the relaxed build's Q4_K activations): the same quants and d, interleaved, with sub-block sums
+  // q8_Ki (the relaxed build's Q4_K and Q6_K activations): the same quants and d, interleaved, with both sums
   const ib = activationBytes("q8_Ki", cols);
   const ip = arena.alloc(ib * ntok);
   arena.u8(ip, ib * ntok).fill(0xcc);
@@ -258,7 +259,7 @@ test("prepare_q8_K writes the reference Q8_K bytes exactly (several blocks, toke
     for (let i = 0; i < ib; i++)
       if (gotI[t * ib + i] !== want[i])
         assert.fail(
-          `q8_Ki token ${t}: byte ${i} (block ${Math.floor(i / 288)}, offset ${i % 288}) is ${gotI[t * ib + i]}, want ${want[i]}`,
+          `q8_Ki token ${t}: byte ${i} (block ${Math.floor(i / Q8KI_BYTES)}, offset ${i % Q8KI_BYTES}) is ${gotI[t * ib + i]}, want ${want[i]}`,
         );
   }
 });

@@ -1,6 +1,7 @@
 /**
  * The K-quants Q4_K, Q5_K and Q6_K (assembly/matvec_kquant.ts), in GGUF's rows (row-copy.ts), with
- * ggml's Q8_K activations. The relaxed-SIMD build packs Q4_K its own way (Q4_K_RELAXED below).
+ * ggml's Q8_K activations. The relaxed-SIMD build packs Q4_K and Q6_K its own way (Q4_K_RELAXED,
+ * Q6_K_RELAXED below), with "q8_Ki" activations.
  */
 import { GGMLType } from "../../format/ggml-types.js";
 import { f16Table } from "../../format/half.js";
@@ -17,6 +18,8 @@ export const Q6_K = copyKernel(GGMLType.Q6_K, "q8_K", "q6_K");
 const Q4K_BYTES = 144;
 /** The relaxed build's Q4_K block (see Q4_K_RELAXED). */
 const Q4KI_BYTES = 152;
+/** Bytes of one "q8_Ki" activation block (256 values; q8KiFromQ8K). */
+export const Q8KI_BYTES = 320;
 
 /**
  * One GGUF Q4_K block at src[o..] -> the relaxed build's block at dst[p..]: the nibbles of
@@ -64,20 +67,91 @@ export const Q4_K_RELAXED: WeightKernel = {
   },
 };
 
+/** GGUF's Q6_K block: 128 bytes of low nibbles, 64 of 2-bit tops, 16 i8 scales, d f16. */
+const Q6K_BYTES = 210;
+/** The relaxed build's Q6_K block (see Q6_K_RELAXED). */
+const Q6KI_BYTES = 212;
+
+/** The 6-bit quant (0..63, the value being q - 32) of element e (0..255) of the GGUF Q6_K block at src[o..]. */
+function q6At(src: Uint8Array, o: number, e: number): number {
+  const half = e >> 7,
+    k = (e >> 5) & 3,
+    l = e & 31;
+  const ql = src[o + 64 * half + l + (k & 1) * 32];
+  const lo = k < 2 ? ql & 15 : ql >> 4;
+  return lo | (((src[o + 128 + 32 * half + l] >> (2 * k)) & 3) << 4);
+}
+
+/**
+ * One GGUF Q6_K block at src[o..] -> the relaxed build's block at dst[p..]. Its 16 vectors of
+ * 6-bit quants are q8_Ki's 16 activation vectors' partners (half h, then L_0, H_0, .., L_3, H_3:
+ * bytes 4b..4b+3 of L_j hold elements 8j..8j+3 of 32-value sub-block 4h + b, of H_j 8j+4..8j+7),
+ * stored four in three: vectors W_4g..W_4g+3 in 48 bytes at 48 g as A, B, C with
+ * A = W_4g | W_4g+3 << 6, B = W_4g+1 | (W_4g+3 >> 2) << 6, C = W_4g+2 | (W_4g+3 >> 4) << 6 (per byte);
+ * then GGUF's 16 scales @192 and d as f32 @208 (written through `f32`, a view of dst's bytes).
+ */
+function packBlockQ6K(src: Uint8Array, o: number, dst: Uint8Array, f32: DataView, p: number): void {
+  for (let v = 0; v < 16; v++) {
+    const h = v >> 3,
+      j = (v >> 1) & 3,
+      high = v & 1;
+    const at = p + 48 * (v >> 2),
+      slot = v & 3;
+    for (let b = 0; b < 4; b++)
+      for (let r = 0; r < 4; r++) {
+        const q = q6At(src, o, 32 * (4 * h + b) + 8 * j + 4 * high + r);
+        const i = 4 * b + r;
+        if (slot < 3) dst[at + 16 * slot + i] = q;
+        else {
+          dst[at + i] |= (q & 3) << 6;
+          dst[at + 16 + i] |= ((q >> 2) & 3) << 6;
+          dst[at + 32 + i] |= (q >> 4) << 6;
+        }
+      }
+  }
+  dst.set(src.subarray(o + 192, o + 208), p + 192);
+  f32.setFloat32(p + 208, f16Table[src[o + 208] | (src[o + 209] << 8)], true);
+}
+
+/**
+ * The relaxed-SIMD build's Q6_K: rows of 212-byte blocks (packBlockQ6K), the same kernel names,
+ * "q8_Ki" activations. Each relaxed dot meets four 16-value sub-blocks at once, whose quants come
+ * out of their bytes in under three instructions per vector (assembly/matvec_kquant.ts).
+ */
+export const Q6_K_RELAXED: WeightKernel = {
+  ...Q6_K,
+  act: "q8_Ki",
+  packedBytes: (rows, cols) => rows * (Q6_K.packedBytes(1, cols) / Q6K_BYTES) * Q6KI_BYTES,
+  pack(src, dst, rowStart, nrows, rows, cols) {
+    const nb = Q6_K.packedBytes(1, cols) / Q6K_BYTES; // (throws for a width that is not whole blocks)
+    checkPack("Q6_K", src, dst, rowStart, nrows, rows, cols, nb * Q6K_BYTES, rows * nb * Q6KI_BYTES);
+    const f32 = new DataView(dst.buffer, dst.byteOffset, dst.byteLength);
+    for (let r = 0; r < nrows; r++)
+      for (let b = 0; b < nb; b++) {
+        const p = ((rowStart + r) * nb + b) * Q6KI_BYTES;
+        // packBlockQ6K ors the fourth vector's bits into the first three
+        dst.fill(0, p, p + 192);
+        packBlockQ6K(src, (r * nb + b) * Q6K_BYTES, dst, f32, p);
+      }
+  },
+};
+
 /**
  * The "q8_Ki" activation (assembly/prepare_q8k.ts writes it from f32) from ggml's Q8_K blocks:
- * the plain-TS statement of its layout, for tests. Per 256 values (288 bytes): half h at 128 h,
+ * the plain-TS statement of its layout, for tests. Per 256 values (320 bytes): half h at 128 h,
  * vector L_j at 32 j and H_j at 32 j + 16 holding in bytes 4b..4b+3 elements 8j..8j+3 and
- * 8j+4..8j+7 of sub-block 4h + b; the 8 sub-blocks' sums as i16 @256; d as f32 @272; zeros.
+ * 8j+4..8j+7 of sub-block 4h + b; the sums of the 16 runs of 16 values as i16 @256 (Q8_K's
+ * bsums: Q6_K's offset), of the 8 sub-blocks of 32 as i16 @288 (Q4_K's mins); d as f32 @304;
+ * zeros.
  */
 export function q8KiFromQ8K(q8k: Uint8Array, cols: number): Uint8Array {
   const nb = cols / 256;
-  const out = new Uint8Array(nb * 288);
+  const out = new Uint8Array(nb * Q8KI_BYTES);
   const src = new DataView(q8k.buffer, q8k.byteOffset, q8k.byteLength);
   const dst = new DataView(out.buffer);
   for (let b = 0; b < nb; b++) {
     const i = b * 292,
-      o = b * 288;
+      o = b * Q8KI_BYTES;
     for (let sb = 0; sb < 8; sb++) {
       let sum = 0;
       for (let e = 0; e < 32; e++) {
@@ -86,9 +160,10 @@ export function q8KiFromQ8K(q8k: Uint8Array, cols: number): Uint8Array {
         const r = e & 7;
         out[o + 128 * (sb >> 2) + 32 * (e >> 3) + (r < 4 ? 0 : 16) + 4 * (sb & 3) + (r & 3)] = q & 0xff;
       }
-      dst.setInt16(o + 256 + 2 * sb, sum, true);
+      dst.setInt16(o + 288 + 2 * sb, sum, true);
     }
-    dst.setFloat32(o + 272, src.getFloat32(i, true), true);
+    for (let s = 0; s < 16; s++) dst.setInt16(o + 256 + 2 * s, src.getInt16(i + 260 + 2 * s, true), true);
+    dst.setFloat32(o + 304, src.getFloat32(i, true), true);
   }
   return out;
 }

@@ -1,6 +1,6 @@
 /**
  * Weight types that keep GGUF's row layout in wasm memory (F16, BF16: half.ts; Q5_0, Q5_1: q5.ts;
- * Q4_K (SIMD128 build), Q5_K, Q6_K: kquant.ts): row r of a packed matrix starts at r * packedBytes(1, cols), so
+ * Q4_K and Q6_K (SIMD128 build), Q5_K: kquant.ts): row r of a packed matrix starts at r * packedBytes(1, cols), so
  * packing is a copy and rows read straight from a model file are already in kernel form.
  *
  * Their speed per type: docs/benchmarks.md, "The less common weight types' kernels".
