@@ -22,8 +22,33 @@
 // In the relaxed-SIMD build the activations come as "q8_i8n" and matmul_q4_relaxed.ts's tiles
 // (the same row pair x 3 tokens, over relaxed dots) run in the same loops.
 
-import { r4_0_t1, r4_0_t2, r4_0_t3, r4_1_t1, r4_1_t2, r4_1_t3 } from "./matmul_q4_relaxed";
-import { CHUNK, f16x4, hsum, put, Q4_0_GB, Q4_1_GB, Q4_MASKS, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
+import {
+  r4_0_t1,
+  r4_0_t2,
+  r4_0_t3,
+  r4_1_t1,
+  r4_1_t2,
+  r4_1_t3,
+  r5_0_t1,
+  r5_0_t2,
+  r5_0_t3,
+  r5_1_t1,
+  r5_1_t2,
+  r5_1_t3,
+} from "./matmul_q4_relaxed";
+import {
+  CHUNK,
+  f16x4,
+  hsum,
+  put,
+  Q4_0_GB,
+  Q4_1_GB,
+  Q4_MASKS,
+  Q5_0_GB,
+  Q5_1_GB,
+  Q8_I16N_GB,
+  Q8_I8N_GB,
+} from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 
 // Row pairs whose chunk of weights stays in L2 while all the tokens pass; the pool hands out
@@ -285,8 +310,10 @@ function q4_1_t3(
   r0: i32,
   r1: i32,
   one: bool,
+  five: bool = false,
 ): void {
-  const GB = one ? Q4_1_GB : Q4_0_GB;
+  // five: the relaxed build's Q5_0 / Q5_1 (matvec_q4_relaxed.ts), whose groups are larger
+  const GB = five ? (one ? Q5_1_GB : Q5_0_GB) : one ? Q4_1_GB : Q4_0_GB;
   const AGB = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
   const ng = (cols + 127) >> 7;
   const npairs = <usize>((rows + 1) >> 1);
@@ -310,7 +337,17 @@ function q4_1_t3(
             yr = y + <usize>k * ys + ((<usize>r) << 2);
           const in0 = r >= r0 && r < r1,
             in1 = r + 1 >= r0 && r + 1 < r1;
-          if (ASC_FEATURE_RELAXED_SIMD) {
+          if (ASC_FEATURE_RELAXED_SIMD && five) {
+            if (one) {
+              if (nt == 3) r5_1_t3(wp, xp, as, yr, ys, gc, first, in0, in1);
+              else if (nt == 2) r5_1_t2(wp, xp, as, yr, ys, gc, first, in0, in1);
+              else r5_1_t1(wp, xp, as, yr, ys, gc, first, in0, in1);
+            } else {
+              if (nt == 3) r5_0_t3(wp, xp, as, yr, ys, gc, first, in0, in1);
+              else if (nt == 2) r5_0_t2(wp, xp, as, yr, ys, gc, first, in0, in1);
+              else r5_0_t1(wp, xp, as, yr, ys, gc, first, in0, in1);
+            }
+          } else if (ASC_FEATURE_RELAXED_SIMD) {
             if (one) {
               if (nt == 3) r4_1_t3(wp, xp, as, yr, ys, gc, first, in0, in1);
               else if (nt == 2) r4_1_t2(wp, xp, as, yr, ys, gc, first, in0, in1);
@@ -344,3 +381,5 @@ export function matmul_q4_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 export function matmul_q4_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   matmulQ4(w, x, y, rows, cols, ntok, r0, r1, true);
 }
+
+export { matmulQ4 };

@@ -14,22 +14,33 @@
 // q4_group.ts, lanes summed at the end of a chunk, chunks added into y), so every token's result
 // is bit for bit what matvec_q4_0/_1 gives for it alone in either build.
 
-import { Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
-import { f16x4At, hsum, put, Q4_0_GB, Q4_1_GB, Q8_I8N_GB } from "./packed_layout";
+import { dotLoHi, Q4_RELAXED_CONSTS, q5Hi, q5Lo } from "./matvec_q4_relaxed";
+import { f16x4At, hsum, put, Q4_0_GB, Q4_1_GB, Q5_0_GB, Q5_1_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 import { pin2 } from "./schedule_pin";
 
-// h + the relaxed dots of one token's activation vectors (xl, xh) with a row's unpacked vectors
-@inline function rdot(h: v128, xl: v128, xh: v128, lo: v128, hi: v128): v128 {
-  return i16x8.add(h, i16x8.add(i16x8.relaxed_dot_i8x16_i7x16_s(xl, lo), i16x8.relaxed_dot_i8x16_i7x16_s(xh, hi)));
+// h + the relaxed dots of one token's activation vectors (xl, xh) with a row's unpacked vectors:
+// i16 lanes, or for Q5 (five) the step folded into i32 block lanes at once (matvec_q4_relaxed.ts)
+@inline function rdot(h: v128, xl: v128, xh: v128, lo: v128, hi: v128, ones: v128, five: bool): v128 {
+  const d = dotLoHi(lo, hi, xl, xh);
+  return five ? i32x4.add(h, i32x4.dot_i16x8_s(d, ones)) : i16x8.add(h, d);
 }
 
-// One group's f32 update of a (row, token) accumulator from its i16 sums h.
-@inline function acc(a: v128, h: v128, ones: v128, dw: v128, mw: v128, xg: usize, one: bool): v128 {
-  const s = i32x4.dot_i16x8_s(h, ones);
+// Step j's unpacked low / high vectors of the row whose nibbles are at w and fifth bits (Q5) at f.
+@inline function unpackLo(w: v128, f: usize, j: i32, m: v128, m10: v128, five: bool): v128 {
+  return five ? q5Lo(w, v128.load(f), j, m, m10) : v128.and(w, m);
+}
+@inline function unpackHi(w: v128, f: usize, j: i32, m: v128, m10: v128, five: bool): v128 {
+  return five ? q5Hi(w, v128.load(f), j, m, m10) : v128.and(i16x8.shr_u(w, 4), m);
+}
+
+// One group's f32 update of a (row, token) accumulator from its i16 sums h (Q5: i32 block sums).
+@inline function acc(a: v128, h: v128, ones: v128, dw: v128, mw: v128, xg: usize, one: bool, five: bool): v128 {
+  const s = five ? h : i32x4.dot_i16x8_s(h, ones);
   const dx = v128.load(xg, 128);
   if (one) return q4_1Group(a, s, dw, dx, mw, v128.load(xg, 160));
-  return q4_0Group(a, s, v128.load(xg, 144), dw, dx);
+  // Q5_0's offset is 16 where Q4_0's is 8
+  return q4_0Group(a, s, five ? i32x4.shl(v128.load(xg, 144), 1) : v128.load(xg, 144), dw, dx);
 }
 
 // The row pair whose groups start at wp (rows r, r + 1), over gc groups of one chunk, times nt
@@ -46,10 +57,13 @@ import { pin2 } from "./schedule_pin";
   first: bool,
   nt: i32,
   one: bool,
+  five: bool,
   in0: bool,
   in1: bool,
 ): void {
-  const GB = one ? Q4_1_GB : Q4_0_GB;
+  const GB = five ? (one ? Q5_1_GB : Q5_0_GB) : one ? Q4_1_GB : Q4_0_GB;
+  // Q5: each row's fifth bits at +FO (row r) and +FO + 16 (row r + 1)
+  const FO: usize = one ? Q4_1_GB : Q4_0_GB;
   let a00 = f32x4.splat(0),
     a01 = f32x4.splat(0),
     a02 = f32x4.splat(0),
@@ -66,36 +80,119 @@ import { pin2 } from "./schedule_pin";
       h10 = i16x8.splat(0),
       h11 = i16x8.splat(0),
       h12 = i16x8.splat(0);
-    const m = v128.load(Q4_RELAXED_CONSTS);
-    // weight vector j of each row meets activation bytes 32j..32j+31 of each token
-    for (let j: usize = 0; j < 64; j += 16) {
-      const w0 = v128.load(wp + j),
-        w1 = v128.load(wp + j, 64);
-      const l0 = v128.and(w0, m),
-        k0 = v128.and(i16x8.shr_u(w0, 4), m),
-        l1 = v128.and(w1, m),
-        k1 = v128.and(i16x8.shr_u(w1, 4), m);
-      const o = j << 1;
-      let xl = v128.load(x0 + o),
-        xh = v128.load(x0 + o, 16);
-      h00 = rdot(h00, xl, xh, l0, k0);
-      h10 = rdot(h10, xl, xh, l1, k1);
+    const m = v128.load(Q4_RELAXED_CONSTS),
+      ones = v128.load(Q4_RELAXED_CONSTS, 16),
+      m10 = v128.load(Q4_RELAXED_CONSTS, 64);
+    // weight vector j of each row meets activation bytes 32j..32j+31 of each token; unrolled
+    // (as fast as the rolled loop for Q4, and Q5's shifts need j constant), each token pinned
+    {
+      const w0 = v128.load(wp),
+        w1 = v128.load(wp, 64);
+      const l0 = unpackLo(w0, wp + FO, 0, m, m10, five),
+        k0 = unpackHi(w0, wp + FO, 0, m, m10, five),
+        l1 = unpackLo(w1, wp + FO + 16, 0, m, m10, five),
+        k1 = unpackHi(w1, wp + FO + 16, 0, m, m10, five);
+      let xl = v128.load(x0),
+        xh = v128.load(x0, 16);
+      h00 = rdot(h00, xl, xh, l0, k0, ones, five);
+      h10 = rdot(h10, xl, xh, l1, k1, ones, five);
       pin2(h00, h10);
       if (nt > 1) {
-        xl = v128.load(x1 + o);
-        xh = v128.load(x1 + o, 16);
-        h01 = rdot(h01, xl, xh, l0, k0);
-        h11 = rdot(h11, xl, xh, l1, k1);
+        xl = v128.load(x1);
+        xh = v128.load(x1, 16);
+        h01 = rdot(h01, xl, xh, l0, k0, ones, five);
+        h11 = rdot(h11, xl, xh, l1, k1, ones, five);
         pin2(h01, h11);
       }
       if (nt > 2) {
-        xl = v128.load(x2 + o);
-        xh = v128.load(x2 + o, 16);
-        h02 = rdot(h02, xl, xh, l0, k0);
-        h12 = rdot(h12, xl, xh, l1, k1);
+        xl = v128.load(x2);
+        xh = v128.load(x2, 16);
+        h02 = rdot(h02, xl, xh, l0, k0, ones, five);
+        h12 = rdot(h12, xl, xh, l1, k1, ones, five);
+        pin2(h02, h12);
       }
     }
-    const ones = v128.load(Q4_RELAXED_CONSTS, 16);
+    {
+      const w0 = v128.load(wp, 16),
+        w1 = v128.load(wp, 80);
+      const l0 = unpackLo(w0, wp + FO, 1, m, m10, five),
+        k0 = unpackHi(w0, wp + FO, 1, m, m10, five),
+        l1 = unpackLo(w1, wp + FO + 16, 1, m, m10, five),
+        k1 = unpackHi(w1, wp + FO + 16, 1, m, m10, five);
+      let xl = v128.load(x0, 32),
+        xh = v128.load(x0, 48);
+      h00 = rdot(h00, xl, xh, l0, k0, ones, five);
+      h10 = rdot(h10, xl, xh, l1, k1, ones, five);
+      pin2(h00, h10);
+      if (nt > 1) {
+        xl = v128.load(x1, 32);
+        xh = v128.load(x1, 48);
+        h01 = rdot(h01, xl, xh, l0, k0, ones, five);
+        h11 = rdot(h11, xl, xh, l1, k1, ones, five);
+        pin2(h01, h11);
+      }
+      if (nt > 2) {
+        xl = v128.load(x2, 32);
+        xh = v128.load(x2, 48);
+        h02 = rdot(h02, xl, xh, l0, k0, ones, five);
+        h12 = rdot(h12, xl, xh, l1, k1, ones, five);
+        pin2(h02, h12);
+      }
+    }
+    {
+      const w0 = v128.load(wp, 32),
+        w1 = v128.load(wp, 96);
+      const l0 = unpackLo(w0, wp + FO, 2, m, m10, five),
+        k0 = unpackHi(w0, wp + FO, 2, m, m10, five),
+        l1 = unpackLo(w1, wp + FO + 16, 2, m, m10, five),
+        k1 = unpackHi(w1, wp + FO + 16, 2, m, m10, five);
+      let xl = v128.load(x0, 64),
+        xh = v128.load(x0, 80);
+      h00 = rdot(h00, xl, xh, l0, k0, ones, five);
+      h10 = rdot(h10, xl, xh, l1, k1, ones, five);
+      pin2(h00, h10);
+      if (nt > 1) {
+        xl = v128.load(x1, 64);
+        xh = v128.load(x1, 80);
+        h01 = rdot(h01, xl, xh, l0, k0, ones, five);
+        h11 = rdot(h11, xl, xh, l1, k1, ones, five);
+        pin2(h01, h11);
+      }
+      if (nt > 2) {
+        xl = v128.load(x2, 64);
+        xh = v128.load(x2, 80);
+        h02 = rdot(h02, xl, xh, l0, k0, ones, five);
+        h12 = rdot(h12, xl, xh, l1, k1, ones, five);
+        pin2(h02, h12);
+      }
+    }
+    {
+      const w0 = v128.load(wp, 48),
+        w1 = v128.load(wp, 112);
+      const l0 = unpackLo(w0, wp + FO, 3, m, m10, five),
+        k0 = unpackHi(w0, wp + FO, 3, m, m10, five),
+        l1 = unpackLo(w1, wp + FO + 16, 3, m, m10, five),
+        k1 = unpackHi(w1, wp + FO + 16, 3, m, m10, five);
+      let xl = v128.load(x0, 96),
+        xh = v128.load(x0, 112);
+      h00 = rdot(h00, xl, xh, l0, k0, ones, five);
+      h10 = rdot(h10, xl, xh, l1, k1, ones, five);
+      pin2(h00, h10);
+      if (nt > 1) {
+        xl = v128.load(x1, 96);
+        xh = v128.load(x1, 112);
+        h01 = rdot(h01, xl, xh, l0, k0, ones, five);
+        h11 = rdot(h11, xl, xh, l1, k1, ones, five);
+        pin2(h01, h11);
+      }
+      if (nt > 2) {
+        xl = v128.load(x2, 96);
+        xh = v128.load(x2, 112);
+        h02 = rdot(h02, xl, xh, l0, k0, ones, five);
+        h12 = rdot(h12, xl, xh, l1, k1, ones, five);
+        pin2(h02, h12);
+      }
+    }
     let dw0: v128, dw1: v128, mw0: v128, mw1: v128;
     if (one) {
       dw0 = v128.load(wp, 128);
@@ -108,15 +205,15 @@ import { pin2 } from "./schedule_pin";
       mw0 = dw0;
       mw1 = dw1;
     }
-    a00 = acc(a00, h00, ones, dw0, mw0, x0, one);
-    a10 = acc(a10, h10, ones, dw1, mw1, x0, one);
+    a00 = acc(a00, h00, ones, dw0, mw0, x0, one, five);
+    a10 = acc(a10, h10, ones, dw1, mw1, x0, one, five);
     if (nt > 1) {
-      a01 = acc(a01, h01, ones, dw0, mw0, x1, one);
-      a11 = acc(a11, h11, ones, dw1, mw1, x1, one);
+      a01 = acc(a01, h01, ones, dw0, mw0, x1, one, five);
+      a11 = acc(a11, h11, ones, dw1, mw1, x1, one, five);
     }
     if (nt > 2) {
-      a02 = acc(a02, h02, ones, dw0, mw0, x2, one);
-      a12 = acc(a12, h12, ones, dw1, mw1, x2, one);
+      a02 = acc(a02, h02, ones, dw0, mw0, x2, one, five);
+      a12 = acc(a12, h12, ones, dw1, mw1, x2, one, five);
     }
     wp += GB;
     x0 += Q8_I8N_GB;
@@ -138,22 +235,40 @@ import { pin2 } from "./schedule_pin";
 // One function per type and token count, so that each is compiled with both as constants (see
 // matmul_q4.ts).
 function r4_0_t1(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
-  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 1, false, i0, i1);
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 1, false, false, i0, i1);
 }
 function r4_0_t2(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
-  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 2, false, i0, i1);
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 2, false, false, i0, i1);
 }
 function r4_0_t3(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
-  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 3, false, i0, i1);
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 3, false, false, i0, i1);
 }
 function r4_1_t1(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
-  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 1, true, i0, i1);
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 1, true, false, i0, i1);
 }
 function r4_1_t2(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
-  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 2, true, i0, i1);
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 2, true, false, i0, i1);
 }
 function r4_1_t3(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
-  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 3, true, i0, i1);
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 3, true, false, i0, i1);
+}
+function r5_0_t1(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 1, false, true, i0, i1);
+}
+function r5_0_t2(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 2, false, true, i0, i1);
+}
+function r5_0_t3(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 3, false, true, i0, i1);
+}
+function r5_1_t1(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 1, true, true, i0, i1);
+}
+function r5_1_t2(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 2, true, true, i0, i1);
+}
+function r5_1_t3(wp: usize, xp: usize, as: usize, y: usize, ys: usize, gc: i32, f: bool, i0: bool, i1: bool): void {
+  pairTokensRelaxed(wp, xp, as, y, ys, gc, f, 3, true, true, i0, i1);
 }
 
-export { r4_0_t1, r4_0_t2, r4_0_t3, r4_1_t1, r4_1_t2, r4_1_t3 };
+export { r4_0_t1, r4_0_t2, r4_0_t3, r4_1_t1, r4_1_t2, r4_1_t3, r5_0_t1, r5_0_t2, r5_0_t3, r5_1_t1, r5_1_t2, r5_1_t3 };

@@ -33,7 +33,18 @@
 // whose streams restart every chunk, were far slower from DRAM).
 
 import { quadQ4Relaxed } from "./matvec_q4_relaxed";
-import { CHUNK, f16x4At, hsum, Q4_0_GB, Q4_1_GB, Q4_MASKS, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
+import {
+  CHUNK,
+  f16x4At,
+  hsum,
+  Q4_0_GB,
+  Q4_1_GB,
+  Q4_MASKS,
+  Q5_0_GB,
+  Q5_1_GB,
+  Q8_I16N_GB,
+  Q8_I8N_GB,
+} from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 
 // activation bytes per group: the relaxed build reads its own, smaller q8_i8n
@@ -94,8 +105,19 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
   if (r + 1 >= r0 && r + 1 < r1) store<f32>(y0, first ? hsum(a1) : load<f32>(y0, 4) + hsum(a1), 4);
 }
 
-@inline function matvecQ4(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32, one: bool): void {
-  const GB = one ? Q4_1_GB : Q4_0_GB;
+/** The Q4_0 / Q4_1 decode loops; five: the relaxed build's Q5_0 / Q5_1 (matvec_q4_relaxed.ts), whose groups are larger. */
+@inline function matvecQ4(
+  w: usize,
+  x: usize,
+  y: usize,
+  rows: i32,
+  cols: i32,
+  r0: i32,
+  r1: i32,
+  one: bool,
+  five: bool = false,
+): void {
+  const GB = five ? (one ? Q5_1_GB : Q5_0_GB) : one ? Q4_1_GB : Q4_0_GB;
   const ng = (cols + 127) >> 7;
   const npairs = <usize>((rows + 1) >> 1);
   for (let g0 = 0; g0 < ng; g0 += CHUNK) {
@@ -113,12 +135,12 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
         const pa = p + i,
           pb = p + half + i;
         const wa = wc + <usize>pa * stride;
-        quadQ4Relaxed(wa, wc + <usize>pb * stride, xc, y, gc, pa << 1, pb << 1, r0, r1, g0 == 0, one);
+        quadQ4Relaxed(wa, wc + <usize>pb * stride, xc, y, gc, pa << 1, pb << 1, r0, r1, g0 == 0, one, five);
       }
       p += half << 1;
       // an odd pair left: as both pairs, the copy not stored
       const wl = wc + <usize>p * stride;
-      if (p < pEnd) quadQ4Relaxed(wl, wl, xc, y, gc, p << 1, -2, r0, r1, g0 == 0, one);
+      if (p < pEnd) quadQ4Relaxed(wl, wl, xc, y, gc, p << 1, -2, r0, r1, g0 == 0, one, five);
     } else {
       for (; p < pEnd; p++) pairQ4(wc + <usize>p * stride, xc, y, gc, p << 1, r0, r1, g0 == 0, one);
     }
@@ -134,3 +156,5 @@ export function matvec_q4_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 export function matvec_q4_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   matvecQ4(w, x, y, rows, cols, r0, r1, true);
 }
+
+export { matvecQ4 };

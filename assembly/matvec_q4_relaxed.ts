@@ -19,15 +19,16 @@
 // prepare_q8_i8n writes the activation bytes in.
 
 import { q4_0Group, q4_1Group } from "./q4_group";
-import { hsum, Q4_0_GB, Q4_1_GB, Q8_I8N_GB } from "./packed_layout";
+import { hsum, Q4_0_GB, Q4_1_GB, Q5_0_GB, Q5_1_GB, Q8_I8N_GB } from "./packed_layout";
 import { pin2 } from "./schedule_pin";
 
-// 0x0f bytes, then i16 ones: loaded rather than written as constants, which V8 would rebuild
-// inside the loop at every use.
+// 0x0f bytes, then i16 ones, f16x4's mask and 2^112, 0x10 bytes: loaded rather than written as
+// constants, which V8 would rebuild inside the loop at every use.
 const Q4_RELAXED_CONSTS = memory.data<u32>(
   [
     0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x00010001, 0x00010001, 0x00010001, 0x00010001, 0x8fffe000,
-    0x8fffe000, 0x8fffe000, 0x8fffe000, 0x77800000, 0x77800000, 0x77800000, 0x77800000,
+    0x8fffe000, 0x8fffe000, 0x8fffe000, 0x77800000, 0x77800000, 0x77800000, 0x77800000, 0x10101010, 0x10101010,
+    0x10101010, 0x10101010,
   ],
   16,
 );
@@ -47,12 +48,52 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   return i16x8.add(i16x8.relaxed_dot_i8x16_i7x16_s(xl, lo), i16x8.relaxed_dot_i8x16_i7x16_s(xh, hi));
 }
 
+// Q5_0 / Q5_1 (this build only; the SIMD128 build keeps GGUF's rows, matvec_q5.ts): a row-pair
+// group is Q4_0's / Q4_1's, the low 4 bits of each quant as the nibbles above, then each row's
+// fifth bits in a 16-byte vector F: bit t of byte i belongs to the element that nibble vector
+// j = t >> 1 holds in byte i, in its low (t even) or high (t odd) nibble. A quant is the nibble
+// or'ed with bit t moved to 0x10 (two instructions: a 16-bit shift, whose spill-over into the
+// neighbouring byte the mask drops, and an and). Quants reach 31, so a step's two dots give at
+// most 2 * 2 * 31 * 127 = 15748 per i16 lane and two steps could overflow: each step is folded
+// into the i32 block lanes at once (a dot with ones) instead of once per group. The integer sums
+// are ggml's; Q5_0's offset 16 is twice Q4_0's correction.
+
+/** f with bit t (0..7, a constant) of each byte moved to bit 4 (the other bits not cleared). */
+@inline function bitTo4(f: v128, t: i32): v128 {
+  if (t < 4) return i16x8.shl(f, 4 - t);
+  if (t == 4) return f;
+  return i16x8.shr_u(f, t - 4);
+}
+
+/** Step j (0..3, a constant) of a Q5 row, unpacked: its low (lo) and high (hi) quants, from nibble vector w and fifth bits f. */
+@inline function q5Lo(w: v128, f: v128, j: i32, m: v128, m10: v128): v128 {
+  return v128.or(v128.and(w, m), v128.and(bitTo4(f, j << 1), m10));
+}
+@inline function q5Hi(w: v128, f: v128, j: i32, m: v128, m10: v128): v128 {
+  return v128.or(v128.and(i16x8.shr_u(w, 4), m), v128.and(bitTo4(f, (j << 1) + 1), m10));
+}
+
+/** s + step j of a Q5 row against the activation vectors xl, xh, folded into the i32 block lanes. */
+@inline function step5(
+  s: v128,
+  w: v128,
+  f: v128,
+  j: i32,
+  xl: v128,
+  xh: v128,
+  m: v128,
+  m10: v128,
+  ones: v128,
+): v128 {
+  return i32x4.add(s, i32x4.dot_i16x8_s(dotLoHi(q5Lo(w, f, j, m, m10), q5Hi(w, f, j, m, m10), xl, xh), ones));
+}
+
 /**
  * The relaxed build's pairQ4 (matvec_q4.ts), for two row pairs at once: rows r, r + 1 at wp and
  * q, q + 1 at wq (another place in memory: two weight streams), each activation vector loaded
  * once for four rows. Each row's integer sums and float order are the SIMD128 pair kernel's, so
  * the builds give the same bits. A lone pair goes in as both, with q < 0: its copy is computed
- * and not stored.
+ * and not stored. `five`: Q5_0 / Q5_1 groups (above), whose steps fold into i32 lanes each.
  */
 @inline function quadQ4Relaxed(
   wp: usize,
@@ -66,70 +107,114 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   r1: i32,
   first: bool,
   one: bool,
+  five: bool,
 ): void {
   const m = v128.load(Q4_RELAXED_CONSTS);
-  const GB = one ? Q4_1_GB : Q4_0_GB;
+  const GB = five ? (one ? Q5_1_GB : Q5_0_GB) : one ? Q4_1_GB : Q4_0_GB;
+  // the fifth bits of rows r, r + 1 (and q, q + 1) at +FO, +FO + 16
+  const FO: usize = one ? Q4_1_GB : Q4_0_GB;
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0),
     a2 = f32x4.splat(0),
     a3 = f32x4.splat(0);
   for (let g = 0; g < gc; g++) {
-    // unrolled by hand (a rolled loop costs V8 a branch and a stack check per step), each step
-    // pinned so that V8 does not issue the whole group's loads first (schedule_pin.ts)
-    let xl = v128.load(xp),
-      xh = v128.load(xp, 16);
-    let h0 = dotw(v128.load(wp), xl, xh, m),
+    let h0: v128, h1: v128, h2: v128, h3: v128;
+    if (five) {
+      // the same steps, each folded into i32 block lanes, unrolled and pinned as below
+      const ones = v128.load(Q4_RELAXED_CONSTS, 16),
+        m10 = v128.load(Q4_RELAXED_CONSTS, 64);
+      h0 = h1 = h2 = h3 = i32x4.splat(0);
+      let xl = v128.load(xp),
+        xh = v128.load(xp, 16);
+      h0 = step5(h0, v128.load(wp), v128.load(wp + FO), 0, xl, xh, m, m10, ones);
+      h1 = step5(h1, v128.load(wp, 64), v128.load(wp + FO, 16), 0, xl, xh, m, m10, ones);
+      pin2(h0, h1);
+      h2 = step5(h2, v128.load(wq), v128.load(wq + FO), 0, xl, xh, m, m10, ones);
+      h3 = step5(h3, v128.load(wq, 64), v128.load(wq + FO, 16), 0, xl, xh, m, m10, ones);
+      pin2(h2, h3);
+      xl = v128.load(xp, 32);
+      xh = v128.load(xp, 48);
+      h0 = step5(h0, v128.load(wp, 16), v128.load(wp + FO), 1, xl, xh, m, m10, ones);
+      h1 = step5(h1, v128.load(wp, 80), v128.load(wp + FO, 16), 1, xl, xh, m, m10, ones);
+      pin2(h0, h1);
+      h2 = step5(h2, v128.load(wq, 16), v128.load(wq + FO), 1, xl, xh, m, m10, ones);
+      h3 = step5(h3, v128.load(wq, 80), v128.load(wq + FO, 16), 1, xl, xh, m, m10, ones);
+      pin2(h2, h3);
+      xl = v128.load(xp, 64);
+      xh = v128.load(xp, 80);
+      h0 = step5(h0, v128.load(wp, 32), v128.load(wp + FO), 2, xl, xh, m, m10, ones);
+      h1 = step5(h1, v128.load(wp, 96), v128.load(wp + FO, 16), 2, xl, xh, m, m10, ones);
+      pin2(h0, h1);
+      h2 = step5(h2, v128.load(wq, 32), v128.load(wq + FO), 2, xl, xh, m, m10, ones);
+      h3 = step5(h3, v128.load(wq, 96), v128.load(wq + FO, 16), 2, xl, xh, m, m10, ones);
+      pin2(h2, h3);
+      xl = v128.load(xp, 96);
+      xh = v128.load(xp, 112);
+      h0 = step5(h0, v128.load(wp, 48), v128.load(wp + FO), 3, xl, xh, m, m10, ones);
+      h1 = step5(h1, v128.load(wp, 112), v128.load(wp + FO, 16), 3, xl, xh, m, m10, ones);
+      pin2(h0, h1);
+      h2 = step5(h2, v128.load(wq, 48), v128.load(wq + FO), 3, xl, xh, m, m10, ones);
+      h3 = step5(h3, v128.load(wq, 112), v128.load(wq + FO, 16), 3, xl, xh, m, m10, ones);
+      pin2(h2, h3);
+    } else {
+      // unrolled by hand (a rolled loop costs V8 a branch and a stack check per step), each step
+      // pinned so that V8 does not issue the whole group's loads first (schedule_pin.ts)
+      let xl = v128.load(xp),
+        xh = v128.load(xp, 16);
+      h0 = dotw(v128.load(wp), xl, xh, m);
       h1 = dotw(v128.load(wp, 64), xl, xh, m);
-    pin2(h0, h1);
-    let h2 = dotw(v128.load(wq), xl, xh, m),
+      pin2(h0, h1);
+      h2 = dotw(v128.load(wq), xl, xh, m);
       h3 = dotw(v128.load(wq, 64), xl, xh, m);
-    pin2(h2, h3);
-    xl = v128.load(xp, 32);
-    xh = v128.load(xp, 48);
-    h0 = i16x8.add(h0, dotw(v128.load(wp, 16), xl, xh, m));
-    h1 = i16x8.add(h1, dotw(v128.load(wp, 80), xl, xh, m));
-    pin2(h0, h1);
-    h2 = i16x8.add(h2, dotw(v128.load(wq, 16), xl, xh, m));
-    h3 = i16x8.add(h3, dotw(v128.load(wq, 80), xl, xh, m));
-    pin2(h2, h3);
-    xl = v128.load(xp, 64);
-    xh = v128.load(xp, 80);
-    h0 = i16x8.add(h0, dotw(v128.load(wp, 32), xl, xh, m));
-    h1 = i16x8.add(h1, dotw(v128.load(wp, 96), xl, xh, m));
-    pin2(h0, h1);
-    h2 = i16x8.add(h2, dotw(v128.load(wq, 32), xl, xh, m));
-    h3 = i16x8.add(h3, dotw(v128.load(wq, 96), xl, xh, m));
-    pin2(h2, h3);
-    xl = v128.load(xp, 96);
-    xh = v128.load(xp, 112);
-    h0 = i16x8.add(h0, dotw(v128.load(wp, 48), xl, xh, m));
-    h1 = i16x8.add(h1, dotw(v128.load(wp, 112), xl, xh, m));
-    pin2(h0, h1);
-    h2 = i16x8.add(h2, dotw(v128.load(wq, 48), xl, xh, m));
-    h3 = i16x8.add(h3, dotw(v128.load(wq, 112), xl, xh, m));
-    pin2(h2, h3);
-    const ones = v128.load(Q4_RELAXED_CONSTS, 16);
-    const s0 = i32x4.dot_i16x8_s(h0, ones),
-      s1 = i32x4.dot_i16x8_s(h1, ones),
-      s2 = i32x4.dot_i16x8_s(h2, ones),
-      s3 = i32x4.dot_i16x8_s(h3, ones);
+      pin2(h2, h3);
+      xl = v128.load(xp, 32);
+      xh = v128.load(xp, 48);
+      h0 = i16x8.add(h0, dotw(v128.load(wp, 16), xl, xh, m));
+      h1 = i16x8.add(h1, dotw(v128.load(wp, 80), xl, xh, m));
+      pin2(h0, h1);
+      h2 = i16x8.add(h2, dotw(v128.load(wq, 16), xl, xh, m));
+      h3 = i16x8.add(h3, dotw(v128.load(wq, 80), xl, xh, m));
+      pin2(h2, h3);
+      xl = v128.load(xp, 64);
+      xh = v128.load(xp, 80);
+      h0 = i16x8.add(h0, dotw(v128.load(wp, 32), xl, xh, m));
+      h1 = i16x8.add(h1, dotw(v128.load(wp, 96), xl, xh, m));
+      pin2(h0, h1);
+      h2 = i16x8.add(h2, dotw(v128.load(wq, 32), xl, xh, m));
+      h3 = i16x8.add(h3, dotw(v128.load(wq, 96), xl, xh, m));
+      pin2(h2, h3);
+      xl = v128.load(xp, 96);
+      xh = v128.load(xp, 112);
+      h0 = i16x8.add(h0, dotw(v128.load(wp, 48), xl, xh, m));
+      h1 = i16x8.add(h1, dotw(v128.load(wp, 112), xl, xh, m));
+      pin2(h0, h1);
+      h2 = i16x8.add(h2, dotw(v128.load(wq, 48), xl, xh, m));
+      h3 = i16x8.add(h3, dotw(v128.load(wq, 112), xl, xh, m));
+      pin2(h2, h3);
+      const ones = v128.load(Q4_RELAXED_CONSTS, 16);
+      h0 = i32x4.dot_i16x8_s(h0, ones);
+      h1 = i32x4.dot_i16x8_s(h1, ones);
+      h2 = i32x4.dot_i16x8_s(h2, ones);
+      h3 = i32x4.dot_i16x8_s(h3, ones);
+    }
     const dx = v128.load(xp, 128);
     // The SIMD128 kernel computes (256 dot) * (d_w * (d_x / 256)): scaling by powers of two is
     // exact here, so this gives the same bits.
     if (one) {
       const sx = v128.load(xp, 160);
-      a0 = q4_1Group(a0, s0, v128.load(wp, 128), dx, v128.load(wp, 160), sx);
-      a1 = q4_1Group(a1, s1, v128.load(wp, 144), dx, v128.load(wp, 176), sx);
-      a2 = q4_1Group(a2, s2, v128.load(wq, 128), dx, v128.load(wq, 160), sx);
-      a3 = q4_1Group(a3, s3, v128.load(wq, 144), dx, v128.load(wq, 176), sx);
+      a0 = q4_1Group(a0, h0, v128.load(wp, 128), dx, v128.load(wp, 160), sx);
+      a1 = q4_1Group(a1, h1, v128.load(wp, 144), dx, v128.load(wp, 176), sx);
+      a2 = q4_1Group(a2, h2, v128.load(wq, 128), dx, v128.load(wq, 160), sx);
+      a3 = q4_1Group(a3, h3, v128.load(wq, 144), dx, v128.load(wq, 176), sx);
     } else {
-      const corr = v128.load(xp, 144),
+      // Q5_0's offset is 16 where Q4_0's is 8
+      const corr = five ? i32x4.shl(v128.load(xp, 144), 1) : v128.load(xp, 144),
         hmask = v128.load(Q4_RELAXED_CONSTS, 32),
         hbias = v128.load(Q4_RELAXED_CONSTS, 48);
-      a0 = q4_0Group(a0, s0, corr, f16x4(wp + 128, hmask, hbias), dx);
-      a1 = q4_0Group(a1, s1, corr, f16x4(wp + 136, hmask, hbias), dx);
-      a2 = q4_0Group(a2, s2, corr, f16x4(wq + 128, hmask, hbias), dx);
-      a3 = q4_0Group(a3, s3, corr, f16x4(wq + 136, hmask, hbias), dx);
+      a0 = q4_0Group(a0, h0, corr, f16x4(wp + 128, hmask, hbias), dx);
+      a1 = q4_0Group(a1, h1, corr, f16x4(wp + 136, hmask, hbias), dx);
+      a2 = q4_0Group(a2, h2, corr, f16x4(wq + 128, hmask, hbias), dx);
+      a3 = q4_0Group(a3, h3, corr, f16x4(wq + 136, hmask, hbias), dx);
     }
     wp += GB;
     wq += GB;
@@ -143,4 +228,4 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   if (q + 1 >= r0 && q + 1 < r1) store<f32>(y2, first ? hsum(a3) : load<f32>(y2, 4) + hsum(a3), 4);
 }
 
-export { dotLoHi, dotw, quadQ4Relaxed, Q4_RELAXED_CONSTS };
+export { dotLoHi, dotw, q5Hi, q5Lo, quadQ4Relaxed, Q4_RELAXED_CONSTS };

@@ -13,6 +13,8 @@
 // activation side is shifted so each product is 256 * q_w * q_x; the 256 goes into the scale).
 
 import { f16ToF32, halfLanes } from "./half";
+import { matmulQ4 } from "./matmul_q4";
+import { matvecQ4 } from "./matvec_q4";
 import { pin } from "./schedule_pin";
 
 const Q50: usize = 22;
@@ -46,12 +48,10 @@ const Q5_K = memory.data<u8>(
   16,
 );
 
-// qh's bytes spread by the selectors at `sel`: one pshufb in the relaxed build (its indices are in
-// range, where the relaxed swizzle is exact), the SIMD128 swizzle otherwise (a shuffle with
-// constant lanes made V8 build its mask from immediates each time: four instructions).
+// qh's bytes spread by the selectors at `sel` (a shuffle with constant lanes made V8 build its
+// mask from immediates each time: four instructions).
 @inline function spread(qh: u32, sel: usize): v128 {
-  const b = i32x4.splat(<i32>qh);
-  return ASC_FEATURE_RELAXED_SIMD ? i8x16.relaxed_swizzle(b, v128.load(sel)) : i8x16.swizzle(b, v128.load(sel));
+  return i8x16.swizzle(i32x4.splat(<i32>qh), v128.load(sel));
 }
 
 /** 0xFF in byte k where bit k (values 0..15, lo) or bit 16 + k (hi) of qh is set. */
@@ -80,8 +80,7 @@ const Q5_K = memory.data<u8>(
 }
 
 // Weight bytes of one block: values 0..15 (lo) and 16..31 (hi), nibble | fifth bit << 4. Q5_0
-// subtracts 16 (SIMD128: the nibble with 0xF0 set where the fifth bit is clear, signed; relaxed:
-// 16 sum x taken off the dot of the unsigned bytes); Q5_1's are these.
+// subtracts 16 (the nibble with 0xF0 set where the fifth bit is clear, signed); Q5_1's are these.
 @inline function w5Lo(q: usize, qh: usize): v128 {
   return v128.or(v128.and(v128.load(q), v128.load(Q5_K, 16)), v128.and(bitsLo(load<u32>(qh)), v128.load(Q5_K, 48)));
 }
@@ -110,48 +109,25 @@ const Q5_K = memory.data<u8>(
   return w5Hi(wb + 8, wb + 4);
 }
 
-// The relaxed-SIMD build: the unsigned weight bytes (0..31, 7-bit) meet the 16 activation bytes
-// in one i16x8.relaxed_dot_i8x16_i7x16_s each (pmaddubsw on x86: a lane is at most 2 * 31 * 128),
-// the two halves add in i16, and a dot with ones folds the pairs into i32 lanes: the block's
-// exact integer dot, without SIMD128's factor 256 (the final scale, Q5_SCALE, is 1 instead of
-// 1/256, which gives the same f32 bits). Q5_0's -16 comes off as 16 sum x, from two more relaxed
-// dots of x with 16s (|16 sum x| over a lane's 4 values <= 8192: the i16 lane stays in range).
-const Q5_SCALE: f32 = ASC_FEATURE_RELAXED_SIMD ? 1.0 : <f32>1.0 / 256.0;
+// (The relaxed build packs Q5 as Q4 tiles with fifth bits, matvec_q4_relaxed.ts; these GGUF-layout
+// kernels are the SIMD128 build's.)
+const Q5_SCALE: f32 = <f32>1.0 / 256.0;
 
-@inline function relaxedQ5(lo: v128, hi: v128, xl: v128, xh: v128, signed: bool): v128 {
-  let h = i16x8.add(i16x8.relaxed_dot_i8x16_i7x16_s(xl, lo), i16x8.relaxed_dot_i8x16_i7x16_s(xh, hi));
-  if (signed) {
-    const k16 = v128.load(Q5_K, 48);
-    h = i16x8.sub(h, i16x8.add(i16x8.relaxed_dot_i8x16_i7x16_s(xl, k16), i16x8.relaxed_dot_i8x16_i7x16_s(xh, k16)));
-  }
-  return i32x4.dot_i16x8_s(h, v128.load(Q5_K, 96));
-}
-
-// A block's weight bytes as the build's dots take them (SIMD128: Q5_0 signed; relaxed: unsigned).
-@inline function q50Lo(wb: usize): v128 {
-  return ASC_FEATURE_RELAXED_SIMD ? w5Lo(wb + 6, wb + 2) : w50Lo(wb);
-}
-@inline function q50Hi(wb: usize): v128 {
-  return ASC_FEATURE_RELAXED_SIMD ? w5Hi(wb + 6, wb + 2) : w50Hi(wb);
-}
-
-/** The integer dot (times 256 in the SIMD128 build) of a Q5_0 block's bytes with a Q8_0 block's halves, as lanes to be summed. */
+/** 256 times the integer dot of a Q5_0 block's bytes with a Q8_0 block's halves, as lanes to be summed. */
 @inline function dot50(lo: v128, hi: v128, xl: v128, xh: v128): v128 {
-  if (ASC_FEATURE_RELAXED_SIMD) return relaxedQ5(lo, hi, xl, xh, true);
   return i32x4.add(dotSigned256(lo, xl), dotSigned256(hi, xh));
 }
 /** The same for a Q5_1 block and a Q8_1 block. */
 @inline function dot51(lo: v128, hi: v128, xl: v128, xh: v128): v128 {
-  if (ASC_FEATURE_RELAXED_SIMD) return relaxedQ5(lo, hi, xl, xh, false);
   return i32x4.add(dotUnsigned256(lo, xl), dotUnsigned256(hi, xh));
 }
 
-/** The integer dot (x256 in SIMD128) of one Q5_0 block at wb with one Q8_0 block at xb, as i32 lanes to be summed. */
+/** 256 times the integer dot of one Q5_0 block at wb with one Q8_0 block at xb, as i32 lanes to be summed. */
 @inline function intQ50(wb: usize, xb: usize): v128 {
-  return dot50(q50Lo(wb), q50Hi(wb), v128.load(xb + 2), v128.load(xb + 18));
+  return dot50(w50Lo(wb), w50Hi(wb), v128.load(xb + 2), v128.load(xb + 18));
 }
 
-/** The integer dot (x256 in SIMD128) of one Q5_1 block with one Q8_1 block (the m * s term not included). */
+/** 256 times the integer dot of one Q5_1 block with one Q8_1 block (the m * s term not included). */
 @inline function intQ51(wb: usize, xb: usize): v128 {
   return dot51(w51Lo(wb), w51Hi(wb), v128.load(xb + 4), v128.load(xb + 20));
 }
@@ -249,20 +225,20 @@ const Q5_SCALE: f32 = ASC_FEATURE_RELAXED_SIMD ? 1.0 : <f32>1.0 / 256.0;
     const wb = w + b * Q50,
       xa = x0 + b * Q80,
       xc = x1 + b * Q80;
-    let lo = q50Lo(wb),
-      hi = q50Hi(wb);
+    let lo = w50Lo(wb),
+      hi = w50Hi(wb);
     let a0 = dot50(lo, hi, v128.load(xa + 2), v128.load(xa + 18));
     let a1 = dot50(lo, hi, v128.load(xc + 2), v128.load(xc + 18));
-    lo = q50Lo(wb + Q50);
-    hi = q50Hi(wb + Q50);
+    lo = w50Lo(wb + Q50);
+    hi = w50Hi(wb + Q50);
     const p0 = pair2(a0, dot50(lo, hi, v128.load(xa + Q80 + 2), v128.load(xa + Q80 + 18)));
     const p1 = pair2(a1, dot50(lo, hi, v128.load(xc + Q80 + 2), v128.load(xc + Q80 + 18)));
-    lo = q50Lo(wb + 2 * Q50);
-    hi = q50Hi(wb + 2 * Q50);
+    lo = w50Lo(wb + 2 * Q50);
+    hi = w50Hi(wb + 2 * Q50);
     a0 = dot50(lo, hi, v128.load(xa + 2 * Q80 + 2), v128.load(xa + 2 * Q80 + 18));
     a1 = dot50(lo, hi, v128.load(xc + 2 * Q80 + 2), v128.load(xc + 2 * Q80 + 18));
-    lo = q50Lo(wb + 3 * Q50);
-    hi = q50Hi(wb + 3 * Q50);
+    lo = w50Lo(wb + 3 * Q50);
+    hi = w50Hi(wb + 3 * Q50);
     const q0 = pair2(a0, dot50(lo, hi, v128.load(xa + 3 * Q80 + 2), v128.load(xa + 3 * Q80 + 18)));
     const q1 = pair2(a1, dot50(lo, hi, v128.load(xc + 3 * Q80 + 2), v128.load(xc + 3 * Q80 + 18)));
     const dw = halves4(wb, Q50);
@@ -339,8 +315,13 @@ const Q5_SCALE: f32 = ASC_FEATURE_RELAXED_SIMD ? 1.0 : <f32>1.0 / 256.0;
   store<f32>(y1, (hsum(acc1) + t1) * Q5_SCALE + hsum(accm1) + m1);
 }
 
-/** y[r] = W[r,:] . x for r in [r0, r1); W Q5_0 (GGUF layout), x one Q8_0 row. */
+/** y[r] = W[r,:] . x for r in [r0, r1); W Q5_0 (GGUF layout; relaxed build: Q4 tiles), x one Q8_0 row (relaxed: q8_i8n). */
 export function matvec_q5_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    // the relaxed build packs Q5 as Q4 tiles plus fifth bits (matvec_q4_relaxed.ts)
+    matvecQ4(w, x, y, rows, cols, r0, r1, false, true);
+    return;
+  }
   const nb = <usize>(cols >> 5);
   const rb = nb * Q50;
   for (let r = r0; r < r1; r++) store<f32>(y + ((<usize>r) << 2), dotQ50(w + <usize>r * rb, x, nb));
@@ -348,6 +329,11 @@ export function matvec_q5_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 
 /** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1): each weight row is read once for all tokens. */
 export function matmul_q5_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    // the relaxed build packs Q5 as Q4 tiles plus fifth bits (matvec_q4_relaxed.ts)
+    matmulQ4(w, x, y, rows, cols, ntok, r0, r1, false, true);
+    return;
+  }
   const nb = <usize>(cols >> 5);
   const rb = nb * Q50,
     xs = nb * Q80,
@@ -365,8 +351,13 @@ export function matmul_q5_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   }
 }
 
-/** y[r] = W[r,:] . x for r in [r0, r1); W Q5_1 (GGUF layout), x one Q8_1 row. */
+/** y[r] = W[r,:] . x for r in [r0, r1); W Q5_1 (GGUF layout; relaxed build: Q4 tiles), x one Q8_1 row (relaxed: q8_i8n). */
 export function matvec_q5_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    // the relaxed build packs Q5 as Q4 tiles plus fifth bits (matvec_q4_relaxed.ts)
+    matvecQ4(w, x, y, rows, cols, r0, r1, true, true);
+    return;
+  }
   const nb = <usize>(cols >> 5);
   const rb = nb * Q51;
   for (let r = r0; r < r1; r++) store<f32>(y + ((<usize>r) << 2), dotQ51(w + <usize>r * rb, x, nb));
@@ -374,6 +365,11 @@ export function matvec_q5_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 
 /** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1): each weight row is read once for all tokens. */
 export function matmul_q5_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    // the relaxed build packs Q5 as Q4 tiles plus fifth bits (matvec_q4_relaxed.ts)
+    matmulQ4(w, x, y, rows, cols, ntok, r0, r1, true, true);
+    return;
+  }
   const nb = <usize>(cols >> 5);
   const rb = nb * Q51,
     xs = nb * Q81,

@@ -15,6 +15,12 @@ const Q8_I16_GB: usize = 272;
 const Q4_0_GB: usize = 144;
 /** a Q4_1 row-pair group (2 x 64 B of nibbles, 2 x 4 f32 scales, 2 x 4 f32 mins) */
 const Q4_1_GB: usize = 192;
+/**
+ * the relaxed build's Q5_0 / Q5_1 row-pair groups: Q4_0's / Q4_1's (the low 4 bits as nibbles,
+ * scales, mins), then 2 x 16 B of fifth bits (matvec_q4_relaxed.ts)
+ */
+const Q5_0_GB: usize = 176;
+const Q5_1_GB: usize = 224;
 /** a q8_i16n activation group: 256 B of quants, d/256, 2048 * sum q, s */
 const Q8_I16N_GB: usize = 304;
 /** a q8_i8n activation group (the relaxed build's): 128 quants, d, 8 * sum q, s */
@@ -68,6 +74,8 @@ export {
   Q8_I16_GB,
   Q4_0_GB,
   Q4_1_GB,
+  Q5_0_GB,
+  Q5_1_GB,
   Q8_I16N_GB,
   Q8_I8N_GB,
   Q8_I8S_GB,

@@ -116,11 +116,15 @@ for (const { type, cols: colList } of CASES) {
     const wk = weightKernel(type);
     // the relaxed build packs Q4_K and Q6_K its own way and takes "q8_Ki" (weight-kernels/kquant.ts)
     const interleaved = (type === GGMLType.Q4_K || type === GGMLType.Q6_K) && kernelBuild() === "relaxed";
+    // ... and Q5_0 / Q5_1 as Q4 tiles with fifth bits, taking Q4's "q8_i8n" (weight-kernels/q4.ts)
+    const tiledQ5 = (type === GGMLType.Q5_0 || type === GGMLType.Q5_1) && kernelBuild() === "relaxed";
     assert.equal(
       wk.act,
-      { [GGMLType.F16]: "f32", [GGMLType.BF16]: "f32", [GGMLType.Q5_0]: "q8_0", [GGMLType.Q5_1]: "q8_1" }[
-        type as number
-      ] ?? (interleaved ? "q8_Ki" : "q8_K"),
+      tiledQ5
+        ? "q8_i8n"
+        : ({ [GGMLType.F16]: "f32", [GGMLType.BF16]: "f32", [GGMLType.Q5_0]: "q8_0", [GGMLType.Q5_1]: "q8_1" }[
+            type as number
+          ] ?? (interleaved ? "q8_Ki" : "q8_K")),
     );
     const matvec = K[wk.matvec],
       matmul = K[wk.matmul];
@@ -135,7 +139,15 @@ for (const { type, cols: colList } of CASES) {
         const gguf = randomWeights(type, rows, cols, ++seed);
         // pack in two calls (rows split) as a streaming loader would
         const ownBlock = type === GGMLType.Q4_K ? 152 : 212;
-        assert.equal(wk.packedBytes(rows, cols), interleaved ? rows * (cols / 256) * ownBlock : rows * rb);
+        const tileGroup = type === GGMLType.Q5_0 ? 176 : 224; // 2 rows x 128 columns
+        assert.equal(
+          wk.packedBytes(rows, cols),
+          interleaved
+            ? rows * (cols / 256) * ownBlock
+            : tiledQ5
+              ? Math.ceil(rows / 2) * Math.ceil(cols / 128) * tileGroup
+              : rows * rb,
+        );
         const packed = new Uint8Array(wk.packedBytes(rows, cols));
         const split = rows >> 1;
         wk.pack(gguf.subarray(0, split * rb), packed, 0, split, rows, cols);
@@ -150,8 +162,15 @@ for (const { type, cols: colList } of CASES) {
           if (t === 2) x.fill(0, 0, Math.min(cols, 40)); // a block of zeros (Q8 scale 0)
           const a = prepareActivation(type, x);
           acts.push(a);
-          // the bytes the kernel takes: Q8_K blocks reordered for the relaxed Q4_K and Q6_K
-          const k = interleaved ? q8KiFromQ8K(a as Uint8Array, cols) : a;
+          // the bytes the kernel takes: Q8_K blocks reordered for the relaxed Q4_K and Q6_K; for
+          // the relaxed Q5 what prepare_q8_i8n makes (the same quants; kernels.test.ts checks it)
+          let k = interleaved ? q8KiFromQ8K(a as Uint8Array, cols) : a;
+          if (tiledQ5) {
+            const xp = put(new Uint8Array(x.buffer, x.byteOffset, x.byteLength)),
+              dp = arena.alloc(ab, 64);
+            K.prepare_q8_i8n(xp, dp, cols, 1);
+            k = arena.u8(dp, ab).slice();
+          }
           assert.equal(k.byteLength, ab);
           xall.set(k instanceof Float32Array ? new Uint8Array(k.buffer, k.byteOffset, k.byteLength) : k, t * ab);
         }

@@ -36,7 +36,7 @@
 import { GGMLType, typeName } from "../format/ggml-types.js";
 import { F32 } from "./weight-kernels/f32.js";
 import { Q8_0, Q8_0_RELAXED } from "./weight-kernels/q8.js";
-import { Q4_0, Q4_1 } from "./weight-kernels/q4.js";
+import { Q4_0, Q4_1, Q5_0_RELAXED, Q5_1_RELAXED } from "./weight-kernels/q4.js";
 import { BF16, F16 } from "./weight-kernels/half.js";
 import { Q5_0, Q5_1 } from "./weight-kernels/q5.js";
 import { Q4_K, Q4_K_RELAXED, Q5_K, Q6_K, Q6_K_RELAXED, Q8KI_BYTES } from "./weight-kernels/kquant.js";
@@ -115,6 +115,8 @@ const RELAXED_OWN = new Map<WeightKernel, WeightKernel>([
   [Q8_0, Q8_0_RELAXED],
   [Q4_K, Q4_K_RELAXED],
   [Q6_K, Q6_K_RELAXED],
+  [Q5_0, Q5_0_RELAXED],
+  [Q5_1, Q5_1_RELAXED],
 ]);
 const RELAXED = SIMD128.map((k) => RELAXED_OWN.get(k) ?? k);
 const KERNELS: Record<KernelBuild, Map<GGMLType, WeightKernel>> = {

@@ -1,9 +1,11 @@
 /**
  * Q4_0 and Q4_1 weights (assembly/matvec_q4.ts): tiles of 2 rows x 128 columns (tiled.ts):
  * 2 x 64 bytes of nibbles, 4 per u16 lane, arranged so masks yield i16 lanes directly, then
- * 2 x 4 f16 scales (Q4_0, as GGUF) or 2 x 4 f32 scales then 2 x 4 f32 mins (Q4_1).
+ * 2 x 4 f16 scales (Q4_0, as GGUF) or 2 x 4 f32 scales then 2 x 4 f32 mins (Q4_1). The
+ * relaxed-SIMD build packs Q5_0 / Q5_1 the same way, their low 4 bits as the nibbles, and adds
+ * each row's fifth bits (2 x 16 bytes) at the end of the group (assembly/matvec_q4_relaxed.ts).
  */
-import { GGMLType } from "../../format/ggml-types.js";
+import { GGMLType, typeName } from "../../format/ggml-types.js";
 import { f16Table } from "../../format/half.js";
 import type { WeightKernel } from "../weight-kernels.js";
 import { ceilTo, checkPack, tiled } from "./tiled.js";
@@ -29,13 +31,39 @@ function packBlockNibbles(src: Uint8Array, q: number, u16: Uint16Array, at: numb
   }
 }
 
-/** Q4_0 / Q4_1: row pairs x 128 columns: quants of both rows (64 B each), d of both (Q4_0: f16 x4 each; Q4_1: f32 x4 each), for Q4_1 m of both. */
-function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1) {
-  const one = type === GGMLType.Q4_1;
-  const GB = one ? 192 : 144,
-    BS = one ? 20 : 18,
-    QO = one ? 4 : 2;
-  const name = one ? "Q4_1" : "Q4_0";
+/**
+ * The fifth bits of block slot bi (qh, a u32, at src[h..h+4)) into its row group's 16-byte
+ * vector at dst[f..]: bit 2j (2j + 1) of byte i goes with the low (high) nibble of byte i of
+ * nibble vector j. By packBlockNibbles, byte i = 4 bi + 2 p + kb (u16 lane 2 bi + p, its low or
+ * high byte) holds elements 2 (4j + 2 kb) + p (low nibble) and 2 (4j + 2 kb + 1) + p (high).
+ */
+function packBlockFifths(src: Uint8Array, h: number, dst: Uint8Array, f: number, bi: number): void {
+  const qh = (src[h] | (src[h + 1] << 8) | (src[h + 2] << 16) | (src[h + 3] << 24)) >>> 0;
+  for (let i = 4 * bi; i < 4 * bi + 4; i++) {
+    const kb = i & 1,
+      p = (i >> 1) & 1;
+    let v = 0;
+    for (let j = 0; j < 4; j++)
+      for (let hi = 0; hi < 2; hi++) v |= ((qh >>> (2 * (4 * j + 2 * kb + hi) + p)) & 1) << (2 * j + hi);
+    dst[f + i] = v;
+  }
+}
+
+/**
+ * Q4_0 / Q4_1 (and the relaxed build's Q5_0 / Q5_1): row pairs x 128 columns: quants of both rows
+ * (64 B each), d of both (Q4_0, Q5_0: f16 x4 each; Q4_1, Q5_1: f32 x4 each), for Q4_1 and Q5_1 m
+ * of both; for Q5 then the fifth bits of both (16 B each).
+ */
+function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1 | GGMLType.Q5_0 | GGMLType.Q5_1) {
+  const one = type === GGMLType.Q4_1 || type === GGMLType.Q5_1,
+    five = type === GGMLType.Q5_0 || type === GGMLType.Q5_1;
+  // Q5's groups are Q4's plus the fifth bits at FO; GGUF blocks: d (m) (qh u32 at QH) qs at QO
+  const FO = one ? 192 : 144,
+    GB = FO + (five ? 32 : 0),
+    BS = (one ? 20 : 18) + (five ? 4 : 0),
+    QH = one ? 4 : 2,
+    QO = QH + (five ? 4 : 0);
+  const name = typeName(type);
   const geo = tiled(2, GB);
   return {
     packedBytes: geo.packedBytes,
@@ -62,6 +90,10 @@ function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1) {
               o = s0 + b * BS;
             const ok = real && b < nb;
             if (ok) packBlockNibbles(src, o + QO, u16, at, bi);
+            if (five) {
+              if (bi === 0) dst.fill(0, base + FO + ri * 16, base + FO + ri * 16 + 16);
+              if (ok) packBlockFifths(src, o + QH, dst, base + FO + ri * 16, bi);
+            }
             if (one) {
               f32[(base + 128 + ri * 16 + bi * 4) >> 2] = ok ? f16Table[src[o] | (src[o + 1] << 8)] : 0;
               f32[(base + 160 + ri * 16 + bi * 4) >> 2] = ok ? f16Table[src[o + 2] | (src[o + 3] << 8)] : 0;
@@ -82,6 +114,23 @@ export const Q4_0: WeightKernel = {
   ...packQ4(GGMLType.Q4_0),
   matvec: "matvec_q4_0",
   matmul: "matmul_q4_0",
+  rowAlign: 2,
+};
+/** The relaxed-SIMD build's Q5_0 / Q5_1: Q4's tiles and "q8_i8n" activations, plus fifth bits. */
+export const Q5_0_RELAXED: WeightKernel = {
+  type: GGMLType.Q5_0,
+  act: "q8_i8n",
+  ...packQ4(GGMLType.Q5_0),
+  matvec: "matvec_q5_0",
+  matmul: "matmul_q5_0",
+  rowAlign: 2,
+};
+export const Q5_1_RELAXED: WeightKernel = {
+  type: GGMLType.Q5_1,
+  act: "q8_i8n",
+  ...packQ4(GGMLType.Q5_1),
+  matvec: "matvec_q5_1",
+  matmul: "matmul_q5_1",
   rowAlign: 2,
 };
 export const Q4_1: WeightKernel = {
