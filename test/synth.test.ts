@@ -273,7 +273,7 @@ test("same seed, same bytes; another seed, other weights but the same vocabulary
 
 test("every type decodes to finite values with the intended spread", async () => {
   const spec = SHAPE_SPECS.tiny;
-  for (const type of ["f32", "f16", "q8_0", "q4_0", "q4_1"] as SynthType[]) {
+  for (const type of ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"] as SynthType[]) {
     const path = tmp(`types-${type}.gguf`);
     await synthesize({ shape: "tiny", act: "silu", type, seed: 5, out: path, fsync: false });
     const f = GGUFFile.open(path);
@@ -293,25 +293,27 @@ test("every type decodes to finite values with the intended spread", async () =>
         );
       }
       // block scales are sane halves: nonzero, finite, and within 25% of the nominal magnitude
-      if (type === "q4_0" || type === "q8_0" || type === "q4_1") {
+      if (type !== "f32" && type !== "f16") {
         const r = synthRecipes(spec, type).find((t) => t.name === "blk.0.ffn_up.weight")!;
         const data = f.tensorData(r.name);
-        const bs = type === "q4_0" ? 18 : type === "q8_0" ? 34 : 20;
-        const rms = type === "q4_0" ? Math.sqrt(21.5) : type === "q8_0" ? Math.sqrt(5461.5) : Math.sqrt(21.25);
+        const bs = { q4_0: 18, q8_0: 34, q4_1: 20, q5_0: 22, q5_1: 24 }[type];
+        const rms = Math.sqrt({ q4_0: 21.5, q8_0: 5461.5, q4_1: 21.25, q5_0: 85.5, q5_1: 85.25 }[type]);
+        const signed = type === "q4_0" || type === "q5_0";
         let negatives = 0;
         for (let o = 0; o < data.length; o += bs) {
           const d = f16ToF32(data[o] | (data[o + 1] << 8));
           const rel = Math.abs(d) / (r.std / rms);
           assert.ok(rel > 0.74 && rel < 1.26, `${type}: block scale ${d} is off`);
           if (d < 0) negatives++;
-          if (type === "q4_1") {
+          if (type === "q4_1" || type === "q5_1") {
             const m = f16ToF32(data[o + 2] | (data[o + 3] << 8));
-            assert.ok(Math.abs(m + 7.5 * d) <= Math.abs(d) * 0.01, "q4_1 min centres the levels");
+            const middle = type === "q4_1" ? 7.5 : 15.5;
+            assert.ok(Math.abs(m + middle * d) <= Math.abs(d) * 0.01, `${type} min centres the levels`);
           }
         }
         const blocks = data.length / bs;
-        if (type === "q4_0")
-          assert.ok(negatives > blocks * 0.4 && negatives < blocks * 0.6, "q4_0 scales carry random signs");
+        if (signed)
+          assert.ok(negatives > blocks * 0.4 && negatives < blocks * 0.6, `${type} scales carry random signs`);
         else assert.equal(negatives, 0);
       }
     } finally {
@@ -404,7 +406,7 @@ test("bad options are clear errors", async () => {
   const base = { shape: "tiny", act: "silu", type: "q4_0", seed: 1, out: tmp("bad.gguf") } as const;
   await assert.rejects(synthesize({ ...base, shape: "2b" as never }), /unknown shape "2b"/);
   await assert.rejects(synthesize({ ...base, act: "gelu" as never }), /unknown activation "gelu"/);
-  await assert.rejects(synthesize({ ...base, type: "q5_0" as never }), /unknown type "q5_0"/);
+  await assert.rejects(synthesize({ ...base, type: "q3_k" as never }), /unknown type "q3_k"/);
   await assert.rejects(synthesize({ ...base, seed: -1 }), /seed/);
   await assert.rejects(synthesize({ ...base, overrides: { heads: 7 } }), /not a multiple of heads 7/);
   await assert.rejects(synthesize({ ...base, overrides: { ffn: 100 } }), /block size 32/);
@@ -434,7 +436,7 @@ test("synth CLI writes the file and rejects bad flags", async () => {
     synthMain(["--shape", "huge", "-o", path]),
     /--shape must be one of tiny, 1b, 7b, mistral-7b, 13b/,
   );
-  await assert.rejects(synthMain(["--type", "q5_0", "-o", path]), /--type must be one of/);
+  await assert.rejects(synthMain(["--type", "q3_k", "-o", path]), /--type must be one of/);
   await assert.rejects(synthMain(["--act", "gelu", "-o", path]), /--act must be one of/);
   await assert.rejects(synthMain(["--seed", "x", "-o", path]), /--seed expects an integer/);
   await assert.rejects(synthMain(["--shape", "tiny"]), /output file is required/);

@@ -116,7 +116,7 @@ export async function main(argv: string[]): Promise<number> {
   if (args.help) {
     console.log(
       usage(
-        `synth --shape ${SYNTH_SHAPES.join("|")} [--layers N] --act silu|relu|drelu [--sparsity S [--alpha A] [--gate-rank R]] --type f32|f16|q8_0|q4_0|q4_1 --seed N -o FILE`,
+        `synth --shape ${SYNTH_SHAPES.join("|")} [--layers N] --act silu|relu|drelu [--sparsity S [--alpha A] [--gate-rank R]] --type ${SYNTH_TYPES.join("|")} --seed N -o FILE`,
         SUMMARY,
         SPECS,
       ),

@@ -1,7 +1,7 @@
 /**
  * Synthetic llama-architecture models of random weights, for everything that needs size:
  * benchmarks, memory-budget runs, I/O planning. Any shape from a 4-layer toy to Llama-2-13B, in
- * F32, F16, Q8_0, Q4_0 or Q4_1, deterministic per seed, streamed to disk chunk by chunk (a 7B
+ * F32, F16, Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1, deterministic per seed, streamed to disk chunk by chunk (a 7B
  * Q4_0 file is 3.8 GB and is never held in memory).
  *
  * Quantized tensors are generated as blocks directly rather than quantized from floats: the

@@ -17,6 +17,8 @@ import type { TensorRecipe } from "./shapes.js";
 const LEVEL_RMS: Partial<Record<GGMLType, number>> = {
   [GGMLType.Q4_0]: Math.sqrt(21.5), // (q - 8), q uniform in 0..15
   [GGMLType.Q4_1]: Math.sqrt(21.25), // (q - 7.5): m = -7.5 d centres the levels
+  [GGMLType.Q5_0]: Math.sqrt(85.5), // (q - 16), q uniform in 0..31
+  [GGMLType.Q5_1]: Math.sqrt(85.25), // (q - 15.5): m = -15.5 d
   [GGMLType.Q8_0]: Math.sqrt(5461.5), // q uniform in -128..127
 };
 
@@ -29,9 +31,9 @@ function cacheTable(key: string, t: Uint16Array): void {
 
 /**
  * Block scales: |d| = std / LEVEL_RMS times a factor spread uniformly over [0.75, 1.25] (blocks
- * differ, as in real files). Q4_0 scales also get a random sign, because its levels have mean
- * -0.5: with a fixed sign every row would share a bias along the input's mean, while a random
- * sign per block leaves it zero on average (llama.cpp's Q4_0 writes negative scales too).
+ * differ, as in real files). Q4_0 and Q5_0 scales also get a random sign, because their levels
+ * have mean -0.5: with a fixed sign every row would share a bias along the input's mean, while a
+ * random sign per block leaves it zero on average (llama.cpp's Q4_0 writes negative scales too).
  */
 function scaleTable(type: GGMLType, std: number): Uint16Array {
   const key = `d${type}:${std}`;
@@ -39,7 +41,7 @@ function scaleTable(type: GGMLType, std: number): Uint16Array {
   if (t) return t;
   t = new Uint16Array(65536);
   const base = std / LEVEL_RMS[type]!;
-  const signed = type === GGMLType.Q4_0;
+  const signed = type === GGMLType.Q4_0 || type === GGMLType.Q5_0;
   for (let r = 0; r < 65536; r++) {
     const factor = 0.75 + 0.5 * ((r >>> 1) / 32768);
     const sign = signed && (r & 1) === 1 ? -1 : 1;
@@ -49,14 +51,15 @@ function scaleTable(type: GGMLType, std: number): Uint16Array {
   return t;
 }
 
-/** Q4_1 mins matching scaleTable(Q4_1): m = -7.5 d, computed from the stored (rounded) d. */
-function minTable(std: number): Uint16Array {
-  const key = `m:${std}`;
+/** Q4_1 / Q5_1 mins matching scaleTable: m = -7.5 d / -15.5 d (the levels' middle), from the stored (rounded) d. */
+function minTable(type: GGMLType.Q4_1 | GGMLType.Q5_1, std: number): Uint16Array {
+  const key = `m${type}:${std}`;
   let t = tableCache.get(key);
   if (t) return t;
-  const d = scaleTable(GGMLType.Q4_1, std);
+  const d = scaleTable(type, std);
+  const middle = type === GGMLType.Q4_1 ? 7.5 : 15.5;
   t = new Uint16Array(65536);
-  for (let r = 0; r < 65536; r++) t[r] = f32ToF16(-7.5 * f16ToF32(d[r]));
+  for (let r = 0; r < 65536; r++) t[r] = f32ToF16(-middle * f16ToF32(d[r]));
   cacheTable(key, t);
   return t;
 }
@@ -111,11 +114,14 @@ export function rowFiller(recipe: TensorRecipe, stream: SynthStream): RowFiller 
     }
     case GGMLType.Q4_0:
     case GGMLType.Q8_0:
-    case GGMLType.Q4_1: {
-      // Random bits everywhere: they are the quants. Then each block's first 16 bits become
-      // its scale (and, for Q4_1, the next 16 its matching min).
+    case GGMLType.Q4_1:
+    case GGMLType.Q5_0:
+    case GGMLType.Q5_1: {
+      // Random bits everywhere: they are the quants (and Q5's fifth bits). Then each block's
+      // first 16 bits become its scale (and, for Q4_1 / Q5_1, the next 16 its matching min).
       const dt = scaleTable(recipe.type, recipe.std);
-      const mt = recipe.type === GGMLType.Q4_1 ? minTable(recipe.std) : undefined;
+      const mt =
+        recipe.type === GGMLType.Q4_1 || recipe.type === GGMLType.Q5_1 ? minTable(recipe.type, recipe.std) : undefined;
       const bs = tr.typeSize;
       return (dst, words, rows) => {
         const bytes = rows * rowBytes;

@@ -8,11 +8,11 @@ import { GGMLType, typeTraits } from "../../format/ggml-types.js";
 
 export type SynthShape = "tiny" | "1b" | "7b" | "mistral-7b" | "13b" | "mixtral-tiny" | "mixtral";
 export type SynthActivation = "silu" | "relu" | "drelu";
-export type SynthType = "f32" | "f16" | "q8_0" | "q4_0" | "q4_1";
+export type SynthType = "f32" | "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1";
 
 export const SYNTH_SHAPES: readonly SynthShape[] = ["tiny", "1b", "7b", "mistral-7b", "13b", "mixtral-tiny", "mixtral"];
 export const SYNTH_ACTIVATIONS: readonly SynthActivation[] = ["silu", "relu", "drelu"];
-export const SYNTH_TYPES: readonly SynthType[] = ["f32", "f16", "q8_0", "q4_0", "q4_1"];
+export const SYNTH_TYPES: readonly SynthType[] = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"];
 
 export interface SynthShapeSpec {
   /** what it imitates */
@@ -144,6 +144,8 @@ export const GGML_TYPE: Record<SynthType, GGMLType> = {
   q8_0: GGMLType.Q8_0,
   q4_0: GGMLType.Q4_0,
   q4_1: GGMLType.Q4_1,
+  q5_0: GGMLType.Q5_0,
+  q5_1: GGMLType.Q5_1,
 };
 
 export type TensorKind =

@@ -35,7 +35,7 @@ import {
 } from "./shapes.js";
 
 /** llama.cpp's `llama_ftype` ("mostly" the given type; norms stay F32). */
-const FILE_TYPE: Record<SynthType, number> = { f32: 0, f16: 1, q4_0: 2, q4_1: 3, q8_0: 7 };
+const FILE_TYPE: Record<SynthType, number> = { f32: 0, f16: 1, q4_0: 2, q4_1: 3, q8_0: 7, q5_0: 8, q5_1: 9 };
 
 export interface SynthProgress {
   /** tensor data bytes written so far, and in all */
