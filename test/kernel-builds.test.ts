@@ -76,7 +76,7 @@ function bothBuilds(t: TestContext, bytes: number) {
   return { arena, k };
 }
 
-test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32 and Q5_K matvec and matmul on odd shapes (Q4_K, Q6_K, Q5_0 and Q5_1 the same values to rounding)", (t) => {
+test("both builds give the same bits: Q4_0, Q4_1, Q8_0 and F32 matvec and matmul on odd shapes (the K-quants, Q5_0 and Q5_1 the same values to rounding)", (t) => {
   const both = bothBuilds(t, 32 << 20);
   if (!both) return;
   const { arena, k } = both;
@@ -125,7 +125,7 @@ test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32 and Q5_K matvec and 
       const out: Record<KernelBuild, Uint32Array[]> = { simd128: [], relaxed: [] };
       for (const build of ["simd128", "relaxed"] as const) {
         const wk = weightKernel(type, build);
-        // packed for each build: the relaxed build's Q8_0, Q4_K, Q6_K, Q5_0 and Q5_1 have their own layouts
+        // packed for each build: the relaxed build's Q8_0, Q5_0, Q5_1 and K-quants have their own layouts
         wk.pack(src, arena.u8(W, wk.packedBytes(rows, cols)), 0, rows, rows, cols);
         const prep = prepareKernel(wk.act);
         if (prep) k[build][prep](X, A, cols, ntok);
@@ -142,10 +142,10 @@ test("both builds give the same bits: Q4_0, Q4_1, Q8_0, F32 and Q5_K matvec and 
       }
       for (let i = 0; i < out.simd128.length; i++) {
         const what = `${typeName(type)} ${rows}x${cols} ntok ${ntok} call ${i}`;
-        const ownOrder = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0, GGMLType.Q5_1].includes(type);
+        const ownOrder = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q5_0, GGMLType.Q5_1].includes(type);
         if (!ownOrder) assert.deepEqual(out.relaxed[i], out.simd128[i], what);
         else {
-          // the relaxed Q4_K, Q6_K (weight-kernels/kquant.ts) and Q5 (q4.ts) sum their blocks in other f32 lanes:
+          // the relaxed K-quants (weight-kernels/kquant.ts) and Q5 (q4.ts) sum their blocks in other f32 lanes:
           // the same value to rounding; each build meets the reference in kernels-more.test.ts
           const a = new Float32Array(out.relaxed[i].buffer),
             b = new Float32Array(out.simd128[i].buffer);

@@ -114,8 +114,9 @@ function reference(
 for (const { type, cols: colList } of CASES) {
   test(`${typeName(type)} matvec and matmul equal the reference dot (odd rows, sub-ranges, 1..5 tokens)`, () => {
     const wk = weightKernel(type);
-    // the relaxed build packs Q4_K and Q6_K its own way and takes "q8_Ki" (weight-kernels/kquant.ts)
-    const interleaved = (type === GGMLType.Q4_K || type === GGMLType.Q6_K) && kernelBuild() === "relaxed";
+    // the relaxed build packs the K-quants its own way and takes "q8_Ki" (weight-kernels/kquant.ts)
+    const interleaved =
+      (type === GGMLType.Q4_K || type === GGMLType.Q5_K || type === GGMLType.Q6_K) && kernelBuild() === "relaxed";
     // ... and Q5_0 / Q5_1 as Q4 tiles with fifth bits, taking Q4's "q8_i8n" (weight-kernels/q4.ts)
     const tiledQ5 = (type === GGMLType.Q5_0 || type === GGMLType.Q5_1) && kernelBuild() === "relaxed";
     assert.equal(
@@ -138,7 +139,7 @@ for (const { type, cols: colList } of CASES) {
         const rb = rowBytes(type, cols);
         const gguf = randomWeights(type, rows, cols, ++seed);
         // pack in two calls (rows split) as a streaming loader would
-        const ownBlock = type === GGMLType.Q4_K ? 152 : 212;
+        const ownBlock = type === GGMLType.Q4_K ? 152 : type === GGMLType.Q5_K ? 184 : 212;
         const tileGroup = type === GGMLType.Q5_0 ? 176 : 224; // 2 rows x 128 columns
         assert.equal(
           wk.packedBytes(rows, cols),
@@ -162,7 +163,7 @@ for (const { type, cols: colList } of CASES) {
           if (t === 2) x.fill(0, 0, Math.min(cols, 40)); // a block of zeros (Q8 scale 0)
           const a = prepareActivation(type, x);
           acts.push(a);
-          // the bytes the kernel takes: Q8_K blocks reordered for the relaxed Q4_K and Q6_K; for
+          // the bytes the kernel takes: Q8_K blocks reordered for the relaxed K-quants; for
           // the relaxed Q5 what prepare_q8_i8n makes (the same quants; kernels.test.ts checks it)
           let k = interleaved ? q8KiFromQ8K(a as Uint8Array, cols) : a;
           if (tiledQ5) {

@@ -1,7 +1,7 @@
 /**
  * The K-quants Q4_K, Q5_K and Q6_K (assembly/matvec_kquant.ts), in GGUF's rows (row-copy.ts), with
- * ggml's Q8_K activations. The relaxed-SIMD build packs Q4_K and Q6_K its own way (Q4_K_RELAXED,
- * Q6_K_RELAXED below), with "q8_Ki" activations.
+ * ggml's Q8_K activations. The relaxed-SIMD build packs all three its own way (Q4_K_RELAXED,
+ * Q5_K_RELAXED, Q6_K_RELAXED below), with "q8_Ki" activations.
  */
 import { GGMLType } from "../../format/ggml-types.js";
 import { f16Table } from "../../format/half.js";
@@ -18,23 +18,31 @@ export const Q6_K = copyKernel(GGMLType.Q6_K, "q8_K", "q6_K");
 const Q4K_BYTES = 144;
 /** The relaxed build's Q4_K block (see Q4_K_RELAXED). */
 const Q4KI_BYTES = 152;
+/** GGUF's Q5_K block (Q4_K's plus 32 bytes of fifth bits) and the relaxed build's. */
+const Q5K_BYTES = 176;
+const Q5KI_BYTES = 184;
 /** Bytes of one "q8_Ki" activation block (256 values; q8KiFromQ8K). */
 export const Q8KI_BYTES = 320;
 
 /**
- * One GGUF Q4_K block at src[o..] -> the relaxed build's block at dst[p..]: the nibbles of
- * sub-blocks 4h..4h+3 in 64 bytes at 64 h, vector j (16 bytes at 64 h + 16 j) holding in bytes
- * 4b..4b+3 elements 8j..8j+3 (low nibbles) and 8j+4..8j+7 (high nibbles) of sub-block 4h + b;
- * then the 8 six-bit scales and the 8 mins as bytes @128 and @136, d and dmin as f32 @144, @148
- * (written through `f32`, a view of dst's bytes).
+ * One GGUF Q4_K block at src[o..] (or Q5_K: `five`) -> the relaxed build's block at dst[p..]:
+ * the nibbles (Q5_K: the low 4 bits) of sub-blocks 4h..4h+3 in 64 bytes at 64 h, vector j (16
+ * bytes at 64 h + 16 j) holding in bytes 4b..4b+3 elements 8j..8j+3 (low nibbles) and 8j+4..8j+7
+ * (high nibbles) of sub-block 4h + b; Q5_K then the fifth bits of half h in 16 bytes at
+ * 128 + 16 h, bit 2j (low nibble) or 2j + 1 (high) of the byte whose nibble it completes; then the
+ * 8 six-bit scales and the 8 mins as bytes, d and dmin as f32 (Q4_K @128, @136, @144, @148; Q5_K
+ * @160, @168, @176, @180; written through `f32`, a view of dst's bytes).
  */
-function packBlockQ4K(src: Uint8Array, o: number, dst: Uint8Array, f32: DataView, p: number): void {
-  dst.fill(0, p, p + 128);
+function packBlockKi(src: Uint8Array, o: number, dst: Uint8Array, f32: DataView, p: number, five: boolean): void {
+  const tail = p + (five ? 160 : 128);
+  dst.fill(0, p, tail);
+  // GGUF: Q4_K d, dmin, scales[12] @4, qs[128] @16; Q5_K the same with qh[32] @16, qs @48
+  const qs = o + (five ? 48 : 16);
   for (let sb = 0; sb < 8; sb++) {
     const [sc, m] = scaleMinK4(src, o + 4, sb);
-    dst[p + 128 + sb] = sc;
-    dst[p + 136 + sb] = m;
-    const q = o + 16 + 32 * (sb >> 1),
+    dst[tail + sb] = sc;
+    dst[tail + 8 + sb] = m;
+    const q = qs + 32 * (sb >> 1),
       shift = (sb & 1) * 4;
     const base = p + 64 * (sb >> 2) + 4 * (sb & 3);
     for (let e = 0; e < 32; e++) {
@@ -42,30 +50,42 @@ function packBlockQ4K(src: Uint8Array, o: number, dst: Uint8Array, f32: DataView
       const r = e & 7;
       const at = base + 16 * (e >> 3) + (r & 3);
       dst[at] |= r < 4 ? v : v << 4;
+      if (five) {
+        const i = 4 * (sb & 3) + (r & 3);
+        dst[p + 128 + 16 * (sb >> 2) + i] |= ((src[o + 16 + e] >> sb) & 1) << (2 * (e >> 3) + (r < 4 ? 0 : 1));
+      }
     }
   }
-  f32.setFloat32(p + 144, f16Table[src[o] | (src[o + 1] << 8)], true);
-  f32.setFloat32(p + 148, f16Table[src[o + 2] | (src[o + 3] << 8)], true);
+  f32.setFloat32(tail + 16, f16Table[src[o] | (src[o + 1] << 8)], true);
+  f32.setFloat32(tail + 20, f16Table[src[o + 2] | (src[o + 3] << 8)], true);
+}
+
+/** The relaxed build's Q4_K / Q5_K kernel: `base`'s rows as blocks of `own` bytes (packBlockKi). */
+function relaxedKi(base: WeightKernel, name: string, ggufBytes: number, own: number, five: boolean): WeightKernel {
+  return {
+    ...base,
+    act: "q8_Ki",
+    packedBytes: (rows, cols) => rows * (base.packedBytes(1, cols) / ggufBytes) * own,
+    pack(src, dst, rowStart, nrows, rows, cols) {
+      const nb = base.packedBytes(1, cols) / ggufBytes; // (throws for a width that is not whole blocks)
+      checkPack(name, src, dst, rowStart, nrows, rows, cols, nb * ggufBytes, rows * nb * own);
+      const f32 = new DataView(dst.buffer, dst.byteOffset, dst.byteLength);
+      for (let r = 0; r < nrows; r++)
+        for (let b = 0; b < nb; b++)
+          packBlockKi(src, (r * nb + b) * ggufBytes, dst, f32, ((rowStart + r) * nb + b) * own, five);
+    },
+  };
 }
 
 /**
- * The relaxed-SIMD build's Q4_K: rows of 152-byte blocks (packBlockQ4K), the same kernel names,
+ * The relaxed-SIMD build's Q4_K: rows of 152-byte blocks (packBlockKi), the same kernel names,
  * "q8_Ki" activations (assembly/prepare_q8k.ts). Each relaxed dot then meets four sub-blocks at
  * once, their i16 sums scaled by one dot with the four scales (assembly/matvec_kquant.ts).
  */
-export const Q4_K_RELAXED: WeightKernel = {
-  ...Q4_K,
-  act: "q8_Ki",
-  packedBytes: (rows, cols) => rows * (Q4_K.packedBytes(1, cols) / Q4K_BYTES) * Q4KI_BYTES,
-  pack(src, dst, rowStart, nrows, rows, cols) {
-    const nb = Q4_K.packedBytes(1, cols) / Q4K_BYTES; // (throws for a width that is not whole blocks)
-    checkPack("Q4_K", src, dst, rowStart, nrows, rows, cols, nb * Q4K_BYTES, rows * nb * Q4KI_BYTES);
-    const f32 = new DataView(dst.buffer, dst.byteOffset, dst.byteLength);
-    for (let r = 0; r < nrows; r++)
-      for (let b = 0; b < nb; b++)
-        packBlockQ4K(src, (r * nb + b) * Q4K_BYTES, dst, f32, ((rowStart + r) * nb + b) * Q4KI_BYTES);
-  },
-};
+export const Q4_K_RELAXED = relaxedKi(Q4_K, "Q4_K", Q4K_BYTES, Q4KI_BYTES, false);
+
+/** The relaxed build's Q5_K: the same plus the fifth bits, 184-byte blocks (packBlockKi). */
+export const Q5_K_RELAXED = relaxedKi(Q5_K, "Q5_K", Q5K_BYTES, Q5KI_BYTES, true);
 
 /** GGUF's Q6_K block: 128 bytes of low nibbles, 64 of 2-bit tops, 16 i8 scales, d f16. */
 const Q6K_BYTES = 210;
