@@ -702,9 +702,24 @@ test("powerinfer convert: CLI writes a store, shows progress on stderr, refuses 
   assert.equal(r.stdout, "");
   assert.match(r.stderr, /^convert: wrote [\d.]+ MB in [\d.]+ s/m);
   assert.match(r.stderr, /down +requantized per column: max \|error\|/);
+  assert.doesNotMatch(r.stderr, /warning/);
   const s = NeuronStore.open(out);
   assert.equal(s.ffn.type, GGMLType.Q8_0);
   s.close();
+  // a type no sparse kernel reads is written (the format has it), with a warning even under -q,
+  // and run refuses the store saying what to do
+  const q5 = join(dir, "cli-q5.pi");
+  const w = spawnSync(process.execPath, [CLI, "convert", RELU_Q8, "-o", q5, "--type", "q5_1", "-q"], {
+    encoding: "utf8",
+  });
+  assert.equal(w.status, 0, w.stderr);
+  assert.match(
+    w.stderr,
+    /warning: this engine has no sparse FFN kernel for Q5_1 bundles .* convert with --type q4_1 or q8_0/,
+  );
+  const run = spawnSync(process.execPath, [CLI, "run", "-m", q5, "-p", "hi", "-n", "1"], { encoding: "utf8" });
+  assert.equal(run.status, 1);
+  assert.match(run.stderr, /no sparse FFN kernel for weight type Q5_1 .*--type q4_1 or q8_0/);
   const bad = spawnSync(process.execPath, [CLI, "convert", RELU_Q8, "-o", out, "--type", "q3_k"], { encoding: "utf8" });
   assert.equal(bad.status, 2);
   assert.match(bad.stderr, /--type must be one of keep, f32/);

@@ -75,7 +75,10 @@ export function hasSparseKernel(type: GGMLType): boolean {
 
 export function sparseKernel(type: GGMLType): SparseKernel {
   const k = KERNELS.get(type);
-  if (!k) throw new Error(`no sparse FFN kernel for weight type ${typeName(type)} (F32, Q8_0, Q4_0 and Q4_1 have one)`);
+  if (!k)
+    throw new Error(
+      `no sparse FFN kernel for weight type ${typeName(type)} (F32, Q8_0, Q4_0 and Q4_1 have one): convert the model with --type q4_1 or q8_0`,
+    );
   return k;
 }
 
