@@ -374,6 +374,34 @@ function randomQ4K(rows: number, cols: number, seed: number): Uint8Array {
   return out;
 }
 
+test("--type keep from a type no sparse kernel reads (Q5_1, F16) takes Q8_0, which run reads", async () => {
+  const src = GGUFFile.open(RELU);
+  for (const type of [GGMLType.Q5_1, GGMLType.F16]) {
+    const name = type === GGMLType.Q5_1 ? "q5_1" : "f16";
+    const path = join(dir, `relu-keep-${name}.gguf`);
+    const w = new GGUFWriter(path, { fsync: false });
+    for (const [k, v] of src.metadata) w.setMetadata(k, v as never);
+    for (const t of src.tensors.values()) {
+      if (/ffn_(gate|up|down)\.weight$/.test(t.name)) {
+        const f = dequantize(t.type, src.tensorData(t.name), t.elements);
+        const q = new Uint8Array(t.dims[1] * rowBytes(type, t.dims[0]));
+        for (let r = 0; r < t.dims[1]; r++)
+          quantizeRow(type, f.subarray(r * t.dims[0], (r + 1) * t.dims[0]), q.subarray(r * rowBytes(type, t.dims[0])));
+        w.addTensor(t.name, t.dims, type, q);
+      } else w.addTensor(t.name, t.dims, t.type, src.tensorData(t.name));
+    }
+    await w.finish();
+    const { path: out, r } = await convert(path, `relu-keep-${name}.pi`);
+    assert.equal(r.ffnType, GGMLType.Q8_0, name);
+    assert.equal(r.conversion.gate!.fromName, type === GGMLType.Q5_1 ? "Q5_1" : "F16");
+    const run = spawnSync(process.execPath, [CLI, "run", "-m", out, "-p", "Once", "-n", "2", "--temp", "0"], {
+      encoding: "utf8",
+    });
+    assert.equal(run.status, 0, run.stderr);
+  }
+  src.close();
+});
+
 test("a K-quant FFN (no quantizer) is stored in the nearest type, Q4_K -> Q4_1, with its error", async () => {
   const src = GGUFFile.open(RELU);
   const cfg = cfgOf(src);

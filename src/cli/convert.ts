@@ -18,7 +18,7 @@ const SPECS: FlagSpec[] = [
     names: ["--type"],
     key: "type",
     type: "string",
-    help: `FFN weight type: ${CONVERT_TYPES.join(", ")} (keep: the model's own, or the nearest storable one for K-quants)`,
+    help: `FFN weight type: ${CONVERT_TYPES.join(", ")} (keep: the model's own when the sparse kernels read it (f32, q8_0, q4_0, q4_1), else the nearest they read: q4_1 for Q4_K, q8_0 for F16, BF16, Q5 and Q6_K)`,
     default: "keep",
   },
   {
