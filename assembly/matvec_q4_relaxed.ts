@@ -73,19 +73,26 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   return v128.or(v128.and(i16x8.shr_u(w, 4), m), v128.and(bitTo4(f, (j << 1) + 1), m10));
 }
 
-/** s + step j of a Q5 row against the activation vectors xl, xh, folded into the i32 block lanes. */
-@inline function step5(
-  s: v128,
+/**
+ * h + step j (0..3, a constant) of a row, nibble vector w, against the activation vectors xl, xh:
+ * i16 lanes, or for Q5 (five; fifth bits at f) folded into the i32 block lanes at once. Q4's
+ * first step is h itself (zero).
+ */
+@inline function stepRow(
+  h: v128,
   w: v128,
-  f: v128,
+  f: usize,
   j: i32,
   xl: v128,
   xh: v128,
   m: v128,
   m10: v128,
   ones: v128,
+  five: bool,
 ): v128 {
-  return i32x4.add(s, i32x4.dot_i16x8_s(dotLoHi(q5Lo(w, f, j, m, m10), q5Hi(w, f, j, m, m10), xl, xh), ones));
+  if (!five) return j == 0 ? dotw(w, xl, xh, m) : i16x8.add(h, dotw(w, xl, xh, m));
+  const q = v128.load(f);
+  return i32x4.add(h, i32x4.dot_i16x8_s(dotLoHi(q5Lo(w, q, j, m, m10), q5Hi(w, q, j, m, m10), xl, xh), ones));
 }
 
 /**
@@ -118,84 +125,54 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
     a2 = f32x4.splat(0),
     a3 = f32x4.splat(0);
   for (let g = 0; g < gc; g++) {
-    let h0: v128, h1: v128, h2: v128, h3: v128;
-    if (five) {
-      // the same steps, each folded into i32 block lanes, unrolled and pinned as below
-      const ones = v128.load(Q4_RELAXED_CONSTS, 16),
-        m10 = v128.load(Q4_RELAXED_CONSTS, 64);
-      h0 = h1 = h2 = h3 = i32x4.splat(0);
-      let xl = v128.load(xp),
-        xh = v128.load(xp, 16);
-      h0 = step5(h0, v128.load(wp), v128.load(wp + FO), 0, xl, xh, m, m10, ones);
-      h1 = step5(h1, v128.load(wp, 64), v128.load(wp + FO, 16), 0, xl, xh, m, m10, ones);
-      pin2(h0, h1);
-      h2 = step5(h2, v128.load(wq), v128.load(wq + FO), 0, xl, xh, m, m10, ones);
-      h3 = step5(h3, v128.load(wq, 64), v128.load(wq + FO, 16), 0, xl, xh, m, m10, ones);
-      pin2(h2, h3);
-      xl = v128.load(xp, 32);
-      xh = v128.load(xp, 48);
-      h0 = step5(h0, v128.load(wp, 16), v128.load(wp + FO), 1, xl, xh, m, m10, ones);
-      h1 = step5(h1, v128.load(wp, 80), v128.load(wp + FO, 16), 1, xl, xh, m, m10, ones);
-      pin2(h0, h1);
-      h2 = step5(h2, v128.load(wq, 16), v128.load(wq + FO), 1, xl, xh, m, m10, ones);
-      h3 = step5(h3, v128.load(wq, 80), v128.load(wq + FO, 16), 1, xl, xh, m, m10, ones);
-      pin2(h2, h3);
-      xl = v128.load(xp, 64);
-      xh = v128.load(xp, 80);
-      h0 = step5(h0, v128.load(wp, 32), v128.load(wp + FO), 2, xl, xh, m, m10, ones);
-      h1 = step5(h1, v128.load(wp, 96), v128.load(wp + FO, 16), 2, xl, xh, m, m10, ones);
-      pin2(h0, h1);
-      h2 = step5(h2, v128.load(wq, 32), v128.load(wq + FO), 2, xl, xh, m, m10, ones);
-      h3 = step5(h3, v128.load(wq, 96), v128.load(wq + FO, 16), 2, xl, xh, m, m10, ones);
-      pin2(h2, h3);
-      xl = v128.load(xp, 96);
-      xh = v128.load(xp, 112);
-      h0 = step5(h0, v128.load(wp, 48), v128.load(wp + FO), 3, xl, xh, m, m10, ones);
-      h1 = step5(h1, v128.load(wp, 112), v128.load(wp + FO, 16), 3, xl, xh, m, m10, ones);
-      pin2(h0, h1);
-      h2 = step5(h2, v128.load(wq, 48), v128.load(wq + FO), 3, xl, xh, m, m10, ones);
-      h3 = step5(h3, v128.load(wq, 112), v128.load(wq + FO, 16), 3, xl, xh, m, m10, ones);
-      pin2(h2, h3);
-    } else {
-      // unrolled by hand (a rolled loop costs V8 a branch and a stack check per step), each step
-      // pinned so that V8 does not issue the whole group's loads first (schedule_pin.ts)
-      let xl = v128.load(xp),
-        xh = v128.load(xp, 16);
-      h0 = dotw(v128.load(wp), xl, xh, m);
-      h1 = dotw(v128.load(wp, 64), xl, xh, m);
-      pin2(h0, h1);
-      h2 = dotw(v128.load(wq), xl, xh, m);
-      h3 = dotw(v128.load(wq, 64), xl, xh, m);
-      pin2(h2, h3);
-      xl = v128.load(xp, 32);
-      xh = v128.load(xp, 48);
-      h0 = i16x8.add(h0, dotw(v128.load(wp, 16), xl, xh, m));
-      h1 = i16x8.add(h1, dotw(v128.load(wp, 80), xl, xh, m));
-      pin2(h0, h1);
-      h2 = i16x8.add(h2, dotw(v128.load(wq, 16), xl, xh, m));
-      h3 = i16x8.add(h3, dotw(v128.load(wq, 80), xl, xh, m));
-      pin2(h2, h3);
-      xl = v128.load(xp, 64);
-      xh = v128.load(xp, 80);
-      h0 = i16x8.add(h0, dotw(v128.load(wp, 32), xl, xh, m));
-      h1 = i16x8.add(h1, dotw(v128.load(wp, 96), xl, xh, m));
-      pin2(h0, h1);
-      h2 = i16x8.add(h2, dotw(v128.load(wq, 32), xl, xh, m));
-      h3 = i16x8.add(h3, dotw(v128.load(wq, 96), xl, xh, m));
-      pin2(h2, h3);
-      xl = v128.load(xp, 96);
-      xh = v128.load(xp, 112);
-      h0 = i16x8.add(h0, dotw(v128.load(wp, 48), xl, xh, m));
-      h1 = i16x8.add(h1, dotw(v128.load(wp, 112), xl, xh, m));
-      pin2(h0, h1);
-      h2 = i16x8.add(h2, dotw(v128.load(wq, 48), xl, xh, m));
-      h3 = i16x8.add(h3, dotw(v128.load(wq, 112), xl, xh, m));
-      pin2(h2, h3);
-      const ones = v128.load(Q4_RELAXED_CONSTS, 16);
-      h0 = i32x4.dot_i16x8_s(h0, ones);
-      h1 = i32x4.dot_i16x8_s(h1, ones);
-      h2 = i32x4.dot_i16x8_s(h2, ones);
-      h3 = i32x4.dot_i16x8_s(h3, ones);
+    // unrolled by hand (a rolled loop costs V8 a branch and a stack check per step), each step
+    // pinned so that V8 does not issue the whole group's loads first (schedule_pin.ts)
+    // Q5's constants (Q4 needs ones only after the steps: one register less during them)
+    const ones = five ? v128.load(Q4_RELAXED_CONSTS, 16) : m,
+      m10 = five ? v128.load(Q4_RELAXED_CONSTS, 64) : m;
+    let h0 = i16x8.splat(0),
+      h1 = i16x8.splat(0),
+      h2 = i16x8.splat(0),
+      h3 = i16x8.splat(0);
+    let xl = v128.load(xp),
+      xh = v128.load(xp, 16);
+    h0 = stepRow(h0, v128.load(wp), wp + FO, 0, xl, xh, m, m10, ones, five);
+    h1 = stepRow(h1, v128.load(wp, 64), wp + FO + 16, 0, xl, xh, m, m10, ones, five);
+    pin2(h0, h1);
+    h2 = stepRow(h2, v128.load(wq), wq + FO, 0, xl, xh, m, m10, ones, five);
+    h3 = stepRow(h3, v128.load(wq, 64), wq + FO + 16, 0, xl, xh, m, m10, ones, five);
+    pin2(h2, h3);
+    xl = v128.load(xp, 32);
+    xh = v128.load(xp, 48);
+    h0 = stepRow(h0, v128.load(wp, 16), wp + FO, 1, xl, xh, m, m10, ones, five);
+    h1 = stepRow(h1, v128.load(wp, 80), wp + FO + 16, 1, xl, xh, m, m10, ones, five);
+    pin2(h0, h1);
+    h2 = stepRow(h2, v128.load(wq, 16), wq + FO, 1, xl, xh, m, m10, ones, five);
+    h3 = stepRow(h3, v128.load(wq, 80), wq + FO + 16, 1, xl, xh, m, m10, ones, five);
+    pin2(h2, h3);
+    xl = v128.load(xp, 64);
+    xh = v128.load(xp, 80);
+    h0 = stepRow(h0, v128.load(wp, 32), wp + FO, 2, xl, xh, m, m10, ones, five);
+    h1 = stepRow(h1, v128.load(wp, 96), wp + FO + 16, 2, xl, xh, m, m10, ones, five);
+    pin2(h0, h1);
+    h2 = stepRow(h2, v128.load(wq, 32), wq + FO, 2, xl, xh, m, m10, ones, five);
+    h3 = stepRow(h3, v128.load(wq, 96), wq + FO + 16, 2, xl, xh, m, m10, ones, five);
+    pin2(h2, h3);
+    xl = v128.load(xp, 96);
+    xh = v128.load(xp, 112);
+    h0 = stepRow(h0, v128.load(wp, 48), wp + FO, 3, xl, xh, m, m10, ones, five);
+    h1 = stepRow(h1, v128.load(wp, 112), wp + FO + 16, 3, xl, xh, m, m10, ones, five);
+    pin2(h0, h1);
+    h2 = stepRow(h2, v128.load(wq, 48), wq + FO, 3, xl, xh, m, m10, ones, five);
+    h3 = stepRow(h3, v128.load(wq, 112), wq + FO + 16, 3, xl, xh, m, m10, ones, five);
+    pin2(h2, h3);
+    if (!five) {
+      // the i16 lanes folded into block lanes (Q5's steps were folded as they went)
+      const ones4 = v128.load(Q4_RELAXED_CONSTS, 16);
+      h0 = i32x4.dot_i16x8_s(h0, ones4);
+      h1 = i32x4.dot_i16x8_s(h1, ones4);
+      h2 = i32x4.dot_i16x8_s(h2, ones4);
+      h3 = i32x4.dot_i16x8_s(h3, ones4);
     }
     const dx = v128.load(xp, 128);
     // The SIMD128 kernel computes (256 dot) * (d_w * (d_x / 256)): scaling by powers of two is
