@@ -36,19 +36,7 @@ import {
   r5_1_t2,
   r5_1_t3,
 } from "./matmul_q4_relaxed";
-import {
-  CHUNK,
-  f16x4,
-  hsum,
-  put,
-  Q4_0_GB,
-  Q4_1_GB,
-  Q4_MASKS,
-  Q5_0_GB,
-  Q5_1_GB,
-  Q8_I16N_GB,
-  Q8_I8N_GB,
-} from "./packed_layout";
+import { CHUNK, f16x4, hsum, put, Q4_MASKS, q4GroupBytes, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 
 // Row pairs whose chunk of weights stays in L2 while all the tokens pass; the pool hands out
@@ -86,7 +74,7 @@ const NT = 3;
   in0: bool,
   in1: bool,
 ): void {
-  const GB = one ? Q4_1_GB : Q4_0_GB;
+  const GB = q4GroupBytes(one, false);
   let a00 = f32x4.splat(0),
     a01 = f32x4.splat(0),
     a02 = f32x4.splat(0),
@@ -313,7 +301,7 @@ function q4_1_t3(
   five: bool = false,
 ): void {
   // five: the relaxed build's Q5_0 / Q5_1 (matvec_q4_relaxed.ts), whose groups are larger
-  const GB = five ? (one ? Q5_1_GB : Q5_0_GB) : one ? Q4_1_GB : Q4_0_GB;
+  const GB = q4GroupBytes(one, five);
   const AGB = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
   const ng = (cols + 127) >> 7;
   const npairs = <usize>((rows + 1) >> 1);

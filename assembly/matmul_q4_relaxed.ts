@@ -15,7 +15,7 @@
 // is bit for bit what matvec_q4_0/_1 gives for it alone in either build.
 
 import { dotLoHi, Q4_RELAXED_CONSTS, q5Hi, q5Lo } from "./matvec_q4_relaxed";
-import { f16x4At, hsum, put, Q4_0_GB, Q4_1_GB, Q5_0_GB, Q5_1_GB, Q8_I8N_GB } from "./packed_layout";
+import { f16x4At, hsum, put, q4GroupBytes, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 import { pin2 } from "./schedule_pin";
 
@@ -61,9 +61,9 @@ import { pin2 } from "./schedule_pin";
   in0: bool,
   in1: bool,
 ): void {
-  const GB = five ? (one ? Q5_1_GB : Q5_0_GB) : one ? Q4_1_GB : Q4_0_GB;
+  const GB = q4GroupBytes(one, five);
   // Q5: each row's fifth bits at +FO (row r) and +FO + 16 (row r + 1)
-  const FO: usize = one ? Q4_1_GB : Q4_0_GB;
+  const FO = q4GroupBytes(one, false);
   let a00 = f32x4.splat(0),
     a01 = f32x4.splat(0),
     a02 = f32x4.splat(0),

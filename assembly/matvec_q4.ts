@@ -33,18 +33,7 @@
 // whose streams restart every chunk, were far slower from DRAM).
 
 import { quadQ4Relaxed } from "./matvec_q4_relaxed";
-import {
-  CHUNK,
-  f16x4At,
-  hsum,
-  Q4_0_GB,
-  Q4_1_GB,
-  Q4_MASKS,
-  Q5_0_GB,
-  Q5_1_GB,
-  Q8_I16N_GB,
-  Q8_I8N_GB,
-} from "./packed_layout";
+import { CHUNK, f16x4At, hsum, Q4_MASKS, q4GroupBytes, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 
 // activation bytes per group: the relaxed build reads its own, smaller q8_i8n
@@ -73,7 +62,7 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
   const m0 = v128.load(Q4_MASKS),
     m1 = v128.load(Q4_MASKS, 16),
     m2 = v128.load(Q4_MASKS, 32);
-  const GB = one ? Q4_1_GB : Q4_0_GB;
+  const GB = q4GroupBytes(one, false);
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0);
   for (let g = 0; g < gc; g++) {
@@ -117,7 +106,7 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
   one: bool,
   five: bool = false,
 ): void {
-  const GB = five ? (one ? Q5_1_GB : Q5_0_GB) : one ? Q4_1_GB : Q4_0_GB;
+  const GB = q4GroupBytes(one, five);
   const ng = (cols + 127) >> 7;
   const npairs = <usize>((rows + 1) >> 1);
   for (let g0 = 0; g0 < ng; g0 += CHUNK) {

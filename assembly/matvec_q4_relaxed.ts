@@ -19,7 +19,7 @@
 // prepare_q8_i8n writes the activation bytes in.
 
 import { q4_0Group, q4_1Group } from "./q4_group";
-import { hsum, Q4_0_GB, Q4_1_GB, Q5_0_GB, Q5_1_GB, Q8_I8N_GB } from "./packed_layout";
+import { hsum, q4GroupBytes, Q8_I8N_GB } from "./packed_layout";
 import { pin2 } from "./schedule_pin";
 
 // 0x0f bytes, then i16 ones, f16x4's mask and 2^112, 0x10 bytes: loaded rather than written as
@@ -117,9 +117,9 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   five: bool,
 ): void {
   const m = v128.load(Q4_RELAXED_CONSTS);
-  const GB = five ? (one ? Q5_1_GB : Q5_0_GB) : one ? Q4_1_GB : Q4_0_GB;
+  const GB = q4GroupBytes(one, five);
   // the fifth bits of rows r, r + 1 (and q, q + 1) at +FO, +FO + 16
-  const FO: usize = one ? Q4_1_GB : Q4_0_GB;
+  const FO = q4GroupBytes(one, false);
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0),
     a2 = f32x4.splat(0),

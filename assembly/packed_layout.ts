@@ -21,6 +21,11 @@ const Q4_1_GB: usize = 192;
  */
 const Q5_0_GB: usize = 176;
 const Q5_1_GB: usize = 224;
+
+/** A row-pair group's bytes: Q4_0 / Q4_1 (one), or the relaxed build's Q5_0 / Q5_1 (five). */
+@inline function q4GroupBytes(one: bool, five: bool): usize {
+  return five ? (one ? Q5_1_GB : Q5_0_GB) : one ? Q4_1_GB : Q4_0_GB;
+}
 /** a q8_i16n activation group: 256 B of quants, d/256, 2048 * sum q, s */
 const Q8_I16N_GB: usize = 304;
 /** a q8_i8n activation group (the relaxed build's): 128 quants, d, 8 * sum q, s */
@@ -74,8 +79,7 @@ export {
   Q8_I16_GB,
   Q4_0_GB,
   Q4_1_GB,
-  Q5_0_GB,
-  Q5_1_GB,
+  q4GroupBytes,
   Q8_I16N_GB,
   Q8_I8N_GB,
   Q8_I8S_GB,

@@ -7,7 +7,7 @@
  */
 import { GGMLType, typeName } from "../../format/ggml-types.js";
 import { f16Table } from "../../format/half.js";
-import type { WeightKernel } from "../weight-kernels.js";
+import type { ActivationFormat, WeightKernel } from "../weight-kernels.js";
 import { ceilTo, checkPack, tiled } from "./tiled.js";
 
 /**
@@ -108,36 +108,17 @@ function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1 | GGMLType.Q5_0 | GGMLType.Q
   };
 }
 
-export const Q4_0: WeightKernel = {
-  type: GGMLType.Q4_0,
-  act: "q8_i16n",
-  ...packQ4(GGMLType.Q4_0),
-  matvec: "matvec_q4_0",
-  matmul: "matmul_q4_0",
-  rowAlign: 2,
-};
+/** A packed Q4 (or the relaxed build's Q5) kernel: its tiles, activation format and exports. */
+function tiledQ4(
+  type: GGMLType.Q4_0 | GGMLType.Q4_1 | GGMLType.Q5_0 | GGMLType.Q5_1,
+  act: ActivationFormat,
+): WeightKernel {
+  const suffix = typeName(type).toLowerCase();
+  return { type, act, ...packQ4(type), matvec: `matvec_${suffix}`, matmul: `matmul_${suffix}`, rowAlign: 2 };
+}
+
+export const Q4_0 = tiledQ4(GGMLType.Q4_0, "q8_i16n");
+export const Q4_1 = tiledQ4(GGMLType.Q4_1, "q8_i16n");
 /** The relaxed-SIMD build's Q5_0 / Q5_1: Q4's tiles and "q8_i8n" activations, plus fifth bits. */
-export const Q5_0_RELAXED: WeightKernel = {
-  type: GGMLType.Q5_0,
-  act: "q8_i8n",
-  ...packQ4(GGMLType.Q5_0),
-  matvec: "matvec_q5_0",
-  matmul: "matmul_q5_0",
-  rowAlign: 2,
-};
-export const Q5_1_RELAXED: WeightKernel = {
-  type: GGMLType.Q5_1,
-  act: "q8_i8n",
-  ...packQ4(GGMLType.Q5_1),
-  matvec: "matvec_q5_1",
-  matmul: "matmul_q5_1",
-  rowAlign: 2,
-};
-export const Q4_1: WeightKernel = {
-  type: GGMLType.Q4_1,
-  act: "q8_i16n",
-  ...packQ4(GGMLType.Q4_1),
-  matvec: "matvec_q4_1",
-  matmul: "matmul_q4_1",
-  rowAlign: 2,
-};
+export const Q5_0_RELAXED = tiledQ4(GGMLType.Q5_0, "q8_i8n");
+export const Q5_1_RELAXED = tiledQ4(GGMLType.Q5_1, "q8_i8n");
