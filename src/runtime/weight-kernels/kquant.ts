@@ -60,8 +60,17 @@ function packBlockKi(src: Uint8Array, o: number, dst: Uint8Array, f32: DataView,
   f32.setFloat32(tail + 20, f16Table[src[o + 2] | (src[o + 3] << 8)], true);
 }
 
-/** The relaxed build's Q4_K / Q5_K kernel: `base`'s rows as blocks of `own` bytes (packBlockKi). */
-function relaxedKi(base: WeightKernel, name: string, ggufBytes: number, own: number, five: boolean): WeightKernel {
+/** One GGUF block at src[o..] -> the relaxed build's block at dst[p..] (f32: a view of dst's bytes). */
+type PackBlock = (src: Uint8Array, o: number, dst: Uint8Array, f32: DataView, p: number) => void;
+
+/** The relaxed build's K-quant kernel: `base`'s rows as blocks of `own` bytes, each written by packBlock. */
+function relaxedKi(
+  base: WeightKernel,
+  name: string,
+  ggufBytes: number,
+  own: number,
+  packBlock: PackBlock,
+): WeightKernel {
   return {
     ...base,
     act: "q8_Ki",
@@ -72,7 +81,7 @@ function relaxedKi(base: WeightKernel, name: string, ggufBytes: number, own: num
       const f32 = new DataView(dst.buffer, dst.byteOffset, dst.byteLength);
       for (let r = 0; r < nrows; r++)
         for (let b = 0; b < nb; b++)
-          packBlockKi(src, (r * nb + b) * ggufBytes, dst, f32, ((rowStart + r) * nb + b) * own, five);
+          packBlock(src, (r * nb + b) * ggufBytes, dst, f32, ((rowStart + r) * nb + b) * own);
     },
   };
 }
@@ -82,10 +91,14 @@ function relaxedKi(base: WeightKernel, name: string, ggufBytes: number, own: num
  * "q8_Ki" activations (assembly/prepare_q8k.ts). Each relaxed dot then meets four sub-blocks at
  * once, their i16 sums scaled by one dot with the four scales (assembly/matvec_kquant.ts).
  */
-export const Q4_K_RELAXED = relaxedKi(Q4_K, "Q4_K", Q4K_BYTES, Q4KI_BYTES, false);
+export const Q4_K_RELAXED = relaxedKi(Q4_K, "Q4_K", Q4K_BYTES, Q4KI_BYTES, (src, o, dst, f32, p) =>
+  packBlockKi(src, o, dst, f32, p, false),
+);
 
 /** The relaxed build's Q5_K: the same plus the fifth bits, 184-byte blocks (packBlockKi). */
-export const Q5_K_RELAXED = relaxedKi(Q5_K, "Q5_K", Q5K_BYTES, Q5KI_BYTES, true);
+export const Q5_K_RELAXED = relaxedKi(Q5_K, "Q5_K", Q5K_BYTES, Q5KI_BYTES, (src, o, dst, f32, p) =>
+  packBlockKi(src, o, dst, f32, p, true),
+);
 
 /** GGUF's Q6_K block: 128 bytes of low nibbles, 64 of 2-bit tops, 16 i8 scales, d f16. */
 const Q6K_BYTES = 210;
@@ -111,6 +124,7 @@ function q6At(src: Uint8Array, o: number, e: number): number {
  * then GGUF's 16 scales @192 and d as f32 @208 (written through `f32`, a view of dst's bytes).
  */
 function packBlockQ6K(src: Uint8Array, o: number, dst: Uint8Array, f32: DataView, p: number): void {
+  dst.fill(0, p, p + 192); // the fourth vector's bits are or'ed into the first three's bytes
   for (let v = 0; v < 16; v++) {
     const h = v >> 3,
       j = (v >> 1) & 3,
@@ -138,23 +152,7 @@ function packBlockQ6K(src: Uint8Array, o: number, dst: Uint8Array, f32: DataView
  * "q8_Ki" activations. Each relaxed dot meets four 16-value sub-blocks at once, whose quants come
  * out of their bytes in under three instructions per vector (assembly/matvec_kquant.ts).
  */
-export const Q6_K_RELAXED: WeightKernel = {
-  ...Q6_K,
-  act: "q8_Ki",
-  packedBytes: (rows, cols) => rows * (Q6_K.packedBytes(1, cols) / Q6K_BYTES) * Q6KI_BYTES,
-  pack(src, dst, rowStart, nrows, rows, cols) {
-    const nb = Q6_K.packedBytes(1, cols) / Q6K_BYTES; // (throws for a width that is not whole blocks)
-    checkPack("Q6_K", src, dst, rowStart, nrows, rows, cols, nb * Q6K_BYTES, rows * nb * Q6KI_BYTES);
-    const f32 = new DataView(dst.buffer, dst.byteOffset, dst.byteLength);
-    for (let r = 0; r < nrows; r++)
-      for (let b = 0; b < nb; b++) {
-        const p = ((rowStart + r) * nb + b) * Q6KI_BYTES;
-        // packBlockQ6K ors the fourth vector's bits into the first three
-        dst.fill(0, p, p + 192);
-        packBlockQ6K(src, (r * nb + b) * Q6K_BYTES, dst, f32, p);
-      }
-  },
-};
+export const Q6_K_RELAXED = relaxedKi(Q6_K, "Q6_K", Q6K_BYTES, Q6KI_BYTES, packBlockQ6K);
 
 /**
  * The "q8_Ki" activation (assembly/prepare_q8k.ts writes it from f32) from ggml's Q8_K blocks:
