@@ -70,7 +70,7 @@ const builds: KernelBuild[] = process.env.KERNELS_WASM
 const moduleOf = (b: KernelBuild) =>
   process.env.KERNELS_WASM ? new WebAssembly.Module(readFileSync(process.env.KERNELS_WASM)) : kernelModule(b);
 
-/** Random GGUF-layout bytes of a rows x cols matrix: random quants, scales near 0.01. */
+/** Random GGUF-layout bytes of a rows x cols matrix: random quants, scales near 0.01 (mins within -0.05). */
 function randomMatrix(type: GGMLType, rows: number, cols: number, seed: number): Uint8Array {
   const bytes = new Uint8Array(tensorBytes(type, rows * cols));
   let s = seed >>> 0;
@@ -92,16 +92,30 @@ function randomMatrix(type: GGMLType, rows: number, cols: number, seed: number):
     return bytes;
   }
   for (let i = 0; i < bytes.length; i++) bytes[i] = (rnd() * 256) | 0;
-  const bs = { [GGMLType.Q8_0]: 34, [GGMLType.Q4_0]: 18, [GGMLType.Q4_1]: 20 }[type as number];
-  if (!bs) return bytes;
+  // each block's f16 scale (and min) where the type keeps it: random bytes there would be
+  // NaNs, infinities and subnormals (x86 slows down on subnormal floats), not a real model's
+  const blocks: Partial<Record<GGMLType, [number, number, boolean]>> = {
+    // block bytes, offset of d, whether a min follows d
+    [GGMLType.Q8_0]: [34, 0, false],
+    [GGMLType.Q4_0]: [18, 0, false],
+    [GGMLType.Q4_1]: [20, 0, true],
+    [GGMLType.Q5_0]: [22, 0, false],
+    [GGMLType.Q5_1]: [24, 0, true],
+    [GGMLType.Q4_K]: [144, 0, true],
+    [GGMLType.Q5_K]: [176, 0, true],
+    [GGMLType.Q6_K]: [210, 208, false],
+  };
+  const spec = blocks[type];
+  if (!spec) return bytes;
+  const [bs, at, withMin] = spec;
   for (let o = 0; o < bytes.length; o += bs) {
     const d = f32ToF16(0.005 + rnd() * 0.01);
-    bytes[o] = d & 0xff;
-    bytes[o + 1] = d >> 8;
-    if (type === GGMLType.Q4_1) {
+    bytes[o + at] = d & 0xff;
+    bytes[o + at + 1] = d >> 8;
+    if (withMin) {
       const m = f32ToF16(-rnd() * 0.05);
-      bytes[o + 2] = m & 0xff;
-      bytes[o + 3] = m >> 8;
+      bytes[o + at + 2] = m & 0xff;
+      bytes[o + at + 3] = m >> 8;
     }
   }
   return bytes;
