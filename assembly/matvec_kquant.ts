@@ -603,25 +603,21 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   );
 }
 
-/** A 16- or 32-value group's scale as groupK / subBlockK5 take it. */
-@inline function scaleK(sc: i32): v128 {
-  return i32x4.splat(sc);
-}
-
 /**
- * sc * dot(q, x) for one 16-value group (the 256 divided out exactly first: no overflow); sc from
- * scaleK. (The SIMD128 build's: the relaxed build has its own Q6_K blocks, below.)
+ * sc * dot(q, x) for one 16-value group (the 256 divided out exactly first: no overflow); sc the
+ * group's scale splat into i32 lanes. (The SIMD128 build's: the relaxed build has its own Q6_K blocks, below.)
  */
 @inline function groupK(q: v128, x: v128, sc: v128): v128 {
   return i32x4.mul(i32x4.shr_s(dotBytes256(q, x), 8), sc);
 }
 
-/** Q6_K stores q + 32: subtract 32 * sum_g sc_g * bsum_g (bsums are the activation's 16-value sums). */
-@inline function offsetQ6K(isum: v128, wb: usize, xb: usize): v128 {
+/** Q6_K stores q + 32: subtract 32 * sum_g sc_g * bsum_g (bsums: the activation's 16-value sums). */
+@inline function offsetQ6K(isum: v128, wb: usize, bsums: usize): v128 {
+  // the scales sit at 192 in both builds' blocks; bsums: the 16 sums (Q8_K's at 260, q8_Ki's at 256)
   const s8 = v128.load(wb + 192);
   const corr = i32x4.add(
-    i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(s8), v128.load(xb, 260)),
-    i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(s8), v128.load(xb, 276)),
+    i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(s8), v128.load(bsums)),
+    i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(s8), v128.load(bsums, 16)),
   );
   return i32x4.sub(isum, i32x4.shl(corr, 5));
 }
@@ -653,10 +649,10 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   const A = v128.load(ql),
     B = v128.load(ql, 32),
     H = v128.load(qh);
-  isum = i32x4.add(isum, groupK(q6Group(A, B, H, 0, m0f, m30), v128.load(xp), scaleK(<i32>load<i8>(sc))));
-  isum = i32x4.add(isum, groupK(q6Group(A, B, H, 1, m0f, m30), v128.load(xp, 32), scaleK(<i32>load<i8>(sc, 2))));
-  isum = i32x4.add(isum, groupK(q6Group(A, B, H, 2, m0f, m30), v128.load(xp, 64), scaleK(<i32>load<i8>(sc, 4))));
-  isum = i32x4.add(isum, groupK(q6Group(A, B, H, 3, m0f, m30), v128.load(xp, 96), scaleK(<i32>load<i8>(sc, 6))));
+  isum = i32x4.add(isum, groupK(q6Group(A, B, H, 0, m0f, m30), v128.load(xp), i32x4.splat(<i32>load<i8>(sc))));
+  isum = i32x4.add(isum, groupK(q6Group(A, B, H, 1, m0f, m30), v128.load(xp, 32), i32x4.splat(<i32>load<i8>(sc, 2))));
+  isum = i32x4.add(isum, groupK(q6Group(A, B, H, 2, m0f, m30), v128.load(xp, 64), i32x4.splat(<i32>load<i8>(sc, 4))));
+  isum = i32x4.add(isum, groupK(q6Group(A, B, H, 3, m0f, m30), v128.load(xp, 96), i32x4.splat(<i32>load<i8>(sc, 6))));
   // this step's arithmetic before the next step's loads (schedule_pin.ts)
   pin(isum);
   return isum;
@@ -673,7 +669,7 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
     isum = stepQ6K(isum, wb, xb, 1, m0f, m30);
     isum = stepQ6K(isum, wb, xb, 2, m0f, m30);
     isum = stepQ6K(isum, wb, xb, 3, m0f, m30);
-    isum = offsetQ6K(isum, wb, xb);
+    isum = offsetQ6K(isum, wb, xb + 260);
     acc = f32x4.add(
       acc,
       f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16ToF32Finite(<u32>load<u16>(wb + 208)) * load<f32>(xb))),
@@ -705,25 +701,31 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
         B = v128.load(ql, 32),
         H = v128.load(qh);
       let q = q6Group(A, B, H, 0, m0f, m30);
-      let s = scaleK(<i32>load<i8>(sc));
+      let s = i32x4.splat(<i32>load<i8>(sc));
       is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo), s));
       is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo), s));
       q = q6Group(A, B, H, 1, m0f, m30);
-      s = scaleK(<i32>load<i8>(sc, 2));
+      s = i32x4.splat(<i32>load<i8>(sc, 2));
       is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo, 32), s));
       is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo, 32), s));
       q = q6Group(A, B, H, 2, m0f, m30);
-      s = scaleK(<i32>load<i8>(sc, 4));
+      s = i32x4.splat(<i32>load<i8>(sc, 4));
       is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo, 64), s));
       is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo, 64), s));
       q = q6Group(A, B, H, 3, m0f, m30);
-      s = scaleK(<i32>load<i8>(sc, 6));
+      s = i32x4.splat(<i32>load<i8>(sc, 6));
       is0 = i32x4.add(is0, groupK(q, v128.load(xb0 + xo, 96), s));
       is1 = i32x4.add(is1, groupK(q, v128.load(xb1 + xo, 96), s));
     }
     const d = f16ToF32Finite(<u32>load<u16>(wb + 208));
-    acc0 = f32x4.add(acc0, f32x4.mul(f32x4.convert_i32x4_s(offsetQ6K(is0, wb, xb0)), f32x4.splat(d * load<f32>(xb0))));
-    acc1 = f32x4.add(acc1, f32x4.mul(f32x4.convert_i32x4_s(offsetQ6K(is1, wb, xb1)), f32x4.splat(d * load<f32>(xb1))));
+    acc0 = f32x4.add(
+      acc0,
+      f32x4.mul(f32x4.convert_i32x4_s(offsetQ6K(is0, wb, xb0 + 260)), f32x4.splat(d * load<f32>(xb0))),
+    );
+    acc1 = f32x4.add(
+      acc1,
+      f32x4.mul(f32x4.convert_i32x4_s(offsetQ6K(is1, wb, xb1 + 260)), f32x4.splat(d * load<f32>(xb1))),
+    );
   }
   store<f32>(y0, hsum(acc0));
   store<f32>(y1, hsum(acc1));
@@ -803,15 +805,10 @@ const Q6KI: usize = 212;
 
 /** acc + a block's integer sum less its offset 32 (q8_Ki's 16-value sums), times d * dx. */
 @inline function finishQ6Ki(acc: v128, isum: v128, wb: usize, xb: usize): v128 {
-  const sc = v128.load(wb, 192);
-  const corr = i32x4.add(
-    i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(sc), v128.load(xb, 256)),
-    i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(sc), v128.load(xb, 272)),
-  );
   return f32x4.add(
     acc,
     f32x4.mul(
-      f32x4.convert_i32x4_s(i32x4.sub(isum, i32x4.shl(corr, 5))),
+      f32x4.convert_i32x4_s(offsetQ6K(isum, wb, xb + 256)),
       f32x4.splat(load<f32>(wb, 208) * load<f32>(xb, 304)),
     ),
   );
@@ -1007,7 +1004,7 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 
 /**
  * s * (dot(a, x0) + dot(b, x1)): one 32-value sub-block, a and b its two 16-byte halves of 5-bit
- * weights, s from scaleK.
+ * weights, s the sub-block's scale splat into i32 lanes.
  */
 @inline function subBlockK5(a: v128, b: v128, x0: v128, x1: v128, s: v128): v128 {
   // each dot is a multiple of 256 below 2^23: divide it out before scaling
@@ -1088,8 +1085,8 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
         l1 = k5Lo(q1, h1, m0f, m10),
         u0 = k5Hi(q0, h0, m0f, m10),
         u1 = k5Hi(q1, h1, m0f, m10);
-      const sl = scaleK(i8x16.extract_lane_u(sc, 0)),
-        sh = scaleK(i8x16.extract_lane_u(sc, 1));
+      const sl = i32x4.splat(i8x16.extract_lane_u(sc, 0)),
+        sh = i32x4.splat(i8x16.extract_lane_u(sc, 1));
       let xp = xb0 + xo;
       is0 = i32x4.add(
         is0,

@@ -228,6 +228,16 @@ for (const { type, cols: colList } of CASES) {
   });
 }
 
+/** got equals want byte for byte; a difference names its block (of `block` bytes) and offset. */
+function sameBytes(got: Uint8Array, want: Uint8Array, block: number, what: string): void {
+  assert.equal(got.length, want.length, `${what}: length`);
+  for (let i = 0; i < want.length; i++)
+    if (got[i] !== want[i])
+      assert.fail(
+        `${what}: byte ${i} (block ${Math.floor(i / block)}, offset ${i % block}) is ${got[i]}, reference ${want[i]}`,
+      );
+}
+
 test("prepare_q8_K writes the reference Q8_K bytes exactly (several blocks, tokens, zeros, +v/-v ties), and prepare_q8_Ki the same quants interleaved", () => {
   const prep = prepareKernel("q8_K");
   assert.equal(prep, "prepare_q8_K");
@@ -257,12 +267,7 @@ test("prepare_q8_K writes the reference Q8_K bytes exactly (several blocks, toke
   for (let t = 0; t < ntok; t++) {
     const want = new Uint8Array(ab);
     quantizeRow(GGMLType.Q8_K, x.subarray(t * cols, (t + 1) * cols), want);
-    for (let i = 0; i < ab; i++) {
-      if (got[t * ab + i] !== want[i])
-        assert.fail(
-          `token ${t}: byte ${i} (block ${Math.floor(i / 292)}, offset ${i % 292}) is ${got[t * ab + i]}, reference ${want[i]}`,
-        );
-    }
+    sameBytes(got.subarray(t * ab, (t + 1) * ab), want, 292, `q8_K token ${t}`);
   }
   // the tie rows really produced opposite signs (so the test can tell first from last)
   const dv = new DataView(got.buffer, got.byteOffset);
@@ -274,14 +279,13 @@ test("prepare_q8_K writes the reference Q8_K bytes exactly (several blocks, toke
   arena.u8(ip, ib * ntok).fill(0xcc);
   K.prepare_q8_Ki(xp, ip, cols, ntok);
   const gotI = arena.u8(ip, ib * ntok);
-  for (let t = 0; t < ntok; t++) {
-    const want = q8KiFromQ8K(got.subarray(t * ab, (t + 1) * ab), cols);
-    for (let i = 0; i < ib; i++)
-      if (gotI[t * ib + i] !== want[i])
-        assert.fail(
-          `q8_Ki token ${t}: byte ${i} (block ${Math.floor(i / Q8KI_BYTES)}, offset ${i % Q8KI_BYTES}) is ${gotI[t * ib + i]}, want ${want[i]}`,
-        );
-  }
+  for (let t = 0; t < ntok; t++)
+    sameBytes(
+      gotI.subarray(t * ib, (t + 1) * ib),
+      q8KiFromQ8K(got.subarray(t * ab, (t + 1) * ab), cols),
+      Q8KI_BYTES,
+      `q8_Ki token ${t}`,
+    );
 });
 
 test("F16 kernels are exact on subnormal, zero, negative-zero and extreme halves", () => {

@@ -741,10 +741,7 @@ test("powerinfer convert: CLI writes a store, shows progress on stderr, refuses 
     encoding: "utf8",
   });
   assert.equal(w.status, 0, w.stderr);
-  assert.match(
-    w.stderr,
-    /warning: this engine has no sparse FFN kernel for Q5_1 bundles .* convert with --type q4_1 or q8_0/,
-  );
+  assert.match(w.stderr, /warning: run cannot use .*: no sparse FFN kernel for weight type Q5_1 .*--type q4_1 or q8_0/);
   const run = spawnSync(process.execPath, [CLI, "run", "-m", q5, "-p", "hi", "-n", "1"], { encoding: "utf8" });
   assert.equal(run.status, 1);
   assert.match(run.stderr, /no sparse FFN kernel for weight type Q5_1 .*--type q4_1 or q8_0/);

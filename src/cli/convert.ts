@@ -10,7 +10,7 @@ import { ProgressBar } from "./progress.js";
 import { typeName } from "../format/ggml-types.js";
 import type { StoreConversion } from "../format/store.js";
 import { CONVERT_TYPES, convertToStore, type ConvertType } from "../offline/convert.js";
-import { hasSparseKernel } from "../runtime/sparse-kernels.js";
+import { hasSparseKernel, noSparseKernel } from "../runtime/sparse-kernels.js";
 
 const SPECS: FlagSpec[] = [
   { names: ["-o", "--output"], key: "out", type: "string", help: "output store (.pi), required" },
@@ -109,9 +109,7 @@ export async function main(argv: string[]): Promise<number> {
       bar?.abandon(); // the summary below says it all
       // a store whose bundles no sparse kernel reads cannot run: say so even under --quiet
       if (!hasSparseKernel(r.ffnType))
-        process.stderr.write(
-          `convert: warning: this engine has no sparse FFN kernel for ${typeName(r.ffnType)} bundles (F32, Q8_0, Q4_0 and Q4_1 have one), so run cannot use ${out}; convert with --type q4_1 or q8_0\n`,
-        );
+        process.stderr.write(`convert: warning: run cannot use ${out}: ${noSparseKernel(r.ffnType)}\n`);
       if (!quiet) {
         const to = typeName(r.ffnType);
         process.stderr.write(

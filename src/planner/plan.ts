@@ -21,7 +21,7 @@ import { readerDepthLimit } from "../io/flash-reader.js";
 import type { LoadModelOptions } from "../api/model.js";
 import { readConfig, type ModelConfig } from "../model/config.js";
 import { plannedFiring } from "../model/firing.js";
-import { hasSparseKernel } from "../runtime/sparse-kernels.js";
+import { hasSparseKernel, noSparseKernel } from "../runtime/sparse-kernels.js";
 import { hasWeightKernel } from "../runtime/weight-kernels.js";
 import { DEFAULT_HOT_FRACTION } from "../io/neuron-cache.js";
 import { aio } from "../io/aio.js";
@@ -419,9 +419,7 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
       );
     }
     if (!hasSparseKernel(store.ffn.type)) {
-      throw new Error(
-        `${o.modelPath}: its FFN is ${typeName(store.ffn.type)}, which has no sparse kernel in this engine (F32, Q8_0, Q4_0 and Q4_1 have one): it cannot run under a budget; convert with --type q4_1 or q8_0`,
-      );
+      throw new Error(`${o.modelPath}: it cannot run under a budget: ${noSparseKernel(store.ffn.type)}`);
     }
     // the mode `run` will use: predictors when the store has them
     const withPredictors = hasPredictors(store, cfg);

@@ -73,12 +73,14 @@ export function hasSparseKernel(type: GGMLType): boolean {
   return KERNELS.has(type);
 }
 
+/** Why a store of `type` bundles cannot run, and what to do: one wording for the loader, the planner and convert. */
+export function noSparseKernel(type: GGMLType): string {
+  return `no sparse FFN kernel for weight type ${typeName(type)} (F32, Q8_0, Q4_0 and Q4_1 have one): convert the model with --type q4_1 or q8_0`;
+}
+
 export function sparseKernel(type: GGMLType): SparseKernel {
   const k = KERNELS.get(type);
-  if (!k)
-    throw new Error(
-      `no sparse FFN kernel for weight type ${typeName(type)} (F32, Q8_0, Q4_0 and Q4_1 have one): convert the model with --type q4_1 or q8_0`,
-    );
+  if (!k) throw new Error(noSparseKernel(type));
   return k;
 }
 
