@@ -2,26 +2,45 @@
 //
 // SIMD128 has no half-precision conversion. BF16 is the top half of an f32, so a widening and a
 // shift make it one. F16 is widened with its sign, shifted so its exponent and mantissa land in
-// the f32 fields, masked, and multiplied by 2^112 (re-biasing the exponent 15 -> 127; exact for
-// every finite half, subnormals and zeros included). Halves that are inf or NaN would come out
-// as finite numbers near 2^16: the loader rejects such tensors (src/runtime/weight-kernels/half.ts).
+// the f32 fields and masked: that is the half's value times 2^-112 (the exponent bias 15 against
+// f32's 127; exact for every finite half, subnormals and zeros included). Halves that are inf or
+// NaN would come out as finite numbers near 2^16: the loader rejects such tensors
+// (src/runtime/weight-kernels/half.ts).
 //
-// matmul works on tiles of 4 tokens so each converted weight vector serves 4 activations.
-
+// The matvecs move the 2^112 onto the activations instead (times 2^96 when loaded, shared by the
+// 4 rows of a step, and times 2^16 on each row's sum): a power of two changes no rounding, so the
+// bits are those of weight-side scaling, and the conversion costs 3 instructions per 4 weights
+// instead of 4 (F16 matvec ran compute-bound at half the streaming limit). The split keeps
+// activations below 2^32 and products above 2^-110 out of f32's overflow and subnormal ranges.
+// matmul, where one converted weight vector serves 4 tokens, scales the weights.
+//
+// The relaxed build adds each product with relaxed_madd (one fused instruction where the CPU
+// has FMA): the two builds agree to rounding, each build's kernels with each other to the bit.
 import { f16ToF32 } from "./half";
 
 // halfLanes' mask and 2^112, loaded: written as constants, V8 rebuilds each at every use inside
 // a loop (three instructions apiece), loaded once they stay in registers
 const HALF_K = memory.data<u32>(
-  [0x8fffe000, 0x8fffe000, 0x8fffe000, 0x8fffe000, 0x77800000, 0x77800000, 0x77800000, 0x77800000],
+  [
+    0x8fffe000, 0x8fffe000, 0x8fffe000, 0x8fffe000, 0x77800000, 0x77800000, 0x77800000, 0x77800000, 0x6f800000,
+    0x6f800000, 0x6f800000, 0x6f800000,
+  ],
   16,
 );
+const UP_SUM: f32 = 65536; // 2^16: a row's sum of products with activations times 2^96, back to scale
+
+@inline function f16BitsLo(v: v128, mask: v128): v128 {
+  return v128.and(i32x4.shl(i32x4.extend_low_i16x8_s(v), 13), mask);
+}
+@inline function f16BitsHi(v: v128, mask: v128): v128 {
+  return v128.and(i32x4.shl(i32x4.extend_high_i16x8_s(v), 13), mask);
+}
 
 @inline function f16Lo(v: v128, mask: v128, bias: v128): v128 {
-  return f32x4.mul(v128.and(i32x4.shl(i32x4.extend_low_i16x8_s(v), 13), mask), bias);
+  return f32x4.mul(f16BitsLo(v, mask), bias);
 }
 @inline function f16Hi(v: v128, mask: v128, bias: v128): v128 {
-  return f32x4.mul(v128.and(i32x4.shl(i32x4.extend_high_i16x8_s(v), 13), mask), bias);
+  return f32x4.mul(f16BitsHi(v, mask), bias);
 }
 @inline function bf16Lo(v: v128): v128 {
   return i32x4.shl(i32x4.extend_low_i16x8_u(v), 16);
@@ -39,6 +58,27 @@ const HALF_K = memory.data<u32>(
   return bf ? reinterpret<f32>(h << 16) : f16ToF32(h); // the tails: exact, inf and NaN kept
 }
 
+/** a + lo * xl + hi * xh: one 8-value step of a row, in the order every kernel here adds it. */
+@inline function step8(a: v128, lo: v128, hi: v128, xl: v128, xh: v128): v128 {
+  if (ASC_FEATURE_RELAXED_SIMD) return f32x4.relaxed_madd(hi, xh, f32x4.relaxed_madd(lo, xl, a));
+  return f32x4.add(a, f32x4.add(f32x4.mul(lo, xl), f32x4.mul(hi, xh)));
+}
+
+/** 8 halves v times the activation vectors xl (their low 4) and xh (their high 4), added to a. */
+@inline function half8(a: v128, v: v128, xl: v128, xh: v128, bf: bool, mask: v128): v128 {
+  return step8(a, bf ? bf16Lo(v) : f16BitsLo(v, mask), bf ? bf16Hi(v) : f16BitsHi(v, mask), xl, xh);
+}
+
+/** The activations of a matvec step: F16's times 2^96 (see the top of the file). */
+@inline function actIn(xp: usize, bf: bool, up: v128): v128 {
+  return bf ? v128.load(xp) : f32x4.mul(v128.load(xp), up);
+}
+
+/** A row's lane sum, back to scale. */
+@inline function rowSum(a: v128, bf: bool): f32 {
+  return bf ? hsum(a) : hsum(a) * UP_SUM;
+}
+
 /**
  * dot of one 16-bit row with one f32 row, in the float order every kernel here uses for a row (one
  * accumulator of 8-value steps, its lanes summed, then the tail): a row's bits do not depend on
@@ -46,33 +86,23 @@ const HALF_K = memory.data<u32>(
  */
 @inline function dotRow(w: usize, x: usize, cols: i32, bf: bool): f32 {
   const mask = v128.load(HALF_K),
-    bias = v128.load(HALF_K, 16);
+    up = v128.load(HALF_K, 32);
   let a = f32x4.splat(0);
   let i = 0;
   for (; i + 8 <= cols; i += 8) {
     const xp = x + ((<usize>i) << 2);
-    a = f32x4.add(a, half8(v128.load(w + ((<usize>i) << 1)), v128.load(xp), v128.load(xp, 16), bf, mask, bias));
+    a = half8(a, v128.load(w + ((<usize>i) << 1)), actIn(xp, bf, up), actIn(xp + 16, bf, up), bf, mask);
   }
-  let s = hsum(a);
+  let s = rowSum(a, bf);
   for (; i < cols; i++) s += scalar(<u32>load<u16>(w + ((<usize>i) << 1)), bf) * load<f32>(x + ((<usize>i) << 2));
   return s;
 }
 
-/** lo * xl + hi * xh: one 8-value step of a row, in the order every kernel here adds it. */
-@inline function step8(lo: v128, hi: v128, xl: v128, xh: v128): v128 {
-  return f32x4.add(f32x4.mul(lo, xl), f32x4.mul(hi, xh));
-}
-
-/** 8 halves v (F16 or BF16) times the f32 vectors xl (their low 4) and xh (their high 4), as 4 lanes. */
-@inline function half8(v: v128, xl: v128, xh: v128, bf: bool, mask: v128, bias: v128): v128 {
-  return step8(bf ? bf16Lo(v) : f16Lo(v, mask, bias), bf ? bf16Hi(v) : f16Hi(v, mask, bias), xl, xh);
-}
-
 // Four rows from four places at once (rows r + k * quarter of the range): four memory streams in
-// flight, and each activation load serves four rows.
+// flight, and each activation load (and F16's scaling of it) serves four rows.
 @inline function dotRows4(w: usize, rs: usize, x: usize, y: usize, ys: usize, cols: i32, bf: bool): void {
   const mask = v128.load(HALF_K),
-    bias = v128.load(HALF_K, 16);
+    up = v128.load(HALF_K, 32);
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0),
     a2 = f32x4.splat(0),
@@ -81,17 +111,17 @@ const HALF_K = memory.data<u32>(
   for (; i + 8 <= cols; i += 8) {
     const wp = w + ((<usize>i) << 1);
     const xp = x + ((<usize>i) << 2);
-    const xl = v128.load(xp),
-      xh = v128.load(xp, 16);
-    a0 = f32x4.add(a0, half8(v128.load(wp), xl, xh, bf, mask, bias));
-    a1 = f32x4.add(a1, half8(v128.load(wp + rs), xl, xh, bf, mask, bias));
-    a2 = f32x4.add(a2, half8(v128.load(wp + 2 * rs), xl, xh, bf, mask, bias));
-    a3 = f32x4.add(a3, half8(v128.load(wp + 3 * rs), xl, xh, bf, mask, bias));
+    const xl = actIn(xp, bf, up),
+      xh = actIn(xp + 16, bf, up);
+    a0 = half8(a0, v128.load(wp), xl, xh, bf, mask);
+    a1 = half8(a1, v128.load(wp + rs), xl, xh, bf, mask);
+    a2 = half8(a2, v128.load(wp + 2 * rs), xl, xh, bf, mask);
+    a3 = half8(a3, v128.load(wp + 3 * rs), xl, xh, bf, mask);
   }
-  let s0 = hsum(a0),
-    s1 = hsum(a1),
-    s2 = hsum(a2),
-    s3 = hsum(a3);
+  let s0 = rowSum(a0, bf),
+    s1 = rowSum(a1, bf),
+    s2 = rowSum(a2, bf),
+    s3 = rowSum(a3, bf);
   for (; i < cols; i++) {
     const xv = load<f32>(x + ((<usize>i) << 2));
     const wp = w + ((<usize>i) << 1);
@@ -149,10 +179,10 @@ const HALF_K = memory.data<u32>(
         const lo = bf ? bf16Lo(v) : f16Lo(v, mask, bias),
           hi = bf ? bf16Hi(v) : f16Hi(v, mask, bias);
         const o = (<usize>i) << 2;
-        a0 = f32x4.add(a0, step8(lo, hi, v128.load(x0 + o), v128.load(x0 + o, 16)));
-        a1 = f32x4.add(a1, step8(lo, hi, v128.load(x1 + o), v128.load(x1 + o, 16)));
-        a2 = f32x4.add(a2, step8(lo, hi, v128.load(x2 + o), v128.load(x2 + o, 16)));
-        a3 = f32x4.add(a3, step8(lo, hi, v128.load(x3 + o), v128.load(x3 + o, 16)));
+        a0 = step8(a0, lo, hi, v128.load(x0 + o), v128.load(x0 + o, 16));
+        a1 = step8(a1, lo, hi, v128.load(x1 + o), v128.load(x1 + o, 16));
+        a2 = step8(a2, lo, hi, v128.load(x2 + o), v128.load(x2 + o, 16));
+        a3 = step8(a3, lo, hi, v128.load(x3 + o), v128.load(x3 + o, 16));
       }
       let s0 = hsum(a0),
         s1 = hsum(a1),

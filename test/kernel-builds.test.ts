@@ -10,6 +10,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { GGMLType, typeName } from "../src/format/ggml-types.js";
 import { quantizeRow, rowBytes } from "../src/format/quant.js";
+import { f32ToBF16, f32ToF16 } from "../src/format/half.js";
 import { Arena } from "../src/runtime/arena.js";
 import {
   instantiateKernels,
@@ -76,7 +77,7 @@ function bothBuilds(t: TestContext, bytes: number) {
   return { arena, k };
 }
 
-test("both builds give the same bits: Q4_0, Q4_1, Q8_0 and F32 matvec and matmul on odd shapes (the K-quants, Q5_0 and Q5_1 the same values to rounding)", (t) => {
+test("both builds give the same bits: Q4_0, Q4_1, Q8_0 and F32 matvec and matmul on odd shapes (the K-quants, Q5_0, Q5_1, F16 and BF16 the same values to rounding)", (t) => {
   const both = bothBuilds(t, 32 << 20);
   if (!both) return;
   const { arena, k } = both;
@@ -94,6 +95,8 @@ test("both builds give the same bits: Q4_0, Q4_1, Q8_0 and F32 matvec and matmul
     GGMLType.Q4_K,
     GGMLType.Q5_K,
     GGMLType.Q6_K,
+    GGMLType.F16,
+    GGMLType.BF16,
   ]) {
     const kQuant = type === GGMLType.Q4_K || type === GGMLType.Q5_K || type === GGMLType.Q6_K; // 256-value blocks
     for (const [rows, cols, ntok] of kQuant
@@ -113,7 +116,10 @@ test("both builds give the same bits: Q4_0, Q4_1, Q8_0 and F32 matvec and matmul
       const rb = rowBytes(type, cols);
       const src = new Uint8Array(rows * rb);
       if (type === GGMLType.F32) src.set(new Uint8Array(f.buffer));
-      else if (kQuant) {
+      else if (type === GGMLType.F16 || type === GGMLType.BF16) {
+        const h = new Uint16Array(src.buffer);
+        for (let i = 0; i < h.length; i++) h[i] = type === GGMLType.F16 ? f32ToF16(f[i]) : f32ToBF16(f[i]);
+      } else if (kQuant) {
         // no K-quant quantizer: random quants and scale bytes, small f16 d (and dmin)
         for (let i = 0; i < src.length; i++) src[i] = Math.floor(Math.abs(f[i % f.length]) * 2551) & 255;
         if (type !== GGMLType.Q6_K)
@@ -142,11 +148,19 @@ test("both builds give the same bits: Q4_0, Q4_1, Q8_0 and F32 matvec and matmul
       }
       for (let i = 0; i < out.simd128.length; i++) {
         const what = `${typeName(type)} ${rows}x${cols} ntok ${ntok} call ${i}`;
-        const ownOrder = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q5_0, GGMLType.Q5_1].includes(type);
+        const ownOrder = [
+          GGMLType.Q4_K,
+          GGMLType.Q5_K,
+          GGMLType.Q6_K,
+          GGMLType.Q5_0,
+          GGMLType.Q5_1,
+          GGMLType.F16,
+          GGMLType.BF16,
+        ].includes(type);
         if (!ownOrder) assert.deepEqual(out.relaxed[i], out.simd128[i], what);
         else {
-          // the relaxed K-quants (weight-kernels/kquant.ts) and Q5 (q4.ts) sum their blocks in other f32 lanes:
-          // the same value to rounding; each build meets the reference in kernels-more.test.ts
+          // the relaxed K-quants (weight-kernels/kquant.ts) and Q5 (q4.ts) sum their blocks in other f32 lanes,
+          // the relaxed F16/BF16 (matvec_half.ts) add with fused multiply-adds: the same value to rounding; each build meets the reference in kernels-more.test.ts
           const a = new Float32Array(out.relaxed[i].buffer),
             b = new Float32Array(out.simd128[i].buffer);
           const scale = b.reduce((m, v) => Math.max(m, Math.abs(v)), 0);
