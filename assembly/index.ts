@@ -10,7 +10,6 @@ export * from "./matmul_q8_0";
 export * from "./matmul_q4";
 export * from "./prepare_q8";
 export * from "./matvec_half";
-export * from "./matvec_q5";
 export * from "./matvec_kquant";
 export * from "./prepare_q8k";
 export * from "./sparse_ffn";

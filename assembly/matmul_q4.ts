@@ -38,6 +38,7 @@ import {
 } from "./matmul_q4_relaxed";
 import { CHUNK, f16x4, hsum, put, Q4_MASKS, q4GroupBytes, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
+import { pairQ4 } from "./matvec_q4";
 
 // Row pairs whose chunk of weights stays in L2 while all the tokens pass; the pool hands out
 // rows in multiples of 16, one block.
@@ -300,7 +301,7 @@ function q4_1_t3(
   one: bool,
   five: bool = false,
 ): void {
-  // five: the relaxed build's Q5_0 / Q5_1 (matvec_q4_relaxed.ts), whose groups are larger
+  // five: Q5_0 / Q5_1 (Q4's tiles plus fifth bits: matvec_q4.ts), whose groups are larger
   const GB = q4GroupBytes(one, five);
   const AGB = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
   const ng = (cols + 127) >> 7;
@@ -345,6 +346,10 @@ function q4_1_t3(
               else if (nt == 2) r4_0_t2(wp, xp, as, yr, ys, gc, first, in0, in1);
               else r4_0_t1(wp, xp, as, yr, ys, gc, first, in0, in1);
             }
+          } else if (five) {
+            // SIMD128 Q5: the decode kernel's row pair, token by token (prefill at decode's speed)
+            for (let t = 0; t < nt; t++)
+              pairQ4(wp, xp + <usize>t * as, y + <usize>(k + t) * ys, gc, r, r0, r1, first, one, true);
           } else if (one) {
             if (nt == 3) q4_1_t3(wp, xp, as, yr, ys, gc, first, in0, in1);
             else if (nt == 2) q4_1_t2(wp, xp, as, yr, ys, gc, first, in0, in1);
@@ -368,6 +373,16 @@ export function matmul_q4_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
 /** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W packed Q4_1, x ntok q8_i16n rows. */
 export function matmul_q4_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   matmulQ4(w, x, y, rows, cols, ntok, r0, r1, true);
+}
+
+/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W packed Q5_0, x ntok q8_i16n rows. */
+export function matmul_q5_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
+  matmulQ4(w, x, y, rows, cols, ntok, r0, r1, false, true);
+}
+
+/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W packed Q5_1, x ntok q8_i16n rows. */
+export function matmul_q5_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
+  matmulQ4(w, x, y, rows, cols, ntok, r0, r1, true, true);
 }
 
 export { matmulQ4 };

@@ -46,6 +46,42 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
   return i32x4.add(a, b);
 }
 
+// Q5_0 / Q5_1 (both builds pack them as Q4's tiles plus each row's fifth bits, 16 bytes per row
+// and group: matvec_q4_relaxed.ts): bit 2j (2j + 1) of byte i belongs to the element in the low
+// (high) nibble of byte i of W_j. In u16 lane terms, with f = F >> 2j: the quant the mask for
+// nibble k extracts gets its fifth bit from bit 0 (k = 0), 1 (k = 1), 8 (k = 2) or 9 (k = 3) of
+// f, moved to bit 4, 8, 12 and 4 (where that split vector holds 16 times its quant's low bits).
+// Quants reach 31: the products stay within i32 (dot_i16x8_s), 256 * 31 * 127 per product.
+const Q5_FIFTHS = memory.data<u16>(
+  [
+    0x0010, 0x0010, 0x0010, 0x0010, 0x0010, 0x0010, 0x0010, 0x0010, 0x0100, 0x0100, 0x0100, 0x0100, 0x0100, 0x0100,
+    0x0100, 0x0100, 0x1000, 0x1000, 0x1000, 0x1000, 0x1000, 0x1000, 0x1000, 0x1000,
+  ],
+  16,
+);
+
+// dotw for a Q5 row vector W_j, its fifth bits f already shifted right by 2j.
+@inline function dotw5(
+  w: v128,
+  f: v128,
+  x0: v128,
+  x1: v128,
+  x2: v128,
+  x3: v128,
+  m0: v128,
+  m1: v128,
+  m2: v128,
+): v128 {
+  const b4 = v128.load(Q5_FIFTHS),
+    t = i16x8.shl(f, 4);
+  const v0 = v128.or(v128.and(w, m0), v128.and(t, b4)),
+    v1 = v128.or(v128.and(w, m1), v128.and(i16x8.shl(f, 7), v128.load(Q5_FIFTHS, 16))),
+    v2 = v128.or(v128.and(w, m2), v128.and(t, v128.load(Q5_FIFTHS, 32))),
+    v3 = v128.or(i16x8.shr_u(w, 12), v128.and(i16x8.shr_u(f, 5), b4));
+  const a = i32x4.add(i32x4.dot_i16x8_s(v0, x0), i32x4.dot_i16x8_s(v1, x1));
+  return i32x4.add(a, i32x4.add(i32x4.dot_i16x8_s(v2, x2), i32x4.dot_i16x8_s(v3, x3)));
+}
+
 // Both rows of one pair over gc groups of one chunk (weights at wp, activations at xp); the
 // results go to y[r], y[r + 1] (added to what is there unless `first`), for rows inside [r0, r1).
 @inline function pairQ4(
@@ -58,23 +94,34 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
   r1: i32,
   first: bool,
   one: bool,
+  five: bool,
 ): void {
   const m0 = v128.load(Q4_MASKS),
     m1 = v128.load(Q4_MASKS, 16),
     m2 = v128.load(Q4_MASKS, 32);
-  const GB = q4GroupBytes(one, false);
+  const GB = q4GroupBytes(one, five),
+    FO = q4GroupBytes(one, false); // Q5: the rows' fifth bits at +FO, +FO + 16
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0);
   for (let g = 0; g < gc; g++) {
     let s0 = i32x4.splat(0),
       s1 = i32x4.splat(0);
+    let f0 = five ? v128.load(wp + FO) : m0,
+      f1 = five ? v128.load(wp + FO + 16) : m0;
     for (let j: usize = 0; j < 64; j += 16) {
       const x0 = v128.load(xp + (j << 2)),
         x1 = v128.load(xp + (j << 2), 16);
       const x2 = v128.load(xp + (j << 2), 32),
         x3 = v128.load(xp + (j << 2), 48);
-      s0 = i32x4.add(s0, dotw(v128.load(wp + j), x0, x1, x2, x3, m0, m1, m2));
-      s1 = i32x4.add(s1, dotw(v128.load(wp + j, 64), x0, x1, x2, x3, m0, m1, m2));
+      if (five) {
+        s0 = i32x4.add(s0, dotw5(v128.load(wp + j), f0, x0, x1, x2, x3, m0, m1, m2));
+        s1 = i32x4.add(s1, dotw5(v128.load(wp + j, 64), f1, x0, x1, x2, x3, m0, m1, m2));
+        f0 = i16x8.shr_u(f0, 2);
+        f1 = i16x8.shr_u(f1, 2);
+      } else {
+        s0 = i32x4.add(s0, dotw(v128.load(wp + j), x0, x1, x2, x3, m0, m1, m2));
+        s1 = i32x4.add(s1, dotw(v128.load(wp + j, 64), x0, x1, x2, x3, m0, m1, m2));
+      }
     }
     const dx = v128.load(xp, 256);
     if (one) {
@@ -82,7 +129,8 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
       a0 = q4_1Group(a0, s0, v128.load(wp, 128), dx, v128.load(wp, 160), sx);
       a1 = q4_1Group(a1, s1, v128.load(wp, 144), dx, v128.load(wp, 176), sx);
     } else {
-      const corr = v128.load(xp, 272);
+      // Q5_0's offset is 16 where Q4_0's is 8
+      const corr = five ? i32x4.shl(v128.load(xp, 272), 1) : v128.load(xp, 272);
       a0 = q4_0Group(a0, s0, corr, f16x4At(wp + 128), dx);
       a1 = q4_0Group(a1, s1, corr, f16x4At(wp + 136), dx);
     }
@@ -94,7 +142,7 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
   if (r + 1 >= r0 && r + 1 < r1) store<f32>(y0, first ? hsum(a1) : load<f32>(y0, 4) + hsum(a1), 4);
 }
 
-/** The Q4_0 / Q4_1 decode loops; five: the relaxed build's Q5_0 / Q5_1 (matvec_q4_relaxed.ts), whose groups are larger. */
+/** The Q4_0 / Q4_1 decode loops; five: Q5_0 / Q5_1 (Q4's tiles plus fifth bits, above). */
 @inline function matvecQ4(
   w: usize,
   x: usize,
@@ -131,7 +179,7 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
       const wl = wc + <usize>p * stride;
       if (p < pEnd) quadQ4Relaxed(wl, wl, xc, y, gc, p << 1, -2, r0, r1, g0 == 0, one, five);
     } else {
-      for (; p < pEnd; p++) pairQ4(wc + <usize>p * stride, xc, y, gc, p << 1, r0, r1, g0 == 0, one);
+      for (; p < pEnd; p++) pairQ4(wc + <usize>p * stride, xc, y, gc, p << 1, r0, r1, g0 == 0, one, five);
     }
   }
 }
@@ -146,4 +194,14 @@ export function matvec_q4_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
   matvecQ4(w, x, y, rows, cols, r0, r1, true);
 }
 
-export { matvecQ4 };
+/** y[r] = W[r,:] . x for r in [r0, r1); W packed Q5_0 (Q4_0's tiles plus fifth bits), x prepared q8_i16n. */
+export function matvec_q5_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
+  matvecQ4(w, x, y, rows, cols, r0, r1, false, true);
+}
+
+/** y[r] = W[r,:] . x for r in [r0, r1); W packed Q5_1 (Q4_1's tiles plus fifth bits), x prepared q8_i16n. */
+export function matvec_q5_1(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
+  matvecQ4(w, x, y, rows, cols, r0, r1, true, true);
+}
+
+export { matvecQ4, pairQ4 };

@@ -48,7 +48,7 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   return i16x8.add(i16x8.relaxed_dot_i8x16_i7x16_s(xl, lo), i16x8.relaxed_dot_i8x16_i7x16_s(xh, hi));
 }
 
-// Q5_0 / Q5_1 (this build only; the SIMD128 build keeps GGUF's rows, matvec_q5.ts): a row-pair
+// Q5_0 / Q5_1 (the SIMD128 build reads the same layout: matvec_q4.ts dotw5): a row-pair
 // group is Q4_0's / Q4_1's, the low 4 bits of each quant as the nibbles above, then each row's
 // fifth bits in a 16-byte vector F: bit t of byte i belongs to the element that nibble vector
 // j = t >> 1 holds in byte i, in its low (t even) or high (t odd) nibble. A quant is the nibble

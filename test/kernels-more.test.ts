@@ -117,15 +117,14 @@ for (const { type, cols: colList } of CASES) {
     // the relaxed build packs the K-quants its own way and takes "q8_Ki" (weight-kernels/kquant.ts)
     const interleaved =
       (type === GGMLType.Q4_K || type === GGMLType.Q5_K || type === GGMLType.Q6_K) && kernelBuild() === "relaxed";
-    // ... and Q5_0 / Q5_1 as Q4 tiles with fifth bits, taking Q4's "q8_i8n" (weight-kernels/q4.ts)
-    const tiledQ5 = (type === GGMLType.Q5_0 || type === GGMLType.Q5_1) && kernelBuild() === "relaxed";
+    // Q5_0 / Q5_1 are packed as Q4 tiles with fifth bits and take Q4's activations (weight-kernels/q4.ts)
+    const q4Act = kernelBuild() === "relaxed" ? "q8_i8n" : "q8_i16n";
+    const tiledQ5 = type === GGMLType.Q5_0 || type === GGMLType.Q5_1;
     assert.equal(
       wk.act,
-      tiledQ5
-        ? "q8_i8n"
-        : ({ [GGMLType.F16]: "f32", [GGMLType.BF16]: "f32", [GGMLType.Q5_0]: "q8_0", [GGMLType.Q5_1]: "q8_1" }[
-            type as number
-          ] ?? (interleaved ? "q8_Ki" : "q8_K")),
+      { [GGMLType.F16]: "f32", [GGMLType.BF16]: "f32", [GGMLType.Q5_0]: q4Act, [GGMLType.Q5_1]: q4Act }[
+        type as number
+      ] ?? (interleaved ? "q8_Ki" : "q8_K"),
     );
     const matvec = K[wk.matvec],
       matmul = K[wk.matmul];
@@ -164,12 +163,12 @@ for (const { type, cols: colList } of CASES) {
           const a = prepareActivation(type, x);
           acts.push(a);
           // the bytes the kernel takes: Q8_K blocks reordered for the relaxed K-quants; for
-          // the relaxed Q5 what prepare_q8_i8n makes (the same quants; kernels.test.ts checks it)
+          // Q5 what prepare_q8_i8n / _i16n makes (the same quants; kernels.test.ts checks it)
           let k = interleaved ? q8KiFromQ8K(a as Uint8Array, cols) : a;
           if (tiledQ5) {
             const xp = put(new Uint8Array(x.buffer, x.byteOffset, x.byteLength)),
               dp = arena.alloc(ab, 64);
-            K.prepare_q8_i8n(xp, dp, cols, 1);
+            K[`prepare_${q4Act}`](xp, dp, cols, 1);
             k = arena.u8(dp, ab).slice();
           }
           assert.equal(k.byteLength, ab);

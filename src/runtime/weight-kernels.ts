@@ -20,25 +20,24 @@
  *   f32.ts     F32               row-major f32, as in GGUF
  *   q8.ts      Q8_0              tiles of 4 rows x 128 columns (tiled.ts)
  *   q4.ts      Q4_0, Q4_1        tiles of 2 rows x 128 columns (tiled.ts)
+ *              Q5_0, Q5_1        the same tiles of their low 4 bits, plus the fifth bits
  *   half.ts    F16, BF16         GGUF's own rows, packed by copying (row-copy.ts)
- *   q5.ts      Q5_0, Q5_1        GGUF's own rows (row-copy.ts)
  *   kquant.ts  Q4_K, Q5_K, Q6_K  GGUF's own rows (row-copy.ts); the relaxed build's their own blocks
  *
  * Activation formats (see assembly/prepare_q8.ts): "q8_0" / "q8_1" / "q8_K" are ggml's own block
  * layouts (for kernels that want them); "q8_i16" and "q8_i16n" hold the same quants as ggml's Q8_0
  * / Q8_1 (llama.cpp's x86 rounding) widened to i16 and interleaved 4 blocks at a time for the
  * packed Q8_0 and Q4_0/Q4_1 kernels. The relaxed-SIMD kernel build (wasm.ts) takes "q8_i8n" for
- * Q4_0/Q4_1 instead (the same quants as i8, ordered for its relaxed dots) and "q8_i8s" for Q8_0
+ * Q4_0/Q4_1/Q5_0/Q5_1 instead (the same quants as i8, ordered for its relaxed dots) and "q8_i8s" for Q8_0
  * (magnitudes and signs of the quants apart) and "q8_Ki" for the K-quants (Q8_K's quants
- * interleaved four sub-blocks at a time), and packs Q8_0, Q5_0, Q5_1 and the K-quants its own way. So the table is per build:
+ * interleaved four sub-blocks at a time), and packs Q8_0 and the K-quants its own way. So the table is per build:
  * `weightKernel(type)` answers for the build this process runs.
  */
 import { GGMLType, typeName } from "../format/ggml-types.js";
 import { F32 } from "./weight-kernels/f32.js";
 import { Q8_0, Q8_0_RELAXED } from "./weight-kernels/q8.js";
-import { Q4_0, Q4_1, Q5_0_RELAXED, Q5_1_RELAXED } from "./weight-kernels/q4.js";
+import { Q4_0, Q4_1, Q5_0, Q5_1 } from "./weight-kernels/q4.js";
 import { BF16, F16 } from "./weight-kernels/half.js";
-import { Q5_0, Q5_1 } from "./weight-kernels/q5.js";
 import { Q4_K, Q4_K_RELAXED, Q5_K, Q5_K_RELAXED, Q6_K, Q6_K_RELAXED, Q8KI_BYTES } from "./weight-kernels/kquant.js";
 import { kernelBuild, type KernelBuild } from "./wasm.js";
 
@@ -106,9 +105,9 @@ export function prepareKernel(fmt: ActivationFormat): string | undefined {
 // The table
 
 const SIMD128 = [F32, Q8_0, Q4_0, Q4_1, F16, BF16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K];
-// the relaxed build exports the same kernel names; Q4_0/Q4_1 are packed alike but take other
-// activations, Q8_0, Q5_0, Q5_1 and the K-quants are packed their own way and take other
-// activations (q8.ts, q4.ts, kquant.ts)
+// the relaxed build exports the same kernel names; Q4_0/Q4_1/Q5_0/Q5_1 are packed alike but take
+// other activations, Q8_0 and the K-quants are packed their own way and take other activations
+// (q8.ts, q4.ts, kquant.ts)
 const RELAXED_OWN = new Map<WeightKernel, WeightKernel>([
   [Q4_0, { ...Q4_0, act: "q8_i8n" }],
   [Q4_1, { ...Q4_1, act: "q8_i8n" }],
@@ -116,8 +115,8 @@ const RELAXED_OWN = new Map<WeightKernel, WeightKernel>([
   [Q4_K, Q4_K_RELAXED],
   [Q6_K, Q6_K_RELAXED],
   [Q5_K, Q5_K_RELAXED],
-  [Q5_0, Q5_0_RELAXED],
-  [Q5_1, Q5_1_RELAXED],
+  [Q5_0, { ...Q5_0, act: "q8_i8n" }],
+  [Q5_1, { ...Q5_1, act: "q8_i8n" }],
 ]);
 const RELAXED = SIMD128.map((k) => RELAXED_OWN.get(k) ?? k);
 const KERNELS: Record<KernelBuild, Map<GGMLType, WeightKernel>> = {

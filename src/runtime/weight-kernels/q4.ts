@@ -1,9 +1,9 @@
 /**
  * Q4_0 and Q4_1 weights (assembly/matvec_q4.ts): tiles of 2 rows x 128 columns (tiled.ts):
  * 2 x 64 bytes of nibbles, 4 per u16 lane, arranged so masks yield i16 lanes directly, then
- * 2 x 4 f16 scales (Q4_0, as GGUF) or 2 x 4 f32 scales then 2 x 4 f32 mins (Q4_1). The
- * relaxed-SIMD build packs Q5_0 / Q5_1 the same way, their low 4 bits as the nibbles, and adds
- * each row's fifth bits (2 x 16 bytes) at the end of the group (assembly/matvec_q4_relaxed.ts).
+ * 2 x 4 f16 scales (Q4_0, as GGUF) or 2 x 4 f32 scales then 2 x 4 f32 mins (Q4_1). Q5_0 / Q5_1
+ * are packed the same way, their low 4 bits as the nibbles, plus each row's fifth bits (2 x 16
+ * bytes) at the end of the group (assembly/matvec_q4_relaxed.ts, matvec_q4.ts dotw5).
  */
 import { GGMLType, typeName } from "../../format/ggml-types.js";
 import { f16Table } from "../../format/half.js";
@@ -50,7 +50,7 @@ function packBlockFifths(src: Uint8Array, h: number, dst: Uint8Array, f: number,
 }
 
 /**
- * Q4_0 / Q4_1 (and the relaxed build's Q5_0 / Q5_1): row pairs x 128 columns: quants of both rows
+ * Q4_0 / Q4_1 (and Q5_0 / Q5_1): row pairs x 128 columns: quants of both rows
  * (64 B each), d of both (Q4_0, Q5_0: f16 x4 each; Q4_1, Q5_1: f32 x4 each), for Q4_1 and Q5_1 m
  * of both; for Q5 then the fifth bits of both (16 B each).
  */
@@ -108,7 +108,7 @@ function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1 | GGMLType.Q5_0 | GGMLType.Q
   };
 }
 
-/** A packed Q4 (or the relaxed build's Q5) kernel: its tiles, activation format and exports. */
+/** A packed Q4 (or Q5) kernel: its tiles, activation format and exports. */
 function tiledQ4(
   type: GGMLType.Q4_0 | GGMLType.Q4_1 | GGMLType.Q5_0 | GGMLType.Q5_1,
   act: ActivationFormat,
@@ -119,6 +119,6 @@ function tiledQ4(
 
 export const Q4_0 = tiledQ4(GGMLType.Q4_0, "q8_i16n");
 export const Q4_1 = tiledQ4(GGMLType.Q4_1, "q8_i16n");
-/** The relaxed-SIMD build's Q5_0 / Q5_1: Q4's tiles and "q8_i8n" activations, plus fifth bits. */
-export const Q5_0_RELAXED = tiledQ4(GGMLType.Q5_0, "q8_i8n");
-export const Q5_1_RELAXED = tiledQ4(GGMLType.Q5_1, "q8_i8n");
+/** Q5_0 / Q5_1: Q4's tiles of their low 4 bits, plus fifth bits. */
+export const Q5_0 = tiledQ4(GGMLType.Q5_0, "q8_i16n");
+export const Q5_1 = tiledQ4(GGMLType.Q5_1, "q8_i16n");
