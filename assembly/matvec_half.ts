@@ -12,7 +12,8 @@
 // bits are those of weight-side scaling, and the conversion costs 3 instructions per 4 weights
 // instead of 4 (F16 matvec ran compute-bound at half the streaming limit). The split keeps
 // activations below 2^32 and products above 2^-110 out of f32's overflow and subnormal ranges.
-// matmul, where one converted weight vector serves 4 tokens, scales the weights.
+// matmul, where one converted weight vector serves a tile of tokens (4; 2 in the relaxed BF16:
+// below), scales the weights.
 //
 // The relaxed build adds each product with relaxed_madd (one fused instruction where the CPU
 // has FMA): the two builds agree to rounding, each build's kernels with each other to the bit.
@@ -58,15 +59,24 @@ const UP_SUM: f32 = 65536; // 2^16: a row's sum of products with activations tim
   return bf ? reinterpret<f32>(h << 16) : f16ToF32(h); // the tails: exact, inf and NaN kept
 }
 
-/** a + lo * xl + hi * xh: one 8-value step of a row, in the order every kernel here adds it. */
-@inline function step8(a: v128, lo: v128, hi: v128, xl: v128, xh: v128): v128 {
+/** a + w * x: one product vector added to an accumulator (fused in the relaxed build). */
+@inline function fma4(a: v128, w: v128, x: v128): v128 {
+  if (ASC_FEATURE_RELAXED_SIMD) return f32x4.relaxed_madd(w, x, a);
+  return f32x4.add(a, f32x4.mul(w, x));
+}
+
+/** a + lo * xl + hi * xh: an F16 row's 8-value step into its one accumulator. */
+@inline function step2(a: v128, lo: v128, xl: v128, hi: v128, xh: v128): v128 {
   if (ASC_FEATURE_RELAXED_SIMD) return f32x4.relaxed_madd(hi, xh, f32x4.relaxed_madd(lo, xl, a));
   return f32x4.add(a, f32x4.add(f32x4.mul(lo, xl), f32x4.mul(hi, xh)));
 }
 
-/** 8 halves v times the activation vectors xl (their low 4) and xh (their high 4), added to a. */
-@inline function half8(a: v128, v: v128, xl: v128, xh: v128, bf: bool, mask: v128): v128 {
-  return step8(a, bf ? bf16Lo(v) : f16BitsLo(v, mask), bf ? bf16Hi(v) : f16BitsHi(v, mask), xl, xh);
+/** The low (high) 4 of 8 halves v as f32 lanes (F16: times 2^-112, see the top of the file). */
+@inline function lo8(v: v128, bf: bool, mask: v128): v128 {
+  return bf ? bf16Lo(v) : f16BitsLo(v, mask);
+}
+@inline function hi8(v: v128, bf: bool, mask: v128): v128 {
+  return bf ? bf16Hi(v) : f16BitsHi(v, mask);
 }
 
 /** The activations of a matvec step: F16's times 2^96 (see the top of the file). */
@@ -74,26 +84,44 @@ const UP_SUM: f32 = 65536; // 2^16: a row's sum of products with activations tim
   return bf ? v128.load(xp) : f32x4.mul(v128.load(xp), up);
 }
 
-/** A row's lane sum, back to scale. */
-@inline function rowSum(a: v128, bf: bool): f32 {
-  return bf ? hsum(a) : hsum(a) * UP_SUM;
+/** Whether a row keeps two accumulators (below): the relaxed build's BF16. */
+@inline function twoAcc(bf: bool): bool {
+  return bf && ASC_FEATURE_RELAXED_SIMD;
 }
 
+/** A row's sum from its accumulators (one or two), back to scale. */
+@inline function rowSum(al: v128, ah: v128, bf: bool): f32 {
+  if (twoAcc(bf)) return hsum(f32x4.add(al, ah));
+  return bf ? hsum(al) : hsum(al) * UP_SUM;
+}
+
+// In the relaxed build a BF16 row keeps two accumulators, one for the low and one for the high 4
+// values of each 8-value step: with a single one each step chains two dependent fused
+// multiply-adds (4 cycles each), and BF16's cheap conversion left the kernel waiting on that
+// chain (two: matvec 1.15-1.19x; its prefill tile then takes 2 tokens, not 4: 0.93x). F16 rows
+// keep one (its conversion needs a register more, and 8 accumulators spilled: 0.74x), and so do
+// the SIMD128 build's BF16 rows (whose separate multiplies and adds gained nothing from two).
+
 /**
- * dot of one 16-bit row with one f32 row, in the float order every kernel here uses for a row (one
- * accumulator of 8-value steps, its lanes summed, then the tail): a row's bits do not depend on
- * which rows it was computed with, so a thread split or a token tile changes nothing.
+ * dot of one 16-bit row with one f32 row, in the float order every kernel here uses for a row (its
+ * accumulators of 8-value steps, added, their lanes summed, then the tail): a row's bits do not
+ * depend on which rows it was computed with, so a thread split or a token tile changes nothing.
  */
 @inline function dotRow(w: usize, x: usize, cols: i32, bf: bool): f32 {
   const mask = v128.load(HALF_K),
     up = v128.load(HALF_K, 32);
-  let a = f32x4.splat(0);
+  let al = f32x4.splat(0),
+    ah = f32x4.splat(0);
   let i = 0;
   for (; i + 8 <= cols; i += 8) {
     const xp = x + ((<usize>i) << 2);
-    a = half8(a, v128.load(w + ((<usize>i) << 1)), actIn(xp, bf, up), actIn(xp + 16, bf, up), bf, mask);
+    const v = v128.load(w + ((<usize>i) << 1));
+    if (twoAcc(bf)) {
+      al = fma4(al, lo8(v, bf, mask), actIn(xp, bf, up));
+      ah = fma4(ah, hi8(v, bf, mask), actIn(xp + 16, bf, up));
+    } else al = step2(al, lo8(v, bf, mask), actIn(xp, bf, up), hi8(v, bf, mask), actIn(xp + 16, bf, up));
   }
-  let s = rowSum(a, bf);
+  let s = rowSum(al, ah, bf);
   for (; i < cols; i++) s += scalar(<u32>load<u16>(w + ((<usize>i) << 1)), bf) * load<f32>(x + ((<usize>i) << 2));
   return s;
 }
@@ -106,22 +134,42 @@ const UP_SUM: f32 = 65536; // 2^16: a row's sum of products with activations tim
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0),
     a2 = f32x4.splat(0),
-    a3 = f32x4.splat(0);
+    a3 = f32x4.splat(0),
+    b0 = f32x4.splat(0),
+    b1 = f32x4.splat(0),
+    b2 = f32x4.splat(0),
+    b3 = f32x4.splat(0);
   let i = 0;
   for (; i + 8 <= cols; i += 8) {
     const wp = w + ((<usize>i) << 1);
     const xp = x + ((<usize>i) << 2);
     const xl = actIn(xp, bf, up),
       xh = actIn(xp + 16, bf, up);
-    a0 = half8(a0, v128.load(wp), xl, xh, bf, mask);
-    a1 = half8(a1, v128.load(wp + rs), xl, xh, bf, mask);
-    a2 = half8(a2, v128.load(wp + 2 * rs), xl, xh, bf, mask);
-    a3 = half8(a3, v128.load(wp + 3 * rs), xl, xh, bf, mask);
+    let v = v128.load(wp);
+    if (twoAcc(bf)) {
+      a0 = fma4(a0, lo8(v, bf, mask), xl);
+      b0 = fma4(b0, hi8(v, bf, mask), xh);
+    } else a0 = step2(a0, lo8(v, bf, mask), xl, hi8(v, bf, mask), xh);
+    v = v128.load(wp + rs);
+    if (twoAcc(bf)) {
+      a1 = fma4(a1, lo8(v, bf, mask), xl);
+      b1 = fma4(b1, hi8(v, bf, mask), xh);
+    } else a1 = step2(a1, lo8(v, bf, mask), xl, hi8(v, bf, mask), xh);
+    v = v128.load(wp + 2 * rs);
+    if (twoAcc(bf)) {
+      a2 = fma4(a2, lo8(v, bf, mask), xl);
+      b2 = fma4(b2, hi8(v, bf, mask), xh);
+    } else a2 = step2(a2, lo8(v, bf, mask), xl, hi8(v, bf, mask), xh);
+    v = v128.load(wp + 3 * rs);
+    if (twoAcc(bf)) {
+      a3 = fma4(a3, lo8(v, bf, mask), xl);
+      b3 = fma4(b3, hi8(v, bf, mask), xh);
+    } else a3 = step2(a3, lo8(v, bf, mask), xl, hi8(v, bf, mask), xh);
   }
-  let s0 = rowSum(a0, bf),
-    s1 = rowSum(a1, bf),
-    s2 = rowSum(a2, bf),
-    s3 = rowSum(a3, bf);
+  let s0 = rowSum(a0, b0, bf),
+    s1 = rowSum(a1, b1, bf),
+    s2 = rowSum(a2, b2, bf),
+    s3 = rowSum(a3, b3, bf);
   for (; i < cols; i++) {
     const xv = load<f32>(x + ((<usize>i) << 2));
     const wp = w + ((<usize>i) << 1);
@@ -160,11 +208,13 @@ const UP_SUM: f32 = 65536; // 2^16: a row's sum of products with activations tim
     ys = (<usize>rows) << 2;
   const mask = v128.load(HALF_K),
     bias = v128.load(HALF_K, 16);
+  const two = twoAcc(bf),
+    TT = two ? 2 : 4; // tokens per tile
   for (let r = r0; r < r1; r++) {
     const wr = w + <usize>r * rb;
     const yr = y + ((<usize>r) << 2);
     let t = 0;
-    for (; t + 4 <= ntok; t += 4) {
+    for (; t + TT <= ntok; t += TT) {
       const x0 = x + <usize>t * xs,
         x1 = x0 + xs,
         x2 = x1 + xs,
@@ -172,20 +222,30 @@ const UP_SUM: f32 = 65536; // 2^16: a row's sum of products with activations tim
       let a0 = f32x4.splat(0),
         a1 = f32x4.splat(0),
         a2 = f32x4.splat(0),
-        a3 = f32x4.splat(0);
+        a3 = f32x4.splat(0),
+        b0 = f32x4.splat(0),
+        b1 = f32x4.splat(0);
       let i = 0;
       for (; i + 8 <= cols; i += 8) {
         const v = v128.load(wr + ((<usize>i) << 1));
         const lo = bf ? bf16Lo(v) : f16Lo(v, mask, bias),
           hi = bf ? bf16Hi(v) : f16Hi(v, mask, bias);
         const o = (<usize>i) << 2;
-        a0 = step8(a0, lo, hi, v128.load(x0 + o), v128.load(x0 + o, 16));
-        a1 = step8(a1, lo, hi, v128.load(x1 + o), v128.load(x1 + o, 16));
-        a2 = step8(a2, lo, hi, v128.load(x2 + o), v128.load(x2 + o, 16));
-        a3 = step8(a3, lo, hi, v128.load(x3 + o), v128.load(x3 + o, 16));
+        if (two) {
+          a0 = fma4(a0, lo, v128.load(x0 + o));
+          b0 = fma4(b0, hi, v128.load(x0 + o, 16));
+          a1 = fma4(a1, lo, v128.load(x1 + o));
+          b1 = fma4(b1, hi, v128.load(x1 + o, 16));
+        } else {
+          a0 = step2(a0, lo, v128.load(x0 + o), hi, v128.load(x0 + o, 16));
+          a1 = step2(a1, lo, v128.load(x1 + o), hi, v128.load(x1 + o, 16));
+          a2 = step2(a2, lo, v128.load(x2 + o), hi, v128.load(x2 + o, 16));
+          a3 = step2(a3, lo, v128.load(x3 + o), hi, v128.load(x3 + o, 16));
+        }
       }
-      let s0 = hsum(a0),
-        s1 = hsum(a1),
+      // (F16: the weights were scaled, not the activations: its rowSum's 2^16 does not apply)
+      let s0 = two ? hsum(f32x4.add(a0, b0)) : hsum(a0),
+        s1 = two ? hsum(f32x4.add(a1, b1)) : hsum(a1),
         s2 = hsum(a2),
         s3 = hsum(a3);
       for (; i < cols; i++) {
@@ -193,14 +253,18 @@ const UP_SUM: f32 = 65536; // 2^16: a row's sum of products with activations tim
         const o = (<usize>i) << 2;
         s0 += wv * load<f32>(x0 + o);
         s1 += wv * load<f32>(x1 + o);
-        s2 += wv * load<f32>(x2 + o);
-        s3 += wv * load<f32>(x3 + o);
+        if (!two) {
+          s2 += wv * load<f32>(x2 + o);
+          s3 += wv * load<f32>(x3 + o);
+        }
       }
       const yt = yr + <usize>t * ys;
       store<f32>(yt, s0);
       store<f32>(yt + ys, s1);
-      store<f32>(yt + 2 * ys, s2);
-      store<f32>(yt + 3 * ys, s3);
+      if (!two) {
+        store<f32>(yt + 2 * ys, s2);
+        store<f32>(yt + 3 * ys, s3);
+      }
     }
     for (; t < ntok; t++) store<f32>(yr + <usize>t * ys, dotRow(wr, x + <usize>t * xs, cols, bf));
   }
