@@ -4,7 +4,7 @@
 // memory: kernels take an i32 array of bundle addresses, so bundles can sit in cache slots.
 //
 // Kernels (every argument i32; pointers are byte offsets into the shared memory; the range a
-// thread computes comes last). T is f32, q8_0, q4_0 or q4_1.
+// thread computes comes last). T is f32, f16, bf16, q8_0, q4_0 or q4_1.
 //   prepare_q8_sp(x, dst, cols, ntok, mode)           the "q8_sp" activation (below)
 //   sparse_gate_T(bundles, count, xAct, out, nEmbd, rowBytes, k0, k1)
 //       out[k] = gate_k . x                                             for listed k in [k0, k1)
@@ -202,6 +202,8 @@ const T_F32 = 0;
 const T_Q4_0 = 2;
 const T_Q4_1 = 3;
 const T_Q8_0 = 8;
+const T_F16 = 1;
+const T_BF16 = 30;
 
 // q4dot in the relaxed-SIMD build, whose mode-1 activation block holds its 32 quants as i8 in
 // natural order (prepare_q8_sp). Byte i of the block's quants holds element i (low nibble) and
@@ -288,6 +290,7 @@ const T_Q8_0 = 8;
 // may end at the end of memory): a partial last group takes zeros for its missing blocks, whose
 // scales f16x4 leaves 0.
 @inline function dot1(t: i32, a: usize, x: usize, n: i32): f32 {
+  if (t == T_F16 || t == T_BF16) return dotHalf(t == T_BF16, a, x, n);
   if (t == T_F32) {
     let s0 = f32x4.splat(0),
       s1 = f32x4.splat(0);
@@ -343,6 +346,7 @@ const T_Q8_0 = 8;
 // which is what scattered bundles from DRAM are bound by. The results come back in lanes 0 and 1
 // (not through memory: static data is shared by the pool's threads).
 @inline function dot2(t: i32, a: usize, b: usize, x: usize, n: i32): v128 {
+  if (t == T_F16 || t == T_BF16) return dotHalf2(t == T_BF16, a, b, x, n);
   const nb = n >> 5;
   const one = t == T_Q4_1;
   const BS: usize = one ? Q4_1_BS : Q4_0_BS;
@@ -393,6 +397,92 @@ const T_Q8_0 = 8;
     x += XG;
   }
   return f32x4.replace_lane(f32x4.splat(hsum(accA)), 1, hsum(accB));
+}
+
+// F16 / BF16 rows (GGUF: nEmbd 16-bit values) against the f32 x, 16 weights per step into two
+// accumulators. A half converts as the dense kernels convert it (matvec_half.ts): BF16 is the top
+// half of an f32; F16's sign, exponent and mantissa are moved into f32's fields, which is its
+// value times 2^-112 (exact for finite halves; inf and NaN come out finite, and convert refuses
+// to write them). The 2^112 goes onto x instead (times 2^96 as loaded, shared by the two rows of
+// dotHalf2; the sum times 2^16): powers of two change no rounding, and it saves a multiply per 4
+// weights. The products are added unfused in both builds, so the gate and up dots, whose signs
+// decide what is computed, have the same bits in both; dotHalf2 gives each row dotHalf's bits.
+@inline function halfLo(bf: bool, w: v128, mask: v128): v128 {
+  if (bf) return i32x4.shl(i32x4.extend_low_i16x8_u(w), 16);
+  return v128.and(i32x4.shl(i32x4.extend_low_i16x8_s(w), 13), mask);
+}
+@inline function halfHi(bf: bool, w: v128, mask: v128): v128 {
+  if (bf) return i32x4.shl(i32x4.extend_high_i16x8_u(w), 16);
+  return v128.and(i32x4.shl(i32x4.extend_high_i16x8_s(w), 13), mask);
+}
+// halfLo/halfHi's F16 lanes times 2^112: the weights' values (for the down columns, whose
+// multiplier h is not shared: moving 2^112 onto it could overflow)
+@inline function halfW(bf: bool, v: v128, bias: v128): v128 {
+  return bf ? v : f32x4.mul(v, bias);
+}
+// 4 values of x at p, scaled for halfLo/halfHi's F16 weights
+@inline function halfX(bf: bool, p: usize, up: v128): v128 {
+  return bf ? v128.load(p) : f32x4.mul(v128.load(p), up);
+}
+
+const HALF_X_UP: f32 = 7.922816251426434e28; // 2^96
+const HALF_SUM_UP: f32 = 65536; // 2^16
+
+@inline function dotHalf(bf: bool, a: usize, x: usize, n: i32): f32 {
+  const mask = v128.load(CONSTS, 32),
+    up = f32x4.splat(HALF_X_UP);
+  let s0 = f32x4.splat(0),
+    s1 = f32x4.splat(0);
+  const end = x + ((<usize>n) << 2);
+  for (; x < end; x += 64) {
+    const w0 = v128.load(a),
+      w1 = v128.load(a, 16);
+    s0 = f32x4.add(s0, f32x4.mul(halfLo(bf, w0, mask), halfX(bf, x, up)));
+    s1 = f32x4.add(s1, f32x4.mul(halfHi(bf, w0, mask), halfX(bf, x + 16, up)));
+    s0 = f32x4.add(s0, f32x4.mul(halfLo(bf, w1, mask), halfX(bf, x + 32, up)));
+    s1 = f32x4.add(s1, f32x4.mul(halfHi(bf, w1, mask), halfX(bf, x + 48, up)));
+    a += 32;
+  }
+  const s = hsum(f32x4.add(s0, s1));
+  return bf ? s : s * HALF_SUM_UP;
+}
+
+// dotHalf of the rows at a and b (lanes 0 and 1), streamed at once: two reads in flight.
+@inline function dotHalf2(bf: bool, a: usize, b: usize, x: usize, n: i32): v128 {
+  const mask = v128.load(CONSTS, 32),
+    up = f32x4.splat(HALF_X_UP);
+  let a0 = f32x4.splat(0),
+    a1 = f32x4.splat(0),
+    b0 = f32x4.splat(0),
+    b1 = f32x4.splat(0);
+  const end = x + ((<usize>n) << 2);
+  for (; x < end; x += 64) {
+    const wa0 = v128.load(a),
+      wb0 = v128.load(b);
+    const x0 = halfX(bf, x, up),
+      x1 = halfX(bf, x + 16, up);
+    a0 = f32x4.add(a0, f32x4.mul(halfLo(bf, wa0, mask), x0));
+    b0 = f32x4.add(b0, f32x4.mul(halfLo(bf, wb0, mask), x0));
+    a1 = f32x4.add(a1, f32x4.mul(halfHi(bf, wa0, mask), x1));
+    b1 = f32x4.add(b1, f32x4.mul(halfHi(bf, wb0, mask), x1));
+    const wa1 = v128.load(a, 16),
+      wb1 = v128.load(b, 16);
+    const x2 = halfX(bf, x + 32, up),
+      x3 = halfX(bf, x + 48, up);
+    a0 = f32x4.add(a0, f32x4.mul(halfLo(bf, wa1, mask), x2));
+    b0 = f32x4.add(b0, f32x4.mul(halfLo(bf, wb1, mask), x2));
+    a1 = f32x4.add(a1, f32x4.mul(halfHi(bf, wa1, mask), x3));
+    b1 = f32x4.add(b1, f32x4.mul(halfHi(bf, wb1, mask), x3));
+    a += 32;
+    b += 32;
+  }
+  let sa = hsum(f32x4.add(a0, a1)),
+    sb = hsum(f32x4.add(b0, b1));
+  if (!bf) {
+    sa *= HALF_SUM_UP;
+    sb *= HALF_SUM_UP;
+  }
+  return f32x4.replace_lane(f32x4.splat(sa), 1, sb);
 }
 
 // The second half of dot1's transpose-add: t01 from blocks 0 and 1, then blocks 2 and 3.
@@ -572,6 +662,40 @@ const NEG8 = memory.data<f32>([-8, -8, -8, -8], 16);
   p3: usize,
   h3: f32,
 ): void {
+  if (t == T_F16 || t == T_BF16) {
+    // 8 elements of each of the 4 columns per step, natural order (partial mode 0)
+    const bf = t == T_BF16;
+    const mask = v128.load(CONSTS, 32),
+      bias = v128.load(CONSTS, 16);
+    const H0 = f32x4.splat(h0),
+      H1 = f32x4.splat(h1),
+      H2 = f32x4.splat(h2),
+      H3 = f32x4.splat(h3);
+    const end = y + ((<usize>n) << 2);
+    for (; y < end; y += 32) {
+      const w0 = v128.load(p0),
+        w1 = v128.load(p1),
+        w2 = v128.load(p2),
+        w3 = v128.load(p3);
+      let lo = v128.load(y),
+        hi = v128.load(y, 16);
+      lo = madd(lo, halfW(bf, halfLo(bf, w0, mask), bias), H0);
+      hi = madd(hi, halfW(bf, halfHi(bf, w0, mask), bias), H0);
+      lo = madd(lo, halfW(bf, halfLo(bf, w1, mask), bias), H1);
+      hi = madd(hi, halfW(bf, halfHi(bf, w1, mask), bias), H1);
+      lo = madd(lo, halfW(bf, halfLo(bf, w2, mask), bias), H2);
+      hi = madd(hi, halfW(bf, halfHi(bf, w2, mask), bias), H2);
+      lo = madd(lo, halfW(bf, halfLo(bf, w3, mask), bias), H3);
+      hi = madd(hi, halfW(bf, halfHi(bf, w3, mask), bias), H3);
+      v128.store(y, lo);
+      v128.store(y, hi, 16);
+      p0 += 16;
+      p1 += 16;
+      p2 += 16;
+      p3 += 16;
+    }
+    return;
+  }
   if (t == T_F32) {
     const H0 = f32x4.splat(h0),
       H1 = f32x4.splat(h1),
@@ -752,6 +876,20 @@ const NEG8 = memory.data<f32>([-8, -8, -8, -8], 16);
 }
 
 @inline function axpy1(t: i32, y: usize, corr: usize, n: i32, p: usize, h: f32): void {
+  if (t == T_F16 || t == T_BF16) {
+    const bf = t == T_BF16;
+    const mask = v128.load(CONSTS, 32),
+      bias = v128.load(CONSTS, 16);
+    const H = f32x4.splat(h);
+    const end = y + ((<usize>n) << 2);
+    for (; y < end; y += 32) {
+      const w = v128.load(p);
+      v128.store(y, madd(v128.load(y), halfW(bf, halfLo(bf, w, mask), bias), H));
+      v128.store(y, madd(v128.load(y, 16), halfW(bf, halfHi(bf, w, mask), bias), H), 16);
+      p += 16;
+    }
+    return;
+  }
   if (t == T_F32) {
     const H = f32x4.splat(h);
     const end = y + ((<usize>n) << 2);
@@ -903,9 +1041,9 @@ let SINK: u32 = 0;
   // the gate factor of neuron k, computed one step ahead so that the next neuron's up and down
   // pages are touched only when they will be read
   let a = k0 < k1 ? gateFactor(kind, load<f32>(gate + ((<usize>k0) << 2))) : 0;
-  // Q4: neurons that fire go in pairs whose up rows dot2 streams at once (each row's dot exactly
+  // Q4, F16, BF16: neurons that fire go in pairs whose up rows dot2 streams at once (each row's dot exactly
   // dot1's; pushed in list order): the pending first of a pair
-  const pairs = t == T_Q4_0 || t == T_Q4_1;
+  const pairs = t == T_Q4_0 || t == T_Q4_1 || t == T_F16 || t == T_BF16;
   let pend = false,
     pendBp: usize = 0,
     pendA: f32 = 0;
@@ -953,7 +1091,7 @@ let SINK: u32 = 0;
   if (h != 0) pushDown(t, y, corr, n, bp + 2 * rb, h);
 }
 
-// upDown1 for two bundles (Q4): dot2 streams both up rows (each row's dot exactly dot1's), A's
+// upDown1 for two bundles (Q4, F16, BF16): dot2 streams both up rows (each row's dot exactly dot1's), A's
 // column pushed first.
 @inline function upDown2(
   t: i32,
@@ -975,7 +1113,7 @@ let SINK: u32 = 0;
   if (hB != 0) pushDown(t, y, corr, n, bpB + 2 * rb, hB);
 }
 
-// ffnOne for two bundles at once (Q4: dot2 streams both); the same results, pushed in the same
+// ffnOne for two bundles at once (Q4, F16, BF16: dot2 streams both); the same results, pushed in the same
 // order, as ffnOne on A then B.
 @inline function ffnPair(
   t: i32,
@@ -1002,7 +1140,7 @@ let SINK: u32 = 0;
   return run ? base + <usize>k * stride : <usize>load<i32>(list + ((<usize>k) << 2));
 }
 
-// The bundles k in [k0, k1) through ffnOne, Q4 two at a time through ffnPair; the next
+// The bundles k in [k0, k1) through ffnOne, Q4, F16 and BF16 two at a time through ffnPair; the next
 // bundles' pages touched one step ahead. sparse_ffn_T runs it over a list, sparse_ffn_run_T
 // over a strided cluster.
 @inline function ffnBundles(
@@ -1025,7 +1163,7 @@ let SINK: u32 = 0;
   const rb = <usize>rowBytes;
   DN = 0;
   let k = k0;
-  if (t == T_Q4_0 || t == T_Q4_1)
+  if (t == T_Q4_0 || t == T_Q4_1 || t == T_F16 || t == T_BF16)
     for (; k + 2 <= k1; k += 2) {
       if (k + 2 < k1) touchPages(bundleAt(run, list, base, stride, k + 2), 3 * rb);
       if (k + 3 < k1) touchPages(bundleAt(run, list, base, stride, k + 3), 3 * rb);
@@ -1043,7 +1181,7 @@ let SINK: u32 = 0;
 // ---------------------------------------------------------------------------------------------
 // Exports
 
-/** out[k] = gate_k . x for listed k in [k0, k1); F32 bundles, f32 x. */
+/** out[k] = gate_k . x for listed k in [k0, k1); F32 (F16, BF16) bundles, f32 x. */
 export function sparse_gate_f32(
   bundles: usize,
   count: i32,
@@ -1055,6 +1193,30 @@ export function sparse_gate_f32(
   k1: i32,
 ): void {
   gateT(T_F32, bundles, xAct, out, nEmbd, rowBytes, k0, k1);
+}
+export function sparse_gate_f16(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  out: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  gateT(T_F16, bundles, xAct, out, nEmbd, rowBytes, k0, k1);
+}
+export function sparse_gate_bf16(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  out: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  gateT(T_BF16, bundles, xAct, out, nEmbd, rowBytes, k0, k1);
 }
 /** out[k] = gate_k . x; Q8_0 bundles, x prepared q8_sp mode 0. */
 export function sparse_gate_q8_0(
@@ -1111,6 +1273,36 @@ export function sparse_updown_f32(
   k1: i32,
 ): void {
   upDownT(T_F32, bundles, gate, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_updown_f16(
+  bundles: usize,
+  count: i32,
+  gate: usize,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  upDownT(T_F16, bundles, gate, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_updown_bf16(
+  bundles: usize,
+  count: i32,
+  gate: usize,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  upDownT(T_BF16, bundles, gate, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
 export function sparse_updown_q8_0(
   bundles: usize,
@@ -1173,6 +1365,34 @@ export function sparse_ffn_f32(
 ): void {
   ffnBundles(T_F32, false, bundles, 0, 0, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
+export function sparse_ffn_f16(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  ffnBundles(T_F16, false, bundles, 0, 0, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_ffn_bf16(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  ffnBundles(T_BF16, false, bundles, 0, 0, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
 export function sparse_ffn_q8_0(
   bundles: usize,
   count: i32,
@@ -1231,6 +1451,36 @@ export function sparse_ffn_run_f32(
   k1: i32,
 ): void {
   ffnBundles(T_F32, true, 0, base, <usize>stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_ffn_run_f16(
+  base: usize,
+  stride: i32,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  ffnBundles(T_F16, true, 0, base, <usize>stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_ffn_run_bf16(
+  base: usize,
+  stride: i32,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  ffnBundles(T_BF16, true, 0, base, <usize>stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
 export function sparse_ffn_run_q8_0(
   base: usize,

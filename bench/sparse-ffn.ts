@@ -2,7 +2,7 @@
  * Speed of the sparse FFN kernels (assembly/sparse_ffn.ts) on one layer of neuron bundles,
  * against the dense matvec kernels on the same shape, measured side by side.
  *
- *   node dist/bench/sparse-ffn.js [--types q4_0,q8_0,q4_1] [--embd 4096] [--ff 11008]
+ *   node dist/bench/sparse-ffn.js [--types q4_0,q8_0,q4_1,f16,bf16] [--embd 4096] [--ff 11008]
  *                                 [--fractions 0.1,0.3,1] [--threads 1,2] [--rounds 6] [--slice 0.08]
  *
  * A layer of `ff` bundles (random quants, scales near 0.01) fills a region far larger than the
@@ -55,11 +55,23 @@ const COPIES = 2;
 let seed = 12345;
 const rnd = () => (seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32;
 
-/** Random GGUF-layout row bytes: random quants, scales near 0.01 (Q4_1 mins near -0.02). */
+/** Random GGUF-layout row bytes: random quants, scales near 0.01 (Q4_1 mins near -0.02); halves within +-0.02. */
 function fillRows(type: GGMLType, dst: Uint8Array): void {
   if (type === GGMLType.F32) {
     const f = new Float32Array(dst.buffer, dst.byteOffset, dst.length >> 2);
     for (let i = 0; i < f.length; i++) f[i] = rnd() - 0.5;
+    return;
+  }
+  if (type === GGMLType.F16 || type === GGMLType.BF16) {
+    const bf = new Float32Array(1);
+    const bits = new Uint32Array(bf.buffer);
+    for (let o = 0; o + 2 <= dst.length; o += 2) {
+      const v = (rnd() - 0.5) * 0.04;
+      bf[0] = v;
+      const h = type === GGMLType.F16 ? f32ToF16(v) : bits[0] >>> 16;
+      dst[o] = h & 0xff;
+      dst[o + 1] = h >> 8;
+    }
     return;
   }
   for (let i = 0; i < dst.length; i++) dst[i] = (rnd() * 256) | 0;

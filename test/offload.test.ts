@@ -12,6 +12,10 @@ import { LlamaModel } from "../src/model/llama.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { NeuronStore } from "../src/format/store.js";
 import { synthesize } from "../src/offline/synth.js";
+import { GGUFFile } from "../src/format/gguf.js";
+import { GGUFWriter } from "../src/format/gguf-writer.js";
+import { GGMLType, typeName } from "../src/format/ggml-types.js";
+import { dequantize, quantizeRow, rowBytes } from "../src/format/quant.js";
 import { argmax, CLI, greedyAsync, maxDiff, SHARED, tempDir } from "./helpers.js";
 import { rewrite } from "./rewrite.js";
 
@@ -119,6 +123,56 @@ test("synthetic sparse ReLU model: gate mode under a quarter-FFN cache equals th
     );
   } finally {
     await small.dispose();
+  }
+});
+
+test("F16 and BF16 stores (--type keep keeps them): gate mode under a quarter-FFN cache equals the dense run", async () => {
+  const f32 = join(dir, "sparse-half-src.gguf");
+  await synthesize({ shape: "tiny", act: "relu", type: "f32", seed: 4, sparsity: 0.9, out: f32, fsync: false });
+  const prompt = [1, 310, 311, 312, 313];
+  for (const type of [GGMLType.F16, GGMLType.BF16]) {
+    // the synthetic model with its FFN matrices in `type` (the rest as it is)
+    const gguf = join(dir, `sparse-${typeName(type)}.gguf`);
+    const src = GGUFFile.open(f32);
+    const w = new GGUFWriter(gguf, { fsync: false });
+    for (const [k, v] of src.metadata) w.setMetadata(k, v as never);
+    for (const t of src.tensors.values()) {
+      if (!/ffn_(gate|up|down)\.weight$/.test(t.name)) {
+        w.addTensor(t.name, t.dims, t.type, src.tensorData(t.name));
+        continue;
+      }
+      const f = dequantize(t.type, src.tensorData(t.name), t.elements);
+      const rb = rowBytes(type, t.dims[0]);
+      const q = new Uint8Array(t.dims[1] * rb);
+      for (let r = 0; r < t.dims[1]; r++)
+        quantizeRow(type, f.subarray(r * t.dims[0], (r + 1) * t.dims[0]), q.subarray(r * rb));
+      w.addTensor(t.name, t.dims, type, q);
+    }
+    await w.finish();
+    src.close();
+    const out = join(dir, `sparse-${typeName(type)}.pi`);
+    const r = await convertToStore({ input: gguf, output: out, fsync: false });
+    assert.equal(r.ffnType, type, "keep keeps a type the sparse kernels read");
+    const dense = await LlamaModel.load(gguf, { threads: 2, contextSize: 64 });
+    const want = await greedyAsync(dense, prompt, 12);
+    await dense.dispose();
+    const full = await LlamaModel.load(out, { threads: 2, contextSize: 64 });
+    const quarter = (full.offloaded!.cache.slots * full.offloaded!.cache.slotBytes) / 4;
+    await full.dispose();
+    const model = await LlamaModel.load(out, { threads: 2, contextSize: 64, offload: { cacheBytes: quarter } });
+    try {
+      const got = await greedyAsync(model, prompt, 12);
+      assert.deepEqual(got.ids, want.ids, typeName(type));
+      for (let k = 0; k < got.logits.length; k++) {
+        const d = maxDiff(got.logits[k], want.logits[k]);
+        assert.ok(d < 1e-3, `${typeName(type)} step ${k}: logits differ by ${d}`);
+      }
+      const s = model.offloaded!.snapshot();
+      assert.ok(s.misses > 0, `${typeName(type)}: the quarter cache missed`);
+      assert.ok(s.neuronsComputed < 0.25 * s.neuronsTotal, `${s.neuronsComputed} of ${s.neuronsTotal} computed`);
+    } finally {
+      await model.dispose();
+    }
   }
 });
 

@@ -29,7 +29,7 @@ function quantRow(type: GGMLType, f: Float32Array): Uint8Array {
   return out;
 }
 
-const TYPES = [GGMLType.F32, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1];
+const TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1];
 
 const arena = new Arena(64 << 20);
 const pools = [await ThreadPool.create(arena.memory, 1), await ThreadPool.create(arena.memory, 2)];
@@ -84,7 +84,7 @@ type Layer = ReturnType<typeof makeLayer>;
 /** Write x and return the ggml activation (Q8_0 / Q8_1 blocks from the wasm kernels) for the references. */
 function setX(type: GGMLType, x: Float32Array): Float32Array | Uint8Array {
   arena.f32(X, x.length).set(x);
-  if (type === GGMLType.F32) return x;
+  if (sparseKernel(type).act === "f32") return x;
   const fmt = type === GGMLType.Q4_1 ? "q8_1" : "q8_0";
   k[`prepare_${fmt}`](X, REF_ACT, x.length, 1);
   return arena.u8(REF_ACT, activationBytes(fmt, x.length)).slice();
@@ -213,6 +213,11 @@ test("sparse_gate: listed gate dots equal the reference and the dense matvec, od
       if (prep) k[prep](X, A, nEmbd, 1);
       k[wk.matvec](W, prep ? A : X, GATES + 32768, L.nFF, nEmbd, 0, L.nFF);
       const denseOut = arena.f32(GATES + 32768, L.nFF).slice();
+      // sum |w x| per row: the scale of the rounding two float orders of the same sum may differ by
+      const xAbs = x.map(Math.abs);
+      const rowMagnitude = L.gateRows.map((r) =>
+        dequantize(type, r, nEmbd).reduce((s, w, j) => s + Math.abs(w) * xAbs[j], 0),
+      );
       // one listed row sits at the very end of the wasm memory: nothing past a row may be read
       const end = arena.memory.buffer.byteLength - L.rb;
       mem().set(L.gateRows[3], end);
@@ -233,6 +238,7 @@ test("sparse_gate: listed gate dots equal the reference and the dense matvec, od
             ids.map((i) => denseOut[i]),
             2e-6,
             `gate vs dense matvec, ${what}`,
+            ids.map((i) => rowMagnitude[i]),
           );
         }
       }

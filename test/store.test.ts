@@ -19,6 +19,7 @@ import { convertToStore, hotFirstOrder, type ConvertResult } from "../src/offlin
 import { readConfig } from "../src/model/config.js";
 import { Tokenizer } from "../src/tokenizer/index.js";
 import { CLI, f32Bytes, SHARED, tempDir, uniforms } from "./helpers.js";
+import { rewrite } from "./rewrite.js";
 
 const RELU = `${SHARED}/models/relu-stories.gguf`;
 const RELU_Q8 = `${SHARED}/models/relu-stories.Q8_0.gguf`;
@@ -374,7 +375,7 @@ function randomQ4K(rows: number, cols: number, seed: number): Uint8Array {
   return out;
 }
 
-test("--type keep from a type no sparse kernel reads (Q5_1, F16) takes Q8_0, which run reads", async () => {
+test("--type keep: from a type no sparse kernel reads (Q5_1) takes Q8_0, from F16 keeps F16; run reads both", async () => {
   const src = GGUFFile.open(RELU);
   for (const type of [GGMLType.Q5_1, GGMLType.F16]) {
     const name = type === GGMLType.Q5_1 ? "q5_1" : "f16";
@@ -392,8 +393,13 @@ test("--type keep from a type no sparse kernel reads (Q5_1, F16) takes Q8_0, whi
     }
     await w.finish();
     const { path: out, r } = await convert(path, `relu-keep-${name}.pi`);
-    assert.equal(r.ffnType, GGMLType.Q8_0, name);
-    assert.equal(r.conversion.gate!.fromName, type === GGMLType.Q5_1 ? "Q5_1" : "F16");
+    assert.equal(r.ffnType, type === GGMLType.Q5_1 ? GGMLType.Q8_0 : GGMLType.F16, name);
+    if (type === GGMLType.Q5_1) assert.equal(r.conversion.gate!.fromName, "Q5_1");
+    else {
+      // F16 kept: gate and up rows copied as they are, Down transposed exactly
+      assert.equal(r.conversion.gate, null);
+      assert.equal(r.conversion.down!.maxAbsError, 0);
+    }
     const run = spawnSync(process.execPath, [CLI, "run", "-m", out, "-p", "Once", "-n", "2", "--temp", "0"], {
       encoding: "utf8",
     });
@@ -700,6 +706,26 @@ test("manifests that check out byte-wise but not in meaning are refused", async 
 function preadInto(path: string, dst: Uint8Array, offset: number): void {
   dst.set(readFileSync(path).subarray(offset, offset + dst.length));
 }
+
+test("a weight the store's type cannot hold (F32 above F16's range) is refused naming the tensor, no file left", async () => {
+  const big = await rewrite(RELU, "relu-big-up.gguf", {
+    tensors: (src) => {
+      const t = src.tensor("blk.1.ffn_up.weight");
+      const f = srcMatrix(src, t.name);
+      f[777] = 1e6;
+      return new Map([[t.name, [t.dims, f]]]);
+    },
+  });
+  const out = join(dir, "relu-big-up.pi");
+  await assert.rejects(
+    convertToStore({ input: big, output: out, type: "f16", fsync: false }),
+    /blk\.1\.ffn_up\.weight: the value 1000000 does not fit in F16 \(it becomes Infinity\): convert with --type bf16/,
+  );
+  assert.ok(!existsSync(out));
+  // the same value in BF16 is finite: that store is written
+  const { r } = await convert(big, "relu-big-up-bf16.pi", { type: "bf16" });
+  assert.equal(r.ffnType, GGMLType.BF16);
+});
 
 test("an aborted conversion leaves no file behind", async () => {
   const ac = new AbortController();

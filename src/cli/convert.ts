@@ -18,7 +18,7 @@ const SPECS: FlagSpec[] = [
     names: ["--type"],
     key: "type",
     type: "string",
-    help: `FFN weight type: ${CONVERT_TYPES.join(", ")} (keep: the model's own when the sparse kernels read it (f32, q8_0, q4_0, q4_1), else the nearest they read: q4_1 for Q4_K, q8_0 for F16, BF16, Q5 and Q6_K)`,
+    help: `FFN weight type: ${CONVERT_TYPES.join(", ")} (keep: the model's own when the sparse kernels read it (f32, f16, bf16, q8_0, q4_0, q4_1), else the nearest they read: q4_1 for Q4_K, q8_0 for Q5 and Q6_K)`,
     default: "keep",
   },
   {
@@ -55,7 +55,7 @@ export async function main(argv: string[]): Promise<number> {
   if (args.help) {
     console.log(
       usage(
-        "convert MODEL.gguf -o MODEL.pi [--type q4_0|q4_1|q8_0|keep] [--profile FILE] [--predictors FILE]",
+        "convert MODEL.gguf -o MODEL.pi [--type q4_0|q4_1|q8_0|f16|bf16|keep] [--profile FILE] [--predictors FILE]",
         SUMMARY,
         SPECS,
       ),

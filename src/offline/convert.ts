@@ -648,15 +648,24 @@ class RowConverter {
     this.a = new Float32Array(n);
     this.b = new Float32Array(n);
   }
-  /** Convert one row between types, measuring the error against the source values. */
-  convert(from: GGMLType, src: Uint8Array, to: GGMLType, dst: Uint8Array, stats: ErrorStats): void {
+  /** Convert one row of tensor `name` between types, measuring the error against the source values. */
+  convert(name: string, from: GGMLType, src: Uint8Array, to: GGMLType, dst: Uint8Array, stats: ErrorStats): void {
     dequantizeRow(from, src, this.n, this.a);
-    this.quantize(this.a, to, dst, stats);
+    this.quantize(name, this.a, to, dst, stats);
   }
-  /** Quantize f32 values and measure what the stored row decodes to against them. */
-  quantize(values: Float32Array, to: GGMLType, dst: Uint8Array, stats: ErrorStats): void {
+  /**
+   * Quantize f32 values of tensor `name` and measure what the stored row decodes to against them.
+   * A finite value the type cannot hold (F16 above 65504, or a block scale that overflows f16)
+   * is refused: the kernels would read the infinity as a finite number.
+   */
+  quantize(name: string, values: Float32Array, to: GGMLType, dst: Uint8Array, stats: ErrorStats): void {
     quantizeRow(to, values, dst);
     dequantizeRow(to, dst, this.n, this.b);
+    for (let i = 0; i < this.n; i++)
+      if (!Number.isFinite(this.b[i]))
+        throw new ConvertError(
+          `${name}: the value ${values[i]} does not fit in ${typeName(to)} (it becomes ${this.b[i]}): convert with --type bf16, f32 or q8_0`,
+        );
     stats.add(values, this.b, this.n);
   }
 }
@@ -664,10 +673,10 @@ class RowConverter {
 const tick = () => new Promise<void>((r) => setImmediate(r));
 
 /**
- * `--type keep`: the source's FFN type when the sparse kernels read it (F32, Q8_0, Q4_0, Q4_1),
- * else the nearest storable type when they read that (Q4_K -> Q4_1, Q2_K/Q3_K -> Q4_0, Q6_K ->
- * Q8_0), else Q8_0: F16, BF16, Q5_0, Q5_1 and Q5_K sources lose next to nothing in 8 bits, where
- * a store of their own type would be one `run` refuses.
+ * `--type keep`: the source's FFN type when the sparse kernels read it (F32, F16, BF16, Q8_0,
+ * Q4_0, Q4_1), else the nearest storable type when they read that (Q4_K -> Q4_1, Q2_K/Q3_K ->
+ * Q4_0, Q6_K -> Q8_0), else Q8_0: Q5_0, Q5_1 and Q5_K sources lose next to nothing in 8 bits,
+ * where a store of their own type would be one `run` refuses.
  */
 function keepType(src: GGMLType): GGMLType {
   const t = nearestStoreType(src);
@@ -799,7 +808,7 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
             const src = scratch[kind].subarray(k * rb, (k + 1) * rb);
             const dst = out.subarray(k * bundleBytes + at, k * bundleBytes + at + rowBytes);
             if (type === ffnType) dst.set(src);
-            else rc.convert(type, src, ffnType, dst, stats[kind]);
+            else rc.convert(m.t.name, type, src, ffnType, dst, stats[kind]);
           }
           if (type !== ffnType) changed[kind] = type;
           bytesDone += g * rb;
@@ -935,6 +944,7 @@ async function transposeDown(
       for (let k = 0; k < g; k++) {
         const c = c0 + j0 + k;
         rc.quantize(
+          t.name,
           cols.subarray(k * nEmbd, (k + 1) * nEmbd),
           type,
           out.subarray(c * rowBytes, (c + 1) * rowBytes),

@@ -50,6 +50,8 @@ export interface SparseKernel {
 const KERNELS = new Map<GGMLType, SparseKernel>();
 for (const [type, suffix, act, prepareMode, partialMode] of [
   [GGMLType.F32, "f32", "f32", 0, 0],
+  [GGMLType.F16, "f16", "f32", 0, 0],
+  [GGMLType.BF16, "bf16", "f32", 0, 0],
   [GGMLType.Q8_0, "q8_0", "q8_sp", 0, 1],
   [GGMLType.Q4_0, "q4_0", "q8_sp", 1, 2],
   [GGMLType.Q4_1, "q4_1", "q8_sp", 1, 2],
@@ -75,7 +77,7 @@ export function hasSparseKernel(type: GGMLType): boolean {
 
 /** Why a store of `type` bundles cannot run, and what to do: one wording for the loader, the planner and convert. */
 export function noSparseKernel(type: GGMLType): string {
-  return `no sparse FFN kernel for weight type ${typeName(type)} (F32, Q8_0, Q4_0 and Q4_1 have one): convert the model with --type q4_1 or q8_0`;
+  return `no sparse FFN kernel for weight type ${typeName(type)} (F32, F16, BF16, Q8_0, Q4_0 and Q4_1 have one): convert the model with --type q4_1 or q8_0`;
 }
 
 export function sparseKernel(type: GGMLType): SparseKernel {
