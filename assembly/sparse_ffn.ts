@@ -4,7 +4,7 @@
 // memory: kernels take an i32 array of bundle addresses, so bundles can sit in cache slots.
 //
 // Kernels (every argument i32; pointers are byte offsets into the shared memory; the range a
-// thread computes comes last). T is f32, f16, bf16, q8_0, q4_0 or q4_1.
+// thread computes comes last). T is f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1.
 //   prepare_q8_sp(x, dst, cols, ntok, mode)           the "q8_sp" activation (below)
 //   sparse_gate_T(bundles, count, xAct, out, nEmbd, rowBytes, k0, k1)
 //       out[k] = gate_k . x                                             for listed k in [k0, k1)
@@ -38,6 +38,8 @@
 //     stores it (the Q4_1 min term). The relaxed-SIMD build stores the 32 quants as i8 in
 //     natural order in the first 32 bytes instead (zeros after), for q4dotRelaxed, whose block
 //     dots are not scaled by 256: there dx = d and the correction lanes 2 * sum q.
+//   mode 2 (Q5_0 / Q5_1 weights): the relaxed build's mode 1; in the SIMD128 build mode 0's
+//     natural-order i16 vectors with mode 1's correction and sx in the relaxed build's units.
 // Why not ggml's q8_0 / q8_1 blocks: a GGUF Q4 block read as 8 u16 lanes holds in lane l the
 // nibbles of elements 2l, 2l+16, 2l+1, 2l+17; three masks and a shift give four i16x8 vectors
 // scaled by 1, 16, 256, 1, and activations arranged and scaled to match make every product
@@ -75,6 +77,8 @@ const XBK: usize = 80; // q8_sp bytes per block inside a group (quants, correcti
 const Q8_0_BS: usize = 34;
 const Q4_0_BS: usize = 18;
 const Q4_1_BS: usize = 20;
+const Q5_0_BS: usize = 22; // d, qh (the 32 fifth bits), 16 bytes of nibbles
+const Q5_1_BS: usize = 24; // d, m, qh, nibbles
 
 // v128 constants live in memory: V8 rematerializes a v128.const at every use inside a loop, a
 // loaded value stays in a register. The nibble masks are the packed Q4 kernels' (Q4_MASKS).
@@ -112,7 +116,8 @@ const NIB = memory.data<u32>(
 
 /**
  * "q8_sp" rows: ntok rows of `cols` f32 at x (cols a multiple of 32) -> ntok * ceil(cols / 128)
- * groups of 352 bytes at dst. mode 0: for Q8_0 weights, 1: for Q4_0 / Q4_1 weights (see the top).
+ * groups of 352 bytes at dst. mode 0: for Q8_0 weights, 1: for Q4_0 / Q4_1 weights, 2: for Q5_0 /
+ * Q5_1 weights (see the top).
  */
 export function prepare_q8_sp(x: usize, dst: usize, cols: i32, ntok: i32, mode: i32): void {
   const nb = cols >> 5;
@@ -155,14 +160,22 @@ export function prepare_q8_sp(x: usize, dst: usize, cols: i32, ntok: i32, mode: 
         i32x4.add(i32x4.add(i32x4.add(q0, q1), i32x4.add(q2, q3)), i32x4.add(i32x4.add(q4, q5), i32x4.add(q6, q7))),
       );
       const dh = f16ToF32Finite(f32ToF16(d));
-      if (mode == 0) {
+      if (mode == 0 || (mode == 2 && !ASC_FEATURE_RELAXED_SIMD)) {
+        // natural order as i16 (mode 2: Q5's widened bytes meet them)
         v128.store(o, n0);
         v128.store(o, n1, 16);
         v128.store(o, n2, 32);
         v128.store(o, n3, 48);
-        v128.store(o, i32x4.splat(0), 64);
-        store<f32>(lane, dh, 320);
-        store<f32>(lane, 0, 336);
+        if (mode == 0) {
+          v128.store(o, i32x4.splat(0), 64);
+          store<f32>(lane, dh, 320);
+          store<f32>(lane, 0, 336);
+        } else {
+          // Q5's unscaled block dots, as the relaxed build's mode 1
+          v128.store(o, i32x4.splat(sum << 1), 64);
+          store<f32>(lane, dh, 320);
+          store<f32>(lane, f16ToF32Finite(f32ToF16(d * <f32>sum)), 336);
+        }
       } else {
         if (ASC_FEATURE_RELAXED_SIMD) {
           // the relaxed build's Q4 dot (q4dotRelaxed): the quants as i8 in natural order
@@ -204,6 +217,25 @@ const T_Q4_1 = 3;
 const T_Q8_0 = 8;
 const T_F16 = 1;
 const T_BF16 = 30;
+const T_Q5_0 = 6;
+const T_Q5_1 = 7;
+
+// The 32-value block types read as 4-bit nibbles (Q5: plus a fifth bit), whose dots go through
+// groupQ4 / dot2 and whose activation carries the quants' sums
+@inline function nibbleType(t: i32): bool {
+  return t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1;
+}
+// blocks with a min (d, m at the block's start) rather than an offset
+@inline function withMin(t: i32): bool {
+  return t == T_Q4_1 || t == T_Q5_1;
+}
+@inline function blockBytes(t: i32): usize {
+  if (t == T_Q8_0) return Q8_0_BS;
+  if (t == T_Q4_1) return Q4_1_BS;
+  if (t == T_Q5_0) return Q5_0_BS;
+  if (t == T_Q5_1) return Q5_1_BS;
+  return Q4_0_BS;
+}
 
 // q4dot in the relaxed-SIMD build, whose mode-1 activation block holds its 32 quants as i8 in
 // natural order (prepare_q8_sp). Byte i of the block's quants holds element i (low nibble) and
@@ -220,6 +252,126 @@ const T_BF16 = 30;
     i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xb, 16), v128.and(i16x8.shr_u(w, 4), m)),
   );
   return i32x4.dot_i16x8_s(h, ones);
+}
+
+// Q5 blocks (GGUF layout: nibble bytes as Q4's, the fifth bits in a u32 qh, bit i for element i)
+// come out as their 32 quants (0..31) in natural order, bytes 0..15 (lo) and 16..31 (hi): the
+// nibbles as the relaxed Q4 dot splits them, or'ed with 0x10 where qh's bit is set (qh's bytes
+// spread 8 to a half, tested against each byte's bit). About 12 instructions a block; both the
+// dots and the down columns start from these bytes.
+const Q5_CONSTS = memory.data<u8>(
+  [
+    0x0f,
+    0x0f,
+    0x0f,
+    0x0f,
+    0x0f,
+    0x0f,
+    0x0f,
+    0x0f,
+    0x0f,
+    0x0f,
+    0x0f,
+    0x0f,
+    0x0f,
+    0x0f,
+    0x0f,
+    0x0f, // nibble mask
+    1,
+    2,
+    4,
+    8,
+    16,
+    32,
+    64,
+    128,
+    1,
+    2,
+    4,
+    8,
+    16,
+    32,
+    64,
+    128, // each byte's bit of qh
+    0x10,
+    0x10,
+    0x10,
+    0x10,
+    0x10,
+    0x10,
+    0x10,
+    0x10,
+    0x10,
+    0x10,
+    0x10,
+    0x10,
+    0x10,
+    0x10,
+    0x10,
+    0x10, // fifth bit
+    1,
+    0,
+    1,
+    0,
+    1,
+    0,
+    1,
+    0,
+    1,
+    0,
+    1,
+    0,
+    1,
+    0,
+    1,
+    0, // i16 ones
+  ],
+  16,
+);
+@inline function fifthBits(h: v128): v128 {
+  const bit = v128.load(Q5_CONSTS, 16);
+  return v128.and(i8x16.eq(v128.and(h, bit), bit), v128.load(Q5_CONSTS, 32));
+}
+@inline function q5lo(qs: v128, H: v128): v128 {
+  return v128.or(
+    v128.and(qs, v128.load(Q5_CONSTS)),
+    fifthBits(i8x16.shuffle(H, H, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)),
+  );
+}
+@inline function q5hi(qs: v128, H: v128): v128 {
+  return v128.or(i8x16.shr_u(qs, 4), fifthBits(i8x16.shuffle(H, H, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)));
+}
+
+// The integer dot of one Q5 block (at a) with the mode-2 activation block at xb, in i32x4 partial
+// lanes: the relaxed build meets its i8 quants with relaxed dots (a lane of i16 at most 4 * 127 *
+// 31), the SIMD128 build widens the bytes to meet its i16 quants. Either way the exact integer dot,
+// so the two builds' gate dots have the same bits. Q5_0's offset 16 is twice the correction's 8.
+@inline function q5dot(one: bool, a: usize, xb: usize): v128 {
+  const qh = a + (one ? 4 : 2);
+  const H = v128.load32_splat(qh);
+  const qs = v128.load(qh, 4);
+  const lo = q5lo(qs, H),
+    hi = q5hi(qs, H);
+  let d: v128;
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    const h = i16x8.add(
+      i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xb), lo),
+      i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xb, 16), hi),
+    );
+    d = i32x4.dot_i16x8_s(h, v128.load(Q5_CONSTS, 48));
+  } else {
+    d = i32x4.add(
+      i32x4.add(
+        i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_u(lo), v128.load(xb)),
+        i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_u(lo), v128.load(xb, 16)),
+      ),
+      i32x4.add(
+        i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_u(hi), v128.load(xb, 32)),
+        i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_u(hi), v128.load(xb, 48)),
+      ),
+    );
+  }
+  return one ? d : i32x4.sub(d, i32x4.shl(v128.load(xb, 64), 1));
 }
 
 // 256 x the integer dot of one GGUF Q4 block's 16 quant bytes with the mode-1 activation block.
@@ -304,8 +456,7 @@ const T_BF16 = 30;
   }
   const nb = n >> 5;
   const q8 = t == T_Q8_0;
-  const one = t == T_Q4_1;
-  const BS: usize = q8 ? Q8_0_BS : one ? Q4_1_BS : Q4_0_BS;
+  const BS = blockBytes(t);
   // the relaxed build's Q4 blocks take the byte mask and the i16 ones in m0, m1
   const relaxedQ4 = ASC_FEATURE_RELAXED_SIMD && !q8;
   const m0 = relaxedQ4 ? v128.load(Q4_RELAXED_CONSTS) : v128.load(Q4_MASKS),
@@ -348,8 +499,8 @@ const T_BF16 = 30;
 @inline function dot2(t: i32, a: usize, b: usize, x: usize, n: i32): v128 {
   if (t == T_F16 || t == T_BF16) return dotHalf2(t == T_BF16, a, b, x, n);
   const nb = n >> 5;
-  const one = t == T_Q4_1;
-  const BS: usize = one ? Q4_1_BS : Q4_0_BS;
+  const one = withMin(t);
+  const BS = blockBytes(t);
   // as dot1's Q4 masks
   const m0 = ASC_FEATURE_RELAXED_SIMD ? v128.load(Q4_RELAXED_CONSTS) : v128.load(Q4_MASKS),
     m1 = ASC_FEATURE_RELAXED_SIMD ? v128.load(Q4_RELAXED_CONSTS, 16) : v128.load(Q4_MASKS, 16),
@@ -493,8 +644,8 @@ const HALF_SUM_UP: f32 = 65536; // 2^16
 
 // acc + one group of je (1..4) Q4 blocks of the row at a, as dot1 adds it.
 @inline function groupQ4(t: i32, acc: v128, a: usize, x: usize, je: i32, m0: v128, m1: v128, m2: v128): v128 {
-  const one = t == T_Q4_1;
-  const BS: usize = one ? Q4_1_BS : Q4_0_BS;
+  const one = withMin(t);
+  const BS = blockBytes(t);
   let sc: v128;
   if (one) {
     const dm = f16pairs(a, BS, je);
@@ -522,6 +673,7 @@ const HALF_SUM_UP: f32 = 65536; // 2^16
 
 // the integer dot of the block at a with the activation block at xb (Q4: x256, Q4_0 offset taken off)
 @inline function blockDot(t: i32, a: usize, xb: usize, m0: v128, m1: v128, m2: v128): v128 {
+  if (t == T_Q5_0 || t == T_Q5_1) return q5dot(t == T_Q5_1, a, xb);
   if (t == T_Q8_0) return q8dot(a + 2, v128.load(xb), v128.load(xb, 16), v128.load(xb, 32), v128.load(xb, 48));
   if (ASC_FEATURE_RELAXED_SIMD) {
     if (t == T_Q4_1) return q4dotRelaxed(v128.load(a + 4), xb, m0, m1);
@@ -787,6 +939,10 @@ const NEG8 = memory.data<f32>([-8, -8, -8, -8], 16);
     }
     return;
   }
+  if (t == T_Q5_0 || t == T_Q5_1) {
+    q5axpy4(t == T_Q5_1, y, corr, nb, p0, h0, p1, h1, p2, h2, p3, h3);
+    return;
+  }
   const one = t == T_Q4_1;
   const BS = one ? Q4_1_BS : Q4_0_BS;
   const QO: usize = one ? 4 : 2;
@@ -834,6 +990,116 @@ const NEG8 = memory.data<f32>([-8, -8, -8, -8], 16);
     p1 += BS;
     p2 += BS;
     p3 += BS;
+  }
+}
+
+// Q5 down columns (partial mode 3): each block's quants as q5lo / q5hi bytes, in Q8_0's slot order
+// (byte k of u32 lane l of half h is slot vector 2k + h) but unsigned and masked in place, so
+// vector 2k + h is kept x 256^k for k < 3 and byte 3 is shifted down (two instructions a vector
+// where Q8_0's signed bytes take three); the block's constant (Q5_0: -16 d h, Q5_1: m h) goes to
+// its correction, summed over the columns in order.
+const Q5_BYTE = memory.data<u32>(
+  [0xff, 0xff, 0xff, 0xff, 0xff00, 0xff00, 0xff00, 0xff00, 0xff0000, 0xff0000, 0xff0000, 0xff0000],
+  16,
+);
+
+// the 4 slot vectors of one half of a block (h: 0 -> 0, 2, 4, 6; 1 -> 1, 3, 5, 7) for four columns
+@inline function q5half(
+  yh: usize,
+  q0: v128,
+  q1: v128,
+  q2: v128,
+  q3: v128,
+  S0: v128,
+  S1: v128,
+  S2: v128,
+  S3: v128,
+): void {
+  for (let k: usize = 0; k < 3; k++) {
+    const m = v128.load(Q5_BYTE + (k << 4));
+    axpySlot(yh, k << 5, v128.and(q0, m), v128.and(q1, m), v128.and(q2, m), v128.and(q3, m), S0, S1, S2, S3);
+  }
+  axpySlot(yh, 96, i32x4.shr_u(q0, 24), i32x4.shr_u(q1, 24), i32x4.shr_u(q2, 24), i32x4.shr_u(q3, 24), S0, S1, S2, S3);
+}
+
+// the block constant of a Q5 block at p for a column with multiplier h, d its scale
+@inline function q5const(one: bool, p: usize, d: f32, h: f32): f32 {
+  return one ? h * f16(p + 2) : <f32>-16 * d * h;
+}
+
+@inline function q5axpy4(
+  one: bool,
+  y: usize,
+  corr: usize,
+  nb: i32,
+  p0: usize,
+  h0: f32,
+  p1: usize,
+  h1: f32,
+  p2: usize,
+  h2: f32,
+  p3: usize,
+  h3: f32,
+): void {
+  const BS: usize = one ? Q5_1_BS : Q5_0_BS;
+  const QH: usize = one ? 4 : 2;
+  for (let b = 0; b < nb; b++) {
+    const d0 = f16(p0),
+      d1 = f16(p1),
+      d2 = f16(p2),
+      d3 = f16(p3);
+    const S0 = f32x4.splat(h0 * d0),
+      S1 = f32x4.splat(h1 * d1),
+      S2 = f32x4.splat(h2 * d2),
+      S3 = f32x4.splat(h3 * d3);
+    store<f32>(
+      corr,
+      load<f32>(corr) +
+        q5const(one, p0, d0, h0) +
+        q5const(one, p1, d1, h1) +
+        q5const(one, p2, d2, h2) +
+        q5const(one, p3, d3, h3),
+    );
+    const H0 = v128.load32_splat(p0 + QH),
+      H1 = v128.load32_splat(p1 + QH),
+      H2 = v128.load32_splat(p2 + QH),
+      H3 = v128.load32_splat(p3 + QH);
+    const w0 = v128.load(p0 + QH, 4),
+      w1 = v128.load(p1 + QH, 4),
+      w2 = v128.load(p2 + QH, 4),
+      w3 = v128.load(p3 + QH, 4);
+    q5half(y, q5lo(w0, H0), q5lo(w1, H1), q5lo(w2, H2), q5lo(w3, H3), S0, S1, S2, S3);
+    q5half(y + 16, q5hi(w0, H0), q5hi(w1, H1), q5hi(w2, H2), q5hi(w3, H3), S0, S1, S2, S3);
+    y += 128;
+    corr += 4;
+    p0 += BS;
+    p1 += BS;
+    p2 += BS;
+    p3 += BS;
+  }
+}
+
+@inline function q5axpy1(one: bool, y: usize, corr: usize, nb: i32, p: usize, h: f32): void {
+  const BS: usize = one ? Q5_1_BS : Q5_0_BS;
+  const QH: usize = one ? 4 : 2;
+  for (let b = 0; b < nb; b++) {
+    const d = f16(p);
+    const S = f32x4.splat(h * d);
+    store<f32>(corr, load<f32>(corr) + q5const(one, p, d, h));
+    const H = v128.load32_splat(p + QH);
+    const w = v128.load(p + QH, 4);
+    const lo = q5lo(w, H),
+      hi = q5hi(w, H);
+    for (let k: usize = 0; k < 3; k++) {
+      const m = v128.load(Q5_BYTE + (k << 4));
+      axpyOne(y, k << 5, v128.and(lo, m), S);
+      axpyOne(y + 16, k << 5, v128.and(hi, m), S);
+    }
+    axpyOne(y, 96, i32x4.shr_u(lo, 24), S);
+    axpyOne(y + 16, 96, i32x4.shr_u(hi, 24), S);
+    y += 128;
+    corr += 4;
+    p += BS;
   }
 }
 
@@ -914,6 +1180,10 @@ const NEG8 = memory.data<f32>([-8, -8, -8, -8], 16);
       y += 128;
       p += Q8_0_BS;
     }
+    return;
+  }
+  if (t == T_Q5_0 || t == T_Q5_1) {
+    q5axpy1(t == T_Q5_1, y, corr, nb, p, h);
     return;
   }
   const one = t == T_Q4_1;
@@ -1043,7 +1313,7 @@ let SINK: u32 = 0;
   let a = k0 < k1 ? gateFactor(kind, load<f32>(gate + ((<usize>k0) << 2))) : 0;
   // Q4, F16, BF16: neurons that fire go in pairs whose up rows dot2 streams at once (each row's dot exactly
   // dot1's; pushed in list order): the pending first of a pair
-  const pairs = t == T_Q4_0 || t == T_Q4_1 || t == T_F16 || t == T_BF16;
+  const pairs = nibbleType(t) || t == T_F16 || t == T_BF16;
   let pend = false,
     pendBp: usize = 0,
     pendA: f32 = 0;
@@ -1163,7 +1433,7 @@ let SINK: u32 = 0;
   const rb = <usize>rowBytes;
   DN = 0;
   let k = k0;
-  if (t == T_Q4_0 || t == T_Q4_1 || t == T_F16 || t == T_BF16)
+  if (nibbleType(t) || t == T_F16 || t == T_BF16)
     for (; k + 2 <= k1; k += 2) {
       if (k + 2 < k1) touchPages(bundleAt(run, list, base, stride, k + 2), 3 * rb);
       if (k + 3 < k1) touchPages(bundleAt(run, list, base, stride, k + 3), 3 * rb);
@@ -1257,6 +1527,30 @@ export function sparse_gate_q4_1(
 ): void {
   gateT(T_Q4_1, bundles, xAct, out, nEmbd, rowBytes, k0, k1);
 }
+export function sparse_gate_q5_0(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  out: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  gateT(T_Q5_0, bundles, xAct, out, nEmbd, rowBytes, k0, k1);
+}
+export function sparse_gate_q5_1(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  out: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  gateT(T_Q5_1, bundles, xAct, out, nEmbd, rowBytes, k0, k1);
+}
 
 /** Up, activation and down for listed k in [k0, k1) given gate[k]; adds into partial slot k0 / per. */
 export function sparse_updown_f32(
@@ -1349,6 +1643,36 @@ export function sparse_updown_q4_1(
 ): void {
   upDownT(T_Q4_1, bundles, gate, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
+export function sparse_updown_q5_0(
+  bundles: usize,
+  count: i32,
+  gate: usize,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  upDownT(T_Q5_0, bundles, gate, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_updown_q5_1(
+  bundles: usize,
+  count: i32,
+  gate: usize,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  upDownT(T_Q5_1, bundles, gate, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
 
 /** Gate, up, activation and down for listed k in [k0, k1); adds into partial slot k0 / per. */
 export function sparse_ffn_f32(
@@ -1434,6 +1758,34 @@ export function sparse_ffn_q4_1(
   k1: i32,
 ): void {
   ffnBundles(T_Q4_1, false, bundles, 0, 0, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_ffn_q5_0(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  ffnBundles(T_Q5_0, false, bundles, 0, 0, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_ffn_q5_1(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  ffnBundles(T_Q5_1, false, bundles, 0, 0, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
 
 /** sparse_ffn over the bundles base + k * stride, k in [k0, k1) (a dense cluster). */
@@ -1527,6 +1879,36 @@ export function sparse_ffn_run_q4_1(
 ): void {
   ffnBundles(T_Q4_1, true, 0, base, <usize>stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
+export function sparse_ffn_run_q5_0(
+  base: usize,
+  stride: i32,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  ffnBundles(T_Q5_0, true, 0, base, <usize>stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_ffn_run_q5_1(
+  base: usize,
+  stride: i32,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  ffnBundles(T_Q5_1, true, 0, base, <usize>stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
 
 // the 4x4 transpose of f32 vectors a..d added to the 4 vectors at p
 @inline function addT(p: usize, a: v128, b: v128, c: v128, d: v128): void {
@@ -1542,8 +1924,9 @@ export function sparse_ffn_run_q4_1(
 
 /**
  * y[i] += the sum over nSlots partial slots at i, for i in [i0, i1) (multiples of 32), and the
- * slots' parts there cleared. mode: 0 natural order (F32), 1 permuted (Q8_0), 2 permuted and
- * scaled with block corrections (Q4_0, Q4_1); see the top of this file.
+ * slots' parts there cleared. mode: 0 natural order (F32, F16, BF16), 1 permuted (Q8_0), 2 permuted
+ * and scaled with block corrections (Q4_0, Q4_1), 3 Q8_0's order scaled by bytes, with block
+ * corrections (Q5_0, Q5_1); see the top of this file and q5axpy4.
  */
 export function sparse_sum_partials(
   y: usize,
@@ -1591,7 +1974,7 @@ export function sparse_sum_partials(
       a6 = f32x4.add(a6, v128.load(p, 96));
       a7 = f32x4.add(a7, v128.load(p, 112));
       for (let v: usize = 0; v < 128; v += 16) v128.store(p + v, zero);
-      if (mode == 2) {
+      if (mode >= 2) {
         const cp = partials + <usize>s * stride + ((<usize>nEmbd) << 2) + ((<usize>b) << 2);
         c += load<f32>(cp);
         store<f32>(cp, 0);
@@ -1612,6 +1995,17 @@ export function sparse_sum_partials(
       a3 = f32x4.add(a3, C);
       a4 = f32x4.add(a4, C);
       a5 = f32x4.add(a5, C);
+      a6 = f32x4.add(a6, C);
+      a7 = f32x4.add(a7, C);
+    } else if (mode == 3) {
+      // vector 2k + h was accumulated in units of 256^-k (k < 3)
+      const C = f32x4.splat(c);
+      a0 = f32x4.add(a0, C);
+      a1 = f32x4.add(a1, C);
+      a2 = f32x4.add(f32x4.mul(a2, f32x4.splat(<f32>(1.0 / 256.0))), C);
+      a3 = f32x4.add(f32x4.mul(a3, f32x4.splat(<f32>(1.0 / 256.0))), C);
+      a4 = f32x4.add(f32x4.mul(a4, f32x4.splat(<f32>(1.0 / 65536.0))), C);
+      a5 = f32x4.add(f32x4.mul(a5, f32x4.splat(<f32>(1.0 / 65536.0))), C);
       a6 = f32x4.add(a6, C);
       a7 = f32x4.add(a7, C);
     }

@@ -2,7 +2,7 @@
  * Speed of the sparse FFN kernels (assembly/sparse_ffn.ts) on one layer of neuron bundles,
  * against the dense matvec kernels on the same shape, measured side by side.
  *
- *   node dist/bench/sparse-ffn.js [--types q4_0,q8_0,q4_1,f16,bf16] [--embd 4096] [--ff 11008]
+ *   node dist/bench/sparse-ffn.js [--types q4_0,q8_0,q4_1,q5_0,q5_1,f16,bf16] [--embd 4096] [--ff 11008]
  *                                 [--fractions 0.1,0.3,1] [--threads 1,2] [--rounds 6] [--slice 0.08]
  *
  * A layer of `ff` bundles (random quants, scales near 0.01) fills a region far larger than the
@@ -75,12 +75,18 @@ function fillRows(type: GGMLType, dst: Uint8Array): void {
     return;
   }
   for (let i = 0; i < dst.length; i++) dst[i] = (rnd() * 256) | 0;
-  const bs = { [GGMLType.Q8_0]: 34, [GGMLType.Q4_0]: 18, [GGMLType.Q4_1]: 20 }[type as number]!;
+  const bs = {
+    [GGMLType.Q8_0]: 34,
+    [GGMLType.Q4_0]: 18,
+    [GGMLType.Q4_1]: 20,
+    [GGMLType.Q5_0]: 22,
+    [GGMLType.Q5_1]: 24,
+  }[type as number]!;
   for (let o = 0; o + bs <= dst.length; o += bs) {
     const d = f32ToF16(0.005 + rnd() * 0.01);
     dst[o] = d & 0xff;
     dst[o + 1] = d >> 8;
-    if (type === GGMLType.Q4_1) {
+    if (type === GGMLType.Q4_1 || type === GGMLType.Q5_1) {
       const m = f32ToF16(-rnd() * 0.04);
       dst[o + 2] = m & 0xff;
       dst[o + 3] = m >> 8;

@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
+import { sparseKernel } from "../src/runtime/sparse-kernels.js";
 import { GGMLType, typeName } from "../src/format/ggml-types.js";
 import { quantizeRow, rowBytes } from "../src/format/quant.js";
 import { f32ToBF16, f32ToF16 } from "../src/format/half.js";
@@ -164,7 +165,7 @@ test("both builds give the same bits: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and F32 matve
   }
 });
 
-test("both builds give the same bits: the sparse Q4_0 / Q4_1 gate dots over prepared q8_sp activations, F16 / BF16 over f32", (t) => {
+test("both builds give the same bits: the sparse Q4 / Q5 gate dots over prepared q8_sp activations, F16 / BF16 over f32", (t) => {
   const both = bothBuilds(t, 8 << 20);
   if (!both) return;
   const { arena, k } = both;
@@ -176,6 +177,8 @@ test("both builds give the same bits: the sparse Q4_0 / Q4_1 gate dots over prep
   for (const [type, name] of [
     [GGMLType.Q4_0, "q4_0"],
     [GGMLType.Q4_1, "q4_1"],
+    [GGMLType.Q5_0, "q5_0"],
+    [GGMLType.Q5_1, "q5_1"],
     [GGMLType.F16, "f16"],
     [GGMLType.BF16, "bf16"],
   ] as const) {
@@ -194,7 +197,7 @@ test("both builds give the same bits: the sparse Q4_0 / Q4_1 gate dots over prep
       arena.f32(X, cols).set(gaussians(cols, cols + 7, 2));
       const out: Record<KernelBuild, Uint32Array> = { simd128: new Uint32Array(), relaxed: new Uint32Array() };
       for (const build of ["simd128", "relaxed"] as const) {
-        if (!f32Act) k[build].prepare_q8_sp(X, A, cols, 1, 1);
+        if (!f32Act) k[build].prepare_q8_sp(X, A, cols, 1, sparseKernel(type).prepareMode);
         k[build][`sparse_gate_${name}`](L, rows, f32Act ? X : A, Y, cols, rb, 0, rows);
         out[build] = new Uint32Array(arena.memory.buffer, Y, rows).slice();
       }

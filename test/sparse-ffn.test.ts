@@ -11,8 +11,10 @@ import { Arena } from "../src/runtime/arena.js";
 import { kernelBuild } from "../src/runtime/wasm.js";
 import { ThreadPool } from "../src/runtime/pool.js";
 import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
+import { STORE_FFN_TYPES } from "../src/format/store.js";
 import {
   SparseFFN,
+  hasSparseKernel,
   refSparseFFN,
   refSparseGate,
   sparseKernel,
@@ -29,7 +31,16 @@ function quantRow(type: GGMLType, f: Float32Array): Uint8Array {
   return out;
 }
 
-const TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1];
+const TYPES = [
+  GGMLType.F32,
+  GGMLType.F16,
+  GGMLType.BF16,
+  GGMLType.Q8_0,
+  GGMLType.Q4_0,
+  GGMLType.Q4_1,
+  GGMLType.Q5_0,
+  GGMLType.Q5_1,
+];
 
 const arena = new Arena(64 << 20);
 const pools = [await ThreadPool.create(arena.memory, 1), await ThreadPool.create(arena.memory, 2)];
@@ -85,7 +96,7 @@ type Layer = ReturnType<typeof makeLayer>;
 function setX(type: GGMLType, x: Float32Array): Float32Array | Uint8Array {
   arena.f32(X, x.length).set(x);
   if (sparseKernel(type).act === "f32") return x;
-  const fmt = type === GGMLType.Q4_1 ? "q8_1" : "q8_0";
+  const fmt = type === GGMLType.Q4_1 || type === GGMLType.Q5_1 ? "q8_1" : "q8_0";
   k[`prepare_${fmt}`](X, REF_ACT, x.length, 1);
   return arena.u8(REF_ACT, activationBytes(fmt, x.length)).slice();
 }
@@ -485,7 +496,9 @@ test("each thread adds only into its own partial slot: slot s holds exactly the 
 });
 
 test("descriptors: unsupported types and widths are refused by name", () => {
-  assert.throws(() => sparseKernel(GGMLType.Q5_0), /no sparse FFN kernel for weight type Q5_0/);
+  assert.throws(() => sparseKernel(GGMLType.Q6_K), /no sparse FFN kernel for weight type Q6_K/);
+  // every type a store can hold has one (convert writes no store that run refuses)
+  for (const t of STORE_FFN_TYPES) assert.ok(hasSparseKernel(t), typeName(t));
   assert.throws(() => partialBytes(100, 2), /nEmbd 100 is not a positive multiple of 32/);
   assert.throws(() => new SparseFFN(pools[0], arena, GGMLType.Q4_0, 4100), /nEmbd 4100/);
   const f = new SparseFFN(pools[0], arena, GGMLType.Q4_0, 64);

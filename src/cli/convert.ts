@@ -10,7 +10,6 @@ import { ProgressBar } from "./progress.js";
 import { typeName } from "../format/ggml-types.js";
 import type { StoreConversion } from "../format/store.js";
 import { CONVERT_TYPES, convertToStore, type ConvertType } from "../offline/convert.js";
-import { hasSparseKernel, noSparseKernel } from "../runtime/sparse-kernels.js";
 
 const SPECS: FlagSpec[] = [
   { names: ["-o", "--output"], key: "out", type: "string", help: "output store (.pi), required" },
@@ -18,7 +17,7 @@ const SPECS: FlagSpec[] = [
     names: ["--type"],
     key: "type",
     type: "string",
-    help: `FFN weight type: ${CONVERT_TYPES.join(", ")} (keep: the model's own when the sparse kernels read it (f32, f16, bf16, q8_0, q4_0, q4_1), else the nearest they read: q4_1 for Q4_K, q8_0 for Q5 and Q6_K)`,
+    help: `FFN weight type: ${CONVERT_TYPES.join(", ")} (keep: the model's own when a store can hold it, else the nearest: q4_1 for Q4_K, q5_1 for Q5_K, q8_0 for Q6_K)`,
     default: "keep",
   },
   {
@@ -55,7 +54,7 @@ export async function main(argv: string[]): Promise<number> {
   if (args.help) {
     console.log(
       usage(
-        "convert MODEL.gguf -o MODEL.pi [--type q4_0|q4_1|q8_0|f16|bf16|keep] [--profile FILE] [--predictors FILE]",
+        "convert MODEL.gguf -o MODEL.pi [--type q4_0|q4_1|q5_0|q5_1|q8_0|f16|bf16|f32|keep] [--profile FILE] [--predictors FILE]",
         SUMMARY,
         SPECS,
       ),
@@ -107,9 +106,6 @@ export async function main(argv: string[]): Promise<number> {
           : undefined,
       });
       bar?.abandon(); // the summary below says it all
-      // a store whose bundles no sparse kernel reads cannot run: say so even under --quiet
-      if (!hasSparseKernel(r.ffnType))
-        process.stderr.write(`convert: warning: run cannot use ${out}: ${noSparseKernel(r.ffnType)}\n`);
       if (!quiet) {
         const to = typeName(r.ffnType);
         process.stderr.write(

@@ -34,7 +34,6 @@ import {
 } from "../format/store.js";
 import { PREDICTOR_TENSOR_RE, THRESHOLDS_KEY } from "../model/llama.js";
 import { checkPredictorExperts, predictorNames } from "../model/offload/predictor.js";
-import { hasSparseKernel } from "../runtime/sparse-kernels.js";
 import { checkFingerprint, modelFingerprint, profileThresholds, ProfileError } from "./profile.js";
 import { PREDICTOR_MODEL_KEY, SPARSE_THRESHOLD_KEY } from "./predictor-files.js";
 
@@ -46,8 +45,9 @@ export class ConvertError extends Error {
 }
 
 /**
- * `--type`: the FFN type of the store; "keep" keeps the source's when this engine's sparse kernels
- * read it, else takes the nearest they read (keepType).
+ * `--type`: the FFN type of the store (the sparse kernels read every one); "keep" keeps the
+ * source's when a store can hold it, else takes the nearest (nearestStoreType: Q4_K -> Q4_1,
+ * Q5_K -> Q5_1, Q2_K/Q3_K -> Q4_0, Q6_K -> Q8_0).
  */
 export const CONVERT_TYPES = ["keep", "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"] as const;
 export type ConvertType = (typeof CONVERT_TYPES)[number];
@@ -672,17 +672,6 @@ class RowConverter {
 
 const tick = () => new Promise<void>((r) => setImmediate(r));
 
-/**
- * `--type keep`: the source's FFN type when the sparse kernels read it (F32, F16, BF16, Q8_0,
- * Q4_0, Q4_1), else the nearest storable type when they read that (Q4_K -> Q4_1, Q2_K/Q3_K ->
- * Q4_0, Q6_K -> Q8_0), else Q8_0: Q5_0, Q5_1 and Q5_K sources lose next to nothing in 8 bits,
- * where a store of their own type would be one `run` refuses.
- */
-function keepType(src: GGMLType): GGMLType {
-  const t = nearestStoreType(src);
-  return hasSparseKernel(t) ? t : GGMLType.Q8_0;
-}
-
 // ---------------------------------------------------------------------------------------------
 
 export async function convertToStore(opts: ConvertOptions): Promise<ConvertResult> {
@@ -711,7 +700,7 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
     if (!CONVERT_TYPES.includes(want))
       throw new ConvertError(`--type must be one of ${CONVERT_TYPES.join(", ")}, got "${want}"`);
     const srcType = layers[0].gate.t.type;
-    const ffnType = want === "keep" ? keepType(srcType) : typeFromName(want)!;
+    const ffnType = want === "keep" ? nearestStoreType(srcType) : typeFromName(want)!;
     const tr = typeTraits(ffnType)!;
     if (nEmbd % tr.blockSize !== 0)
       throw new ConvertError(

@@ -21,7 +21,6 @@ import { readerDepthLimit } from "../io/flash-reader.js";
 import type { LoadModelOptions } from "../api/model.js";
 import { readConfig, type ModelConfig } from "../model/config.js";
 import { plannedFiring } from "../model/firing.js";
-import { hasSparseKernel, noSparseKernel } from "../runtime/sparse-kernels.js";
 import { hasWeightKernel } from "../runtime/weight-kernels.js";
 import { DEFAULT_HOT_FRACTION } from "../io/neuron-cache.js";
 import { aio } from "../io/aio.js";
@@ -417,9 +416,6 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
       throw new Error(
         `${o.modelPath}: the planner models llama-style attention (blk.N.attn_q/k/v/output); this store lacks them`,
       );
-    }
-    if (!hasSparseKernel(store.ffn.type)) {
-      throw new Error(`${o.modelPath}: it cannot run under a budget: ${noSparseKernel(store.ffn.type)}`);
     }
     // the mode `run` will use: predictors when the store has them
     const withPredictors = hasPredictors(store, cfg);

@@ -55,6 +55,8 @@ for (const [type, suffix, act, prepareMode, partialMode] of [
   [GGMLType.Q8_0, "q8_0", "q8_sp", 0, 1],
   [GGMLType.Q4_0, "q4_0", "q8_sp", 1, 2],
   [GGMLType.Q4_1, "q4_1", "q8_sp", 1, 2],
+  [GGMLType.Q5_0, "q5_0", "q8_sp", 2, 3],
+  [GGMLType.Q5_1, "q5_1", "q8_sp", 2, 3],
 ] as const) {
   KERNELS.set(type, {
     type,
@@ -77,7 +79,7 @@ export function hasSparseKernel(type: GGMLType): boolean {
 
 /** Why a store of `type` bundles cannot run, and what to do: one wording for the loader, the planner and convert. */
 export function noSparseKernel(type: GGMLType): string {
-  return `no sparse FFN kernel for weight type ${typeName(type)} (F32, F16, BF16, Q8_0, Q4_0 and Q4_1 have one): convert the model with --type q4_1 or q8_0`;
+  return `no sparse FFN kernel for weight type ${typeName(type)} (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 have one): convert the model with --type q4_1 or q8_0`;
 }
 
 export function sparseKernel(type: GGMLType): SparseKernel {
