@@ -498,6 +498,7 @@ const Q5_CONSTS = memory.data<u8>(
 // (not through memory: static data is shared by the pool's threads).
 @inline function dot2(t: i32, a: usize, b: usize, x: usize, n: i32): v128 {
   if (t == T_F16 || t == T_BF16) return dotHalf2(t == T_BF16, a, b, x, n);
+  if (t == T_Q8_0) return dotQ8x2(a, b, x, n);
   const nb = n >> 5;
   const one = withMin(t);
   const BS = blockBytes(t);
@@ -634,6 +635,38 @@ const HALF_SUM_UP: f32 = 65536; // 2^16
     sb *= HALF_SUM_UP;
   }
   return f32x4.replace_lane(f32x4.splat(sa), 1, sb);
+}
+
+// dot1's Q8_0 loop for the rows at a and b at once (each row's operations in dot1's order, so
+// its bits; the activation's vectors loaded once for both), results in lanes 0 and 1.
+@inline function dotQ8x2(a: usize, b: usize, x: usize, n: i32): v128 {
+  const nb = n >> 5;
+  const BS = Q8_0_BS;
+  let accA = f32x4.splat(0),
+    accB = f32x4.splat(0);
+  for (let i = 0; i < nb; i += 4) {
+    const je = min(4, nb - i);
+    let scA = f32x4.mul(f16x4(a, BS, je), v128.load(x, 320)),
+      scB = f32x4.mul(f16x4(b, BS, je), v128.load(x, 320));
+    let xb = x;
+    for (let j = 0; j < je; j++) {
+      const x0 = v128.load(xb),
+        x1 = v128.load(xb, 16),
+        x2 = v128.load(xb, 32),
+        x3 = v128.load(xb, 48);
+      const dA = q8dot(a + 2, x0, x1, x2, x3),
+        dB = q8dot(b + 2, x0, x1, x2, x3);
+      accA = f32x4.add(accA, f32x4.mul(f32x4.convert_i32x4_s(dA), i32x4.shuffle(scA, scA, 0, 0, 0, 0)));
+      accB = f32x4.add(accB, f32x4.mul(f32x4.convert_i32x4_s(dB), i32x4.shuffle(scB, scB, 0, 0, 0, 0)));
+      scA = i32x4.shuffle(scA, scA, 1, 2, 3, 0);
+      scB = i32x4.shuffle(scB, scB, 1, 2, 3, 0);
+      a += BS;
+      b += BS;
+      xb += XBK;
+    }
+    x += XG;
+  }
+  return f32x4.replace_lane(f32x4.splat(hsum(accA)), 1, hsum(accB));
 }
 
 // The second half of dot1's transpose-add: t01 from blocks 0 and 1, then blocks 2 and 3.
@@ -1285,7 +1318,18 @@ let SINK: u32 = 0;
   k0: i32,
   k1: i32,
 ): void {
-  for (let k = k0; k < k1; k++) {
+  let k = k0;
+  // two rows at a time through dot2 (each row's dot exactly dot1's), the next pair's pages touched
+  if (t != T_F32)
+    for (; k + 2 <= k1; k += 2) {
+      const l = bundles + ((<usize>k) << 2);
+      if (k + 2 < k1) touchPages(<usize>load<i32>(l, 8), <usize>rowBytes);
+      if (k + 3 < k1) touchPages(<usize>load<i32>(l, 12), <usize>rowBytes);
+      const g = dot2(t, <usize>load<i32>(l), <usize>load<i32>(l, 4), xAct, n);
+      store<f32>(out + ((<usize>k) << 2), f32x4.extract_lane(g, 0));
+      store<f32>(out + ((<usize>k) << 2), f32x4.extract_lane(g, 1), 4);
+    }
+  for (; k < k1; k++) {
     if (k + 2 < k1) touchPages(<usize>load<i32>(bundles + ((<usize>k) << 2), 8), <usize>rowBytes);
     store<f32>(out + ((<usize>k) << 2), dot1(t, <usize>load<i32>(bundles + ((<usize>k) << 2)), xAct, n));
   }
@@ -1311,9 +1355,9 @@ let SINK: u32 = 0;
   // the gate factor of neuron k, computed one step ahead so that the next neuron's up and down
   // pages are touched only when they will be read
   let a = k0 < k1 ? gateFactor(kind, load<f32>(gate + ((<usize>k0) << 2))) : 0;
-  // Q4, F16, BF16: neurons that fire go in pairs whose up rows dot2 streams at once (each row's dot exactly
+  // every type but F32: neurons that fire go in pairs whose up rows dot2 streams at once (each row's dot exactly
   // dot1's; pushed in list order): the pending first of a pair
-  const pairs = nibbleType(t) || t == T_F16 || t == T_BF16;
+  const pairs = t != T_F32;
   let pend = false,
     pendBp: usize = 0,
     pendA: f32 = 0;
@@ -1361,7 +1405,7 @@ let SINK: u32 = 0;
   if (h != 0) pushDown(t, y, corr, n, bp + 2 * rb, h);
 }
 
-// upDown1 for two bundles (Q4, F16, BF16): dot2 streams both up rows (each row's dot exactly dot1's), A's
+// upDown1 for two bundles (every type but F32): dot2 streams both up rows (each row's dot exactly dot1's), A's
 // column pushed first.
 @inline function upDown2(
   t: i32,
@@ -1383,7 +1427,7 @@ let SINK: u32 = 0;
   if (hB != 0) pushDown(t, y, corr, n, bpB + 2 * rb, hB);
 }
 
-// ffnOne for two bundles at once (Q4, F16, BF16: dot2 streams both); the same results, pushed in the same
+// ffnOne for two bundles at once (every type but F32: dot2 streams both); the same results, pushed in the same
 // order, as ffnOne on A then B.
 @inline function ffnPair(
   t: i32,
@@ -1410,7 +1454,7 @@ let SINK: u32 = 0;
   return run ? base + <usize>k * stride : <usize>load<i32>(list + ((<usize>k) << 2));
 }
 
-// The bundles k in [k0, k1) through ffnOne, Q4, F16 and BF16 two at a time through ffnPair; the next
+// The bundles k in [k0, k1) through ffnOne, all types but F32 two at a time through ffnPair; the next
 // bundles' pages touched one step ahead. sparse_ffn_T runs it over a list, sparse_ffn_run_T
 // over a strided cluster.
 @inline function ffnBundles(
@@ -1433,7 +1477,7 @@ let SINK: u32 = 0;
   const rb = <usize>rowBytes;
   DN = 0;
   let k = k0;
-  if (nibbleType(t) || t == T_F16 || t == T_BF16)
+  if (t != T_F32)
     for (; k + 2 <= k1; k += 2) {
       if (k + 2 < k1) touchPages(bundleAt(run, list, base, stride, k + 2), 3 * rb);
       if (k + 3 < k1) touchPages(bundleAt(run, list, base, stride, k + 3), 3 * rb);
