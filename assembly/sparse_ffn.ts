@@ -559,13 +559,16 @@ const Q5_CONSTS = memory.data<u8>(
 // dotHalf2; the sum times 2^16): powers of two change no rounding, and it saves a multiply per 4
 // weights. The products are added unfused in both builds, so the gate and up dots, whose signs
 // decide what is computed, have the same bits in both; dotHalf2 gives each row dotHalf's bits.
+X;
 @inline function halfLo(bf: bool, w: v128, mask: v128): v128 {
   if (bf) return i32x4.shl(i32x4.extend_low_i16x8_u(w), 16);
-  return v128.and(i32x4.shl(i32x4.extend_low_i16x8_s(w), 13), mask);
+  const h = i8x16.shuffle(i32x4.splat(0), w, 0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23);
+  return v128.and(i32x4.shr_s(h, 3), mask);
 }
 @inline function halfHi(bf: bool, w: v128, mask: v128): v128 {
   if (bf) return i32x4.shl(i32x4.extend_high_i16x8_u(w), 16);
-  return v128.and(i32x4.shl(i32x4.extend_high_i16x8_s(w), 13), mask);
+  const h = i8x16.shuffle(i32x4.splat(0), w, 8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31);
+  return v128.and(i32x4.shr_s(h, 3), mask);
 }
 // halfLo/halfHi's F16 lanes times 2^112: the weights' values (for the down columns, whose
 // multiplier h is not shared: moving 2^112 onto it could overflow)
