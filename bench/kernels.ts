@@ -320,17 +320,19 @@ if (sparseTypes.length) {
     const list = new Int32Array(arena.memory.buffer, listPtr, SPARSE_COUNT);
     for (const build of builds) {
       const k = kernels.get(build)!;
-      k[SPARSE_PREPARE](xPtr, actPtr, SPARSE_EMBD, 1, sk.prepareMode);
+      // the f32-activation types (F16, BF16) read x itself
+      const act = sk.act === "f32" ? xPtr : actPtr;
+      if (sk.act !== "f32") k[SPARSE_PREPARE](xPtr, actPtr, SPARSE_EMBD, 1, sk.prepareMode);
       const gate = (set: number) => {
         for (let n = 0; n < SPARSE_COUNT; n++) list[n] = wPtr + set * setBytes + n * stride;
-        k[sk.gate](listPtr, SPARSE_COUNT, actPtr, outPtr, SPARSE_EMBD, rb, 0, SPARSE_COUNT);
+        k[sk.gate](listPtr, SPARSE_COUNT, act, outPtr, SPARSE_EMBD, rb, 0, SPARSE_COUNT);
       };
       const ffn = (set: number) => {
         k[sk.ffnRun](
           wPtr + set * setBytes,
           stride,
           SPARSE_COUNT,
-          actPtr,
+          act,
           partPtr,
           SPARSE_EMBD,
           rb,
