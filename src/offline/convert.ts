@@ -662,10 +662,12 @@ class RowConverter {
     quantizeRow(to, values, dst);
     dequantizeRow(to, dst, this.n, this.b);
     for (let i = 0; i < this.n; i++)
-      if (!Number.isFinite(this.b[i]))
+      if (!Number.isFinite(this.b[i])) {
+        const wider = ["bf16", "f32", "q8_0"].filter((t) => t !== typeName(to).toLowerCase());
         throw new ConvertError(
-          `${name}: the value ${values[i]} does not fit in ${typeName(to)} (it becomes ${this.b[i]}): convert with --type bf16, f32 or q8_0`,
+          `${name}: the value ${values[i]} does not fit in ${typeName(to)} (it becomes ${this.b[i]}): convert with one of --type ${wider.join(", ")}`,
         );
+      }
     stats.add(values, this.b, this.n);
   }
 }
