@@ -22,15 +22,15 @@
 // alignment set to `per` = ceil(count / threads), so each thread gets at most one run of `per`
 // listed neurons and writes only partial slot k0 / per (a range that breaks this traps). A slot is
 // slotFloats(nEmbd) f32: the down accumulator (nEmbd values, in a permuted order for the
-// quantized types), per-block corrections (Q4 offsets and mins), then 16 floats of scratch (the
+// quantized types), per-block corrections (Q4 / Q5 offsets and mins), then 16 floats of scratch (the
 // Q4 down columns' block scales). Slots start zeroed; sparse_sum_partials adds them into y in
 // natural order and zeroes them again, so several kernel calls (clusters computed as they land)
 // can accumulate into one layer's slots before the one reduction.
 //
-// Activations, "q8_sp" (quantized types): ggml's Q8_0 quants of x (llama.cpp's x86 rounding, as
+// Activations: F32, F16 and BF16 rows meet x itself (f32). "q8_sp" (quantized types): ggml's Q8_0 quants of x (llama.cpp's x86 rounding, as
 // prepare_q8_0 makes them) in groups of 4 blocks (128 values), 352 bytes a group: per block 80
 // bytes (4 i16x8 vectors of quants, then an i32x4 offset correction), then f32x4 dx and f32x4 sx
-// (lane = block). Blocks past the row in the last group are zero. Two arrangements, by `mode`:
+// (lane = block). Blocks past the row in the last group are zero. Three arrangements, by `mode`:
 //   mode 0 (Q8_0 weights): natural order, x[8v .. 8v+7] in vector v; dx = d; no correction.
 //   mode 1 (Q4_0 / Q4_1 weights): vector 0 lane l = 256 x[2l], 1: 16 x[2l+16], 2: x[2l+1],
 //     3: 256 x[2l+17]; dx = d / 256; correction lanes = 512 * sum q (8 * 256 * sum q over the
@@ -57,9 +57,11 @@
 // by 16^j (j < 7; nibble 7 is shifted down, not masked, so it stays unscaled and non-negative),
 // and the per-block constant (Q4_0: -8 d h, Q4_1: m h) goes to the block's correction instead of
 // 32 adds. Q8_0 uses the same order (byte k of u32 lane l of half h, sign-extended by two
-// shifts, is vector 2k + h), unscaled. sparse_sum_partials undoes all this (mode: 0 f32 natural,
-// 1 Q8_0, 2 Q4). Four active neurons go through each block together, so the slot's vectors are
-// loaded and stored once per four columns.
+// shifts, is vector 2k + h), unscaled; Q5 too, from its quants built as unsigned bytes, masked in
+// place (vector 2k + h times 256^k, k < 3) with the block constant (Q5_0: -16 d h, Q5_1: m h) in
+// the correction. F16 and BF16 columns add in natural order. sparse_sum_partials undoes all this
+// (mode: 0 natural, 1 Q8_0, 2 Q4, 3 Q5). Four active neurons go through each block together, so
+// the slot's vectors are loaded and stored once per four columns.
 
 import { gelu, silu } from "./activation_math";
 import { f16ToF32Finite, f32ToF16 } from "./half";
