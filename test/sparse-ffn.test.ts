@@ -460,6 +460,32 @@ test("sparse_ffn and sparse_ffn_run: subsets equal the reference; all neurons eq
   }
 });
 
+test("a row's dot has the same bits computed in a pair (two streams) or alone", () => {
+  // the kernels take listed rows two at a time and an odd last one alone: [A, B, A] puts A in
+  // both, and which neurons fire must not depend on where a row falls in a list
+  for (const type of TYPES) {
+    for (const nEmbd of [32, 288]) {
+      const L = makeLayer(type, nEmbd, 6, 31 + nEmbd + type);
+      const x = gaussians(nEmbd, 5 + nEmbd);
+      setX(type, x);
+      const f = sparse(pools[0], type, nEmbd);
+      f.prepare(X);
+      for (const [a, b] of [
+        [0, 2],
+        [3, 4],
+        [5, 1],
+      ]) {
+        f.gate(writeList([L.addr[a], L.addr[b], L.addr[a]]), 3, GATES);
+        const got = arena.f32(GATES, 3);
+        assert.ok(
+          Object.is(got[0], got[2]),
+          `${typeName(type)} nEmbd ${nEmbd} row ${a}: paired ${got[0]}, alone ${got[2]}`,
+        );
+      }
+    }
+  }
+});
+
 test("each thread adds only into its own partial slot: slot s holds exactly the neurons of thread s", () => {
   const pool = pools[1];
   for (const type of TYPES) {
