@@ -222,11 +222,6 @@ const T_BF16 = 30;
 const T_Q5_0 = 6;
 const T_Q5_1 = 7;
 
-// The 32-value block types read as 4-bit nibbles (Q5: plus a fifth bit), whose dots go through
-// groupQ4 / dot2 and whose activation carries the quants' sums
-@inline function nibbleType(t: i32): bool {
-  return t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1;
-}
 // blocks with a min (d, m at the block's start) rather than an offset
 @inline function withMin(t: i32): bool {
   return t == T_Q4_1 || t == T_Q5_1;
