@@ -51,4 +51,31 @@
   return sign | h;
 }
 
-export { f16ToF32, f16ToF32Finite, halfLanes, f32ToF16 };
+// Eight 16-bit values in a v128, their low (Lo) or high (Hi) four as f32x4, for the F16 / BF16
+// kernels (matvec_half.ts, sparse_ffn.ts). F16: the value times 2^-112 (`mask` = 0x8fffe000 in
+// each lane, as halfLanes'), exact for finite halves; the 2^112 is the caller's to apply, on the
+// weights or on the activations (times F16_X_UP as loaded, the sum times F16_SUM_UP). The halves
+// go into the high 16 bits of i32 lanes by one interleave with zeros (punpcklwd / punpckhwd on
+// x86: a widening takes one instruction for the low half and two for the high) and shift down
+// into f32's fields: the same bits as a widening and a left shift, F16 matvec 1.11-1.18x. BF16
+// keeps its widening and shift (its interleaved halves as they are measured 0.66-0.75x), and so
+// does matvec_half.ts's F16 prefill (0.67x with the interleave).
+@inline function f16BitsLo(v: v128, mask: v128): v128 {
+  const h = i8x16.shuffle(i32x4.splat(0), v, 0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23);
+  return v128.and(i32x4.shr_s(h, 3), mask);
+}
+@inline function f16BitsHi(v: v128, mask: v128): v128 {
+  const h = i8x16.shuffle(i32x4.splat(0), v, 8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31);
+  return v128.and(i32x4.shr_s(h, 3), mask);
+}
+@inline function bf16Lo(v: v128): v128 {
+  return i32x4.shl(i32x4.extend_low_i16x8_u(v), 16);
+}
+@inline function bf16Hi(v: v128): v128 {
+  return i32x4.shl(i32x4.extend_high_i16x8_u(v), 16);
+}
+/** 2^96 and 2^16: F16 activations' and row sums' share of the 2^112 re-bias (f32 range: matvec_half.ts) */
+const F16_X_UP: f32 = 7.922816251426434e28;
+const F16_SUM_UP: f32 = 65536;
+
+export { f16ToF32, f16ToF32Finite, halfLanes, f32ToF16, f16BitsLo, f16BitsHi, bf16Lo, bf16Hi, F16_X_UP, F16_SUM_UP };

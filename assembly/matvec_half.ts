@@ -17,7 +17,7 @@
 //
 // The relaxed build adds each product with relaxed_madd (one fused instruction where the CPU
 // has FMA): the two builds agree to rounding, each build's kernels with each other to the bit.
-import { f16ToF32 } from "./half";
+import { bf16Hi, bf16Lo, f16BitsHi, f16BitsLo, f16ToF32, F16_SUM_UP } from "./half";
 
 // halfLanes' mask and 2^112, loaded: written as constants, V8 rebuilds each at every use inside
 // a loop (three instructions apiece), loaded once they stay in registers
@@ -28,40 +28,14 @@ const HALF_K = memory.data<u32>(
   ],
   16,
 );
-const UP_SUM: f32 = 65536; // 2^16: a row's sum of products with activations times 2^96, back to scale
-
-// The halves of v in the high 16 bits of i32 lanes (the low 16 zero): one interleave with zeros
-// (punpcklwd / punpckhwd on x86), where a widening takes one instruction for the low half and two
-// for the high; an F16's bits then shift into f32's fields (the same bits as a widening and a
-// left shift: F16 matvec 1.12x).
-@inline function highLo(v: v128): v128 {
-  return i8x16.shuffle(i32x4.splat(0), v, 0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23);
-}
-@inline function highHi(v: v128): v128 {
-  return i8x16.shuffle(i32x4.splat(0), v, 8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31);
-}
-
-@inline function f16BitsLo(v: v128, mask: v128): v128 {
-  return v128.and(i32x4.shr_s(highLo(v), 3), mask);
-}
-@inline function f16BitsHi(v: v128, mask: v128): v128 {
-  return v128.and(i32x4.shr_s(highHi(v), 3), mask);
-}
 
 // matmul's F16 weights (scaled, not its activations) keep the widening and left shift: with the
-// interleave its 4-token tile measured 0.67x
+// interleave of f16BitsLo / f16BitsHi its 4-token tile measured 0.67x
 @inline function f16Lo(v: v128, mask: v128, bias: v128): v128 {
   return f32x4.mul(v128.and(i32x4.shl(i32x4.extend_low_i16x8_s(v), 13), mask), bias);
 }
 @inline function f16Hi(v: v128, mask: v128, bias: v128): v128 {
   return f32x4.mul(v128.and(i32x4.shl(i32x4.extend_high_i16x8_s(v), 13), mask), bias);
-}
-// (BF16 keeps its widening and shift: taking highLo / highHi as they are measured 0.66-0.75x)
-@inline function bf16Lo(v: v128): v128 {
-  return i32x4.shl(i32x4.extend_low_i16x8_u(v), 16);
-}
-@inline function bf16Hi(v: v128): v128 {
-  return i32x4.shl(i32x4.extend_high_i16x8_u(v), 16);
 }
 
 @inline function hsum(v: v128): f32 {
@@ -106,7 +80,7 @@ const UP_SUM: f32 = 65536; // 2^16: a row's sum of products with activations tim
 /** A row's sum from its accumulators (one or two), back to scale. */
 @inline function rowSum(al: v128, ah: v128, bf: bool): f32 {
   if (twoAcc(bf)) return hsum(f32x4.add(al, ah));
-  return bf ? hsum(al) : hsum(al) * UP_SUM;
+  return bf ? hsum(al) : hsum(al) * F16_SUM_UP;
 }
 
 // In the relaxed build a BF16 row keeps two accumulators, one for the low and one for the high 4

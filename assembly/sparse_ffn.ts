@@ -64,7 +64,7 @@
 // the slot's vectors are loaded and stored once per four columns.
 
 import { gelu, silu } from "./activation_math";
-import { f16ToF32Finite, f32ToF16 } from "./half";
+import { bf16Hi, bf16Lo, f16BitsHi, f16BitsLo, f16ToF32Finite, f32ToF16, F16_SUM_UP, F16_X_UP } from "./half";
 import { Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
 import { Q4_MASKS } from "./packed_layout";
 import { pin, pin2 } from "./schedule_pin";
@@ -222,6 +222,11 @@ const T_BF16 = 30;
 const T_Q5_0 = 6;
 const T_Q5_1 = 7;
 
+// Whether rows go two at a time through dot2 (two bundles streamed at once: scattered bundles from
+// DRAM are bound by the reads in flight): every type dot2 has, all but F32.
+@inline function paired(t: i32): bool {
+  return t != T_F32;
+}
 // blocks with a min (d, m at the block's start) rather than an offset
 @inline function withMin(t: i32): bool {
   return t == T_Q4_1 || t == T_Q5_1;
@@ -256,82 +261,16 @@ const T_Q5_1 = 7;
 // nibbles as the relaxed Q4 dot splits them, or'ed with 0x10 where qh's bit is set (qh's bytes
 // spread 8 to a half, tested against each byte's bit). About 12 instructions a block; both the
 // dots and the down columns start from these bytes.
-const Q5_CONSTS = memory.data<u8>(
-  [
-    0x0f,
-    0x0f,
-    0x0f,
-    0x0f,
-    0x0f,
-    0x0f,
-    0x0f,
-    0x0f,
-    0x0f,
-    0x0f,
-    0x0f,
-    0x0f,
-    0x0f,
-    0x0f,
-    0x0f,
-    0x0f, // nibble mask
-    1,
-    2,
-    4,
-    8,
-    16,
-    32,
-    64,
-    128,
-    1,
-    2,
-    4,
-    8,
-    16,
-    32,
-    64,
-    128, // each byte's bit of qh
-    0x10,
-    0x10,
-    0x10,
-    0x10,
-    0x10,
-    0x10,
-    0x10,
-    0x10,
-    0x10,
-    0x10,
-    0x10,
-    0x10,
-    0x10,
-    0x10,
-    0x10,
-    0x10, // fifth bit
-    1,
-    0,
-    1,
-    0,
-    1,
-    0,
-    1,
-    0,
-    1,
-    0,
-    1,
-    0,
-    1,
-    0,
-    1,
-    0, // i16 ones
-  ],
-  16,
-);
+// each byte's bit of qh, as u32 lanes (the 0x0f and 0x10 bytes and the i16 ones are the relaxed
+// Q4 kernels', Q4_RELAXED_CONSTS at 0, 64 and 16)
+const Q5_BITS = memory.data<u32>([0x08040201, 0x80402010, 0x08040201, 0x80402010], 16);
 @inline function fifthBits(h: v128): v128 {
-  const bit = v128.load(Q5_CONSTS, 16);
-  return v128.and(i8x16.eq(v128.and(h, bit), bit), v128.load(Q5_CONSTS, 32));
+  const bit = v128.load(Q5_BITS);
+  return v128.and(i8x16.eq(v128.and(h, bit), bit), v128.load(Q4_RELAXED_CONSTS, 64));
 }
 @inline function q5lo(qs: v128, H: v128): v128 {
   return v128.or(
-    v128.and(qs, v128.load(Q5_CONSTS)),
+    v128.and(qs, v128.load(Q4_RELAXED_CONSTS)),
     fifthBits(i8x16.shuffle(H, H, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)),
   );
 }
@@ -355,7 +294,7 @@ const Q5_CONSTS = memory.data<u8>(
       i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xb), lo),
       i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xb, 16), hi),
     );
-    d = i32x4.dot_i16x8_s(h, v128.load(Q5_CONSTS, 48));
+    d = i32x4.dot_i16x8_s(h, v128.load(Q4_RELAXED_CONSTS, 16));
   } else {
     d = i32x4.add(
       i32x4.add(
@@ -549,24 +488,18 @@ const Q5_CONSTS = memory.data<u8>(
 }
 
 // F16 / BF16 rows (GGUF: nEmbd 16-bit values) against the f32 x, 16 weights per step into two
-// accumulators. A half converts as the dense kernels convert it (matvec_half.ts): BF16 is the top
+// accumulators. A half converts as the dense kernels convert it (half.ts): BF16 is the top
 // half of an f32; F16's sign, exponent and mantissa are moved into f32's fields, which is its
 // value times 2^-112 (exact for finite halves; inf and NaN come out finite, and convert refuses
 // to write them). The 2^112 goes onto x instead (times 2^96 as loaded, shared by the two rows of
 // dotHalf2; the sum times 2^16): powers of two change no rounding, and it saves a multiply per 4
 // weights. The products are added unfused in both builds, so the gate and up dots, whose signs
 // decide what is computed, have the same bits in both; dotHalf2 gives each row dotHalf's bits.
-// (F16 through an interleave with zeros and an arithmetic shift, as matvec_half.ts's decode: the
-// same bits; 0.97-1.04x here in noisy alternating runs, kept for one conversion in both files)
 @inline function halfLo(bf: bool, w: v128, mask: v128): v128 {
-  if (bf) return i32x4.shl(i32x4.extend_low_i16x8_u(w), 16);
-  const h = i8x16.shuffle(i32x4.splat(0), w, 0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23);
-  return v128.and(i32x4.shr_s(h, 3), mask);
+  return bf ? bf16Lo(w) : f16BitsLo(w, mask);
 }
 @inline function halfHi(bf: bool, w: v128, mask: v128): v128 {
-  if (bf) return i32x4.shl(i32x4.extend_high_i16x8_u(w), 16);
-  const h = i8x16.shuffle(i32x4.splat(0), w, 8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31);
-  return v128.and(i32x4.shr_s(h, 3), mask);
+  return bf ? bf16Hi(w) : f16BitsHi(w, mask);
 }
 // halfLo/halfHi's F16 lanes times 2^112: the weights' values (for the down columns, whose
 // multiplier h is not shared: moving 2^112 onto it could overflow)
@@ -578,12 +511,9 @@ const Q5_CONSTS = memory.data<u8>(
   return bf ? v128.load(p) : f32x4.mul(v128.load(p), up);
 }
 
-const HALF_X_UP: f32 = 7.922816251426434e28; // 2^96
-const HALF_SUM_UP: f32 = 65536; // 2^16
-
 @inline function dotHalf(bf: bool, a: usize, x: usize, n: i32): f32 {
   const mask = v128.load(CONSTS, 32),
-    up = f32x4.splat(HALF_X_UP);
+    up = f32x4.splat(F16_X_UP);
   let s0 = f32x4.splat(0),
     s1 = f32x4.splat(0);
   const end = x + ((<usize>n) << 2);
@@ -597,13 +527,13 @@ const HALF_SUM_UP: f32 = 65536; // 2^16
     a += 32;
   }
   const s = hsum(f32x4.add(s0, s1));
-  return bf ? s : s * HALF_SUM_UP;
+  return bf ? s : s * F16_SUM_UP;
 }
 
 // dotHalf of the rows at a and b (lanes 0 and 1), streamed at once: two reads in flight.
 @inline function dotHalf2(bf: bool, a: usize, b: usize, x: usize, n: i32): v128 {
   const mask = v128.load(CONSTS, 32),
-    up = f32x4.splat(HALF_X_UP);
+    up = f32x4.splat(F16_X_UP);
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0),
     b0 = f32x4.splat(0),
@@ -632,8 +562,8 @@ const HALF_SUM_UP: f32 = 65536; // 2^16
   let sa = hsum(f32x4.add(a0, a1)),
     sb = hsum(f32x4.add(b0, b1));
   if (!bf) {
-    sa *= HALF_SUM_UP;
-    sb *= HALF_SUM_UP;
+    sa *= F16_SUM_UP;
+    sb *= F16_SUM_UP;
   }
   return f32x4.replace_lane(f32x4.splat(sa), 1, sb);
 }
@@ -1321,7 +1251,7 @@ let SINK: u32 = 0;
 ): void {
   let k = k0;
   // two rows at a time through dot2 (each row's dot exactly dot1's), the next pair's pages touched
-  if (t != T_F32)
+  if (paired(t))
     for (; k + 2 <= k1; k += 2) {
       const l = bundles + ((<usize>k) << 2);
       if (k + 2 < k1) touchPages(<usize>load<i32>(l, 8), <usize>rowBytes);
@@ -1356,9 +1286,9 @@ let SINK: u32 = 0;
   // the gate factor of neuron k, computed one step ahead so that the next neuron's up and down
   // pages are touched only when they will be read
   let a = k0 < k1 ? gateFactor(kind, load<f32>(gate + ((<usize>k0) << 2))) : 0;
-  // every type but F32: neurons that fire go in pairs whose up rows dot2 streams at once (each row's dot exactly
+  // paired types: neurons that fire go in pairs whose up rows dot2 streams at once (each row's dot exactly
   // dot1's; pushed in list order): the pending first of a pair
-  const pairs = t != T_F32;
+  const pairs = paired(t);
   let pend = false,
     pendBp: usize = 0,
     pendA: f32 = 0;
@@ -1478,7 +1408,7 @@ let SINK: u32 = 0;
   const rb = <usize>rowBytes;
   DN = 0;
   let k = k0;
-  if (t != T_F32)
+  if (paired(t))
     for (; k + 2 <= k1; k += 2) {
       if (k + 2 < k1) touchPages(bundleAt(run, list, base, stride, k + 2), 3 * rb);
       if (k + 3 < k1) touchPages(bundleAt(run, list, base, stride, k + 3), 3 * rb);
