@@ -12,12 +12,10 @@ import { LlamaModel } from "../src/model/llama.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { NeuronStore } from "../src/format/store.js";
 import { synthesize } from "../src/offline/synth.js";
-import { GGUFFile } from "../src/format/gguf.js";
-import { GGUFWriter } from "../src/format/gguf-writer.js";
 import { GGMLType, typeName } from "../src/format/ggml-types.js";
-import { dequantize, quantizeRow, rowBytes } from "../src/format/quant.js";
+import { dequantize } from "../src/format/quant.js";
 import { argmax, CLI, greedyAsync, maxDiff, SHARED, tempDir } from "./helpers.js";
-import { rewrite } from "./rewrite.js";
+import { retypeFFN, rewrite } from "./rewrite.js";
 
 const RELU = `${SHARED}/models/relu-stories.gguf`;
 const RELU_Q8 = `${SHARED}/models/relu-stories.Q8_0.gguf`;
@@ -125,38 +123,6 @@ test("synthetic sparse ReLU model: gate mode under a quarter-FFN cache equals th
     await small.dispose();
   }
 });
-
-/**
- * A copy of `srcPath` with its FFN matrices in `type`, and (`down` given) each layer's ffn_down
- * replaced by F32 values: down(layer)[r * nFF + i] is row r, neuron i.
- */
-async function retypeFFN(
-  srcPath: string,
-  out: string,
-  type: GGMLType,
-  down?: (layer: number) => Float32Array,
-): Promise<void> {
-  const src = GGUFFile.open(srcPath);
-  const w = new GGUFWriter(out, { fsync: false });
-  for (const [k, v] of src.metadata) w.setMetadata(k, v as never);
-  for (const t of src.tensors.values()) {
-    const m = /^blk\.(\d+)\.ffn_(gate|up|down)\.weight$/.exec(t.name);
-    if (!m) w.addTensor(t.name, t.dims, t.type, src.tensorData(t.name));
-    else if (down && m[2] === "down") {
-      const f = down(Number(m[1]));
-      w.addTensor(t.name, t.dims, GGMLType.F32, new Uint8Array(f.buffer, f.byteOffset, f.byteLength));
-    } else {
-      const f = dequantize(t.type, src.tensorData(t.name), t.elements);
-      const rb = rowBytes(type, t.dims[0]);
-      const q = new Uint8Array(t.dims[1] * rb);
-      for (let r = 0; r < t.dims[1]; r++)
-        quantizeRow(type, f.subarray(r * t.dims[0], (r + 1) * t.dims[0]), q.subarray(r * rb));
-      w.addTensor(t.name, t.dims, type, q);
-    }
-  }
-  await w.finish();
-  src.close();
-}
 
 /** Each layer's Down as the store holds it (its bundles' columns, dequantized), row-major [nEmbd][nFF]. */
 function storeDown(pi: string): Map<number, Float32Array> {

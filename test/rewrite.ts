@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { GGUFFile, type GGUFValue } from "../src/format/gguf.js";
 import { GGUFWriter } from "../src/format/gguf-writer.js";
 import { GGMLType } from "../src/format/ggml-types.js";
+import { dequantize, quantizeRow, rowBytes } from "../src/format/quant.js";
 import { f32Bytes, tempDir } from "./helpers.js";
 
 const dir = tempDir();
@@ -60,4 +61,36 @@ export async function rewrite(srcPath: string, name: string, r: Rewrite, parts =
   }
   src.close();
   return paths[0];
+}
+
+/**
+ * A copy of `srcPath` with its FFN matrices in `type`, and (`down` given) each layer's ffn_down
+ * replaced by F32 values: down(layer)[r * nFF + i] is row r, neuron i.
+ */
+export async function retypeFFN(
+  srcPath: string,
+  out: string,
+  type: GGMLType,
+  down?: (layer: number) => Float32Array,
+): Promise<void> {
+  const src = GGUFFile.open(srcPath);
+  const w = new GGUFWriter(out, { fsync: false });
+  for (const [k, v] of src.metadata) w.setMetadata(k, v as never);
+  for (const t of src.tensors.values()) {
+    const m = /^blk\.(\d+)\.ffn_(gate|up|down)\.weight$/.exec(t.name);
+    if (!m) w.addTensor(t.name, t.dims, t.type, src.tensorData(t.name));
+    else if (down && m[2] === "down") {
+      const f = down(Number(m[1]));
+      w.addTensor(t.name, t.dims, GGMLType.F32, new Uint8Array(f.buffer, f.byteOffset, f.byteLength));
+    } else {
+      const f = dequantize(t.type, src.tensorData(t.name), t.elements);
+      const rb = rowBytes(type, t.dims[0]);
+      const q = new Uint8Array(t.dims[1] * rb);
+      for (let r = 0; r < t.dims[1]; r++)
+        quantizeRow(type, f.subarray(r * t.dims[0], (r + 1) * t.dims[0]), q.subarray(r * rb));
+      w.addTensor(t.name, t.dims, type, q);
+    }
+  }
+  await w.finish();
+  src.close();
 }

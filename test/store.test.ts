@@ -19,7 +19,7 @@ import { convertToStore, hotFirstOrder, type ConvertResult } from "../src/offlin
 import { readConfig } from "../src/model/config.js";
 import { Tokenizer } from "../src/tokenizer/index.js";
 import { CLI, f32Bytes, SHARED, tempDir, uniforms } from "./helpers.js";
-import { rewrite } from "./rewrite.js";
+import { retypeFFN, rewrite } from "./rewrite.js";
 
 const RELU = `${SHARED}/models/relu-stories.gguf`;
 const RELU_Q8 = `${SHARED}/models/relu-stories.Q8_0.gguf`;
@@ -376,22 +376,10 @@ function randomQ4K(rows: number, cols: number, seed: number): Uint8Array {
 }
 
 test("--type keep keeps a type a store holds (Q5_1, F16); run reads both", async () => {
-  const src = GGUFFile.open(RELU);
   for (const type of [GGMLType.Q5_1, GGMLType.F16]) {
     const name = type === GGMLType.Q5_1 ? "q5_1" : "f16";
     const path = join(dir, `relu-keep-${name}.gguf`);
-    const w = new GGUFWriter(path, { fsync: false });
-    for (const [k, v] of src.metadata) w.setMetadata(k, v as never);
-    for (const t of src.tensors.values()) {
-      if (/ffn_(gate|up|down)\.weight$/.test(t.name)) {
-        const f = dequantize(t.type, src.tensorData(t.name), t.elements);
-        const q = new Uint8Array(t.dims[1] * rowBytes(type, t.dims[0]));
-        for (let r = 0; r < t.dims[1]; r++)
-          quantizeRow(type, f.subarray(r * t.dims[0], (r + 1) * t.dims[0]), q.subarray(r * rowBytes(type, t.dims[0])));
-        w.addTensor(t.name, t.dims, type, q);
-      } else w.addTensor(t.name, t.dims, t.type, src.tensorData(t.name));
-    }
-    await w.finish();
+    await retypeFFN(RELU, path, type);
     const { path: out, r } = await convert(path, `relu-keep-${name}.pi`);
     assert.equal(r.ffnType, type, name);
     // gate and up rows copied as they are; Down requantized per column (exactly, for F16)
@@ -403,7 +391,6 @@ test("--type keep keeps a type a store holds (Q5_1, F16); run reads both", async
     });
     assert.equal(run.status, 0, run.stderr);
   }
-  src.close();
 });
 
 test("a K-quant FFN (no quantizer) is stored in the nearest type, Q4_K -> Q4_1, with its error", async () => {
