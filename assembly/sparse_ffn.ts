@@ -979,10 +979,7 @@ const Q5_BYTE = memory.data<u32>(
   S2: v128,
   S3: v128,
 ): void {
-  for (let k: usize = 0; k < 3; k++) {
-    const m = v128.load(Q5_BYTE + (k << 4));
-    axpySlot(yh, k << 5, v128.and(q0, m), v128.and(q1, m), v128.and(q2, m), v128.and(q3, m), S0, S1, S2, S3);
-  }
+  for (let k: usize = 0; k < 3; k++) maskSlot(yh, k << 5, Q5_BYTE + (k << 4), q0, q1, q2, q3, S0, S1, S2, S3);
   axpySlot(yh, 96, i32x4.shr_u(q0, 24), i32x4.shr_u(q1, 24), i32x4.shr_u(q2, 24), i32x4.shr_u(q3, 24), S0, S1, S2, S3);
 }
 
@@ -1067,6 +1064,25 @@ const Q5_BYTE = memory.data<u32>(
   }
 }
 
+// slot vector o of four columns: each column's lanes q and'ed with the mask vector at m (masked
+// in place: a Q4 nibble j x 16^j, a Q5 byte k x 256^k), times its S
+@inline function maskSlot(
+  y: usize,
+  o: usize,
+  m: usize,
+  q0: v128,
+  q1: v128,
+  q2: v128,
+  q3: v128,
+  S0: v128,
+  S1: v128,
+  S2: v128,
+  S3: v128,
+): void {
+  const v = v128.load(m);
+  axpySlot(y, o, v128.and(q0, v), v128.and(q1, v), v128.and(q2, v), v128.and(q3, v), S0, S1, S2, S3);
+}
+
 // slot j (< 7) of a Q4 block: nibble j of each lane, masked in place (x 16^j)
 @inline function nibSlot(
   y: usize,
@@ -1080,8 +1096,7 @@ const Q5_BYTE = memory.data<u32>(
   S2: v128,
   S3: v128,
 ): void {
-  const m = v128.load(NIB + (j << 4));
-  axpySlot(y, j << 4, v128.and(q0, m), v128.and(q1, m), v128.and(q2, m), v128.and(q3, m), S0, S1, S2, S3);
+  maskSlot(y, j << 4, NIB + (j << 4), q0, q1, q2, q3, S0, S1, S2, S3);
 }
 
 // one slot vector: y[o] += v0 * S0 + ... + v3 * S3 (v as i32 lanes)
