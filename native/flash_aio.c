@@ -20,6 +20,8 @@
  * Interface (all numbers are JS numbers; the caller checks alignment and bounds, this file checks
  * bounds again against the view it is given):
  *   open(fd, capacity, threaded) -> ring           io_setup(capacity); threaded: start the I/O thread
+ *   pin(ring, cpu) -> bool                         threaded: the I/O thread on cpu, the caller on its
+ *                                                  other CPUs, until close (pin_threads)
  *   submit(ring, view, reqs, n) -> k               reqs: Float64Array [id, fileOffset, length, dst] * n,
  *                                                  ids < capacity and not in flight. Threaded: all are
  *                                                  queued (k = n). Inline: io_submit here, k taken (the
@@ -48,6 +50,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <dlfcn.h>
+#include <sched.h>
 
 typedef struct {
   aio_context_t ctx;
@@ -72,6 +75,11 @@ typedef struct {
   uint8_t *seen;         /* "once": chunks already verified (NULL: verify every read) */
   double ckStart, ckEnd;
   int ckChunk;
+  /* pin(): the I/O thread was given a CPU of its own and the pinning thread the others */
+  int pinned;
+  pid_t opener;            /* the pinning thread */
+  cpu_set_t openerMask;    /* its CPUs before (restored at close) */
+  cpu_set_t openerPinned;  /* its CPUs after */
 } Ring;
 
 /* CRC-32 (zlib's polynomial): zlib's own when the process exports it (Node does), else a table. */
@@ -243,6 +251,43 @@ static void ring_finalize(napi_env env, void *data, void *hint) {
   if (r->fd < 0) free(r);
 }
 
+/*
+ * pin(ring, cpu): the I/O thread on `cpu` alone, the calling (computing) thread on the other CPUs
+ * it may use, until close. flash-reader.ts picks the CPU that takes the disk's interrupts: left
+ * alone, the scheduler wakes the I/O thread where the completion interrupt came in and moves the
+ * computing thread off that core, which then restarts with cold L1/L2 caches (on a 2-core VM a 7B
+ * token at 3 GiB decoded 10-20% slower: docs/benchmarks.md, "Where the I/O thread runs").
+ * Returns whether it pinned: not when `cpu` is not one the caller may use, or is its only one.
+ */
+static int pin_threads(Ring *r, int cpu) {
+  if (!r->threaded || r->pinned || cpu < 0 || cpu >= CPU_SETSIZE) return 0;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2 || !CPU_ISSET(cpu, &allowed)) return 0;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (pthread_setaffinity_np(r->thread, sizeof one, &one) != 0) return 0;
+  cpu_set_t rest = allowed;
+  CPU_CLR(cpu, &rest);
+  if (sched_setaffinity(0, sizeof rest, &rest) != 0) return 0;
+  r->pinned = 1;
+  r->opener = (pid_t)syscall(SYS_gettid);
+  r->openerMask = allowed;
+  r->openerPinned = rest;
+  return 1;
+}
+
+/* At close, on the pinning thread: its CPUs as they were, unless someone changed them since. */
+static void unpin_threads(Ring *r) {
+  if (!r->pinned || (pid_t)syscall(SYS_gettid) != r->opener) return;
+  r->pinned = 0;
+  cpu_set_t now;
+  CPU_ZERO(&now);
+  if (sched_getaffinity(0, sizeof now, &now) == 0 && CPU_EQUAL(&now, &r->openerPinned))
+    sched_setaffinity(0, sizeof r->openerMask, &r->openerMask);
+}
+
 static napi_value ring_open(napi_env env, napi_callback_info info) {
   napi_value argv[3];
   if (!get_args(env, info, 3, argv)) return NULL;
@@ -392,6 +437,18 @@ static napi_value ring_reap(napi_env env, napi_callback_info info) {
   return number(env, (double)k);
 }
 
+static napi_value ring_pin(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  if (!get_args(env, info, 2, argv)) return NULL;
+  Ring *r = get_ring(env, argv[0]);
+  if (!r) return NULL;
+  int32_t cpu;
+  if (napi_get_value_int32(env, argv[1], &cpu) != napi_ok) return throw_msg(env, "flash_aio.pin: bad arguments");
+  napi_value out;
+  napi_get_boolean(env, pin_threads(r, cpu), &out);
+  return out;
+}
+
 static napi_value ring_close(napi_env env, napi_callback_info info) {
   napi_value argv[1];
   if (!get_args(env, info, 1, argv)) return NULL;
@@ -406,6 +463,7 @@ static napi_value ring_close(napi_env env, napi_callback_info info) {
     ssize_t w = write(r->submitFd, &one, sizeof one);
     (void)w;
     if (r->threaded) pthread_join(r->thread, NULL);
+    unpin_threads(r);
     syscall(SYS_io_destroy, r->ctx);
     close(r->submitFd);
     close(r->doneFd);
@@ -465,6 +523,7 @@ static napi_value init(napi_env env, napi_value exports) {
     {"open", NULL, ring_open, NULL, NULL, NULL, napi_default, NULL},
     {"submit", NULL, ring_submit, NULL, NULL, NULL, napi_default, NULL},
     {"reap", NULL, ring_reap, NULL, NULL, NULL, napi_default, NULL},
+    {"pin", NULL, ring_pin, NULL, NULL, NULL, napi_default, NULL},
     {"setChecksums", NULL, ring_set_checksums, NULL, NULL, NULL, napi_default, NULL},
     {"close", NULL, ring_close, NULL, NULL, NULL, napi_default, NULL},
   };

@@ -18,6 +18,11 @@ export interface AioBinding {
    */
   open(fd: number, capacity: number, threaded: boolean): AioRing;
   /**
+   * Threaded rings: the I/O thread on `cpu` alone and the caller on its other CPUs until close
+   * (flash-reader.ts pinIoThread); false where that is not possible. The native addon only.
+   */
+  pin?(ring: AioRing, cpu: number): boolean;
+  /**
    * Reads reqs[0..4n) = [id, fileOffset, length, dst] * n into `view`. Threaded: queued for the
    * I/O thread, returns n (a read the kernel refuses is reported by reap with -errno). Inline:
    * io_submit, returns how many it took (the first k; 0 when the kernel is full), or -errno when

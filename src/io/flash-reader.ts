@@ -33,6 +33,7 @@ import { closeSync, constants, fstatSync, openSync, read, readSync } from "node:
 import { constants as osConstants } from "node:os";
 import type { Tracer } from "../runtime/tracer.js";
 import { aio, type AioBinding, type AioRing } from "./aio.js";
+import { busiestCpu, interruptCounts } from "./irq-cpu.js";
 
 export const FLASH_ALIGN = 4096;
 const EBADMSG = osConstants.errno.EBADMSG ?? 74;
@@ -107,6 +108,14 @@ export interface FlashReaderOptions {
    */
   ioThread?: boolean;
   /**
+   * With the I/O thread: once the first PIN_AFTER_READS reads have landed, put it on the CPU that
+   * took their interrupts, alone, and keep the thread that services this reader (the one that
+   * computes) on its other CPUs until close (irq-cpu.ts, native/flash_aio.c pin_threads). Default
+   * true; POWERINFER_IO_PIN=0 makes it false. Nothing is pinned where that CPU is unclear or is
+   * the only one allowed.
+   */
+  pinIoThread?: boolean;
+  /**
    * Checksums the reads must match (NeuronStore.checksumTable()): with the I/O thread it checks
    * them, off this thread, and `verify` runs only to describe a mismatch; otherwise `verify` does
    * the checking. Give both.
@@ -133,6 +142,8 @@ export interface ReaderChecksums {
  */
 export const AIO_QUEUE_DEPTH = 1024;
 export const AIO_INLINE_QUEUE_DEPTH = 256;
+/** reads landed before the I/O thread is pinned (FlashReaderOptions.pinIoThread): a fraction of a 7B token's */
+export const PIN_AFTER_READS = 4096;
 
 export interface FlashReaderStats {
   /** requests submitted */
@@ -251,6 +262,10 @@ export class FlashReader {
   private readIndex = 0;
   private closing: Promise<void> | null = null;
   private drained: (() => void) | null = null;
+  /** interrupt counts when the reader opened, until the I/O thread is pinned (or found unpinnable) */
+  private irqBefore: Map<number, number> | null = null;
+  /** the CPU the I/O thread was pinned to, or -1 */
+  ioCpu = -1;
   private s: FlashReaderStats = {
     requests: 0,
     reads: 0,
@@ -306,6 +321,13 @@ export class FlashReader {
       ring.binding.setChecksums(ring.ring, c.crcs, c.start, c.end, c.chunkBytes, c.seen);
       this.nativeChecksums = c;
     }
+    if (
+      ring &&
+      ring.binding.pin &&
+      opts.ioThread !== false &&
+      (opts.pinIoThread ?? process.env.POWERINFER_IO_PIN !== "0")
+    )
+      this.irqBefore = interruptCounts();
     if (ring) {
       for (let i = this.queueDepth - 1; i >= 0; i--) this.freeSlots.push(i);
       this.slots.length = this.queueDepth;
@@ -713,7 +735,16 @@ export class FlashReader {
     } finally {
       this.reaping = false;
     }
+    if (this.irqBefore && this.s.reads >= PIN_AFTER_READS) this.pinIoThread(this.irqBefore);
     this.pump();
+  }
+
+  /** The I/O thread onto the CPU that took the reads' interrupts, this thread off it (FlashReaderOptions.pinIoThread). */
+  private pinIoThread(before: Map<number, number>): void {
+    this.irqBefore = null;
+    const after = interruptCounts();
+    const cpu = after ? busiestCpu(before, after, 16) : -1;
+    if (cpu >= 0 && this.aio!.pin!(this.ring!, cpu)) this.ioCpu = cpu;
   }
 
   private landed(op: Op, err: NodeJS.ErrnoException | null, n: number): void {

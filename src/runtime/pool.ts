@@ -199,6 +199,9 @@ export class ThreadPool {
   /** run()'s job */
   private readonly single = [newPoolJob()];
   private disposed = false;
+  /** time spent in each kernel (group), when POWERINFER_KERNEL_TIMES is set: see KernelTimes */
+  private readonly times: KernelTimes | null =
+    typeof process !== "undefined" && process.env?.POWERINFER_KERNEL_TIMES ? new KernelTimes() : null;
   /** jobs smaller than this (in matvec multiply-adds' time) run on the caller alone */
   minParallelWork = 1 << 17;
 
@@ -282,6 +285,15 @@ export class ThreadPool {
    */
   runAll(jobs: readonly PoolJob[], count = jobs.length): void {
     if (count > MAX_JOBS) throw new RangeError(`runAll: at most ${MAX_JOBS} jobs, got ${count}`);
+    if (this.times === null) this.runGroup(jobs, count);
+    else {
+      const t0 = performance.now();
+      this.runGroup(jobs, count);
+      this.times.add(this.names, jobs, count, performance.now() - t0);
+    }
+  }
+
+  private runGroup(jobs: readonly PoolJob[], count: number): void {
     let work = 0;
     for (let i = 0; i < count; i++) work += jobs[i].work;
     if (this.threads === 1 || work < this.minParallelWork) {
@@ -387,6 +399,7 @@ export class ThreadPool {
   async dispose(): Promise<void> {
     if (this.disposed) return;
     this.disposed = true;
+    this.times?.report(this.threads);
     if (this.workers.length) {
       this.ctrl[CTRL.NJOBS] = -1;
       Atomics.store(this.ctrl, CTRL.NEXT, 0);
@@ -401,5 +414,42 @@ export class ThreadPool {
         }),
       );
     }
+  }
+}
+
+/**
+ * Wall time per kernel group (POWERINFER_KERNEL_TIMES=1): each runAll is timed whole on the
+ * caller and counted under its kernels' names ("a+b" for a group) with the items of their ranges
+ * (rows of a matvec, neurons of a sparse kernel), and the table goes to stderr
+ * when the pool is disposed. A profiling aid: it costs two clock reads per call while on, and a
+ * null check while off.
+ */
+class KernelTimes {
+  private readonly ms = new Map<string, { ms: number; calls: number; items: number }>();
+
+  add(names: readonly string[], jobs: readonly PoolJob[], count: number, ms: number): void {
+    let key = names[jobs[0].fn];
+    let items = jobs[0].total;
+    for (let i = 1; i < count; i++) {
+      key += "+" + names[jobs[i].fn];
+      items += jobs[i].total;
+    }
+    const e = this.ms.get(key);
+    if (e) {
+      e.ms += ms;
+      e.calls++;
+      e.items += items;
+    } else this.ms.set(key, { ms, calls: 1, items });
+  }
+
+  report(threads: number): void {
+    const rows = [...this.ms].sort((a, b) => b[1].ms - a[1].ms);
+    const total = rows.reduce((s, [, e]) => s + e.ms, 0);
+    const lines = [`kernel times (${threads} thread${threads === 1 ? "" : "s"}): ${total.toFixed(1)} ms in all`];
+    for (const [name, e] of rows)
+      lines.push(
+        `  ${e.ms.toFixed(1).padStart(10)} ms ${((100 * e.ms) / total).toFixed(1).padStart(5)}% ${String(e.calls).padStart(8)} calls ${String(e.items).padStart(11)} items ${((1000 * e.ms) / Math.max(1, e.items)).toFixed(3).padStart(9)} us/item  ${name}`,
+      );
+    process.stderr.write(lines.join("\n") + "\n");
   }
 }
