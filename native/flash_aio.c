@@ -256,7 +256,7 @@ static void ring_finalize(napi_env env, void *data, void *hint) {
  * it may use, until close. flash-reader.ts picks the CPU that takes the disk's interrupts: left
  * alone, the scheduler wakes the I/O thread where the completion interrupt came in and moves the
  * computing thread off that core, which then restarts with cold L1/L2 caches (on a 2-core VM a 7B
- * token at 3 GiB decoded 10-20% slower: docs/store-format.md, "Where the I/O thread runs").
+ * token at 3 GiB decoded 4-21% slower: docs/store-format.md, "Where the I/O thread runs").
  * Returns whether it pinned: not when `cpu` is not one the caller may use, or is its only one.
  */
 static int pin_threads(Ring *r, int cpu) {

@@ -11,7 +11,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Arena } from "../src/runtime/arena.js";
+import { spawnSync } from "node:child_process";
 import { MAX_JOBS, newPoolJob, ThreadPool } from "../src/runtime/pool.js";
+import { CLI, SHARED } from "./helpers.js";
 
 test("back-to-back jobs of changing sizes: each element added exactly once per job", async () => {
   const arena = new Arena(8 << 20);
@@ -108,4 +110,25 @@ test("a kernel trapping in some chunks is an error of the whole job", async () =
   } finally {
     await pool.dispose();
   }
+});
+
+test("POWERINFER_KERNEL_TIMES=1: at dispose, each kernel group's time, calls and items on stderr", () => {
+  const r = spawnSync(
+    process.execPath,
+    [CLI, "run", "-m", `${SHARED}/models/stories260K.gguf`, "-p", "Once", "-n", "4", "--temp", "0", "-t", "1"],
+    { encoding: "utf8", env: { ...process.env, POWERINFER_KERNEL_TIMES: "1" } },
+  );
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stderr, /kernel times \(1 thread\): [\d.]+ ms in all/);
+  // the three attention projections go as one group; a row's items are counted once per call
+  assert.match(r.stderr, /\d+ calls +\d+ items +[\d.]+ us\/item {2}matvec_f32\+matvec_f32\+matvec_f32\n/);
+  assert.match(r.stderr, /\d+ calls +\d+ items +[\d.]+ us\/item {2}rmsnorm_rows\n/);
+  // off by default
+  const off = spawnSync(
+    process.execPath,
+    [CLI, "run", "-m", `${SHARED}/models/stories260K.gguf`, "-p", "Once", "-n", "1", "--temp", "0"],
+    { encoding: "utf8", env: { ...process.env, POWERINFER_KERNEL_TIMES: "" } },
+  );
+  assert.equal(off.status, 0, off.stderr);
+  assert.doesNotMatch(off.stderr, /kernel times/);
 });

@@ -264,8 +264,6 @@ export class FlashReader {
   private drained: (() => void) | null = null;
   /** interrupt counts when the reader opened, until the I/O thread is pinned (or found unpinnable) */
   private irqBefore: Map<number, number> | null = null;
-  /** the CPU the I/O thread was pinned to, or -1 */
-  ioCpu = -1;
   private s: FlashReaderStats = {
     requests: 0,
     reads: 0,
@@ -744,7 +742,7 @@ export class FlashReader {
     this.irqBefore = null;
     const after = interruptCounts();
     const cpu = after ? busiestCpu(before, after, 16) : -1;
-    if (cpu >= 0 && this.aio!.pin!(this.ring!, cpu)) this.ioCpu = cpu;
+    if (cpu >= 0) this.aio!.pin!(this.ring!, cpu);
   }
 
   private landed(op: Op, err: NodeJS.ErrnoException | null, n: number): void {

@@ -200,8 +200,7 @@ export class ThreadPool {
   private readonly single = [newPoolJob()];
   private disposed = false;
   /** time spent in each kernel (group), when POWERINFER_KERNEL_TIMES is set: see KernelTimes */
-  private readonly times: KernelTimes | null =
-    typeof process !== "undefined" && process.env?.POWERINFER_KERNEL_TIMES ? new KernelTimes() : null;
+  private readonly times: KernelTimes | null;
   /** jobs smaller than this (in matvec multiply-adds' time) run on the caller alone */
   minParallelWork = 1 << 17;
 
@@ -218,6 +217,8 @@ export class ThreadPool {
     this.names.forEach((n, i) => this.index.set(n, i));
     this.fns = this.names.map((n) => this.kernels[n]);
     this.ctrl = new Int32Array(new SharedArrayBuffer(CTRL.SIZE * 4));
+    this.times =
+      typeof process !== "undefined" && process.env?.POWERINFER_KERNEL_TIMES ? new KernelTimes(this.names) : null;
   }
 
   /** Start a pool of `threads` threads (including the caller) over `memory`. */
@@ -289,7 +290,7 @@ export class ThreadPool {
     else {
       const t0 = performance.now();
       this.runGroup(jobs, count);
-      this.times.add(this.names, jobs, count, performance.now() - t0);
+      this.times.add(jobs, count, performance.now() - t0);
     }
   }
 
@@ -425,13 +426,16 @@ export class ThreadPool {
  * null check while off.
  */
 class KernelTimes {
-  private readonly ms = new Map<string, { ms: number; calls: number; items: number }>();
+  /** by group: its kernels' indices as digits of base names.length + 1 (a number, so a call allocates nothing once seen) */
+  private readonly ms = new Map<number, { fns: number[]; ms: number; calls: number; items: number }>();
 
-  add(names: readonly string[], jobs: readonly PoolJob[], count: number, ms: number): void {
-    let key = names[jobs[0].fn];
-    let items = jobs[0].total;
-    for (let i = 1; i < count; i++) {
-      key += "+" + names[jobs[i].fn];
+  constructor(private readonly names: readonly string[]) {}
+
+  add(jobs: readonly PoolJob[], count: number, ms: number): void {
+    let key = 0;
+    let items = 0;
+    for (let i = 0; i < count; i++) {
+      key = key * (this.names.length + 1) + jobs[i].fn + 1;
       items += jobs[i].total;
     }
     const e = this.ms.get(key);
@@ -439,16 +443,16 @@ class KernelTimes {
       e.ms += ms;
       e.calls++;
       e.items += items;
-    } else this.ms.set(key, { ms, calls: 1, items });
+    } else this.ms.set(key, { fns: jobs.slice(0, count).map((j) => j.fn), ms, calls: 1, items });
   }
 
   report(threads: number): void {
-    const rows = [...this.ms].sort((a, b) => b[1].ms - a[1].ms);
-    const total = rows.reduce((s, [, e]) => s + e.ms, 0);
+    const rows = [...this.ms.values()].sort((a, b) => b.ms - a.ms);
+    const total = rows.reduce((s, e) => s + e.ms, 0);
     const lines = [`kernel times (${threads} thread${threads === 1 ? "" : "s"}): ${total.toFixed(1)} ms in all`];
-    for (const [name, e] of rows)
+    for (const e of rows)
       lines.push(
-        `  ${e.ms.toFixed(1).padStart(10)} ms ${((100 * e.ms) / total).toFixed(1).padStart(5)}% ${String(e.calls).padStart(8)} calls ${String(e.items).padStart(11)} items ${((1000 * e.ms) / Math.max(1, e.items)).toFixed(3).padStart(9)} us/item  ${name}`,
+        `  ${e.ms.toFixed(1).padStart(10)} ms ${((100 * e.ms) / total).toFixed(1).padStart(5)}% ${String(e.calls).padStart(8)} calls ${String(e.items).padStart(11)} items ${((1000 * e.ms) / Math.max(1, e.items)).toFixed(3).padStart(9)} us/item  ${e.fns.map((f) => this.names[f]).join("+")}`,
       );
     process.stderr.write(lines.join("\n") + "\n");
   }
