@@ -332,3 +332,60 @@ test("F16 packing rejects inf and NaN weights; packing checks its arguments", ()
   assert.throws(() => k4.pack(new Uint8Array(144), new Uint8Array(288), 1, 2, 2, 256), /outside/);
   assert.throws(() => k4.pack(new Uint8Array(100), new Uint8Array(288), 0, 1, 2, 256), /need 144 bytes/);
 });
+
+// A predictor's read-ahead computes only the rows past the hot region (Predictor.scores' `from`,
+// weight-loader.ts rowTail): rows [from, rows) of a packed matrix, run as a matrix of their own at
+// tailOffset, must give the whole matrix's results for those rows to the bit, for every type;
+// a layout that cannot start there (inside a tile, or columns in several chunks) says -1.
+test("tailOffset: the rows from there on, run as a matrix of their own, equal the whole matrix's rows (every type)", () => {
+  const types = [GGMLType.F32, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1, ...CASES.map((c) => c.type)];
+  let seed = 7;
+  for (const type of types) {
+    const wk = weightKernel(type);
+    const tile =
+      type === GGMLType.Q8_0 ? 4 : [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1].includes(type) ? 2 : 1;
+    const kquant = type === GGMLType.Q4_K || type === GGMLType.Q5_K || type === GGMLType.Q6_K;
+    for (const cols of kquant ? [256, 4096 + 256] : [160, 4096 + 128]) {
+      const rows = 37;
+      let gguf: Uint8Array;
+      if (CASES.some((c) => c.type === type)) gguf = randomWeights(type, rows, cols, ++seed);
+      else {
+        const rb = rowBytes(type, cols);
+        gguf = new Uint8Array(rows * rb);
+        const f = gaussians(rows * cols, ++seed);
+        for (let r = 0; r < rows; r++)
+          quantizeRow(type, f.subarray(r * cols, (r + 1) * cols), gguf.subarray(r * rb, (r + 1) * rb));
+      }
+      const packed = new Uint8Array(wk.packedBytes(rows, cols));
+      wk.pack(gguf, packed, 0, rows, rows, cols);
+      const wp = put(packed);
+      const x = gaussians(cols, ++seed);
+      let xp = put(new Uint8Array(x.buffer, x.byteOffset, x.byteLength));
+      const prep = prepareKernel(wk.act);
+      if (prep) {
+        const dp = arena.alloc(activationBytes(wk.act, cols), 64);
+        K[prep](xp, dp, cols, 1);
+        xp = dp;
+      }
+      const y = arena.alloc(rows * 4, 64),
+        yt = arena.alloc(rows * 4, 64);
+      K[wk.matvec](wp, xp, y, rows, cols, 0, rows);
+      const whole = arena.f32(y, rows).slice();
+      for (const from of [1, 2, 4, 5, 12, 36]) {
+        const at = wk.tailOffset(rows, cols, from);
+        const chunks = tile > 1 && Math.ceil(cols / 128) > 32;
+        const name = `${typeName(type)} ${rows}x${cols} from ${from}`;
+        if (from % tile !== 0 || chunks) {
+          assert.equal(at, -1, `${name}: cannot start there`);
+          continue;
+        }
+        assert.ok(at > 0 && at < packed.length, `${name}: offset ${at}`);
+        arena.f32(yt, rows).fill(NaN);
+        K[wk.matvec](wp + at, xp, yt, rows - from, cols, 0, rows - from);
+        const tail = arena.f32(yt, rows - from);
+        for (let r = from; r < rows; r++)
+          assert.ok(Object.is(tail[r - from], whole[r]), `${name}: row ${r} ${tail[r - from]} vs ${whole[r]}`);
+      }
+    }
+  }
+});

@@ -13,7 +13,7 @@ import { dequantize } from "../src/format/quant.js";
 import { LlamaModel } from "../src/model/llama.js";
 import { WeightLoader, type Matrix } from "../src/model/weight-loader.js";
 import { convertToStore } from "../src/offline/convert.js";
-import { synthesize } from "../src/offline/synth.js";
+import { plannedFiring, synthesize } from "../src/offline/synth.js";
 import { Arena } from "../src/runtime/arena.js";
 import { ThreadPool } from "../src/runtime/pool.js";
 import { activationBytes, prepareKernel } from "../src/runtime/weight-kernels.js";
@@ -212,5 +212,50 @@ test("predictorType q8_0 vs original: the same picks on real residuals within Q8
   } finally {
     await q8.dispose();
     await orig.dispose();
+  }
+});
+
+// The offloaded FFN reads a stored position's score at that position: Predictor.load packs fc2's
+// rows in the store's order. A hot-first store of the same model must give the index-order
+// store's scores to the bit once predictorScores puts them back at their neurons.
+test("a hot-first store: fc2 rows loaded in stored order, predictorScores the same bits as the index-order store's", async () => {
+  await model();
+  const hotPi = join(dir, "m.hot.pi");
+  const layers = NeuronStore.open(pi);
+  const { nLayer, nFF } = { nLayer: layers.ffn.layers.length, nFF: layers.layer(0).neurons };
+  const nEmbd = layers.tensor("blk.0.fc1.weight").dims[0];
+  layers.close();
+  const profile = {
+    layers: Array.from({ length: nLayer }, (_, l) => ({ frequency: Array.from(plannedFiring(4, l, nFF, 0.9)) })),
+  };
+  await convertToStore({ input: gguf, output: hotPi, predictors: preds, profile, fsync: false });
+  const hot = NeuronStore.open(hotPi);
+  let moved = 0;
+  for (let l = 0; l < nLayer; l++) moved += hot.layer(l).order.filter((n, k) => n !== k).length;
+  hot.close();
+  assert.ok(moved > nFF, `the profile reorders the neurons (${moved} moved)`);
+
+  for (const predictorType of ["q8_0", "original"] as const) {
+    const load = (path: string) =>
+      LlamaModel.load(path, {
+        threads: 1,
+        contextSize: 16,
+        predictorType,
+        offload: { sparsity: "predictor", cacheBytes: 1 << 20, onWarning: () => {} },
+      });
+    const a = await load(pi);
+    const b = await load(hotPi);
+    try {
+      for (let l = 0; l < nLayer; l++) {
+        const x = uniforms(nEmbd, 100 + l);
+        const sa = a.predictorScores(l, x),
+          sb = b.predictorScores(l, x);
+        for (let i = 0; i < nFF; i++)
+          assert.ok(Object.is(sa[i], sb[i]), `${predictorType} layer ${l} neuron ${i}: ${sb[i]} vs ${sa[i]}`);
+      }
+    } finally {
+      await a.dispose();
+      await b.dispose();
+    }
   }
 });

@@ -426,7 +426,7 @@ export class LlamaModel {
         nVocab,
       );
       const predictor = resident.predictors
-        ? Predictor.load(loader, arena, pool, file, cfg, resident.predictors)
+        ? Predictor.load(loader, arena, pool, file, cfg, resident.predictors, undefined, (g) => store!.layer(g).order)
         : null;
       const buf = allocBuffers(arena, cfg, contextSize, batchSize, resident.quantized, kvCache);
       const fixedArenaBytes = arena.used - (opts.addressFloor ?? 0);
@@ -567,7 +567,13 @@ export class LlamaModel {
     p.scores(this.mm, layer, b.xb, nEmbd, b.hg);
     const width = p.width(layer).hidden;
     if (hidden) hidden.set(this.f32.subarray(p.hidden >>> 2, (p.hidden >>> 2) + Math.min(hidden.length, width)));
-    return this.f32.slice(b.hg >>> 2, (b.hg >>> 2) + nFF);
+    const scores = this.f32.slice(b.hg >>> 2, (b.hg >>> 2) + nFF);
+    if (!p.rowOrder) return scores;
+    // fc2's rows are in the store's order: put each score back at its neuron
+    const order = p.rowOrder(layer);
+    const out = new Float32Array(nFF);
+    for (let k = 0; k < nFF; k++) out[order[k]] = scores[k];
+    return out;
   }
 
   /** The predictor of layer `layer` in memory: its GGML type and hidden width (padded when requantized), or null. */

@@ -34,6 +34,23 @@ function checkDims(file: ModelFile, t: GGUFTensorInfo, expected: number[]): void
     );
 }
 
+function checkRowOrder(name: string, rows: number, rowOrder?: Int32Array): void {
+  if (rowOrder && rowOrder.length !== rows)
+    throw new RangeError(`${name}: a row order of ${rowOrder.length} entries for ${rows} rows`);
+}
+
+/**
+ * Rows [from', m.rows) of m as a matrix of their own, from' being `from` rounded down to a
+ * multiple of m's rowAlign: its kernels then compute only those rows, into out + 4 from' for out
+ * a row of m's outputs. Null where the layout cannot keep them together, or from' is 0.
+ */
+export function rowTail(m: Matrix, from: number): { matrix: Matrix; from: number } | null {
+  const k = m.kernel;
+  const f = from - (from % k.rowAlign);
+  const at = f > 0 && f < m.rows ? k.tailOffset(m.rows, m.cols, f) : -1;
+  return at < 0 ? null : { matrix: { ...m, name: `${m.name}[${f}:]`, ptr: m.ptr + at, rows: m.rows - f }, from: f };
+}
+
 export class WeightLoader {
   /** bytes of weights placed in wasm memory so far */
   loadedBytes = 0;
@@ -57,11 +74,31 @@ export class WeightLoader {
     return this.buffers[which].subarray(0, bytes);
   }
 
-  /** Load matrix `name` whose GGUF shape is [cols, rows]. */
-  matrix(name: string, cols: number, rows: number): Matrix {
+  /**
+   * Load matrix `name` whose GGUF shape is [cols, rows]; with `rowOrder`, row r in memory is the
+   * file's row rowOrder[r] (a permutation of the rows).
+   */
+  matrix(name: string, cols: number, rows: number, rowOrder?: Int32Array): Matrix {
     const t = this.file.tensor(name);
     checkDims(this.file, t, [cols, rows]);
-    return this.rowsOf(t, name, 0, cols, rows);
+    return this.rowsOf(t, name, 0, cols, rows, rowOrder);
+  }
+
+  /**
+   * Rows [r, r + n) of tensor t (rows of `rb` bytes from byte `start` on) into buf, or with
+   * `rowOrder` the file's rows rowOrder[r..r + n) (one read each).
+   */
+  private readRows(
+    t: GGUFTensorInfo,
+    buf: Uint8Array,
+    start: number,
+    rb: number,
+    r: number,
+    n: number,
+    rowOrder?: Int32Array,
+  ): void {
+    if (!rowOrder) this.file.readTensor(t, buf, start + r * rb, n * rb);
+    else for (let i = 0; i < n; i++) this.file.readTensor(t, buf.subarray(i * rb), start + rowOrder[r + i] * rb, rb);
   }
 
   /**
@@ -74,8 +111,16 @@ export class WeightLoader {
     return this.rowsOf(t, `${name}[${expert}]`, (expert * t.bytes) / experts, cols, rows);
   }
 
-  /** `rows` rows of `cols` values of tensor t from byte `start` on, packed for its kernel. */
-  private rowsOf(t: GGUFTensorInfo, name: string, start: number, cols: number, rows: number): Matrix {
+  /** `rows` rows of `cols` values of tensor t from byte `start` on (in `rowOrder`, if given), packed for its kernel. */
+  private rowsOf(
+    t: GGUFTensorInfo,
+    name: string,
+    start: number,
+    cols: number,
+    rows: number,
+    rowOrder?: Int32Array,
+  ): Matrix {
+    checkRowOrder(name, rows, rowOrder);
     if (!hasWeightKernel(t.type)) {
       throw new GGUFError(
         this.file.path,
@@ -91,7 +136,7 @@ export class WeightLoader {
     const dst = this.arena.u8(ptr, size);
     for (let r = 0; r < rows; r += rowsPerChunk) {
       const n = Math.min(rowsPerChunk, rows - r);
-      this.file.readTensor(t, buf, start + r * rb, n * rb);
+      this.readRows(t, buf, start, rb, r, n, rowOrder);
       kernel.pack(buf.subarray(0, n * rb), dst, r, n, rows, cols);
       this.progress(n * rb);
     }
@@ -111,11 +156,20 @@ export class WeightLoader {
    * with zeros to `paddedRows` x `paddedCols` (paddedCols a multiple of 32): rows past `rows`
    * are all zero, and so is every column past `cols`, so a padded row contributes exactly 0 to a
    * product and a padded column reads nothing. Quantization is ggml's Q8_0 reference rounding
-   * (per 32-value block, d = max|w| / 127), done here in JS once, chunk by chunk.
+   * (per 32-value block, d = max|w| / 127), done here in JS once, chunk by chunk. `rowOrder`
+   * permutes the rows as in matrix().
    */
-  q8Matrix(name: string, cols: number, rows: number, paddedCols: number, paddedRows: number): Matrix {
+  q8Matrix(
+    name: string,
+    cols: number,
+    rows: number,
+    paddedCols: number,
+    paddedRows: number,
+    rowOrder?: Int32Array,
+  ): Matrix {
     const t = this.file.tensor(name);
     checkDims(this.file, t, [cols, rows]);
+    checkRowOrder(name, rows, rowOrder);
     if (t.type !== GGMLType.F32 && t.type !== GGMLType.F16 && t.type !== GGMLType.BF16) {
       throw new GGUFError(
         this.file.path,
@@ -142,7 +196,7 @@ export class WeightLoader {
     const row = new Float32Array(paddedCols); // columns past `cols` stay 0
     for (let r = 0; r < rows; r += rowsPerChunk) {
       const n = Math.min(rowsPerChunk, rows - r);
-      this.file.readTensor(t, buf, r * rowBytesIn, n * rowBytesIn);
+      this.readRows(t, buf, 0, rowBytesIn, r, n, rowOrder);
       for (let i = 0; i < n; i++) {
         dequantizeRow(t.type, buf.subarray(i * rowBytesIn, (i + 1) * rowBytesIn), cols, row);
         for (let c = 0; c < cols; c++) {

@@ -70,6 +70,12 @@ export interface WeightKernel {
   readonly matmul: string;
   /** row ranges handed to the kernels should start (and end, unless at `rows`) at multiples of this */
   readonly rowAlign: number;
+  /**
+   * The byte offset at which rows [from, rows) of a packed matrix are laid out as a packed matrix
+   * of `rows - from` rows of their own (so its kernels can run on just those rows), or -1 where
+   * the layout does not keep them together (from inside a tile, or columns cut into chunks).
+   */
+  tailOffset(rows: number, cols: number, from: number): number;
 }
 
 /** Bytes one prepared activation row of `cols` values takes. */

@@ -185,7 +185,12 @@ export class OffloadedFFN {
     if (this.mode === "predictor") {
       if (!parts.predictor)
         throw new Error(`${store.path}: predictor sparsity needs the store's activation predictors`);
-      this.gates = new PredictorPicks(parts.predictor, mm, store, this.cache, cfg.nEmbd, threshold, stats);
+      // picks and read-ahead read a stored position's score at that position
+      if (!parts.predictor.rowOrder)
+        throw new Error(
+          "the offloaded FFN's predictor must be loaded in the store's order (Predictor.load's rowOrder)",
+        );
+      this.gates = new PredictorPicks(parts.predictor, mm, this.cache, cfg.nEmbd, threshold, stats);
     } else {
       this.gates =
         resident ?? streamed ?? new GatePageReads(store, this.cache, this.reader, this.sparse, arena, cfg.nFF, stats);

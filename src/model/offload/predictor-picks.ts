@@ -8,7 +8,6 @@
  * region fires a few percent: computing it all would multiply the FFN's work.
  */
 import type { NeuronCache } from "../../io/neuron-cache.js";
-import type { NeuronStore } from "../../format/store.js";
 import type { MatrixRunner } from "../matrix-runner.js";
 import type { GateSource } from "./gate-source.js";
 import { HOT_CLUSTER, type NeuronLists } from "./neuron-lists.js";
@@ -25,7 +24,6 @@ export class PredictorPicks implements GateSource {
   constructor(
     readonly predictor: Predictor,
     private readonly mm: MatrixRunner,
-    private readonly store: NeuronStore,
     private readonly cache: NeuronCache,
     private readonly nEmbd: number,
     /** a neuron is picked when its score exceeds this */
@@ -40,19 +38,18 @@ export class PredictorPicks implements GateSource {
     this.stats.computeMs += performance.now() - t;
     const f32 = lists.f32;
     const hot = this.cache.hotCount[l];
-    // scores come in the model's neuron order; bundles are stored hot-first
-    const order = this.store.layer(l).order;
+    // scores come in the store's order (the predictor's fc2 rows were loaded in it)
     const s0 = lists.gateOut >>> 2;
     const thr = this.threshold;
     const inCluster = this.inCluster;
     for (let c0 = 0; c0 < hot; c0 += HOT_CLUSTER) {
       const c1 = Math.min(hot, c0 + HOT_CLUSTER);
       let picked = 0;
-      for (let k = c0; k < c1; k++) if (f32[s0 + order[k]] > thr) inCluster[picked++] = k;
+      for (let k = c0; k < c1; k++) if (f32[s0 + k] > thr) inCluster[picked++] = k;
       if (picked === 0) continue;
       if (picked >= HOT_DENSE_SHARE * (c1 - c0)) lists.fileRun(c0, c1 - c0, picked);
       else for (let i = 0; i < picked; i++) lists.file(inCluster[i], 1);
     }
-    for (let k = hot; k < lists.nFF; k++) if (f32[s0 + order[k]] > thr) lists.file(k, 1);
+    for (let k = hot; k < lists.nFF; k++) if (f32[s0 + k] > thr) lists.file(k, 1);
   }
 }

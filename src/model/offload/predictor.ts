@@ -15,7 +15,7 @@ import type { ThreadPool } from "../../runtime/pool.js";
 import { hasWeightKernel, weightKernel, type ActivationFormat } from "../../runtime/weight-kernels.js";
 import type { ModelConfig } from "../config.js";
 import type { MatrixRunner } from "../matrix-runner.js";
-import type { Matrix, WeightLoader } from "../weight-loader.js";
+import { rowTail, type Matrix, type WeightLoader } from "../weight-loader.js";
 
 /** PowerInfer's activation predictor tensors (blk.N.fc1.weight, blk.N.fc2.weight; per expert blk.N.fc1.E.weight). */
 export const PREDICTOR_TENSOR_RE = /^blk\.\d+\.fc[12](\.\d+)?\.weight$/;
@@ -172,6 +172,8 @@ export function predictorShapes(file: ModelFile, cfg: ModelConfig, type: Predict
 export class Predictor {
   private readonly args = new Int32Array(2);
   private readonly relu: number;
+  /** per group, fc2's rows from some row on (rowTail), made on first use by scores() */
+  private readonly tails: ({ matrix: Matrix; from: number } | null)[];
 
   private constructor(
     readonly fc1: Matrix[],
@@ -179,11 +181,19 @@ export class Predictor {
     /** relu(fc1 . x) of the current row (the widest layer's hidden width, f32) */
     readonly hidden: number,
     private readonly pool: ThreadPool,
+    /** per group, the model's neuron of each score (fc2's rows were loaded in this order), or null: the model's order */
+    readonly rowOrder: ((g: number) => Int32Array) | null,
   ) {
     this.relu = pool.fn("relu_inplace");
+    this.tails = fc2.map(() => null);
   }
 
-  /** Load the predictors of the first `groups` groups (default: all) as `shapes` (predictorShapes) says. */
+  /**
+   * Load the predictors of the first `groups` groups (default: all) as `shapes` (predictorShapes)
+   * says. With `rowOrder`, group g's fc2 rows are loaded in the order rowOrder(g) (a store's
+   * stored order), so its scores come out in that order: the offloaded FFN then reads a stored
+   * position's score at that position, with no gather per neuron per step.
+   */
   static load(
     loader: WeightLoader,
     arena: Arena,
@@ -192,6 +202,7 @@ export class Predictor {
     cfg: ModelConfig,
     shapes: PredictorShape[],
     groups = shapes.length,
+    rowOrder: ((g: number) => Int32Array) | null = null,
   ): Predictor {
     const fc1: Matrix[] = [];
     const fc2: Matrix[] = [];
@@ -202,9 +213,10 @@ export class Predictor {
       const a = q8
         ? loader.q8Matrix(n.fc1, cfg.nEmbd, s.fileHidden, cfg.nEmbd, s.hidden)
         : loader.matrix(n.fc1, cfg.nEmbd, s.fileHidden);
+      const order = rowOrder?.(g);
       const b = q8
-        ? loader.q8Matrix(n.fc2, s.fileHidden, cfg.nFF, s.hidden, cfg.nFF)
-        : loader.matrix(n.fc2, s.fileHidden, cfg.nFF);
+        ? loader.q8Matrix(n.fc2, s.fileHidden, cfg.nFF, s.hidden, cfg.nFF, order)
+        : loader.matrix(n.fc2, s.fileHidden, cfg.nFF, order);
       // scores() feeds fc1's outputs (all of its rows, padding included) to fc2
       if (a.rows !== b.cols) {
         throw new Error(`${file.path}: predictor ${n.fc1}: fc1 has ${a.rows} outputs, fc2 reads ${b.cols}`);
@@ -213,18 +225,27 @@ export class Predictor {
       fc2.push(b);
     }
     const hidden = arena.alloc(Math.max(...shapes.slice(0, groups).map((s) => s.hidden)) * 4, 64);
-    return new Predictor(fc1, fc2, hidden, pool);
+    return new Predictor(fc1, fc2, hidden, pool, rowOrder);
   }
 
-  /** The nFF scores of layer l for the residual row at `residual` into `out` (f32, the model's neuron order). */
-  scores(mm: MatrixRunner, l: number, residual: number, nEmbd: number, out: number): void {
+  /**
+   * The nFF scores of group l for the residual row at `residual` into `out` (f32, in the order
+   * fc2 was loaded in: rowOrder's, or the model's). With `from`, only the scores from about
+   * there on are wanted: those from a row at or before `from` on are computed (the rest of
+   * `out` is left as it was) where fc2's layout can start there.
+   */
+  scores(mm: MatrixRunner, l: number, residual: number, nEmbd: number, out: number, from = 0): void {
     const fc1 = this.fc1[l];
     mm.setInput(residual, nEmbd);
     mm.run(fc1, this.hidden, 1);
     this.args[0] = this.hidden;
     this.pool.run(this.relu, this.args, 1, fc1.rows, 64, fc1.rows);
     mm.setInput(this.hidden, fc1.rows);
-    mm.run(this.fc2[l], out, 1);
+    let tail = from > 0 ? this.tails[l] : null;
+    if (from > 0 && tail?.from !== from - (from % this.fc2[l].kernel.rowAlign))
+      tail = this.tails[l] = rowTail(this.fc2[l], from);
+    if (tail) mm.run(tail.matrix, out + 4 * tail.from, 1);
+    else mm.run(this.fc2[l], out, 1);
   }
 
   /** Layer l's predictor in memory: its GGML type and hidden width (padded when requantized). */

@@ -102,18 +102,18 @@ export class ReadAhead {
     if (this.free.length === 0 || cache.pinnedCount >= this.maxPinned) return;
     const f32 = this.lists.f32;
     const nFF = this.store.layer(g).neurons;
-    const t = performance.now();
-    this.predictor.scores(this.mm, g, residual, this.nEmbd, this.scores);
-    this.stats.computeMs += performance.now() - t;
-    const order = this.store.layer(g).order;
-    const s0 = this.scores >>> 2;
     const hot = cache.hotCount[g];
+    // only the cold region's scores (in the store's order: Predictor.load's rowOrder) are read
+    const t = performance.now();
+    this.predictor.scores(this.mm, g, residual, this.nEmbd, this.scores, hot);
+    this.stats.computeMs += performance.now() - t;
+    const s0 = this.scores >>> 2;
     let thr = this.threshold;
     if (!exact) {
       let sum = 0,
         sq = 0;
       for (let k = hot; k < nFF; k++) {
-        const v = f32[s0 + order[k]];
+        const v = f32[s0 + k];
         sum += v;
         sq += v * v;
       }
@@ -125,9 +125,9 @@ export class ReadAhead {
     const requests = p.requests;
     requests.length = 0;
     let m = 0;
-    if (exact) for (let k = hot; k < nFF; k++) if (f32[s0 + order[k]] > thr) cache.keep(g, k);
+    if (exact) for (let k = hot; k < nFF; k++) if (f32[s0 + k] > thr) cache.keep(g, k);
     for (let k = hot; k < nFF; k++) {
-      if (!(f32[s0 + order[k]] > thr) || cache.peek(g, k) >= 0) continue;
+      if (!(f32[s0 + k] > thr) || cache.peek(g, k) >= 0) continue;
       if (cache.pinnedCount >= this.maxPinned) break;
       const slot = cache.acquire(g, k, exact ? 2 : 1);
       if (slot < 0) break;

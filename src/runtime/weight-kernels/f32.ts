@@ -14,4 +14,5 @@ export const F32: WeightKernel = {
   matvec: "matvec_f32",
   matmul: "matmul_f32",
   rowAlign: 4, // matmul_f32 computes rows in fours
+  tailOffset: (_rows, cols, from) => from * cols * 4,
 };

@@ -75,6 +75,7 @@ function relaxedKi(
     ...base,
     act: "q8_Ki",
     packedBytes: (rows, cols) => rows * (base.packedBytes(1, cols) / ggufBytes) * own,
+    tailOffset: (_rows, cols, from) => from * (base.packedBytes(1, cols) / ggufBytes) * own,
     pack(src, dst, rowStart, nrows, rows, cols) {
       const nb = base.packedBytes(1, cols) / ggufBytes; // (throws for a width that is not whole blocks)
       checkPack(name, src, dst, rowStart, nrows, rows, cols, nb * ggufBytes, rows * nb * own);

@@ -67,6 +67,7 @@ function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1 | GGMLType.Q5_0 | GGMLType.Q
   const geo = tiled(2, GB);
   return {
     packedBytes: geo.packedBytes,
+    tailOffset: geo.tailOffset,
     pack(src: Uint8Array, dst: Uint8Array, rowStart: number, nrows: number, rows: number, cols: number): void {
       const nb = cols / 32,
         ng = ceilTo(cols, 128) / 128,

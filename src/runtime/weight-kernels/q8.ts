@@ -60,6 +60,7 @@ export const Q8_0: WeightKernel = {
   type: GGMLType.Q8_0,
   act: "q8_i16",
   packedBytes: q8geo.packedBytes,
+  tailOffset: q8geo.tailOffset,
   pack: (src, dst, rowStart, nrows, rows, cols) => packQ8_0(2, src, dst, rowStart, nrows, rows, cols),
   matvec: "matvec_q8_0",
   matmul: "matmul_q8_0",

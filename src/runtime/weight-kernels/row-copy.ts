@@ -49,5 +49,6 @@ export function copyKernel(
     matmul: `matmul_${name}`,
     // one row at a time: any range split is free of waste
     rowAlign: 1,
+    tailOffset: (_rows, cols, from) => from * rowBytesOf(type, cols),
   };
 }

@@ -50,5 +50,8 @@ export function tiled(tileRows: number, groupBytes: number) {
       gc = Math.min(CHUNK, ng - g0);
     return (g0 * tiles + tile * gc + (g - g0)) * groupBytes;
   };
-  return { packedBytes, at };
+  /** Rows from a tile's start on, in a matrix of one chunk, are that matrix's tiles from there on. */
+  const tailOffset = (_rows: number, cols: number, from: number) =>
+    from % tileRows === 0 && ceilTo(cols, 128) / 128 <= CHUNK ? packedBytes(from, cols) : -1;
+  return { packedBytes, at, tailOffset };
 }
