@@ -131,7 +131,7 @@ const REGION = arena.alloc(FF * Math.ceil((3 * rb0) / 4096) * 4096, 4096);
 const X = arena.alloc(EMBD * 4, 64);
 const Y = arena.alloc(EMBD * 4 * 2, 64);
 const GATES = arena.alloc(FF * 4, 64);
-const OUT = arena.alloc(FF * 4, 64);
+const OUT = arena.alloc(Math.max(FF, EMBD) * 4, 64); // the gate matvec writes FF values, the down matvec EMBD
 const LISTS = arena.alloc(SUBSETS * FF * 4, 64);
 // dense matrices, gate-shaped (ff x embd) and down-shaped (embd x ff), COPIES of each
 const packedMax = Math.max(
