@@ -36,7 +36,7 @@ import {
   r5_1_t2,
   r5_1_t3,
 } from "./matmul_q4_relaxed";
-import { CHUNK, f16x4, hsum, put, Q4_MASKS, q4GroupBytes, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
+import { CHUNK, f16Hi, f16Lo, f16x4, hsum, put, Q4_MASKS, q4GroupBytes, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 import { pairQ4 } from "./matvec_q4";
 
@@ -170,10 +170,12 @@ const NT = 3;
     }
     let dw0: v128, dw1: v128, mw0: v128, mw1: v128;
     if (one) {
-      dw0 = v128.load(wp, 128);
-      dw1 = v128.load(wp, 144);
-      mw0 = v128.load(wp, 160);
-      mw1 = v128.load(wp, 176);
+      const d = v128.load(wp, 128),
+        m = v128.load(wp, 144);
+      dw0 = f16Lo(d);
+      dw1 = f16Hi(d);
+      mw0 = f16Lo(m);
+      mw1 = f16Hi(m);
     } else {
       const h = v128.load(wp, 128);
       dw0 = f16x4(i32x4.extend_low_i16x8_u(h));

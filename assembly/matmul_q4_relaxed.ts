@@ -15,7 +15,7 @@
 // is bit for bit what matvec_q4_0/_1 gives for it alone in either build.
 
 import { dotLoHi, Q4_RELAXED_CONSTS, q5Hi, q5Lo } from "./matvec_q4_relaxed";
-import { f16x4At, hsum, put, q4GroupBytes, Q8_I8N_GB } from "./packed_layout";
+import { f16Hi, f16Lo, f16x4At, hsum, put, q4GroupBytes, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 import { pin2 } from "./schedule_pin";
 
@@ -195,10 +195,12 @@ import { pin2 } from "./schedule_pin";
     }
     let dw0: v128, dw1: v128, mw0: v128, mw1: v128;
     if (one) {
-      dw0 = v128.load(wp, 128);
-      dw1 = v128.load(wp, 144);
-      mw0 = v128.load(wp, 160);
-      mw1 = v128.load(wp, 176);
+      const d = v128.load(wp, 128),
+        m = v128.load(wp, 144);
+      dw0 = f16Lo(d);
+      dw1 = f16Hi(d);
+      mw0 = f16Lo(m);
+      mw1 = f16Hi(m);
     } else {
       dw0 = f16x4At(wp + 128);
       dw1 = f16x4At(wp + 136);

@@ -6,11 +6,11 @@
 // columns in groups of 128 (4 blocks); both are zero-padded. Groups are cut into chunks of 32
 // (4096 columns), stored one after the other, each holding all row pairs: row pair p, group g of
 // chunk c (g0 = 32 c <= g < g0 + gc, gc = min(32, ngroups - g0)) sits at
-//   w + (c * npairs * 32 + p * gc + (g - g0)) * GB        (GB = 160 for Q4_0, 192 for Q4_1)
+//   w + (c * npairs * 32 + p * gc + (g - g0)) * GB        (GB = 144 for Q4_0, 160 for Q4_1)
 // and holds: quants of rows 0 and 1 (64 B each), then for Q4_0 the f16 scales d of rows 0 and 1
 // (8 B each, blocks 0..3, as GGUF stores them: the packed matrix is no bigger than the file, which
-// is what lets a 7B Q4_0 model fit in wasm32's 4 GiB), and for Q4_1 the f32 scales d and f32 mins
-// m of rows 0 and 1 (16 B each).
+// is what lets a 7B Q4_0 model fit in wasm32's 4 GiB), and for Q4_1 the f16 scales d of rows 0
+// and 1, then their f16 mins m (8 B each: GGUF's size too; converted 8 at a time, packed_layout.ts).
 // A row's 64 quant bytes are 4 vectors W_j of 8 u16 lanes. Lane l belongs to block l >> 1 and
 // holds 4 nibbles: bits 4k..4k+3 are the quant of element 2 * (4j + k) + (l & 1) of that block.
 // So `w & 0x000F`, `w & 0x00F0`, `w & 0x0F00` and `w >> 12` give four i16x8 vectors of quants
@@ -33,7 +33,7 @@
 // whose streams restart every chunk, were far slower from DRAM).
 
 import { quadQ4Relaxed } from "./matvec_q4_relaxed";
-import { CHUNK, f16x4At, hsum, Q4_MASKS, q4GroupBytes, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
+import { CHUNK, f16RawHi, f16RawLo, f16Up, f16x4At, hsum, Q4_MASKS, q4GroupBytes, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 
 // activation bytes per group: the relaxed build reads its own, smaller q8_i8n
@@ -125,9 +125,13 @@ const Q5_FIFTHS = memory.data<u16>(
     }
     const dx = v128.load(xp, 256);
     if (one) {
-      const sx = v128.load(xp, 288);
-      a0 = q4_1Group(a0, s0, v128.load(wp, 128), dx, v128.load(wp, 160), sx);
-      a1 = q4_1Group(a1, s1, v128.load(wp, 144), dx, v128.load(wp, 176), sx);
+      // the f16 scales and mins unbiased, d_x and s_x times 2^112 instead (packed_layout.ts)
+      const dxu = f16Up(dx),
+        sxu = f16Up(v128.load(xp, 288));
+      const d = v128.load(wp, 128),
+        m = v128.load(wp, 144);
+      a0 = q4_1Group(a0, s0, f16RawLo(d), dxu, f16RawLo(m), sxu);
+      a1 = q4_1Group(a1, s1, f16RawHi(d), dxu, f16RawHi(m), sxu);
     } else {
       // Q5_0's offset is 16 where Q4_0's is 8
       const corr = five ? i32x4.shl(v128.load(xp, 272), 1) : v128.load(xp, 272);

@@ -19,7 +19,7 @@
 // prepare_q8_i8n writes the activation bytes in.
 
 import { q4_0Group, q4_1Group } from "./q4_group";
-import { hsum, q4GroupBytes, Q8_I8N_GB } from "./packed_layout";
+import { f16RawHi, f16RawLo, f16Up, hsum, q4GroupBytes, Q8_I8N_GB } from "./packed_layout";
 import { pin2 } from "./schedule_pin";
 
 // 0x0f bytes, then i16 ones, f16x4's mask and 2^112, 0x10 bytes: loaded rather than written as
@@ -178,11 +178,17 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
     // The SIMD128 kernel computes (256 dot) * (d_w * (d_x / 256)): scaling by powers of two is
     // exact here, so this gives the same bits.
     if (one) {
-      const sx = v128.load(xp, 160);
-      a0 = q4_1Group(a0, h0, v128.load(wp, 128), dx, v128.load(wp, 160), sx);
-      a1 = q4_1Group(a1, h1, v128.load(wp, 144), dx, v128.load(wp, 176), sx);
-      a2 = q4_1Group(a2, h2, v128.load(wq, 128), dx, v128.load(wq, 160), sx);
-      a3 = q4_1Group(a3, h3, v128.load(wq, 144), dx, v128.load(wq, 176), sx);
+      // the f16 scales and mins unbiased, d_x and s_x times 2^112 instead (packed_layout.ts)
+      const dxu = f16Up(dx),
+        sxu = f16Up(v128.load(xp, 160));
+      const dp = v128.load(wp, 128),
+        mp = v128.load(wp, 144);
+      a0 = q4_1Group(a0, h0, f16RawLo(dp), dxu, f16RawLo(mp), sxu);
+      a1 = q4_1Group(a1, h1, f16RawHi(dp), dxu, f16RawHi(mp), sxu);
+      const dq = v128.load(wq, 128),
+        mq = v128.load(wq, 144);
+      a2 = q4_1Group(a2, h2, f16RawLo(dq), dxu, f16RawLo(mq), sxu);
+      a3 = q4_1Group(a3, h3, f16RawHi(dq), dxu, f16RawHi(mq), sxu);
     } else {
       // Q5_0's offset is 16 where Q4_0's is 8
       const corr = five ? i32x4.shl(v128.load(xp, 144), 1) : v128.load(xp, 144),

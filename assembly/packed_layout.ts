@@ -13,14 +13,14 @@ const Q8_GB: usize = 576;
 const Q8_I16_GB: usize = 272;
 /** a Q4_0 row-pair group (2 x 64 B of nibbles, 2 x 4 f16 scales) */
 const Q4_0_GB: usize = 144;
-/** a Q4_1 row-pair group (2 x 64 B of nibbles, 2 x 4 f32 scales, 2 x 4 f32 mins) */
-const Q4_1_GB: usize = 192;
+/** a Q4_1 row-pair group (2 x 64 B of nibbles, 2 x 4 f16 scales, 2 x 4 f16 mins) */
+const Q4_1_GB: usize = 160;
 /**
  * the relaxed build's Q5_0 / Q5_1 row-pair groups: Q4_0's / Q4_1's (the low 4 bits as nibbles,
  * scales, mins), then 2 x 16 B of fifth bits (matvec_q4_relaxed.ts)
  */
 const Q5_0_GB: usize = 176;
-const Q5_1_GB: usize = 224;
+const Q5_1_GB: usize = 192;
 
 /** A row-pair group's bytes: Q4_0 / Q4_1 (one), or the relaxed build's Q5_0 / Q5_1 (five). */
 @inline function q4GroupBytes(one: bool, five: bool): usize {
@@ -63,6 +63,50 @@ const F16_CONST = memory.data<u32>(
   return f16x4(i32x4.extend_low_i16x8_u(v128.load64_zero(p)));
 }
 
+// f16 -> f32 for 4 halves sign-extended into i32 lanes, in 3 instructions: a shift by 13 puts
+// exponent and mantissa into f32 position and the sign (copied into bits 28..31 by the
+// extension) at bit 31, and the mask clears bits 28..30. That is the half's value times 2^-112,
+// exactly (f16 subnormals become f32 subnormals); f16x4s then re-biases by 2^112. An infinity or
+// NaN comes out finite (a large value), as in every kernel that converts halves in SIMD.
+//
+// The decode kernels skip the re-bias (f16RawLo / f16RawHi): a Q4_1 group's scales and mins meet
+// the activation's d and s only in the products d_w * d_x and m_w * s_x, so they take d_x and s_x
+// times 2^112 instead (once per group for all their rows). d_x and s_x are f16 values (at most
+// 65504 < 2^16), so times 2^112 they stay finite, and each product is the same real number as
+// with converted halves, so it rounds to the same f32: the same bits as the prefill kernels,
+// which convert (f16Lo / f16Hi).
+const F16S_CONST = memory.data<u32>(
+  [0x8fffe000, 0x8fffe000, 0x8fffe000, 0x8fffe000, 0x77800000, 0x77800000, 0x77800000, 0x77800000],
+  16,
+);
+/** 4 halves sign-extended into i32 lanes -> their values times 2^-112, as f32x4. */
+@inline function f16x4raw(h: v128): v128 {
+  return v128.and(i32x4.shl(h, 13), v128.load(F16S_CONST));
+}
+@inline function f16x4s(h: v128): v128 {
+  return f32x4.mul(f16x4raw(h), v128.load(F16S_CONST, 16));
+}
+
+/** Halves 0..3 of the 8 f16 in v as f32x4 (a Q4_1 group's row-0 scales or mins). */
+@inline function f16Lo(v: v128): v128 {
+  return f16x4s(i32x4.extend_low_i16x8_s(v));
+}
+/** Halves 4..7 of the 8 f16 in v as f32x4 (row 1's). */
+@inline function f16Hi(v: v128): v128 {
+  return f16x4s(i32x4.extend_high_i16x8_s(v));
+}
+/** f16Lo / f16Hi times 2^-112 (for products with a factor times f16Up's 2^112, above). */
+@inline function f16RawLo(v: v128): v128 {
+  return f16x4raw(i32x4.extend_low_i16x8_s(v));
+}
+@inline function f16RawHi(v: v128): v128 {
+  return f16x4raw(i32x4.extend_high_i16x8_s(v));
+}
+/** v times 2^112 (an activation's d_x or s_x, to meet f16RawLo / f16RawHi values). */
+@inline function f16Up(v: v128): v128 {
+  return f32x4.mul(v, v128.load(F16S_CONST, 16));
+}
+
 /** A row's 4 lanes summed, in the order every kernel over these layouts uses. */
 @inline function hsum(v: v128): f32 {
   return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
@@ -86,6 +130,11 @@ export {
   Q4_MASKS,
   f16x4,
   f16x4At,
+  f16Lo,
+  f16Hi,
+  f16RawLo,
+  f16RawHi,
+  f16Up,
   hsum,
   put,
 };

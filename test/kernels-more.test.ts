@@ -139,7 +139,7 @@ for (const { type, cols: colList } of CASES) {
         const gguf = randomWeights(type, rows, cols, ++seed);
         // pack in two calls (rows split) as a streaming loader would
         const ownBlock = type === GGMLType.Q4_K ? 152 : type === GGMLType.Q5_K ? 184 : 212;
-        const tileGroup = type === GGMLType.Q5_0 ? 176 : 224; // 2 rows x 128 columns
+        const tileGroup = type === GGMLType.Q5_0 ? 176 : 192; // 2 rows x 128 columns (Q5_1: f16 d and m, as Q5_0 its d)
         assert.equal(
           wk.packedBytes(rows, cols),
           interleaved

@@ -503,3 +503,57 @@ test("with unit scales and small integers the quantized kernels are exact", () =
       );
   }
 });
+
+// Q4_1's packed groups keep GGUF's f16 scales and mins, which the kernels convert in SIMD
+// (assembly/packed_layout.ts f16Lo / f16Hi): every class of finite half (subnormals, zeros of
+// both signs, negatives, the largest) must come out as its value, in the decode and the prefill
+// kernels alike. Each special value is a row's d (with m = 0) and another row's m (with d = 0),
+// so that no larger term hides an error in a small one.
+test("Q4_1 scales and mins that are f16 subnormals, signed zeros, negatives or the largest half convert exactly", () => {
+  const specials = [0x0001, 0x03ff, 0x8001, 0x83ff, 0x0400, 0x3c00, 0xbc00, 0x3555, 0x7bff, 0xfbff, 0x0000, 0x8000];
+  const type = GGMLType.Q4_1,
+    wk = weightKernel(type);
+  const rows = 2 * specials.length,
+    cols = 256 + 32,
+    bs = 20,
+    rb = (cols / 32) * bs;
+  const r = rng(11);
+  const src = new Uint8Array(rows * rb);
+  for (let row = 0; row < rows; row++) {
+    const v = specials[row >> 1];
+    for (let b = 0; b < cols / 32; b++) {
+      const o = row * rb + b * bs;
+      const d = row & 1 ? 0 : v,
+        m = row & 1 ? v : 0;
+      src[o] = d & 0xff;
+      src[o + 1] = d >> 8;
+      src[o + 2] = m & 0xff;
+      src[o + 3] = m >> 8;
+      for (let j = 4; j < bs; j++) src[o + j] = Math.floor(r() * 256);
+    }
+  }
+  const ntok = 3;
+  const x = gaussians(cols * ntok, 12);
+  const w = pack(wk, src, rows, cols, 2);
+  const xa = prepare(wk, x, cols, ntok);
+  const yv = arena.f32(Y, rows);
+  k[wk.matvec](w, xa, Y, rows, cols, 0, rows);
+  const got = yv.slice();
+  k[wk.matmul](w, xa, Y, rows, cols, ntok, 0, rows);
+  const ym = arena.f32(Y, rows * ntok).slice();
+  for (let t = 0; t < ntok; t++) {
+    const xt = x.subarray(t * cols, (t + 1) * cols);
+    const xr = refActivation(type, xt, cols);
+    for (let row = 0; row < rows; row++) {
+      const wRow = src.subarray(row * rb, (row + 1) * rb);
+      const want = vecDot(type, wRow, xr, cols);
+      const tol = 2e-5 * magnitude(type, wRow, xt, cols) + 1e-40;
+      const what = `${row & 1 ? "m" : "d"} = half 0x${specials[row >> 1].toString(16)}`;
+      assert.ok(
+        Math.abs(ym[t * rows + row] - want) <= tol,
+        `matmul token ${t}, ${what}: ${ym[t * rows + row]} vs ${want}`,
+      );
+      if (t === 0) assert.ok(Math.abs(got[row] - want) <= tol, `matvec, ${what}: ${got[row]} vs ${want}`);
+    }
+  }
+});

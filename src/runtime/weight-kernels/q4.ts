@@ -1,12 +1,11 @@
 /**
  * Q4_0 and Q4_1 weights (assembly/matvec_q4.ts): tiles of 2 rows x 128 columns (tiled.ts):
  * 2 x 64 bytes of nibbles, 4 per u16 lane, arranged so masks yield i16 lanes directly, then
- * 2 x 4 f16 scales (Q4_0, as GGUF) or 2 x 4 f32 scales then 2 x 4 f32 mins (Q4_1). Q5_0 / Q5_1
+ * 2 x 4 f16 scales (as GGUF), for Q4_1 then 2 x 4 f16 mins: no bigger than the file. Q5_0 / Q5_1
  * are packed the same way, their low 4 bits as the nibbles, plus each row's fifth bits (2 x 16
  * bytes) at the end of the group (assembly/matvec_q4_relaxed.ts, matvec_q4.ts dotw5).
  */
 import { GGMLType, typeName } from "../../format/ggml-types.js";
-import { f16Table } from "../../format/half.js";
 import type { ActivationFormat, WeightKernel } from "../weight-kernels.js";
 import { ceilTo, checkPack, tiled } from "./tiled.js";
 
@@ -51,14 +50,16 @@ function packBlockFifths(src: Uint8Array, h: number, dst: Uint8Array, f: number,
 
 /**
  * Q4_0 / Q4_1 (and Q5_0 / Q5_1): row pairs x 128 columns: quants of both rows
- * (64 B each), d of both (Q4_0, Q5_0: f16 x4 each; Q4_1, Q5_1: f32 x4 each), for Q4_1 and Q5_1 m
- * of both; for Q5 then the fifth bits of both (16 B each).
+ * (64 B each), d of both (f16 x4 each), for Q4_1 and Q5_1 m of both (f16 x4 each); for Q5 then
+ * the fifth bits of both (16 B each). The scales and mins are GGUF's halves as they are: the
+ * kernels convert eight at a time (assembly/packed_layout.ts f16Lo / f16Hi), which costs less
+ * than the bytes f32 copies would add to every decode's weight stream (docs/benchmarks.md).
  */
 function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1 | GGMLType.Q5_0 | GGMLType.Q5_1) {
   const one = type === GGMLType.Q4_1 || type === GGMLType.Q5_1,
     five = type === GGMLType.Q5_0 || type === GGMLType.Q5_1;
   // Q5's groups are Q4's plus the fifth bits at FO; GGUF blocks: d (m) (qh u32 at QH) qs at QO
-  const FO = one ? 192 : 144,
+  const FO = one ? 160 : 144,
     GB = FO + (five ? 32 : 0),
     BS = (one ? 20 : 18) + (five ? 4 : 0),
     QH = one ? 4 : 2,
@@ -75,7 +76,6 @@ function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1 | GGMLType.Q5_0 | GGMLType.Q
         tiles = ceilTo(rows, 2) / 2;
       checkPack(name, src, dst, rowStart, nrows, rows, cols, rowBytes, geo.packedBytes(rows, cols));
       const u16 = new Uint16Array(dst.buffer, dst.byteOffset, dst.length >> 1);
-      const f32 = new Float32Array(dst.buffer, dst.byteOffset, dst.length >> 2);
       const end = rowStart + nrows === rows ? ceilTo(rows, 2) : rowStart + nrows;
       for (let r = rowStart; r < end; r++) {
         const pr = r >> 1,
@@ -95,13 +95,9 @@ function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1 | GGMLType.Q5_0 | GGMLType.Q
               if (bi === 0) dst.fill(0, base + FO + ri * 16, base + FO + ri * 16 + 16);
               if (ok) packBlockFifths(src, o + QH, dst, base + FO + ri * 16, bi);
             }
-            if (one) {
-              f32[(base + 128 + ri * 16 + bi * 4) >> 2] = ok ? f16Table[src[o] | (src[o + 1] << 8)] : 0;
-              f32[(base + 160 + ri * 16 + bi * 4) >> 2] = ok ? f16Table[src[o + 2] | (src[o + 3] << 8)] : 0;
-            } else {
-              // Q4_0 keeps GGUF's f16 scale: the kernel converts four at a time
-              u16[(base + 128 + ri * 8 + bi * 2) >> 1] = ok ? src[o] | (src[o + 1] << 8) : 0;
-            }
+            // GGUF's f16 d (and m), kept as they are
+            u16[(base + 128 + ri * 8 + bi * 2) >> 1] = ok ? src[o] | (src[o + 1] << 8) : 0;
+            if (one) u16[(base + 144 + ri * 8 + bi * 2) >> 1] = ok ? src[o + 2] | (src[o + 3] << 8) : 0;
           }
         }
       }

@@ -5,9 +5,10 @@
  * are cut into chunks of 32 (4096 columns), each holding all rows, so a kernel can stream a whole
  * chunk while its activations stay in L1.
  *
- * Scales are stored as f32 (converted from GGUF's f16 once, at load): the Q4 kernels are bound by
- * instruction count, and an f16 -> f32 step per block would cost them more than the bytes save.
- * Against GGUF sizes that is +0% for Q4_0 (f16 scales kept), +20% for Q4_1 and +6% for Q8_0.
+ * Q8_0's scales are stored as f32 (converted from GGUF's f16 once, at load: +6% against GGUF's
+ * size); Q4_0's and Q4_1's stay GGUF's halves (+0%), which the kernels convert eight at a time:
+ * Q4_1 kept f32 scales and mins (+20%) until 2026-12-04, when its f16 groups measured no slower
+ * per weight and freed a sixth of its bytes (docs/benchmarks.md).
  */
 
 export const ceilTo = (n: number, m: number) => Math.ceil(n / m) * m;
