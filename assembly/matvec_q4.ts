@@ -33,7 +33,18 @@
 // whose streams restart every chunk, were far slower from DRAM).
 
 import { quadQ4Relaxed } from "./matvec_q4_relaxed";
-import { CHUNK, f16RawHi, f16RawLo, f16Up, f16x4At, hsum, Q4_MASKS, q4GroupBytes, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
+import {
+  CHUNK,
+  f16RawHi,
+  f16RawLo,
+  f16Up,
+  f16x4At,
+  hsum,
+  Q4_MASKS,
+  q4GroupBytes,
+  Q8_I16N_GB,
+  Q8_I8N_GB,
+} from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 
 // activation bytes per group: the relaxed build reads its own, smaller q8_i8n
