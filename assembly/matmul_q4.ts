@@ -36,7 +36,7 @@ import {
   r5_1_t2,
   r5_1_t3,
 } from "./matmul_q4_relaxed";
-import { CHUNK, f16Hi, f16Lo, f16x4, hsum, put, Q4_MASKS, q4GroupBytes, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
+import { CHUNK, f16Hi, f16Lo, hsum, put, Q4_MASKS, q4GroupBytes, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 import { pairQ4 } from "./matvec_q4";
 
@@ -177,9 +177,9 @@ const NT = 3;
       mw0 = f16Lo(m);
       mw1 = f16Hi(m);
     } else {
-      const h = v128.load(wp, 128);
-      dw0 = f16x4(i32x4.extend_low_i16x8_u(h));
-      dw1 = f16x4(i32x4.extend_high_i16x8_u(h));
+      const d = v128.load(wp, 128);
+      dw0 = f16Lo(d);
+      dw1 = f16Hi(d);
       mw0 = dw0;
       mw1 = dw1;
     }

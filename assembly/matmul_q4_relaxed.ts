@@ -15,7 +15,7 @@
 // is bit for bit what matvec_q4_0/_1 gives for it alone in either build.
 
 import { dotLoHi, Q4_RELAXED_CONSTS, q5Hi, q5Lo } from "./matvec_q4_relaxed";
-import { f16Hi, f16Lo, f16x4At, hsum, put, q4GroupBytes, Q8_I8N_GB } from "./packed_layout";
+import { f16Hi, f16Lo, hsum, put, q4GroupBytes, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 import { pin2 } from "./schedule_pin";
 
@@ -82,7 +82,7 @@ import { pin2 } from "./schedule_pin";
       h12 = i16x8.splat(0);
     const m = v128.load(Q4_RELAXED_CONSTS),
       ones = v128.load(Q4_RELAXED_CONSTS, 16),
-      m10 = v128.load(Q4_RELAXED_CONSTS, 64);
+      m10 = v128.load(Q4_RELAXED_CONSTS, 32);
     // weight vector j of each row meets activation bytes 32j..32j+31 of each token; unrolled
     // (as fast as the rolled loop for Q4, and Q5's shifts need j constant), each token pinned
     {
@@ -202,8 +202,9 @@ import { pin2 } from "./schedule_pin";
       mw0 = f16Lo(m);
       mw1 = f16Hi(m);
     } else {
-      dw0 = f16x4At(wp + 128);
-      dw1 = f16x4At(wp + 136);
+      const d = v128.load(wp, 128);
+      dw0 = f16Lo(d);
+      dw1 = f16Hi(d);
       mw0 = dw0;
       mw1 = dw1;
     }

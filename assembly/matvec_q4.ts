@@ -33,18 +33,7 @@
 // whose streams restart every chunk, were far slower from DRAM).
 
 import { quadQ4Relaxed } from "./matvec_q4_relaxed";
-import {
-  CHUNK,
-  f16RawHi,
-  f16RawLo,
-  f16Up,
-  f16x4At,
-  hsum,
-  Q4_MASKS,
-  q4GroupBytes,
-  Q8_I16N_GB,
-  Q8_I8N_GB,
-} from "./packed_layout";
+import { CHUNK, f16RawHi, f16RawLo, f16Up, hsum, Q4_MASKS, q4GroupBytes, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 
 // activation bytes per group: the relaxed build reads its own, smaller q8_i8n
@@ -134,20 +123,20 @@ const Q5_FIFTHS = memory.data<u16>(
         s1 = i32x4.add(s1, dotw(v128.load(wp + j, 64), x0, x1, x2, x3, m0, m1, m2));
       }
     }
-    const dx = v128.load(xp, 256);
+    // the f16 scales (and mins) unbiased, d_x (and s_x) times 2^112 instead (packed_layout.ts): the
+    // pair's 8 scales in one load, row r's in the low halves
+    const dxu = f16Up(v128.load(xp, 256)),
+      d = v128.load(wp, 128);
     if (one) {
-      // the f16 scales and mins unbiased, d_x and s_x times 2^112 instead (packed_layout.ts)
-      const dxu = f16Up(dx),
-        sxu = f16Up(v128.load(xp, 288));
-      const d = v128.load(wp, 128),
+      const sxu = f16Up(v128.load(xp, 288)),
         m = v128.load(wp, 144);
       a0 = q4_1Group(a0, s0, f16RawLo(d), dxu, f16RawLo(m), sxu);
       a1 = q4_1Group(a1, s1, f16RawHi(d), dxu, f16RawHi(m), sxu);
     } else {
       // Q5_0's offset is 16 where Q4_0's is 8
       const corr = five ? i32x4.shl(v128.load(xp, 272), 1) : v128.load(xp, 272);
-      a0 = q4_0Group(a0, s0, corr, f16x4At(wp + 128), dx);
-      a1 = q4_0Group(a1, s1, corr, f16x4At(wp + 136), dx);
+      a0 = q4_0Group(a0, s0, corr, f16RawLo(d), dxu);
+      a1 = q4_0Group(a1, s1, corr, f16RawHi(d), dxu);
     }
     wp += GB;
     xp += ACT_GB;

@@ -22,21 +22,15 @@ import { q4_0Group, q4_1Group } from "./q4_group";
 import { f16RawHi, f16RawLo, f16Up, hsum, q4GroupBytes, Q8_I8N_GB } from "./packed_layout";
 import { pin2 } from "./schedule_pin";
 
-// 0x0f bytes, then i16 ones, f16x4's mask and 2^112, 0x10 bytes: loaded rather than written as
-// constants, which V8 would rebuild inside the loop at every use.
+// 0x0f bytes, then i16 ones, then 0x10 bytes: loaded rather than written as constants, which V8
+// would rebuild inside the loop at every use.
 const Q4_RELAXED_CONSTS = memory.data<u32>(
   [
-    0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x00010001, 0x00010001, 0x00010001, 0x00010001, 0x8fffe000,
-    0x8fffe000, 0x8fffe000, 0x8fffe000, 0x77800000, 0x77800000, 0x77800000, 0x77800000, 0x10101010, 0x10101010,
-    0x10101010, 0x10101010,
+    0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x00010001, 0x00010001, 0x00010001, 0x00010001, 0x10101010,
+    0x10101010, 0x10101010, 0x10101010,
   ],
   16,
 );
-
-// 4 f16 scales at p -> f32x4, as halfLanes (half.ts) with its constants (mask, 2^112) passed in
-@inline function f16x4(p: usize, mask: v128, bias: v128): v128 {
-  return f32x4.mul(v128.and(i32x4.shl(i32x4.extend_low_i16x8_s(v128.load64_zero(p)), 13), mask), bias);
-}
 
 // The i16 lanes of one packed row vector w against its two activation vectors.
 @inline function dotw(w: v128, xl: v128, xh: v128, m: v128): v128 {
@@ -129,7 +123,7 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
     // pinned so that V8 does not issue the whole group's loads first (schedule_pin.ts)
     // Q5's constants (Q4 needs ones only after the steps: one register less during them)
     const ones = five ? v128.load(Q4_RELAXED_CONSTS, 16) : m,
-      m10 = five ? v128.load(Q4_RELAXED_CONSTS, 64) : m;
+      m10 = five ? v128.load(Q4_RELAXED_CONSTS, 32) : m;
     let h0 = i16x8.splat(0),
       h1 = i16x8.splat(0),
       h2 = i16x8.splat(0),
@@ -176,28 +170,27 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
     }
     const dx = v128.load(xp, 128);
     // The SIMD128 kernel computes (256 dot) * (d_w * (d_x / 256)): scaling by powers of two is
-    // exact here, so this gives the same bits.
+    // exact here, so this gives the same bits. The f16 scales (and mins) go in unbiased and d_x
+    // (and s_x) times 2^112 (packed_layout.ts): a pair's 8 scales in one load, its first row's in
+    // the low halves.
+    const dxu = f16Up(dx);
+    const dp = v128.load(wp, 128),
+      dq = v128.load(wq, 128);
     if (one) {
-      // the f16 scales and mins unbiased, d_x and s_x times 2^112 instead (packed_layout.ts)
-      const dxu = f16Up(dx),
-        sxu = f16Up(v128.load(xp, 160));
-      const dp = v128.load(wp, 128),
-        mp = v128.load(wp, 144);
+      const sxu = f16Up(v128.load(xp, 160));
+      const mp = v128.load(wp, 144),
+        mq = v128.load(wq, 144);
       a0 = q4_1Group(a0, h0, f16RawLo(dp), dxu, f16RawLo(mp), sxu);
       a1 = q4_1Group(a1, h1, f16RawHi(dp), dxu, f16RawHi(mp), sxu);
-      const dq = v128.load(wq, 128),
-        mq = v128.load(wq, 144);
       a2 = q4_1Group(a2, h2, f16RawLo(dq), dxu, f16RawLo(mq), sxu);
       a3 = q4_1Group(a3, h3, f16RawHi(dq), dxu, f16RawHi(mq), sxu);
     } else {
       // Q5_0's offset is 16 where Q4_0's is 8
-      const corr = five ? i32x4.shl(v128.load(xp, 144), 1) : v128.load(xp, 144),
-        hmask = v128.load(Q4_RELAXED_CONSTS, 32),
-        hbias = v128.load(Q4_RELAXED_CONSTS, 48);
-      a0 = q4_0Group(a0, h0, corr, f16x4(wp + 128, hmask, hbias), dx);
-      a1 = q4_0Group(a1, h1, corr, f16x4(wp + 136, hmask, hbias), dx);
-      a2 = q4_0Group(a2, h2, corr, f16x4(wq + 128, hmask, hbias), dx);
-      a3 = q4_0Group(a3, h3, corr, f16x4(wq + 136, hmask, hbias), dx);
+      const corr = five ? i32x4.shl(v128.load(xp, 144), 1) : v128.load(xp, 144);
+      a0 = q4_0Group(a0, h0, corr, f16RawLo(dp), dxu);
+      a1 = q4_0Group(a1, h1, corr, f16RawHi(dp), dxu);
+      a2 = q4_0Group(a2, h2, corr, f16RawLo(dq), dxu);
+      a3 = q4_0Group(a3, h3, corr, f16RawHi(dq), dxu);
     }
     wp += GB;
     wq += GB;

@@ -44,37 +44,19 @@ const Q4_MASKS = memory.data<u16>(
   16,
 );
 
-// f16 -> f32 for 4 scales: shift exponent and mantissa into f32 position and multiply by 2^112
-// to rebias the exponent (which also gets subnormals right), then put the sign back; constants
-// loaded for the same reason as the masks.
-const F16_CONST = memory.data<u32>(
-  [0x7fff, 0x7fff, 0x7fff, 0x7fff, 0x8000, 0x8000, 0x8000, 0x8000, 0x77800000, 0x77800000, 0x77800000, 0x77800000],
-  16,
-);
-
-/** 4 f16 values zero-extended into u32 lanes -> f32x4 (exact for every finite half). */
-@inline function f16x4(h: v128): v128 {
-  const f = f32x4.mul(i32x4.shl(v128.and(h, v128.load(F16_CONST)), 13), v128.load(F16_CONST, 32));
-  return v128.or(f, i32x4.shl(v128.and(h, v128.load(F16_CONST, 16)), 16));
-}
-
-/** The 4 f16 scales at p as f32x4. */
-@inline function f16x4At(p: usize): v128 {
-  return f16x4(i32x4.extend_low_i16x8_u(v128.load64_zero(p)));
-}
-
-// f16 -> f32 for 4 halves sign-extended into i32 lanes, in 3 instructions: a shift by 13 puts
-// exponent and mantissa into f32 position and the sign (copied into bits 28..31 by the
-// extension) at bit 31, and the mask clears bits 28..30. That is the half's value times 2^-112,
-// exactly (f16 subnormals become f32 subnormals); f16x4s then re-biases by 2^112. An infinity or
-// NaN comes out finite (a large value), as in every kernel that converts halves in SIMD.
+// The Q4 layouts' f16 scales and mins -> f32, four halves sign-extended into i32 lanes at a time
+// (f16Lo / f16Hi take the 8 of a row pair from one load): a shift by 13 puts exponent and
+// mantissa into f32 position and the sign (copied into bits 28..31 by the extension) at bit 31,
+// and the mask clears bits 28..30. That is the half's value times 2^-112, exactly (f16
+// subnormals become f32 subnormals); f16x4s re-biases by 2^112. An infinity or NaN comes out
+// finite (a large value), as in every kernel that converts halves in SIMD.
 //
-// The decode kernels skip the re-bias (f16RawLo / f16RawHi): a Q4_1 group's scales and mins meet
-// the activation's d and s only in the products d_w * d_x and m_w * s_x, so they take d_x and s_x
-// times 2^112 instead (once per group for all their rows). d_x and s_x are f16 values (at most
-// 65504 < 2^16), so times 2^112 they stay finite, and each product is the same real number as
-// with converted halves, so it rounds to the same f32: the same bits as the prefill kernels,
-// which convert (f16Lo / f16Hi).
+// The decode kernels skip the re-bias (f16RawLo / f16RawHi): a group's scales (and Q4_1's mins)
+// meet the activation's d and s only in the products d_w * d_x and m_w * s_x, so they take d_x and
+// s_x times 2^112 instead (once per group for all their rows). d_x and s_x are f16 values (at most
+// 65504 < 2^16), so times 2^112 they stay finite, and each product is the same real number as with
+// converted halves, so it rounds to the same f32: the same bits as the prefill kernels, which
+// convert (f16Lo / f16Hi).
 const F16S_CONST = memory.data<u32>(
   [0x8fffe000, 0x8fffe000, 0x8fffe000, 0x8fffe000, 0x77800000, 0x77800000, 0x77800000, 0x77800000],
   16,
@@ -87,11 +69,11 @@ const F16S_CONST = memory.data<u32>(
   return f32x4.mul(f16x4raw(h), v128.load(F16S_CONST, 16));
 }
 
-/** Halves 0..3 of the 8 f16 in v as f32x4 (a Q4_1 group's row-0 scales or mins). */
+/** Halves 0..3 of the 8 f16 in v as f32x4 (a row pair's first row's scales or mins). */
 @inline function f16Lo(v: v128): v128 {
   return f16x4s(i32x4.extend_low_i16x8_s(v));
 }
-/** Halves 4..7 of the 8 f16 in v as f32x4 (row 1's). */
+/** Halves 4..7 of the 8 f16 in v as f32x4 (the second row's). */
 @inline function f16Hi(v: v128): v128 {
   return f16x4s(i32x4.extend_high_i16x8_s(v));
 }
@@ -128,8 +110,6 @@ export {
   Q8_I8N_GB,
   Q8_I8S_GB,
   Q4_MASKS,
-  f16x4,
-  f16x4At,
   f16Lo,
   f16Hi,
   f16RawLo,

@@ -262,11 +262,11 @@ const T_Q5_1 = 7;
 // spread 8 to a half, tested against each byte's bit). About 12 instructions a block; both the
 // dots and the down columns start from these bytes.
 // each byte's bit of qh, as u32 lanes (the 0x0f and 0x10 bytes and the i16 ones are the relaxed
-// Q4 kernels', Q4_RELAXED_CONSTS at 0, 64 and 16)
+// Q4 kernels', Q4_RELAXED_CONSTS at 0, 32 and 16)
 const Q5_BITS = memory.data<u32>([0x08040201, 0x80402010, 0x08040201, 0x80402010], 16);
 @inline function fifthBits(h: v128): v128 {
   const bit = v128.load(Q5_BITS);
-  return v128.and(i8x16.eq(v128.and(h, bit), bit), v128.load(Q4_RELAXED_CONSTS, 64));
+  return v128.and(i8x16.eq(v128.and(h, bit), bit), v128.load(Q4_RELAXED_CONSTS, 32));
 }
 @inline function q5lo(qs: v128, H: v128): v128 {
   return v128.or(
