@@ -36,7 +36,7 @@ import {
   r5_1_t2,
   r5_1_t3,
 } from "./matmul_q4_relaxed";
-import { CHUNK, f16Hi, f16Lo, hsum, put, Q4_MASKS, q4GroupBytes, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
+import { CHUNK, hsum, put, Q4_MASKS, q4GroupBytes, q4PairScales, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 import { pairQ4 } from "./matvec_q4";
 
@@ -168,21 +168,10 @@ const NT = 3;
         s12 = dot(s12, u1, x);
       }
     }
-    let dw0: v128, dw1: v128, mw0: v128, mw1: v128;
-    if (one) {
-      const d = v128.load(wp, 128),
-        m = v128.load(wp, 144);
-      dw0 = f16Lo(d);
-      dw1 = f16Hi(d);
-      mw0 = f16Lo(m);
-      mw1 = f16Hi(m);
-    } else {
-      const d = v128.load(wp, 128);
-      dw0 = f16Lo(d);
-      dw1 = f16Hi(d);
-      mw0 = dw0;
-      mw1 = dw1;
-    }
+    const dw0 = q4PairScales(wp, 0, false),
+      dw1 = q4PairScales(wp, 1, false);
+    const mw0 = one ? q4PairScales(wp, 0, true) : dw0, // Q4_0 has no mins (acc reads none)
+      mw1 = one ? q4PairScales(wp, 1, true) : dw1;
     a00 = acc(a00, s00, dw0, mw0, x0, one);
     a10 = acc(a10, s10, dw1, mw1, x0, one);
     if (nt > 1) {

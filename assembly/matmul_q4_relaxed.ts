@@ -15,7 +15,7 @@
 // is bit for bit what matvec_q4_0/_1 gives for it alone in either build.
 
 import { dotLoHi, Q4_RELAXED_CONSTS, q5Hi, q5Lo } from "./matvec_q4_relaxed";
-import { f16Hi, f16Lo, hsum, put, q4GroupBytes, Q8_I8N_GB } from "./packed_layout";
+import { hsum, put, q4GroupBytes, q4PairScales, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 import { pin2 } from "./schedule_pin";
 
@@ -193,21 +193,10 @@ import { pin2 } from "./schedule_pin";
         pin2(h02, h12);
       }
     }
-    let dw0: v128, dw1: v128, mw0: v128, mw1: v128;
-    if (one) {
-      const d = v128.load(wp, 128),
-        m = v128.load(wp, 144);
-      dw0 = f16Lo(d);
-      dw1 = f16Hi(d);
-      mw0 = f16Lo(m);
-      mw1 = f16Hi(m);
-    } else {
-      const d = v128.load(wp, 128);
-      dw0 = f16Lo(d);
-      dw1 = f16Hi(d);
-      mw0 = dw0;
-      mw1 = dw1;
-    }
+    const dw0 = q4PairScales(wp, 0, false),
+      dw1 = q4PairScales(wp, 1, false);
+    const mw0 = one ? q4PairScales(wp, 0, true) : dw0, // Q4_0 has no mins (acc reads none)
+      mw1 = one ? q4PairScales(wp, 1, true) : dw1;
     a00 = acc(a00, h00, ones, dw0, mw0, x0, one, five);
     a10 = acc(a10, h10, ones, dw1, mw1, x0, one, five);
     if (nt > 1) {

@@ -33,7 +33,19 @@
 // whose streams restart every chunk, were far slower from DRAM).
 
 import { quadQ4Relaxed } from "./matvec_q4_relaxed";
-import { CHUNK, f16RawHi, f16RawLo, f16Up, hsum, Q4_MASKS, q4GroupBytes, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
+import {
+  CHUNK,
+  f16RawHi,
+  f16RawLo,
+  f16Up,
+  hsum,
+  Q4_MASKS,
+  q4GroupBytes,
+  Q4_1_MINS,
+  Q4_SCALES,
+  Q8_I16N_GB,
+  Q8_I8N_GB,
+} from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 
 // activation bytes per group: the relaxed build reads its own, smaller q8_i8n
@@ -126,10 +138,10 @@ const Q5_FIFTHS = memory.data<u16>(
     // the f16 scales (and mins) unbiased, d_x (and s_x) times 2^112 instead (packed_layout.ts): the
     // pair's 8 scales in one load, row r's in the low halves
     const dxu = f16Up(v128.load(xp, 256)),
-      d = v128.load(wp, 128);
+      d = v128.load(wp + Q4_SCALES);
     if (one) {
       const sxu = f16Up(v128.load(xp, 288)),
-        m = v128.load(wp, 144);
+        m = v128.load(wp + Q4_1_MINS);
       a0 = q4_1Group(a0, s0, f16RawLo(d), dxu, f16RawLo(m), sxu);
       a1 = q4_1Group(a1, s1, f16RawHi(d), dxu, f16RawHi(m), sxu);
     } else {

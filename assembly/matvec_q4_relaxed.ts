@@ -19,7 +19,7 @@
 // prepare_q8_i8n writes the activation bytes in.
 
 import { q4_0Group, q4_1Group } from "./q4_group";
-import { f16RawHi, f16RawLo, f16Up, hsum, q4GroupBytes, Q8_I8N_GB } from "./packed_layout";
+import { f16RawHi, f16RawLo, f16Up, hsum, q4GroupBytes, Q4_1_MINS, Q4_SCALES, Q8_I8N_GB } from "./packed_layout";
 import { pin2 } from "./schedule_pin";
 
 // 0x0f bytes, then i16 ones, then 0x10 bytes: loaded rather than written as constants, which V8
@@ -174,12 +174,12 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
     // (and s_x) times 2^112 (packed_layout.ts): a pair's 8 scales in one load, its first row's in
     // the low halves.
     const dxu = f16Up(dx);
-    const dp = v128.load(wp, 128),
-      dq = v128.load(wq, 128);
+    const dp = v128.load(wp + Q4_SCALES),
+      dq = v128.load(wq + Q4_SCALES);
     if (one) {
       const sxu = f16Up(v128.load(xp, 160));
-      const mp = v128.load(wp, 144),
-        mq = v128.load(wq, 144);
+      const mp = v128.load(wp + Q4_1_MINS),
+        mq = v128.load(wq + Q4_1_MINS);
       a0 = q4_1Group(a0, h0, f16RawLo(dp), dxu, f16RawLo(mp), sxu);
       a1 = q4_1Group(a1, h1, f16RawHi(dp), dxu, f16RawHi(mp), sxu);
       a2 = q4_1Group(a2, h2, f16RawLo(dq), dxu, f16RawLo(mq), sxu);

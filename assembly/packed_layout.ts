@@ -22,6 +22,12 @@ const Q4_1_GB: usize = 160;
 const Q5_0_GB: usize = 176;
 const Q5_1_GB: usize = 192;
 
+/**
+ * Where a Q4 row-pair group keeps its f16 scales (both rows': the first row's 4, then the
+ * second's; f16Lo / f16Hi) and Q4_1's f16 mins (the same way), after the 128 nibble bytes.
+ */
+const Q4_SCALES: usize = 128;
+const Q4_1_MINS: usize = 144;
 /** A row-pair group's bytes: Q4_0 / Q4_1 (one), or the relaxed build's Q5_0 / Q5_1 (five). */
 @inline function q4GroupBytes(one: bool, five: bool): usize {
   return five ? (one ? Q5_1_GB : Q5_0_GB) : one ? Q4_1_GB : Q4_0_GB;
@@ -77,6 +83,11 @@ const F16S_CONST = memory.data<u32>(
 @inline function f16Hi(v: v128): v128 {
   return f16x4s(i32x4.extend_high_i16x8_s(v));
 }
+/** Row r's (0, 1) scales of the Q4 row-pair group at wp, or with `mins` Q4_1's mins, as f32x4. */
+@inline function q4PairScales(wp: usize, r: i32, mins: bool): v128 {
+  const v = v128.load(wp + (mins ? Q4_1_MINS : Q4_SCALES));
+  return r == 0 ? f16Lo(v) : f16Hi(v);
+}
 /** f16Lo / f16Hi times 2^-112 (for products with a factor times f16Up's 2^112, above). */
 @inline function f16RawLo(v: v128): v128 {
   return f16x4raw(i32x4.extend_low_i16x8_s(v));
@@ -106,6 +117,9 @@ export {
   Q4_0_GB,
   Q4_1_GB,
   q4GroupBytes,
+  q4PairScales,
+  Q4_SCALES,
+  Q4_1_MINS,
   Q8_I16N_GB,
   Q8_I8N_GB,
   Q8_I8S_GB,
