@@ -7,8 +7,8 @@
 // divided by 256: the product is exact either way), dw the 4 weight scales, dx the 4 activation
 // scales. Q4_0 subtracts the activation's offset correction (8 * sum q_x per block, in the same
 // units as s) before scaling; Q4_1 adds m_w * s_x (its mins times the activation's block sums).
-// (The Q4_1 decode kernels pass d_w, m_w times 2^-112 and d_x, s_x times 2^112: the same
-// products, so the same bits; packed_layout.ts says why.)
+// (The decode kernels pass d_w, m_w times 2^-112 and d_x, s_x times 2^112: the same products,
+// so the same bits; packed_layout.ts says why.)
 
 /** Q4_0: a + f32(s - corr) * (dw * dx). */
 @inline function q4_0Group(a: v128, s: v128, corr: v128, dw: v128, dx: v128): v128 {
