@@ -35,10 +35,9 @@
 import { quadQ4Relaxed } from "./matvec_q4_relaxed";
 import {
   CHUNK,
-  f16RawHi,
-  f16RawLo,
   f16Up,
   hsum,
+  q4Halves,
   Q4_MASKS,
   q4GroupBytes,
   Q4_1_MINS,
@@ -142,13 +141,13 @@ const Q5_FIFTHS = memory.data<u16>(
     if (one) {
       const sxu = f16Up(v128.load(xp, 288)),
         m = v128.load(wp + Q4_1_MINS);
-      a0 = q4_1Group(a0, s0, f16RawLo(d), dxu, f16RawLo(m), sxu);
-      a1 = q4_1Group(a1, s1, f16RawHi(d), dxu, f16RawHi(m), sxu);
+      a0 = q4_1Group(a0, s0, q4Halves(d, 0), dxu, q4Halves(m, 0), sxu);
+      a1 = q4_1Group(a1, s1, q4Halves(d, 1), dxu, q4Halves(m, 1), sxu);
     } else {
       // Q5_0's offset is 16 where Q4_0's is 8
       const corr = five ? i32x4.shl(v128.load(xp, 272), 1) : v128.load(xp, 272);
-      a0 = q4_0Group(a0, s0, corr, f16RawLo(d), dxu);
-      a1 = q4_0Group(a1, s1, corr, f16RawHi(d), dxu);
+      a0 = q4_0Group(a0, s0, corr, q4Halves(d, 0), dxu);
+      a1 = q4_0Group(a1, s1, corr, q4Halves(d, 1), dxu);
     }
     wp += GB;
     xp += ACT_GB;

@@ -19,7 +19,7 @@
 // prepare_q8_i8n writes the activation bytes in.
 
 import { q4_0Group, q4_1Group } from "./q4_group";
-import { f16RawHi, f16RawLo, f16Up, hsum, q4GroupBytes, Q4_1_MINS, Q4_SCALES, Q8_I8N_GB } from "./packed_layout";
+import { f16Up, hsum, q4GroupBytes, q4Halves, Q4_1_MINS, Q4_SCALES, Q8_I8N_GB } from "./packed_layout";
 import { pin2 } from "./schedule_pin";
 
 // 0x0f bytes, then i16 ones, then 0x10 bytes: loaded rather than written as constants, which V8
@@ -168,29 +168,28 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
       h2 = i32x4.dot_i16x8_s(h2, ones4);
       h3 = i32x4.dot_i16x8_s(h3, ones4);
     }
-    const dx = v128.load(xp, 128);
     // The SIMD128 kernel computes (256 dot) * (d_w * (d_x / 256)): scaling by powers of two is
     // exact here, so this gives the same bits. The f16 scales (and mins) go in unbiased and d_x
     // (and s_x) times 2^112 (packed_layout.ts): a pair's 8 scales in one load, its first row's in
     // the low halves.
-    const dxu = f16Up(dx);
+    const dxu = f16Up(v128.load(xp, 128));
     const dp = v128.load(wp + Q4_SCALES),
       dq = v128.load(wq + Q4_SCALES);
     if (one) {
       const sxu = f16Up(v128.load(xp, 160));
       const mp = v128.load(wp + Q4_1_MINS),
         mq = v128.load(wq + Q4_1_MINS);
-      a0 = q4_1Group(a0, h0, f16RawLo(dp), dxu, f16RawLo(mp), sxu);
-      a1 = q4_1Group(a1, h1, f16RawHi(dp), dxu, f16RawHi(mp), sxu);
-      a2 = q4_1Group(a2, h2, f16RawLo(dq), dxu, f16RawLo(mq), sxu);
-      a3 = q4_1Group(a3, h3, f16RawHi(dq), dxu, f16RawHi(mq), sxu);
+      a0 = q4_1Group(a0, h0, q4Halves(dp, 0), dxu, q4Halves(mp, 0), sxu);
+      a1 = q4_1Group(a1, h1, q4Halves(dp, 1), dxu, q4Halves(mp, 1), sxu);
+      a2 = q4_1Group(a2, h2, q4Halves(dq, 0), dxu, q4Halves(mq, 0), sxu);
+      a3 = q4_1Group(a3, h3, q4Halves(dq, 1), dxu, q4Halves(mq, 1), sxu);
     } else {
       // Q5_0's offset is 16 where Q4_0's is 8
       const corr = five ? i32x4.shl(v128.load(xp, 144), 1) : v128.load(xp, 144);
-      a0 = q4_0Group(a0, h0, corr, f16RawLo(dp), dxu);
-      a1 = q4_0Group(a1, h1, corr, f16RawHi(dp), dxu);
-      a2 = q4_0Group(a2, h2, corr, f16RawLo(dq), dxu);
-      a3 = q4_0Group(a3, h3, corr, f16RawHi(dq), dxu);
+      a0 = q4_0Group(a0, h0, corr, q4Halves(dp, 0), dxu);
+      a1 = q4_0Group(a1, h1, corr, q4Halves(dp, 1), dxu);
+      a2 = q4_0Group(a2, h2, corr, q4Halves(dq, 0), dxu);
+      a3 = q4_0Group(a3, h3, corr, q4Halves(dq, 1), dxu);
     }
     wp += GB;
     wq += GB;

@@ -5,6 +5,8 @@
 // kernel over a layout must share for their results to be the same bits. Not re-exported by
 // index.ts: nothing here is a kernel.
 
+import { f16BitsHi, f16BitsLo } from "./half";
+
 /** groups of 128 columns per column chunk (4096 columns) */
 const CHUNK = 32;
 /** a Q8_0 tile group (4 rows x 128 quants, 4 x 4 f32 scales) */
@@ -24,7 +26,7 @@ const Q5_1_GB: usize = 192;
 
 /**
  * Where a Q4 row-pair group keeps its f16 scales (both rows': the first row's 4, then the
- * second's; f16Lo / f16Hi) and Q4_1's f16 mins (the same way), after the 128 nibble bytes.
+ * second's) and Q4_1's f16 mins (the same way), after the 128 nibble bytes.
  */
 const Q4_SCALES: usize = 128;
 const Q4_1_MINS: usize = 144;
@@ -50,54 +52,33 @@ const Q4_MASKS = memory.data<u16>(
   16,
 );
 
-// The Q4 layouts' f16 scales and mins -> f32, four halves sign-extended into i32 lanes at a time
-// (f16Lo / f16Hi take the 8 of a row pair from one load): a shift by 13 puts exponent and
-// mantissa into f32 position and the sign (copied into bits 28..31 by the extension) at bit 31,
-// and the mask clears bits 28..30. That is the half's value times 2^-112, exactly (f16
-// subnormals become f32 subnormals); f16x4s re-biases by 2^112. An infinity or NaN comes out
-// finite (a large value), as in every kernel that converts halves in SIMD.
+// The Q4 layouts' f16 scales and mins -> f32: half.ts's f16BitsLo / f16BitsHi move a row pair's
+// 8 halves (one load) into f32 position, 4 at a time, giving each value times 2^-112 exactly
+// (f16 subnormals become f32 subnormals; an infinity or NaN comes out finite, as in every kernel
+// that converts halves in SIMD); f16Up's exact multiplication by 2^112 re-biases.
 //
-// The decode kernels skip the re-bias (f16RawLo / f16RawHi): a group's scales (and Q4_1's mins)
-// meet the activation's d and s only in the products d_w * d_x and m_w * s_x, so they take d_x and
-// s_x times 2^112 instead (once per group for all their rows). d_x and s_x are f16 values (at most
+// The decode kernels skip the re-bias (q4Halves): a group's scales (and Q4_1's mins) meet the
+// activation's d and s only in the products d_w * d_x and m_w * s_x, so they take d_x and s_x
+// times 2^112 instead (once per group for all their rows). d_x and s_x are f16 values (at most
 // 65504 < 2^16), so times 2^112 they stay finite, and each product is the same real number as with
 // converted halves, so it rounds to the same f32: the same bits as the prefill kernels, which
-// convert (f16Lo / f16Hi).
-const F16S_CONST = memory.data<u32>(
+// convert (q4PairScales).
+const Q4_HALF_CONSTS = memory.data<u32>(
   [0x8fffe000, 0x8fffe000, 0x8fffe000, 0x8fffe000, 0x77800000, 0x77800000, 0x77800000, 0x77800000],
   16,
 );
-/** 4 halves sign-extended into i32 lanes -> their values times 2^-112, as f32x4. */
-@inline function f16x4raw(h: v128): v128 {
-  return v128.and(i32x4.shl(h, 13), v128.load(F16S_CONST));
+/** The first (r = 0) or second (r = 1) row's 4 halves of a row pair's 8 in v, times 2^-112, as f32x4. */
+@inline function q4Halves(v: v128, r: i32): v128 {
+  const mask = v128.load(Q4_HALF_CONSTS);
+  return r == 0 ? f16BitsLo(v, mask) : f16BitsHi(v, mask);
 }
-@inline function f16x4s(h: v128): v128 {
-  return f32x4.mul(f16x4raw(h), v128.load(F16S_CONST, 16));
-}
-
-/** Halves 0..3 of the 8 f16 in v as f32x4 (a row pair's first row's scales or mins). */
-@inline function f16Lo(v: v128): v128 {
-  return f16x4s(i32x4.extend_low_i16x8_s(v));
-}
-/** Halves 4..7 of the 8 f16 in v as f32x4 (the second row's). */
-@inline function f16Hi(v: v128): v128 {
-  return f16x4s(i32x4.extend_high_i16x8_s(v));
+/** v times 2^112 (q4Halves re-biased, or an activation's d_x or s_x to meet q4Halves values). */
+@inline function f16Up(v: v128): v128 {
+  return f32x4.mul(v, v128.load(Q4_HALF_CONSTS, 16));
 }
 /** Row r's (0, 1) scales of the Q4 row-pair group at wp, or with `mins` Q4_1's mins, as f32x4. */
 @inline function q4PairScales(wp: usize, r: i32, mins: bool): v128 {
-  const v = v128.load(wp + (mins ? Q4_1_MINS : Q4_SCALES));
-  return r == 0 ? f16Lo(v) : f16Hi(v);
-}
-/** f16Lo / f16Hi times 2^-112 (for products with a factor times f16Up's 2^112, above). */
-@inline function f16RawLo(v: v128): v128 {
-  return f16x4raw(i32x4.extend_low_i16x8_s(v));
-}
-@inline function f16RawHi(v: v128): v128 {
-  return f16x4raw(i32x4.extend_high_i16x8_s(v));
-}
-/** v times 2^112 (an activation's d_x or s_x, to meet f16RawLo / f16RawHi values). */
-@inline function f16Up(v: v128): v128 {
-  return f32x4.mul(v, v128.load(F16S_CONST, 16));
+  return f16Up(q4Halves(v128.load(wp + (mins ? Q4_1_MINS : Q4_SCALES)), r));
 }
 
 /** A row's 4 lanes summed, in the order every kernel over these layouts uses. */
@@ -124,10 +105,7 @@ export {
   Q8_I8N_GB,
   Q8_I8S_GB,
   Q4_MASKS,
-  f16Lo,
-  f16Hi,
-  f16RawLo,
-  f16RawHi,
+  q4Halves,
   f16Up,
   hsum,
   put,
