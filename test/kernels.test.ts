@@ -505,9 +505,9 @@ test("with unit scales and small integers the quantized kernels are exact", () =
 });
 
 // Q4_1's packed groups keep GGUF's f16 scales and mins, which the kernels convert in SIMD
-// (assembly/packed_layout.ts f16Lo / f16Hi): every class of finite half (subnormals, zeros of
-// both signs, negatives, the largest) must come out as its value, in the decode and the prefill
-// kernels alike. Each special value is a row's d (with m = 0) and another row's m (with d = 0),
+// (packed_layout.ts q4Halves / q4PairScales, over half.ts f16BitsLo / f16BitsHi): every class of
+// finite half (subnormals, zeros of both signs, negatives, the largest) must come out as its
+// value, in the decode and the prefill kernels alike. Each special value is a row's d (with m = 0) and another row's m (with d = 0),
 // so that no larger term hides an error in a small one.
 test("Q4_1 scales and mins that are f16 subnormals, signed zeros, negatives or the largest half convert exactly", () => {
   const specials = [0x0001, 0x03ff, 0x8001, 0x83ff, 0x0400, 0x3c00, 0xbc00, 0x3555, 0x7bff, 0xfbff, 0x0000, 0x8000];
