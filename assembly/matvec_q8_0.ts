@@ -52,6 +52,17 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8S_GB : Q8_I16_GB;
   if (base + 3 >= r0 && base + 3 < r1) put(yp + 12, hsum(a3), first);
 }
 
+// SIMD128 build: the block-lane integer dots of 16 packed bytes of a row (two 8-byte pieces, at
+// w) with their activation vectors.
+@inline function pieceDots(w: usize, xa: v128, xb: v128): v128 {
+  return i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(w), xa), i32x4.dot_i16x8_s(v128.load8x8_s(w, 8), xb));
+}
+
+// a + the group's block dots s of a row times its scales (at sp) times the activation's dx
+@inline function rowUpdate(a: v128, s: v128, sp: usize, dx: v128): v128 {
+  return f32x4.add(a, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.mul(v128.load(sp), dx)));
+}
+
 // The 4 rows of tile t over gc groups of one chunk (weights at wp, activations at xp).
 @inline function tileQ8(wp: usize, xp: usize, y: usize, gc: i32, t: i32, r0: i32, r1: i32, first: bool): void {
   let a0 = f32x4.splat(0),
@@ -68,65 +79,144 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8S_GB : Q8_I16_GB;
         const a = v128.load(xp + v),
           m = v128.load(xp + v, 128);
         s0 = step8(s0, v128.load(wp + v), a, m, ones);
-        s1 = step8(s1, v128.load(wp + v, 128), a, m, ones);
-        s2 = step8(s2, v128.load(wp + v, 256), a, m, ones);
-        s3 = step8(s3, v128.load(wp + v, 384), a, m, ones);
+        s1 = step8(s1, v128.load(wp + 128 + v), a, m, ones);
+        s2 = step8(s2, v128.load(wp + 256 + v), a, m, ones);
+        s3 = step8(s3, v128.load(wp + 384 + v), a, m, ones);
       }
     } else {
       s0 = s1 = s2 = s3 = i32x4.splat(0);
-      for (let v: usize = 0; v < 16; v += 2) {
-        const xa = v128.load(xp + (v << 4)),
-          xb = v128.load(xp + (v << 4), 16);
-        s0 = i32x4.add(
-          s0,
-          i32x4.add(
-            i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3)), xa),
-            i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 8), xb),
-          ),
-        );
-        s1 = i32x4.add(
-          s1,
-          i32x4.add(
-            i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 128), xa),
-            i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 136), xb),
-          ),
-        );
-        s2 = i32x4.add(
-          s2,
-          i32x4.add(
-            i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 256), xa),
-            i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 264), xb),
-          ),
-        );
-        s3 = i32x4.add(
-          s3,
-          i32x4.add(
-            i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 384), xa),
-            i32x4.dot_i16x8_s(v128.load8x8_s(wp + (v << 3), 392), xb),
-          ),
-        );
+      for (let v: usize = 0; v < 128; v += 16) {
+        const xa = v128.load(xp + (v << 1)),
+          xb = v128.load(xp + (v << 1), 16);
+        s0 = i32x4.add(s0, pieceDots(wp + v, xa, xb));
+        s1 = i32x4.add(s1, pieceDots(wp + 128 + v, xa, xb));
+        s2 = i32x4.add(s2, pieceDots(wp + 256 + v, xa, xb));
+        s3 = i32x4.add(s3, pieceDots(wp + 384 + v, xa, xb));
       }
     }
     const dx = v128.load(xp, ACT_GB - 16);
-    a0 = f32x4.add(a0, f32x4.mul(f32x4.convert_i32x4_s(s0), f32x4.mul(v128.load(wp, 512), dx)));
-    a1 = f32x4.add(a1, f32x4.mul(f32x4.convert_i32x4_s(s1), f32x4.mul(v128.load(wp, 528), dx)));
-    a2 = f32x4.add(a2, f32x4.mul(f32x4.convert_i32x4_s(s2), f32x4.mul(v128.load(wp, 544), dx)));
-    a3 = f32x4.add(a3, f32x4.mul(f32x4.convert_i32x4_s(s3), f32x4.mul(v128.load(wp, 560), dx)));
+    a0 = rowUpdate(a0, s0, wp + 512, dx);
+    a1 = rowUpdate(a1, s1, wp + 528, dx);
+    a2 = rowUpdate(a2, s2, wp + 544, dx);
+    a3 = rowUpdate(a3, s3, wp + 560, dx);
     wp += Q8_GB;
     xp += ACT_GB;
   }
   storeRows(y, t, r0, r1, a0, a1, a2, a3, first);
 }
 
-/** y[r] = W[r,:] . x for r in [r0, r1); W packed Q8_0, x prepared q8_i16 (relaxed build: q8_i8s). */
+// Tiles t (weights at wp) and u (at wq, another place in memory: two weight streams, as the
+// relaxed Q4 kernel walks two row pairs) over gc groups of one chunk: each group's rows 0 and 1
+// of both tiles, then rows 2 and 3, each activation vector loaded once for four rows. Each row's
+// sums and float order are tileQ8's: the same bits.
+@inline function tile2Q8(
+  wp: usize,
+  wq: usize,
+  xp: usize,
+  y: usize,
+  gc: i32,
+  t: i32,
+  u: i32,
+  r0: i32,
+  r1: i32,
+  first: bool,
+): void {
+  let a0 = f32x4.splat(0),
+    a1 = f32x4.splat(0),
+    a2 = f32x4.splat(0),
+    a3 = f32x4.splat(0),
+    b0 = f32x4.splat(0),
+    b1 = f32x4.splat(0),
+    b2 = f32x4.splat(0),
+    b3 = f32x4.splat(0);
+  const ones = ASC_FEATURE_RELAXED_SIMD ? q8Ones() : i32x4.splat(0);
+  for (let g = 0; g < gc; g++) {
+    const dx = v128.load(xp, ACT_GB - 16);
+    let s0: v128, s1: v128, s2: v128, s3: v128;
+    if (ASC_FEATURE_RELAXED_SIMD) {
+      // each block's sum starts at its c (matvec_q8_0_relaxed.ts)
+      s0 = s1 = s2 = s3 = v128.load(xp, 256);
+      for (let v: usize = 0; v < 128; v += 16) {
+        const a = v128.load(xp + v),
+          m = v128.load(xp + v, 128);
+        s0 = step8(s0, v128.load(wp + v), a, m, ones);
+        s1 = step8(s1, v128.load(wp + 128 + v), a, m, ones);
+        s2 = step8(s2, v128.load(wq + v), a, m, ones);
+        s3 = step8(s3, v128.load(wq + 128 + v), a, m, ones);
+      }
+    } else {
+      s0 = s1 = s2 = s3 = i32x4.splat(0);
+      for (let v: usize = 0; v < 128; v += 16) {
+        const xa = v128.load(xp + (v << 1)),
+          xb = v128.load(xp + (v << 1), 16);
+        s0 = i32x4.add(s0, pieceDots(wp + v, xa, xb));
+        s1 = i32x4.add(s1, pieceDots(wp + 128 + v, xa, xb));
+        s2 = i32x4.add(s2, pieceDots(wq + v, xa, xb));
+        s3 = i32x4.add(s3, pieceDots(wq + 128 + v, xa, xb));
+      }
+    }
+    a0 = rowUpdate(a0, s0, wp + 512, dx);
+    a1 = rowUpdate(a1, s1, wp + 528, dx);
+    b0 = rowUpdate(b0, s2, wq + 512, dx);
+    b1 = rowUpdate(b1, s3, wq + 528, dx);
+    if (ASC_FEATURE_RELAXED_SIMD) {
+      // each block's sum starts at its c (matvec_q8_0_relaxed.ts)
+      s0 = s1 = s2 = s3 = v128.load(xp, 256);
+      for (let v: usize = 0; v < 128; v += 16) {
+        const a = v128.load(xp + v),
+          m = v128.load(xp + v, 128);
+        s0 = step8(s0, v128.load(wp + 256 + v), a, m, ones);
+        s1 = step8(s1, v128.load(wp + 384 + v), a, m, ones);
+        s2 = step8(s2, v128.load(wq + 256 + v), a, m, ones);
+        s3 = step8(s3, v128.load(wq + 384 + v), a, m, ones);
+      }
+    } else {
+      s0 = s1 = s2 = s3 = i32x4.splat(0);
+      for (let v: usize = 0; v < 128; v += 16) {
+        const xa = v128.load(xp + (v << 1)),
+          xb = v128.load(xp + (v << 1), 16);
+        s0 = i32x4.add(s0, pieceDots(wp + 256 + v, xa, xb));
+        s1 = i32x4.add(s1, pieceDots(wp + 384 + v, xa, xb));
+        s2 = i32x4.add(s2, pieceDots(wq + 256 + v, xa, xb));
+        s3 = i32x4.add(s3, pieceDots(wq + 384 + v, xa, xb));
+      }
+    }
+    a2 = rowUpdate(a2, s0, wp + 544, dx);
+    a3 = rowUpdate(a3, s1, wp + 560, dx);
+    b2 = rowUpdate(b2, s2, wq + 544, dx);
+    b3 = rowUpdate(b3, s3, wq + 560, dx);
+    wp += Q8_GB;
+    wq += Q8_GB;
+    xp += ACT_GB;
+  }
+  storeRows(y, t, r0, r1, a0, a1, a2, a3, first);
+  storeRows(y, u, r0, r1, b0, b1, b2, b3, first);
+}
+
+/**
+ * y[r] = W[r,:] . x for r in [r0, r1); W packed Q8_0, x prepared q8_i16 (relaxed build: q8_i8s).
+ * The range's tiles go two at a time, one from each half (two weight streams: tile2Q8), the
+ * middle one of an odd count alone.
+ */
 export function matvec_q8_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   const ng = (cols + 127) >> 7;
   const ntiles = <usize>((rows + 3) >> 2);
+  const t0 = r0 >> 2,
+    t1 = (r1 + 3) >> 2;
+  const half = (t1 - t0) >> 1;
   for (let g0 = 0; g0 < ng; g0 += CHUNK) {
     const gc = min(CHUNK, ng - g0);
     const wc = w + <usize>g0 * ntiles * Q8_GB;
     const xc = x + <usize>g0 * ACT_GB;
-    for (let t = r0 >> 2; t < (r1 + 3) >> 2; t++)
-      tileQ8(wc + <usize>t * <usize>gc * Q8_GB, xc, y, gc, t, r0, r1, g0 == 0);
+    const tileBytes = <usize>gc * Q8_GB;
+    for (let i = 0; i < half; i++) {
+      const t = t0 + i,
+        u = t1 - half + i;
+      tile2Q8(wc + <usize>t * tileBytes, wc + <usize>u * tileBytes, xc, y, gc, t, u, r0, r1, g0 == 0);
+    }
+    if ((t1 - t0) & 1) {
+      const t = t0 + half;
+      tileQ8(wc + <usize>t * tileBytes, xc, y, gc, t, r0, r1, g0 == 0);
+    }
   }
 }

@@ -59,6 +59,39 @@ export class NeuronCompute {
     });
   }
 
+  /**
+   * The step's landing hits, once the reads ahead for its group have landed: each still cached is
+   * computed; one whose read failed (its slot was released) is filed as a miss, to be read with
+   * the step's own misses.
+   */
+  landed(lists: NeuronLists): void {
+    const n = lists.landing;
+    if (n === 0) return;
+    lists.landing = 0;
+    const { f32, i32 } = lists;
+    const cache = this.cache;
+    let count = 0;
+    for (let i = 0; i < n; i++) {
+      const k = lists.landingPos[i];
+      const slot = cache.peek(lists.layer, k);
+      if (slot < 0) {
+        lists.fileMiss(k, lists.landingGateValues[i]);
+        continue;
+      }
+      if (cache.isPinned(slot))
+        throw new Error(`neuron cache: group ${lists.layer}'s bundle ${k} is still being read after its reads landed`);
+      i32[(lists.missList >>> 2) + count] = cache.address(slot);
+      f32[(lists.missGates >>> 2) + count] = lists.landingGateValues[i];
+      count++;
+    }
+    if (count === 0) return;
+    const t = performance.now();
+    if (this.wholeBundles) this.sparse.ffn(lists.missList, count, this.act);
+    else this.sparse.upDown(lists.missList, count, lists.missGates, this.act);
+    this.stats.computeMs += performance.now() - t;
+    this.tracer?.span("landed compute", "compute", this.tracer.fromClock(t), { neurons: count });
+  }
+
   /** Misses [from, to) of the step, whose bundles are now in their cold slots. */
   misses(lists: NeuronLists, from: number, to: number): void {
     if (to <= from) return;

@@ -3,6 +3,8 @@
  * - hits: bundles in memory, as lists the sparse kernels read (addresses and gate values in wasm
  *   memory);
  * - misses: stored positions and gate values of bundles to read from flash first;
+ * - landing hits: bundles whose read ahead is still in flight (their slots pinned), by stored
+ *   position and gate value, computed once the reads for the group have landed;
  * - dense runs (predictor mode): hot clusters computed whole over their contiguous slots.
  * Laid out once; `begin` starts a step.
  */
@@ -21,6 +23,7 @@ export class NeuronLists {
   cut = 0;
   hits = 0;
   misses = 0;
+  landing = 0;
   /** whether the hits have been computed (flash gate sources compute them while their reads are in flight) */
   hitsDone = false;
   /** dense runs: stored start and count of each hot cluster computed whole, and their neurons */
@@ -37,6 +40,9 @@ export class NeuronLists {
   /** the misses' stored positions and gate values */
   readonly missPos: Int32Array;
   readonly missGateValues: Float32Array;
+  /** the landing hits' stored positions and gate values */
+  readonly landingPos: Int32Array;
+  readonly landingGateValues: Float32Array;
   /** views over the whole wasm memory: see takeViews */
   f32: Float32Array = new Float32Array(0);
   i32: Int32Array = new Int32Array(0);
@@ -56,6 +62,8 @@ export class NeuronLists {
     this.missGates = arena.alloc(nFF * 4, 64);
     this.missPos = new Int32Array(nFF);
     this.missGateValues = new Float32Array(nFF);
+    this.landingPos = new Int32Array(nFF);
+    this.landingGateValues = new Float32Array(nFF);
     this.runStart = new Int32Array(Math.ceil(nFF / HOT_CLUSTER));
     this.runCount = new Int32Array(Math.ceil(nFF / HOT_CLUSTER));
   }
@@ -74,7 +82,7 @@ export class NeuronLists {
   begin(l: number, cut: number): this {
     this.layer = l;
     this.cut = cut;
-    this.hits = this.misses = this.runs = this.runNeurons = 0;
+    this.hits = this.misses = this.landing = this.runs = this.runNeurons = 0;
     this.hitsDone = false;
     return this;
   }
@@ -97,19 +105,27 @@ export class NeuronLists {
     return g > cut;
   }
 
-  /** File the neuron at stored position k with gate value g (predictor mode: 1) as a hit or a miss, if it fires. */
+  /**
+   * File the neuron at stored position k with gate value g (predictor mode: 1) as a hit, a landing
+   * hit (its slot still being read ahead) or a miss, if it fires.
+   */
   file(k: number, g: number): void {
     if (!this.fires(g)) return;
     const slot = this.cache.lookup(this.layer, k);
-    if (slot >= 0) {
+    if (slot >= 0 && this.cache.isPinned(slot)) {
+      this.landingPos[this.landing] = k;
+      this.landingGateValues[this.landing++] = g;
+    } else if (slot >= 0) {
       this.i32[(this.hitList >>> 2) + this.hits] = this.cache.address(slot);
       this.f32[(this.hitGates >>> 2) + this.hits] = g;
       this.hits++;
-    } else {
-      this.missPos[this.misses] = k;
-      this.missGateValues[this.misses] = g;
-      this.misses++;
-    }
+    } else this.fileMiss(k, g);
+  }
+
+  /** File the neuron at stored position k with gate value g as a miss. */
+  fileMiss(k: number, g: number): void {
+    this.missPos[this.misses] = k;
+    this.missGateValues[this.misses++] = g;
   }
 
   /** A hot cluster [start, start + count) computed whole; `picked` of its neurons were asked for (counted as hot hits). */

@@ -284,26 +284,24 @@ export class OffloadedFFN {
    */
   async decodeStep(l: number, x: number, residual: number, y = residual, next = -1): Promise<void> {
     const tr = this.tracer;
-    let t = tr ? tr.now() : 0;
-    // what was read ahead for this layer must have landed before its slots are computed
-    await this.readAhead?.landed(l);
-    if (tr && this.readAhead) tr.span("wait read-ahead", "wait", t);
     const lists = this.lists.begin(l, this.thresholds ? this.thresholds[this.store.layer(l).layer] : 0);
     this.sparse.prepare(x);
     this.cache.beginStep();
 
-    // 1. Which neurons fire, filed as hits and misses (a source that reads from flash computes the hits meanwhile).
-    t = tr ? tr.now() : 0;
+    // 1. Which neurons fire, filed as hits and misses (a source that reads from flash computes the
+    //    hits meanwhile). Reads ahead for this group may still be in flight: the pick only looks
+    //    their slots up, and files what they hold as landing hits, computed once they land.
+    let t = tr ? tr.now() : 0;
     await this.gates.pick(lists, x, residual, this.compute);
-    if (tr) tr.span(this.mode, "pick", t, { hits: lists.hits + lists.runNeurons, misses: lists.misses });
+    if (tr)
+      tr.span(this.mode, "pick", t, { hits: lists.hits + lists.runNeurons + lists.landing, misses: lists.misses });
+    const computed = lists.runNeurons + lists.hits + lists.landing + lists.misses;
     this.stats.steps++;
     this.stats.neuronsTotal += lists.nFF;
-    this.stats.neuronsComputed += lists.runNeurons + lists.hits + lists.misses;
-    this.stats.misses += lists.misses;
+    this.stats.neuronsComputed += computed;
     const g = this.groups;
     g.steps[l]++;
-    g.neuronsComputed[l] += lists.runNeurons + lists.hits + lists.misses;
-    g.misses[l] += lists.misses;
+    g.neuronsComputed[l] += computed;
 
     // 2. The misses, in rounds of the free cold slots: the first round's reads overlap the hits'
     //    compute and, when it takes every miss (the read-ahead takes cold slots this step's
@@ -320,6 +318,15 @@ export class OffloadedFFN {
       }
     }
     this.compute.hits(lists);
+    if (this.readAhead) {
+      t = tr ? tr.now() : 0;
+      await this.readAhead.landed(l);
+      if (tr) tr.span("wait read-ahead", "wait", t);
+      // a landing hit whose read failed is filed as a miss: read in the rounds below
+      this.compute.landed(lists);
+    }
+    this.stats.misses += lists.misses;
+    g.misses[l] += lists.misses;
     for (;;) {
       await this.landed(round);
       this.compute.misses(lists, round.from, round.to);

@@ -155,11 +155,13 @@ export class ReadAhead {
   }
 
   /**
-   * Before group g's step: wait for the reads ahead for it (counted as I/O wait), and for those
-   * of other layers (read for nothing by now); a mixture's reads for other experts of g's layer
-   * stay in flight. Each landed read's slots are unpinned; on failure they are released, and the
-   * error is thrown when it was read for g (about to compute): a read-ahead left over from a
-   * pass that failed elsewhere is not this pass's error. g = -1: let every read settle.
+   * In group g's step, before its slots read ahead are computed: wait for the reads ahead for it
+   * (counted as I/O wait), and for those of earlier layers (read for nothing by now); a mixture's
+   * reads for other experts of g's layer, and the reads for later layers (the next layer's,
+   * started in this step), stay in flight. Each landed read's slots are unpinned; on failure they
+   * are released, and the error is thrown when it was read for g (about to compute): a read-ahead
+   * left over from a pass that failed elsewhere is not this pass's error. g = -1: let every read
+   * settle.
    */
   async landed(g: number): Promise<void> {
     if (this.pending.length === 0) return;
@@ -167,7 +169,7 @@ export class ReadAhead {
     let error: unknown = null;
     for (let i = 0; i < this.pending.length;) {
       const p = this.pending[i];
-      if (g >= 0 && p.group !== g && this.layerOf(p.group) === layer) {
+      if (g >= 0 && p.group !== g && this.layerOf(p.group) >= layer) {
         i++;
         continue;
       }
