@@ -32,7 +32,7 @@
 // pairs at once, one from each half of the range (two long weight streams; two adjacent pairs,
 // whose streams restart every chunk, were far slower from DRAM).
 
-import { quadQ4Relaxed } from "./matvec_q4_relaxed";
+import { octQ4Relaxed } from "./matvec_q4_relaxed";
 import {
   CHUNK,
   f16Up,
@@ -180,19 +180,57 @@ const Q5_FIFTHS = memory.data<u16>(
     const pEnd = (r1 + 1) >> 1;
     const stride = <usize>gc * GB;
     if (ASC_FEATURE_RELAXED_SIMD) {
-      // the first and second halves of the pairs at once: two long weight streams, each
-      // activation load serving four rows
-      const half = (pEnd - p) >> 1;
-      for (let i = 0; i < half; i++) {
+      // the four quarters of the pairs at once: four long weight streams
+      const n = pEnd - p,
+        qn = n >> 2;
+      for (let i = 0; i < qn; i++) {
         const pa = p + i,
-          pb = p + half + i;
-        const wa = wc + <usize>pa * stride;
-        quadQ4Relaxed(wa, wc + <usize>pb * stride, xc, y, gc, pa << 1, pb << 1, r0, r1, g0 == 0, one, five);
+          pb = pa + qn,
+          pc = pb + qn,
+          pd = pc + qn;
+        octQ4Relaxed(
+          wc + <usize>pa * stride,
+          wc + <usize>pb * stride,
+          wc + <usize>pc * stride,
+          wc + <usize>pd * stride,
+          xc,
+          y,
+          gc,
+          pa << 1,
+          pb << 1,
+          pc << 1,
+          pd << 1,
+          r0,
+          r1,
+          g0 == 0,
+          one,
+          five,
+        );
       }
-      p += half << 1;
-      // an odd pair left: as both pairs, the copy not stored
-      const wl = wc + <usize>p * stride;
-      if (p < pEnd) quadQ4Relaxed(wl, wl, xc, y, gc, p << 1, -2, r0, r1, g0 == 0, one, five);
+      // up to three pairs left: at once, the first standing in (not stored) for those missing
+      p += qn << 2;
+      if (p < pEnd) {
+        const left = pEnd - p;
+        const wl = wc + <usize>p * stride;
+        octQ4Relaxed(
+          wl,
+          left > 1 ? wl + stride : wl,
+          left > 2 ? wl + 2 * stride : wl,
+          wl,
+          xc,
+          y,
+          gc,
+          p << 1,
+          left > 1 ? (p + 1) << 1 : -2,
+          left > 2 ? (p + 2) << 1 : -2,
+          -2,
+          r0,
+          r1,
+          g0 == 0,
+          one,
+          five,
+        );
+      }
     } else {
       for (; p < pEnd; p++) pairQ4(wc + <usize>p * stride, xc, y, gc, p << 1, r0, r1, g0 == 0, one, five);
     }

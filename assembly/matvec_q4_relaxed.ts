@@ -89,21 +89,117 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
   return i32x4.add(h, i32x4.dot_i16x8_s(dotLoHi(q5Lo(w, q, j, m, m10), q5Hi(w, q, j, m, m10), xl, xh), ones));
 }
 
+// A group's integer sums of four rows (quadSteps), left in instance globals (each pool thread's
+// own) because a function returns one value; written once per group and row, which also pins the
+// group's arithmetic before the next group's loads (schedule_pin.ts).
+let H0: v128 = i64x2.splat(0),
+  H1: v128 = i64x2.splat(0),
+  H2: v128 = i64x2.splat(0),
+  H3: v128 = i64x2.splat(0);
+
 /**
- * The relaxed build's pairQ4 (matvec_q4.ts), for two row pairs at once: rows r, r + 1 at wp and
- * q, q + 1 at wq (another place in memory: two weight streams), each activation vector loaded
- * once for four rows. Each row's integer sums and float order are the SIMD128 pair kernel's, so
- * the builds give the same bits. A lone pair goes in as both, with q < 0: its copy is computed
- * and not stored. `five`: Q5_0 / Q5_1 groups (above), whose steps fold into i32 lanes each.
+ * One 128-column group of rows r, r + 1 (pair at wp) and q, q + 1 (pair at wq) against the
+ * activation group at xp: each row's block sums (i32 lane b: block b's integer dot) into H0..H3,
+ * each activation vector loaded once for the four rows.
  */
-@inline function quadQ4Relaxed(
+@inline function quadSteps(wp: usize, wq: usize, xp: usize, m: v128, five: bool, FO: usize): void {
+  // Q5's constants (Q4 needs ones only after the steps: one register less during them)
+  const ones = five ? v128.load(Q4_RELAXED_CONSTS, 16) : m,
+    m10 = five ? v128.load(Q4_RELAXED_CONSTS, 32) : m;
+  let h0 = i16x8.splat(0),
+    h1 = i16x8.splat(0),
+    h2 = i16x8.splat(0),
+    h3 = i16x8.splat(0);
+  // unrolled by hand (a rolled loop costs V8 a branch and a stack check per step), each step
+  // pinned so that V8 does not issue the whole group's loads first (schedule_pin.ts)
+  let xl = v128.load(xp),
+    xh = v128.load(xp, 16);
+  h0 = stepRow(h0, v128.load(wp), wp + FO, 0, xl, xh, m, m10, ones, five);
+  h1 = stepRow(h1, v128.load(wp, 64), wp + FO + 16, 0, xl, xh, m, m10, ones, five);
+  pin2(h0, h1);
+  h2 = stepRow(h2, v128.load(wq), wq + FO, 0, xl, xh, m, m10, ones, five);
+  h3 = stepRow(h3, v128.load(wq, 64), wq + FO + 16, 0, xl, xh, m, m10, ones, five);
+  pin2(h2, h3);
+  xl = v128.load(xp, 32);
+  xh = v128.load(xp, 48);
+  h0 = stepRow(h0, v128.load(wp, 16), wp + FO, 1, xl, xh, m, m10, ones, five);
+  h1 = stepRow(h1, v128.load(wp, 80), wp + FO + 16, 1, xl, xh, m, m10, ones, five);
+  pin2(h0, h1);
+  h2 = stepRow(h2, v128.load(wq, 16), wq + FO, 1, xl, xh, m, m10, ones, five);
+  h3 = stepRow(h3, v128.load(wq, 80), wq + FO + 16, 1, xl, xh, m, m10, ones, five);
+  pin2(h2, h3);
+  xl = v128.load(xp, 64);
+  xh = v128.load(xp, 80);
+  h0 = stepRow(h0, v128.load(wp, 32), wp + FO, 2, xl, xh, m, m10, ones, five);
+  h1 = stepRow(h1, v128.load(wp, 96), wp + FO + 16, 2, xl, xh, m, m10, ones, five);
+  pin2(h0, h1);
+  h2 = stepRow(h2, v128.load(wq, 32), wq + FO, 2, xl, xh, m, m10, ones, five);
+  h3 = stepRow(h3, v128.load(wq, 96), wq + FO + 16, 2, xl, xh, m, m10, ones, five);
+  pin2(h2, h3);
+  xl = v128.load(xp, 96);
+  xh = v128.load(xp, 112);
+  h0 = stepRow(h0, v128.load(wp, 48), wp + FO, 3, xl, xh, m, m10, ones, five);
+  h1 = stepRow(h1, v128.load(wp, 112), wp + FO + 16, 3, xl, xh, m, m10, ones, five);
+  pin2(h0, h1);
+  h2 = stepRow(h2, v128.load(wq, 48), wq + FO, 3, xl, xh, m, m10, ones, five);
+  h3 = stepRow(h3, v128.load(wq, 112), wq + FO + 16, 3, xl, xh, m, m10, ones, five);
+  if (!five) {
+    // the i16 lanes folded into block lanes (Q5's steps were folded as they went)
+    const ones4 = v128.load(Q4_RELAXED_CONSTS, 16);
+    h0 = i32x4.dot_i16x8_s(h0, ones4);
+    h1 = i32x4.dot_i16x8_s(h1, ones4);
+    h2 = i32x4.dot_i16x8_s(h2, ones4);
+    h3 = i32x4.dot_i16x8_s(h3, ones4);
+  }
+  H0 = h0;
+  H1 = h1;
+  H2 = h2;
+  H3 = h3;
+}
+
+/**
+ * a + the group update of row k (0, 1) of the pair at wp from its block sums s. The SIMD128
+ * kernel computes (256 dot) * (d_w * (d_x / 256)): scaling by powers of two is exact here, so
+ * this gives the same bits. The f16 scales (and mins) go in unbiased and d_x (and s_x) times
+ * 2^112 (packed_layout.ts): a pair's 8 scales in one load, its first row's in the low halves.
+ */
+@inline function rowGroup(a: v128, s: v128, wp: usize, k: i32, xp: usize, one: bool, five: bool): v128 {
+  const dxu = f16Up(v128.load(xp, 128)),
+    d = q4Halves(v128.load(wp + Q4_SCALES), k);
+  if (one) return q4_1Group(a, s, d, dxu, q4Halves(v128.load(wp + Q4_1_MINS), k), f16Up(v128.load(xp, 160)));
+  // Q5_0's offset is 16 where Q4_0's is 8
+  const corr = five ? i32x4.shl(v128.load(xp, 144), 1) : v128.load(xp, 144);
+  return q4_0Group(a, s, corr, d, dxu);
+}
+
+/** y[r] (and y[r + 1]) = a0 (a1) summed, or added to what is there unless `first`, for rows inside [r0, r1). */
+@inline function storePair(y: usize, r: i32, a0: v128, a1: v128, r0: i32, r1: i32, first: bool): void {
+  const yr = y + ((<usize>r) << 2);
+  if (r >= r0 && r < r1) store<f32>(yr, first ? hsum(a0) : load<f32>(yr) + hsum(a0));
+  if (r + 1 >= r0 && r + 1 < r1) store<f32>(yr, first ? hsum(a1) : load<f32>(yr, 4) + hsum(a1), 4);
+}
+
+/**
+ * The relaxed build's pairQ4 (matvec_q4.ts), for four row pairs at once: rows r, r + 1 at wp, q,
+ * q + 1 at wq, u, u + 1 at wu and v, v + 1 at wv (four places in memory: four weight streams;
+ * two streams reached about 85% of what two streams read, four read more), over gc groups of one
+ * chunk, each group's pairs two at a time (quadSteps). Each row's integer sums and float order are
+ * the SIMD128 pair kernel's, so the builds give the same bits. A pair given twice goes in with a
+ * row index < 0 for its copy: computed and not stored. `five`: Q5_0 / Q5_1 groups (above), whose
+ * steps fold into i32 lanes each.
+ */
+@inline function octQ4Relaxed(
   wp: usize,
   wq: usize,
+  wu: usize,
+  wv: usize,
   xp: usize,
   y: usize,
   gc: i32,
   r: i32,
   q: i32,
+  u: i32,
+  v: i32,
   r0: i32,
   r1: i32,
   first: bool,
@@ -112,95 +208,37 @@ const Q4_RELAXED_CONSTS = memory.data<u32>(
 ): void {
   const m = v128.load(Q4_RELAXED_CONSTS);
   const GB = q4GroupBytes(one, five);
-  // the fifth bits of rows r, r + 1 (and q, q + 1) at +FO, +FO + 16
+  // the fifth bits of a pair's rows at +FO, +FO + 16
   const FO = q4GroupBytes(one, false);
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0),
     a2 = f32x4.splat(0),
-    a3 = f32x4.splat(0);
+    a3 = f32x4.splat(0),
+    b0 = f32x4.splat(0),
+    b1 = f32x4.splat(0),
+    b2 = f32x4.splat(0),
+    b3 = f32x4.splat(0);
   for (let g = 0; g < gc; g++) {
-    // unrolled by hand (a rolled loop costs V8 a branch and a stack check per step), each step
-    // pinned so that V8 does not issue the whole group's loads first (schedule_pin.ts)
-    // Q5's constants (Q4 needs ones only after the steps: one register less during them)
-    const ones = five ? v128.load(Q4_RELAXED_CONSTS, 16) : m,
-      m10 = five ? v128.load(Q4_RELAXED_CONSTS, 32) : m;
-    let h0 = i16x8.splat(0),
-      h1 = i16x8.splat(0),
-      h2 = i16x8.splat(0),
-      h3 = i16x8.splat(0);
-    let xl = v128.load(xp),
-      xh = v128.load(xp, 16);
-    h0 = stepRow(h0, v128.load(wp), wp + FO, 0, xl, xh, m, m10, ones, five);
-    h1 = stepRow(h1, v128.load(wp, 64), wp + FO + 16, 0, xl, xh, m, m10, ones, five);
-    pin2(h0, h1);
-    h2 = stepRow(h2, v128.load(wq), wq + FO, 0, xl, xh, m, m10, ones, five);
-    h3 = stepRow(h3, v128.load(wq, 64), wq + FO + 16, 0, xl, xh, m, m10, ones, five);
-    pin2(h2, h3);
-    xl = v128.load(xp, 32);
-    xh = v128.load(xp, 48);
-    h0 = stepRow(h0, v128.load(wp, 16), wp + FO, 1, xl, xh, m, m10, ones, five);
-    h1 = stepRow(h1, v128.load(wp, 80), wp + FO + 16, 1, xl, xh, m, m10, ones, five);
-    pin2(h0, h1);
-    h2 = stepRow(h2, v128.load(wq, 16), wq + FO, 1, xl, xh, m, m10, ones, five);
-    h3 = stepRow(h3, v128.load(wq, 80), wq + FO + 16, 1, xl, xh, m, m10, ones, five);
-    pin2(h2, h3);
-    xl = v128.load(xp, 64);
-    xh = v128.load(xp, 80);
-    h0 = stepRow(h0, v128.load(wp, 32), wp + FO, 2, xl, xh, m, m10, ones, five);
-    h1 = stepRow(h1, v128.load(wp, 96), wp + FO + 16, 2, xl, xh, m, m10, ones, five);
-    pin2(h0, h1);
-    h2 = stepRow(h2, v128.load(wq, 32), wq + FO, 2, xl, xh, m, m10, ones, five);
-    h3 = stepRow(h3, v128.load(wq, 96), wq + FO + 16, 2, xl, xh, m, m10, ones, five);
-    pin2(h2, h3);
-    xl = v128.load(xp, 96);
-    xh = v128.load(xp, 112);
-    h0 = stepRow(h0, v128.load(wp, 48), wp + FO, 3, xl, xh, m, m10, ones, five);
-    h1 = stepRow(h1, v128.load(wp, 112), wp + FO + 16, 3, xl, xh, m, m10, ones, five);
-    pin2(h0, h1);
-    h2 = stepRow(h2, v128.load(wq, 48), wq + FO, 3, xl, xh, m, m10, ones, five);
-    h3 = stepRow(h3, v128.load(wq, 112), wq + FO + 16, 3, xl, xh, m, m10, ones, five);
-    pin2(h2, h3);
-    if (!five) {
-      // the i16 lanes folded into block lanes (Q5's steps were folded as they went)
-      const ones4 = v128.load(Q4_RELAXED_CONSTS, 16);
-      h0 = i32x4.dot_i16x8_s(h0, ones4);
-      h1 = i32x4.dot_i16x8_s(h1, ones4);
-      h2 = i32x4.dot_i16x8_s(h2, ones4);
-      h3 = i32x4.dot_i16x8_s(h3, ones4);
-    }
-    // The SIMD128 kernel computes (256 dot) * (d_w * (d_x / 256)): scaling by powers of two is
-    // exact here, so this gives the same bits. The f16 scales (and mins) go in unbiased and d_x
-    // (and s_x) times 2^112 (packed_layout.ts): a pair's 8 scales in one load, its first row's in
-    // the low halves.
-    const dxu = f16Up(v128.load(xp, 128));
-    const dp = v128.load(wp + Q4_SCALES),
-      dq = v128.load(wq + Q4_SCALES);
-    if (one) {
-      const sxu = f16Up(v128.load(xp, 160));
-      const mp = v128.load(wp + Q4_1_MINS),
-        mq = v128.load(wq + Q4_1_MINS);
-      a0 = q4_1Group(a0, h0, q4Halves(dp, 0), dxu, q4Halves(mp, 0), sxu);
-      a1 = q4_1Group(a1, h1, q4Halves(dp, 1), dxu, q4Halves(mp, 1), sxu);
-      a2 = q4_1Group(a2, h2, q4Halves(dq, 0), dxu, q4Halves(mq, 0), sxu);
-      a3 = q4_1Group(a3, h3, q4Halves(dq, 1), dxu, q4Halves(mq, 1), sxu);
-    } else {
-      // Q5_0's offset is 16 where Q4_0's is 8
-      const corr = five ? i32x4.shl(v128.load(xp, 144), 1) : v128.load(xp, 144);
-      a0 = q4_0Group(a0, h0, corr, q4Halves(dp, 0), dxu);
-      a1 = q4_0Group(a1, h1, corr, q4Halves(dp, 1), dxu);
-      a2 = q4_0Group(a2, h2, corr, q4Halves(dq, 0), dxu);
-      a3 = q4_0Group(a3, h3, corr, q4Halves(dq, 1), dxu);
-    }
+    quadSteps(wp, wq, xp, m, five, FO);
+    a0 = rowGroup(a0, H0, wp, 0, xp, one, five);
+    a1 = rowGroup(a1, H1, wp, 1, xp, one, five);
+    a2 = rowGroup(a2, H2, wq, 0, xp, one, five);
+    a3 = rowGroup(a3, H3, wq, 1, xp, one, five);
+    quadSteps(wu, wv, xp, m, five, FO);
+    b0 = rowGroup(b0, H0, wu, 0, xp, one, five);
+    b1 = rowGroup(b1, H1, wu, 1, xp, one, five);
+    b2 = rowGroup(b2, H2, wv, 0, xp, one, five);
+    b3 = rowGroup(b3, H3, wv, 1, xp, one, five);
     wp += GB;
     wq += GB;
+    wu += GB;
+    wv += GB;
     xp += Q8_I8N_GB;
   }
-  const y0 = y + ((<usize>r) << 2);
-  if (r >= r0 && r < r1) store<f32>(y0, first ? hsum(a0) : load<f32>(y0) + hsum(a0));
-  if (r + 1 >= r0 && r + 1 < r1) store<f32>(y0, first ? hsum(a1) : load<f32>(y0, 4) + hsum(a1), 4);
-  const y2 = y + ((<usize>q) << 2);
-  if (q >= r0 && q < r1) store<f32>(y2, first ? hsum(a2) : load<f32>(y2) + hsum(a2));
-  if (q + 1 >= r0 && q + 1 < r1) store<f32>(y2, first ? hsum(a3) : load<f32>(y2, 4) + hsum(a3), 4);
+  storePair(y, r, a0, a1, r0, r1, first);
+  storePair(y, q, a2, a3, r0, r1, first);
+  storePair(y, u, b0, b1, r0, r1, first);
+  storePair(y, v, b2, b3, r0, r1, first);
 }
 
-export { dotLoHi, dotw, q5Hi, q5Lo, quadQ4Relaxed, Q4_RELAXED_CONSTS };
+export { dotLoHi, dotw, q5Hi, q5Lo, octQ4Relaxed, Q4_RELAXED_CONSTS };
