@@ -44,8 +44,9 @@ import {
   Q4_SCALES,
   Q8_I16N_GB,
   Q8_I8N_GB,
+  storePair,
 } from "./packed_layout";
-import { q4_0Group, q4_1Group } from "./q4_group";
+import { q4RowGroup } from "./q4_group";
 
 // activation bytes per group: the relaxed build reads its own, smaller q8_i8n
 const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
@@ -93,6 +94,40 @@ const Q5_FIFTHS = memory.data<u16>(
   return i32x4.add(a, i32x4.add(i32x4.dot_i16x8_s(v2, x2), i32x4.dot_i16x8_s(v3, x3)));
 }
 
+// A group's integer sums of a row pair (pairSums), left in instance globals (each pool thread's
+// own) because a function returns one value.
+let S0: v128 = i64x2.splat(0),
+  S1: v128 = i64x2.splat(0);
+
+/**
+ * One 128-column group of the row pair at wp against the activation group at xp: each row's
+ * block sums (i32 lane b: 256 times block b's integer dot) into S0, S1.
+ */
+@inline function pairSums(wp: usize, xp: usize, m0: v128, m1: v128, m2: v128, one: bool, five: bool): void {
+  const FO = q4GroupBytes(one, false); // Q5: the rows' fifth bits at +FO, +FO + 16
+  let s0 = i32x4.splat(0),
+    s1 = i32x4.splat(0);
+  let f0 = five ? v128.load(wp + FO) : m0,
+    f1 = five ? v128.load(wp + FO + 16) : m0;
+  for (let j: usize = 0; j < 64; j += 16) {
+    const x0 = v128.load(xp + (j << 2)),
+      x1 = v128.load(xp + (j << 2), 16);
+    const x2 = v128.load(xp + (j << 2), 32),
+      x3 = v128.load(xp + (j << 2), 48);
+    if (five) {
+      s0 = i32x4.add(s0, dotw5(v128.load(wp + j), f0, x0, x1, x2, x3, m0, m1, m2));
+      s1 = i32x4.add(s1, dotw5(v128.load(wp + j, 64), f1, x0, x1, x2, x3, m0, m1, m2));
+      f0 = i16x8.shr_u(f0, 2);
+      f1 = i16x8.shr_u(f1, 2);
+    } else {
+      s0 = i32x4.add(s0, dotw(v128.load(wp + j), x0, x1, x2, x3, m0, m1, m2));
+      s1 = i32x4.add(s1, dotw(v128.load(wp + j, 64), x0, x1, x2, x3, m0, m1, m2));
+    }
+  }
+  S0 = s0;
+  S1 = s1;
+}
+
 // Both rows of one pair over gc groups of one chunk (weights at wp, activations at xp); the
 // results go to y[r], y[r + 1] (added to what is there unless `first`), for rows inside [r0, r1).
 @inline function pairQ4(
@@ -110,51 +145,57 @@ const Q5_FIFTHS = memory.data<u16>(
   const m0 = v128.load(Q4_MASKS),
     m1 = v128.load(Q4_MASKS, 16),
     m2 = v128.load(Q4_MASKS, 32);
-  const GB = q4GroupBytes(one, five),
-    FO = q4GroupBytes(one, false); // Q5: the rows' fifth bits at +FO, +FO + 16
+  const GB = q4GroupBytes(one, five);
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0);
   for (let g = 0; g < gc; g++) {
-    let s0 = i32x4.splat(0),
-      s1 = i32x4.splat(0);
-    let f0 = five ? v128.load(wp + FO) : m0,
-      f1 = five ? v128.load(wp + FO + 16) : m0;
-    for (let j: usize = 0; j < 64; j += 16) {
-      const x0 = v128.load(xp + (j << 2)),
-        x1 = v128.load(xp + (j << 2), 16);
-      const x2 = v128.load(xp + (j << 2), 32),
-        x3 = v128.load(xp + (j << 2), 48);
-      if (five) {
-        s0 = i32x4.add(s0, dotw5(v128.load(wp + j), f0, x0, x1, x2, x3, m0, m1, m2));
-        s1 = i32x4.add(s1, dotw5(v128.load(wp + j, 64), f1, x0, x1, x2, x3, m0, m1, m2));
-        f0 = i16x8.shr_u(f0, 2);
-        f1 = i16x8.shr_u(f1, 2);
-      } else {
-        s0 = i32x4.add(s0, dotw(v128.load(wp + j), x0, x1, x2, x3, m0, m1, m2));
-        s1 = i32x4.add(s1, dotw(v128.load(wp + j, 64), x0, x1, x2, x3, m0, m1, m2));
-      }
-    }
-    // the f16 scales (and mins) unbiased, d_x (and s_x) times 2^112 instead (packed_layout.ts): the
-    // pair's 8 scales in one load, row r's in the low halves
-    const dxu = f16Up(v128.load(xp, 256)),
-      d = v128.load(wp + Q4_SCALES);
-    if (one) {
-      const sxu = f16Up(v128.load(xp, 288)),
-        m = v128.load(wp + Q4_1_MINS);
-      a0 = q4_1Group(a0, s0, q4Halves(d, 0), dxu, q4Halves(m, 0), sxu);
-      a1 = q4_1Group(a1, s1, q4Halves(d, 1), dxu, q4Halves(m, 1), sxu);
-    } else {
-      // Q5_0's offset is 16 where Q4_0's is 8
-      const corr = five ? i32x4.shl(v128.load(xp, 272), 1) : v128.load(xp, 272);
-      a0 = q4_0Group(a0, s0, corr, q4Halves(d, 0), dxu);
-      a1 = q4_0Group(a1, s1, corr, q4Halves(d, 1), dxu);
-    }
+    pairSums(wp, xp, m0, m1, m2, one, five);
+    a0 = q4RowGroup(a0, S0, wp, 0, xp + 256, one, five);
+    a1 = q4RowGroup(a1, S1, wp, 1, xp + 256, one, five);
     wp += GB;
     xp += ACT_GB;
   }
-  const y0 = y + ((<usize>r) << 2);
-  if (r >= r0 && r < r1) store<f32>(y0, first ? hsum(a0) : load<f32>(y0) + hsum(a0));
-  if (r + 1 >= r0 && r + 1 < r1) store<f32>(y0, first ? hsum(a1) : load<f32>(y0, 4) + hsum(a1), 4);
+  storePair(y, r, a0, a1, r0, r1, first);
+}
+
+// Two row pairs, rows r, r + 1 at wp and q, q + 1 at wq (another place in memory: two weight
+// streams), over gc groups of one chunk, a group of one pair then of the other: each row's sums
+// and float order are pairQ4's.
+@inline function pair2Q4(
+  wp: usize,
+  wq: usize,
+  xp: usize,
+  y: usize,
+  gc: i32,
+  r: i32,
+  q: i32,
+  r0: i32,
+  r1: i32,
+  first: bool,
+  one: bool,
+  five: bool,
+): void {
+  const m0 = v128.load(Q4_MASKS),
+    m1 = v128.load(Q4_MASKS, 16),
+    m2 = v128.load(Q4_MASKS, 32);
+  const GB = q4GroupBytes(one, five);
+  let a0 = f32x4.splat(0),
+    a1 = f32x4.splat(0),
+    a2 = f32x4.splat(0),
+    a3 = f32x4.splat(0);
+  for (let g = 0; g < gc; g++) {
+    pairSums(wp, xp, m0, m1, m2, one, five);
+    a0 = q4RowGroup(a0, S0, wp, 0, xp + 256, one, five);
+    a1 = q4RowGroup(a1, S1, wp, 1, xp + 256, one, five);
+    pairSums(wq, xp, m0, m1, m2, one, five);
+    a2 = q4RowGroup(a2, S0, wq, 0, xp + 256, one, five);
+    a3 = q4RowGroup(a3, S1, wq, 1, xp + 256, one, five);
+    wp += GB;
+    wq += GB;
+    xp += ACT_GB;
+  }
+  storePair(y, r, a0, a1, r0, r1, first);
+  storePair(y, q, a2, a3, r0, r1, first);
 }
 
 /** The Q4_0 / Q4_1 decode loops; five: Q5_0 / Q5_1 (Q4's tiles plus fifth bits, above). */
@@ -232,7 +273,28 @@ const Q5_FIFTHS = memory.data<u16>(
         );
       }
     } else {
-      for (; p < pEnd; p++) pairQ4(wc + <usize>p * stride, xc, y, gc, p << 1, r0, r1, g0 == 0, one, five);
+      // the first and second halves of the pairs at once: two long weight streams
+      const half = (pEnd - p) >> 1;
+      for (let i = 0; i < half; i++) {
+        const pa = p + i,
+          pb = pa + half;
+        pair2Q4(
+          wc + <usize>pa * stride,
+          wc + <usize>pb * stride,
+          xc,
+          y,
+          gc,
+          pa << 1,
+          pb << 1,
+          r0,
+          r1,
+          g0 == 0,
+          one,
+          five,
+        );
+      }
+      p += half << 1;
+      if (p < pEnd) pairQ4(wc + <usize>p * stride, xc, y, gc, p << 1, r0, r1, g0 == 0, one, five);
     }
   }
 }

@@ -18,8 +18,8 @@
 // 1, 5 of block b in bytes 4b..4b+3 and `(W_j >> 4) & 0x0f` elements 8j + 2, 6, 3, 7: the order
 // prepare_q8_i8n writes the activation bytes in.
 
-import { q4_0Group, q4_1Group } from "./q4_group";
-import { f16Up, hsum, q4GroupBytes, q4Halves, Q4_1_MINS, Q4_SCALES, Q8_I8N_GB } from "./packed_layout";
+import { q4RowGroup } from "./q4_group";
+import { q4GroupBytes, Q8_I8N_GB, storePair } from "./packed_layout";
 import { pin2 } from "./schedule_pin";
 
 // 0x0f bytes, then i16 ones, then 0x10 bytes: loaded rather than written as constants, which V8
@@ -158,28 +158,6 @@ let H0: v128 = i64x2.splat(0),
 }
 
 /**
- * a + the group update of row k (0, 1) of the pair at wp from its block sums s. The SIMD128
- * kernel computes (256 dot) * (d_w * (d_x / 256)): scaling by powers of two is exact here, so
- * this gives the same bits. The f16 scales (and mins) go in unbiased and d_x (and s_x) times
- * 2^112 (packed_layout.ts): a pair's 8 scales in one load, its first row's in the low halves.
- */
-@inline function rowGroup(a: v128, s: v128, wp: usize, k: i32, xp: usize, one: bool, five: bool): v128 {
-  const dxu = f16Up(v128.load(xp, 128)),
-    d = q4Halves(v128.load(wp + Q4_SCALES), k);
-  if (one) return q4_1Group(a, s, d, dxu, q4Halves(v128.load(wp + Q4_1_MINS), k), f16Up(v128.load(xp, 160)));
-  // Q5_0's offset is 16 where Q4_0's is 8
-  const corr = five ? i32x4.shl(v128.load(xp, 144), 1) : v128.load(xp, 144);
-  return q4_0Group(a, s, corr, d, dxu);
-}
-
-/** y[r] (and y[r + 1]) = a0 (a1) summed, or added to what is there unless `first`, for rows inside [r0, r1). */
-@inline function storePair(y: usize, r: i32, a0: v128, a1: v128, r0: i32, r1: i32, first: bool): void {
-  const yr = y + ((<usize>r) << 2);
-  if (r >= r0 && r < r1) store<f32>(yr, first ? hsum(a0) : load<f32>(yr) + hsum(a0));
-  if (r + 1 >= r0 && r + 1 < r1) store<f32>(yr, first ? hsum(a1) : load<f32>(yr, 4) + hsum(a1), 4);
-}
-
-/**
  * The relaxed build's pairQ4 (matvec_q4.ts), for four row pairs at once: rows r, r + 1 at wp, q,
  * q + 1 at wq, u, u + 1 at wu and v, v + 1 at wv (four places in memory: four weight streams;
  * two streams reached about 85% of what two streams read, four read more), over gc groups of one
@@ -220,15 +198,15 @@ let H0: v128 = i64x2.splat(0),
     b3 = f32x4.splat(0);
   for (let g = 0; g < gc; g++) {
     quadSteps(wp, wq, xp, m, five, FO);
-    a0 = rowGroup(a0, H0, wp, 0, xp, one, five);
-    a1 = rowGroup(a1, H1, wp, 1, xp, one, five);
-    a2 = rowGroup(a2, H2, wq, 0, xp, one, five);
-    a3 = rowGroup(a3, H3, wq, 1, xp, one, five);
+    a0 = q4RowGroup(a0, H0, wp, 0, xp + 128, one, five);
+    a1 = q4RowGroup(a1, H1, wp, 1, xp + 128, one, five);
+    a2 = q4RowGroup(a2, H2, wq, 0, xp + 128, one, five);
+    a3 = q4RowGroup(a3, H3, wq, 1, xp + 128, one, five);
     quadSteps(wu, wv, xp, m, five, FO);
-    b0 = rowGroup(b0, H0, wu, 0, xp, one, five);
-    b1 = rowGroup(b1, H1, wu, 1, xp, one, five);
-    b2 = rowGroup(b2, H2, wv, 0, xp, one, five);
-    b3 = rowGroup(b3, H3, wv, 1, xp, one, five);
+    b0 = q4RowGroup(b0, H0, wu, 0, xp + 128, one, five);
+    b1 = q4RowGroup(b1, H1, wu, 1, xp + 128, one, five);
+    b2 = q4RowGroup(b2, H2, wv, 0, xp + 128, one, five);
+    b3 = q4RowGroup(b3, H3, wv, 1, xp + 128, one, five);
     wp += GB;
     wq += GB;
     wu += GB;

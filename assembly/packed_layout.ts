@@ -86,6 +86,13 @@ const Q4_HALF_CONSTS = memory.data<u32>(
   return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
 }
 
+/** y[r] (and y[r + 1]) = a0 (a1) summed, or added to what is there unless `first`, for rows inside [r0, r1). */
+@inline function storePair(y: usize, r: i32, a0: v128, a1: v128, r0: i32, r1: i32, first: bool): void {
+  const yr = y + ((<usize>r) << 2);
+  if (r >= r0 && r < r1) store<f32>(yr, first ? hsum(a0) : load<f32>(yr) + hsum(a0));
+  if (r + 1 >= r0 && r + 1 < r1) store<f32>(yr, first ? hsum(a1) : load<f32>(yr, 4) + hsum(a1), 4);
+}
+
 /** y = v on a row's first chunk, else y += v. */
 @inline function put(p: usize, v: f32, first: bool): void {
   store<f32>(p, first ? v : load<f32>(p) + v);
@@ -109,4 +116,5 @@ export {
   f16Up,
   hsum,
   put,
+  storePair,
 };

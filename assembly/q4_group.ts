@@ -1,3 +1,5 @@
+import { f16Up, q4Halves, Q4_1_MINS, Q4_SCALES } from "./packed_layout";
+
 // The f32 update a Q4_0 / Q4_1 row's accumulator gets after each 128-column group, in one place:
 // the SIMD128 decode kernel (matvec_q4.ts), the relaxed one (matvec_q4_relaxed.ts) and the prefill
 // GEMM (matmul_q4.ts) all call it, so their results stay the same bits (the tests compare them
@@ -20,4 +22,19 @@
   return f32x4.add(a, f32x4.add(f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.mul(dw, dx)), f32x4.mul(mw, sx)));
 }
 
-export { q4_0Group, q4_1Group };
+/**
+ * a + the group update of row k (0, 1) of the packed Q4 row-pair group at wp (packed_layout.ts)
+ * from its block sums s, the activation group's d_x at xs (its Q4_0 correction at xs + 16, s_x at
+ * xs + 32, in both builds' formats): the f16 scales (and mins) unbiased against d_x (and s_x)
+ * times 2^112, the pair's 8 scales in one load, its first row's in the low halves. `five`: Q5_0,
+ * whose offset 16 is twice Q4_0's correction.
+ */
+@inline function q4RowGroup(a: v128, s: v128, wp: usize, k: i32, xs: usize, one: bool, five: bool): v128 {
+  const dxu = f16Up(v128.load(xs)),
+    d = q4Halves(v128.load(wp + Q4_SCALES), k);
+  if (one) return q4_1Group(a, s, d, dxu, q4Halves(v128.load(wp + Q4_1_MINS), k), f16Up(v128.load(xs, 32)));
+  const corr = five ? i32x4.shl(v128.load(xs, 16), 1) : v128.load(xs, 16);
+  return q4_0Group(a, s, corr, d, dxu);
+}
+
+export { q4_0Group, q4_1Group, q4RowGroup };
