@@ -63,52 +63,11 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8S_GB : Q8_I16_GB;
   return f32x4.add(a, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.mul(v128.load(sp), dx)));
 }
 
-// The 4 rows of tile t over gc groups of one chunk (weights at wp, activations at xp).
-@inline function tileQ8(wp: usize, xp: usize, y: usize, gc: i32, t: i32, r0: i32, r1: i32, first: bool): void {
-  let a0 = f32x4.splat(0),
-    a1 = f32x4.splat(0),
-    a2 = f32x4.splat(0),
-    a3 = f32x4.splat(0);
-  const ones = ASC_FEATURE_RELAXED_SIMD ? q8Ones() : i32x4.splat(0);
-  for (let g = 0; g < gc; g++) {
-    let s0: v128, s1: v128, s2: v128, s3: v128;
-    if (ASC_FEATURE_RELAXED_SIMD) {
-      // each block's sum starts at its c (matvec_q8_0_relaxed.ts)
-      s0 = s1 = s2 = s3 = v128.load(xp, 256);
-      for (let v: usize = 0; v < 128; v += 16) {
-        const a = v128.load(xp + v),
-          m = v128.load(xp + v, 128);
-        s0 = step8(s0, v128.load(wp + v), a, m, ones);
-        s1 = step8(s1, v128.load(wp + 128 + v), a, m, ones);
-        s2 = step8(s2, v128.load(wp + 256 + v), a, m, ones);
-        s3 = step8(s3, v128.load(wp + 384 + v), a, m, ones);
-      }
-    } else {
-      s0 = s1 = s2 = s3 = i32x4.splat(0);
-      for (let v: usize = 0; v < 128; v += 16) {
-        const xa = v128.load(xp + (v << 1)),
-          xb = v128.load(xp + (v << 1), 16);
-        s0 = i32x4.add(s0, pieceDots(wp + v, xa, xb));
-        s1 = i32x4.add(s1, pieceDots(wp + 128 + v, xa, xb));
-        s2 = i32x4.add(s2, pieceDots(wp + 256 + v, xa, xb));
-        s3 = i32x4.add(s3, pieceDots(wp + 384 + v, xa, xb));
-      }
-    }
-    const dx = v128.load(xp, ACT_GB - 16);
-    a0 = rowUpdate(a0, s0, wp + 512, dx);
-    a1 = rowUpdate(a1, s1, wp + 528, dx);
-    a2 = rowUpdate(a2, s2, wp + 544, dx);
-    a3 = rowUpdate(a3, s3, wp + 560, dx);
-    wp += Q8_GB;
-    xp += ACT_GB;
-  }
-  storeRows(y, t, r0, r1, a0, a1, a2, a3, first);
-}
-
 // Tiles t (weights at wp) and u (at wq, another place in memory: two weight streams, as the
 // relaxed Q4 kernel walks two row pairs) over gc groups of one chunk: each group's rows 0 and 1
 // of both tiles, then rows 2 and 3, each activation vector loaded once for four rows. Each row's
-// sums and float order are tileQ8's: the same bits.
+// sums and float order are those of a tile alone: the same bits. A lone tile goes in as both,
+// with u < 0: its copy is computed and not stored.
 @inline function tile2Q8(
   wp: usize,
   wq: usize,
@@ -190,13 +149,12 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8S_GB : Q8_I16_GB;
     xp += ACT_GB;
   }
   storeRows(y, t, r0, r1, a0, a1, a2, a3, first);
-  storeRows(y, u, r0, r1, b0, b1, b2, b3, first);
+  if (u >= 0) storeRows(y, u, r0, r1, b0, b1, b2, b3, first);
 }
 
 /**
  * y[r] = W[r,:] . x for r in [r0, r1); W packed Q8_0, x prepared q8_i16 (relaxed build: q8_i8s).
- * The range's tiles go two at a time, one from each half (two weight streams: tile2Q8), the
- * middle one of an odd count alone.
+ * The range's tiles go two at a time, one from each half (two weight streams: tile2Q8).
  */
 export function matvec_q8_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   const ng = (cols + 127) >> 7;
@@ -215,8 +173,8 @@ export function matvec_q8_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
       tile2Q8(wc + <usize>t * tileBytes, wc + <usize>u * tileBytes, xc, y, gc, t, u, r0, r1, g0 == 0);
     }
     if ((t1 - t0) & 1) {
-      const t = t0 + half;
-      tileQ8(wc + <usize>t * tileBytes, xc, y, gc, t, r0, r1, g0 == 0);
+      const wl = wc + <usize>(t0 + half) * tileBytes;
+      tile2Q8(wl, wl, xc, y, gc, t0 + half, -1, r0, r1, g0 == 0);
     }
   }
 }
