@@ -14,6 +14,13 @@
  * every line is measured with both kernel builds, interleaved (src/runtime/wasm.ts), else with the
  * SIMD128 build. KERNELS_WASM=path overrides the module (for trying kernel variants: it is taken as
  * the build POWERINFER_KERNELS names, SIMD128 by default).
+ *
+ * A/B of two kernel modules with the same packed layouts (a variant against the one it replaces):
+ * KERNELS_WASM=A.wasm KERNELS_WASM_B=B.wasm [POWERINFER_KERNELS=relaxed] node dist/bench/kernels.js
+ * --types q8_0 --shapes 4096x4096 [--rounds 9] times the matvec of A and B in turn on the same
+ * weights, cold then hot, and prints the median of the rounds' B/A ratios and whether the two give
+ * the same bits: on a noisy host, alternating within one process is what makes a few percent
+ * visible.
  */
 import { readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
@@ -235,6 +242,65 @@ async function probeThreads(threads: number): Promise<number> {
   } finally {
     await pool.dispose();
   }
+}
+
+/** A/B mode (KERNELS_WASM_B): the median over `rounds` of B's GMAC/s over A's, cold and hot; whether their outputs have the same bits. */
+function abRounds(
+  type: GGMLType,
+  rows: number,
+  cols: number,
+  build: KernelBuild,
+  b: KernelExports,
+  rounds: number,
+): void {
+  const a = kernels.get(build)!;
+  const wk = weightKernel(type, build);
+  const size = wk.packedBytes(rows, cols);
+  const stride = Math.ceil(size / 4096) * 4096;
+  const copies = Math.max(1, Math.min(Math.ceil(COLD_BYTES / stride), Math.floor(REGION / stride)));
+  const mem = arena.u8(wPtr, copies * stride);
+  wk.pack(randomMatrix(type, rows, cols, rows * 31 + cols), mem.subarray(0, size), 0, rows, rows, cols);
+  for (let c = 1; c < copies; c++) mem.copyWithin(c * stride, 0, size);
+  const prep = prepareKernel(wk.act);
+  if (prep) a[prep](xPtr, actPtr, cols, 1);
+  const xa = prep ? actPtr : xPtr;
+  const out = (k: KernelExports) => {
+    k[wk.matvec](wPtr, xa, yPtr, rows, cols, 0, rows);
+    return arena.f32(yPtr, rows).slice();
+  };
+  const ya = out(a),
+    yb = out(b);
+  const same = ya.every((v, i) => Object.is(v, yb[i]));
+  const median = (v: number[]) => v.slice().sort((p, q) => p - q)[v.length >> 1];
+  for (const cold of [true, false]) {
+    const time = (k: KernelExports) =>
+      timeIt(
+        (i) => k[wk.matvec](wPtr + (cold ? (i % copies) * stride : 0), xa, yPtr, rows, cols, 0, rows),
+        rows * cols,
+      );
+    const ga: number[] = [],
+      gb: number[] = [],
+      ratio: number[] = [];
+    for (let r = 0; r < rounds; r++) {
+      ga.push(time(a));
+      gb.push(time(b));
+      ratio.push(gb[r] / ga[r]);
+    }
+    console.log(
+      `${typeName(type).padEnd(6)} ${build.padEnd(8)} ${`${rows}x${cols}`.padEnd(12)} ${cold ? "cold" : "hot "} A ${median(ga).toFixed(2)} B ${median(gb).toFixed(2)} GMAC/s, B/A median ${median(ratio).toFixed(3)} (${Math.min(...ratio).toFixed(3)}-${Math.max(...ratio).toFixed(3)}), same bits: ${same ? "yes" : "NO"}`,
+    );
+  }
+}
+
+if (process.env.KERNELS_WASM_B) {
+  const build = builds[0];
+  const b = instantiateKernels(arena.memory, new WebAssembly.Module(readFileSync(process.env.KERNELS_WASM_B)));
+  const rounds = Number(arg("rounds", "9"));
+  console.log(
+    `A/B, one thread, node ${process.version}: A ${process.env.KERNELS_WASM}, B ${process.env.KERNELS_WASM_B}; GMAC/s per CPU second, ${rounds} rounds in turn`,
+  );
+  for (const type of types) for (const [rows, cols] of shapes) abRounds(type, rows, cols, build, b, rounds);
+  process.exit(0);
 }
 
 console.log(`one thread, node ${process.version}; GMAC/s per CPU second, best of 5 (matmul: ${NTOK} tokens per call)`);
