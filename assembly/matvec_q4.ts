@@ -25,12 +25,13 @@
 // matrix's 26 KB of activations fell out of L1 between rows). Row pairs beat 4-row tiles (16 xmm
 // registers do not hold 4 rows' accumulators plus the masks and activations) and a plain
 // per-block kernel over GGUF's layout; the speeds are in docs/benchmarks.md, "Kernel variants
-// measured".
+// measured". The decode walks two row pairs at once, one from each half of the range, a group
+// of one then of the other (two long weight streams: one stream stalls on DRAM's latency; two
+// adjacent pairs, whose streams restart every chunk, were far slower).
 // The relaxed-SIMD build (scripts/build-wasm.mjs) runs the kernels of matvec_q4_relaxed.ts
 // instead, over "q8_i8n" activations (any kernel here that reads activations must branch on
-// ASC_FEATURE_RELAXED_SIMD the same way): it needs fewer registers per row, so it walks two row
-// pairs at once, one from each half of the range (two long weight streams; two adjacent pairs,
-// whose streams restart every chunk, were far slower from DRAM).
+// ASC_FEATURE_RELAXED_SIMD the same way): it needs fewer registers per row, so it walks four row
+// pairs at once, one from each quarter of the range (four streams).
 
 import { octQ4Relaxed } from "./matvec_q4_relaxed";
 import {

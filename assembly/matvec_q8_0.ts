@@ -12,9 +12,11 @@
 // l >> 1. `v128.load8x8_s` widens a piece to i16x8 in one instruction, and i32x4.dot_i16x8_s
 // with the matching activation vector adds both products of a block into that block's lane, so
 // after a group lane b of a row's i32x4 is block b's integer dot: no horizontal sums.
-// Four rows share each activation load; streaming from DRAM this runs close to what one core
-// reads. Splitting each group into two row pairs (fewer live registers) or touching lines ahead
-// as a software prefetch did not help (speeds: docs/benchmarks.md, "Kernel variants measured").
+// Four rows share each activation load. The decode walks two tiles at once, one from each half
+// of the range (two weight streams: one ran at about half the streaming limit from DRAM, two at
+// 1.2-1.4x that, docs/benchmarks.md); splitting each group into two row pairs (fewer live
+// registers) or touching lines ahead as a software prefetch did not help ("Kernel variants
+// measured").
 // The relaxed-SIMD build packs the quants in pieces of 16 B instead and takes "q8_i8s"
 // activations (matvec_q8_0_relaxed.ts says why); tiles, groups, chunks, scales and the float
 // order are the same, and so are the results.
