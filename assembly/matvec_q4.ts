@@ -47,7 +47,7 @@ import {
   Q8_I8N_GB,
   storePair,
 } from "./packed_layout";
-import { q4RowGroup } from "./q4_group";
+import { q4ActC, q4ActD, q4RowGroup } from "./q4_group";
 
 // activation bytes per group: the relaxed build reads its own, smaller q8_i8n
 const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8N_GB : Q8_I16N_GB;
@@ -151,8 +151,11 @@ let S0: v128 = i64x2.splat(0),
     a1 = f32x4.splat(0);
   for (let g = 0; g < gc; g++) {
     pairSums(wp, xp, m0, m1, m2, one, five);
-    a0 = q4RowGroup(a0, S0, wp, 0, xp + 256, one, five);
-    a1 = q4RowGroup(a1, S1, wp, 1, xp + 256, one, five);
+    // the activation's scales after the steps (two registers fewer during them)
+    const dxu = q4ActD(xp + 256),
+      c = q4ActC(xp + 256, one, five);
+    a0 = q4RowGroup(a0, S0, wp, 0, dxu, c, one);
+    a1 = q4RowGroup(a1, S1, wp, 1, dxu, c, one);
     wp += GB;
     xp += ACT_GB;
   }
@@ -186,11 +189,14 @@ let S0: v128 = i64x2.splat(0),
     a3 = f32x4.splat(0);
   for (let g = 0; g < gc; g++) {
     pairSums(wp, xp, m0, m1, m2, one, five);
-    a0 = q4RowGroup(a0, S0, wp, 0, xp + 256, one, five);
-    a1 = q4RowGroup(a1, S1, wp, 1, xp + 256, one, five);
+    // the activation's scales after the steps (two registers fewer during them)
+    const dxu = q4ActD(xp + 256),
+      c = q4ActC(xp + 256, one, five);
+    a0 = q4RowGroup(a0, S0, wp, 0, dxu, c, one);
+    a1 = q4RowGroup(a1, S1, wp, 1, dxu, c, one);
     pairSums(wq, xp, m0, m1, m2, one, five);
-    a2 = q4RowGroup(a2, S0, wq, 0, xp + 256, one, five);
-    a3 = q4RowGroup(a3, S1, wq, 1, xp + 256, one, five);
+    a2 = q4RowGroup(a2, S0, wq, 0, dxu, c, one);
+    a3 = q4RowGroup(a3, S1, wq, 1, dxu, c, one);
     wp += GB;
     wq += GB;
     xp += ACT_GB;

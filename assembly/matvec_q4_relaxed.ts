@@ -18,7 +18,7 @@
 // 1, 5 of block b in bytes 4b..4b+3 and `(W_j >> 4) & 0x0f` elements 8j + 2, 6, 3, 7: the order
 // prepare_q8_i8n writes the activation bytes in.
 
-import { q4RowGroup } from "./q4_group";
+import { q4ActC, q4ActD, q4RowGroup } from "./q4_group";
 import { q4GroupBytes, Q8_I8N_GB, storePair } from "./packed_layout";
 import { pin2 } from "./schedule_pin";
 
@@ -160,7 +160,7 @@ let H0: v128 = i64x2.splat(0),
 /**
  * The relaxed build's pairQ4 (matvec_q4.ts), for four row pairs at once: rows r, r + 1 at wp, q,
  * q + 1 at wq, u, u + 1 at wu and v, v + 1 at wv (four places in memory: four weight streams;
- * two streams reached about 85% of what two streams read, four read more), over gc groups of one
+ * against two, 0.96-1.12x cold in one-process A/Bs, docs/benchmarks.md), over gc groups of one
  * chunk, each group's pairs two at a time (quadSteps). Each row's integer sums and float order are
  * the SIMD128 pair kernel's, so the builds give the same bits. A pair given twice goes in with a
  * row index < 0 for its copy: computed and not stored. `five`: Q5_0 / Q5_1 groups (above), whose
@@ -198,15 +198,18 @@ let H0: v128 = i64x2.splat(0),
     b3 = f32x4.splat(0);
   for (let g = 0; g < gc; g++) {
     quadSteps(wp, wq, xp, m, five, FO);
-    a0 = q4RowGroup(a0, H0, wp, 0, xp + 128, one, five);
-    a1 = q4RowGroup(a1, H1, wp, 1, xp + 128, one, five);
-    a2 = q4RowGroup(a2, H2, wq, 0, xp + 128, one, five);
-    a3 = q4RowGroup(a3, H3, wq, 1, xp + 128, one, five);
+    // the activation's scales after the steps (two registers fewer during them)
+    const dxu = q4ActD(xp + 128),
+      c = q4ActC(xp + 128, one, five);
+    a0 = q4RowGroup(a0, H0, wp, 0, dxu, c, one);
+    a1 = q4RowGroup(a1, H1, wp, 1, dxu, c, one);
+    a2 = q4RowGroup(a2, H2, wq, 0, dxu, c, one);
+    a3 = q4RowGroup(a3, H3, wq, 1, dxu, c, one);
     quadSteps(wu, wv, xp, m, five, FO);
-    b0 = q4RowGroup(b0, H0, wu, 0, xp + 128, one, five);
-    b1 = q4RowGroup(b1, H1, wu, 1, xp + 128, one, five);
-    b2 = q4RowGroup(b2, H2, wv, 0, xp + 128, one, five);
-    b3 = q4RowGroup(b3, H3, wv, 1, xp + 128, one, five);
+    b0 = q4RowGroup(b0, H0, wu, 0, dxu, c, one);
+    b1 = q4RowGroup(b1, H1, wu, 1, dxu, c, one);
+    b2 = q4RowGroup(b2, H2, wv, 0, dxu, c, one);
+    b3 = q4RowGroup(b3, H3, wv, 1, dxu, c, one);
     wp += GB;
     wq += GB;
     wu += GB;

@@ -23,18 +23,29 @@ import { f16Up, q4Halves, Q4_1_MINS, Q4_SCALES } from "./packed_layout";
 }
 
 /**
- * a + the group update of row k (0, 1) of the packed Q4 row-pair group at wp (packed_layout.ts)
- * from its block sums s, the activation group's d_x at xs (its Q4_0 correction at xs + 16, s_x at
- * xs + 32, in both builds' formats): the f16 scales (and mins) unbiased against d_x (and s_x)
- * times 2^112, the pair's 8 scales in one load, its first row's in the low halves. `five`: Q5_0,
- * whose offset 16 is twice Q4_0's correction.
+ * What every row of a group meets from the activation group whose d_x is at xs (its Q4_0
+ * correction at xs + 16, s_x at xs + 32, in both builds' formats), loaded once per group: d_x
+ * times 2^112 (q4ActD), and for Q4_1 s_x times 2^112, else the correction (Q5_0: twice Q4_0's,
+ * its offset being 16) (q4ActC).
  */
-@inline function q4RowGroup(a: v128, s: v128, wp: usize, k: i32, xs: usize, one: bool, five: bool): v128 {
-  const dxu = f16Up(v128.load(xs)),
-    d = q4Halves(v128.load(wp + Q4_SCALES), k);
-  if (one) return q4_1Group(a, s, d, dxu, q4Halves(v128.load(wp + Q4_1_MINS), k), f16Up(v128.load(xs, 32)));
-  const corr = five ? i32x4.shl(v128.load(xs, 16), 1) : v128.load(xs, 16);
-  return q4_0Group(a, s, corr, d, dxu);
+@inline function q4ActD(xs: usize): v128 {
+  return f16Up(v128.load(xs));
+}
+@inline function q4ActC(xs: usize, one: bool, five: bool): v128 {
+  if (one) return f16Up(v128.load(xs, 32));
+  return five ? i32x4.shl(v128.load(xs, 16), 1) : v128.load(xs, 16);
 }
 
-export { q4_0Group, q4_1Group, q4RowGroup };
+/**
+ * a + the group update of row k (0, 1) of the packed Q4 row-pair group at wp (packed_layout.ts)
+ * from its block sums s and the activation's dxu, c (q4ActD, q4ActC): the f16 scales (and mins)
+ * unbiased against d_x (and s_x) times 2^112, the pair's 8 scales in one load, its first row's in
+ * the low halves.
+ */
+@inline function q4RowGroup(a: v128, s: v128, wp: usize, k: i32, dxu: v128, c: v128, one: bool): v128 {
+  const d = q4Halves(v128.load(wp + Q4_SCALES), k);
+  if (one) return q4_1Group(a, s, d, dxu, q4Halves(v128.load(wp + Q4_1_MINS), k), c);
+  return q4_0Group(a, s, c, d, dxu);
+}
+
+export { q4_0Group, q4_1Group, q4ActC, q4ActD, q4RowGroup };
