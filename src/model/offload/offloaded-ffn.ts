@@ -299,9 +299,12 @@ export class OffloadedFFN {
     this.stats.steps++;
     this.stats.neuronsTotal += lists.nFF;
     this.stats.neuronsComputed += computed;
+    // (a landing hit read again below is not counted here: the cache counted it as read ahead)
+    this.stats.misses += lists.misses;
     const g = this.groups;
     g.steps[l]++;
     g.neuronsComputed[l] += computed;
+    g.misses[l] += lists.misses;
 
     // 2. The misses, in rounds of the free cold slots: the first round's reads overlap the hits'
     //    compute and, when it takes every miss (the read-ahead takes cold slots this step's
@@ -325,8 +328,6 @@ export class OffloadedFFN {
       // a landing hit whose read failed is filed as a miss: read in the rounds below
       this.compute.landed(lists);
     }
-    this.stats.misses += lists.misses;
-    g.misses[l] += lists.misses;
     for (;;) {
       await this.landed(round);
       this.compute.misses(lists, round.from, round.to);
