@@ -51,6 +51,7 @@
 #include <sys/eventfd.h>
 #include <dlfcn.h>
 #include <sched.h>
+#include <sys/mman.h>
 
 typedef struct {
   aio_context_t ctx;
@@ -518,6 +519,24 @@ static napi_value ring_set_checksums(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+/*
+ * huge_pages(view: Uint8Array) -> bytes: madvise(MADV_HUGEPAGE) over the 2 MiB pages wholly
+ * inside the view, so that where transparent huge pages are "madvise" the kernel backs them with
+ * huge pages when they are first touched. Returns the bytes advised (0 where the kernel refused).
+ */
+static napi_value huge_pages(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  if (!get_args(env, info, 1, argv)) return NULL;
+  size_t len;
+  void *data = get_typed(env, argv[0], napi_uint8_array, &len, "flash_aio.hugePages: the view must be a Uint8Array");
+  if (!data) return NULL;
+  const uintptr_t H = (uintptr_t)2 << 20;
+  uintptr_t a = ((uintptr_t)data + H - 1) & ~(H - 1), b = ((uintptr_t)data + len) & ~(H - 1);
+  if (b <= a) return number(env, 0);
+  if (madvise((void *)a, b - a, MADV_HUGEPAGE) != 0) return number(env, 0);
+  return number(env, (double)(b - a));
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"open", NULL, ring_open, NULL, NULL, NULL, napi_default, NULL},
@@ -526,6 +545,7 @@ static napi_value init(napi_env env, napi_value exports) {
     {"pin", NULL, ring_pin, NULL, NULL, NULL, napi_default, NULL},
     {"setChecksums", NULL, ring_set_checksums, NULL, NULL, NULL, napi_default, NULL},
     {"close", NULL, ring_close, NULL, NULL, NULL, napi_default, NULL},
+    {"hugePages", NULL, huge_pages, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -46,6 +46,11 @@ export interface AioBinding {
   ): void;
   /** io_destroy: waits for the reads in flight, then frees the ring. */
   close(ring: AioRing): void;
+  /**
+   * madvise(MADV_HUGEPAGE) over the 2 MiB pages wholly inside `view`; returns the bytes advised
+   * (0 where the kernel refused). The native addon only (src/runtime/arena.ts uses it).
+   */
+  hugePages?(view: Uint8Array): number;
 }
 
 let loaded: { binding: AioBinding | null; reason: string } | undefined;
