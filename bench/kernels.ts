@@ -188,19 +188,27 @@ arena.u8(wPtr, REGION).fill(1); // fault every page in now, not inside a timed r
   for (let i = 0; i < x.length; i++) x[i] = Math.sin(i * 0.37) * 2;
 }
 
-function bench(type: GGMLType, rows: number, cols: number, build: KernelBuild): Result {
+/**
+ * Random weights of `type` packed as `build` packs them at wPtr, copied over the cold region
+ * (`copies` of them, `stride` bytes apart), and the activation of `ntok` tokens prepared for them
+ * (at `xa`) by kernel module k.
+ */
+function packedCopies(type: GGMLType, rows: number, cols: number, build: KernelBuild, k: KernelExports, ntok: number) {
   const wk = weightKernel(type, build);
-  const k = kernels.get(build)!;
-  const src = randomMatrix(type, rows, cols, rows * 31 + cols);
   const size = wk.packedBytes(rows, cols);
   const stride = Math.ceil(size / 4096) * 4096;
   const copies = Math.max(1, Math.min(Math.ceil(COLD_BYTES / stride), Math.floor(REGION / stride)));
   const mem = arena.u8(wPtr, copies * stride);
-  wk.pack(src, mem.subarray(0, size), 0, rows, rows, cols);
+  wk.pack(randomMatrix(type, rows, cols, rows * 31 + cols), mem.subarray(0, size), 0, rows, rows, cols);
   for (let c = 1; c < copies; c++) mem.copyWithin(c * stride, 0, size);
   const prep = prepareKernel(wk.act);
-  if (prep) k[prep](xPtr, actPtr, cols, NTOK);
-  const xa = prep ? actPtr : xPtr;
+  if (prep) k[prep](xPtr, actPtr, cols, ntok);
+  return { wk, size, stride, copies, xa: prep ? actPtr : xPtr };
+}
+
+function bench(type: GGMLType, rows: number, cols: number, build: KernelBuild): Result {
+  const k = kernels.get(build)!;
+  const { wk, size, stride, copies, xa } = packedCopies(type, rows, cols, build, k, NTOK);
   const mv = k[wk.matvec],
     mm = k[wk.matmul];
   const hot = timeIt(() => mv(wPtr, xa, yPtr, rows, cols, 0, rows), rows * cols);
@@ -254,16 +262,7 @@ function abRounds(
   rounds: number,
 ): void {
   const a = kernels.get(build)!;
-  const wk = weightKernel(type, build);
-  const size = wk.packedBytes(rows, cols);
-  const stride = Math.ceil(size / 4096) * 4096;
-  const copies = Math.max(1, Math.min(Math.ceil(COLD_BYTES / stride), Math.floor(REGION / stride)));
-  const mem = arena.u8(wPtr, copies * stride);
-  wk.pack(randomMatrix(type, rows, cols, rows * 31 + cols), mem.subarray(0, size), 0, rows, rows, cols);
-  for (let c = 1; c < copies; c++) mem.copyWithin(c * stride, 0, size);
-  const prep = prepareKernel(wk.act);
-  if (prep) a[prep](xPtr, actPtr, cols, 1);
-  const xa = prep ? actPtr : xPtr;
+  const { wk, stride, copies, xa } = packedCopies(type, rows, cols, build, a, 1);
   const out = (k: KernelExports) => {
     k[wk.matvec](wPtr, xa, yPtr, rows, cols, 0, rows);
     return arena.f32(yPtr, rows).slice();
