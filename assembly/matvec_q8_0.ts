@@ -12,11 +12,10 @@
 // l >> 1. `v128.load8x8_s` widens a piece to i16x8 in one instruction, and i32x4.dot_i16x8_s
 // with the matching activation vector adds both products of a block into that block's lane, so
 // after a group lane b of a row's i32x4 is block b's integer dot: no horizontal sums.
-// Four rows share each activation load. The decode walks two tiles at once, one from each half
-// of the range (two weight streams: one ran at about half the streaming limit from DRAM, two at
-// 1.2-1.4x that, docs/benchmarks.md); splitting each group into two row pairs (fewer live
-// registers) or touching lines ahead as a software prefetch did not help ("Kernel variants
-// measured").
+// Four rows share each activation load. The decode walks four tiles at once, one from each
+// quarter of the range (four weight streams: one ran at about half the streaming limit from DRAM,
+// two at 1.2-1.4x that, four at 1.06-1.11x two, docs/benchmarks.md); touching lines ahead as a
+// software prefetch did not help ("Kernel variants measured").
 // The relaxed-SIMD build packs the quants in pieces of 16 B instead and takes "q8_i8s"
 // activations (matvec_q8_0_relaxed.ts says why); tiles, groups, chunks, scales and the float
 // order are the same, and so are the results.
@@ -65,19 +64,40 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8S_GB : Q8_I16_GB;
   return f32x4.add(a, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.mul(v128.load(sp), dx)));
 }
 
-// Tiles t (weights at wp) and u (at wq, another place in memory: two weight streams, as the
-// relaxed Q4 kernel walks two row pairs) over gc groups of one chunk: each group's rows 0 and 1
-// of both tiles, then rows 2 and 3, each activation vector loaded once for four rows. Each row's
-// sums and float order are those of a tile alone: the same bits. A lone tile goes in as both,
-// with u < 0: its copy is computed and not stored.
-@inline function tile2Q8(
-  wp: usize,
-  wq: usize,
+// The build's step over one 16-byte piece of a row: the activation vectors it takes (actA,
+// actB: |x| and the sign masks in the relaxed build, two i16 vectors in the SIMD128 one, loaded
+// once for all the rows of a pass), a block sum's start (the relaxed build's c) and the step.
+@inline function actA(xp: usize, k: usize): v128 {
+  return ASC_FEATURE_RELAXED_SIMD ? v128.load(xp + k) : v128.load(xp + (k << 1));
+}
+@inline function actB(xp: usize, k: usize): v128 {
+  return ASC_FEATURE_RELAXED_SIMD ? v128.load(xp + k, 128) : v128.load(xp + (k << 1), 16);
+}
+@inline function sumStart(xp: usize): v128 {
+  // each block's sum starts at its c in the relaxed build (matvec_q8_0_relaxed.ts)
+  return ASC_FEATURE_RELAXED_SIMD ? v128.load(xp, 256) : i32x4.splat(0);
+}
+@inline function piece(s: v128, w: usize, a: v128, b: v128, ones: v128): v128 {
+  return ASC_FEATURE_RELAXED_SIMD ? step8(s, v128.load(w), a, b, ones) : i32x4.add(s, pieceDots(w, a, b));
+}
+
+// Tiles t, u, v, z (weights at wt, wu, wv, wz: four places in memory, four weight streams) over gc
+// groups of one chunk: each group's rows 0 and 1 of t and u, then of v and z, then rows 2 and 3
+// likewise. Each row's sums and float order are those of a tile alone: the same bits however the
+// tiles are grouped. A tile index < 0 marks a stand-in (another tile's weights again): computed,
+// not stored.
+@inline function tile4Q8(
+  wt: usize,
+  wu: usize,
+  wv: usize,
+  wz: usize,
   xp: usize,
   y: usize,
   gc: i32,
   t: i32,
   u: i32,
+  v: i32,
+  z: i32,
   r0: i32,
   r1: i32,
   first: bool,
@@ -89,94 +109,112 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8S_GB : Q8_I16_GB;
     b0 = f32x4.splat(0),
     b1 = f32x4.splat(0),
     b2 = f32x4.splat(0),
-    b3 = f32x4.splat(0);
+    b3 = f32x4.splat(0),
+    c0 = f32x4.splat(0),
+    c1 = f32x4.splat(0),
+    c2 = f32x4.splat(0),
+    c3 = f32x4.splat(0),
+    d0 = f32x4.splat(0),
+    d1 = f32x4.splat(0),
+    d2 = f32x4.splat(0),
+    d3 = f32x4.splat(0);
   const ones = ASC_FEATURE_RELAXED_SIMD ? q8Ones() : i32x4.splat(0);
   for (let g = 0; g < gc; g++) {
     const dx = v128.load(xp, ACT_GB - 16);
+    // the passes are written out: a pass returning its four sums through globals ran 0.89x in cache
     let s0: v128, s1: v128, s2: v128, s3: v128;
-    if (ASC_FEATURE_RELAXED_SIMD) {
-      // each block's sum starts at its c (matvec_q8_0_relaxed.ts)
-      s0 = s1 = s2 = s3 = v128.load(xp, 256);
-      for (let v: usize = 0; v < 128; v += 16) {
-        const a = v128.load(xp + v),
-          m = v128.load(xp + v, 128);
-        s0 = step8(s0, v128.load(wp + v), a, m, ones);
-        s1 = step8(s1, v128.load(wp + 128 + v), a, m, ones);
-        s2 = step8(s2, v128.load(wq + v), a, m, ones);
-        s3 = step8(s3, v128.load(wq + 128 + v), a, m, ones);
-      }
-    } else {
-      s0 = s1 = s2 = s3 = i32x4.splat(0);
-      for (let v: usize = 0; v < 128; v += 16) {
-        const xa = v128.load(xp + (v << 1)),
-          xb = v128.load(xp + (v << 1), 16);
-        s0 = i32x4.add(s0, pieceDots(wp + v, xa, xb));
-        s1 = i32x4.add(s1, pieceDots(wp + 128 + v, xa, xb));
-        s2 = i32x4.add(s2, pieceDots(wq + v, xa, xb));
-        s3 = i32x4.add(s3, pieceDots(wq + 128 + v, xa, xb));
-      }
+    s0 = s1 = s2 = s3 = sumStart(xp);
+    for (let k: usize = 0; k < 128; k += 16) {
+      const a = actA(xp, k),
+        b = actB(xp, k);
+      s0 = piece(s0, wt + k, a, b, ones);
+      s1 = piece(s1, wt + 128 + k, a, b, ones);
+      s2 = piece(s2, wu + k, a, b, ones);
+      s3 = piece(s3, wu + 128 + k, a, b, ones);
     }
-    a0 = rowUpdate(a0, s0, wp + 512, dx);
-    a1 = rowUpdate(a1, s1, wp + 528, dx);
-    b0 = rowUpdate(b0, s2, wq + 512, dx);
-    b1 = rowUpdate(b1, s3, wq + 528, dx);
-    if (ASC_FEATURE_RELAXED_SIMD) {
-      // each block's sum starts at its c (matvec_q8_0_relaxed.ts)
-      s0 = s1 = s2 = s3 = v128.load(xp, 256);
-      for (let v: usize = 0; v < 128; v += 16) {
-        const a = v128.load(xp + v),
-          m = v128.load(xp + v, 128);
-        s0 = step8(s0, v128.load(wp + 256 + v), a, m, ones);
-        s1 = step8(s1, v128.load(wp + 384 + v), a, m, ones);
-        s2 = step8(s2, v128.load(wq + 256 + v), a, m, ones);
-        s3 = step8(s3, v128.load(wq + 384 + v), a, m, ones);
-      }
-    } else {
-      s0 = s1 = s2 = s3 = i32x4.splat(0);
-      for (let v: usize = 0; v < 128; v += 16) {
-        const xa = v128.load(xp + (v << 1)),
-          xb = v128.load(xp + (v << 1), 16);
-        s0 = i32x4.add(s0, pieceDots(wp + 256 + v, xa, xb));
-        s1 = i32x4.add(s1, pieceDots(wp + 384 + v, xa, xb));
-        s2 = i32x4.add(s2, pieceDots(wq + 256 + v, xa, xb));
-        s3 = i32x4.add(s3, pieceDots(wq + 384 + v, xa, xb));
-      }
+    a0 = rowUpdate(a0, s0, wt + 512, dx);
+    a1 = rowUpdate(a1, s1, wt + 528, dx);
+    b0 = rowUpdate(b0, s2, wu + 512, dx);
+    b1 = rowUpdate(b1, s3, wu + 528, dx);
+    s0 = s1 = s2 = s3 = sumStart(xp);
+    for (let k: usize = 0; k < 128; k += 16) {
+      const a = actA(xp, k),
+        b = actB(xp, k);
+      s0 = piece(s0, wv + k, a, b, ones);
+      s1 = piece(s1, wv + 128 + k, a, b, ones);
+      s2 = piece(s2, wz + k, a, b, ones);
+      s3 = piece(s3, wz + 128 + k, a, b, ones);
     }
-    a2 = rowUpdate(a2, s0, wp + 544, dx);
-    a3 = rowUpdate(a3, s1, wp + 560, dx);
-    b2 = rowUpdate(b2, s2, wq + 544, dx);
-    b3 = rowUpdate(b3, s3, wq + 560, dx);
-    wp += Q8_GB;
-    wq += Q8_GB;
+    c0 = rowUpdate(c0, s0, wv + 512, dx);
+    c1 = rowUpdate(c1, s1, wv + 528, dx);
+    d0 = rowUpdate(d0, s2, wz + 512, dx);
+    d1 = rowUpdate(d1, s3, wz + 528, dx);
+    s0 = s1 = s2 = s3 = sumStart(xp);
+    for (let k: usize = 0; k < 128; k += 16) {
+      const a = actA(xp, k),
+        b = actB(xp, k);
+      s0 = piece(s0, wt + 256 + k, a, b, ones);
+      s1 = piece(s1, wt + 256 + 128 + k, a, b, ones);
+      s2 = piece(s2, wu + 256 + k, a, b, ones);
+      s3 = piece(s3, wu + 256 + 128 + k, a, b, ones);
+    }
+    a2 = rowUpdate(a2, s0, wt + 544, dx);
+    a3 = rowUpdate(a3, s1, wt + 560, dx);
+    b2 = rowUpdate(b2, s2, wu + 544, dx);
+    b3 = rowUpdate(b3, s3, wu + 560, dx);
+    s0 = s1 = s2 = s3 = sumStart(xp);
+    for (let k: usize = 0; k < 128; k += 16) {
+      const a = actA(xp, k),
+        b = actB(xp, k);
+      s0 = piece(s0, wv + 256 + k, a, b, ones);
+      s1 = piece(s1, wv + 256 + 128 + k, a, b, ones);
+      s2 = piece(s2, wz + 256 + k, a, b, ones);
+      s3 = piece(s3, wz + 256 + 128 + k, a, b, ones);
+    }
+    c2 = rowUpdate(c2, s0, wv + 544, dx);
+    c3 = rowUpdate(c3, s1, wv + 560, dx);
+    d2 = rowUpdate(d2, s2, wz + 544, dx);
+    d3 = rowUpdate(d3, s3, wz + 560, dx);
+    wt += Q8_GB;
+    wu += Q8_GB;
+    wv += Q8_GB;
+    wz += Q8_GB;
     xp += ACT_GB;
   }
-  storeRows(y, t, r0, r1, a0, a1, a2, a3, first);
+  if (t >= 0) storeRows(y, t, r0, r1, a0, a1, a2, a3, first);
   if (u >= 0) storeRows(y, u, r0, r1, b0, b1, b2, b3, first);
+  if (v >= 0) storeRows(y, v, r0, r1, c0, c1, c2, c3, first);
+  if (z >= 0) storeRows(y, z, r0, r1, d0, d1, d2, d3, first);
 }
 
 /**
  * y[r] = W[r,:] . x for r in [r0, r1); W packed Q8_0, x prepared q8_i16 (relaxed build: q8_i8s).
- * The range's tiles go two at a time, one from each half (two weight streams: tile2Q8).
+ * The range's tiles go four at a time, one from each quarter (four weight streams: tile4Q8).
  */
 export function matvec_q8_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   const ng = (cols + 127) >> 7;
   const ntiles = <usize>((rows + 3) >> 2);
   const t0 = r0 >> 2,
     t1 = (r1 + 3) >> 2;
-  const half = (t1 - t0) >> 1;
+  const q = (t1 - t0) >> 2;
   for (let g0 = 0; g0 < ng; g0 += CHUNK) {
     const gc = min(CHUNK, ng - g0);
     const wc = w + <usize>g0 * ntiles * Q8_GB;
     const xc = x + <usize>g0 * ACT_GB;
     const tileBytes = <usize>gc * Q8_GB;
-    for (let i = 0; i < half; i++) {
-      const t = t0 + i,
-        u = t1 - half + i;
-      tile2Q8(wc + <usize>t * tileBytes, wc + <usize>u * tileBytes, xc, y, gc, t, u, r0, r1, g0 == 0);
+    for (let i = 0; i < q; i++) {
+      const t = t0 + i;
+      const wt = wc + <usize>t * tileBytes;
+      const wq = <usize>q * tileBytes;
+      tile4Q8(wt, wt + wq, wt + 2 * wq, wt + 3 * wq, xc, y, gc, t, t + q, t + 2 * q, t + 3 * q, r0, r1, g0 == 0);
     }
-    if ((t1 - t0) & 1) {
-      const wl = wc + <usize>(t0 + half) * tileBytes;
-      tile2Q8(wl, wl, xc, y, gc, t0 + half, -1, r0, r1, g0 == 0);
+    // the tiles past the quarters (at most three) at once, the first standing in for those missing
+    const r = t0 + 4 * q;
+    if (r < t1) {
+      const u = r + 1 < t1 ? r + 1 : -1,
+        v = r + 2 < t1 ? r + 2 : -1;
+      const wr = wc + <usize>r * tileBytes;
+      tile4Q8(wr, u < 0 ? wr : wr + tileBytes, v < 0 ? wr : wr + 2 * tileBytes, wr, xc, y, gc, r, u, v, -1, r0, r1, g0 == 0);
     }
   }
 }
