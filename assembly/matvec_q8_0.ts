@@ -154,9 +154,9 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8S_GB : Q8_I16_GB;
       const a = actA(xp, k),
         b = actB(xp, k);
       s0 = piece(s0, wt + 256 + k, a, b, ones);
-      s1 = piece(s1, wt + 256 + 128 + k, a, b, ones);
+      s1 = piece(s1, wt + 384 + k, a, b, ones);
       s2 = piece(s2, wu + 256 + k, a, b, ones);
-      s3 = piece(s3, wu + 256 + 128 + k, a, b, ones);
+      s3 = piece(s3, wu + 384 + k, a, b, ones);
     }
     a2 = rowUpdate(a2, s0, wt + 544, dx);
     a3 = rowUpdate(a3, s1, wt + 560, dx);
@@ -167,9 +167,9 @@ const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8S_GB : Q8_I16_GB;
       const a = actA(xp, k),
         b = actB(xp, k);
       s0 = piece(s0, wv + 256 + k, a, b, ones);
-      s1 = piece(s1, wv + 256 + 128 + k, a, b, ones);
+      s1 = piece(s1, wv + 384 + k, a, b, ones);
       s2 = piece(s2, wz + 256 + k, a, b, ones);
-      s3 = piece(s3, wz + 256 + 128 + k, a, b, ones);
+      s3 = piece(s3, wz + 384 + k, a, b, ones);
     }
     c2 = rowUpdate(c2, s0, wv + 544, dx);
     c3 = rowUpdate(c3, s1, wv + 560, dx);
@@ -214,7 +214,22 @@ export function matvec_q8_0(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
       const u = r + 1 < t1 ? r + 1 : -1,
         v = r + 2 < t1 ? r + 2 : -1;
       const wr = wc + <usize>r * tileBytes;
-      tile4Q8(wr, u < 0 ? wr : wr + tileBytes, v < 0 ? wr : wr + 2 * tileBytes, wr, xc, y, gc, r, u, v, -1, r0, r1, g0 == 0);
+      tile4Q8(
+        wr,
+        u < 0 ? wr : wr + tileBytes,
+        v < 0 ? wr : wr + 2 * tileBytes,
+        wr,
+        xc,
+        y,
+        gc,
+        r,
+        u,
+        v,
+        -1,
+        r0,
+        r1,
+        g0 == 0,
+      );
     }
   }
 }
