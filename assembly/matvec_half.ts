@@ -1,7 +1,7 @@
-// F16 and BF16 weights times f32 activations. Rows are GGUF's: `cols` 16-bit values each.
+// F16 and BF16 weights times f32 activations (BF16's in the order "f32_eo": below). Rows are
+// GGUF's: `cols` 16-bit values each.
 //
-// SIMD128 has no half-precision conversion. BF16 is the top half of an f32, so a widening and a
-// shift make it one. F16 is widened with its sign, shifted so its exponent and mantissa land in
+// SIMD128 has no half-precision conversion. F16 is widened with its sign, shifted so its exponent and mantissa land in
 // the f32 fields and masked: that is the half's value times 2^-112 (the exponent bias 15 against
 // f32's 127; exact for every finite half, subnormals and zeros included). Halves that are inf or
 // NaN would come out as finite numbers near 2^16: the loader rejects such tensors
@@ -12,19 +12,28 @@
 // bits are those of weight-side scaling, and the conversion costs 3 instructions per 4 weights
 // instead of 4 (F16 matvec ran compute-bound at half the streaming limit). The split keeps
 // activations below 2^32 and products above 2^-110 out of f32's overflow and subnormal ranges.
-// matmul, where one converted weight vector serves a tile of tokens (4; 2 in the relaxed BF16:
-// below), scales the weights.
+// matmul, where one converted weight vector serves a tile of 4 tokens, scales the weights.
 //
-// The relaxed build adds each product with relaxed_madd (one fused instruction where the CPU
+// BF16 is the top half of an f32, and a v128 of 8 halves read as i32 lanes holds the odd ones in
+// place (their lane's top 16 bits: an and clears the even one under them) and the even ones a
+// left shift by 16 away: 2 instructions for 8 values, where widening took 5 (and BF16 matvec ran
+// compute-bound at 75-80% of the streaming limit). The activations come prepared to match
+// ("f32_eo", prepare_f32_eo below: each 8 values' even ones, then its odd ones), so each step
+// pairs lanes with no shuffle.
+//
+// The relaxed build adds F16's products with relaxed_madd (one fused instruction where the CPU
 // has FMA): the two builds agree to rounding, each build's kernels with each other to the bit.
-import { bf16Hi, bf16Lo, f16BitsHi, f16BitsLo, f16ToF32, F16_SUM_UP } from "./half";
+// BF16 adds with separate multiplies and adds in both builds (fused, its even/odd steps measured
+// 0.78x), so its bits are the same in both.
+import { f16BitsHi, f16BitsLo, f16ToF32, F16_SUM_UP } from "./half";
 
-// halfLanes' mask and 2^112, loaded: written as constants, V8 rebuilds each at every use inside
-// a loop (three instructions apiece), loaded once they stay in registers
+// halfLanes' mask, 2^112, 2^96 and BF16's odd-value mask, loaded: written as constants, V8
+// rebuilds each at every use inside a loop (three instructions apiece), loaded once they stay in
+// registers
 const HALF_K = memory.data<u32>(
   [
     0x8fffe000, 0x8fffe000, 0x8fffe000, 0x8fffe000, 0x77800000, 0x77800000, 0x77800000, 0x77800000, 0x6f800000,
-    0x6f800000, 0x6f800000, 0x6f800000,
+    0x6f800000, 0x6f800000, 0x6f800000, 0xffff0000, 0xffff0000, 0xffff0000, 0xffff0000,
   ],
   16,
 );
@@ -47,24 +56,47 @@ const HALF_K = memory.data<u32>(
   return bf ? reinterpret<f32>(h << 16) : f16ToF32(h); // the tails: exact, inf and NaN kept
 }
 
-/** a + w * x: one product vector added to an accumulator (fused in the relaxed build). */
-@inline function fma4(a: v128, w: v128, x: v128): v128 {
-  if (ASC_FEATURE_RELAXED_SIMD) return f32x4.relaxed_madd(w, x, a);
-  return f32x4.add(a, f32x4.mul(w, x));
-}
-
-/** a + lo * xl + hi * xh: an F16 row's 8-value step into its one accumulator. */
-@inline function step2(a: v128, lo: v128, xl: v128, hi: v128, xh: v128): v128 {
-  if (ASC_FEATURE_RELAXED_SIMD) return f32x4.relaxed_madd(hi, xh, f32x4.relaxed_madd(lo, xl, a));
+/** a + lo * xl + hi * xh: a row's 8-value step into its one accumulator (F16: fused in the relaxed build). */
+@inline function step2(a: v128, lo: v128, xl: v128, hi: v128, xh: v128, bf: bool): v128 {
+  if (ASC_FEATURE_RELAXED_SIMD && !bf) return f32x4.relaxed_madd(hi, xh, f32x4.relaxed_madd(lo, xl, a));
   return f32x4.add(a, f32x4.add(f32x4.mul(lo, xl), f32x4.mul(hi, xh)));
 }
 
-/** The low (high) 4 of 8 halves v as f32 lanes (F16: times 2^-112, see the top of the file). */
+/**
+ * The low (high) 4 of 8 halves v as f32 lanes (F16: times 2^-112, see the top of the file); BF16:
+ * the even (odd) 4, `mask` its odd-value mask.
+ */
 @inline function lo8(v: v128, bf: bool, mask: v128): v128 {
-  return bf ? bf16Lo(v) : f16BitsLo(v, mask);
+  return bf ? i32x4.shl(v, 16) : f16BitsLo(v, mask);
 }
 @inline function hi8(v: v128, bf: bool, mask: v128): v128 {
-  return bf ? bf16Hi(v) : f16BitsHi(v, mask);
+  return bf ? v128.and(v, mask) : f16BitsHi(v, mask);
+}
+
+/** The conversion's mask: F16's, or BF16's odd-value mask. */
+@inline function maskOf(bf: bool): v128 {
+  return bf ? v128.load(HALF_K, 48) : v128.load(HALF_K);
+}
+
+/**
+ * ntok rows of cols f32 at x -> "f32_eo" at dst (as many bytes): each whole 8 values' even ones,
+ * then its odd ones, as the BF16 kernels pair them; the values past the last whole 8 as they are.
+ */
+export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void {
+  const n = <usize>ntok * <usize>cols;
+  for (let t: usize = 0; t < n; t += <usize>cols) {
+    const xr = x + (t << 2),
+      dr = dst + (t << 2);
+    let i = 0;
+    for (; i + 8 <= cols; i += 8) {
+      const o = (<usize>i) << 2;
+      const a = v128.load(xr + o),
+        b = v128.load(xr + o, 16);
+      v128.store(dr + o, i32x4.shuffle(a, b, 0, 2, 4, 6));
+      v128.store(dr + o, i32x4.shuffle(a, b, 1, 3, 5, 7), 16);
+    }
+    for (; i < cols; i++) store<f32>(dr + ((<usize>i) << 2), load<f32>(xr + ((<usize>i) << 2)));
+  }
 }
 
 /** The activations of a matvec step: F16's times 2^96 (see the top of the file). */
@@ -72,23 +104,13 @@ const HALF_K = memory.data<u32>(
   return bf ? v128.load(xp) : f32x4.mul(v128.load(xp), up);
 }
 
-/** Whether a row keeps two accumulators (below): the relaxed build's BF16. */
-@inline function twoAcc(bf: bool): bool {
-  return bf && ASC_FEATURE_RELAXED_SIMD;
+/** A row's sum from its accumulator, back to scale. */
+@inline function rowSum(a: v128, bf: bool): f32 {
+  return bf ? hsum(a) : hsum(a) * F16_SUM_UP;
 }
 
-/** A row's sum from its accumulators (one or two), back to scale. */
-@inline function rowSum(al: v128, ah: v128, bf: bool): f32 {
-  if (twoAcc(bf)) return hsum(f32x4.add(al, ah));
-  return bf ? hsum(al) : hsum(al) * F16_SUM_UP;
-}
-
-// In the relaxed build a BF16 row keeps two accumulators, one for the low and one for the high 4
-// values of each 8-value step: with a single one each step chains two dependent fused
-// multiply-adds (4 cycles each), and BF16's cheap conversion left the kernel waiting on that
-// chain (two: matvec 1.15-1.19x; its prefill tile then takes 2 tokens, not 4: 0.93x). F16 rows
-// keep one (its conversion needs a register more, and 8 accumulators spilled: 0.74x), and so do
-// the SIMD128 build's BF16 rows (whose separate multiplies and adds gained nothing from two).
+// A row keeps one accumulator: two for F16 spilled (0.74x); BF16's two, fused, had run 1.09-1.19x
+// its one with the widening conversion, below the even/odd one's separate multiplies and adds.
 
 /**
  * dot of one 16-bit row with one f32 row, in the float order every kernel here uses for a row (its
@@ -96,20 +118,16 @@ const HALF_K = memory.data<u32>(
  * depend on which rows it was computed with, so a thread split or a token tile changes nothing.
  */
 @inline function dotRow(w: usize, x: usize, cols: i32, bf: bool): f32 {
-  const mask = v128.load(HALF_K),
+  const mask = maskOf(bf),
     up = v128.load(HALF_K, 32);
-  let al = f32x4.splat(0),
-    ah = f32x4.splat(0);
+  let a = f32x4.splat(0);
   let i = 0;
   for (; i + 8 <= cols; i += 8) {
     const xp = x + ((<usize>i) << 2);
     const v = v128.load(w + ((<usize>i) << 1));
-    if (twoAcc(bf)) {
-      al = fma4(al, lo8(v, bf, mask), actIn(xp, bf, up));
-      ah = fma4(ah, hi8(v, bf, mask), actIn(xp + 16, bf, up));
-    } else al = step2(al, lo8(v, bf, mask), actIn(xp, bf, up), hi8(v, bf, mask), actIn(xp + 16, bf, up));
+    a = step2(a, lo8(v, bf, mask), actIn(xp, bf, up), hi8(v, bf, mask), actIn(xp + 16, bf, up), bf);
   }
-  let s = rowSum(al, ah, bf);
+  let s = rowSum(a, bf);
   for (; i < cols; i++) s += scalar(<u32>load<u16>(w + ((<usize>i) << 1)), bf) * load<f32>(x + ((<usize>i) << 2));
   return s;
 }
@@ -117,16 +135,12 @@ const HALF_K = memory.data<u32>(
 // Four rows from four places at once (rows r + k * quarter of the range): four memory streams in
 // flight, and each activation load (and F16's scaling of it) serves four rows.
 @inline function dotRows4(w: usize, rs: usize, x: usize, y: usize, ys: usize, cols: i32, bf: bool): void {
-  const mask = v128.load(HALF_K),
+  const mask = maskOf(bf),
     up = v128.load(HALF_K, 32);
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0),
     a2 = f32x4.splat(0),
-    a3 = f32x4.splat(0),
-    b0 = f32x4.splat(0),
-    b1 = f32x4.splat(0),
-    b2 = f32x4.splat(0),
-    b3 = f32x4.splat(0);
+    a3 = f32x4.splat(0);
   let i = 0;
   for (; i + 8 <= cols; i += 8) {
     const wp = w + ((<usize>i) << 1);
@@ -134,30 +148,18 @@ const HALF_K = memory.data<u32>(
     const xl = actIn(xp, bf, up),
       xh = actIn(xp + 16, bf, up);
     let v = v128.load(wp);
-    if (twoAcc(bf)) {
-      a0 = fma4(a0, lo8(v, bf, mask), xl);
-      b0 = fma4(b0, hi8(v, bf, mask), xh);
-    } else a0 = step2(a0, lo8(v, bf, mask), xl, hi8(v, bf, mask), xh);
+    a0 = step2(a0, lo8(v, bf, mask), xl, hi8(v, bf, mask), xh, bf);
     v = v128.load(wp + rs);
-    if (twoAcc(bf)) {
-      a1 = fma4(a1, lo8(v, bf, mask), xl);
-      b1 = fma4(b1, hi8(v, bf, mask), xh);
-    } else a1 = step2(a1, lo8(v, bf, mask), xl, hi8(v, bf, mask), xh);
+    a1 = step2(a1, lo8(v, bf, mask), xl, hi8(v, bf, mask), xh, bf);
     v = v128.load(wp + 2 * rs);
-    if (twoAcc(bf)) {
-      a2 = fma4(a2, lo8(v, bf, mask), xl);
-      b2 = fma4(b2, hi8(v, bf, mask), xh);
-    } else a2 = step2(a2, lo8(v, bf, mask), xl, hi8(v, bf, mask), xh);
+    a2 = step2(a2, lo8(v, bf, mask), xl, hi8(v, bf, mask), xh, bf);
     v = v128.load(wp + 3 * rs);
-    if (twoAcc(bf)) {
-      a3 = fma4(a3, lo8(v, bf, mask), xl);
-      b3 = fma4(b3, hi8(v, bf, mask), xh);
-    } else a3 = step2(a3, lo8(v, bf, mask), xl, hi8(v, bf, mask), xh);
+    a3 = step2(a3, lo8(v, bf, mask), xl, hi8(v, bf, mask), xh, bf);
   }
-  let s0 = rowSum(a0, b0, bf),
-    s1 = rowSum(a1, b1, bf),
-    s2 = rowSum(a2, b2, bf),
-    s3 = rowSum(a3, b3, bf);
+  let s0 = rowSum(a0, bf),
+    s1 = rowSum(a1, bf),
+    s2 = rowSum(a2, bf),
+    s3 = rowSum(a3, bf);
   for (; i < cols; i++) {
     const xv = load<f32>(x + ((<usize>i) << 2));
     const wp = w + ((<usize>i) << 1);
@@ -194,10 +196,9 @@ const HALF_K = memory.data<u32>(
   const rb = (<usize>cols) << 1,
     xs = (<usize>cols) << 2,
     ys = (<usize>rows) << 2;
-  const mask = v128.load(HALF_K),
+  const mask = maskOf(bf),
     bias = v128.load(HALF_K, 16);
-  const two = twoAcc(bf),
-    TT = two ? 2 : 4; // tokens per tile
+  const TT = 4; // tokens per tile
   for (let r = r0; r < r1; r++) {
     const wr = w + <usize>r * rb;
     const yr = y + ((<usize>r) << 2);
@@ -210,30 +211,21 @@ const HALF_K = memory.data<u32>(
       let a0 = f32x4.splat(0),
         a1 = f32x4.splat(0),
         a2 = f32x4.splat(0),
-        a3 = f32x4.splat(0),
-        b0 = f32x4.splat(0),
-        b1 = f32x4.splat(0);
+        a3 = f32x4.splat(0);
       let i = 0;
       for (; i + 8 <= cols; i += 8) {
         const v = v128.load(wr + ((<usize>i) << 1));
-        const lo = bf ? bf16Lo(v) : f16Lo(v, mask, bias),
-          hi = bf ? bf16Hi(v) : f16Hi(v, mask, bias);
+        const lo = bf ? lo8(v, bf, mask) : f16Lo(v, mask, bias),
+          hi = bf ? hi8(v, bf, mask) : f16Hi(v, mask, bias);
         const o = (<usize>i) << 2;
-        if (two) {
-          a0 = fma4(a0, lo, v128.load(x0 + o));
-          b0 = fma4(b0, hi, v128.load(x0 + o, 16));
-          a1 = fma4(a1, lo, v128.load(x1 + o));
-          b1 = fma4(b1, hi, v128.load(x1 + o, 16));
-        } else {
-          a0 = step2(a0, lo, v128.load(x0 + o), hi, v128.load(x0 + o, 16));
-          a1 = step2(a1, lo, v128.load(x1 + o), hi, v128.load(x1 + o, 16));
-          a2 = step2(a2, lo, v128.load(x2 + o), hi, v128.load(x2 + o, 16));
-          a3 = step2(a3, lo, v128.load(x3 + o), hi, v128.load(x3 + o, 16));
-        }
+        a0 = step2(a0, lo, v128.load(x0 + o), hi, v128.load(x0 + o, 16), bf);
+        a1 = step2(a1, lo, v128.load(x1 + o), hi, v128.load(x1 + o, 16), bf);
+        a2 = step2(a2, lo, v128.load(x2 + o), hi, v128.load(x2 + o, 16), bf);
+        a3 = step2(a3, lo, v128.load(x3 + o), hi, v128.load(x3 + o, 16), bf);
       }
       // (F16: the weights were scaled, not the activations: its rowSum's 2^16 does not apply)
-      let s0 = two ? hsum(f32x4.add(a0, b0)) : hsum(a0),
-        s1 = two ? hsum(f32x4.add(a1, b1)) : hsum(a1),
+      let s0 = hsum(a0),
+        s1 = hsum(a1),
         s2 = hsum(a2),
         s3 = hsum(a3);
       for (; i < cols; i++) {
@@ -241,18 +233,14 @@ const HALF_K = memory.data<u32>(
         const o = (<usize>i) << 2;
         s0 += wv * load<f32>(x0 + o);
         s1 += wv * load<f32>(x1 + o);
-        if (!two) {
-          s2 += wv * load<f32>(x2 + o);
-          s3 += wv * load<f32>(x3 + o);
-        }
+        s2 += wv * load<f32>(x2 + o);
+        s3 += wv * load<f32>(x3 + o);
       }
       const yt = yr + <usize>t * ys;
       store<f32>(yt, s0);
       store<f32>(yt + ys, s1);
-      if (!two) {
-        store<f32>(yt + 2 * ys, s2);
-        store<f32>(yt + 3 * ys, s3);
-      }
+      store<f32>(yt + 2 * ys, s2);
+      store<f32>(yt + 3 * ys, s3);
     }
     for (; t < ntok; t++) store<f32>(yr + <usize>t * ys, dotRow(wr, x + <usize>t * xs, cols, bf));
   }
@@ -268,12 +256,12 @@ export function matmul_f16(w: usize, x: usize, y: usize, rows: i32, cols: i32, n
   matmulHalf(w, x, y, rows, cols, ntok, r0, r1, false);
 }
 
-/** y[r] = W[r,:] . x for r in [r0, r1); W BF16 rows, x f32. */
+/** y[r] = W[r,:] . x for r in [r0, r1); W BF16 rows, x f32_eo (prepare_f32_eo). */
 export function matvec_bf16(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   matvecHalf(w, x, y, cols, r0, r1, true);
 }
 
-/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W BF16 rows, x ntok f32 rows. */
+/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W BF16 rows, x ntok f32_eo rows. */
 export function matmul_bf16(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   matmulHalf(w, x, y, rows, cols, ntok, r0, r1, true);
 }

@@ -24,7 +24,8 @@
  *   half.ts    F16, BF16         GGUF's own rows, packed by copying (row-copy.ts)
  *   kquant.ts  Q4_K, Q5_K, Q6_K  GGUF's own rows (row-copy.ts); the relaxed build's their own blocks
  *
- * Activation formats (see assembly/prepare_q8.ts): "q8_0" / "q8_1" / "q8_K" are ggml's own block
+ * Activation formats (see assembly/prepare_q8.ts): "f32_eo" is f32 with each 8 values' even ones
+ * first, then its odd ones (for BF16: assembly/matvec_half.ts); "q8_0" / "q8_1" / "q8_K" are ggml's own block
  * layouts (for kernels that want them); "q8_i16" and "q8_i16n" hold the same quants as ggml's Q8_0
  * / Q8_1 (llama.cpp's x86 rounding) widened to i16 and interleaved 4 blocks at a time for the
  * packed Q8_0 and Q4_0/Q4_1 kernels. The relaxed-SIMD kernel build (wasm.ts) takes "q8_i8n" for
@@ -44,6 +45,7 @@ import { kernelBuild, type KernelBuild } from "./wasm.js";
 /** Every activation format some kernel takes. */
 export const ACTIVATION_FORMATS = [
   "f32",
+  "f32_eo",
   "q8_0",
   "q8_1",
   "q8_K",
@@ -82,6 +84,7 @@ export interface WeightKernel {
 export function activationBytes(fmt: ActivationFormat, cols: number): number {
   switch (fmt) {
     case "f32":
+    case "f32_eo":
       return cols * 4;
     case "q8_0":
       return (cols / 32) * 34;
