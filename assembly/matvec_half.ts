@@ -1,31 +1,29 @@
-// F16 and BF16 weights times f32 activations (BF16's in the order "f32_eo": below). Rows are
-// GGUF's: `cols` 16-bit values each.
+// F16 and BF16 weights times f32 activations prepared as "f32_eo" (prepare_f32_eo below: each 8
+// values' even ones, then its odd ones). Rows are GGUF's: `cols` 16-bit values each.
 //
-// SIMD128 has no half-precision conversion. F16 is widened with its sign, shifted so its exponent and mantissa land in
-// the f32 fields and masked: that is the half's value times 2^-112 (the exponent bias 15 against
-// f32's 127; exact for every finite half, subnormals and zeros included). Halves that are inf or
-// NaN would come out as finite numbers near 2^16: the loader rejects such tensors
-// (src/runtime/weight-kernels/half.ts).
+// SIMD128 has no half-precision conversion. A v128 of 8 halves read as i32 lanes holds the odd
+// ones in their lane's top 16 bits and the even ones a left shift by 16 away from there, so the
+// kernels take each 8 values as their even 4 and their odd 4, against activations in that order
+// (no shuffle per step). BF16 is the top half of an f32: an and (clearing the even value under
+// it) makes the odd ones, the shift the even ones, 2 instructions for 8 values where widening
+// took 5 (BF16 matvec 1.13-1.41x). F16 from the top 16 bits is shifted down arithmetically so its
+// exponent and mantissa land in the f32 fields and masked (the sign's copies and what lay below
+// cleared): that is the half's value times 2^-112 (the exponent bias 15 against f32's 127; exact
+// for every finite half, subnormals and zeros included), 5 instructions for 8 values where the
+// interleave with zeros took 6 (1.07-1.13x). Halves that are inf or NaN would come out as finite
+// numbers near 2^16: the loader rejects such tensors (src/runtime/weight-kernels/half.ts).
 //
-// The matvecs move the 2^112 onto the activations instead (times 2^96 when loaded, shared by the
-// 4 rows of a step, and times 2^16 on each row's sum): a power of two changes no rounding, so the
-// bits are those of weight-side scaling, and the conversion costs 3 instructions per 4 weights
-// instead of 4 (F16 matvec ran compute-bound at half the streaming limit). The split keeps
+// The F16 matvecs move the 2^112 onto the activations (times 2^96 when loaded, shared by the 4
+// rows of a step, and times 2^16 on each row's sum): a power of two changes no rounding, so the
+// bits are those of weight-side scaling, and a multiply per 4 weights is saved. The split keeps
 // activations below 2^32 and products above 2^-110 out of f32's overflow and subnormal ranges.
 // matmul, where one converted weight vector serves a tile of 4 tokens, scales the weights.
 //
-// BF16 is the top half of an f32, and a v128 of 8 halves read as i32 lanes holds the odd ones in
-// place (their lane's top 16 bits: an and clears the even one under them) and the even ones a
-// left shift by 16 away: 2 instructions for 8 values, where widening took 5 (and BF16 matvec ran
-// compute-bound at 75-80% of the streaming limit). The activations come prepared to match
-// ("f32_eo", prepare_f32_eo below: each 8 values' even ones, then its odd ones), so each step
-// pairs lanes with no shuffle.
-//
 // The relaxed build adds F16's products with relaxed_madd (one fused instruction where the CPU
-// has FMA): the two builds agree to rounding, each build's kernels with each other to the bit.
-// BF16 adds with separate multiplies and adds in both builds (fused, its even/odd steps measured
-// 0.78x), so its bits are the same in both.
-import { f16BitsHi, f16BitsLo, f16ToF32, F16_SUM_UP } from "./half";
+// has FMA; separate ones measured 0.96-0.97x): the two builds agree to rounding, each build's
+// kernels with each other to the bit. BF16 adds with separate multiplies and adds in both builds
+// (fused, its even/odd steps measured 0.78x), so its bits are the same in both.
+import { f16ToF32, F16_SUM_UP } from "./half";
 
 // halfLanes' mask, 2^112, 2^96 and BF16's odd-value mask, loaded: written as constants, V8
 // rebuilds each at every use inside a loop (three instructions apiece), loaded once they stay in
@@ -37,15 +35,6 @@ const HALF_K = memory.data<u32>(
   ],
   16,
 );
-
-// matmul's F16 weights (scaled, not its activations) keep the widening and left shift: with the
-// interleave of f16BitsLo / f16BitsHi its 4-token tile measured 0.67x
-@inline function f16Lo(v: v128, mask: v128, bias: v128): v128 {
-  return f32x4.mul(v128.and(i32x4.shl(i32x4.extend_low_i16x8_s(v), 13), mask), bias);
-}
-@inline function f16Hi(v: v128, mask: v128, bias: v128): v128 {
-  return f32x4.mul(v128.and(i32x4.shl(i32x4.extend_high_i16x8_s(v), 13), mask), bias);
-}
 
 @inline function hsum(v: v128): f32 {
   const a = f32x4.add(v, i32x4.shuffle(v, v, 2, 3, 0, 1));
@@ -62,15 +51,12 @@ const HALF_K = memory.data<u32>(
   return f32x4.add(a, f32x4.add(f32x4.mul(lo, xl), f32x4.mul(hi, xh)));
 }
 
-/**
- * The low (high) 4 of 8 halves v as f32 lanes (F16: times 2^-112, see the top of the file); BF16:
- * the even (odd) 4, `mask` its odd-value mask.
- */
+/** The even (odd) 4 of 8 halves v as f32 lanes (F16: times 2^-112, see the top of the file); `mask` maskOf's. */
 @inline function lo8(v: v128, bf: bool, mask: v128): v128 {
-  return bf ? i32x4.shl(v, 16) : f16BitsLo(v, mask);
+  return bf ? i32x4.shl(v, 16) : v128.and(i32x4.shr_s(i32x4.shl(v, 16), 3), mask);
 }
 @inline function hi8(v: v128, bf: bool, mask: v128): v128 {
-  return bf ? v128.and(v, mask) : f16BitsHi(v, mask);
+  return bf ? v128.and(v, mask) : v128.and(i32x4.shr_s(v, 3), mask);
 }
 
 /** The conversion's mask: F16's, or BF16's odd-value mask. */
@@ -80,7 +66,7 @@ const HALF_K = memory.data<u32>(
 
 /**
  * ntok rows of cols f32 at x -> "f32_eo" at dst (as many bytes): each whole 8 values' even ones,
- * then its odd ones, as the BF16 kernels pair them; the values past the last whole 8 as they are.
+ * then its odd ones, as the F16 / BF16 kernels pair them; the values past the last whole 8 as they are.
  */
 export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void {
   const n = <usize>ntok * <usize>cols;
@@ -215,8 +201,8 @@ export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void
       let i = 0;
       for (; i + 8 <= cols; i += 8) {
         const v = v128.load(wr + ((<usize>i) << 1));
-        const lo = bf ? lo8(v, bf, mask) : f16Lo(v, mask, bias),
-          hi = bf ? hi8(v, bf, mask) : f16Hi(v, mask, bias);
+        const lo = bf ? lo8(v, bf, mask) : f32x4.mul(lo8(v, bf, mask), bias),
+          hi = bf ? hi8(v, bf, mask) : f32x4.mul(hi8(v, bf, mask), bias);
         const o = (<usize>i) << 2;
         a0 = step2(a0, lo, v128.load(x0 + o), hi, v128.load(x0 + o, 16), bf);
         a1 = step2(a1, lo, v128.load(x1 + o), hi, v128.load(x1 + o, 16), bf);
@@ -246,12 +232,12 @@ export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void
   }
 }
 
-/** y[r] = W[r,:] . x for r in [r0, r1); W F16 rows, x f32. */
+/** y[r] = W[r,:] . x for r in [r0, r1); W F16 rows, x f32_eo (prepare_f32_eo). */
 export function matvec_f16(w: usize, x: usize, y: usize, rows: i32, cols: i32, r0: i32, r1: i32): void {
   matvecHalf(w, x, y, cols, r0, r1, false);
 }
 
-/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W F16 rows, x ntok f32 rows. */
+/** y[t*rows + r] = W[r,:] . x_t for t < ntok, r in [r0, r1); W F16 rows, x ntok f32_eo rows. */
 export function matmul_f16(w: usize, x: usize, y: usize, rows: i32, cols: i32, ntok: i32, r0: i32, r1: i32): void {
   matmulHalf(w, x, y, rows, cols, ntok, r0, r1, false);
 }

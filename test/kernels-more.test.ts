@@ -122,7 +122,7 @@ for (const { type, cols: colList } of CASES) {
     const tiledQ5 = type === GGMLType.Q5_0 || type === GGMLType.Q5_1;
     assert.equal(
       wk.act,
-      { [GGMLType.F16]: "f32", [GGMLType.BF16]: "f32_eo", [GGMLType.Q5_0]: q4Act, [GGMLType.Q5_1]: q4Act }[
+      { [GGMLType.F16]: "f32_eo", [GGMLType.BF16]: "f32_eo", [GGMLType.Q5_0]: q4Act, [GGMLType.Q5_1]: q4Act }[
         type as number
       ] ?? (interleaved ? "q8_Ki" : "q8_K"),
     );
@@ -165,13 +165,14 @@ for (const { type, cols: colList } of CASES) {
           // the bytes the kernel takes: Q8_K blocks reordered for the relaxed K-quants
           let k = interleaved ? q8KiFromQ8K(a as Uint8Array, cols) : a;
           // for Q5 what prepare_q8_i8n / _i16n makes (the same quants; kernels.test.ts checks it);
-          // for BF16 the values reordered by prepare_f32_eo (checked against the rule below)
-          if (tiledQ5 || type === GGMLType.BF16) {
+          // for F16 / BF16 the values reordered by prepare_f32_eo (checked against the rule below)
+          const eoAct = wk.act === "f32_eo";
+          if (tiledQ5 || eoAct) {
             const xp = put(new Uint8Array(x.buffer, x.byteOffset, x.byteLength)),
               dp = arena.alloc(ab, 64);
             K[prepareKernel(wk.act)!](xp, dp, cols, 1);
             k = arena.u8(dp, ab).slice();
-            if (type === GGMLType.BF16) {
+            if (eoAct) {
               const eo = new Float32Array(k.buffer, k.byteOffset, cols);
               for (let i = 0; i < cols; i++) {
                 const want = i < (cols & ~7) ? x[(i & ~7) + ((i & 7) < 4 ? 2 * (i & 3) : 2 * (i & 3) + 1)] : x[i];
@@ -314,11 +315,11 @@ test("F16 kernels are exact on subnormal, zero, negative-zero and extreme halves
     const wp = put(w),
       xp = put(new Uint8Array(x.buffer)),
       yp = arena.alloc(16);
-    K.matvec_f16(wp, xp, yp, 1, cols, 0, 1);
-    const got = arena.f32(yp, 1)[0];
-    assert.ok(got === wf[probe], `half 0x${halves[probe].toString(16)}: kernel ${got}, exact ${wf[probe]}`);
     const eo = arena.alloc(cols * 4, 64);
     K.prepare_f32_eo(xp, eo, cols, 1);
+    K.matvec_f16(wp, eo, yp, 1, cols, 0, 1);
+    const got = arena.f32(yp, 1)[0];
+    assert.ok(got === wf[probe], `half 0x${halves[probe].toString(16)}: kernel ${got}, exact ${wf[probe]}`);
     K.matvec_bf16(wp, eo, yp, 1, cols, 0, 1);
     const bf = dequantize(GGMLType.BF16, w, cols)[probe];
     // a dot product that starts from +0 turns a -0 weight into +0: compare with ===

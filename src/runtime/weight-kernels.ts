@@ -25,7 +25,7 @@
  *   kquant.ts  Q4_K, Q5_K, Q6_K  GGUF's own rows (row-copy.ts); the relaxed build's their own blocks
  *
  * Activation formats (see assembly/prepare_q8.ts): "f32_eo" is f32 with each 8 values' even ones
- * first, then its odd ones (for BF16: assembly/matvec_half.ts); "q8_0" / "q8_1" / "q8_K" are ggml's own block
+ * first, then its odd ones (for F16 and BF16: assembly/matvec_half.ts); "q8_0" / "q8_1" / "q8_K" are ggml's own block
  * layouts (for kernels that want them); "q8_i16" and "q8_i16n" hold the same quants as ggml's Q8_0
  * / Q8_1 (llama.cpp's x86 rounding) widened to i16 and interleaved 4 blocks at a time for the
  * packed Q8_0 and Q4_0/Q4_1 kernels. The relaxed-SIMD kernel build (wasm.ts) takes "q8_i8n" for

@@ -1,6 +1,6 @@
 /**
  * F16 and BF16 weights (assembly/matvec_half.ts), in GGUF's rows (row-copy.ts), multiplied with
- * f32 activations (BF16's with each 8 values' even ones first: "f32_eo").
+ * f32 activations (each 8 values' even ones first: "f32_eo").
  *
  * The F16 kernels read halves with a conversion that is exact for every finite value but turns
  * inf and NaN into finite numbers, so packing rejects F16 matrices holding them.
@@ -20,5 +20,5 @@ function checkFiniteF16(src: Uint8Array, rowStart: number, cols: number): void {
   }
 }
 
-export const F16 = copyKernel(GGMLType.F16, "f32", "f16", checkFiniteF16);
+export const F16 = copyKernel(GGMLType.F16, "f32_eo", "f16", checkFiniteF16);
 export const BF16 = copyKernel(GGMLType.BF16, "f32_eo", "bf16");
