@@ -51,15 +51,15 @@
   return sign | h;
 }
 
-// Eight 16-bit values in a v128, their low (Lo) or high (Hi) four as f32x4, for the F16 / BF16
-// kernels (matvec_half.ts, sparse_ffn.ts). F16: the value times 2^-112 (`mask` = 0x8fffe000 in
-// each lane, as halfLanes'), exact for finite halves; the 2^112 is the caller's to apply, on the
-// weights or on the activations (times F16_X_UP as loaded, the sum times F16_SUM_UP). The halves
-// go into the high 16 bits of i32 lanes by one interleave with zeros (punpcklwd / punpckhwd on
-// x86: a widening takes one instruction for the low half and two for the high) and shift down
-// into f32's fields: the same bits as a widening and a left shift, F16 matvec 1.11-1.18x. BF16
-// keeps its widening and shift (its interleaved halves as they are measured 0.66-0.75x), and so
-// does matvec_half.ts's F16 prefill (0.67x with the interleave).
+// Eight 16-bit values in a v128, their low (Lo) or high (Hi) four as f32x4, for the sparse F16 /
+// BF16 kernels (sparse_ffn.ts; the dense ones in matvec_half.ts take each 8 values as their even
+// and odd 4 instead). F16: the value times 2^-112 (`mask` = 0x8fffe000 in each lane, as
+// halfLanes'), exact for finite halves; the 2^112 is the caller's to apply, on the weights or on
+// the activations (times F16_X_UP as loaded, the sum times F16_SUM_UP). The halves go into the
+// high 16 bits of i32 lanes by one interleave with zeros (punpcklwd / punpckhwd on x86: a widening
+// takes one instruction for the low half and two for the high) and shift down into f32's fields:
+// the same bits as a widening and a left shift, F16 matvec 1.11-1.18x. BF16 keeps its widening
+// and shift (its interleaved halves as they are measured 0.66-0.75x).
 @inline function f16BitsLo(v: v128, mask: v128): v128 {
   const h = i8x16.shuffle(i32x4.splat(0), v, 0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23);
   return v128.and(i32x4.shr_s(h, 3), mask);
