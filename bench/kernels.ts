@@ -41,7 +41,6 @@ import {
   hasSparseKernel,
   partialBytes,
   SPARSE_ACT,
-  SPARSE_PREPARE,
   sparseActivationBytes,
   sparseKernel,
   sparseRowBytes,
@@ -385,9 +384,9 @@ if (sparseTypes.length) {
     const list = new Int32Array(arena.memory.buffer, listPtr, SPARSE_COUNT);
     for (const build of builds) {
       const k = kernels.get(build)!;
-      // the f32-activation types (F16, BF16) read x itself
-      const act = sk.act === "f32" ? xPtr : actPtr;
-      if (sk.act !== "f32") k[SPARSE_PREPARE](xPtr, actPtr, SPARSE_EMBD, 1, sk.prepareMode);
+      // an f32 activation is x itself
+      const act = sk.prepare ? actPtr : xPtr;
+      if (sk.prepare) k[sk.prepare](xPtr, actPtr, SPARSE_EMBD, 1, sk.prepareMode);
       const gate = (set: number) => {
         for (let n = 0; n < SPARSE_COUNT; n++) list[n] = wPtr + set * setBytes + n * stride;
         k[sk.gate](listPtr, SPARSE_COUNT, act, outPtr, SPARSE_EMBD, rb, 0, SPARSE_COUNT);

@@ -95,7 +95,7 @@ type Layer = ReturnType<typeof makeLayer>;
 /** Write x and return the ggml activation (Q8_0 / Q8_1 blocks from the wasm kernels) for the references. */
 function setX(type: GGMLType, x: Float32Array): Float32Array | Uint8Array {
   arena.f32(X, x.length).set(x);
-  if (sparseKernel(type).act === "f32") return x;
+  if (sparseKernel(type).act !== "q8_sp") return x; // f32 and f32_eo: the references take x as it is
   const fmt = type === GGMLType.Q4_1 || type === GGMLType.Q5_1 ? "q8_1" : "q8_0";
   k[`prepare_${fmt}`](X, REF_ACT, x.length, 1);
   return arena.u8(REF_ACT, activationBytes(fmt, x.length)).slice();

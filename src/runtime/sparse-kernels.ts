@@ -27,16 +27,20 @@ export const SPARSE_ACT = { silu: 0, relu: 1, drelu: 2, gelu: 3 } as const;
 export type SparseActivation = keyof typeof SPARSE_ACT;
 
 /**
- * "f32": the FFN input as is. "q8_sp": ggml's Q8_0 quants of it (the same numbers prepare_q8_0
- * makes), 352 bytes per 128 values, arranged for the kernel (assembly/sparse_ffn.ts explains why
- * not ggml's own q8_0 / q8_1 blocks), made by prepare_q8_sp(x, dst, cols, ntok, mode).
+ * "f32": the FFN input as is. "f32_eo": the same values, each 8's even ones first, then its odd
+ * ones (the dense F16/BF16 kernels' order: made by prepare_f32_eo(x, dst, cols, ntok)). "q8_sp":
+ * ggml's Q8_0 quants of it (the same numbers prepare_q8_0 makes), 352 bytes per 128 values,
+ * arranged for the kernel (assembly/sparse_ffn.ts explains why not ggml's own q8_0 / q8_1
+ * blocks), made by prepare_q8_sp(x, dst, cols, ntok, mode).
  */
-export type SparseActivationFormat = "f32" | "q8_sp";
+export type SparseActivationFormat = "f32" | "f32_eo" | "q8_sp";
 
 export interface SparseKernel {
   readonly type: GGMLType;
   readonly act: SparseActivationFormat;
-  /** `mode` argument of prepare_q8_sp (unused for f32) */
+  /** the export that prepares the activation (undefined for f32) */
+  readonly prepare: string | undefined;
+  /** `mode` argument of prepare_q8_sp (the others take none) */
   readonly prepareMode: number;
   /** export names */
   readonly gate: string;
@@ -47,11 +51,13 @@ export interface SparseKernel {
   readonly partialMode: number;
 }
 
+export const SPARSE_PREPARE = "prepare_q8_sp";
+
 const KERNELS = new Map<GGMLType, SparseKernel>();
 for (const [type, suffix, act, prepareMode, partialMode] of [
   [GGMLType.F32, "f32", "f32", 0, 0],
-  [GGMLType.F16, "f16", "f32", 0, 0],
-  [GGMLType.BF16, "bf16", "f32", 0, 0],
+  [GGMLType.F16, "f16", "f32_eo", 0, 0],
+  [GGMLType.BF16, "bf16", "f32_eo", 0, 0],
   [GGMLType.Q8_0, "q8_0", "q8_sp", 0, 1],
   [GGMLType.Q4_0, "q4_0", "q8_sp", 1, 2],
   [GGMLType.Q4_1, "q4_1", "q8_sp", 1, 2],
@@ -61,6 +67,7 @@ for (const [type, suffix, act, prepareMode, partialMode] of [
   KERNELS.set(type, {
     type,
     act,
+    prepare: act === "q8_sp" ? SPARSE_PREPARE : act === "f32_eo" ? "prepare_f32_eo" : undefined,
     prepareMode,
     gate: `sparse_gate_${suffix}`,
     upDown: `sparse_updown_${suffix}`,
@@ -70,7 +77,6 @@ for (const [type, suffix, act, prepareMode, partialMode] of [
   });
 }
 
-export const SPARSE_PREPARE = "prepare_q8_sp";
 export const SPARSE_SUM_PARTIALS = "sparse_sum_partials";
 
 export function hasSparseKernel(type: GGMLType): boolean {
@@ -103,7 +109,7 @@ export function sparseRowBytes(type: GGMLType, nEmbd: number): number {
 /** Bytes of one prepared activation row. */
 export function sparseActivationBytes(type: GGMLType, nEmbd: number): number {
   checkWidth(nEmbd);
-  return sparseKernel(type).act === "f32" ? nEmbd * 4 : Math.ceil(nEmbd / 128) * 352;
+  return sparseKernel(type).act === "q8_sp" ? Math.ceil(nEmbd / 128) * 352 : nEmbd * 4;
 }
 
 /**
@@ -160,9 +166,9 @@ export class SparseFFN {
       ffn: pool.fn(k.ffn),
       ffnRun: pool.fn(k.ffnRun),
       sum: pool.fn(SPARSE_SUM_PARTIALS),
-      prepare: k.act === "f32" ? -1 : pool.fn(SPARSE_PREPARE),
+      prepare: k.prepare ? pool.fn(k.prepare) : -1,
     };
-    this.prepareFn = k.act === "f32" ? undefined : pool.kernels[SPARSE_PREPARE];
+    this.prepareFn = k.prepare ? pool.kernels[k.prepare] : undefined;
   }
 
   private input = 0;
