@@ -20,6 +20,7 @@
 import { GGMLType, typeName } from "../format/ggml-types.js";
 import { dequantizeRow, prepareActivation, rowBytes as ggmlRowBytes, vecDot } from "../format/quant.js";
 import type { Arena } from "./arena.js";
+import { prepareKernel } from "./weight-kernels.js";
 import type { ThreadPool } from "./pool.js";
 
 /** Activation kinds, as model_ops.ts ffn_act numbers them. */
@@ -67,7 +68,7 @@ for (const [type, suffix, act, prepareMode, partialMode] of [
   KERNELS.set(type, {
     type,
     act,
-    prepare: act === "q8_sp" ? SPARSE_PREPARE : act === "f32_eo" ? "prepare_f32_eo" : undefined,
+    prepare: act === "q8_sp" ? SPARSE_PREPARE : prepareKernel(act),
     prepareMode,
     gate: `sparse_gate_${suffix}`,
     upDown: `sparse_updown_${suffix}`,

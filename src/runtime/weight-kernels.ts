@@ -25,13 +25,14 @@
  *   kquant.ts  Q4_K, Q5_K, Q6_K  GGUF's own rows (row-copy.ts); the relaxed build's their own blocks
  *
  * Activation formats (see assembly/prepare_q8.ts): "f32_eo" is f32 with each 8 values' even ones
- * first, then its odd ones (for F16 and BF16: assembly/matvec_half.ts); "q8_0" / "q8_1" / "q8_K" are ggml's own block
- * layouts (for kernels that want them); "q8_i16" and "q8_i16n" hold the same quants as ggml's Q8_0
- * / Q8_1 (llama.cpp's x86 rounding) widened to i16 and interleaved 4 blocks at a time for the
- * packed Q8_0 and Q4_0/Q4_1 kernels. The relaxed-SIMD kernel build (wasm.ts) takes "q8_i8n" for
- * Q4_0/Q4_1/Q5_0/Q5_1 instead (the same quants as i8, ordered for its relaxed dots) and "q8_i8s" for Q8_0
- * (magnitudes and signs of the quants apart) and "q8_Ki" for the K-quants (Q8_K's quants
- * interleaved four sub-blocks at a time), and packs Q8_0 and the K-quants its own way. So the table is per build:
+ * first, then its odd ones (for F16 and BF16: assembly/matvec_half.ts); "q8_0" / "q8_1" / "q8_K"
+ * are ggml's own block layouts (for kernels that want them); "q8_i16" and "q8_i16n" hold the same
+ * quants as ggml's Q8_0 / Q8_1 (llama.cpp's x86 rounding) widened to i16 and interleaved 4 blocks
+ * at a time for the packed Q8_0 and Q4_0/Q4_1 kernels. The relaxed-SIMD kernel build (wasm.ts)
+ * takes "q8_i8n" for Q4_0/Q4_1/Q5_0/Q5_1 instead (the same quants as i8, ordered for its relaxed
+ * dots) and "q8_i8s" for Q8_0 (magnitudes and signs of the quants apart) and "q8_Ki" for the
+ * K-quants (Q8_K's quants interleaved four sub-blocks at a time), and packs Q8_0 and the K-quants
+ * its own way. So the table is per build:
  * `weightKernel(type)` answers for the build this process runs.
  */
 import { GGMLType, typeName } from "../format/ggml-types.js";
