@@ -74,8 +74,40 @@
 @inline function bf16Hi(v: v128): v128 {
   return i32x4.shl(i32x4.extend_high_i16x8_u(v), 16);
 }
+// The same 8 values as their even (halfEven) and odd (halfOdd) 4, for kernels whose activations
+// come in that order ("f32_eo": matvec_half.ts explains): read as i32 lanes a v128 holds the odd
+// halves in their lane's top 16 bits and the even ones a shift by 16 away. BF16: an and (clearing
+// the even half under it) or the shift; F16: shifted down arithmetically into f32's fields and
+// masked, times 2^-112 as above. `mask` is halfEoMask(bf)'s.
+const HALF_EO_MASKS = memory.data<u32>(
+  [0x8fffe000, 0x8fffe000, 0x8fffe000, 0x8fffe000, 0xffff0000, 0xffff0000, 0xffff0000, 0xffff0000],
+  16,
+);
+@inline function halfEoMask(bf: bool): v128 {
+  return bf ? v128.load(HALF_EO_MASKS, 16) : v128.load(HALF_EO_MASKS);
+}
+@inline function halfEven(v: v128, bf: bool, mask: v128): v128 {
+  return bf ? i32x4.shl(v, 16) : v128.and(i32x4.shr_s(i32x4.shl(v, 16), 3), mask);
+}
+@inline function halfOdd(v: v128, bf: bool, mask: v128): v128 {
+  return bf ? v128.and(v, mask) : v128.and(i32x4.shr_s(v, 3), mask);
+}
 /** 2^96 and 2^16: F16 activations' and row sums' share of the 2^112 re-bias (f32 range: matvec_half.ts) */
 const F16_X_UP: f32 = 7.922816251426434e28;
 const F16_SUM_UP: f32 = 65536;
 
-export { f16ToF32, f16ToF32Finite, halfLanes, f32ToF16, f16BitsLo, f16BitsHi, bf16Lo, bf16Hi, F16_X_UP, F16_SUM_UP };
+export {
+  f16ToF32,
+  f16ToF32Finite,
+  halfLanes,
+  f32ToF16,
+  f16BitsLo,
+  f16BitsHi,
+  bf16Lo,
+  bf16Hi,
+  halfEoMask,
+  halfEven,
+  halfOdd,
+  F16_X_UP,
+  F16_SUM_UP,
+};

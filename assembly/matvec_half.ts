@@ -23,15 +23,14 @@
 // has FMA; separate ones measured 0.96-0.97x): the two builds agree to rounding, each build's
 // kernels with each other to the bit. BF16 adds with separate multiplies and adds in both builds
 // (fused, its even/odd steps measured 0.78x), so its bits are the same in both.
-import { f16ToF32, F16_SUM_UP } from "./half";
+import { f16ToF32, F16_SUM_UP, halfEoMask, halfEven, halfOdd } from "./half";
 
-// halfLanes' mask, 2^112, 2^96 and BF16's odd-value mask, loaded: written as constants, V8
-// rebuilds each at every use inside a loop (three instructions apiece), loaded once they stay in
-// registers
+// halfLanes' mask, 2^112 and 2^96, loaded: written as constants, V8 rebuilds each at every use
+// inside a loop (three instructions apiece), loaded once they stay in registers
 const HALF_K = memory.data<u32>(
   [
     0x8fffe000, 0x8fffe000, 0x8fffe000, 0x8fffe000, 0x77800000, 0x77800000, 0x77800000, 0x77800000, 0x6f800000,
-    0x6f800000, 0x6f800000, 0x6f800000, 0xffff0000, 0xffff0000, 0xffff0000, 0xffff0000,
+    0x6f800000, 0x6f800000, 0x6f800000,
   ],
   16,
 );
@@ -49,19 +48,6 @@ const HALF_K = memory.data<u32>(
 @inline function step2(a: v128, lo: v128, xl: v128, hi: v128, xh: v128, bf: bool): v128 {
   if (ASC_FEATURE_RELAXED_SIMD && !bf) return f32x4.relaxed_madd(hi, xh, f32x4.relaxed_madd(lo, xl, a));
   return f32x4.add(a, f32x4.add(f32x4.mul(lo, xl), f32x4.mul(hi, xh)));
-}
-
-/** The even (odd) 4 of 8 halves v as f32 lanes (F16: times 2^-112, see the top of the file); `mask` maskOf's. */
-@inline function lo8(v: v128, bf: bool, mask: v128): v128 {
-  return bf ? i32x4.shl(v, 16) : v128.and(i32x4.shr_s(i32x4.shl(v, 16), 3), mask);
-}
-@inline function hi8(v: v128, bf: bool, mask: v128): v128 {
-  return bf ? v128.and(v, mask) : v128.and(i32x4.shr_s(v, 3), mask);
-}
-
-/** The conversion's mask: F16's, or BF16's odd-value mask. */
-@inline function maskOf(bf: bool): v128 {
-  return bf ? v128.load(HALF_K, 48) : v128.load(HALF_K);
 }
 
 /**
@@ -100,18 +86,18 @@ export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void
 
 /**
  * dot of one 16-bit row with one f32 row, in the float order every kernel here uses for a row (its
- * accumulators of 8-value steps, added, their lanes summed, then the tail): a row's bits do not
+ * accumulator of 8-value steps, its lanes summed, then the tail): a row's bits do not
  * depend on which rows it was computed with, so a thread split or a token tile changes nothing.
  */
 @inline function dotRow(w: usize, x: usize, cols: i32, bf: bool): f32 {
-  const mask = maskOf(bf),
+  const mask = halfEoMask(bf),
     up = v128.load(HALF_K, 32);
   let a = f32x4.splat(0);
   let i = 0;
   for (; i + 8 <= cols; i += 8) {
     const xp = x + ((<usize>i) << 2);
     const v = v128.load(w + ((<usize>i) << 1));
-    a = step2(a, lo8(v, bf, mask), actIn(xp, bf, up), hi8(v, bf, mask), actIn(xp + 16, bf, up), bf);
+    a = step2(a, halfEven(v, bf, mask), actIn(xp, bf, up), halfOdd(v, bf, mask), actIn(xp + 16, bf, up), bf);
   }
   let s = rowSum(a, bf);
   for (; i < cols; i++) s += scalar(<u32>load<u16>(w + ((<usize>i) << 1)), bf) * load<f32>(x + ((<usize>i) << 2));
@@ -121,7 +107,7 @@ export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void
 // Four rows from four places at once (rows r + k * quarter of the range): four memory streams in
 // flight, and each activation load (and F16's scaling of it) serves four rows.
 @inline function dotRows4(w: usize, rs: usize, x: usize, y: usize, ys: usize, cols: i32, bf: bool): void {
-  const mask = maskOf(bf),
+  const mask = halfEoMask(bf),
     up = v128.load(HALF_K, 32);
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0),
@@ -134,13 +120,13 @@ export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void
     const xl = actIn(xp, bf, up),
       xh = actIn(xp + 16, bf, up);
     let v = v128.load(wp);
-    a0 = step2(a0, lo8(v, bf, mask), xl, hi8(v, bf, mask), xh, bf);
+    a0 = step2(a0, halfEven(v, bf, mask), xl, halfOdd(v, bf, mask), xh, bf);
     v = v128.load(wp + rs);
-    a1 = step2(a1, lo8(v, bf, mask), xl, hi8(v, bf, mask), xh, bf);
+    a1 = step2(a1, halfEven(v, bf, mask), xl, halfOdd(v, bf, mask), xh, bf);
     v = v128.load(wp + 2 * rs);
-    a2 = step2(a2, lo8(v, bf, mask), xl, hi8(v, bf, mask), xh, bf);
+    a2 = step2(a2, halfEven(v, bf, mask), xl, halfOdd(v, bf, mask), xh, bf);
     v = v128.load(wp + 3 * rs);
-    a3 = step2(a3, lo8(v, bf, mask), xl, hi8(v, bf, mask), xh, bf);
+    a3 = step2(a3, halfEven(v, bf, mask), xl, halfOdd(v, bf, mask), xh, bf);
   }
   let s0 = rowSum(a0, bf),
     s1 = rowSum(a1, bf),
@@ -182,7 +168,7 @@ export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void
   const rb = (<usize>cols) << 1,
     xs = (<usize>cols) << 2,
     ys = (<usize>rows) << 2;
-  const mask = maskOf(bf),
+  const mask = halfEoMask(bf),
     bias = v128.load(HALF_K, 16);
   const TT = 4; // tokens per tile
   for (let r = r0; r < r1; r++) {
@@ -201,8 +187,12 @@ export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void
       let i = 0;
       for (; i + 8 <= cols; i += 8) {
         const v = v128.load(wr + ((<usize>i) << 1));
-        const lo = bf ? lo8(v, bf, mask) : f32x4.mul(lo8(v, bf, mask), bias),
-          hi = bf ? hi8(v, bf, mask) : f32x4.mul(hi8(v, bf, mask), bias);
+        let lo = halfEven(v, bf, mask),
+          hi = halfOdd(v, bf, mask);
+        if (!bf) {
+          lo = f32x4.mul(lo, bias);
+          hi = f32x4.mul(hi, bias);
+        }
         const o = (<usize>i) << 2;
         a0 = step2(a0, lo, v128.load(x0 + o), hi, v128.load(x0 + o, 16), bf);
         a1 = step2(a1, lo, v128.load(x1 + o), hi, v128.load(x1 + o, 16), bf);

@@ -64,7 +64,19 @@
 // the slot's vectors are loaded and stored once per four columns.
 
 import { gelu, silu } from "./activation_math";
-import { bf16Hi, bf16Lo, f16BitsHi, f16BitsLo, f16ToF32Finite, f32ToF16, F16_SUM_UP, F16_X_UP } from "./half";
+import {
+  bf16Hi,
+  bf16Lo,
+  f16BitsHi,
+  f16BitsLo,
+  f16ToF32Finite,
+  f32ToF16,
+  F16_SUM_UP,
+  F16_X_UP,
+  halfEoMask,
+  halfEven,
+  halfOdd,
+} from "./half";
 import { Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
 import { Q4_MASKS } from "./packed_layout";
 import { pin, pin2 } from "./schedule_pin";
@@ -89,7 +101,7 @@ const Q5_1_BS: usize = 24; // d, m, qh, nibbles
 const CONSTS = memory.data<u32>(
   [
     0x8fffffff, 0x8fffffff, 0x8fffffff, 0x8fffffff, 0x77800000, 0x77800000, 0x77800000, 0x77800000, 0x8fffe000,
-    0x8fffe000, 0x8fffe000, 0x8fffe000, 0xffff0000, 0xffff0000, 0xffff0000, 0xffff0000,
+    0x8fffe000, 0x8fffe000, 0x8fffe000,
   ],
   16,
 );
@@ -502,18 +514,9 @@ const Q5_BITS = memory.data<u32>([0x08040201, 0x80402010, 0x08040201, 0x80402010
 @inline function halfHi(bf: bool, w: v128, mask: v128): v128 {
   return bf ? bf16Hi(w) : f16BitsHi(w, mask);
 }
-// The gate and up dots take each 8 values as their even and odd 4 (as matvec_half.ts does, with
-// its mask from dotMask), against x prepared in that order ("f32_eo"): fewer instructions than
-// halfLo/halfHi, which the down columns keep (their sums land in y in the natural order).
-@inline function halfEven(bf: bool, w: v128, mask: v128): v128 {
-  return bf ? i32x4.shl(w, 16) : v128.and(i32x4.shr_s(i32x4.shl(w, 16), 3), mask);
-}
-@inline function halfOdd(bf: bool, w: v128, mask: v128): v128 {
-  return bf ? v128.and(w, mask) : v128.and(i32x4.shr_s(w, 3), mask);
-}
-@inline function dotMask(bf: bool): v128 {
-  return bf ? v128.load(CONSTS, 48) : v128.load(CONSTS, 32);
-}
+// The gate and up dots take each 8 values as their even and odd 4 (half.ts's halfEven /
+// halfOdd, as matvec_half.ts), against x prepared in that order ("f32_eo"): fewer instructions
+// than halfLo/halfHi, which the down columns keep (their sums land in y in the natural order).
 // halfLo/halfHi's F16 lanes times 2^112: the weights' values (for the down columns, whose
 // multiplier h is not shared: moving 2^112 onto it could overflow)
 @inline function halfW(bf: bool, v: v128, bias: v128): v128 {
@@ -525,7 +528,7 @@ const Q5_BITS = memory.data<u32>([0x08040201, 0x80402010, 0x08040201, 0x80402010
 }
 
 @inline function dotHalf(bf: bool, a: usize, x: usize, n: i32): f32 {
-  const mask = dotMask(bf),
+  const mask = halfEoMask(bf),
     up = f32x4.splat(F16_X_UP);
   let s0 = f32x4.splat(0),
     s1 = f32x4.splat(0);
@@ -533,10 +536,10 @@ const Q5_BITS = memory.data<u32>([0x08040201, 0x80402010, 0x08040201, 0x80402010
   for (; x < end; x += 64) {
     const w0 = v128.load(a),
       w1 = v128.load(a, 16);
-    s0 = f32x4.add(s0, f32x4.mul(halfEven(bf, w0, mask), halfX(bf, x, up)));
-    s1 = f32x4.add(s1, f32x4.mul(halfOdd(bf, w0, mask), halfX(bf, x + 16, up)));
-    s0 = f32x4.add(s0, f32x4.mul(halfEven(bf, w1, mask), halfX(bf, x + 32, up)));
-    s1 = f32x4.add(s1, f32x4.mul(halfOdd(bf, w1, mask), halfX(bf, x + 48, up)));
+    s0 = f32x4.add(s0, f32x4.mul(halfEven(w0, bf, mask), halfX(bf, x, up)));
+    s1 = f32x4.add(s1, f32x4.mul(halfOdd(w0, bf, mask), halfX(bf, x + 16, up)));
+    s0 = f32x4.add(s0, f32x4.mul(halfEven(w1, bf, mask), halfX(bf, x + 32, up)));
+    s1 = f32x4.add(s1, f32x4.mul(halfOdd(w1, bf, mask), halfX(bf, x + 48, up)));
     a += 32;
   }
   const s = hsum(f32x4.add(s0, s1));
@@ -545,7 +548,7 @@ const Q5_BITS = memory.data<u32>([0x08040201, 0x80402010, 0x08040201, 0x80402010
 
 // dotHalf of the rows at a and b (lanes 0 and 1), streamed at once: two reads in flight.
 @inline function dotHalf2(bf: bool, a: usize, b: usize, x: usize, n: i32): v128 {
-  const mask = dotMask(bf),
+  const mask = halfEoMask(bf),
     up = f32x4.splat(F16_X_UP);
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0),
@@ -557,18 +560,18 @@ const Q5_BITS = memory.data<u32>([0x08040201, 0x80402010, 0x08040201, 0x80402010
       wb0 = v128.load(b);
     const x0 = halfX(bf, x, up),
       x1 = halfX(bf, x + 16, up);
-    a0 = f32x4.add(a0, f32x4.mul(halfEven(bf, wa0, mask), x0));
-    b0 = f32x4.add(b0, f32x4.mul(halfEven(bf, wb0, mask), x0));
-    a1 = f32x4.add(a1, f32x4.mul(halfOdd(bf, wa0, mask), x1));
-    b1 = f32x4.add(b1, f32x4.mul(halfOdd(bf, wb0, mask), x1));
+    a0 = f32x4.add(a0, f32x4.mul(halfEven(wa0, bf, mask), x0));
+    b0 = f32x4.add(b0, f32x4.mul(halfEven(wb0, bf, mask), x0));
+    a1 = f32x4.add(a1, f32x4.mul(halfOdd(wa0, bf, mask), x1));
+    b1 = f32x4.add(b1, f32x4.mul(halfOdd(wb0, bf, mask), x1));
     const wa1 = v128.load(a, 16),
       wb1 = v128.load(b, 16);
     const x2 = halfX(bf, x + 32, up),
       x3 = halfX(bf, x + 48, up);
-    a0 = f32x4.add(a0, f32x4.mul(halfEven(bf, wa1, mask), x2));
-    b0 = f32x4.add(b0, f32x4.mul(halfEven(bf, wb1, mask), x2));
-    a1 = f32x4.add(a1, f32x4.mul(halfOdd(bf, wa1, mask), x3));
-    b1 = f32x4.add(b1, f32x4.mul(halfOdd(bf, wb1, mask), x3));
+    a0 = f32x4.add(a0, f32x4.mul(halfEven(wa1, bf, mask), x2));
+    b0 = f32x4.add(b0, f32x4.mul(halfEven(wb1, bf, mask), x2));
+    a1 = f32x4.add(a1, f32x4.mul(halfOdd(wa1, bf, mask), x3));
+    b1 = f32x4.add(b1, f32x4.mul(halfOdd(wb1, bf, mask), x3));
     a += 32;
     b += 32;
   }

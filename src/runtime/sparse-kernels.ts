@@ -142,7 +142,7 @@ export class SparseFFN {
   /** the per-thread partial slots */
   readonly partials: number;
   private readonly args = new Int32Array(12);
-  private readonly fn: { gate: number; upDown: number; ffn: number; ffnRun: number; sum: number; prepare: number };
+  private readonly fn: { gate: number; upDown: number; ffn: number; ffnRun: number; sum: number };
   private readonly prepareFn: ((...a: number[]) => number) | undefined;
   private slotsUsed = 0;
   private preparedCols = -1;
@@ -167,7 +167,6 @@ export class SparseFFN {
       ffn: pool.fn(k.ffn),
       ffnRun: pool.fn(k.ffnRun),
       sum: pool.fn(SPARSE_SUM_PARTIALS),
-      prepare: k.prepare ? pool.fn(k.prepare) : -1,
     };
     this.prepareFn = k.prepare ? pool.kernels[k.prepare] : undefined;
   }
