@@ -176,12 +176,20 @@ const kernels = new Map<KernelBuild, KernelExports>(
 );
 const maxRows = Math.max(32000, ...shapes.map((s) => s[0]));
 const maxCols = Math.max(...shapes.map((s) => s[1]), 2048);
-const xPtr = arena.alloc(NTOK * maxCols * 4);
-const actPtr = arena.alloc(NTOK * Math.ceil(maxCols / 128) * 304 + 64); // the widest format
-const yPtr = arena.alloc(NTOK * maxRows * 4);
 const REGION = COLD_BYTES + (256 << 20);
-const wPtr = arena.alloc(REGION, 4096);
-arena.u8(wPtr, REGION).fill(1); // fault every page in now, not inside a timed round
+const ACT_BYTES = NTOK * Math.ceil(maxCols / 128) * 304 + 64; // the widest format
+/** The bench's buffers in `ar`, at the same addresses in any fresh arena: x, its prepared form, y, the weights. */
+function buffers(ar: Arena) {
+  const p = {
+    xPtr: ar.alloc(NTOK * maxCols * 4),
+    actPtr: ar.alloc(ACT_BYTES),
+    yPtr: ar.alloc(NTOK * maxRows * 4),
+    wPtr: ar.alloc(REGION, 4096),
+  };
+  ar.u8(p.wPtr, REGION).fill(1); // fault every page in now, not inside a timed round
+  return p;
+}
+const { xPtr, actPtr, yPtr, wPtr } = buffers(arena);
 {
   const x = arena.f32(xPtr, NTOK * maxCols);
   for (let i = 0; i < x.length; i++) x[i] = Math.sin(i * 0.37) * 2;
@@ -251,20 +259,28 @@ async function probeThreads(threads: number): Promise<number> {
   }
 }
 
-/** A/B mode (KERNELS_WASM_B): the median over `rounds` of B's GMAC/s over A's, cold and hot; whether their outputs have the same bits. */
+/**
+ * A/B mode (KERNELS_WASM_B): the median over `rounds` of B's GMAC/s over A's, cold and hot; whether
+ * their outputs have the same bits. B runs in bArena, laid out as A's (buffers()).
+ */
 function abRounds(
   type: GGMLType,
   rows: number,
   cols: number,
   build: KernelBuild,
   b: KernelExports,
+  bArena: Arena,
   rounds: number,
 ): void {
   const a = kernels.get(build)!;
   const { wk, stride, copies, xa } = packedCopies(type, rows, cols, build, a, 1);
+  // B's memory gets the same weights and activation at the same addresses
+  bArena.u8(wPtr, copies * stride).set(arena.u8(wPtr, copies * stride));
+  bArena.u8(actPtr, ACT_BYTES).set(arena.u8(actPtr, ACT_BYTES));
+  bArena.u8(xPtr, cols * 4).set(arena.u8(xPtr, cols * 4));
   const out = (k: KernelExports) => {
     k[wk.matvec](wPtr, xa, yPtr, rows, cols, 0, rows);
-    return arena.f32(yPtr, rows).slice();
+    return (k === b ? bArena : arena).f32(yPtr, rows).slice();
   };
   const ya = out(a),
     yb = out(b);
@@ -292,12 +308,18 @@ function abRounds(
 
 if (process.env.KERNELS_WASM_B) {
   const build = builds[0];
-  const b = instantiateKernels(arena.memory, new WebAssembly.Module(readFileSync(process.env.KERNELS_WASM_B)));
+  // B in a memory of its own: a module's constants are data it places at fixed addresses when
+  // instantiated, so B in A's memory would overwrite A's with its own wherever their layouts differ
+  const bArena = new Arena(64 << 20);
+  const bPtrs = buffers(bArena);
+  for (const [name, p] of Object.entries({ xPtr, actPtr, yPtr, wPtr }))
+    if (bPtrs[name as keyof typeof bPtrs] !== p) throw new Error(`A/B: B's ${name} is not A's`);
+  const b = instantiateKernels(bArena.memory, new WebAssembly.Module(readFileSync(process.env.KERNELS_WASM_B)));
   const rounds = Number(arg("rounds", "9"));
   console.log(
     `A/B, one thread, node ${process.version}: A ${process.env.KERNELS_WASM}, B ${process.env.KERNELS_WASM_B}; GMAC/s per CPU second, ${rounds} rounds in turn`,
   );
-  for (const type of types) for (const [rows, cols] of shapes) abRounds(type, rows, cols, build, b, rounds);
+  for (const type of types) for (const [rows, cols] of shapes) abRounds(type, rows, cols, build, b, bArena, rounds);
   process.exit(0);
 }
 
