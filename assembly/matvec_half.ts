@@ -25,13 +25,10 @@
 // (fused, its even/odd steps measured 0.78x), so its bits are the same in both.
 import { f16ToF32, F16_SUM_UP, halfEoMask, halfEven, halfOdd } from "./half";
 
-// halfLanes' mask, 2^112 and 2^96, loaded: written as constants, V8 rebuilds each at every use
-// inside a loop (three instructions apiece), loaded once they stay in registers
+// 2^112 and 2^96, loaded: written as constants, V8 rebuilds each at every use inside a loop
+// (three instructions apiece), loaded once they stay in registers (the F16 mask: half.ts's halfEoMask)
 const HALF_K = memory.data<u32>(
-  [
-    0x8fffe000, 0x8fffe000, 0x8fffe000, 0x8fffe000, 0x77800000, 0x77800000, 0x77800000, 0x77800000, 0x6f800000,
-    0x6f800000, 0x6f800000, 0x6f800000,
-  ],
+  [0x77800000, 0x77800000, 0x77800000, 0x77800000, 0x6f800000, 0x6f800000, 0x6f800000, 0x6f800000],
   16,
 );
 
@@ -91,7 +88,7 @@ export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void
  */
 @inline function dotRow(w: usize, x: usize, cols: i32, bf: bool): f32 {
   const mask = halfEoMask(bf),
-    up = v128.load(HALF_K, 32);
+    up = v128.load(HALF_K, 16);
   let a = f32x4.splat(0);
   let i = 0;
   for (; i + 8 <= cols; i += 8) {
@@ -108,7 +105,7 @@ export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void
 // flight, and each activation load (and F16's scaling of it) serves four rows.
 @inline function dotRows4(w: usize, rs: usize, x: usize, y: usize, ys: usize, cols: i32, bf: bool): void {
   const mask = halfEoMask(bf),
-    up = v128.load(HALF_K, 32);
+    up = v128.load(HALF_K, 16);
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0),
     a2 = f32x4.splat(0),
@@ -169,7 +166,7 @@ export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void
     xs = (<usize>cols) << 2,
     ys = (<usize>rows) << 2;
   const mask = halfEoMask(bf),
-    bias = v128.load(HALF_K, 16);
+    bias = v128.load(HALF_K);
   const TT = 4; // tokens per tile
   for (let r = r0; r < r1; r++) {
     const wr = w + <usize>r * rb;
