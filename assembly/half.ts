@@ -5,10 +5,26 @@
 // re-biases the exponent (15 -> 127) by one exact multiplication by 2^112, which is right for
 // normals, subnormals and zeros alike.
 
+// The bit patterns every f16 / bf16 conversion here uses, defined once.
+/** 2^112 as f32 bits: the multiplier that re-biases a half's exponent (15) to f32's (127) */
+const F16_REBIAS_BITS: u32 = 0x77800000;
+/** 2^96 as f32 bits: F16_X_UP's */
+const F16_X_UP_BITS: u32 = 0x6f800000;
+/**
+ * A half in a lane's high 16 bits, shifted right arithmetically by 3: this keeps its sign and its
+ * 15 exponent and mantissa bits in f32's places (the sign spread over bits 28-30 cleared) and
+ * clears the 13 bits below, where the lane's low half would land.
+ */
+const F16_FIELDS: u32 = 0x8fffe000;
+/** F16_FIELDS without clearing the 13 low bits: for a lane whose low 16 bits are zero (they stay zero) */
+const F16_FIELDS_WIDE: u32 = 0x8fffffff;
+/** a bf16 in a lane's high 16 bits, the low half cleared */
+const BF16_FIELDS: u32 = 0xffff0000;
+
 /** f16 bits -> f32, exact for every finite half (subnormals included), inf and NaN kept. */
 @inline function f16ToF32(h: u32): f32 {
   const b = (h & 0x7fff) << 13;
-  let f = reinterpret<f32>(b) * reinterpret<f32>(0x77800000); // * 2^112 re-biases the exponent
+  let f = reinterpret<f32>(b) * reinterpret<f32>(F16_REBIAS_BITS); // * 2^112 re-biases the exponent
   if ((h & 0x7c00) == 0x7c00) f = reinterpret<f32>(b | 0x7f800000);
   return h & 0x8000 ? -f : f;
 }
@@ -18,12 +34,12 @@
  * no sane weight scale holds, come out finite.
  */
 @inline function f16ToF32Finite(h: u32): f32 {
-  return reinterpret<f32>(((<i32>(h << 16)) >> 3) & 0x8fffffff) * reinterpret<f32>(0x77800000); // * 2^112
+  return reinterpret<f32>(((<i32>(h << 16)) >> 3) & F16_FIELDS_WIDE) * reinterpret<f32>(F16_REBIAS_BITS); // * 2^112
 }
 
 /** 4 sign-extended f16 values in i32 lanes -> f32x4 (exact for finite halves). */
 @inline function halfLanes(e: v128): v128 {
-  return f32x4.mul(v128.and(i32x4.shl(e, 13), i32x4.splat(0x8fffe000)), f32x4.splat(reinterpret<f32>(0x77800000)));
+  return f32x4.mul(v128.and(i32x4.shl(e, 13), i32x4.splat(F16_FIELDS)), f32x4.splat(reinterpret<f32>(F16_REBIAS_BITS)));
 }
 
 /** f32 -> f16 bits, rounding to nearest even (as GGML_FP32_TO_FP16), exact for subnormals. */
@@ -51,11 +67,42 @@
   return sign | h;
 }
 
+// The same patterns as v128s for the SIMD conversions, loaded from memory: V8 rematerializes a
+// v128.const at every use inside a loop (three instructions apiece), a loaded value stays in a
+// register.
+// prettier-ignore
+const HALF_V128 = memory.data<u32>(
+  [
+    F16_FIELDS, F16_FIELDS, F16_FIELDS, F16_FIELDS, // 0
+    BF16_FIELDS, BF16_FIELDS, BF16_FIELDS, BF16_FIELDS, // 16
+    F16_FIELDS_WIDE, F16_FIELDS_WIDE, F16_FIELDS_WIDE, F16_FIELDS_WIDE, // 32
+    F16_REBIAS_BITS, F16_REBIAS_BITS, F16_REBIAS_BITS, F16_REBIAS_BITS, // 48
+    F16_X_UP_BITS, F16_X_UP_BITS, F16_X_UP_BITS, F16_X_UP_BITS, // 64
+  ],
+  16,
+);
+/** F16_FIELDS in each lane */
+@inline function f16Fields(): v128 {
+  return v128.load(HALF_V128);
+}
+/** F16_FIELDS_WIDE in each lane */
+@inline function f16FieldsWide(): v128 {
+  return v128.load(HALF_V128, 32);
+}
+/** 2^112 in each lane */
+@inline function f16Rebias(): v128 {
+  return v128.load(HALF_V128, 48);
+}
+/** 2^96 (F16_X_UP) in each lane */
+@inline function f16XUp(): v128 {
+  return v128.load(HALF_V128, 64);
+}
+
 // Eight 16-bit values in a v128, their low (Lo) or high (Hi) four as f32x4, for the sparse F16 /
 // BF16 kernels (sparse_ffn.ts; the dense ones in matvec_half.ts take each 8 values as their even
-// and odd 4 instead). F16: the value times 2^-112 (`mask` = 0x8fffe000 in each lane, as
-// halfLanes'), exact for finite halves; the 2^112 is the caller's to apply, on the weights or on
-// the activations (times F16_X_UP as loaded, the sum times F16_SUM_UP). The halves go into the
+// and odd 4 instead). F16: the value times 2^-112 (`mask` = f16Fields(), F16_FIELDS as in
+// halfLanes), exact for finite halves; the 2^112 is the caller's to apply, on the weights or on the
+// activations (times F16_X_UP as loaded, the sum times F16_SUM_UP). The halves go into the
 // high 16 bits of i32 lanes by one interleave with zeros (punpcklwd / punpckhwd on x86: a widening
 // takes one instruction for the low half and two for the high) and shift down into f32's fields:
 // the same bits as a widening and a left shift, F16 matvec 1.11-1.18x. BF16 keeps its widening
@@ -79,12 +126,8 @@
 // halves in their lane's top 16 bits and the even ones a shift by 16 away. BF16: an and (clearing
 // the even half under it) or the shift; F16: shifted down arithmetically into f32's fields and
 // masked, times 2^-112 as above. `mask` is halfEoMask(bf)'s.
-const HALF_EO_MASKS = memory.data<u32>(
-  [0x8fffe000, 0x8fffe000, 0x8fffe000, 0x8fffe000, 0xffff0000, 0xffff0000, 0xffff0000, 0xffff0000],
-  16,
-);
 @inline function halfEoMask(bf: bool): v128 {
-  return bf ? v128.load(HALF_EO_MASKS, 16) : v128.load(HALF_EO_MASKS);
+  return bf ? v128.load(HALF_V128, 16) : f16Fields();
 }
 @inline function halfEven(v: v128, bf: bool, mask: v128): v128 {
   return bf ? i32x4.shl(v, 16) : v128.and(i32x4.shr_s(i32x4.shl(v, 16), 3), mask);
@@ -93,7 +136,7 @@ const HALF_EO_MASKS = memory.data<u32>(
   return bf ? v128.and(v, mask) : v128.and(i32x4.shr_s(v, 3), mask);
 }
 /** 2^96 and 2^16: F16 activations' and row sums' share of the 2^112 re-bias (f32 range: matvec_half.ts) */
-const F16_X_UP: f32 = 7.922816251426434e28;
+const F16_X_UP: f32 = 7.922816251426434e28; // F16_X_UP_BITS
 const F16_SUM_UP: f32 = 65536;
 
 export {
@@ -105,6 +148,10 @@ export {
   f16BitsHi,
   bf16Lo,
   bf16Hi,
+  f16Fields,
+  f16FieldsWide,
+  f16Rebias,
+  f16XUp,
   halfEoMask,
   halfEven,
   halfOdd,

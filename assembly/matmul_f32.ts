@@ -3,13 +3,7 @@
 // Tiles of 4 rows x 2 tokens: each weight load serves two tokens and each activation load four
 // rows, with 8 independent accumulators to cover the f32 add latency.
 
-@inline function hsum(v: v128): f32 {
-  return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
-}
-
-@inline function fma4(acc: v128, a: v128, b: v128): v128 {
-  return f32x4.add(acc, f32x4.mul(a, b));
-}
+import { fma4, hsum } from "./lanes";
 
 @inline function dot1(row: usize, x: usize, cols: i32): f32 {
   let a = f32x4.splat(0),

@@ -36,7 +36,8 @@ import {
   r5_1_t2,
   r5_1_t3,
 } from "./matmul_q4_relaxed";
-import { CHUNK, hsum, put, Q4_MASKS, q4GroupBytes, q4PairScales, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
+import { hsum } from "./lanes";
+import { CHUNK, put, Q4_MASKS, q4GroupBytes, q4PairScales, Q8_I16N_GB, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 import { pairQ4 } from "./matvec_q4";
 

@@ -15,7 +15,8 @@
 // is bit for bit what matvec_q4_0/_1 gives for it alone in either build.
 
 import { dotLoHi, Q4_RELAXED_CONSTS, q5Hi, q5Lo } from "./matvec_q4_relaxed";
-import { hsum, put, q4GroupBytes, q4PairScales, Q8_I8N_GB } from "./packed_layout";
+import { hsum } from "./lanes";
+import { put, q4GroupBytes, q4PairScales, Q8_I8N_GB } from "./packed_layout";
 import { q4_0Group, q4_1Group } from "./q4_group";
 import { pin2 } from "./schedule_pin";
 

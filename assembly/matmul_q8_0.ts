@@ -19,7 +19,8 @@
 // sums, same float order: the same bits as the decode kernels of both builds.
 
 import { q8Ones, step8 } from "./matvec_q8_0_relaxed";
-import { CHUNK, hsum, put, Q8_GB, Q8_I16_GB, Q8_I8S_GB } from "./packed_layout";
+import { hsum } from "./lanes";
+import { CHUNK, put, Q8_GB, Q8_I16_GB, Q8_I8S_GB } from "./packed_layout";
 import { pin2 } from "./schedule_pin";
 
 // activation bytes per group: the relaxed build reads its own q8_i8s

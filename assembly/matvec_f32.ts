@@ -6,13 +6,7 @@
 // been slower than one ("Kernel variants measured"). Two accumulators a row (eight chains in
 // flight hide the f32 add latency; SIMD128 has no fused multiply-add outside relaxed SIMD).
 
-@inline function hsum(v: v128): f32 {
-  return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
-}
-
-@inline function fma4(acc: v128, a: v128, b: v128): v128 {
-  return f32x4.add(acc, f32x4.mul(a, b));
-}
+import { fma4, hsum } from "./lanes";
 
 // Row r's dot from its two accumulators (columns 8i..8i+3 and 8i+4..8i+7) and the tail past them:
 // the one order every F32 row is summed in, whichever stream it was in.

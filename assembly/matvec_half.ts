@@ -23,19 +23,8 @@
 // has FMA; separate ones measured 0.96-0.97x): the two builds agree to rounding, each build's
 // kernels with each other to the bit. BF16 adds with separate multiplies and adds in both builds
 // (fused, its even/odd steps measured 0.78x), so its bits are the same in both.
-import { f16ToF32, F16_SUM_UP, halfEoMask, halfEven, halfOdd } from "./half";
-
-// 2^112 and 2^96, loaded: written as constants, V8 rebuilds each at every use inside a loop
-// (three instructions apiece), loaded once they stay in registers (the F16 mask: half.ts's halfEoMask)
-const HALF_K = memory.data<u32>(
-  [0x77800000, 0x77800000, 0x77800000, 0x77800000, 0x6f800000, 0x6f800000, 0x6f800000, 0x6f800000],
-  16,
-);
-
-@inline function hsum(v: v128): f32 {
-  const a = f32x4.add(v, i32x4.shuffle(v, v, 2, 3, 0, 1));
-  return f32x4.extract_lane(f32x4.add(a, i32x4.shuffle(a, a, 1, 0, 3, 2)), 0);
-}
+import { f16Rebias, f16ToF32, f16XUp, F16_SUM_UP, halfEoMask, halfEven, halfOdd } from "./half";
+import { hsumPairs } from "./lanes";
 
 @inline function scalar(h: u32, bf: bool): f32 {
   return bf ? reinterpret<f32>(h << 16) : f16ToF32(h); // the tails: exact, inf and NaN kept
@@ -75,7 +64,7 @@ export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void
 
 /** A row's sum from its accumulator, back to scale. */
 @inline function rowSum(a: v128, bf: bool): f32 {
-  return bf ? hsum(a) : hsum(a) * F16_SUM_UP;
+  return bf ? hsumPairs(a) : hsumPairs(a) * F16_SUM_UP;
 }
 
 // A row keeps one accumulator: two for F16 spilled (0.74x); BF16's two, fused, had run 1.09-1.19x
@@ -88,7 +77,7 @@ export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void
  */
 @inline function dotRow(w: usize, x: usize, cols: i32, bf: bool): f32 {
   const mask = halfEoMask(bf),
-    up = v128.load(HALF_K, 16);
+    up = f16XUp();
   let a = f32x4.splat(0);
   let i = 0;
   for (; i + 8 <= cols; i += 8) {
@@ -105,7 +94,7 @@ export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void
 // flight, and each activation load (and F16's scaling of it) serves four rows.
 @inline function dotRows4(w: usize, rs: usize, x: usize, y: usize, ys: usize, cols: i32, bf: bool): void {
   const mask = halfEoMask(bf),
-    up = v128.load(HALF_K, 16);
+    up = f16XUp();
   let a0 = f32x4.splat(0),
     a1 = f32x4.splat(0),
     a2 = f32x4.splat(0),
@@ -166,7 +155,7 @@ export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void
     xs = (<usize>cols) << 2,
     ys = (<usize>rows) << 2;
   const mask = halfEoMask(bf),
-    bias = v128.load(HALF_K);
+    bias = f16Rebias();
   const TT = 4; // tokens per tile
   for (let r = r0; r < r1; r++) {
     const wr = w + <usize>r * rb;
@@ -197,10 +186,10 @@ export function prepare_f32_eo(x: usize, dst: usize, cols: i32, ntok: i32): void
         a3 = step2(a3, lo, v128.load(x3 + o), hi, v128.load(x3 + o, 16), bf);
       }
       // (F16: the weights were scaled, not the activations: its rowSum's 2^16 does not apply)
-      let s0 = hsum(a0),
-        s1 = hsum(a1),
-        s2 = hsum(a2),
-        s3 = hsum(a3);
+      let s0 = hsumPairs(a0),
+        s1 = hsumPairs(a1),
+        s2 = hsumPairs(a2),
+        s3 = hsumPairs(a3);
       for (; i < cols; i++) {
         const wv = scalar(<u32>load<u16>(wr + ((<usize>i) << 1)), bf);
         const o = (<usize>i) << 2;

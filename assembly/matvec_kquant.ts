@@ -26,6 +26,7 @@
 // Q5_K and Q6_K blocks below do.
 
 import { f16ToF32Finite } from "./half";
+import { hsumPairs } from "./lanes";
 import { dotLoHi, dotw, q5Hi, q5Lo } from "./matvec_q4_relaxed";
 import { pin, pin2 } from "./schedule_pin";
 
@@ -33,11 +34,6 @@ const Q4K: usize = 144;
 const Q5K: usize = 176;
 const Q6K: usize = 210;
 const Q8K: usize = 292;
-
-@inline function hsum(v: v128): f32 {
-  const a = f32x4.add(v, i32x4.shuffle(v, v, 2, 3, 0, 1));
-  return f32x4.extract_lane(f32x4.add(a, i32x4.shuffle(a, a, 1, 0, 3, 2)), 0);
-}
 
 // scalesMins' constants, loaded rather than written as constants (V8 rebuilds a v128.const at
 // every use): +0 and +16 the masks m1, m2, +32 0x30 bytes
@@ -162,7 +158,7 @@ const K_NIB = memory.data<u8>(
     const sm = scalesMins(wb + 4);
     acc = finishK(acc, wb, xb, intQ4K(wb, xb, sm), minsDot(sm, xb), <f32>1.0 / 256.0);
   }
-  return hsum(acc);
+  return hsumPairs(acc);
 }
 
 /** Two rows against one activation row: each shaped activation vector serves both rows. */
@@ -238,8 +234,8 @@ const K_NIB = memory.data<u8>(
     acc0 = finishK(acc0, wb0, xb, is0, minsDot(sm0, xb), <f32>1.0 / 256.0);
     acc1 = finishK(acc1, wb1, xb, is1, minsDot(sm1, xb), <f32>1.0 / 256.0);
   }
-  store<f32>(y0, hsum(acc0));
-  store<f32>(y1, hsum(acc1));
+  store<f32>(y0, hsumPairs(acc0));
+  store<f32>(y1, hsumPairs(acc1));
 }
 
 /** One row against two activation rows: each masked weight vector serves both tokens. */
@@ -303,8 +299,8 @@ const K_NIB = memory.data<u8>(
     acc0 = finishK(acc0, wb, xb0, is0, minsDot(sm, xb0), <f32>1.0 / 256.0);
     acc1 = finishK(acc1, wb, xb1, is1, minsDot(sm, xb1), <f32>1.0 / 256.0);
   }
-  store<f32>(y0, hsum(acc0));
-  store<f32>(y1, hsum(acc1));
+  store<f32>(y0, hsumPairs(acc0));
+  store<f32>(y1, hsumPairs(acc1));
 }
 
 // The relaxed build's Q4_K (src/runtime/weight-kernels/kquant.ts packs it; prepare_q8k.ts makes
@@ -441,8 +437,8 @@ const Q8KI: usize = 320;
     acca = finishQ4Ki(acca, ha0, ha1, ba, xb);
     accc = finishQ4Ki(accc, hc0, hc1, bc, xb);
   }
-  store<f32>(ya, hsum(acca));
-  store<f32>(yc, hsum(accc));
+  store<f32>(ya, hsumPairs(acca));
+  store<f32>(yc, hsumPairs(accc));
 }
 
 /** One row against two q8_Ki rows (x0, x1): each unpacked weight vector serves both tokens. */
@@ -527,8 +523,8 @@ const Q8KI: usize = 320;
     acc0 = finishQ4Ki(acc0, a0, a1, wb, xa);
     acc1 = finishQ4Ki(acc1, c0, c1, wb, xc);
   }
-  store<f32>(y0, hsum(acc0));
-  store<f32>(y1, hsum(acc1));
+  store<f32>(y0, hsumPairs(acc0));
+  store<f32>(y1, hsumPairs(acc1));
 }
 
 @inline function dotQ4Ki(w: usize, x: usize, nb: usize): f32 {
@@ -538,7 +534,7 @@ const Q8KI: usize = 320;
     acc = blockQ4Ki(acc, w + b * Q4KI, x + b * Q8KI, m);
     pin(acc);
   }
-  return hsum(acc);
+  return hsumPairs(acc);
 }
 
 /** y[r] = W[r,:] . x for r in [r0, r1); W Q4_K (GGUF layout; relaxed build: its own), x one Q8_K row (relaxed: q8_Ki). */
@@ -675,7 +671,7 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
       f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16ToF32Finite(<u32>load<u16>(wb + 208)) * load<f32>(xb))),
     );
   }
-  return hsum(acc);
+  return hsumPairs(acc);
 }
 
 /** One row against two activation rows: each unpacked 6-bit group serves both tokens. */
@@ -727,8 +723,8 @@ export function matmul_q4_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
       f32x4.mul(f32x4.convert_i32x4_s(offsetQ6K(is1, wb, xb1 + 260)), f32x4.splat(d * load<f32>(xb1))),
     );
   }
-  store<f32>(y0, hsum(acc0));
-  store<f32>(y1, hsum(acc1));
+  store<f32>(y0, hsumPairs(acc0));
+  store<f32>(y1, hsumPairs(acc1));
 }
 
 // The relaxed build's Q6_K (src/runtime/weight-kernels/kquant.ts packs it; "q8_Ki" activations
@@ -833,7 +829,7 @@ const Q6KI: usize = 212;
     pin(isum);
     acc = finishQ6Ki(acc, isum, wb, xb);
   }
-  return hsum(acc);
+  return hsumPairs(acc);
 }
 
 /** Rows at wa and wc (two weight streams) against one q8_Ki row, quad by quad. */
@@ -868,8 +864,8 @@ const Q6KI: usize = 212;
     acca = finishQ6Ki(acca, isa, ba, xb);
     accc = finishQ6Ki(accc, isc, bc, xb);
   }
-  store<f32>(ya, hsum(acca));
-  store<f32>(yc, hsum(accc));
+  store<f32>(ya, hsumPairs(acca));
+  store<f32>(yc, hsumPairs(accc));
 }
 
 /** One row against two q8_Ki rows (x0, x1): each unpacked quad serves both tokens. */
@@ -940,8 +936,8 @@ const Q6KI: usize = 212;
     acc0 = finishQ6Ki(acc0, is0, wb, xa);
     acc1 = finishQ6Ki(acc1, is1, wb, xc);
   }
-  store<f32>(y0, hsum(acc0));
-  store<f32>(y1, hsum(acc1));
+  store<f32>(y0, hsumPairs(acc0));
+  store<f32>(y1, hsumPairs(acc1));
 }
 
 /** y[r] = W[r,:] . x for r in [r0, r1); W Q6_K (GGUF layout; relaxed build: its own), x one Q8_K row (relaxed: q8_Ki). */
@@ -1057,7 +1053,7 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
     isum = chunkQ5K(isum, wb, xb, 3, sm, m0f, m10);
     acc = finishK(acc, wb, xb, isum, minsDot(sm, xb), 1.0);
   }
-  return hsum(acc);
+  return hsumPairs(acc);
 }
 
 /** One row against two activation rows: each 5-bit weight vector serves both tokens. */
@@ -1110,8 +1106,8 @@ export function matmul_q6_K(w: usize, x: usize, y: usize, rows: i32, cols: i32, 
     acc0 = finishK(acc0, wb, xb0, is0, minsDot(sm, xb0), 1.0);
     acc1 = finishK(acc1, wb, xb1, is1, minsDot(sm, xb1), 1.0);
   }
-  store<f32>(y0, hsum(acc0));
-  store<f32>(y1, hsum(acc1));
+  store<f32>(y0, hsumPairs(acc0));
+  store<f32>(y1, hsumPairs(acc1));
 }
 
 // The relaxed build's Q5_K (src/runtime/weight-kernels/kquant.ts packs it; "q8_Ki" activations):
@@ -1172,7 +1168,7 @@ const Q5KI: usize = 184;
     pin(isum);
     acc = finishKi(acc, isum, v128.load(wb, 160), wb + 176, xb);
   }
-  return hsum(acc);
+  return hsumPairs(acc);
 }
 
 /** is + the dots of one step's unpacked quants (lo, hi) with the activation vectors at xo, times the spread scales sp. */
@@ -1259,8 +1255,8 @@ const Q5KI: usize = 184;
     acc0 = finishKi(acc0, is0, v128.load(wb, 160), wb + 176, x0 + b * Q8KI);
     acc1 = finishKi(acc1, is1, v128.load(wb, 160), wb + 176, x1 + b * Q8KI);
   }
-  store<f32>(y0, hsum(acc0));
-  store<f32>(y1, hsum(acc1));
+  store<f32>(y0, hsumPairs(acc0));
+  store<f32>(y1, hsumPairs(acc1));
 }
 
 /** y[r] = W[r,:] . x for r in [r0, r1); W Q5_K (GGUF layout; relaxed build: its own), x one Q8_K row (relaxed: q8_Ki). */

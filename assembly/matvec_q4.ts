@@ -33,11 +33,11 @@
 // ASC_FEATURE_RELAXED_SIMD the same way): it needs fewer registers per row, so it walks four row
 // pairs at once, one from each quarter of the range (four streams).
 
+import { hsum } from "./lanes";
 import { octQ4Relaxed } from "./matvec_q4_relaxed";
 import {
   CHUNK,
   f16Up,
-  hsum,
   q4Halves,
   Q4_MASKS,
   q4GroupBytes,

@@ -21,7 +21,8 @@
 // order are the same, and so are the results.
 
 import { q8Ones, step8 } from "./matvec_q8_0_relaxed";
-import { CHUNK, hsum, put, Q8_GB, Q8_I16_GB, Q8_I8S_GB } from "./packed_layout";
+import { hsum } from "./lanes";
+import { CHUNK, put, Q8_GB, Q8_I16_GB, Q8_I8S_GB } from "./packed_layout";
 
 // activation bytes per group: the relaxed build reads its own q8_i8s
 const ACT_GB: usize = ASC_FEATURE_RELAXED_SIMD ? Q8_I8S_GB : Q8_I16_GB;

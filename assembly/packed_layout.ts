@@ -5,7 +5,8 @@
 // kernel over a layout must share for their results to be the same bits. Not re-exported by
 // index.ts: nothing here is a kernel.
 
-import { f16BitsHi, f16BitsLo } from "./half";
+import { f16BitsHi, f16BitsLo, f16Fields, f16Rebias } from "./half";
+import { hsum } from "./lanes";
 
 /** groups of 128 columns per column chunk (4096 columns) */
 const CHUNK = 32;
@@ -63,27 +64,18 @@ const Q4_MASKS = memory.data<u16>(
 // 65504 < 2^16), so times 2^112 they stay finite, and each product is the same real number as with
 // converted halves, so it rounds to the same f32: the same bits as the prefill kernels, which
 // convert (q4PairScales).
-const Q4_HALF_CONSTS = memory.data<u32>(
-  [0x8fffe000, 0x8fffe000, 0x8fffe000, 0x8fffe000, 0x77800000, 0x77800000, 0x77800000, 0x77800000],
-  16,
-);
 /** The first (r = 0) or second (r = 1) row's 4 halves of a row pair's 8 in v, times 2^-112, as f32x4. */
 @inline function q4Halves(v: v128, r: i32): v128 {
-  const mask = v128.load(Q4_HALF_CONSTS);
+  const mask = f16Fields();
   return r == 0 ? f16BitsLo(v, mask) : f16BitsHi(v, mask);
 }
 /** v times 2^112 (q4Halves re-biased, or an activation's d_x or s_x to meet q4Halves values). */
 @inline function f16Up(v: v128): v128 {
-  return f32x4.mul(v, v128.load(Q4_HALF_CONSTS, 16));
+  return f32x4.mul(v, f16Rebias());
 }
 /** Row r's (0, 1) scales of the Q4 row-pair group at wp, or with `mins` Q4_1's mins, as f32x4. */
 @inline function q4PairScales(wp: usize, r: i32, mins: bool): v128 {
   return f16Up(q4Halves(v128.load(wp + (mins ? Q4_1_MINS : Q4_SCALES)), r));
-}
-
-/** A row's 4 lanes summed, in the order every kernel over these layouts uses. */
-@inline function hsum(v: v128): f32 {
-  return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
 }
 
 /** y[r] (and y[r + 1]) = a0 (a1) summed, or added to what is there unless `first`, for rows inside [r0, r1). */
@@ -114,7 +106,6 @@ export {
   Q4_MASKS,
   q4Halves,
   f16Up,
-  hsum,
   put,
   storePair,
 };

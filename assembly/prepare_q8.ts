@@ -21,6 +21,7 @@
 //           magnitudes, see matvec_q8_0_relaxed.ts), f32 d x4.
 
 import { f16ToF32, f32ToF16 } from "./half";
+import { hsumi } from "./lanes";
 
 @inline function quantVecs(p: usize, id: v128, o: usize): v128 {
   return i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p + o), id)));
@@ -42,10 +43,6 @@ import { f16ToF32, f32ToF16 } from "./half";
     max(f32x4.extract_lane(m, 0), f32x4.extract_lane(m, 1)),
     max(f32x4.extract_lane(m, 2), f32x4.extract_lane(m, 3)),
   );
-}
-
-@inline function hsumi(v: v128): i32 {
-  return i32x4.extract_lane(v, 0) + i32x4.extract_lane(v, 1) + i32x4.extract_lane(v, 2) + i32x4.extract_lane(v, 3);
 }
 
 /** ggml block_q8_0 rows: ntok rows of `cols` f32 at x -> ntok * (cols / 32) blocks of 34 B at dst. */

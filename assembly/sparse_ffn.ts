@@ -69,6 +69,9 @@ import {
   bf16Lo,
   f16BitsHi,
   f16BitsLo,
+  f16Fields,
+  f16FieldsWide,
+  f16Rebias,
   f16ToF32Finite,
   f32ToF16,
   F16_SUM_UP,
@@ -78,6 +81,7 @@ import {
   halfOdd,
 } from "./half";
 import { Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
+import { hsum, hsumi } from "./lanes";
 import { Q4_MASKS } from "./packed_layout";
 import { pin, pin2 } from "./schedule_pin";
 
@@ -95,16 +99,8 @@ const Q5_0_BS: usize = 22; // d, qh (the 32 fifth bits), 16 bytes of nibbles
 const Q5_1_BS: usize = 24; // d, m, qh, nibbles
 
 // v128 constants live in memory: V8 rematerializes a v128.const at every use inside a loop, a
-// loaded value stays in a register. The nibble masks are the packed Q4 kernels' (Q4_MASKS).
-// f16 -> f32 bit moves: keep sign and the 15 shifted bits; re-bias by 2^112; the first mask
-// without the 13 bits below (pairM)
-const CONSTS = memory.data<u32>(
-  [
-    0x8fffffff, 0x8fffffff, 0x8fffffff, 0x8fffffff, 0x77800000, 0x77800000, 0x77800000, 0x77800000, 0x8fffe000,
-    0x8fffe000, 0x8fffe000, 0x8fffe000,
-  ],
-  16,
-);
+// loaded value stays in a register. The nibble masks are the packed Q4 kernels' (Q4_MASKS), the
+// f16 -> f32 bit moves' masks and re-bias half.ts's.
 // nibble j of each u32 lane (j = 0..6)
 const NIB = memory.data<u32>(
   [
@@ -115,10 +111,6 @@ const NIB = memory.data<u32>(
   ],
   16,
 );
-
-@inline function hsum(v: v128): f32 {
-  return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
-}
 
 // f16 at p -> f32 (half.ts's branch-free conversion: f16 infinities and NaNs come out finite).
 @inline function f16(p: usize): f32 {
@@ -216,10 +208,6 @@ export function prepare_q8_sp(x: usize, dst: usize, cols: i32, ntok: i32, mode: 
       }
     }
   }
-}
-
-@inline function hsumi(v: v128): i32 {
-  return i32x4.extract_lane(v, 0) + i32x4.extract_lane(v, 1) + i32x4.extract_lane(v, 2) + i32x4.extract_lane(v, 3);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -349,14 +337,14 @@ const Q5_BITS = memory.data<u32>([0x08040201, 0x80402010, 0x08040201, 0x80402010
     if (n > 1) v = v128.load16_lane(p + bs, v, 3);
     if (n > 2) v = v128.load16_lane(p + 2 * bs, v, 5);
   }
-  return highHalves(v, 0);
+  return highHalves(v, false);
 }
 
 // f16 values in the high halves of the u32 lanes of v -> f32x4: sign kept, exponent and mantissa
-// shifted into place (the mask at CONSTS + maskOff clears what the arithmetic shift spread, and
-// pairM's the low half's bits too), re-biased by 2^112
-@inline function highHalves(v: v128, maskOff: usize): v128 {
-  return f32x4.mul(v128.and(i32x4.shr_s(v, 3), v128.load(CONSTS + maskOff)), v128.load(CONSTS, 16));
+// shifted into place (the mask clears what the arithmetic shift spread, and with `clearLow` the
+// low half's bits too: pairM's lanes hold one there), re-biased by 2^112
+@inline function highHalves(v: v128, clearLow: bool): v128 {
+  return f32x4.mul(v128.and(i32x4.shr_s(v, 3), clearLow ? f16Fields() : f16FieldsWide()), f16Rebias());
 }
 
 // The f16 pairs (d, m) that start each of n (1..4) Q4_1 blocks at p, p + bs, ... in u32 lanes (d
@@ -370,10 +358,10 @@ const Q5_BITS = memory.data<u32>([0x08040201, 0x80402010, 0x08040201, 0x80402010
   return v;
 }
 @inline function pairD(v: v128): v128 {
-  return highHalves(i32x4.shl(v, 16), 0);
+  return highHalves(i32x4.shl(v, 16), false);
 }
 @inline function pairM(v: v128): v128 {
-  return highHalves(v, 32);
+  return highHalves(v, true);
 }
 
 // One row times x.
@@ -797,8 +785,8 @@ const NEG8 = memory.data<f32>([-8, -8, -8, -8], 16);
   if (t == T_F16 || t == T_BF16) {
     // 8 elements of each of the 4 columns per step, natural order (partial mode 0)
     const bf = t == T_BF16;
-    const mask = v128.load(CONSTS, 32),
-      bias = v128.load(CONSTS, 16);
+    const mask = f16Fields(),
+      bias = f16Rebias();
     const H0 = f32x4.splat(h0),
       H1 = f32x4.splat(h1),
       H2 = f32x4.splat(h2),
@@ -1139,8 +1127,8 @@ const Q5_BYTE = memory.data<u32>(
 @inline function axpy1(t: i32, y: usize, corr: usize, n: i32, p: usize, h: f32): void {
   if (t == T_F16 || t == T_BF16) {
     const bf = t == T_BF16;
-    const mask = v128.load(CONSTS, 32),
-      bias = v128.load(CONSTS, 16);
+    const mask = f16Fields(),
+      bias = f16Rebias();
     const H = f32x4.splat(h);
     const end = y + ((<usize>n) << 2);
     for (; y < end; y += 32) {

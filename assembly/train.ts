@@ -4,13 +4,7 @@
 // Float parameters travel as their i32 bit patterns (the thread pool passes i32 only).
 // Every kernel's last two arguments are the range a thread computes (output rows or elements).
 
-@inline function hsum4(v: v128): f32 {
-  return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
-}
-
-@inline function fma4(acc: v128, a: v128, b: v128): v128 {
-  return f32x4.add(acc, f32x4.mul(a, b));
-}
+import { fma4, hsum } from "./lanes";
 
 @inline function at(p: usize, i: i32): usize {
   return p + ((<usize>i) << 2);
@@ -26,7 +20,7 @@
     s1 = fma4(s1, v128.load(a + o, 16), v128.load(b + o, 16));
   }
   for (; p + 4 <= k; p += 4) s0 = fma4(s0, v128.load(at(a, p)), v128.load(at(b, p)));
-  let s = hsum4(f32x4.add(s0, s1));
+  let s = hsum(f32x4.add(s0, s1));
   for (; p < k; p++) s += load<f32>(at(a, p)) * load<f32>(at(b, p));
   return s;
 }
@@ -76,14 +70,14 @@ export function train_mm_nt(a: usize, b: usize, c: usize, m: i32, n: i32, k: i32
         y2 = fma4(y2, v, w2);
         y3 = fma4(y3, v, w3);
       }
-      let sx0 = hsum4(x0),
-        sx1 = hsum4(x1),
-        sx2 = hsum4(x2),
-        sx3 = hsum4(x3);
-      let sy0 = hsum4(y0),
-        sy1 = hsum4(y1),
-        sy2 = hsum4(y2),
-        sy3 = hsum4(y3);
+      let sx0 = hsum(x0),
+        sx1 = hsum(x1),
+        sx2 = hsum(x2),
+        sx3 = hsum(x3);
+      let sy0 = hsum(y0),
+        sy1 = hsum(y1),
+        sy2 = hsum(y2),
+        sy3 = hsum(y3);
       for (let p = k4; p < k; p++) {
         const u = load<f32>(at(a0, p)),
           v = load<f32>(at(a1, p));
