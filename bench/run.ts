@@ -1,6 +1,8 @@
 /**
  * `npm run bench`: our engine and llama.cpp (node-llama-cpp 3.21.1) on the same synthetic models,
- * runs interleaved (ours, theirs, ours, theirs, ...), median of each, reported as ratios.
+ * runs interleaved in pairs (ours then theirs, theirs then ours, ...), median of each, reported as
+ * ratios. On a shared host the speed of both can move by half within minutes; the decode ratio of
+ * each pair (two runs next to each other in time) is reported too, as their median and range.
  *
  *   npm run bench                       # the issue's set: 1b q4_0/q8_0/q4_1, 1b-relu-pred and 7b q4_0, 1 and 2 threads
  *   npm run bench -- --models 1b-q8_0 --threads 1 --reps 3
@@ -174,8 +176,8 @@ function main(): void {
   ensurePeer();
   const rows: string[] = [];
   const header =
-    "| model | threads | ours prefill tok/s | llama.cpp prefill tok/s | prefill ratio | ours decode tok/s | llama.cpp decode tok/s | decode ratio | tokens equal |\n" +
-    "|---|---|---|---|---|---|---|---|---|";
+    "| model | threads | ours prefill tok/s | llama.cpp prefill tok/s | prefill ratio | ours decode tok/s | llama.cpp decode tok/s | decode ratio | per pair: median (range) | tokens equal |\n" +
+    "|---|---|---|---|---|---|---|---|---|---|";
   for (const name of models) {
     const m = ensureModel(name);
     // the dense run a sparse one is checked against (once: greedy tokens do not depend on threads)
@@ -184,9 +186,14 @@ function main(): void {
       const mine: Stats[] = [];
       const theirs: Stats[] = [];
       for (let i = 0; i < reps; i++) {
-        mine.push(run(ours(m.ours, threads, n), `ours ${name}`));
-        theirs.push(run([PEER, m.peer, String(threads), String(n), PROMPT], `llama.cpp ${name}`));
+        // each engine goes first in every other pair: neither always runs on the other's warm caches
+        const runOurs = () => mine.push(run(ours(m.ours, threads, n), `ours ${name}`));
+        const runTheirs = () =>
+          theirs.push(run([PEER, m.peer, String(threads), String(n), PROMPT], `llama.cpp ${name}`));
+        if (i % 2 === 0) (runOurs(), runTheirs());
+        else (runTheirs(), runOurs());
       }
+      const pairs = mine.map((s, i) => s.decode / theirs[i].decode);
       const op = median(mine.map((s) => s.prefill));
       const tp = median(theirs.map((s) => s.prefill));
       const od = median(mine.map((s) => s.decode));
@@ -194,7 +201,7 @@ function main(): void {
       const same = dense
         ? `${sameTokens(mine[0].tokens, dense.tokens)} of our dense run (llama.cpp ${sameTokens(mine[0].tokens, theirs[0].tokens)})`
         : sameTokens(mine[0].tokens, theirs[0].tokens);
-      const row = `| ${name} | ${threads} | ${op.toFixed(1)} | ${tp.toFixed(1)} | ${(op / tp).toFixed(2)}x | ${od.toFixed(2)} | ${td.toFixed(2)} | ${(od / td).toFixed(2)}x | ${same} |`;
+      const row = `| ${name} | ${threads} | ${op.toFixed(1)} | ${tp.toFixed(1)} | ${(op / tp).toFixed(2)}x | ${od.toFixed(2)} | ${td.toFixed(2)} | ${(od / td).toFixed(2)}x | ${median(pairs).toFixed(2)}x (${Math.min(...pairs).toFixed(2)}-${Math.max(...pairs).toFixed(2)}) | ${same} |`;
       rows.push(row);
       console.error(row);
     }
