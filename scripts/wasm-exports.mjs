@@ -8,8 +8,14 @@ if (!file) {
   console.error("usage: node scripts/wasm-exports.mjs MODULE.wasm [name-filter]");
   process.exit(2);
 }
-const bytes = readFileSync(file);
-if (bytes.readUInt32LE(0) !== 0x6d736100) {
+let bytes;
+try {
+  bytes = readFileSync(file);
+} catch (e) {
+  console.error(`${file}: ${e.message}`);
+  process.exit(1);
+}
+if (bytes.length < 8 || bytes.readUInt32LE(0) !== 0x6d736100) {
   console.error(`${file}: not a wasm module (no \\0asm magic at offset 0)`);
   process.exit(1);
 }
