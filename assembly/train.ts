@@ -4,6 +4,7 @@
 // Float parameters travel as their i32 bit patterns (the thread pool passes i32 only).
 // Every kernel's last two arguments are the range a thread computes (output rows or elements).
 
+import { dots2x4 } from "./f32_tile";
 import { fma4, hsum } from "./lanes";
 
 @inline function at(p: usize, i: i32): usize {
@@ -27,12 +28,10 @@ import { fma4, hsum } from "./lanes";
 
 /**
  * C = A . B^T (acc != 0: C += A . B^T). A is m x k, B is n x k, C is m x n, all row-major.
- * Rows i of C in [r0, r1). Tiles of 2 rows of A x 4 rows of B: each load of A serves four dot
- * products and each load of B two, with 8 independent accumulators.
+ * Rows i of C in [r0, r1). Tiles of 2 rows of A x 4 rows of B (f32_tile.ts, matmul_f32's too).
  */
 export function train_mm_nt(a: usize, b: usize, c: usize, m: i32, n: i32, k: i32, acc: i32, r0: i32, r1: i32): void {
   const ks = (<usize>k) << 2;
-  const k4 = k & ~3;
   let i = r0;
   for (; i + 2 <= r1; i += 2) {
     const a0 = a + <usize>i * ks,
@@ -40,81 +39,7 @@ export function train_mm_nt(a: usize, b: usize, c: usize, m: i32, n: i32, k: i32
     const c0 = c + <usize>i * ((<usize>n) << 2),
       c1 = c0 + ((<usize>n) << 2);
     let j = 0;
-    for (; j + 4 <= n; j += 4) {
-      const b0 = b + <usize>j * ks,
-        b1 = b0 + ks,
-        b2 = b1 + ks,
-        b3 = b2 + ks;
-      let x0 = f32x4.splat(0),
-        x1 = f32x4.splat(0),
-        x2 = f32x4.splat(0),
-        x3 = f32x4.splat(0);
-      let y0 = f32x4.splat(0),
-        y1 = f32x4.splat(0),
-        y2 = f32x4.splat(0),
-        y3 = f32x4.splat(0);
-      for (let p = 0; p < k4; p += 4) {
-        const o = (<usize>p) << 2;
-        const u = v128.load(a0 + o),
-          v = v128.load(a1 + o);
-        const w0 = v128.load(b0 + o),
-          w1 = v128.load(b1 + o),
-          w2 = v128.load(b2 + o),
-          w3 = v128.load(b3 + o);
-        x0 = fma4(x0, u, w0);
-        x1 = fma4(x1, u, w1);
-        x2 = fma4(x2, u, w2);
-        x3 = fma4(x3, u, w3);
-        y0 = fma4(y0, v, w0);
-        y1 = fma4(y1, v, w1);
-        y2 = fma4(y2, v, w2);
-        y3 = fma4(y3, v, w3);
-      }
-      let sx0 = hsum(x0),
-        sx1 = hsum(x1),
-        sx2 = hsum(x2),
-        sx3 = hsum(x3);
-      let sy0 = hsum(y0),
-        sy1 = hsum(y1),
-        sy2 = hsum(y2),
-        sy3 = hsum(y3);
-      for (let p = k4; p < k; p++) {
-        const u = load<f32>(at(a0, p)),
-          v = load<f32>(at(a1, p));
-        const w0 = load<f32>(at(b0, p)),
-          w1 = load<f32>(at(b1, p)),
-          w2 = load<f32>(at(b2, p)),
-          w3 = load<f32>(at(b3, p));
-        sx0 += u * w0;
-        sx1 += u * w1;
-        sx2 += u * w2;
-        sx3 += u * w3;
-        sy0 += v * w0;
-        sy1 += v * w1;
-        sy2 += v * w2;
-        sy3 += v * w3;
-      }
-      const p0 = at(c0, j),
-        p1 = at(c1, j);
-      if (acc) {
-        sx0 += load<f32>(p0);
-        sx1 += load<f32>(p0, 4);
-        sx2 += load<f32>(p0, 8);
-        sx3 += load<f32>(p0, 12);
-        sy0 += load<f32>(p1);
-        sy1 += load<f32>(p1, 4);
-        sy2 += load<f32>(p1, 8);
-        sy3 += load<f32>(p1, 12);
-      }
-      store<f32>(p0, sx0);
-      store<f32>(p0, sx1, 4);
-      store<f32>(p0, sx2, 8);
-      store<f32>(p0, sx3, 12);
-      store<f32>(p1, sy0);
-      store<f32>(p1, sy1, 4);
-      store<f32>(p1, sy2, 8);
-      store<f32>(p1, sy3, 12);
-    }
+    for (; j + 4 <= n; j += 4) dots2x4(a0, a1, b + <usize>j * ks, ks, k, at(c0, j), at(c1, j), acc != 0);
     for (; j < n; j++) {
       const bj = b + <usize>j * ks;
       let s0 = dot(a0, bj, k),
