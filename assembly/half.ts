@@ -136,7 +136,7 @@ const HALF_V128 = memory.data<u32>(
   return bf ? v128.and(v, mask) : v128.and(i32x4.shr_s(v, 3), mask);
 }
 /** 2^96 and 2^16: F16 activations' and row sums' share of the 2^112 re-bias (f32 range: matvec_half.ts) */
-const F16_X_UP: f32 = 7.922816251426434e28; // F16_X_UP_BITS
+const F16_X_UP: f32 = reinterpret<f32>(F16_X_UP_BITS);
 const F16_SUM_UP: f32 = 65536;
 
 export {
