@@ -190,8 +190,7 @@ function main(): void {
         const runOurs = () => mine.push(run(ours(m.ours, threads, n), `ours ${name}`));
         const runTheirs = () =>
           theirs.push(run([PEER, m.peer, String(threads), String(n), PROMPT], `llama.cpp ${name}`));
-        if (i % 2 === 0) (runOurs(), runTheirs());
-        else (runTheirs(), runOurs());
+        for (const go of i % 2 === 0 ? [runOurs, runTheirs] : [runTheirs, runOurs]) go();
       }
       const pairs = mine.map((s, i) => s.decode / theirs[i].decode);
       const op = median(mine.map((s) => s.prefill));
