@@ -25,6 +25,7 @@
 import { readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { GGMLType, typeFromName, typeName, tensorBytes } from "../src/format/ggml-types.js";
+import { ACTIVATIONS } from "../src/format/activations.js";
 import { f32ToF16 } from "../src/format/half.js";
 import { Arena } from "../src/runtime/arena.js";
 import { ThreadPool } from "../src/runtime/pool.js";
@@ -40,7 +41,6 @@ import { prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
 import {
   hasSparseKernel,
   partialBytes,
-  SPARSE_ACT,
   sparseActivationBytes,
   sparseKernel,
   sparseRowBytes,
@@ -422,7 +422,7 @@ if (sparseTypes.length) {
           partPtr,
           SPARSE_EMBD,
           rb,
-          SPARSE_ACT.silu,
+          ACTIVATIONS.silu.code,
           SPARSE_COUNT,
           0,
           SPARSE_COUNT,

@@ -8,7 +8,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { GGUFFile } from "../src/format/gguf.js";
 import { rewrite } from "./rewrite.js";
-import { LlamaModel } from "../src/model/llama.js";
+import { LlamaModel } from "../src/model/model.js";
 import { ReferenceModel } from "../src/model/reference.js";
 import { SHARED, uniforms } from "./helpers.js";
 

@@ -4,7 +4,7 @@ import { dirname, join, resolve } from "node:path";
 import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import type { LlamaModel } from "../src/model/llama.js";
+import type { LlamaModel } from "../src/model/model.js";
 
 /** The repository root (tests run from dist/test). */
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");

@@ -7,7 +7,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { LlamaModel } from "../src/model/llama.js";
+import { LlamaModel } from "../src/model/model.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { maxDiff, SHARED, tempDir } from "./helpers.js";
 

@@ -6,7 +6,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { LlamaModel } from "../src/model/llama.js";
+import { LlamaModel } from "../src/model/model.js";
 import { ReferenceModel } from "../src/model/reference.js";
 import { GGUFFile } from "../src/format/gguf.js";
 import { convertToStore } from "../src/offline/convert.js";

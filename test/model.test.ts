@@ -7,7 +7,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { loadModel } from "../src/index.js";
-import { LlamaModel } from "../src/model/llama.js";
+import { LlamaModel } from "../src/model/model.js";
 import { greedy, SHARED } from "./helpers.js";
 
 const STORIES = `${SHARED}/models/stories260K.gguf`;

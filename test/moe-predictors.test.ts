@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { GGUFFile } from "../src/format/gguf.js";
 import { NeuronStore } from "../src/format/store.js";
-import { LlamaModel } from "../src/model/llama.js";
+import { LlamaModel } from "../src/model/model.js";
 import { BUDGET_ROOM } from "../src/model/offload/layout.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { corpusTokens, readCorpus } from "../src/offline/corpus.js";

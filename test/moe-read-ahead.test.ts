@@ -12,7 +12,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { GGUFFile } from "../src/format/gguf.js";
 import { NeuronStore } from "../src/format/store.js";
-import { LlamaModel } from "../src/model/llama.js";
+import { LlamaModel } from "../src/model/model.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { writePredictorFile } from "../src/offline/predictor-files.js";
 import { modelFingerprint } from "../src/offline/profile.js";

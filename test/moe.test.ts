@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { NeuronStore } from "../src/format/store.js";
-import { LlamaModel } from "../src/model/llama.js";
+import { LlamaModel } from "../src/model/model.js";
 import { BUDGET_ROOM } from "../src/model/offload/layout.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { profileModel } from "../src/offline/profile.js";

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { closeSync, openSync, readFileSync, readSync, writeFileSync, writeSync } from "node:fs";
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
-import { LlamaModel } from "../src/model/llama.js";
+import { LlamaModel } from "../src/model/model.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { NeuronStore } from "../src/format/store.js";
 import { synthesize } from "../src/offline/synth.js";

@@ -10,7 +10,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { GGUFFile } from "../src/format/gguf.js";
-import { LlamaModel } from "../src/model/llama.js";
+import { LlamaModel } from "../src/model/model.js";
 import { ReferenceModel } from "../src/model/reference.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { corpusTokens, firstInvalidUtf8, readCorpus } from "../src/offline/corpus.js";

@@ -44,7 +44,7 @@ import {
   PlanError,
 } from "../src/planner/plan.js";
 import { measureRuntimeBase } from "../src/planner/runtime-base.js";
-import { LlamaModel } from "../src/model/llama.js";
+import { LlamaModel } from "../src/model/model.js";
 import { NeuronCache } from "../src/io/neuron-cache.js";
 import { CLI, rng, tempDir } from "./helpers.js";
 

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { GGMLType } from "../src/format/ggml-types.js";
 import { NeuronStore } from "../src/format/store.js";
 import { dequantize } from "../src/format/quant.js";
-import { LlamaModel } from "../src/model/llama.js";
+import { LlamaModel } from "../src/model/model.js";
 import { WeightLoader, type Matrix } from "../src/model/weight-loader.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { plannedFiring, synthesize } from "../src/offline/synth.js";

@@ -14,7 +14,7 @@ import { GGMLType } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
 import { f16ToF32 } from "../src/format/half.js";
 import { NeuronStore } from "../src/format/store.js";
-import { LlamaModel } from "../src/model/llama.js";
+import { LlamaModel } from "../src/model/model.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { corpusTokens, readCorpus } from "../src/offline/corpus.js";
 import { addPredictorsToStore, writePredictorGGUF } from "../src/offline/predictor-files.js";

@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { GGUFFile } from "../src/format/gguf.js";
 import { NeuronStore } from "../src/format/store.js";
-import { LlamaModel, THRESHOLDS_KEY } from "../src/model/llama.js";
+import { LlamaModel, THRESHOLDS_KEY } from "../src/model/model.js";
 import { convertToStore, hotFirstOrder } from "../src/offline/convert.js";
 import { corpusTokens, readCorpus } from "../src/offline/corpus.js";
 import { perplexity } from "../src/offline/perplexity.js";

@@ -15,7 +15,7 @@ import { GGMLType } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
 import { NeuronStore } from "../src/format/store.js";
 import { readConfig } from "../src/model/config.js";
-import { LlamaModel } from "../src/model/llama.js";
+import { LlamaModel } from "../src/model/model.js";
 import { BUDGET_ROOM } from "../src/model/offload/layout.js";
 import { PREDICTOR_EXPERTS_KEY } from "../src/model/offload/predictor.js";
 import { convertToStore } from "../src/offline/convert.js";

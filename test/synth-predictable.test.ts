@@ -12,7 +12,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { GGUFFile } from "../src/format/gguf.js";
 import { NeuronStore } from "../src/format/store.js";
-import { LlamaModel } from "../src/model/llama.js";
+import { LlamaModel } from "../src/model/model.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { PREDICTOR_MODEL_KEY } from "../src/offline/predictor-files.js";
 import { synthesize, type PlantedPredictor, type SynthType } from "../src/offline/synth.js";

@@ -13,7 +13,7 @@ import { GGUFFile } from "../src/format/gguf.js";
 import { dequantize } from "../src/format/quant.js";
 import type { ModelConfig } from "../src/model/config.js";
 import { ReferenceModel } from "../src/model/reference.js";
-import { LlamaModel } from "../src/model/llama.js";
+import { LlamaModel } from "../src/model/model.js";
 import {
   FIRING_CAP,
   FIRING_FLOOR,

@@ -12,7 +12,7 @@ import { synthesize, synthFileSize, synthRecipes, SHAPE_SPECS, type SynthType } 
 import { buildSynthVocab, MIN_VOCAB, SPACE } from "../src/offline/synth-vocab.js";
 import { Tokenizer } from "../src/tokenizer/index.js";
 import { main as synthMain } from "../src/cli/synth.js";
-import { LlamaModel } from "../src/model/llama.js";
+import { LlamaModel } from "../src/model/model.js";
 import { sha256OfFile } from "./helpers.js";
 
 const dir = mkdtempSync(join(tmpdir(), "synth-test-"));

@@ -4,7 +4,7 @@
  * the package through src/index.ts.
  */
 import { availableParallelism } from "node:os";
-import { LlamaModel } from "../model/llama.js";
+import { LlamaModel } from "../model/model.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { Generation, type GenerateOptions } from "../generate/generator.js";
 import { ModelBusyError, ModelDisposedError } from "../generate/errors.js";

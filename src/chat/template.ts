@@ -9,7 +9,7 @@
 import { Template } from "@huggingface/jinja";
 import { GGUFFile } from "../format/gguf.js";
 import { NeuronStore } from "../format/store.js";
-import { isNeuronStore } from "../model/llama.js";
+import { isNeuronStore } from "../model/model.js";
 import type { Tokenizer } from "../tokenizer/index.js";
 import { ApiError } from "./errors.js";
 

@@ -11,7 +11,7 @@
  */
 import { statSync } from "node:fs";
 import { loadModel, type Model } from "../index.js";
-import { isNeuronStore } from "../model/llama.js";
+import { isNeuronStore } from "../model/model.js";
 import { GGUFFile } from "../format/gguf.js";
 import { NeuronStore } from "../format/store.js";
 import { typeName } from "../format/ggml-types.js";

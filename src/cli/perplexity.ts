@@ -9,7 +9,7 @@ import { existsSync } from "node:fs";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { NeuronStore } from "../format/store.js";
 import { readConfig } from "../model/config.js";
-import { isNeuronStore, LlamaModel } from "../model/llama.js";
+import { isNeuronStore, LlamaModel } from "../model/model.js";
 import { corpusTokens, readCorpus } from "../offline/corpus.js";
 import { perplexity } from "../offline/perplexity.js";
 import { Tokenizer } from "../tokenizer/index.js";

@@ -10,7 +10,7 @@ import { defaultPlanPath, knobsText, makePlan, sizeText, writePlan, type PlanPre
 import { defaultCacheDir, probeCachePath } from "../planner/probe.js";
 import { runCalibration, type CalibrationJob, type CalibrationRun } from "../planner/calibrate.js";
 import type { BaseJob } from "../planner/runtime-base.js";
-import { LlamaModel } from "../model/llama.js";
+import { LlamaModel } from "../model/model.js";
 import { LOAD_FLAGS } from "./model-flags.js";
 import { RANGE } from "./flag-ranges.js";
 

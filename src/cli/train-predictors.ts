@@ -9,7 +9,7 @@ import { interruptible } from "./interrupt.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { formatDuration, ProgressBar } from "./progress.js";
 import { NeuronStore } from "../format/store.js";
-import { isNeuronStore } from "../model/llama.js";
+import { isNeuronStore } from "../model/model.js";
 import { thresholdsForModel } from "../offline/profile.js";
 import {
   addPredictorsToStore,

@@ -3,7 +3,7 @@
  * token by token, sampling, streaming text pieces that never split a UTF-8 character, stopping at
  * end-of-generation, a stop string, maxTokens, a full context or an AbortSignal.
  */
-import type { LlamaModel } from "../model/llama.js";
+import type { LlamaModel } from "../model/model.js";
 import { Sampler, type SamplerOptions, type TokenLogprobs } from "./sampler.js";
 import { StreamingDecoder, type Tokenizer } from "../tokenizer/index.js";
 import { PromptTooLongError } from "./errors.js";

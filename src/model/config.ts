@@ -2,9 +2,11 @@
  * Hyper-parameters of a llama-family model, read from GGUF metadata, with each architecture's
  * conventions (activation, RoPE pairing, biases) made explicit.
  */
+import { ACTIVATION_NAMES, activationByName, type Activation } from "../format/activations.js";
 import { GGUFError, type ModelFile } from "../format/gguf.js";
+import { ARCHITECTURES } from "./arch/index.js";
 
-export type Activation = "silu" | "relu" | "drelu" | "gelu";
+export type { Activation } from "../format/activations.js";
 export type RopePairing = "normal" | "neox";
 
 export interface ModelConfig {
@@ -34,30 +36,7 @@ export interface ModelConfig {
   readonly sparseThreshold: number;
 }
 
-interface ArchTraits {
-  activation: Activation;
-  ropePairing: RopePairing;
-  qkvBias: boolean;
-}
-
-const ARCHITECTURES: Record<string, ArchTraits> = {
-  llama: { activation: "silu", ropePairing: "normal", qkvBias: false },
-  mistral: { activation: "silu", ropePairing: "normal", qkvBias: false },
-  qwen2: { activation: "silu", ropePairing: "neox", qkvBias: true },
-  bamboo: { activation: "drelu", ropePairing: "normal", qkvBias: false },
-};
-
-export const SUPPORTED_ARCHITECTURES = Object.keys(ARCHITECTURES);
-
-const ACTIVATIONS: Record<string, Activation> = {
-  silu: "silu",
-  swiglu: "silu",
-  relu: "relu",
-  reglu: "relu",
-  drelu: "drelu",
-  gelu: "gelu",
-  geglu: "gelu",
-};
+export const SUPPORTED_ARCHITECTURES = [...ARCHITECTURES.keys()];
 
 /** A mixture of experts' counts from `<arch>.expert_count` / `.expert_used_count`, checked (0 and 0 for a dense FFN). */
 function experts(file: ModelFile, key: (k: string) => string): { nExpert: number; nExpertUsed: number } {
@@ -85,7 +64,7 @@ function experts(file: ModelFile, key: (k: string) => string): { nExpert: number
 
 export function readConfig(file: ModelFile): ModelConfig {
   const arch = file.architecture;
-  const traits = ARCHITECTURES[arch];
+  const traits = ARCHITECTURES.get(arch);
   if (!traits) {
     throw new GGUFError(
       file.path,
@@ -122,11 +101,11 @@ export function readConfig(file: ModelFile): ModelConfig {
   let activation = traits.activation;
   if (file.has(key("feed_forward_activation"))) {
     const name = file.getString(key("feed_forward_activation")).toLowerCase();
-    const a = ACTIVATIONS[name];
+    const a = activationByName(name);
     if (!a)
       throw new GGUFError(
         file.path,
-        `metadata "${key("feed_forward_activation")}" = "${name}" is not a known activation (${Object.keys(ACTIVATIONS).join(", ")})`,
+        `metadata "${key("feed_forward_activation")}" = "${name}" is not a known activation (${ACTIVATION_NAMES.join(", ")})`,
       );
     activation = a;
   }

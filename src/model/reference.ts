@@ -4,6 +4,7 @@
  * It exists to check the fast engine (tests compare the two on every architecture variant); it is
  * only for small models.
  */
+import { gatedActivation } from "../format/activations.js";
 import { dequantize } from "../format/quant.js";
 import type { ModelFile } from "../format/gguf.js";
 import { f16ToF32, f32ToF16 } from "../format/half.js";
@@ -115,7 +116,7 @@ export class ReferenceModel {
       const g = matvec(L.gate, xf, nFF);
       const u = matvec(L.up, xf, nFF);
       const hAct = new Float32Array(nFF);
-      for (let i = 0; i < nFF; i++) hAct[i] = activate(c.activation, g[i], u[i]);
+      for (let i = 0; i < nFF; i++) hAct[i] = gatedActivation(c.activation, g[i], u[i]);
       this.onFFN?.(l, hAct);
       const y = matvec(L.down, hAct, d);
       for (let i = 0; i < d; i++) x[i] += y[i];
@@ -154,19 +155,6 @@ function rope(v: Float32Array, nHeads: number, hd: number, c: ModelConfig, pos: 
       v[a] = x0 * Math.cos(theta) - x1 * Math.sin(theta);
       v[b] = x0 * Math.sin(theta) + x1 * Math.cos(theta);
     }
-  }
-}
-
-function activate(kind: ModelConfig["activation"], g: number, u: number): number {
-  switch (kind) {
-    case "silu":
-      return (g / (1 + Math.exp(-g))) * u;
-    case "relu":
-      return Math.max(g, 0) * u;
-    case "drelu":
-      return Math.max(g, 0) * Math.max(u, 0);
-    case "gelu":
-      return 0.5 * g * (1 + Math.tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
   }
 }
 

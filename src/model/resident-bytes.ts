@@ -9,7 +9,7 @@ import { NeuronStore } from "../format/store.js";
 import { activationBytes, hasWeightKernel, weightKernel, type ActivationFormat } from "../runtime/weight-kernels.js";
 import type { ModelConfig } from "./config.js";
 import { predictorShapes, type PredictorShape } from "./offload/predictor.js";
-import { expertTensor, routerName } from "./moe.js";
+import { expertTensor, routerName } from "./arch/experts.js";
 import { DEFAULT_KV_CACHE, kvRowBytes, type KvCacheTypes } from "./kv-cache.js";
 
 /** The activation buffers of the forward pass and the KV cache, by name: bytes each. */

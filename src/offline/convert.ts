@@ -32,7 +32,7 @@ import {
   type StoreLayerManifest,
   type StoreManifest,
 } from "../format/store.js";
-import { PREDICTOR_TENSOR_RE, THRESHOLDS_KEY } from "../model/llama.js";
+import { PREDICTOR_TENSOR_RE, THRESHOLDS_KEY } from "../model/model.js";
 import { checkPredictorExperts, predictorNames } from "../model/offload/predictor.js";
 import { checkFingerprint, modelFingerprint, profileThresholds, ProfileError } from "./profile.js";
 import { PREDICTOR_MODEL_KEY, SPARSE_THRESHOLD_KEY } from "./predictor-files.js";

@@ -16,7 +16,7 @@
  * in batches, as a prompt, then runs the scored half one token at a time through forwardAsync,
  * as decoding does, so the sparse decode path is what is measured.
  */
-import type { LlamaModel } from "../model/llama.js";
+import type { LlamaModel } from "../model/model.js";
 import { gateMagnitudes } from "./profile.js";
 
 export class PerplexityError extends Error {

@@ -25,7 +25,7 @@ import { GGUFWriter, type GGUFWritableValue } from "../format/gguf-writer.js";
 import { f32ToF16 } from "../format/half.js";
 import { NeuronStore, StoreWriter, STORE_PAGE, type StoreFixedManifest } from "../format/store.js";
 import { readConfig } from "../model/config.js";
-import { PREDICTOR_TENSOR_RE } from "../model/llama.js";
+import { PREDICTOR_TENSOR_RE } from "../model/model.js";
 import { PREDICTOR_EXPERTS_KEY, predictorGroups, predictorNames } from "../model/offload/predictor.js";
 import { modelFingerprint, type ModelFingerprint } from "./profile.js";
 import type { PredictorWeights } from "../predictor-training/predictor-train.js";

@@ -17,10 +17,11 @@
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
+import { gateActivation } from "../format/activations.js";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { NeuronStore } from "../format/store.js";
 import { readConfig, type Activation, type ModelConfig } from "../model/config.js";
-import { isNeuronStore, LlamaModel } from "../model/llama.js";
+import { isNeuronStore, LlamaModel } from "../model/model.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { corpusTokens, readCorpus } from "./corpus.js";
 import type { ActivationProfile } from "./convert.js";
@@ -224,26 +225,12 @@ export function thresholdsForModel(profilePath: string, modelPath: string): Floa
 // ---------------------------------------------------------------------------------------------
 // Counting
 
-const GELU_C = 0.7978845608028654;
-
 /**
  * |a(g)| for `count` gate values into out: the magnitude the runtime's cut compares with a
  * threshold (silu / gelu; relu for the ReLU family, whose cut is "gate > 0").
  */
 export function gateMagnitudes(kind: Activation, gate: Float32Array, count: number, out: Float32Array): void {
-  if (kind === "silu") {
-    for (let i = 0; i < count; i++) {
-      const g = gate[i];
-      out[i] = Math.abs(g / (1 + Math.exp(-g)));
-    }
-  } else if (kind === "gelu") {
-    for (let i = 0; i < count; i++) {
-      const g = gate[i];
-      out[i] = Math.abs(0.5 * g * (1 + Math.tanh(GELU_C * g * (1 + 0.044715 * g * g))));
-    }
-  } else {
-    for (let i = 0; i < count; i++) out[i] = gate[i] > 0 ? gate[i] : 0;
-  }
+  for (let i = 0; i < count; i++) out[i] = Math.abs(gateActivation(kind, gate[i]));
 }
 
 /** Per neuron: tokens on which it fired; per adjacent pair: tokens on which both did. */

@@ -19,7 +19,7 @@
 import { GGUFFile } from "../format/gguf.js";
 import { f16ToF32, f32ToF16 } from "../format/half.js";
 import { readConfig, type Activation, type ModelConfig } from "../model/config.js";
-import { isNeuronStore, LlamaModel, THRESHOLDS_KEY } from "../model/llama.js";
+import { isNeuronStore, LlamaModel, THRESHOLDS_KEY } from "../model/model.js";
 import { gateMagnitudes } from "./profile.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { corpusTokens, readCorpus } from "./corpus.js";

@@ -17,15 +17,14 @@
  * Any number of upDown / ffn / ffnRun calls (clusters computed as their bytes land) may come
  * between prepare and finish: they accumulate in per-thread partial slots.
  */
+import { ACTIVATIONS, gatedActivation, type Activation } from "../format/activations.js";
 import { GGMLType, typeName } from "../format/ggml-types.js";
 import { dequantizeRow, prepareActivation, rowBytes as ggmlRowBytes, vecDot } from "../format/quant.js";
 import type { Arena } from "./arena.js";
 import { prepareKernel } from "./weight-kernels.js";
 import type { ThreadPool } from "./pool.js";
 
-/** Activation kinds, as model_ops.ts ffn_act numbers them. */
-export const SPARSE_ACT = { silu: 0, relu: 1, drelu: 2, gelu: 3 } as const;
-export type SparseActivation = keyof typeof SPARSE_ACT;
+export type SparseActivation = Activation;
 
 /**
  * "f32": the FFN input as is. "f32_eo": the same values, each 8's even ones first, then its odd
@@ -220,7 +219,7 @@ export class SparseFFN {
     a[4] = this.partials;
     a[5] = this.nEmbd;
     a[6] = this.rowBytes;
-    a[7] = SPARSE_ACT[act];
+    a[7] = ACTIVATIONS[act].code;
     a[8] = per;
     this.pool.run(this.fn.upDown, a, 9, count, per);
   }
@@ -241,7 +240,7 @@ export class SparseFFN {
     a[3] = this.partials;
     a[4] = this.nEmbd;
     a[5] = this.rowBytes;
-    a[6] = SPARSE_ACT[act];
+    a[6] = ACTIVATIONS[act].code;
     a[7] = per;
     this.pool.run(this.fn.ffn, a, 8, count, per);
   }
@@ -258,7 +257,7 @@ export class SparseFFN {
     a[4] = this.partials;
     a[5] = this.nEmbd;
     a[6] = this.rowBytes;
-    a[7] = SPARSE_ACT[act];
+    a[7] = ACTIVATIONS[act].code;
     a[8] = per;
     this.pool.run(this.fn.ffnRun, a, 9, count, per);
   }
@@ -281,19 +280,6 @@ export class SparseFFN {
 
 // ---------------------------------------------------------------------------------------------
 // Plain-TS references (ggml's numerics: src/format/quant.ts), for tests
-
-function actF(kind: SparseActivation, g: number, u: number): number {
-  switch (kind) {
-    case "silu":
-      return (g / (1 + Math.exp(-g))) * u;
-    case "relu":
-      return g > 0 ? g * u : 0;
-    case "drelu":
-      return g > 0 && u > 0 ? g * u : 0;
-    case "gelu":
-      return 0.5 * g * (1 + Math.tanh(0.7978845608028654 * g * (1 + 0.044715 * g * g))) * u;
-  }
-}
 
 function part(mem: Uint8Array, type: GGMLType, nEmbd: number, bundle: number, which: 0 | 1 | 2): Uint8Array {
   const rb = ggmlRowBytes(type, nEmbd);
@@ -345,7 +331,7 @@ export function refSparseFFN(
   for (let k = 0; k < bundles.length; k++) {
     const g = gates ? gates[k] : vecDot(type, part(mem, type, nEmbd, bundles[k], 0), xa, nEmbd);
     const u = vecDot(type, part(mem, type, nEmbd, bundles[k], 1), xa, nEmbd);
-    const h = actF(act, g, u);
+    const h = gatedActivation(act, g, u);
     if (h === 0) continue;
     dequantizeRow(type, part(mem, type, nEmbd, bundles[k], 2), nEmbd, col);
     const m = Math.abs(g * u);

@@ -8,6 +8,7 @@
  * - dense runs (predictor mode): hot clusters computed whole over their contiguous slots.
  * Laid out once; `begin` starts a step.
  */
+import { ACTIVATIONS, gateActivation } from "../../format/activations.js";
 import type { NeuronCache } from "../../io/neuron-cache.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { SparseActivation } from "../../runtime/sparse-kernels.js";
@@ -94,14 +95,7 @@ export class NeuronLists {
   fires(g: number): boolean {
     if (this.mode === "dense") return true;
     const cut = this.cut;
-    if (this.act === "silu" || this.act === "gelu") {
-      if (cut === 0) return g !== 0;
-      const a =
-        this.act === "silu"
-          ? g / (1 + Math.exp(-g))
-          : 0.5 * g * (1 + Math.tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
-      return Math.abs(a) > cut;
-    }
+    if (!ACTIVATIONS[this.act].exactZeros) return cut === 0 ? g !== 0 : Math.abs(gateActivation(this.act, g)) > cut;
     return g > cut;
   }
 

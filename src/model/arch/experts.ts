@@ -1,17 +1,15 @@
 /**
- * Mixture of experts (Mixtral / TurboSparse-Mixtral layout): per layer a router
- * (`blk.N.ffn_gate_inp.weight`, [nEmbd, nExpert]) and nExpert FFNs of nFF neurons each. Each
- * token is routed as llama.cpp routes it: softmax over the router's logits, the nExpertUsed most
- * probable experts, their probabilities renormalized to sum to 1; the FFN's output is the
- * weighted sum of those experts' outputs.
+ * A mixture of experts' tensors in GGUF (Mixtral / TurboSparse-Mixtral layout): per layer a router
+ * (`blk.N.ffn_gate_inp.weight`, [nEmbd, nExpert]) and nExpert FFNs of nFF neurons each (how
+ * tokens are routed: parts/router.ts).
  *
  * The experts' tensors come in llama.cpp's two layouts: one 3-D tensor per kind
  * (`blk.N.ffn_gate_exps.weight` [nEmbd, nFF, nExpert], `ffn_up_exps`, `ffn_down_exps`
  * [nFF, nEmbd, nExpert]) or, in older files, one 2-D tensor per expert (`blk.N.ffn_gate.E.weight`).
  */
-import { GGUFError, type ModelFile } from "../format/gguf.js";
-import type { ModelConfig } from "./config.js";
-import type { Matrix, WeightLoader } from "./weight-loader.js";
+import { GGUFError, type ModelFile } from "../../format/gguf.js";
+import type { ModelConfig } from "../config.js";
+import type { Matrix, WeightLoader } from "../weight-loader.js";
 
 export interface ExpertWeights {
   gate: Matrix;
@@ -94,38 +92,4 @@ export function loadMoeLayer(loader: WeightLoader, file: ModelFile, cfg: ModelCo
   const experts: ExpertWeights[] = [];
   for (let e = 0; e < nExpert; e++) experts.push({ gate: part("gate", e), up: part("up", e), down: part("down", e) });
   return { router: loader.matrix(routerName(l), nEmbd, nExpert), experts };
-}
-
-/**
- * Route n tokens: logits (n x nExpert, f32) -> for each token the k most probable experts
- * (highest first; the lower index on a tie) into ids (n x k) and their renormalized weights into
- * weights (n x k). Softmax in double precision, probabilities rounded to f32 as ggml keeps them.
- */
-export function routeTokens(
-  logits: Float32Array,
-  n: number,
-  nExpert: number,
-  k: number,
-  ids: Int32Array,
-  weights: Float32Array,
-  probs: Float64Array,
-): void {
-  for (let t = 0; t < n; t++) {
-    const row = t * nExpert;
-    let max = -Infinity;
-    for (let e = 0; e < nExpert; e++) max = Math.max(max, logits[row + e]);
-    let sum = 0;
-    for (let e = 0; e < nExpert; e++) sum += probs[e] = Math.exp(logits[row + e] - max);
-    for (let e = 0; e < nExpert; e++) probs[e] = Math.fround(probs[e] / sum);
-    let chosen = 0;
-    for (let j = 0; j < k; j++) {
-      let best = -1;
-      for (let e = 0; e < nExpert; e++) if (probs[e] >= 0 && (best < 0 || probs[e] > probs[best])) best = e;
-      ids[t * k + j] = best;
-      weights[t * k + j] = probs[best];
-      chosen += probs[best];
-      probs[best] = -1; // taken
-    }
-    for (let j = 0; j < k; j++) weights[t * k + j] = Math.fround(weights[t * k + j] / chosen);
-  }
 }

@@ -1,0 +1,11 @@
+/** qwen2: llama's layout with biases on q, k and v, and RoPE over the two halves of a head (neox). */
+import type { Architecture } from "./architecture.js";
+import { llamaLayer } from "./llama.js";
+
+export const qwen2: Architecture = {
+  name: "qwen2",
+  activation: "silu",
+  ropePairing: "neox",
+  qkvBias: true,
+  layer: llamaLayer,
+};

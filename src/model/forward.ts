@@ -1,0 +1,60 @@
+/**
+ * The forward pass: the one layer loop every model runs, in memory or from flash.
+ *
+ *   for each block:  x += attention(norm(x))
+ *                    x += ffn(norm(x))          (awaited where the FFN part reads from flash)
+ *   logits = output . norm(x of the last token)
+ *
+ * An FFN part that waits for reads returns a promise; the loop then continues after it resolves.
+ * A part in memory returns nothing, so a model in memory runs the loop straight through, with no
+ * promise made (forward() stays synchronous).
+ */
+import type { Block } from "./parts/block.js";
+import type { PartContext } from "./parts/context.js";
+import type { ForwardStep } from "./step.js";
+import type { Matrix } from "./weight-loader.js";
+
+/** Run blocks[from..] over the step's rows of x; a promise where a block waits for reads. */
+export function runBlocks(
+  blocks: readonly Block[],
+  ctx: PartContext,
+  step: ForwardStep,
+  from = 0,
+): void | Promise<void> {
+  const b = ctx.buf;
+  const tr = step.tracer;
+  for (let l = from; l < blocks.length; l++) {
+    const B = blocks[l];
+    const t0 = tr ? tr.now() : 0;
+    B.ffn.beforeAttention?.(step);
+    const ta = tr ? tr.now() : 0;
+    ctx.rmsnorm(b.xb, b.x, B.attnNorm, step.n);
+    B.attention.run(step);
+    const tf = tr ? tr.now() : 0;
+    if (tr) tr.span("attention", "attention", ta, undefined, tf);
+    ctx.rmsnorm(b.xb, b.x, B.ffnNorm, step.n);
+    const reading = B.ffn.run(step);
+    if (reading)
+      return reading.then(() => {
+        endLayer(step, l, t0, tf);
+        return runBlocks(blocks, ctx, step, l + 1);
+      });
+    endLayer(step, l, t0, tf);
+  }
+}
+
+function endLayer(step: ForwardStep, l: number, t0: number, tf: number): void {
+  const tr = step.tracer;
+  if (!tr) return;
+  tr.span("ffn", "ffn", tf);
+  tr.span(`layer ${l}`, "layer", t0);
+}
+
+/** The final norm and the output matrix for row t of the batch: the logits into the logits buffer. */
+export function outputLogits(ctx: PartContext, outputNorm: number, output: Matrix, t: number): void {
+  const b = ctx.buf;
+  const nEmbd = ctx.cfg.nEmbd;
+  ctx.rmsnorm(b.xb, b.x + t * nEmbd * 4, outputNorm, 1);
+  ctx.mm.setInput(b.xb, nEmbd);
+  ctx.mm.run(output, b.logits, 1);
+}

@@ -1,0 +1,108 @@
+/**
+ * The attention part of a block: x += wo . attention(q, k, v) over the block's normed input (xb).
+ * Its options are the architecture's, given once when the model loads; every block of every
+ * architecture runs this one part.
+ *
+ * The new keys and values are computed in f32 in the FFN's gate and up rows (hg, hu), which the
+ * FFN needs only after attention, then rounded into the KV cache in its element types.
+ */
+import type { RopePairing } from "../config.js";
+import { kvRowBytes } from "../kv-cache.js";
+import type { ForwardStep } from "../step.js";
+import type { Matrix } from "../weight-loader.js";
+import type { PartContext } from "./context.js";
+
+export interface AttentionWeights {
+  wq: Matrix;
+  wk: Matrix;
+  wv: Matrix;
+  wo: Matrix;
+  /** biases of q, k and v (addresses of f32 vectors), 0 when the architecture has none */
+  bq: number;
+  bk: number;
+  bv: number;
+}
+
+export interface AttentionOptions {
+  /** which pairs of a head's values RoPE rotates together */
+  ropePairing: RopePairing;
+}
+
+export class Attention {
+  private readonly qkv: Matrix[];
+  private readonly qkvOut: number[];
+  private readonly neox: number;
+  private readonly kRow: number;
+  private readonly vRow: number;
+
+  constructor(
+    private readonly ctx: PartContext,
+    /** the layer, for its rows of the KV cache */
+    private readonly layer: number,
+    private readonly w: AttentionWeights,
+    opts: AttentionOptions,
+  ) {
+    const b = ctx.buf;
+    // q, k and v read one input: one pool group
+    this.qkv = [w.wq, w.wk, w.wv];
+    this.qkvOut = [b.q, b.hg, b.hu];
+    this.neox = opts.ropePairing === "neox" ? 1 : 0;
+    this.kRow = kvRowBytes(ctx.cfg, ctx.kvCache.k);
+    this.vRow = kvRowBytes(ctx.cfg, ctx.kvCache.v);
+  }
+
+  /** x += attention(xb) for the step's n tokens at positions pos0.. (their keys and values into the cache). */
+  run(step: ForwardStep): void {
+    const { n, pos0 } = step;
+    const ctx = this.ctx;
+    const { nEmbd, nHead, nHeadKV, headDim, nRot } = ctx.cfg;
+    const qDim = nHead * headDim;
+    const kvDim = nHeadKV * headDim;
+    const b = ctx.buf;
+    const pool = ctx.pool;
+    const a = ctx.args;
+    const w = this.w;
+    const kCache = b.kCache + this.layer * ctx.contextSize * this.kRow;
+    const vCache = b.vCache + this.layer * ctx.contextSize * this.vRow;
+    const kNew = this.qkvOut[1];
+    const vNew = this.qkvOut[2];
+
+    ctx.mm.setInput(b.xb, nEmbd);
+    ctx.mm.runAll(this.qkv, this.qkvOut, n);
+    if (w.bq) {
+      ctx.addBias(b.q, w.bq, qDim, n);
+      ctx.addBias(kNew, w.bk, kvDim, n);
+      ctx.addBias(vNew, w.bv, kvDim, n);
+    }
+    a[0] = b.q;
+    a[1] = b.pos;
+    a[2] = b.rope;
+    a[3] = nHead;
+    a[4] = headDim;
+    a[5] = nRot;
+    a[6] = this.neox;
+    pool.run(ctx.fn.rope, a, 7, n, 1, n * qDim * 4);
+    a[0] = kNew;
+    a[3] = nHeadKV;
+    pool.run(ctx.fn.rope, a, 7, n, 1, n * kvDim * 4);
+    ctx.storeKV(kNew, kCache + pos0 * this.kRow, ctx.kvCache.k, n * kvDim);
+    ctx.storeKV(vNew, vCache + pos0 * this.vRow, ctx.kvCache.v, n * kvDim);
+    a[0] = b.q;
+    a[1] = kCache;
+    a[2] = vCache;
+    a[3] = b.att;
+    a[4] = b.scores;
+    a[5] = n;
+    a[6] = pos0;
+    a[7] = nHead;
+    a[8] = nHeadKV;
+    a[9] = headDim;
+    a[10] = ctx.contextSize;
+    a[11] = ctx.kvCache.k === "f16" ? 1 : 0;
+    a[12] = ctx.kvCache.v === "f16" ? 1 : 0;
+    pool.run(ctx.fn.attention, a, 13, nHead, 1, 2 * n * (pos0 + n) * qDim);
+    ctx.mm.setInput(b.att, qDim);
+    ctx.mm.run(w.wo, b.xb, n);
+    ctx.add(b.x, b.xb, n * nEmbd);
+  }
+}

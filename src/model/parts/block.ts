@@ -1,0 +1,83 @@
+/**
+ * A block: its norms, an attention part and an FFN part. An architecture's file (arch/) says
+ * where each block's weights are in the file (LayerWeights); `makeBlock` picks the parts for them
+ * once the model's memory is laid out.
+ */
+import type { MoeLayer } from "../arch/experts.js";
+import type { OffloadedFFN } from "../offload/offloaded-ffn.js";
+import type { Matrix } from "../weight-loader.js";
+import { Attention, type AttentionOptions, type AttentionWeights } from "./attention.js";
+import type { PartContext } from "./context.js";
+import type { FFNPart } from "./ffn.js";
+import { DenseFFN, type DenseFFNWeights } from "./ffn-dense.js";
+import { MoeFFN } from "./ffn-moe.js";
+import { OffloadedDenseFFN } from "./ffn-offloaded.js";
+import { OffloadedMoeFFN } from "./ffn-offloaded-moe.js";
+import type { Router } from "./router.js";
+
+/** Where an FFN's weights are: in memory (dense, or a mixture of experts), or in a neuron store. */
+export type FFNWeights =
+  | ({ kind: "dense" } & DenseFFNWeights)
+  | { kind: "moe"; moe: MoeLayer }
+  /** every neuron in the store: nothing in memory */
+  | { kind: "offloaded" }
+  /** the experts in the store, the router in memory */
+  | { kind: "offloaded-moe"; router: Matrix };
+
+/** One layer's weights in memory (norms and biases as addresses of f32 vectors). */
+export interface LayerWeights {
+  attnNorm: number;
+  attention: AttentionWeights;
+  ffnNorm: number;
+  ffn: FFNWeights;
+}
+
+export interface Block {
+  readonly attnNorm: number;
+  readonly attention: Attention;
+  readonly ffnNorm: number;
+  readonly ffn: FFNPart;
+}
+
+/** What the parts of every block share beyond the context. */
+export interface SharedParts {
+  attention: AttentionOptions;
+  /** a mixture's routing arrays (null: a dense model) */
+  router: Router | null;
+  /** a neuron store's FFN (null: every FFN in memory) */
+  offloaded: OffloadedFFN | null;
+}
+
+export function makeBlock(ctx: PartContext, l: number, w: LayerWeights, shared: SharedParts): Block {
+  return {
+    attnNorm: w.attnNorm,
+    attention: new Attention(ctx, l, w.attention, shared.attention),
+    ffnNorm: w.ffnNorm,
+    ffn: ffnPart(ctx, l, w, shared),
+  };
+}
+
+function ffnPart(ctx: PartContext, l: number, w: LayerWeights, shared: SharedParts): FFNPart {
+  const f = w.ffn;
+  const need = <T>(part: T | null, what: string): T => {
+    if (!part) throw new Error(`layer ${l}: a ${f.kind} FFN needs ${what}`);
+    return part;
+  };
+  switch (f.kind) {
+    case "dense":
+      return new DenseFFN(ctx, l, f);
+    case "moe":
+      return new MoeFFN(ctx, l, f.moe, need(shared.router, "a router"));
+    case "offloaded":
+      return new OffloadedDenseFFN(ctx, l, need(shared.offloaded, "a neuron store"));
+    case "offloaded-moe":
+      return new OffloadedMoeFFN(
+        ctx,
+        l,
+        f.router,
+        w.ffnNorm,
+        need(shared.router, "a router"),
+        need(shared.offloaded, "a neuron store"),
+      );
+  }
+}

@@ -1,0 +1,95 @@
+/**
+ * A mixture whose experts are offloaded: the router stays in memory, each expert is a group of
+ * bundles in the store, and each expert's tokens run through its group (a batch, or one by one).
+ *
+ * Decoding one token with read-ahead (predictor mode; OffloadedFFN says which):
+ * - "expert": each routed expert's step reads ahead the token's next routed expert's picks
+ *   (exact: its predictor on the same residual row);
+ * - "layer": before the block's attention, this layer's router on the residual as it stands
+ *   picks the likely experts, whose likely bundles are read while attention computes.
+ */
+import type { OffloadedFFN } from "../offload/offloaded-ffn.js";
+import type { ForwardStep } from "../step.js";
+import type { Matrix } from "../weight-loader.js";
+import type { PartContext } from "./context.js";
+import type { FFNPart } from "./ffn.js";
+import type { Router } from "./router.js";
+
+export class OffloadedMoeFFN implements FFNPart {
+  /** the experts (store groups) read ahead before attention */
+  private readonly ahead: Int32Array;
+
+  constructor(
+    private readonly ctx: PartContext,
+    private readonly layer: number,
+    private readonly routerWeights: Matrix,
+    /** the block's FFN norm, which the read-ahead's router applies itself */
+    private readonly ffnNorm: number,
+    private readonly router: Router,
+    private readonly off: OffloadedFFN,
+  ) {
+    this.ahead = new Int32Array(Math.max(1, ctx.cfg.nExpertUsed));
+  }
+
+  async run(step: ForwardStep): Promise<void> {
+    const { n } = step;
+    const ctx = this.ctx;
+    const { nEmbd, nExpert } = ctx.cfg;
+    const b = ctx.buf;
+    const r = this.router;
+    const off = this.off;
+    const row = nEmbd * 4;
+    r.route(this.routerWeights, n);
+    const ahead = n === 1 && off.readsAheadExpert;
+    for (let e = 0; e < nExpert; e++) {
+      const m = r.tokensOf(e, n);
+      if (m === 0) continue;
+      const group = this.layer * nExpert + e;
+      ctx.f32.fill(0, b.moeOut >>> 2, (b.moeOut >>> 2) + m * nEmbd);
+      if (m > 1 && off.batches) await off.prefillBatch(group, b.moeIn, b.moeOut, m, b.hg);
+      else {
+        const next = ahead ? r.nextRouted(e) : -1;
+        for (let i = 0; i < m; i++)
+          await off.decodeStep(
+            group,
+            b.moeIn + i * row,
+            b.x + r.tokens[i] * row,
+            b.moeOut + i * row,
+            next < 0 ? -1 : this.layer * nExpert + next,
+          );
+      }
+      r.addWeighted(m);
+    }
+    r.finish(n);
+  }
+
+  /**
+   * Decoding one token: the experts this layer's router picks on the residual before attention
+   * (the nExpertUsed largest logits), their likely bundles read while attention computes. Layer 0
+   * reads nothing ahead: its reads would overlap only the first attention of the pass, and the
+   * pass's start is where the previous pass's reads ahead are settled.
+   */
+  beforeAttention(step: ForwardStep): void {
+    const off = this.off;
+    if (step.n !== 1 || !off.readsAheadLayer || this.layer === 0) return;
+    const ctx = this.ctx;
+    const { nExpert, nExpertUsed } = ctx.cfg;
+    const b = ctx.buf;
+    const first = this.layer * nExpert;
+    ctx.rmsnorm(b.xb, b.x, this.ffnNorm, 1);
+    this.router.logits(this.routerWeights, 1);
+    const logits = b.route >>> 2;
+    const f32 = ctx.f32;
+    const ahead = this.ahead;
+    for (let j = 0; j < nExpertUsed; j++) {
+      let best = -1;
+      for (let e = 0; e < nExpert; e++) {
+        let taken = false;
+        for (let i = 0; i < j; i++) if (ahead[i] === first + e) taken = true;
+        if (!taken && (best < 0 || f32[logits + e] > f32[logits + best])) best = e;
+      }
+      ahead[j] = first + best;
+    }
+    off.readAheadGroups(ahead, nExpertUsed, b.x);
+  }
+}

@@ -1,0 +1,26 @@
+/**
+ * The FFN of a neuron store under a memory budget (offload/offloaded-ffn.ts does the work): a
+ * prompt as one batch, every needed bundle read once; otherwise one token at a time, each seeing
+ * only its own firing neurons. Waits for its reads from flash: `run` returns a promise.
+ */
+import type { OffloadedFFN } from "../offload/offloaded-ffn.js";
+import type { ForwardStep } from "../step.js";
+import type { PartContext } from "./context.js";
+import type { FFNPart } from "./ffn.js";
+
+export class OffloadedDenseFFN implements FFNPart {
+  constructor(
+    private readonly ctx: PartContext,
+    private readonly layer: number,
+    private readonly off: OffloadedFFN,
+  ) {}
+
+  async run(step: ForwardStep): Promise<void> {
+    const { n } = step;
+    const b = this.ctx.buf;
+    const off = this.off;
+    if (n > 1 && off.batches) return off.prefillBatch(this.layer, b.xb, b.x, n, b.hg);
+    const row = this.ctx.cfg.nEmbd * 4;
+    for (let t = 0; t < n; t++) await off.decodeStep(this.layer, b.xb + t * row, b.x + t * row);
+  }
+}

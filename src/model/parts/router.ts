@@ -1,0 +1,127 @@
+/**
+ * A mixture of experts' routing, as llama.cpp routes Mixtral: softmax over the router's logits,
+ * the nExpertUsed most probable experts, their probabilities renormalized to sum to 1; the FFN's
+ * output is the weighted sum of those experts' outputs. One Router serves every layer: its
+ * arrays hold the batch being routed now (laid out once).
+ */
+import type { Matrix } from "../weight-loader.js";
+import type { PartContext } from "./context.js";
+
+/**
+ * Route n tokens: logits (n x nExpert, f32) -> for each token the k most probable experts
+ * (highest first; the lower index on a tie) into ids (n x k) and their renormalized weights into
+ * weights (n x k). Softmax in double precision, probabilities rounded to f32 as ggml keeps them.
+ */
+export function routeTokens(
+  logits: Float32Array,
+  n: number,
+  nExpert: number,
+  k: number,
+  ids: Int32Array,
+  weights: Float32Array,
+  probs: Float64Array,
+): void {
+  for (let t = 0; t < n; t++) {
+    const row = t * nExpert;
+    let max = -Infinity;
+    for (let e = 0; e < nExpert; e++) max = Math.max(max, logits[row + e]);
+    let sum = 0;
+    for (let e = 0; e < nExpert; e++) sum += probs[e] = Math.exp(logits[row + e] - max);
+    for (let e = 0; e < nExpert; e++) probs[e] = Math.fround(probs[e] / sum);
+    let chosen = 0;
+    for (let j = 0; j < k; j++) {
+      let best = -1;
+      for (let e = 0; e < nExpert; e++) if (probs[e] >= 0 && (best < 0 || probs[e] > probs[best])) best = e;
+      ids[t * k + j] = best;
+      weights[t * k + j] = probs[best];
+      chosen += probs[best];
+      probs[best] = -1; // taken
+    }
+    for (let j = 0; j < k; j++) weights[t * k + j] = Math.fround(weights[t * k + j] / chosen);
+  }
+}
+
+export class Router {
+  /** per token of the batch, its experts (best first) and their weights */
+  readonly ids: Int32Array;
+  readonly weights: Float32Array;
+  private readonly probs: Float64Array;
+  /** the tokens routed to the expert being computed, and their weights */
+  readonly tokens: Int32Array;
+  private readonly tokenWeights: Float32Array;
+
+  constructor(
+    private readonly ctx: PartContext,
+    batchSize: number,
+  ) {
+    const k = ctx.cfg.nExpertUsed;
+    this.ids = new Int32Array(batchSize * k);
+    this.weights = new Float32Array(batchSize * k);
+    this.probs = new Float64Array(ctx.cfg.nExpert);
+    this.tokens = new Int32Array(batchSize);
+    this.tokenWeights = new Float32Array(batchSize);
+  }
+
+  /** The router's logits of the n normed rows in xb, into the route buffer. */
+  logits(router: Matrix, n: number): void {
+    const ctx = this.ctx;
+    ctx.mm.setInput(ctx.buf.xb, ctx.cfg.nEmbd);
+    ctx.mm.run(router, ctx.buf.route, n);
+  }
+
+  /** Route the n normed rows of xb (into ids and weights) and clear the layer's output sum. */
+  route(router: Matrix, n: number): void {
+    const { nEmbd, nExpert, nExpertUsed } = this.ctx.cfg;
+    const b = this.ctx.buf;
+    const f32 = this.ctx.f32;
+    this.logits(router, n);
+    const logits = f32.subarray(b.route >>> 2, (b.route >>> 2) + n * nExpert);
+    routeTokens(logits, n, nExpert, nExpertUsed, this.ids, this.weights, this.probs);
+    f32.fill(0, b.moeAcc >>> 2, (b.moeAcc >>> 2) + n * nEmbd);
+  }
+
+  /** The tokens routed to expert e (into `tokens`), their xb rows gathered into moeIn; returns how many. */
+  tokensOf(e: number, n: number): number {
+    const { nEmbd, nExpertUsed: k } = this.ctx.cfg;
+    const b = this.ctx.buf;
+    const f32 = this.ctx.f32;
+    let m = 0;
+    for (let t = 0; t < n; t++) {
+      for (let j = 0; j < k; j++) {
+        if (this.ids[t * k + j] !== e) continue;
+        const from = (b.xb >>> 2) + t * nEmbd;
+        f32.copyWithin((b.moeIn >>> 2) + m * nEmbd, from, from + nEmbd);
+        this.tokens[m] = t;
+        this.tokenWeights[m++] = this.weights[t * k + j];
+      }
+    }
+    return m;
+  }
+
+  /** moeAcc rows of the expert's m tokens += their routing weight * its output rows (moeOut). */
+  addWeighted(m: number): void {
+    const nEmbd = this.ctx.cfg.nEmbd;
+    const b = this.ctx.buf;
+    const f32 = this.ctx.f32;
+    for (let i = 0; i < m; i++) {
+      const w = this.tokenWeights[i];
+      const acc = (b.moeAcc >>> 2) + this.tokens[i] * nEmbd;
+      const out = (b.moeOut >>> 2) + i * nEmbd;
+      for (let c = 0; c < nEmbd; c++) f32[acc + c] += w * f32[out + c];
+    }
+  }
+
+  /** x += the layer's weighted sum of its experts' outputs. */
+  finish(n: number): void {
+    const b = this.ctx.buf;
+    this.ctx.add(b.x, b.moeAcc, n * this.ctx.cfg.nEmbd);
+  }
+
+  /** Decoding one token: the expert after e (in the order experts are computed) it is routed to, or -1. */
+  nextRouted(e: number): number {
+    const k = this.ctx.cfg.nExpertUsed;
+    let next = -1;
+    for (let j = 0; j < k; j++) if (this.ids[j] > e && (next < 0 || this.ids[j] < next)) next = this.ids[j];
+    return next;
+  }
+}
