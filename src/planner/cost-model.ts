@@ -137,7 +137,7 @@ export interface ReadAheadRates {
 /**
  * Read-ahead when nothing measured it: on the Mistral-7B-shape synthetic with planted
  * predictors it read 78% of a layer's misses ahead, 97% of what it read then used
- * (docs/benchmarks.md).
+ * (docs/benchmarks-log.md).
  */
 export const ASSUMED_READ_AHEAD: ReadAheadRates = { coverage: 0.78, used: 0.97 };
 

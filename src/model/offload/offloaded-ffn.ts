@@ -175,7 +175,7 @@ export class OffloadedFFN {
       tracer: this.tracer,
       // The reader's own I/O thread wherever there is a second core, even when every core
       // computes: at 2 threads on 2 cores it ran a 7B token at 3 GiB 1.09x faster than the system
-      // calls inline on the computing thread, on a Zen 3 and a Zen 5 VM (docs/benchmarks.md,
+      // calls inline on the computing thread, on a Zen 3 and a Zen 5 VM (docs/benchmarks-log.md,
       // sessions 12 and 14); the reader pins it to the CPU that takes the disk's interrupts. On
       // one core it would only preempt the kernels.
       ioThread: opts.ioThread ?? availableParallelism() > 1,

@@ -31,7 +31,7 @@ import { waitForReads, type GroupStats, type OffloadStats } from "./stats.js";
  * Read-ahead takes the next layer's picks whose score (from this layer's input) clears the
  * threshold by this many standard deviations of the layer's cold scores: the disk's IOPS are what
  * limits a token, so a read for nothing costs as much as a useful one, and picks near the
- * threshold from the previous layer's input are mostly wrong (docs/benchmarks.md, "Read-ahead margin").
+ * threshold from the previous layer's input are mostly wrong (docs/benchmarks-log.md, "Read-ahead margin").
  * Exact reads (a mixture's next routed expert, same input) take the picks themselves.
  */
 const READ_AHEAD_MARGIN = 0.2;

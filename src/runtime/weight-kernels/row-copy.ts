@@ -3,7 +3,7 @@
  * Q4_K and Q6_K (SIMD128 build), Q5_K: kquant.ts): row r of a packed matrix starts at r * packedBytes(1, cols), so
  * packing is a copy and rows read straight from a model file are already in kernel form.
  *
- * Their speed per type: docs/benchmarks.md, "The less common weight types' kernels".
+ * Their speed per type: docs/benchmarks-log.md, "The less common weight types' kernels".
  */
 import { GGMLType, typeName, typeTraits } from "../../format/ggml-types.js";
 import type { ActivationFormat, WeightKernel } from "../weight-kernels.js";
