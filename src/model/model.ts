@@ -19,7 +19,7 @@ import { NeuronStore, STORE_MAGIC } from "../format/store.js";
 import { OffloadedFFN, type OffloadOptions } from "./offload/offloaded-ffn.js";
 import type { Tracer } from "../runtime/tracer.js";
 import { BudgetError, offloadLayout, storeFacts, type OffloadLayout } from "./offload/layout.js";
-import { hasPredictors, Predictor } from "./offload/predictor.js";
+import { Predictor, sparsityFor } from "./offload/predictor.js";
 import { dequantizeRow } from "../format/quant.js";
 import { GGMLType, tensorBytes } from "../format/ggml-types.js";
 import { Arena } from "../runtime/arena.js";
@@ -111,7 +111,6 @@ export function isNeuronStore(path: string): boolean {
     closeSync(fd);
   }
 }
-
 
 export class LlamaModel {
   readonly config: ModelConfig;
@@ -209,8 +208,7 @@ export class LlamaModel {
     if (opts.predictorType !== undefined && opts.predictorType !== "q8_0" && opts.predictorType !== "original") {
       throw new RangeError(`predictorType must be "q8_0" or "original", got ${JSON.stringify(opts.predictorType)}`);
     }
-    const withPredictors = hasPredictors(file, cfg);
-    const sparsity = opts.offload?.sparsity ?? (withPredictors ? "predictor" : "gate");
+    const { sparsity, withPredictors } = sparsityFor(file, cfg, opts.offload?.sparsity);
     if (store && sparsity === "predictor" && !withPredictors) {
       throw new Error(
         `${file.path}: --sparsity predictor needs activation predictors (blk.N.fc1/fc2), and this model has none: use --sparsity gate, or train them (powerinfer train-predictors)`,
@@ -314,7 +312,8 @@ export class LlamaModel {
         : loader.raw("token_embd.weight", [nEmbd, nVocab]);
       const arch = ARCHITECTURES.get(cfg.architecture)!;
       const layers: LayerWeights[] = [];
-      for (let l = 0; l < cfg.nLayer; l++) layers.push(arch.layer({ loader, file, cfg, store: store !== undefined }, l));
+      for (let l = 0; l < cfg.nLayer; l++)
+        layers.push(arch.layer({ loader, file, cfg, store: store !== undefined }, l));
       const outputNorm = loader.vector("output_norm.weight", nEmbd);
       const output = loader.matrix(
         file.tensors.has("output.weight") ? "output.weight" : "token_embd.weight",
@@ -510,7 +509,6 @@ export class LlamaModel {
     this.file.close();
   }
 }
-
 
 function activationThresholds(
   file: ModelFile,

@@ -15,6 +15,7 @@ import type { ThreadPool } from "../../runtime/pool.js";
 import { hasWeightKernel, weightKernel, type ActivationFormat } from "../../runtime/weight-kernels.js";
 import type { ModelConfig } from "../config.js";
 import type { MatrixRunner } from "../matrix-runner.js";
+import type { SparsityMode } from "./layout.js";
 import { rowTail, type Matrix, type WeightLoader } from "../weight-loader.js";
 
 /** PowerInfer's activation predictor tensors (blk.N.fc1.weight, blk.N.fc2.weight; per expert blk.N.fc1.E.weight). */
@@ -94,6 +95,20 @@ export function hasPredictors(file: ModelFile, cfg: Pick<ModelConfig, "nLayer" |
     if (!file.tensors.has(n.fc1) || !file.tensors.has(n.fc2)) return false;
   }
   return groups > 0;
+}
+
+/**
+ * The sparsity a store runs with: the one asked for, else PowerInfer's predictors where the file
+ * has them, else the exact gates. Loading and the planner both ask here, so the plan is made for
+ * the mode `run` then uses.
+ */
+export function sparsityFor(
+  file: ModelFile,
+  cfg: Pick<ModelConfig, "nLayer" | "nExpert">,
+  asked: SparsityMode | undefined,
+): { sparsity: SparsityMode; withPredictors: boolean } {
+  const withPredictors = hasPredictors(file, cfg);
+  return { sparsity: asked ?? (withPredictors ? "predictor" : "gate"), withPredictors };
 }
 
 /** How layer l's predictor sits in memory. */

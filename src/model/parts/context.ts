@@ -19,10 +19,7 @@ export class PartContext {
   readonly f32: Float32Array;
   /** argument scratch for one kernel call at a time */
   readonly args = new Int32Array(16);
-  readonly fn: Record<
-    "rmsnorm" | "rope" | "attention" | "kvStore" | "ffnAct" | "ffnActCut" | "add" | "bias",
-    number
-  >;
+  readonly fn: Record<"rmsnorm" | "rope" | "attention" | "kvStore" | "ffnAct" | "ffnActCut" | "add" | "bias", number>;
   private readonly epsBits: number;
   private readonly actCode: number;
 
