@@ -13,7 +13,7 @@ import { checkFiniteOnRead } from "../format/finite-check.js";
 import { checkContextSize } from "./context-size.js";
 import { checkValueTensorTypes } from "./tensor-types-check.js";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
-import { NeuronStore, STORE_MAGIC } from "../format/store.js";
+import { NeuronStore, STORE_MAGIC } from "../format/store/index.js";
 import { OffloadedFFN, type OffloadOptions } from "./offload/offloaded-ffn.js";
 import type { Tracer } from "../runtime/tracer.js";
 import { BudgetError, offloadLayout, storeFacts, type OffloadLayout } from "./offload/layout.js";

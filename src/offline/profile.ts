@@ -18,7 +18,7 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
-import { NeuronStore } from "../format/store.js";
+import { NeuronStore } from "../format/store/index.js";
 import { readConfig, type Activation, type ModelConfig } from "../model/config.js";
 import { isNeuronStore, LlamaModel } from "../model/llama.js";
 import { Tokenizer } from "../tokenizer/index.js";
