@@ -38,6 +38,10 @@ export function nearestStoreType(type: GGMLType): GGMLType {
   }
 }
 
+/**
+ * Bytes of one neuron bundle: its Gate, Up and Down parts back to back, padded to whole pages so
+ * that a bundle is read on its own, aligned, with O_DIRECT.
+ */
 export function bundleBytesFor(rowBytes: number): number {
   return Math.ceil((3 * rowBytes) / STORE_PAGE) * STORE_PAGE;
 }
