@@ -18,7 +18,7 @@ import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { loadModel, type LoadModelOptions } from "../src/index.js";
-import { NeuronStore } from "../src/format/store.js";
+import { NeuronStore } from "../src/format/store/index.js";
 import { Tokenizer } from "../src/tokenizer/index.js";
 import { parseSize } from "../src/cli/args.js";
 import { applyPlan, knobsText, readPlan, sizeText, type PlanFile } from "../src/planner/plan.js";

@@ -21,7 +21,7 @@ import {
 import { join } from "node:path";
 import { aio } from "../src/io/aio.js";
 import { FlashReader, FlashReadError, type FlashReaderOptions, type FlashReadRequest } from "../src/io/flash-reader.js";
-import { NeuronStore, StoreError } from "../src/format/store.js";
+import { NeuronStore, StoreError } from "../src/format/store/index.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { SHARED, tempDir } from "./helpers.js";
 

@@ -9,7 +9,7 @@ import { spawnSync } from "node:child_process";
 import { copyFileSync, openSync, writeSync, closeSync } from "node:fs";
 import { join } from "node:path";
 import { convertToStore } from "../src/offline/convert.js";
-import { NeuronStore } from "../src/format/store.js";
+import { NeuronStore } from "../src/format/store/index.js";
 import { CLI, SHARED, tempDir } from "./helpers.js";
 
 const RELU_Q8 = `${SHARED}/models/relu-stories.Q8_0.gguf`;

@@ -12,7 +12,7 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { CLI, tempDir } from "./helpers.js";
 import { GGUFFile } from "../src/format/gguf.js";
-import { NeuronStore } from "../src/format/store.js";
+import { NeuronStore } from "../src/format/store/index.js";
 
 const dir = tempDir("powerinfer-paths-");
 

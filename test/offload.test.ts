@@ -10,7 +10,7 @@ import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { LlamaModel } from "../src/model/model.js";
 import { convertToStore } from "../src/offline/convert.js";
-import { NeuronStore } from "../src/format/store.js";
+import { NeuronStore } from "../src/format/store/index.js";
 import { synthesize } from "../src/offline/synth.js";
 import { GGMLType, typeName } from "../src/format/ggml-types.js";
 import { dequantize } from "../src/format/quant.js";

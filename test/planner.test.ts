@@ -4,7 +4,7 @@ import { copyFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { spawnSync } from "node:child_process";
 import { GGMLType } from "../src/format/ggml-types.js";
-import { NeuronStore } from "../src/format/store.js";
+import { NeuronStore } from "../src/format/store/index.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { plannedFiring, synthesize } from "../src/offline/synth.js";
 import { readConfig } from "../src/model/config.js";

@@ -8,7 +8,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { GGMLType } from "../src/format/ggml-types.js";
-import { NeuronStore } from "../src/format/store.js";
+import { NeuronStore } from "../src/format/store/index.js";
 import { dequantize } from "../src/format/quant.js";
 import { LlamaModel } from "../src/model/model.js";
 import { WeightLoader, type Matrix } from "../src/model/weight-loader.js";

@@ -13,7 +13,7 @@ import { promisify } from "node:util";
 import { GGMLType } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
 import { f16ToF32 } from "../src/format/half.js";
-import { NeuronStore } from "../src/format/store.js";
+import { NeuronStore } from "../src/format/store/index.js";
 import { LlamaModel } from "../src/model/model.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { corpusTokens, readCorpus } from "../src/offline/corpus.js";

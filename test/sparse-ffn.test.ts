@@ -11,7 +11,7 @@ import { Arena } from "../src/runtime/arena.js";
 import { kernelBuild } from "../src/runtime/wasm.js";
 import { ThreadPool } from "../src/runtime/pool.js";
 import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
-import { STORE_FFN_TYPES } from "../src/format/store.js";
+import { STORE_FFN_TYPES } from "../src/format/store/index.js";
 import {
   SparseFFN,
   hasSparseKernel,

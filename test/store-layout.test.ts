@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { spawnSync } from "node:child_process";
-import { crc32, encodeHeader, NeuronStore, STORE_PAGE } from "../src/format/store.js";
+import { crc32, encodeHeader, NeuronStore, STORE_PAGE } from "../src/format/store/index.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { addPredictorsToStore } from "../src/offline/predictor-files.js";
 import { loadModel } from "../src/index.js";

@@ -14,7 +14,7 @@ import { GGUFWriter } from "../src/format/gguf-writer.js";
 import { GGMLType } from "../src/format/ggml-types.js";
 import { f32ToF16 } from "../src/format/half.js";
 import { dequantize, dequantizeRow, quantizeRow, rowBytes } from "../src/format/quant.js";
-import { crc32, crc32Portable, encodeHeader, NeuronStore, StoreError, STORE_PAGE } from "../src/format/store.js";
+import { crc32, crc32Portable, encodeHeader, NeuronStore, StoreError, STORE_PAGE } from "../src/format/store/index.js";
 import { convertToStore, hotFirstOrder, type ConvertResult } from "../src/offline/convert.js";
 import { readConfig } from "../src/model/config.js";
 import { Tokenizer } from "../src/tokenizer/index.js";

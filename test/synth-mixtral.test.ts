@@ -13,7 +13,7 @@ import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { GGMLType } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
-import { NeuronStore } from "../src/format/store.js";
+import { NeuronStore } from "../src/format/store/index.js";
 import { readConfig } from "../src/model/config.js";
 import { LlamaModel } from "../src/model/model.js";
 import { BUDGET_ROOM } from "../src/model/offload/layout.js";

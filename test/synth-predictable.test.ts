@@ -11,7 +11,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { GGUFFile } from "../src/format/gguf.js";
-import { NeuronStore } from "../src/format/store.js";
+import { NeuronStore } from "../src/format/store/index.js";
 import { LlamaModel } from "../src/model/model.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { PREDICTOR_MODEL_KEY } from "../src/offline/predictor-files.js";

@@ -4,7 +4,7 @@
  * Sleeps with Atomics.waitAsync on the doorbell, so messages (new rings, a grown memory,
  * checksums) are handled between reads.
  */
-import { crc32Portable } from "../format/store.js";
+import { crc32Portable } from "../format/store/checksum.js";
 import { H, ringViews } from "./opfs-aio.js";
 import { opfsRoot, web, type SyncAccessHandle } from "./web-types.js";
 

@@ -8,7 +8,7 @@
  */
 import { Template } from "@huggingface/jinja";
 import { GGUFFile } from "../format/gguf.js";
-import { NeuronStore } from "../format/store.js";
+import { NeuronStore } from "../format/store/index.js";
 import { isNeuronStore } from "../model/model.js";
 import type { Tokenizer } from "../tokenizer/index.js";
 import { ApiError } from "./errors.js";

@@ -13,7 +13,7 @@ import { statSync } from "node:fs";
 import { loadModel, type Model } from "../index.js";
 import { isNeuronStore } from "../model/model.js";
 import { GGUFFile } from "../format/gguf.js";
-import { NeuronStore } from "../format/store.js";
+import { NeuronStore } from "../format/store/index.js";
 import { typeName } from "../format/ggml-types.js";
 import { Xoshiro128 } from "../generate/sampler.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";

@@ -8,7 +8,7 @@ import { interruptible } from "./interrupt.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { ProgressBar } from "./progress.js";
 import { typeName } from "../format/ggml-types.js";
-import type { StoreConversion } from "../format/store.js";
+import type { StoreConversion } from "../format/store/index.js";
 import { CONVERT_TYPES, convertToStore, type ConvertType } from "../offline/convert.js";
 
 const SPECS: FlagSpec[] = [

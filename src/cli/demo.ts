@@ -24,7 +24,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { ProgressBar, formatBytes } from "./progress.js";
-import { NeuronStore } from "../format/store.js";
+import { NeuronStore } from "../format/store/index.js";
 import {
   plannedFiring,
   SHAPE_SPECS,

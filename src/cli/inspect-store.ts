@@ -4,55 +4,18 @@
  * predictors, profile, unused ranges, checksums and the layout the manifest describes; with
  * --verify, every chunk is read and checked against its checksum.
  */
-import { closeSync, openSync, readSync } from "node:fs";
 import { typeName } from "../format/ggml-types.js";
-import { NeuronStore, STORE_MAGIC, STORE_PAGE, type StoreConversion } from "../format/store.js";
-import { storeRegions, type LayoutRegion } from "../format/store-layout-check.js";
-import { openModelFile } from "../format/model-file-open.js";
+import {
+  NeuronStore,
+  STORE_PAGE,
+  storeRegions,
+  type LayoutRegion,
+  type StoreConversion,
+} from "../format/store/index.js";
 import { jsonValue, showValue } from "./inspect-format.js";
 
 const PREDICTOR = /^blk\.(\d+)\.fc([12])\.weight$/;
 const mib = (b: number) => `${(b / 2 ** 20).toFixed(2)} MiB`;
-
-/** Whether `path` is a regular file that starts with the store magic (false for anything that cannot be opened as a model). */
-export function hasStoreMagic(path: string): boolean {
-  let fd: number;
-  try {
-    ({ fd } = openModelFile(path, (m) => new Error(m)));
-  } catch {
-    return false; // the GGUF reader will say why
-  }
-  try {
-    const b = Buffer.alloc(8);
-    return readSync(fd, b, 0, 8, 0) === 8 && b.toString("latin1") === STORE_MAGIC;
-  } finally {
-    closeSync(fd);
-  }
-}
-
-interface HeaderFields {
-  manifestOffset: number;
-  manifestBytes: number;
-  manifestCrc32: number;
-  flags: number;
-}
-
-/** The header fields NeuronStore.open checked (it keeps only the manifest). */
-function readHeader(path: string): HeaderFields {
-  const fd = openSync(path, "r");
-  try {
-    const b = Buffer.alloc(40);
-    readSync(fd, b, 0, 40, 0);
-    return {
-      flags: b.readUInt32LE(12),
-      manifestOffset: Number(b.readBigUInt64LE(16)),
-      manifestBytes: Number(b.readBigUInt64LE(24)),
-      manifestCrc32: b.readUInt32LE(32),
-    };
-  } finally {
-    closeSync(fd);
-  }
-}
 
 /** Gaps between regions (only a store written before the `unused` list may have them). */
 function gaps(regions: LayoutRegion[], start: number, end: number): [number, number][] {
@@ -80,7 +43,9 @@ const isIdentity = (order: Int32Array) => order.every((n, i) => n === i);
 export function inspectStore(path: string, opts: { json: boolean; all: boolean; verify: boolean }): void {
   const s = NeuronStore.open(path);
   try {
-    const header = readHeader(path);
+    // the fields NeuronStore.open checked, in the order `--json` has always listed them
+    const { flags, manifestOffset, manifestBytes, manifestCrc32 } = s.header;
+    const header = { flags, manifestOffset, manifestBytes, manifestCrc32 };
     const m = s.manifest;
     const tensors = [...s.tensors.values()];
     const predictors = tensors

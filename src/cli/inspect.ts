@@ -3,7 +3,8 @@ import { GGUFFile } from "../format/gguf.js";
 import { typeName } from "../format/ggml-types.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { jsonValue, showValue } from "./inspect-format.js";
-import { hasStoreMagic, inspectStore } from "./inspect-store.js";
+import { inspectStore } from "./inspect-store.js";
+import { isNeuronStore } from "../format/store/index.js";
 
 const FLAGS: FlagSpec[] = [
   { names: ["--all"], key: "all", type: "bool", help: "print whole arrays" },
@@ -33,7 +34,7 @@ export async function main(argv: string[]): Promise<number> {
   }
   const path = args._[0];
   if (!path) throw new UsageError("inspect: give a model file");
-  if (hasStoreMagic(path)) {
+  if (isNeuronStore(path)) {
     inspectStore(path, { json: Boolean(args.json), all: Boolean(args.all), verify: Boolean(args.verify) });
     return 0;
   }

@@ -7,7 +7,7 @@
  */
 import { existsSync } from "node:fs";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
-import { NeuronStore } from "../format/store.js";
+import { NeuronStore } from "../format/store/index.js";
 import { readConfig } from "../model/config.js";
 import { isNeuronStore, LlamaModel } from "../model/model.js";
 import { corpusTokens, readCorpus } from "../offline/corpus.js";

@@ -8,7 +8,7 @@ import { dirname, resolve } from "node:path";
 import { interruptible } from "./interrupt.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { formatDuration, ProgressBar } from "./progress.js";
-import { NeuronStore } from "../format/store.js";
+import { NeuronStore } from "../format/store/index.js";
 import { isNeuronStore } from "../model/model.js";
 import { thresholdsForModel } from "../offline/profile.js";
 import {

@@ -353,7 +353,7 @@ export function splitPaths(path: string): string[] {
 
 /**
  * What the model loader needs of a model file: metadata, a tensor index and positional reads.
- * GGUFFile is one; the neuron store (src/format/store.ts) is another.
+ * GGUFFile is one; the neuron store (src/format/store/) is another.
  */
 export interface ModelFile {
   readonly path: string;

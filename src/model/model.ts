@@ -9,13 +9,11 @@
  * [kvDim], f16 by default, kv-cache.ts) and the activation buffers for a batch of up to
  * `batchSize` tokens. forward() allocates nothing.
  */
-import { readSync, closeSync } from "node:fs";
-import { openModelFile } from "../format/model-file-open.js";
 import { checkFiniteOnRead } from "../format/finite-check.js";
 import { checkContextSize } from "./context-size.js";
 import { checkValueTensorTypes } from "./tensor-types-check.js";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
-import { NeuronStore, STORE_MAGIC } from "../format/store.js";
+import { isNeuronStore, NeuronStore } from "../format/store/index.js";
 import { OffloadedFFN, type OffloadOptions } from "./offload/offloaded-ffn.js";
 import type { Tracer } from "../runtime/tracer.js";
 import { BudgetError, offloadLayout, storeFacts, type OffloadLayout } from "./offload/layout.js";
@@ -96,21 +94,7 @@ export type { FFNObservation } from "./step.js";
 /** Metadata key of per-layer activation thresholds (an array of f32, one per layer). */
 export const THRESHOLDS_KEY = "powerinfer.activation_thresholds";
 
-/** Whether `path` is a neuron store (by its magic), as opposed to a GGUF file. */
-export function isNeuronStore(path: string): boolean {
-  let fd: number;
-  try {
-    ({ fd } = openModelFile(path, (m) => new Error(m)));
-  } catch {
-    return false; // not a readable, non-empty regular file: the GGUF reader says why
-  }
-  try {
-    const b = Buffer.alloc(8);
-    return readSync(fd, b, 0, 8, 0) === 8 && b.toString("latin1") === STORE_MAGIC;
-  } finally {
-    closeSync(fd);
-  }
-}
+export { isNeuronStore } from "../format/store/index.js";
 
 export class LlamaModel {
   readonly config: ModelConfig;

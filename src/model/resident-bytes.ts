@@ -5,7 +5,7 @@
  * it, and a test checks it byte for byte against the arena after a real load.
  */
 import type { ModelFile } from "../format/gguf.js";
-import { NeuronStore } from "../format/store.js";
+import { NeuronStore } from "../format/store/index.js";
 import { activationBytes, hasWeightKernel, weightKernel, type ActivationFormat } from "../runtime/weight-kernels.js";
 import type { ModelConfig } from "./config.js";
 import { predictorShapes, type PredictorShape } from "./offload/predictor.js";

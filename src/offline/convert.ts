@@ -31,7 +31,7 @@ import {
   type StoreConversion,
   type StoreLayerManifest,
   type StoreManifest,
-} from "../format/store.js";
+} from "../format/store/index.js";
 import { PREDICTOR_TENSOR_RE, THRESHOLDS_KEY } from "../model/model.js";
 import { checkPredictorExperts, predictorNames } from "../model/offload/predictor.js";
 import { checkFingerprint, modelFingerprint, profileThresholds, ProfileError } from "./profile.js";

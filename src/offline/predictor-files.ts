@@ -23,7 +23,7 @@ import { GGMLType } from "../format/ggml-types.js";
 import { GGUFFile, GGUFValueType } from "../format/gguf.js";
 import { GGUFWriter, type GGUFWritableValue } from "../format/gguf-writer.js";
 import { f32ToF16 } from "../format/half.js";
-import { NeuronStore, StoreWriter, STORE_PAGE, type StoreFixedManifest } from "../format/store.js";
+import { NeuronStore, StoreWriter, STORE_PAGE, type StoreFixedManifest } from "../format/store/index.js";
 import { readConfig } from "../model/config.js";
 import { PREDICTOR_TENSOR_RE } from "../model/model.js";
 import { PREDICTOR_EXPERTS_KEY, predictorGroups, predictorNames } from "../model/offload/predictor.js";

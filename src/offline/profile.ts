@@ -19,7 +19,7 @@ import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import { gateActivation } from "../format/activations.js";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
-import { NeuronStore } from "../format/store.js";
+import { NeuronStore } from "../format/store/index.js";
 import { readConfig, type Activation, type ModelConfig } from "../model/config.js";
 import { isNeuronStore, LlamaModel } from "../model/model.js";
 import { Tokenizer } from "../tokenizer/index.js";

@@ -16,7 +16,14 @@
 import { closeSync, existsSync, openSync, readFileSync, readSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { GGMLType, typeName } from "../format/ggml-types.js";
-import { NeuronStore, STORE_MAGIC } from "../format/store.js";
+import {
+  crcHex,
+  isNeuronStore,
+  NeuronStore,
+  readHeaderFields,
+  startsWithStoreMagic,
+  STORE_HEADER_FIELD_BYTES,
+} from "../format/store/index.js";
 import { readerDepthLimit } from "../io/flash-reader.js";
 import type { LoadModelOptions } from "../api/model.js";
 import { readConfig, type ModelConfig } from "../model/config.js";
@@ -94,8 +101,8 @@ export function modelFingerprint(path: string): ModelFingerprint {
   const st = statSync(path);
   const fd = openSync(path, "r");
   try {
-    const head = Buffer.alloc(40);
-    if (readSync(fd, head, 0, 40, 0) !== 40 || head.toString("latin1", 0, 8) !== STORE_MAGIC) {
+    const head = Buffer.alloc(STORE_HEADER_FIELD_BYTES);
+    if (readSync(fd, head, 0, head.length, 0) !== head.length || !startsWithStoreMagic(head)) {
       throw new Error(
         `${path}: not a .pi neuron store (the planner plans stores: convert the model first with "powerinfer convert")`,
       );
@@ -104,7 +111,7 @@ export function modelFingerprint(path: string): ModelFingerprint {
       path: resolve(path),
       bytes: st.size,
       mtimeMs: Math.round(st.mtimeMs),
-      manifestCrc32: head.readUInt32LE(32).toString(16).padStart(8, "0"),
+      manifestCrc32: crcHex(readHeaderFields(head).manifestCrc32),
     };
   } finally {
     closeSync(fd);
@@ -844,7 +851,7 @@ export function applyPlan(
   if (planPath === "none") return opts;
   const explicit = planPath !== undefined;
   const path = planPath ?? defaultPlanPath(opts.modelPath);
-  if (!explicit && (!existsSync(path) || !isStore(opts.modelPath))) return opts;
+  if (!explicit && (!existsSync(path) || !isNeuronStore(opts.modelPath))) return opts;
   let plan: PlanFile;
   try {
     plan = readPlan(path);
@@ -853,7 +860,7 @@ export function applyPlan(
     onNote?.(`${(e as Error).message}; running without it`);
     return opts;
   }
-  if (explicit && !isStore(opts.modelPath))
+  if (explicit && !isNeuronStore(opts.modelPath))
     throw new PlanError(`${path}: a plan applies to a neuron store (.pi), and ${opts.modelPath} is not one`);
   const ctx = opts.contextSize === "auto" ? undefined : opts.contextSize;
   // A plan found next to the model applies only when the run asked for its budget.
@@ -884,20 +891,6 @@ export function applyPlan(
       residentGates: opts.offload?.residentGates ?? (k.residentGates ? undefined : false),
     },
   };
-}
-
-function isStore(path: string): boolean {
-  try {
-    const fd = openSync(path, "r");
-    try {
-      const b = Buffer.alloc(8);
-      return readSync(fd, b, 0, 8, 0) === 8 && b.toString("latin1") === STORE_MAGIC;
-    } finally {
-      closeSync(fd);
-    }
-  } catch {
-    return false;
-  }
 }
 
 const ms = (s: number) => (s * 1000).toFixed(1);

@@ -31,7 +31,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSyn
 import { availableParallelism, cpus, homedir, hostname, loadavg, totalmem } from "node:os";
 import { join } from "node:path";
 import { GGMLType, typeName } from "../format/ggml-types.js";
-import type { NeuronStore } from "../format/store.js";
+import type { NeuronStore } from "../format/store/index.js";
 import { FlashReader, readerDepthLimit, visibleThreadPoolSize, type FlashReadRequest } from "../io/flash-reader.js";
 import { NeuronCache } from "../io/neuron-cache.js";
 import { Arena } from "../runtime/arena.js";

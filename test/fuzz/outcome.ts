@@ -12,7 +12,7 @@
  *  - blowup: the process grew past the memory limit, or a worker ran out of heap.
  */
 import { GGUFError } from "../../src/format/gguf.js";
-import { StoreError } from "../../src/format/store.js";
+import { StoreError } from "../../src/format/store/index.js";
 import { NonFiniteWeightError } from "../../src/format/finite-check.js";
 import { TokenizerError } from "../../src/tokenizer/vocab.js";
 import { UsageError } from "../../src/cli/args.js";

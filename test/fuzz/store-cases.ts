@@ -9,7 +9,7 @@
  * the neuron order, weight bytes with their checksum recomputed): for all others, a store that
  * still loads must generate exactly the pristine store's text.
  */
-import { crc32, encodeHeader, STORE_PAGE } from "../../src/format/store.js";
+import { crc32, encodeHeader, STORE_PAGE } from "../../src/format/store/index.js";
 import { applyPatches, leHex, type Patch } from "./patch.js";
 import type { Rng } from "./rng.js";
 

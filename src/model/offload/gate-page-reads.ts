@@ -6,7 +6,7 @@
  */
 import type { FlashReader, FlashReadRequest } from "../../io/flash-reader.js";
 import type { NeuronCache } from "../../io/neuron-cache.js";
-import type { NeuronStore } from "../../format/store.js";
+import type { NeuronStore } from "../../format/store/index.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { SparseFFN } from "../../runtime/sparse-kernels.js";
 import { fileCachedGates, type GateSource } from "./gate-source.js";

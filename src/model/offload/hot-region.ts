@@ -3,7 +3,7 @@
  * stored positions (its hottest neurons in a hot-first store), read once at load and kept. Packed
  * hot slots hold a bundle's three parts without its read padding.
  */
-import type { NeuronStore } from "../../format/store.js";
+import type { NeuronStore } from "../../format/store/index.js";
 import { NeuronCache } from "../../io/neuron-cache.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { OffloadLayout } from "./layout.js";

@@ -8,7 +8,7 @@
  * `OffloadedFFN` allocates exactly what it lists; the planner calls it for every candidate;
  * `powerinfer demo` picks its default budget with it. Nothing else computes any part of it.
  */
-import type { NeuronStore } from "../../format/store.js";
+import type { NeuronStore } from "../../format/store/index.js";
 import type { GGMLType } from "../../format/ggml-types.js";
 import { defaultHotFraction, hotPerLayer, NeuronCache } from "../../io/neuron-cache.js";
 import { partialBytes, sparseActivationBytes } from "../../runtime/sparse-kernels.js";

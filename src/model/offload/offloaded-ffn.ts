@@ -16,7 +16,7 @@
  * allocates nothing but the reader's promises.
  */
 import { availableParallelism } from "node:os";
-import type { NeuronStore, VerifyMode } from "../../format/store.js";
+import type { NeuronStore, VerifyMode } from "../../format/store/index.js";
 import { FlashReader, type FlashReaderOptions } from "../../io/flash-reader.js";
 import type { NeuronCache } from "../../io/neuron-cache.js";
 import type { Arena } from "../../runtime/arena.js";

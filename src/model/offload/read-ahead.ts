@@ -19,7 +19,7 @@
  */
 import type { FlashReader, FlashReadRequest } from "../../io/flash-reader.js";
 import type { NeuronCache } from "../../io/neuron-cache.js";
-import type { NeuronStore } from "../../format/store.js";
+import type { NeuronStore } from "../../format/store/index.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { MatrixRunner } from "../matrix-runner.js";
 import type { NeuronLists } from "./neuron-lists.js";

@@ -2,7 +2,7 @@
  * Gate mode with every gate row in memory: one dense matrix per layer (a third of the FFN, no
  * I/O), the gates of all neurons by the dense kernels, then every neuron filed.
  */
-import type { NeuronStore } from "../../format/store.js";
+import type { NeuronStore } from "../../format/store/index.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { ThreadPool } from "../../runtime/pool.js";
 import { weightKernel } from "../../runtime/weight-kernels.js";

@@ -8,7 +8,7 @@
  */
 import type { FlashReader } from "../../io/flash-reader.js";
 import type { NeuronCache } from "../../io/neuron-cache.js";
-import type { NeuronStore } from "../../format/store.js";
+import type { NeuronStore } from "../../format/store/index.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { SparseFFN } from "../../runtime/sparse-kernels.js";
 import { fileCachedGates, listCached, type BatchGateSource, type GateSource } from "./gate-source.js";

@@ -19,8 +19,10 @@
  * Also checked against the model's metadata: one FFN layer per block (a mixture of experts: one
  * group per block and expert), each as wide as the FFN.
  */
-import { STORE_PAGE, type StoreFFNLayer, type StoreManifest, type StoreTensorInfo } from "./store.js";
-import type { GGUFValue } from "./gguf.js";
+import { STORE_PAGE } from "./header.js";
+import type { StoreManifest } from "./manifest.js";
+import type { StoreFFNLayer, StoreTensorInfo } from "./manifest-check.js";
+import type { GGUFValue } from "../gguf.js";
 
 export interface LayoutRegion {
   /** what lives there, for messages: `fixed tensor "output.weight"`, `layer 3 bundles`, ... */
