@@ -22,7 +22,7 @@ export async function peerRun(
   prompt: string,
   contextSize = 384,
   batchSize = 512,
-  /** the peer's install (a copy without the AMX variant for runs under a memory limit: bench/offload.ts) */
+  /** the peer's install (a copy without the AMX variant for runs under a memory limit: bench/offload/peer-install.ts) */
   peerDir = PEER_DIR,
 ): Promise<void> {
   const entry = join(peerDir, "node_modules", "node-llama-cpp", "dist", "index.js");

@@ -1,5 +1,5 @@
 /*
- * Linux native AIO for the flash reader (src/io/aio.ts loads it, src/io/flash-reader.ts drives it).
+ * Linux native AIO for the flash reader (src/io/aio.ts loads it, src/io/aio-backend.ts drives it).
  *
  * Why: a decode token misses a few hundred 8 KiB neuron bundles per layer. Through libuv's thread
  * pool every read is one pool-thread wake-up, one pread and one completion hop back to the event
@@ -254,7 +254,7 @@ static void ring_finalize(napi_env env, void *data, void *hint) {
 
 /*
  * pin(ring, cpu): the I/O thread on `cpu` alone, the calling (computing) thread on the other CPUs
- * it may use, until close. flash-reader.ts picks the CPU that takes the disk's interrupts: left
+ * it may use, until close. aio-backend.ts picks the CPU that takes the disk's interrupts: left
  * alone, the scheduler wakes the I/O thread where the completion interrupt came in and moves the
  * computing thread off that core, which then restarts with cold L1/L2 caches (on a 2-core VM a 7B
  * token at 3 GiB decoded 4-21% slower: docs/store-format.md, "Where the I/O thread runs").

@@ -19,7 +19,7 @@ export interface AioBinding {
   open(fd: number, capacity: number, threaded: boolean): AioRing;
   /**
    * Threaded rings: the I/O thread on `cpu` alone and the caller on its other CPUs until close
-   * (flash-reader.ts pinIoThread); false where that is not possible. The native addon only.
+   * (aio-backend.ts pinIoThread); false where that is not possible. The native addon only.
    */
   pin?(ring: AioRing, cpu: number): boolean;
   /**

@@ -10,18 +10,12 @@
  *   were submitted, are coalesced into one read of at most `maxReadBytes`; a larger request is
  *   split into reads of that size. Small random reads are IOPS-bound (docs/design: ~25K IOPS
  *   through libuv here), so coalescing is what turns neuron reads into bandwidth.
- * - Up to `queueDepth` reads are in flight at once. Direct reads go through Linux native AIO
- *   where the addon is built (src/io/aio.ts): a batch is one io_submit, finished reads are
- *   collected with io_getevents (both on the addon's I/O thread, or inline), and reported when
- *   the event loop would otherwise idle or the engine calls service(): ~4 us of CPU per read
- *   against ~30 us through libuv's thread pool on this machine (docs/store-format.md, "Reading").
- *   Otherwise each read is an fs.read on libuv's thread pool. The pool has UV_THREADPOOL_SIZE
- *   threads (default 4), fixed when the pool first starts. In an ES module program that is
- *   *before any user code runs* (Node's ESM loader reads the entry with async fs), so setting
- *   process.env.UV_THREADPOOL_SIZE inside the program is too late: it must be in the environment
- *   when node starts, or be set by a CommonJS entry point before it imports the ESM code (see
- *   docs/store-format.md, "Reading"). The reader warns once when queueDepth exceeds the pool
- *   size it can see.
+ * - Up to `queueDepth` reads are in flight at once, issued through one of two backends
+ *   (read-backend.ts): direct reads go through Linux native AIO where the addon is built
+ *   (aio-backend.ts: a batch per system call, completions collected when the event loop would
+ *   otherwise idle or the engine calls service()); otherwise each read is an fs.read on libuv's
+ *   thread pool (thread-pool-backend.ts, whose size must be set before node starts). The reader
+ *   warns once when queueDepth exceeds the pool size it can see.
  * - Each request is reported through `onComplete` as soon as its bytes have landed (and passed
  *   the optional `verify` hook), so compute can start on a cluster while others are in flight.
  * - An I/O error, a short read at end of file or a failed verification rejects the batch with a
@@ -29,31 +23,20 @@
  *   never reported, and the batch settles only after its reads still in flight have returned, so
  *   no read lands in memory the caller has already reused.
  */
-import { closeSync, constants, fstatSync, openSync, read, readSync } from "node:fs";
-import { constants as osConstants } from "node:os";
+import { closeSync } from "node:fs";
 import type { Tracer } from "../runtime/tracer.js";
 import { aio, type AioBinding, type AioRing } from "./aio.js";
-import { busiestCpu, interruptCounts } from "./irq-cpu.js";
+import { AIO_INLINE_QUEUE_DEPTH, AIO_QUEUE_DEPTH, AioBackend } from "./aio-backend.js";
+import type { ReadBackend, ReadHost, ReadOp } from "./read-backend.js";
+import { defaultQueueDepth, ThreadPoolBackend, visibleThreadPoolSize } from "./thread-pool-backend.js";
+import { FLASH_ALIGN, openFile } from "./direct-open.js";
+import { FlashReadError } from "./flash-read-error.js";
 
-export const FLASH_ALIGN = 4096;
-const EBADMSG = osConstants.errno.EBADMSG ?? 74;
-
-export class FlashReadError extends Error {
-  /** errno code of the failed read (EIO, ...), when there was one */
-  readonly code?: string;
-  constructor(
-    readonly file: string,
-    readonly fileOffset: number,
-    readonly length: number,
-    what: string,
-    override readonly cause?: unknown,
-  ) {
-    super(`${file}: ${what} (read of ${length} bytes at byte offset ${fileOffset})`);
-    this.name = "FlashReadError";
-    const code = (cause as { code?: unknown } | undefined)?.code;
-    if (typeof code === "string") this.code = code;
-  }
-}
+// Re-exported: the reader's users import these from here.
+export { AIO_INLINE_QUEUE_DEPTH, AIO_QUEUE_DEPTH, PIN_AFTER_READS } from "./aio-backend.js";
+export { defaultQueueDepth, visibleThreadPoolSize } from "./thread-pool-backend.js";
+export { FLASH_ALIGN } from "./direct-open.js";
+export { FlashReadError } from "./flash-read-error.js";
 
 export interface FlashReadRequest {
   /** byte offset in the file, a multiple of 4096 */
@@ -134,17 +117,6 @@ export interface ReaderChecksums {
   readonly seen: Uint8Array | null;
 }
 
-/**
- * Reads in flight by default with native AIO. The addon's I/O thread takes them all at once (so a
- * layer's misses and the next layer's read-ahead are all with the kernel while JavaScript
- * computes); past the disk's queue (256 requests here) io_submit blocks that thread, not this one.
- * Inline, io_submit would block JavaScript past the disk's queue: 256 then.
- */
-export const AIO_QUEUE_DEPTH = 1024;
-export const AIO_INLINE_QUEUE_DEPTH = 256;
-/** reads landed before the I/O thread is pinned (FlashReaderOptions.pinIoThread): a fraction of a 7B token's */
-export const PIN_AFTER_READS = 4096;
-
 export interface FlashReaderStats {
   /** requests submitted */
   requests: number;
@@ -180,34 +152,16 @@ interface Batch {
   finished: boolean;
 }
 
-interface Op {
+/** A physical read of the reader's: what the backend reads, and which requests of which batch it serves. */
+interface Op extends ReadOp {
   batch: Batch | null;
   /** requests [first, first + count) of the batch that this read covers (wholly or, when split, partly) */
   first: number;
   count: number;
-  fileOffset: number;
-  length: number;
-  dst: number;
-  /** bytes already read (a short read continues from here) */
-  done: number;
-  /** its AIO request id while in flight */
-  slot: number;
-  /** the I/O thread found a checksum mismatch in it (verify describes it) */
-  badChecksum: boolean;
   /** it landed in more than one read (a short read): the I/O thread saw no whole read to check, verify checks it here */
   split: boolean;
   /** its async span in a trace, while in flight */
   traceId: number;
-  cb: (err: NodeJS.ErrnoException | null, bytesRead: number) => void;
-}
-
-/**
- * The default number of reads in flight through libuv: as many as its thread pool really runs at once (each
- * fs.read occupies one pool thread), which bin/powerinfer.cjs sizes to 64 before node starts; at
- * 8 KiB, 64 in flight read ~1.4x faster than 16 on this machine's disk (docs/benchmarks.md).
- */
-export function defaultQueueDepth(): number {
-  return visibleThreadPoolSize();
 }
 
 /**
@@ -216,12 +170,6 @@ export function defaultQueueDepth(): number {
  */
 export function readerDepthLimit(): number {
   return aio().binding ? AIO_INLINE_QUEUE_DEPTH : visibleThreadPoolSize();
-}
-
-/** The thread-pool size libuv would take from the environment (it may have started already). */
-export function visibleThreadPoolSize(): number {
-  const v = Number(process.env.UV_THREADPOOL_SIZE);
-  return Number.isInteger(v) && v > 0 ? Math.min(v, 1024) : 4;
 }
 
 const emitted = new Set<string>();
@@ -262,8 +210,6 @@ export class FlashReader {
   private readIndex = 0;
   private closing: Promise<void> | null = null;
   private drained: (() => void) | null = null;
-  /** interrupt counts when the reader opened, until the I/O thread is pinned (or found unpinnable) */
-  private irqBefore: Map<number, number> | null = null;
   private s: FlashReaderStats = {
     requests: 0,
     reads: 0,
@@ -274,19 +220,8 @@ export class FlashReader {
     splits: 0,
     errors: 0,
   };
-  /** native AIO: the binding, its ring, ops in flight by request id, free ids, ops to submit, scratch */
-  private readonly aio: AioBinding | null;
-  private ring: AioRing | null;
-  private readonly slots: (Op | null)[] = [];
-  private readonly freeSlots: number[] = [];
-  private toSubmit: Op[] = [];
-  private submitBuf = new Float64Array(0);
-  private reaped = new Float64Array(0);
-  private polling = false;
-  /** while completions are processed: pump once at the end, not per completion */
-  private reaping = false;
-  /** checksums checked on the I/O thread (kept referenced here: the addon reads them) */
-  private readonly nativeChecksums: ReaderChecksums | null = null;
+  /** where reads are issued: native AIO or libuv's thread pool */
+  private readonly io: ReadBackend;
   private readonly tracer: Tracer | null;
   /** when the reads-in-flight counter was last traced (it is traced at most every COUNTER_EVERY_US) */
   private counterAt = -Infinity;
@@ -301,9 +236,6 @@ export class FlashReader {
     ring: { binding: AioBinding; ring: AioRing } | null,
   ) {
     this.fd = fd;
-    this.aio = ring?.binding ?? null;
-    this.ring = ring?.ring ?? null;
-    this.backend = ring ? "aio" : "threads";
     this.direct = direct;
     this.bufferedReason = reason;
     this.size = size;
@@ -314,24 +246,22 @@ export class FlashReader {
     this.verify = opts.verify;
     this.fault = opts.fault;
     this.tracer = opts.tracer ?? null;
-    if (ring && opts.checksums && opts.ioThread !== false && opts.verify) {
-      const c = opts.checksums;
-      ring.binding.setChecksums(ring.ring, c.crcs, c.start, c.end, c.chunkBytes, c.seen);
-      this.nativeChecksums = c;
-    }
-    if (
-      ring &&
-      ring.binding.pin &&
-      opts.ioThread !== false &&
-      (opts.pinIoThread ?? process.env.POWERINFER_IO_PIN !== "0")
-    )
-      this.irqBefore = interruptCounts();
-    if (ring) {
-      for (let i = this.queueDepth - 1; i >= 0; i--) this.freeSlots.push(i);
-      this.slots.length = this.queueDepth;
-      this.submitBuf = new Float64Array(4 * this.queueDepth);
-      this.reaped = new Float64Array(2 * this.queueDepth);
-    }
+    const host: ReadHost = {
+      view: () => this.view(),
+      inFlight: () => this.inFlight,
+      readsIssued: () => this.s.reads,
+      pump: () => this.pump(),
+    };
+    this.io = ring
+      ? new AioBackend(host, ring.binding, ring.ring, {
+          queueDepth: this.queueDepth,
+          ioThread: opts.ioThread !== false,
+          pinIoThread: opts.pinIoThread ?? process.env.POWERINFER_IO_PIN !== "0",
+          // the I/O thread checks only where verify is there to describe a mismatch
+          checksums: opts.verify ? (opts.checksums ?? null) : null,
+        })
+      : new ThreadPoolBackend(host, fd);
+    this.backend = this.io.kind;
   }
 
   /** Open `path` for reading (see FlashReaderOptions for the choices). */
@@ -364,45 +294,7 @@ export class FlashReader {
       throw new TypeError("FlashReader: memory must be a WebAssembly.Memory, SharedArrayBuffer or ArrayBuffer");
     }
 
-    let fd = -1;
-    let direct = false;
-    let reason: string | null = null;
-    if (want !== false) {
-      const flag = (constants as { O_DIRECT?: number }).O_DIRECT;
-      if (flag === undefined) reason = `this platform (${process.platform}) has no O_DIRECT`;
-      else if (!isWasm)
-        reason =
-          "the destination is a plain ArrayBuffer/SharedArrayBuffer, whose address is not page aligned (O_DIRECT needs a WebAssembly.Memory)";
-      else {
-        try {
-          fd = openSync(path, constants.O_RDONLY | flag);
-          probeDirect(fd);
-          direct = true;
-        } catch (e) {
-          if (fd >= 0) closeSync(fd);
-          fd = -1;
-          const code = (e as NodeJS.ErrnoException).code;
-          if (code !== "EINVAL" && code !== "EOPNOTSUPP" && code !== "ENOTSUP") throw openError(path, e);
-          reason = `the file system refuses O_DIRECT (${code}; e.g. tmpfs before Linux 6.6, /proc, some network and FUSE file systems)`;
-        }
-      }
-      if (!direct && want === true)
-        throw new FlashReadError(path, 0, 0, `direct I/O was required but is not possible: ${reason}`);
-    } else reason = "buffered reads were asked for (direct: false)";
-    if (fd < 0) {
-      try {
-        fd = openSync(path, "r");
-      } catch (e) {
-        throw openError(path, e);
-      }
-    }
-    let size: number;
-    try {
-      size = fstatSync(fd).size;
-    } catch (e) {
-      closeSync(fd);
-      throw openError(path, e);
-    }
+    const { fd, direct, reason, size } = openFile(path, want, isWasm);
     // Native AIO for direct reads (on a buffered descriptor io_submit would read synchronously).
     let ring: { binding: AioBinding; ring: AioRing } | null = null;
     let noAio = native?.reason ?? "";
@@ -590,7 +482,7 @@ export class FlashReader {
   }
 
   private pump(): void {
-    if (this.reaping) return;
+    if (this.io.reporting) return;
     while (this.inFlight < this.queueDepth && this.qHead < this.queue.length) {
       const op = this.queue[this.qHead];
       this.queue[this.qHead++] = undefined!;
@@ -603,7 +495,7 @@ export class FlashReader {
       this.queue.splice(0, this.qHead);
       this.qHead = 0;
     }
-    if (this.toSubmit.length > 0) this.flush();
+    this.io.flush();
   }
 
   private issue(op: Op): void {
@@ -634,76 +526,8 @@ export class FlashReader {
         return;
       }
     }
-    if (this.ring) {
-      op.slot = this.freeSlots.pop()!;
-      this.slots[op.slot] = op;
-      this.toSubmit.push(op);
-      return;
-    }
-    read(this.fd, this.view(), op.dst + op.done, len, from, op.cb);
+    this.io.start(op);
   }
-
-  /**
-   * Native AIO: hand the reads issued since the last flush to the addon in one call. With its I/O
-   * thread it queues them all and wakes the thread, which makes the system calls; inline it calls
-   * io_submit, which may take fewer (the rest wait for completions) or refuse the first (it fails
-   * as a read would). A read the kernel refuses on the thread comes back through service().
-   */
-  private flush(): void {
-    const ops = this.toSubmit;
-    const buf = this.submitBuf;
-    let from = 0;
-    while (from < ops.length) {
-      const n = ops.length - from;
-      for (let i = 0; i < n; i++) {
-        const op = ops[from + i];
-        buf[4 * i] = op.slot;
-        buf[4 * i + 1] = op.fileOffset + op.done;
-        buf[4 * i + 2] = op.length - op.done;
-        buf[4 * i + 3] = op.dst + op.done;
-      }
-      const k = this.aio!.submit(this.ring!, this.view(), buf, n);
-      if (k < 0) {
-        const op = ops[from++];
-        this.freeSlot(op);
-        setImmediate(op.cb, errnoError(-k, "io_submit"), 0);
-        continue;
-      }
-      if (k === 0) {
-        this.toSubmit = ops.slice(from);
-        this.schedulePoll();
-        return;
-      }
-      from += k;
-    }
-    ops.length = 0;
-    this.schedulePoll();
-  }
-
-  private freeSlot(op: Op): void {
-    this.slots[op.slot] = null;
-    this.freeSlots.push(op.slot);
-    op.slot = -1;
-  }
-
-  private schedulePoll(): void {
-    if (this.polling || this.inFlight === 0) return;
-    this.polling = true;
-    setImmediate(this.poll);
-  }
-
-  /**
-   * Native AIO: collect finished reads (waiting up to a millisecond for the first, so an idle
-   * event loop sleeps in the kernel rather than spinning) and report them; again while any are
-   * in flight. The event loop only gets here when JavaScript is not computing, which is when
-   * waiting costs nothing.
-   */
-  private readonly poll = (): void => {
-    this.polling = false;
-    if (!this.ring) return;
-    this.service(1);
-    this.schedulePoll();
-  };
 
   /**
    * Report the reads that have finished (waiting up to waitMs for the first) and submit queued
@@ -711,38 +535,7 @@ export class FlashReader {
    * pieces of computation to keep the disk busy; completions are reported from here.
    */
   service(waitMs = 0): void {
-    if (!this.ring || this.reaping) return;
-    if (this.toSubmit.length > 0) this.flush();
-    if (this.inFlight === 0) return;
-    const out = this.reaped;
-    const k = this.aio!.reap(this.ring, out, this.queueDepth, waitMs);
-    if (k === 0) return;
-    this.reaping = true;
-    try {
-      for (let i = 0; i < k; i++) {
-        const op = this.slots[out[2 * i]]!;
-        const res = out[2 * i + 1];
-        this.freeSlot(op);
-        if (res === -EBADMSG && this.nativeChecksums) {
-          // the bytes landed and did not match: complete() has verify say where and what
-          op.badChecksum = true;
-          op.cb(null, op.length - op.done);
-        } else if (res < 0) op.cb(errnoError(-res, "read"), 0);
-        else op.cb(null, res);
-      }
-    } finally {
-      this.reaping = false;
-    }
-    if (this.irqBefore && this.s.reads >= PIN_AFTER_READS) this.pinIoThread(this.irqBefore);
-    this.pump();
-  }
-
-  /** The I/O thread onto the CPU that took the reads' interrupts, this thread off it (FlashReaderOptions.pinIoThread). */
-  private pinIoThread(before: Map<number, number>): void {
-    this.irqBefore = null;
-    const after = interruptCounts();
-    const cpu = after ? busiestCpu(before, after, 16) : -1;
-    if (cpu >= 0) this.aio!.pin!(this.ring!, cpu);
+    this.io.service(waitMs);
   }
 
   private landed(op: Op, err: NodeJS.ErrnoException | null, n: number): void {
@@ -807,7 +600,7 @@ export class FlashReader {
 
   private complete(op: Op, batch: Batch): void {
     const bad = op.badChecksum;
-    if (this.verify && (bad || op.split || !this.nativeChecksums)) {
+    if (this.verify && (bad || op.split || !this.io.checksChecksums)) {
       try {
         this.verify(op.fileOffset, this.view(), op.dst, op.length);
       } catch (e) {
@@ -877,10 +670,7 @@ export class FlashReader {
       const finish = () => {
         this.drained = null;
         for (const b of queued) this.settle(b);
-        if (this.ring) {
-          this.aio!.close(this.ring);
-          this.ring = null;
-        }
+        this.io.close();
         closeSync(this.fd);
         this.fd = -1;
         resolve();
@@ -890,27 +680,4 @@ export class FlashReader {
     });
     return this.closing;
   }
-}
-
-/**
- * Some file systems accept O_DIRECT at open and refuse it at read time; find out now with one
- * aligned 4 KiB read into a fresh (page-aligned) wasm page rather than on the first real read.
- */
-function probeDirect(fd: number): void {
-  const page = new Uint8Array(new WebAssembly.Memory({ initial: 1 }).buffer);
-  readSync(fd, page, 0, FLASH_ALIGN, 0);
-}
-
-/** An errno number from the kernel as Node reports fs errors (code "EIO", ...). */
-function errnoError(errno: number, syscall: string): NodeJS.ErrnoException {
-  const code = Object.entries(osConstants.errno).find(([, v]) => v === errno)?.[0] ?? `errno ${errno}`;
-  const e = new Error(`${code} (errno ${errno})`) as NodeJS.ErrnoException;
-  e.code = code;
-  e.errno = -errno;
-  e.syscall = syscall;
-  return e;
-}
-
-function openError(path: string, e: unknown): FlashReadError {
-  return new FlashReadError(path, 0, 0, `cannot open: ${(e as Error).message}`, e);
 }

@@ -1,0 +1,94 @@
+/** bench:offload's command line (the comment at the top of bench/offload.ts says what each flag does). */
+
+export type Shape = "7b" | "mistral-7b" | "mixtral";
+
+export interface Options {
+  shape: Shape;
+  /** layers kept of the shape (synth --layers; the mixtral shape's default is 16) */
+  layers?: number;
+  type: "q4_1" | "q8_0";
+  limits: number[];
+  threads: number[];
+  reps: number;
+  n: number;
+  ablationLimit: number;
+  ablationThreads: number[];
+  skip: Set<string>;
+  timeoutS: number;
+  /** predictable model (synth --gate-rank): ours runs --sparsity predictor with the planted predictors */
+  gateRank?: number;
+  /** which store the comparison with llama.cpp runs: in index order (default) or hot-first by the planted rates */
+  order: "index" | "hot";
+  /** the peer under a limit: without its AMX variant ("no-repack"), as shipped ("as-is"); undefined: no-repack where the CPU has AMX */
+  peer?: "as-is" | "no-repack";
+}
+
+/** The command line; prewarm (--prewarm) is not an option of the raw results' "options". */
+export function parseOptions(argv: string[]): { options: Options; prewarm: boolean } {
+  let prewarm = false;
+  const o: Options = {
+    shape: "7b",
+    type: "q4_1",
+    limits: [1.5, 2.25, 3.75],
+    threads: [1, 2],
+    reps: 3,
+    n: 16,
+    ablationLimit: 3.75,
+    ablationThreads: [1],
+    skip: new Set(),
+    timeoutS: 900,
+    order: "index",
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    const v = () => {
+      if (i + 1 >= argv.length) throw new Error(`${a} needs a value`);
+      return argv[++i];
+    };
+    const nums = (s: string) =>
+      s.split(",").map((x) => {
+        const n = Number(x);
+        if (!(n > 0)) throw new Error(`${a}: "${x}" is not a positive number`);
+        return n;
+      });
+    if (a === "--type") {
+      const t = v();
+      if (t !== "q4_1" && t !== "q8_0")
+        throw new Error(
+          "--type must be q4_1 or q8_0 (llama.cpp repacks Q4_0 into anonymous memory: killed under a limit)",
+        );
+      o.type = t;
+    } else if (a === "--shape") {
+      const t = v();
+      if (t !== "7b" && t !== "mistral-7b" && t !== "mixtral")
+        throw new Error("--shape must be 7b, mistral-7b or mixtral");
+      o.shape = t;
+      if (t === "mixtral" && !argv.includes("--limits")) o.limits = [4];
+      if (t === "mixtral" && !argv.includes("--ablation-limit")) o.ablationLimit = 4;
+      if (t === "mixtral" && !argv.includes("--layers")) o.layers = 16;
+    } else if (a === "--layers") o.layers = nums(v())[0];
+    else if (a === "--limits") o.limits = nums(v());
+    else if (a === "--threads") o.threads = nums(v());
+    else if (a === "--reps") o.reps = nums(v())[0];
+    else if (a === "-n") o.n = nums(v())[0];
+    else if (a === "--ablation-limit") o.ablationLimit = nums(v())[0];
+    else if (a === "--ablation-threads") o.ablationThreads = nums(v());
+    else if (a === "--skip") for (const s of v().split(",")) o.skip.add(s);
+    else if (a === "--timeout") o.timeoutS = nums(v())[0];
+    else if (a === "--gate-rank") o.gateRank = nums(v())[0];
+    else if (a === "--prewarm") prewarm = true;
+    else if (a === "--peer") {
+      const t = v();
+      if (t !== "as-is" && t !== "no-repack") throw new Error("--peer must be as-is or no-repack");
+      o.peer = t;
+    } else if (a === "--order") {
+      const t = v();
+      if (t !== "index" && t !== "hot") throw new Error("--order must be index or hot");
+      o.order = t;
+    } else throw new Error(`unknown option ${a} (see the comment at the top of bench/offload.ts)`);
+  }
+  for (const s of o.skip)
+    if (!["compare", "ablation", "plan", "io", "quality"].includes(s))
+      throw new Error(`--skip takes compare, ablation, plan, io, quality; got "${s}"`);
+  return { options: o, prewarm };
+}
