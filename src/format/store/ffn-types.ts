@@ -1,18 +1,15 @@
 /** The FFN weight types a store may hold, and the size of one neuron bundle. */
 import { GGMLType } from "../ggml-types.js";
+import { QUANTIZABLE } from "../quant.js";
 import { STORE_PAGE } from "./header.js";
 
-/** FFN types a store holds: those quantizeRow can write, since Down is requantized per column. */
-export const STORE_FFN_TYPES: readonly GGMLType[] = [
-  GGMLType.F32,
-  GGMLType.F16,
-  GGMLType.BF16,
-  GGMLType.Q4_0,
-  GGMLType.Q4_1,
-  GGMLType.Q5_0,
-  GGMLType.Q5_1,
-  GGMLType.Q8_0,
-];
+/**
+ * FFN types a store holds: the weight types quantizeRow can write, since Down is requantized per
+ * column (Q8_1 and Q8_K are activation formats, not weights).
+ */
+export const STORE_FFN_TYPES: readonly GGMLType[] = QUANTIZABLE.filter(
+  (t) => t !== GGMLType.Q8_1 && t !== GGMLType.Q8_K,
+);
 
 /**
  * The store type nearest to a source type: itself when storable, else the closest in bits per

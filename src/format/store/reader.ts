@@ -8,7 +8,7 @@
  * on a GGUF file.
  */
 import { closeSync, fstatSync, readSync } from "node:fs";
-import { MetadataAccess, type GGUFTensorInfo, type GGUFValue } from "../gguf.js";
+import { MetadataAccess, type GGUFTensorInfo, type GGUFValue, type ModelFile } from "../gguf.js";
 import { openModelFile } from "../model-file-open.js";
 import { crc32, crcHex } from "./checksum.js";
 import { decodeHeader, STORE_PAGE, type StoreHeader } from "./header.js";
@@ -16,21 +16,8 @@ import type { StoreManifest } from "./manifest.js";
 import { checkManifest, type StoreFFN, type StoreFFNLayer, type StoreTensorInfo } from "./manifest-check.js";
 import { StoreError } from "./store-error.js";
 
-/** What src/model/config.ts's readConfig and the tokenizer read from a model file. */
-export interface ModelMetadataSource {
-  readonly path: string;
-  readonly magic: "GGUF" | "PWRI";
-  readonly metadata: Map<string, GGUFValue>;
-  readonly tensors: ReadonlyMap<string, GGUFTensorInfo>;
-  readonly architecture: string;
-  has(key: string): boolean;
-  getString(key: string, fallback?: string): string;
-  getNumber(key: string, fallback?: number): number;
-  getBool(key: string, fallback: boolean): boolean;
-  getArray(key: string): GGUFValue[] | Float32Array | Int32Array | undefined;
-  tensor(name: string): GGUFTensorInfo;
-  tensorData(name: string): Uint8Array;
-}
+/** What src/model/config.ts's readConfig and the tokenizer read from a model file: a ModelFile's metadata and tensor table. */
+export type ModelMetadataSource = Omit<ModelFile, "readTensor" | "close">;
 
 /** How often verifier() checks a chunk: every time it is read, or the first time only. */
 export type VerifyMode = "always" | "once";
