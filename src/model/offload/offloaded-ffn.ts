@@ -298,16 +298,8 @@ export class OffloadedFFN {
     await this.gates.pick(lists, x, residual, this.compute);
     if (tr)
       tr.span(this.mode, "pick", t, { hits: lists.hits + lists.runNeurons + lists.landing, misses: lists.misses });
-    const computed = lists.runNeurons + lists.hits + lists.landing + lists.misses;
-    this.stats.steps++;
-    this.stats.neuronsTotal += lists.nFF;
-    this.stats.neuronsComputed += computed;
-    // (a landing hit read again below is not counted here: the cache counted it as read ahead)
-    this.stats.misses += lists.misses;
-    const g = this.groups;
-    g.steps[l]++;
-    g.neuronsComputed[l] += computed;
-    g.misses[l] += lists.misses;
+    // (a landing hit read again below is not counted as a miss: the cache counted it as read ahead)
+    this.count(l, 1, lists.runNeurons + lists.hits + lists.landing + lists.misses, lists.misses);
 
     // 2. The misses, in rounds of the free cold slots: the first round's reads overlap the hits'
     //    compute and, when it takes every miss (the read-ahead takes cold slots this step's
@@ -341,6 +333,19 @@ export class OffloadedFFN {
     // 3. The step's sum into the residual stream; the next layer's reads that can start now.
     this.sparse.finish(y);
     this.gates.afterStep?.(l);
+  }
+
+  /** Counts `tokens` steps of group l that computed `computed` neurons, `misses` of them read from flash. */
+  private count(l: number, tokens: number, computed: number, misses: number): void {
+    const s = this.stats;
+    const g = this.groups;
+    s.steps += tokens;
+    s.neuronsTotal += tokens * this.lists.nFF;
+    s.neuronsComputed += computed;
+    s.misses += misses;
+    g.steps[l] += tokens;
+    g.neuronsComputed[l] += computed;
+    g.misses[l] += misses;
   }
 
   /**
@@ -398,14 +403,7 @@ export class OffloadedFFN {
       if (this.cache.lookup(l, k) >= 0) cached[hits++] = k;
       else lists.missPos[misses++] = k;
     }
-    this.stats.steps += n;
-    this.stats.neuronsTotal += n * nFF;
-    this.stats.neuronsComputed += fired;
-    this.stats.misses += misses;
-    const g = this.groups;
-    g.steps[l] += n;
-    g.neuronsComputed[l] += fired;
-    g.misses[l] += misses;
+    this.count(l, n, fired, misses);
     let round = this.misses.read(lists, lists.missPos, 0, misses, false);
     if (!this.pipeline) await this.landed(round);
     this.compute.tokens(lists, x, residual, n, gates, cached, 0, hits);
