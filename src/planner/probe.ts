@@ -75,14 +75,17 @@ export function defaultThreadCounts(cores: number): number[] {
 
 /** Queue depths worth measuring when `pool` reads can run at once (others are interpolated). */
 export function defaultQueueDepths(pool: number): number[] {
-  const out = [1, 4, 16, 64, 256].filter((q) => q <= pool);
-  if (!out.includes(pool) && pool <= 256) out.push(pool);
-  return out;
+  return depthsUpTo([1, 4, 16, 64, 256], pool);
 }
 
 /** Queue depths worth trying in a plan. */
 export function candidateQueueDepths(pool: number): number[] {
-  const out = [1, 2, 4, 8, 16, 32, 64, 128, 256].filter((q) => q <= pool);
+  return depthsUpTo([1, 2, 4, 8, 16, 32, 64, 128, 256], pool);
+}
+
+/** The depths of `list` (ascending, up to 256) that `pool` reads at once can run, and the pool's own depth. */
+function depthsUpTo(list: number[], pool: number): number[] {
+  const out = list.filter((q) => q <= pool);
   if (!out.includes(pool) && pool <= 256) out.push(pool);
   return out;
 }

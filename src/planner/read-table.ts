@@ -65,16 +65,9 @@ export function iopsAt(table: IoTable, qd: number): number {
   const sorted = [...table.cells].sort((a, b) => a.queueDepth - b.queueDepth);
   if (sorted.length === 0) throw new Error("empty read table");
   let best = 0;
-  const cells = sorted.map((c) => ({ queueDepth: c.queueDepth, iops: (best = Math.max(best, c.iops)) }));
+  const cells = sorted.map((c) => ({ ...c, iops: (best = Math.max(best, c.iops)) }));
   const q = Math.min(qd, table.threadPool);
+  // below the shallowest depth measured, fewer reads in flight: proportionally slower
   if (q <= cells[0].queueDepth) return cells[0].iops * (q / cells[0].queueDepth);
-  for (let i = 1; i < cells.length; i++) {
-    const a = cells[i - 1],
-      b = cells[i];
-    if (q <= b.queueDepth) {
-      const t = Math.log(q / a.queueDepth) / Math.log(b.queueDepth / a.queueDepth);
-      return a.iops + t * (b.iops - a.iops);
-    }
-  }
-  return cells[cells.length - 1].iops;
+  return lerpDepth({ ...table, cells }, qd, (c) => c.iops);
 }
