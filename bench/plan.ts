@@ -21,7 +21,9 @@ import { loadModel, type LoadModelOptions } from "../src/index.js";
 import { NeuronStore } from "../src/format/store/index.js";
 import { Tokenizer } from "../src/tokenizer/index.js";
 import { parseSize } from "../src/cli/args.js";
-import { applyPlan, knobsText, readPlan, sizeText, type PlanFile } from "../src/planner/plan.js";
+import { applyPlan } from "../src/planner/apply-plan.js";
+import { readPlan, type PlanFile } from "../src/planner/plan-file.js";
+import { knobsText, sizeText } from "../src/planner/plan-text.js";
 import { ROOT_DIR } from "./paths.js";
 import { median } from "../src/planner/median.js";
 

@@ -13,7 +13,8 @@ import { LlamaModel } from "../src/model/model.js";
 import { BUDGET_ROOM } from "../src/model/offload/layout.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { profileModel } from "../src/offline/profile.js";
-import { firingOf, shapeOfStore } from "../src/planner/plan.js";
+import { firingOf } from "../src/planner/firing-rates.js";
+import { shapeOfStore } from "../src/planner/store-shape.js";
 import { greedy, greedyAsync, SHARED, tempDir } from "./helpers.js";
 import { rewrite } from "./rewrite.js";
 

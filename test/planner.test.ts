@@ -9,40 +9,24 @@ import { convertToStore } from "../src/offline/convert.js";
 import { plannedFiring, synthesize } from "../src/offline/synth.js";
 import { readConfig } from "../src/model/config.js";
 import { BudgetError, ffnBufferBytes, runtimeGrowthBytes, type StoreFacts } from "../src/model/offload/layout.js";
-import {
-  hitProfile,
-  layoutFor,
-  predict,
-  type Firing,
-  type Hardware,
-  type Knobs,
-  type ModelShape,
-} from "../src/planner/cost-model.js";
-import {
-  batchSecondsAt,
-  gateStreamOf,
-  iopsAt,
-  submitAt,
-  machineDifference,
-  machineFingerprint,
-  machineId,
-  probeCachePath,
-  probeMachine,
-  type IoTable,
-} from "../src/planner/probe.js";
+import { hitProfile, type Firing } from "../src/io/hit-model.js";
+import { layoutFor, predict } from "../src/planner/cost-model.js";
+import type { Hardware } from "../src/planner/hardware.js";
+import type { Knobs } from "../src/planner/knobs.js";
+import type { ModelShape } from "../src/planner/model-shape.js";
+import { batchSecondsAt, iopsAt, submitAt } from "../src/planner/read-table.js";
+import { gateStreamOf } from "../src/planner/store-shape.js";
+import { machineDifference, machineFingerprint, machineId } from "../src/planner/machine.js";
+import { probeCachePath } from "../src/planner/probe-cache.js";
+import { probeMachine } from "../src/planner/probe.js";
+import type { IoTable } from "../src/planner/probe-results.js";
 import { calibrated, calibration, type CalibrationJob, type CalibrationRun } from "../src/planner/calibrate.js";
-import {
-  applyPlan,
-  checkPlan,
-  defaultPlanPath,
-  firingOf,
-  makePlan,
-  readPlan,
-  shapeOfStore,
-  sizeText,
-  writePlan,
-  PlanError,
-} from "../src/planner/plan.js";
+import { applyPlan, checkPlan } from "../src/planner/apply-plan.js";
+import { defaultPlanPath, readPlan, writePlan, PlanError } from "../src/planner/plan-file.js";
+import { firingOf } from "../src/planner/firing-rates.js";
+import { makePlan } from "../src/planner/plan-search.js";
+import { shapeOfStore } from "../src/planner/store-shape.js";
+import { sizeText } from "../src/planner/plan-text.js";
 import { measureRuntimeBase } from "../src/planner/runtime-base.js";
 import { LlamaModel } from "../src/model/model.js";
 import { NeuronCache } from "../src/io/neuron-cache.js";

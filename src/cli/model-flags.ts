@@ -9,7 +9,7 @@ import type { SparsityMode } from "../model/offload/layout.js";
 import { EXPERT_READ_AHEAD, type ExpertReadAhead } from "../model/offload/offloaded-ffn.js";
 import { thresholdsForModel } from "../offline/profile.js";
 import { UsageError, type FlagSpec, type ParsedArgs } from "./args.js";
-import { applyPlan } from "../planner/plan.js";
+import { applyPlan } from "../planner/apply-plan.js";
 import { RANGE } from "./flag-ranges.js";
 import { parseKvCacheType } from "../model/kv-cache.js";
 

@@ -6,8 +6,10 @@
  */
 import { loadavg } from "node:os";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
-import { defaultPlanPath, knobsText, makePlan, sizeText, writePlan, type PlanPrediction } from "../planner/plan.js";
-import { defaultCacheDir, probeCachePath } from "../planner/probe.js";
+import { makePlan } from "../planner/plan-search.js";
+import { defaultPlanPath, writePlan, type PlanPrediction } from "../planner/plan-file.js";
+import { knobsText, sizeText } from "../planner/plan-text.js";
+import { defaultCacheDir, probeCachePath } from "../planner/probe-cache.js";
 import { runCalibration, type CalibrationJob, type CalibrationRun } from "../planner/calibrate.js";
 import type { BaseJob } from "../planner/runtime-base.js";
 import { LlamaModel } from "../model/model.js";

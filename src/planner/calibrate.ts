@@ -10,10 +10,9 @@
  * plan's prediction is then this machine's measured speed for the defaults times the model's
  * predicted gain.
  */
-import { fork } from "node:child_process";
-import { dirname, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import type { Breakdown, PlannedKnobs, Prediction, ReadAheadRates } from "./cost-model.js";
+import { runPlanChild } from "./child-run.js";
+import type { PlannedKnobs, ReadAheadRates } from "./knobs.js";
+import { breakdownSeconds, type Breakdown, type Prediction } from "./prediction.js";
 
 /** What one calibration run measured, per decode step (prefill and the first token excluded; medians over the steps). */
 export interface CalibrationRun {
@@ -69,7 +68,7 @@ export function calibrated(p: Prediction, c: Calibration): Prediction {
   const breakdown = { ...p.breakdown };
   for (const k of Object.keys(breakdown) as (keyof Breakdown)[])
     breakdown[k] *= IO_PARTS.includes(k) ? c.ioFactor : c.computeFactor;
-  const secondsPerToken = Object.values(breakdown).reduce((a, v) => a + v, 0);
+  const secondsPerToken = breakdownSeconds(breakdown);
   return { ...p, breakdown, secondsPerToken, tokensPerSecond: 1 / secondsPerToken };
 }
 
@@ -89,24 +88,5 @@ export interface CalibrationJob {
  * the planner's own has held probe buffers): `powerinfer plan --calibrate-child JOB`.
  */
 export function runCalibration(job: CalibrationJob): Promise<CalibrationRun> {
-  const bin = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "bin", "powerinfer.cjs");
-  return new Promise((res, rej) => {
-    let result: CalibrationRun | undefined;
-    let stderr = "";
-    const p = fork(bin, ["plan", "--calibrate-child", JSON.stringify(job)], {
-      stdio: ["ignore", "ignore", "pipe", "ipc"],
-    });
-    p.stderr!.on("data", (d: Buffer) => (stderr += d.toString()));
-    p.on("message", (m) => (result = m as CalibrationRun));
-    p.on("error", rej);
-    p.on("exit", (code, signal) => {
-      if (result && code === 0) res(result);
-      else
-        rej(
-          new Error(
-            `plan: the calibration run failed (${signal ? `signal ${signal}` : `exit ${code}`}): ${stderr.trim().split("\n").pop() ?? ""}`,
-          ),
-        );
-    });
-  });
+  return runPlanChild("--calibrate-child", job, (m) => m as CalibrationRun, "the calibration run");
 }

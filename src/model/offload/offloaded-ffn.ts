@@ -35,6 +35,7 @@ import { NeuronLists } from "./neuron-lists.js";
 import type { Predictor } from "./predictor.js";
 import { PredictorPicks } from "./predictor-picks.js";
 import { ReadAhead } from "./read-ahead.js";
+import { readAheadGroup, readsAhead } from "./read-ahead-condition.js";
 import { ResidentGateRows } from "./resident-gate-rows.js";
 import { newGroupStats, newStats, type GroupStats, type OffloadStats } from "./stats.js";
 import { StreamedGateRows } from "./streamed-gate-rows.js";
@@ -213,8 +214,13 @@ export class OffloadedFFN {
       this.tracer,
     );
     this.misses = new MissReader(store, this.cache, this.reader, stats);
-    const lookahead =
-      this.mode === "predictor" && this.pipeline && (opts.lookahead ?? true) && layout.hotPerLayer < cfg.nFF;
+    const lookahead = readsAhead(
+      this.mode === "predictor",
+      this.pipeline,
+      opts.lookahead ?? true,
+      layout.hotPerLayer,
+      cfg.nFF,
+    );
     this.readAhead = lookahead
       ? new ReadAhead(
           store,
@@ -307,13 +313,13 @@ export class OffloadedFFN {
     //    expert's, exact: its predictor on this same residual row).
     let round = this.misses.read(lists, lists.missPos, 0, lists.misses, false);
     if (!this.pipeline) await this.landed(round);
-    if (this.readAhead && round.to === lists.misses) {
-      const ahead = this.store.ffn.experts > 0 ? next : l + 1 < this.nLayer ? l + 1 : -1;
-      if (ahead >= 0) {
-        t = tr ? tr.now() : 0;
-        this.readAhead.start(ahead, residual, ahead === next);
-        if (tr) tr.span("read-ahead", "pick", t, { group: ahead });
-      }
+    const ahead = this.readAhead
+      ? readAheadGroup(l, this.nLayer, this.store.ffn.experts, next, round.to, lists.misses)
+      : -1;
+    if (ahead >= 0) {
+      t = tr ? tr.now() : 0;
+      this.readAhead!.start(ahead, residual, ahead === next);
+      if (tr) tr.span("read-ahead", "pick", t, { group: ahead });
     }
     this.compute.hits(lists);
     if (this.readAhead) {

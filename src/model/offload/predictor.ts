@@ -102,11 +102,11 @@ export function hasPredictors(file: ModelFile, cfg: Pick<ModelConfig, "nLayer" |
  * has them, else the exact gates. Loading and the planner both ask here, so the plan is made for
  * the mode `run` then uses.
  */
-export function sparsityFor(
+export function sparsityFor<M extends SparsityMode>(
   file: ModelFile,
   cfg: Pick<ModelConfig, "nLayer" | "nExpert">,
-  asked: SparsityMode | undefined,
-): { sparsity: SparsityMode; withPredictors: boolean } {
+  asked: M | undefined,
+): { sparsity: M | "gate" | "predictor"; withPredictors: boolean } {
   const withPredictors = hasPredictors(file, cfg);
   return { sparsity: asked ?? (withPredictors ? "predictor" : "gate"), withPredictors };
 }

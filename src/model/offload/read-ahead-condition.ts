@@ -1,0 +1,40 @@
+/**
+ * When predictor mode reads ahead (read-ahead.ts): the runtime (OffloadedFFN) decides with these
+ * functions, and the planner's cost model predicts with the same ones, so that the two cannot
+ * drift apart.
+ */
+
+/**
+ * Whether predictor mode reads ahead at all. Reads ahead overlap other work only when the misses'
+ * reads do (the pipeline), and with every neuron hot there is nothing to read.
+ */
+export function readsAhead(
+  predictorMode: boolean,
+  pipeline: boolean,
+  lookahead: boolean,
+  hotPerLayer: number,
+  nFF: number,
+): boolean {
+  return predictorMode && pipeline && lookahead && hotPerLayer < nFF;
+}
+
+/**
+ * The group a step of group `group` reads ahead for once the first round of its misses is issued,
+ * or -1 for none. Only when that round took every miss: the reads ahead pin cold slots that the
+ * step's later rounds would want. A dense model reads the next layer's picks (none after the last
+ * layer); a mixture of experts the token's next routed expert of the same layer (`nextExpert`,
+ * -1: none). `firstRound` and `misses` may be expected values (the cost model): a first round
+ * within 1e-9 of the misses takes them all.
+ */
+export function readAheadGroup(
+  group: number,
+  nLayer: number,
+  experts: number,
+  nextExpert: number,
+  firstRound: number,
+  misses: number,
+): number {
+  if (firstRound < misses - 1e-9) return -1;
+  if (experts > 0) return nextExpert;
+  return group + 1 < nLayer ? group + 1 : -1;
+}
