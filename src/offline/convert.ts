@@ -20,7 +20,7 @@
  * ffn-group.ts (one group's bundles and gate rows), store-metadata.ts (the metadata carried over).
  */
 import { basename, resolve } from "node:path";
-import { GGMLType, typeFromName, typeName, typeTraits } from "../format/ggml-types.js";
+import { GGMLType, traitsBytes, typeFromName, typeName, typeTraits } from "../format/ggml-types.js";
 import { GGUFFile } from "../format/gguf.js";
 import { checkFiniteOnRead } from "../format/finite-check.js";
 import {
@@ -136,7 +136,7 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
       throw new ConvertError(
         `embedding width ${nEmbd} is not a multiple of the ${tr.name} block size ${tr.blockSize}: choose another --type`,
       );
-    const rowBytes = (nEmbd / tr.blockSize) * tr.typeSize;
+    const rowBytes = traitsBytes(tr, nEmbd);
     const bundleBytes = bundleBytesFor(rowBytes);
     const prof = opts.profile !== undefined ? loadProfile(opts.profile, layers, file) : undefined;
 

@@ -3,7 +3,7 @@
  * along a row, and a bundle needs column i (nEmbd values) contiguous, so each column is
  * requantized with blocks along it.
  */
-import { typeTraits, type GGMLType } from "../../format/ggml-types.js";
+import { traitsBytes, typeTraits, type GGMLType } from "../../format/ggml-types.js";
 import type { GGUFFile } from "../../format/gguf.js";
 import { dequantizeRow } from "../../format/quant.js";
 import type { ErrorStats, RowConverter } from "./row-conversion.js";
@@ -37,7 +37,7 @@ export async function transposeDown(
   const maxBand = Math.max(src.blockSize, Math.floor((8 << 20) / nEmbd / src.blockSize) * src.blockSize);
   const band = Math.min(n, maxBand);
   const tile = new Float32Array(nEmbd * band);
-  const slice = new Uint8Array((band / src.blockSize) * src.typeSize);
+  const slice = new Uint8Array(traitsBytes(src, band));
   // columns are gathered 16 at a time, so each row of the tile is read 16 floats at once
   // (a column-at-a-time gather strides through the whole tile and was the converter's hot spot)
   const G = 16;
@@ -45,8 +45,8 @@ export async function transposeDown(
   for (let c0 = 0; c0 < n; c0 += band) {
     check();
     const w = Math.min(band, n - c0);
-    const sb = (w / src.blockSize) * src.typeSize;
-    const at = (c0 / src.blockSize) * src.typeSize;
+    const sb = traitsBytes(src, w);
+    const at = traitsBytes(src, c0);
     for (let r = 0; r < nEmbd; r++) {
       file.readTensor(t, slice, m.base + r * srcRb + at, sb);
       dequantizeRow(t.type, slice.subarray(0, sb), w, tile, r * w);

@@ -5,7 +5,7 @@
  * (planted-predictor.ts). The construction follows; the arithmetic on a row's blocks is in
  * row-moments.ts and first-block.ts.
  */
-import { GGMLType, typeTraits } from "../../format/ggml-types.js";
+import { GGMLType, traitsBytes, typeTraits } from "../../format/ggml-types.js";
 import { f16Table, f32ToF16 } from "../../format/half.js";
 import { plannedFiring, SynthStream } from "../../model/firing.js";
 import { readBlock0, RESERVED, solveBlock0, writeBlock0, type BlockLevels } from "./first-block.js";
@@ -311,7 +311,7 @@ export class SparsityPlanter {
     const base: RowFiller = lowRank ? () => {} : rowFiller(std === r.std ? r : { ...r, std }, stream);
     const rowLen = r.dims[0];
     const tr = typeTraits(r.type)!;
-    const rowBytes = (rowLen / tr.blockSize) * tr.typeSize;
+    const rowBytes = traitsBytes(tr, rowLen);
     let row = 0;
     let each: (b: Uint8Array, off: number, row: number) => void;
     const wcF = this.ffnNorm.length ? this.ffnNorm[0] * this.C : 1;
