@@ -7,7 +7,7 @@
  * per value; F16/BF16: one per 16 bits; quantized blocks: only their f16/f32 scale fields, since
  * the quants themselves are small integers and cannot be non-finite).
  */
-import { GGMLType, typeName, typeTraits } from "./ggml-types.js";
+import { GGMLType, traitsBytes, typeName, typeTraits } from "./ggml-types.js";
 import type { GGUFTensorInfo, ModelFile } from "./gguf.js";
 import { f16ToF32 } from "./half.js";
 
@@ -118,7 +118,7 @@ export function nonFiniteError(path: string, t: GGUFTensorInfo, found: NonFinite
   const cols = t.dims[0];
   const row = Math.floor(found.element / cols);
   const col = found.element % cols;
-  const byte = t.offset + (found.element / traits.blockSize) * traits.typeSize;
+  const byte = t.offset + traitsBytes(traits, found.element);
   const what = found.scale
     ? `${String(found.value)} in the scale of the block at row ${row}, columns ${col}..${col + traits.blockSize - 1}`
     : `${String(found.value)} at row ${row}, column ${col}`;

@@ -1,6 +1,7 @@
 /**
  * The ggml tensor types this engine knows, with their block geometry.
- * A tensor row of `n` elements of a block type occupies (n / blockSize) * typeSize bytes.
+ * A tensor row of `n` elements of a block type occupies (n / blockSize) * typeSize bytes
+ * (traitsBytes; tensorBytes from a type id).
  * Numeric ids are the ones GGUF files store (ggml.h `enum ggml_type`).
  */
 export enum GGMLType {
@@ -75,10 +76,17 @@ export function typeName(type: number): string {
   return typeTraits(type)?.name ?? `unknown(${type})`;
 }
 
+/**
+ * Bytes taken by `elements` values of a type with traits `t` (elements must be a multiple of the
+ * block size): the one place the formula is written, for callers that already hold the traits.
+ */
+export function traitsBytes(t: TypeTraits, elements: number): number {
+  return (elements / t.blockSize) * t.typeSize;
+}
+
 /** Bytes taken by `elements` values of `type` (elements must be a multiple of the block size). */
 export function tensorBytes(type: GGMLType, elements: number): number {
-  const t = typeTraits(type)!;
-  return (elements / t.blockSize) * t.typeSize;
+  return traitsBytes(typeTraits(type)!, elements);
 }
 
 /** Parse a type name such as "q4_0" or "F16" (case-insensitive). */

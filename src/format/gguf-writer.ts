@@ -13,7 +13,7 @@
  * loader would take for a model. `abort()` deletes the partial file.
  */
 import { open, rename, rm, type FileHandle } from "node:fs/promises";
-import { GGMLType, typeTraits, typeName } from "./ggml-types.js";
+import { GGMLType, traitsBytes, typeTraits, typeName } from "./ggml-types.js";
 import { GGUFValueType } from "./gguf.js";
 
 export { GGUFValueType };
@@ -389,7 +389,7 @@ export class GGUFWriter {
       );
     }
     const elements = dims.reduce((a, b) => a * b, 1);
-    const bytes = (elements / traits.blockSize) * traits.typeSize;
+    const bytes = traitsBytes(traits, elements);
     if (data && data.length !== bytes) {
       throw new GGUFWriteError(
         this.path,

@@ -8,7 +8,7 @@
  */
 import { closeSync, readSync, existsSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import { GGMLType, typeTraits, typeName } from "./ggml-types.js";
+import { GGMLType, traitsBytes, typeTraits, typeName } from "./ggml-types.js";
 import { openModelFile } from "./model-file-open.js";
 import { oneLine, quoted } from "./printable.js";
 
@@ -316,7 +316,7 @@ function parseOne(path: string, fileIndex: number): ParsedFile {
           `tensor ${quoted(t.name)} row length ${t.dims[0]} is not a multiple of the ${traits.name} block size ${traits.blockSize}`,
         );
       }
-      const bytes = (elements / traits.blockSize) * traits.typeSize;
+      const bytes = traitsBytes(traits, elements);
       const offset = dataStart + Number(t.rel);
       if (t.rel % BigInt(alignment) !== 0n)
         throw new GGUFError(path, `tensor ${quoted(t.name)} offset ${t.rel} is not aligned to ${alignment}`);

@@ -21,7 +21,7 @@
  *        x = d sc_(16-group) (q - 32), q = 4 low bits from ql and 2 high bits from qh
  *   Q8_K 292 B / 256: d f32 @0, qs i8[256] @4, bsums i16[16] @260 (sums of 16 consecutive qs)
  */
-import { GGMLType, typeName, typeTraits } from "./ggml-types.js";
+import { GGMLType, traitsBytes, typeName, typeTraits } from "./ggml-types.js";
 import { f16Table, f32ToF16, f32ToBF16 } from "./half.js";
 
 export class QuantError extends Error {
@@ -98,7 +98,7 @@ export function rowBytes(type: GGMLType, n: number): number {
   const t = traits(type);
   if (n % t.blockSize !== 0)
     throw new QuantError(`${t.name}: a row of ${n} values is not a whole number of ${t.blockSize}-value blocks`);
-  return (n / t.blockSize) * t.typeSize;
+  return traitsBytes(t, n);
 }
 
 function checkRow(type: GGMLType, bytes: number, n: number, what: string): void {

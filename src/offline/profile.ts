@@ -24,7 +24,7 @@ import { readConfig, type Activation, type ModelConfig } from "../model/config.j
 import { isNeuronStore, LlamaModel } from "../model/model.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { corpusTokens, readCorpus } from "./corpus.js";
-import type { ActivationProfile } from "./convert.js";
+import type { ActivationProfile } from "./convert/hot-first.js";
 
 export class ProfileError extends Error {
   constructor(message: string) {

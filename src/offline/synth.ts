@@ -21,7 +21,8 @@
  *
  * This file gathers what callers use; the parts live in synth/: shapes.ts (shapes, types, the
  * tensor table), random-rows.ts (random weights per tensor), planted-sparsity.ts (planted ReLU
- * sparsity, predictable gates and the predictors they imply), normal.ts (the normal
+ * sparsity) with row-moments.ts and first-block.ts (the arithmetic on a row's blocks) and
+ * planted-predictor.ts (predictable gates and the predictors they imply), normal.ts (the normal
  * distribution it needs), writer.ts (options, metadata, streaming the file: synthesize,
  * synthFileSize). The firing law itself is src/model/firing.ts.
  */

@@ -7,7 +7,7 @@
  * (layout-check.ts) then holds the regions to what the writer could have produced, so that a wrong
  * offset becomes an error here instead of wrong text later.
  */
-import { typeName, typeTraits, type GGMLType } from "../ggml-types.js";
+import { traitsBytes, typeName, typeTraits, type GGMLType } from "../ggml-types.js";
 import type { GGUFTensorInfo, GGUFValue } from "../gguf.js";
 import { bundleBytesFor, STORE_FFN_TYPES } from "./ffn-types.js";
 import { STORE_PAGE, type StoreHeader } from "./header.js";
@@ -141,7 +141,7 @@ export function checkManifest(path: string, header: StoreHeader, manifest: Store
     )
       fail(`fixed tensor "${t.name}" has bad dims ${JSON.stringify(t.dims)}`);
     const elements = t.dims.reduce((a, b) => a * b, 1);
-    if (t.dims[0] % traits!.blockSize !== 0 || (elements / traits!.blockSize) * traits!.typeSize !== t.bytes) {
+    if (t.dims[0] % traits!.blockSize !== 0 || traitsBytes(traits!, elements) !== t.bytes) {
       fail(`fixed tensor "${t.name}": ${typeName(t.type)} [${t.dims.join(", ")}] cannot take ${t.bytes} bytes`);
     }
     const paddedBytes = Math.ceil(t.bytes / STORE_PAGE) * STORE_PAGE;
@@ -166,7 +166,7 @@ export function checkManifest(path: string, header: StoreHeader, manifest: Store
   const tr = typeTraits(f.type)!;
   if (!Number.isSafeInteger(f.nEmbd) || f.nEmbd <= 0 || f.nEmbd % tr.blockSize !== 0)
     fail(`ffn.nEmbd ${f.nEmbd} is not a positive multiple of the ${tr.name} block size`);
-  const rb = (f.nEmbd / tr.blockSize) * tr.typeSize;
+  const rb = traitsBytes(tr, f.nEmbd);
   if (f.rowBytes !== rb) fail(`ffn.rowBytes ${f.rowBytes} should be ${rb} for ${f.nEmbd} ${tr.name} values`);
   if (f.bundleBytes !== bundleBytesFor(rb)) fail(`ffn.bundleBytes ${f.bundleBytes} should be ${bundleBytesFor(rb)}`);
   if (f.parts?.gate !== 0 || f.parts.up !== rb || f.parts.down !== 2 * rb)

@@ -1,25 +1,31 @@
 /**
  * Planted activation sparsity: the rows of a plain random model (random-rows.ts) rewritten so a
  * chosen share of FFN neurons outputs exactly zero, at the rates of the firing law
- * (src/model/firing.ts), and, with a gate rank, so that a small predictor can tell which fire.
- * The construction follows.
+ * (src/model/firing.ts), and, with a gate rank, so that a small predictor can tell which fire
+ * (planted-predictor.ts). The construction follows; the arithmetic on a row's blocks is in
+ * row-moments.ts and first-block.ts.
  */
-import { GGMLType, typeTraits } from "../../format/ggml-types.js";
+import { GGMLType, traitsBytes, typeTraits } from "../../format/ggml-types.js";
 import { f16Table, f32ToF16 } from "../../format/half.js";
-import { dequantizeRow, quantizeRow } from "../../format/quant.js";
-import { fillRandom, plannedFiring, SynthStream } from "../../model/firing.js";
-import type { PredictorWeights } from "../../predictor-training/predictor-train.js";
+import { plannedFiring, SynthStream } from "../../model/firing.js";
+import { readBlock0, RESERVED, solveBlock0, writeBlock0, type BlockLevels } from "./first-block.js";
 import { normCdf, normQuantile, reluMoments } from "./normal.js";
+import { PredictorPlanter, type PlantedPredictor } from "./planted-predictor.js";
 import { rowFiller, type RowFiller } from "./random-rows.js";
+import { rowMoments } from "./row-moments.js";
 import { GGML_TYPE, type SynthActivation, type SynthShapeSpec, type SynthType, type TensorRecipe } from "./shapes.js";
+
+export { RESERVED } from "./first-block.js";
+export { PREDICTOR_MARGIN, type PlantedPredictor } from "./planted-predictor.js";
 
 // ---------------------------------------------------------------------------------------------
 // Planted activation sparsity
 //
 // The construction. Residual dimension 0 carries a large constant C: every token embedding has
 // C there and zeros in dimensions 1..31 (the rest of its quant block), and rows 0..31 of every
-// attn_output and ffn_down are zero, so no layer changes them. Column 0 of every matrix that reads the normalized residual (attn_q/k/v, output, and
-// ffn_up under relu) is zero, so the constant reaches only ffn_gate (and ffn_up under drelu).
+// attn_output and ffn_down are zero, so no layer changes them. Column 0 of every matrix that
+// reads the normalized residual (attn_q/k/v, output, and ffn_up under relu) is zero, so the
+// constant reaches only ffn_gate (and ffn_up under drelu).
 // RMSNorm multiplies the whole residual by one positive number per token, which cannot change
 // a sign: neuron i fires exactly when  W[i,0] w0 C + sum_{j>0} W[i,j] w_j x_j > 0,  x being the
 // raw residual and w the ffn_norm weights. The sum is a random projection of the residual, close
@@ -53,34 +59,15 @@ import { GGML_TYPE, type SynthActivation, type SynthShapeSpec, type SynthType, t
 // neither the constant nor the mean favours an expert, and its rows are scaled for logits of
 // deviation ROUTER_LOGIT_STD, so the choice follows the token.
 //
-// Predictable firing (gateRank r). Plain random gate rows make the firing set a function of
-// the whole residual: a predictor would need the gate itself. In trained ReLU models the gate's
-// input lives near a low-dimensional subspace, which is why PowerInfer's small predictors work.
-// Here the equivalent is built into the gate: row i (elements 32..) is a_i . B, B a random
-// r x dim basis per layer and a_i random coefficients, then quantized as any tensor (element 0
-// still takes the planted bias, so the frequencies hold). The pre-activation is then
-// bias_i + a_i . B x + e_i . x, where e_i is the quantization's noise, and the predictor
-// fc1 = [B; -B; e0] (times the norm weights), fc2 row i = [a_i, -a_i, bias_i + delta_i]
-// computes the first two terms exactly (relu(u) - relu(-u) = u; e0 reads the constant C). Its
-// misses are the neurons whose noise term outweighs the margin delta_i = PREDICTOR_MARGIN times
-// the noise's deviation: a fraction of a percent of the firing ones; its false alarms cost
-// only the read of a bundle whose gate then computes to zero.
+// Predictable firing (gateRank r): the gate rows are drawn from a low-rank basis per layer, and
+// the predictor that implies is written alongside (planted-predictor.ts).
 
 export const SPARSITY_MIN = 0.1;
 export const SPARSITY_MAX = 0.99;
 export const ALPHA_MIN = 0;
 export const ALPHA_MAX = 4;
 export const GATE_RANK_MAX = 1024;
-/** The planted predictor's margin, in deviations of a neuron's quantization noise. */
-export const PREDICTOR_MARGIN = 2;
 
-/**
- * Residual dimension 0 is the constant; 1..RESERVED-1, the rest of its quant block, stay zero, so
- * the block holds C alone: exact in the token embeddings of every type, and exact again when the
- * engine quantizes the normalized residual to 8 bits per block (a neighbour of C would otherwise
- * get C's coarse step).
- */
-export const RESERVED = 32;
 /** Residual variance added by all the FFNs together (the embeddings bring 1). */
 const GROWTH = 2;
 /** Attention's variance at position 0, relative to an FFN's. */
@@ -90,258 +77,7 @@ const KAPPA = 2;
 /** Deviation of a router logit across tokens: clear favourites per token, none overall. */
 const ROUTER_LOGIT_STD = 1;
 
-/** A predictor the construction implies (see "Predictable firing"). */
-export interface PlantedPredictor extends PredictorWeights {
-  /** mean over neurons: the deviation of the gate's quantization noise over that of its whole pre-activation */
-  noiseShare: number;
-}
-
-// Row arithmetic on generated blocks.
-
 const F16 = f16Table;
-
-/**
- * out[0] = sum omega_j W_j^2 and out[1] = sum nu_j W_j over elements [from, rowLen) of the row
- * at b[off..] (from: a multiple of the block size).
- */
-function rowMoments(
-  type: GGMLType,
-  b: Uint8Array,
-  off: number,
-  rowLen: number,
-  from: number,
-  omega: Float64Array,
-  nu: Float64Array,
-  out: Float64Array,
-): void {
-  let s2 = 0;
-  let s1 = 0;
-  switch (type) {
-    case GGMLType.F32: {
-      const f = new Float32Array(b.buffer, b.byteOffset + off, rowLen);
-      for (let j = from; j < rowLen; j++) {
-        const x = f[j];
-        s2 += omega[j] * x * x;
-        s1 += nu[j] * x;
-      }
-      break;
-    }
-    case GGMLType.F16: {
-      const h = new Uint16Array(b.buffer, b.byteOffset + off, rowLen);
-      for (let j = from; j < rowLen; j++) {
-        const x = F16[h[j]];
-        s2 += omega[j] * x * x;
-        s1 += nu[j] * x;
-      }
-      break;
-    }
-    case GGMLType.Q8_0: {
-      for (let e = from, o = off + (from >> 5) * 34; e < rowLen; e += 32, o += 34) {
-        const d = F16[b[o] | (b[o + 1] << 8)];
-        let a2 = 0;
-        let a1 = 0;
-        for (let j = 0; j < 32; j++) {
-          const q = (b[o + 2 + j] << 24) >> 24;
-          a2 += omega[e + j] * q * q;
-          a1 += nu[e + j] * q;
-        }
-        s2 += a2 * d * d;
-        s1 += a1 * d;
-      }
-      break;
-    }
-    case GGMLType.Q4_0: {
-      for (let e = from, o = off + (from >> 5) * 18; e < rowLen; e += 32, o += 18) {
-        const d = F16[b[o] | (b[o + 1] << 8)];
-        let a2 = 0;
-        let a1 = 0;
-        for (let j = 0; j < 16; j++) {
-          const byte = b[o + 2 + j];
-          const lo = (byte & 15) - 8;
-          const hi = (byte >>> 4) - 8;
-          a2 += omega[e + j] * lo * lo + omega[e + j + 16] * hi * hi;
-          a1 += nu[e + j] * lo + nu[e + j + 16] * hi;
-        }
-        s2 += a2 * d * d;
-        s1 += a1 * d;
-      }
-      break;
-    }
-    case GGMLType.Q4_1: {
-      // (n d + m)^2 = n^2 d^2 + 2 n d m + m^2, summed per block
-      for (let e = from, o = off + (from >> 5) * 20; e < rowLen; e += 32, o += 20) {
-        const d = F16[b[o] | (b[o + 1] << 8)];
-        const m = F16[b[o + 2] | (b[o + 3] << 8)];
-        let wnn = 0,
-          wn = 0,
-          w = 0,
-          vn = 0,
-          v = 0;
-        for (let j = 0; j < 16; j++) {
-          const byte = b[o + 4 + j];
-          const lo = byte & 15;
-          const hi = byte >>> 4;
-          const w0 = omega[e + j];
-          const w1 = omega[e + j + 16];
-          wnn += w0 * lo * lo + w1 * hi * hi;
-          wn += w0 * lo + w1 * hi;
-          w += w0 + w1;
-          vn += nu[e + j] * lo + nu[e + j + 16] * hi;
-          v += nu[e + j] + nu[e + j + 16];
-        }
-        s2 += wnn * d * d + 2 * wn * d * m + w * m * m;
-        s1 += vn * d + v * m;
-      }
-      break;
-    }
-    default:
-      throw new RangeError(`synthetic model: no sparse planting for type ${typeTraits(type)?.name ?? type}`);
-  }
-  out[0] = s2;
-  out[1] = s1;
-}
-
-/**
- * Quantized rows whose element 0 needs a chosen value get their first block rewritten as
- * value_j = L_j d with d > 0 and integer levels L_j: element 0 takes level L0, the other 31 keep
- * the random levels already drawn (the level that would unbalance them, -8 or -128, is mapped
- * to 0, so they are symmetric). Q4_1 stores m = -8 d, which f16 holds exactly.
- */
-interface BlockLevels {
-  /** the block's drawn scale, as a size for the new one */
-  dNom: number;
-  levels: Int32Array;
-  /** largest |L0| for a positive / negative value */
-  maxPos: number;
-  maxNeg: number;
-}
-
-function readBlock0(type: GGMLType, b: Uint8Array, o: number, out: BlockLevels): void {
-  const L = out.levels;
-  switch (type) {
-    case GGMLType.Q8_0:
-      out.dNom = Math.abs(F16[b[o] | (b[o + 1] << 8)]);
-      for (let j = 1; j < 32; j++) {
-        const q = (b[o + 2 + j] << 24) >> 24;
-        L[j] = q === -128 ? 0 : q;
-      }
-      out.maxPos = 127;
-      out.maxNeg = 127;
-      break;
-    case GGMLType.Q4_0:
-    case GGMLType.Q4_1: {
-      const qs = o + (type === GGMLType.Q4_0 ? 2 : 4);
-      out.dNom = Math.abs(F16[b[o] | (b[o + 1] << 8)]);
-      for (let j = 1; j < 32; j++) {
-        const n = j < 16 ? b[qs + j] & 15 : b[qs + j - 16] >>> 4;
-        L[j] = n === 0 ? 0 : n - 8;
-      }
-      out.maxPos = 7;
-      out.maxNeg = 8;
-      break;
-    }
-    default:
-      throw new RangeError(`synthetic model: no sparse planting for type ${typeTraits(type)?.name ?? type}`);
-  }
-  L[0] = 0;
-}
-
-/** Write levels (L[0] included) with scale d >= 0; returns the stored (f16-rounded) scale. */
-function writeBlock0(type: GGMLType, b: Uint8Array, o: number, d: number, L: Int32Array): number {
-  const dh = f32ToF16(d);
-  b[o] = dh & 0xff;
-  b[o + 1] = dh >>> 8;
-  switch (type) {
-    case GGMLType.Q8_0:
-      for (let j = 0; j < 32; j++) b[o + 2 + j] = L[j] & 0xff;
-      break;
-    case GGMLType.Q4_0:
-    case GGMLType.Q4_1: {
-      let qs = o + 2;
-      if (type === GGMLType.Q4_1) {
-        const mh = f32ToF16(-8 * F16[dh]);
-        b[o + 2] = mh & 0xff;
-        b[o + 3] = mh >>> 8;
-        qs = o + 4;
-      }
-      for (let j = 0; j < 16; j++) b[qs + j] = (L[j] + 8) | ((L[j + 16] + 8) << 4);
-      break;
-    }
-  }
-  return F16[dh];
-}
-
-/**
- * Level L0 and scale d > 0 for a rewritten block 0 such that the row's dot product with the raw
- * residual has mean/deviation z:  L0 d wc + muR + d M0 = z sqrt(R + d^2 Q0),  where R, muR are
- * the variance and mean contributed by blocks 1.., and d^2 Q0, d M0 those of the block's other
- * 31 values (which scale with d). For each level this is a quadratic in d; of all levels' roots
- * the one with d nearest the drawn scale wins, so the block stays an ordinary block wherever
- * possible. The other 31 levels may also be negated (s = -1: as random as before, and a large
- * residual mean can then help the bias instead of fighting it) or, when nothing else works,
- * zeroed (s = 0: then a root always exists). Returns [L0, d, s].
- */
-function solveBlock0(
-  z: number,
-  R: number,
-  muR: number,
-  Q0: number,
-  M0: number,
-  wc: number,
-  bl: BlockLevels,
-): [level: number, d: number, s: number] {
-  // nothing to offset: the level-0 element with the drawn scale is exact
-  if (z === 0 && muR === 0) return M0 === 0 ? [0, bl.dNom, 1] : [0, bl.dNom, 0];
-  let bestL = 0;
-  let bestD = 0;
-  let bestS = 1;
-  let bestCost = Infinity;
-  for (const s of [1, -1, 0]) {
-    if (s === 0 && bestCost < Infinity) break;
-    const q0 = s === 0 ? 0 : Q0;
-    const m0 = s * M0;
-    const consider = (L: number, d: number) => {
-      if (!(d > 0) || !Number.isFinite(d)) return;
-      const lhs = (L * wc + m0) * d + muR;
-      // roots of the squared equation must have the sign of z
-      if (z === 0 ? Math.abs(lhs) > 1e-9 * Math.abs(muR) : lhs * z <= 0) return;
-      const cost = Math.abs(Math.log(d / bl.dNom));
-      if (cost < bestCost) {
-        bestCost = cost;
-        bestL = L;
-        bestD = d;
-        bestS = s;
-      }
-    };
-    for (let L = -bl.maxNeg; L <= bl.maxPos; L++) {
-      if (L === 0 && (z !== 0 || s === 0)) continue;
-      const A = L * wc + m0;
-      if (z === 0) {
-        consider(L, -muR / A);
-        continue;
-      }
-      // (A d + muR)^2 = z^2 (R + d^2 q0)
-      const a = A * A - z * z * q0;
-      const b = 2 * A * muR;
-      const c = muR * muR - z * z * R;
-      if (Math.abs(a) < 1e-12 * A * A) {
-        consider(L, -c / b);
-        continue;
-      }
-      const disc = b * b - 4 * a * c;
-      if (disc < 0) continue;
-      const sq = Math.sqrt(disc);
-      const qq = -0.5 * (b + (b >= 0 ? sq : -sq)); // the numerically stable pair of roots
-      consider(L, qq / a);
-      if (qq !== 0) consider(L, c / qq);
-    }
-  }
-  if (bestCost === Infinity)
-    throw new Error(
-      `synthetic model: no block scale puts the planted bias into a row (z ${z}, wc ${wc}); this is a bug in the generator`,
-    );
-  return [bestL, bestD, bestS];
-}
 
 /**
  * Follows the tensors in file order (embeddings, then per layer norms, attention, FFN, then the
@@ -386,6 +122,9 @@ export class SparsityPlanter {
   private pending: "none" | "attn" | "ffn" = "none";
   private readonly mom = new Float64Array(2);
   private readonly bl: BlockLevels = { dNom: 0, levels: new Int32Array(32), maxPos: 0, maxNeg: 0 };
+  // Predictable firing (rank > 0): the gate rows' basis and the predictors they imply.
+  private readonly predictor: PredictorPlanter | undefined;
+  readonly predictors: PlantedPredictor[];
 
   constructor(
     private readonly spec: SynthShapeSpec,
@@ -421,96 +160,8 @@ export class SparsityPlanter {
     this.zu = new Float64Array(f);
     this.eh = new Float64Array(f);
     this.addMean = new Float64Array(d);
-    if (rank > 0) {
-      this.rowF = new Float32Array(d);
-      this.rowQ = new Float32Array(d);
-      this.coefWords = new Uint32Array(rank);
-    }
-  }
-
-  // Predictable firing (rank > 0): the layer's basis, and the predictor being filled in.
-  readonly predictors: PlantedPredictor[] = [];
-  private basis = new Float32Array(0);
-  private rowF = new Float32Array(0);
-  private rowQ = new Float32Array(0);
-  private coefWords = new Uint32Array(0);
-  private current: PlantedPredictor | undefined;
-
-  /** A layer's gate basis (rank x dim) and its predictor's fc1 (zero where the residual is). */
-  private startPredictor(layer: number, expert: number, std: number): void {
-    const { d, rank } = this;
-    const words = new Uint32Array(rank * d);
-    const key = this.spec.experts > 0 ? `blk.${layer}.ffn_gate_exps.${expert}.basis` : `blk.${layer}.ffn_gate.basis`;
-    fillRandom(new SynthStream(this.seed, key), words, words.length);
-    // uniform values with deviation std / sqrt(rank): a row a . B, a of unit deviation, then
-    // has the deviation an ordinary row has
-    const a = (std / Math.sqrt(rank)) * Math.sqrt(3);
-    const B = (this.basis = new Float32Array(rank * d));
-    // (the reserved columns meet zeros in the residual; they are drawn anyway so that block 0
-    // has an ordinary scale for the bias to be planted into)
-    for (let i = 0; i < rank * d; i++) B[i] = unitUniform(words[i]) * a;
-    const w = this.ffnNorm;
-    if (!(w[0] > 0))
-      throw new Error(
-        `synthetic model: ffn_norm weight 0 of layer ${layer} is ${w[0]}; the planted predictor needs it positive (this is a bug in the generator)`,
-      );
-    const hidden = 2 * rank + 1;
-    const fc1 = new Float32Array(hidden * d);
-    for (let k = 0; k < rank; k++) {
-      for (let j = RESERVED; j < d; j++) {
-        const v = B[k * d + j] * w[j];
-        fc1[k * d + j] = v;
-        fc1[(rank + k) * d + j] = -v;
-      }
-    }
-    fc1[2 * rank * d] = w[0]; // reads the constant: relu(w0 C) = w0 C
-    this.current = {
-      hidden,
-      nIn: d,
-      nOut: this.ffn,
-      fc1,
-      fc2: new Float32Array(this.ffn * hidden),
-      threshold: 0,
-      noiseShare: 0,
-    };
-    this.predictors.push(this.current);
-  }
-
-  /** Gate row i of a predictable layer: a_i . B in the file's type, a_i recorded in fc2. */
-  private lowRankRow(b: Uint8Array, off: number, rowBytes: number, i: number, stream: SynthStream): void {
-    const { d, rank, rowF, basis: B } = this;
-    const p = this.current!;
-    const h = p.hidden;
-    fillRandom(stream, this.coefWords, rank);
-    rowF.fill(0);
-    for (let k = 0; k < rank; k++) {
-      const ak = unitUniform(this.coefWords[k]) * Math.sqrt(3);
-      p.fc2[i * h + k] = ak;
-      p.fc2[i * h + rank + k] = -ak;
-      const o = k * d;
-      for (let j = 0; j < d; j++) rowF[j] += ak * B[o + j];
-    }
-    quantizeRow(this.type, rowF, b.subarray(off, off + rowBytes));
-  }
-
-  /**
-   * After row i's bias is planted: the predictor's constant term, the bias plus the margin over
-   * the row's quantization noise (what the predictor cannot see). sigma: the deviation of the
-   * rest of the pre-activation (raw residual units).
-   */
-  private finishPredictorRow(b: Uint8Array, off: number, rowBytes: number, i: number, sigma: number): void {
-    const { d, rank, rowF, rowQ, omega } = this;
-    const p = this.current!;
-    dequantizeRow(this.type, b.subarray(off, off + rowBytes), d, rowQ);
-    let noise = 0;
-    for (let j = RESERVED; j < d; j++) {
-      const e = rowQ[j] - rowF[j];
-      noise += e * e * omega[j];
-    }
-    noise = Math.sqrt(noise);
-    const wc = this.ffnNorm[0] * this.C;
-    p.fc2[i * p.hidden + 2 * rank] = rowQ[0] + (PREDICTOR_MARGIN * noise) / wc;
-    if (sigma > 0) p.noiseShare += noise / sigma / this.ffn;
+    if (rank > 0) this.predictor = new PredictorPlanter(d, spec.ffn, rank, seed, spec.experts > 0, this.type);
+    this.predictors = this.predictor?.predictors ?? [];
   }
 
   /** The constant as the file will hold it (what dequantization gives back). */
@@ -586,7 +237,7 @@ export class SparsityPlanter {
           this.zGate = new Float64Array(this.ffn * this.experts);
           this.zUp = new Float64Array(this.ffn * this.experts);
         }
-        if (this.rank > 0) this.startPredictor(r.layer, expert, r.std);
+        if (this.rank > 0) this.predictor!.start(r.layer, expert, r.std, this.ffnNorm);
         const p = plannedFiring(
           this.seed,
           r.layer,
@@ -660,7 +311,7 @@ export class SparsityPlanter {
     const base: RowFiller = lowRank ? () => {} : rowFiller(std === r.std ? r : { ...r, std }, stream);
     const rowLen = r.dims[0];
     const tr = typeTraits(r.type)!;
-    const rowBytes = (rowLen / tr.blockSize) * tr.typeSize;
+    const rowBytes = traitsBytes(tr, rowLen);
     let row = 0;
     let each: (b: Uint8Array, off: number, row: number) => void;
     const wcF = this.ffnNorm.length ? this.ffnNorm[0] * this.C : 1;
@@ -726,11 +377,11 @@ export class SparsityPlanter {
       }
       case "ffn_gate":
         each = (b, off, i) => {
-          if (lowRank) this.lowRankRow(b, off, rowBytes, i, stream);
+          if (lowRank) this.predictor!.lowRankRow(b, off, rowBytes, i, stream);
           const [sigma, z] = this.plantElement0(b, off, rowLen, this.zGate[base0 + i], this.omega, this.nu, wcF);
           this.sg[base0 + i] = sigma;
           this.zg[base0 + i] = z;
-          if (lowRank) this.finishPredictorRow(b, off, rowBytes, i, sigma);
+          if (lowRank) this.predictor!.finishRow(b, off, rowBytes, i, sigma, this.omega, this.ffnNorm[0] * this.C);
         };
         break;
       case "ffn_up":
@@ -834,11 +485,6 @@ export class SparsityPlanter {
     const mu = muR + ds * M0;
     return [sigma, sigma > 0 ? (L0 * ds * wc + mu) / sigma : 0];
   }
-}
-
-/** 32 random bits -> uniform on (-1, 1). */
-function unitUniform(word: number): number {
-  return ((word >>> 8) + 0.5) / 8388608 - 1;
 }
 
 const quantileCache = new Map<number, number>();

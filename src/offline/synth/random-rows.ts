@@ -5,7 +5,7 @@
  * keeps the generator at memory speed. Every tensor draws from its own random stream and is
  * produced in whole rows.
  */
-import { GGMLType, typeTraits } from "../../format/ggml-types.js";
+import { GGMLType, traitsBytes, typeTraits } from "../../format/ggml-types.js";
 import { f16ToF32, f32ToF16 } from "../../format/half.js";
 import { fillRandom, type SynthStream } from "../../model/firing.js";
 import type { TensorRecipe } from "./shapes.js";
@@ -89,7 +89,7 @@ export type RowFiller = (dst: Uint8Array, words: Uint32Array, rows: number) => v
 export function rowFiller(recipe: TensorRecipe, stream: SynthStream): RowFiller {
   const rowLen = recipe.dims[0];
   const tr = typeTraits(recipe.type)!;
-  const rowBytes = (rowLen / tr.blockSize) * tr.typeSize;
+  const rowBytes = traitsBytes(tr, rowLen);
   const centre = recipe.kind === "norm" ? 1 : 0;
   switch (recipe.type) {
     case GGMLType.F32: {

@@ -4,7 +4,7 @@
  * (synthRecipes): every tensor with its dimensions, type and the standard deviation its values are
  * drawn with.
  */
-import { GGMLType, typeTraits } from "../../format/ggml-types.js";
+import { GGMLType, tensorBytes, typeTraits } from "../../format/ggml-types.js";
 
 export type SynthShape = "tiny" | "1b" | "7b" | "mistral-7b" | "13b" | "mixtral-tiny" | "mixtral";
 export type SynthActivation = "silu" | "relu" | "drelu";
@@ -186,7 +186,6 @@ export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecip
   const kvDim = headDim * kvHeads;
   const out: TensorRecipe[] = [];
   const add = (name: string, kind: TensorKind, layer: number, dims: number[], ty: GGMLType, std: number) => {
-    const tr = typeTraits(ty)!;
     out.push({
       name,
       kind,
@@ -194,7 +193,7 @@ export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecip
       dims,
       type: ty,
       std,
-      bytes: ((dims[0] * (dims[1] ?? 1) * (dims[2] ?? 1)) / tr.blockSize) * tr.typeSize,
+      bytes: tensorBytes(ty, dims[0] * (dims[1] ?? 1) * (dims[2] ?? 1)),
     });
   };
   const proj = (fanIn: number) => 1 / Math.sqrt(fanIn);

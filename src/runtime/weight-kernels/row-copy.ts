@@ -5,7 +5,7 @@
  *
  * Their speed per type: docs/benchmarks-log.md, "The less common weight types' kernels".
  */
-import { GGMLType, typeName, typeTraits } from "../../format/ggml-types.js";
+import { GGMLType, traitsBytes, typeName, typeTraits } from "../../format/ggml-types.js";
 import type { ActivationFormat, WeightKernel } from "../weight-kernels.js";
 
 function rowBytesOf(type: GGMLType, cols: number): number {
@@ -13,7 +13,7 @@ function rowBytesOf(type: GGMLType, cols: number): number {
   if (!Number.isInteger(cols) || cols <= 0 || cols % t.blockSize !== 0) {
     throw new Error(`${t.name} matrix: a row of ${cols} values is not a whole number of ${t.blockSize}-value blocks`);
   }
-  return (cols / t.blockSize) * t.typeSize;
+  return traitsBytes(t, cols);
 }
 
 /**

@@ -1,0 +1,131 @@
+/**
+ * One bundle group of the store (a layer's FFN, or one expert's): its neurons' bundles in stored
+ * order, each Gate row, Up row and Down column side by side, assembled a few MiB at a time from
+ * rows read on demand; then the group's gate rows again, contiguous, so that a dense gate pass
+ * reads them in one sweep.
+ */
+import type { GGMLType } from "../../format/ggml-types.js";
+import type { GGUFFile } from "../../format/gguf.js";
+import type { StoreConversion, StoreWriter } from "../../format/store/index.js";
+import { ErrorStats, type RowConverter } from "./row-conversion.js";
+import { readRows, type FFNTensors } from "./source-ffn.js";
+import { transposeDown } from "./transpose-down.js";
+
+/** Lets the event loop run (progress, an abort) between pieces of a long conversion. */
+const tick = () => new Promise<void>((r) => setImmediate(r));
+
+export type BundlePart = "gate" | "up" | "down";
+
+/** The shape every bundle of a store shares. */
+export interface BundleShape {
+  /** the store's FFN type */
+  ffnType: GGMLType;
+  nEmbd: number;
+  /** bytes of one row (Gate, Up or Down column) in ffnType */
+  rowBytes: number;
+  /** bytes of one bundle, rounded up to 4 KiB */
+  bundleBytes: number;
+}
+
+/** How a group's writing reports: abort checks, source bytes processed, and when to tell the progress callback. */
+export interface GroupProgress {
+  check(): void;
+  addBytes(bytes: number): void;
+  report(): void;
+}
+
+/** Where a group was written, and the error of each part's type change. */
+export interface WrittenGroup {
+  offset: number;
+  gateRows: number;
+  stats: Record<BundlePart, ErrorStats>;
+}
+
+/**
+ * Write group `L` with its neurons in `order` (stored position -> neuron). `changed` records, per
+ * part, the source type of a part that had to be converted (left alone when it was copied).
+ */
+export async function writeFFNGroup(
+  file: GGUFFile,
+  writer: StoreWriter,
+  L: FFNTensors,
+  order: Int32Array,
+  shape: BundleShape,
+  rc: RowConverter,
+  changed: Record<BundlePart, GGMLType | null>,
+  progress: GroupProgress,
+): Promise<WrittenGroup> {
+  const { ffnType, nEmbd, rowBytes, bundleBytes } = shape;
+  const n = L.neurons;
+  const stats = { gate: new ErrorStats(), up: new ErrorStats(), down: new ErrorStats() };
+
+  // Down as one row per neuron, in the store's type
+  let downT: Uint8Array | undefined;
+  if (!L.transposed) {
+    downT = new Uint8Array(n * rowBytes);
+    await transposeDown(file, L.down, n, nEmbd, ffnType, rowBytes, downT, rc, stats.down, progress.check, (b) => {
+      progress.addBytes(b);
+      progress.report();
+    });
+    changed.down = L.down.t.type;
+  }
+
+  const offset = writer.position;
+  const group = Math.max(1, Math.floor((4 << 20) / bundleBytes));
+  const out = new Uint8Array(group * bundleBytes);
+  const srcRb = { gate: L.gate.rowBytes, up: L.up.rowBytes, down: L.down.rowBytes };
+  const scratch = {
+    gate: new Uint8Array(group * srcRb.gate),
+    up: new Uint8Array(group * srcRb.up),
+    down: new Uint8Array(L.transposed ? group * srcRb.down : 0),
+  };
+  // The layer's gate rows as stored, collected for their contiguous copy after the bundles.
+  const gateRows = new Uint8Array(n * rowBytes);
+  for (let p0 = 0; p0 < n; p0 += group) {
+    progress.check();
+    const g = Math.min(group, n - p0);
+    const idx = order.subarray(p0, p0 + g);
+    out.fill(0);
+    for (const kind of ["gate", "up", "down"] as const) {
+      if (kind === "down" && !L.transposed) {
+        for (let k = 0; k < g; k++)
+          out.set(downT!.subarray(idx[k] * rowBytes, (idx[k] + 1) * rowBytes), k * bundleBytes + 2 * rowBytes);
+        continue;
+      }
+      const m = L[kind];
+      const type = m.t.type;
+      const at = kind === "gate" ? 0 : kind === "up" ? rowBytes : 2 * rowBytes;
+      readRows(file, m, idx, scratch[kind]);
+      const rb = srcRb[kind];
+      for (let k = 0; k < g; k++) {
+        const src = scratch[kind].subarray(k * rb, (k + 1) * rb);
+        const dst = out.subarray(k * bundleBytes + at, k * bundleBytes + at + rowBytes);
+        if (type === ffnType) dst.set(src);
+        else rc.convert(m.t.name, type, src, ffnType, dst, stats[kind]);
+      }
+      if (type !== ffnType) changed[kind] = type;
+      progress.addBytes(g * rb);
+    }
+    for (let k = 0; k < g; k++)
+      gateRows.set(out.subarray(k * bundleBytes, k * bundleBytes + rowBytes), (p0 + k) * rowBytes);
+    await writer.write(out.subarray(0, g * bundleBytes));
+    progress.report();
+    await tick();
+  }
+  await writer.pad();
+  const gateRowsOffset = writer.position;
+  await writer.write(gateRows);
+  await writer.pad();
+  return { offset, gateRows: gateRowsOffset, stats };
+}
+
+/** A part's conversion record for the manifest: null when its rows were copied bit for bit. */
+export function partConversion(
+  kind: BundlePart,
+  L: FFNTensors,
+  ffnType: GGMLType,
+  stats: Record<BundlePart, ErrorStats>,
+): StoreConversion | null {
+  const m = L[kind];
+  return m.t.type === ffnType && (kind !== "down" || L.transposed) ? null : stats[kind].report(m.t.type);
+}
