@@ -1,5 +1,5 @@
 // The activation functions' arithmetic, shared by the dense kernels (model_ops.ts) and the sparse
-// ones (sparse_ffn.ts) so that both compute the same values. All @inline (each call site gets
+// ones (sparse_gate_factor.ts) so that both compute the same values. All @inline (each call site gets
 // the code), as half.ts.
 
 // SiLU four lanes at a time: x / (1 + e^-x), with e^-x from exp4 below (SIMD128 only and no fused

@@ -99,7 +99,7 @@ const HALF_V128 = memory.data<u32>(
 }
 
 // Eight 16-bit values in a v128, their low (Lo) or high (Hi) four as f32x4, for the sparse F16 /
-// BF16 kernels (sparse_ffn.ts; the dense ones in matvec_half.ts take each 8 values as their even
+// BF16 kernels (sparse_down_columns.ts; the dense ones in matvec_half.ts take each 8 values as their even
 // and odd 4 instead). F16: the value times 2^-112 (`mask` = f16Fields(), F16_FIELDS as in
 // halfLanes), exact for finite halves; the 2^112 is the caller's to apply, on the weights or on the
 // activations (times F16_X_UP as loaded, the sum times F16_SUM_UP). The halves go into the

@@ -1,6 +1,6 @@
 // What the kernels over the packed Q8_0 and Q4_0/Q4_1 layouts share (matvec_q8_0.ts and
 // matvec_q4.ts describe the layouts; matmul_q8_0.ts, matmul_q4.ts and the relaxed Q4 kernels read
-// them too; sparse_ffn.ts takes its nibble masks): the sizes of a group, the column chunk, the
+// them too; sparse_row_dots.ts takes its nibble masks): the sizes of a group, the column chunk, the
 // constants loaded into registers, and the order a row's 4 lanes are summed in, which every
 // kernel over a layout must share for their results to be the same bits. Not re-exported by
 // index.ts: nothing here is a kernel.

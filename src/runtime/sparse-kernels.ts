@@ -30,7 +30,7 @@ export type SparseActivation = Activation;
  * "f32": the FFN input as is. "f32_eo": the same values, each 8's even ones first, then its odd
  * ones (the dense F16/BF16 kernels' order: made by prepare_f32_eo(x, dst, cols, ntok)). "q8_sp":
  * ggml's Q8_0 quants of it (the same numbers prepare_q8_0 makes), 352 bytes per 128 values,
- * arranged for the kernel (assembly/sparse_ffn.ts explains why not ggml's own q8_0 / q8_1
+ * arranged for the kernel (assembly/sparse_prepare.ts explains why not ggml's own q8_0 / q8_1
  * blocks), made by prepare_q8_sp(x, dst, cols, ntok, mode).
  */
 export type SparseActivationFormat = "f32" | "f32_eo" | "q8_sp";

@@ -90,7 +90,7 @@ function relaxedKi(
 /**
  * The relaxed-SIMD build's Q4_K: rows of 152-byte blocks (packBlockKi), the same kernel names,
  * "q8_Ki" activations (assembly/prepare_q8k.ts). Each relaxed dot then meets four sub-blocks at
- * once, their i16 sums scaled by one dot with the four scales (assembly/matvec_kquant.ts).
+ * once, their i16 sums scaled by one dot with the four scales (assembly/kquant_q4_k_relaxed.ts).
  */
 export const Q4_K_RELAXED = relaxedKi(Q4_K, "Q4_K", Q4K_BYTES, Q4KI_BYTES, (src, o, dst, f32, p) =>
   packBlockKi(src, o, dst, f32, p, false),
@@ -151,7 +151,7 @@ function packBlockQ6K(src: Uint8Array, o: number, dst: Uint8Array, f32: DataView
 /**
  * The relaxed-SIMD build's Q6_K: rows of 212-byte blocks (packBlockQ6K), the same kernel names,
  * "q8_Ki" activations. Each relaxed dot meets four 16-value sub-blocks at once, whose quants come
- * out of their bytes in under three instructions per vector (assembly/matvec_kquant.ts).
+ * out of their bytes in under three instructions per vector (assembly/kquant_q6_k_relaxed.ts).
  */
 export const Q6_K_RELAXED = relaxedKi(Q6_K, "Q6_K", Q6K_BYTES, Q6KI_BYTES, packBlockQ6K);
 

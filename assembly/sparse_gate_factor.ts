@@ -1,0 +1,27 @@
+// The FFN activation split for the sparse kernels: the gate's factor, whose zeros let a neuron's
+// up and down rows go unread, and the combination with the up dot.
+
+import { gelu, silu } from "./activation_math";
+
+// the activation codes and formulas of model_ops.ts ffn_act
+
+const ACT_SILU = 0;
+const ACT_RELU = 1;
+const ACT_DRELU = 2;
+const ACT_GELU = 3;
+
+// The gate's factor a(g): h = a(g) * u (dReLU: a(g) * relu(u)). h is 0 for every u exactly
+// when this is 0, so up and down need not be read.
+@inline function gateFactor(kind: i32, g: f32): f32 {
+  if (kind == ACT_SILU) return silu(g);
+  if (kind == ACT_GELU) return gelu(g);
+  return g > 0 ? g : 0;
+}
+
+// h = act(g, u) from a = gateFactor(kind, g): the same products ffn_act computes
+@inline function combine(kind: i32, a: f32, u: f32): f32 {
+  if (kind == ACT_DRELU) return u > 0 ? a * u : 0;
+  return a * u;
+}
+
+export { gateFactor, combine };
