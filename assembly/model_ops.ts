@@ -4,6 +4,7 @@
 
 import { exp1, exp4, silu, silu4, gelu } from "./activation_math";
 import { f16ToF32, f32ToF16, halfLanes } from "./half";
+import { ACT_DRELU, ACT_GELU, ACT_RELU, ACT_SILU } from "./activation_codes";
 
 @inline function f32at(p: usize, i: i32): f32 {
   return load<f32>(p + ((<usize>i) << 2));
@@ -211,10 +212,7 @@ export function kv_store(src: usize, dst: usize, toF16: i32, i0: i32, i1: i32): 
   } else memory.copy(dst + ((<usize>i0) << 2), src + ((<usize>i0) << 2), (<usize>(i1 - i0)) << 2);
 }
 
-export const ACT_SILU: i32 = 0;
-export const ACT_RELU: i32 = 1;
-export const ACT_DRELU: i32 = 2;
-export const ACT_GELU: i32 = 3;
+export { ACT_SILU, ACT_RELU, ACT_DRELU, ACT_GELU };
 
 /** Gated FFN activation, in place on elements i0..i1 of g: g = act(g) * u (dReLU: relu(g) * relu(u)). */
 export function ffn_act(g: usize, u: usize, kind: i32, i0: i32, i1: i32): void {

@@ -2,13 +2,7 @@
 // up and down rows go unread, and the combination with the up dot.
 
 import { gelu, silu } from "./activation_math";
-
-// the activation codes and formulas of model_ops.ts ffn_act
-
-const ACT_SILU = 0;
-const ACT_RELU = 1;
-const ACT_DRELU = 2;
-const ACT_GELU = 3;
+import { ACT_DRELU, ACT_GELU, ACT_SILU } from "./activation_codes";
 
 // The gate's factor a(g): h = a(g) * u (dReLU: a(g) * relu(u)). h is 0 for every u exactly
 // when this is 0, so up and down need not be read.

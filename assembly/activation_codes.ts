@@ -1,0 +1,8 @@
+// The FFN activations' codes, as every kernel taking an activation reads them. The TypeScript
+// side's table (src/format/activations.ts) must give the same numbers: test/activations.test.ts
+// reads the exported constants from the built module and compares.
+
+export const ACT_SILU: i32 = 0;
+export const ACT_RELU: i32 = 1;
+export const ACT_DRELU: i32 = 2;
+export const ACT_GELU: i32 = 3;
