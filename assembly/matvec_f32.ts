@@ -1,9 +1,9 @@
 // F32 weights: y[r] = dot(W[r, :], x) for rows r0..r1. W is row-major, `cols` floats per row
 // (no repacking). F32 matvec is bound by memory (4 bytes per multiply-add), so what counts is how
-// many weight streams are in flight: four rows at once, one from each quarter of the range, ran
-// 1.15-1.26x two rows from the two halves from DRAM (bench/kernels A/B, session 13), which had run
-// 1.32-1.38x one row at a time (session 11); four adjacent rows sharing each activation load had
-// been slower than one ("Kernel variants measured"). Two accumulators a row (eight chains in
+// many weight streams are in flight: four rows at once, one from each quarter of the range, run
+// 1.15-1.26x two rows from the two halves from DRAM, and those 1.32-1.38x one row at a time
+// (bench/kernels A/B, docs/benchmarks-log.md); four adjacent rows sharing each activation load
+// are slower than one. Two accumulators a row (eight chains in
 // flight hide the f32 add latency; SIMD128 has no fused multiply-add outside relaxed SIMD).
 
 import { fma4, hsum } from "./lanes";

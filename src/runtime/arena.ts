@@ -8,7 +8,7 @@
  * default of most distributions). The kernels stream tens of MiB of weights per token: with 4 KiB
  * pages each 4 KiB read walks the page tables, and a 7B layer's matrices outrun the TLB's reach
  * many times over. Dense Q4_1 matvecs measured +6-18% with it, hot and cold, a 7B token at 3 GiB
- * a few percent (docs/benchmarks-log.md, session 12).
+ * a few percent (docs/benchmarks-log.md).
  * Nothing changes what is allocated or touched: the arena's bytes are the budget's either way.
  * POWERINFER_THP=0 turns it off; without the addon (the browser, no compiler) it is not asked.
  */

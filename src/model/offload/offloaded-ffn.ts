@@ -175,10 +175,9 @@ export class OffloadedFFN {
       fault: opts.fault,
       tracer: this.tracer,
       // The reader's own I/O thread wherever there is a second core, even when every core
-      // computes: at 2 threads on 2 cores it ran a 7B token at 3 GiB 1.09x faster than the system
-      // calls inline on the computing thread, on a Zen 3 and a Zen 5 VM (docs/benchmarks-log.md,
-      // sessions 12 and 14); the reader pins it to the CPU that takes the disk's interrupts. On
-      // one core it would only preempt the kernels.
+      // computes: at 2 threads on 2 cores a 7B token at 3 GiB ran about 1.09x faster than with the
+      // system calls inline on the computing thread (docs/benchmarks-log.md); the reader pins it
+      // to the CPU that takes the disk's interrupts. On one core it would only preempt the kernels.
       ioThread: opts.ioThread ?? availableParallelism() > 1,
     });
     const streamed =

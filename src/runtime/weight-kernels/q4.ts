@@ -52,8 +52,8 @@ function packBlockFifths(src: Uint8Array, h: number, dst: Uint8Array, f: number,
  * Q4_0 / Q4_1 (and Q5_0 / Q5_1): row pairs x 128 columns: quants of both rows
  * (64 B each), d of both (f16 x4 each), for Q4_1 and Q5_1 m of both (f16 x4 each); for Q5 then
  * the fifth bits of both (16 B each). The scales and mins are GGUF's halves as they are: the
- * kernels convert eight at a time (assembly/packed_layout.ts), and measured no slower than with
- * the f32 copies Q4_1 had until 2026-12-04, a sixth fewer bytes (docs/benchmarks-log.md).
+ * kernels convert eight at a time (assembly/packed_layout.ts), measured no slower than f32 copies
+ * of them and a sixth fewer bytes for Q4_1 (docs/benchmarks-log.md).
  */
 function packQ4(type: GGMLType.Q4_0 | GGMLType.Q4_1 | GGMLType.Q5_0 | GGMLType.Q5_1) {
   const one = type === GGMLType.Q4_1 || type === GGMLType.Q5_1,

@@ -7,8 +7,8 @@
  *
  * Q8_0's scales are stored as f32 (converted from GGUF's f16 once, at load: +6% against GGUF's
  * size); Q4_0's and Q4_1's stay GGUF's halves (+0%), which the kernels convert eight at a time:
- * Q4_1 kept f32 scales and mins (+20%) until 2026-12-04, when its f16 groups measured no slower
- * per weight and freed a sixth of its bytes (docs/benchmarks-log.md).
+ * f32 scales and mins would cost Q4_1 a fifth more bytes, and its f16 groups measure no slower per
+ * weight (docs/benchmarks-log.md).
  */
 
 export const ceilTo = (n: number, m: number) => Math.ceil(n / m) * m;
