@@ -6,57 +6,14 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { MiB, shape } from "./planner-fixture.js";
 import { GGMLType } from "../src/format/ggml-types.js";
 import type { HitProfile } from "../src/io/hit-model.js";
-import type { StoreFacts } from "../src/model/offload/layout.js";
 import { readAheadGroup, readsAhead } from "../src/model/offload/read-ahead-condition.js";
 import { layoutFor, predict } from "../src/planner/cost-model.js";
 import type { Hardware } from "../src/planner/hardware.js";
 import type { Knobs, Workload } from "../src/planner/knobs.js";
-import type { ModelShape } from "../src/planner/model-shape.js";
 import { overlapped } from "../src/planner/read-costs.js";
-
-const MiB = 2 ** 20;
-
-const facts: StoreFacts = {
-  groups: 2,
-  experts: 0,
-  expertsUsed: 1,
-  nFF: 100,
-  nEmbd: 64,
-  ffnType: GGMLType.Q4_1,
-  bundleBytes: 4096,
-  rowBytes: 1400,
-  gateRowBytes: 4 * MiB,
-  gateReadBytes: 4096,
-  gateCopy: false,
-  nVocab: 50,
-  checksumMarkBytes: 0,
-  firing: null,
-};
-
-/** 2 layers of 100 neurons, nEmbd 64, one 64 x 64 attention matrix per layer, a 50 x 64 output. */
-const shape: ModelShape = {
-  facts,
-  resident: { weights: 10 * MiB, buffers: 0, kv: 1 * MiB },
-  nLayer: 2,
-  experts: 0,
-  expertsUsed: 1,
-  routed: null,
-  nEmbd: 64,
-  nFF: 100,
-  nHead: 4,
-  nHeadKV: 4,
-  headDim: 16,
-  nVocab: 50,
-  ffnType: GGMLType.Q4_1,
-  bundleBytes: 4096,
-  gateReadBytes: 4096,
-  layerMatrices: [{ type: GGMLType.Q4_1, rows: 64, cols: 64 }],
-  output: { type: GGMLType.Q4_1, rows: 50, cols: 64 },
-  gateStream: null,
-  predictor: null,
-};
 
 /**
  * Round rates. Shared by every case:

@@ -1,5 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { facts, MiB, shape } from "./planner-fixture.js";
 import { copyFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { spawnSync } from "node:child_process";
@@ -8,7 +9,7 @@ import { NeuronStore } from "../src/format/store/index.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { plannedFiring, synthesize } from "../src/offline/synth.js";
 import { readConfig } from "../src/model/config.js";
-import { BudgetError, ffnBufferBytes, runtimeGrowthBytes, type StoreFacts } from "../src/model/offload/layout.js";
+import { BudgetError, ffnBufferBytes, runtimeGrowthBytes } from "../src/model/offload/layout.js";
 import { hitProfile, type Firing } from "../src/io/hit-model.js";
 import { layoutFor, predict } from "../src/planner/cost-model.js";
 import type { Hardware } from "../src/planner/hardware.js";
@@ -32,49 +33,9 @@ import { LlamaModel } from "../src/model/model.js";
 import { NeuronCache } from "../src/io/neuron-cache.js";
 import { CLI, rng, tempDir } from "./helpers.js";
 
-const MiB = 2 ** 20;
-
 // ---------------------------------------------------------------------------------------------
 // Cost model on hand-made inputs
 
-const facts: StoreFacts = {
-  groups: 2,
-  experts: 0,
-  expertsUsed: 1,
-  nFF: 100,
-  nEmbd: 64,
-  ffnType: GGMLType.Q4_1,
-  bundleBytes: 4096,
-  // a bundle's parts fill its page (no packing of hot slots): hot counts are the knob's
-  rowBytes: 1400,
-  gateRowBytes: 4 * MiB,
-  gateReadBytes: 4096,
-  gateCopy: false,
-  nVocab: 50,
-  checksumMarkBytes: 0,
-  firing: null,
-};
-const shape: ModelShape = {
-  facts,
-  resident: { weights: 10 * MiB, buffers: 0, kv: 1 * MiB },
-  nLayer: 2,
-  experts: 0,
-  expertsUsed: 1,
-  routed: null,
-  nEmbd: 64,
-  nFF: 100,
-  nHead: 4,
-  nHeadKV: 4,
-  headDim: 16,
-  nVocab: 50,
-  ffnType: GGMLType.Q4_1,
-  bundleBytes: 4096,
-  gateReadBytes: 4096,
-  layerMatrices: [{ type: GGMLType.Q4_1, rows: 64, cols: 64 }],
-  output: { type: GGMLType.Q4_1, rows: 50, cols: 64 },
-  gateStream: null,
-  predictor: null,
-};
 const hw: Hardware = {
   threads: 1,
   dispatch: 0,
