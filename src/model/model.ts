@@ -30,7 +30,7 @@ import { ropeTable } from "./rope.js";
 import { WeightLoader, type Matrix } from "./weight-loader.js";
 import type { GGUFTensorInfo } from "../format/gguf.js";
 import { ARCHITECTURES } from "./arch/index.js";
-import { allocBuffers, type Buffers } from "./buffers.js";
+import { allocBuffers } from "./buffers.js";
 import { outputLogits, runBlocks } from "./forward.js";
 import { makeBlock, type Block, type LayerWeights } from "./parts/block.js";
 import { PartContext } from "./parts/context.js";
@@ -128,16 +128,11 @@ export class LlamaModel {
     this.contextSize = contextSize;
     this.batchSize = batchSize;
     this.residentBytes = arena.used;
-    this.buf = ctx.buf;
-    this.mm = ctx.mm;
-    this.f32 = ctx.f32;
     this.i32 = new Int32Array(arena.memory.buffer);
     this.logits = new Float32Array(arena.memory.buffer, ctx.buf.logits, cfg.nVocab);
   }
 
-  private readonly buf: Buffers;
-  private readonly mm: MatrixRunner;
-  private readonly f32: Float32Array;
+  /** positions are written through it (the f32 rows through ctx.f32) */
   private readonly i32: Int32Array;
   /** the state of the pass under way, handed to every part (filled at the start of each pass) */
   private readonly step: ForwardStep = newStep();
@@ -433,12 +428,12 @@ export class LlamaModel {
     const { nEmbd, nFF } = this.config;
     if (x.length !== nEmbd)
       throw new RangeError(`predictorScores: x holds ${x.length} values, the residual has ${nEmbd}`);
-    const b = this.buf;
-    this.f32.set(x, b.xb >>> 2);
-    p.scores(this.mm, layer, b.xb, nEmbd, b.hg);
+    const { buf: b, f32, mm } = this.ctx;
+    f32.set(x, b.xb >>> 2);
+    p.scores(mm, layer, b.xb, nEmbd, b.hg);
     const width = p.width(layer).hidden;
-    if (hidden) hidden.set(this.f32.subarray(p.hidden >>> 2, (p.hidden >>> 2) + Math.min(hidden.length, width)));
-    const scores = this.f32.slice(b.hg >>> 2, (b.hg >>> 2) + nFF);
+    if (hidden) hidden.set(f32.subarray(p.hidden >>> 2, (p.hidden >>> 2) + Math.min(hidden.length, width)));
+    const scores = f32.slice(b.hg >>> 2, (b.hg >>> 2) + nFF);
     if (!p.rowOrder) return scores;
     // fc2's rows are in the store's order: put each score back at its neuron
     const order = p.rowOrder(layer);
@@ -461,7 +456,7 @@ export class LlamaModel {
       throw new RangeError(
         `context full: positions ${pos0}..${pos0 + n - 1} exceed the context size ${this.contextSize}`,
       );
-    const b = this.buf;
+    const b = this.ctx.buf;
     const nEmbd = cfg.nEmbd;
     const rowBytes = tensorBytes(this.embd.info.type, nEmbd);
     for (let t = 0; t < n; t++) {
@@ -474,7 +469,7 @@ export class LlamaModel {
         row = this.embdRow ??= new Uint8Array(rowBytes);
         this.file.readTensor(this.embd.info, row, id * rowBytes, rowBytes);
       }
-      dequantizeRow(this.embd.info.type, row, nEmbd, this.f32, (b.x >>> 2) + t * nEmbd);
+      dequantizeRow(this.embd.info.type, row, nEmbd, this.ctx.f32, (b.x >>> 2) + t * nEmbd);
       this.i32[(b.pos >>> 2) + t] = pos0 + t;
     }
     this.cachedTokens.length = pos0;

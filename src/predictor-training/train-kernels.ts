@@ -9,15 +9,8 @@
  *
  * `acc` adds into C instead of overwriting it. Calls allocate nothing.
  */
+import { f32Bits } from "../runtime/f32-bits.js";
 import type { ThreadPool } from "../runtime/pool.js";
-
-const f32Box = new Float32Array(1);
-const i32Box = new Int32Array(f32Box.buffer);
-/** A float as the i32 bit pattern a kernel argument carries. */
-export function f32Bits(v: number): number {
-  f32Box[0] = v;
-  return i32Box[0];
-}
 
 export class TrainKernels {
   private readonly a = new Int32Array(16);

@@ -141,13 +141,14 @@ export class OffloadedFFN {
   private readonly batchCached: Int32Array;
   private readonly tracer: Tracer | null;
 
-  constructor(parts: OffloadParts, opts: Omit<OffloadOptions, "cacheBytes">) {
+  /** `opts.sparsity`: the mode the load chose (sparsityFor), not defaulted again here */
+  constructor(parts: OffloadParts, opts: Omit<OffloadOptions, "cacheBytes" | "sparsity"> & { sparsity: SparsityMode }) {
     const { store, cfg, arena, pool, layout, mm } = parts;
     const stats = this.stats;
     const act: SparseActivation = cfg.activation;
     this.store = store;
     this.layout = layout;
-    this.mode = opts.sparsity ?? "gate";
+    this.mode = opts.sparsity;
     this.predictor = parts.predictor;
     this.thresholds = opts.thresholds ?? null;
     this.pipeline = opts.pipeline ?? true;

@@ -6,14 +6,12 @@
  */
 import { ACTIVATIONS } from "../../format/activations.js";
 import type { Arena } from "../../runtime/arena.js";
+import { f32Bits } from "../../runtime/f32-bits.js";
 import type { ThreadPool } from "../../runtime/pool.js";
 import type { Buffers } from "../buffers.js";
 import type { ModelConfig } from "../config.js";
 import type { KvCacheType, KvCacheTypes } from "../kv-cache.js";
 import type { MatrixRunner } from "../matrix-runner.js";
-
-/** An f32's bit pattern as an i32 (how floats travel to the kernels). */
-export const f32Bits = (v: number) => new Int32Array(new Float32Array([v]).buffer)[0];
 
 export class PartContext {
   readonly f32: Float32Array;
