@@ -1,7 +1,7 @@
 /**
  * The planner's cost model: seconds per decode token of a neuron store run under a memory budget
  * with given knobs, from the hardware probe, the model's shapes and its neurons' firing rates.
- * It follows what the runtime does (src/model/llama.ts forwardAsync, src/model/offload/), step
+ * It follows what the runtime does (src/model/forward.ts's layer loop, src/model/offload/), step
  * by step, with expected values; docs/planner.md writes the formulas out.
  *
  * Budget: the runtime's own layout function (src/model/offload/layout.ts offloadLayout), fed
