@@ -66,8 +66,9 @@ export class OffloadedMoeFFN implements FFNPart {
   /**
    * Decoding one token: the experts this layer's router picks on the residual before attention
    * (the nExpertUsed largest logits), their likely bundles read while attention computes. Layer 0
-   * reads nothing ahead: its reads would overlap only the first attention of the pass, and the
-   * pass's start is where the previous pass's reads ahead are settled.
+   * reads nothing ahead, as the "layer" read-ahead was measured (docs/benchmarks-log.md,
+   * "Mixture-of-experts read-ahead"): whether the embedding row alone routes well enough to pay
+   * for its reads has not been measured.
    */
   beforeAttention(step: ForwardStep): void {
     const off = this.off;
