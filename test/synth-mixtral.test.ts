@@ -3,7 +3,7 @@
  * metadata llama.cpp's Mixtral layout expects, every weight type, routing that follows the token,
  * planted sparsity and predictors per expert, bad requests; and a SiLU Mixtral whose greedy ids
  * llama.cpp computed (test/reference/synth-mixtral.llamacpp.json, made by
- * scripts/mixtral-llamacpp-reference.mjs), in memory and from a store that leaves most experts on
+ * scripts/llamacpp-reference.mjs), in memory and from a store that leaves most experts on
  * flash.
  */
 import { test } from "node:test";
@@ -384,7 +384,7 @@ async function refGguf(): Promise<string> {
     assert.equal(
       sha256OfFile(refModel),
       ref.gguf_sha256,
-      "synth no longer writes the model llama.cpp ran: remake the fixture with scripts/mixtral-llamacpp-reference.mjs",
+      "synth no longer writes the model llama.cpp ran: remake the fixture with scripts/llamacpp-reference.mjs",
     );
   }
   return refModel;

@@ -28,6 +28,8 @@ export interface ModelConfig {
   readonly activation: Activation;
   /** whether Q/K/V projections carry biases (qwen2) */
   readonly qkvBias: boolean;
+  /** a per-head RMSNorm of q and k after their projections, before RoPE (qwen3: attn_q_norm, attn_k_norm) */
+  readonly qkNorm: boolean;
   /** PowerInfer sparse file ("PWRI"): predictors present, Down stored transposed */
   readonly powerinfer: boolean;
   /** mixture of experts (Mixtral layout): experts per layer (0: a dense FFN), and how many each token is routed to */
@@ -83,11 +85,25 @@ export function readConfig(file: ModelFile): ModelConfig {
   const nHead = positive("attention.head_count", undefined, 4096);
   const nHeadKV = positive("attention.head_count_kv", nHead, 4096);
   const nFF = positive("feed_forward_length", undefined, 1 << 20);
-  if (nEmbd % nHead !== 0)
-    throw new GGUFError(file.path, `embedding_length ${nEmbd} is not a multiple of head_count ${nHead}`);
   if (nHead % nHeadKV !== 0)
     throw new GGUFError(file.path, `head_count ${nHead} is not a multiple of head_count_kv ${nHeadKV}`);
-  const headDim = nEmbd / nHead;
+  // The head size: key_length where the file says (qwen3's 128 need not be embedding_length /
+  // head_count), else embedding_length / head_count. Keys and values share one head size here.
+  let headDim: number;
+  if (file.has(key("attention.key_length"))) {
+    headDim = positive("attention.key_length", undefined, 1 << 12);
+  } else {
+    if (nEmbd % nHead !== 0)
+      throw new GGUFError(file.path, `embedding_length ${nEmbd} is not a multiple of head_count ${nHead}`);
+    headDim = nEmbd / nHead;
+  }
+  if (headDim % 2 !== 0) throw new GGUFError(file.path, `the head size ${headDim} is odd (RoPE rotates pairs)`);
+  const valueLength = file.has(key("attention.value_length")) ? positive("attention.value_length") : headDim;
+  if (valueLength !== headDim)
+    throw new GGUFError(
+      file.path,
+      `metadata "${key("attention.value_length")}" = ${valueLength} differs from the key head size ${headDim}; heads of two sizes are not supported`,
+    );
   const nRot = positive("rope.dimension_count", headDim, headDim);
   if (nRot % 2 !== 0) throw new GGUFError(file.path, `rope.dimension_count ${nRot} is odd`);
 
@@ -143,6 +159,7 @@ export function readConfig(file: ModelFile): ModelConfig {
     ropePairing: traits.ropePairing,
     activation,
     qkvBias: traits.qkvBias && file.tensors.has("blk.0.attn_q.bias"),
+    qkNorm: traits.qkNorm,
     powerinfer: file.magic === "PWRI",
     ...experts(file, key),
     sparseThreshold: file.has("powerinfer.sparse_threshold") ? file.getNumber("powerinfer.sparse_threshold") : 0,

@@ -8,7 +8,9 @@ import { gatedActivation } from "../format/activations.js";
 import { dequantize } from "../format/quant.js";
 import type { ModelFile } from "../format/gguf.js";
 import { f16ToF32, f32ToF16 } from "../format/half.js";
+import { ARCHITECTURES } from "./arch/index.js";
 import { readConfig, type ModelConfig } from "./config.js";
+import { ropeFactors } from "./rope.js";
 import { DEFAULT_KV_CACHE, type KvCacheType, type KvCacheTypes } from "./kv-cache.js";
 
 interface RefLayer {
@@ -20,6 +22,8 @@ interface RefLayer {
   bq?: Float32Array;
   bk?: Float32Array;
   bv?: Float32Array;
+  qNorm?: Float32Array;
+  kNorm?: Float32Array;
   ffnNorm: Float32Array;
   gate: Float32Array;
   up: Float32Array;
@@ -34,6 +38,8 @@ export class ReferenceModel {
   private readonly output: Float32Array;
   private readonly kCache: Float32Array[];
   private readonly vCache: Float32Array[];
+  /** per rotated pair, a divisor of theta (Llama 3's rope_freqs), null: none */
+  private readonly ropeFactors: Float32Array | null;
   /** observers for tests: each layer's FFN activations (act(gate) * up, before Down), and the final residual */
   onFFN?: (layer: number, activations: Float32Array) => void;
   onResidual?: (x: Float32Array) => void;
@@ -45,6 +51,7 @@ export class ReferenceModel {
     private readonly kvCache: KvCacheTypes = DEFAULT_KV_CACHE,
   ) {
     const cfg = (this.config = readConfig(file));
+    this.ropeFactors = ARCHITECTURES.get(cfg.architecture)!.ropeFactors ? ropeFactors(file, cfg) : null;
     const get = (name: string) => dequantize(file.tensor(name).type, file.tensorData(name), file.tensor(name).elements);
     this.embd = get("token_embd.weight");
     this.outNorm = get("output_norm.weight");
@@ -68,6 +75,8 @@ export class ReferenceModel {
         bq: cfg.qkvBias ? get(p + "attn_q.bias") : undefined,
         bk: cfg.qkvBias ? get(p + "attn_k.bias") : undefined,
         bv: cfg.qkvBias ? get(p + "attn_v.bias") : undefined,
+        qNorm: cfg.qkNorm ? get(p + "attn_q_norm.weight") : undefined,
+        kNorm: cfg.qkNorm ? get(p + "attn_k_norm.weight") : undefined,
         ffnNorm: get(p + "ffn_norm.weight"),
         gate: get(p + "ffn_gate.weight"),
         up: get(p + "ffn_up.weight"),
@@ -91,8 +100,12 @@ export class ReferenceModel {
       const q = matvec(L.wq, xb, nHead * hd, L.bq);
       const k = matvec(L.wk, xb, kvDim, L.bk);
       const v = matvec(L.wv, xb, kvDim, L.bv);
-      rope(q, nHead, hd, c, pos);
-      rope(k, nHeadKV, hd, c, pos);
+      if (L.qNorm) {
+        for (let h = 0; h < nHead; h++) q.set(rmsnorm(q.subarray(h * hd, (h + 1) * hd), L.qNorm, c.normEps), h * hd);
+        for (let h = 0; h < nHeadKV; h++) k.set(rmsnorm(k.subarray(h * hd, (h + 1) * hd), L.kNorm!, c.normEps), h * hd);
+      }
+      rope(q, nHead, hd, c, pos, this.ropeFactors);
+      rope(k, nHeadKV, hd, c, pos, this.ropeFactors);
       this.kCache[l].set(roundTo(this.kvCache.k, k), pos * kvDim);
       this.vCache[l].set(roundTo(this.kvCache.v, v), pos * kvDim);
       const att = new Float32Array(nHead * hd);
@@ -144,11 +157,18 @@ function matvec(w: Float32Array, x: Float32Array, rows: number, bias?: Float32Ar
   return y;
 }
 
-function rope(v: Float32Array, nHeads: number, hd: number, c: ModelConfig, pos: number): void {
+function rope(
+  v: Float32Array,
+  nHeads: number,
+  hd: number,
+  c: ModelConfig,
+  pos: number,
+  factors: Float32Array | null,
+): void {
   const half = c.nRot / 2;
   for (let h = 0; h < nHeads; h++) {
     for (let i = 0; i < half; i++) {
-      const theta = pos * c.ropeFreqScale * Math.pow(c.ropeFreqBase, (-2 * i) / c.nRot);
+      const theta = (pos * c.ropeFreqScale * Math.pow(c.ropeFreqBase, (-2 * i) / c.nRot)) / (factors ? factors[i] : 1);
       const [a, b] = c.ropePairing === "neox" ? [h * hd + i, h * hd + i + half] : [h * hd + 2 * i, h * hd + 2 * i + 1];
       const x0 = v[a];
       const x1 = v[b];

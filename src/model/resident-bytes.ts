@@ -127,6 +127,10 @@ export function residentBytes(file: ModelFile, cfg: ModelConfig, opts: ResidentO
       vector(nHeadKV * headDim);
       vector(nHeadKV * headDim);
     }
+    if (cfg.qkNorm) {
+      vector(headDim);
+      vector(headDim);
+    }
     vector(nEmbd);
     if (store && cfg.nExpert > 0) matrix(routerName(l));
     if (!store && cfg.nExpert > 0) {

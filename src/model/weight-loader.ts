@@ -60,6 +60,7 @@ export class WeightLoader {
    * memory a budget does not count.
    */
   private readonly buffers: Uint8Array[] = [];
+  private readonly usedNames = new Set<string>();
 
   constructor(
     private readonly file: ModelFile,
@@ -67,6 +68,25 @@ export class WeightLoader {
     private readonly pool: ThreadPool,
     private readonly onProgress?: (bytes: number) => void,
   ) {}
+
+  /**
+   * Every tensor the model reads, through this loader or (`use`) beside it: what the file holds
+   * beyond them would be ignored, and the model is refused for it (unused-tensors-check.ts).
+   */
+  get used(): ReadonlySet<string> {
+    return this.usedNames;
+  }
+
+  /** Records a tensor the model reads without this loader (the RoPE factors, the embeddings of a store). */
+  use(name: string): void {
+    this.usedNames.add(name);
+  }
+
+  private tensor(name: string): GGUFTensorInfo {
+    const t = this.file.tensor(name);
+    this.usedNames.add(name);
+    return t;
+  }
 
   /** Reusable read buffer `which` (0 or 1) of at least `bytes`, as a view of exactly that many. */
   private scratch(which: number, bytes: number): Uint8Array {
@@ -79,7 +99,7 @@ export class WeightLoader {
    * file's row rowOrder[r] (a permutation of the rows).
    */
   matrix(name: string, cols: number, rows: number, rowOrder?: Int32Array): Matrix {
-    const t = this.file.tensor(name);
+    const t = this.tensor(name);
     checkDims(this.file, t, [cols, rows]);
     return this.rowsOf(t, name, 0, cols, rows, rowOrder);
   }
@@ -106,7 +126,7 @@ export class WeightLoader {
    * matrix per expert, one after the other) as a matrix of its own.
    */
   expertMatrix(name: string, expert: number, cols: number, rows: number, experts: number): Matrix {
-    const t = this.file.tensor(name);
+    const t = this.tensor(name);
     checkDims(this.file, t, [cols, rows, experts]);
     return this.rowsOf(t, `${name}[${expert}]`, (expert * t.bytes) / experts, cols, rows);
   }
@@ -167,7 +187,7 @@ export class WeightLoader {
     paddedRows: number,
     rowOrder?: Int32Array,
   ): Matrix {
-    const t = this.file.tensor(name);
+    const t = this.tensor(name);
     checkDims(this.file, t, [cols, rows]);
     checkRowOrder(name, rows, rowOrder);
     if (t.type !== GGMLType.F32 && t.type !== GGMLType.F16 && t.type !== GGMLType.BF16) {
@@ -233,7 +253,7 @@ export class WeightLoader {
    * turned back into a row-major F32 matrix of [cols, rows] so the dense kernels can use it.
    */
   transposedMatrix(name: string, cols: number, rows: number): Matrix {
-    const t = this.file.tensor(name);
+    const t = this.tensor(name);
     checkDims(this.file, t, [rows, cols]);
     const raw = this.file.tensorData(name);
     const src = new Float32Array(rows * cols);
@@ -258,7 +278,7 @@ export class WeightLoader {
 
   /** A 1-D tensor of n values as f32 in wasm memory. */
   vector(name: string, n: number): number {
-    const t = this.file.tensor(name);
+    const t = this.tensor(name);
     checkDims(this.file, t, [n]);
     const ptr = this.arena.alloc(n * 4, 64);
     dequantizeRow(t.type, this.file.tensorData(name), n, this.arena.f32(ptr, n));
@@ -266,14 +286,14 @@ export class WeightLoader {
     return ptr;
   }
 
-  /** A tensor's raw bytes in JS memory (the embedding table: one row is read per token). */
   /** The tensor's entry, its dims checked (for a tensor read later, piece by piece). */
   check(name: string, expected: number[]): GGUFTensorInfo {
-    const t = this.file.tensor(name);
+    const t = this.tensor(name);
     checkDims(this.file, t, expected);
     return t;
   }
 
+  /** A tensor's raw bytes in JS memory (the embedding table: one row is read per token). */
   raw(name: string, expected: number[]): { info: GGUFTensorInfo; data: Uint8Array } {
     const t = this.check(name, expected);
     const data = this.file.tensorData(name);

@@ -15,6 +15,10 @@ export interface ArchTraits {
   ropePairing: RopePairing;
   /** whether q, k and v carry biases (when the file has them) */
   qkvBias: boolean;
+  /** whether q and k are RMS-normed per head before RoPE (the file must have attn_q_norm and attn_k_norm) */
+  qkNorm: boolean;
+  /** whether RoPE applies the file's frequency factors (rope_freqs.weight) where it has them */
+  ropeFactors: boolean;
 }
 
 /** What loading one layer's weights needs. */

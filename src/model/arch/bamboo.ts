@@ -7,5 +7,7 @@ export const bamboo: Architecture = {
   activation: "drelu",
   ropePairing: "normal",
   qkvBias: false,
+  qkNorm: false,
+  ropeFactors: false,
   layer: llamaLayer,
 };

@@ -28,6 +28,8 @@ export function llamaLayer(src: LayerSource, l: number): LayerWeights {
       bq: bias("attn_q.bias", qDim),
       bk: bias("attn_k.bias", kvDim),
       bv: bias("attn_v.bias", kvDim),
+      qNorm: cfg.qkNorm ? loader.vector(p + "attn_q_norm.weight", headDim) : 0,
+      kNorm: cfg.qkNorm ? loader.vector(p + "attn_k_norm.weight", headDim) : 0,
     },
     ffnNorm: loader.vector(p + "ffn_norm.weight", nEmbd),
     ffn: llamaFFN(src, l),
@@ -59,5 +61,7 @@ export const llama: Architecture = {
   activation: "silu",
   ropePairing: "normal",
   qkvBias: false,
+  qkNorm: false,
+  ropeFactors: true,
   layer: llamaLayer,
 };

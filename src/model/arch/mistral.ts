@@ -7,5 +7,7 @@ export const mistral: Architecture = {
   activation: "silu",
   ropePairing: "normal",
   qkvBias: false,
+  qkNorm: false,
+  ropeFactors: false,
   layer: llamaLayer,
 };

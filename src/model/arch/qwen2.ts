@@ -7,5 +7,7 @@ export const qwen2: Architecture = {
   activation: "silu",
   ropePairing: "neox",
   qkvBias: true,
+  qkNorm: false,
+  ropeFactors: false,
   layer: llamaLayer,
 };

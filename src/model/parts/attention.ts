@@ -21,6 +21,9 @@ export interface AttentionWeights {
   bq: number;
   bk: number;
   bv: number;
+  /** per-head RMSNorm weights of q and k (headDim f32 each) applied before RoPE, 0 when none */
+  qNorm: number;
+  kNorm: number;
 }
 
 export interface AttentionOptions {
@@ -73,6 +76,10 @@ export class Attention {
       ctx.addBias(b.q, w.bq, qDim, n);
       ctx.addBias(kNew, w.bk, kvDim, n);
       ctx.addBias(vNew, w.bv, kvDim, n);
+    }
+    if (w.qNorm) {
+      ctx.rmsnorm(b.q, b.q, w.qNorm, n * nHead, headDim);
+      ctx.rmsnorm(kNew, kNew, w.kNorm, n * nHeadKV, headDim);
     }
     a[0] = b.q;
     a[1] = b.pos;

@@ -46,15 +46,15 @@ export class PartContext {
     this.actCode = ACTIVATIONS[cfg.activation].code;
   }
 
-  /** n rows of y = rmsnorm(x rows) * w. */
-  rmsnorm(y: number, x: number, w: number, n: number): void {
+  /** n rows of y = rmsnorm(x rows) * w, rows `width` wide (default the residual stream's; y may be x). */
+  rmsnorm(y: number, x: number, w: number, n: number, width = this.cfg.nEmbd): void {
     const a = this.args;
     a[0] = y;
     a[1] = x;
     a[2] = w;
-    a[3] = this.cfg.nEmbd;
+    a[3] = width;
     a[4] = this.epsBits;
-    this.pool.run(this.fn.rmsnorm, a, 5, n, 1, n * this.cfg.nEmbd * 4);
+    this.pool.run(this.fn.rmsnorm, a, 5, n, 1, n * width * 4);
   }
 
   /** y[0..count) += x[0..count). */

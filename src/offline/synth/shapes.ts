@@ -6,17 +6,60 @@
  */
 import { GGMLType, tensorBytes, typeTraits } from "../../format/ggml-types.js";
 
-export type SynthShape = "tiny" | "1b" | "7b" | "mistral-7b" | "13b" | "mixtral-tiny" | "mixtral";
+export type SynthShape =
+  | "tiny"
+  | "1b"
+  | "7b"
+  | "mistral-7b"
+  | "13b"
+  | "mixtral-tiny"
+  | "mixtral"
+  | "qwen3-tiny"
+  | "qwen3-0.6b"
+  | "qwen3-8b"
+  | "llama3-tiny"
+  | "llama3.2-1b"
+  | "llama3-8b";
 export type SynthActivation = "silu" | "relu" | "drelu";
 export type SynthType = "f32" | "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1";
 
-export const SYNTH_SHAPES: readonly SynthShape[] = ["tiny", "1b", "7b", "mistral-7b", "13b", "mixtral-tiny", "mixtral"];
+export const SYNTH_SHAPES: readonly SynthShape[] = [
+  "tiny",
+  "1b",
+  "7b",
+  "mistral-7b",
+  "13b",
+  "mixtral-tiny",
+  "mixtral",
+  "qwen3-tiny",
+  "qwen3-0.6b",
+  "qwen3-8b",
+  "llama3-tiny",
+  "llama3.2-1b",
+  "llama3-8b",
+];
 export const SYNTH_ACTIVATIONS: readonly SynthActivation[] = ["silu", "relu", "drelu"];
 export const SYNTH_TYPES: readonly SynthType[] = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"];
+
+/** Llama 3.1's RoPE scaling, as its config.json gives it: the converter turns it into rope_freqs.weight. */
+export interface Llama3RopeScaling {
+  readonly factor: number;
+  readonly lowFreqFactor: number;
+  readonly highFreqFactor: number;
+  readonly originalContext: number;
+}
 
 export interface SynthShapeSpec {
   /** what it imitates */
   readonly like: string;
+  /** GGUF's general.architecture (default llama) */
+  readonly arch?: "llama" | "qwen3";
+  /** the attention head size (attention.key_length) where it is not dim / heads */
+  readonly headDim?: number;
+  /** no output.weight: the logits reuse token_embd (Llama 3.2 1B/3B, Qwen3 0.6B) */
+  readonly tiedOutput?: boolean;
+  /** Llama 3.1's RoPE scaling, written as rope_freqs.weight */
+  readonly llama3Rope?: Llama3RopeScaling;
   readonly dim: number;
   readonly layers: number;
   readonly ffn: number;
@@ -136,6 +179,106 @@ export const SHAPE_SPECS: Readonly<Record<SynthShape, SynthShapeSpec>> = {
     experts: 8,
     expertsUsed: 2,
   },
+  // Qwen3 in miniature: qwen3's attention (QK-norm, a head size of key_length that is not dim /
+  // heads), small enough to check against llama.cpp in seconds. The toys keep an output matrix:
+  // tied to random embeddings, the logits would favour the input token itself, every time.
+  "qwen3-tiny": {
+    like: "a toy Qwen3",
+    arch: "qwen3",
+    dim: 128,
+    layers: 2,
+    ffn: 384,
+    heads: 4,
+    kvHeads: 2,
+    headDim: 64,
+    vocab: 512,
+    context: 512,
+    ropeBase: 1000000,
+    rmsEps: 1e-6,
+    experts: 0,
+    expertsUsed: 0,
+  },
+  "qwen3-0.6b": {
+    like: "Qwen3-0.6B",
+    arch: "qwen3",
+    dim: 1024,
+    layers: 28,
+    ffn: 3072,
+    heads: 16,
+    kvHeads: 8,
+    headDim: 128,
+    tiedOutput: true,
+    vocab: 151936,
+    context: 40960,
+    ropeBase: 1000000,
+    rmsEps: 1e-6,
+    experts: 0,
+    expertsUsed: 0,
+  },
+  "qwen3-8b": {
+    like: "Qwen3-8B",
+    arch: "qwen3",
+    dim: 4096,
+    layers: 36,
+    ffn: 12288,
+    heads: 32,
+    kvHeads: 8,
+    headDim: 128,
+    vocab: 151936,
+    context: 40960,
+    ropeBase: 1000000,
+    rmsEps: 1e-6,
+    experts: 0,
+    expertsUsed: 0,
+  },
+  // Llama 3.2 in miniature: rope_freqs from Llama 3's scaling with its original context shrunk to
+  // 64, so that the factors turn the slower pairs within the few dozen positions a test runs.
+  "llama3-tiny": {
+    like: "a toy Llama 3.2",
+    dim: 256,
+    layers: 2,
+    ffn: 512,
+    heads: 8,
+    kvHeads: 2,
+    llama3Rope: { factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalContext: 64 },
+    vocab: 512,
+    context: 512,
+    ropeBase: 500000,
+    rmsEps: 1e-5,
+    experts: 0,
+    expertsUsed: 0,
+  },
+  "llama3.2-1b": {
+    like: "Llama-3.2-1B",
+    dim: 2048,
+    layers: 16,
+    ffn: 8192,
+    heads: 32,
+    kvHeads: 8,
+    tiedOutput: true,
+    llama3Rope: { factor: 32, lowFreqFactor: 1, highFreqFactor: 4, originalContext: 8192 },
+    vocab: 128256,
+    context: 131072,
+    ropeBase: 500000,
+    rmsEps: 1e-5,
+    experts: 0,
+    expertsUsed: 0,
+  },
+  "llama3-8b": {
+    like: "Llama-3.1-8B",
+    dim: 4096,
+    layers: 32,
+    ffn: 14336,
+    heads: 32,
+    kvHeads: 8,
+    llama3Rope: { factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalContext: 8192 },
+    vocab: 128256,
+    context: 131072,
+    ropeBase: 500000,
+    rmsEps: 1e-5,
+    experts: 0,
+    expertsUsed: 0,
+  },
 };
 
 export const GGML_TYPE: Record<SynthType, GGMLType> = {
@@ -151,6 +294,8 @@ export const GGML_TYPE: Record<SynthType, GGMLType> = {
 export type TensorKind =
   | "embed"
   | "norm"
+  | "qk_norm"
+  | "rope_freqs"
   | "attn_q"
   | "attn_k"
   | "attn_v"
@@ -182,7 +327,8 @@ export interface TensorRecipe {
 export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecipe[] {
   const t = GGML_TYPE[type];
   const { dim, ffn, layers, vocab, heads, kvHeads, experts } = spec;
-  const headDim = dim / heads;
+  const headDim = headDimOf(spec);
+  const qDim = headDim * heads;
   const kvDim = headDim * kvHeads;
   const out: TensorRecipe[] = [];
   const add = (name: string, kind: TensorKind, layer: number, dims: number[], ty: GGMLType, std: number) => {
@@ -200,13 +346,19 @@ export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecip
   // Embeddings at unit scale: the first RMSNorm rescales them anyway, and unit scale keeps the
   // residual stream comparable to what each layer adds.
   add("token_embd.weight", "embed", -1, [dim, vocab], t, 1);
+  // computed from the scaling, not drawn (llama3RopeFactors)
+  if (spec.llama3Rope) add("rope_freqs.weight", "rope_freqs", -1, [headDim / 2], GGMLType.F32, 0);
   for (let l = 0; l < layers; l++) {
     const p = `blk.${l}.`;
     add(p + "attn_norm.weight", "norm", l, [dim], GGMLType.F32, 0.05);
-    add(p + "attn_q.weight", "attn_q", l, [dim, dim], t, proj(dim));
+    add(p + "attn_q.weight", "attn_q", l, [dim, qDim], t, proj(dim));
     add(p + "attn_k.weight", "attn_k", l, [dim, kvDim], t, proj(dim));
     add(p + "attn_v.weight", "attn_v", l, [dim, kvDim], t, proj(dim));
-    add(p + "attn_output.weight", "attn_output", l, [dim, dim], t, proj(dim));
+    add(p + "attn_output.weight", "attn_output", l, [qDim, dim], t, proj(qDim));
+    if (spec.arch === "qwen3") {
+      add(p + "attn_q_norm.weight", "qk_norm", l, [headDim], GGMLType.F32, 0.05);
+      add(p + "attn_k_norm.weight", "qk_norm", l, [headDim], GGMLType.F32, 0.05);
+    }
     add(p + "ffn_norm.weight", "norm", l, [dim], GGMLType.F32, 0.05);
     if (experts > 0) {
       // The router stays F32 as llama.cpp's converters leave it. Logits of deviation about 1
@@ -224,8 +376,13 @@ export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecip
   add("output_norm.weight", "norm", -1, [dim], GGMLType.F32, 0.05);
   // Logits with a standard deviation near 2: a distribution with a few clear favourites rather
   // than a flat one over 32000 tokens.
-  add("output.weight", "output", -1, [dim, vocab], t, 2 / Math.sqrt(dim));
+  if (!spec.tiedOutput) add("output.weight", "output", -1, [dim, vocab], t, 2 / Math.sqrt(dim));
   return out;
+}
+
+/** The attention head size of a shape. */
+export function headDimOf(spec: SynthShapeSpec): number {
+  return spec.headDim ?? spec.dim / spec.heads;
 }
 
 export function checkSpec(spec: SynthShapeSpec, type: SynthType): void {
@@ -235,9 +392,13 @@ export function checkSpec(spec: SynthShapeSpec, type: SynthType): void {
   for (const k of ["dim", "layers", "ffn", "heads", "kvHeads", "vocab", "context"] as const) {
     if (!Number.isInteger(spec[k]) || spec[k] < 1) fail(`${k} must be a positive integer, got ${spec[k]}`);
   }
-  if (spec.dim % spec.heads !== 0) fail(`dim ${spec.dim} is not a multiple of heads ${spec.heads}`);
+  if (spec.headDim === undefined && spec.dim % spec.heads !== 0)
+    fail(`dim ${spec.dim} is not a multiple of heads ${spec.heads}`);
   if (spec.heads % spec.kvHeads !== 0) fail(`heads ${spec.heads} is not a multiple of kvHeads ${spec.kvHeads}`);
-  if ((spec.dim / spec.heads) % 2 !== 0) fail(`head dimension ${spec.dim / spec.heads} must be even for RoPE`);
+  const hd = headDimOf(spec);
+  if (!Number.isInteger(hd) || hd < 2 || hd % 2 !== 0) fail(`head dimension ${hd} must be an even integer for RoPE`);
+  if (spec.experts > 0 && (spec.arch ?? "llama") !== "llama")
+    fail(`a mixture of experts is synthesized in Mixtral's (llama) layout, not ${spec.arch}'s`);
   if (!Number.isInteger(spec.experts) || spec.experts < 0 || spec.experts === 1)
     fail(`experts must be 0 (dense) or an integer of at least 2, got ${spec.experts}`);
   if (spec.experts === 0 && spec.expertsUsed !== 0)

@@ -6,6 +6,7 @@
  */
 import { GGUFWriter, GGUFValueType } from "../../format/gguf-writer.js";
 import { SPARSITY_ALPHA_DEFAULT, SynthStream } from "../../model/firing.js";
+import { llama3RopeFactors } from "../../model/rope.js";
 import { writePredictorFile } from "../predictor-files.js";
 import { fingerprintOfPath } from "../profile.js";
 import { buildSynthVocab } from "../synth-vocab.js";
@@ -23,6 +24,7 @@ import {
 import { rowFiller } from "./random-rows.js";
 import {
   checkSpec,
+  headDimOf,
   SHAPE_SPECS,
   SYNTH_ACTIVATIONS,
   SYNTH_SHAPES,
@@ -158,7 +160,8 @@ function validate(o: SynthOptions): SynthShapeSpec {
 function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): void {
   const U32 = GGUFValueType.UINT32;
   const F32 = GGUFValueType.FLOAT32;
-  w.setMetadata("general.architecture", "llama");
+  const arch = spec.arch ?? "llama";
+  w.setMetadata("general.architecture", arch);
   const planted = o.sparsity !== undefined ? `-sparsity${o.sparsity}` : "";
   w.setMetadata(
     "general.name",
@@ -166,20 +169,26 @@ function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): vo
   );
   w.setMetadata("general.file_type", FILE_TYPE[o.type], U32);
   if (o.type !== "f32" && o.type !== "f16") w.setMetadata("general.quantization_version", 2, U32);
-  w.setMetadata("llama.context_length", spec.context, U32);
-  w.setMetadata("llama.embedding_length", spec.dim, U32);
-  w.setMetadata("llama.block_count", spec.layers, U32);
-  w.setMetadata("llama.feed_forward_length", spec.ffn, U32);
-  w.setMetadata("llama.rope.dimension_count", spec.dim / spec.heads, U32);
-  w.setMetadata("llama.attention.head_count", spec.heads, U32);
-  w.setMetadata("llama.attention.head_count_kv", spec.kvHeads, U32);
-  w.setMetadata("llama.attention.layer_norm_rms_epsilon", spec.rmsEps, F32);
-  w.setMetadata("llama.rope.freq_base", spec.ropeBase, F32);
-  w.setMetadata("llama.vocab_size", spec.vocab, U32);
-  w.setMetadata("llama.feed_forward_activation", o.act);
+  const headDim = headDimOf(spec);
+  const key = (k: string) => `${arch}.${k}`;
+  w.setMetadata(key("context_length"), spec.context, U32);
+  w.setMetadata(key("embedding_length"), spec.dim, U32);
+  w.setMetadata(key("block_count"), spec.layers, U32);
+  w.setMetadata(key("feed_forward_length"), spec.ffn, U32);
+  w.setMetadata(key("rope.dimension_count"), headDim, U32);
+  w.setMetadata(key("attention.head_count"), spec.heads, U32);
+  w.setMetadata(key("attention.head_count_kv"), spec.kvHeads, U32);
+  if (spec.headDim !== undefined) {
+    w.setMetadata(key("attention.key_length"), headDim, U32);
+    w.setMetadata(key("attention.value_length"), headDim, U32);
+  }
+  w.setMetadata(key("attention.layer_norm_rms_epsilon"), spec.rmsEps, F32);
+  w.setMetadata(key("rope.freq_base"), spec.ropeBase, F32);
+  w.setMetadata(key("vocab_size"), spec.vocab, U32);
+  w.setMetadata(key("feed_forward_activation"), o.act);
   if (spec.experts > 0) {
-    w.setMetadata("llama.expert_count", spec.experts, U32);
-    w.setMetadata("llama.expert_used_count", spec.expertsUsed, U32);
+    w.setMetadata(key("expert_count"), spec.experts, U32);
+    w.setMetadata(key("expert_used_count"), spec.expertsUsed, U32);
   }
   // Provenance, so tools can tell a synthetic file from a real one and rebuild it.
   w.setMetadata("synth.shape", o.shape);
@@ -200,6 +209,12 @@ function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): vo
   w.setMetadata("tokenizer.ggml.unknown_token_id", vocab.unkId, U32);
   w.setMetadata("tokenizer.ggml.add_bos_token", true);
   w.setMetadata("tokenizer.ggml.add_eos_token", false);
+}
+
+/** rope_freqs.weight: the factors of the shape's Llama 3 RoPE scaling (one row). */
+function ropeFactorsFiller(spec: SynthShapeSpec): (dst: Uint8Array) => void {
+  const factors = llama3RopeFactors(headDimOf(spec), spec.ropeBase, spec.llama3Rope!);
+  return (dst) => dst.set(new Uint8Array(factors.buffer));
 }
 
 /** Size in bytes of the file synthesize() would write (header included). */
@@ -247,7 +262,12 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
       for (let e = 0, k = 0; e < experts; e++) {
         // each expert its own stream: expert e's bytes do not depend on how many come before it
         const stream = new SynthStream(o.seed, r.dims.length > 2 ? `${r.name}.${e}` : r.name);
-        const fill = planter ? planter.filler(r, stream, e) : rowFiller(r, stream);
+        const fill =
+          r.kind === "rope_freqs"
+            ? ropeFactorsFiller(spec)
+            : planter && r.kind !== "qk_norm"
+              ? planter.filler(r, stream, e)
+              : rowFiller(r, stream);
         for (let row = 0; row < rows; row += rowsPerChunk, k++) {
           o.signal?.throwIfAborted();
           const n = Math.min(rowsPerChunk, rows - row);

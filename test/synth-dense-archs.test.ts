@@ -1,0 +1,275 @@
+/**
+ * Today's dense architectures on synthetic models (synth --shape qwen3-tiny / llama3-tiny):
+ * llama.cpp's greedy ids (test/reference/synth-{qwen3,llama3}-*.llamacpp.json, made by
+ * scripts/llamacpp-reference.mjs) at 1 and 2 threads, in memory and from a store that leaves most
+ * of the FFN on flash; logits against the plain-TS reference; and the files the engine must
+ * refuse rather than compute something else (a missing or mis-shaped QK-norm or rope_freqs, a
+ * tensor it would ignore).
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { GGUFFile } from "../src/format/gguf.js";
+import { NeuronStore } from "../src/format/store/index.js";
+import { LlamaModel } from "../src/model/model.js";
+import { BUDGET_ROOM } from "../src/model/offload/layout.js";
+import { ReferenceModel } from "../src/model/reference.js";
+import { llama3RopeFactors, ropeTable } from "../src/model/rope.js";
+import { readConfig } from "../src/model/config.js";
+import { convertToStore } from "../src/offline/convert.js";
+import { SHAPE_SPECS, synthesize, synthRecipes, type SynthOptions } from "../src/offline/synth.js";
+import { greedyAsync, ROOT, sha256OfFile, tempDir } from "./helpers.js";
+import { rewrite } from "./rewrite.js";
+
+const dir = tempDir("synth-dense-archs-");
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+
+interface Reference {
+  synth: Pick<SynthOptions, "shape" | "act" | "type" | "seed">;
+  gguf_sha256: string;
+  prompts: { prompt_ids: number[]; greedy_ids: number[] }[];
+}
+
+const REFS = ["synth-qwen3-f32", "synth-qwen3-q4_0", "synth-llama3-f32", "synth-llama3-q4_0"];
+const made = new Map<string, Promise<{ ref: Reference; gguf: string; store: string }>>();
+
+/** The reference's model, synthesized again (its bytes checked) and converted to a store. */
+function model(name: string) {
+  let m = made.get(name);
+  if (!m) {
+    m = (async () => {
+      const ref = JSON.parse(
+        readFileSync(join(ROOT, "test", "reference", `${name}.llamacpp.json`), "utf8"),
+      ) as Reference;
+      const gguf = join(dir, `${name}.gguf`);
+      await synthesize({ ...ref.synth, out: gguf, fsync: false });
+      assert.equal(sha256OfFile(gguf), ref.gguf_sha256, `${name}: the synthetic model is the one llama.cpp ran`);
+      // A quantized model's store keeps its weights exactly in F32: in the store's own Q4_0, Down
+      // would be requantized along its columns (convert.ts), another model than llama.cpp ran.
+      const store = join(dir, `${name}.pi`);
+      await convertToStore({ input: gguf, output: store, fsync: false, type: "f32" });
+      return { ref, gguf, store };
+    })();
+    made.set(name, m);
+  }
+  return m;
+}
+
+test("shapes: qwen3 and llama3 widths from their public configs, in llama.cpp's tensor layout", () => {
+  const q = SHAPE_SPECS["qwen3-8b"];
+  assert.deepEqual(
+    [q.dim, q.layers, q.ffn, q.heads, q.kvHeads, q.headDim, q.vocab],
+    [4096, 36, 12288, 32, 8, 128, 151936],
+  );
+  const small = SHAPE_SPECS["qwen3-0.6b"];
+  assert.equal(small.headDim! * small.heads, 2048, "Qwen3-0.6B's attention is wider than its residual stream (1024)");
+  const by = new Map(synthRecipes(small, "q8_0").map((r) => [r.name, r]));
+  assert.deepEqual(by.get("blk.0.attn_q.weight")!.dims, [1024, 2048]);
+  assert.deepEqual(by.get("blk.0.attn_output.weight")!.dims, [2048, 1024]);
+  assert.deepEqual(by.get("blk.27.attn_k_norm.weight")!.dims, [128]);
+  assert.ok(!by.has("output.weight"), "tied to the embeddings");
+  const l = SHAPE_SPECS["llama3-8b"];
+  assert.deepEqual(
+    [l.dim, l.layers, l.ffn, l.heads, l.kvHeads, l.vocab, l.ropeBase],
+    [4096, 32, 14336, 32, 8, 128256, 500000],
+  );
+  const lr = new Map(synthRecipes(l, "q4_0").map((r) => [r.name, r]));
+  assert.deepEqual(lr.get("rope_freqs.weight")!.dims, [64]);
+  assert.ok(
+    lr.has("output.weight") &&
+      !new Map(synthRecipes(SHAPE_SPECS["llama3.2-1b"], "q4_0").map((r) => [r.name, r])).has("output.weight"),
+  );
+});
+
+test("llama3RopeFactors: Llama 3.1's scaling keeps the fast pairs, slows the slow ones by the factor, blends between", () => {
+  const f = llama3RopeFactors(128, 500000, { factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalContext: 8192 });
+  assert.equal(f.length, 64);
+  assert.equal(f[0], 1);
+  assert.equal(f[63], 8);
+  let blended = 0;
+  for (let i = 1; i < 64; i++) {
+    assert.ok(f[i] >= f[i - 1], "non-decreasing with the wavelength");
+    if (f[i] > 1 && f[i] < 8) blended++;
+  }
+  assert.ok(blended > 0 && blended < 20, `${blended} blended pairs`);
+  // hand-computed: pair i turns once per 2 pi 500000^(i/64) positions; the blend sits between 2048 and 8192
+  const wavelen = (i: number) => 2 * Math.PI * Math.pow(500000, (2 * i) / 128);
+  for (let i = 0; i < 64; i++) {
+    const w = wavelen(i);
+    if (w < 2048) assert.equal(f[i], 1, `pair ${i}`);
+    else if (w > 8192) assert.equal(f[i], 8, `pair ${i}`);
+    else {
+      const smooth = (8192 / w - 1) / 3;
+      assert.ok(Math.abs(f[i] - 1 / ((1 - smooth) / 8 + smooth)) < 1e-4, `pair ${i}`);
+    }
+  }
+});
+
+test("ropeTable: a frequency factor divides its pair's angle", () => {
+  const cfg = { nRot: 8, ropeFreqBase: 10000, ropeFreqScale: 1 } as Parameters<typeof ropeTable>[0];
+  const plain = ropeTable(cfg, 40);
+  const scaled = ropeTable(cfg, 40, new Float32Array([1, 2, 4, 8]));
+  for (let p = 0; p < 40; p++)
+    for (let i = 0; i < 4; i++) {
+      const angle = Math.atan2(plain[(p * 4 + i) * 2 + 1], plain[(p * 4 + i) * 2]);
+      const expected = Math.atan2(Math.sin(angle / [1, 2, 4, 8][i]), Math.cos(angle / [1, 2, 4, 8][i]));
+      if (p * Math.pow(10000, -i / 4) < Math.PI) {
+        const got = Math.atan2(scaled[(p * 4 + i) * 2 + 1], scaled[(p * 4 + i) * 2]);
+        assert.ok(Math.abs(got - expected) < 1e-5, `position ${p} pair ${i}: ${got} vs ${expected}`);
+      }
+    }
+});
+
+/**
+ * The model's picks against llama.cpp's. F32: greedy decoding from the prompt gives llama.cpp's ids
+ * exactly. Quantized: both engines round each matrix's input to Q8_0, and a last-bit difference
+ * in an input (float order, llama.cpp's f16 q in attention) moves a rounding step, so two logits
+ * within a few hundredths swap places now and then (3 of 144 positions here, the largest gap
+ * 0.04 of a logit spread near 2). So llama.cpp's ids are fed in (teacher forcing) and at every
+ * position llama.cpp's pick must be our top logit, or within NEAR_TIE of it at no more than 1 in
+ * 20 positions: a wrong model (no QK-norm, no RoPE factors) misses by whole units at most of them.
+ */
+const NEAR_TIE = 0.1;
+
+async function agrees(m: LlamaModel, ref: Reference, exact: boolean): Promise<void> {
+  if (exact) {
+    for (const p of ref.prompts)
+      assert.deepEqual(
+        (await greedyAsync(m, p.prompt_ids, p.greedy_ids.length)).ids,
+        p.greedy_ids,
+        `prompt ${p.prompt_ids}`,
+      );
+    return;
+  }
+  let positions = 0;
+  let nearTies = 0;
+  for (const p of ref.prompts) {
+    await m.forwardAsync(p.prompt_ids, p.prompt_ids.length, 0);
+    for (let i = 0; i < p.greedy_ids.length; i++) {
+      const l = m.logits;
+      let max = -Infinity;
+      for (let j = 0; j < l.length; j++) max = Math.max(max, l[j]);
+      const gap = max - l[p.greedy_ids[i]];
+      assert.ok(
+        gap <= NEAR_TIE,
+        `prompt ${p.prompt_ids} position ${i}: llama.cpp's ${p.greedy_ids[i]} is ${gap} below our top logit`,
+      );
+      if (gap > 0) nearTies++;
+      positions++;
+      await m.forwardAsync([p.greedy_ids[i]], 1, p.prompt_ids.length + i);
+    }
+  }
+  assert.ok(nearTies * 20 <= positions, `${nearTies} near ties in ${positions} positions`);
+}
+
+for (const name of REFS) {
+  const exact = name.endsWith("-f32");
+  const how = exact ? "greedy ids" : "picks, fed its ids";
+  for (const threads of [1, 2]) {
+    test(`${name}: llama.cpp's ${how} in memory (${threads} thread(s))`, async () => {
+      const { ref, gguf } = await model(name);
+      const m = await LlamaModel.load(gguf, { threads, contextSize: 64 });
+      try {
+        await agrees(m, ref, exact);
+      } finally {
+        await m.dispose();
+      }
+    });
+
+    test(`${name}: llama.cpp's ${how} from a store, most of the FFN on flash (${threads} thread(s))`, async () => {
+      const { ref, store } = await model(name);
+      const s = NeuronStore.open(store);
+      const allFFN = s.ffn.layers.length * s.ffn.layers[0].neurons * s.ffn.bundleBytes;
+      s.close();
+      // the cache capped at a quarter of the FFN, and the budget left room for it (see synth-mixtral.test.ts)
+      const offload = { sparsity: "gate" as const, cacheBytes: allFFN / 4 };
+      const fixed = (await LlamaModel.layoutOf(store, { threads, contextSize: 64, offload })).fixed;
+      const m = await LlamaModel.load(store, {
+        threads,
+        contextSize: 64,
+        memoryBudget: Math.ceil((fixed + allFFN / 4 + 64 * 2 ** 20) / BUDGET_ROOM),
+        offload,
+      });
+      try {
+        assert.ok(m.offloaded!.layout.cacheBytes < allFFN / 2, `cache ${m.offloaded!.layout.cacheBytes} of ${allFFN}`);
+        await agrees(m, ref, exact);
+        const st = m.offloaded!.snapshot();
+        assert.ok(st.misses > 0 && st.bytesRead > 0, "bundles were read from flash");
+      } finally {
+        await m.dispose();
+      }
+    });
+  }
+}
+
+for (const name of ["synth-qwen3-f32", "synth-llama3-f32"]) {
+  test(`${name}: logits within 1e-3 of the max logit of the plain-TS reference, token by token and as a batch`, async () => {
+    const { ref, gguf } = await model(name);
+    const file = GGUFFile.open(gguf);
+    const reference = new ReferenceModel(file, 64);
+    const m = await LlamaModel.load(gguf, { threads: 2, contextSize: 64 });
+    try {
+      const p = ref.prompts[0];
+      const ids = [...p.prompt_ids, ...p.greedy_ids.slice(0, 12)];
+      let want: Float32Array = new Float32Array(0);
+      for (let i = 0; i < ids.length; i++) want = reference.forward(ids[i], i);
+      await m.forwardAsync(ids, ids.length, 0);
+      let max = 0;
+      for (const v of want) max = Math.max(max, Math.abs(v));
+      for (let i = 0; i < want.length; i++)
+        assert.ok(Math.abs(m.logits[i] - want[i]) <= 1e-3 * max, `logit ${i}: ${m.logits[i]} vs ${want[i]}`);
+    } finally {
+      await m.dispose();
+      file.close();
+    }
+  });
+}
+
+test("qwen3 and llama3 files the engine would compute wrongly are refused, naming the tensor or key", async () => {
+  const { gguf: qwen } = await model("synth-qwen3-f32");
+  const { gguf: llama } = await model("synth-llama3-f32");
+  const refused = async (path: string, pattern: RegExp) => {
+    await assert.rejects(LlamaModel.load(path, { threads: 1, contextSize: 16 }), pattern);
+  };
+  const drop = (name: string) => () => new Map([[name, undefined]]);
+  const put = (name: string, dims: number[]) => () =>
+    new Map([[name, [dims, new Float32Array(dims[0]).fill(1)] as [number[], Float32Array]]]);
+
+  await refused(
+    await rewrite(qwen, "no-q-norm", { tensors: drop("blk.1.attn_q_norm.weight") }),
+    /blk\.1\.attn_q_norm\.weight/,
+  );
+  await refused(
+    await rewrite(qwen, "bad-k-norm", { tensors: put("blk.0.attn_k_norm.weight", [32]) }),
+    /blk\.0\.attn_k_norm\.weight.*\[32\].*\[64\]/,
+  );
+  await refused(
+    await rewrite(llama, "bad-rope-freqs", { tensors: put("rope_freqs.weight", [8]) }),
+    /rope_freqs\.weight.*\[8\].*\[16\]/,
+  );
+  // tensors the architecture would ignore: refused, not run without them
+  await assert.rejects(
+    LlamaModel.load(await rewrite(qwen, "qwen-rope-freqs", { tensors: put("rope_freqs.weight", [32]) }), {
+      threads: 1,
+    }),
+    /"rope_freqs\.weight" would be ignored by the engine's "qwen3" architecture/,
+  );
+  await assert.rejects(
+    LlamaModel.load(await rewrite(llama, "o-bias", { tensors: put("blk.0.attn_output.bias", [256]) }), { threads: 1 }),
+    /"blk\.0\.attn_output\.bias" would be ignored/,
+  );
+  // heads of two sizes
+  await assert.rejects(
+    LlamaModel.load(await rewrite(qwen, "value-length", { metadata: { "qwen3.attention.value_length": 32 } }), {
+      threads: 1,
+    }),
+    /qwen3\.attention\.value_length" = 32 differs from the key head size 64/,
+  );
+  // the architecture list when one is unknown
+  await assert.rejects(
+    LlamaModel.load(await rewrite(qwen, "unknown-arch", { arch: "qwen9" }), { threads: 1 }),
+    /unsupported architecture "qwen9" \(supported: .*qwen3/,
+  );
+  assert.equal(readConfig(GGUFFile.open(qwen)).headDim, 64);
+});
