@@ -4,7 +4,8 @@
  * synthetic models of each architecture the engine runs beyond the paper's (random weights that
  * nobody trained), so that the tests can check the engine against an independent implementation:
  * a SiLU Mixtral (router, top-k, the 3-D expert tensors' layout), a Qwen3 (QK-norm, a head size
- * from key_length, NEOX RoPE) and a Llama 3.2 (RoPE frequency factors from rope_freqs.weight).
+ * from key_length, NEOX RoPE), a Llama 3.2 (RoPE frequency factors from rope_freqs.weight) and a
+ * Phi-3 (fused tensors, LongRoPE).
  *
  * llama.cpp comes from node-llama-cpp 3.21.1 in bench/.peer (installed by bench/run; never a
  * dependency of the package, and tests never load it). Stock llama.cpp runs SiLU whatever
@@ -60,6 +61,18 @@ const MODELS = {
   "synth-llama3-q4_0": {
     synth: { shape: "llama3-tiny", act: "silu", type: "q4_0", seed: 7 },
     what: "a synthetic Llama 3.2 (random weights; rope_freqs.weight from Llama 3's RoPE scaling, Q4_0)",
+    prompts: PROMPTS_6,
+    generated: 24,
+  },
+  "synth-phi3-f32": {
+    synth: { shape: "phi3-tiny", act: "silu", type: "f32", seed: 7 },
+    what: "a synthetic Phi-3 (random weights; fused QKV, gate and up fused, LongRoPE factors and attention factor past an original context of 32, F32)",
+    prompts: PROMPTS_6,
+    generated: 24,
+  },
+  "synth-phi3-q4_0": {
+    synth: { shape: "phi3-tiny", act: "silu", type: "q4_0", seed: 7 },
+    what: "a synthetic Phi-3 (random weights; fused QKV, gate and up fused, LongRoPE factors and attention factor past an original context of 32, Q4_0)",
     prompts: PROMPTS_6,
     generated: 24,
   },

@@ -31,7 +31,14 @@ interface Reference {
   prompts: { prompt_ids: number[]; greedy_ids: number[] }[];
 }
 
-const REFS = ["synth-qwen3-f32", "synth-qwen3-q4_0", "synth-llama3-f32", "synth-llama3-q4_0"];
+const REFS = [
+  "synth-qwen3-f32",
+  "synth-qwen3-q4_0",
+  "synth-llama3-f32",
+  "synth-llama3-q4_0",
+  "synth-phi3-f32",
+  "synth-phi3-q4_0",
+];
 const made = new Map<string, Promise<{ ref: Reference; gguf: string; store: string }>>();
 
 /** The reference's model, synthesized again (its bytes checked) and converted to a store. */
@@ -76,6 +83,12 @@ test("shapes: qwen3 and llama3 widths from their public configs, in llama.cpp's 
   );
   const lr = new Map(synthRecipes(l, "q4_0").map((r) => [r.name, r]));
   assert.deepEqual(lr.get("rope_freqs.weight")!.dims, [64]);
+  const phi = SHAPE_SPECS["phi3-mini"];
+  assert.deepEqual([phi.dim, phi.layers, phi.ffn, phi.heads, phi.kvHeads, phi.vocab], [3072, 32, 8192, 32, 32, 32064]);
+  const pr = new Map(synthRecipes(phi, "q4_0").map((r) => [r.name, r]));
+  assert.deepEqual(pr.get("blk.0.attn_qkv.weight")!.dims, [3072, 9216], "q, k and v fused");
+  assert.deepEqual(pr.get("blk.0.ffn_up.weight")!.dims, [3072, 16384], "gate and up fused");
+  assert.ok(!pr.has("blk.0.ffn_gate.weight") && !pr.has("blk.0.attn_q.weight"));
   assert.ok(
     lr.has("output.weight") &&
       !new Map(synthRecipes(SHAPE_SPECS["llama3.2-1b"], "q4_0").map((r) => [r.name, r])).has("output.weight"),
@@ -106,9 +119,11 @@ test("llama3RopeFactors: Llama 3.1's scaling keeps the fast pairs, slows the slo
   }
 });
 
-test("ropeTable: a frequency factor divides its pair's angle", () => {
-  const cfg = { nRot: 8, ropeFreqBase: 10000, ropeFreqScale: 1 } as Parameters<typeof ropeTable>[0];
+test("ropeTable: a frequency factor divides its pair's angle; the attention factor scales cos and sin", () => {
+  const cfg = { nRot: 8, ropeFreqBase: 10000, ropeFreqScale: 1, ropeAttnFactor: 1 } as Parameters<typeof ropeTable>[0];
+  const boosted = ropeTable({ ...cfg, ropeAttnFactor: 1.25 }, 40);
   const plain = ropeTable(cfg, 40);
+  for (let i = 0; i < plain.length; i++) assert.equal(boosted[i], Math.fround(plain[i] * 1.25));
   const scaled = ropeTable(cfg, 40, new Float32Array([1, 2, 4, 8]));
   for (let p = 0; p < 40; p++)
     for (let i = 0; i < 4; i++) {
@@ -203,7 +218,7 @@ for (const name of REFS) {
   }
 }
 
-for (const name of ["synth-qwen3-f32", "synth-llama3-f32"]) {
+for (const name of ["synth-qwen3-f32", "synth-llama3-f32", "synth-phi3-f32"]) {
   test(`${name}: logits within 1e-3 of the max logit of the plain-TS reference, token by token and as a batch`, async () => {
     const { ref, gguf } = await model(name);
     const file = GGUFFile.open(gguf);
@@ -247,6 +262,11 @@ test("qwen3 and llama3 files the engine would compute wrongly are refused, namin
   await refused(
     await rewrite(llama, "bad-rope-freqs", { tensors: put("rope_freqs.weight", [8]) }),
     /rope_freqs\.weight.*\[8\].*\[16\]/,
+  );
+  const { gguf: phi } = await model("synth-phi3-f32");
+  await refused(
+    await rewrite(phi, "half-longrope", { tensors: drop("rope_factors_short.weight") }),
+    /"rope_factors_short\.weight" is missing \(LongRoPE needs both/,
   );
   // tensors the architecture would ignore: refused, not run without them
   await assert.rejects(

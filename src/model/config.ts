@@ -24,6 +24,10 @@ export interface ModelConfig {
   readonly ropeFreqBase: number;
   /** multiplies positions (linear RoPE scaling: 1 / factor) */
   readonly ropeFreqScale: number;
+  /** multiplies RoPE's cos and sin (rope.scaling.attn_factor: LongRoPE's attention factor), 1 by default */
+  readonly ropeAttnFactor: number;
+  /** the context the model was trained at before its RoPE was scaled (rope.scaling.original_context_length) */
+  readonly ropeOrigContext: number;
   readonly ropePairing: RopePairing;
   readonly activation: Activation;
   /** whether Q/K/V projections carry biases (qwen2) */
@@ -136,6 +140,14 @@ export function readConfig(file: ModelFile): ModelConfig {
     throw new GGUFError(file.path, `rope scaling "${scalingType}" is not supported yet (only linear)`);
   }
 
+  const ropeAttnFactor = file.getNumber(key("rope.scaling.attn_factor"), 1);
+  if (!(ropeAttnFactor > 0 && ropeAttnFactor < 100))
+    throw new GGUFError(
+      file.path,
+      `metadata "${key("rope.scaling.attn_factor")}" = ${ropeAttnFactor} is not a sane factor`,
+    );
+  const nCtxTrain = positive("context_length", 2048, 1 << 24);
+
   const normEps = file.getNumber(key("attention.layer_norm_rms_epsilon"), 1e-5);
   const ropeFreqBase = file.getNumber(key("rope.freq_base"), 10000);
   if (!(normEps > 0 && normEps < 1))
@@ -151,11 +163,13 @@ export function readConfig(file: ModelFile): ModelConfig {
     headDim,
     nFF,
     nVocab,
-    nCtxTrain: positive("context_length", 2048, 1 << 24),
+    nCtxTrain,
     nRot,
     normEps,
     ropeFreqBase,
     ropeFreqScale,
+    ropeAttnFactor,
+    ropeOrigContext: positive("rope.scaling.original_context_length", nCtxTrain, 1 << 24),
     ropePairing: traits.ropePairing,
     activation,
     qkvBias: traits.qkvBias && file.tensors.has("blk.0.attn_q.bias"),

@@ -26,7 +26,7 @@ import { readConfig, type ModelConfig } from "./config.js";
 import { MatrixRunner } from "./matrix-runner.js";
 import { residentBytes } from "./resident-bytes.js";
 import { DEFAULT_KV_CACHE, kvBytesPerPosition, parseKvCacheType, type KvCacheTypes } from "./kv-cache.js";
-import { ROPE_FACTORS_TENSOR, ropeFactors, ropeTable } from "./rope.js";
+import { ropeFactors, ropeTable } from "./rope.js";
 import { checkEveryTensorUsed } from "./unused-tensors-check.js";
 import { WeightLoader, type Matrix } from "./weight-loader.js";
 import type { GGUFTensorInfo } from "../format/gguf.js";
@@ -303,15 +303,15 @@ export class LlamaModel {
       const predictor = resident.predictors
         ? Predictor.load(loader, arena, pool, file, cfg, resident.predictors, undefined, (g) => store!.layer(g).order)
         : null;
-      const factors = arch.ropeFactors ? ropeFactors(file, cfg) : null;
-      if (factors) loader.use(ROPE_FACTORS_TENSOR);
+      const rope = ropeFactors(file, cfg, arch.ropeFactors, contextSize);
+      for (const t of rope?.tensors ?? []) loader.use(t);
       checkEveryTensorUsed(file, loader.used);
       const buf = allocBuffers(arena, cfg, contextSize, batchSize, resident.quantized, kvCache);
       const fixedArenaBytes = arena.used - (opts.addressFloor ?? 0);
       // Touch the activation buffers (laid out from x up to the KV cache) now: they are resident
       // from the start, as the layout counts them.
       if (store) arena.u8(buf.x, buf.kCache - buf.x).fill(0);
-      arena.f32(buf.rope, contextSize * cfg.nRot).set(ropeTable(cfg, contextSize, factors));
+      arena.f32(buf.rope, contextSize * cfg.nRot).set(ropeTable(cfg, contextSize, rope?.factors));
       const mm = new MatrixRunner(pool, buf.act);
       const offloaded =
         store && layout

@@ -51,7 +51,8 @@ export class ReferenceModel {
     private readonly kvCache: KvCacheTypes = DEFAULT_KV_CACHE,
   ) {
     const cfg = (this.config = readConfig(file));
-    this.ropeFactors = ARCHITECTURES.get(cfg.architecture)!.ropeFactors ? ropeFactors(file, cfg) : null;
+    this.ropeFactors =
+      ropeFactors(file, cfg, ARCHITECTURES.get(cfg.architecture)!.ropeFactors, contextSize)?.factors ?? null;
     const get = (name: string) => dequantize(file.tensor(name).type, file.tensorData(name), file.tensor(name).elements);
     this.embd = get("token_embd.weight");
     this.outNorm = get("output_norm.weight");
@@ -66,20 +67,28 @@ export class ReferenceModel {
         for (let i = 0; i < cfg.nFF; i++)
           for (let j = 0; j < cfg.nEmbd; j++) down[j * cfg.nFF + i] = t[i * cfg.nEmbd + j];
       } else down = get(p + "ffn_down.weight");
+      // fused q, k, v (rows in that order) and fused gate, up (gate first): cut apart
+      const qDim = cfg.nHead * cfg.headDim;
+      const kvDim = cfg.nHeadKV * cfg.headDim;
+      const qkv = file.tensors.has(p + "attn_qkv.weight") ? get(p + "attn_qkv.weight") : null;
+      const qkvBias = qkv && cfg.qkvBias ? get(p + "attn_qkv.bias") : null;
+      const part = (all: Float32Array, width: number, from: number, rows: number) =>
+        all.slice(from * width, (from + rows) * width);
+      const gateUp = file.tensors.has(p + "ffn_gate.weight") ? null : get(p + "ffn_up.weight");
       this.layers.push({
         attnNorm: get(p + "attn_norm.weight"),
-        wq: get(p + "attn_q.weight"),
-        wk: get(p + "attn_k.weight"),
-        wv: get(p + "attn_v.weight"),
+        wq: qkv ? part(qkv, cfg.nEmbd, 0, qDim) : get(p + "attn_q.weight"),
+        wk: qkv ? part(qkv, cfg.nEmbd, qDim, kvDim) : get(p + "attn_k.weight"),
+        wv: qkv ? part(qkv, cfg.nEmbd, qDim + kvDim, kvDim) : get(p + "attn_v.weight"),
         wo: get(p + "attn_output.weight"),
-        bq: cfg.qkvBias ? get(p + "attn_q.bias") : undefined,
-        bk: cfg.qkvBias ? get(p + "attn_k.bias") : undefined,
-        bv: cfg.qkvBias ? get(p + "attn_v.bias") : undefined,
+        bq: !cfg.qkvBias ? undefined : qkvBias ? part(qkvBias, 1, 0, qDim) : get(p + "attn_q.bias"),
+        bk: !cfg.qkvBias ? undefined : qkvBias ? part(qkvBias, 1, qDim, kvDim) : get(p + "attn_k.bias"),
+        bv: !cfg.qkvBias ? undefined : qkvBias ? part(qkvBias, 1, qDim + kvDim, kvDim) : get(p + "attn_v.bias"),
         qNorm: cfg.qkNorm ? get(p + "attn_q_norm.weight") : undefined,
         kNorm: cfg.qkNorm ? get(p + "attn_k_norm.weight") : undefined,
         ffnNorm: get(p + "ffn_norm.weight"),
-        gate: get(p + "ffn_gate.weight"),
-        up: get(p + "ffn_up.weight"),
+        gate: gateUp ? part(gateUp, cfg.nEmbd, 0, cfg.nFF) : get(p + "ffn_gate.weight"),
+        up: gateUp ? part(gateUp, cfg.nEmbd, cfg.nFF, cfg.nFF) : get(p + "ffn_up.weight"),
         down,
       });
     }
@@ -172,8 +181,10 @@ function rope(
       const [a, b] = c.ropePairing === "neox" ? [h * hd + i, h * hd + i + half] : [h * hd + 2 * i, h * hd + 2 * i + 1];
       const x0 = v[a];
       const x1 = v[b];
-      v[a] = x0 * Math.cos(theta) - x1 * Math.sin(theta);
-      v[b] = x0 * Math.sin(theta) + x1 * Math.cos(theta);
+      const cos = Math.cos(theta) * c.ropeAttnFactor;
+      const sin = Math.sin(theta) * c.ropeAttnFactor;
+      v[a] = x0 * cos - x1 * sin;
+      v[b] = x0 * sin + x1 * cos;
     }
   }
 }

@@ -109,19 +109,24 @@ export function residentBytes(file: ModelFile, cfg: ModelConfig, opts: ResidentO
   let weights = 0;
   const widest = new Map<ActivationFormat, number>();
   const reads = (fmt: ActivationFormat, cols: number) => widest.set(fmt, Math.max(widest.get(fmt) ?? 0, cols));
-  const matrix = (name: string) => {
+  /** the matrix `name`, or `parts` of its rows loaded as matrices of their own (a fused one's) */
+  const matrix = (name: string, parts?: number[]) => {
     const t = file.tensor(name);
     const [cols, rows] = t.dims;
     if (!hasWeightKernel(t.type)) return; // the loader refuses it
     const k = weightKernel(t.type);
-    weights += align64(k.packedBytes(rows, cols));
+    for (const r of parts ?? [rows]) weights += align64(k.packedBytes(r, cols));
     reads(k.act, cols);
   };
+  const qDim = nHead * headDim;
+  const kvDim = nHeadKV * headDim;
   const vector = (n: number) => (weights += align64(n * 4));
   for (let l = 0; l < nLayer; l++) {
     const p = `blk.${l}.`;
     vector(nEmbd);
-    for (const m of ["attn_q", "attn_k", "attn_v", "attn_output"]) matrix(`${p}${m}.weight`);
+    if (file.tensors.has(`${p}attn_qkv.weight`)) matrix(`${p}attn_qkv.weight`, [qDim, kvDim, kvDim]);
+    else for (const m of ["attn_q", "attn_k", "attn_v"]) matrix(`${p}${m}.weight`);
+    matrix(`${p}attn_output.weight`);
     if (cfg.qkvBias) {
       vector(nHead * headDim);
       vector(nHeadKV * headDim);
@@ -148,8 +153,10 @@ export function residentBytes(file: ModelFile, cfg: ModelConfig, opts: ResidentO
         }
       }
     } else if (!store) {
-      matrix(`${p}ffn_gate.weight`);
-      matrix(`${p}ffn_up.weight`);
+      if (file.tensors.has(`${p}ffn_gate.weight`)) {
+        matrix(`${p}ffn_gate.weight`);
+        matrix(`${p}ffn_up.weight`);
+      } else matrix(`${p}ffn_up.weight`, [cfg.nFF, cfg.nFF]); // gate and up fused
       if (file.tensors.has(`${p}ffn_down_t.weight`)) {
         weights += align64(cfg.nFF * nEmbd * 4); // turned back into a row-major F32 matrix
         reads("f32", cfg.nFF);

@@ -9,24 +9,32 @@ import { GGUFError, type ModelFile } from "../format/gguf.js";
 import { dequantize } from "../format/quant.js";
 import type { ModelConfig } from "./config.js";
 
+/** Which per-pair frequency factors an architecture applies (Architecture.ropeFactors). */
+export type RopeFactorsKind = "none" | "llama3" | "longrope";
+
 /** Llama 3.1/3.2's per-pair divisors of theta (the llama3 RoPE scaling, computed by the converter). */
 export const ROPE_FACTORS_TENSOR = "rope_freqs.weight";
+/** Phi-3's LongRoPE divisors: long past the original context, short within it. */
+export const ROPE_FACTORS_LONG = "rope_factors_long.weight";
+export const ROPE_FACTORS_SHORT = "rope_factors_short.weight";
 
 /**
- * `factors`: one divisor of theta per rotated pair (rope_freqs.weight), null: none. The rotation
- * angle of pair i at position p is p * base^(-2i/nRot) / factors[i] * ropeFreqScale.
+ * `factors`: one divisor of theta per rotated pair, null: none. The rotation angle of pair i at
+ * position p is p * base^(-2i/nRot) / factors[i] * ropeFreqScale; cos and sin are scaled by the
+ * model's ropeAttnFactor (LongRoPE's attention factor; 1 elsewhere), as ggml scales them.
  */
 export function ropeTable(cfg: ModelConfig, positions: number, factors: Float32Array | null = null): Float32Array {
   const half = cfg.nRot / 2;
   const table = new Float32Array(positions * half * 2);
   const thetaScale = Math.fround(Math.pow(cfg.ropeFreqBase, -2 / cfg.nRot));
   const scale = Math.fround(cfg.ropeFreqScale);
+  const mscale = Math.fround(cfg.ropeAttnFactor);
   for (let p = 0; p < positions; p++) {
     let theta = Math.fround(p);
     for (let i = 0; i < half; i++) {
       const t = Math.fround((factors ? Math.fround(theta / factors[i]) : theta) * scale);
-      table[(p * half + i) * 2] = Math.cos(t);
-      table[(p * half + i) * 2 + 1] = Math.sin(t);
+      table[(p * half + i) * 2] = Math.fround(Math.cos(t)) * mscale;
+      table[(p * half + i) * 2 + 1] = Math.fround(Math.sin(t)) * mscale;
       theta = Math.fround(theta * thetaScale);
     }
   }
@@ -34,27 +42,54 @@ export function ropeTable(cfg: ModelConfig, positions: number, factors: Float32A
 }
 
 /**
- * The file's RoPE frequency factors (rope_freqs.weight, [nRot / 2] F32), checked; null when it has
- * none. Only an architecture that applies them may read them: elsewhere the tensor is left unread
- * and the model refused for it (model-tensors-check.ts).
+ * The frequency factors an architecture of `kind` applies for a context of `contextSize`, read
+ * and checked, with the tensors that hold them (the caller counts them as read); null where the
+ * file has none. For "none" nothing is read: a file that has such tensors is then refused for
+ * them (unused-tensors-check.ts) rather than run without.
  */
-export function ropeFactors(file: ModelFile, cfg: ModelConfig): Float32Array | null {
-  if (!file.tensors.has(ROPE_FACTORS_TENSOR)) return null;
-  const t = file.tensor(ROPE_FACTORS_TENSOR);
+export function ropeFactors(
+  file: ModelFile,
+  cfg: ModelConfig,
+  kind: RopeFactorsKind,
+  contextSize: number,
+): { factors: Float32Array; tensors: string[] } | null {
+  if (kind === "llama3") {
+    if (!file.tensors.has(ROPE_FACTORS_TENSOR)) return null;
+    return { factors: factorTensor(file, cfg, ROPE_FACTORS_TENSOR), tensors: [ROPE_FACTORS_TENSOR] };
+  }
+  if (kind === "longrope") {
+    const long = file.tensors.has(ROPE_FACTORS_LONG);
+    if (long !== file.tensors.has(ROPE_FACTORS_SHORT))
+      throw new GGUFError(
+        file.path,
+        `tensor "${long ? ROPE_FACTORS_SHORT : ROPE_FACTORS_LONG}" is missing (LongRoPE needs both ${ROPE_FACTORS_LONG} and ${ROPE_FACTORS_SHORT})`,
+      );
+    if (!long) return null;
+    // llama.cpp's choice: the long factors once the context passes the original one
+    const longF = factorTensor(file, cfg, ROPE_FACTORS_LONG);
+    const shortF = factorTensor(file, cfg, ROPE_FACTORS_SHORT);
+    return {
+      factors: contextSize > cfg.ropeOrigContext ? longF : shortF,
+      tensors: [ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT],
+    };
+  }
+  return null;
+}
+
+/** One factor tensor ([nRot / 2] F32 or F16, every value positive), read. */
+function factorTensor(file: ModelFile, cfg: ModelConfig, name: string): Float32Array {
+  const t = file.tensor(name);
   if (t.dims.length !== 1 || t.dims[0] !== cfg.nRot / 2)
     throw new GGUFError(
       file.path,
-      `tensor "${ROPE_FACTORS_TENSOR}" has shape [${t.dims.join(", ")}], expected [${cfg.nRot / 2}] (one factor per rotated pair)`,
+      `tensor "${name}" has shape [${t.dims.join(", ")}], expected [${cfg.nRot / 2}] (one factor per rotated pair)`,
     );
   if (t.type !== GGMLType.F32 && t.type !== GGMLType.F16)
-    throw new GGUFError(file.path, `tensor "${ROPE_FACTORS_TENSOR}" is ${typeName(t.type)}, expected F32`);
-  const f = dequantize(t.type, file.tensorData(ROPE_FACTORS_TENSOR), t.elements);
+    throw new GGUFError(file.path, `tensor "${name}" is ${typeName(t.type)}, expected F32`);
+  const f = dequantize(t.type, file.tensorData(name), t.elements);
   for (let i = 0; i < f.length; i++)
     if (!(f[i] > 0) || !Number.isFinite(f[i]))
-      throw new GGUFError(
-        file.path,
-        `tensor "${ROPE_FACTORS_TENSOR}"[${i}] = ${f[i]}: a frequency factor must be positive`,
-      );
+      throw new GGUFError(file.path, `tensor "${name}"[${i}] = ${f[i]}: a frequency factor must be positive`);
   return f;
 }
 

@@ -131,6 +131,18 @@ export class WeightLoader {
     return this.rowsOf(t, `${name}[${expert}]`, (expert * t.bytes) / experts, cols, rows);
   }
 
+  /**
+   * Rows [from, from + rows) of the 2-D tensor `name` (GGUF shape [cols, allRows]) as a matrix of
+   * their own: one part of a fused matrix (phi3's attn_qkv, its gate and up in one ffn_up).
+   */
+  matrixRows(name: string, cols: number, allRows: number, from: number, rows: number): Matrix {
+    const t = this.tensor(name);
+    checkDims(this.file, t, [cols, allRows]);
+    if (from < 0 || from + rows > allRows)
+      throw new RangeError(`${name}: rows [${from}, ${from + rows}) of ${allRows}`);
+    return this.rowsOf(t, `${name}[${from}:${from + rows}]`, (from * t.bytes) / allRows, cols, rows);
+  }
+
   /** `rows` rows of `cols` values of tensor t from byte `start` on (in `rowOrder`, if given), packed for its kernel. */
   private rowsOf(
     t: GGUFTensorInfo,
@@ -274,6 +286,18 @@ export class WeightLoader {
       matvecFn: this.pool.fn(kernel.matvec),
       matmulFn: this.pool.fn(kernel.matmul),
     };
+  }
+
+  /** Values [from, from + n) of the 1-D tensor `name` of `all` values, as f32 in wasm memory (a fused bias's part). */
+  vectorPart(name: string, all: number, from: number, n: number): number {
+    const t = this.tensor(name);
+    checkDims(this.file, t, [all]);
+    const ptr = this.arena.alloc(n * 4, 64);
+    const values = new Float32Array(all);
+    dequantizeRow(t.type, this.file.tensorData(name), all, values);
+    this.arena.f32(ptr, n).set(values.subarray(from, from + n));
+    this.progress((t.bytes * n) / all);
+    return ptr;
   }
 
   /** A 1-D tensor of n values as f32 in wasm memory. */

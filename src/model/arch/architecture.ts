@@ -6,6 +6,7 @@
  */
 import type { ModelFile } from "../../format/gguf.js";
 import type { Activation, ModelConfig, RopePairing } from "../config.js";
+import type { RopeFactorsKind } from "../rope.js";
 import type { LayerWeights } from "../parts/block.js";
 import type { WeightLoader } from "../weight-loader.js";
 
@@ -17,8 +18,12 @@ export interface ArchTraits {
   qkvBias: boolean;
   /** whether q and k are RMS-normed per head before RoPE (the file must have attn_q_norm and attn_k_norm) */
   qkNorm: boolean;
-  /** whether RoPE applies the file's frequency factors (rope_freqs.weight) where it has them */
-  ropeFactors: boolean;
+  /**
+   * the RoPE frequency factors the architecture applies where the file has them: "llama3"
+   * (rope_freqs.weight), "longrope" (phi3's rope_factors_long / _short, by the context size),
+   * "none" (a file that has them is refused)
+   */
+  ropeFactors: RopeFactorsKind;
 }
 
 /** What loading one layer's weights needs. */

@@ -8,6 +8,6 @@ export const bamboo: Architecture = {
   ropePairing: "normal",
   qkvBias: false,
   qkNorm: false,
-  ropeFactors: false,
+  ropeFactors: "none",
   layer: llamaLayer,
 };

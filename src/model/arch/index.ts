@@ -3,11 +3,12 @@ import type { Architecture } from "./architecture.js";
 import { bamboo } from "./bamboo.js";
 import { llama } from "./llama.js";
 import { mistral } from "./mistral.js";
+import { phi3 } from "./phi3.js";
 import { qwen2 } from "./qwen2.js";
 import { qwen3 } from "./qwen3.js";
 
 export type { Architecture } from "./architecture.js";
 
 export const ARCHITECTURES: ReadonlyMap<string, Architecture> = new Map(
-  [llama, mistral, qwen2, qwen3, bamboo].map((a) => [a.name, a]),
+  [llama, mistral, qwen2, qwen3, phi3, bamboo].map((a) => [a.name, a]),
 );

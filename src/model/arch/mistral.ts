@@ -8,6 +8,6 @@ export const mistral: Architecture = {
   ropePairing: "normal",
   qkvBias: false,
   qkNorm: false,
-  ropeFactors: false,
+  ropeFactors: "none",
   layer: llamaLayer,
 };

@@ -8,6 +8,6 @@ export const qwen2: Architecture = {
   ropePairing: "neox",
   qkvBias: true,
   qkNorm: false,
-  ropeFactors: false,
+  ropeFactors: "none",
   layer: llamaLayer,
 };

@@ -12,6 +12,6 @@ export const qwen3: Architecture = {
   ropePairing: "neox",
   qkvBias: false,
   qkNorm: true,
-  ropeFactors: false,
+  ropeFactors: "none",
   layer: llamaLayer,
 };

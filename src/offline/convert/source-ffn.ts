@@ -40,6 +40,21 @@ function whole(t: GGUFTensorInfo): MatrixView {
   return { t, base: 0, rows: t.dims[1], rowBytes: t.bytes / t.dims[1], bytes: t.bytes, name: t.name };
 }
 
+/** The two halves of a fused gate-and-up matrix (rows [0, n) the gate, [n, 2n) up). */
+function halves(t: GGUFTensorInfo): [MatrixView, MatrixView] {
+  const rows = t.dims[1] / 2;
+  const rowBytes = t.bytes / t.dims[1];
+  const half = (base: number, part: string) => ({
+    t,
+    base,
+    rows,
+    rowBytes,
+    bytes: rows * rowBytes,
+    name: `${t.name}[${part}]`,
+  });
+  return [half(0, "gate half"), half(rows * rowBytes, "up half")];
+}
+
 /** What the converter takes from a source model. */
 export interface SourceFFN {
   /** the bundle groups: per layer, or per (layer, expert) in that order */
@@ -86,15 +101,19 @@ export function findFFN(file: GGUFFile): SourceFFN {
       throw new ConvertError(
         `${file.path}: FFN tensors of layer ${l} are missing (layers ${[...byLayer.keys()].sort((a, b) => a - b).join(", ")} have them)`,
       );
-    const miss = (["gate", "up"] as const).filter((k) => !e[k]);
+    // gate and up fused in one ffn_up of twice the width, gate first (phi3): its two halves
+    const fusedUp =
+      !e.gate && e.up && (e.down ?? e.down_t) && e.up.dims[1] === 2 * (e.down ? e.down.dims[0] : e.down_t!.dims[1]);
+    const miss = (["gate", "up"] as const).filter((k) => !e[k] && !(k === "gate" && fusedUp));
     if (miss.length || (!e.down && !e.down_t))
       throw new ConvertError(
         `${file.path}: layer ${l} lacks ${[...miss.map((k) => `ffn_${k}`), ...(!e.down && !e.down_t ? ["ffn_down"] : [])].join(", ")}`,
       );
     if (e.down && e.down_t) throw new ConvertError(`${file.path}: layer ${l} has both ffn_down and ffn_down_t`);
-    const gate = e.gate!,
-      up = e.up!,
-      down = (e.down ?? e.down_t)!;
+    const down = (e.down ?? e.down_t)!;
+    const [gateView, upView] = fusedUp ? halves(e.up!) : [whole(e.gate!), whole(e.up!)];
+    const gate = fusedUp ? { ...e.up!, dims: [e.up!.dims[0], e.up!.dims[1] / 2] } : e.gate!,
+      up = gate === e.gate ? e.up! : gate;
     const [d, n] = gate.dims;
     const shape = (t: GGUFTensorInfo, want: number[]) => {
       if (t.dims.length !== 2 || t.dims[0] !== want[0] || t.dims[1] !== want[1]) {
@@ -111,8 +130,8 @@ export function findFFN(file: GGUFFile): SourceFFN {
     nEmbd = d;
     for (const t of [gate, up, down]) checkReadable(file, t);
     layers.push({
-      gate: whole(gate),
-      up: whole(up),
+      gate: gateView,
+      up: upView,
       down: whole(down),
       transposed: !!e.down_t,
       neurons: n,

@@ -19,7 +19,9 @@ export type SynthShape =
   | "qwen3-8b"
   | "llama3-tiny"
   | "llama3.2-1b"
-  | "llama3-8b";
+  | "llama3-8b"
+  | "phi3-tiny"
+  | "phi3-mini";
 export type SynthActivation = "silu" | "relu" | "drelu";
 export type SynthType = "f32" | "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1";
 
@@ -37,6 +39,8 @@ export const SYNTH_SHAPES: readonly SynthShape[] = [
   "llama3-tiny",
   "llama3.2-1b",
   "llama3-8b",
+  "phi3-tiny",
+  "phi3-mini",
 ];
 export const SYNTH_ACTIVATIONS: readonly SynthActivation[] = ["silu", "relu", "drelu"];
 export const SYNTH_TYPES: readonly SynthType[] = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"];
@@ -53,13 +57,18 @@ export interface SynthShapeSpec {
   /** what it imitates */
   readonly like: string;
   /** GGUF's general.architecture (default llama) */
-  readonly arch?: "llama" | "qwen3";
+  readonly arch?: "llama" | "qwen3" | "phi3";
   /** the attention head size (attention.key_length) where it is not dim / heads */
   readonly headDim?: number;
   /** no output.weight: the logits reuse token_embd (Llama 3.2 1B/3B, Qwen3 0.6B) */
   readonly tiedOutput?: boolean;
   /** Llama 3.1's RoPE scaling, written as rope_freqs.weight */
   readonly llama3Rope?: Llama3RopeScaling;
+  /**
+   * Phi-3's LongRoPE: long and short factors (rope_factors_long / _short) and the attention factor
+   * the converter derives from the context and this original context
+   */
+  readonly longRopeContext?: number;
   readonly dim: number;
   readonly layers: number;
   readonly ffn: number;
@@ -279,6 +288,39 @@ export const SHAPE_SPECS: Readonly<Record<SynthShape, SynthShapeSpec>> = {
     experts: 0,
     expertsUsed: 0,
   },
+  // Phi-3 in miniature: q, k and v fused, gate and up fused, LongRoPE factors for an original
+  // context of 32, so that a context past it takes the long factors and the attention factor.
+  "phi3-tiny": {
+    like: "a toy Phi-3 (128k)",
+    arch: "phi3",
+    dim: 256,
+    layers: 2,
+    ffn: 512,
+    heads: 8,
+    kvHeads: 4,
+    longRopeContext: 32,
+    vocab: 512,
+    context: 512,
+    ropeBase: 10000,
+    rmsEps: 1e-5,
+    experts: 0,
+    expertsUsed: 0,
+  },
+  "phi3-mini": {
+    like: "Phi-3-mini-4k",
+    arch: "phi3",
+    dim: 3072,
+    layers: 32,
+    ffn: 8192,
+    heads: 32,
+    kvHeads: 32,
+    vocab: 32064,
+    context: 4096,
+    ropeBase: 10000,
+    rmsEps: 1e-5,
+    experts: 0,
+    expertsUsed: 0,
+  },
 };
 
 export const GGML_TYPE: Record<SynthType, GGMLType> = {
@@ -296,6 +338,8 @@ export type TensorKind =
   | "norm"
   | "qk_norm"
   | "rope_freqs"
+  | "rope_long"
+  | "rope_short"
   | "attn_q"
   | "attn_k"
   | "attn_v"
@@ -348,12 +392,20 @@ export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecip
   add("token_embd.weight", "embed", -1, [dim, vocab], t, 1);
   // computed from the scaling, not drawn (llama3RopeFactors)
   if (spec.llama3Rope) add("rope_freqs.weight", "rope_freqs", -1, [headDim / 2], GGMLType.F32, 0);
+  if (spec.longRopeContext) {
+    add("rope_factors_long.weight", "rope_long", -1, [headDim / 2], GGMLType.F32, 0);
+    add("rope_factors_short.weight", "rope_short", -1, [headDim / 2], GGMLType.F32, 0);
+  }
+  const phi3 = spec.arch === "phi3";
   for (let l = 0; l < layers; l++) {
     const p = `blk.${l}.`;
     add(p + "attn_norm.weight", "norm", l, [dim], GGMLType.F32, 0.05);
-    add(p + "attn_q.weight", "attn_q", l, [dim, qDim], t, proj(dim));
-    add(p + "attn_k.weight", "attn_k", l, [dim, kvDim], t, proj(dim));
-    add(p + "attn_v.weight", "attn_v", l, [dim, kvDim], t, proj(dim));
+    if (phi3) add(p + "attn_qkv.weight", "attn_q", l, [dim, qDim + 2 * kvDim], t, proj(dim));
+    else {
+      add(p + "attn_q.weight", "attn_q", l, [dim, qDim], t, proj(dim));
+      add(p + "attn_k.weight", "attn_k", l, [dim, kvDim], t, proj(dim));
+      add(p + "attn_v.weight", "attn_v", l, [dim, kvDim], t, proj(dim));
+    }
     add(p + "attn_output.weight", "attn_output", l, [qDim, dim], t, proj(qDim));
     if (spec.arch === "qwen3") {
       add(p + "attn_q_norm.weight", "qk_norm", l, [headDim], GGMLType.F32, 0.05);
@@ -368,8 +420,12 @@ export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecip
       add(p + "ffn_up_exps.weight", "ffn_up", l, [dim, ffn, experts], t, proj(dim));
       add(p + "ffn_down_exps.weight", "ffn_down", l, [ffn, dim, experts], t, proj(ffn));
     } else {
-      add(p + "ffn_gate.weight", "ffn_gate", l, [dim, ffn], t, proj(dim));
-      add(p + "ffn_up.weight", "ffn_up", l, [dim, ffn], t, proj(dim));
+      if (phi3)
+        add(p + "ffn_up.weight", "ffn_up", l, [dim, 2 * ffn], t, proj(dim)); // gate and up fused
+      else {
+        add(p + "ffn_gate.weight", "ffn_gate", l, [dim, ffn], t, proj(dim));
+        add(p + "ffn_up.weight", "ffn_up", l, [dim, ffn], t, proj(dim));
+      }
       add(p + "ffn_down.weight", "ffn_down", l, [ffn, dim], t, proj(ffn));
     }
   }
@@ -397,6 +453,7 @@ export function checkSpec(spec: SynthShapeSpec, type: SynthType): void {
   if (spec.heads % spec.kvHeads !== 0) fail(`heads ${spec.heads} is not a multiple of kvHeads ${spec.kvHeads}`);
   const hd = headDimOf(spec);
   if (!Number.isInteger(hd) || hd < 2 || hd % 2 !== 0) fail(`head dimension ${hd} must be an even integer for RoPE`);
+  if (spec.llama3Rope && spec.longRopeContext) fail("Llama 3 and LongRoPE frequency factors exclude each other");
   if (spec.experts > 0 && (spec.arch ?? "llama") !== "llama")
     fail(`a mixture of experts is synthesized in Mixtral's (llama) layout, not ${spec.arch}'s`);
   if (!Number.isInteger(spec.experts) || spec.experts < 0 || spec.experts === 1)

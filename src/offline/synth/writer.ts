@@ -182,6 +182,16 @@ function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): vo
     w.setMetadata(key("attention.key_length"), headDim, U32);
     w.setMetadata(key("attention.value_length"), headDim, U32);
   }
+  if (spec.longRopeContext) {
+    // as the converter writes LongRoPE: the original context and the attention factor it implies
+    const scale = spec.context / spec.longRopeContext;
+    w.setMetadata(key("rope.scaling.original_context_length"), spec.longRopeContext, U32);
+    w.setMetadata(
+      key("rope.scaling.attn_factor"),
+      scale > 1 ? Math.sqrt(1 + Math.log(scale) / Math.log(spec.longRopeContext)) : 1,
+      F32,
+    );
+  }
   w.setMetadata(key("attention.layer_norm_rms_epsilon"), spec.rmsEps, F32);
   w.setMetadata(key("rope.freq_base"), spec.ropeBase, F32);
   w.setMetadata(key("vocab_size"), spec.vocab, U32);
@@ -200,6 +210,12 @@ function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): vo
     if (o.gateRank !== undefined) w.setMetadata("synth.gate_rank", o.gateRank, U32);
   }
   const vocab = buildSynthVocab(spec.vocab);
+  if (arch === "phi3") {
+    // llama.cpp looks "<|endoftext|>" up in any vocabulary of a model whose name says phi3, as
+    // every Phi-3 vocabulary has it: the last piece gives way to it
+    vocab.tokens[spec.vocab - 1] = "<|endoftext|>";
+    vocab.types[spec.vocab - 1] = 3; // CONTROL
+  }
   w.setMetadata("tokenizer.ggml.model", "llama");
   w.setMetadata("tokenizer.ggml.tokens", vocab.tokens, GGUFValueType.STRING);
   w.setMetadata("tokenizer.ggml.scores", vocab.scores);
@@ -211,9 +227,23 @@ function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): vo
   w.setMetadata("tokenizer.ggml.add_eos_token", false);
 }
 
-/** rope_freqs.weight: the factors of the shape's Llama 3 RoPE scaling (one row). */
-function ropeFactorsFiller(spec: SynthShapeSpec): (dst: Uint8Array) => void {
-  const factors = llama3RopeFactors(headDimOf(spec), spec.ropeBase, spec.llama3Rope!);
+/**
+ * A frequency-factor tensor (one row): rope_freqs.weight from the shape's Llama 3 RoPE scaling;
+ * LongRoPE's long factors rising from 1 to 4 over the pairs (slower pairs slowed more, as in
+ * Phi-3's), its short ones from 1 to 1.5.
+ */
+function ropeFactorsFiller(
+  spec: SynthShapeSpec,
+  kind: "rope_freqs" | "rope_long" | "rope_short",
+): (dst: Uint8Array) => void {
+  const half = headDimOf(spec) / 2;
+  let factors: Float32Array;
+  if (kind === "rope_freqs") factors = llama3RopeFactors(headDimOf(spec), spec.ropeBase, spec.llama3Rope!);
+  else {
+    factors = new Float32Array(half);
+    const top = kind === "rope_long" ? 3 : 0.5;
+    for (let i = 0; i < half; i++) factors[i] = 1 + top * (i / (half - 1)) ** 2;
+  }
   return (dst) => dst.set(new Uint8Array(factors.buffer));
 }
 
@@ -263,8 +293,8 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
         // each expert its own stream: expert e's bytes do not depend on how many come before it
         const stream = new SynthStream(o.seed, r.dims.length > 2 ? `${r.name}.${e}` : r.name);
         const fill =
-          r.kind === "rope_freqs"
-            ? ropeFactorsFiller(spec)
+          r.kind === "rope_freqs" || r.kind === "rope_long" || r.kind === "rope_short"
+            ? ropeFactorsFiller(spec, r.kind)
             : planter && r.kind !== "qk_norm"
               ? planter.filler(r, stream, e)
               : rowFiller(r, stream);
