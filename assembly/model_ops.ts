@@ -101,6 +101,11 @@ export function rope(
  * over a KV cache laid out [position][nKVHeads*headDim] with f16 (kF16/vF16 = 1) or f32 elements.
  * Grouped-query: query head h reads KV head h / (nHeads / nKVHeads). `scores` has room for ctx
  * floats per head. out is [ntok][nHeads*headDim] (f32, as q).
+ *
+ * scaleBits: the f32 bits of the scale of q.k (1/sqrt(headDim) for most models). window > 0: a
+ * token at position p sees positions p - window + 1 .. p only (sliding-window layers). sinks, when
+ * not 0: one f32 logit per head that joins the softmax's denominator and is then dropped (an
+ * attention sink: a head may attend to nothing).
  */
 export function attention(
   q: usize,
@@ -116,14 +121,56 @@ export function attention(
   ctx: i32,
   kF16: i32,
   vF16: i32,
+  scaleBits: i32,
+  window: i32,
+  sinks: usize,
   h0: i32,
   h1: i32,
 ): void {
+  const scale = reinterpret<f32>(scaleBits);
   if (kF16) {
-    if (vF16) attend<u16, u16>(q, kc, vc, out, scores, ntok, pos0, nHeads, nKVHeads, headDim, ctx, h0, h1);
-    else attend<u16, f32>(q, kc, vc, out, scores, ntok, pos0, nHeads, nKVHeads, headDim, ctx, h0, h1);
-  } else if (vF16) attend<f32, u16>(q, kc, vc, out, scores, ntok, pos0, nHeads, nKVHeads, headDim, ctx, h0, h1);
-  else attend<f32, f32>(q, kc, vc, out, scores, ntok, pos0, nHeads, nKVHeads, headDim, ctx, h0, h1);
+    if (vF16)
+      attend<u16, u16>(
+        q,
+        kc,
+        vc,
+        out,
+        scores,
+        ntok,
+        pos0,
+        nHeads,
+        nKVHeads,
+        headDim,
+        ctx,
+        scale,
+        window,
+        sinks,
+        h0,
+        h1,
+      );
+    else
+      attend<u16, f32>(
+        q,
+        kc,
+        vc,
+        out,
+        scores,
+        ntok,
+        pos0,
+        nHeads,
+        nKVHeads,
+        headDim,
+        ctx,
+        scale,
+        window,
+        sinks,
+        h0,
+        h1,
+      );
+  } else if (vF16)
+    attend<f32, u16>(q, kc, vc, out, scores, ntok, pos0, nHeads, nKVHeads, headDim, ctx, scale, window, sinks, h0, h1);
+  else
+    attend<f32, f32>(q, kc, vc, out, scores, ntok, pos0, nHeads, nKVHeads, headDim, ctx, scale, window, sinks, h0, h1);
 }
 
 function attend<K, V>(
@@ -138,6 +185,9 @@ function attend<K, V>(
   nKVHeads: i32,
   headDim: i32,
   ctx: i32,
+  scale: f32,
+  window: i32,
+  sinks: usize,
   h0: i32,
   h1: i32,
 ): void {
@@ -146,15 +196,16 @@ function attend<K, V>(
   const kStride = <usize>kvDim * sizeof<K>();
   const vStride = <usize>kvDim * sizeof<V>();
   const qDim = nHeads * headDim;
-  const scale: f32 = <f32>1.0 / Mathf.sqrt(<f32>headDim);
   for (let h = h0; h < h1; h++) {
     const head = <usize>((h / group) * headDim);
     const sc = scores + <usize>h * ((<usize>ctx) << 2);
+    const sink: f32 = sinks ? f32at(sinks, h) : -Infinity;
     for (let t = 0; t < ntok; t++) {
       const qv = q + ((<usize>(t * qDim + h * headDim)) << 2);
       const n = pos0 + t + 1;
-      let mx: f32 = -Infinity;
-      for (let j = 0; j < n; j++) {
+      const lo = window > 0 && n > window ? n - window : 0;
+      let mx: f32 = sink;
+      for (let j = lo; j < n; j++) {
         const kv = kc + <usize>j * kStride + head * sizeof<K>();
         let acc = f32x4.splat(0);
         let d = 0;
@@ -169,7 +220,7 @@ function attend<K, V>(
       // softmax numerators, four at a time (exp4)
       const M = f32x4.splat(mx);
       let acc4 = f32x4.splat(0);
-      let j = 0;
+      let j = lo;
       for (; j + 4 <= n; j += 4) {
         const p = sc + ((<usize>j) << 2);
         const e = exp4(f32x4.sub(v128.load(p), M));
@@ -182,12 +233,13 @@ function attend<K, V>(
         setf32(sc, j, e);
         sum += e;
       }
+      if (sinks) sum += exp1(sink - mx);
       const inv: f32 = <f32>1.0 / sum;
       const ov = out + ((<usize>(t * qDim + h * headDim)) << 2);
       let d = 0;
       for (; d + 4 <= headDim; d += 4) v128.store(ov + ((<usize>d) << 2), f32x4.splat(0));
       for (; d < headDim; d++) setf32(ov, d, 0);
-      for (let j = 0; j < n; j++) {
+      for (let j = lo; j < n; j++) {
         const wj = f32x4.splat(f32at(sc, j) * inv);
         const vv = vc + <usize>j * vStride + head * sizeof<V>();
         d = 0;

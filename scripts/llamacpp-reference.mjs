@@ -4,12 +4,12 @@
  * synthetic models of each architecture the engine runs beyond the paper's (random weights that
  * nobody trained), so that the tests can check the engine against an independent implementation:
  * a SiLU Mixtral (router, top-k, the 3-D expert tensors' layout), a Qwen3 (QK-norm, a head size
- * from key_length, NEOX RoPE), a Llama 3.2 (RoPE frequency factors from rope_freqs.weight) and a
- * Phi-3 (fused tensors, LongRoPE).
+ * from key_length, NEOX RoPE), a Llama 3.2 (RoPE frequency factors from rope_freqs.weight), a
+ * Phi-3 (fused tensors, LongRoPE) and a Gemma 3 (sliding windows, post-norms, GELU, soft-cap).
  *
  * llama.cpp comes from node-llama-cpp 3.21.1 in bench/.peer (installed by bench/run; never a
- * dependency of the package, and tests never load it). Stock llama.cpp runs SiLU whatever
- * feed_forward_activation says, which is why the models are SiLU. Prompts are token id arrays
+ * dependency of the package, and tests never load it). llama.cpp runs each architecture's own
+ * activation whatever feed_forward_activation says (SiLU, Gemma's GELU). Prompts are token id arrays
  * (BOS first), so no tokenizer is involved.
  *
  *   npx tsc -p . && node scripts/llamacpp-reference.mjs [NAME...]   (default: every model below)
@@ -73,6 +73,18 @@ const MODELS = {
   "synth-phi3-q4_0": {
     synth: { shape: "phi3-tiny", act: "silu", type: "q4_0", seed: 7 },
     what: "a synthetic Phi-3 (random weights; fused QKV, gate and up fused, LongRoPE factors and attention factor past an original context of 32, Q4_0)",
+    prompts: PROMPTS_6,
+    generated: 24,
+  },
+  "synth-gemma3-f32": {
+    synth: { shape: "gemma3-tiny", act: "gelu", type: "f32", seed: 7 },
+    what: "a synthetic Gemma 3 (random weights; windowed layers of 8 positions with their own RoPE base, a global layer with linear RoPE scaling, post-norms, QK-norm, GELU, scaled embeddings, a logit soft-cap, F32)",
+    prompts: PROMPTS_6,
+    generated: 24,
+  },
+  "synth-gemma3-q4_0": {
+    synth: { shape: "gemma3-tiny", act: "gelu", type: "q4_0", seed: 7 },
+    what: "a synthetic Gemma 3 (random weights; windowed layers of 8 positions with their own RoPE base, a global layer with linear RoPE scaling, post-norms, QK-norm, GELU, scaled embeddings, a logit soft-cap, Q4_0)",
     prompts: PROMPTS_6,
     generated: 24,
   },

@@ -116,13 +116,17 @@ for (const pool of pools) {
     assert.deepEqual(new Uint32Array(arena.memory.buffer, dst, x.length), new Uint32Array(x.buffer));
   });
 
-  for (const [kType, vType] of [
-    ["f32", "f32"],
-    ["f16", "f16"],
-    ["f16", "f32"],
-    ["f32", "f16"],
+  for (const [kType, vType, window, sinks, scale] of [
+    ["f32", "f32", 0, false, 0],
+    ["f16", "f16", 0, false, 0],
+    ["f16", "f32", 0, false, 0],
+    ["f32", "f16", 0, false, 0],
+    // a sliding window shorter than the positions, sinks, and a scale of q.k other than 1/sqrt(headDim)
+    ["f16", "f16", 5, true, 0.3],
+    ["f32", "f32", 3, false, 0],
+    ["f32", "f32", 0, true, 0],
   ] as const)
-    test(`causal grouped-query attention on odd sizes, K ${kType}, V ${vType} (${T})`, () => {
+    test(`causal grouped-query attention on odd sizes, K ${kType}, V ${vType}${window ? `, window ${window}` : ""}${sinks ? ", sinks" : ""}${scale ? `, scale ${scale}` : ""} (${T})`, () => {
       const nHeads = 6,
         nKV = 2,
         headDim = 10,
@@ -147,22 +151,48 @@ for (const pool of pools) {
       const pq = put(q),
         po = arena.alloc(ntok * qDim * 4),
         ps = arena.alloc(nHeads * ctx * 4);
+      const sinkLogits = sinks ? rand(nHeads, 2) : null;
+      const kqScale = scale || Math.fround(1 / Math.fround(Math.sqrt(headDim)));
       const flags = [kType === "f16" ? 1 : 0, vType === "f16" ? 1 : 0];
-      pool.run(pool.fn("attention"), [pq, pk, pv, po, ps, ntok, pos0, nHeads, nKV, headDim, ctx, ...flags], 13, nHeads);
+      pool.run(
+        pool.fn("attention"),
+        [
+          pq,
+          pk,
+          pv,
+          po,
+          ps,
+          ntok,
+          pos0,
+          nHeads,
+          nKV,
+          headDim,
+          ctx,
+          ...flags,
+          f32Bits(kqScale),
+          window,
+          sinkLogits ? put(sinkLogits) : 0,
+        ],
+        16,
+        nHeads,
+      );
       const want = new Float32Array(ntok * qDim);
       for (let t = 0; t < ntok; t++)
         for (let h = 0; h < nHeads; h++) {
           const g = Math.floor(h / (nHeads / nKV));
           const n = pos0 + t + 1;
-          const s = new Float64Array(n);
-          for (let j = 0; j < n; j++) {
+          const lo = window > 0 ? Math.max(0, n - window) : 0;
+          const s = new Float64Array(n).fill(-Infinity);
+          for (let j = lo; j < n; j++) {
+            s[j] = 0;
             for (let d = 0; d < headDim; d++) s[j] += q[t * qDim + h * headDim + d] * kv[j * kvDim + g * headDim + d];
-            s[j] /= Math.sqrt(headDim);
+            s[j] *= kqScale;
           }
-          const mx = Math.max(...s);
-          let sum = 0;
-          for (let j = 0; j < n; j++) sum += s[j] = Math.exp(s[j] - mx);
-          for (let j = 0; j < n; j++)
+          const sink = sinkLogits ? sinkLogits[h] : -Infinity;
+          const mx = Math.max(sink, ...s);
+          let sum = Math.exp(sink - mx);
+          for (let j = lo; j < n; j++) sum += s[j] = Math.exp(s[j] - mx);
+          for (let j = lo; j < n; j++)
             for (let d = 0; d < headDim; d++)
               want[t * qDim + h * headDim + d] += (s[j] / sum) * vv[j * kvDim + g * headDim + d];
         }

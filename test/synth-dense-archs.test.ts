@@ -38,6 +38,8 @@ const REFS = [
   "synth-llama3-q4_0",
   "synth-phi3-f32",
   "synth-phi3-q4_0",
+  "synth-gemma3-f32",
+  "synth-gemma3-q4_0",
 ];
 const made = new Map<string, Promise<{ ref: Reference; gguf: string; store: string }>>();
 
@@ -120,8 +122,8 @@ test("llama3RopeFactors: Llama 3.1's scaling keeps the fast pairs, slows the slo
 });
 
 test("ropeTable: a frequency factor divides its pair's angle; the attention factor scales cos and sin", () => {
-  const cfg = { nRot: 8, ropeFreqBase: 10000, ropeFreqScale: 1, ropeAttnFactor: 1 } as Parameters<typeof ropeTable>[0];
-  const boosted = ropeTable({ ...cfg, ropeAttnFactor: 1.25 }, 40);
+  const cfg = { nRot: 8, base: 10000, scale: 1, attnFactor: 1 };
+  const boosted = ropeTable({ ...cfg, attnFactor: 1.25 }, 40);
   const plain = ropeTable(cfg, 40);
   for (let i = 0; i < plain.length; i++) assert.equal(boosted[i], Math.fround(plain[i] * 1.25));
   const scaled = ropeTable(cfg, 40, new Float32Array([1, 2, 4, 8]));
@@ -218,7 +220,7 @@ for (const name of REFS) {
   }
 }
 
-for (const name of ["synth-qwen3-f32", "synth-llama3-f32", "synth-phi3-f32"]) {
+for (const name of ["synth-qwen3-f32", "synth-llama3-f32", "synth-phi3-f32", "synth-gemma3-f32"]) {
   test(`${name}: logits within 1e-3 of the max logit of the plain-TS reference, token by token and as a batch`, async () => {
     const { ref, gguf } = await model(name);
     const file = GGUFFile.open(gguf);

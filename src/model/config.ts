@@ -5,6 +5,7 @@
 import { ACTIVATION_NAMES, activationByName, type Activation } from "../format/activations.js";
 import { GGUFError, type ModelFile } from "../format/gguf.js";
 import { ARCHITECTURES } from "./arch/index.js";
+import { uniformAttention } from "./arch/attention-layers.js";
 
 export type { Activation } from "../format/activations.js";
 export type RopePairing = "normal" | "neox";
@@ -40,6 +41,19 @@ export interface ModelConfig {
   readonly nExpert: number;
   readonly nExpertUsed: number;
   readonly sparseThreshold: number;
+  /** per layer: the sliding window (0: the layer sees every earlier position) */
+  readonly windows: readonly number[];
+  /** per layer: the RoPE base (0: the layer has no RoPE) and its position scale */
+  readonly ropeBases: readonly number[];
+  readonly ropeScales: readonly number[];
+  /** the scale of q.k in attention (1/sqrt(headDim) unless the architecture says otherwise) */
+  readonly kqScale: number;
+  /** attention's and the FFN's outputs are RMS-normed before they join the residual stream */
+  readonly postNorms: boolean;
+  /** the embeddings are multiplied by this (1, or gemma3's sqrt(embedding_length)) */
+  readonly embedScale: number;
+  /** the logits are soft-capped at this: cap * tanh(logit / cap) (0: not) */
+  readonly logitSoftcap: number;
 }
 
 export const SUPPORTED_ARCHITECTURES = [...ARCHITECTURES.keys()];
@@ -127,6 +141,11 @@ export function readConfig(file: ModelFile): ModelConfig {
         file.path,
         `metadata "${key("feed_forward_activation")}" = "${name}" is not a known activation (${ACTIVATION_NAMES.join(", ")})`,
       );
+    if (traits.activationFixed && a !== traits.activation)
+      throw new GGUFError(
+        file.path,
+        `metadata "${key("feed_forward_activation")}" = "${name}", but ${arch} computes ${traits.activation} (as llama.cpp does, whatever the key says): refused rather than run as another model`,
+      );
     activation = a;
   }
 
@@ -154,6 +173,17 @@ export function readConfig(file: ModelFile): ModelConfig {
     throw new GGUFError(file.path, `layer_norm_rms_epsilon = ${normEps} is not in (0, 1)`);
   if (!(ropeFreqBase > 1)) throw new GGUFError(file.path, `rope.freq_base = ${ropeFreqBase} must be > 1`);
 
+  const attentionBase = { nLayer, nEmbd, nHead, headDim, ropeFreqBase, ropeFreqScale };
+  const attention = traits.attentionLayers
+    ? traits.attentionLayers(file, key, attentionBase)
+    : uniformAttention(attentionBase);
+  let logitSoftcap = 0;
+  if (traits.logitSoftcap && file.has(key("final_logit_softcapping"))) {
+    logitSoftcap = file.getNumber(key("final_logit_softcapping"));
+    if (!(logitSoftcap >= 0 && Number.isFinite(logitSoftcap)))
+      throw new GGUFError(file.path, `metadata "${key("final_logit_softcapping")}" = ${logitSoftcap} is not a cap`);
+  }
+
   return {
     architecture: arch,
     nEmbd,
@@ -177,5 +207,9 @@ export function readConfig(file: ModelFile): ModelConfig {
     powerinfer: file.magic === "PWRI",
     ...experts(file, key),
     sparseThreshold: file.has("powerinfer.sparse_threshold") ? file.getNumber("powerinfer.sparse_threshold") : 0,
+    ...attention,
+    postNorms: traits.postNorms ?? false,
+    embedScale: traits.scaledEmbeddings ? Math.fround(Math.sqrt(nEmbd)) : 1,
+    logitSoftcap,
   };
 }

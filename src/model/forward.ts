@@ -1,9 +1,10 @@
 /**
  * The forward pass: the one layer loop every model runs, in memory or from flash.
  *
- *   for each block:  x += attention(norm(x))
- *                    x += ffn(norm(x))          (awaited where the FFN part reads from flash)
- *   logits = output . norm(x of the last token)
+ *   for each block:  x += attention(norm(x))     (gemma3: x += postnorm(attention(norm(x))))
+ *                    x += ffn(norm(x))           (awaited where the FFN part reads from flash;
+ *                                                 gemma3: x += postnorm(ffn(norm(x))))
+ *   logits = output . norm(x of the last token)   (soft-capped where the model says: gemma3)
  *
  * An FFN part that waits for reads returns a promise; the loop then continues after it resolves.
  * A part in memory returns nothing, so a model in memory runs the loop straight through, with no
@@ -33,17 +34,25 @@ export function runBlocks(
     const tf = tr ? tr.now() : 0;
     if (tr) tr.span("attention", "attention", ta, undefined, tf);
     ctx.rmsnorm(b.xb, b.x, B.ffnNorm, step.n);
-    const reading = B.ffn.run(step);
+    const out = B.ffnPostNorm ? b.ffnOut : b.x;
+    if (B.ffnPostNorm) ctx.f32.fill(0, b.ffnOut >>> 2, (b.ffnOut >>> 2) + step.n * ctx.cfg.nEmbd);
+    const reading = B.ffn.run(step, out);
     if (reading)
       return reading.then(() => {
-        endLayer(step, l, t0, tf);
+        endLayer(ctx, B, step, l, t0, tf);
         return runBlocks(blocks, ctx, step, l + 1);
       });
-    endLayer(step, l, t0, tf);
+    endLayer(ctx, B, step, l, t0, tf);
   }
 }
 
-function endLayer(step: ForwardStep, l: number, t0: number, tf: number): void {
+/** After the FFN: its output normed into the residual stream where the block says so. */
+function endLayer(ctx: PartContext, B: Block, step: ForwardStep, l: number, t0: number, tf: number): void {
+  if (B.ffnPostNorm) {
+    const b = ctx.buf;
+    ctx.rmsnorm(b.ffnOut, b.ffnOut, B.ffnPostNorm, step.n);
+    ctx.add(b.x, b.ffnOut, step.n * ctx.cfg.nEmbd);
+  }
   const tr = step.tracer;
   if (!tr) return;
   tr.span("ffn", "ffn", tf);
@@ -57,4 +66,12 @@ export function outputLogits(ctx: PartContext, outputNorm: number, output: Matri
   ctx.rmsnorm(b.xb, b.x + t * nEmbd * 4, outputNorm, 1);
   ctx.mm.setInput(b.xb, nEmbd);
   ctx.mm.run(output, b.logits, 1);
+  const cap = ctx.cfg.logitSoftcap;
+  if (cap > 0) {
+    // as ggml: times the f32 reciprocal, tanh, times the cap, each rounded to f32
+    const inv = Math.fround(1 / cap);
+    const f32 = ctx.f32;
+    for (let i = b.logits >>> 2, end = i + ctx.cfg.nVocab; i < end; i++)
+      f32[i] = Math.fround(Math.fround(Math.tanh(Math.fround(f32[i] * inv))) * cap);
+  }
 }

@@ -26,7 +26,7 @@ import { readConfig, type ModelConfig } from "./config.js";
 import { MatrixRunner } from "./matrix-runner.js";
 import { residentBytes } from "./resident-bytes.js";
 import { DEFAULT_KV_CACHE, kvBytesPerPosition, parseKvCacheType, type KvCacheTypes } from "./kv-cache.js";
-import { ropeFactors, ropeTable } from "./rope.js";
+import { ropeFactors, ropeLayout, ropeTable } from "./rope.js";
 import { checkEveryTensorUsed } from "./unused-tensors-check.js";
 import { WeightLoader, type Matrix } from "./weight-loader.js";
 import type { GGUFTensorInfo } from "../format/gguf.js";
@@ -311,7 +311,11 @@ export class LlamaModel {
       // Touch the activation buffers (laid out from x up to the KV cache) now: they are resident
       // from the start, as the layout counts them.
       if (store) arena.u8(buf.x, buf.kCache - buf.x).fill(0);
-      arena.f32(buf.rope, contextSize * cfg.nRot).set(ropeTable(cfg, contextSize, rope?.factors));
+      const ropes = ropeLayout(cfg);
+      const tableBytes = contextSize * cfg.nRot * 4;
+      ropes.tables.forEach((spec, i) =>
+        arena.f32(buf.rope + i * tableBytes, contextSize * cfg.nRot).set(ropeTable(spec, contextSize, rope?.factors)),
+      );
       const mm = new MatrixRunner(pool, buf.act);
       const offloaded =
         store && layout
@@ -322,7 +326,12 @@ export class LlamaModel {
           : undefined;
       const ctx = new PartContext(cfg, arena, pool, mm, buf, kvCache, contextSize);
       const shared = {
-        attention: { ropePairing: cfg.ropePairing },
+        attention: ropes.tableOf.map((t, l) => ({
+          ropePairing: cfg.ropePairing,
+          rope: t < 0 ? 0 : buf.rope + t * tableBytes,
+          window: cfg.windows[l],
+          kqScale: cfg.kqScale,
+        })),
         router: cfg.nExpert > 0 ? new Router(ctx, batchSize) : null,
         offloaded: offloaded ?? null,
       };
@@ -473,18 +482,15 @@ export class LlamaModel {
         row = this.embdRow ??= new Uint8Array(rowBytes);
         this.file.readTensor(this.embd.info, row, id * rowBytes, rowBytes);
       }
-      dequantizeRow(this.embd.info.type, row, nEmbd, this.ctx.f32, (b.x >>> 2) + t * nEmbd);
+      const at = (b.x >>> 2) + t * nEmbd;
+      dequantizeRow(this.embd.info.type, row, nEmbd, this.ctx.f32, at);
+      const scale = cfg.embedScale;
+      if (scale !== 1) for (let i = at; i < at + nEmbd; i++) this.ctx.f32[i] = Math.fround(this.ctx.f32[i] * scale);
       this.i32[(b.pos >>> 2) + t] = pos0 + t;
     }
     this.cachedTokens.length = pos0;
     for (let t = 0; t < n; t++) this.cachedTokens.push(tokens[t]);
   }
-
-  /**
-   * x += attention(norm(x)) for layer l: Q/K/V, RoPE, the new keys and values into the cache (in
-   * its element types), attend, project. The new keys and values are computed in f32 in hg and hu,
-   * which the FFN needs only after attention.
-   */
 
   async dispose(): Promise<void> {
     await this.offloaded?.close();

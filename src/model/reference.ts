@@ -24,6 +24,8 @@ interface RefLayer {
   bv?: Float32Array;
   qNorm?: Float32Array;
   kNorm?: Float32Array;
+  attnPostNorm?: Float32Array;
+  ffnPostNorm?: Float32Array;
   ffnNorm: Float32Array;
   gate: Float32Array;
   up: Float32Array;
@@ -86,6 +88,8 @@ export class ReferenceModel {
         bv: !cfg.qkvBias ? undefined : qkvBias ? part(qkvBias, 1, qDim + kvDim, kvDim) : get(p + "attn_v.bias"),
         qNorm: cfg.qkNorm ? get(p + "attn_q_norm.weight") : undefined,
         kNorm: cfg.qkNorm ? get(p + "attn_k_norm.weight") : undefined,
+        attnPostNorm: cfg.postNorms ? get(p + "post_attention_norm.weight") : undefined,
+        ffnPostNorm: cfg.postNorms ? get(p + "post_ffw_norm.weight") : undefined,
         ffnNorm: get(p + "ffn_norm.weight"),
         gate: gateUp ? part(gateUp, cfg.nEmbd, 0, cfg.nFF) : get(p + "ffn_gate.weight"),
         up: gateUp ? part(gateUp, cfg.nEmbd, cfg.nFF, cfg.nFF) : get(p + "ffn_up.weight"),
@@ -102,7 +106,7 @@ export class ReferenceModel {
     const c = this.config;
     const { nEmbd: d, nHead, nHeadKV, headDim: hd, nFF } = c;
     const kvDim = nHeadKV * hd;
-    const x = this.embd.slice(token * d, (token + 1) * d);
+    const x = this.embd.slice(token * d, (token + 1) * d).map((v) => v * c.embedScale);
     for (let l = 0; l < c.nLayer; l++) {
       const L = this.layers[l];
       const xb = rmsnorm(x, L.attnNorm, c.normEps);
@@ -113,26 +117,31 @@ export class ReferenceModel {
         for (let h = 0; h < nHead; h++) q.set(rmsnorm(q.subarray(h * hd, (h + 1) * hd), L.qNorm, c.normEps), h * hd);
         for (let h = 0; h < nHeadKV; h++) k.set(rmsnorm(k.subarray(h * hd, (h + 1) * hd), L.kNorm!, c.normEps), h * hd);
       }
-      rope(q, nHead, hd, c, pos, this.ropeFactors);
-      rope(k, nHeadKV, hd, c, pos, this.ropeFactors);
+      if (c.ropeBases[l]) {
+        rope(q, nHead, hd, c, l, pos, this.ropeFactors);
+        rope(k, nHeadKV, hd, c, l, pos, this.ropeFactors);
+      }
       this.kCache[l].set(roundTo(this.kvCache.k, k), pos * kvDim);
       this.vCache[l].set(roundTo(this.kvCache.v, v), pos * kvDim);
       const att = new Float32Array(nHead * hd);
       for (let h = 0; h < nHead; h++) {
         const kvh = Math.floor(h / (nHead / nHeadKV));
-        const scores = new Float64Array(pos + 1);
-        for (let j = 0; j <= pos; j++) {
+        // a sliding window: only the last `window` positions
+        const lo = c.windows[l] > 0 ? Math.max(0, pos + 1 - c.windows[l]) : 0;
+        const scores = new Float64Array(pos + 1).fill(-Infinity);
+        for (let j = lo; j <= pos; j++) {
           let s = 0;
           for (let i = 0; i < hd; i++) s += q[h * hd + i] * this.kCache[l][j * kvDim + kvh * hd + i];
-          scores[j] = s / Math.sqrt(hd);
+          scores[j] = s * c.kqScale;
         }
         const mx = Math.max(...scores);
         let sum = 0;
-        for (let j = 0; j <= pos; j++) sum += scores[j] = Math.exp(scores[j] - mx);
-        for (let j = 0; j <= pos; j++)
+        for (let j = lo; j <= pos; j++) sum += scores[j] = Math.exp(scores[j] - mx);
+        for (let j = lo; j <= pos; j++)
           for (let i = 0; i < hd; i++) att[h * hd + i] += (scores[j] / sum) * this.vCache[l][j * kvDim + kvh * hd + i];
       }
-      const o = matvec(L.wo, att, d);
+      let o = matvec(L.wo, att, d);
+      if (L.attnPostNorm) o = rmsnorm(o, L.attnPostNorm, c.normEps);
       for (let i = 0; i < d; i++) x[i] += o[i];
       const xf = rmsnorm(x, L.ffnNorm, c.normEps);
       const g = matvec(L.gate, xf, nFF);
@@ -140,11 +149,14 @@ export class ReferenceModel {
       const hAct = new Float32Array(nFF);
       for (let i = 0; i < nFF; i++) hAct[i] = gatedActivation(c.activation, g[i], u[i]);
       this.onFFN?.(l, hAct);
-      const y = matvec(L.down, hAct, d);
+      let y = matvec(L.down, hAct, d);
+      if (L.ffnPostNorm) y = rmsnorm(y, L.ffnPostNorm, c.normEps);
       for (let i = 0; i < d; i++) x[i] += y[i];
     }
     this.onResidual?.(x);
-    return matvec(this.output, rmsnorm(x, this.outNorm, c.normEps), c.nVocab);
+    const logits = matvec(this.output, rmsnorm(x, this.outNorm, c.normEps), c.nVocab);
+    const cap = c.logitSoftcap;
+    return cap > 0 ? logits.map((v) => cap * Math.tanh(v / cap)) : logits;
   }
 }
 
@@ -171,13 +183,15 @@ function rope(
   nHeads: number,
   hd: number,
   c: ModelConfig,
+  layer: number,
   pos: number,
   factors: Float32Array | null,
 ): void {
   const half = c.nRot / 2;
   for (let h = 0; h < nHeads; h++) {
     for (let i = 0; i < half; i++) {
-      const theta = (pos * c.ropeFreqScale * Math.pow(c.ropeFreqBase, (-2 * i) / c.nRot)) / (factors ? factors[i] : 1);
+      const theta =
+        (pos * c.ropeScales[layer] * Math.pow(c.ropeBases[layer], (-2 * i) / c.nRot)) / (factors ? factors[i] : 1);
       const [a, b] = c.ropePairing === "neox" ? [h * hd + i, h * hd + i + half] : [h * hd + 2 * i, h * hd + 2 * i + 1];
       const x0 = v[a];
       const x1 = v[b];

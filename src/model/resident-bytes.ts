@@ -11,6 +11,7 @@ import type { ModelConfig } from "./config.js";
 import { predictorShapes, type PredictorShape } from "./offload/predictor.js";
 import { expertTensor, routerName } from "./arch/experts.js";
 import { DEFAULT_KV_CACHE, kvRowBytes, type KvCacheTypes } from "./kv-cache.js";
+import { ropeLayout } from "./rope.js";
 
 /** The activation buffers of the forward pass and the KV cache, by name: bytes each. */
 export interface BufferBytes {
@@ -31,6 +32,8 @@ export interface BufferBytes {
   moeIn: number;
   moeOut: number;
   moeAcc: number;
+  /** the FFN's output before its post-norm (architectures that norm it: gemma3) */
+  ffnOut: number;
 }
 
 /**
@@ -52,13 +55,14 @@ export function bufferBytes(cfg: ModelConfig, ctx: number, batch: number, kv: Kv
     logits: f32(nVocab),
     scores: f32(nHead * ctx),
     pos: f32(batch),
-    rope: f32(ctx * cfg.nRot),
+    rope: f32(ctx * cfg.nRot * ropeLayout(cfg).tables.length),
     kCache: nLayer * ctx * kvRowBytes(cfg, kv.k),
     vCache: nLayer * ctx * kvRowBytes(cfg, kv.v),
     route: f32(batch * cfg.nExpert),
     moeIn: cfg.nExpert > 0 ? f32(batch * nEmbd) : 0,
     moeOut: cfg.nExpert > 0 ? f32(batch * nEmbd) : 0,
     moeAcc: cfg.nExpert > 0 ? f32(batch * nEmbd) : 0,
+    ffnOut: cfg.postNorms ? f32(batch * nEmbd) : 0,
   };
 }
 
@@ -135,6 +139,10 @@ export function residentBytes(file: ModelFile, cfg: ModelConfig, opts: ResidentO
     if (cfg.qkNorm) {
       vector(headDim);
       vector(headDim);
+    }
+    if (cfg.postNorms) {
+      vector(nEmbd);
+      vector(nEmbd);
     }
     vector(nEmbd);
     if (store && cfg.nExpert > 0) matrix(routerName(l));

@@ -18,17 +18,46 @@ export const ROPE_FACTORS_TENSOR = "rope_freqs.weight";
 export const ROPE_FACTORS_LONG = "rope_factors_long.weight";
 export const ROPE_FACTORS_SHORT = "rope_factors_short.weight";
 
+/** One RoPE table's parameters: a layer's base and position scale, and the model's rotated pairs and attention factor. */
+export interface RopeSpec {
+  nRot: number;
+  base: number;
+  scale: number;
+  attnFactor: number;
+}
+
+/**
+ * The RoPE tables a model needs, one per distinct (base, scale) of its layers (gemma3's windowed
+ * and global layers differ), and each layer's table (-1: a layer without RoPE).
+ */
+export function ropeLayout(cfg: ModelConfig): { tables: RopeSpec[]; tableOf: number[] } {
+  const tables: RopeSpec[] = [];
+  const tableOf: number[] = [];
+  for (let l = 0; l < cfg.nLayer; l++) {
+    const base = cfg.ropeBases[l];
+    const scale = cfg.ropeScales[l];
+    if (base === 0) {
+      tableOf.push(-1);
+      continue;
+    }
+    let i = tables.findIndex((t) => t.base === base && t.scale === scale);
+    if (i < 0) i = tables.push({ nRot: cfg.nRot, base, scale, attnFactor: cfg.ropeAttnFactor }) - 1;
+    tableOf.push(i);
+  }
+  return { tables, tableOf };
+}
+
 /**
  * `factors`: one divisor of theta per rotated pair, null: none. The rotation angle of pair i at
- * position p is p * base^(-2i/nRot) / factors[i] * ropeFreqScale; cos and sin are scaled by the
- * model's ropeAttnFactor (LongRoPE's attention factor; 1 elsewhere), as ggml scales them.
+ * position p is p * base^(-2i/nRot) / factors[i] * scale; cos and sin are scaled by the model's
+ * attention factor (LongRoPE's; 1 elsewhere), as ggml scales them.
  */
-export function ropeTable(cfg: ModelConfig, positions: number, factors: Float32Array | null = null): Float32Array {
-  const half = cfg.nRot / 2;
+export function ropeTable(r: RopeSpec, positions: number, factors: Float32Array | null = null): Float32Array {
+  const half = r.nRot / 2;
   const table = new Float32Array(positions * half * 2);
-  const thetaScale = Math.fround(Math.pow(cfg.ropeFreqBase, -2 / cfg.nRot));
-  const scale = Math.fround(cfg.ropeFreqScale);
-  const mscale = Math.fround(cfg.ropeAttnFactor);
+  const thetaScale = Math.fround(Math.pow(r.base, -2 / r.nRot));
+  const scale = Math.fround(r.scale);
+  const mscale = Math.fround(r.attnFactor);
   for (let p = 0; p < positions; p++) {
     let theta = Math.fround(p);
     for (let i = 0; i < half; i++) {

@@ -13,6 +13,13 @@ import type { WeightLoader } from "../weight-loader.js";
 export interface ArchTraits {
   /** the FFN's activation when `<arch>.feed_forward_activation` does not say */
   activation: Activation;
+  /**
+   * the activation is the architecture's, whatever the file says: llama.cpp computes it and
+   * ignores feed_forward_activation, so a file whose key names another is refused rather than run
+   * as a model llama.cpp would compute differently (PowerInfer's ReLU conventions are llama's,
+   * mistral's, qwen2's and bamboo's)
+   */
+  activationFixed?: boolean;
   ropePairing: RopePairing;
   /** whether q, k and v carry biases (when the file has them) */
   qkvBias: boolean;
@@ -24,6 +31,40 @@ export interface ArchTraits {
    * "none" (a file that has them is refused)
    */
   ropeFactors: RopeFactorsKind;
+  /**
+   * whether the block norms attention's and the FFN's outputs before adding them to the residual
+   * stream (gemma3: attn_post_norm, ffn_post_norm)
+   */
+  postNorms?: boolean;
+  /** the embeddings are multiplied by sqrt(embedding_length) (gemma3) */
+  scaledEmbeddings?: boolean;
+  /** the final logits are soft-capped when `<arch>.final_logit_softcapping` is set (gemma3) */
+  logitSoftcap?: boolean;
+  /**
+   * Each layer's attention where not every layer is alike: its sliding window (0: every earlier
+   * position), its RoPE base (0: no RoPE) and position scale, and the scale of q.k. Read from
+   * the file's metadata; absent, every layer attends to all positions with the model's RoPE and
+   * 1/sqrt(head size).
+   */
+  attentionLayers?(file: ModelFile, key: (k: string) => string, base: AttentionBase): AttentionLayers;
+}
+
+/** What the model's metadata says of attention before an architecture's own layout of it. */
+export interface AttentionBase {
+  nLayer: number;
+  nEmbd: number;
+  nHead: number;
+  headDim: number;
+  ropeFreqBase: number;
+  ropeFreqScale: number;
+}
+
+/** Per layer: window (0: none), RoPE base (0: none) and position scale; and the scale of q.k. */
+export interface AttentionLayers {
+  windows: number[];
+  ropeBases: number[];
+  ropeScales: number[];
+  kqScale: number;
 }
 
 /** What loading one layer's weights needs. */

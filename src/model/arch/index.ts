@@ -1,6 +1,7 @@
 /** The architectures the engine runs, by GGUF's general.architecture. */
 import type { Architecture } from "./architecture.js";
 import { bamboo } from "./bamboo.js";
+import { gemma3 } from "./gemma3.js";
 import { llama } from "./llama.js";
 import { mistral } from "./mistral.js";
 import { phi3 } from "./phi3.js";
@@ -10,5 +11,5 @@ import { qwen3 } from "./qwen3.js";
 export type { Architecture } from "./architecture.js";
 
 export const ARCHITECTURES: ReadonlyMap<string, Architecture> = new Map(
-  [llama, mistral, qwen2, qwen3, phi3, bamboo].map((a) => [a.name, a]),
+  [llama, mistral, qwen2, qwen3, phi3, gemma3, bamboo].map((a) => [a.name, a]),
 );

@@ -11,6 +11,7 @@ import { llamaLayer } from "./llama.js";
 export const phi3: Architecture = {
   name: "phi3",
   activation: "silu",
+  activationFixed: true,
   ropePairing: "neox",
   qkvBias: false,
   qkNorm: false,

@@ -9,6 +9,7 @@ import { llamaLayer } from "./llama.js";
 export const qwen3: Architecture = {
   name: "qwen3",
   activation: "silu",
+  activationFixed: true,
   ropePairing: "neox",
   qkvBias: false,
   qkNorm: true,

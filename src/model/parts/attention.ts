@@ -10,6 +10,7 @@ import type { RopePairing } from "../config.js";
 import { kvRowBytes } from "../kv-cache.js";
 import type { ForwardStep } from "../step.js";
 import type { Matrix } from "../weight-loader.js";
+import { f32Bits } from "../../runtime/f32-bits.js";
 import type { PartContext } from "./context.js";
 
 export interface AttentionWeights {
@@ -24,11 +25,22 @@ export interface AttentionWeights {
   /** per-head RMSNorm weights of q and k (headDim f32 each) applied before RoPE, 0 when none */
   qNorm: number;
   kNorm: number;
+  /** RMSNorm weights of the output before it joins the residual stream (gemma3), 0 when none */
+  postNorm?: number;
+  /** one logit per head that joins the softmax's denominator (attention sinks), 0 when none */
+  sinks?: number;
 }
 
+/** How the layer attends: chosen when the model loads, from the architecture and the layer. */
 export interface AttentionOptions {
   /** which pairs of a head's values RoPE rotates together */
   ropePairing: RopePairing;
+  /** the layer's RoPE table (ropeLayout), 0: no RoPE */
+  rope: number;
+  /** a token sees this many positions up to its own, 0: all of them */
+  window: number;
+  /** the scale of q.k */
+  kqScale: number;
 }
 
 export class Attention {
@@ -37,19 +49,21 @@ export class Attention {
   private readonly neox: number;
   private readonly kRow: number;
   private readonly vRow: number;
+  private readonly kqScaleBits: number;
 
   constructor(
     private readonly ctx: PartContext,
     /** the layer, for its rows of the KV cache */
     private readonly layer: number,
     private readonly w: AttentionWeights,
-    opts: AttentionOptions,
+    private readonly opts: AttentionOptions,
   ) {
     const b = ctx.buf;
     // q, k and v read one input: one pool group
     this.qkv = [w.wq, w.wk, w.wv];
     this.qkvOut = [b.q, b.hg, b.hu];
     this.neox = opts.ropePairing === "neox" ? 1 : 0;
+    this.kqScaleBits = f32Bits(opts.kqScale);
     this.kRow = kvRowBytes(ctx.cfg, ctx.kvCache.k);
     this.vRow = kvRowBytes(ctx.cfg, ctx.kvCache.v);
   }
@@ -81,17 +95,19 @@ export class Attention {
       ctx.rmsnorm(b.q, b.q, w.qNorm, n * nHead, headDim);
       ctx.rmsnorm(kNew, kNew, w.kNorm, n * nHeadKV, headDim);
     }
-    a[0] = b.q;
-    a[1] = b.pos;
-    a[2] = b.rope;
-    a[3] = nHead;
-    a[4] = headDim;
-    a[5] = nRot;
-    a[6] = this.neox;
-    pool.run(ctx.fn.rope, a, 7, n, 1, n * qDim * 4);
-    a[0] = kNew;
-    a[3] = nHeadKV;
-    pool.run(ctx.fn.rope, a, 7, n, 1, n * kvDim * 4);
+    if (this.opts.rope) {
+      a[0] = b.q;
+      a[1] = b.pos;
+      a[2] = this.opts.rope;
+      a[3] = nHead;
+      a[4] = headDim;
+      a[5] = nRot;
+      a[6] = this.neox;
+      pool.run(ctx.fn.rope, a, 7, n, 1, n * qDim * 4);
+      a[0] = kNew;
+      a[3] = nHeadKV;
+      pool.run(ctx.fn.rope, a, 7, n, 1, n * kvDim * 4);
+    }
     ctx.storeKV(kNew, kCache + pos0 * this.kRow, ctx.kvCache.k, n * kvDim);
     ctx.storeKV(vNew, vCache + pos0 * this.vRow, ctx.kvCache.v, n * kvDim);
     a[0] = b.q;
@@ -107,9 +123,14 @@ export class Attention {
     a[10] = ctx.contextSize;
     a[11] = ctx.kvCache.k === "f16" ? 1 : 0;
     a[12] = ctx.kvCache.v === "f16" ? 1 : 0;
-    pool.run(ctx.fn.attention, a, 13, nHead, 1, 2 * n * (pos0 + n) * qDim);
+    a[13] = this.kqScaleBits;
+    a[14] = this.opts.window;
+    a[15] = w.sinks ?? 0;
+    const seen = this.opts.window > 0 ? Math.min(pos0 + n, this.opts.window) : pos0 + n;
+    pool.run(ctx.fn.attention, a, 16, nHead, 1, 2 * n * seen * qDim);
     ctx.mm.setInput(b.att, qDim);
     ctx.mm.run(w.wo, b.xb, n);
+    if (w.postNorm) ctx.rmsnorm(b.xb, b.xb, w.postNorm, n);
     ctx.add(b.x, b.xb, n * nEmbd);
   }
 }

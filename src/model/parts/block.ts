@@ -30,6 +30,8 @@ export interface LayerWeights {
   attention: AttentionWeights;
   ffnNorm: number;
   ffn: FFNWeights;
+  /** RMSNorm weights of the FFN's output before it joins the residual stream (gemma3), 0 when none */
+  ffnPostNorm?: number;
 }
 
 export interface Block {
@@ -37,11 +39,14 @@ export interface Block {
   readonly attention: Attention;
   readonly ffnNorm: number;
   readonly ffn: FFNPart;
+  /** 0: the FFN adds to the residual stream directly */
+  readonly ffnPostNorm: number;
 }
 
 /** What the parts of every block share beyond the context. */
 export interface SharedParts {
-  attention: AttentionOptions;
+  /** per layer */
+  attention: readonly AttentionOptions[];
   /** a mixture's routing arrays (null: a dense model) */
   router: Router | null;
   /** a neuron store's FFN (null: every FFN in memory) */
@@ -51,9 +56,10 @@ export interface SharedParts {
 export function makeBlock(ctx: PartContext, l: number, w: LayerWeights, shared: SharedParts): Block {
   return {
     attnNorm: w.attnNorm,
-    attention: new Attention(ctx, l, w.attention, shared.attention),
+    attention: new Attention(ctx, l, w.attention, shared.attention[l]),
     ffnNorm: w.ffnNorm,
     ffn: ffnPart(ctx, l, w, shared),
+    ffnPostNorm: w.ffnPostNorm ?? 0,
   };
 }
 

@@ -1,4 +1,4 @@
-/** The dense FFN: x += down(act(gate . xb) * up . xb), every neuron, all in memory. */
+/** The dense FFN: out += down(act(gate . xb) * up . xb), every neuron, all in memory. */
 import type { ForwardStep } from "../step.js";
 import { cutOf } from "../step.js";
 import type { Matrix } from "../weight-loader.js";
@@ -25,7 +25,7 @@ export class DenseFFN implements FFNPart {
     this.gateUpOut = [ctx.buf.hg, ctx.buf.hu];
   }
 
-  run(step: ForwardStep): void {
+  run(step: ForwardStep, out: number): void {
     const { n, observer } = step;
     const ctx = this.ctx;
     const { nEmbd, nFF } = ctx.cfg;
@@ -45,6 +45,6 @@ export class DenseFFN implements FFNPart {
     ctx.activate(n * nFF, cutOf(step, this.layer));
     ctx.mm.setInput(b.hg, nFF);
     ctx.mm.run(this.w.down, b.xb, n);
-    ctx.add(b.x, b.xb, n * nEmbd);
+    ctx.add(out, b.xb, n * nEmbd);
   }
 }

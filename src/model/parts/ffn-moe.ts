@@ -18,7 +18,7 @@ export class MoeFFN implements FFNPart {
     private readonly router: Router,
   ) {}
 
-  run(step: ForwardStep): void {
+  run(step: ForwardStep, out: number): void {
     const { n, observer } = step;
     const ctx = this.ctx;
     const { nEmbd, nFF, nExpert } = ctx.cfg;
@@ -50,6 +50,6 @@ export class MoeFFN implements FFNPart {
       ctx.mm.run(E.down, b.moeOut, m);
       r.addWeighted(m);
     }
-    r.finish(n);
+    r.finish(n, out);
   }
 }

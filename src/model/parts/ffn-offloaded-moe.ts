@@ -31,7 +31,7 @@ export class OffloadedMoeFFN implements FFNPart {
     this.ahead = new Int32Array(Math.max(1, ctx.cfg.nExpertUsed));
   }
 
-  async run(step: ForwardStep): Promise<void> {
+  async run(step: ForwardStep, out: number): Promise<void> {
     const { n } = step;
     const ctx = this.ctx;
     const { nEmbd, nExpert } = ctx.cfg;
@@ -60,7 +60,7 @@ export class OffloadedMoeFFN implements FFNPart {
       }
       r.addWeighted(m);
     }
-    r.finish(n);
+    r.finish(n, out);
   }
 
   /**

@@ -15,12 +15,13 @@ export class OffloadedDenseFFN implements FFNPart {
     private readonly off: OffloadedFFN,
   ) {}
 
-  async run(step: ForwardStep): Promise<void> {
+  async run(step: ForwardStep, out: number): Promise<void> {
     const { n } = step;
     const b = this.ctx.buf;
     const off = this.off;
-    if (n > 1 && off.batches) return off.prefillBatch(this.layer, b.xb, b.x, n, b.hg);
+    if (n > 1 && off.batches) return off.prefillBatch(this.layer, b.xb, out, n, b.hg);
     const row = this.ctx.cfg.nEmbd * 4;
-    for (let t = 0; t < n; t++) await off.decodeStep(this.layer, b.xb + t * row, b.x + t * row);
+    // the predictor reads the residual row; the output goes to out's row
+    for (let t = 0; t < n; t++) await off.decodeStep(this.layer, b.xb + t * row, b.x + t * row, out + t * row);
   }
 }

@@ -1,6 +1,7 @@
 /**
  * The FFN part of a block. The layer loop norms the block's input into xb (the block's FFN norm)
- * and calls `run`, which adds the FFN's output to the residual stream x. A part that reads from
+ * and calls `run`, which adds the FFN's output to `out`: the residual stream x, or where the
+ * block norms the output before it joins the stream (gemma3), a zeroed buffer. A part that reads from
  * flash returns a promise, and the loop awaits it; a part in memory returns nothing, so the
  * in-memory path never makes a promise.
  *
@@ -11,7 +12,8 @@
 import type { ForwardStep } from "../step.js";
 
 export interface FFNPart {
-  run(step: ForwardStep): void | Promise<void>;
+  /** out += FFN(xb) for the step's n rows (out: n rows of nEmbd f32, x or the block's post-norm buffer) */
+  run(step: ForwardStep, out: number): void | Promise<void>;
   /**
    * Called with the block's input in x before its attention runs (xb is attention's to use after
    * this): a part that can start work early does it here, such as a router whose experts' reads

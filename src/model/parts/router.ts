@@ -111,10 +111,9 @@ export class Router {
     }
   }
 
-  /** x += the layer's weighted sum of its experts' outputs. */
-  finish(n: number): void {
-    const b = this.ctx.buf;
-    this.ctx.add(b.x, b.moeAcc, n * this.ctx.cfg.nEmbd);
+  /** out (the residual stream, or the block's post-norm buffer) += the layer's weighted sum of its experts' outputs. */
+  finish(n: number, out: number): void {
+    this.ctx.add(out, this.ctx.buf.moeAcc, n * this.ctx.cfg.nEmbd);
   }
 
   /** Decoding one token: the expert after e (in the order experts are computed) it is routed to, or -1. */

@@ -90,7 +90,7 @@ export function rowFiller(recipe: TensorRecipe, stream: SynthStream): RowFiller 
   const rowLen = recipe.dims[0];
   const tr = typeTraits(recipe.type)!;
   const rowBytes = traitsBytes(tr, rowLen);
-  const centre = recipe.kind === "norm" ? 1 : 0;
+  const centre = recipe.kind === "norm" || recipe.kind === "qk_norm" || recipe.kind === "post_norm" ? 1 : 0;
   switch (recipe.type) {
     case GGMLType.F32: {
       // uniform on (centre - a, centre + a) from 24 random bits

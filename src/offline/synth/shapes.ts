@@ -21,8 +21,10 @@ export type SynthShape =
   | "llama3.2-1b"
   | "llama3-8b"
   | "phi3-tiny"
-  | "phi3-mini";
-export type SynthActivation = "silu" | "relu" | "drelu";
+  | "phi3-mini"
+  | "gemma3-tiny"
+  | "gemma3-4b";
+export type SynthActivation = "silu" | "relu" | "drelu" | "gelu";
 export type SynthType = "f32" | "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1";
 
 export const SYNTH_SHAPES: readonly SynthShape[] = [
@@ -41,8 +43,17 @@ export const SYNTH_SHAPES: readonly SynthShape[] = [
   "llama3-8b",
   "phi3-tiny",
   "phi3-mini",
+  "gemma3-tiny",
+  "gemma3-4b",
 ];
-export const SYNTH_ACTIVATIONS: readonly SynthActivation[] = ["silu", "relu", "drelu"];
+export const SYNTH_ACTIVATIONS: readonly SynthActivation[] = ["silu", "relu", "drelu", "gelu"];
+
+/** The activation an architecture computes whatever the file says (llama's family takes --act). */
+export const FIXED_ACTIVATION: Readonly<Partial<Record<string, SynthActivation>>> = {
+  qwen3: "silu",
+  phi3: "silu",
+  gemma3: "gelu",
+};
 export const SYNTH_TYPES: readonly SynthType[] = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"];
 
 /** Llama 3.1's RoPE scaling, as its config.json gives it: the converter turns it into rope_freqs.weight. */
@@ -57,7 +68,7 @@ export interface SynthShapeSpec {
   /** what it imitates */
   readonly like: string;
   /** GGUF's general.architecture (default llama) */
-  readonly arch?: "llama" | "qwen3" | "phi3";
+  readonly arch?: "llama" | "qwen3" | "phi3" | "gemma3";
   /** the attention head size (attention.key_length) where it is not dim / heads */
   readonly headDim?: number;
   /** no output.weight: the logits reuse token_embd (Llama 3.2 1B/3B, Qwen3 0.6B) */
@@ -69,6 +80,15 @@ export interface SynthShapeSpec {
    * the converter derives from the context and this original context
    */
   readonly longRopeContext?: number;
+  /** gemma3: the sliding window, and the period of its layer pattern (every period-th layer sees everything) */
+  readonly slidingWindow?: number;
+  readonly slidingPattern?: number;
+  /** linear RoPE scaling (rope.scaling.factor): gemma3's global layers */
+  readonly ropeScaleLinear?: number;
+  /** final_logit_softcapping */
+  readonly logitSoftcap?: number;
+  /** the embeddings' deviation (default 1): gemma3 multiplies them by sqrt(dim), so its are 1/sqrt(dim) */
+  readonly embedStd?: number;
   readonly dim: number;
   readonly layers: number;
   readonly ffn: number;
@@ -306,6 +326,50 @@ export const SHAPE_SPECS: Readonly<Record<SynthShape, SynthShapeSpec>> = {
     experts: 0,
     expertsUsed: 0,
   },
+  // Gemma 3 in miniature: windowed layers (a window of 8, every third layer global, as the
+  // pattern key allows) with their own RoPE base, linear scaling on the global ones, post-norms,
+  // QK-norm, GELU, a head size of 64 over a width of 256, and a logit soft-cap.
+  "gemma3-tiny": {
+    like: "a toy Gemma 3",
+    arch: "gemma3",
+    dim: 256,
+    layers: 3,
+    ffn: 512,
+    heads: 4,
+    kvHeads: 2,
+    headDim: 64,
+    slidingWindow: 8,
+    slidingPattern: 3,
+    ropeScaleLinear: 8,
+    logitSoftcap: 8,
+    embedStd: 1 / 16,
+    vocab: 512,
+    context: 512,
+    ropeBase: 1000000,
+    rmsEps: 1e-6,
+    experts: 0,
+    expertsUsed: 0,
+  },
+  "gemma3-4b": {
+    like: "Gemma-3-4B",
+    arch: "gemma3",
+    dim: 2560,
+    layers: 34,
+    ffn: 10240,
+    heads: 8,
+    kvHeads: 4,
+    headDim: 256,
+    slidingWindow: 1024,
+    ropeScaleLinear: 8,
+    embedStd: 1 / Math.sqrt(2560),
+    tiedOutput: true,
+    vocab: 262208,
+    context: 131072,
+    ropeBase: 1000000,
+    rmsEps: 1e-6,
+    experts: 0,
+    expertsUsed: 0,
+  },
   "phi3-mini": {
     like: "Phi-3-mini-4k",
     arch: "phi3",
@@ -337,6 +401,7 @@ export type TensorKind =
   | "embed"
   | "norm"
   | "qk_norm"
+  | "post_norm"
   | "rope_freqs"
   | "rope_long"
   | "rope_short"
@@ -362,7 +427,7 @@ export interface TensorRecipe {
    */
   readonly dims: readonly number[];
   readonly type: GGMLType;
-  /** target standard deviation of the values; for norms the spread around 1 */
+  /** target standard deviation of the values; for norms (of every kind) the spread around 1 */
   readonly std: number;
   readonly bytes: number;
 }
@@ -389,7 +454,7 @@ export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecip
   const proj = (fanIn: number) => 1 / Math.sqrt(fanIn);
   // Embeddings at unit scale: the first RMSNorm rescales them anyway, and unit scale keeps the
   // residual stream comparable to what each layer adds.
-  add("token_embd.weight", "embed", -1, [dim, vocab], t, 1);
+  add("token_embd.weight", "embed", -1, [dim, vocab], t, spec.embedStd ?? 1);
   // computed from the scaling, not drawn (llama3RopeFactors)
   if (spec.llama3Rope) add("rope_freqs.weight", "rope_freqs", -1, [headDim / 2], GGMLType.F32, 0);
   if (spec.longRopeContext) {
@@ -407,10 +472,11 @@ export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecip
       add(p + "attn_v.weight", "attn_v", l, [dim, kvDim], t, proj(dim));
     }
     add(p + "attn_output.weight", "attn_output", l, [qDim, dim], t, proj(qDim));
-    if (spec.arch === "qwen3") {
+    if (spec.arch === "qwen3" || spec.arch === "gemma3") {
       add(p + "attn_q_norm.weight", "qk_norm", l, [headDim], GGMLType.F32, 0.05);
       add(p + "attn_k_norm.weight", "qk_norm", l, [headDim], GGMLType.F32, 0.05);
     }
+    if (spec.arch === "gemma3") add(p + "post_attention_norm.weight", "post_norm", l, [dim], GGMLType.F32, 0.05);
     add(p + "ffn_norm.weight", "norm", l, [dim], GGMLType.F32, 0.05);
     if (experts > 0) {
       // The router stays F32 as llama.cpp's converters leave it. Logits of deviation about 1
@@ -428,6 +494,7 @@ export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecip
       }
       add(p + "ffn_down.weight", "ffn_down", l, [ffn, dim], t, proj(ffn));
     }
+    if (spec.arch === "gemma3") add(p + "post_ffw_norm.weight", "post_norm", l, [dim], GGMLType.F32, 0.05);
   }
   add("output_norm.weight", "norm", -1, [dim], GGMLType.F32, 0.05);
   // Logits with a standard deviation near 2: a distribution with a few clear favourites rather

@@ -24,6 +24,7 @@ import {
 import { rowFiller } from "./random-rows.js";
 import {
   checkSpec,
+  FIXED_ACTIVATION,
   headDimOf,
   SHAPE_SPECS,
   SYNTH_ACTIVATIONS,
@@ -149,6 +150,13 @@ function validate(o: SynthOptions): SynthShapeSpec {
   }
   const spec = { ...SHAPE_SPECS[o.shape], ...(o.overrides ?? {}) };
   checkSpec(spec, o.type);
+  const fixed = FIXED_ACTIVATION[spec.arch ?? "llama"];
+  if (fixed ? o.act !== fixed : o.act === "gelu")
+    throw new RangeError(
+      fixed
+        ? `synthetic model: ${o.shape} is ${spec.arch}, which computes ${fixed}: --act ${fixed}`
+        : `synthetic model: gelu is gemma3's activation; ${o.shape} takes silu, relu or drelu`,
+    );
   if (o.gateRank !== undefined && o.gateRank >= spec.dim - RESERVED)
     throw new RangeError(
       `synthetic model: gateRank ${o.gateRank} must be below the residual width ${spec.dim - RESERVED}`,
@@ -192,6 +200,15 @@ function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): vo
       F32,
     );
   }
+  if (spec.slidingWindow) {
+    w.setMetadata(key("attention.sliding_window"), spec.slidingWindow, U32);
+    if (spec.slidingPattern) w.setMetadata(key("attention.sliding_window_pattern"), spec.slidingPattern, U32);
+  }
+  if (spec.ropeScaleLinear) {
+    w.setMetadata(key("rope.scaling.type"), "linear");
+    w.setMetadata(key("rope.scaling.factor"), spec.ropeScaleLinear, F32);
+  }
+  if (spec.logitSoftcap) w.setMetadata(key("final_logit_softcapping"), spec.logitSoftcap, F32);
   w.setMetadata(key("attention.layer_norm_rms_epsilon"), spec.rmsEps, F32);
   w.setMetadata(key("rope.freq_base"), spec.ropeBase, F32);
   w.setMetadata(key("vocab_size"), spec.vocab, U32);
@@ -295,7 +312,7 @@ export async function synthesize(o: SynthOptions): Promise<SynthResult> {
         const fill =
           r.kind === "rope_freqs" || r.kind === "rope_long" || r.kind === "rope_short"
             ? ropeFactorsFiller(spec, r.kind)
-            : planter && r.kind !== "qk_norm"
+            : planter && r.kind !== "qk_norm" && r.kind !== "post_norm"
               ? planter.filler(r, stream, e)
               : rowFiller(r, stream);
         for (let row = 0; row < rows; row += rowsPerChunk, k++) {
