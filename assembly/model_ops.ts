@@ -98,7 +98,9 @@ export function rope(
 
 /**
  * Causal attention for heads h0..h1 of ntok query tokens at positions pos0 .. pos0+ntok-1,
- * over a KV cache laid out [position][nKVHeads*headDim] with f16 (kF16/vF16 = 1) or f32 elements.
+ * over a KV cache laid out [position][nKVHeads*headDim] with f16 or f32 elements (kvF16: bit 0
+ * for keys, bit 1 for values). ring > 0: the cache holds only `ring` rows, position j in row
+ * j % ring (a sliding-window layer keeps its window and a batch, no more).
  * Grouped-query: query head h reads KV head h / (nHeads / nKVHeads). `scores` has room for ctx
  * floats per head. out is [ntok][nHeads*headDim] (f32, as q).
  *
@@ -119,58 +121,25 @@ export function attention(
   nKVHeads: i32,
   headDim: i32,
   ctx: i32,
-  kF16: i32,
-  vF16: i32,
+  kvF16: i32,
   scaleBits: i32,
   window: i32,
+  ring: i32,
   sinks: usize,
   h0: i32,
   h1: i32,
 ): void {
-  const scale = reinterpret<f32>(scaleBits);
-  if (kF16) {
-    if (vF16)
-      attend<u16, u16>(
-        q,
-        kc,
-        vc,
-        out,
-        scores,
-        ntok,
-        pos0,
-        nHeads,
-        nKVHeads,
-        headDim,
-        ctx,
-        scale,
-        window,
-        sinks,
-        h0,
-        h1,
-      );
-    else
-      attend<u16, f32>(
-        q,
-        kc,
-        vc,
-        out,
-        scores,
-        ntok,
-        pos0,
-        nHeads,
-        nKVHeads,
-        headDim,
-        ctx,
-        scale,
-        window,
-        sinks,
-        h0,
-        h1,
-      );
-  } else if (vF16)
-    attend<f32, u16>(q, kc, vc, out, scores, ntok, pos0, nHeads, nKVHeads, headDim, ctx, scale, window, sinks, h0, h1);
-  else
-    attend<f32, f32>(q, kc, vc, out, scores, ntok, pos0, nHeads, nKVHeads, headDim, ctx, scale, window, sinks, h0, h1);
+  const sc = reinterpret<f32>(scaleBits);
+  const n = ntok,
+    p = pos0,
+    H = nHeads,
+    G = nKVHeads,
+    d = headDim;
+  if (kvF16 & 1) {
+    if (kvF16 & 2) attend<u16, u16>(q, kc, vc, out, scores, n, p, H, G, d, ctx, sc, window, ring, sinks, h0, h1);
+    else attend<u16, f32>(q, kc, vc, out, scores, n, p, H, G, d, ctx, sc, window, ring, sinks, h0, h1);
+  } else if (kvF16 & 2) attend<f32, u16>(q, kc, vc, out, scores, n, p, H, G, d, ctx, sc, window, ring, sinks, h0, h1);
+  else attend<f32, f32>(q, kc, vc, out, scores, n, p, H, G, d, ctx, sc, window, ring, sinks, h0, h1);
 }
 
 function attend<K, V>(
@@ -187,6 +156,7 @@ function attend<K, V>(
   ctx: i32,
   scale: f32,
   window: i32,
+  ring: i32,
   sinks: usize,
   h0: i32,
   h1: i32,
@@ -206,7 +176,7 @@ function attend<K, V>(
       const lo = window > 0 && n > window ? n - window : 0;
       let mx: f32 = sink;
       for (let j = lo; j < n; j++) {
-        const kv = kc + <usize>j * kStride + head * sizeof<K>();
+        const kv = kc + <usize>(ring > 0 ? j % ring : j) * kStride + head * sizeof<K>();
         let acc = f32x4.splat(0);
         let d = 0;
         for (; d + 4 <= headDim; d += 4)
@@ -241,7 +211,7 @@ function attend<K, V>(
       for (; d < headDim; d++) setf32(ov, d, 0);
       for (let j = lo; j < n; j++) {
         const wj = f32x4.splat(f32at(sc, j) * inv);
-        const vv = vc + <usize>j * vStride + head * sizeof<V>();
+        const vv = vc + <usize>(ring > 0 ? j % ring : j) * vStride + head * sizeof<V>();
         d = 0;
         for (; d + 4 <= headDim; d += 4) {
           const o = (<usize>d) << 2;

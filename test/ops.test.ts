@@ -116,17 +116,20 @@ for (const pool of pools) {
     assert.deepEqual(new Uint32Array(arena.memory.buffer, dst, x.length), new Uint32Array(x.buffer));
   });
 
-  for (const [kType, vType, window, sinks, scale] of [
-    ["f32", "f32", 0, false, 0],
-    ["f16", "f16", 0, false, 0],
-    ["f16", "f32", 0, false, 0],
-    ["f32", "f16", 0, false, 0],
+  for (const [kType, vType, window, sinks, scale, ring] of [
+    ["f32", "f32", 0, false, 0, 0],
+    ["f16", "f16", 0, false, 0, 0],
+    ["f16", "f32", 0, false, 0, 0],
+    ["f32", "f16", 0, false, 0, 0],
     // a sliding window shorter than the positions, sinks, and a scale of q.k other than 1/sqrt(headDim)
-    ["f16", "f16", 5, true, 0.3],
-    ["f32", "f32", 3, false, 0],
-    ["f32", "f32", 0, true, 0],
+    ["f16", "f16", 5, true, 0.3, 0],
+    ["f32", "f32", 3, false, 0, 0],
+    ["f32", "f32", 0, true, 0, 0],
+    // the window's rows in a ring of window + batch - 1 rows, position j in row j % ring
+    ["f16", "f16", 5, false, 0, 8],
+    ["f32", "f16", 3, true, 0, 6],
   ] as const)
-    test(`causal grouped-query attention on odd sizes, K ${kType}, V ${vType}${window ? `, window ${window}` : ""}${sinks ? ", sinks" : ""}${scale ? `, scale ${scale}` : ""} (${T})`, () => {
+    test(`causal grouped-query attention on odd sizes, K ${kType}, V ${vType}${window ? `, window ${window}` : ""}${ring ? `, a ring of ${ring}` : ""}${sinks ? ", sinks" : ""}${scale ? `, scale ${scale}` : ""} (${T})`, () => {
       const nHeads = 6,
         nKV = 2,
         headDim = 10,
@@ -146,36 +149,27 @@ for (const pool of pools) {
         new Uint16Array(arena.memory.buffer, p, h.length).set(h);
         return [p, Float32Array.from(h, (b) => f16ToF32(b))];
       };
-      const [pk, kv] = cache(k, kType);
-      const [pv, vv] = cache(v, vType);
+      // a ring holds position j in row j % ring: lay the positions the window needs out that way
+      const ringed = (x: Float32Array) => {
+        if (!ring) return x;
+        const r = new Float32Array(ring * kvDim);
+        for (let j = Math.max(0, pos0 + ntok - ring); j < pos0 + ntok; j++)
+          r.set(x.subarray(j * kvDim, (j + 1) * kvDim), (j % ring) * kvDim);
+        return r;
+      };
+      const [pk] = cache(ringed(k), kType);
+      const [pv] = cache(ringed(v), vType);
+      const [, kv] = cache(k, kType);
+      const [, vv] = cache(v, vType);
       const pq = put(q),
         po = arena.alloc(ntok * qDim * 4),
         ps = arena.alloc(nHeads * ctx * 4);
       const sinkLogits = sinks ? rand(nHeads, 2) : null;
       const kqScale = scale || Math.fround(1 / Math.fround(Math.sqrt(headDim)));
-      const flags = [kType === "f16" ? 1 : 0, vType === "f16" ? 1 : 0];
-      pool.run(
-        pool.fn("attention"),
-        [
-          pq,
-          pk,
-          pv,
-          po,
-          ps,
-          ntok,
-          pos0,
-          nHeads,
-          nKV,
-          headDim,
-          ctx,
-          ...flags,
-          f32Bits(kqScale),
-          window,
-          sinkLogits ? put(sinkLogits) : 0,
-        ],
-        16,
-        nHeads,
-      );
+      const kvF16 = (kType === "f16" ? 1 : 0) | (vType === "f16" ? 2 : 0);
+      const sinksAt = sinkLogits ? put(sinkLogits) : 0;
+      const args = [pq, pk, pv, po, ps, ntok, pos0, nHeads, nKV, headDim, ctx, kvF16, f32Bits(kqScale), window, ring];
+      pool.run(pool.fn("attention"), [...args, sinksAt], 16, nHeads);
       const want = new Float32Array(ntok * qDim);
       for (let t = 0; t < ntok; t++)
         for (let h = 0; h < nHeads; h++) {

@@ -405,7 +405,17 @@ test("abort removes the partial file", async () => {
 test("bad options are clear errors", async () => {
   const base = { shape: "tiny", act: "silu", type: "q4_0", seed: 1, out: tmp("bad.gguf") } as const;
   await assert.rejects(synthesize({ ...base, shape: "2b" as never }), /unknown shape "2b"/);
-  await assert.rejects(synthesize({ ...base, act: "gelu" as never }), /unknown activation "gelu"/);
+  await assert.rejects(synthesize({ ...base, act: "tanh" as never }), /unknown activation "tanh"/);
+  // an architecture's own activation, and only its own
+  await assert.rejects(
+    synthesize({ ...base, act: "gelu" }),
+    /gelu is gemma3's activation; tiny takes silu, relu or drelu/,
+  );
+  await assert.rejects(
+    synthesize({ ...base, shape: "gemma3-tiny" }),
+    /gemma3-tiny is gemma3, which computes gelu: --act gelu/,
+  );
+  await assert.rejects(synthesize({ ...base, shape: "qwen3-tiny", act: "relu" }), /qwen3, which computes silu/);
   await assert.rejects(synthesize({ ...base, type: "q3_k" as never }), /unknown type "q3_k"/);
   await assert.rejects(synthesize({ ...base, seed: -1 }), /seed/);
   await assert.rejects(synthesize({ ...base, overrides: { heads: 7 } }), /not a multiple of heads 7/);
@@ -437,7 +447,7 @@ test("synth CLI writes the file and rejects bad flags", async () => {
     /--shape must be one of tiny, 1b, 7b, mistral-7b, 13b/,
   );
   await assert.rejects(synthMain(["--type", "q3_k", "-o", path]), /--type must be one of/);
-  await assert.rejects(synthMain(["--act", "gelu", "-o", path]), /--act must be one of/);
+  await assert.rejects(synthMain(["--act", "tanh", "-o", path]), /--act must be one of/);
   await assert.rejects(synthMain(["--seed", "x", "-o", path]), /--seed expects an integer/);
   await assert.rejects(synthMain(["--shape", "tiny"]), /output file is required/);
   await assert.rejects(synthMain(["-o", join(dir, "no", "such", "dir.gguf")]), /does not exist/);

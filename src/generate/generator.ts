@@ -123,6 +123,7 @@ export class Generation implements AsyncIterable<string> {
     const cache = model.cachedTokens;
     let pos = 0;
     while (pos < cache.length && pos < promptIds.length - 1 && cache[pos] === promptIds[pos]) pos++;
+    pos = model.reusablePrefix(pos);
     stats.cachedPromptTokens = pos;
     let logits: Float32Array | undefined;
     while (pos < promptIds.length) {

@@ -28,9 +28,34 @@ export function kvRowBytes(cfg: ModelConfig, type: KvCacheType): number {
   return cfg.nHeadKV * cfg.headDim * kvElementBytes(type);
 }
 
-/** Bytes of keys and values of all layers per position of context. */
-export function kvBytesPerPosition(cfg: ModelConfig, types: KvCacheTypes): number {
-  return cfg.nLayer * (kvRowBytes(cfg, types.k) + kvRowBytes(cfg, types.v));
+/**
+ * Rows of the KV cache of each layer for a context of `ctx` positions and batches of up to
+ * `batch` tokens: ctx, or for a sliding-window layer only its window and a batch (a ring: a batch
+ * writes its rows before it attends, so its first token's window must survive the batch's writes).
+ */
+export function kvLayerRows(cfg: ModelConfig, ctx: number, batch: number): number[] {
+  return cfg.windows.map((w) => (w > 0 ? Math.min(ctx, w + batch - 1) : ctx));
+}
+
+/** Bytes of the keys (or values) of every layer, for a context of `ctx` and batches of `batch`. */
+export function kvCacheBytes(cfg: ModelConfig, type: KvCacheType, ctx: number, batch: number): number {
+  let rows = 0;
+  for (const r of kvLayerRows(cfg, ctx, batch)) rows += r;
+  return rows * kvRowBytes(cfg, type);
+}
+
+/** The longest context whose keys and values fit in `bytes` (0 when not even one position does). */
+export function contextForKvBytes(cfg: ModelConfig, types: KvCacheTypes, bytes: number, batch: number): number {
+  const total = (ctx: number) => kvCacheBytes(cfg, types.k, ctx, batch) + kvCacheBytes(cfg, types.v, ctx, batch);
+  let lo = 0;
+  let hi = 1;
+  while (hi < 1 << 24 && total(hi) <= bytes) hi *= 2;
+  while (hi - lo > 1) {
+    const mid = (lo + hi) >>> 1;
+    if (total(mid) <= bytes) lo = mid;
+    else hi = mid;
+  }
+  return lo;
 }
 
 /** A cache type given by name (a flag or an option), checked; `where` names it in the error. */

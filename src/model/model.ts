@@ -25,7 +25,7 @@ import { ThreadPool } from "../runtime/pool.js";
 import { readConfig, type ModelConfig } from "./config.js";
 import { MatrixRunner } from "./matrix-runner.js";
 import { residentBytes } from "./resident-bytes.js";
-import { DEFAULT_KV_CACHE, kvBytesPerPosition, parseKvCacheType, type KvCacheTypes } from "./kv-cache.js";
+import { contextForKvBytes, DEFAULT_KV_CACHE, kvLayerRows, parseKvCacheType, type KvCacheTypes } from "./kv-cache.js";
 import { ropeFactors, ropeLayout, ropeTable } from "./rope.js";
 import { checkEveryTensorUsed } from "./unused-tensors-check.js";
 import { WeightLoader, type Matrix } from "./weight-loader.js";
@@ -211,11 +211,9 @@ export class LlamaModel {
     const defaultContext = opts.memoryBudget !== undefined ? 256 : 4096;
     checkContextSize(opts.contextSize, Math.min(cfg.nCtxTrain, defaultContext), file);
     let contextSize = Math.max(1, Math.floor(opts.contextSize ?? Math.min(cfg.nCtxTrain, defaultContext)));
-    const kvBytesPerPos = kvBytesPerPosition(cfg, kvCache);
     const room = 4 * 2 ** 30 - (1 << 20) - residentBytes(file, cfg, residentOpts(0)).weights - 64 * 2 ** 20;
-    if (opts.contextSize === undefined && contextSize * kvBytesPerPos > room) {
-      contextSize = Math.max(16, Math.floor(room / kvBytesPerPos));
-    }
+    if (opts.contextSize === undefined)
+      contextSize = Math.min(contextSize, Math.max(16, contextForKvBytes(cfg, kvCache, room, batchSize)));
     const resident = residentBytes(file, cfg, residentOpts(contextSize));
     // Under a budget the memory starts small and grows as laid out, so that its size (what a
     // browser counts against the page) never passes the budget; otherwise 64 MiB saves grows.
@@ -312,6 +310,7 @@ export class LlamaModel {
       // from the start, as the layout counts them.
       if (store) arena.u8(buf.x, buf.kCache - buf.x).fill(0);
       const ropes = ropeLayout(cfg);
+      const kvRows = kvLayerRows(cfg, contextSize, batchSize);
       const tableBytes = contextSize * cfg.nRot * 4;
       ropes.tables.forEach((spec, i) =>
         arena.f32(buf.rope + i * tableBytes, contextSize * cfg.nRot).set(ropeTable(spec, contextSize, rope?.factors)),
@@ -331,6 +330,8 @@ export class LlamaModel {
           rope: t < 0 ? 0 : buf.rope + t * tableBytes,
           window: cfg.windows[l],
           kqScale: cfg.kqScale,
+          kvFirstRow: kvRows.slice(0, l).reduce((a, r) => a + r, 0),
+          kvRows: kvRows[l],
         })),
         router: cfg.nExpert > 0 ? new Router(ctx, batchSize) : null,
         offloaded: offloaded ?? null,
@@ -376,6 +377,21 @@ export class LlamaModel {
     step.observer = this.observer;
     step.tracer = this.tracer;
     return step;
+  }
+
+  /**
+   * Of the first `shared` cached positions (the tokens a new prompt has in common with
+   * cachedTokens), how many the next pass may keep: all of them, unless a sliding-window layer's
+   * ring has since overwritten rows that the window of the next position needs; then none.
+   */
+  reusablePrefix(shared: number): number {
+    const last = this.cachedTokens.length - 1;
+    if (shared > last) return shared;
+    for (const B of this.blocks) {
+      const { ringRows, window } = B.attention;
+      if (ringRows > 0 && shared > 0 && last - ringRows + window > shared) return 0;
+    }
+    return shared;
   }
 
   /** The logits of the pass's last token. */

@@ -10,7 +10,7 @@ import { activationBytes, hasWeightKernel, weightKernel, type ActivationFormat }
 import type { ModelConfig } from "./config.js";
 import { predictorShapes, type PredictorShape } from "./offload/predictor.js";
 import { expertTensor, routerName } from "./arch/experts.js";
-import { DEFAULT_KV_CACHE, kvRowBytes, type KvCacheTypes } from "./kv-cache.js";
+import { DEFAULT_KV_CACHE, kvCacheBytes, type KvCacheTypes } from "./kv-cache.js";
 import { ropeLayout } from "./rope.js";
 
 /** The activation buffers of the forward pass and the KV cache, by name: bytes each. */
@@ -56,8 +56,8 @@ export function bufferBytes(cfg: ModelConfig, ctx: number, batch: number, kv: Kv
     scores: f32(nHead * ctx),
     pos: f32(batch),
     rope: f32(ctx * cfg.nRot * ropeLayout(cfg).tables.length),
-    kCache: nLayer * ctx * kvRowBytes(cfg, kv.k),
-    vCache: nLayer * ctx * kvRowBytes(cfg, kv.v),
+    kCache: kvCacheBytes(cfg, kv.k, ctx, batch),
+    vCache: kvCacheBytes(cfg, kv.v, ctx, batch),
     route: f32(batch * cfg.nExpert),
     moeIn: cfg.nExpert > 0 ? f32(batch * nEmbd) : 0,
     moeOut: cfg.nExpert > 0 ? f32(batch * nEmbd) : 0,

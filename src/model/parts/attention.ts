@@ -7,7 +7,7 @@
  * FFN needs only after attention, then rounded into the KV cache in its element types.
  */
 import type { RopePairing } from "../config.js";
-import { kvRowBytes } from "../kv-cache.js";
+import { kvRowBytes, type KvCacheType } from "../kv-cache.js";
 import type { ForwardStep } from "../step.js";
 import type { Matrix } from "../weight-loader.js";
 import { f32Bits } from "../../runtime/f32-bits.js";
@@ -41,6 +41,12 @@ export interface AttentionOptions {
   window: number;
   /** the scale of q.k */
   kqScale: number;
+  /**
+   * the layer's rows of the KV cache: the first (rows of the layers before it) and how many
+   * (the context, or fewer for a sliding window: then a ring, position p in row p % rows)
+   */
+  kvFirstRow: number;
+  kvRows: number;
 }
 
 export class Attention {
@@ -50,6 +56,18 @@ export class Attention {
   private readonly kRow: number;
   private readonly vRow: number;
   private readonly kqScaleBits: number;
+  /** the layer's keys and values, and the ring's size (0: one row per position of the context) */
+  private readonly kCache: number;
+  private readonly vCache: number;
+  private readonly ring: number;
+
+  /** a sliding-window layer's ring: its rows (0: none) and window */
+  get ringRows(): number {
+    return this.ring;
+  }
+  get window(): number {
+    return this.opts.window;
+  }
 
   constructor(
     private readonly ctx: PartContext,
@@ -66,6 +84,19 @@ export class Attention {
     this.kqScaleBits = f32Bits(opts.kqScale);
     this.kRow = kvRowBytes(ctx.cfg, ctx.kvCache.k);
     this.vRow = kvRowBytes(ctx.cfg, ctx.kvCache.v);
+    this.kCache = b.kCache + opts.kvFirstRow * this.kRow;
+    this.vCache = b.vCache + opts.kvFirstRow * this.vRow;
+    this.ring = opts.kvRows < ctx.contextSize ? opts.kvRows : 0;
+  }
+
+  /** The n new rows (keys or values, f32 at src) of positions pos0.. into the layer's cache, around the ring. */
+  private store(src: number, cache: number, rowBytes: number, type: KvCacheType, pos0: number, n: number): void {
+    const kvDim = this.ctx.cfg.nHeadKV * this.ctx.cfg.headDim;
+    const rows = this.ring || this.ctx.contextSize;
+    const first = pos0 % rows;
+    const before = Math.min(n, rows - first);
+    this.ctx.storeKV(src, cache + first * rowBytes, type, before * kvDim);
+    if (before < n) this.ctx.storeKV(src + before * kvDim * 4, cache, type, (n - before) * kvDim);
   }
 
   /** x += attention(xb) for the step's n tokens at positions pos0.. (their keys and values into the cache). */
@@ -79,8 +110,7 @@ export class Attention {
     const pool = ctx.pool;
     const a = ctx.args;
     const w = this.w;
-    const kCache = b.kCache + this.layer * ctx.contextSize * this.kRow;
-    const vCache = b.vCache + this.layer * ctx.contextSize * this.vRow;
+    const { kCache, vCache } = this;
     const kNew = this.qkvOut[1];
     const vNew = this.qkvOut[2];
 
@@ -108,8 +138,8 @@ export class Attention {
       a[3] = nHeadKV;
       pool.run(ctx.fn.rope, a, 7, n, 1, n * kvDim * 4);
     }
-    ctx.storeKV(kNew, kCache + pos0 * this.kRow, ctx.kvCache.k, n * kvDim);
-    ctx.storeKV(vNew, vCache + pos0 * this.vRow, ctx.kvCache.v, n * kvDim);
+    this.store(kNew, kCache, this.kRow, ctx.kvCache.k, pos0, n);
+    this.store(vNew, vCache, this.vRow, ctx.kvCache.v, pos0, n);
     a[0] = b.q;
     a[1] = kCache;
     a[2] = vCache;
@@ -121,10 +151,10 @@ export class Attention {
     a[8] = nHeadKV;
     a[9] = headDim;
     a[10] = ctx.contextSize;
-    a[11] = ctx.kvCache.k === "f16" ? 1 : 0;
-    a[12] = ctx.kvCache.v === "f16" ? 1 : 0;
-    a[13] = this.kqScaleBits;
-    a[14] = this.opts.window;
+    a[11] = (ctx.kvCache.k === "f16" ? 1 : 0) | (ctx.kvCache.v === "f16" ? 2 : 0);
+    a[12] = this.kqScaleBits;
+    a[13] = this.opts.window;
+    a[14] = this.ring;
     a[15] = w.sinks ?? 0;
     const seen = this.opts.window > 0 ? Math.min(pos0 + n, this.opts.window) : pos0 + n;
     pool.run(ctx.fn.attention, a, 16, nHead, 1, 2 * n * seen * qDim);
