@@ -232,8 +232,13 @@ export class ChatTemplate {
       if (typeof out !== "string") throw new Error(`the template produced ${typeof out}, not text`);
       return out;
     } catch (e) {
-      const why = e instanceof TemplateRaised ? e.message : e instanceof Error ? e.message : String(e);
-      throw templateError(`the model's chat template rejected the messages: ${why}`);
+      // The template's own refusal says what is wrong with the conversation; anything else is the
+      // template failing on it (an attribute these messages lack, a feature the renderer lacks).
+      if (e instanceof TemplateRaised)
+        throw templateError(`the model's chat template rejected the messages: ${e.message}`);
+      throw templateError(
+        `the model's chat template failed on these messages: ${e instanceof Error ? e.message : String(e)}`,
+      );
     }
   }
 }
@@ -245,18 +250,16 @@ function templateError(message: string): ApiError {
   return new ApiError(400, message, "invalid_request_error", "messages", "chat_template_error");
 }
 
+/** Kwargs must be an object and may not name what the engine sets (an ApiError for a request's). */
 function checkKwargs(kwargs: unknown, what: string): void {
+  const fail = (message: string) =>
+    what === "chat_template_kwargs"
+      ? new ApiError(400, message, "invalid_request_error", "chat_template_kwargs", "invalid_value")
+      : new TypeError(message);
   if (typeof kwargs !== "object" || kwargs === null || Array.isArray(kwargs))
-    throw new TypeError(`${what} must be an object of template variables`);
+    throw fail(`${what} must be an object of template variables`);
   for (const k of Object.keys(kwargs)) {
-    if (RESERVED_KWARGS.has(k))
-      throw new ApiError(
-        400,
-        `${what} may not set "${k}": the engine sets it from the request`,
-        "invalid_request_error",
-        "chat_template_kwargs",
-        "invalid_value",
-      );
+    if (RESERVED_KWARGS.has(k)) throw fail(`${what} may not set "${k}": the engine sets it from the conversation`);
   }
 }
 
