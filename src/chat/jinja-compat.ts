@@ -197,13 +197,22 @@ export function pythonCompatible(interpreter: Interpreter): Interpreter {
   };
 
   // Loop control: the library's for-loop drops the output of an iteration that a break or a
-  // continue ends. Errors thrown by {% break %} / {% continue %} are recognised by the node that
-  // threw them, and carry the output made so far up to the loop body's block, which returns it
-  // as the iteration's output. A continue then simply ends the iteration; for a break, the
-  // loop's next call of the body rethrows it at once, so the loop stops where Python's would.
-  const control = new WeakMap<object, { kind: "break" | "continue"; partial: string }>();
-  const loopBodies = new WeakSet<Node[]>();
-  const pendingBreak = new Map<Node[], unknown>();
+  // continue ends; Python's keeps it. Otherwise the two agree, down to a quirk: a loop's `else`
+  // runs when no iteration reached the end of the body. So the control errors are left to the
+  // library's loop, which decides what runs, and only the text is mended: errors thrown by
+  // {% break %} / {% continue %} (recognised by the node that threw them) collect the output made
+  // before them on their way up to the loop body, which records it as that iteration's output;
+  // when the loop is done, its text is rebuilt from every iteration's output in order, followed by
+  // what the library added after the iterations (the else block).
+  const control = new WeakMap<object, { partial: string }>();
+  interface Frame {
+    body: Node[];
+    /** each iteration's output, in order, whether it ran to the end or not */
+    outputs: string[];
+    /** the length of what the library's loop kept: the outputs of iterations that ran to the end */
+    kept: number;
+  }
+  const loops: Frame[] = [];
   const baseEvaluate = self.evaluate.bind(interpreter);
 
   self.evaluate = (node, env) => {
@@ -213,19 +222,21 @@ export function pythonCompatible(interpreter: Interpreter): Interpreter {
       try {
         return baseEvaluate(node, env);
       } catch (e) {
-        if (typeof e === "object" && e !== null)
-          control.set(e, { kind: node.type === "Break" ? "break" : "continue", partial: "" });
+        if (typeof e === "object" && e !== null) control.set(e, { partial: "" });
         throw e;
       }
     }
     if (node.type === "For") {
-      const body = (node as ForNode).body;
-      loopBodies.add(body);
+      const frame: Frame = { body: (node as ForNode).body, outputs: [], kept: 0 };
+      loops.push(frame);
+      let result: Value;
       try {
-        return baseEvaluate(node, env);
+        result = baseEvaluate(node, env);
       } finally {
-        pendingBreak.delete(body);
+        loops.pop();
       }
+      const after = (result.value as string).slice(frame.kept);
+      return text(frame.outputs.join("") + after, env);
     }
     if (node.type === "CallExpression" && node.callee?.type === "MemberExpression") {
       const callee = node.callee as Node & { object: Node; property: Node; computed: boolean };
@@ -246,11 +257,7 @@ export function pythonCompatible(interpreter: Interpreter): Interpreter {
   };
 
   self.evaluateBlock = (statements, env) => {
-    if (pendingBreak.has(statements)) {
-      const e = pendingBreak.get(statements);
-      pendingBreak.delete(statements);
-      throw e;
-    }
+    const loop = loops.length > 0 && loops[loops.length - 1].body === statements ? loops[loops.length - 1] : null;
     let out = "";
     for (const st of statements) {
       let v: Value;
@@ -258,17 +265,19 @@ export function pythonCompatible(interpreter: Interpreter): Interpreter {
         v = self.evaluate(st, env);
       } catch (e) {
         const c = typeof e === "object" && e !== null ? control.get(e) : undefined;
-        if (!c) throw e;
-        c.partial = out + c.partial;
-        if (!loopBodies.has(statements)) throw e;
-        if (c.kind === "break") pendingBreak.set(statements, e);
-        const partial = c.partial;
-        c.partial = "";
-        return text(partial, env);
+        if (c) {
+          c.partial = out + c.partial;
+          if (loop) loop.outputs.push(c.partial);
+        }
+        throw e;
       }
       if (STATEMENTS.has(st.type)) {
         if (v.type !== "NullValue" && v.type !== "UndefinedValue") out += v.toString();
       } else out += pyStr(v);
+    }
+    if (loop) {
+      loop.outputs.push(out);
+      loop.kept += out.length;
     }
     return text(out, env);
   };
