@@ -132,7 +132,7 @@ for (const name of TEMPLATES) {
   });
 }
 
-test("the cases the issue names are there: system prompt folded by Gemma 3, Qwen3's thinking switch, the role error", () => {
+test("the fixtures hold the cases the issue names: Gemma 3 folding the system prompt, Qwen3's thinking switch, the dates, the role error", () => {
   const gemma = expectedText("gemma3", "system-multi-turn");
   assert.match(gemma, /^<bos><start_of_turn>user\nYou are a concise assistant\.\n\nWhat is the capital/);
   assert.ok(expectedText("qwen3", "thinking-off").endsWith("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
