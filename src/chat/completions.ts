@@ -34,6 +34,7 @@ import { checkAnswerRoom, responseGrammar } from "../generate/response-format.js
 import { chatLogprobs, completionLogprobs } from "./logprobs.js";
 import { checkPromptBytes } from "./prompt-bound.js";
 import { templateForModel, tokenizeChatPrompt, type ChatTemplate } from "./template.js";
+import { parseTemplateParams } from "./template-params.js";
 
 /** What the chat layer needs of a model; `Model` from `loadModel` is one. */
 export interface ChatModel {
@@ -351,7 +352,8 @@ export function prepareChatCompletion(
 ): PreparedCompletion<ChatCompletion, ChatCompletionChunk> {
   const parsed = parseChatRequest(params);
   const template = options.template ?? templateForModel(model);
-  const text = template.render(parsed.messages);
+  // chat_template_kwargs, add_generation_prompt, continue_final_message (src/chat/template-params.ts)
+  const text = template.render(parsed.messages, parseTemplateParams(params));
   checkPromptBytes(model, text, "messages");
   const ids = tokenizeChatPrompt(model.tokenizer, text);
   checkPromptLength(model, ids, "messages");

@@ -7,6 +7,7 @@ export {
   type ChatMessage,
   type ChatRole,
   type RenderOptions,
+  type TemplateKwargs,
   type TemplateTokens,
 } from "./template.js";
 export { GenerationQueue, queueFor } from "./queue.js";

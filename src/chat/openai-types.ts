@@ -59,6 +59,12 @@ export interface ChatCompletionCreateParams extends SamplingParams {
   top_logprobs?: number | null;
   stream?: boolean | null;
   stream_options?: StreamOptions | null;
+  /** extra chat-template variables, e.g. `{ enable_thinking: false }` (llama-server's and vLLM's field) */
+  chat_template_kwargs?: Record<string, unknown> | null;
+  /** end the prompt with the assistant's cue (default true; vLLM's field) */
+  add_generation_prompt?: boolean | null;
+  /** go on with the last message's text instead of opening a new turn (default false; vLLM's field) */
+  continue_final_message?: boolean | null;
 }
 
 export interface CompletionCreateParams extends SamplingParams {
