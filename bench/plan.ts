@@ -12,6 +12,7 @@
  * load, and with it the read and compute rates, changes from minute to minute.
  * The measured hit rate is of the decode steps alone (counters read after the prompt's prefill).
  */
+import { offloadFigures, statsSince } from "../src/model/offload/stats.js";
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
@@ -82,19 +83,16 @@ async function child(job: ChildJob): Promise<ChildResult> {
       // the first piece comes right after the prompt's prefill, before the first decode step
       after ??= model.offloadStats();
     }
-    const end = model.offloadStats()!;
-    const a = after!;
-    const hits = end.hotHits + end.coldHits - a.hotHits - a.coldHits;
-    const misses = end.misses - a.misses;
+    const d = statsSince(after!, model.offloadStats()!);
     const s = gen.stats!;
     const steps = Math.max(1, s.generatedTokens - 1);
     return {
       decodeTokensPerSecond: s.decodeTokensPerSecond,
       decodeTokens: s.generatedTokens,
       promptTokens: s.promptTokens,
-      hitRate: hits / Math.max(1, hits + misses),
-      readBytesPerToken: (end.bytesRead - a.bytesRead) / steps,
-      ioWaitShare: (end.ioWaitMs - a.ioWaitMs) / Math.max(1, s.decodeMs),
+      hitRate: offloadFigures(d).hitRate,
+      readBytesPerToken: d.bytesRead / steps,
+      ioWaitShare: d.ioWaitMs / Math.max(1, s.decodeMs),
       loadAverage: [la0, loadavg()[0]],
       cacheBytes: layout.cacheBytes,
       hotPerLayer: layout.hotPerLayer,

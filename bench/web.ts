@@ -9,6 +9,7 @@
  *
  * Prints a markdown table (decode tok/s, hit rate, MB read per token, peak wasm memory).
  */
+import { offloadFigures, statsSince } from "../src/model/offload/stats.js";
 import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
@@ -52,15 +53,13 @@ async function node(): Promise<Row> {
     const before = m.offloadStats()!;
     const gen = m.generate(PROMPT, { maxTokens: N, temperature: 0 });
     for await (const _ of gen) void _;
-    const s = m.offloadStats()!;
-    const hits = s.hotHits + s.coldHits - before.hotHits - before.coldHits;
-    const misses = s.misses - before.misses;
+    const d = statsSince(before, m.offloadStats()!);
     return {
       where: "Node",
       tps: gen.stats!.decodeTokensPerSecond,
-      hit: hits / (hits + misses),
-      mbPerToken: (s.bytesRead - before.bytesRead) / 1e6 / gen.tokens.length,
-      waitPerToken: (s.ioWaitMs - before.ioWaitMs) / gen.tokens.length,
+      hit: offloadFigures(d).hitRate,
+      mbPerToken: d.bytesRead / 1e6 / gen.tokens.length,
+      waitPerToken: d.ioWaitMs / gen.tokens.length,
       wasm: m.wasmMemoryBytes,
       tokens: [...gen.tokens],
     };

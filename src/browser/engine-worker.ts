@@ -5,6 +5,7 @@
  * page talks to it through index.ts: requests {id, op, args}, answers {id, ok, result | error},
  * events {event, ...} (copy and conversion progress, generated text with live stats).
  */
+import { offloadFigures } from "../model/offload/stats.js";
 import { loadModel, type Model } from "../api/model.js";
 import { convertToStore } from "../offline/convert.js";
 import { browserPlatform } from "./platform.js";
@@ -189,12 +190,11 @@ function stats(
       for (let i = 0; i < groups.steps.length; i++)
         layers.push({ hot: groups.hotHits[i], cold: groups.coldHits[i], misses: groups.misses[i] });
     }
-    const hits = s.hotHits + s.coldHits;
     const layout = m.offloadLayout!;
     const perStep = s.steps > 0 ? s.neuronsTotal / s.steps : 0;
     offload = {
       mode: m.offloadMode ?? "",
-      hitRate: hits + s.misses > 0 ? hits / (hits + s.misses) : 0,
+      hitRate: offloadFigures(s).hitRate,
       hotHits: s.hotHits,
       coldHits: s.coldHits,
       misses: s.misses,
@@ -262,8 +262,7 @@ async function generate(id: number, a: GenerateArgs): Promise<object> {
     o.ioWaitMs -= before.ioWaitMs;
     o.neuronsComputed -= before.neuronsComputed;
     o.neuronsTotal -= before.neuronsTotal;
-    const hits = o.hotHits + o.coldHits;
-    o.hitRate = hits + o.misses > 0 ? hits / (hits + o.misses) : 0;
+    o.hitRate = offloadFigures(o).hitRate;
     o.readMBps = o.bytesRead / 1e6 / ((performance.now() - t0) / 1000);
     const g = before.groups;
     if (g)

@@ -17,6 +17,7 @@
  * Output: the header, the generated text and the summary on stdout; progress bars and the
  * engine's own messages on stderr.
  */
+import { offloadFigures } from "../model/offload/stats.js";
 import { fork } from "node:child_process";
 import { existsSync, mkdirSync, rmSync, statfsSync, statSync } from "node:fs";
 import { availableParallelism, homedir } from "node:os";
@@ -472,13 +473,12 @@ export async function main(argv: string[]): Promise<number> {
     threads: args.threads as number | undefined,
   });
 
-  const hits = r.hotHits + r.coldHits;
-  const lookups = hits + r.misses;
+  const f = offloadFigures(r);
   out.write(
     [
       `speed:   prefill ${r.prefillTokensPerSecond.toFixed(2)} tok/s (${r.promptTokens} tokens), decode ${r.decodeTokensPerSecond.toFixed(2)} tok/s (${r.generatedTokens} tokens), ${r.threads} thread(s)`,
-      `ffn:     ${((100 * r.neuronsComputed) / Math.max(1, r.neuronsTotal)).toFixed(1)}% of neurons computed (${r.sparsity === "predictor" ? "those the predictor picked; hot clusters it picked nearly whole, whole" : "those that fired"}); ` +
-        `neuron cache hit rate ${((100 * hits) / Math.max(1, lookups)).toFixed(1)}% (hot ${r.hotHits}, cold ${r.coldHits}, misses ${r.misses})`,
+      `ffn:     ${(100 * f.computedShare).toFixed(1)}% of neurons computed (${r.sparsity === "predictor" ? "those the predictor picked; hot clusters it picked nearly whole, whole" : "those that fired"}); ` +
+        `neuron cache hit rate ${(100 * f.hitRate).toFixed(1)}% (hot ${r.hotHits}, cold ${r.coldHits}, misses ${r.misses})`,
       `flash:   read ${mb(r.bytesRead)} at ${(r.bytesRead / MB / r.seconds).toFixed(1)} MB/s; waiting for reads ${((100 * r.ioWaitMs) / 1000 / r.seconds).toFixed(0)}% of the time` +
         // Reads beyond the misses' bundles are gate rows: the budget does not hold them.
         (r.bytesRead > r.misses * bundleBytes

@@ -4,6 +4,7 @@
  * the runtime's knobs, write the best as a plan file (default MODEL.pi.plan.json, where `run`
  * looks for one), and print the prediction and where the time goes.
  */
+import { offloadFigures, statsSince } from "../model/offload/stats.js";
 import { loadavg } from "node:os";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { makePlan } from "../planner/plan-search.js";
@@ -178,14 +179,14 @@ async function calibrationChild(job: CalibrationJob): Promise<number> {
       waits.push((off.stats.ioWaitMs - wait0) / 1000);
     }
     // predictor mode: how much of a layer's misses the read-ahead covered, and how much of what it read was used
-    const after = off.snapshot();
-    const missed = after.misses - before.misses;
-    const read = after.readAhead - before.readAhead;
-    const used = after.readAheadUsed - before.readAheadUsed;
+    const d = statsSince(before, off.snapshot());
+    const missed = d.misses;
+    const read = d.readAhead;
+    const used = d.readAheadUsed;
     const readAhead =
       k.sparsity === "predictor" && missed > 0 && read > 0 ? { coverage: used / missed, used: used / read } : undefined;
     // neurons asked for per token (hits of either region, and misses, those read ahead included)
-    const picks = after.hotHits + after.coldHits + after.misses - (before.hotHits + before.coldHits + before.misses);
+    const picks = offloadFigures(d).lookups;
     // Means without the slowest step: another process's burst slows a step by half a second or
     // more on this shared machine, and a plan is for the machine as it usually is; but a decode's
     // speed is its mean step, and the median of steps whose reads vary undercounts it (plans

@@ -6,7 +6,7 @@
  * kernel build that ran (src/runtime/wasm.ts).
  */
 import type { GenerationStats } from "../generate/generator.js";
-import type { OffloadStats } from "../model/offload/stats.js";
+import { offloadFigures, type OffloadStats } from "../model/offload/stats.js";
 import { peakResidentBytes } from "../runtime/memory.js";
 import { kernelBuild, type KernelBuild } from "../runtime/wasm.js";
 import { expertFigures, type ExpertFigures } from "./expert-stats.js";
@@ -46,15 +46,15 @@ export function runResult(
   off: OffloadStats | undefined,
 ): RunResult {
   if (!off) return { text, tokens, stats: { ...stats, kernels: kernelBuild() } };
-  const hits = off.hotHits + off.coldHits;
+  const f = offloadFigures(off);
   const store: StoreFigures = {
     neuronsComputed: off.neuronsComputed,
     neuronsTotal: off.neuronsTotal,
-    neuronsComputedShare: off.neuronsTotal > 0 ? off.neuronsComputed / off.neuronsTotal : 0,
+    neuronsComputedShare: f.computedShare,
     hotHits: off.hotHits,
     coldHits: off.coldHits,
     misses: off.misses,
-    cacheHitRate: hits + off.misses > 0 ? hits / (hits + off.misses) : 0,
+    cacheHitRate: f.hitRate,
     bytesRead: off.bytesRead,
     ioWaitMs: off.ioWaitMs,
     readAhead: off.readAhead,

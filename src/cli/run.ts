@@ -4,6 +4,7 @@
  *   prefill: 12 tokens, 345.6 tok/s; decode: 64 tokens, 36.1 tok/s
  * With --json, stdout is instead one JSON object: {text, tokens, stats} (run-json.ts).
  */
+import { offloadFigures } from "../model/offload/stats.js";
 import { readFileSync } from "node:fs";
 import { loadModel } from "../index.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
@@ -121,9 +122,7 @@ export async function main(argv: string[]): Promise<number> {
           status.update(
             formatStats({
               tokensPerSecond: rate.perSecond,
-              cacheHitRate: off
-                ? (off.hotHits + off.coldHits) / Math.max(1, off.hotHits + off.coldHits + off.misses)
-                : undefined,
+              cacheHitRate: off ? offloadFigures(off).hitRate : undefined,
               readBytesPerSecond: off ? off.bytesRead / Math.max(seconds, 1e-3) : undefined,
               residentBytes: process.memoryUsage.rss(),
               extra: `${gen.tokens.length} tokens`,
@@ -138,10 +137,10 @@ export async function main(argv: string[]): Promise<number> {
     const off = model.offloadStats();
     process.stdout.write(json ? JSON.stringify(runResult(text, gen.tokens, s, off)) + "\n" : "\n");
     if (off) {
-      const hits = off.hotHits + off.coldHits;
+      const f = offloadFigures(off);
       process.stderr.write(
-        `ffn: ${((100 * off.neuronsComputed) / Math.max(1, off.neuronsTotal)).toFixed(1)}% of neurons computed; ` +
-          `cache hit rate ${((100 * hits) / Math.max(1, hits + off.misses)).toFixed(1)}% (hot ${off.hotHits}, cold ${off.coldHits}, misses ${off.misses}); ` +
+        `ffn: ${(100 * f.computedShare).toFixed(1)}% of neurons computed; ` +
+          `cache hit rate ${(100 * f.hitRate).toFixed(1)}% (hot ${off.hotHits}, cold ${off.coldHits}, misses ${off.misses}); ` +
           `read ${(off.bytesRead / 1e6).toFixed(1)} MB, I/O wait ${(off.ioWaitMs / 1000).toFixed(2)} s (${((100 * off.ioWaitMs) / Math.max(1, s.prefillMs + s.decodeMs)).toFixed(0)}% of the run); peak RSS ${(peakResidentBytes() / 2 ** 20).toFixed(1)} MiB\n`,
       );
       if (off.readAhead > 0)

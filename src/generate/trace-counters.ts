@@ -4,6 +4,7 @@
  * that token in MB/s. Made only when a trace is recorded.
  */
 import type { OffloadedFFN } from "../model/offload/offloaded-ffn.js";
+import { offloadFigures } from "../model/offload/stats.js";
 import type { Tracer } from "../runtime/tracer.js";
 
 export class OffloadCounters {
@@ -36,8 +37,9 @@ export class OffloadCounters {
 
   private take(): void {
     const s = this.ffn.snapshot();
-    this.hits = s.hotHits + s.coldHits;
-    this.lookups = this.hits + s.misses;
+    const f = offloadFigures(s);
+    this.hits = f.hits;
+    this.lookups = f.lookups;
     this.bytes = s.bytesRead;
     this.at = this.tracer.now();
   }

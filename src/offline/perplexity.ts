@@ -16,6 +16,7 @@
  * in batches, as a prompt, then runs the scored half one token at a time through forwardAsync,
  * as decoding does, so the sparse decode path is what is measured.
  */
+import { offloadFigures, statsSince } from "../model/offload/stats.js";
 import type { LlamaModel } from "../model/model.js";
 import { gateMagnitudes } from "./profile.js";
 
@@ -190,9 +191,8 @@ export async function perplexity(
   let sparsity: number | undefined;
   if (opts.measureSparsity) {
     if (sparse) {
-      const after = model.offloaded!.snapshot();
-      const total = after.neuronsTotal - before!.neuronsTotal;
-      sparsity = total > 0 ? 1 - (after.neuronsComputed - before!.neuronsComputed) / total : undefined;
+      const d = statsSince(before!, model.offloaded!.snapshot());
+      sparsity = d.neuronsTotal > 0 ? 1 - offloadFigures(d).computedShare : undefined;
     } else sparsity = seen > 0 ? zero / seen : undefined;
   }
   return {

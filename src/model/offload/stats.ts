@@ -136,3 +136,50 @@ export async function waitForReads(stats: OffloadStats, reading: Promise<void>):
     stats.ioWaitMs += performance.now() - t;
   }
 }
+
+/**
+ * What happened between two snapshots of one offloaded FFN (OffloadedFFN.snapshot): every
+ * running total, and every group's, as after minus before. Reports of a part of a run (a decode
+ * without its prefill, one request of a server, one benchmark step) take their figures from it.
+ */
+export function statsSince(before: OffloadStats, after: OffloadStats): OffloadStats {
+  const out: OffloadStats = { ...after };
+  for (const k of Object.keys(after) as (keyof OffloadStats)[]) {
+    const a = after[k];
+    const b = before[k];
+    if (typeof a === "number" && typeof b === "number") (out[k] as number) = a - b;
+  }
+  const ga = after.groups;
+  const gb = before.groups;
+  if (ga && gb) {
+    const g = newGroupStats(ga.steps.length, ga.experts);
+    for (const f of GROUP_FIELDS) for (let i = 0; i < g[f].length; i++) g[f][i] = ga[f][i] - gb[f][i];
+    out.groups = g;
+  }
+  return out;
+}
+
+/** The figures every report derives from the counters, derived in this one place. */
+export interface OffloadFigures {
+  /** bundles found in the neuron cache (hot and cold regions) */
+  hits: number;
+  /** hits and misses: every bundle a step asked for */
+  lookups: number;
+  /** hits / lookups (0 when nothing was asked for) */
+  hitRate: number;
+  /** neurons computed / neurons in the FFN evaluations (0 when none ran) */
+  computedShare: number;
+}
+
+export function offloadFigures(
+  s: Pick<OffloadStats, "hotHits" | "coldHits" | "misses" | "neuronsComputed" | "neuronsTotal">,
+): OffloadFigures {
+  const hits = s.hotHits + s.coldHits;
+  const lookups = hits + s.misses;
+  return {
+    hits,
+    lookups,
+    hitRate: lookups > 0 ? hits / lookups : 0,
+    computedShare: s.neuronsTotal > 0 ? s.neuronsComputed / s.neuronsTotal : 0,
+  };
+}

@@ -4,6 +4,7 @@
  * requests by outcome, and for a neuron store the neuron cache's hits and misses and the bytes
  * read from flash.
  */
+import { offloadFigures } from "../../model/offload/stats.js";
 import type { Route } from "./route.js";
 
 interface Metric {
@@ -105,7 +106,7 @@ export const metricsRoute: Route = {
     ];
     const off = ctx.model.offloadStats?.();
     if (off) {
-      const lookups = off.hotHits + off.coldHits + off.misses;
+      const { hitRate } = offloadFigures(off);
       metrics.push(
         {
           name: "powerinfer:neuron_cache_hits_total",
@@ -126,7 +127,7 @@ export const metricsRoute: Route = {
           name: "powerinfer:neuron_cache_hit_ratio",
           type: "gauge",
           help: "Hits over lookups since the model loaded.",
-          values: lookups > 0 ? (off.hotHits + off.coldHits) / lookups : 0,
+          values: hitRate,
         },
         {
           name: "powerinfer:flash_read_bytes_total",
