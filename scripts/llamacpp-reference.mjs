@@ -5,7 +5,8 @@
  * nobody trained), so that the tests can check the engine against an independent implementation:
  * a SiLU Mixtral (router, top-k, the 3-D expert tensors' layout), a Qwen3 (QK-norm, a head size
  * from key_length, NEOX RoPE), a Llama 3.2 (RoPE frequency factors from rope_freqs.weight), a
- * Phi-3 (fused tensors, LongRoPE) and a Gemma 3 (sliding windows, post-norms, GELU, soft-cap).
+ * Phi-3 (fused tensors, LongRoPE), a Gemma 3 (sliding windows, post-norms, GELU, soft-cap) and a
+ * Qwen3-MoE (qwen3's attention over Mixtral-style experts of expert_feed_forward_length).
  *
  * llama.cpp comes from node-llama-cpp 3.21.1 in bench/.peer (installed by bench/run; never a
  * dependency of the package, and tests never load it). llama.cpp runs each architecture's own
@@ -85,6 +86,18 @@ const MODELS = {
   "synth-gemma3-q4_0": {
     synth: { shape: "gemma3-tiny", act: "gelu", type: "q4_0", seed: 7 },
     what: "a synthetic Gemma 3 (random weights; windowed layers of 8 positions with their own RoPE base, a global layer with linear RoPE scaling, post-norms, QK-norm, GELU, scaled embeddings, a logit soft-cap, Q4_0)",
+    prompts: PROMPTS_6,
+    generated: 24,
+  },
+  "synth-qwen3moe-f32": {
+    synth: { shape: "qwen3moe-tiny", act: "silu", type: "f32", seed: 7 },
+    what: "a synthetic Qwen3-MoE (random weights; qwen3's attention, 8 experts of 128 neurons from expert_feed_forward_length, top-2, F32)",
+    prompts: PROMPTS_6,
+    generated: 24,
+  },
+  "synth-qwen3moe-q4_0": {
+    synth: { shape: "qwen3moe-tiny", act: "silu", type: "q4_0", seed: 7 },
+    what: "a synthetic Qwen3-MoE (random weights; qwen3's attention, 8 experts of 128 neurons from expert_feed_forward_length, top-2, Q4_0)",
     prompts: PROMPTS_6,
     generated: 24,
   },

@@ -102,7 +102,18 @@ export function readConfig(file: ModelFile): ModelConfig {
   const nLayer = positive("block_count", undefined, 1024);
   const nHead = positive("attention.head_count", undefined, 4096);
   const nHeadKV = positive("attention.head_count_kv", nHead, 4096);
-  const nFF = positive("feed_forward_length", undefined, 1 << 20);
+  const moe = experts(file, key);
+  if (traits.mixture && moe.nExpert === 0)
+    throw new GGUFError(file.path, `${arch} is a mixture of experts, but metadata "${key("expert_count")}" is not set`);
+  // An expert's width: feed_forward_length in Mixtral's layout; where the architecture says,
+  // expert_feed_forward_length (qwen3moe's feed_forward_length is a dense width no layer has),
+  // falling back as llama.cpp does to feed_forward_length / expert_used_count.
+  const nFF =
+    traits.mixture === "expert_feed_forward_length"
+      ? file.has(key("expert_feed_forward_length"))
+        ? positive("expert_feed_forward_length", undefined, 1 << 20)
+        : Math.floor(positive("feed_forward_length", undefined, 1 << 20) / moe.nExpertUsed)
+      : positive("feed_forward_length", undefined, 1 << 20);
   if (nHead % nHeadKV !== 0)
     throw new GGUFError(file.path, `head_count ${nHead} is not a multiple of head_count_kv ${nHeadKV}`);
   // The head size: key_length where the file says (qwen3's 128 need not be embedding_length /
@@ -205,7 +216,7 @@ export function readConfig(file: ModelFile): ModelConfig {
     qkvBias: traits.qkvBias && file.tensors.has("blk.0.attn_q.bias"),
     qkNorm: traits.qkNorm,
     powerinfer: file.magic === "PWRI",
-    ...experts(file, key),
+    ...moe,
     sparseThreshold: file.has("powerinfer.sparse_threshold") ? file.getNumber("powerinfer.sparse_threshold") : 0,
     ...attention,
     postNorms: traits.postNorms ?? false,

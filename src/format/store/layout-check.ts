@@ -102,11 +102,17 @@ export function checkStoreLayout(input: StoreLayoutInput, fail: (message: string
           ? `ffn has ${input.layers.length} groups, the model (${arch}.block_count x ${arch}.expert_count) has ${blocks} x ${experts}`
           : `ffn has ${input.layers.length} layers, the model (${arch}.block_count) has ${blocks}`,
       );
-    const width = input.metadata.get(`${arch}.feed_forward_length`);
+    // an expert's width: expert_feed_forward_length where the model has it (qwen3moe), else
+    // feed_forward_length (Mixtral's layout)
+    const widthKey =
+      experts > 0 && input.metadata.has(`${arch}.expert_feed_forward_length`)
+        ? `${arch}.expert_feed_forward_length`
+        : `${arch}.feed_forward_length`;
+    const width = input.metadata.get(widthKey);
     if (typeof width === "number") {
       for (const L of input.layers)
         if (L.neurons !== width)
-          fail(`ffn layer ${L.index} has ${L.neurons} neurons, the model (${arch}.feed_forward_length) has ${width}`);
+          fail(`ffn layer ${L.index} has ${L.neurons} neurons, the model (${widthKey}) has ${width}`);
     }
   }
   const regions = storeRegions(input, fail);

@@ -36,6 +36,11 @@ export interface ArchTraits {
    * stream (gemma3: attn_post_norm, ffn_post_norm)
    */
   postNorms?: boolean;
+  /**
+   * every layer's FFN is a mixture of experts (expert_count is required), each expert as wide as
+   * the key named (qwen3moe: expert_feed_forward_length)
+   */
+  mixture?: "feed_forward_length" | "expert_feed_forward_length";
   /** the embeddings are multiplied by sqrt(embedding_length) (gemma3) */
   scaledEmbeddings?: boolean;
   /** the final logits are soft-capped when `<arch>.final_logit_softcapping` is set (gemma3) */

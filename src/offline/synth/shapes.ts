@@ -23,7 +23,9 @@ export type SynthShape =
   | "phi3-tiny"
   | "phi3-mini"
   | "gemma3-tiny"
-  | "gemma3-4b";
+  | "gemma3-4b"
+  | "qwen3moe-tiny"
+  | "qwen3-30b-a3b";
 export type SynthActivation = "silu" | "relu" | "drelu" | "gelu";
 export type SynthType = "f32" | "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1";
 
@@ -45,12 +47,15 @@ export const SYNTH_SHAPES: readonly SynthShape[] = [
   "phi3-mini",
   "gemma3-tiny",
   "gemma3-4b",
+  "qwen3moe-tiny",
+  "qwen3-30b-a3b",
 ];
 export const SYNTH_ACTIVATIONS: readonly SynthActivation[] = ["silu", "relu", "drelu", "gelu"];
 
 /** The activation an architecture computes whatever the file says (llama's family takes --act). */
 export const FIXED_ACTIVATION: Readonly<Partial<Record<string, SynthActivation>>> = {
   qwen3: "silu",
+  qwen3moe: "silu",
   phi3: "silu",
   gemma3: "gelu",
 };
@@ -68,7 +73,7 @@ export interface SynthShapeSpec {
   /** what it imitates */
   readonly like: string;
   /** GGUF's general.architecture (default llama) */
-  readonly arch?: "llama" | "qwen3" | "phi3" | "gemma3";
+  readonly arch?: "llama" | "qwen3" | "phi3" | "gemma3" | "qwen3moe";
   /** the attention head size (attention.key_length) where it is not dim / heads */
   readonly headDim?: number;
   /** no output.weight: the logits reuse token_embd (Llama 3.2 1B/3B, Qwen3 0.6B) */
@@ -370,6 +375,41 @@ export const SHAPE_SPECS: Readonly<Record<SynthShape, SynthShapeSpec>> = {
     experts: 0,
     expertsUsed: 0,
   },
+  // Qwen3-MoE in miniature: qwen3's attention, 8 experts of 128 neurons, 2 routed per token.
+  "qwen3moe-tiny": {
+    like: "a toy Qwen3-MoE",
+    arch: "qwen3moe",
+    dim: 128,
+    layers: 2,
+    ffn: 128,
+    heads: 4,
+    kvHeads: 2,
+    headDim: 64,
+    vocab: 512,
+    context: 512,
+    ropeBase: 1000000,
+    rmsEps: 1e-6,
+    experts: 8,
+    expertsUsed: 2,
+  },
+  // Qwen3-30B-A3B: 48 layers of 128 experts of 768 neurons, 8 routed per token (about 3B of the
+  // 30B per token).
+  "qwen3-30b-a3b": {
+    like: "Qwen3-30B-A3B",
+    arch: "qwen3moe",
+    dim: 2048,
+    layers: 48,
+    ffn: 768,
+    heads: 32,
+    kvHeads: 4,
+    headDim: 128,
+    vocab: 151936,
+    context: 40960,
+    ropeBase: 1000000,
+    rmsEps: 1e-6,
+    experts: 128,
+    expertsUsed: 8,
+  },
   "phi3-mini": {
     like: "Phi-3-mini-4k",
     arch: "phi3",
@@ -472,7 +512,7 @@ export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecip
       add(p + "attn_v.weight", "attn_v", l, [dim, kvDim], t, proj(dim));
     }
     add(p + "attn_output.weight", "attn_output", l, [qDim, dim], t, proj(qDim));
-    if (spec.arch === "qwen3" || spec.arch === "gemma3") {
+    if (spec.arch === "qwen3" || spec.arch === "qwen3moe" || spec.arch === "gemma3") {
       add(p + "attn_q_norm.weight", "qk_norm", l, [headDim], GGMLType.F32, 0.05);
       add(p + "attn_k_norm.weight", "qk_norm", l, [headDim], GGMLType.F32, 0.05);
     }
@@ -521,8 +561,10 @@ export function checkSpec(spec: SynthShapeSpec, type: SynthType): void {
   const hd = headDimOf(spec);
   if (!Number.isInteger(hd) || hd < 2 || hd % 2 !== 0) fail(`head dimension ${hd} must be an even integer for RoPE`);
   if (spec.llama3Rope && spec.longRopeContext) fail("Llama 3 and LongRoPE frequency factors exclude each other");
-  if (spec.experts > 0 && (spec.arch ?? "llama") !== "llama")
-    fail(`a mixture of experts is synthesized in Mixtral's (llama) layout, not ${spec.arch}'s`);
+  const moeArch = (spec.arch ?? "llama") === "llama" || spec.arch === "qwen3moe";
+  if (spec.experts > 0 && !moeArch)
+    fail(`a mixture of experts is synthesized in Mixtral's or qwen3moe's layout, not ${spec.arch}'s`);
+  if (spec.arch === "qwen3moe" && spec.experts === 0) fail("qwen3moe is a mixture of experts: experts must be set");
   if (!Number.isInteger(spec.experts) || spec.experts < 0 || spec.experts === 1)
     fail(`experts must be 0 (dense) or an integer of at least 2, got ${spec.experts}`);
   if (spec.experts === 0 && spec.expertsUsed !== 0)

@@ -182,7 +182,11 @@ function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): vo
   w.setMetadata(key("context_length"), spec.context, U32);
   w.setMetadata(key("embedding_length"), spec.dim, U32);
   w.setMetadata(key("block_count"), spec.layers, U32);
-  w.setMetadata(key("feed_forward_length"), spec.ffn, U32);
+  if (arch === "qwen3moe") {
+    // as Qwen3-MoE's converter writes it: the dense width (no layer has it) and the experts' own
+    w.setMetadata(key("feed_forward_length"), spec.ffn * spec.expertsUsed, U32);
+    w.setMetadata(key("expert_feed_forward_length"), spec.ffn, U32);
+  } else w.setMetadata(key("feed_forward_length"), spec.ffn, U32);
   w.setMetadata(key("rope.dimension_count"), headDim, U32);
   w.setMetadata(key("attention.head_count"), spec.heads, U32);
   w.setMetadata(key("attention.head_count_kv"), spec.kvHeads, U32);

@@ -1,5 +1,6 @@
 /**
- * Today's dense architectures on synthetic models (synth --shape qwen3-tiny / llama3-tiny):
+ * Today's architectures on synthetic models (synth --shape qwen3-tiny, llama3-tiny, phi3-tiny,
+ * gemma3-tiny, qwen3moe-tiny):
  * llama.cpp's greedy ids (test/reference/synth-{qwen3,llama3}-*.llamacpp.json, made by
  * scripts/llamacpp-reference.mjs) at 1 and 2 threads, in memory and from a store that leaves most
  * of the FFN on flash; logits against the plain-TS reference; and the files the engine must
@@ -23,7 +24,7 @@ import { SHAPE_SPECS, synthesize, synthRecipes, type SynthOptions } from "../src
 import { ROOT, sha256OfFile, tempDir } from "./helpers.js";
 import { rewrite } from "./rewrite.js";
 
-const dir = tempDir("synth-dense-archs-");
+const dir = tempDir("synth-archs-");
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
 
 interface Reference {
@@ -41,6 +42,8 @@ const REFS = [
   "synth-phi3-q4_0",
   "synth-gemma3-f32",
   "synth-gemma3-q4_0",
+  "synth-qwen3moe-f32",
+  "synth-qwen3moe-q4_0",
 ];
 const made = new Map<string, Promise<{ ref: Reference; gguf: string; store: string }>>();
 
