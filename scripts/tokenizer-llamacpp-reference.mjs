@@ -1,12 +1,13 @@
 #!/usr/bin/env node
 /**
  * Makes test/fixtures/tokenizers/<name>/llamacpp.json: what llama.cpp does with the real
- * vocabularies of Llama 3, Qwen3, Gemma 3, gpt-oss and DeepSeek V3, so that the tests can check
+ * vocabularies of Llama 3, Qwen3, Gemma 3, gpt-oss, DeepSeek V3 and Phi-3, so that the tests can check
  * the engine's tokenizer against it.
  *
  * For each vocabulary the Hugging Face files in test/fixtures/tokenizers/<name>/ go through this
  * engine's converter (src/format/hf-tokenizer.ts) into a vocabulary-only GGUF, written with the
- * engine's GGUFWriter; llama.cpp loads that file and records, for every string of
+ * engine's GGUFWriter (Phi-3's folder holds llama.cpp's own vocabulary GGUF instead); llama.cpp
+ * loads that file and records, for every string of
  * HARD_STRINGS (test/tokenizer-fixtures.ts): its token ids with special-token parsing off and on,
  * and the text of those ids detokenized with special tokens hidden and shown. It also records the
  * vocabulary as llama.cpp reads it: special ids, end-of-generation ids, each token's attributes,
@@ -15,19 +16,19 @@
  * llama.cpp comes from node-llama-cpp 3.21.1 in bench/.peer (installed by bench/run; never a
  * dependency of the package, and tests never load it).
  *
- *   npx tsc -p . && node scripts/tokenizer-llamacpp-reference.mjs [NAME...]   (default: all five)
+ *   npx tsc -p . && node scripts/tokenizer-llamacpp-reference.mjs [NAME...]   (default: all six)
  */
 import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { gunzipSync } from "node:zlib";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const dist = (p) => import(pathToFileURL(join(ROOT, "dist", p)).href);
-const { ggufVocabFromHF } = await dist("src/format/hf-tokenizer.js");
 const { GGUFWriter } = await dist("src/format/gguf-writer.js");
-const { REAL_VOCABS, HARD_STRINGS, loadHFFiles, metadataDigest, TOKENIZER_FIXTURES } =
+const { REAL_VOCABS, HARD_STRINGS, vocabMetadata, metadataDigest, TOKENIZER_FIXTURES } =
   await dist("test/tokenizer-fixtures.js");
 
 const names = process.argv.slice(2);
@@ -54,23 +55,27 @@ function attributeRuns(attrs) {
 
 const dir = mkdtempSync(join(tmpdir(), "tokenizer-ref-"));
 try {
-  for (const { name, what, options } of REAL_VOCABS) {
+  for (const v of REAL_VOCABS) {
+    const { name, what, options, gguf } = v;
     if (names.length && !names.includes(name)) continue;
-    const files = loadHFFiles(name);
-    const meta = ggufVocabFromHF(files.tokenizerJson, files.tokenizerConfig, options);
+    const meta = vocabMetadata(v);
     const path = join(dir, `${name}.gguf`);
-    const w = new GGUFWriter(path, { fsync: false });
-    // A vocabulary-only file still needs an architecture and its hyperparameters to load.
-    w.setMetadata("general.architecture", "llama");
-    w.setMetadata("general.name", `${name} vocabulary`);
-    w.setMetadata("llama.context_length", 4096);
-    w.setMetadata("llama.embedding_length", 64);
-    w.setMetadata("llama.block_count", 1);
-    w.setMetadata("llama.feed_forward_length", 128);
-    w.setMetadata("llama.attention.head_count", 1);
-    w.setMetadata("llama.attention.layer_norm_rms_epsilon", 1e-5);
-    for (const [k, v] of meta) w.setMetadata(k, v);
-    await w.finish();
+    if (gguf) {
+      writeFileSync(path, gunzipSync(readFileSync(join(TOKENIZER_FIXTURES, name, gguf))));
+    } else {
+      const w = new GGUFWriter(path, { fsync: false });
+      // A vocabulary-only file still needs an architecture and its hyperparameters to load.
+      w.setMetadata("general.architecture", "llama");
+      w.setMetadata("general.name", `${name} vocabulary`);
+      w.setMetadata("llama.context_length", 4096);
+      w.setMetadata("llama.embedding_length", 64);
+      w.setMetadata("llama.block_count", 1);
+      w.setMetadata("llama.feed_forward_length", 128);
+      w.setMetadata("llama.attention.head_count", 1);
+      w.setMetadata("llama.attention.layer_norm_rms_epsilon", 1e-5);
+      for (const [k, val] of meta) w.setMetadata(k, val);
+      await w.finish();
+    }
 
     const model = await llama.loadModel({ modelPath: path, vocabOnly: true });
     const m = model._model;
@@ -99,13 +104,16 @@ try {
     const id = (x) => (x == null || x < 0 ? -1 : x);
     const ref = {
       description:
-        `llama.cpp's tokenization of ${what}: the vocabulary converted from this folder's Hugging Face files ` +
-        `by src/format/hf-tokenizer.ts, written as a vocabulary-only GGUF and loaded by llama.cpp. ` +
+        `llama.cpp's tokenization of ${what}: ` +
+        (gguf
+          ? `llama.cpp's vocabulary-only GGUF ${gguf} (gunzipped) loaded by llama.cpp. `
+          : `the vocabulary converted from this folder's Hugging Face files by src/format/hf-tokenizer.ts, ` +
+            `written as a vocabulary-only GGUF and loaded by llama.cpp. `) +
         `ids: tokenize(text, parse_special = false); ids_special: parse_special = true; detokenized: ` +
         `llama_detokenize(ids, remove_special = false, unparse_special = false); detokenized_special: of ` +
         `ids_special with unparse_special = true. The test converts the files again and checks the ` +
         `metadata digest first.`,
-      convert_options: options,
+      convert_options: options ?? null,
       metadata_sha256: metadataDigest(meta),
       peer: `llama.cpp via node-llama-cpp ${version} (prebuilt CPU build)`,
       node_llama_cpp_version: version,

@@ -5,28 +5,49 @@
  * reference ids are only valid for the vocabulary they were made from).
  */
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gunzipSync } from "node:zlib";
-import type { GGUFValue } from "../src/format/gguf.js";
-import type { HFVocabOptions } from "../src/format/hf-tokenizer.js";
+import { GGUFFile, type GGUFValue } from "../src/format/gguf.js";
+import { ggufVocabFromHF, type HFVocabOptions } from "../src/format/hf-tokenizer.js";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const TOKENIZER_FIXTURES = join(ROOT, "test", "fixtures", "tokenizers");
 
 /**
- * The vocabularies, each with the options a conversion of the whole model would give it:
- * `vocabSize` is the model's config.json `vocab_size` (its embedding rows), which pads the
- * vocabulary past the tokenizer's last id as llama.cpp's converter does.
+ * The vocabularies. Most are Hugging Face files converted with the options a conversion of the
+ * whole model would give them: `vocabSize` is the model's config.json `vocab_size` (its embedding
+ * rows), which pads the vocabulary past the tokenizer's last id as llama.cpp's converter does.
+ * Phi-3's is llama.cpp's own vocabulary-only GGUF (converted by llama.cpp from tokenizer.model).
  */
-export const REAL_VOCABS: { name: string; what: string; options: HFVocabOptions }[] = [
+export const REAL_VOCABS: { name: string; what: string; options?: HFVocabOptions; gguf?: string }[] = [
   { name: "llama3", what: "Llama 3 (byte-level BPE, llama-bpe)", options: { vocabSize: 128256 } },
   { name: "qwen3", what: "Qwen3 (byte-level BPE, qwen2)", options: { vocabSize: 151936 } },
   { name: "gemma3", what: "Gemma 3 (SentencePiece, byte fallback)", options: { vocabSize: 262208 } },
   { name: "gptoss", what: "gpt-oss (byte-level BPE, o200k: gpt-4o)", options: { vocabSize: 201088 } },
   { name: "deepseek_v3", what: "DeepSeek V3 (byte-level BPE, deepseek-v3)", options: { vocabSize: 129280 } },
+  { name: "phi3", what: "Phi-3 (SentencePiece, llama.cpp's GGUF)", gguf: "ggml-vocab-phi-3.gguf.gz" },
 ];
+
+/** The vocabulary's GGUF metadata: converted from the Hugging Face files, or read from the GGUF. */
+export function vocabMetadata(v: (typeof REAL_VOCABS)[number]): Map<string, GGUFValue> {
+  if (v.gguf) {
+    const dir = mkdtempSync(join(tmpdir(), "tokenizer-vocab-"));
+    try {
+      const path = join(dir, "vocab.gguf");
+      writeFileSync(path, gunzipSync(readFileSync(join(TOKENIZER_FIXTURES, v.name, v.gguf))));
+      const f = GGUFFile.open(path);
+      f.close();
+      return f.metadata;
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+  const files = loadHFFiles(v.name);
+  return ggufVocabFromHF(files.tokenizerJson, files.tokenizerConfig, v.options);
+}
 
 export interface HFFiles {
   tokenizerJson: unknown;
@@ -137,6 +158,10 @@ export const HARD_STRINGS: string[] = [
   "<unused0><unused99> <mask> [multimodal] <start_of_image>",
   "<table><tr><td>x</td></tr></table> <h1>t</h1>",
   "<|im_start <|im_end|>|> <<|endoftext|>> <|endoftext|><|endoftext|>",
+  "<|user|>\nhello<|end|>\n<|assistant|>\n  hi",
+  "<|system|> \t \nstripped?<|end|>  \n<s> x</s> y",
+  "<0x41><0x0A> byte-token look-alikes <0xZZ>",
+  "\u2581\u2581spm \u2581marks\u2581 ▁x",
   // odd characters
   "\u0000\u0001\u001f control \u007f del",
   "\ufeffBOM \u200bzero\u200cwidth\u200djoiners \u00adsoft",

@@ -1,7 +1,7 @@
 /**
  * The real vocabularies of Llama 3, Qwen3, Gemma 3, gpt-oss and DeepSeek V3, converted at run time
- * from their Hugging Face files (test/fixtures/tokenizers/) and checked against what llama.cpp
- * does with the same converted vocabulary (test/fixtures/tokenizers/<name>/llamacpp.json, made by
+ * from their Hugging Face files (test/fixtures/tokenizers/), and Phi-3's as llama.cpp converted it,
+ * checked against what llama.cpp does with the same vocabulary (test/fixtures/tokenizers/<name>/llamacpp.json, made by
  * scripts/tokenizer-llamacpp-reference.mjs).
  */
 import { test } from "node:test";
@@ -9,12 +9,11 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { ggufVocabFromHF } from "../src/format/hf-tokenizer.js";
 import { StreamingDecoder, TokenAttr, Tokenizer } from "../src/tokenizer/index.js";
-import { HARD_STRINGS, REAL_VOCABS, TOKENIZER_FIXTURES, loadHFFiles, metadataDigest } from "./tokenizer-fixtures.js";
+import { HARD_STRINGS, REAL_VOCABS, TOKENIZER_FIXTURES, metadataDigest, vocabMetadata } from "./tokenizer-fixtures.js";
 
 interface Ref {
-  convert_options: object;
+  convert_options: object | null;
   metadata_sha256: string;
   vocab: {
     n_tokens: number;
@@ -44,7 +43,8 @@ function completePrefix(bytes: readonly number[]): number {
   return bytes.length - i < need ? i : bytes.length;
 }
 
-for (const { name, options } of REAL_VOCABS) {
+for (const entry of REAL_VOCABS) {
+  const { name, options } = entry;
   const ref = JSON.parse(readFileSync(join(TOKENIZER_FIXTURES, name, "llamacpp.json"), "utf8")) as Ref;
   let tok: Tokenizer | undefined;
   const tokenizer = (): Tokenizer => {
@@ -53,13 +53,12 @@ for (const { name, options } of REAL_VOCABS) {
   };
 
   test(`${name}: the converted vocabulary is the one llama.cpp's reference was made from`, () => {
-    const files = loadHFFiles(name);
     const t0 = performance.now();
-    const meta = ggufVocabFromHF(files.tokenizerJson, files.tokenizerConfig, options);
+    const meta = vocabMetadata(entry);
     const t1 = performance.now();
     tok = Tokenizer.fromGGUF({ metadata: meta });
     const t2 = performance.now();
-    assert.deepEqual(options, ref.convert_options);
+    assert.deepEqual(options ?? null, ref.convert_options);
     assert.equal(metadataDigest(meta), ref.metadata_sha256, "convert again: scripts/tokenizer-llamacpp-reference.mjs");
     process.stderr.write(`# ${name}: converted in ${(t1 - t0).toFixed(0)} ms, loaded in ${(t2 - t1).toFixed(0)} ms\n`);
   });
