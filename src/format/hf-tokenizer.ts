@@ -635,10 +635,12 @@ export function ggufVocabFromHF(
   opts: HFVocabOptions = {},
 ): Map<string, GGUFValue> {
   const tj = parse(tokenizerJson, "tokenizer.json");
-  const tc =
+  let tc =
     tokenizerConfigJson === undefined || tokenizerConfigJson === null
       ? null
       : parse(tokenizerConfigJson, "tokenizer_config.json");
+  // llama.cpp's converter (Python) takes an empty config for no config at all.
+  if (tc && Object.keys(tc).length === 0) tc = null;
   const kind = hfTokenizerKind(tj);
   const m = readModel(tj, tc);
   return kind === "gpt2" ? byteLevelVocab(tj, tc, m, opts) : sentencePieceVocab(tj, tc, m, opts);
