@@ -432,7 +432,8 @@ function specials(tj: Json, tcIn: Json | null, nVocab: number | undefined, opts:
     }
   }
   if (tc) {
-    const template = tc.chat_template ?? opts.chatTemplate;
+    // A config that has the key, even as null, says there is no template.
+    const template = "chat_template" in tc ? tc.chat_template : opts.chatTemplate;
     if (typeof template === "string" || Array.isArray(template))
       out.chatTemplate = template as Specials["chatTemplate"];
     else if (template !== undefined && template !== null)

@@ -377,9 +377,10 @@ export function loadVocab(src: TokenizerMetadataSource): Vocab {
   addEos = optBool(src, `${K}add_eos_token`) ?? addEos;
 
   // Auto-detection by text. llama.cpp takes the first candidate it meets in its hash map, an
-  // order nobody chose; taking the candidates in the order of its list gives the same tokens on
-  // the vocabularies checked against it (Llama 3: <|eot_id|> over <|end_of_text|>; Qwen:
-  // <|im_end|> over <|endoftext|>; Phi-3: <|end|> over <|endoftext|>).
+  // order nobody chose; the order of its list is taken here. That agrees on Llama 3 (<|eot_id|>
+  // over <|end_of_text|>), Qwen (<|im_end|> over <|endoftext|>) and Phi-3 (<|end|> over
+  // <|endoftext|>), not on gpt-oss (llama.cpp: <|endoftext|>; here: <|end|>), where only the
+  // reported EOT id differs: which tokens end generation is decided by text below.
   const detect = (cur: number, texts: readonly string[]): number => {
     if (cur >= 0) return cur;
     for (const t of texts) {
