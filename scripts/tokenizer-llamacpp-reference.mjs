@@ -6,12 +6,12 @@
  *
  * For each vocabulary the Hugging Face files in test/fixtures/tokenizers/<name>/ go through this
  * engine's converter (src/format/hf-tokenizer.ts) into a vocabulary-only GGUF, written with the
- * engine's GGUFWriter (Phi-3's folder holds llama.cpp's own vocabulary GGUF instead); llama.cpp
- * loads that file and records, for every string of
- * HARD_STRINGS (test/tokenizer-fixtures.ts): its token ids with special-token parsing off and on,
- * and the text of those ids detokenized with special tokens hidden and shown. It also records the
- * vocabulary as llama.cpp reads it: special ids, end-of-generation ids, each token's attributes,
- * and a digest of every single token's detokenized text.
+ * engine's GGUFWriter (Phi-3's folder holds llama.cpp's own vocabulary GGUF instead). llama.cpp
+ * loads that file and records, for every string of HARD_STRINGS (test/tokenizer-fixtures.ts), its
+ * token ids with special-token parsing off and on, and the text of those ids detokenized with
+ * special tokens hidden and shown. It also records the vocabulary as llama.cpp reads it: special
+ * ids (as node-llama-cpp reports them: BOS and EOS only when they are control tokens), the
+ * end-of-generation ids, each token's attributes, and a digest of every single token's text.
  *
  * llama.cpp comes from node-llama-cpp 3.21.1 in bench/.peer (installed by bench/run; never a
  * dependency of the package, and tests never load it).
