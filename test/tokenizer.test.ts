@@ -481,6 +481,16 @@ test("bad metadata gives a clear error naming the key", () => {
   assert.throws(() => Tokenizer.fromGGUF({} as never), TokenizerError);
 });
 
+test("the gpt-4o and deepseek-v3 pre-tokenizers load and round-trip; an unknown one is refused by name", () => {
+  for (const pre of ["gpt-4o", "deepseek-v3"]) {
+    const t = Tokenizer.fromGGUF({ metadata: bpeMetadata(pre) });
+    assert.equal(t.pre, pre);
+    const text = "The lower HELLOworld 12345 日本語 é\u0301 😀\n\n  x";
+    assert.equal(t.decode(t.encode(text)), text);
+  }
+  throwsNaming(bpeMetadata("no-such-pre"), /"no-such-pre" is a pre-tokenizer this engine does not implement/);
+});
+
 test("out-of-range special ids in metadata are ignored, as llama.cpp does", () => {
   const t = Tokenizer.fromGGUF({
     metadata: bpeMetadata("gpt-2", {

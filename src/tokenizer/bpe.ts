@@ -30,7 +30,7 @@ export class BpeEncoder {
 
   /** Tokenize one raw-text fragment (no special tokens in it) onto `out`. */
   encode(text: string, out: number[]): void {
-    for (const word of preTokenize(text, this.vocab.preTokenizer!.regexes)) {
+    for (const word of preTokenize(text, this.vocab.preTokenizer!)) {
       let ids = this.cache.get(word);
       if (ids === undefined) {
         ids = [];

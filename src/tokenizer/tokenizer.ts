@@ -7,6 +7,7 @@ import { SpmEncoder } from "./spm.js";
 import { wellFormed } from "./unicode.js";
 import {
   loadVocab,
+  TokenAttr,
   TokenizerError,
   TokenType,
   type TokenizerMetadataSource,
@@ -49,7 +50,7 @@ export class Tokenizer {
   readonly eotId: number;
   readonly unkId: number;
   readonly padId: number;
-  /** Newline token (SPM: <0x0A>), -1 when there is none. */
+  /** Newline token (SPM: <0x0A>; BPE: the first token of "\n"), -1 when there is none. */
   readonly nlId: number;
   /** Whether the model wants BOS first (metadata, else llama.cpp's default for the type). */
   readonly addBos: boolean;
@@ -76,6 +77,10 @@ export class Tokenizer {
     this.addSpacePrefix = vocab.addSpacePrefix;
     this.spm = vocab.kind === "spm" ? new SpmEncoder(vocab) : null;
     this.bpe = vocab.kind === "bpe" ? new BpeEncoder(vocab) : null;
+    if (vocab.nlFromText) {
+      const ids = this.encode("\n");
+      this.nlId = ids.length > 0 ? ids[0] : vocab.padId;
+    }
   }
 
   /**
@@ -129,14 +134,15 @@ export class Tokenizer {
 
   /**
    * Cut out special tokens, longest first, leaving raw text fragments (strings) and token ids.
-   * Control and unknown tokens only when parseSpecial; user-defined ones always.
+   * Control and unknown tokens only when parseSpecial; user-defined ones always. A token marked
+   * to strip spaces (Phi-3's) takes the ASCII whitespace next to it on that side.
    */
   private partition(text: string, parseSpecial: boolean): (string | number)[] {
     const v = this.vocab;
     let frags: (string | number)[] = [text];
     for (const id of v.specialTokens) {
-      const ty = v.types[id];
-      if (!parseSpecial && (ty === TokenType.Control || ty === TokenType.Unknown)) continue;
+      const a = v.attrs[id];
+      if (!parseSpecial && a & (TokenAttr.Control | TokenAttr.Unknown)) continue;
       const st = v.tokens[id];
       let found = false;
       for (const f of frags)
@@ -145,6 +151,8 @@ export class Tokenizer {
           break;
         }
       if (!found) continue;
+      const lstrip = (a & TokenAttr.LStrip) !== 0,
+        rstrip = (a & TokenAttr.RStrip) !== 0;
       const next: (string | number)[] = [];
       for (const f of frags) {
         if (typeof f === "number") {
@@ -153,9 +161,12 @@ export class Tokenizer {
         }
         let from = 0;
         for (let at = f.indexOf(st); at >= 0; at = f.indexOf(st, from)) {
-          if (at > from) next.push(f.substring(from, at));
+          let left = at;
+          if (lstrip) while (left > from && isCSpace(f.charCodeAt(left - 1))) left--;
+          if (left > from) next.push(f.substring(from, left));
           next.push(id);
           from = at + st.length;
+          if (rstrip) while (from < f.length && isCSpace(f.charCodeAt(from))) from++;
         }
         if (from < f.length) next.push(from === 0 ? f : f.substring(from));
       }
@@ -193,10 +204,20 @@ export class Tokenizer {
     return this.vocab.tokens[id];
   }
 
-  /** The token's llama.cpp type (normal, control, byte, ...). */
+  /**
+   * The type the token behaves as (normal, control, byte, ...): its GGUF type, changed where
+   * llama.cpp changes it by name (an end-of-turn token is control, gpt-oss's "<|channel|>" is
+   * user-defined, ...).
+   */
   tokenType(id: number): TokenType {
     this.check(id);
     return this.vocab.types[id] as TokenType;
+  }
+
+  /** llama.cpp's attributes of the token (TokenAttr bits), which decide how it is parsed and rendered. */
+  tokenAttributes(id: number): number {
+    this.check(id);
+    return this.vocab.attrs[id];
   }
 
   /** End of generation: EOS, EOT, EOM and the tokens llama.cpp recognises by text. */
@@ -233,6 +254,11 @@ export class Tokenizer {
     const len = this.vocab.cleanSpaces ? cleanSpaces(buf, n) : n;
     return decoder.decode(buf.subarray(0, len));
   }
+}
+
+/** C's isspace() in the "C" locale, which is what llama.cpp strips next to special tokens. */
+function isCSpace(c: number): boolean {
+  return c === 0x20 || (c >= 0x09 && c <= 0x0d);
 }
 
 /**

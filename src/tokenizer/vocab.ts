@@ -20,6 +20,25 @@ export enum TokenType {
   Byte = 6,
 }
 
+/**
+ * llama.cpp's token attributes (llama_token_attr), which is what its tokenizer actually reads:
+ * they start from the token type and are then adjusted by name (control-looking tokens, gpt-oss's
+ * always-rendered tokens, Phi-3's stripped spaces).
+ */
+export enum TokenAttr {
+  Undefined = 0,
+  Unknown = 1 << 0,
+  Unused = 1 << 1,
+  Normal = 1 << 2,
+  Control = 1 << 3,
+  UserDefined = 1 << 4,
+  Byte = 1 << 5,
+  Normalized = 1 << 6,
+  LStrip = 1 << 7,
+  RStrip = 1 << 8,
+  SingleWord = 1 << 9,
+}
+
 export type VocabKind = "spm" | "bpe";
 
 export class TokenizerError extends Error {
@@ -44,7 +63,9 @@ export interface Vocab {
   readonly preTokenizer: PreTokenizerConfig | null;
   readonly tokens: string[];
   readonly scores: Float32Array;
+  /** The token type each token ends up with (from its attributes, see TokenAttr). */
   readonly types: Uint8Array;
+  readonly attrs: Uint16Array;
   readonly tokenToId: Map<string, number>;
   /** Longest token text in UTF-16 code units: no merge can produce anything longer. */
   readonly maxTokenLength: number;
@@ -56,7 +77,7 @@ export interface Vocab {
   readonly pieces: Uint8Array[];
   /** The same with special = true (control/unknown tokens render their text). */
   readonly specialPieces: Uint8Array[];
-  /** Control, user-defined and unknown tokens, longest text first (llama.cpp's partition order). */
+  /** Control, user-defined and unknown tokens, longest UTF-8 text first (llama.cpp's partition order). */
   readonly specialTokens: number[];
   readonly eogIds: ReadonlySet<number>;
   readonly bosId: number;
@@ -68,6 +89,8 @@ export interface Vocab {
   readonly padId: number;
   readonly maskId: number;
   readonly nlId: number;
+  /** Whether `nlId` still has to be found by tokenizing "\n" (BPE: llama.cpp's way). */
+  readonly nlFromText: boolean;
   readonly addBos: boolean;
   readonly addEos: boolean;
   readonly addSpacePrefix: boolean;
@@ -134,22 +157,114 @@ function numberArray(src: TokenizerMetadataSource, key: string, n: number): Arra
   return arr;
 }
 
-/** Token texts that llama.cpp treats as end-of-turn/end-of-generation whatever the metadata says. */
+/** Texts llama.cpp takes for the end-of-turn token when the metadata names none (first found). */
 const EOT_TEXTS = [
   "<|eot_id|>",
   "<|im_end|>",
   "<|end|>",
   "<end_of_turn>",
   "<|endoftext|>",
+  "<|end_of_text|>",
   "<EOT>",
+  "_<EOT>",
+  "[EOT]",
   "<｜end▁of▁sentence｜>",
+  "<end_of_utterance>",
 ];
-const EOG_TEXTS = ["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>"];
-const FIM_PAD_TEXTS = ["<|fim_pad|>", "<fim-pad>", "<PAD>"];
-const FIM_REP_TEXTS = ["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"];
+/** Texts of tokens that end generation whatever the metadata says. */
+const EOG_TEXTS = [
+  "<|eot_id|>",
+  "<|im_end|>",
+  "<|end|>",
+  "<|return|>",
+  "<|call|>",
+  "<|flush|>",
+  "<|calls|>",
+  "<end_of_turn>",
+  "<|endoftext|>",
+  "</s>",
+  "<|eom_id|>",
+  "<EOT>",
+  "_<EOT>",
+  "[EOT]",
+  "[EOS]",
+  "<|end_of_text|>",
+  "<end_of_utterance>",
+  "<eos>",
+  "<turn|>",
+  "<|tool_response>",
+  "<｜end▁of▁sentence｜>",
+  "[e~[",
+];
+const FIM_PRE_TEXTS = [
+  "<|fim_prefix|>",
+  "<fim-prefix>",
+  "<fim_prefix>",
+  "<｜fim▁begin｜>",
+  "<PRE>",
+  "▁<PRE>",
+  "<|code_prefix|>",
+  "<|prefix|>",
+];
+const FIM_SUF_TEXTS = [
+  "<|fim_suffix|>",
+  "<fim-suffix>",
+  "<fim_suffix>",
+  "<｜fim▁hole｜>",
+  "<SUF>",
+  "▁<SUF>",
+  "<|code_suffix|>",
+  "<|suffix|>",
+];
+const FIM_MID_TEXTS = [
+  "<|fim_middle|>",
+  "<fim-middle>",
+  "<fim_middle>",
+  "<｜fim▁end｜>",
+  "<MID>",
+  "▁<MID>",
+  "<|code_middle|>",
+  "<|middle|>",
+];
+const FIM_PAD_TEXTS = ["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
+const FIM_REP_TEXTS = ["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
 const FIM_SEP_TEXTS = ["<|file_sep|>"];
+/** gpt-oss's structural tokens, which llama.cpp always parses and renders (user-defined). */
+const HARMONY_RENDERED = ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"];
 
 const SPACE_MARK = "\u2581";
+
+function attrOfType(ty: number): number {
+  switch (ty) {
+    case TokenType.Unknown:
+      return TokenAttr.Unknown;
+    case TokenType.Unused:
+      return TokenAttr.Unused;
+    case TokenType.Normal:
+      return TokenAttr.Normal;
+    case TokenType.Control:
+      return TokenAttr.Control;
+    case TokenType.UserDefined:
+      return TokenAttr.UserDefined;
+    case TokenType.Byte:
+      return TokenAttr.Byte;
+    default:
+      return TokenAttr.Undefined;
+  }
+}
+
+/** The type a token behaves as, from its attributes (the strongest attribute wins). */
+function typeOfAttr(a: number): TokenType {
+  if (a & TokenAttr.Control) return TokenType.Control;
+  if (a & TokenAttr.UserDefined) return TokenType.UserDefined;
+  if (a & TokenAttr.Unknown) return TokenType.Unknown;
+  if (a & TokenAttr.Byte) return TokenType.Byte;
+  if (a & TokenAttr.Normal) return TokenType.Normal;
+  if (a & TokenAttr.Unused) return TokenType.Unused;
+  return TokenType.Undefined;
+}
+
+const utf8Length = (s: string): number => utf8Encode(s).length;
 
 export function loadVocab(src: TokenizerMetadataSource): Vocab {
   if (!src || !(src.metadata instanceof Map)) {
@@ -205,7 +320,7 @@ export function loadVocab(src: TokenizerMetadataSource): Vocab {
   const scoresIn = numberArray(src, `${K}scores`, n);
   const typesIn = numberArray(src, `${K}token_type`, n);
   const scores = new Float32Array(n);
-  const types = new Uint8Array(n);
+  const attrs = new Uint16Array(n);
   const tokenToId = new Map<string, number>();
   let maxTokenLength = 0;
   for (let i = 0; i < n; i++) {
@@ -217,8 +332,7 @@ export function loadVocab(src: TokenizerMetadataSource): Vocab {
     tokenToId.set(t, i);
     if (t.length > maxTokenLength) maxTokenLength = t.length;
     if (scoresIn) scores[i] = scoresIn[i];
-    const ty = typesIn ? typesIn[i] : TokenType.Normal;
-    types[i] = ty >= TokenType.Normal && ty <= TokenType.Byte ? ty : TokenType.Undefined;
+    attrs[i] = typesIn ? attrOfType(typesIn[i]) : TokenAttr.Normal;
   }
 
   const mergeRanks = new Map<string, number>();
@@ -241,6 +355,9 @@ export function loadVocab(src: TokenizerMetadataSource): Vocab {
     if (v === undefined || v < 0 || v >= n) return dflt;
     return v;
   };
+  if (bosId >= n) bosId = -1;
+  if (eosId >= n) eosId = -1;
+  if (unkId >= n) unkId = -1;
   bosId = idKey("bos_token_id", bosId);
   eosId = idKey("eos_token_id", eosId);
   let eotId = idKey("eot_token_id", -1);
@@ -249,52 +366,77 @@ export function loadVocab(src: TokenizerMetadataSource): Vocab {
   const sepId = idKey("seperator_token_id", -1);
   const padId = idKey("padding_token_id", -1);
   const maskId = idKey("mask_token_id", -1);
+  // The deprecated prefix/suffix/middle keys name the same ids; llama.cpp reads them last.
+  let fimPre = idKey("prefix_token_id", idKey("fim_pre_token_id", -1));
+  let fimSuf = idKey("suffix_token_id", idKey("fim_suf_token_id", -1));
+  let fimMid = idKey("middle_token_id", idKey("fim_mid_token_id", -1));
   let fimPad = idKey("fim_pad_token_id", -1);
   let fimRep = idKey("fim_rep_token_id", -1);
   let fimSep = idKey("fim_sep_token_id", -1);
-  if (bosId >= n) bosId = -1;
-  if (eosId >= n) eosId = -1;
-  if (unkId >= n) unkId = -1;
   addBos = optBool(src, `${K}add_bos_token`) ?? addBos;
   addEos = optBool(src, `${K}add_eos_token`) ?? addEos;
 
-  // Auto-detection by text, in id order (llama.cpp walks a hash map; real vocabularies have at
-  // most one token of each text, so the order only matters for the first-found EOT).
-  const markControl = (id: number) => {
-    types[id] = TokenType.Control;
+  // Auto-detection by text. llama.cpp takes the first candidate it meets in its hash map, an
+  // order nobody chose; the order of its list is taken here. That agrees on Llama 3 (<|eot_id|>
+  // over <|end_of_text|>), Qwen (<|im_end|> over <|endoftext|>) and Phi-3 (<|end|> over
+  // <|endoftext|>), not on gpt-oss (llama.cpp: <|endoftext|>; here: <|end|>), where only the
+  // reported EOT id differs: which tokens end generation is decided by text below.
+  const detect = (cur: number, texts: readonly string[]): number => {
+    if (cur >= 0) return cur;
+    for (const t of texts) {
+      const id = tokenToId.get(t);
+      if (id !== undefined) {
+        attrs[id] |= TokenAttr.Control;
+        return id;
+      }
+    }
+    return -1;
   };
+  eotId = detect(eotId, EOT_TEXTS);
+  eomId = detect(eomId, ["<|eom_id|>"]);
+  fimPre = detect(fimPre, FIM_PRE_TEXTS);
+  fimSuf = detect(fimSuf, FIM_SUF_TEXTS);
+  fimMid = detect(fimMid, FIM_MID_TEXTS);
+  fimPad = detect(fimPad, FIM_PAD_TEXTS);
+  fimRep = detect(fimRep, FIM_REP_TEXTS);
+  fimSep = detect(fimSep, FIM_SEP_TEXTS);
+  // Control tokens named "unused" are marked so (it changes nothing in tokenizing).
   for (let id = 0; id < n; id++) {
-    const t = tokens[id];
-    if (eotId < 0 && EOT_TEXTS.includes(t)) {
-      eotId = id;
-      markControl(id);
-    }
-    if (eomId < 0 && t === "<|eom_id|>") {
-      eomId = id;
-      markControl(id);
-    }
-    if (fimPad < 0 && FIM_PAD_TEXTS.includes(t)) {
-      fimPad = id;
-      markControl(id);
-    }
-    if (fimRep < 0 && FIM_REP_TEXTS.includes(t)) {
-      fimRep = id;
-      markControl(id);
-    }
-    if (fimSep < 0 && FIM_SEP_TEXTS.includes(t)) {
-      fimSep = id;
-      markControl(id);
-    }
+    if (attrs[id] & TokenAttr.Control && tokens[id].includes("unused")) attrs[id] |= TokenAttr.Unused;
   }
   const eogIds = new Set<number>();
   for (const id of [fimPad, fimRep, fimSep]) if (id >= 0) eogIds.add(id);
-  for (let id = 0; id < n; id++) {
-    if (EOG_TEXTS.includes(tokens[id])) {
+  for (const t of EOG_TEXTS) {
+    const id = tokenToId.get(t);
+    if (id !== undefined) {
       eogIds.add(id);
-      markControl(id);
+      attrs[id] |= TokenAttr.Control;
     }
   }
+  for (const t of HARMONY_RENDERED) {
+    const id = tokenToId.get(t);
+    if (id !== undefined) attrs[id] = TokenAttr.UserDefined;
+  }
   for (const id of [eosId, eotId, eomId]) if (id >= 0) eogIds.add(id);
+  // gpt-oss (and solar-open): "<|end|>" ends a message, not the generation, when the vocabulary
+  // also has the tokens that do.
+  {
+    const eogText = new Set([...eogIds].map((id) => tokens[id]));
+    const end = tokenToId.get("<|end|>");
+    if (
+      end !== undefined &&
+      eogIds.has(end) &&
+      ((eogText.has("<|return|>") && eogText.has("<|call|>")) || (eogText.has("<|calls|>") && eogText.has("<|flush|>")))
+    ) {
+      eogIds.delete(end);
+      attrs[end] = TokenAttr.UserDefined;
+    }
+    const s = tokenToId.get("</s>");
+    if (s !== undefined && eogIds.has(s) && eogText.has("<|tool_response>")) {
+      eogIds.delete(s);
+      attrs[s] = TokenAttr.Normal;
+    }
+  }
 
   // Byte fallback table (SPM): "<0xNN>" tokens, else a token that is the byte itself.
   const byteToToken = new Int32Array(256).fill(-1);
@@ -306,7 +448,40 @@ export function loadVocab(src: TokenizerMetadataSource): Vocab {
       if (id !== undefined) byteToToken[b] = id;
     }
   }
-  const nlId = kind === "spm" ? (byteToToken[10] >= 0 ? byteToToken[10] : padId) : (tokenToId.get("\u010A") ?? padId);
+  const nlId = kind === "spm" ? (byteToToken[10] >= 0 ? byteToToken[10] : padId) : -1;
+
+  const specialTokens: number[] = [];
+  const specialMask = TokenAttr.Control | TokenAttr.UserDefined | TokenAttr.Unknown;
+  for (let id = 0; id < n; id++) if (attrs[id] & specialMask) specialTokens.push(id);
+  // Longest UTF-8 text first, as llama.cpp sorts, so that a special token containing another
+  // wins; ties by id for determinism (llama.cpp's sort leaves them in no particular order).
+  const bytes = new Map<number, number>();
+  for (const id of specialTokens) bytes.set(id, utf8Length(tokens[id]));
+  specialTokens.sort((a, b) => bytes.get(b)! - bytes.get(a)! || a - b);
+
+  // Per-model attributes llama.cpp sets by name.
+  const name = (optString(src, "general.name") ?? "").toLowerCase();
+  const arch = optString(src, "general.architecture") ?? "";
+  const setAttr = (text: string, a: TokenAttr, on: boolean) => {
+    const id = tokenToId.get(text);
+    if (id !== undefined) attrs[id] = on ? attrs[id] | a : attrs[id] & ~a;
+  };
+  if (
+    ["jina-v2-de", "jina-v2-es", "jina-v2-code"].some((x) => pre.includes(x)) ||
+    ["nomic-bert-moe", "jina-bert-v3"].some((x) => arch.includes(x))
+  ) {
+    setAttr("<mask>", TokenAttr.LStrip, true);
+  } else if (name.includes("phi-3") || name.includes("phi3")) {
+    // Phi-3's template puts a newline after each special token; its tokenizer drops it.
+    for (const id of specialTokens) attrs[id] |= TokenAttr.RStrip;
+    setAttr("</s>", TokenAttr.RStrip, true);
+    for (const t of ["<unk>", "<s>", "<|endoftext|>"]) setAttr(t, TokenAttr.RStrip, false);
+  } else if (name.includes("modern-bert")) {
+    setAttr("[MASK]", TokenAttr.LStrip, true);
+  }
+
+  const types = new Uint8Array(n);
+  for (let id = 0; id < n; id++) types[id] = typeOfAttr(attrs[id]);
 
   // Decoded bytes per token (llama.cpp's token_to_piece).
   const pieces: Uint8Array[] = new Array(n);
@@ -314,26 +489,18 @@ export function loadVocab(src: TokenizerMetadataSource): Vocab {
   const empty = new Uint8Array(0);
   for (let id = 0; id < n; id++) {
     const t = tokens[id];
-    const ty = types[id];
+    const a = attrs[id];
     let p: Uint8Array = empty;
-    if (ty === TokenType.Control || ty === TokenType.Unknown || ty === TokenType.UserDefined) {
+    if (a & (TokenAttr.Control | TokenAttr.Unknown | TokenAttr.UserDefined)) {
       p = utf8Encode(t);
-    } else if (ty === TokenType.Normal) {
+    } else if (a & TokenAttr.Normal) {
       p = kind === "spm" ? utf8Encode(t.split(SPACE_MARK).join(" ")) : decodeByteLevel(t);
-    } else if (ty === TokenType.Byte && kind === "spm") {
+    } else if (a & TokenAttr.Byte) {
       p = Uint8Array.of(byteOfByteToken(t));
     }
     specialPieces[id] = p;
-    pieces[id] = ty === TokenType.Control || ty === TokenType.Unknown ? empty : p;
+    pieces[id] = a & (TokenAttr.Control | TokenAttr.Unknown) ? empty : p;
   }
-
-  const specialTokens: number[] = [];
-  for (let id = 0; id < n; id++) {
-    const ty = types[id];
-    if (ty === TokenType.Control || ty === TokenType.UserDefined || ty === TokenType.Unknown) specialTokens.push(id);
-  }
-  // Longest first so that a special token containing another wins; ties by id for determinism.
-  specialTokens.sort((a, b) => tokens[b].length - tokens[a].length || a - b);
 
   return {
     kind,
@@ -342,6 +509,7 @@ export function loadVocab(src: TokenizerMetadataSource): Vocab {
     tokens,
     scores,
     types,
+    attrs,
     tokenToId,
     maxTokenLength,
     mergeRanks,
@@ -359,6 +527,7 @@ export function loadVocab(src: TokenizerMetadataSource): Vocab {
     padId,
     maskId,
     nlId,
+    nlFromText: kind === "bpe",
     addBos,
     addEos,
     addSpacePrefix,
