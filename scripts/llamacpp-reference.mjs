@@ -6,7 +6,8 @@
  * a SiLU Mixtral (router, top-k, the 3-D expert tensors' layout), a Qwen3 (QK-norm, a head size
  * from key_length, NEOX RoPE), a Llama 3.2 (RoPE frequency factors from rope_freqs.weight), a
  * Phi-3 (fused tensors, LongRoPE), a Gemma 3 (sliding windows, post-norms, GELU, soft-cap) and a
- * Qwen3-MoE (qwen3's attention over Mixtral-style experts of expert_feed_forward_length).
+ * Qwen3-MoE (qwen3's attention over Mixtral-style experts of expert_feed_forward_length) and a
+ * SmallThinker (routing before attention, sigmoid gating, ReGLU experts, layers without RoPE).
  *
  * llama.cpp comes from node-llama-cpp 3.21.1 in bench/.peer (installed by bench/run; never a
  * dependency of the package, and tests never load it). llama.cpp runs each architecture's own
@@ -98,6 +99,18 @@ const MODELS = {
   "synth-qwen3moe-q4_0": {
     synth: { shape: "qwen3moe-tiny", act: "silu", type: "q4_0", seed: 7 },
     what: "a synthetic Qwen3-MoE (random weights; qwen3's attention, 8 experts of 128 neurons from expert_feed_forward_length, top-2, Q4_0)",
+    prompts: PROMPTS_6,
+    generated: 24,
+  },
+  "synth-smallthinker-f32": {
+    synth: { shape: "smallthinker-tiny", act: "relu", type: "f32", seed: 7 },
+    what: "a synthetic SmallThinker (random weights; the router on the block's input, sigmoid gating, ReGLU experts of expert_feed_forward_length, layers 0 and 4 without RoPE, F32)",
+    prompts: PROMPTS_6,
+    generated: 24,
+  },
+  "synth-smallthinker-q4_0": {
+    synth: { shape: "smallthinker-tiny", act: "relu", type: "q4_0", seed: 7 },
+    what: "a synthetic SmallThinker (random weights; the router on the block's input, sigmoid gating, ReGLU experts of expert_feed_forward_length, layers 0 and 4 without RoPE, Q4_0)",
     prompts: PROMPTS_6,
     generated: 24,
   },

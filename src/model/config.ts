@@ -40,6 +40,10 @@ export interface ModelConfig {
   /** mixture of experts (Mixtral layout): experts per layer (0: a dense FFN), and how many each token is routed to */
   readonly nExpert: number;
   readonly nExpertUsed: number;
+  /** a mixture's gating: softmax over every expert's logit, or each one's sigmoid (then top-k, renormalized) */
+  readonly expertGating: "softmax" | "sigmoid";
+  /** what a mixture's router reads: the FFN's normed input, or the block's input before attention */
+  readonly routerInput: "ffn" | "block";
   readonly sparseThreshold: number;
   /** per layer: the sliding window (0: the layer sees every earlier position) */
   readonly windows: readonly number[];
@@ -103,6 +107,16 @@ export function readConfig(file: ModelFile): ModelConfig {
   const nHead = positive("attention.head_count", undefined, 4096);
   const nHeadKV = positive("attention.head_count_kv", nHead, 4096);
   const moe = experts(file, key);
+  let expertGating: "softmax" | "sigmoid" = "softmax";
+  if (traits.gatingKey) {
+    const g = file.getNumber(key("expert_gating_func"), 0);
+    if (g !== 1 && g !== 2)
+      throw new GGUFError(
+        file.path,
+        `metadata "${key("expert_gating_func")}" = ${g}: ${arch} needs 1 (softmax) or 2 (sigmoid)`,
+      );
+    expertGating = g === 1 ? "softmax" : "sigmoid";
+  }
   if (traits.mixture && moe.nExpert === 0)
     throw new GGUFError(file.path, `${arch} is a mixture of experts, but metadata "${key("expert_count")}" is not set`);
   // An expert's width: feed_forward_length in Mixtral's layout; where the architecture says,
@@ -217,6 +231,8 @@ export function readConfig(file: ModelFile): ModelConfig {
     qkNorm: traits.qkNorm,
     powerinfer: file.magic === "PWRI",
     ...moe,
+    expertGating,
+    routerInput: traits.routerInput ?? "ffn",
     sparseThreshold: file.has("powerinfer.sparse_threshold") ? file.getNumber("powerinfer.sparse_threshold") : 0,
     ...attention,
     postNorms: traits.postNorms ?? false,

@@ -162,6 +162,11 @@ export class LlamaModel {
   private embdRow: Uint8Array | null = null;
   /** see setFFNObserver */
   private observer: ((o: FFNObservation) => void) | null = null;
+  /**
+   * The measuring hook: called at the end of every forward pass with the pass's step (its batch,
+   * and what it routed), valid only during the call (null: none).
+   */
+  onPass: ((step: Readonly<ForwardStep>) => void) | null = null;
 
   /**
    * Call `fn` in every layer of every dense forward() with the FFN's inputs and gate/up
@@ -376,6 +381,8 @@ export class LlamaModel {
     step.thresholds = this.thresholds;
     step.observer = this.observer;
     step.tracer = this.tracer;
+    step.routed = 0;
+    step.routeMargin = Infinity;
     return step;
   }
 
@@ -400,6 +407,7 @@ export class LlamaModel {
     const t = tr ? tr.now() : 0;
     outputLogits(this.ctx, this.outputNorm, this.output, step.n - 1);
     if (tr) tr.span("output", "output", t);
+    this.onPass?.(step);
     return this.logits;
   }
 

@@ -35,10 +35,18 @@ export interface ForwardStep {
   observer: ((o: FFNObservation) => void) | null;
   /** records spans of the pass, null: none */
   tracer: Tracer | null;
+  /**
+   * What the pass did, filled as it runs. A mixture's routing: how many (token, expert) pairs it
+   * routed, and its closest call, the smallest gap between a token's last chosen expert's
+   * probability and the best one left out (Infinity: nothing routed). A gap near 0 means another
+   * engine's last-bit differences could route that token elsewhere.
+   */
+  routed: number;
+  routeMargin: number;
 }
 
 export function newStep(): ForwardStep {
-  return { n: 0, pos0: 0, thresholds: null, observer: null, tracer: null };
+  return { n: 0, pos0: 0, thresholds: null, observer: null, tracer: null, routed: 0, routeMargin: Infinity };
 }
 
 /** Layer l's activation threshold in this step (0: none). */

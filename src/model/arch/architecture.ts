@@ -41,6 +41,14 @@ export interface ArchTraits {
    * the key named (qwen3moe: expert_feed_forward_length)
    */
   mixture?: "feed_forward_length" | "expert_feed_forward_length";
+  /**
+   * a mixture's router: "block" reads the block's input before attn_norm, so the experts are
+   * known (and their reads can start) before attention (smallthinker); default "ffn", the FFN's
+   * normed input. `gatingKey`: the gating function comes from `<arch>.expert_gating_func`
+   * (1 softmax, 2 sigmoid), which must then be set; else softmax.
+   */
+  routerInput?: "ffn" | "block";
+  gatingKey?: boolean;
   /** the embeddings are multiplied by sqrt(embedding_length) (gemma3) */
   scaledEmbeddings?: boolean;
   /** the final logits are soft-capped when `<arch>.final_logit_softcapping` is set (gemma3) */

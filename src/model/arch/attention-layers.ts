@@ -23,13 +23,15 @@ export function kqScaleOf(d: number): number {
 /**
  * `<arch>.attention.sliding_window` (0 or absent: none), checked; `<arch>.attention.
  * sliding_window_pattern` (default `defaultPeriod`): with a window, layer l is windowed unless
- * l % period == period - 1 (every period-th layer, the last of each run, sees everything).
+ * l % period == period - 1 (every period-th layer, the last of each run, sees everything), or
+ * with `denseFirst` unless l % period == 0 (the first of each run).
  */
 export function slidingLayers(
   file: ModelFile,
   key: (k: string) => string,
   nLayer: number,
   defaultPeriod: number,
+  denseFirst = false,
 ): { window: number; windowed: boolean[] } {
   const window = file.has(key("attention.sliding_window")) ? file.getNumber(key("attention.sliding_window")) : 0;
   if (!Number.isInteger(window) || window < 0)
@@ -44,6 +46,7 @@ export function slidingLayers(
       `metadata "${key("attention.sliding_window_pattern")}" = ${period} is not a layer period (an array of flags per layer is not read yet)`,
     );
   const windowed: boolean[] = [];
-  for (let l = 0; l < nLayer; l++) windowed.push(period === 0 || l % period < period - 1);
+  for (let l = 0; l < nLayer; l++)
+    windowed.push(period === 0 || (denseFirst ? l % period !== 0 : l % period < period - 1));
   return { window, windowed };
 }

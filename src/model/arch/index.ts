@@ -8,9 +8,10 @@ import { phi3 } from "./phi3.js";
 import { qwen2 } from "./qwen2.js";
 import { qwen3 } from "./qwen3.js";
 import { qwen3moe } from "./qwen3moe.js";
+import { smallthinker } from "./smallthinker.js";
 
 export type { Architecture } from "./architecture.js";
 
 export const ARCHITECTURES: ReadonlyMap<string, Architecture> = new Map(
-  [llama, mistral, qwen2, qwen3, qwen3moe, phi3, gemma3, bamboo].map((a) => [a.name, a]),
+  [llama, mistral, qwen2, qwen3, qwen3moe, smallthinker, phi3, gemma3, bamboo].map((a) => [a.name, a]),
 );

@@ -18,6 +18,11 @@ export class MoeFFN implements FFNPart {
     private readonly router: Router,
   ) {}
 
+  /** A router that reads the block's input routes here, before attention (smallthinker). */
+  beforeAttention(step: ForwardStep): void {
+    if (this.ctx.cfg.routerInput === "block") this.router.route(this.w.router, step, this.ctx.buf.x);
+  }
+
   run(step: ForwardStep, out: number): void {
     const { n, observer } = step;
     const ctx = this.ctx;
@@ -25,7 +30,7 @@ export class MoeFFN implements FFNPart {
     const b = ctx.buf;
     const r = this.router;
     const cut = cutOf(step, this.layer);
-    r.route(this.w.router, n);
+    if (ctx.cfg.routerInput === "ffn") r.route(this.w.router, step);
     for (let e = 0; e < nExpert; e++) {
       const m = r.tokensOf(e, n);
       if (m === 0) continue;

@@ -6,7 +6,9 @@
  * - "expert": each routed expert's step reads ahead the token's next routed expert's picks
  *   (exact: its predictor on the same residual row);
  * - "layer": before the block's attention, this layer's router on the residual as it stands
- *   picks the likely experts, whose likely bundles are read while attention computes.
+ *   picks the likely experts, whose likely bundles are read while attention computes. Where the
+ *   router reads the block's input (smallthinker), that is the routing itself: the experts are
+ *   known before attention, not guessed.
  */
 import type { OffloadedFFN } from "../offload/offloaded-ffn.js";
 import type { ForwardStep } from "../step.js";
@@ -39,7 +41,7 @@ export class OffloadedMoeFFN implements FFNPart {
     const r = this.router;
     const off = this.off;
     const row = nEmbd * 4;
-    r.route(this.routerWeights, n);
+    if (ctx.cfg.routerInput === "ffn") r.route(this.routerWeights, step);
     const ahead = n === 1 && off.readsAheadExpert;
     for (let e = 0; e < nExpert; e++) {
       const m = r.tokensOf(e, n);
@@ -72,11 +74,20 @@ export class OffloadedMoeFFN implements FFNPart {
    */
   beforeAttention(step: ForwardStep): void {
     const off = this.off;
-    if (step.n !== 1 || !off.readsAheadLayer || this.layer === 0) return;
     const ctx = this.ctx;
     const { nExpert, nExpertUsed } = ctx.cfg;
     const b = ctx.buf;
     const first = this.layer * nExpert;
+    if (ctx.cfg.routerInput === "block") {
+      // the real routing (the router reads the block's input): the routed experts' likely
+      // bundles can be read while attention computes, layer 0's included
+      this.router.route(this.routerWeights, step, b.x);
+      if (step.n !== 1 || !off.readsAheadLayer) return;
+      for (let j = 0; j < nExpertUsed; j++) this.ahead[j] = first + this.router.ids[j];
+      off.readAheadGroups(this.ahead, nExpertUsed, b.x);
+      return;
+    }
+    if (step.n !== 1 || !off.readsAheadLayer || this.layer === 0) return;
     ctx.rmsnorm(b.xb, b.x, this.ffnNorm, 1);
     this.router.logits(this.routerWeights, 1);
     const logits = b.route >>> 2;

@@ -4,13 +4,17 @@
  * output is the weighted sum of those experts' outputs. One Router serves every layer: its
  * arrays hold the batch being routed now (laid out once).
  */
+import type { ForwardStep } from "../step.js";
 import type { Matrix } from "../weight-loader.js";
 import type { PartContext } from "./context.js";
 
 /**
  * Route n tokens: logits (n x nExpert, f32) -> for each token the k most probable experts
  * (highest first; the lower index on a tie) into ids (n x k) and their renormalized weights into
- * weights (n x k). Softmax in double precision, probabilities rounded to f32 as ggml keeps them.
+ * weights (n x k). Probabilities by softmax over the experts (in double precision) or each
+ * expert's sigmoid, rounded to f32 as ggml keeps them. Returns the closest call: the smallest gap
+ * between a token's k-th expert's probability and the best one not chosen (Infinity if k covers
+ * every expert).
  */
 export function routeTokens(
   logits: Float32Array,
@@ -20,14 +24,20 @@ export function routeTokens(
   ids: Int32Array,
   weights: Float32Array,
   probs: Float64Array,
-): void {
+  gating: "softmax" | "sigmoid" = "softmax",
+): number {
+  let margin = Infinity;
   for (let t = 0; t < n; t++) {
     const row = t * nExpert;
-    let max = -Infinity;
-    for (let e = 0; e < nExpert; e++) max = Math.max(max, logits[row + e]);
-    let sum = 0;
-    for (let e = 0; e < nExpert; e++) sum += probs[e] = Math.exp(logits[row + e] - max);
-    for (let e = 0; e < nExpert; e++) probs[e] = Math.fround(probs[e] / sum);
+    if (gating === "sigmoid") {
+      for (let e = 0; e < nExpert; e++) probs[e] = Math.fround(1 / (1 + Math.exp(-logits[row + e])));
+    } else {
+      let max = -Infinity;
+      for (let e = 0; e < nExpert; e++) max = Math.max(max, logits[row + e]);
+      let sum = 0;
+      for (let e = 0; e < nExpert; e++) sum += probs[e] = Math.exp(logits[row + e] - max);
+      for (let e = 0; e < nExpert; e++) probs[e] = Math.fround(probs[e] / sum);
+    }
     let chosen = 0;
     for (let j = 0; j < k; j++) {
       let best = -1;
@@ -37,8 +47,12 @@ export function routeTokens(
       chosen += probs[best];
       probs[best] = -1; // taken
     }
+    let left = -1;
+    for (let e = 0; e < nExpert; e++) left = Math.max(left, probs[e]);
+    if (left >= 0) margin = Math.min(margin, weights[t * k + k - 1] - left);
     for (let j = 0; j < k; j++) weights[t * k + j] = Math.fround(weights[t * k + j] / chosen);
   }
+  return margin;
 }
 
 export class Router {
@@ -62,21 +76,28 @@ export class Router {
     this.tokenWeights = new Float32Array(batchSize);
   }
 
-  /** The router's logits of the n normed rows in xb, into the route buffer. */
-  logits(router: Matrix, n: number): void {
+  /** The router's logits of the n rows at `input` (default the normed rows in xb), into the route buffer. */
+  logits(router: Matrix, n: number, input = this.ctx.buf.xb): void {
     const ctx = this.ctx;
-    ctx.mm.setInput(ctx.buf.xb, ctx.cfg.nEmbd);
+    ctx.mm.setInput(input, ctx.cfg.nEmbd);
     ctx.mm.run(router, ctx.buf.route, n);
   }
 
-  /** Route the n normed rows of xb (into ids and weights) and clear the layer's output sum. */
-  route(router: Matrix, n: number): void {
-    const { nEmbd, nExpert, nExpertUsed } = this.ctx.cfg;
+  /**
+   * Route the n rows at `input` (the FFN's normed rows in xb, or the block's input rows in x
+   * where the router reads them before attention) into ids and weights, and clear the layer's
+   * output sum.
+   */
+  route(router: Matrix, step: ForwardStep, input = this.ctx.buf.xb): void {
+    const { nEmbd, nExpert, nExpertUsed, expertGating } = this.ctx.cfg;
+    const { n } = step;
     const b = this.ctx.buf;
     const f32 = this.ctx.f32;
-    this.logits(router, n);
+    this.logits(router, n, input);
     const logits = f32.subarray(b.route >>> 2, (b.route >>> 2) + n * nExpert);
-    routeTokens(logits, n, nExpert, nExpertUsed, this.ids, this.weights, this.probs);
+    const margin = routeTokens(logits, n, nExpert, nExpertUsed, this.ids, this.weights, this.probs, expertGating);
+    step.routed += n * nExpertUsed;
+    if (margin < step.routeMargin) step.routeMargin = margin;
     f32.fill(0, b.moeAcc >>> 2, (b.moeAcc >>> 2) + n * nEmbd);
   }
 

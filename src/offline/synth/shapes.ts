@@ -25,7 +25,10 @@ export type SynthShape =
   | "gemma3-tiny"
   | "gemma3-4b"
   | "qwen3moe-tiny"
-  | "qwen3-30b-a3b";
+  | "qwen3-30b-a3b"
+  | "smallthinker-tiny"
+  | "smallthinker-4b"
+  | "smallthinker-21b";
 export type SynthActivation = "silu" | "relu" | "drelu" | "gelu";
 export type SynthType = "f32" | "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1";
 
@@ -49,6 +52,9 @@ export const SYNTH_SHAPES: readonly SynthShape[] = [
   "gemma3-4b",
   "qwen3moe-tiny",
   "qwen3-30b-a3b",
+  "smallthinker-tiny",
+  "smallthinker-4b",
+  "smallthinker-21b",
 ];
 export const SYNTH_ACTIVATIONS: readonly SynthActivation[] = ["silu", "relu", "drelu", "gelu"];
 
@@ -56,6 +62,7 @@ export const SYNTH_ACTIVATIONS: readonly SynthActivation[] = ["silu", "relu", "d
 export const FIXED_ACTIVATION: Readonly<Partial<Record<string, SynthActivation>>> = {
   qwen3: "silu",
   qwen3moe: "silu",
+  smallthinker: "relu",
   phi3: "silu",
   gemma3: "gelu",
 };
@@ -73,7 +80,9 @@ export interface SynthShapeSpec {
   /** what it imitates */
   readonly like: string;
   /** GGUF's general.architecture (default llama) */
-  readonly arch?: "llama" | "qwen3" | "phi3" | "gemma3" | "qwen3moe";
+  readonly arch?: "llama" | "qwen3" | "phi3" | "gemma3" | "qwen3moe" | "smallthinker";
+  /** smallthinker: its expert_gating_func */
+  readonly gating?: "softmax" | "sigmoid";
   /** the attention head size (attention.key_length) where it is not dim / heads */
   readonly headDim?: number;
   /** no output.weight: the logits reuse token_embd (Llama 3.2 1B/3B, Qwen3 0.6B) */
@@ -410,6 +419,62 @@ export const SHAPE_SPECS: Readonly<Record<SynthShape, SynthShapeSpec>> = {
     experts: 128,
     expertsUsed: 8,
   },
+  // SmallThinker in miniature: the router on the block's input, sigmoid gating, ReGLU experts,
+  // and with the sliding-window key set, layers 0 and 4 global and without RoPE.
+  "smallthinker-tiny": {
+    like: "a toy SmallThinker",
+    arch: "smallthinker",
+    gating: "sigmoid",
+    dim: 128,
+    layers: 5,
+    ffn: 128,
+    heads: 4,
+    kvHeads: 2,
+    headDim: 32,
+    slidingWindow: 4096,
+    vocab: 512,
+    context: 512,
+    ropeBase: 1500000,
+    rmsEps: 1e-6,
+    experts: 8,
+    expertsUsed: 2,
+  },
+  "smallthinker-4b": {
+    like: "SmallThinker-4B-A0.6B (widths)",
+    arch: "smallthinker",
+    gating: "softmax",
+    dim: 1536,
+    layers: 32,
+    ffn: 768,
+    heads: 12,
+    kvHeads: 2,
+    headDim: 128,
+    slidingWindow: 4096,
+    vocab: 151936,
+    context: 32768,
+    ropeBase: 1500000,
+    rmsEps: 1e-6,
+    experts: 32,
+    expertsUsed: 4,
+  },
+  "smallthinker-21b": {
+    like: "SmallThinker-21B-A3B (widths)",
+    arch: "smallthinker",
+    gating: "sigmoid",
+    dim: 2560,
+    layers: 52,
+    ffn: 768,
+    heads: 28,
+    kvHeads: 4,
+    headDim: 128,
+    slidingWindow: 4096,
+    vocab: 151936,
+    context: 32768,
+    ropeBase: 1500000,
+    rmsEps: 1e-6,
+    experts: 64,
+    expertsUsed: 6,
+  },
   "phi3-mini": {
     like: "Phi-3-mini-4k",
     arch: "phi3",
@@ -561,10 +626,11 @@ export function checkSpec(spec: SynthShapeSpec, type: SynthType): void {
   const hd = headDimOf(spec);
   if (!Number.isInteger(hd) || hd < 2 || hd % 2 !== 0) fail(`head dimension ${hd} must be an even integer for RoPE`);
   if (spec.llama3Rope && spec.longRopeContext) fail("Llama 3 and LongRoPE frequency factors exclude each other");
-  const moeArch = (spec.arch ?? "llama") === "llama" || spec.arch === "qwen3moe";
+  const moeArch = (spec.arch ?? "llama") === "llama" || spec.arch === "qwen3moe" || spec.arch === "smallthinker";
   if (spec.experts > 0 && !moeArch)
     fail(`a mixture of experts is synthesized in Mixtral's or qwen3moe's layout, not ${spec.arch}'s`);
-  if (spec.arch === "qwen3moe" && spec.experts === 0) fail("qwen3moe is a mixture of experts: experts must be set");
+  if ((spec.arch === "qwen3moe" || spec.arch === "smallthinker") && spec.experts === 0)
+    fail(`${spec.arch} is a mixture of experts: experts must be set`);
   if (!Number.isInteger(spec.experts) || spec.experts < 0 || spec.experts === 1)
     fail(`experts must be 0 (dense) or an integer of at least 2, got ${spec.experts}`);
   if (spec.experts === 0 && spec.expertsUsed !== 0)

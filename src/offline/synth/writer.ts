@@ -182,7 +182,12 @@ function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): vo
   w.setMetadata(key("context_length"), spec.context, U32);
   w.setMetadata(key("embedding_length"), spec.dim, U32);
   w.setMetadata(key("block_count"), spec.layers, U32);
-  if (arch === "qwen3moe") {
+  if (arch === "smallthinker") {
+    // as SmallThinker's converter writes them: both widths the experts', the gating function
+    w.setMetadata(key("feed_forward_length"), spec.ffn, U32);
+    w.setMetadata(key("expert_feed_forward_length"), spec.ffn, U32);
+    w.setMetadata(key("expert_gating_func"), spec.gating === "sigmoid" ? 2 : 1, U32);
+  } else if (arch === "qwen3moe") {
     // as Qwen3-MoE's converter writes it: the dense width (no layer has it) and the experts' own
     w.setMetadata(key("feed_forward_length"), spec.ffn * spec.expertsUsed, U32);
     w.setMetadata(key("expert_feed_forward_length"), spec.ffn, U32);
