@@ -1,11 +1,13 @@
 // Compiles native/flash_aio.c (Linux AIO for the flash reader) into build/flash_aio.node.
-// Run by `npm install` (through `prepare`) and `npm run build`. Optional: where there is no C
+// Run by `npm install` (through `prepare`) and `npm run build` (skipped when native/, this script,
+// the compiler and Node's headers are what it was last built with: build-stamp.mjs). Optional: where there is no C
 // compiler, no Node-API headers or no Linux, it says so and the reader uses libuv's thread pool
 // (src/io/aio.ts), so the install never fails for want of it.
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { dirname, join } from "node:path";
+import { buildStep } from "./build-stamp.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const out = join(root, "build", "flash_aio.node");
@@ -29,6 +31,15 @@ const includes = [
 const include = includes.find((d) => existsSync(join(d, "node_api.h")));
 if (!include) skip(`no node_api.h in ${includes.join(", ")}; set NODE_API_INCLUDE to a folder holding it`);
 const cc = process.env.CC || "cc";
+const step = buildStep(root, "native", {
+  inputs: ["native", "scripts/build-native.mjs"],
+  extra: [cc, process.version, readFileSync(join(include, "node_api.h"), "utf8")],
+  outputs: ["build/flash_aio.node"],
+});
+if (step.upToDate()) {
+  console.log("build/flash_aio.node: up to date");
+  process.exit(0);
+}
 try {
   execFileSync(
     cc,
@@ -50,4 +61,5 @@ try {
 } catch (e) {
   skip(`${cc} failed: ${e.message.split("\n")[0]}`);
 }
+step.done();
 console.log("built build/flash_aio.node");

@@ -3,18 +3,29 @@
 //   build/kernels-relaxed.wasm  SIMD128 + relaxed SIMD (on by default from Node 22); kernels that
 //                               gain from it branch on the compile-time ASC_FEATURE_RELAXED_SIMD
 // src/runtime/wasm.ts picks one at run time by feature detection.
-// Run by `npm install` (through `prepare`) and `npm run build`.
+// Run by `npm install` (through `prepare`) and `npm run build`; skipped when assembly/, this
+// script and the compiler are what the modules were last built from (build-stamp.mjs).
 // The modules import one shared memory and hold no GC objects: --runtime stub, no static data
 // beyond the first 64 KiB (the JS arena starts above that).
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { dirname, join } from "node:path";
+import { buildStep } from "./build-stamp.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 mkdirSync(join(root, "build"), { recursive: true });
 const asc = join(root, "node_modules", "assemblyscript", "bin", "asc.js");
+const step = buildStep(root, "wasm", {
+  inputs: ["assembly", "scripts/build-wasm.mjs"],
+  extra: [readFileSync(join(root, "node_modules", "assemblyscript", "package.json"), "utf8")],
+  outputs: ["build/kernels.wasm", "build/kernels-relaxed.wasm"],
+});
+if (step.upToDate()) {
+  console.log("build/kernels.wasm, build/kernels-relaxed.wasm: up to date");
+  process.exit(0);
+}
 const common = [
   "--runtime",
   "stub",
@@ -53,3 +64,4 @@ await Promise.all(
     console.log(`built build/${name}.wasm`);
   }),
 );
+step.done();
