@@ -187,7 +187,8 @@ async function setUp(): Promise<unknown> {
       const f = GGUFFile.open(init.files[0]);
       tokenizers.set("spm", Tokenizer.fromGGUF(f));
       f.close();
-      for (const pre of ["gpt-2", "llama-bpe", "qwen2"]) tokenizers.set(pre, bpeTokenizer(pre));
+      for (const pre of ["gpt-2", "llama-bpe", "qwen2", "gpt-4o", "deepseek-v3"])
+        tokenizers.set(pre, bpeTokenizer(pre));
       return { vocabSizes: Object.fromEntries([...tokenizers].map(([k, t]) => [k, t.vocabSize])) };
     }
     case "server": {

@@ -12,7 +12,7 @@ import type { Rng } from "./rng.js";
 
 export interface TokenizerCase {
   target: "tokenizer";
-  /** which tokenizer: "spm" (stories260K's), "gpt2", "llama-bpe", "qwen2" (a small byte-level BPE) */
+  /** which tokenizer: "spm" (stories260K's), or a small byte-level BPE under "gpt-2", "llama-bpe", "qwen2", "gpt-4o" or "deepseek-v3" */
   tokenizer: string;
   /** the text, as UTF-16 code units (so lone surrogates survive JSON) */
   units: number[];
