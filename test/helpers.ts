@@ -4,7 +4,9 @@ import { dirname, join, resolve } from "node:path";
 import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import type { LlamaModel } from "../src/model/model.js";
+import { NeuronStore } from "../src/format/store/index.js";
+import { LlamaModel } from "../src/model/model.js";
+import { BUDGET_ROOM } from "../src/model/offload/layout.js";
 
 /** The repository root (tests run from dist/test). */
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -144,3 +146,29 @@ export function f32Bytes(a: Float32Array): Uint8Array {
 
 /** SHA-256 of a file's contents, in hex. */
 export const sha256OfFile = (path: string) => createHash("sha256").update(readFileSync(path)).digest("hex");
+
+/**
+ * A store loaded in gate mode under a budget that leaves three quarters of its FFN on flash: the
+ * cache capped at a quarter of the bundles. The fixed part counts this process's resident memory
+ * at load, which drifts by megabytes between two loads (garbage collection, the thread pool):
+ * next to a few MiB of bundles that drift would move the cache, so the cache is capped and the
+ * budget leaves room for it. Returns the model and the FFN's bytes.
+ */
+export async function loadMostlyOnFlash(
+  store: string,
+  threads: number,
+  contextSize = 64,
+): Promise<{ model: LlamaModel; allFFN: number }> {
+  const s = NeuronStore.open(store);
+  const allFFN = s.ffn.layers.length * s.ffn.layers[0].neurons * s.ffn.bundleBytes;
+  s.close();
+  const offload = { sparsity: "gate" as const, cacheBytes: allFFN / 4 };
+  const fixed = (await LlamaModel.layoutOf(store, { threads, contextSize, offload })).fixed;
+  const model = await LlamaModel.load(store, {
+    threads,
+    contextSize,
+    memoryBudget: Math.ceil((fixed + allFFN / 4 + 64 * 2 ** 20) / BUDGET_ROOM),
+    offload,
+  });
+  return { model, allFFN };
+}

@@ -12,16 +12,14 @@ import assert from "node:assert/strict";
 import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { GGUFFile } from "../src/format/gguf.js";
-import { NeuronStore } from "../src/format/store/index.js";
 import { LlamaModel } from "../src/model/model.js";
-import { BUDGET_ROOM } from "../src/model/offload/layout.js";
 import { ReferenceModel } from "../src/model/reference.js";
 import { llama3RopeFactors, ropeTable } from "../src/model/rope.js";
 import { readConfig } from "../src/model/config.js";
 import { residentBytes } from "../src/model/resident-bytes.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { SHAPE_SPECS, synthesize, synthRecipes, type SynthOptions } from "../src/offline/synth.js";
-import { ROOT, sha256OfFile, tempDir } from "./helpers.js";
+import { loadMostlyOnFlash, ROOT, sha256OfFile, tempDir } from "./helpers.js";
 import { rewrite } from "./rewrite.js";
 
 const dir = tempDir("synth-archs-");
@@ -222,18 +220,7 @@ for (const name of REFS) {
 
     test(`${name}: llama.cpp's ${how} from a store, most of the FFN on flash (${threads} thread(s))`, async () => {
       const { ref, store } = await model(name);
-      const s = NeuronStore.open(store);
-      const allFFN = s.ffn.layers.length * s.ffn.layers[0].neurons * s.ffn.bundleBytes;
-      s.close();
-      // the cache capped at a quarter of the FFN, and the budget left room for it (see synth-mixtral.test.ts)
-      const offload = { sparsity: "gate" as const, cacheBytes: allFFN / 4 };
-      const fixed = (await LlamaModel.layoutOf(store, { threads, contextSize: 64, offload })).fixed;
-      const m = await LlamaModel.load(store, {
-        threads,
-        contextSize: 64,
-        memoryBudget: Math.ceil((fixed + allFFN / 4 + 64 * 2 ** 20) / BUDGET_ROOM),
-        offload,
-      });
+      const { model: m, allFFN } = await loadMostlyOnFlash(store, threads);
       try {
         assert.ok(m.offloaded!.layout.cacheBytes < allFFN / 2, `cache ${m.offloaded!.layout.cacheBytes} of ${allFFN}`);
         await agrees(m, ref, exact);

@@ -16,7 +16,6 @@ import { GGUFFile } from "../src/format/gguf.js";
 import { NeuronStore } from "../src/format/store/index.js";
 import { readConfig } from "../src/model/config.js";
 import { LlamaModel } from "../src/model/model.js";
-import { BUDGET_ROOM } from "../src/model/offload/layout.js";
 import { PREDICTOR_EXPERTS_KEY } from "../src/model/offload/predictor.js";
 import { convertToStore } from "../src/offline/convert.js";
 import {
@@ -28,7 +27,7 @@ import {
   SYNTH_TYPES,
   type SynthOptions,
 } from "../src/offline/synth.js";
-import { CLI, greedyAsync, randomTokens, ROOT, sha256OfFile, tempDir } from "./helpers.js";
+import { CLI, greedyAsync, loadMostlyOnFlash, randomTokens, ROOT, sha256OfFile, tempDir } from "./helpers.js";
 
 const dir = tempDir("synth-mixtral-");
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -414,20 +413,9 @@ for (const threads of [1, 2]) {
       await convertToStore({ input: await refGguf(), output: refStore, fsync: false });
     }
     const s = NeuronStore.open(refStore);
-    const allFFN = s.ffn.layers.length * s.ffn.layers[0].neurons * s.ffn.bundleBytes;
     assert.equal(s.ffn.experts, 4);
     s.close();
-    // The fixed part counts this process's resident memory at load, which drifts by megabytes
-    // between two loads (garbage collection, the thread pool): next to 8 MiB of experts that
-    // drift would move the cache, so the cache is capped and the budget leaves room for it.
-    const offload = { sparsity: "gate" as const, cacheBytes: allFFN / 4 };
-    const fixed = (await LlamaModel.layoutOf(refStore, { threads, contextSize: 64, offload })).fixed;
-    const m = await LlamaModel.load(refStore, {
-      threads,
-      contextSize: 64,
-      memoryBudget: Math.ceil((fixed + allFFN / 4 + 64 * 2 ** 20) / BUDGET_ROOM),
-      offload,
-    });
+    const { model: m, allFFN } = await loadMostlyOnFlash(refStore, threads);
     try {
       assert.ok(m.offloaded!.layout.cacheBytes < allFFN / 2, `cache ${m.offloaded!.layout.cacheBytes} of ${allFFN}`);
       for (const p of ref.prompts)

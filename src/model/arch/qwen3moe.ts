@@ -5,16 +5,6 @@
  * expert_feed_forward_length wide; no shared expert.
  */
 import type { Architecture } from "./architecture.js";
-import { llamaLayer } from "./llama.js";
+import { qwen3 } from "./qwen3.js";
 
-export const qwen3moe: Architecture = {
-  name: "qwen3moe",
-  activation: "silu",
-  activationFixed: true,
-  ropePairing: "neox",
-  qkvBias: false,
-  qkNorm: true,
-  ropeFactors: "none",
-  mixture: "expert_feed_forward_length",
-  layer: llamaLayer,
-};
+export const qwen3moe: Architecture = { ...qwen3, name: "qwen3moe", mixture: "expert_feed_forward_length" };
