@@ -168,7 +168,7 @@ export function buildSynthVocab(size: number): SynthVocab {
   const tokens: string[] = [...SPECIALS];
   for (let b = 0; b < 256; b++) tokens.push(`<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`);
   const pieces = ordinaryPieces(size - N_FIXED);
-  for (const p of pieces) tokens.push(p); // (a spread of 150k pieces overflows the stack)
+  for (const p of pieces) tokens.push(p); // (not a spread: 150k arguments overflow the call stack)
   const scores = new Float32Array(size);
   const types = new Int32Array(size);
   types[0] = TOKEN_TYPE.UNKNOWN;
