@@ -152,8 +152,8 @@ test("ropeTable: a frequency factor divides its pair's angle; the attention fact
  * than 1 position in 10 together:
  * - Quantized: both engines round each matrix's input to Q8_0, and a last-bit difference in an
  *   input (float order, llama.cpp's f16 q and V in attention) moves a rounding step, so two
- *   logits within NEAR_TIE swap places now and then (3 of 144 positions on the dense models, the
- *   largest gap 0.04 of a logit spread near 2).
+ *   logits within NEAR_TIE swap places now and then (up to 3 of 144 positions on the dense models,
+ *   the largest gap 0.08 of a logit spread near 2).
  * - A mixture of experts: where a token's last chosen expert and the best one left out are within
  *   ROUTE_TIE in probability (the step's routeMargin), the same differences can route it to the
  *   other expert, and that position's logits differ by whole units (seen at margins of 4e-5 to
