@@ -26,6 +26,7 @@ import { join } from "node:path";
 import { loadavg } from "node:os";
 import { ROOT_DIR } from "./paths.js";
 import { median } from "../src/planner/median.js";
+import { FIXED_ACTIVATION, SHAPE_SPECS, type SynthShape } from "../src/offline/synth.js";
 
 const CLI = join(ROOT_DIR, "dist", "src", "cli", "main.js");
 const PEER = join(ROOT_DIR, "dist", "bench", "peer.js");
@@ -159,12 +160,13 @@ function ensureModel(name: string): BenchModel {
     return { name, ours: `${base}.pi`, peer: gguf, denseReference: gguf };
   }
   const path = join(MODELS_DIR, `${name}.gguf`);
-  const [shape, type] = name.split("-");
+  // <shape>-<type>, the shape's own dashes kept (qwen3-0.6b-q4_0), in its architecture's activation
+  const cut = name.lastIndexOf("-");
+  const shape = name.slice(0, cut);
+  const type = name.slice(cut + 1);
+  const act = FIXED_ACTIVATION[SHAPE_SPECS[shape as SynthShape]?.arch ?? "llama"] ?? "silu";
   if (!existsSync(path))
-    cli(
-      ["synth", "--shape", shape, "--type", type, "--act", "silu", "--seed", "1", "-o", path],
-      `synthesizing ${name}`,
-    );
+    cli(["synth", "--shape", shape, "--type", type, "--act", act, "--seed", "1", "-o", path], `synthesizing ${name}`);
   return { name, ours: path, peer: path };
 }
 

@@ -31,6 +31,7 @@ export {
   SYNTH_SHAPES,
   SYNTH_TYPES,
   SHAPE_SPECS,
+  FIXED_ACTIVATION,
   synthRecipes,
   type SynthActivation,
   type SynthShape,
