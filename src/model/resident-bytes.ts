@@ -42,7 +42,7 @@ export interface BufferBytes {
  * while attention runs, before they are rounded into the cache, so they are at least kvDim wide.
  */
 export function bufferBytes(cfg: ModelConfig, ctx: number, batch: number, kv: KvCacheTypes): BufferBytes {
-  const { nEmbd, nFF, nHead, nHeadKV, headDim, nLayer, nVocab } = cfg;
+  const { nEmbd, nFF, nHead, nHeadKV, headDim, nVocab } = cfg;
   const f32 = (n: number) => n * 4;
   const ffnRow = Math.max(nFF, nHeadKV * headDim);
   return {

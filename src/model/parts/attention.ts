@@ -71,8 +71,6 @@ export class Attention {
 
   constructor(
     private readonly ctx: PartContext,
-    /** the layer, for its rows of the KV cache */
-    private readonly layer: number,
     private readonly w: AttentionWeights,
     private readonly opts: AttentionOptions,
   ) {

@@ -56,7 +56,7 @@ export interface SharedParts {
 export function makeBlock(ctx: PartContext, l: number, w: LayerWeights, shared: SharedParts): Block {
   return {
     attnNorm: w.attnNorm,
-    attention: new Attention(ctx, l, w.attention, shared.attention[l]),
+    attention: new Attention(ctx, w.attention, shared.attention[l]),
     ffnNorm: w.ffnNorm,
     ffn: ffnPart(ctx, l, w, shared),
     ffnPostNorm: w.ffnPostNorm ?? 0,
