@@ -7,7 +7,8 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { CLI, SHARED, tempDir } from "./helpers.js";
+import { closest, editDistance } from "../src/cli/did-you-mean.js";
+import { CLI, ROOT, SHARED, tempDir } from "./helpers.js";
 
 const STORIES = `${SHARED}/models/stories260K.gguf`;
 const ref = JSON.parse(readFileSync(`${SHARED}/reference/stories260K.llamacpp.json`, "utf8"));
@@ -67,7 +68,11 @@ test("bad flags and bad files fail with a clear message and a non-zero exit", ()
     [["run", "-m", STORIES, "-p", "x", "--verify", "sometimes"], /--verify must be once or always, got "sometimes"/, 2],
     [["run", "-m", "/nonexistent/model.gguf", "-p", "x"], /model\.gguf: cannot open/, 1],
     [["run", "-m", `${SHARED}/reference/README.md`, "-p", "x"], /README\.md: not a GGUF file/, 1],
-    [["frobnicate"], /unknown command "frobnicate"/, 2],
+    [["frobnicate"], /unknown command "frobnicate"\n/, 2],
+    // a near miss names what was probably meant; a word that is a property of objects is no command
+    [["rnu", "-m", STORIES], /unknown command "rnu" \(did you mean run\?\)/, 2],
+    [["toString"], /unknown command "toString"/, 2],
+    [["run", "-m", STORIES, "-p", "x", "--tempp", "0"], /unknown option --tempp \(did you mean --temp\?\)/, 2],
     [["inspect"], /give a model file/, 2],
   ];
   for (const [args, pattern, code] of cases) {
@@ -78,8 +83,28 @@ test("bad flags and bad files fail with a clear message and a non-zero exit", ()
   }
 });
 
+test("--version and -v print the package's version and the Node it runs on", () => {
+  const version = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")).version;
+  for (const flag of ["--version", "-v"]) {
+    const r = cli(flag);
+    assert.equal(r.code, 0);
+    assert.equal(
+      r.stdout.trim(),
+      `powerinfer-ts ${version} (node ${process.version}, ${process.platform} ${process.arch})`,
+    );
+  }
+});
+
 test("a prompt longer than the context is refused clearly", () => {
   const r = cli("run", "-m", STORIES, "-p", "Once upon a time there was a girl", "-c", "4");
   assert.equal(r.code, 1);
   assert.match(r.stderr, /the prompt is \d+ tokens long, but the model's context holds 4 tokens/);
+});
+
+test("editDistance and closest: swaps count once, a suggestion only when close", () => {
+  assert.equal(editDistance("rnu", "run"), 1);
+  assert.equal(editDistance("--tempp", "--temp"), 1);
+  assert.equal(editDistance("kitten", "sitting"), 3);
+  assert.equal(closest("rnu", ["run", "serve", "chat"]), "run");
+  assert.equal(closest("frobnicate", ["run", "serve", "chat"]), undefined);
 });

@@ -1,3 +1,4 @@
+import { didYouMean } from "./did-you-mean.js";
 /**
  * A small command-line parser for llama.cpp-style flags: `-m FILE`, `--temp 0.7`, `--flag=value`,
  * boolean switches. Unknown flags and bad values are errors that name the flag.
@@ -72,7 +73,13 @@ export function parseArgs(argv: string[], specs: FlagSpec[]): ParsedArgs {
       arg = arg.slice(0, eq);
     }
     const spec = byName.get(arg);
-    if (!spec) throw new UsageError(`unknown option ${arg}`);
+    if (!spec)
+      throw new UsageError(
+        `unknown option ${arg}${didYouMean(
+          arg,
+          [...byName.keys()].filter((k) => k.startsWith("--")),
+        )}`,
+      );
     if (spec.type === "bool") {
       out[spec.key] = value === undefined ? true : !/^(0|false|no|off)$/i.test(value);
       continue;

@@ -2,6 +2,8 @@
 /**
  * `powerinfer <command> ...`: each command lives in its own file and exports main(argv) -> exit code.
  */
+import { buildInfo } from "../server/build-info.js";
+import { didYouMean } from "./did-you-mean.js";
 import { UsageError } from "./args.js";
 
 const COMMANDS: Record<string, { summary: string; load: () => Promise<{ main(argv: string[]): Promise<number> }> }> = {
@@ -58,9 +60,13 @@ async function main(argv: string[]): Promise<number> {
     console.log(help());
     return name ? 0 : 1;
   }
-  const command = COMMANDS[name];
+  if (name === "--version" || name === "-v" || name === "version") {
+    console.log(buildInfo());
+    return 0;
+  }
+  const command = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined;
   if (!command) {
-    console.error(`powerinfer: unknown command "${name}"\n\n${help()}`);
+    console.error(`powerinfer: unknown command "${name}"${didYouMean(name, Object.keys(COMMANDS))}\n\n${help()}`);
     return 2;
   }
   return (await command.load()).main(rest);
