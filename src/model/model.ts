@@ -316,6 +316,9 @@ export class LlamaModel {
       if (store) arena.u8(buf.x, buf.kCache - buf.x).fill(0);
       const ropes = ropeLayout(cfg);
       const kvRows = kvLayerRows(cfg, contextSize, batchSize);
+      // each layer's first row: the rows of the layers before it
+      const kvFirstRows: number[] = [];
+      kvRows.reduce((first, rows) => (kvFirstRows.push(first), first + rows), 0);
       const tableBytes = contextSize * cfg.nRot * 4;
       ropes.tables.forEach((spec, i) =>
         arena.f32(buf.rope + i * tableBytes, contextSize * cfg.nRot).set(ropeTable(spec, contextSize, rope?.factors)),
@@ -335,7 +338,7 @@ export class LlamaModel {
           rope: t < 0 ? 0 : buf.rope + t * tableBytes,
           window: cfg.windows[l],
           kqScale: cfg.kqScale,
-          kvFirstRow: kvRows.slice(0, l).reduce((a, r) => a + r, 0),
+          kvFirstRow: kvFirstRows[l],
           kvRows: kvRows[l],
         })),
         router: cfg.nExpert > 0 ? new Router(ctx, batchSize) : null,

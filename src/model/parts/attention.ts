@@ -7,7 +7,7 @@
  * FFN needs only after attention, then rounded into the KV cache in its element types.
  */
 import type { RopePairing } from "../config.js";
-import { kvRowBytes, type KvCacheType } from "../kv-cache.js";
+import { kvElementBytes, kvRowBytes, type KvCacheType } from "../kv-cache.js";
 import type { ForwardStep } from "../step.js";
 import type { Matrix } from "../weight-loader.js";
 import { f32Bits } from "../../runtime/f32-bits.js";
@@ -89,7 +89,7 @@ export class Attention {
 
   /** The n new rows (keys or values, f32 at src) of positions pos0.. into the layer's cache, around the ring. */
   private store(src: number, cache: number, rowBytes: number, type: KvCacheType, pos0: number, n: number): void {
-    const kvDim = this.ctx.cfg.nHeadKV * this.ctx.cfg.headDim;
+    const kvDim = rowBytes / kvElementBytes(type);
     const rows = this.ring || this.ctx.contextSize;
     const first = pos0 % rows;
     const before = Math.min(n, rows - first);
