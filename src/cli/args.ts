@@ -13,6 +13,8 @@ export interface FlagSpec {
   key: string;
   type: "string" | "int" | "float" | "bool" | "size";
   help: string;
+  /** a heading the help prints before this flag: where a group of related flags starts */
+  section?: string;
   default?: string | number | boolean;
   /**
    * [min, max] a number must lie in (both included), required of every int, float and size flag
@@ -122,6 +124,8 @@ function convert(spec: FlagSpec, flag: string, value: string): string | number {
 export function usage(command: string, summary: string, specs: FlagSpec[]): string {
   const lines = [`usage: powerinfer ${command}`, "", summary, "", "options:"];
   for (const s of specs) {
+    if (s.section) lines.push("", `${s.section}:`);
+    else if (s.key === "help" && specs.some((x) => x.section)) lines.push("");
     const names =
       s.names.join(", ") + (s.type === "bool" ? "" : ` ${s.type === "string" ? "VALUE" : s.type.toUpperCase()}`);
     const def = s.default !== undefined ? ` (default: ${s.default})` : "";

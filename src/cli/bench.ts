@@ -17,7 +17,7 @@ import { NeuronStore } from "../format/store/index.js";
 import { typeName } from "../format/ggml-types.js";
 import { Xoshiro128 } from "../generate/sampler.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
-import { LOAD_FLAGS, loadOptions } from "./model-flags.js";
+import { CONTEXT_FLAGS, MODEL_FLAG, STORE_FLAGS, loadOptions } from "./model-flags.js";
 import { acceptLlamaCppFlags } from "./llama-compat-flags.js";
 import { finishTrace, startTrace, TRACE_FLAG } from "./trace-flag.js";
 import { formatBytes } from "./progress.js";
@@ -26,7 +26,8 @@ import { RANGE } from "./flag-ranges.js";
 import { kernelBuild } from "../runtime/wasm.js";
 
 const FLAGS: FlagSpec[] = [
-  ...LOAD_FLAGS,
+  MODEL_FLAG,
+  ...CONTEXT_FLAGS,
   {
     names: ["-p", "--n-prompt"],
     key: "prompt",
@@ -60,6 +61,7 @@ const FLAGS: FlagSpec[] = [
     range: RANGE.seed,
   },
   TRACE_FLAG,
+  ...STORE_FLAGS,
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
 

@@ -15,12 +15,13 @@ import { ApiError, ChatSession, ChatTemplate } from "../chat/index.js";
 import { acceptLlamaCppFlags } from "./llama-compat-flags.js";
 import type { GenerationStats } from "../generate/generator.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
-import { LOAD_FLAGS, SAMPLING_FLAGS, loadOptions, samplingOptions } from "./model-flags.js";
+import { CONTEXT_FLAGS, MODEL_FLAG, STORE_FLAGS, SAMPLING_FLAGS, loadOptions, samplingOptions } from "./model-flags.js";
 import { formatBytes, formatStats, ProgressBar, StatusLine, TokenRate } from "./progress.js";
 import { RANGE } from "./flag-ranges.js";
 
 const FLAGS: FlagSpec[] = [
-  ...LOAD_FLAGS,
+  MODEL_FLAG,
+  ...CONTEXT_FLAGS,
   { names: ["-sys", "--system"], key: "system", type: "string", help: "a system prompt" },
   {
     names: ["-n", "--n-predict"],
@@ -30,7 +31,6 @@ const FLAGS: FlagSpec[] = [
     default: -1,
     range: RANGE.predict,
   },
-  ...SAMPLING_FLAGS,
   {
     names: ["--chat-template-file"],
     key: "templateFile",
@@ -43,6 +43,8 @@ const FLAGS: FlagSpec[] = [
     type: "bool",
     help: "a live line with tok/s and resident memory while answering, and a summary after",
   },
+  ...SAMPLING_FLAGS,
+  ...STORE_FLAGS,
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
 

@@ -13,8 +13,16 @@ import { applyPlan } from "../planner/apply-plan.js";
 import { RANGE } from "./flag-ranges.js";
 import { parseKvCacheType } from "../model/kv-cache.js";
 
-export const LOAD_FLAGS: FlagSpec[] = [
-  { names: ["-m", "--model"], key: "model", type: "string", help: "model file (GGUF, or a neuron store .pi)" },
+/** The model file and what every run sets first: threads and context. */
+export const MODEL_FLAG: FlagSpec = {
+  names: ["-m", "--model"],
+  key: "model",
+  type: "string",
+  help: "model file (GGUF, or a neuron store .pi)",
+};
+
+/** Threads, context, batch and KV cache types. */
+export const CONTEXT_FLAGS: FlagSpec[] = [
   {
     names: ["-t", "--threads"],
     key: "threads",
@@ -49,7 +57,12 @@ export const LOAD_FLAGS: FlagSpec[] = [
     type: "string",
     help: "KV cache type for values: f16 (default) or f32",
   },
+];
+
+/** A neuron store's memory budget and its tuning and ablation switches (and SiLU thresholds). */
+export const STORE_FLAGS: FlagSpec[] = [
   {
+    section: "memory budget and neuron store",
     names: ["--memory-budget"],
     key: "budget",
     type: "size",
@@ -116,8 +129,12 @@ export const LOAD_FLAGS: FlagSpec[] = [
   },
 ];
 
+/** Every model-loading flag, in the order a command's help lists them. */
+export const LOAD_FLAGS: FlagSpec[] = [MODEL_FLAG, ...CONTEXT_FLAGS, ...STORE_FLAGS];
+
 export const SAMPLING_FLAGS: FlagSpec[] = [
   {
+    section: "sampling",
     names: ["--temp"],
     key: "temp",
     type: "float",

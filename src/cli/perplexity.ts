@@ -15,11 +15,12 @@ import { perplexity } from "../offline/perplexity.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { formatDuration } from "./progress.js";
-import { LOAD_FLAGS, loadOptions } from "./model-flags.js";
+import { CONTEXT_FLAGS, MODEL_FLAG, STORE_FLAGS, loadOptions } from "./model-flags.js";
 import { RANGE } from "./flag-ranges.js";
 
 const FLAGS: FlagSpec[] = [
-  ...LOAD_FLAGS,
+  MODEL_FLAG,
+  ...CONTEXT_FLAGS,
   { names: ["-f", "--file"], key: "file", type: "string", help: "text file to score (UTF-8)" },
   {
     names: ["--chunks"],
@@ -34,6 +35,7 @@ const FLAGS: FlagSpec[] = [
     type: "bool",
     help: "also measure the FFN sparsity of the run (a dense model: through the FFN observer, slower)",
   },
+  ...STORE_FLAGS,
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
 

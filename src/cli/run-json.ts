@@ -39,24 +39,42 @@ export interface StoreFigures {
   peakResidentBytes: number;
 }
 
+/** `x` to `digits` decimals: timings past a hundredth of a millisecond are noise, not data. */
+function rounded(x: number, digits: number): number {
+  const f = 10 ** digits;
+  return Math.round(x * f) / f;
+}
+
+/** The generation's figures as scripts read them: milliseconds to 0.01, rates to 0.1 tok/s. */
+function roundedStats(s: GenerationStats): GenerationStats {
+  return {
+    ...s,
+    prefillMs: rounded(s.prefillMs, 2),
+    decodeMs: rounded(s.decodeMs, 2),
+    prefillTokensPerSecond: rounded(s.prefillTokensPerSecond, 1),
+    decodeTokensPerSecond: rounded(s.decodeTokensPerSecond, 1),
+  };
+}
+
 export function runResult(
   text: string,
   tokens: number[],
-  stats: GenerationStats,
+  genStats: GenerationStats,
   off: OffloadStats | undefined,
 ): RunResult {
+  const stats = roundedStats(genStats);
   if (!off) return { text, tokens, stats: { ...stats, kernels: kernelBuild() } };
   const f = offloadFigures(off);
   const store: StoreFigures = {
     neuronsComputed: off.neuronsComputed,
     neuronsTotal: off.neuronsTotal,
-    neuronsComputedShare: f.computedShare,
+    neuronsComputedShare: rounded(f.computedShare, 4),
     hotHits: off.hotHits,
     coldHits: off.coldHits,
     misses: off.misses,
-    cacheHitRate: f.hitRate,
+    cacheHitRate: rounded(f.hitRate, 4),
     bytesRead: off.bytesRead,
-    ioWaitMs: off.ioWaitMs,
+    ioWaitMs: rounded(off.ioWaitMs, 2),
     readAhead: off.readAhead,
     readAheadUsed: off.readAheadUsed,
     peakResidentBytes: peakResidentBytes(),

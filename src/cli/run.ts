@@ -10,7 +10,7 @@ import { loadModel } from "../index.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { StatusLine, TokenRate, formatStats } from "./progress.js";
 import { peakResidentBytes } from "../runtime/memory.js";
-import { LOAD_FLAGS, SAMPLING_FLAGS, loadOptions, samplingOptions } from "./model-flags.js";
+import { CONTEXT_FLAGS, MODEL_FLAG, SAMPLING_FLAGS, STORE_FLAGS, loadOptions, samplingOptions } from "./model-flags.js";
 import { RANGE } from "./flag-ranges.js";
 import { BUDGET_ROOM, fixedPartsText } from "../model/offload/layout.js";
 import { acceptLlamaCppFlags } from "./llama-compat-flags.js";
@@ -18,11 +18,20 @@ import { JSON_SCHEMA_FLAGS, responseFormatFromFlags } from "./json-schema-flag.j
 import { finishTrace, startTrace, TRACE_FLAG } from "./trace-flag.js";
 import { runResult } from "./run-json.js";
 import { expertStatsText } from "./expert-stats.js";
+import { processEscapes } from "./escapes.js";
 
 const FLAGS: FlagSpec[] = [
-  ...LOAD_FLAGS,
+  MODEL_FLAG,
   { names: ["-p", "--prompt"], key: "prompt", type: "string", help: "prompt text" },
   { names: ["-f", "--file"], key: "file", type: "string", help: "read the prompt from a file" },
+  {
+    names: ["-e", "--escape"],
+    key: "escape",
+    type: "bool",
+    help: "turn \\n \\r \\t \\' \\\" \\\\ and \\xHH in the prompt into the characters they name, as llama.cpp (--no-escape: keep them as written)",
+    default: true,
+  },
+  { names: ["--no-escape"], key: "noEscape", type: "bool", help: "keep backslash sequences in the prompt as written" },
   {
     names: ["-n", "--n-predict"],
     key: "n",
@@ -31,8 +40,9 @@ const FLAGS: FlagSpec[] = [
     default: 128,
     range: RANGE.predict,
   },
+  ...CONTEXT_FLAGS,
   ...SAMPLING_FLAGS,
-  { names: ["--no-bos"], key: "noBos", type: "bool", help: "do not add the BOS token" },
+  { section: "output", names: ["--no-bos"], key: "noBos", type: "bool", help: "do not add the BOS token" },
   ...JSON_SCHEMA_FLAGS,
   {
     names: ["--json"],
@@ -53,6 +63,7 @@ const FLAGS: FlagSpec[] = [
     type: "bool",
     help: "a mixture of experts from a store: the per-expert figures and a layer x expert table (tokens routed, hit rate) at the end",
   },
+  ...STORE_FLAGS,
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
 
@@ -69,6 +80,7 @@ export async function main(argv: string[]): Promise<number> {
   let prompt = args.prompt as string | undefined;
   if (typeof args.file === "string") prompt = readFileSync(args.file, "utf8");
   if (prompt === undefined) throw new UsageError("run: give a prompt with -p TEXT or -f FILE");
+  if (args.escape && !args.noEscape) prompt = processEscapes(prompt);
   const n = args.n as number;
   const responseFormat = responseFormatFromFlags("run", args);
   const trace = startTrace("run", argv, args);

@@ -12,7 +12,7 @@ import { loadModel, type Model } from "../index.js";
 import { ChatTemplate } from "../chat/index.js";
 import { OpenAIServer } from "../server/index.js";
 import type { GenerateOptions } from "../generate/generator.js";
-import { LOAD_FLAGS, SAMPLING_FLAGS, loadOptions, samplingOptions } from "./model-flags.js";
+import { CONTEXT_FLAGS, MODEL_FLAG, STORE_FLAGS, SAMPLING_FLAGS, loadOptions, samplingOptions } from "./model-flags.js";
 import { parseArgs, parseSize, usage, UsageError, type FlagSpec } from "./args.js";
 import { formatBytes, formatStats, ProgressBar, StatusLine } from "./progress.js";
 import { acceptLlamaCppFlags } from "./llama-compat-flags.js";
@@ -20,7 +20,8 @@ import { finishTrace, startTrace, TRACE_FLAG } from "./trace-flag.js";
 import { RANGE } from "./flag-ranges.js";
 
 const FLAGS: FlagSpec[] = [
-  ...LOAD_FLAGS,
+  MODEL_FLAG,
+  ...CONTEXT_FLAGS,
   { names: ["--host"], key: "host", type: "string", help: "address to listen on", default: "127.0.0.1" },
   {
     names: ["--port"],
@@ -44,7 +45,6 @@ const FLAGS: FlagSpec[] = [
     default: -1,
     range: RANGE.predict,
   },
-  ...SAMPLING_FLAGS,
   {
     names: ["--chat-template-file"],
     key: "templateFile",
@@ -91,6 +91,8 @@ const FLAGS: FlagSpec[] = [
   { names: ["--stats"], key: "stats", type: "bool", help: "a live status line: requests, tok/s, resident memory" },
   { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "do not log each request" },
   { ...TRACE_FLAG, help: TRACE_FLAG.help + " (written at shutdown)" },
+  ...SAMPLING_FLAGS,
+  ...STORE_FLAGS,
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
 ];
 
