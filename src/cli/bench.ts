@@ -25,7 +25,7 @@ import { buildInfo } from "../server/build-info.js";
 import { RANGE } from "./flag-ranges.js";
 import { kernelBuild } from "../runtime/wasm.js";
 
-const FLAGS: FlagSpec[] = [
+export const FLAGS: FlagSpec[] = [
   MODEL_FLAG,
   ...CONTEXT_FLAGS,
   {

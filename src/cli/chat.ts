@@ -19,7 +19,7 @@ import { CONTEXT_FLAGS, MODEL_FLAG, STORE_FLAGS, SAMPLING_FLAGS, loadOptions, sa
 import { formatBytes, formatStats, ProgressBar, StatusLine, TokenRate } from "./progress.js";
 import { RANGE } from "./flag-ranges.js";
 
-const FLAGS: FlagSpec[] = [
+export const FLAGS: FlagSpec[] = [
   MODEL_FLAG,
   ...CONTEXT_FLAGS,
   { names: ["-sys", "--system"], key: "system", type: "string", help: "a system prompt" },

@@ -11,7 +11,7 @@ import { typeName } from "../format/ggml-types.js";
 import type { StoreConversion } from "../format/store/index.js";
 import { CONVERT_TYPES, convertToStore, type ConvertType } from "../offline/convert.js";
 
-const SPECS: FlagSpec[] = [
+export const FLAGS: FlagSpec[] = [
   { names: ["-o", "--output"], key: "out", type: "string", help: "output store (.pi), required" },
   {
     names: ["--type"],
@@ -50,13 +50,13 @@ function describe(kind: string, c: StoreConversion | null, to: string): string {
 }
 
 export async function main(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, SPECS);
+  const args = parseArgs(argv, FLAGS);
   if (args.help) {
     console.log(
       usage(
         "convert MODEL.gguf -o MODEL.pi [--type q4_0|q4_1|q5_0|q5_1|q8_0|f16|bf16|f32|keep] [--profile FILE] [--predictors FILE]",
         SUMMARY,
-        SPECS,
+        FLAGS,
       ),
     );
     return 0;

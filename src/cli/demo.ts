@@ -106,7 +106,7 @@ const DEFAULT_CACHE_SHARE = 0.08;
  */
 const RUNTIME_BASE = 96 * 2 ** 20;
 
-const FLAGS: FlagSpec[] = [
+export const FLAGS: FlagSpec[] = [
   {
     names: ["--budget"],
     key: "budget",

@@ -6,7 +6,7 @@ import { jsonValue, showValue } from "./inspect-format.js";
 import { inspectStore } from "./inspect-store.js";
 import { isNeuronStore } from "../format/store/index.js";
 
-const FLAGS: FlagSpec[] = [
+export const FLAGS: FlagSpec[] = [
   { names: ["--all"], key: "all", type: "bool", help: "print whole arrays" },
   { names: ["--json"], key: "json", type: "bool", help: "machine-readable output" },
   {

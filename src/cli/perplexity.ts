@@ -18,7 +18,7 @@ import { formatDuration } from "./progress.js";
 import { CONTEXT_FLAGS, MODEL_FLAG, STORE_FLAGS, loadOptions } from "./model-flags.js";
 import { RANGE } from "./flag-ranges.js";
 
-const FLAGS: FlagSpec[] = [
+export const FLAGS: FlagSpec[] = [
   MODEL_FLAG,
   ...CONTEXT_FLAGS,
   { names: ["-f", "--file"], key: "file", type: "string", help: "text file to score (UTF-8)" },

@@ -17,7 +17,7 @@ import { LlamaModel } from "../model/model.js";
 import { LOAD_FLAGS } from "./model-flags.js";
 import { RANGE } from "./flag-ranges.js";
 
-const FLAGS: FlagSpec[] = [
+export const FLAGS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "the neuron store (.pi) to plan for" },
   {
     names: ["--memory-budget"],

@@ -11,7 +11,7 @@ import { ProgressBar } from "./progress.js";
 import { profileModel, summarizeProfile, type ProfileProgress } from "../offline/profile.js";
 import { RANGE } from "./flag-ranges.js";
 
-const FLAGS: FlagSpec[] = [
+export const FLAGS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "model file (GGUF; not a .pi store)" },
   { names: ["--corpus"], key: "corpus", type: "string", help: "UTF-8 text file to run the model over" },
   { names: ["-o", "--output"], key: "out", type: "string", help: "profile to write (JSON), required" },

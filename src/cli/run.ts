@@ -20,7 +20,7 @@ import { runResult } from "./run-json.js";
 import { expertStatsText } from "./expert-stats.js";
 import { processEscapes } from "./escapes.js";
 
-const FLAGS: FlagSpec[] = [
+export const FLAGS: FlagSpec[] = [
   MODEL_FLAG,
   { names: ["-p", "--prompt"], key: "prompt", type: "string", help: "prompt text" },
   { names: ["-f", "--file"], key: "file", type: "string", help: "read the prompt from a file" },

@@ -19,7 +19,7 @@ import { acceptLlamaCppFlags } from "./llama-compat-flags.js";
 import { finishTrace, startTrace, TRACE_FLAG } from "./trace-flag.js";
 import { RANGE } from "./flag-ranges.js";
 
-const FLAGS: FlagSpec[] = [
+export const FLAGS: FlagSpec[] = [
   MODEL_FLAG,
   ...CONTEXT_FLAGS,
   { names: ["--host"], key: "host", type: "string", help: "address to listen on", default: "127.0.0.1" },

@@ -28,7 +28,7 @@ import {
 import { RESERVED } from "../offline/synth/planted-sparsity.js";
 import { RANGE } from "./flag-ranges.js";
 
-const SPECS: FlagSpec[] = [
+export const FLAGS: FlagSpec[] = [
   {
     names: ["--shape"],
     key: "shape",
@@ -112,13 +112,13 @@ function oneOf<T extends string>(flag: string, value: unknown, allowed: readonly
 const MB = 1e6;
 
 export async function main(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, SPECS);
+  const args = parseArgs(argv, FLAGS);
   if (args.help) {
     console.log(
       usage(
         `synth --shape ${SYNTH_SHAPES.join("|")} [--layers N] --act silu|relu|drelu [--sparsity S [--alpha A] [--gate-rank R]] --type ${SYNTH_TYPES.join("|")} --seed N -o FILE`,
         SUMMARY,
-        SPECS,
+        FLAGS,
       ),
     );
     return 0;

@@ -3,7 +3,7 @@ import { GGUFFile } from "../format/gguf.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 
-const FLAGS: FlagSpec[] = [
+export const FLAGS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "model file (GGUF)" },
   { names: ["-p", "--prompt"], key: "prompt", type: "string", help: "text to tokenize" },
   { names: ["--bos"], key: "bos", type: "bool", help: "add BOS as generation would" },

@@ -24,7 +24,7 @@ import {
 } from "../offline/train-predictors.js";
 import { RANGE } from "./flag-ranges.js";
 
-const SPECS: FlagSpec[] = [
+export const FLAGS: FlagSpec[] = [
   { names: ["-m", "--model"], key: "model", type: "string", help: "dense GGUF model, required" },
   { names: ["--corpus"], key: "corpus", type: "string", help: "UTF-8 text to train on, required" },
   {
@@ -176,13 +176,13 @@ export function resultTable(r: TrainPredictorsResult): string {
 }
 
 export async function main(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, SPECS);
+  const args = parseArgs(argv, FLAGS);
   if (args.help) {
     console.log(
       usage(
         "train-predictors -m MODEL.gguf --corpus TRAIN.txt [--heldout FILE] [-o OUT.gguf] [--store MODEL.pi]",
         SUMMARY,
-        SPECS,
+        FLAGS,
       ),
     );
     return 0;

@@ -6,7 +6,7 @@
 import { startWebPage } from "../server/web-page.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 
-const FLAGS: FlagSpec[] = [
+export const FLAGS: FlagSpec[] = [
   {
     names: ["-m", "--model"],
     key: "model",

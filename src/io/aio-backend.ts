@@ -49,7 +49,12 @@ export class AioBackend implements ReadBackend {
   private readonly slots: (ReadOp | null)[] = [];
   private readonly freeSlots: number[] = [];
   /** ops started since the last flush */
-  private toSubmit: ReadOp[] = [];
+  /**
+   * Reads started since the last flush: toSubmit[0, nToSubmit). Kept at its largest length (a JS
+   * array cut to length 0 drops its storage, and would be grown again every batch).
+   */
+  private readonly toSubmit: (ReadOp | null)[] = [];
+  private nToSubmit = 0;
   private readonly submitBuf: Float64Array;
   private readonly reaped: Float64Array;
   private polling = false;
@@ -82,11 +87,11 @@ export class AioBackend implements ReadBackend {
   start(op: ReadOp): void {
     op.slot = this.freeSlots.pop()!;
     this.slots[op.slot] = op;
-    this.toSubmit.push(op);
+    this.toSubmit[this.nToSubmit++] = op;
   }
 
   flush(): void {
-    if (this.toSubmit.length > 0) this.submitStarted();
+    if (this.nToSubmit > 0) this.submitStarted();
   }
 
   /**
@@ -99,10 +104,10 @@ export class AioBackend implements ReadBackend {
     const ops = this.toSubmit;
     const buf = this.submitBuf;
     let from = 0;
-    while (from < ops.length) {
-      const n = ops.length - from;
+    while (from < this.nToSubmit) {
+      const n = this.nToSubmit - from;
       for (let i = 0; i < n; i++) {
-        const op = ops[from + i];
+        const op = ops[from + i]!;
         buf[4 * i] = op.slot;
         buf[4 * i + 1] = op.fileOffset + op.done;
         buf[4 * i + 2] = op.length - op.done;
@@ -110,19 +115,23 @@ export class AioBackend implements ReadBackend {
       }
       const k = this.binding.submit(this.ring!, this.host.view(), buf, n);
       if (k < 0) {
-        const op = ops[from++];
+        const op = ops[from++]!;
         this.freeSlot(op);
         setImmediate(op.cb, errnoError(-k, "io_submit"), 0);
         continue;
       }
       if (k === 0) {
-        this.toSubmit = ops.slice(from);
+        // the ring is full: the rest wait at the front for the next flush
+        ops.copyWithin(0, from, this.nToSubmit);
+        this.nToSubmit -= from;
+        ops.fill(null, this.nToSubmit);
         this.schedulePoll();
         return;
       }
       from += k;
     }
-    ops.length = 0;
+    ops.fill(null, 0, this.nToSubmit);
+    this.nToSubmit = 0;
     this.schedulePoll();
   }
 
@@ -153,7 +162,7 @@ export class AioBackend implements ReadBackend {
 
   service(waitMs: number): void {
     if (!this.ring || this.reporting) return;
-    if (this.toSubmit.length > 0) this.submitStarted();
+    if (this.nToSubmit > 0) this.submitStarted();
     if (this.host.inFlight() === 0) return;
     const out = this.reaped;
     const k = this.binding.reap(this.ring, out, this.queueDepth, waitMs);

@@ -139,6 +139,9 @@ export interface FlashReaderStats {
 type OnComplete = ((request: FlashReadRequest) => void) | null;
 type OnDone = (error: Error | null) => void;
 
+const NO_REQUESTS: readonly FlashReadRequest[] = [];
+const NO_DONE: OnDone = () => undefined;
+
 interface Batch {
   requests: readonly FlashReadRequest[];
   onComplete: OnComplete;
@@ -202,9 +205,17 @@ export class FlashReader {
   private u8: Uint8Array;
   private readonly verify: FlashReaderOptions["verify"];
   private readonly fault: FlashReaderOptions["fault"];
-  private readonly queue: Op[] = [];
+  /**
+   * Reads waiting for a place in flight: queue[qHead, qTail). The array keeps its length once
+   * grown (setting a JS array's length to 0 drops its storage, and every batch would grow it
+   * again: garbage on every step of a decode that reads).
+   */
+  private readonly queue: (Op | undefined)[] = [];
   private qHead = 0;
+  private qTail = 0;
   private readonly freeOps: Op[] = [];
+  /** finished batches, reused by the next submit (their `pending` arrays too) */
+  private readonly freeBatches: Batch[] = [];
   private inFlight = 0;
   private busySince = 0;
   private readIndex = 0;
@@ -345,7 +356,7 @@ export class FlashReader {
 
   /** Reads in flight now. */
   get pending(): number {
-    return this.inFlight + (this.queue.length - this.qHead);
+    return this.inFlight + (this.qTail - this.qHead);
   }
 
   stats(): FlashReaderStats {
@@ -370,11 +381,16 @@ export class FlashReader {
 
   /**
    * Read a batch; resolves when every request has landed, rejects with a FlashReadError (or the
-   * error verify/onComplete threw) otherwise. onComplete(request) runs as each one lands.
+   * error verify/onComplete threw) otherwise. onComplete(request) runs as each one lands. `count`:
+   * the first that many of `requests` (a caller's array kept at its largest size).
    */
-  read(requests: readonly FlashReadRequest[], onComplete?: (request: FlashReadRequest) => void): Promise<void> {
+  read(
+    requests: readonly FlashReadRequest[],
+    onComplete?: (request: FlashReadRequest) => void,
+    count = requests.length,
+  ): Promise<void> {
     return new Promise<void>((resolve, reject) => {
-      this.submit(requests, onComplete ?? null, (e) => (e ? reject(e) : resolve()));
+      this.submit(requests, onComplete ?? null, (e) => (e ? reject(e) : resolve()), count);
     });
   }
 
@@ -383,10 +399,12 @@ export class FlashReader {
    * request landed, or onDone(error) once the batch has failed and none of its reads is in flight.
    * Invalid requests throw a RangeError here, before anything is read.
    */
-  submit(requests: readonly FlashReadRequest[], onComplete: OnComplete, onDone: OnDone): void {
+  submit(requests: readonly FlashReadRequest[], onComplete: OnComplete, onDone: OnDone, count = requests.length): void {
     if (this.closing) throw new FlashReadError(this.path, 0, 0, "the reader is closed");
+    if (!(Number.isInteger(count) && count >= 0 && count <= requests.length))
+      throw new RangeError(`${this.path}: count ${count} is not within the ${requests.length} requests given`);
     const memBytes = this.view().byteLength;
-    for (let i = 0; i < requests.length; i++) {
+    for (let i = 0; i < count; i++) {
       const r = requests[i];
       if (!aligned(r.fileOffset) || !aligned(r.length) || r.length === 0 || !aligned(r.dst)) {
         throw new RangeError(
@@ -404,19 +422,10 @@ export class FlashReader {
         );
       }
     }
-    const batch: Batch = {
-      requests,
-      onComplete,
-      onDone,
-      pending: new Int32Array(requests.length),
-      opsLeft: 0,
-      inFlight: 0,
-      error: null,
-      finished: false,
-    };
-    this.s.requests += requests.length;
+    const batch = this.newBatch(requests, onComplete, onDone, count);
+    this.s.requests += count;
     const max = this.maxReadBytes;
-    for (let i = 0; i < requests.length;) {
+    for (let i = 0; i < count;) {
       const r = requests[i];
       if (r.length > max) {
         for (let o = 0; o < r.length; o += max)
@@ -427,7 +436,7 @@ export class FlashReader {
       }
       let j = i + 1;
       let len = r.length;
-      while (j < requests.length) {
+      while (j < count) {
         const p = requests[j - 1],
           q = requests[j];
         if (q.fileOffset !== p.fileOffset + p.length || q.dst !== p.dst + p.length || len + q.length > max) break;
@@ -438,12 +447,42 @@ export class FlashReader {
       this.s.coalesced += j - i - 1;
       i = j;
     }
-    if (requests.length === 0) {
+    if (count === 0) {
       batch.finished = true;
+      this.freeBatches.push(batch);
       process.nextTick(onDone, null);
       return;
     }
     this.pump();
+  }
+
+  /** A batch for `count` requests: a finished one again where there is one. */
+  private newBatch(
+    requests: readonly FlashReadRequest[],
+    onComplete: OnComplete,
+    onDone: OnDone,
+    count: number,
+  ): Batch {
+    const b = this.freeBatches.pop() ?? {
+      requests,
+      onComplete,
+      onDone,
+      pending: new Int32Array(Math.max(16, count)),
+      opsLeft: 0,
+      inFlight: 0,
+      error: null,
+      finished: false,
+    };
+    b.requests = requests;
+    b.onComplete = onComplete;
+    b.onDone = onDone;
+    if (b.pending.length < count) b.pending = new Int32Array(Math.max(count, 2 * b.pending.length));
+    else b.pending.fill(0, 0, count);
+    b.opsLeft = 0;
+    b.inFlight = 0;
+    b.error = null;
+    b.finished = false;
+    return b;
   }
 
   private enqueue(batch: Batch, first: number, count: number, fileOffset: number, length: number, dst: number): void {
@@ -459,7 +498,7 @@ export class FlashReader {
     op.split = false;
     for (let k = first; k < first + count; k++) batch.pending[k]++;
     batch.opsLeft++;
-    this.queue.push(op);
+    this.queue[this.qTail++] = op;
   }
 
   private newOp(): Op {
@@ -483,16 +522,17 @@ export class FlashReader {
 
   private pump(): void {
     if (this.io.reporting) return;
-    while (this.inFlight < this.queueDepth && this.qHead < this.queue.length) {
-      const op = this.queue[this.qHead];
-      this.queue[this.qHead++] = undefined!;
+    while (this.inFlight < this.queueDepth && this.qHead < this.qTail) {
+      const op = this.queue[this.qHead]!;
+      this.queue[this.qHead++] = undefined;
       this.issue(op);
     }
-    if (this.qHead === this.queue.length) {
-      this.queue.length = 0;
-      this.qHead = 0;
-    } else if (this.qHead > 4096 && this.qHead * 2 > this.queue.length) {
-      this.queue.splice(0, this.qHead);
+    if (this.qHead === this.qTail) this.qHead = this.qTail = 0;
+    else if (this.qHead > 4096 && this.qHead * 2 > this.qTail) {
+      // the waiting reads to the front, so that the array stops growing
+      this.queue.copyWithin(0, this.qHead, this.qTail);
+      this.queue.fill(undefined, this.qTail - this.qHead, this.qTail);
+      this.qTail -= this.qHead;
       this.qHead = 0;
     }
     this.io.flush();
@@ -640,22 +680,29 @@ export class FlashReader {
     this.s.errors++;
     // drop the batch's reads that have not started; those in flight are waited for in settle()
     let w = this.qHead;
-    for (let r = this.qHead; r < this.queue.length; r++) {
-      const op = this.queue[r];
+    for (let r = this.qHead; r < this.qTail; r++) {
+      const op = this.queue[r]!;
       if (op.batch === batch) {
         batch.opsLeft--;
         op.batch = null;
         this.freeOps.push(op);
       } else this.queue[w++] = op;
     }
-    this.queue.length = w;
+    this.queue.fill(undefined, w, this.qTail);
+    this.qTail = w;
   }
 
   private settle(batch: Batch): void {
     if (batch.finished || batch.inFlight > 0) return;
     if (batch.error || batch.opsLeft === 0) {
       batch.finished = true;
-      batch.onDone(batch.error);
+      const { onDone, error } = batch;
+      // nothing refers to it now (its ops are back in freeOps): the next submit may take it
+      batch.requests = NO_REQUESTS;
+      batch.onComplete = null;
+      batch.onDone = NO_DONE;
+      this.freeBatches.push(batch);
+      onDone(error);
     }
   }
 
@@ -663,7 +710,7 @@ export class FlashReader {
   close(): Promise<void> {
     if (this.closing) return this.closing;
     const queued = new Set<Batch>();
-    for (let r = this.qHead; r < this.queue.length; r++) queued.add(this.queue[r].batch!);
+    for (let r = this.qHead; r < this.qTail; r++) queued.add(this.queue[r]!.batch!);
     for (const b of queued)
       this.fail(b, new FlashReadError(this.path, 0, 0, "the reader was closed with reads pending"));
     this.closing = new Promise<void>((resolve) => {

@@ -22,7 +22,7 @@ export class GatePageReads implements GateSource {
   private readonly stageList: number;
   private readonly stagePos: Int32Array;
   private readonly cachedPos: Int32Array;
-  private readonly requests: FlashReadRequest[] = [];
+  private readonly requests: { fileOffset: number; length: number; dst: number }[] = [];
 
   constructor(
     private readonly store: NeuronStore,
@@ -48,17 +48,19 @@ export class GatePageReads implements GateSource {
     fileCachedGates(lists, cache, this.sparse, this.cachedPos, stats);
     for (let k = 0; k < lists.nFF;) {
       const requests = this.requests;
-      requests.length = 0;
       let m = 0;
       for (; k < lists.nFF && m < this.neurons; k++) {
         if (cache.peek(l, k) >= 0) continue;
         const dst = this.stage + m * this.pageBytes;
         lists.i32[(this.stageList >>> 2) + m] = dst;
+        const r = (requests[m] ??= { fileOffset: 0, length: 0, dst: 0 });
+        r.fileOffset = this.store.bundleOffset(l, k);
+        r.length = this.pageBytes;
+        r.dst = dst;
         this.stagePos[m++] = k;
-        requests.push({ fileOffset: this.store.bundleOffset(l, k), length: this.pageBytes, dst });
       }
       if (m === 0) break;
-      const reading = this.reader.read(requests);
+      const reading = this.reader.read(requests, undefined, m);
       compute.hits(lists);
       await waitForReads(stats, reading);
       stats.bytesRead += m * this.pageBytes;

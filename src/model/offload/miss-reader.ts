@@ -43,9 +43,12 @@ export interface MissRound {
 
 export class MissReader {
   private readonly round: MissRound = { from: 0, to: 0, reading: null };
-  /** the round's requests: objects reused from round to round (a round lands before the next starts) */
-  private readonly requests: FlashReadRequest[] = [];
-  private readonly pool: BundleRequest[] = [];
+  /**
+   * The round's requests, the first `count` of this array: objects reused from round to round (a
+   * round lands before the next starts), the array kept at its largest length.
+   */
+  private readonly requests: BundleRequest[] = [];
+  private count = 0;
 
   constructor(
     private readonly store: NeuronStore,
@@ -70,7 +73,7 @@ export class MissReader {
     r.to = from + m;
     r.reading = null;
     if (m > 0) {
-      const reading = this.reader.read(this.requests);
+      const reading = this.reader.read(this.requests, undefined, m);
       // whoever awaits it sees a failure; one left behind by an error elsewhere must not go unhandled
       reading.catch(() => undefined);
       r.reading = reading;
@@ -79,16 +82,16 @@ export class MissReader {
   }
 
   private acquire(layer: number, positions: Int32Array, from: number, count: number): number {
-    const { cache, requests, pool } = this;
-    requests.length = 0;
+    const { cache, requests } = this;
     let m = 0;
     while (from + m < count) {
       const k = positions[from + m];
       const slot = cache.acquire(layer, k);
       if (slot < 0) break;
-      requests.push(bundleRequest(pool, m, this.store, cache, layer, k, slot));
+      bundleRequest(requests, m, this.store, cache, layer, k, slot);
       m++;
     }
+    this.count = m;
     return m;
   }
 
@@ -100,7 +103,7 @@ export class MissReader {
     try {
       await waitForReads(this.stats, reading);
     } catch (e) {
-      for (const r of this.requests) this.cache.release(r.tag as number);
+      for (let i = 0; i < this.count; i++) this.cache.release(this.requests[i].tag as number);
       throw e;
     }
     this.stats.bytesRead += (round.to - round.from) * this.cache.slotBytes;

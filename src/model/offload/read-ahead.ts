@@ -45,9 +45,9 @@ interface Pending {
   /** read in an earlier forward pass (one that failed before using it): its failure is no step's error */
   stale: boolean;
   reading: Promise<void> | null;
-  requests: FlashReadRequest[];
-  /** request objects reused from read to read */
-  pool: BundleRequest[];
+  /** the first `count` are this read's: objects reused from read to read, the array kept at its largest length */
+  requests: BundleRequest[];
+  count: number;
 }
 
 export class ReadAhead {
@@ -77,7 +77,7 @@ export class ReadAhead {
     this.experts = store.ffn.experts;
     this.maxPinned = Math.floor(cache.coldSlots / 2);
     for (let i = 0; i < MAX_PENDING; i++)
-      this.free.push({ group: -1, stale: false, reading: null, requests: [], pool: [] });
+      this.free.push({ group: -1, stale: false, reading: null, requests: [], count: 0 });
   }
 
   /** The model layer of a group. */
@@ -123,7 +123,6 @@ export class ReadAhead {
     }
     const p = this.free[this.free.length - 1];
     const requests = p.requests;
-    requests.length = 0;
     let m = 0;
     if (exact) for (let k = hot; k < nFF; k++) if (f32[s0 + k] > thr) cache.keep(g, k);
     for (let k = hot; k < nFF; k++) {
@@ -132,7 +131,7 @@ export class ReadAhead {
       const slot = cache.acquire(g, k, exact ? 2 : 1);
       if (slot < 0) break;
       cache.pin(slot);
-      requests.push(bundleRequest(p.pool, m, this.store, cache, g, k, slot));
+      bundleRequest(requests, m, this.store, cache, g, k, slot);
       m++;
     }
     if (m === 0) return;
@@ -141,7 +140,8 @@ export class ReadAhead {
     this.groups.readAhead[g] += m;
     if (exact) this.stats.readAheadExact = (this.stats.readAheadExact ?? 0) + m;
     this.stats.bytesRead += m * cache.slotBytes;
-    const reading = this.reader.read(requests);
+    p.count = m;
+    const reading = this.reader.read(requests, undefined, m);
     reading.catch(() => undefined);
     p.group = g;
     p.stale = false;
@@ -179,9 +179,9 @@ export class ReadAhead {
       p.reading = null;
       try {
         await waitForReads(this.stats, reading);
-        for (const r of p.requests) this.cache.unpin(r.tag as number);
+        for (let i = 0; i < p.count; i++) this.cache.unpin(p.requests[i].tag as number);
       } catch (e) {
-        for (const r of p.requests) this.cache.release(r.tag as number);
+        for (let i = 0; i < p.count; i++) this.cache.release(p.requests[i].tag as number);
         if (p.group === g && !p.stale && error === null) error = e;
       }
       this.free.push(p);
