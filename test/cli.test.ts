@@ -108,3 +108,22 @@ test("editDistance and closest: swaps count once, a suggestion only when close",
   assert.equal(closest("rnu", ["run", "serve", "chat"]), "run");
   assert.equal(closest("frobnicate", ["run", "serve", "chat"]), undefined);
 });
+
+test("run: a memory budget on a GGUF is kept in memory or refused with the convert command; a shortened context says why", () => {
+  const small = cli("run", "-m", STORIES, "--memory-budget", "10MiB", "-p", "x", "-n", "1");
+  assert.equal(small.code, 1);
+  assert.match(
+    small.stderr,
+    /a GGUF runs all in memory and needs about [\d.]+ MiB .* more than the memory budget of 10\.0 MiB/,
+  );
+  assert.ok(
+    small.stderr.includes(`powerinfer convert ${STORIES} -o ${STORIES.replace(/\.gguf$/, ".pi")}`),
+    small.stderr,
+  );
+  const fits = cli("run", "-m", STORIES, "--memory-budget", "512MiB", "-p", "x", "-n", "1");
+  assert.equal(fits.code, 0, fits.stderr);
+  assert.match(fits.stderr, /note: context 256 of the model's 2048: the default under a memory budget/);
+  const asked = cli("run", "-m", STORIES, "--memory-budget", "512MiB", "-c", "128", "-p", "x", "-n", "1");
+  assert.equal(asked.code, 0, asked.stderr);
+  assert.doesNotMatch(asked.stderr, /note: context/);
+});

@@ -58,6 +58,11 @@ export class Model {
   get contextSize(): number {
     return this.llama.contextSize;
   }
+
+  /** why the context is shorter than the model's trained one when none was asked for (null otherwise) */
+  get contextNote(): string | null {
+    return this.llama.contextNote;
+  }
   get threads(): number {
     return this.llama.threads;
   }

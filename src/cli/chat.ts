@@ -104,6 +104,7 @@ export async function main(argv: string[]): Promise<number> {
         `chatting with ${modelPath} (context ${model.contextSize} tokens). ${HELP_LINES.join(" ")}\n`,
       );
     }
+    if (model.contextNote) process.stderr.write(`note: ${model.contextNote}\n`);
     return await converse(session, interactive, Boolean(args.stats));
   } finally {
     await model.dispose();

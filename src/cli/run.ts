@@ -93,6 +93,7 @@ export async function main(argv: string[]): Promise<number> {
       `vocab ${cfg.nVocab}; context ${model.contextSize}, ${model.threads} thread(s), ` +
       `${(model.residentBytes / 2 ** 20).toFixed(1)} MiB resident, in ${((performance.now() - t0) / 1000).toFixed(2)} s\n`,
   );
+  if (model.contextNote) process.stderr.write(`note: ${model.contextNote}\n`);
   const layout = model.offloadLayout;
   if (layout) {
     process.stderr.write(

@@ -208,6 +208,7 @@ export async function main(argv: string[]): Promise<number> {
         ? "the model's chat template"
         : "the plain chat format (the model has no template)";
     say(`ready: model "${name}", context ${model.contextSize}, ${model.threads} thread(s), ${tpl}`);
+    if (model.contextNote) say(`note: ${model.contextNote}`);
     if (status?.isLive) {
       status.start();
       const m = server.metrics;

@@ -27,3 +27,23 @@ export function checkContextSize(requested: number | undefined, fromFile: number
     );
   }
 }
+
+/**
+ * Why a model loaded with a shorter context than it was trained for, when no context was asked
+ * for (null when it was asked for, or is the model's own): a user who did not choose it hears
+ * the reason rather than finding out from a "context full" later.
+ */
+export function contextNote(
+  requested: number | undefined,
+  contextSize: number,
+  trained: number,
+  why: "budget" | "default" | "memory",
+): string | null {
+  if (requested !== undefined || contextSize >= trained) return null;
+  const because = {
+    budget: "the default under a memory budget, which pays for the KV cache",
+    default: "the default without -c",
+    memory: "what fits in memory next to the weights",
+  }[why];
+  return `context ${contextSize} of the model's ${trained}: ${because}; -c N sets it`;
+}

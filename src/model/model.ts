@@ -10,7 +10,8 @@
  * `batchSize` tokens. forward() allocates nothing.
  */
 import { checkFiniteOnRead } from "../format/finite-check.js";
-import { checkContextSize } from "./context-size.js";
+import { checkContextSize, contextNote } from "./context-size.js";
+import { checkInMemoryBudget } from "./in-memory-budget.js";
 import { checkValueTensorTypes } from "./tensor-types-check.js";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { isNeuronStore, NeuronStore } from "../format/store/index.js";
@@ -104,6 +105,8 @@ export class LlamaModel {
   readonly file: ModelFile;
   /** bytes of wasm memory in use (weights, caches, buffers) */
   readonly residentBytes: number;
+  /** why the context is shorter than the model's trained one when none was asked for (null otherwise) */
+  contextNote: string | null = null;
 
   private constructor(
     file: ModelFile,
@@ -217,9 +220,17 @@ export class LlamaModel {
     checkContextSize(opts.contextSize, Math.min(cfg.nCtxTrain, defaultContext), file);
     let contextSize = Math.max(1, Math.floor(opts.contextSize ?? Math.min(cfg.nCtxTrain, defaultContext)));
     const room = 4 * 2 ** 30 - (1 << 20) - residentBytes(file, cfg, residentOpts(0)).weights - 64 * 2 ** 20;
+    const wanted = contextSize;
     if (opts.contextSize === undefined)
       contextSize = Math.min(contextSize, Math.max(16, contextForKvBytes(cfg, kvCache, room, batchSize)));
+    const note = contextNote(
+      opts.contextSize,
+      contextSize,
+      cfg.nCtxTrain,
+      contextSize < wanted ? "memory" : opts.memoryBudget !== undefined ? "budget" : "default",
+    );
     const resident = residentBytes(file, cfg, residentOpts(contextSize));
+    if (!store && opts.memoryBudget !== undefined) checkInMemoryBudget(file.path, cfg, resident, opts.memoryBudget);
     // Under a budget the memory starts small and grows as laid out, so that its size (what a
     // browser counts against the page) never passes the budget; otherwise 64 MiB saves grows.
     const arena = new Arena(opts.memoryBudget !== undefined ? 4 << 20 : 64 << 20);
@@ -248,7 +259,7 @@ export class LlamaModel {
           )
         : undefined;
       if (layout && !layout.fits) throw new BudgetError(layout, file.path);
-      return { store, cfg, batchSize, sparsity, contextSize, kvCache, resident, arena, pool, layout };
+      return { store, cfg, batchSize, sparsity, contextSize, note, kvCache, resident, arena, pool, layout };
     } catch (e) {
       await pool.dispose();
       throw e;
@@ -278,7 +289,7 @@ export class LlamaModel {
     let pool: ThreadPool | undefined;
     try {
       const prepared = await LlamaModel.prepare(file, opts);
-      const { store, cfg, batchSize, sparsity, contextSize, kvCache, resident, arena, layout } = prepared;
+      const { store, cfg, batchSize, sparsity, contextSize, note, kvCache, resident, arena, layout } = prepared;
       pool = prepared.pool;
       const weightBytes = [...file.tensors.values()].reduce(
         (a, t) => (store && t.name === "token_embd.weight" ? a : a + t.bytes),
@@ -361,6 +372,7 @@ export class LlamaModel {
         offloaded,
       );
       model.thresholds = thresholds;
+      model.contextNote = note;
       model.fixedArenaBytes = fixedArenaBytes;
       model.tracer = opts.tracer ?? null;
       return model;
