@@ -5,22 +5,27 @@ import { createHash } from "node:crypto";
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 
-/** Every file under each of `paths` (a folder, walked, or a file), sorted. */
-function files(root, paths) {
+/**
+ * Every file under each of `paths` (a folder, walked, or a file), sorted; in folders only names
+ * that `include` accepts, and no hidden folders (bench/.models holds GB-sized models).
+ */
+function files(root, paths, include) {
   const out = [];
-  const walk = (p) => {
+  const walk = (p, top) => {
     if (!existsSync(p)) return;
-    if (statSync(p).isDirectory()) for (const e of readdirSync(p).sort()) walk(join(p, e));
-    else out.push(p);
+    if (statSync(p).isDirectory()) {
+      for (const e of readdirSync(p).sort()) if (!e.startsWith(".")) walk(join(p, e), false);
+    } else if (top || include.test(p)) out.push(p);
   };
-  for (const p of paths) walk(join(root, p));
+  for (const p of paths) walk(join(root, p), true);
   return out.sort();
 }
 
 /** The digest of the inputs: files under `paths` and `extra` strings. */
-function digest(root, paths, extra) {
+function digest(root, paths, extra, include) {
   const h = createHash("sha256");
-  for (const f of files(root, paths)) h.update(relative(root, f)).update("\0").update(readFileSync(f)).update("\0");
+  for (const f of files(root, paths, include))
+    h.update(relative(root, f)).update("\0").update(readFileSync(f)).update("\0");
   for (const x of extra) h.update(x).update("\0");
   return h.digest("hex");
 }
@@ -29,9 +34,9 @@ function digest(root, paths, extra) {
  * A build step: `upToDate()` when its outputs exist and its inputs are those it was last built
  * from (then the caller skips it), `done()` after it was built.
  */
-export function buildStep(root, name, { inputs, extra = [], outputs }) {
+export function buildStep(root, name, { inputs, extra = [], outputs, include = /(?:)/ }) {
   const stampFile = join(root, "build", `.stamp-${name}`);
-  const d = digest(root, inputs, extra);
+  const d = digest(root, inputs, extra, include);
   return {
     upToDate: () =>
       outputs.every((o) => existsSync(join(root, o))) && existsSync(stampFile) && readFileSync(stampFile, "utf8") === d,

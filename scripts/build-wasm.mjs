@@ -9,7 +9,7 @@
 // beyond the first 64 KiB (the JS arena starts above that).
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
-import { mkdirSync, readFileSync } from "node:fs";
+import { mkdirSync, readFileSync, renameSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { dirname, join } from "node:path";
 import { buildStep } from "./build-stamp.mjs";
@@ -55,12 +55,14 @@ await Promise.all(
       ...common,
       ...extra,
       "-o",
-      join(root, "build", `${name}.wasm`),
+      join(root, "build", `${name}.wasm.next`),
       "-t",
       join(root, "build", `${name}.wat`),
     ]);
     process.stdout.write(stdout);
     process.stderr.write(stderr);
+    // a process starting meanwhile reads the old module or the new one, never half of one
+    renameSync(join(root, "build", `${name}.wasm.next`), join(root, "build", `${name}.wasm`));
     console.log(`built build/${name}.wasm`);
   }),
 );
