@@ -577,7 +577,7 @@ test("the runtime's base as the planner measures it (a fresh process, as run mak
 
 test("plan: written, read back, applied to load options; never predicted slower than the defaults", async () => {
   await stores();
-  const budget = 24 * MiB;
+  const budget = 32 * MiB;
   const r = await tinyPlan(budget);
   assert.ok(r.best.tokensPerSecond >= r.defaults.tokensPerSecond);
   assert.ok(r.candidates.length > 10);
@@ -609,7 +609,7 @@ test("plan: written, read back, applied to load options; never predicted slower 
 
 test("plan mismatches: another machine, model, budget or context is a clear error (explicit plan) or a note (found next to the model)", async () => {
   await stores();
-  const budget = 24 * MiB;
+  const budget = 32 * MiB;
   const r = await tinyPlan(budget);
   const write = (name: string, edit: (p: typeof r.plan) => void) => {
     const p = structuredClone(r.plan);
@@ -628,9 +628,9 @@ test("plan mismatches: another machine, model, budget or context is a clear erro
   );
   const good = write("good.json", () => {});
   assert.throws(
-    () => applyPlan({ modelPath: profiledPath, memoryBudget: 32 * MiB }, good),
+    () => applyPlan({ modelPath: profiledPath, memoryBudget: 40 * MiB }, good),
     (e: Error) =>
-      /made for --memory-budget 24MiB, this run has 32MiB; re-plan with: powerinfer plan -m .* --memory-budget 32MiB/.test(
+      /made for --memory-budget 32MiB, this run has 40MiB; re-plan with: powerinfer plan -m .* --memory-budget 40MiB/.test(
         e.message,
       ),
   );
@@ -657,7 +657,7 @@ test("plan mismatches: another machine, model, budget or context is a clear erro
   assert.match(notes.pop()!, /using plan .*copy\.hot\.pi\.plan\.json/);
   const unchanged = applyPlan({ ...base, memoryBudget: 20 * MiB }, undefined, (m) => notes.push(m));
   assert.deepEqual(unchanged, { ...base, memoryBudget: 20 * MiB });
-  assert.match(notes.pop()!, /not using .* was made for --memory-budget 24MiB, this run has 20MiB; re-plan/);
+  assert.match(notes.pop()!, /not using .* was made for --memory-budget 32MiB, this run has 20MiB; re-plan/);
   writePlan(defaultPlanPath(copy), JSON.parse(readFileSync(other, "utf8")));
   assert.deepEqual(
     applyPlan(base, undefined, (m) => notes.push(m)),
@@ -669,7 +669,7 @@ test("plan mismatches: another machine, model, budget or context is a clear erro
 
 test("calibration: a run's compute and read waits scale every prediction by their own factors", async () => {
   await stores();
-  const budget = 24 * MiB;
+  const budget = 32 * MiB;
   const plain = await tinyPlan(budget);
   const jobs: CalibrationJob[] = [];
   // a stand-in run: whatever the model predicts for the defaults' steps, twice the compute and three times the waiting
