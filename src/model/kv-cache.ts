@@ -37,10 +37,20 @@ export function kvLayerRows(cfg: ModelConfig, ctx: number, batch: number): numbe
   return cfg.windows.map((w) => (w > 0 ? Math.min(ctx, w + batch - 1) : ctx));
 }
 
-/** Bytes of the keys (or values) of every layer, for a context of `ctx` and batches of `batch`. */
-export function kvCacheBytes(cfg: ModelConfig, type: KvCacheType, ctx: number, batch: number): number {
+/**
+ * Bytes of the keys (or values) of layers [from, to) (default every layer), for a context of
+ * `ctx` and batches of `batch`.
+ */
+export function kvCacheBytes(
+  cfg: ModelConfig,
+  type: KvCacheType,
+  ctx: number,
+  batch: number,
+  from = 0,
+  to = cfg.nLayer,
+): number {
   let rows = 0;
-  for (const r of kvLayerRows(cfg, ctx, batch)) rows += r;
+  for (const r of kvLayerRows(cfg, ctx, batch).slice(from, to)) rows += r;
   return rows * kvRowBytes(cfg, type);
 }
 
