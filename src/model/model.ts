@@ -380,9 +380,7 @@ export class LlamaModel {
               { ...opts.offload, sparsity, thresholds, tracer: opts.tracer },
             )
           : undefined;
-      const ctxs = arenas.map(
-        (a, s) => new PartContext(cfg, a, pool!, mms[s], bufs[s], kvCache, contextSize, s),
-      );
+      const ctxs = arenas.map((a, s) => new PartContext(cfg, a, pool!, mms[s], bufs[s], kvCache, contextSize, s));
       const shareds = ctxs.map((ctx, s) => ({
         attention: ropes.tableOf.map((t, l) => ({
           ropePairing: cfg.ropePairing,
