@@ -18,7 +18,7 @@ export interface LoadModelOptions {
   modelPath: string;
   /** compute threads including the caller; "auto" or omitted = all cores */
   threads?: number | "auto";
-  /** KV cache length in tokens; "auto" = the model's training context, capped to what fits */
+  /** KV cache length in tokens; "auto" = the model's training context, at most 4096 (256 under a memory budget) */
   contextSize?: number | "auto";
   /** most prompt tokens per forward pass (default 256) */
   batchSize?: number;

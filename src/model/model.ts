@@ -48,7 +48,7 @@ export { PREDICTOR_TENSOR_RE } from "./offload/predictor.js";
 export interface LoadOptions {
   /** threads for compute, including the caller (default: all cores) */
   threads?: number;
-  /** KV cache length in tokens (default: the training context, capped to what fits) */
+  /** KV cache length in tokens (default: the training context, at most 4096; 256 under a memory budget) */
   contextSize?: number;
   /** most tokens per forward call (prompt chunks); default 256 */
   batchSize?: number;
