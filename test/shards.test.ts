@@ -18,7 +18,7 @@ import { readConfig } from "../src/model/config.js";
 import { DEFAULT_KV_CACHE } from "../src/model/kv-cache.js";
 import { LlamaModel } from "../src/model/model.js";
 import { residentBytes } from "../src/model/resident-bytes.js";
-import { planShards, type ShardPlan } from "../src/model/shards.js";
+import { planShards, shardCapacity, type ShardPlan } from "../src/model/shards.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { synthesize } from "../src/offline/synth.js";
 import { ARENA_START } from "../src/runtime/arena.js";
@@ -149,4 +149,54 @@ test("a neuron store runs from one memory: a fixed part or cache past it is refu
     LlamaModel.load(store, { threads: 1, contextSize: CONTEXT, shardBytes: fixedWasm + (64 << 10) }),
     /with no memory budget \(every bundle cached\), the layout has .* GiB of wasm memory .* above the .* one memory addresses/,
   );
+});
+
+test("a shard capacity too small for one layer, or out of range, is an error naming the sizes", async () => {
+  const path = `${SHARED}/models/stories260K.gguf`;
+  await assert.rejects(
+    LlamaModel.load(path, { threads: 1, contextSize: CONTEXT, shardBytes: ARENA_START + 4096 }),
+    new RegExp(
+      `layer 0 needs \\d+ bytes of wasm memory with the activation buffers, more than one memory holds \\(${ARENA_START + 4096}\\)`,
+    ),
+  );
+  assert.throws(
+    () => shardCapacity(1000),
+    /shardBytes must be a whole number of bytes above 1048576 and at most 4294967296/,
+  );
+  assert.throws(() => shardCapacity(2 ** 33), /at most 4294967296 \(4 GiB\), got 8589934592/);
+});
+
+test("POWERINFER_SHARD_BYTES splits a model run from the CLI, with the same tokens", () => {
+  const path = `${SHARED}/models/stories260K.gguf`;
+  const { capacity } = tightestPlan(path);
+  const run = (env: Record<string, string>) => {
+    const r = spawnSync(
+      process.execPath,
+      [
+        CLI,
+        "run",
+        "-m",
+        path,
+        "-p",
+        "Once upon a time",
+        "-n",
+        "24",
+        "--temp",
+        "0",
+        "-c",
+        String(CONTEXT),
+        "-b",
+        String(BATCH),
+        "--json",
+      ],
+      { encoding: "utf8", env: { ...process.env, ...env } },
+    );
+    assert.equal(r.status, 0, r.stderr);
+    return { tokens: JSON.parse(r.stdout).tokens as number[], stderr: r.stderr };
+  };
+  const split = run({ POWERINFER_SHARD_BYTES: String(capacity) });
+  const one = run({});
+  assert.match(split.stderr, /MiB resident in [3-9] wasm memories,/);
+  assert.doesNotMatch(one.stderr, /wasm memories/);
+  assert.deepEqual(split.tokens, one.tokens);
 });

@@ -90,9 +90,13 @@ export class Model {
   get residentBytes(): number {
     return this.llama.residentBytes;
   }
-  /** bytes of the shared wasm memory (weights, KV cache, buffers, a store's neuron cache); it only grows, so this is its peak */
+  /** bytes of the wasm memories (weights, KV cache, buffers, a store's neuron cache); they only grow, so this is their peak */
   get wasmMemoryBytes(): number {
     return this.llama.wasmMemoryBytes;
+  }
+  /** how many wasm memories the model is split into: one, unless it is larger than one memory addresses (4 GiB) */
+  get wasmMemories(): number {
+    return this.llama.shardCount;
   }
   /** whether dispose() has been called */
   get isDisposed(): boolean {
