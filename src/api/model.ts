@@ -18,7 +18,7 @@ export interface LoadModelOptions {
   modelPath: string;
   /** compute threads including the caller; "auto" or omitted = all cores */
   threads?: number | "auto";
-  /** KV cache length in tokens; "auto" = the model's training context, capped to what fits */
+  /** KV cache length in tokens; "auto" = the model's training context, at most 4096 (256 under a memory budget) */
   contextSize?: number | "auto";
   /** most prompt tokens per forward pass (default 256) */
   batchSize?: number;
@@ -90,9 +90,13 @@ export class Model {
   get residentBytes(): number {
     return this.llama.residentBytes;
   }
-  /** bytes of the shared wasm memory (weights, KV cache, buffers, a store's neuron cache); it only grows, so this is its peak */
+  /** bytes of the wasm memories (weights, KV cache, buffers, a store's neuron cache); they only grow, so this is their peak */
   get wasmMemoryBytes(): number {
     return this.llama.wasmMemoryBytes;
+  }
+  /** how many wasm memories the model is split into: one, unless it is larger than one memory addresses (4 GiB) */
+  get wasmMemories(): number {
+    return this.llama.shardCount;
   }
   /** whether dispose() has been called */
   get isDisposed(): boolean {

@@ -34,7 +34,7 @@ export const CONTEXT_FLAGS: FlagSpec[] = [
     names: ["-c", "--ctx-size"],
     key: "ctx",
     type: "int",
-    help: "context size in tokens (default: the model's, capped to what fits)",
+    help: "context size in tokens (default: the model's, at most 4096; 256 under --memory-budget)",
     range: RANGE.context,
   },
   {

@@ -91,7 +91,7 @@ export async function main(argv: string[]): Promise<number> {
   process.stderr.write(
     `loaded ${args.model}: ${cfg.architecture}, ${cfg.nLayer} layers, dim ${cfg.nEmbd}, ffn ${cfg.nFF} (${cfg.activation}), ` +
       `vocab ${cfg.nVocab}; context ${model.contextSize}, ${model.threads} thread(s), ` +
-      `${(model.residentBytes / 2 ** 20).toFixed(1)} MiB resident, in ${((performance.now() - t0) / 1000).toFixed(2)} s\n`,
+      `${(model.residentBytes / 2 ** 20).toFixed(1)} MiB resident${model.wasmMemories > 1 ? ` in ${model.wasmMemories} wasm memories` : ""}, in ${((performance.now() - t0) / 1000).toFixed(2)} s\n`,
   );
   if (model.contextNote) process.stderr.write(`note: ${model.contextNote}\n`);
   const layout = model.offloadLayout;

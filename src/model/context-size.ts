@@ -37,13 +37,12 @@ export function contextNote(
   requested: number | undefined,
   contextSize: number,
   trained: number,
-  why: "budget" | "default" | "memory",
+  why: "budget" | "default",
 ): string | null {
   if (requested !== undefined || contextSize >= trained) return null;
   const because = {
     budget: "the default under a memory budget, which pays for the KV cache",
     default: "the default without -c",
-    memory: "what fits in memory next to the weights",
   }[why];
   return `context ${contextSize} of the model's ${trained}: ${because}; -c N sets it`;
 }

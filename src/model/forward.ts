@@ -9,23 +9,26 @@
  * An FFN part that waits for reads returns a promise; the loop then continues after it resolves.
  * A part in memory returns nothing, so a model in memory runs the loop straight through, with no
  * promise made (forward() stays synchronous).
+ *
+ * A model in several memories (shards.ts) runs each block in its own shard's context; where the
+ * shard changes between two blocks the residual rows are copied across (nEmbd floats a token).
  */
 import type { Block } from "./parts/block.js";
 import type { PartContext } from "./parts/context.js";
 import type { ForwardStep } from "./step.js";
 import type { Matrix } from "./weight-loader.js";
 
-/** Run blocks[from..] over the step's rows of x; a promise where a block waits for reads. */
-export function runBlocks(
-  blocks: readonly Block[],
-  ctx: PartContext,
-  step: ForwardStep,
-  from = 0,
-): void | Promise<void> {
-  const b = ctx.buf;
+/**
+ * Run blocks[from..] over the step's rows of x (in blocks[from]'s shard, or the one before it's);
+ * a promise where a block waits for reads.
+ */
+export function runBlocks(blocks: readonly Block[], step: ForwardStep, from = 0): void | Promise<void> {
   const tr = step.tracer;
   for (let l = from; l < blocks.length; l++) {
     const B = blocks[l];
+    const ctx = B.ctx;
+    const b = ctx.buf;
+    if (l > 0 && blocks[l - 1].ctx !== ctx) carryResidual(blocks[l - 1].ctx, ctx, step.n);
     const t0 = tr ? tr.now() : 0;
     B.ffn.beforeAttention?.(step);
     const ta = tr ? tr.now() : 0;
@@ -40,7 +43,7 @@ export function runBlocks(
     if (reading)
       return reading.then(() => {
         endLayer(ctx, B, step, l, t0, tf);
-        return runBlocks(blocks, ctx, step, l + 1);
+        return runBlocks(blocks, step, l + 1);
       });
     endLayer(ctx, B, step, l, t0, tf);
   }
@@ -57,6 +60,17 @@ function endLayer(ctx: PartContext, B: Block, step: ForwardStep, l: number, t0: 
   if (!tr) return;
   tr.span("ffn", "ffn", tf);
   tr.span(`layer ${l}`, "layer", t0);
+}
+
+/**
+ * The residual rows of n tokens from one shard's memory into another's: element by element, since
+ * no kernel sees two memories and a typed-array copy would allocate its views.
+ */
+export function carryResidual(from: PartContext, to: PartContext, n: number): void {
+  const src = from.f32;
+  const dst = to.f32;
+  const count = n * from.cfg.nEmbd;
+  for (let i = 0, s = from.buf.x >>> 2, d = to.buf.x >>> 2; i < count; i++) dst[d + i] = src[s + i];
 }
 
 /** The final norm and the output matrix for row t of the batch: the logits into the logits buffer. */

@@ -1,6 +1,6 @@
 /**
  * The KV cache's element types and sizes, in one place: the layout (resident-bytes.ts), the
- * context cap (llama.ts), the planner and the flags all take their bytes from here.
+ * shard plan (shards.ts), the planner and the flags all take their bytes from here.
  *
  * f16 is llama.cpp's default: half the memory of f32 inside a budget and half the bytes attention
  * streams per token, at the cost of rounding each key and value to 11 significant bits (llama.cpp
@@ -37,25 +37,21 @@ export function kvLayerRows(cfg: ModelConfig, ctx: number, batch: number): numbe
   return cfg.windows.map((w) => (w > 0 ? Math.min(ctx, w + batch - 1) : ctx));
 }
 
-/** Bytes of the keys (or values) of every layer, for a context of `ctx` and batches of `batch`. */
-export function kvCacheBytes(cfg: ModelConfig, type: KvCacheType, ctx: number, batch: number): number {
+/**
+ * Bytes of the keys (or values) of layers [from, to) (default every layer), for a context of
+ * `ctx` and batches of `batch`.
+ */
+export function kvCacheBytes(
+  cfg: ModelConfig,
+  type: KvCacheType,
+  ctx: number,
+  batch: number,
+  from = 0,
+  to = cfg.nLayer,
+): number {
   let rows = 0;
-  for (const r of kvLayerRows(cfg, ctx, batch)) rows += r;
+  for (const r of kvLayerRows(cfg, ctx, batch).slice(from, to)) rows += r;
   return rows * kvRowBytes(cfg, type);
-}
-
-/** The longest context whose keys and values fit in `bytes` (0 when not even one position does). */
-export function contextForKvBytes(cfg: ModelConfig, types: KvCacheTypes, bytes: number, batch: number): number {
-  const total = (ctx: number) => kvCacheBytes(cfg, types.k, ctx, batch) + kvCacheBytes(cfg, types.v, ctx, batch);
-  let lo = 0;
-  let hi = 1;
-  while (hi < 1 << 24 && total(hi) <= bytes) hi *= 2;
-  while (hi - lo > 1) {
-    const mid = (lo + hi) >>> 1;
-    if (total(mid) <= bytes) lo = mid;
-    else hi = mid;
-  }
-  return lo;
 }
 
 /** A cache type given by name (a flag or an option), checked; `where` names it in the error. */

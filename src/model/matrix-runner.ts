@@ -5,6 +5,7 @@
  * a batch the matmul kernel. Allocates nothing per call.
  */
 import { MAX_JOBS, newPoolJob, type PoolJob, type ThreadPool } from "../runtime/pool.js";
+import type { KernelExports } from "../runtime/wasm.js";
 import { prepareKernel, type ActivationFormat } from "../runtime/weight-kernels.js";
 import type { Matrix } from "./weight-loader.js";
 
@@ -13,12 +14,20 @@ export class MatrixRunner {
   private readonly prepared = new Set<ActivationFormat>();
   private input = 0;
   private inputCols = 0;
+  /** the kernels over the memory the matrices and buffers are in, for the caller-only quantizing */
+  private readonly kernels: KernelExports;
 
-  /** `quantized`: a buffer per activation format, each large enough for a batch of the widest input */
+  /**
+   * `quantized`: a buffer per activation format, each large enough for a batch of the widest
+   * input; `shard`: which of the pool's memories the matrices and buffers are in
+   */
   constructor(
     private readonly pool: ThreadPool,
     private readonly quantized: Readonly<Record<ActivationFormat, number>>,
-  ) {}
+    shard = 0,
+  ) {
+    this.kernels = pool.kernelsOf(shard);
+  }
 
   /** The f32 rows (cols wide) that the next run() calls read. */
   setInput(ptr: number, cols: number): void {
@@ -51,7 +60,7 @@ export class MatrixRunner {
       x = this.quantized[fmt];
       if (x === undefined) throw new Error(`no ${fmt} activation buffer for a ${m.rows} x ${m.cols} matrix`);
       if (!this.prepared.has(fmt)) {
-        this.pool.kernels[prepareKernel(fmt)!](this.input, x, this.inputCols, n);
+        this.kernels[prepareKernel(fmt)!](this.input, x, this.inputCols, n);
         this.prepared.add(fmt);
       }
     }

@@ -5,9 +5,10 @@
  * with a batch of one (matvec kernels). The FFN of a neuron store is read from flash under a
  * memory budget: forwardAsync awaits its reads.
  *
- * Everything lives in one wasm memory laid out at load: weights, the KV cache ([layer][position]
+ * Everything lives in wasm memory laid out at load: weights, the KV cache ([layer][position]
  * [kvDim], f16 by default, kv-cache.ts) and the activation buffers for a batch of up to
- * `batchSize` tokens. forward() allocates nothing.
+ * `batchSize` tokens; past what one wasm32 memory holds, in several (shards of whole layers,
+ * shards.ts). forward() allocates nothing.
  */
 import { checkFiniteOnRead } from "../format/finite-check.js";
 import { checkContextSize, contextNote } from "./context-size.js";
@@ -26,7 +27,7 @@ import { ThreadPool } from "../runtime/pool.js";
 import { readConfig, type ModelConfig } from "./config.js";
 import { MatrixRunner } from "./matrix-runner.js";
 import { residentBytes } from "./resident-bytes.js";
-import { contextForKvBytes, DEFAULT_KV_CACHE, kvLayerRows, parseKvCacheType, type KvCacheTypes } from "./kv-cache.js";
+import { DEFAULT_KV_CACHE, kvLayerRows, parseKvCacheType, type KvCacheTypes } from "./kv-cache.js";
 import { ropeFactors, ropeLayout, ropeTable } from "./rope.js";
 import { checkEveryTensorUsed } from "./unused-tensors-check.js";
 import { WeightLoader, type Matrix } from "./weight-loader.js";
@@ -38,13 +39,16 @@ import { makeBlock, type Block, type LayerWeights } from "./parts/block.js";
 import { PartContext } from "./parts/context.js";
 import { Router } from "./parts/router.js";
 import { newStep, type FFNObservation, type ForwardStep } from "./step.js";
+import { planShards, shardCapacity } from "./shards.js";
+import { checkBudgetFitsMachine } from "./machine-memory.js";
+import { carryResidual } from "./forward.js";
 
 export { PREDICTOR_TENSOR_RE } from "./offload/predictor.js";
 
 export interface LoadOptions {
   /** threads for compute, including the caller (default: all cores) */
   threads?: number;
-  /** KV cache length in tokens (default: the training context, capped to what fits) */
+  /** KV cache length in tokens (default: the training context, at most 4096; 256 under a memory budget) */
   contextSize?: number;
   /** most tokens per forward call (prompt chunks); default 256 */
   batchSize?: number;
@@ -80,7 +84,12 @@ export interface LoadOptions {
   /** records the forward pass per layer (attention, FFN), a store's FFN steps and reads (src/runtime/tracer.ts) */
   tracer?: Tracer;
   /**
-   * Test hook: leave this many bytes of wasm memory unused below every buffer (untouched, so not
+   * The most bytes one wasm memory (a shard of whole layers) may hold; default
+   * $POWERINFER_SHARD_BYTES, else 4 GiB, all wasm32 addresses. Smaller forces several shards (tests).
+   */
+  shardBytes?: number;
+  /**
+   * Test hook: leave this many bytes of wasm memory unused below every buffer (in every shard) (untouched, so not
    * resident), to run the engine at addresses above 2 GiB where a signed shift would go wrong.
    */
   addressFloor?: number;
@@ -111,9 +120,12 @@ export class LlamaModel {
   private constructor(
     file: ModelFile,
     cfg: ModelConfig,
-    private readonly arena: Arena,
+    /** one per shard */
+    private readonly arenas: readonly Arena[],
     private readonly pool: ThreadPool,
-    /** what every part shares: buffers, matrix runner, the small kernels */
+    /** what the parts of each shard share: buffers, matrix runner, the small kernels */
+    private readonly shards: readonly PartContext[],
+    /** the shard of the output norm and matrix (the last): the logits are computed there */
     private readonly ctx: PartContext,
     private readonly blocks: readonly Block[],
     /** the token embeddings: in memory, or (data null, a neuron store) one row read per token */
@@ -131,13 +143,16 @@ export class LlamaModel {
     this.config = cfg;
     this.contextSize = contextSize;
     this.batchSize = batchSize;
-    this.residentBytes = arena.used;
-    this.i32 = new Int32Array(arena.memory.buffer);
-    this.logits = new Float32Array(arena.memory.buffer, ctx.buf.logits, cfg.nVocab);
+    this.residentBytes = arenas.reduce((a, m) => a + m.used, 0);
+    this.i32 = arenas.map((a) => new Int32Array(a.memory.buffer));
+    this.logits = new Float32Array(ctx.arena.memory.buffer, ctx.buf.logits, cfg.nVocab);
+    this.first = blocks.length > 0 ? blocks[0].ctx : ctx;
   }
 
-  /** positions are written through it (the f32 rows through ctx.f32) */
-  private readonly i32: Int32Array;
+  /** positions are written through these, one per shard (the f32 rows through ctx.f32) */
+  private readonly i32: Int32Array[];
+  /** the shard of the first block: the embeddings go into its residual rows */
+  private readonly first: PartContext;
   /** the state of the pass under way, handed to every part (filled at the start of each pass) */
   private readonly step: ForwardStep = newStep();
   /** logits of the last token of the last forward() (a view into wasm memory) */
@@ -155,9 +170,13 @@ export class LlamaModel {
    * static region (tests check the two agree).
    */
   fixedArenaBytes = 0;
-  /** Bytes of the shared wasm memory as it stands (it only grows: this is also its peak). */
+  /** Bytes of the wasm memories as they stand (they only grow: this is also their peak). */
   get wasmMemoryBytes(): number {
-    return this.arena.memory.buffer.byteLength;
+    return this.arenas.reduce((a, m) => a + m.memory.buffer.byteLength, 0);
+  }
+  /** how many wasm memories the model is split into (one unless it is larger than one holds) */
+  get shardCount(): number {
+    return this.arenas.length;
   }
   /** the trace being recorded (LoadOptions.tracer), null when none */
   tracer: Tracer | null = null;
@@ -213,29 +232,35 @@ export class LlamaModel {
       predictors: store !== undefined && sparsity === "predictor",
       predictorType: opts.predictorType,
     });
-    // Under a memory budget the KV cache is part of it: a short default context. Without an
-    // explicit one, the KV cache gets what wasm32 can address next to the weights (~64 MiB kept
-    // for the buffers).
+    // Under a memory budget the KV cache is part of it: a short default context. Without one, the
+    // KV cache takes a memory of its own where it does not fit next to the weights (shards).
     const defaultContext = opts.memoryBudget !== undefined ? 256 : 4096;
     checkContextSize(opts.contextSize, Math.min(cfg.nCtxTrain, defaultContext), file);
-    let contextSize = Math.max(1, Math.floor(opts.contextSize ?? Math.min(cfg.nCtxTrain, defaultContext)));
-    const room = 4 * 2 ** 30 - (1 << 20) - residentBytes(file, cfg, residentOpts(0)).weights - 64 * 2 ** 20;
-    const wanted = contextSize;
-    if (opts.contextSize === undefined)
-      contextSize = Math.min(contextSize, Math.max(16, contextForKvBytes(cfg, kvCache, room, batchSize)));
+    const contextSize = Math.max(1, Math.floor(opts.contextSize ?? Math.min(cfg.nCtxTrain, defaultContext)));
     const note = contextNote(
       opts.contextSize,
       contextSize,
       cfg.nCtxTrain,
-      contextSize < wanted ? "memory" : opts.memoryBudget !== undefined ? "budget" : "default",
+      opts.memoryBudget !== undefined ? "budget" : "default",
     );
     const resident = residentBytes(file, cfg, residentOpts(contextSize));
+    if (opts.budgetCounts !== "wasm") checkBudgetFitsMachine(opts.memoryBudget);
     if (!store && opts.memoryBudget !== undefined) checkInMemoryBudget(file.path, cfg, resident, opts.memoryBudget);
+    const capacity = shardCapacity(opts.shardBytes);
+    const plan = planShards(cfg, resident, contextSize, batchSize, kvCache, capacity, opts.addressFloor ?? 0);
+    if (store && plan.layers.length > 1)
+      throw new Error(
+        `${file.path}: the fixed part of this store needs ${plan.bytes.length} wasm memories of ${capacity} bytes; a neuron store runs from one memory`,
+      );
     // Under a budget the memory starts small and grows as laid out, so that its size (what a
     // browser counts against the page) never passes the budget; otherwise 64 MiB saves grows.
-    const arena = new Arena(opts.memoryBudget !== undefined ? 4 << 20 : 64 << 20);
-    if (opts.addressFloor) arena.alloc(opts.addressFloor, 4096);
-    const pool = await ThreadPool.create(arena.memory, threads);
+    const arenas = plan.bytes.map(() => new Arena(opts.memoryBudget !== undefined ? 4 << 20 : 64 << 20));
+    if (opts.addressFloor) for (const a of arenas) a.alloc(opts.addressFloor, 4096);
+    const pool = await ThreadPool.create(
+      arenas.map((a) => a.memory),
+      threads,
+    );
+    const arena = arenas[0];
     try {
       const layout = store
         ? offloadLayout(
@@ -259,7 +284,8 @@ export class LlamaModel {
           )
         : undefined;
       if (layout && !layout.fits) throw new BudgetError(layout, file.path);
-      return { store, cfg, batchSize, sparsity, contextSize, note, kvCache, resident, arena, pool, layout };
+      if (layout) checkStoreFitsMemory(layout, plan.bytes[0], capacity, file.path);
+      return { store, cfg, batchSize, sparsity, contextSize, note, kvCache, resident, arenas, plan, pool, layout };
     } catch (e) {
       await pool.dispose();
       throw e;
@@ -289,13 +315,17 @@ export class LlamaModel {
     let pool: ThreadPool | undefined;
     try {
       const prepared = await LlamaModel.prepare(file, opts);
-      const { store, cfg, batchSize, sparsity, contextSize, note, kvCache, resident, arena, layout } = prepared;
+      const { store, cfg, batchSize, sparsity, contextSize, note, kvCache, resident, arenas, plan, layout } = prepared;
+      const arena = arenas[0];
       pool = prepared.pool;
       const weightBytes = [...file.tensors.values()].reduce(
         (a, t) => (store && t.name === "token_embd.weight" ? a : a + t.bytes),
         0,
       );
       const loader = new WeightLoader(file, arena, pool, opts.onProgress && ((b) => opts.onProgress!(b, weightBytes)));
+      // each shard's memory gets its layers' weights, in layer order (shards.ts)
+      const loaders = arenas.map((a, s) => (s === 0 ? loader : loader.onShard(a, s)));
+      const head = loaders[plan.headShard];
       const { nEmbd, nVocab } = cfg;
 
       const thresholds = activationThresholds(file, cfg.nLayer, opts.activationThresholds);
@@ -307,9 +337,9 @@ export class LlamaModel {
       const arch = ARCHITECTURES.get(cfg.architecture)!;
       const layers: LayerWeights[] = [];
       for (let l = 0; l < cfg.nLayer; l++)
-        layers.push(arch.layer({ loader, file, cfg, store: store !== undefined }, l));
-      const outputNorm = loader.vector("output_norm.weight", nEmbd);
-      const output = loader.matrix(
+        layers.push(arch.layer({ loader: loaders[plan.layerShard[l]], file, cfg, store: store !== undefined }, l));
+      const outputNorm = head.vector("output_norm.weight", nEmbd);
+      const output = head.matrix(
         file.tensors.has("output.weight") ? "output.weight" : "token_embd.weight",
         nEmbd,
         nVocab,
@@ -320,21 +350,29 @@ export class LlamaModel {
       const rope = ropeFactors(file, cfg, arch.ropeFactors, contextSize);
       for (const t of rope?.tensors ?? []) loader.use(t);
       checkEveryTensorUsed(file, loader.used);
-      const buf = allocBuffers(arena, cfg, contextSize, batchSize, resident.quantized, kvCache);
-      const fixedArenaBytes = arena.used - (opts.addressFloor ?? 0);
+      const bufs = arenas.map((a, s) =>
+        allocBuffers(a, cfg, contextSize, batchSize, resident.quantized, kvCache, plan.layers[s]),
+      );
+      const buf = bufs[0];
+      const fixedArenaBytes = arenas.reduce((a, m) => a + m.used - (opts.addressFloor ?? 0), 0);
       // Touch the activation buffers (laid out from x up to the KV cache) now: they are resident
       // from the start, as the layout counts them.
       if (store) arena.u8(buf.x, buf.kCache - buf.x).fill(0);
       const ropes = ropeLayout(cfg);
       const kvRows = kvLayerRows(cfg, contextSize, batchSize);
-      // each layer's first row: the rows of the layers before it
-      const kvFirstRows: number[] = [];
-      kvRows.reduce((first, rows) => (kvFirstRows.push(first), first + rows), 0);
+      // each layer's first row: the rows of the layers before it in its shard
+      const kvFirstRows = kvRows.map((_, l) => {
+        let first = 0;
+        for (let k = plan.layers[plan.layerShard[l]].from; k < l; k++) first += kvRows[k];
+        return first;
+      });
       const tableBytes = contextSize * cfg.nRot * 4;
-      ropes.tables.forEach((spec, i) =>
-        arena.f32(buf.rope + i * tableBytes, contextSize * cfg.nRot).set(ropeTable(spec, contextSize, rope?.factors)),
+      const tables = ropes.tables.map((spec) => ropeTable(spec, contextSize, rope?.factors));
+      arenas.forEach((a, s) =>
+        tables.forEach((t, i) => a.f32(bufs[s].rope + i * tableBytes, contextSize * cfg.nRot).set(t)),
       );
-      const mm = new MatrixRunner(pool, buf.act);
+      const mms = arenas.map((_, s) => new MatrixRunner(pool!, bufs[s].act, s));
+      const mm = mms[0];
       const offloaded =
         store && layout
           ? new OffloadedFFN(
@@ -342,11 +380,11 @@ export class LlamaModel {
               { ...opts.offload, sparsity, thresholds, tracer: opts.tracer },
             )
           : undefined;
-      const ctx = new PartContext(cfg, arena, pool, mm, buf, kvCache, contextSize);
-      const shared = {
+      const ctxs = arenas.map((a, s) => new PartContext(cfg, a, pool!, mms[s], bufs[s], kvCache, contextSize, s));
+      const shareds = ctxs.map((ctx, s) => ({
         attention: ropes.tableOf.map((t, l) => ({
           ropePairing: cfg.ropePairing,
-          rope: t < 0 ? 0 : buf.rope + t * tableBytes,
+          rope: t < 0 ? 0 : bufs[s].rope + t * tableBytes,
           window: cfg.windows[l],
           kqScale: cfg.kqScale,
           kvFirstRow: kvFirstRows[l],
@@ -354,14 +392,18 @@ export class LlamaModel {
         })),
         router: cfg.nExpert > 0 ? new Router(ctx, batchSize) : null,
         offloaded: offloaded ?? null,
-      };
-      const blocks = layers.map((w, l) => makeBlock(ctx, l, w, shared));
+      }));
+      const blocks = layers.map((w, l) => {
+        const s = plan.layerShard[l];
+        return makeBlock(ctxs[s], l, w, shareds[s]);
+      });
       const model = new LlamaModel(
         file,
         cfg,
-        arena,
+        arenas,
         pool,
-        ctx,
+        ctxs,
+        ctxs[plan.headShard],
         blocks,
         embd,
         outputNorm,
@@ -420,6 +462,8 @@ export class LlamaModel {
   private end(step: ForwardStep): Float32Array {
     const tr = step.tracer;
     const t = tr ? tr.now() : 0;
+    const last = this.blocks.length > 0 ? this.blocks[this.blocks.length - 1].ctx : this.first;
+    if (last !== this.ctx) carryResidual(last, this.ctx, step.n);
     outputLogits(this.ctx, this.outputNorm, this.output, step.n - 1);
     if (tr) tr.span("output", "output", t);
     this.onPass?.(step);
@@ -435,7 +479,7 @@ export class LlamaModel {
     if (this.offloaded) throw new Error("this model reads its FFN from flash: call forwardAsync()");
     const step = this.begin(tokens, n, pos0);
     // every part is in memory: the loop returns no promise
-    runBlocks(this.blocks, this.ctx, step);
+    runBlocks(this.blocks, step);
     return this.end(step);
   }
 
@@ -459,7 +503,7 @@ export class LlamaModel {
   async forwardAsync(tokens: ArrayLike<number>, n: number, pos0: number): Promise<Float32Array> {
     this.offloaded?.startPass();
     const step = this.begin(tokens, n, pos0);
-    const reading = runBlocks(this.blocks, this.ctx, step);
+    const reading = runBlocks(this.blocks, step);
     if (reading) await reading;
     return this.end(step);
   }
@@ -508,7 +552,8 @@ export class LlamaModel {
       throw new RangeError(
         `context full: positions ${pos0}..${pos0 + n - 1} exceed the context size ${this.contextSize}`,
       );
-    const b = this.ctx.buf;
+    const x = this.first;
+    const b = x.buf;
     const nEmbd = cfg.nEmbd;
     const rowBytes = tensorBytes(this.embd.info.type, nEmbd);
     for (let t = 0; t < n; t++) {
@@ -522,10 +567,10 @@ export class LlamaModel {
         this.file.readTensor(this.embd.info, row, id * rowBytes, rowBytes);
       }
       const at = (b.x >>> 2) + t * nEmbd;
-      dequantizeRow(this.embd.info.type, row, nEmbd, this.ctx.f32, at);
+      dequantizeRow(this.embd.info.type, row, nEmbd, x.f32, at);
       const scale = cfg.embedScale;
-      if (scale !== 1) for (let i = at; i < at + nEmbd; i++) this.ctx.f32[i] = Math.fround(this.ctx.f32[i] * scale);
-      this.i32[(b.pos >>> 2) + t] = pos0 + t;
+      if (scale !== 1) for (let i = at; i < at + nEmbd; i++) x.f32[i] = Math.fround(x.f32[i] * scale);
+      for (let s = 0; s < this.shards.length; s++) this.i32[s][(this.shards[s].buf.pos >>> 2) + t] = pos0 + t;
     }
     this.cachedTokens.length = pos0;
     for (let t = 0; t < n; t++) this.cachedTokens.push(tokens[t]);
@@ -535,6 +580,21 @@ export class LlamaModel {
     await this.offloaded?.close();
     await this.pool.dispose();
     this.file.close();
+  }
+}
+
+/**
+ * A neuron store runs from one memory (its fixed part and neuron cache together): a layout that
+ * puts more in it than one holds is refused before anything loads, with both numbers.
+ */
+function checkStoreFitsMemory(layout: OffloadLayout, fixedBytes: number, capacity: number, path: string): void {
+  // (each of the offloaded FFN's regions may be padded to a 4 KiB page)
+  const cache = layout.ffnBuffers + layout.gateBytes + layout.cacheBytes + 4 * 4096;
+  if (fixedBytes + cache > capacity) {
+    const gib = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB`;
+    throw new RangeError(
+      `${path}: ${layout.budget === undefined ? "with no memory budget (every bundle cached), the layout has" : `the memory budget ${gib(layout.budget)} lays out`} ${gib(fixedBytes + cache)} of wasm memory (fixed part ${gib(fixedBytes)}, neuron cache and its buffers ${gib(cache)}), above the ${gib(capacity)} one memory addresses, and a neuron store runs from one memory: give a budget about ${gib(fixedBytes + cache - capacity)} smaller`,
+    );
   }
 }
 

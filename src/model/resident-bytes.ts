@@ -38,10 +38,18 @@ export interface BufferBytes {
 
 /**
  * The forward pass's buffers for `batch` tokens and `ctx` positions, in the order they are laid
- * out. hg and hu (the FFN's gate and up rows) also hold a batch's new keys and values in f32
- * while attention runs, before they are rounded into the cache, so they are at least kvDim wide.
+ * out, with the KV cache of layers `layers` (default all: a model in one memory; a shard holds
+ * its own layers'). hg and hu (the FFN's gate and up rows) also hold a batch's new keys and
+ * values in f32 while attention runs, before they are rounded into the cache, so they are at
+ * least kvDim wide.
  */
-export function bufferBytes(cfg: ModelConfig, ctx: number, batch: number, kv: KvCacheTypes): BufferBytes {
+export function bufferBytes(
+  cfg: ModelConfig,
+  ctx: number,
+  batch: number,
+  kv: KvCacheTypes,
+  layers: LayerRange = { from: 0, to: cfg.nLayer },
+): BufferBytes {
   const { nEmbd, nFF, nHead, nHeadKV, headDim, nVocab } = cfg;
   const f32 = (n: number) => n * 4;
   const ffnRow = Math.max(nFF, nHeadKV * headDim);
@@ -56,8 +64,8 @@ export function bufferBytes(cfg: ModelConfig, ctx: number, batch: number, kv: Kv
     scores: f32(nHead * ctx),
     pos: f32(batch),
     rope: f32(ctx * cfg.nRot * ropeLayout(cfg).tables.length),
-    kCache: kvCacheBytes(cfg, kv.k, ctx, batch),
-    vCache: kvCacheBytes(cfg, kv.v, ctx, batch),
+    kCache: kvCacheBytes(cfg, kv.k, ctx, batch, layers.from, layers.to),
+    vCache: kvCacheBytes(cfg, kv.v, ctx, batch, layers.from, layers.to),
     route: f32(batch * cfg.nExpert),
     moeIn: cfg.nExpert > 0 ? f32(batch * nEmbd) : 0,
     moeOut: cfg.nExpert > 0 ? f32(batch * nEmbd) : 0,
@@ -76,9 +84,19 @@ export function activationBufferBytes(
   return out;
 }
 
+/** Layers [from, to). */
+export interface LayerRange {
+  from: number;
+  to: number;
+}
+
 export interface ResidentBytes {
   /** packed matrices and f32 vectors: attention, norms, output, predictors, and the dense FFN of a model in memory */
   weights: number;
+  /** of those, each layer's (in the order they load) */
+  layerWeights: number[];
+  /** of those, what loads after the layers: the output norm and matrix, and predictors */
+  headWeights: number;
   /** activation buffers (quantized inputs and f32 rows) */
   buffers: number;
   /** the KV cache */
@@ -125,7 +143,9 @@ export function residentBytes(file: ModelFile, cfg: ModelConfig, opts: ResidentO
   const qDim = nHead * headDim;
   const kvDim = nHeadKV * headDim;
   const vector = (n: number) => (weights += align64(n * 4));
+  const layerWeights: number[] = [];
   for (let l = 0; l < nLayer; l++) {
+    const before = weights;
     const p = `blk.${l}.`;
     vector(nEmbd);
     if (file.tensors.has(`${p}attn_qkv.weight`)) matrix(`${p}attn_qkv.weight`, [qDim, kvDim, kvDim]);
@@ -170,7 +190,9 @@ export function residentBytes(file: ModelFile, cfg: ModelConfig, opts: ResidentO
         reads("f32", cfg.nFF);
       } else matrix(`${p}ffn_down.weight`);
     }
+    layerWeights.push(weights - before);
   }
+  const layersEnd = weights;
   vector(nEmbd);
   matrix(file.tensors.has("output.weight") ? "output.weight" : "token_embd.weight");
   const predictors = opts.predictors ? predictorShapes(file, cfg, opts.predictorType) : null;
@@ -191,5 +213,5 @@ export function residentBytes(file: ModelFile, cfg: ModelConfig, opts: ResidentO
     if (name === "kCache" || name === "vCache") kv += align64(n);
     else buffers += align64(n);
   }
-  return { weights, buffers, kv, predictors, quantized };
+  return { weights, layerWeights, headWeights: weights - layersEnd, buffers, kv, predictors, quantized };
 }

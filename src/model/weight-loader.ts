@@ -51,47 +51,68 @@ export function rowTail(m: Matrix, from: number): { matrix: Matrix; from: number
   return at < 0 ? null : { matrix: { ...m, name: `${m.name}[${f}:]`, ptr: m.ptr + at, rows: m.rows - f }, from: f };
 }
 
-export class WeightLoader {
+/** What the loaders of one model share, whichever memory each loads into. */
+interface LoadState {
   /** bytes of weights placed in wasm memory so far */
-  loadedBytes = 0;
+  loadedBytes: number;
   /**
    * Read buffers, reused from tensor to tensor: a fresh 2 MiB buffer per tensor left tens of MiB
    * of garbage that the process kept resident after loading (measured 26 MiB on a 1B model),
    * memory a budget does not count.
    */
-  private readonly buffers: Uint8Array[] = [];
-  private readonly usedNames = new Set<string>();
+  readonly buffers: Uint8Array[];
+  readonly usedNames: Set<string>;
+}
+
+export class WeightLoader {
+  private readonly state: LoadState;
 
   constructor(
     private readonly file: ModelFile,
     private readonly arena: Arena,
     private readonly pool: ThreadPool,
     private readonly onProgress?: (bytes: number) => void,
-  ) {}
+    /** the pool's memory `arena` is (its kernels are the ones a matrix names) */
+    private readonly shard = 0,
+    state?: LoadState,
+  ) {
+    this.state = state ?? { loadedBytes: 0, buffers: [], usedNames: new Set() };
+  }
+
+  /** A loader into another shard's memory, sharing this one's progress, read buffers and record of tensors read. */
+  onShard(arena: Arena, shard: number): WeightLoader {
+    return new WeightLoader(this.file, arena, this.pool, this.onProgress, shard, this.state);
+  }
+
+  /** bytes of weights placed in wasm memory so far (by every loader of the model) */
+  get loadedBytes(): number {
+    return this.state.loadedBytes;
+  }
 
   /**
    * Every tensor the model reads, through this loader or (`use`) beside it: what the file holds
    * beyond them would be ignored, and the model is refused for it (unused-tensors-check.ts).
    */
   get used(): ReadonlySet<string> {
-    return this.usedNames;
+    return this.state.usedNames;
   }
 
   /** Records a tensor the model reads without this loader (the RoPE factors, the embeddings of a store). */
   use(name: string): void {
-    this.usedNames.add(name);
+    this.state.usedNames.add(name);
   }
 
   private tensor(name: string): GGUFTensorInfo {
     const t = this.file.tensor(name);
-    this.usedNames.add(name);
+    this.state.usedNames.add(name);
     return t;
   }
 
   /** Reusable read buffer `which` (0 or 1) of at least `bytes`, as a view of exactly that many. */
   private scratch(which: number, bytes: number): Uint8Array {
-    if ((this.buffers[which]?.length ?? -1) < bytes) this.buffers[which] = new Uint8Array(bytes);
-    return this.buffers[which].subarray(0, bytes);
+    const buffers = this.state.buffers;
+    if ((buffers[which]?.length ?? -1) < bytes) buffers[which] = new Uint8Array(bytes);
+    return buffers[which].subarray(0, bytes);
   }
 
   /**
@@ -178,8 +199,8 @@ export class WeightLoader {
       rows,
       cols,
       kernel,
-      matvecFn: this.pool.fn(kernel.matvec),
-      matmulFn: this.pool.fn(kernel.matmul),
+      matvecFn: this.pool.fn(kernel.matvec, this.shard),
+      matmulFn: this.pool.fn(kernel.matmul, this.shard),
     };
   }
 
@@ -255,8 +276,8 @@ export class WeightLoader {
       rows: paddedRows,
       cols: paddedCols,
       kernel,
-      matvecFn: this.pool.fn(kernel.matvec),
-      matmulFn: this.pool.fn(kernel.matmul),
+      matvecFn: this.pool.fn(kernel.matvec, this.shard),
+      matmulFn: this.pool.fn(kernel.matmul, this.shard),
     };
   }
 
@@ -283,8 +304,8 @@ export class WeightLoader {
       rows,
       cols,
       kernel,
-      matvecFn: this.pool.fn(kernel.matvec),
-      matmulFn: this.pool.fn(kernel.matmul),
+      matvecFn: this.pool.fn(kernel.matvec, this.shard),
+      matmulFn: this.pool.fn(kernel.matmul, this.shard),
     };
   }
 
@@ -326,7 +347,7 @@ export class WeightLoader {
   }
 
   private progress(bytes: number): void {
-    this.loadedBytes += bytes;
-    this.onProgress?.(this.loadedBytes);
+    this.state.loadedBytes += bytes;
+    this.onProgress?.(this.state.loadedBytes);
   }
 }

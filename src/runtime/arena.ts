@@ -1,7 +1,8 @@
 /**
- * The one shared WebAssembly.Memory that holds everything the kernels touch (weights, KV cache,
- * activations), and a bump allocator over it. Buffers are laid out once at load; the decode
- * loop allocates nothing. wasm32 caps the memory at 4 GiB.
+ * A shared WebAssembly.Memory that holds what the kernels touch (weights, KV cache, activations),
+ * and a bump allocator over it. Buffers are laid out once at load; the decode loop allocates
+ * nothing. wasm32 caps a memory at 4 GiB (ARENA_MAX_BYTES): a model larger than that is split
+ * into shards of whole layers, one arena each (src/model/shards.ts).
  *
  * Huge pages: each grow asks the kernel (through the native addon, madvise MADV_HUGEPAGE) to back
  * the new memory with 2 MiB pages where Linux's transparent huge pages are set to "madvise" (the
@@ -18,8 +19,10 @@ const PAGE = 65536;
 /** Transparent huge pages: 2 MiB on x86-64 and most arm64 kernels. */
 const HUGE = 2 << 20;
 const MAX_PAGES = 65536;
-/** The kernel module's own static data and stack live below this. */
-const ARENA_START = 1 << 20;
+/** The most one memory can hold: wasm32 addresses 4 GiB. */
+export const ARENA_MAX_BYTES = MAX_PAGES * PAGE;
+/** The kernel module's own static data and stack live below this (in every memory it is instantiated over). */
+export const ARENA_START = 1 << 20;
 
 export class Arena {
   readonly memory: WebAssembly.Memory;
@@ -40,8 +43,10 @@ export class Arena {
   alloc(bytes: number, align = 64): number {
     const ptr = Math.ceil(this.top / align) * align;
     const end = ptr + bytes;
-    if (end > MAX_PAGES * PAGE) {
-      throw new Error(`out of WebAssembly memory: need ${(end / 2 ** 30).toFixed(2)} GiB, wasm32 allows 4 GiB`);
+    if (end > ARENA_MAX_BYTES) {
+      throw new Error(
+        `out of WebAssembly memory: need ${(end / 2 ** 30).toFixed(2)} GiB in one memory, wasm32 allows 4 GiB`,
+      );
     }
     const have = this.memory.buffer.byteLength;
     if (end > have) {

@@ -1,7 +1,7 @@
 /**
  * The body of a pool worker, shared by Node's worker_threads entry (pool-worker.ts) and the
  * browser's Web Worker entry (src/browser/pool-worker.ts): instantiate the kernel module over
- * the shared memory, say ready, then loop: wait for a new group generation, take chunks of it
+ * each shared memory (one per shard), say ready, then loop: wait for a new group generation, take chunks of it
  * until none are left. See pool.ts.
  */
 import { CTRL, MAX_ARGS, chunkTag, runChunks, type PoolWorkerData } from "./pool.js";
@@ -12,9 +12,12 @@ const SPIN = 200000;
 
 /** Runs until the pool says exit (FN < 0). */
 export function runPoolWorker(data: PoolWorkerData, ready: () => void): void {
-  const { module, memory, ctrl, names } = data;
-  const kernels = instantiateKernels(memory, module);
-  const fns = names.map((n) => kernels[n]);
+  const { module, memories, ctrl, names } = data;
+  // kernel index = shard * names + name: as ThreadPool.fn counts them
+  const fns = memories.flatMap((memory) => {
+    const kernels = instantiateKernels(memory, module);
+    return names.map((n) => kernels[n]);
+  });
   const c = new Int32Array(ctrl);
   const a = new Int32Array(MAX_ARGS + 2);
   const range = new Int32Array(2);

@@ -1,5 +1,9 @@
 /**
- * A pool of worker threads that run kernels over one shared WebAssembly.Memory.
+ * A pool of worker threads that run kernels over shared WebAssembly memories.
+ *
+ * Every thread instantiates the kernel module once per memory: a model past 4 GiB (wasm32's
+ * limit) keeps its layers in several memories (shards), and a kernel index names a kernel bound
+ * to one of them (`fn(name, shard)`: shard * kernels + kernel). One memory is the common case.
  *
  * A job is "call kernel F with these i32 arguments over the range [0, total)": the range is cut
  * into a few chunks per thread and every thread, the caller included, grabs chunks from an
@@ -18,7 +22,8 @@ import { instantiateKernels, kernelBuild, kernelModule, type KernelExports } fro
 /** What a pool worker is started with (pool-worker-loop.ts). */
 export interface PoolWorkerData {
   module: WebAssembly.Module;
-  memory: WebAssembly.Memory;
+  /** the shards' memories: the kernel module is instantiated over each, in this order */
+  memories: WebAssembly.Memory[];
   ctrl: SharedArrayBuffer;
   names: string[];
   index: number;
@@ -44,7 +49,7 @@ export const MAX_ARGS = 16;
 export const MAX_JOBS = 4;
 /** A job slot's fields in the control block, relative to the slot. */
 export const JOB = {
-  FN: 0, // index of the kernel in the name table
+  FN: 0, // index of the kernel: shard * kernels + its place in the name table
   NARGS: 1, // fixed arguments before the range
   TOTAL: 2, // range length
   ALIGN: 3, // chunks start at multiples of this
@@ -152,6 +157,13 @@ export function runChunks(
   }
 }
 
+/** The function exports of the kernel module, in the order kernel indices count them. */
+export function kernelNames(module: WebAssembly.Module): string[] {
+  return WebAssembly.Module.exports(module)
+    .filter((e) => e.kind === "function")
+    .map((e) => e.name);
+}
+
 /** f(a[0], ..., a[count - 1]) as a fixed-arity call: wasm ignores the extra arguments, and nothing is allocated. */
 function call(f: (...a: number[]) => number, a: Int32Array, count: number): void {
   if (count <= 8) f(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
@@ -187,7 +199,11 @@ function runAlone(f: (...a: number[]) => number, j: PoolJob): void {
 
 export class ThreadPool {
   readonly threads: number;
+  /** the kernels over the first memory (shard 0) */
   readonly kernels: KernelExports;
+  /** the first memory (shard 0's) */
+  readonly memory: WebAssembly.Memory;
+  private readonly shardKernels: KernelExports[];
   private readonly ctrl: Int32Array;
   private readonly names: string[];
   private readonly index = new Map<string, number>();
@@ -205,27 +221,47 @@ export class ThreadPool {
   minParallelWork = 1 << 17;
 
   private constructor(
-    readonly memory: WebAssembly.Memory,
+    /** the shards' memories */
+    readonly memories: readonly WebAssembly.Memory[],
     threads: number,
   ) {
+    if (memories.length < 1) throw new RangeError("a thread pool needs at least one memory");
     this.threads = threads;
+    this.memory = memories[0];
     const module = kernelModule();
-    this.kernels = instantiateKernels(memory, module);
-    this.names = WebAssembly.Module.exports(module)
-      .filter((e) => e.kind === "function")
-      .map((e) => e.name);
+    this.shardKernels = memories.map((m) => instantiateKernels(m, module));
+    this.kernels = this.shardKernels[0];
+    this.names = kernelNames(module);
     this.names.forEach((n, i) => this.index.set(n, i));
-    this.fns = this.names.map((n) => this.kernels[n]);
+    this.fns = this.shardKernels.flatMap((k) => this.names.map((n) => k[n]));
     this.ctrl = new Int32Array(new SharedArrayBuffer(CTRL.SIZE * 4));
     this.times =
-      typeof process !== "undefined" && process.env?.POWERINFER_KERNEL_TIMES ? new KernelTimes(this.names) : null;
+      typeof process !== "undefined" && process.env?.POWERINFER_KERNEL_TIMES
+        ? new KernelTimes(memories.flatMap((_, s) => this.names.map((n) => (s === 0 ? n : `${n}@${s}`))))
+        : null;
   }
 
-  /** Start a pool of `threads` threads (including the caller) over `memory`. */
-  static async create(memory: WebAssembly.Memory, threads: number): Promise<ThreadPool> {
-    const pool = new ThreadPool(memory, Math.max(1, Math.floor(threads)));
+  /**
+   * Start a pool of `threads` threads (including the caller) over `memory`, or over several
+   * memories (shards: kernels for each, `fn(name, shard)`).
+   */
+  static async create(
+    memory: WebAssembly.Memory | readonly WebAssembly.Memory[],
+    threads: number,
+  ): Promise<ThreadPool> {
+    const pool = new ThreadPool(
+      memory instanceof WebAssembly.Memory ? [memory] : memory,
+      Math.max(1, Math.floor(threads)),
+    );
     await pool.startWorkers();
     return pool;
+  }
+
+  /** The kernels bound to shard `shard`'s memory, for calls on the caller alone. */
+  kernelsOf(shard: number): KernelExports {
+    const k = this.shardKernels[shard];
+    if (!k) throw new RangeError(`shard ${shard}: the pool has ${this.shardKernels.length} memories`);
+    return k;
   }
 
   private async startWorkers(): Promise<void> {
@@ -234,7 +270,7 @@ export class ThreadPool {
     for (let i = 1; i < this.threads; i++) {
       const w = spawnWorker({
         module,
-        memory: this.memory,
+        memories: [...this.memories],
         ctrl: this.ctrl.buffer as SharedArrayBuffer,
         names: this.names,
         index: i,
@@ -251,12 +287,14 @@ export class ThreadPool {
     await Promise.all(ready);
   }
 
-  /** Index of a kernel export, for `run`. Throws for an unknown name. */
-  fn(name: string): number {
+  /** Index of a kernel export over shard `shard`'s memory (default the first), for `run`. Throws for an unknown name. */
+  fn(name: string, shard = 0): number {
     const i = this.index.get(name);
     if (i === undefined)
       throw new Error(`kernel "${name}" is not in the ${kernelBuild()} kernel build (rebuild with "npm run build")`);
-    return i;
+    if (!(shard >= 0 && shard < this.memories.length))
+      throw new RangeError(`shard ${shard}: the pool has ${this.memories.length} memories`);
+    return shard * this.names.length + i;
   }
 
   /**
@@ -391,7 +429,7 @@ export class ThreadPool {
   private failedNames(nJobs: number): string {
     const names: string[] = [];
     for (let s = 0; s < nJobs; s++) {
-      const name = this.names[this.ctrl[CTRL.JOBS + s * JOB.SIZE + JOB.FN]];
+      const name = this.names[this.ctrl[CTRL.JOBS + s * JOB.SIZE + JOB.FN] % this.names.length];
       if (!names.includes(name)) names.push(name);
     }
     return names.length === 1 ? names[0] : `${names.slice(0, -1).join(", ")} or ${names[names.length - 1]}`;

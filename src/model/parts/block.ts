@@ -35,6 +35,8 @@ export interface LayerWeights {
 }
 
 export interface Block {
+  /** the shard the block's weights, KV cache and buffers are in (its parts run there) */
+  readonly ctx: PartContext;
   readonly attnNorm: number;
   readonly attention: Attention;
   readonly ffnNorm: number;
@@ -55,6 +57,7 @@ export interface SharedParts {
 
 export function makeBlock(ctx: PartContext, l: number, w: LayerWeights, shared: SharedParts): Block {
   return {
+    ctx,
     attnNorm: w.attnNorm,
     attention: new Attention(ctx, w.attention, shared.attention[l]),
     ffnNorm: w.ffnNorm,

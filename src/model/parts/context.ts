@@ -2,7 +2,8 @@
  * What every part of a block shares: the model's hyper-parameters, its buffers, the matrix runner,
  * and the small kernels between the matrix products (RMSNorm, residual add, bias, the FFN
  * activation, the KV cache's store), each one pool call. Made once the model's memory is laid out;
- * its views over the memory are taken then, after the last allocation.
+ * its views over the memory are taken then, after the last allocation. A model in several
+ * memories (shards of whole layers, model.ts) has one context per shard, each with its own buffers.
  */
 import { ACTIVATIONS } from "../../format/activations.js";
 import type { Arena } from "../../runtime/arena.js";
@@ -30,17 +31,19 @@ export class PartContext {
     readonly buf: Buffers,
     readonly kvCache: KvCacheTypes,
     readonly contextSize: number,
+    /** which of the pool's memories `arena` is: the kernels named here run over it */
+    readonly shard = 0,
   ) {
     this.f32 = new Float32Array(arena.memory.buffer);
     this.fn = {
-      rmsnorm: pool.fn("rmsnorm_rows"),
-      rope: pool.fn("rope"),
-      attention: pool.fn("attention"),
-      kvStore: pool.fn("kv_store"),
-      ffnAct: pool.fn("ffn_act"),
-      ffnActCut: pool.fn("ffn_act_cut"),
-      add: pool.fn("add_inplace"),
-      bias: pool.fn("add_bias_rows"),
+      rmsnorm: pool.fn("rmsnorm_rows", shard),
+      rope: pool.fn("rope", shard),
+      attention: pool.fn("attention", shard),
+      kvStore: pool.fn("kv_store", shard),
+      ffnAct: pool.fn("ffn_act", shard),
+      ffnActCut: pool.fn("ffn_act_cut", shard),
+      add: pool.fn("add_inplace", shard),
+      bias: pool.fn("add_bias_rows", shard),
     };
     this.epsBits = f32Bits(cfg.normEps);
     this.actCode = ACTIVATIONS[cfg.activation].code;
