@@ -136,6 +136,9 @@ const KERNELS: Record<KernelBuild, Map<GGMLType, WeightKernel>> = {
   relaxed: new Map(RELAXED.map((k) => [k.type, k])),
 };
 
+/** The weight types a matrix may have, by name (for errors). */
+export const SUPPORTED_WEIGHT_TYPES = SIMD128.map((k) => typeName(k.type)).join(", ");
+
 /** How `type` is packed and computed in a kernel build (by default the one this process runs). */
 export function weightKernel(type: GGMLType, build: KernelBuild = kernelBuild()): WeightKernel {
   const k = KERNELS[build].get(type);
