@@ -116,7 +116,12 @@ function yarnOf(file: ModelFile, key: (k: string) => string, origContext: number
   for (const k of ["rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_attn_factor"])
     if (file.has(key(k)))
       throw new GGUFError(file.path, `metadata "${key(k)}" is set: this YaRN variant is not supported`);
-  return { extFactor: fixed.yarn_ext_factor, betaFast: fixed.yarn_beta_fast, betaSlow: fixed.yarn_beta_slow, origContext };
+  return {
+    extFactor: fixed.yarn_ext_factor,
+    betaFast: fixed.yarn_beta_fast,
+    betaSlow: fixed.yarn_beta_slow,
+    origContext,
+  };
 }
 
 export function readConfig(file: ModelFile): ModelConfig {

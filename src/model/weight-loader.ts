@@ -306,7 +306,12 @@ export class WeightLoader {
     checkDims(this.file, t, [n, experts]);
     const ptr = this.arena.alloc(n * 4, 64);
     const rb = t.bytes / experts;
-    dequantizeRow(t.type, this.file.tensorData(name).subarray(expert * rb, (expert + 1) * rb), n, this.arena.f32(ptr, n));
+    dequantizeRow(
+      t.type,
+      this.file.tensorData(name).subarray(expert * rb, (expert + 1) * rb),
+      n,
+      this.arena.f32(ptr, n),
+    );
     this.progress(rb);
     return ptr;
   }

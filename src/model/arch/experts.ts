@@ -91,7 +91,10 @@ export function checkMoeLayer(file: ModelFile, cfg: ModelConfig, l: number): voi
       );
     if (cfg.expertBiases) {
       if (!t.merged)
-        throw new GGUFError(file.path, `layer ${l}: ${cfg.architecture}'s experts come as 3-D "ffn_${kind}_exps" tensors`);
+        throw new GGUFError(
+          file.path,
+          `layer ${l}: ${cfg.architecture}'s experts come as 3-D "ffn_${kind}_exps" tensors`,
+        );
       checkVector(file, expertBiasName(l, kind), [kind === "down" ? nEmbd : nFF, nExpert], "(one row per expert)");
     }
     if (!t.merged) {
@@ -106,9 +109,16 @@ export function checkMoeLayer(file: ModelFile, cfg: ModelConfig, l: number): voi
 /** A bias tensor's shape (and that its values can be read), or an error naming it and what was expected. */
 function checkVector(file: ModelFile, name: string, want: number[], what: string): void {
   const t = file.tensors.get(name);
-  if (!t) throw new GGUFError(file.path, `tensor "${name}" is missing: ${file.architecture} needs it, [${want.join(", ")}] ${what}`);
+  if (!t)
+    throw new GGUFError(
+      file.path,
+      `tensor "${name}" is missing: ${file.architecture} needs it, [${want.join(", ")}] ${what}`,
+    );
   if (t.dims.length !== want.length || t.dims.some((d, i) => d !== want[i]))
-    throw new GGUFError(file.path, `tensor "${name}" has shape [${t.dims.join(", ")}], expected [${want.join(", ")}] ${what}`);
+    throw new GGUFError(
+      file.path,
+      `tensor "${name}" has shape [${t.dims.join(", ")}], expected [${want.join(", ")}] ${what}`,
+    );
   if (t.type !== GGMLType.F32 && t.type !== GGMLType.F16 && t.type !== GGMLType.BF16)
     throw new GGUFError(file.path, `tensor "${name}" has type ${typeName(t.type)}, expected F32 (or F16, BF16)`);
 }

@@ -18,6 +18,13 @@ import type { PartContext } from "./context.js";
  * closest call: the smallest gap between a token's k-th expert's probability (softmax_weight: its
  * logit) and the best one not chosen (Infinity if k covers every expert).
  */
+/** p(a) - p(b) under a softmax over the nExpert logits at logits[row..] (a >= b: two of them). */
+function softmaxGap(logits: Float32Array, row: number, nExpert: number, a: number, b: number): number {
+  let sum = 0;
+  for (let e = 0; e < nExpert; e++) sum += Math.exp(logits[row + e] - a);
+  return (1 - Math.exp(b - a)) / sum;
+}
+
 /** An expert already chosen (probabilities and logits are finite). */
 const TAKEN = -Infinity;
 
@@ -56,7 +63,15 @@ export function routeTokens(
     }
     let left = -Infinity;
     for (let e = 0; e < nExpert; e++) if (probs[e] !== TAKEN) left = Math.max(left, probs[e]);
-    if (left > -Infinity) margin = Math.min(margin, weights[t * k + k - 1] - left);
+    if (left > -Infinity) {
+      const last = weights[t * k + k - 1];
+      // softmax_weight chose by logits: the gap as probabilities of a softmax over every expert,
+      // the closeness the other gatings report
+      margin = Math.min(
+        margin,
+        gating === "softmax_weight" ? softmaxGap(logits, row, nExpert, last, left) : last - left,
+      );
+    }
     if (gating === "softmax_weight") {
       // the chosen logits' softmax: the first is the largest
       const top = weights[t * k];
