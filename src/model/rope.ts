@@ -56,10 +56,15 @@ export function yarnCorrDims(nRot: number, base: number, y: RopeYarn): [number, 
  */
 export function yarnAngle(theta: number, scale: number, i: number, corr: [number, number], extFactor: number): number {
   const f = Math.fround;
-  const interp = f(scale * theta);
-  const y = f(f(i - corr[0]) / Math.max(0.001, f(corr[1] - corr[0])));
-  const mix = f(f(1 - Math.min(1, Math.max(0, y))) * extFactor);
-  return f(f(interp * f(1 - mix)) + f(theta * mix));
+  const mix = yarnRamp(i, corr, extFactor);
+  return f(f(f(scale * theta) * f(1 - mix)) + f(theta * mix));
+}
+
+/** How much of pair i's unscaled angle YaRN keeps: 1 below corr[0], 0 above corr[1], linear between (f32, as ggml). */
+export function yarnRamp(i: number, corr: [number, number], extFactor: number): number {
+  const f = Math.fround;
+  const y = f((i - corr[0]) / Math.max(f(0.001), corr[1] - corr[0]));
+  return f(f(1 - Math.min(1, Math.max(0, y))) * extFactor);
 }
 
 /** YaRN's magnitude factor on cos and sin: 1 + 0.1 ln(1 / scale) (1 without YaRN). */

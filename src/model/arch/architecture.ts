@@ -62,6 +62,8 @@ export interface ArchTraits {
   attnOutputBias?: boolean;
   attnSinks?: boolean;
   expertBiases?: boolean;
+  /** the FFN's input norm's tensor name within a block where it is not ffn_norm (gpt-oss: post_attention_norm) */
+  ffnNormName?: string;
   /** the embeddings are multiplied by sqrt(embedding_length) (gemma3) */
   scaledEmbeddings?: boolean;
   /** the final logits are soft-capped when `<arch>.final_logit_softcapping` is set (gemma3) */

@@ -36,7 +36,7 @@ function gptOssLayer(src: LayerSource, l: number): LayerWeights {
       bo: loader.vector(p + "attn_output.bias", cfg.nEmbd),
       sinks: loader.vector(p + "attn_sinks.weight", cfg.nHead),
     }),
-    ffnNorm: p + "post_attention_norm.weight",
+    ffnNorm: `${p}${gptOss.ffnNormName}.weight`,
     ffn: () => ({ kind: "moe", moe: loadMoeLayer(loader, file, cfg, l) }),
   });
 }
@@ -54,6 +54,7 @@ export const gptOss: Architecture = {
   attnOutputBias: true,
   attnSinks: true,
   expertBiases: true,
+  ffnNormName: "post_attention_norm",
   layer: gptOssLayer,
   attentionLayers(file, key, b) {
     if (!file.has(key("attention.sliding_window")))
