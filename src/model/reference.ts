@@ -41,7 +41,14 @@ interface RefLayer {
 interface RefMoe {
   router: Float32Array;
   routerBias?: Float32Array;
-  experts: { gate: Float32Array; up: Float32Array; down: Float32Array; gateBias?: Float32Array; upBias?: Float32Array; downBias?: Float32Array }[];
+  experts: {
+    gate: Float32Array;
+    up: Float32Array;
+    down: Float32Array;
+    gateBias?: Float32Array;
+    upBias?: Float32Array;
+    downBias?: Float32Array;
+  }[];
 }
 
 export class ReferenceModel {
