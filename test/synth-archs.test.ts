@@ -19,7 +19,7 @@ import { readConfig } from "../src/model/config.js";
 import { residentBytes } from "../src/model/resident-bytes.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { SHAPE_SPECS, synthesize, synthRecipes, type SynthOptions } from "../src/offline/synth.js";
-import { loadMostlyOnFlash, ROOT, sha256OfFile, tempDir } from "./helpers.js";
+import { loadMostlyOnFlash, matchesReference, ROOT, sha256OfFile, tempDir } from "./helpers.js";
 import { rewrite } from "./rewrite.js";
 
 const dir = tempDir("synth-archs-");
@@ -274,28 +274,9 @@ test("every weight type on every new architecture: the plain-TS reference's logi
     for (const type of ["f16", "q8_0", "q4_1", "q5_0", "q5_1"] as const) {
       const out = join(dir, `types-${shape}-${type}.gguf`);
       await synthesize({ shape: shape as SynthOptions["shape"], act, type, seed: 3, out, fsync: false });
-      const file = GGUFFile.open(out);
-      const reference = new ReferenceModel(file, 16);
-      const m = await LlamaModel.load(out, { threads: 2, contextSize: 16 });
-      try {
-        // the quantized kernels round each matrix's input to Q8 (the reference keeps it in f32):
-        // measured 1.3-2.5% of the max logit; a wrong kernel or layout is off by the logits' size
-        const tolerance = type === "f16" ? 1e-3 : 0.05;
-        for (let i = 0; i < ids.length; i++) {
-          const want = reference.forward(ids[i], i);
-          await m.forwardAsync([ids[i]], 1, i);
-          let max = 0;
-          for (const v of want) max = Math.max(max, Math.abs(v));
-          for (let j = 0; j < want.length; j++)
-            assert.ok(
-              Math.abs(m.logits[j] - want[j]) <= tolerance * max,
-              `${shape} ${type} position ${i} logit ${j}: ${m.logits[j]} vs ${want[j]}`,
-            );
-        }
-      } finally {
-        await m.dispose();
-        file.close();
-      }
+      // the quantized kernels round each matrix's input to Q8 (the reference keeps it in f32):
+      // measured 1.3-2.5% of the max logit; a wrong kernel or layout is off by the logits' size
+      await matchesReference(out, ids, type === "f16" ? 1e-3 : 0.05, `${shape} ${type}`);
     }
 });
 

@@ -11,11 +11,10 @@ import { GGMLType } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
 import { readConfig } from "../src/model/config.js";
 import { LlamaModel } from "../src/model/model.js";
-import { ReferenceModel } from "../src/model/reference.js";
 import { ropeTable, yarnCorrDims } from "../src/model/rope.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { SHAPE_SPECS, synthesize, synthRecipes, type SynthOptions } from "../src/offline/synth.js";
-import { tempDir } from "./helpers.js";
+import { matchesReference, tempDir } from "./helpers.js";
 import { rewrite } from "./rewrite.js";
 
 const dir = tempDir("synth-gpt-oss-");
@@ -96,30 +95,9 @@ test("gpt-oss: even layers windowed, odd ones global; YaRN on every layer, as ll
 
 test("gpt-oss with MXFP4, Q8_0 or F16 experts: the plain-TS reference's logits (F16 within 1e-3 of the max logit, the Q8-input types within 5%)", async () => {
   const ids = [1, 300, 17, 451, 88, 9, 200, 31, 5, 77, 480];
-  for (const type of ["mxfp4", "q8_0", "f16"] as const) {
-    const path = await model(type);
-    const file = GGUFFile.open(path);
-    const reference = new ReferenceModel(file, 16);
-    const m = await LlamaModel.load(path, { threads: 2, contextSize: 16 });
-    try {
-      // MXFP4 and Q8_0 round each matrix's input to Q8_0 (the reference keeps f32): measured 2.7%
-      const tolerance = type === "f16" ? 1e-3 : 0.05;
-      for (let i = 0; i < ids.length; i++) {
-        const want = reference.forward(ids[i], i);
-        await m.forwardAsync([ids[i]], 1, i);
-        let max = 0;
-        for (const v of want) max = Math.max(max, Math.abs(v));
-        for (let j = 0; j < want.length; j++)
-          assert.ok(
-            Math.abs(m.logits[j] - want[j]) <= tolerance * max,
-            `${type} position ${i} logit ${j}: ${m.logits[j]} vs ${want[j]}`,
-          );
-      }
-    } finally {
-      await m.dispose();
-      file.close();
-    }
-  }
+  for (const type of ["mxfp4", "q8_0", "f16"] as const)
+    // MXFP4 and Q8_0 round each matrix's input to Q8_0 (the reference keeps f32): measured 2.7%
+    await matchesReference(await model(type), ids, type === "f16" ? 1e-3 : 0.05, `gpt-oss ${type}`);
 });
 
 test("gpt-oss files the engine would compute wrongly are refused, naming the tensor or key and what was expected", async () => {
