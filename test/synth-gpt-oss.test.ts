@@ -11,6 +11,7 @@ import { GGMLType } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
 import { readConfig } from "../src/model/config.js";
 import { LlamaModel } from "../src/model/model.js";
+import { routeTokens } from "../src/model/parts/router.js";
 import { ropeTable, yarnCorrDims } from "../src/model/rope.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { SHAPE_SPECS, synthesize, synthRecipes, type SynthOptions } from "../src/offline/synth.js";
@@ -59,6 +60,20 @@ test("gpt-oss-20b: the public config's widths in llama.cpp's tensor layout, expe
     new Map(synthRecipes(s, "q4_0").map((r) => [r.name, r])).get("blk.0.ffn_up_exps.weight")!.type,
     GGMLType.Q4_0,
   );
+});
+
+test("gpt-oss's routing: the top-k experts by logit, weighted by a softmax over those k alone", () => {
+  const logits = Float32Array.from([0.5, 2, 1, 3, -1, 1.9]);
+  const ids = new Int32Array(2),
+    weights = new Float32Array(2);
+  const margin = routeTokens(logits, 1, 6, 2, ids, weights, new Float64Array(6), "softmax_weight");
+  assert.deepEqual(Array.from(ids), [3, 1]);
+  const e = Math.exp(-1);
+  assert.ok(Math.abs(weights[0] - 1 / (1 + e)) < 1e-7 && Math.abs(weights[1] - e / (1 + e)) < 1e-7);
+  // the closest call, as probabilities under a softmax over all six: expert 1 against expert 5
+  const all = Array.from(logits, (l) => Math.exp(l));
+  const sum = all.reduce((a, b) => a + b, 0);
+  assert.ok(Math.abs(margin - (all[1] - all[5]) / sum) < 1e-9, `${margin}`);
 });
 
 test("gpt-oss: even layers windowed, odd ones global; YaRN on every layer, as llama.cpp computes it", async () => {
