@@ -108,7 +108,7 @@ export function findNonFinite(type: GGMLType, bytes: Uint8Array, startByte: numb
     for (let b = 0; b < blocks; b++) {
       const e = bytes[skip + b * size];
       if (e >= MXFP4_OVERFLOW_EXPONENT)
-        return { element: (first + b) * traits.blockSize, value: 12 * e8m0Half(e), scale: true };
+        return { element: (first + b) * traits.blockSize, value: Math.fround(12 * e8m0Half(e)), scale: true };
     }
     return null;
   }
