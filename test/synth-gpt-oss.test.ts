@@ -11,6 +11,7 @@ import { GGMLType } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
 import { readConfig } from "../src/model/config.js";
 import { LlamaModel } from "../src/model/model.js";
+import { residentBytes } from "../src/model/resident-bytes.js";
 import { routeTokens } from "../src/model/parts/router.js";
 import { ropeTable, yarnCorrDims } from "../src/model/rope.js";
 import { convertToStore } from "../src/offline/convert.js";
@@ -105,6 +106,19 @@ test("gpt-oss: even layers windowed, odd ones global; YaRN on every layer, as ll
       }
   } finally {
     file.close();
+  }
+});
+
+test("gpt-oss: what loading puts in wasm memory (biases, sinks, MXFP4 experts) is predicted byte for byte", async () => {
+  for (const type of ["mxfp4", "f32"] as const) {
+    const m = await LlamaModel.load(await model(type), { threads: 1, contextSize: 64 });
+    try {
+      const r = residentBytes(m.file, m.config, { batchSize: m.batchSize, contextSize: 64, predictors: false });
+      // the arena hands out memory above its first MiB
+      assert.equal(m.residentBytes, (1 << 20) + r.weights + r.buffers + r.kv, type);
+    } finally {
+      await m.dispose();
+    }
   }
 });
 
