@@ -6,3 +6,4 @@ export const ACT_SILU: i32 = 0;
 export const ACT_RELU: i32 = 1;
 export const ACT_DRELU: i32 = 2;
 export const ACT_GELU: i32 = 3;
+export const ACT_SWIGLU_OAI: i32 = 4;

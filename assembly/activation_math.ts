@@ -55,4 +55,15 @@ const EXP_C = memory.data<f32>(
   return <f32>0.5 * x * (<f32>1.0 + Mathf.tanh(c * x * (<f32>1.0 + <f32>0.044715 * x * x)));
 }
 
-export { exp4, exp1, silu4, silu, gelu };
+// gpt-oss's clamped SwiGLU (llama.cpp's swiglu_oai; the same numbers as src/format/activations.ts):
+// the gate capped at 7 from above times sigmoid(1.702 * it); the up factor is (u clamped to
+// +-7) + 1 (swigluOaiUp)
+@inline function swigluOaiGate(g: f32): f32 {
+  const x = min(g, <f32>7);
+  return x / (<f32>1 + exp1(<f32>-1.702 * x));
+}
+@inline function swigluOaiUp(u: f32): f32 {
+  return min(max(u, <f32>-7), <f32>7) + <f32>1;
+}
+
+export { exp4, exp1, silu4, silu, gelu, swigluOaiGate, swigluOaiUp };

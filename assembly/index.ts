@@ -11,6 +11,7 @@ export * from "./matmul_q4";
 export * from "./prepare_q8";
 export * from "./matvec_half";
 export * from "./matvec_kquant";
+export * from "./matvec_mxfp4";
 export * from "./prepare_q8k";
 export * from "./sparse_prepare";
 export * from "./sparse_ffn";

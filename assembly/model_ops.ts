@@ -2,9 +2,9 @@
 // Float parameters travel as their i32 bit patterns (the thread pool passes i32 only).
 // Each kernel's last two arguments are the range a thread computes (tokens or heads).
 
-import { exp1, exp4, silu, silu4, gelu } from "./activation_math";
+import { exp1, exp4, silu, silu4, gelu, swigluOaiGate, swigluOaiUp } from "./activation_math";
 import { f16ToF32, f32ToF16, halfLanes } from "./half";
-import { ACT_DRELU, ACT_GELU, ACT_RELU, ACT_SILU } from "./activation_codes";
+import { ACT_DRELU, ACT_GELU, ACT_RELU, ACT_SILU, ACT_SWIGLU_OAI } from "./activation_codes";
 
 @inline function f32at(p: usize, i: i32): f32 {
   return load<f32>(p + ((<usize>i) << 2));
@@ -234,7 +234,7 @@ export function kv_store(src: usize, dst: usize, toF16: i32, i0: i32, i1: i32): 
   } else memory.copy(dst + ((<usize>i0) << 2), src + ((<usize>i0) << 2), (<usize>(i1 - i0)) << 2);
 }
 
-export { ACT_SILU, ACT_RELU, ACT_DRELU, ACT_GELU };
+export { ACT_SILU, ACT_RELU, ACT_DRELU, ACT_GELU, ACT_SWIGLU_OAI };
 
 /** Gated FFN activation, in place on elements i0..i1 of g: g = act(g) * u (dReLU: relu(g) * relu(u)). */
 export function ffn_act(g: usize, u: usize, kind: i32, i0: i32, i1: i32): void {
@@ -250,6 +250,7 @@ export function ffn_act(g: usize, u: usize, kind: i32, i0: i32, i1: i32): void {
     if (kind == ACT_SILU) r = silu(a) * b;
     else if (kind == ACT_RELU) r = a > 0 ? a * b : 0;
     else if (kind == ACT_DRELU) r = a > 0 && b > 0 ? a * b : 0;
+    else if (kind == ACT_SWIGLU_OAI) r = swigluOaiGate(a) * swigluOaiUp(b);
     else r = gelu(a) * b;
     setf32(g, i, r);
   }
@@ -268,8 +269,9 @@ export function ffn_act_cut(g: usize, u: usize, kind: i32, cutBits: i32, i0: i32
     if (kind == ACT_SILU) r = silu(a);
     else if (kind == ACT_RELU) r = a > 0 ? a : 0;
     else if (kind == ACT_DRELU) r = a > 0 && b > 0 ? a : 0;
+    else if (kind == ACT_SWIGLU_OAI) r = swigluOaiGate(a);
     else r = gelu(a);
-    setf32(g, i, abs(r) > cut ? r * b : 0);
+    setf32(g, i, abs(r) > cut ? r * (kind == ACT_SWIGLU_OAI ? swigluOaiUp(b) : b) : 0);
   }
 }
 

@@ -6,8 +6,9 @@
  * a SiLU Mixtral (router, top-k, the 3-D expert tensors' layout), a Qwen3 (QK-norm, a head size
  * from key_length, NEOX RoPE), a Llama 3.2 (RoPE frequency factors from rope_freqs.weight), a
  * Phi-3 (fused tensors, LongRoPE), a Gemma 3 (sliding windows, post-norms, GELU, soft-cap) and a
- * Qwen3-MoE (qwen3's attention over Mixtral-style experts of expert_feed_forward_length) and a
- * SmallThinker (routing before attention, sigmoid gating, ReGLU experts, layers without RoPE).
+ * Qwen3-MoE (qwen3's attention over Mixtral-style experts of expert_feed_forward_length), a
+ * SmallThinker (routing before attention, sigmoid gating, ReGLU experts, layers without RoPE) and
+ * a gpt-oss (biases, attention sinks, YaRN, top-k-then-softmax routing, the clamped SwiGLU, MXFP4).
  *
  * llama.cpp comes from node-llama-cpp 3.21.1 in bench/.peer (installed by bench/run; never a
  * dependency of the package, and tests never load it). llama.cpp runs each architecture's own
@@ -111,6 +112,18 @@ const MODELS = {
   "synth-smallthinker-q4_0": {
     synth: { shape: "smallthinker-tiny", act: "relu", type: "q4_0", seed: 7 },
     what: "a synthetic SmallThinker (random weights; the router on the block's input, sigmoid gating, ReGLU experts of expert_feed_forward_length, layers 0 and 4 without RoPE, Q4_0)",
+    prompts: PROMPTS_6,
+    generated: 24,
+  },
+  "synth-gpt-oss-f32": {
+    synth: { shape: "gpt-oss-tiny", act: "swiglu_oai", type: "f32", seed: 7 },
+    what: "a synthetic gpt-oss (random weights; q/k/v/o biases, attention sinks, layers 0 and 2 windowed at 8 positions, YaRN RoPE 32x over 4096, 8 experts with biases, top-2 logits then their softmax, the clamped SwiGLU, F32)",
+    prompts: PROMPTS_6,
+    generated: 24,
+  },
+  "synth-gpt-oss-mxfp4": {
+    synth: { shape: "gpt-oss-tiny", act: "swiglu_oai", type: "mxfp4", seed: 7 },
+    what: "a synthetic gpt-oss (random weights; q/k/v/o biases, attention sinks, layers 0 and 2 windowed at 8 positions, YaRN RoPE 32x over 4096, 8 experts with biases, top-2 logits then their softmax, the clamped SwiGLU; experts MXFP4, the rest F32)",
     prompts: PROMPTS_6,
     generated: 24,
   },

@@ -42,6 +42,11 @@ test("gated activations: exact zeros where the ReLU family has them", () => {
   assert.equal(gatedActivation("drelu", 2, 3), 6);
   assert.ok(gatedActivation("silu", -1, 3) !== 0);
   assert.ok(Math.abs(gatedActivation("gelu", 1, 1) - 0.8411919906082768) < 1e-12);
+  // gpt-oss's: the gate capped at 7 (not below), the up clamped to +-7, plus 1
+  const sig = (x: number) => 1 / (1 + Math.exp(-x));
+  assert.ok(Math.abs(gatedActivation("swiglu_oai", 9, 20) - 7 * sig(1.702 * 7) * 8) < 1e-12);
+  assert.ok(Math.abs(gatedActivation("swiglu_oai", -9, -20) - -9 * sig(1.702 * -9) * -6) < 1e-12);
+  assert.ok(Math.abs(gatedActivation("swiglu_oai", 1, -1)) < 1e-15);
   assert.equal(ACTIVATIONS.relu.exactZeros && ACTIVATIONS.drelu.exactZeros, true);
   assert.equal(ACTIVATIONS.silu.exactZeros || ACTIVATIONS.gelu.exactZeros, false);
 });

@@ -113,4 +113,11 @@ test("findNonFinite: every type's first bad value, and none in finite data", () 
   assert.deepEqual(findNonFinite(GGMLType.Q4_1, q41, 0), { element: 32, value: Infinity, scale: true });
   // the byte offset into the tensor decides where a piece starts
   assert.deepEqual(findNonFinite(GGMLType.F32, new Uint8Array(vals.buffer, 16), 16), { element: 4, value: Infinity });
+  // MXFP4: an exponent byte from 253 on lets the block's +-12 half-scales overflow f32; 252 does not
+  const mx = new Uint8Array(17 * 3).fill(0x77);
+  mx[0] = 252;
+  mx[17] = 120;
+  assert.equal(findNonFinite(GGMLType.MXFP4, mx, 0), null);
+  mx[34] = 253;
+  assert.deepEqual(findNonFinite(GGMLType.MXFP4, mx, 0), { element: 64, value: Infinity, scale: true });
 });

@@ -4,7 +4,10 @@ import { dirname, join, resolve } from "node:path";
 import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
+import assert from "node:assert/strict";
+import { GGUFFile } from "../src/format/gguf.js";
 import { NeuronStore } from "../src/format/store/index.js";
+import { ReferenceModel } from "../src/model/reference.js";
 import { LlamaModel } from "../src/model/model.js";
 import { BUDGET_ROOM } from "../src/model/offload/layout.js";
 
@@ -171,4 +174,30 @@ export async function loadMostlyOnFlash(
     offload,
   });
   return { model, allFFN };
+}
+
+/**
+ * Feeds `ids` one token at a time to the model at `path` and to the plain-TS reference; every
+ * logit must be within `tolerance` of the reference's largest magnitude at each position.
+ */
+export async function matchesReference(path: string, ids: number[], tolerance: number, what: string): Promise<void> {
+  const file = GGUFFile.open(path);
+  const reference = new ReferenceModel(file, 16);
+  const m = await LlamaModel.load(path, { threads: 2, contextSize: 16 });
+  try {
+    for (let i = 0; i < ids.length; i++) {
+      const want = reference.forward(ids[i], i);
+      await m.forwardAsync([ids[i]], 1, i);
+      let max = 0;
+      for (const v of want) max = Math.max(max, Math.abs(v));
+      for (let j = 0; j < want.length; j++)
+        assert.ok(
+          Math.abs(m.logits[j] - want[j]) <= tolerance * max,
+          `${what} position ${i} logit ${j}: ${m.logits[j]} vs ${want[j]}`,
+        );
+    }
+  } finally {
+    await m.dispose();
+    file.close();
+  }
 }

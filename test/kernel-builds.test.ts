@@ -78,7 +78,7 @@ function bothBuilds(t: TestContext, bytes: number) {
   return { arena, k };
 }
 
-test("both builds give the same bits: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F32 and BF16 matvec and matmul on odd shapes (the K-quants and F16 the same values to rounding)", (t) => {
+test("both builds give the same bits: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, F32 and BF16 matvec and matmul on odd shapes (the K-quants and F16 the same values to rounding)", (t) => {
   const both = bothBuilds(t, 32 << 20);
   if (!both) return;
   const { arena, k } = both;
@@ -98,6 +98,7 @@ test("both builds give the same bits: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F32 and BF16
     GGMLType.Q6_K,
     GGMLType.F16,
     GGMLType.BF16,
+    GGMLType.MXFP4,
   ]) {
     const kQuant = type === GGMLType.Q4_K || type === GGMLType.Q5_K || type === GGMLType.Q6_K; // 256-value blocks
     for (const [rows, cols, ntok] of kQuant

@@ -1,4 +1,4 @@
-// The WASM kernels for F16, BF16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (and prepare_q8_K, prepare_q8_Ki) against the
+// The WASM kernels for F16, BF16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4 (and prepare_q8_K, prepare_q8_Ki) against the
 // plain-TypeScript reference in src/format/quant.ts, on odd shapes, row sub-ranges and 1..5 tokens.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -52,6 +52,10 @@ function randomWeights(type: GGMLType, rows: number, cols: number, seed: number)
     case GGMLType.Q6_K:
       for (let o = 0; o < b.length; o += 210) setF16(o + 208, (r() - 0.5) * 0.01);
       break;
+    case GGMLType.MXFP4:
+      // exponent bytes for half scales 2^-10 .. 2^-2, and the two subnormal ones
+      for (let o = 0, i = 0; o < b.length; o += 17, i++) b[o] = i % 11 === 5 ? i & 1 : 118 + Math.floor(r() * 9);
+      break;
     default:
       throw new Error(`randomWeights: ${typeName(type)}`);
   }
@@ -87,6 +91,7 @@ const CASES: Case[] = [
   { type: GGMLType.Q4_K, cols: [256, 768] },
   { type: GGMLType.Q5_K, cols: [256, 768] },
   { type: GGMLType.Q6_K, cols: [256, 768] },
+  { type: GGMLType.MXFP4, cols: [32, 96, 544] },
 ];
 const ROWS = [1, 7, 13];
 const RANGES = (rows: number): [number, number][] => [
@@ -122,9 +127,13 @@ for (const { type, cols: colList } of CASES) {
     const tiledQ5 = type === GGMLType.Q5_0 || type === GGMLType.Q5_1;
     assert.equal(
       wk.act,
-      { [GGMLType.F16]: "f32_eo", [GGMLType.BF16]: "f32_eo", [GGMLType.Q5_0]: q4Act, [GGMLType.Q5_1]: q4Act }[
-        type as number
-      ] ?? (interleaved ? "q8_Ki" : "q8_K"),
+      {
+        [GGMLType.F16]: "f32_eo",
+        [GGMLType.BF16]: "f32_eo",
+        [GGMLType.Q5_0]: q4Act,
+        [GGMLType.Q5_1]: q4Act,
+        [GGMLType.MXFP4]: "q8_0",
+      }[type as number] ?? (interleaved ? "q8_Ki" : "q8_K"),
     );
     const matvec = K[wk.matvec],
       matmul = K[wk.matmul];

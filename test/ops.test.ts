@@ -193,6 +193,22 @@ for (const pool of pools) {
       close(arena.f32(po, want.length), want, 1e-5, "attention");
     });
 
+  test(`gpt-oss's clamped SwiGLU: the gate capped at 7, the up clamped to +-7 plus 1, through both limits (${T})`, () => {
+    const n = 301;
+    // values spread over +-12: every limit is crossed
+    const g = Float32Array.from(rand(n, 4), (x) => x * 3),
+      u = Float32Array.from(rand(n, 4).reverse(), (x) => x * 3);
+    assert.ok(g.some((x) => x > 7) && u.some((x) => x < -7) && u.some((x) => x > 7));
+    const pg = put(g),
+      pu = put(u);
+    pool.run(pool.fn("ffn_act"), [pg, pu, 4], 3, n, 64);
+    const want = Array.from(g, (x, i) => {
+      const c = Math.min(x, 7);
+      return (c / (1 + Math.exp(-1.702 * c))) * (Math.min(7, Math.max(-7, u[i])) + 1);
+    });
+    close(arena.f32(pg, n), want, 1e-5, "swiglu_oai");
+  });
+
   test(`gated FFN activations: silu, relu, drelu, gelu (${T})`, () => {
     const n = 301;
     const acts: [number, (g: number, u: number) => number][] = [

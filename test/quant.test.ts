@@ -4,6 +4,7 @@ import { existsSync } from "node:fs";
 import { GGMLType, typeName } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
 import { bf16ToF32, f16ToF32, f32ToBF16, f32ToF16 } from "../src/format/half.js";
+import { e8m0Half } from "../src/format/mxfp4.js";
 import { gaussians, rng, SHARED } from "./helpers.js";
 import {
   dequantize,
@@ -273,6 +274,35 @@ test("Q8_0 quantization of a hand-worked block", () => {
   assert.deepEqual(q, [127, -127, 3, -3, 0, 10]);
 });
 
+test("MXFP4: ggml's half E8M0 scale, a hand-worked block both ways, and ggml's nearest-code rule", () => {
+  // 2^(e - 128); e = 0 and 1 are f32 subnormals
+  assert.equal(e8m0Half(128), 1);
+  assert.equal(e8m0Half(127), 0.5);
+  assert.equal(e8m0Half(130), 4);
+  assert.equal(e8m0Half(1), 2 ** -127);
+  assert.equal(e8m0Half(0), 2 ** -128);
+  assert.equal(e8m0Half(255), 2 ** 127);
+  // amax 6 -> e = floor(log2 6) - 2 + 127 = 127, d = 0.5: the codes' doubled values times 0.5
+  const x = new Float32Array(32);
+  x.set([6, -6, 0.5, -0.5, 1.4, 1.6, 2.5, 0.2, 0.3, -3.1]);
+  x[16] = 4;
+  x[17] = -0.74; // nearer -0.5 (code 9) than -1 (code 10)
+  x[18] = 0.75; // a tie between 0.5 and 1: the first code wins (code 1)
+  const out = new Uint8Array(17);
+  quantizeRow(GGMLType.MXFP4, x, out);
+  assert.equal(out[0], 127);
+  const lo = Array.from(out.subarray(1, 11), (b) => b & 15);
+  assert.deepEqual(lo, [7, 15, 1, 9, 3, 3, 4, 0, 1, 13]); // 1.4 -> 1.5 (code 3), 2.5 -> 2 (first of the tie with 3)
+  assert.deepEqual([out[1] >> 4, out[2] >> 4, out[3] >> 4], [6, 9, 1]);
+  const back = dequantize(GGMLType.MXFP4, out, 32);
+  assert.deepEqual(Array.from(back.subarray(0, 10)), [6, -6, 0.5, -0.5, 1.5, 1.5, 2, 0, 0.5, -3]);
+  assert.deepEqual(Array.from(back.subarray(16, 19)), [4, -0.5, 0.5]);
+  // a zero block: exponent 0, every code 0
+  quantizeRow(GGMLType.MXFP4, new Float32Array(32), out);
+  assert.deepEqual(Array.from(out), new Array(17).fill(0));
+  assert.equal(rowBytes(GGMLType.MXFP4, 64), 34);
+});
+
 test("Q4_0 quantization of a hand-worked block", () => {
   // the largest magnitude is -4 -> d = -4 / -8 = 0.5, id = 2; q = trunc(x * 2 + 8.5), max 15
   const x = new Float32Array(32);
@@ -516,6 +546,9 @@ function randomWeights(type: GGMLType, n: number, seed: number): Uint8Array {
     case GGMLType.Q6_K:
       for (let o = 0; o < b.length; o += sz) setF16(o + 208, (r() - 0.5) * 0.01);
       break;
+    case GGMLType.MXFP4:
+      for (let o = 0; o < b.length; o += sz) b[o] = 120 + Math.floor(r() * 6); // half scales 2^-8 .. 2^-3
+      break;
     default:
       throw new Error(`randomWeights: ${typeName(type)}`);
   }
@@ -534,6 +567,7 @@ const DOT_TYPES = [
   GGMLType.Q4_K,
   GGMLType.Q5_K,
   GGMLType.Q6_K,
+  GGMLType.MXFP4,
 ];
 
 test("vecDot equals the dot of dequantized weights and dequantized activations, every type", () => {

@@ -18,6 +18,8 @@ export interface Rewrite {
   metadata?: Record<string, string | number>;
   /** replace or add tensors: name -> [dims, f32 data] (undefined removes) */
   tensors?: (src: GGUFFile) => Map<string, [number[], Float32Array] | undefined>;
+  /** give tensors another type (their bytes zeros of that type's size) */
+  retype?: Record<string, GGMLType>;
 }
 
 /** Write a copy of `srcPath` with the given changes into one file or `parts` split files. */
@@ -30,7 +32,11 @@ export async function rewrite(srcPath: string, name: string, r: Rewrite, parts =
   const tensorList: { name: string; dims: number[]; type: GGMLType; data: Uint8Array }[] = [];
   for (const t of src.tensors.values()) {
     if (changed.has(t.name)) continue;
-    tensorList.push({ name: t.name, dims: t.dims, type: t.type, data: src.tensorData(t.name) });
+    const type = r.retype?.[t.name];
+    if (type !== undefined) {
+      const data = new Uint8Array(rowBytes(type, t.dims[0]) * (t.elements / t.dims[0]));
+      tensorList.push({ name: t.name, dims: t.dims, type, data });
+    } else tensorList.push({ name: t.name, dims: t.dims, type: t.type, data: src.tensorData(t.name) });
   }
   for (const [n, v] of changed)
     if (v) tensorList.push({ name: n, dims: v[0], type: GGMLType.F32, data: f32Bytes(v[1]) });

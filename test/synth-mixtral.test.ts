@@ -321,7 +321,7 @@ test("synth: mixture options that do not fit the shape are refused, saying why",
   assert.equal(r.status, 2, r.stderr);
   assert.match(
     r.stderr,
-    /--experts-used routes tokens among a mixture's experts, and --shape tiny is dense \(mixtures: mixtral-tiny, mixtral, qwen3moe-tiny, qwen3-30b-a3b, smallthinker-tiny, smallthinker-4b, smallthinker-21b\)/,
+    /--experts-used routes tokens among a mixture's experts, and --shape tiny is dense \(mixtures: mixtral-tiny, mixtral, qwen3moe-tiny, qwen3-30b-a3b, smallthinker-tiny, smallthinker-4b, smallthinker-21b, gpt-oss-tiny, gpt-oss-20b\)/,
   );
   r = cli("synth", "--shape", "mixtral-tiny", "--experts-used", "5", "-o", join(dir, "x.gguf"));
   assert.equal(r.status, 2, r.stderr);

@@ -274,7 +274,7 @@ test("same seed, same bytes; another seed, other weights but the same vocabulary
 
 test("every type decodes to finite values with the intended spread", async () => {
   const spec = SHAPE_SPECS.tiny;
-  for (const type of ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"] as SynthType[]) {
+  for (const type of ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"] as Exclude<SynthType, "mxfp4">[]) {
     const path = tmp(`types-${type}.gguf`);
     await synthesize({ shape: "tiny", act: "silu", type, seed: 5, out: path, fsync: false });
     const f = GGUFFile.open(path);

@@ -5,7 +5,7 @@
  * skippable without a threshold), and its scalar form for the plain-TS references.
  */
 
-export type Activation = "silu" | "relu" | "drelu" | "gelu";
+export type Activation = "silu" | "relu" | "drelu" | "gelu" | "swiglu_oai";
 
 interface ActivationTraits {
   /** the kernels' code (ffn_act, the sparse bundle kernels) */
@@ -24,7 +24,16 @@ export const ACTIVATIONS: Readonly<Record<Activation, ActivationTraits>> = {
   relu: { code: 1, names: ["relu", "reglu"], exactZeros: true },
   drelu: { code: 2, names: ["drelu"], exactZeros: true },
   gelu: { code: 3, names: ["gelu", "geglu"], exactZeros: false },
+  swiglu_oai: { code: 4, names: ["swiglu_oai"], exactZeros: false },
 };
+
+/**
+ * gpt-oss's clamped SwiGLU (llama.cpp's swiglu_oai): the gate capped at SWIGLU_OAI_LIMIT from above,
+ * times its sigmoid at SWIGLU_OAI_ALPHA times it, times (up clamped to +-SWIGLU_OAI_LIMIT) + 1.
+ * The kernels (assembly/activation_math.ts) hold the same two numbers.
+ */
+export const SWIGLU_OAI_LIMIT = 7;
+export const SWIGLU_OAI_ALPHA = 1.702;
 
 /** The activation a metadata name stands for (any case), or undefined. */
 export function activationByName(name: string): Activation | undefined {
@@ -50,6 +59,10 @@ export function gateActivation(kind: Activation, g: number): number {
     case "gelu":
       // the tanh approximation, in ggml's (and the kernels') order of operations
       return 0.5 * g * (1 + Math.tanh(GELU_C * g * (1 + 0.044715 * g * g)));
+    case "swiglu_oai": {
+      const x = Math.min(g, SWIGLU_OAI_LIMIT);
+      return x / (1 + Math.exp(-SWIGLU_OAI_ALPHA * x));
+    }
   }
 }
 
@@ -57,5 +70,7 @@ export function gateActivation(kind: Activation, g: number): number {
 export function gatedActivation(kind: Activation, g: number, u: number): number {
   if (kind === "drelu") return g > 0 && u > 0 ? g * u : 0;
   if (kind === "relu") return g > 0 ? g * u : 0;
+  if (kind === "swiglu_oai")
+    return gateActivation(kind, g) * (Math.min(SWIGLU_OAI_LIMIT, Math.max(-SWIGLU_OAI_LIMIT, u)) + 1);
   return gateActivation(kind, g) * u;
 }

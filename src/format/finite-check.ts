@@ -10,6 +10,7 @@
 import { GGMLType, traitsBytes, typeName, typeTraits } from "./ggml-types.js";
 import type { GGUFTensorInfo, ModelFile } from "./gguf.js";
 import { f16ToF32 } from "./half.js";
+import { e8m0Half } from "./mxfp4.js";
 
 export class NonFiniteWeightError extends Error {
   override name = "NonFiniteWeightError";
@@ -48,6 +49,8 @@ const SCALES: Partial<Record<GGMLType, number[]>> = {
   [GGMLType.Q8_K]: [0],
 };
 const F32_SCALES = new Set<GGMLType>([GGMLType.Q8_K]);
+/** The first MXFP4 exponent byte whose block can hold an infinity (12 * 2^(e - 128) past f32's range). */
+const MXFP4_OVERFLOW_EXPONENT = 253;
 
 const EXP_F32 = 0x7f800000;
 const EXP_F16 = 0x7c00;
@@ -98,6 +101,16 @@ export function findNonFinite(type: GGMLType, bytes: Uint8Array, startByte: numb
         if (!Number.isFinite(v)) return { element: first + i, value: v };
       }
       return null;
+  }
+  if (type === GGMLType.MXFP4) {
+    // the E8M0 exponent byte: from 253 on, the block's largest values (+-12 half-scales) overflow
+    // f32 (and 255 is MX's NaN), which ggml does not check
+    for (let b = 0; b < blocks; b++) {
+      const e = bytes[skip + b * size];
+      if (e >= MXFP4_OVERFLOW_EXPONENT)
+        return { element: (first + b) * traits.blockSize, value: Math.fround(12 * e8m0Half(e)), scale: true };
+    }
+    return null;
   }
   const scales = SCALES[type];
   if (!scales) return null;

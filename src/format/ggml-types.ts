@@ -25,6 +25,8 @@ export enum GGMLType {
   I64 = 27,
   F64 = 28,
   BF16 = 30,
+  /** OCP microscaling FP4: 32 e2m1 values sharing one power-of-two (E8M0) scale; gpt-oss's experts */
+  MXFP4 = 39,
 }
 
 export interface TypeTraits {
@@ -60,6 +62,7 @@ const TRAITS: Partial<Record<GGMLType, TypeTraits>> = {
   [GGMLType.Q5_K]: T("Q5_K", 256, 176),
   [GGMLType.Q6_K]: T("Q6_K", 256, 210),
   [GGMLType.Q8_K]: T("Q8_K", 256, 292, false),
+  [GGMLType.MXFP4]: T("MXFP4", 32, 17),
   [GGMLType.I8]: T("I8", 1, 1, false),
   [GGMLType.I16]: T("I16", 1, 2, false),
   [GGMLType.I32]: T("I32", 1, 4, false),

@@ -20,9 +20,11 @@
  *   Q6_K 210 B / 256: ql[128] @0, qh[64] @128, scales i8[16] @192, d f16 @208;
  *        x = d sc_(16-group) (q - 32), q = 4 low bits from ql and 2 high bits from qh
  *   Q8_K 292 B / 256: d f32 @0, qs i8[256] @4, bsums i16[16] @260 (sums of 16 consecutive qs)
+ *   MXFP4 17 B / 32: e8m0 @0, qs[16] @1 (mxfp4.ts)
  */
 import { GGMLType, traitsBytes, typeName, typeTraits } from "./ggml-types.js";
 import { f16Table, f32ToF16, f32ToBF16 } from "./half.js";
+import { dequantizeMXFP4, dotMXFP4, quantizeMXFP4 } from "./mxfp4.js";
 
 export class QuantError extends Error {
   constructor(message: string) {
@@ -181,6 +183,9 @@ export function dequantizeRow(type: GGMLType, src: Uint8Array, n: number, dst: F
         }
       }
       return;
+    case GGMLType.MXFP4:
+      dequantizeMXFP4(src, n, dst, y);
+      return;
     case GGMLType.Q8_0:
       for (let o = 0; y < dstOffset + n; o += 34, y += 32) {
         const d = rdF16(src, o);
@@ -288,6 +293,7 @@ export const QUANTIZABLE: readonly GGMLType[] = [
   GGMLType.Q8_0,
   GGMLType.Q8_1,
   GGMLType.Q8_K,
+  GGMLType.MXFP4,
 ];
 
 /**
@@ -405,6 +411,9 @@ export function quantizeRow(type: GGMLType, src: Float32Array, dst: Uint8Array):
       }
       return;
     }
+    case GGMLType.MXFP4:
+      quantizeMXFP4(src, dst);
+      return;
     case GGMLType.Q8_K:
       for (let b = 0, o = 0; b < n; b += 256, o += 292) {
         let amax = 0,
@@ -461,6 +470,7 @@ export function vecDotType(type: GGMLType): GGMLType {
     case GGMLType.Q4_0:
     case GGMLType.Q5_0:
     case GGMLType.Q8_0:
+    case GGMLType.MXFP4:
       return GGMLType.Q8_0;
     case GGMLType.Q4_1:
     case GGMLType.Q5_1:
@@ -544,6 +554,8 @@ export function vecDot(type: GGMLType, wRow: Uint8Array, xAct: Uint8Array | Floa
       }
       return sum;
     }
+    case GGMLType.MXFP4:
+      return dotMXFP4(wRow, x, n, rdF16);
     case GGMLType.Q8_0:
       for (let o = 0; o < wRow.length; o += 34) {
         let si = 0;

@@ -6,9 +6,11 @@ import { ACTIVATION_NAMES, activationByName, type Activation } from "../format/a
 import { GGUFError, type ModelFile } from "../format/gguf.js";
 import { ARCHITECTURES } from "./arch/index.js";
 import { uniformAttention } from "./arch/attention-layers.js";
+import type { RopeYarn } from "./rope.js";
 
 export type { Activation } from "../format/activations.js";
 export type RopePairing = "normal" | "neox";
+export type ExpertGating = "softmax" | "sigmoid" | "softmax_weight";
 
 export interface ModelConfig {
   readonly architecture: string;
@@ -29,6 +31,8 @@ export interface ModelConfig {
   readonly ropeAttnFactor: number;
   /** the context the model was trained at before its RoPE was scaled (rope.scaling.original_context_length) */
   readonly ropeOrigContext: number;
+  /** YaRN's parameters where rope.scaling.type is "yarn" (ropeFreqScale is then 1 / its factor), else null */
+  readonly ropeYarn: RopeYarn | null;
   readonly ropePairing: RopePairing;
   readonly activation: Activation;
   /** whether Q/K/V projections carry biases (qwen2) */
@@ -40,8 +44,16 @@ export interface ModelConfig {
   /** mixture of experts (Mixtral layout): experts per layer (0: a dense FFN), and how many each token is routed to */
   readonly nExpert: number;
   readonly nExpertUsed: number;
-  /** a mixture's gating: softmax over every expert's logit, or each one's sigmoid (then top-k, renormalized) */
-  readonly expertGating: "softmax" | "sigmoid";
+  /**
+   * a mixture's gating: softmax over every expert's logit, or each one's sigmoid (then top-k,
+   * renormalized), or (gpt-oss) the top-k logits and a softmax over just those
+   */
+  readonly expertGating: ExpertGating;
+  /** attention's output projection has a bias; each head has a sink logit (gpt-oss) */
+  readonly attnOutputBias: boolean;
+  readonly attnSinks: boolean;
+  /** the router's logits and every expert's gate, up and down have biases (gpt-oss) */
+  readonly expertBiases: boolean;
   /** what a mixture's router reads: the FFN's normed input, or the block's input before attention */
   readonly routerInput: "ffn" | "block";
   readonly sparseThreshold: number;
@@ -86,6 +98,32 @@ function experts(file: ModelFile, key: (k: string) => string): { nExpert: number
   return { nExpert, nExpertUsed };
 }
 
+/**
+ * YaRN as llama.cpp runs it: extrapolation factor 1, beta fast 32 and slow 1. llama.cpp reads
+ * none of rope.scaling.yarn_* for the architectures here, so a file that sets one to another
+ * value would run differently from what it asks: refused, naming the key.
+ */
+function yarnOf(file: ModelFile, key: (k: string) => string, origContext: number): RopeYarn {
+  const fixed = { yarn_ext_factor: 1, yarn_beta_fast: 32, yarn_beta_slow: 1 };
+  for (const [k, v] of Object.entries(fixed)) {
+    const name = key(`rope.scaling.${k}`);
+    if (file.has(name) && file.getNumber(name) !== v)
+      throw new GGUFError(
+        file.path,
+        `metadata "${name}" = ${file.getNumber(name)}: llama.cpp ignores it and computes YaRN with ${v}; refused rather than run as another model`,
+      );
+  }
+  for (const k of ["rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_attn_factor"])
+    if (file.has(key(k)))
+      throw new GGUFError(file.path, `metadata "${key(k)}" is set: this YaRN variant is not supported`);
+  return {
+    extFactor: fixed.yarn_ext_factor,
+    betaFast: fixed.yarn_beta_fast,
+    betaSlow: fixed.yarn_beta_slow,
+    origContext,
+  };
+}
+
 export function readConfig(file: ModelFile): ModelConfig {
   const arch = file.architecture;
   const traits = ARCHITECTURES.get(arch);
@@ -107,7 +145,7 @@ export function readConfig(file: ModelFile): ModelConfig {
   const nHead = positive("attention.head_count", undefined, 4096);
   const nHeadKV = positive("attention.head_count_kv", nHead, 4096);
   const moe = experts(file, key);
-  let expertGating: "softmax" | "sigmoid" = "softmax";
+  let expertGating: ExpertGating = traits.expertGating ?? "softmax";
   if (traits.gatingKey) {
     const g = file.getNumber(key("expert_gating_func"), 0);
     if (g !== 1 && g !== 2)
@@ -176,12 +214,12 @@ export function readConfig(file: ModelFile): ModelConfig {
 
   let ropeFreqScale = 1;
   const scalingType = file.has(key("rope.scaling.type")) ? file.getString(key("rope.scaling.type")) : "none";
-  if (scalingType === "linear") {
+  if (scalingType === "linear" || scalingType === "yarn") {
     const factor = file.getNumber(key("rope.scaling.factor"), 1);
     if (!(factor > 0)) throw new GGUFError(file.path, `rope.scaling.factor = ${factor} must be positive`);
-    ropeFreqScale = 1 / factor;
+    ropeFreqScale = Math.fround(1 / factor);
   } else if (scalingType !== "none") {
-    throw new GGUFError(file.path, `rope scaling "${scalingType}" is not supported yet (only linear)`);
+    throw new GGUFError(file.path, `rope scaling "${scalingType}" is not supported yet (only linear and yarn)`);
   }
 
   const ropeAttnFactor = file.getNumber(key("rope.scaling.attn_factor"), 1);
@@ -198,6 +236,7 @@ export function readConfig(file: ModelFile): ModelConfig {
     throw new GGUFError(file.path, `layer_norm_rms_epsilon = ${normEps} is not in (0, 1)`);
   if (!(ropeFreqBase > 1)) throw new GGUFError(file.path, `rope.freq_base = ${ropeFreqBase} must be > 1`);
 
+  const ropeOrigContext = positive("rope.scaling.original_context_length", nCtxTrain, 1 << 24);
   const attentionBase = { nLayer, nEmbd, nHead, headDim, ropeFreqBase, ropeFreqScale };
   const attention = traits.attentionLayers
     ? traits.attentionLayers(file, key, attentionBase)
@@ -224,7 +263,8 @@ export function readConfig(file: ModelFile): ModelConfig {
     ropeFreqBase,
     ropeFreqScale,
     ropeAttnFactor,
-    ropeOrigContext: positive("rope.scaling.original_context_length", nCtxTrain, 1 << 24),
+    ropeOrigContext,
+    ropeYarn: scalingType === "yarn" ? yarnOf(file, key, ropeOrigContext) : null,
     ropePairing: traits.ropePairing,
     activation,
     qkvBias: traits.qkvBias && file.tensors.has("blk.0.attn_q.bias"),
@@ -233,6 +273,9 @@ export function readConfig(file: ModelFile): ModelConfig {
     ...moe,
     expertGating,
     routerInput: traits.routerInput ?? "ffn",
+    attnOutputBias: traits.attnOutputBias ?? false,
+    attnSinks: traits.attnSinks ?? false,
+    expertBiases: traits.expertBiases ?? false,
     sparseThreshold: file.has("powerinfer.sparse_threshold") ? file.getNumber("powerinfer.sparse_threshold") : 0,
     ...attention,
     postNorms: traits.postNorms ?? false,

@@ -10,7 +10,8 @@ import type { ModelFile } from "../format/gguf.js";
 import { f16ToF32, f32ToF16 } from "../format/half.js";
 import { ARCHITECTURES } from "./arch/index.js";
 import { readConfig, type ModelConfig } from "./config.js";
-import { ropeFactors } from "./rope.js";
+import { ropeFactors, yarnCorrDims, yarnMagnitude, yarnRamp } from "./rope.js";
+import { routeTokens } from "./parts/router.js";
 import { DEFAULT_KV_CACHE, type KvCacheType, type KvCacheTypes } from "./kv-cache.js";
 
 interface RefLayer {
@@ -26,10 +27,28 @@ interface RefLayer {
   kNorm?: Float32Array;
   attnPostNorm?: Float32Array;
   ffnPostNorm?: Float32Array;
+  bo?: Float32Array;
+  sinks?: Float32Array;
   ffnNorm: Float32Array;
+  /** a dense FFN's matrices (empty for a mixture) */
   gate: Float32Array;
   up: Float32Array;
   down: Float32Array;
+  moe?: RefMoe;
+}
+
+/** A mixture of experts: the router (and its bias), each expert's matrices and biases. */
+interface RefMoe {
+  router: Float32Array;
+  routerBias?: Float32Array;
+  experts: {
+    gate: Float32Array;
+    up: Float32Array;
+    down: Float32Array;
+    gateBias?: Float32Array;
+    upBias?: Float32Array;
+    downBias?: Float32Array;
+  }[];
 }
 
 export class ReferenceModel {
@@ -59,10 +78,14 @@ export class ReferenceModel {
     this.embd = get("token_embd.weight");
     this.outNorm = get("output_norm.weight");
     this.output = file.tensors.has("output.weight") ? get("output.weight") : this.embd;
+    const arch = ARCHITECTURES.get(cfg.architecture)!;
     for (let l = 0; l < cfg.nLayer; l++) {
       const p = `blk.${l}.`;
-      let down: Float32Array;
-      if (file.tensors.has(p + "ffn_down_t.weight")) {
+      const moe = cfg.nExpert > 0 ? this.moeOf(file, l, get) : undefined;
+      let down: Float32Array = new Float32Array(0);
+      if (moe) {
+        // the experts hold the FFN
+      } else if (file.tensors.has(p + "ffn_down_t.weight")) {
         // stored transposed: row i = column i of Down
         const t = get(p + "ffn_down_t.weight");
         down = new Float32Array(t.length);
@@ -76,7 +99,8 @@ export class ReferenceModel {
       const qkvBias = qkv && cfg.qkvBias ? get(p + "attn_qkv.bias") : null;
       const part = (all: Float32Array, width: number, from: number, rows: number) =>
         all.slice(from * width, (from + rows) * width);
-      const gateUp = file.tensors.has(p + "ffn_gate.weight") ? null : get(p + "ffn_up.weight");
+      const gateUp = moe || file.tensors.has(p + "ffn_gate.weight") ? null : get(p + "ffn_up.weight");
+      const none = new Float32Array(0);
       this.layers.push({
         attnNorm: get(p + "attn_norm.weight"),
         wq: qkv ? part(qkv, cfg.nEmbd, 0, qDim) : get(p + "attn_q.weight"),
@@ -90,15 +114,66 @@ export class ReferenceModel {
         kNorm: cfg.qkNorm ? get(p + "attn_k_norm.weight") : undefined,
         attnPostNorm: cfg.postNorms ? get(p + "post_attention_norm.weight") : undefined,
         ffnPostNorm: cfg.postNorms ? get(p + "post_ffw_norm.weight") : undefined,
-        ffnNorm: get(p + "ffn_norm.weight"),
-        gate: gateUp ? part(gateUp, cfg.nEmbd, 0, cfg.nFF) : get(p + "ffn_gate.weight"),
-        up: gateUp ? part(gateUp, cfg.nEmbd, cfg.nFF, cfg.nFF) : get(p + "ffn_up.weight"),
+        bo: cfg.attnOutputBias ? get(p + "attn_output.bias") : undefined,
+        sinks: cfg.attnSinks ? get(p + "attn_sinks.weight") : undefined,
+        ffnNorm: get(`${p}${arch.ffnNormName ?? "ffn_norm"}.weight`),
+        gate: moe ? none : gateUp ? part(gateUp, cfg.nEmbd, 0, cfg.nFF) : get(p + "ffn_gate.weight"),
+        up: moe ? none : gateUp ? part(gateUp, cfg.nEmbd, cfg.nFF, cfg.nFF) : get(p + "ffn_up.weight"),
         down,
+        moe,
       });
     }
     const kvDim = cfg.nHeadKV * cfg.headDim;
     this.kCache = this.layers.map(() => new Float32Array(contextSize * kvDim));
     this.vCache = this.layers.map(() => new Float32Array(contextSize * kvDim));
+  }
+
+  /** Layer l's router and experts (the 3-D ffn_*_exps tensors cut per expert), with their biases where the model has them. */
+  private moeOf(file: ModelFile, l: number, get: (name: string) => Float32Array): RefMoe {
+    const { nEmbd, nFF, nExpert, expertBiases } = this.config;
+    const p = `blk.${l}.`;
+    const all = (kind: string) => get(`${p}ffn_${kind}_exps.weight`);
+    const [gate, up, down] = [all("gate"), all("up"), all("down")];
+    const biases = (kind: string) => (expertBiases ? get(`${p}ffn_${kind}_exps.bias`) : undefined);
+    const [gb, ub, db] = [biases("gate"), biases("up"), biases("down")];
+    const slice = (a: Float32Array | undefined, n: number, e: number) => a?.slice(e * n, (e + 1) * n);
+    const experts: RefMoe["experts"] = [];
+    for (let e = 0; e < nExpert; e++)
+      experts.push({
+        gate: slice(gate, nFF * nEmbd, e)!,
+        up: slice(up, nFF * nEmbd, e)!,
+        down: slice(down, nFF * nEmbd, e)!,
+        gateBias: slice(gb, nFF, e),
+        upBias: slice(ub, nFF, e),
+        downBias: slice(db, nEmbd, e),
+      });
+    if (!file.tensors.has(`${p}ffn_gate_exps.weight`))
+      throw new Error(`reference: layer ${l}'s experts are not in 3-D ffn_*_exps tensors`);
+    return {
+      router: get(`${p}ffn_gate_inp.weight`),
+      routerBias: expertBiases ? get(`${p}ffn_gate_inp.bias`) : undefined,
+      experts,
+    };
+  }
+
+  /** The mixture's output for one token's normed FFN input xf: its routed experts' outputs, weighted. */
+  private moeForward(m: RefMoe, xf: Float32Array): Float32Array {
+    const c = this.config;
+    const logits = matvec(m.router, xf, c.nExpert, m.routerBias);
+    const ids = new Int32Array(c.nExpertUsed);
+    const weights = new Float32Array(c.nExpertUsed);
+    routeTokens(logits, 1, c.nExpert, c.nExpertUsed, ids, weights, new Float64Array(c.nExpert), c.expertGating);
+    const y = new Float32Array(c.nEmbd);
+    for (let j = 0; j < c.nExpertUsed; j++) {
+      const E = m.experts[ids[j]];
+      const g = matvec(E.gate, xf, c.nFF, E.gateBias);
+      const u = matvec(E.up, xf, c.nFF, E.upBias);
+      const h = new Float32Array(c.nFF);
+      for (let i = 0; i < c.nFF; i++) h[i] = gatedActivation(c.activation, g[i], u[i]);
+      const o = matvec(E.down, h, c.nEmbd, E.downBias);
+      for (let i = 0; i < c.nEmbd; i++) y[i] += weights[j] * o[i];
+    }
+    return y;
   }
 
   /** Logits after feeding `token` at position `pos` (earlier positions must have been fed). */
@@ -134,16 +209,23 @@ export class ReferenceModel {
           for (let i = 0; i < hd; i++) s += q[h * hd + i] * this.kCache[l][j * kvDim + kvh * hd + i];
           scores[j] = s * c.kqScale;
         }
-        const mx = Math.max(...scores);
-        let sum = 0;
+        // an attention sink: one more logit in the softmax, whose value is dropped
+        const sink = L.sinks ? L.sinks[h] : -Infinity;
+        const mx = Math.max(sink, ...scores);
+        let sum = L.sinks ? Math.exp(sink - mx) : 0;
         for (let j = lo; j <= pos; j++) sum += scores[j] = Math.exp(scores[j] - mx);
         for (let j = lo; j <= pos; j++)
           for (let i = 0; i < hd; i++) att[h * hd + i] += (scores[j] / sum) * this.vCache[l][j * kvDim + kvh * hd + i];
       }
-      let o = matvec(L.wo, att, d);
+      let o = matvec(L.wo, att, d, L.bo);
       if (L.attnPostNorm) o = rmsnorm(o, L.attnPostNorm, c.normEps);
       for (let i = 0; i < d; i++) x[i] += o[i];
       const xf = rmsnorm(x, L.ffnNorm, c.normEps);
+      if (L.moe) {
+        const y = this.moeForward(L.moe, xf);
+        for (let i = 0; i < d; i++) x[i] += y[i];
+        continue;
+      }
       const g = matvec(L.gate, xf, nFF);
       const u = matvec(L.up, xf, nFF);
       const hAct = new Float32Array(nFF);
@@ -188,15 +270,24 @@ function rope(
   factors: Float32Array | null,
 ): void {
   const half = c.nRot / 2;
+  const scale = c.ropeScales[layer];
+  const yarn = c.ropeYarn;
+  const corr = yarn ? yarnCorrDims(c.nRot, c.ropeBases[layer], yarn) : null;
+  const mscale = c.ropeAttnFactor * yarnMagnitude(scale, yarn);
   for (let h = 0; h < nHeads; h++) {
     for (let i = 0; i < half; i++) {
-      const theta =
-        (pos * c.ropeScales[layer] * Math.pow(c.ropeBases[layer], (-2 * i) / c.nRot)) / (factors ? factors[i] : 1);
+      const unscaled = (pos * Math.pow(c.ropeBases[layer], (-2 * i) / c.nRot)) / (factors ? factors[i] : 1);
+      let theta = unscaled * scale;
+      if (yarn && corr) {
+        // YaRN: toward the unscaled angle on the fast pairs, by a ramp over [corr[0], corr[1]]
+        const ramp = yarnRamp(i, corr, yarn.extFactor);
+        theta = theta * (1 - ramp) + unscaled * ramp;
+      }
       const [a, b] = c.ropePairing === "neox" ? [h * hd + i, h * hd + i + half] : [h * hd + 2 * i, h * hd + 2 * i + 1];
       const x0 = v[a];
       const x1 = v[b];
-      const cos = Math.cos(theta) * c.ropeAttnFactor;
-      const sin = Math.sin(theta) * c.ropeAttnFactor;
+      const cos = Math.cos(theta) * mscale;
+      const sin = Math.sin(theta) * mscale;
       v[a] = x0 * cos - x1 * sin;
       v[b] = x0 * sin + x1 * cos;
     }

@@ -151,6 +151,8 @@ export function residentBytes(file: ModelFile, cfg: ModelConfig, opts: ResidentO
     if (file.tensors.has(`${p}attn_qkv.weight`)) matrix(`${p}attn_qkv.weight`, [qDim, kvDim, kvDim]);
     else for (const m of ["attn_q", "attn_k", "attn_v"]) matrix(`${p}${m}.weight`);
     matrix(`${p}attn_output.weight`);
+    if (cfg.attnOutputBias) vector(nEmbd);
+    if (cfg.attnSinks) vector(nHead);
     if (cfg.qkvBias) {
       vector(nHead * headDim);
       vector(nHeadKV * headDim);
@@ -167,8 +169,16 @@ export function residentBytes(file: ModelFile, cfg: ModelConfig, opts: ResidentO
     vector(nEmbd);
     if (store && cfg.nExpert > 0) matrix(routerName(l));
     if (!store && cfg.nExpert > 0) {
-      // the router and every expert's three matrices
+      // the router and every expert's three matrices (and their biases)
       matrix(routerName(l));
+      if (cfg.expertBiases) {
+        vector(cfg.nExpert);
+        for (let e = 0; e < cfg.nExpert; e++) {
+          vector(cfg.nFF);
+          vector(cfg.nFF);
+          vector(nEmbd);
+        }
+      }
       for (const kind of ["gate", "up", "down"] as const) {
         for (let e = 0; e < cfg.nExpert; e++) {
           const t = expertTensor(file, l, kind, e);

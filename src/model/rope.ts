@@ -24,6 +24,53 @@ export interface RopeSpec {
   base: number;
   scale: number;
   attnFactor: number;
+  /** YaRN's blend of interpolated and original angles (rope.scaling.type "yarn"), null: plain scaling */
+  yarn?: RopeYarn | null;
+}
+
+/**
+ * YaRN (rope.scaling.type "yarn", gpt-oss): the pairs that turn more than betaFast times over the
+ * original context keep their angle, those that turn fewer than betaSlow times take the scaled
+ * one, a linear ramp between; cos and sin are scaled by 1 + 0.1 ln(1 / scale). llama.cpp's
+ * extrapolation factor (1 for YaRN) weights the ramp.
+ */
+export interface RopeYarn {
+  extFactor: number;
+  betaFast: number;
+  betaSlow: number;
+  /** the context the model was trained at before its RoPE was scaled */
+  origContext: number;
+}
+
+/** The pair range [low, high] of YaRN's ramp for a table of `base`, as ggml_rope_yarn_corr_dims computes it in f32. */
+export function yarnCorrDims(nRot: number, base: number, y: RopeYarn): [number, number] {
+  const f = Math.fround;
+  const dim = (beta: number) =>
+    f(f(nRot * f(Math.log(f(y.origContext / f(f(beta * 2) * f(Math.PI)))))) / f(2 * f(Math.log(base))));
+  return [Math.max(0, Math.floor(dim(y.betaFast))), Math.min(nRot - 1, Math.ceil(dim(y.betaSlow)))];
+}
+
+/**
+ * Pair i's angle under YaRN from its unscaled angle `theta` (ggml's rope_yarn, in f32): the
+ * scaled angle blended toward the unscaled one by the ramp over [low, high].
+ */
+export function yarnAngle(theta: number, scale: number, i: number, corr: [number, number], extFactor: number): number {
+  const f = Math.fround;
+  const mix = yarnRamp(i, corr, extFactor);
+  return f(f(f(scale * theta) * f(1 - mix)) + f(theta * mix));
+}
+
+/** How much of pair i's unscaled angle YaRN keeps: 1 below corr[0], 0 above corr[1], linear between (f32, as ggml). */
+export function yarnRamp(i: number, corr: [number, number], extFactor: number): number {
+  const f = Math.fround;
+  const y = f((i - corr[0]) / Math.max(f(0.001), corr[1] - corr[0]));
+  return f(f(1 - Math.min(1, Math.max(0, y))) * extFactor);
+}
+
+/** YaRN's magnitude factor on cos and sin: 1 + 0.1 ln(1 / scale) (1 without YaRN). */
+export function yarnMagnitude(scale: number, yarn: RopeYarn | null | undefined): number {
+  const f = Math.fround;
+  return yarn && yarn.extFactor !== 0 ? f(1 + f(0.1 * f(Math.log(f(1 / scale))))) : 1;
 }
 
 /**
@@ -41,7 +88,7 @@ export function ropeLayout(cfg: ModelConfig): { tables: RopeSpec[]; tableOf: num
       continue;
     }
     let i = tables.findIndex((t) => t.base === base && t.scale === scale);
-    if (i < 0) i = tables.push({ nRot: cfg.nRot, base, scale, attnFactor: cfg.ropeAttnFactor }) - 1;
+    if (i < 0) i = tables.push({ nRot: cfg.nRot, base, scale, attnFactor: cfg.ropeAttnFactor, yarn: cfg.ropeYarn }) - 1;
     tableOf.push(i);
   }
   return { tables, tableOf };
@@ -49,19 +96,23 @@ export function ropeLayout(cfg: ModelConfig): { tables: RopeSpec[]; tableOf: num
 
 /**
  * `factors`: one divisor of theta per rotated pair, null: none. The rotation angle of pair i at
- * position p is p * base^(-2i/nRot) / factors[i] * scale; cos and sin are scaled by the model's
- * attention factor (LongRoPE's; 1 elsewhere), as ggml scales them.
+ * position p is p * base^(-2i/nRot) / factors[i] * scale (under YaRN blended with the unscaled
+ * angle: yarnAngle); cos and sin are scaled by the model's attention factor (LongRoPE's; 1
+ * elsewhere) and YaRN's magnitude factor, as ggml scales them.
  */
 export function ropeTable(r: RopeSpec, positions: number, factors: Float32Array | null = null): Float32Array {
   const half = r.nRot / 2;
   const table = new Float32Array(positions * half * 2);
   const thetaScale = Math.fround(Math.pow(r.base, -2 / r.nRot));
   const scale = Math.fround(r.scale);
-  const mscale = Math.fround(r.attnFactor);
+  const mscale = Math.fround(r.attnFactor * yarnMagnitude(r.scale, r.yarn));
+  const yarn = r.yarn && r.yarn.extFactor !== 0 ? r.yarn : null;
+  const corr = yarn ? yarnCorrDims(r.nRot, r.base, yarn) : null;
   for (let p = 0; p < positions; p++) {
     let theta = Math.fround(p);
     for (let i = 0; i < half; i++) {
-      const t = Math.fround((factors ? Math.fround(theta / factors[i]) : theta) * scale);
+      const extrap = factors ? Math.fround(theta / factors[i]) : theta;
+      const t = yarn ? yarnAngle(extrap, scale, i, corr!, yarn.extFactor) : Math.fround(extrap * scale);
       table[(p * half + i) * 2] = Math.fround(Math.cos(t)) * mscale;
       table[(p * half + i) * 2 + 1] = Math.fround(Math.sin(t)) * mscale;
       theta = Math.fround(theta * thetaScale);

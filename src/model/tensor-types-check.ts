@@ -12,7 +12,7 @@ const readable = new Map<number, boolean>();
 
 /** The tensors LlamaModel reads value by value (WeightLoader.vector, raw, transposedMatrix). */
 const BY_VALUE =
-  /^(token_embd\.weight|output_norm\.weight|blk\.\d+\.(attn_norm\.weight|ffn_norm\.weight|attn_[qk]_norm\.weight|post_attention_norm\.weight|post_ffw_norm\.weight|attn_[qkv]\.bias|ffn_down_t\.weight))$/;
+  /^(token_embd\.weight|output_norm\.weight|blk\.\d+\.(attn_norm\.weight|ffn_norm\.weight|attn_[qk]_norm\.weight|post_attention_norm\.weight|post_ffw_norm\.weight|attn_[qkv]\.bias|ffn_down_t\.weight|attn_output\.bias|attn_sinks\.weight|ffn_gate_inp\.bias|ffn_(gate|up|down)_exps\.bias))$/;
 
 /** Whether dequantizeRow reads `type` (found by asking it, once per type). */
 export function dequantizable(type: number): boolean {

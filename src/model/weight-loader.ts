@@ -321,6 +321,22 @@ export class WeightLoader {
     return ptr;
   }
 
+  /** Row `expert` of the 2-D tensor `name` (GGUF shape [n, experts]: a mixture's per-expert biases) as n f32 in wasm memory. */
+  expertVector(name: string, expert: number, n: number, experts: number): number {
+    const t = this.tensor(name);
+    checkDims(this.file, t, [n, experts]);
+    const ptr = this.arena.alloc(n * 4, 64);
+    const rb = t.bytes / experts;
+    dequantizeRow(
+      t.type,
+      this.file.tensorData(name).subarray(expert * rb, (expert + 1) * rb),
+      n,
+      this.arena.f32(ptr, n),
+    );
+    this.progress(rb);
+    return ptr;
+  }
+
   /** A 1-D tensor of n values as f32 in wasm memory. */
   vector(name: string, n: number): number {
     const t = this.tensor(name);

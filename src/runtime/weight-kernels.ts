@@ -23,6 +23,7 @@
  *              Q5_0, Q5_1        the same tiles of their low 4 bits, plus the fifth bits
  *   half.ts    F16, BF16         GGUF's own rows, packed by copying (row-copy.ts)
  *   kquant.ts  Q4_K, Q5_K, Q6_K  GGUF's own rows (row-copy.ts); the relaxed build's their own blocks
+ *   mxfp4.ts   MXFP4             GGUF's own rows (row-copy.ts), ggml's Q8_0 activations in both builds
  *
  * Activation formats (see assembly/prepare_q8.ts): "f32_eo" is f32 with each 8 values' even ones
  * first, then its odd ones (for F16 and BF16: assembly/matvec_half.ts); "q8_0" / "q8_1" / "q8_K"
@@ -41,6 +42,7 @@ import { Q8_0, Q8_0_RELAXED } from "./weight-kernels/q8.js";
 import { Q4_0, Q4_1, Q5_0, Q5_1 } from "./weight-kernels/q4.js";
 import { BF16, F16 } from "./weight-kernels/half.js";
 import { Q4_K, Q4_K_RELAXED, Q5_K, Q5_K_RELAXED, Q6_K, Q6_K_RELAXED, Q8KI_BYTES } from "./weight-kernels/kquant.js";
+import { MXFP4 } from "./weight-kernels/mxfp4.js";
 import { kernelBuild, type KernelBuild } from "./wasm.js";
 
 /** Every activation format some kernel takes. */
@@ -114,7 +116,7 @@ export function prepareKernel(fmt: ActivationFormat): string | undefined {
 // ---------------------------------------------------------------------------------------------
 // The table
 
-const SIMD128 = [F32, Q8_0, Q4_0, Q4_1, F16, BF16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K];
+const SIMD128 = [F32, Q8_0, Q4_0, Q4_1, F16, BF16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4];
 // the relaxed build exports the same kernel names; Q4_0/Q4_1/Q5_0/Q5_1 are packed alike but take
 // other activations, Q8_0 and the K-quants are packed their own way and take other activations
 // (q8.ts, q4.ts, kquant.ts)
@@ -133,6 +135,9 @@ const KERNELS: Record<KernelBuild, Map<GGMLType, WeightKernel>> = {
   simd128: new Map(SIMD128.map((k) => [k.type, k])),
   relaxed: new Map(RELAXED.map((k) => [k.type, k])),
 };
+
+/** The weight types a matrix may have, by name (for errors). */
+export const SUPPORTED_WEIGHT_TYPES = SIMD128.map((k) => typeName(k.type)).join(", ");
 
 /** How `type` is packed and computed in a kernel build (by default the one this process runs). */
 export function weightKernel(type: GGMLType, build: KernelBuild = kernelBuild()): WeightKernel {

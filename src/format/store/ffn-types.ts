@@ -5,10 +5,11 @@ import { STORE_PAGE } from "./header.js";
 
 /**
  * FFN types a store holds: the weight types quantizeRow can write, since Down is requantized per
- * column (Q8_1 and Q8_K are activation formats, not weights).
+ * column (Q8_1 and Q8_K are activation formats, not weights), but MXFP4, for which the sparse
+ * bundle kernels have no code yet.
  */
 export const STORE_FFN_TYPES: readonly GGMLType[] = QUANTIZABLE.filter(
-  (t) => t !== GGMLType.Q8_1 && t !== GGMLType.Q8_K,
+  (t) => t !== GGMLType.Q8_1 && t !== GGMLType.Q8_K && t !== GGMLType.MXFP4,
 );
 
 /**

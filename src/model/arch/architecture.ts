@@ -49,6 +49,21 @@ export interface ArchTraits {
    */
   routerInput?: "ffn" | "block";
   gatingKey?: boolean;
+  /**
+   * "softmax_weight" (gpt-oss): the top expert_used_count experts by their raw logits, their
+   * weights a softmax over just those logits (instead of a softmax over every expert first)
+   */
+  expertGating?: "softmax_weight";
+  /**
+   * gpt-oss's extras, each required by the architecture: a bias on attention's output
+   * (attn_output.bias), one sink logit per head (attn_sinks.weight), a bias on the router's logits
+   * and on each expert's gate, up and down (ffn_gate_inp.bias, ffn_{gate,up,down}_exps.bias)
+   */
+  attnOutputBias?: boolean;
+  attnSinks?: boolean;
+  expertBiases?: boolean;
+  /** the FFN's input norm's tensor name within a block where it is not ffn_norm (gpt-oss: post_attention_norm) */
+  ffnNormName?: string;
   /** the embeddings are multiplied by sqrt(embedding_length) (gemma3) */
   scaledEmbeddings?: boolean;
   /** the final logits are soft-capped when `<arch>.final_logit_softcapping` is set (gemma3) */

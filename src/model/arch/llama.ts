@@ -12,7 +12,17 @@ import type { FFNWeights, LayerWeights } from "../parts/block.js";
 import type { Architecture, LayerSource } from "./architecture.js";
 import { loadMoeLayer, routerName } from "./experts.js";
 
-export function llamaLayer(src: LayerSource, l: number): LayerWeights {
+/**
+ * Where an architecture's layer differs from llama's: attention's extra weights (loaded right
+ * after its output matrix), the FFN's input norm under another name, another FFN.
+ */
+export interface LlamaLayerVariant {
+  attentionExtras?: () => Partial<AttentionWeights>;
+  ffnNorm?: string;
+  ffn?: () => FFNWeights;
+}
+
+export function llamaLayer(src: LayerSource, l: number, variant: LlamaLayerVariant = {}): LayerWeights {
   const { loader, cfg } = src;
   const { nEmbd, headDim } = cfg;
   const p = `blk.${l}.`;
@@ -21,11 +31,12 @@ export function llamaLayer(src: LayerSource, l: number): LayerWeights {
     attention: {
       ...qkvOf(src, l),
       wo: loader.matrix(p + "attn_output.weight", cfg.nHead * headDim, nEmbd),
+      ...variant.attentionExtras?.(),
       qNorm: cfg.qkNorm ? loader.vector(p + "attn_q_norm.weight", headDim) : 0,
       kNorm: cfg.qkNorm ? loader.vector(p + "attn_k_norm.weight", headDim) : 0,
     },
-    ffnNorm: loader.vector(p + "ffn_norm.weight", nEmbd),
-    ffn: llamaFFN(src, l),
+    ffnNorm: loader.vector(variant.ffnNorm ?? p + "ffn_norm.weight", nEmbd),
+    ffn: variant.ffn ? variant.ffn() : llamaFFN(src, l),
   };
 }
 

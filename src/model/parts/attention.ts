@@ -29,6 +29,8 @@ export interface AttentionWeights {
   postNorm?: number;
   /** one logit per head that joins the softmax's denominator (attention sinks), 0 when none */
   sinks?: number;
+  /** the output projection's bias (gpt-oss), 0 when none */
+  bo?: number;
 }
 
 /** How the layer attends: chosen when the model loads, from the architecture and the layer. */
@@ -158,6 +160,7 @@ export class Attention {
     pool.run(ctx.fn.attention, a, 16, nHead, 1, 2 * n * seen * qDim);
     ctx.mm.setInput(b.att, qDim);
     ctx.mm.run(w.wo, b.xb, n);
+    if (w.bo) ctx.addBias(b.xb, w.bo, nEmbd, n);
     if (w.postNorm) ctx.rmsnorm(b.xb, b.xb, w.postNorm, n);
     ctx.add(b.x, b.xb, n * nEmbd);
   }

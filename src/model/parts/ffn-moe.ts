@@ -20,7 +20,7 @@ export class MoeFFN implements FFNPart {
 
   /** A router that reads the block's input routes here, before attention (smallthinker). */
   beforeAttention(step: ForwardStep): void {
-    if (this.ctx.cfg.routerInput === "block") this.router.route(this.w.router, step, this.ctx.buf.x);
+    if (this.ctx.cfg.routerInput === "block") this.router.route(this.w.router, step, this.ctx.buf.x, this.w.routerBias);
   }
 
   run(step: ForwardStep, out: number): void {
@@ -30,7 +30,7 @@ export class MoeFFN implements FFNPart {
     const b = ctx.buf;
     const r = this.router;
     const cut = cutOf(step, this.layer);
-    if (ctx.cfg.routerInput === "ffn") r.route(this.w.router, step);
+    if (ctx.cfg.routerInput === "ffn") r.route(this.w.router, step, b.xb, this.w.routerBias);
     for (let e = 0; e < nExpert; e++) {
       const m = r.tokensOf(e, n);
       if (m === 0) continue;
@@ -38,6 +38,10 @@ export class MoeFFN implements FFNPart {
       ctx.mm.setInput(b.moeIn, nEmbd);
       ctx.mm.run(E.gate, b.hg, m);
       ctx.mm.run(E.up, b.hu, m);
+      if (E.gateBias) {
+        ctx.addBias(b.hg, E.gateBias, nFF, m);
+        ctx.addBias(b.hu, E.upBias, nFF, m);
+      }
       if (observer) {
         const buf = ctx.arena.memory.buffer;
         observer({
@@ -53,6 +57,7 @@ export class MoeFFN implements FFNPart {
       ctx.activate(m * nFF, cut);
       ctx.mm.setInput(b.hg, nFF);
       ctx.mm.run(E.down, b.moeOut, m);
+      if (E.downBias) ctx.addBias(b.moeOut, E.downBias, nEmbd, m);
       r.addWeighted(m);
     }
     r.finish(n, out);

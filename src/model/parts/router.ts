@@ -4,6 +4,7 @@
  * output is the weighted sum of those experts' outputs. One Router serves every layer: its
  * arrays hold the batch being routed now (laid out once).
  */
+import type { ExpertGating } from "../config.js";
 import type { ForwardStep } from "../step.js";
 import type { Matrix } from "../weight-loader.js";
 import type { PartContext } from "./context.js";
@@ -12,10 +13,21 @@ import type { PartContext } from "./context.js";
  * Route n tokens: logits (n x nExpert, f32) -> for each token the k most probable experts
  * (highest first; the lower index on a tie) into ids (n x k) and their renormalized weights into
  * weights (n x k). Probabilities by softmax over the experts (in double precision) or each
- * expert's sigmoid, rounded to f32 as ggml keeps them. Returns the closest call: the smallest gap
- * between a token's k-th expert's probability and the best one not chosen (Infinity if k covers
- * every expert).
+ * expert's sigmoid, rounded to f32 as ggml keeps them; "softmax_weight" (gpt-oss) chooses by the
+ * logits themselves and weights the k chosen by a softmax over their logits alone. Returns the
+ * closest call: the smallest gap between a token's k-th expert's probability (softmax_weight: its
+ * logit) and the best one not chosen (Infinity if k covers every expert).
  */
+/** p(a) - p(b) under a softmax over the nExpert logits at logits[row..] (a >= b: two of them). */
+function softmaxGap(logits: Float32Array, row: number, nExpert: number, a: number, b: number): number {
+  let sum = 0;
+  for (let e = 0; e < nExpert; e++) sum += Math.exp(logits[row + e] - a);
+  return (1 - Math.exp(b - a)) / sum;
+}
+
+/** An expert already chosen (probabilities and logits are finite). */
+const TAKEN = -Infinity;
+
 export function routeTokens(
   logits: Float32Array,
   n: number,
@@ -24,13 +36,15 @@ export function routeTokens(
   ids: Int32Array,
   weights: Float32Array,
   probs: Float64Array,
-  gating: "softmax" | "sigmoid" = "softmax",
+  gating: ExpertGating = "softmax",
 ): number {
   let margin = Infinity;
   for (let t = 0; t < n; t++) {
     const row = t * nExpert;
     if (gating === "sigmoid") {
       for (let e = 0; e < nExpert; e++) probs[e] = Math.fround(1 / (1 + Math.exp(-logits[row + e])));
+    } else if (gating === "softmax_weight") {
+      for (let e = 0; e < nExpert; e++) probs[e] = logits[row + e];
     } else {
       let max = -Infinity;
       for (let e = 0; e < nExpert; e++) max = Math.max(max, logits[row + e]);
@@ -41,16 +55,30 @@ export function routeTokens(
     let chosen = 0;
     for (let j = 0; j < k; j++) {
       let best = -1;
-      for (let e = 0; e < nExpert; e++) if (probs[e] >= 0 && (best < 0 || probs[e] > probs[best])) best = e;
+      for (let e = 0; e < nExpert; e++) if (probs[e] !== TAKEN && (best < 0 || probs[e] > probs[best])) best = e;
       ids[t * k + j] = best;
       weights[t * k + j] = probs[best];
       chosen += probs[best];
-      probs[best] = -1; // taken
+      probs[best] = TAKEN;
     }
-    let left = -1;
-    for (let e = 0; e < nExpert; e++) left = Math.max(left, probs[e]);
-    if (left >= 0) margin = Math.min(margin, weights[t * k + k - 1] - left);
-    for (let j = 0; j < k; j++) weights[t * k + j] = Math.fround(weights[t * k + j] / chosen);
+    let left = -Infinity;
+    for (let e = 0; e < nExpert; e++) if (probs[e] !== TAKEN) left = Math.max(left, probs[e]);
+    if (left > -Infinity) {
+      const last = weights[t * k + k - 1];
+      // softmax_weight chose by logits: the gap as probabilities of a softmax over every expert,
+      // the closeness the other gatings report
+      margin = Math.min(
+        margin,
+        gating === "softmax_weight" ? softmaxGap(logits, row, nExpert, last, left) : last - left,
+      );
+    }
+    if (gating === "softmax_weight") {
+      // the chosen logits' softmax: the first is the largest
+      const top = weights[t * k];
+      let sum = 0;
+      for (let j = 0; j < k; j++) sum += weights[t * k + j] = Math.exp(weights[t * k + j] - top);
+      for (let j = 0; j < k; j++) weights[t * k + j] = Math.fround(weights[t * k + j] / sum);
+    } else for (let j = 0; j < k; j++) weights[t * k + j] = Math.fround(weights[t * k + j] / chosen);
   }
   return margin;
 }
@@ -76,11 +104,15 @@ export class Router {
     this.tokenWeights = new Float32Array(batchSize);
   }
 
-  /** The router's logits of the n rows at `input` (default the normed rows in xb), into the route buffer. */
-  logits(router: Matrix, n: number, input = this.ctx.buf.xb): void {
+  /**
+   * The router's logits of the n rows at `input` (default the normed rows in xb), into the route
+   * buffer, plus `bias` (an address of nExpert f32; 0: none).
+   */
+  logits(router: Matrix, n: number, input = this.ctx.buf.xb, bias = 0): void {
     const ctx = this.ctx;
     ctx.mm.setInput(input, ctx.cfg.nEmbd);
     ctx.mm.run(router, ctx.buf.route, n);
+    if (bias) ctx.addBias(ctx.buf.route, bias, ctx.cfg.nExpert, n);
   }
 
   /**
@@ -88,12 +120,12 @@ export class Router {
    * where the router reads them before attention) into ids and weights, and clear the layer's
    * output sum.
    */
-  route(router: Matrix, step: ForwardStep, input = this.ctx.buf.xb): void {
+  route(router: Matrix, step: ForwardStep, input = this.ctx.buf.xb, bias = 0): void {
     const { nEmbd, nExpert, nExpertUsed, expertGating } = this.ctx.cfg;
     const { n } = step;
     const b = this.ctx.buf;
     const f32 = this.ctx.f32;
-    this.logits(router, n, input);
+    this.logits(router, n, input, bias);
     const logits = f32.subarray(b.route >>> 2, (b.route >>> 2) + n * nExpert);
     const margin = routeTokens(logits, n, nExpert, nExpertUsed, this.ids, this.weights, this.probs, expertGating);
     step.routed += n * nExpertUsed;

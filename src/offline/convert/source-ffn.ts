@@ -6,6 +6,7 @@
 import { GGMLType, typeName, typeTraits } from "../../format/ggml-types.js";
 import type { GGUFFile, GGUFTensorInfo } from "../../format/gguf.js";
 import { STORE_FFN_TYPES } from "../../format/store/index.js";
+import { ARCHITECTURES } from "../../model/arch/index.js";
 import { ConvertError } from "./convert-error.js";
 
 /** One matrix of the source: a 2-D tensor, or one expert's slice of a mixture's 3-D tensor. */
@@ -68,6 +69,13 @@ export interface SourceFFN {
 
 /** The FFN of `file`, dense or a mixture of experts (its metadata's expert_count says which). */
 export function findFFN(file: GGUFFile): SourceFFN {
+  // an FFN with parts a neuron bundle has no room for (gpt-oss's expert biases and clamped
+  // SwiGLU) would be stored without them: refused, naming what would be lost
+  const extras = ARCHITECTURES.get(file.architecture);
+  if (extras?.expertBiases)
+    throw new ConvertError(
+      `${file.path}: ${file.architecture}'s experts have biases (blk.N.ffn_{gate,up,down}_exps.bias) and the ${extras.activation} activation, which the neuron store does not carry yet: run the model from the GGUF`,
+    );
   const experts = file.has(`${file.architecture}.expert_count`)
     ? file.getNumber(`${file.architecture}.expert_count`)
     : 0;
@@ -143,6 +151,10 @@ export function findFFN(file: GGUFFile): SourceFFN {
 }
 
 function checkReadable(file: GGUFFile, t: GGUFTensorInfo): void {
+  if (t.type === GGMLType.MXFP4)
+    throw new ConvertError(
+      `${file.path}: ${t.name} is MXFP4, which the neuron store does not carry yet (its bundles hold ${STORE_FFN_TYPES.map(typeName).join(", ")}): run the model from the GGUF`,
+    );
   const tr = typeTraits(t.type);
   if (!tr || (!STORE_FFN_TYPES.includes(t.type) && ![GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K].includes(t.type))) {
     throw new ConvertError(

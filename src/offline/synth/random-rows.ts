@@ -7,6 +7,7 @@
  */
 import { GGMLType, traitsBytes, typeTraits } from "../../format/ggml-types.js";
 import { f16ToF32, f32ToF16 } from "../../format/half.js";
+import { MXFP4_BLOCK_BYTES } from "../../format/mxfp4.js";
 import { fillRandom, type SynthStream } from "../../model/firing.js";
 import type { TensorRecipe } from "./shapes.js";
 
@@ -143,6 +144,16 @@ export function rowFiller(recipe: TensorRecipe, stream: SynthStream): RowFiller 
             dst[o + 1] = d >>> 8;
           }
         }
+      };
+    }
+    case GGMLType.MXFP4: {
+      // Random bits are the 4-bit codes (values of RMS 5.85 units of the half scale d); each
+      // block's first byte becomes an exponent giving d within a factor of 2 of std / 5.85.
+      const e0 = 128 + Math.round(Math.log2(recipe.std / Math.sqrt(34.25)));
+      return (dst, words, rows) => {
+        const bytes = rows * rowBytes;
+        fillRandom(stream, words, (bytes + 3) >>> 2);
+        for (let o = 0; o < bytes; o += MXFP4_BLOCK_BYTES) dst[o] = e0 - 1 + (dst[o] % 3);
       };
     }
     default:

@@ -28,9 +28,12 @@ export type SynthShape =
   | "qwen3-30b-a3b"
   | "smallthinker-tiny"
   | "smallthinker-4b"
-  | "smallthinker-21b";
-export type SynthActivation = "silu" | "relu" | "drelu" | "gelu";
-export type SynthType = "f32" | "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1";
+  | "smallthinker-21b"
+  | "gpt-oss-tiny"
+  | "gpt-oss-20b";
+export type SynthActivation = "silu" | "relu" | "drelu" | "gelu" | "swiglu_oai";
+/** mxfp4: a mixture's experts in MXFP4 (as gpt-oss ships them), every other matrix F32 */
+export type SynthType = "f32" | "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1" | "mxfp4";
 
 export const SYNTH_SHAPES: readonly SynthShape[] = [
   "tiny",
@@ -55,8 +58,10 @@ export const SYNTH_SHAPES: readonly SynthShape[] = [
   "smallthinker-tiny",
   "smallthinker-4b",
   "smallthinker-21b",
+  "gpt-oss-tiny",
+  "gpt-oss-20b",
 ];
-export const SYNTH_ACTIVATIONS: readonly SynthActivation[] = ["silu", "relu", "drelu", "gelu"];
+export const SYNTH_ACTIVATIONS: readonly SynthActivation[] = ["silu", "relu", "drelu", "gelu", "swiglu_oai"];
 
 /** The activation an architecture computes whatever the file says (llama's family takes --act). */
 export const FIXED_ACTIVATION: Readonly<Partial<Record<string, SynthActivation>>> = {
@@ -65,8 +70,9 @@ export const FIXED_ACTIVATION: Readonly<Partial<Record<string, SynthActivation>>
   smallthinker: "relu",
   phi3: "silu",
   gemma3: "gelu",
+  "gpt-oss": "swiglu_oai",
 };
-export const SYNTH_TYPES: readonly SynthType[] = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"];
+export const SYNTH_TYPES: readonly SynthType[] = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "mxfp4"];
 
 /** Llama 3.1's RoPE scaling, as its config.json gives it: the converter turns it into rope_freqs.weight. */
 export interface Llama3RopeScaling {
@@ -80,7 +86,9 @@ export interface SynthShapeSpec {
   /** what it imitates */
   readonly like: string;
   /** GGUF's general.architecture (default llama) */
-  readonly arch?: "llama" | "qwen3" | "phi3" | "gemma3" | "qwen3moe" | "smallthinker";
+  readonly arch?: "llama" | "qwen3" | "phi3" | "gemma3" | "qwen3moe" | "smallthinker" | "gpt-oss";
+  /** YaRN RoPE scaling (rope.scaling.type "yarn"): its factor and the original context (gpt-oss) */
+  readonly yarn?: { readonly factor: number; readonly originalContext: number };
   /** smallthinker: its expert_gating_func */
   readonly gating?: "softmax" | "sigmoid";
   /** the attention head size (attention.key_length) where it is not dim / heads */
@@ -475,6 +483,47 @@ export const SHAPE_SPECS: Readonly<Record<SynthShape, SynthShapeSpec>> = {
     experts: 64,
     expertsUsed: 6,
   },
+  // gpt-oss in miniature: attention with biases and sinks over a residual narrower than it, windowed
+  // layers of 8 positions between global ones, YaRN RoPE, 8 experts with biases, 2 routed per token
+  // (top-2 logits, their softmax), the clamped SwiGLU.
+  "gpt-oss-tiny": {
+    like: "a toy gpt-oss",
+    arch: "gpt-oss",
+    dim: 128,
+    layers: 3,
+    ffn: 128,
+    heads: 4,
+    kvHeads: 2,
+    headDim: 64,
+    slidingWindow: 8,
+    yarn: { factor: 32, originalContext: 4096 },
+    vocab: 512,
+    context: 131072,
+    ropeBase: 150000,
+    rmsEps: 1e-5,
+    experts: 8,
+    expertsUsed: 2,
+  },
+  // gpt-oss-20b's public config: 24 layers of 32 experts of 2880 neurons, 4 routed per token,
+  // 64 query heads and 8 KV heads of 64, windows of 128 on every other layer, YaRN 32x over 4096.
+  "gpt-oss-20b": {
+    like: "gpt-oss-20b (widths)",
+    arch: "gpt-oss",
+    dim: 2880,
+    layers: 24,
+    ffn: 2880,
+    heads: 64,
+    kvHeads: 8,
+    headDim: 64,
+    slidingWindow: 128,
+    yarn: { factor: 32, originalContext: 4096 },
+    vocab: 201088,
+    context: 131072,
+    ropeBase: 150000,
+    rmsEps: 1e-5,
+    experts: 32,
+    expertsUsed: 4,
+  },
   "phi3-mini": {
     like: "Phi-3-mini-4k",
     arch: "phi3",
@@ -500,7 +549,13 @@ export const GGML_TYPE: Record<SynthType, GGMLType> = {
   q4_1: GGMLType.Q4_1,
   q5_0: GGMLType.Q5_0,
   q5_1: GGMLType.Q5_1,
+  mxfp4: GGMLType.MXFP4,
 };
+
+/** The type of a model's matrices other than a mixture's experts (mxfp4 leaves them F32). */
+export function denseType(type: SynthType): GGMLType {
+  return type === "mxfp4" ? GGMLType.F32 : GGML_TYPE[type];
+}
 
 export type TensorKind =
   | "embed"
@@ -515,6 +570,8 @@ export type TensorKind =
   | "attn_v"
   | "attn_output"
   | "router"
+  | "bias"
+  | "sinks"
   | "ffn_gate"
   | "ffn_up"
   | "ffn_down"
@@ -539,8 +596,10 @@ export interface TensorRecipe {
 
 /** The tensor table of a synthetic model, in file order. */
 export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecipe[] {
-  const t = GGML_TYPE[type];
+  const t = denseType(type);
+  const te = GGML_TYPE[type];
   const { dim, ffn, layers, vocab, heads, kvHeads, experts } = spec;
+  const gptOss = spec.arch === "gpt-oss";
   const headDim = headDimOf(spec);
   const qDim = headDim * heads;
   const kvDim = headDim * kvHeads;
@@ -576,20 +635,37 @@ export function synthRecipes(spec: SynthShapeSpec, type: SynthType): TensorRecip
       add(p + "attn_k.weight", "attn_k", l, [dim, kvDim], t, proj(dim));
       add(p + "attn_v.weight", "attn_v", l, [dim, kvDim], t, proj(dim));
     }
+    if (gptOss) {
+      add(p + "attn_q.bias", "bias", l, [qDim], GGMLType.F32, 0.1);
+      add(p + "attn_k.bias", "bias", l, [kvDim], GGMLType.F32, 0.1);
+      add(p + "attn_v.bias", "bias", l, [kvDim], GGMLType.F32, 0.1);
+    }
     add(p + "attn_output.weight", "attn_output", l, [qDim, dim], t, proj(qDim));
+    if (gptOss) {
+      add(p + "attn_output.bias", "bias", l, [dim], GGMLType.F32, 0.1);
+      // sink logits about as large as q.k's: a head's sink takes a real share of its attention
+      add(p + "attn_sinks.weight", "sinks", l, [heads], GGMLType.F32, 1);
+    }
     if (spec.arch === "qwen3" || spec.arch === "qwen3moe" || spec.arch === "gemma3") {
       add(p + "attn_q_norm.weight", "qk_norm", l, [headDim], GGMLType.F32, 0.05);
       add(p + "attn_k_norm.weight", "qk_norm", l, [headDim], GGMLType.F32, 0.05);
     }
     if (spec.arch === "gemma3") add(p + "post_attention_norm.weight", "post_norm", l, [dim], GGMLType.F32, 0.05);
-    add(p + "ffn_norm.weight", "norm", l, [dim], GGMLType.F32, 0.05);
+    // gpt-oss's FFN input norm goes by the name of a post-attention norm (llama.cpp's)
+    add(p + (gptOss ? "post_attention_norm.weight" : "ffn_norm.weight"), "norm", l, [dim], GGMLType.F32, 0.05);
     if (experts > 0) {
       // The router stays F32 as llama.cpp's converters leave it. Logits of deviation about 1
       // over a unit-scale input: routing follows the token, with no expert favoured.
       add(p + "ffn_gate_inp.weight", "router", l, [dim, experts], GGMLType.F32, proj(dim));
-      add(p + "ffn_gate_exps.weight", "ffn_gate", l, [dim, ffn, experts], t, proj(dim));
-      add(p + "ffn_up_exps.weight", "ffn_up", l, [dim, ffn, experts], t, proj(dim));
-      add(p + "ffn_down_exps.weight", "ffn_down", l, [ffn, dim, experts], t, proj(ffn));
+      if (gptOss) add(p + "ffn_gate_inp.bias", "bias", l, [experts], GGMLType.F32, 0.5);
+      add(p + "ffn_gate_exps.weight", "ffn_gate", l, [dim, ffn, experts], te, proj(dim));
+      add(p + "ffn_up_exps.weight", "ffn_up", l, [dim, ffn, experts], te, proj(dim));
+      add(p + "ffn_down_exps.weight", "ffn_down", l, [ffn, dim, experts], te, proj(ffn));
+      if (gptOss) {
+        add(p + "ffn_gate_exps.bias", "bias", l, [ffn, experts], GGMLType.F32, 0.1);
+        add(p + "ffn_up_exps.bias", "bias", l, [ffn, experts], GGMLType.F32, 0.1);
+        add(p + "ffn_down_exps.bias", "bias", l, [dim, experts], GGMLType.F32, 0.1);
+      }
     } else {
       if (phi3)
         add(p + "ffn_up.weight", "ffn_up", l, [dim, 2 * ffn], t, proj(dim)); // gate and up fused
@@ -626,10 +702,14 @@ export function checkSpec(spec: SynthShapeSpec, type: SynthType): void {
   const hd = headDimOf(spec);
   if (!Number.isInteger(hd) || hd < 2 || hd % 2 !== 0) fail(`head dimension ${hd} must be an even integer for RoPE`);
   if (spec.llama3Rope && spec.longRopeContext) fail("Llama 3 and LongRoPE frequency factors exclude each other");
-  const moeArch = (spec.arch ?? "llama") === "llama" || spec.arch === "qwen3moe" || spec.arch === "smallthinker";
+  const moeArch =
+    (spec.arch ?? "llama") === "llama" ||
+    spec.arch === "qwen3moe" ||
+    spec.arch === "smallthinker" ||
+    spec.arch === "gpt-oss";
   if (spec.experts > 0 && !moeArch)
     fail(`a mixture of experts is synthesized in Mixtral's or qwen3moe's layout, not ${spec.arch}'s`);
-  if ((spec.arch === "qwen3moe" || spec.arch === "smallthinker") && spec.experts === 0)
+  if ((spec.arch === "qwen3moe" || spec.arch === "smallthinker" || spec.arch === "gpt-oss") && spec.experts === 0)
     fail(`${spec.arch} is a mixture of experts: experts must be set`);
   if (!Number.isInteger(spec.experts) || spec.experts < 0 || spec.experts === 1)
     fail(`experts must be 0 (dense) or an integer of at least 2, got ${spec.experts}`);
@@ -640,6 +720,7 @@ export function checkSpec(spec: SynthShapeSpec, type: SynthType): void {
     (!Number.isInteger(spec.expertsUsed) || spec.expertsUsed < 1 || spec.expertsUsed > spec.experts)
   )
     fail(`expertsUsed must be an integer in [1, experts = ${spec.experts}], got ${spec.expertsUsed}`);
+  if (type === "mxfp4" && spec.experts === 0) fail("mxfp4 is a mixture's expert type: this shape has no experts");
   const block = typeTraits(GGML_TYPE[type])!.blockSize;
   if (spec.dim % block !== 0 || spec.ffn % block !== 0)
     fail(`dim ${spec.dim} and ffn ${spec.ffn} must be multiples of the ${type} block size ${block}`);

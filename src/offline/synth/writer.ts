@@ -38,7 +38,16 @@ import {
 } from "./shapes.js";
 
 /** llama.cpp's `llama_ftype` ("mostly" the given type; norms stay F32). */
-const FILE_TYPE: Record<SynthType, number> = { f32: 0, f16: 1, q4_0: 2, q4_1: 3, q8_0: 7, q5_0: 8, q5_1: 9 };
+const FILE_TYPE: Record<SynthType, number> = {
+  f32: 0,
+  f16: 1,
+  q4_0: 2,
+  q4_1: 3,
+  q8_0: 7,
+  q5_0: 8,
+  q5_1: 9,
+  mxfp4: 38, // MOSTLY_MXFP4_MOE
+};
 
 export interface SynthProgress {
   /** tensor data bytes written so far, and in all */
@@ -151,11 +160,11 @@ function validate(o: SynthOptions): SynthShapeSpec {
   const spec = { ...SHAPE_SPECS[o.shape], ...(o.overrides ?? {}) };
   checkSpec(spec, o.type);
   const fixed = FIXED_ACTIVATION[spec.arch ?? "llama"];
-  if (fixed ? o.act !== fixed : o.act === "gelu")
+  if (fixed ? o.act !== fixed : o.act === "gelu" || o.act === "swiglu_oai")
     throw new RangeError(
       fixed
         ? `synthetic model: ${o.shape} is ${spec.arch}, which computes ${fixed}: --act ${fixed}`
-        : `synthetic model: gelu is gemma3's activation; ${o.shape} takes silu, relu or drelu`,
+        : `synthetic model: ${o.act} is ${o.act === "gelu" ? "gemma3" : "gpt-oss"}'s activation; ${o.shape} takes silu, relu or drelu`,
     );
   if (o.gateRank !== undefined && o.gateRank >= spec.dim - RESERVED)
     throw new RangeError(
@@ -182,11 +191,11 @@ function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): vo
   w.setMetadata(key("context_length"), spec.context, U32);
   w.setMetadata(key("embedding_length"), spec.dim, U32);
   w.setMetadata(key("block_count"), spec.layers, U32);
-  if (arch === "smallthinker") {
+  if (arch === "smallthinker" || arch === "gpt-oss") {
     // as SmallThinker's converter writes them: both widths the experts', the gating function
     w.setMetadata(key("feed_forward_length"), spec.ffn, U32);
     w.setMetadata(key("expert_feed_forward_length"), spec.ffn, U32);
-    w.setMetadata(key("expert_gating_func"), spec.gating === "sigmoid" ? 2 : 1, U32);
+    if (arch === "smallthinker") w.setMetadata(key("expert_gating_func"), spec.gating === "sigmoid" ? 2 : 1, U32);
   } else if (arch === "qwen3moe") {
     // as Qwen3-MoE's converter writes it: the dense width (no layer has it) and the experts' own
     w.setMetadata(key("feed_forward_length"), spec.ffn * spec.expertsUsed, U32);
@@ -212,6 +221,11 @@ function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): vo
   if (spec.slidingWindow) {
     w.setMetadata(key("attention.sliding_window"), spec.slidingWindow, U32);
     if (spec.slidingPattern) w.setMetadata(key("attention.sliding_window_pattern"), spec.slidingPattern, U32);
+  }
+  if (spec.yarn) {
+    w.setMetadata(key("rope.scaling.type"), "yarn");
+    w.setMetadata(key("rope.scaling.factor"), spec.yarn.factor, F32);
+    w.setMetadata(key("rope.scaling.original_context_length"), spec.yarn.originalContext, U32);
   }
   if (spec.ropeScaleLinear) {
     w.setMetadata(key("rope.scaling.type"), "linear");

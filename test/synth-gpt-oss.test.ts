@@ -1,0 +1,198 @@
+/**
+ * gpt-oss beyond llama.cpp's greedy ids (synth-archs.test.ts runs those): the public config's
+ * shape, how its layers attend (windows, YaRN), the plain-TS reference on other weight types, and
+ * the files the engine and the converter must refuse rather than compute something else.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { rmSync } from "node:fs";
+import { join } from "node:path";
+import { GGMLType } from "../src/format/ggml-types.js";
+import { GGUFFile } from "../src/format/gguf.js";
+import { readConfig } from "../src/model/config.js";
+import { LlamaModel } from "../src/model/model.js";
+import { residentBytes } from "../src/model/resident-bytes.js";
+import { routeTokens } from "../src/model/parts/router.js";
+import { ropeTable, yarnCorrDims } from "../src/model/rope.js";
+import { convertToStore } from "../src/offline/convert.js";
+import { SHAPE_SPECS, synthesize, synthRecipes, type SynthOptions } from "../src/offline/synth.js";
+import { matchesReference, tempDir } from "./helpers.js";
+import { rewrite } from "./rewrite.js";
+
+const dir = tempDir("synth-gpt-oss-");
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+
+const made = new Map<string, Promise<string>>();
+/** gpt-oss-tiny (or another shape) of `type`, synthesized once. */
+function model(type: SynthOptions["type"], shape: SynthOptions["shape"] = "gpt-oss-tiny"): Promise<string> {
+  const key = `${shape}-${type}`;
+  let m = made.get(key);
+  if (!m) {
+    const out = join(dir, `${key}.gguf`);
+    const act = shape === "gpt-oss-tiny" ? "swiglu_oai" : "silu";
+    m = synthesize({ shape, act, type, seed: 11, out, fsync: false }).then(() => out);
+    made.set(key, m);
+  }
+  return m;
+}
+
+test("gpt-oss-20b: the public config's widths in llama.cpp's tensor layout, experts MXFP4 with --type mxfp4", () => {
+  const s = SHAPE_SPECS["gpt-oss-20b"];
+  assert.deepEqual(
+    [s.dim, s.layers, s.ffn, s.heads, s.kvHeads, s.headDim, s.vocab, s.experts, s.expertsUsed, s.slidingWindow],
+    [2880, 24, 2880, 64, 8, 64, 201088, 32, 4, 128],
+  );
+  assert.deepEqual([s.ropeBase, s.yarn?.factor, s.yarn?.originalContext], [150000, 32, 4096]);
+  const by = new Map(synthRecipes(s, "mxfp4").map((r) => [r.name, r]));
+  const at = (n: string) => by.get(n)!;
+  assert.deepEqual(at("blk.0.attn_q.weight").dims, [2880, 4096]);
+  assert.deepEqual(at("blk.0.attn_output.weight").dims, [4096, 2880]);
+  assert.equal(at("blk.0.attn_q.weight").type, GGMLType.F32);
+  assert.deepEqual(at("blk.0.attn_sinks.weight").dims, [64]);
+  assert.deepEqual(at("blk.23.ffn_gate_exps.weight").dims, [2880, 2880, 32]);
+  assert.equal(at("blk.23.ffn_down_exps.weight").type, GGMLType.MXFP4);
+  assert.deepEqual(at("blk.0.ffn_up_exps.bias").dims, [2880, 32]);
+  assert.deepEqual(at("blk.0.ffn_gate_inp.bias").dims, [32]);
+  assert.ok(by.has("blk.0.post_attention_norm.weight") && !by.has("blk.0.ffn_norm.weight"));
+  // the experts' 19.1B parameters at 4.25 bits, as the released model ships them
+  const experts = [...by.values()].filter((r) => r.name.endsWith("_exps.weight")).reduce((a, r) => a + r.bytes, 0);
+  assert.equal(experts, (24 * 3 * 32 * 2880 * 2880 * 17) / 32);
+  assert.equal(
+    new Map(synthRecipes(s, "q4_0").map((r) => [r.name, r])).get("blk.0.ffn_up_exps.weight")!.type,
+    GGMLType.Q4_0,
+  );
+});
+
+test("gpt-oss's routing: the top-k experts by logit, weighted by a softmax over those k alone", () => {
+  const logits = Float32Array.from([0.5, 2, 1, 3, -1, 1.9]);
+  const ids = new Int32Array(2),
+    weights = new Float32Array(2);
+  const margin = routeTokens(logits, 1, 6, 2, ids, weights, new Float64Array(6), "softmax_weight");
+  assert.deepEqual(Array.from(ids), [3, 1]);
+  const e = Math.exp(-1);
+  assert.ok(Math.abs(weights[0] - 1 / (1 + e)) < 1e-7 && Math.abs(weights[1] - e / (1 + e)) < 1e-7);
+  // the closest call, as probabilities under a softmax over all six: expert 1 against expert 5
+  const all = Array.from(logits, (l) => Math.exp(l));
+  const sum = all.reduce((a, b) => a + b, 0);
+  assert.ok(Math.abs(margin - (all[1] - all[5]) / sum) < 1e-9, `${margin}`);
+});
+
+test("gpt-oss: even layers windowed, odd ones global; YaRN on every layer, as llama.cpp computes it", async () => {
+  const file = GGUFFile.open(await model("f32"));
+  try {
+    const cfg = readConfig(file);
+    assert.deepEqual(cfg.windows, [8, 0, 8]);
+    assert.deepEqual(cfg.ropeScales, [1 / 32, 1 / 32, 1 / 32]);
+    assert.equal(cfg.activation, "swiglu_oai");
+    assert.equal(cfg.expertGating, "softmax_weight");
+    assert.deepEqual(cfg.ropeYarn, { extFactor: 1, betaFast: 32, betaSlow: 1, origContext: 4096 });
+    // ggml's correction range for 64 rotated dims, base 150000, 4096 positions: pairs 8 to 18
+    const corr = yarnCorrDims(64, 150000, cfg.ropeYarn!);
+    assert.deepEqual(corr, [8, 18]);
+    const spec = { nRot: 64, base: 150000, scale: 1 / 32, attnFactor: 1, yarn: cfg.ropeYarn };
+    const table = ropeTable(spec, 40);
+    const mscale = 1 + 0.1 * Math.log(32);
+    for (const p of [1, 7, 39])
+      for (let i = 0; i < 32; i++) {
+        const unscaled = p * Math.pow(150000, -i / 32);
+        const ramp = 1 - Math.min(1, Math.max(0, (i - 8) / 10));
+        const angle = (unscaled / 32) * (1 - ramp) + unscaled * ramp;
+        const [c, s] = [table[(p * 32 + i) * 2], table[(p * 32 + i) * 2 + 1]];
+        assert.ok(Math.abs(Math.hypot(c, s) - mscale) < 1e-5, `magnitude at ${p}, ${i}`);
+        assert.ok(
+          Math.abs(c - Math.cos(angle) * mscale) < 2e-5 && Math.abs(s - Math.sin(angle) * mscale) < 2e-5,
+          `position ${p} pair ${i}`,
+        );
+      }
+  } finally {
+    file.close();
+  }
+});
+
+test("gpt-oss: what loading puts in wasm memory (biases, sinks, MXFP4 experts) is predicted byte for byte", async () => {
+  for (const type of ["mxfp4", "f32"] as const) {
+    const m = await LlamaModel.load(await model(type), { threads: 1, contextSize: 64 });
+    try {
+      const r = residentBytes(m.file, m.config, { batchSize: m.batchSize, contextSize: 64, predictors: false });
+      // the arena hands out memory above its first MiB
+      assert.equal(m.residentBytes, (1 << 20) + r.weights + r.buffers + r.kv, type);
+    } finally {
+      await m.dispose();
+    }
+  }
+});
+
+test("gpt-oss with MXFP4, Q8_0 or F16 experts: the plain-TS reference's logits (F16 within 1e-3 of the max logit, the Q8-input types within 5%)", async () => {
+  const ids = [1, 300, 17, 451, 88, 9, 200, 31, 5, 77, 480];
+  for (const type of ["mxfp4", "q8_0", "f16"] as const)
+    // MXFP4 and Q8_0 round each matrix's input to Q8_0 (the reference keeps f32): measured 2.7%
+    await matchesReference(await model(type), ids, type === "f16" ? 1e-3 : 0.05, `gpt-oss ${type}`);
+});
+
+test("gpt-oss files the engine would compute wrongly are refused, naming the tensor or key and what was expected", async () => {
+  const src = await model("mxfp4");
+  const refused = async (name: string, r: Parameters<typeof rewrite>[2], pattern: RegExp) =>
+    assert.rejects(LlamaModel.load(await rewrite(src, name, r), { threads: 1, contextSize: 16 }), pattern);
+  const put = (name: string, dims: number[]) => () =>
+    new Map([[name, [dims, new Float32Array(dims.reduce((a, b) => a * b, 1))] as [number[], Float32Array]]]);
+  // an MXFP4 expert tensor of the wrong shape: one expert short of expert_count
+  await refused(
+    "short-experts",
+    { tensors: put("blk.1.ffn_down_exps.weight", [128, 128, 7]) },
+    /"blk\.1\.ffn_down_exps\.weight" has shape \[128, 128, 7\], expected \[128, 128, 8\] \(it holds 7 experts, metadata expert_count says 8\)/,
+  );
+  // of a type no kernel computes
+  await refused(
+    "q8_1-experts",
+    { retype: { "blk.0.ffn_up_exps.weight": GGMLType.Q8_1 } },
+    /"blk\.0\.ffn_up_exps\.weight" has type Q8_1, which no matrix kernel computes \(expected one of .*MXFP4/,
+  );
+  // metadata and tensors disagree on the number of experts
+  await refused(
+    "expert-count",
+    { metadata: { "gpt-oss.expert_count": 6 } },
+    /"blk\.0\.ffn_gate_inp\.weight" has shape \[128, 8\], expected \[128, 6\] \(embedding_length, expert_count\)/,
+  );
+  // the router's and the experts' biases
+  await refused(
+    "router-bias",
+    { tensors: put("blk.2.ffn_gate_inp.bias", [7]) },
+    /"blk\.2\.ffn_gate_inp\.bias" has shape \[7\], expected \[8\] \(expert_count\)/,
+  );
+  await refused(
+    "no-down-bias",
+    { tensors: () => new Map([["blk.0.ffn_down_exps.bias", undefined]]) },
+    /"blk\.0\.ffn_down_exps\.bias" is missing: gpt-oss needs it, \[128, 8\]/,
+  );
+  await refused(
+    "no-sinks",
+    { tensors: () => new Map([["blk.1.attn_sinks.weight", undefined]]) },
+    /blk\.1\.attn_sinks\.weight/,
+  );
+  await refused(
+    "no-window",
+    { dropKeys: ["gpt-oss.attention.sliding_window"] },
+    /"gpt-oss\.attention\.sliding_window" is missing/,
+  );
+  // YaRN settings llama.cpp would ignore
+  await refused(
+    "yarn-beta",
+    { metadata: { "gpt-oss.rope.scaling.yarn_beta_fast": 16 } },
+    /"gpt-oss\.rope\.scaling\.yarn_beta_fast" = 16: llama\.cpp ignores it and computes YaRN with 32/,
+  );
+});
+
+test("convert refuses gpt-oss and MXFP4 experts (the neuron store carries neither), naming what it cannot carry", async () => {
+  await assert.rejects(
+    convertToStore({ input: await model("f32"), output: join(dir, "gpt-oss.pi"), fsync: false }),
+    /gpt-oss's experts have biases \(blk\.N\.ffn_\{gate,up,down\}_exps\.bias\) and the swiglu_oai activation, which the neuron store does not carry yet/,
+  );
+  // MXFP4 experts in another architecture: runs from memory, refused by convert
+  const qwen = await model("mxfp4", "qwen3moe-tiny");
+  const m = await LlamaModel.load(qwen, { threads: 1, contextSize: 16 });
+  await m.dispose();
+  await assert.rejects(
+    convertToStore({ input: qwen, output: join(dir, "qwen-mxfp4.pi"), fsync: false }),
+    /blk\.0\.ffn_gate_exps\.weight is MXFP4, which the neuron store does not carry yet/,
+  );
+});
