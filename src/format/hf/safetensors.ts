@@ -233,6 +233,13 @@ export function widenToF32(dtype: string, raw: Uint8Array, dst: Float32Array): v
   } else throw new SafetensorsError(`dtype ${dtype} cannot be widened to f32`);
 }
 
+/** The directory's model*.safetensors files, sorted. */
+function shardFiles(dir: string): string[] {
+  return readdirSync(dir)
+    .filter((n) => /^model.*\.safetensors$/.test(n))
+    .sort();
+}
+
 export const INDEX_FILE = "model.safetensors.index.json";
 
 /**
@@ -302,15 +309,17 @@ export class SafetensorsCheckpoint {
         if (!listed.has(path)) listed.set(path, new Set());
         listed.get(path)!.add(name);
       }
+      // a shard beside the index that it never names would be weights dropped without a word
+      for (const n of shardFiles(this.dir))
+        if (!this.byPath.has(join(this.dir, n)))
+          throw new SafetensorsError(`${join(this.dir, n)}: shard is not named by ${indexPath}`);
       for (const f of this.files)
         for (const name of f.tensors.keys())
           if (!listed.get(f.path)!.has(name))
             throw new SafetensorsError(`${f.path}: tensor "${name}" is not listed in ${indexPath} for this shard`);
       return;
     }
-    const shards = readdirSync(this.dir)
-      .filter((n) => /^model.*\.safetensors$/.test(n))
-      .sort();
+    const shards = shardFiles(this.dir);
     if (shards.length === 0) throw new SafetensorsError(`${this.dir}: no model*.safetensors file and no ${INDEX_FILE}`);
     for (const s of shards) {
       const f = this.openShard(join(this.dir, s));
