@@ -1,0 +1,255 @@
+/**
+ * `convert DIR` on the Hugging Face checkpoints under test/fixtures/hf/ (tiny random models saved
+ * by transformers in BF16, sharded; made by scripts/make-hf-fixtures.py). Two oracles:
+ * - llama.cpp's converter (test/reference/hf/<name>.llamacpp-convert.json): our GGUF holds the
+ *   same tensors (name, type, shape, sha256 of the bytes) at f32 and q8_0;
+ * - transformers (test/reference/hf/<name>.transformers.json): greedy ids on 6 prompts x 24 tokens,
+ *   and at every teacher-forced step the top-8 logits within 1e-3 of the max logit, from the GGUF
+ *   and from a neuron store (-o x.pi) read under a budget that leaves most of the FFN on flash.
+ * Then the bad directories: each refused with an error naming the file and the tensor or key.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
+import { join } from "node:path";
+import { gunzipSync } from "node:zlib";
+import { GGUFFile } from "../src/format/gguf.js";
+import { typeName } from "../src/format/ggml-types.js";
+import { convertHFToGGUF } from "../src/format/hf/hf-to-gguf.js";
+import { SafetensorsFile } from "../src/format/hf/safetensors.js";
+import { LlamaModel } from "../src/model/model.js";
+import { convertHFToStore } from "../src/offline/hf-to-store.js";
+import { argmax, loadMostlyOnFlash, ROOT, tempDir } from "./helpers.js";
+import { writeSafetensors, type TestTensor } from "./safetensors-writer.js";
+
+const FIXTURES = join(ROOT, "test", "fixtures", "hf");
+const REFERENCES = join(ROOT, "test", "reference", "hf");
+const NAMES = existsSync(FIXTURES)
+  ? readdirSync(FIXTURES).filter((n) => existsSync(join(FIXTURES, n, "config.json")))
+  : [];
+
+const dir = tempDir("hf-convert-");
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+
+interface TransformersReference {
+  promptIds: number[][];
+  greedy: number[][];
+  steps: { top: [number, number][]; max: number }[][];
+}
+
+/** A complete Hugging Face directory: the fixture's files plus the tokenizer it names. */
+function hfDir(name: string, into = join(dir, name)): string {
+  if (existsSync(into)) return into;
+  mkdirSync(into, { recursive: true });
+  const src = join(FIXTURES, name);
+  for (const f of readdirSync(src))
+    if (f !== "tokenizer.from" && f !== "README.md") copyFileSync(join(src, f), join(into, f));
+  const tok = join(ROOT, "test", "fixtures", "tokenizers", readFileSync(join(src, "tokenizer.from"), "utf8").trim());
+  writeFileSync(join(into, "tokenizer.json"), gunzipSync(readFileSync(join(tok, "tokenizer.json.gz"))));
+  copyFileSync(join(tok, "tokenizer_config.json"), join(into, "tokenizer_config.json"));
+  return into;
+}
+
+const converted = new Map<string, Promise<string>>();
+function gguf(name: string, type: "f32" | "q8_0"): Promise<string> {
+  const key = `${name}.${type}`;
+  let p = converted.get(key);
+  if (!p) {
+    const output = join(dir, `${key}.gguf`);
+    p = convertHFToGGUF({ input: hfDir(name), output, type, fsync: false }).then(() => output);
+    converted.set(key, p);
+  }
+  return p;
+}
+
+/**
+ * Teacher forcing over the reference's tokens: at each step our logits' top 1 is transformers'
+ * greedy pick and its top 8 are within 1e-3 of the max logit; then transformers' pick is fed in.
+ */
+async function checkAgainstTransformers(model: LlamaModel, ref: TransformersReference, what: string): Promise<number> {
+  let worst = 0;
+  for (let p = 0; p < ref.promptIds.length; p++) {
+    const prompt = ref.promptIds[p];
+    await model.forwardAsync(prompt, prompt.length, 0);
+    let pos = prompt.length;
+    for (let s = 0; s < ref.greedy[p].length; s++) {
+      const step = ref.steps[p][s];
+      const logits = model.logits;
+      const tol = 1e-3 * Math.abs(step.max);
+      for (const [id, logit] of step.top) {
+        const d = Math.abs(logits[id] - logit);
+        worst = Math.max(worst, d / Math.abs(step.max));
+        assert.ok(d <= tol, `${what}: prompt ${p} step ${s}: logit of ${id} is ${logits[id]}, transformers' ${logit}`);
+      }
+      assert.equal(argmax(logits), ref.greedy[p][s], `${what}: prompt ${p} step ${s}: greedy id`);
+      await model.forwardAsync([ref.greedy[p][s]], 1, pos++);
+    }
+  }
+  return worst;
+}
+
+function readJson<T>(path: string): T {
+  return JSON.parse(readFileSync(path, "utf8")) as T;
+}
+
+const sha256 = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
+
+interface LlamaCppTensor {
+  name: string;
+  type: string;
+  shape: number[];
+  sha256: string;
+}
+
+/** The reference's tensor list for one output type (llama.cpp's converter's --outtype). */
+function llamaCppTensors(ref: Record<string, unknown>, type: string): LlamaCppTensor[] | undefined {
+  const byType = (ref.outtypes ?? ref.conversions ?? ref) as Record<string, unknown>;
+  const entry = byType[type] as { tensors?: LlamaCppTensor[] } | LlamaCppTensor[] | undefined;
+  if (!entry) return undefined;
+  return Array.isArray(entry) ? entry : entry.tensors;
+}
+
+for (const name of NAMES) {
+  const transformersRef = join(REFERENCES, `${name}.transformers.json`);
+  const llamaCppRef = join(REFERENCES, `${name}.llamacpp-convert.json`);
+
+  for (const type of ["f32", "q8_0"] as const)
+    test(
+      `hf ${name}: ${type} tensors are llama.cpp's converter's, byte for byte`,
+      { skip: !existsSync(llamaCppRef) },
+      async () => {
+        const want = llamaCppTensors(readJson(llamaCppRef), type);
+        assert.ok(want, `${llamaCppRef} has no ${type} conversion`);
+        const f = GGUFFile.open(await gguf(name, type));
+        try {
+          assert.deepEqual([...f.tensors.keys()].sort(), want.map((t) => t.name).sort(), "the same tensor names");
+          for (const w of want) {
+            const t = f.tensors.get(w.name)!;
+            assert.equal(typeName(t.type).toLowerCase(), w.type.toLowerCase(), `${w.name}: type`);
+            assert.deepEqual(t.dims, w.shape, `${w.name}: shape (ggml order)`);
+            const bytes = new Uint8Array(t.bytes);
+            f.readTensor(t, bytes, 0, t.bytes);
+            assert.equal(sha256(bytes), w.sha256, `${w.name}: bytes`);
+          }
+        } finally {
+          f.close();
+        }
+      },
+    );
+
+  test(
+    `hf ${name}: the f32 GGUF gives transformers' greedy ids and logits`,
+    { skip: !existsSync(transformersRef) },
+    async () => {
+      const ref = readJson<TransformersReference>(transformersRef);
+      const model = await LlamaModel.load(await gguf(name, "f32"), { threads: 1, contextSize: 64 });
+      try {
+        await checkAgainstTransformers(model, ref, `${name} f32 GGUF`);
+      } finally {
+        await model.dispose();
+      }
+    },
+  );
+
+  // The sparse kernels take rows of whole 32-value blocks: a narrower model has no store.
+  const hidden = readJson<{ hidden_size: number }>(join(FIXTURES, name, "config.json")).hidden_size;
+  const storeSkip = !existsSync(transformersRef)
+    ? "no transformers reference"
+    : hidden % 32 !== 0
+      ? `hidden_size ${hidden} is not a multiple of 32, which a neuron store's rows need`
+      : false;
+  test(`hf ${name}: -o x.pi runs under a budget with transformers' ids`, { skip: storeSkip }, async () => {
+    const ref = readJson<TransformersReference>(transformersRef);
+    const store = join(dir, `${name}.pi`);
+    await convertHFToStore({ input: hfDir(name), output: store, type: "f32", fsync: false });
+    assert.ok(!readdirSync(dir).some((f) => f.includes(".hf-gguf-")), "the temporary GGUF is deleted");
+    const { model } = await loadMostlyOnFlash(store, 1);
+    try {
+      await checkAgainstTransformers(model, ref, `${name} store`);
+    } finally {
+      await model.dispose();
+    }
+  });
+}
+
+/** A copy of a fixture directory to break. */
+function brokenCopy(name: string, label: string): string {
+  return hfDir(name, join(dir, `bad-${label}`));
+}
+
+async function refuses(d: string, ...parts: string[]): Promise<void> {
+  const output = join(d, "out.gguf");
+  await assert.rejects(convertHFToGGUF({ input: d, output, type: "f32", fsync: false }), (e: Error) => {
+    for (const p of parts) assert.ok(e.message.includes(p), `"${e.message}" should name ${p}`);
+    return true;
+  });
+  assert.ok(!readdirSync(d).some((f) => f.startsWith("out.gguf")), "nothing that looks like a model is left");
+}
+
+const first = NAMES.includes("llama3") ? "llama3" : NAMES[0];
+test("hf: bad directories are refused naming the file and the tensor or key", { skip: !first }, async () => {
+  const editJson = (path: string, edit: (j: Record<string, unknown>) => void) => {
+    const j = readJson<Record<string, unknown>>(path);
+    edit(j);
+    writeFileSync(path, JSON.stringify(j));
+  };
+  const index = (d: string) =>
+    readJson<{ weight_map: Record<string, string> }>(join(d, "model.safetensors.index.json"));
+  const shards = (d: string) => [...new Set(Object.values(index(d).weight_map))].sort();
+
+  let d = brokenCopy(first, "header");
+  truncateSync(join(d, shards(d)[0]), 30);
+  await refuses(d, shards(d)[0], "truncated header");
+
+  d = brokenCopy(first, "data");
+  const big = join(d, shards(d)[0]);
+  const f = SafetensorsFile.open(big);
+  const last = [...f.tensors.values()].sort((a, b) => b.offset - a.offset)[0];
+  f.close();
+  truncateSync(big, last.offset + 2);
+  await refuses(d, shards(d)[0], "truncated data", `"${last.name}"`);
+
+  d = brokenCopy(first, "shard");
+  const gone = shards(d)[1];
+  rmSync(join(d, gone));
+  await refuses(d, "missing shard", gone);
+
+  d = brokenCopy(first, "index");
+  editJson(join(d, "model.safetensors.index.json"), (j) => {
+    (j.weight_map as Record<string, string>)["model.layers.0.mlp.extra.weight"] = shards(d)[0];
+  });
+  await refuses(d, '"model.layers.0.mlp.extra.weight"', shards(d)[0], "does not hold it");
+
+  d = brokenCopy(first, "arch");
+  editJson(join(d, "config.json"), (j) => (j.architectures = ["MambaForCausalLM"]));
+  await refuses(d, "config.json", '"architectures"', "MambaForCausalLM");
+
+  d = brokenCopy(first, "shape");
+  editJson(join(d, "config.json"), (j) => (j.intermediate_size = (j.intermediate_size as number) + 8));
+  await refuses(d, "model.layers.0.mlp.gate_proj.weight", "config.json", "shape");
+
+  d = brokenCopy(first, "rope");
+  editJson(join(d, "config.json"), (j) => {
+    j.rope_scaling = { rope_type: "dynamic", factor: 2 };
+    delete j.rope_parameters;
+  });
+  await refuses(d, "config.json", "rope_scaling.rope_type", "dynamic");
+
+  d = brokenCopy(first, "leftover");
+  const extra: TestTensor = { name: "model.layers.0.mlp.extra.weight", shape: [4], values: new Float32Array(4) };
+  writeSafetensors(join(d, "model-extra.safetensors"), [extra]);
+  editJson(join(d, "model.safetensors.index.json"), (j) => {
+    (j.weight_map as Record<string, string>)[extra.name] = "model-extra.safetensors";
+  });
+  await refuses(d, "model-extra.safetensors", `"${extra.name}"`, "not used");
+});
