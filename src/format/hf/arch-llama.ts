@@ -123,6 +123,10 @@ export function llamaLayoutPlan(ckpt: SafetensorsCheckpoint, cfg: HFConfig, spec
   const b = new PlanBuilder(ckpt, cfg);
   const h = decoderHParams(cfg);
   const U32 = GGUFValueType.UINT32;
+  // llama.cpp computes SiLU for these whatever the config says: another activation would be
+  // another model
+  const act = cfg.str("hidden_act", "silu");
+  if (act !== "silu") cfg.fail("hidden_act", `= "${act}": ${spec.arch} computes silu`);
   b.meta("general.architecture", spec.arch);
   commonMetadata(b, spec.arch, h, spec.ropeTypes);
   spec.extraMetadata?.(b, h);
