@@ -23,6 +23,12 @@ export function gemma3Plan(ckpt: SafetensorsCheckpoint, cfg: HFConfig, realVocab
     F32 = GGUFValueType.FLOAT32;
   const act = cfg.str("hidden_activation", cfg.str("hidden_act", "gelu_pytorch_tanh"));
   if (act !== "gelu_pytorch_tanh") cfg.fail("hidden_activation", `= "${act}": gemma3 computes gelu_pytorch_tanh`);
+  // q.k is scaled by 1/sqrt(query_pre_attn_scalar); llama.cpp (and the engine) take the head size,
+  // or for the 62-layer 27B model embedding_length / head_count: any other value is another model
+  const qScalar = cfg.optNum("query_pre_attn_scalar");
+  const impliedScalar = h.nLayer === 62 ? h.hidden / h.nHead : h.headDim;
+  if (qScalar !== undefined && qScalar !== impliedScalar)
+    cfg.fail("query_pre_attn_scalar", `= ${qScalar}, but llama.cpp's gemma3 scales q.k by 1/sqrt(${impliedScalar})`);
   if (cfg.has("attn_logit_softcapping")) cfg.fail("attn_logit_softcapping", "is set, which Gemma 3 does not have");
   // transformers 5 nests the two RoPEs under rope_parameters.{full,sliding}_attention
   const rp = cfg.object("rope_parameters");
