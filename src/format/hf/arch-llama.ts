@@ -132,8 +132,8 @@ export function llamaLayoutPlan(ckpt: SafetensorsCheckpoint, cfg: HFConfig, spec
   spec.extraMetadata?.(b, h);
   if (h.rope.type === "llama3") b.computed("rope_freqs.weight", llama3RopeFactors(cfg, h.rope, h.headDim));
   embeddingsAndHead(b, h);
-  const nExpert = spec.experts ? cfg.int(["num_local_experts", "num_experts"]) : 0;
-  const expertFF = spec.experts === "qwen" ? cfg.int("moe_intermediate_size") : h.ff;
+  const nExpert = spec.experts ? cfg.int(["num_local_experts", "num_experts"], { max: 1024 }) : 0;
+  const expertFF = spec.experts === "qwen" ? cfg.int("moe_intermediate_size", { max: 1 << 22 }) : h.ff;
   if (spec.experts === "qwen") b.meta(`${spec.arch}.expert_feed_forward_length`, expertFF!, U32);
   for (let l = 0; l < h.nLayer; l++) {
     const p = `model.layers.${l}.`;

@@ -14,7 +14,7 @@ export function smallthinkerPlan(ckpt: SafetensorsCheckpoint, cfg: HFConfig): Co
   const b = new PlanBuilder(ckpt, cfg);
   const h = decoderHParams(cfg);
   const U32 = GGUFValueType.UINT32;
-  const nExpert = cfg.int("moe_num_primary_experts");
+  const nExpert = cfg.int("moe_num_primary_experts", { max: 1024 });
   const used = cfg.int("moe_num_active_primary_experts");
   const ff = cfg.int("moe_ffn_hidden_size");
   b.meta("general.architecture", "smallthinker");

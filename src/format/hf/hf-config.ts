@@ -57,8 +57,8 @@ export class HFConfig {
     return keys.find((k) => this.has(k));
   }
 
-  /** A positive integer (or >= 0 with allowZero) under the first of `keys` that is set. */
-  int(keys: string | readonly string[], opts: { allowZero?: boolean; fallback?: number } = {}): number {
+  /** A positive integer (or >= 0 with allowZero), at most `max` (default 2^31), under the first of `keys` that is set. */
+  int(keys: string | readonly string[], opts: { allowZero?: boolean; fallback?: number; max?: number } = {}): number {
     const list = typeof keys === "string" ? [keys] : keys;
     const k = this.pick(list);
     if (k === undefined) {
@@ -66,14 +66,18 @@ export class HFConfig {
       this.fail(list.join('" / "'), "is required but not set");
     }
     const v = this.json[k];
-    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < (opts.allowZero ? 0 : 1) || v > 2 ** 31)
-      this.fail(k, `= ${JSON.stringify(v)} is not a ${opts.allowZero ? "non-negative" : "positive"} integer`);
+    const max = opts.max ?? 2 ** 31;
+    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < (opts.allowZero ? 0 : 1) || v > max)
+      this.fail(
+        k,
+        `= ${JSON.stringify(v)} is not a ${opts.allowZero ? "non-negative" : "positive"} integer up to ${max}`,
+      );
     return v;
   }
 
-  optInt(keys: string | readonly string[]): number | undefined {
+  optInt(keys: string | readonly string[], max?: number): number | undefined {
     const list = typeof keys === "string" ? [keys] : keys;
-    return this.pick(list) === undefined ? undefined : this.int(list, { allowZero: true });
+    return this.pick(list) === undefined ? undefined : this.int(list, { allowZero: true, max });
   }
 
   /** A finite number. */

@@ -37,25 +37,28 @@ export function ropeParams(cfg: HFConfig): RopeParams {
 }
 
 export function decoderHParams(cfg: HFConfig): DecoderHParams {
-  const nLayer = cfg.int(["num_hidden_layers", "n_layers", "n_layer", "num_layers"]);
-  const hidden = cfg.int(["hidden_size", "n_embd", "dim"]);
-  const nHead = cfg.int(["num_attention_heads", "n_head", "n_heads"]);
-  const nHeadKV = cfg.int(["num_key_value_heads", "n_kv_heads"], { fallback: nHead });
+  // bounds far past any model, so that a damaged config is refused before it sizes anything
+  const nLayer = cfg.int(["num_hidden_layers", "n_layers", "n_layer", "num_layers"], { max: 1 << 12 });
+  const hidden = cfg.int(["hidden_size", "n_embd", "dim"], { max: 1 << 20 });
+  const nHead = cfg.int(["num_attention_heads", "n_head", "n_heads"], { max: 1 << 16 });
+  const nHeadKV = cfg.int(["num_key_value_heads", "n_kv_heads"], { fallback: nHead, max: 1 << 16 });
   if (nHead % nHeadKV !== 0)
     cfg.fail("num_key_value_heads", `= ${nHeadKV} does not divide num_attention_heads ${nHead}`);
-  let headDim = cfg.optInt("head_dim");
+  let headDim = cfg.optInt("head_dim", 1 << 12);
   if (headDim === undefined) {
     if (hidden % nHead !== 0) cfg.fail("hidden_size", `= ${hidden} is not a multiple of num_attention_heads ${nHead}`);
     headDim = hidden / nHead;
   }
+  if (headDim % 2 !== 0 || headDim === 0)
+    cfg.fail("head_dim", `= ${headDim} is not an even head size (RoPE rotates pairs)`);
   return {
     nLayer,
     hidden,
     nHead,
     nHeadKV,
     headDim,
-    ff: cfg.optInt(["intermediate_size", "n_inner", "hidden_dim"]),
-    vocab: cfg.int("vocab_size"),
+    ff: cfg.optInt(["intermediate_size", "n_inner", "hidden_dim"], 1 << 22),
+    vocab: cfg.int("vocab_size", { max: 1 << 24 }),
     rope: ropeParams(cfg),
   };
 }
