@@ -39,6 +39,8 @@ const NAMES = existsSync(FIXTURES)
   : [];
 
 const dir = tempDir("hf-convert-");
+/** transformers computes attention in f32: so does the engine here (its default KV cache is f16, as llama.cpp's) */
+const F32_KV = { k: "f32", v: "f32" } as const;
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
 
 interface TransformersReference {
@@ -104,19 +106,37 @@ function readJson<T>(path: string): T {
 
 const sha256 = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
 
-interface LlamaCppTensor {
-  name: string;
-  type: string;
-  shape: number[];
-  sha256: string;
+interface LlamaCppOutput {
+  metadata: Record<string, { type: string; value: unknown }>;
+  tensors: { name: string; type: string; ne: number[]; sha256: string }[];
 }
 
-/** The reference's tensor list for one output type (llama.cpp's converter's --outtype). */
-function llamaCppTensors(ref: Record<string, unknown>, type: string): LlamaCppTensor[] | undefined {
-  const byType = (ref.outtypes ?? ref.conversions ?? ref) as Record<string, unknown>;
-  const entry = byType[type] as { tensors?: LlamaCppTensor[] } | LlamaCppTensor[] | undefined;
-  if (!entry) return undefined;
-  return Array.isArray(entry) ? entry : entry.tensors;
+/** llama.cpp's converter's output for one --outtype. */
+function llamaCppOutput(path: string, type: string): LlamaCppOutput {
+  const out = readJson<{ outputs: Record<string, LlamaCppOutput> }>(path).outputs[type];
+  assert.ok(out, `${path} has no ${type} conversion`);
+  return out;
+}
+
+/**
+ * The model's keys (general.architecture, type, file_type, quantization_version and every
+ * `<arch>.` key) equal llama.cpp's converter's, and ours have none it lacks. The vocabulary's
+ * keys are src/format/hf-tokenizer.ts's business (test/tokenizer-hf.test.ts).
+ */
+function checkModelMetadata(f: GGUFFile, want: LlamaCppOutput["metadata"]): void {
+  const arch = String(want["general.architecture"].value);
+  const model = (k: string) =>
+    k.startsWith(`${arch}.`) ||
+    ["general.architecture", "general.type", "general.file_type", "general.quantization_version"].includes(k);
+  for (const [k, { value }] of Object.entries(want)) {
+    if (!model(k)) continue;
+    const ours = f.metadata.get(k);
+    if (typeof value === "number" && typeof ours === "number")
+      assert.equal(Math.fround(ours), Math.fround(value), `metadata ${k}`);
+    else assert.deepEqual(ours, value, `metadata ${k}`);
+  }
+  for (const k of f.metadata.keys())
+    if (model(k)) assert.ok(k in want, `metadata ${k}: llama.cpp's converter does not write it`);
 }
 
 for (const name of NAMES) {
@@ -125,18 +145,19 @@ for (const name of NAMES) {
 
   for (const type of ["f32", "q8_0"] as const)
     test(
-      `hf ${name}: ${type} tensors are llama.cpp's converter's, byte for byte`,
+      `hf ${name}: ${type} tensors and model metadata are llama.cpp's converter's, byte for byte`,
       { skip: !existsSync(llamaCppRef) },
       async () => {
-        const want = llamaCppTensors(readJson(llamaCppRef), type);
-        assert.ok(want, `${llamaCppRef} has no ${type} conversion`);
+        const ref = llamaCppOutput(llamaCppRef, type);
+        const want = ref.tensors;
         const f = GGUFFile.open(await gguf(name, type));
         try {
+          checkModelMetadata(f, ref.metadata);
           assert.deepEqual([...f.tensors.keys()].sort(), want.map((t) => t.name).sort(), "the same tensor names");
           for (const w of want) {
             const t = f.tensors.get(w.name)!;
             assert.equal(typeName(t.type).toLowerCase(), w.type.toLowerCase(), `${w.name}: type`);
-            assert.deepEqual(t.dims, w.shape, `${w.name}: shape (ggml order)`);
+            assert.deepEqual(t.dims, w.ne, `${w.name}: shape (ggml order)`);
             const bytes = new Uint8Array(t.bytes);
             f.readTensor(t, bytes, 0, t.bytes);
             assert.equal(sha256(bytes), w.sha256, `${w.name}: bytes`);
@@ -152,7 +173,7 @@ for (const name of NAMES) {
     { skip: !existsSync(transformersRef) },
     async () => {
       const ref = readJson<TransformersReference>(transformersRef);
-      const model = await LlamaModel.load(await gguf(name, "f32"), { threads: 1, contextSize: 64 });
+      const model = await LlamaModel.load(await gguf(name, "f32"), { threads: 1, contextSize: 64, kvCache: F32_KV });
       try {
         await checkAgainstTransformers(model, ref, `${name} f32 GGUF`);
       } finally {
@@ -173,7 +194,7 @@ for (const name of NAMES) {
     const store = join(dir, `${name}.pi`);
     await convertHFToStore({ input: hfDir(name), output: store, type: "f32", fsync: false });
     assert.ok(!readdirSync(dir).some((f) => f.includes(".hf-gguf-")), "the temporary GGUF is deleted");
-    const { model } = await loadMostlyOnFlash(store, 1);
+    const { model } = await loadMostlyOnFlash(store, 1, 64, F32_KV);
     try {
       await checkAgainstTransformers(model, ref, `${name} store`);
     } finally {
