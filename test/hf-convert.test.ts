@@ -63,7 +63,7 @@ function hfDir(name: string, into = join(dir, name)): string {
 }
 
 const converted = new Map<string, Promise<string>>();
-function gguf(name: string, type: "f32" | "q8_0"): Promise<string> {
+function gguf(name: string, type: "f32" | "f16" | "bf16" | "q8_0"): Promise<string> {
   const key = `${name}.${type}`;
   let p = converted.get(key);
   if (!p) {
@@ -143,7 +143,13 @@ for (const name of NAMES) {
   const transformersRef = join(REFERENCES, `${name}.transformers.json`);
   const llamaCppRef = join(REFERENCES, `${name}.llamacpp-convert.json`);
 
-  for (const type of ["f32", "q8_0"] as const)
+  // the types llama.cpp's converter wrote for this fixture (f32, q8_0, bf16 at least)
+  const types = existsSync(llamaCppRef)
+    ? Object.keys(readJson<{ outputs: Record<string, unknown> }>(llamaCppRef).outputs).filter((t) =>
+        ["f32", "f16", "bf16", "q8_0"].includes(t),
+      )
+    : ["f32", "q8_0"];
+  for (const type of types as ("f32" | "f16" | "bf16" | "q8_0")[])
     test(
       `hf ${name}: ${type} tensors and model metadata are llama.cpp's converter's, byte for byte`,
       { skip: !existsSync(llamaCppRef) },

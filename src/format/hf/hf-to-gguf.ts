@@ -17,6 +17,7 @@ import { GGUFValueType } from "../gguf.js";
 import { GGUFWriter, type GGUFWritableValue, type TensorSink } from "../gguf-writer.js";
 import { ggufVocabFromHF } from "../hf-tokenizer.js";
 import { quantizeRow } from "../quant.js";
+import { f32ToBF16Array, f32ToF16Array } from "../half.js";
 import { planConversion } from "./architectures.js";
 import { HFConfig, HFConvertError } from "./hf-config.js";
 import { outputTypeFor, type ConversionPlan, type PlannedTensor, type RowRange } from "./plan.js";
@@ -153,10 +154,11 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
     const scratch = new Uint8Array(CHUNK_VALUES * 4);
     for (let i = 0; i < plan.tensors.length; i++) {
       const t = plan.tensors[i];
-      if (opts.signal?.aborted)
-        throw opts.signal.reason instanceof Error ? opts.signal.reason : new HFConvertError("conversion aborted");
       const sink = await writer.tensorSink(t.name);
+      // checked after every chunk, so that an interrupt stops a multi-GB tensor promptly
       await writeTensor(ckpt, t, types[i], sink, buf, scratch, (n) => {
+        if (opts.signal?.aborted)
+          throw opts.signal.reason instanceof Error ? opts.signal.reason : new HFConvertError("conversion aborted");
         bytesDone += n;
         opts.onProgress?.({ bytesDone, bytesTotal, tensor: t.name });
       });
@@ -210,6 +212,8 @@ async function writeTensor(
     if (t.addOne) for (let i = 0; i < rows * rowLen; i++) values[i] = Math.fround(values[i] + 1);
     const out = new Uint8Array(rows * outRowBytes);
     if (type === GGMLType.F32) out.set(new Uint8Array(values.buffer, values.byteOffset, rows * rowLen * 4));
+    else if (type === GGMLType.F16) f32ToF16Array(values.subarray(0, rows * rowLen), new Uint16Array(out.buffer));
+    else if (type === GGMLType.BF16) f32ToBF16Array(values.subarray(0, rows * rowLen), new Uint16Array(out.buffer));
     else
       for (let r = 0; r < rows; r++)
         quantizeRow(

@@ -223,6 +223,18 @@ export class SafetensorsFile {
 /** F32, F16 or BF16 bytes (little-endian) to f32 values. */
 export function widenToF32(dtype: string, raw: Uint8Array, dst: Float32Array): void {
   const n = dst.length;
+  if (raw.byteOffset % (dtype === "F32" ? 4 : 2) === 0) {
+    // aligned (the usual case: the caller's scratch buffer): whole-array views, no DataView per
+    // value (typed arrays are little-endian on every platform Node runs on, as the format is)
+    if (dtype === "F32") return dst.set(new Float32Array(raw.buffer, raw.byteOffset, n));
+    const h = new Uint16Array(raw.buffer, raw.byteOffset, n);
+    if (dtype === "F16") for (let i = 0; i < n; i++) dst[i] = f16Table[h[i]];
+    else if (dtype === "BF16") {
+      const bits = new Uint32Array(dst.buffer, dst.byteOffset, n);
+      for (let i = 0; i < n; i++) bits[i] = h[i] << 16;
+    } else throw new SafetensorsError(`dtype ${dtype} cannot be widened to f32`);
+    return;
+  }
   const dv = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
   if (dtype === "F32") for (let i = 0; i < n; i++) dst[i] = dv.getFloat32(4 * i, true);
   else if (dtype === "F16") for (let i = 0; i < n; i++) dst[i] = f16Table[dv.getUint16(2 * i, true)];
