@@ -308,6 +308,11 @@ def initialise(model: torch.nn.Module, arch: str, gemma_norms: bool) -> None:
             if p.dim() == 1 and name.endswith("norm.weight"):
                 # Gemma's RMSNorm multiplies by (1 + weight), the others by weight
                 offset = 0.0 if gemma_norms else 1.0
+                if gemma_norms and ("post_attention" in name or "post_feedforward" in name):
+                    # Gemma normalises each block's output before adding it to a stream that starts
+                    # at sqrt(width) x the embedding: gains near 1 would leave the blocks too quiet
+                    # to move greedy decoding off the last token
+                    offset = 4.0
                 p.copy_(offset + (torch.rand_like(p) - 0.5))
             elif name.endswith("sinks"):
                 p.copy_(torch.randn_like(p))
@@ -335,8 +340,12 @@ def write_v4_config(path: Path) -> None:
     config["rope_theta"] = rope.pop("rope_theta")
     if rope.get("rope_type") == "default":
         rope.pop("rope_type")
-    if "partial_rotary_factor" in rope:
-        config["partial_rotary_factor"] = rope.pop("partial_rotary_factor")
+    if rope.get("partial_rotary_factor") == 1.0:
+        rope.pop("partial_rotary_factor")  # Phi-3's published configs leave it out
+    if "original_max_position_embeddings" in config:
+        rope.pop("original_max_position_embeddings", None)  # Phi-3 keeps it beside rope_scaling
+    if rope.get("rope_type") == "longrope":
+        rope["type"] = rope.pop("rope_type")  # Phi-3's published spelling
     config["rope_scaling"] = rope or None
     config["torch_dtype"] = config.pop("dtype")
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
@@ -496,7 +505,8 @@ def main() -> None:
                 chosen = seed
                 break
         if chosen is None:
-            raise SystemExit(f"{name}: no seed of {first}..{first + SEED_TRIES - 1} gives clear margins and varied output")
+            print(f"{name}: FAILED: no seed of {first}..{first + SEED_TRIES - 1} gives clear margins and varied output", file=sys.stderr)
+            continue
         save(name, make_model(name, chosen))
         ref = reference(name, chosen, tok)
         if ref["greedy"] != result["greedy"]:
