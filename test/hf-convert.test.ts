@@ -119,6 +119,12 @@ function llamaCppOutput(path: string, type: string): LlamaCppOutput {
 }
 
 /**
+ * Keys written where llama.cpp's converter leaves llama.cpp to a default the checkpoint does not
+ * follow (Gemma 3's attention period, 6 by default, when layer_types repeat every 3 layers).
+ */
+const DELIBERATE_EXTRAS = ["attention.sliding_window_pattern"];
+
+/**
  * The model's keys (general.architecture, type, file_type, quantization_version and every
  * `<arch>.` key) equal llama.cpp's converter's, and ours have none it lacks. The vocabulary's
  * keys are src/format/hf-tokenizer.ts's business (test/tokenizer-hf.test.ts).

@@ -49,11 +49,14 @@ export function gemma3Plan(ckpt: SafetensorsCheckpoint, cfg: HFConfig, realVocab
   if (swaTheta !== undefined) b.meta("gemma3.rope.freq_base_swa", swaTheta as number, F32);
   const cap = cfg.optNum("final_logit_softcapping");
   if (cap) b.meta("gemma3.final_logit_softcapping", cap, F32);
-  const pattern = cfg.optInt("sliding_window_pattern");
-  if (pattern !== undefined && pattern !== 1 && pattern !== PERIOD)
-    cfg.fail("sliding_window_pattern", `= ${pattern}: the engine and llama.cpp run Gemma 3's period of ${PERIOD}`);
-  checkLayerTypes(cfg, h.nLayer);
-  if (pattern !== 1) b.meta("gemma3.attention.sliding_window", cfg.int("sliding_window"), U32);
+  const pattern = cfg.optInt(["sliding_window_pattern", "_sliding_window_pattern"], 1 << 12);
+  const period = layerPeriod(cfg, h.nLayer, pattern ?? PERIOD);
+  if (pattern !== 1) {
+    b.meta("gemma3.attention.sliding_window", cfg.int("sliding_window"), U32);
+    // llama.cpp (and the engine) take a period of 6 unless the file says: llama.cpp's converter
+    // never says, so a checkpoint of another period would run as another model there
+    if (period !== PERIOD) b.meta("gemma3.attention.sliding_window_pattern", period, U32);
+  }
 
   // Gemma's token embedding has rows past the tokenizer's last token; llama.cpp's converter drops them.
   const embd = b.take("model.embed_tokens.weight", [h.vocab, h.hidden]);
@@ -79,14 +82,29 @@ export function gemma3Plan(ckpt: SafetensorsCheckpoint, cfg: HFConfig, realVocab
   return plan;
 }
 
-/** transformers' layer_types must be the pattern the engine runs: full attention on every sixth layer. */
-function checkLayerTypes(cfg: HFConfig, nLayer: number): void {
+/**
+ * The attention period: every `period`-th layer (the last of each run) sees every position, the
+ * rest a window. transformers 5 lists each layer's kind in layer_types, which must follow one
+ * such period (the engine and llama.cpp run no other layout); without it, `fallback`.
+ */
+function layerPeriod(cfg: HFConfig, nLayer: number, fallback: number): number {
   const types = cfg.json.layer_types;
-  if (types === undefined || types === null) return;
-  if (!Array.isArray(types) || types.length !== nLayer)
-    cfg.fail("layer_types", `should list the attention of each of the ${nLayer} layers`);
+  if (types === undefined || types === null) return fallback;
+  if (
+    !Array.isArray(types) ||
+    types.length !== nLayer ||
+    types.some((t) => t !== "sliding_attention" && t !== "full_attention")
+  )
+    cfg.fail("layer_types", `should give each of the ${nLayer} layers "sliding_attention" or "full_attention"`);
+  const firstFull = types.indexOf("full_attention");
+  const period = firstFull < 0 ? fallback : firstFull + 1;
   types.forEach((t, l) => {
-    const want = l % PERIOD < PERIOD - 1 ? "sliding_attention" : "full_attention";
-    if (t !== want) cfg.fail("layer_types", `[${l}] = ${JSON.stringify(t)}, but the engine runs ${want} there`);
+    const want = l % period < period - 1 ? "sliding_attention" : "full_attention";
+    if (t !== want)
+      cfg.fail(
+        "layer_types",
+        `[${l}] = ${JSON.stringify(t)}: not a pattern of one full layer every ${period}, which is all the engine and llama.cpp run`,
+      );
   });
+  return period;
 }
