@@ -92,11 +92,7 @@ export async function main(argv: string[]): Promise<number> {
   const type = String(args.type).toLowerCase() as ConvertType;
   if (!CONVERT_TYPES.includes(type))
     throw new UsageError(`--type must be one of ${CONVERT_TYPES.join(", ")}, got "${args.type}"`);
-  const profile = typeof args.profile === "string" ? resolve(args.profile) : undefined;
-  if (profile && !existsSync(profile)) throw new UsageError(`--profile: ${profile} does not exist`);
-  const predictors = typeof args.predictors === "string" ? resolve(args.predictors) : undefined;
-  if (predictors && !existsSync(predictors)) throw new UsageError(`--predictors: ${predictors} does not exist`);
-  const quiet = args.quiet === true;
+  const { profile, predictors, quiet } = storeInputs(args);
 
   const bar = quiet ? undefined : new ProgressBar({ label: "convert", total: 0, unit: "bytes" });
   return interruptible(
@@ -142,6 +138,15 @@ export async function main(argv: string[]): Promise<number> {
   );
 }
 
+/** --profile and --predictors (checked to exist) and --quiet. */
+function storeInputs(args: Record<string, unknown>): { profile?: string; predictors?: string; quiet: boolean } {
+  const profile = typeof args.profile === "string" ? resolve(args.profile) : undefined;
+  if (profile && !existsSync(profile)) throw new UsageError(`--profile: ${profile} does not exist`);
+  const predictors = typeof args.predictors === "string" ? resolve(args.predictors) : undefined;
+  if (predictors && !existsSync(predictors)) throw new UsageError(`--predictors: ${predictors} does not exist`);
+  return { profile, predictors, quiet: args.quiet === true };
+}
+
 /** `convert DIR`: a Hugging Face model directory to a GGUF, or through one to a store. */
 async function convertHFDirectory(input: string, out: string, args: Record<string, unknown>): Promise<number> {
   const asked = String(args.type).toLowerCase();
@@ -155,11 +160,7 @@ async function convertHFDirectory(input: string, out: string, args: Record<strin
     throw new UsageError(`convert: the output of a Hugging Face directory must end in .gguf or .pi, got ${out}`);
   if (!toStore && (args.profile !== undefined || args.predictors !== undefined))
     throw new UsageError("convert: --profile and --predictors apply to a .pi output only");
-  const profile = typeof args.profile === "string" ? resolve(args.profile) : undefined;
-  if (profile && !existsSync(profile)) throw new UsageError(`--profile: ${profile} does not exist`);
-  const predictors = typeof args.predictors === "string" ? resolve(args.predictors) : undefined;
-  if (predictors && !existsSync(predictors)) throw new UsageError(`--predictors: ${predictors} does not exist`);
-  const quiet = args.quiet === true;
+  const { profile, predictors, quiet } = storeInputs(args);
   const bar = quiet ? undefined : new ProgressBar({ label: "convert", total: 0, unit: "bytes" });
   const progress = (p: { bytesDone: number; bytesTotal: number }) => {
     bar?.setTotal(p.bytesTotal);
