@@ -10,7 +10,6 @@
  * that is not a whole number of the type's blocks falls back to F16, and "auto" is BF16 for a
  * BF16 checkpoint, else F16.
  */
-import { existsSync, readFileSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
 import { GGMLType, traitsBytes, typeName, typeTraits } from "../ggml-types.js";
 import { GGUFValueType } from "../gguf.js";
@@ -22,6 +21,7 @@ import { planConversion } from "./architectures.js";
 import { HFConfig, HFConvertError } from "./hf-config.js";
 import { outputTypeFor, type ConversionPlan, type PlannedTensor, type RowRange } from "./plan.js";
 import { SafetensorsCheckpoint } from "./safetensors.js";
+import { readTokenizerFiles, type HFTokenizerFiles } from "./tokenizer-files.js";
 
 export const HF_OUTPUT_TYPES = ["auto", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"] as const;
 export type HFOutputType = (typeof HF_OUTPUT_TYPES)[number];
@@ -88,33 +88,18 @@ function autoType(plan: ConversionPlan): Exclude<HFOutputType, "auto"> {
   return "f16";
 }
 
-/** The vocabulary from tokenizer.json (+ tokenizer_config.json, chat_template.jinja). */
-function vocabulary(dir: string, cfg: HFConfig, vocabSize: number): Map<string, unknown> {
-  const tjPath = join(dir, "tokenizer.json");
-  if (!existsSync(tjPath))
-    throw new HFConvertError(`${dir}: no tokenizer.json (a SentencePiece tokenizer.model alone is not read)`);
-  const readJson = (p: string): unknown => {
-    try {
-      return JSON.parse(readFileSync(p, "utf8"));
-    } catch (e) {
-      throw new HFConvertError(`${p}: ${(e as Error).message}`);
-    }
-  };
-  const tcPath = join(dir, "tokenizer_config.json");
-  const jinja = join(dir, "chat_template.jinja");
-  return ggufVocabFromHF(readJson(tjPath), existsSync(tcPath) ? readJson(tcPath) : undefined, {
-    vocabSize,
-    config: cfg.json,
-    chatTemplate: existsSync(jinja) ? readFileSync(jinja, "utf8") : undefined,
-  });
-}
-
 /** Open the directory and plan its conversion (nothing is written). */
-export function openHFModel(dir: string): { cfg: HFConfig; ckpt: SafetensorsCheckpoint; plan: ConversionPlan } {
+export function openHFModel(dir: string): {
+  cfg: HFConfig;
+  ckpt: SafetensorsCheckpoint;
+  plan: ConversionPlan;
+  tok: HFTokenizerFiles;
+} {
   const cfg = HFConfig.read(join(dir, "config.json"));
+  const tok = readTokenizerFiles(dir);
   const ckpt = SafetensorsCheckpoint.open(dir);
   try {
-    return { cfg, ckpt, plan: planConversion(ckpt, cfg) };
+    return { cfg, ckpt, tok, plan: planConversion(ckpt, cfg, tok) };
   } catch (e) {
     ckpt.close();
     throw e;
@@ -125,7 +110,7 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
   const t0 = performance.now();
   const dir = resolve(opts.input);
   const output = resolve(opts.output);
-  const { cfg, ckpt, plan } = openHFModel(dir);
+  const { cfg, ckpt, plan, tok } = openHFModel(dir);
   let writer: GGUFWriter | undefined;
   try {
     const want = opts.type ?? "auto";
@@ -134,7 +119,11 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
     const type = want === "auto" ? autoType(plan) : want;
     const ggmlType = GGML_OF[type];
     const block = typeTraits(ggmlType)!.blockSize;
-    const vocab = vocabulary(dir, cfg, plan.vocabSize);
+    const vocab = ggufVocabFromHF(tok.tokenizerJson, tok.tokenizerConfig, {
+      vocabSize: plan.vocabSize,
+      config: cfg.json,
+      chatTemplate: tok.chatTemplate,
+    });
 
     writer = new GGUFWriter(output, { fsync: opts.fsync });
     writer.setMetadata("general.architecture", plan.arch);
