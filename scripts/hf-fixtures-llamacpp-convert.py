@@ -76,12 +76,48 @@ def describe(path: Path) -> dict:
     return {"metadata": metadata, "tensors": tensors}
 
 
+def needs_sentencepiece_model(d: Path) -> bool:
+    return json.loads((d / "config.json").read_text())["architectures"] == ["Phi3ForCausalLM"]
+
+
+def write_sentencepiece_model(d: Path) -> None:
+    """llama.cpp's Phi-3 converter reads only tokenizer.model (SentencePiece's protobuf), which the
+    tokenizer fixtures do not hold: this writes one from tokenizer.json's vocabulary, in id order,
+    with BPE piece scores of -id (earlier pieces merge first, as in the published models), byte
+    pieces typed BYTE and <unk>, <s>, </s> typed UNKNOWN and CONTROL. Only the converter reads it;
+    the greedy ids do not depend on it (prompts are given as ids)."""
+    from sentencepiece import sentencepiece_model_pb2 as sp
+
+    vocab = json.loads((d / "tokenizer.json").read_text())["model"]["vocab"]
+    proto = sp.ModelProto()
+    proto.trainer_spec.model_type = sp.TrainerSpec.BPE
+    proto.trainer_spec.byte_fallback = True
+    proto.trainer_spec.vocab_size = len(vocab)
+    proto.normalizer_spec.name = "identity"
+    proto.normalizer_spec.add_dummy_prefix = True
+    proto.normalizer_spec.remove_extra_whitespaces = False
+    kinds = {"<unk>": sp.ModelProto.SentencePiece.UNKNOWN, "<s>": sp.ModelProto.SentencePiece.CONTROL, "</s>": sp.ModelProto.SentencePiece.CONTROL}
+    for piece, i in sorted(vocab.items(), key=lambda kv: kv[1]):
+        assert i == len(proto.pieces), f"tokenizer.json's vocabulary skips id {len(proto.pieces)}"
+        entry = proto.pieces.add()
+        entry.piece = piece
+        if piece in kinds:
+            entry.type, entry.score = kinds[piece], 0.0
+        elif piece.startswith("<0x") and len(piece) == 6:
+            entry.type, entry.score = sp.ModelProto.SentencePiece.BYTE, 0.0
+        else:
+            entry.type, entry.score = sp.ModelProto.SentencePiece.NORMAL, -float(i)
+    (d / "tokenizer.model").write_bytes(proto.SerializeToString())
+
+
 def convert(name: str) -> dict:
     GGUF_DIR.mkdir(exist_ok=True)
     outputs = {}
     env = dict(os.environ, PYTHONPATH=str(LLAMACPP / "gguf-py"))
     with tempfile.TemporaryDirectory(prefix="hffix-") as tmp:
         d = assemble(name, Path(tmp) / name)
+        if needs_sentencepiece_model(d):
+            write_sentencepiece_model(d)
         for outtype in OUT_TYPES:
             out = GGUF_DIR / f"{name}-{outtype}.gguf"
             out.unlink(missing_ok=True)
@@ -101,6 +137,8 @@ def main() -> None:
     names = sys.argv[1:] or sorted(p.name for p in HF_FIXTURES.iterdir() if p.is_dir())
     for name in names:
         outputs = convert(name)
+        with tempfile.TemporaryDirectory(prefix="hffix-") as tmp:
+            synthetic_sp = needs_sentencepiece_model(assemble(name, Path(tmp) / name))
         ref = {
             "name": name,
             "converter": f"convert_hf_to_gguf.py of llama.cpp {llamacpp_commit()} (the checkout bench/.peer's node-llama-cpp runs), "
@@ -109,6 +147,15 @@ def main() -> None:
             "arraysNote": f"metadata arrays of more than {ARRAY_INLINE} items: their length and the sha256 of their bytes as stored "
             "in the GGUF after the item type and count (strings: u64 length, then UTF-8 bytes, for each)",
             "tensorsNote": "ne: the GGUF's dimensions, innermost first; sha256 of the tensor's data bytes",
+            **(
+                {
+                    "tokenizerModelNote": "llama.cpp's Phi-3 converter reads only tokenizer.model: the directory it converted held one "
+                    "written by this script from tokenizer.json's vocabulary (pieces in id order, BPE scores -id), so the "
+                    "tokenizer arrays below are not a reference for a real Phi-3 tokenizer"
+                }
+                if synthetic_sp
+                else {}
+            ),
             "outputs": {k: {kk: vv for kk, vv in v.items() if kk != "gguf"} for k, v in outputs.items()},
         }
         path = REFERENCES / f"{name}.llamacpp-convert.json"

@@ -152,6 +152,7 @@ ARCHS = {
         ),
     ),
     "phi3": dict(
+        logit_gain=8.0,
         model="Phi3ForCausalLM",
         config="Phi3Config",
         tokenizer="mistral",
@@ -184,6 +185,7 @@ ARCHS = {
         ),
     ),
     "mistral": dict(
+        logit_gain=8.0,
         model="MistralForCausalLM",
         config="MistralConfig",
         tokenizer="mistral",
@@ -208,6 +210,7 @@ ARCHS = {
         ),
     ),
     "mixtral": dict(
+        logit_gain=8.0,
         model="MixtralForCausalLM",
         config="MixtralConfig",
         tokenizer="mistral",
@@ -261,6 +264,7 @@ ARCHS = {
         ),
     ),
     "gpt-oss": dict(
+        logit_gain=8.0,
         model="GptOssForCausalLM",
         config="GptOssConfig",
         tokenizer="gptoss",
@@ -301,7 +305,7 @@ ARCHS = {
 }
 
 
-def initialise(model: torch.nn.Module, arch: str, gemma_norms: bool) -> None:
+def initialise(model: torch.nn.Module, arch: str, gemma_norms: bool, logit_gain: float) -> None:
     """Draws every parameter from the current torch seed (see the module docstring for the scales)."""
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -324,8 +328,10 @@ def initialise(model: torch.nn.Module, arch: str, gemma_norms: bool) -> None:
                 # gpt-oss stores its experts as [experts, in, out]; everything else as [..., out, in]
                 fan_in = p.shape[1] if arch == "gpt-oss" and p.dim() == 3 else p.shape[-1]
                 gain = (
-                    4.0
-                    if name == "lm_head.weight" or "o_proj" in name or "down_proj" in name
+                    logit_gain
+                    if name == "lm_head.weight"
+                    else 4.0
+                    if "o_proj" in name or "down_proj" in name
                     else 2.0 if name.endswith(("q_proj.weight", "k_proj.weight")) else 1.0
                 )
                 p.copy_(torch.randn_like(p) * (gain / fan_in**0.5))
@@ -354,9 +360,10 @@ def write_v4_config(path: Path) -> None:
 def make_model(name: str, seed: int) -> torch.nn.Module:
     spec = ARCHS[name]
     config = getattr(transformers, spec["config"])(**spec["kwargs"])
+    config._attn_implementation = "eager"  # as reference() loads it
     torch.manual_seed(seed)
     model = getattr(transformers, spec["model"])(config)
-    initialise(model, name, gemma_norms=name == "gemma3")
+    initialise(model, name, gemma_norms=name == "gemma3", logit_gain=spec.get("logit_gain", 4.0))
     if config.tie_word_embeddings:
         model.tie_weights()
     return model.to(torch.bfloat16)
