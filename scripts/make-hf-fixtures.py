@@ -36,6 +36,7 @@ SHARD_BYTES = 1_500_000  # every tensor bigger than this gets a shard of its own
 # test/fixtures/tokenizers/, whether save_pretrained shards it, and a sentence for its README.
 ARCHS = {
     "llama3": dict(
+        seed=15,  # the first seed the search accepted; pinned so regenerating starts there
         model="LlamaForCausalLM",
         config="LlamaConfig",
         tokenizer="llama3",
@@ -67,6 +68,7 @@ ARCHS = {
         ),
     ),
     "qwen3": dict(
+        seed=5,  # the first seed the search accepted; pinned so regenerating starts there
         model="Qwen3ForCausalLM",
         config="Qwen3Config",
         tokenizer="qwen3",
@@ -90,6 +92,7 @@ ARCHS = {
         ),
     ),
     "qwen3moe": dict(
+        seed=3,  # the first seed the search accepted; pinned so regenerating starts there
         model="Qwen3MoeForCausalLM",
         config="Qwen3MoeConfig",
         tokenizer="qwen3",
@@ -119,6 +122,7 @@ ARCHS = {
         ),
     ),
     "gemma3": dict(
+        seed=6,  # the first seed the search accepted; pinned so regenerating starts there
         model="Gemma3ForCausalLM",
         config="Gemma3TextConfig",
         tokenizer="gemma3",
@@ -357,7 +361,10 @@ def write_v4_config(path: Path) -> None:
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def make_model(name: str, seed: int) -> torch.nn.Module:
+def make_model(name: str, seed: int, for_saving: bool = True) -> torch.nn.Module:
+    """The model in BF16 for saving; or in float32 with BF16-rounded parameters, as reference() will
+    see it after reloading (not model.to(bfloat16).float(), which also rounds buffers such as
+    RoPE's inverse frequencies that a reloaded model computes afresh in float32)."""
     spec = ARCHS[name]
     config = getattr(transformers, spec["config"])(**spec["kwargs"])
     config._attn_implementation = "eager"  # as reference() loads it
@@ -366,7 +373,12 @@ def make_model(name: str, seed: int) -> torch.nn.Module:
     initialise(model, name, gemma_norms=name == "gemma3", logit_gain=spec.get("logit_gain", 4.0))
     if config.tie_word_embeddings:
         model.tie_weights()
-    return model.to(torch.bfloat16)
+    if for_saving:
+        return model.to(torch.bfloat16)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+    return model.eval()
 
 
 def save(name: str, model: torch.nn.Module) -> None:
@@ -505,7 +517,7 @@ def main() -> None:
         first = ARCHS[name].get("seed", 1)
         chosen = None
         for seed in range(first, first + SEED_TRIES):
-            result = evaluate(name, make_model(name, seed).float().eval(), tok)
+            result = evaluate(name, make_model(name, seed, for_saving=False), tok)
             distinct = [len(set(g)) for g in result["greedy"]]
             print(f"{name}: seed {seed}: smallest top-1 margin {result['minTop1Margin']:.4f}, distinct greedy ids {distinct}", file=sys.stderr)
             if acceptable(result):
