@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { GGUFFile } from "../src/format/gguf.js";
 import { NeuronStore } from "../src/format/store/index.js";
 import { ReferenceModel } from "../src/model/reference.js";
-import { LlamaModel } from "../src/model/model.js";
+import { LlamaModel, type LoadOptions } from "../src/model/model.js";
 import { BUDGET_ROOM } from "../src/model/offload/layout.js";
 
 /** The repository root (tests run from dist/test). */
@@ -161,6 +161,7 @@ export async function loadMostlyOnFlash(
   store: string,
   threads: number,
   contextSize = 64,
+  kvCache?: LoadOptions["kvCache"],
 ): Promise<{ model: LlamaModel; allFFN: number }> {
   const s = NeuronStore.open(store);
   const allFFN = s.ffn.layers.length * s.ffn.layers[0].neurons * s.ffn.bundleBytes;
@@ -172,6 +173,7 @@ export async function loadMostlyOnFlash(
     contextSize,
     memoryBudget: Math.ceil((fixed + allFFN / 4 + 64 * 2 ** 20) / BUDGET_ROOM),
     offload,
+    kvCache,
   });
   return { model, allFFN };
 }

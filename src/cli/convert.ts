@@ -1,6 +1,8 @@
 /**
  * `powerinfer convert MODEL.gguf -o MODEL.pi`: write the `.pi` neuron store a budgeted run reads
  * its FFN from (src/offline/convert.ts; format in docs/store-format.md).
+ * `powerinfer convert DIR -o MODEL.gguf|MODEL.pi`: a Hugging Face model directory to a GGUF in
+ * llama.cpp's layout (src/format/hf/), or through one to a store (src/offline/hf-to-store.ts).
  */
 import { existsSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
@@ -10,14 +12,23 @@ import { ProgressBar } from "./progress.js";
 import { typeName } from "../format/ggml-types.js";
 import type { StoreConversion } from "../format/store/index.js";
 import { CONVERT_TYPES, convertToStore, type ConvertType } from "../offline/convert.js";
+import { convertHFToGGUF, HF_OUTPUT_TYPES, type HFOutputType } from "../format/hf/hf-to-gguf.js";
+import { convertHFToStore } from "../offline/hf-to-store.js";
 
 export const FLAGS: FlagSpec[] = [
-  { names: ["-o", "--output"], key: "out", type: "string", help: "output store (.pi), required" },
+  {
+    names: ["-o", "--output"],
+    key: "out",
+    type: "string",
+    help: "output store (.pi), required; from a Hugging Face directory also a .gguf",
+  },
   {
     names: ["--type"],
     key: "type",
     type: "string",
-    help: `FFN weight type: ${CONVERT_TYPES.join(", ")} (keep: the model's own when a store can hold it, else the nearest: q4_1 for Q4_K, q5_1 for Q5_K, q8_0 for Q6_K)`,
+    help:
+      `FFN weight type: ${CONVERT_TYPES.join(", ")} (keep: the model's own when a store can hold it, else the nearest: q4_1 for Q4_K, q5_1 for Q5_K, q8_0 for Q6_K). ` +
+      `From a Hugging Face directory the GGUF's weight type: ${HF_OUTPUT_TYPES.join(", ")} (keep = auto: bf16 for a bf16 checkpoint, else f16; norms, biases and routers stay f32)`,
     default: "keep",
   },
   {
@@ -54,7 +65,8 @@ export async function main(argv: string[]): Promise<number> {
   if (args.help) {
     console.log(
       usage(
-        "convert MODEL.gguf -o MODEL.pi [--type q4_0|q4_1|q5_0|q5_1|q8_0|f16|bf16|f32|keep] [--profile FILE] [--predictors FILE]",
+        "convert MODEL.gguf -o MODEL.pi [--type q4_0|q4_1|q5_0|q5_1|q8_0|f16|bf16|f32|keep] [--profile FILE] [--predictors FILE]\n" +
+          "       powerinfer convert HF_MODEL_DIR -o MODEL.gguf|MODEL.pi [--type auto|f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1]",
         SUMMARY,
         FLAGS,
       ),
@@ -76,14 +88,11 @@ export async function main(argv: string[]): Promise<number> {
   if (!existsSync(dir) || !statSync(dir).isDirectory())
     throw new UsageError(`convert: output directory ${dir} does not exist`);
   if (existsSync(out) && statSync(out).isDirectory()) throw new UsageError(`convert: ${out} is a directory`);
+  if (statSync(input).isDirectory()) return convertHFDirectory(input, out, args);
   const type = String(args.type).toLowerCase() as ConvertType;
   if (!CONVERT_TYPES.includes(type))
     throw new UsageError(`--type must be one of ${CONVERT_TYPES.join(", ")}, got "${args.type}"`);
-  const profile = typeof args.profile === "string" ? resolve(args.profile) : undefined;
-  if (profile && !existsSync(profile)) throw new UsageError(`--profile: ${profile} does not exist`);
-  const predictors = typeof args.predictors === "string" ? resolve(args.predictors) : undefined;
-  if (predictors && !existsSync(predictors)) throw new UsageError(`--predictors: ${predictors} does not exist`);
-  const quiet = args.quiet === true;
+  const { profile, predictors, quiet } = storeInputs(args);
 
   const bar = quiet ? undefined : new ProgressBar({ label: "convert", total: 0, unit: "bytes" });
   return interruptible(
@@ -122,6 +131,71 @@ export async function main(argv: string[]): Promise<number> {
                 ]
               : []),
           ].join("\n") + "\n",
+        );
+      }
+      return 0;
+    },
+  );
+}
+
+/** --profile and --predictors (checked to exist) and --quiet. */
+function storeInputs(args: Record<string, unknown>): { profile?: string; predictors?: string; quiet: boolean } {
+  const profile = typeof args.profile === "string" ? resolve(args.profile) : undefined;
+  if (profile && !existsSync(profile)) throw new UsageError(`--profile: ${profile} does not exist`);
+  const predictors = typeof args.predictors === "string" ? resolve(args.predictors) : undefined;
+  if (predictors && !existsSync(predictors)) throw new UsageError(`--predictors: ${predictors} does not exist`);
+  return { profile, predictors, quiet: args.quiet === true };
+}
+
+/** `convert DIR`: a Hugging Face model directory to a GGUF, or through one to a store. */
+async function convertHFDirectory(input: string, out: string, args: Record<string, unknown>): Promise<number> {
+  const asked = String(args.type).toLowerCase();
+  const type = (asked === "keep" ? "auto" : asked) as HFOutputType;
+  if (!HF_OUTPUT_TYPES.includes(type))
+    throw new UsageError(
+      `--type must be one of ${HF_OUTPUT_TYPES.join(", ")} for a Hugging Face directory, got "${args.type}"`,
+    );
+  const toStore = out.endsWith(".pi");
+  if (!toStore && !out.endsWith(".gguf"))
+    throw new UsageError(`convert: the output of a Hugging Face directory must end in .gguf or .pi, got ${out}`);
+  if (!toStore && (args.profile !== undefined || args.predictors !== undefined))
+    throw new UsageError("convert: --profile and --predictors apply to a .pi output only");
+  const { profile, predictors, quiet } = storeInputs(args);
+  const bar = quiet ? undefined : new ProgressBar({ label: "convert", total: 0, unit: "bytes" });
+  const progress = (p: { bytesDone: number; bytesTotal: number }) => {
+    bar?.setTotal(p.bytesTotal);
+    bar?.update(p.bytesDone);
+  };
+  return interruptible(
+    "convert: interrupted, partial file removed",
+    () => bar?.abandon(),
+    async (signal) => {
+      if (!quiet) process.stderr.write(`convert: ${input} -> ${out}\n`);
+      if (toStore) {
+        let stage = "";
+        const r = await convertHFToStore({
+          input,
+          output: out,
+          type,
+          profile,
+          predictors,
+          signal,
+          onProgress: (p) => {
+            if (p.stage !== stage && bar) {
+              // each stage has its own bar: the GGUF stage, then the store's
+              stage = p.stage;
+              bar.setTotal(0);
+            }
+            progress(p);
+          },
+        });
+        bar?.finish(
+          `convert: ${r.gguf.arch} ${r.gguf.type} -> ${(r.store.bytes / MB).toFixed(1)} MB store in ${(r.gguf.seconds + r.store.seconds).toFixed(1)} s (${r.store.layers} layers, ${typeName(r.store.ffnType)} bundles)`,
+        );
+      } else {
+        const r = await convertHFToGGUF({ input, output: out, type, signal, onProgress: bar ? progress : undefined });
+        bar?.finish(
+          `convert: ${r.arch}, ${r.tensors} tensors, ${r.type}, ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s`,
         );
       }
       return 0;

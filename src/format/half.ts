@@ -35,7 +35,17 @@ export function f16ToF32(h: number): number {
 
 export function f32ToF16(v: number): number {
   f32Box[0] = v;
-  const x = u32Box[0];
+  return f16BitsOfF32Bits(u32Box[0]);
+}
+
+/** f32 values to f16 bit patterns, element by element (a converter's hot loop: no boxing per value). */
+export function f32ToF16Array(src: Float32Array, dst: Uint16Array): void {
+  const bits = new Uint32Array(src.buffer, src.byteOffset, src.length);
+  for (let i = 0; i < bits.length; i++) dst[i] = f16BitsOfF32Bits(bits[i]);
+}
+
+/** The f16 bit pattern nearest (ties to even) to the f32 with bit pattern x. */
+function f16BitsOfF32Bits(x: number): number {
   const sign = (x >>> 16) & 0x8000;
   const exp = (x >>> 23) & 0xff;
   const man = x & 0x7fffff;
@@ -68,7 +78,16 @@ export function bf16ToF32(h: number): number {
 
 export function f32ToBF16(v: number): number {
   f32Box[0] = v;
-  const x = u32Box[0];
+  return bf16BitsOfF32Bits(u32Box[0]);
+}
+
+/** f32 values to bf16 bit patterns, element by element (no boxing per value). */
+export function f32ToBF16Array(src: Float32Array, dst: Uint16Array): void {
+  const bits = new Uint32Array(src.buffer, src.byteOffset, src.length);
+  for (let i = 0; i < bits.length; i++) dst[i] = bf16BitsOfF32Bits(bits[i]);
+}
+
+function bf16BitsOfF32Bits(x: number): number {
   if ((x & 0x7fffffff) > 0x7f800000) return ((x >>> 16) | 0x40) & 0xffff; // quiet NaN
   // round to nearest even on the 16 dropped bits; overflow rounds up into infinity
   return ((x + 0x7fff + ((x >>> 16) & 1)) >>> 16) & 0xffff;

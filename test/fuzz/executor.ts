@@ -7,7 +7,7 @@
  * requests to.
  */
 import { parentPort, workerData } from "node:worker_threads";
-import { readFileSync, writeFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { loadModel, type Model } from "../../src/index.js";
 import { main as inspectMain } from "../../src/cli/inspect.js";
@@ -20,15 +20,17 @@ import type { GGUFCase } from "./gguf-cases.js";
 import { buildStore, mayChangeText, storeParts, type StoreCase, type StoreParts } from "./store-cases.js";
 import type { TokenizerCase } from "./tokenizer-cases.js";
 import { bpeTokenizer } from "./bpe-fixture.js";
+import { hfFiles, hfPristine, type HFCase, type HFPristine } from "./hf-cases.js";
+import { convertHFToGGUF } from "../../src/format/hf/hf-to-gguf.js";
 
 export interface ExecutorInit {
-  target: "gguf" | "store" | "tokenizer" | "server";
+  target: "gguf" | "store" | "tokenizer" | "server" | "hf";
   workDir: string;
   /** gguf: the pristine files; store: the pristine store; server/tokenizer: the model */
   files: string[];
 }
 
-export type AnyCase = GGUFCase | StoreCase | TokenizerCase;
+export type AnyCase = GGUFCase | StoreCase | TokenizerCase | HFCase;
 
 /** The prompt every run case generates from. */
 export const PROMPT = "Once upon a time";
@@ -170,6 +172,36 @@ function runTokenizer(c: TokenizerCase): CaseResult {
   return { outcome: "success", detail: "" };
 }
 
+// ---- hf ----
+
+let hf: HFPristine | undefined;
+
+/**
+ * A damaged Hugging Face directory through `convert DIR -o x.gguf`, and the GGUF it may give
+ * through a load and a few greedy tokens: each step succeeds or fails with an error naming what
+ * is wrong; nothing that looks like a model is left beside a failed conversion.
+ */
+async function runHF(c: HFCase): Promise<CaseResult> {
+  const dir = mkdtempSync(join(init.workDir, "hf-"));
+  try {
+    for (const [name, bytes] of hfFiles(hf!, c.edits)) writeFileSync(join(dir, name), bytes);
+    const out = join(dir, "out.gguf");
+    let r = await step("convert", dir, () => convertHFToGGUF({ input: dir, output: out, type: c.type, fsync: false }));
+    if (r.outcome !== "success") {
+      if (readdirSync(dir).some((f) => f.startsWith("out.gguf")))
+        r = worse(r, {
+          outcome: "wrong",
+          step: "convert",
+          detail: "a failed conversion left out.gguf (or its partial file)",
+        });
+      return r;
+    }
+    return worse(r, await step("run", out, () => generate(out)));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 // ---- server ----
 
 let server: OpenAIServer | undefined;
@@ -190,6 +222,13 @@ async function setUp(): Promise<unknown> {
       for (const pre of ["gpt-2", "llama-bpe", "qwen2", "gpt-4o", "deepseek-v3"])
         tokenizers.set(pre, bpeTokenizer(pre));
       return { vocabSizes: Object.fromEntries([...tokenizers].map(([k, t]) => [k, t.vocabSize])) };
+    }
+    case "hf": {
+      hf = hfPristine();
+      // the pristine directory must convert and run, or every case would be judged against nothing
+      const r = await runHF({ target: "hf", type: "f32", edits: [] });
+      if (r.outcome !== "success") throw new Error(`the pristine Hugging Face directory fails: ${r.step}: ${r.detail}`);
+      return {};
     }
     case "server": {
       const model = await loadModel({ modelPath: init.files[0], threads: 1, contextSize: 256 });
@@ -213,6 +252,8 @@ async function run(c: AnyCase): Promise<CaseResult> {
       return runStore(c);
     case "tokenizer":
       return runTokenizer(c);
+    case "hf":
+      return runHF(c);
   }
 }
 

@@ -1,7 +1,7 @@
 /**
  * `npm run fuzz -- [options]`: the fuzzer (docs/fuzzing.md).
  *
- *   --target gguf|store|tokenizer|server|soak|all   what to fuzz (default all, one after another)
+ *   --target gguf|store|tokenizer|server|hf|soak|all   what to fuzz (default all, one after another)
  *   --seconds N      per target (default 60)
  *   --cases N        per target at most (default unbounded)
  *   --seed N         the run's seed (default: random; always printed)
@@ -110,7 +110,7 @@ async function main(argv: string[]): Promise<number> {
     // fixed seeds find nothing new but keep what was fixed fixed; one random seed a run explores
     log(`fuzz --ci: corpus, then fixed seeds 1 and 2 and random seed ${seed}`);
     let bad = await replayFiles(corpusFiles());
-    const budget: Record<Target, number> = { gguf: 8, store: 6, tokenizer: 3, server: 5 };
+    const budget: Record<Target, number> = { gguf: 8, store: 6, tokenizer: 3, server: 5, hf: 4 };
     for (const t of TARGETS)
       for (const s of [1, 2, seed]) {
         const r = await fuzz({
@@ -133,7 +133,7 @@ async function main(argv: string[]): Promise<number> {
   if (target === "soak") return (await runSoak(Number(arg(argv, "--requests") ?? 10_000), seed)) > 0 ? 1 : 0;
   const targets = target === "all" ? TARGETS : [target as Target];
   if (!targets.every((t) => TARGETS.includes(t))) {
-    console.error(`fuzz: unknown target ${target} (gguf, store, tokenizer, server, soak, all)`);
+    console.error(`fuzz: unknown target ${target} (gguf, store, tokenizer, server, hf, soak, all)`);
     return 2;
   }
   log(

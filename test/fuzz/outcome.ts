@@ -17,6 +17,9 @@ import { NonFiniteWeightError } from "../../src/format/finite-check.js";
 import { TokenizerError } from "../../src/tokenizer/vocab.js";
 import { UsageError } from "../../src/cli/args.js";
 import { ApiError } from "../../src/chat/errors.js";
+import { HFConvertError } from "../../src/format/hf/hf-config.js";
+import { SafetensorsError } from "../../src/format/hf/safetensors.js";
+import { HFTokenizerError } from "../../src/format/hf-tokenizer.js";
 
 export type Outcome = "success" | "clean" | "crash" | "wrong" | "hang" | "blowup";
 
@@ -33,7 +36,17 @@ export interface CaseResult {
 }
 
 /** The engine's own error classes: what a user is meant to see. */
-const OURS = [GGUFError, StoreError, NonFiniteWeightError, TokenizerError, UsageError, ApiError];
+const OURS = [
+  GGUFError,
+  StoreError,
+  NonFiniteWeightError,
+  TokenizerError,
+  UsageError,
+  ApiError,
+  HFConvertError,
+  SafetensorsError,
+  HFTokenizerError,
+];
 
 /** JavaScript's and WebAssembly's own errors: never what a user should see. */
 const ENGINE_NAMES = new Set(["TypeError", "ReferenceError", "SyntaxError", "InternalError", "RuntimeError"]);

@@ -14,11 +14,12 @@ import { ggufCase, type Pristine } from "./gguf-cases.js";
 import { ggufLayout } from "./gguf-layout.js";
 import { storeCase, storeParts, type StoreParts } from "./store-cases.js";
 import { tokenizerCase } from "./tokenizer-cases.js";
+import { hfCase, hfPristine, type HFPristine } from "./hf-cases.js";
 import { serverCase, runServerCase, healthy, type ServerCase } from "./server-cases.js";
 import { convertToStore } from "../../src/offline/convert.js";
 
-export type Target = "gguf" | "store" | "tokenizer" | "server";
-export const TARGETS: Target[] = ["gguf", "store", "tokenizer", "server"];
+export type Target = "gguf" | "store" | "tokenizer" | "server" | "hf";
+export const TARGETS: Target[] = ["gguf", "store", "tokenizer", "server", "hf"];
 
 export type FuzzCase = AnyCase | ServerCase;
 
@@ -52,6 +53,7 @@ export interface Inputs {
   gguf: Pristine[];
   store?: { path: string; parts: StoreParts };
   models: { stories: string };
+  hf?: HFPristine;
 }
 
 /** Pristine inputs for a target (a store is converted once per run, into workDir). */
@@ -65,6 +67,7 @@ export async function prepareInputs(target: Target, shared: string): Promise<Inp
       inputs.gguf.push({ name, bytes, layout: ggufLayout(bytes) });
     }
   }
+  if (target === "hf") inputs.hf = hfPristine();
   if (target === "store") {
     const path = join(workDir, "pristine.pi");
     await convertToStore({ input: stories, output: path, fsync: false });
@@ -238,6 +241,8 @@ export function makeCase(target: Target, rng: Rng, inputs: Inputs, info: Record<
       return tokenizerCase(rng, info.vocabSizes as Record<string, number>);
     case "server":
       return serverCase(rng);
+    case "hf":
+      return hfCase(rng, inputs.hf!);
   }
 }
 

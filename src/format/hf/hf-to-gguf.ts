@@ -1,0 +1,266 @@
+/**
+ * A Hugging Face model directory (config.json, safetensors, tokenizer.json) to a GGUF in
+ * llama.cpp's names and layout, streamed: each output tensor is produced a few MiB of rows at a
+ * time (read from its shard, widened to f32, permuted or offset where the plan says, converted
+ * to the output type), so memory holds one chunk, never a tensor or the model. The GGUF writer
+ * writes under a temporary name and renames at the end: an interrupted conversion leaves no file
+ * that looks complete.
+ *
+ * Types follow llama.cpp's converter: 1-D tensors, norms, biases and routers stay F32, a row
+ * that is not a whole number of the type's blocks falls back to F16, and "auto" is BF16 for a
+ * BF16 checkpoint, else F16.
+ */
+import { basename, join, resolve } from "node:path";
+import { GGMLType, traitsBytes, typeName, typeTraits } from "../ggml-types.js";
+import { GGUFValueType } from "../gguf.js";
+import { GGUFWriter, type GGUFWritableValue, type TensorSink } from "../gguf-writer.js";
+import { ggufVocabFromHF } from "../hf-tokenizer.js";
+import { quantizeRow } from "../quant.js";
+import { f32ToBF16Array, f32ToF16Array } from "../half.js";
+import { planConversion } from "./architectures.js";
+import { HFConfig, HFConvertError } from "./hf-config.js";
+import { outputTypeFor, type ConversionPlan, type PlannedTensor, type RowRange } from "./plan.js";
+import { SafetensorsCheckpoint } from "./safetensors.js";
+import { readTokenizerFiles, type HFTokenizerFiles } from "./tokenizer-files.js";
+
+export const HF_OUTPUT_TYPES = ["auto", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"] as const;
+export type HFOutputType = (typeof HF_OUTPUT_TYPES)[number];
+
+/** llama.cpp's general.file_type for each output type (LLAMA_FTYPE_*). */
+const FILE_TYPE: Record<Exclude<HFOutputType, "auto">, number> = {
+  f32: 0,
+  f16: 1,
+  q4_0: 2,
+  q4_1: 3,
+  q8_0: 7,
+  q5_0: 8,
+  q5_1: 9,
+  bf16: 32,
+};
+const GGML_OF: Record<Exclude<HFOutputType, "auto">, GGMLType> = {
+  f32: GGMLType.F32,
+  f16: GGMLType.F16,
+  bf16: GGMLType.BF16,
+  q8_0: GGMLType.Q8_0,
+  q4_0: GGMLType.Q4_0,
+  q4_1: GGMLType.Q4_1,
+  q5_0: GGMLType.Q5_0,
+  q5_1: GGMLType.Q5_1,
+};
+
+export interface HFConvertProgress {
+  /** source bytes read so far / in all */
+  bytesDone: number;
+  bytesTotal: number;
+  tensor: string;
+}
+
+export interface HFConvertOptions {
+  /** the model directory */
+  input: string;
+  output: string;
+  type?: HFOutputType;
+  signal?: AbortSignal;
+  onProgress?: (p: HFConvertProgress) => void;
+  fsync?: boolean;
+}
+
+export interface HFConvertResult {
+  output: string;
+  arch: string;
+  /** the type asked for, "auto" resolved */
+  type: Exclude<HFOutputType, "auto">;
+  tensors: number;
+  bytes: number;
+  seconds: number;
+}
+
+/** About 4 MiB of f32 values per chunk. */
+const CHUNK_VALUES = 1 << 20;
+
+/** The checkpoint's float type decides "auto", as llama.cpp's converter does: its first matrix's. */
+function autoType(plan: ConversionPlan): Exclude<HFOutputType, "auto"> {
+  for (const t of plan.tensors) {
+    const src = t.parts?.[0]?.source;
+    if (!src || src.shape.length < 2) continue;
+    return src.dtype === "BF16" ? "bf16" : "f16";
+  }
+  return "f16";
+}
+
+/** Open the directory and plan its conversion (nothing is written). */
+export function openHFModel(dir: string): {
+  cfg: HFConfig;
+  ckpt: SafetensorsCheckpoint;
+  plan: ConversionPlan;
+  tok: HFTokenizerFiles;
+} {
+  const cfg = HFConfig.read(join(dir, "config.json"));
+  const tok = readTokenizerFiles(dir);
+  const ckpt = SafetensorsCheckpoint.open(dir);
+  try {
+    return { cfg, ckpt, tok, plan: planConversion(ckpt, cfg, tok) };
+  } catch (e) {
+    ckpt.close();
+    throw e;
+  }
+}
+
+export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvertResult> {
+  const t0 = performance.now();
+  const dir = resolve(opts.input);
+  const output = resolve(opts.output);
+  const { cfg, ckpt, plan, tok } = openHFModel(dir);
+  let writer: GGUFWriter | undefined;
+  try {
+    const want = opts.type ?? "auto";
+    if (!HF_OUTPUT_TYPES.includes(want))
+      throw new HFConvertError(`--type must be one of ${HF_OUTPUT_TYPES.join(", ")}, got "${want}"`);
+    const type = want === "auto" ? autoType(plan) : want;
+    const ggmlType = GGML_OF[type];
+    const block = typeTraits(ggmlType)!.blockSize;
+    const vocab = ggufVocabFromHF(tok.tokenizerJson, tok.tokenizerConfig, {
+      vocabSize: plan.vocabSize,
+      config: cfg.json,
+      chatTemplate: tok.chatTemplate,
+    });
+
+    writer = new GGUFWriter(output, { fsync: opts.fsync });
+    writer.setMetadata("general.architecture", plan.arch);
+    writer.setMetadata("general.type", "model");
+    writer.setMetadata("general.name", basename(dir));
+    for (const m of plan.metadata) if (m.key !== "general.architecture") writer.setMetadata(m.key, m.value, m.type);
+    writer.setMetadata("general.file_type", FILE_TYPE[type], GGUFValueType.UINT32);
+    writer.setMetadata("general.quantization_version", 2, GGUFValueType.UINT32);
+    for (const [k, v] of vocab) writer.setMetadata(k, v as GGUFWritableValue);
+
+    const types = plan.tensors.map((t) => outputTypeFor(t.name, t.dims, ggmlType, block));
+    plan.tensors.forEach((t, i) => writer!.addTensor(t.name, t.dims, types[i]));
+
+    const bytesTotal = plan.tensors.reduce((a, t) => a + sourceBytes(t), 0);
+    let bytesDone = 0;
+    const buf = new Float32Array(CHUNK_VALUES);
+    const scratch = new Uint8Array(CHUNK_VALUES * 4);
+    for (let i = 0; i < plan.tensors.length; i++) {
+      const t = plan.tensors[i];
+      const sink = await writer.tensorSink(t.name);
+      // checked after every chunk, so that an interrupt stops a multi-GB tensor promptly
+      await writeTensor(ckpt, t, types[i], sink, buf, scratch, (n) => {
+        if (opts.signal?.aborted)
+          throw opts.signal.reason instanceof Error ? opts.signal.reason : new HFConvertError("conversion aborted");
+        bytesDone += n;
+        opts.onProgress?.({ bytesDone, bytesTotal, tensor: t.name });
+      });
+    }
+    const bytes = writer.totalBytes;
+    await writer.finish();
+    writer = undefined;
+    return {
+      output,
+      arch: plan.arch,
+      type,
+      tensors: plan.tensors.length,
+      bytes,
+      seconds: (performance.now() - t0) / 1000,
+    };
+  } catch (e) {
+    await writer?.abort();
+    throw e;
+  } finally {
+    ckpt.close();
+  }
+}
+
+function sourceBytes(t: PlannedTensor): number {
+  if (!t.parts) return 0;
+  return t.parts.reduce((a, p) => a + (p.source.bytes / Math.max(1, rowsOfSource(p))) * p.rows, 0);
+}
+
+function rowsOfSource(p: RowRange): number {
+  const s = p.source.shape;
+  return s.length <= 1 ? 1 : s.slice(0, -1).reduce((a, b) => a * b, 1);
+}
+
+/**
+ * One output tensor, chunk by chunk: rows of f32 values, then each row converted to `type` and
+ * handed to the sink. `report(n)` counts source bytes read.
+ */
+async function writeTensor(
+  ckpt: SafetensorsCheckpoint,
+  t: PlannedTensor,
+  type: GGMLType,
+  sink: TensorSink,
+  buf: Float32Array,
+  scratch: Uint8Array,
+  report: (sourceBytes: number) => void,
+): Promise<void> {
+  const rowLen = t.dims[0];
+  const traits = typeTraits(type)!;
+  const outRowBytes = traitsBytes(traits, rowLen);
+  const emit = async (values: Float32Array, rows: number) => {
+    if (t.addOne) for (let i = 0; i < rows * rowLen; i++) values[i] = Math.fround(values[i] + 1);
+    const out = new Uint8Array(rows * outRowBytes);
+    if (type === GGMLType.F32) out.set(new Uint8Array(values.buffer, values.byteOffset, rows * rowLen * 4));
+    else if (type === GGMLType.F16) f32ToF16Array(values.subarray(0, rows * rowLen), new Uint16Array(out.buffer));
+    else if (type === GGMLType.BF16) f32ToBF16Array(values.subarray(0, rows * rowLen), new Uint16Array(out.buffer));
+    else
+      for (let r = 0; r < rows; r++)
+        quantizeRow(
+          type,
+          values.subarray(r * rowLen, (r + 1) * rowLen),
+          out.subarray(r * outRowBytes, (r + 1) * outRowBytes),
+        );
+    await sink.write(out);
+  };
+  if (t.values) {
+    await emit(Float32Array.from(t.values), t.values.length / rowLen);
+    return;
+  }
+  for (const p of t.parts!) {
+    const file = ckpt.fileOf(p.source);
+    const srcRowLen = p.source.shape.length === 0 ? 1 : p.source.shape[p.source.shape.length - 1];
+    if (srcRowLen !== rowLen)
+      throw new HFConvertError(
+        `${p.source.file}: tensor "${p.source.name}" rows of ${srcRowLen} do not make "${t.name}" rows of ${rowLen}`,
+      );
+    const elemBytes = p.source.bytes / Math.max(1, p.source.elements);
+    // whole heads per chunk when rows are permuted within a head
+    const unit = p.ropeHeadRows ?? 1;
+    if (rowLen > buf.length)
+      throw new HFConvertError(`tensor "${t.name}": a row of ${rowLen} values is too long to convert`);
+    const perChunk = Math.max(unit, Math.floor(buf.length / rowLen / unit) * unit);
+    const chunkBuf = perChunk * rowLen <= buf.length ? buf : new Float32Array(perChunk * rowLen);
+    const permuted = p.ropeHeadRows ? new Float32Array(perChunk * rowLen) : undefined;
+    for (let r = 0; r < p.rows; r += perChunk) {
+      const n = Math.min(perChunk, p.rows - r);
+      const vals = chunkBuf.subarray(0, n * rowLen);
+      file.readF32(p.source, (p.firstRow + r) * rowLen, vals, scratch);
+      report(n * rowLen * elemBytes);
+      if (permuted) {
+        unpermuteRope(vals, permuted, n, rowLen, p.ropeHeadRows!);
+        await emit(permuted, n);
+      } else await emit(vals, n);
+      await new Promise<void>((res) => setImmediate(res));
+    }
+  }
+}
+
+/**
+ * HF's q/k rows per head are [first halves of the rotated pairs; second halves]; ggml's normal
+ * RoPE wants pair i's two rows adjacent: output row 2i + j of a head is source row j * half + i.
+ */
+export function unpermuteRope(
+  src: Float32Array,
+  dst: Float32Array,
+  rows: number,
+  rowLen: number,
+  headRows: number,
+): void {
+  const half = headRows / 2;
+  for (let h = 0; h < rows; h += headRows)
+    for (let i = 0; i < half; i++)
+      for (let j = 0; j < 2; j++) {
+        const from = (h + j * half + i) * rowLen;
+        dst.set(src.subarray(from, from + rowLen), (h + 2 * i + j) * rowLen);
+      }
+}

@@ -1,0 +1,320 @@
+/**
+ * `convert DIR` on the Hugging Face checkpoints under test/fixtures/hf/ (tiny random models saved
+ * by transformers in BF16, sharded; made by scripts/make-hf-fixtures.py). Two oracles:
+ * - llama.cpp's converter (test/reference/hf/<name>.llamacpp-convert.json): our GGUF holds the
+ *   same tensors (name, type, shape, sha256 of the bytes) at f32 and q8_0;
+ * - transformers (test/reference/hf/<name>.transformers.json): greedy ids on 6 prompts x 24 tokens,
+ *   and at every teacher-forced step the top-8 logits within 1e-3 of the max logit, from the GGUF
+ *   and from a neuron store (-o x.pi) read under a budget that leaves most of the FFN on flash.
+ * Then the bad directories: each refused with an error naming the file and the tensor or key.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
+import { join } from "node:path";
+import { gunzipSync } from "node:zlib";
+import { GGUFFile } from "../src/format/gguf.js";
+import { typeName } from "../src/format/ggml-types.js";
+import { convertHFToGGUF } from "../src/format/hf/hf-to-gguf.js";
+import { SafetensorsFile } from "../src/format/hf/safetensors.js";
+import { LlamaModel } from "../src/model/model.js";
+import { convertHFToStore } from "../src/offline/hf-to-store.js";
+import { argmax, greedyAsync, loadMostlyOnFlash, maxDiff, ROOT, tempDir } from "./helpers.js";
+import { hfFiles, hfPristine } from "./fuzz/hf-cases.js";
+import { writeSafetensors, type TestTensor } from "./safetensors-writer.js";
+
+const FIXTURES = join(ROOT, "test", "fixtures", "hf");
+const REFERENCES = join(ROOT, "test", "reference", "hf");
+const NAMES = existsSync(FIXTURES)
+  ? readdirSync(FIXTURES).filter((n) => existsSync(join(FIXTURES, n, "config.json")))
+  : [];
+
+const dir = tempDir("hf-convert-");
+/** transformers computes attention in f32: so does the engine here (its default KV cache is f16, as llama.cpp's) */
+const F32_KV = { k: "f32", v: "f32" } as const;
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+
+interface TransformersReference {
+  promptIds: number[][];
+  greedy: number[][];
+  steps: { top: [number, number][]; max: number }[][];
+}
+
+/** A complete Hugging Face directory: the fixture's files plus the tokenizer it names. */
+function hfDir(name: string, into = join(dir, name)): string {
+  if (existsSync(into)) return into;
+  mkdirSync(into, { recursive: true });
+  const src = join(FIXTURES, name);
+  for (const f of readdirSync(src))
+    if (f !== "tokenizer.from" && f !== "README.md") copyFileSync(join(src, f), join(into, f));
+  const tok = join(ROOT, "test", "fixtures", "tokenizers", readFileSync(join(src, "tokenizer.from"), "utf8").trim());
+  writeFileSync(join(into, "tokenizer.json"), gunzipSync(readFileSync(join(tok, "tokenizer.json.gz"))));
+  copyFileSync(join(tok, "tokenizer_config.json"), join(into, "tokenizer_config.json"));
+  return into;
+}
+
+const converted = new Map<string, Promise<string>>();
+function gguf(name: string, type: "f32" | "f16" | "bf16" | "q8_0"): Promise<string> {
+  const key = `${name}.${type}`;
+  let p = converted.get(key);
+  if (!p) {
+    const output = join(dir, `${key}.gguf`);
+    p = convertHFToGGUF({ input: hfDir(name), output, type, fsync: false }).then(() => output);
+    converted.set(key, p);
+  }
+  return p;
+}
+
+/**
+ * Teacher forcing over the reference's tokens: at each step our logits' top 1 is transformers'
+ * greedy pick and its top 8 are within 1e-3 of the max logit; then transformers' pick is fed in.
+ */
+async function checkAgainstTransformers(model: LlamaModel, ref: TransformersReference, what: string): Promise<number> {
+  let worst = 0;
+  for (let p = 0; p < ref.promptIds.length; p++) {
+    const prompt = ref.promptIds[p];
+    await model.forwardAsync(prompt, prompt.length, 0);
+    let pos = prompt.length;
+    for (let s = 0; s < ref.greedy[p].length; s++) {
+      const step = ref.steps[p][s];
+      const logits = model.logits;
+      const tol = 1e-3 * Math.abs(step.max);
+      for (const [id, logit] of step.top) {
+        const d = Math.abs(logits[id] - logit);
+        worst = Math.max(worst, d / Math.abs(step.max));
+        assert.ok(d <= tol, `${what}: prompt ${p} step ${s}: logit of ${id} is ${logits[id]}, transformers' ${logit}`);
+      }
+      assert.equal(argmax(logits), ref.greedy[p][s], `${what}: prompt ${p} step ${s}: greedy id`);
+      await model.forwardAsync([ref.greedy[p][s]], 1, pos++);
+    }
+  }
+  return worst;
+}
+
+function readJson<T>(path: string): T {
+  return JSON.parse(readFileSync(path, "utf8")) as T;
+}
+
+const sha256 = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
+
+interface LlamaCppOutput {
+  metadata: Record<string, { type: string; value: unknown }>;
+  tensors: { name: string; type: string; ne: number[]; sha256: string }[];
+}
+
+/** llama.cpp's converter's output for one --outtype. */
+function llamaCppOutput(path: string, type: string): LlamaCppOutput {
+  const out = readJson<{ outputs: Record<string, LlamaCppOutput> }>(path).outputs[type];
+  assert.ok(out, `${path} has no ${type} conversion`);
+  return out;
+}
+
+/**
+ * Keys written where llama.cpp's converter leaves llama.cpp to a default the checkpoint does not
+ * follow (Gemma 3's attention period, 6 by default, when layer_types repeat every 3 layers).
+ */
+const DELIBERATE_EXTRAS = ["attention.sliding_window_pattern"];
+
+/**
+ * The model's keys (general.architecture, type, file_type, quantization_version and every
+ * `<arch>.` key) equal llama.cpp's converter's, and ours have none it lacks. The vocabulary's
+ * keys are src/format/hf-tokenizer.ts's business (test/tokenizer-hf.test.ts).
+ */
+function checkModelMetadata(f: GGUFFile, want: LlamaCppOutput["metadata"]): void {
+  const arch = String(want["general.architecture"].value);
+  const model = (k: string) =>
+    k.startsWith(`${arch}.`) ||
+    ["general.architecture", "general.type", "general.file_type", "general.quantization_version"].includes(k);
+  for (const [k, { value }] of Object.entries(want)) {
+    if (!model(k)) continue;
+    const ours = f.metadata.get(k);
+    if (typeof value === "number" && typeof ours === "number")
+      assert.equal(Math.fround(ours), Math.fround(value), `metadata ${k}`);
+    else assert.deepEqual(ours, value, `metadata ${k}`);
+  }
+  for (const k of f.metadata.keys())
+    if (model(k) && !DELIBERATE_EXTRAS.includes(k.slice(arch.length + 1)))
+      assert.ok(k in want, `metadata ${k}: llama.cpp's converter does not write it`);
+}
+
+for (const name of NAMES) {
+  const transformersRef = join(REFERENCES, `${name}.transformers.json`);
+  const llamaCppRef = join(REFERENCES, `${name}.llamacpp-convert.json`);
+
+  // the types llama.cpp's converter wrote for this fixture (f32, q8_0, bf16 at least)
+  const types = existsSync(llamaCppRef)
+    ? Object.keys(readJson<{ outputs: Record<string, unknown> }>(llamaCppRef).outputs).filter((t) =>
+        ["f32", "f16", "bf16", "q8_0"].includes(t),
+      )
+    : ["f32", "q8_0"];
+  for (const type of types as ("f32" | "f16" | "bf16" | "q8_0")[])
+    test(
+      `hf ${name}: ${type} tensors and model metadata are llama.cpp's converter's, byte for byte`,
+      { skip: !existsSync(llamaCppRef) },
+      async () => {
+        const ref = llamaCppOutput(llamaCppRef, type);
+        const want = ref.tensors;
+        const f = GGUFFile.open(await gguf(name, type));
+        try {
+          checkModelMetadata(f, ref.metadata);
+          assert.deepEqual([...f.tensors.keys()].sort(), want.map((t) => t.name).sort(), "the same tensor names");
+          for (const w of want) {
+            const t = f.tensors.get(w.name)!;
+            assert.equal(typeName(t.type).toLowerCase(), w.type.toLowerCase(), `${w.name}: type`);
+            assert.deepEqual(t.dims, w.ne, `${w.name}: shape (ggml order)`);
+            const bytes = new Uint8Array(t.bytes);
+            f.readTensor(t, bytes, 0, t.bytes);
+            assert.equal(sha256(bytes), w.sha256, `${w.name}: bytes`);
+          }
+        } finally {
+          f.close();
+        }
+      },
+    );
+
+  test(
+    `hf ${name}: the f32 GGUF gives transformers' greedy ids and logits`,
+    { skip: !existsSync(transformersRef) },
+    async () => {
+      const ref = readJson<TransformersReference>(transformersRef);
+      const model = await LlamaModel.load(await gguf(name, "f32"), { threads: 1, contextSize: 64, kvCache: F32_KV });
+      try {
+        await checkAgainstTransformers(model, ref, `${name} f32 GGUF`);
+      } finally {
+        await model.dispose();
+      }
+    },
+  );
+
+  // The sparse kernels take rows of whole 32-value blocks: a narrower model has no store.
+  const hidden = readJson<{ hidden_size: number }>(join(FIXTURES, name, "config.json")).hidden_size;
+  const storeSkip = !existsSync(transformersRef)
+    ? "no transformers reference"
+    : hidden % 32 !== 0
+      ? `hidden_size ${hidden} is not a multiple of 32, which a neuron store's rows need`
+      : false;
+  test(`hf ${name}: -o x.pi runs under a budget with transformers' ids`, { skip: storeSkip }, async () => {
+    const ref = readJson<TransformersReference>(transformersRef);
+    const store = join(dir, `${name}.pi`);
+    await convertHFToStore({ input: hfDir(name), output: store, type: "f32", fsync: false });
+    assert.ok(!readdirSync(dir).some((f) => f.includes(".hf-gguf-")), "the temporary GGUF is deleted");
+    const { model } = await loadMostlyOnFlash(store, 1, 64, F32_KV);
+    try {
+      await checkAgainstTransformers(model, ref, `${name} store`);
+    } finally {
+      await model.dispose();
+    }
+  });
+}
+
+/** A copy of a fixture directory to break. */
+function brokenCopy(name: string, label: string): string {
+  return hfDir(name, join(dir, `bad-${label}`));
+}
+
+async function refuses(d: string, ...parts: string[]): Promise<void> {
+  const output = join(d, "out.gguf");
+  await assert.rejects(convertHFToGGUF({ input: d, output, type: "f32", fsync: false }), (e: Error) => {
+    for (const p of parts) assert.ok(e.message.includes(p), `"${e.message}" should name ${p}`);
+    return true;
+  });
+  assert.ok(!readdirSync(d).some((f) => f.startsWith("out.gguf")), "nothing that looks like a model is left");
+}
+
+const first = NAMES.includes("llama3") ? "llama3" : NAMES[0];
+test("hf: bad directories are refused naming the file and the tensor or key", { skip: !first }, async () => {
+  const editJson = (path: string, edit: (j: Record<string, unknown>) => void) => {
+    const j = readJson<Record<string, unknown>>(path);
+    edit(j);
+    writeFileSync(path, JSON.stringify(j));
+  };
+  const index = (d: string) =>
+    readJson<{ weight_map: Record<string, string> }>(join(d, "model.safetensors.index.json"));
+  const shards = (d: string) => [...new Set(Object.values(index(d).weight_map))].sort();
+
+  let d = brokenCopy(first, "header");
+  truncateSync(join(d, shards(d)[0]), 30);
+  await refuses(d, shards(d)[0], "truncated header");
+
+  d = brokenCopy(first, "data");
+  const big = join(d, shards(d)[0]);
+  const f = SafetensorsFile.open(big);
+  const last = [...f.tensors.values()].sort((a, b) => b.offset - a.offset)[0];
+  f.close();
+  truncateSync(big, last.offset + 2);
+  await refuses(d, shards(d)[0], "truncated data", `"${last.name}"`);
+
+  d = brokenCopy(first, "shard");
+  const gone = shards(d)[1];
+  rmSync(join(d, gone));
+  await refuses(d, "missing shard", gone);
+
+  d = brokenCopy(first, "index");
+  editJson(join(d, "model.safetensors.index.json"), (j) => {
+    (j.weight_map as Record<string, string>)["model.layers.0.mlp.extra.weight"] = shards(d)[0];
+  });
+  await refuses(d, '"model.layers.0.mlp.extra.weight"', shards(d)[0], "does not hold it");
+
+  d = brokenCopy(first, "arch");
+  editJson(join(d, "config.json"), (j) => (j.architectures = ["MambaForCausalLM"]));
+  await refuses(d, "config.json", '"architectures"', "MambaForCausalLM");
+
+  d = brokenCopy(first, "shape");
+  editJson(join(d, "config.json"), (j) => (j.intermediate_size = (j.intermediate_size as number) + 8));
+  await refuses(d, "model.layers.0.mlp.gate_proj.weight", "config.json", "shape");
+
+  d = brokenCopy(first, "rope");
+  editJson(join(d, "config.json"), (j) => {
+    j.rope_scaling = { rope_type: "dynamic", factor: 2 };
+    delete j.rope_parameters;
+  });
+  await refuses(d, "config.json", "rope_scaling.rope_type", "dynamic");
+
+  d = brokenCopy(first, "leftover");
+  const extra: TestTensor = { name: "model.layers.0.mlp.extra.weight", shape: [4], values: new Float32Array(4) };
+  writeSafetensors(join(d, "model-extra.safetensors"), [extra]);
+  editJson(join(d, "model.safetensors.index.json"), (j) => {
+    (j.weight_map as Record<string, string>)[extra.name] = "model-extra.safetensors";
+  });
+  await refuses(d, "model-extra.safetensors", `"${extra.name}"`, "not used");
+});
+
+/**
+ * The fixtures are too narrow for a store (rows of whole 32-value blocks): the fuzz target's tiny
+ * llama directory (hidden 32, Llama 3 RoPE, BF16 shards) goes to a GGUF and to a store, and the
+ * store, read under a budget that leaves three quarters of the FFN on flash, gives the GGUF's
+ * greedy ids and logits. The temporary GGUF beside the store is gone afterwards.
+ */
+test("hf: -o x.pi gives the GGUF's ids under a budget (a 32-wide llama)", async () => {
+  const d = join(dir, "narrow-llama");
+  mkdirSync(d);
+  for (const [name, bytes] of hfFiles(hfPristine(), [])) writeFileSync(join(d, name), bytes);
+  const gg = join(dir, "narrow.gguf"),
+    pi = join(dir, "narrow.pi");
+  await convertHFToGGUF({ input: d, output: gg, type: "f32", fsync: false });
+  await convertHFToStore({ input: d, output: pi, type: "f32", fsync: false });
+  assert.ok(!readdirSync(dir).some((f) => f.includes(".hf-gguf-")), "the temporary GGUF is deleted");
+  const prompt = [257, 72, 101, 108, 108, 111, 256, 119, 111, 114, 108, 100];
+  const mem = await LlamaModel.load(gg, { threads: 1, contextSize: 64, kvCache: F32_KV });
+  const want = await greedyAsync(mem, prompt, 16);
+  await mem.dispose();
+  const { model } = await loadMostlyOnFlash(pi, 1, 64, F32_KV);
+  try {
+    const got = await greedyAsync(model, prompt, 16);
+    assert.deepEqual(got.ids, want.ids);
+    for (let s = 0; s < want.logits.length; s++)
+      assert.ok(maxDiff(got.logits[s], want.logits[s]) < 1e-4, `step ${s}: logits`);
+  } finally {
+    await model.dispose();
+  }
+});
