@@ -162,7 +162,12 @@ def main() -> None:
         path.write_text(json.dumps(ref, indent=1, ensure_ascii=False) + "\n")
         f32 = outputs.get("f32", {}).get("gguf")
         if f32:
-            subprocess.run(["node", str(ROOT / "scripts" / "hf-fixtures-llamacpp-ids.mjs"), name, f32], check=True)
+            run = subprocess.run(["node", str(ROOT / "scripts" / "hf-fixtures-llamacpp-ids.mjs"), name, f32], capture_output=True, text=True)
+            sys.stderr.write(run.stderr[-2000:])
+            if run.returncode != 0:
+                errors = [line for line in run.stderr.splitlines() if "error" in line.lower()][:3]
+                ref["llamacpp"] = {"failed": "node-llama-cpp could not run the f32 GGUF: " + " | ".join(errors)}
+                path.write_text(json.dumps(ref, indent=1, ensure_ascii=False) + "\n")
         print(f"wrote {path}", file=sys.stderr)
 
 
