@@ -58,6 +58,8 @@ export class GatePageReads implements GateSource {
         requests.push({ fileOffset: this.store.bundleOffset(l, k), length: this.pageBytes, dst });
       }
       if (m === 0) break;
+      // every position below the chunk's first is filed (cached ones at the start)
+      lists.order.filedBelow = this.stagePos[0];
       const reading = this.reader.read(requests);
       compute.hits(lists);
       await waitForReads(stats, reading);
