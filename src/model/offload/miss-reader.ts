@@ -50,6 +50,8 @@ export class MissReader {
   /** the round's requests: objects reused from round to round (a round lands before the next starts) */
   private readonly requests: FlashReadRequest[] = [];
   private readonly pool: BundleRequest[] = [];
+  /** bundles whose reads were started, ever (a step's are the difference) */
+  reads = 0;
 
   constructor(
     private readonly store: NeuronStore,
@@ -81,6 +83,7 @@ export class MissReader {
   }
 
   private start(from: number, to: number): MissRound {
+    this.reads += to - from;
     const r = this.round;
     r.from = from;
     r.to = to;

@@ -299,6 +299,7 @@ export class OffloadedFFN {
     // 1. Which neurons fire, filed as hits and misses (a source that reads from flash computes the
     //    hits meanwhile). Reads ahead for this group may still be in flight: the pick only looks
     //    their slots up, and files what they hold as landing hits, computed once they land.
+    const reads0 = this.misses.reads;
     let t = tr ? tr.now() : 0;
     await this.gates.pick(lists, x, residual, this.compute);
     this.order.filedBelow = lists.nFF;
@@ -330,6 +331,8 @@ export class OffloadedFFN {
     }
     await this.landed(round, lists.missPos);
     await this.complete(lists);
+    // bundles read again (evicted before their turn, or a read ahead that failed) are misses too
+    this.countReads(l, this.misses.reads - reads0 - lists.misses);
 
     // 3. The step's sum into the residual stream; the next layer's reads that can start now.
     this.order.finish(y, lists.i32);
@@ -363,6 +366,13 @@ export class OffloadedFFN {
     g.steps[l] += tokens;
     g.neuronsComputed[l] += computed;
     g.misses[l] += misses;
+  }
+
+  /** Adds `n` bundles read from flash (beyond those counted at the pick) to group l's misses. */
+  private countReads(l: number, n: number): void {
+    if (n <= 0) return;
+    this.stats.misses += n;
+    this.groups.misses[l] += n;
   }
 
   /**
@@ -402,11 +412,11 @@ export class OffloadedFFN {
     if (tr) tr.span("batch gates", "pick", t, { tokens: n });
     const lists = this.lists.begin(l, this.thresholds ? this.thresholds[this.store.layer(l).layer] : 0);
     this.cache.beginStep();
-    // The union of the firing neurons, by stored position (hits and misses counted).
+    // The union of the firing neurons, by stored position (the cache counts its hits and misses;
+    // the step's misses are the bundles it reads, below).
     const { f32, nFF } = lists;
     const union = this.batchCached;
     let count = 0,
-      misses = 0,
       fired = 0;
     for (let k = 0; k < nFF; k++) {
       let any = false;
@@ -418,9 +428,10 @@ export class OffloadedFFN {
       }
       if (!any) continue;
       union[count++] = k;
-      if (this.cache.lookup(l, k) < 0) misses++;
+      this.cache.lookup(l, k);
     }
-    this.count(l, n, fired, misses);
+    this.count(l, n, fired, 0);
+    const reads0 = this.misses.reads;
     // Whole segments in order, as many at a time as their bundles fit in memory: read once for
     // the batch, then each token's own neurons among them, added into its row segment by segment
     // (the same sums a decode step of the token makes, fixed-order.ts).
@@ -459,6 +470,7 @@ export class OffloadedFFN {
       s++;
       i = j;
     }
+    this.countReads(l, this.misses.reads - reads0);
   }
 
   /** Copies of the running counters, with the cache's hit counts (per group too). */
