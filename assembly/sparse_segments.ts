@@ -17,8 +17,11 @@ import { T_BF16, T_F16, T_F32, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0 } from "./
   return partials + <usize>load<i32>(items + 12 * <usize>i, 8) * ((<usize>slotFloats(n)) << 2);
 }
 
-@inline function upDownItems(
+// The items [i0, i1): up and down given the gates (`whole` false), or whole bundles (true; `gate`
+// unused), each item's neurons into its segment's slot.
+@inline function segmentItems(
   t: i32,
+  whole: bool,
   list: usize,
   gate: usize,
   items: usize,
@@ -32,38 +35,9 @@ import { T_BF16, T_F16, T_F32, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0 } from "./
 ): void {
   for (let i = i0; i < i1; i++) {
     const it = items + 12 * <usize>i;
-    upDownInto(t, list, gate, xAct, slotAt(partials, n, items, i), n, rowBytes, kind, load<i32>(it), load<i32>(it, 4));
-  }
-}
-
-@inline function ffnItems(
-  t: i32,
-  list: usize,
-  items: usize,
-  xAct: usize,
-  partials: usize,
-  n: i32,
-  rowBytes: i32,
-  kind: i32,
-  i0: i32,
-  i1: i32,
-): void {
-  for (let i = i0; i < i1; i++) {
-    const it = items + 12 * <usize>i;
-    ffnInto(
-      t,
-      false,
-      list,
-      0,
-      0,
-      xAct,
-      slotAt(partials, n, items, i),
-      n,
-      rowBytes,
-      kind,
-      load<i32>(it),
-      load<i32>(it, 4),
-    );
+    const y = slotAt(partials, n, items, i);
+    if (whole) ffnInto(t, false, list, 0, 0, xAct, y, n, rowBytes, kind, load<i32>(it), load<i32>(it, 4));
+    else upDownInto(t, list, gate, xAct, y, n, rowBytes, kind, load<i32>(it), load<i32>(it, 4));
   }
 }
 
@@ -79,7 +53,7 @@ export function sparse_updown_seg_f32(
   i0: i32,
   i1: i32,
 ): void {
-  upDownItems(T_F32, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+  segmentItems(T_F32, false, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }
 export function sparse_ffn_seg_f32(
   list: usize,
@@ -92,7 +66,7 @@ export function sparse_ffn_seg_f32(
   i0: i32,
   i1: i32,
 ): void {
-  ffnItems(T_F32, list, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+  segmentItems(T_F32, true, list, 0, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }
 
 export function sparse_updown_seg_f16(
@@ -107,7 +81,7 @@ export function sparse_updown_seg_f16(
   i0: i32,
   i1: i32,
 ): void {
-  upDownItems(T_F16, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+  segmentItems(T_F16, false, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }
 export function sparse_ffn_seg_f16(
   list: usize,
@@ -120,7 +94,7 @@ export function sparse_ffn_seg_f16(
   i0: i32,
   i1: i32,
 ): void {
-  ffnItems(T_F16, list, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+  segmentItems(T_F16, true, list, 0, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }
 
 export function sparse_updown_seg_bf16(
@@ -135,7 +109,7 @@ export function sparse_updown_seg_bf16(
   i0: i32,
   i1: i32,
 ): void {
-  upDownItems(T_BF16, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+  segmentItems(T_BF16, false, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }
 export function sparse_ffn_seg_bf16(
   list: usize,
@@ -148,7 +122,7 @@ export function sparse_ffn_seg_bf16(
   i0: i32,
   i1: i32,
 ): void {
-  ffnItems(T_BF16, list, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+  segmentItems(T_BF16, true, list, 0, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }
 
 export function sparse_updown_seg_q8_0(
@@ -163,7 +137,7 @@ export function sparse_updown_seg_q8_0(
   i0: i32,
   i1: i32,
 ): void {
-  upDownItems(T_Q8_0, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+  segmentItems(T_Q8_0, false, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }
 export function sparse_ffn_seg_q8_0(
   list: usize,
@@ -176,7 +150,7 @@ export function sparse_ffn_seg_q8_0(
   i0: i32,
   i1: i32,
 ): void {
-  ffnItems(T_Q8_0, list, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+  segmentItems(T_Q8_0, true, list, 0, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }
 
 export function sparse_updown_seg_q4_0(
@@ -191,7 +165,7 @@ export function sparse_updown_seg_q4_0(
   i0: i32,
   i1: i32,
 ): void {
-  upDownItems(T_Q4_0, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+  segmentItems(T_Q4_0, false, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }
 export function sparse_ffn_seg_q4_0(
   list: usize,
@@ -204,7 +178,7 @@ export function sparse_ffn_seg_q4_0(
   i0: i32,
   i1: i32,
 ): void {
-  ffnItems(T_Q4_0, list, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+  segmentItems(T_Q4_0, true, list, 0, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }
 
 export function sparse_updown_seg_q4_1(
@@ -219,7 +193,7 @@ export function sparse_updown_seg_q4_1(
   i0: i32,
   i1: i32,
 ): void {
-  upDownItems(T_Q4_1, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+  segmentItems(T_Q4_1, false, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }
 export function sparse_ffn_seg_q4_1(
   list: usize,
@@ -232,7 +206,7 @@ export function sparse_ffn_seg_q4_1(
   i0: i32,
   i1: i32,
 ): void {
-  ffnItems(T_Q4_1, list, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+  segmentItems(T_Q4_1, true, list, 0, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }
 
 export function sparse_updown_seg_q5_0(
@@ -247,7 +221,7 @@ export function sparse_updown_seg_q5_0(
   i0: i32,
   i1: i32,
 ): void {
-  upDownItems(T_Q5_0, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+  segmentItems(T_Q5_0, false, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }
 export function sparse_ffn_seg_q5_0(
   list: usize,
@@ -260,7 +234,7 @@ export function sparse_ffn_seg_q5_0(
   i0: i32,
   i1: i32,
 ): void {
-  ffnItems(T_Q5_0, list, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+  segmentItems(T_Q5_0, true, list, 0, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }
 
 export function sparse_updown_seg_q5_1(
@@ -275,7 +249,7 @@ export function sparse_updown_seg_q5_1(
   i0: i32,
   i1: i32,
 ): void {
-  upDownItems(T_Q5_1, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+  segmentItems(T_Q5_1, false, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }
 export function sparse_ffn_seg_q5_1(
   list: usize,
@@ -288,5 +262,5 @@ export function sparse_ffn_seg_q5_1(
   i0: i32,
   i1: i32,
 ): void {
-  ffnItems(T_Q5_1, list, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+  segmentItems(T_Q5_1, true, list, 0, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }
