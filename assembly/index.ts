@@ -16,6 +16,7 @@ export * from "./prepare_q8k";
 export * from "./sparse_prepare";
 export * from "./sparse_ffn";
 export * from "./sparse_sum_partials";
+export * from "./sparse_segments";
 export * from "./train";
 export * from "./stream_probe";
 export { schedule_pins } from "./schedule_pin";

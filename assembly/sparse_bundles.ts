@@ -96,7 +96,22 @@ let SINK: u32 = 0;
   k0: i32,
   k1: i32,
 ): void {
-  const y = slotBase(partials, n, per, k0, k1);
+  upDownInto(t, bundles, gate, xAct, slotBase(partials, n, per, k0, k1), n, rowBytes, kind, k0, k1);
+}
+
+// upDownT's loop over listed k in [k0, k1), adding into the partial slot at y.
+@inline function upDownInto(
+  t: i32,
+  bundles: usize,
+  gate: usize,
+  xAct: usize,
+  y: usize,
+  n: i32,
+  rowBytes: i32,
+  kind: i32,
+  k0: i32,
+  k1: i32,
+): void {
   const corr = y + ((<usize>n) << 2);
   const rb = <usize>rowBytes;
   DN = 0;
@@ -220,7 +235,24 @@ let SINK: u32 = 0;
   k0: i32,
   k1: i32,
 ): void {
-  const y = slotBase(partials, n, per, k0, k1);
+  ffnInto(t, run, list, base, stride, xAct, slotBase(partials, n, per, k0, k1), n, rowBytes, kind, k0, k1);
+}
+
+// ffnBundles' loop over k in [k0, k1), adding into the partial slot at y.
+@inline function ffnInto(
+  t: i32,
+  run: bool,
+  list: usize,
+  base: usize,
+  stride: usize,
+  xAct: usize,
+  y: usize,
+  n: i32,
+  rowBytes: i32,
+  kind: i32,
+  k0: i32,
+  k1: i32,
+): void {
   const corr = y + ((<usize>n) << 2);
   const rb = <usize>rowBytes;
   DN = 0;
@@ -240,4 +272,4 @@ let SINK: u32 = 0;
   flushDown(t, y, corr, n);
 }
 
-export { gateT, upDownT, ffnBundles };
+export { gateT, upDownT, ffnBundles, upDownInto, ffnInto };

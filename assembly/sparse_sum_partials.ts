@@ -108,3 +108,28 @@ export function sparse_sum_partials(
     addT(yb + 64, a1, a3, a5, a7);
   }
 }
+
+/**
+ * y[i] += each listed partial slot at i, one slot after the other in list order (y + s0, then
+ * + s1, ...), for i in [i0, i1) (multiples of 32), and the slots' parts there cleared. `slots`: i32
+ * slot indices. Adding the slots into y one at a time (not summed first) gives the same bits
+ * whether the slots go in one call or in several in order: a prompt batch adds its segments as
+ * their bundles come in, a decode step all at once (src/model/offload/fixed-order.ts).
+ */
+export function sparse_sum_segments(
+  y: usize,
+  partials: usize,
+  slots: usize,
+  nSlots: i32,
+  nEmbd: i32,
+  mode: i32,
+  i0: i32,
+  i1: i32,
+): void {
+  const stride = (<usize>slotFloats(nEmbd)) << 2;
+  for (let b = i0 >> 5; b < (i1 + 31) >> 5; b++)
+    for (let s = 0; s < nSlots; s++) {
+      const slot = partials + <usize>load<i32>(slots + ((<usize>s) << 2)) * stride;
+      sparse_sum_partials(y, slot, 1, nEmbd, mode, b << 5, (b + 1) << 5);
+    }
+}

@@ -1,67 +1,106 @@
 /**
- * Landing hits (predictor mode): a step picks before the reads ahead for its layer have landed.
- * A pick whose slot is still being read (pinned) is filed apart and computed only after the reads
- * land; one whose read failed (its slot released) is read again as a miss; a slot still pinned
- * then is an error, never a computation over a half-read bundle.
+ * Landing hits (predictor mode) in the fixed summation order: a step picks before the reads ahead
+ * for its layer have landed. A pick whose slot is still being read (pinned) is never computed
+ * over a half-read bundle, and the neurons after it in its segment wait for it (the order of the
+ * sums does not depend on what landed when); one whose read failed (its slot released) is read
+ * again, in its turn.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { NeuronCache } from "../src/io/neuron-cache.js";
 import { Arena } from "../src/runtime/arena.js";
-import type { FlashReader } from "../src/io/flash-reader.js";
-import type { SparseFFN } from "../src/runtime/sparse-kernels.js";
+import { SUM_SEGMENTS, type SparseFFN } from "../src/runtime/sparse-kernels.js";
 import { NeuronLists } from "../src/model/offload/neuron-lists.js";
-import { NeuronCompute } from "../src/model/offload/neuron-compute.js";
-import { newStats } from "../src/model/offload/stats.js";
+import { FixedOrder } from "../src/model/offload/fixed-order.js";
 
-/** One layer of 10 neurons, 2 hot, 5 cold slots; a compute whose kernel records the bundle addresses it is given. */
+/**
+ * One layer of 64 neurons (segments of 4), 2 hot, 5 cold slots; a sparse FFN whose kernel records
+ * the bundle addresses each wave gives it, per segment.
+ */
 function setup() {
   const arena = new Arena();
-  const cache = new NeuronCache(arena.alloc(7 * 4096, 4096), 4096, 7, [10], [2]);
-  const lists = new NeuronLists(arena, 10, cache, "relu", "predictor");
-  lists.takeViews(arena);
-  const computed: number[] = [];
+  const cache = new NeuronCache(arena.alloc(7 * 4096, 4096), 4096, 7, [64], [2]);
+  const items = arena.alloc(12 * SUM_SEGMENTS, 64);
+  const computed: [number, number][] = [];
+  let lists: NeuronLists;
   const sparse = {
-    ffn: (list: number, count: number) => {
-      for (let i = 0; i < count; i++) computed.push(lists.i32[(list >>> 2) + i]);
+    items,
+    segments: (list: number, _gates: number, nItems: number) => {
+      for (let i = 0; i < nItems; i++) {
+        const [from, to, seg] = lists.i32.subarray((items >>> 2) + 3 * i, (items >>> 2) + 3 * i + 3);
+        for (let k = from; k < to; k++) computed.push([seg, lists.i32[(list >>> 2) + k]]);
+      }
     },
   } as unknown as SparseFFN;
-  const compute = new NeuronCompute(sparse, cache, {} as FlashReader, "relu", true, newStats());
-  return { cache, lists, compute, computed };
+  const order = new FixedOrder(64, sparse, cache, "relu", true);
+  lists = new NeuronLists(arena, 64, cache, "relu", "predictor", order);
+  lists.takeViews(arena);
+  const wave = () => order.wave(lists.hitList, lists.hitGates, lists.i32, lists.f32);
+  return { cache, lists, order, wave, computed };
 }
 
-test("landing hits: picks in slots still being read wait for them; a failed read's pick becomes a miss", () => {
-  const { cache, lists, compute, computed } = setup();
-  // read ahead: positions 5 and 6 in flight, 7 landed earlier
+test("landing hits: picks in slots still being read wait for them, and so do the neurons after them in their segment", () => {
+  const { cache, lists, order, wave, computed } = setup();
+  assert.equal(order.segSize, 4);
+  // read ahead: positions 5 and 6 in flight, 7 and 9 landed earlier
   const s5 = cache.acquire(0, 5, 1),
     s6 = cache.acquire(0, 6, 1),
-    s7 = cache.acquire(0, 7, 1);
+    s7 = cache.acquire(0, 7, 1),
+    s9 = cache.acquire(0, 9, 1);
   cache.pin(s5);
   cache.pin(s6);
   lists.begin(0, 0);
   cache.beginStep();
-  for (const k of [0, 5, 6, 7, 8]) lists.file(k, 1);
-  assert.equal(lists.hits, 2, "hot 0 and landed 7 are hits");
+  for (const k of [0, 5, 6, 7, 8, 9]) lists.file(k, 1);
+  order.filedBelow = 64;
+  assert.equal(lists.hits, 3, "hot 0, landed 7 and 9 are hits");
   assert.deepEqual([lists.landing, lists.misses], [2, 1]);
-  assert.deepEqual(Array.from(lists.landingPos.subarray(0, 2)), [5, 6]);
   assert.equal(lists.missPos[0], 8);
-  // a slot still being read is never computed
-  assert.throws(() => compute.landed(lists), /still being read/);
-  assert.deepEqual(computed, []);
+  // only hot 0 (segment 0) computes: 7 waits behind 5 and 6 (segment 1), 9 behind the miss 8 (segment 2)
+  assert.equal(wave(), 1);
+  assert.deepEqual(computed, [[0, cache.address(cache.peek(0, 0))]]);
+  assert.equal(order.done(), false);
 
-  // again: 5's read lands, 6's fails (its slot released)
-  lists.begin(0, 0);
-  cache.beginStep();
-  for (const k of [0, 5, 6, 7, 8]) lists.file(k, 1);
+  // 5's read lands, 6's fails (its slot released): 5 computes, 7 still waits behind 6
+  computed.length = 0;
   cache.unpin(s5);
   cache.release(s6);
-  compute.landed(lists);
-  assert.deepEqual(computed, [cache.address(s5)], "only the landed bundle is computed");
-  assert.equal(lists.landing, 0);
+  assert.equal(wave(), 1);
+  assert.deepEqual(computed, [[1, cache.address(s5)]]);
+  const out = new Int32Array(64);
   assert.deepEqual(
-    Array.from(lists.missPos.subarray(0, lists.misses)),
-    [8, 6],
-    "the failed read's pick is read as a miss",
+    Array.from(out.subarray(0, order.needed(out))),
+    [6, 8],
+    "the failed read's pick is read again, in order",
   );
-  assert.ok(cache.peek(0, 7) === s7);
+
+  // 6 and 8 read: the rest computes, each segment in position order
+  computed.length = 0;
+  const s6b = cache.acquire(0, 6),
+    s8 = cache.acquire(0, 8);
+  assert.equal(wave(), 4);
+  assert.deepEqual(computed, [
+    [1, cache.address(s6b)],
+    [1, cache.address(s7)],
+    [2, cache.address(s8)],
+    [2, cache.address(s9)],
+  ]);
+  assert.equal(order.done(), true);
+});
+
+test("fixed order: a wave stops at what the gate source has not filed yet", () => {
+  const { cache, lists, order, wave, computed } = setup();
+  lists.begin(0, 0);
+  cache.beginStep();
+  lists.file(0, 1);
+  lists.file(1, 1);
+  order.filedBelow = 1;
+  assert.equal(wave(), 1, "position 1 is past what was filed");
+  order.filedBelow = 64;
+  assert.equal(wave(), 1);
+  assert.deepEqual(
+    computed.map(([s]) => s),
+    [0, 0],
+  );
+  assert.equal(order.done(), true);
 });

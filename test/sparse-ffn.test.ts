@@ -530,3 +530,70 @@ test("descriptors: unsupported types and widths are refused by name", () => {
   const f = new SparseFFN(pools[0], arena, GGMLType.Q4_0, 64);
   assert.throws(() => f.ffn(LIST, 1, "relu"), /prepare\(x\) must come before/);
 });
+
+test("segment calls: a segment computed in one call or in pieces gives the same bits, at 1 and 2 threads; within the reference's bounds", () => {
+  // Each listed neuron goes into its segment's slot in list order; pieces of a segment computed
+  // in several calls (as their bundles land) must add exactly what one call adds, whatever the
+  // pieces' sizes (four down columns at once add what four single ones add), and the segments'
+  // slots go into y one after the other.
+  for (const type of TYPES) {
+    const nEmbd = 96;
+    const L = makeLayer(type, nEmbd, 40, 500 + type);
+    const x = gaussians(nEmbd, 77);
+    const xa = setX(type, x);
+    const gateVals = gaussians(L.nFF, 78);
+    for (const whole of [false, true]) {
+      const ids = subset(L.nFF, 29, 31 + type);
+      // three segments: 0 gets ids[0..13), 3 gets ids[13..20), 9 the rest
+      const segs: [number, number, number][] = [
+        [0, 13, 0],
+        [13, 20, 3],
+        [20, ids.length, 9],
+      ];
+      const addrs = ids.map((i) => L.addr[i]);
+      const results: Uint8Array[] = [];
+      for (const pool of pools) {
+        const f = sparse(pool, type, nEmbd);
+        for (const pieces of [[1000], [1, 2, 3, 5, 1000], [4, 1, 1000], [3, 1000]]) {
+          f.prepare(X);
+          arena.i32(LIST, addrs.length).set(addrs);
+          arena.f32(GATES, ids.length).set(ids.map((i) => gateVals[i]));
+          // call c computes the next pieces[c] neurons of every segment (one item per segment)
+          const done = segs.map(([from]) => from);
+          for (let c = 0; c < pieces.length; c++) {
+            const items: number[] = [];
+            segs.forEach(([, to, seg], s) => {
+              const from = done[s];
+              const end = Math.min(to, from + pieces[c]);
+              if (end > from) items.push(from, end, seg);
+              done[s] = end;
+            });
+            arena.i32(f.items, items.length).set(items);
+            f.segments(LIST, GATES, items.length / 3, whole, "relu");
+          }
+          arena.f32(Y, nEmbd).set(x);
+          arena.i32(f.slotList, 3).set([0, 3, 9]);
+          f.sumSegments(Y, 3);
+          results.push(new Uint8Array(readY(nEmbd).buffer));
+          for (const seg of [0, 3, 9])
+            assert.ok(
+              arena.f32(f.segPartials + seg * partialBytes(nEmbd, 1), nEmbd + nEmbd / 32).every((v) => v === 0),
+              `slot ${seg} is cleared`,
+            );
+        }
+      }
+      const what = `${typeName(type)} ${whole ? "whole bundles" : "up/down given gates"}`;
+      for (let i = 1; i < results.length; i++)
+        assert.deepEqual(results[i], results[0], `${what}: run ${i} (pieces, threads) against run 0`);
+      const ref = refSparseFFN(type, mem(), addrs, xa, nEmbd, "relu", whole ? undefined : ids.map((i) => gateVals[i]));
+      const got = new Float32Array(results[0].buffer);
+      close(
+        got.map((v, i) => v - x[i]),
+        ref.y,
+        2e-5,
+        `${what} vs reference`,
+        ref.magnitude,
+      );
+    }
+  }
+});

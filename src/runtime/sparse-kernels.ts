@@ -47,6 +47,9 @@ export interface SparseKernel {
   readonly upDown: string;
   readonly ffn: string;
   readonly ffnRun: string;
+  /** the same over segments' items, each into its segment's slot (assembly/sparse_segments.ts) */
+  readonly upDownSeg: string;
+  readonly ffnSeg: string;
   /** `mode` argument of sparse_sum_partials: how this type's kernels order their partial slots */
   readonly partialMode: number;
 }
@@ -73,11 +76,21 @@ for (const [type, suffix, act, prepareMode, partialMode] of [
     upDown: `sparse_updown_${suffix}`,
     ffn: `sparse_ffn_${suffix}`,
     ffnRun: `sparse_ffn_run_${suffix}`,
+    upDownSeg: `sparse_updown_seg_${suffix}`,
+    ffnSeg: `sparse_ffn_seg_${suffix}`,
     partialMode,
   });
 }
 
 export const SPARSE_SUM_PARTIALS = "sparse_sum_partials";
+export const SPARSE_SUM_SEGMENTS = "sparse_sum_segments";
+
+/**
+ * Segments of a layer's stored positions, each summed into a partial slot of its own: the fixed
+ * summation order of an offloaded FFN (src/model/offload/fixed-order.ts). A constant, not the
+ * thread count, so that the sums do not depend on it either.
+ */
+export const SUM_SEGMENTS = 16;
 
 export function hasSparseKernel(type: GGMLType): boolean {
   return KERNELS.has(type);
@@ -126,6 +139,11 @@ export function partialBytes(nEmbd: number, threads: number): number {
   return partialSlotFloats(nEmbd) * 4 * threads;
 }
 
+/** Bytes of the segments' partial slots (SUM_SEGMENTS of them), then their items and slot list. */
+export function segmentBytes(nEmbd: number): number {
+  return partialBytes(nEmbd, SUM_SEGMENTS) + 4 * 4 * SUM_SEGMENTS;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Binding
 
@@ -140,8 +158,21 @@ export class SparseFFN {
   readonly xAct: number;
   /** the per-thread partial slots */
   readonly partials: number;
+  /** the segments' partial slots (SUM_SEGMENTS), and the items / slot list the segment calls read (i32) */
+  readonly segPartials: number;
+  readonly items: number;
+  readonly slotList: number;
   private readonly args = new Int32Array(12);
-  private readonly fn: { gate: number; upDown: number; ffn: number; ffnRun: number; sum: number };
+  private readonly fn: {
+    gate: number;
+    upDown: number;
+    ffn: number;
+    ffnRun: number;
+    sum: number;
+    upDownSeg: number;
+    ffnSeg: number;
+    sumSeg: number;
+  };
   private readonly prepareFn: ((...a: number[]) => number) | undefined;
   private slotsUsed = 0;
   private preparedCols = -1;
@@ -159,6 +190,11 @@ export class SparseFFN {
     this.partials = arena.alloc(pb, 64);
     // the kernels add into the slots and the reduction clears them: they must start at zero
     arena.u8(this.partials, pb).fill(0);
+    const sb = segmentBytes(nEmbd);
+    this.segPartials = arena.alloc(sb, 64);
+    arena.u8(this.segPartials, sb).fill(0);
+    this.items = this.segPartials + partialBytes(nEmbd, SUM_SEGMENTS);
+    this.slotList = this.items + 12 * SUM_SEGMENTS;
     const k = this.kernel;
     this.fn = {
       gate: pool.fn(k.gate),
@@ -166,6 +202,9 @@ export class SparseFFN {
       ffn: pool.fn(k.ffn),
       ffnRun: pool.fn(k.ffnRun),
       sum: pool.fn(SPARSE_SUM_PARTIALS),
+      upDownSeg: pool.fn(k.upDownSeg),
+      ffnSeg: pool.fn(k.ffnSeg),
+      sumSeg: pool.fn(SPARSE_SUM_SEGMENTS),
     };
     this.prepareFn = k.prepare ? pool.kernels[k.prepare] : undefined;
   }
@@ -260,6 +299,42 @@ export class SparseFFN {
     a[7] = ACTIVATIONS[act].code;
     a[8] = per;
     this.pool.run(this.fn.ffnRun, a, 9, count, per);
+  }
+
+  /**
+   * The `nItems` items at `items` (i32 triples [from, to, segment]): the listed bundles [from, to)
+   * at `list` (i32 addresses; gate values f32 at `gates` for upDown, none for whole bundles) added,
+   * in list order, into their segment's partial slot. Each item goes to one thread whole.
+   */
+  segments(list: number, gates: number, nItems: number, wholeBundles: boolean, act: SparseActivation): void {
+    if (nItems <= 0) return;
+    const a = this.args;
+    let i = 0;
+    a[i++] = list;
+    if (!wholeBundles) a[i++] = gates;
+    a[i++] = this.items;
+    a[i++] = this.act();
+    a[i++] = this.segPartials;
+    a[i++] = this.nEmbd;
+    a[i++] = this.rowBytes;
+    a[i++] = ACTIVATIONS[act].code;
+    this.pool.run(wholeBundles ? this.fn.ffnSeg : this.fn.upDownSeg, a, i, nItems, 1);
+  }
+
+  /**
+   * y (nEmbd f32) += the segments' slots listed at slotList[0..nSlots), one after the other in
+   * that order; those slots are cleared.
+   */
+  sumSegments(y: number, nSlots: number): void {
+    if (nSlots <= 0) return;
+    const a = this.args;
+    a[0] = y;
+    a[1] = this.segPartials;
+    a[2] = this.slotList;
+    a[3] = nSlots;
+    a[4] = this.nEmbd;
+    a[5] = this.kernel.partialMode;
+    this.pool.run(this.fn.sumSeg, a, 6, this.nEmbd, 32, 4 * this.nEmbd * nSlots);
   }
 
   /** y (nEmbd f32) += everything accumulated since the last finish; the slots are cleared. */

@@ -60,6 +60,8 @@ export class GatePageReads implements GateSource {
         this.stagePos[m++] = k;
       }
       if (m === 0) break;
+      // every position below the chunk's first is filed (cached ones at the start)
+      lists.order.filedBelow = this.stagePos[0];
       const reading = this.reader.read(requests, undefined, m);
       compute.hits(lists);
       await waitForReads(stats, reading);

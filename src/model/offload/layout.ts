@@ -11,7 +11,7 @@
 import type { NeuronStore } from "../../format/store/index.js";
 import type { GGMLType } from "../../format/ggml-types.js";
 import { defaultHotFraction, hotPerLayer, NeuronCache } from "../../io/neuron-cache.js";
-import { partialBytes, sparseActivationBytes } from "../../runtime/sparse-kernels.js";
+import { partialBytes, segmentBytes, sparseActivationBytes } from "../../runtime/sparse-kernels.js";
 import { weightKernel } from "../../runtime/weight-kernels.js";
 import type { ModelConfig } from "../config.js";
 
@@ -206,14 +206,15 @@ const align64 = (n: number) => Math.ceil(n / 64) * 64;
 /**
  * The offloaded FFN's own buffers, as OffloadedFFN allocates them (each 64-byte aligned): per
  * step, six lists of nFF entries (gate outputs, hit addresses and gates, miss addresses and gates,
- * read-ahead scores); the sparse kernels' prepared activation and per-thread partial sums; the
- * reader's checksum marks.
+ * read-ahead scores); the sparse kernels' prepared activation, per-thread partial sums and the
+ * segments' partial sums; the reader's checksum marks.
  */
 export function ffnBufferBytes(facts: StoreFacts, threads: number, verifyOnce: boolean): number {
   return (
     6 * align64(facts.nFF * 4) +
     align64(sparseActivationBytes(facts.ffnType, facts.nEmbd)) +
     align64(partialBytes(facts.nEmbd, threads)) +
+    align64(segmentBytes(facts.nEmbd)) +
     (verifyOnce ? facts.checksumMarkBytes : 0)
   );
 }

@@ -1,11 +1,15 @@
 /**
  * Reads a step's misses from flash into cold slots of the neuron cache, in rounds of as many as
  * the cold slots not in use this step allow. A round's slots stay the step's until it ends; when
- * no cold slot is free the step's earlier rounds (already computed) give theirs back.
+ * no cold slot is free the step's slots of neurons already computed give theirs back (those still
+ * to compute in the fixed order are kept, unless they hold every cold slot: then they too may be
+ * evicted and are read again in their turn). A prompt batch gathers the reads of whole segments
+ * (`beginBatch`, `fit`, `readBatch`).
  */
-import type { FlashReader, FlashReadRequest } from "../../io/flash-reader.js";
+import type { FlashReader } from "../../io/flash-reader.js";
 import type { NeuronCache } from "../../io/neuron-cache.js";
 import type { NeuronStore } from "../../format/store/index.js";
+import type { FixedOrder } from "./fixed-order.js";
 import type { NeuronLists } from "./neuron-lists.js";
 import { waitForReads, type OffloadStats } from "./stats.js";
 
@@ -49,36 +53,83 @@ export class MissReader {
    */
   private readonly requests: BundleRequest[] = [];
   private count = 0;
+  /** bundles whose reads were started, ever (a step's are the difference) */
+  reads = 0;
 
   constructor(
     private readonly store: NeuronStore,
     private readonly cache: NeuronCache,
     private readonly reader: FlashReader,
     private readonly stats: OffloadStats,
+    private readonly order: FixedOrder,
   ) {}
 
   /**
    * Start reading the bundles of layer `lists.layer` at stored positions positions[from..count)
-   * into cold slots, as many as are free. `recycle`: everything this step read before has been
-   * computed, so when no cold slot is free the step's own may be taken again.
+   * into cold slots, as many as are free. `recycle`: every read of this step has landed, so when
+   * no cold slot is free the step's own may be taken again (those of neurons still to compute
+   * last).
    */
   read(lists: NeuronLists, positions: Int32Array, from: number, count: number, recycle: boolean): MissRound {
     let m = this.acquire(lists.layer, positions, from, count);
     if (m === 0 && from < count && recycle) {
       this.cache.beginStep();
+      this.order.keepPending();
       m = this.acquire(lists.layer, positions, from, count);
+      if (m === 0) {
+        this.cache.beginStep();
+        m = this.acquire(lists.layer, positions, from, count);
+      }
     }
+    this.order.reading(positions, from, from + m);
+    return this.start(from, from + m);
+  }
+
+  private start(from: number, to: number): MissRound {
+    this.reads += to - from;
     const r = this.round;
     r.from = from;
-    r.to = from + m;
+    r.to = to;
     r.reading = null;
-    if (m > 0) {
-      const reading = this.reader.read(this.requests, undefined, m);
+    if (to > from) {
+      const reading = this.reader.read(this.requests, undefined, this.count);
       // whoever awaits it sees a failure; one left behind by an error elsewhere must not go unhandled
       reading.catch(() => undefined);
       r.reading = reading;
     }
     return r;
+  }
+
+  /** Start gathering a prompt batch's reads. */
+  beginBatch(): void {
+    this.count = 0;
+  }
+
+  /**
+   * A batch's bundles of group `layer` at positions[from, to): the cached ones kept for this step,
+   * cold slots taken for the others, all or none: false (the slots taken here given back) when
+   * the cold slots not in use this step run out.
+   */
+  fit(layer: number, positions: Int32Array, from: number, to: number): boolean {
+    const { cache, requests } = this;
+    const start = this.count;
+    for (let i = from; i < to; i++) {
+      const k = positions[i];
+      if (cache.keep(layer, k)) continue;
+      const slot = cache.acquire(layer, k);
+      if (slot < 0) {
+        for (let j = start; j < this.count; j++) cache.release(requests[j].tag as number);
+        this.count = start;
+        return false;
+      }
+      bundleRequest(requests, this.count++, this.store, cache, layer, k, slot);
+    }
+    return true;
+  }
+
+  /** Start reading what `fit` gathered (a round over [0, its count)). */
+  readBatch(): MissRound {
+    return this.start(0, this.count);
   }
 
   private acquire(layer: number, positions: Int32Array, from: number, count: number): number {
@@ -95,8 +146,11 @@ export class MissReader {
     return m;
   }
 
-  /** Wait for the round's reads (counted as I/O wait); on failure their slots hold nothing valid and are released. */
-  async landed(round: MissRound): Promise<void> {
+  /**
+   * Wait for the round's reads (counted as I/O wait); on failure their slots hold nothing valid
+   * and are released. `positions`: the round's (a step's rounds: to compute now).
+   */
+  async landed(round: MissRound, positions: Int32Array | null): Promise<void> {
     const reading = round.reading;
     if (!reading) return;
     round.reading = null;
@@ -107,5 +161,6 @@ export class MissReader {
       throw e;
     }
     this.stats.bytesRead += (round.to - round.from) * this.cache.slotBytes;
+    if (positions) this.order.landed(positions, round.from, round.to);
   }
 }

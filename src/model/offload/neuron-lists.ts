@@ -1,17 +1,17 @@
 /**
- * The neurons one FFN step (a token of a layer) computes, filed as they are found:
- * - hits: bundles in memory, as lists the sparse kernels read (addresses and gate values in wasm
- *   memory);
- * - misses: stored positions and gate values of bundles to read from flash first;
- * - landing hits: bundles whose read ahead is still in flight (their slots pinned), by stored
- *   position and gate value, computed once the reads for the group have landed;
- * - dense runs (predictor mode): hot clusters computed whole over their contiguous slots.
+ * The neurons one FFN step (a token of a layer) computes, filed as they are found: each marked
+ * firing in the step's fixed order (fixed-order.ts, which computes them) and counted as
+ * - a hit: its bundle in memory;
+ * - a miss: its stored position kept, to read its bundle from flash;
+ * - a landing hit: its bundle's read ahead still in flight (its slot pinned), computed once the
+ *   reads for the group have landed.
  * Laid out once; `begin` starts a step.
  */
 import { ACTIVATIONS, gateActivation } from "../../format/activations.js";
 import type { NeuronCache } from "../../io/neuron-cache.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { SparseActivation } from "../../runtime/sparse-kernels.js";
+import type { FixedOrder } from "./fixed-order.js";
 import type { SparsityMode } from "./layout.js";
 
 /** Neurons of the hot region computed as one run when the predictor picks this many of them (predictor mode). */
@@ -25,25 +25,17 @@ export class NeuronLists {
   hits = 0;
   misses = 0;
   landing = 0;
-  /** whether the hits have been computed (flash gate sources compute them while their reads are in flight) */
-  hitsDone = false;
-  /** dense runs: stored start and count of each hot cluster computed whole, and their neurons */
-  runs = 0;
-  runNeurons = 0;
-  readonly runStart: Int32Array;
-  readonly runCount: Int32Array;
-  /** wasm addresses: gate values (or predictor scores) of the step, hit bundle addresses and gates, miss bundle addresses and gates */
+  /**
+   * wasm addresses: gate values (or predictor scores) of the step; the addresses and gates of
+   * the neurons a wave computes (fixed-order.ts); scratch addresses and gates for the gate sources
+   */
   readonly gateOut: number;
   readonly hitList: number;
   readonly hitGates: number;
   readonly missList: number;
   readonly missGates: number;
-  /** the misses' stored positions and gate values */
+  /** the misses' stored positions (and, as the step goes on, of the bundles read next) */
   readonly missPos: Int32Array;
-  readonly missGateValues: Float32Array;
-  /** the landing hits' stored positions and gate values */
-  readonly landingPos: Int32Array;
-  readonly landingGateValues: Float32Array;
   /** views over the whole wasm memory: see takeViews */
   f32: Float32Array = new Float32Array(0);
   i32: Int32Array = new Int32Array(0);
@@ -54,6 +46,7 @@ export class NeuronLists {
     private readonly cache: NeuronCache,
     private readonly act: SparseActivation,
     private readonly mode: SparsityMode,
+    readonly order: FixedOrder,
   ) {
     // five of ffnBufferBytes' six lists (the sixth is the read-ahead's scores)
     this.gateOut = arena.alloc(nFF * 4, 64);
@@ -62,11 +55,6 @@ export class NeuronLists {
     this.missList = arena.alloc(nFF * 4, 64);
     this.missGates = arena.alloc(nFF * 4, 64);
     this.missPos = new Int32Array(nFF);
-    this.missGateValues = new Float32Array(nFF);
-    this.landingPos = new Int32Array(nFF);
-    this.landingGateValues = new Float32Array(nFF);
-    this.runStart = new Int32Array(Math.ceil(nFF / HOT_CLUSTER));
-    this.runCount = new Int32Array(Math.ceil(nFF / HOT_CLUSTER));
   }
 
   /**
@@ -83,8 +71,8 @@ export class NeuronLists {
   begin(l: number, cut: number): this {
     this.layer = l;
     this.cut = cut;
-    this.hits = this.misses = this.landing = this.runs = this.runNeurons = 0;
-    this.hitsDone = false;
+    this.hits = this.misses = this.landing = 0;
+    this.order.begin(l);
     return this;
   }
 
@@ -105,28 +93,10 @@ export class NeuronLists {
    */
   file(k: number, g: number): void {
     if (!this.fires(g)) return;
+    this.order.mark(k, g);
     const slot = this.cache.lookup(this.layer, k);
-    if (slot >= 0 && this.cache.isPinned(slot)) {
-      this.landingPos[this.landing] = k;
-      this.landingGateValues[this.landing++] = g;
-    } else if (slot >= 0) {
-      this.i32[(this.hitList >>> 2) + this.hits] = this.cache.address(slot);
-      this.f32[(this.hitGates >>> 2) + this.hits] = g;
-      this.hits++;
-    } else this.fileMiss(k, g);
-  }
-
-  /** File the neuron at stored position k with gate value g as a miss. */
-  fileMiss(k: number, g: number): void {
-    this.missPos[this.misses] = k;
-    this.missGateValues[this.misses++] = g;
-  }
-
-  /** A hot cluster [start, start + count) computed whole; `picked` of its neurons were asked for (counted as hot hits). */
-  fileRun(start: number, count: number, picked: number): void {
-    this.runStart[this.runs] = start;
-    this.runCount[this.runs++] = count;
-    this.runNeurons += count;
-    this.cache.countHot(this.layer, picked);
+    if (slot >= 0 && this.cache.isPinned(slot)) this.landing++;
+    else if (slot >= 0) this.hits++;
+    else this.missPos[this.misses++] = k;
   }
 }

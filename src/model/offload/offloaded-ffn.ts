@@ -11,8 +11,12 @@
  *    the token's next routed expert's exact misses); then each round as it lands.
  * 3. Up, activation and down for exactly those neurons, summed into the residual stream.
  *
+ * The sums go in a fixed order (fixed-order.ts): the same bits whatever was a hit or a miss,
+ * whenever the reads landed, whatever the budget or thread count; a neuron is computed once the
+ * neurons before it in its segment are.
+ *
  * `prefillBatch` does the same for a prompt's batch: every token's gates, then each needed bundle
- * read once for the batch. Every buffer is laid out at load from the layout (layout.ts); a step
+ * read once for the batch, segment by segment. Every buffer is laid out at load from the layout (layout.ts); a step
  * allocates nothing but the reader's promises.
  */
 import { availableParallelism } from "node:os";
@@ -22,7 +26,7 @@ import type { NeuronCache } from "../../io/neuron-cache.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { ThreadPool } from "../../runtime/pool.js";
 import type { Tracer } from "../../runtime/tracer.js";
-import { SparseFFN, type SparseActivation } from "../../runtime/sparse-kernels.js";
+import { SparseFFN, SUM_SEGMENTS, type SparseActivation } from "../../runtime/sparse-kernels.js";
 import type { ModelConfig } from "../config.js";
 import type { MatrixRunner } from "../matrix-runner.js";
 import type { BatchGateSource, GateSource } from "./gate-source.js";
@@ -30,6 +34,7 @@ import { GatePageReads } from "./gate-page-reads.js";
 import { makeCache } from "./hot-region.js";
 import type { OffloadLayout, SparsityMode } from "./layout.js";
 import { MissReader, type MissRound } from "./miss-reader.js";
+import { FixedOrder } from "./fixed-order.js";
 import { NeuronCompute } from "./neuron-compute.js";
 import { NeuronLists } from "./neuron-lists.js";
 import type { Predictor } from "./predictor.js";
@@ -126,6 +131,7 @@ export class OffloadedFFN {
   private readonly batchGates: BatchGateSource | null;
   private readonly lists: NeuronLists;
   private readonly compute: NeuronCompute;
+  private readonly order: FixedOrder;
   private readonly misses: MissReader;
   private readonly readAhead: ReadAhead | null;
   private readonly expertReadAhead: ExpertReadAhead;
@@ -137,7 +143,7 @@ export class OffloadedFFN {
   private readonly nLayer: number;
   /** per store group counters (the stats' `groups`), laid out at load */
   private readonly groups: GroupStats;
-  /** a prompt batch's firing neurons in memory, by stored position */
+  /** a prompt batch's firing neurons (any token's), by stored position */
   private readonly batchCached: Int32Array;
   private readonly tracer: Tracer | null;
 
@@ -165,7 +171,8 @@ export class OffloadedFFN {
     const resident = layout.residentGates ? ResidentGateRows.load(store, arena, pool, mm, stats) : null;
     this.sparse = new SparseFFN(pool, arena, store.ffn.type, cfg.nEmbd);
     this.cache = makeCache(store, arena, layout);
-    this.lists = new NeuronLists(arena, cfg.nFF, this.cache, act, this.mode);
+    this.order = new FixedOrder(cfg.nFF, this.sparse, this.cache, act, this.mode === "predictor");
+    this.lists = new NeuronLists(arena, cfg.nFF, this.cache, act, this.mode, this.order);
     this.reader = FlashReader.open(store.path, {
       memory: arena.memory,
       queueDepth: opts.queueDepth,
@@ -204,16 +211,8 @@ export class OffloadedFFN {
     // streamed once, instead of asking the predictor token by token and reading each token's
     // bundles separately).
     this.batchGates = resident ?? streamed;
-    this.compute = new NeuronCompute(
-      this.sparse,
-      this.cache,
-      this.reader,
-      act,
-      this.mode === "predictor",
-      stats,
-      this.tracer,
-    );
-    this.misses = new MissReader(store, this.cache, this.reader, stats);
+    this.compute = new NeuronCompute(this.sparse, this.order, this.reader, stats, this.tracer);
+    this.misses = new MissReader(store, this.cache, this.reader, stats, this.order);
     const lookahead = readsAhead(
       this.mode === "predictor",
       this.pipeline,
@@ -300,19 +299,20 @@ export class OffloadedFFN {
     // 1. Which neurons fire, filed as hits and misses (a source that reads from flash computes the
     //    hits meanwhile). Reads ahead for this group may still be in flight: the pick only looks
     //    their slots up, and files what they hold as landing hits, computed once they land.
+    const reads0 = this.misses.reads;
     let t = tr ? tr.now() : 0;
     await this.gates.pick(lists, x, residual, this.compute);
-    if (tr)
-      tr.span(this.mode, "pick", t, { hits: lists.hits + lists.runNeurons + lists.landing, misses: lists.misses });
+    this.order.filedBelow = lists.nFF;
+    if (tr) tr.span(this.mode, "pick", t, { hits: lists.hits + lists.landing, misses: lists.misses });
     // (a landing hit read again below is not counted as a miss: the cache counted it as read ahead)
-    this.count(l, 1, lists.runNeurons + lists.hits + lists.landing + lists.misses, lists.misses);
+    this.count(l, 1, lists.hits + lists.landing + lists.misses, lists.misses);
 
     // 2. The misses, in rounds of the free cold slots: the first round's reads overlap the hits'
     //    compute and, when it takes every miss (the read-ahead takes cold slots this step's
     //    later rounds would want), the next layer's read-ahead (a mixture's: the next routed
     //    expert's, exact: its predictor on this same residual row).
-    let round = this.misses.read(lists, lists.missPos, 0, lists.misses, false);
-    if (!this.pipeline) await this.landed(round);
+    const round = this.misses.read(lists, lists.missPos, 0, lists.misses, false);
+    if (!this.pipeline) await this.landed(round, lists.missPos);
     const ahead = this.readAhead
       ? readAheadGroup(l, this.nLayer, this.store.ffn.experts, next, round.to, lists.misses)
       : -1;
@@ -326,19 +326,33 @@ export class OffloadedFFN {
       t = tr ? tr.now() : 0;
       await this.readAhead.landed(l);
       if (tr) tr.span("wait read-ahead", "wait", t);
-      // a landing hit whose read failed is filed as a miss: read in the rounds below
-      this.compute.landed(lists);
+      // a landing hit whose read failed lost its slot: read in the rounds below
+      this.compute.wave(lists, "landed compute");
     }
-    for (;;) {
-      await this.landed(round);
-      this.compute.misses(lists, round.from, round.to);
-      if (round.to >= lists.misses) break;
-      round = await this.nextRound(lists, lists.missPos, round.to, lists.misses);
-    }
+    await this.landed(round, lists.missPos);
+    await this.complete(lists);
+    // bundles read again (evicted before their turn, or a read ahead that failed) are misses too
+    this.countReads(l, this.misses.reads - reads0 - lists.misses);
 
     // 3. The step's sum into the residual stream; the next layer's reads that can start now.
-    this.sparse.finish(y);
+    this.order.finish(y, lists.i32);
     this.gates.afterStep?.(l);
+  }
+
+  /**
+   * Compute the rest of the step in its fixed order, reading what is not in memory (misses past
+   * the first round, bundles evicted before their turn) in rounds of the free cold slots. Every
+   * read of the step has landed.
+   */
+  private async complete(lists: NeuronLists): Promise<void> {
+    for (;;) {
+      this.compute.wave(lists, "miss compute");
+      if (this.order.done()) return;
+      const m = this.order.needed(lists.missPos);
+      if (m === 0) throw new Error(`offloaded FFN: group ${lists.layer}'s neurons cannot all be computed (internal)`);
+      const round = await this.nextRound(lists, lists.missPos, 0, m);
+      await this.landed(round, lists.missPos);
+    }
   }
 
   /** Counts `tokens` steps of group l that computed `computed` neurons, `misses` of them read from flash. */
@@ -352,6 +366,13 @@ export class OffloadedFFN {
     g.steps[l] += tokens;
     g.neuronsComputed[l] += computed;
     g.misses[l] += misses;
+  }
+
+  /** Adds `n` bundles read from flash (beyond those counted at the pick) to group l's misses. */
+  private countReads(l: number, n: number): void {
+    if (n <= 0) return;
+    this.stats.misses += n;
+    this.groups.misses[l] += n;
   }
 
   /**
@@ -368,12 +389,12 @@ export class OffloadedFFN {
     return round;
   }
 
-  /** Waits for a round's reads (a "wait reads" span in a trace). */
-  private async landed(round: MissRound): Promise<void> {
+  /** Waits for a round's reads (a "wait reads" span in a trace); `positions`: the round's, to compute now. */
+  private async landed(round: MissRound, positions: Int32Array | null): Promise<void> {
     const tr = this.tracer;
-    if (!tr || round.reading === null) return this.misses.landed(round);
+    if (!tr || round.reading === null) return this.misses.landed(round, positions);
     const t = tr.now();
-    await this.misses.landed(round);
+    await this.misses.landed(round, positions);
     tr.span("wait reads", "wait", t, { bundles: round.to - round.from });
   }
 
@@ -391,11 +412,11 @@ export class OffloadedFFN {
     if (tr) tr.span("batch gates", "pick", t, { tokens: n });
     const lists = this.lists.begin(l, this.thresholds ? this.thresholds[this.store.layer(l).layer] : 0);
     this.cache.beginStep();
-    // The union of the firing neurons, by stored position: in memory (cachedPos) or to read (missPos).
+    // The union of the firing neurons, by stored position (the cache counts its hits and misses;
+    // the step's misses are the bundles it reads, below).
     const { f32, nFF } = lists;
-    const cached = this.batchCached;
-    let hits = 0,
-      misses = 0,
+    const union = this.batchCached;
+    let count = 0,
       fired = 0;
     for (let k = 0; k < nFF; k++) {
       let any = false;
@@ -406,19 +427,50 @@ export class OffloadedFFN {
         }
       }
       if (!any) continue;
-      if (this.cache.lookup(l, k) >= 0) cached[hits++] = k;
-      else lists.missPos[misses++] = k;
+      union[count++] = k;
+      this.cache.lookup(l, k);
     }
-    this.count(l, n, fired, misses);
-    let round = this.misses.read(lists, lists.missPos, 0, misses, false);
-    if (!this.pipeline) await this.landed(round);
-    this.compute.tokens(lists, x, residual, n, gates, cached, 0, hits);
-    for (;;) {
-      await this.landed(round);
-      this.compute.tokens(lists, x, residual, n, gates, lists.missPos, round.from, round.to);
-      if (round.to >= misses) break;
-      round = await this.nextRound(lists, lists.missPos, round.to, misses);
+    this.count(l, n, fired, 0);
+    const reads0 = this.misses.reads;
+    // Whole segments in order, as many at a time as their bundles fit in memory: read once for
+    // the batch, then each token's own neurons among them, added into its row segment by segment
+    // (the same sums a decode step of the token makes, fixed-order.ts).
+    const order = this.order;
+    const rowBytes = this.sparse.nEmbd * 4;
+    for (let s = 0, i = 0; s < SUM_SEGMENTS;) {
+      this.cache.beginStep();
+      this.misses.beginBatch();
+      let e = s,
+        j = i;
+      while (e < SUM_SEGMENTS) {
+        const end = order.segStart(e + 1);
+        let j1 = j;
+        while (j1 < count && union[j1] < end) j1++;
+        if (!this.misses.fit(l, union, j, j1)) break;
+        j = j1;
+        e++;
+      }
+      if (e > s) {
+        const round = this.misses.readBatch();
+        await this.landed(round, null);
+        this.compute.tokens(lists, x, residual, n, gates, union, i, j);
+        s = e;
+        i = j;
+        continue;
+      }
+      // one segment's bundles do not fit in the cold slots at once: each token reads its own
+      const end = order.segStart(s + 1);
+      while (j < count && union[j] < end) j++;
+      for (let t = 0; t < n; t++) {
+        this.compute.markToken(lists, gates, t, union, i, j);
+        this.sparse.prepare(x + t * rowBytes);
+        await this.complete(lists);
+        order.finish(residual + t * rowBytes, lists.i32);
+      }
+      s++;
+      i = j;
     }
+    this.countReads(l, this.misses.reads - reads0);
   }
 
   /** Copies of the running counters, with the cache's hit counts (per group too). */

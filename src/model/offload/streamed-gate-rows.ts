@@ -77,6 +77,8 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
 
   async pick(lists: NeuronLists, _x: number, _residual: number, compute: NeuronCompute): Promise<void> {
     fileCachedGates(lists, this.cache, this.sparse, this.cachedPos, this.stats);
+    // the hot region is all filed now; the rest as its chunks are (useChunk)
+    lists.order.filedBelow = this.cache.hotCount[lists.layer];
     await this.stream(lists.layer, this.decodeUse, lists, compute);
   }
 
@@ -183,7 +185,10 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
       i32[(this.stageList >>> 2) + m] = base + (r - r0) * rb;
       this.stagePos[m++] = r;
     }
-    if (m === 0) return;
+    if (m === 0) {
+      if (use.kind === "decode") use.lists.order.filedBelow = r1;
+      return;
+    }
     if (use.kind === "batch") {
       this.gatesForBatch(use, this.stageList, this.stagePos, m);
       return;
@@ -194,6 +199,7 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
     this.stats.computeMs += performance.now() - t;
     const g0 = lists.gateOut >>> 2;
     for (let i = 0; i < m; i++) lists.file(this.stagePos[i], lists.f32[g0 + i]);
+    lists.order.filedBelow = r1;
   }
 
   /** Gates of `count` rows (addresses in `list`, stored positions in pos) for each token of the batch. */
