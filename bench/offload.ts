@@ -50,10 +50,11 @@ import { PEER_DIR, peerRun } from "./peer.js";
 import { runAblation } from "./offload/ablation.js";
 import { compareWithLlamaCpp } from "./offload/compare.js";
 import type { BenchContext } from "./offload/context.js";
+import { defaultDenseLimits, denseModelLine, skipForDense } from "./offload/dense.js";
 import { GreedyTexts } from "./offload/greedy-texts.js";
 import { cgroupSupport, prewarmEachRun, prewarming, type CgroupSupport } from "./offload/limited-run.js";
 import { ensureModels } from "./offload/models.js";
-import { parseOptions, type Options } from "./offload/options.js";
+import { isDenseShape, parseOptions, type Options } from "./offload/options.js";
 import { ensurePeer, limitPeer } from "./offload/peer-install.js";
 import { checkPlanner } from "./offload/planner-check.js";
 import { comparePredictorWithGate } from "./offload/predictor-quality.js";
@@ -90,9 +91,12 @@ function logHeader(b: BenchContext, started: Date): void {
   const predictable = o.gateRank
     ? `, gate rank ${o.gateRank} (planted predictors, not trained: docs/benchmarks.md)`
     : "";
-  log(
-    `model: ${o.shape} shape (${SHAPE_SPECS[o.shape].like}${o.layers !== undefined && o.layers !== SHAPE_SPECS[o.shape].layers ? `, ${o.layers} of its ${SHAPE_SPECS[o.shape].layers} layers` : ""}), ReLU, planted sparsity ${SPARSITY}${predictable}, ${o.type.toUpperCase()}, seed ${SEED}: GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}`,
-  );
+  const shape = o.shape;
+  if (isDenseShape(shape)) log(denseModelLine({ ...o, shape }, models));
+  else
+    log(
+      `model: ${o.shape} shape (${SHAPE_SPECS[o.shape].like}${o.layers !== undefined && o.layers !== SHAPE_SPECS[o.shape].layers ? `, ${o.layers} of its ${SHAPE_SPECS[o.shape].layers} layers` : ""}), ReLU, planted sparsity ${SPARSITY}${predictable}, ${o.type.toUpperCase()}, seed ${SEED}: GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}`,
+    );
   log(
     `prompt ${PROMPT.length} chars, ${o.n} generated tokens, greedy, context ${CONTEXT} for both engines${prewarming() ? "; each run's file read whole, then dropped from the page cache, before the run (--prewarm)" : ""}; ours: --sparsity ${sparsity} (reader defaults), store ${o.order === "hot" ? "hot-first (planted rates as the profile)" : "in index order"}; medians of ${o.reps} interleaved runs`,
   );
@@ -128,9 +132,13 @@ async function main(): Promise<void> {
   const b: BenchContext = { o, models, sparsity, cg, peerOk, peer, log, texts: new GreedyTexts(), raw };
 
   logHeader(b, started);
+  const shape = o.shape;
+  const dense = isDenseShape(shape);
+  if (dense && o.limits.length === 0) o.limits = defaultDenseLimits({ ...o, shape }, models, log);
+  const skipped = (section: string) => o.skip.has(section) || (dense && skipForDense(section, shape, log));
   if (!o.skip.has("compare") && cg) compareWithLlamaCpp(b, cg);
-  if (!o.skip.has("ablation")) runAblation(b);
-  if (!o.skip.has("plan")) checkPlanner(b);
+  if (!skipped("ablation")) runAblation(b);
+  if (!skipped("plan")) checkPlanner(b);
   if (!o.skip.has("io")) reportReadBandwidth(b);
   if (o.gateRank && !o.skip.has("quality")) comparePredictorWithGate(b);
   b.texts.report(log);

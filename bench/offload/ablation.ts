@@ -6,6 +6,7 @@ import { median } from "../../src/planner/median.js";
 import { SHAPE_SPECS } from "../../src/offline/synth.js";
 import type { BenchContext } from "./context.js";
 import { runOurs, type RunResult } from "./engine-runs.js";
+import { hotStoreOf } from "./models.js";
 import { GiB } from "./settings.js";
 import { gib, loadRange, med, medNum, oursDetail, ratio } from "./summary.js";
 
@@ -45,7 +46,7 @@ export function runAblation(b: BenchContext): void {
       : []),
     {
       name: "+ hot-first order on flash and the hot share its profile sets (planted rates as the profile)",
-      store: models.hotStore,
+      store: hotStoreOf(models),
       extra: [],
       sparsity,
     },
