@@ -24,6 +24,19 @@
  * 14 GB Q4_1 GGUF: the full 32 layers and their stores do not fit this disk twice), at a 4 GiB
  * limit by default (the paper's 47B at 8 GiB is the same 3.5x), files named mx16-*.
  *
+ * --shape qwen3-0.6b | qwen3-8b | llama3.2-1b | llama3-8b | phi3-mini | gemma3-4b: today's dense
+ * models (synth's public widths, random weights, SiLU; gemma3 GELU; no planted sparsity), files
+ * named SHAPE[-LN]-silu-TYPE (gemma3: -gelu-). Q4_1 by default as for the others: on AVX2 too
+ * llama.cpp repacks Q4_0 into anonymous memory. Ours runs the exact gate mode, which computes
+ * every neuron (SiLU thresholds only where a calibration asks: docs/sparsity.md). Without --limits
+ * the limit is ours' least budget (as `run` reports it) plus an eighth of the FFN weights for the
+ * cache, so most of the FFN is read from flash every token (dense.ts; at 1B the embeddings and the
+ * runtime make the least budget about two thirds of the GGUF). The comparison then adds each
+ * interleaved pair's decode ratio and whether ours' greedy ids equal llama.cpp's; the ablation and
+ * planner sections, which need planted firing rates, are skipped with that reason.
+ *   npm run bench:offload -- --shape llama3.2-1b --reps 3 -n 16
+ *   npm run bench:offload -- --shape gemma3-4b --layers 12        # fewer layers: disk and time
+ *
  * --gate-rank R makes the model predictable (`synth --gate-rank`: gate rows from a rank-R basis,
  * files named *-rR-*), puts the predictors synth planted into the stores, and runs ours with
  * --sparsity predictor; a last section compares its text with the exact gate mode's. The ablation
