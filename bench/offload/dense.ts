@@ -13,8 +13,8 @@ import { gib } from "./summary.js";
 
 /** Share of the GGUF's FFN weights the default limit leaves for the neuron cache: the rest stays on flash. */
 const CACHED_FFN_SHARE = 1 / 8;
-/** The default limit is rounded up to this (1/64 GiB): a number a reader can rerun. */
-const LIMIT_STEP = GiB / 64;
+/** The default limit is rounded up to this (0.05 GiB): a number a reader can type to rerun it. */
+const LIMIT_STEP = GiB / 20;
 
 /** The GGUF's FFN weights (gate, up and down of every layer) in bytes. */
 function ffnWeightBytes(shape: DenseShape, type: string, layers: number): number {
@@ -56,7 +56,7 @@ function minimumBudget(store: string, threads: number): number {
 
 /**
  * The default limit of a dense shape: the least budget that runs plus an eighth of its FFN
- * weights for the cache, so that most of the FFN is read from flash; rounded up to 1/64 GiB.
+ * weights for the cache, so that most of the FFN is read from flash; rounded up to 0.05 GiB.
  * (A fixed share of the GGUF cannot serve every shape: a 1B model with a 128k vocabulary keeps
  * two thirds of its GGUF resident, embeddings and attention, plus the runtime.)
  */
@@ -72,7 +72,7 @@ export function defaultDenseLimits(
   log(
     `limit (default for a dense shape): ours' least budget ${gib(min)} + ${CACHED_FFN_SHARE} of the FFN weights (${gib(ffn)}) for the cache = ${gib(limit)}, ${((100 * limit) / statSync(models.gguf).size).toFixed(0)}% of the GGUF`,
   );
-  return [limit / GiB];
+  return [+(limit / GiB).toFixed(2)];
 }
 
 /** The report's model line for a dense shape. */
