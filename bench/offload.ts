@@ -32,8 +32,10 @@
  * the limit is ours' least budget (as `run` reports it) plus an eighth of the FFN weights for the
  * cache, so most of the FFN is read from flash every token (dense.ts; at 1B the embeddings and the
  * runtime make the least budget about two thirds of the GGUF). The comparison then adds each
- * interleaved pair's decode ratio and whether ours' greedy ids equal llama.cpp's; the ablation and
- * planner sections, which need planted firing rates, are skipped with that reason.
+ * interleaved pair's decode ratio and whether ours' greedy ids equal llama.cpp's (weak evidence
+ * here: the store's Down is requantized along its columns, a slightly different model than the
+ * GGUF, and random tied-embedding models tend to repeat the last prompt token, which the table
+ * then says); the ablation and planner sections, which need planted firing rates, are skipped.
  *   npm run bench:offload -- --shape llama3.2-1b --reps 3 -n 16
  *   npm run bench:offload -- --shape gemma3-4b --layers 12        # fewer layers: disk and time
  *
