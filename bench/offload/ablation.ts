@@ -7,12 +7,12 @@ import { SHAPE_SPECS } from "../../src/offline/synth.js";
 import type { BenchContext } from "./context.js";
 import { runOurs, type RunResult } from "./engine-runs.js";
 import { hotStoreOf } from "./models.js";
-import { GiB } from "./settings.js";
+import { limitBytes } from "./settings.js";
 import { gib, loadRange, med, medNum, oursDetail, ratio } from "./summary.js";
 
 export function runAblation(b: BenchContext): void {
   const { o, models, sparsity, cg, log, texts, raw } = b;
-  const limit = o.ablationLimit * GiB;
+  const limit = limitBytes(o.ablationLimit);
   // with predictors, the steps before them run the exact gate mode, and the predictors are a step
   const early: "gate" | "predictor" = "gate";
   const configs: { name: string; store: string; extra: string[]; sparsity: "gate" | "predictor" }[] = [

@@ -6,7 +6,7 @@ import { hotStoreOf } from "./models.js";
 import { isDenseShape } from "./options.js";
 import { DENSE_MIN_COMPUTED_PCT, reportPairs, type ComparisonCell, type RunPair } from "./pairs.js";
 import type { CgroupSupport } from "./limited-run.js";
-import { GiB, MiB } from "./settings.js";
+import { limitBytes, MiB } from "./settings.js";
 import { gib, loadRange, med, medNum, oursDetail, ratio } from "./summary.js";
 
 export function compareWithLlamaCpp(b: BenchContext, cg: CgroupSupport): void {
@@ -21,7 +21,7 @@ export function compareWithLlamaCpp(b: BenchContext, cg: CgroupSupport): void {
         const pair: RunPair = {};
         cell.pairs.push(pair);
         cells.set(key, cell);
-        const limit = limitG * GiB;
+        const limit = limitBytes(limitG);
         // a limit ours refused once is refused every time: no need to ask again
         if (!(cell.ours.length && cell.ours.every((r) => r.failure?.startsWith("does not fit")))) {
           const r = runOurs(
@@ -88,7 +88,7 @@ export function compareWithLlamaCpp(b: BenchContext, cg: CgroupSupport): void {
       const d = oursDetail(c.ours);
       const okOurs = c.ours.filter((r) => r.ok);
       const within = okOurs.length
-        ? okOurs.every((r) => r.peakRssMiB! * MiB <= limitG * GiB * 1.05)
+        ? okOurs.every((r) => r.peakRssMiB! * MiB <= limitBytes(limitG) * 1.05)
           ? "yes"
           : "NO"
         : "";

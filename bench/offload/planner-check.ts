@@ -6,12 +6,12 @@ import { spawnSync } from "node:child_process";
 import type { BenchContext } from "./context.js";
 import { runOurs, type RunResult } from "./engine-runs.js";
 import { hotStoreOf } from "./models.js";
-import { BIN, CONTEXT, GiB, MiB } from "./settings.js";
+import { BIN, CONTEXT, limitBytes, MiB } from "./settings.js";
 import { gib, med, medNum, oursDetail } from "./summary.js";
 
 export function checkPlanner(b: BenchContext): void {
   const { o, models, cg, log, raw } = b;
-  const limit = o.ablationLimit * GiB;
+  const limit = limitBytes(o.ablationLimit);
   const threads = o.ablationThreads[0];
   const store = hotStoreOf(models);
   const planFile = `${store}.bench-plan.json`;
