@@ -72,6 +72,10 @@ export function defaultDenseLimits(
   log(
     `limit (default for a dense shape): ours' least budget ${gib(min)} + ${CACHED_FFN_SHARE} of the FFN weights (${gib(ffn)}) for the cache = ${gib(limit)}, ${((100 * limit) / statSync(models.gguf).size).toFixed(0)}% of the GGUF`,
   );
+  if (limit >= statSync(models.gguf).size)
+    log(
+      "  (the GGUF is smaller than this limit: llama.cpp can keep all of it in memory; at this size ours' runtime and padded bundles cost more than the FFN they leave on flash; pass --limits to set one)",
+    );
   return [+(limit / GiB).toFixed(2)];
 }
 
