@@ -24,6 +24,21 @@
  * 14 GB Q4_1 GGUF: the full 32 layers and their stores do not fit this disk twice), at a 4 GiB
  * limit by default (the paper's 47B at 8 GiB is the same 3.5x), files named mx16-*.
  *
+ * --shape qwen3-0.6b | qwen3-8b | llama3.2-1b | llama3-8b | phi3-mini | gemma3-4b: today's dense
+ * models (synth's public widths, random weights, SiLU; gemma3 GELU; no planted sparsity), files
+ * named SHAPE[-LN]-silu-TYPE (gemma3: -gelu-). Q4_1 by default as for the others: on AVX2 too
+ * llama.cpp repacks Q4_0 into anonymous memory. Ours runs the exact gate mode, which computes
+ * every neuron (SiLU thresholds only where a calibration asks: docs/sparsity.md). Without --limits
+ * the limit is ours' least budget (as `run` reports it) plus an eighth of the FFN weights for the
+ * cache, so most of the FFN is read from flash every token (dense.ts; at 1B the embeddings and the
+ * runtime make the least budget about two thirds of the GGUF). The comparison then adds each
+ * interleaved pair's decode ratio and whether ours' greedy ids equal llama.cpp's (weak evidence
+ * here: the store's Down is requantized along its columns, a slightly different model than the
+ * GGUF, and random tied-embedding models tend to repeat the last prompt token, which the table
+ * then says); the ablation and planner sections, which need planted firing rates, are skipped.
+ *   npm run bench:offload -- --shape llama3.2-1b --reps 3 -n 16
+ *   npm run bench:offload -- --shape gemma3-4b --layers 12        # fewer layers: disk and time
+ *
  * --gate-rank R makes the model predictable (`synth --gate-rank`: gate rows from a rank-R basis,
  * files named *-rR-*), puts the predictors synth planted into the stores, and runs ours with
  * --sparsity predictor; a last section compares its text with the exact gate mode's. The ablation
@@ -50,10 +65,11 @@ import { PEER_DIR, peerRun } from "./peer.js";
 import { runAblation } from "./offload/ablation.js";
 import { compareWithLlamaCpp } from "./offload/compare.js";
 import type { BenchContext } from "./offload/context.js";
+import { defaultDenseLimits, denseModelLine, skipForDense } from "./offload/dense.js";
 import { GreedyTexts } from "./offload/greedy-texts.js";
 import { cgroupSupport, prewarmEachRun, prewarming, type CgroupSupport } from "./offload/limited-run.js";
 import { ensureModels } from "./offload/models.js";
-import { parseOptions, type Options } from "./offload/options.js";
+import { isDenseShape, parseOptions, type Options } from "./offload/options.js";
 import { ensurePeer, limitPeer } from "./offload/peer-install.js";
 import { checkPlanner } from "./offload/planner-check.js";
 import { comparePredictorWithGate } from "./offload/predictor-quality.js";
@@ -90,9 +106,12 @@ function logHeader(b: BenchContext, started: Date): void {
   const predictable = o.gateRank
     ? `, gate rank ${o.gateRank} (planted predictors, not trained: docs/benchmarks.md)`
     : "";
-  log(
-    `model: ${o.shape} shape (${SHAPE_SPECS[o.shape].like}${o.layers !== undefined && o.layers !== SHAPE_SPECS[o.shape].layers ? `, ${o.layers} of its ${SHAPE_SPECS[o.shape].layers} layers` : ""}), ReLU, planted sparsity ${SPARSITY}${predictable}, ${o.type.toUpperCase()}, seed ${SEED}: GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}`,
-  );
+  const shape = o.shape;
+  if (isDenseShape(shape)) log(denseModelLine({ ...o, shape }, models));
+  else
+    log(
+      `model: ${o.shape} shape (${SHAPE_SPECS[o.shape].like}${o.layers !== undefined && o.layers !== SHAPE_SPECS[o.shape].layers ? `, ${o.layers} of its ${SHAPE_SPECS[o.shape].layers} layers` : ""}), ReLU, planted sparsity ${SPARSITY}${predictable}, ${o.type.toUpperCase()}, seed ${SEED}: GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}`,
+    );
   log(
     `prompt ${PROMPT.length} chars, ${o.n} generated tokens, greedy, context ${CONTEXT} for both engines${prewarming() ? "; each run's file read whole, then dropped from the page cache, before the run (--prewarm)" : ""}; ours: --sparsity ${sparsity} (reader defaults), store ${o.order === "hot" ? "hot-first (planted rates as the profile)" : "in index order"}; medians of ${o.reps} interleaved runs`,
   );
@@ -128,9 +147,13 @@ async function main(): Promise<void> {
   const b: BenchContext = { o, models, sparsity, cg, peerOk, peer, log, texts: new GreedyTexts(), raw };
 
   logHeader(b, started);
+  const shape = o.shape;
+  const dense = isDenseShape(shape);
+  if (dense && o.limits.length === 0) o.limits = defaultDenseLimits({ ...o, shape }, models, log);
+  const skipped = (section: string) => o.skip.has(section) || (dense && skipForDense(section, shape, log));
   if (!o.skip.has("compare") && cg) compareWithLlamaCpp(b, cg);
-  if (!o.skip.has("ablation")) runAblation(b);
-  if (!o.skip.has("plan")) checkPlanner(b);
+  if (!skipped("ablation")) runAblation(b);
+  if (!skipped("plan")) checkPlanner(b);
   if (!o.skip.has("io")) reportReadBandwidth(b);
   if (o.gateRank && !o.skip.has("quality")) comparePredictorWithGate(b);
   b.texts.report(log);

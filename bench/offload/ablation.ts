@@ -6,12 +6,13 @@ import { median } from "../../src/planner/median.js";
 import { SHAPE_SPECS } from "../../src/offline/synth.js";
 import type { BenchContext } from "./context.js";
 import { runOurs, type RunResult } from "./engine-runs.js";
-import { GiB } from "./settings.js";
+import { hotStoreOf } from "./models.js";
+import { limitBytes } from "./settings.js";
 import { gib, loadRange, med, medNum, oursDetail, ratio } from "./summary.js";
 
 export function runAblation(b: BenchContext): void {
   const { o, models, sparsity, cg, log, texts, raw } = b;
-  const limit = o.ablationLimit * GiB;
+  const limit = limitBytes(o.ablationLimit);
   // with predictors, the steps before them run the exact gate mode, and the predictors are a step
   const early: "gate" | "predictor" = "gate";
   const configs: { name: string; store: string; extra: string[]; sparsity: "gate" | "predictor" }[] = [
@@ -45,7 +46,7 @@ export function runAblation(b: BenchContext): void {
       : []),
     {
       name: "+ hot-first order on flash and the hot share its profile sets (planted rates as the profile)",
-      store: models.hotStore,
+      store: hotStoreOf(models),
       extra: [],
       sparsity,
     },

@@ -2,28 +2,42 @@
 import { median } from "../../src/planner/median.js";
 import type { BenchContext } from "./context.js";
 import { runOurs, runPeer, type RunResult } from "./engine-runs.js";
+import { hotStoreOf } from "./models.js";
+import { isDenseShape } from "./options.js";
+import { DENSE_MIN_COMPUTED_PCT, reportPairs, type ComparisonCell, type RunPair } from "./pairs.js";
 import type { CgroupSupport } from "./limited-run.js";
-import { GiB, MiB } from "./settings.js";
+import { limitBytes, MiB } from "./settings.js";
 import { gib, loadRange, med, medNum, oursDetail, ratio } from "./summary.js";
 
 export function compareWithLlamaCpp(b: BenchContext, cg: CgroupSupport): void {
   const { o, models, sparsity, peerOk, peer, log, texts, raw } = b;
-  const cells = new Map<string, { ours: RunResult[]; peer: RunResult[] }>();
+  const cells = new Map<string, ComparisonCell>();
+  const dense = isDenseShape(o.shape);
   for (let rep = 0; rep < o.reps; rep++) {
     for (const limitG of o.limits) {
       for (const threads of o.threads) {
         const key = `${limitG}/${threads}`;
-        const cell = cells.get(key) ?? { ours: [], peer: [] };
+        const cell = cells.get(key) ?? { ours: [], peer: [], pairs: [] };
+        const pair: RunPair = {};
+        cell.pairs.push(pair);
         cells.set(key, cell);
-        const limit = limitG * GiB;
+        const limit = limitBytes(limitG);
         // a limit ours refused once is refused every time: no need to ask again
         if (!(cell.ours.length && cell.ours.every((r) => r.failure?.startsWith("does not fit")))) {
           const r = runOurs(
             cg,
-            { store: o.order === "hot" ? models.hotStore : models.store, limit, threads, n: o.n, sparsity },
+            {
+              store: o.order === "hot" ? hotStoreOf(models) : models.store,
+              limit,
+              threads,
+              n: o.n,
+              sparsity,
+              minComputedPct: dense ? DENSE_MIN_COMPUTED_PCT : undefined,
+            },
             o.timeoutS,
           );
           cell.ours.push(r);
+          pair.ours = r;
           texts.note(sparsity, `compare ${key}`, r);
           process.stderr.write(
             `  ours  ${gib(limit)} t${threads}: ${r.ok ? `${r.prefill} / ${r.decode} tok/s, hit ${r.hitRatePct}%, read ${r.readMB} MB, wait ${r.ioWaitS} s, peak RSS ${r.peakRssMiB} MiB` : r.failure} (load ${r.load.toFixed(1)})\n`,
@@ -32,6 +46,7 @@ export function compareWithLlamaCpp(b: BenchContext, cg: CgroupSupport): void {
         if (peerOk) {
           const r = runPeer(cg, peer.dir, models.gguf, limit, threads, o.n, o.timeoutS);
           cell.peer.push(r);
+          pair.peer = r;
           process.stderr.write(
             `  llama ${gib(limit)} t${threads}: ${r.ok ? `${r.prefill} / ${r.decode} tok/s, major faults ${r.usage?.majorFaults}` : r.failure} (load ${r.load.toFixed(1)})\n`,
           );
@@ -73,7 +88,7 @@ export function compareWithLlamaCpp(b: BenchContext, cg: CgroupSupport): void {
       const d = oursDetail(c.ours);
       const okOurs = c.ours.filter((r) => r.ok);
       const within = okOurs.length
-        ? okOurs.every((r) => r.peakRssMiB! * MiB <= limitG * GiB * 1.05)
+        ? okOurs.every((r) => r.peakRssMiB! * MiB <= limitBytes(limitG) * 1.05)
           ? "yes"
           : "NO"
         : "";
@@ -87,4 +102,5 @@ export function compareWithLlamaCpp(b: BenchContext, cg: CgroupSupport): void {
       );
     }
   }
+  reportPairs(b, cells, dense);
 }

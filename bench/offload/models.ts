@@ -4,8 +4,8 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { evenRoutingShare } from "../../src/io/hit-model.js";
 import { plannedFiring } from "../../src/model/firing.js";
-import { SHAPE_SPECS } from "../../src/offline/synth.js";
-import type { Shape } from "./options.js";
+import { FIXED_ACTIVATION, SHAPE_SPECS } from "../../src/offline/synth.js";
+import { isDenseShape, type DenseShape, type Shape } from "./options.js";
 import { BIN, MODELS_DIR, SEED, SPARSITY } from "./settings.js";
 
 function sh(cmd: string[], what: string): void {
@@ -17,19 +17,53 @@ function sh(cmd: string[], what: string): void {
 export interface Models {
   gguf: string;
   store: string;
-  hotStore: string;
+  /** the store ordered hot-first by the planted firing rates (a dense shape has none) */
+  hotStore?: string;
 }
 
-/** The GGUF, its store in index order and its store ordered hot-first: made once. */
+/** The hot-first store, which the sections that need it ask for (a dense shape's run skips them). */
+export function hotStoreOf(m: Models): string {
+  if (!m.hotStore) throw new Error(`${m.gguf}: a dense model has no hot-first store (no planted firing rates)`);
+  return m.hotStore;
+}
+
+/** The dense model's activation: the one its architecture computes (gemma3: GELU), else SiLU. */
+export function denseActivation(shape: DenseShape): string {
+  return FIXED_ACTIVATION[SHAPE_SPECS[shape].arch ?? "llama"] ?? "silu";
+}
+
+/** A dense shape's GGUF and its store in index order: made once. */
+function ensureDenseModels(shape: DenseShape, type: string, layers?: number): Models {
+  const spec = SHAPE_SPECS[shape];
+  const nLayer = layers ?? spec.layers;
+  const act = denseActivation(shape);
+  const base = join(MODELS_DIR, `${shape}${nLayer !== spec.layers ? `-L${nLayer}` : ""}-${act}-${type}`);
+  const m: Models = { gguf: `${base}.gguf`, store: `${base}.pi` };
+  if (!existsSync(m.gguf))
+    sh(
+      [
+        ...[process.execPath, BIN, "synth", "--shape", shape, "--act", act, "--type", type, "--seed", String(SEED)],
+        ...(nLayer !== spec.layers ? ["--layers", String(nLayer)] : []),
+        ...["-o", m.gguf],
+      ],
+      "synth",
+    );
+  if (!existsSync(m.store)) sh([process.execPath, BIN, "convert", m.gguf, "-o", m.store], "convert");
+  return m;
+}
+
+/** The GGUF, its store in index order and (ReLU shapes) its store ordered hot-first: made once. */
 export function ensureModels(shape: Shape, type: string, gateRank: number | undefined, layers?: number): Models {
   mkdirSync(MODELS_DIR, { recursive: true });
+  if (isDenseShape(shape)) return ensureDenseModels(shape, type, layers);
   const spec = SHAPE_SPECS[shape];
   const nLayer = layers ?? spec.layers;
   const prefix =
     (shape === "7b" ? "7b" : shape === "mistral-7b" ? "m7b" : "mx") +
     (nLayer !== spec.layers || shape === "mixtral" ? String(nLayer) : "");
   const base = join(MODELS_DIR, `${prefix}-relu90-${gateRank ? `r${gateRank}-` : ""}${type}`);
-  const m: Models = { gguf: `${base}.gguf`, store: `${base}.pi`, hotStore: `${base}.hot.pi` };
+  const hotStore = `${base}.hot.pi`;
+  const m: Models = { gguf: `${base}.gguf`, store: `${base}.pi`, hotStore };
   // a predictable model's planted predictors go into both stores (llama.cpp reads the GGUF, which has none)
   const predictors = gateRank ? ["--predictors", `${base}.predictors.gguf`] : [];
   if (!existsSync(m.gguf) || (gateRank && !existsSync(predictors[1]))) {
@@ -57,13 +91,13 @@ export function ensureModels(shape: Shape, type: string, gateRank: number | unde
     );
   }
   if (!existsSync(m.store)) sh([process.execPath, BIN, "convert", m.gguf, "-o", m.store, ...predictors], "convert");
-  if (!existsSync(m.hotStore)) {
+  if (!existsSync(hotStore)) {
     // The planted per-neuron firing rates as an activation profile: what profiling the model on
     // varied input would find, up to sampling noise. Only the order on flash depends on it.
     const profile = join(MODELS_DIR, `${prefix}-relu90-planted-profile.json`);
     writeFileSync(profile, JSON.stringify({ layers: plantedProfile(shape, nLayer) }));
     sh(
-      [process.execPath, BIN, "convert", m.gguf, "-o", m.hotStore, "--profile", profile, ...predictors],
+      [process.execPath, BIN, "convert", m.gguf, "-o", hotStore, "--profile", profile, ...predictors],
       "convert (hot-first)",
     );
   }

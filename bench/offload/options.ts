@@ -1,12 +1,26 @@
 /** bench:offload's command line (the comment at the top of bench/offload.ts says what each flag does). */
 
-export type Shape = "7b" | "mistral-7b" | "mixtral";
+/** The ReLU shapes with planted sparsity (the paper's models). */
+export type SparseShape = "7b" | "mistral-7b" | "mixtral";
+/**
+ * The dense SiLU/GELU models people run today (synth's shapes of their public widths): no planted
+ * sparsity, so ours runs the exact gate mode, which computes every neuron, and streams the FFN
+ * that the budget leaves on flash.
+ */
+export const DENSE_SHAPES = ["qwen3-0.6b", "qwen3-8b", "llama3.2-1b", "llama3-8b", "phi3-mini", "gemma3-4b"] as const;
+export type DenseShape = (typeof DENSE_SHAPES)[number];
+export type Shape = SparseShape | DenseShape;
+
+export function isDenseShape(s: Shape): s is DenseShape {
+  return (DENSE_SHAPES as readonly string[]).includes(s);
+}
 
 export interface Options {
   shape: Shape;
   /** layers kept of the shape (synth --layers; the mixtral shape's default is 16) */
   layers?: number;
   type: "q4_1" | "q8_0";
+  /** GiB; empty for a dense shape without --limits: chosen once its store exists (dense.ts) */
   limits: number[];
   threads: number[];
   reps: number;
@@ -60,9 +74,10 @@ export function parseOptions(argv: string[]): { options: Options; prewarm: boole
       o.type = t;
     } else if (a === "--shape") {
       const t = v();
-      if (t !== "7b" && t !== "mistral-7b" && t !== "mixtral")
-        throw new Error("--shape must be 7b, mistral-7b or mixtral");
-      o.shape = t;
+      if (t !== "7b" && t !== "mistral-7b" && t !== "mixtral" && !(DENSE_SHAPES as readonly string[]).includes(t))
+        throw new Error(`--shape must be 7b, mistral-7b, mixtral or a dense one: ${DENSE_SHAPES.join(", ")}`);
+      o.shape = t as Shape;
+      if (isDenseShape(o.shape) && !argv.includes("--limits")) o.limits = [];
       if (t === "mixtral" && !argv.includes("--limits")) o.limits = [4];
       if (t === "mixtral" && !argv.includes("--ablation-limit")) o.ablationLimit = 4;
       if (t === "mixtral" && !argv.includes("--layers")) o.layers = 16;
@@ -90,5 +105,9 @@ export function parseOptions(argv: string[]): { options: Options; prewarm: boole
   for (const s of o.skip)
     if (!["compare", "ablation", "plan", "io", "quality"].includes(s))
       throw new Error(`--skip takes compare, ablation, plan, io, quality; got "${s}"`);
+  if (isDenseShape(o.shape) && o.gateRank)
+    throw new Error(`--gate-rank plants predictors in a ReLU model: not for the dense shape ${o.shape}`);
+  if (isDenseShape(o.shape) && o.order === "hot")
+    throw new Error(`--order hot needs a profile: the dense shape ${o.shape} has no planted firing rates`);
   return { options: o, prewarm };
 }

@@ -5,14 +5,15 @@
 import { spawnSync } from "node:child_process";
 import type { BenchContext } from "./context.js";
 import { runOurs, type RunResult } from "./engine-runs.js";
-import { BIN, CONTEXT, GiB, MiB } from "./settings.js";
+import { hotStoreOf } from "./models.js";
+import { BIN, CONTEXT, limitBytes, MiB } from "./settings.js";
 import { gib, med, medNum, oursDetail } from "./summary.js";
 
 export function checkPlanner(b: BenchContext): void {
   const { o, models, cg, log, raw } = b;
-  const limit = o.ablationLimit * GiB;
+  const limit = limitBytes(o.ablationLimit);
   const threads = o.ablationThreads[0];
-  const store = models.hotStore;
+  const store = hotStoreOf(models);
   const planFile = `${store}.bench-plan.json`;
   const cmd = [
     process.execPath,

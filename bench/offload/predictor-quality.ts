@@ -4,12 +4,12 @@
  */
 import type { BenchContext } from "./context.js";
 import { runOurs } from "./engine-runs.js";
-import { GiB } from "./settings.js";
+import { limitBytes } from "./settings.js";
 import { commonPrefix, gib } from "./summary.js";
 
 export function comparePredictorWithGate(b: BenchContext): void {
   const { o, models, cg, log, raw } = b;
-  const limit = o.ablationLimit * GiB;
+  const limit = limitBytes(o.ablationLimit);
   const threads = o.ablationThreads[0];
   const exact = runOurs(cg, { store: models.store, limit, threads, n: o.n, sparsity: "gate" }, o.timeoutS);
   const pred = runOurs(cg, { store: models.store, limit, threads, n: o.n, sparsity: "predictor" }, o.timeoutS);

@@ -9,6 +9,14 @@ export const BIN = join(ROOT_DIR, "bin", "powerinfer.cjs");
 export const MODELS_DIR = join(ROOT_DIR, "bench", ".models");
 export const GiB = 2 ** 30;
 export const MiB = 2 ** 20;
+
+/**
+ * A limit in GiB as bytes, in whole MiB: the cgroup files take whole bytes (0.45 GiB is not), and
+ * ours' --memory-budget, given in MiB, is then the very same limit.
+ */
+export function limitBytes(gibs: number): number {
+  return Math.floor((gibs * GiB) / MiB) * MiB;
+}
 /** Both engines get this context (the KV cache is part of the limit). */
 export const CONTEXT = 256;
 /** Reads in flight: bin/powerinfer.cjs starts libuv with 64 threads (the runtime's default depth). */
