@@ -107,7 +107,7 @@ export const STORE_FLAGS: FlagSpec[] = [
     names: ["--expert-read-ahead"],
     key: "expertReadAhead",
     type: "string",
-    help: "a mixture of experts in predictor mode, what is read ahead: expert (the next routed expert's exact picks while the first computes), layer (the next layer's likely experts, by its router on the current residual), both; default: expert",
+    help: "a mixture of experts in predictor mode, what is read ahead: expert (the next routed expert's exact picks while the first computes), layer (the next layer's likely experts, by its router on the current residual; where the router reads the block's input, as smallthinker's, the routed experts themselves, before attention), both; default: expert (both for smallthinker)",
   },
   {
     names: ["--verify"],

@@ -34,6 +34,8 @@ export interface StoreFigures {
   /** a mixture of experts: of readAhead, the bundles read for each token's next routed expert (exact picks), and how many were used */
   readAheadExact?: number;
   readAheadExactUsed?: number;
+  /** a mixture whose router reads the block's input: of readAhead, the bundles read before attention for the routed experts */
+  readAheadRouted?: number;
   /** a mixture of experts: per expert across layers, and per layer x expert */
   moe?: ExpertFigures;
   peakResidentBytes: number;
@@ -82,6 +84,7 @@ export function runResult(
   if (off.groups && off.groups.experts > 0) {
     store.readAheadExact = off.readAheadExact ?? 0;
     store.readAheadExactUsed = off.readAheadExactUsed ?? 0;
+    store.readAheadRouted = off.readAheadRouted ?? 0;
     store.moe = expertFigures(off.groups);
   }
   return { text, tokens, stats: { ...stats, ...store, kernels: kernelBuild() } };

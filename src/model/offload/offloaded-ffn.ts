@@ -94,7 +94,9 @@ export interface OffloadOptions {
    * the default); "layer": after a layer, the likely picks of the experts the next layer's router
    * picks on the current residual; "both". On moe-stories from a disk that limits the token
    * (docs/benchmarks.md, "Mixture-of-experts read-ahead") "layer" read ~13% more for ~80% used
-   * and was slower than none; "expert" was faster.
+   * and was slower than none; "expert" was faster. Where the router reads the block's input
+   * (smallthinker) the experts a layer's router picks before attention are the routed ones, not a
+   * guess: the default there is "both", so that their reads overlap attention.
    */
   expertReadAhead?: ExpertReadAhead;
   /** records each step's phases (pick, hit and miss compute, waits) and each read (src/runtime/tracer.ts) */
@@ -160,7 +162,7 @@ export class OffloadedFFN {
     this.pipeline = opts.pipeline ?? true;
     this.verifyOnce = (opts.verify ?? "once") === "once";
     this.nLayer = cfg.nLayer;
-    this.expertReadAhead = opts.expertReadAhead ?? "expert";
+    this.expertReadAhead = opts.expertReadAhead ?? (cfg.routerInput === "block" ? "both" : "expert");
     if (!EXPERT_READ_AHEAD.includes(this.expertReadAhead))
       throw new RangeError(
         `expertReadAhead must be ${EXPERT_READ_AHEAD.join(", ")}; got ${JSON.stringify(opts.expertReadAhead)}`,
@@ -254,17 +256,26 @@ export class OffloadedFFN {
   }
 
   /**
-   * A mixture: start reading the likely bundles of groups[0..count) (the experts the next layer's
-   * router picks on the current residual), from the residual row at `residual`, while other work
-   * computes. Nothing without read-ahead.
+   * A mixture: start reading the likely bundles of groups[0..count) (the experts a layer's router
+   * picks before its attention), from the residual row at `residual`, while attention computes.
+   * `routed`: the router read the block's input, so these are the experts the token is routed to
+   * (counted as readAheadRouted); else a guess on the current residual. Nothing without read-ahead.
    */
-  readAheadGroups(groups: Int32Array, count: number, residual: number): void {
+  readAheadGroups(groups: Int32Array, count: number, residual: number, routed = false): void {
     const ra = this.readAhead;
     if (!ra || !this.readsAheadLayer) return;
     const tr = this.tracer;
     const t = tr ? tr.now() : 0;
+    const before = this.stats.readAhead;
     for (let i = 0; i < count; i++) if (!ra.has(groups[i])) ra.start(groups[i], residual, false);
-    if (tr) tr.span("read-ahead", "pick", t, { group: groups[0] });
+    const bundles = this.stats.readAhead - before;
+    if (routed) this.stats.readAheadRouted = (this.stats.readAheadRouted ?? 0) + bundles;
+    if (tr)
+      tr.span(routed ? "read-ahead routed" : "read-ahead", "pick", t, {
+        group: groups[0],
+        experts: count,
+        bundles,
+      });
   }
 
   /** Whether the gate rows are in memory. */
@@ -486,7 +497,13 @@ export class OffloadedFFN {
       coldHits: c.cold.hits,
       misses: this.stats.misses + c.ahead.used,
       readAheadUsed: c.ahead.used,
-      ...(mixture ? { readAheadExact: this.stats.readAheadExact ?? 0, readAheadExactUsed: c.ahead.exact } : {}),
+      ...(mixture
+        ? {
+            readAheadExact: this.stats.readAheadExact ?? 0,
+            readAheadExactUsed: c.ahead.exact,
+            readAheadRouted: this.stats.readAheadRouted ?? 0,
+          }
+        : {}),
       groups: {
         experts: g.experts,
         steps: g.steps.slice(),

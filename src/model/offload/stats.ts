@@ -22,6 +22,12 @@ export interface OffloadStats {
    */
   readAheadExact?: number;
   readAheadExactUsed?: number;
+  /**
+   * a mixture whose router reads the block's input (smallthinker), in predictor mode: of
+   * readAhead, the bundles read before attention for the experts the token is routed to (their
+   * likely picks, from the block's input), reads that overlap attention
+   */
+  readAheadRouted?: number;
   /** the same counts per store group (a layer, or layer * experts + expert of a mixture) */
   groups?: GroupStats;
 }

@@ -84,7 +84,7 @@ export class OffloadedMoeFFN implements FFNPart {
       this.router.route(this.routerWeights, step, b.x);
       if (step.n !== 1 || !off.readsAheadLayer) return;
       for (let j = 0; j < nExpertUsed; j++) this.ahead[j] = first + this.router.ids[j];
-      off.readAheadGroups(this.ahead, nExpertUsed, b.x);
+      off.readAheadGroups(this.ahead, nExpertUsed, b.x, true);
       return;
     }
     if (step.n !== 1 || !off.readsAheadLayer || this.layer === 0) return;

@@ -37,10 +37,12 @@ export function routeTokens(
   weights: Float32Array,
   probs: Float64Array,
   gating: ExpertGating = "softmax",
+  /** where token 0's logits start in `logits` (the model's memory, viewed whole: no view made per call) */
+  from = 0,
 ): number {
   let margin = Infinity;
   for (let t = 0; t < n; t++) {
-    const row = t * nExpert;
+    const row = from + t * nExpert;
     if (gating === "sigmoid") {
       for (let e = 0; e < nExpert; e++) probs[e] = Math.fround(1 / (1 + Math.exp(-logits[row + e])));
     } else if (gating === "softmax_weight") {
@@ -126,8 +128,7 @@ export class Router {
     const b = this.ctx.buf;
     const f32 = this.ctx.f32;
     this.logits(router, n, input, bias);
-    const logits = f32.subarray(b.route >>> 2, (b.route >>> 2) + n * nExpert);
-    const margin = routeTokens(logits, n, nExpert, nExpertUsed, this.ids, this.weights, this.probs, expertGating);
+    const margin = routeTokens(f32, n, nExpert, nExpertUsed, this.ids, this.weights, this.probs, expertGating, b.route >>> 2);
     step.routed += n * nExpertUsed;
     if (margin < step.routeMargin) step.routeMargin = margin;
     f32.fill(0, b.moeAcc >>> 2, (b.moeAcc >>> 2) + n * nEmbd);
