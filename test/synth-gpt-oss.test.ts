@@ -85,7 +85,7 @@ test("gpt-oss: even layers windowed, odd ones global; YaRN on every layer, as ll
     assert.deepEqual(cfg.ropeScales, [1 / 32, 1 / 32, 1 / 32]);
     assert.equal(cfg.activation, "swiglu_oai");
     assert.equal(cfg.expertGating, "softmax_weight");
-    assert.deepEqual(cfg.ropeYarn, { extFactor: 1, betaFast: 32, betaSlow: 1, origContext: 4096 });
+    assert.deepEqual(cfg.ropeYarn, { extFactor: 1, betaFast: 32, betaSlow: 1, origContext: 4096, truncate: true });
     // ggml's correction range for 64 rotated dims, base 150000, 4096 positions: pairs 8 to 18
     const corr = yarnCorrDims(64, 150000, cfg.ropeYarn!);
     assert.deepEqual(corr, [8, 18]);

@@ -9,7 +9,7 @@
  * The published checkpoints keep their experts as MXFP4 blocks and scales (`*_blocks`,
  * `*_scales`): those are refused, not repacked.
  */
-import { GGUFValueType } from "../gguf.js";
+import { GGUFValueType, YARN_TRUNCATE_KEY } from "../gguf.js";
 import { HFConvertError, type HFConfig } from "./hf-config.js";
 import { commonMetadata, decoderHParams, type DecoderHParams } from "./hparams.js";
 import { attentionOf, embeddingsAndHead } from "./arch-llama.js";
@@ -114,6 +114,12 @@ function yarnMetadata(b: PlanBuilder, h: DecoderHParams): void {
   b.meta(`${ARCH}.rope.scaling.original_context_length`, num("original_max_position_embeddings"), GGUFValueType.UINT32);
   b.meta(`${ARCH}.rope.scaling.yarn_beta_fast`, num("beta_fast"), F32);
   b.meta(`${ARCH}.rope.scaling.yarn_beta_slow`, num("beta_slow"), F32);
+  // transformers rounds the ramp's ends to whole pairs unless told not to; llama.cpp's converter
+  // drops the flag (llama.cpp always rounds), which moves gpt-oss's logits by ~0.2% here
+  const truncate = p.truncate ?? true;
+  if (typeof truncate !== "boolean")
+    b.cfg.fail(`${r.key}.truncate`, `= ${JSON.stringify(truncate)} is not true or false`);
+  if (!truncate) b.meta(`${ARCH}.${YARN_TRUNCATE_KEY}`, false, GGUFValueType.BOOL);
 }
 
 /**
