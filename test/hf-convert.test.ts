@@ -23,7 +23,7 @@ import {
 } from "node:fs";
 import { join } from "node:path";
 import { gunzipSync } from "node:zlib";
-import { GGUFFile } from "../src/format/gguf.js";
+import { GGUFFile, YARN_TRUNCATE_KEY } from "../src/format/gguf.js";
 import { typeName } from "../src/format/ggml-types.js";
 import { convertHFToGGUF } from "../src/format/hf/hf-to-gguf.js";
 import { SafetensorsFile } from "../src/format/hf/safetensors.js";
@@ -121,9 +121,12 @@ function llamaCppOutput(path: string, type: string): LlamaCppOutput {
 
 /**
  * Keys written where llama.cpp's converter leaves llama.cpp to a default the checkpoint does not
- * follow (Gemma 3's attention period, 6 by default, when layer_types repeat every 3 layers).
+ * follow: Gemma 3's attention period (6 by default, when layer_types repeat every 3 layers);
+ * gpt-oss's `truncate: false` YaRN (llama.cpp rounds the ramp's ends to whole pairs, [2, 5] for
+ * this fixture's 16-wide heads where transformers uses [2.02, 4.35]: that is why llama.cpp's ids
+ * differ from transformers' on prompts 1 and 3, and ours match transformers' on all 6).
  */
-const DELIBERATE_EXTRAS = ["attention.sliding_window_pattern"];
+const DELIBERATE_EXTRAS = ["attention.sliding_window_pattern", YARN_TRUNCATE_KEY];
 
 /**
  * The model's keys (general.architecture, type, file_type, quantization_version and every
@@ -288,6 +291,42 @@ test("hf: bad directories are refused naming the file and the tensor or key", { 
   });
   await refuses(d, "model-extra.safetensors", `"${extra.name}"`, "not used");
 });
+
+test(
+  "hf gpt-oss: MXFP4 experts, another window layout, other YaRN parameters and SwiGLU clamp are refused",
+  { skip: !NAMES.includes("gpt-oss") },
+  async () => {
+    const editConfig = (d: string, edit: (j: Record<string, unknown>) => void) => {
+      const j = readJson<Record<string, unknown>>(join(d, "config.json"));
+      edit(j);
+      writeFileSync(join(d, "config.json"), JSON.stringify(j));
+    };
+    // the published checkpoints' experts: MXFP4 blocks and scales, which convert does not repack
+    let d = brokenCopy("gpt-oss", "gptoss-mxfp4");
+    const blocks: TestTensor = {
+      name: "model.layers.0.mlp.experts.gate_up_proj_blocks",
+      shape: [4],
+      values: new Float32Array(4),
+    };
+    writeSafetensors(join(d, "model-mxfp4.safetensors"), [blocks]);
+    const index = readJson<{ weight_map: Record<string, string> }>(join(d, "model.safetensors.index.json"));
+    index.weight_map[blocks.name] = "model-mxfp4.safetensors";
+    writeFileSync(join(d, "model.safetensors.index.json"), JSON.stringify(index));
+    await refuses(d, "model-mxfp4.safetensors", `"${blocks.name}"`, "MXFP4");
+
+    d = brokenCopy("gpt-oss", "gptoss-layers");
+    editConfig(d, (j) => (j.layer_types = ["full_attention", "sliding_attention"]));
+    await refuses(d, "config.json", '"layer_types"', "[0]");
+
+    d = brokenCopy("gpt-oss", "gptoss-yarn");
+    editConfig(d, (j) => ((j.rope_parameters as Record<string, unknown>).mscale = 0.5));
+    await refuses(d, "config.json", '"rope_parameters.mscale"');
+
+    d = brokenCopy("gpt-oss", "gptoss-swiglu");
+    editConfig(d, (j) => (j.swiglu_limit = 10));
+    await refuses(d, "config.json", '"swiglu_limit"', "7");
+  },
+);
 
 /**
  * The fixtures are too narrow for a store (rows of whole 32-value blocks): the fuzz target's tiny

@@ -85,10 +85,15 @@ test("gpt-oss: even layers windowed, odd ones global; YaRN on every layer, as ll
     assert.deepEqual(cfg.ropeScales, [1 / 32, 1 / 32, 1 / 32]);
     assert.equal(cfg.activation, "swiglu_oai");
     assert.equal(cfg.expertGating, "softmax_weight");
-    assert.deepEqual(cfg.ropeYarn, { extFactor: 1, betaFast: 32, betaSlow: 1, origContext: 4096 });
+    assert.deepEqual(cfg.ropeYarn, { extFactor: 1, betaFast: 32, betaSlow: 1, origContext: 4096, truncate: true });
     // ggml's correction range for 64 rotated dims, base 150000, 4096 positions: pairs 8 to 18
     const corr = yarnCorrDims(64, 150000, cfg.ropeYarn!);
     assert.deepEqual(corr, [8, 18]);
+    // unrounded where the file says rope.scaling.yarn_truncate = false (transformers' truncate: false)
+    const dim = (beta: number) => (64 * Math.log(4096 / (2 * Math.PI * beta))) / (2 * Math.log(150000));
+    const exact = yarnCorrDims(64, 150000, { ...cfg.ropeYarn!, truncate: false });
+    assert.ok(Math.abs(exact[0] - dim(32)) < 1e-4 && Math.abs(exact[1] - dim(1)) < 1e-4, `unrounded: ${exact}`);
+    assert.ok(exact[0] !== 8 && exact[1] !== 18, "not rounded");
     const spec = { nRot: 64, base: 150000, scale: 1 / 32, attnFactor: 1, yarn: cfg.ropeYarn };
     const table = ropeTable(spec, 40);
     const mscale = 1 + 0.1 * Math.log(32);

@@ -22,6 +22,13 @@ export class GGUFError extends Error {
   }
 }
 
+/**
+ * `<arch>.rope.scaling.yarn_truncate` (bool): whether YaRN's ramp ends are rounded to whole pairs.
+ * Absent: true, as llama.cpp always computes; not a llama.cpp key (it ignores it). convert writes
+ * false for a checkpoint trained with the unrounded ramp (transformers' `truncate: false`).
+ */
+export const YARN_TRUNCATE_KEY = "rope.scaling.yarn_truncate";
+
 export enum GGUFValueType {
   UINT8 = 0,
   INT8 = 1,

@@ -3,7 +3,7 @@
  * conventions (activation, RoPE pairing, biases) made explicit.
  */
 import { ACTIVATION_NAMES, activationByName, type Activation } from "../format/activations.js";
-import { GGUFError, type ModelFile } from "../format/gguf.js";
+import { GGUFError, YARN_TRUNCATE_KEY, type ModelFile } from "../format/gguf.js";
 import { ARCHITECTURES } from "./arch/index.js";
 import { uniformAttention } from "./arch/attention-layers.js";
 import type { RopeYarn } from "./rope.js";
@@ -121,6 +121,8 @@ function yarnOf(file: ModelFile, key: (k: string) => string, origContext: number
     betaFast: fixed.yarn_beta_fast,
     betaSlow: fixed.yarn_beta_slow,
     origContext,
+    // llama.cpp ignores this key and always rounds: it runs such a file slightly differently
+    truncate: file.getBool(key(YARN_TRUNCATE_KEY), true),
   };
 }
 

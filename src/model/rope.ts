@@ -40,14 +40,26 @@ export interface RopeYarn {
   betaSlow: number;
   /** the context the model was trained at before its RoPE was scaled */
   origContext: number;
+  /**
+   * The ramp's ends rounded outwards to whole pairs (llama.cpp always does; transformers unless
+   * the config says `truncate: false`, as gpt-oss's does: rope.scaling.yarn_truncate).
+   */
+  truncate: boolean;
 }
 
-/** The pair range [low, high] of YaRN's ramp for a table of `base`, as ggml_rope_yarn_corr_dims computes it in f32. */
+/**
+ * The pair range [low, high] of YaRN's ramp for a table of `base`, as ggml_rope_yarn_corr_dims
+ * computes it in f32; unrounded where the model was trained so (`truncate` false).
+ */
 export function yarnCorrDims(nRot: number, base: number, y: RopeYarn): [number, number] {
   const f = Math.fround;
   const dim = (beta: number) =>
     f(f(nRot * f(Math.log(f(y.origContext / f(f(beta * 2) * f(Math.PI)))))) / f(2 * f(Math.log(base))));
-  return [Math.max(0, Math.floor(dim(y.betaFast))), Math.min(nRot - 1, Math.ceil(dim(y.betaSlow)))];
+  const low = dim(y.betaFast),
+    high = dim(y.betaSlow);
+  return y.truncate
+    ? [Math.max(0, Math.floor(low)), Math.min(nRot - 1, Math.ceil(high))]
+    : [Math.max(0, low), Math.min(nRot - 1, high)];
 }
 
 /**

@@ -5,6 +5,7 @@
 import { HFConvertError, type HFConfig } from "./hf-config.js";
 import { LLAMA, llamaLayoutPlan, MIXTRAL, QWEN2, QWEN3, QWEN3MOE } from "./arch-llama.js";
 import { gemma3Plan } from "./arch-gemma3.js";
+import { gptOssPlan } from "./arch-gpt-oss.js";
 import { phi3Plan } from "./arch-phi3.js";
 import { smallthinkerPlan } from "./arch-smallthinker.js";
 import type { ConversionPlan } from "./plan.js";
@@ -24,16 +25,13 @@ const HF_ARCHITECTURES: ReadonlyMap<string, PlanFn> = new Map<string, PlanFn>([
   ["Phi3ForCausalLM", phi3Plan],
   ["Gemma3ForCausalLM", (c, f, t) => gemma3Plan(c, f, tokenizerCount(t))],
   ["SmallThinkerForCausalLM", smallthinkerPlan],
+  ["GptOssForCausalLM", gptOssPlan],
 ]);
 
 export const SUPPORTED_HF_ARCHITECTURES: readonly string[] = [...HF_ARCHITECTURES.keys()];
 
 export function planConversion(ckpt: SafetensorsCheckpoint, cfg: HFConfig, tok: HFTokenizerFiles): ConversionPlan {
   const name = cfg.architecture();
-  if (name === "GptOssForCausalLM")
-    throw new HFConvertError(
-      `${cfg.path}: "architectures" = "${name}": gpt-oss checkpoints keep their experts as MXFP4 blocks and scales, which convert does not repack yet`,
-    );
   const plan = HF_ARCHITECTURES.get(name);
   if (!plan)
     throw new HFConvertError(

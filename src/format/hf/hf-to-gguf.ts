@@ -19,8 +19,9 @@ import { quantizeRow } from "../quant.js";
 import { f32ToBF16Array, f32ToF16Array } from "../half.js";
 import { planConversion } from "./architectures.js";
 import { HFConfig, HFConvertError } from "./hf-config.js";
-import { outputTypeFor, type ConversionPlan, type PlannedTensor, type RowRange } from "./plan.js";
-import { SafetensorsCheckpoint } from "./safetensors.js";
+import { pickColumns, pickedCount } from "./column-pick.js";
+import { outputTypeFor, type ColumnPick, type ConversionPlan, type PlannedTensor, type RowRange } from "./plan.js";
+import { SafetensorsCheckpoint, type SafetensorsFile } from "./safetensors.js";
 import { readTokenizerFiles, type HFTokenizerFiles } from "./tokenizer-files.js";
 
 export const HF_OUTPUT_TYPES = ["auto", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"] as const;
@@ -173,7 +174,10 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
 
 function sourceBytes(t: PlannedTensor): number {
   if (!t.parts) return 0;
-  return t.parts.reduce((a, p) => a + (p.source.bytes / Math.max(1, rowsOfSource(p))) * p.rows, 0);
+  return t.parts.reduce(
+    (a, p) => a + (p.columns ? p.source.bytes : (p.source.bytes / Math.max(1, rowsOfSource(p))) * p.rows),
+    0,
+  );
 }
 
 function rowsOfSource(p: RowRange): number {
@@ -218,6 +222,10 @@ async function writeTensor(
   }
   for (const p of t.parts!) {
     const file = ckpt.fileOf(p.source);
+    if (p.columns) {
+      await writeColumnPart(file, t, p, p.columns, emit, scratch, report);
+      continue;
+    }
     const srcRowLen = p.source.shape.length === 0 ? 1 : p.source.shape[p.source.shape.length - 1];
     if (srcRowLen !== rowLen)
       throw new HFConvertError(
@@ -242,6 +250,47 @@ async function writeTensor(
       } else await emit(vals, n);
       await new Promise<void>((res) => setImmediate(res));
     }
+  }
+}
+
+/**
+ * A part made of picked columns (plan.ts's ColumnPick): the source is read a block at a time
+ * (one whole matrix when transposing, since each output row runs down all of its rows) and its
+ * picked columns emitted as rows.
+ */
+async function writeColumnPart(
+  file: SafetensorsFile,
+  t: PlannedTensor,
+  p: RowRange,
+  pick: ColumnPick,
+  emit: (values: Float32Array, rows: number) => Promise<void>,
+  scratch: Uint8Array,
+  report: (sourceBytes: number) => void,
+): Promise<void> {
+  const s = p.source.shape;
+  const rowLen = t.dims[0];
+  const width = s[s.length - 1];
+  const picked = pickedCount(width, pick);
+  // transposed: one matrix per block, its rows are s[-2]; else: source rows of `width`, as many as fit
+  const blockRows = pick.transpose ? s[s.length - 2] : Math.max(1, Math.floor(CHUNK_VALUES / width));
+  const totalRows = rowsOfSource(p);
+  const outRowLen = pick.transpose ? blockRows : picked;
+  const outRows = pick.transpose ? (totalRows / blockRows) * picked : totalRows;
+  if (s.length < (pick.transpose ? 3 : 2) || outRowLen !== rowLen || outRows !== p.rows)
+    throw new HFConvertError(
+      `${p.source.file}: tensor "${p.source.name}" [${s.join(", ")}] does not make ${p.rows} rows of ${rowLen} for "${t.name}"`,
+    );
+  const elemBytes = p.source.bytes / Math.max(1, p.source.elements);
+  const block = new Float32Array(blockRows * width);
+  const out = new Float32Array(blockRows * picked);
+  for (let r = 0; r < totalRows; r += blockRows) {
+    const n = Math.min(blockRows, totalRows - r);
+    const vals = block.subarray(0, n * width);
+    file.readF32(p.source, r * width, vals, scratch);
+    report(n * width * elemBytes);
+    pickColumns(vals, n, width, pick, out);
+    await emit(out, pick.transpose ? picked : n);
+    await new Promise<void>((res) => setImmediate(res));
   }
 }
 

@@ -25,6 +25,20 @@ export interface RowRange {
    * each pair adjacent. Output row 2i+j of a head is its source row j*half+i.
    */
   ropeHeadRows?: number;
+  /**
+   * Columns instead of rows: every `step`-th value of each source row from `first` (HF's fused
+   * gate_up interleaves gate and up values). With `transpose`, the source is a stack of matrices
+   * stored input-major (transformers' fused experts [E, in, out], applied as x @ W) and each
+   * matrix's picked columns become output rows of `in` values. Such a part covers its whole
+   * source (firstRow 0); `rows` counts output rows.
+   */
+  columns?: ColumnPick;
+}
+
+export interface ColumnPick {
+  first: number;
+  step: number;
+  transpose: boolean;
 }
 
 export interface PlannedTensor {
