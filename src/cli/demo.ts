@@ -477,7 +477,7 @@ export async function main(argv: string[]): Promise<number> {
   out.write(
     [
       `speed:   prefill ${r.prefillTokensPerSecond.toFixed(2)} tok/s (${r.promptTokens} tokens), decode ${r.decodeTokensPerSecond.toFixed(2)} tok/s (${r.generatedTokens} tokens), ${r.threads} thread(s)`,
-      `ffn:     ${(100 * f.computedShare).toFixed(1)}% of neurons computed (${r.sparsity === "predictor" ? "those the predictor picked; hot clusters it picked nearly whole, whole" : "those that fired"}); ` +
+      `ffn:     ${(100 * f.computedShare).toFixed(1)}% of neurons computed (${r.sparsity === "predictor" ? "those the predictor picked" : "those that fired"}); ` +
         `neuron cache hit rate ${(100 * f.hitRate).toFixed(1)}% (hot ${r.hotHits}, cold ${r.coldHits}, misses ${r.misses})`,
       `flash:   read ${mb(r.bytesRead)} at ${(r.bytesRead / MB / r.seconds).toFixed(1)} MB/s; waiting for reads ${((100 * r.ioWaitMs) / 1000 / r.seconds).toFixed(0)}% of the time` +
         // Reads beyond the misses' bundles are gate rows: the budget does not hold them.

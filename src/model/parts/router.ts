@@ -128,7 +128,17 @@ export class Router {
     const b = this.ctx.buf;
     const f32 = this.ctx.f32;
     this.logits(router, n, input, bias);
-    const margin = routeTokens(f32, n, nExpert, nExpertUsed, this.ids, this.weights, this.probs, expertGating, b.route >>> 2);
+    const margin = routeTokens(
+      f32,
+      n,
+      nExpert,
+      nExpertUsed,
+      this.ids,
+      this.weights,
+      this.probs,
+      expertGating,
+      b.route >>> 2,
+    );
     step.routed += n * nExpertUsed;
     if (margin < step.routeMargin) step.routeMargin = margin;
     f32.fill(0, b.moeAcc >>> 2, (b.moeAcc >>> 2) + n * nEmbd);
