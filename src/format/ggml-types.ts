@@ -98,3 +98,19 @@ export function typeFromName(name: string): GGMLType | undefined {
   for (const [id, t] of Object.entries(TRAITS)) if (t!.name === up) return Number(id) as GGMLType;
   return undefined;
 }
+
+/**
+ * llama.cpp's `general.file_type` (its llama_ftype, "mostly" this type: norms and other 1-D
+ * tensors stay F32) for the output types the writers here make.
+ */
+export const LLAMA_FILE_TYPE = {
+  f32: 0,
+  f16: 1,
+  q4_0: 2,
+  q4_1: 3,
+  q8_0: 7,
+  q5_0: 8,
+  q5_1: 9,
+  bf16: 32,
+  mxfp4: 38, // MOSTLY_MXFP4_MOE: the experts' matrices
+} as const;

@@ -11,7 +11,7 @@
  * BF16 checkpoint, else F16.
  */
 import { basename, join, resolve } from "node:path";
-import { GGMLType, traitsBytes, typeName, typeTraits } from "../ggml-types.js";
+import { GGMLType, LLAMA_FILE_TYPE, traitsBytes, typeName, typeTraits } from "../ggml-types.js";
 import { GGUFValueType } from "../gguf.js";
 import { GGUFWriter, type GGUFWritableValue, type TensorSink } from "../gguf-writer.js";
 import { ggufVocabFromHF } from "../hf-tokenizer.js";
@@ -27,17 +27,6 @@ import { readTokenizerFiles, type HFTokenizerFiles } from "./tokenizer-files.js"
 export const HF_OUTPUT_TYPES = ["auto", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"] as const;
 export type HFOutputType = (typeof HF_OUTPUT_TYPES)[number];
 
-/** llama.cpp's general.file_type for each output type (LLAMA_FTYPE_*). */
-const FILE_TYPE: Record<Exclude<HFOutputType, "auto">, number> = {
-  f32: 0,
-  f16: 1,
-  q4_0: 2,
-  q4_1: 3,
-  q8_0: 7,
-  q5_0: 8,
-  q5_1: 9,
-  bf16: 32,
-};
 const GGML_OF: Record<Exclude<HFOutputType, "auto">, GGMLType> = {
   f32: GGMLType.F32,
   f16: GGMLType.F16,
@@ -131,7 +120,7 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
     writer.setMetadata("general.type", "model");
     writer.setMetadata("general.name", basename(dir));
     for (const m of plan.metadata) if (m.key !== "general.architecture") writer.setMetadata(m.key, m.value, m.type);
-    writer.setMetadata("general.file_type", FILE_TYPE[type], GGUFValueType.UINT32);
+    writer.setMetadata("general.file_type", LLAMA_FILE_TYPE[type], GGUFValueType.UINT32);
     writer.setMetadata("general.quantization_version", 2, GGUFValueType.UINT32);
     for (const [k, v] of vocab) writer.setMetadata(k, v as GGUFWritableValue);
 

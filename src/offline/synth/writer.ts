@@ -4,6 +4,7 @@
  * from its own stream (random-rows.ts) or, with planted sparsity, rewritten as the construction
  * needs (planted-sparsity.ts); then the implied predictors, if asked for.
  */
+import { LLAMA_FILE_TYPE } from "../../format/ggml-types.js";
 import { GGUFWriter, GGUFValueType } from "../../format/gguf-writer.js";
 import { SPARSITY_ALPHA_DEFAULT, SynthStream } from "../../model/firing.js";
 import { llama3RopeFactors } from "../../model/rope.js";
@@ -36,18 +37,6 @@ import {
   type SynthShapeSpec,
   type SynthType,
 } from "./shapes.js";
-
-/** llama.cpp's `llama_ftype` ("mostly" the given type; norms stay F32). */
-const FILE_TYPE: Record<SynthType, number> = {
-  f32: 0,
-  f16: 1,
-  q4_0: 2,
-  q4_1: 3,
-  q8_0: 7,
-  q5_0: 8,
-  q5_1: 9,
-  mxfp4: 38, // MOSTLY_MXFP4_MOE
-};
 
 export interface SynthProgress {
   /** tensor data bytes written so far, and in all */
@@ -184,7 +173,7 @@ function writeMetadata(w: GGUFWriter, o: SynthOptions, spec: SynthShapeSpec): vo
     "general.name",
     `synthetic-${o.shape}-${o.act}${planted}-${o.type}-seed${o.seed} (random weights shaped like ${spec.like}; not a trained model)`,
   );
-  w.setMetadata("general.file_type", FILE_TYPE[o.type], U32);
+  w.setMetadata("general.file_type", LLAMA_FILE_TYPE[o.type], U32);
   if (o.type !== "f32" && o.type !== "f16") w.setMetadata("general.quantization_version", 2, U32);
   const headDim = headDimOf(spec);
   const key = (k: string) => `${arch}.${k}`;
