@@ -5,7 +5,7 @@
  * ignored for a GGUF).
  */
 import type { ModelConfig } from "./config.js";
-import { BUDGET_ROOM, RUNTIME_GROWTH_BYTES, TOKENIZER_BYTES_PER_TOKEN } from "./offload/layout.js";
+import { BUDGET_ROOM, runtimeGrowthBytes } from "./offload/layout.js";
 
 const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
 
@@ -15,7 +15,7 @@ export function checkInMemoryBudget(
   resident: { weights: number; buffers: number; kv: number },
   budget: number,
 ): void {
-  const runtime = process.memoryUsage.rss() + RUNTIME_GROWTH_BYTES + TOKENIZER_BYTES_PER_TOKEN * cfg.nVocab;
+  const runtime = process.memoryUsage.rss() + runtimeGrowthBytes(cfg);
   const need = runtime + resident.weights + resident.buffers + resident.kv;
   if (need <= budget * BUDGET_ROOM) return;
   const store = path.replace(/\.gguf$/i, "") + ".pi";
