@@ -7,6 +7,7 @@ import { readFileSync } from "node:fs";
 import { ApiError } from "../generate/errors.js";
 import { responseGrammar, type ResponseFormat } from "../generate/response-format.js";
 import { UsageError, type FlagSpec, type ParsedArgs } from "./args.js";
+import { errorText } from "../format/printable.js";
 
 export const JSON_SCHEMA_FLAGS: FlagSpec[] = [
   {
@@ -32,7 +33,7 @@ export function responseFormatFromFlags(command: string, args: ParsedArgs): Resp
     try {
       text = readFileSync(where, "utf8");
     } catch (e) {
-      throw new UsageError(`${command}: cannot read the JSON schema file ${where}: ${(e as Error).message}`);
+      throw new UsageError(`${command}: cannot read the JSON schema file ${where}: ${errorText(e)}`);
     }
   } else {
     where = "--json-schema";
@@ -42,7 +43,7 @@ export function responseFormatFromFlags(command: string, args: ParsedArgs): Resp
   try {
     schema = JSON.parse(text);
   } catch (e) {
-    throw new UsageError(`${command}: ${where} is not JSON: ${(e as Error).message}`);
+    throw new UsageError(`${command}: ${where} is not JSON: ${errorText(e)}`);
   }
   if (typeof schema !== "boolean" && (typeof schema !== "object" || schema === null || Array.isArray(schema)))
     throw new UsageError(`${command}: ${where} must hold a JSON schema (an object)`);

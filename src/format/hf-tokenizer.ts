@@ -24,6 +24,7 @@
  */
 import type { GGUFValue } from "./gguf.js";
 import { gpt2UnicodeToByte } from "../tokenizer/unicode.js";
+import { errorText } from "./printable.js";
 
 export class HFTokenizerError extends Error {
   constructor(message: string) {
@@ -74,7 +75,7 @@ function parse(v: unknown, what: string): Json {
     try {
       v = JSON.parse(v);
     } catch (e) {
-      fail(`${what} is not valid JSON: ${(e as Error).message}`);
+      fail(`${what} is not valid JSON: ${errorText(e)}`);
     }
   }
   if (!isObject(v)) fail(`${what} should be a JSON object`);

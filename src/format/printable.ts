@@ -25,3 +25,11 @@ export function quoted(name: string, max = 80): string {
 export function oneLine(message: string): string {
   return escape(message);
 }
+
+/**
+ * A caught error's message, made one line. V8's JSON.parse quotes the text around the fault, and
+ * text from a damaged file can hold newlines there.
+ */
+export function errorText(e: unknown): string {
+  return oneLine(e instanceof Error ? e.message : String(e));
+}

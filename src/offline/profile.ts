@@ -25,6 +25,7 @@ import { isNeuronStore, LlamaModel } from "../model/model.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { corpusTokens, readCorpus } from "./corpus.js";
 import type { ActivationProfile } from "./convert/hot-first.js";
+import { errorText } from "../format/printable.js";
 
 export class ProfileError extends Error {
   constructor(message: string) {
@@ -160,15 +161,13 @@ export function readProfile(path: string): ProfileFile {
     raw = readFileSync(path, "utf8");
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
-    throw new ProfileError(
-      code === "ENOENT" ? `profile ${path} does not exist` : `profile ${path}: ${(e as Error).message}`,
-    );
+    throw new ProfileError(code === "ENOENT" ? `profile ${path} does not exist` : `profile ${path}: ${errorText(e)}`);
   }
   let p: ProfileFile;
   try {
     p = JSON.parse(raw);
   } catch (e) {
-    throw new ProfileError(`profile ${path} is not JSON: ${(e as Error).message}`);
+    throw new ProfileError(`profile ${path} is not JSON: ${errorText(e)}`);
   }
   if (typeof p !== "object" || p === null || !Array.isArray(p.layers)) {
     throw new ProfileError(

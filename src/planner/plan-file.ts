@@ -9,6 +9,7 @@ import type { PlannedKnobs, ReadAheadRates, Workload } from "./knobs.js";
 import type { MachineFingerprint } from "./machine.js";
 import type { ModelFingerprint } from "./model-fingerprint.js";
 import type { Prediction } from "./prediction.js";
+import { errorText } from "../format/printable.js";
 
 export const PLAN_FORMAT = "powerinfer-ts plan";
 export const PLAN_VERSION = 2;
@@ -85,13 +86,13 @@ export function readPlan(path: string): PlanFile {
   try {
     text = readFileSync(path, "utf8");
   } catch (e) {
-    throw new PlanError(`cannot read plan ${path}: ${(e as Error).message}`);
+    throw new PlanError(`cannot read plan ${path}: ${errorText(e)}`);
   }
   let p: PlanFile;
   try {
     p = JSON.parse(text) as PlanFile;
   } catch (e) {
-    throw new PlanError(`${path} is not a plan file: ${(e as Error).message}`);
+    throw new PlanError(`${path} is not a plan file: ${errorText(e)}`);
   }
   if (!p || p.format !== PLAN_FORMAT)
     throw new PlanError(

@@ -27,7 +27,7 @@ import {
 import type { ChatTemplate } from "../chat/template.js";
 import type { ModelObject } from "../chat/openai-types.js";
 import { queueFor } from "../chat/queue.js";
-import { oneLine } from "../format/printable.js";
+import { errorText, oneLine } from "../format/printable.js";
 import { ApiKeyCheck } from "./auth.js";
 import { CorsPolicy } from "./cors.js";
 import { EXTRA_ROUTES, type RouteAnswer } from "./routes/index.js";
@@ -521,7 +521,7 @@ export class OpenAIServer {
     } catch (e) {
       throw new ApiError(
         400,
-        `the request body is not valid JSON: ${oneLine(e instanceof Error ? e.message : String(e))}`,
+        `the request body is not valid JSON: ${errorText(e)}`,
         "invalid_request_error",
         null,
         "invalid_json",

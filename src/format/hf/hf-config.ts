@@ -3,6 +3,7 @@
  * checked for its kind and range, and an error names the file and the key.
  */
 import { readFileSync } from "node:fs";
+import { errorText } from "../printable.js";
 
 export class HFConvertError extends Error {
   constructor(message: string) {
@@ -33,13 +34,13 @@ export class HFConfig {
     try {
       text = readFileSync(path, "utf8");
     } catch (e) {
-      throw new HFConvertError(`${path}: cannot read: ${(e as Error).message}`);
+      throw new HFConvertError(`${path}: cannot read: ${errorText(e)}`);
     }
     let json: unknown;
     try {
       json = JSON.parse(text);
     } catch (e) {
-      throw new HFConvertError(`${path}: not JSON: ${(e as Error).message}`);
+      throw new HFConvertError(`${path}: not JSON: ${errorText(e)}`);
     }
     return new HFConfig(path, json);
   }

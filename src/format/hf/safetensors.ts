@@ -13,6 +13,7 @@
 import { closeSync, existsSync, fstatSync, openSync, readdirSync, readFileSync, readSync } from "node:fs";
 import { basename, join } from "node:path";
 import { f16Table } from "../half.js";
+import { errorText } from "../printable.js";
 
 export class SafetensorsError extends Error {
   constructor(message: string) {
@@ -77,7 +78,7 @@ export class SafetensorsFile {
     try {
       fd = openSync(path, "r");
     } catch (e) {
-      throw new SafetensorsError(`${path}: cannot open: ${(e as Error).message}`);
+      throw new SafetensorsError(`${path}: cannot open: ${errorText(e)}`);
     }
     try {
       const f = new SafetensorsFile(path, fd, fstatSync(fd).size);
@@ -113,7 +114,7 @@ export class SafetensorsFile {
     try {
       header = JSON.parse(text.toString("utf8"));
     } catch (e) {
-      this.fail(`header is not JSON: ${(e as Error).message}`);
+      this.fail(`header is not JSON: ${errorText(e)}`);
     }
     if (typeof header !== "object" || header === null || Array.isArray(header))
       this.fail("header is not a JSON object");
@@ -200,7 +201,7 @@ export class SafetensorsFile {
       this.readAt(dst, t.offset + from);
     } catch (e) {
       if (e instanceof SafetensorsError) throw e;
-      this.fail(`tensor "${t.name}": read at offset ${t.offset + from} failed: ${(e as Error).message}`);
+      this.fail(`tensor "${t.name}": read at offset ${t.offset + from} failed: ${errorText(e)}`);
     }
   }
 
@@ -297,7 +298,7 @@ export class SafetensorsCheckpoint {
       try {
         index = JSON.parse(readFileSync(indexPath, "utf8"));
       } catch (e) {
-        throw new SafetensorsError(`${indexPath}: not JSON: ${(e as Error).message}`);
+        throw new SafetensorsError(`${indexPath}: not JSON: ${errorText(e)}`);
       }
       const map = (index as { weight_map?: unknown } | null)?.weight_map;
       if (typeof map !== "object" || map === null || Array.isArray(map))

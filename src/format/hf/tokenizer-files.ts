@@ -6,6 +6,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { HFConvertError } from "./hf-config.js";
+import { errorText } from "../printable.js";
 
 export interface HFTokenizerFiles {
   path: string;
@@ -18,7 +19,7 @@ function readJson(path: string): unknown {
   try {
     return JSON.parse(readFileSync(path, "utf8"));
   } catch (e) {
-    throw new HFConvertError(`${path}: ${(e as Error).message}`);
+    throw new HFConvertError(`${path}: ${errorText(e)}`);
   }
 }
 

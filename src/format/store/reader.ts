@@ -15,6 +15,7 @@ import { decodeHeader, STORE_PAGE, type StoreHeader } from "./header.js";
 import type { StoreManifest } from "./manifest.js";
 import { checkManifest, type StoreFFN, type StoreFFNLayer, type StoreTensorInfo } from "./manifest-check.js";
 import { StoreError } from "./store-error.js";
+import { errorText } from "../printable.js";
 
 /** What src/model/config.ts's readConfig and the tokenizer read from a model file: a ModelFile's metadata and tensor table. */
 export type ModelMetadataSource = Omit<ModelFile, "readTensor" | "close">;
@@ -92,7 +93,7 @@ export class NeuronStore extends MetadataAccess implements ModelMetadataSource {
       try {
         manifest = JSON.parse(raw.toString("utf8"));
       } catch (e) {
-        throw new StoreError(path, `manifest is not valid JSON: ${(e as Error).message}`, header.manifestOffset);
+        throw new StoreError(path, `manifest is not valid JSON: ${errorText(e)}`, header.manifestOffset);
       }
       if (typeof manifest !== "object" || manifest === null)
         throw new StoreError(path, "manifest is not a JSON object", header.manifestOffset);

@@ -7,6 +7,7 @@ import type { GGUFFile } from "../../format/gguf.js";
 import { checkFingerprint, modelFingerprint, profileThresholds, ProfileError } from "../profile.js";
 import { ConvertError } from "./convert-error.js";
 import type { FFNTensors } from "./source-ffn.js";
+import { errorText } from "../../format/printable.js";
 
 /**
  * An activation profile: per layer, how often each neuron fired (any non-negative scale: counts
@@ -39,7 +40,7 @@ export function loadProfile(p: string | ActivationProfile, layers: FFNTensors[],
     try {
       profile = JSON.parse(readFileSync(p, "utf8"));
     } catch (e) {
-      throw new ConvertError(`profile ${p}: ${(e as Error).message}`);
+      throw new ConvertError(`profile ${p}: ${errorText(e)}`);
     }
   } else profile = p;
   const where = file ?? "profile";
