@@ -7,6 +7,8 @@
  *  - relu-stories: the GGUF copied into OPFS, converted to a neuron store there (streaming),
  *    run under a budget that leaves most bundles on flash: the dense run's tokens, and the wasm
  *    memory never passes the budget.
+ *  - Qwen3 and Gemma 3 converted from Hugging Face directories (real vocabularies, the Gemma
+ *    sliding-window layers): the greedy tokens and text equal Node's.
  *  - a screenshot of the page, its size checked.
  *  - bad input gives an error on the page, never a hang: no cross-origin isolation, a truncated
  *    file, a URL that is not there.
@@ -21,7 +23,8 @@ import { join } from "node:path";
 import { startWebPage, type WebPage } from "../src/server/web-page.js";
 import { loadModel } from "../src/api/model.js";
 import { convertToStore } from "../src/offline/convert.js";
-import { CLI, SHARED, tempDir } from "./helpers.js";
+import { convertHFToGGUF } from "../src/format/hf/hf-to-gguf.js";
+import { CLI, hfFixtureDir, SHARED, tempDir } from "./helpers.js";
 
 const onPath = (process.env.PATH ?? "")
   .split(":")
@@ -62,6 +65,9 @@ let bare: WebPage;
 const dir = tempDir();
 const truncated = join(dir, "truncated.gguf");
 const corrupt = join(dir, "corrupt.pi");
+/** Today's architectures, from Hugging Face checkpoints (test/fixtures/hf). */
+const HF_ARCHS = ["qwen3", "gemma3"];
+const hfGGUF = (arch: string) => join(dir, `hf-${arch}.gguf`);
 
 before(async () => {
   if (skip) return;
@@ -71,7 +77,14 @@ before(async () => {
   const bytes = readFileSync(corrupt);
   for (let off = 8_000_000; off < 30_000_000; off += 7 * 4096) bytes.fill(0xff, off, off + 64);
   writeFileSync(corrupt, bytes);
-  page = await startWebPage({ port: 0, models: [STORIES, RELU, truncated, corrupt] });
+  for (const arch of HF_ARCHS)
+    await convertHFToGGUF({
+      input: hfFixtureDir(arch, join(dir, arch)),
+      output: hfGGUF(arch),
+      type: "f32",
+      fsync: false,
+    });
+  page = await startWebPage({ port: 0, models: [STORIES, RELU, truncated, corrupt, ...HF_ARCHS.map(hfGGUF)] });
   bare = await startWebPage({ port: 0, isolation: false });
   const { chromium } = (await import("playwright-core")) as unknown as {
     chromium: { launchPersistentContext(dir: string, o: object): Promise<Ctx> };
@@ -180,6 +193,15 @@ test("browser: stories260K's greedy tokens in Chromium equal Node's", { skip }, 
   assert.equal(r.output, want.text);
   assert.equal(r.stats.kind, "gguf");
 });
+
+for (const arch of HF_ARCHS)
+  test(`browser: a ${arch} converted from Hugging Face gives Node's greedy tokens and text`, { skip }, async () => {
+    const want = await nodeTokens(hfGGUF(arch));
+    const r = await run(page.url, q({ model: `/models/hf-${arch}.gguf`, prompt: PROMPT, n: N, temp: 0, autorun: 1 }));
+    assert.equal(r.state, "done", r.error);
+    assert.deepEqual(r.stats.tokens, want.tokens);
+    assert.equal(r.output, want.text);
+  });
 
 test(
   "browser: relu-stories converted to a store in OPFS, most bundles on flash under a budget, equals the dense run",

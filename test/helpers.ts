@@ -2,7 +2,17 @@
 import { fileURLToPath } from "node:url";
 import { dirname, join, resolve } from "node:path";
 import { createHash } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { gunzipSync } from "node:zlib";
 import { tmpdir } from "node:os";
 import assert from "node:assert/strict";
 import { GGUFFile } from "../src/format/gguf.js";
@@ -202,4 +212,20 @@ export async function matchesReference(path: string, ids: number[], tolerance: n
     await m.dispose();
     file.close();
   }
+}
+
+/**
+ * A whole Hugging Face directory of test/fixtures/hf/NAME assembled in `into` (its checkpoint, and
+ * the tokenizer files its tokenizer.from names, stored once under test/fixtures/tokenizers).
+ */
+export function hfFixtureDir(name: string, into: string): string {
+  if (existsSync(into)) return into;
+  mkdirSync(into, { recursive: true });
+  const src = join(ROOT, "test", "fixtures", "hf", name);
+  for (const f of readdirSync(src))
+    if (f !== "tokenizer.from" && f !== "README.md") copyFileSync(join(src, f), join(into, f));
+  const tok = join(ROOT, "test", "fixtures", "tokenizers", readFileSync(join(src, "tokenizer.from"), "utf8").trim());
+  writeFileSync(join(into, "tokenizer.json"), gunzipSync(readFileSync(join(tok, "tokenizer.json.gz"))));
+  copyFileSync(join(tok, "tokenizer_config.json"), join(into, "tokenizer_config.json"));
+  return into;
 }

@@ -29,7 +29,7 @@ import { convertHFToGGUF } from "../src/format/hf/hf-to-gguf.js";
 import { SafetensorsFile } from "../src/format/hf/safetensors.js";
 import { LlamaModel } from "../src/model/model.js";
 import { convertHFToStore } from "../src/offline/hf-to-store.js";
-import { argmax, greedyAsync, loadMostlyOnFlash, maxDiff, ROOT, tempDir } from "./helpers.js";
+import { argmax, greedyAsync, hfFixtureDir, loadMostlyOnFlash, maxDiff, ROOT, tempDir } from "./helpers.js";
 import { hfFiles, hfPristine } from "./fuzz/hf-cases.js";
 import { writeSafetensors, type TestTensor } from "./safetensors-writer.js";
 
@@ -52,15 +52,7 @@ interface TransformersReference {
 
 /** A complete Hugging Face directory: the fixture's files plus the tokenizer it names. */
 function hfDir(name: string, into = join(dir, name)): string {
-  if (existsSync(into)) return into;
-  mkdirSync(into, { recursive: true });
-  const src = join(FIXTURES, name);
-  for (const f of readdirSync(src))
-    if (f !== "tokenizer.from" && f !== "README.md") copyFileSync(join(src, f), join(into, f));
-  const tok = join(ROOT, "test", "fixtures", "tokenizers", readFileSync(join(src, "tokenizer.from"), "utf8").trim());
-  writeFileSync(join(into, "tokenizer.json"), gunzipSync(readFileSync(join(tok, "tokenizer.json.gz"))));
-  copyFileSync(join(tok, "tokenizer_config.json"), join(into, "tokenizer_config.json"));
-  return into;
+  return hfFixtureDir(name, into);
 }
 
 const converted = new Map<string, Promise<string>>();

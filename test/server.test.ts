@@ -12,11 +12,12 @@ import { connect } from "node:net";
 import { once } from "node:events";
 import { loadModel, type Model } from "../src/index.js";
 import { OpenAIServer, startServer } from "../src/server/index.js";
-import { ChatTemplate, tokenizeChatPrompt, type ChatMessage } from "../src/chat/index.js";
+import { ChatTemplate, templateForModel, tokenizeChatPrompt, type ChatMessage } from "../src/chat/index.js";
 import { spawn, spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { convertToStore } from "../src/offline/convert.js";
-import { CLI, SHARED, tempDir } from "./helpers.js";
+import { convertHFToGGUF } from "../src/format/hf/hf-to-gguf.js";
+import { CLI, hfFixtureDir, SHARED, tempDir } from "./helpers.js";
 
 const STORIES = `${SHARED}/models/stories260K.gguf`;
 const NAME = "stories260K";
@@ -738,6 +739,55 @@ test("powerinfer serve: a neuron store under a memory budget (its chat template 
     child.kill("SIGKILL");
   }
 });
+
+for (const arch of ["qwen3", "gemma3"]) {
+  test(`a ${arch} converted from a Hugging Face directory: its own chat template and real vocabulary, streamed and not`, async () => {
+    const d = tempDir();
+    const gguf = join(d, `${arch}.gguf`);
+    await convertHFToGGUF({ input: hfFixtureDir(arch, join(d, "hf")), output: gguf, type: "f32", fsync: false });
+    const m = await loadModel({ modelPath: gguf, threads: 2 });
+    const s = await startServer({ model: m, host: "127.0.0.1", port: 0, modelName: arch });
+    try {
+      const c = newClient(s);
+      const messages: ChatMessage[] = [
+        { role: "system", content: "Answer in one line." },
+        { role: "user", content: "Wie heißt die Hauptstadt? 日本語で" },
+        { role: "assistant", content: "Berlin." },
+        { role: "user", content: "Und Frankreich? 🇫🇷" },
+      ];
+      // the library's answer through the model's own template (the GGUF's tokenizer.chat_template)
+      const template = templateForModel(m);
+      const rendered = template.render(messages);
+      assert.match(rendered, arch === "qwen3" ? /<\|im_start\|>assistant\n$/ : /<start_of_turn>model\n$/);
+      const ids = tokenizeChatPrompt(m.tokenizer, rendered);
+      const expected = await m.generate(ids, { temperature: 0, maxTokens: 24, stop: [...template.stop] }).text();
+      const r = await c.chat.completions.create({ model: arch, messages, max_tokens: 24, temperature: 0 });
+      assert.equal(r.choices[0].message.content, template.trimAnswerStart ? expected.trimStart() : expected);
+      assert.equal(r.usage!.prompt_tokens, ids.length, "the server rendered the model's template");
+      // random weights over a 150-260k vocabulary: pieces of multi-byte characters, streamed whole
+      const stream = await c.chat.completions.create({
+        model: arch,
+        messages,
+        max_tokens: 24,
+        temperature: 0,
+        stream: true,
+      });
+      let answer = "";
+      for await (const chunk of stream) {
+        const piece = chunk.choices[0]?.delta?.content ?? "";
+        assert.ok(!piece.includes("\ufffd") || r.choices[0].message.content!.includes("\ufffd"), "no half characters");
+        answer += piece;
+      }
+      assert.equal(answer, r.choices[0].message.content);
+      const prompt = "Once upon a time, ein Mädchen 🐱";
+      const done = await c.completions.create({ model: arch, prompt, max_tokens: 12, temperature: 0 });
+      assert.equal(done.choices[0].text, await m.generate(prompt, { temperature: 0, maxTokens: 12 }).text());
+    } finally {
+      await s.close({ timeoutMs: 2000 });
+      await m.dispose();
+    }
+  });
+}
 
 test("powerinfer serve: clear failures for a missing model flag, a busy port, a missing file", async () => {
   const run = (...args: string[]) =>
