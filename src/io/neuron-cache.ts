@@ -110,7 +110,9 @@ export class NeuronCache {
     this.aheadUsedOf = new Float64Array(layers);
     this.prev = new Int32Array(slots).fill(-1);
     this.next = new Int32Array(slots).fill(-1);
-    for (let i = slots - 1; i >= s; i--) this.pushFront(i);
+    // The least recently used slot is the lowest: misses taken in file order then get slots in
+    // address order, and the reader coalesces adjacent ones into one read (flash-reader.ts).
+    for (let i = s; i < slots; i++) this.pushFront(i);
   }
 
   get coldSlots(): number {
