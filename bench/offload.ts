@@ -23,6 +23,10 @@
  * TurboSparse-Mixtral-47B shape (8 experts of FFN 14336, top-2) with --layers 16 by default (a
  * 14 GB Q4_1 GGUF: the full 32 layers and their stores do not fit this disk twice), at a 4 GiB
  * limit by default (the paper's 47B at 8 GiB is the same 3.5x), files named mx16-*.
+ * --shape smallthinker-4b is SmallThinker-4B-A0.6B's widths (32 experts of 768, top-4, the router
+ * before attention, ReGLU experts) at 0.75 GiB by default, files named st4b-*; keep --gate-rank
+ * small (15): its 1024 experts' predictors stay in memory.
+ *   npm run bench:offload -- --shape smallthinker-4b --gate-rank 15 --threads 2 --order hot --skip ablation,plan,io
  *
  * --shape qwen3-0.6b | qwen3-8b | llama3.2-1b | llama3-8b | phi3-mini | gemma3-4b: today's dense
  * models (synth's public widths, random weights, SiLU; gemma3 GELU; no planted sparsity), files

@@ -59,7 +59,7 @@ export function ensureModels(shape: Shape, type: string, gateRank: number | unde
   const spec = SHAPE_SPECS[shape];
   const nLayer = layers ?? spec.layers;
   const prefix =
-    (shape === "7b" ? "7b" : shape === "mistral-7b" ? "m7b" : "mx") +
+    ({ "7b": "7b", "mistral-7b": "m7b", mixtral: "mx", "smallthinker-4b": "st4b" } as const)[shape] +
     (nLayer !== spec.layers || shape === "mixtral" ? String(nLayer) : "");
   const base = join(MODELS_DIR, `${prefix}-relu90-${gateRank ? `r${gateRank}-` : ""}${type}`);
   const hotStore = `${base}.hot.pi`;

@@ -1,7 +1,7 @@
 /** bench:offload's command line (the comment at the top of bench/offload.ts says what each flag does). */
 
-/** The ReLU shapes with planted sparsity (the paper's models). */
-export type SparseShape = "7b" | "mistral-7b" | "mixtral";
+/** The ReLU shapes with planted sparsity (the paper's models, and SmallThinker's ReGLU mixture). */
+export type SparseShape = "7b" | "mistral-7b" | "mixtral" | "smallthinker-4b";
 /**
  * The dense SiLU/GELU models people run today (synth's shapes of their public widths): no planted
  * sparsity, so ours runs the exact gate mode, which computes every neuron, and streams the FFN
@@ -74,13 +74,25 @@ export function parseOptions(argv: string[]): { options: Options; prewarm: boole
       o.type = t;
     } else if (a === "--shape") {
       const t = v();
-      if (t !== "7b" && t !== "mistral-7b" && t !== "mixtral" && !(DENSE_SHAPES as readonly string[]).includes(t))
-        throw new Error(`--shape must be 7b, mistral-7b, mixtral or a dense one: ${DENSE_SHAPES.join(", ")}`);
+      if (
+        t !== "7b" &&
+        t !== "mistral-7b" &&
+        t !== "mixtral" &&
+        t !== "smallthinker-4b" &&
+        !(DENSE_SHAPES as readonly string[]).includes(t)
+      )
+        throw new Error(
+          `--shape must be 7b, mistral-7b, mixtral, smallthinker-4b or a dense one: ${DENSE_SHAPES.join(", ")}`,
+        );
       o.shape = t as Shape;
       if (isDenseShape(o.shape) && !argv.includes("--limits")) o.limits = [];
       if (t === "mixtral" && !argv.includes("--limits")) o.limits = [4];
       if (t === "mixtral" && !argv.includes("--ablation-limit")) o.ablationLimit = 4;
       if (t === "mixtral" && !argv.includes("--layers")) o.layers = 16;
+      // SmallThinker-4B-A0.6B at the 1 GB cap of PowerInfer's own figure, less the 256 MiB the
+      // planted predictors and this runtime's Node add over llama.cpp's
+      if (t === "smallthinker-4b" && !argv.includes("--limits")) o.limits = [0.75];
+      if (t === "smallthinker-4b" && !argv.includes("--ablation-limit")) o.ablationLimit = 0.75;
     } else if (a === "--layers") o.layers = nums(v())[0];
     else if (a === "--limits") o.limits = nums(v());
     else if (a === "--threads") o.threads = nums(v());
