@@ -101,8 +101,9 @@ test("budget layout: what the runtime's layout leaves for the neuron cache, hot 
   // predictor mode never keeps gate rows
   const pred = layoutFor(shape, hw, { ...knobs, sparsity: "predictor" }, budgetFor(41));
   assert.equal(pred.residentGates, false);
-  // undefined: gate rows resident when they fit with a minimal cache, else read from flash
-  assert.equal(layoutFor(shape, hw, { ...knobs, residentGates: undefined }, budgetFor(41)).residentGates, true);
+  // undefined: gate rows resident when they fit beside a cache of a layer's bundles (100 here), else read from flash
+  assert.equal(layoutFor(shape, hw, { ...knobs, residentGates: undefined }, budgetFor(100)).residentGates, true);
+  assert.equal(layoutFor(shape, hw, { ...knobs, residentGates: undefined }, budgetFor(99)).residentGates, false);
   assert.equal(layoutFor(shape, hw, { ...knobs, residentGates: undefined }, budgetFor(2)).residentGates, false);
 });
 
