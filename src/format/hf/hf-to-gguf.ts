@@ -63,6 +63,8 @@ export interface HFConvertResult {
   tensors: number;
   bytes: number;
   seconds: number;
+  /** the checkpoint's activation predictors, which the GGUF leaves out (a store takes them) */
+  predictorsLeftOut: number;
 }
 
 /** About 4 MiB of f32 values per chunk. */
@@ -173,6 +175,7 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
       tensors: plan.tensors.length,
       bytes,
       seconds: (performance.now() - t0) / 1000,
+      predictorsLeftOut: plan.predictors.length,
     };
   } catch (e) {
     await writer?.abort();
