@@ -209,7 +209,7 @@ test(
 );
 
 test(
-  "predictors in safetensors: a missing layer, a wrong shape, another model's layer, none at all are refused by name",
+  "predictors in safetensors: a missing layer, a wrong shape, another model's layer, none at all, a NaN are refused by name",
   { skip: !existsSync(RELU) && `${RELU} is missing` },
   async () => {
     const model = GGUFFile.open(RELU);
@@ -274,6 +274,12 @@ test(
       [{ name: "lm_head.weight", shape: [4], values: new Float32Array(4) }],
       "no predictor tensors",
     );
+    const nan = all.map((t) =>
+      t.name === "model.layers.1.mlp.predictor.fc2.weight"
+        ? { ...t, values: t.values.map((v, i) => (i === 77 ? NaN : v)) }
+        : t,
+    );
+    await refuses("nan", nan, 'tensor "model.layers.1.mlp.predictor.fc2.weight" holds NaN at element 77');
   },
 );
 

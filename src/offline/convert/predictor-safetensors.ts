@@ -19,6 +19,7 @@
  */
 import { existsSync, readdirSync, statSync } from "node:fs";
 import { basename, join } from "node:path";
+import { findNonFinite } from "../../format/finite-check.js";
 import { GGMLType } from "../../format/ggml-types.js";
 import {
   INDEX_FILE,
@@ -202,17 +203,25 @@ export function openSafetensorsPredictors(
     const read = (t: PredictorTensor, dst: Uint8Array, start: number, length: number) => {
       const { t: st, file } = sources.get(t.name)!;
       const out = dst.subarray(0, length);
-      if (st.dtype !== "BF16") return file.readBytes(st, start, out);
-      // BF16 widened: output bytes [start, start + length) are source bytes of half the offsets
-      if (start % 4 !== 0 || length % 4 !== 0)
+      if (st.dtype !== "BF16") file.readBytes(st, start, out);
+      else {
+        // BF16 widened: output bytes [start, start + length) are source bytes of half the offsets
+        if (start % 4 !== 0 || length % 4 !== 0)
+          throw new ConvertError(
+            `${st.file}: tensor "${st.name}": read at ${start} of ${length} bytes is not whole values`,
+          );
+        const raw = new Uint8Array(length / 2);
+        file.readBytes(st, start / 2, raw);
+        const values = new Float32Array(length / 4);
+        widenToF32("BF16", raw, values);
+        out.set(new Uint8Array(values.buffer));
+      }
+      // as a GGUF's predictors are (checkFiniteOnRead): a store holds only finite weights
+      const bad = findNonFinite(t.type, out, start);
+      if (bad)
         throw new ConvertError(
-          `${st.file}: tensor "${st.name}": read at ${start} of ${length} bytes is not whole values`,
+          `${st.file}: tensor "${st.name}" holds ${bad.value} at element ${bad.element}; predictors must be finite`,
         );
-      const raw = new Uint8Array(length / 2);
-      file.readBytes(st, start / 2, raw);
-      const values = new Float32Array(length / 4);
-      widenToF32("BF16", raw, values);
-      out.set(new Uint8Array(values.buffer));
     };
     return { tensors, threshold: 0, read, close };
   } catch (e) {
