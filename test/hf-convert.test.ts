@@ -6,6 +6,8 @@
  * - transformers (test/reference/hf/<name>.transformers.json): greedy ids on 6 prompts x 24 tokens,
  *   and at every teacher-forced step the top-8 logits within 1e-3 of the max logit, from the GGUF
  *   and from a neuron store (-o x.pi) read under a budget that leaves most of the FFN on flash.
+ * - llama.cpp itself (node-llama-cpp in bench/.peer, where installed) loads our f32 GGUF and
+ *   decodes transformers' greedy ids.
  * Then the bad directories: each refused with an error naming the file and the tensor or key.
  */
 import { test } from "node:test";
@@ -22,10 +24,11 @@ import {
   writeFileSync,
 } from "node:fs";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { gunzipSync } from "node:zlib";
 import { GGUFFile, YARN_TRUNCATE_KEY } from "../src/format/gguf.js";
 import { typeName } from "../src/format/ggml-types.js";
-import { convertHFToGGUF } from "../src/format/hf/hf-to-gguf.js";
+import { convertHFToGGUF, ggufModelName } from "../src/format/hf/hf-to-gguf.js";
 import { SafetensorsFile } from "../src/format/hf/safetensors.js";
 import { LlamaModel } from "../src/model/model.js";
 import { convertHFToStore } from "../src/offline/hf-to-store.js";
@@ -211,6 +214,162 @@ for (const name of NAMES) {
     }
   });
 }
+
+/**
+ * Vocabulary arrays llama.cpp's converter writes differently, on purpose or by its inputs:
+ * - scores of a SentencePiece vocabulary read from tokenizer.json (phi3, mistral, mixtral): ours
+ *   come from the merges' order; llama.cpp's converter, without tokenizer.model, writes -1000 for
+ *   every token (gguf-py's LlamaHfVocab), and for phi3 it read a tokenizer.model that
+ *   scripts/hf-fixtures-llamacpp-convert.py made up with scores -id;
+ * - gemma3's token types and merges: without tokenizer.model llama.cpp's Gemma 3 converter
+ *   writes the vocabulary as byte-level BPE (tokenizer.ggml.model gpt2, with merges); ours is
+ *   SentencePiece, as the published tokenizer.model makes it (the same tokens).
+ */
+const VOCAB_ARRAYS_DIFFER: Record<string, string[]> = {
+  phi3: ["tokenizer.ggml.scores"],
+  mistral: ["tokenizer.ggml.scores"],
+  mixtral: ["tokenizer.ggml.scores"],
+  gemma3: ["tokenizer.ggml.token_type", "tokenizer.ggml.merges"],
+};
+
+/** A metadata array's bytes as a GGUF stores them after the item type and count. */
+function arrayBytes(v: unknown): Uint8Array {
+  if (ArrayBuffer.isView(v)) return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+  const parts: Buffer[] = [];
+  for (const s of v as string[]) {
+    const b = Buffer.from(s, "utf8");
+    const len = Buffer.alloc(8);
+    len.writeBigUInt64LE(BigInt(b.length));
+    parts.push(len, b);
+  }
+  return Buffer.concat(parts);
+}
+
+/** node-llama-cpp (the llama.cpp version the engine is compared with), where bench/offload.ts installed it. */
+const PEER = join(ROOT, "bench", ".peer", "node_modules", "node-llama-cpp");
+const noPeer = existsSync(join(PEER, "package.json"))
+  ? false
+  : "llama.cpp is not installed (node-llama-cpp in bench/.peer, which npm run bench:offload installs)";
+
+/**
+ * Fixtures where llama.cpp runs a GGUF otherwise than transformers, whoever converted it: there
+ * our GGUF must give llama.cpp's ids from its own converter's GGUF. gpt-oss: llama.cpp rounds
+ * YaRN's ramp outwards whatever `rope.scaling.yarn_truncate` says (see DELIBERATE_EXTRAS).
+ */
+const LLAMACPP_RUNS_OTHERWISE = ["gpt-oss"];
+
+/** llama.cpp's greedy ids for each prompt (ids in, ids out: no tokenizer involved). */
+async function llamaCppGreedy(path: string, prompts: number[][], n: number): Promise<number[][]> {
+  const { getLlama } = await import(pathToFileURL(join(PEER, "dist", "index.js")).href);
+  const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" });
+  try {
+    const model = await llama.loadModel({ modelPath: path });
+    const out: number[][] = [];
+    for (const prompt of prompts) {
+      // a fresh context per prompt, F32 KV cache and no flash attention, as the reference's run
+      const context = await model.createContext({
+        contextSize: 128,
+        batchSize: 128,
+        threads: 1,
+        flashAttention: false,
+        experimentalKvCacheKeyType: "F32",
+        experimentalKvCacheValueType: "F32",
+      });
+      const ids: number[] = [];
+      for await (const id of context.getSequence().evaluate(prompt, { temperature: 0 })) {
+        ids.push(id);
+        if (ids.length >= n) break;
+      }
+      await context.dispose();
+      out.push(ids);
+    }
+    await model.dispose();
+    return out;
+  } finally {
+    await llama.dispose();
+  }
+}
+
+for (const name of NAMES) {
+  const transformersRef = join(REFERENCES, `${name}.transformers.json`);
+  const llamaCppRef = join(REFERENCES, `${name}.llamacpp-convert.json`);
+
+  test(
+    `hf ${name}: the vocabulary arrays are llama.cpp's converter's (but where its inputs differ)`,
+    { skip: !existsSync(llamaCppRef) },
+    async () => {
+      const want = llamaCppOutput(llamaCppRef, "f32").metadata;
+      const f = GGUFFile.open(await gguf(name, "f32"));
+      try {
+        const compared: string[] = [];
+        for (const [k, { value }] of Object.entries(want)) {
+          const v = value as { length?: number; sha256?: string };
+          if (!k.startsWith("tokenizer.") || typeof v?.sha256 !== "string") continue;
+          if (VOCAB_ARRAYS_DIFFER[name]?.includes(k)) continue;
+          const ours = f.metadata.get(k);
+          assert.ok(ours !== undefined, `${k}: missing`);
+          assert.equal((ours as unknown[]).length, v.length, `${k}: length`);
+          assert.equal(sha256(arrayBytes(ours)), v.sha256, `${k}: the items`);
+          compared.push(k);
+        }
+        assert.ok(compared.includes("tokenizer.ggml.tokens"), "the tokens at least");
+      } finally {
+        f.close();
+      }
+    },
+  );
+
+  test(
+    `hf ${name}: llama.cpp loads the f32 GGUF and decodes transformers' greedy ids`,
+    { skip: noPeer || (!existsSync(transformersRef) && "no transformers reference") },
+    async () => {
+      const ref = readJson<TransformersReference>(transformersRef);
+      const got = await llamaCppGreedy(await gguf(name, "f32"), ref.promptIds, ref.greedy[0].length);
+      let want = ref.greedy;
+      if (LLAMACPP_RUNS_OTHERWISE.includes(name)) {
+        const own = readJson<{ llamacpp: { greedy?: number[][] } }>(llamaCppRef).llamacpp.greedy;
+        assert.ok(own, `${llamaCppRef}: llama.cpp's own ids are missing`);
+        want = own;
+      }
+      for (let p = 0; p < want.length; p++) assert.deepEqual(got[p], want[p], `prompt ${p}`);
+    },
+  );
+}
+
+/**
+ * llama.cpp refuses a file whose general.name says Phi-3 when a token its Phi-3 rule looks up is
+ * missing (hf-to-gguf.ts): the phi3 fixture's tokenizer (mistral's) has no "<|endoftext|>", so its
+ * GGUF has no name; Phi-3's real vocabulary keeps it.
+ */
+test("hf: general.name is left out only where llama.cpp's Phi-3 rule would refuse the vocabulary", async () => {
+  const phi3 = join(ROOT, "test", "fixtures", "tokenizers", "phi3", "ggml-vocab-phi-3.gguf.gz");
+  const real = join(dir, "ggml-vocab-phi-3.gguf");
+  writeFileSync(real, gunzipSync(readFileSync(phi3)));
+  const f = GGUFFile.open(real);
+  const tokens = f.metadata.get("tokenizer.ggml.tokens") as string[];
+  f.close();
+  assert.equal(ggufModelName("/models/Phi-3.5-mini-instruct", tokens), "Phi-3.5-mini-instruct");
+  const without = tokens.map((t) => (t === "<|endoftext|>" ? "[PAD]" : t));
+  assert.equal(ggufModelName("/models/Phi-3.5-mini-instruct", without), undefined);
+  assert.equal(ggufModelName("/models/phi3-finetune", without), undefined);
+  assert.equal(ggufModelName("/models/Mistral-7B", without), "Mistral-7B");
+  if (NAMES.includes("phi3")) {
+    const g = GGUFFile.open(await gguf("phi3", "f32"));
+    try {
+      assert.ok(!g.metadata.has("general.name"), "the phi3 fixture's GGUF (mistral's tokenizer) has no name");
+    } finally {
+      g.close();
+    }
+  }
+  if (NAMES.includes("mistral")) {
+    const g = GGUFFile.open(await gguf("mistral", "f32"));
+    try {
+      assert.equal(g.metadata.get("general.name"), "mistral");
+    } finally {
+      g.close();
+    }
+  }
+});
 
 /** A copy of a fixture directory to break. */
 function brokenCopy(name: string, label: string): string {

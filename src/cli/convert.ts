@@ -41,7 +41,7 @@ export const FLAGS: FlagSpec[] = [
     names: ["--predictors"],
     key: "predictors",
     type: "string",
-    help: "GGUF with the model's activation predictors (blk.N.fc1/fc2): a predictors-only file (synth --gate-rank) or a PowerInfer GGUF of the same model",
+    help: "the model's activation predictors: a GGUF (blk.N.fc1/fc2: a predictors-only file from synth --gate-rank, or a PowerInfer GGUF of the same model), or safetensors in PowerInfer's names (a .safetensors file or a directory: model.layers.N.mlp.predictor.fc1/fc2.weight, or fc1/fc2.weight in model_N.safetensors)",
   },
   { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "no progress bar or summary" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
@@ -197,6 +197,10 @@ async function convertHFDirectory(input: string, out: string, args: Record<strin
         bar?.finish(
           `convert: ${r.arch}, ${r.tensors} tensors, ${r.type}, ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s`,
         );
+        if (r.predictorsLeftOut > 0)
+          process.stderr.write(
+            `convert: the ${r.predictorsLeftOut} activation predictor tensors of ${input} are not in the GGUF (llama.cpp has no place for them); convert to a .pi store to keep them\n`,
+          );
       }
       return 0;
     },

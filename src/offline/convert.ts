@@ -35,7 +35,7 @@ import { PREDICTOR_TENSOR_RE } from "../model/model.js";
 import { ConvertError } from "./convert/convert-error.js";
 import { partConversion, writeFFNGroup } from "./convert/ffn-group.js";
 import { hotFirstOrder, loadProfile, perToken, routedShare, type ActivationProfile } from "./convert/hot-first.js";
-import { openPredictors, predictorsFit } from "./convert/predictor-source.js";
+import { openPredictors, predictorsFit, type PredictorTensor } from "./convert/predictor-source.js";
 import { ErrorStats, RowConverter } from "./convert/row-conversion.js";
 import { findFFN } from "./convert/source-ffn.js";
 import { encodeMetadata, withSparseThreshold, withThresholds } from "./convert/store-metadata.js";
@@ -75,9 +75,10 @@ export interface ConvertOptions {
   /** fsync before the final rename (default true) */
   fsync?: boolean;
   /**
-   * A GGUF holding the model's activation predictors (`blk.N.fc1/fc2`): a predictors-only file
-   * (what `synth --gate-rank` writes beside its model) or a PowerInfer GGUF of the same model.
-   * They replace any the input has.
+   * The model's activation predictors: a GGUF holding `blk.N.fc1/fc2` (a predictors-only file, as
+   * `synth --gate-rank` writes beside its model, or a PowerInfer GGUF of the same model), or
+   * safetensors in PowerInfer's and TurboSparse's names (a .safetensors file or a directory:
+   * predictor-safetensors.ts). They replace any the input has.
    */
   predictors?: string;
 }
@@ -120,11 +121,16 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
       opts.predictors !== undefined
         ? openPredictors(resolve(opts.predictors), file, input, layers.length, nEmbd, layers[0].neurons, experts)
         : undefined;
-    if (preds) closers.push(() => preds.file.close());
-    // each fixed tensor with the file it comes from; predictors from the predictor file win
-    const fixed = [
-      ...own.filter((t) => !(preds && PREDICTOR_TENSOR_RE.test(t.name))).map((t) => ({ t, src: file })),
-      ...(preds?.tensors ?? []).map((t) => ({ t, src: preds!.file })),
+    if (preds) closers.push(() => preds.close());
+    // each fixed tensor with how to read it; predictors from the predictor file win
+    const fixed: { t: PredictorTensor; read: (dst: Uint8Array, start: number, length: number) => void }[] = [
+      ...own
+        .filter((t) => !(preds && PREDICTOR_TENSOR_RE.test(t.name)))
+        .map((t) => ({ t, read: (dst: Uint8Array, o: number, n: number) => file.readTensor(t, dst, o, n) })),
+      ...(preds?.tensors ?? []).map((t) => ({
+        t,
+        read: (dst: Uint8Array, o: number, n: number) => preds!.read(t, dst, o, n),
+      })),
     ];
     const want = opts.type ?? "keep";
     if (!CONVERT_TYPES.includes(want))
@@ -157,13 +163,13 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
     // fixed tensors, in source order, each on a page boundary
     const fixedManifest: StoreManifest["fixed"] = [];
     const piece = new Uint8Array(16 << 20);
-    for (const { t, src } of fixed) {
+    for (const { t, read } of fixed) {
       check();
       await writer.pad();
       fixedManifest.push({ name: t.name, type: t.type, dims: t.dims, offset: writer.position, bytes: t.bytes });
       for (let o = 0; o < t.bytes; o += piece.length) {
         const n = Math.min(piece.length, t.bytes - o);
-        src.readTensor(t, piece, o, n);
+        read(piece, o, n);
         await writer.write(piece.subarray(0, n));
         bytesDone += n;
         progress("fixed", -1);

@@ -2,7 +2,9 @@
  * A Hugging Face model directory straight to a `.pi` neuron store: the directory is converted to
  * a GGUF beside the output under a temporary name (llama.cpp's layout, the type asked for), the
  * store is built from that, and the temporary GGUF is deleted whatever happens. Peak disk use is
- * therefore about twice the model; memory stays at both stages' few chunks.
+ * therefore about twice the model; memory stays at both stages' few chunks. Activation predictors
+ * the checkpoint carries (TurboSparse's, which the GGUF leaves out) go into the store from the
+ * directory itself, unless `predictors` names others.
  */
 import { rm } from "node:fs/promises";
 import { resolve } from "node:path";
@@ -30,6 +32,7 @@ export async function convertHFToStore(opts: HFStoreOptions): Promise<{ gguf: HF
     });
     const store = await convertToStore({
       ...opts,
+      predictors: opts.predictors ?? (gguf.predictorsLeftOut > 0 ? resolve(opts.input) : undefined),
       input: temp,
       output,
       type: "keep",

@@ -63,6 +63,8 @@ export interface HFConvertResult {
   tensors: number;
   bytes: number;
   seconds: number;
+  /** the checkpoint's activation predictors, which the GGUF leaves out (a store takes them) */
+  predictorsLeftOut: number;
 }
 
 /** About 4 MiB of f32 values per chunk. */
@@ -76,6 +78,26 @@ function autoType(plan: ConversionPlan): Exclude<HFOutputType, "auto"> {
     return src.dtype === "BF16" ? "bf16" : "f16";
   }
   return "f16";
+}
+
+/** The tokens llama.cpp's Phi-3 rule looks up (src/llama-vocab.cpp, llama_vocab::impl::load). */
+const PHI3_RULE_TOKENS = ["</s>", "<unk>", "<s>", "<|endoftext|>"];
+
+/**
+ * general.name: the directory's name, unless llama.cpp could not load the file under it. When
+ * the name contains "phi-3" or "phi3" (any case), llama.cpp's vocabulary loader sets Phi-3's
+ * whitespace handling on "</s>", "<unk>", "<s>" and "<|endoftext|>", looking each up with
+ * std::map::at: a vocabulary that lacks one (a Phi-3 checkpoint with another tokenizer) makes it
+ * refuse the whole file ("_Map_base::at"), as it refuses the output of its own converter for
+ * such a directory. Such a file is written without a name; the engine's vocabulary (which keys
+ * the same rule on the same name) then reads it as llama.cpp does.
+ */
+export function ggufModelName(dir: string, tokens: readonly string[]): string | undefined {
+  const name = basename(dir);
+  const lower = name.toLowerCase();
+  if (!lower.includes("phi-3") && !lower.includes("phi3")) return name;
+  const have = new Set(tokens);
+  return PHI3_RULE_TOKENS.every((t) => have.has(t)) ? name : undefined;
 }
 
 /** Open the directory and plan its conversion (nothing is written). */
@@ -118,7 +140,8 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
     writer = new GGUFWriter(output, { fsync: opts.fsync });
     writer.setMetadata("general.architecture", plan.arch);
     writer.setMetadata("general.type", "model");
-    writer.setMetadata("general.name", basename(dir));
+    const name = ggufModelName(dir, vocab.get("tokenizer.ggml.tokens") as string[]);
+    if (name !== undefined) writer.setMetadata("general.name", name);
     for (const m of plan.metadata) if (m.key !== "general.architecture") writer.setMetadata(m.key, m.value, m.type);
     writer.setMetadata("general.file_type", LLAMA_FILE_TYPE[type], GGUFValueType.UINT32);
     writer.setMetadata("general.quantization_version", 2, GGUFValueType.UINT32);
@@ -152,6 +175,7 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
       tensors: plan.tensors.length,
       bytes,
       seconds: (performance.now() - t0) / 1000,
+      predictorsLeftOut: plan.predictors.length,
     };
   } catch (e) {
     await writer?.abort();

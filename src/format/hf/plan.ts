@@ -63,6 +63,11 @@ export interface MetadataEntry {
 export interface ConversionPlan {
   /** GGUF's general.architecture */
   arch: string;
+  /**
+   * The checkpoint's activation predictors (TurboSparse's `...predictor.fc1.weight`), which a
+   * llama.cpp GGUF has no place for: left out of it, read into a store instead.
+   */
+  predictors: string[];
   metadata: MetadataEntry[];
   tensors: PlannedTensor[];
   /** for the vocabulary: config.json's vocab_size */
@@ -71,6 +76,13 @@ export interface ConversionPlan {
 
 /** The checkpoint's own names that llama.cpp's converter also skips: buffers, not weights. */
 const NOT_WEIGHTS = /(\.rotary_emb\.inv_freq|\.attention\.masked_bias|\.attention\.bias)$/;
+/**
+ * Activation predictors merged into a checkpoint (TurboSparse, Bamboo): per layer
+ * (`mlp.predictor`) or per expert (`block_sparse_moe.experts.E.predictor`). Groups: the layer,
+ * the expert (undefined for a layer's), 1 or 2.
+ */
+export const HF_PREDICTOR_RE =
+  /^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe\.experts\.(\d+))\.predictor\.fc([12])\.weight$/;
 
 export class PlanBuilder {
   readonly tensors: PlannedTensor[] = [];
@@ -127,9 +139,14 @@ export class PlanBuilder {
     this.tensors.push({ name: out, dims: [values.length], values });
   }
 
-  /** Every checkpoint tensor must have been taken: one left over would be a weight dropped. */
+  /**
+   * Every checkpoint tensor must have been taken: one left over would be a weight dropped. The
+   * predictors are set aside by name.
+   */
   finish(arch: string): ConversionPlan {
-    const left = [...this.ckpt.tensors.values()].filter((t) => !this.taken.has(t.name) && !NOT_WEIGHTS.test(t.name));
+    const untaken = [...this.ckpt.tensors.values()].filter((t) => !this.taken.has(t.name) && !NOT_WEIGHTS.test(t.name));
+    const predictors = untaken.filter((t) => HF_PREDICTOR_RE.test(t.name)).map((t) => t.name);
+    const left = untaken.filter((t) => !HF_PREDICTOR_RE.test(t.name));
     if (left.length > 0) {
       const t = left[0];
       throw new HFConvertError(
@@ -137,7 +154,7 @@ export class PlanBuilder {
           "refusing to drop weights",
       );
     }
-    return { arch, metadata: this.metadata, tensors: this.tensors, vocabSize: 0 };
+    return { arch, metadata: this.metadata, tensors: this.tensors, vocabSize: 0, predictors };
   }
 }
 

@@ -1,6 +1,7 @@
 /**
- * The activation predictors a store takes from a separate GGUF (`convert --predictors`): checked
- * to be for this very model and of the shapes its layers (or experts) need.
+ * The activation predictors a store takes from a separate file (`convert --predictors`): a GGUF
+ * checked to be for this very model, or safetensors in PowerInfer's names
+ * (predictor-safetensors.ts); either way of the shapes its layers (or experts) need.
  */
 import { GGMLType, typeName } from "../../format/ggml-types.js";
 import { GGUFFile, type GGUFTensorInfo } from "../../format/gguf.js";
@@ -9,6 +10,7 @@ import { checkPredictorExperts, predictorNames } from "../../model/offload/predi
 import { checkFingerprint, modelFingerprint, ProfileError } from "../profile.js";
 import { PREDICTOR_MODEL_KEY, SPARSE_THRESHOLD_KEY } from "../predictor-files.js";
 import { ConvertError } from "./convert-error.js";
+import { isSafetensorsPredictors, openSafetensorsPredictors } from "./predictor-safetensors.js";
 
 /** checkPredictorExperts of `file` for `model` of `groups` (layers x experts), as a ConvertError. */
 export function predictorsFit(file: GGUFFile, model: GGUFFile, groups: number, experts: number): void {
@@ -19,17 +21,23 @@ export function predictorsFit(file: GGUFFile, model: GGUFFile, groups: number, e
   }
 }
 
-/** An open predictor file: its fc1/fc2 tensors, group by group, and its sparse threshold (0 when it records none). */
+/** A predictor tensor as the store writes it: its GGUF name, type, dims and size. */
+export type PredictorTensor = Pick<GGUFTensorInfo, "name" | "type" | "dims" | "bytes">;
+
+/** Open predictors: fc1/fc2 tensors, group by group, and the sparse threshold (0 when none is recorded). */
 export interface PredictorSource {
-  file: GGUFFile;
-  tensors: GGUFTensorInfo[];
+  tensors: PredictorTensor[];
   threshold: number;
+  /** bytes [start, start + length) of a tensor, as the store holds it, into dst */
+  read(t: PredictorTensor, dst: Uint8Array, start: number, length: number): void;
+  close(): void;
 }
 
 /**
  * The predictors of `path` for the model `model` (at `modelPath`): every layer's fc1 [nEmbd,
- * hidden] and fc2 [hidden, nFF], F32 or F16, made for this very model (the fingerprint a
- * predictors-only file records, or the fingerprint of a whole PowerInfer GGUF).
+ * hidden] and fc2 [hidden, nFF], F32 or F16. A GGUF must be made for this very model (the
+ * fingerprint a predictors-only file records, or the fingerprint of a whole PowerInfer GGUF);
+ * safetensors (a .safetensors file or a directory) record no model and are checked by shape.
  */
 export function openPredictors(
   path: string,
@@ -40,6 +48,7 @@ export function openPredictors(
   nFF: number,
   experts: number,
 ): PredictorSource {
+  if (isSafetensorsPredictors(path)) return openSafetensorsPredictors(path, groups, nEmbd, nFF, experts);
   const file = checkFiniteOnRead(GGUFFile.open(path));
   try {
     // whose predictors: the fingerprint a predictors-only file records, or that of a whole model
@@ -89,7 +98,12 @@ export function openPredictors(
     }
     const threshold = file.has(SPARSE_THRESHOLD_KEY) ? file.getNumber(SPARSE_THRESHOLD_KEY) : 0;
     if (!Number.isFinite(threshold)) throw new ConvertError(`${path}: ${SPARSE_THRESHOLD_KEY} is ${threshold}`);
-    return { file, tensors, threshold };
+    return {
+      tensors,
+      threshold,
+      read: (t, dst, start, length) => file.readTensor(t as GGUFTensorInfo, dst, start, length),
+      close: () => file.close(),
+    };
   } catch (e) {
     file.close();
     throw e;
