@@ -258,7 +258,7 @@ export class LlamaModel {
     if (!store && opts.memoryBudget !== undefined) checkInMemoryBudget(file.path, cfg, resident, opts.memoryBudget);
     const capacity = shardCapacity(opts.shardBytes);
     const floor = opts.addressFloor ?? 0;
-    let plan = planShards(cfg, resident, contextSize, batchSize, kvCache, capacity, floor);
+    const plan = planShards(cfg, resident, contextSize, batchSize, kvCache, capacity, floor);
     // A store whose fixed part and FFN do not fit one memory splits its layers with their FFN
     // (store-shards.ts); the memories are made before the process's base is measured, so a
     // split is planned, its memories made, and planned again on the new base (a few MiB higher):
@@ -319,11 +319,9 @@ export class LlamaModel {
           memories,
           (l) => new BudgetError(l, file.path),
         );
-        if (split.plan.bytes.length <= memories) {
-          plan = split.plan;
-          // (a memory made for an earlier plan and left empty is counted in the base, never touched)
-          return { ...common, arenas: arenas.slice(0, plan.bytes.length), plan, layout: split.layout, split };
-        }
+        // (planStoreShards splits among as many memories as were made, or more)
+        if (split.plan.bytes.length === memories)
+          return { ...common, arenas, plan: split.plan, layout: split.layout, split };
         memories = split.plan.bytes.length;
         minShards = split.plan.layers.filter((r) => r.to > r.from).length;
         await pool.dispose();
