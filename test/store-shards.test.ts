@@ -18,7 +18,7 @@ import { BUDGET_ROOM, type OffloadLayout, type SparsityMode } from "../src/model
 import { convertToStore } from "../src/offline/convert.js";
 import { synthesize } from "../src/offline/synth.js";
 import { ARENA_START } from "../src/runtime/arena.js";
-import { f32Bytes, greedyAsync, SHARED, tempDir, type Greedy } from "./helpers.js";
+import { greedyAsync, SHARED, tempDir, type Greedy } from "./helpers.js";
 
 const dir = tempDir("powerinfer-store-shards-");
 const PROMPT = [1, 300, 301, 302, 303, 304, 305];
@@ -59,13 +59,10 @@ function packedFFN(pi: string): number {
   return bytes;
 }
 
+/** The same greedy ids and logits (strict deep equality compares a Float32Array's bytes). */
 function same(got: Greedy, want: Greedy, what: string): void {
   assert.deepEqual(got.ids, want.ids, `${what}: greedy ids`);
-  for (let k = 0; k < want.logits.length; k++)
-    assert.ok(
-      Buffer.compare(f32Bytes(got.logits[k]), f32Bytes(want.logits[k])) === 0,
-      `${what}: the logits of step ${k} differ in their bits`,
-    );
+  assert.deepEqual(got.logits, want.logits, `${what}: logits`);
 }
 
 /** One memory's bytes with this layout: the fixed part in wasm, the FFN's buffers, gate rows or staging and the cache. */
