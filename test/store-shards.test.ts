@@ -18,7 +18,7 @@ import { BUDGET_ROOM, type OffloadLayout, type SparsityMode } from "../src/model
 import { convertToStore } from "../src/offline/convert.js";
 import { synthesize } from "../src/offline/synth.js";
 import { ARENA_START } from "../src/runtime/arena.js";
-import { greedyAsync, SHARED, tempDir, type Greedy } from "./helpers.js";
+import { gaussians, greedyAsync, SHARED, tempDir, type Greedy } from "./helpers.js";
 
 const dir = tempDir("powerinfer-store-shards-");
 const PROMPT = [1, 300, 301, 302, 303, 304, 305];
@@ -129,11 +129,16 @@ test("a store split among 2-3 memories computes the bits of one with the same ca
       const opts: LoadOptions = { ...BASE, ...o, threads };
       const what = `${name}, ${threads} thread(s), shardBytes ${shardBytes}`;
       const one = await LlamaModel.load(pi, opts);
+      const predictor = o.offload!.sparsity === "predictor";
+      const last = one.config.nLayer - 1;
+      const x = gaussians(one.config.nEmbd, 3);
       let want: Greedy;
+      let scores: Float32Array | null = null;
       try {
         assert.equal(one.shardCount, 1);
         assert.equal(one.offloaded!.layout.shards, undefined);
         want = await greedyAsync(one, PROMPT, TOKENS);
+        if (predictor) scores = one.predictorScores(last, x);
       } finally {
         await one.dispose();
       }
@@ -158,6 +163,8 @@ test("a store split among 2-3 memories computes the bits of one with the same ca
         assert.equal(s.groups!.steps.length, shards[shards.length - 1].groups.to, `${what}: every group counted`);
         // generating again from a warm cache: the same bits
         same(await greedyAsync(many, PROMPT, TOKENS), want, `${what}, split, warm`);
+        // the predictor of the last group (numbered in the store) from its memory's
+        if (scores) assert.deepEqual(many.predictorScores(last, x), scores, `${what}: group ${last}'s predictor`);
       } finally {
         await many.dispose();
       }
