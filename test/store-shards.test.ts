@@ -11,6 +11,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { NeuronStore } from "../src/format/store/index.js";
 import { LlamaModel, type LoadOptions } from "../src/model/model.js";
@@ -18,7 +19,7 @@ import { BUDGET_ROOM, type OffloadLayout, type SparsityMode } from "../src/model
 import { convertToStore } from "../src/offline/convert.js";
 import { synthesize } from "../src/offline/synth.js";
 import { ARENA_START } from "../src/runtime/arena.js";
-import { gaussians, greedyAsync, SHARED, tempDir, type Greedy } from "./helpers.js";
+import { CLI, gaussians, greedyAsync, SHARED, tempDir, type Greedy } from "./helpers.js";
 
 const dir = tempDir("powerinfer-store-shards-");
 const PROMPT = [1, 300, 301, 302, 303, 304, 305];
@@ -225,4 +226,24 @@ test("the cache split among memories: one memory's cache summed (hot slots per g
     Math.abs(totalN - total1) <= slack(b1, bn.shards!.length, bundleBytes),
     `laid out: ${totalN} split among ${bn.shards!.length}, ${total1} in one`,
   );
+});
+
+test("POWERINFER_SHARD_BYTES splits a store run from the CLI, with the same tokens", async () => {
+  const pi = await converted("relu-cli", `${SHARED}/models/relu-stories.Q8_0.gguf`);
+  const shardBytes = await splitting(pi, { ...BASE, threads: 1 });
+  const run = (env: Record<string, string>) => {
+    const r = spawnSync(
+      process.execPath,
+      [CLI, "run", "-m", pi, "-p", "Once upon a time", ...`-n 16 --temp 0 -c 48 -b 16 -t 1 --json`.split(" ")],
+      { encoding: "utf8", env: { ...process.env, ...env } },
+    );
+    assert.equal(r.status, 0, r.stderr);
+    return { tokens: JSON.parse(r.stdout).tokens as number[], stderr: r.stderr };
+  };
+  const split = run({ POWERINFER_SHARD_BYTES: String(shardBytes) });
+  const one = run({});
+  assert.match(split.stderr, /resident in [23] wasm memories,/);
+  assert.match(split.stderr, /neuron cache [\d.]+ MiB split among [23] memories,/);
+  assert.doesNotMatch(one.stderr, /memories/);
+  assert.deepEqual(split.tokens, one.tokens);
 });
