@@ -317,7 +317,11 @@ export class LlamaModel {
           },
           minShards,
           memories,
-          (l) => new BudgetError(l, file.path),
+          (l, n) => {
+            const e = new BudgetError(l, file.path);
+            e.message += ` (split among ${n} wasm memories of at most ${capacity} bytes, each with its own buffers and staging)`;
+            return e;
+          },
         );
         // (planStoreShards splits among as many memories as were made, or more)
         if (split.plan.bytes.length === memories)

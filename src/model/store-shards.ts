@@ -81,7 +81,7 @@ export function planStoreShards(
   s: StoreShardInput,
   minShards: number,
   minMemories: number,
-  tooSmall: (layout: OffloadLayout) => Error,
+  tooSmall: (layout: OffloadLayout, shards: number) => Error,
 ): StoreShards {
   const { cfg } = s;
   let last: unknown = null;
@@ -89,7 +89,7 @@ export function planStoreShards(
     // the output may need a memory of its own (then it holds no layers)
     for (let memories = Math.max(n, minMemories); memories <= n + 1; memories++) {
       const layout = shardedLayout(s, n, memories);
-      if (!layout.fits) throw tooSmall(layout);
+      if (!layout.fits) throw tooSmall(layout, n);
       const ffn = shardFFN(s, layout, n);
       let plan: ShardPlan;
       try {
