@@ -120,7 +120,7 @@ test("synthetic sparse ReLU model: gate mode under a quarter-FFN cache equals th
   const model = await LlamaModel.load(pi, { threads: 2, contextSize: 64 });
   const ffn = model.offloaded!;
   await model.dispose();
-  const quarter = (ffn.cache.slots * ffn.cache.slotBytes) / 4;
+  const quarter = (ffn.parts[0].cache.slots * ffn.parts[0].cache.slotBytes) / 4;
   const small = await LlamaModel.load(pi, { threads: 2, contextSize: 64, offload: { cacheBytes: quarter } });
   try {
     const got = await greedyAsync(small, prompt, 12);
@@ -177,7 +177,7 @@ test("F16, BF16, Q5_0 and Q5_1 stores (--type keep keeps them): gate mode under 
     const want = await greedyAsync(dense, prompt, 12);
     await dense.dispose();
     const full = await LlamaModel.load(out, { threads: 2, contextSize: 64 });
-    const quarter = (full.offloaded!.cache.slots * full.offloaded!.cache.slotBytes) / 4;
+    const quarter = (full.offloaded!.parts[0].cache.slots * full.offloaded!.parts[0].cache.slotBytes) / 4;
     await full.dispose();
     const model = await LlamaModel.load(out, { threads: 2, contextSize: 64, offload: { cacheBytes: quarter } });
     try {

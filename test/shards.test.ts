@@ -4,8 +4,9 @@
  * token, at 1 and 2 threads, on dense, mixture and gemma3 (post-norms, sliding-window rings)
  * models. Small models are forced into several shards with a small shard capacity. Also: each
  * shard's memory holds what planShards says, byte for byte; a pool's kernels touch only their own
- * memory; a budget above the machine's memory and a store that needs more than one memory are
- * refused before anything loads, with both numbers.
+ * memory; a budget above the machine's memory, and a store whose layer with its share of the
+ * neuron cache needs more than one memory, are refused before anything loads, with both numbers
+ * (a store past one memory otherwise splits: store-shards.test.ts).
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -23,7 +24,7 @@ import { convertToStore } from "../src/offline/convert.js";
 import { synthesize } from "../src/offline/synth.js";
 import { ARENA_START } from "../src/runtime/arena.js";
 import { ThreadPool } from "../src/runtime/pool.js";
-import { CLI, greedy, SHARED, tempDir } from "./helpers.js";
+import { CLI, greedy, greedyAsync, SHARED, tempDir } from "./helpers.js";
 
 const CONTEXT = 48;
 const BATCH = 16;
@@ -134,21 +135,41 @@ test("a memory budget above the machine's memory is refused before loading, with
   assert.match(r.stderr, /is above (the machine's memory|the cgroup limit [^,]*), [\d.]+ GiB/, r.stderr);
 });
 
-test("a neuron store runs from one memory: a fixed part or cache past it is refused before loading, with the numbers", async () => {
+test("a neuron store past one memory splits its layers with their FFN; a memory too small for one layer's share is refused before loading, with both numbers", async () => {
   const store = join(dir, "relu.pi");
   await convertToStore({ input: `${SHARED}/models/relu-stories.Q8_0.gguf`, output: store, fsync: false });
   const { capacity } = tightestPlan(store);
   await assert.rejects(
     LlamaModel.load(store, { threads: 1, contextSize: CONTEXT, batchSize: BATCH, shardBytes: capacity }),
-    new RegExp(`needs \\d+ wasm memories of ${capacity} bytes; a neuron store runs from one memory`),
+    (e: Error) => {
+      const m =
+        /layer \d+ needs (\d+) bytes of wasm memory with the activation buffers and its share of the neuron store's FFN .* more than one memory holds \((\d+)\)/.exec(
+          e.message,
+        );
+      assert.ok(m, e.message);
+      assert.equal(Number(m[2]), capacity);
+      assert.ok(Number(m[1]) > capacity, e.message);
+      return true;
+    },
   );
-  // the fixed part fits, the whole FFN cached (no budget) does not
-  const layout = await LlamaModel.layoutOf(store, { threads: 1, contextSize: CONTEXT });
-  const fixedWasm = layout.fixedResident.weights + layout.fixedResident.buffers + layout.fixedResident.kv + ARENA_START;
-  await assert.rejects(
-    LlamaModel.load(store, { threads: 1, contextSize: CONTEXT, shardBytes: fixedWasm + (64 << 10) }),
-    /with no memory budget \(every bundle cached\), the layout has .* GiB of wasm memory .* above the .* one memory addresses/,
-  );
+  // the fixed part fits one memory, the whole FFN cached (no budget) does not: the layers split with it
+  const opts = { threads: 1, contextSize: CONTEXT };
+  const layout = await LlamaModel.layoutOf(store, opts);
+  const r = layout.fixedResident;
+  const fixedWasm = r.weights + r.buffers + r.kv + ARENA_START;
+  const one = await LlamaModel.load(store, opts);
+  const split = await LlamaModel.load(store, { ...opts, shardBytes: fixedWasm + Math.ceil(layout.cacheBytes / 2) });
+  try {
+    assert.ok(split.shardCount >= 2, `${split.shardCount} memories`);
+    assert.equal(split.offloaded!.layout.cacheBytes, layout.cacheBytes, "every bundle cached, split");
+    assert.deepEqual(split.offloaded!.layout.hotPerGroup, layout.hotPerGroup, "every neuron hot");
+    const prompt = [1, 306, 496, 304];
+    assert.deepEqual((await greedyAsync(split, prompt, 6)).ids, (await greedyAsync(one, prompt, 6)).ids);
+    assert.equal(split.offloaded!.snapshot().misses, 0, "nothing read: every bundle in memory");
+  } finally {
+    await one.dispose();
+    await split.dispose();
+  }
 });
 
 test("a shard capacity too small for one layer, or out of range, is an error naming the sizes", async () => {

@@ -172,11 +172,11 @@ async function calibrationChild(job: CalibrationJob): Promise<number> {
       waits: number[] = [];
     const before = off.snapshot();
     for (let i = 0; i < job.decodeTokens; i++) {
-      const wait0 = off.stats.ioWaitMs;
+      const wait0 = off.ioWaitMs;
       const t0 = performance.now();
       logits = await model.forwardAsync([argmax(logits)], 1, pos++);
       seconds.push((performance.now() - t0) / 1000);
-      waits.push((off.stats.ioWaitMs - wait0) / 1000);
+      waits.push((off.ioWaitMs - wait0) / 1000);
     }
     // predictor mode: how much of a layer's misses the read-ahead covered, and how much of what it read was used
     const d = statsSince(before, off.snapshot());

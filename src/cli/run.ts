@@ -97,7 +97,8 @@ export async function main(argv: string[]): Promise<number> {
   const layout = model.offloadLayout;
   if (layout) {
     process.stderr.write(
-      `ffn from flash: ${model.offloadMode} sparsity; neuron cache ${(layout.cacheBytes / 2 ** 20).toFixed(1)} MiB, ` +
+      `ffn from flash: ${model.offloadMode} sparsity; neuron cache ${(layout.cacheBytes / 2 ** 20).toFixed(1)} MiB` +
+        `${layout.shards ? ` split among ${layout.shards.length} memories` : ""}, ` +
         `${layout.hotPerLayer} hot neurons per layer pinned (hot share ${+layout.hotFraction.toFixed(3)}); ` +
         `gate rows ${model.offloadMode === "predictor" ? "not needed per token" : layout.residentGates ? "in memory" : "streamed from flash"}\n`,
     );

@@ -3,7 +3,7 @@
  * neuron cache's hit rate over that token and over the run, and what was read from flash during
  * that token in MB/s. Made only when a trace is recorded.
  */
-import type { OffloadedFFN } from "../model/offload/offloaded-ffn.js";
+import type { OffloadedStore } from "../model/offload/offloaded-store.js";
 import { offloadFigures } from "../model/offload/stats.js";
 import type { Tracer } from "../runtime/tracer.js";
 
@@ -15,7 +15,7 @@ export class OffloadCounters {
 
   constructor(
     private readonly tracer: Tracer,
-    private readonly ffn: OffloadedFFN,
+    private readonly ffn: OffloadedStore,
   ) {
     this.at = tracer.now();
     this.take();

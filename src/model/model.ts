@@ -17,8 +17,18 @@ import { checkValueTensorTypes } from "./tensor-types-check.js";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { isNeuronStore, NeuronStore } from "../format/store/index.js";
 import { OffloadedFFN, type OffloadOptions } from "./offload/offloaded-ffn.js";
+import { OffloadedStore } from "./offload/offloaded-store.js";
+import { storeGroups } from "./offload/store-groups.js";
+import { planStoreShards, storeFitsOneMemory } from "./store-shards.js";
 import type { Tracer } from "../runtime/tracer.js";
-import { BudgetError, offloadLayout, storeFacts, type OffloadLayout } from "./offload/layout.js";
+import {
+  BudgetError,
+  offloadLayout,
+  storeFacts,
+  type FixedResident,
+  type LayoutKnobs,
+  type OffloadLayout,
+} from "./offload/layout.js";
 import { Predictor, sparsityFor } from "./offload/predictor.js";
 import { dequantizeRow } from "../format/quant.js";
 import { GGMLType, tensorBytes } from "../format/ggml-types.js";
@@ -137,7 +147,7 @@ export class LlamaModel {
     /** the KV cache's element types */
     readonly kvCache: KvCacheTypes,
     /** the FFN of a model run from a neuron store */
-    readonly offloaded?: OffloadedFFN,
+    readonly offloaded?: OffloadedStore,
   ) {
     this.file = file;
     this.config = cfg;
@@ -247,48 +257,82 @@ export class LlamaModel {
     if (opts.budgetCounts !== "wasm") checkBudgetFitsMachine(opts.memoryBudget);
     if (!store && opts.memoryBudget !== undefined) checkInMemoryBudget(file.path, cfg, resident, opts.memoryBudget);
     const capacity = shardCapacity(opts.shardBytes);
-    const plan = planShards(cfg, resident, contextSize, batchSize, kvCache, capacity, opts.addressFloor ?? 0);
-    if (store && plan.layers.length > 1)
-      throw new Error(
-        `${file.path}: the fixed part of this store needs ${plan.bytes.length} wasm memories of ${capacity} bytes; a neuron store runs from one memory`,
+    const floor = opts.addressFloor ?? 0;
+    const plan = planShards(cfg, resident, contextSize, batchSize, kvCache, capacity, floor);
+    // A store whose fixed part and FFN do not fit one memory splits its layers with their FFN
+    // (store-shards.ts); the memories are made before the process's base is measured, so a
+    // split is planned, its memories made, and planned again on the new base (a few MiB higher):
+    // until the memories made are enough.
+    let memories = plan.bytes.length;
+    let minShards = 2;
+    for (;;) {
+      // Under a budget the memory starts small and grows as laid out, so that its size (what a
+      // browser counts against the page) never passes the budget; otherwise 64 MiB saves grows.
+      const arenas = Array.from(
+        { length: memories },
+        () => new Arena(opts.memoryBudget !== undefined ? 4 << 20 : 64 << 20),
       );
-    // Under a budget the memory starts small and grows as laid out, so that its size (what a
-    // browser counts against the page) never passes the budget; otherwise 64 MiB saves grows.
-    const arenas = plan.bytes.map(() => new Arena(opts.memoryBudget !== undefined ? 4 << 20 : 64 << 20));
-    if (opts.addressFloor) for (const a of arenas) a.alloc(opts.addressFloor, 4096);
-    const pool = await ThreadPool.create(
-      arenas.map((a) => a.memory),
-      threads,
-    );
-    const arena = arenas[0];
-    try {
-      const layout = store
-        ? offloadLayout(
-            storeFacts(store, cfg),
-            {
-              // "wasm": the memory below the arena (the kernels' static region) is the base
-              ...(opts.budgetCounts === "wasm" ? { base: arena.used, growth: 0 } : { base: process.memoryUsage.rss() }),
-              weights: resident.weights,
-              buffers: resident.buffers,
-              kv: resident.kv,
-            },
-            opts.memoryBudget,
-            {
-              sparsity,
-              threads,
-              residentGates: opts.offload?.residentGates,
-              hotFraction: opts.offload?.hotFraction,
-              cacheBytes: opts.offload?.cacheBytes,
-              verifyOnce: (opts.offload?.verify ?? "once") === "once",
-            },
-          )
-        : undefined;
-      if (layout && !layout.fits) throw new BudgetError(layout, file.path);
-      if (layout) checkStoreFitsMemory(layout, plan.bytes[0], capacity, file.path);
-      return { store, cfg, batchSize, sparsity, contextSize, note, kvCache, resident, arenas, plan, pool, layout };
-    } catch (e) {
-      await pool.dispose();
-      throw e;
+      if (floor) for (const a of arenas) a.alloc(floor, 4096);
+      const pool = await ThreadPool.create(
+        arenas.map((a) => a.memory),
+        threads,
+      );
+      try {
+        const common = { store, cfg, batchSize, sparsity, contextSize, note, kvCache, resident, pool };
+        if (!store) return { ...common, arenas, plan, layout: undefined, split: undefined };
+        const fixed: FixedResident = {
+          // "wasm": the memory below the arenas (the kernels' static regions) is the base
+          ...(opts.budgetCounts === "wasm"
+            ? { base: arenas.reduce((n, a) => n + a.used, 0), growth: 0 }
+            : { base: process.memoryUsage.rss() }),
+          weights: resident.weights,
+          buffers: resident.buffers,
+          kv: resident.kv,
+        };
+        const knobs: LayoutKnobs = {
+          sparsity,
+          threads,
+          residentGates: opts.offload?.residentGates,
+          hotFraction: opts.offload?.hotFraction,
+          cacheBytes: opts.offload?.cacheBytes,
+          verifyOnce: (opts.offload?.verify ?? "once") === "once",
+        };
+        const layout = offloadLayout(storeFacts(store, cfg), fixed, opts.memoryBudget, knobs);
+        if (!layout.fits) throw new BudgetError(layout, file.path);
+        if (memories === 1 && storeFitsOneMemory(layout, plan.bytes[0], capacity))
+          return { ...common, arenas, plan, layout, split: undefined };
+        const split = planStoreShards(
+          {
+            cfg,
+            facts: storeFacts(store, cfg),
+            resident,
+            contextSize,
+            batchSize,
+            kvCache,
+            capacity,
+            floor,
+            fixed,
+            budget: opts.memoryBudget,
+            knobs,
+          },
+          minShards,
+          memories,
+          (l, n) => {
+            const e = new BudgetError(l, file.path);
+            e.message += ` (split among ${n} wasm memories of at most ${capacity} bytes, each with its own buffers and staging)`;
+            return e;
+          },
+        );
+        // (planStoreShards splits among as many memories as were made, or more)
+        if (split.plan.bytes.length === memories)
+          return { ...common, arenas, plan: split.plan, layout: split.layout, split };
+        memories = split.plan.bytes.length;
+        minShards = split.plan.layers.filter((r) => r.to > r.from).length;
+        await pool.dispose();
+      } catch (e) {
+        await pool.dispose();
+        throw e;
+      }
     }
   }
 
@@ -315,7 +359,8 @@ export class LlamaModel {
     let pool: ThreadPool | undefined;
     try {
       const prepared = await LlamaModel.prepare(file, opts);
-      const { store, cfg, batchSize, sparsity, contextSize, note, kvCache, resident, arenas, plan, layout } = prepared;
+      const { store, cfg, batchSize, sparsity, contextSize, note, kvCache, resident, arenas, plan, layout, split } =
+        prepared;
       const arena = arenas[0];
       pool = prepared.pool;
       const weightBytes = [...file.tensors.values()].reduce(
@@ -344,9 +389,24 @@ export class LlamaModel {
         nEmbd,
         nVocab,
       );
-      const predictor = resident.predictors
-        ? Predictor.load(loader, arena, pool, file, cfg, resident.predictors, undefined, (g) => store!.layer(g).order)
-        : null;
+      // a store's groups: per memory of a split store, its layers' (store-shards.ts)
+      const experts = Math.max(1, store?.ffn.experts ?? 0);
+      const groupsOf = (s: number) => ({ from: plan.layers[s].from * experts, to: plan.layers[s].to * experts });
+      const shapes = resident.predictors;
+      // the predictors: in one memory after the output; in a split store each memory its groups'
+      const predictors = !shapes
+        ? arenas.map(() => null)
+        : !split
+          ? [Predictor.load(loader, arena, pool, file, cfg, shapes, undefined, (g) => store!.layer(g).order)]
+          : arenas.map((a, s) => {
+              const g = groupsOf(s);
+              if (g.to === g.from) return null;
+              const order = (k: number) => store!.layer(g.from + k).order;
+              return Predictor.load(loaders[s], a, pool!, file, cfg, shapes, g.to - g.from, order, {
+                shard: s,
+                first: g.from,
+              });
+            });
       const rope = ropeFactors(file, cfg, arch.ropeFactors, contextSize);
       for (const t of rope?.tensors ?? []) loader.use(t);
       checkEveryTensorUsed(file, loader.used);
@@ -357,7 +417,7 @@ export class LlamaModel {
       const fixedArenaBytes = arenas.reduce((a, m) => a + m.used - (opts.addressFloor ?? 0), 0);
       // Touch the activation buffers (laid out from x up to the KV cache) now: they are resident
       // from the start, as the layout counts them.
-      if (store) arena.u8(buf.x, buf.kCache - buf.x).fill(0);
+      if (store) arenas.forEach((a, s) => a.u8(bufs[s].x, bufs[s].kCache - bufs[s].x).fill(0));
       const ropes = ropeLayout(cfg);
       const kvRows = kvLayerRows(cfg, contextSize, batchSize);
       // each layer's first row: the rows of the layers before it in its shard
@@ -373,11 +433,36 @@ export class LlamaModel {
       );
       const mms = arenas.map((_, s) => new MatrixRunner(pool!, bufs[s].act, s));
       const mm = mms[0];
+      const offloadOpts = { ...opts.offload, sparsity, thresholds, tracer: opts.tracer };
+      // each memory's offloaded FFN (null: none there)
+      const parts: (OffloadedFFN | null)[] =
+        store && layout
+          ? !split
+            ? [new OffloadedFFN({ store, cfg, arena, pool, layout, mm, predictor: predictors[0] }, offloadOpts)]
+            : arenas.map((a, s) => {
+                const g = groupsOf(s);
+                if (g.to === g.from) return null;
+                return new OffloadedFFN(
+                  {
+                    store: storeGroups(store, g.from, g.to),
+                    cfg,
+                    arena: a,
+                    pool: pool!,
+                    layout: split.parts[s]!,
+                    mm: mms[s],
+                    predictor: predictors[s],
+                    shard: s,
+                    firstGroup: g.from,
+                  },
+                  offloadOpts,
+                );
+              })
+          : arenas.map(() => null);
       const offloaded =
         store && layout
-          ? new OffloadedFFN(
-              { store, cfg, arena, pool, layout, mm, predictor },
-              { ...opts.offload, sparsity, thresholds, tracer: opts.tracer },
+          ? new OffloadedStore(
+              parts.filter((p): p is OffloadedFFN => p !== null),
+              layout,
             )
           : undefined;
       const ctxs = arenas.map((a, s) => new PartContext(cfg, a, pool!, mms[s], bufs[s], kvCache, contextSize, s));
@@ -391,7 +476,7 @@ export class LlamaModel {
           kvRows: kvRows[l],
         })),
         router: cfg.nExpert > 0 ? new Router(ctx, batchSize) : null,
-        offloaded: offloaded ?? null,
+        offloaded: parts[s],
       }));
       const blocks = layers.map((w, l) => {
         const s = plan.layerShard[l];
@@ -516,23 +601,24 @@ export class LlamaModel {
    * during a forward pass.
    */
   predictorScores(layer: number, x: ArrayLike<number>, hidden?: Float32Array): Float32Array {
-    const p = this.offloaded?.predictor;
-    if (!p || !(layer >= 0 && layer < this.config.nLayer))
+    const at = this.predictorAt(layer);
+    if (!at)
       throw new Error(
         `layer ${layer} has no predictor loaded (a store with predictors, loaded for --sparsity predictor, has one)`,
       );
     const { nEmbd, nFF } = this.config;
     if (x.length !== nEmbd)
       throw new RangeError(`predictorScores: x holds ${x.length} values, the residual has ${nEmbd}`);
-    const { buf: b, f32, mm } = this.ctx;
+    const { p, group } = at;
+    const { buf: b, f32, mm } = at.ctx;
     f32.set(x, b.xb >>> 2);
-    p.scores(mm, layer, b.xb, nEmbd, b.hg);
-    const width = p.width(layer).hidden;
+    p.scores(mm, group, b.xb, nEmbd, b.hg);
+    const width = p.width(group).hidden;
     if (hidden) hidden.set(f32.subarray(p.hidden >>> 2, (p.hidden >>> 2) + Math.min(hidden.length, width)));
     const scores = f32.slice(b.hg >>> 2, (b.hg >>> 2) + nFF);
     if (!p.rowOrder) return scores;
     // fc2's rows are in the store's order: put each score back at its neuron
-    const order = p.rowOrder(layer);
+    const order = p.rowOrder(group);
     const out = new Float32Array(nFF);
     for (let k = 0; k < nFF; k++) out[order[k]] = scores[k];
     return out;
@@ -540,8 +626,17 @@ export class LlamaModel {
 
   /** The predictor of layer `layer` in memory: its GGML type and hidden width (padded when requantized), or null. */
   predictorWidth(layer: number): { type: GGMLType; hidden: number } | null {
-    const p = this.offloaded?.predictor;
-    return p && layer >= 0 && layer < this.config.nLayer ? p.width(layer) : null;
+    const at = this.predictorAt(layer);
+    return at ? at.p.width(at.group) : null;
+  }
+
+  /** The predictor of store group g (layer < nLayer), in the numbering of its memory's, and that memory's context; null: none. */
+  private predictorAt(g: number): { p: Predictor; group: number; ctx: PartContext } | null {
+    if (!this.offloaded || !(g >= 0 && g < this.config.nLayer)) return null;
+    const { part, group } = this.offloaded.partOf(g);
+    if (!part.predictor) return null;
+    const layer = Math.floor(g / Math.max(1, this.config.nExpert));
+    return { p: part.predictor, group, ctx: this.blocks[layer].ctx };
   }
 
   /** Embeddings (one dequantized row per token) and positions; checks the token ids. */
@@ -580,21 +675,6 @@ export class LlamaModel {
     await this.offloaded?.close();
     await this.pool.dispose();
     this.file.close();
-  }
-}
-
-/**
- * A neuron store runs from one memory (its fixed part and neuron cache together): a layout that
- * puts more in it than one holds is refused before anything loads, with both numbers.
- */
-function checkStoreFitsMemory(layout: OffloadLayout, fixedBytes: number, capacity: number, path: string): void {
-  // (each of the offloaded FFN's regions may be padded to a 4 KiB page)
-  const cache = layout.ffnBuffers + layout.gateBytes + layout.cacheBytes + 4 * 4096;
-  if (fixedBytes + cache > capacity) {
-    const gib = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB`;
-    throw new RangeError(
-      `${path}: ${layout.budget === undefined ? "with no memory budget (every bundle cached), the layout has" : `the memory budget ${gib(layout.budget)} lays out`} ${gib(fixedBytes + cache)} of wasm memory (fixed part ${gib(fixedBytes)}, neuron cache and its buffers ${gib(cache)}), above the ${gib(capacity)} one memory addresses, and a neuron store runs from one memory: give a budget about ${gib(fixedBytes + cache - capacity)} smaller`,
-    );
   }
 }
 

@@ -45,9 +45,48 @@ export function shardCapacity(given?: number): number {
 const align64 = (n: number) => Math.ceil(n / 64) * 64;
 
 /**
+ * The bytes a memory holding layers [from, to) (and the output, `head`) takes once loaded: the
+ * static region, the floor, the activation buffers, the layers' weights and KV cache, a store's
+ * offloaded FFN's share.
+ */
+export function shardBytesOf(
+  cfg: ModelConfig,
+  r: ResidentBytes,
+  ctx: number,
+  batch: number,
+  kv: KvCacheTypes,
+  floor: number,
+  ffn?: ShardFFN,
+): (from: number, to: number, head: boolean) => number {
+  // every shard: the static region, the floor, the activation buffers (all but the KV cache)
+  const base = ARENA_START + align64(floor) + r.buffers;
+  const kvOf = (from: number, to: number) =>
+    align64(kvCacheBytes(cfg, kv.k, ctx, batch, from, to)) + align64(kvCacheBytes(cfg, kv.v, ctx, batch, from, to));
+  const weightsOf = (from: number, to: number) => r.layerWeights.slice(from, to).reduce((a, b) => a + b, 0);
+  const ffnOf = (from: number, to: number) =>
+    !ffn || to === from ? 0 : ffn.shardBytes + ffn.layerBytes.slice(from, to).reduce((a, b) => a + b, 0);
+  return (from, to, head) =>
+    base + weightsOf(from, to) + kvOf(from, to) + ffnOf(from, to) + (head ? r.headWeights - (ffn?.headMoved ?? 0) : 0);
+}
+
+/**
+ * A neuron store's offloaded FFN in a split model (store-shards.ts): what each layer's share puts
+ * in its shard's memory, and what every shard holding layers adds once.
+ */
+export interface ShardFFN {
+  /** per layer: its groups' predictors, resident gate rows, hot slots and share of the cold slots */
+  layerBytes: number[];
+  /** per shard holding layers: the FFN's buffers, staging area, predictor activations and page padding */
+  shardBytes: number;
+  /** bytes of r.headWeights that go with the layers instead (the predictors, counted in layerBytes and shardBytes) */
+  headMoved: number;
+}
+
+/**
  * Split the model's layers among memories of at most `capacity` bytes each, greedily in layer
  * order; `floor` bytes are left unused at the bottom of every memory (the addressFloor test hook).
- * A layer that cannot fit in one memory even alone is an error naming its size.
+ * `ffn`: a neuron store's offloaded FFN, split with its layers. A layer that cannot fit in one
+ * memory even alone is an error naming its size.
  */
 export function planShards(
   cfg: ModelConfig,
@@ -57,21 +96,18 @@ export function planShards(
   kv: KvCacheTypes,
   capacity: number,
   floor = 0,
+  ffn?: ShardFFN,
 ): ShardPlan {
-  // every shard: the static region, the floor, the activation buffers (all but the KV cache)
-  const base = ARENA_START + align64(floor) + r.buffers;
-  const kvOf = (from: number, to: number) =>
-    align64(kvCacheBytes(cfg, kv.k, ctx, batch, from, to)) + align64(kvCacheBytes(cfg, kv.v, ctx, batch, from, to));
-  const weightsOf = (from: number, to: number) => r.layerWeights.slice(from, to).reduce((a, b) => a + b, 0);
-  const bytesOf = (from: number, to: number, head: boolean) =>
-    base + weightsOf(from, to) + kvOf(from, to) + (head ? r.headWeights : 0);
+  const bytesOf = shardBytesOf(cfg, r, ctx, batch, kv, floor, ffn);
   const layers: LayerRange[] = [];
   let from = 0;
   for (let l = 0; l < cfg.nLayer; l++) {
     if (bytesOf(from, l + 1, false) <= capacity) continue;
     if (l === from)
       throw new Error(
-        `layer ${l} needs ${bytesOf(l, l + 1, false)} bytes of wasm memory with the activation buffers, more than one memory holds (${capacity}): a shorter context or smaller batch may fit`,
+        ffn
+          ? `layer ${l} needs ${bytesOf(l, l + 1, false)} bytes of wasm memory with the activation buffers and its share of the neuron store's FFN (${ffn.layerBytes[l]} bytes of cache, gate rows and predictors, ${ffn.shardBytes} of the FFN's buffers), more than one memory holds (${capacity}): a smaller memory budget or cacheBytes, a shorter context or smaller batch may fit`
+          : `layer ${l} needs ${bytesOf(l, l + 1, false)} bytes of wasm memory with the activation buffers, more than one memory holds (${capacity}): a shorter context or smaller batch may fit`,
       );
     layers.push({ from, to: l });
     from = l;

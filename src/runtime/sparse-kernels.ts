@@ -182,6 +182,8 @@ export class SparseFFN {
     arena: Arena,
     readonly type: GGMLType,
     readonly nEmbd: number,
+    /** the pool's memory `arena` is (its kernels run there) */
+    shard = 0,
   ) {
     this.kernel = sparseKernel(type);
     this.rowBytes = sparseRowBytes(type, nEmbd);
@@ -197,16 +199,16 @@ export class SparseFFN {
     this.slotList = this.items + 12 * SUM_SEGMENTS;
     const k = this.kernel;
     this.fn = {
-      gate: pool.fn(k.gate),
-      upDown: pool.fn(k.upDown),
-      ffn: pool.fn(k.ffn),
-      ffnRun: pool.fn(k.ffnRun),
-      sum: pool.fn(SPARSE_SUM_PARTIALS),
-      upDownSeg: pool.fn(k.upDownSeg),
-      ffnSeg: pool.fn(k.ffnSeg),
-      sumSeg: pool.fn(SPARSE_SUM_SEGMENTS),
+      gate: pool.fn(k.gate, shard),
+      upDown: pool.fn(k.upDown, shard),
+      ffn: pool.fn(k.ffn, shard),
+      ffnRun: pool.fn(k.ffnRun, shard),
+      sum: pool.fn(SPARSE_SUM_PARTIALS, shard),
+      upDownSeg: pool.fn(k.upDownSeg, shard),
+      ffnSeg: pool.fn(k.ffnSeg, shard),
+      sumSeg: pool.fn(SPARSE_SUM_SEGMENTS, shard),
     };
-    this.prepareFn = k.prepare ? pool.kernels[k.prepare] : undefined;
+    this.prepareFn = k.prepare ? pool.kernelsOf(shard)[k.prepare] : undefined;
   }
 
   private input = 0;

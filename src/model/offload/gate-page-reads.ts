@@ -6,7 +6,7 @@
  */
 import type { FlashReader, FlashReadRequest } from "../../io/flash-reader.js";
 import type { NeuronCache } from "../../io/neuron-cache.js";
-import type { NeuronStore } from "../../format/store/index.js";
+import type { GroupStore } from "./store-groups.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { SparseFFN } from "../../runtime/sparse-kernels.js";
 import { fileCachedGates, type GateSource } from "./gate-source.js";
@@ -25,7 +25,7 @@ export class GatePageReads implements GateSource {
   private readonly requests: { fileOffset: number; length: number; dst: number }[] = [];
 
   constructor(
-    private readonly store: NeuronStore,
+    private readonly store: GroupStore,
     private readonly cache: NeuronCache,
     private readonly reader: FlashReader,
     private readonly sparse: SparseFFN,

@@ -3,7 +3,7 @@
  * stored positions (its hottest neurons in a hot-first store), read once at load and kept. Packed
  * hot slots hold a bundle's three parts without its read padding.
  */
-import type { NeuronStore } from "../../format/store/index.js";
+import type { GroupStore } from "./store-groups.js";
 import { NeuronCache } from "../../io/neuron-cache.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { OffloadLayout } from "./layout.js";
@@ -11,7 +11,7 @@ import type { OffloadLayout } from "./layout.js";
 /** Load-time read buffer (counted in layout.ts RUNTIME_GROWTH_BYTES). */
 const CHUNK = 2 << 20;
 
-export function makeCache(store: NeuronStore, arena: Arena, layout: OffloadLayout): NeuronCache {
+export function makeCache(store: GroupStore, arena: Arena, layout: OffloadLayout): NeuronCache {
   const ffn = store.ffn;
   const groups = ffn.layers.length;
   const hotBytes = layout.hotSlotBytes;

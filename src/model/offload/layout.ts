@@ -100,6 +100,23 @@ export interface LayoutKnobs {
   cacheBytes?: number;
   /** checksums checked on a chunk's first read only ("once", the default): the reader keeps a mark per chunk */
   verifyOnce?: boolean;
+  /**
+   * wasm memories the store's layers are split among (default 1): each runs an offloaded FFN of
+   * its own, with its own buffers, staging area and page-aligned cache (src/model/store-shards.ts)
+   */
+  shards?: number;
+}
+
+/** One memory's part of a store's offloaded FFN, where the layers are split among several. */
+export interface LayoutShard {
+  /** the store groups (layers, or layers x experts) whose FFN this memory runs: [from, to) */
+  groups: { from: number; to: number };
+  /** bytes of its neuron cache, its cold slots, and its hot slots (its groups' hotPerGroup summed) */
+  cacheBytes: number;
+  coldSlots: number;
+  hotSlots: number;
+  /** its resident gate rows or staging area */
+  gateBytes: number;
 }
 
 export interface OffloadLayout {
@@ -138,6 +155,11 @@ export interface OffloadLayout {
   fits: boolean;
   /** the smallest budget that runs with these knobs */
   minBudget: number;
+  /**
+   * a store split among several memories: each memory's share (cacheBytes, slots, coldSlots,
+   * gateBytes and ffnBuffers above are their sums); absent in one memory
+   */
+  shards?: LayoutShard[];
 }
 
 /** What the process gains once running that the layout's other parts do not list (see RUNTIME_GROWTH_BYTES). */
@@ -248,13 +270,15 @@ export function offloadLayout(
   knobs: LayoutKnobs,
 ): OffloadLayout {
   const { groups, nFF, bundleBytes } = facts;
+  // each memory of a split store has its own FFN buffers, staging area and page-aligned cache
+  const shards = knobs.shards ?? 1;
   const allFFN = groups * nFF * bundleBytes;
-  const minCache = Math.min(allFFN, MIN_CACHE_BUNDLES * bundleBytes);
-  const ffnBuffers = ffnBufferBytes(facts, knobs.threads, knobs.verifyOnce ?? true);
+  const minCache = Math.min(allFFN, shards * MIN_CACHE_BUNDLES * bundleBytes);
+  const ffnBuffers = shards * ffnBufferBytes(facts, knobs.threads, knobs.verifyOnce ?? true);
   const growth = resident.growth ?? runtimeGrowthBytes(facts);
   const base = resident.base + resident.weights + resident.buffers + resident.kv + growth + ffnBuffers;
   const gateRows = groups * facts.gateRowBytes;
-  const staging = stagingBytes(facts);
+  const staging = shards * stagingBytes(facts);
   const room = budget === undefined ? Infinity : budget * BUDGET_ROOM;
   // Predictor mode computes a token's gates from the bundles it runs: no resident gate rows (the
   // staging area stays: prompt batches stream the gate rows through it). In gate mode they stay
@@ -266,11 +290,16 @@ export function offloadLayout(
     allFFN,
     Math.max(minCache, Math.ceil(facts.expertsUsed * firingPerGroup(facts) * bundleBytes)),
   );
+  // (Gate rows no larger than the staging area they would replace always stay: the cache gains too.)
   const residentGates =
-    knobs.sparsity !== "predictor" && (knobs.residentGates ?? base + gateRows + PAGE_PAD + layerBundles <= room);
+    knobs.sparsity !== "predictor" &&
+    (knobs.residentGates ??
+      (gateRows <= staging
+        ? base + gateRows + shards * PAGE_PAD + minCache <= room
+        : base + gateRows + shards * PAGE_PAD + layerBundles <= room));
   const gateBytes = residentGates ? gateRows : staging;
   // the cache's base is page aligned: its padding is counted with the fixed part
-  const fixed = base + gateBytes + PAGE_PAD;
+  const fixed = base + gateBytes + shards * PAGE_PAD;
   const cacheRoom = Math.min(allFFN, knobs.cacheBytes ?? Infinity, room - fixed);
   const fits = cacheRoom >= minCache;
   const slots = fits ? Math.floor(cacheRoom / bundleBytes) : 0;
@@ -283,6 +312,8 @@ export function offloadLayout(
       facts.experts > 0 ? { experts: facts.experts, used: facts.expertsUsed } : undefined,
     );
   let hot = hotPerLayer(slots, hotFraction, groups, nFF);
+  // a split store: a cold slot for each memory's misses at least
+  if (shards > 1 && hot < nFF) hot = Math.max(0, Math.min(hot, Math.floor((slots - shards) / groups)));
   const cold = slots - hot * groups;
   // Pinned bundles are read once at load, never by a direct read: packed without the padding
   // that 4 KiB-aligns flash reads, the bytes that padding took pin more neurons; the cold region
@@ -290,7 +321,7 @@ export function offloadLayout(
   let hotSlotBytes = bundleBytes;
   const packed = 3 * facts.rowBytes;
   if (fits && packed < bundleBytes && hot > 0 && hot < nFF) {
-    const more = Math.min(nFF, Math.floor((cacheRoom - PAGE_PAD - cold * bundleBytes) / (groups * packed)));
+    const more = Math.min(nFF, Math.floor((cacheRoom - shards * PAGE_PAD - cold * bundleBytes) / (groups * packed)));
     if (more >= hot) {
       hot = more;
       hotSlotBytes = packed;

@@ -8,7 +8,7 @@
  */
 import type { FlashReader } from "../../io/flash-reader.js";
 import type { NeuronCache } from "../../io/neuron-cache.js";
-import type { NeuronStore } from "../../format/store/index.js";
+import type { GroupStore } from "./store-groups.js";
 import type { FixedOrder } from "./fixed-order.js";
 import type { NeuronLists } from "./neuron-lists.js";
 import { waitForReads, type OffloadStats } from "./stats.js";
@@ -24,7 +24,7 @@ export type BundleRequest = { fileOffset: number; length: number; dst: number; t
 export function bundleRequest(
   pool: BundleRequest[],
   m: number,
-  store: NeuronStore,
+  store: GroupStore,
   cache: NeuronCache,
   g: number,
   k: number,
@@ -57,7 +57,7 @@ export class MissReader {
   reads = 0;
 
   constructor(
-    private readonly store: NeuronStore,
+    private readonly store: GroupStore,
     private readonly cache: NeuronCache,
     private readonly reader: FlashReader,
     private readonly stats: OffloadStats,

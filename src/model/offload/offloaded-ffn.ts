@@ -20,7 +20,8 @@
  * allocates nothing but the reader's promises.
  */
 import { availableParallelism } from "node:os";
-import type { NeuronStore, VerifyMode } from "../../format/store/index.js";
+import type { VerifyMode } from "../../format/store/index.js";
+import type { GroupStore } from "./store-groups.js";
 import { FlashReader, type FlashReaderOptions } from "../../io/flash-reader.js";
 import type { NeuronCache } from "../../io/neuron-cache.js";
 import type { Arena } from "../../runtime/arena.js";
@@ -110,15 +111,19 @@ export const EXPERT_READ_AHEAD: readonly ExpertReadAhead[] = ["both", "expert", 
 
 /** What an offloaded FFN is built from: the loaded model's parts it shares. */
 export interface OffloadParts {
-  store: NeuronStore;
+  /** the store, or a shard's run of its groups (store-groups.ts), numbered from 0 */
+  store: GroupStore;
   cfg: ModelConfig;
   arena: Arena;
   pool: ThreadPool;
   layout: OffloadLayout;
   /** the model's dense matrix runner (resident gate rows and the predictor run on it) */
   mm: MatrixRunner;
-  /** the activation predictors (predictor mode) */
+  /** the activation predictors (predictor mode), of the same groups */
   predictor: Predictor | null;
+  /** a store in several memories: the pool's memory `arena` is, and the store's number of this FFN's group 0 */
+  shard?: number;
+  firstGroup?: number;
 }
 
 export class OffloadedFFN {
@@ -128,6 +133,8 @@ export class OffloadedFFN {
   readonly mode: SparsityMode;
   readonly layout: OffloadLayout;
   readonly predictor: Predictor | null;
+  /** the store's number of this FFN's group 0 (its groups are numbered from 0): non-zero for a shard past the first */
+  readonly firstGroup: number;
   /** how a decode step learns what fires, and how a prompt batch gets its gates (null: tokens one by one) */
   private readonly gates: GateSource;
   private readonly batchGates: BatchGateSource | null;
@@ -138,7 +145,7 @@ export class OffloadedFFN {
   private readonly readAhead: ReadAhead | null;
   private readonly expertReadAhead: ExpertReadAhead;
   private readonly sparse: SparseFFN;
-  private readonly store: NeuronStore;
+  private readonly store: GroupStore;
   private readonly pipeline: boolean;
   private readonly verifyOnce: boolean;
   private readonly thresholds: Float32Array | null;
@@ -161,7 +168,9 @@ export class OffloadedFFN {
     this.thresholds = opts.thresholds ?? null;
     this.pipeline = opts.pipeline ?? true;
     this.verifyOnce = (opts.verify ?? "once") === "once";
-    this.nLayer = cfg.nLayer;
+    this.firstGroup = parts.firstGroup ?? 0;
+    // the layers this FFN runs (a shard's): read-ahead stops after the last
+    this.nLayer = store.ffn.layers.length / Math.max(1, store.ffn.experts);
     this.expertReadAhead = opts.expertReadAhead ?? (cfg.routerInput === "block" ? "both" : "expert");
     if (!EXPERT_READ_AHEAD.includes(this.expertReadAhead))
       throw new RangeError(
@@ -170,8 +179,9 @@ export class OffloadedFFN {
     this.batchCached = new Int32Array(cfg.nFF);
     this.groups = this.stats.groups = newGroupStats(store.ffn.layers.length, store.ffn.experts);
     this.tracer = opts.tracer ?? null;
-    const resident = layout.residentGates ? ResidentGateRows.load(store, arena, pool, mm, stats) : null;
-    this.sparse = new SparseFFN(pool, arena, store.ffn.type, cfg.nEmbd);
+    const shard = parts.shard ?? 0;
+    const resident = layout.residentGates ? ResidentGateRows.load(store, arena, pool, mm, stats, shard) : null;
+    this.sparse = new SparseFFN(pool, arena, store.ffn.type, cfg.nEmbd, shard);
     this.cache = makeCache(store, arena, layout);
     this.order = new FixedOrder(cfg.nFF, this.sparse, this.cache, act, this.mode === "predictor");
     this.lists = new NeuronLists(arena, cfg.nFF, this.cache, act, this.mode, this.order);

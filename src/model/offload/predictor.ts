@@ -198,8 +198,9 @@ export class Predictor {
     private readonly pool: ThreadPool,
     /** per group, the model's neuron of each score (fc2's rows were loaded in this order), or null: the model's order */
     readonly rowOrder: ((g: number) => Int32Array) | null,
+    shard: number,
   ) {
-    this.relu = pool.fn("relu_inplace");
+    this.relu = pool.fn("relu_inplace", shard);
     this.tails = fc2.map(() => null);
   }
 
@@ -208,6 +209,9 @@ export class Predictor {
    * says. With `rowOrder`, group g's fc2 rows are loaded in the order rowOrder(g) (a store's
    * stored order), so its scores come out in that order: the offloaded FFN then reads a stored
    * position's score at that position, with no gather per neuron per step.
+   *
+   * `at`: a shard's predictors (a store in several memories): groups from `first` on, numbered
+   * from 0 (rowOrder and scores take those numbers), into `arena`, the pool's memory `shard`.
    */
   static load(
     loader: WeightLoader,
@@ -218,12 +222,13 @@ export class Predictor {
     shapes: PredictorShape[],
     groups = shapes.length,
     rowOrder: ((g: number) => Int32Array) | null = null,
+    at: { shard: number; first: number } = { shard: 0, first: 0 },
   ): Predictor {
     const fc1: Matrix[] = [];
     const fc2: Matrix[] = [];
     for (let g = 0; g < groups; g++) {
-      const n = predictorNames(g, cfg.nExpert);
-      const s = shapes[g];
+      const n = predictorNames(at.first + g, cfg.nExpert);
+      const s = shapes[at.first + g];
       const q8 = s.requantized;
       const a = q8
         ? loader.q8Matrix(n.fc1, cfg.nEmbd, s.fileHidden, cfg.nEmbd, s.hidden)
@@ -239,8 +244,8 @@ export class Predictor {
       fc1.push(a);
       fc2.push(b);
     }
-    const hidden = arena.alloc(Math.max(...shapes.slice(0, groups).map((s) => s.hidden)) * 4, 64);
-    return new Predictor(fc1, fc2, hidden, pool, rowOrder);
+    const hidden = arena.alloc(Math.max(...shapes.slice(at.first, at.first + groups).map((s) => s.hidden)) * 4, 64);
+    return new Predictor(fc1, fc2, hidden, pool, rowOrder, at.shard);
   }
 
   /**

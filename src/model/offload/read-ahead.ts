@@ -19,7 +19,7 @@
  */
 import type { FlashReader, FlashReadRequest } from "../../io/flash-reader.js";
 import type { NeuronCache } from "../../io/neuron-cache.js";
-import type { NeuronStore } from "../../format/store/index.js";
+import type { GroupStore } from "./store-groups.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { MatrixRunner } from "../matrix-runner.js";
 import type { NeuronLists } from "./neuron-lists.js";
@@ -61,7 +61,7 @@ export class ReadAhead {
   private readonly maxPinned: number;
 
   constructor(
-    private readonly store: NeuronStore,
+    private readonly store: GroupStore,
     private readonly cache: NeuronCache,
     private readonly reader: FlashReader,
     private readonly predictor: Predictor,

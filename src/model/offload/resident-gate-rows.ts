@@ -2,7 +2,7 @@
  * Gate mode with every gate row in memory: one dense matrix per layer (a third of the FFN, no
  * I/O), the gates of all neurons by the dense kernels, then every neuron filed.
  */
-import type { NeuronStore } from "../../format/store/index.js";
+import type { GroupStore } from "./store-groups.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { ThreadPool } from "../../runtime/pool.js";
 import { weightKernel } from "../../runtime/weight-kernels.js";
@@ -26,11 +26,13 @@ export class ResidentGateRows implements GateSource, BatchGateSource {
 
   /** Read every bundle once and keep its gate part, packed for the dense kernel. */
   static load(
-    store: NeuronStore,
+    store: GroupStore,
     arena: Arena,
     pool: ThreadPool,
     mm: MatrixRunner,
     stats: OffloadStats,
+    /** the pool's memory `arena` is */
+    shard = 0,
   ): ResidentGateRows {
     const ffn = store.ffn;
     const kernel = weightKernel(ffn.type);
@@ -59,8 +61,8 @@ export class ResidentGateRows implements GateSource, BatchGateSource {
         rows: nFF,
         cols: nEmbd,
         kernel,
-        matvecFn: pool.fn(kernel.matvec),
-        matmulFn: pool.fn(kernel.matmul),
+        matvecFn: pool.fn(kernel.matvec, shard),
+        matmulFn: pool.fn(kernel.matmul, shard),
       });
     }
     return new ResidentGateRows(gates, mm, nEmbd, stats);

@@ -8,7 +8,7 @@
  */
 import type { FlashReader } from "../../io/flash-reader.js";
 import type { NeuronCache } from "../../io/neuron-cache.js";
-import type { NeuronStore } from "../../format/store/index.js";
+import type { GroupStore } from "./store-groups.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { SparseFFN } from "../../runtime/sparse-kernels.js";
 import { fileCachedGates, listCached, type BatchGateSource, type GateSource } from "./gate-source.js";
@@ -43,7 +43,7 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
   private readonly decodeUse: ChunkUse & { kind: "decode" };
 
   /** Whether gates can stream from `store` with this staging area (every layer has a gate-row copy that fits a half). */
-  static possible(store: NeuronStore): boolean {
+  static possible(store: GroupStore): boolean {
     const ffn = store.ffn;
     const nFF = store.layer(0).neurons;
     return (
@@ -53,7 +53,7 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
   }
 
   constructor(
-    private readonly store: NeuronStore,
+    private readonly store: GroupStore,
     private readonly cache: NeuronCache,
     private readonly reader: FlashReader,
     private readonly sparse: SparseFFN,

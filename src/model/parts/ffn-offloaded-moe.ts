@@ -20,6 +20,8 @@ import type { Router } from "./router.js";
 export class OffloadedMoeFFN implements FFNPart {
   /** the experts (store groups) read ahead before attention */
   private readonly ahead: Int32Array;
+  /** the group of the layer's expert 0 in `off`'s numbering (a split store's memory numbers its own from 0) */
+  private readonly first: number;
 
   constructor(
     private readonly ctx: PartContext,
@@ -31,6 +33,7 @@ export class OffloadedMoeFFN implements FFNPart {
     private readonly off: OffloadedFFN,
   ) {
     this.ahead = new Int32Array(Math.max(1, ctx.cfg.nExpertUsed));
+    this.first = layer * ctx.cfg.nExpert - off.firstGroup;
   }
 
   async run(step: ForwardStep, out: number): Promise<void> {
@@ -46,7 +49,7 @@ export class OffloadedMoeFFN implements FFNPart {
     for (let e = 0; e < nExpert; e++) {
       const m = r.tokensOf(e, n);
       if (m === 0) continue;
-      const group = this.layer * nExpert + e;
+      const group = this.first + e;
       ctx.f32.fill(0, b.moeOut >>> 2, (b.moeOut >>> 2) + m * nEmbd);
       if (m > 1 && off.batches) await off.prefillBatch(group, b.moeIn, b.moeOut, m, b.hg);
       else {
@@ -57,7 +60,7 @@ export class OffloadedMoeFFN implements FFNPart {
             b.moeIn + i * row,
             b.x + r.tokens[i] * row,
             b.moeOut + i * row,
-            next < 0 ? -1 : this.layer * nExpert + next,
+            next < 0 ? -1 : this.first + next,
           );
       }
       r.addWeighted(m);
@@ -77,7 +80,7 @@ export class OffloadedMoeFFN implements FFNPart {
     const ctx = this.ctx;
     const { nExpert, nExpertUsed } = ctx.cfg;
     const b = ctx.buf;
-    const first = this.layer * nExpert;
+    const first = this.first;
     if (ctx.cfg.routerInput === "block") {
       // the real routing (the router reads the block's input): the routed experts' likely
       // bundles can be read while attention computes, layer 0's included

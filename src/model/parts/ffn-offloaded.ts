@@ -9,11 +9,16 @@ import type { PartContext } from "./context.js";
 import type { FFNPart } from "./ffn.js";
 
 export class OffloadedDenseFFN implements FFNPart {
+  /** the layer's group in `off`'s numbering (a split store's memory numbers its own from 0) */
+  private readonly layer: number;
+
   constructor(
     private readonly ctx: PartContext,
-    private readonly layer: number,
+    layer: number,
     private readonly off: OffloadedFFN,
-  ) {}
+  ) {
+    this.layer = layer - off.firstGroup;
+  }
 
   async run(step: ForwardStep, out: number): Promise<void> {
     const { n } = step;
