@@ -87,8 +87,13 @@ function hits(firing: number[], hot: number[], cold: number[]): HitProfile {
   };
 }
 
-/** Rates to pass along with a given hit profile (they only set the hot clusters, none here: nothing is hot). */
-const firing = { layers: [new Float64Array(100).fill(0.2), new Float64Array(100).fill(0.2)], source: "test" };
+/**
+ * Rates to pass along with a given hit profile. They set the hot clusters (none here: nothing is
+ * hot) and how the misses coalesce (read-runs.ts): every other position fires, never two adjacent
+ * ones, so every miss is a read of its own and the sums below stay one read per miss.
+ */
+const alternate = () => Float64Array.from({ length: 100 }, (_, k) => (k % 2 === 0 ? 0.4 : 0));
+const firing = { layers: [alternate(), alternate()], source: "test" };
 
 function close(actual: number, expected: number, what: string): void {
   assert.ok(Math.abs(actual - expected) <= 1e-9 * Math.abs(expected), `${what}: ${actual} vs ${expected} by hand`);
