@@ -6,7 +6,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { MiB, facts, shape as small } from "./planner-fixture.js";
+import { MiB, facts, roundHardware, shape as small } from "./planner-fixture.js";
 import { DEFAULT_MAX_READ_BYTES } from "../src/io/flash-reader.js";
 import type { HitProfile } from "../src/io/hit-model.js";
 import { layoutFor, predict } from "../src/planner/cost-model.js";
@@ -14,13 +14,7 @@ import type { Hardware } from "../src/planner/hardware.js";
 import type { Knobs, Workload } from "../src/planner/knobs.js";
 import type { ModelShape } from "../src/planner/model-shape.js";
 import type { IoTable } from "../src/planner/probe-results.js";
-import {
-  coalescedReads,
-  expectedRuns,
-  layerAdjacency,
-  readsOfRuns,
-  runShareOf,
-} from "../src/planner/read-runs.js";
+import { coalescedReads, expectedRuns, layerAdjacency, readsOfRuns, runShareOf } from "../src/planner/read-runs.js";
 import { chunkReads, sizedBatchSecondsAt } from "../src/planner/read-table.js";
 
 function close(actual: number, expected: number, what: string): void {
@@ -31,7 +25,8 @@ test("runs of adjacent misses: all missing, alternating, independent at p = 0.5"
   assert.equal(expectedRuns(new Float64Array(10).fill(1)), 1);
   assert.equal(expectedRuns(Float64Array.from({ length: 10 }, (_, k) => (k % 2 === 0 ? 1 : 0))), 5);
   // the first position starts a run half the time, each later one a quarter (it misses, the one before does not)
-  for (const n of [1, 2, 7, 100]) close(expectedRuns(new Float64Array(n).fill(0.5)), 0.5 + (n - 1) * 0.25, `p 0.5, n ${n}`);
+  for (const n of [1, 2, 7, 100])
+    close(expectedRuns(new Float64Array(n).fill(0.5)), 0.5 + (n - 1) * 0.25, `p 0.5, n ${n}`);
   assert.equal(expectedRuns(new Float64Array(5)), 0);
 });
 
@@ -94,28 +89,19 @@ test("read tables by size: per-read time linear in bytes between measured sizes,
 const N = 8192;
 const big: ModelShape = { ...small, nFF: N, facts: { ...facts, nFF: N } };
 const hw: Hardware = {
-  threads: 1,
-  dispatch: 1e-6,
-  memoryBandwidth: 2.56e9,
-  matvecRate: () => 1e9,
-  sparse: {
-    upDownPerNeuron: 1e-6,
-    layerFixed: 2e-6,
-    gatePerNeuron: 1e-7,
-    gateFixed: 1e-6,
-    ffnPerNeuron: 2e-6,
-    ffnRunPerNeuron: 1e-6,
-  },
-  scan: { perNeuron: 1e-8, perLookup: 1e-7, perMiss: 1e-6 },
-  predictorSeconds: 5e-6,
+  ...roundHardware,
   batchSeconds: (bytes, _qd, n) => n * (1e-4 + bytes * 1e-9),
-  streamChunkSeconds: () => 1e-3,
   submitSeconds: () => 1e-6,
   iops: () => 1e4,
-  base: 20 * MiB,
-  overlap: true,
 };
-const knobs: Knobs = { sparsity: "gate", threads: 1, queueDepth: 4, hotFraction: 0, residentGates: true, pipeline: false };
+const knobs: Knobs = {
+  sparsity: "gate",
+  threads: 1,
+  queueDepth: 4,
+  hotFraction: 0,
+  residentGates: true,
+  pipeline: false,
+};
 const workload: Workload = { contextSize: 64, promptTokens: 10, decodeTokens: 1 };
 const misses = (m: number): HitProfile => ({
   firing: Float64Array.from([m, m]),
@@ -139,7 +125,10 @@ test("predicted decode time: a dense gate-mode layer's misses read as 1 MiB read
   const after = 2 * disk(32, MiB);
   close(dense.breakdown.ioWait, after, "dense I/O wait");
   // the same layer costed a read per bundle (positions never adjacent: every other one fires)
-  const apart = { layers: [0, 1].map(() => Float64Array.from({ length: N }, (_, k) => (k % 2 === 0 ? 1 : 0))), source: "test" };
+  const apart = {
+    layers: [0, 1].map(() => Float64Array.from({ length: N }, (_, k) => (k % 2 === 0 ? 1 : 0))),
+    source: "test",
+  };
   const perBundle = predict(big, apart, hw, knobs, workload, budget, misses(N / 2));
   close(perBundle.breakdown.ioWait, 2 * disk(N / 2, 4096), "every other bundle: a read each");
   assert.ok(before / after > 20, `dense: ${before * 1e3} ms of reads a token before, ${after * 1e3} ms now`);
@@ -153,7 +142,10 @@ test("predicted decode time: a dense gate-mode layer's misses read as 1 MiB read
   const expect = 2 * (runs * (1e-4 + len * 1e-9) - runs * 1e-6);
   close(sparse.breakdown.ioWait, expect, "sparse I/O wait");
   const old = 2 * disk(m, 4096);
-  assert.ok(sparse.breakdown.ioWait / old > 0.97, `sparse: ${old * 1e3} ms before, ${sparse.breakdown.ioWait * 1e3} ms now`);
+  assert.ok(
+    sparse.breakdown.ioWait / old > 0.97,
+    `sparse: ${old * 1e3} ms before, ${sparse.breakdown.ioWait * 1e3} ms now`,
+  );
   console.log(
     `dense gate mode, 2 x 8192 misses: reads ${(before * 1e3).toFixed(3)} -> ${(after * 1e3).toFixed(3)} ms/token; ` +
       `sparse p 0.02: ${(old * 1e3).toFixed(4)} -> ${(sparse.breakdown.ioWait * 1e3).toFixed(4)} ms/token`,

@@ -15,6 +15,7 @@
  */
 import type { Firing } from "../io/hit-model.js";
 import { DEFAULT_MAX_READ_BYTES } from "../io/flash-reader.js";
+import { perSplit } from "./hot-runs.js";
 import type { ModelShape } from "./model-shape.js";
 
 /** Mean firing rate past the hot region at or above which a layer is read as one contiguous run per round. */
@@ -69,11 +70,10 @@ const adjacencyMemo = new WeakMap<Firing, Map<string, LayerAdjacency>>();
 
 /** The adjacency sums of each layer (a mixture's experts summed: each expert's positions are its own). */
 export function layerAdjacency(shape: ModelShape, firing: Firing, hotPerGroup: readonly number[]): LayerAdjacency {
-  let memo = adjacencyMemo.get(firing);
-  if (!memo) adjacencyMemo.set(firing, (memo = new Map()));
-  const key = hotPerGroup.join(",");
-  const have = memo.get(key);
-  if (have) return have;
+  return perSplit(adjacencyMemo, firing, hotPerGroup, () => adjacency(shape, firing, hotPerGroup));
+}
+
+function adjacency(shape: ModelShape, firing: Firing, hotPerGroup: readonly number[]): LayerAdjacency {
   const L = shape.nLayer;
   const perLayer = Math.max(1, shape.experts);
   const adj: LayerAdjacency = {
@@ -95,7 +95,6 @@ export function layerAdjacency(shape: ModelShape, firing: Firing, hotPerGroup: r
     adj.pairs[l] += pairs;
     if (p.length > hot && fires < DENSE_FIRING * (p.length - hot)) adj.dense[l] = 0;
   }
-  memo.set(key, adj);
   return adj;
 }
 
