@@ -460,6 +460,10 @@ test("probe: measures every part with tiny durations, caches it per machine, re-
     const stream = gateStreamOf(store);
     assert.ok(stream !== null);
     assert.equal(keys.filter((k) => k.includes(`|stream ${stream!.bytes}|`)).length, 1, keys.join(", "));
+    // and one of runs of adjacent bundles: a layer's bundles here, fewer than 4 MiB
+    const layerBytes = store.layer(0).neurons * store.layer(0).bundleBytes;
+    assert.ok(layerBytes < 4 * MiB);
+    assert.equal(keys.filter((k) => k.includes(`|run ${layerBytes}|`)).length, 1, keys.join(", "));
     const io = Object.values(r.io);
     assert.ok(io.every((t) => t.cells.map((c) => c.queueDepth).join() === "1,2"));
     assert.ok(io.every((t) => t.cells.every((c) => c.iops > 0 && c.batches.every((b) => b.perSecond > 0))));
@@ -471,7 +475,7 @@ test("probe: measures every part with tiny durations, caches it per machine, re-
     assert.ok(again.seconds - r.seconds < 0.5, "nothing measured twice");
     const fresh = await probeMachine(store, { ...FAST, reprobe: true });
     assert.ok(fresh.notes.compute.at >= r.notes.compute.at, "a re-probe measures again");
-    assert.ok(Object.keys(fresh.matvec).length > 0 && Object.keys(fresh.io).length === 2);
+    assert.ok(Object.keys(fresh.matvec).length > 0 && Object.keys(fresh.io).length === 3);
   } finally {
     store.close();
   }

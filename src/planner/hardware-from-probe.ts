@@ -46,8 +46,13 @@ export function hardwareFromProbe(probe: ProbeResult, shape: ModelShape, threads
       )
     : null;
   // every size measured, for the coalesced reads of adjacent misses (read-runs.ts): the bundle
-  // and gate-page tables, and the gate-row chunks as the reads of at most maxRead they split into
-  const sized = [...tables.values(), ...(stream ? [chunkReads(stream, DEFAULT_MAX_READ_BYTES)] : [])];
+  // and gate-page tables, and the gate-row chunks and runs of bundles as the reads of at most
+  // maxRead they split into (a probe from before the runs were probed has none: the bundle's rate)
+  const runs = Object.entries(probe.io).find(([k]) => k.startsWith(`${dev}|run `) && k.endsWith(`|${threads}`))?.[1];
+  const sized = [
+    ...tables.values(),
+    ...[stream, runs].flatMap((t) => (t ? [chunkReads(t, DEFAULT_MAX_READ_BYTES)] : [])),
+  ];
   const rates = new Map<GGMLType, number>();
   for (const m of [...shape.layerMatrices, shape.output, { type: shape.ffnType, rows: 0, cols: shape.nEmbd }]) {
     if (rates.has(m.type)) continue;
