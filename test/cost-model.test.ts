@@ -6,7 +6,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { MiB, shape } from "./planner-fixture.js";
+import { MiB, roundHardware, shape } from "./planner-fixture.js";
 import { GGMLType } from "../src/format/ggml-types.js";
 import type { HitProfile } from "../src/io/hit-model.js";
 import { readAheadGroup, readsAhead } from "../src/model/offload/read-ahead-condition.js";
@@ -26,28 +26,7 @@ import { overlapped } from "../src/planner/read-costs.js";
  *   scan per layer = 100 neurons * 0.01 us + firing * 0.1 us + misses * 1 us
  *   reads: 1 ms each at any queue depth, 10 us of each on the main thread to submit it
  */
-const hw: Hardware = {
-  threads: 1,
-  dispatch: 1e-6,
-  memoryBandwidth: 2.56e9,
-  matvecRate: () => 1e9,
-  sparse: {
-    upDownPerNeuron: 1e-6,
-    layerFixed: 2e-6,
-    gatePerNeuron: 1e-7,
-    gateFixed: 1e-6,
-    ffnPerNeuron: 2e-6,
-    ffnRunPerNeuron: 1e-6,
-  },
-  scan: { perNeuron: 1e-8, perLookup: 1e-7, perMiss: 1e-6 },
-  predictorSeconds: 5e-6,
-  batchSeconds: (_bytes, _qd, n) => n * 1e-3,
-  streamChunkSeconds: () => 1e-3,
-  submitSeconds: () => 1e-5,
-  iops: () => 1000,
-  base: 20 * MiB,
-  overlap: true,
-};
+const hw = roundHardware;
 
 const ATTENTION = 15.096e-6;
 const OUTPUT = 6.2e-6;
@@ -87,8 +66,13 @@ function hits(firing: number[], hot: number[], cold: number[]): HitProfile {
   };
 }
 
-/** Rates to pass along with a given hit profile (they only set the hot clusters, none here: nothing is hot). */
-const firing = { layers: [new Float64Array(100).fill(0.2), new Float64Array(100).fill(0.2)], source: "test" };
+/**
+ * Rates to pass along with a given hit profile. They set the hot clusters (none here: nothing is
+ * hot) and how the misses coalesce (read-runs.ts): every other position fires, never two adjacent
+ * ones, so every miss is a read of its own and the sums below stay one read per miss.
+ */
+const alternate = () => Float64Array.from({ length: 100 }, (_, k) => (k % 2 === 0 ? 0.4 : 0));
+const firing = { layers: [alternate(), alternate()], source: "test" };
 
 function close(actual: number, expected: number, what: string): void {
   assert.ok(Math.abs(actual - expected) <= 1e-9 * Math.abs(expected), `${what}: ${actual} vs ${expected} by hand`);

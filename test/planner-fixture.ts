@@ -5,6 +5,7 @@
  */
 import { GGMLType } from "../src/format/ggml-types.js";
 import type { StoreFacts } from "../src/model/offload/layout.js";
+import type { Hardware } from "../src/planner/hardware.js";
 import type { ModelShape } from "../src/planner/model-shape.js";
 
 export const MiB = 2 ** 20;
@@ -47,4 +48,28 @@ export const shape: ModelShape = {
   output: { type: GGMLType.Q4_1, rows: 50, cols: 64 },
   gateStream: null,
   predictor: null,
+};
+
+/** Round rates for costs followed by hand (test/cost-model.test.ts spells them out): reads 1 ms each at any depth, 10 us of each the submit. */
+export const roundHardware: Hardware = {
+  threads: 1,
+  dispatch: 1e-6,
+  memoryBandwidth: 2.56e9,
+  matvecRate: () => 1e9,
+  sparse: {
+    upDownPerNeuron: 1e-6,
+    layerFixed: 2e-6,
+    gatePerNeuron: 1e-7,
+    gateFixed: 1e-6,
+    ffnPerNeuron: 2e-6,
+    ffnRunPerNeuron: 1e-6,
+  },
+  scan: { perNeuron: 1e-8, perLookup: 1e-7, perMiss: 1e-6 },
+  predictorSeconds: 5e-6,
+  batchSeconds: (_bytes, _qd, n) => n * 1e-3,
+  streamChunkSeconds: () => 1e-3,
+  submitSeconds: () => 1e-5,
+  iops: () => 1000,
+  base: 20 * MiB,
+  overlap: true,
 };

@@ -71,6 +71,15 @@ const uniform = (p: number): Firing => ({
   layers: [new Float64Array(100).fill(p), new Float64Array(100).fill(p)],
   source: "test",
 });
+/**
+ * Rates averaging `p` per layer with no two positions past the first `hot` adjacent (the hot ones
+ * `p` each): every miss is a read of its own (read-runs.ts), as the per-read sums below count.
+ */
+const apart = (p: number, hot = 0): Firing => {
+  const rest = Math.ceil((100 - hot) / 2);
+  const at = (k: number) => (k < hot ? p : (k - hot) % 2 === 0 ? (p * (100 - hot)) / rest : 0);
+  return { layers: [0, 1].map(() => Float64Array.from({ length: 100 }, (_, k) => at(k))), source: "test" };
+};
 const workload = { contextSize: 1024, promptTokens: 0, decodeTokens: 1 };
 /** everything but the cache: base 20 + weights 10 + KV 1 MiB + runtime growth + the FFN's buffers + gate rows (or staging) + the cache's page alignment */
 const fixedOf = (gates: number) => 31 * MiB + runtimeGrowthBytes(facts) + ffnBufferBytes(facts, 1, true) + gates + 4096;
@@ -185,7 +194,7 @@ test("hit model: hot neurons always hit; the cold LRU's hits as the real cache's
 });
 
 test("predicted time: everything cached means no reads; a cache of the minimum reads every miss at the probed rate", () => {
-  const f = uniform(0.2);
+  const f = apart(0.2);
   const all = predict(shape, f, hw, knobs, workload, 100 * MiB);
   assert.equal(all.missesPerToken, 0);
   assert.equal(all.breakdown.ioWait, 0);
@@ -208,7 +217,7 @@ test("predicted time: everything cached means no reads; a cache of the minimum r
 });
 
 test("predicted time: the pipeline hides reads behind the hits' compute, only the first queue-depth's worth", () => {
-  const f = uniform(0.5);
+  const f = apart(0.5, 15);
   const slow: Hardware = { ...hw, sparse: { ...hw.sparse, upDownPerNeuron: 1e-3 } }; // hits compute 1 ms each
   const budget = budgetFor(60); // 60 slots: 15 hot per layer, 30 cold
   const on = predict(
@@ -451,6 +460,10 @@ test("probe: measures every part with tiny durations, caches it per machine, re-
     const stream = gateStreamOf(store);
     assert.ok(stream !== null);
     assert.equal(keys.filter((k) => k.includes(`|stream ${stream!.bytes}|`)).length, 1, keys.join(", "));
+    // and one of runs of adjacent bundles: a layer's bundles here, fewer than 4 MiB
+    const layerBytes = store.layer(0).neurons * store.layer(0).bundleBytes;
+    assert.ok(layerBytes < 4 * MiB);
+    assert.equal(keys.filter((k) => k.includes(`|run ${layerBytes}|`)).length, 1, keys.join(", "));
     const io = Object.values(r.io);
     assert.ok(io.every((t) => t.cells.map((c) => c.queueDepth).join() === "1,2"));
     assert.ok(io.every((t) => t.cells.every((c) => c.iops > 0 && c.batches.every((b) => b.perSecond > 0))));
@@ -462,7 +475,7 @@ test("probe: measures every part with tiny durations, caches it per machine, re-
     assert.ok(again.seconds - r.seconds < 0.5, "nothing measured twice");
     const fresh = await probeMachine(store, { ...FAST, reprobe: true });
     assert.ok(fresh.notes.compute.at >= r.notes.compute.at, "a re-probe measures again");
-    assert.ok(Object.keys(fresh.matvec).length > 0 && Object.keys(fresh.io).length === 2);
+    assert.ok(Object.keys(fresh.matvec).length > 0 && Object.keys(fresh.io).length === 3);
   } finally {
     store.close();
   }

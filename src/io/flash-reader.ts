@@ -139,6 +139,8 @@ export interface FlashReaderStats {
 type OnComplete = ((request: FlashReadRequest) => void) | null;
 type OnDone = (error: Error | null) => void;
 
+/** Largest single read when FlashReaderOptions.maxReadBytes is not given (the planner costs coalesced reads with it). */
+export const DEFAULT_MAX_READ_BYTES = 1 << 20;
 const NO_REQUESTS: readonly FlashReadRequest[] = [];
 const NO_DONE: OnDone = () => undefined;
 
@@ -253,7 +255,7 @@ export class FlashReader {
     this.memory = opts.memory;
     this.u8 = new Uint8Array(this.buffer());
     this.queueDepth = opts.queueDepth ?? defaultQueueDepth();
-    this.maxReadBytes = opts.maxReadBytes ?? 1 << 20;
+    this.maxReadBytes = opts.maxReadBytes ?? DEFAULT_MAX_READ_BYTES;
     this.verify = opts.verify;
     this.fault = opts.fault;
     this.tracer = opts.tracer ?? null;
@@ -289,7 +291,7 @@ export class FlashReader {
           ? AIO_QUEUE_DEPTH
           : AIO_INLINE_QUEUE_DEPTH
         : defaultQueueDepth());
-    const max = opts.maxReadBytes ?? 1 << 20;
+    const max = opts.maxReadBytes ?? DEFAULT_MAX_READ_BYTES;
     if (!Number.isInteger(qd) || qd < 1 || qd > 4096)
       throw new RangeError(`FlashReader: queueDepth must be an integer in [1, 4096], got ${qd}`);
     if (!aligned(max) || max === 0)

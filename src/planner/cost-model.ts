@@ -16,7 +16,7 @@
  *
  * The step models: gate-mode.ts and predictor-mode.ts; the parts they add up: dense-costs.ts
  * (attention, router, predictors, output) and read-costs.ts (reads, their overlap with compute,
- * rounds).
+ * rounds), a layer's misses costed as the coalesced reads they become (read-runs.ts).
  */
 import { hitProfile, type Firing, type HitProfile } from "../io/hit-model.js";
 import { offloadLayout, type OffloadLayout } from "../model/offload/layout.js";
@@ -34,6 +34,7 @@ import { layerHits } from "./layer-hits.js";
 import { groupsOf, type ModelShape } from "./model-shape.js";
 import { predictorMode } from "./predictor-mode.js";
 import { unfitPrediction, type Prediction } from "./prediction.js";
+import { layerAdjacency } from "./read-runs.js";
 
 /** The budget's layout with these knobs: the runtime's own (layout.ts), with the runtime's base as measured. */
 export function layoutFor(
@@ -79,7 +80,8 @@ export function predict(
     layout,
     hits ?? hitProfile(firing, layout.hotPerGroup, layout.coldSlots, workload.promptTokens, decodeSteps(workload)),
   );
+  const adj = layerAdjacency(shape, firing, layout.hotPerGroup);
   if (knobs.sparsity === "predictor")
-    return predictorMode(shape, firing, hw, resolved, workload, layout, hp, readAhead);
-  return gateMode(shape, hw, resolved, workload, layout, hp);
+    return predictorMode(shape, firing, hw, resolved, workload, layout, hp, adj, readAhead);
+  return gateMode(shape, hw, resolved, workload, layout, hp, adj);
 }

@@ -12,7 +12,8 @@ import { decodeSteps, type PlannedKnobs, type Workload } from "./knobs.js";
 import type { LayerHits } from "./layer-hits.js";
 import type { ModelShape } from "./model-shape.js";
 import { addBreakdown, perToken, zeroBreakdown, type Breakdown, type Prediction } from "./prediction.js";
-import { overlapped, readTime, rounds, roundsOf } from "./read-costs.js";
+import { missTime, overlapped, readTime, rounds, roundsOf } from "./read-costs.js";
+import { runShareOf, type LayerAdjacency } from "./read-runs.js";
 
 export function gateMode(
   shape: ModelShape,
@@ -21,6 +22,7 @@ export function gateMode(
   workload: Workload,
   layout: OffloadLayout,
   hp: LayerHits,
+  adj: LayerAdjacency,
 ): Prediction {
   const { nLayer, nFF, nEmbd, bundleBytes } = shape;
   const sp = hw.sparse;
@@ -58,13 +60,14 @@ export function gateMode(
       b.scan += k * nFF * hw.scan.perNeuron + f * hw.scan.perLookup + m * hw.scan.perMiss;
       const tHits = h > 0 ? h * up : 0;
       const n1 = Math.min(m, Math.max(1, cold));
+      const runShare = runShareOf(adj, l, m);
       maxRounds = Math.max(maxRounds, roundsOf(m, cold));
       if (layout.residentGates) {
         b.gate += gateMatvec;
         const r1 = knobs.pipeline
-          ? overlapped(hw, bundleBytes, n1, qd, tHits)
-          : readTime(hw, bundleBytes, n1, qd) + tHits;
-        const more = rounds(hw, bundleBytes, m - n1, cold, qd, up);
+          ? overlapped(hw, bundleBytes, n1, qd, tHits, runShare)
+          : missTime(hw, bundleBytes, n1, qd, runShare) + tHits;
+        const more = rounds(hw, bundleBytes, m - n1, cold, qd, up, runShare);
         const submit = m * hw.submitSeconds(bundleBytes, qd);
         b.scan += submit;
         b.ioWait += r1 - tHits + more.io - submit;
@@ -82,7 +85,7 @@ export function gateMode(
           : readGatePages(shape, hw, qd, knobs.pipeline, uncached, tHits, b);
         readBytes += gateBytes + m * bundleBytes;
         // misses: read after every gate is known, nothing left to overlap them with
-        const miss = rounds(hw, bundleBytes, m, cold, qd, up);
+        const miss = rounds(hw, bundleBytes, m, cold, qd, up, runShare);
         const submit = m * hw.submitSeconds(bundleBytes, qd);
         b.scan += submit;
         b.ioWait += miss.io - submit;

@@ -15,7 +15,8 @@ import {
   type IoTable,
   type ProbeResult,
 } from "./probe-results.js";
-import { batchSecondsAt, iopsAt, submitAt } from "./read-table.js";
+import { DEFAULT_MAX_READ_BYTES } from "../io/flash-reader.js";
+import { batchSecondsAt, chunkReads, iopsAt, sizedBatchSecondsAt, submitAt } from "./read-table.js";
 
 /** The cost model's view of the probe at one thread count. */
 export function hardwareFromProbe(probe: ProbeResult, shape: ModelShape, threads: number, base: number): Hardware {
@@ -44,6 +45,14 @@ export function hardwareFromProbe(probe: ProbeResult, shape: ModelShape, threads
         `read table for gate-row chunks on ${dev} at ${threads} thread(s)`,
       )
     : null;
+  // every size measured, for the coalesced reads of adjacent misses (read-runs.ts): the bundle
+  // and gate-page tables, and the gate-row chunks and runs of bundles as the reads of at most
+  // maxRead they split into (a probe from before the runs were probed has none: the bundle's rate)
+  const runs = Object.entries(probe.io).find(([k]) => k.startsWith(`${dev}|run `) && k.endsWith(`|${threads}`))?.[1];
+  const sized = [
+    ...tables.values(),
+    ...[stream, runs].flatMap((t) => (t ? [chunkReads(t, DEFAULT_MAX_READ_BYTES)] : [])),
+  ];
   const rates = new Map<GGMLType, number>();
   for (const m of [...shape.layerMatrices, shape.output, { type: shape.ffnType, rows: 0, cols: shape.nEmbd }]) {
     if (rates.has(m.type)) continue;
@@ -62,7 +71,8 @@ export function hardwareFromProbe(probe: ProbeResult, shape: ModelShape, threads
     sparse,
     scan: need(probe.scan ?? undefined, "JS scan cost"),
     streamChunkSeconds: (qd) => (stream ? batchSecondsAt(stream, qd, 1) : Infinity),
-    batchSeconds: (bytes, qd, n) => batchSecondsAt(table(bytes), qd, n),
+    batchSeconds: (bytes, qd, n) =>
+      tables.has(bytes) ? batchSecondsAt(tables.get(bytes)!, qd, n) : sizedBatchSecondsAt(sized, bytes, qd, n),
     submitSeconds: (bytes, qd) => submitAt(table(bytes), qd),
     iops: (bytes, qd) => iopsAt(table(bytes), qd),
     predictorSeconds: shape.predictor

@@ -17,15 +17,31 @@ export interface HotRuns {
   picked: Float64Array;
 }
 
-/** The search asks for the same rates and hot split many times (every queue depth, thread count, pipeline). */
+/**
+ * What `make` computes from these rates and this hot split, kept: the search asks for the same
+ * rates and hot split many times (every queue depth, thread count, pipeline).
+ */
+export function perSplit<T>(
+  memo: WeakMap<Firing, Map<string, T>>,
+  firing: Firing,
+  hotPerGroup: readonly number[],
+  make: () => T,
+): T {
+  let byKey = memo.get(firing);
+  if (!byKey) memo.set(firing, (byKey = new Map()));
+  const key = hotPerGroup.join(",");
+  let have = byKey.get(key);
+  if (have === undefined) byKey.set(key, (have = make()));
+  return have;
+}
+
 const runsMemo = new WeakMap<Firing, Map<string, HotRuns>>();
 
 export function hotRuns(shape: ModelShape, firing: Firing, hotPerGroup: readonly number[]): HotRuns {
-  let memo = runsMemo.get(firing);
-  if (!memo) runsMemo.set(firing, (memo = new Map()));
-  const key = hotPerGroup.join(",");
-  const have = memo.get(key);
-  if (have) return have;
+  return perSplit(runsMemo, firing, hotPerGroup, () => computeHotRuns(shape, firing, hotPerGroup));
+}
+
+function computeHotRuns(shape: ModelShape, firing: Firing, hotPerGroup: readonly number[]): HotRuns {
   const perLayer = Math.max(1, shape.experts);
   const runs: HotRuns = { neurons: new Float64Array(shape.nLayer), picked: new Float64Array(shape.nLayer) };
   for (let g = 0; g < firing.layers.length; g++) {
@@ -58,7 +74,6 @@ export function hotRuns(shape: ModelShape, firing: Firing, hotPerGroup: readonly
       runs.picked[l] += share * covered;
     }
   }
-  memo.set(key, runs);
   return runs;
 }
 

@@ -20,7 +20,8 @@ import { decodeSteps, type PlannedKnobs, type ReadAheadRates, type Workload } fr
 import type { LayerHits } from "./layer-hits.js";
 import type { ModelShape } from "./model-shape.js";
 import { addBreakdown, perToken, zeroBreakdown, type Prediction } from "./prediction.js";
-import { readTime, rounds, roundsOf } from "./read-costs.js";
+import { missTime, rounds, roundsOf } from "./read-costs.js";
+import { runShareOf, type LayerAdjacency } from "./read-runs.js";
 
 /** A floor on the read-ahead's used share when it sets the reads taken (ahead / used): a measured share near 0 would make them unbounded. */
 const MIN_READ_AHEAD_USED = 0.05;
@@ -33,6 +34,7 @@ export function predictorMode(
   workload: Workload,
   layout: OffloadLayout,
   hp: LayerHits,
+  adj: LayerAdjacency,
   ra: ReadAheadRates,
 ): Prediction {
   const { nLayer, nFF, bundleBytes } = shape;
@@ -49,8 +51,9 @@ export function predictorMode(
   // before its hits compute, the step model below already overlaps them so)
   const lookahead = readsAhead(true, knobs.pipeline, true, layout.hotPerLayer, nFF) && shape.experts === 0;
   const submit = hw.submitSeconds(bundleBytes, qd);
-  /** disk seconds of a batch of n reads besides the main thread's submits */
-  const disk = (n: number) => (n > 0 ? Math.max(0, readTime(hw, bundleBytes, n, qd) - n * submit) : 0);
+  /** disk seconds of a batch of n missed bundles (runShare runs per bundle) besides the main thread's submits */
+  const disk = (n: number, runShare: number) =>
+    n > 0 ? Math.max(0, missTime(hw, bundleBytes, n, qd, runShare) - n * submit) : 0;
   const total = zeroBreakdown();
   let fired = 0,
     hitsSum = 0,
@@ -86,14 +89,15 @@ export function predictorMode(
       b.scan += scan;
       // the first round of the misses' reads, queued on the disk
       const n1 = Math.min(rest, Math.max(1, cold));
+      const runShare = runShareOf(adj, l, rest);
       maxRounds = Math.max(maxRounds, roundsOf(rest, cold));
       let missDone: number;
       if (hw.overlap) {
-        diskFree = Math.max(t, diskFree) + disk(n1);
+        diskFree = Math.max(t, diskFree) + disk(n1, runShare);
         missDone = diskFree;
       } else {
-        t += disk(n1);
-        b.ioWait += disk(n1);
+        t += disk(n1, runShare);
+        b.ioWait += disk(n1, runShare);
         missDone = t;
       }
       if (!knobs.pipeline && missDone > t) {
@@ -107,16 +111,17 @@ export function predictorMode(
       if (next >= 0) {
         ahead = ra.coverage * misses[next];
         const reads = ahead / Math.max(MIN_READ_AHEAD_USED, ra.used);
+        const aheadShare = runShareOf(adj, next, reads);
         t += predictors + reads * submit;
         b.gate += predictors;
         b.scan += reads * submit;
         readBytes += reads * bundleBytes;
         if (hw.overlap) {
-          diskFree = Math.max(t, diskFree) + disk(reads);
+          diskFree = Math.max(t, diskFree) + disk(reads, aheadShare);
           aheadDone = diskFree;
         } else {
-          t += disk(reads);
-          b.ioWait += disk(reads);
+          t += disk(reads, aheadShare);
+          b.ioWait += disk(reads, aheadShare);
         }
       }
       // the hits: hot clusters whole, the other hits (and what was read ahead for this layer) one by one
@@ -131,7 +136,7 @@ export function predictorMode(
         b.ioWait += missDone - t;
         t = missDone;
       }
-      const more = rounds(hw, bundleBytes, rest - n1, cold, qd, sp.ffnPerNeuron);
+      const more = rounds(hw, bundleBytes, rest - n1, cold, qd, sp.ffnPerNeuron, runShare);
       const tMiss = n1 * sp.ffnPerNeuron + (n1 > 0 ? hw.dispatch : 0) + more.compute;
       t += tMiss + more.io;
       b.ffnCompute += tMiss;

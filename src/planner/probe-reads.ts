@@ -97,6 +97,8 @@ export async function probeReads(
  * Reads of whole gate-row chunks (`bytes`, page aligned, from a random layer's gate-row copy at a
  * random row) as OffloadedFFN streams them (split by the reader into reads of at most 1 MiB, up to
  * QD at once), with a pool of `threads` around, per queue depth: one chunk per batch, median time.
+ * With `region` "bundles", runs of adjacent bundles from a random layer's bundles instead: what a
+ * layer's adjacent misses become once the reader coalesces them.
  */
 export async function probeStream(
   store: NeuronStore,
@@ -104,6 +106,7 @@ export async function probeStream(
   depths: number[],
   scale: number,
   threads: number,
+  region: "gate rows" | "bundles" = "gate rows",
 ): Promise<IoTable> {
   const arena = new Arena(bytes + (2 << 20));
   const base = arena.alloc(bytes, 4096);
@@ -120,8 +123,9 @@ export async function probeStream(
     do {
       for (let d = 0; d < depths.length; d++) {
         const L = store.layer(Math.floor(rnd() * layers));
-        const span = Math.ceil((L.neurons * L.rowBytes) / 4096) * 4096;
-        const at = L.gateRows! + Math.floor((rnd() * Math.max(0, span - bytes)) / 4096) * 4096;
+        const bundles = region === "bundles";
+        const span = bundles ? L.neurons * L.bundleBytes : Math.ceil((L.neurons * L.rowBytes) / 4096) * 4096;
+        const at = (bundles ? L.offset : L.gateRows!) + Math.floor((rnd() * Math.max(0, span - bytes)) / 4096) * 4096;
         const t0 = performance.now();
         await readers[d].read([{ fileOffset: at, length: Math.min(bytes, span), dst: base }]);
         times[d].push((performance.now() - t0) / 1000);

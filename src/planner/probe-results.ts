@@ -87,6 +87,8 @@ export const predictorKey = (p: PredictorShape, nEmbd: number, nFF: number, thre
 export const ioKey = (device: string, bytes: number, threads: number) => `${device}|${bytes}|${threads}`;
 /** Read table of whole gate-row chunks (one chunk per batch) of `bytes`. */
 export const streamKey = (device: string, bytes: number, threads: number) => `${device}|stream ${bytes}|${threads}`;
+/** Read table of runs of adjacent bundles (one run of `bytes` per batch, read as reads of at most the reader's largest). */
+export const runKey = (device: string, bytes: number, threads: number) => `${device}|run ${bytes}|${threads}`;
 
 export function emptyResult(fp: MachineFingerprint): ProbeResult {
   return {

@@ -34,7 +34,7 @@
 import { loadavg } from "node:os";
 import type { NeuronStore } from "../format/store/index.js";
 import { typeName } from "../format/ggml-types.js";
-import { readerDepthLimit } from "../io/flash-reader.js";
+import { DEFAULT_MAX_READ_BYTES, readerDepthLimit } from "../io/flash-reader.js";
 import { hasSparseKernel } from "../runtime/sparse-kernels.js";
 import { hasWeightKernel } from "../runtime/weight-kernels.js";
 import { machineFingerprint } from "./machine.js";
@@ -48,10 +48,14 @@ import {
   matvecKey,
   predictorKey,
   sparseKey,
+  runKey,
   streamKey,
   type ProbeResult,
 } from "./probe-results.js";
 import { gatePageBytes, gateStreamOf, storePredictor } from "./store-shape.js";
+
+/** Reads of the reader's largest size in the run-of-bundles probe's one batch. */
+const RUN_READS = 4;
 
 export interface ProbeOptions {
   /** thread counts to measure (default 1..cores, at most 4 of them) */
@@ -152,6 +156,22 @@ export async function probeMachine(store: NeuronStore, opts: ProbeOptions = {}):
     );
     r.io[key] = await probeStream(store, stream!.bytes, depths, scale, T);
     note(`stream ${stream!.bytes} ${T}`);
+  }
+  // runs of adjacent bundles, as the reader coalesces a layer's adjacent misses (read-runs.ts):
+  // a few of its largest reads, or a layer's bundles where those are fewer
+  const runBytes = Math.min(
+    RUN_READS * DEFAULT_MAX_READ_BYTES,
+    ...store.ffn.layers.map((_, l) => Math.floor((store.layer(l).neurons * store.layer(l).bundleBytes) / 4096) * 4096),
+  );
+  for (const T of runBytes >= 4096 ? threads : []) {
+    const key = runKey(fp.device, runBytes, T);
+    const have = r.io[key];
+    if (have && depths.every((q) => have.cells.some((c) => c.queueDepth === q))) continue;
+    say(
+      `probing runs of adjacent bundles, ${(runBytes / 2 ** 20).toFixed(1)} MiB at queue depths ${depths.join(", ")}, ${T} compute thread(s)`,
+    );
+    r.io[key] = await probeStream(store, runBytes, depths, scale, T, "bundles");
+    note(`run ${runBytes} ${T}`);
   }
   r.seconds += (performance.now() - t0) / 1000;
   if (path) saveProbeCache(path, r);

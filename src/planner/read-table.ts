@@ -71,3 +71,48 @@ export function iopsAt(table: IoTable, qd: number): number {
   if (q <= cells[0].queueDepth) return cells[0].iops * (q / cells[0].queueDepth);
   return lerpDepth({ ...table, cells }, qd, (c) => c.iops);
 }
+
+/**
+ * Seconds of a batch of n reads of `bytes` from tables measured at several read sizes (each
+ * table one size): the per-read time interpolated linearly in bytes between the two measured
+ * sizes around it (a read costs a fixed part and a part per byte); below the smallest, the
+ * smallest's; past the largest, the largest's bandwidth (no evidence that a larger read goes
+ * faster per byte than the largest measured).
+ */
+export function sizedBatchSecondsAt(tables: readonly IoTable[], bytes: number, qd: number, n: number): number {
+  if (n <= 0) return 0;
+  if (tables.length === 0) throw new Error("no read tables");
+  const sized = tables.map((t) => ({ bytes: t.cells[0].bytes, t })).sort((a, b) => a.bytes - b.bytes);
+  const per = (i: number) => batchSecondsAt(sized[i].t, qd, n) / n;
+  if (bytes <= sized[0].bytes) return n * per(0);
+  for (let i = 1; i < sized.length; i++) {
+    if (bytes <= sized[i].bytes) {
+      const a = sized[i - 1].bytes,
+        b = sized[i].bytes;
+      const t = (bytes - a) / (b - a);
+      return n * (per(i - 1) + t * (per(i) - per(i - 1)));
+    }
+  }
+  const last = sized.length - 1;
+  return (n * per(last) * bytes) / sized[last].bytes;
+}
+
+/**
+ * A gate-row chunk table (one chunk of `bytes` per batch, which the reader splits into reads of
+ * at most maxRead, up to QD at once) as a table of those reads: each cell's chunk is k reads of
+ * bytes / k, so the chunk's rate times k reads per second in a batch of k.
+ */
+export function chunkReads(table: IoTable, maxRead: number): IoTable {
+  return {
+    ...table,
+    cells: table.cells.map((c) => {
+      const k = Math.ceil(c.bytes / maxRead);
+      return {
+        ...c,
+        bytes: c.bytes / k,
+        iops: c.iops * k,
+        batches: c.batches.map((b) => ({ n: b.n * k, perSecond: b.perSecond * k })),
+      };
+    }),
+  };
+}
