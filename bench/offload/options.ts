@@ -1,7 +1,8 @@
 /** bench:offload's command line (the comment at the top of bench/offload.ts says what each flag does). */
 
 /** The ReLU shapes with planted sparsity (the paper's models, and SmallThinker's ReGLU mixture). */
-export type SparseShape = "7b" | "mistral-7b" | "mixtral" | "smallthinker-4b";
+export const SPARSE_SHAPES = ["7b", "mistral-7b", "mixtral", "smallthinker-4b"] as const;
+export type SparseShape = (typeof SPARSE_SHAPES)[number];
 /**
  * The dense SiLU/GELU models people run today (synth's shapes of their public widths): no planted
  * sparsity, so ours runs the exact gate mode, which computes every neuron, and streams the FFN
@@ -74,15 +75,9 @@ export function parseOptions(argv: string[]): { options: Options; prewarm: boole
       o.type = t;
     } else if (a === "--shape") {
       const t = v();
-      if (
-        t !== "7b" &&
-        t !== "mistral-7b" &&
-        t !== "mixtral" &&
-        t !== "smallthinker-4b" &&
-        !(DENSE_SHAPES as readonly string[]).includes(t)
-      )
+      if (![...SPARSE_SHAPES, ...DENSE_SHAPES].includes(t as Shape))
         throw new Error(
-          `--shape must be 7b, mistral-7b, mixtral, smallthinker-4b or a dense one: ${DENSE_SHAPES.join(", ")}`,
+          `--shape must be one of ${SPARSE_SHAPES.join(", ")} or a dense one: ${DENSE_SHAPES.join(", ")}`,
         );
       o.shape = t as Shape;
       if (isDenseShape(o.shape) && !argv.includes("--limits")) o.limits = [];

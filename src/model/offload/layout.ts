@@ -290,13 +290,11 @@ export function offloadLayout(
     allFFN,
     Math.max(minCache, Math.ceil(facts.expertsUsed * firingPerGroup(facts) * bundleBytes)),
   );
-  // (Gate rows no larger than the staging area they would replace always stay: the cache gains too.)
+  // (Gate rows no larger than the staging area they would replace need only the smallest cache.)
+  const cacheBeside = gateRows <= staging ? minCache : layerBundles;
   const residentGates =
     knobs.sparsity !== "predictor" &&
-    (knobs.residentGates ??
-      (gateRows <= staging
-        ? base + gateRows + shards * PAGE_PAD + minCache <= room
-        : base + gateRows + shards * PAGE_PAD + layerBundles <= room));
+    (knobs.residentGates ?? base + gateRows + shards * PAGE_PAD + cacheBeside <= room);
   const gateBytes = residentGates ? gateRows : staging;
   // the cache's base is page aligned: its padding is counted with the fixed part
   const fixed = base + gateBytes + shards * PAGE_PAD;
