@@ -570,12 +570,13 @@ test("the planner's layout is the runtime's: the same split at several budgets, 
 
 test("the runtime's base as the planner measures it (a fresh process, as run makes it) is within a few MiB of run's", async () => {
   await stores();
-  const base = await measureRuntimeBase({
+  const { base, memories } = await measureRuntimeBase({
     store: predictorPath,
     threads: 1,
     contextSize: 64,
     batchSize: 256,
     sparsity: "predictor",
+    budget: 128 * MiB,
   });
   const r = spawnSync(
     process.execPath,
@@ -587,6 +588,7 @@ test("the runtime's base as the planner measures it (a fresh process, as run mak
   assert.ok(m, r.stderr);
   const runBase = Number(m[1]) * MiB;
   assert.ok(Math.abs(base - runBase) < 6 * MiB, `planner ${(base / MiB).toFixed(1)} MiB, run ${m[1]} MiB`);
+  assert.equal(memories, 1);
 });
 
 test("plan: written, read back, applied to load options; never predicted slower than the defaults", async () => {
@@ -793,8 +795,15 @@ test("powerinfer plan: writes MODEL.plan.json next to the model and prints the p
 
 test("plan: a store with predictors is planned in predictor mode, as run runs it; the smallest budget run accepts is planned", async () => {
   await stores();
-  const job = { store: predictorPath, threads: 1, contextSize: 64, batchSize: 256, sparsity: "predictor" as const };
-  const base = await measureRuntimeBase(job);
+  const job = {
+    store: predictorPath,
+    threads: 1,
+    contextSize: 64,
+    batchSize: 256,
+    sparsity: "predictor" as const,
+    budget: 128 * MiB,
+  };
+  const { base } = await measureRuntimeBase(job);
   const store = NeuronStore.open(predictorPath);
   const shape = shapeOfStore(store, readConfig(store), "predictor", 256, 64);
   store.close();

@@ -15,8 +15,12 @@ import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { NeuronStore } from "../src/format/store/index.js";
 import { LlamaModel, type LoadOptions } from "../src/model/model.js";
-import { BUDGET_ROOM, type OffloadLayout, type SparsityMode } from "../src/model/offload/layout.js";
+import { BUDGET_ROOM, type BudgetError, type OffloadLayout, type SparsityMode } from "../src/model/offload/layout.js";
 import { convertToStore } from "../src/offline/convert.js";
+import { readConfig } from "../src/model/config.js";
+import { layoutFor } from "../src/planner/cost-model.js";
+import type { Knobs } from "../src/planner/knobs.js";
+import { memoryOf, shapeOfStore } from "../src/planner/store-shape.js";
 import { synthesize } from "../src/offline/synth.js";
 import { ARENA_START } from "../src/runtime/arena.js";
 import { CLI, gaussians, greedyAsync, SHARED, tempDir, type Greedy } from "./helpers.js";
@@ -226,6 +230,53 @@ test("the cache split among memories: one memory's cache summed (hot slots per g
     Math.abs(totalN - total1) <= slack(b1, bn.shards!.length, bundleBytes),
     `laid out: ${totalN} split among ${bn.shards!.length}, ${total1} in one`,
   );
+});
+
+test("the planner's layout of a store split among memories is the one load makes (process budget, gate and predictor mode)", async () => {
+  for (const [name, pi, sparsity] of (await stores()).slice(0, 2)) {
+    const opts: LoadOptions = { threads: 1, contextSize: 48, batchSize: 16, offload: { sparsity } };
+    // Budgets over this process's resident size (the layout's base) as it stands at each load: a
+    // disposed model's memories stay resident until a collection. Over the smallest: room for a
+    // second memory's buffers and staging, and a third of the FFN.
+    const over =
+      (await LlamaModel.layoutOf(pi, { ...opts, memoryBudget: 1 << 20 }).then(
+        () => assert.fail("a budget of 1 MiB is refused"),
+        (e: unknown) => (e as BudgetError).layout.minBudget - (e as BudgetError).layout.fixedResident.base,
+      )) +
+      16 * 2 ** 20 +
+      Math.ceil(packedFFN(pi) / 3);
+    const at = (shardBytes?: number) =>
+      LlamaModel.layoutOf(pi, { ...opts, memoryBudget: process.memoryUsage.rss() + over, shardBytes });
+    const whole = wholeBytes(await at());
+    let made: OffloadLayout | null = null;
+    let shardBytes = 0;
+    for (let k = 31; k >= 8 && !made; k--) {
+      shardBytes = Math.floor((whole * k) / 32);
+      const l = await at(shardBytes);
+      if ((l.shards?.length ?? 1) >= 2) made = l;
+    }
+    assert.ok(made, `${name}: some memory size splits it`);
+    const store = NeuronStore.open(pi);
+    try {
+      const cfg = readConfig(store);
+      const shape = shapeOfStore(store, cfg, sparsity as "gate" | "predictor", 16, 48);
+      shape.memory = memoryOf(cfg, shape.memory!.resident, 48, 16, shardBytes);
+      const knobs: Knobs = { sparsity: sparsity as "gate" | "predictor", threads: 1, queueDepth: 8, pipeline: true };
+      const memories = made.shards!.length;
+      const planned = layoutFor(shape, { base: made.fixedResident.base, threads: 1, memories }, knobs, made.budget!);
+      assert.deepEqual(planned, made, `${name}: the planner's split`);
+      // one memory of the default size holds it: the planner's layout is then one memory's
+      const one = layoutFor(
+        { ...shape, memory: memoryOf(cfg, shape.memory.resident, 48, 16) },
+        { base: made.fixedResident.base, threads: 1 },
+        knobs,
+        made.budget!,
+      );
+      assert.equal(one.shards, undefined);
+    } finally {
+      store.close();
+    }
+  }
 });
 
 test("POWERINFER_SHARD_BYTES splits a store run from the CLI, with the same tokens", async () => {

@@ -12,8 +12,9 @@ import { defaultPlanPath, writePlan, type PlanPrediction } from "../planner/plan
 import { knobsText, sizeText } from "../planner/plan-text.js";
 import { defaultCacheDir, probeCachePath } from "../planner/probe-cache.js";
 import { runCalibration, type CalibrationJob, type CalibrationRun } from "../planner/calibrate.js";
-import type { BaseJob } from "../planner/runtime-base.js";
+import type { BaseJob, RuntimeBase } from "../planner/runtime-base.js";
 import { LlamaModel } from "../model/model.js";
+import { BudgetError } from "../model/offload/layout.js";
 import { LOAD_FLAGS } from "./model-flags.js";
 import { RANGE } from "./flag-ranges.js";
 
@@ -214,14 +215,20 @@ async function calibrationChild(job: CalibrationJob): Promise<number> {
  */
 async function baseChild(job: BaseJob): Promise<number> {
   await import("../index.js");
-  const layout = await LlamaModel.layoutOf(job.store, {
+  const opts = {
     threads: job.threads,
     contextSize: job.contextSize,
     batchSize: job.batchSize,
     offload: { sparsity: job.sparsity },
+  };
+  // under the budget, as `run` makes its memories; a budget the defaults do not fit (the plan may
+  // still find knobs that do) is measured as one memory's base
+  const layout = await LlamaModel.layoutOf(job.store, { ...opts, memoryBudget: job.budget }).catch((e: unknown) => {
+    if (e instanceof BudgetError) return LlamaModel.layoutOf(job.store, opts);
+    throw e;
   });
-  const base = layout.fixedResident.base;
-  await new Promise<void>((res, rej) => process.send!({ base }, undefined, {}, (e) => (e ? rej(e) : res())));
+  const base: RuntimeBase = { base: layout.fixedResident.base, memories: layout.shards?.length ?? 1 };
+  await new Promise<void>((res, rej) => process.send!(base, undefined, {}, (e) => (e ? rej(e) : res())));
   return 0;
 }
 

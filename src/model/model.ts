@@ -19,16 +19,9 @@ import { isNeuronStore, NeuronStore } from "../format/store/index.js";
 import { OffloadedFFN, type OffloadOptions } from "./offload/offloaded-ffn.js";
 import { OffloadedStore } from "./offload/offloaded-store.js";
 import { storeGroups } from "./offload/store-groups.js";
-import { planStoreShards, storeFitsOneMemory } from "./store-shards.js";
+import { storeLayout } from "./store-shards.js";
 import type { Tracer } from "../runtime/tracer.js";
-import {
-  BudgetError,
-  offloadLayout,
-  storeFacts,
-  type FixedResident,
-  type LayoutKnobs,
-  type OffloadLayout,
-} from "./offload/layout.js";
+import { BudgetError, storeFacts, type FixedResident, type LayoutKnobs, type OffloadLayout } from "./offload/layout.js";
 import { Predictor, sparsityFor } from "./offload/predictor.js";
 import { dequantizeRow } from "../format/quant.js";
 import { GGMLType, tensorBytes } from "../format/ggml-types.js";
@@ -297,11 +290,7 @@ export class LlamaModel {
           cacheBytes: opts.offload?.cacheBytes,
           verifyOnce: (opts.offload?.verify ?? "once") === "once",
         };
-        const layout = offloadLayout(storeFacts(store, cfg), fixed, opts.memoryBudget, knobs);
-        if (!layout.fits) throw new BudgetError(layout, file.path);
-        if (memories === 1 && storeFitsOneMemory(layout, plan.bytes[0], capacity))
-          return { ...common, arenas, plan, layout, split: undefined };
-        const split = planStoreShards(
+        const { layout, split } = storeLayout(
           {
             cfg,
             facts: storeFacts(store, cfg),
@@ -315,17 +304,19 @@ export class LlamaModel {
             budget: opts.memoryBudget,
             knobs,
           },
-          minShards,
+          plan,
           memories,
+          minShards,
           (l, n) => {
             const e = new BudgetError(l, file.path);
-            e.message += ` (split among ${n} wasm memories of at most ${capacity} bytes, each with its own buffers and staging)`;
+            if (n > 1)
+              e.message += ` (split among ${n} wasm memories of at most ${capacity} bytes, each with its own buffers and staging)`;
             return e;
           },
         );
-        // (planStoreShards splits among as many memories as were made, or more)
-        if (split.plan.bytes.length === memories)
-          return { ...common, arenas, plan: split.plan, layout: split.layout, split };
+        if (!split) return { ...common, arenas, plan, layout, split: undefined };
+        // (a split is among as many memories as were made, or more)
+        if (split.plan.bytes.length === memories) return { ...common, arenas, plan: split.plan, layout, split };
         memories = split.plan.bytes.length;
         minShards = split.plan.layers.filter((r) => r.to > r.from).length;
         await pool.dispose();

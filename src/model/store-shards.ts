@@ -72,6 +72,28 @@ export function storeFFNBytes(layout: OffloadLayout): number {
 }
 
 /**
+ * The layout `load` makes for a store with `memories` wasm memories made (the base in `s.fixed`
+ * measured with them): the budget's layout in one memory where the fixed part (`onePlan`, the
+ * split of everything but the FFN) and the offloaded FFN fit it, else split among the fewest
+ * memories, at least `minShards` of them holding layers (planStoreShards). The runtime and the
+ * planner both call it, so that the planner's layout is the one a run makes. A budget too small
+ * is `tooSmall`'s error (n: the memories holding layers).
+ */
+export function storeLayout(
+  s: StoreShardInput,
+  onePlan: ShardPlan,
+  memories: number,
+  minShards: number,
+  tooSmall: (layout: OffloadLayout, shards: number) => Error,
+): { layout: OffloadLayout; split?: StoreShards } {
+  const layout = offloadLayout(s.facts, s.fixed, s.budget, s.knobs);
+  if (!layout.fits) throw tooSmall(layout, 1);
+  if (memories === 1 && storeFitsOneMemory(layout, onePlan.bytes[0], s.capacity)) return { layout };
+  const split = planStoreShards(s, minShards, memories, tooSmall);
+  return { layout: split.layout, split };
+}
+
+/**
  * The split with the fewest memories, at least `minShards` of them holding layers and at least
  * `minMemories` in all (the memories already made). Throws where none exists: a budget too small
  * once each memory's own buffers are counted (BudgetError's words via `tooSmall`), or a layer

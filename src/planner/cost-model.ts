@@ -19,7 +19,8 @@
  * rounds), a layer's misses costed as the coalesced reads they become (read-runs.ts).
  */
 import { hitProfile, type Firing, type HitProfile } from "../io/hit-model.js";
-import { offloadLayout, type OffloadLayout } from "../model/offload/layout.js";
+import { offloadLayout, type LayoutKnobs, type OffloadLayout } from "../model/offload/layout.js";
+import { storeLayout } from "../model/store-shards.js";
 import { gateMode } from "./gate-mode.js";
 import type { Hardware } from "./hardware.js";
 import {
@@ -36,19 +37,41 @@ import { predictorMode } from "./predictor-mode.js";
 import { unfitPrediction, type Prediction } from "./prediction.js";
 import { layerAdjacency } from "./read-runs.js";
 
-/** The budget's layout with these knobs: the runtime's own (layout.ts), with the runtime's base as measured. */
+/**
+ * The budget's layout with these knobs: the runtime's own (store-shards.ts storeLayout, split among
+ * wasm memories where one does not hold it), with the runtime's base as measured. Knobs that do
+ * not fit give a layout whose `fits` is false.
+ */
 export function layoutFor(
   shape: ModelShape,
-  hw: Pick<Hardware, "base" | "threads">,
+  hw: Pick<Hardware, "base" | "threads" | "memories">,
   knobs: Knobs,
   budget: number,
 ): OffloadLayout {
-  return offloadLayout(shape.facts, { base: hw.base, ...shape.resident }, budget, {
+  const fixed = { base: hw.base, ...shape.resident };
+  const layoutKnobs: LayoutKnobs = {
     sparsity: knobs.sparsity,
     threads: knobs.threads,
     residentGates: knobs.sparsity === "gate" ? knobs.residentGates : undefined,
     hotFraction: knobs.hotFraction,
-  });
+  };
+  const m = shape.memory;
+  if (!m) return offloadLayout(shape.facts, fixed, budget, layoutKnobs);
+  const unfit = (layout: OffloadLayout) =>
+    Object.assign(new Error("does not fit"), { layout: { ...layout, fits: false } });
+  const input = { ...m, facts: shape.facts, fixed, budget, knobs: layoutKnobs };
+  try {
+    const made = Math.max(hw.memories ?? 1, m.onePlan.bytes.length);
+    return storeLayout(input, m.onePlan, made, 2, unfit).layout;
+  } catch (e) {
+    // else a layer whose share alone is more than one memory holds: these knobs do not run
+    return (
+      (e as { layout?: OffloadLayout }).layout ?? {
+        ...offloadLayout(shape.facts, fixed, budget, layoutKnobs),
+        fits: false,
+      }
+    );
+  }
 }
 
 /**

@@ -16,10 +16,16 @@ import {
   type ProbeResult,
 } from "./probe-results.js";
 import { DEFAULT_MAX_READ_BYTES } from "../io/flash-reader.js";
+import type { RuntimeBase } from "./runtime-base.js";
 import { batchSecondsAt, chunkReads, iopsAt, sizedBatchSecondsAt, submitAt } from "./read-table.js";
 
 /** The cost model's view of the probe at one thread count. */
-export function hardwareFromProbe(probe: ProbeResult, shape: ModelShape, threads: number, base: number): Hardware {
+export function hardwareFromProbe(
+  probe: ProbeResult,
+  shape: ModelShape,
+  threads: number,
+  { base, memories }: RuntimeBase,
+): Hardware {
   const dev = probe.fingerprint.device;
   const need = <T>(v: T | undefined, what: string): T => {
     if (v === undefined) throw new Error(`the probe has no ${what}: probe again (powerinfer plan --reprobe)`);
@@ -82,6 +88,7 @@ export function hardwareFromProbe(probe: ProbeResult, shape: ModelShape, threads
         )
       : 0,
     base,
+    memories,
     // native AIO reads on while every core computes; libuv's read threads wait for a free core
     overlap: aio().binding !== null || threads < probe.fingerprint.cores,
   };

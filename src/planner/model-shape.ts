@@ -7,6 +7,8 @@ import type { GGMLType } from "../format/ggml-types.js";
 import { evenRoutingShare } from "../io/hit-model.js";
 import type { FixedResident, StoreFacts } from "../model/offload/layout.js";
 import type { PredictorShape } from "../model/offload/predictor.js";
+import type { ShardPlan } from "../model/shards.js";
+import type { StoreShardInput } from "../model/store-shards.js";
 
 export interface MatrixShape {
   type: GGMLType;
@@ -48,6 +50,12 @@ export interface ModelShape {
   gateStream: { rows: number; bytes: number; rowBytes: number } | null;
   /** layer 0's activation predictor as it sits in memory (null: the store has none) */
   predictor: PredictorShape | null;
+  /**
+   * What splitting the store among wasm32 memories takes (store-shards.ts storeLayout): the
+   * model, what it keeps resident, the context and batch, a memory's capacity, and `onePlan`, the
+   * split of everything but the FFN. Absent: a shape made by hand, taken to fit one memory.
+   */
+  memory?: Omit<StoreShardInput, "facts" | "fixed" | "budget" | "knobs"> & { onePlan: ShardPlan };
 }
 
 /** Groups of bundles: the layers, or for a mixture of experts every (layer, expert). */

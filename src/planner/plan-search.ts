@@ -42,7 +42,7 @@ import {
   type ProbeOptions,
 } from "./probe.js";
 import type { ProbeResult } from "./probe-results.js";
-import { measureRuntimeBase, type BaseJob } from "./runtime-base.js";
+import { measureRuntimeBase, type BaseJob, type RuntimeBase } from "./runtime-base.js";
 import { hasModelledAttention, shapeOfStore } from "./store-shape.js";
 
 /** What `run` does without a plan (src/cli/model-flags.ts LOAD_FLAGS' defaults, which cli/plan.ts passes in): the baseline a plan must beat. */
@@ -79,7 +79,7 @@ export interface PlanOptions {
    * resident bytes of the runtime before any weight loads, per thread count: a number, or how to
    * measure it (default measureRuntimeBase: a fresh process made as `run` makes it)
    */
-  runtimeBase?: number | ((job: BaseJob) => Promise<number>);
+  runtimeBase?: number | ((job: BaseJob) => Promise<RuntimeBase>);
   /**
    * Calibrate the model with a real run of the defaults (calibrate.ts): runCalibration, or a
    * stand-in (tests). Omitted: the probe's figures alone.
@@ -140,18 +140,19 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
     const firing = firingOf(store, cfg, o.firing);
     const depths = candidateQueueDepths(depthLimit);
     // The runtime's base per thread count, as a `run` process measures it.
-    const baseOf = new Map<number, number>();
+    const baseOf = new Map<number, RuntimeBase>();
     for (const threads of threadList) {
       baseOf.set(
         threads,
         typeof o.runtimeBase === "number"
-          ? o.runtimeBase
+          ? { base: o.runtimeBase, memories: 1 }
           : await (o.runtimeBase ?? measureRuntimeBase)({
               store: o.modelPath,
               threads,
               contextSize,
               batchSize,
               sparsity,
+              budget: o.budget,
             }),
       );
     }

@@ -9,7 +9,9 @@ import type { NeuronStore } from "../format/store/index.js";
 import { readConfig, type ModelConfig } from "../model/config.js";
 import { gateReadBytesOf, gateStreamGeometry, storeFacts } from "../model/offload/layout.js";
 import { hasPredictors, predictorShapes, type PredictorShape } from "../model/offload/predictor.js";
-import { residentBytes } from "../model/resident-bytes.js";
+import { DEFAULT_KV_CACHE } from "../model/kv-cache.js";
+import { residentBytes, type ResidentBytes } from "../model/resident-bytes.js";
+import { planShards, shardCapacity } from "../model/shards.js";
 import { hasWeightKernel } from "../runtime/weight-kernels.js";
 import type { ModelShape } from "./model-shape.js";
 
@@ -59,7 +61,21 @@ export function shapeOfStore(
     output: mat(store.tensors.has("output.weight") ? "output.weight" : "token_embd.weight"),
     gateStream: gateStreamOf(store),
     predictor: storePredictor(store),
+    memory: memoryOf(cfg, r, contextSize, batchSize),
   };
+}
+
+/** What splitting the store among memories of `capacity` bytes takes (ModelShape.memory), with `run`'s KV cache types. */
+export function memoryOf(
+  cfg: ModelConfig,
+  resident: ResidentBytes,
+  contextSize: number,
+  batchSize: number,
+  capacity = shardCapacity(),
+): NonNullable<ModelShape["memory"]> {
+  const kvCache = DEFAULT_KV_CACHE;
+  const onePlan = planShards(cfg, resident, contextSize, batchSize, kvCache, capacity);
+  return { cfg, resident, contextSize, batchSize, kvCache, capacity, floor: 0, onePlan };
 }
 
 /**
