@@ -7,6 +7,8 @@
  *  - relu-stories: the GGUF copied into OPFS, converted to a neuron store there (streaming),
  *    run under a budget that leaves most bundles on flash: the dense run's tokens, and the wasm
  *    memory never passes the budget.
+ *  - relu-stories' store (converted in Node) split among several wasm memories (&shard=SIZE, the
+ *    count Node lays out for the same budget): the dense run's tokens, the memories within the budget.
  *  - Qwen3 and Gemma 3 converted from Hugging Face directories (real vocabularies, the Gemma
  *    sliding-window layers): the greedy tokens and text equal Node's.
  *  - a screenshot of the page, its size checked.
@@ -22,6 +24,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startWebPage, type WebPage } from "../src/server/web-page.js";
 import { loadModel } from "../src/api/model.js";
+import { LlamaModel } from "../src/model/model.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { convertHFToGGUF } from "../src/format/hf/hf-to-gguf.js";
 import { CLI, hfFixtureDir, SHARED, tempDir } from "./helpers.js";
@@ -64,6 +67,8 @@ let page: WebPage;
 let bare: WebPage;
 const dir = tempDir();
 const truncated = join(dir, "truncated.gguf");
+/** relu-stories converted in Node (a name of its own: the conversion test leaves relu-stories.pi in OPFS) */
+const reluStore = join(dir, "relu-node.pi");
 const corrupt = join(dir, "corrupt.pi");
 /** Today's architectures, from Hugging Face checkpoints (test/fixtures/hf). */
 const HF_ARCHS = ["qwen3", "gemma3"];
@@ -72,9 +77,9 @@ const hfGGUF = (arch: string) => join(dir, `hf-${arch}.gguf`);
 before(async () => {
   if (skip) return;
   writeFileSync(truncated, readFileSync(STORIES).subarray(0, 600000));
+  await convertToStore({ input: RELU, output: reluStore, fsync: false });
   // a store whose FFN bundles were changed after conversion (their CRC-32s no longer match)
-  await convertToStore({ input: RELU, output: corrupt, fsync: false });
-  const bytes = readFileSync(corrupt);
+  const bytes = readFileSync(reluStore);
   for (let off = 8_000_000; off < 30_000_000; off += 7 * 4096) bytes.fill(0xff, off, off + 64);
   writeFileSync(corrupt, bytes);
   for (const arch of HF_ARCHS)
@@ -84,7 +89,10 @@ before(async () => {
       type: "f32",
       fsync: false,
     });
-  page = await startWebPage({ port: 0, models: [STORIES, RELU, truncated, corrupt, ...HF_ARCHS.map(hfGGUF)] });
+  page = await startWebPage({
+    port: 0,
+    models: [STORIES, RELU, reluStore, truncated, corrupt, ...HF_ARCHS.map(hfGGUF)],
+  });
   bare = await startWebPage({ port: 0, isolation: false });
   const { chromium } = (await import("playwright-core")) as unknown as {
     chromium: { launchPersistentContext(dir: string, o: object): Promise<Ctx> };
@@ -256,6 +264,53 @@ test(
   },
 );
 
+test(
+  "browser: a store split among several wasm memories (&shard=SIZE) gives the dense run's tokens within the budget",
+  { skip },
+  async () => {
+    const want = await nodeTokens(RELU);
+    // a budget whose cache still leaves bundles on flash when the extra memory's buffers and
+    // staging come out of it; the page counts it as "wasm", and its threads are fixed to match Node's layout
+    const budget = 24 * 2 ** 20;
+    const shardBytes = 16 * 2 ** 20;
+    const threads = 2;
+    const layout = await LlamaModel.layoutOf(reluStore, {
+      threads,
+      memoryBudget: budget,
+      budgetCounts: "wasm",
+      shardBytes,
+    });
+    const memories = layout.shards?.length ?? 1;
+    assert.ok(memories >= 2, `Node lays relu-stories out in ${memories} memories of ${shardBytes} bytes`);
+    const r = await run(
+      page.url,
+      q({
+        model: "/models/relu-node.pi",
+        prompt: PROMPT,
+        n: N,
+        temp: 0,
+        budget: "24M",
+        shard: "16M",
+        threads,
+        autorun: 1,
+      }),
+    );
+    assert.equal(r.state, "done", r.error);
+    const s = r.stats as unknown as {
+      kind: string;
+      memories: number;
+      wasmMemoryBytes: number;
+      offload: { cacheSlots: number; bundles: number; misses: number };
+    };
+    assert.equal(s.kind, "store");
+    assert.equal(s.memories, memories, "the memories Node lays out");
+    assert.deepEqual(r.stats.tokens, want.tokens, "several memories give the dense run's tokens");
+    assert.ok(s.wasmMemoryBytes <= budget, `wasm memories ${s.wasmMemoryBytes} within the budget ${budget}`);
+    assert.equal(s.offload.cacheSlots, layout.slots, "the cache Node lays out");
+    assert.ok(s.offload.cacheSlots < s.offload.bundles && s.offload.misses > 0, "misses were read from OPFS");
+  },
+);
+
 test("browser: a copy into OPFS resumes from what an interrupted one left", { skip }, async () => {
   const p = await ctx.newPage();
   try {
@@ -354,6 +409,16 @@ test("browser: bad input is an error on the page, never a hang", { skip }, async
     assert.equal(bad.state, "error");
     assert.match(bad.error, /corrupt\.pi: checksum mismatch in the 4096-byte chunk at \d+ \(layer \d FFN/);
   }
+
+  const notSize = await run(page.url, q({ model: "/models/stories260K.gguf", shard: "12 parts", autorun: 1 }));
+  assert.equal(notSize.state, "error");
+  assert.match(notSize.error, /shard "12 parts": expected a size such as 12M/);
+  const tooSmall = await run(page.url, q({ model: "/models/stories260K.gguf", shard: "64K", n: 4, autorun: 1 }));
+  assert.equal(tooSmall.state, "error");
+  assert.match(
+    tooSmall.error,
+    /shardBytes must be a whole number of bytes above \d+ and at most \d+ \(4 GiB\), got 65536/,
+  );
 
   const cut = await run(page.url, q({ model: "/models/truncated.gguf", n: 4, autorun: 1 }));
   assert.equal(cut.state, "error");

@@ -4,15 +4,17 @@
  * token, at 1 and 2 threads, on dense, mixture and gemma3 (post-norms, sliding-window rings)
  * models. Small models are forced into several shards with a small shard capacity. Also: each
  * shard's memory holds what planShards says, byte for byte; a pool's kernels touch only their own
- * memory; a budget above the machine's memory, and a store whose layer with its share of the
- * neuron cache needs more than one memory, are refused before anything loads, with both numbers
- * (a store past one memory otherwise splits: store-shards.test.ts).
+ * memory; loadModel's shardBytes splits as LoadOptions' does; a budget above the machine's memory,
+ * and a store whose layer with its share of the neuron cache needs more than one memory, are
+ * refused before anything loads, with both numbers (a store past one memory otherwise splits:
+ * store-shards.test.ts).
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { totalmem } from "node:os";
 import { join } from "node:path";
+import { loadModel } from "../src/api/model.js";
 import { GGUFFile } from "../src/format/gguf.js";
 import { isNeuronStore, NeuronStore } from "../src/format/store/index.js";
 import { readConfig } from "../src/model/config.js";
@@ -85,6 +87,23 @@ test("several shards compute the bits of one: greedy ids and logits, batch and t
         await many.dispose();
       }
     }
+  }
+});
+
+test("loadModel's shardBytes reaches the model: Model.wasmMemories counts the memories planned", async () => {
+  const path = `${SHARED}/models/stories260K.gguf`;
+  const { capacity, plan } = tightestPlan(path);
+  const model = await loadModel({
+    modelPath: path,
+    threads: 1,
+    contextSize: CONTEXT,
+    batchSize: BATCH,
+    shardBytes: capacity,
+  });
+  try {
+    assert.equal(model.wasmMemories, plan.bytes.length);
+  } finally {
+    await model.dispose();
   }
 });
 

@@ -29,6 +29,12 @@ export interface LoadModelOptions {
   memoryBudget?: number;
   /** what the budget counts: the process's resident size ("process", default) or the wasm memory and its buffers ("wasm", a browser) */
   budgetCounts?: "process" | "wasm";
+  /**
+   * the most bytes one wasm memory may hold (default 4 GiB, all wasm32 addresses; in Node
+   * $POWERINFER_SHARD_BYTES); a model larger is split among several memories by whole layers. For
+   * tests, and for a browser whose tabs are allowed less per memory.
+   */
+  shardBytes?: number;
   /** for a neuron store: cache size, hot share, read queue depth, pipelining (see OffloadOptions) */
   offload?: Partial<OffloadOptions>;
   /** per layer: FFN activations with |act(gate)| at or below count as zero (default: the model's calibrated thresholds, if any) */
@@ -193,6 +199,7 @@ export async function loadModel(options: LoadModelOptions): Promise<Model> {
     kvCache: options.kvCache,
     memoryBudget: options.memoryBudget,
     budgetCounts: options.budgetCounts,
+    shardBytes: options.shardBytes,
     offload: options.offload,
     activationThresholds: options.activationThresholds,
     onProgress: options.onLoadProgress,

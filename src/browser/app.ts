@@ -2,7 +2,8 @@
  * The page `powerinfer web` serves (plain DOM). Besides the controls, a contract for scripts:
  * `/?model=URL&prompt=TEXT&n=N&temp=T&budget=SIZE&autorun=1` copies the model into OPFS (with
  * `&convert=1` a GGUF is converted to a store in the browser first; `&threads=N`, `&readers=N`
- * set the compute threads and OPFS reader workers), loads it, runs one
+ * set the compute threads and OPFS reader workers; `&shard=SIZE` caps one wasm memory's bytes,
+ * splitting a larger model among several, for tests and small per-tab limits), loads it, runs one
  * generation and, when done, writes the text into #output, the stats JSON into #stats and sets
  * document.body.dataset.state = "done" ("error", with the reason in #error, when anything fails).
  */
@@ -29,11 +30,12 @@ function mib(b: number): string {
   return b >= 2 ** 30 ? `${(b / 2 ** 30).toFixed(2)} GiB` : `${(b / 2 ** 20).toFixed(1)} MiB`;
 }
 
-export function parseSize(s: string): number | undefined {
+/** A size such as 12M or 1.5G in bytes ("" or "none": undefined); `what` names it in the error. */
+export function parseSize(s: string, what = "budget"): number | undefined {
   const t = s.trim();
   if (t === "" || t === "none") return undefined;
   const m = /^(\d+(?:\.\d+)?)\s*([kmg]?)i?b?$/i.exec(t);
-  if (!m) throw new Error(`budget "${s}": expected a size such as 12M, 512M or 1.5G`);
+  if (!m) throw new Error(`${what} "${s}": expected a size such as 12M, 512M or 1.5G`);
   const mult = { "": 1, k: 2 ** 10, m: 2 ** 20, g: 2 ** 30 }[m[2].toLowerCase() as "" | "k" | "m" | "g"];
   return Math.floor(Number(m[1]) * mult);
 }
@@ -110,13 +112,14 @@ function nameFromUrl(url: string): string {
 async function load(
   name: string,
   budget: number | undefined,
-  more: { threads?: number; readers?: number } = {},
+  more: { threads?: number; readers?: number; shardBytes?: number } = {},
 ): Promise<void> {
   const e = await getEngine();
   $("progress-text").textContent = `loading ${name}${budget ? ` under ${mib(budget)}` : ""}...`;
   const info = await e.load({ name, budget, ...more });
+  const memories = info.memories as number;
   $("progress-text").textContent =
-    `loaded ${name}: ${info.kind}, ${info.kernels} kernels, ${info.threads} threads, wasm memory ${mib(info.wasmMemoryBytes as number)}`;
+    `loaded ${name}: ${info.kind}, ${info.kernels} kernels, ${info.threads} threads, wasm memory ${mib(info.wasmMemoryBytes as number)}${memories > 1 ? ` in ${memories} memories` : ""}`;
   $("generate").disabled = false;
 }
 
@@ -205,6 +208,7 @@ async function autorun(): Promise<void> {
   if (!Number.isInteger(n) || n < 1) throw new Error(`n=${params.get("n")}: expected a positive integer`);
   if (!Number.isFinite(temp) || temp < 0) throw new Error(`temp=${params.get("temp")}: expected a number >= 0`);
   const budget = parseSize(params.get("budget") ?? "");
+  const shardBytes = parseSize(params.get("shard") ?? "", "shard");
   $("prompt").value = prompt;
   $("n").value = String(n);
   $("temp").value = String(temp);
@@ -227,7 +231,7 @@ async function autorun(): Promise<void> {
     if (!Number.isInteger(n) || n < 1 || n > 64) throw new Error(`${k}=${v}: expected an integer in [1, 64]`);
     return n;
   };
-  await load(name, budget, { threads: count("threads"), readers: count("readers") });
+  await load(name, budget, { threads: count("threads"), readers: count("readers"), shardBytes });
   const r = await generate(prompt, n, temp);
   $("output").textContent = r.text;
   $("stats").textContent = JSON.stringify(r.stats);

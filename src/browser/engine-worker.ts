@@ -22,6 +22,8 @@ export interface LoadArgs {
   contextSize?: number;
   /** reader workers for OPFS (default 4; they start with the engine's first load or conversion, which fixes the count) */
   readers?: number;
+  /** the most bytes one wasm memory may hold (default 4 GiB); a model larger is split among several (tests, small per-tab limits) */
+  shardBytes?: number;
 }
 
 export interface GenerateArgs {
@@ -48,8 +50,10 @@ export interface EngineStats {
   threads: number;
   readers: number;
   budget: number | null;
-  /** the shared wasm memory's size: it only grows, so this is its peak */
+  /** the shared wasm memories' sizes summed: they only grow, so this is their peak */
   wasmMemoryBytes: number;
+  /** how many wasm memories the model is split into (one unless it needs more than LoadArgs.shardBytes, default 4 GiB) */
+  memories: number;
   /** what the model put in wasm memory at load */
   residentBytes: number;
   promptTokens: number;
@@ -139,6 +143,7 @@ async function load(a: LoadArgs): Promise<object> {
       memoryBudget: a.budget,
       budgetCounts: "wasm",
       contextSize: a.contextSize,
+      shardBytes: a.shardBytes,
     });
     loaded = { name: a.name, model, handle, budget: a.budget ?? null, build, readers: readers.count };
   } catch (e) {
@@ -155,6 +160,7 @@ async function load(a: LoadArgs): Promise<object> {
     threads: m.threads,
     contextSize: m.contextSize,
     wasmMemoryBytes: m.wasmMemoryBytes,
+    memories: m.wasmMemories,
     residentBytes: m.residentBytes,
     layout: layout
       ? { budget: layout.budget, fixed: layout.fixed, cacheBytes: layout.cacheBytes, slots: layout.slots }
@@ -219,6 +225,7 @@ function stats(
     readers: l.readers,
     budget: l.budget,
     wasmMemoryBytes: m.wasmMemoryBytes,
+    memories: m.wasmMemories,
     residentBytes: m.residentBytes,
     promptTokens: Number(g.promptTokens ?? 0),
     generatedTokens: generated,
