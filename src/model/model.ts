@@ -388,15 +388,12 @@ export class LlamaModel {
       const predictors = !shapes
         ? arenas.map(() => null)
         : !split
-          ? [Predictor.load(loader, arena, pool, file, cfg, shapes, undefined, (g) => store!.layer(g).order)]
-          : arenas.map((a, s) => {
+          ? [Predictor.load(loader, cfg, shapes, { rowOrder: (g) => store!.layer(g).order })]
+          : arenas.map((_, s) => {
               const g = groupsOf(s);
               if (g.to === g.from) return null;
-              const order = (k: number) => store!.layer(g.from + k).order;
-              return Predictor.load(loaders[s], a, pool!, file, cfg, shapes, g.to - g.from, order, {
-                shard: s,
-                first: g.from,
-              });
+              const rowOrder = (k: number) => store!.layer(g.from + k).order;
+              return Predictor.load(loaders[s], cfg, shapes, { first: g.from, groups: g.to - g.from, rowOrder });
             });
       const rope = ropeFactors(file, cfg, arch.ropeFactors, contextSize);
       for (const t of rope?.tensors ?? []) loader.use(t);

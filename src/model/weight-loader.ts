@@ -68,12 +68,12 @@ export class WeightLoader {
   private readonly state: LoadState;
 
   constructor(
-    private readonly file: ModelFile,
-    private readonly arena: Arena,
-    private readonly pool: ThreadPool,
+    readonly file: ModelFile,
+    readonly arena: Arena,
+    readonly pool: ThreadPool,
     private readonly onProgress?: (bytes: number) => void,
     /** the pool's memory `arena` is (its kernels are the ones a matrix names) */
-    private readonly shard = 0,
+    readonly shard = 0,
     state?: LoadState,
   ) {
     this.state = state ?? { loadedBytes: 0, buffers: [], usedNames: new Set() };

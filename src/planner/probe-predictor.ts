@@ -25,7 +25,7 @@ export function measurePredictor(
   const nFF = store.layer(0).neurons;
   const cfg = readConfig(store);
   const shapes = predictorShapes(store, cfg);
-  const p = Predictor.load(new WeightLoader(store, arena, pool), arena, pool, store, cfg, shapes, 1);
+  const p = Predictor.load(new WeightLoader(store, arena, pool), cfg, shapes, { groups: 1 });
   // a buffer for every quantized format: the predictor's matrices take their build's (the
   // relaxed build's Q8_0 takes q8_i8s); a format left out would be prepared at address 0
   const act = { f32: 0 } as Record<ActivationFormat, number>;

@@ -184,6 +184,13 @@ export function predictorShapes(file: ModelFile, cfg: ModelConfig, type: Predict
   return out;
 }
 
+/** Which groups Predictor.load loads, and fc2's row order per group. */
+export interface PredictorPart {
+  first?: number;
+  groups?: number;
+  rowOrder?: ((g: number) => Int32Array) | null;
+}
+
 export class Predictor {
   private readonly args = new Int32Array(2);
   private readonly relu: number;
@@ -205,30 +212,21 @@ export class Predictor {
   }
 
   /**
-   * Load the predictors of the first `groups` groups (default: all) as `shapes` (predictorShapes)
-   * says. With `rowOrder`, group g's fc2 rows are loaded in the order rowOrder(g) (a store's
-   * stored order), so its scores come out in that order: the offloaded FFN then reads a stored
-   * position's score at that position, with no gather per neuron per step.
-   *
-   * `at`: a shard's predictors (a store in several memories): groups from `first` on, numbered
-   * from 0 (rowOrder and scores take those numbers), into `arena`, the pool's memory `shard`.
+   * Load the predictors of `part.groups` groups from `part.first` on (default: all) as `shapes`
+   * (predictorShapes) says, into the loader's memory. With `part.rowOrder`, group g's fc2 rows
+   * are loaded in the order rowOrder(g) (a store's stored order), so its scores come out in that
+   * order: the offloaded FFN then reads a stored position's score at that position, with no
+   * gather per neuron per step. The groups are numbered from `first` as 0 (rowOrder and scores
+   * take those numbers): a shard's predictors, in a store split among several memories.
    */
-  static load(
-    loader: WeightLoader,
-    arena: Arena,
-    pool: ThreadPool,
-    file: ModelFile,
-    cfg: ModelConfig,
-    shapes: PredictorShape[],
-    groups = shapes.length,
-    rowOrder: ((g: number) => Int32Array) | null = null,
-    at: { shard: number; first: number } = { shard: 0, first: 0 },
-  ): Predictor {
+  static load(loader: WeightLoader, cfg: ModelConfig, shapes: PredictorShape[], part: PredictorPart = {}): Predictor {
+    const { first = 0, groups = shapes.length - first, rowOrder = null } = part;
+    const { arena, pool, file } = loader;
     const fc1: Matrix[] = [];
     const fc2: Matrix[] = [];
     for (let g = 0; g < groups; g++) {
-      const n = predictorNames(at.first + g, cfg.nExpert);
-      const s = shapes[at.first + g];
+      const n = predictorNames(first + g, cfg.nExpert);
+      const s = shapes[first + g];
       const q8 = s.requantized;
       const a = q8
         ? loader.q8Matrix(n.fc1, cfg.nEmbd, s.fileHidden, cfg.nEmbd, s.hidden)
@@ -244,8 +242,8 @@ export class Predictor {
       fc1.push(a);
       fc2.push(b);
     }
-    const hidden = arena.alloc(Math.max(...shapes.slice(at.first, at.first + groups).map((s) => s.hidden)) * 4, 64);
-    return new Predictor(fc1, fc2, hidden, pool, rowOrder, at.shard);
+    const hidden = arena.alloc(Math.max(...shapes.slice(first, first + groups).map((s) => s.hidden)) * 4, 64);
+    return new Predictor(fc1, fc2, hidden, pool, rowOrder, loader.shard);
   }
 
   /**
