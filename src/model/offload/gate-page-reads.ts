@@ -11,6 +11,7 @@ import type { Arena } from "../../runtime/arena.js";
 import type { SparseFFN } from "../../runtime/sparse-kernels.js";
 import { fileCachedGates, type GateSource } from "./gate-source.js";
 import { gateReadBytesOf, STAGE_NEURONS } from "./layout.js";
+import type { FFNStep } from "./ffn-step.js";
 import type { NeuronCompute } from "./neuron-compute.js";
 import type { NeuronLists } from "./neuron-lists.js";
 import { waitForReads, type OffloadStats } from "./stats.js";
@@ -42,10 +43,10 @@ export class GatePageReads implements GateSource {
     this.cachedPos = new Int32Array(nFF);
   }
 
-  async pick(lists: NeuronLists, _x: number, _residual: number, compute: NeuronCompute): Promise<void> {
+  async pick(step: FFNStep, lists: NeuronLists, _x: number, _residual: number, compute: NeuronCompute): Promise<void> {
     const { cache, stats } = this;
-    const l = lists.layer;
-    fileCachedGates(lists, cache, this.sparse, this.cachedPos, stats);
+    const l = step.layer;
+    fileCachedGates(step, lists, cache, this.sparse, this.cachedPos, stats);
     for (let k = 0; k < lists.nFF;) {
       const requests = this.requests;
       let m = 0;
@@ -70,7 +71,7 @@ export class GatePageReads implements GateSource {
       this.sparse.gate(this.stageList, m, lists.gateOut);
       stats.computeMs += performance.now() - t;
       const g0 = lists.gateOut >>> 2;
-      for (let i = 0; i < m; i++) lists.file(this.stagePos[i], lists.f32[g0 + i]);
+      for (let i = 0; i < m; i++) lists.file(step, this.stagePos[i], lists.f32[g0 + i]);
     }
   }
 }

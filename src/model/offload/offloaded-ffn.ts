@@ -34,6 +34,7 @@ import type { BatchGateSource, GateSource } from "./gate-source.js";
 import { GatePageReads } from "./gate-page-reads.js";
 import { makeCache } from "./hot-region.js";
 import type { OffloadLayout, SparsityMode } from "./layout.js";
+import { beginFFNStep, newFFNStep, type FFNStep } from "./ffn-step.js";
 import { MissReader, type MissRound } from "./miss-reader.js";
 import { FixedOrder } from "./fixed-order.js";
 import { NeuronCompute } from "./neuron-compute.js";
@@ -139,6 +140,8 @@ export class OffloadedFFN {
   private readonly gates: GateSource;
   private readonly batchGates: BatchGateSource | null;
   private readonly lists: NeuronLists;
+  /** the step under way: begun by decodeStep and prefillBatch, passed to each part they call */
+  private readonly step: FFNStep = newFFNStep();
   private readonly compute: NeuronCompute;
   private readonly order: FixedOrder;
   private readonly misses: MissReader;
@@ -313,29 +316,29 @@ export class OffloadedFFN {
    */
   async decodeStep(l: number, x: number, residual: number, y = residual, next = -1): Promise<void> {
     const tr = this.tracer;
-    const lists = this.lists.begin(l, this.thresholds ? this.thresholds[this.store.layer(l).layer] : 0);
+    const lists = this.lists;
+    const step = this.begin(l);
     this.sparse.prepare(x);
     this.cache.beginStep();
 
     // 1. Which neurons fire, filed as hits and misses (a source that reads from flash computes the
     //    hits meanwhile). Reads ahead for this group may still be in flight: the pick only looks
     //    their slots up, and files what they hold as landing hits, computed once they land.
-    const reads0 = this.misses.reads;
     let t = tr ? tr.now() : 0;
-    await this.gates.pick(lists, x, residual, this.compute);
+    await this.gates.pick(step, lists, x, residual, this.compute);
     this.order.filedBelow = lists.nFF;
-    if (tr) tr.span(this.mode, "pick", t, { hits: lists.hits + lists.landing, misses: lists.misses });
+    if (tr) tr.span(this.mode, "pick", t, { hits: step.hits + step.landing, misses: step.misses });
     // (a landing hit read again below is not counted as a miss: the cache counted it as read ahead)
-    this.count(l, 1, lists.hits + lists.landing + lists.misses, lists.misses);
+    this.count(l, 1, step.hits + step.landing + step.misses, step.misses);
 
     // 2. The misses, in rounds of the free cold slots: the first round's reads overlap the hits'
     //    compute and, when it takes every miss (the read-ahead takes cold slots this step's
     //    later rounds would want), the next layer's read-ahead (a mixture's: the next routed
     //    expert's, exact: its predictor on this same residual row).
-    const round = this.misses.read(lists, lists.missPos, 0, lists.misses, false);
+    const round = this.misses.read(step, lists.missPos, 0, step.misses, false);
     if (!this.pipeline) await this.landed(round, lists.missPos);
     const ahead = this.readAhead
-      ? readAheadGroup(l, this.nLayer, this.store.ffn.experts, next, round.to, lists.misses)
+      ? readAheadGroup(l, this.nLayer, this.store.ffn.experts, next, round.to, step.misses)
       : -1;
     if (ahead >= 0) {
       t = tr ? tr.now() : 0;
@@ -351,13 +354,19 @@ export class OffloadedFFN {
       this.compute.wave(lists, "landed compute");
     }
     await this.landed(round, lists.missPos);
-    await this.complete(lists);
+    await this.complete(step);
     // bundles read again (evicted before their turn, or a read ahead that failed) are misses too
-    this.countReads(l, this.misses.reads - reads0 - lists.misses);
+    this.countReads(l, step.reads - step.misses);
 
     // 3. The step's sum into the residual stream; the next layer's reads that can start now.
     this.order.finish(y, lists.i32);
     this.gates.afterStep?.(l);
+  }
+
+  /** Begins the step of group l (its threshold: its model layer's) and its fixed order. */
+  private begin(l: number): FFNStep {
+    this.order.begin(l);
+    return beginFFNStep(this.step, l, this.thresholds ? this.thresholds[this.store.layer(l).layer] : 0);
   }
 
   /**
@@ -365,13 +374,14 @@ export class OffloadedFFN {
    * the first round, bundles evicted before their turn) in rounds of the free cold slots. Every
    * read of the step has landed.
    */
-  private async complete(lists: NeuronLists): Promise<void> {
+  private async complete(step: FFNStep): Promise<void> {
+    const lists = this.lists;
     for (;;) {
       this.compute.wave(lists, "miss compute");
       if (this.order.done()) return;
       const m = this.order.needed(lists.missPos);
-      if (m === 0) throw new Error(`offloaded FFN: group ${lists.layer}'s neurons cannot all be computed (internal)`);
-      const round = await this.nextRound(lists, lists.missPos, 0, m);
+      if (m === 0) throw new Error(`offloaded FFN: group ${step.layer}'s neurons cannot all be computed (internal)`);
+      const round = await this.nextRound(step, lists.missPos, 0, m);
       await this.landed(round, lists.missPos);
     }
   }
@@ -400,13 +410,13 @@ export class OffloadedFFN {
    * The next round of misses [from, count): when every cold slot not pinned by a read ahead is in
    * use, the reads ahead land first (their slots come back), so that a round always progresses.
    */
-  private async nextRound(lists: NeuronLists, positions: Int32Array, from: number, count: number): Promise<MissRound> {
-    let round = this.misses.read(lists, positions, from, count, true);
+  private async nextRound(step: FFNStep, positions: Int32Array, from: number, count: number): Promise<MissRound> {
+    let round = this.misses.read(step, positions, from, count, true);
     if (round.to === from && this.readAhead) {
       await this.readAhead.landed(-1);
-      round = this.misses.read(lists, positions, from, count, true);
+      round = this.misses.read(step, positions, from, count, true);
     }
-    if (round.to === from) throw new Error(`neuron cache: no cold slot free for group ${lists.layer}'s misses`);
+    if (round.to === from) throw new Error(`neuron cache: no cold slot free for group ${step.layer}'s misses`);
     return round;
   }
 
@@ -431,7 +441,8 @@ export class OffloadedFFN {
     const t = tr ? tr.now() : 0;
     await this.batchGates!.batchGates(l, x, n, gates);
     if (tr) tr.span("batch gates", "pick", t, { tokens: n });
-    const lists = this.lists.begin(l, this.thresholds ? this.thresholds[this.store.layer(l).layer] : 0);
+    const lists = this.lists;
+    const step = this.begin(l);
     this.cache.beginStep();
     // The union of the firing neurons, by stored position (the cache counts its hits and misses;
     // the step's misses are the bundles it reads, below).
@@ -442,7 +453,7 @@ export class OffloadedFFN {
     for (let k = 0; k < nFF; k++) {
       let any = false;
       for (let t = 0; t < n; t++) {
-        if (lists.fires(f32[(gates >>> 2) + t * nFF + k])) {
+        if (lists.fires(step.cut, f32[(gates >>> 2) + t * nFF + k])) {
           any = true;
           fired++;
         }
@@ -452,7 +463,6 @@ export class OffloadedFFN {
       this.cache.lookup(l, k);
     }
     this.count(l, n, fired, 0);
-    const reads0 = this.misses.reads;
     // Whole segments in order, as many at a time as their bundles fit in memory: read once for
     // the batch, then each token's own neurons among them, added into its row segment by segment
     // (the same sums a decode step of the token makes, fixed-order.ts).
@@ -472,9 +482,9 @@ export class OffloadedFFN {
         e++;
       }
       if (e > s) {
-        const round = this.misses.readBatch();
+        const round = this.misses.readBatch(step);
         await this.landed(round, null);
-        this.compute.tokens(lists, x, residual, n, gates, union, i, j);
+        this.compute.tokens(step, lists, x, residual, n, gates, union, i, j);
         s = e;
         i = j;
         continue;
@@ -483,15 +493,15 @@ export class OffloadedFFN {
       const end = order.segStart(s + 1);
       while (j < count && union[j] < end) j++;
       for (let t = 0; t < n; t++) {
-        this.compute.markToken(lists, gates, t, union, i, j);
+        this.compute.markToken(step, lists, gates, t, union, i, j);
         this.sparse.prepare(x + t * rowBytes);
-        await this.complete(lists);
+        await this.complete(step);
         order.finish(residual + t * rowBytes, lists.i32);
       }
       s++;
       i = j;
     }
-    this.countReads(l, this.misses.reads - reads0);
+    this.countReads(l, step.reads);
   }
 
   /** Copies of the running counters, with the cache's hit counts (per group too). */

@@ -7,6 +7,7 @@
 import type { NeuronCache } from "../../io/neuron-cache.js";
 import type { MatrixRunner } from "../matrix-runner.js";
 import type { GateSource } from "./gate-source.js";
+import type { FFNStep } from "./ffn-step.js";
 import type { NeuronLists } from "./neuron-lists.js";
 import type { Predictor } from "./predictor.js";
 import type { OffloadStats } from "./stats.js";
@@ -28,8 +29,8 @@ export class PredictorPicks implements GateSource {
     private readonly stats: OffloadStats,
   ) {}
 
-  pick(lists: NeuronLists, _x: number, residual: number): void {
-    const l = lists.layer;
+  pick(step: FFNStep, lists: NeuronLists, _x: number, residual: number): void {
+    const l = step.layer;
     const t = performance.now();
     this.predictor.scores(this.mm, l, residual, this.nEmbd, lists.gateOut);
     this.stats.computeMs += performance.now() - t;
@@ -37,6 +38,6 @@ export class PredictorPicks implements GateSource {
     // scores come in the store's order (the predictor's fc2 rows were loaded in it)
     const s0 = lists.gateOut >>> 2;
     const thr = this.threshold;
-    for (let k = 0; k < lists.nFF; k++) if (f32[s0 + k] > thr) lists.file(k, 1);
+    for (let k = 0; k < lists.nFF; k++) if (f32[s0 + k] > thr) lists.file(step, k, 1);
   }
 }

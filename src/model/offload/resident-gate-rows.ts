@@ -9,6 +9,7 @@ import { weightKernel } from "../../runtime/weight-kernels.js";
 import type { MatrixRunner } from "../matrix-runner.js";
 import type { Matrix } from "../weight-loader.js";
 import type { BatchGateSource, GateSource } from "./gate-source.js";
+import type { FFNStep } from "./ffn-step.js";
 import type { NeuronLists } from "./neuron-lists.js";
 import type { OffloadStats } from "./stats.js";
 
@@ -68,13 +69,13 @@ export class ResidentGateRows implements GateSource, BatchGateSource {
     return new ResidentGateRows(gates, mm, nEmbd, stats);
   }
 
-  pick(lists: NeuronLists, x: number): void {
+  pick(step: FFNStep, lists: NeuronLists, x: number): void {
     const t = performance.now();
     this.mm.setInput(x, this.nEmbd);
-    this.mm.run(this.gates[lists.layer], lists.gateOut, 1);
+    this.mm.run(this.gates[step.layer], lists.gateOut, 1);
     this.stats.computeMs += performance.now() - t;
     const g0 = lists.gateOut >>> 2;
-    for (let k = 0; k < lists.nFF; k++) lists.file(k, lists.f32[g0 + k]);
+    for (let k = 0; k < lists.nFF; k++) lists.file(step, k, lists.f32[g0 + k]);
   }
 
   batchGates(l: number, x: number, n: number, gates: number): void {

@@ -13,12 +13,17 @@ import type { Arena } from "../../runtime/arena.js";
 import type { SparseFFN } from "../../runtime/sparse-kernels.js";
 import { fileCachedGates, listCached, type BatchGateSource, type GateSource } from "./gate-source.js";
 import { gateReadBytesOf, gateStreamGeometry, STAGE_NEURONS } from "./layout.js";
+import type { FFNStep } from "./ffn-step.js";
 import type { NeuronCompute } from "./neuron-compute.js";
 import type { NeuronLists } from "./neuron-lists.js";
 import { waitForReads, type OffloadStats } from "./stats.js";
 
-/** What a streamed chunk's rows are for: filing a decode token's neurons, or a batch's gates. */
-type ChunkUse = { kind: "decode"; lists: NeuronLists } | { kind: "batch"; x: number; n: number; gates: number };
+/** A prompt batch's use of the streamed rows: the gates (n x nFF f32 at `gates`) of its n input rows at x. */
+interface BatchUse {
+  x: number;
+  n: number;
+  gates: number;
+}
 
 export class StreamedGateRows implements GateSource, BatchGateSource {
   /** rows per chunk, and the bytes of a staging half */
@@ -39,8 +44,6 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
   /** a first chunk read ahead into half 0 during the next layer's attention: its layer, or -1 */
   private prefetchLayer = -1;
   private prefetchRead: Promise<void> | null = null;
-  /** a decode step's use of the chunks (made once: decode allocates nothing) */
-  private readonly decodeUse: ChunkUse & { kind: "decode" };
 
   /** Whether gates can stream from `store` with this staging area (every layer has a gate-row copy that fits a half). */
   static possible(store: GroupStore): boolean {
@@ -72,14 +75,13 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
     this.stageList = arena.alloc(neurons * 4, 64);
     this.stagePos = new Int32Array(neurons);
     this.cachedPos = new Int32Array(nFF);
-    this.decodeUse = { kind: "decode", lists };
   }
 
-  async pick(lists: NeuronLists, _x: number, _residual: number, compute: NeuronCompute): Promise<void> {
-    fileCachedGates(lists, this.cache, this.sparse, this.cachedPos, this.stats);
+  async pick(step: FFNStep, lists: NeuronLists, _x: number, _residual: number, compute: NeuronCompute): Promise<void> {
+    fileCachedGates(step, lists, this.cache, this.sparse, this.cachedPos, this.stats);
     // the hot region is all filed now; the rest as its chunks are (useChunk)
-    lists.order.filedBelow = this.cache.hotCount[lists.layer];
-    await this.stream(lists.layer, this.decodeUse, lists, compute);
+    lists.order.filedBelow = this.cache.hotCount[step.layer];
+    await this.stream(step.layer, step, null, compute);
   }
 
   /** The next layer's first chunk does not depend on this token's values: read it while the next attention block computes. */
@@ -101,28 +103,29 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
   }
 
   async batchGates(l: number, x: number, n: number, gates: number): Promise<void> {
-    const use: ChunkUse & { kind: "batch" } = { kind: "batch", x, n, gates };
+    const batch: BatchUse = { x, n, gates };
     const cached = listCached(l, this.lists, this.cache, this.cachedPos);
-    this.gatesForBatch(use, this.lists.missList, this.cachedPos, cached);
-    await this.stream(l, use, null, null);
+    this.gatesForBatch(batch, this.lists.missList, this.cachedPos, cached);
+    await this.stream(l, null, batch, null);
   }
 
   /**
    * Stream layer l's gate-row copy from the end of its hot region on, in chunks alternating
-   * between the two staging halves: the next chunk is read while this one is used. With `compute`,
-   * the filed hits compute while the first chunk is read.
+   * between the two staging halves: the next chunk is read while this one is used. For a decode
+   * `step` its neurons are filed, and `compute` computes the filed hits while the chunks are read;
+   * else the rows give the `batch`'s gates.
    */
   private async stream(
     l: number,
-    use: ChunkUse,
-    lists: NeuronLists | null,
+    step: FFNStep | null,
+    batch: BatchUse | null,
     compute: NeuronCompute | null,
   ): Promise<void> {
     const nFF = this.lists.nFF;
     const from = this.cache.hotCount[l];
     if (from >= nFF) {
       await this.settle();
-      if (compute && lists) compute.hits(lists);
+      compute?.hits(this.lists);
       return;
     }
     let cur: Promise<void>;
@@ -139,7 +142,7 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
       const r1 = Math.min(nFF, r0 + this.rows);
       half ^= 1;
       const next = r1 < nFF ? this.readChunk(l, r1, half) : null;
-      if (compute && lists) compute.hits(lists);
+      compute?.hits(this.lists);
       try {
         await waitForReads(this.stats, cur);
       } catch (e) {
@@ -147,7 +150,7 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
         await next?.catch(() => undefined);
         throw e;
       }
-      this.useChunk(l, use, r0, r1, this.chunkBase[half ^ 1]);
+      this.useChunk(l, step, batch, r0, r1, this.chunkBase[half ^ 1]);
       r0 = r1;
       if (next) cur = next;
     }
@@ -175,10 +178,18 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
     return read;
   }
 
-  /** The uncached rows of chunk [r0, r1) (row r0 at `base`): gates computed and filed, or gathered for a batch. */
-  private useChunk(l: number, use: ChunkUse, r0: number, r1: number, base: number): void {
+  /** The uncached rows of chunk [r0, r1) (row r0 at `base`): gates computed and filed in `step`, or gathered for `batch`. */
+  private useChunk(
+    l: number,
+    step: FFNStep | null,
+    batch: BatchUse | null,
+    r0: number,
+    r1: number,
+    base: number,
+  ): void {
     const rb = this.store.ffn.rowBytes;
-    const i32 = this.lists.i32;
+    const lists = this.lists;
+    const i32 = lists.i32;
     let m = 0;
     for (let r = r0; r < r1; r++) {
       if (this.cache.peek(l, r) >= 0) continue;
@@ -186,24 +197,23 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
       this.stagePos[m++] = r;
     }
     if (m === 0) {
-      if (use.kind === "decode") use.lists.order.filedBelow = r1;
+      if (step) lists.order.filedBelow = r1;
       return;
     }
-    if (use.kind === "batch") {
-      this.gatesForBatch(use, this.stageList, this.stagePos, m);
+    if (!step) {
+      this.gatesForBatch(batch!, this.stageList, this.stagePos, m);
       return;
     }
-    const lists = use.lists;
     const t = performance.now();
     this.sparse.gate(this.stageList, m, lists.gateOut);
     this.stats.computeMs += performance.now() - t;
     const g0 = lists.gateOut >>> 2;
-    for (let i = 0; i < m; i++) lists.file(this.stagePos[i], lists.f32[g0 + i]);
+    for (let i = 0; i < m; i++) lists.file(step, this.stagePos[i], lists.f32[g0 + i]);
     lists.order.filedBelow = r1;
   }
 
   /** Gates of `count` rows (addresses in `list`, stored positions in pos) for each token of the batch. */
-  private gatesForBatch(use: ChunkUse & { kind: "batch" }, list: number, pos: Int32Array, count: number): void {
+  private gatesForBatch(use: BatchUse, list: number, pos: Int32Array, count: number): void {
     if (count === 0) return;
     const { f32, nFF, gateOut } = this.lists;
     const rowBytes = this.sparse.nEmbd * 4;
