@@ -40,7 +40,7 @@ function setup() {
   /** a step of layer 0 begun, as OffloadedFFN begins one */
   const begin = () => {
     order.begin(0);
-    return beginFFNStep(newFFNStep(), 0, 0);
+    return beginFFNStep(newFFNStep(), 0, 0, 1);
   };
   return { cache, lists, order, wave, begin, computed };
 }

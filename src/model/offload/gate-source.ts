@@ -11,7 +11,6 @@ import type { SparseFFN } from "../../runtime/sparse-kernels.js";
 import type { FFNStep } from "./ffn-step.js";
 import type { NeuronCompute } from "./neuron-compute.js";
 import type { NeuronLists } from "./neuron-lists.js";
-import type { OffloadStats } from "./stats.js";
 
 export interface GateSource {
   /**
@@ -21,16 +20,16 @@ export interface GateSource {
    * in flight.
    */
   pick(step: FFNStep, lists: NeuronLists, x: number, residual: number, compute: NeuronCompute): Promise<void> | void;
-  /** After a step of layer l: start what the next layer's pick can start now (a read). */
-  afterStep?(l: number): void;
+  /** After a step: start what the next layer's pick can start now (a read, counted in the step). */
+  afterStep?(step: FFNStep): void;
   /** Wait out anything still in flight (before a batch, or closing). */
   settle?(): Promise<void>;
 }
 
 /** Prompt batches: the gates of every token, so that each needed bundle is read once for the batch. */
 export interface BatchGateSource {
-  /** gates of layer l for n tokens (x: n rows of nEmbd f32) into `gates` (n x nFF f32, stored order) */
-  batchGates(l: number, x: number, n: number, gates: number): Promise<void> | void;
+  /** gates of the step's group for n tokens (x: n rows of nEmbd f32) into `gates` (n x nFF f32, stored order) */
+  batchGates(step: FFNStep, x: number, n: number, gates: number): Promise<void> | void;
 }
 
 /**
@@ -43,12 +42,11 @@ export function fileCachedGates(
   cache: NeuronCache,
   sparse: SparseFFN,
   cachedPos: Int32Array,
-  stats: OffloadStats,
 ): number {
   const n = listCached(step.layer, lists, cache, cachedPos);
   const t = performance.now();
   if (n > 0) sparse.gate(lists.missList, n, lists.gateOut);
-  stats.computeMs += performance.now() - t;
+  step.computeMs += performance.now() - t;
   const g0 = lists.gateOut >>> 2;
   for (let i = 0; i < n; i++) lists.file(step, cachedPos[i], lists.f32[g0 + i]);
   return n;

@@ -11,7 +11,7 @@ import type { NeuronCache } from "../../io/neuron-cache.js";
 import type { GroupStore } from "./store-groups.js";
 import type { FFNStep } from "./ffn-step.js";
 import type { FixedOrder } from "./fixed-order.js";
-import { waitForReads, type OffloadStats } from "./stats.js";
+import { waitForReads } from "./stats.js";
 
 /** A read request kept for reuse (the hot path allocates none once warm). */
 export type BundleRequest = { fileOffset: number; length: number; dst: number; tag: number };
@@ -58,7 +58,6 @@ export class MissReader {
     private readonly store: GroupStore,
     private readonly cache: NeuronCache,
     private readonly reader: FlashReader,
-    private readonly stats: OffloadStats,
     private readonly order: FixedOrder,
   ) {}
 
@@ -146,20 +145,21 @@ export class MissReader {
   }
 
   /**
-   * Wait for the round's reads (counted as I/O wait); on failure their slots hold nothing valid
-   * and are released. `positions`: the round's (a step's rounds: to compute now).
+   * Wait for the round's reads (the wait and the bytes counted in the step); on failure their
+   * slots hold nothing valid and are released. `positions`: the round's (a step's rounds: to
+   * compute now).
    */
-  async landed(round: MissRound, positions: Int32Array | null): Promise<void> {
+  async landed(step: FFNStep, round: MissRound, positions: Int32Array | null): Promise<void> {
     const reading = round.reading;
     if (!reading) return;
     round.reading = null;
     try {
-      await waitForReads(this.stats, reading);
+      await waitForReads(step, reading);
     } catch (e) {
       for (let i = 0; i < this.count; i++) this.cache.release(this.requests[i].tag as number);
       throw e;
     }
-    this.stats.bytesRead += (round.to - round.from) * this.cache.slotBytes;
+    step.bytesRead += (round.to - round.from) * this.cache.slotBytes;
     if (positions) this.order.landed(positions, round.from, round.to);
   }
 }

@@ -9,7 +9,6 @@ import type { SparseFFN } from "../../runtime/sparse-kernels.js";
 import type { FFNStep } from "./ffn-step.js";
 import type { FixedOrder } from "./fixed-order.js";
 import type { NeuronLists } from "./neuron-lists.js";
-import type { OffloadStats } from "./stats.js";
 import type { Tracer } from "../../runtime/tracer.js";
 
 export class NeuronCompute {
@@ -17,7 +16,6 @@ export class NeuronCompute {
     private readonly sparse: SparseFFN,
     private readonly order: FixedOrder,
     private readonly reader: FlashReader,
-    private readonly stats: OffloadStats,
     private readonly tracer: Tracer | null = null,
   ) {}
 
@@ -26,17 +24,17 @@ export class NeuronCompute {
    * is serviced after it: reads that finished meanwhile make room for queued ones (native AIO
    * reports completions only when asked), so the disk stays busy.
    */
-  wave(lists: NeuronLists, what = "compute"): void {
+  wave(step: FFNStep, lists: NeuronLists, what = "compute"): void {
     const t = performance.now();
     const n = this.order.wave(lists.hitList, lists.hitGates, lists.i32, lists.f32);
-    this.stats.computeMs += performance.now() - t;
+    step.computeMs += performance.now() - t;
     if (this.reader.pending > 0) this.reader.service();
     if (n > 0) this.tracer?.span(what, "compute", this.tracer.fromClock(t), { neurons: n });
   }
 
   /** What a gate source can compute while its own reads are in flight: a wave. */
-  hits(lists: NeuronLists): void {
-    this.wave(lists, "hit compute");
+  hits(step: FFNStep, lists: NeuronLists): void {
+    this.wave(step, lists, "hit compute");
   }
 
   /**
@@ -68,7 +66,7 @@ export class NeuronCompute {
         throw new Error(`offloaded FFN: group ${step.layer}'s batch neurons were not all in memory (internal)`);
       order.finish(y + t * rowBytes, lists.i32);
     }
-    this.stats.computeMs += performance.now() - t0;
+    step.computeMs += performance.now() - t0;
     this.tracer?.span("batch compute", "compute", this.tracer.fromClock(t0), {
       bundles: to - from,
     });

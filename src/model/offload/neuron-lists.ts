@@ -74,12 +74,13 @@ export class NeuronLists {
 
   /**
    * File the neuron at stored position k of the step's group with gate value g (predictor mode: 1)
-   * as a hit, a landing hit (its slot still being read ahead) or a miss, if it fires.
+   * as a hit, a landing hit (its slot still being read ahead) or a miss, if it fires (the cache
+   * counts what its lookup found in the step too).
    */
   file(step: FFNStep, k: number, g: number): void {
     if (!this.fires(step.cut, g)) return;
     this.order.mark(k, g);
-    const slot = this.cache.lookup(step.layer, k);
+    const slot = this.cache.lookup(step.layer, k, step);
     if (slot >= 0 && this.cache.isPinned(slot)) step.landing++;
     else if (slot >= 0) step.hits++;
     else this.missPos[step.misses++] = k;
