@@ -17,6 +17,8 @@ export interface FFNStep extends LookupCounts, Spent {
   layer: number;
   /** a neuron fires when its activation passes this (0: any non-zero activation) */
   cut: number;
+  /** every stored position below this has been filed (the step's fixed order computes nothing at or above it) */
+  filedBelow: number;
   /** tokens the step runs (1, or a prompt batch's), and the neurons it computes for them */
   tokens: number;
   computed: number;
@@ -33,6 +35,7 @@ export function newFFNStep(): FFNStep {
   return {
     layer: 0,
     cut: 0,
+    filedBelow: 0,
     tokens: 0,
     computed: 0,
     hits: 0,
@@ -53,6 +56,7 @@ export function newFFNStep(): FFNStep {
 export function beginFFNStep(step: FFNStep, layer: number, cut: number, tokens: number): FFNStep {
   step.layer = layer;
   step.cut = cut;
+  step.filedBelow = 0;
   step.tokens = tokens;
   step.computed = step.hits = step.landing = step.misses = step.reads = 0;
   step.hotHits = step.coldHits = step.aheadUsed = step.aheadExact = 0;

@@ -61,7 +61,7 @@ export class GatePageReads implements GateSource {
       }
       if (m === 0) break;
       // every position below the chunk's first is filed (cached ones at the start)
-      lists.order.filedBelow = this.stagePos[0];
+      step.filedBelow = this.stagePos[0];
       const reading = this.reader.read(requests, undefined, m);
       compute.hits(step, lists);
       await waitForReads(step, reading);

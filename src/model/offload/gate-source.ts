@@ -17,7 +17,7 @@ export interface GateSource {
    * File the neurons of the step's group that fire for this token into `lists`, counted in the
    * step (x: the FFN input, already prepared in the sparse kernels; residual: the row before the
    * FFN norm). A source that reads from flash computes the hits it has filed while its reads are
-   * in flight.
+   * in flight, raising the step's filedBelow as it goes.
    */
   pick(step: FFNStep, lists: NeuronLists, x: number, residual: number, compute: NeuronCompute): Promise<void> | void;
   /** After a step: start what the next layer's pick can start now (a read, counted in the step). */

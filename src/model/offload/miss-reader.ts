@@ -72,7 +72,7 @@ export class MissReader {
     let m = this.acquire(layer, positions, from, count);
     if (m === 0 && from < count && recycle) {
       this.cache.beginStep();
-      this.order.keepPending();
+      this.order.keepPending(step);
       m = this.acquire(layer, positions, from, count);
       if (m === 0) {
         this.cache.beginStep();

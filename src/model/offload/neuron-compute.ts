@@ -26,7 +26,7 @@ export class NeuronCompute {
    */
   wave(step: FFNStep, lists: NeuronLists, what = "compute"): void {
     const t = performance.now();
-    const n = this.order.wave(lists.hitList, lists.hitGates, lists.i32, lists.f32);
+    const n = this.order.wave(step, lists.hitList, lists.hitGates, lists.i32, lists.f32);
     step.computeMs += performance.now() - t;
     if (this.reader.pending > 0) this.reader.service();
     if (n > 0) this.tracer?.span(what, "compute", this.tracer.fromClock(t), { neurons: n });
@@ -61,8 +61,8 @@ export class NeuronCompute {
     for (let t = 0; t < n; t++) {
       this.markToken(step, lists, gates, t, positions, from, to);
       this.sparse.prepare(x + t * rowBytes);
-      order.wave(lists.hitList, lists.hitGates, lists.i32, f32);
-      if (!order.done())
+      order.wave(step, lists.hitList, lists.hitGates, lists.i32, f32);
+      if (!order.done(step))
         throw new Error(`offloaded FFN: group ${step.layer}'s batch neurons were not all in memory (internal)`);
       order.finish(y + t * rowBytes, lists.i32);
     }
@@ -84,13 +84,13 @@ export class NeuronCompute {
   ): void {
     const { f32, nFF } = lists;
     const order = this.order;
-    order.begin(step.layer);
+    order.begin();
     const g0 = (gates >>> 2) + t * nFF;
     for (let i = from; i < to; i++) {
       const k = positions[i];
       const g = f32[g0 + k];
       if (lists.fires(step.cut, g)) order.mark(k, g);
     }
-    order.filedBelow = nFF;
+    step.filedBelow = nFF;
   }
 }

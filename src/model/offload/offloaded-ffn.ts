@@ -323,7 +323,7 @@ export class OffloadedFFN {
     //    their slots up, and files what they hold as landing hits, computed once they land.
     let t = tr ? tr.now() : 0;
     await this.gates.pick(step, lists, x, residual, this.compute);
-    this.order.filedBelow = lists.nFF;
+    step.filedBelow = lists.nFF;
     if (tr) tr.span(this.mode, "pick", t, { hits: step.hits + step.landing, misses: step.misses });
     step.computed = step.hits + step.landing + step.misses;
 
@@ -360,7 +360,7 @@ export class OffloadedFFN {
 
   /** Begins the step of `tokens` tokens of group l (its threshold: its model layer's) and its fixed order. */
   private begin(l: number, tokens: number): FFNStep {
-    this.order.begin(l);
+    this.order.begin();
     return beginFFNStep(this.step, l, this.thresholds ? this.thresholds[this.store.layer(l).layer] : 0, tokens);
   }
 
@@ -385,8 +385,8 @@ export class OffloadedFFN {
     const lists = this.lists;
     for (;;) {
       this.compute.wave(step, lists, "miss compute");
-      if (this.order.done()) return;
-      const m = this.order.needed(lists.missPos);
+      if (this.order.done(step)) return;
+      const m = this.order.needed(step, lists.missPos);
       if (m === 0) throw new Error(`offloaded FFN: group ${step.layer}'s neurons cannot all be computed (internal)`);
       const round = await this.nextRound(step, lists.missPos, 0, m);
       await this.landed(step, round, lists.missPos);

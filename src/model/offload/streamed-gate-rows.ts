@@ -79,7 +79,7 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
   async pick(step: FFNStep, lists: NeuronLists, _x: number, _residual: number, compute: NeuronCompute): Promise<void> {
     fileCachedGates(step, lists, this.cache, this.sparse, this.cachedPos);
     // the hot region is all filed now; the rest as its chunks are (useChunk)
-    lists.order.filedBelow = this.cache.hotCount[step.layer];
+    step.filedBelow = this.cache.hotCount[step.layer];
     await this.stream(step, null, compute);
   }
 
@@ -187,7 +187,7 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
       this.stagePos[m++] = r;
     }
     if (m === 0) {
-      if (!batch) lists.order.filedBelow = r1;
+      if (!batch) step.filedBelow = r1;
       return;
     }
     if (batch) {
@@ -199,7 +199,7 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
     step.computeMs += performance.now() - t;
     const g0 = lists.gateOut >>> 2;
     for (let i = 0; i < m; i++) lists.file(step, this.stagePos[i], lists.f32[g0 + i]);
-    lists.order.filedBelow = r1;
+    step.filedBelow = r1;
   }
 
   /** Gates of `count` rows (addresses in `list`, stored positions in pos) for each token of the batch. */
