@@ -11,6 +11,7 @@ import { NeuronCache } from "../src/io/neuron-cache.js";
 import { Arena } from "../src/runtime/arena.js";
 import { SUM_SEGMENTS, type SparseFFN } from "../src/runtime/sparse-kernels.js";
 import { NeuronLists } from "../src/model/offload/neuron-lists.js";
+import { beginFFNStep, newFFNStep, type FFNStep } from "../src/model/offload/ffn-step.js";
 import { FixedOrder } from "../src/model/offload/fixed-order.js";
 
 /**
@@ -35,12 +36,17 @@ function setup() {
   const order = new FixedOrder(64, sparse, cache, "relu", true);
   lists = new NeuronLists(arena, 64, cache, "relu", "predictor", order);
   lists.takeViews(arena);
-  const wave = () => order.wave(lists.hitList, lists.hitGates, lists.i32, lists.f32);
-  return { cache, lists, order, wave, computed };
+  const wave = (step: FFNStep) => order.wave(step, lists.hitList, lists.hitGates, lists.i32, lists.f32);
+  /** a step of layer 0 begun, as OffloadedFFN begins one */
+  const begin = () => {
+    order.begin();
+    return beginFFNStep(newFFNStep(), 0, 0, 1);
+  };
+  return { cache, lists, order, wave, begin, computed };
 }
 
 test("landing hits: picks in slots still being read wait for them, and so do the neurons after them in their segment", () => {
-  const { cache, lists, order, wave, computed } = setup();
+  const { cache, lists, order, wave, begin, computed } = setup();
   assert.equal(order.segSize, 4);
   // read ahead: positions 5 and 6 in flight, 7 and 9 landed earlier
   const s5 = cache.acquire(0, 5, 1),
@@ -49,27 +55,27 @@ test("landing hits: picks in slots still being read wait for them, and so do the
     s9 = cache.acquire(0, 9, 1);
   cache.pin(s5);
   cache.pin(s6);
-  lists.begin(0, 0);
+  const step = begin();
   cache.beginStep();
-  for (const k of [0, 5, 6, 7, 8, 9]) lists.file(k, 1);
-  order.filedBelow = 64;
-  assert.equal(lists.hits, 3, "hot 0, landed 7 and 9 are hits");
-  assert.deepEqual([lists.landing, lists.misses], [2, 1]);
+  for (const k of [0, 5, 6, 7, 8, 9]) lists.file(step, k, 1);
+  step.filedBelow = 64;
+  assert.equal(step.hits, 3, "hot 0, landed 7 and 9 are hits");
+  assert.deepEqual([step.landing, step.misses], [2, 1]);
   assert.equal(lists.missPos[0], 8);
   // only hot 0 (segment 0) computes: 7 waits behind 5 and 6 (segment 1), 9 behind the miss 8 (segment 2)
-  assert.equal(wave(), 1);
+  assert.equal(wave(step), 1);
   assert.deepEqual(computed, [[0, cache.address(cache.peek(0, 0))]]);
-  assert.equal(order.done(), false);
+  assert.equal(order.done(step), false);
 
   // 5's read lands, 6's fails (its slot released): 5 computes, 7 still waits behind 6
   computed.length = 0;
   cache.unpin(s5);
   cache.release(s6);
-  assert.equal(wave(), 1);
+  assert.equal(wave(step), 1);
   assert.deepEqual(computed, [[1, cache.address(s5)]]);
   const out = new Int32Array(64);
   assert.deepEqual(
-    Array.from(out.subarray(0, order.needed(out))),
+    Array.from(out.subarray(0, order.needed(step, out))),
     [6, 8],
     "the failed read's pick is read again, in order",
   );
@@ -78,29 +84,29 @@ test("landing hits: picks in slots still being read wait for them, and so do the
   computed.length = 0;
   const s6b = cache.acquire(0, 6),
     s8 = cache.acquire(0, 8);
-  assert.equal(wave(), 4);
+  assert.equal(wave(step), 4);
   assert.deepEqual(computed, [
     [1, cache.address(s6b)],
     [1, cache.address(s7)],
     [2, cache.address(s8)],
     [2, cache.address(s9)],
   ]);
-  assert.equal(order.done(), true);
+  assert.equal(order.done(step), true);
 });
 
 test("fixed order: a wave stops at what the gate source has not filed yet", () => {
-  const { cache, lists, order, wave, computed } = setup();
-  lists.begin(0, 0);
+  const { cache, lists, order, wave, begin, computed } = setup();
+  const step = begin();
   cache.beginStep();
-  lists.file(0, 1);
-  lists.file(1, 1);
-  order.filedBelow = 1;
-  assert.equal(wave(), 1, "position 1 is past what was filed");
-  order.filedBelow = 64;
-  assert.equal(wave(), 1);
+  lists.file(step, 0, 1);
+  lists.file(step, 1, 1);
+  step.filedBelow = 1;
+  assert.equal(wave(step), 1, "position 1 is past what was filed");
+  step.filedBelow = 64;
+  assert.equal(wave(step), 1);
   assert.deepEqual(
     computed.map(([s]) => s),
     [0, 0],
   );
-  assert.equal(order.done(), true);
+  assert.equal(order.done(step), true);
 });

@@ -130,13 +130,14 @@ function simulateLru(rates: Float64Array[], coldSlots: number, tokens: number): 
   let hits = 0,
     asked = 0;
   const warm = Math.floor(tokens / 4);
+  const counts = { hotHits: 0, coldHits: 0, aheadUsed: 0, aheadExact: 0 };
   for (let t = 0; t < tokens; t++) {
     for (let l = 0; l < L; l++) {
       cache.beginStep();
       const missed: number[] = [];
       for (let k = 0; k < rates[l].length; k++) {
         if (rnd() >= rates[l][k]) continue;
-        const hit = cache.lookup(l, k) >= 0;
+        const hit = cache.lookup(l, k, counts) >= 0;
         if (!hit) missed.push(k);
         if (t >= warm) {
           asked++;

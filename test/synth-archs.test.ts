@@ -184,7 +184,7 @@ async function agrees(m: LlamaModel, ref: Reference, exact: boolean): Promise<vo
   let positions = 0;
   let closeCalls = 0;
   let routeMargin = Infinity;
-  m.onPass = (step) => void (routeMargin = step.routeMargin);
+  const unsubscribe = m.onPass((step) => void (routeMargin = step.routeMargin));
   try {
     for (const p of ref.prompts) {
       await prefill(m, p.prompt_ids);
@@ -209,7 +209,7 @@ async function agrees(m: LlamaModel, ref: Reference, exact: boolean): Promise<vo
       if (exact) assert.deepEqual(ours, p.greedy_ids, `prompt ${p.prompt_ids}`);
     }
   } finally {
-    m.onPass = null;
+    unsubscribe();
   }
   assert.ok(closeCalls * 10 <= positions, `${closeCalls} close calls in ${positions} positions`);
 }

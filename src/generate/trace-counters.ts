@@ -36,7 +36,8 @@ export class OffloadCounters {
   }
 
   private take(): void {
-    const s = this.ffn.snapshot();
+    // the meter's totals as they stand (nothing copied: only read here)
+    const s = this.ffn.meter.totals;
     const f = offloadFigures(s);
     this.hits = f.hits;
     this.lookups = f.lookups;

@@ -17,19 +17,23 @@
  *
  * A slot can be filled ahead of need (`acquire(..., kind)`: read ahead because a predictor
  * expects its neuron soon). The first lookup that finds it counts it as a miss served early
- * (`ahead.used`), not as a hit: it was read for this use, only sooner. While such a read is in
+ * (`aheadUsed`), not as a hit: it was read for this use, only sooner. While such a read is in
  * flight its slot is pinned (`pin`: out of the LRU list, so no later acquire can take it and
  * start a second read into it, whatever the step); `unpin` puts it back once the read landed.
  * The owner of a read ahead must make sure it landed before a lookup can serve it.
  *
- * Every count is also kept per layer (a layer here is a store group: a layer, or one expert of a
- * mixture's layer), in arrays laid out at construction.
+ * A lookup counts what it found in the counts its caller passes (an FFN step's); the cache keeps
+ * no counts of its own. A layer here is a store group: a layer, or one expert of a mixture's layer.
  */
 import { evenRoutingShare, hitProfile, type Firing } from "./hit-model.js";
 
-export interface CacheRegionStats {
-  hits: number;
-  misses: number;
+/** What lookups found, counted where the caller says. A lookup that finds nothing counts nothing (its caller reads it). */
+export interface LookupCounts {
+  hotHits: number;
+  coldHits: number;
+  /** lookups that found a bundle read ahead for them (misses served early, not hits), and of those the ones read for a certain need */
+  aheadUsed: number;
+  aheadExact: number;
 }
 
 export class NeuronCache {
@@ -44,15 +48,6 @@ export class NeuronCache {
   /** per layer: how many leading stored positions live in the hot region, and where */
   readonly hotCount: Int32Array;
   readonly hotStart: Int32Array;
-  readonly hot: CacheRegionStats = { hits: 0, misses: 0 };
-  readonly cold: CacheRegionStats = { hits: 0, misses: 0 };
-  /** lookups that found a bundle read ahead for them (misses served early, not hits); `exact`: of those read for a mixture's next routed expert */
-  readonly ahead = { used: 0, exact: 0 };
-  /** per layer (store group): hot hits, cold hits, cold misses, read-ahead bundles used */
-  readonly hotHitsOf: Float64Array;
-  readonly coldHitsOf: Float64Array;
-  readonly coldMissesOf: Float64Array;
-  readonly aheadUsedOf: Float64Array;
   /** slots pinned now (reads ahead in flight) */
   pinnedCount = 0;
   /** per layer, stored position -> cold slot or -1 */
@@ -104,10 +99,6 @@ export class NeuronCache {
     this.stamp = new Int32Array(slots);
     this.early = new Uint8Array(slots);
     this.pinned = new Uint8Array(slots);
-    this.hotHitsOf = new Float64Array(layers);
-    this.coldHitsOf = new Float64Array(layers);
-    this.coldMissesOf = new Float64Array(layers);
-    this.aheadUsedOf = new Float64Array(layers);
     this.prev = new Int32Array(slots).fill(-1);
     this.next = new Int32Array(slots).fill(-1);
     // The least recently used slot is the lowest: misses taken in file order then get slots in
@@ -146,36 +137,21 @@ export class NeuronCache {
     this.step++;
   }
 
-  /** The slot holding (layer, stored position), or -1; counts a hit or a miss and touches it. */
-  lookup(layer: number, pos: number): number {
+  /** The slot holding (layer, stored position), or -1; a hit counted in `counts`, and touched. */
+  lookup(layer: number, pos: number, counts: LookupCounts): number {
     if (pos < this.hotCount[layer]) {
-      this.hot.hits++;
-      this.hotHitsOf[layer]++;
+      counts.hotHits++;
       return this.hotStart[layer] + pos;
     }
     const slot = this.where[layer][pos];
-    if (slot < 0) {
-      this.cold.misses++;
-      this.coldMissesOf[layer]++;
-      return -1;
-    }
+    if (slot < 0) return -1;
     if (this.early[slot]) {
-      if (this.early[slot] === 2) this.ahead.exact++;
+      if (this.early[slot] === 2) counts.aheadExact++;
       this.early[slot] = 0;
-      this.ahead.used++;
-      this.aheadUsedOf[layer]++;
-    } else {
-      this.cold.hits++;
-      this.coldHitsOf[layer]++;
-    }
+      counts.aheadUsed++;
+    } else counts.coldHits++;
     this.touch(slot);
     return slot;
-  }
-
-  /** `picked` hot neurons of layer `layer` computed as part of a whole cluster: hot hits. */
-  countHot(layer: number, picked: number): void {
-    this.hot.hits += picked;
-    this.hotHitsOf[layer] += picked;
   }
 
   /**
@@ -247,11 +223,6 @@ export class NeuronCache {
       this.pinnedCount--;
     } else this.unlink(slot);
     this.pushBack(slot);
-  }
-
-  resetStats(): void {
-    this.hot.hits = this.hot.misses = this.cold.hits = this.cold.misses = this.ahead.used = this.ahead.exact = 0;
-    for (const a of [this.hotHitsOf, this.coldHitsOf, this.coldMissesOf, this.aheadUsedOf]) a.fill(0);
   }
 
   private touch(slot: number): void {

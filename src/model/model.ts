@@ -18,6 +18,7 @@ import { GGUFFile, type ModelFile } from "../format/gguf.js";
 import { isNeuronStore, NeuronStore } from "../format/store/index.js";
 import { OffloadedFFN, type OffloadOptions } from "./offload/offloaded-ffn.js";
 import { OffloadedStore } from "./offload/offloaded-store.js";
+import { clearStats } from "./offload/stats.js";
 import { storeGroups } from "./offload/store-groups.js";
 import { storeLayout } from "./store-shards.js";
 import type { Tracer } from "../runtime/tracer.js";
@@ -150,6 +151,12 @@ export class LlamaModel {
     this.i32 = arenas.map((a) => new Int32Array(a.memory.buffer));
     this.logits = new Float32Array(ctx.arena.memory.buffer, ctx.buf.logits, cfg.nVocab);
     this.first = blocks.length > 0 ? blocks[0].ctx : ctx;
+    if (offloaded) {
+      // the offloaded FFN's parts count each pass in its step; its meter adds up the passes
+      const meter = offloaded.meter;
+      this.step.offload = meter.newPass();
+      this.onPass((step) => meter.add(step.offload!));
+    }
   }
 
   /** positions are written through these, one per shard (the f32 rows through ctx.f32) */
@@ -187,11 +194,22 @@ export class LlamaModel {
   private embdRow: Uint8Array | null = null;
   /** see setFFNObserver */
   private observer: ((o: FFNObservation) => void) | null = null;
+  /** the measuring hook's subscribers, in the order they subscribed (onPass) */
+  private readonly passHooks: ((step: Readonly<ForwardStep>) => void)[] = [];
+
   /**
-   * The measuring hook: called at the end of every forward pass with the pass's step (its batch,
-   * and what it routed), valid only during the call (null: none).
+   * The measuring hook: `fn` is called at the end of every forward pass that finishes, with the
+   * pass's step (its batch, what it routed, and a store's what its FFN did: ForwardStep.offload),
+   * valid only during the call. Every measure of a run goes through it: the offloaded FFN's meter
+   * (OffloadedStore.meter) subscribes at load. Returns the call that unsubscribes `fn`.
    */
-  onPass: ((step: Readonly<ForwardStep>) => void) | null = null;
+  onPass(fn: (step: Readonly<ForwardStep>) => void): () => void {
+    this.passHooks.push(fn);
+    return () => {
+      const i = this.passHooks.indexOf(fn);
+      if (i >= 0) this.passHooks.splice(i, 1);
+    };
+  }
 
   /**
    * Call `fn` in every layer of every dense forward() with the FFN's inputs and gate/up
@@ -513,6 +531,7 @@ export class LlamaModel {
     step.tracer = this.tracer;
     step.routed = 0;
     step.routeMargin = Infinity;
+    if (step.offload) clearStats(step.offload);
     return step;
   }
 
@@ -539,7 +558,8 @@ export class LlamaModel {
     if (last !== this.ctx) carryResidual(last, this.ctx, step.n);
     outputLogits(this.ctx, this.outputNorm, this.output, step.n - 1);
     if (tr) tr.span("output", "output", t);
-    this.onPass?.(step);
+    const hooks = this.passHooks;
+    for (let i = 0; i < hooks.length; i++) hooks[i](step);
     return this.logits;
   }
 

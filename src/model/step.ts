@@ -1,10 +1,12 @@
 /**
  * One forward pass's state, handed from the layer loop to each part as an argument: the batch
  * (how many tokens, from which position), the per-layer activation thresholds and hooks in force
- * for this pass. The model keeps one and fills it at the start of each pass, so a step allocates
- * nothing; no part keeps it past the pass.
+ * for this pass, and what the pass did, filled by the parts as it runs. The model keeps one and
+ * fills it at the start of each pass, so a step allocates nothing; no part keeps it past the
+ * pass. At its end the model's measuring hook (LlamaModel.onPass) hands it to whoever measures.
  */
 import type { Tracer } from "../runtime/tracer.js";
+import type { OffloadCounts } from "./offload/stats.js";
 
 /**
  * What the dense FFN of layer `layer` sees for `n` tokens (row-major views into wasm memory, valid
@@ -43,10 +45,25 @@ export interface ForwardStep {
    */
   routed: number;
   routeMargin: number;
+  /**
+   * A model whose FFN is offloaded to a neuron store: what its FFN did in the pass (steps and
+   * neurons computed, hits, misses, reads ahead, bytes read, compute time and waits; per store
+   * group too), counted from 0 by the FFN parts; null: the FFN is in memory.
+   */
+  offload: OffloadCounts | null;
 }
 
 export function newStep(): ForwardStep {
-  return { n: 0, pos0: 0, thresholds: null, observer: null, tracer: null, routed: 0, routeMargin: Infinity };
+  return {
+    n: 0,
+    pos0: 0,
+    thresholds: null,
+    observer: null,
+    tracer: null,
+    routed: 0,
+    routeMargin: Infinity,
+    offload: null,
+  };
 }
 
 /** Layer l's activation threshold in this step (0: none). */

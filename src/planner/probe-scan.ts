@@ -3,6 +3,7 @@
  * ScanSpeed).
  */
 import { NeuronCache } from "../io/neuron-cache.js";
+import { newFFNStep } from "../model/offload/ffn-step.js";
 import type { ScanSpeed } from "./probe-results.js";
 import { rnd, timeCalls } from "./probe-timing.js";
 
@@ -18,6 +19,8 @@ export function probeScan(nFF: number, layers: number, seconds: number): ScanSpe
   const cache = new NeuronCache(0, 4096, slots, Array(layers).fill(nFF), Array(layers).fill(hot));
   for (let l = 0; l < layers; l++) for (let k = hot; k < nFF; k += 5) if (cache.acquire(l, k) < 0) break;
   let layer = 0;
+  // counted as a step counts its lookups
+  const step = newFFNStep();
   const g = new Float32Array(nFF);
   const none = new Float32Array(nFF).fill(-1);
   for (let i = 0; i < nFF; i++) g[i] = rnd() < 0.1 ? 1 : -1;
@@ -34,7 +37,7 @@ export function probeScan(nFF: number, layers: number, seconds: number): ScanSpe
     for (let k = 0; k < nFF; k++) {
       const x = v[k];
       if (!(x > 0)) continue;
-      const slot = cache.lookup(layer, k);
+      const slot = cache.lookup(layer, k, step);
       if (slot >= 0) {
         listA[hits] = cache.address(slot);
         listG[hits++] = x;

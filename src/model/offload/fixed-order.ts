@@ -10,11 +10,13 @@
  * misses are read, and a segment waits at its first neuron not yet in memory. The kernels give
  * the same bits for a segment computed in one call or in several (assembly/sparse_segments.ts).
  *
- * Per step: `begin`, `mark` each firing neuron (NeuronLists.file does), `filedBelow` raised as
- * the gate source has filed every position below it, waves as bundles arrive, `finish` once
- * `done`.
+ * Per step: `begin`, `mark` each firing neuron (NeuronLists.file does), the step's `filedBelow`
+ * raised as the gate source has filed every position below it, waves as bundles arrive, `finish`
+ * once `done`. The step's group and how far it has filed are the step's (ffn-step.ts), passed to
+ * each call; what is kept here is the per-position state, laid out once.
  */
 import type { NeuronCache } from "../../io/neuron-cache.js";
+import type { FFNStep } from "./ffn-step.js";
 import { SUM_SEGMENTS, type SparseActivation, type SparseFFN } from "../../runtime/sparse-kernels.js";
 
 /** A stored position's state in a step. */
@@ -26,10 +28,6 @@ const NOT_FIRING = 0,
 export class FixedOrder {
   /** stored positions per segment */
   readonly segSize: number;
-  /** the segment of the step's group it was last started for */
-  layer = 0;
-  /** every position below this has been filed (a wave computes nothing at or above it) */
-  filedBelow = 0;
   private readonly state: Uint8Array;
   private readonly gateOf: Float32Array;
   /** per segment: the next stored position to compute */
@@ -51,10 +49,8 @@ export class FixedOrder {
     this.touched = new Uint8Array(SUM_SEGMENTS);
   }
 
-  /** Start a step of group `layer`: nothing fires yet. */
-  begin(layer: number): void {
-    this.layer = layer;
-    this.filedBelow = 0;
+  /** Start a step: nothing fires yet. */
+  begin(): void {
     this.state.fill(NOT_FIRING);
     this.touched.fill(0);
     for (let s = 0; s < SUM_SEGMENTS; s++) this.cursor[s] = Math.min(this.nFF, s * this.segSize);
@@ -83,18 +79,19 @@ export class FixedOrder {
 
   /**
    * Compute each segment from its cursor as far as its firing neurons' bundles are in memory (and
-   * filed), all segments in one kernel call. `list`, `gates`: wasm scratch for nFF addresses and
-   * gate values; i32 / f32: views over the whole memory. Returns the neurons computed.
+   * filed in the step), all segments in one kernel call. `list`, `gates`: wasm scratch for nFF
+   * addresses and gate values; i32 / f32: views over the whole memory. Returns the neurons computed.
    */
-  wave(list: number, gates: number, i32: Int32Array, f32: Float32Array): number {
-    const { state, gateOf, cursor, cache, layer } = this;
+  wave(step: FFNStep, list: number, gates: number, i32: Int32Array, f32: Float32Array): number {
+    const { state, gateOf, cursor, cache } = this;
+    const { layer, filedBelow } = step;
     const a0 = list >>> 2,
       g0 = gates >>> 2,
       it = this.sparse.items >>> 2;
     let n = 0,
       items = 0;
     for (let s = 0; s < SUM_SEGMENTS; s++) {
-      const end = Math.min(this.segStart(s + 1), this.filedBelow);
+      const end = Math.min(this.segStart(s + 1), filedBelow);
       const from = n;
       let p = cursor[s];
       for (; p < end; p++) {
@@ -120,8 +117,8 @@ export class FixedOrder {
   }
 
   /** Whether every firing neuron of the step has been computed. */
-  done(): boolean {
-    if (this.filedBelow < this.nFF) return false;
+  done(step: FFNStep): boolean {
+    if (step.filedBelow < this.nFF) return false;
     for (let s = 0; s < SUM_SEGMENTS; s++) if (this.cursor[s] < this.segStart(s + 1)) return false;
     return true;
   }
@@ -131,8 +128,9 @@ export class FixedOrder {
    * before their turn), in segment order, into out; returns their count. The first is the first
    * unfinished segment's next neuron, so reading it always lets a wave progress.
    */
-  needed(out: Int32Array): number {
-    const { state, cursor, cache, layer } = this;
+  needed(step: FFNStep, out: Int32Array): number {
+    const { state, cursor, cache } = this;
+    const layer = step.layer;
     let m = 0;
     for (let s = 0; s < SUM_SEGMENTS; s++) {
       const end = this.segStart(s + 1);
@@ -145,8 +143,9 @@ export class FixedOrder {
    * After the cache started a new step (to reuse the cold slots of neurons already computed):
    * keep the bundles still to be computed, so that the reads that follow do not evict them.
    */
-  keepPending(): void {
-    const { state, cursor, cache, layer } = this;
+  keepPending(step: FFNStep): void {
+    const { state, cursor, cache } = this;
+    const layer = step.layer;
     for (let s = 0; s < SUM_SEGMENTS; s++) {
       const end = this.segStart(s + 1);
       for (let p = cursor[s]; p < end; p++) if (state[p] !== NOT_FIRING) cache.keep(layer, p);

@@ -11,9 +11,10 @@ import type { Arena } from "../../runtime/arena.js";
 import type { SparseFFN } from "../../runtime/sparse-kernels.js";
 import { fileCachedGates, type GateSource } from "./gate-source.js";
 import { gateReadBytesOf, STAGE_NEURONS } from "./layout.js";
+import type { FFNStep } from "./ffn-step.js";
 import type { NeuronCompute } from "./neuron-compute.js";
 import type { NeuronLists } from "./neuron-lists.js";
-import { waitForReads, type OffloadStats } from "./stats.js";
+import { waitForReads } from "./stats.js";
 
 export class GatePageReads implements GateSource {
   private readonly pageBytes: number;
@@ -31,7 +32,6 @@ export class GatePageReads implements GateSource {
     private readonly sparse: SparseFFN,
     arena: Arena,
     nFF: number,
-    private readonly stats: OffloadStats,
   ) {
     this.pageBytes = gateReadBytesOf(store.ffn);
     this.neurons = Math.min(nFF, STAGE_NEURONS);
@@ -42,10 +42,10 @@ export class GatePageReads implements GateSource {
     this.cachedPos = new Int32Array(nFF);
   }
 
-  async pick(lists: NeuronLists, _x: number, _residual: number, compute: NeuronCompute): Promise<void> {
-    const { cache, stats } = this;
-    const l = lists.layer;
-    fileCachedGates(lists, cache, this.sparse, this.cachedPos, stats);
+  async pick(step: FFNStep, lists: NeuronLists, _x: number, _residual: number, compute: NeuronCompute): Promise<void> {
+    const cache = this.cache;
+    const l = step.layer;
+    fileCachedGates(step, lists, cache, this.sparse, this.cachedPos);
     for (let k = 0; k < lists.nFF;) {
       const requests = this.requests;
       let m = 0;
@@ -61,16 +61,16 @@ export class GatePageReads implements GateSource {
       }
       if (m === 0) break;
       // every position below the chunk's first is filed (cached ones at the start)
-      lists.order.filedBelow = this.stagePos[0];
+      step.filedBelow = this.stagePos[0];
       const reading = this.reader.read(requests, undefined, m);
-      compute.hits(lists);
-      await waitForReads(stats, reading);
-      stats.bytesRead += m * this.pageBytes;
+      compute.hits(step, lists);
+      await waitForReads(step, reading);
+      step.bytesRead += m * this.pageBytes;
       const t = performance.now();
       this.sparse.gate(this.stageList, m, lists.gateOut);
-      stats.computeMs += performance.now() - t;
+      step.computeMs += performance.now() - t;
       const g0 = lists.gateOut >>> 2;
-      for (let i = 0; i < m; i++) lists.file(this.stagePos[i], lists.f32[g0 + i]);
+      for (let i = 0; i < m; i++) lists.file(step, this.stagePos[i], lists.f32[g0 + i]);
     }
   }
 }

@@ -8,46 +8,47 @@
  */
 import type { NeuronCache } from "../../io/neuron-cache.js";
 import type { SparseFFN } from "../../runtime/sparse-kernels.js";
+import type { FFNStep } from "./ffn-step.js";
 import type { NeuronCompute } from "./neuron-compute.js";
 import type { NeuronLists } from "./neuron-lists.js";
-import type { OffloadStats } from "./stats.js";
 
 export interface GateSource {
   /**
-   * File layer `lists.layer`'s neurons that fire for this token into `lists` (x: the FFN input,
-   * already prepared in the sparse kernels; residual: the row before the FFN norm). A source that
-   * reads from flash computes the hits it has filed while its reads are in flight.
+   * File the neurons of the step's group that fire for this token into `lists`, counted in the
+   * step (x: the FFN input, already prepared in the sparse kernels; residual: the row before the
+   * FFN norm). A source that reads from flash computes the hits it has filed while its reads are
+   * in flight, raising the step's filedBelow as it goes.
    */
-  pick(lists: NeuronLists, x: number, residual: number, compute: NeuronCompute): Promise<void> | void;
-  /** After a step of layer l: start what the next layer's pick can start now (a read). */
-  afterStep?(l: number): void;
+  pick(step: FFNStep, lists: NeuronLists, x: number, residual: number, compute: NeuronCompute): Promise<void> | void;
+  /** After a step: start what the next layer's pick can start now (a read, counted in the step). */
+  afterStep?(step: FFNStep): void;
   /** Wait out anything still in flight (before a batch, or closing). */
   settle?(): Promise<void>;
 }
 
 /** Prompt batches: the gates of every token, so that each needed bundle is read once for the batch. */
 export interface BatchGateSource {
-  /** gates of layer l for n tokens (x: n rows of nEmbd f32) into `gates` (n x nFF f32, stored order) */
-  batchGates(l: number, x: number, n: number, gates: number): Promise<void> | void;
+  /** gates of the step's group for n tokens (x: n rows of nEmbd f32) into `gates` (n x nFF f32, stored order) */
+  batchGates(step: FFNStep, x: number, n: number, gates: number): Promise<void> | void;
 }
 
 /**
- * Gates of the bundles of layer `lists.layer` that are in memory, computed from their own gate
- * rows and filed. Returns their stored positions' count; `cachedPos` gets the positions, in order.
+ * Gates of the bundles of the step's group that are in memory, computed from their own gate rows
+ * and filed. Returns their stored positions' count; `cachedPos` gets the positions, in order.
  */
 export function fileCachedGates(
+  step: FFNStep,
   lists: NeuronLists,
   cache: NeuronCache,
   sparse: SparseFFN,
   cachedPos: Int32Array,
-  stats: OffloadStats,
 ): number {
-  const n = listCached(lists.layer, lists, cache, cachedPos);
+  const n = listCached(step.layer, lists, cache, cachedPos);
   const t = performance.now();
   if (n > 0) sparse.gate(lists.missList, n, lists.gateOut);
-  stats.computeMs += performance.now() - t;
+  step.computeMs += performance.now() - t;
   const g0 = lists.gateOut >>> 2;
-  for (let i = 0; i < n; i++) lists.file(cachedPos[i], lists.f32[g0 + i]);
+  for (let i = 0; i < n; i++) lists.file(step, cachedPos[i], lists.f32[g0 + i]);
   return n;
 }
 

@@ -9,11 +9,10 @@
 import type { FlashReader } from "../../io/flash-reader.js";
 import type { NeuronCache } from "../../io/neuron-cache.js";
 import type { GroupStore } from "./store-groups.js";
+import type { FFNStep } from "./ffn-step.js";
 import type { FixedOrder } from "./fixed-order.js";
-import type { NeuronLists } from "./neuron-lists.js";
-import { waitForReads, type OffloadStats } from "./stats.js";
+import { waitForReads } from "./stats.js";
 
-/** One round: misses [from, to) of the step's list (or of `positions` for a batch) being read. */
 /** A read request kept for reuse (the hot path allocates none once warm). */
 export type BundleRequest = { fileOffset: number; length: number; dst: number; tag: number };
 
@@ -38,6 +37,7 @@ export function bundleRequest(
   return r;
 }
 
+/** One round: misses [from, to) of the step's list (or of `positions` for a batch) being read. */
 export interface MissRound {
   from: number;
   to: number;
@@ -53,40 +53,38 @@ export class MissReader {
    */
   private readonly requests: BundleRequest[] = [];
   private count = 0;
-  /** bundles whose reads were started, ever (a step's are the difference) */
-  reads = 0;
 
   constructor(
     private readonly store: GroupStore,
     private readonly cache: NeuronCache,
     private readonly reader: FlashReader,
-    private readonly stats: OffloadStats,
     private readonly order: FixedOrder,
   ) {}
 
   /**
-   * Start reading the bundles of layer `lists.layer` at stored positions positions[from..count)
-   * into cold slots, as many as are free. `recycle`: every read of this step has landed, so when
-   * no cold slot is free the step's own may be taken again (those of neurons still to compute
-   * last).
+   * Start reading the bundles of the step's group at stored positions positions[from..count) into
+   * cold slots, as many as are free (counted in the step's reads). `recycle`: every read of this
+   * step has landed, so when no cold slot is free the step's own may be taken again (those of
+   * neurons still to compute last).
    */
-  read(lists: NeuronLists, positions: Int32Array, from: number, count: number, recycle: boolean): MissRound {
-    let m = this.acquire(lists.layer, positions, from, count);
+  read(step: FFNStep, positions: Int32Array, from: number, count: number, recycle: boolean): MissRound {
+    const layer = step.layer;
+    let m = this.acquire(layer, positions, from, count);
     if (m === 0 && from < count && recycle) {
       this.cache.beginStep();
-      this.order.keepPending();
-      m = this.acquire(lists.layer, positions, from, count);
+      this.order.keepPending(step);
+      m = this.acquire(layer, positions, from, count);
       if (m === 0) {
         this.cache.beginStep();
-        m = this.acquire(lists.layer, positions, from, count);
+        m = this.acquire(layer, positions, from, count);
       }
     }
     this.order.reading(positions, from, from + m);
-    return this.start(from, from + m);
+    return this.start(step, from, from + m);
   }
 
-  private start(from: number, to: number): MissRound {
-    this.reads += to - from;
+  private start(step: FFNStep, from: number, to: number): MissRound {
+    step.reads += to - from;
     const r = this.round;
     r.from = from;
     r.to = to;
@@ -127,9 +125,9 @@ export class MissReader {
     return true;
   }
 
-  /** Start reading what `fit` gathered (a round over [0, its count)). */
-  readBatch(): MissRound {
-    return this.start(0, this.count);
+  /** Start reading what `fit` gathered (a round over [0, its count)), counted in the step's reads. */
+  readBatch(step: FFNStep): MissRound {
+    return this.start(step, 0, this.count);
   }
 
   private acquire(layer: number, positions: Int32Array, from: number, count: number): number {
@@ -147,20 +145,21 @@ export class MissReader {
   }
 
   /**
-   * Wait for the round's reads (counted as I/O wait); on failure their slots hold nothing valid
-   * and are released. `positions`: the round's (a step's rounds: to compute now).
+   * Wait for the round's reads (the wait and the bytes counted in the step); on failure their
+   * slots hold nothing valid and are released. `positions`: the round's (a step's rounds: to
+   * compute now).
    */
-  async landed(round: MissRound, positions: Int32Array | null): Promise<void> {
+  async landed(step: FFNStep, round: MissRound, positions: Int32Array | null): Promise<void> {
     const reading = round.reading;
     if (!reading) return;
     round.reading = null;
     try {
-      await waitForReads(this.stats, reading);
+      await waitForReads(step, reading);
     } catch (e) {
       for (let i = 0; i < this.count; i++) this.cache.release(this.requests[i].tag as number);
       throw e;
     }
-    this.stats.bytesRead += (round.to - round.from) * this.cache.slotBytes;
+    step.bytesRead += (round.to - round.from) * this.cache.slotBytes;
     if (positions) this.order.landed(positions, round.from, round.to);
   }
 }

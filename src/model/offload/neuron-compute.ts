@@ -6,9 +6,9 @@
  */
 import type { FlashReader } from "../../io/flash-reader.js";
 import type { SparseFFN } from "../../runtime/sparse-kernels.js";
+import type { FFNStep } from "./ffn-step.js";
 import type { FixedOrder } from "./fixed-order.js";
 import type { NeuronLists } from "./neuron-lists.js";
-import type { OffloadStats } from "./stats.js";
 import type { Tracer } from "../../runtime/tracer.js";
 
 export class NeuronCompute {
@@ -16,7 +16,6 @@ export class NeuronCompute {
     private readonly sparse: SparseFFN,
     private readonly order: FixedOrder,
     private readonly reader: FlashReader,
-    private readonly stats: OffloadStats,
     private readonly tracer: Tracer | null = null,
   ) {}
 
@@ -25,26 +24,27 @@ export class NeuronCompute {
    * is serviced after it: reads that finished meanwhile make room for queued ones (native AIO
    * reports completions only when asked), so the disk stays busy.
    */
-  wave(lists: NeuronLists, what = "compute"): void {
+  wave(step: FFNStep, lists: NeuronLists, what = "compute"): void {
     const t = performance.now();
-    const n = this.order.wave(lists.hitList, lists.hitGates, lists.i32, lists.f32);
-    this.stats.computeMs += performance.now() - t;
+    const n = this.order.wave(step, lists.hitList, lists.hitGates, lists.i32, lists.f32);
+    step.computeMs += performance.now() - t;
     if (this.reader.pending > 0) this.reader.service();
     if (n > 0) this.tracer?.span(what, "compute", this.tracer.fromClock(t), { neurons: n });
   }
 
   /** What a gate source can compute while its own reads are in flight: a wave. */
-  hits(lists: NeuronLists): void {
-    this.wave(lists, "hit compute");
+  hits(step: FFNStep, lists: NeuronLists): void {
+    this.wave(step, lists, "hit compute");
   }
 
   /**
    * Prompt batches: for each of the n tokens (rows of nEmbd f32 at x, residual rows at y, gates
    * n x nFF at `gates`), its own firing neurons among the stored positions positions[from..to)
-   * of layer `lists.layer` (all in memory, the whole of some consecutive segments), added into its
+   * of the step's group (all in memory, the whole of some consecutive segments), added into its
    * residual row in the fixed order: the same sums a decode step of that token makes.
    */
   tokens(
+    step: FFNStep,
     lists: NeuronLists,
     x: number,
     y: number,
@@ -59,30 +59,38 @@ export class NeuronCompute {
     const rowBytes = this.sparse.nEmbd * 4;
     const t0 = performance.now();
     for (let t = 0; t < n; t++) {
-      this.markToken(lists, gates, t, positions, from, to);
+      this.markToken(step, lists, gates, t, positions, from, to);
       this.sparse.prepare(x + t * rowBytes);
-      order.wave(lists.hitList, lists.hitGates, lists.i32, f32);
-      if (!order.done())
-        throw new Error(`offloaded FFN: group ${lists.layer}'s batch neurons were not all in memory (internal)`);
+      order.wave(step, lists.hitList, lists.hitGates, lists.i32, f32);
+      if (!order.done(step))
+        throw new Error(`offloaded FFN: group ${step.layer}'s batch neurons were not all in memory (internal)`);
       order.finish(y + t * rowBytes, lists.i32);
     }
-    this.stats.computeMs += performance.now() - t0;
+    step.computeMs += performance.now() - t0;
     this.tracer?.span("batch compute", "compute", this.tracer.fromClock(t0), {
       bundles: to - from,
     });
   }
 
   /** Start token t's step of the batch: its firing neurons among positions[from..to) marked. */
-  markToken(lists: NeuronLists, gates: number, t: number, positions: Int32Array, from: number, to: number): void {
+  markToken(
+    step: FFNStep,
+    lists: NeuronLists,
+    gates: number,
+    t: number,
+    positions: Int32Array,
+    from: number,
+    to: number,
+  ): void {
     const { f32, nFF } = lists;
     const order = this.order;
-    order.begin(lists.layer);
+    order.begin();
     const g0 = (gates >>> 2) + t * nFF;
     for (let i = from; i < to; i++) {
       const k = positions[i];
       const g = f32[g0 + k];
-      if (lists.fires(g)) order.mark(k, g);
+      if (lists.fires(step.cut, g)) order.mark(k, g);
     }
-    order.filedBelow = nFF;
+    step.filedBelow = nFF;
   }
 }

@@ -1,16 +1,18 @@
 /**
- * The neurons one FFN step (a token of a layer) computes, filed as they are found: each marked
- * firing in the step's fixed order (fixed-order.ts, which computes them) and counted as
+ * The lists an FFN step (a token of a group) files its neurons into, laid out once: each firing
+ * neuron marked in the step's fixed order (fixed-order.ts, which computes them) and counted in the
+ * step (ffn-step.ts) as
  * - a hit: its bundle in memory;
  * - a miss: its stored position kept, to read its bundle from flash;
  * - a landing hit: its bundle's read ahead still in flight (its slot pinned), computed once the
  *   reads for the group have landed.
- * Laid out once; `begin` starts a step.
+ * The step's own facts (its group, threshold and counts) are the step's, passed to each call.
  */
 import { ACTIVATIONS, gateActivation } from "../../format/activations.js";
 import type { NeuronCache } from "../../io/neuron-cache.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { SparseActivation } from "../../runtime/sparse-kernels.js";
+import type { FFNStep } from "./ffn-step.js";
 import type { FixedOrder } from "./fixed-order.js";
 import type { SparsityMode } from "./layout.js";
 
@@ -18,13 +20,6 @@ import type { SparsityMode } from "./layout.js";
 export const HOT_CLUSTER = 32;
 
 export class NeuronLists {
-  /** the layer of the step */
-  layer = 0;
-  /** a neuron fires when its activation passes this (0: any non-zero activation) */
-  cut = 0;
-  hits = 0;
-  misses = 0;
-  landing = 0;
   /**
    * wasm addresses: gate values (or predictor scores) of the step; the addresses and gates of
    * the neurons a wave computes (fixed-order.ts); scratch addresses and gates for the gate sources
@@ -67,36 +62,27 @@ export class NeuronLists {
     this.i32 = new Int32Array(arena.memory.buffer);
   }
 
-  /** Start a step of layer l; `cut`: its activation threshold (0: none). */
-  begin(l: number, cut: number): this {
-    this.layer = l;
-    this.cut = cut;
-    this.hits = this.misses = this.landing = 0;
-    this.order.begin(l);
-    return this;
-  }
-
   /**
    * Whether a gate value makes its neuron fire: ReLU family g > 0, otherwise any non-zero
-   * activation; with a threshold, |act(g)| above it (as the dense path's ffn_act_cut).
+   * activation; with a threshold `cut` (the step's), |act(g)| above it (as the dense path's ffn_act_cut).
    */
-  fires(g: number): boolean {
+  fires(cut: number, g: number): boolean {
     if (this.mode === "dense") return true;
-    const cut = this.cut;
     if (!ACTIVATIONS[this.act].exactZeros) return cut === 0 ? g !== 0 : Math.abs(gateActivation(this.act, g)) > cut;
     return g > cut;
   }
 
   /**
-   * File the neuron at stored position k with gate value g (predictor mode: 1) as a hit, a landing
-   * hit (its slot still being read ahead) or a miss, if it fires.
+   * File the neuron at stored position k of the step's group with gate value g (predictor mode: 1)
+   * as a hit, a landing hit (its slot still being read ahead) or a miss, if it fires (the cache
+   * counts what its lookup found in the step too).
    */
-  file(k: number, g: number): void {
-    if (!this.fires(g)) return;
+  file(step: FFNStep, k: number, g: number): void {
+    if (!this.fires(step.cut, g)) return;
     this.order.mark(k, g);
-    const slot = this.cache.lookup(this.layer, k);
-    if (slot >= 0 && this.cache.isPinned(slot)) this.landing++;
-    else if (slot >= 0) this.hits++;
-    else this.missPos[this.misses++] = k;
+    const slot = this.cache.lookup(step.layer, k, step);
+    if (slot >= 0 && this.cache.isPinned(slot)) step.landing++;
+    else if (slot >= 0) step.hits++;
+    else this.missPos[step.misses++] = k;
   }
 }

@@ -34,6 +34,7 @@ import type { BatchGateSource, GateSource } from "./gate-source.js";
 import { GatePageReads } from "./gate-page-reads.js";
 import { makeCache } from "./hot-region.js";
 import type { OffloadLayout, SparsityMode } from "./layout.js";
+import { beginFFNStep, countStep, newFFNStep, type FFNStep } from "./ffn-step.js";
 import { MissReader, type MissRound } from "./miss-reader.js";
 import { FixedOrder } from "./fixed-order.js";
 import { NeuronCompute } from "./neuron-compute.js";
@@ -43,7 +44,7 @@ import { PredictorPicks } from "./predictor-picks.js";
 import { ReadAhead } from "./read-ahead.js";
 import { readAheadGroup, readsAhead } from "./read-ahead-condition.js";
 import { ResidentGateRows } from "./resident-gate-rows.js";
-import { newGroupStats, newStats, type GroupStats, type OffloadStats } from "./stats.js";
+import type { OffloadCounts, Spent } from "./stats.js";
 import { StreamedGateRows } from "./streamed-gate-rows.js";
 
 export interface OffloadOptions {
@@ -129,16 +130,20 @@ export interface OffloadParts {
 export class OffloadedFFN {
   readonly cache: NeuronCache;
   readonly reader: FlashReader;
-  readonly stats: OffloadStats = newStats();
   readonly mode: SparsityMode;
   readonly layout: OffloadLayout;
   readonly predictor: Predictor | null;
   /** the store's number of this FFN's group 0 (its groups are numbered from 0): non-zero for a shard past the first */
   readonly firstGroup: number;
+  /** the store groups this FFN runs (firstGroup on), and the experts per layer (0: a dense FFN) */
+  readonly groupCount: number;
+  readonly experts: number;
   /** how a decode step learns what fires, and how a prompt batch gets its gates (null: tokens one by one) */
   private readonly gates: GateSource;
   private readonly batchGates: BatchGateSource | null;
   private readonly lists: NeuronLists;
+  /** the step under way: begun by decodeStep and prefillBatch, passed to each part they call */
+  private readonly step: FFNStep = newFFNStep();
   private readonly compute: NeuronCompute;
   private readonly order: FixedOrder;
   private readonly misses: MissReader;
@@ -150,8 +155,6 @@ export class OffloadedFFN {
   private readonly verifyOnce: boolean;
   private readonly thresholds: Float32Array | null;
   private readonly nLayer: number;
-  /** per store group counters (the stats' `groups`), laid out at load */
-  private readonly groups: GroupStats;
   /** a prompt batch's firing neurons (any token's), by stored position */
   private readonly batchCached: Int32Array;
   private readonly tracer: Tracer | null;
@@ -159,7 +162,6 @@ export class OffloadedFFN {
   /** `opts.sparsity`: the mode the load chose (sparsityFor), not defaulted again here */
   constructor(parts: OffloadParts, opts: Omit<OffloadOptions, "cacheBytes" | "sparsity"> & { sparsity: SparsityMode }) {
     const { store, cfg, arena, pool, layout, mm } = parts;
-    const stats = this.stats;
     const act: SparseActivation = cfg.activation;
     this.store = store;
     this.layout = layout;
@@ -169,6 +171,8 @@ export class OffloadedFFN {
     this.pipeline = opts.pipeline ?? true;
     this.verifyOnce = (opts.verify ?? "once") === "once";
     this.firstGroup = parts.firstGroup ?? 0;
+    this.groupCount = store.ffn.layers.length;
+    this.experts = store.ffn.experts;
     // the layers this FFN runs (a shard's): read-ahead stops after the last
     this.nLayer = store.ffn.layers.length / Math.max(1, store.ffn.experts);
     this.expertReadAhead = opts.expertReadAhead ?? (cfg.routerInput === "block" ? "both" : "expert");
@@ -177,10 +181,9 @@ export class OffloadedFFN {
         `expertReadAhead must be ${EXPERT_READ_AHEAD.join(", ")}; got ${JSON.stringify(opts.expertReadAhead)}`,
       );
     this.batchCached = new Int32Array(cfg.nFF);
-    this.groups = this.stats.groups = newGroupStats(store.ffn.layers.length, store.ffn.experts);
     this.tracer = opts.tracer ?? null;
     const shard = parts.shard ?? 0;
-    const resident = layout.residentGates ? ResidentGateRows.load(store, arena, pool, mm, stats, shard) : null;
+    const resident = layout.residentGates ? ResidentGateRows.load(store, arena, pool, mm, shard) : null;
     this.sparse = new SparseFFN(pool, arena, store.ffn.type, cfg.nEmbd, shard);
     this.cache = makeCache(store, arena, layout);
     this.order = new FixedOrder(cfg.nFF, this.sparse, this.cache, act, this.mode === "predictor");
@@ -202,7 +205,7 @@ export class OffloadedFFN {
     });
     const streamed =
       !resident && opts.streamGates !== false && StreamedGateRows.possible(store)
-        ? new StreamedGateRows(store, this.cache, this.reader, this.sparse, arena, this.lists, stats)
+        ? new StreamedGateRows(store, this.cache, this.reader, this.sparse, arena, this.lists)
         : null;
     const threshold = opts.threshold ?? cfg.sparseThreshold;
     if (this.mode === "predictor") {
@@ -213,18 +216,18 @@ export class OffloadedFFN {
         throw new Error(
           "the offloaded FFN's predictor must be loaded in the store's order (Predictor.load's rowOrder)",
         );
-      this.gates = new PredictorPicks(parts.predictor, mm, this.cache, cfg.nEmbd, threshold, stats);
+      this.gates = new PredictorPicks(parts.predictor, mm, this.cache, cfg.nEmbd, threshold);
     } else {
       this.gates =
-        resident ?? streamed ?? new GatePageReads(store, this.cache, this.reader, this.sparse, arena, cfg.nFF, stats);
+        resident ?? streamed ?? new GatePageReads(store, this.cache, this.reader, this.sparse, arena, cfg.nFF);
     }
     // Prompts run as batches with the gates of every token: in predictor mode too (across a
     // prompt nearly every neuron fires for some token, so the batch computes its exact gates,
     // streamed once, instead of asking the predictor token by token and reading each token's
     // bundles separately).
     this.batchGates = resident ?? streamed;
-    this.compute = new NeuronCompute(this.sparse, this.order, this.reader, stats, this.tracer);
-    this.misses = new MissReader(store, this.cache, this.reader, stats, this.order);
+    this.compute = new NeuronCompute(this.sparse, this.order, this.reader, this.tracer);
+    this.misses = new MissReader(store, this.cache, this.reader, this.order);
     const lookahead = readsAhead(
       this.mode === "predictor",
       this.pipeline,
@@ -233,19 +236,7 @@ export class OffloadedFFN {
       cfg.nFF,
     );
     this.readAhead = lookahead
-      ? new ReadAhead(
-          store,
-          this.cache,
-          this.reader,
-          parts.predictor!,
-          mm,
-          this.lists,
-          arena,
-          cfg.nEmbd,
-          threshold,
-          stats,
-          this.groups,
-        )
+      ? new ReadAhead(store, this.cache, this.reader, parts.predictor!, mm, this.lists, arena, cfg.nEmbd, threshold)
       : null;
     this.lists.takeViews(arena);
   }
@@ -267,19 +258,20 @@ export class OffloadedFFN {
 
   /**
    * A mixture: start reading the likely bundles of groups[0..count) (the experts a layer's router
-   * picks before its attention), from the residual row at `residual`, while attention computes.
-   * `routed`: the router read the block's input, so these are the experts the token is routed to
-   * (counted as readAheadRouted); else a guess on the current residual. Nothing without read-ahead.
+   * picks before its attention), from the residual row at `residual`, while attention computes;
+   * counted in the pass's counts. `routed`: the router read the block's input, so these are the
+   * experts the token is routed to (counted as readAheadRouted); else a guess on the current
+   * residual. Nothing without read-ahead.
    */
-  readAheadGroups(groups: Int32Array, count: number, residual: number, routed = false): void {
+  readAheadGroups(pass: OffloadCounts, groups: Int32Array, count: number, residual: number, routed = false): void {
     const ra = this.readAhead;
     if (!ra || !this.readsAheadLayer) return;
     const tr = this.tracer;
     const t = tr ? tr.now() : 0;
-    const before = this.stats.readAhead;
-    for (let i = 0; i < count; i++) if (!ra.has(groups[i])) ra.start(groups[i], residual, false);
-    const bundles = this.stats.readAhead - before;
-    if (routed) this.stats.readAheadRouted = (this.stats.readAheadRouted ?? 0) + bundles;
+    let bundles = 0;
+    for (let i = 0; i < count; i++)
+      if (!ra.has(groups[i])) bundles += this.readAheadFor(pass, pass, groups[i], residual, false);
+    if (routed) pass.readAheadRouted += bundles;
     if (tr)
       tr.span(routed ? "read-ahead routed" : "read-ahead", "pick", t, {
         group: groups[0],
@@ -309,55 +301,79 @@ export class OffloadedFFN {
    * input after its norm (nEmbd f32); residual: the residual stream row (the predictor reads it);
    * y: where the output is added (the residual row itself for a dense FFN). `next`: a mixture's
    * group computed next on the same residual row (the token's next routed expert of this layer),
-   * whose picks are read ahead during this step; -1: none.
+   * whose picks are read ahead during this step; -1: none. What the step did is added to `pass`,
+   * its forward pass's counts.
    */
-  async decodeStep(l: number, x: number, residual: number, y = residual, next = -1): Promise<void> {
+  async decodeStep(
+    pass: OffloadCounts,
+    l: number,
+    x: number,
+    residual: number,
+    y = residual,
+    next = -1,
+  ): Promise<void> {
     const tr = this.tracer;
-    const lists = this.lists.begin(l, this.thresholds ? this.thresholds[this.store.layer(l).layer] : 0);
+    const lists = this.lists;
+    const step = this.begin(l, 1);
     this.sparse.prepare(x);
     this.cache.beginStep();
 
     // 1. Which neurons fire, filed as hits and misses (a source that reads from flash computes the
     //    hits meanwhile). Reads ahead for this group may still be in flight: the pick only looks
     //    their slots up, and files what they hold as landing hits, computed once they land.
-    const reads0 = this.misses.reads;
     let t = tr ? tr.now() : 0;
-    await this.gates.pick(lists, x, residual, this.compute);
-    this.order.filedBelow = lists.nFF;
-    if (tr) tr.span(this.mode, "pick", t, { hits: lists.hits + lists.landing, misses: lists.misses });
-    // (a landing hit read again below is not counted as a miss: the cache counted it as read ahead)
-    this.count(l, 1, lists.hits + lists.landing + lists.misses, lists.misses);
+    await this.gates.pick(step, lists, x, residual, this.compute);
+    step.filedBelow = lists.nFF;
+    if (tr) tr.span(this.mode, "pick", t, { hits: step.hits + step.landing, misses: step.misses });
+    step.computed = step.hits + step.landing + step.misses;
 
     // 2. The misses, in rounds of the free cold slots: the first round's reads overlap the hits'
     //    compute and, when it takes every miss (the read-ahead takes cold slots this step's
     //    later rounds would want), the next layer's read-ahead (a mixture's: the next routed
     //    expert's, exact: its predictor on this same residual row).
-    const round = this.misses.read(lists, lists.missPos, 0, lists.misses, false);
-    if (!this.pipeline) await this.landed(round, lists.missPos);
+    const round = this.misses.read(step, lists.missPos, 0, step.misses, false);
+    if (!this.pipeline) await this.landed(step, round, lists.missPos);
     const ahead = this.readAhead
-      ? readAheadGroup(l, this.nLayer, this.store.ffn.experts, next, round.to, lists.misses)
+      ? readAheadGroup(l, this.nLayer, this.store.ffn.experts, next, round.to, step.misses)
       : -1;
     if (ahead >= 0) {
       t = tr ? tr.now() : 0;
-      this.readAhead!.start(ahead, residual, ahead === next);
+      this.readAheadFor(pass, step, ahead, residual, ahead === next);
       if (tr) tr.span("read-ahead", "pick", t, { group: ahead });
     }
-    this.compute.hits(lists);
+    this.compute.hits(step, lists);
     if (this.readAhead) {
       t = tr ? tr.now() : 0;
-      await this.readAhead.landed(l);
+      await this.readAhead.landed(l, step);
       if (tr) tr.span("wait read-ahead", "wait", t);
       // a landing hit whose read failed lost its slot: read in the rounds below
-      this.compute.wave(lists, "landed compute");
+      this.compute.wave(step, lists, "landed compute");
     }
-    await this.landed(round, lists.missPos);
-    await this.complete(lists);
-    // bundles read again (evicted before their turn, or a read ahead that failed) are misses too
-    this.countReads(l, this.misses.reads - reads0 - lists.misses);
+    await this.landed(step, round, lists.missPos);
+    await this.complete(step);
 
     // 3. The step's sum into the residual stream; the next layer's reads that can start now.
     this.order.finish(y, lists.i32);
-    this.gates.afterStep?.(l);
+    this.gates.afterStep?.(step);
+    countStep(pass, step, this.firstGroup + l, lists.nFF);
+  }
+
+  /** Begins the step of `tokens` tokens of group l (its threshold: its model layer's) and its fixed order. */
+  private begin(l: number, tokens: number): FFNStep {
+    this.order.begin();
+    return beginFFNStep(this.step, l, this.thresholds ? this.thresholds[this.store.layer(l).layer] : 0, tokens);
+  }
+
+  /**
+   * Start reading ahead group g's likely (or with `exact`, certain) picks: the predictor's time and
+   * the bytes counted in `spent`, the bundles in the pass's counts. Returns the bundles.
+   */
+  private readAheadFor(pass: OffloadCounts, spent: Spent, g: number, residual: number, exact: boolean): number {
+    const m = this.readAhead!.start(g, residual, exact, spent);
+    pass.readAhead += m;
+    pass.groups.readAhead[this.firstGroup + g] += m;
+    if (exact) pass.readAheadExact += m;
+    return m;
   }
 
   /**
@@ -365,57 +381,38 @@ export class OffloadedFFN {
    * the first round, bundles evicted before their turn) in rounds of the free cold slots. Every
    * read of the step has landed.
    */
-  private async complete(lists: NeuronLists): Promise<void> {
+  private async complete(step: FFNStep): Promise<void> {
+    const lists = this.lists;
     for (;;) {
-      this.compute.wave(lists, "miss compute");
-      if (this.order.done()) return;
-      const m = this.order.needed(lists.missPos);
-      if (m === 0) throw new Error(`offloaded FFN: group ${lists.layer}'s neurons cannot all be computed (internal)`);
-      const round = await this.nextRound(lists, lists.missPos, 0, m);
-      await this.landed(round, lists.missPos);
+      this.compute.wave(step, lists, "miss compute");
+      if (this.order.done(step)) return;
+      const m = this.order.needed(step, lists.missPos);
+      if (m === 0) throw new Error(`offloaded FFN: group ${step.layer}'s neurons cannot all be computed (internal)`);
+      const round = await this.nextRound(step, lists.missPos, 0, m);
+      await this.landed(step, round, lists.missPos);
     }
-  }
-
-  /** Counts `tokens` steps of group l that computed `computed` neurons, `misses` of them read from flash. */
-  private count(l: number, tokens: number, computed: number, misses: number): void {
-    const s = this.stats;
-    const g = this.groups;
-    s.steps += tokens;
-    s.neuronsTotal += tokens * this.lists.nFF;
-    s.neuronsComputed += computed;
-    s.misses += misses;
-    g.steps[l] += tokens;
-    g.neuronsComputed[l] += computed;
-    g.misses[l] += misses;
-  }
-
-  /** Adds `n` bundles read from flash (beyond those counted at the pick) to group l's misses. */
-  private countReads(l: number, n: number): void {
-    if (n <= 0) return;
-    this.stats.misses += n;
-    this.groups.misses[l] += n;
   }
 
   /**
    * The next round of misses [from, count): when every cold slot not pinned by a read ahead is in
    * use, the reads ahead land first (their slots come back), so that a round always progresses.
    */
-  private async nextRound(lists: NeuronLists, positions: Int32Array, from: number, count: number): Promise<MissRound> {
-    let round = this.misses.read(lists, positions, from, count, true);
+  private async nextRound(step: FFNStep, positions: Int32Array, from: number, count: number): Promise<MissRound> {
+    let round = this.misses.read(step, positions, from, count, true);
     if (round.to === from && this.readAhead) {
-      await this.readAhead.landed(-1);
-      round = this.misses.read(lists, positions, from, count, true);
+      await this.readAhead.landed(-1, step);
+      round = this.misses.read(step, positions, from, count, true);
     }
-    if (round.to === from) throw new Error(`neuron cache: no cold slot free for group ${lists.layer}'s misses`);
+    if (round.to === from) throw new Error(`neuron cache: no cold slot free for group ${step.layer}'s misses`);
     return round;
   }
 
   /** Waits for a round's reads (a "wait reads" span in a trace); `positions`: the round's, to compute now. */
-  private async landed(round: MissRound, positions: Int32Array | null): Promise<void> {
+  private async landed(step: FFNStep, round: MissRound, positions: Int32Array | null): Promise<void> {
     const tr = this.tracer;
-    if (!tr || round.reading === null) return this.misses.landed(round, positions);
+    if (!tr || round.reading === null) return this.misses.landed(step, round, positions);
     const t = tr.now();
-    await this.misses.landed(round, positions);
+    await this.misses.landed(step, round, positions);
     tr.span("wait reads", "wait", t, { bundles: round.to - round.from });
   }
 
@@ -423,17 +420,26 @@ export class OffloadedFFN {
    * A prompt's n tokens through layer l at once: residual rows += FFN(x rows). `gates`: an
    * n x nFF f32 buffer for the batch's gates. Every bundle any token needs is made resident once,
    * in rounds as the cold region allows (the first round's reads overlap the cached neurons'
-   * compute), and each token computes just its own firing neurons among them.
+   * compute), and each token computes just its own firing neurons among them. What the batch did
+   * is added to `pass`, its forward pass's counts.
    */
-  async prefillBatch(l: number, x: number, residual: number, n: number, gates: number): Promise<void> {
-    await this.readAhead?.landed(-1);
+  async prefillBatch(
+    pass: OffloadCounts,
+    l: number,
+    x: number,
+    residual: number,
+    n: number,
+    gates: number,
+  ): Promise<void> {
+    const step = this.begin(l, n);
+    await this.readAhead?.landed(-1, step);
     const tr = this.tracer;
     const t = tr ? tr.now() : 0;
-    await this.batchGates!.batchGates(l, x, n, gates);
+    await this.batchGates!.batchGates(step, x, n, gates);
     if (tr) tr.span("batch gates", "pick", t, { tokens: n });
-    const lists = this.lists.begin(l, this.thresholds ? this.thresholds[this.store.layer(l).layer] : 0);
+    const lists = this.lists;
     this.cache.beginStep();
-    // The union of the firing neurons, by stored position (the cache counts its hits and misses;
+    // The union of the firing neurons, by stored position (the cache counts its hits in the step;
     // the step's misses are the bundles it reads, below).
     const { f32, nFF } = lists;
     const union = this.batchCached;
@@ -442,17 +448,16 @@ export class OffloadedFFN {
     for (let k = 0; k < nFF; k++) {
       let any = false;
       for (let t = 0; t < n; t++) {
-        if (lists.fires(f32[(gates >>> 2) + t * nFF + k])) {
+        if (lists.fires(step.cut, f32[(gates >>> 2) + t * nFF + k])) {
           any = true;
           fired++;
         }
       }
       if (!any) continue;
       union[count++] = k;
-      this.cache.lookup(l, k);
+      this.cache.lookup(l, k, step);
     }
-    this.count(l, n, fired, 0);
-    const reads0 = this.misses.reads;
+    step.computed = fired;
     // Whole segments in order, as many at a time as their bundles fit in memory: read once for
     // the batch, then each token's own neurons among them, added into its row segment by segment
     // (the same sums a decode step of the token makes, fixed-order.ts).
@@ -472,9 +477,9 @@ export class OffloadedFFN {
         e++;
       }
       if (e > s) {
-        const round = this.misses.readBatch();
-        await this.landed(round, null);
-        this.compute.tokens(lists, x, residual, n, gates, union, i, j);
+        const round = this.misses.readBatch(step);
+        await this.landed(step, round, null);
+        this.compute.tokens(step, lists, x, residual, n, gates, union, i, j);
         s = e;
         i = j;
         continue;
@@ -483,53 +488,21 @@ export class OffloadedFFN {
       const end = order.segStart(s + 1);
       while (j < count && union[j] < end) j++;
       for (let t = 0; t < n; t++) {
-        this.compute.markToken(lists, gates, t, union, i, j);
+        this.compute.markToken(step, lists, gates, t, union, i, j);
         this.sparse.prepare(x + t * rowBytes);
-        await this.complete(lists);
+        await this.complete(step);
         order.finish(residual + t * rowBytes, lists.i32);
       }
       s++;
       i = j;
     }
-    this.countReads(l, this.misses.reads - reads0);
+    countStep(pass, step, this.firstGroup + l, nFF);
   }
 
-  /** Copies of the running counters, with the cache's hit counts (per group too). */
-  snapshot(): OffloadStats {
-    const c = this.cache;
-    const g = this.groups;
-    const misses = g.misses.slice();
-    for (let i = 0; i < misses.length; i++) misses[i] += c.aheadUsedOf[i];
-    const mixture = this.store.ffn.experts > 0;
-    return {
-      ...this.stats,
-      hotHits: c.hot.hits,
-      coldHits: c.cold.hits,
-      misses: this.stats.misses + c.ahead.used,
-      readAheadUsed: c.ahead.used,
-      ...(mixture
-        ? {
-            readAheadExact: this.stats.readAheadExact ?? 0,
-            readAheadExactUsed: c.ahead.exact,
-            readAheadRouted: this.stats.readAheadRouted ?? 0,
-          }
-        : {}),
-      groups: {
-        experts: g.experts,
-        steps: g.steps.slice(),
-        neuronsComputed: g.neuronsComputed.slice(),
-        hotHits: c.hotHitsOf.slice(),
-        coldHits: c.coldHitsOf.slice(),
-        misses,
-        readAhead: g.readAhead.slice(),
-        readAheadUsed: c.aheadUsedOf.slice(),
-      },
-    };
-  }
-
+  /** Waits out the reads in flight (their waits no pass's) and closes the reader. */
   async close(): Promise<void> {
     await this.gates.settle?.();
-    await this.readAhead?.landed(-1);
+    await this.readAhead?.landed(-1, null);
     await this.reader.close();
   }
 }

@@ -2,16 +2,19 @@
  * A model's offloaded FFN as a whole: one OffloadedFFN in a model in one memory, or one per memory
  * of a store split among several (src/model/store-shards.ts), each over its own layers' groups.
  * The layer parts hold their memory's OffloadedFFN; this is what the model and its users see:
- * the mode, the whole layout, the counters summed (and each group's in the store's numbering),
+ * the mode, the whole layout, the meter of the counters (each group's in the store's numbering),
  * and the per-pass and closing calls made on every part.
  */
 import type { FlashReaderStats } from "../../io/flash-reader.js";
 import type { OffloadLayout, SparsityMode } from "./layout.js";
+import { OffloadMeter } from "./meter.js";
 import type { OffloadedFFN } from "./offloaded-ffn.js";
-import { newGroupStats, GROUP_FIELDS, type OffloadStats } from "./stats.js";
+import type { OffloadStats } from "./stats.js";
 
 export class OffloadedStore {
   readonly mode: SparsityMode;
+  /** what every part did, pass by pass, since the model loaded (the model's measuring hook feeds it) */
+  readonly meter: OffloadMeter;
   /** the flash readers' counters, summed (the most reads in flight: the largest of any) */
   readonly reader: { stats(): FlashReaderStats };
 
@@ -22,6 +25,8 @@ export class OffloadedStore {
     readonly layout: OffloadLayout,
   ) {
     this.mode = parts[0].mode;
+    const last = parts[parts.length - 1];
+    this.meter = new OffloadMeter(last.firstGroup + last.groupCount, parts[0].experts);
     this.reader = {
       stats: () => {
         const out = parts[0].reader.stats();
@@ -50,11 +55,9 @@ export class OffloadedStore {
     return this.parts[0].hasResidentGates;
   }
 
-  /** Milliseconds waited for reads so far (the running counter, summed over the parts). */
+  /** Milliseconds waited for reads so far (by the passes that finished). */
   get ioWaitMs(): number {
-    let ms = 0;
-    for (const p of this.parts) ms += p.stats.ioWaitMs;
-    return ms;
+    return this.meter.totals.ioWaitMs;
   }
 
   /** Before a forward pass (OffloadedFFN.startPass), on every part. */
@@ -69,25 +72,9 @@ export class OffloadedStore {
     return { part: this.parts[0], group: g };
   }
 
-  /** Copies of the running counters (OffloadedFFN.snapshot): summed over the parts, groups in the store's numbering. */
+  /** A copy of the counters since the model loaded (OffloadMeter.snapshot). */
   snapshot(): OffloadStats {
-    if (this.parts.length === 1) return this.parts[0].snapshot();
-    const all = this.parts.map((p) => p.snapshot());
-    const out: OffloadStats = { ...all[0] };
-    for (const s of all.slice(1))
-      for (const k of Object.keys(s) as (keyof OffloadStats)[]) {
-        const v = s[k];
-        if (typeof v === "number") (out[k] as number) = ((out[k] as number | undefined) ?? 0) + v;
-      }
-    const groups = all.reduce((n, s) => n + s.groups!.steps.length, 0);
-    const g = newGroupStats(groups, all[0].groups!.experts);
-    let at = 0;
-    for (const s of all) {
-      for (const f of GROUP_FIELDS) g[f].set(s.groups![f], at);
-      at += s.groups!.steps.length;
-    }
-    out.groups = g;
-    return out;
+    return this.meter.snapshot();
   }
 
   async close(): Promise<void> {

@@ -7,9 +7,9 @@
 import type { NeuronCache } from "../../io/neuron-cache.js";
 import type { MatrixRunner } from "../matrix-runner.js";
 import type { GateSource } from "./gate-source.js";
+import type { FFNStep } from "./ffn-step.js";
 import type { NeuronLists } from "./neuron-lists.js";
 import type { Predictor } from "./predictor.js";
-import type { OffloadStats } from "./stats.js";
 
 /**
  * Share of a hot cluster's neurons the predictor picks above which the planner's cost model
@@ -25,18 +25,17 @@ export class PredictorPicks implements GateSource {
     private readonly nEmbd: number,
     /** a neuron is picked when its score exceeds this */
     private readonly threshold: number,
-    private readonly stats: OffloadStats,
   ) {}
 
-  pick(lists: NeuronLists, _x: number, residual: number): void {
-    const l = lists.layer;
+  pick(step: FFNStep, lists: NeuronLists, _x: number, residual: number): void {
+    const l = step.layer;
     const t = performance.now();
     this.predictor.scores(this.mm, l, residual, this.nEmbd, lists.gateOut);
-    this.stats.computeMs += performance.now() - t;
+    step.computeMs += performance.now() - t;
     const f32 = lists.f32;
     // scores come in the store's order (the predictor's fc2 rows were loaded in it)
     const s0 = lists.gateOut >>> 2;
     const thr = this.threshold;
-    for (let k = 0; k < lists.nFF; k++) if (f32[s0 + k] > thr) lists.file(k, 1);
+    for (let k = 0; k < lists.nFF; k++) if (f32[s0 + k] > thr) lists.file(step, k, 1);
   }
 }

@@ -25,7 +25,7 @@ import type { MatrixRunner } from "../matrix-runner.js";
 import type { NeuronLists } from "./neuron-lists.js";
 import type { Predictor } from "./predictor.js";
 import { bundleRequest, type BundleRequest } from "./miss-reader.js";
-import { waitForReads, type GroupStats, type OffloadStats } from "./stats.js";
+import { waitForReads, type Spent } from "./stats.js";
 
 /**
  * Read-ahead takes the next layer's picks whose score (from this layer's input) clears the
@@ -70,8 +70,6 @@ export class ReadAhead {
     arena: Arena,
     private readonly nEmbd: number,
     private readonly threshold: number,
-    private readonly stats: OffloadStats,
-    private readonly groups: GroupStats,
   ) {
     this.scores = arena.alloc(store.layer(0).neurons * 4, 64);
     this.experts = store.ffn.experts;
@@ -95,18 +93,19 @@ export class ReadAhead {
    * Start reading the cold bundles group g's predictor picks from the residual row at `residual`:
    * those that clear the threshold by the margin, or with `exact` (the same input the group's step
    * will see) exactly its picks; the picks already cached are kept (touched) so that these reads
-   * do not evict them.
+   * do not evict them. The predictor's time and the bytes are counted in `spent`; returns the
+   * bundles it started reading.
    */
-  start(g: number, residual: number, exact = false): void {
+  start(g: number, residual: number, exact: boolean, spent: Spent): number {
     const cache = this.cache;
-    if (this.free.length === 0 || cache.pinnedCount >= this.maxPinned) return;
+    if (this.free.length === 0 || cache.pinnedCount >= this.maxPinned) return 0;
     const f32 = this.lists.f32;
     const nFF = this.store.layer(g).neurons;
     const hot = cache.hotCount[g];
     // only the cold region's scores (in the store's order: Predictor.load's rowOrder) are read
     const t = performance.now();
     this.predictor.scores(this.mm, g, residual, this.nEmbd, this.scores, hot);
-    this.stats.computeMs += performance.now() - t;
+    spent.computeMs += performance.now() - t;
     const s0 = this.scores >>> 2;
     let thr = this.threshold;
     if (!exact) {
@@ -134,12 +133,9 @@ export class ReadAhead {
       bundleRequest(requests, m, this.store, cache, g, k, slot);
       m++;
     }
-    if (m === 0) return;
+    if (m === 0) return 0;
     this.free.pop();
-    this.stats.readAhead += m;
-    this.groups.readAhead[g] += m;
-    if (exact) this.stats.readAheadExact = (this.stats.readAheadExact ?? 0) + m;
-    this.stats.bytesRead += m * cache.slotBytes;
+    spent.bytesRead += m * cache.slotBytes;
     p.count = m;
     const reading = this.reader.read(requests, undefined, m);
     reading.catch(() => undefined);
@@ -147,6 +143,7 @@ export class ReadAhead {
     p.stale = false;
     p.reading = reading;
     this.pending.push(p);
+    return m;
   }
 
   /** A forward pass starts: reads ahead still in flight were made by an earlier one (that failed, or read for nothing). */
@@ -161,9 +158,9 @@ export class ReadAhead {
    * started in this step), stay in flight. Each landed read's slots are unpinned; on failure they
    * are released, and the error is thrown when it was read for g (about to compute): a read-ahead
    * left over from a pass that failed elsewhere is not this pass's error. g = -1: let every read
-   * settle.
+   * settle. The waits are counted in `spent` (null: no pass's, as when closing).
    */
-  async landed(g: number): Promise<void> {
+  async landed(g: number, spent: Spent | null): Promise<void> {
     if (this.pending.length === 0) return;
     const layer = g < 0 ? -1 : this.layerOf(g);
     let error: unknown = null;
@@ -178,7 +175,7 @@ export class ReadAhead {
       const reading = p.reading!;
       p.reading = null;
       try {
-        await waitForReads(this.stats, reading);
+        await waitForReads(spent, reading);
         for (let i = 0; i < p.count; i++) this.cache.unpin(p.requests[i].tag as number);
       } catch (e) {
         for (let i = 0; i < p.count; i++) this.cache.release(p.requests[i].tag as number);

@@ -9,8 +9,8 @@ import { weightKernel } from "../../runtime/weight-kernels.js";
 import type { MatrixRunner } from "../matrix-runner.js";
 import type { Matrix } from "../weight-loader.js";
 import type { BatchGateSource, GateSource } from "./gate-source.js";
+import type { FFNStep } from "./ffn-step.js";
 import type { NeuronLists } from "./neuron-lists.js";
-import type { OffloadStats } from "./stats.js";
 
 /** Load-time read buffer: small, because under a budget a transient buffer counts too (counted in layout.ts RUNTIME_GROWTH_BYTES). */
 const CHUNK = 2 << 20;
@@ -21,7 +21,6 @@ export class ResidentGateRows implements GateSource, BatchGateSource {
     readonly gates: Matrix[],
     private readonly mm: MatrixRunner,
     private readonly nEmbd: number,
-    private readonly stats: OffloadStats,
   ) {}
 
   /** Read every bundle once and keep its gate part, packed for the dense kernel. */
@@ -30,7 +29,6 @@ export class ResidentGateRows implements GateSource, BatchGateSource {
     arena: Arena,
     pool: ThreadPool,
     mm: MatrixRunner,
-    stats: OffloadStats,
     /** the pool's memory `arena` is */
     shard = 0,
   ): ResidentGateRows {
@@ -65,22 +63,22 @@ export class ResidentGateRows implements GateSource, BatchGateSource {
         matmulFn: pool.fn(kernel.matmul, shard),
       });
     }
-    return new ResidentGateRows(gates, mm, nEmbd, stats);
+    return new ResidentGateRows(gates, mm, nEmbd);
   }
 
-  pick(lists: NeuronLists, x: number): void {
+  pick(step: FFNStep, lists: NeuronLists, x: number): void {
     const t = performance.now();
     this.mm.setInput(x, this.nEmbd);
-    this.mm.run(this.gates[lists.layer], lists.gateOut, 1);
-    this.stats.computeMs += performance.now() - t;
+    this.mm.run(this.gates[step.layer], lists.gateOut, 1);
+    step.computeMs += performance.now() - t;
     const g0 = lists.gateOut >>> 2;
-    for (let k = 0; k < lists.nFF; k++) lists.file(k, lists.f32[g0 + k]);
+    for (let k = 0; k < lists.nFF; k++) lists.file(step, k, lists.f32[g0 + k]);
   }
 
-  batchGates(l: number, x: number, n: number, gates: number): void {
+  batchGates(step: FFNStep, x: number, n: number, gates: number): void {
     const t = performance.now();
     this.mm.setInput(x, this.nEmbd);
-    this.mm.run(this.gates[l], gates, n);
-    this.stats.computeMs += performance.now() - t;
+    this.mm.run(this.gates[step.layer], gates, n);
+    step.computeMs += performance.now() - t;
   }
 }

@@ -1,4 +1,7 @@
-/** The offloaded FFN's running counters, shared by its parts (each adds what it does). */
+/**
+ * What an offloaded FFN did: in a forward pass (ForwardStep.offload, filled by the FFN parts the
+ * pass runs), or since the model loaded (the meter's totals, meter.ts, and their snapshots).
+ */
 export interface OffloadStats {
   /** (token, layer) FFN evaluations (a mixture's: (token, routed expert) evaluations) */
   steps: number;
@@ -90,6 +93,59 @@ export function newStats(): OffloadStats {
   };
 }
 
+/** OffloadStats with every counter present (a mixture's too) and the groups': a pass's counts, and the meter's totals. */
+export type OffloadCounts = Required<OffloadStats>;
+
+/** Every counter of OffloadStats but the groups', a mixture's included. */
+export const STAT_FIELDS = [
+  "steps",
+  "neuronsTotal",
+  "neuronsComputed",
+  "hotHits",
+  "coldHits",
+  "misses",
+  "bytesRead",
+  "ioWaitMs",
+  "computeMs",
+  "readAhead",
+  "readAheadUsed",
+  "readAheadExact",
+  "readAheadExactUsed",
+  "readAheadRouted",
+] as const;
+
+/** Counters at 0, every one present (a mixture's too), with `groups` groups' of a store with `experts` experts per layer. */
+export function zeroStats(groups: number, experts: number): OffloadCounts {
+  const s = { ...newStats(), readAheadExact: 0, readAheadExactUsed: 0, readAheadRouted: 0 };
+  return { ...s, groups: newGroupStats(groups, experts) };
+}
+
+/** Every counter of `s` (from zeroStats) back to 0. */
+export function clearStats(s: OffloadCounts): void {
+  for (let i = 0; i < STAT_FIELDS.length; i++) s[STAT_FIELDS[i]] = 0;
+  for (let i = 0; i < GROUP_FIELDS.length; i++) s.groups[GROUP_FIELDS[i]].fill(0);
+}
+
+/** into += from, counter by counter and group by group (both from zeroStats, laid out alike). */
+export function addStats(into: OffloadCounts, from: OffloadCounts): void {
+  for (let i = 0; i < STAT_FIELDS.length; i++) into[STAT_FIELDS[i]] += from[STAT_FIELDS[i]];
+  for (let i = 0; i < GROUP_FIELDS.length; i++) {
+    const a = into.groups[GROUP_FIELDS[i]];
+    const b = from.groups[GROUP_FIELDS[i]];
+    for (let g = 0; g < a.length; g++) a[g] += b[g];
+  }
+}
+
+/**
+ * What a part of an FFN step spends, added where its caller says (the step, or the pass for work
+ * outside any step): compute time, time waiting for reads, bytes read.
+ */
+export interface Spent {
+  computeMs: number;
+  ioWaitMs: number;
+  bytesRead: number;
+}
+
 /** One expert across a mixture's layers (or one layer of a dense model): its share of routings and its cache figures. */
 export interface ExpertSummary {
   expert: number;
@@ -133,18 +189,19 @@ export function expertSummary(g: GroupStats): ExpertSummary[] {
   return out;
 }
 
-/** Await `reading`, counting the wait as I/O wait. */
-export async function waitForReads(stats: OffloadStats, reading: Promise<void>): Promise<void> {
+/** Await `reading`, the wait counted as I/O wait in `spent` (null: no pass's, as when closing). */
+export async function waitForReads(spent: Spent | null, reading: Promise<void>): Promise<void> {
+  if (!spent) return reading;
   const t = performance.now();
   try {
     await reading;
   } finally {
-    stats.ioWaitMs += performance.now() - t;
+    spent.ioWaitMs += performance.now() - t;
   }
 }
 
 /**
- * What happened between two snapshots of one offloaded FFN (OffloadedFFN.snapshot): every
+ * What happened between two snapshots of one offloaded FFN (OffloadMeter.snapshot): every
  * running total, and every group's, as after minus before. Reports of a part of a run (a decode
  * without its prefill, one request of a server, one benchmark step) take their figures from it.
  */

@@ -13,12 +13,17 @@ import type { Arena } from "../../runtime/arena.js";
 import type { SparseFFN } from "../../runtime/sparse-kernels.js";
 import { fileCachedGates, listCached, type BatchGateSource, type GateSource } from "./gate-source.js";
 import { gateReadBytesOf, gateStreamGeometry, STAGE_NEURONS } from "./layout.js";
+import type { FFNStep } from "./ffn-step.js";
 import type { NeuronCompute } from "./neuron-compute.js";
 import type { NeuronLists } from "./neuron-lists.js";
-import { waitForReads, type OffloadStats } from "./stats.js";
+import { waitForReads, type Spent } from "./stats.js";
 
-/** What a streamed chunk's rows are for: filing a decode token's neurons, or a batch's gates. */
-type ChunkUse = { kind: "decode"; lists: NeuronLists } | { kind: "batch"; x: number; n: number; gates: number };
+/** A prompt batch's use of the streamed rows: the gates (n x nFF f32 at `gates`) of its n input rows at x. */
+interface BatchUse {
+  x: number;
+  n: number;
+  gates: number;
+}
 
 export class StreamedGateRows implements GateSource, BatchGateSource {
   /** rows per chunk, and the bytes of a staging half */
@@ -39,8 +44,6 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
   /** a first chunk read ahead into half 0 during the next layer's attention: its layer, or -1 */
   private prefetchLayer = -1;
   private prefetchRead: Promise<void> | null = null;
-  /** a decode step's use of the chunks (made once: decode allocates nothing) */
-  private readonly decodeUse: ChunkUse & { kind: "decode" };
 
   /** Whether gates can stream from `store` with this staging area (every layer has a gate-row copy that fits a half). */
   static possible(store: GroupStore): boolean {
@@ -59,7 +62,6 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
     private readonly sparse: SparseFFN,
     arena: Arena,
     private readonly lists: NeuronLists,
-    private readonly stats: OffloadStats,
   ) {
     const ffn = store.ffn;
     const nFF = lists.nFF;
@@ -72,24 +74,23 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
     this.stageList = arena.alloc(neurons * 4, 64);
     this.stagePos = new Int32Array(neurons);
     this.cachedPos = new Int32Array(nFF);
-    this.decodeUse = { kind: "decode", lists };
   }
 
-  async pick(lists: NeuronLists, _x: number, _residual: number, compute: NeuronCompute): Promise<void> {
-    fileCachedGates(lists, this.cache, this.sparse, this.cachedPos, this.stats);
+  async pick(step: FFNStep, lists: NeuronLists, _x: number, _residual: number, compute: NeuronCompute): Promise<void> {
+    fileCachedGates(step, lists, this.cache, this.sparse, this.cachedPos);
     // the hot region is all filed now; the rest as its chunks are (useChunk)
-    lists.order.filedBelow = this.cache.hotCount[lists.layer];
-    await this.stream(lists.layer, this.decodeUse, lists, compute);
+    step.filedBelow = this.cache.hotCount[step.layer];
+    await this.stream(step, null, compute);
   }
 
   /** The next layer's first chunk does not depend on this token's values: read it while the next attention block computes. */
-  afterStep(l: number): void {
+  afterStep(step: FFNStep): void {
     // a mixture's next group is whichever expert the next layer routes to: nothing to read yet
     if (this.store.ffn.experts > 0) return;
-    const next = (l + 1) % this.store.ffn.layers.length;
+    const next = (step.layer + 1) % this.store.ffn.layers.length;
     if (this.cache.hotCount[next] < this.lists.nFF) {
       this.prefetchLayer = next;
-      this.prefetchRead = this.readChunk(next, this.cache.hotCount[next], 0);
+      this.prefetchRead = this.readChunk(next, this.cache.hotCount[next], 0, step);
     }
   }
 
@@ -100,29 +101,27 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
     if (read) await read.catch(() => undefined);
   }
 
-  async batchGates(l: number, x: number, n: number, gates: number): Promise<void> {
-    const use: ChunkUse & { kind: "batch" } = { kind: "batch", x, n, gates };
-    const cached = listCached(l, this.lists, this.cache, this.cachedPos);
-    this.gatesForBatch(use, this.lists.missList, this.cachedPos, cached);
-    await this.stream(l, use, null, null);
+  async batchGates(step: FFNStep, x: number, n: number, gates: number): Promise<void> {
+    const batch: BatchUse = { x, n, gates };
+    const cached = listCached(step.layer, this.lists, this.cache, this.cachedPos);
+    this.gatesForBatch(step, batch, this.lists.missList, this.cachedPos, cached);
+    await this.stream(step, batch, null);
   }
 
   /**
-   * Stream layer l's gate-row copy from the end of its hot region on, in chunks alternating
-   * between the two staging halves: the next chunk is read while this one is used. With `compute`,
-   * the filed hits compute while the first chunk is read.
+   * Stream the step's group's gate-row copy from the end of its hot region on, in chunks
+   * alternating between the two staging halves: the next chunk is read while this one is used
+   * (reads, waits and compute counted in the step). A decode step's neurons are filed, and
+   * `compute` computes the filed hits while the chunks are read; else the rows give the `batch`'s
+   * gates.
    */
-  private async stream(
-    l: number,
-    use: ChunkUse,
-    lists: NeuronLists | null,
-    compute: NeuronCompute | null,
-  ): Promise<void> {
+  private async stream(step: FFNStep, batch: BatchUse | null, compute: NeuronCompute | null): Promise<void> {
+    const l = step.layer;
     const nFF = this.lists.nFF;
     const from = this.cache.hotCount[l];
     if (from >= nFF) {
       await this.settle();
-      if (compute && lists) compute.hits(lists);
+      compute?.hits(step, this.lists);
       return;
     }
     let cur: Promise<void>;
@@ -132,29 +131,29 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
       this.prefetchLayer = -1;
     } else {
       await this.settle();
-      cur = this.readChunk(l, from, 0);
+      cur = this.readChunk(l, from, 0, step);
     }
     let half = 0;
     for (let r0 = from; r0 < nFF;) {
       const r1 = Math.min(nFF, r0 + this.rows);
       half ^= 1;
-      const next = r1 < nFF ? this.readChunk(l, r1, half) : null;
-      if (compute && lists) compute.hits(lists);
+      const next = r1 < nFF ? this.readChunk(l, r1, half, step) : null;
+      compute?.hits(step, this.lists);
       try {
-        await waitForReads(this.stats, cur);
+        await waitForReads(step, cur);
       } catch (e) {
         // let the other half's read finish before its staging can be reused
         await next?.catch(() => undefined);
         throw e;
       }
-      this.useChunk(l, use, r0, r1, this.chunkBase[half ^ 1]);
+      this.useChunk(step, batch, r0, r1, this.chunkBase[half ^ 1]);
       r0 = r1;
       if (next) cur = next;
     }
   }
 
-  /** Read the page span holding gate rows [r0, r0 + rows) of layer l into staging half h. */
-  private readChunk(l: number, r0: number, h: number): Promise<void> {
+  /** Read the page span holding gate rows [r0, r0 + rows) of layer l into staging half h (its bytes counted in `spent`). */
+  private readChunk(l: number, r0: number, h: number, spent: Spent): Promise<void> {
     const L = this.store.layer(l);
     const rb = L.rowBytes;
     const r1 = Math.min(this.lists.nFF, r0 + this.rows);
@@ -167,7 +166,7 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
     req[0].fileOffset = a;
     req[0].length = end - a;
     req[0].dst = dst;
-    this.stats.bytesRead += end - a;
+    spent.bytesRead += end - a;
     const read = this.reader.read(req);
     // Whoever awaits it still sees a failure; a read left behind by an error elsewhere must not
     // become an unhandled rejection.
@@ -175,10 +174,12 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
     return read;
   }
 
-  /** The uncached rows of chunk [r0, r1) (row r0 at `base`): gates computed and filed, or gathered for a batch. */
-  private useChunk(l: number, use: ChunkUse, r0: number, r1: number, base: number): void {
+  /** The uncached rows of chunk [r0, r1) (row r0 at `base`): a decode step's gates computed and filed, or gathered for `batch`. */
+  private useChunk(step: FFNStep, batch: BatchUse | null, r0: number, r1: number, base: number): void {
+    const l = step.layer;
     const rb = this.store.ffn.rowBytes;
-    const i32 = this.lists.i32;
+    const lists = this.lists;
+    const i32 = lists.i32;
     let m = 0;
     for (let r = r0; r < r1; r++) {
       if (this.cache.peek(l, r) >= 0) continue;
@@ -186,24 +187,23 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
       this.stagePos[m++] = r;
     }
     if (m === 0) {
-      if (use.kind === "decode") use.lists.order.filedBelow = r1;
+      if (!batch) step.filedBelow = r1;
       return;
     }
-    if (use.kind === "batch") {
-      this.gatesForBatch(use, this.stageList, this.stagePos, m);
+    if (batch) {
+      this.gatesForBatch(step, batch, this.stageList, this.stagePos, m);
       return;
     }
-    const lists = use.lists;
     const t = performance.now();
     this.sparse.gate(this.stageList, m, lists.gateOut);
-    this.stats.computeMs += performance.now() - t;
+    step.computeMs += performance.now() - t;
     const g0 = lists.gateOut >>> 2;
-    for (let i = 0; i < m; i++) lists.file(this.stagePos[i], lists.f32[g0 + i]);
-    lists.order.filedBelow = r1;
+    for (let i = 0; i < m; i++) lists.file(step, this.stagePos[i], lists.f32[g0 + i]);
+    step.filedBelow = r1;
   }
 
   /** Gates of `count` rows (addresses in `list`, stored positions in pos) for each token of the batch. */
-  private gatesForBatch(use: ChunkUse & { kind: "batch" }, list: number, pos: Int32Array, count: number): void {
+  private gatesForBatch(step: FFNStep, use: BatchUse, list: number, pos: Int32Array, count: number): void {
     if (count === 0) return;
     const { f32, nFF, gateOut } = this.lists;
     const rowBytes = this.sparse.nEmbd * 4;
@@ -214,6 +214,6 @@ export class StreamedGateRows implements GateSource, BatchGateSource {
       const g0 = (use.gates >>> 2) + t * nFF;
       for (let i = 0; i < count; i++) f32[g0 + pos[i]] = f32[(gateOut >>> 2) + i];
     }
-    this.stats.computeMs += performance.now() - t0;
+    step.computeMs += performance.now() - t0;
   }
 }

@@ -44,6 +44,8 @@ export class OffloadedMoeFFN implements FFNPart {
     const r = this.router;
     const off = this.off;
     const row = nEmbd * 4;
+    // (a model with an offloaded FFN counts its passes: step.offload is set)
+    const pass = step.offload!;
     if (ctx.cfg.routerInput === "ffn") r.route(this.routerWeights, step);
     const ahead = n === 1 && off.readsAheadExpert;
     for (let e = 0; e < nExpert; e++) {
@@ -51,11 +53,12 @@ export class OffloadedMoeFFN implements FFNPart {
       if (m === 0) continue;
       const group = this.first + e;
       ctx.f32.fill(0, b.moeOut >>> 2, (b.moeOut >>> 2) + m * nEmbd);
-      if (m > 1 && off.batches) await off.prefillBatch(group, b.moeIn, b.moeOut, m, b.hg);
+      if (m > 1 && off.batches) await off.prefillBatch(pass, group, b.moeIn, b.moeOut, m, b.hg);
       else {
         const next = ahead ? r.nextRouted(e) : -1;
         for (let i = 0; i < m; i++)
           await off.decodeStep(
+            pass,
             group,
             b.moeIn + i * row,
             b.x + r.tokens[i] * row,
@@ -87,7 +90,7 @@ export class OffloadedMoeFFN implements FFNPart {
       this.router.route(this.routerWeights, step, b.x);
       if (step.n !== 1 || !off.readsAheadLayer) return;
       for (let j = 0; j < nExpertUsed; j++) this.ahead[j] = first + this.router.ids[j];
-      off.readAheadGroups(this.ahead, nExpertUsed, b.x, true);
+      off.readAheadGroups(step.offload!, this.ahead, nExpertUsed, b.x, true);
       return;
     }
     if (step.n !== 1 || !off.readsAheadLayer || this.layer === 0) return;
@@ -105,6 +108,6 @@ export class OffloadedMoeFFN implements FFNPart {
       }
       ahead[j] = first + best;
     }
-    off.readAheadGroups(ahead, nExpertUsed, b.x);
+    off.readAheadGroups(step.offload!, ahead, nExpertUsed, b.x);
   }
 }

@@ -24,9 +24,11 @@ export class OffloadedDenseFFN implements FFNPart {
     const { n } = step;
     const b = this.ctx.buf;
     const off = this.off;
-    if (n > 1 && off.batches) return off.prefillBatch(this.layer, b.xb, out, n, b.hg);
+    // (a model with an offloaded FFN counts its passes: step.offload is set)
+    const pass = step.offload!;
+    if (n > 1 && off.batches) return off.prefillBatch(pass, this.layer, b.xb, out, n, b.hg);
     const row = this.ctx.cfg.nEmbd * 4;
     // the predictor reads the residual row; the output goes to out's row
-    for (let t = 0; t < n; t++) await off.decodeStep(this.layer, b.xb + t * row, b.x + t * row, out + t * row);
+    for (let t = 0; t < n; t++) await off.decodeStep(pass, this.layer, b.xb + t * row, b.x + t * row, out + t * row);
   }
 }
