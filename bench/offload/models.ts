@@ -59,8 +59,15 @@ export function ensureModels(shape: Shape, type: string, gateRank: number | unde
   const spec = SHAPE_SPECS[shape];
   const nLayer = layers ?? spec.layers;
   const prefix =
-    ({ "7b": "7b", "mistral-7b": "m7b", mixtral: "mx", "smallthinker-4b": "st4b" } as const)[shape] +
-    (nLayer !== spec.layers || shape === "mixtral" ? String(nLayer) : "");
+    (
+      {
+        "7b": "7b",
+        "mistral-7b": "m7b",
+        mixtral: "mx",
+        "smallthinker-4b": "st4b",
+        "smallthinker-21b": "st21b",
+      } as const
+    )[shape] + (nLayer !== spec.layers || shape === "mixtral" ? String(nLayer) : "");
   const base = join(MODELS_DIR, `${prefix}-relu90-${gateRank ? `r${gateRank}-` : ""}${type}`);
   const hotStore = `${base}.hot.pi`;
   const m: Models = { gguf: `${base}.gguf`, store: `${base}.pi`, hotStore };

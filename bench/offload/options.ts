@@ -1,7 +1,7 @@
 /** bench:offload's command line (the comment at the top of bench/offload.ts says what each flag does). */
 
 /** The ReLU shapes with planted sparsity (the paper's models, and SmallThinker's ReGLU mixture). */
-export const SPARSE_SHAPES = ["7b", "mistral-7b", "mixtral", "smallthinker-4b"] as const;
+export const SPARSE_SHAPES = ["7b", "mistral-7b", "mixtral", "smallthinker-4b", "smallthinker-21b"] as const;
 export type SparseShape = (typeof SPARSE_SHAPES)[number];
 /**
  * The dense SiLU/GELU models people run today (synth's shapes of their public widths): no planted
@@ -88,6 +88,9 @@ export function parseOptions(argv: string[]): { options: Options; prewarm: boole
       // planted predictors and this runtime's Node add over llama.cpp's
       if (t === "smallthinker-4b" && !argv.includes("--limits")) o.limits = [0.75];
       if (t === "smallthinker-4b" && !argv.includes("--ablation-limit")) o.ablationLimit = 0.75;
+      // SmallThinker-21B-A3B at the 8 GB cap of PowerInfer's own figure (the budget)
+      if (t === "smallthinker-21b" && !argv.includes("--limits")) o.limits = [8];
+      if (t === "smallthinker-21b" && !argv.includes("--ablation-limit")) o.ablationLimit = 8;
     } else if (a === "--layers") o.layers = nums(v())[0];
     else if (a === "--limits") o.limits = nums(v());
     else if (a === "--threads") o.threads = nums(v());
