@@ -28,7 +28,9 @@
  * small (15): its 1024 experts' predictors stay in memory.
  *   npm run bench:offload -- --shape smallthinker-4b --gate-rank 15 --threads 2 --order hot --skip ablation,plan,io
  * --shape smallthinker-21b is SmallThinker-21B-A3B's widths (64 experts of 768, top-6, 52 layers;
- * a 13.5 GB Q4_1 GGUF) at 8 GiB by default, files named st21b-*.
+ * a 13.5 GB Q4_1 GGUF) at 8 GiB by default, files named st21b-*. --shape qwen3-30b-a3b is
+ * Qwen3-30B-A3B's (128 SiLU experts of 768, top-8, 48 layers; 19.1 GB at Q4_1), run as the dense
+ * shapes below are (exact gate mode, store in index order), at 8 GiB by default.
  *
  * --shape qwen3-0.6b | qwen3-8b | llama3.2-1b | llama3-8b | phi3-mini | gemma3-4b: today's dense
  * models (synth's public widths, random weights, SiLU; gemma3 GELU; no planted sparsity), files

@@ -16,12 +16,12 @@ const CACHED_FFN_SHARE = 1 / 8;
 /** The default limit is rounded up to this (0.05 GiB): a number a reader can type to rerun it. */
 const LIMIT_STEP = GiB / 20;
 
-/** The GGUF's FFN weights (gate, up and down of every layer) in bytes. */
+/** The GGUF's FFN weights (gate, up and down of every layer, and of every expert of a mixture) in bytes. */
 function ffnWeightBytes(shape: DenseShape, type: string, layers: number): number {
   const t = typeFromName(type);
   if (t === undefined) throw new Error(`bench:offload: unknown weight type ${type}`);
   const spec = SHAPE_SPECS[shape];
-  return layers * 3 * tensorBytes(t as GGMLType, spec.dim * spec.ffn);
+  return layers * Math.max(1, spec.experts ?? 0) * 3 * tensorBytes(t as GGMLType, spec.dim * spec.ffn);
 }
 
 /**

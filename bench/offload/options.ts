@@ -8,7 +8,15 @@ export type SparseShape = (typeof SPARSE_SHAPES)[number];
  * sparsity, so ours runs the exact gate mode, which computes every neuron, and streams the FFN
  * that the budget leaves on flash.
  */
-export const DENSE_SHAPES = ["qwen3-0.6b", "qwen3-8b", "llama3.2-1b", "llama3-8b", "phi3-mini", "gemma3-4b"] as const;
+export const DENSE_SHAPES = [
+  "qwen3-0.6b",
+  "qwen3-8b",
+  "llama3.2-1b",
+  "llama3-8b",
+  "phi3-mini",
+  "gemma3-4b",
+  "qwen3-30b-a3b",
+] as const;
 export type DenseShape = (typeof DENSE_SHAPES)[number];
 export type Shape = SparseShape | DenseShape;
 
@@ -81,6 +89,8 @@ export function parseOptions(argv: string[]): { options: Options; prewarm: boole
         );
       o.shape = t as Shape;
       if (isDenseShape(o.shape) && !argv.includes("--limits")) o.limits = [];
+      // Qwen3-30B-A3B at the 8 GB cap the issue sets (SiLU experts: dense within an expert)
+      if (t === "qwen3-30b-a3b" && !argv.includes("--limits")) o.limits = [8];
       if (t === "mixtral" && !argv.includes("--limits")) o.limits = [4];
       if (t === "mixtral" && !argv.includes("--ablation-limit")) o.ablationLimit = 4;
       if (t === "mixtral" && !argv.includes("--layers")) o.layers = 16;
