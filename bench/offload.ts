@@ -139,7 +139,15 @@ function finish(b: BenchContext, started: Date, out: string[]): void {
 }
 
 async function main(): Promise<void> {
-  const { options: o, prewarm } = parseOptions(process.argv.slice(2));
+  let parsed: ReturnType<typeof parseOptions>;
+  try {
+    parsed = parseOptions(process.argv.slice(2));
+  } catch (e) {
+    // a mistyped option is the user's, not a crash: its message alone
+    process.stderr.write(`bench:offload: ${(e as Error).message}\n`);
+    process.exit(2);
+  }
+  const { options: o, prewarm } = parsed;
   if (prewarm) prewarmEachRun();
   const started = new Date();
   const models = ensureModels(o.shape, o.type, o.gateRank, o.layers);
