@@ -46,7 +46,7 @@ export function reportPairs(b: BenchContext, cells: Map<string, ComparisonCell>,
   if (!dense)
     log(
       SHAPE_SPECS[o.shape].arch === "smallthinker"
-        ? "(The greedy ids are not compared: predictor mode computes only the picked neurons, and on random weights with a 151,936-token vocabulary and hundreds of routing choices per token the near-ties that decides part the ids within a few tokens; exactness against llama.cpp is tested on smallthinker-tiny.)"
+        ? "(The greedy ids are not compared: on random weights with a 151,936-token vocabulary and hundreds of routing choices per token, near-ties that summation order decides part the ids within a few tokens, even between our own modes; exactness against llama.cpp is tested on smallthinker-tiny.)"
         : "(The greedy ids are not compared on a ReLU shape: llama.cpp computes SiLU for the llama architecture whatever the file says, so it runs another model.)",
     );
   log("");

@@ -34,7 +34,7 @@ export interface Hardware {
   /** resident bytes of the runtime before any weight loads (node, the engine, the thread pool, the store's manifest), as `run` measures it */
   base: number;
   /**
-   * wasm memories the runtime had made when `base` was measured (default 1): a store split among
+   * wasm memories holding layers when `base` was measured (default 1): a store split among
    * several stays split, even where the higher base leaves a layout one memory would hold
    */
   memories?: number;

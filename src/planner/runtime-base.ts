@@ -18,7 +18,10 @@ export interface BaseJob {
   budget: number;
 }
 
-/** The runtime's base in bytes, and the wasm memories it made before measuring it. */
+/**
+ * The runtime's base in bytes, and the wasm memories holding layers when it was measured (a memory
+ * for the output alone is not counted: the split search adds it where it is needed, as load's does).
+ */
 export interface RuntimeBase {
   base: number;
   memories: number;

@@ -135,8 +135,7 @@ export class OffloadedFFN {
   readonly predictor: Predictor | null;
   /** the store's number of this FFN's group 0 (its groups are numbered from 0): non-zero for a shard past the first */
   readonly firstGroup: number;
-  /** the store groups this FFN runs (firstGroup on), and the experts per layer (0: a dense FFN) */
-  readonly groupCount: number;
+  /** experts per layer (0: a dense FFN) */
   readonly experts: number;
   /** how a decode step learns what fires, and how a prompt batch gets its gates (null: tokens one by one) */
   private readonly gates: GateSource;
@@ -171,7 +170,6 @@ export class OffloadedFFN {
     this.pipeline = opts.pipeline ?? true;
     this.verifyOnce = (opts.verify ?? "once") === "once";
     this.firstGroup = parts.firstGroup ?? 0;
-    this.groupCount = store.ffn.layers.length;
     this.experts = store.ffn.experts;
     // the layers this FFN runs (a shard's): read-ahead stops after the last
     this.nLayer = store.ffn.layers.length / Math.max(1, store.ffn.experts);

@@ -25,8 +25,8 @@ export class OffloadedStore {
     readonly layout: OffloadLayout,
   ) {
     this.mode = parts[0].mode;
-    const last = parts[parts.length - 1];
-    this.meter = new OffloadMeter(last.firstGroup + last.groupCount, parts[0].experts);
+    // every group of the store: the whole layout pins hot slots per group
+    this.meter = new OffloadMeter(layout.hotPerGroup.length, parts[0].experts);
     this.reader = {
       stats: () => {
         const out = parts[0].reader.stats();
