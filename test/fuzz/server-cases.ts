@@ -425,7 +425,9 @@ export async function runServerCase(port: number, c: ServerCase, deadlineMs: num
   if (length) body = body.subarray(0, Number(length[1]));
   const text = body.toString("utf8");
   if (status >= 500) return { outcome: "crash", detail: `${status}: ${text.slice(0, 200)}`, ms };
-  const isHead = c.pieces.length > 0 && Buffer.from(c.pieces[0].hex, "hex").toString("latin1").startsWith("HEAD ");
+  // the request line may be split across pieces (the first can be one byte)
+  const sent = Buffer.concat(c.pieces.map((p) => Buffer.from(p.hex, "hex")));
+  const isHead = sent.toString("latin1", 0, 5) === "HEAD ";
   if (isHead) return { outcome: status < 400 ? "success" : "clean", detail: statusLine, ms };
   if (status === 204)
     return text === ""
