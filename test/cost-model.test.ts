@@ -241,11 +241,12 @@ test("cost model by hand: predictor mode reads the next layer's misses ahead, on
 
 test("read-ahead condition: the runtime's and the cost model's", () => {
   // at all: predictor mode, pipelined, asked for, something not hot
-  assert.equal(readsAhead(true, true, true, 10, 100), true);
-  assert.equal(readsAhead(false, true, true, 10, 100), false);
-  assert.equal(readsAhead(true, false, true, 10, 100), false);
-  assert.equal(readsAhead(true, true, false, 10, 100), false);
-  assert.equal(readsAhead(true, true, true, 100, 100), false);
+  assert.equal(readsAhead("predictor", true, true, 10, 100), true);
+  assert.equal(readsAhead("dense", true, true, 10, 100), true);
+  assert.equal(readsAhead("gate", true, true, 10, 100), false);
+  assert.equal(readsAhead("predictor", false, true, 10, 100), false);
+  assert.equal(readsAhead("predictor", true, false, 10, 100), false);
+  assert.equal(readsAhead("predictor", true, true, 100, 100), false);
   // per step: only when the first round took every miss; the next layer, none after the last
   assert.equal(readAheadGroup(0, 2, 0, -1, 10, 10), 1);
   assert.equal(readAheadGroup(1, 2, 0, -1, 10, 10), -1);

@@ -11,6 +11,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { ACTIVATIONS } from "../src/format/activations.js";
 import { GGUFFile } from "../src/format/gguf.js";
 import { LlamaModel } from "../src/model/model.js";
 import { ReferenceModel } from "../src/model/reference.js";
@@ -229,18 +230,27 @@ for (const name of REFS) {
     });
 
     if (IN_MEMORY_ONLY.has(name)) continue;
-    test(`${name}: llama.cpp's ${how} from a store, most of the FFN on flash (${threads} thread(s))`, async () => {
-      const { ref, store } = await model(name);
-      const { model: m, allFFN } = await loadMostlyOnFlash(store, threads);
-      try {
-        assert.ok(m.offloaded!.layout.cacheBytes < allFFN / 2, `cache ${m.offloaded!.layout.cacheBytes} of ${allFFN}`);
-        await agrees(m, ref, exact);
-        const st = m.offloaded!.snapshot();
-        assert.ok(st.misses > 0 && st.bytesRead > 0, "bundles were read from flash");
-      } finally {
-        await m.dispose();
-      }
-    });
+    // the mode a run picks: gate where the activation has exact zeros (smallthinker's ReGLU),
+    // else dense (every neuron fires: no gate row kept, staged or read); and gate mode asked for
+    for (const sparsity of [undefined, "gate"] as const) {
+      if (sparsity === "gate" && threads === 1) continue;
+      test(`${name}: llama.cpp's ${how} from a store, most of the FFN on flash, ${sparsity ?? "default"} mode (${threads} thread(s))`, async () => {
+        const { ref, store } = await model(name);
+        const { model: m, allFFN } = await loadMostlyOnFlash(store, threads, 64, undefined, sparsity);
+        try {
+          const layout = m.offloaded!.layout;
+          assert.ok(layout.cacheBytes < allFFN / 2, `cache ${layout.cacheBytes} of ${allFFN}`);
+          const everyFires = !ACTIVATIONS[m.config.activation].exactZeros;
+          assert.equal(m.offloaded!.mode, sparsity ?? (everyFires ? "dense" : "gate"));
+          if (m.offloaded!.mode === "dense") assert.equal(layout.gateBytes, 0, "no gate rows or staging in dense mode");
+          await agrees(m, ref, exact);
+          const st = m.offloaded!.snapshot();
+          assert.ok(st.misses > 0 && st.bytesRead > 0, "bundles were read from flash");
+        } finally {
+          await m.dispose();
+        }
+      });
+    }
   }
 }
 

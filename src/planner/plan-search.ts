@@ -23,6 +23,7 @@ import { HOT_CLUSTER } from "../model/offload/neuron-lists.js";
 import { sparsityFor } from "../model/offload/predictor.js";
 import { calibrated, calibration, type Calibration, type CalibrationJob, type CalibrationRun } from "./calibrate.js";
 import { layoutFor, predict } from "./cost-model.js";
+import { activationThresholds } from "../model/activation-thresholds.js";
 import { firingOf, firingSum } from "./firing-rates.js";
 import type { Hardware } from "./hardware.js";
 import { hardwareFromProbe } from "./hardware-from-probe.js";
@@ -115,9 +116,19 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
       );
     }
     // the mode `run` will use: predictors when the store has them
-    const { sparsity, withPredictors } = sparsityFor(store, cfg, o.sparsity);
+    const { sparsity, withPredictors } = sparsityFor(
+      store,
+      cfg,
+      o.sparsity,
+      activationThresholds(store, cfg.nLayer, undefined) !== null,
+    );
     if (sparsity === "predictor" && !withPredictors) {
       throw new Error(`${o.modelPath}: predictor sparsity needs activation predictors, and this store has none`);
+    }
+    if (sparsity === "dense") {
+      throw new Error(
+        `${o.modelPath}: every neuron of this store fires (a ${cfg.activation} FFN without activation thresholds), so it runs in dense mode, which the planner does not model yet; plan gate mode with --sparsity gate, or run without a plan`,
+      );
     }
     const contextSize = o.contextSize ?? 256;
     const batchSize = o.batchSize ?? 256;

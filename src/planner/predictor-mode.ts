@@ -49,7 +49,7 @@ export function predictorMode(
   // A mixture reads no next layer ahead by default (the runtime's expert read-ahead reads the
   // second routed expert's picks during the first's step: with every miss of a layer issued
   // before its hits compute, the step model below already overlaps them so)
-  const lookahead = readsAhead(true, knobs.pipeline, true, layout.hotPerLayer, nFF) && shape.experts === 0;
+  const lookahead = readsAhead("predictor", knobs.pipeline, true, layout.hotPerLayer, nFF) && shape.experts === 0;
   const submit = hw.submitSeconds(bundleBytes, qd);
   /** disk seconds of a batch of n missed bundles (runShare runs per bundle) besides the main thread's submits */
   const disk = (n: number, runShare: number) =>
