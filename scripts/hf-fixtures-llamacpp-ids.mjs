@@ -7,14 +7,18 @@
  * cache is F32 and flash attention off, so the comparison with transformers' float32 run is not
  * blurred by F16 rounding. Called by scripts/hf-fixtures-llamacpp-convert.py; by hand:
  *
- *   node scripts/hf-fixtures-llamacpp-ids.mjs NAME /tmp/hffix-gguf/NAME-f32.gguf
+ *   node scripts/hf-fixtures-llamacpp-ids.mjs NAME /tmp/hffix-gguf/NAME-f32.gguf [TYPE]
+ *
+ * TYPE (default f32) names the converter output the GGUF is; ids from another than f32 go under
+ * `llamacpp_TYPE` (a checkpoint with MXFP4 experts: bf16, the output `convert`'s auto equals).
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
-const [name, ggufPath] = process.argv.slice(2);
+const [name, ggufPath, type = "f32"] = process.argv.slice(2);
+const key = type === "f32" ? "llamacpp" : `llamacpp_${type}`;
 if (!name || !ggufPath) throw new Error("usage: node scripts/hf-fixtures-llamacpp-ids.mjs NAME F32.gguf");
 
 const refDir = join(ROOT, "test", "reference", "hf");
@@ -63,17 +67,17 @@ try {
   await llama.dispose();
 }
 
-out.llamacpp = {
+out[key] = {
   peer: `llama.cpp via node-llama-cpp ${version} (prebuilt CPU build, 1 thread, F32 KV cache, no flash attention, temperature 0)`,
-  gguf: "the f32 output above",
+  gguf: `the ${type} output above`,
   promptIds: "transformers' promptIds (test/reference/hf/NAME.transformers.json)",
   greedy,
   comparison,
   allMatchTransformers: comparison.every((c) => c.matches),
-  made_by: `python scripts/hf-fixtures-llamacpp-convert.py ${name} (which runs node scripts/hf-fixtures-llamacpp-ids.mjs ${name} GGUF)`,
+  made_by: `python scripts/hf-fixtures-llamacpp-convert.py ${name} (which runs node scripts/hf-fixtures-llamacpp-ids.mjs ${name} GGUF${type === "f32" ? "" : ` ${type}`})`,
 };
 writeFileSync(outPath, JSON.stringify(out, null, 1) + "\n");
 process.stderr.write(
-  `${name}: llama.cpp's greedy ids ${out.llamacpp.allMatchTransformers ? "match" : "DIFFER FROM"} transformers' ` +
+  `${name} ${type}: llama.cpp's greedy ids ${out[key].allMatchTransformers ? "match" : "DIFFER FROM"} transformers' ` +
     `(${comparison.map((c) => `${c.sameIds}/${generated}`).join(" ")})\n`,
 );

@@ -32,6 +32,36 @@ MIN_MARGIN = 0.01
 SEED_TRIES = 16
 SHARD_BYTES = 1_500_000  # every tensor bigger than this gets a shard of its own
 
+# gpt-oss's tiny dimensions, shared by the BF16 and the MXFP4 checkpoints
+GPT_OSS_KWARGS = dict(
+    vocab_size=201088,
+    hidden_size=16,
+    intermediate_size=32,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=16,
+    sliding_window=8,
+    layer_types=["sliding_attention", "full_attention"],
+    max_position_embeddings=131072,
+    rms_norm_eps=1e-5,
+    rope_parameters=dict(
+        rope_type="yarn",
+        rope_theta=150000.0,
+        factor=32.0,
+        beta_fast=32.0,
+        beta_slow=1.0,
+        truncate=False,
+        original_max_position_embeddings=4096,
+    ),
+    tie_word_embeddings=False,
+    bos_token_id=199998,
+    eos_token_id=200002,
+    pad_token_id=199999,
+)
+
 # Each architecture: the transformers classes, the config, the tokenizer folder of
 # test/fixtures/tokenizers/, whether save_pretrained shards it, and a sentence for its README.
 ARCHS = {
@@ -282,34 +312,30 @@ ARCHS = {
         "(window 8) and full attention layers, attention sinks, biases on q, k, v, o and the router, 4 experts "
         "top-2 with gate and up interleaved in one gate_up_proj [experts, width, 2 x neurons] and clamped "
         "SwiGLU, YaRN RoPE (factor 32 over an original context of 4096), untied embeddings",
-        kwargs=dict(
-            vocab_size=201088,
-            hidden_size=16,
-            intermediate_size=32,
-            num_local_experts=4,
-            num_experts_per_tok=2,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=16,
-            sliding_window=8,
-            layer_types=["sliding_attention", "full_attention"],
-            max_position_embeddings=131072,
-            rms_norm_eps=1e-5,
-            rope_parameters=dict(
-                rope_type="yarn",
-                rope_theta=150000.0,
-                factor=32.0,
-                beta_fast=32.0,
-                beta_slow=1.0,
-                truncate=False,
-                original_max_position_embeddings=4096,
-            ),
-            tie_word_embeddings=False,
-            bos_token_id=199998,
-            eos_token_id=200002,
-            pad_token_id=199999,
-        ),
+        kwargs=GPT_OSS_KWARGS,
+    ),
+    "gpt-oss-mxfp4": dict(
+        seed=1,
+        logit_gain=8.0,
+        model="GptOssForCausalLM",
+        config="GptOssConfig",
+        tokenizer="mistral",
+        bos=True,
+        mxfp4=True,
+        what="a gpt-oss model as the published gpt-oss-20b and 120b are saved: the experts' matrices in MXFP4 "
+        "(`gate_up_proj_blocks` [experts, 2 x neurons, width / 32, 16] and `_scales` [experts, 2 x neurons, "
+        "width / 32], `down_proj_blocks` / `_scales` likewise, U8; the config's quantization_config says "
+        "mxfp4), everything else BF16; otherwise as the gpt-oss fixture (sliding and full layers, sinks, "
+        "biases, YaRN), 32 wide so that rows are whole MXFP4 blocks, with Mistral's 32000-token vocabulary "
+        "to keep the embeddings small",
+        kwargs={
+            **GPT_OSS_KWARGS,
+            "vocab_size": 32000,
+            "hidden_size": 32,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "pad_token_id": 0,
+        },
     ),
 }
 
@@ -335,7 +361,7 @@ def initialise(model: torch.nn.Module, arch: str, gemma_norms: bool, logit_gain:
                 p.copy_(torch.randn_like(p))
             else:
                 # gpt-oss stores its experts as [experts, in, out]; everything else as [..., out, in]
-                fan_in = p.shape[1] if arch == "gpt-oss" and p.dim() == 3 else p.shape[-1]
+                fan_in = p.shape[1] if arch.startswith("gpt-oss") and p.dim() == 3 else p.shape[-1]
                 gain = (
                     logit_gain
                     if name == "lm_head.weight"
@@ -379,11 +405,75 @@ def make_model(name: str, seed: int, for_saving: bool = True) -> torch.nn.Module
     if config.tie_word_embeddings:
         model.tie_weights()
     if for_saving:
-        return model.to(torch.bfloat16)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(p.to(torch.bfloat16).float())
-    return model.eval()
+        model = model.to(torch.bfloat16)
+    else:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(torch.bfloat16).float())
+    if spec.get("mxfp4"):
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+                    p.copy_(mxfp4_dequantize(*mxfp4_quantize(p.float())).to(p.dtype))
+    return model if for_saving else model.eval()
+
+
+# The e2m1 values of MXFP4's 4-bit codes (bit 3 the sign), as the OCP MX spec and transformers' FP4_VALUES.
+FP4_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def mxfp4_quantize(w: torch.Tensor):
+    """transformers' fused experts w [experts, in, out] (applied as x @ w) to the published MXFP4 layout:
+    per output row and block of 32 inputs, the E8M0 exponent floor(log2(amax)) - 2 + 127 (the OCP MX
+    rule; 0 for an all-zero block) and each value's nearest e2m1 code (the first of equals), two codes a
+    byte, the even-indexed value in the low nibble. Returns blocks [experts, out, in / 32, 16] and
+    scales [experts, out, in / 32], both uint8."""
+    e, n_in, n_out = w.shape
+    x = w.transpose(1, 2).reshape(e, n_out, n_in // 32, 32).float()
+    amax = x.abs().amax(dim=-1)
+    exp = torch.where(amax > 0, torch.floor(torch.log2(amax.clamp(min=1e-38))) - 2, torch.full_like(amax, -127))
+    scales = (exp + 127).clamp(0, 254).to(torch.uint8)
+    d = torch.pow(2.0, scales.float() - 127).unsqueeze(-1)
+    lut = torch.tensor(FP4_VALUES)
+    codes = torch.argmin((x.unsqueeze(-1) - lut * d.unsqueeze(-1)).abs(), dim=-1).to(torch.uint8)
+    blocks = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return blocks.contiguous(), scales.contiguous()
+
+
+def mxfp4_dequantize(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """The inverse, as transformers' convert_moe_packed_tensors computes it: [experts, in, out] floats."""
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    return convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)
+
+
+def write_mxfp4_experts(out: Path, model: torch.nn.Module) -> None:
+    """Rewrites the saved experts' BF16 matrices as the published MXFP4 checkpoints hold them
+    (`*_blocks` and `*_scales`, U8, in the shard and index entry of the matrix they replace) and
+    declares it in config.json, as gpt-oss's published config does."""
+    from safetensors.torch import load_file, save_file
+
+    params = dict(model.named_parameters())
+    index_path = out / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    for shard in sorted(out.glob("model*.safetensors")):
+        tensors = load_file(shard)
+        for name in [n for n in tensors if n.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+            blocks, scales = mxfp4_quantize(params[name].float())
+            assert torch.equal(mxfp4_dequantize(blocks, scales).to(tensors[name].dtype), tensors[name]), name
+            del tensors[name]
+            tensors[name + "_blocks"], tensors[name + "_scales"] = blocks, scales
+            del index["weight_map"][name]
+            index["weight_map"][name + "_blocks"] = index["weight_map"][name + "_scales"] = shard.name
+        save_file(tensors, shard, metadata={"format": "pt"})
+    index["weight_map"] = dict(sorted(index["weight_map"].items()))
+    index_path.write_text(json.dumps(index, indent=2) + "\n")
+    config = json.loads((out / "config.json").read_text())
+    config["quantization_config"] = {
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"],
+        "quant_method": "mxfp4",
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def save(name: str, model: torch.nn.Module) -> None:
@@ -397,6 +487,8 @@ def save(name: str, model: torch.nn.Module) -> None:
     model.save_pretrained(out, safe_serialization=True, max_shard_size=SHARD_BYTES if shard else "10GB")
     if spec.get("v4config"):
         write_v4_config(out / "config.json")
+    if spec.get("mxfp4"):
+        write_mxfp4_experts(out, model)
     (out / "tokenizer.from").write_text(spec["tokenizer"] + "\n")
 
 
@@ -458,6 +550,10 @@ def reference(name: str, seed: int, tok) -> dict:
     with tempfile.TemporaryDirectory(prefix="hffix-") as tmp:
         d = assemble(name, Path(tmp) / name)
         model = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
+    if spec.get("mxfp4"):
+        # on a CPU transformers dequantizes MXFP4 experts to bf16 whatever dtype is asked (exactly:
+        # an e2m1 value times a power of two fits bf16), and would multiply in bf16: f32 as the rest
+        model = model.float()
     model.eval()
     assert type(model).__name__ == spec["model"], type(model).__name__
     want = spec["kwargs"].get("rope_parameters")
