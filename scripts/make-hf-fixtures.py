@@ -467,6 +467,9 @@ def write_mxfp4_experts(out: Path, model: torch.nn.Module) -> None:
             index["weight_map"][name + "_blocks"] = index["weight_map"][name + "_scales"] = shard.name
         save_file(tensors, shard, metadata={"format": "pt"})
     index["weight_map"] = dict(sorted(index["weight_map"].items()))
+    index["metadata"]["total_size"] = sum(
+        t.numel() * t.element_size() for shard in out.glob("model*.safetensors") for t in load_file(shard).values()
+    )
     index_path.write_text(json.dumps(index, indent=2) + "\n")
     config = json.loads((out / "config.json").read_text())
     config["quantization_config"] = {
