@@ -197,6 +197,10 @@ def main() -> None:
         if bf16:
             run = subprocess.run(["node", str(ROOT / "scripts" / "hf-fixtures-llamacpp-ids.mjs"), name, bf16, "bf16"], capture_output=True, text=True)
             sys.stderr.write(run.stderr[-2000:])
+        if f32 and not (REFERENCES / f"{name}.transformers.json").exists():
+            # no transformers reference: the engine's own run of llama.cpp's GGUF is the one ours must match
+            run = subprocess.run(["node", str(ROOT / "scripts" / "hf-fixtures-engine-ids.mjs"), name, f32], capture_output=True, text=True)
+            sys.stderr.write(run.stderr[-2000:])
         if f32:
             run = subprocess.run(["node", str(ROOT / "scripts" / "hf-fixtures-llamacpp-ids.mjs"), name, f32], capture_output=True, text=True)
             sys.stderr.write(run.stderr[-2000:])

@@ -610,12 +610,140 @@ def readme(name: str, ref: dict) -> str:
 """
 
 
+# SmallThinker (PowerInfer's SmallThinkerForCausalLM) has no class in transformers: it is published with
+# remote code only. Its checkpoint is written here with the safetensors library directly, in the tensor
+# names and config keys of the published SmallThinker-4BA0.6B / 21BA3B (and of llama.cpp's converter's
+# SmallThinkerModel), so there is no transformers reference: its oracle is llama.cpp's converter and
+# runtime (scripts/hf-fixtures-llamacpp-convert.py) and the engine run on llama.cpp's own GGUF.
+SMALLTHINKER = dict(
+    seed=1,
+    tokenizer="mistral",
+    bos=True,
+    config={
+        "architectures": ["SmallThinkerForCausalLM"],
+        "model_type": "smallthinker",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "head_dim": 16,
+        "hidden_size": 32,
+        "initializer_range": 0.02,
+        "max_position_embeddings": 4096,
+        "moe_ffn_hidden_size": 32,
+        "moe_num_active_primary_experts": 2,
+        "moe_num_primary_experts": 4,
+        "moe_primary_router_apply_softmax": True,
+        "norm_topk_prob": True,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 2,
+        "num_key_value_heads": 1,
+        "output_router_logits": False,
+        "rms_norm_eps": 1e-06,
+        # as the 21B: the first layer of each four global and without RoPE, the others windowed (llama.cpp's rule)
+        "rope_layout": [0, 1],
+        "rope_scaling": None,
+        "rope_theta": 1500000.0,
+        "sliding_window_layout": [0, 1],
+        "sliding_window_size": 4096,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+        "vocab_size": 32000,
+    },
+)
+
+
+def make_smallthinker() -> None:
+    """The tiny SmallThinker checkpoint (two shards: the embeddings, the rest) and its prompt ids."""
+    from safetensors.torch import save_file
+
+    name, spec, c = "smallthinker", SMALLTHINKER, SMALLTHINKER["config"]
+    h, hd, ff, ne = c["hidden_size"], c["head_dim"], c["moe_ffn_hidden_size"], c["moe_num_primary_experts"]
+    torch.manual_seed(spec["seed"])
+    bf16 = torch.bfloat16
+
+    def mat(rows: int, cols: int, gain: float = 1.0) -> torch.Tensor:
+        return (torch.randn(rows, cols) * (gain / cols**0.5)).to(bf16)
+
+    def norm(n: int) -> torch.Tensor:
+        return (1.0 + (torch.rand(n) - 0.5)).to(bf16)
+
+    rest = {"model.norm.weight": norm(h)}
+    for l in range(c["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        rest[p + "input_layernorm.weight"] = norm(h)
+        rest[p + "post_attention_layernorm.weight"] = norm(h)
+        rest[p + "self_attn.q_proj.weight"] = mat(c["num_attention_heads"] * hd, h, 2.0)
+        rest[p + "self_attn.k_proj.weight"] = mat(c["num_key_value_heads"] * hd, h, 2.0)
+        rest[p + "self_attn.v_proj.weight"] = mat(c["num_key_value_heads"] * hd, h)
+        rest[p + "self_attn.o_proj.weight"] = mat(h, c["num_attention_heads"] * hd, 4.0)
+        rest[p + "block_sparse_moe.primary_router.weight"] = mat(ne, h, 2.0)
+        for e in range(ne):
+            m = f"{p}block_sparse_moe.experts.{e}."
+            rest[m + "gate.weight"] = mat(ff, h)
+            rest[m + "up.weight"] = mat(ff, h)
+            rest[m + "down.weight"] = mat(h, ff, 4.0)
+    shards = {
+        "model-00001-of-00002.safetensors": {"model.embed_tokens.weight": torch.randn(c["vocab_size"], h).to(bf16)},
+        "model-00002-of-00002.safetensors": dict(sorted(rest.items())),
+    }
+    out = HF_FIXTURES / name
+    if out.exists():
+        for f in out.iterdir():
+            f.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    weight_map = {}
+    for shard, tensors in shards.items():
+        save_file(tensors, out / shard, metadata={"format": "pt"})
+        weight_map.update({n: shard for n in tensors})
+    size = sum(t.numel() * t.element_size() for ts in shards.values() for t in ts.values())
+    index = {"metadata": {"total_size": size}, "weight_map": dict(sorted(weight_map.items()))}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    (out / "config.json").write_text(json.dumps(c, indent=2, sort_keys=True) + "\n")
+    gen = {"bos_token_id": c["bos_token_id"], "eos_token_id": c["eos_token_id"], "do_sample": False}
+    (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+    (out / "tokenizer.from").write_text(spec["tokenizer"] + "\n")
+    with tempfile.TemporaryDirectory(prefix="hffix-") as tmp:
+        tok = transformers.AutoTokenizer.from_pretrained(assemble_tokenizer(spec["tokenizer"], Path(tmp)))
+    ids = [[tok.bos_token_id] + tok(pr, add_special_tokens=False)["input_ids"] for pr in PROMPTS]
+    prompts = {
+        "name": name,
+        "promptIdsFrom": f"the Hugging Face tokenizer: tokenizer(prompt, add_special_tokens=False)['input_ids'], then BOS ({tok.bos_token!r} = {tok.bos_token_id}) first",
+        "generatedTokens": GENERATED,
+        "prompts": PROMPTS,
+        "promptIds": ids,
+    }
+    (REFERENCES / f"{name}.prompts.json").write_text(json.dumps(prompts, indent=1, ensure_ascii=False) + "\n")
+    dims = ", ".join(f"{k}={v}" for k, v in c.items() if k not in ("architectures",))
+    (out / "README.md").write_text(f"""# smallthinker: tiny random SmallThinkerForCausalLM
+
+A SmallThinker model (PowerInfer's mixture: a router that reads the block's input, 4 ReGLU experts
+top-2 with softmax gating, GQA, tied embeddings, the first layer global without RoPE and the second
+windowed, as the 21B's layout scaled down). transformers has no SmallThinker class (it is published with
+remote code only), so `python scripts/make-hf-fixtures.py smallthinker` writes the checkpoint with the
+safetensors library directly (torch {torch.__version__}, seed {spec['seed']}), in the published
+checkpoints' tensor names (`block_sparse_moe.primary_router`, `block_sparse_moe.experts.N.{{gate,up,down}}`)
+and config keys, BF16, two shards with model.safetensors.index.json.
+
+- Config: {dims}
+- Tokenizer: `tokenizer.from` names `test/fixtures/tokenizers/{spec['tokenizer']}/` (the published
+  checkpoints use Qwen's; Mistral's 32000 tokens keep the embeddings small).
+- Files: {', '.join(sorted(f.name for f in out.iterdir()))}, README.md
+- Oracles: `test/reference/hf/smallthinker.llamacpp-convert.json` (llama.cpp's converter: tensors and
+  metadata; llama.cpp's greedy ids on its own GGUF) and `test/reference/hf/smallthinker.prompts.json`
+  (the prompt ids; the engine's greedy ids on llama.cpp's own f32 GGUF). No transformers reference.
+""")
+    print(f"wrote {name}", file=sys.stderr)
+
+
 def main() -> None:
-    names = sys.argv[1:] or list(ARCHS)
+    names = sys.argv[1:] or [*ARCHS, "smallthinker"]
     for n in names:
-        if n not in ARCHS:
-            raise SystemExit(f"unknown architecture {n} (known: {', '.join(ARCHS)})")
+        if n not in ARCHS and n != "smallthinker":
+            raise SystemExit(f"unknown architecture {n} (known: {', '.join(ARCHS)}, smallthinker)")
     REFERENCES.mkdir(parents=True, exist_ok=True)
+    if "smallthinker" in names:
+        make_smallthinker()
+        names = [n for n in names if n != "smallthinker"]
     for name in names:
         tok = load_tokenizer(name)
         first = ARCHS[name].get("seed", 1)

@@ -39,6 +39,12 @@ const dir = tempDir("hf-convert-");
 const F32_KV = { k: "f32", v: "f32" } as const;
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
 
+/** NAME.prompts.json: prompt ids, and the engine's run of llama.cpp's converter's f32 GGUF. */
+interface PromptsReference {
+  promptIds: number[][];
+  engineOnLlamaCppGGUF: Omit<TransformersReference, "promptIds">;
+}
+
 interface TransformersReference {
   promptIds: number[][];
   greedy: number[][];
@@ -230,18 +236,39 @@ for (const name of NAMES) {
     },
   );
 
+  // no transformers class (smallthinker): the engine must run our GGUF as it ran llama.cpp's converter's
+  const promptsRef = join(REFERENCES, `${name}.prompts.json`);
+  const engineRef = !existsSync(transformersRef) && existsSync(promptsRef);
+  /** transformers' reference, or for a checkpoint without one the engine's run of llama.cpp's GGUF */
+  const reference = (): TransformersReference => {
+    if (!engineRef) return readJson<TransformersReference>(transformersRef);
+    const ref = readJson<PromptsReference>(promptsRef);
+    return { promptIds: ref.promptIds, ...ref.engineOnLlamaCppGGUF };
+  };
+  const whose = engineRef ? "the ids of llama.cpp's converter's f32 GGUF" : "transformers' ids";
+  if (engineRef)
+    test(`hf ${name}: the f32 GGUF runs as llama.cpp's converter's f32 GGUF did`, async () => {
+      const model = await LlamaModel.load(await gguf(name, "f32"), { threads: 1, contextSize: 64, kvCache: F32_KV });
+      try {
+        await checkAgainstTransformers(model, reference(), `${name} f32 GGUF`);
+      } finally {
+        await model.dispose();
+      }
+    });
+
   // The sparse kernels take rows of whole 32-value blocks: a narrower model has no store.
   const hidden = readJson<{ hidden_size: number }>(join(FIXTURES, name, "config.json")).hidden_size;
   const arch = readJson<{ architectures: string[] }>(join(FIXTURES, name, "config.json")).architectures[0];
-  const storeSkip = !existsSync(transformersRef)
-    ? "no transformers reference"
-    : hidden % 32 !== 0
-      ? `hidden_size ${hidden} is not a multiple of 32, which a neuron store's rows need`
-      : arch === "GptOssForCausalLM"
-        ? "the neuron store does not carry gpt-oss's expert biases and clamped SwiGLU yet"
-        : false;
-  test(`hf ${name}: -o x.pi runs under a budget with transformers' ids`, { skip: storeSkip }, async () => {
-    const ref = readJson<TransformersReference>(transformersRef);
+  const storeSkip =
+    !existsSync(transformersRef) && !engineRef
+      ? "no transformers reference"
+      : hidden % 32 !== 0
+        ? `hidden_size ${hidden} is not a multiple of 32, which a neuron store's rows need`
+        : arch === "GptOssForCausalLM"
+          ? "the neuron store does not carry gpt-oss's expert biases and clamped SwiGLU yet"
+          : false;
+  test(`hf ${name}: -o x.pi runs under a budget with ${whose}`, { skip: storeSkip }, async () => {
+    const ref = reference();
     const store = join(dir, `${name}.pi`);
     await convertHFToStore({ input: hfDir(name), output: store, type: "f32", fsync: false });
     assert.ok(!readdirSync(dir).some((f) => f.includes(".hf-gguf-")), "the temporary GGUF is deleted");
@@ -269,6 +296,7 @@ const VOCAB_ARRAYS_DIFFER: Record<string, string[]> = {
   mistral: ["tokenizer.ggml.scores"],
   mixtral: ["tokenizer.ggml.scores"],
   "gpt-oss-mxfp4": ["tokenizer.ggml.scores"],
+  smallthinker: ["tokenizer.ggml.scores"],
   gemma3: ["tokenizer.ggml.token_type", "tokenizer.ggml.merges"],
 };
 
@@ -360,21 +388,30 @@ for (const name of NAMES) {
   );
 
   // MXFP4 experts: llama.cpp runs them as MXFP4 (its f32 output keeps them), so it loads our auto
-  // output (MXFP4 experts, BF16 elsewhere) and must give its ids from its own converter's bf16
+  // output (MXFP4 experts, BF16 elsewhere) and must give its ids from its own converter's bf16;
+  // without a transformers reference, its ids from its own converter's f32
   const mxfp4 = declaresMxfp4(name);
+  const promptsRef = join(REFERENCES, `${name}.prompts.json`);
+  const ownIds = mxfp4 || !existsSync(transformersRef) || LLAMACPP_RUNS_OTHERWISE.includes(name);
   test(
-    `hf ${name}: llama.cpp loads the ${mxfp4 ? "auto" : "f32"} GGUF and decodes ${mxfp4 ? "its own converter's bf16 GGUF's" : "transformers'"} greedy ids`,
-    { skip: noPeer || (!existsSync(transformersRef) && "no transformers reference") },
+    `hf ${name}: llama.cpp loads the ${mxfp4 ? "auto" : "f32"} GGUF and decodes ${ownIds ? `the ids of its own converter's ${mxfp4 ? "bf16" : "f32"} GGUF` : "transformers' greedy ids"}`,
+    {
+      skip:
+        noPeer ||
+        (!existsSync(transformersRef) && !existsSync(promptsRef) && "no transformers reference nor prompt ids"),
+    },
     async () => {
-      const ref = readJson<TransformersReference>(transformersRef);
-      const got = await llamaCppGreedy(await gguf(name, mxfp4 ? "auto" : "f32"), ref.promptIds, ref.greedy[0].length);
-      let want = ref.greedy;
-      if (mxfp4 || LLAMACPP_RUNS_OTHERWISE.includes(name)) {
+      const ref = readJson<{ promptIds: number[][]; greedy?: number[][] }>(
+        existsSync(transformersRef) ? transformersRef : promptsRef,
+      );
+      let want = ref.greedy!;
+      if (ownIds) {
         const key = mxfp4 ? "llamacpp_bf16" : "llamacpp";
         const own = readJson<Record<string, { greedy?: number[][] } | undefined>>(llamaCppRef)[key]?.greedy;
         assert.ok(own, `${llamaCppRef}: llama.cpp's own ids (${key}) are missing`);
         want = own;
       }
+      const got = await llamaCppGreedy(await gguf(name, mxfp4 ? "auto" : "f32"), ref.promptIds, want[0].length);
       for (let p = 0; p < want.length; p++) assert.deepEqual(got[p], want[p], `prompt ${p}`);
     },
   );
