@@ -8,6 +8,10 @@
  *   and from a neuron store (-o x.pi) read under a budget that leaves most of the FFN on flash.
  * - llama.cpp itself (node-llama-cpp in bench/.peer, where installed) loads our f32 GGUF and
  *   decodes transformers' greedy ids.
+ * gpt-oss-mxfp4 (gpt-oss as published, experts in MXFP4): auto keeps them, equal to llama.cpp's
+ * converter's bf16 output byte for byte; f32/f16/bf16 hold their exact values. smallthinker (no
+ * transformers class): the engine runs our GGUF as it ran llama.cpp's converter's
+ * (test/reference/hf/smallthinker.prompts.json).
  * Then the bad directories: each refused with an error naming the file and the tensor or key.
  */
 import { test } from "node:test";
@@ -283,7 +287,8 @@ for (const name of NAMES) {
 
 /**
  * Vocabulary arrays llama.cpp's converter writes differently, on purpose or by its inputs:
- * - scores of a SentencePiece vocabulary read from tokenizer.json (phi3, mistral, mixtral): ours
+ * - scores of a SentencePiece vocabulary read from tokenizer.json (phi3, mistral, mixtral, and
+ *   gpt-oss-mxfp4 and smallthinker, which carry Mistral's tokenizer): ours
  *   come from the merges' order; llama.cpp's converter, without tokenizer.model, writes -1000 for
  *   every token (gguf-py's LlamaHfVocab), and for phi3 it read a tokenizer.model that
  *   scripts/hf-fixtures-llamacpp-convert.py made up with scores -id;
@@ -597,6 +602,45 @@ test(
     d = brokenCopy("gpt-oss-mxfp4", "mxfp4-method");
     editConfig(d, (j) => ((j.quantization_config as Record<string, unknown>).quant_method = "fp8"));
     await refuses(d, "config.json", '"quantization_config.quant_method"', "fp8");
+  },
+);
+
+test(
+  "hf gpt-oss-mxfp4: f16 holds the MXFP4 values exactly, and a scale past f16's range is refused, not rounded",
+  { skip: !NAMES.includes("gpt-oss-mxfp4") },
+  async () => {
+    const name = "blk.0.ffn_down_exps.weight";
+    const kept = GGUFFile.open(await gguf("gpt-oss-mxfp4", "auto"));
+    const f16 = GGUFFile.open(await gguf("gpt-oss-mxfp4", "f16"));
+    try {
+      const n = f16.tensors.get(name)!.dims.reduce((a, b) => a * b, 1);
+      const want = new Float32Array(n);
+      dequantizeMXFP4(tensorBytes(kept, name), n, want, 0);
+      const got = new Float32Array(n);
+      widenToF32("F16", tensorBytes(f16, name), got);
+      assert.deepEqual(got, want);
+    } finally {
+      kept.close();
+      f16.close();
+    }
+    // one block's exponent 2^73: exact in bf16, past f16's range
+    const d = brokenCopy("gpt-oss-mxfp4", "mxfp4-f16");
+    const scales = "model.layers.0.mlp.experts.down_proj_scales";
+    const shard = readJson<{ weight_map: Record<string, string> }>(join(d, "model.safetensors.index.json")).weight_map[
+      scales
+    ];
+    const sf = SafetensorsFile.open(join(d, shard));
+    const offset = sf.tensors.get(scales)!.offset;
+    sf.close();
+    const bytes = readFileSync(join(d, shard));
+    bytes[offset] = 200;
+    writeFileSync(join(d, shard), bytes);
+    const output = join(d, "out.gguf");
+    await assert.rejects(convertHFToGGUF({ input: d, output, type: "f16", fsync: false }), (e: Error) => {
+      assert.ok(e.message.includes(`"${name}"`) && e.message.includes("f16"), e.message);
+      return true;
+    });
+    await convertHFToGGUF({ input: d, output, type: "bf16", fsync: false });
   },
 );
 
