@@ -587,6 +587,12 @@ def reference(name: str, seed: int, tok) -> dict:
     }
 
 
+MXFP4_NOTE = """
+The experts' BF16 matrices were then replaced in their shards by `*_blocks` and `*_scales` (U8) and
+config.json given `quantization_config` (quant_method mxfp4), as gpt-oss is published; the model's
+experts held the MXFP4 values from the start (the seed search and the reference saw them)."""
+
+
 def readme(name: str, ref: dict) -> str:
     spec = ARCHS[name]
     files = sorted(f.name for f in (HF_FIXTURES / name).iterdir() if f.name != "README.md")
@@ -598,7 +604,7 @@ def readme(name: str, ref: dict) -> str:
 `python scripts/make-hf-fixtures.py {name}` with transformers {ref['transformers']} (torch {ref['torch']}):
 `transformers.{spec['model']}({spec['config']}(...))`, saved with `save_pretrained` in BF16
 ({'sharded, with model.safetensors.index.json' if spec.get('shard', True) else 'one model.safetensors'}).
-{"config.json is then rewritten in the older spelling most published checkpoints use (rope_theta and rope_scaling, torch_dtype)" if spec.get("v4config") else "config.json is as transformers 5 writes it (rope_parameters, dtype)"}.
+{"config.json is then rewritten in the older spelling most published checkpoints use (rope_theta and rope_scaling, torch_dtype)" if spec.get("v4config") else "config.json is as transformers 5 writes it (rope_parameters, dtype)"}.{MXFP4_NOTE if spec.get("mxfp4") else ""}
 
 - Dimensions: {dims}
 - RoPE / other nested settings: `{json.dumps(ropes)}`
