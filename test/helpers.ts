@@ -172,11 +172,17 @@ export async function loadMostlyOnFlash(
   threads: number,
   contextSize = 64,
   kvCache?: LoadOptions["kvCache"],
+  /**
+   * sparsity "dense": experts with biases (gpt-oss), which run dense from a store; hotFraction 0:
+   * no hot region, where packed hot slots (bundles mostly padding, as tiny MXFP4 ones are) would
+   * hold every neuron in a quarter of the bundles' bytes
+   */
+  more: { sparsity?: "gate" | "dense"; hotFraction?: number } = {},
 ): Promise<{ model: LlamaModel; allFFN: number }> {
   const s = NeuronStore.open(store);
   const allFFN = s.ffn.layers.length * s.ffn.layers[0].neurons * s.ffn.bundleBytes;
   s.close();
-  const offload = { sparsity: "gate" as const, cacheBytes: allFFN / 4 };
+  const offload = { sparsity: more.sparsity ?? "gate", hotFraction: more.hotFraction, cacheBytes: allFFN / 4 };
   const fixed = (await LlamaModel.layoutOf(store, { threads, contextSize, offload })).fixed;
   const model = await LlamaModel.load(store, {
     threads,

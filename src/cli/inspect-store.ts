@@ -127,7 +127,7 @@ export function inspectStore(path: string, opts: { json: boolean; all: boolean; 
     line(
       `\nffn: ${typeName(f.type)}, nEmbd ${f.nEmbd}, row ${f.rowBytes} bytes, bundle ${f.bundleBytes} bytes (gate ${f.parts.gate}, up ${f.parts.up}, down ${f.parts.down}), ${f.layers.length} layers`,
     );
-    line(`  padding: ${(100 * (1 - (3 * f.rowBytes) / f.bundleBytes)).toFixed(1)}% of each bundle`);
+    line(`  padding: ${(100 * (1 - f.dataBytes / f.bundleBytes)).toFixed(1)}% of each bundle`);
     const records = f.conversion as unknown;
     for (const kind of ["gate", "up", "down"] as const) {
       const c = typeof records === "object" && records !== null ? (records as Record<string, unknown>)[kind] : records;

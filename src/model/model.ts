@@ -22,8 +22,16 @@ import { clearStats } from "./offload/stats.js";
 import { storeGroups } from "./offload/store-groups.js";
 import { storeLayout } from "./store-shards.js";
 import type { Tracer } from "../runtime/tracer.js";
-import { BudgetError, storeFacts, type FixedResident, type LayoutKnobs, type OffloadLayout } from "./offload/layout.js";
+import {
+  BudgetError,
+  storeFacts,
+  type FixedResident,
+  type LayoutKnobs,
+  type OffloadLayout,
+  type SparsityMode,
+} from "./offload/layout.js";
 import { Predictor, sparsityFor } from "./offload/predictor.js";
+import { checkExpertBiases } from "./offload/expert-biases.js";
 import { dequantizeRow } from "../format/quant.js";
 import { GGMLType, tensorBytes } from "../format/ggml-types.js";
 import { Arena } from "../runtime/arena.js";
@@ -236,7 +244,11 @@ export class LlamaModel {
     if (opts.predictorType !== undefined && opts.predictorType !== "q8_0" && opts.predictorType !== "original") {
       throw new RangeError(`predictorType must be "q8_0" or "original", got ${JSON.stringify(opts.predictorType)}`);
     }
-    const { sparsity, withPredictors } = sparsityFor(file, cfg, opts.offload?.sparsity);
+    const chosen = sparsityFor(file, cfg, opts.offload?.sparsity);
+    const { withPredictors } = chosen;
+    // experts with biases run dense from a store (expert-biases.ts)
+    const sparsity: SparsityMode = opts.offload?.sparsity ?? (cfg.expertBiases ? "dense" : chosen.sparsity);
+    if (store) checkExpertBiases(store, cfg, sparsity);
     if (store && sparsity === "predictor" && !withPredictors) {
       throw new Error(
         `${file.path}: --sparsity predictor needs activation predictors (blk.N.fc1/fc2), and this model has none: use --sparsity gate, or train them (powerinfer train-predictors)`,

@@ -182,7 +182,7 @@ export class OffloadedFFN {
     this.tracer = opts.tracer ?? null;
     const shard = parts.shard ?? 0;
     const resident = layout.residentGates ? ResidentGateRows.load(store, arena, pool, mm, shard) : null;
-    this.sparse = new SparseFFN(pool, arena, store.ffn.type, cfg.nEmbd, shard);
+    this.sparse = new SparseFFN(pool, arena, store.ffn.type, cfg.nEmbd, shard, store.ffn.parts.biases !== undefined);
     this.cache = makeCache(store, arena, layout);
     this.order = new FixedOrder(cfg.nFF, this.sparse, this.cache, act, this.mode === "predictor");
     this.lists = new NeuronLists(arena, cfg.nFF, this.cache, act, this.mode, this.order);
