@@ -6,7 +6,7 @@ import { hsum, hsumi } from "./lanes";
 import { Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
 import { Q4_MASKS } from "./packed_layout";
 import { pin, pin2 } from "./schedule_pin";
-import { blockDot, q8dot } from "./sparse_block_dots";
+import { blockDot, mxfp4dot, q8dot } from "./sparse_block_dots";
 import { f16pairs, f16x4, pairD, pairM } from "./sparse_block_scales";
 import { dotHalf, dotHalf2 } from "./sparse_half_dots";
 import { XBK, XG } from "./sparse_layout";
@@ -79,33 +79,19 @@ import { e8m0Half, FP4 } from "./mxfp4_values";
 }
 
 // An MXFP4 row (17-byte blocks: the exponent byte, 16 bytes of nibbles) times the mode-0 q8_sp
-// activation (natural order i16 quants), as the dense kernel (matvec_mxfp4.ts) and ggml compute
-// it: per block the exact integer dot of the codes' values (one swizzle through the FP4 table;
-// the low nibbles are elements 0..15, the high ones 16..31) with the quants, times the activation's
-// scale times half the block's E8M0 scale, the blocks summed in turn. Both builds run this code.
+// activation, as the dense kernel (matvec_mxfp4.ts) and ggml compute it: per block the exact
+// integer dot (mxfp4dot) times the activation's scale times half the block's E8M0 scale, the
+// blocks summed in turn.
 @inline function dotMxfp4(a: usize, x: usize, n: i32): f32 {
   const nb = n >> 5;
   const table = v128.load(FP4);
-  const m = i8x16.splat(0x0f);
   let sum: f32 = 0;
   for (let i = 0; i < nb; i += 4) {
     const je = min(4, nb - i);
     let xb = x;
     for (let j = 0; j < je; j++) {
-      const q = v128.load(a, 1);
-      const lo = i8x16.swizzle(table, v128.and(q, m)),
-        hi = i8x16.swizzle(table, i8x16.shr_u(q, 4));
-      const d = i32x4.add(
-        i32x4.add(
-          i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(lo), v128.load(xb)),
-          i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(lo), v128.load(xb, 16)),
-        ),
-        i32x4.add(
-          i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(hi), v128.load(xb, 32)),
-          i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(hi), v128.load(xb, 48)),
-        ),
-      );
-      sum += <f32>hsumi(d) * (load<f32>(x + ((<usize>j) << 2), 320) * e8m0Half(<u32>load<u8>(a)));
+      const d = load<f32>(x + ((<usize>j) << 2), 320) * e8m0Half(<u32>load<u8>(a));
+      sum += <f32>hsumi(mxfp4dot(a, xb, table)) * d;
       a += MXFP4_BS;
       xb += XBK;
     }

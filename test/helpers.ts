@@ -173,9 +173,8 @@ export async function loadMostlyOnFlash(
   contextSize = 64,
   kvCache?: LoadOptions["kvCache"],
   /**
-   * sparsity "dense": experts with biases (gpt-oss), which run dense from a store; hotFraction 0:
-   * no hot region, where packed hot slots (bundles mostly padding, as tiny MXFP4 ones are) would
-   * hold every neuron in a quarter of the bundles' bytes
+   * hotFraction 0: no hot region, where packed hot slots (bundles mostly padding, as tiny MXFP4
+   * ones are) would hold every neuron in a quarter of the bundles' bytes
    */
   more: { sparsity?: "gate" | "dense"; hotFraction?: number } = {},
 ): Promise<{ model: LlamaModel; allFFN: number }> {

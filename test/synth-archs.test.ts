@@ -48,9 +48,6 @@ const REFS = [
   "synth-gpt-oss-mxfp4",
 ];
 
-/** gpt-oss's experts (with biases) run dense from a store (src/model/offload/expert-biases.ts). */
-const sparsityOf = (name: string) => (name.startsWith("synth-gpt-oss") ? "dense" : "gate");
-
 function readReference(name: string): Reference {
   return JSON.parse(readFileSync(join(ROOT, "test", "reference", `${name}.llamacpp.json`), "utf8")) as Reference;
 }
@@ -225,20 +222,28 @@ for (const name of REFS) {
       }
     });
 
-    test(`${name}: llama.cpp's ${how} from a store, most of the FFN on flash (${threads} thread(s))`, async () => {
-      const { ref, store } = await model(name);
-      const { model: m, allFFN } = await loadMostlyOnFlash(store, threads, 64, undefined, {
-        sparsity: sparsityOf(name),
+    for (const kept of name === "synth-gpt-oss-mxfp4" ? [false, true] : [false]) {
+      const which = kept ? ", from its MXFP4 store (down columns Q8_0)" : " from a store";
+      test(`${name}: llama.cpp's ${how}${which}, most of the FFN on flash (${threads} thread(s))`, async () => {
+        const { ref, gguf, store } = await model(name);
+        const path = kept ? await keptStore(gguf) : store;
+        // packed hot slots would hold every tiny MXFP4 bundle in a quarter of the bundles' bytes
+        const { model: m, allFFN } = await loadMostlyOnFlash(path, threads, 64, undefined, {
+          hotFraction: kept ? 0 : undefined,
+        });
+        try {
+          assert.ok(
+            m.offloaded!.layout.cacheBytes < allFFN / 2,
+            `cache ${m.offloaded!.layout.cacheBytes} of ${allFFN}`,
+          );
+          await agrees(m, ref, exact);
+          const st = m.offloaded!.snapshot();
+          assert.ok(st.misses > 0 && st.bytesRead > 0, "bundles were read from flash");
+        } finally {
+          await m.dispose();
+        }
       });
-      try {
-        assert.ok(m.offloaded!.layout.cacheBytes < allFFN / 2, `cache ${m.offloaded!.layout.cacheBytes} of ${allFFN}`);
-        await agrees(m, ref, exact);
-        const st = m.offloaded!.snapshot();
-        assert.ok(st.misses > 0 && st.bytesRead > 0, "bundles were read from flash");
-      } finally {
-        await m.dispose();
-      }
-    });
+    }
   }
 }
 
@@ -247,28 +252,14 @@ for (const name of REFS) {
  * down columns requantized to Q8_0 (format/store/ffn-types.ts), so not exactly the model llama.cpp
  * ran; held to the same rules all the same.
  */
-let mxfp4Store: Promise<string> | undefined;
-for (const threads of [1, 2]) {
-  test(`synth-gpt-oss-mxfp4: llama.cpp's picks, fed its ids, from its MXFP4 store (down columns Q8_0), most of the FFN on flash (${threads} thread(s))`, async () => {
-    const { ref, gguf } = await model("synth-gpt-oss-mxfp4");
-    mxfp4Store ??= (async () => {
-      const out = join(dir, "synth-gpt-oss-mxfp4-kept.pi");
-      await convertToStore({ input: gguf, output: out, fsync: false });
-      return out;
-    })();
-    const { model: m, allFFN } = await loadMostlyOnFlash(await mxfp4Store, threads, 64, undefined, {
-      sparsity: "dense",
-      hotFraction: 0,
-    });
-    try {
-      assert.ok(m.offloaded!.layout.cacheBytes < allFFN / 3, `cache ${m.offloaded!.layout.cacheBytes} of ${allFFN}`);
-      await agrees(m, ref, false);
-      const st = m.offloaded!.snapshot();
-      assert.ok(st.misses > 0 && st.bytesRead > 0, "bundles were read from flash");
-    } finally {
-      await m.dispose();
-    }
-  });
+let keptMade: Promise<string> | undefined;
+function keptStore(gguf: string): Promise<string> {
+  keptMade ??= (async () => {
+    const out = join(dir, "synth-gpt-oss-mxfp4-kept.pi");
+    await convertToStore({ input: gguf, output: out, fsync: false });
+    return out;
+  })();
+  return keptMade;
 }
 
 for (const name of ["synth-qwen3-f32", "synth-llama3-f32", "synth-phi3-f32", "synth-gemma3-f32", "synth-gpt-oss-f32"]) {

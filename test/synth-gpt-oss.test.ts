@@ -271,17 +271,22 @@ for (const [type, as, tolerance] of [
   // the same weights: every difference is float order (measured 3e-7)
   ["f32", "f32", 1e-5],
   // the MXFP4 rows kept, the down columns requantized to Q8_0, and h summed in f32 where the
-  // in-memory down matvec rounds it to Q8_0: measured within 2.6% of the max logit over 6
+  // in-memory down matvec rounds it to Q8_0: measured within 2.6% of the max logit over 14
   // positions (the in-memory model is within 2.7% of the f32 plain-TS reference)
   ["mxfp4", undefined, 5e-2],
 ] as const) {
-  test(`gpt-oss ${type} from its ${as ?? "MXFP4"} store, a quarter of the experts' bundles in memory, at 1 and 2 threads: the in-memory model's logits within ${tolerance} of the max logit`, async () => {
+  test(`gpt-oss ${type} from its ${as ?? "MXFP4"} store, a quarter of the experts' bundles in memory, gate and dense mode, at 1 and 2 threads: the in-memory model's logits within ${tolerance} of the max logit`, async () => {
     const inMemory = await LlamaModel.load(await model(type), { threads: 1, contextSize: 64 });
     const want = await logitsOf(inMemory, IDS);
     await inMemory.dispose();
-    for (const threads of [1, 2]) {
+    // gate mode as dense: every neuron of a routed expert (offloaded-ffn.ts)
+    for (const [sparsity, threads] of [
+      ["gate", 1],
+      ["dense", 1],
+      ["gate", 2],
+    ] as const) {
       const { model: m, allFFN } = await loadMostlyOnFlash(await storeOf(type, as), threads, 64, undefined, {
-        sparsity: "dense",
+        sparsity,
         hotFraction: 0,
       });
       try {
@@ -293,9 +298,10 @@ for (const [type, as, tolerance] of [
           for (const v of want[i]) max = Math.max(max, Math.abs(v));
           for (let j = 0; j < want[i].length; j++) worst = Math.max(worst, Math.abs(got[i][j] - want[i][j]) / max);
         }
-        assert.ok(worst <= tolerance, `${type} at ${threads} thread(s): ${worst} of the max logit`);
+        assert.ok(worst <= tolerance, `${type} ${sparsity} at ${threads} thread(s): ${worst} of the max logit`);
         const st = m.offloaded!.snapshot();
         assert.ok(st.misses > 0 && st.bytesRead > 0, "bundles were read from flash");
+        assert.equal(st.neuronsComputed, st.neuronsTotal, "every neuron of a routed expert");
       } finally {
         await m.dispose();
       }
@@ -305,8 +311,7 @@ for (const [type, as, tolerance] of [
 
 test("gpt-oss stores that would compute another model are refused, naming what", async () => {
   const good = await storeOf("mxfp4");
-  const load = (path: string, sparsity: "dense" | "gate" = "dense") =>
-    loadMostlyOnFlash(path, 1, 64, undefined, { sparsity }).then(({ model: m }) => m.dispose());
+  const load = (path: string) => loadMostlyOnFlash(path, 1).then(({ model: m }) => m.dispose());
   // bundles without the biases the architecture has
   await assert.rejects(
     load(withManifest(good, join(dir, "no-biases.pi"), (m) => delete m.ffn.parts.biases)),
@@ -321,8 +326,11 @@ test("gpt-oss stores that would compute another model are refused, naming what",
     load(withManifest(good, join(dir, "down-mxfp4.pi"), (m) => (m.ffn.downType = GGMLType.MXFP4))),
     /manifest: ffn\.downType 39 should be 8 \(Q8_0\): a MXFP4 store's down columns are Q8_0/,
   );
-  // sparsity that would decide what fires from gates without their biases
-  await assert.rejects(load(good, "gate"), /gpt-oss's experts run from a store with --sparsity dense only .* not gate/);
+  // activation thresholds, which would be held against gates without their biases
+  await assert.rejects(
+    LlamaModel.load(good, { threads: 1, contextSize: 16, activationThresholds: [0.1, 0.1, 0.1] }),
+    /activation thresholds are not supported for gpt-oss's experts from a store/,
+  );
   // a flipped bit in a bundle's biases (every expert's first bundle of layer 0): its checksum, naming the bundle
   const s = NeuronStore.open(good);
   const at = Array.from({ length: 8 }, (_, e) => s.bundleOffset(e, 0) + s.ffn.parts.biases!);
@@ -332,14 +340,14 @@ test("gpt-oss stores that would compute another model are refused, naming what",
   for (const o of at) bytes[o + 1] ^= 0x10;
   writeFileSync(flipped, bytes);
   await assert.rejects(
-    loadMostlyOnFlash(flipped, 1, 64, undefined, { sparsity: "dense" }).then(async ({ model: m }) => {
+    loadMostlyOnFlash(flipped, 1).then(async ({ model: m }) => {
       try {
         await m.forwardAsync([1, 300, 17], 3, 0);
       } finally {
         await m.dispose();
       }
     }),
-    /layer \d+ FFN, bundle at stored position 0/,
+    /flipped-bias\.pi: checksum mismatch in the 4096-byte chunk at \d+ \(layer [0-7] FFN, bundle at stored position 0 \(neuron \d+\)\).*the file is corrupt/,
   );
   // convert: an expert bias missing from the GGUF
   await assert.rejects(
@@ -379,4 +387,12 @@ test("MXFP4 experts of another architecture (qwen3moe) convert and run from thei
   } finally {
     await m.dispose();
   }
+  // bundles said to carry biases qwen3moe has not: the kernels would add their bytes
+  await assert.rejects(
+    loadMostlyOnFlash(
+      withManifest(out, join(dir, "qwen-biased.pi"), (m) => (m.ffn.parts.biases = 272)),
+      1,
+    ).then(({ model: m }) => m.dispose()),
+    /the store's bundles carry gate and up biases \(ffn\.parts\.biases\), which qwen3moe does not have/,
+  );
 });

@@ -244,11 +244,7 @@ export class LlamaModel {
     if (opts.predictorType !== undefined && opts.predictorType !== "q8_0" && opts.predictorType !== "original") {
       throw new RangeError(`predictorType must be "q8_0" or "original", got ${JSON.stringify(opts.predictorType)}`);
     }
-    const chosen = sparsityFor(file, cfg, opts.offload?.sparsity);
-    const { withPredictors } = chosen;
-    // experts with biases run dense from a store (expert-biases.ts)
-    const sparsity: SparsityMode = opts.offload?.sparsity ?? (cfg.expertBiases ? "dense" : chosen.sparsity);
-    if (store) checkExpertBiases(store, cfg, sparsity);
+    const { sparsity, withPredictors } = sparsityFor(file, cfg, opts.offload?.sparsity);
     if (store && sparsity === "predictor" && !withPredictors) {
       throw new Error(
         `${file.path}: --sparsity predictor needs activation predictors (blk.N.fc1/fc2), and this model has none: use --sparsity gate, or train them (powerinfer train-predictors)`,
@@ -395,6 +391,7 @@ export class LlamaModel {
       const { nEmbd, nVocab } = cfg;
 
       const thresholds = activationThresholds(file, cfg.nLayer, opts.activationThresholds);
+      if (store) checkExpertBiases(store, cfg, sparsity, thresholds);
       // From a store, embedding rows are read from the file as tokens come (one row per token):
       // the table (82 MB at 7B Q4_1) need not be resident under a budget.
       const embd = store

@@ -2,9 +2,9 @@
  * Experts with biases (gpt-oss) from a neuron store: each neuron's gate and up biases travel in
  * its bundle (the store's ffn.parts.biases: format/store/ffn-types.ts), and the sparse kernels add
  * them to the gate and up dots; the down biases, one row per expert, stay in memory
- * (parts/ffn-offloaded-moe.ts). Such experts run dense, every neuron of a routed expert: their
- * activation (swiglu_oai) has no zeros to skip, and a gate source that decided which neurons fire
- * would see the gate dot without its bias.
+ * (parts/ffn-offloaded-moe.ts). Such experts run dense, every neuron of a routed expert, in gate
+ * or dense mode alike (offloaded-ffn.ts): their activation (swiglu_oai) has no zeros to skip, and
+ * the gates a gate source computes lack their bias, so they cannot decide what fires.
  */
 import type { ModelConfig } from "../config.js";
 import type { SparsityMode } from "./layout.js";
@@ -17,9 +17,15 @@ export interface BiasedStore {
 
 /**
  * A store whose bundles carry biases the architecture does not have, or lack biases it has, is
- * refused (the kernels would compute another model); biased experts run in "dense" mode only.
+ * refused (the kernels would compute another model); so are, for biased bundles, what would pick
+ * neurons without their biases: the predictor, activation thresholds (`thresholds`, per layer).
  */
-export function checkExpertBiases(store: BiasedStore, cfg: ModelConfig, sparsity: SparsityMode): void {
+export function checkExpertBiases(
+  store: BiasedStore,
+  cfg: ModelConfig,
+  sparsity: SparsityMode,
+  thresholds: Float32Array | null,
+): void {
   const biased = store.ffn.parts.biases !== undefined;
   if (cfg.expertBiases && !biased)
     throw new Error(
@@ -29,8 +35,13 @@ export function checkExpertBiases(store: BiasedStore, cfg: ModelConfig, sparsity
     throw new Error(
       `${store.path}: the store's bundles carry gate and up biases (ffn.parts.biases), which ${cfg.architecture} does not have`,
     );
-  if (biased && sparsity !== "dense")
+  if (!biased) return;
+  if (sparsity === "predictor")
     throw new Error(
-      `${store.path}: ${cfg.architecture}'s experts run from a store with --sparsity dense only (every neuron of a routed expert: ${cfg.activation} has no zeros, and a neuron's gate bias is in its bundle), not ${sparsity}`,
+      `${store.path}: ${cfg.architecture}'s experts run dense from a store (every neuron of a routed expert: ${cfg.activation} has no zeros, and a neuron's gate bias is in its bundle): --sparsity predictor is not supported, use gate or dense`,
+    );
+  if (thresholds?.some((t) => t !== 0))
+    throw new Error(
+      `${store.path}: activation thresholds are not supported for ${cfg.architecture}'s experts from a store (a neuron's gate bias is in its bundle, not in the gate a threshold would be held against)`,
     );
 }

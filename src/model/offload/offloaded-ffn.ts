@@ -185,7 +185,10 @@ export class OffloadedFFN {
     this.sparse = new SparseFFN(pool, arena, store.ffn.type, cfg.nEmbd, shard, store.ffn.parts.biases !== undefined);
     this.cache = makeCache(store, arena, layout);
     this.order = new FixedOrder(cfg.nFF, this.sparse, this.cache, act, this.mode === "predictor");
-    this.lists = new NeuronLists(arena, cfg.nFF, this.cache, act, this.mode, this.order);
+    // Biased bundles (gpt-oss): a gate source's gates lack the neuron's bias (the kernels add it),
+    // so they cannot say which neurons fire: every neuron does (swiglu_oai has no zeros to skip).
+    const biased = store.ffn.parts.biases !== undefined;
+    this.lists = new NeuronLists(arena, cfg.nFF, this.cache, act, biased ? "dense" : this.mode, this.order);
     this.reader = FlashReader.open(store.path, {
       memory: arena.memory,
       queueDepth: opts.queueDepth,
