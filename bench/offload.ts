@@ -30,13 +30,14 @@
  * --shape smallthinker-21b is SmallThinker-21B-A3B's widths (64 experts of 768, top-6, 52 layers;
  * a 13.5 GB Q4_1 GGUF) at 8 GiB by default, files named st21b-*. --shape qwen3-30b-a3b is
  * Qwen3-30B-A3B's (128 SiLU experts of 768, top-8, 48 layers; 19.1 GB at Q4_1), run as the dense
- * shapes below are (exact gate mode, store in index order), at 8 GiB by default.
+ * shapes below are (dense mode, store in index order), at 8 GiB by default.
  *
  * --shape qwen3-0.6b | qwen3-8b | llama3.2-1b | llama3-8b | phi3-mini | gemma3-4b: today's dense
  * models (synth's public widths, random weights, SiLU; gemma3 GELU; no planted sparsity), files
  * named SHAPE[-LN]-silu-TYPE (gemma3: -gelu-). Q4_1 by default as for the others: on AVX2 too
- * llama.cpp repacks Q4_0 into anonymous memory. Ours runs the exact gate mode, which computes
- * every neuron (SiLU thresholds only where a calibration asks: docs/sparsity.md). Without --limits
+ * llama.cpp repacks Q4_0 into anonymous memory. Ours runs dense mode, as `run` does where every
+ * neuron fires: each bundle computed whole, no gate row kept or read (SiLU thresholds only where a
+ * calibration asks: docs/sparsity.md). Without --limits
  * the limit is ours' least budget (as `run` reports it) plus an eighth of the FFN weights for the
  * cache, so most of the FFN is read from flash every token (dense.ts; at 1B the embeddings and the
  * runtime make the least budget about two thirds of the GGUF). The comparison then adds each
@@ -54,7 +55,7 @@
  * predictors; + hot-first), and a section runs `powerinfer plan` at the ablation's limit and puts
  * its prediction beside a run with that plan under the same limit.
  *
- * Ours: `powerinfer run -m store.pi --memory-budget LIMIT` (gate sparsity, exact). llama.cpp:
+ * Ours: `powerinfer run -m store.pi --memory-budget LIMIT` (gate sparsity, exact; dense for the dense shapes). llama.cpp:
  * node-llama-cpp 3.21.1 (installed by `npm run bench` into bench/.peer), mmap of the GGUF. Each
  * run gets its own child memory cgroup with the limit (v1: memory.limit_in_bytes; v2:
  * memory.max), the file it reads is dropped from the page cache first (so its pages are charged
@@ -151,7 +152,8 @@ async function main(): Promise<void> {
   if (prewarm) prewarmEachRun();
   const started = new Date();
   const models = ensureModels(o.shape, o.type, o.gateRank, o.layers);
-  const sparsity = o.gateRank ? "predictor" : "gate";
+  // the mode `run` picks: the planted predictors, else the exact gates (ReLU), else dense (SiLU/GELU: every neuron fires)
+  const sparsity = o.gateRank ? "predictor" : isDenseShape(o.shape) ? "dense" : "gate";
   const cg = findCgroup();
   const { peerOk, peer } = preparePeer(o);
   const out: string[] = [];

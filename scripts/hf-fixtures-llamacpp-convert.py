@@ -35,6 +35,9 @@ GGUF_DIR = Path("/tmp/hffix-gguf")
 
 
 def llamacpp_commit() -> str:
+    # a checkout copied without its .git (git archive) says where it came from here
+    if os.environ.get("LLAMACPP_COMMIT"):
+        return os.environ["LLAMACPP_COMMIT"]
     try:
         return subprocess.run(["git", "-C", str(LLAMACPP), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
@@ -110,6 +113,26 @@ def write_sentencepiece_model(d: Path) -> None:
     (d / "tokenizer.model").write_bytes(proto.SerializeToString())
 
 
+# Fixtures that carry Mistral's SentencePiece tokenizer (32000 tokens, to keep their embeddings
+# small) for a class whose converter reads only byte-level BPE vocabularies (gpt-oss, SmallThinker:
+# TextModel's _set_vocab_gpt2, which refuses an unknown pre-tokenizer): the converter runs with that
+# class's set_vocab replaced by _set_vocab_llama_hf (tokenizer.json read as LlamaHfVocab, as its
+# Llama class does without a tokenizer.model). Only the vocabulary's keys depend on it; tensors and model keys are the class's own.
+VOCAB_AS_LLAMA = {"gpt-oss-mxfp4": "GptOssModel", "smallthinker": "SmallThinkerModel"}
+
+
+def converter_command(name: str, d: Path, outtype: str, out: Path) -> list:
+    args = [str(d), "--outtype", outtype, "--outfile", str(out)]
+    cls = VOCAB_AS_LLAMA.get(name)
+    if cls is None:
+        return [sys.executable, str(LLAMACPP / "convert_hf_to_gguf.py"), *args]
+    code = (
+        f"import sys; sys.path.insert(0, {str(LLAMACPP)!r}); sys.argv = ['convert_hf_to_gguf.py', *{args!r}]; "
+        f"import convert_hf_to_gguf as c; c.{cls}.set_vocab = c.TextModel._set_vocab_llama_hf; c.main()"
+    )
+    return [sys.executable, "-c", code]
+
+
 def convert(name: str) -> dict:
     GGUF_DIR.mkdir(exist_ok=True)
     outputs = {}
@@ -121,8 +144,7 @@ def convert(name: str) -> dict:
         for outtype in OUT_TYPES:
             out = GGUF_DIR / f"{name}-{outtype}.gguf"
             out.unlink(missing_ok=True)
-            cmd = [sys.executable, str(LLAMACPP / "convert_hf_to_gguf.py"), str(d), "--outtype", outtype, "--outfile", str(out)]
-            run = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            run = subprocess.run(converter_command(name, d, outtype, out), capture_output=True, text=True, env=env)
             if run.returncode != 0:
                 tail = [line for line in run.stderr.splitlines() if line.strip()][-3:]
                 outputs[outtype] = {"refused": "\n".join(tail)}
@@ -141,12 +163,20 @@ def main() -> None:
             synthetic_sp = needs_sentencepiece_model(assemble(name, Path(tmp) / name))
         ref = {
             "name": name,
-            "converter": f"convert_hf_to_gguf.py of llama.cpp {llamacpp_commit()} (the checkout bench/.peer's node-llama-cpp runs), "
+            "converter": f"convert_hf_to_gguf.py of llama.cpp {llamacpp_commit()} ({os.environ.get('LLAMACPP_WHICH', 'the checkout bench/.peer' + chr(39) + 's node-llama-cpp runs')}), "
             "on the checkpoint plus its tokenizer assembled in a temporary directory",
             "command": f"python convert_hf_to_gguf.py DIR --outtype TYPE --outfile {name}-TYPE.gguf",
             "arraysNote": f"metadata arrays of more than {ARRAY_INLINE} items: their length and the sha256 of their bytes as stored "
             "in the GGUF after the item type and count (strings: u64 length, then UTF-8 bytes, for each)",
             "tensorsNote": "ne: the GGUF's dimensions, innermost first; sha256 of the tensor's data bytes",
+            **(
+                {
+                    "vocabNote": f"the converter's {VOCAB_AS_LLAMA[name]}.set_vocab (byte-level BPE only) was replaced by "
+                    "TextModel._set_vocab_llama_hf for this checkpoint's SentencePiece tokenizer (scripts/hf-fixtures-llamacpp-convert.py)"
+                }
+                if name in VOCAB_AS_LLAMA
+                else {}
+            ),
             **(
                 {
                     "tokenizerModelNote": "llama.cpp's Phi-3 converter reads only tokenizer.model: the directory it converted held one "
@@ -161,6 +191,16 @@ def main() -> None:
         path = REFERENCES / f"{name}.llamacpp-convert.json"
         path.write_text(json.dumps(ref, indent=1, ensure_ascii=False) + "\n")
         f32 = outputs.get("f32", {}).get("gguf")
+        # with MXFP4 experts, convert's auto output is the converter's bf16 one: llama.cpp's ids from it too
+        mxfp4 = (json.loads((HF_FIXTURES / name / "config.json").read_text()).get("quantization_config") or {}).get("quant_method") == "mxfp4"
+        bf16 = outputs.get("bf16", {}).get("gguf") if mxfp4 else None
+        if bf16:
+            run = subprocess.run(["node", str(ROOT / "scripts" / "hf-fixtures-llamacpp-ids.mjs"), name, bf16, "bf16"], capture_output=True, text=True)
+            sys.stderr.write(run.stderr[-2000:])
+        if f32 and not (REFERENCES / f"{name}.transformers.json").exists():
+            # no transformers reference: the engine's own run of llama.cpp's GGUF is the one ours must match
+            run = subprocess.run(["node", str(ROOT / "scripts" / "hf-fixtures-engine-ids.mjs"), name, f32], capture_output=True, text=True)
+            sys.stderr.write(run.stderr[-2000:])
         if f32:
             run = subprocess.run(["node", str(ROOT / "scripts" / "hf-fixtures-llamacpp-ids.mjs"), name, f32], capture_output=True, text=True)
             sys.stderr.write(run.stderr[-2000:])

@@ -7,18 +7,26 @@
  * cache is F32 and flash attention off, so the comparison with transformers' float32 run is not
  * blurred by F16 rounding. Called by scripts/hf-fixtures-llamacpp-convert.py; by hand:
  *
- *   node scripts/hf-fixtures-llamacpp-ids.mjs NAME /tmp/hffix-gguf/NAME-f32.gguf
+ *   node scripts/hf-fixtures-llamacpp-ids.mjs NAME /tmp/hffix-gguf/NAME-f32.gguf [TYPE]
+ *
+ * TYPE (default f32) names the converter output the GGUF is; ids from another than f32 go under
+ * `llamacpp_TYPE` (a checkpoint with MXFP4 experts: bf16, the output `convert`'s auto equals).
  */
-import { readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
-const [name, ggufPath] = process.argv.slice(2);
+const [name, ggufPath, type = "f32"] = process.argv.slice(2);
+const key = type === "f32" ? "llamacpp" : `llamacpp_${type}`;
 if (!name || !ggufPath) throw new Error("usage: node scripts/hf-fixtures-llamacpp-ids.mjs NAME F32.gguf");
 
 const refDir = join(ROOT, "test", "reference", "hf");
-const transformersRef = JSON.parse(readFileSync(join(refDir, `${name}.transformers.json`), "utf8"));
+// a checkpoint without a transformers reference (smallthinker) has its prompt ids in NAME.prompts.json
+const hasTransformers = existsSync(join(refDir, `${name}.transformers.json`));
+const transformersRef = JSON.parse(
+  readFileSync(join(refDir, `${name}.${hasTransformers ? "transformers" : "prompts"}.json`), "utf8"),
+);
 const outPath = join(refDir, `${name}.llamacpp-convert.json`);
 const out = JSON.parse(readFileSync(outPath, "utf8"));
 
@@ -49,6 +57,7 @@ try {
     }
     await context.dispose();
     greedy.push(ids);
+    if (!hasTransformers) continue;
     const want = transformersRef.greedy[p];
     const firstDifference = ids.findIndex((id, i) => id !== want[i]);
     comparison.push({
@@ -63,17 +72,20 @@ try {
   await llama.dispose();
 }
 
-out.llamacpp = {
+out[key] = {
   peer: `llama.cpp via node-llama-cpp ${version} (prebuilt CPU build, 1 thread, F32 KV cache, no flash attention, temperature 0)`,
-  gguf: "the f32 output above",
-  promptIds: "transformers' promptIds (test/reference/hf/NAME.transformers.json)",
+  gguf: `the ${type} output above`,
+  promptIds: hasTransformers
+    ? "transformers' promptIds (test/reference/hf/NAME.transformers.json)"
+    : "the promptIds of test/reference/hf/NAME.prompts.json",
   greedy,
-  comparison,
-  allMatchTransformers: comparison.every((c) => c.matches),
-  made_by: `python scripts/hf-fixtures-llamacpp-convert.py ${name} (which runs node scripts/hf-fixtures-llamacpp-ids.mjs ${name} GGUF)`,
+  ...(hasTransformers ? { comparison, allMatchTransformers: comparison.every((c) => c.matches) } : {}),
+  made_by: `python scripts/hf-fixtures-llamacpp-convert.py ${name} (which runs node scripts/hf-fixtures-llamacpp-ids.mjs ${name} GGUF${type === "f32" ? "" : ` ${type}`})`,
 };
 writeFileSync(outPath, JSON.stringify(out, null, 1) + "\n");
 process.stderr.write(
-  `${name}: llama.cpp's greedy ids ${out.llamacpp.allMatchTransformers ? "match" : "DIFFER FROM"} transformers' ` +
-    `(${comparison.map((c) => `${c.sameIds}/${generated}`).join(" ")})\n`,
+  !hasTransformers
+    ? `${name} ${type}: llama.cpp's greedy ids recorded\n`
+    : `${name} ${type}: llama.cpp's greedy ids ${out[key].allMatchTransformers ? "match" : "DIFFER FROM"} transformers' ` +
+        `(${comparison.map((c) => `${c.sameIds}/${generated}`).join(" ")})\n`,
 );

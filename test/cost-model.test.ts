@@ -239,13 +239,48 @@ test("cost model by hand: predictor mode reads the next layer's misses ahead, on
   close(none.secondsPerToken, 22.120592e-3, "token without read-ahead coverage");
 });
 
+test("cost model by hand: dense mode picks without a predictor and reads the next layer's misses ahead exactly", () => {
+  // The predictor-mode case above in dense mode: no predictor to run, and the read-ahead covers
+  // all of the next layer's misses (every neuron is a pick, so they are known), every one used.
+  const denseKnobs: Knobs = { ...predictorKnobs, sparsity: "dense" };
+  const budget = budgetFor(denseKnobs, 40);
+  const hp = hits([20, 22], [0, 0], [10, 10]);
+  const p = predict(shape, firing, hw, denseKnobs, workload, budget, hp, { coverage: 0.5, used: 0.5 });
+  assert.equal(p.layout.coldSlots, 40);
+  assert.equal(p.layout.gateBytes, 0, "no gate rows or staging");
+  // Layer 0:
+  //   t = 15.096 us               attention
+  //   + 113 scan                  100 * 0.01 + 20 * 0.1 + 10 * (1 + 10) us; t = 128.096 us; the
+  //                               10 misses queued, landing at 128.096 us + 9.9 ms = 10.028096 ms
+  //   read-ahead of layer 1's 12 misses (the measured rates given are not dense mode's):
+  //   + 12 * 10 submit            t = 248.096 us; landing at 10.028096 + 11.88 = 21.908096 ms
+  //   + 22 hits                   2 + 10 cold hits * 2 us; t = 270.096 us
+  //   wait for the misses         10.028096 - 0.270096 = 9.758 ms
+  //   + 21 misses                 10 * 2 us + 1 dispatch; t = 10.049096 ms
+  // Layer 1:
+  //   t = 10.064192 ms            attention
+  //   wait for the read-ahead     21.908096 - 10.064192 = 11.843904 ms
+  //   + 3.2 scan                  1 + 22 * 0.1, nothing left to read; t = 21.911296 ms
+  //   + 46 hits                   2 + (10 cold hits + 12 read ahead) * 2 us; t = 21.957296 ms
+  // + output 6.2 us: 21.963496 ms
+  const b = p.breakdown;
+  close(b.attention, 2 * ATTENTION, "attention");
+  assert.equal(b.gate, 0, "no predictor");
+  close(b.scan, 236.2e-6, "scan and submits");
+  close(b.ffnCompute, 89e-6, "ffn");
+  close(b.ioWait, 9.758e-3 + 11.843904e-3, "I/O wait");
+  close(p.secondsPerToken, 21.963496e-3, "token");
+  assert.equal(p.readBytesPerToken, 22 * 4096);
+});
+
 test("read-ahead condition: the runtime's and the cost model's", () => {
   // at all: predictor mode, pipelined, asked for, something not hot
-  assert.equal(readsAhead(true, true, true, 10, 100), true);
-  assert.equal(readsAhead(false, true, true, 10, 100), false);
-  assert.equal(readsAhead(true, false, true, 10, 100), false);
-  assert.equal(readsAhead(true, true, false, 10, 100), false);
-  assert.equal(readsAhead(true, true, true, 100, 100), false);
+  assert.equal(readsAhead("predictor", true, true, 10, 100), true);
+  assert.equal(readsAhead("dense", true, true, 10, 100), true);
+  assert.equal(readsAhead("gate", true, true, 10, 100), false);
+  assert.equal(readsAhead("predictor", false, true, 10, 100), false);
+  assert.equal(readsAhead("predictor", true, false, 10, 100), false);
+  assert.equal(readsAhead("predictor", true, true, 100, 100), false);
   // per step: only when the first round took every miss; the next layer, none after the last
   assert.equal(readAheadGroup(0, 2, 0, -1, 10, 10), 1);
   assert.equal(readAheadGroup(1, 2, 0, -1, 10, 10), -1);

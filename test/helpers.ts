@@ -19,7 +19,7 @@ import { GGUFFile } from "../src/format/gguf.js";
 import { NeuronStore } from "../src/format/store/index.js";
 import { ReferenceModel } from "../src/model/reference.js";
 import { LlamaModel, type LoadOptions } from "../src/model/model.js";
-import { BUDGET_ROOM } from "../src/model/offload/layout.js";
+import { BUDGET_ROOM, type SparsityMode } from "../src/model/offload/layout.js";
 
 /** The repository root (tests run from dist/test). */
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -161,7 +161,7 @@ export function f32Bytes(a: Float32Array): Uint8Array {
 export const sha256OfFile = (path: string) => createHash("sha256").update(readFileSync(path)).digest("hex");
 
 /**
- * A store loaded in gate mode under a budget that leaves three quarters of its FFN on flash: the
+ * A store loaded (in the mode asked, else the one a run picks) under a budget that leaves three quarters of its FFN on flash: the
  * cache capped at a quarter of the bundles. The fixed part counts this process's resident memory
  * at load, which drifts by megabytes between two loads (garbage collection, the thread pool):
  * next to a few MiB of bundles that drift would move the cache, so the cache is capped and the
@@ -172,16 +172,18 @@ export async function loadMostlyOnFlash(
   threads: number,
   contextSize = 64,
   kvCache?: LoadOptions["kvCache"],
+  /** default: the mode a run picks (gate where gates skip neurons, dense where every neuron fires) */
+  sparsity?: SparsityMode,
   /**
-   * hotFraction 0: no hot region, where packed hot slots (bundles mostly padding, as tiny MXFP4
-   * ones are) would hold every neuron in a quarter of the bundles' bytes
+   * 0: no hot region, where packed hot slots (bundles mostly padding, as tiny MXFP4 ones are)
+   * would hold every neuron in a quarter of the bundles' bytes
    */
-  more: { sparsity?: "gate" | "dense"; hotFraction?: number } = {},
+  hotFraction?: number,
 ): Promise<{ model: LlamaModel; allFFN: number }> {
   const s = NeuronStore.open(store);
   const allFFN = s.ffn.layers.length * s.ffn.layers[0].neurons * s.ffn.bundleBytes;
   s.close();
-  const offload = { sparsity: more.sparsity ?? "gate", hotFraction: more.hotFraction, cacheBytes: allFFN / 4 };
+  const offload = { sparsity, hotFraction, cacheBytes: allFFN / 4 };
   const fixed = (await LlamaModel.layoutOf(store, { threads, contextSize, offload })).fixed;
   const model = await LlamaModel.load(store, {
     threads,

@@ -8,6 +8,10 @@
  *   and from a neuron store (-o x.pi) read under a budget that leaves most of the FFN on flash.
  * - llama.cpp itself (node-llama-cpp in bench/.peer, where installed) loads our f32 GGUF and
  *   decodes transformers' greedy ids.
+ * gpt-oss-mxfp4 (gpt-oss as published, experts in MXFP4): auto keeps them, equal to llama.cpp's
+ * converter's bf16 output byte for byte; f32/f16/bf16 hold their exact values. smallthinker (no
+ * transformers class): the engine runs our GGUF as it ran llama.cpp's converter's
+ * (test/reference/hf/smallthinker.prompts.json).
  * Then the bad directories: each refused with an error naming the file and the tensor or key.
  */
 import { test } from "node:test";
@@ -20,7 +24,8 @@ import { gunzipSync } from "node:zlib";
 import { GGUFFile, YARN_TRUNCATE_KEY } from "../src/format/gguf.js";
 import { typeName } from "../src/format/ggml-types.js";
 import { convertHFToGGUF, ggufModelName } from "../src/format/hf/hf-to-gguf.js";
-import { SafetensorsFile } from "../src/format/hf/safetensors.js";
+import { SafetensorsFile, widenToF32 } from "../src/format/hf/safetensors.js";
+import { dequantizeMXFP4 } from "../src/format/mxfp4.js";
 import { LlamaModel } from "../src/model/model.js";
 import { convertHFToStore } from "../src/offline/hf-to-store.js";
 import { argmax, greedyAsync, hfFixtureDir, loadMostlyOnFlash, maxDiff, ROOT, tempDir } from "./helpers.js";
@@ -38,6 +43,12 @@ const dir = tempDir("hf-convert-");
 const F32_KV = { k: "f32", v: "f32" } as const;
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
 
+/** NAME.prompts.json: prompt ids, and the engine's run of llama.cpp's converter's f32 GGUF. */
+interface PromptsReference {
+  promptIds: number[][];
+  engineOnLlamaCppGGUF: Omit<TransformersReference, "promptIds">;
+}
+
 interface TransformersReference {
   promptIds: number[][];
   greedy: number[][];
@@ -49,8 +60,9 @@ function hfDir(name: string, into = join(dir, name)): string {
   return hfFixtureDir(name, into);
 }
 
+type OutType = "auto" | "f32" | "f16" | "bf16" | "q8_0";
 const converted = new Map<string, Promise<string>>();
-function gguf(name: string, type: "f32" | "f16" | "bf16" | "q8_0"): Promise<string> {
+function gguf(name: string, type: OutType): Promise<string> {
   const key = `${name}.${type}`;
   let p = converted.get(key);
   if (!p) {
@@ -119,13 +131,13 @@ const DELIBERATE_EXTRAS = ["attention.sliding_window_pattern", YARN_TRUNCATE_KEY
  * `<arch>.` key) equal llama.cpp's converter's, and ours have none it lacks. The vocabulary's
  * keys are src/format/hf-tokenizer.ts's business (test/tokenizer-hf.test.ts).
  */
-function checkModelMetadata(f: GGUFFile, want: LlamaCppOutput["metadata"]): void {
+function checkModelMetadata(f: GGUFFile, want: LlamaCppOutput["metadata"], differ: string[] = []): void {
   const arch = String(want["general.architecture"].value);
   const model = (k: string) =>
     k.startsWith(`${arch}.`) ||
     ["general.architecture", "general.type", "general.file_type", "general.quantization_version"].includes(k);
   for (const [k, { value }] of Object.entries(want)) {
-    if (!model(k)) continue;
+    if (!model(k) || differ.includes(k)) continue;
     const ours = f.metadata.get(k);
     if (typeof value === "number" && typeof ours === "number")
       assert.equal(Math.fround(ours), Math.fround(value), `metadata ${k}`);
@@ -134,6 +146,60 @@ function checkModelMetadata(f: GGUFFile, want: LlamaCppOutput["metadata"]): void
   for (const k of f.metadata.keys())
     if (model(k) && !DELIBERATE_EXTRAS.includes(k.slice(arch.length + 1)))
       assert.ok(k in want, `metadata ${k}: llama.cpp's converter does not write it`);
+}
+
+/** Whether a fixture's config declares MXFP4 weights (gpt-oss as published). */
+function declaresMxfp4(name: string): boolean {
+  const q = readJson<{ quantization_config?: { quant_method?: string } }>(join(FIXTURES, name, "config.json"));
+  return q.quantization_config?.quant_method === "mxfp4";
+}
+
+function tensorBytes(f: GGUFFile, name: string): Uint8Array {
+  const t = f.tensors.get(name)!;
+  const bytes = new Uint8Array(t.bytes);
+  f.readTensor(t, bytes, 0, t.bytes);
+  return bytes;
+}
+
+/**
+ * Our `ours` output against llama.cpp's converter's `theirs`: the same tensor names, types, shapes
+ * and bytes, and the same model metadata. Where ours is a float type over MXFP4 experts, which
+ * llama.cpp's converter keeps as MXFP4 whatever the type, those tensors are our float type
+ * holding exactly the values of the MXFP4 bytes our "auto" output keeps (whose bytes are
+ * llama.cpp's: the auto test), and general.file_type says the float type, not MOSTLY_MXFP4_MOE.
+ */
+async function compareWithLlamaCpp(name: string, ours: OutType, theirs: string, refPath: string): Promise<void> {
+  const ref = llamaCppOutput(refPath, theirs);
+  const dequantized = declaresMxfp4(name) && ["f32", "f16", "bf16"].includes(ours);
+  const f = GGUFFile.open(await gguf(name, ours));
+  const kept = dequantized ? GGUFFile.open(await gguf(name, "auto")) : undefined;
+  try {
+    checkModelMetadata(f, ref.metadata, dequantized ? ["general.file_type"] : []);
+    assert.deepEqual([...f.tensors.keys()].sort(), ref.tensors.map((t) => t.name).sort(), "the same tensor names");
+    let values = 0;
+    for (const w of ref.tensors) {
+      const t = f.tensors.get(w.name)!;
+      assert.deepEqual(t.dims, w.ne, `${w.name}: shape (ggml order)`);
+      const bytes = tensorBytes(f, w.name);
+      if (kept && w.type === "MXFP4") {
+        assert.equal(typeName(t.type).toLowerCase(), ours, `${w.name}: type`);
+        const n = w.ne.reduce((a, b) => a * b, 1);
+        const want = new Float32Array(n);
+        dequantizeMXFP4(tensorBytes(kept, w.name), n, want, 0);
+        const got = new Float32Array(n);
+        widenToF32(ours.toUpperCase(), bytes, got);
+        assert.deepEqual(got, want, `${w.name}: the MXFP4 values`);
+        values++;
+        continue;
+      }
+      assert.equal(typeName(t.type).toLowerCase(), w.type.toLowerCase(), `${w.name}: type`);
+      assert.equal(sha256(bytes), w.sha256, `${w.name}: bytes`);
+    }
+    if (kept) assert.ok(values > 0, "some MXFP4 tensors were compared as values");
+  } finally {
+    f.close();
+    kept?.close();
+  }
 }
 
 for (const name of NAMES) {
@@ -146,29 +212,18 @@ for (const name of NAMES) {
         ["f32", "f16", "bf16", "q8_0"].includes(t),
       )
     : ["f32", "q8_0"];
-  for (const type of types as ("f32" | "f16" | "bf16" | "q8_0")[])
+  for (const type of types as OutType[])
     test(
       `hf ${name}: ${type} tensors and model metadata are llama.cpp's converter's, byte for byte`,
       { skip: !existsSync(llamaCppRef) },
-      async () => {
-        const ref = llamaCppOutput(llamaCppRef, type);
-        const want = ref.tensors;
-        const f = GGUFFile.open(await gguf(name, type));
-        try {
-          checkModelMetadata(f, ref.metadata);
-          assert.deepEqual([...f.tensors.keys()].sort(), want.map((t) => t.name).sort(), "the same tensor names");
-          for (const w of want) {
-            const t = f.tensors.get(w.name)!;
-            assert.equal(typeName(t.type).toLowerCase(), w.type.toLowerCase(), `${w.name}: type`);
-            assert.deepEqual(t.dims, w.ne, `${w.name}: shape (ggml order)`);
-            const bytes = new Uint8Array(t.bytes);
-            f.readTensor(t, bytes, 0, t.bytes);
-            assert.equal(sha256(bytes), w.sha256, `${w.name}: bytes`);
-          }
-        } finally {
-          f.close();
-        }
-      },
+      () => compareWithLlamaCpp(name, type, type, llamaCppRef),
+    );
+  // auto keeps MXFP4 experts and the checkpoint's BF16 elsewhere: what llama.cpp's bf16 writes
+  if (declaresMxfp4(name))
+    test(
+      `hf ${name}: auto keeps the MXFP4 experts: llama.cpp's converter's bf16 output, byte for byte`,
+      { skip: !existsSync(llamaCppRef) },
+      () => compareWithLlamaCpp(name, "auto", "bf16", llamaCppRef),
     );
 
   test(
@@ -185,15 +240,39 @@ for (const name of NAMES) {
     },
   );
 
+  // no transformers class (smallthinker): the engine must run our GGUF as it ran llama.cpp's converter's
+  const promptsRef = join(REFERENCES, `${name}.prompts.json`);
+  const engineRef = !existsSync(transformersRef) && existsSync(promptsRef);
+  /** transformers' reference, or for a checkpoint without one the engine's run of llama.cpp's GGUF */
+  const reference = (): TransformersReference => {
+    if (!engineRef) return readJson<TransformersReference>(transformersRef);
+    const ref = readJson<PromptsReference>(promptsRef);
+    return { promptIds: ref.promptIds, ...ref.engineOnLlamaCppGGUF };
+  };
+  const whose = engineRef ? "the ids of llama.cpp's converter's f32 GGUF" : "transformers' ids";
+  if (engineRef)
+    test(`hf ${name}: the f32 GGUF runs as llama.cpp's converter's f32 GGUF did`, async () => {
+      const model = await LlamaModel.load(await gguf(name, "f32"), { threads: 1, contextSize: 64, kvCache: F32_KV });
+      try {
+        await checkAgainstTransformers(model, reference(), `${name} f32 GGUF`);
+      } finally {
+        await model.dispose();
+      }
+    });
+
   // The sparse kernels take rows of whole 32-value blocks: a narrower model has no store.
   const hidden = readJson<{ hidden_size: number }>(join(FIXTURES, name, "config.json")).hidden_size;
-  const storeSkip = !existsSync(transformersRef)
-    ? "no transformers reference"
-    : hidden % 32 !== 0
-      ? `hidden_size ${hidden} is not a multiple of 32, which a neuron store's rows need`
-      : false;
-  test(`hf ${name}: -o x.pi runs under a budget with transformers' ids`, { skip: storeSkip }, async () => {
-    const ref = readJson<TransformersReference>(transformersRef);
+  const arch = readJson<{ architectures: string[] }>(join(FIXTURES, name, "config.json")).architectures[0];
+  const storeSkip =
+    !existsSync(transformersRef) && !engineRef
+      ? "no transformers reference"
+      : hidden % 32 !== 0
+        ? `hidden_size ${hidden} is not a multiple of 32, which a neuron store's rows need`
+        : arch === "GptOssForCausalLM"
+          ? "the neuron store does not carry gpt-oss's expert biases and clamped SwiGLU yet"
+          : false;
+  test(`hf ${name}: -o x.pi runs under a budget with ${whose}`, { skip: storeSkip }, async () => {
+    const ref = reference();
     const store = join(dir, `${name}.pi`);
     await convertHFToStore({ input: hfDir(name), output: store, type: "f32", fsync: false });
     assert.ok(!readdirSync(dir).some((f) => f.includes(".hf-gguf-")), "the temporary GGUF is deleted");
@@ -208,7 +287,8 @@ for (const name of NAMES) {
 
 /**
  * Vocabulary arrays llama.cpp's converter writes differently, on purpose or by its inputs:
- * - scores of a SentencePiece vocabulary read from tokenizer.json (phi3, mistral, mixtral): ours
+ * - scores of a SentencePiece vocabulary read from tokenizer.json (phi3, mistral, mixtral, and
+ *   gpt-oss-mxfp4 and smallthinker, which carry Mistral's tokenizer): ours
  *   come from the merges' order; llama.cpp's converter, without tokenizer.model, writes -1000 for
  *   every token (gguf-py's LlamaHfVocab), and for phi3 it read a tokenizer.model that
  *   scripts/hf-fixtures-llamacpp-convert.py made up with scores -id;
@@ -220,6 +300,8 @@ const VOCAB_ARRAYS_DIFFER: Record<string, string[]> = {
   phi3: ["tokenizer.ggml.scores"],
   mistral: ["tokenizer.ggml.scores"],
   mixtral: ["tokenizer.ggml.scores"],
+  "gpt-oss-mxfp4": ["tokenizer.ggml.scores"],
+  smallthinker: ["tokenizer.ggml.scores"],
   gemma3: ["tokenizer.ggml.token_type", "tokenizer.ggml.merges"],
 };
 
@@ -310,18 +392,31 @@ for (const name of NAMES) {
     },
   );
 
+  // MXFP4 experts: llama.cpp runs them as MXFP4 (its f32 output keeps them), so it loads our auto
+  // output (MXFP4 experts, BF16 elsewhere) and must give its ids from its own converter's bf16;
+  // without a transformers reference, its ids from its own converter's f32
+  const mxfp4 = declaresMxfp4(name);
+  const promptsRef = join(REFERENCES, `${name}.prompts.json`);
+  const ownIds = mxfp4 || !existsSync(transformersRef) || LLAMACPP_RUNS_OTHERWISE.includes(name);
   test(
-    `hf ${name}: llama.cpp loads the f32 GGUF and decodes transformers' greedy ids`,
-    { skip: noPeer || (!existsSync(transformersRef) && "no transformers reference") },
+    `hf ${name}: llama.cpp loads the ${mxfp4 ? "auto" : "f32"} GGUF and decodes ${ownIds ? `the ids of its own converter's ${mxfp4 ? "bf16" : "f32"} GGUF` : "transformers' greedy ids"}`,
+    {
+      skip:
+        noPeer ||
+        (!existsSync(transformersRef) && !existsSync(promptsRef) && "no transformers reference nor prompt ids"),
+    },
     async () => {
-      const ref = readJson<TransformersReference>(transformersRef);
-      const got = await llamaCppGreedy(await gguf(name, "f32"), ref.promptIds, ref.greedy[0].length);
-      let want = ref.greedy;
-      if (LLAMACPP_RUNS_OTHERWISE.includes(name)) {
-        const own = readJson<{ llamacpp: { greedy?: number[][] } }>(llamaCppRef).llamacpp.greedy;
-        assert.ok(own, `${llamaCppRef}: llama.cpp's own ids are missing`);
+      const ref = readJson<{ promptIds: number[][]; greedy?: number[][] }>(
+        existsSync(transformersRef) ? transformersRef : promptsRef,
+      );
+      let want = ref.greedy!;
+      if (ownIds) {
+        const key = mxfp4 ? "llamacpp_bf16" : "llamacpp";
+        const own = readJson<Record<string, { greedy?: number[][] } | undefined>>(llamaCppRef)[key]?.greedy;
+        assert.ok(own, `${llamaCppRef}: llama.cpp's own ids (${key}) are missing`);
         want = own;
       }
+      const got = await llamaCppGreedy(await gguf(name, mxfp4 ? "auto" : "f32"), ref.promptIds, want[0].length);
       for (let p = 0; p < want.length; p++) assert.deepEqual(got[p], want[p], `prompt ${p}`);
     },
   );
@@ -361,6 +456,12 @@ test("hf: general.name is left out only where llama.cpp's Phi-3 rule would refus
     }
   }
 });
+
+function editConfig(d: string, edit: (j: Record<string, unknown>) => void): void {
+  const j = readJson<Record<string, unknown>>(join(d, "config.json"));
+  edit(j);
+  writeFileSync(join(d, "config.json"), JSON.stringify(j));
+}
 
 /** A copy of a fixture directory to break. */
 function brokenCopy(name: string, label: string): string {
@@ -435,28 +536,10 @@ test("hf: bad directories are refused naming the file and the tensor or key", { 
 });
 
 test(
-  "hf gpt-oss: MXFP4 experts, another window layout, other YaRN parameters and SwiGLU clamp are refused",
+  "hf gpt-oss: another window layout, other YaRN parameters and SwiGLU clamp are refused",
   { skip: !NAMES.includes("gpt-oss") },
   async () => {
-    const editConfig = (d: string, edit: (j: Record<string, unknown>) => void) => {
-      const j = readJson<Record<string, unknown>>(join(d, "config.json"));
-      edit(j);
-      writeFileSync(join(d, "config.json"), JSON.stringify(j));
-    };
-    // the published checkpoints' experts: MXFP4 blocks and scales, which convert does not repack
-    let d = brokenCopy("gpt-oss", "gptoss-mxfp4");
-    const blocks: TestTensor = {
-      name: "model.layers.0.mlp.experts.gate_up_proj_blocks",
-      shape: [4],
-      values: new Float32Array(4),
-    };
-    writeSafetensors(join(d, "model-mxfp4.safetensors"), [blocks]);
-    const index = readJson<{ weight_map: Record<string, string> }>(join(d, "model.safetensors.index.json"));
-    index.weight_map[blocks.name] = "model-mxfp4.safetensors";
-    writeFileSync(join(d, "model.safetensors.index.json"), JSON.stringify(index));
-    await refuses(d, "model-mxfp4.safetensors", `"${blocks.name}"`, "MXFP4");
-
-    d = brokenCopy("gpt-oss", "gptoss-layers");
+    let d = brokenCopy("gpt-oss", "gptoss-layers");
     editConfig(d, (j) => (j.layer_types = ["full_attention", "sliding_attention"]));
     await refuses(d, "config.json", '"layer_types"', "[0]");
 
@@ -467,6 +550,97 @@ test(
     d = brokenCopy("gpt-oss", "gptoss-swiglu");
     editConfig(d, (j) => (j.swiglu_limit = 10));
     await refuses(d, "config.json", '"swiglu_limit"', "7");
+  },
+);
+
+type StHeader = Record<string, { dtype: string; shape: number[]; data_offsets: number[] }>;
+
+/** Rewrites the header of the shard holding `tensor` (its data unchanged); returns the shard's name. */
+function editShardHeader(d: string, tensor: string, edit: (h: StHeader) => void): string {
+  const shard = readJson<{ weight_map: Record<string, string> }>(join(d, "model.safetensors.index.json")).weight_map[
+    tensor
+  ];
+  const path = join(d, shard);
+  const file = readFileSync(path);
+  const len = Number(file.readBigUInt64LE(0));
+  const header = JSON.parse(file.subarray(8, 8 + len).toString("utf8")) as StHeader;
+  edit(header);
+  const json = Buffer.from(JSON.stringify(header), "utf8");
+  const size = Buffer.alloc(8);
+  size.writeBigUInt64LE(BigInt(json.length));
+  writeFileSync(path, Buffer.concat([size, json, file.subarray(8 + len)]));
+  return shard;
+}
+
+test(
+  "hf gpt-oss-mxfp4: blocks without scales, wrong MXFP4 shapes and undeclared U8 tensors are refused naming the tensor",
+  { skip: !NAMES.includes("gpt-oss-mxfp4") },
+  async () => {
+    const m = "model.layers.0.mlp.experts.";
+    let d = brokenCopy("gpt-oss-mxfp4", "mxfp4-noscales");
+    const scales = m + "gate_up_proj_scales";
+    editShardHeader(d, scales, (h) => delete h[scales]);
+    const indexPath = join(d, "model.safetensors.index.json");
+    const index = readJson<{ weight_map: Record<string, string> }>(indexPath);
+    delete index.weight_map[scales];
+    writeFileSync(indexPath, JSON.stringify(index));
+    await refuses(d, `"${scales}"`, "missing");
+
+    d = brokenCopy("gpt-oss-mxfp4", "mxfp4-shape");
+    const blocks = m + "down_proj_blocks";
+    // the same bytes seen as half as many rows of twice the blocks
+    const shard = editShardHeader(d, blocks, (h) => {
+      const [e, rows, nb, b] = h[blocks].shape;
+      h[blocks].shape = [e, rows / 2, nb * 2, b];
+    });
+    await refuses(d, shard, `"${blocks}"`, "shape", "config.json");
+
+    d = brokenCopy("gpt-oss-mxfp4", "mxfp4-undeclared");
+    editConfig(d, (j) => delete j.quantization_config);
+    await refuses(d, "_blocks", "U8", "quantization_config");
+
+    d = brokenCopy("gpt-oss-mxfp4", "mxfp4-method");
+    editConfig(d, (j) => ((j.quantization_config as Record<string, unknown>).quant_method = "fp8"));
+    await refuses(d, "config.json", '"quantization_config.quant_method"', "fp8");
+  },
+);
+
+test(
+  "hf gpt-oss-mxfp4: f16 holds the MXFP4 values exactly, and a scale past f16's range is refused, not rounded",
+  { skip: !NAMES.includes("gpt-oss-mxfp4") },
+  async () => {
+    const name = "blk.0.ffn_down_exps.weight";
+    const kept = GGUFFile.open(await gguf("gpt-oss-mxfp4", "auto"));
+    const f16 = GGUFFile.open(await gguf("gpt-oss-mxfp4", "f16"));
+    try {
+      const n = f16.tensors.get(name)!.dims.reduce((a, b) => a * b, 1);
+      const want = new Float32Array(n);
+      dequantizeMXFP4(tensorBytes(kept, name), n, want, 0);
+      const got = new Float32Array(n);
+      widenToF32("F16", tensorBytes(f16, name), got);
+      assert.deepEqual(got, want);
+    } finally {
+      kept.close();
+      f16.close();
+    }
+    // one block's exponent 2^73: exact in bf16, past f16's range
+    const d = brokenCopy("gpt-oss-mxfp4", "mxfp4-f16");
+    const scales = "model.layers.0.mlp.experts.down_proj_scales";
+    const shard = readJson<{ weight_map: Record<string, string> }>(join(d, "model.safetensors.index.json")).weight_map[
+      scales
+    ];
+    const sf = SafetensorsFile.open(join(d, shard));
+    const offset = sf.tensors.get(scales)!.offset;
+    sf.close();
+    const bytes = readFileSync(join(d, shard));
+    bytes[offset] = 200;
+    writeFileSync(join(d, shard), bytes);
+    const output = join(d, "out.gguf");
+    await assert.rejects(convertHFToGGUF({ input: d, output, type: "f16", fsync: false }), (e: Error) => {
+      assert.ok(e.message.includes(`"${name}"`) && e.message.includes("f16"), e.message);
+      return true;
+    });
+    await convertHFToGGUF({ input: d, output, type: "bf16", fsync: false });
   },
 );
 

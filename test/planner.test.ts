@@ -843,3 +843,28 @@ test("plan: a store with predictors is planned in predictor mode, as run runs it
     /made for --sparsity predictor, this run asks for gate/,
   );
 });
+
+test("plan: a SiLU store without thresholds is planned in dense mode, as run runs it: no predictor, no gate rows; run --plan takes it", async () => {
+  await stores();
+  const gguf = join(dir, "tiny-silu.gguf");
+  await synthesize({ shape: "tiny", act: "silu", type: "q4_1", seed: 5, out: gguf, fsync: false });
+  const silu = join(dir, "tiny-silu.pi");
+  await convertToStore({ input: gguf, output: silu, fsync: false });
+  const budget = 160 * MiB;
+  const r = await tinyPlan(budget, { modelPath: silu });
+  assert.equal(r.plan.knobs.sparsity, "dense");
+  assert.ok(r.candidates.every((p) => p.knobs.sparsity === "dense"));
+  assert.ok(r.best.layout.fits);
+  assert.equal(r.best.layout.gateBytes, 0, "no gate rows or staging");
+  assert.equal(r.best.breakdown.gate, 0, "no predictor and no gate matvec");
+  assert.match(r.plan.firing.source, /silu without activation thresholds/);
+  const path = join(dir, "silu.plan.json");
+  writePlan(path, r.plan);
+  const run = spawnSync(
+    process.execPath,
+    [CLI, "run", "-m", silu, "-p", "Once", "-n", "4", "--plan", path, "--memory-budget", String(budget)],
+    { encoding: "utf8" },
+  );
+  assert.equal(run.status, 0, run.stderr);
+  assert.match(run.stderr, /using plan .*: dense sparsity/);
+});

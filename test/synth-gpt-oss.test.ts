@@ -285,10 +285,7 @@ for (const [type, as, tolerance] of [
       ["dense", 1],
       ["gate", 2],
     ] as const) {
-      const { model: m, allFFN } = await loadMostlyOnFlash(await storeOf(type, as), threads, 64, undefined, {
-        sparsity,
-        hotFraction: 0,
-      });
+      const { model: m, allFFN } = await loadMostlyOnFlash(await storeOf(type, as), threads, 64, undefined, sparsity, 0);
       try {
         assert.ok(m.offloaded!.layout.cacheBytes < allFFN / 3, `cache ${m.offloaded!.layout.cacheBytes} of ${allFFN}`);
         const got = await logitsOf(m, IDS);
@@ -371,7 +368,7 @@ test("MXFP4 experts of another architecture (qwen3moe) convert and run from thei
   const inMemory = await LlamaModel.load(qwen, { threads: 1, contextSize: 64 });
   const want = await logitsOf(inMemory, IDS.slice(0, 6));
   await inMemory.dispose();
-  const { model: m } = await loadMostlyOnFlash(out, 2, 64, undefined, { hotFraction: 0 });
+  const { model: m } = await loadMostlyOnFlash(out, 2, 64, undefined, undefined, 0);
   try {
     const got = await logitsOf(m, IDS.slice(0, 6));
     for (let i = 0; i < want.length; i++) {

@@ -2,6 +2,7 @@
  * Section 2 of bench:offload, the paper's ablation at one limit: naive, + cache, + pipeline (index
  * order), (+ predictors,) + hot-first order.
  */
+import type { SparsityMode } from "../../src/model/offload/layout.js";
 import { median } from "../../src/planner/median.js";
 import { SHAPE_SPECS } from "../../src/offline/synth.js";
 import type { BenchContext } from "./context.js";
@@ -15,7 +16,7 @@ export function runAblation(b: BenchContext): void {
   const limit = limitBytes(o.ablationLimit);
   // with predictors, the steps before them run the exact gate mode, and the predictors are a step
   const early: "gate" | "predictor" = "gate";
-  const configs: { name: string; store: string; extra: string[]; sparsity: "gate" | "predictor" }[] = [
+  const configs: { name: string; store: string; extra: string[]; sparsity: SparsityMode }[] = [
     {
       name: "naive: bundles read every token (16 MiB cache, no hot region), no pipeline",
       store: models.store,

@@ -1,4 +1,5 @@
 /** What every section of bench:offload works with: the options, the models, how runs are limited, the report. */
+import type { SparsityMode } from "../../src/model/offload/layout.js";
 import type { GreedyTexts } from "./greedy-texts.js";
 import type { CgroupSupport } from "./limited-run.js";
 import type { Models } from "./models.js";
@@ -8,7 +9,7 @@ export interface BenchContext {
   o: Options;
   models: Models;
   /** ours' mode: with predictors where the model is predictable (--gate-rank), else the exact gate mode */
-  sparsity: "gate" | "predictor";
+  sparsity: SparsityMode;
   /** where runs get their memory limit; undefined: no cgroup, ours' own --memory-budget only */
   cg: CgroupSupport | undefined;
   /** whether node-llama-cpp is installed */

@@ -85,7 +85,7 @@ export function denseModelLine(o: Options & { shape: DenseShape }, models: Model
   const layers = o.layers !== undefined && o.layers !== spec.layers ? `, ${o.layers} of its ${spec.layers} layers` : "";
   return (
     `model: ${o.shape} shape (${spec.like}${layers}), dense ${denseActivation(o.shape) === "gelu" ? "GELU" : "SiLU"} (random weights, no planted sparsity), ${o.type.toUpperCase()}, seed ${SEED}: ` +
-    `GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}; ours runs the exact gate mode, which computes every neuron (no thresholds: sparsity only where --sparsity and a calibration ask for it)`
+    `GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}; ours runs dense mode, which computes every neuron, each bundle whole (no thresholds: sparsity only where --sparsity and a calibration ask for it)`
   );
 }
 

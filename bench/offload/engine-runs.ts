@@ -1,4 +1,5 @@
 /** One run of ours (`powerinfer run`) or of llama.cpp (this bench's --peer-run), and what its output says. */
+import type { SparsityMode } from "../../src/model/offload/layout.js";
 import { loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import { runLimited, unlimited, type CgroupSupport, type CgroupUsage } from "./limited-run.js";
@@ -62,7 +63,7 @@ export interface OursConfig {
   limit: number;
   threads: number;
   n: number;
-  sparsity: "gate" | "predictor";
+  sparsity: SparsityMode;
   /**
    * The share of FFN neurons a correct run computes at least, in percent: below it some FFN steps
    * did not really run (default: most of the planted ~10% firing; a dense model computes all).

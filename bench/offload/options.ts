@@ -5,8 +5,8 @@ export const SPARSE_SHAPES = ["7b", "mistral-7b", "mixtral", "smallthinker-4b", 
 export type SparseShape = (typeof SPARSE_SHAPES)[number];
 /**
  * The dense SiLU/GELU models people run today (synth's shapes of their public widths): no planted
- * sparsity, so ours runs the exact gate mode, which computes every neuron, and streams the FFN
- * that the budget leaves on flash.
+ * sparsity, so ours runs dense mode, which computes every neuron, and streams the FFN that the
+ * budget leaves on flash.
  */
 export const DENSE_SHAPES = [
   "qwen3-0.6b",

@@ -28,7 +28,7 @@ export const FLAGS: FlagSpec[] = [
     type: "string",
     help:
       `FFN weight type: ${CONVERT_TYPES.join(", ")} (keep: the model's own when a store can hold it, else the nearest: q4_1 for Q4_K, q5_1 for Q5_K, q8_0 for Q6_K). ` +
-      `From a Hugging Face directory the GGUF's weight type: ${HF_OUTPUT_TYPES.join(", ")} (keep = auto: bf16 for a bf16 checkpoint, else f16; norms, biases and routers stay f32)`,
+      `From a Hugging Face directory the GGUF's weight type: ${HF_OUTPUT_TYPES.join(", ")} (keep = auto: bf16 for a bf16 checkpoint, else f16; norms, biases and routers stay f32; MXFP4 experts stay MXFP4 but under f32, f16 and bf16, which write their exact values)`,
     default: "keep",
   },
   {
@@ -195,7 +195,7 @@ async function convertHFDirectory(input: string, out: string, args: Record<strin
       } else {
         const r = await convertHFToGGUF({ input, output: out, type, signal, onProgress: bar ? progress : undefined });
         bar?.finish(
-          `convert: ${r.arch}, ${r.tensors} tensors, ${r.type}, ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s`,
+          `convert: ${r.arch}, ${r.tensors} tensors, ${r.type}${r.mxfp4 ? ` (MXFP4 experts ${r.mxfp4})` : ""}, ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s`,
         );
         if (r.predictorsLeftOut > 0)
           process.stderr.write(

@@ -73,7 +73,7 @@ export const STORE_FLAGS: FlagSpec[] = [
     names: ["--sparsity"],
     key: "sparsity",
     type: "string",
-    help: "for a store: dense | gate | predictor (default: predictor when the model has predictors, else gate)",
+    help: "for a store: dense | gate | predictor (default: predictor when the model has predictors, else gate where an activation has exact zeros or thresholds are set, else dense: every neuron fires)",
   },
   {
     names: ["--cache-size"],

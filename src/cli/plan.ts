@@ -76,7 +76,7 @@ export const FLAGS: FlagSpec[] = [
     names: ["--sparsity"],
     key: "sparsity",
     type: "string",
-    help: "the sparsity mode to plan: gate or predictor (default: the one run uses, predictor when the store has predictors)",
+    help: "the sparsity mode to plan: gate, predictor or dense (default: the one run uses: predictor when the store has predictors, else gate where gates skip neurons, else dense)",
   },
   {
     names: ["--firing"],
@@ -273,8 +273,8 @@ export async function main(argv: string[]): Promise<number> {
   if (firing !== undefined && !(firing > 0 && firing <= 1))
     throw new UsageError(`plan: --firing must be in (0, 1], got ${firing}`);
   const sparsity = args.sparsity as string | undefined;
-  if (sparsity !== undefined && sparsity !== "gate" && sparsity !== "predictor")
-    throw new UsageError(`plan: --sparsity must be gate or predictor, got ${JSON.stringify(sparsity)}`);
+  if (sparsity !== undefined && sparsity !== "gate" && sparsity !== "predictor" && sparsity !== "dense")
+    throw new UsageError(`plan: --sparsity must be gate, predictor or dense, got ${JSON.stringify(sparsity)}`);
   const scale = args.scale as number;
   if (!(scale > 0)) throw new UsageError(`plan: --probe-scale must be positive`);
   const out = (args.output as string | undefined) ?? defaultPlanPath(model);
@@ -340,13 +340,15 @@ export async function main(argv: string[]): Promise<number> {
   lines.push(
     `knobs: ${k.sparsity} sparsity, ${k.threads} thread(s), read queue depth ${k.queueDepth}, hot share ${+k.hotFraction.toFixed(3)}, ` +
       `${k.sparsity === "gate" ? `gate rows ${k.residentGates ? "resident" : "read from flash each token"}, ` : ""}pipeline ${k.pipeline ? "on" : "off"}` +
-      `${k.sparsity === "predictor" && k.pipeline && plan.readAhead ? ` (read-ahead: ${pct(plan.readAhead.coverage)} of misses read a layer early, ${pct(plan.readAhead.used)} of it used${plan.calibration ? ", as measured" : ", assumed"})` : ""}`,
+      `${k.sparsity !== "gate" && k.pipeline && plan.readAhead ? ` (read-ahead: ${pct(plan.readAhead.coverage)} of misses read a layer early, ${pct(plan.readAhead.used)} of it used${plan.calibration ? ", as measured" : ", assumed"})` : ""}`,
   );
   lines.push(
     `reads: ${plan.derived.readBytes >> 10} KiB per missed neuron (one bundle; fixed by the store)${k.sparsity === "gate" && !k.residentGates ? `, ${plan.derived.gateReadBytes >> 10} KiB gate pages` : ""}; ` +
       (k.sparsity === "predictor"
         ? `clusters: hot neurons in runs of ${plan.derived.hotClusterNeurons}, computed whole when the predictor picks most of one; cold neurons one by one`
-        : `clusters: one hot cluster of ${plan.derived.hotClusterNeurons} neurons per layer, cold neurons one by one`),
+        : k.sparsity === "dense"
+          ? `clusters: every neuron computed whole, hot ones in runs of ${plan.derived.hotClusterNeurons}; cold neurons one by one`
+          : `clusters: one hot cluster of ${plan.derived.hotClusterNeurons} neurons per layer, cold neurons one by one`),
   );
   const d = plan.defaults;
   const gain = plan.prediction.tokensPerSecond / d.tokensPerSecond;
@@ -389,12 +391,14 @@ function breakdown(p: PlanPrediction): string {
     [
       p.knobs.sparsity === "predictor"
         ? "predictor (this layer's and the read-ahead's)"
-        : "gate (resident rows' matvec, or from bundles)",
+        : p.knobs.sparsity === "dense"
+          ? "router (dense mode picks every neuron)"
+          : "gate (resident rows' matvec, or from bundles)",
       b.gate,
     ],
     ["waiting for gate pages", b.gateReads],
     ["JS: filing neurons, submitting reads", b.scan],
-    [p.knobs.sparsity === "predictor" ? "gate/up/down of picked neurons" : "up/down of firing neurons", b.ffnCompute],
+    [p.knobs.sparsity === "gate" ? "up/down of firing neurons" : "gate/up/down of picked neurons", b.ffnCompute],
     ["waiting for missed bundles' reads", b.ioWait],
     ["output matvec", b.output],
   ];

@@ -15,6 +15,7 @@ import { checkContextSize, contextNote } from "./context-size.js";
 import { checkInMemoryBudget } from "./in-memory-budget.js";
 import { checkValueTensorTypes } from "./tensor-types-check.js";
 import { GGUFFile, type ModelFile } from "../format/gguf.js";
+import { activationThresholds } from "./activation-thresholds.js";
 import { isNeuronStore, NeuronStore } from "../format/store/index.js";
 import { OffloadedFFN, type OffloadOptions } from "./offload/offloaded-ffn.js";
 import { OffloadedStore } from "./offload/offloaded-store.js";
@@ -114,8 +115,7 @@ export interface LoadOptions {
  */
 export type { FFNObservation } from "./step.js";
 
-/** Metadata key of per-layer activation thresholds (an array of f32, one per layer). */
-export const THRESHOLDS_KEY = "powerinfer.activation_thresholds";
+export { THRESHOLDS_KEY } from "./activation-thresholds.js";
 
 export { isNeuronStore } from "../format/store/index.js";
 
@@ -244,7 +244,12 @@ export class LlamaModel {
     if (opts.predictorType !== undefined && opts.predictorType !== "q8_0" && opts.predictorType !== "original") {
       throw new RangeError(`predictorType must be "q8_0" or "original", got ${JSON.stringify(opts.predictorType)}`);
     }
-    const { sparsity, withPredictors } = sparsityFor(file, cfg, opts.offload?.sparsity);
+    const { sparsity, withPredictors } = sparsityFor(
+      file,
+      cfg,
+      opts.offload?.sparsity,
+      activationThresholds(file, cfg.nLayer, opts.activationThresholds) !== null,
+    );
     if (store && sparsity === "predictor" && !withPredictors) {
       throw new Error(
         `${file.path}: --sparsity predictor needs activation predictors (blk.N.fc1/fc2), and this model has none: use --sparsity gate, or train them (powerinfer train-predictors)`,
@@ -693,32 +698,4 @@ export class LlamaModel {
     await this.pool.dispose();
     this.file.close();
   }
-}
-
-function activationThresholds(
-  file: ModelFile,
-  nLayer: number,
-  given: ArrayLike<number> | undefined,
-): Float32Array | null {
-  let values: ArrayLike<number>;
-  let where: string;
-  if (given !== undefined) {
-    values = given;
-    where = "activationThresholds";
-  } else if (file.has(THRESHOLDS_KEY)) {
-    where = `${file.path}: metadata ${THRESHOLDS_KEY}`;
-    const arr = file.getArray(THRESHOLDS_KEY);
-    if (!arr) throw new Error(`${where}: expected an array of numbers, one per layer`);
-    values = arr as unknown as ArrayLike<number>;
-  } else return null;
-  if (values.length !== nLayer)
-    throw new Error(`${where}: ${values.length} thresholds, the model has ${nLayer} layers`);
-  const out = new Float32Array(nLayer);
-  for (let l = 0; l < nLayer; l++) {
-    const v = Number(values[l]);
-    if (!(Number.isFinite(v) && v >= 0))
-      throw new Error(`${where}: threshold of layer ${l} is ${values[l]}, expected a finite number >= 0`);
-    out[l] = v;
-  }
-  return out.some((v) => v > 0) ? out : null;
 }

@@ -191,7 +191,7 @@ function shardFFN(
       layerBytes,
       shardBytes:
         layout.ffnBuffers / shards +
-        (layout.residentGates ? 0 : stagingBytes(facts)) +
+        (layout.residentGates ? 0 : stagingBytes(facts, s.knobs.sparsity)) +
         hidden +
         reserve * facts.bundleBytes +
         PAGE_SLACK,
@@ -248,7 +248,9 @@ function shareOut(
     const hotSlots = hotPerGroup.reduce((a, b) => a + b, 0);
     const coldSlots = cold.reserve + cold.before(groups.to) - cold.before(groups.from);
     const cacheBytes = NeuronCache.bytesFor(hotSlots, coldSlots, facts.bundleBytes, layout.hotSlotBytes);
-    const gateBytes = layout.residentGates ? (groups.to - groups.from) * facts.gateRowBytes : stagingBytes(facts);
+    const gateBytes = layout.residentGates
+      ? (groups.to - groups.from) * facts.gateRowBytes
+      : stagingBytes(facts, s.knobs.sparsity);
     shards.push({ groups, cacheBytes, coldSlots, hotSlots, gateBytes });
     return {
       ...layout,

@@ -14,7 +14,7 @@
  * step models then work per layer on sums over the experts (layer-hits.ts), the per-expert fixed
  * costs (predictor, gate matvec, scan, the sparse kernels' set-up) taken once per routed expert.
  *
- * The step models: gate-mode.ts and predictor-mode.ts; the parts they add up: dense-costs.ts
+ * The step models: gate-mode.ts and predictor-mode.ts (dense mode too: every neuron picked, no predictor); the parts they add up: dense-costs.ts
  * (attention, router, predictors, output) and read-costs.ts (reads, their overlap with compute,
  * rounds), a layer's misses costed as the coalesced reads they become (read-runs.ts).
  */
@@ -104,7 +104,7 @@ export function predict(
     hits ?? hitProfile(firing, layout.hotPerGroup, layout.coldSlots, workload.promptTokens, decodeSteps(workload)),
   );
   const adj = layerAdjacency(shape, firing, layout.hotPerGroup);
-  if (knobs.sparsity === "predictor")
+  if (knobs.sparsity !== "gate")
     return predictorMode(shape, firing, hw, resolved, workload, layout, hp, adj, readAhead);
   return gateMode(shape, hw, resolved, workload, layout, hp, adj);
 }

@@ -61,7 +61,9 @@ export function firingOf(store: NeuronStore, cfg: ModelConfig, assumed?: number)
     (cfg.activation === "silu" || cfg.activation === "gelu") && !store.has("powerinfer.activation_thresholds");
   const p0 = assumed ?? (silu ? 1 : ASSUMED_FIRING);
   if (!(p0 > 0 && p0 <= 1)) throw new RangeError(`firing rate must be in (0, 1], got ${p0}`);
-  for (let l = 0; l < L; l++) layers.push(new Float64Array(store.layer(l).neurons).fill(p0));
+  // per token: a mixture's expert fires only on the tokens routed to it, taken as routed alike
+  const share = evenRoutingShare(store.ffn.experts, cfg.nExpertUsed);
+  for (let l = 0; l < L; l++) layers.push(new Float64Array(store.layer(l).neurons).fill(p0 * share));
   const why =
     assumed !== undefined
       ? "as given"
@@ -70,7 +72,7 @@ export function firingOf(store: NeuronStore, cfg: ModelConfig, assumed?: number)
         : "assumed (no profile in the store; convert with --profile for a better plan)";
   return {
     layers,
-    source: `every neuron fires with probability ${p0} (${why}); no hot-first order, so the hot set is no hotter than the rest`,
+    source: `every neuron fires with probability ${p0}${store.ffn.experts > 0 ? ` on the tokens routed to its expert (every expert routed alike: ${+share.toFixed(4)} of tokens)` : ""} (${why}); no hot-first order, so the hot set is no hotter than the rest`,
   };
 }
 

@@ -2,9 +2,10 @@
  * What the planner chooses (the knobs), what it assumes of the run (the workload), and predictor
  * mode's read-ahead rates: the inputs of a prediction besides the model and the machine.
  */
+import type { SparsityMode } from "../model/offload/layout.js";
 
 export interface Knobs {
-  sparsity: "gate" | "predictor";
+  sparsity: SparsityMode;
   threads: number;
   queueDepth: number;
   /** share of the cache pinned hot; undefined: what the runtime picks from the store's profile */
@@ -40,6 +41,13 @@ export interface ReadAheadRates {
  * (docs/benchmarks-log.md).
  */
 export const ASSUMED_READ_AHEAD: ReadAheadRates = { coverage: 0.78, used: 0.97 };
+
+/**
+ * Dense mode's read-ahead: the next layer's picks are its bundles not in memory, known exactly,
+ * so all of them are read and used (the runtime caps them at half the cold region, as the step
+ * model's rounds do).
+ */
+export const EXACT_READ_AHEAD: ReadAheadRates = { coverage: 1, used: 1 };
 
 /** Decode steps a prediction averages over: the workload's, at least one. */
 export function decodeSteps(workload: Workload): number {

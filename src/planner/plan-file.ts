@@ -114,7 +114,7 @@ export function readPlan(path: string): PlanFile {
     k.hotFraction <= 1 &&
     typeof k.residentGates === "boolean" &&
     typeof k.pipeline === "boolean" &&
-    (k.sparsity === "gate" || k.sparsity === "predictor") &&
+    (k.sparsity === "gate" || k.sparsity === "predictor" || k.sparsity === "dense") &&
     typeof p.budget === "number" &&
     p.budget > 0 &&
     Number.isInteger(p.contextSize) &&

@@ -23,10 +23,19 @@ import { HOT_CLUSTER } from "../model/offload/neuron-lists.js";
 import { sparsityFor } from "../model/offload/predictor.js";
 import { calibrated, calibration, type Calibration, type CalibrationJob, type CalibrationRun } from "./calibrate.js";
 import { layoutFor, predict } from "./cost-model.js";
+import type { SparsityMode } from "../model/offload/layout.js";
+import { activationThresholds } from "../model/activation-thresholds.js";
 import { firingOf, firingSum } from "./firing-rates.js";
 import type { Hardware } from "./hardware.js";
 import { hardwareFromProbe } from "./hardware-from-probe.js";
-import { ASSUMED_READ_AHEAD, type Knobs, type PlannedKnobs, type ReadAheadRates, type Workload } from "./knobs.js";
+import {
+  ASSUMED_READ_AHEAD,
+  EXACT_READ_AHEAD,
+  type Knobs,
+  type PlannedKnobs,
+  type ReadAheadRates,
+  type Workload,
+} from "./knobs.js";
 import { machineFingerprint } from "./machine.js";
 import { median } from "./median.js";
 import { modelFingerprint } from "./model-fingerprint.js";
@@ -73,8 +82,8 @@ export interface PlanOptions {
   probe?: ProbeOptions;
   /** the runtime's defaults the plan is compared with (default defaultKnobs(); cli/plan.ts passes the CLI's flag defaults) */
   defaults?: Partial<Pick<Knobs, "hotFraction" | "queueDepth" | "pipeline">>;
-  /** the sparsity mode to plan (default: the one `run` uses, predictor when the store has predictors) */
-  sparsity?: "gate" | "predictor";
+  /** the sparsity mode to plan (default: the one `run` uses: sparsityFor) */
+  sparsity?: SparsityMode;
   /**
    * resident bytes of the runtime before any weight loads, per thread count: a number, or how to
    * measure it (default measureRuntimeBase: a fresh process made as `run` makes it)
@@ -115,7 +124,12 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
       );
     }
     // the mode `run` will use: predictors when the store has them
-    const { sparsity, withPredictors } = sparsityFor(store, cfg, o.sparsity);
+    const { sparsity, withPredictors } = sparsityFor(
+      store,
+      cfg,
+      o.sparsity,
+      activationThresholds(store, cfg.nLayer, undefined) !== null,
+    );
     if (sparsity === "predictor" && !withPredictors) {
       throw new Error(`${o.modelPath}: predictor sparsity needs activation predictors, and this store has none`);
     }
@@ -340,7 +354,12 @@ export async function makePlan(o: PlanOptions): Promise<PlanResult> {
         source: rates.source,
         meanFiring: firingSum(rates) / rates.layers.reduce((a, p) => a + p.length, 0),
       },
-      readAhead: sparsity === "predictor" ? (readAheadAt.get(best.knobs.threads) ?? ASSUMED_READ_AHEAD) : undefined,
+      readAhead:
+        sparsity === "predictor"
+          ? (readAheadAt.get(best.knobs.threads) ?? ASSUMED_READ_AHEAD)
+          : sparsity === "dense"
+            ? EXACT_READ_AHEAD
+            : undefined,
       probe: { file: null, loadAverage: Object.values(probe.notes)[0]?.loadAverage ?? null, seconds: probe.seconds },
       ...(cals.has(best.knobs.threads)
         ? {

@@ -1,5 +1,6 @@
 /**
- * Predictor mode's step model, one token at a time through the layers, with the main thread and
+ * Predictor mode's step model, and dense mode's (every neuron a pick, known without a predictor:
+ * nothing computed to pick, and the next layer's picks read ahead exactly), one token at a time through the layers, with the main thread and
  * the disk as two timelines: a layer's attention; the wait for what was read ahead for it; its
  * predictor and the filing of its picks; its misses' reads issued (queued on the disk behind
  * whatever is there); the next layer's predictor on this layer's input and its read-ahead issued;
@@ -16,7 +17,7 @@ import { readAheadGroup, readsAhead } from "../model/offload/read-ahead-conditio
 import { attentionSeconds, outputSeconds, predictorsSeconds } from "./dense-costs.js";
 import type { Hardware } from "./hardware.js";
 import { hotRuns } from "./hot-runs.js";
-import { decodeSteps, type PlannedKnobs, type ReadAheadRates, type Workload } from "./knobs.js";
+import { decodeSteps, EXACT_READ_AHEAD, type PlannedKnobs, type ReadAheadRates, type Workload } from "./knobs.js";
 import type { LayerHits } from "./layer-hits.js";
 import type { ModelShape } from "./model-shape.js";
 import { addBreakdown, perToken, zeroBreakdown, type Prediction } from "./prediction.js";
@@ -35,11 +36,13 @@ export function predictorMode(
   layout: OffloadLayout,
   hp: LayerHits,
   adj: LayerAdjacency,
-  ra: ReadAheadRates,
+  measured: ReadAheadRates,
 ): Prediction {
   const { nLayer, nFF, bundleBytes } = shape;
   const k = hp.routedExperts;
-  const predictors = predictorsSeconds(shape, hw, k);
+  const dense = knobs.sparsity === "dense";
+  const predictors = dense ? 0 : predictorsSeconds(shape, hw, k);
+  const ra = dense ? EXACT_READ_AHEAD : measured;
   const sp = hw.sparse;
   const qd = knobs.queueDepth;
   const cold = layout.coldSlots;
@@ -49,7 +52,7 @@ export function predictorMode(
   // A mixture reads no next layer ahead by default (the runtime's expert read-ahead reads the
   // second routed expert's picks during the first's step: with every miss of a layer issued
   // before its hits compute, the step model below already overlaps them so)
-  const lookahead = readsAhead(true, knobs.pipeline, true, layout.hotPerLayer, nFF) && shape.experts === 0;
+  const lookahead = readsAhead(knobs.sparsity, knobs.pipeline, true, layout.hotPerLayer, nFF) && shape.experts === 0;
   const submit = hw.submitSeconds(bundleBytes, qd);
   /** disk seconds of a batch of n missed bundles (runShare runs per bundle) besides the main thread's submits */
   const disk = (n: number, runShare: number) =>

@@ -6,6 +6,7 @@
  * does so under the plan's budget: a store split among several wasm memories makes each of them
  * (and its kernels' instances in every thread) before it measures, a few MiB each.
  */
+import type { SparsityMode } from "../model/offload/layout.js";
 import { runPlanChild } from "./child-run.js";
 
 export interface BaseJob {
@@ -13,7 +14,7 @@ export interface BaseJob {
   threads: number;
   contextSize: number;
   batchSize: number;
-  sparsity: "gate" | "predictor";
+  sparsity: SparsityMode;
   /** the plan's memory budget, bytes */
   budget: number;
 }

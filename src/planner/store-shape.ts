@@ -7,7 +7,7 @@
 import { typeName, type GGMLType } from "../format/ggml-types.js";
 import type { NeuronStore } from "../format/store/index.js";
 import { readConfig, type ModelConfig } from "../model/config.js";
-import { gateReadBytesOf, gateStreamGeometry, storeFacts } from "../model/offload/layout.js";
+import { gateReadBytesOf, gateStreamGeometry, storeFacts, type SparsityMode } from "../model/offload/layout.js";
 import { hasPredictors, predictorShapes, type PredictorShape } from "../model/offload/predictor.js";
 import { DEFAULT_KV_CACHE } from "../model/kv-cache.js";
 import { residentBytes, type ResidentBytes } from "../model/resident-bytes.js";
@@ -30,7 +30,7 @@ export function hasModelledAttention(store: NeuronStore): boolean {
 export function shapeOfStore(
   store: NeuronStore,
   cfg: ModelConfig,
-  sparsity: "gate" | "predictor",
+  sparsity: SparsityMode,
   batchSize = 256,
   contextSize = 256,
 ): ModelShape {

@@ -1,13 +1,15 @@
 /**
- * gpt-oss (GptOssForCausalLM) whose experts are plain tensors (F32, F16 or BF16, as a checkpoint
- * saved by transformers after dequantizing is): attention with q/k/v/o biases and a sink logit per
- * head, YaRN RoPE, layers alternately windowed, and a mixture on every layer with a biased router
- * and biased experts. transformers fuses the experts input-major: gate_up_proj [E, hidden, 2 ff]
- * with gate and up interleaved along the last axis, down_proj [E, ff, hidden]; ggml wants each
- * expert's matrix transposed and gate and up apart (plan.ts's ColumnPick does both).
+ * gpt-oss (GptOssForCausalLM): attention with q/k/v/o biases and a sink logit per head, YaRN
+ * RoPE, layers alternately windowed, and a mixture on every layer with a biased router and
+ * biased experts.
  *
- * The published checkpoints keep their experts as MXFP4 blocks and scales (`*_blocks`,
- * `*_scales`): those are refused, not repacked.
+ * The experts come in two layouts. Plain tensors (F32, F16 or BF16, as transformers saves a
+ * dequantized model) are fused input-major: gate_up_proj [E, hidden, 2 ff] with gate and up
+ * interleaved along the last axis, down_proj [E, ff, hidden]; ggml wants each expert's matrix
+ * transposed and gate and up apart (plan.ts's ColumnPick does both). The published checkpoints
+ * (config quantization_config.quant_method "mxfp4") keep them as MXFP4 `*_blocks` and `*_scales`
+ * (mxfp4-blocks.ts), already output-major: gate and up are the even and odd rows of
+ * gate_up_proj_blocks, taken as they are (hf-to-gguf.ts writes them as MXFP4 or their exact values).
  */
 import { GGUFValueType, YARN_TRUNCATE_KEY } from "../gguf.js";
 import { HFConvertError, type HFConfig } from "./hf-config.js";
@@ -15,8 +17,14 @@ import { commonMetadata, decoderHParams, type DecoderHParams } from "./hparams.j
 import { attentionOf, embeddingsAndHead } from "./arch-llama.js";
 import { PlanBuilder, type ConversionPlan } from "./plan.js";
 import type { SafetensorsCheckpoint } from "./safetensors.js";
+import { HF_MXFP4_CODE_BYTES, MXFP4_BLOCK_VALUES } from "./mxfp4-blocks.js";
 
 const ARCH = "gpt-oss";
+/** gate_up's parts: gate at the even positions, up at the odd ones */
+const GATE_UP = [
+  ["gate", 0],
+  ["up", 1],
+] as const;
 /** what llama.cpp (and the engine) computes: swiglu_oai's clamp */
 const SWIGLU_LIMIT = 7;
 /** the YaRN parameters written to the GGUF or matching what the engine computes; any other is refused */
@@ -32,11 +40,14 @@ const YARN_KEYS = [
 ];
 
 export function gptOssPlan(ckpt: SafetensorsCheckpoint, cfg: HFConfig): ConversionPlan {
-  const mxfp4 = [...ckpt.tensors.keys()].find((n) => /_(blocks|scales)$/.test(n));
-  if (mxfp4 !== undefined)
-    throw new HFConvertError(
-      `${ckpt.tensors.get(mxfp4)!.file}: tensor "${mxfp4}": gpt-oss checkpoints that keep their experts as MXFP4 blocks and scales are not supported (convert does not repack them); a checkpoint with plain F32/F16/BF16 experts is`,
-    );
+  const mxfp4 = declaresMxfp4(cfg);
+  if (!mxfp4) {
+    const u8 = [...ckpt.tensors.values()].find((t) => t.dtype === "U8");
+    if (u8)
+      throw new HFConvertError(
+        `${u8.file}: tensor "${u8.name}" is U8, but ${cfg.path} declares no MXFP4 weights (quantization_config.quant_method "mxfp4"): its bytes have no meaning here`,
+      );
+  }
   const b = new PlanBuilder(ckpt, cfg);
   const h = decoderHParams(cfg);
   const U32 = GGUFValueType.UINT32;
@@ -65,35 +76,73 @@ export function gptOssPlan(ckpt: SafetensorsCheckpoint, cfg: HFConfig): Conversi
     b.copy(o + "ffn_gate_inp.weight", p + "mlp.router.weight", [nExpert, h.hidden]);
     b.copy(o + "ffn_gate_inp.bias", p + "mlp.router.bias", [nExpert]);
     const m = `${p}mlp.experts.`;
-    const gateUp = b.take(m + "gate_up_proj", [nExpert, h.hidden, 2 * ff]);
     const gateUpBias = b.take(m + "gate_up_proj_bias", [nExpert, 2 * ff]);
-    for (const [part, first] of [
-      ["gate", 0],
-      ["up", 1],
-    ] as const) {
-      const pick = { first, step: 2 };
-      b.add(
-        `${o}ffn_${part}_exps.weight`,
-        [nExpert, ff, h.hidden],
-        [{ source: gateUp, firstRow: 0, rows: nExpert * ff, columns: { ...pick, transpose: true } }],
-      );
+    for (const [part, first] of GATE_UP)
       b.add(
         `${o}ffn_${part}_exps.bias`,
         [nExpert, ff],
-        [{ source: gateUpBias, firstRow: 0, rows: nExpert, columns: { ...pick, transpose: false } }],
+        [{ source: gateUpBias, firstRow: 0, rows: nExpert, columns: { first, step: 2, transpose: false } }],
       );
-    }
-    const down = b.take(m + "down_proj", [nExpert, ff, h.hidden]);
-    b.add(
-      `${o}ffn_down_exps.weight`,
-      [nExpert, h.hidden, ff],
-      [{ source: down, firstRow: 0, rows: nExpert * h.hidden, columns: { first: 0, step: 1, transpose: true } }],
-    );
+    if (mxfp4 && (b.has(m + "gate_up_proj_blocks") || b.has(m + "gate_up_proj_scales")))
+      mxfp4Experts(b, o, m, nExpert, ff, h.hidden);
+    else plainExperts(b, o, m, nExpert, ff, h.hidden);
     b.copy(`${o}ffn_down_exps.bias`, m + "down_proj_bias", [nExpert, h.hidden]);
   }
   const plan = b.finish(ARCH);
   plan.vocabSize = h.vocab;
   return plan;
+}
+
+function plainExperts(b: PlanBuilder, o: string, m: string, nExpert: number, ff: number, hidden: number): void {
+  const gateUp = b.take(m + "gate_up_proj", [nExpert, hidden, 2 * ff]);
+  for (const [part, first] of GATE_UP)
+    b.add(
+      `${o}ffn_${part}_exps.weight`,
+      [nExpert, ff, hidden],
+      [{ source: gateUp, firstRow: 0, rows: nExpert * ff, columns: { first, step: 2, transpose: true } }],
+    );
+  const down = b.take(m + "down_proj", [nExpert, ff, hidden]);
+  b.add(
+    `${o}ffn_down_exps.weight`,
+    [nExpert, hidden, ff],
+    [{ source: down, firstRow: 0, rows: nExpert * hidden, columns: { first: 0, step: 1, transpose: true } }],
+  );
+}
+
+/** The published MXFP4 experts: each matrix's blocks and scales, rows of whole 32-value blocks. */
+function mxfp4Experts(b: PlanBuilder, o: string, m: string, nExpert: number, ff: number, hidden: number): void {
+  const pair = (name: string, rows: number, rowLen: number) => {
+    if (rowLen % MXFP4_BLOCK_VALUES !== 0)
+      b.cfg.fail(
+        name.endsWith("down_proj") ? "intermediate_size" : "hidden_size",
+        `= ${rowLen} is not a multiple of ${MXFP4_BLOCK_VALUES}, so "${name}_blocks" cannot hold whole MXFP4 blocks`,
+      );
+    const nb = rowLen / MXFP4_BLOCK_VALUES;
+    return {
+      blocks: b.take(`${name}_blocks`, [nExpert, rows, nb, HF_MXFP4_CODE_BYTES], ["U8"]),
+      scales: b.take(`${name}_scales`, [nExpert, rows, nb], ["U8"]),
+    };
+  };
+  const gateUp = pair(m + "gate_up_proj", 2 * ff, hidden);
+  for (const [part, first] of GATE_UP)
+    b.addMxfp4(`${o}ffn_${part}_exps.weight`, [nExpert, ff, hidden], { ...gateUp, first, step: 2 });
+  b.addMxfp4(`${o}ffn_down_exps.weight`, [nExpert, hidden, ff], {
+    ...pair(m + "down_proj", hidden, ff),
+    first: 0,
+    step: 1,
+  });
+}
+
+/** Whether config.json says the checkpoint holds MXFP4 weights (as gpt-oss's published configs do). */
+function declaresMxfp4(cfg: HFConfig): boolean {
+  const q = cfg.object("quantization_config");
+  if (q === undefined) return false;
+  if (q.quant_method !== "mxfp4")
+    cfg.fail(
+      "quantization_config.quant_method",
+      `= ${JSON.stringify(q.quant_method)}: gpt-oss checkpoints are read plain (F32, F16, BF16) or with MXFP4 experts ("mxfp4")`,
+    );
+  return true;
 }
 
 /** llama.cpp's YaRN keys; parameters the GGUF cannot say are refused, naming them. */

@@ -8,7 +8,11 @@
  *
  * Types follow llama.cpp's converter: 1-D tensors, norms, biases and routers stay F32, a row
  * that is not a whole number of the type's blocks falls back to F16, and "auto" is BF16 for a
- * BF16 checkpoint, else F16.
+ * BF16 checkpoint, else F16. MXFP4 matrices (gpt-oss's published experts) stay MXFP4, their
+ * bytes repacked and no value changed, under "auto" and every quantized type, as llama.cpp's
+ * converter keeps them; asked for f32, f16 or bf16, they are written as their exact values
+ * instead (an e2m1 code times a power of two: exact in f32 and bf16, and in f16 unless the
+ * power is out of its range, which is refused).
  */
 import { basename, join, resolve } from "node:path";
 import { GGMLType, LLAMA_FILE_TYPE, traitsBytes, typeName, typeTraits } from "../ggml-types.js";
@@ -16,11 +20,20 @@ import { GGUFValueType } from "../gguf.js";
 import { GGUFWriter, type GGUFWritableValue, type TensorSink } from "../gguf-writer.js";
 import { ggufVocabFromHF } from "../hf-tokenizer.js";
 import { quantizeRow } from "../quant.js";
-import { f32ToBF16Array, f32ToF16Array } from "../half.js";
+import { f16Table, f32ToBF16Array, f32ToF16Array } from "../half.js";
+import { dequantizeMXFP4, MXFP4_BLOCK_BYTES } from "../mxfp4.js";
+import { HF_MXFP4_CODE_BYTES, MXFP4_BLOCK_VALUES, repackMxfp4Row } from "./mxfp4-blocks.js";
 import { planConversion } from "./architectures.js";
 import { HFConfig, HFConvertError } from "./hf-config.js";
 import { pickColumns, pickedCount } from "./column-pick.js";
-import { outputTypeFor, type ColumnPick, type ConversionPlan, type PlannedTensor, type RowRange } from "./plan.js";
+import {
+  outputTypeFor,
+  type ColumnPick,
+  type ConversionPlan,
+  type Mxfp4Source,
+  type PlannedTensor,
+  type RowRange,
+} from "./plan.js";
 import { SafetensorsCheckpoint, type SafetensorsFile } from "./safetensors.js";
 import { readTokenizerFiles, type HFTokenizerFiles } from "./tokenizer-files.js";
 
@@ -65,7 +78,12 @@ export interface HFConvertResult {
   seconds: number;
   /** the checkpoint's activation predictors, which the GGUF leaves out (a store takes them) */
   predictorsLeftOut: number;
+  /** the checkpoint's MXFP4 matrices: kept as MXFP4, or written as their values (f32, f16, bf16) */
+  mxfp4?: "kept" | "dequantized";
 }
+
+/** The types asked for by name that turn MXFP4 matrices into their values. */
+const FLOAT_TYPES: readonly HFOutputType[] = ["f32", "f16", "bf16"];
 
 /** About 4 MiB of f32 values per chunk. */
 const CHUNK_VALUES = 1 << 20;
@@ -143,11 +161,17 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
     const name = ggufModelName(dir, vocab.get("tokenizer.ggml.tokens") as string[]);
     if (name !== undefined) writer.setMetadata("general.name", name);
     for (const m of plan.metadata) if (m.key !== "general.architecture") writer.setMetadata(m.key, m.value, m.type);
-    writer.setMetadata("general.file_type", LLAMA_FILE_TYPE[type], GGUFValueType.UINT32);
+    const hasMxfp4 = plan.tensors.some((t) => t.mxfp4);
+    const keepMxfp4 = hasMxfp4 && !FLOAT_TYPES.includes(want);
+    // llama.cpp's converter: a float type over kept MXFP4 experts is MOSTLY_MXFP4_MOE
+    const fileType = keepMxfp4 && FLOAT_TYPES.includes(type) ? LLAMA_FILE_TYPE.mxfp4 : LLAMA_FILE_TYPE[type];
+    writer.setMetadata("general.file_type", fileType, GGUFValueType.UINT32);
     writer.setMetadata("general.quantization_version", 2, GGUFValueType.UINT32);
     for (const [k, v] of vocab) writer.setMetadata(k, v as GGUFWritableValue);
 
-    const types = plan.tensors.map((t) => outputTypeFor(t.name, t.dims, ggmlType, block));
+    const types = plan.tensors.map((t) =>
+      t.mxfp4 && keepMxfp4 ? GGMLType.MXFP4 : outputTypeFor(t.name, t.dims, ggmlType, block),
+    );
     plan.tensors.forEach((t, i) => writer!.addTensor(t.name, t.dims, types[i]));
 
     const bytesTotal = plan.tensors.reduce((a, t) => a + sourceBytes(t), 0);
@@ -176,6 +200,7 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
       bytes,
       seconds: (performance.now() - t0) / 1000,
       predictorsLeftOut: plan.predictors.length,
+      ...(hasMxfp4 ? { mxfp4: keepMxfp4 ? "kept" : "dequantized" } : {}),
     };
   } catch (e) {
     await writer?.abort();
@@ -186,6 +211,7 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
 }
 
 function sourceBytes(t: PlannedTensor): number {
+  if (t.mxfp4) return (t.mxfp4.blocks.bytes + t.mxfp4.scales.bytes) / t.mxfp4.step;
   if (!t.parts) return 0;
   return t.parts.reduce(
     (a, p) => a + (p.columns ? p.source.bytes : (p.source.bytes / Math.max(1, rowsOfSource(p))) * p.rows),
@@ -231,6 +257,10 @@ async function writeTensor(
   };
   if (t.values) {
     await emit(Float32Array.from(t.values), t.values.length / rowLen);
+    return;
+  }
+  if (t.mxfp4) {
+    await writeMxfp4(ckpt, t, t.mxfp4, type, sink, emit, report);
     return;
   }
   for (const p of t.parts!) {
@@ -305,6 +335,69 @@ async function writeColumnPart(
     await emit(out, pick.transpose ? picked : n);
     await new Promise<void>((res) => setImmediate(res));
   }
+}
+
+/**
+ * An MXFP4 source (plan.ts's Mxfp4Source), expert by expert, a chunk of source rows at a time:
+ * the picked rows repacked into ggml's MXFP4 blocks, handed to the sink as they are when the
+ * output is MXFP4, else decoded to their values and converted (f16 only where exact).
+ */
+async function writeMxfp4(
+  ckpt: SafetensorsCheckpoint,
+  t: PlannedTensor,
+  src: Mxfp4Source,
+  type: GGMLType,
+  sink: TensorSink,
+  emit: (values: Float32Array, rows: number) => Promise<void>,
+  report: (sourceBytes: number) => void,
+): Promise<void> {
+  const [nExpert, srcRows, nBlocks] = src.scales.shape;
+  const rowLen = t.dims[0];
+  const outRows = t.dims[1];
+  if (nBlocks * MXFP4_BLOCK_VALUES !== rowLen || Math.ceil((srcRows - src.first) / src.step) !== outRows)
+    throw new HFConvertError(
+      `${src.blocks.file}: tensor "${src.blocks.name}" [${src.blocks.shape.join(", ")}] does not make ${outRows} rows of ${rowLen} for "${t.name}"`,
+    );
+  const codeRow = nBlocks * HF_MXFP4_CODE_BYTES;
+  const outRowBytes = nBlocks * MXFP4_BLOCK_BYTES;
+  // whole steps of source rows per chunk, about CHUNK_VALUES bytes of codes
+  const perChunk = Math.max(src.step, Math.floor(CHUNK_VALUES / codeRow / src.step) * src.step);
+  const codes = new Uint8Array(perChunk * codeRow);
+  const scales = new Uint8Array(perChunk * nBlocks);
+  const packed = new Uint8Array((perChunk / src.step) * outRowBytes);
+  const values = type === GGMLType.MXFP4 ? undefined : new Float32Array((perChunk / src.step) * rowLen);
+  const blocksFile = ckpt.fileOf(src.blocks),
+    scalesFile = ckpt.fileOf(src.scales);
+  for (let e = 0; e < nExpert; e++)
+    for (let r = 0; r < srcRows; r += perChunk) {
+      const n = Math.min(perChunk, srcRows - r);
+      const row0 = e * srcRows + r;
+      blocksFile.readBytes(src.blocks, row0 * codeRow, codes.subarray(0, n * codeRow));
+      scalesFile.readBytes(src.scales, row0 * nBlocks, scales.subarray(0, n * nBlocks));
+      report((n * (codeRow + nBlocks)) / src.step);
+      let rows = 0;
+      for (let k = src.first; k < n; k += src.step, rows++)
+        repackMxfp4Row(codes, k * codeRow, scales, k * nBlocks, nBlocks, packed, rows * outRowBytes);
+      const bytes = packed.subarray(0, rows * outRowBytes);
+      if (!values) await sink.write(bytes.slice());
+      else {
+        dequantizeMXFP4(bytes, rows * rowLen, values, 0);
+        if (type === GGMLType.F16) checkF16Exact(values.subarray(0, rows * rowLen), t.name);
+        await emit(values, rows);
+      }
+      await new Promise<void>((res) => setImmediate(res));
+    }
+}
+
+/** MXFP4 values an f16 cannot hold exactly (a scale past f16's range) are refused, not rounded. */
+function checkF16Exact(values: Float32Array, name: string): void {
+  const h = new Uint16Array(values.length);
+  f32ToF16Array(values, h);
+  for (let i = 0; i < values.length; i++)
+    if (f16Table[h[i]] !== values[i])
+      throw new HFConvertError(
+        `tensor "${name}": MXFP4 value ${values[i]} has no exact f16; convert with --type bf16 or f32 (exact), or keep MXFP4 (auto)`,
+      );
 }
 
 /**

@@ -41,13 +41,27 @@ export interface ColumnPick {
   transpose: boolean;
 }
 
+/**
+ * An MXFP4 matrix stack in the published layout (mxfp4-blocks.ts): `blocks` [E, R, n / 32, 16] and
+ * `scales` [E, R, n / 32], U8. The output holds, per expert, source rows first, first + step, ...
+ * (gpt-oss's gate_up interleaves gate and up rows).
+ */
+export interface Mxfp4Source {
+  blocks: SafetensorsTensor;
+  scales: SafetensorsTensor;
+  first: number;
+  step: number;
+}
+
 export interface PlannedTensor {
   /** the GGUF name */
   name: string;
   /** ggml order: dims[0] is the row length */
   dims: number[];
-  /** the rows, in order (absent for computed values) */
+  /** the rows, in order (absent for computed values and MXFP4 sources) */
   parts?: RowRange[];
+  /** an MXFP4 source: written as its own MXFP4 bytes, or their exact values when a float type is asked */
+  mxfp4?: Mxfp4Source;
   /** computed values (rope_freqs), f32 */
   values?: Float32Array;
   /** added to every value after reading (Gemma's norms store w - 1; ggml wants w) */
@@ -106,7 +120,7 @@ export class PlanBuilder {
    * A checkpoint tensor, which must exist with exactly `shape` (as stored: [rows, row length]
    * for a matrix). Marks it taken.
    */
-  take(name: string, shape: readonly number[]): SafetensorsTensor {
+  take(name: string, shape: readonly number[], dtypes: readonly string[] = READABLE_DTYPES): SafetensorsTensor {
     const t = this.ckpt.tensors.get(name);
     if (!t)
       throw new HFConvertError(
@@ -116,9 +130,11 @@ export class PlanBuilder {
       throw new HFConvertError(
         `${t.file}: tensor "${name}" has shape [${t.shape.join(", ")}], but ${this.cfg.path} implies [${shape.join(", ")}]`,
       );
-    if (!(READABLE_DTYPES as readonly string[]).includes(t.dtype))
+    if (!dtypes.includes(t.dtype))
       throw new HFConvertError(
-        `${t.file}: tensor "${name}" is ${t.dtype}; only ${READABLE_DTYPES.join(", ")} checkpoints can be converted`,
+        dtypes === READABLE_DTYPES
+          ? `${t.file}: tensor "${name}" is ${t.dtype}; only ${READABLE_DTYPES.join(", ")} checkpoints can be converted`
+          : `${t.file}: tensor "${name}" is ${t.dtype}, expected ${dtypes.join(" or ")}`,
       );
     this.taken.add(name);
     return t;
@@ -133,6 +149,11 @@ export class PlanBuilder {
   /** Add an output tensor from row ranges; `shape` is the output's, in checkpoint (row-major) order. */
   add(out: string, shape: readonly number[], parts: RowRange[], extra: Partial<PlannedTensor> = {}): void {
     this.tensors.push({ name: out, dims: [...shape].reverse(), parts, ...extra });
+  }
+
+  /** An output tensor of MXFP4 rows; `shape` is the output's, in checkpoint order ([E, rows, row length]). */
+  addMxfp4(out: string, shape: readonly number[], source: Mxfp4Source): void {
+    this.tensors.push({ name: out, dims: [...shape].reverse(), mxfp4: source });
   }
 
   computed(out: string, values: Float32Array): void {

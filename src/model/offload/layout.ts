@@ -17,9 +17,10 @@ import type { ModelConfig } from "../config.js";
 
 /**
  * Which neurons run: "gate" computes every gate and then up/down where the activation is not
- * zero (exact for ReLU-family models); "predictor" computes the hot region densely and the cold
- * neurons the predictor selects (PowerInfer's fc1/fc2); "dense" computes every neuron (for
- * comparison and the ablation's naive baseline).
+ * zero (exact for ReLU-family models, and for SiLU ones with activation thresholds); "predictor"
+ * computes the neurons PowerInfer's predictor (fc1/fc2) picks; "dense" computes every neuron,
+ * each bundle whole, with nothing to pick (the default where the activation has no exact zeros
+ * and no thresholds: every neuron fires anyway; and the ablation's naive baseline).
  */
 export type SparsityMode = "dense" | "gate" | "predictor";
 
@@ -256,8 +257,12 @@ function firingPerGroup(facts: StoreFacts): number {
   return Math.min(facts.nFF, most);
 }
 
-/** The staging area gate reads land in when the gate rows are not resident, and its list. */
-export function stagingBytes(facts: StoreFacts): number {
+/**
+ * The staging area gate reads land in when the gate rows are not resident, and its list; none in
+ * dense mode, which reads no gate before a bundle.
+ */
+export function stagingBytes(facts: StoreFacts, sparsity: SparsityMode): number {
+  if (sparsity === "dense") return 0;
   const neurons = Math.min(facts.nFF, STAGE_NEURONS);
   return PAGE_PAD + neurons * facts.gateReadBytes + align64(neurons * 4);
 }
@@ -281,10 +286,11 @@ export function offloadLayout(
   const growth = resident.growth ?? runtimeGrowthBytes(facts);
   const base = resident.base + resident.weights + resident.buffers + resident.kv + growth + ffnBuffers;
   const gateRows = groups * facts.gateRowBytes;
-  const staging = shards * stagingBytes(facts);
+  const staging = shards * stagingBytes(facts, knobs.sparsity);
   const room = budget === undefined ? Infinity : budget * BUDGET_ROOM;
-  // Predictor mode computes a token's gates from the bundles it runs: no resident gate rows (the
-  // staging area stays: prompt batches stream the gate rows through it). In gate mode they stay
+  // Predictor and dense mode compute a token's gates from the bundles they run: no resident gate
+  // rows (predictor mode keeps the staging area: prompt batches stream the gate rows through it,
+  // where dense mode needs no gate at all). In gate mode they stay
   // resident when they fit beside a cache that holds what a layer fires (of the experts a token
   // runs, for a mixture); otherwise they are read from flash. A cache smaller than a layer's
   // misses reads them in rounds that wait on each other: on a dense 0.6B shape, gate rows kept
@@ -296,8 +302,7 @@ export function offloadLayout(
   // (Gate rows no larger than the staging area they would replace need only the smallest cache.)
   const cacheBeside = gateRows <= staging ? minCache : layerBundles;
   const residentGates =
-    knobs.sparsity !== "predictor" &&
-    (knobs.residentGates ?? base + gateRows + shards * PAGE_PAD + cacheBeside <= room);
+    knobs.sparsity === "gate" && (knobs.residentGates ?? base + gateRows + shards * PAGE_PAD + cacheBeside <= room);
   const gateBytes = residentGates ? gateRows : staging;
   // the cache's base is page aligned: its padding is counted with the fixed part
   const fixed = base + gateBytes + shards * PAGE_PAD;
@@ -398,7 +403,7 @@ export function fixedPartsText(layout: OffloadLayout): string {
   const r = layout.fixedResident;
   return (
     `runtime ${mib(r.base)}, weights ${mib(r.weights)}, buffers ${mib(r.buffers + layout.ffnBuffers)}, ` +
-    `KV cache ${mib(r.kv)}, ${layout.residentGates ? "gate rows" : "gate staging"} ${mib(layout.gateBytes)}, ` +
+    `KV cache ${mib(r.kv)}, ${layout.gateBytes > 0 ? `${layout.residentGates ? "gate rows" : "gate staging"} ${mib(layout.gateBytes)}, ` : ""}` +
     `growth allowance ${mib(layout.runtimeGrowth)}`
   );
 }

@@ -31,6 +31,7 @@ import { SparseFFN, SUM_SEGMENTS, type SparseActivation } from "../../runtime/sp
 import type { ModelConfig } from "../config.js";
 import type { MatrixRunner } from "../matrix-runner.js";
 import type { BatchGateSource, GateSource } from "./gate-source.js";
+import { EveryNeuron } from "./every-neuron.js";
 import { GatePageReads } from "./gate-page-reads.js";
 import { makeCache } from "./hot-region.js";
 import type { OffloadLayout, SparsityMode } from "./layout.js";
@@ -184,7 +185,8 @@ export class OffloadedFFN {
     const resident = layout.residentGates ? ResidentGateRows.load(store, arena, pool, mm, shard) : null;
     this.sparse = new SparseFFN(pool, arena, store.ffn.type, cfg.nEmbd, shard, store.ffn.parts.biases !== undefined);
     this.cache = makeCache(store, arena, layout);
-    this.order = new FixedOrder(cfg.nFF, this.sparse, this.cache, act, this.mode === "predictor");
+    // only gate mode hands the kernels gate values; the other modes compute each bundle whole
+    this.order = new FixedOrder(cfg.nFF, this.sparse, this.cache, act, this.mode !== "gate");
     // Biased bundles (gpt-oss): a gate source's gates lack the neuron's bias (the kernels add it),
     // so they cannot say which neurons fire: every neuron does (swiglu_oai has no zeros to skip).
     const biased = store.ffn.parts.biases !== undefined;
@@ -204,8 +206,9 @@ export class OffloadedFFN {
       // to the CPU that takes the disk's interrupts. On one core it would only preempt the kernels.
       ioThread: opts.ioThread ?? availableParallelism() > 1,
     });
+    const everyNeuron = this.mode === "dense" ? new EveryNeuron() : null;
     const streamed =
-      !resident && opts.streamGates !== false && StreamedGateRows.possible(store)
+      !resident && !everyNeuron && opts.streamGates !== false && StreamedGateRows.possible(store)
         ? new StreamedGateRows(store, this.cache, this.reader, this.sparse, arena, this.lists)
         : null;
     const threshold = opts.threshold ?? cfg.sparseThreshold;
@@ -220,24 +223,21 @@ export class OffloadedFFN {
       this.gates = new PredictorPicks(parts.predictor, mm, this.cache, cfg.nEmbd, threshold);
     } else {
       this.gates =
-        resident ?? streamed ?? new GatePageReads(store, this.cache, this.reader, this.sparse, arena, cfg.nFF);
+        everyNeuron ??
+        resident ??
+        streamed ??
+        new GatePageReads(store, this.cache, this.reader, this.sparse, arena, cfg.nFF);
     }
     // Prompts run as batches with the gates of every token: in predictor mode too (across a
     // prompt nearly every neuron fires for some token, so the batch computes its exact gates,
     // streamed once, instead of asking the predictor token by token and reading each token's
     // bundles separately).
-    this.batchGates = resident ?? streamed;
+    this.batchGates = everyNeuron ?? resident ?? streamed;
     this.compute = new NeuronCompute(this.sparse, this.order, this.reader, this.tracer);
     this.misses = new MissReader(store, this.cache, this.reader, this.order);
-    const lookahead = readsAhead(
-      this.mode === "predictor",
-      this.pipeline,
-      opts.lookahead ?? true,
-      layout.hotPerLayer,
-      cfg.nFF,
-    );
+    const lookahead = readsAhead(this.mode, this.pipeline, opts.lookahead ?? true, layout.hotPerLayer, cfg.nFF);
     this.readAhead = lookahead
-      ? new ReadAhead(store, this.cache, this.reader, parts.predictor!, mm, this.lists, arena, cfg.nEmbd, threshold)
+      ? new ReadAhead(store, this.cache, this.reader, parts.predictor, mm, this.lists, arena, cfg.nEmbd, threshold)
       : null;
     this.lists.takeViews(arena);
   }
@@ -339,7 +339,8 @@ export class OffloadedFFN {
       : -1;
     if (ahead >= 0) {
       t = tr ? tr.now() : 0;
-      this.readAheadFor(pass, step, ahead, residual, ahead === next);
+      // certain to be used: a mixture's next routed expert, or in dense mode the next layer's misses
+      this.readAheadFor(pass, step, ahead, residual, ahead === next || (this.experts === 0 && this.mode === "dense"));
       if (tr) tr.span("read-ahead", "pick", t, { group: ahead });
     }
     this.compute.hits(step, lists);

@@ -8,6 +8,7 @@
  * hidden width padded with zeros to a multiple of 32 (fc1 zero rows, fc2 zero columns: the padding
  * contributes exactly nothing).
  */
+import { ACTIVATIONS } from "../../format/activations.js";
 import { GGMLType } from "../../format/ggml-types.js";
 import type { ModelFile } from "../../format/gguf.js";
 import type { Arena } from "../../runtime/arena.js";
@@ -99,16 +100,20 @@ export function hasPredictors(file: ModelFile, cfg: Pick<ModelConfig, "nLayer" |
 
 /**
  * The sparsity a store runs with: the one asked for, else PowerInfer's predictors where the file
- * has them, else the exact gates. Loading and the planner both ask here, so the plan is made for
- * the mode `run` then uses.
+ * has them, else the exact gates where they can skip anything (an activation with exact zeros, or
+ * activation thresholds in force), else dense: every neuron fires, so each bundle is computed
+ * whole with no gate read or kept before it. Loading and the planner both ask here, so the plan
+ * is made for the mode `run` then uses.
  */
 export function sparsityFor<M extends SparsityMode>(
   file: ModelFile,
-  cfg: Pick<ModelConfig, "nLayer" | "nExpert">,
+  cfg: Pick<ModelConfig, "nLayer" | "nExpert" | "activation">,
   asked: M | undefined,
-): { sparsity: M | "gate" | "predictor"; withPredictors: boolean } {
+  thresholds: boolean,
+): { sparsity: M | SparsityMode; withPredictors: boolean } {
   const withPredictors = hasPredictors(file, cfg);
-  return { sparsity: asked ?? (withPredictors ? "predictor" : "gate"), withPredictors };
+  const gatesSkip = ACTIVATIONS[cfg.activation].exactZeros || thresholds;
+  return { sparsity: asked ?? (withPredictors ? "predictor" : gatesSkip ? "gate" : "dense"), withPredictors };
 }
 
 /** How layer l's predictor sits in memory. */

@@ -1,21 +1,24 @@
 /**
- * When predictor mode reads ahead (read-ahead.ts): the runtime (OffloadedFFN) decides with these
+ * When a step reads ahead (read-ahead.ts): the runtime (OffloadedFFN) decides with these
  * functions, and the planner's cost model predicts with the same ones, so that the two cannot
  * drift apart.
  */
+import type { SparsityMode } from "./layout.js";
 
 /**
- * Whether predictor mode reads ahead at all. Reads ahead overlap other work only when the misses'
- * reads do (the pipeline), and with every neuron hot there is nothing to read.
+ * Whether a step reads ahead at all: in predictor mode (the predictor picks ahead) and in dense
+ * mode (every neuron runs, so a group's picks are its uncached bundles, known ahead exactly); gate
+ * mode needs the group's own input to know its picks. Reads ahead overlap other work only when the
+ * misses' reads do (the pipeline), and with every neuron hot there is nothing to read.
  */
 export function readsAhead(
-  predictorMode: boolean,
+  mode: SparsityMode,
   pipeline: boolean,
   lookahead: boolean,
   hotPerLayer: number,
   nFF: number,
 ): boolean {
-  return predictorMode && pipeline && lookahead && hotPerLayer < nFF;
+  return mode !== "gate" && pipeline && lookahead && hotPerLayer < nFF;
 }
 
 /**

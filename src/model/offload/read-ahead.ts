@@ -1,6 +1,7 @@
 /**
- * Predictor mode's read-ahead: bundles a group's predictor picks are read into cold slots before
- * the group's step, while other work computes.
+ * Read-ahead: bundles a group's step will compute are read into cold slots before the step,
+ * while other work computes. In predictor mode the predictor picks them; in dense mode (no
+ * predictor) every neuron runs, so they are exactly the group's bundles not in memory.
  *
  * - A dense model: while layer l computes, layer l+1's predictor runs on layer l's input (the
  *   residual stream changes little from one layer to the next, so it picks most of what it will
@@ -64,7 +65,8 @@ export class ReadAhead {
     private readonly store: GroupStore,
     private readonly cache: NeuronCache,
     private readonly reader: FlashReader,
-    private readonly predictor: Predictor,
+    /** null: dense mode, every neuron is a pick */
+    private readonly predictor: Predictor | null,
     private readonly mm: MatrixRunner,
     private readonly lists: NeuronLists,
     arena: Arena,
@@ -102,13 +104,19 @@ export class ReadAhead {
     const f32 = this.lists.f32;
     const nFF = this.store.layer(g).neurons;
     const hot = cache.hotCount[g];
-    // only the cold region's scores (in the store's order: Predictor.load's rowOrder) are read
-    const t = performance.now();
-    this.predictor.scores(this.mm, g, residual, this.nEmbd, this.scores, hot);
-    spent.computeMs += performance.now() - t;
     const s0 = this.scores >>> 2;
     let thr = this.threshold;
-    if (!exact) {
+    if (this.predictor) {
+      // only the cold region's scores (in the store's order: Predictor.load's rowOrder) are read
+      const t = performance.now();
+      this.predictor.scores(this.mm, g, residual, this.nEmbd, this.scores, hot);
+      spent.computeMs += performance.now() - t;
+    } else {
+      // every neuron is a pick: a score above any threshold
+      f32.fill(1, s0 + hot, s0 + nFF);
+      thr = 0;
+    }
+    if (!exact && this.predictor) {
       let sum = 0,
         sq = 0;
       for (let k = hot; k < nFF; k++) {
