@@ -285,7 +285,14 @@ for (const [type, as, tolerance] of [
       ["dense", 1],
       ["gate", 2],
     ] as const) {
-      const { model: m, allFFN } = await loadMostlyOnFlash(await storeOf(type, as), threads, 64, undefined, sparsity, 0);
+      const { model: m, allFFN } = await loadMostlyOnFlash(
+        await storeOf(type, as),
+        threads,
+        64,
+        undefined,
+        sparsity,
+        0,
+      );
       try {
         assert.ok(m.offloaded!.layout.cacheBytes < allFFN / 3, `cache ${m.offloaded!.layout.cacheBytes} of ${allFFN}`);
         const got = await logitsOf(m, IDS);
