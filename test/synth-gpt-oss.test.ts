@@ -268,8 +268,10 @@ async function logitsOf(m: LlamaModel, ids: number[]): Promise<Float32Array[]> {
 const IDS = [1, 300, 17, 451, 88, 9, 200, 31, 5, 77, 480, 12, 64, 3];
 
 for (const [type, as, tolerance] of [
-  // the same weights: every difference is float order (measured 3e-7)
-  ["f32", "f32", 1e-5],
+  // the same weights: every difference is float order (measured 3.4e-7 in the relaxed build, 3.1e-5
+  // in the SIMD128 one, whose down columns add without fused multiply-adds; both engines are up to
+  // 6.5e-5 from the f64 plain-TS reference at these positions)
+  ["f32", "f32", 1e-4],
   // the MXFP4 rows kept, the down columns requantized to Q8_0, and h summed in f32 where the
   // in-memory down matvec rounds it to Q8_0: measured within 2.6% of the max logit over 14
   // positions (the in-memory model is within 2.7% of the f32 plain-TS reference)
