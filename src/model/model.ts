@@ -23,14 +23,7 @@ import { clearStats } from "./offload/stats.js";
 import { storeGroups } from "./offload/store-groups.js";
 import { storeLayout } from "./store-shards.js";
 import type { Tracer } from "../runtime/tracer.js";
-import {
-  BudgetError,
-  storeFacts,
-  type FixedResident,
-  type LayoutKnobs,
-  type OffloadLayout,
-  type SparsityMode,
-} from "./offload/layout.js";
+import { BudgetError, storeFacts, type FixedResident, type LayoutKnobs, type OffloadLayout } from "./offload/layout.js";
 import { Predictor, sparsityFor } from "./offload/predictor.js";
 import { checkExpertBiases } from "./offload/expert-biases.js";
 import { dequantizeRow } from "../format/quant.js";

@@ -100,7 +100,7 @@ export class OffloadedMoeFFN implements FFNPart {
     }
     if (step.n !== 1 || !off.readsAheadLayer || this.layer === 0) return;
     ctx.rmsnorm(b.xb, b.x, this.ffnNorm, 1);
-    this.router.logits(this.routerWeights, 1);
+    this.router.logits(this.routerWeights, 1, b.xb, this.routerBias);
     const logits = b.route >>> 2;
     const f32 = ctx.f32;
     const ahead = this.ahead;

@@ -7,7 +7,6 @@
 import type { GGMLType } from "../../format/ggml-types.js";
 import type { GGUFFile } from "../../format/gguf.js";
 import type { BundleParts, StoreConversion, StoreWriter } from "../../format/store/index.js";
-import { GGMLType as T } from "../../format/ggml-types.js";
 import { dequantizeRow } from "../../format/quant.js";
 import { ErrorStats, type RowConverter } from "./row-conversion.js";
 import { readRows, type FFNTensors } from "./source-ffn.js";
@@ -124,8 +123,7 @@ export async function writeFFNGroup(
 }
 
 /**
- * Each listed neuron's gate and up biases (f32, as exactly as the source type allows: F32 copied)
- * into its bundle at `at` (bundles of `bundleBytes` in `out`, in the order of `idx`).
+ * Each listed neuron's gate and up biases (f32: F32, F16 and BF16 values exactly) into its bundle at `at` (bundles of `bundleBytes` in `out`, in the order of `idx`).
  */
 function putBiases(
   file: GGUFFile,
@@ -141,8 +139,7 @@ function putBiases(
     const raw = new Uint8Array(b.bytes);
     file.readTensor(b.t, raw, b.base, b.bytes);
     const v = new Float32Array(n);
-    if (b.t.type === T.F32) v.set(new Float32Array(raw.buffer, 0, n));
-    else dequantizeRow(b.t.type, raw, n, v);
+    dequantizeRow(b.t.type, raw, n, v);
     for (let k = 0; k < idx.length; k++) f32[(k * bundleBytes + at) / 4 + j] = v[idx[k]];
   }
 }
