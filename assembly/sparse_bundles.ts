@@ -65,8 +65,15 @@ let SINK: u32 = 0;
 @inline function biasOffset(t: i32, kind: i32, rb: usize): usize {
   return (kind & SPARSE_BIASED) != 0 ? (partsBytes(t, rb) + 3) & ~(<usize>3) : 0;
 }
-@inline function biasAt(bo: usize, bp: usize, o: usize): f32 {
-  return bo != 0 ? load<f32>(bp + bo + o) : 0;
+// v plus the bias at `o` (0: the gate's, 4: the up's) of the bundle at bp; unbiased bundles
+// (bo 0) v itself, nothing read or added
+@inline function withBias(v: f32, bo: usize, bp: usize, o: usize): f32 {
+  return bo != 0 ? v + load<f32>(bp + bo + o) : v;
+}
+// the given gate of listed neuron k, plus its bundle's gate bias
+@inline function gateOf(gate: usize, bundles: usize, k: i32, bo: usize): f32 {
+  const g = load<f32>(gate + ((<usize>k) << 2));
+  return bo != 0 ? g + load<f32>(<usize>load<i32>(bundles + ((<usize>k) << 2)) + bo) : g;
 }
 
 @inline function gateT(
@@ -132,13 +139,7 @@ let SINK: u32 = 0;
   DN = 0;
   // the gate factor of neuron k, computed one step ahead so that the next neuron's up and down
   // pages are touched only when they will be read
-  let a =
-    k0 < k1
-      ? gateFactor(
-          kind,
-          load<f32>(gate + ((<usize>k0) << 2)) + biasAt(bo, <usize>load<i32>(bundles + ((<usize>k0) << 2)), 0),
-        )
-      : 0;
+  let a = k0 < k1 ? gateFactor(kind, gateOf(gate, bundles, k0, bo)) : 0;
   // paired types: neurons that fire go in pairs whose up rows dot2 streams at once (each row's dot exactly
   // dot1's; pushed in list order): the pending first of a pair
   const pairs = paired(t);
@@ -146,13 +147,7 @@ let SINK: u32 = 0;
     pendBp: usize = 0,
     pendA: f32 = 0;
   for (let k = k0; k < k1; k++) {
-    const aNext =
-      k + 1 < k1
-        ? gateFactor(
-            kind,
-            load<f32>(gate + ((<usize>k) << 2), 4) + biasAt(bo, <usize>load<i32>(bundles + ((<usize>k) << 2), 4), 0),
-          )
-        : 0;
+    const aNext = k + 1 < k1 ? gateFactor(kind, gateOf(gate, bundles, k + 1, bo)) : 0;
     if (aNext != 0) touchPages(<usize>load<i32>(bundles + ((<usize>k) << 2), 4) + rb, partsBytes(t, rb) - rb);
     // a = 0: h = 0 whatever up says, so neither up nor down is read
     if (a != 0) {
@@ -185,7 +180,7 @@ let SINK: u32 = 0;
   kind: i32,
   bo: usize,
 ): void {
-  const a = gateFactor(kind, dot1(t, bp, xAct, n) + biasAt(bo, bp, 0));
+  const a = gateFactor(kind, withBias(dot1(t, bp, xAct, n), bo, bp, 0));
   if (a != 0) upDown1(t, bp, a, xAct, y, corr, n, rb, kind, bo);
 }
 
@@ -202,7 +197,7 @@ let SINK: u32 = 0;
   kind: i32,
   bo: usize,
 ): void {
-  const h = combine(kind, a, dot1(t, bp + rb, xAct, n) + biasAt(bo, bp, 4));
+  const h = combine(kind, a, withBias(dot1(t, bp + rb, xAct, n), bo, bp, 4));
   if (h != 0) pushDown(t, y, corr, n, bp + 2 * rb, h);
 }
 
@@ -223,8 +218,8 @@ let SINK: u32 = 0;
   bo: usize,
 ): void {
   const u = dot2(t, bpA + rb, bpB + rb, xAct, n);
-  const hA = combine(kind, aA, f32x4.extract_lane(u, 0) + biasAt(bo, bpA, 4)),
-    hB = combine(kind, aB, f32x4.extract_lane(u, 1) + biasAt(bo, bpB, 4));
+  const hA = combine(kind, aA, withBias(f32x4.extract_lane(u, 0), bo, bpA, 4)),
+    hB = combine(kind, aB, withBias(f32x4.extract_lane(u, 1), bo, bpB, 4));
   if (hA != 0) pushDown(t, y, corr, n, bpA + 2 * rb, hA);
   if (hB != 0) pushDown(t, y, corr, n, bpB + 2 * rb, hB);
 }
@@ -244,8 +239,8 @@ let SINK: u32 = 0;
   bo: usize,
 ): void {
   const g = dot2(t, bpA, bpB, xAct, n);
-  const aA = gateFactor(kind, f32x4.extract_lane(g, 0) + biasAt(bo, bpA, 0)),
-    aB = gateFactor(kind, f32x4.extract_lane(g, 1) + biasAt(bo, bpB, 0));
+  const aA = gateFactor(kind, withBias(f32x4.extract_lane(g, 0), bo, bpA, 0)),
+    aB = gateFactor(kind, withBias(f32x4.extract_lane(g, 1), bo, bpB, 0));
   if (aA != 0 && aB != 0) upDown2(t, bpA, aA, bpB, aB, xAct, y, corr, n, rb, kind, bo);
   else if (aA != 0) upDown1(t, bpA, aA, xAct, y, corr, n, rb, kind, bo);
   else if (aB != 0) upDown1(t, bpB, aB, xAct, y, corr, n, rb, kind, bo);
