@@ -21,6 +21,7 @@ import { expertSummary, GROUP_FIELDS, type OffloadStats } from "../src/model/off
 import { runResult } from "../src/cli/run-json.js";
 import { expertStatsText } from "../src/cli/expert-stats.js";
 import type { GenerationStats } from "../src/generate/generator.js";
+import { Tracer } from "../src/runtime/tracer.js";
 import { argmax, f32Bytes, greedyAsync, SHARED, tempDir } from "./helpers.js";
 
 const MOE = `${SHARED}/models/moe-stories.gguf`;
@@ -71,6 +72,8 @@ async function load(
   lookahead: boolean,
   threshold?: number,
   expertReadAhead?: "both" | "expert" | "layer",
+  sparsity: "predictor" | "dense" = "predictor",
+  tracer?: Tracer,
 ): Promise<LlamaModel> {
   const pi = await store();
   const s = NeuronStore.open(pi);
@@ -79,7 +82,8 @@ async function load(
   return LlamaModel.load(pi, {
     threads,
     contextSize: 128,
-    offload: { sparsity: "predictor", cacheBytes: Math.floor(allFFN / 4), lookahead, threshold, expertReadAhead },
+    offload: { sparsity, cacheBytes: Math.floor(allFFN / 4), lookahead, threshold, expertReadAhead, tracer },
+    tracer,
   });
 }
 
@@ -263,4 +267,32 @@ test("moe-stories read-ahead (both kinds) with failing reads: an error naming th
     assert.equal(got.failures, 1, `reads ${k}.. of ${reads} failed`);
     assert.deepEqual(got.ids, clean.ids, `reads ${k}.. of ${reads} failed, then the step ran again`);
   }
+});
+
+test("moe-stories in dense mode: each token's routed experts are read ahead all at once when the layer has routed (every bundle not in memory, all used), and the ids and logits are the reference's", async () => {
+  const file = join(dir, "dense-trace.json");
+  const tracer = new Tracer(file, "moe-dense");
+  const model = await load(2, true, undefined, undefined, "dense", tracer);
+  const r = (ref.prompts as Ref[])[0];
+  let st: OffloadStats;
+  try {
+    const { ids, logits } = await greedyAsync(model, r.prompt_ids, r.greedy_ids.length);
+    assert.deepEqual(ids, r.greedy_ids);
+    const want = r.logits_first3[0];
+    const scale = Math.max(...want.map(Math.abs));
+    for (let i = 0; i < want.length; i++) assert.ok(Math.abs(logits[0][i] - want[i]) <= 1e-3 * scale);
+    st = model.offloaded!.snapshot();
+  } finally {
+    await model.dispose();
+    tracer.close();
+  }
+  assert.equal(st.neuronsComputed, st.neuronsTotal, "dense mode computes every neuron");
+  assert.ok(st.readAheadExact! > 0 && st.readAheadExactUsed === st.readAheadExact, "every bundle read ahead is used");
+  type Event = { name: string; ph: string; args?: Record<string, number> };
+  const spans = (JSON.parse(readFileSync(file, "utf8")) as Event[]).filter((e) => e.ph === "X");
+  const upfront = spans.filter((e) => e.name === "read-ahead exact");
+  // one per decoded token and layer, for the token's two routed experts at once
+  assert.equal(upfront.length, (r.greedy_ids.length - 1) * 6);
+  assert.ok(upfront.every((e) => e.args!.experts === 2));
+  assert.ok(upfront.some((e) => e.args!.bundles > 0));
 });

@@ -9,7 +9,7 @@ import { NeuronStore } from "../src/format/store/index.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { plannedFiring, synthesize } from "../src/offline/synth.js";
 import { readConfig } from "../src/model/config.js";
-import { BudgetError, ffnBufferBytes, runtimeGrowthBytes } from "../src/model/offload/layout.js";
+import { BudgetError, ffnBufferBytes, offloadLayout, runtimeGrowthBytes } from "../src/model/offload/layout.js";
 import { hitProfile, type Firing } from "../src/io/hit-model.js";
 import { layoutFor, predict } from "../src/planner/cost-model.js";
 import type { Hardware } from "../src/planner/hardware.js";
@@ -114,6 +114,25 @@ test("budget layout: what the runtime's layout leaves for the neuron cache, hot 
   assert.equal(layoutFor(shape, hw, { ...knobs, residentGates: undefined }, budgetFor(100)).residentGates, true);
   assert.equal(layoutFor(shape, hw, { ...knobs, residentGates: undefined }, budgetFor(99)).residentGates, false);
   assert.equal(layoutFor(shape, hw, { ...knobs, residentGates: undefined }, budgetFor(2)).residentGates, false);
+});
+
+test("budget layout, dense mode over a dense FFN without a profile: every neuron runs every token (a cyclic scan an LRU keeps nothing of), so all is pinned but room for two layers' misses; no gate rows or staging", () => {
+  const six = { ...facts, groups: 6 };
+  const resident = { base: 0, weights: 0, buffers: 0, kv: 0, growth: 0 };
+  const at = (slots: number, sparsity: "dense" | "gate") =>
+    offloadLayout(six, resident, 2 ** 40, { sparsity, threads: 1, cacheBytes: slots * 4096, residentGates: false });
+  for (const slots of [150, 201, 350, 599]) {
+    const d = at(slots, "dense");
+    assert.equal(d.gateBytes, 0);
+    assert.equal(d.slots, slots);
+    // the most hot per layer with 6 * hot + 2 * (100 - hot) <= slots
+    const hot = Math.max(0, Math.floor((slots - 200) / 4));
+    assert.equal(d.hotPerLayer, hot, `${slots} slots`);
+    assert.ok(d.coldSlots >= Math.min(slots, 2 * (100 - hot)));
+    // gate mode keeps the profile-less default: half
+    assert.equal(at(slots, "gate").hotFraction, 0.5);
+  }
+  assert.equal(at(600, "dense").hotPerLayer, 100, "the whole FFN fits: all pinned");
 });
 
 /** The real NeuronCache under independent per-token firing, layers in order as the runtime visits them: its cold hit rate once warm. */

@@ -100,7 +100,7 @@ export async function main(argv: string[]): Promise<number> {
       `ffn from flash: ${model.offloadMode} sparsity; neuron cache ${(layout.cacheBytes / 2 ** 20).toFixed(1)} MiB` +
         `${layout.shards ? ` split among ${layout.shards.length} memories` : ""}, ` +
         `${layout.hotPerLayer} hot neurons per layer pinned (hot share ${+layout.hotFraction.toFixed(3)}); ` +
-        `gate rows ${model.offloadMode === "predictor" ? "not needed per token" : layout.residentGates ? "in memory" : "streamed from flash"}\n`,
+        `gate rows ${model.offloadMode === "predictor" ? "not needed per token" : model.offloadMode === "dense" ? "not needed (every neuron runs, each bundle whole)" : layout.residentGates ? "in memory" : "streamed from flash"}\n`,
     );
     if (layout.budget !== undefined)
       process.stderr.write(

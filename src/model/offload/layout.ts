@@ -311,12 +311,14 @@ export function offloadLayout(
   const slots = fits ? Math.floor(cacheRoom / bundleBytes) : 0;
   const hotFraction =
     knobs.hotFraction ??
-    defaultHotFraction(
-      facts.firing,
-      slots,
-      nFF,
-      facts.experts > 0 ? { experts: facts.experts, used: facts.expertsUsed } : undefined,
-    );
+    (knobs.sparsity === "dense" && facts.experts === 0 && !facts.firing
+      ? scanHotFraction(slots, groups, nFF)
+      : defaultHotFraction(
+          facts.firing,
+          slots,
+          nFF,
+          facts.experts > 0 ? { experts: facts.experts, used: facts.expertsUsed } : undefined,
+        ));
   let hot = hotPerLayer(slots, hotFraction, groups, nFF);
   // a split store: a cold slot for each memory's misses at least
   if (shards > 1 && hot < nFF) hot = Math.max(0, Math.min(hot, Math.floor((slots - shards) / groups)));
@@ -357,6 +359,19 @@ export function offloadLayout(
     fits,
     minBudget: Math.ceil((fixed + minCache) / BUDGET_ROOM),
   };
+}
+
+/**
+ * Dense mode over a dense FFN: every neuron runs every token, layer after layer, a cyclic scan in
+ * which an LRU region never keeps a bundle until its next use. So as many are pinned as leave the
+ * cold region room for two layers' misses (the layer computing and the next one read ahead).
+ */
+function scanHotFraction(slots: number, groups: number, nFF: number): number {
+  if (slots <= 0) return 0;
+  if (slots >= groups * nFF) return 1;
+  const hot = Math.max(0, Math.min(nFF, Math.floor((slots - 2 * nFF) / Math.max(1, groups - 2))));
+  // the share hotPerLayer turns back into `hot` per layer
+  return (hot * groups + 0.5) / slots;
 }
 
 /**

@@ -259,23 +259,41 @@ export class OffloadedFFN {
   }
 
   /**
-   * A mixture: start reading the likely bundles of groups[0..count) (the experts a layer's router
-   * picks before its attention), from the residual row at `residual`, while attention computes;
-   * counted in the pass's counts. `routed`: the router read the block's input, so these are the
-   * experts the token is routed to (counted as readAheadRouted); else a guess on the current
-   * residual. Nothing without read-ahead.
+   * A mixture decoding a token in dense mode: every routed expert's bundles not in memory are its
+   * misses, known as soon as the layer has routed, so all of them are read ahead at once (the
+   * disk gets many reads in flight) rather than one expert ahead of the one computing.
    */
-  readAheadGroups(pass: OffloadCounts, groups: Int32Array, count: number, residual: number, routed = false): void {
+  get readsAheadAllRouted(): boolean {
+    return this.readAhead !== null && this.mode === "dense" && this.experts > 0 && this.expertReadAhead !== "layer";
+  }
+
+  /**
+   * A mixture: start reading bundles of groups[0..count), from the residual row at `residual`,
+   * counted in the pass's counts. `kind`:
+   * - "likely": the experts a layer's router picks on the residual before attention (a guess),
+   *   their likely picks;
+   * - "routed": the experts the token is routed to (the router read the block's input: counted
+   *   as readAheadRouted), their likely picks;
+   * - "exact": the routed experts and exactly their picks (dense mode: every bundle not in memory).
+   * Nothing without read-ahead.
+   */
+  readAheadGroups(
+    pass: OffloadCounts,
+    groups: Int32Array,
+    count: number,
+    residual: number,
+    kind: "likely" | "routed" | "exact",
+  ): void {
     const ra = this.readAhead;
-    if (!ra || !this.readsAheadLayer) return;
+    if (!ra) return;
     const tr = this.tracer;
     const t = tr ? tr.now() : 0;
     let bundles = 0;
     for (let i = 0; i < count; i++)
-      if (!ra.has(groups[i])) bundles += this.readAheadFor(pass, pass, groups[i], residual, false);
-    if (routed) pass.readAheadRouted += bundles;
+      if (!ra.has(groups[i])) bundles += this.readAheadFor(pass, pass, groups[i], residual, kind === "exact");
+    if (kind === "routed") pass.readAheadRouted += bundles;
     if (tr)
-      tr.span(routed ? "read-ahead routed" : "read-ahead", "pick", t, {
+      tr.span(kind === "likely" ? "read-ahead" : `read-ahead ${kind}`, "pick", t, {
         group: groups[0],
         experts: count,
         bundles,

@@ -37,8 +37,8 @@ import { waitForReads, type Spent } from "./stats.js";
  */
 const READ_AHEAD_MARGIN = 0.2;
 
-/** Reads ahead in flight at most (groups): a mixture's next expert and the next layer's top-k. */
-const MAX_PENDING = 8;
+/** Reads ahead in flight at most (groups): a mixture's routed experts, or the next layer's top-k. */
+const MAX_PENDING = 16;
 
 /** One group's read in flight. */
 interface Pending {

@@ -51,7 +51,13 @@ export class OffloadedMoeFFN implements FFNPart {
     // (a model with an offloaded FFN counts its passes: step.offload is set)
     const pass = step.offload!;
     if (ctx.cfg.routerInput === "ffn") r.route(this.routerWeights, step, b.xb, this.routerBias);
-    const ahead = n === 1 && off.readsAheadExpert;
+    const ahead = n === 1 && off.readsAheadExpert && !off.readsAheadAllRouted;
+    if (n === 1 && off.readsAheadAllRouted) {
+      // in the order the loop below computes them
+      let count = 0;
+      for (let e = r.nextRouted(-1); e >= 0; e = r.nextRouted(e)) this.ahead[count++] = this.first + e;
+      off.readAheadGroups(pass, this.ahead, count, b.x, "exact");
+    }
     for (let e = 0; e < nExpert; e++) {
       const m = r.tokensOf(e, n);
       if (m === 0) continue;
@@ -95,7 +101,7 @@ export class OffloadedMoeFFN implements FFNPart {
       this.router.route(this.routerWeights, step, b.x, this.routerBias);
       if (step.n !== 1 || !off.readsAheadLayer) return;
       for (let j = 0; j < nExpertUsed; j++) this.ahead[j] = first + this.router.ids[j];
-      off.readAheadGroups(step.offload!, this.ahead, nExpertUsed, b.x, true);
+      off.readAheadGroups(step.offload!, this.ahead, nExpertUsed, b.x, "routed");
       return;
     }
     if (step.n !== 1 || !off.readsAheadLayer || this.layer === 0) return;
@@ -113,6 +119,6 @@ export class OffloadedMoeFFN implements FFNPart {
       }
       ahead[j] = first + best;
     }
-    off.readAheadGroups(step.offload!, ahead, nExpertUsed, b.x);
+    off.readAheadGroups(step.offload!, ahead, nExpertUsed, b.x, "likely");
   }
 }
