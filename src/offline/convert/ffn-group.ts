@@ -6,7 +6,8 @@
  */
 import type { GGMLType } from "../../format/ggml-types.js";
 import type { GGUFFile } from "../../format/gguf.js";
-import type { StoreConversion, StoreWriter } from "../../format/store/index.js";
+import type { BundleParts, StoreConversion, StoreWriter } from "../../format/store/index.js";
+import { dequantizeRow } from "../../format/quant.js";
 import { ErrorStats, type RowConverter } from "./row-conversion.js";
 import { readRows, type FFNTensors } from "./source-ffn.js";
 import { transposeDown } from "./transpose-down.js";
@@ -21,10 +22,10 @@ export interface BundleShape {
   /** the store's FFN type */
   ffnType: GGMLType;
   nEmbd: number;
-  /** bytes of one row (Gate, Up or Down column) in ffnType */
+  /** bytes of one gate or up row in ffnType */
   rowBytes: number;
-  /** bytes of one bundle, rounded up to 4 KiB */
-  bundleBytes: number;
+  /** where each part sits, the down column's type and bytes, the bundle's bytes (whole pages) */
+  parts: BundleParts;
 }
 
 /** How a group's writing reports: abort checks, source bytes processed, and when to tell the progress callback. */
@@ -55,15 +56,16 @@ export async function writeFFNGroup(
   changed: Record<BundlePart, GGMLType | null>,
   progress: GroupProgress,
 ): Promise<WrittenGroup> {
-  const { ffnType, nEmbd, rowBytes, bundleBytes } = shape;
+  const { ffnType, nEmbd, rowBytes, parts } = shape;
+  const { bundleBytes, downType, downBytes } = parts;
   const n = L.neurons;
   const stats = { gate: new ErrorStats(), up: new ErrorStats(), down: new ErrorStats() };
 
   // Down as one row per neuron, in the store's type
   let downT: Uint8Array | undefined;
   if (!L.transposed) {
-    downT = new Uint8Array(n * rowBytes);
-    await transposeDown(file, L.down, n, nEmbd, ffnType, rowBytes, downT, rc, stats.down, progress.check, (b) => {
+    downT = new Uint8Array(n * downBytes);
+    await transposeDown(file, L.down, n, nEmbd, downType, downBytes, downT, rc, stats.down, progress.check, (b) => {
       progress.addBytes(b);
       progress.report();
     });
@@ -89,12 +91,12 @@ export async function writeFFNGroup(
     for (const kind of ["gate", "up", "down"] as const) {
       if (kind === "down" && !L.transposed) {
         for (let k = 0; k < g; k++)
-          out.set(downT!.subarray(idx[k] * rowBytes, (idx[k] + 1) * rowBytes), k * bundleBytes + 2 * rowBytes);
+          out.set(downT!.subarray(idx[k] * downBytes, (idx[k] + 1) * downBytes), k * bundleBytes + parts.down);
         continue;
       }
       const m = L[kind];
       const type = m.t.type;
-      const at = kind === "gate" ? 0 : kind === "up" ? rowBytes : 2 * rowBytes;
+      const at = parts[kind];
       readRows(file, m, idx, scratch[kind]);
       const rb = srcRb[kind];
       for (let k = 0; k < g; k++) {
@@ -106,6 +108,7 @@ export async function writeFFNGroup(
       if (type !== ffnType) changed[kind] = type;
       progress.addBytes(g * rb);
     }
+    if (L.biases) putBiases(file, L, idx, parts.biases!, bundleBytes, out);
     for (let k = 0; k < g; k++)
       gateRows.set(out.subarray(k * bundleBytes, k * bundleBytes + rowBytes), (p0 + k) * rowBytes);
     await writer.write(out.subarray(0, g * bundleBytes));
@@ -117,6 +120,28 @@ export async function writeFFNGroup(
   await writer.write(gateRows);
   await writer.pad();
   return { offset, gateRows: gateRowsOffset, stats };
+}
+
+/**
+ * Each listed neuron's gate and up biases (f32: F32, F16 and BF16 values exactly) into its bundle at `at` (bundles of `bundleBytes` in `out`, in the order of `idx`).
+ */
+function putBiases(
+  file: GGUFFile,
+  L: FFNTensors,
+  idx: Int32Array,
+  at: number,
+  bundleBytes: number,
+  out: Uint8Array,
+): void {
+  const n = L.neurons;
+  const f32 = new Float32Array(out.buffer, out.byteOffset, out.byteLength >>> 2);
+  for (const [j, b] of [L.biases!.gate, L.biases!.up].entries()) {
+    const raw = new Uint8Array(b.bytes);
+    file.readTensor(b.t, raw, b.base, b.bytes);
+    const v = new Float32Array(n);
+    dequantizeRow(b.t.type, raw, n, v);
+    for (let k = 0; k < idx.length; k++) f32[(k * bundleBytes + at) / 4 + j] = v[idx[k]];
+  }
 }
 
 /** A part's conversion record for the manifest: null when its rows were copied bit for bit. */
