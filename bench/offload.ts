@@ -30,7 +30,10 @@
  * --shape smallthinker-21b is SmallThinker-21B-A3B's widths (64 experts of 768, top-6, 52 layers;
  * a 13.5 GB Q4_1 GGUF) at 8 GiB by default, files named st21b-*. --shape qwen3-30b-a3b is
  * Qwen3-30B-A3B's (128 SiLU experts of 768, top-8, 48 layers; 19.1 GB at Q4_1), run as the dense
- * shapes below are (dense mode, store in index order), at 8 GiB by default.
+ * shapes below are (dense mode, store in index order), at 8 GiB by default. --shape gpt-oss-20b
+ * is gpt-oss-20b's (32 experts of 2880, top-4, 24 layers, clamped SwiGLU with biases) with its
+ * experts MXFP4 as it ships them (--type mxfp4 by default; synth keeps every other matrix F32),
+ * run as the dense shapes.
  *
  * --shape qwen3-0.6b | qwen3-8b | llama3.2-1b | llama3-8b | phi3-mini | gemma3-4b: today's dense
  * models (synth's public widths, random weights, SiLU; gemma3 GELU; no planted sparsity), files

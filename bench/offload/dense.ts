@@ -84,7 +84,7 @@ export function denseModelLine(o: Options & { shape: DenseShape }, models: Model
   const spec = SHAPE_SPECS[o.shape];
   const layers = o.layers !== undefined && o.layers !== spec.layers ? `, ${o.layers} of its ${spec.layers} layers` : "";
   return (
-    `model: ${o.shape} shape (${spec.like}${layers}), dense ${denseActivation(o.shape) === "gelu" ? "GELU" : "SiLU"} (random weights, no planted sparsity), ${o.type.toUpperCase()}, seed ${SEED}: ` +
+    `model: ${o.shape} shape (${spec.like}${layers}), dense ${{ gelu: "GELU", swiglu_oai: "clamped SwiGLU" }[denseActivation(o.shape)] ?? "SiLU"} (random weights, no planted sparsity), ${o.type.toUpperCase()}, seed ${SEED}: ` +
     `GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}; ours runs dense mode, which computes every neuron, each bundle whole (no thresholds: sparsity only where --sparsity and a calibration ask for it)`
   );
 }

@@ -16,6 +16,7 @@ export const DENSE_SHAPES = [
   "phi3-mini",
   "gemma3-4b",
   "qwen3-30b-a3b",
+  "gpt-oss-20b",
 ] as const;
 export type DenseShape = (typeof DENSE_SHAPES)[number];
 export type Shape = SparseShape | DenseShape;
@@ -28,7 +29,8 @@ export interface Options {
   shape: Shape;
   /** layers kept of the shape (synth --layers; the mixtral shape's default is 16) */
   layers?: number;
-  type: "q4_1" | "q8_0";
+  /** mxfp4: gpt-oss-20b's experts as it ships them (synth: every other matrix F32) */
+  type: "q4_1" | "q8_0" | "mxfp4";
   /** GiB; empty for a dense shape without --limits: chosen once its store exists (dense.ts) */
   limits: number[];
   threads: number[];
@@ -82,9 +84,9 @@ export function parseOptions(argv: string[]): { options: Options; prewarm: boole
       });
     if (a === "--type") {
       const t = v();
-      if (t !== "q4_1" && t !== "q8_0")
+      if (t !== "q4_1" && t !== "q8_0" && t !== "mxfp4")
         throw new Error(
-          "--type must be q4_1 or q8_0 (llama.cpp repacks Q4_0 into anonymous memory: killed under a limit)",
+          "--type must be q4_1, q8_0 or mxfp4 (llama.cpp repacks Q4_0 into anonymous memory: killed under a limit)",
         );
       o.type = t;
     } else if (a === "--shape") {
@@ -98,6 +100,8 @@ export function parseOptions(argv: string[]): { options: Options; prewarm: boole
       // Qwen3-30B-A3B at the 8 GB cap the issue sets (SiLU experts: dense within an expert)
       if (t === "qwen3-30b-a3b" && !argv.includes("--limits")) o.limits = [8];
       if (t === "mixtral" && !argv.includes("--limits")) o.limits = [4];
+      // gpt-oss-20b's experts as it ships them
+      if (t === "gpt-oss-20b" && !argv.includes("--type")) o.type = "mxfp4";
       if (t === "mixtral" && !argv.includes("--ablation-limit")) o.ablationLimit = 4;
       if (t === "mixtral" && !argv.includes("--layers")) o.layers = 16;
       // SmallThinker-4B-A0.6B at the 1 GB cap of PowerInfer's own figure, less the 256 MiB the
@@ -134,6 +138,8 @@ export function parseOptions(argv: string[]): { options: Options; prewarm: boole
   for (const s of o.skip)
     if (!["compare", "ablation", "plan", "io", "quality"].includes(s))
       throw new Error(`--skip takes compare, ablation, plan, io, quality; got "${s}"`);
+  if (o.type === "mxfp4" && o.shape !== "gpt-oss-20b")
+    throw new Error(`--type mxfp4 is gpt-oss-20b's (its experts as it ships them), not ${o.shape}'s`);
   if (isDenseShape(o.shape) && o.gateRank)
     throw new Error(`--gate-rank plants predictors in a ReLU model: not for the dense shape ${o.shape}`);
   if (isDenseShape(o.shape) && o.order === "hot")
