@@ -101,13 +101,13 @@ export const STORE_FLAGS: FlagSpec[] = [
     names: ["--no-read-ahead"],
     key: "noReadAhead",
     type: "bool",
-    help: "predictor mode: do not read the next layer's likely bundles during this layer (a mixture of experts: nor the next routed expert's during the first) (ablation)",
+    help: "predictor and dense mode: do not read the next layer's bundles during this layer (a mixture of experts: nor the routed experts' once the layer has routed) (ablation)",
   },
   {
     names: ["--expert-read-ahead"],
     key: "expertReadAhead",
     type: "string",
-    help: "a mixture of experts in predictor mode, what is read ahead: expert (the next routed expert's exact picks while the first computes), layer (the next layer's likely experts, by its router on the current residual; where the router reads the block's input, as smallthinker's, the routed experts themselves, before attention), both; default: expert (both for smallthinker)",
+    help: "a mixture of experts in predictor or dense mode, what is read ahead: expert (every routed expert's exact picks at once, once the layer has routed), layer (the next layer's likely experts, by its router on the current residual; where the router reads the block's input, as smallthinker's, the routed experts themselves, before attention), both; default: expert (both for smallthinker)",
   },
   {
     names: ["--verify"],

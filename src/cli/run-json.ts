@@ -31,7 +31,7 @@ export interface StoreFigures {
   ioWaitMs: number;
   readAhead: number;
   readAheadUsed: number;
-  /** a mixture of experts: of readAhead, the bundles read for each token's next routed expert (exact picks), and how many were used */
+  /** a mixture of experts: of readAhead, the bundles read for each token's routed experts once routed (exact picks), and how many were used */
   readAheadExact?: number;
   readAheadExactUsed?: number;
   /** a mixture whose router reads the block's input: of readAhead, the bundles read before attention for the routed experts */

@@ -161,7 +161,7 @@ export async function main(argv: string[]): Promise<number> {
         process.stderr.write(
           `read-ahead: ${off.readAhead} bundles, ${off.readAheadUsed} used` +
             (off.readAheadExact !== undefined
-              ? ` (next routed expert: ${off.readAheadExact}, ${off.readAheadExactUsed} used; ` +
+              ? ` (routed experts, exact: ${off.readAheadExact}, ${off.readAheadExactUsed} used; ` +
                 (off.readAheadRouted
                   ? `routed experts before attention: ${off.readAheadRouted}`
                   : `next layer's likely experts: ${off.readAhead - off.readAheadExact}`) +

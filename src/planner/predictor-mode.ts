@@ -110,7 +110,7 @@ export function predictorMode(
       // the next layer's read-ahead (the runtime's condition: read-ahead-condition.ts)
       ahead = 0;
       aheadDone = 0;
-      const next = lookahead ? readAheadGroup(l, nLayer, 0, -1, n1, rest) : -1;
+      const next = lookahead ? readAheadGroup(l, nLayer, 0, n1, rest) : -1;
       if (next >= 0) {
         ahead = ra.coverage * misses[next];
         const reads = ahead / Math.max(MIN_READ_AHEAD_USED, ra.used);

@@ -7,8 +7,8 @@
  *    miss (to read from flash).
  * 2. The misses' bundles are read (direct I/O, many in flight) into cold slots, in rounds as the
  *    cold region allows; while the first round is in flight the hits are computed (and, in
- *    predictor mode, the next layer's likely misses are read ahead, or for a mixture of experts
- *    the token's next routed expert's exact misses); then each round as it lands.
+ *    predictor and dense mode, a dense model's next layer's misses are read ahead; a mixture
+ *    reads every routed expert's ahead once its layer has routed); then each round as it lands.
  * 3. Up, activation and down for exactly those neurons, summed into the residual stream.
  *
  * The sums go in a fixed order (fixed-order.ts): the same bits whatever was a hit or a miss,
@@ -86,15 +86,16 @@ export interface OffloadOptions {
    */
   verify?: VerifyMode;
   /**
-   * predictor mode: read ahead the cold bundles the next layer's predictor picks (default true;
-   * read-ahead.ts); for a mixture of experts, the next routed expert's picks while the first
-   * computes, and the next layer's likely experts' picks
+   * predictor and dense mode: read ahead the cold bundles the next layer will compute (default
+   * true; read-ahead.ts); for a mixture of experts, every routed expert's picks once the layer
+   * has routed, and the next layer's likely experts' picks
    */
   lookahead?: boolean;
   /**
-   * a mixture of experts with read-ahead: what is read ahead. "expert": the token's next routed
-   * expert's picks while the first computes (exact: the same input, nothing read for nothing;
-   * the default); "layer": after a layer, the likely picks of the experts the next layer's router
+   * a mixture of experts with read-ahead: what is read ahead. "expert": once the layer has
+   * routed, every routed expert's picks at once, in the order they compute (exact: the input
+   * their steps see, nothing read for nothing; the default); "layer": after a layer, the likely
+   * picks of the experts the next layer's router
    * picks on the current residual; "both". On moe-stories from a disk that limits the token
    * (docs/benchmarks.md, "Mixture-of-experts read-ahead") "layer" read ~13% more for ~80% used
    * and was slower than none; "expert" was faster. Where the router reads the block's input
@@ -248,7 +249,12 @@ export class OffloadedFFN {
     return this.batchGates !== null;
   }
 
-  /** A mixture: whether decodeStep reads ahead the next routed expert's picks (its `next`). */
+  /**
+   * A mixture decoding a token: whether, once the layer has routed, every routed expert's picks
+   * are read ahead at once (readAheadGroups "exact"): they are known then (dense mode: its bundles
+   * not in memory; predictor mode: its predictor on the FFN input its step will see), and many
+   * reads in flight keep the disk busier than one expert ahead of the one computing.
+   */
   get readsAheadExpert(): boolean {
     return this.readAhead !== null && this.expertReadAhead !== "layer";
   }
@@ -259,22 +265,13 @@ export class OffloadedFFN {
   }
 
   /**
-   * A mixture decoding a token in dense mode: every routed expert's bundles not in memory are its
-   * misses, known as soon as the layer has routed, so all of them are read ahead at once (the
-   * disk gets many reads in flight) rather than one expert ahead of the one computing.
-   */
-  get readsAheadAllRouted(): boolean {
-    return this.readAhead !== null && this.mode === "dense" && this.experts > 0 && this.expertReadAhead !== "layer";
-  }
-
-  /**
    * A mixture: start reading bundles of groups[0..count), from the residual row at `residual`,
    * counted in the pass's counts. `kind`:
    * - "likely": the experts a layer's router picks on the residual before attention (a guess),
    *   their likely picks;
    * - "routed": the experts the token is routed to (the router read the block's input: counted
    *   as readAheadRouted), their likely picks;
-   * - "exact": the routed experts and exactly their picks (dense mode: every bundle not in memory).
+   * - "exact": the routed experts and exactly their picks (from the FFN input their steps see).
    * Nothing without read-ahead.
    */
   readAheadGroups(
@@ -289,8 +286,10 @@ export class OffloadedFFN {
     const tr = this.tracer;
     const t = tr ? tr.now() : 0;
     let bundles = 0;
+    // (exact picks top up what a guess already reads for a group: its bundles in flight are skipped)
     for (let i = 0; i < count; i++)
-      if (!ra.has(groups[i])) bundles += this.readAheadFor(pass, pass, groups[i], residual, kind === "exact");
+      if (kind === "exact" || !ra.has(groups[i]))
+        bundles += this.readAheadFor(pass, pass, groups[i], residual, kind === "exact");
     if (kind === "routed") pass.readAheadRouted += bundles;
     if (tr)
       tr.span(kind === "likely" ? "read-ahead" : `read-ahead ${kind}`, "pick", t, {
@@ -319,19 +318,10 @@ export class OffloadedFFN {
   /**
    * One token of group l (a layer, or one expert of a mixture's layer): y += FFN(x). x: the FFN
    * input after its norm (nEmbd f32); residual: the residual stream row (the predictor reads it);
-   * y: where the output is added (the residual row itself for a dense FFN). `next`: a mixture's
-   * group computed next on the same residual row (the token's next routed expert of this layer),
-   * whose picks are read ahead during this step; -1: none. What the step did is added to `pass`,
-   * its forward pass's counts.
+   * y: where the output is added (the residual row itself for a dense FFN). What the step did is
+   * added to `pass`, its forward pass's counts.
    */
-  async decodeStep(
-    pass: OffloadCounts,
-    l: number,
-    x: number,
-    residual: number,
-    y = residual,
-    next = -1,
-  ): Promise<void> {
+  async decodeStep(pass: OffloadCounts, l: number, x: number, residual: number, y = residual): Promise<void> {
     const tr = this.tracer;
     const lists = this.lists;
     const step = this.begin(l, 1);
@@ -349,17 +339,16 @@ export class OffloadedFFN {
 
     // 2. The misses, in rounds of the free cold slots: the first round's reads overlap the hits'
     //    compute and, when it takes every miss (the read-ahead takes cold slots this step's
-    //    later rounds would want), the next layer's read-ahead (a mixture's: the next routed
-    //    expert's, exact: its predictor on this same residual row).
+    //    later rounds would want), a dense model's next layer's read-ahead.
     const round = this.misses.read(step, lists.missPos, 0, step.misses, false);
     if (!this.pipeline) await this.landed(step, round, lists.missPos);
     const ahead = this.readAhead
-      ? readAheadGroup(l, this.nLayer, this.store.ffn.experts, next, round.to, step.misses)
+      ? readAheadGroup(l, this.nLayer, this.store.ffn.experts, round.to, step.misses)
       : -1;
     if (ahead >= 0) {
       t = tr ? tr.now() : 0;
-      // certain to be used: a mixture's next routed expert, or in dense mode the next layer's misses
-      this.readAheadFor(pass, step, ahead, residual, ahead === next || (this.experts === 0 && this.mode === "dense"));
+      // dense mode's picks are certain: the next layer's bundles not in memory
+      this.readAheadFor(pass, step, ahead, residual, this.mode === "dense");
       if (tr) tr.span("read-ahead", "pick", t, { group: ahead });
     }
     this.compute.hits(step, lists);

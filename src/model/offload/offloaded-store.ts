@@ -40,7 +40,7 @@ export class OffloadedStore {
     };
   }
 
-  /** A mixture: whether decode steps read ahead the next routed expert's picks. */
+  /** A mixture: whether a decoded token's routed experts are all read ahead once its layer has routed. */
   get readsAheadExpert(): boolean {
     return this.parts[0].readsAheadExpert;
   }

@@ -25,19 +25,17 @@ export function readsAhead(
  * The group a step of group `group` reads ahead for once the first round of its misses is issued,
  * or -1 for none. Only when that round took every miss: the reads ahead pin cold slots that the
  * step's later rounds would want. A dense model reads the next layer's picks (none after the last
- * layer); a mixture of experts the token's next routed expert of the same layer (`nextExpert`,
- * -1: none). `firstRound` and `misses` may be expected values (the cost model): a first round
- * within 1e-9 of the misses takes them all.
+ * layer); a mixture's step reads nothing ahead (its routed experts are all read ahead once its
+ * layer has routed: OffloadedFFN.readsAheadExpert). `firstRound` and `misses` may be expected
+ * values (the cost model): a first round within 1e-9 of the misses takes them all.
  */
 export function readAheadGroup(
   group: number,
   nLayer: number,
   experts: number,
-  nextExpert: number,
   firstRound: number,
   misses: number,
 ): number {
-  if (firstRound < misses - 1e-9) return -1;
-  if (experts > 0) return nextExpert;
+  if (experts > 0 || firstRound < misses - 1e-9) return -1;
   return group + 1 < nLayer ? group + 1 : -1;
 }

@@ -33,7 +33,7 @@ import { waitForReads, type Spent } from "./stats.js";
  * threshold by this many standard deviations of the layer's cold scores: the disk's IOPS are what
  * limits a token, so a read for nothing costs as much as a useful one, and picks near the
  * threshold from the previous layer's input are mostly wrong (docs/benchmarks-log.md, "Read-ahead margin").
- * Exact reads (a mixture's next routed expert, same input) take the picks themselves.
+ * Exact reads (a mixture's routed experts once it has routed: the input their steps see) take the picks themselves.
  */
 const READ_AHEAD_MARGIN = 0.2;
 

@@ -2,9 +2,10 @@
  * A mixture whose experts are offloaded: the router stays in memory, each expert is a group of
  * bundles in the store, and each expert's tokens run through its group (a batch, or one by one).
  *
- * Decoding one token with read-ahead (predictor mode; OffloadedFFN says which):
- * - "expert": each routed expert's step reads ahead the token's next routed expert's picks
- *   (exact: its predictor on the same residual row);
+ * Decoding one token with read-ahead (predictor and dense mode; OffloadedFFN says which):
+ * - "expert": once the layer has routed, every routed expert's picks are read ahead at once, in
+ *   the order the experts compute (exact: in predictor mode its predictor on the input its step
+ *   sees, in dense mode its bundles not in memory);
  * - "layer": before the block's attention, this layer's router on the residual as it stands
  *   picks the likely experts, whose likely bundles are read while attention computes. Where the
  *   router reads the block's input (smallthinker), that is the routing itself: the experts are
@@ -51,9 +52,8 @@ export class OffloadedMoeFFN implements FFNPart {
     // (a model with an offloaded FFN counts its passes: step.offload is set)
     const pass = step.offload!;
     if (ctx.cfg.routerInput === "ffn") r.route(this.routerWeights, step, b.xb, this.routerBias);
-    const ahead = n === 1 && off.readsAheadExpert && !off.readsAheadAllRouted;
-    if (n === 1 && off.readsAheadAllRouted) {
-      // in the order the loop below computes them
+    if (n === 1 && off.readsAheadExpert) {
+      // every routed expert's exact picks, in the order the loop below computes them
       let count = 0;
       for (let e = r.nextRouted(-1); e >= 0; e = r.nextRouted(e)) this.ahead[count++] = this.first + e;
       off.readAheadGroups(pass, this.ahead, count, b.x, "exact");
@@ -64,18 +64,9 @@ export class OffloadedMoeFFN implements FFNPart {
       const group = this.first + e;
       ctx.f32.fill(0, b.moeOut >>> 2, (b.moeOut >>> 2) + m * nEmbd);
       if (m > 1 && off.batches) await off.prefillBatch(pass, group, b.moeIn, b.moeOut, m, b.hg);
-      else {
-        const next = ahead ? r.nextRouted(e) : -1;
+      else
         for (let i = 0; i < m; i++)
-          await off.decodeStep(
-            pass,
-            group,
-            b.moeIn + i * row,
-            b.x + r.tokens[i] * row,
-            b.moeOut + i * row,
-            next < 0 ? -1 : this.first + next,
-          );
-      }
+          await off.decodeStep(pass, group, b.moeIn + i * row, b.x + r.tokens[i] * row, b.moeOut + i * row);
       if (this.downBias) ctx.addBias(b.moeOut, this.downBias[e], nEmbd, m);
       r.addWeighted(m);
     }
