@@ -5,10 +5,10 @@
  * reads them in one sweep.
  */
 import type { GGMLType } from "../../format/ggml-types.js";
-import type { GGUFFile } from "../../format/gguf.js";
 import type { StoreConversion, StoreWriter } from "../../format/store/index.js";
 import { ErrorStats, type RowConverter } from "./row-conversion.js";
-import { readRows, type FFNTensors } from "./source-ffn.js";
+import type { FFNTensors } from "./source-ffn.js";
+import type { StoreSource } from "./store-source.js";
 import { transposeDown } from "./transpose-down.js";
 
 /** Lets the event loop run (progress, an abort) between pieces of a long conversion. */
@@ -46,7 +46,7 @@ export interface WrittenGroup {
  * part, the source type of a part that had to be converted (left alone when it was copied).
  */
 export async function writeFFNGroup(
-  file: GGUFFile,
+  source: StoreSource,
   writer: StoreWriter,
   L: FFNTensors,
   order: Int32Array,
@@ -63,11 +63,11 @@ export async function writeFFNGroup(
   let downT: Uint8Array | undefined;
   if (!L.transposed) {
     downT = new Uint8Array(n * rowBytes);
-    await transposeDown(file, L.down, n, nEmbd, ffnType, rowBytes, downT, rc, stats.down, progress.check, (b) => {
+    await transposeDown(source, L.down, n, nEmbd, ffnType, rowBytes, downT, rc, stats.down, progress.check, (b) => {
       progress.addBytes(b);
       progress.report();
     });
-    changed.down = L.down.t.type;
+    changed.down = source.downFrom(L.down);
   }
 
   const offset = writer.position;
@@ -95,7 +95,7 @@ export async function writeFFNGroup(
       const m = L[kind];
       const type = m.t.type;
       const at = kind === "gate" ? 0 : kind === "up" ? rowBytes : 2 * rowBytes;
-      readRows(file, m, idx, scratch[kind]);
+      source.readRows(m, idx, scratch[kind]);
       const rb = srcRb[kind];
       for (let k = 0; k < g; k++) {
         const src = scratch[kind].subarray(k * rb, (k + 1) * rb);
@@ -121,11 +121,13 @@ export async function writeFFNGroup(
 
 /** A part's conversion record for the manifest: null when its rows were copied bit for bit. */
 export function partConversion(
+  source: StoreSource,
   kind: BundlePart,
   L: FFNTensors,
   ffnType: GGMLType,
   stats: Record<BundlePart, ErrorStats>,
 ): StoreConversion | null {
   const m = L[kind];
-  return m.t.type === ffnType && (kind !== "down" || L.transposed) ? null : stats[kind].report(m.t.type);
+  if (kind === "down" && !L.transposed) return stats.down.report(source.downFrom(m));
+  return m.t.type === ffnType ? null : stats[kind].report(m.t.type);
 }

@@ -4,7 +4,7 @@
  * tensor, which the store keeps as a fixed tensor.
  */
 import { GGMLType, typeName, typeTraits } from "../../format/ggml-types.js";
-import type { GGUFFile, GGUFTensorInfo } from "../../format/gguf.js";
+import type { GGUFFile, GGUFTensorInfo, ModelFile } from "../../format/gguf.js";
 import { STORE_FFN_TYPES } from "../../format/store/index.js";
 import { ARCHITECTURES } from "../../model/arch/index.js";
 import { ConvertError } from "./convert-error.js";
@@ -68,7 +68,7 @@ export interface SourceFFN {
 }
 
 /** The FFN of `file`, dense or a mixture of experts (its metadata's expert_count says which). */
-export function findFFN(file: GGUFFile): SourceFFN {
+export function findFFN(file: ModelFile): SourceFFN {
   // an FFN with parts a neuron bundle has no room for (gpt-oss's expert biases and clamped
   // SwiGLU) would be stored without them: refused, naming what would be lost
   const extras = ARCHITECTURES.get(file.architecture);
@@ -150,7 +150,7 @@ export function findFFN(file: GGUFFile): SourceFFN {
   return { layers, nEmbd, fixed, experts: 0 };
 }
 
-function checkReadable(file: GGUFFile, t: GGUFTensorInfo): void {
+function checkReadable(file: ModelFile, t: GGUFTensorInfo): void {
   if (t.type === GGMLType.MXFP4)
     throw new ConvertError(
       `${file.path}: ${t.name} is MXFP4, which the neuron store does not carry yet (its bundles hold ${STORE_FFN_TYPES.map(typeName).join(", ")}): run the model from the GGUF`,
@@ -168,7 +168,7 @@ function checkReadable(file: GGUFFile, t: GGUFTensorInfo): void {
  * down from the layer's 3-D tensors (one matrix per expert) or from its own 2-D tensors. The
  * routers (ffn_gate_inp) stay fixed tensors.
  */
-function findExperts(file: GGUFFile, experts: number): SourceFFN {
+function findExperts(file: ModelFile, experts: number): SourceFFN {
   const fixed: GGUFTensorInfo[] = [];
   const byLayer = new Map<number, Map<string, GGUFTensorInfo>>();
   for (const t of file.tensors.values()) {

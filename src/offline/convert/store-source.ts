@@ -1,0 +1,77 @@
+/**
+ * What the store builder (convert.ts's buildStore) reads from a model, whatever holds it: a GGUF
+ * (ggufSource, here) or a Hugging Face checkpoint read in place (hf-source.ts). The model is
+ * seen as the GGUF it is or would be (tensor names, types and shapes, metadata), so finding the
+ * FFN, the type rules, profiles and predictors are one code for both; only reading differs.
+ */
+import { basename } from "node:path";
+import { traitsBytes, typeTraits, type GGMLType } from "../../format/ggml-types.js";
+import type { GGUFFile, GGUFTensorInfo, ModelFile } from "../../format/gguf.js";
+import { dequantizeRow } from "../../format/quant.js";
+import type { EncodedMetadata, StoreManifest } from "../../format/store/index.js";
+import { readRows, type MatrixView } from "./source-ffn.js";
+import { encodeMetadata } from "./store-metadata.js";
+
+export interface StoreSource {
+  /** the model as a GGUF: names, types, shapes and metadata (reading it is for fingerprints) */
+  readonly model: ModelFile;
+  /** the manifest's record of where the store came from */
+  readonly record: StoreManifest["source"];
+  /** the metadata the store keeps, each key with its GGUF type */
+  metadata(): EncodedMetadata[];
+  /** rows `indices` of `m` into dst, in m.t.type */
+  readRows(m: MatrixView, indices: Int32Array, dst: Uint8Array): void;
+  /** Down (`m`, nEmbd rows of nFF): values [c0, c0 + w) of every row, as f32, row after row */
+  readDownBand(m: MatrixView, c0: number, w: number, tile: Float32Array): void;
+  /** bands of Down start on a multiple of this (the source's block) */
+  downBandStep(m: MatrixView): number;
+  /** the type Down's values are converted from, for the manifest */
+  downFrom(m: MatrixView): GGMLType;
+  /** a fixed tensor's bytes, in order, a piece at a time (`check` between pieces: an abort) */
+  copyFixed(t: GGUFTensorInfo, write: (piece: Uint8Array) => Promise<void>, check: () => void): Promise<void>;
+  close(): void;
+}
+
+/** Lets the event loop run (progress, an abort) between pieces. */
+const tick = () => new Promise<void>((r) => setImmediate(r));
+
+/** Copy `bytes` bytes that `read` gives at any offset, 16 MiB at a time. */
+export async function copyByPieces(
+  bytes: number,
+  read: (dst: Uint8Array, start: number, length: number) => void,
+  write: (piece: Uint8Array) => Promise<void>,
+  check: () => void,
+): Promise<void> {
+  const piece = new Uint8Array(Math.min(bytes, 16 << 20));
+  for (let o = 0; o < bytes; o += piece.length) {
+    check();
+    const n = Math.min(piece.length, bytes - o);
+    read(piece, o, n);
+    await write(piece.subarray(0, n));
+    await tick();
+  }
+}
+
+/** A GGUF (or PWRI) file as a store's source. */
+export function ggufSource(file: GGUFFile): StoreSource {
+  return {
+    model: file,
+    record: { file: basename(file.path), bytes: file.fileSize, magic: file.magic },
+    metadata: () => encodeMetadata(file),
+    readRows: (m, indices, dst) => readRows(file, m, indices, dst),
+    readDownBand: (m, c0, w, tile) => {
+      const src = typeTraits(m.t.type)!;
+      const sb = traitsBytes(src, w);
+      const at = traitsBytes(src, c0);
+      const slice = new Uint8Array(sb);
+      for (let r = 0; r < m.rows; r++) {
+        file.readTensor(m.t, slice, m.base + r * m.rowBytes + at, sb);
+        dequantizeRow(m.t.type, slice, w, tile, r * w);
+      }
+    },
+    downBandStep: (m) => typeTraits(m.t.type)!.blockSize,
+    downFrom: (m) => m.t.type,
+    copyFixed: (t, write, check) => copyByPieces(t.bytes, (d, o, n) => file.readTensor(t, d, o, n), write, check),
+    close: () => file.close(),
+  };
+}
