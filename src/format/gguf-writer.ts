@@ -14,7 +14,7 @@
  */
 import { open, rename, rm, type FileHandle } from "node:fs/promises";
 import { GGMLType, traitsBytes, typeTraits, typeName } from "./ggml-types.js";
-import { GGUFValueType } from "./gguf.js";
+import { GGUFValueType, type GGUFValue } from "./gguf.js";
 
 export { GGUFValueType };
 
@@ -204,6 +204,24 @@ export function metadataEntry(key: string, value: GGUFWritableValue, type?: GGUF
     checkScalar(key, t, value);
     return { type: t, value };
   }
+}
+
+/**
+ * The value GGUFFile reads back for a written entry: FLOAT32 rounded to f32, f32 and i32 arrays
+ * as typed arrays, 64-bit integers as numbers when exact, other arrays as plain arrays.
+ */
+export function valueAsRead(e: MetaEntry): GGUFValue {
+  const scalar = (type: GGUFValueType, v: unknown): GGUFValue =>
+    type === GGUFValueType.FLOAT32
+      ? Math.fround(v as number)
+      : typeof v === "bigint" && v <= BigInt(Number.MAX_SAFE_INTEGER) && v >= BigInt(Number.MIN_SAFE_INTEGER)
+        ? Number(v)
+        : (v as GGUFValue);
+  if (e.type !== GGUFValueType.ARRAY) return scalar(e.type, e.value);
+  const items = Array.from(e.value as ArrayLike<unknown>);
+  if (e.itemType === GGUFValueType.FLOAT32) return Float32Array.from(items as number[]);
+  if (e.itemType === GGUFValueType.INT32) return Int32Array.from(items as number[]);
+  return items.map((v) => scalar(e.itemType!, v));
 }
 
 function isTypedOrArray(v: unknown): v is readonly unknown[] | Float32Array | Int32Array | Uint32Array {
