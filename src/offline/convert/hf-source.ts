@@ -125,7 +125,7 @@ export function hfSource(
       readRows: (m, indices, dst) => {
         const rowLen = m.t.dims[0];
         const first = m.base / m.rowBytes;
-        for (let i = 0; i < indices.length; ) {
+        for (let i = 0; i < indices.length;) {
           let j = i + 1;
           while (j < indices.length && indices[j] === indices[j - 1] + 1) j++;
           room((j - i) * rowLen);

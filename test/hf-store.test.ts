@@ -1,0 +1,247 @@
+/**
+ * `convert DIR -o x.pi` builds the store from the checkpoint in place (offline/hf-to-store.ts).
+ * Against the old way, the GGUF of the same directory converted to a store: the metadata, the
+ * fixed tensors and every bundle's Gate and Up rows (and the gate-row copies) are equal byte for
+ * byte, and every group sits where it sat; Down's column of neuron i is the checkpoint's column
+ * quantized once (exactly quantizeRow of the f32 GGUF's values), with its error in the manifest.
+ * No file but the store (and its partial name while written) ever appears in the output
+ * directory, and an abort leaves none (bad directories: test/hf-convert.test.ts).
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { typeName } from "../src/format/ggml-types.js";
+import { GGUFFile } from "../src/format/gguf.js";
+import { convertHFToGGUF, type HFOutputType } from "../src/format/hf/hf-to-gguf.js";
+import { dequantizeRow, quantizeRow } from "../src/format/quant.js";
+import { NeuronStore, type StoreManifest } from "../src/format/store/index.js";
+import { convertToStore } from "../src/offline/convert.js";
+import { findFFN } from "../src/offline/convert/source-ffn.js";
+import { hfSource } from "../src/offline/convert/hf-source.js";
+import { convertHFToStore } from "../src/offline/hf-to-store.js";
+import { hfFixtureDir, ROOT, tempDir } from "./helpers.js";
+import { hfFiles, hfPristine } from "./fuzz/hf-cases.js";
+
+const FIXTURES = join(ROOT, "test", "fixtures", "hf");
+const dir = tempDir("hf-store-");
+
+const readJson = <T>(p: string): T => JSON.parse(readFileSync(p, "utf8")) as T;
+
+/** The fixtures a store can be made of: rows of whole 32-value blocks, and no gpt-oss (expert biases). */
+const STORABLE = existsSync(FIXTURES)
+  ? readdirSync(FIXTURES).filter((n) => {
+      const cfg = join(FIXTURES, n, "config.json");
+      if (!existsSync(cfg)) return false;
+      const c = readJson<{ hidden_size: number; architectures: string[] }>(cfg);
+      return c.hidden_size % 32 === 0 && c.architectures[0] !== "GptOssForCausalLM";
+    })
+  : [];
+
+/** A fixture's whole directory, or the fuzz target's 32-wide llama ("narrow-llama"), made once. */
+function modelDir(name: string): string {
+  const d = join(dir, "models", name);
+  if (name !== "narrow-llama") return hfFixtureDir(name, d);
+  if (!existsSync(d)) {
+    mkdirSync(d, { recursive: true });
+    for (const [f, bytes] of hfFiles(hfPristine(), [])) writeFileSync(join(d, f), bytes);
+  }
+  return d;
+}
+
+/** Convert straight to a store in an empty directory, noting every name that appears there meanwhile. */
+async function direct(input: string, type: HFOutputType, tag: string): Promise<{ path: string; seen: Set<string> }> {
+  const out = join(dir, `direct-${tag}`);
+  mkdirSync(out, { recursive: true });
+  const path = join(out, "model.pi");
+  const seen = new Set<string>();
+  await convertHFToStore({
+    input,
+    output: path,
+    type,
+    fsync: false,
+    onProgress: () => {
+      for (const f of readdirSync(out)) seen.add(f);
+    },
+  });
+  for (const f of readdirSync(out)) seen.add(f);
+  return { path, seen };
+}
+
+/** The old way: the directory's GGUF, then the GGUF's store (its FFN type kept). */
+async function throughGGUF(input: string, type: HFOutputType, tag: string): Promise<{ store: string; gguf: string }> {
+  const gguf = join(dir, `old-${tag}.gguf`),
+    store = join(dir, `old-${tag}.pi`);
+  await convertHFToGGUF({ input, output: gguf, type, fsync: false });
+  await convertToStore({ input: gguf, output: store, type: "keep", fsync: false });
+  return { store, gguf };
+}
+
+function manifestOf(path: string): StoreManifest {
+  const s = NeuronStore.open(path);
+  try {
+    return s.manifest;
+  } finally {
+    s.close();
+  }
+}
+
+const orderOf = (b64: string) => {
+  const raw = Buffer.from(b64, "base64");
+  return new Int32Array(raw.buffer, raw.byteOffset, raw.length / 4);
+};
+
+const CASES: [string, HFOutputType][] = [
+  ...[...STORABLE, "narrow-llama"].flatMap((n) =>
+    (["f32", "q8_0", "q4_0"] as HFOutputType[]).map((t) => [n, t] as [string, HFOutputType]),
+  ),
+  ["narrow-llama", "bf16"],
+  ["narrow-llama", "f16"],
+];
+
+for (const [name, type] of CASES) {
+  test(`hf ${name} ${type}: the direct store equals the GGUF's store but Down, which is the checkpoint's columns quantized once`, async () => {
+    const input = modelDir(name);
+    const tag = `${name}-${type}`;
+    const { path, seen } = await direct(input, type, tag);
+    assert.deepEqual(
+      [...seen].filter((f) => f !== "model.pi" && !f.startsWith("model.pi.partial-")),
+      [],
+      "only the store is written",
+    );
+    const old = await throughGGUF(input, type, tag);
+    const a = manifestOf(path),
+      b = manifestOf(old.store);
+    assert.deepEqual(a.metadata, b.metadata, "metadata");
+    assert.deepEqual(a.fixed, b.fixed, "fixed tensors: names, types, shapes and offsets");
+    const { conversion: ca, layers: la, ...ffnA } = a.ffn;
+    const { conversion: cb, layers: lb, ...ffnB } = b.ffn;
+    assert.deepEqual(ffnA, ffnB, "the FFN's type and shape");
+    assert.deepEqual([ca.gate, ca.up], [cb.gate, cb.up], "Gate and Up conversions");
+    assert.equal(la.length, lb.length);
+    const bytesA = readFileSync(path),
+      bytesB = readFileSync(old.store);
+    for (const t of a.fixed)
+      assert.ok(
+        bytesA.subarray(t.offset, t.offset + t.bytes).equals(bytesB.subarray(t.offset, t.offset + t.bytes)),
+        `${t.name}: bytes`,
+      );
+
+    // Down from the f32 GGUF: the checkpoint's values exactly (BF16 widens exactly)
+    const f32 = join(dir, `f32-${name}.gguf`);
+    if (!existsSync(f32)) await convertHFToGGUF({ input, output: f32, type: "f32", fsync: false });
+    const g = GGUFFile.open(f32);
+    try {
+      const groups = findFFN(g).layers;
+      const { type: ffnType, nEmbd, rowBytes, bundleBytes } = a.ffn;
+      const column = new Float32Array(nEmbd),
+        want = new Uint8Array(rowBytes),
+        got = new Float32Array(nEmbd);
+      let maxErr = 0;
+      for (let l = 0; l < la.length; l++) {
+        const { down: da, gate: _ga, up: _ua, ...restA } = la[l];
+        const { down: _db, gate: _gb, up: _ub, ...restB } = lb[l];
+        assert.deepEqual(restA, restB, `group ${l}: offset, neurons, order, gate rows`);
+        assert.deepEqual([la[l].gate, la[l].up], [lb[l].gate, lb[l].up], `group ${l}: Gate and Up conversions`);
+        assert.ok(da, `group ${l}: Down's conversion is recorded`);
+        assert.equal(da.fromName, "BF16", `group ${l}: Down converted from the checkpoint's type`);
+        const n = la[l].neurons;
+        const order = orderOf(la[l].order);
+        const down = groups[l].down;
+        const values = new Float32Array(down.bytes / 4);
+        const raw = new Uint8Array(down.bytes);
+        g.readTensor(down.t, raw, down.base, down.bytes);
+        values.set(new Float32Array(raw.buffer, 0, values.length));
+        for (let p = 0; p < n; p++) {
+          const at = la[l].offset + p * bundleBytes;
+          // Gate and Up rows as the GGUF's store has them
+          assert.ok(
+            bytesA.subarray(at, at + 2 * rowBytes).equals(bytesB.subarray(at, at + 2 * rowBytes)),
+            `group ${l} position ${p}: Gate and Up`,
+          );
+          const neuron = order[p];
+          for (let r = 0; r < nEmbd; r++) column[r] = values[r * n + neuron];
+          quantizeRow(ffnType, column, want);
+          const stored = bytesA.subarray(at + 2 * rowBytes, at + 3 * rowBytes);
+          assert.ok(
+            Buffer.from(want).equals(stored),
+            `group ${l} position ${p} (neuron ${neuron}): Down column quantized once`,
+          );
+          dequantizeRow(ffnType, stored, nEmbd, got);
+          for (let r = 0; r < nEmbd; r++) maxErr = Math.max(maxErr, Math.abs(got[r] - column[r]));
+        }
+        const gr = la[l].gateRows!;
+        assert.ok(
+          bytesA.subarray(gr, gr + n * rowBytes).equals(bytesB.subarray(gr, gr + n * rowBytes)),
+          `group ${l}: gate rows`,
+        );
+      }
+      assert.ok(ca.down, "Down's conversion in all");
+      assert.equal(ca.down.maxAbsError, maxErr, "the manifest's Down error is the stored columns' error");
+      // BF16 values are exact in F32 and BF16 (and in F16 where in its range)
+      if (typeName(ffnType) === "F32" || typeName(ffnType) === "BF16") assert.equal(maxErr, 0, "Down exact");
+      else if (typeName(ffnType) === "F16") assert.ok(maxErr <= ca.down.maxAbsValue * 2 ** -11, `Down error ${maxErr}`);
+      else assert.ok(maxErr > 0 && maxErr < ca.down.maxAbsValue / 4, `Down error ${maxErr}`);
+    } finally {
+      g.close();
+    }
+  });
+}
+
+test("hf: a band of Down's columns read in place is the f32 GGUF's, in every group", async () => {
+  // a mixture (experts stacked from their own tensors) where the fixtures have one
+  const input = modelDir(STORABLE.includes("smallthinker") ? "smallthinker" : "narrow-llama");
+  const f32 = join(dir, "band.gguf");
+  await convertHFToGGUF({ input, output: f32, type: "f32", fsync: false });
+  const g = GGUFFile.open(f32);
+  const { source } = hfSource(input, "f32");
+  try {
+    const want = findFFN(g).layers,
+      got = findFFN(source.model).layers;
+    assert.equal(got.length, want.length);
+    for (let l = 0; l < got.length; l++) {
+      const m = got[l].down,
+        n = got[l].neurons,
+        rows = m.rows;
+      const raw = new Uint8Array(want[l].down.bytes);
+      g.readTensor(want[l].down.t, raw, want[l].down.base, raw.length);
+      const all = new Float32Array(raw.buffer);
+      for (const [c0, w] of [
+        [0, n],
+        [3, 5],
+        [n - 7, 7],
+      ]) {
+        const tile = new Float32Array(rows * w);
+        source.readDownBand(m, c0, w, tile);
+        for (let r = 0; r < rows; r++)
+          for (let c = 0; c < w; c++)
+            assert.equal(tile[r * w + c], all[r * n + c0 + c], `group ${l} row ${r} column ${c0 + c}`);
+      }
+    }
+  } finally {
+    source.close();
+    g.close();
+  }
+});
+
+test("hf -o x.pi: an abort mid-way leaves no store", async () => {
+  const out = join(dir, "aborted");
+  mkdirSync(out);
+  const ac = new AbortController();
+  let calls = 0;
+  await assert.rejects(
+    convertHFToStore({
+      input: modelDir("narrow-llama"),
+      output: join(out, "x.pi"),
+      type: "q8_0",
+      fsync: false,
+      signal: ac.signal,
+      onProgress: (p) => {
+        // once the FFN has begun: a store half written
+        if (p.stage === "ffn" && ++calls === 2) ac.abort(new Error("stop here"));
+      },
+    }),
+    /stop here/,
+  );
+  assert.deepEqual(readdirSync(out), []);
+});
