@@ -8,7 +8,7 @@ import type { GGMLType } from "../../format/ggml-types.js";
 import type { StoreConversion, StoreWriter } from "../../format/store/index.js";
 import { ErrorStats, type RowConverter } from "./row-conversion.js";
 import type { FFNTensors } from "./source-ffn.js";
-import type { StoreSource } from "./store-source.js";
+import { convertedFrom, type StoreSource } from "./store-source.js";
 import { transposeDown } from "./transpose-down.js";
 
 /** Lets the event loop run (progress, an abort) between pieces of a long conversion. */
@@ -67,7 +67,7 @@ export async function writeFFNGroup(
       progress.addBytes(b);
       progress.report();
     });
-    changed.down = source.downFrom(L.down);
+    changed.down = convertedFrom(source, L.down);
   }
 
   const offset = writer.position;
@@ -79,6 +79,8 @@ export async function writeFFNGroup(
     up: new Uint8Array(group * srcRb.up),
     down: new Uint8Array(L.transposed ? group * srcRb.down : 0),
   };
+  // rows read as values (a checkpoint read in place) are quantized once, measured against them
+  const values = source.valuesType(L.gate) !== null ? new Float32Array(group * nEmbd) : undefined;
   // The layer's gate rows as stored, collected for their contiguous copy after the bundles.
   const gateRows = new Uint8Array(n * rowBytes);
   for (let p0 = 0; p0 < n; p0 += group) {
@@ -95,6 +97,21 @@ export async function writeFFNGroup(
       const m = L[kind];
       const type = m.t.type;
       const at = kind === "gate" ? 0 : kind === "up" ? rowBytes : 2 * rowBytes;
+      const from = source.valuesType(m);
+      if (from !== null) {
+        source.readRowValues(m, idx, values!);
+        for (let k = 0; k < g; k++)
+          rc.quantize(
+            m.t.name,
+            values!.subarray(k * nEmbd, (k + 1) * nEmbd),
+            ffnType,
+            out.subarray(k * bundleBytes + at, k * bundleBytes + at + rowBytes),
+            stats[kind],
+          );
+        if (from !== ffnType) changed[kind] = from;
+        progress.addBytes(g * srcRb[kind]);
+        continue;
+      }
       source.readRows(m, idx, scratch[kind]);
       const rb = srcRb[kind];
       for (let k = 0; k < g; k++) {
@@ -128,6 +145,7 @@ export function partConversion(
   stats: Record<BundlePart, ErrorStats>,
 ): StoreConversion | null {
   const m = L[kind];
-  if (kind === "down" && !L.transposed) return stats.down.report(source.downFrom(m));
-  return m.t.type === ffnType ? null : stats[kind].report(m.t.type);
+  if (kind === "down" && !L.transposed) return stats.down.report(convertedFrom(source, m));
+  const from = convertedFrom(source, m);
+  return from === ffnType ? null : stats[kind].report(from);
 }

@@ -26,6 +26,13 @@ import { ConvertError } from "./convert-error.js";
 import type { MatrixView } from "./source-ffn.js";
 import type { StoreSource } from "./store-source.js";
 
+/** The end of the run of consecutive row numbers in `indices` from i. */
+function runEnd(indices: Int32Array, i: number): number {
+  let j = i + 1;
+  while (j < indices.length && indices[j] === indices[j - 1] + 1) j++;
+  return j;
+}
+
 /** The checkpoint seen as its GGUF: metadata and tensor infos, and (for fingerprints) a tensor's bytes. */
 class HFModelFile extends MetadataAccess implements ModelFile {
   readonly magic = "GGUF" as const;
@@ -122,15 +129,25 @@ export function hfSource(
         magic: "GGUF",
       },
       metadata: () => metadata,
+      valuesType: (m) => typeFromName(planned(m).parts![0].source.dtype) as GGMLType,
       readRows: (m, indices, dst) => {
+        const rowLen = m.t.dims[0];
+        for (let i = 0; i < indices.length;) {
+          const j = runEnd(indices, i);
+          room((j - i) * rowLen);
+          source.readRowValues(m, indices.subarray(i, j), values);
+          encodeRows(m.t.type, values, j - i, rowLen, dst.subarray(i * m.rowBytes, j * m.rowBytes));
+          i = j;
+        }
+      },
+      readRowValues: (m, indices, dst) => {
         const rowLen = m.t.dims[0];
         const first = m.base / m.rowBytes;
         for (let i = 0; i < indices.length;) {
-          let j = i + 1;
-          while (j < indices.length && indices[j] === indices[j - 1] + 1) j++;
-          room((j - i) * rowLen);
-          readPlannedRows(ckpt, planned(m), first + indices[i], j - i, 0, rowLen, values, scratch);
-          encodeRows(m.t.type, values, j - i, rowLen, dst.subarray(i * m.rowBytes, j * m.rowBytes));
+          const j = runEnd(indices, i);
+          room(rowLen);
+          const out = dst.subarray(i * rowLen, j * rowLen);
+          readPlannedRows(ckpt, planned(m), first + indices[i], j - i, 0, rowLen, out, scratch);
           i = j;
         }
       },
@@ -139,11 +156,6 @@ export function hfSource(
         readPlannedRows(ckpt, planned(m), m.base / m.rowBytes, m.rows, c0, w, tile, scratch);
       },
       downBandStep: () => 1,
-      downFrom: (m) => {
-        // the checkpoint's own type (F32, F16 or BF16)
-        const dtype = planned(m).parts![0].source.dtype;
-        return typeFromName(dtype) as GGMLType;
-      },
       copyFixed: (t, write, check) =>
         writeTensor(ckpt, model.planned.get(t.name)!, t.type, { write }, chunk, chunkScratch, () => check()),
       close: () => model.close(),

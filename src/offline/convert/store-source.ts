@@ -19,14 +19,20 @@ export interface StoreSource {
   readonly record: StoreManifest["source"];
   /** the metadata the store keeps, each key with its GGUF type */
   metadata(): EncodedMetadata[];
+  /**
+   * The type of the values `m` is read from in place (a checkpoint's F32, F16 or BF16): then Gate
+   * and Up rows come as f32 values (readRowValues) and are quantized once, their error measured
+   * against them. null: rows come as bytes of m.t.type (readRows), copied or converted.
+   */
+  valuesType(m: MatrixView): GGMLType | null;
   /** rows `indices` of `m` into dst, in m.t.type */
   readRows(m: MatrixView, indices: Int32Array, dst: Uint8Array): void;
+  /** rows `indices` of `m` into dst as f32 values (a source with a valuesType) */
+  readRowValues(m: MatrixView, indices: Int32Array, dst: Float32Array): void;
   /** Down (`m`, nEmbd rows of nFF): values [c0, c0 + w) of every row, as f32, row after row */
   readDownBand(m: MatrixView, c0: number, w: number, tile: Float32Array): void;
   /** bands of Down start on a multiple of this (the source's block) */
   downBandStep(m: MatrixView): number;
-  /** the type Down's values are converted from, for the manifest */
-  downFrom(m: MatrixView): GGMLType;
   /** a fixed tensor's bytes, in order, a piece at a time (`check` between pieces: an abort) */
   copyFixed(t: GGUFTensorInfo, write: (piece: Uint8Array) => Promise<void>, check: () => void): Promise<void>;
   close(): void;
@@ -58,7 +64,11 @@ export function ggufSource(file: GGUFFile): StoreSource {
     model: file,
     record: { file: basename(file.path), bytes: file.fileSize, magic: file.magic },
     metadata: () => encodeMetadata(file),
+    valuesType: () => null,
     readRows: (m, indices, dst) => readRows(file, m, indices, dst),
+    readRowValues: (m) => {
+      throw new Error(`${m.name}: a GGUF's rows are read as bytes`);
+    },
     readDownBand: (m, c0, w, tile) => {
       const src = typeTraits(m.t.type)!;
       const sb = traitsBytes(src, w);
@@ -70,8 +80,12 @@ export function ggufSource(file: GGUFFile): StoreSource {
       }
     },
     downBandStep: (m) => typeTraits(m.t.type)!.blockSize,
-    downFrom: (m) => m.t.type,
     copyFixed: (t, write, check) => copyByPieces(t.bytes, (d, o, n) => file.readTensor(t, d, o, n), write, check),
     close: () => file.close(),
   };
+}
+
+/** The type a matrix's values are converted from, for the manifest: the values' own where read in place. */
+export function convertedFrom(source: StoreSource, m: MatrixView): GGMLType {
+  return source.valuesType(m) ?? m.t.type;
 }
