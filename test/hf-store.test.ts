@@ -17,10 +17,11 @@ import { GGUFFile } from "../src/format/gguf.js";
 import { convertHFToGGUF, type HFOutputType } from "../src/format/hf/hf-to-gguf.js";
 import { dequantizeRow, quantizeRow } from "../src/format/quant.js";
 import { NeuronStore, type StoreConversion, type StoreManifest } from "../src/format/store/index.js";
-import { convertToStore } from "../src/offline/convert.js";
+import { convertToStore, type ActivationProfile } from "../src/offline/convert.js";
 import { findFFN } from "../src/offline/convert/source-ffn.js";
 import { hfSource } from "../src/offline/convert/hf-source.js";
 import { convertHFToStore } from "../src/offline/hf-to-store.js";
+import { modelFingerprint } from "../src/offline/profile.js";
 import { hfFixtureDir, ROOT, tempDir } from "./helpers.js";
 import { hfFiles, hfPristine } from "./fuzz/hf-cases.js";
 
@@ -51,7 +52,12 @@ function modelDir(name: string): string {
 }
 
 /** Convert straight to a store in an empty directory, noting every name that appears there meanwhile. */
-async function direct(input: string, type: HFOutputType, tag: string): Promise<{ path: string; seen: Set<string> }> {
+async function direct(
+  input: string,
+  type: HFOutputType,
+  tag: string,
+  profile?: ActivationProfile,
+): Promise<{ path: string; seen: Set<string> }> {
   const out = join(dir, `direct-${tag}`);
   mkdirSync(out, { recursive: true });
   const path = join(out, "model.pi");
@@ -60,6 +66,7 @@ async function direct(input: string, type: HFOutputType, tag: string): Promise<{
     input,
     output: path,
     type,
+    profile,
     fsync: false,
     onProgress: () => {
       for (const f of readdirSync(out)) seen.add(f);
@@ -70,11 +77,16 @@ async function direct(input: string, type: HFOutputType, tag: string): Promise<{
 }
 
 /** The old way: the directory's GGUF, then the GGUF's store (its FFN type kept). */
-async function throughGGUF(input: string, type: HFOutputType, tag: string): Promise<{ store: string; gguf: string }> {
+async function throughGGUF(
+  input: string,
+  type: HFOutputType,
+  tag: string,
+  profile?: ActivationProfile,
+): Promise<{ store: string; gguf: string }> {
   const gguf = join(dir, `old-${tag}.gguf`),
     store = join(dir, `old-${tag}.pi`);
   await convertHFToGGUF({ input, output: gguf, type, fsync: false });
-  await convertToStore({ input: gguf, output: store, type: "keep", fsync: false });
+  await convertToStore({ input: gguf, output: store, type: "keep", profile, fsync: false });
   return { store, gguf };
 }
 
@@ -92,28 +104,57 @@ const orderOf = (b64: string) => {
   return new Int32Array(raw.buffer, raw.byteOffset, raw.length / 4);
 };
 
-const CASES: [string, HFOutputType][] = [
+/**
+ * A profile of the model in `f32` (its fingerprint, so that it is checked against the checkpoint
+ * read in place), made-up frequencies that shuffle every group's order, and thresholds.
+ */
+function profileOf(f32: string): ActivationProfile {
+  const g = GGUFFile.open(f32);
+  try {
+    const groups = findFFN(g).layers;
+    return {
+      model: modelFingerprint(g),
+      tokens: 100,
+      layers: groups.map((L, l) => ({
+        frequency: Array.from({ length: L.neurons }, (_, i) => ((i * 37 + l * 11) % 101) / 101),
+        threshold: 0.01 * (l + 1),
+      })),
+    };
+  } finally {
+    g.close();
+  }
+}
+
+const CASES: [string, HFOutputType, boolean][] = [
   ...[...STORABLE, "narrow-llama"].flatMap((n) =>
-    (["f32", "q8_0", "q4_0"] as HFOutputType[]).map((t) => [n, t] as [string, HFOutputType]),
+    (["f32", "q8_0", "q4_0"] as HFOutputType[]).map((t) => [n, t, false] as [string, HFOutputType, boolean]),
   ),
-  ["narrow-llama", "bf16"],
-  ["narrow-llama", "f16"],
+  ["narrow-llama", "bf16", false],
+  ["narrow-llama", "f16", false],
+  ["narrow-llama", "q8_0", true],
+  ...(STORABLE.includes("smallthinker") ? [["smallthinker", "q4_0", true] as [string, HFOutputType, boolean]] : []),
 ];
 
-for (const [name, type] of CASES) {
-  test(`hf ${name} ${type}: the direct store equals the GGUF's store but Down, which is the checkpoint's columns quantized once`, async () => {
+for (const [name, type, profiled] of CASES) {
+  test(`hf ${name} ${type}${profiled ? " with a profile" : ""}: the direct store equals the GGUF's store but Down, which is the checkpoint's columns quantized once`, async () => {
     const input = modelDir(name);
-    const tag = `${name}-${type}`;
-    const { path, seen } = await direct(input, type, tag);
+    const tag = `${name}-${type}${profiled ? "-profiled" : ""}`;
+    // Down from the f32 GGUF: the checkpoint's values exactly (BF16 widens exactly)
+    const f32 = join(dir, `f32-${name}.gguf`);
+    if (!existsSync(f32)) await convertHFToGGUF({ input, output: f32, type: "f32", fsync: false });
+    const profile = profiled ? profileOf(f32) : undefined;
+    const { path, seen } = await direct(input, type, tag, profile);
     assert.deepEqual(
       [...seen].filter((f) => f !== "model.pi" && !f.startsWith("model.pi.partial-")),
       [],
       "only the store is written",
     );
-    const old = await throughGGUF(input, type, tag);
+    const old = await throughGGUF(input, type, tag, profile);
     const a = manifestOf(path),
       b = manifestOf(old.store);
     assert.deepEqual(a.metadata, b.metadata, "metadata");
+    assert.deepEqual(a.profile, b.profile, "the profile's record");
+    if (profiled) assert.ok(a.profile && orderOf(a.ffn.layers[0].order)[0] !== 0, "ordered by the profile");
     assert.deepEqual(a.fixed, b.fixed, "fixed tensors: names, types, shapes and offsets");
     const { conversion: ca, layers: la, ...ffnA } = a.ffn;
     const { conversion: cb, layers: lb, ...ffnB } = b.ffn;
@@ -137,9 +178,6 @@ for (const [name, type] of CASES) {
         `${t.name}: bytes`,
       );
 
-    // Down from the f32 GGUF: the checkpoint's values exactly (BF16 widens exactly)
-    const f32 = join(dir, `f32-${name}.gguf`);
-    if (!existsSync(f32)) await convertHFToGGUF({ input, output: f32, type: "f32", fsync: false });
     const g = GGUFFile.open(f32);
     try {
       const groups = findFFN(g).layers;
