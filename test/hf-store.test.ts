@@ -11,6 +11,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { SafetensorsFile } from "../src/format/hf/safetensors.js";
 import { join } from "node:path";
 import { typeName } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
@@ -293,4 +294,40 @@ test("hf -o x.pi: an abort mid-way leaves no store", async () => {
     /stop here/,
   );
   assert.deepEqual(readdirSync(out), []);
+});
+
+test("hf -o x.pi: a NaN or infinity in the checkpoint is refused naming the tensor, and leaves no store", async () => {
+  for (const [tensor, bits] of [
+    ["model.layers.0.self_attn.q_proj.weight", 0x7fc0], // NaN, in a fixed tensor
+    ["model.layers.1.mlp.up_proj.weight", 0x7f80], // +infinity, in Up
+    ["model.layers.0.mlp.down_proj.weight", 0xff80], // -infinity, in Down
+  ] as const) {
+    const d = join(dir, `nonfinite-${tensor}`);
+    mkdirSync(d);
+    for (const [f, bytes] of hfFiles(hfPristine(), [])) writeFileSync(join(d, f), bytes);
+    const shard = readJson<{ weight_map: Record<string, string> }>(join(d, "model.safetensors.index.json")).weight_map[
+      tensor
+    ];
+    const f = SafetensorsFile.open(join(d, shard));
+    const at = f.tensors.get(tensor)!.offset + 2 * 5; // its sixth value, BF16
+    f.close();
+    const bytes = readFileSync(join(d, shard));
+    bytes.writeUInt16LE(bits, at);
+    writeFileSync(join(d, shard), bytes);
+    const out = join(d, "out");
+    mkdirSync(out);
+    await assert.rejects(
+      convertHFToStore({ input: d, output: join(out, "x.pi"), type: "q8_0", fsync: false }),
+      (e: Error) => {
+        assert.ok(
+          e.message.includes(tensor.replace(/^model\.layers\.(\d)\.self_attn\.q_proj/, "blk.$1.attn_q")) ||
+            e.message.includes(tensor),
+          e.message,
+        );
+        assert.match(e.message, /NaN|Infinity|non-finite|not finite/i);
+        return true;
+      },
+    );
+    assert.deepEqual(readdirSync(out), [], `${tensor}: nothing is left`);
+  }
 });

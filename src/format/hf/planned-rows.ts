@@ -12,7 +12,8 @@ import type { PlannedTensor } from "./plan.js";
 /**
  * Values [first, first + count) of each of rows [row0, row0 + rows) of `t` (rows of dims[0]
  * values, counted over all higher dimensions) into `dst`, `count` per row, one read per run of
- * rows in one checkpoint tensor. `scratch` is reused for the raw bytes.
+ * rows in one checkpoint tensor. `scratch` is reused for the raw bytes. A NaN or infinity is
+ * refused, naming the checkpoint's file and tensor, as a GGUF's are when a store is made of it.
  */
 export function readPlannedRows(
   ckpt: SafetensorsCheckpoint,
@@ -47,6 +48,12 @@ export function readPlannedRows(
             (r + k) * rowLen + first,
             dst.subarray((done + k) * count, (done + k + 1) * count),
             scratch,
+          );
+      const got = dst.subarray(done * count, (done + hi - lo) * count);
+      for (let i = 0; i < got.length; i++)
+        if (!Number.isFinite(got[i]))
+          throw new HFConvertError(
+            `${p.source.file}: tensor "${p.source.name}" holds ${got[i]} (row ${r + Math.floor(i / count)}, column ${first + (i % count)}): a store holds only finite weights`,
           );
       done += hi - lo;
       if (done === rows) break;

@@ -8,6 +8,7 @@
  */
 import { basename } from "node:path";
 import { traitsBytes, typeFromName, typeTraits, type GGMLType } from "../../format/ggml-types.js";
+import { findNonFinite, nonFiniteError } from "../../format/finite-check.js";
 import { MetadataAccess, type GGUFTensorInfo, type GGUFValue, type ModelFile } from "../../format/gguf.js";
 import { metadataEntry, valueAsRead } from "../../format/gguf-writer.js";
 import {
@@ -156,8 +157,19 @@ export function hfSource(
         readPlannedRows(ckpt, planned(m), m.base / m.rowBytes, m.rows, c0, w, tile, scratch);
       },
       downBandStep: () => 1,
-      copyFixed: (t, write, check) =>
-        writeTensor(ckpt, model.planned.get(t.name)!, t.type, { write }, chunk, chunkScratch, () => check()),
+      copyFixed: (t, write, check) => {
+        // NaN or infinity refused as a GGUF's are when read for a store (finite-check.ts)
+        let at = 0;
+        const checked = async (piece: Uint8Array) => {
+          const found = findNonFinite(t.type, piece, at);
+          if (found) throw nonFiniteError(dir, t, found);
+          at += piece.length;
+          await write(piece);
+        };
+        return writeTensor(ckpt, model.planned.get(t.name)!, t.type, { write: checked }, chunk, chunkScratch, () =>
+          check(),
+        );
+      },
       close: () => model.close(),
     };
     return {
