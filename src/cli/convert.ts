@@ -2,7 +2,8 @@
  * `powerinfer convert MODEL.gguf -o MODEL.pi`: write the `.pi` neuron store a budgeted run reads
  * its FFN from (src/offline/convert.ts; format in docs/store-format.md).
  * `powerinfer convert DIR -o MODEL.gguf|MODEL.pi`: a Hugging Face model directory to a GGUF in
- * llama.cpp's layout (src/format/hf/), or through one to a store (src/offline/hf-to-store.ts).
+ * llama.cpp's layout (src/format/hf/), or straight to a store with no GGUF written
+ * (src/offline/hf-to-store.ts).
  */
 import { existsSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";

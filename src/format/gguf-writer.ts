@@ -172,7 +172,8 @@ class ByteBuilder {
 /**
  * A metadata value with its GGUF type: `type` when given (for an array, its items' type), else
  * inferred (integers -> UINT32 / INT32, other numbers -> FLOAT32, Float32Array -> array of
- * FLOAT32, Int32Array -> array of INT32, Uint32Array -> array of UINT32). Checked against the type.
+ * FLOAT32, Int32Array -> array of INT32, Uint32Array -> array of UINT32; a number array takes the
+ * narrowest integer type that holds every item, else FLOAT32). Checked against the type.
  */
 export function metadataEntry(key: string, value: GGUFWritableValue, type?: GGUFValueType): MetaEntry {
   if (typeof key !== "string" || key.length === 0) throw new TypeError("metadata key must be a non-empty string");
@@ -378,10 +379,8 @@ export class GGUFWriter {
   }
 
   /**
-   * Set a metadata key. The type is inferred when omitted (integers -> UINT32 / INT32, other
-   * numbers -> FLOAT32, Float32Array -> array of FLOAT32, Int32Array -> array of INT32,
-   * Uint32Array -> array of UINT32); for an array value, `type` is the type of its items.
-   * Keys keep the order in which they were first set.
+   * Set a metadata key, typed as metadataEntry says (inferred when `type` is omitted; for an
+   * array value, `type` is its items'). Keys keep the order in which they were first set.
    */
   setMetadata(key: string, value: GGUFWritableValue, type?: GGUFValueType): this {
     this.assertDeclaring(`set metadata "${key}"`);

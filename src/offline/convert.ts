@@ -1,5 +1,7 @@
 /**
- * GGUF (or PowerInfer "PWRI" GGUF) -> `.pi` neuron store (docs/store-format.md).
+ * GGUF (or PowerInfer "PWRI" GGUF) -> `.pi` neuron store (docs/store-format.md). buildStore does
+ * the work over a StoreSource (convert/store-source.ts), which a GGUF is and a Hugging Face
+ * checkpoint read in place is too (convert/hf-source.ts, hf-to-store.ts).
  *
  * Streams: the fixed tensors are copied in 16 MiB pieces, and the FFN is built one layer at a
  * time. Per layer, Down is transposed in column bands (each band's slice of every row is read,
@@ -14,7 +16,7 @@
  * the manifest. A PWRI file's `ffn_down_t` is already transposed and is copied bit for bit when
  * its type is the store's.
  *
- * The stages, in convert/: source-ffn.ts (finding and checking the source's FFN),
+ * The stages, in convert/: store-source.ts (what is read, and how), source-ffn.ts (finding and checking the source's FFN),
  * predictor-source.ts (a separate predictor file), hot-first.ts (the activation profile and the
  * stored order), transpose-down.ts, row-conversion.ts (type changes and their error),
  * ffn-group.ts (one group's bundles and gate rows), store-metadata.ts (the metadata carried over).
