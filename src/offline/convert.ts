@@ -16,10 +16,11 @@
  * the manifest. A PWRI file's `ffn_down_t` is already transposed and is copied bit for bit when
  * its type is the store's.
  *
- * The stages, in convert/: store-source.ts (what is read, and how), source-ffn.ts (finding and checking the source's FFN),
- * predictor-source.ts (a separate predictor file), hot-first.ts (the activation profile and the
- * stored order), transpose-down.ts, row-conversion.ts (type changes and their error),
- * ffn-group.ts (one group's bundles and gate rows), store-metadata.ts (the metadata carried over).
+ * The stages, in convert/: store-source.ts (what is read, and how), source-ffn.ts (finding and
+ * checking the source's FFN), predictor-source.ts (a separate predictor file), hot-first.ts (the
+ * activation profile and the stored order), transpose-down.ts, row-conversion.ts (type changes
+ * and their error), ffn-group.ts (one group's bundles and gate rows), store-metadata.ts (the
+ * metadata carried over).
  */
 import { basename, resolve } from "node:path";
 import { GGMLType, traitsBytes, typeFromName, typeName, typeTraits } from "../format/ggml-types.js";
