@@ -2,9 +2,9 @@
  * A Hugging Face checkpoint as a store's source, read in place: the model is the GGUF that
  * convert DIR -o x.gguf would write (hf-to-gguf.ts's ggufLayoutOf: the same metadata, names,
  * shapes and types), but no GGUF is written. Fixed tensors are produced chunk by chunk as that
- * GGUF's bytes; Gate and Up rows are read where the checkpoint holds them and encoded as the
- * GGUF would hold them (so the store's rows equal a store made through the GGUF); Down's
- * columns come straight from the checkpoint's values, so each is quantized once.
+ * GGUF's bytes; Gate and Up rows are read as values where the checkpoint holds them and quantized
+ * once into the store's type (the bytes the GGUF would hold, so the store's rows equal a store made
+ * through the GGUF); Down's columns come straight from the checkpoint's values, each quantized once.
  */
 import { basename } from "node:path";
 import { traitsBytes, typeFromName, typeTraits, type GGMLType } from "../../format/ggml-types.js";
@@ -113,11 +113,9 @@ export function hfSource(
       model.planned.set(t.name, t);
     });
     const planned = (m: MatrixView) => model.planned.get(m.t.name)!;
-    // f32 values and raw bytes of a few rows, grown to the largest read
-    let values = new Float32Array(0);
+    // raw bytes of a row (or a band's slice of one), grown to the largest read
     let scratch = new Uint8Array(0);
     const room = (n: number) => {
-      if (values.length < n) values = new Float32Array(n);
       if (scratch.length < 4 * n) scratch = new Uint8Array(4 * n);
     };
     const chunk = new Float32Array(CHUNK_VALUES);
@@ -131,15 +129,8 @@ export function hfSource(
       },
       metadata: () => metadata,
       valuesType: (m) => typeFromName(planned(m).parts![0].source.dtype) as GGMLType,
-      readRows: (m, indices, dst) => {
-        const rowLen = m.t.dims[0];
-        for (let i = 0; i < indices.length;) {
-          const j = runEnd(indices, i);
-          room((j - i) * rowLen);
-          source.readRowValues(m, indices.subarray(i, j), values);
-          encodeRows(m.t.type, values, j - i, rowLen, dst.subarray(i * m.rowBytes, j * m.rowBytes));
-          i = j;
-        }
+      readRows: (m) => {
+        throw new Error(`${m.name}: a checkpoint's rows are read as values`);
       },
       readRowValues: (m, indices, dst) => {
         const rowLen = m.t.dims[0];
