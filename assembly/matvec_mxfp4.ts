@@ -16,17 +16,10 @@
 
 import { f16ToF32 } from "./half";
 import { hsum } from "./lanes";
+import { e8m0Half, FP4 } from "./mxfp4_values";
 
 const MXFP4_BLOCK: usize = 17;
 const Q8_0_BLOCK: usize = 34;
-
-// the FP4 codes' values, doubled, as i8 lanes (code 8 is -0)
-const FP4 = memory.data<i8>([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], 16);
-
-/** Half the E8M0 scale of exponent byte e: 2^(e - 128), subnormal for e < 2 (ggml's GGML_E8M0_TO_FP32_HALF). */
-@inline function e8m0Half(e: u32): f32 {
-  return reinterpret<f32>(e < 2 ? (<u32>0x00200000) << e : (e - 1) << 23);
-}
 
 /**
  * One MXFP4 block's 16 code bytes (q) times one Q8_0 block's 32 quants at xq: the integer

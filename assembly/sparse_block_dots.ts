@@ -1,4 +1,4 @@
-// The integer dot of one weight block (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 in GGUF's layout) with one
+// The integer dot of one weight block (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4 in GGUF's layout) with one
 // block of the q8_sp activation, in i32x4 partial lanes: the step the row dots repeat.
 
 import { Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
@@ -39,19 +39,33 @@ import { T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0 } from "./sparse_types";
       i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(xb, 16), hi),
     );
     d = i32x4.dot_i16x8_s(h, v128.load(Q4_RELAXED_CONSTS, 16));
-  } else {
-    d = i32x4.add(
-      i32x4.add(
-        i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_u(lo), v128.load(xb)),
-        i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_u(lo), v128.load(xb, 16)),
-      ),
-      i32x4.add(
-        i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_u(hi), v128.load(xb, 32)),
-        i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_u(hi), v128.load(xb, 48)),
-      ),
-    );
-  }
+  } else d = widenedDot(false, lo, hi, xb);
   return one ? d : i32x4.sub(d, i32x4.shl(v128.load(xb, 64), 1));
+}
+
+// The integer dot of a block's 32 values as bytes (lo: elements 0..15, hi: 16..31; signed or
+// not) widened to i16, with the natural-order i16 quants of the activation block at xb, in i32x4
+// partial lanes.
+@inline function widenedDot(signed: bool, lo: v128, hi: v128, xb: usize): v128 {
+  const l0 = signed ? i16x8.extend_low_i8x16_s(lo) : i16x8.extend_low_i8x16_u(lo),
+    l1 = signed ? i16x8.extend_high_i8x16_s(lo) : i16x8.extend_high_i8x16_u(lo),
+    h0 = signed ? i16x8.extend_low_i8x16_s(hi) : i16x8.extend_low_i8x16_u(hi),
+    h1 = signed ? i16x8.extend_high_i8x16_s(hi) : i16x8.extend_high_i8x16_u(hi);
+  return i32x4.add(
+    i32x4.add(i32x4.dot_i16x8_s(l0, v128.load(xb)), i32x4.dot_i16x8_s(l1, v128.load(xb, 16))),
+    i32x4.add(i32x4.dot_i16x8_s(h0, v128.load(xb, 32)), i32x4.dot_i16x8_s(h1, v128.load(xb, 48))),
+  );
+}
+
+// The integer dot of one MXFP4 block (at a: the exponent byte, 16 bytes of nibbles, the low ones
+// elements 0..15) with the mode-0 activation block at xb: the codes' values through one swizzle
+// of the FP4 table (`table`), in i32x4 partial lanes. Both builds run it (the relaxed byte dot
+// wants one operand non-negative, which the values are not).
+@inline function mxfp4dot(a: usize, xb: usize, table: v128): v128 {
+  const q = v128.load(a, 1);
+  const lo = i8x16.swizzle(table, v128.and(q, i8x16.splat(0x0f))),
+    hi = i8x16.swizzle(table, i8x16.shr_u(q, 4));
+  return widenedDot(true, lo, hi, xb);
 }
 
 // 256 x the integer dot of one GGUF Q4 block's 16 quant bytes with the mode-1 activation block.
@@ -84,4 +98,4 @@ import { T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0 } from "./sparse_types";
   );
 }
 
-export { blockDot, q8dot };
+export { blockDot, mxfp4dot, q8dot };

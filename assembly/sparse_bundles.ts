@@ -6,7 +6,8 @@ import { gateFactor, combine } from "./sparse_gate_factor";
 import { dot1, dot2 } from "./sparse_row_dots";
 import { axpy1, axpy4 } from "./sparse_down_columns";
 import { slotBase } from "./sparse_layout";
-import { paired } from "./sparse_types";
+import { downType, paired, partsBytes } from "./sparse_types";
+import { SPARSE_BIASED } from "./activation_codes";
 
 // Pending down columns of this thread (instance globals, so thread-local): flushed four at a time.
 let DN: i32 = 0;
@@ -19,7 +20,7 @@ let DH0: f32 = 0,
 
 @inline function pushDown(t: i32, y: usize, corr: usize, n: i32, p: usize, h: f32): void {
   if (DN == 3) {
-    axpy4(t, y, corr, n, DP0, DH0, DP1, DH1, DP2, DH2, p, h);
+    axpy4(downType(t), y, corr, n, DP0, DH0, DP1, DH1, DP2, DH2, p, h);
     DN = 0;
   } else if (DN == 2) {
     DP2 = p;
@@ -37,9 +38,10 @@ let DH0: f32 = 0,
 }
 
 @inline function flushDown(t: i32, y: usize, corr: usize, n: i32): void {
-  if (DN > 0) axpy1(t, y, corr, n, DP0, DH0);
-  if (DN > 1) axpy1(t, y, corr, n, DP1, DH1);
-  if (DN > 2) axpy1(t, y, corr, n, DP2, DH2);
+  const dt = downType(t);
+  if (DN > 0) axpy1(dt, y, corr, n, DP0, DH0);
+  if (DN > 1) axpy1(dt, y, corr, n, DP1, DH1);
+  if (DN > 2) axpy1(dt, y, corr, n, DP2, DH2);
   DN = 0;
 }
 
@@ -54,6 +56,24 @@ let SINK: u32 = 0;
   let acc: u32 = 0;
   for (let o: usize = 0; o < bytes; o += 4096) acc ^= load<u32>(p + o);
   SINK ^= acc;
+}
+
+// Biased bundles (act | SPARSE_BIASED): the offset of a bundle's gate bias (its up bias 4 bytes
+// on), the parts' end rounded up to 4 bytes (src/format/store/ffn-types.ts, bundleParts), 0 when
+// unbiased; the kernels add them to the gate and up dots. A gate given to the up/down kernels is
+// the gate row's dot alone: its bias is added here, as for a gate computed here.
+@inline function biasOffset(t: i32, kind: i32, rb: usize): usize {
+  return (kind & SPARSE_BIASED) != 0 ? (partsBytes(t, rb) + 3) & ~(<usize>3) : 0;
+}
+// v plus the bias at `o` (0: the gate's, 4: the up's) of the bundle at bp; unbiased bundles
+// (bo 0) v itself, nothing read or added
+@inline function withBias(v: f32, bo: usize, bp: usize, o: usize): f32 {
+  return bo != 0 ? v + load<f32>(bp + bo + o) : v;
+}
+// the given gate of listed neuron k, plus its bundle's gate bias
+@inline function gateOf(gate: usize, bundles: usize, k: i32, bo: usize): f32 {
+  const g = load<f32>(gate + ((<usize>k) << 2));
+  return bo != 0 ? g + load<f32>(<usize>load<i32>(bundles + ((<usize>k) << 2)) + bo) : g;
 }
 
 @inline function gateT(
@@ -114,10 +134,12 @@ let SINK: u32 = 0;
 ): void {
   const corr = y + ((<usize>n) << 2);
   const rb = <usize>rowBytes;
+  const bo = biasOffset(t, kind, rb);
+  kind &= ~SPARSE_BIASED;
   DN = 0;
   // the gate factor of neuron k, computed one step ahead so that the next neuron's up and down
   // pages are touched only when they will be read
-  let a = k0 < k1 ? gateFactor(kind, load<f32>(gate + ((<usize>k0) << 2))) : 0;
+  let a = k0 < k1 ? gateFactor(kind, gateOf(gate, bundles, k0, bo)) : 0;
   // paired types: neurons that fire go in pairs whose up rows dot2 streams at once (each row's dot exactly
   // dot1's; pushed in list order): the pending first of a pair
   const pairs = paired(t);
@@ -125,31 +147,41 @@ let SINK: u32 = 0;
     pendBp: usize = 0,
     pendA: f32 = 0;
   for (let k = k0; k < k1; k++) {
-    const aNext = k + 1 < k1 ? gateFactor(kind, load<f32>(gate + ((<usize>k) << 2), 4)) : 0;
-    if (aNext != 0) touchPages(<usize>load<i32>(bundles + ((<usize>k) << 2), 4) + rb, 2 * rb);
+    const aNext = k + 1 < k1 ? gateFactor(kind, gateOf(gate, bundles, k + 1, bo)) : 0;
+    if (aNext != 0) touchPages(<usize>load<i32>(bundles + ((<usize>k) << 2), 4) + rb, partsBytes(t, rb) - rb);
     // a = 0: h = 0 whatever up says, so neither up nor down is read
     if (a != 0) {
       const bp = <usize>load<i32>(bundles + ((<usize>k) << 2));
-      if (!pairs) upDown1(t, bp, a, xAct, y, corr, n, rb, kind);
+      if (!pairs) upDown1(t, bp, a, xAct, y, corr, n, rb, kind, bo);
       else if (!pend) {
         pend = true;
         pendBp = bp;
         pendA = a;
       } else {
-        upDown2(t, pendBp, pendA, bp, a, xAct, y, corr, n, rb, kind);
+        upDown2(t, pendBp, pendA, bp, a, xAct, y, corr, n, rb, kind, bo);
         pend = false;
       }
     }
     a = aNext;
   }
-  if (pend) upDown1(t, pendBp, pendA, xAct, y, corr, n, rb, kind);
+  if (pend) upDown1(t, pendBp, pendA, xAct, y, corr, n, rb, kind, bo);
   flushDown(t, y, corr, n);
 }
 
 // Gate, then (unless the gate factor is 0: up and down unread) up and down, of the bundle at bp.
-@inline function ffnOne(t: i32, bp: usize, xAct: usize, y: usize, corr: usize, n: i32, rb: usize, kind: i32): void {
-  const a = gateFactor(kind, dot1(t, bp, xAct, n));
-  if (a != 0) upDown1(t, bp, a, xAct, y, corr, n, rb, kind);
+@inline function ffnOne(
+  t: i32,
+  bp: usize,
+  xAct: usize,
+  y: usize,
+  corr: usize,
+  n: i32,
+  rb: usize,
+  kind: i32,
+  bo: usize,
+): void {
+  const a = gateFactor(kind, withBias(dot1(t, bp, xAct, n), bo, bp, 0));
+  if (a != 0) upDown1(t, bp, a, xAct, y, corr, n, rb, kind, bo);
 }
 
 // Up and down of the bundle at bp whose gate factor a is not 0.
@@ -163,8 +195,9 @@ let SINK: u32 = 0;
   n: i32,
   rb: usize,
   kind: i32,
+  bo: usize,
 ): void {
-  const h = combine(kind, a, dot1(t, bp + rb, xAct, n));
+  const h = combine(kind, a, withBias(dot1(t, bp + rb, xAct, n), bo, bp, 4));
   if (h != 0) pushDown(t, y, corr, n, bp + 2 * rb, h);
 }
 
@@ -182,10 +215,11 @@ let SINK: u32 = 0;
   n: i32,
   rb: usize,
   kind: i32,
+  bo: usize,
 ): void {
   const u = dot2(t, bpA + rb, bpB + rb, xAct, n);
-  const hA = combine(kind, aA, f32x4.extract_lane(u, 0)),
-    hB = combine(kind, aB, f32x4.extract_lane(u, 1));
+  const hA = combine(kind, aA, withBias(f32x4.extract_lane(u, 0), bo, bpA, 4)),
+    hB = combine(kind, aB, withBias(f32x4.extract_lane(u, 1), bo, bpB, 4));
   if (hA != 0) pushDown(t, y, corr, n, bpA + 2 * rb, hA);
   if (hB != 0) pushDown(t, y, corr, n, bpB + 2 * rb, hB);
 }
@@ -202,13 +236,14 @@ let SINK: u32 = 0;
   n: i32,
   rb: usize,
   kind: i32,
+  bo: usize,
 ): void {
   const g = dot2(t, bpA, bpB, xAct, n);
-  const aA = gateFactor(kind, f32x4.extract_lane(g, 0)),
-    aB = gateFactor(kind, f32x4.extract_lane(g, 1));
-  if (aA != 0 && aB != 0) upDown2(t, bpA, aA, bpB, aB, xAct, y, corr, n, rb, kind);
-  else if (aA != 0) upDown1(t, bpA, aA, xAct, y, corr, n, rb, kind);
-  else if (aB != 0) upDown1(t, bpB, aB, xAct, y, corr, n, rb, kind);
+  const aA = gateFactor(kind, withBias(f32x4.extract_lane(g, 0), bo, bpA, 0)),
+    aB = gateFactor(kind, withBias(f32x4.extract_lane(g, 1), bo, bpB, 0));
+  if (aA != 0 && aB != 0) upDown2(t, bpA, aA, bpB, aB, xAct, y, corr, n, rb, kind, bo);
+  else if (aA != 0) upDown1(t, bpA, aA, xAct, y, corr, n, rb, kind, bo);
+  else if (aB != 0) upDown1(t, bpB, aB, xAct, y, corr, n, rb, kind, bo);
 }
 
 // Bundle k of a call: the listed address (sparse_ffn_T) or base + k * stride (a dense cluster,
@@ -255,19 +290,22 @@ let SINK: u32 = 0;
 ): void {
   const corr = y + ((<usize>n) << 2);
   const rb = <usize>rowBytes;
+  const bo = biasOffset(t, kind, rb);
+  kind &= ~SPARSE_BIASED;
+  const parts = partsBytes(t, rb);
   DN = 0;
   let k = k0;
   if (paired(t))
     for (; k + 2 <= k1; k += 2) {
-      if (k + 2 < k1) touchPages(bundleAt(run, list, base, stride, k + 2), 3 * rb);
-      if (k + 3 < k1) touchPages(bundleAt(run, list, base, stride, k + 3), 3 * rb);
+      if (k + 2 < k1) touchPages(bundleAt(run, list, base, stride, k + 2), parts);
+      if (k + 3 < k1) touchPages(bundleAt(run, list, base, stride, k + 3), parts);
       const bpA = bundleAt(run, list, base, stride, k),
         bpB = bundleAt(run, list, base, stride, k + 1);
-      ffnPair(t, bpA, bpB, xAct, y, corr, n, rb, kind);
+      ffnPair(t, bpA, bpB, xAct, y, corr, n, rb, kind, bo);
     }
   for (; k < k1; k++) {
-    if (k + 1 < k1) touchPages(bundleAt(run, list, base, stride, k + 1), 3 * rb);
-    ffnOne(t, bundleAt(run, list, base, stride, k), xAct, y, corr, n, rb, kind);
+    if (k + 1 < k1) touchPages(bundleAt(run, list, base, stride, k + 1), parts);
+    ffnOne(t, bundleAt(run, list, base, stride, k), xAct, y, corr, n, rb, kind, bo);
   }
   flushDown(t, y, corr, n);
 }

@@ -4,7 +4,9 @@
 // memory: kernels take an i32 array of bundle addresses, so bundles can sit in cache slots.
 //
 // Kernels (every argument i32; pointers are byte offsets into the shared memory; the range a
-// thread computes comes last). T is f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1.
+// thread computes comes last). T is f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 or mxfp4 (gate
+// and up MXFP4, the down column Q8_0). `act` | SPARSE_BIASED: each bundle carries its gate and up
+// biases (two f32 after its parts), added to the gate and up dots (a given gate is the dot alone).
 //   prepare_q8_sp(x, dst, cols, ntok, mode)           the "q8_sp" activation (sparse_prepare.ts)
 //   sparse_gate_T(bundles, count, xAct, out, nEmbd, rowBytes, k0, k1)
 //       out[k] = gate_k . x                                             for listed k in [k0, k1)
@@ -36,7 +38,7 @@
 // sparse_down_q5.ts, sparse_down_slot.ts).
 
 import { ffnBundles, gateT, upDownT } from "./sparse_bundles";
-import { T_BF16, T_F16, T_F32, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0 } from "./sparse_types";
+import { T_BF16, T_F16, T_F32, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_MXFP4 } from "./sparse_types";
 
 /** out[k] = gate_k . x for listed k in [k0, k1); F32 (F16, BF16) bundles, f32 x. */
 export function sparse_gate_f32(
@@ -496,3 +498,62 @@ export function sparse_ffn_run_q5_1(
 ): void {
   ffnBundles(T_Q5_1, true, 0, base, <usize>stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
 }
+
+// MXFP4 bundles (gate and up rows MXFP4, the down column Q8_0; x prepared q8_sp mode 0)
+export function sparse_gate_mxfp4(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  out: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  gateT(T_MXFP4, bundles, xAct, out, nEmbd, rowBytes, k0, k1);
+}
+export function sparse_updown_mxfp4(
+  bundles: usize,
+  count: i32,
+  gate: usize,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  upDownT(T_MXFP4, bundles, gate, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_ffn_mxfp4(
+  bundles: usize,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  ffnBundles(T_MXFP4, false, bundles, 0, 0, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export function sparse_ffn_run_mxfp4(
+  base: usize,
+  stride: i32,
+  count: i32,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  per: i32,
+  k0: i32,
+  k1: i32,
+): void {
+  ffnBundles(T_MXFP4, true, 0, base, <usize>stride, xAct, partials, nEmbd, rowBytes, act, per, k0, k1);
+}
+export { SPARSE_BIASED } from "./activation_codes";

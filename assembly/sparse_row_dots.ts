@@ -2,15 +2,16 @@
 // two rows streamed at once with each row's bits as dot1's. F16 / BF16 rows go to
 // sparse_half_dots.ts, the blocks of the quantized types to sparse_block_dots.ts.
 
-import { hsum } from "./lanes";
+import { hsum, hsumi } from "./lanes";
 import { Q4_RELAXED_CONSTS } from "./matvec_q4_relaxed";
 import { Q4_MASKS } from "./packed_layout";
 import { pin, pin2 } from "./schedule_pin";
-import { blockDot, q8dot } from "./sparse_block_dots";
+import { blockDot, mxfp4dot, q8dot } from "./sparse_block_dots";
 import { f16pairs, f16x4, pairD, pairM } from "./sparse_block_scales";
 import { dotHalf, dotHalf2 } from "./sparse_half_dots";
 import { XBK, XG } from "./sparse_layout";
-import { blockBytes, Q8_0_BS, T_BF16, T_F16, T_F32, T_Q8_0, withMin } from "./sparse_types";
+import { blockBytes, MXFP4_BS, Q8_0_BS, T_BF16, T_F16, T_F32, T_MXFP4, T_Q8_0, withMin } from "./sparse_types";
+import { e8m0Half, FP4 } from "./mxfp4_values";
 
 // One row times x.
 //
@@ -27,6 +28,7 @@ import { blockBytes, Q8_0_BS, T_BF16, T_F16, T_F32, T_Q8_0, withMin } from "./sp
 // scales f16x4 leaves 0.
 @inline function dot1(t: i32, a: usize, x: usize, n: i32): f32 {
   if (t == T_F16 || t == T_BF16) return dotHalf(t == T_BF16, a, x, n);
+  if (t == T_MXFP4) return dotMxfp4(a, x, n);
   if (t == T_F32) {
     let s0 = f32x4.splat(0),
       s1 = f32x4.splat(0);
@@ -74,6 +76,28 @@ import { blockBytes, Q8_0_BS, T_BF16, T_F16, T_F32, T_Q8_0, withMin } from "./sp
     x += XG;
   }
   return hsum(acc);
+}
+
+// An MXFP4 row (17-byte blocks: the exponent byte, 16 bytes of nibbles) times the mode-0 q8_sp
+// activation, as the dense kernel (matvec_mxfp4.ts) and ggml compute it: per block the exact
+// integer dot (mxfp4dot) times the activation's scale times half the block's E8M0 scale, the
+// blocks summed in turn.
+@inline function dotMxfp4(a: usize, x: usize, n: i32): f32 {
+  const nb = n >> 5;
+  const table = v128.load(FP4);
+  let sum: f32 = 0;
+  for (let i = 0; i < nb; i += 4) {
+    const je = min(4, nb - i);
+    let xb = x;
+    for (let j = 0; j < je; j++) {
+      const d = load<f32>(x + ((<usize>j) << 2), 320) * e8m0Half(<u32>load<u8>(a));
+      sum += <f32>hsumi(mxfp4dot(a, xb, table)) * d;
+      a += MXFP4_BS;
+      xb += XBK;
+    }
+    x += XG;
+  }
+  return sum;
 }
 
 // Two Q4 rows (at a and b) times x, each exactly as dot1 computes it (the same operations per

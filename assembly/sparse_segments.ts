@@ -11,7 +11,7 @@
 
 import { ffnInto, upDownInto } from "./sparse_bundles";
 import { slotFloats } from "./sparse_layout";
-import { T_BF16, T_F16, T_F32, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0 } from "./sparse_types";
+import { T_BF16, T_F16, T_F32, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_MXFP4 } from "./sparse_types";
 
 @inline function slotAt(partials: usize, n: i32, items: usize, i: i32): usize {
   return partials + <usize>load<i32>(items + 12 * <usize>i, 8) * ((<usize>slotFloats(n)) << 2);
@@ -263,4 +263,33 @@ export function sparse_ffn_seg_q5_1(
   i1: i32,
 ): void {
   segmentItems(T_Q5_1, true, list, 0, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+}
+
+// MXFP4 bundles (gate and up rows MXFP4, the down column Q8_0; x prepared q8_sp mode 0)
+export function sparse_updown_seg_mxfp4(
+  list: usize,
+  gate: usize,
+  items: usize,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  i0: i32,
+  i1: i32,
+): void {
+  segmentItems(T_MXFP4, false, list, gate, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
+}
+export function sparse_ffn_seg_mxfp4(
+  list: usize,
+  items: usize,
+  xAct: usize,
+  partials: usize,
+  nEmbd: i32,
+  rowBytes: i32,
+  act: i32,
+  i0: i32,
+  i1: i32,
+): void {
+  segmentItems(T_MXFP4, true, list, 0, items, xAct, partials, nEmbd, rowBytes, act, i0, i1);
 }

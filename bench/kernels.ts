@@ -45,6 +45,7 @@ import {
   sparseKernel,
   sparseRowBytes,
 } from "../src/runtime/sparse-kernels.js";
+import { bundleParts } from "../src/format/store/ffn-types.js";
 
 function arg(name: string, def: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -396,12 +397,18 @@ if (sparseTypes.length) {
   for (const type of sparseTypes) {
     const sk = sparseKernel(type);
     const rb = sparseRowBytes(type, SPARSE_EMBD);
-    const stride = Math.ceil((3 * rb) / 64) * 64;
+    // gate and up rows, then the down column (MXFP4's is Q8_0: bundleParts)
+    const parts = bundleParts(type, SPARSE_EMBD, false);
+    const stride = Math.ceil(parts.dataBytes / 64) * 64;
     const setBytes = SPARSE_COUNT * stride;
     const sets = Math.max(1, Math.floor(COLD_BYTES / setBytes));
-    const src = randomMatrix(type, 3 * SPARSE_COUNT, SPARSE_EMBD, 7 + type);
+    const src = randomMatrix(type, 2 * SPARSE_COUNT, SPARSE_EMBD, 7 + type);
+    const down = randomMatrix(parts.downType, SPARSE_COUNT, SPARSE_EMBD, 8 + type);
     const mem = arena.u8(wPtr, sets * setBytes);
-    for (let n = 0; n < SPARSE_COUNT; n++) mem.set(src.subarray(3 * n * rb, 3 * (n + 1) * rb), n * stride);
+    for (let n = 0; n < SPARSE_COUNT; n++) {
+      mem.set(src.subarray(2 * n * rb, 2 * (n + 1) * rb), n * stride);
+      mem.set(down.subarray(n * parts.downBytes, (n + 1) * parts.downBytes), n * stride + parts.down);
+    }
     for (let c = 1; c < sets; c++) mem.copyWithin(c * setBytes, 0, setBytes);
     const list = new Int32Array(arena.memory.buffer, listPtr, SPARSE_COUNT);
     for (const build of builds) {

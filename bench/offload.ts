@@ -48,6 +48,10 @@
  *   npm run bench:offload -- --shape llama3.2-1b --reps 3 -n 16
  *   npm run bench:offload -- --shape gemma3-4b --layers 12        # fewer layers: disk and time
  *
+ * --temp T samples both engines' tokens at temperature T with seed 1 (default 0: greedy). On
+ * random weights greedy decoding tends to repeat one token, whose experts then stay cached: a
+ * mixture's figure is then far kinder than real text's, where each token routes elsewhere.
+ *
  * --gate-rank R makes the model predictable (`synth --gate-rank`: gate rows from a rank-R basis,
  * files named *-rR-*), puts the predictors synth planted into the stores, and runs ours with
  * --sparsity predictor; a last section compares its text with the exact gate mode's. The ablation
@@ -122,7 +126,7 @@ function logHeader(b: BenchContext, started: Date): void {
       `model: ${o.shape} shape (${SHAPE_SPECS[o.shape].like}${o.layers !== undefined && o.layers !== SHAPE_SPECS[o.shape].layers ? `, ${o.layers} of its ${SHAPE_SPECS[o.shape].layers} layers` : ""}), ReLU, planted sparsity ${SPARSITY}${predictable}, ${o.type.toUpperCase()}, seed ${SEED}: GGUF ${gib(statSync(models.gguf).size)}, store ${gib(statSync(models.store).size)}`,
     );
   log(
-    `prompt ${PROMPT.length} chars, ${o.n} generated tokens, greedy, context ${CONTEXT} for both engines${prewarming() ? "; each run's file read whole, then dropped from the page cache, before the run (--prewarm)" : ""}; ours: --sparsity ${sparsity} (reader defaults), store ${o.order === "hot" ? "hot-first (planted rates as the profile)" : "in index order"}; medians of ${o.reps} interleaved runs`,
+    `prompt ${PROMPT.length} chars, ${o.n} generated tokens, ${o.temp > 0 ? `sampled at temperature ${o.temp} (seed 1) so that the tokens and the experts they route to vary` : "greedy"}, context ${CONTEXT} for both engines${prewarming() ? "; each run's file read whole, then dropped from the page cache, before the run (--prewarm)" : ""}; ours: --sparsity ${sparsity} (reader defaults), store ${o.order === "hot" ? "hot-first (planted rates as the profile)" : "in index order"}; medians of ${o.reps} interleaved runs`,
   );
 }
 
@@ -179,9 +183,9 @@ async function main(): Promise<void> {
 }
 
 if (process.argv[2] === "--peer-run") {
-  const [model, threads, n, ctx, prompt, peerDir] = process.argv.slice(3);
+  const [model, threads, n, ctx, prompt, peerDir, temp] = process.argv.slice(3);
   // batch 64: llama.cpp's compute buffers grow with the batch, and the limit pays for them
-  await peerRun(model, Number(threads), Number(n), prompt, Number(ctx), 64, peerDir);
+  await peerRun(model, Number(threads), Number(n), prompt, Number(ctx), 64, peerDir, Number(temp));
 } else {
   await main();
 }

@@ -24,6 +24,8 @@ export async function peerRun(
   batchSize = 512,
   /** the peer's install (a copy without the AMX variant for runs under a memory limit: bench/offload/peer-install.ts) */
   peerDir = PEER_DIR,
+  /** 0: greedy; above 0, sampled with seed 1 */
+  temperature = 0,
 ): Promise<void> {
   const entry = join(peerDir, "node_modules", "node-llama-cpp", "dist", "index.js");
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -37,7 +39,7 @@ export async function peerRun(
   let t1 = 0;
   let count = 0;
   const ids: number[] = [];
-  for await (const token of sequence.evaluate(input, { temperature: 0 })) {
+  for await (const token of sequence.evaluate(input, temperature > 0 ? { temperature, seed: 1 } : { temperature: 0 })) {
     if (count === 0) t1 = performance.now();
     ids.push(Number(token));
     if (++count >= n) break;

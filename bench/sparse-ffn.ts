@@ -2,7 +2,7 @@
  * Speed of the sparse FFN kernels (assembly/sparse_ffn.ts) on one layer of neuron bundles,
  * against the dense matvec kernels on the same shape, measured side by side.
  *
- *   node dist/bench/sparse-ffn.js [--types q4_0,q8_0,q4_1,q5_0,q5_1,f16,bf16] [--embd 4096] [--ff 11008]
+ *   node dist/bench/sparse-ffn.js [--types q4_0,q8_0,q4_1,q5_0,q5_1,f16,bf16,mxfp4] [--embd 4096] [--ff 11008]
  *                                 [--fractions 0.1,0.3,1] [--threads 1,2] [--rounds 6] [--slice 0.08]
  *
  * A layer of `ff` bundles (random quants, scales near 0.01) fills a region far larger than the
@@ -24,6 +24,7 @@
  * with ReLU (about half the listed neurons fire; GMAC/s over the ones that fire).
  */
 import { GGMLType, typeFromName, typeName } from "../src/format/ggml-types.js";
+import { bundleParts } from "../src/format/store/ffn-types.js";
 import { f32ToF16 } from "../src/format/half.js";
 import { rowBytes } from "../src/format/quant.js";
 import { Arena } from "../src/runtime/arena.js";
@@ -75,6 +76,11 @@ function fillRows(type: GGMLType, dst: Uint8Array): void {
     return;
   }
   for (let i = 0; i < dst.length; i++) dst[i] = (rnd() * 256) | 0;
+  // MXFP4: random codes, a block scale byte near 2^-8 (E8M0: 2^(e - 127))
+  if (type === GGMLType.MXFP4) {
+    for (let o = 0; o + 17 <= dst.length; o += 17) dst[o] = 117 + ((rnd() * 4) | 0);
+    return;
+  }
   const bs = {
     [GGMLType.Q8_0]: 34,
     [GGMLType.Q4_0]: 18,
@@ -125,9 +131,8 @@ function compare(fns: ((i: number) => void)[], threads: number): number[] {
   return best;
 }
 
-const rb0 = Math.max(...types.map((t) => rowBytes(t, EMBD)));
 const arena = new Arena(64 << 20);
-const REGION = arena.alloc(FF * Math.ceil((3 * rb0) / 4096) * 4096, 4096);
+const REGION = arena.alloc(FF * Math.max(...types.map((t) => bundleParts(t, EMBD, false).bundleBytes)), 4096);
 const X = arena.alloc(EMBD * 4, 64);
 const Y = arena.alloc(EMBD * 4 * 2, 64);
 const GATES = arena.alloc(FF * 4, 64);
@@ -163,11 +168,14 @@ console.log(
 
 for (const type of types) {
   const rb = rowBytes(type, EMBD);
-  const bundleBytes = Math.ceil((3 * rb) / 4096) * 4096;
+  // gate and up rows, then the down column (MXFP4's is Q8_0: bundleParts)
+  const parts = bundleParts(type, EMBD, false);
+  const bundleBytes = parts.bundleBytes;
   const region = arena.u8(REGION, FF * bundleBytes);
   for (let i = 0; i < FF; i++) {
-    fillRows(type, region.subarray(i * bundleBytes, i * bundleBytes + 3 * rb));
-    region.fill(0, i * bundleBytes + 3 * rb, (i + 1) * bundleBytes);
+    fillRows(type, region.subarray(i * bundleBytes, i * bundleBytes + 2 * rb));
+    fillRows(parts.downType, region.subarray(i * bundleBytes + parts.down, i * bundleBytes + parts.dataBytes));
+    region.fill(0, i * bundleBytes + parts.dataBytes, (i + 1) * bundleBytes);
   }
   const wk = weightKernel(type);
   for (const [ptr, rows, cols] of [

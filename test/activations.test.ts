@@ -1,11 +1,12 @@
 /**
- * The activations' one table (src/format/activations.ts) against the kernels' codes and the
- * metadata names it stands for.
+ * The activations' one table (src/format/activations.ts) against the kernels' codes (and the
+ * sparse kernels' biased-bundles flag) and the metadata names it stands for.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { ACTIVATIONS, activationByName, gatedActivation, type Activation } from "../src/format/activations.js";
 import { instantiateKernels, kernelBuild, kernelModule, type KernelBuild } from "../src/runtime/wasm.js";
+import { SPARSE_BIASED } from "../src/runtime/sparse-kernels.js";
 
 test("each activation's code is the one the kernels export (ACT_SILU, ACT_RELU, ...)", () => {
   // the SIMD128 build and the one this runtime runs (relaxed where it validates)
@@ -18,6 +19,10 @@ test("each activation's code is the one the kernels export (ACT_SILU, ACT_RELU, 
       assert.ok(g && typeof g === "object" && "value" in g, `${build}: the kernels export ACT_${name.toUpperCase()}`);
       assert.equal((g as { value: number }).value, t.code, `${build}: ${name}'s code`);
     }
+    // the biased-bundles flag added to a code: no activation's code has its bit
+    const b = exports.SPARSE_BIASED as { value: number } | undefined;
+    assert.equal(b?.value, SPARSE_BIASED, `${build}: SPARSE_BIASED`);
+    for (const t of Object.values(ACTIVATIONS)) assert.equal(t.code & SPARSE_BIASED, 0);
   }
 });
 

@@ -174,11 +174,16 @@ export async function loadMostlyOnFlash(
   kvCache?: LoadOptions["kvCache"],
   /** default: the mode a run picks (gate where gates skip neurons, dense where every neuron fires) */
   sparsity?: SparsityMode,
+  /**
+   * 0: no hot region, where packed hot slots (bundles mostly padding, as tiny MXFP4 ones are)
+   * would hold every neuron in a quarter of the bundles' bytes
+   */
+  hotFraction?: number,
 ): Promise<{ model: LlamaModel; allFFN: number }> {
   const s = NeuronStore.open(store);
   const allFFN = s.ffn.layers.length * s.ffn.layers[0].neurons * s.ffn.bundleBytes;
   s.close();
-  const offload = { sparsity, cacheBytes: allFFN / 4 };
+  const offload = { sparsity, hotFraction, cacheBytes: allFFN / 4 };
   const fixed = (await LlamaModel.layoutOf(store, { threads, contextSize, offload })).fixed;
   const model = await LlamaModel.load(store, {
     threads,

@@ -262,15 +262,12 @@ for (const name of NAMES) {
 
   // The sparse kernels take rows of whole 32-value blocks: a narrower model has no store.
   const hidden = readJson<{ hidden_size: number }>(join(FIXTURES, name, "config.json")).hidden_size;
-  const arch = readJson<{ architectures: string[] }>(join(FIXTURES, name, "config.json")).architectures[0];
   const storeSkip =
     !existsSync(transformersRef) && !engineRef
       ? "no transformers reference"
       : hidden % 32 !== 0
         ? `hidden_size ${hidden} is not a multiple of 32, which a neuron store's rows need`
-        : arch === "GptOssForCausalLM"
-          ? "the neuron store does not carry gpt-oss's expert biases and clamped SwiGLU yet"
-          : false;
+        : false;
   test(`hf ${name}: -o x.pi runs under a budget with ${whose}`, { skip: storeSkip }, async () => {
     const ref = reference();
     const store = join(dir, `${name}.pi`);

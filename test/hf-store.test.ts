@@ -13,7 +13,7 @@ import assert from "node:assert/strict";
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { SafetensorsFile } from "../src/format/hf/safetensors.js";
 import { join } from "node:path";
-import { typeName } from "../src/format/ggml-types.js";
+import { traitsBytes, typeName, typeTraits } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
 import { convertHFToGGUF, type HFOutputType } from "../src/format/hf/hf-to-gguf.js";
 import { dequantizeRow, quantizeRow } from "../src/format/quant.js";
@@ -31,13 +31,13 @@ const dir = tempDir("hf-store-");
 
 const readJson = <T>(p: string): T => JSON.parse(readFileSync(p, "utf8")) as T;
 
-/** The fixtures a store can be made of: rows of whole 32-value blocks, and no gpt-oss (expert biases). */
+/** The fixtures a store can be made of: rows of whole 32-value blocks. */
 const STORABLE = existsSync(FIXTURES)
   ? readdirSync(FIXTURES).filter((n) => {
       const cfg = join(FIXTURES, n, "config.json");
       if (!existsSync(cfg)) return false;
       const c = readJson<{ hidden_size: number; architectures: string[] }>(cfg);
-      return c.hidden_size % 32 === 0 && c.architectures[0] !== "GptOssForCausalLM";
+      return c.hidden_size % 32 === 0;
     })
   : [];
 
@@ -139,8 +139,11 @@ const CASES: [string, HFOutputType, boolean][] = [
 for (const [name, type, profiled] of CASES) {
   test(`hf ${name} ${type}${profiled ? " with a profile" : ""}: the direct store equals the GGUF's store but Down, which is the checkpoint's columns quantized once`, async () => {
     const input = modelDir(name);
+    // the type of the checkpoint's FFN values: MXFP4 experts (gpt-oss as published), else BF16
+    const cfg = readJson<{ quantization_config?: { quant_method?: string } }>(join(input, "config.json"));
+    const srcType = cfg.quantization_config?.quant_method === "mxfp4" ? "MXFP4" : "BF16";
     const tag = `${name}-${type}${profiled ? "-profiled" : ""}`;
-    // Down from the f32 GGUF: the checkpoint's values exactly (BF16 widens exactly)
+    // Down from the f32 GGUF: the checkpoint's values exactly (BF16 widens exactly, MXFP4 decodes exactly)
     const f32 = join(dir, `f32-${name}.gguf`);
     if (!existsSync(f32)) await convertHFToGGUF({ input, output: f32, type: "f32", fsync: false });
     const profile = profiled ? profileOf(f32) : undefined;
@@ -162,7 +165,7 @@ for (const [name, type, profiled] of CASES) {
     assert.deepEqual(ffnA, ffnB, "the FFN's type and shape");
     // Gate and Up: the same bytes, but quantized once from the checkpoint's values, which the record names
     const fromCheckpoint = (c: StoreConversion | null, what: string) =>
-      typeName(a.ffn.type) === "BF16" ? assert.equal(c, null, what) : assert.equal(c?.fromName, "BF16", what);
+      typeName(a.ffn.type) === srcType ? assert.equal(c, null, what) : assert.equal(c?.fromName, srcType, what);
     for (const [k, c] of [
       ["gate", ca.gate],
       ["up", ca.up],
@@ -182,9 +185,12 @@ for (const [name, type, profiled] of CASES) {
     const g = GGUFFile.open(f32);
     try {
       const groups = findFFN(g).layers;
-      const { type: ffnType, nEmbd, rowBytes, bundleBytes } = a.ffn;
+      const { type: ffnType, nEmbd, rowBytes, bundleBytes, parts } = a.ffn;
+      // an MXFP4 store's down columns are Q8_0
+      const downType = a.ffn.downType ?? ffnType;
+      const downBytes = traitsBytes(typeTraits(downType)!, nEmbd);
       const column = new Float32Array(nEmbd),
-        want = new Uint8Array(rowBytes),
+        want = new Uint8Array(downBytes),
         got = new Float32Array(nEmbd);
       let maxErr = 0;
       for (let l = 0; l < la.length; l++) {
@@ -194,7 +200,7 @@ for (const [name, type, profiled] of CASES) {
         fromCheckpoint(la[l].gate, `group ${l}: Gate's conversion`);
         fromCheckpoint(la[l].up, `group ${l}: Up's conversion`);
         assert.ok(da, `group ${l}: Down's conversion is recorded`);
-        assert.equal(da.fromName, "BF16", `group ${l}: Down converted from the checkpoint's type`);
+        assert.equal(da.fromName, srcType, `group ${l}: Down converted from the checkpoint's type`);
         const n = la[l].neurons;
         const order = orderOf(la[l].order);
         const down = groups[l].down;
@@ -204,20 +210,22 @@ for (const [name, type, profiled] of CASES) {
         values.set(new Float32Array(raw.buffer, 0, values.length));
         for (let p = 0; p < n; p++) {
           const at = la[l].offset + p * bundleBytes;
-          // Gate and Up rows as the GGUF's store has them
+          // Gate and Up rows (and gpt-oss's biases after the down column) as the GGUF's store has them
+          const end = at + parts.down + downBytes;
           assert.ok(
-            bytesA.subarray(at, at + 2 * rowBytes).equals(bytesB.subarray(at, at + 2 * rowBytes)),
-            `group ${l} position ${p}: Gate and Up`,
+            bytesA.subarray(at, at + parts.down).equals(bytesB.subarray(at, at + parts.down)) &&
+              bytesA.subarray(end, at + bundleBytes).equals(bytesB.subarray(end, at + bundleBytes)),
+            `group ${l} position ${p}: Gate, Up and the biases`,
           );
           const neuron = order[p];
           for (let r = 0; r < nEmbd; r++) column[r] = values[r * n + neuron];
-          quantizeRow(ffnType, column, want);
-          const stored = bytesA.subarray(at + 2 * rowBytes, at + 3 * rowBytes);
+          quantizeRow(downType, column, want);
+          const stored = bytesA.subarray(at + parts.down, at + parts.down + downBytes);
           assert.ok(
             Buffer.from(want).equals(stored),
             `group ${l} position ${p} (neuron ${neuron}): Down column quantized once`,
           );
-          dequantizeRow(ffnType, stored, nEmbd, got);
+          dequantizeRow(downType, stored, nEmbd, got);
           for (let r = 0; r < nEmbd; r++) maxErr = Math.max(maxErr, Math.abs(got[r] - column[r]));
         }
         const gr = la[l].gateRows!;
@@ -228,9 +236,10 @@ for (const [name, type, profiled] of CASES) {
       }
       assert.ok(ca.down, "Down's conversion in all");
       assert.equal(ca.down.maxAbsError, maxErr, "the manifest's Down error is the stored columns' error");
-      // BF16 values are exact in F32 and BF16 (and in F16 where in its range)
-      if (typeName(ffnType) === "F32" || typeName(ffnType) === "BF16") assert.equal(maxErr, 0, "Down exact");
-      else if (typeName(ffnType) === "F16") assert.ok(maxErr <= ca.down.maxAbsValue * 2 ** -11, `Down error ${maxErr}`);
+      // BF16 and MXFP4 values are exact in F32 and BF16 (and in F16 where in its range)
+      const to = typeName(downType);
+      if (to === "F32" || to === "BF16") assert.equal(maxErr, 0, "Down exact");
+      else if (to === "F16") assert.ok(maxErr <= ca.down.maxAbsValue * 2 ** -11, `Down error ${maxErr}`);
       else assert.ok(maxErr > 0 && maxErr < ca.down.maxAbsValue / 4, `Down error ${maxErr}`);
     } finally {
       g.close();

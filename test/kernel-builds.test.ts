@@ -182,6 +182,7 @@ test("both builds give the same bits: the sparse Q4 / Q5 gate dots over prepared
     [GGMLType.Q5_1, "q5_1"],
     [GGMLType.F16, "f16"],
     [GGMLType.BF16, "bf16"],
+    [GGMLType.MXFP4, "mxfp4"],
   ] as const) {
     for (const [rows, cols] of [
       [5, 32],

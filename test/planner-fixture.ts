@@ -20,6 +20,7 @@ export const facts: StoreFacts = {
   bundleBytes: 4096,
   // a bundle's parts fill its page (no packing of hot slots): hot counts are the knob's
   rowBytes: 1400,
+  dataBytes: 3 * 1400,
   gateRowBytes: 4 * MiB,
   gateReadBytes: 4096,
   gateCopy: false,

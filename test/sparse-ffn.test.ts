@@ -11,7 +11,7 @@ import { Arena } from "../src/runtime/arena.js";
 import { kernelBuild } from "../src/runtime/wasm.js";
 import { ThreadPool } from "../src/runtime/pool.js";
 import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
-import { STORE_FFN_TYPES } from "../src/format/store/index.js";
+import { bundleParts, STORE_FFN_TYPES } from "../src/format/store/index.js";
 import {
   SparseFFN,
   hasSparseKernel,
@@ -40,6 +40,7 @@ const TYPES = [
   GGMLType.Q4_1,
   GGMLType.Q5_0,
   GGMLType.Q5_1,
+  GGMLType.MXFP4,
 ];
 
 const arena = new Arena(64 << 20);
@@ -59,10 +60,14 @@ const GATES = arena.alloc(64 << 10, 64),
   W = arena.alloc(4 << 20, 64),
   A = arena.alloc(64 << 10, 64);
 
-/** A layer of `nFF` neuron bundles at shuffled 4 KiB-aligned addresses, with gaps between them. */
-function makeLayer(type: GGMLType, nEmbd: number, nFF: number, seed: number) {
+/**
+ * A layer of `nFF` neuron bundles at shuffled 4 KiB-aligned addresses, with gaps between them;
+ * `biased`: each with its gate and up biases (some gates pushed past swiglu_oai's clamp).
+ */
+function makeLayer(type: GGMLType, nEmbd: number, nFF: number, seed: number, biased = false) {
   const rb = rowBytes(type, nEmbd);
-  const bundleBytes = Math.ceil((3 * rb) / 4096) * 4096;
+  const P = bundleParts(type, nEmbd, biased);
+  const bundleBytes = P.bundleBytes;
   const slots = nFF * 2 + 3;
   if (slots * bundleBytes > 24 << 20) throw new Error("test layer too large");
   const r = rng(seed);
@@ -83,12 +88,17 @@ function makeLayer(type: GGMLType, nEmbd: number, nFF: number, seed: number) {
       d = gaussians(nEmbd, seed * 1000 + 3 * i + 2);
     if (i === 1) g.fill(0); // an all-zero row (zero scales)
     if (i === 2) for (let j = 0; j < nEmbd; j++) d[j] *= 300; // a wide-range down column
-    const parts = [quantRow(type, g), quantRow(type, u), quantRow(type, d)];
-    for (let p = 0; p < 3; p++) m.set(parts[p], addr[i] + p * rb);
+    const parts = [quantRow(type, g), quantRow(type, u), quantRow(P.downType, d)];
+    for (let p = 0; p < 3; p++) m.set(parts[p], addr[i] + [P.gate, P.up, P.down][p]);
+    if (biased) {
+      const b = gaussians(2, seed * 1000 + 3 * i + 7);
+      new DataView(m.buffer).setFloat32(addr[i] + P.biases!, i % 4 === 1 ? 12 : b[0] * 3, true);
+      new DataView(m.buffer).setFloat32(addr[i] + P.biases! + 4, b[1] * 3, true);
+    }
     gateRows.push(parts[0]);
     upRows.push(parts[1]);
   }
-  return { type, nEmbd, nFF, rb, addr, gateRows, upRows };
+  return { type, nEmbd, nFF, rb, P, addr, gateRows, upRows };
 }
 type Layer = ReturnType<typeof makeLayer>;
 
@@ -128,10 +138,10 @@ function close(
 }
 
 const ffnFor = new Map<string, SparseFFN>();
-function sparse(pool: ThreadPool, type: GGMLType, nEmbd: number): SparseFFN {
-  const key = `${pool.threads}/${type}/${nEmbd}`;
+function sparse(pool: ThreadPool, type: GGMLType, nEmbd: number, biased = false): SparseFFN {
+  const key = `${pool.threads}/${type}/${nEmbd}/${biased}`;
   let f = ffnFor.get(key);
-  if (!f) ffnFor.set(key, (f = new SparseFFN(pool, arena, type, nEmbd)));
+  if (!f) ffnFor.set(key, (f = new SparseFFN(pool, arena, type, nEmbd, 0, biased)));
   return f;
 }
 
@@ -330,6 +340,47 @@ test("sparse_updown: given the gates, equals the reference for random subsets, s
   }
 });
 
+test("biased bundles (gpt-oss's experts): swiglu_oai with each bundle's gate and up biases equals the reference, given gates or whole bundles, in segments too", () => {
+  for (const type of TYPES) {
+    for (const nEmbd of [32, 96]) {
+      const L = makeLayer(type, nEmbd, 24, 11 * nEmbd + type, true);
+      const xa = setX(type, gaussians(nEmbd, 9 + nEmbd));
+      const addrs = Array.from(L.addr);
+      // the gate dots alone: the kernels add each bundle's gate bias
+      const gates = refSparseGate(type, mem(), addrs, xa, nEmbd);
+      const want = refSparseFFN(type, mem(), addrs, xa, nEmbd, "swiglu_oai", gates, true);
+      // without the biases the result is far outside the bound the checks below allow: they can fail
+      const unbiased = refSparseFFN(type, mem(), addrs, xa, nEmbd, "swiglu_oai", gates);
+      let apart = 0;
+      for (let i = 0; i < nEmbd; i++) apart = Math.max(apart, Math.abs(unbiased.y[i] - want.y[i]));
+      let scale = 0;
+      for (const v of want.magnitude) scale = Math.max(scale, v);
+      assert.ok(apart > 100 * 1e-5 * scale, `${typeName(type)}: the biases change the result (${apart} of ${scale})`);
+      for (const pool of pools) {
+        const f = sparse(pool, type, nEmbd, true);
+        const what = `${typeName(type)} nEmbd ${nEmbd} threads ${pool.threads}`;
+        f.prepare(X);
+        arena.f32(GATES, L.nFF).set(Array.from(gates));
+        arena.f32(Y, nEmbd).fill(0);
+        f.upDown(writeList(addrs), L.nFF, GATES, "swiglu_oai");
+        f.finish(Y);
+        close(readY(nEmbd), want.y, 1e-5, `${what} upDown`, want.magnitude);
+        arena.f32(Y, nEmbd).fill(0);
+        f.ffn(writeList(addrs), L.nFF, "swiglu_oai");
+        f.finish(Y);
+        close(readY(nEmbd), want.y, 1e-5, `${what} whole bundles`, want.magnitude);
+        // two segments' items: [0, 10) into slot 3, [10, 24) into slot 7
+        arena.i32(f.items, 6).set([0, 10, 3, 10, L.nFF, 7]);
+        arena.i32(f.slotList, 2).set([3, 7]);
+        arena.f32(Y, nEmbd).fill(0);
+        f.segments(writeList(addrs), GATES, 2, false, "swiglu_oai");
+        f.sumSegments(Y, 2);
+        close(readY(nEmbd), want.y, 1e-5, `${what} segments`, want.magnitude);
+      }
+    }
+  }
+});
+
 test("sparse_ffn and sparse_ffn_run: subsets equal the reference; all neurons equal the dense FFN; calls accumulate", () => {
   for (const type of TYPES) {
     for (const nEmbd of [32, 96, 288]) {
@@ -412,7 +463,8 @@ test("sparse_ffn and sparse_ffn_run: subsets equal the reference; all neurons eq
       }
       for (let n = 0; n < L.nFF; n++) {
         if (h[n] === 0) continue;
-        const col = dequantize(type, mem().subarray(L.addr[n] + 2 * L.rb, L.addr[n] + 3 * L.rb), nEmbd);
+        const at = L.addr[n] + L.P.down;
+        const col = dequantize(L.P.downType, mem().subarray(at, at + L.P.downBytes), nEmbd);
         for (let i = 0; i < nEmbd; i++) {
           want[i] += h[n] * col[i];
           mag[i] += Math.abs(h[n] * col[i]);
@@ -438,9 +490,9 @@ test("sparse_ffn and sparse_ffn_run: subsets equal the reference; all neurons eq
         );
       }
       // a run of bundles at a fixed stride equals the list form over the same bundles
-      const stride = Math.ceil((3 * L.rb) / 4096) * 4096;
+      const stride = L.P.bundleBytes;
       const base = BUNDLE_REGION + 100 * stride;
-      for (let i = 0; i < 9; i++) mem().copyWithin(base + i * stride, L.addr[i], L.addr[i] + 3 * L.rb);
+      for (let i = 0; i < 9; i++) mem().copyWithin(base + i * stride, L.addr[i], L.addr[i] + stride);
       const runWant = refSparseFFN(type, mem(), all.slice(0, 9), xa, nEmbd, "silu");
       for (const pool of pools) {
         const f = sparse(pool, type, nEmbd);

@@ -7,14 +7,14 @@
  */
 import { test, before } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { spawnSync } from "node:child_process";
-import { crc32, encodeHeader, NeuronStore, STORE_PAGE } from "../src/format/store/index.js";
+import { NeuronStore } from "../src/format/store/index.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { addPredictorsToStore } from "../src/offline/predictor-files.js";
 import { loadModel } from "../src/index.js";
 import { CLI, SHARED, tempDir } from "./helpers.js";
+import { withManifest } from "./store-edit.js";
 
 const RELU = `${SHARED}/models/relu-stories.gguf`;
 const RELU_Q8 = `${SHARED}/models/relu-stories.Q8_0.gguf`;
@@ -32,33 +32,8 @@ type Manifest = Record<string, any>;
  * A copy of `src` with its manifest edited and, optionally, its data edited too; every checksum
  * (chunks, manifest, header) recomputed, so only the layout checks can object.
  */
-function rewritten(src: string, name: string, edit: (m: Manifest) => void, data?: (b: Buffer) => void): string {
-  const b = Buffer.from(readFileSync(src));
-  const at = Number(b.readBigUInt64LE(16)),
-    n = Number(b.readBigUInt64LE(24));
-  const m = JSON.parse(b.toString("utf8", at, at + n));
-  edit(m);
-  if (data) {
-    data(b);
-    const crcs = new Uint32Array((at - STORE_PAGE) / STORE_PAGE);
-    for (let i = 0; i < crcs.length; i++)
-      crcs[i] = crc32(b.subarray(STORE_PAGE + i * STORE_PAGE, STORE_PAGE * (i + 2)));
-    m.checksums.crc32 = Buffer.from(crcs.buffer).toString("base64");
-  }
-  const json = Buffer.from(JSON.stringify(m));
-  const out = Buffer.concat([
-    b.subarray(0, at),
-    json,
-    Buffer.alloc((STORE_PAGE - (json.length % STORE_PAGE)) % STORE_PAGE),
-  ]);
-  Buffer.from(encodeHeader({ manifestOffset: at, manifestBytes: json.length, manifestCrc32: crc32(json) })).copy(
-    out,
-    0,
-  );
-  const p = join(dir, name);
-  writeFileSync(p, out);
-  return p;
-}
+const rewritten = (src: string, name: string, edit: (m: Manifest) => void, data?: (b: Buffer) => void): string =>
+  withManifest(src, join(dir, name), edit, data);
 
 const fixedIndex = (m: Manifest, name: string) => m.fixed.findIndex((t: { name: string }) => t.name === name);
 

@@ -14,12 +14,13 @@ import { GGUFWriter } from "../src/format/gguf-writer.js";
 import { GGMLType } from "../src/format/ggml-types.js";
 import { f32ToF16 } from "../src/format/half.js";
 import { dequantize, dequantizeRow, quantizeRow, rowBytes } from "../src/format/quant.js";
-import { crc32, crc32Portable, encodeHeader, NeuronStore, StoreError, STORE_PAGE } from "../src/format/store/index.js";
+import { crc32, crc32Portable, NeuronStore, StoreError, STORE_PAGE } from "../src/format/store/index.js";
 import { convertToStore, hotFirstOrder, type ConvertResult } from "../src/offline/convert.js";
 import { readConfig } from "../src/model/config.js";
 import { Tokenizer } from "../src/tokenizer/index.js";
 import { CLI, f32Bytes, SHARED, tempDir, uniforms } from "./helpers.js";
 import { retypeFFN, rewrite } from "./rewrite.js";
+import { withManifest as editManifest } from "./store-edit.js";
 
 const RELU = `${SHARED}/models/relu-stories.gguf`;
 const RELU_Q8 = `${SHARED}/models/relu-stories.Q8_0.gguf`;
@@ -591,26 +592,8 @@ test("truncated, corrupt and foreign files: clear errors naming the file and the
 });
 
 /** Rewrite a store's manifest (with valid checksums) to test the semantic checks. */
-function withManifest(good: string, name: string, edit: (m: Record<string, any>) => void): string {
-  const b = Buffer.from(readFileSync(good));
-  const at = Number(b.readBigUInt64LE(16)),
-    n = Number(b.readBigUInt64LE(24));
-  const m = JSON.parse(b.toString("utf8", at, at + n));
-  edit(m);
-  const json = Buffer.from(JSON.stringify(m));
-  const out = Buffer.concat([
-    b.subarray(0, at),
-    json,
-    Buffer.alloc((STORE_PAGE - (json.length % STORE_PAGE)) % STORE_PAGE),
-  ]);
-  Buffer.from(encodeHeader({ manifestOffset: at, manifestBytes: json.length, manifestCrc32: crc32(json) })).copy(
-    out,
-    0,
-  );
-  const p = join(dir, name);
-  writeFileSync(p, out);
-  return p;
-}
+const withManifest = (good: string, name: string, edit: (m: Record<string, any>) => void): string =>
+  editManifest(good, join(dir, name), edit);
 
 test("manifests that check out byte-wise but not in meaning are refused", async () => {
   const { path: good } = await convert(RELU_Q8, "good2.pi");

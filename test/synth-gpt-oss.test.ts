@@ -1,11 +1,12 @@
 /**
  * gpt-oss beyond llama.cpp's greedy ids (synth-archs.test.ts runs those): the public config's
- * shape, how its layers attend (windows, YaRN), the plain-TS reference on other weight types, and
- * the files the engine and the converter must refuse rather than compute something else.
+ * shape, how its layers attend (windows, YaRN), the plain-TS reference on other weight types, its
+ * neuron store (MXFP4 rows kept, biases in the bundles) against the in-memory model, and the files
+ * the engine and the converter must refuse rather than compute something else.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { rmSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { GGMLType } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
@@ -16,8 +17,11 @@ import { routeTokens } from "../src/model/parts/router.js";
 import { ropeTable, yarnCorrDims } from "../src/model/rope.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { SHAPE_SPECS, synthesize, synthRecipes, type SynthOptions } from "../src/offline/synth.js";
-import { matchesReference, tempDir } from "./helpers.js";
+import { dequantize, quantizeRow } from "../src/format/quant.js";
+import { NeuronStore } from "../src/format/store/index.js";
+import { loadMostlyOnFlash, matchesReference, tempDir } from "./helpers.js";
 import { rewrite } from "./rewrite.js";
+import { withManifest } from "./store-edit.js";
 
 const dir = tempDir("synth-gpt-oss-");
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -187,17 +191,214 @@ test("gpt-oss files the engine would compute wrongly are refused, naming the ten
   );
 });
 
-test("convert refuses gpt-oss and MXFP4 experts (the neuron store carries neither), naming what it cannot carry", async () => {
+/** gpt-oss-tiny of `type` converted to a store (its FFN type kept unless `as`), once. */
+const stores = new Map<string, Promise<string>>();
+function storeOf(type: SynthOptions["type"], as?: "f32"): Promise<string> {
+  const key = `${type}-${as ?? "keep"}`;
+  let s = stores.get(key);
+  if (!s) {
+    const out = join(dir, `gpt-oss-${key}.pi`);
+    s = model(type).then((input) => convertToStore({ input, output: out, fsync: false, type: as }).then(() => out));
+    stores.set(key, s);
+  }
+  return s;
+}
+
+test("convert keeps gpt-oss's MXFP4 experts: gate and up rows byte for byte, Q8_0 down columns, each neuron's gate and up biases in its bundle", async () => {
+  const src = await model("mxfp4");
+  const store = NeuronStore.open(await storeOf("mxfp4"));
+  const file = GGUFFile.open(src);
+  try {
+    const f = store.ffn;
+    assert.equal(f.type, GGMLType.MXFP4);
+    assert.equal(f.downType, GGMLType.Q8_0);
+    const nEmbd = 128,
+      nFF = f.layers[0].neurons,
+      experts = 8;
+    const rb = (nEmbd / 32) * 17;
+    assert.deepEqual(f.parts, { gate: 0, up: rb, down: 2 * rb, biases: 2 * rb + (nEmbd / 32) * 34 });
+    assert.equal(f.experts, experts);
+    const bundle = new Uint8Array(f.bundleBytes);
+    const column = new Float32Array(nEmbd),
+      q8 = new Uint8Array((nEmbd / 32) * 34);
+    for (const [l, e] of [
+      [0, 0],
+      [1, 5],
+      [2, 7],
+    ]) {
+      const g = l * experts + e;
+      const slice = (name: string) => {
+        const t = file.tensor(name);
+        const per = t.bytes / (t.dims.length === 3 ? t.dims[2] : t.dims[1]);
+        return file.tensorData(name).subarray(e * per, (e + 1) * per);
+      };
+      const gate = slice(`blk.${l}.ffn_gate_exps.weight`),
+        up = slice(`blk.${l}.ffn_up_exps.weight`);
+      const down = dequantize(GGMLType.MXFP4, slice(`blk.${l}.ffn_down_exps.weight`), nFF * nEmbd);
+      const gb = new Float32Array(slice(`blk.${l}.ffn_gate_exps.bias`).slice().buffer),
+        ub = new Float32Array(slice(`blk.${l}.ffn_up_exps.bias`).slice().buffer);
+      for (const pos of [0, 3, nFF - 1]) {
+        const n = f.layers[g].order[pos];
+        store.readBundles(g, pos, 1, bundle);
+        assert.deepEqual(bundle.subarray(0, rb), gate.subarray(n * rb, (n + 1) * rb), `group ${g} neuron ${n} gate`);
+        assert.deepEqual(bundle.subarray(rb, 2 * rb), up.subarray(n * rb, (n + 1) * rb), `group ${g} neuron ${n} up`);
+        for (let i = 0; i < nEmbd; i++) column[i] = down[i * nFF + n];
+        quantizeRow(GGMLType.Q8_0, column, q8);
+        assert.deepEqual(bundle.subarray(2 * rb, 2 * rb + q8.length), q8, `group ${g} neuron ${n} down column`);
+        const bv: DataView = new DataView(bundle.buffer, f.parts.biases!);
+        assert.equal(bv.getFloat32(0, true), gb[n], `group ${g} neuron ${n} gate bias`);
+        assert.equal(bv.getFloat32(4, true), ub[n], `group ${g} neuron ${n} up bias`);
+      }
+    }
+    // the down biases (one row per expert) stay in memory, a fixed tensor; the gate and up biases are the bundles'
+    assert.ok(store.tensors.has("blk.0.ffn_down_exps.bias") && !store.tensors.has("blk.0.ffn_up_exps.bias"));
+  } finally {
+    file.close();
+    store.close();
+  }
+});
+
+/** The model's logits after each of `ids`, fed one at a time. */
+async function logitsOf(m: LlamaModel, ids: number[]): Promise<Float32Array[]> {
+  const out: Float32Array[] = [];
+  for (let i = 0; i < ids.length; i++) out.push((await m.forwardAsync([ids[i]], 1, i)).slice());
+  return out;
+}
+
+const IDS = [1, 300, 17, 451, 88, 9, 200, 31, 5, 77, 480, 12, 64, 3];
+
+for (const [type, as, tolerance] of [
+  // the same weights: every difference is float order (measured 3.4e-7 in the relaxed build, 3.1e-5
+  // in the SIMD128 one, whose down columns add without fused multiply-adds; both engines are up to
+  // 6.5e-5 from the f64 plain-TS reference at these positions)
+  ["f32", "f32", 1e-4],
+  // the MXFP4 rows kept, the down columns requantized to Q8_0, and h summed in f32 where the
+  // in-memory down matvec rounds it to Q8_0: measured within 2.6% of the max logit over 14
+  // positions (the in-memory model is within 2.7% of the f32 plain-TS reference)
+  ["mxfp4", undefined, 5e-2],
+] as const) {
+  test(`gpt-oss ${type} from its ${as ?? "MXFP4"} store, a quarter of the experts' bundles in memory, gate and dense mode, at 1 and 2 threads: the in-memory model's logits within ${tolerance} of the max logit`, async () => {
+    const inMemory = await LlamaModel.load(await model(type), { threads: 1, contextSize: 64 });
+    const want = await logitsOf(inMemory, IDS);
+    await inMemory.dispose();
+    // gate mode as dense: every neuron of a routed expert (offloaded-ffn.ts)
+    for (const [sparsity, threads] of [
+      ["gate", 1],
+      ["dense", 1],
+      ["gate", 2],
+    ] as const) {
+      const { model: m, allFFN } = await loadMostlyOnFlash(
+        await storeOf(type, as),
+        threads,
+        64,
+        undefined,
+        sparsity,
+        0,
+      );
+      try {
+        assert.ok(m.offloaded!.layout.cacheBytes < allFFN / 3, `cache ${m.offloaded!.layout.cacheBytes} of ${allFFN}`);
+        const got = await logitsOf(m, IDS);
+        let worst = 0;
+        for (let i = 0; i < IDS.length; i++) {
+          let max = 0;
+          for (const v of want[i]) max = Math.max(max, Math.abs(v));
+          for (let j = 0; j < want[i].length; j++) worst = Math.max(worst, Math.abs(got[i][j] - want[i][j]) / max);
+        }
+        assert.ok(worst <= tolerance, `${type} ${sparsity} at ${threads} thread(s): ${worst} of the max logit`);
+        const st = m.offloaded!.snapshot();
+        assert.ok(st.misses > 0 && st.bytesRead > 0, "bundles were read from flash");
+        assert.equal(st.neuronsComputed, st.neuronsTotal, "every neuron of a routed expert");
+      } finally {
+        await m.dispose();
+      }
+    }
+  });
+}
+
+test("gpt-oss stores that would compute another model are refused, naming what", async () => {
+  const good = await storeOf("mxfp4");
+  const load = (path: string) => loadMostlyOnFlash(path, 1).then(({ model: m }) => m.dispose());
+  // bundles without the biases the architecture has
   await assert.rejects(
-    convertToStore({ input: await model("f32"), output: join(dir, "gpt-oss.pi"), fsync: false }),
-    /gpt-oss's experts have biases \(blk\.N\.ffn_\{gate,up,down\}_exps\.bias\) and the swiglu_oai activation, which the neuron store does not carry yet/,
+    load(withManifest(good, join(dir, "no-biases.pi"), (m) => delete m.ffn.parts.biases)),
+    /gpt-oss's experts have gate and up biases, and this store's bundles carry none \(its manifest has no ffn\.parts\.biases\)/,
   );
-  // MXFP4 experts in another architecture: runs from memory, refused by convert
-  const qwen = await model("mxfp4", "qwen3moe-tiny");
-  const m = await LlamaModel.load(qwen, { threads: 1, contextSize: 16 });
-  await m.dispose();
+  // the biases somewhere else, the down columns said to be MXFP4
   await assert.rejects(
-    convertToStore({ input: qwen, output: join(dir, "qwen-mxfp4.pi"), fsync: false }),
-    /blk\.0\.ffn_gate_exps\.weight is MXFP4, which the neuron store does not carry yet/,
+    load(withManifest(good, join(dir, "biases-at.pi"), (m) => (m.ffn.parts.biases = 8))),
+    /manifest: ffn\.parts \{.*"biases":8\} should be \{"gate":0,"up":68,"down":136,"biases":272\}/,
+  );
+  await assert.rejects(
+    load(withManifest(good, join(dir, "down-mxfp4.pi"), (m) => (m.ffn.downType = GGMLType.MXFP4))),
+    /manifest: ffn\.downType 39 should be 8 \(Q8_0\): a MXFP4 store's down columns are Q8_0/,
+  );
+  // activation thresholds, which would be held against gates without their biases
+  await assert.rejects(
+    LlamaModel.load(good, { threads: 1, contextSize: 16, activationThresholds: [0.1, 0.1, 0.1] }),
+    /activation thresholds are not supported for gpt-oss's experts from a store/,
+  );
+  // a flipped bit in a bundle's biases (every expert's first bundle of layer 0): its checksum, naming the bundle
+  const s = NeuronStore.open(good);
+  const at = Array.from({ length: 8 }, (_, e) => s.bundleOffset(e, 0) + s.ffn.parts.biases!);
+  s.close();
+  const flipped = join(dir, "flipped-bias.pi");
+  const bytes = readFileSync(good);
+  for (const o of at) bytes[o + 1] ^= 0x10;
+  writeFileSync(flipped, bytes);
+  await assert.rejects(
+    loadMostlyOnFlash(flipped, 1).then(async ({ model: m }) => {
+      try {
+        await m.forwardAsync([1, 300, 17], 3, 0);
+      } finally {
+        await m.dispose();
+      }
+    }),
+    /flipped-bias\.pi: checksum mismatch in the 4096-byte chunk at \d+ \(layer [0-7] FFN, bundle at stored position 0 \(neuron \d+\)\).*the file is corrupt/,
+  );
+  // convert: an expert bias missing from the GGUF
+  await assert.rejects(
+    convertToStore({
+      input: await rewrite(await model("mxfp4"), "no-up-bias", {
+        tensors: () => new Map([["blk.1.ffn_up_exps.bias", undefined]]),
+      }),
+      output: join(dir, "no-up-bias.pi"),
+      fsync: false,
+    }),
+    /tensor "blk\.1\.ffn_up_exps\.bias" is missing: gpt-oss's experts need it, \[128, 8\] \(one row per expert\)/,
+  );
+});
+
+// measured within 1.9% of the max logit (the down columns Q8_0)
+test("MXFP4 experts of another architecture (qwen3moe) convert and run from their store as in memory (within 3% of the max logit)", async () => {
+  const qwen = await model("mxfp4", "qwen3moe-tiny");
+  const out = join(dir, "qwen-mxfp4.pi");
+  const r = await convertToStore({ input: qwen, output: out, fsync: false });
+  assert.equal(r.ffnType, GGMLType.MXFP4);
+  const inMemory = await LlamaModel.load(qwen, { threads: 1, contextSize: 64 });
+  const want = await logitsOf(inMemory, IDS.slice(0, 6));
+  await inMemory.dispose();
+  const { model: m } = await loadMostlyOnFlash(out, 2, 64, undefined, undefined, 0);
+  try {
+    const got = await logitsOf(m, IDS.slice(0, 6));
+    for (let i = 0; i < want.length; i++) {
+      let max = 0;
+      for (const v of want[i]) max = Math.max(max, Math.abs(v));
+      for (let j = 0; j < want[i].length; j++)
+        assert.ok(
+          Math.abs(got[i][j] - want[i][j]) <= 3e-2 * max,
+          `position ${i} logit ${j}: ${got[i][j]} vs ${want[i][j]}`,
+        );
+    }
+    assert.ok(m.offloaded!.snapshot().misses > 0, "bundles were read from flash");
+  } finally {
+    await m.dispose();
+  }
+  // bundles said to carry biases qwen3moe has not: the kernels would add their bytes
+  await assert.rejects(
+    loadMostlyOnFlash(
+      withManifest(out, join(dir, "qwen-biased.pi"), (m) => (m.ffn.parts.biases = 272)),
+      1,
+    ).then(({ model: m }) => m.dispose()),
+    /the store's bundles carry gate and up biases \(ffn\.parts\.biases\), which qwen3moe does not have/,
   );
 });

@@ -59,7 +59,7 @@ export function runAblation(b: BenchContext): void {
         const key = `${c.name}/${threads}`;
         const r = runOurs(
           cg,
-          { store: c.store, limit, threads, n: o.n, sparsity: c.sparsity, extra: c.extra },
+          { store: c.store, limit, threads, n: o.n, sparsity: c.sparsity, temp: o.temp, extra: c.extra },
           o.timeoutS,
         );
         (res.get(key) ?? res.set(key, []).get(key)!).push(r);

@@ -32,6 +32,7 @@ export function compareWithLlamaCpp(b: BenchContext, cg: CgroupSupport): void {
               threads,
               n: o.n,
               sparsity,
+              temp: o.temp,
               minComputedPct: dense ? DENSE_MIN_COMPUTED_PCT : undefined,
             },
             o.timeoutS,
@@ -44,7 +45,7 @@ export function compareWithLlamaCpp(b: BenchContext, cg: CgroupSupport): void {
           );
         }
         if (peerOk) {
-          const r = runPeer(cg, peer.dir, models.gguf, limit, threads, o.n, o.timeoutS);
+          const r = runPeer(cg, peer.dir, models.gguf, limit, threads, o.n, o.temp, o.timeoutS);
           cell.peer.push(r);
           pair.peer = r;
           process.stderr.write(

@@ -64,6 +64,8 @@ export interface OursConfig {
   threads: number;
   n: number;
   sparsity: SparsityMode;
+  /** sampling temperature (0: greedy); above 0 with seed 1 */
+  temp: number;
   /**
    * The share of FFN neurons a correct run computes at least, in percent: below it some FFN steps
    * did not really run (default: most of the planted ~10% firing; a dense model computes all).
@@ -88,7 +90,9 @@ export function runOurs(cg: CgroupSupport | undefined, c: OursConfig, timeoutS: 
     "-n",
     String(c.n),
     "--temp",
-    "0",
+    String(c.temp),
+    "--seed",
+    "1",
     "--ignore-eos",
     "--json",
     "-t",
@@ -144,6 +148,7 @@ export function runPeer(
   limit: number,
   threads: number,
   n: number,
+  temp: number,
   timeoutS: number,
 ): RunResult {
   const cmd = [
@@ -156,6 +161,7 @@ export function runPeer(
     String(CONTEXT),
     PROMPT,
     peerDir,
+    String(temp),
   ];
   const load = loadavg()[0];
   const r = cg ? runLimited(cg, limit, gguf, cmd, timeoutS) : unlimited(gguf, cmd, timeoutS);

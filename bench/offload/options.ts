@@ -44,6 +44,11 @@ export interface Options {
   order: "index" | "hot";
   /** the peer under a limit: without its AMX variant ("no-repack"), as shipped ("as-is"); undefined: no-repack where the CPU has AMX */
   peer?: "as-is" | "no-repack";
+  /**
+   * sampling temperature of both engines (0: greedy); above 0 each samples with seed 1, so that a
+   * random-weight model's tokens, and the experts they route to, vary as real text's do
+   */
+  temp: number;
 }
 
 /** The command line; prewarm (--prewarm) is not an option of the raw results' "options". */
@@ -61,6 +66,7 @@ export function parseOptions(argv: string[]): { options: Options; prewarm: boole
     skip: new Set(),
     timeoutS: 900,
     order: "index",
+    temp: 0,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -112,7 +118,10 @@ export function parseOptions(argv: string[]): { options: Options; prewarm: boole
     else if (a === "--timeout") o.timeoutS = nums(v())[0];
     else if (a === "--gate-rank") o.gateRank = nums(v())[0];
     else if (a === "--prewarm") prewarm = true;
-    else if (a === "--peer") {
+    else if (a === "--temp") {
+      o.temp = Number(v());
+      if (!(o.temp >= 0 && o.temp <= 10)) throw new Error(`--temp must be a number from 0 to 10`);
+    } else if (a === "--peer") {
       const t = v();
       if (t !== "as-is" && t !== "no-repack") throw new Error("--peer must be as-is or no-repack");
       o.peer = t;

@@ -52,7 +52,7 @@ export function checkPlanner(b: BenchContext): void {
       runs.push(
         runOurs(
           cg,
-          { store, limit, threads, n: o.n, sparsity: plan.knobs.sparsity, extra: ["--plan", planFile] },
+          { store, limit, threads, n: o.n, sparsity: plan.knobs.sparsity, temp: o.temp, extra: ["--plan", planFile] },
           o.timeoutS,
         ),
       );

@@ -11,8 +11,9 @@ export function comparePredictorWithGate(b: BenchContext): void {
   const { o, models, cg, log, raw } = b;
   const limit = limitBytes(o.ablationLimit);
   const threads = o.ablationThreads[0];
-  const exact = runOurs(cg, { store: models.store, limit, threads, n: o.n, sparsity: "gate" }, o.timeoutS);
-  const pred = runOurs(cg, { store: models.store, limit, threads, n: o.n, sparsity: "predictor" }, o.timeoutS);
+  // greedy whatever --temp says: the texts are what is compared
+  const exact = runOurs(cg, { store: models.store, limit, threads, n: o.n, sparsity: "gate", temp: 0 }, o.timeoutS);
+  const pred = runOurs(cg, { store: models.store, limit, threads, n: o.n, sparsity: "predictor", temp: 0 }, o.timeoutS);
   raw.quality = { exact, pred };
   log("");
   log(

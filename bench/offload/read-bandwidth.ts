@@ -1,8 +1,8 @@
 /** Section 4 of bench:offload: the device's read bandwidth at our read size against what the runs achieved. */
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
-import { tensorBytes, typeFromName } from "../../src/format/ggml-types.js";
-import { bundleBytesFor } from "../../src/format/store/ffn-types.js";
+import { typeFromName } from "../../src/format/ggml-types.js";
+import { bundleParts } from "../../src/format/store/ffn-types.js";
 import { SHAPE_SPECS } from "../../src/offline/synth.js";
 import { median } from "../../src/planner/median.js";
 import { ROOT_DIR } from "../paths.js";
@@ -79,7 +79,7 @@ export function reportReadBandwidth(b: BenchContext): void {
   }
   log("");
   log(
-    `Ours reads whole bundles (${bundleBytesFor(tensorBytes(typeFromName(o.type)!, SHAPE_SPECS[o.shape].dim)) / 1024} KiB for this model; adjacent misses coalesce) (native AIO where built: queue depth 1024 on its I/O thread, 256 inline; else libuv, 64); the achieved rates are in the tables above (read MB/s over the whole run, and bytes over I/O wait below).`,
+    `Ours reads whole bundles (${bundleParts(typeFromName(o.type)!, SHAPE_SPECS[o.shape].dim, false).bundleBytes / 1024} KiB for this model; adjacent misses coalesce) (native AIO where built: queue depth 1024 on its I/O thread, 256 inline; else libuv, 64); the achieved rates are in the tables above (read MB/s over the whole run, and bytes over I/O wait below).`,
   );
   const all = [
     ...((raw.compare

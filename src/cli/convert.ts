@@ -28,7 +28,7 @@ export const FLAGS: FlagSpec[] = [
     key: "type",
     type: "string",
     help:
-      `FFN weight type: ${CONVERT_TYPES.join(", ")} (keep: the model's own when a store can hold it, else the nearest: q4_1 for Q4_K, q5_1 for Q5_K, q8_0 for Q6_K). ` +
+      `FFN weight type: ${CONVERT_TYPES.join(", ")} (keep: the model's own when a store can hold it, MXFP4 with its down columns in Q8_0; else the nearest: q4_1 for Q4_K, q5_1 for Q5_K, q8_0 for Q6_K). ` +
       `From a Hugging Face directory the GGUF's weight type: ${HF_OUTPUT_TYPES.join(", ")} (keep = auto: bf16 for a bf16 checkpoint, else f16; norms, biases and routers stay f32; MXFP4 experts stay MXFP4 but under f32, f16 and bf16, which write their exact values)`,
     default: "keep",
   },

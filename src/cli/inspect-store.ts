@@ -86,6 +86,7 @@ export function inspectStore(path: string, opts: { json: boolean; all: boolean; 
           rowBytes: s.ffn.rowBytes,
           bundleBytes: s.ffn.bundleBytes,
           parts: s.ffn.parts,
+          downType: typeName(s.ffn.downType),
           conversion: s.ffn.conversion,
           layers: s.ffn.layers.map((L) => ({
             index: L.index,
@@ -125,9 +126,9 @@ export function inspectStore(path: string, opts: { json: boolean; all: boolean; 
       );
     const f = s.ffn;
     line(
-      `\nffn: ${typeName(f.type)}, nEmbd ${f.nEmbd}, row ${f.rowBytes} bytes, bundle ${f.bundleBytes} bytes (gate ${f.parts.gate}, up ${f.parts.up}, down ${f.parts.down}), ${f.layers.length} layers`,
+      `\nffn: ${typeName(f.type)}, nEmbd ${f.nEmbd}, row ${f.rowBytes} bytes, bundle ${f.bundleBytes} bytes (gate ${f.parts.gate}, up ${f.parts.up}, down ${f.parts.down}${f.downType !== f.type ? ` in ${typeName(f.downType)}` : ""}${f.parts.biases !== undefined ? `, gate and up biases ${f.parts.biases}` : ""}), ${f.layers.length} layers`,
     );
-    line(`  padding: ${(100 * (1 - (3 * f.rowBytes) / f.bundleBytes)).toFixed(1)}% of each bundle`);
+    line(`  padding: ${(100 * (1 - f.dataBytes / f.bundleBytes)).toFixed(1)}% of each bundle`);
     const records = f.conversion as unknown;
     for (const kind of ["gate", "up", "down"] as const) {
       const c = typeof records === "object" && records !== null ? (records as Record<string, unknown>)[kind] : records;

@@ -25,6 +25,7 @@ import { storeLayout } from "./store-shards.js";
 import type { Tracer } from "../runtime/tracer.js";
 import { BudgetError, storeFacts, type FixedResident, type LayoutKnobs, type OffloadLayout } from "./offload/layout.js";
 import { Predictor, sparsityFor } from "./offload/predictor.js";
+import { checkExpertBiases } from "./offload/expert-biases.js";
 import { dequantizeRow } from "../format/quant.js";
 import { GGMLType, tensorBytes } from "../format/ggml-types.js";
 import { Arena } from "../runtime/arena.js";
@@ -388,6 +389,7 @@ export class LlamaModel {
       const { nEmbd, nVocab } = cfg;
 
       const thresholds = activationThresholds(file, cfg.nLayer, opts.activationThresholds);
+      if (store) checkExpertBiases(store, cfg, sparsity, thresholds);
       // From a store, embedding rows are read from the file as tokens come (one row per token):
       // the table (82 MB at 7B Q4_1) need not be resident under a budget.
       const embd = store

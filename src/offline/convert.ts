@@ -28,7 +28,7 @@ import { GGUFFile } from "../format/gguf.js";
 import { checkFiniteOnRead } from "../format/finite-check.js";
 import {
   base64Of,
-  bundleBytesFor,
+  bundleParts,
   nearestStoreType,
   StoreWriter,
   type StoreLayerManifest,
@@ -155,7 +155,8 @@ export async function buildStore(source: StoreSource, opts: ConvertOptions): Pro
         `embedding width ${nEmbd} is not a multiple of the ${tr.name} block size ${tr.blockSize}: choose another --type`,
       );
     const rowBytes = traitsBytes(tr, nEmbd);
-    const bundleBytes = bundleBytesFor(rowBytes);
+    const parts = bundleParts(ffnType, nEmbd, layers[0].biases !== null);
+    const { bundleBytes } = parts;
     const prof = opts.profile !== undefined ? loadProfile(opts.profile, layers, file) : undefined;
 
     const bytesTotal =
@@ -190,7 +191,7 @@ export async function buildStore(source: StoreSource, opts: ConvertOptions): Pro
     await writer.pad();
 
     // FFN, group by group
-    const shape = { ffnType, nEmbd, rowBytes, bundleBytes };
+    const shape = { ffnType, nEmbd, rowBytes, parts };
     const rc = new RowConverter(nEmbd);
     const total = { gate: new ErrorStats(), up: new ErrorStats(), down: new ErrorStats() };
     const changed = { gate: null as GGMLType | null, up: null as GGMLType | null, down: null as GGMLType | null };
@@ -240,7 +241,13 @@ export async function buildStore(source: StoreSource, opts: ConvertOptions): Pro
         nEmbd,
         rowBytes,
         bundleBytes,
-        parts: { gate: 0, up: rowBytes, down: 2 * rowBytes },
+        parts: {
+          gate: parts.gate,
+          up: parts.up,
+          down: parts.down,
+          ...(parts.biases !== undefined ? { biases: parts.biases } : {}),
+        },
+        ...(parts.downType !== ffnType ? { downType: parts.downType } : {}),
         conversion,
         ...(experts > 0 ? { experts } : {}),
         layers: layerManifest,
@@ -265,7 +272,7 @@ export async function buildStore(source: StoreSource, opts: ConvertOptions): Pro
       experts,
       neurons,
       bundleBytes,
-      paddingFraction: 1 - (3 * rowBytes) / bundleBytes,
+      paddingFraction: 1 - parts.dataBytes / bundleBytes,
       fixedTensors: fixed.length,
       conversion,
       ordered: !!prof,

@@ -4,8 +4,11 @@
  * reference for each kernel.
  *
  * A neuron bundle (docs/store-format.md) is [gate row | up row | down column | pad], each part
- * nEmbd values of the FFN type in GGUF block layout (rowBytes each), anywhere in wasm memory
- * (4 KiB aligned in practice). Kernels read an Int32Array of bundle addresses in wasm memory.
+ * nEmbd values of the FFN type in GGUF block layout (rowBytes each; an MXFP4 bundle's down column
+ * is Q8_0, twice an MXFP4 row: bundleParts), anywhere in wasm memory (4 KiB aligned in practice).
+ * Biased bundles (gpt-oss's experts) carry the neuron's gate and up biases (two f32) after the
+ * parts, which the kernels add to the gate and up dots. Kernels read an Int32Array of bundle
+ * addresses in wasm memory.
  *
  * Use, per token and layer (x = the FFN input after its norm, f32 in wasm memory):
  *   ffn.prepare(x)                                   activation in the format the type wants
@@ -22,6 +25,7 @@ import { GGMLType, typeName } from "../format/ggml-types.js";
 import { dequantizeRow, prepareActivation, rowBytes as ggmlRowBytes, vecDot } from "../format/quant.js";
 import type { Arena } from "./arena.js";
 import { prepareKernel } from "./weight-kernels.js";
+import { bundleParts } from "../format/store/ffn-types.js";
 import type { ThreadPool } from "./pool.js";
 
 export type SparseActivation = Activation;
@@ -66,6 +70,8 @@ for (const [type, suffix, act, prepareMode, partialMode] of [
   [GGMLType.Q4_1, "q4_1", "q8_sp", 1, 2],
   [GGMLType.Q5_0, "q5_0", "q8_sp", 2, 3],
   [GGMLType.Q5_1, "q5_1", "q8_sp", 2, 3],
+  // the down column Q8_0: Q8_0's partial order
+  [GGMLType.MXFP4, "mxfp4", "q8_sp", 0, 1],
 ] as const) {
   KERNELS.set(type, {
     type,
@@ -83,6 +89,12 @@ for (const [type, suffix, act, prepareMode, partialMode] of [
 }
 
 export const SPARSE_SUM_PARTIALS = "sparse_sum_partials";
+
+/**
+ * Added to the kernels' activation code for biased bundles (assembly/activation_codes.ts
+ * SPARSE_BIASED; test/activations.test.ts checks the built module's against it).
+ */
+export const SPARSE_BIASED = 256;
 export const SPARSE_SUM_SEGMENTS = "sparse_sum_segments";
 
 /**
@@ -98,7 +110,7 @@ export function hasSparseKernel(type: GGMLType): boolean {
 
 /** Why a store of `type` bundles cannot run, and what to do: one wording for the loader, the planner and convert. */
 export function noSparseKernel(type: GGMLType): string {
-  return `no sparse FFN kernel for weight type ${typeName(type)} (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 have one): convert the model with --type q4_1 or q8_0`;
+  return `no sparse FFN kernel for weight type ${typeName(type)} (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and MXFP4 have one): convert the model with --type q4_1 or q8_0`;
 }
 
 export function sparseKernel(type: GGMLType): SparseKernel {
@@ -112,7 +124,7 @@ function checkWidth(nEmbd: number): void {
     throw new Error(`sparse FFN: nEmbd ${nEmbd} is not a positive multiple of 32`);
 }
 
-/** Bytes of one bundle part (gate row, up row or down column). */
+/** Bytes of one gate or up row (and of a down column but for MXFP4's: bundleParts). */
 export function sparseRowBytes(type: GGMLType, nEmbd: number): number {
   sparseKernel(type);
   checkWidth(nEmbd);
@@ -184,6 +196,8 @@ export class SparseFFN {
     readonly nEmbd: number,
     /** the pool's memory `arena` is (its kernels run there) */
     shard = 0,
+    /** the bundles carry their gate and up biases (bundleParts' `biases`), which the kernels add */
+    readonly biased = false,
   ) {
     this.kernel = sparseKernel(type);
     this.rowBytes = sparseRowBytes(type, nEmbd);
@@ -225,7 +239,15 @@ export class SparseFFN {
     return this.prepareFn ? this.xAct : this.input;
   }
 
-  /** out[k] = gate_k . x for the `count` bundles listed at `bundles` (i32 addresses); out f32. */
+  /** The kernels' activation argument: the code, and whether the bundles are biased. */
+  private code(act: SparseActivation): number {
+    return ACTIVATIONS[act].code | (this.biased ? SPARSE_BIASED : 0);
+  }
+
+  /**
+   * out[k] = gate_k . x for the `count` bundles listed at `bundles` (i32 addresses); out f32.
+   * The dot alone: a biased bundle's gate bias is added by the kernels that take the gate.
+   */
   gate(bundles: number, count: number, out: number): void {
     const a = this.args;
     a[0] = bundles;
@@ -260,7 +282,7 @@ export class SparseFFN {
     a[4] = this.partials;
     a[5] = this.nEmbd;
     a[6] = this.rowBytes;
-    a[7] = ACTIVATIONS[act].code;
+    a[7] = this.code(act);
     a[8] = per;
     this.pool.run(this.fn.upDown, a, 9, count, per);
   }
@@ -281,7 +303,7 @@ export class SparseFFN {
     a[3] = this.partials;
     a[4] = this.nEmbd;
     a[5] = this.rowBytes;
-    a[6] = ACTIVATIONS[act].code;
+    a[6] = this.code(act);
     a[7] = per;
     this.pool.run(this.fn.ffn, a, 8, count, per);
   }
@@ -298,7 +320,7 @@ export class SparseFFN {
     a[4] = this.partials;
     a[5] = this.nEmbd;
     a[6] = this.rowBytes;
-    a[7] = ACTIVATIONS[act].code;
+    a[7] = this.code(act);
     a[8] = per;
     this.pool.run(this.fn.ffnRun, a, 9, count, per);
   }
@@ -319,7 +341,7 @@ export class SparseFFN {
     a[i++] = this.segPartials;
     a[i++] = this.nEmbd;
     a[i++] = this.rowBytes;
-    a[i++] = ACTIVATIONS[act].code;
+    a[i++] = this.code(act);
     this.pool.run(wholeBundles ? this.fn.ffnSeg : this.fn.upDownSeg, a, i, nItems, 1);
   }
 
@@ -359,8 +381,15 @@ export class SparseFFN {
 // Plain-TS references (ggml's numerics: src/format/quant.ts), for tests
 
 function part(mem: Uint8Array, type: GGMLType, nEmbd: number, bundle: number, which: 0 | 1 | 2): Uint8Array {
-  const rb = ggmlRowBytes(type, nEmbd);
-  return mem.subarray(bundle + which * rb, bundle + (which + 1) * rb);
+  const p = bundleParts(type, nEmbd, false);
+  const at = [p.gate, p.up, p.down][which];
+  return mem.subarray(bundle + at, bundle + at + (which === 2 ? p.downBytes : p.up));
+}
+
+/** A biased bundle's gate (which 0) or up (1) bias. */
+function biasOf(mem: Uint8Array, type: GGMLType, nEmbd: number, bundle: number, which: 0 | 1): number {
+  const at = bundle + bundleParts(type, nEmbd, true).biases! + 4 * which;
+  return new DataView(mem.buffer, mem.byteOffset).getFloat32(at, true);
 }
 
 /**
@@ -387,10 +416,10 @@ export function refSparseGate(
 }
 
 /**
- * sum over listed k of act(g_k, up_k . x) * down_k, where g_k = gates[k] when given (upDown),
- * else gate_k . x (ffn), in f64; and the magnitude sum over the same k of |g_k u_k| |down_k|, the
- * scale of the float rounding a kernel may make (act(g, u) is at most |g u| for every kind).
- * Neurons whose h is 0 add nothing.
+ * sum over listed k of act(g_k, u_k) * down_k, where u_k = up_k . x and g_k = gates[k] when given
+ * (upDown), else gate_k . x (ffn), in f64 (`biased`: the bundle's gate and up biases added to g_k
+ * and u_k); and the magnitude sum over the same k of a bound on |act(g_k, u_k)| times |down_k|,
+ * the scale of the float rounding a kernel may make. Neurons whose h is 0 add nothing.
  */
 export function refSparseFFN(
   type: GGMLType,
@@ -400,18 +429,23 @@ export function refSparseFFN(
   nEmbd: number,
   act: SparseActivation,
   gates?: ArrayLike<number>,
+  biased = false,
 ): { y: Float64Array; magnitude: Float64Array } {
   const xa = refActivation(type, x, nEmbd);
   const y = new Float64Array(nEmbd),
     magnitude = new Float64Array(nEmbd);
   const col = new Float32Array(nEmbd);
+  const downType = bundleParts(type, nEmbd, false).downType;
+  const bias = (k: number, which: 0 | 1) => (biased ? biasOf(mem, type, nEmbd, bundles[k], which) : 0);
   for (let k = 0; k < bundles.length; k++) {
-    const g = gates ? gates[k] : vecDot(type, part(mem, type, nEmbd, bundles[k], 0), xa, nEmbd);
-    const u = vecDot(type, part(mem, type, nEmbd, bundles[k], 1), xa, nEmbd);
+    // a given gate is the dot alone, as the kernels take it
+    const g = (gates ? gates[k] : vecDot(type, part(mem, type, nEmbd, bundles[k], 0), xa, nEmbd)) + bias(k, 0);
+    const u = vecDot(type, part(mem, type, nEmbd, bundles[k], 1), xa, nEmbd) + bias(k, 1);
     const h = gatedActivation(act, g, u);
     if (h === 0) continue;
-    dequantizeRow(type, part(mem, type, nEmbd, bundles[k], 2), nEmbd, col);
-    const m = Math.abs(g * u);
+    dequantizeRow(downType, part(mem, type, nEmbd, bundles[k], 2), nEmbd, col);
+    // |act(g, u)| <= |g u| (swiglu_oai: |g| (|u| + 1), its up factor being u clamped, plus 1)
+    const m = Math.abs(g) * (act === "swiglu_oai" ? Math.abs(u) + 1 : Math.abs(u));
     for (let i = 0; i < nEmbd; i++) {
       y[i] += h * col[i];
       magnitude[i] += m * Math.abs(col[i]);

@@ -39,7 +39,7 @@ export {
   type StoreManifest,
 } from "./manifest.js";
 export { encodeMetadataValue } from "./metadata-values.js";
-export { bundleBytesFor, nearestStoreType, STORE_FFN_TYPES } from "./ffn-types.js";
+export { bundleParts, nearestStoreType, storeDownType, STORE_FFN_TYPES, type BundleParts } from "./ffn-types.js";
 export { type StoreFFN, type StoreFFNLayer, type StoreTensorInfo } from "./manifest-check.js";
 export { checkStoreLayout, storeRegions, type LayoutRegion, type StoreLayoutInput } from "./layout-check.js";
 export { StoreWriter, type StoreManifestBody, type StoreWriterOptions } from "./writer.js";

@@ -9,7 +9,7 @@
  */
 import { traitsBytes, typeName, typeTraits, type GGMLType } from "../ggml-types.js";
 import type { GGUFTensorInfo, GGUFValue } from "../gguf.js";
-import { bundleBytesFor, STORE_FFN_TYPES } from "./ffn-types.js";
+import { bundleParts, STORE_FFN_TYPES } from "./ffn-types.js";
 import { STORE_PAGE, type StoreHeader } from "./header.js";
 import { checkStoreLayout } from "./layout-check.js";
 import { fromBase64, STORE_FORMAT_NAME, type StoreConversion, type StoreManifest } from "./manifest.js";
@@ -53,8 +53,12 @@ export interface StoreFFN {
   readonly nEmbd: number;
   readonly rowBytes: number;
   readonly bundleBytes: number;
-  /** byte offsets of Gate, Up and Down inside a bundle */
-  readonly parts: { readonly gate: number; readonly up: number; readonly down: number };
+  /** byte offsets of Gate, Up and Down inside a bundle, and of the gate and up biases where the bundles carry them */
+  readonly parts: { readonly gate: number; readonly up: number; readonly down: number; readonly biases?: number };
+  /** the down columns' type (ffn-types.ts: storeDownType) */
+  readonly downType: GGMLType;
+  /** the bytes a bundle's parts and biases take, without its padding */
+  readonly dataBytes: number;
   readonly conversion: StoreManifest["ffn"]["conversion"];
   /** experts per layer (0: a dense FFN, one group per layer) */
   readonly experts: number;
@@ -168,9 +172,16 @@ export function checkManifest(path: string, header: StoreHeader, manifest: Store
     fail(`ffn.nEmbd ${f.nEmbd} is not a positive multiple of the ${tr.name} block size`);
   const rb = traitsBytes(tr, f.nEmbd);
   if (f.rowBytes !== rb) fail(`ffn.rowBytes ${f.rowBytes} should be ${rb} for ${f.nEmbd} ${tr.name} values`);
-  if (f.bundleBytes !== bundleBytesFor(rb)) fail(`ffn.bundleBytes ${f.bundleBytes} should be ${bundleBytesFor(rb)}`);
-  if (f.parts?.gate !== 0 || f.parts.up !== rb || f.parts.down !== 2 * rb)
-    fail(`ffn.parts ${JSON.stringify(f.parts)} should be { gate: 0, up: ${rb}, down: ${2 * rb} }`);
+  const want = bundleParts(f.type, f.nEmbd, f.parts?.biases !== undefined);
+  if ((f.downType ?? f.type) !== want.downType)
+    fail(
+      `ffn.downType ${f.downType ?? "(absent)"} should be ${want.downType} (${typeName(want.downType)}): a ${tr.name} store's down columns are ${typeName(want.downType)}`,
+    );
+  if (f.bundleBytes !== want.bundleBytes) fail(`ffn.bundleBytes ${f.bundleBytes} should be ${want.bundleBytes}`);
+  if (f.parts?.gate !== 0 || f.parts.up !== want.up || f.parts.down !== want.down || f.parts.biases !== want.biases)
+    fail(
+      `ffn.parts ${JSON.stringify(f.parts)} should be ${JSON.stringify({ gate: 0, up: want.up, down: want.down, biases: want.biases })}`,
+    );
   if (!Array.isArray(f.layers)) fail("ffn.layers must be an array");
   const experts = f.experts ?? 0;
   if (!Number.isSafeInteger(experts) || experts < 0 || experts > 1024)
@@ -227,7 +238,9 @@ export function checkManifest(path: string, header: StoreHeader, manifest: Store
     nEmbd: f.nEmbd,
     rowBytes: rb,
     bundleBytes: f.bundleBytes,
-    parts: { gate: 0, up: rb, down: 2 * rb },
+    parts: { gate: 0, up: want.up, down: want.down, ...(want.biases !== undefined ? { biases: want.biases } : {}) },
+    downType: want.downType,
+    dataBytes: want.dataBytes,
     conversion: f.conversion,
     experts,
     layers,

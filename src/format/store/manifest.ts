@@ -69,8 +69,13 @@ export interface StoreManifest {
     nEmbd: number;
     rowBytes: number;
     bundleBytes: number;
-    /** byte offsets of the three parts inside a bundle */
-    parts: { gate: number; up: number; down: number };
+    /**
+     * byte offsets of the three parts inside a bundle, and of the neuron's gate and up biases (two
+     * f32; gpt-oss's experts) where the bundles carry them (absent: none)
+     */
+    parts: { gate: number; up: number; down: number; biases?: number };
+    /** the down columns' type where it is not `type` (an MXFP4 store's are Q8_0: ffn-types.ts); absent: `type` */
+    downType?: number;
     /** per tensor kind, the worst conversion over all layers (null: every layer copied exactly) */
     conversion: { gate: StoreConversion | null; up: StoreConversion | null; down: StoreConversion | null };
     /** a mixture of experts (version 2): experts per layer; `layers` then holds one group per (layer, expert) */

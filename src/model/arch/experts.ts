@@ -107,7 +107,7 @@ export function checkMoeLayer(file: ModelFile, cfg: ModelConfig, l: number): voi
 }
 
 /** A bias tensor's shape (and that its values can be read), or an error naming it and what was expected. */
-function checkVector(file: ModelFile, name: string, want: number[], what: string): void {
+export function checkVector(file: ModelFile, name: string, want: number[], what: string): void {
   const t = file.tensors.get(name);
   if (!t)
     throw new GGUFError(

@@ -14,22 +14,40 @@
  * windows the layers llama.cpp windows, l % period < period - 1 for sliding_window_pattern
  * (default 2: even layers windowed, odd ones global), with rope.freq_base_swa on the windowed
  * ones where the file sets it. The file's RoPE scaling (YaRN for gpt-oss) applies on every layer.
+ *
+ * From a neuron store the experts run dense (every neuron of a routed expert; swiglu_oai has no
+ * zeros), their bundles carrying each neuron's gate and up biases (offload/expert-biases.ts).
  */
 import { GGUFError } from "../../format/gguf.js";
 import type { Architecture, LayerSource } from "./architecture.js";
 import { slidingLayers, uniformAttention } from "./attention-layers.js";
-import { loadMoeLayer } from "./experts.js";
+import { checkVector, expertBiasName, loadMoeLayer, routerBiasName, routerName } from "./experts.js";
 import { llamaLayer } from "./llama.js";
-import type { LayerWeights } from "../parts/block.js";
+import type { FFNWeights, LayerWeights } from "../parts/block.js";
+
+/**
+ * From a neuron store: the router and its bias, and each expert's down bias, in memory; each
+ * neuron's gate and up biases are in its bundle (the store's ffn.parts.biases), added by the
+ * sparse kernels.
+ */
+function offloadedExperts(src: LayerSource, l: number): FFNWeights {
+  const { loader, file, cfg } = src;
+  const { nEmbd, nExpert } = cfg;
+  checkVector(file, routerBiasName(l), [nExpert], "(expert_count)");
+  checkVector(file, expertBiasName(l, "down"), [nEmbd, nExpert], "(one row per expert)");
+  return {
+    kind: "offloaded-moe",
+    router: loader.matrix(routerName(l), nEmbd, nExpert),
+    routerBias: loader.vector(routerBiasName(l), nExpert),
+    downBias: Array.from({ length: nExpert }, (_, e) =>
+      loader.expertVector(expertBiasName(l, "down"), e, nEmbd, nExpert),
+    ),
+  };
+}
 
 function gptOssLayer(src: LayerSource, l: number): LayerWeights {
   const { loader, file, cfg } = src;
   const p = `blk.${l}.`;
-  if (src.store)
-    throw new GGUFError(
-      file.path,
-      `${cfg.architecture} from a neuron store is not supported: its experts' biases and clamped SwiGLU are not in the store's FFN`,
-    );
   // llamaLayer reads the FFN's input norm as ffn_norm; gpt-oss names it post_attention_norm
   return llamaLayer(src, l, {
     attentionExtras: () => ({
@@ -37,7 +55,7 @@ function gptOssLayer(src: LayerSource, l: number): LayerWeights {
       sinks: loader.vector(p + "attn_sinks.weight", cfg.nHead),
     }),
     ffnNorm: `${p}${gptOss.ffnNormName}.weight`,
-    ffn: () => ({ kind: "moe", moe: loadMoeLayer(loader, file, cfg, l) }),
+    ffn: () => (src.store ? offloadedExperts(src, l) : { kind: "moe", moe: loadMoeLayer(loader, file, cfg, l) }),
   });
 }
 

@@ -1,7 +1,7 @@
 /**
  * The neuron cache as a layout lays it out, with its hot region filled: each layer's first
  * stored positions (its hottest neurons in a hot-first store), read once at load and kept. Packed
- * hot slots hold a bundle's three parts without its read padding.
+ * hot slots hold a bundle's parts (and biases) without its read padding.
  */
 import type { GroupStore } from "./store-groups.js";
 import { NeuronCache } from "../../io/neuron-cache.js";

@@ -58,8 +58,10 @@ export interface StoreFacts {
   ffnType: GGMLType;
   /** one neuron bundle on flash (gate row | up row | down column, 4 KiB padded) */
   bundleBytes: number;
-  /** one part of a bundle */
+  /** one gate or up row of a bundle */
   rowBytes: number;
+  /** a bundle's parts (and biases) without its padding: what a packed hot slot holds */
+  dataBytes: number;
   /** one layer's gate rows packed for the dense kernel (when they stay resident) */
   gateRowBytes: number;
   /** the pages holding one bundle's gate row: what a gate-page read reads */
@@ -215,6 +217,7 @@ export function storeFacts(store: NeuronStore, cfg: ModelConfig): StoreFacts {
     ffnType: ffn.type,
     bundleBytes: ffn.bundleBytes,
     rowBytes: ffn.rowBytes,
+    dataBytes: ffn.dataBytes,
     gateRowBytes: weightKernel(ffn.type).packedBytes(cfg.nFF, cfg.nEmbd),
     gateReadBytes: gateReadBytesOf(ffn),
     gateCopy: ffn.layers.every((L) => L.gateRows !== null),
@@ -324,7 +327,7 @@ export function offloadLayout(
   // that 4 KiB-aligns flash reads, the bytes that padding took pin more neurons; the cold region
   // keeps its slots (and starts 4 KiB aligned after the hot region).
   let hotSlotBytes = bundleBytes;
-  const packed = 3 * facts.rowBytes;
+  const packed = facts.dataBytes;
   if (fits && packed < bundleBytes && hot > 0 && hot < nFF) {
     const more = Math.min(nFF, Math.floor((cacheRoom - shards * PAGE_PAD - cold * bundleBytes) / (groups * packed)));
     if (more >= hot) {

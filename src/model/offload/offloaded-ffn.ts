@@ -183,11 +183,15 @@ export class OffloadedFFN {
     this.tracer = opts.tracer ?? null;
     const shard = parts.shard ?? 0;
     const resident = layout.residentGates ? ResidentGateRows.load(store, arena, pool, mm, shard) : null;
-    this.sparse = new SparseFFN(pool, arena, store.ffn.type, cfg.nEmbd, shard);
+    // biased bundles (gpt-oss): the kernels add each neuron's gate and up biases from its bundle
+    const biased = store.ffn.parts.biases !== undefined;
+    this.sparse = new SparseFFN(pool, arena, store.ffn.type, cfg.nEmbd, shard, biased);
     this.cache = makeCache(store, arena, layout);
     // only gate mode hands the kernels gate values; the other modes compute each bundle whole
     this.order = new FixedOrder(cfg.nFF, this.sparse, this.cache, act, this.mode !== "gate");
-    this.lists = new NeuronLists(arena, cfg.nFF, this.cache, act, this.mode, this.order);
+    // A gate source's gates lack the neuron's bias, so with biased bundles they cannot say which
+    // neurons fire: every neuron does (swiglu_oai has no zeros to skip).
+    this.lists = new NeuronLists(arena, cfg.nFF, this.cache, act, biased ? "dense" : this.mode, this.order);
     this.reader = FlashReader.open(store.path, {
       memory: arena.memory,
       queueDepth: opts.queueDepth,

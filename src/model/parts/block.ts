@@ -21,8 +21,11 @@ export type FFNWeights =
   | { kind: "moe"; moe: MoeLayer }
   /** every neuron in the store: nothing in memory */
   | { kind: "offloaded" }
-  /** the experts in the store, the router in memory */
-  | { kind: "offloaded-moe"; router: Matrix };
+  /**
+   * the experts in the store, the router in memory; where the architecture has them (gpt-oss), the
+   * router's bias and each expert's down bias (addresses of f32 vectors)
+   */
+  | { kind: "offloaded-moe"; router: Matrix; routerBias?: number; downBias?: number[] };
 
 /** One layer's weights in memory (norms and biases as addresses of f32 vectors). */
 export interface LayerWeights {
@@ -87,6 +90,8 @@ function ffnPart(ctx: PartContext, l: number, w: LayerWeights, shared: SharedPar
         w.ffnNorm,
         need(shared.router, "a router"),
         need(shared.offloaded, "a neuron store"),
+        f.routerBias ?? 0,
+        f.downBias ?? null,
       );
   }
 }

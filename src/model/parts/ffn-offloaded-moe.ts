@@ -31,6 +31,10 @@ export class OffloadedMoeFFN implements FFNPart {
     private readonly ffnNorm: number,
     private readonly router: Router,
     private readonly off: OffloadedFFN,
+    /** the router's bias (nExpert f32), 0 when none */
+    private readonly routerBias = 0,
+    /** each expert's down bias (nEmbd f32), added to its output as the in-memory mixture adds it; null when none */
+    private readonly downBias: readonly number[] | null = null,
   ) {
     this.ahead = new Int32Array(Math.max(1, ctx.cfg.nExpertUsed));
     this.first = layer * ctx.cfg.nExpert - off.firstGroup;
@@ -46,7 +50,7 @@ export class OffloadedMoeFFN implements FFNPart {
     const row = nEmbd * 4;
     // (a model with an offloaded FFN counts its passes: step.offload is set)
     const pass = step.offload!;
-    if (ctx.cfg.routerInput === "ffn") r.route(this.routerWeights, step);
+    if (ctx.cfg.routerInput === "ffn") r.route(this.routerWeights, step, b.xb, this.routerBias);
     const ahead = n === 1 && off.readsAheadExpert && !off.readsAheadAllRouted;
     if (n === 1 && off.readsAheadAllRouted) {
       // in the order the loop below computes them
@@ -72,6 +76,7 @@ export class OffloadedMoeFFN implements FFNPart {
             next < 0 ? -1 : this.first + next,
           );
       }
+      if (this.downBias) ctx.addBias(b.moeOut, this.downBias[e], nEmbd, m);
       r.addWeighted(m);
     }
     r.finish(n, out);
@@ -93,7 +98,7 @@ export class OffloadedMoeFFN implements FFNPart {
     if (ctx.cfg.routerInput === "block") {
       // the real routing (the router reads the block's input): the routed experts' likely
       // bundles can be read while attention computes, layer 0's included
-      this.router.route(this.routerWeights, step, b.x);
+      this.router.route(this.routerWeights, step, b.x, this.routerBias);
       if (step.n !== 1 || !off.readsAheadLayer) return;
       for (let j = 0; j < nExpertUsed; j++) this.ahead[j] = first + this.router.ids[j];
       off.readAheadGroups(step.offload!, this.ahead, nExpertUsed, b.x, "routed");
@@ -101,7 +106,7 @@ export class OffloadedMoeFFN implements FFNPart {
     }
     if (step.n !== 1 || !off.readsAheadLayer || this.layer === 0) return;
     ctx.rmsnorm(b.xb, b.x, this.ffnNorm, 1);
-    this.router.logits(this.routerWeights, 1);
+    this.router.logits(this.routerWeights, 1, b.xb, this.routerBias);
     const logits = b.route >>> 2;
     const f32 = ctx.f32;
     const ahead = this.ahead;

@@ -5,7 +5,9 @@
  * reads them in one sweep.
  */
 import type { GGMLType } from "../../format/ggml-types.js";
-import type { StoreConversion, StoreWriter } from "../../format/store/index.js";
+import type { BundleParts, StoreConversion, StoreWriter } from "../../format/store/index.js";
+import { dequantizeRow } from "../../format/quant.js";
+import type { ModelFile } from "../../format/gguf.js";
 import { ErrorStats, type RowConverter } from "./row-conversion.js";
 import type { FFNTensors } from "./source-ffn.js";
 import { convertedFrom, type StoreSource } from "./store-source.js";
@@ -21,10 +23,10 @@ export interface BundleShape {
   /** the store's FFN type */
   ffnType: GGMLType;
   nEmbd: number;
-  /** bytes of one row (Gate, Up or Down column) in ffnType */
+  /** bytes of one gate or up row in ffnType */
   rowBytes: number;
-  /** bytes of one bundle, rounded up to 4 KiB */
-  bundleBytes: number;
+  /** where each part sits, the down column's type and bytes, the bundle's bytes (whole pages) */
+  parts: BundleParts;
 }
 
 /** How a group's writing reports: abort checks, source bytes processed, and when to tell the progress callback. */
@@ -55,15 +57,16 @@ export async function writeFFNGroup(
   changed: Record<BundlePart, GGMLType | null>,
   progress: GroupProgress,
 ): Promise<WrittenGroup> {
-  const { ffnType, nEmbd, rowBytes, bundleBytes } = shape;
+  const { ffnType, nEmbd, rowBytes, parts } = shape;
+  const { bundleBytes, downType, downBytes } = parts;
   const n = L.neurons;
   const stats = { gate: new ErrorStats(), up: new ErrorStats(), down: new ErrorStats() };
 
   // Down as one row per neuron, in the store's type
   let downT: Uint8Array | undefined;
   if (!L.transposed) {
-    downT = new Uint8Array(n * rowBytes);
-    await transposeDown(source, L.down, n, nEmbd, ffnType, rowBytes, downT, rc, stats.down, progress.check, (b) => {
+    downT = new Uint8Array(n * downBytes);
+    await transposeDown(source, L.down, n, nEmbd, downType, downBytes, downT, rc, stats.down, progress.check, (b) => {
       progress.addBytes(b);
       progress.report();
     });
@@ -91,12 +94,12 @@ export async function writeFFNGroup(
     for (const kind of ["gate", "up", "down"] as const) {
       if (kind === "down" && !L.transposed) {
         for (let k = 0; k < g; k++)
-          out.set(downT!.subarray(idx[k] * rowBytes, (idx[k] + 1) * rowBytes), k * bundleBytes + 2 * rowBytes);
+          out.set(downT!.subarray(idx[k] * downBytes, (idx[k] + 1) * downBytes), k * bundleBytes + parts.down);
         continue;
       }
       const m = L[kind];
       const type = m.t.type;
-      const at = kind === "gate" ? 0 : kind === "up" ? rowBytes : 2 * rowBytes;
+      const at = parts[kind];
       const from = source.valuesType(m);
       if (from !== null) {
         source.readRowValues(m, idx, values!);
@@ -123,6 +126,7 @@ export async function writeFFNGroup(
       if (type !== ffnType) changed[kind] = type;
       progress.addBytes(g * rb);
     }
+    if (L.biases) putBiases(source.model, L, idx, parts.biases!, bundleBytes, out);
     for (let k = 0; k < g; k++)
       gateRows.set(out.subarray(k * bundleBytes, k * bundleBytes + rowBytes), (p0 + k) * rowBytes);
     await writer.write(out.subarray(0, g * bundleBytes));
@@ -134,6 +138,28 @@ export async function writeFFNGroup(
   await writer.write(gateRows);
   await writer.pad();
   return { offset, gateRows: gateRowsOffset, stats };
+}
+
+/**
+ * Each listed neuron's gate and up biases (f32: F32, F16 and BF16 values exactly) into its bundle at `at` (bundles of `bundleBytes` in `out`, in the order of `idx`).
+ */
+function putBiases(
+  file: ModelFile,
+  L: FFNTensors,
+  idx: Int32Array,
+  at: number,
+  bundleBytes: number,
+  out: Uint8Array,
+): void {
+  const n = L.neurons;
+  const f32 = new Float32Array(out.buffer, out.byteOffset, out.byteLength >>> 2);
+  for (const [j, b] of [L.biases!.gate, L.biases!.up].entries()) {
+    const raw = new Uint8Array(b.bytes);
+    file.readTensor(b.t, raw, b.base, b.bytes);
+    const v = new Float32Array(n);
+    dequantizeRow(b.t.type, raw, n, v);
+    for (let k = 0; k < idx.length; k++) f32[(k * bundleBytes + at) / 4 + j] = v[idx[k]];
+  }
 }
 
 /** A part's conversion record for the manifest: null when its rows were copied bit for bit. */

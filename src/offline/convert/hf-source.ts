@@ -7,7 +7,7 @@
  * through the GGUF); Down's columns come straight from the checkpoint's values, each quantized once.
  */
 import { basename } from "node:path";
-import { traitsBytes, typeFromName, typeTraits, type GGMLType } from "../../format/ggml-types.js";
+import { GGMLType, traitsBytes, typeFromName, typeTraits } from "../../format/ggml-types.js";
 import { findNonFinite, nonFiniteError } from "../../format/finite-check.js";
 import { MetadataAccess, type GGUFTensorInfo, type GGUFValue, type ModelFile } from "../../format/gguf.js";
 import { metadataEntry, valueAsRead } from "../../format/gguf-writer.js";
@@ -20,7 +20,7 @@ import {
   type HFOutputType,
 } from "../../format/hf/hf-to-gguf.js";
 import type { PlannedTensor } from "../../format/hf/plan.js";
-import { readPlannedRows } from "../../format/hf/planned-rows.js";
+import { readPlannedMxfp4, readPlannedRows } from "../../format/hf/planned-rows.js";
 import type { SafetensorsCheckpoint } from "../../format/hf/safetensors.js";
 import { encodeMetadataValue, type EncodedMetadata } from "../../format/store/index.js";
 import { ConvertError } from "./convert-error.js";
@@ -128,9 +128,19 @@ export function hfSource(
         magic: "GGUF",
       },
       metadata: () => metadata,
-      valuesType: (m) => typeFromName(planned(m).parts![0].source.dtype) as GGMLType,
-      readRows: (m) => {
-        throw new Error(`${m.name}: a checkpoint's rows are read as values`);
+      // MXFP4 experts kept as MXFP4 are copied as the GGUF's bytes; else the checkpoint's values
+      valuesType: (m) => {
+        const t = planned(m);
+        if (t.mxfp4) return m.t.type === GGMLType.MXFP4 ? null : GGMLType.MXFP4;
+        return typeFromName(t.parts![0].source.dtype) as GGMLType;
+      },
+      readRows: (m, indices, dst) => {
+        const first = m.base / m.rowBytes;
+        for (let i = 0; i < indices.length;) {
+          const j = runEnd(indices, i);
+          readPlannedMxfp4(ckpt, planned(m), first + indices[i], j - i, dst.subarray(i * m.rowBytes, j * m.rowBytes));
+          i = j;
+        }
       },
       readRowValues: (m, indices, dst) => {
         const rowLen = m.t.dims[0];

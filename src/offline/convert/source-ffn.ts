@@ -32,10 +32,24 @@ export interface FFNTensors {
   layer: number;
   /** the expert (a mixture of experts), or -1 */
   expert: number;
+  /**
+   * the expert's gate and up biases (gpt-oss: a row of blk.N.ffn_{gate,up}_exps.bias each), which
+   * its bundles carry; null where the architecture has none
+   */
+  biases: { gate: BiasView; up: BiasView } | null;
+}
+
+/** One expert's row of a bias tensor: `neurons` values at byte `base` of tensor t. */
+export interface BiasView {
+  t: GGUFTensorInfo;
+  base: number;
+  bytes: number;
 }
 
 const FFN_RE = /^blk\.(\d+)\.ffn_(gate|up|down|down_t)\.weight$/;
 const EXPERT_RE = /^blk\.(\d+)\.ffn_(gate|up|down)(_exps|\.(\d+))\.weight$/;
+/** the experts' gate and up biases, which bundles carry (the down bias, per expert, stays fixed) */
+const BIAS_RE = /^blk\.\d+\.ffn_(gate|up)_exps\.bias$/;
 
 function whole(t: GGUFTensorInfo): MatrixView {
   return { t, base: 0, rows: t.dims[1], rowBytes: t.bytes / t.dims[1], bytes: t.bytes, name: t.name };
@@ -69,17 +83,10 @@ export interface SourceFFN {
 
 /** The FFN of `file`, dense or a mixture of experts (its metadata's expert_count says which). */
 export function findFFN(file: ModelFile): SourceFFN {
-  // an FFN with parts a neuron bundle has no room for (gpt-oss's expert biases and clamped
-  // SwiGLU) would be stored without them: refused, naming what would be lost
-  const extras = ARCHITECTURES.get(file.architecture);
-  if (extras?.expertBiases)
-    throw new ConvertError(
-      `${file.path}: ${file.architecture}'s experts have biases (blk.N.ffn_{gate,up,down}_exps.bias) and the ${extras.activation} activation, which the neuron store does not carry yet: run the model from the GGUF`,
-    );
   const experts = file.has(`${file.architecture}.expert_count`)
     ? file.getNumber(`${file.architecture}.expert_count`)
     : 0;
-  if (experts > 0) return findExperts(file, experts);
+  if (experts > 0) return findExperts(file, experts, ARCHITECTURES.get(file.architecture)?.expertBiases ?? false);
   const byLayer = new Map<number, Partial<Record<"gate" | "up" | "down" | "down_t", GGUFTensorInfo>>>();
   const fixed: GGUFTensorInfo[] = [];
   for (const t of file.tensors.values()) {
@@ -145,16 +152,13 @@ export function findFFN(file: ModelFile): SourceFFN {
       neurons: n,
       layer: l,
       expert: -1,
+      biases: null,
     });
   }
   return { layers, nEmbd, fixed, experts: 0 };
 }
 
 function checkReadable(file: ModelFile, t: GGUFTensorInfo): void {
-  if (t.type === GGMLType.MXFP4)
-    throw new ConvertError(
-      `${file.path}: ${t.name} is MXFP4, which the neuron store does not carry yet (its bundles hold ${STORE_FFN_TYPES.map(typeName).join(", ")}): run the model from the GGUF`,
-    );
   const tr = typeTraits(t.type);
   if (!tr || (!STORE_FFN_TYPES.includes(t.type) && ![GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K].includes(t.type))) {
     throw new ConvertError(
@@ -166,13 +170,19 @@ function checkReadable(file: ModelFile, t: GGUFTensorInfo): void {
 /**
  * A mixture of experts' groups, layer by layer and expert by expert: each expert's gate, up and
  * down from the layer's 3-D tensors (one matrix per expert) or from its own 2-D tensors. The
- * routers (ffn_gate_inp) stay fixed tensors.
+ * routers (ffn_gate_inp) stay fixed tensors. `biased` (gpt-oss): each expert's gate and up biases
+ * go into its bundles, one value per neuron; the down biases (one row per expert) stay fixed.
  */
-function findExperts(file: ModelFile, experts: number): SourceFFN {
+function findExperts(file: ModelFile, experts: number, biased: boolean): SourceFFN {
   const fixed: GGUFTensorInfo[] = [];
   const byLayer = new Map<number, Map<string, GGUFTensorInfo>>();
+  const biasTensors = new Map<string, GGUFTensorInfo>();
   for (const t of file.tensors.values()) {
     const m = EXPERT_RE.exec(t.name);
+    if (biased && BIAS_RE.test(t.name)) {
+      biasTensors.set(t.name, t);
+      continue;
+    }
     if (!m) {
       if (FFN_RE.test(t.name))
         throw new ConvertError(
@@ -220,6 +230,22 @@ function findExperts(file: ModelFile, experts: number): SourceFFN {
       checkReadable(file, single);
       return whole(single);
     };
+    const bias = (kind: "gate" | "up", e: number): BiasView => {
+      const name = `blk.${l}.ffn_${kind}_exps.bias`;
+      const t = biasTensors.get(name);
+      if (!t)
+        throw new ConvertError(
+          `${file.path}: tensor "${name}" is missing: ${file.architecture}'s experts need it, [${nFF}, ${experts}] (one row per expert)`,
+        );
+      if (t.dims.length !== 2 || t.dims[0] !== nFF || t.dims[1] !== experts)
+        throw new ConvertError(
+          `${file.path}: ${name} is [${t.dims.join(", ")}], expected [${nFF}, ${experts}] (one row per expert)`,
+        );
+      if (![GGMLType.F32, GGMLType.F16, GGMLType.BF16].includes(t.type))
+        throw new ConvertError(`${file.path}: ${name} is ${typeName(t.type)}, expected F32 (or F16, BF16)`);
+      const bytes = t.bytes / experts;
+      return { t, base: e * bytes, bytes };
+    };
     for (let e = 0; e < experts; e++) {
       layers.push({
         gate: view("gate", e),
@@ -229,6 +255,7 @@ function findExperts(file: ModelFile, experts: number): SourceFFN {
         neurons: nFF,
         layer: l,
         expert: e,
+        biases: biased ? { gate: bias("gate", e), up: bias("up", e) } : null,
       });
     }
   }
