@@ -247,41 +247,83 @@ for (const [name, type, profiled] of CASES) {
   });
 }
 
-test("hf: a band of Down's columns read in place is the f32 GGUF's, in every group", async () => {
-  // a mixture (experts stacked from their own tensors) where the fixtures have one
-  const input = modelDir(STORABLE.includes("smallthinker") ? "smallthinker" : "narrow-llama");
-  const f32 = join(dir, "band.gguf");
-  await convertHFToGGUF({ input, output: f32, type: "f32", fsync: false });
-  const g = GGUFFile.open(f32);
-  const { source } = hfSource(input, "f32");
-  try {
-    const want = findFFN(g).layers,
-      got = findFFN(source.model).layers;
-    assert.equal(got.length, want.length);
-    for (let l = 0; l < got.length; l++) {
-      const m = got[l].down,
-        n = got[l].neurons,
-        rows = m.rows;
-      const raw = new Uint8Array(want[l].down.bytes);
-      g.readTensor(want[l].down.t, raw, want[l].down.base, raw.length);
-      const all = new Float32Array(raw.buffer);
-      for (const [c0, w] of [
-        [0, n],
-        [3, 5],
-        [n - 7, 7],
-      ]) {
-        const tile = new Float32Array(rows * w);
-        source.readDownBand(m, c0, w, tile);
-        for (let r = 0; r < rows; r++)
-          for (let c = 0; c < w; c++)
-            assert.equal(tile[r * w + c], all[r * n + c0 + c], `group ${l} row ${r} column ${c0 + c}`);
+/**
+ * Every fixture's checkpoint read in place against its f32 GGUF (whatever its width: this reads,
+ * it makes no store): every tensor that can be read in place (all but llama's rotary-regrouped
+ * q and k) gives the GGUF's bytes, and each group's Gate and Up rows (a few, out of order) and
+ * bands of Down's columns its values. Covers each way a plan makes the FFN: renames, phi3's fused
+ * gate/up, stacked experts, transformers' fused experts read down the matrix (gpt-oss), MXFP4
+ * blocks (gpt-oss-mxfp4), gpt-oss's fused biases.
+ */
+for (const name of [...(existsSync(FIXTURES) ? readdirSync(FIXTURES) : []), "narrow-llama"].filter(
+  (n) => n === "narrow-llama" || existsSync(join(FIXTURES, n, "config.json")),
+)) {
+  test(`hf ${name}: the checkpoint read in place is its f32 GGUF`, async () => {
+    const input = modelDir(name);
+    const f32 = join(dir, `f32-${name}.gguf`);
+    if (!existsSync(f32)) await convertHFToGGUF({ input, output: f32, type: "f32", fsync: false });
+    const g = GGUFFile.open(f32);
+    const { source } = hfSource(input, "f32");
+    try {
+      let read = 0;
+      for (const t of g.tensors.values()) {
+        let bytes: Uint8Array;
+        try {
+          bytes = source.model.tensorData(t.name);
+        } catch (e) {
+          assert.match((e as Error).message, /cannot be read in place/);
+          assert.match(t.name, /attn_[qk]\.weight$/, `${t.name}: only q and k are regrouped`);
+          continue;
+        }
+        assert.ok(Buffer.from(bytes).equals(Buffer.from(g.tensorData(t.name))), `${t.name}: bytes`);
+        read++;
       }
+      assert.ok(read > g.tensors.size / 2, `${read} of ${g.tensors.size} tensors read in place`);
+      const want = findFFN(g).layers,
+        got = findFFN(source.model).layers;
+      assert.equal(got.length, want.length);
+      const matrix = (m: (typeof want)[number]["gate"]) => {
+        const raw = new Uint8Array(m.bytes);
+        g.readTensor(m.t, raw, m.base, raw.length);
+        return new Float32Array(raw.buffer);
+      };
+      for (let l = 0; l < got.length; l++) {
+        const n = got[l].neurons;
+        for (const kind of ["gate", "up"] as const) {
+          const m = got[l][kind],
+            rowLen = m.t.dims[0];
+          const all = matrix(want[l][kind]);
+          const idx = Int32Array.from([5, 6, 7, 2, 0, n - 1]);
+          const vals = new Float32Array(idx.length * rowLen);
+          source.readRowValues(m, idx, vals);
+          for (let k = 0; k < idx.length; k++)
+            assert.deepEqual(
+              vals.subarray(k * rowLen, (k + 1) * rowLen),
+              all.subarray(idx[k] * rowLen, (idx[k] + 1) * rowLen),
+              `group ${l} ${kind} row ${idx[k]}`,
+            );
+        }
+        const m = got[l].down,
+          rows = m.rows;
+        const all = matrix(want[l].down);
+        for (const [c0, w] of [
+          [0, n],
+          [3, 5],
+          [n - 7, 7],
+        ]) {
+          const tile = new Float32Array(rows * w);
+          source.readDownBand(m, c0, w, tile);
+          for (let r = 0; r < rows; r++)
+            for (let c = 0; c < w; c++)
+              assert.equal(tile[r * w + c], all[r * n + c0 + c], `group ${l} Down row ${r} column ${c0 + c}`);
+        }
+      }
+    } finally {
+      source.close();
+      g.close();
     }
-  } finally {
-    source.close();
-    g.close();
-  }
-});
+  });
+}
 
 test("hf -o x.pi: an abort mid-way leaves no store", async () => {
   const out = join(dir, "aborted");

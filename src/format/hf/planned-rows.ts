@@ -5,7 +5,8 @@
  * biases), for tensors made of checkpoint rows (a rename, a fused tensor's part, experts stacked,
  * Gemma's norms with their one added), of every step-th value of each row (gpt-oss's fused gate
  * and up biases), of picked columns read down a matrix (transformers' fused gpt-oss experts), or
- * of MXFP4 rows (gpt-oss's published experts). Not llama's rotary regrouping (attention only).
+ * of MXFP4 rows (gpt-oss's published experts), or computed (rope_freqs). Not llama's rotary
+ * regrouping (attention only).
  */
 import { dequantizeMXFP4, MXFP4_BLOCK_BYTES } from "../mxfp4.js";
 import { pickedCount } from "./column-pick.js";
@@ -32,6 +33,12 @@ export function readPlannedRows(
   scratch: Uint8Array,
 ): void {
   const rowLen = t.dims[0];
+  if (t.values) {
+    // computed from the config (rope_freqs)
+    for (let k = 0; k < rows; k++)
+      dst.set(t.values.subarray((row0 + k) * rowLen + first, (row0 + k) * rowLen + first + count), k * count);
+    return;
+  }
   if (t.mxfp4) {
     const bytes = new Uint8Array((rowLen / 32) * MXFP4_BLOCK_BYTES);
     const row = new Float32Array(rowLen);
