@@ -2,7 +2,8 @@
  * `powerinfer convert MODEL.gguf -o MODEL.pi`: write the `.pi` neuron store a budgeted run reads
  * its FFN from (src/offline/convert.ts; format in docs/store-format.md).
  * `powerinfer convert DIR -o MODEL.gguf|MODEL.pi`: a Hugging Face model directory to a GGUF in
- * llama.cpp's layout (src/format/hf/), or through one to a store (src/offline/hf-to-store.ts).
+ * llama.cpp's layout (src/format/hf/), or straight to a store with no GGUF written
+ * (src/offline/hf-to-store.ts).
  */
 import { existsSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
@@ -11,7 +12,7 @@ import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { ProgressBar } from "./progress.js";
 import { typeName } from "../format/ggml-types.js";
 import type { StoreConversion } from "../format/store/index.js";
-import { CONVERT_TYPES, convertToStore, type ConvertType } from "../offline/convert.js";
+import { CONVERT_TYPES, convertToStore, type ConvertResult, type ConvertType } from "../offline/convert.js";
 import { convertHFToGGUF, HF_OUTPUT_TYPES, type HFOutputType } from "../format/hf/hf-to-gguf.js";
 import { convertHFToStore } from "../offline/hf-to-store.js";
 
@@ -58,6 +59,26 @@ function describe(kind: string, c: StoreConversion | null, to: string): string {
   const rel = c.maxAbsValue > 0 ? ` = ${((100 * c.maxAbsError) / c.maxAbsValue).toPrecision(3)}% of max |w|` : "";
   const how = kind === "down" && c.fromName === to ? "requantized per column" : `converted ${c.fromName} -> ${to}`;
   return `  ${kind.padEnd(5)} ${how}: max |error| ${c.maxAbsError.toPrecision(3)}${rel}, rms ${c.rmsError.toPrecision(3)}`;
+}
+
+/** What a store conversion did: its size and shape, each FFN part's conversion, the predictors. */
+function storeSummary(r: ConvertResult, predictors: string | undefined): string {
+  const to = typeName(r.ffnType);
+  return (
+    [
+      `convert: wrote ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s: ${r.fixedTensors} fixed tensors, ${r.layers} layers${r.experts ? ` x ${r.experts} experts` : ""}, ` +
+        `${r.neurons} FFN neurons (${r.ordered ? "hot-first by the profile" : "in index order"}), ${to} bundles of ${r.bundleBytes} bytes ` +
+        `(${(100 * r.paddingFraction).toFixed(1)}% padding)`,
+      describe("gate", r.conversion.gate, to),
+      describe("up", r.conversion.up, to),
+      describe("down", r.conversion.down, to),
+      ...(r.predictorGroups
+        ? [
+            `  predictors of ${r.experts ? `${r.predictorGroups} experts (${r.experts} in each of ${r.layers} layers)` : `${r.predictorGroups} layers`} from ${predictors}`,
+          ]
+        : []),
+    ].join("\n") + "\n"
+  );
 }
 
 export async function main(argv: string[]): Promise<number> {
@@ -115,24 +136,7 @@ export async function main(argv: string[]): Promise<number> {
           : undefined,
       });
       bar?.abandon(); // the summary below says it all
-      if (!quiet) {
-        const to = typeName(r.ffnType);
-        process.stderr.write(
-          [
-            `convert: wrote ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s: ${r.fixedTensors} fixed tensors, ${r.layers} layers${r.experts ? ` x ${r.experts} experts` : ""}, ` +
-              `${r.neurons} FFN neurons (${r.ordered ? "hot-first by the profile" : "in index order"}), ${to} bundles of ${r.bundleBytes} bytes ` +
-              `(${(100 * r.paddingFraction).toFixed(1)}% padding)`,
-            describe("gate", r.conversion.gate, to),
-            describe("up", r.conversion.up, to),
-            describe("down", r.conversion.down, to),
-            ...(r.predictorGroups
-              ? [
-                  `  predictors of ${r.experts ? `${r.predictorGroups} experts (${r.experts} in each of ${r.layers} layers)` : `${r.predictorGroups} layers`} from ${predictors}`,
-                ]
-              : []),
-          ].join("\n") + "\n",
-        );
-      }
+      if (!quiet) process.stderr.write(storeSummary(r, predictors));
       return 0;
     },
   );
@@ -172,7 +176,6 @@ async function convertHFDirectory(input: string, out: string, args: Record<strin
     async (signal) => {
       if (!quiet) process.stderr.write(`convert: ${input} -> ${out}\n`);
       if (toStore) {
-        let stage = "";
         const r = await convertHFToStore({
           input,
           output: out,
@@ -180,18 +183,14 @@ async function convertHFDirectory(input: string, out: string, args: Record<strin
           profile,
           predictors,
           signal,
-          onProgress: (p) => {
-            if (p.stage !== stage && bar) {
-              // each stage has its own bar: the GGUF stage, then the store's
-              stage = p.stage;
-              bar.setTotal(0);
-            }
-            progress(p);
-          },
+          onProgress: bar ? progress : undefined,
         });
-        bar?.finish(
-          `convert: ${r.gguf.arch} ${r.gguf.type} -> ${(r.store.bytes / MB).toFixed(1)} MB store in ${(r.gguf.seconds + r.store.seconds).toFixed(1)} s (${r.store.layers} layers, ${typeName(r.store.ffnType)} bundles)`,
-        );
+        bar?.abandon(); // the summary below says it all
+        if (!quiet)
+          process.stderr.write(
+            `convert: ${r.arch} ${r.type} read in place, no GGUF written\n` +
+              storeSummary(r.store, r.store.predictorGroups ? (predictors ?? input) : undefined),
+          );
       } else {
         const r = await convertHFToGGUF({ input, output: out, type, signal, onProgress: bar ? progress : undefined });
         bar?.finish(

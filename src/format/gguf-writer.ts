@@ -14,7 +14,7 @@
  */
 import { open, rename, rm, type FileHandle } from "node:fs/promises";
 import { GGMLType, traitsBytes, typeTraits, typeName } from "./ggml-types.js";
-import { GGUFValueType } from "./gguf.js";
+import { GGUFValueType, type GGUFValue } from "./gguf.js";
 
 export { GGUFValueType };
 
@@ -61,7 +61,7 @@ export interface TensorSink {
 
 export type TensorSource = Uint8Array | Iterable<Uint8Array> | AsyncIterable<Uint8Array>;
 
-interface MetaEntry {
+export interface MetaEntry {
   type: GGUFValueType;
   /** item type for arrays */
   itemType?: GGUFValueType;
@@ -167,6 +167,62 @@ class ByteBuilder {
   result(): Buffer {
     return this.buf.subarray(0, this.length);
   }
+}
+
+/**
+ * A metadata value with its GGUF type: `type` when given (for an array, its items' type), else
+ * inferred (integers -> UINT32 / INT32, other numbers -> FLOAT32, Float32Array -> array of
+ * FLOAT32, Int32Array -> array of INT32, Uint32Array -> array of UINT32; a number array takes the
+ * narrowest integer type that holds every item, else FLOAT32). Checked against the type.
+ */
+export function metadataEntry(key: string, value: GGUFWritableValue, type?: GGUFValueType): MetaEntry {
+  if (typeof key !== "string" || key.length === 0) throw new TypeError("metadata key must be a non-empty string");
+  if (isTypedOrArray(value)) {
+    let itemType = type;
+    if (itemType === undefined) {
+      if (value instanceof Float32Array) itemType = GGUFValueType.FLOAT32;
+      else if (value instanceof Int32Array) itemType = GGUFValueType.INT32;
+      else if (value instanceof Uint32Array) itemType = GGUFValueType.UINT32;
+      else if (value.length === 0) throw new TypeError(`metadata "${key}": give the item type of an empty array`);
+      else if (typeof value[0] === "number") {
+        // The widest type that holds every item.
+        const all = value as readonly number[];
+        itemType = all.every((x) => Number.isInteger(x))
+          ? all.every((x) => x >= 0 && x <= 0xffffffff)
+            ? GGUFValueType.UINT32
+            : all.every((x) => x >= -0x80000000 && x <= 0x7fffffff)
+              ? GGUFValueType.INT32
+              : GGUFValueType.INT64
+          : GGUFValueType.FLOAT32;
+      } else itemType = inferScalarType(value[0], key);
+    }
+    if (itemType === GGUFValueType.ARRAY) throw new TypeError(`metadata "${key}": nested arrays are not supported`);
+    for (let i = 0; i < value.length; i++) checkScalar(`${key}[${i}]`, itemType, value[i]);
+    return { type: GGUFValueType.ARRAY, itemType, value };
+  } else {
+    const t = type ?? inferScalarType(value, key);
+    if (t === GGUFValueType.ARRAY) throw new TypeError(`metadata "${key}": type ARRAY needs an array value`);
+    checkScalar(key, t, value);
+    return { type: t, value };
+  }
+}
+
+/**
+ * The value GGUFFile reads back for a written entry: FLOAT32 rounded to f32, f32 and i32 arrays
+ * as typed arrays, 64-bit integers as numbers when exact, other arrays as plain arrays.
+ */
+export function valueAsRead(e: MetaEntry): GGUFValue {
+  const scalar = (type: GGUFValueType, v: unknown): GGUFValue =>
+    type === GGUFValueType.FLOAT32
+      ? Math.fround(v as number)
+      : typeof v === "bigint" && v <= BigInt(Number.MAX_SAFE_INTEGER) && v >= BigInt(Number.MIN_SAFE_INTEGER)
+        ? Number(v)
+        : (v as GGUFValue);
+  if (e.type !== GGUFValueType.ARRAY) return scalar(e.type, e.value);
+  const items = Array.from(e.value as ArrayLike<unknown>);
+  if (e.itemType === GGUFValueType.FLOAT32) return Float32Array.from(items as number[]);
+  if (e.itemType === GGUFValueType.INT32) return Int32Array.from(items as number[]);
+  return items.map((v) => scalar(e.itemType!, v));
 }
 
 function isTypedOrArray(v: unknown): v is readonly unknown[] | Float32Array | Int32Array | Uint32Array {
@@ -323,44 +379,12 @@ export class GGUFWriter {
   }
 
   /**
-   * Set a metadata key. The type is inferred when omitted (integers -> UINT32 / INT32, other
-   * numbers -> FLOAT32, Float32Array -> array of FLOAT32, Int32Array -> array of INT32,
-   * Uint32Array -> array of UINT32); for an array value, `type` is the type of its items.
-   * Keys keep the order in which they were first set.
+   * Set a metadata key, typed as metadataEntry says (inferred when `type` is omitted; for an
+   * array value, `type` is its items'). Keys keep the order in which they were first set.
    */
   setMetadata(key: string, value: GGUFWritableValue, type?: GGUFValueType): this {
     this.assertDeclaring(`set metadata "${key}"`);
-    if (typeof key !== "string" || key.length === 0) throw new TypeError("metadata key must be a non-empty string");
-    let entry: MetaEntry;
-    if (isTypedOrArray(value)) {
-      let itemType = type;
-      if (itemType === undefined) {
-        if (value instanceof Float32Array) itemType = GGUFValueType.FLOAT32;
-        else if (value instanceof Int32Array) itemType = GGUFValueType.INT32;
-        else if (value instanceof Uint32Array) itemType = GGUFValueType.UINT32;
-        else if (value.length === 0) throw new TypeError(`metadata "${key}": give the item type of an empty array`);
-        else if (typeof value[0] === "number") {
-          // The widest type that holds every item.
-          const all = value as readonly number[];
-          itemType = all.every((x) => Number.isInteger(x))
-            ? all.every((x) => x >= 0 && x <= 0xffffffff)
-              ? GGUFValueType.UINT32
-              : all.every((x) => x >= -0x80000000 && x <= 0x7fffffff)
-                ? GGUFValueType.INT32
-                : GGUFValueType.INT64
-            : GGUFValueType.FLOAT32;
-        } else itemType = inferScalarType(value[0], key);
-      }
-      if (itemType === GGUFValueType.ARRAY) throw new TypeError(`metadata "${key}": nested arrays are not supported`);
-      for (let i = 0; i < value.length; i++) checkScalar(`${key}[${i}]`, itemType, value[i]);
-      entry = { type: GGUFValueType.ARRAY, itemType, value };
-    } else {
-      const t = type ?? inferScalarType(value, key);
-      if (t === GGUFValueType.ARRAY) throw new TypeError(`metadata "${key}": type ARRAY needs an array value`);
-      checkScalar(key, t, value);
-      entry = { type: t, value };
-    }
-    this.meta.set(key, entry);
+    this.meta.set(key, metadataEntry(key, value, type));
     return this;
   }
 

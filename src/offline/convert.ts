@@ -1,5 +1,7 @@
 /**
- * GGUF (or PowerInfer "PWRI" GGUF) -> `.pi` neuron store (docs/store-format.md).
+ * GGUF (or PowerInfer "PWRI" GGUF) -> `.pi` neuron store (docs/store-format.md). buildStore does
+ * the work over a StoreSource (convert/store-source.ts), which a GGUF is and a Hugging Face
+ * checkpoint read in place is too (convert/hf-source.ts, hf-to-store.ts).
  *
  * Streams: the fixed tensors are copied in 16 MiB pieces, and the FFN is built one layer at a
  * time. Per layer, Down is transposed in column bands (each band's slice of every row is read,
@@ -14,10 +16,11 @@
  * the manifest. A PWRI file's `ffn_down_t` is already transposed and is copied bit for bit when
  * its type is the store's.
  *
- * The stages, in convert/: source-ffn.ts (finding and checking the source's FFN),
- * predictor-source.ts (a separate predictor file), hot-first.ts (the activation profile and the
- * stored order), transpose-down.ts, row-conversion.ts (type changes and their error),
- * ffn-group.ts (one group's bundles and gate rows), store-metadata.ts (the metadata carried over).
+ * The stages, in convert/: store-source.ts (what is read, and how), source-ffn.ts (finding and
+ * checking the source's FFN), predictor-source.ts (a separate predictor file), hot-first.ts (the
+ * activation profile and the stored order), transpose-down.ts, row-conversion.ts (type changes
+ * and their error), ffn-group.ts (one group's bundles and gate rows), store-metadata.ts (the
+ * metadata carried over).
  */
 import { basename, resolve } from "node:path";
 import { GGMLType, traitsBytes, typeFromName, typeName, typeTraits } from "../format/ggml-types.js";
@@ -38,13 +41,11 @@ import { hotFirstOrder, loadProfile, perToken, routedShare, type ActivationProfi
 import { openPredictors, predictorsFit, type PredictorTensor } from "./convert/predictor-source.js";
 import { ErrorStats, RowConverter } from "./convert/row-conversion.js";
 import { findFFN } from "./convert/source-ffn.js";
-import { encodeMetadata, withSparseThreshold, withThresholds } from "./convert/store-metadata.js";
+import { withSparseThreshold, withThresholds } from "./convert/store-metadata.js";
+import { copyByPieces, ggufSource, type StoreSource } from "./convert/store-source.js";
 
 export { ConvertError } from "./convert/convert-error.js";
 export { hotFirstOrder, type ActivationProfile } from "./convert/hot-first.js";
-
-/** Lets the event loop run (progress, an abort) between pieces of the fixed tensors' copy. */
-const tick = () => new Promise<void>((r) => setImmediate(r));
 
 /**
  * `--type`: the FFN type of the store (the sparse kernels read every one); "keep" keeps the
@@ -106,12 +107,22 @@ export interface ConvertResult {
 }
 
 export async function convertToStore(opts: ConvertOptions): Promise<ConvertResult> {
-  const t0 = performance.now();
   const input = resolve(opts.input),
     output = resolve(opts.output);
   if (input === output) throw new ConvertError(`the output ${output} would overwrite the input`);
   // NaN/Inf in the source is refused as it is read: a store holds only what was checked.
-  const file = checkFiniteOnRead(GGUFFile.open(input));
+  return buildStore(ggufSource(checkFiniteOnRead(GGUFFile.open(input))), { ...opts, input, output });
+}
+
+/**
+ * The store of `source` (which it closes): the fixed tensors copied, then each bundle group's
+ * bundles and gate rows, then the manifest. Shared by every kind of source (store-source.ts).
+ */
+export async function buildStore(source: StoreSource, opts: ConvertOptions): Promise<ConvertResult> {
+  const t0 = performance.now();
+  const input = resolve(opts.input),
+    output = resolve(opts.output);
+  const file = source.model;
   const closers: (() => void)[] = [];
   let writer: StoreWriter | undefined;
   try {
@@ -122,14 +133,15 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
         ? openPredictors(resolve(opts.predictors), file, input, layers.length, nEmbd, layers[0].neurons, experts)
         : undefined;
     if (preds) closers.push(() => preds.close());
-    // each fixed tensor with how to read it; predictors from the predictor file win
-    const fixed: { t: PredictorTensor; read: (dst: Uint8Array, start: number, length: number) => void }[] = [
+    // each fixed tensor with how to copy it; predictors from the predictor file win
+    type Copy = (write: (piece: Uint8Array) => Promise<void>, check: () => void) => Promise<void>;
+    const fixed: { t: PredictorTensor; copy: Copy }[] = [
       ...own
         .filter((t) => !(preds && PREDICTOR_TENSOR_RE.test(t.name)))
-        .map((t) => ({ t, read: (dst: Uint8Array, o: number, n: number) => file.readTensor(t, dst, o, n) })),
+        .map((t) => ({ t, copy: ((w, c) => source.copyFixed(t, w, c)) as Copy })),
       ...(preds?.tensors ?? []).map((t) => ({
         t,
-        read: (dst: Uint8Array, o: number, n: number) => preds!.read(t, dst, o, n),
+        copy: ((w, c) => copyByPieces(t.bytes, (d, o, n) => preds!.read(t, d, o, n), w, c)) as Copy,
       })),
     ];
     const want = opts.type ?? "keep";
@@ -163,19 +175,18 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
 
     // fixed tensors, in source order, each on a page boundary
     const fixedManifest: StoreManifest["fixed"] = [];
-    const piece = new Uint8Array(16 << 20);
-    for (const { t, read } of fixed) {
+    for (const { t, copy } of fixed) {
       check();
       await writer.pad();
       fixedManifest.push({ name: t.name, type: t.type, dims: t.dims, offset: writer.position, bytes: t.bytes });
-      for (let o = 0; o < t.bytes; o += piece.length) {
-        const n = Math.min(piece.length, t.bytes - o);
-        read(piece, o, n);
-        await writer.write(piece.subarray(0, n));
-        bytesDone += n;
+      const at = writer.position;
+      await copy(async (piece) => {
+        await writer!.write(piece);
+        bytesDone += piece.length;
         progress("fixed", -1);
-        await tick();
-      }
+      }, check);
+      if (writer.position - at !== t.bytes)
+        throw new ConvertError(`${input}: ${t.name} gave ${writer.position - at} bytes, expected ${t.bytes}`);
     }
     await writer.pad();
 
@@ -191,7 +202,7 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
       const order = prof
         ? hotFirstOrder(prof.profile.layers[l].frequency)
         : Int32Array.from({ length: n }, (_, i) => i);
-      const written = await writeFFNGroup(file, writer, L, order, shape, rc, changed, {
+      const written = await writeFFNGroup(source, writer, L, order, shape, rc, changed, {
         check,
         addBytes: (b) => {
           bytesDone += b;
@@ -205,9 +216,9 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
         neurons: n,
         order: base64Of(order),
         frequency: prof ? base64Of(perToken(prof.profile.layers[l])) : null,
-        gate: partConversion("gate", L, ffnType, stats),
-        up: partConversion("up", L, ffnType, stats),
-        down: partConversion("down", L, ffnType, stats),
+        gate: partConversion(source, "gate", L, ffnType, stats),
+        up: partConversion(source, "up", L, ffnType, stats),
+        down: partConversion(source, "down", L, ffnType, stats),
         gateRows: written.gateRows,
       });
       for (const k of ["gate", "up", "down"] as const) total[k].merge(stats[k]);
@@ -220,8 +231,8 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
     };
     const neurons = layers.reduce((a, L) => a + L.neurons, 0);
     const { bytes } = await writer.finish({
-      source: { file: basename(input), bytes: file.fileSize, magic: file.magic },
-      metadata: withSparseThreshold(withThresholds(encodeMetadata(file), prof?.thresholds), preds?.threshold),
+      source: source.record,
+      metadata: withSparseThreshold(withThresholds(source.metadata(), prof?.thresholds), preds?.threshold),
       fixed: fixedManifest,
       ffn: {
         type: ffnType,
@@ -272,6 +283,6 @@ export async function convertToStore(opts: ConvertOptions): Promise<ConvertResul
     throw e;
   } finally {
     for (const close of closers) close();
-    file.close();
+    source.close();
   }
 }

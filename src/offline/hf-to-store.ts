@@ -1,45 +1,38 @@
 /**
- * A Hugging Face model directory straight to a `.pi` neuron store: the directory is converted to
- * a GGUF beside the output under a temporary name (llama.cpp's layout, the type asked for), the
- * store is built from that, and the temporary GGUF is deleted whatever happens. Peak disk use is
- * therefore about twice the model; memory stays at both stages' few chunks. Activation predictors
- * the checkpoint carries (TurboSparse's, which the GGUF leaves out) go into the store from the
+ * A Hugging Face model directory straight to a `.pi` neuron store, with no GGUF in between: the
+ * store builder (convert.ts's buildStore) reads the checkpoint in place (convert/hf-source.ts),
+ * streaming, a few chunks in memory and one bundle group's Down in the store's type. The store
+ * equals one made through `convert DIR -o x.gguf` where the two must agree (metadata, fixed
+ * tensors, Gate and Up rows), except Down: each column is quantized once from the checkpoint's
+ * values instead of being requantized from the GGUF's rows. Activation predictors the
+ * checkpoint carries (TurboSparse's, which a GGUF has no place for) go into the store from the
  * directory itself, unless `predictors` names others.
  */
-import { rm } from "node:fs/promises";
 import { resolve } from "node:path";
-import { convertHFToGGUF, type HFConvertResult, type HFOutputType } from "../format/hf/hf-to-gguf.js";
-import { convertToStore, type ConvertOptions, type ConvertResult } from "./convert.js";
+import type { HFOutputType } from "../format/hf/hf-to-gguf.js";
+import { buildStore, type ConvertOptions, type ConvertResult } from "./convert.js";
+import { hfSource } from "./convert/hf-source.js";
 
-export interface HFStoreOptions extends Omit<ConvertOptions, "type" | "onProgress"> {
-  /** the GGUF's type, which the store keeps for its FFN (the nearest type a store holds) */
+export interface HFStoreOptions extends Omit<ConvertOptions, "type"> {
+  /** the weight type as `convert DIR -o x.gguf` takes it; the store's FFN keeps it */
   type?: HFOutputType;
-  /** bytes done / in all over both stages (each stage counts its source bytes) */
-  onProgress?: (p: { stage: "gguf" | "store"; bytesDone: number; bytesTotal: number }) => void;
 }
 
-export async function convertHFToStore(opts: HFStoreOptions): Promise<{ gguf: HFConvertResult; store: ConvertResult }> {
-  const output = resolve(opts.output);
-  const temp = `${output}.hf-gguf-${process.pid}.tmp`;
-  try {
-    const gguf = await convertHFToGGUF({
-      input: opts.input,
-      output: temp,
-      type: opts.type,
-      signal: opts.signal,
-      fsync: false,
-      onProgress: (p) => opts.onProgress?.({ stage: "gguf", bytesDone: p.bytesDone, bytesTotal: p.bytesTotal }),
-    });
-    const store = await convertToStore({
-      ...opts,
-      predictors: opts.predictors ?? (gguf.predictorsLeftOut > 0 ? resolve(opts.input) : undefined),
-      input: temp,
-      output,
-      type: "keep",
-      onProgress: (p) => opts.onProgress?.({ stage: "store", bytesDone: p.bytesDone, bytesTotal: p.bytesTotal }),
-    });
-    return { gguf, store };
-  } finally {
-    await rm(temp, { force: true });
-  }
+export interface HFStoreResult {
+  arch: string;
+  /** the type asked for, "auto" resolved */
+  type: string;
+  store: ConvertResult;
+}
+
+export async function convertHFToStore(opts: HFStoreOptions): Promise<HFStoreResult> {
+  const input = resolve(opts.input);
+  const { source, type, arch, predictors } = hfSource(input, opts.type ?? "auto");
+  const store = await buildStore(source, {
+    ...opts,
+    input,
+    predictors: opts.predictors ?? (predictors > 0 ? input : undefined),
+    type: "keep",
+  });
+  return { arch, type, store };
 }

@@ -86,7 +86,7 @@ export interface HFConvertResult {
 const FLOAT_TYPES: readonly HFOutputType[] = ["f32", "f16", "bf16"];
 
 /** About 4 MiB of f32 values per chunk. */
-const CHUNK_VALUES = 1 << 20;
+export const CHUNK_VALUES = 1 << 20;
 
 /** The checkpoint's float type decides "auto", as llama.cpp's converter does: its first matrix's. */
 function autoType(plan: ConversionPlan): Exclude<HFOutputType, "auto"> {
@@ -136,6 +136,63 @@ export function openHFModel(dir: string): {
   }
 }
 
+/** What a directory's GGUF holds before its tensor data: its metadata in order, and each planned tensor's type. */
+export interface GGUFLayout {
+  /** the type asked for, "auto" resolved */
+  type: Exclude<HFOutputType, "auto">;
+  metadata: { key: string; value: GGUFWritableValue; type?: GGUFValueType }[];
+  /** per plan.tensors entry */
+  types: GGMLType[];
+  /** the checkpoint's MXFP4 matrices: kept as MXFP4, or written as their values (f32, f16, bf16) */
+  mxfp4?: "kept" | "dequantized";
+}
+
+/**
+ * The GGUF's metadata and tensor types for `want`: one place for what a GGUF of the directory
+ * and a store made straight from it (offline/convert/hf-source.ts) must agree on.
+ */
+export function ggufLayoutOf(
+  dir: string,
+  { cfg, plan, tok }: { cfg: HFConfig; plan: ConversionPlan; tok: HFTokenizerFiles },
+  want: HFOutputType,
+): GGUFLayout {
+  if (!HF_OUTPUT_TYPES.includes(want))
+    throw new HFConvertError(`--type must be one of ${HF_OUTPUT_TYPES.join(", ")}, got "${want}"`);
+  const type = want === "auto" ? autoType(plan) : want;
+  const ggmlType = GGML_OF[type];
+  const block = typeTraits(ggmlType)!.blockSize;
+  const vocab = ggufVocabFromHF(tok.tokenizerJson, tok.tokenizerConfig, {
+    vocabSize: plan.vocabSize,
+    config: cfg.json,
+    chatTemplate: tok.chatTemplate,
+  });
+  // a key set twice keeps its first place and its last value, as GGUFWriter.setMetadata does
+  const meta = new Map<string, { value: GGUFWritableValue; type?: GGUFValueType }>();
+  const set = (key: string, value: GGUFWritableValue, type?: GGUFValueType) => meta.set(key, { value, type });
+  // GGUFWriter always stores the alignment first
+  set("general.alignment", 32, GGUFValueType.UINT32);
+  set("general.architecture", plan.arch);
+  set("general.type", "model");
+  const name = ggufModelName(dir, vocab.get("tokenizer.ggml.tokens") as string[]);
+  if (name !== undefined) set("general.name", name);
+  for (const m of plan.metadata) if (m.key !== "general.architecture") set(m.key, m.value, m.type);
+  const hasMxfp4 = plan.tensors.some((t) => t.mxfp4);
+  const keepMxfp4 = hasMxfp4 && !FLOAT_TYPES.includes(want);
+  // llama.cpp's converter: a float type over kept MXFP4 experts is MOSTLY_MXFP4_MOE
+  const fileType = keepMxfp4 && FLOAT_TYPES.includes(type) ? LLAMA_FILE_TYPE.mxfp4 : LLAMA_FILE_TYPE[type];
+  set("general.file_type", fileType, GGUFValueType.UINT32);
+  set("general.quantization_version", 2, GGUFValueType.UINT32);
+  for (const [k, v] of vocab) set(k, v as GGUFWritableValue);
+  return {
+    type,
+    metadata: [...meta].map(([key, m]) => ({ key, ...m })),
+    types: plan.tensors.map((t) =>
+      t.mxfp4 && keepMxfp4 ? GGMLType.MXFP4 : outputTypeFor(t.name, t.dims, ggmlType, block),
+    ),
+    ...(hasMxfp4 ? { mxfp4: keepMxfp4 ? "kept" : "dequantized" } : {}),
+  };
+}
+
 export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvertResult> {
   const t0 = performance.now();
   const dir = resolve(opts.input);
@@ -143,35 +200,10 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
   const { cfg, ckpt, plan, tok } = openHFModel(dir);
   let writer: GGUFWriter | undefined;
   try {
-    const want = opts.type ?? "auto";
-    if (!HF_OUTPUT_TYPES.includes(want))
-      throw new HFConvertError(`--type must be one of ${HF_OUTPUT_TYPES.join(", ")}, got "${want}"`);
-    const type = want === "auto" ? autoType(plan) : want;
-    const ggmlType = GGML_OF[type];
-    const block = typeTraits(ggmlType)!.blockSize;
-    const vocab = ggufVocabFromHF(tok.tokenizerJson, tok.tokenizerConfig, {
-      vocabSize: plan.vocabSize,
-      config: cfg.json,
-      chatTemplate: tok.chatTemplate,
-    });
-
+    const layout = ggufLayoutOf(dir, { cfg, plan, tok }, opts.type ?? "auto");
     writer = new GGUFWriter(output, { fsync: opts.fsync });
-    writer.setMetadata("general.architecture", plan.arch);
-    writer.setMetadata("general.type", "model");
-    const name = ggufModelName(dir, vocab.get("tokenizer.ggml.tokens") as string[]);
-    if (name !== undefined) writer.setMetadata("general.name", name);
-    for (const m of plan.metadata) if (m.key !== "general.architecture") writer.setMetadata(m.key, m.value, m.type);
-    const hasMxfp4 = plan.tensors.some((t) => t.mxfp4);
-    const keepMxfp4 = hasMxfp4 && !FLOAT_TYPES.includes(want);
-    // llama.cpp's converter: a float type over kept MXFP4 experts is MOSTLY_MXFP4_MOE
-    const fileType = keepMxfp4 && FLOAT_TYPES.includes(type) ? LLAMA_FILE_TYPE.mxfp4 : LLAMA_FILE_TYPE[type];
-    writer.setMetadata("general.file_type", fileType, GGUFValueType.UINT32);
-    writer.setMetadata("general.quantization_version", 2, GGUFValueType.UINT32);
-    for (const [k, v] of vocab) writer.setMetadata(k, v as GGUFWritableValue);
-
-    const types = plan.tensors.map((t) =>
-      t.mxfp4 && keepMxfp4 ? GGMLType.MXFP4 : outputTypeFor(t.name, t.dims, ggmlType, block),
-    );
+    for (const m of layout.metadata) writer.setMetadata(m.key, m.value, m.type);
+    const { type, types } = layout;
     plan.tensors.forEach((t, i) => writer!.addTensor(t.name, t.dims, types[i]));
 
     const bytesTotal = plan.tensors.reduce((a, t) => a + sourceBytes(t), 0);
@@ -200,7 +232,7 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
       bytes,
       seconds: (performance.now() - t0) / 1000,
       predictorsLeftOut: plan.predictors.length,
-      ...(hasMxfp4 ? { mxfp4: keepMxfp4 ? "kept" : "dequantized" } : {}),
+      ...(layout.mxfp4 ? { mxfp4: layout.mxfp4 } : {}),
     };
   } catch (e) {
     await writer?.abort();
@@ -210,7 +242,8 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
   }
 }
 
-function sourceBytes(t: PlannedTensor): number {
+/** The checkpoint bytes that make `t` (what progress counts). */
+export function sourceBytes(t: PlannedTensor): number {
   if (t.mxfp4) return (t.mxfp4.blocks.bytes + t.mxfp4.scales.bytes) / t.mxfp4.step;
   if (!t.parts) return 0;
   return t.parts.reduce(
@@ -228,11 +261,11 @@ function rowsOfSource(p: RowRange): number {
  * One output tensor, chunk by chunk: rows of f32 values, then each row converted to `type` and
  * handed to the sink. `report(n)` counts source bytes read.
  */
-async function writeTensor(
+export async function writeTensor(
   ckpt: SafetensorsCheckpoint,
   t: PlannedTensor,
   type: GGMLType,
-  sink: TensorSink,
+  sink: Pick<TensorSink, "write">,
   buf: Float32Array,
   scratch: Uint8Array,
   report: (sourceBytes: number) => void,
@@ -243,16 +276,7 @@ async function writeTensor(
   const emit = async (values: Float32Array, rows: number) => {
     if (t.addOne) for (let i = 0; i < rows * rowLen; i++) values[i] = Math.fround(values[i] + 1);
     const out = new Uint8Array(rows * outRowBytes);
-    if (type === GGMLType.F32) out.set(new Uint8Array(values.buffer, values.byteOffset, rows * rowLen * 4));
-    else if (type === GGMLType.F16) f32ToF16Array(values.subarray(0, rows * rowLen), new Uint16Array(out.buffer));
-    else if (type === GGMLType.BF16) f32ToBF16Array(values.subarray(0, rows * rowLen), new Uint16Array(out.buffer));
-    else
-      for (let r = 0; r < rows; r++)
-        quantizeRow(
-          type,
-          values.subarray(r * rowLen, (r + 1) * rowLen),
-          out.subarray(r * outRowBytes, (r + 1) * outRowBytes),
-        );
+    encodeRows(type, values, rows, rowLen, out);
     await sink.write(out);
   };
   if (t.values) {
@@ -293,6 +317,23 @@ async function writeTensor(
       } else await emit(vals, n);
       await new Promise<void>((res) => setImmediate(res));
     }
+  }
+}
+
+/**
+ * `rows` rows of `rowLen` f32 values as `type` into `out` (rows of whole blocks): the one
+ * encoding of a GGUF's rows, which a store made straight from the checkpoint repeats exactly.
+ */
+export function encodeRows(type: GGMLType, values: Float32Array, rows: number, rowLen: number, out: Uint8Array): void {
+  const n = rows * rowLen;
+  if (type === GGMLType.F32) out.set(new Uint8Array(values.buffer, values.byteOffset, n * 4));
+  else if (type === GGMLType.F16) f32ToF16Array(values.subarray(0, n), new Uint16Array(out.buffer, out.byteOffset, n));
+  else if (type === GGMLType.BF16)
+    f32ToBF16Array(values.subarray(0, n), new Uint16Array(out.buffer, out.byteOffset, n));
+  else {
+    const rb = out.length / rows;
+    for (let r = 0; r < rows; r++)
+      quantizeRow(type, values.subarray(r * rowLen, (r + 1) * rowLen), out.subarray(r * rb, (r + 1) * rb));
   }
 }
 
@@ -347,7 +388,7 @@ async function writeMxfp4(
   t: PlannedTensor,
   src: Mxfp4Source,
   type: GGMLType,
-  sink: TensorSink,
+  sink: Pick<TensorSink, "write">,
   emit: (values: Float32Array, rows: number) => Promise<void>,
   report: (sourceBytes: number) => void,
 ): Promise<void> {

@@ -5,11 +5,12 @@
  * reads them in one sweep.
  */
 import type { GGMLType } from "../../format/ggml-types.js";
-import type { GGUFFile } from "../../format/gguf.js";
 import type { BundleParts, StoreConversion, StoreWriter } from "../../format/store/index.js";
 import { dequantizeRow } from "../../format/quant.js";
+import type { ModelFile } from "../../format/gguf.js";
 import { ErrorStats, type RowConverter } from "./row-conversion.js";
-import { readRows, type FFNTensors } from "./source-ffn.js";
+import type { FFNTensors } from "./source-ffn.js";
+import { convertedFrom, type StoreSource } from "./store-source.js";
 import { transposeDown } from "./transpose-down.js";
 
 /** Lets the event loop run (progress, an abort) between pieces of a long conversion. */
@@ -47,7 +48,7 @@ export interface WrittenGroup {
  * part, the source type of a part that had to be converted (left alone when it was copied).
  */
 export async function writeFFNGroup(
-  file: GGUFFile,
+  source: StoreSource,
   writer: StoreWriter,
   L: FFNTensors,
   order: Int32Array,
@@ -65,11 +66,11 @@ export async function writeFFNGroup(
   let downT: Uint8Array | undefined;
   if (!L.transposed) {
     downT = new Uint8Array(n * downBytes);
-    await transposeDown(file, L.down, n, nEmbd, downType, downBytes, downT, rc, stats.down, progress.check, (b) => {
+    await transposeDown(source, L.down, n, nEmbd, downType, downBytes, downT, rc, stats.down, progress.check, (b) => {
       progress.addBytes(b);
       progress.report();
     });
-    changed.down = L.down.t.type;
+    changed.down = convertedFrom(source, L.down);
   }
 
   const offset = writer.position;
@@ -81,6 +82,8 @@ export async function writeFFNGroup(
     up: new Uint8Array(group * srcRb.up),
     down: new Uint8Array(L.transposed ? group * srcRb.down : 0),
   };
+  // rows read as values (a checkpoint read in place) are quantized once, measured against them
+  const values = source.valuesType(L.gate) !== null ? new Float32Array(group * nEmbd) : undefined;
   // The layer's gate rows as stored, collected for their contiguous copy after the bundles.
   const gateRows = new Uint8Array(n * rowBytes);
   for (let p0 = 0; p0 < n; p0 += group) {
@@ -97,7 +100,22 @@ export async function writeFFNGroup(
       const m = L[kind];
       const type = m.t.type;
       const at = parts[kind];
-      readRows(file, m, idx, scratch[kind]);
+      const from = source.valuesType(m);
+      if (from !== null) {
+        source.readRowValues(m, idx, values!);
+        for (let k = 0; k < g; k++)
+          rc.quantize(
+            m.t.name,
+            values!.subarray(k * nEmbd, (k + 1) * nEmbd),
+            ffnType,
+            out.subarray(k * bundleBytes + at, k * bundleBytes + at + rowBytes),
+            stats[kind],
+          );
+        if (from !== ffnType) changed[kind] = from;
+        progress.addBytes(g * srcRb[kind]);
+        continue;
+      }
+      source.readRows(m, idx, scratch[kind]);
       const rb = srcRb[kind];
       for (let k = 0; k < g; k++) {
         const src = scratch[kind].subarray(k * rb, (k + 1) * rb);
@@ -108,7 +126,7 @@ export async function writeFFNGroup(
       if (type !== ffnType) changed[kind] = type;
       progress.addBytes(g * rb);
     }
-    if (L.biases) putBiases(file, L, idx, parts.biases!, bundleBytes, out);
+    if (L.biases) putBiases(source.model, L, idx, parts.biases!, bundleBytes, out);
     for (let k = 0; k < g; k++)
       gateRows.set(out.subarray(k * bundleBytes, k * bundleBytes + rowBytes), (p0 + k) * rowBytes);
     await writer.write(out.subarray(0, g * bundleBytes));
@@ -126,7 +144,7 @@ export async function writeFFNGroup(
  * Each listed neuron's gate and up biases (f32: F32, F16 and BF16 values exactly) into its bundle at `at` (bundles of `bundleBytes` in `out`, in the order of `idx`).
  */
 function putBiases(
-  file: GGUFFile,
+  file: ModelFile,
   L: FFNTensors,
   idx: Int32Array,
   at: number,
@@ -146,11 +164,14 @@ function putBiases(
 
 /** A part's conversion record for the manifest: null when its rows were copied bit for bit. */
 export function partConversion(
+  source: StoreSource,
   kind: BundlePart,
   L: FFNTensors,
   ffnType: GGMLType,
   stats: Record<BundlePart, ErrorStats>,
 ): StoreConversion | null {
   const m = L[kind];
-  return m.t.type === ffnType && (kind !== "down" || L.transposed) ? null : stats[kind].report(m.t.type);
+  if (kind === "down" && !L.transposed) return stats.down.report(convertedFrom(source, m));
+  const from = convertedFrom(source, m);
+  return from === ffnType ? null : stats[kind].report(from);
 }

@@ -3,7 +3,7 @@
  * each group's hot-first order and its per-token frequencies, and its thresholds for the metadata.
  */
 import { readFileSync } from "node:fs";
-import type { GGUFFile } from "../../format/gguf.js";
+import type { ModelFile } from "../../format/gguf.js";
 import { checkFingerprint, modelFingerprint, profileThresholds, ProfileError } from "../profile.js";
 import { ConvertError } from "./convert-error.js";
 import type { FFNTensors } from "./source-ffn.js";
@@ -32,7 +32,7 @@ export interface LoadedProfile {
 }
 
 /** Read profile `p` (or take it as given) and check it fits `layers` of `model`. */
-export function loadProfile(p: string | ActivationProfile, layers: FFNTensors[], model: GGUFFile): LoadedProfile {
+export function loadProfile(p: string | ActivationProfile, layers: FFNTensors[], model: ModelFile): LoadedProfile {
   let profile: ActivationProfile;
   let file: string | null = null;
   if (typeof p === "string") {

@@ -4,7 +4,7 @@
  * (predictor-safetensors.ts); either way of the shapes its layers (or experts) need.
  */
 import { GGMLType, typeName } from "../../format/ggml-types.js";
-import { GGUFFile, type GGUFTensorInfo } from "../../format/gguf.js";
+import { GGUFFile, type GGUFTensorInfo, type ModelFile } from "../../format/gguf.js";
 import { checkFiniteOnRead } from "../../format/finite-check.js";
 import { checkPredictorExperts, predictorNames } from "../../model/offload/predictor.js";
 import { checkFingerprint, modelFingerprint, ProfileError } from "../profile.js";
@@ -13,7 +13,7 @@ import { ConvertError } from "./convert-error.js";
 import { isSafetensorsPredictors, openSafetensorsPredictors } from "./predictor-safetensors.js";
 
 /** checkPredictorExperts of `file` for `model` of `groups` (layers x experts), as a ConvertError. */
-export function predictorsFit(file: GGUFFile, model: GGUFFile, groups: number, experts: number): void {
+export function predictorsFit(file: ModelFile, model: ModelFile, groups: number, experts: number): void {
   try {
     checkPredictorExperts(file, { nLayer: groups / Math.max(1, experts), nExpert: experts }, model.architecture);
   } catch (e) {
@@ -41,7 +41,7 @@ export interface PredictorSource {
  */
 export function openPredictors(
   path: string,
-  model: GGUFFile,
+  model: ModelFile,
   modelPath: string,
   groups: number,
   nEmbd: number,

@@ -4,7 +4,7 @@
  * tensor, which the store keeps as a fixed tensor.
  */
 import { GGMLType, typeName, typeTraits } from "../../format/ggml-types.js";
-import type { GGUFFile, GGUFTensorInfo } from "../../format/gguf.js";
+import type { GGUFFile, GGUFTensorInfo, ModelFile } from "../../format/gguf.js";
 import { STORE_FFN_TYPES } from "../../format/store/index.js";
 import { ARCHITECTURES } from "../../model/arch/index.js";
 import { ConvertError } from "./convert-error.js";
@@ -82,7 +82,7 @@ export interface SourceFFN {
 }
 
 /** The FFN of `file`, dense or a mixture of experts (its metadata's expert_count says which). */
-export function findFFN(file: GGUFFile): SourceFFN {
+export function findFFN(file: ModelFile): SourceFFN {
   const experts = file.has(`${file.architecture}.expert_count`)
     ? file.getNumber(`${file.architecture}.expert_count`)
     : 0;
@@ -158,7 +158,7 @@ export function findFFN(file: GGUFFile): SourceFFN {
   return { layers, nEmbd, fixed, experts: 0 };
 }
 
-function checkReadable(file: GGUFFile, t: GGUFTensorInfo): void {
+function checkReadable(file: ModelFile, t: GGUFTensorInfo): void {
   const tr = typeTraits(t.type);
   if (!tr || (!STORE_FFN_TYPES.includes(t.type) && ![GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K].includes(t.type))) {
     throw new ConvertError(
@@ -173,7 +173,7 @@ function checkReadable(file: GGUFFile, t: GGUFTensorInfo): void {
  * routers (ffn_gate_inp) stay fixed tensors. `biased` (gpt-oss): each expert's gate and up biases
  * go into its bundles, one value per neuron; the down biases (one row per expert) stay fixed.
  */
-function findExperts(file: GGUFFile, experts: number, biased: boolean): SourceFFN {
+function findExperts(file: ModelFile, experts: number, biased: boolean): SourceFFN {
   const fixed: GGUFTensorInfo[] = [];
   const byLayer = new Map<number, Map<string, GGUFTensorInfo>>();
   const biasTensors = new Map<string, GGUFTensorInfo>();

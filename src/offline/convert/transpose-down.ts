@@ -1,24 +1,24 @@
 /**
- * Down as one row per neuron. A GGUF stores Down as nEmbd rows of nFF values, quantized in blocks
- * along a row, and a bundle needs column i (nEmbd values) contiguous, so each column is
- * requantized with blocks along it.
+ * Down as one row per neuron. A GGUF (and a checkpoint) stores Down as nEmbd rows of nFF values,
+ * a GGUF quantized in blocks along a row, and a bundle needs column i (nEmbd values) contiguous,
+ * so each column is quantized with blocks along it: requantized from a GGUF's values, quantized
+ * once from a checkpoint's.
  */
 import { traitsBytes, typeTraits, type GGMLType } from "../../format/ggml-types.js";
-import type { GGUFFile } from "../../format/gguf.js";
-import { dequantizeRow } from "../../format/quant.js";
 import type { ErrorStats, RowConverter } from "./row-conversion.js";
 import type { MatrixView } from "./source-ffn.js";
+import type { StoreSource } from "./store-source.js";
 
 /** Lets the event loop run (progress, an abort) between bands of a long transposition. */
 const tick = () => new Promise<void>((r) => setImmediate(r));
 
 /**
  * Down ([n] columns x [nEmbd] rows, blocks along a row) -> one row per neuron (column) in
- * `type`. Works in bands of columns: each band's slice of every source row is read and
- * dequantized into an nEmbd x band f32 tile, then each column of the tile is quantized.
+ * `type`. Works in bands of columns: each band's slice of every source row is read as f32 into
+ * an nEmbd x band tile, then each column of the tile is quantized.
  */
 export async function transposeDown(
-  file: GGUFFile,
+  source: StoreSource,
   m: MatrixView,
   n: number,
   nEmbd: number,
@@ -32,12 +32,11 @@ export async function transposeDown(
 ): Promise<void> {
   const t = m.t;
   const src = typeTraits(t.type)!;
-  const srcRb = m.rowBytes;
+  const step = source.downBandStep(m);
   // at most ~32 MiB of f32 tile, a whole number of source blocks wide
-  const maxBand = Math.max(src.blockSize, Math.floor((8 << 20) / nEmbd / src.blockSize) * src.blockSize);
+  const maxBand = Math.max(step, Math.floor((8 << 20) / nEmbd / step) * step);
   const band = Math.min(n, maxBand);
   const tile = new Float32Array(nEmbd * band);
-  const slice = new Uint8Array(traitsBytes(src, band));
   // columns are gathered 16 at a time, so each row of the tile is read 16 floats at once
   // (a column-at-a-time gather strides through the whole tile and was the converter's hot spot)
   const G = 16;
@@ -45,12 +44,7 @@ export async function transposeDown(
   for (let c0 = 0; c0 < n; c0 += band) {
     check();
     const w = Math.min(band, n - c0);
-    const sb = traitsBytes(src, w);
-    const at = traitsBytes(src, c0);
-    for (let r = 0; r < nEmbd; r++) {
-      file.readTensor(t, slice, m.base + r * srcRb + at, sb);
-      dequantizeRow(t.type, slice.subarray(0, sb), w, tile, r * w);
-    }
+    source.readDownBand(m, c0, w, tile);
     for (let j0 = 0; j0 < w; j0 += G) {
       const g = Math.min(G, w - j0);
       for (let r = 0; r < nEmbd; r++) {
@@ -68,7 +62,8 @@ export async function transposeDown(
         );
       }
     }
-    onBytes(sb * nEmbd);
+    // progress counts the matrix's bytes as the GGUF holds (or would hold) them
+    onBytes(traitsBytes(src, w) * nEmbd);
     await tick();
   }
 }

@@ -1,0 +1,164 @@
+/**
+ * Values of a planned tensor read where they lie, without producing the tensor: a slice of its
+ * rows as f32, straight from the checkpoint. What a neuron store built from the checkpoint needs
+ * of the FFN (a few rows of Gate and Up in any order, a band of Down's columns, an expert's
+ * biases), for tensors made of checkpoint rows (a rename, a fused tensor's part, experts stacked,
+ * Gemma's norms with their one added), of every step-th value of each row (gpt-oss's fused gate
+ * and up biases), of picked columns read down a matrix (transformers' fused gpt-oss experts), or
+ * of MXFP4 rows (gpt-oss's published experts), or computed (rope_freqs). Not llama's rotary
+ * regrouping (attention only).
+ */
+import { dequantizeMXFP4, MXFP4_BLOCK_BYTES } from "../mxfp4.js";
+import { pickedCount } from "./column-pick.js";
+import { HFConvertError } from "./hf-config.js";
+import { HF_MXFP4_CODE_BYTES, repackMxfp4Row } from "./mxfp4-blocks.js";
+import type { Mxfp4Source, PlannedTensor, RowRange } from "./plan.js";
+import type { SafetensorsCheckpoint } from "./safetensors.js";
+
+/**
+ * Values [first, first + count) of each of rows [row0, row0 + rows) of `t` (rows of dims[0]
+ * values, counted over all higher dimensions) into `dst`, `count` per row, one read per run of
+ * rows in one checkpoint tensor where its rows are the checkpoint's. `scratch` is reused for the
+ * raw bytes. A NaN or infinity is refused, naming the checkpoint's file and tensor, as a GGUF's
+ * are when a store is made of it.
+ */
+export function readPlannedRows(
+  ckpt: SafetensorsCheckpoint,
+  t: PlannedTensor,
+  row0: number,
+  rows: number,
+  first: number,
+  count: number,
+  dst: Float32Array,
+  scratch: Uint8Array,
+): void {
+  const rowLen = t.dims[0];
+  if (t.values) {
+    // computed from the config (rope_freqs)
+    for (let k = 0; k < rows; k++)
+      dst.set(t.values.subarray((row0 + k) * rowLen + first, (row0 + k) * rowLen + first + count), k * count);
+    return;
+  }
+  if (t.mxfp4) {
+    const bytes = new Uint8Array((rowLen / 32) * MXFP4_BLOCK_BYTES);
+    const row = new Float32Array(rowLen);
+    for (let k = 0; k < rows; k++) {
+      readPlannedMxfp4(ckpt, t, row0 + k, 1, bytes);
+      dequantizeMXFP4(bytes, rowLen, row, 0);
+      dst.set(row.subarray(first, first + count), k * count);
+    }
+    checkFinite(t.mxfp4.blocks.file, t.mxfp4.blocks.name, dst.subarray(0, rows * count), row0, first, count);
+    return;
+  }
+  if (!t.parts || t.parts.some((p) => p.ropeHeadRows))
+    throw new HFConvertError(
+      `tensor "${t.name}" is not made of checkpoint rows as they are: it cannot be read in place`,
+    );
+  let at = 0; // first row of the current part within t
+  let done = 0;
+  for (const p of t.parts) {
+    const end = at + p.rows;
+    const lo = Math.max(row0 + done, at);
+    const hi = Math.min(row0 + rows, end);
+    if (lo < hi) {
+      const r = p.firstRow + (lo - at);
+      const got = dst.subarray(done * count, (done + hi - lo) * count);
+      readPartRows(ckpt, p, rowLen, r, hi - lo, first, count, got, scratch);
+      checkFinite(p.source.file, p.source.name, got, r, first, count);
+      done += hi - lo;
+      if (done === rows) break;
+    }
+    at = end;
+  }
+  if (done !== rows)
+    throw new HFConvertError(`tensor "${t.name}": rows [${row0}, ${row0 + rows}) are past its ${at} rows`);
+  if (t.addOne) for (let i = 0; i < rows * count; i++) dst[i] = Math.fround(dst[i] + 1);
+}
+
+/** Rows [r, r + n) of part `p` (values [first, first + count) of each) into dst. */
+function readPartRows(
+  ckpt: SafetensorsCheckpoint,
+  p: RowRange,
+  rowLen: number,
+  r: number,
+  n: number,
+  first: number,
+  count: number,
+  dst: Float32Array,
+  scratch: Uint8Array,
+): void {
+  const file = ckpt.fileOf(p.source);
+  const pick = p.columns;
+  if (pick?.transpose) {
+    // output row R is picked column R % picked of matrix R / picked, read down its rows: per run
+    // of rows in one matrix, the span of source columns they take from each source row needed
+    const s = p.source.shape;
+    const width = s[s.length - 1],
+      inRows = s[s.length - 2];
+    const picked = pickedCount(width, pick);
+    if (inRows !== rowLen)
+      throw new HFConvertError(`tensor "${p.source.name}": its matrices' ${inRows} rows do not make rows of ${rowLen}`);
+    for (let k = 0; k < n;) {
+      const e = Math.floor((r + k) / picked),
+        c = (r + k) % picked;
+      const m = Math.min(n - k, picked - c);
+      const col0 = pick.first + c * pick.step;
+      const span = (m - 1) * pick.step + 1;
+      const src = new Float32Array(span);
+      for (let i = 0; i < count; i++) {
+        file.readF32(p.source, (e * inRows + first + i) * width + col0, src, scratch);
+        for (let j = 0; j < m; j++) dst[(k + j) * count + i] = src[j * pick.step];
+      }
+      k += m;
+    }
+  } else if (pick) {
+    // every step-th value of the source row: read the row whole, then pick
+    const width = p.source.shape[p.source.shape.length - 1];
+    if (pickedCount(width, pick) !== rowLen)
+      throw new HFConvertError(`tensor "${p.source.name}": its picked columns do not make rows of ${rowLen}`);
+    const src = new Float32Array(width);
+    for (let k = 0; k < n; k++) {
+      file.readF32(p.source, (r + k) * width, src, scratch);
+      for (let c = 0; c < count; c++) dst[k * count + c] = src[pick.first + (first + c) * pick.step];
+    }
+  } else if (count === rowLen) file.readF32(p.source, r * rowLen, dst.subarray(0, n * count), scratch);
+  else
+    for (let k = 0; k < n; k++)
+      file.readF32(p.source, (r + k) * rowLen + first, dst.subarray(k * count, (k + 1) * count), scratch);
+}
+
+function checkFinite(file: string, name: string, got: Float32Array, row0: number, first: number, count: number): void {
+  for (let i = 0; i < got.length; i++)
+    if (!Number.isFinite(got[i]))
+      throw new HFConvertError(
+        `${file}: tensor "${name}" holds ${got[i]} (row ${row0 + Math.floor(i / count)}, column ${first + (i % count)}): a store holds only finite weights`,
+      );
+}
+
+/**
+ * Rows [row0, row0 + rows) of an MXFP4-planned tensor as ggml's MXFP4 blocks (the bytes a GGUF
+ * keeps) into dst: output row e * outRows + r of expert e is its source row first + r * step.
+ */
+export function readPlannedMxfp4(
+  ckpt: SafetensorsCheckpoint,
+  t: PlannedTensor,
+  row0: number,
+  rows: number,
+  dst: Uint8Array,
+): void {
+  const src: Mxfp4Source = t.mxfp4!;
+  const [, srcRows, nBlocks] = src.scales.shape;
+  const outRows = t.dims[1];
+  const codes = new Uint8Array(nBlocks * HF_MXFP4_CODE_BYTES);
+  const scales = new Uint8Array(nBlocks);
+  const blocksFile = ckpt.fileOf(src.blocks),
+    scalesFile = ckpt.fileOf(src.scales);
+  for (let k = 0; k < rows; k++) {
+    const e = Math.floor((row0 + k) / outRows),
+      r = (row0 + k) % outRows;
+    const row = e * srcRows + src.first + r * src.step;
+    blocksFile.readBytes(src.blocks, row * codes.length, codes);
+    scalesFile.readBytes(src.scales, row * nBlocks, scales);
+    repackMxfp4Row(codes, 0, scales, 0, nBlocks, dst, k * nBlocks * MXFP4_BLOCK_BYTES);
+  }
+}

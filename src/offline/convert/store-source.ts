@@ -1,0 +1,91 @@
+/**
+ * What the store builder (convert.ts's buildStore) reads from a model, whatever holds it: a GGUF
+ * (ggufSource, here) or a Hugging Face checkpoint read in place (hf-source.ts). The model is
+ * seen as the GGUF it is or would be (tensor names, types and shapes, metadata), so finding the
+ * FFN, the type rules, profiles and predictors are one code for both; only reading differs.
+ */
+import { basename } from "node:path";
+import { traitsBytes, typeTraits, type GGMLType } from "../../format/ggml-types.js";
+import type { GGUFFile, GGUFTensorInfo, ModelFile } from "../../format/gguf.js";
+import { dequantizeRow } from "../../format/quant.js";
+import type { EncodedMetadata, StoreManifest } from "../../format/store/index.js";
+import { readRows, type MatrixView } from "./source-ffn.js";
+import { encodeMetadata } from "./store-metadata.js";
+
+export interface StoreSource {
+  /** the model as a GGUF: names, types, shapes and metadata (reading it is for fingerprints) */
+  readonly model: ModelFile;
+  /** the manifest's record of where the store came from */
+  readonly record: StoreManifest["source"];
+  /** the metadata the store keeps, each key with its GGUF type */
+  metadata(): EncodedMetadata[];
+  /**
+   * The type of the values `m` is read from in place (a checkpoint's F32, F16 or BF16): then Gate
+   * and Up rows come as f32 values (readRowValues) and are quantized once, their error measured
+   * against them. null: rows come as bytes of m.t.type (readRows), copied or converted.
+   */
+  valuesType(m: MatrixView): GGMLType | null;
+  /** rows `indices` of `m` into dst, in m.t.type */
+  readRows(m: MatrixView, indices: Int32Array, dst: Uint8Array): void;
+  /** rows `indices` of `m` into dst as f32 values (a source with a valuesType) */
+  readRowValues(m: MatrixView, indices: Int32Array, dst: Float32Array): void;
+  /** Down (`m`, nEmbd rows of nFF): values [c0, c0 + w) of every row, as f32, row after row */
+  readDownBand(m: MatrixView, c0: number, w: number, tile: Float32Array): void;
+  /** bands of Down start on a multiple of this (the source's block) */
+  downBandStep(m: MatrixView): number;
+  /** a fixed tensor's bytes, in order, a piece at a time (`check` between pieces: an abort) */
+  copyFixed(t: GGUFTensorInfo, write: (piece: Uint8Array) => Promise<void>, check: () => void): Promise<void>;
+  close(): void;
+}
+
+/** Lets the event loop run (progress, an abort) between pieces. */
+const tick = () => new Promise<void>((r) => setImmediate(r));
+
+/** Copy `bytes` bytes that `read` gives at any offset, 16 MiB at a time. */
+export async function copyByPieces(
+  bytes: number,
+  read: (dst: Uint8Array, start: number, length: number) => void,
+  write: (piece: Uint8Array) => Promise<void>,
+  check: () => void,
+): Promise<void> {
+  const piece = new Uint8Array(Math.min(bytes, 16 << 20));
+  for (let o = 0; o < bytes; o += piece.length) {
+    check();
+    const n = Math.min(piece.length, bytes - o);
+    read(piece, o, n);
+    await write(piece.subarray(0, n));
+    await tick();
+  }
+}
+
+/** A GGUF (or PWRI) file as a store's source. */
+export function ggufSource(file: GGUFFile): StoreSource {
+  return {
+    model: file,
+    record: { file: basename(file.path), bytes: file.fileSize, magic: file.magic },
+    metadata: () => encodeMetadata(file),
+    valuesType: () => null,
+    readRows: (m, indices, dst) => readRows(file, m, indices, dst),
+    readRowValues: (m) => {
+      throw new Error(`${m.name}: a GGUF's rows are read as bytes`);
+    },
+    readDownBand: (m, c0, w, tile) => {
+      const src = typeTraits(m.t.type)!;
+      const sb = traitsBytes(src, w);
+      const at = traitsBytes(src, c0);
+      const slice = new Uint8Array(sb);
+      for (let r = 0; r < m.rows; r++) {
+        file.readTensor(m.t, slice, m.base + r * m.rowBytes + at, sb);
+        dequantizeRow(m.t.type, slice, w, tile, r * w);
+      }
+    },
+    downBandStep: (m) => typeTraits(m.t.type)!.blockSize,
+    copyFixed: (t, write, check) => copyByPieces(t.bytes, (d, o, n) => file.readTensor(t, d, o, n), write, check),
+    close: () => file.close(),
+  };
+}
+
+/** The type a matrix's values are converted from, for the manifest: the values' own where read in place. */
+export function convertedFrom(source: StoreSource, m: MatrixView): GGMLType {
+  return source.valuesType(m) ?? m.t.type;
+}
