@@ -342,9 +342,7 @@ export class OffloadedFFN {
     //    later rounds would want), a dense model's next layer's read-ahead.
     const round = this.misses.read(step, lists.missPos, 0, step.misses, false);
     if (!this.pipeline) await this.landed(step, round, lists.missPos);
-    const ahead = this.readAhead
-      ? readAheadGroup(l, this.nLayer, this.store.ffn.experts, round.to, step.misses)
-      : -1;
+    const ahead = this.readAhead ? readAheadGroup(l, this.nLayer, this.store.ffn.experts, round.to, step.misses) : -1;
     if (ahead >= 0) {
       t = tr ? tr.now() : 0;
       // dense mode's picks are certain: the next layer's bundles not in memory
