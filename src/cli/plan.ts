@@ -334,13 +334,14 @@ export async function main(argv: string[]): Promise<number> {
   );
   lines.push(
     `memory: runtime ${mb(fr.base)} (measured as run measures it) + weights ${mb(fr.weights)} + buffers ${mb(fr.buffers + s.ffnBuffers)} + KV cache ${mb(fr.kv)} + ` +
-      `${s.residentGates ? "gate rows" : "gate staging"} ${mb(s.gateBytes)} + runtime growth ${mb(s.runtimeGrowth)}; neuron cache ${mb(s.cacheBytes)} ` +
+      `${s.gateBytes > 0 ? `${s.residentGates ? "gate rows" : "gate staging"} ${mb(s.gateBytes)} + ` : ""}runtime growth ${mb(s.runtimeGrowth)}; neuron cache ${mb(s.cacheBytes)} ` +
       `(${s.slots} bundles: ${s.hotPerLayer} hot per layer, ${s.coldSlots} cold); smallest budget that runs ${mb(s.minBudget)}`,
   );
   lines.push(
     `knobs: ${k.sparsity} sparsity, ${k.threads} thread(s), read queue depth ${k.queueDepth}, hot share ${+k.hotFraction.toFixed(3)}, ` +
       `${k.sparsity === "gate" ? `gate rows ${k.residentGates ? "resident" : "read from flash each token"}, ` : ""}pipeline ${k.pipeline ? "on" : "off"}` +
-      `${k.sparsity !== "gate" && k.pipeline && plan.readAhead ? ` (read-ahead: ${pct(plan.readAhead.coverage)} of misses read a layer early, ${pct(plan.readAhead.used)} of it used${plan.calibration ? ", as measured" : ", assumed"})` : ""}`,
+      `${k.sparsity === "dense" && k.pipeline ? " (read-ahead: exact, every bundle not in memory)" : ""}` +
+      `${k.sparsity === "predictor" && k.pipeline && plan.readAhead ? ` (read-ahead: ${pct(plan.readAhead.coverage)} of misses read a layer early, ${pct(plan.readAhead.used)} of it used${plan.calibration ? ", as measured" : ", assumed"})` : ""}`,
   );
   lines.push(
     `reads: ${plan.derived.readBytes >> 10} KiB per missed neuron (one bundle; fixed by the store)${k.sparsity === "gate" && !k.residentGates ? `, ${plan.derived.gateReadBytes >> 10} KiB gate pages` : ""}; ` +
