@@ -237,12 +237,9 @@ export class LlamaModel {
     if (opts.predictorType !== undefined && opts.predictorType !== "q8_0" && opts.predictorType !== "original") {
       throw new RangeError(`predictorType must be "q8_0" or "original", got ${JSON.stringify(opts.predictorType)}`);
     }
-    const { sparsity, withPredictors } = sparsityFor(
-      file,
-      cfg,
-      opts.offload?.sparsity,
-      activationThresholds(file, cfg.nLayer, opts.activationThresholds) !== null,
-    );
+    const thresholds = activationThresholds(file, cfg.nLayer, opts.activationThresholds);
+    const { sparsity, withPredictors } = sparsityFor(file, cfg, opts.offload?.sparsity, thresholds !== null);
+    if (store) checkExpertBiases(store, cfg, sparsity, thresholds);
     if (store && sparsity === "predictor" && !withPredictors) {
       throw new Error(
         `${file.path}: --sparsity predictor needs activation predictors (blk.N.fc1/fc2), and this model has none: use --sparsity gate, or train them (powerinfer train-predictors)`,
@@ -295,7 +292,7 @@ export class LlamaModel {
         threads,
       );
       try {
-        const common = { store, cfg, batchSize, sparsity, contextSize, note, kvCache, resident, pool };
+        const common = { store, cfg, batchSize, sparsity, thresholds, contextSize, note, kvCache, resident, pool };
         if (!store) return { ...common, arenas, plan, layout: undefined, split: undefined };
         const fixed: FixedResident = {
           // "wasm": the memory below the arenas (the kernels' static regions) is the base
@@ -374,8 +371,21 @@ export class LlamaModel {
     let pool: ThreadPool | undefined;
     try {
       const prepared = await LlamaModel.prepare(file, opts);
-      const { store, cfg, batchSize, sparsity, contextSize, note, kvCache, resident, arenas, plan, layout, split } =
-        prepared;
+      const {
+        store,
+        cfg,
+        batchSize,
+        sparsity,
+        thresholds,
+        contextSize,
+        note,
+        kvCache,
+        resident,
+        arenas,
+        plan,
+        layout,
+        split,
+      } = prepared;
       const arena = arenas[0];
       pool = prepared.pool;
       const weightBytes = [...file.tensors.values()].reduce(
@@ -388,8 +398,6 @@ export class LlamaModel {
       const head = loaders[plan.headShard];
       const { nEmbd, nVocab } = cfg;
 
-      const thresholds = activationThresholds(file, cfg.nLayer, opts.activationThresholds);
-      if (store) checkExpertBiases(store, cfg, sparsity, thresholds);
       // From a store, embedding rows are read from the file as tokens come (one row per token):
       // the table (82 MB at 7B Q4_1) need not be resident under a budget.
       const embd = store

@@ -3,8 +3,8 @@
  * bundle is computed whole (its gate from its own gate row, in the sparse kernels), which is what
  * a model whose activation has no exact zeros needs (SiLU, GELU, gpt-oss's SwiGLU: every neuron
  * of a routed expert fires). Gate rows kept in memory or streamed would only repeat what the
- * bundles already carry: a resident copy takes the memory that would cache a third of the FFN,
- * and a streamed one reads a third more per token.
+ * bundles already carry: a resident copy takes memory that would cache bundles, and a streamed
+ * one reads every gate row a second time.
  */
 import type { BatchGateSource, GateSource } from "./gate-source.js";
 import type { FFNStep } from "./ffn-step.js";
