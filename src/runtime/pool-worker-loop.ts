@@ -7,9 +7,6 @@
 import { CTRL, MAX_ARGS, chunkTag, runChunks, type PoolWorkerData } from "./pool.js";
 import { instantiateKernels } from "./wasm.js";
 
-/** How long to spin before sleeping: long enough to cover the gap between two kernels of a token. */
-const SPIN = 200000;
-
 /** Runs until the pool says exit (FN < 0). */
 export function runPoolWorker(data: PoolWorkerData, ready: () => void): void {
   const { module, memories, ctrl, names } = data;
@@ -25,8 +22,9 @@ export function runPoolWorker(data: PoolWorkerData, ready: () => void): void {
   ready();
   for (;;) {
     let spins = 0;
+    const spin = Atomics.load(c, CTRL.SPIN);
     while (Atomics.load(c, CTRL.GEN) === seen) {
-      if (++spins > SPIN) {
+      if (++spins > spin) {
         Atomics.wait(c, CTRL.GEN, seen);
         spins = 0;
       }

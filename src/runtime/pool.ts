@@ -11,7 +11,8 @@
  * `threads: 1` means no workers at all, and a worker that the OS has not scheduled yet does not
  * hold up the step: the others take its chunks (on a busy 2-core machine a fixed split made
  * every step wait for a time slice). Workers spin briefly before sleeping, because a decode step
- * issues hundreds of small jobs and a wake-up from Atomics.wait costs microseconds.
+ * issues hundreds of small jobs and a wake-up from Atomics.wait costs microseconds; but much more
+ * briefly where the model reads from flash (`shareCoresWithReads`).
  * Independent jobs can go as one group (runAll): the threads take chunks of all of them from
  * one counter and wait once. Which thread computes a chunk never changes its result. Dispatch
  * allocates nothing.
@@ -66,9 +67,19 @@ export const CTRL = {
   NCHUNKS: 3, // chunks in the group
   NJOBS: 4, // jobs in the group, or -1 to exit
   ERROR: 5, // set by a worker whose kernel threw
+  SPIN: 6, // how long an idle worker spins before it sleeps (loop rounds)
   JOBS: 8, // MAX_JOBS job slots of JOB.SIZE from here
   SIZE: 8 + MAX_JOBS * JOB.SIZE,
 } as const;
+/**
+ * Worker spins before sleeping. Long: the gap between two kernels of a token computing from
+ * memory. Short: a worker spinning through the caller's own work between kernels (picking
+ * neurons, issuing reads) takes the core that thousands of reads' system calls and interrupts
+ * need; on 2 cores a SmallThinker-4B shape from a store decoded 1.3x faster at 2 threads with the
+ * short spin, and a 1B model in memory 2.5% slower (docs/benchmarks-log.md).
+ */
+const LONG_SPIN = 200000;
+const SHORT_SPIN = 2000;
 const CHUNK_BITS = 12;
 const CHUNKS_PER_THREAD = 4;
 const TAG_MASK = (1 << (31 - CHUNK_BITS)) - 1;
@@ -235,6 +246,7 @@ export class ThreadPool {
     this.names.forEach((n, i) => this.index.set(n, i));
     this.fns = this.shardKernels.flatMap((k) => this.names.map((n) => k[n]));
     this.ctrl = new Int32Array(new SharedArrayBuffer(CTRL.SIZE * 4));
+    this.ctrl[CTRL.SPIN] = LONG_SPIN;
     this.times =
       typeof process !== "undefined" && process.env?.POWERINFER_KERNEL_TIMES
         ? new KernelTimes(memories.flatMap((_, s) => this.names.map((n) => (s === 0 ? n : `${n}@${s}`))))
@@ -313,6 +325,11 @@ export class ThreadPool {
     j.work = work;
     for (let i = 0; i < nargs; i++) j.args[i] = args[i];
     this.runAll(this.single, 1);
+  }
+
+  /** Flash reads share the cores with this pool's threads from now on: idle workers spin briefly (SHORT_SPIN). */
+  shareCoresWithReads(): void {
+    Atomics.store(this.ctrl, CTRL.SPIN, SHORT_SPIN);
   }
 
   /**

@@ -208,6 +208,7 @@ export class OffloadedFFN {
       // to the CPU that takes the disk's interrupts. On one core it would only preempt the kernels.
       ioThread: opts.ioThread ?? availableParallelism() > 1,
     });
+    pool.shareCoresWithReads();
     const everyNeuron = this.mode === "dense" ? new EveryNeuron() : null;
     const streamed =
       !resident && !everyNeuron && opts.streamGates !== false && StreamedGateRows.possible(store)
