@@ -188,8 +188,10 @@ test("moe-stories, trained per-expert predictors: read-ahead (the default, and b
   checkGroups(off.st);
   // the default reads ahead the next routed expert only: nothing for nothing, no more bundles read than without
   assert.equal(on.st.readAhead, on.st.readAheadExact);
+  // (within 1%: a miss is given the slot next to its flash neighbour's when it can be, so which
+  // slot a miss evicts depends on the order the reads were issued in; NeuronCache.takable)
   assert.ok(
-    Math.abs(on.st.misses - off.st.misses) <= 1e-4 * off.st.misses,
+    Math.abs(on.st.misses - off.st.misses) <= 0.01 * off.st.misses,
     `misses ${on.st.misses} vs ${off.st.misses}`,
   );
   // both: the next layer's likely experts too, issued and partly used (the router on the residual before the next attention)

@@ -115,3 +115,30 @@ test("a slot read ahead is pinned while its read is in flight: no acquire takes 
   c.beginStep();
   assert.equal(c.acquire(0, 7), failed, "a released slot is the next one taken");
 });
+
+test("a bundle that follows the one just acquired on flash gets the next slot where it can be taken, so their reads coalesce; never a slot in use, in flight or read ahead", () => {
+  // 1 layer x 20 neurons, 2 hot, 8 cold slots (2..9)
+  const c = new NeuronCache(0, 4096, 10, [20], [2]);
+  const counts = { hotHits: 0, coldHits: 0, aheadUsed: 0, aheadExact: 0 };
+  // positions 3..10 read ahead into slots 2..9, then used in the order 3, 10, 9, ..., 4: the LRU
+  // list, least recent first, is slots 2, 9, 8, ..., 3 (no longer the address order)
+  for (let pos = 3; pos <= 10; pos++) c.pin(c.acquire(0, pos, 1));
+  for (let s = 2; s <= 9; s++) c.unpin(s);
+  for (const pos of [3, 10, 9, 8, 7, 6, 5, 4]) c.lookup(0, pos, counts);
+  c.beginStep();
+  const a = c.acquire(0, 11);
+  assert.equal(a, 2, "the LRU tail");
+  assert.equal(c.acquire(0, 12, false, a), 3, "12 follows 11 on flash: the slot after 11's, not the LRU tail (9)");
+  assert.equal(c.acquire(0, 15), 9, "without `after`: the LRU tail");
+  assert.equal(c.acquire(0, 16, false, 2), 8, "the slot after 2 is in use this step: the LRU tail");
+  assert.equal(c.acquire(0, 17, false, 1), 7, "after a hot slot: the LRU tail");
+  // a slot whose read is in flight, or that holds a bundle read ahead and not yet used, is not taken
+  c.beginStep();
+  const e = c.acquire(0, 18, 1);
+  assert.equal(e, 6);
+  c.pin(e);
+  assert.notEqual(c.acquire(0, 19, false, 5), e);
+  c.unpin(e);
+  c.beginStep();
+  assert.notEqual(c.acquire(0, 13, false, 5), e, "a bundle read ahead and not yet looked up keeps its slot");
+});

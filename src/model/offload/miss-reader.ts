@@ -111,10 +111,15 @@ export class MissReader {
   fit(layer: number, positions: Int32Array, from: number, to: number): boolean {
     const { cache, requests } = this;
     const start = this.count;
+    let slot = -1;
     for (let i = from; i < to; i++) {
       const k = positions[i];
-      if (cache.keep(layer, k)) continue;
-      const slot = cache.acquire(layer, k);
+      if (cache.keep(layer, k)) {
+        slot = -1;
+        continue;
+      }
+      // next to the slot just taken when k follows its bundle on flash (NeuronCache.takable)
+      slot = cache.acquire(layer, k, false, i > from && positions[i - 1] === k - 1 ? slot : -1);
       if (slot < 0) {
         for (let j = start; j < this.count; j++) cache.release(requests[j].tag as number);
         this.count = start;
@@ -132,10 +137,12 @@ export class MissReader {
 
   private acquire(layer: number, positions: Int32Array, from: number, count: number): number {
     const { cache, requests } = this;
-    let m = 0;
+    let m = 0,
+      slot = -1;
     while (from + m < count) {
       const k = positions[from + m];
-      const slot = cache.acquire(layer, k);
+      // next to the slot just taken when k follows its bundle on flash (NeuronCache.takable)
+      slot = cache.acquire(layer, k, false, m > 0 && positions[from + m - 1] === k - 1 ? slot : -1);
       if (slot < 0) break;
       bundleRequest(requests, m, this.store, cache, layer, k, slot);
       m++;

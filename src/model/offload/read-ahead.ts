@@ -132,10 +132,15 @@ export class ReadAhead {
     const requests = p.requests;
     let m = 0;
     if (exact) for (let k = hot; k < nFF; k++) if (f32[s0 + k] > thr) cache.keep(g, k);
+    // the slot of the bundle at k - 1 when it was just acquired: k's is taken next to it if it can be
+    let prev = -1;
     for (let k = hot; k < nFF; k++) {
-      if (!(f32[s0 + k] > thr) || cache.peek(g, k) >= 0) continue;
+      if (!(f32[s0 + k] > thr) || cache.peek(g, k) >= 0) {
+        prev = -1;
+        continue;
+      }
       if (cache.pinnedCount >= this.maxPinned) break;
-      const slot = cache.acquire(g, k, exact ? 2 : 1);
+      const slot = (prev = cache.acquire(g, k, exact ? 2 : 1, prev));
       if (slot < 0) break;
       cache.pin(slot);
       bundleRequest(requests, m, this.store, cache, g, k, slot);
