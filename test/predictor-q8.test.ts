@@ -1,8 +1,9 @@
 /**
- * Activation predictors requantized to Q8_0 at load (LoadOptions.predictorType, default "q8_0"):
- * the hidden width padded with zeros to a multiple of 32 (fc1 zero rows, fc2 zero columns).
- * A planted predictor of a tiny predictable model (hidden 33, F16) is loaded both ways; the
- * padding must contribute exactly nothing and the scores must agree within Q8_0's rounding.
+ * Activation predictors converted at load (LoadOptions.predictorType, default "q8_0"): fc1 to
+ * Q8_0, fc2 to Q8_0 or F16 (whichever pair packs smaller for the shape), the hidden width padded
+ * with zeros (fc1 zero rows, fc2 zero columns). A planted predictor of a tiny predictable model
+ * (hidden 33, F16) is loaded both ways; the padding must contribute exactly nothing, the scores
+ * must agree within the rounding of the types kept, and the bytes counted must be those allocated.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -12,11 +13,16 @@ import { NeuronStore } from "../src/format/store/index.js";
 import { dequantize } from "../src/format/quant.js";
 import { LlamaModel } from "../src/model/model.js";
 import { WeightLoader, type Matrix } from "../src/model/weight-loader.js";
+import { readConfig, type ModelConfig } from "../src/model/config.js";
+import { residentBytes } from "../src/model/resident-bytes.js";
+import { Predictor, predictorBytes, predictorShapes } from "../src/model/offload/predictor.js";
+import { GGUFFile, type ModelFile } from "../src/format/gguf.js";
+import { GGUFWriter } from "../src/format/gguf-writer.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { plannedFiring, synthesize } from "../src/offline/synth.js";
-import { Arena } from "../src/runtime/arena.js";
+import { ARENA_START, Arena } from "../src/runtime/arena.js";
 import { ThreadPool } from "../src/runtime/pool.js";
-import { activationBytes, prepareKernel } from "../src/runtime/weight-kernels.js";
+import { activationBytes, prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
 import { randomTokens, tempDir, uniforms } from "./helpers.js";
 
 const dir = tempDir("predictor-q8-");
@@ -42,6 +48,24 @@ function model(): Promise<void> {
   })());
 }
 
+/** fn over `file`, a bare arena and a one-thread pool over it; all closed after. */
+async function withArena<F extends ModelFile>(file: F, fn: (file: F, arena: Arena, pool: ThreadPool) => void) {
+  const arena = new Arena(16 << 20);
+  const pool = await ThreadPool.create(arena.memory, 1);
+  try {
+    fn(file, arena, pool);
+  } finally {
+    await pool.dispose();
+    file.close();
+  }
+}
+
+/** The tiny model's store, made first. */
+const tinyStore = async () => {
+  await model();
+  return NeuronStore.open(pi);
+};
+
 /** matvec of a loaded matrix on f32 input x (prepared for its kernel) in a bare pool. */
 function matvec(arena: Arena, pool: ThreadPool, m: Matrix, x: Float32Array): Float32Array {
   const px = arena.alloc(x.length * 4, 64);
@@ -56,12 +80,8 @@ function matvec(arena: Arena, pool: ThreadPool, m: Matrix, x: Float32Array): Flo
   return Float32Array.from(arena.f32(py, m.rows));
 }
 
-test("WeightLoader.q8Matrix: padded fc1 rows and fc2 columns are exactly zero; real ones match the F16 values", async () => {
-  await model();
-  const store = NeuronStore.open(pi);
-  const arena = new Arena(16 << 20);
-  const pool = await ThreadPool.create(arena.memory, 1);
-  try {
+test("WeightLoader.requantMatrix to Q8_0: padded fc1 rows and fc2 columns are exactly zero; real ones match the F16 values", async () => {
+  await withArena(await tinyStore(), (store, arena, pool) => {
     const t1 = store.tensor("blk.1.fc1.weight"),
       t2 = store.tensor("blk.1.fc2.weight");
     assert.equal(t1.type, GGMLType.F16);
@@ -69,8 +89,8 @@ test("WeightLoader.q8Matrix: padded fc1 rows and fc2 columns are exactly zero; r
     const nFF = t2.dims[1];
     assert.equal(hidden, 33);
     const loader = new WeightLoader(store, arena, pool);
-    const fc1 = loader.q8Matrix("blk.1.fc1.weight", nEmbd, hidden, nEmbd, 64);
-    const fc2 = loader.q8Matrix("blk.1.fc2.weight", hidden, nFF, 64, nFF);
+    const fc1 = loader.requantMatrix("blk.1.fc1.weight", nEmbd, hidden, nEmbd, 64, GGMLType.Q8_0);
+    const fc2 = loader.requantMatrix("blk.1.fc2.weight", hidden, nFF, 64, nFF, GGMLType.Q8_0);
     assert.deepEqual([fc1.rows, fc1.cols, fc2.rows, fc2.cols], [64, nEmbd, nFF, 64]);
     assert.equal(fc1.kernel.type, GGMLType.Q8_0);
     const w1 = dequantize(t1.type, store.tensorData("blk.1.fc1.weight"), hidden * nEmbd);
@@ -110,14 +130,142 @@ test("WeightLoader.q8Matrix: padded fc1 rows and fc2 columns are exactly zero; r
       assert.ok(Math.abs(y2[r] - want) <= 0.01 * scale2 * hidden, `fc2 row ${r}: ${y2[r]} vs ${want}`);
     }
     // a column width that is no multiple of 32 is refused
-    assert.throws(() => loader.q8Matrix("blk.1.fc2.weight", hidden, nFF, 48 + 1, nFF), /multiple of 32/);
-  } finally {
-    await pool.dispose();
-    store.close();
-  }
+    assert.throws(
+      () => loader.requantMatrix("blk.1.fc2.weight", hidden, nFF, 48 + 1, nFF, GGMLType.Q8_0),
+      /as Q8_0 \(columns must pad to a multiple of 32\)/,
+    );
+  });
 });
 
-test("predictorType q8_0 vs original: the same picks on real residuals within Q8_0 rounding; padding stays 0; decode gives the same tokens", async () => {
+test("WeightLoader.requantMatrix to F16: the file's F16 bits in rowOrder, padded columns and rows exactly zero", async () => {
+  await withArena(await tinyStore(), (store, arena, pool) => {
+    const name = "blk.1.fc2.weight";
+    const [hidden, nFF] = store.tensor(name).dims;
+    const loader = new WeightLoader(store, arena, pool);
+    const order = Int32Array.from({ length: nFF }, (_, r) => (r * 7) % nFF); // nFF is odd to 7: a permutation
+    assert.equal(new Set(order).size, nFF);
+    const fc2 = loader.requantMatrix(name, hidden, nFF, 40, nFF + 3, GGMLType.F16, order);
+    assert.deepEqual([fc2.kernel.type, fc2.rows, fc2.cols], [GGMLType.F16, nFF + 3, 40]);
+    // F16 packs GGUF's rows: row r holds the file's row order[r], then zeros; the padding rows are zero
+    const file = new Uint16Array(store.tensorData(name).slice().buffer);
+    const mem = new Uint16Array(arena.u8(fc2.ptr, (nFF + 3) * 40 * 2).slice().buffer);
+    let wrong = 0;
+    for (let r = 0; r < nFF + 3; r++)
+      for (let c = 0; c < 40; c++) {
+        const want = r < nFF && c < hidden ? file[order[r] * hidden + c] : 0;
+        if (mem[r * 40 + c] !== want) wrong++;
+      }
+    assert.equal(wrong, 0, `${wrong} halves differ from the file's (or from zero in the padding)`);
+    // the padded columns read nothing
+    const pad = new Float32Array(40);
+    for (let c = hidden; c < 40; c++) pad[c] = 1 + c;
+    assert.ok(matvec(arena, pool, fc2, pad).every((v) => v === 0));
+    assert.throws(
+      () => loader.requantMatrix(name, hidden, nFF, hidden - 1, nFF, GGMLType.F16),
+      /cannot pad \d+ x 33 to \d+ x 32 as F16/,
+    );
+    assert.throws(() => loader.requantMatrix(name, hidden, nFF, 40, nFF, GGMLType.Q4_0), /only Q8_0 and F16/);
+  });
+});
+
+// An F32 or BF16 weight past F16's range cannot be kept as F16. Loading refuses it, naming it,
+// rather than falling back to Q8_0: the bytes fc2 takes were laid out before any weight was read.
+test("WeightLoader.requantMatrix: a weight F16 cannot hold is refused with its tensor, file row and column", async () => {
+  const path = join(dir, "wide-values.gguf");
+  const w = new GGUFWriter(path, { fsync: false });
+  w.setMetadata("general.architecture", "llama");
+  const [cols, rows] = [40, 8];
+  const values = new Float32Array(cols * rows).map((_, i) => ((i % 13) - 6) / 8);
+  values[3 * cols + 5] = 70000;
+  const edge = new Float32Array(cols * rows);
+  edge[2 * cols + 1] = -65519; // rounds to F16's largest, -65504
+  w.addTensor("big.weight", [cols, rows], GGMLType.F32, new Uint8Array(values.buffer));
+  w.addTensor("edge.weight", [cols, rows], GGMLType.F32, new Uint8Array(edge.buffer));
+  await w.finish();
+  await withArena(GGUFFile.open(path), (file, arena, pool) => {
+    const loader = new WeightLoader(file, arena, pool);
+    const refused =
+      /wide-values\.gguf: tensor "big\.weight" has weight 70000 at row 3, column 5, beyond what F16 holds/;
+    assert.throws(() => loader.requantMatrix("big.weight", cols, rows, cols, rows, GGMLType.F16), refused);
+    // in another row order, the file's row is named (memory row 4 here)
+    const reversed = Int32Array.from({ length: rows }, (_, r) => rows - 1 - r);
+    assert.throws(() => loader.requantMatrix("big.weight", cols, rows, cols, rows, GGMLType.F16, reversed), refused);
+    // Q8_0 holds it (its block scale is 70000 / 127)
+    const q = loader.requantMatrix("big.weight", cols, rows, 64, rows, GGMLType.Q8_0);
+    const x = new Float32Array(64);
+    x[5] = 1;
+    assert.ok(Math.abs(matvec(arena, pool, q, x)[3] - 70000) <= 70000 / 254);
+    const e = loader.requantMatrix("edge.weight", cols, rows, cols, rows, GGMLType.F16);
+    const y = new Float32Array(cols);
+    y[1] = 1;
+    assert.equal(matvec(arena, pool, e, y)[2], -65504);
+  });
+});
+
+test("predictorShapes: fc2 as F16 where the pair packs smaller within one 128-column group, else Q8_0", () => {
+  const q8 = weightKernel(GGMLType.Q8_0),
+    f16 = weightKernel(GGMLType.F16);
+  /** Layer 0's predictor of a file with F16 predictors of this shape. */
+  const shape = (nEmbd: number, nFF: number, hidden: number, type: "q8_0" | "original" = "q8_0") => {
+    const dims = (name: string) => (name.includes(".fc1.") ? [nEmbd, hidden] : [hidden, nFF]);
+    const file = { path: "p.gguf", tensor: (name: string) => ({ name, type: GGMLType.F16, dims: dims(name) }) };
+    const cfg = { nLayer: 1, nExpert: 0, nEmbd, nFF } as ModelConfig;
+    return predictorShapes(file as unknown as ModelFile, cfg, type)[0];
+  };
+  // SmallThinker-4B's experts: hidden 31. As Q8_0, fc2's rows would each pad to 128 columns.
+  const st = shape(1536, 768, 31);
+  assert.deepEqual(
+    [st.fc1Type, st.fc1Act, st.fc2Type, st.fc2Act, st.hidden, st.fileHidden, st.requantized],
+    [GGMLType.Q8_0, q8.act, GGMLType.F16, f16.act, 32, 31, true],
+  );
+  assert.equal(st.fc2Bytes, 768 * 32 * 2);
+  assert.equal(q8.packedBytes(768, 32), 110592, "Q8_0 would take 2.25x as much");
+  assert.equal(st.fc1Bytes, q8.packedBytes(32, 1536));
+  assert.equal(predictorBytes(st), st.fc1Bytes + st.fc2Bytes);
+  // [hidden in the file, fc2's type, hidden in memory]
+  const cases: [number, GGMLType, number][] = [
+    [33, GGMLType.F16, 40],
+    [64, GGMLType.F16, 64],
+    [96, GGMLType.Q8_0, 96], // Q8_0 165888 + 110592 bytes against F16 165888 + 147456
+    [129, GGMLType.Q8_0, 160], // F16 would be smaller (136 wide), but past one group its kernel is slower
+    [256, GGMLType.Q8_0, 256],
+  ];
+  for (const [h, type, width] of cases) {
+    const s = shape(1536, 768, h);
+    assert.deepEqual([s.fc2Type, s.hidden], [type, width], `hidden ${h}`);
+    assert.equal(s.fc2Bytes, weightKernel(type).packedBytes(768, width));
+  }
+  // as stored: no padding, each matrix its own type
+  const o = shape(1536, 768, 31, "original");
+  assert.deepEqual([o.fc1Type, o.fc2Type, o.hidden, o.requantized], [GGMLType.F16, GGMLType.F16, 31, false]);
+  assert.equal(o.fc2Bytes, 768 * 31 * 2);
+});
+
+test("the predictors' bytes counted (residentBytes) are the bytes Predictor.load allocates", async () => {
+  await withArena(await tinyStore(), (store, arena, pool) => {
+    const cfg = readConfig(store);
+    const shapes = predictorShapes(store, cfg);
+    for (const s of shapes) {
+      assert.deepEqual([s.fc2Type, s.hidden], [GGMLType.F16, 40]);
+      assert.equal(s.fc2Bytes, cfg.nFF * 40 * 2);
+    }
+    arena.alloc(0, 64);
+    const before = arena.used;
+    Predictor.load(new WeightLoader(store, arena, pool), cfg, shapes, { rowOrder: (g) => store.layer(g).order });
+    arena.alloc(0, 64); // up to where the next allocation starts, as the counts are of 64-byte-aligned allocations
+    const allocated = arena.used - before;
+    const r = (predictors: boolean) => residentBytes(store, cfg, { batchSize: 2, contextSize: 16, predictors });
+    const [withP, without] = [r(true), r(false)];
+    assert.equal(withP.weights - without.weights, allocated);
+    // fc1, fc2, and the f32 hidden row (40 values)
+    assert.equal(allocated, shapes.reduce((a, s) => a + predictorBytes(s), 0) + Math.ceil((40 * 4) / 64) * 64);
+    // fc2's input, prepared in its own format (F16's f32_eo), has a buffer of its own
+    assert.equal(withP.quantized.get("f32_eo"), 2 * activationBytes("f32_eo", 40) + 64);
+    assert.equal(without.quantized.get("f32_eo"), undefined);
+  });
+});
+
+test("predictorType q8_0 vs original: the same picks on real residuals within fc1's Q8_0 rounding (fc2 F16: exact); padding stays 0; decode gives the same tokens", async () => {
   await model();
   // real residuals (the predictor's input) and firing from the dense model
   const dense = await LlamaModel.load(gguf, { threads: 1, contextSize: 48 });
@@ -147,19 +295,25 @@ test("predictorType q8_0 vs original: the same picks on real residuals within Q8
   const q8 = await load("q8_0");
   const orig = await load("original");
   try {
+    // what the layout counts for the model's own wasm memory is what loading allocated
+    for (const m of [q8, orig]) {
+      const r = m.offloaded!.layout.fixedResident;
+      assert.equal(m.fixedArenaBytes, ARENA_START + r.weights + r.buffers + r.kv, "resident bytes as loaded");
+    }
     for (let l = 0; l < nLayer; l++) {
-      assert.deepEqual(q8.predictorWidth(l), { type: GGMLType.Q8_0, hidden: 64 });
-      assert.deepEqual(orig.predictorWidth(l), { type: GGMLType.F16, hidden: 33 });
+      // fc2 as F16 (hidden 33 -> 40) packs smaller than as Q8_0 (33 -> 64, each row in 128 columns)
+      assert.deepEqual(q8.predictorWidth(l), { fc1Type: GGMLType.Q8_0, fc2Type: GGMLType.F16, hidden: 40 });
+      assert.deepEqual(orig.predictorWidth(l), { fc1Type: GGMLType.F16, fc2Type: GGMLType.F16, hidden: 33 });
     }
     const thr = q8.config.sparseThreshold;
     let differ = 0,
       all = 0;
     const c = { q8: { tp: 0, fp: 0, fn: 0 }, orig: { tp: 0, fp: 0, fn: 0 } };
     for (const { layer, x, fired } of rows) {
-      const hidden = new Float32Array(64).fill(NaN);
+      const hidden = new Float32Array(40).fill(NaN);
       const a = q8.predictorScores(layer, x, hidden);
       const b = orig.predictorScores(layer, x);
-      for (let k = 33; k < 64; k++)
+      for (let k = 33; k < 40; k++)
         assert.equal(hidden[k], 0, `layer ${layer}: hidden unit ${k} (padding) is ${hidden[k]}`);
       let scale = 0;
       for (let i = 0; i < nFF; i++) scale = Math.max(scale, Math.abs(b[i]));

@@ -82,9 +82,10 @@ export interface LoadOptions {
   activationThresholds?: ArrayLike<number>;
   /**
    * How activation predictors (blk.N.fc1/fc2) sit in memory. "q8_0" (default): F32/F16/BF16
-   * predictors are requantized to Q8_0 at load, their hidden width padded with zeros to a
-   * multiple of 32 (fc1 zero rows, fc2 zero columns: the padding contributes exactly nothing);
-   * predictors already quantized stay as they are. "original": as stored in the file.
+   * predictors are converted at load, fc1 to Q8_0 and fc2 to Q8_0 or F16 (whichever takes less
+   * memory for its shape: F16 for a narrow hidden width), the hidden width padded with zeros to
+   * what fc2's type needs (fc1 zero rows, fc2 zero columns: the padding contributes exactly
+   * nothing); predictors already quantized stay as they are. "original": as stored in the file.
    */
   predictorType?: "q8_0" | "original";
   /** records the forward pass per layer (attention, FFN), a store's FFN steps and reads (src/runtime/tracer.ts) */
@@ -647,8 +648,8 @@ export class LlamaModel {
     return out;
   }
 
-  /** The predictor of layer `layer` in memory: its GGML type and hidden width (padded when requantized), or null. */
-  predictorWidth(layer: number): { type: GGMLType; hidden: number } | null {
+  /** The predictor of layer `layer` in memory: fc1's and fc2's GGML types and the hidden width (padded when converted), or null. */
+  predictorWidth(layer: number): { fc1Type: GGMLType; fc2Type: GGMLType; hidden: number } | null {
     const at = this.predictorAt(layer);
     return at ? at.p.width(at.group) : null;
   }

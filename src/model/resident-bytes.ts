@@ -8,7 +8,7 @@ import type { ModelFile } from "../format/gguf.js";
 import { NeuronStore } from "../format/store/index.js";
 import { activationBytes, hasWeightKernel, weightKernel, type ActivationFormat } from "../runtime/weight-kernels.js";
 import type { ModelConfig } from "./config.js";
-import { predictorShapes, type PredictorShape } from "./offload/predictor.js";
+import { predictorBytes, predictorShapes, type PredictorShape } from "./offload/predictor.js";
 import { expertTensor, routerName } from "./arch/experts.js";
 import { DEFAULT_KV_CACHE, kvCacheBytes, type KvCacheTypes } from "./kv-cache.js";
 import { ropeLayout } from "./rope.js";
@@ -207,9 +207,9 @@ export function residentBytes(file: ModelFile, cfg: ModelConfig, opts: ResidentO
   matrix(file.tensors.has("output.weight") ? "output.weight" : "token_embd.weight");
   const predictors = opts.predictors ? predictorShapes(file, cfg, opts.predictorType) : null;
   for (const s of predictors ?? []) {
-    weights += align64(s.fc1Bytes) + align64(s.fc2Bytes);
-    reads(s.act, nEmbd);
-    reads(s.act, s.hidden);
+    weights += predictorBytes(s);
+    reads(s.fc1Act, nEmbd);
+    reads(s.fc2Act, s.hidden);
   }
   if (predictors) weights += align64(Math.max(...predictors.map((s) => s.hidden)) * 4); // their hidden activations
   // An offloaded FFN's resident gate rows read the FFN input in their kernel's format.

@@ -15,6 +15,7 @@
 import type { ModelConfig } from "./config.js";
 import type { KvCacheTypes } from "./kv-cache.js";
 import type { ResidentBytes } from "./resident-bytes.js";
+import { predictorBytes } from "./offload/predictor.js";
 import { planShards, shardBytesOf, type ShardFFN, type ShardPlan } from "./shards.js";
 import {
   offloadLayout,
@@ -169,8 +170,7 @@ function shardFFN(
   const reserve = layout.coldSlots >= shards ? 1 : 0;
   const rest = layout.coldSlots - reserve * shards;
   const before = (g: number) => Math.floor((rest * g) / G);
-  const predictor = (g: number) =>
-    r.predictors ? align64(r.predictors[g].fc1Bytes) + align64(r.predictors[g].fc2Bytes) : 0;
+  const predictor = (g: number) => (r.predictors ? predictorBytes(r.predictors[g]) : 0);
   const layerBytes: number[] = [];
   let predictors = 0;
   for (let l = 0; l < s.cfg.nLayer; l++) {

@@ -3,7 +3,7 @@
  * kernels, vectors (norms, biases) as f32. Reads in bounded chunks, so loading never holds a
  * whole tensor in JS memory.
  */
-import { GGMLType, typeName } from "../format/ggml-types.js";
+import { GGMLType, typeName, typeTraits } from "../format/ggml-types.js";
 import { GGUFError, type ModelFile, type GGUFTensorInfo } from "../format/gguf.js";
 import { dequantizeRow, quantizeRow, rowBytes } from "../format/quant.js";
 import type { Arena } from "../runtime/arena.js";
@@ -24,6 +24,15 @@ export interface Matrix {
 
 /** load-time read buffer: small, because under a memory budget a transient buffer counts too */
 const CHUNK_BYTES = 2 << 20;
+
+/**
+ * The types requantMatrix converts to, each with the least weight magnitude it cannot hold:
+ * F16's rounds to infinity (past 65504), and so would Q8_0's block scale (max|w| / 127, an f16).
+ */
+const REQUANT_LIMITS: ReadonlyMap<GGMLType, number> = new Map([
+  [GGMLType.F16, 65520],
+  [GGMLType.Q8_0, 65520 * 127],
+]);
 
 function checkDims(file: ModelFile, t: GGUFTensorInfo, expected: number[]): void {
   const same = t.dims.length === expected.length && t.dims.every((d, i) => d === expected[i]);
@@ -205,19 +214,23 @@ export class WeightLoader {
   }
 
   /**
-   * Load matrix `name` (GGUF shape [cols, rows], F32, F16 or BF16) quantized to Q8_0 and padded
-   * with zeros to `paddedRows` x `paddedCols` (paddedCols a multiple of 32): rows past `rows`
-   * are all zero, and so is every column past `cols`, so a padded row contributes exactly 0 to a
-   * product and a padded column reads nothing. Quantization is ggml's Q8_0 reference rounding
-   * (per 32-value block, d = max|w| / 127), done here in JS once, chunk by chunk. `rowOrder`
-   * permutes the rows as in matrix().
+   * Load matrix `name` (GGUF shape [cols, rows], F32, F16 or BF16) converted to `type` (Q8_0 or
+   * F16: REQUANT_LIMITS) and padded with zeros to `paddedRows` x `paddedCols` (paddedCols a whole
+   * number of `type`'s blocks): rows past `rows` are all zero, and so is every column past `cols`,
+   * so a padded row contributes exactly 0 to a product and a padded column reads nothing. The
+   * rounding is ggml's reference rounding (Q8_0: per 32-value block, d = max|w| / 127; F16:
+   * nearest, ties to even, exact from F16), done here in JS once, chunk by chunk. A weight the
+   * type cannot hold is refused, naming it: the memory it takes was laid out from the tensor
+   * table before any weight was read, so loading cannot fall back to another type's size.
+   * `rowOrder` permutes the rows as in matrix().
    */
-  q8Matrix(
+  requantMatrix(
     name: string,
     cols: number,
     rows: number,
     paddedCols: number,
     paddedRows: number,
+    type: GGMLType,
     rowOrder?: Int32Array,
   ): Matrix {
     const t = this.tensor(name);
@@ -226,25 +239,29 @@ export class WeightLoader {
     if (t.type !== GGMLType.F32 && t.type !== GGMLType.F16 && t.type !== GGMLType.BF16) {
       throw new GGUFError(
         this.file.path,
-        `tensor "${name}" has type ${typeName(t.type)}: only F32, F16 and BF16 are requantized to Q8_0 at load`,
+        `tensor "${name}" has type ${typeName(t.type)}: only F32, F16 and BF16 are converted to ${typeName(type)} at load`,
       );
     }
-    if (!(paddedCols >= cols && paddedCols % 32 === 0 && paddedRows >= rows)) {
+    const limit = REQUANT_LIMITS.get(type);
+    if (limit === undefined)
+      throw new RangeError(`${name}: cannot convert to ${typeName(type)} at load (only Q8_0 and F16)`);
+    const block = typeTraits(type)!.blockSize;
+    if (!(paddedCols >= cols && paddedCols % block === 0 && paddedRows >= rows)) {
       throw new RangeError(
-        `${name}: cannot pad ${rows} x ${cols} to ${paddedRows} x ${paddedCols} (columns must pad to a multiple of 32)`,
+        `${name}: cannot pad ${rows} x ${cols} to ${paddedRows} x ${paddedCols} as ${typeName(type)} (columns must pad to a multiple of ${block})`,
       );
     }
-    const kernel = weightKernel(GGMLType.Q8_0);
+    const kernel = weightKernel(type);
     const size = kernel.packedBytes(paddedRows, paddedCols);
     const ptr = this.arena.alloc(size, 64);
     const dst = this.arena.u8(ptr, size);
     const rowBytesIn = t.bytes / rows;
-    const q8RowBytes = rowBytes(GGMLType.Q8_0, paddedCols);
-    const rowsPerChunk = Math.max(1, Math.floor(CHUNK_BYTES / Math.max(rowBytesIn, q8RowBytes)));
+    const outRowBytes = rowBytes(type, paddedCols);
+    const rowsPerChunk = Math.max(1, Math.floor(CHUNK_BYTES / Math.max(rowBytesIn, outRowBytes)));
     const buf = this.scratch(0, Math.min(rows, rowsPerChunk) * rowBytesIn);
-    const q8 = this.scratch(
+    const out = this.scratch(
       1,
-      Math.max(Math.min(rows, rowsPerChunk), Math.min(paddedRows - rows, rowsPerChunk)) * q8RowBytes,
+      Math.max(Math.min(rows, rowsPerChunk), Math.min(paddedRows - rows, rowsPerChunk)) * outRowBytes,
     );
     const row = new Float32Array(paddedCols); // columns past `cols` stay 0
     for (let r = 0; r < rows; r += rowsPerChunk) {
@@ -253,22 +270,26 @@ export class WeightLoader {
       for (let i = 0; i < n; i++) {
         dequantizeRow(t.type, buf.subarray(i * rowBytesIn, (i + 1) * rowBytesIn), cols, row);
         for (let c = 0; c < cols; c++) {
-          if (!Number.isFinite(row[c]))
-            throw new GGUFError(
-              this.file.path,
-              `tensor "${name}" has an inf or NaN weight at row ${r + i}, column ${c}: the model file is damaged`,
-            );
+          const v = row[c];
+          if (Number.isFinite(v) && Math.abs(v) < limit) continue;
+          const at = `row ${rowOrder ? rowOrder[r + i] : r + i}, column ${c}`;
+          throw new GGUFError(
+            this.file.path,
+            Number.isFinite(v)
+              ? `tensor "${name}" has weight ${v} at ${at}, beyond what ${typeName(type)} holds (magnitudes below ${limit}), the type it is converted to at load`
+              : `tensor "${name}" has an inf or NaN weight at ${at}: the model file is damaged`,
+          );
         }
-        quantizeRow(GGMLType.Q8_0, row, q8.subarray(i * q8RowBytes, (i + 1) * q8RowBytes));
+        quantizeRow(type, row, out.subarray(i * outRowBytes, (i + 1) * outRowBytes));
       }
-      kernel.pack(q8.subarray(0, n * q8RowBytes), dst, r, n, paddedRows, paddedCols);
+      kernel.pack(out.subarray(0, n * outRowBytes), dst, r, n, paddedRows, paddedCols);
       this.progress(n * rowBytesIn);
     }
-    // The padding rows: all-zero blocks (scale 0, quants 0); packing the last row also zeroes the tile padding.
-    q8.fill(0);
+    // The padding rows: all zero (Q8_0: scale 0, quants 0); packing the last row also zeroes the tile padding.
+    out.fill(0);
     for (let r = rows; r < paddedRows; r += rowsPerChunk) {
       const n = Math.min(rowsPerChunk, paddedRows - r);
-      kernel.pack(q8.subarray(0, n * q8RowBytes), dst, r, n, paddedRows, paddedCols);
+      kernel.pack(out.subarray(0, n * outRowBytes), dst, r, n, paddedRows, paddedCols);
     }
     return {
       name,

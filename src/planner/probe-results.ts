@@ -81,9 +81,9 @@ export interface ProbeResult {
 
 export const matvecKey = (type: GGMLType, cols: number, threads: number) => `${typeName(type)}:${cols}:${threads}`;
 export const sparseKey = (type: GGMLType, nEmbd: number, threads: number) => `${typeName(type)}:${nEmbd}:${threads}`;
-/** A store's predictor as it sits in memory (layer 0's shape), at a thread count. */
+/** A store's predictor as it sits in memory (layer 0's shape: fc1's and fc2's types, its widths), at a thread count. */
 export const predictorKey = (p: PredictorShape, nEmbd: number, nFF: number, threads: number) =>
-  `${typeName(p.type)}:${nEmbd}x${p.hidden}x${nFF}:${threads}`;
+  `${typeName(p.fc1Type)}+${typeName(p.fc2Type)}:${nEmbd}x${p.hidden}x${nFF}:${threads}`;
 export const ioKey = (device: string, bytes: number, threads: number) => `${device}|${bytes}|${threads}`;
 /** Read table of whole gate-row chunks (one chunk per batch) of `bytes`. */
 export const streamKey = (device: string, bytes: number, threads: number) => `${device}|stream ${bytes}|${threads}`;

@@ -4,9 +4,10 @@
  * Two small matrices per layer (blk.N.fc1.weight [nEmbd -> hidden], blk.N.fc2.weight [hidden ->
  * nFF]), kept in memory. A mixture of experts has one per expert (blk.N.fc1.E.weight,
  * blk.N.fc2.E.weight: TurboSparse-Mixtral's model.layers.N.block_sparse_moe.experts.E.predictor
- * fc1 / fc2), indexed like the store's groups: layer * experts + expert. F32/F16/BF16 predictors are requantized to Q8_0 at load by default, their
- * hidden width padded with zeros to a multiple of 32 (fc1 zero rows, fc2 zero columns: the padding
- * contributes exactly nothing).
+ * fc1 / fc2), indexed like the store's groups: layer * experts + expert. F32/F16/BF16 predictors
+ * are converted at load by default (predictorShapes): fc1 to Q8_0, fc2 to Q8_0 or F16, whichever
+ * pair takes less memory, their hidden width padded with zeros to what fc2's type needs (fc1 zero
+ * rows, fc2 zero columns: the padding contributes exactly nothing).
  */
 import { ACTIVATIONS } from "../../format/activations.js";
 import { GGMLType } from "../../format/ggml-types.js";
@@ -33,8 +34,23 @@ export function predictorNames(g: number, experts: number): { fc1: string; fc2: 
 /** Groups with a predictor each: the layers, or layers x experts. */
 export const predictorGroups = (cfg: Pick<ModelConfig, "nLayer" | "nExpert">) => cfg.nLayer * Math.max(1, cfg.nExpert);
 
-/** GGUF types of predictor matrices that load requantizes to Q8_0 (predictorType "q8_0"). */
+/** GGUF types of predictor matrices that load converts (predictorType "q8_0"). */
 const REQUANT_TYPES: ReadonlySet<GGMLType> = new Set([GGMLType.F32, GGMLType.F16, GGMLType.BF16]);
+
+/**
+ * The types fc2 may be converted to, each with the multiple its hidden width (fc2's columns, fc1's
+ * rows) pads to and the widest padded width it is taken at. Q8_0 pads to its 32-value blocks, but
+ * its packed layout pads each row further to 128 columns (tiled.ts): a narrow predictor
+ * (SmallThinker-4B's hidden 31 -> 32) takes 4.2x its data's Q8_0 bytes. F16 pads to its kernel's
+ * 8-value steps (matvec_half.ts: a narrower tail runs scalar) and is taken only within one
+ * 128-column group: wider, its kernel computes a weight about 1.5x slower than Q8_0's (bench/kernels,
+ * cold: 768 x 32 F16 5.8-6.2 GMAC/s against Q8_0's 3.4-3.5 counting the 32 real columns, 14336 x 160
+ * F16 7.3-9.0 against 11.7-12.7), so the few bytes it saves past one group would cost time.
+ */
+const FC2_TYPES = [
+  { type: GGMLType.Q8_0, pad: 32, widest: Infinity },
+  { type: GGMLType.F16, pad: 8, widest: 128 },
+] as const;
 
 export type PredictorType = "q8_0" | "original";
 
@@ -118,30 +134,38 @@ export function sparsityFor<M extends SparsityMode>(
 
 /** How layer l's predictor sits in memory. */
 export interface PredictorShape {
-  /** its type in memory */
-  type: GGMLType;
-  /** the activation format its kernels read */
-  act: ActivationFormat;
+  /** fc1's type in memory, and the activation format its kernels read (the residual row) */
+  fc1Type: GGMLType;
+  fc1Act: ActivationFormat;
+  /** fc2's type in memory, and the activation format its kernels read (the hidden row, f32 in memory) */
+  fc2Type: GGMLType;
+  fc2Act: ActivationFormat;
   /** hidden width in memory (fc1's rows, fc2's columns), padding included */
   hidden: number;
   /** hidden width in the file */
   fileHidden: number;
-  /** requantized to Q8_0 (and padded) at load, rather than kept as stored */
+  /** converted (and padded) at load, rather than kept as stored */
   requantized: boolean;
   /** packed bytes of fc1 and fc2 */
   fc1Bytes: number;
   fc2Bytes: number;
 }
 
+/** Bytes a predictor takes in memory: fc1 and fc2, each allocated at a 64-byte boundary. */
+export const predictorBytes = (p: Pick<PredictorShape, "fc1Bytes" | "fc2Bytes">) =>
+  Math.ceil(p.fc1Bytes / 64) * 64 + Math.ceil(p.fc2Bytes / 64) * 64;
+
 /**
- * Each layer's predictor as it will sit in memory: requantized to Q8_0 with its hidden width
- * rounded up to a multiple of 32, or as stored (by choice, because fc1 or fc2 is already of
- * another type, or because the padded shape would not fit the kernels or the FFN's buffers).
+ * Each layer's predictor as it will sit in memory: converted at load, fc1 to Q8_0 and fc2 to the
+ * one of FC2_TYPES that, with the hidden width padded as it needs, takes the fewest bytes for
+ * both matrices (Q8_0 on a tie); or as stored (by choice, because fc1 or fc2 is already of
+ * another type, or because no padded shape fits the kernels or the FFN's buffers).
  */
 export function predictorShapes(file: ModelFile, cfg: ModelConfig, type: PredictorType = "q8_0"): PredictorShape[] {
   if (type !== "q8_0" && type !== "original") {
     throw new RangeError(`predictorType must be "q8_0" or "original", got ${JSON.stringify(type)}`);
   }
+  const q8 = weightKernel(GGMLType.Q8_0);
   const out: PredictorShape[] = [];
   for (let g = 0; g < predictorGroups(cfg); g++) {
     const names = predictorNames(g, cfg.nExpert);
@@ -153,38 +177,45 @@ export function predictorShapes(file: ModelFile, cfg: ModelConfig, type: Predict
         `${file.path}: predictor ${names.fc1} has ${hidden} hidden units, more than the FFN's ${cfg.nFF}`,
       );
     }
-    const padded = Math.ceil(hidden / 32) * 32;
-    const requant =
-      type === "q8_0" &&
-      REQUANT_TYPES.has(fc1.type) &&
-      REQUANT_TYPES.has(fc2.type) &&
-      cfg.nEmbd % 32 === 0 &&
-      padded <= cfg.nFF;
-    if (requant) {
-      const k = weightKernel(GGMLType.Q8_0);
-      out.push({
-        type: GGMLType.Q8_0,
-        act: k.act,
+    let best: PredictorShape | null = null;
+    const convert =
+      type === "q8_0" && REQUANT_TYPES.has(fc1.type) && REQUANT_TYPES.has(fc2.type) && cfg.nEmbd % 32 === 0;
+    for (const { type: t, pad, widest } of convert ? FC2_TYPES : []) {
+      const padded = Math.ceil(hidden / pad) * pad;
+      if (padded > cfg.nFF || padded > widest) continue;
+      const k = weightKernel(t);
+      const s: PredictorShape = {
+        fc1Type: GGMLType.Q8_0,
+        fc1Act: q8.act,
+        fc2Type: t,
+        fc2Act: k.act,
         hidden: padded,
         fileHidden: hidden,
         requantized: true,
-        fc1Bytes: k.packedBytes(padded, cfg.nEmbd),
+        fc1Bytes: q8.packedBytes(padded, cfg.nEmbd),
         fc2Bytes: k.packedBytes(cfg.nFF, padded),
-      });
-    } else {
+      };
+      if (!best || predictorBytes(s) < predictorBytes(best)) best = s;
+    }
+    if (!best) {
       if (!hasWeightKernel(fc1.type) || !hasWeightKernel(fc2.type)) {
         throw new Error(`${file.path}: predictor ${names.fc1} has a weight type this engine cannot compute with`);
       }
-      out.push({
-        type: fc1.type,
-        act: weightKernel(fc1.type).act,
+      const k1 = weightKernel(fc1.type),
+        k2 = weightKernel(fc2.type);
+      best = {
+        fc1Type: fc1.type,
+        fc1Act: k1.act,
+        fc2Type: fc2.type,
+        fc2Act: k2.act,
         hidden,
         fileHidden: hidden,
         requantized: false,
-        fc1Bytes: weightKernel(fc1.type).packedBytes(hidden, cfg.nEmbd),
-        fc2Bytes: weightKernel(fc2.type).packedBytes(cfg.nFF, hidden),
-      });
+        fc1Bytes: k1.packedBytes(hidden, cfg.nEmbd),
+        fc2Bytes: k2.packedBytes(cfg.nFF, hidden),
+      };
     }
+    out.push(best);
   }
   return out;
 }
@@ -232,13 +263,13 @@ export class Predictor {
     for (let g = 0; g < groups; g++) {
       const n = predictorNames(first + g, cfg.nExpert);
       const s = shapes[first + g];
-      const q8 = s.requantized;
-      const a = q8
-        ? loader.q8Matrix(n.fc1, cfg.nEmbd, s.fileHidden, cfg.nEmbd, s.hidden)
+      const conv = s.requantized;
+      const a = conv
+        ? loader.requantMatrix(n.fc1, cfg.nEmbd, s.fileHidden, cfg.nEmbd, s.hidden, s.fc1Type)
         : loader.matrix(n.fc1, cfg.nEmbd, s.fileHidden);
       const order = rowOrder?.(g);
-      const b = q8
-        ? loader.q8Matrix(n.fc2, s.fileHidden, cfg.nFF, s.hidden, cfg.nFF, order)
+      const b = conv
+        ? loader.requantMatrix(n.fc2, s.fileHidden, cfg.nFF, s.hidden, cfg.nFF, s.fc2Type, order)
         : loader.matrix(n.fc2, s.fileHidden, cfg.nFF, order);
       // scores() feeds fc1's outputs (all of its rows, padding included) to fc2
       if (a.rows !== b.cols) {
@@ -271,8 +302,8 @@ export class Predictor {
     else mm.run(this.fc2[l], out, 1);
   }
 
-  /** Layer l's predictor in memory: its GGML type and hidden width (padded when requantized). */
-  width(l: number): { type: GGMLType; hidden: number } {
-    return { type: this.fc1[l].kernel.type, hidden: this.fc1[l].rows };
+  /** Layer l's predictor in memory: fc1's and fc2's GGML types and the hidden width (padded when converted). */
+  width(l: number): { fc1Type: GGMLType; fc2Type: GGMLType; hidden: number } {
+    return { fc1Type: this.fc1[l].kernel.type, fc2Type: this.fc2[l].kernel.type, hidden: this.fc1[l].rows };
   }
 }
