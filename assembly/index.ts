@@ -5,6 +5,7 @@ export * from "./matvec_f32";
 export * from "./model_ops";
 export * from "./matmul_f32";
 export * from "./matvec_q8_0";
+export * from "./matvec_q8_0_rows";
 export * from "./matvec_q4";
 export * from "./matmul_q8_0";
 export * from "./matmul_q4";

@@ -1,7 +1,8 @@
 // Activation preparation: f32 rows -> 8-bit quants per 32-block, as ggml quantizes activations
-// before a quantized dot product. The rounding is the one llama.cpp's x86 build runs (AVX2
-// quantize_row_q8_0/_q8_1): d = amax / 127 (stored as f16), q = round-half-to-even(x * (127 /
-// amax)), and for Q8_1 s = f16(d * sum q) with the unrounded f32 d.
+// before a quantized dot product (and 16-bit ones, q16_0, for one kernel of this engine's). The
+// rounding is the one llama.cpp's x86 build runs (AVX2 quantize_row_q8_0/_q8_1): d = amax / 127
+// (stored as f16), q = round-half-to-even(x * (127 / amax)), and for Q8_1 s = f16(d * sum q) with
+// the unrounded f32 d.
 //
 // Formats (all per token row; `cols` a multiple of 32; groups are 128 columns, zero-padded):
 //   q8_0    ggml block_q8_0:  34 B per block: d f16, qs i8[32]
@@ -19,6 +20,10 @@
 //           as bytes, then 8 of sign masks (0xff where q < 0); bytes 4b..4b+3 of vector v hold
 //           elements 4v..4v+3 of block b; then i32 c x4 (the sum of block b's negative quants'
 //           magnitudes, see matvec_q8_0_relaxed.ts), f32 d x4.
+//   q16_0   16-bit quants for Q8_0 weights in GGUF's rows (matvec_q8_0_rows.ts): 68 B per block:
+//           d f32 (amax / 32767), qs i16[32] (round-half-to-even(x * (32767 / amax))). An
+//           activation predictor's hidden row can hold one value far above the rest (a unit that
+//           carries a bias); 8-bit quants would round the others to a few steps of its.
 
 import { f16ToF32, f32ToF16 } from "./half";
 import { hsumi } from "./lanes";
@@ -61,6 +66,24 @@ export function prepare_q8_0(x: usize, dst: usize, cols: i32, ntok: i32): void {
       }
       p += 128;
       o += 34;
+    }
+  }
+}
+
+/** "q16_0" rows (d f32, quants i16): ntok rows of `cols` f32 at x -> ntok * (cols / 32) blocks of 68 B at dst. */
+export function prepare_q16_0(x: usize, dst: usize, cols: i32, ntok: i32): void {
+  const nb = cols >> 5;
+  for (let t = 0; t < ntok; t++) {
+    let p = x + <usize>t * ((<usize>cols) << 2);
+    let o = dst + <usize>t * <usize>nb * 68;
+    for (let b = 0; b < nb; b++) {
+      const amax = blockAmax(p);
+      store<f32>(o, amax / <f32>32767.0);
+      const id = f32x4.splat(amax != 0 ? <f32>32767.0 / amax : <f32>0);
+      for (let k: usize = 0; k < 128; k += 32)
+        v128.store(o + 4 + (k >> 1), i16x8.narrow_i32x4_s(quantVecs(p, id, k), quantVecs(p, id, k + 16)));
+      p += 128;
+      o += 68;
     }
   }
 }

@@ -191,7 +191,8 @@ import { e8m0Half, FP4 } from "./mxfp4_values";
   return f32x4.replace_lane(f32x4.splat(hsum(accA)), 1, hsum(accB));
 }
 
-// The second half of dot1's transpose-add: t01 from blocks 0 and 1, then blocks 2 and 3.
+// The second half of dot1's transpose-add: t01 from blocks 0 and 1, then blocks 2 and 3 (also
+// matvec_q8_0_rows.ts's, over four rows' dots of one block).
 @inline function transposeRest(t01: v128, d2: v128, d3: v128): v128 {
   const t23 = i32x4.add(i32x4.shuffle(d2, d3, 0, 4, 1, 5), i32x4.shuffle(d2, d3, 2, 6, 3, 7));
   return i32x4.add(i32x4.shuffle(t01, t23, 0, 1, 4, 5), i32x4.shuffle(t01, t23, 2, 3, 6, 7));
@@ -226,4 +227,4 @@ import { e8m0Half, FP4 } from "./mxfp4_values";
   return f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(transposeRest(t01, d2, d3)), sc));
 }
 
-export { dot1, dot2 };
+export { dot1, dot2, transposeRest };

@@ -4,7 +4,9 @@
  *
  *   node dist/bench/kernels.js [--types q4_0,q8_0] [--shapes 2048x2048,5632x2048] [--ntok 16] [--time 0.4]
  *
- * Shapes are rows x cols (outputs x inputs). Each cold matvec is also given in GB/s of packed
+ * Shapes are rows x cols (outputs x inputs). A type may name a layout beside its own
+ * (weight-kernels.ts layoutKernel) after a slash: `--types f16,q8_0/rows --shapes 768x32` (an
+ * activation predictor's fc2). Each cold matvec is also given in GB/s of packed
  * weights and as a share of the streaming limit: what `stream_probe` (assembly/stream_probe.ts)
  * reads per CPU second from the same cold region doing nothing but loads (the best of 1, 2 and 4
  * interleaved streams). The last lines estimate the kernel-only decode and
@@ -37,7 +39,7 @@ import {
   type KernelBuild,
   type KernelExports,
 } from "../src/runtime/wasm.js";
-import { prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
+import { layoutKernel, layoutName, prepareKernel, type WeightLayout } from "../src/runtime/weight-kernels.js";
 import {
   hasSparseKernel,
   partialBytes,
@@ -52,13 +54,17 @@ function arg(name: string, def: string): string {
   return i >= 0 && i + 1 < process.argv.length ? process.argv[i + 1] : def;
 }
 
+/** The types benched, each in its own layout (null) or the one named after a slash. */
 const types = arg("types", "f32,q8_0,q4_0,q4_1")
   .split(",")
   .map((n) => {
-    const t = typeFromName(n);
-    if (t === undefined) throw new Error(`unknown type ${n}`);
-    return t;
+    const [name, layout = null] = n.split("/");
+    const t = typeFromName(name);
+    if (t === undefined) throw new Error(`unknown type ${name}`);
+    if (layout !== null) layoutKernel(t, layout as WeightLayout); // throws for a layout the type has not
+    return { type: t, layout: layout as WeightLayout | null };
   });
+type Kind = (typeof types)[number];
 const shapes = arg("shapes", "2048x2048,5632x2048,2048x5632,4096x11008")
   .split(",")
   .map((s) => s.split("x").map(Number) as [number, number]);
@@ -201,8 +207,15 @@ const { xPtr, actPtr, yPtr, wPtr } = buffers(arena);
  * (`copies` of them, `stride` bytes apart), and the activation of `ntok` tokens prepared for them
  * (at `xa`) by kernel module k.
  */
-function packedCopies(type: GGMLType, rows: number, cols: number, build: KernelBuild, k: KernelExports, ntok: number) {
-  const wk = weightKernel(type, build);
+function packedCopies(
+  { type, layout }: Kind,
+  rows: number,
+  cols: number,
+  build: KernelBuild,
+  k: KernelExports,
+  ntok: number,
+) {
+  const wk = layoutKernel(type, layout, build);
   const size = wk.packedBytes(rows, cols);
   const stride = Math.ceil(size / 4096) * 4096;
   const copies = Math.max(1, Math.min(Math.ceil(COLD_BYTES / stride), Math.floor(REGION / stride)));
@@ -214,9 +227,9 @@ function packedCopies(type: GGMLType, rows: number, cols: number, build: KernelB
   return { wk, size, stride, copies, xa: prep ? actPtr : xPtr };
 }
 
-function bench(type: GGMLType, rows: number, cols: number, build: KernelBuild): Result {
+function bench(kind: Kind, rows: number, cols: number, build: KernelBuild): Result {
   const k = kernels.get(build)!;
-  const { wk, size, stride, copies, xa } = packedCopies(type, rows, cols, build, k, NTOK);
+  const { wk, size, stride, copies, xa } = packedCopies(kind, rows, cols, build, k, NTOK);
   const mv = k[wk.matvec],
     mm = k[wk.matmul];
   const hot = timeIt(() => mv(wPtr, xa, yPtr, rows, cols, 0, rows), rows * cols);
@@ -224,7 +237,8 @@ function bench(type: GGMLType, rows: number, cols: number, build: KernelBuild): 
   const matmul = mm
     ? timeIt((i) => mm(wPtr + (i % copies) * stride, xa, yPtr, rows, cols, NTOK, 0, rows), rows * cols * NTOK)
     : NaN;
-  return { build, type: typeName(type), rows, cols, hot, cold, coldGBs: (cold * size) / (rows * cols), matmul };
+  const type = layoutName(kind.type, kind.layout);
+  return { build, type, rows, cols, hot, cold, coldGBs: (cold * size) / (rows * cols), matmul };
 }
 
 /** GB/s of the streaming probe over the cold region with `streams` interleaved walks (best of 5 rounds). */
@@ -265,7 +279,7 @@ async function probeThreads(threads: number): Promise<number> {
  * their outputs have the same bits. B runs in bArena, laid out as A's (buffers()).
  */
 function abRounds(
-  type: GGMLType,
+  kind: Kind,
   rows: number,
   cols: number,
   build: KernelBuild,
@@ -274,7 +288,7 @@ function abRounds(
   rounds: number,
 ): void {
   const a = kernels.get(build)!;
-  const { wk, stride, copies, xa } = packedCopies(type, rows, cols, build, a, 1);
+  const { wk, stride, copies, xa } = packedCopies(kind, rows, cols, build, a, 1);
   // B's memory gets the same weights and activation at the same addresses
   bArena.u8(wPtr, copies * stride).set(arena.u8(wPtr, copies * stride));
   bArena.u8(actPtr, ACT_BYTES).set(arena.u8(actPtr, ACT_BYTES));
@@ -302,7 +316,7 @@ function abRounds(
       ratio.push(gb[r] / ga[r]);
     }
     console.log(
-      `${typeName(type).padEnd(6)} ${build.padEnd(8)} ${`${rows}x${cols}`.padEnd(12)} ${cold ? "cold" : "hot "} A ${median(ga).toFixed(2)} B ${median(gb).toFixed(2)} GMAC/s, B/A median ${median(ratio).toFixed(3)} (${Math.min(...ratio).toFixed(3)}-${Math.max(...ratio).toFixed(3)}), same bits: ${same ? "yes" : "NO"}`,
+      `${layoutName(kind.type, kind.layout).padEnd(6)} ${build.padEnd(8)} ${`${rows}x${cols}`.padEnd(12)} ${cold ? "cold" : "hot "} A ${median(ga).toFixed(2)} B ${median(gb).toFixed(2)} GMAC/s, B/A median ${median(ratio).toFixed(3)} (${Math.min(...ratio).toFixed(3)}-${Math.max(...ratio).toFixed(3)}), same bits: ${same ? "yes" : "NO"}`,
     );
   }
 }
@@ -320,7 +334,7 @@ if (process.env.KERNELS_WASM_B) {
   console.log(
     `A/B, one thread, node ${process.version}: A ${process.env.KERNELS_WASM}, B ${process.env.KERNELS_WASM_B}; GMAC/s per CPU second, ${rounds} rounds in turn`,
   );
-  for (const type of types) for (const [rows, cols] of shapes) abRounds(type, rows, cols, build, b, bArena, rounds);
+  for (const kind of types) for (const [rows, cols] of shapes) abRounds(kind, rows, cols, build, b, bArena, rounds);
   process.exit(0);
 }
 
@@ -339,11 +353,11 @@ if (availableParallelism() >= 2) {
 console.log("matvec hot: weights in cache (L2/L3); cold: streamed from DRAM, as in a real decode; matmul: cold");
 console.log(`kernel builds: ${builds.join(", ")}`);
 console.log("type   build    shape        matvec-hot matvec-cold  cold GB/s  of limit   matmul");
-for (const type of types) {
+for (const kind of types) {
   const res: Result[] = [];
   for (const [rows, cols] of shapes) {
     for (const build of builds) {
-      const r = bench(type, rows, cols, build);
+      const r = bench(kind, rows, cols, build);
       res.push(r);
       console.log(
         `${r.type.padEnd(6)} ${build.padEnd(8)} ${`${rows}x${cols}`.padEnd(12)} ${r.hot.toFixed(2).padStart(10)} ${r.cold.toFixed(2).padStart(11)} ${r.coldGBs.toFixed(1).padStart(10)} ${`${((100 * r.coldGBs) / limit).toFixed(0)}%`.padStart(9)} ${r.matmul.toFixed(2).padStart(8)}`,
@@ -365,16 +379,17 @@ for (const type of types) {
         tm = 0;
       for (const [rows, cols, count] of mats) {
         const r =
-          res.find((x) => x.rows === rows && x.cols === cols && x.build === build) ?? bench(type, rows, cols, build);
+          res.find((x) => x.rows === rows && x.cols === cols && x.build === build) ?? bench(kind, rows, cols, build);
         tv += (count * rows * cols) / (r.cold * 1e9);
         tm += (count * rows * cols) / (r.matmul * 1e9);
       }
-      const peer = LLAMA_CPP[typeName(type)];
+      const name = layoutName(kind.type, kind.layout);
+      const peer = LLAMA_CPP[name];
       const vs = peer
         ? ` (llama.cpp, whole model: ${peer[1]} and ${peer[0]}: ${(1 / tv / peer[1]).toFixed(2)}x and ${(1 / tm / peer[0]).toFixed(2)}x)`
         : "";
       console.log(
-        `${typeName(type).padEnd(6)} ${build.padEnd(8)} TinyLlama-1.1B kernels only: decode ${(1 / tv).toFixed(1)} tok/s, prefill ${(1 / tm).toFixed(1)} tok/s${vs}`,
+        `${name.padEnd(6)} ${build.padEnd(8)} TinyLlama-1.1B kernels only: decode ${(1 / tv).toFixed(1)} tok/s, prefill ${(1 / tm).toFixed(1)} tok/s${vs}`,
       );
     }
 }
@@ -385,7 +400,9 @@ for (const type of types) {
 // bundles hot (1024 of them, in L2/L3) and cold (rotating over the cold region).
 const SPARSE_EMBD = 4096,
   SPARSE_COUNT = 1024;
-const sparseTypes = types.filter((t) => hasSparseKernel(t) && t !== GGMLType.F32);
+const sparseTypes = types
+  .filter((k) => k.layout === null && hasSparseKernel(k.type) && k.type !== GGMLType.F32)
+  .map((k) => k.type);
 if (sparseTypes.length) {
   console.log(
     `sparse FFN bundles, ${SPARSE_EMBD} wide, ${SPARSE_COUNT} per call; GMAC/s (gate: 1 row per neuron, ffn: 3)`,

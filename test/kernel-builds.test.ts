@@ -9,7 +9,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { sparseKernel } from "../src/runtime/sparse-kernels.js";
-import { GGMLType, typeName } from "../src/format/ggml-types.js";
+import { GGMLType } from "../src/format/ggml-types.js";
 import { quantizeRow, rowBytes } from "../src/format/quant.js";
 import { f32ToBF16, f32ToF16 } from "../src/format/half.js";
 import { Arena } from "../src/runtime/arena.js";
@@ -21,7 +21,7 @@ import {
   type KernelBuild,
   type KernelExports,
 } from "../src/runtime/wasm.js";
-import { prepareKernel, weightKernel } from "../src/runtime/weight-kernels.js";
+import { layoutKernel, layoutName, prepareKernel } from "../src/runtime/weight-kernels.js";
 import { gaussians, ROOT } from "./helpers.js";
 
 const major = Number(process.versions.node.split(".")[0]);
@@ -78,7 +78,7 @@ function bothBuilds(t: TestContext, bytes: number) {
   return { arena, k };
 }
 
-test("both builds give the same bits: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, F32 and BF16 matvec and matmul on odd shapes (the K-quants and F16 the same values to rounding)", (t) => {
+test("both builds give the same bits: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (packed and rows), MXFP4, F32 and BF16 matvec and matmul on odd shapes (the K-quants and F16 the same values to rounding)", (t) => {
   const both = bothBuilds(t, 32 << 20);
   if (!both) return;
   const { arena, k } = both;
@@ -86,19 +86,22 @@ test("both builds give the same bits: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, F32 a
     X = arena.alloc(1 << 20, 64),
     A = arena.alloc(2 << 20, 64),
     Y = arena.alloc(1 << 20, 64);
-  for (const type of [
-    GGMLType.Q4_0,
-    GGMLType.Q4_1,
-    GGMLType.Q8_0,
-    GGMLType.Q5_0,
-    GGMLType.Q5_1,
-    GGMLType.F32,
-    GGMLType.Q4_K,
-    GGMLType.Q5_K,
-    GGMLType.Q6_K,
-    GGMLType.F16,
-    GGMLType.BF16,
-    GGMLType.MXFP4,
+  for (const [type, layout] of [
+    ...[
+      GGMLType.Q4_0,
+      GGMLType.Q4_1,
+      GGMLType.Q8_0,
+      GGMLType.Q5_0,
+      GGMLType.Q5_1,
+      GGMLType.F32,
+      GGMLType.Q4_K,
+      GGMLType.Q5_K,
+      GGMLType.Q6_K,
+      GGMLType.F16,
+      GGMLType.BF16,
+      GGMLType.MXFP4,
+    ].map((t) => [t, null] as const),
+    [GGMLType.Q8_0, "rows"] as const,
   ]) {
     const kQuant = type === GGMLType.Q4_K || type === GGMLType.Q5_K || type === GGMLType.Q6_K; // 256-value blocks
     for (const [rows, cols, ntok] of kQuant
@@ -132,7 +135,7 @@ test("both builds give the same bits: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, F32 a
       arena.f32(X, ntok * cols).set(gaussians(ntok * cols, cols, 3));
       const out: Record<KernelBuild, Uint32Array[]> = { simd128: [], relaxed: [] };
       for (const build of ["simd128", "relaxed"] as const) {
-        const wk = weightKernel(type, build);
+        const wk = layoutKernel(type, layout, build);
         // packed for each build: the relaxed build's Q8_0 and K-quants have their own layouts
         wk.pack(src, arena.u8(W, wk.packedBytes(rows, cols)), 0, rows, rows, cols);
         const prep = prepareKernel(wk.act);
@@ -149,7 +152,7 @@ test("both builds give the same bits: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, F32 a
         out[build].push(y.slice());
       }
       for (let i = 0; i < out.simd128.length; i++) {
-        const what = `${typeName(type)} ${rows}x${cols} ntok ${ntok} call ${i}`;
+        const what = `${layoutName(type, layout)} ${rows}x${cols} ntok ${ntok} call ${i}`;
         const ownOrder = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.F16].includes(type);
         if (!ownOrder) assert.deepEqual(out.relaxed[i], out.simd128[i], what);
         else {
@@ -216,7 +219,7 @@ function node22(): string | undefined {
 
 /** Runs the kernel test files (this one included) under `bin` with `build` forced; asserts they pass. */
 function kernelTestsPass(t: TestContext, bin: string, build: KernelBuild): void {
-  const files = ["kernels", "kernels-more", "ops", "sparse-ffn", "kernel-builds"].map((f) =>
+  const files = ["kernels", "kernels-more", "q8-rows", "ops", "sparse-ffn", "kernel-builds"].map((f) =>
     join(ROOT, "dist", "test", `${f}.test.js`),
   );
   // without NODE_TEST_CONTEXT, which the runner sets for the files it runs: with it, the child

@@ -77,7 +77,7 @@ function roundAway(v: number): number {
   return v >= 0 ? Math.floor(v + 0.5) : -Math.floor(-v + 0.5);
 }
 /** ggml's nearest_int: round half to even (the default FP rounding mode). */
-function roundEven(v: number): number {
+export function roundEven(v: number): number {
   const f = Math.floor(v);
   const d = v - f;
   if (d > 0.5) return f + 1;

@@ -24,10 +24,10 @@ import { storeGroups } from "./offload/store-groups.js";
 import { storeLayout } from "./store-shards.js";
 import type { Tracer } from "../runtime/tracer.js";
 import { BudgetError, storeFacts, type FixedResident, type LayoutKnobs, type OffloadLayout } from "./offload/layout.js";
-import { Predictor, sparsityFor } from "./offload/predictor.js";
+import { Predictor, sparsityFor, type PredictorWidth } from "./offload/predictor.js";
 import { checkExpertBiases } from "./offload/expert-biases.js";
 import { dequantizeRow } from "../format/quant.js";
-import { GGMLType, tensorBytes } from "../format/ggml-types.js";
+import { tensorBytes } from "../format/ggml-types.js";
 import { Arena } from "../runtime/arena.js";
 import { ThreadPool } from "../runtime/pool.js";
 import { readConfig, type ModelConfig } from "./config.js";
@@ -620,9 +620,9 @@ export class LlamaModel {
   /**
    * The predictor of layer `layer` on one residual row `x` (nEmbd values, before the FFN norm),
    * as decode computes it: the nFF scores (copied out) and, when `hidden` is given, the hidden
-   * activations relu(fc1 . x) copied into it (the predictor's width in memory, padding
-   * included: see predictorWidth). For tools and tests; uses the activation buffers, so not
-   * during a forward pass.
+   * activations relu(fc1 . x) copied into it (the predictor's width in memory, padding included:
+   * see predictorWidth; each unit times its power of two where fc2 is Q8_0: fc2Balance). For
+   * tools and tests; uses the activation buffers, so not during a forward pass.
    */
   predictorScores(layer: number, x: ArrayLike<number>, hidden?: Float32Array): Float32Array {
     const at = this.predictorAt(layer);
@@ -648,8 +648,8 @@ export class LlamaModel {
     return out;
   }
 
-  /** The predictor of layer `layer` in memory: fc1's and fc2's GGML types and the hidden width (padded when converted), or null. */
-  predictorWidth(layer: number): { fc1Type: GGMLType; fc2Type: GGMLType; hidden: number } | null {
+  /** The predictor of layer `layer` in memory: fc1's and fc2's GGML types, fc2's layout and the hidden width (padded when converted), or null. */
+  predictorWidth(layer: number): PredictorWidth | null {
     const at = this.predictorAt(layer);
     return at ? at.p.width(at.group) : null;
   }

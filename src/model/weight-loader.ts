@@ -214,15 +214,17 @@ export class WeightLoader {
   }
 
   /**
-   * Load matrix `name` (GGUF shape [cols, rows], F32, F16 or BF16) converted to `type` (Q8_0 or
-   * F16: REQUANT_LIMITS) and padded with zeros to `paddedRows` x `paddedCols` (paddedCols a whole
-   * number of `type`'s blocks): rows past `rows` are all zero, and so is every column past `cols`,
-   * so a padded row contributes exactly 0 to a product and a padded column reads nothing. The
-   * rounding is ggml's reference rounding (Q8_0: per 32-value block, d = max|w| / 127; F16:
-   * nearest, ties to even, exact from F16), done here in JS once, chunk by chunk. A weight the
-   * type cannot hold is refused, naming it: the memory it takes was laid out from the tensor
-   * table before any weight was read, so loading cannot fall back to another type's size.
-   * `rowOrder` permutes the rows as in matrix().
+   * Load matrix `name` (GGUF shape [cols, rows], F32, F16 or BF16) converted to type `to` (Q8_0 or
+   * F16: REQUANT_LIMITS), packed in the type's own layout or, given a kernel, in that kernel's
+   * (layoutKernel), and padded with zeros to `paddedRows` x `paddedCols` (paddedCols a whole
+   * number of the type's blocks): rows past `rows` are all zero, and so is every column past
+   * `cols`, so a padded row contributes exactly 0 to a product and a padded column reads
+   * nothing. The rounding is ggml's reference rounding (Q8_0: per 32-value block, d = max|w| /
+   * 127; F16: nearest, ties to even, exact from F16), done here in JS once, chunk by chunk. A
+   * weight the type cannot hold is refused, naming it: the memory it takes was laid out from the
+   * tensor table before any weight was read, so loading cannot fall back to another type's size.
+   * `rowOrder` permutes the rows as in matrix(). `scales` multiplies each weight by its row's
+   * factor (by its row in the file) and its column's before the conversion.
    */
   requantMatrix(
     name: string,
@@ -230,9 +232,11 @@ export class WeightLoader {
     rows: number,
     paddedCols: number,
     paddedRows: number,
-    type: GGMLType,
+    to: GGMLType | WeightKernel,
     rowOrder?: Int32Array,
+    scales: { rows?: ArrayLike<number>; cols?: ArrayLike<number> } = {},
   ): Matrix {
+    const type = typeof to === "number" ? to : to.type;
     const t = this.tensor(name);
     checkDims(this.file, t, [cols, rows]);
     checkRowOrder(name, rows, rowOrder);
@@ -251,7 +255,7 @@ export class WeightLoader {
         `${name}: cannot pad ${rows} x ${cols} to ${paddedRows} x ${paddedCols} as ${typeName(type)} (columns must pad to a multiple of ${block})`,
       );
     }
-    const kernel = weightKernel(type);
+    const kernel = typeof to === "number" ? weightKernel(to) : to;
     const size = kernel.packedBytes(paddedRows, paddedCols);
     const ptr = this.arena.alloc(size, 64);
     const dst = this.arena.u8(ptr, size);
@@ -269,14 +273,18 @@ export class WeightLoader {
       this.readRows(t, buf, 0, rowBytesIn, r, n, rowOrder);
       for (let i = 0; i < n; i++) {
         dequantizeRow(t.type, buf.subarray(i * rowBytesIn, (i + 1) * rowBytesIn), cols, row);
+        const fileRow = rowOrder ? rowOrder[r + i] : r + i;
+        const rowScale = scales.rows?.[fileRow] ?? 1;
         for (let c = 0; c < cols; c++) {
-          const v = row[c];
+          const k = rowScale * (scales.cols?.[c] ?? 1);
+          const v = (row[c] *= k);
           if (Number.isFinite(v) && Math.abs(v) < limit) continue;
-          const at = `row ${rowOrder ? rowOrder[r + i] : r + i}, column ${c}`;
+          const at = `row ${fileRow}, column ${c}`;
+          const weight = k === 1 ? `${v}` : `${v / k} (${v} as scaled at load)`;
           throw new GGUFError(
             this.file.path,
             Number.isFinite(v)
-              ? `tensor "${name}" has weight ${v} at ${at}, beyond what ${typeName(type)} holds (magnitudes below ${limit}), the type it is converted to at load`
+              ? `tensor "${name}" has weight ${weight} at ${at}, beyond what ${typeName(type)} holds (magnitudes below ${limit}), the type it is converted to at load`
               : `tensor "${name}" has an inf or NaN weight at ${at}: the model file is damaged`,
           );
         }

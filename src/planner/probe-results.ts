@@ -4,6 +4,7 @@
  */
 import { typeName, type GGMLType } from "../format/ggml-types.js";
 import type { PredictorShape } from "../model/offload/predictor.js";
+import { layoutName } from "../runtime/weight-kernels.js";
 import type { MachineFingerprint } from "./machine.js";
 
 /** Bumped when a measurement changes meaning: a cache of another version is measured again. */
@@ -81,9 +82,9 @@ export interface ProbeResult {
 
 export const matvecKey = (type: GGMLType, cols: number, threads: number) => `${typeName(type)}:${cols}:${threads}`;
 export const sparseKey = (type: GGMLType, nEmbd: number, threads: number) => `${typeName(type)}:${nEmbd}:${threads}`;
-/** A store's predictor as it sits in memory (layer 0's shape: fc1's and fc2's types, its widths), at a thread count. */
+/** A store's predictor as it sits in memory (layer 0's shape: fc1's and fc2's types, fc2's layout, its widths), at a thread count. */
 export const predictorKey = (p: PredictorShape, nEmbd: number, nFF: number, threads: number) =>
-  `${typeName(p.fc1Type)}+${typeName(p.fc2Type)}:${nEmbd}x${p.hidden}x${nFF}:${threads}`;
+  `${typeName(p.fc1Type)}+${layoutName(p.fc2Type, p.fc2Layout)}:${nEmbd}x${p.hidden}x${nFF}:${threads}`;
 export const ioKey = (device: string, bytes: number, threads: number) => `${device}|${bytes}|${threads}`;
 /** Read table of whole gate-row chunks (one chunk per batch) of `bytes`. */
 export const streamKey = (device: string, bytes: number, threads: number) => `${device}|stream ${bytes}|${threads}`;

@@ -25,6 +25,10 @@
  *   kquant.ts  Q4_K, Q5_K, Q6_K  GGUF's own rows (row-copy.ts); the relaxed build's their own blocks
  *   mxfp4.ts   MXFP4             GGUF's own rows (row-copy.ts), ggml's Q8_0 activations in both builds
  *
+ * Beside the table, kernels of another layout for a type, which weightKernel(type) never returns:
+ * a caller asks for one by its layout (layoutKernel):
+ *   q8-rows.ts Q8_0 "rows"       GGUF's own rows (no 128-column padding), "q16_0" activations
+ *
  * Activation formats (see assembly/prepare_q8.ts): "f32_eo" is f32 with each 8 values' even ones
  * first, then its odd ones (for F16 and BF16: assembly/matvec_half.ts); "q8_0" / "q8_1" / "q8_K"
  * are ggml's own block layouts (for kernels that want them); "q8_i16" and "q8_i16n" hold the same
@@ -33,7 +37,8 @@
  * takes "q8_i8n" for Q4_0/Q4_1/Q5_0/Q5_1 instead (the same quants as i8, ordered for its relaxed
  * dots) and "q8_i8s" for Q8_0 (magnitudes and signs of the quants apart) and "q8_Ki" for the
  * K-quants (Q8_K's quants interleaved four sub-blocks at a time), and packs Q8_0 and the K-quants
- * its own way. So the table is per build:
+ * its own way. "q16_0" (Q8_0 "rows" in both builds) is ggml's Q8_0 with 16-bit quants and an f32
+ * scale. So the table is per build:
  * `weightKernel(type)` answers for the build this process runs.
  */
 import { GGMLType, typeName } from "../format/ggml-types.js";
@@ -43,6 +48,7 @@ import { Q4_0, Q4_1, Q5_0, Q5_1 } from "./weight-kernels/q4.js";
 import { BF16, F16 } from "./weight-kernels/half.js";
 import { Q4_K, Q4_K_RELAXED, Q5_K, Q5_K_RELAXED, Q6_K, Q6_K_RELAXED, Q8KI_BYTES } from "./weight-kernels/kquant.js";
 import { MXFP4 } from "./weight-kernels/mxfp4.js";
+import { Q8_0_ROWS } from "./weight-kernels/q8-rows.js";
 import { kernelBuild, type KernelBuild } from "./wasm.js";
 
 /** Every activation format some kernel takes. */
@@ -57,11 +63,17 @@ export const ACTIVATION_FORMATS = [
   "q8_i8n",
   "q8_i8s",
   "q8_Ki",
+  "q16_0",
 ] as const;
 export type ActivationFormat = (typeof ACTIVATION_FORMATS)[number];
 
+/** Layouts a type may be packed in beside its own (the table's): q8-rows.ts. */
+export type WeightLayout = "rows";
+
 export interface WeightKernel {
   readonly type: GGMLType;
+  /** set on a kernel of another layout than its type's own (layoutKernel), absent on the table's */
+  readonly layout?: WeightLayout;
   readonly act: ActivationFormat;
   /** bytes the packed matrix takes in wasm memory */
   packedBytes(rows: number, cols: number): number;
@@ -105,6 +117,8 @@ export function activationBytes(fmt: ActivationFormat, cols: number): number {
       return Math.ceil(cols / 128) * 288;
     case "q8_Ki":
       return (cols / 256) * Q8KI_BYTES;
+    case "q16_0":
+      return (cols / 32) * 68;
   }
 }
 
@@ -145,6 +159,27 @@ export function weightKernel(type: GGMLType, build: KernelBuild = kernelBuild())
   if (!k) throw new Error(`no kernel for weight type ${typeName(type)}`);
   return k;
 }
+
+const LAYOUTS: readonly WeightKernel[] = [Q8_0_ROWS];
+
+/**
+ * The kernel of `type` packed in `layout`, or (null) its own: weightKernel(type). A layout kernel
+ * is the same in both builds.
+ */
+export function layoutKernel(
+  type: GGMLType,
+  layout: WeightLayout | null,
+  build: KernelBuild = kernelBuild(),
+): WeightKernel {
+  if (layout === null) return weightKernel(type, build);
+  const k = LAYOUTS.find((l) => l.type === type && l.layout === layout);
+  if (!k) throw new Error(`no kernel for weight type ${typeName(type)} in layout "${layout}"`);
+  return k;
+}
+
+/** A type and layout by name, for keys and messages: "Q8_0", "Q8_0 rows". */
+export const layoutName = (type: GGMLType, layout: WeightLayout | null | undefined) =>
+  layout ? `${typeName(type)} ${layout}` : typeName(type);
 
 export function hasWeightKernel(type: GGMLType): boolean {
   return KERNELS.simd128.has(type);

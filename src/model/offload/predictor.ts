@@ -5,16 +5,24 @@
  * nFF]), kept in memory. A mixture of experts has one per expert (blk.N.fc1.E.weight,
  * blk.N.fc2.E.weight: TurboSparse-Mixtral's model.layers.N.block_sparse_moe.experts.E.predictor
  * fc1 / fc2), indexed like the store's groups: layer * experts + expert. F32/F16/BF16 predictors
- * are converted at load by default (predictorShapes): fc1 to Q8_0, fc2 to Q8_0 or F16, whichever
- * pair takes less memory, their hidden width padded with zeros to what fc2's type needs (fc1 zero
- * rows, fc2 zero columns: the padding contributes exactly nothing).
+ * are converted at load by default (predictorShapes): fc1 to Q8_0, fc2 to Q8_0 (packed, or in
+ * GGUF's rows where narrow) or F16, whichever pair takes less memory, their hidden width padded
+ * with zeros to what fc2's type needs (fc1 zero rows, fc2 zero columns: the padding contributes
+ * exactly nothing).
  */
 import { ACTIVATIONS } from "../../format/activations.js";
 import { GGMLType } from "../../format/ggml-types.js";
 import type { ModelFile } from "../../format/gguf.js";
+import { dequantize } from "../../format/quant.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { ThreadPool } from "../../runtime/pool.js";
-import { hasWeightKernel, weightKernel, type ActivationFormat } from "../../runtime/weight-kernels.js";
+import {
+  hasWeightKernel,
+  layoutKernel,
+  weightKernel,
+  type ActivationFormat,
+  type WeightLayout,
+} from "../../runtime/weight-kernels.js";
 import type { ModelConfig } from "../config.js";
 import type { MatrixRunner } from "../matrix-runner.js";
 import type { SparsityMode } from "./layout.js";
@@ -38,19 +46,26 @@ export const predictorGroups = (cfg: Pick<ModelConfig, "nLayer" | "nExpert">) =>
 const REQUANT_TYPES: ReadonlySet<GGMLType> = new Set([GGMLType.F32, GGMLType.F16, GGMLType.BF16]);
 
 /**
- * The types fc2 may be converted to, each with the multiple its hidden width (fc2's columns, fc1's
- * rows) pads to and the widest padded width it is taken at. Q8_0 pads to its 32-value blocks, but
- * its packed layout pads each row further to 128 columns (tiled.ts): a narrow predictor
- * (SmallThinker-4B's hidden 31 -> 32) takes 4.2x its data's Q8_0 bytes. F16 pads to its kernel's
- * 8-value steps (matvec_half.ts: a narrower tail runs scalar) and is taken only within one
- * 128-column group: wider, its kernel computes a weight about 1.5x slower than Q8_0's (bench/kernels,
- * cold: 768 x 32 F16 5.8-6.2 GMAC/s against Q8_0's 3.4-3.5 counting the 32 real columns, 14336 x 160
- * F16 7.3-9.0 against 11.7-12.7), so the few bytes it saves past one group would cost time.
+ * What fc2 may be converted to: a type, in its own layout (null) or another (layoutKernel), with
+ * the multiple its hidden width (fc2's columns, fc1's rows) pads to and the widest padded width it
+ * is taken at. Q8_0 in its own layout pads to its 32-value blocks, but its packed layout pads each
+ * row further to 128 columns (tiled.ts): a narrow predictor (SmallThinker-4B's hidden 31 -> 32)
+ * would take 4.2x its data's Q8_0 bytes. Q8_0 "rows" keeps GGUF's rows (q8-rows.ts: 34 bytes per
+ * 32 values, nothing more), so within one 128-column group it is the smallest of the three for
+ * fc2 alone, and its kernel there the fastest (bench/kernels, one thread, cold: 768 x 32 7.7-8.6
+ * GMAC/s against F16's 5.8-6.3, 768 x 128 11.7-11.8 against 8.1-10.4). F16 pads to its kernel's
+ * 8-value steps (matvec_half.ts: a narrower tail runs scalar), so with fc1's rows it can still
+ * make the smaller pair just past a block where nFF is small against nEmbd (hidden 33 at 1536 x
+ * 768: F16 pads fc1 to 40 rows, Q8_0 to 64). Past one group both stay out: F16's kernel computes a
+ * weight about 1.5x slower than Q8_0's packed one (cold: 14336 x 160 F16 7.3-9.0 GMAC/s against
+ * 11.7-12.7), and the rows kernel is made for rows of a few blocks, the packed one for wide rows
+ * streamed from DRAM. Converted to Q8_0 either way, fc2's columns are evened out first (fc2Balance).
  */
-const FC2_TYPES = [
-  { type: GGMLType.Q8_0, pad: 32, widest: Infinity },
-  { type: GGMLType.F16, pad: 8, widest: 128 },
-] as const;
+const FC2_TYPES: readonly { type: GGMLType; layout: WeightLayout | null; pad: number; widest: number }[] = [
+  { type: GGMLType.Q8_0, layout: null, pad: 32, widest: Infinity },
+  { type: GGMLType.F16, layout: null, pad: 8, widest: 128 },
+  { type: GGMLType.Q8_0, layout: "rows", pad: 32, widest: 128 },
+];
 
 export type PredictorType = "q8_0" | "original";
 
@@ -137,8 +152,12 @@ export interface PredictorShape {
   /** fc1's type in memory, and the activation format its kernels read (the residual row) */
   fc1Type: GGMLType;
   fc1Act: ActivationFormat;
-  /** fc2's type in memory, and the activation format its kernels read (the hidden row, f32 in memory) */
+  /**
+   * fc2's type in memory, its layout (layoutKernel: null, the type's own), and the activation
+   * format its kernels read (the hidden row, f32 in memory)
+   */
   fc2Type: GGMLType;
+  fc2Layout: WeightLayout | null;
   fc2Act: ActivationFormat;
   /** hidden width in memory (fc1's rows, fc2's columns), padding included */
   hidden: number;
@@ -180,14 +199,15 @@ export function predictorShapes(file: ModelFile, cfg: ModelConfig, type: Predict
     let best: PredictorShape | null = null;
     const convert =
       type === "q8_0" && REQUANT_TYPES.has(fc1.type) && REQUANT_TYPES.has(fc2.type) && cfg.nEmbd % 32 === 0;
-    for (const { type: t, pad, widest } of convert ? FC2_TYPES : []) {
+    for (const { type: t, layout, pad, widest } of convert ? FC2_TYPES : []) {
       const padded = Math.ceil(hidden / pad) * pad;
       if (padded > cfg.nFF || padded > widest) continue;
-      const k = weightKernel(t);
+      const k = layoutKernel(t, layout);
       const s: PredictorShape = {
         fc1Type: GGMLType.Q8_0,
         fc1Act: q8.act,
         fc2Type: t,
+        fc2Layout: layout,
         fc2Act: k.act,
         hidden: padded,
         fileHidden: hidden,
@@ -207,6 +227,7 @@ export function predictorShapes(file: ModelFile, cfg: ModelConfig, type: Predict
         fc1Type: fc1.type,
         fc1Act: k1.act,
         fc2Type: fc2.type,
+        fc2Layout: null,
         fc2Act: k2.act,
         hidden,
         fileHidden: hidden,
@@ -218,6 +239,38 @@ export function predictorShapes(file: ModelFile, cfg: ModelConfig, type: Predict
     out.push(best);
   }
   return out;
+}
+
+/** A loaded predictor's types and width (Predictor.width). */
+export type PredictorWidth = Pick<PredictorShape, "fc1Type" | "fc2Type" | "fc2Layout" | "hidden">;
+
+/**
+ * Powers of two that even out fc2's columns before it is converted to Q8_0: fc1's row j (so the
+ * hidden unit j) is multiplied by s[j] and fc2's column j by 1 / s[j]. That changes nothing the
+ * predictor computes (relu(s z) = s relu(z) for s > 0; a power of two rounds nothing, and fc1's
+ * Q8_0 quants come out as they were) but where fc2's rounding falls: Q8_0 rounds each weight to a
+ * step of its 32-value block's largest, so a column far smaller than the rest, as a unit that
+ * carries a bias has (large hidden values, small weights: synth's planted predictors' constant
+ * unit), would keep few of its bits, and its large hidden value multiplies the error (recall of
+ * the firing neurons 0.971 without this on test/predictor-q8.test.ts's hidden-31 model, 0.9985
+ * with it, 0.9998 with the file's F16 fc1 and fc2). Each column's largest magnitude comes within a
+ * factor √2 of their geometric mean; a column of zeros keeps 1.
+ */
+export function fc2Balance(file: ModelFile, fc2: string, hidden: number, nFF: number): Float32Array {
+  const t = file.tensor(fc2);
+  const w = dequantize(t.type, file.tensorData(fc2), hidden * nFF);
+  const colMax = new Float64Array(hidden);
+  for (let i = 0; i < nFF; i++)
+    for (let j = 0; j < hidden; j++) colMax[j] = Math.max(colMax[j], Math.abs(w[i * hidden + j]));
+  let logSum = 0,
+    n = 0;
+  for (const m of colMax)
+    if (m > 0) {
+      logSum += Math.log2(m);
+      n++;
+    }
+  const mean = n > 0 ? logSum / n : 0;
+  return Float32Array.from(colMax, (m) => (m > 0 ? 2 ** Math.round(Math.log2(m) - mean) : 1));
 }
 
 /** Which groups Predictor.load loads, and fc2's row order per group. */
@@ -236,7 +289,7 @@ export class Predictor {
   private constructor(
     readonly fc1: Matrix[],
     readonly fc2: Matrix[],
-    /** relu(fc1 . x) of the current row (the widest layer's hidden width, f32) */
+    /** relu(fc1 . x) of the current row (the widest layer's hidden width, f32; unit j times fc2Balance's s[j]) */
     readonly hidden: number,
     private readonly pool: ThreadPool,
     /** per group, the model's neuron of each score (fc2's rows were loaded in this order), or null: the model's order */
@@ -249,7 +302,8 @@ export class Predictor {
 
   /**
    * Load the predictors of `part.groups` groups from `part.first` on (default: all) as `shapes`
-   * (predictorShapes) says, into the loader's memory. With `part.rowOrder`, group g's fc2 rows
+   * (predictorShapes) says, into the loader's memory; fc2 converted to Q8_0 with its columns
+   * evened out (fc2Balance). With `part.rowOrder`, group g's fc2 rows
    * are loaded in the order rowOrder(g) (a store's stored order), so its scores come out in that
    * order: the offloaded FFN then reads a stored position's score at that position, with no
    * gather per neuron per step. The groups are numbered from `first` as 0 (rowOrder and scores
@@ -264,12 +318,18 @@ export class Predictor {
       const n = predictorNames(first + g, cfg.nExpert);
       const s = shapes[first + g];
       const conv = s.requantized;
+      const balance = conv && s.fc2Type === GGMLType.Q8_0 ? fc2Balance(file, n.fc2, s.fileHidden, cfg.nFF) : null;
       const a = conv
-        ? loader.requantMatrix(n.fc1, cfg.nEmbd, s.fileHidden, cfg.nEmbd, s.hidden, s.fc1Type)
+        ? loader.requantMatrix(n.fc1, cfg.nEmbd, s.fileHidden, cfg.nEmbd, s.hidden, s.fc1Type, undefined, {
+            rows: balance ?? undefined,
+          })
         : loader.matrix(n.fc1, cfg.nEmbd, s.fileHidden);
       const order = rowOrder?.(g);
+      const fc2Kernel = layoutKernel(s.fc2Type, s.fc2Layout);
       const b = conv
-        ? loader.requantMatrix(n.fc2, s.fileHidden, cfg.nFF, s.hidden, cfg.nFF, s.fc2Type, order)
+        ? loader.requantMatrix(n.fc2, s.fileHidden, cfg.nFF, s.hidden, cfg.nFF, fc2Kernel, order, {
+            cols: balance?.map((v) => 1 / v),
+          })
         : loader.matrix(n.fc2, s.fileHidden, cfg.nFF, order);
       // scores() feeds fc1's outputs (all of its rows, padding included) to fc2
       if (a.rows !== b.cols) {
@@ -302,8 +362,14 @@ export class Predictor {
     else mm.run(this.fc2[l], out, 1);
   }
 
-  /** Layer l's predictor in memory: fc1's and fc2's GGML types and the hidden width (padded when converted). */
-  width(l: number): { fc1Type: GGMLType; fc2Type: GGMLType; hidden: number } {
-    return { fc1Type: this.fc1[l].kernel.type, fc2Type: this.fc2[l].kernel.type, hidden: this.fc1[l].rows };
+  /** Layer l's predictor in memory: fc1's and fc2's GGML types, fc2's layout (null: its type's own) and the hidden width (padded when converted). */
+  width(l: number): PredictorWidth {
+    const fc2 = this.fc2[l].kernel;
+    return {
+      fc1Type: this.fc1[l].kernel.type,
+      fc2Type: fc2.type,
+      fc2Layout: fc2.layout ?? null,
+      hidden: this.fc1[l].rows,
+    };
   }
 }
