@@ -84,10 +84,6 @@ function roundEven(v: number): number {
   if (d < 0.5) return f;
   return f % 2 === 0 ? f : f + 1;
 }
-/** C's float -> int8_t conversion for values in range: truncation toward zero. */
-function trunc(v: number): number {
-  return v < 0 ? Math.ceil(v) : Math.floor(v);
-}
 
 function traits(type: GGMLType) {
   const t = typeTraits(type);
@@ -338,7 +334,8 @@ export function quantizeRow(type: GGMLType, src: Float32Array, dst: Uint8Array):
         for (let j = 0; j < 16; j++) {
           const x0 = fr(src[b + j] * id),
             x1 = fr(src[b + 16 + j] * id);
-          // min(top, trunc(v)) is trunc(min(top, v)) for an integer top; `| 0` truncates
+          // C's truncation to an integer: min(top, trunc(v)) is trunc(min(top, v)) for an integer top,
+          // and `| 0` truncates
           const q0 = Math.min(top, fr(x0 + half + 0.5)) | 0;
           const q1 = Math.min(top, fr(x1 + half + 0.5)) | 0;
           dst[o + qoff + j] = (q0 & 15) | ((q1 & 15) << 4);
