@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { GGMLType, typeName } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
-import { bf16ToF32, f16ToF32, f32ToBF16, f32ToF16, f32ToF16Array } from "../src/format/half.js";
+import { bf16ThroughF32, bf16ToF32, f16ToF32, f32ToBF16, f32ToF16, f32ToF16Array } from "../src/format/half.js";
 import { e8m0Half } from "../src/format/mxfp4.js";
 import { gaussians, rng, SHARED } from "./helpers.js";
 import {
@@ -94,6 +94,11 @@ test("bf16: exact values, rounding to nearest even, inf and NaN", () => {
     if ((h & 0x7f80) === 0x7f80 && h & 0x7f) continue;
     assert.equal(f32ToBF16(bf16ToF32(h)), h);
   }
+  // the converter's bf16 -> bf16 copy is the round trip through f32, NaNs (quieted) included
+  const all = Uint16Array.from({ length: 65536 }, (_, h) => h);
+  const copied = new Uint16Array(65536);
+  bf16ThroughF32(all, copied);
+  for (let h = 0; h < 65536; h++) assert.equal(copied[h], f32ToBF16(bf16ToF32(h)), `bf16 0x${h.toString(16)}`);
 });
 
 // ------------------------------------------------------------------------------------------

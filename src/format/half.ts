@@ -85,6 +85,18 @@ export function f32ToBF16Array(src: Float32Array, dst: Uint16Array): void {
   for (let i = 0; i < bits.length; i++) dst[i] = bf16BitsOfF32Bits(bits[i]);
 }
 
+/**
+ * bf16 values as f32ToBF16Array gives them back once widened to f32: the same bits, but a NaN
+ * quieted (a bf16 widened is exact, and rounding it again changes nothing). The converter's copy
+ * of a BF16 checkpoint's tensor into a BF16 one, without the f32 in between.
+ */
+export function bf16ThroughF32(src: Uint16Array, dst: Uint16Array): void {
+  for (let i = 0; i < src.length; i++) {
+    const h = src[i];
+    dst[i] = (h & 0x7fff) > 0x7f80 ? h | 0x40 : h;
+  }
+}
+
 function bf16BitsOfF32Bits(x: number): number {
   if ((x & 0x7fffffff) > 0x7f800000) return ((x >>> 16) | 0x40) & 0xffff; // quiet NaN
   // round to nearest even on the 16 dropped bits; overflow rounds up into infinity
