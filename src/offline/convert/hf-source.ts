@@ -110,7 +110,8 @@ export function hfSource(
       model.planned.set(t.name, t);
     });
     const planned = (m: MatrixView) => model.planned.get(m.t.name)!;
-    // raw bytes of a row (or a band's slice of one), grown to the largest read
+    // raw bytes of a read (a run of rows, or a band's slice of one), grown to the largest: a
+    // buffer made per read is memory V8 counts against collecting garbage
     let scratch = new Uint8Array(0);
     const room = (n: number) => {
       if (scratch.length < 4 * n) scratch = new Uint8Array(4 * n);
@@ -143,7 +144,7 @@ export function hfSource(
         const first = m.base / m.rowBytes;
         for (let i = 0; i < indices.length;) {
           const j = runEnd(indices, i);
-          room(rowLen);
+          room((j - i) * rowLen);
           const out = dst.subarray(i * rowLen, j * rowLen);
           readPlannedRows(ckpt, planned(m), first + indices[i], j - i, 0, rowLen, out, scratch);
           i = j;
