@@ -1,8 +1,9 @@
 /**
  * A Hugging Face model directory (config.json, safetensors, tokenizer.json) to a GGUF in
- * llama.cpp's names and layout, streamed: each output tensor is produced a few MiB of rows at a
- * time (read from its shard, widened to f32, permuted or offset where the plan says, converted
- * to the output type), so memory holds one chunk, never a tensor or the model. The GGUF writer
+ * llama.cpp's names and layout, streamed: each output tensor is produced a MiB or so of rows at
+ * a time (read from its shard, then permuted or offset where the plan says, widened to f32 and
+ * converted to the output type: chunk-encoding.ts, on this thread or on workers), so memory holds
+ * a few chunks (chunk-pipeline.ts), never a tensor or the model. The GGUF writer
  * writes under a temporary name and renames at the end: an interrupted conversion leaves no file
  * that looks complete.
  *
