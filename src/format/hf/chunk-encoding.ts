@@ -39,6 +39,14 @@ export class ChunkScratch {
   }
 }
 
+/**
+ * Whether a chunk's rows can be encoded where they lie (dst the same bytes as src): BF16 kept
+ * BF16 in source order, whose encoding changes at most a NaN's bits.
+ */
+export function encodesInPlace(job: Pick<EncodeJob, "dtype" | "type" | "addOne" | "ropeHeadRows">): boolean {
+  return job.dtype === "BF16" && job.type === GGMLType.BF16 && !job.addOne && !job.ropeHeadRows;
+}
+
 /** The source row that output row r of a chunk comes from. */
 function sourceRow(r: number, headRows: number | undefined): number {
   if (!headRows) return r;

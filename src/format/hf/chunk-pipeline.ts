@@ -60,11 +60,11 @@ export class ChunkPipeline {
     return new Uint8Array(ab, 0, bytes);
   }
 
-  /** Buffers from buffer() whose contents are no longer needed. */
+  /** Buffers from buffer() whose contents are no longer needed (a job's src and dst may be one). */
   release(...views: Uint8Array[]): void {
     for (const v of views) {
       const list = this.free.get(v.buffer.byteLength) ?? [];
-      if (list.length < KEEP_PER_CLASS) list.push(v.buffer);
+      if (list.length < KEEP_PER_CLASS && !list.includes(v.buffer)) list.push(v.buffer);
       this.free.set(v.buffer.byteLength, list);
     }
   }

@@ -36,7 +36,7 @@ import {
 } from "./plan.js";
 import { SafetensorsCheckpoint, type SafetensorsFile } from "./safetensors.js";
 import { readTokenizerFiles, type HFTokenizerFiles } from "./tokenizer-files.js";
-import type { EncodeJob } from "./chunk-encoding.js";
+import { encodesInPlace, type EncodeJob } from "./chunk-encoding.js";
 import { ChunkPipeline, inlineRunner, type ChunkRunner } from "./chunk-pipeline.js";
 
 export const HF_OUTPUT_TYPES = ["auto", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"] as const;
@@ -334,8 +334,8 @@ export class TensorChunks {
     ropeHeadRows?: number,
   ): Promise<void> {
     const rowLen = t.dims[0];
-    const dst = this.pipeline.buffer(rows * traitsBytes(typeTraits(type)!, rowLen));
-    const job: EncodeJob = { src, dtype, rows, rowLen, ropeHeadRows, addOne: t.addOne, type, dst };
+    const job: EncodeJob = { src, dtype, rows, rowLen, ropeHeadRows, addOne: t.addOne, type, dst: src };
+    if (!encodesInPlace(job)) job.dst = this.pipeline.buffer(rows * traitsBytes(typeTraits(type)!, rowLen));
     return this.pipeline.submit(this.runner.encode(job), async (done) => {
       await sink.write(done.dst);
       this.pipeline.release(done.src, done.dst);
