@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { GGMLType, typeName } from "../src/format/ggml-types.js";
 import { GGUFFile } from "../src/format/gguf.js";
-import { bf16ToF32, f16ToF32, f32ToBF16, f32ToF16 } from "../src/format/half.js";
+import { bf16ThroughF32, bf16ToF32, f16ToF32, f32ToBF16, f32ToF16, f32ToF16Array } from "../src/format/half.js";
 import { e8m0Half } from "../src/format/mxfp4.js";
 import { gaussians, rng, SHARED } from "./helpers.js";
 import {
@@ -54,6 +54,30 @@ test("f16: exact values, rounding to nearest even, subnormals, inf and NaN", () 
   }
 });
 
+test("f16: every boundary between two halves rounds to the nearer, a tie to the even one", () => {
+  // the midpoint of two adjacent halves (12 significant bits: exact in f32) and the f32s on
+  // either side of it, for every pair of adjacent finite halves of both signs and the step
+  // from 65504 to infinity; the array conversion gives what the scalar one gives
+  const f32 = new Float32Array(3);
+  const u32 = new Uint32Array(f32.buffer);
+  const got = new Uint16Array(3);
+  for (let h = 0; h < 0x7c00; h++)
+    for (const sign of [0, 0x8000]) {
+      const lo = f16ToF32(h),
+        hi = h + 1 === 0x7c00 ? 65536 : f16ToF32(h + 1);
+      f32[1] = (lo + hi) / 2;
+      u32[0] = u32[1] - 1;
+      u32[2] = u32[1] + 1;
+      if (sign) for (let i = 0; i < 3; i++) f32[i] = -f32[i];
+      const want = [h, h & 1 ? h + 1 : h, h + 1].map((w) => w | sign);
+      f32ToF16Array(f32, got);
+      for (let i = 0; i < 3; i++) {
+        assert.equal(f32ToF16(f32[i]), want[i], `${f32[i]} between halves 0x${h.toString(16)} and the next`);
+        assert.equal(got[i], want[i], `array: ${f32[i]}`);
+      }
+    }
+});
+
 test("bf16: exact values, rounding to nearest even, inf and NaN", () => {
   assert.equal(f32ToBF16(1), 0x3f80);
   assert.equal(f32ToBF16(-2), 0xc000);
@@ -70,6 +94,11 @@ test("bf16: exact values, rounding to nearest even, inf and NaN", () => {
     if ((h & 0x7f80) === 0x7f80 && h & 0x7f) continue;
     assert.equal(f32ToBF16(bf16ToF32(h)), h);
   }
+  // the converter's bf16 -> bf16 copy is the round trip through f32, NaNs (quieted) included
+  const all = Uint16Array.from({ length: 65536 }, (_, h) => h);
+  const copied = new Uint16Array(65536);
+  bf16ThroughF32(all, copied);
+  for (let h = 0; h < 65536; h++) assert.equal(copied[h], f32ToBF16(bf16ToF32(h)), `bf16 0x${h.toString(16)}`);
 });
 
 // ------------------------------------------------------------------------------------------
@@ -405,6 +434,112 @@ test("Q8_K rounds halves to even (ggml's nearest_int), Q8_0 rounds them away fro
   const q = new Uint8Array(34);
   quantizeRow(GGMLType.Q8_0, x.subarray(0, 32), q);
   assert.deepEqual([(q[3] << 24) >> 24, (q[4] << 24) >> 24], [3, -4]);
+});
+
+/**
+ * ggml's reference quantizers (ggml-quants.c, quantize_row_*_ref) transcribed line for line, in
+ * f32 arithmetic and with C's roundf and truncation, for quantizeRow to equal byte for byte.
+ */
+function ggmlReference(type: GGMLType, x: Float32Array): Uint8Array {
+  const roundf = (v: number) => (v >= 0 ? Math.floor(v + 0.5) : -Math.floor(-v + 0.5));
+  const toInt = (v: number) => (v < 0 ? Math.ceil(v) : Math.floor(v));
+  const out = new Uint8Array(rowBytes(type, x.length));
+  const put16 = (o: number, h: number) => {
+    out[o] = h & 0xff;
+    out[o + 1] = h >>> 8;
+  };
+  const put32 = (o: number, v: number) => {
+    put16(o, v & 0xffff);
+    put16(o + 2, v >>> 16);
+  };
+  const bs = rowBytes(type, 32);
+  for (let b = 0, o = 0; b < x.length; b += 32, o += bs) {
+    const v = x.subarray(b, b + 32);
+    if (type === GGMLType.Q8_0) {
+      let amax = 0;
+      for (let j = 0; j < 32; j++) amax = Math.max(amax, Math.abs(v[j]));
+      const d = fr(amax / 127);
+      const id = d ? fr(1 / d) : 0;
+      put16(o, f32ToF16(d));
+      for (let j = 0; j < 32; j++) out[o + 2 + j] = roundf(fr(v[j] * id)) & 0xff;
+    } else if (type === GGMLType.Q4_0 || type === GGMLType.Q5_0) {
+      const five = type === GGMLType.Q5_0;
+      const half = five ? 16 : 8;
+      let amax = 0,
+        max = 0;
+      for (let j = 0; j < 32; j++)
+        if (amax < Math.abs(v[j])) {
+          amax = Math.abs(v[j]);
+          max = v[j];
+        }
+      const d = fr(max / -half);
+      const id = d ? fr(1 / d) : 0;
+      put16(o, f32ToF16(d));
+      let qh = 0;
+      for (let j = 0; j < 16; j++) {
+        const q0 = Math.min(five ? 31 : 15, toInt(fr(fr(v[j] * id) + half + 0.5)));
+        const q1 = Math.min(five ? 31 : 15, toInt(fr(fr(v[16 + j] * id) + half + 0.5)));
+        out[o + (five ? 6 : 2) + j] = (q0 & 15) | ((q1 & 15) << 4);
+        qh |= (((q0 >> 4) & 1) << j) | (((q1 >> 4) & 1) << (j + 16));
+      }
+      if (five) put32(o + 2, qh);
+    } else {
+      const five = type === GGMLType.Q5_1;
+      const levels = five ? 31 : 15;
+      let min = Infinity,
+        max = -Infinity;
+      for (let j = 0; j < 32; j++) {
+        if (v[j] < min) min = v[j];
+        if (v[j] > max) max = v[j];
+      }
+      const d = fr(fr(max - min) / levels);
+      const id = d ? fr(1 / d) : 0;
+      put16(o, f32ToF16(d));
+      put16(o + 2, f32ToF16(min));
+      let qh = 0;
+      for (let j = 0; j < 16; j++) {
+        const q0 = Math.min(levels, toInt(fr(fr(fr(v[j] - min) * id) + 0.5)));
+        const q1 = Math.min(levels, toInt(fr(fr(fr(v[16 + j] - min) * id) + 0.5)));
+        out[o + (five ? 8 : 4) + j] = (q0 & 15) | ((q1 & 15) << 4);
+        qh |= (((q0 >> 4) & 1) << j) | (((q1 >> 4) & 1) << (j + 16));
+      }
+      if (five) put32(o + 4, qh);
+    }
+  }
+  return out;
+}
+
+test("Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 rows equal ggml's reference quantizers byte for byte", () => {
+  const r = rng(77);
+  const odd = [NaN, Infinity, -Infinity, 0, -0, 1e-45, -1e-40, 65504, 70000, -1e38, 2 ** -20];
+  const x = new Float32Array(32 * 4096);
+  for (let i = 0; i < x.length; i++) {
+    const k = r();
+    // weights of many scales, exact quantization ties (halves at scale 1), rare odd values
+    x[i] =
+      k < 0.01
+        ? odd[Math.floor(r() * odd.length)]
+        : k < 0.1
+          ? (Math.floor(r() * 255) - 127) / 2
+          : (r() - 0.5) * 10 ** (r() * 12 - 8);
+  }
+  // whole blocks of ties, of subnormals, of zeros of both signs, of one NaN among ones
+  const blocks = [
+    (j: number) => (j - 16) / 2,
+    (j: number) => 1e-40 * j,
+    (j: number) => (j % 2 ? -0 : 0),
+    (j: number) => (j === 3 ? NaN : 1),
+  ];
+  blocks.forEach((f, k) => {
+    for (let j = 0; j < 32; j++) x[32 * k + j] = f(j);
+  });
+  for (const type of [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1]) {
+    const got = new Uint8Array(rowBytes(type, x.length));
+    quantizeRow(type, x, got);
+    const want = ggmlReference(type, x);
+    const at = got.findIndex((b, i) => b !== want[i]);
+    assert.equal(at, -1, `${typeName(type)}: byte ${at} (block ${Math.floor(at / rowBytes(type, 32))})`);
+  }
 });
 
 const BOUNDS: [GGMLType, number][] = [

@@ -6,6 +6,7 @@
  * (src/offline/hf-to-store.ts).
  */
 import { existsSync, statSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { dirname, resolve } from "node:path";
 import { interruptible } from "./interrupt.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
@@ -15,6 +16,9 @@ import type { StoreConversion } from "../format/store/index.js";
 import { CONVERT_TYPES, convertToStore, type ConvertResult, type ConvertType } from "../offline/convert.js";
 import { convertHFToGGUF, HF_OUTPUT_TYPES, type HFOutputType } from "../format/hf/hf-to-gguf.js";
 import { convertHFToStore } from "../offline/hf-to-store.js";
+import { ConvertPool } from "../offline/convert/convert-pool.js";
+import { inlineConvertRunner, type ConvertRunner } from "../offline/convert/convert-runner.js";
+import { RANGE } from "./flag-ranges.js";
 
 export const FLAGS: FlagSpec[] = [
   {
@@ -43,6 +47,13 @@ export const FLAGS: FlagSpec[] = [
     key: "predictors",
     type: "string",
     help: "the model's activation predictors: a GGUF (blk.N.fc1/fc2: a predictors-only file from synth --gate-rank, or a PowerInfer GGUF of the same model), or safetensors in PowerInfer's names (a .safetensors file or a directory: model.layers.N.mlp.predictor.fc1/fc2.weight, or fc1/fc2.weight in model_N.safetensors)",
+  },
+  {
+    names: ["-t", "--threads"],
+    key: "threads",
+    type: "int",
+    help: "threads converting the weights (default: all cores; 1: this thread alone); the same bytes whatever the number",
+    range: RANGE.threads,
   },
   { names: ["-q", "--quiet"], key: "quiet", type: "bool", help: "no progress bar or summary" },
   { names: ["-h", "--help"], key: "help", type: "bool", help: "show this help" },
@@ -119,7 +130,7 @@ export async function main(argv: string[]): Promise<number> {
   return interruptible(
     "convert: interrupted, partial file removed",
     () => bar?.abandon(),
-    async (signal) => {
+    withRunner(args, async (signal, runner) => {
       if (!quiet) process.stderr.write(`convert: ${input} -> ${out}\n`);
       const r = await convertToStore({
         input,
@@ -127,6 +138,7 @@ export async function main(argv: string[]): Promise<number> {
         type,
         profile,
         predictors,
+        runner,
         signal: signal,
         onProgress: bar
           ? (p) => {
@@ -138,8 +150,28 @@ export async function main(argv: string[]): Promise<number> {
       bar?.abandon(); // the summary below says it all
       if (!quiet) process.stderr.write(storeSummary(r, predictors));
       return 0;
-    },
+    }),
   );
+}
+
+/**
+ * `run` with the runner --threads asks for: this thread alone for 1, else that many workers
+ * (all cores by default), ended when `run` is done, whatever its end.
+ */
+function withRunner(
+  args: Record<string, unknown>,
+  run: (signal: AbortSignal, runner: ConvertRunner) => Promise<number>,
+): (signal: AbortSignal) => Promise<number> {
+  const threads = typeof args.threads === "number" ? args.threads : availableParallelism();
+  return async (signal) => {
+    if (threads <= 1) return run(signal, inlineConvertRunner());
+    const pool = ConvertPool.start(threads);
+    try {
+      return await run(signal, pool);
+    } finally {
+      await pool.close();
+    }
+  };
 }
 
 /** --profile and --predictors (checked to exist) and --quiet. */
@@ -173,7 +205,7 @@ async function convertHFDirectory(input: string, out: string, args: Record<strin
   return interruptible(
     "convert: interrupted, partial file removed",
     () => bar?.abandon(),
-    async (signal) => {
+    withRunner(args, async (signal, runner) => {
       if (!quiet) process.stderr.write(`convert: ${input} -> ${out}\n`);
       if (toStore) {
         const r = await convertHFToStore({
@@ -182,6 +214,7 @@ async function convertHFDirectory(input: string, out: string, args: Record<strin
           type,
           profile,
           predictors,
+          runner,
           signal,
           onProgress: bar ? progress : undefined,
         });
@@ -192,7 +225,14 @@ async function convertHFDirectory(input: string, out: string, args: Record<strin
               storeSummary(r.store, r.store.predictorGroups ? (predictors ?? input) : undefined),
           );
       } else {
-        const r = await convertHFToGGUF({ input, output: out, type, signal, onProgress: bar ? progress : undefined });
+        const r = await convertHFToGGUF({
+          input,
+          output: out,
+          type,
+          runner,
+          signal,
+          onProgress: bar ? progress : undefined,
+        });
         bar?.finish(
           `convert: ${r.arch}, ${r.tensors} tensors, ${r.type}${r.mxfp4 ? ` (MXFP4 experts ${r.mxfp4})` : ""}, ${(r.bytes / MB).toFixed(1)} MB in ${r.seconds.toFixed(1)} s`,
         );
@@ -202,6 +242,6 @@ async function convertHFDirectory(input: string, out: string, args: Record<strin
           );
       }
       return 0;
-    },
+    }),
   );
 }

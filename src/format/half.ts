@@ -47,19 +47,17 @@ export function f32ToF16Array(src: Float32Array, dst: Uint16Array): void {
 /** The f16 bit pattern nearest (ties to even) to the f32 with bit pattern x. */
 function f16BitsOfF32Bits(x: number): number {
   const sign = (x >>> 16) & 0x8000;
+  const a = x & 0x7fffffff;
+  // f16's normal range (exponents 113..142), nearly every weight: re-biased, and rounded to
+  // nearest even by adding 0xfff plus the kept lowest bit, with no branch on the dropped bits (a
+  // coin toss per value); a carry out of the mantissa bumps the exponent, up to infinity
+  if (a >= 0x38800000 && a < 0x47800000) return sign | ((a - 0x38000000 + 0xfff + ((x >>> 13) & 1)) >>> 13);
   const exp = (x >>> 23) & 0xff;
   const man = x & 0x7fffff;
   if (exp === 0xff) return man ? sign | 0x7e00 : sign | 0x7c00;
   // exponent re-biased for f16 (bias 15 instead of 127)
   const e = exp - 112;
   if (e >= 31) return sign | 0x7c00;
-  if (e >= 1) {
-    let h = (e << 10) | (man >>> 13);
-    const rest = man & 0x1fff;
-    // a carry out of the mantissa correctly bumps the exponent (up to infinity)
-    if (rest > 0x1000 || (rest === 0x1000 && h & 1)) h++;
-    return sign | h;
-  }
   // f16 subnormal (or zero): the value in units of 2^-24 is m >> shift
   if (e < -10) return sign; // below half the smallest subnormal: rounds to zero
   const m = man | 0x800000;
@@ -85,6 +83,18 @@ export function f32ToBF16(v: number): number {
 export function f32ToBF16Array(src: Float32Array, dst: Uint16Array): void {
   const bits = new Uint32Array(src.buffer, src.byteOffset, src.length);
   for (let i = 0; i < bits.length; i++) dst[i] = bf16BitsOfF32Bits(bits[i]);
+}
+
+/**
+ * bf16 values as f32ToBF16Array gives them back once widened to f32: the same bits, but a NaN
+ * quieted (a bf16 widened is exact, and rounding it again changes nothing). The converter's copy
+ * of a BF16 checkpoint's tensor into a BF16 one, without the f32 in between.
+ */
+export function bf16ThroughF32(src: Uint16Array, dst: Uint16Array): void {
+  for (let i = 0; i < src.length; i++) {
+    const h = src[i];
+    dst[i] = (h & 0x7fff) > 0x7f80 ? h | 0x40 : h;
+  }
 }
 
 function bf16BitsOfF32Bits(x: number): number {

@@ -84,10 +84,6 @@ export function roundEven(v: number): number {
   if (d < 0.5) return f;
   return f % 2 === 0 ? f : f + 1;
 }
-/** C's float -> int8_t conversion for values in range: truncation toward zero. */
-function trunc(v: number): number {
-  return v < 0 ? Math.ceil(v) : Math.floor(v);
-}
 
 function traits(type: GGMLType) {
   const t = typeTraits(type);
@@ -338,8 +334,10 @@ export function quantizeRow(type: GGMLType, src: Float32Array, dst: Uint8Array):
         for (let j = 0; j < 16; j++) {
           const x0 = fr(src[b + j] * id),
             x1 = fr(src[b + 16 + j] * id);
-          const q0 = Math.min(top, trunc(fr(x0 + half + 0.5)));
-          const q1 = Math.min(top, trunc(fr(x1 + half + 0.5)));
+          // C's truncation to an integer: min(top, trunc(v)) is trunc(min(top, v)) for an integer top,
+          // and `| 0` truncates
+          const q0 = Math.min(top, fr(x0 + half + 0.5)) | 0;
+          const q1 = Math.min(top, fr(x1 + half + 0.5)) | 0;
           dst[o + qoff + j] = (q0 & 15) | ((q1 & 15) << 4);
           qh |= ((q0 >> 4) & 1) << j;
           qh |= ((q1 >> 4) & 1) << (j + 16);
@@ -361,9 +359,20 @@ export function quantizeRow(type: GGMLType, src: Float32Array, dst: Uint8Array):
         let min = Infinity,
           max = -Infinity;
         for (let j = 0; j < 32; j++) {
-          const v = src[b + j];
-          if (v < min) min = v;
-          if (v > max) max = v;
+          min = Math.min(min, src[b + j]);
+          max = Math.max(max, src[b + j]);
+        }
+        // Math.min and max (no branch per value) differ from ggml's comparisons only where a NaN
+        // or a zero of either sign decides, which such a block recomputes as ggml does: a NaN
+        // skipped, the first of two zeros kept
+        if (min !== min || max !== max || min === 0 || max === 0) {
+          min = Infinity;
+          max = -Infinity;
+          for (let j = 0; j < 32; j++) {
+            const v = src[b + j];
+            if (v < min) min = v;
+            if (v > max) max = v;
+          }
         }
         const d = fr(fr(max - min) / levels);
         const id = d ? fr(1 / d) : 0;
@@ -374,8 +383,8 @@ export function quantizeRow(type: GGMLType, src: Float32Array, dst: Uint8Array):
           const x0 = fr(fr(src[b + j] - min) * id),
             x1 = fr(fr(src[b + 16 + j] - min) * id);
           // Q4_1 clamps at 15; Q5_1's reference does not clamp (x <= 31 + rounding slack there)
-          const q0 = Math.min(levels, trunc(fr(x0 + 0.5)));
-          const q1 = Math.min(levels, trunc(fr(x1 + 0.5)));
+          const q0 = Math.min(levels, fr(x0 + 0.5)) | 0;
+          const q1 = Math.min(levels, fr(x1 + 0.5)) | 0;
           dst[o + qoff + j] = (q0 & 15) | ((q1 & 15) << 4);
           qh |= ((q0 >> 4) & 1) << j;
           qh |= ((q1 >> 4) & 1) << (j + 16);
@@ -403,7 +412,14 @@ export function quantizeRow(type: GGMLType, src: Float32Array, dst: Uint8Array):
         wr16(dst, o, f32ToF16(d));
         let sum = 0;
         for (let j = 0; j < 32; j++) {
-          const q = roundAway(fr(src[b + j] * id));
+          const x = fr(src[b + j] * id);
+          // roundAway without a branch on the sign (a coin toss per weight): floor(x + 0.5) by
+          // truncating a positive number (|x| <= 127 here), then a negative tie moved away from
+          // zero; NaN and infinities (a non-finite block) as roundAway gives them
+          let q = ((x + 256.5) | 0) - 256;
+          if (q - x === 0.5) {
+            if (x < 0) q--;
+          } else if (!(Math.abs(x) <= 256)) q = roundAway(x);
           dst[o + qoff + j] = q & 0xff;
           sum += q;
         }

@@ -36,10 +36,12 @@ import {
 } from "../format/store/index.js";
 import { PREDICTOR_TENSOR_RE } from "../model/model.js";
 import { ConvertError } from "./convert/convert-error.js";
-import { partConversion, writeFFNGroup } from "./convert/ffn-group.js";
+import { partConversion, writeFFNGroup, type WrittenGroup } from "./convert/ffn-group.js";
 import { hotFirstOrder, loadProfile, perToken, routedShare, type ActivationProfile } from "./convert/hot-first.js";
 import { openPredictors, predictorsFit, type PredictorTensor } from "./convert/predictor-source.js";
-import { ErrorStats, RowConverter } from "./convert/row-conversion.js";
+import { ErrorStats } from "./convert/row-conversion.js";
+import { inlineConvertRunner, type ConvertRunner } from "./convert/convert-runner.js";
+import { ChunkPipeline } from "../format/hf/chunk-pipeline.js";
 import { findFFN } from "./convert/source-ffn.js";
 import { withSparseThreshold, withThresholds } from "./convert/store-metadata.js";
 import { copyByPieces, ggufSource, type StoreSource } from "./convert/store-source.js";
@@ -82,6 +84,8 @@ export interface ConvertOptions {
    * predictor-safetensors.ts). They replace any the input has.
    */
   predictors?: string;
+  /** who runs the element loops (default: this thread); the same store whichever */
+  runner?: ConvertRunner;
 }
 
 export interface ConvertResult {
@@ -190,25 +194,34 @@ export async function buildStore(source: StoreSource, opts: ConvertOptions): Pro
     }
     await writer.pad();
 
-    // FFN, group by group
+    // FFN, group by group: each group's pieces written as the runner gives them back, in order
     const shape = { ffnType, nEmbd, rowBytes, parts };
-    const rc = new RowConverter(nEmbd);
+    const runner = opts.runner ?? inlineConvertRunner();
+    const work = { runner, pipeline: new ChunkPipeline(runner) };
     const total = { gate: new ErrorStats(), up: new ErrorStats(), down: new ErrorStats() };
     const changed = { gate: null as GGMLType | null, up: null as GGMLType | null, down: null as GGMLType | null };
-    const layerManifest: StoreLayerManifest[] = [];
+    const groups: { order: Int32Array; written: WrittenGroup }[] = [];
     for (let l = 0; l < layers.length; l++) {
       const L = layers[l];
       const n = L.neurons;
       const order = prof
         ? hotFirstOrder(prof.profile.layers[l].frequency)
         : Int32Array.from({ length: n }, (_, i) => i);
-      const written = await writeFFNGroup(source, writer, L, order, shape, rc, changed, {
+      const written = await writeFFNGroup(source, writer, L, order, shape, work, changed, {
         check,
         addBytes: (b) => {
           bytesDone += b;
         },
         report: () => progress("ffn", l),
       });
+      groups.push({ order, written });
+    }
+    await work.pipeline.drain();
+    const layerManifest: StoreLayerManifest[] = [];
+    for (let l = 0; l < layers.length; l++) {
+      const L = layers[l];
+      const { order, written } = groups[l];
+      const n = L.neurons;
       const { stats } = written;
       layerManifest.push({
         ...(L.expert >= 0 ? { layer: L.layer, expert: L.expert } : {}),

@@ -11,6 +11,7 @@
 import { resolve } from "node:path";
 import type { HFOutputType } from "../format/hf/hf-to-gguf.js";
 import { buildStore, type ConvertOptions, type ConvertResult } from "./convert.js";
+import { inlineConvertRunner } from "./convert/convert-runner.js";
 import { hfSource } from "./convert/hf-source.js";
 
 export interface HFStoreOptions extends Omit<ConvertOptions, "type"> {
@@ -27,9 +28,11 @@ export interface HFStoreResult {
 
 export async function convertHFToStore(opts: HFStoreOptions): Promise<HFStoreResult> {
   const input = resolve(opts.input);
-  const { source, type, arch, predictors } = hfSource(input, opts.type ?? "auto");
+  const runner = opts.runner ?? inlineConvertRunner();
+  const { source, type, arch, predictors } = hfSource(input, opts.type ?? "auto", runner);
   const store = await buildStore(source, {
     ...opts,
+    runner,
     input,
     predictors: opts.predictors ?? (predictors > 0 ? input : undefined),
     type: "keep",

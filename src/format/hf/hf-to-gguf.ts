@@ -1,8 +1,9 @@
 /**
  * A Hugging Face model directory (config.json, safetensors, tokenizer.json) to a GGUF in
- * llama.cpp's names and layout, streamed: each output tensor is produced a few MiB of rows at a
- * time (read from its shard, widened to f32, permuted or offset where the plan says, converted
- * to the output type), so memory holds one chunk, never a tensor or the model. The GGUF writer
+ * llama.cpp's names and layout, streamed: each output tensor is produced a MiB or so of rows at
+ * a time (read from its shard, then permuted or offset where the plan says, widened to f32 and
+ * converted to the output type: chunk-encoding.ts, on this thread or on workers), so memory holds
+ * a few chunks (chunk-pipeline.ts), never a tensor or the model. The GGUF writer
  * writes under a temporary name and renames at the end: an interrupted conversion leaves no file
  * that looks complete.
  *
@@ -19,8 +20,7 @@ import { GGMLType, LLAMA_FILE_TYPE, traitsBytes, typeName, typeTraits } from "..
 import { GGUFValueType } from "../gguf.js";
 import { GGUFWriter, type GGUFWritableValue, type TensorSink } from "../gguf-writer.js";
 import { ggufVocabFromHF } from "../hf-tokenizer.js";
-import { quantizeRow } from "../quant.js";
-import { f16Table, f32ToBF16Array, f32ToF16Array } from "../half.js";
+import { f16Table, f32ToF16Array } from "../half.js";
 import { dequantizeMXFP4, MXFP4_BLOCK_BYTES } from "../mxfp4.js";
 import { HF_MXFP4_CODE_BYTES, MXFP4_BLOCK_VALUES, repackMxfp4Row } from "./mxfp4-blocks.js";
 import { planConversion } from "./architectures.js";
@@ -36,6 +36,8 @@ import {
 } from "./plan.js";
 import { SafetensorsCheckpoint, type SafetensorsFile } from "./safetensors.js";
 import { readTokenizerFiles, type HFTokenizerFiles } from "./tokenizer-files.js";
+import { encodesInPlace, type EncodeJob } from "./chunk-encoding.js";
+import { ChunkPipeline, inlineRunner, type ChunkRunner } from "./chunk-pipeline.js";
 
 export const HF_OUTPUT_TYPES = ["auto", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"] as const;
 export type HFOutputType = (typeof HF_OUTPUT_TYPES)[number];
@@ -66,6 +68,8 @@ export interface HFConvertOptions {
   signal?: AbortSignal;
   onProgress?: (p: HFConvertProgress) => void;
   fsync?: boolean;
+  /** who converts the chunks (default: this thread); the same bytes whichever */
+  runner?: ChunkRunner;
 }
 
 export interface HFConvertResult {
@@ -85,8 +89,11 @@ export interface HFConvertResult {
 /** The types asked for by name that turn MXFP4 matrices into their values. */
 const FLOAT_TYPES: readonly HFOutputType[] = ["f32", "f16", "bf16"];
 
-/** About 4 MiB of f32 values per chunk. */
-export const CHUNK_VALUES = 1 << 20;
+/**
+ * Values per chunk (1 MiB of f32): small enough that a tensor of a million values is a few
+ * chunks for the workers to share, large enough that handing one over costs little.
+ */
+export const CHUNK_VALUES = 1 << 18;
 
 /** The checkpoint's float type decides "auto", as llama.cpp's converter does: its first matrix's. */
 function autoType(plan: ConversionPlan): Exclude<HFOutputType, "auto"> {
@@ -208,19 +215,20 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
 
     const bytesTotal = plan.tensors.reduce((a, t) => a + sourceBytes(t), 0);
     let bytesDone = 0;
-    const buf = new Float32Array(CHUNK_VALUES);
-    const scratch = new Uint8Array(CHUNK_VALUES * 4);
+    const runner = opts.runner ?? inlineRunner();
+    const chunks = new TensorChunks(ckpt, runner, new ChunkPipeline(runner));
     for (let i = 0; i < plan.tensors.length; i++) {
       const t = plan.tensors[i];
       const sink = await writer.tensorSink(t.name);
       // checked after every chunk, so that an interrupt stops a multi-GB tensor promptly
-      await writeTensor(ckpt, t, types[i], sink, buf, scratch, (n) => {
+      await chunks.write(t, types[i], sink, (n) => {
         if (opts.signal?.aborted)
           throw opts.signal.reason instanceof Error ? opts.signal.reason : new HFConvertError("conversion aborted");
         bytesDone += n;
         opts.onProgress?.({ bytesDone, bytesTotal, tensor: t.name });
       });
     }
+    await chunks.pipeline.drain();
     const bytes = writer.totalBytes;
     await writer.finish();
     writer = undefined;
@@ -257,177 +265,194 @@ function rowsOfSource(p: RowRange): number {
   return s.length <= 1 ? 1 : s.slice(0, -1).reduce((a, b) => a * b, 1);
 }
 
+/** Lets the event loop run (progress, an abort, the workers' answers) between chunks. */
+const tick = () => new Promise<void>((res) => setImmediate(res));
+
 /**
- * One output tensor, chunk by chunk: rows of f32 values, then each row converted to `type` and
- * handed to the sink. `report(n)` counts source bytes read.
+ * Output tensors, chunk by chunk: rows read from the checkpoint (or computed: picked columns,
+ * MXFP4 decoded, rope_freqs), converted by the runner, written in order. `report(n)` counts
+ * source bytes read. The pipeline is drained by the caller: between tensors it need not be.
  */
-export async function writeTensor(
-  ckpt: SafetensorsCheckpoint,
-  t: PlannedTensor,
-  type: GGMLType,
-  sink: Pick<TensorSink, "write">,
-  buf: Float32Array,
-  scratch: Uint8Array,
-  report: (sourceBytes: number) => void,
-): Promise<void> {
-  const rowLen = t.dims[0];
-  const traits = typeTraits(type)!;
-  const outRowBytes = traitsBytes(traits, rowLen);
-  const emit = async (values: Float32Array, rows: number) => {
-    if (t.addOne) for (let i = 0; i < rows * rowLen; i++) values[i] = Math.fround(values[i] + 1);
-    const out = new Uint8Array(rows * outRowBytes);
-    encodeRows(type, values, rows, rowLen, out);
-    await sink.write(out);
-  };
-  if (t.values) {
-    await emit(Float32Array.from(t.values), t.values.length / rowLen);
-    return;
-  }
-  if (t.mxfp4) {
-    await writeMxfp4(ckpt, t, t.mxfp4, type, sink, emit, report);
-    return;
-  }
-  for (const p of t.parts!) {
-    const file = ckpt.fileOf(p.source);
-    if (p.columns) {
-      await writeColumnPart(file, t, p, p.columns, emit, scratch, report);
-      continue;
+export class TensorChunks {
+  constructor(
+    readonly ckpt: SafetensorsCheckpoint,
+    readonly runner: ChunkRunner,
+    readonly pipeline: ChunkPipeline,
+  ) {}
+
+  async write(
+    t: PlannedTensor,
+    type: GGMLType,
+    sink: Pick<TensorSink, "write">,
+    report: (sourceBytes: number) => void,
+  ): Promise<void> {
+    const rowLen = t.dims[0];
+    if (t.values) {
+      const src = this.pipeline.buffer(t.values.length * 4);
+      new Float32Array(src.buffer, 0, t.values.length).set(t.values);
+      await this.encode(t, type, sink, src, "F32", t.values.length / rowLen);
+      return;
     }
-    const srcRowLen = p.source.shape.length === 0 ? 1 : p.source.shape[p.source.shape.length - 1];
-    if (srcRowLen !== rowLen)
+    if (t.mxfp4) {
+      await this.writeMxfp4(t, t.mxfp4, type, sink, report);
+      return;
+    }
+    for (const p of t.parts!) {
+      const file = this.ckpt.fileOf(p.source);
+      if (p.columns) {
+        await this.writeColumnPart(file, t, p, p.columns, type, sink, report);
+        continue;
+      }
+      const srcRowLen = p.source.shape.length === 0 ? 1 : p.source.shape[p.source.shape.length - 1];
+      if (srcRowLen !== rowLen)
+        throw new HFConvertError(
+          `${p.source.file}: tensor "${p.source.name}" rows of ${srcRowLen} do not make "${t.name}" rows of ${rowLen}`,
+        );
+      const elemBytes = p.source.bytes / Math.max(1, p.source.elements);
+      // whole heads per chunk when rows are permuted within a head
+      const unit = p.ropeHeadRows ?? 1;
+      const perChunk = Math.max(unit, Math.floor(CHUNK_VALUES / rowLen / unit) * unit);
+      for (let r = 0; r < p.rows; r += perChunk) {
+        const n = Math.min(perChunk, p.rows - r);
+        const src = this.pipeline.buffer(n * rowLen * elemBytes);
+        file.readValueBytes(p.source, (p.firstRow + r) * rowLen, src);
+        report(n * rowLen * elemBytes);
+        await this.encode(t, type, sink, src, p.source.dtype as EncodeJob["dtype"], n, p.ropeHeadRows);
+        await tick();
+      }
+    }
+  }
+
+  /** `rows` rows of `src` (of `dtype`, from buffer()) converted and written in their turn. */
+  private encode(
+    t: PlannedTensor,
+    type: GGMLType,
+    sink: Pick<TensorSink, "write">,
+    src: Uint8Array,
+    dtype: EncodeJob["dtype"],
+    rows: number,
+    ropeHeadRows?: number,
+  ): Promise<void> {
+    const rowLen = t.dims[0];
+    const job: EncodeJob = { src, dtype, rows, rowLen, ropeHeadRows, addOne: t.addOne, type, dst: src };
+    if (!encodesInPlace(job)) job.dst = this.pipeline.buffer(rows * traitsBytes(typeTraits(type)!, rowLen));
+    return this.pipeline.submit(this.runner.encode(job), async (done) => {
+      await sink.write(done.dst);
+      this.pipeline.release(done.src, done.dst);
+    });
+  }
+
+  /** f32 values (rows of the tensor, in a buffer from buffer()) converted and written in their turn. */
+  private encodeValues(
+    t: PlannedTensor,
+    type: GGMLType,
+    sink: Pick<TensorSink, "write">,
+    values: Float32Array,
+    rows: number,
+  ): Promise<void> {
+    return this.encode(t, type, sink, new Uint8Array(values.buffer, 0, values.length * 4), "F32", rows);
+  }
+
+  /** f32 room for `n` values, from buffer(). */
+  private values(n: number): Float32Array {
+    return new Float32Array(this.pipeline.buffer(n * 4).buffer, 0, n);
+  }
+
+  /**
+   * A part made of picked columns (plan.ts's ColumnPick): the source is read a block at a time
+   * (one whole matrix when transposing, since each output row runs down all of its rows) and its
+   * picked columns emitted as rows.
+   */
+  private async writeColumnPart(
+    file: SafetensorsFile,
+    t: PlannedTensor,
+    p: RowRange,
+    pick: ColumnPick,
+    type: GGMLType,
+    sink: Pick<TensorSink, "write">,
+    report: (sourceBytes: number) => void,
+  ): Promise<void> {
+    const s = p.source.shape;
+    const rowLen = t.dims[0];
+    const width = s[s.length - 1];
+    const picked = pickedCount(width, pick);
+    // transposed: one matrix per block, its rows are s[-2]; else: source rows of `width`, as many as fit
+    const blockRows = pick.transpose ? s[s.length - 2] : Math.max(1, Math.floor(CHUNK_VALUES / width));
+    const totalRows = rowsOfSource(p);
+    const outRowLen = pick.transpose ? blockRows : picked;
+    const outRows = pick.transpose ? (totalRows / blockRows) * picked : totalRows;
+    if (s.length < (pick.transpose ? 3 : 2) || outRowLen !== rowLen || outRows !== p.rows)
       throw new HFConvertError(
-        `${p.source.file}: tensor "${p.source.name}" rows of ${srcRowLen} do not make "${t.name}" rows of ${rowLen}`,
+        `${p.source.file}: tensor "${p.source.name}" [${s.join(", ")}] does not make ${p.rows} rows of ${rowLen} for "${t.name}"`,
       );
     const elemBytes = p.source.bytes / Math.max(1, p.source.elements);
-    // whole heads per chunk when rows are permuted within a head
-    const unit = p.ropeHeadRows ?? 1;
-    if (rowLen > buf.length)
-      throw new HFConvertError(`tensor "${t.name}": a row of ${rowLen} values is too long to convert`);
-    const perChunk = Math.max(unit, Math.floor(buf.length / rowLen / unit) * unit);
-    const chunkBuf = perChunk * rowLen <= buf.length ? buf : new Float32Array(perChunk * rowLen);
-    const permuted = p.ropeHeadRows ? new Float32Array(perChunk * rowLen) : undefined;
-    for (let r = 0; r < p.rows; r += perChunk) {
-      const n = Math.min(perChunk, p.rows - r);
-      const vals = chunkBuf.subarray(0, n * rowLen);
-      file.readF32(p.source, (p.firstRow + r) * rowLen, vals, scratch);
-      report(n * rowLen * elemBytes);
-      if (permuted) {
-        unpermuteRope(vals, permuted, n, rowLen, p.ropeHeadRows!);
-        await emit(permuted, n);
-      } else await emit(vals, n);
-      await new Promise<void>((res) => setImmediate(res));
+    const block = new Float32Array(blockRows * width);
+    const scratch = new Uint8Array(blockRows * width * elemBytes);
+    for (let r = 0; r < totalRows; r += blockRows) {
+      const n = Math.min(blockRows, totalRows - r);
+      const vals = block.subarray(0, n * width);
+      file.readF32(p.source, r * width, vals, scratch);
+      report(n * width * elemBytes);
+      const out = this.values(n * picked);
+      pickColumns(vals, n, width, pick, out);
+      await this.encodeValues(t, type, sink, out, pick.transpose ? picked : n);
+      await tick();
     }
   }
-}
 
-/**
- * `rows` rows of `rowLen` f32 values as `type` into `out` (rows of whole blocks): the one
- * encoding of a GGUF's rows, which a store made straight from the checkpoint repeats exactly.
- */
-export function encodeRows(type: GGMLType, values: Float32Array, rows: number, rowLen: number, out: Uint8Array): void {
-  const n = rows * rowLen;
-  if (type === GGMLType.F32) out.set(new Uint8Array(values.buffer, values.byteOffset, n * 4));
-  else if (type === GGMLType.F16) f32ToF16Array(values.subarray(0, n), new Uint16Array(out.buffer, out.byteOffset, n));
-  else if (type === GGMLType.BF16)
-    f32ToBF16Array(values.subarray(0, n), new Uint16Array(out.buffer, out.byteOffset, n));
-  else {
-    const rb = out.length / rows;
-    for (let r = 0; r < rows; r++)
-      quantizeRow(type, values.subarray(r * rowLen, (r + 1) * rowLen), out.subarray(r * rb, (r + 1) * rb));
-  }
-}
-
-/**
- * A part made of picked columns (plan.ts's ColumnPick): the source is read a block at a time
- * (one whole matrix when transposing, since each output row runs down all of its rows) and its
- * picked columns emitted as rows.
- */
-async function writeColumnPart(
-  file: SafetensorsFile,
-  t: PlannedTensor,
-  p: RowRange,
-  pick: ColumnPick,
-  emit: (values: Float32Array, rows: number) => Promise<void>,
-  scratch: Uint8Array,
-  report: (sourceBytes: number) => void,
-): Promise<void> {
-  const s = p.source.shape;
-  const rowLen = t.dims[0];
-  const width = s[s.length - 1];
-  const picked = pickedCount(width, pick);
-  // transposed: one matrix per block, its rows are s[-2]; else: source rows of `width`, as many as fit
-  const blockRows = pick.transpose ? s[s.length - 2] : Math.max(1, Math.floor(CHUNK_VALUES / width));
-  const totalRows = rowsOfSource(p);
-  const outRowLen = pick.transpose ? blockRows : picked;
-  const outRows = pick.transpose ? (totalRows / blockRows) * picked : totalRows;
-  if (s.length < (pick.transpose ? 3 : 2) || outRowLen !== rowLen || outRows !== p.rows)
-    throw new HFConvertError(
-      `${p.source.file}: tensor "${p.source.name}" [${s.join(", ")}] does not make ${p.rows} rows of ${rowLen} for "${t.name}"`,
-    );
-  const elemBytes = p.source.bytes / Math.max(1, p.source.elements);
-  const block = new Float32Array(blockRows * width);
-  const out = new Float32Array(blockRows * picked);
-  for (let r = 0; r < totalRows; r += blockRows) {
-    const n = Math.min(blockRows, totalRows - r);
-    const vals = block.subarray(0, n * width);
-    file.readF32(p.source, r * width, vals, scratch);
-    report(n * width * elemBytes);
-    pickColumns(vals, n, width, pick, out);
-    await emit(out, pick.transpose ? picked : n);
-    await new Promise<void>((res) => setImmediate(res));
-  }
-}
-
-/**
- * An MXFP4 source (plan.ts's Mxfp4Source), expert by expert, a chunk of source rows at a time:
- * the picked rows repacked into ggml's MXFP4 blocks, handed to the sink as they are when the
- * output is MXFP4, else decoded to their values and converted (f16 only where exact).
- */
-async function writeMxfp4(
-  ckpt: SafetensorsCheckpoint,
-  t: PlannedTensor,
-  src: Mxfp4Source,
-  type: GGMLType,
-  sink: Pick<TensorSink, "write">,
-  emit: (values: Float32Array, rows: number) => Promise<void>,
-  report: (sourceBytes: number) => void,
-): Promise<void> {
-  const [nExpert, srcRows, nBlocks] = src.scales.shape;
-  const rowLen = t.dims[0];
-  const outRows = t.dims[1];
-  if (nBlocks * MXFP4_BLOCK_VALUES !== rowLen || Math.ceil((srcRows - src.first) / src.step) !== outRows)
-    throw new HFConvertError(
-      `${src.blocks.file}: tensor "${src.blocks.name}" [${src.blocks.shape.join(", ")}] does not make ${outRows} rows of ${rowLen} for "${t.name}"`,
-    );
-  const codeRow = nBlocks * HF_MXFP4_CODE_BYTES;
-  const outRowBytes = nBlocks * MXFP4_BLOCK_BYTES;
-  // whole steps of source rows per chunk, about CHUNK_VALUES bytes of codes
-  const perChunk = Math.max(src.step, Math.floor(CHUNK_VALUES / codeRow / src.step) * src.step);
-  const codes = new Uint8Array(perChunk * codeRow);
-  const scales = new Uint8Array(perChunk * nBlocks);
-  const packed = new Uint8Array((perChunk / src.step) * outRowBytes);
-  const values = type === GGMLType.MXFP4 ? undefined : new Float32Array((perChunk / src.step) * rowLen);
-  const blocksFile = ckpt.fileOf(src.blocks),
-    scalesFile = ckpt.fileOf(src.scales);
-  for (let e = 0; e < nExpert; e++)
-    for (let r = 0; r < srcRows; r += perChunk) {
-      const n = Math.min(perChunk, srcRows - r);
-      const row0 = e * srcRows + r;
-      blocksFile.readBytes(src.blocks, row0 * codeRow, codes.subarray(0, n * codeRow));
-      scalesFile.readBytes(src.scales, row0 * nBlocks, scales.subarray(0, n * nBlocks));
-      report((n * (codeRow + nBlocks)) / src.step);
-      let rows = 0;
-      for (let k = src.first; k < n; k += src.step, rows++)
-        repackMxfp4Row(codes, k * codeRow, scales, k * nBlocks, nBlocks, packed, rows * outRowBytes);
-      const bytes = packed.subarray(0, rows * outRowBytes);
-      if (!values) await sink.write(bytes.slice());
-      else {
-        dequantizeMXFP4(bytes, rows * rowLen, values, 0);
-        if (type === GGMLType.F16) checkF16Exact(values.subarray(0, rows * rowLen), t.name);
-        await emit(values, rows);
+  /**
+   * An MXFP4 source (plan.ts's Mxfp4Source), expert by expert, a chunk of source rows at a time:
+   * the picked rows repacked into ggml's MXFP4 blocks, written as they are when the output is
+   * MXFP4, else decoded to their values and converted (f16 only where exact).
+   */
+  private async writeMxfp4(
+    t: PlannedTensor,
+    src: Mxfp4Source,
+    type: GGMLType,
+    sink: Pick<TensorSink, "write">,
+    report: (sourceBytes: number) => void,
+  ): Promise<void> {
+    const [nExpert, srcRows, nBlocks] = src.scales.shape;
+    const rowLen = t.dims[0];
+    const outRows = t.dims[1];
+    if (nBlocks * MXFP4_BLOCK_VALUES !== rowLen || Math.ceil((srcRows - src.first) / src.step) !== outRows)
+      throw new HFConvertError(
+        `${src.blocks.file}: tensor "${src.blocks.name}" [${src.blocks.shape.join(", ")}] does not make ${outRows} rows of ${rowLen} for "${t.name}"`,
+      );
+    const codeRow = nBlocks * HF_MXFP4_CODE_BYTES;
+    const outRowBytes = nBlocks * MXFP4_BLOCK_BYTES;
+    // whole steps of source rows per chunk, about CHUNK_VALUES bytes of codes
+    const perChunk = Math.max(src.step, Math.floor(CHUNK_VALUES / codeRow / src.step) * src.step);
+    const codes = new Uint8Array(perChunk * codeRow);
+    const scales = new Uint8Array(perChunk * nBlocks);
+    const blocksFile = this.ckpt.fileOf(src.blocks),
+      scalesFile = this.ckpt.fileOf(src.scales);
+    for (let e = 0; e < nExpert; e++)
+      for (let r = 0; r < srcRows; r += perChunk) {
+        const n = Math.min(perChunk, srcRows - r);
+        const row0 = e * srcRows + r;
+        blocksFile.readBytes(src.blocks, row0 * codeRow, codes.subarray(0, n * codeRow));
+        scalesFile.readBytes(src.scales, row0 * nBlocks, scales.subarray(0, n * nBlocks));
+        report((n * (codeRow + nBlocks)) / src.step);
+        const rows = Math.ceil((n - src.first) / src.step);
+        const packed = this.pipeline.buffer(rows * outRowBytes);
+        for (let k = src.first, i = 0; k < n; k += src.step, i++)
+          repackMxfp4Row(codes, k * codeRow, scales, k * nBlocks, nBlocks, packed, i * outRowBytes);
+        if (type === GGMLType.MXFP4)
+          await this.pipeline.submit(Promise.resolve(packed), async (bytes) => {
+            await sink.write(bytes);
+            this.pipeline.release(bytes);
+          });
+        else {
+          const values = this.values(rows * rowLen);
+          dequantizeMXFP4(packed, rows * rowLen, values, 0);
+          this.pipeline.release(packed);
+          if (type === GGMLType.F16) checkF16Exact(values, t.name);
+          await this.encodeValues(t, type, sink, values, rows);
+        }
+        await tick();
       }
-      await new Promise<void>((res) => setImmediate(res));
-    }
+  }
 }
 
 /** MXFP4 values an f16 cannot hold exactly (a scale past f16's range) are refused, not rounded. */
@@ -439,24 +464,4 @@ function checkF16Exact(values: Float32Array, name: string): void {
       throw new HFConvertError(
         `tensor "${name}": MXFP4 value ${values[i]} has no exact f16; convert with --type bf16 or f32 (exact), or keep MXFP4 (auto)`,
       );
-}
-
-/**
- * HF's q/k rows per head are [first halves of the rotated pairs; second halves]; ggml's normal
- * RoPE wants pair i's two rows adjacent: output row 2i + j of a head is source row j * half + i.
- */
-export function unpermuteRope(
-  src: Float32Array,
-  dst: Float32Array,
-  rows: number,
-  rowLen: number,
-  headRows: number,
-): void {
-  const half = headRows / 2;
-  for (let h = 0; h < rows; h += headRows)
-    for (let i = 0; i < half; i++)
-      for (let j = 0; j < 2; j++) {
-        const from = (h + j * half + i) * rowLen;
-        dst.set(src.subarray(from, from + rowLen), (h + 2 * i + j) * rowLen);
-      }
 }

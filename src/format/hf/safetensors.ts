@@ -184,11 +184,15 @@ export class SafetensorsFile {
     };
   }
 
-  private readAt(buf: Uint8Array, position: number): void {
+  /** `tensor`: the one read, named when the file ends before the header said (cut short since it was opened) */
+  private readAt(buf: Uint8Array, position: number, tensor?: string): void {
     let done = 0;
     while (done < buf.length) {
       const n = readSync(this.fd, buf, done, buf.length - done, position + done);
-      if (n === 0) this.fail(`truncated: read at offset ${position + done} returned nothing`);
+      if (n === 0)
+        this.fail(
+          `${tensor === undefined ? "" : `tensor "${tensor}": `}truncated: read at offset ${position + done} returned nothing`,
+        );
       done += n;
     }
   }
@@ -198,7 +202,7 @@ export class SafetensorsFile {
     if (from < 0 || from + dst.length > t.bytes)
       this.fail(`tensor "${t.name}": read of ${dst.length} bytes at ${from} is outside its ${t.bytes}`);
     try {
-      this.readAt(dst, t.offset + from);
+      this.readAt(dst, t.offset + from, t.name);
     } catch (e) {
       if (e instanceof SafetensorsError) throw e;
       this.fail(`tensor "${t.name}": read at offset ${t.offset + from} failed: ${errorText(e)}`);
@@ -206,17 +210,23 @@ export class SafetensorsFile {
   }
 
   /**
+   * The stored bytes of elements [first, first + dst.length / element size) of a tensor of a
+   * readable dtype (F32, F16, BF16), in row-major order: what widenToF32 takes.
+   */
+  readValueBytes(t: SafetensorsTensor, first: number, dst: Uint8Array): void {
+    if (!(READABLE_DTYPES as readonly string[]).includes(t.dtype))
+      this.fail(`tensor "${t.name}" is ${t.dtype}: only ${READABLE_DTYPES.join(", ")} can be converted`);
+    this.readBytes(t, first * DTYPE_BYTES[t.dtype], dst);
+  }
+
+  /**
    * Elements [first, first + dst.length) of a tensor in row-major order, widened to f32 into dst.
    * `scratch` (optional) is reused for the raw bytes.
    */
   readF32(t: SafetensorsTensor, first: number, dst: Float32Array, scratch?: Uint8Array): void {
-    const size = DTYPE_BYTES[t.dtype];
-    if (!(READABLE_DTYPES as readonly string[]).includes(t.dtype))
-      this.fail(`tensor "${t.name}" is ${t.dtype}: only ${READABLE_DTYPES.join(", ")} can be converted`);
-    const n = dst.length;
-    const bytes = n * size;
+    const bytes = dst.length * DTYPE_BYTES[t.dtype];
     const raw = scratch && scratch.length >= bytes ? scratch.subarray(0, bytes) : new Uint8Array(bytes);
-    this.readBytes(t, first * size, raw);
+    this.readValueBytes(t, first, raw);
     widenToF32(t.dtype, raw, dst);
   }
 }

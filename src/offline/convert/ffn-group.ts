@@ -2,18 +2,20 @@
  * One bundle group of the store (a layer's FFN, or one expert's): its neurons' bundles in stored
  * order, each Gate row, Up row and Down column side by side, assembled a few MiB at a time from
  * rows read on demand; then the group's gate rows again, contiguous, so that a dense gate pass
- * reads them in one sweep.
+ * reads them in one sweep. Rows are read here, converted by the runner, and the bundles written
+ * as their rows come back, in order (chunk-pipeline.ts).
  */
-import type { GGMLType } from "../../format/ggml-types.js";
+import { GGMLType } from "../../format/ggml-types.js";
 import type { BundleParts, StoreConversion, StoreWriter } from "../../format/store/index.js";
 import { dequantizeRow } from "../../format/quant.js";
 import type { ModelFile } from "../../format/gguf.js";
-import { ErrorStats, type RowConverter } from "./row-conversion.js";
+import type { ConvertWork } from "./convert-runner.js";
+import { ErrorStats, measureJob, type MeasureJob } from "./row-conversion.js";
 import type { FFNTensors } from "./source-ffn.js";
 import { convertedFrom, type StoreSource } from "./store-source.js";
 import { transposeDown } from "./transpose-down.js";
 
-/** Lets the event loop run (progress, an abort) between pieces of a long conversion. */
+/** Lets the event loop run (progress, an abort, the workers' answers) between pieces of a long conversion. */
 const tick = () => new Promise<void>((r) => setImmediate(r));
 
 export type BundlePart = "gate" | "up" | "down";
@@ -36,16 +38,20 @@ export interface GroupProgress {
   report(): void;
 }
 
-/** Where a group was written, and the error of each part's type change. */
+/** Where a group was written, and the error of each part's type change: complete once the pipeline is drained. */
 export interface WrittenGroup {
   offset: number;
   gateRows: number;
   stats: Record<BundlePart, ErrorStats>;
 }
 
+/** A part's rows of one piece of a group, in the store's type: read as they are, or converted and measured. */
+type PartRows = { rows: Uint8Array; job?: MeasureJob };
+
 /**
  * Write group `L` with its neurons in `order` (stored position -> neuron). `changed` records, per
- * part, the source type of a part that had to be converted (left alone when it was copied).
+ * part, the source type of a part that had to be converted (left alone when it was copied). The
+ * group's pieces go through work.pipeline: what it returns is filled in as they are written.
  */
 export async function writeFFNGroup(
   source: StoreSource,
@@ -53,91 +59,107 @@ export async function writeFFNGroup(
   L: FFNTensors,
   order: Int32Array,
   shape: BundleShape,
-  rc: RowConverter,
+  work: ConvertWork,
   changed: Record<BundlePart, GGMLType | null>,
   progress: GroupProgress,
 ): Promise<WrittenGroup> {
   const { ffnType, nEmbd, rowBytes, parts } = shape;
   const { bundleBytes, downType, downBytes } = parts;
+  const { runner, pipeline } = work;
   const n = L.neurons;
-  const stats = { gate: new ErrorStats(), up: new ErrorStats(), down: new ErrorStats() };
+  const written: WrittenGroup = {
+    offset: -1,
+    gateRows: -1,
+    stats: { gate: new ErrorStats(), up: new ErrorStats(), down: new ErrorStats() },
+  };
+  const { stats } = written;
 
-  // Down as one row per neuron, in the store's type
+  // Down as one row per neuron, in the store's type (complete before the first bundle is assembled:
+  // its bands are consumed first)
   let downT: Uint8Array | undefined;
   if (!L.transposed) {
     downT = new Uint8Array(n * downBytes);
-    await transposeDown(source, L.down, n, nEmbd, downType, downBytes, downT, rc, stats.down, progress.check, (b) => {
+    await transposeDown(source, L.down, n, nEmbd, downType, downBytes, downT, work, stats.down, progress.check, (b) => {
       progress.addBytes(b);
       progress.report();
     });
     changed.down = convertedFrom(source, L.down);
   }
 
-  const offset = writer.position;
+  /** Part `kind`'s rows `idx` in ffnType: copied when the source holds that type, else converted. */
+  const partRows = (kind: BundlePart, idx: Int32Array): Promise<PartRows> => {
+    const m = L[kind];
+    const g = idx.length;
+    const from = source.valuesType(m);
+    let src: Uint8Array;
+    if (from !== null) {
+      // rows read as values (a checkpoint read in place) are quantized once, measured against them
+      src = pipeline.buffer(g * nEmbd * 4);
+      source.readRowValues(m, idx, new Float32Array(src.buffer, 0, g * nEmbd));
+      if (from !== ffnType) changed[kind] = from;
+    } else {
+      src = pipeline.buffer(g * m.rowBytes);
+      source.readRows(m, idx, src);
+      if (m.t.type === ffnType) return Promise.resolve({ rows: src });
+      changed[kind] = m.t.type;
+    }
+    const job = measureJob(pipeline, {
+      name: m.t.name,
+      src,
+      from: from !== null ? GGMLType.F32 : m.t.type,
+      columns: false,
+      rows: g,
+      n: nEmbd,
+      to: ffnType,
+    });
+    return runner.measure(job).then((done) => ({ rows: done.dst, job: done }));
+  };
+
   const group = Math.max(1, Math.floor((4 << 20) / bundleBytes));
   const out = new Uint8Array(group * bundleBytes);
-  const srcRb = { gate: L.gate.rowBytes, up: L.up.rowBytes, down: L.down.rowBytes };
-  const scratch = {
-    gate: new Uint8Array(group * srcRb.gate),
-    up: new Uint8Array(group * srcRb.up),
-    down: new Uint8Array(L.transposed ? group * srcRb.down : 0),
-  };
-  // rows read as values (a checkpoint read in place) are quantized once, measured against them
-  const values = source.valuesType(L.gate) !== null ? new Float32Array(group * nEmbd) : undefined;
   // The layer's gate rows as stored, collected for their contiguous copy after the bundles.
   const gateRows = new Uint8Array(n * rowBytes);
+  const kinds = L.transposed ? (["gate", "up", "down"] as const) : (["gate", "up"] as const);
+  await pipeline.submit(Promise.resolve(), () => {
+    written.offset = writer.position;
+  });
   for (let p0 = 0; p0 < n; p0 += group) {
     progress.check();
     const g = Math.min(group, n - p0);
     const idx = order.subarray(p0, p0 + g);
-    out.fill(0);
-    for (const kind of ["gate", "up", "down"] as const) {
-      if (kind === "down" && !L.transposed) {
+    const pieces = Promise.all(kinds.map((kind) => partRows(kind, idx)));
+    const srcBytes = kinds.reduce((a, kind) => a + g * L[kind].rowBytes, 0);
+    await pipeline.submit(pieces, async (got) => {
+      out.fill(0);
+      got.forEach(({ rows, job }, i) => {
+        const kind = kinds[i];
+        const at = parts[kind];
+        for (let k = 0; k < g; k++) out.set(rows.subarray(k * rowBytes, (k + 1) * rowBytes), k * bundleBytes + at);
+        if (job) {
+          stats[kind].addMeasured(job);
+          pipeline.release(job.src, job.errors);
+        }
+        pipeline.release(rows);
+      });
+      if (!L.transposed)
         for (let k = 0; k < g; k++)
           out.set(downT!.subarray(idx[k] * downBytes, (idx[k] + 1) * downBytes), k * bundleBytes + parts.down);
-        continue;
-      }
-      const m = L[kind];
-      const type = m.t.type;
-      const at = parts[kind];
-      const from = source.valuesType(m);
-      if (from !== null) {
-        source.readRowValues(m, idx, values!);
-        for (let k = 0; k < g; k++)
-          rc.quantize(
-            m.t.name,
-            values!.subarray(k * nEmbd, (k + 1) * nEmbd),
-            ffnType,
-            out.subarray(k * bundleBytes + at, k * bundleBytes + at + rowBytes),
-            stats[kind],
-          );
-        if (from !== ffnType) changed[kind] = from;
-        progress.addBytes(g * srcRb[kind]);
-        continue;
-      }
-      source.readRows(m, idx, scratch[kind]);
-      const rb = srcRb[kind];
-      for (let k = 0; k < g; k++) {
-        const src = scratch[kind].subarray(k * rb, (k + 1) * rb);
-        const dst = out.subarray(k * bundleBytes + at, k * bundleBytes + at + rowBytes);
-        if (type === ffnType) dst.set(src);
-        else rc.convert(m.t.name, type, src, ffnType, dst, stats[kind]);
-      }
-      if (type !== ffnType) changed[kind] = type;
-      progress.addBytes(g * rb);
-    }
-    if (L.biases) putBiases(source.model, L, idx, parts.biases!, bundleBytes, out);
-    for (let k = 0; k < g; k++)
-      gateRows.set(out.subarray(k * bundleBytes, k * bundleBytes + rowBytes), (p0 + k) * rowBytes);
-    await writer.write(out.subarray(0, g * bundleBytes));
-    progress.report();
+      if (L.biases) putBiases(source.model, L, idx, parts.biases!, bundleBytes, out);
+      for (let k = 0; k < g; k++)
+        gateRows.set(out.subarray(k * bundleBytes, k * bundleBytes + rowBytes), (p0 + k) * rowBytes);
+      await writer.write(out.subarray(0, g * bundleBytes));
+      progress.addBytes(srcBytes);
+      progress.report();
+    });
     await tick();
   }
-  await writer.pad();
-  const gateRowsOffset = writer.position;
-  await writer.write(gateRows);
-  await writer.pad();
-  return { offset, gateRows: gateRowsOffset, stats };
+  await pipeline.submit(Promise.resolve(), async () => {
+    await writer.pad();
+    written.gateRows = writer.position;
+    await writer.write(gateRows);
+    await writer.pad();
+  });
+  return written;
 }
 
 /**

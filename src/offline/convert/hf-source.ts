@@ -11,14 +11,9 @@ import { GGMLType, traitsBytes, typeFromName, typeTraits } from "../../format/gg
 import { findNonFinite, nonFiniteError } from "../../format/finite-check.js";
 import { MetadataAccess, type GGUFTensorInfo, type GGUFValue, type ModelFile } from "../../format/gguf.js";
 import { metadataEntry, valueAsRead } from "../../format/gguf-writer.js";
-import {
-  CHUNK_VALUES,
-  encodeRows,
-  ggufLayoutOf,
-  openHFModel,
-  writeTensor,
-  type HFOutputType,
-} from "../../format/hf/hf-to-gguf.js";
+import { ggufLayoutOf, openHFModel, TensorChunks, type HFOutputType } from "../../format/hf/hf-to-gguf.js";
+import { encodeRows } from "../../format/hf/chunk-encoding.js";
+import { ChunkPipeline, inlineRunner, type ChunkRunner } from "../../format/hf/chunk-pipeline.js";
 import type { PlannedTensor } from "../../format/hf/plan.js";
 import { readPlannedMxfp4, readPlannedRows } from "../../format/hf/planned-rows.js";
 import type { SafetensorsCheckpoint } from "../../format/hf/safetensors.js";
@@ -80,12 +75,14 @@ class HFModelFile extends MetadataAccess implements ModelFile {
 }
 
 /**
- * The directory `dir` as a store's source, its tensors typed as a GGUF of `type` would hold them.
- * Also says what `type` resolved to and whether the checkpoint has activation predictors.
+ * The directory `dir` as a store's source, its tensors typed as a GGUF of `type` would hold them,
+ * the fixed tensors converted by `runner` (default: this thread). Also says what `type` resolved to and whether the
+ * checkpoint has activation predictors.
  */
 export function hfSource(
   dir: string,
   type: HFOutputType,
+  runner: ChunkRunner = inlineRunner(),
 ): { source: StoreSource; type: string; arch: string; predictors: number; mxfp4?: "kept" | "dequantized" } {
   const { cfg, ckpt, plan, tok } = openHFModel(dir);
   try {
@@ -113,13 +110,13 @@ export function hfSource(
       model.planned.set(t.name, t);
     });
     const planned = (m: MatrixView) => model.planned.get(m.t.name)!;
-    // raw bytes of a row (or a band's slice of one), grown to the largest read
+    // raw bytes of a read (a run of rows, or a band's slice of one), grown to the largest: a
+    // buffer made per read is memory V8 counts against collecting garbage
     let scratch = new Uint8Array(0);
     const room = (n: number) => {
       if (scratch.length < 4 * n) scratch = new Uint8Array(4 * n);
     };
-    const chunk = new Float32Array(CHUNK_VALUES);
-    const chunkScratch = new Uint8Array(CHUNK_VALUES * 4);
+    const chunks = new TensorChunks(ckpt, runner, new ChunkPipeline(runner));
     const source: StoreSource = {
       model,
       record: {
@@ -147,7 +144,7 @@ export function hfSource(
         const first = m.base / m.rowBytes;
         for (let i = 0; i < indices.length;) {
           const j = runEnd(indices, i);
-          room(rowLen);
+          room((j - i) * rowLen);
           const out = dst.subarray(i * rowLen, j * rowLen);
           readPlannedRows(ckpt, planned(m), first + indices[i], j - i, 0, rowLen, out, scratch);
           i = j;
@@ -158,7 +155,7 @@ export function hfSource(
         readPlannedRows(ckpt, planned(m), m.base / m.rowBytes, m.rows, c0, w, tile, scratch);
       },
       downBandStep: () => 1,
-      copyFixed: (t, write, check) => {
+      copyFixed: async (t, write, check) => {
         // NaN or infinity refused as a GGUF's are when read for a store (finite-check.ts)
         let at = 0;
         const checked = async (piece: Uint8Array) => {
@@ -167,9 +164,9 @@ export function hfSource(
           at += piece.length;
           await write(piece);
         };
-        return writeTensor(ckpt, model.planned.get(t.name)!, t.type, { write: checked }, chunk, chunkScratch, () =>
-          check(),
-        );
+        await chunks.write(model.planned.get(t.name)!, t.type, { write: checked }, () => check());
+        // the store builder goes on from where the tensor ends
+        await chunks.pipeline.drain();
       },
       close: () => model.close(),
     };

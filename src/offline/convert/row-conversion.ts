@@ -1,9 +1,13 @@
 /**
  * Changing a row's type: dequantize, quantize into the store's type, and measure what the stored
  * row decodes to against the source values. The max and rms error per part go into the manifest.
+ * Rows go in jobs (MeasureJob: plain data, so that a worker can run one, convert-pool.ts), whose
+ * errors are kept per row and summed by the caller in row order: the manifest's figures do not
+ * depend on which thread measured what.
  */
-import { typeName, type GGMLType } from "../../format/ggml-types.js";
+import { GGMLType, traitsBytes, typeName, typeTraits } from "../../format/ggml-types.js";
 import { dequantizeRow, quantizeRow } from "../../format/quant.js";
+import type { ChunkPipeline } from "../../format/hf/chunk-pipeline.js";
 import type { StoreConversion } from "../../format/store/index.js";
 import { ConvertError } from "./convert-error.js";
 
@@ -28,6 +32,17 @@ export class ErrorStats {
     this.sumSq += s;
     this.count += n;
     this.maxValue = v;
+  }
+  /** A measured job's rows, in order (the sum of squares as add() sums them row by row). */
+  addMeasured(job: MeasureJob): void {
+    const errors = new Float64Array(job.errors.buffer, job.errors.byteOffset, job.rows);
+    for (let r = 0; r < job.rows; r++) this.sumSq += errors[r];
+    this.count += job.rows * job.n;
+    this.maxAbs = Math.max(this.maxAbs, job.maxAbs);
+    this.maxValue = Math.max(this.maxValue, job.maxValue);
+  }
+  reset(): void {
+    this.maxAbs = this.sumSq = this.count = this.maxValue = 0;
   }
   merge(o: ErrorStats): void {
     this.maxAbs = Math.max(this.maxAbs, o.maxAbs);
@@ -75,5 +90,98 @@ export class RowConverter {
         );
       }
     stats.add(values, this.b, this.n);
+  }
+}
+
+/** Rows to convert into the store's type, measured: plain data, posted to a worker and back. */
+export interface MeasureJob {
+  /** the tensor, for messages */
+  name: string;
+  /**
+   * `rows` rows of `n` values of type `from` (F32: values read in place); with `columns`, a band
+   * of a matrix stored the other way, n rows of `rows` f32 values, each column of which is a row
+   */
+  src: Uint8Array;
+  from: GGMLType;
+  columns: boolean;
+  rows: number;
+  n: number;
+  to: GGMLType;
+  /** the rows in `to` go here */
+  dst: Uint8Array;
+  /** filled: each row's sum of squared errors, f64 */
+  errors: Uint8Array;
+  /** filled: the largest error and the largest |value| over the rows */
+  maxAbs: number;
+  maxValue: number;
+}
+
+/** A job for `job.rows` rows (or columns) of `job.src`, its dst and errors from `pipeline`. */
+export function measureJob(
+  pipeline: Pick<ChunkPipeline, "buffer">,
+  job: Omit<MeasureJob, "dst" | "errors" | "maxAbs" | "maxValue">,
+): MeasureJob {
+  const rb = traitsBytes(typeTraits(job.to)!, job.n);
+  return { ...job, dst: pipeline.buffer(job.rows * rb), errors: pipeline.buffer(job.rows * 8), maxAbs: 0, maxValue: 0 };
+}
+
+/** Columns gathered at once from a band: each row of the band is read 16 floats at a time. */
+const GATHER = 16;
+
+/** A thread's scratch for measured jobs: converters per row length and the gathered columns. */
+export class MeasureScratch {
+  private converters = new Map<number, RowConverter>();
+  private cols = new Float32Array(0);
+  private row = new ErrorStats();
+
+  /** Fill job.dst with its rows in job.to, and job's errors. */
+  run(job: MeasureJob): void {
+    const { n, rows, to, name } = job;
+    let rc = this.converters.get(n);
+    if (!rc) this.converters.set(n, (rc = new RowConverter(n)));
+    const rb = traitsBytes(typeTraits(to)!, n);
+    const errors = new Float64Array(job.errors.buffer, job.errors.byteOffset, rows);
+    const row = this.row;
+    job.maxAbs = job.maxValue = 0;
+    const measured = (r: number) => {
+      errors[r] = row.sumSq;
+      job.maxAbs = Math.max(job.maxAbs, row.maxAbs);
+      job.maxValue = Math.max(job.maxValue, row.maxValue);
+    };
+    if (job.columns) {
+      // a column-at-a-time gather strides through the whole band (the converter's hot spot once)
+      const tile = new Float32Array(job.src.buffer, job.src.byteOffset, n * rows);
+      if (this.cols.length < GATHER * n) this.cols = new Float32Array(GATHER * n);
+      const cols = this.cols;
+      for (let j0 = 0; j0 < rows; j0 += GATHER) {
+        const g = Math.min(GATHER, rows - j0);
+        for (let r = 0; r < n; r++) {
+          const at = r * rows + j0;
+          for (let k = 0; k < g; k++) cols[k * n + r] = tile[at + k];
+        }
+        for (let k = 0; k < g; k++) {
+          row.reset();
+          rc.quantize(
+            name,
+            cols.subarray(k * n, (k + 1) * n),
+            to,
+            job.dst.subarray((j0 + k) * rb, (j0 + k + 1) * rb),
+            row,
+          );
+          measured(j0 + k);
+        }
+      }
+      return;
+    }
+    const srcRb = traitsBytes(typeTraits(job.from)!, n);
+    const values =
+      job.from === GGMLType.F32 ? new Float32Array(job.src.buffer, job.src.byteOffset, rows * n) : undefined;
+    for (let r = 0; r < rows; r++) {
+      row.reset();
+      const dst = job.dst.subarray(r * rb, (r + 1) * rb);
+      if (values) rc.quantize(name, values.subarray(r * n, (r + 1) * n), to, dst, row);
+      else rc.convert(name, job.from, job.src.subarray(r * srcRb, (r + 1) * srcRb), to, dst, row);
+      measured(r);
+    }
   }
 }

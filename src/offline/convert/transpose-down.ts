@@ -4,18 +4,27 @@
  * so each column is quantized with blocks along it: requantized from a GGUF's values, quantized
  * once from a checkpoint's.
  */
-import { traitsBytes, typeTraits, type GGMLType } from "../../format/ggml-types.js";
-import type { ErrorStats, RowConverter } from "./row-conversion.js";
+import { GGMLType, traitsBytes, typeTraits } from "../../format/ggml-types.js";
+import type { ConvertWork } from "./convert-runner.js";
+import { measureJob, type ErrorStats } from "./row-conversion.js";
 import type { MatrixView } from "./source-ffn.js";
 import type { StoreSource } from "./store-source.js";
 
-/** Lets the event loop run (progress, an abort) between bands of a long transposition. */
+/** Lets the event loop run (progress, an abort, the workers' answers) between bands of a long transposition. */
 const tick = () => new Promise<void>((r) => setImmediate(r));
 
 /**
+ * Values in one band's tile (8 MiB of f32): a few bands per layer for the workers to share, and
+ * few reads (a band reads each source row's slice: nEmbd reads).
+ */
+const BAND_VALUES = 1 << 21;
+
+/**
  * Down ([n] columns x [nEmbd] rows, blocks along a row) -> one row per neuron (column) in
- * `type`. Works in bands of columns: each band's slice of every source row is read as f32 into
- * an nEmbd x band tile, then each column of the tile is quantized.
+ * `type`, into `out`. Works in bands of columns: each band's slice of every source row is read
+ * as f32 into an nEmbd x band tile, and each column of the tile quantized (row-conversion.ts's
+ * MeasureJob). The bands go through `pipeline`: `out` and `stats` are complete once the bands
+ * submitted here have been consumed.
  */
 export async function transposeDown(
   source: StoreSource,
@@ -25,7 +34,7 @@ export async function transposeDown(
   type: GGMLType,
   rowBytes: number,
   out: Uint8Array,
-  rc: RowConverter,
+  work: ConvertWork,
   stats: ErrorStats,
   check: () => void,
   onBytes: (b: number) => void,
@@ -33,37 +42,30 @@ export async function transposeDown(
   const t = m.t;
   const src = typeTraits(t.type)!;
   const step = source.downBandStep(m);
-  // at most ~32 MiB of f32 tile, a whole number of source blocks wide
-  const maxBand = Math.max(step, Math.floor((8 << 20) / nEmbd / step) * step);
-  const band = Math.min(n, maxBand);
-  const tile = new Float32Array(nEmbd * band);
-  // columns are gathered 16 at a time, so each row of the tile is read 16 floats at once
-  // (a column-at-a-time gather strides through the whole tile and was the converter's hot spot)
-  const G = 16;
-  const cols = new Float32Array(G * nEmbd);
+  const { runner, pipeline } = work;
+  // a whole number of source blocks wide
+  const band = Math.min(n, Math.max(step, Math.floor(BAND_VALUES / nEmbd / step) * step));
   for (let c0 = 0; c0 < n; c0 += band) {
     check();
     const w = Math.min(band, n - c0);
-    source.readDownBand(m, c0, w, tile);
-    for (let j0 = 0; j0 < w; j0 += G) {
-      const g = Math.min(G, w - j0);
-      for (let r = 0; r < nEmbd; r++) {
-        const at = r * w + j0;
-        for (let k = 0; k < g; k++) cols[k * nEmbd + r] = tile[at + k];
-      }
-      for (let k = 0; k < g; k++) {
-        const c = c0 + j0 + k;
-        rc.quantize(
-          t.name,
-          cols.subarray(k * nEmbd, (k + 1) * nEmbd),
-          type,
-          out.subarray(c * rowBytes, (c + 1) * rowBytes),
-          stats,
-        );
-      }
-    }
-    // progress counts the matrix's bytes as the GGUF holds (or would hold) them
-    onBytes(traitsBytes(src, w) * nEmbd);
+    const tile = pipeline.buffer(nEmbd * w * 4);
+    source.readDownBand(m, c0, w, new Float32Array(tile.buffer, 0, nEmbd * w));
+    const job = measureJob(pipeline, {
+      name: t.name,
+      src: tile,
+      from: GGMLType.F32,
+      columns: true,
+      rows: w,
+      n: nEmbd,
+      to: type,
+    });
+    await pipeline.submit(runner.measure(job), (done) => {
+      out.set(done.dst, c0 * rowBytes);
+      stats.addMeasured(done);
+      pipeline.release(done.src, done.dst, done.errors);
+      // progress counts the matrix's bytes as the GGUF holds (or would hold) them
+      onBytes(traitsBytes(src, w) * nEmbd);
+    });
     await tick();
   }
 }

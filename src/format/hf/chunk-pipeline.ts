@@ -1,0 +1,92 @@
+/**
+ * How a converter keeps work in flight without holding a model: chunks are read in order, handed
+ * to a runner (this thread, or a pool of workers: offline/convert/convert-pool.ts) and their
+ * results consumed (written) in the order they were read, with at most `depth` chunks between
+ * reading and writing. Reading (the caller's thread), converting (the workers) and writing (the
+ * file system's threads) overlap, memory stays at `depth` chunks, and the bytes written do not
+ * depend on which thread converted what.
+ *
+ * The chunks' buffers are recycled: once a chunk is consumed its buffers go back to a free list
+ * for the next chunks of that size class, so a multi-GB conversion allocates a few dozen buffers,
+ * not one per chunk (with workers, memory they share: a job posted to one carries only numbers).
+ */
+import { ChunkScratch, encodeChunk, type EncodeJob } from "./chunk-encoding.js";
+
+/** Who converts chunks: the calling thread, or workers. */
+export interface ChunkRunner {
+  /** chunks worth keeping in flight (0: each is consumed as soon as it is read) */
+  readonly depth: number;
+  /** memory for the chunks' buffers (workers share it: nothing moves between threads but the jobs' numbers) */
+  allocate(bytes: number): ArrayBufferLike;
+  /** job with its dst filled */
+  encode(job: EncodeJob): Promise<EncodeJob>;
+}
+
+/** The calling thread converts each chunk when it is handed over: the plain single-threaded converter. */
+export function inlineRunner(): ChunkRunner {
+  const scratch = new ChunkScratch();
+  return {
+    depth: 0,
+    allocate: (bytes) => new ArrayBuffer(bytes),
+    encode: (job) => settle(() => (encodeChunk(job, scratch), job)),
+  };
+}
+
+/** `f`'s result, or its exception, as a promise. */
+export function settle<T>(f: () => T): Promise<T> {
+  try {
+    return Promise.resolve(f());
+  } catch (e) {
+    return Promise.reject(e);
+  }
+}
+
+/** Free buffers kept per size class: enough for every chunk in flight to have its own. */
+const KEEP_PER_CLASS = 16;
+
+export class ChunkPipeline {
+  readonly depth: number;
+  private queue: { result: Promise<unknown>; consume: (r: unknown) => unknown }[] = [];
+  private free = new Map<number, ArrayBufferLike[]>();
+
+  constructor(private runner: Pick<ChunkRunner, "depth" | "allocate">) {
+    this.depth = runner.depth;
+  }
+
+  /** A buffer of `bytes`, recycled once released (its size class: the next power of two). */
+  buffer(bytes: number): Uint8Array {
+    const size = 2 ** Math.ceil(Math.log2(Math.max(bytes, 4096)));
+    const ab = this.free.get(size)?.pop() ?? this.runner.allocate(size);
+    return new Uint8Array(ab, 0, bytes);
+  }
+
+  /** Buffers from buffer() whose contents are no longer needed (a job's src and dst may be one). */
+  release(...views: Uint8Array[]): void {
+    for (const v of views) {
+      const list = this.free.get(v.buffer.byteLength) ?? [];
+      if (list.length < KEEP_PER_CLASS && !list.includes(v.buffer)) list.push(v.buffer);
+      this.free.set(v.buffer.byteLength, list);
+    }
+  }
+
+  /**
+   * Hands `result` to `consume` once it and everything submitted before it are in, in the order
+   * of submission; returns when at most `depth` results wait. A failed result throws here (or
+   * from drain()) when its turn comes; until then it is held, never reported as unhandled.
+   */
+  async submit<T>(result: Promise<T>, consume: (r: T) => unknown): Promise<void> {
+    result.catch(() => undefined);
+    this.queue.push({ result, consume: consume as (r: unknown) => unknown });
+    while (this.queue.length > this.depth) await this.next();
+  }
+
+  /** Consumes every result still waiting. */
+  async drain(): Promise<void> {
+    while (this.queue.length > 0) await this.next();
+  }
+
+  private async next(): Promise<void> {
+    const { result, consume } = this.queue.shift()!;
+    await consume(await result);
+  }
+}
