@@ -13,7 +13,7 @@
 import { ACTIVATIONS } from "../../format/activations.js";
 import { GGMLType } from "../../format/ggml-types.js";
 import type { ModelFile } from "../../format/gguf.js";
-import { dequantize } from "../../format/quant.js";
+import { dequantizeRow } from "../../format/quant.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { ThreadPool } from "../../runtime/pool.js";
 import {
@@ -256,12 +256,28 @@ export type PredictorWidth = Pick<PredictorShape, "fc1Type" | "fc2Type" | "fc2La
  * with it, 0.9998 with the file's F16 fc1 and fc2). Each column's largest magnitude comes within a
  * factor √2 of their geometric mean; a column of zeros keeps 1.
  */
+/** fc2Balance's read buffer: small, since under a budget a transient buffer counts too. */
+const BALANCE_READ_BYTES = 64 << 10;
+let balanceBytes = new Uint8Array(0);
+let balanceRow = new Float32Array(0);
+
 export function fc2Balance(file: ModelFile, fc2: string, hidden: number, nFF: number): Float32Array {
   const t = file.tensor(fc2);
-  const w = dequantize(t.type, file.tensorData(fc2), hidden * nFF);
+  // a few rows at a time through buffers kept for the whole load: the tensor decoded whole, per
+  // predictor, left MiB of garbage that the budget does not count (peak RSS over the budget)
+  const rowBytes = t.bytes / nFF;
+  const rowsPerRead = Math.max(1, Math.min(nFF, Math.floor(BALANCE_READ_BYTES / rowBytes)));
+  if (balanceBytes.length < rowsPerRead * rowBytes) balanceBytes = new Uint8Array(rowsPerRead * rowBytes);
+  if (balanceRow.length < hidden) balanceRow = new Float32Array(hidden);
   const colMax = new Float64Array(hidden);
-  for (let i = 0; i < nFF; i++)
-    for (let j = 0; j < hidden; j++) colMax[j] = Math.max(colMax[j], Math.abs(w[i * hidden + j]));
+  for (let r = 0; r < nFF; r += rowsPerRead) {
+    const n = Math.min(rowsPerRead, nFF - r);
+    file.readTensor(t, balanceBytes, r * rowBytes, n * rowBytes);
+    for (let i = 0; i < n; i++) {
+      dequantizeRow(t.type, balanceBytes.subarray(i * rowBytes, (i + 1) * rowBytes), hidden, balanceRow);
+      for (let j = 0; j < hidden; j++) colMax[j] = Math.max(colMax[j], Math.abs(balanceRow[j]));
+    }
+  }
   let logSum = 0,
     n = 0;
   for (const m of colMax)
