@@ -117,6 +117,30 @@ export class WeightLoader {
     return t;
   }
 
+  /**
+   * The largest magnitude of each column of matrix `name` (GGUF shape [cols, rows]), read in
+   * chunks through the reusable buffer (the tensor decoded whole would be garbage the budget does
+   * not count).
+   */
+  columnMaxima(name: string, cols: number, rows: number): Float64Array {
+    const t = this.tensor(name);
+    checkDims(this.file, t, [cols, rows]);
+    const rb = t.bytes / rows;
+    const rowsPerChunk = Math.max(1, Math.floor(CHUNK_BYTES / rb));
+    const buf = this.scratch(0, Math.min(rows, rowsPerChunk) * rb);
+    const row = new Float32Array(cols);
+    const max = new Float64Array(cols);
+    for (let r = 0; r < rows; r += rowsPerChunk) {
+      const n = Math.min(rowsPerChunk, rows - r);
+      this.readRows(t, buf, 0, rb, r, n);
+      for (let i = 0; i < n; i++) {
+        dequantizeRow(t.type, buf.subarray(i * rb, (i + 1) * rb), cols, row);
+        for (let c = 0; c < cols; c++) max[c] = Math.max(max[c], Math.abs(row[c]));
+      }
+    }
+    return max;
+  }
+
   /** Reusable read buffer `which` (0 or 1) of at least `bytes`, as a view of exactly that many. */
   private scratch(which: number, bytes: number): Uint8Array {
     const buffers = this.state.buffers;

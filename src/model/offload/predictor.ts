@@ -13,7 +13,6 @@
 import { ACTIVATIONS } from "../../format/activations.js";
 import { GGMLType } from "../../format/ggml-types.js";
 import type { ModelFile } from "../../format/gguf.js";
-import { dequantizeRow } from "../../format/quant.js";
 import type { Arena } from "../../runtime/arena.js";
 import type { ThreadPool } from "../../runtime/pool.js";
 import {
@@ -254,30 +253,10 @@ export type PredictorWidth = Pick<PredictorShape, "fc1Type" | "fc2Type" | "fc2La
  * unit), would keep few of its bits, and its large hidden value multiplies the error (recall of
  * the firing neurons 0.971 without this on test/predictor-q8.test.ts's hidden-31 model, 0.9985
  * with it, 0.9998 with the file's F16 fc1 and fc2). Each column's largest magnitude comes within a
- * factor √2 of their geometric mean; a column of zeros keeps 1.
+ * factor √2 of their geometric mean; a column of zeros keeps 1. `colMax`: each column's largest
+ * magnitude (WeightLoader.columnMaxima).
  */
-/** fc2Balance's read buffer: small, since under a budget a transient buffer counts too. */
-const BALANCE_READ_BYTES = 64 << 10;
-let balanceBytes = new Uint8Array(0);
-let balanceRow = new Float32Array(0);
-
-export function fc2Balance(file: ModelFile, fc2: string, hidden: number, nFF: number): Float32Array {
-  const t = file.tensor(fc2);
-  // a few rows at a time through buffers kept for the whole load: the tensor decoded whole, per
-  // predictor, left MiB of garbage that the budget does not count (peak RSS over the budget)
-  const rowBytes = t.bytes / nFF;
-  const rowsPerRead = Math.max(1, Math.min(nFF, Math.floor(BALANCE_READ_BYTES / rowBytes)));
-  if (balanceBytes.length < rowsPerRead * rowBytes) balanceBytes = new Uint8Array(rowsPerRead * rowBytes);
-  if (balanceRow.length < hidden) balanceRow = new Float32Array(hidden);
-  const colMax = new Float64Array(hidden);
-  for (let r = 0; r < nFF; r += rowsPerRead) {
-    const n = Math.min(rowsPerRead, nFF - r);
-    file.readTensor(t, balanceBytes, r * rowBytes, n * rowBytes);
-    for (let i = 0; i < n; i++) {
-      dequantizeRow(t.type, balanceBytes.subarray(i * rowBytes, (i + 1) * rowBytes), hidden, balanceRow);
-      for (let j = 0; j < hidden; j++) colMax[j] = Math.max(colMax[j], Math.abs(balanceRow[j]));
-    }
-  }
+export function fc2Balance(colMax: Float64Array): Float32Array {
   let logSum = 0,
     n = 0;
   for (const m of colMax)
@@ -334,7 +313,8 @@ export class Predictor {
       const n = predictorNames(first + g, cfg.nExpert);
       const s = shapes[first + g];
       const conv = s.requantized;
-      const balance = conv && s.fc2Type === GGMLType.Q8_0 ? fc2Balance(file, n.fc2, s.fileHidden, cfg.nFF) : null;
+      const balance =
+        conv && s.fc2Type === GGMLType.Q8_0 ? fc2Balance(loader.columnMaxima(n.fc2, s.fileHidden, cfg.nFF)) : null;
       const a = conv
         ? loader.requantMatrix(n.fc1, cfg.nEmbd, s.fileHidden, cfg.nEmbd, s.hidden, s.fc1Type, undefined, {
             rows: balance ?? undefined,
