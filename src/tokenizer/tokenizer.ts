@@ -39,6 +39,7 @@ export interface DecodeOptions {
 }
 
 const SPACE = 0x20;
+const EMPTY = new Uint8Array(0);
 const decoder = new TextDecoder("utf-8", { fatal: false, ignoreBOM: true });
 
 export class Tokenizer {
@@ -189,13 +190,13 @@ export class Tokenizer {
    */
   piece(id: number): Uint8Array {
     this.check(id);
-    return this.vocab.pieces[id];
+    return this.hidden(id) ? EMPTY : this.vocab.pieces.get(id);
   }
 
   /** piece() with control/unknown tokens rendered as their text. Shared: do not modify. */
   specialPiece(id: number): Uint8Array {
     this.check(id);
-    return this.vocab.specialPieces[id];
+    return this.vocab.pieces.get(id);
   }
 
   /** The token's vocabulary string, for inspection ("▁the", "<0x0A>", "<s>"). */
@@ -236,23 +237,35 @@ export class Tokenizer {
    * clean-up of spaces before punctuation. Invalid UTF-8 becomes U+FFFD.
    */
   decode(ids: ArrayLike<number>, opts: DecodeOptions = {}): string {
-    const pieces = opts.special ? this.vocab.specialPieces : this.vocab.pieces;
+    const pieces = this.vocab.pieces;
+    const special = opts.special === true;
     let total = 0;
     for (let i = 0; i < ids.length; i++) {
       this.check(ids[i]);
-      total += pieces[ids[i]].length;
+      if (special || !this.hidden(ids[i])) total += pieces.length(ids[i]);
     }
     const buf = new Uint8Array(total);
     let n = 0;
     for (let i = 0; i < ids.length; i++) {
-      let p = pieces[ids[i]];
-      if (i === 0 && opts.removeLeadingSpace && this.addSpacePrefix && p.length > 0 && p[0] === SPACE)
-        p = p.subarray(1);
-      buf.set(p, n);
-      n += p.length;
+      const id = ids[i];
+      if (!special && this.hidden(id)) continue;
+      const skip =
+        i === 0 &&
+        opts.removeLeadingSpace &&
+        this.addSpacePrefix &&
+        pieces.length(id) > 0 &&
+        pieces.bytes[pieces.start[id]] === SPACE
+          ? 1
+          : 0;
+      n += pieces.copyTo(id, buf, n, skip);
     }
     const len = this.vocab.cleanSpaces ? cleanSpaces(buf, n) : n;
     return decoder.decode(buf.subarray(0, len));
+  }
+
+  /** Control and unknown tokens render nothing unless special tokens are asked for. */
+  private hidden(id: number): boolean {
+    return (this.vocab.attrs[id] & (TokenAttr.Control | TokenAttr.Unknown)) !== 0;
   }
 }
 

@@ -7,6 +7,7 @@
  * list of special tokens that the partitioner looks for.
  */
 import { gpt2UnicodeToByte, utf8Encode } from "./unicode.js";
+import { PieceTable, type PieceTableBuilder } from "./piece-table.js";
 import { preTokenizerConfig, type PreTokenizerConfig } from "./pretokenize.js";
 
 /** llama.cpp's token types (`tokenizer.ggml.token_type`). */
@@ -73,10 +74,11 @@ export interface Vocab {
   readonly mergeRanks: Map<string, number>;
   /** SPM byte fallback: byte value -> token id, or -1. */
   readonly byteToToken: Int32Array;
-  /** Decoded bytes of each token as llama.cpp's token_to_piece(special = false) gives them. */
-  readonly pieces: Uint8Array[];
-  /** The same with special = true (control/unknown tokens render their text). */
-  readonly specialPieces: Uint8Array[];
+  /**
+   * Decoded bytes of each token as llama.cpp's token_to_piece(special = true) gives them; with
+   * special = false, control and unknown tokens give nothing (hiddenUnlessSpecial).
+   */
+  readonly pieces: PieceTable;
   /** Control, user-defined and unknown tokens, longest UTF-8 text first (llama.cpp's partition order). */
   readonly specialTokens: number[];
   readonly eogIds: ReadonlySet<number>;
@@ -483,23 +485,17 @@ export function loadVocab(src: TokenizerMetadataSource): Vocab {
   const types = new Uint8Array(n);
   for (let id = 0; id < n; id++) types[id] = typeOfAttr(attrs[id]);
 
-  // Decoded bytes per token (llama.cpp's token_to_piece).
-  const pieces: Uint8Array[] = new Array(n);
-  const specialPieces: Uint8Array[] = new Array(n);
-  const empty = new Uint8Array(0);
+  // Decoded bytes per token (llama.cpp's token_to_piece(special = true)).
+  const pieces = PieceTable.builder(n);
   for (let id = 0; id < n; id++) {
     const t = tokens[id];
     const a = attrs[id];
-    let p: Uint8Array = empty;
-    if (a & (TokenAttr.Control | TokenAttr.Unknown | TokenAttr.UserDefined)) {
-      p = utf8Encode(t);
-    } else if (a & TokenAttr.Normal) {
-      p = kind === "spm" ? utf8Encode(t.split(SPACE_MARK).join(" ")) : decodeByteLevel(t);
-    } else if (a & TokenAttr.Byte) {
-      p = Uint8Array.of(byteOfByteToken(t));
-    }
-    specialPieces[id] = p;
-    pieces[id] = a & (TokenAttr.Control | TokenAttr.Unknown) ? empty : p;
+    if (a & (TokenAttr.Control | TokenAttr.Unknown | TokenAttr.UserDefined)) pieces.text(t);
+    else if (a & TokenAttr.Normal) {
+      if (kind === "spm") pieces.text(t.replaceAll(SPACE_MARK, " "));
+      else decodeByteLevel(t, pieces);
+    } else if (a & TokenAttr.Byte) pieces.byte(byteOfByteToken(t));
+    pieces.endToken();
   }
 
   return {
@@ -514,8 +510,7 @@ export function loadVocab(src: TokenizerMetadataSource): Vocab {
     maxTokenLength,
     mergeRanks,
     byteToToken,
-    pieces,
-    specialPieces,
+    pieces: pieces.finish(),
     specialTokens,
     eogIds,
     bosId,
@@ -547,16 +542,14 @@ function byteOfByteToken(text: string): number {
  * a well-formed vocabulary; llama.cpp renders it as "[UNK_BYTE_0x<hex><token text>]" and so do we,
  * so that the output is the same.
  */
-function decodeByteLevel(text: string): Uint8Array {
-  const out: number[] = [];
+function decodeByteLevel(text: string, out: PieceTableBuilder): void {
   for (const ch of text) {
     const b = gpt2UnicodeToByte(ch);
     if (b >= 0) {
-      out.push(b);
+      out.byte(b);
     } else {
       const hex = Array.from(utf8Encode(ch), (x) => x.toString(16).padStart(2, "0")).join("");
-      for (const x of utf8Encode(`[UNK_BYTE_0x${hex}${text}]`)) out.push(x);
+      out.text(`[UNK_BYTE_0x${hex}${text}]`);
     }
   }
-  return Uint8Array.from(out);
 }
