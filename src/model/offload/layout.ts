@@ -33,14 +33,17 @@ export const STAGE_NEURONS = 2048;
  * loading reads through (the weight loader's and the hot region's 2 MiB chunks, kept for reuse),
  * code the JIT compiles, the reader's rings, the generator's heap (RUNTIME_GROWTH_BYTES), and the
  * tokenizer, which grows with the vocabulary (TOKENIZER_BYTES_PER_TOKEN). Measured: 11-13 MiB
- * above the weights' own memory once a 1B model has loaded, 8.9 MiB for its 32000-token
- * tokenizer (docs/architecture.md, "Memory"). On top of that V8's young generation: the bursts of
- * loading and of the first prompt grow its semi-spaces (up to 16 MiB each) and they stay grown;
- * on the demo's store the peak was 6-9 MiB above a run with --max-semi-space-size=2, which a
- * library's host process cannot be made to pass.
+ * above the weights' own memory once a 1B model has loaded; the tokenizer's live heap is 55-170
+ * bytes a vocabulary entry (Gemma 3's 262K SentencePiece entries 83, Qwen3's 152K BPE entries
+ * with their merges 122, Llama 3's 128K with 280K merges 169), plus what building it leaves to
+ * collect. On top of that V8's young generation: the bursts of loading and of the first prompt
+ * grow its semi-spaces (up to 16 MiB each) and they stay grown; on the demo's store the peak was
+ * 6-9 MiB above a run with --max-semi-space-size=2, which a library's host process cannot be
+ * made to pass. (The base is measured while the store's manifest parse is still uncollected,
+ * 30-40 MiB on SmallThinker-4B's store: garbage that the tokenizer's and the decode's heap reuse.)
  */
 export const RUNTIME_GROWTH_BYTES = 24 << 20;
-export const TOKENIZER_BYTES_PER_TOKEN = 320;
+export const TOKENIZER_BYTES_PER_TOKEN = 200;
 /** The smallest neuron cache that runs, in bundles (a layer's misses are served in rounds of what is free). */
 const MIN_CACHE_BUNDLES = 4;
 /** Slack for an allocation aligned to a 4 KiB page (the staging area, the cache). */
