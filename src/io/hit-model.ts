@@ -89,9 +89,27 @@ export function hitProfile(
   // representative probability of each (layer, bin): the mean of its neurons
   const rep = new Float64Array(L * BINS);
   for (let i = 0; i < rep.length; i++) rep[i] = count[i] > 0 ? Math.min(1, sumP[i] / count[i]) : 0;
+  // How many distinct cold bundles some tokens ask for does not depend on their layer: the sums
+  // that find tau and the survival chances run over the bins of all layers together (a bin is 7%
+  // wide in probability; a mixture's thousand groups times 240 bins, summed ~100 times, were
+  // seconds of a load)
+  const allCount = new Float64Array(BINS);
+  const allSumP = new Float64Array(BINS);
+  for (let i = 0; i < count.length; i++) {
+    allCount[i % BINS] += count[i];
+    allSumP[i % BINS] += sumP[i];
+  }
+  let used = 0;
+  const usedCount = new Float64Array(BINS);
+  const usedRep = new Float64Array(BINS);
+  for (let b = 0; b < BINS; b++)
+    if (allCount[b] > 0) {
+      usedCount[used] = allCount[b];
+      usedRep[used++] = Math.min(1, allSumP[b] / allCount[b]);
+    }
   const occupancy = (t: number) => {
     let s = 0;
-    for (let i = 0; i < rep.length; i++) if (count[i] > 0) s += count[i] * (1 - Math.pow(1 - rep[i], t));
+    for (let u = 0; u < used; u++) s += usedCount[u] * (1 - Math.pow(1 - usedRep[u], t));
     return s;
   };
   let tau = Infinity;
@@ -126,11 +144,10 @@ export function hitProfile(
     }
     let mean = 0,
       variance = 0;
-    for (let i = 0; i < rep.length; i++) {
-      if (count[i] === 0) continue;
-      const q = 1 - Math.pow(1 - rep[i], k);
-      mean += count[i] * q;
-      variance += count[i] * q * (1 - q);
+    for (let u = 0; u < used; u++) {
+      const q = 1 - Math.pow(1 - usedRep[u], k);
+      mean += usedCount[u] * q;
+      variance += usedCount[u] * q * (1 - q);
     }
     const z = (coldSlots - 0.5 - mean) / Math.sqrt(Math.max(variance, 1e-12));
     const sk = normalCdf(z);
