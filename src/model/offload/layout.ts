@@ -33,9 +33,10 @@ export const STAGE_NEURONS = 2048;
  * loading reads through (the weight loader's and the hot region's 2 MiB chunks, kept for reuse),
  * code the JIT compiles, the reader's rings, the generator's heap (RUNTIME_GROWTH_BYTES), and the
  * tokenizer, which grows with the vocabulary (TOKENIZER_BYTES_PER_TOKEN). Measured: 11-13 MiB
- * above the weights' own memory once a 1B model has loaded; the tokenizer's live heap is 55-170
- * bytes a vocabulary entry (Gemma 3's 262K SentencePiece entries 83, Qwen3's 152K BPE entries
- * with their merges 122, Llama 3's 128K with 280K merges 169), plus what building it leaves to
+ * above the weights' own memory once a 1B model has loaded; a tokenizer keeps 90-170 bytes a
+ * vocabulary entry alive once it has encoded (Gemma 3's 262K SentencePiece entries 90, Qwen3's
+ * 152K BPE entries with their merges 124, gpt-oss's 201K 135, Llama 3's 128K with 280K merges
+ * 170; test/tokenizer-memory.test.ts holds them to this figure), plus what building it leaves to
  * collect. On top of that V8's young generation: the bursts of loading and of the first prompt
  * grow its semi-spaces (up to 16 MiB each) and they stay grown; on the demo's store the peak was
  * 6-9 MiB above a run with --max-semi-space-size=2, which a library's host process cannot be
