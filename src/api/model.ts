@@ -9,6 +9,8 @@ import { Tokenizer } from "../tokenizer/index.js";
 import { Generation, type GenerateOptions } from "../generate/generator.js";
 import { ModelBusyError, ModelDisposedError } from "../generate/errors.js";
 import type { ModelConfig } from "../model/config.js";
+import { NeuronStore } from "../format/store/index.js";
+import { tensorBytes, typeName } from "../format/ggml-types.js";
 import type { OffloadOptions, OffloadStats } from "../model/offload/offloaded-ffn.js";
 import type { OffloadLayout } from "../model/offload/layout.js";
 import type { Tracer } from "../runtime/tracer.js";
@@ -75,6 +77,19 @@ export class Model {
   /** the model file's metadata (GGUF key/values: hyper-parameters, tokenizer, chat template) */
   get metadata(): ReadonlyMap<string, unknown> {
     return this.llama.file.metadata;
+  }
+  /**
+   * Parameters and the type most of the weight bytes have, as llama.cpp's model description
+   * gives them (see typeDescription); a store's FFN counts
+   * though its bundles are not tensors.
+   */
+  get parameterCount(): number {
+    return weightFacts(this.llama).params;
+  }
+  /** "ARCH PARAMS TYPE", the label llama-bench shows for a model */
+  get typeDescription(): string {
+    const { params, mainType } = weightFacts(this.llama);
+    return `${this.llama.config.architecture} ${formatParameterCount(params)} ${mainType === undefined ? "?" : typeName(mainType).toUpperCase()}`;
   }
   /** counters of the offloaded FFN (neurons computed, cache hits, bytes read), for a neuron store */
   offloadStats(): OffloadStats | undefined {
@@ -181,6 +196,34 @@ export class Model {
   [Symbol.asyncDispose](): Promise<void> {
     return this.dispose();
   }
+}
+
+/** 292352 -> "292.35 K", 6.74e9 -> "6.74 B", as llama-bench writes parameter counts. */
+export function formatParameterCount(n: number): string {
+  if (n >= 1e9) return `${(n / 1e9).toFixed(2)} B`;
+  if (n >= 1e6) return `${(n / 1e6).toFixed(2)} M`;
+  if (n >= 1e3) return `${(n / 1e3).toFixed(2)} K`;
+  return String(n);
+}
+
+/** Parameters and the type of most weight bytes, from the loaded file's tensor table (and a store's FFN). */
+function weightFacts(llama: LlamaModel): { params: number; mainType: number | undefined } {
+  let params = 0;
+  const bytesByType = new Map<number, number>();
+  for (const t of llama.file.tensors.values()) {
+    params += t.elements;
+    if (t.dims.length >= 2) bytesByType.set(t.type, (bytesByType.get(t.type) ?? 0) + t.bytes);
+  }
+  const ffn = llama.file instanceof NeuronStore ? llama.file.ffn : undefined;
+  if (ffn) {
+    // the FFN lives in neuron bundles, not tensors: gate, up and down of every layer's experts
+    const cfg = llama.config;
+    const elements = 3 * ffn.layers.length * cfg.nEmbd * ffn.layers[0].neurons;
+    params += elements;
+    bytesByType.set(ffn.type, (bytesByType.get(ffn.type) ?? 0) + tensorBytes(ffn.type, elements));
+  }
+  const mainType = [...bytesByType.entries()].sort((a, b) => b[1] - a[1])[0]?.[0];
+  return { params, mainType };
 }
 
 export async function loadModel(options: LoadModelOptions): Promise<Model> {

@@ -12,15 +12,13 @@
 import { statSync } from "node:fs";
 import { loadModel, type Model } from "../index.js";
 import { isNeuronStore } from "../model/model.js";
-import { GGUFFile } from "../format/gguf.js";
-import { NeuronStore } from "../format/store/index.js";
-import { typeName } from "../format/ggml-types.js";
 import { Xoshiro128 } from "../generate/sampler.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { CONTEXT_FLAGS, MODEL_FLAG, STORE_FLAGS, loadOptions } from "./model-flags.js";
 import { acceptLlamaCppFlags } from "./llama-compat-flags.js";
 import { finishTrace, startTrace, TRACE_FLAG } from "./trace-flag.js";
 import { formatBytes } from "./progress.js";
+import { formatParameterCount } from "../api/model.js";
 import { buildInfo } from "../server/build-info.js";
 import { RANGE } from "./flag-ranges.js";
 import { kernelBuild } from "../runtime/wasm.js";
@@ -148,7 +146,7 @@ export async function main(argv: string[]): Promise<number> {
       results.push(r);
       if (output === "md")
         console.log(
-          `| ${r.model_type} | ${formatBytes(r.model_size)} | ${count(r.model_n_params)} | ${r.backends} | ${r.n_threads} | ` +
+          `| ${r.model_type} | ${formatBytes(r.model_size)} | ${formatParameterCount(r.model_n_params)} | ${r.backends} | ${r.n_threads} | ` +
             `${t.kind}${t.tokens} | ${r.avg_ts.toFixed(2)} ± ${r.stddev_ts.toFixed(2)} |`,
         );
       else if (output === "jsonl") console.log(JSON.stringify(r));
@@ -208,35 +206,13 @@ interface ModelFacts {
 
 /** The model's size on disk, parameter count and "arch params type" label, as llama-bench names it. */
 function modelFacts(path: string, model: Model): ModelFacts {
-  const store = isNeuronStore(path);
-  const file = store ? NeuronStore.open(path) : GGUFFile.open(path);
-  try {
-    let params = 0;
-    const bytesByType = new Map<number, number>();
-    for (const t of file.tensors.values()) {
-      params += t.elements;
-      if (t.dims.length >= 2) bytesByType.set(t.type, (bytesByType.get(t.type) ?? 0) + t.bytes);
-    }
-    if (store) {
-      // the FFN lives in neuron bundles, not tensors: gate, up and down of every layer
-      const cfg = model.config;
-      params += 3 * cfg.nLayer * cfg.nEmbd * cfg.nFF;
-      const ffn = (file as NeuronStore).ffn;
-      bytesByType.set(ffn.type, (bytesByType.get(ffn.type) ?? 0) + 3 * cfg.nLayer * cfg.nEmbd * cfg.nFF);
-    }
-    const main = [...bytesByType.entries()].sort((a, b) => b[1] - a[1])[0]?.[0];
-    const type = main === undefined ? "?" : typeName(main).toUpperCase();
-    const size = statSync(path).size;
-    return {
-      filename: path,
-      type: `${model.config.architecture} ${count(params)} ${type}`,
-      size,
-      params,
-      store,
-    };
-  } finally {
-    file.close();
-  }
+  return {
+    filename: path,
+    type: model.typeDescription,
+    size: statSync(path).size,
+    params: model.parameterCount,
+    store: isNeuronStore(path),
+  };
 }
 
 function result(facts: ModelFacts, model: Model, batch: number, t: Test, samples: number[]): BenchResult {
@@ -275,12 +251,4 @@ function stddev(v: number[]): number {
   if (v.length < 2) return 0;
   const m = mean(v);
   return Math.sqrt(v.reduce((a, b) => a + (b - m) ** 2, 0) / (v.length - 1));
-}
-
-/** 292352 -> "292.35 K", 6.74e9 -> "6.74 B". */
-function count(n: number): string {
-  if (n >= 1e9) return `${(n / 1e9).toFixed(2)} B`;
-  if (n >= 1e6) return `${(n / 1e6).toFixed(2)} M`;
-  if (n >= 1e3) return `${(n / 1e3).toFixed(2)} K`;
-  return String(n);
 }
