@@ -20,6 +20,7 @@ const alias = {
   "node:url": shim("url.ts"),
   "node:crypto": shim("crypto.ts"),
   "node:v8": shim("v8.ts"),
+  "node:vm": shim("vm.ts"),
   "node:zlib": shim("unavailable.ts"),
   "node:module": shim("unavailable.ts"),
   "node:worker_threads": shim("unavailable.ts"),

@@ -30,6 +30,7 @@ import { dequantizeRow } from "../format/quant.js";
 import { tensorBytes } from "../format/ggml-types.js";
 import { Arena } from "../runtime/arena.js";
 import { ThreadPool } from "../runtime/pool.js";
+import { collectGarbage } from "../runtime/memory.js";
 import { readConfig, type ModelConfig } from "./config.js";
 import { MatrixRunner } from "./matrix-runner.js";
 import { residentBytes } from "./resident-bytes.js";
@@ -299,7 +300,7 @@ export class LlamaModel {
           // "wasm": the memory below the arenas (the kernels' static regions) is the base
           ...(opts.budgetCounts === "wasm"
             ? { base: arenas.reduce((n, a) => n + a.used, 0), growth: 0 }
-            : { base: process.memoryUsage.rss() }),
+            : { base: (collectGarbage(), process.memoryUsage.rss()) }),
           weights: resident.weights,
           buffers: resident.buffers,
           kv: resident.kv,

@@ -40,8 +40,8 @@ export const STAGE_NEURONS = 2048;
  * collect. On top of that V8's young generation: the bursts of loading and of the first prompt
  * grow its semi-spaces (up to 16 MiB each) and they stay grown; on the demo's store the peak was
  * 6-9 MiB above a run with --max-semi-space-size=2, which a library's host process cannot be
- * made to pass. (The base is measured while the store's manifest parse is still uncollected,
- * 30-40 MiB on SmallThinker-4B's store: garbage that the tokenizer's and the decode's heap reuse.)
+ * made to pass. The base itself is measured after a full collection (collectGarbage): the
+ * store's manifest parse leaves 30-40 MiB of garbage that V8 may otherwise keep until decode.
  */
 export const RUNTIME_GROWTH_BYTES = 24 << 20;
 export const TOKENIZER_BYTES_PER_TOKEN = 200;
