@@ -18,6 +18,11 @@ export class PieceTable {
     return this.start[id + 1] - this.start[id];
   }
 
+  /** The first byte of `id`, or -1 when it has none. */
+  firstByte(id: number): number {
+    return this.start[id + 1] > this.start[id] ? this.bytes[this.start[id]] : -1;
+  }
+
   /** The bytes of `id` (a view into the table: do not modify). */
   get(id: number): Uint8Array {
     return this.bytes.subarray(this.start[id], this.start[id + 1]);

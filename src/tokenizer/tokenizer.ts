@@ -249,14 +249,7 @@ export class Tokenizer {
     for (let i = 0; i < ids.length; i++) {
       const id = ids[i];
       if (!special && this.hidden(id)) continue;
-      const skip =
-        i === 0 &&
-        opts.removeLeadingSpace &&
-        this.addSpacePrefix &&
-        pieces.length(id) > 0 &&
-        pieces.bytes[pieces.start[id]] === SPACE
-          ? 1
-          : 0;
+      const skip = i === 0 && opts.removeLeadingSpace && this.addSpacePrefix && pieces.firstByte(id) === SPACE ? 1 : 0;
       n += pieces.copyTo(id, buf, n, skip);
     }
     const len = this.vocab.cleanSpaces ? cleanSpaces(buf, n) : n;

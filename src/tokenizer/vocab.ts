@@ -76,7 +76,7 @@ export interface Vocab {
   readonly byteToToken: Int32Array;
   /**
    * Decoded bytes of each token as llama.cpp's token_to_piece(special = true) gives them; with
-   * special = false, control and unknown tokens give nothing (hiddenUnlessSpecial).
+   * special = false, control and unknown tokens give nothing (Tokenizer.piece).
    */
   readonly pieces: PieceTable;
   /** Control, user-defined and unknown tokens, longest UTF-8 text first (llama.cpp's partition order). */
