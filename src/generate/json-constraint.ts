@@ -14,7 +14,7 @@
 import type { Tokenizer } from "../tokenizer/index.js";
 import { canEnd, initialState, minBytes, stateKey, step, type Frame } from "./json-automaton.js";
 import type { SchemaNode } from "./json-schema.js";
-import { tokenTrie, type TokenTrie, type TokenTrieNode } from "./token-trie.js";
+import { tokenTrie, type TokenTrie } from "./token-trie.js";
 
 /** The tokens a state allows, and the fewest bytes each leaves to complete the value. */
 interface Allowed {
@@ -105,22 +105,23 @@ export class JsonConstraint {
     }
     const ids: number[] = [];
     const after: number[] = [];
-    const visit = (node: TokenTrieNode, s: Frame | null) => {
-      for (const [b, child] of node.next) {
-        const next = step(s, b);
+    const { firstChild, nextSibling, byte, tokenStart, ids: tokens } = this.trie;
+    const visit = (node: number, s: Frame | null) => {
+      for (let child = firstChild[node]; child >= 0; child = nextSibling[child]) {
+        const next = step(s, byte[child]);
         if (next === undefined) continue;
-        if (child.tokens.length > 0) {
+        if (tokenStart[child + 1] > tokenStart[child]) {
           // a state that cannot complete (none should be reachable) sorts last
           const m = Math.min(minBytes(next), 0x3fffffff);
-          for (const id of child.tokens) {
-            ids.push(id);
+          for (let i = tokenStart[child]; i < tokenStart[child + 1]; i++) {
+            ids.push(tokens[i]);
             after.push(m);
           }
         }
-        if (child.next.size > 0) visit(child, next);
+        if (firstChild[child] >= 0) visit(child, next);
       }
     };
-    visit(this.trie.root, state);
+    visit(0, state);
     let minAfter = Infinity,
       maxAfter = 0;
     for (const m of after) {

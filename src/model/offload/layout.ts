@@ -36,7 +36,8 @@ export const STAGE_NEURONS = 2048;
  * above the weights' own memory once a 1B model has loaded; a tokenizer keeps 90-170 bytes a
  * vocabulary entry alive once it has encoded (Gemma 3's 262K SentencePiece entries 90, Qwen3's
  * 152K BPE entries with their merges 124, gpt-oss's 201K 135, Llama 3's 128K with 280K merges
- * 170; test/tokenizer-memory.test.ts holds them to this figure), plus what building it leaves to
+ * 170), and the trie a JSON-constrained request builds 31-33 more (token-trie.ts);
+ * test/tokenizer-memory.test.ts holds their sum to this figure. Plus what building them leaves to
  * collect. On top of that V8's young generation: the bursts of loading and of the first prompt
  * grow its semi-spaces (up to 16 MiB each) and they stay grown; on the demo's store the peak was
  * 6-9 MiB above a run with --max-semi-space-size=2, which a library's host process cannot be
@@ -44,7 +45,7 @@ export const STAGE_NEURONS = 2048;
  * store's manifest parse leaves 30-40 MiB of garbage that V8 may otherwise keep until decode.
  */
 export const RUNTIME_GROWTH_BYTES = 24 << 20;
-export const TOKENIZER_BYTES_PER_TOKEN = 200;
+export const TOKENIZER_BYTES_PER_TOKEN = 224;
 /** The smallest neuron cache that runs, in bundles (a layer's misses are served in rounds of what is free). */
 const MIN_CACHE_BUNDLES = 4;
 /** Slack for an allocation aligned to a 4 KiB page (the staging area, the cache). */
