@@ -313,7 +313,7 @@ export class LlamaModel {
           cacheBytes: opts.offload?.cacheBytes,
           verifyOnce: (opts.offload?.verify ?? "once") === "once",
         };
-        const { layout, split } = storeLayout(
+        const made = storeLayout(
           {
             cfg,
             facts: storeFacts(store, cfg),
@@ -330,13 +330,14 @@ export class LlamaModel {
           plan,
           memories,
           minShards,
-          (l, n) => {
-            const e = new BudgetError(l, file.path);
-            if (n > 1)
-              e.message += ` (split among ${n} wasm memories of at most ${capacity} bytes, each with its own buffers and staging)`;
-            return e;
-          },
         );
+        if (!made.fits) {
+          const e = new BudgetError(made.layout, file.path);
+          if (made.shards > 1)
+            e.message += ` (split among ${made.shards} wasm memories of at most ${capacity} bytes, each with its own buffers and staging)`;
+          throw e;
+        }
+        const { layout, split } = made;
         if (!split) return { ...common, arenas, plan, layout, split: undefined };
         // (a split is among as many memories as were made, or more)
         if (split.plan.bytes.length === memories) return { ...common, arenas, plan: split.plan, layout, split };

@@ -72,47 +72,51 @@ export function storeFFNBytes(layout: OffloadLayout): number {
   return layout.ffnBuffers + layout.gateBytes + layout.cacheBytes + PAGE_SLACK;
 }
 
+/** A budget too small: the layout that did not fit, and how many memories holding layers it was made for. */
+export interface UnfitStoreLayout {
+  fits: false;
+  layout: OffloadLayout;
+  shards: number;
+}
+
+/** What storeLayout makes: the layout (and the split, where one memory does not hold it), or why not. */
+export type StoreLayout = { fits: true; layout: OffloadLayout; split?: StoreShards } | UnfitStoreLayout;
+
 /**
  * The layout `load` makes for a store with `memories` wasm memories made (the base in `s.fixed`
  * measured with them): the budget's layout in one memory where the fixed part (`onePlan`, the
  * split of everything but the FFN) and the offloaded FFN fit it, else split among the fewest
  * memories, at least `minShards` of them holding layers (planStoreShards). The runtime and the
  * planner both call it, so that the planner's layout is the one a run makes. A budget too small
- * is `tooSmall`'s error (n: the memories holding layers).
+ * gives the layout that did not fit (the runtime words it as a BudgetError, the planner skips
+ * it); a layer whose share alone is more than a memory holds throws.
  */
-export function storeLayout(
-  s: StoreShardInput,
-  onePlan: ShardPlan,
-  memories: number,
-  minShards: number,
-  tooSmall: (layout: OffloadLayout, shards: number) => Error,
-): { layout: OffloadLayout; split?: StoreShards } {
+export function storeLayout(s: StoreShardInput, onePlan: ShardPlan, memories: number, minShards: number): StoreLayout {
   const layout = offloadLayout(s.facts, s.fixed, s.budget, s.knobs);
-  if (!layout.fits) throw tooSmall(layout, 1);
-  if (memories === 1 && storeFitsOneMemory(layout, onePlan.bytes[0], s.capacity)) return { layout };
-  const split = planStoreShards(s, minShards, memories, tooSmall);
-  return { layout: split.layout, split };
+  if (!layout.fits) return { fits: false, layout, shards: 1 };
+  if (memories === 1 && storeFitsOneMemory(layout, onePlan.bytes[0], s.capacity)) return { fits: true, layout };
+  const split = planStoreShards(s, minShards, memories);
+  return "fits" in split ? split : { fits: true, layout: split.layout, split };
 }
 
 /**
  * The split with the fewest memories, at least `minShards` of them holding layers and at least
- * `minMemories` in all (the memories already made). Throws where none exists: a budget too small
- * once each memory's own buffers are counted (BudgetError's words via `tooSmall`), or a layer
- * whose share alone is more than a memory holds (both numbers).
+ * `minMemories` in all (the memories already made), or the layout that did not fit once each
+ * memory's own buffers are counted. Throws where a layer's share alone is more than a memory
+ * holds (both numbers).
  */
 export function planStoreShards(
   s: StoreShardInput,
   minShards: number,
   minMemories: number,
-  tooSmall: (layout: OffloadLayout, shards: number) => Error,
-): StoreShards {
+): StoreShards | UnfitStoreLayout {
   const { cfg } = s;
   let last: unknown = null;
   for (let n = Math.max(2, minShards); n <= cfg.nLayer; n++) {
     // the output may need a memory of its own (then it holds no layers)
     for (let memories = Math.max(n, minMemories); memories <= n + 1; memories++) {
       const layout = shardedLayout(s, n, memories);
-      if (!layout.fits) throw tooSmall(layout, n);
+      if (!layout.fits) return { fits: false, layout, shards: n };
       const ffn = shardFFN(s, layout, n);
       let plan: ShardPlan;
       try {

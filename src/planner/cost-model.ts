@@ -57,20 +57,13 @@ export function layoutFor(
   };
   const m = shape.memory;
   if (!m) return offloadLayout(shape.facts, fixed, budget, layoutKnobs);
-  const unfit = (layout: OffloadLayout) =>
-    Object.assign(new Error("does not fit"), { layout: { ...layout, fits: false } });
   const input = { ...m, facts: shape.facts, fixed, budget, knobs: layoutKnobs };
   try {
-    const made = Math.max(hw.memories ?? 1, m.onePlan.bytes.length);
-    return storeLayout(input, m.onePlan, made, 2, unfit).layout;
-  } catch (e) {
-    // else a layer whose share alone is more than one memory holds: these knobs do not run
-    return (
-      (e as { layout?: OffloadLayout }).layout ?? {
-        ...offloadLayout(shape.facts, fixed, budget, layoutKnobs),
-        fits: false,
-      }
-    );
+    const made = storeLayout(input, m.onePlan, Math.max(hw.memories ?? 1, m.onePlan.bytes.length), 2);
+    return made.fits ? made.layout : { ...made.layout, fits: false };
+  } catch {
+    // a layer whose share alone is more than one memory holds: these knobs do not run
+    return { ...offloadLayout(shape.facts, fixed, budget, layoutKnobs), fits: false };
   }
 }
 
