@@ -39,6 +39,9 @@ import { ROOT_DIR } from "./paths.js";
 
 const MODELS = join(ROOT_DIR, "bench", ".models");
 const CHECKPOINT = join(MODELS, "hf-llama-3g");
+/** Written into the checkpoint: one made by another version of makeCheckpoint is made again. */
+const STAMP = "bench-checkpoint.json";
+const GENERATOR = 1;
 const TOKENIZER = join(ROOT_DIR, "test", "fixtures", "tokenizers", "llama3");
 
 // The checkpoint's shape.
@@ -108,16 +111,14 @@ function parseArgs(argv: string[]): Options {
 // ---------------------------------------------------------------------------------------------
 // The checkpoint
 
-/** xorshift32: the checkpoint's values, the same on every machine. */
+/** mulberry32: the checkpoint's values, the same on every machine. */
 function rng(seed: number): () => number {
-  let s = seed >>> 0 || 1;
+  let a = seed >>> 0;
   return () => {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    s >>>= 0;
-    return s / 4294967296;
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
 
@@ -244,6 +245,8 @@ function makeCheckpoint(dir: string): void {
   writeFileSync(join(tmp, "config.json"), JSON.stringify(config, null, 2));
   writeFileSync(join(tmp, "tokenizer.json"), gunzipSync(readFileSync(join(TOKENIZER, "tokenizer.json.gz"))));
   copyFileSync(join(TOKENIZER, "tokenizer_config.json"), join(tmp, "tokenizer_config.json"));
+  writeFileSync(join(tmp, STAMP), JSON.stringify({ generator: GENERATOR }));
+  rmSync(dir, { recursive: true, force: true });
   renameSync(tmp, dir);
 }
 
@@ -336,7 +339,11 @@ function convert(cli: string, dir: string, out: string, type: string, threads: n
 function main(): void {
   const o = parseArgs(process.argv.slice(2));
   mkdirSync(MODELS, { recursive: true });
-  if (!existsSync(CHECKPOINT)) {
+  const stamp = join(CHECKPOINT, STAMP);
+  if (
+    !existsSync(stamp) ||
+    (JSON.parse(readFileSync(stamp, "utf8")) as { generator: number }).generator !== GENERATOR
+  ) {
     console.error(`making ${CHECKPOINT} (once; about 3.1 GB)`);
     makeCheckpoint(CHECKPOINT);
   }

@@ -128,6 +128,19 @@ export class QuantKernels {
     return this.k.widen_rows(dtype === "F16" ? GGMLType.F16 : GGMLType.BF16, this.rawAt, n, this.valuesAt);
   }
 
+  /**
+   * F16 or BF16 bytes widened into dst (one call: staged, widened, copied out), as widen() does.
+   * Returns the first value that is not finite, or -1.
+   */
+  widenInto(dtype: "F16" | "BF16", raw: Uint8Array, dst: Float32Array): number {
+    const n = dst.length;
+    this.stage({ values: n, raw: 2 * n });
+    this.u8.set(raw.subarray(0, 2 * n), this.rawAt);
+    const bad = this.widen(dtype, n);
+    dst.set(this.values(n));
+    return bad;
+  }
+
   /** The first n staged values as `type` into out (rows of whole blocks: out.length bytes). */
   quantize(type: GGMLType, n: number, out: Uint8Array): void {
     if (this.k.quantize_rows(type, this.valuesAt, n, this.outAt, this.scratchAt) !== 0)

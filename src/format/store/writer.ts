@@ -10,7 +10,7 @@ import { base64Of, STORE_FORMAT_NAME, type StoreManifest } from "./manifest.js";
 export interface StoreWriterOptions {
   /** fsync before the rename (default true), so a crash cannot leave a torn store under the final name */
   fsync?: boolean;
-  /** bytes buffered before a write system call (default 4 MiB) */
+  /** bytes buffered before a write system call (default 4 MiB; two such buffers, one being written) */
   bufferBytes?: number;
 }
 
@@ -21,12 +21,18 @@ export type StoreManifestBody = Omit<StoreManifest, "format" | "version" | "chec
  * Sequential writer of a store. Everything goes to `<path>.partial-<pid>`, whose header page
  * stays zero until finish() has written the manifest; then the header is written, the file is
  * synced and renamed to `path`. A crash or abort never leaves something that opens as a store.
+ * A full buffer is written while the other fills: the caller goes on converting while the disk
+ * writes (waiting for each write took a store conversion's thread 40% of its time).
  */
 export class StoreWriter {
   readonly tmpPath: string;
   /** file offset of the next byte written */
   position = STORE_PAGE;
   private buf: Buffer;
+  /** the buffer of the write in flight, filled next once that write is done */
+  private spare: Buffer;
+  /** the write in flight (at most one), awaited before the next one starts */
+  private writing: Promise<void> = Promise.resolve();
   private fill = 0;
   /** file offset of buf[0] */
   private bufAt = STORE_PAGE;
@@ -44,6 +50,7 @@ export class StoreWriter {
   ) {
     this.tmpPath = `${path}.partial-${process.pid}`;
     this.buf = Buffer.alloc(opts.bufferBytes ?? 4 << 20);
+    this.spare = Buffer.alloc(this.buf.length);
   }
 
   static async create(path: string, opts: StoreWriterOptions = {}): Promise<StoreWriter> {
@@ -101,14 +108,23 @@ export class StoreWriter {
     }
   }
 
+  /** Starts writing the buffer (once the previous write is done) and swaps to the other. */
   private async flush(): Promise<void> {
-    let off = 0;
-    while (off < this.fill) {
-      const { bytesWritten } = await this.fh.write(this.buf, off, this.fill - off, this.bufAt + off);
-      off += bytesWritten;
-    }
+    await this.writing;
+    this.writing = this.writeOut(this.buf, this.fill, this.bufAt);
+    // a failed write throws from the next flush or finish (held till then, not reported as unhandled)
+    this.writing.catch(() => undefined);
+    [this.buf, this.spare] = [this.spare, this.buf];
     this.bufAt += this.fill;
     this.fill = 0;
+  }
+
+  private async writeOut(buf: Buffer, bytes: number, at: number): Promise<void> {
+    let off = 0;
+    while (off < bytes) {
+      const { bytesWritten } = await this.fh.write(buf, off, bytes - off, at + off);
+      off += bytesWritten;
+    }
   }
 
   /** Write the manifest and the header, sync, rename into place. Returns the file size. */
@@ -134,6 +150,7 @@ export class StoreWriter {
     // the file ends on a page boundary so that an O_DIRECT read of the manifest's last page works
     await this.pad();
     await this.flush();
+    await this.writing;
     this.closed = true;
     await this.fh.write(
       encodeHeader({ manifestOffset: end, manifestBytes: json.length, manifestCrc32: crc32(json) }),
@@ -150,6 +167,7 @@ export class StoreWriter {
   /** Close and delete the partial file. */
   async abort(): Promise<void> {
     this.closed = true;
+    await this.writing.catch(() => undefined);
     await this.fh.close().catch(() => undefined);
     await rm(this.tmpPath, { force: true });
   }

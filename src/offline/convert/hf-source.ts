@@ -151,7 +151,8 @@ export function hfSource(
         }
       },
       readDownBand: (m, c0, w, tile) => {
-        room(w);
+        // room for the band's raw bytes, widened at once
+        room(m.rows * w);
         readPlannedRows(ckpt, planned(m), m.base / m.rowBytes, m.rows, c0, w, tile, scratch);
       },
       downBandStep: () => 1,
