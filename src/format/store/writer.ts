@@ -10,9 +10,15 @@ import { base64Of, STORE_FORMAT_NAME, type StoreManifest } from "./manifest.js";
 export interface StoreWriterOptions {
   /** fsync before the rename (default true), so a crash cannot leave a torn store under the final name */
   fsync?: boolean;
-  /** bytes buffered before a write system call (default 4 MiB; two such buffers, one being written) */
+  /** bytes buffered before a write system call (default 4 MiB; up to WRITE_BUFFERS such buffers, all but one being written) */
   bufferBytes?: number;
 }
+
+/**
+ * Buffers a writer fills and writes at once: writes in flight smooth over one that the disk (or a
+ * thread pool short of a core) is slow to take.
+ */
+const WRITE_BUFFERS = 4;
 
 /** The manifest minus what the writer fills in itself (format, version, checksums). */
 export type StoreManifestBody = Omit<StoreManifest, "format" | "version" | "checksums">;
@@ -21,7 +27,7 @@ export type StoreManifestBody = Omit<StoreManifest, "format" | "version" | "chec
  * Sequential writer of a store. Everything goes to `<path>.partial-<pid>`, whose header page
  * stays zero until finish() has written the manifest; then the header is written, the file is
  * synced and renamed to `path`. A crash or abort never leaves something that opens as a store.
- * A full buffer is written while the other fills: the caller goes on converting while the disk
+ * Full buffers are written while the next fills: the caller goes on converting while the disk
  * writes (waiting for each write took a store conversion's thread 40% of its time).
  */
 export class StoreWriter {
@@ -29,10 +35,10 @@ export class StoreWriter {
   /** file offset of the next byte written */
   position = STORE_PAGE;
   private buf: Buffer;
-  /** the buffer of the write in flight, filled next once that write is done */
-  private spare: Buffer;
-  /** the write in flight (at most one), awaited before the next one starts */
-  private writing: Promise<void> = Promise.resolve();
+  /** buffers free to fill next */
+  private free: Buffer[] = [];
+  /** writes in flight, oldest first, each with the buffer it writes */
+  private writes: { done: Promise<void>; buf: Buffer }[] = [];
   private fill = 0;
   /** file offset of buf[0] */
   private bufAt = STORE_PAGE;
@@ -50,7 +56,6 @@ export class StoreWriter {
   ) {
     this.tmpPath = `${path}.partial-${process.pid}`;
     this.buf = Buffer.alloc(opts.bufferBytes ?? 4 << 20);
-    this.spare = Buffer.alloc(this.buf.length);
   }
 
   static async create(path: string, opts: StoreWriterOptions = {}): Promise<StoreWriter> {
@@ -108,15 +113,29 @@ export class StoreWriter {
     }
   }
 
-  /** Starts writing the buffer (once the previous write is done) and swaps to the other. */
+  /** Starts writing the buffer and goes on in a free one: a new one, or the oldest write's once it is done. */
   private async flush(): Promise<void> {
-    await this.writing;
-    this.writing = this.writeOut(this.buf, this.fill, this.bufAt);
-    // a failed write throws from the next flush or finish (held till then, not reported as unhandled)
-    this.writing.catch(() => undefined);
-    [this.buf, this.spare] = [this.spare, this.buf];
+    const done = this.writeOut(this.buf, this.fill, this.bufAt);
+    // a failed write throws when it is awaited (held till then, not reported as unhandled)
+    done.catch(() => undefined);
+    this.writes.push({ done, buf: this.buf });
     this.bufAt += this.fill;
     this.fill = 0;
+    if (this.free.length === 0 && this.writes.length < WRITE_BUFFERS) this.free.push(Buffer.alloc(this.buf.length));
+    if (this.free.length === 0) {
+      const oldest = this.writes.shift()!;
+      await oldest.done;
+      this.free.push(oldest.buf);
+    }
+    this.buf = this.free.pop()!;
+  }
+
+  /** Waits for every write in flight. */
+  private async settle(): Promise<void> {
+    for (const w of this.writes.splice(0)) {
+      await w.done;
+      this.free.push(w.buf);
+    }
   }
 
   private async writeOut(buf: Buffer, bytes: number, at: number): Promise<void> {
@@ -150,7 +169,7 @@ export class StoreWriter {
     // the file ends on a page boundary so that an O_DIRECT read of the manifest's last page works
     await this.pad();
     await this.flush();
-    await this.writing;
+    await this.settle();
     this.closed = true;
     await this.fh.write(
       encodeHeader({ manifestOffset: end, manifestBytes: json.length, manifestCrc32: crc32(json) }),
@@ -167,7 +186,7 @@ export class StoreWriter {
   /** Close and delete the partial file. */
   async abort(): Promise<void> {
     this.closed = true;
-    await this.writing.catch(() => undefined);
+    await this.settle().catch(() => undefined);
     await this.fh.close().catch(() => undefined);
     await rm(this.tmpPath, { force: true });
   }
