@@ -2,15 +2,17 @@
 // neuron, gathered from a band of the checkpoint's rows (src/runtime/quant-kernels.ts).
 
 /**
- * Columns [c0, c0 + count) of the rows x cols f32 matrix at src -> count rows of `rows` f32 at
- * dst: dst[k * rows + r] = src[r * cols + c0 + k]. Four rows by four columns at a time, as 4 x 4
- * transposes in registers.
+ * Columns [c0, c0 + count) of the f32 matrix at src (`rows` rows, `stride` floats apart) -> count
+ * rows of `rows` f32 at dst: dst[k * rows + r] = src[r * stride + c0 + k]. Four rows by four
+ * columns at a time, as 4 x 4 transposes in registers, a column group down all the rows: a stride
+ * of a whole number of 4 KiB puts every row's line in the same cache set, and the lines a strip
+ * reads are gone before the next group reads them again (5x slower); the caller's rows are an
+ * odd number of cache lines apart (src/runtime/quant-kernels.ts putBand).
  */
-export function transpose_columns(src: usize, rows: i32, cols: i32, c0: i32, count: i32, dst: usize): void {
+export function transpose_columns(src: usize, rows: i32, stride: i32, c0: i32, count: i32, dst: usize): void {
   const R = <usize>rows,
-    C = <usize>cols,
     K = <usize>count;
-  const rowStride = C << 2,
+  const rowStride = (<usize>stride) << 2,
     outStride = R << 2;
   let k: usize = 0;
   for (; k + 4 <= K; k += 4) {

@@ -149,11 +149,24 @@ export class QuantKernels {
   }
 
   /**
-   * Columns [c0, c0 + count) of the staged raw bytes, a rows x cols f32 matrix, as `count` rows
-   * of `rows` staged values.
+   * The row stride (in floats) putBand gives a band of `cols` f32 columns: an odd number of 64-byte
+   * cache lines, so that the rows of a column strip fall in every cache set (transpose_f32.ts).
    */
+  static bandStride(cols: number): number {
+    const lines = Math.ceil(cols / 16);
+    return 16 * (lines % 2 ? lines : lines + 1);
+  }
+
+  /** A rows x cols f32 matrix (row-major bytes) into the staged raw bytes, its rows bandStride(cols) floats apart. */
+  putBand(band: Uint8Array, rows: number, cols: number): void {
+    const stride = 4 * QuantKernels.bandStride(cols);
+    for (let r = 0; r < rows; r++)
+      this.u8.set(band.subarray(r * cols * 4, (r + 1) * cols * 4), this.rawAt + r * stride);
+  }
+
+  /** Columns [c0, c0 + count) of the band putBand staged (`rows` rows of `cols`), as `count` rows of `rows` staged values. */
   columns(rows: number, cols: number, c0: number, count: number): void {
-    this.k.transpose_columns(this.rawAt, rows, cols, c0, count, this.valuesAt);
+    this.k.transpose_columns(this.rawAt, rows, QuantKernels.bandStride(cols), c0, count, this.valuesAt);
   }
 
   /** Clears the largest error and |value| that measure() max-es into. */

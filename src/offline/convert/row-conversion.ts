@@ -200,9 +200,15 @@ export class MeasureScratch {
     const k = threadQuantKernels();
     const rb = traitsBytes(typeTraits(to)!, n);
     if (job.columns) {
-      // the band copied in whole, and transposed a strip of columns at a time
-      k.stage({ values: KERNEL_STRIP * n, raw: n * rows * 4, out: rows * rb, rowLen: n, rows });
-      k.raw(n * rows * 4).set(job.src.subarray(0, n * rows * 4));
+      // the band copied in, and transposed a strip of columns at a time
+      k.stage({
+        values: KERNEL_STRIP * n,
+        raw: n * QuantKernels.bandStride(rows) * 4,
+        out: rows * rb,
+        rowLen: n,
+        rows,
+      });
+      k.putBand(job.src, n, rows);
       k.resetMaxima();
       for (let j0 = 0; j0 < rows; j0 += KERNEL_STRIP) {
         const g = Math.min(KERNEL_STRIP, rows - j0);
