@@ -3,6 +3,7 @@
  * chunk checksums computed on the way, and crash-safe.
  */
 import { open as openAsync, rename, rm, type FileHandle } from "node:fs/promises";
+import { EarlyWriteback } from "../early-writeback.js";
 import { crc32 } from "./checksum.js";
 import { encodeHeader, STORE_PAGE, STORE_VERSION } from "./header.js";
 import { base64Of, STORE_FORMAT_NAME, type StoreManifest } from "./manifest.js";
@@ -40,6 +41,8 @@ export class StoreWriter {
   /** writes in flight, oldest first, each with the buffer it writes */
   private writes: { done: Promise<void>; buf: Buffer }[] = [];
   private fill = 0;
+  /** the disk writing what is written as it goes (with fsync only) */
+  private writeback: EarlyWriteback | undefined;
   /** file offset of buf[0] */
   private bufAt = STORE_PAGE;
   /** CRC-32 of every finished chunk since STORE_PAGE */
@@ -56,6 +59,7 @@ export class StoreWriter {
   ) {
     this.tmpPath = `${path}.partial-${process.pid}`;
     this.buf = Buffer.alloc(opts.bufferBytes ?? 4 << 20);
+    if (opts.fsync !== false) this.writeback = new EarlyWriteback(fh);
   }
 
   static async create(path: string, opts: StoreWriterOptions = {}): Promise<StoreWriter> {
@@ -144,6 +148,7 @@ export class StoreWriter {
       const { bytesWritten } = await this.fh.write(buf, off, bytes - off, at + off);
       off += bytesWritten;
     }
+    this.writeback?.wrote(bytes);
   }
 
   /** Write the manifest and the header, sync, rename into place. Returns the file size. */
@@ -177,7 +182,10 @@ export class StoreWriter {
       STORE_PAGE,
       0,
     );
-    if (this.opts.fsync !== false) await this.fh.sync();
+    if (this.opts.fsync !== false) {
+      await this.writeback?.settle();
+      await this.fh.sync();
+    }
     await this.fh.close();
     await rename(this.tmpPath, this.path);
     return { bytes: this.position, manifest };
@@ -187,6 +195,7 @@ export class StoreWriter {
   async abort(): Promise<void> {
     this.closed = true;
     await this.settle().catch(() => undefined);
+    await this.writeback?.settle().catch(() => undefined);
     await this.fh.close().catch(() => undefined);
     await rm(this.tmpPath, { force: true });
   }

@@ -167,7 +167,7 @@ export function hfSource(
         };
         await chunks.write(model.planned.get(t.name)!, t.type, { write: checked }, () => check());
         // the store builder goes on from where the tensor ends
-        await chunks.pipeline.drain();
+        await chunks.drain();
       },
       close: () => model.close(),
     };
