@@ -217,9 +217,14 @@ export class MeasureScratch {
         if (bad >= 0) refuse(rc, name, k.values(n, bad * n), to);
       }
     } else {
-      k.stage({ values: rows * n, out: rows * rb, rowLen: n, rows });
+      const halves = job.from === GGMLType.F16 || job.from === GGMLType.BF16;
+      k.stage({ values: rows * n, raw: halves ? rows * n * 2 : 0, out: rows * rb, rowLen: n, rows });
       if (job.from === GGMLType.F32) k.putValues(job.src.subarray(0, rows * n * 4));
-      else {
+      else if (halves) {
+        // checked on the converting thread as they were read
+        k.raw(rows * n * 2).set(job.src.subarray(0, rows * n * 2));
+        k.widen(job.from === GGMLType.F16 ? "F16" : "BF16", rows * n);
+      } else {
         const srcRb = traitsBytes(typeTraits(job.from)!, n);
         const values = k.values(rows * n);
         for (let r = 0; r < rows; r++)
