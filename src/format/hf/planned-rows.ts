@@ -58,24 +58,11 @@ export function readPlannedRows(
     throw new HFConvertError(
       `tensor "${t.name}" is not made of checkpoint rows as they are: it cannot be read in place`,
     );
-  let at = 0; // first row of the current part within t
-  let done = 0;
-  for (const p of t.parts) {
-    const end = at + p.rows;
-    const lo = Math.max(row0 + done, at);
-    const hi = Math.min(row0 + rows, end);
-    if (lo < hi) {
-      const r = p.firstRow + (lo - at);
-      const got = dst.subarray(done * count, (done + hi - lo) * count);
-      const bad = readPartRows(ckpt, p, rowLen, r, hi - lo, first, count, got, scratch);
-      if (bad >= 0) refuseNonFinite(p.source.file, p.source.name, got[bad], bad, r, first, count);
-      done += hi - lo;
-      if (done === rows) break;
-    }
-    at = end;
-  }
-  if (done !== rows)
-    throw new HFConvertError(`tensor "${t.name}": rows [${row0}, ${row0 + rows}) are past its ${at} rows`);
+  partRuns(t, t.parts, row0, rows, (p, r, done, n) => {
+    const got = dst.subarray(done * count, (done + n) * count);
+    const bad = readPartRows(ckpt, p, rowLen, r, n, first, count, got, scratch);
+    if (bad >= 0) refuseNonFinite(p.source.file, p.source.name, got[bad], bad, r, first, count);
+  });
   if (t.addOne) for (let i = 0; i < rows * count; i++) dst[i] = Math.fround(dst[i] + 1);
 }
 
@@ -98,21 +85,37 @@ export function readPlannedHalves(
   if (t.parts.some((p) => p.columns || p.ropeHeadRows || p.source.dtype !== dtype)) return false;
   const rowLen = t.dims[0];
   const rowBytes = 2 * rowLen;
+  partRuns(t, t.parts, row0, rows, (p, r, done, n) => {
+    const got = dst.subarray(done * rowBytes, (done + n) * rowBytes);
+    ckpt.fileOf(p.source).readValueBytes(p.source, r * rowLen, got);
+    const bad = threadQuantKernels().firstNonFinite(dtype, got);
+    if (bad >= 0) {
+      const h = got[2 * bad] | (got[2 * bad + 1] << 8);
+      refuseNonFinite(p.source.file, p.source.name, dtype === "F16" ? f16ToF32(h) : bf16ToF32(h), bad, r, 0, rowLen);
+    }
+  });
+  return true;
+}
+
+/**
+ * Rows [row0, row0 + rows) of `t`, made of `parts` one after another, as runs within one part:
+ * `run(p, r, done, n)` for n rows from p's source row r, the run's first being row0 + done.
+ */
+function partRuns(
+  t: PlannedTensor,
+  parts: readonly RowRange[],
+  row0: number,
+  rows: number,
+  run: (p: RowRange, r: number, done: number, n: number) => void,
+): void {
   let at = 0; // first row of the current part within t
   let done = 0;
-  for (const p of t.parts) {
+  for (const p of parts) {
     const end = at + p.rows;
     const lo = Math.max(row0 + done, at);
     const hi = Math.min(row0 + rows, end);
     if (lo < hi) {
-      const r = p.firstRow + (lo - at);
-      const got = dst.subarray(done * rowBytes, (done + hi - lo) * rowBytes);
-      ckpt.fileOf(p.source).readValueBytes(p.source, r * rowLen, got);
-      const bad = threadQuantKernels().firstNonFinite(dtype, got);
-      if (bad >= 0) {
-        const h = got[2 * bad] | (got[2 * bad + 1] << 8);
-        refuseNonFinite(p.source.file, p.source.name, dtype === "F16" ? f16ToF32(h) : bf16ToF32(h), bad, r, 0, rowLen);
-      }
+      run(p, p.firstRow + (lo - at), done, hi - lo);
       done += hi - lo;
       if (done === rows) break;
     }
@@ -120,7 +123,6 @@ export function readPlannedHalves(
   }
   if (done !== rows)
     throw new HFConvertError(`tensor "${t.name}": rows [${row0}, ${row0 + rows}) are past its ${at} rows`);
-  return true;
 }
 
 /**
