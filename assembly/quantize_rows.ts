@@ -38,20 +38,3 @@ export function widen_rows(dtype: i32, src: usize, n: i32, dst: usize): i32 {
   }
   return -1;
 }
-
-/**
- * The index of the first of n F16 or BF16 values (`dtype`: which, by ggml id) at src that is
- * not finite (all exponent bits set: an infinity or a NaN), or -1.
- */
-export function first_nonfinite_half(dtype: i32, src: usize, n: i32): i32 {
-  const e: u16 = dtype == T_BF16 ? 0x7f80 : 0x7c00;
-  const exp = i16x8.splat(e);
-  const count = <usize>n;
-  let i: usize = 0;
-  for (; i + 8 <= count; i += 8) {
-    const bad = i16x8.eq(v128.and(v128.load(src + (i << 1)), exp), exp);
-    if (v128.any_true(bad)) return <i32>(i + <usize>ctz(i16x8.bitmask(bad)));
-  }
-  for (; i < count; i++) if ((load<u16>(src + (i << 1)) & e) == e) return <i32>i;
-  return -1;
-}

@@ -183,7 +183,7 @@ test("on workers: a NaN in the checkpoint is refused naming the shard and the te
   );
 });
 
-test("a NaN or infinity in Gate's or Up's rows, read as the checkpoint's halves, is refused naming the shard, tensor, row and column", async () => {
+test("a NaN or infinity in Gate's or Up's rows read for a store is refused naming the shard, tensor, row and column", async () => {
   const bf16 = wideLlama("wide-up-nan", (shards) => {
     shards[1].find((x) => x.name === "model.layers.1.mlp.up_proj.weight")!.values[3 * HIDDEN + 5] = NaN;
   });

@@ -288,7 +288,7 @@ function job(
   };
 }
 
-test("MeasureScratch: rows and a band's columns through the kernels equal the reference's bytes and figures", () => {
+test("MeasureScratch: rows (f32, or a GGUF's Q8_0, F16, BF16) and a band's columns through the kernels equal the reference's bytes and figures", () => {
   const scratch = new MeasureScratch();
   const n = 96,
     cols = 75; // not a multiple of the kernels' strip, nor of 4
@@ -304,19 +304,23 @@ test("MeasureScratch: rows and a band's columns through the kernels equal the re
     assert.deepEqual(Array.from(new Float64Array(j.errors.buffer)), Array.from(want.errors));
     assert.equal(j.maxAbs, want.maxAbs);
     assert.equal(j.maxValue, want.maxValue);
-    // rows from a GGUF's Q8_0: dequantized, then requantized
+    // rows from a GGUF's Q8_0, F16 or BF16: dequantized (F16 and BF16 widened by the kernels), then requantized
     const rows = 11;
     const values = weightRows(rows, n, 6);
-    const q8 = new Uint8Array(rows * rowBytes(GGMLType.Q8_0, n));
-    quantizeRow(GGMLType.Q8_0, values, q8);
-    const deq = new Float32Array(rows * n);
-    dequantizeRow(GGMLType.Q8_0, q8, rows * n, deq);
-    const want2 = referenceMeasure(to, deq, rows, n);
-    const j2 = job(q8, rows, n, to, false, GGMLType.Q8_0);
-    scratch.run(j2);
-    sameBytes(j2.dst, want2.dst, `${typeName(to)} from Q8_0`, rowBytes(to, 32));
-    assert.deepEqual(Array.from(new Float64Array(j2.errors.buffer)), Array.from(want2.errors));
-    assert.equal(j2.maxAbs, want2.maxAbs);
+    for (const from of [GGMLType.Q8_0, GGMLType.F16, GGMLType.BF16]) {
+      const stored = new Uint8Array(rows * rowBytes(from, n));
+      quantizeRow(from, values, stored);
+      const deq = new Float32Array(rows * n);
+      dequantizeRow(from, stored, rows * n, deq);
+      const want2 = referenceMeasure(to, deq, rows, n);
+      const j2 = job(stored, rows, n, to, false, from);
+      scratch.run(j2);
+      const what = `${typeName(to)} from ${typeName(from)}`;
+      sameBytes(j2.dst, want2.dst, what, rowBytes(to, 32));
+      assert.deepEqual(Array.from(new Float64Array(j2.errors.buffer)), Array.from(want2.errors), what);
+      assert.equal(j2.maxAbs, want2.maxAbs, what);
+      assert.equal(j2.maxValue, want2.maxValue, what);
+    }
   }
 });
 

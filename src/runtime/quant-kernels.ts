@@ -141,13 +141,6 @@ export class QuantKernels {
     return bad;
   }
 
-  /** The first value of `raw` (F16 or BF16 bytes) that is not finite, or -1. */
-  firstNonFinite(dtype: "F16" | "BF16", raw: Uint8Array): number {
-    this.stage({ values: 0, raw: raw.length });
-    this.u8.set(raw, this.rawAt);
-    return this.k.first_nonfinite_half(dtype === "F16" ? GGMLType.F16 : GGMLType.BF16, this.rawAt, raw.length >> 1);
-  }
-
   /** The first n staged values as `type` into out (rows of whole blocks: out.length bytes). */
   quantize(type: GGMLType, n: number, out: Uint8Array): void {
     if (this.k.quantize_rows(type, this.valuesAt, n, this.outAt, this.scratchAt) !== 0)

@@ -14,8 +14,6 @@ import { HFConvertError } from "./hf-config.js";
 import { HF_MXFP4_CODE_BYTES, repackMxfp4Row } from "./mxfp4-blocks.js";
 import type { Mxfp4Source, PlannedTensor, RowRange } from "./plan.js";
 import { widenChecked, type SafetensorsCheckpoint } from "./safetensors.js";
-import { bf16ToF32, f16ToF32 } from "../half.js";
-import { threadQuantKernels } from "../../runtime/quant-kernels.js";
 
 /**
  * Values [first, first + count) of each of rows [row0, row0 + rows) of `t` (rows of dims[0]
@@ -64,37 +62,6 @@ export function readPlannedRows(
     if (bad >= 0) refuseNonFinite(p.source.file, p.source.name, got[bad], bad, r, first, count);
   });
   if (t.addOne) for (let i = 0; i < rows * count; i++) dst[i] = Math.fround(dst[i] + 1);
-}
-
-/**
- * Rows [row0, row0 + rows) of `t` as the checkpoint stores them, F16 or BF16 (two bytes a value),
- * into dst, refused where not finite as readPlannedRows refuses them. False (nothing read) where
- * t's rows are not stored rows as they are (computed, MXFP4, picked columns, regrouped, Gemma's
- * one added, or of another dtype, or of two).
- */
-export function readPlannedHalves(
-  ckpt: SafetensorsCheckpoint,
-  t: PlannedTensor,
-  row0: number,
-  rows: number,
-  dst: Uint8Array,
-): boolean {
-  if (t.values || t.mxfp4 || t.addOne || !t.parts || t.parts.length === 0) return false;
-  const dtype = t.parts[0].source.dtype;
-  if (dtype !== "F16" && dtype !== "BF16") return false;
-  if (t.parts.some((p) => p.columns || p.ropeHeadRows || p.source.dtype !== dtype)) return false;
-  const rowLen = t.dims[0];
-  const rowBytes = 2 * rowLen;
-  partRuns(t, t.parts, row0, rows, (p, r, done, n) => {
-    const got = dst.subarray(done * rowBytes, (done + n) * rowBytes);
-    ckpt.fileOf(p.source).readValueBytes(p.source, r * rowLen, got);
-    const bad = threadQuantKernels().firstNonFinite(dtype, got);
-    if (bad >= 0) {
-      const h = got[2 * bad] | (got[2 * bad + 1] << 8);
-      refuseNonFinite(p.source.file, p.source.name, dtype === "F16" ? f16ToF32(h) : bf16ToF32(h), bad, r, 0, rowLen);
-    }
-  });
-  return true;
 }
 
 /**

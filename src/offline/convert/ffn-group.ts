@@ -94,18 +94,10 @@ export async function writeFFNGroup(
     const g = idx.length;
     const from = source.valuesType(m);
     let src: Uint8Array;
-    // the type the job's rows come in: the source's values (F16, BF16 as stored; else f32), or its rows' type
-    let rowsType = from;
     if (from !== null) {
       // rows read as values (a checkpoint read in place) are quantized once, measured against them
-      src = pipeline.buffer(g * nEmbd * 2);
-      const halves = (from === GGMLType.F16 || from === GGMLType.BF16) && source.readRowHalves?.(m, idx, src);
-      if (!halves) {
-        pipeline.release(src);
-        src = pipeline.buffer(g * nEmbd * 4);
-        source.readRowValues(m, idx, new Float32Array(src.buffer, 0, g * nEmbd));
-        rowsType = GGMLType.F32;
-      }
+      src = pipeline.buffer(g * nEmbd * 4);
+      source.readRowValues(m, idx, new Float32Array(src.buffer, 0, g * nEmbd));
       if (from !== ffnType) changed[kind] = from;
     } else {
       src = pipeline.buffer(g * m.rowBytes);
@@ -116,7 +108,7 @@ export async function writeFFNGroup(
     const job = measureJob(pipeline, {
       name: m.t.name,
       src,
-      from: rowsType ?? m.t.type,
+      from: from !== null ? GGMLType.F32 : m.t.type,
       columns: false,
       rows: g,
       n: nEmbd,

@@ -15,7 +15,7 @@ import { ggufLayoutOf, openHFModel, TensorChunks, type HFOutputType } from "../.
 import { encodeRows } from "../../format/hf/chunk-encoding.js";
 import { ChunkPipeline, inlineRunner, type ChunkRunner } from "../../format/hf/chunk-pipeline.js";
 import type { PlannedTensor } from "../../format/hf/plan.js";
-import { readPlannedHalves, readPlannedMxfp4, readPlannedRows } from "../../format/hf/planned-rows.js";
+import { readPlannedMxfp4, readPlannedRows } from "../../format/hf/planned-rows.js";
 import type { SafetensorsCheckpoint } from "../../format/hf/safetensors.js";
 import { encodeMetadataValue, type EncodedMetadata } from "../../format/store/index.js";
 import { ConvertError } from "./convert-error.js";
@@ -149,18 +149,6 @@ export function hfSource(
           readPlannedRows(ckpt, planned(m), first + indices[i], j - i, 0, rowLen, out, scratch);
           i = j;
         }
-      },
-      readRowHalves: (m, indices, dst) => {
-        const t = planned(m);
-        const rowBytes = 2 * m.t.dims[0];
-        const first = m.base / m.rowBytes;
-        for (let i = 0; i < indices.length;) {
-          const j = runEnd(indices, i);
-          if (!readPlannedHalves(ckpt, t, first + indices[i], j - i, dst.subarray(i * rowBytes, j * rowBytes)))
-            return false;
-          i = j;
-        }
-        return true;
       },
       readDownBand: (m, c0, w, tile) => {
         // room for the band's raw bytes, widened at once

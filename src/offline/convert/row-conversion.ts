@@ -221,7 +221,7 @@ export class MeasureScratch {
       k.stage({ values: rows * n, raw: halves ? rows * n * 2 : 0, out: rows * rb, rowLen: n, rows });
       if (job.from === GGMLType.F32) k.putValues(job.src.subarray(0, rows * n * 4));
       else if (halves) {
-        // checked on the converting thread as they were read
+        // a GGUF's F16 or BF16 rows: widened by the kernels, the values dequantizeRow gives
         k.raw(rows * n * 2).set(job.src.subarray(0, rows * n * 2));
         k.widen(job.from === GGMLType.F16 ? "F16" : "BF16", rows * n);
       } else {

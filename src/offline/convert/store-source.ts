@@ -29,13 +29,6 @@ export interface StoreSource {
   readRows(m: MatrixView, indices: Int32Array, dst: Uint8Array): void;
   /** rows `indices` of `m` into dst as f32 values (a source with a valuesType) */
   readRowValues(m: MatrixView, indices: Int32Array, dst: Float32Array): void;
-  /**
-   * Rows `indices` of `m` as the checkpoint stores their values, where its valuesType is F16 or
-   * BF16 (two bytes each), into dst, refused where not finite as readRowValues refuses them: the
-   * workers widen them (half the bytes to move, and none widened on the converting thread). False
-   * (nothing read) where m's rows are not stored rows as they are: readRowValues then.
-   */
-  readRowHalves?(m: MatrixView, indices: Int32Array, dst: Uint8Array): boolean;
   /** Down (`m`, nEmbd rows of nFF): values [c0, c0 + w) of every row, as f32, row after row */
   readDownBand(m: MatrixView, c0: number, w: number, tile: Float32Array): void;
   /** bands of Down start on a multiple of this (the source's block) */
