@@ -3,8 +3,9 @@
  * rows, which the converting thread runs, or a worker (offline/convert/convert-pool.ts), with the
  * same bytes out. The rows come as the checkpoint stores them (F32, F16 or BF16; or f32 values
  * the converter computed), are regrouped where llama's rotary permutation says, widened to f32,
- * Gemma's one added, and encoded into the output type. A chunk holds only plain data, so that it
- * can be posted to a worker and back.
+ * Gemma's one added, and encoded into the output type: by the thread's WASM kernels
+ * (src/runtime/quant-kernels.ts, quant.ts's bytes), MXFP4 by quant.ts itself. A chunk holds only
+ * plain data, so that it can be posted to a worker and back.
  */
 import { GGMLType } from "../ggml-types.js";
 import { bf16ThroughF32 } from "../half.js";

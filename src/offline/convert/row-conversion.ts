@@ -3,7 +3,9 @@
  * row decodes to against the source values. The max and rms error per part go into the manifest.
  * Rows go in jobs (MeasureJob: plain data, so that a worker can run one, convert-pool.ts), whose
  * errors are kept per row and summed by the caller in row order: the manifest's figures do not
- * depend on which thread measured what.
+ * depend on which thread measured what. The thread's WASM kernels run a job
+ * (src/runtime/quant-kernels.ts: the same bytes, sums and maxima as RowConverter and ErrorStats,
+ * which stay the reference and run the types the kernels do not write).
  */
 import { GGMLType, traitsBytes, typeName, typeTraits } from "../../format/ggml-types.js";
 import { dequantizeRow, quantizeRow } from "../../format/quant.js";
