@@ -330,6 +330,7 @@ function convert(cli: string, dir: string, out: string, type: string, threads: n
   if (res.status !== 0)
     throw new Error(`${args.join(" ")} failed (${res.status ?? res.signal}): ${res.stderr.toString().slice(-2000)}`);
   const text = readFileSync(usage, "utf8").trim();
+  rmSync(usage, { force: true });
   if (HAVE_TIME) {
     const [e, u, s, m] = text.split(/\s+/).map(Number);
     return { wall: e, cpu: u + s, peakMiB: m / 1024 };
