@@ -21,3 +21,6 @@ export * from "./sparse_segments";
 export * from "./train";
 export * from "./stream_probe";
 export { schedule_pins } from "./schedule_pin";
+export * from "./quantize_rows";
+export * from "./quant_measure";
+export * from "./transpose_f32";

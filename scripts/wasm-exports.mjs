@@ -33,7 +33,11 @@ function uleb() {
   } while (byte & 0x80);
   return value;
 }
-const skipName = () => (pos += uleb());
+// the length first: `pos += uleb()` would add it to pos as it was before the length was read
+const skipName = () => {
+  const n = uleb();
+  pos += n;
+};
 /** a table's or memory's limits: flags, minimum, and the maximum where flag bit 0 says so */
 function limits() {
   const flags = bytes[pos++];

@@ -183,6 +183,27 @@ test("on workers: a NaN in the checkpoint is refused naming the shard and the te
   );
 });
 
+test("a NaN or infinity in Gate's or Up's rows read for a store is refused naming the shard, tensor, row and column", async () => {
+  const bf16 = wideLlama("wide-up-nan", (shards) => {
+    shards[1].find((x) => x.name === "model.layers.1.mlp.up_proj.weight")!.values[3 * HIDDEN + 5] = NaN;
+  });
+  const f16 = wideLlama("wide-gate-inf", (shards) => {
+    const t = shards[0].find((x) => x.name === "model.layers.0.mlp.gate_proj.weight")!;
+    t.dtype = "F16";
+    t.values[(FF - 1) * HIDDEN + HIDDEN - 1] = -Infinity;
+  });
+  for (const runner of [pool, undefined]) {
+    await failsNaming(
+      (out) => convertHFToStore({ input: bf16, output: join(out, "x.pi"), type: "q8_0", fsync: false, runner }),
+      'model-00002-of-00002.safetensors: tensor "model.layers.1.mlp.up_proj.weight" holds NaN (row 3, column 5)',
+    );
+    await failsNaming(
+      (out) => convertHFToStore({ input: f16, output: join(out, "x.pi"), type: "q4_1", fsync: false, runner }),
+      `model-00001-of-00002.safetensors: tensor "model.layers.0.mlp.gate_proj.weight" holds -Infinity (row ${FF - 1}, column ${HIDDEN - 1})`,
+    );
+  }
+});
+
 test("on workers: a shard cut short while it is read fails naming the shard and the tensor; no file is left", async () => {
   for (const to of [".gguf", ".pi"]) {
     const d = wideLlama(`wide-cut${to}`);

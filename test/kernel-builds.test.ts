@@ -219,7 +219,7 @@ function node22(): string | undefined {
 
 /** Runs the kernel test files (this one included) under `bin` with `build` forced; asserts they pass. */
 function kernelTestsPass(t: TestContext, bin: string, build: KernelBuild): void {
-  const files = ["kernels", "kernels-more", "q8-rows", "ops", "sparse-ffn", "kernel-builds"].map((f) =>
+  const files = ["kernels", "kernels-more", "q8-rows", "ops", "sparse-ffn", "quant-kernels", "kernel-builds"].map((f) =>
     join(ROOT, "dist", "test", `${f}.test.js`),
   );
   // without NODE_TEST_CONTEXT, which the runner sets for the files it runs: with it, the child

@@ -13,6 +13,7 @@
  * loader would take for a model. `abort()` deletes the partial file.
  */
 import { open, rename, rm, type FileHandle } from "node:fs/promises";
+import { EarlyWriteback } from "./early-writeback.js";
 import { GGMLType, traitsBytes, typeTraits, typeName } from "./ggml-types.js";
 import { GGUFValueType, type GGUFValue } from "./gguf.js";
 
@@ -346,6 +347,8 @@ export class GGUFWriter {
   private failure: Error | undefined;
   private bytesWritten = 0;
   private aborting: Promise<void> | undefined;
+  /** the disk writing what is written as it goes (with fsync only) */
+  private writeback: EarlyWriteback | undefined;
 
   constructor(path: string, options: GGUFWriterOptions = {}) {
     this.path = path;
@@ -489,7 +492,7 @@ export class GGUFWriter {
         const pos = self.dataStart + e.rel + e.written;
         e.written += chunk.length;
         self.bytesWritten += chunk.length;
-        return self.track(writeAll(fh, chunk, pos));
+        return self.track(writeAll(fh, chunk, pos).then(() => self.writeback?.wrote(chunk.length)));
       },
     };
   }
@@ -522,6 +525,7 @@ export class GGUFWriter {
           : total;
       if (total > last) await writeAll(fh, new Uint8Array(total - last), last);
       await fh.truncate(total);
+      await this.writeback?.settle();
       if (this.doFsync) await fh.sync();
       await writeAll(fh, Buffer.from(this.magic, "latin1"), 0);
       if (this.doFsync) await fh.datasync();
@@ -547,6 +551,7 @@ export class GGUFWriter {
     this.state = "aborted";
     await Promise.allSettled([...this.inflight]);
     if (this.opening) await this.opening.catch(() => undefined);
+    await this.writeback?.settle().catch(() => undefined);
     if (this.fh) {
       await this.fh.close().catch(() => undefined);
       this.fh = undefined;
@@ -567,6 +572,7 @@ export class GGUFWriter {
     this.opening = open(this.tempPath, "w");
     try {
       this.fh = await this.opening;
+      if (this.doFsync) this.writeback = new EarlyWriteback(this.fh);
       // Magic stays zero until finish(): a partial file is never mistaken for a model.
       header.fill(0, 0, 4);
       await writeAll(this.fh, header, 0);

@@ -3,12 +3,14 @@
  * rows, which the converting thread runs, or a worker (offline/convert/convert-pool.ts), with the
  * same bytes out. The rows come as the checkpoint stores them (F32, F16 or BF16; or f32 values
  * the converter computed), are regrouped where llama's rotary permutation says, widened to f32,
- * Gemma's one added, and encoded into the output type. A chunk holds only plain data, so that it
- * can be posted to a worker and back.
+ * Gemma's one added, and encoded into the output type: by the thread's WASM kernels
+ * (src/runtime/quant-kernels.ts, quant.ts's bytes), MXFP4 by quant.ts itself. A chunk holds only
+ * plain data, so that it can be posted to a worker and back.
  */
 import { GGMLType } from "../ggml-types.js";
-import { bf16ThroughF32, f32ToBF16Array, f32ToF16Array } from "../half.js";
+import { bf16ThroughF32 } from "../half.js";
 import { quantizeRow } from "../quant.js";
+import { QuantKernels, threadQuantKernels } from "../../runtime/quant-kernels.js";
 import { widenToF32 } from "./safetensors.js";
 
 export interface EncodeJob {
@@ -30,7 +32,11 @@ export interface EncodeJob {
   dst: Uint8Array;
 }
 
-/** f32 values for a chunk, grown to the largest one seen. */
+/**
+ * A thread's scratch for chunks of the types only quant.ts writes (MXFP4): f32 values, grown to
+ * the largest chunk seen. The others go through the thread's WASM kernels (their memory is the
+ * scratch).
+ */
 export class ChunkScratch {
   private buf = new Float32Array(0);
   values(n: number): Float32Array {
@@ -72,6 +78,7 @@ export function encodeChunk(job: EncodeJob, scratch: ChunkScratch): void {
     }
     return;
   }
+  if (QuantKernels.supports(type)) return encodeChunkKernels(job);
   const values = scratch.values(rows * rowLen);
   if (ropeHeadRows)
     for (let r = 0; r < rows; r++) {
@@ -83,6 +90,31 @@ export function encodeChunk(job: EncodeJob, scratch: ChunkScratch): void {
   encodeRows(type, values, rows, rowLen, dst);
 }
 
+/** encodeChunk through the thread's WASM kernels: the rows copied in (regrouped), widened, encoded and copied out. */
+function encodeChunkKernels(job: EncodeJob): void {
+  const { src, dtype, rows, rowLen, ropeHeadRows, type, dst } = job;
+  const k = threadQuantKernels();
+  const n = rows * rowLen;
+  const elem = dtype === "F32" ? 4 : 2;
+  const rowBytes = rowLen * elem;
+  k.stage({ values: n, raw: dtype === "F32" ? 0 : n * 2, out: dst.length });
+  // F32 straight into the values; F16 and BF16 into the raw bytes, then widened
+  const put = (bytes: Uint8Array, row: number) =>
+    dtype === "F32" ? k.putValues(bytes, row * rowLen) : k.raw(bytes.length, row * rowBytes).set(bytes);
+  if (ropeHeadRows)
+    for (let r = 0; r < rows; r++) {
+      const s = sourceRow(r, ropeHeadRows);
+      put(src.subarray(s * rowBytes, (s + 1) * rowBytes), r);
+    }
+  else put(src.subarray(0, rows * rowBytes), 0);
+  if (dtype !== "F32") k.widen(dtype, n);
+  if (job.addOne) {
+    const values = k.values(n);
+    for (let i = 0; i < n; i++) values[i] = Math.fround(values[i] + 1);
+  }
+  k.quantize(type, n, dst);
+}
+
 /**
  * `rows` rows of `rowLen` f32 values as `type` into `out` (rows of whole blocks): the one
  * encoding of a GGUF's rows, which a store made straight from the checkpoint repeats exactly.
@@ -90,10 +122,12 @@ export function encodeChunk(job: EncodeJob, scratch: ChunkScratch): void {
 export function encodeRows(type: GGMLType, values: Float32Array, rows: number, rowLen: number, out: Uint8Array): void {
   const n = rows * rowLen;
   if (type === GGMLType.F32) out.set(new Uint8Array(values.buffer, values.byteOffset, n * 4));
-  else if (type === GGMLType.F16) f32ToF16Array(values.subarray(0, n), new Uint16Array(out.buffer, out.byteOffset, n));
-  else if (type === GGMLType.BF16)
-    f32ToBF16Array(values.subarray(0, n), new Uint16Array(out.buffer, out.byteOffset, n));
-  else {
+  else if (QuantKernels.supports(type)) {
+    const k = threadQuantKernels();
+    k.stage({ values: n, out: out.length });
+    k.values(n).set(values.subarray(0, n));
+    k.quantize(type, n, out);
+  } else {
     const rb = out.length / rows;
     for (let r = 0; r < rows; r++)
       quantizeRow(type, values.subarray(r * rowLen, (r + 1) * rowLen), out.subarray(r * rb, (r + 1) * rb));

@@ -90,10 +90,11 @@ export interface HFConvertResult {
 const FLOAT_TYPES: readonly HFOutputType[] = ["f32", "f16", "bf16"];
 
 /**
- * Values per chunk (1 MiB of f32): small enough that a tensor of a million values is a few
- * chunks for the workers to share, large enough that handing one over costs little.
+ * Values per chunk (4 MiB of f32): a few milliseconds of a worker's kernels, so that a large
+ * tensor is many chunks for the workers to share, and few enough messages (each wakes a worker:
+ * 3300 of them, at a quarter of this, took the converting thread 0.7 s of a 3 GB store).
  */
-export const CHUNK_VALUES = 1 << 18;
+export const CHUNK_VALUES = 1 << 20;
 
 /** The checkpoint's float type decides "auto", as llama.cpp's converter does: its first matrix's. */
 function autoType(plan: ConversionPlan): Exclude<HFOutputType, "auto"> {
@@ -228,7 +229,7 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
         opts.onProgress?.({ bytesDone, bytesTotal, tensor: t.name });
       });
     }
-    await chunks.pipeline.drain();
+    await chunks.drain();
     const bytes = writer.totalBytes;
     await writer.finish();
     writer = undefined;
@@ -268,17 +269,50 @@ function rowsOfSource(p: RowRange): number {
 /** Lets the event loop run (progress, an abort, the workers' answers) between chunks. */
 const tick = () => new Promise<void>((res) => setImmediate(res));
 
+/** Converted chunks waiting to be written behind the converting: the thread goes on reading meanwhile. */
+const WRITES_BEHIND = 3;
+
 /**
  * Output tensors, chunk by chunk: rows read from the checkpoint (or computed: picked columns,
  * MXFP4 decoded, rope_freqs), converted by the runner, written in order. `report(n)` counts
- * source bytes read. The pipeline is drained by the caller: between tensors it need not be.
+ * source bytes read. The caller drains (drain()) where it needs every chunk written: between
+ * tensors it need not. The writes go one after another, behind the converting: waiting for each
+ * (a 1 MB pwrite at a time) had the converting thread idle for a fifth of a GGUF's conversion.
  */
 export class TensorChunks {
+  /** the chunks' writes, chained in order; those not done yet */
+  private writing: Promise<void> = Promise.resolve();
+  private behind: Promise<void>[] = [];
+
   constructor(
     readonly ckpt: SafetensorsCheckpoint,
     readonly runner: ChunkRunner,
     readonly pipeline: ChunkPipeline,
   ) {}
+
+  /** Every chunk converted and written. */
+  async drain(): Promise<void> {
+    await this.pipeline.drain();
+    await this.writing;
+    this.behind = [];
+  }
+
+  /** `bytes` written after the chunks before, then `release` returned to the pipeline; waits while WRITES_BEHIND wait. */
+  private async writeBehind(
+    sink: Pick<TensorSink, "write">,
+    bytes: Uint8Array,
+    ...release: Uint8Array[]
+  ): Promise<void> {
+    const done = this.writing.then(async () => {
+      await sink.write(bytes);
+      this.pipeline.release(...release);
+    });
+    // a failed write throws from the wait below or from drain() (held till then, not reported as unhandled)
+    done.catch(() => undefined);
+    this.writing = done;
+    this.behind.push(done);
+    while (this.behind.length > WRITES_BEHIND) await this.behind.shift();
+  }
 
   async write(
     t: PlannedTensor,
@@ -336,10 +370,9 @@ export class TensorChunks {
     const rowLen = t.dims[0];
     const job: EncodeJob = { src, dtype, rows, rowLen, ropeHeadRows, addOne: t.addOne, type, dst: src };
     if (!encodesInPlace(job)) job.dst = this.pipeline.buffer(rows * traitsBytes(typeTraits(type)!, rowLen));
-    return this.pipeline.submit(this.runner.encode(job), async (done) => {
-      await sink.write(done.dst);
-      this.pipeline.release(done.src, done.dst);
-    });
+    return this.pipeline.submit(this.runner.encode(job), (done) =>
+      this.writeBehind(sink, done.dst, done.src, done.dst),
+    );
   }
 
   /** f32 values (rows of the tensor, in a buffer from buffer()) converted and written in their turn. */

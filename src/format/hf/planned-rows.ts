@@ -13,7 +13,7 @@ import { pickedCount } from "./column-pick.js";
 import { HFConvertError } from "./hf-config.js";
 import { HF_MXFP4_CODE_BYTES, repackMxfp4Row } from "./mxfp4-blocks.js";
 import type { Mxfp4Source, PlannedTensor, RowRange } from "./plan.js";
-import type { SafetensorsCheckpoint } from "./safetensors.js";
+import { widenChecked, type SafetensorsCheckpoint } from "./safetensors.js";
 
 /**
  * Values [first, first + count) of each of rows [row0, row0 + rows) of `t` (rows of dims[0]
@@ -47,24 +47,42 @@ export function readPlannedRows(
       dequantizeMXFP4(bytes, rowLen, row, 0);
       dst.set(row.subarray(first, first + count), k * count);
     }
-    checkFinite(t.mxfp4.blocks.file, t.mxfp4.blocks.name, dst.subarray(0, rows * count), row0, first, count);
+    const got = dst.subarray(0, rows * count);
+    const bad = firstNonFinite(got);
+    if (bad >= 0) refuseNonFinite(t.mxfp4.blocks.file, t.mxfp4.blocks.name, got[bad], bad, row0, first, count);
     return;
   }
   if (!t.parts || t.parts.some((p) => p.ropeHeadRows))
     throw new HFConvertError(
       `tensor "${t.name}" is not made of checkpoint rows as they are: it cannot be read in place`,
     );
+  partRuns(t, t.parts, row0, rows, (p, r, done, n) => {
+    const got = dst.subarray(done * count, (done + n) * count);
+    const bad = readPartRows(ckpt, p, rowLen, r, n, first, count, got, scratch);
+    if (bad >= 0) refuseNonFinite(p.source.file, p.source.name, got[bad], bad, r, first, count);
+  });
+  if (t.addOne) for (let i = 0; i < rows * count; i++) dst[i] = Math.fround(dst[i] + 1);
+}
+
+/**
+ * Rows [row0, row0 + rows) of `t`, made of `parts` one after another, as runs within one part:
+ * `run(p, r, done, n)` for n rows from p's source row r, the run's first being row0 + done.
+ */
+function partRuns(
+  t: PlannedTensor,
+  parts: readonly RowRange[],
+  row0: number,
+  rows: number,
+  run: (p: RowRange, r: number, done: number, n: number) => void,
+): void {
   let at = 0; // first row of the current part within t
   let done = 0;
-  for (const p of t.parts) {
+  for (const p of parts) {
     const end = at + p.rows;
     const lo = Math.max(row0 + done, at);
     const hi = Math.min(row0 + rows, end);
     if (lo < hi) {
-      const r = p.firstRow + (lo - at);
-      const got = dst.subarray(done * count, (done + hi - lo) * count);
-      readPartRows(ckpt, p, rowLen, r, hi - lo, first, count, got, scratch);
-      checkFinite(p.source.file, p.source.name, got, r, first, count);
+      run(p, p.firstRow + (lo - at), done, hi - lo);
       done += hi - lo;
       if (done === rows) break;
     }
@@ -72,10 +90,12 @@ export function readPlannedRows(
   }
   if (done !== rows)
     throw new HFConvertError(`tensor "${t.name}": rows [${row0}, ${row0 + rows}) are past its ${at} rows`);
-  if (t.addOne) for (let i = 0; i < rows * count; i++) dst[i] = Math.fround(dst[i] + 1);
 }
 
-/** Rows [r, r + n) of part `p` (values [first, first + count) of each) into dst. */
+/**
+ * Rows [r, r + n) of part `p` (values [first, first + count) of each) into dst. Returns the first
+ * value of dst that is not finite, or -1.
+ */
 function readPartRows(
   ckpt: SafetensorsCheckpoint,
   p: RowRange,
@@ -86,7 +106,7 @@ function readPartRows(
   count: number,
   dst: Float32Array,
   scratch: Uint8Array,
-): void {
+): number {
   const file = ckpt.fileOf(p.source);
   const pick = p.columns;
   if (pick?.transpose) {
@@ -111,7 +131,9 @@ function readPartRows(
       }
       k += m;
     }
-  } else if (pick) {
+    return firstNonFinite(dst);
+  }
+  if (pick) {
     // every step-th value of the source row: read the row whole, then pick
     const width = p.source.shape[p.source.shape.length - 1];
     if (pickedCount(width, pick) !== rowLen)
@@ -121,18 +143,47 @@ function readPartRows(
       file.readF32(p.source, (r + k) * width, src, scratch);
       for (let c = 0; c < count; c++) dst[k * count + c] = src[pick.first + (first + c) * pick.step];
     }
-  } else if (count === rowLen) file.readF32(p.source, r * rowLen, dst.subarray(0, n * count), scratch);
-  else
+    return firstNonFinite(dst);
+  }
+  if (count === rowLen) return file.readF32(p.source, r * rowLen, dst.subarray(0, n * count), scratch);
+  const elem = p.source.bytes / Math.max(1, p.source.elements);
+  if (scratch.length >= n * count * elem) {
+    // each row's slice read into one run of raw bytes, widened at once (a band of Down's columns)
     for (let k = 0; k < n; k++)
-      file.readF32(p.source, (r + k) * rowLen + first, dst.subarray(k * count, (k + 1) * count), scratch);
+      file.readValueBytes(
+        p.source,
+        (r + k) * rowLen + first,
+        scratch.subarray(k * count * elem, (k + 1) * count * elem),
+      );
+    return widenChecked(p.source.dtype, scratch.subarray(0, n * count * elem), dst.subarray(0, n * count));
+  }
+  // every row read before a value is refused (a shard cut short says so first, as above)
+  let found = -1;
+  for (let k = 0; k < n; k++) {
+    const bad = file.readF32(p.source, (r + k) * rowLen + first, dst.subarray(k * count, (k + 1) * count), scratch);
+    if (bad >= 0 && found < 0) found = k * count + bad;
+  }
+  return found;
 }
 
-function checkFinite(file: string, name: string, got: Float32Array, row0: number, first: number, count: number): void {
-  for (let i = 0; i < got.length; i++)
-    if (!Number.isFinite(got[i]))
-      throw new HFConvertError(
-        `${file}: tensor "${name}" holds ${got[i]} (row ${row0 + Math.floor(i / count)}, column ${first + (i % count)}): a store holds only finite weights`,
-      );
+function firstNonFinite(v: Float32Array): number {
+  for (let i = 0; i < v.length; i++) if (!Number.isFinite(v[i])) return i;
+  return -1;
+}
+
+/** The error for value `value`, element i of a read of rows from row0, values [first, first + count) of each. */
+function refuseNonFinite(
+  file: string,
+  name: string,
+  value: number,
+  i: number,
+  row0: number,
+  first: number,
+  count: number,
+): never {
+  throw new HFConvertError(
+    `${file}: tensor "${name}" holds ${value} (row ${row0 + Math.floor(i / count)}, column ${first + (i % count)}): a store holds only finite weights`,
+  );
 }
 
 /**

@@ -14,6 +14,7 @@ import { closeSync, existsSync, fstatSync, openSync, readdirSync, readFileSync, 
 import { basename, join } from "node:path";
 import { f16Table } from "../half.js";
 import { errorText } from "../printable.js";
+import { threadQuantKernels } from "../../runtime/quant-kernels.js";
 
 export class SafetensorsError extends Error {
   constructor(message: string) {
@@ -221,14 +222,31 @@ export class SafetensorsFile {
 
   /**
    * Elements [first, first + dst.length) of a tensor in row-major order, widened to f32 into dst.
-   * `scratch` (optional) is reused for the raw bytes.
+   * `scratch` (optional) is reused for the raw bytes. Returns the first element read that is not
+   * finite (its index in dst), or -1.
    */
-  readF32(t: SafetensorsTensor, first: number, dst: Float32Array, scratch?: Uint8Array): void {
+  readF32(t: SafetensorsTensor, first: number, dst: Float32Array, scratch?: Uint8Array): number {
     const bytes = dst.length * DTYPE_BYTES[t.dtype];
     const raw = scratch && scratch.length >= bytes ? scratch.subarray(0, bytes) : new Uint8Array(bytes);
     this.readValueBytes(t, first, raw);
-    widenToF32(t.dtype, raw, dst);
+    return widenChecked(t.dtype, raw, dst);
   }
+}
+
+/** Below this many values a widening stays in TS: the kernels' copies in and out would cost more than they save. */
+const KERNEL_WIDEN = 4096;
+
+/**
+ * widenToF32, also finding the first value that is not finite (-1: none). F16 and BF16 go
+ * through the thread's WASM kernels (src/runtime/quant-kernels.ts: the same values, and the check
+ * for free), which a store's FFN rows, all widened on the converting thread, need.
+ */
+export function widenChecked(dtype: string, raw: Uint8Array, dst: Float32Array): number {
+  if ((dtype === "F16" || dtype === "BF16") && dst.length >= KERNEL_WIDEN)
+    return threadQuantKernels().widenInto(dtype, raw, dst);
+  widenToF32(dtype, raw, dst);
+  for (let i = 0; i < dst.length; i++) if (!Number.isFinite(dst[i])) return i;
+  return -1;
 }
 
 /** F32, F16 or BF16 bytes (little-endian) to f32 values. */

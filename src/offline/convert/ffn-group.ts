@@ -75,10 +75,12 @@ export async function writeFFNGroup(
   const { stats } = written;
 
   // Down as one row per neuron, in the store's type (complete before the first bundle is assembled:
-  // its bands are consumed first)
+  // its bands are consumed first). This group's buffers come from the pipeline and go back to it
+  // once the group is written: the next group's, of the same sizes, are these (a few tens of MB
+  // made per layer had V8 run a full collection per layer).
   let downT: Uint8Array | undefined;
   if (!L.transposed) {
-    downT = new Uint8Array(n * downBytes);
+    downT = pipeline.buffer(n * downBytes);
     await transposeDown(source, L.down, n, nEmbd, downType, downBytes, downT, work, stats.down, progress.check, (b) => {
       progress.addBytes(b);
       progress.report();
@@ -116,10 +118,12 @@ export async function writeFFNGroup(
   };
 
   const group = Math.max(1, Math.floor((4 << 20) / bundleBytes));
-  const out = new Uint8Array(group * bundleBytes);
+  const out = pipeline.buffer(group * bundleBytes);
   // The layer's gate rows as stored, collected for their contiguous copy after the bundles.
-  const gateRows = new Uint8Array(n * rowBytes);
+  const gateRows = pipeline.buffer(n * rowBytes);
   const kinds = L.transposed ? (["gate", "up", "down"] as const) : (["gate", "up"] as const);
+  // bytes of a bundle its parts write: gate, up, then down (a row of the source's when transposed)
+  const partsEnd = parts.down + (L.transposed ? rowBytes : downBytes);
   await pipeline.submit(Promise.resolve(), () => {
     written.offset = writer.position;
   });
@@ -130,7 +134,8 @@ export async function writeFFNGroup(
     const pieces = Promise.all(kinds.map((kind) => partRows(kind, idx)));
     const srcBytes = kinds.reduce((a, kind) => a + g * L[kind].rowBytes, 0);
     await pipeline.submit(pieces, async (got) => {
-      out.fill(0);
+      // the parts fill each bundle from its start: only the rest (biases, padding) is cleared
+      for (let k = 0; k < g; k++) out.fill(0, k * bundleBytes + partsEnd, (k + 1) * bundleBytes);
       got.forEach(({ rows, job }, i) => {
         const kind = kinds[i];
         const at = parts[kind];
@@ -158,6 +163,7 @@ export async function writeFFNGroup(
     written.gateRows = writer.position;
     await writer.write(gateRows);
     await writer.pad();
+    pipeline.release(out, gateRows, ...(downT ? [downT] : []));
   });
   return written;
 }

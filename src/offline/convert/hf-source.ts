@@ -151,7 +151,8 @@ export function hfSource(
         }
       },
       readDownBand: (m, c0, w, tile) => {
-        room(w);
+        // room for the band's raw bytes, widened at once
+        room(m.rows * w);
         readPlannedRows(ckpt, planned(m), m.base / m.rowBytes, m.rows, c0, w, tile, scratch);
       },
       downBandStep: () => 1,
@@ -166,7 +167,7 @@ export function hfSource(
         };
         await chunks.write(model.planned.get(t.name)!, t.type, { write: checked }, () => check());
         // the store builder goes on from where the tensor ends
-        await chunks.pipeline.drain();
+        await chunks.drain();
       },
       close: () => model.close(),
     };

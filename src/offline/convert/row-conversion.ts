@@ -3,12 +3,15 @@
  * row decodes to against the source values. The max and rms error per part go into the manifest.
  * Rows go in jobs (MeasureJob: plain data, so that a worker can run one, convert-pool.ts), whose
  * errors are kept per row and summed by the caller in row order: the manifest's figures do not
- * depend on which thread measured what.
+ * depend on which thread measured what. The thread's WASM kernels run a job
+ * (src/runtime/quant-kernels.ts: the same bytes, sums and maxima as RowConverter and ErrorStats,
+ * which stay the reference and run the types the kernels do not write).
  */
 import { GGMLType, traitsBytes, typeName, typeTraits } from "../../format/ggml-types.js";
 import { dequantizeRow, quantizeRow } from "../../format/quant.js";
 import type { ChunkPipeline } from "../../format/hf/chunk-pipeline.js";
 import type { StoreConversion } from "../../format/store/index.js";
+import { QuantKernels, threadQuantKernels } from "../../runtime/quant-kernels.js";
 import { ConvertError } from "./convert-error.js";
 
 /** The error of a conversion, accumulated over rows: max and rms against the source, and the largest source value. */
@@ -128,7 +131,14 @@ export function measureJob(
 /** Columns gathered at once from a band: each row of the band is read 16 floats at a time. */
 const GATHER = 16;
 
-/** A thread's scratch for measured jobs: converters per row length and the gathered columns. */
+/** Columns of a band transposed at once by the WASM kernels: 128 KiB of f32 per 1024 values of a column. */
+const KERNEL_STRIP = 32;
+
+/**
+ * A thread's scratch for measured jobs: converters per row length and the gathered columns (for
+ * the types only quant.ts writes); the others go through the thread's WASM kernels
+ * (src/runtime/quant-kernels.ts), which give the same bytes and figures.
+ */
 export class MeasureScratch {
   private converters = new Map<number, RowConverter>();
   private cols = new Float32Array(0);
@@ -139,6 +149,7 @@ export class MeasureScratch {
     const { n, rows, to, name } = job;
     let rc = this.converters.get(n);
     if (!rc) this.converters.set(n, (rc = new RowConverter(n)));
+    if (QuantKernels.supports(to)) return this.runKernels(job, rc);
     const rb = traitsBytes(typeTraits(to)!, n);
     const errors = new Float64Array(job.errors.buffer, job.errors.byteOffset, rows);
     const row = this.row;
@@ -184,4 +195,61 @@ export class MeasureScratch {
       measured(r);
     }
   }
+
+  /** run() through the thread's WASM kernels: the rows (or the band) copied in, measured, copied out. */
+  private runKernels(job: MeasureJob, rc: RowConverter): void {
+    const { n, rows, to, name } = job;
+    const k = threadQuantKernels();
+    const rb = traitsBytes(typeTraits(to)!, n);
+    if (job.columns) {
+      // the band copied in, and transposed a strip of columns at a time
+      k.stage({
+        values: KERNEL_STRIP * n,
+        raw: n * QuantKernels.bandStride(rows) * 4,
+        out: rows * rb,
+        rowLen: n,
+        rows,
+      });
+      k.putBand(job.src, n, rows);
+      k.resetMaxima();
+      for (let j0 = 0; j0 < rows; j0 += KERNEL_STRIP) {
+        const g = Math.min(KERNEL_STRIP, rows - j0);
+        k.columns(n, rows, j0, g);
+        const bad = k.measure(to, g, n, j0);
+        if (bad >= 0) refuse(rc, name, k.values(n, bad * n), to);
+      }
+    } else {
+      const halves = job.from === GGMLType.F16 || job.from === GGMLType.BF16;
+      k.stage({ values: rows * n, raw: halves ? rows * n * 2 : 0, out: rows * rb, rowLen: n, rows });
+      if (job.from === GGMLType.F32) k.putValues(job.src.subarray(0, rows * n * 4));
+      else if (halves) {
+        // a GGUF's F16 or BF16 rows: widened by the kernels, the values dequantizeRow gives
+        k.raw(rows * n * 2).set(job.src.subarray(0, rows * n * 2));
+        k.widen(job.from === GGMLType.F16 ? "F16" : "BF16", rows * n);
+      } else {
+        const srcRb = traitsBytes(typeTraits(job.from)!, n);
+        const values = k.values(rows * n);
+        for (let r = 0; r < rows; r++)
+          dequantizeRow(job.from, job.src.subarray(r * srcRb, (r + 1) * srcRb), n, values, r * n);
+      }
+      k.resetMaxima();
+      const bad = k.measure(to, rows, n);
+      if (bad >= 0) refuse(rc, name, k.values(n, bad * n), to);
+    }
+    k.takeOut(job.dst.subarray(0, rows * rb));
+    k.takeErrors(job.errors, rows);
+    job.maxAbs = k.maxAbs;
+    job.maxValue = k.maxValue;
+  }
+}
+
+/**
+ * A row the kernels found a non-finite value in, stored: the reference quantizes it again and
+ * throws its error, which names the tensor and the value.
+ */
+function refuse(rc: RowConverter, name: string, values: Float32Array, to: GGMLType): never {
+  rc.quantize(name, values, to, new Uint8Array(traitsBytes(typeTraits(to)!, values.length)), new ErrorStats());
+  throw new Error(
+    `${name}: the quantizing kernels found a value of ${typeName(to)} that is not finite, the reference none`,
+  );
 }
