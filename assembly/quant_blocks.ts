@@ -16,24 +16,29 @@
 //   order) that reaches it, with NaN skipped; Q4_1/Q5_1's min and max skip NaN (pmin/pmax with
 //   the running value first), and where one is a zero its sign is the first zero's.
 import { f16ToF32, f32ToF16 } from "./half";
+import {
+  Q4_0_BS,
+  Q4_1_BS,
+  Q5_0_BS,
+  Q5_1_BS,
+  Q8_0_BS,
+  T_BF16,
+  T_F16,
+  T_F32,
+  T_Q4_0,
+  T_Q4_1,
+  T_Q5_0,
+  T_Q5_1,
+  T_Q8_0,
+} from "./sparse_types";
 
-// ggml's type ids (src/format/ggml-types.ts)
-const T_F32: i32 = 0;
-const T_F16: i32 = 1;
-const T_Q4_0: i32 = 2;
-const T_Q4_1: i32 = 3;
-const T_Q5_0: i32 = 6;
-const T_Q5_1: i32 = 7;
-const T_Q8_0: i32 = 8;
-const T_BF16: i32 = 30;
-
-/** Bytes of one 32-value block of a block type, 0 for the others. */
-@inline function blockBytes(type: i32): usize {
-  if (type == T_Q8_0) return 34;
-  if (type == T_Q4_0) return 18;
-  if (type == T_Q4_1) return 20;
-  if (type == T_Q5_0) return 22;
-  if (type == T_Q5_1) return 24;
+/** Bytes of one 32-value block of a block type written here, 0 for the others. */
+@inline function writtenBlockBytes(type: i32): usize {
+  if (type == T_Q8_0) return Q8_0_BS;
+  if (type == T_Q4_0) return Q4_0_BS;
+  if (type == T_Q4_1) return Q4_1_BS;
+  if (type == T_Q5_0) return Q5_0_BS;
+  if (type == T_Q5_1) return Q5_1_BS;
   return 0;
 }
 
@@ -41,7 +46,7 @@ const T_BF16: i32 = 30;
 @inline function typeRowBytes(type: i32, n: usize): usize {
   if (type == T_F32) return n << 2;
   if (type == T_F16 || type == T_BF16) return n << 1;
-  return (n >> 5) * blockBytes(type);
+  return (n >> 5) * writtenBlockBytes(type);
 }
 
 // Constants loaded from memory: V8 rematerializes a v128 constant at every use inside a loop
@@ -488,7 +493,7 @@ const QUANT_SCRATCH: usize = PASS * SCALE_BYTES;
   else if (type == T_BF16) halfRow(p, n, o, true);
   else if (type == T_F32) memory.copy(o, p, n << 2);
   else {
-    const bs = blockBytes(type);
+    const bs = writtenBlockBytes(type);
     if (bs == 0) return false;
     const nb = n >> 5;
     for (let b0: usize = 0; b0 < nb; b0 += PASS) {
@@ -670,4 +675,4 @@ const QUANT_SCRATCH: usize = PASS * SCALE_BYTES;
   return i32x4.all_true(ok);
 }
 
-export { T_F16, T_BF16, QUANT_SCRATCH, setNanScale, typeRowBytes, quantizeValues, decodeRow, halvesToF32 };
+export { QUANT_SCRATCH, setNanScale, typeRowBytes, quantizeValues, decodeRow, halvesToF32 };

@@ -1,7 +1,8 @@
 // The converter's quantizers as kernels (src/runtime/quant-kernels.ts calls them; their bytes are
 // src/format/quant.ts quantizeRow's, quant_blocks.ts says how): f32 rows into a GGUF's or a
 // store's type, and a checkpoint's F16 / BF16 values widened to f32 on the way in.
-import { halvesToF32, QUANT_SCRATCH, quantizeValues, setNanScale, T_BF16, T_F16 } from "./quant_blocks";
+import { halvesToF32, QUANT_SCRATCH, quantizeValues, setNanScale } from "./quant_blocks";
+import { T_BF16, T_F16 } from "./sparse_types";
 
 /**
  * n f32 at src (rows of whole blocks, one after another: a block type's rows are its blocks in
