@@ -50,6 +50,8 @@ export interface LoadModelOptions {
 
 export class Model {
   private busy = false;
+  /** parameters and main weight type, read from the tensor table once when first asked */
+  private facts: { params: number; mainType: number | undefined } | undefined;
   private disposed = false;
   /** the running generation's own abort (dispose() stops it), and its end */
   private running: { controller: AbortController; iterator: AsyncGenerator<string>; ended: Promise<void> } | null =
@@ -84,12 +86,15 @@ export class Model {
    * though its bundles are not tensors.
    */
   get parameterCount(): number {
-    return weightFacts(this.llama).params;
+    return this.weights.params;
   }
   /** "ARCH PARAMS TYPE", the label llama-bench shows for a model */
   get typeDescription(): string {
-    const { params, mainType } = weightFacts(this.llama);
+    const { params, mainType } = this.weights;
     return `${this.llama.config.architecture} ${formatParameterCount(params)} ${mainType === undefined ? "?" : typeName(mainType).toUpperCase()}`;
+  }
+  private get weights(): { params: number; mainType: number | undefined } {
+    return (this.facts ??= weightFacts(this.llama));
   }
   /** counters of the offloaded FFN (neurons computed, cache hits, bytes read), for a neuron store */
   offloadStats(): OffloadStats | undefined {
