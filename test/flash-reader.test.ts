@@ -1,6 +1,6 @@
 /**
  * The flash reader: bytes land where asked and equal the file's, adjacent requests are coalesced
- * (and big ones split) exactly as documented, the queue depth holds, O_DIRECT really bypasses the
+ * (and big ones split) and near ones bridged exactly as documented, the queue depth holds, O_DIRECT really bypasses the
  * page cache, refusals fall back with one warning, and every failure (injected I/O error, short
  * read, failed verification, throwing callback) rejects with a clear error and never reports an
  * unread request as complete.
@@ -20,7 +20,14 @@ import {
 } from "node:fs";
 import { join } from "node:path";
 import { aio } from "../src/io/aio.js";
-import { FlashReader, FlashReadError, type FlashReaderOptions, type FlashReadRequest } from "../src/io/flash-reader.js";
+import {
+  BRIDGE_GAP_BYTES,
+  BRIDGE_SLOT_BYTES,
+  FlashReader,
+  FlashReadError,
+  type FlashReaderOptions,
+  type FlashReadRequest,
+} from "../src/io/flash-reader.js";
 import { NeuronStore, StoreError } from "../src/format/store/index.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { SHARED, tempDir } from "./helpers.js";
@@ -173,6 +180,140 @@ for (const backend of BACKENDS) {
     assert.equal(small.stats().reads, 3);
     assert.equal(small.stats().splits, 2);
     await Promise.all([r.close(), small.close()]);
+  });
+
+  test(`[${backend}] bridging: requests near each other in the file, scattered in memory, share one read through the bridge region`, async () => {
+    const mem = memory();
+    const bridge = { dst: 128 * K4, bytes: 2 * BRIDGE_SLOT_BYTES };
+    const r = open(FILE, { memory: mem, bridge });
+    assert.equal(BRIDGE_GAP_BYTES, 3 * K4, "the tests below assume the default gap");
+    const reqs: FlashReadRequest[] = [
+      { fileOffset: 10 * K4, length: K4, dst: 0, tag: "a" },
+      { fileOffset: 12 * K4, length: K4, dst: 5 * K4, tag: "b" }, // one page after a: bridged
+      { fileOffset: 13 * K4, length: 2 * K4, dst: 9 * K4, tag: "c" }, // adjacent in the file only: bridged
+      { fileOffset: 19 * K4, length: K4, dst: 20 * K4, tag: "d" }, // 4 pages after c, past the gap: new read
+      { fileOffset: 20 * K4, length: K4, dst: 21 * K4, tag: "e" }, // adjacent to d in both: coalesced
+      { fileOffset: 18 * K4, length: K4, dst: 30 * K4, tag: "f" }, // behind e in the file: new read
+    ];
+    const seen: unknown[] = [];
+    await r.read(reqs, (q) => {
+      assert.ok(
+        Buffer.from(bytesAt(mem, q.dst, q.length)).equals(content.subarray(q.fileOffset, q.fileOffset + q.length)),
+        `${String(q.tag)} reported before its bytes were in place`,
+      );
+      seen.push(q.tag);
+    });
+    assert.deepEqual([...seen].sort(), ["a", "b", "c", "d", "e", "f"]);
+    assertLanded(mem, reqs);
+    let s = r.stats();
+    assert.deepEqual(
+      { reads: s.reads, bridged: s.bridged, coalesced: s.coalesced, gapBytes: s.gapBytes, bytes: s.bytes },
+      { reads: 3, bridged: 2, coalesced: 1, gapBytes: K4, bytes: 8 * K4 },
+    );
+
+    // a run stops at a bridge slot's bytes; with the slots taken, runs are read as before
+    r.resetStats();
+    const long = Array.from({ length: 12 }, (_, i) => ({
+      fileOffset: (300 + 2 * i) * K4,
+      length: K4,
+      dst: (40 + 3 * i) * K4,
+      tag: i,
+    }));
+    await r.read(long);
+    assertLanded(mem, long);
+    s = r.stats();
+    // 12 requests 2 pages apart: 4 per 32 KiB slot (a 28 KiB span each), two slots, then 4 reads
+    assert.deepEqual(
+      { reads: s.reads, bridged: s.bridged, gapBytes: s.gapBytes },
+      { reads: 6, bridged: 6, gapBytes: 6 * K4 },
+    );
+
+    // maxReadBytes caps a bridged read too, and maxGapBytes 0 bridges only what is adjacent in the file
+    const capped = open(FILE, { memory: mem, bridge, maxReadBytes: 3 * K4, maxGapBytes: 0 });
+    await capped.read(reqs);
+    assertLanded(mem, reqs);
+    s = capped.stats();
+    // a | b+c (12 KiB, bridged) | d+e | f
+    assert.deepEqual(
+      { reads: s.reads, bridged: s.bridged, coalesced: s.coalesced },
+      { reads: 4, bridged: 1, coalesced: 1 },
+    );
+    await Promise.all([r.close(), capped.close()]);
+  });
+
+  test(`[${backend}] bridging: a failed bridged read reports none of its requests and gives its slot back`, async () => {
+    const mem = memory();
+    let fail = true;
+    const r = open(FILE, {
+      memory: mem,
+      bridge: { dst: 128 * K4, bytes: BRIDGE_SLOT_BYTES },
+      fault: ({ fileOffset }) =>
+        fail && fileOffset === 64 * K4 ? Object.assign(new Error("EIO: i/o error, read"), { code: "EIO" }) : null,
+    });
+    const reqs = [
+      { fileOffset: 64 * K4, length: K4, dst: 0, tag: "a" },
+      { fileOffset: 66 * K4, length: K4, dst: 8 * K4, tag: "b" },
+      { fileOffset: 200 * K4, length: K4, dst: 16 * K4, tag: "c" },
+    ];
+    const completed = new Set<unknown>();
+    await assert.rejects(
+      r.read(reqs, (q) => completed.add(q.tag)),
+      (e: unknown) => {
+        assert.ok(e instanceof FlashReadError);
+        assert.equal(e.fileOffset, 64 * K4);
+        assert.equal(e.length, 3 * K4, "the error names the whole bridged read");
+        return true;
+      },
+    );
+    assert.ok(!completed.has("a") && !completed.has("b"));
+    fail = false;
+    r.resetStats();
+    await r.read(reqs);
+    assertLanded(mem, reqs);
+    assert.equal(r.stats().bridged, 1, "the one slot was given back");
+    await r.close();
+  });
+
+  test(`[${backend}] bridging: random runs land whole, each reported once`, async () => {
+    const mem = memory(512);
+    // destinations below 4 MiB, the region above; slots are taken as the batch is planned, so 64
+    const r = open(FILE, { memory: mem, queueDepth: 8, bridge: { dst: 1024 * K4, bytes: 64 * BRIDGE_SLOT_BYTES } });
+    const rnd = pseudoRandomBytes(4096, 11);
+    const reqs: FlashReadRequest[] = [];
+    let page = 0;
+    for (let i = 0; reqs.length < 300 && page < FILE_BYTES / K4 - 4; i++) {
+      const length = K4 * (1 + (rnd[i] % 3));
+      reqs.push({ fileOffset: page * K4, length, dst: 0, tag: reqs.length });
+      page += length / K4 + (rnd[i + 1000] % 6);
+    }
+    // destinations shuffled over slots of 3 pages
+    const slots = reqs.map((_, i) => i).sort((a, b) => rnd[2000 + a] - rnd[2000 + b] || a - b);
+    const placed = reqs.map((q, i) => ({ ...q, dst: slots[i] * 3 * K4 }));
+    const counts = new Map<unknown, number>();
+    await r.read(placed, (q) => counts.set(q.tag, (counts.get(q.tag) ?? 0) + 1));
+    assert.equal(counts.size, placed.length);
+    assert.ok([...counts.values()].every((c) => c === 1));
+    assertLanded(mem, placed);
+    const s = r.stats();
+    assert.ok(s.bridged > 50, `${s.bridged} bridged`);
+    assert.equal(s.bytes, placed.reduce((a, q) => a + q.length, 0) + s.gapBytes);
+    await r.close();
+  });
+
+  test(`[${backend}] bridging: a bridge region outside the memory, or a bad gap, is refused`, () => {
+    const mem = memory(16);
+    const refusal = (a: number, b: number) =>
+      new RegExp(
+        `^RangeError: FlashReader: bridge \\[${a}, ${b}\\) must be 4096-byte aligned, hold at least 32768 bytes and lie within the memory \\(1048576 bytes\\)$`,
+      );
+    const at = (dst: number, bytes: number) => () => open(FILE, { memory: mem, bridge: { dst, bytes } });
+    assert.throws(at(8 * K4, 4 * K4), refusal(8 * K4, 12 * K4)); // smaller than a slot
+    assert.throws(at(250 * K4, BRIDGE_SLOT_BYTES), refusal(250 * K4, 258 * K4)); // past the end
+    assert.throws(at(100, BRIDGE_SLOT_BYTES), refusal(100, 100 + BRIDGE_SLOT_BYTES)); // not aligned
+    assert.throws(
+      () => open(FILE, { memory: mem, maxGapBytes: 100 }),
+      /maxGapBytes must be a multiple of 4096 below 32768, got 100/,
+    );
   });
 
   test(`[${backend}] queue depth: never more reads in flight than asked, and that many when there is work`, async () => {
@@ -469,6 +610,25 @@ for (const backend of BACKENDS) {
       assert.deepEqual(bytesAt(mem, q.dst, L.bundleBytes), want);
     }
     await r.close();
+
+    // the same bundles into scattered slots, bridged: the checksums cover the gaps read too
+    const scattered = reqs.map((q, i) => ({ ...q, dst: (reqs.length - 1 - i) * 2 * L.bundleBytes }));
+    const rs = FlashReader.open(storePath, {
+      memory: mem,
+      ...backendOpts(backend),
+      verify,
+      checksums: store.checksumTable("always"),
+      bridge: { dst: 2 * reqs.length * L.bundleBytes, bytes: 64 * BRIDGE_SLOT_BYTES },
+      onWarning: () => undefined,
+    });
+    await rs.read(scattered);
+    // four bundles a slot (two pairs two bundles apart) until the 64 slots are taken
+    assert.equal(rs.stats().bridged, 64 * 3);
+    for (const q of scattered) {
+      store.readBundles(1, q.tag as number, 1, want);
+      assert.deepEqual(bytesAt(mem, q.dst, L.bundleBytes), want);
+    }
+    await rs.close();
 
     // flip a byte of one bundle in a copy: that read is rejected with the store's error
     const bad = join(dir, "relu-bad.pi");

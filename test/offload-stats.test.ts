@@ -89,7 +89,7 @@ test("the measuring hook: every pass's counts add up to the meter's totals (the 
     const passes: { n: number; steps: number; groupSteps: number[] }[] = [];
     const unsubscribe = model.onPass((step) => {
       const c = step.offload!;
-      for (const k of Object.keys(newStats()) as (keyof ReturnType<typeof newStats>)[])
+      for (const k of Object.keys(newStats()) as (keyof typeof c & keyof typeof sum)[])
         (sum[k] as number) += c[k] as number;
       for (const f of GROUP_FIELDS) for (let g = 0; g < nLayer; g++) sum.groups[f][g] += c.groups[f][g];
       passes.push({ n: step.n, steps: c.steps, groupSteps: [...c.groups.steps] });

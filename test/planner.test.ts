@@ -9,7 +9,14 @@ import { NeuronStore } from "../src/format/store/index.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { plannedFiring, synthesize } from "../src/offline/synth.js";
 import { readConfig } from "../src/model/config.js";
-import { BudgetError, ffnBufferBytes, offloadLayout, runtimeGrowthBytes } from "../src/model/offload/layout.js";
+import {
+  BUDGET_ROOM,
+  BudgetError,
+  bridgeRegionBytes,
+  ffnBufferBytes,
+  offloadLayout,
+  runtimeGrowthBytes,
+} from "../src/model/offload/layout.js";
 import { hitProfile, type Firing } from "../src/io/hit-model.js";
 import { layoutFor, predict } from "../src/planner/cost-model.js";
 import type { Hardware } from "../src/planner/hardware.js";
@@ -133,6 +140,28 @@ test("budget layout, dense mode over a dense FFN without a profile: every neuron
     assert.equal(at(slots, "gate").hotFraction, 0.5);
   }
   assert.equal(at(600, "dense").hotPerLayer, 100, "the whole FFN fits: all pinned");
+});
+
+test("the flash reader's bridge region: a 32nd of the cache room in 32 KiB slots, at most 2 MiB a memory, none when every bundle is cached", () => {
+  assert.equal(bridgeRegionBytes(-1), 0);
+  assert.equal(bridgeRegionBytes(32 * 32768 - 1), 0);
+  assert.equal(bridgeRegionBytes(32 * 32768), 32768);
+  assert.equal(bridgeRegionBytes(100 * MiB), 2 * MiB);
+  const six = { ...facts, groups: 6 };
+  const resident = { base: 0, weights: 0, buffers: 0, kv: 0, growth: 0 };
+  const knobs = { sparsity: "gate" as const, threads: 1, residentGates: false };
+  const all = 6 * facts.nFF * facts.bundleBytes;
+  const free = offloadLayout(six, resident, undefined, knobs);
+  assert.equal(free.bridgeBytes, 0, "every bundle cached: nothing to read");
+  // a budget whose cache room is half the FFN: a 32nd of that set aside, counted with the buffers and in the fixed part
+  const plain = offloadLayout(six, resident, undefined, { ...knobs, cacheBytes: all });
+  const budget = (plain.fixed + all / 2) / BUDGET_ROOM;
+  const half = offloadLayout(six, resident, budget, knobs);
+  assert.equal(half.bridgeBytes, bridgeRegionBytes(all / 2));
+  assert.ok(half.bridgeBytes > 0);
+  assert.equal(half.ffnBuffers, plain.ffnBuffers + half.bridgeBytes + 4096);
+  assert.equal(half.fixed, plain.fixed + half.bridgeBytes + 4096);
+  assert.ok(half.fixed + half.cacheBytes <= half.room);
 });
 
 /** The real NeuronCache under independent per-token firing, layers in order as the runtime visits them: its cold hit rate once warm. */

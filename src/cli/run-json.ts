@@ -27,7 +27,12 @@ export interface StoreFigures {
   misses: number;
   /** (hot + cold hits) / (hits + misses) */
   cacheHitRate: number;
+  /** bytes of the bundles read (flash reads also read gapBytes between them) */
   bytesRead: number;
+  /** the flash reader since the store opened: physical reads, bundles bridged into another's read, the bytes read between them */
+  flashReads: number;
+  bridged: number;
+  gapBytes: number;
   ioWaitMs: number;
   readAhead: number;
   readAheadUsed: number;
@@ -76,6 +81,9 @@ export function runResult(
     misses: off.misses,
     cacheHitRate: rounded(f.hitRate, 4),
     bytesRead: off.bytesRead,
+    flashReads: off.flash?.reads ?? 0,
+    bridged: off.flash?.bridged ?? 0,
+    gapBytes: off.flash?.gapBytes ?? 0,
     ioWaitMs: rounded(off.ioWaitMs, 2),
     readAhead: off.readAhead,
     readAheadUsed: off.readAheadUsed,

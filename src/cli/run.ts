@@ -169,6 +169,10 @@ export async function main(argv: string[]): Promise<number> {
               : "") +
             "\n",
         );
+      if (off.flash)
+        process.stderr.write(
+          `flash: ${off.flash.reads} reads since the store opened; ${off.flash.bridged} bundles bridged into another's read, ${(off.flash.gapBytes / 1e6).toFixed(1)} MB read between them\n`,
+        );
       const verbose = Boolean(args.statsExperts);
       if (off.groups && off.groups.experts > 0 && (args.stats || verbose))
         process.stderr.write(expertStatsText(off.groups, verbose));

@@ -10,6 +10,7 @@
  */
 import type { NeuronStore } from "../../format/store/index.js";
 import type { GGMLType } from "../../format/ggml-types.js";
+import { BRIDGE_REGION_BYTES, BRIDGE_SLOT_BYTES } from "../../io/flash-reader.js";
 import { defaultHotFraction, hotPerLayer, NeuronCache } from "../../io/neuron-cache.js";
 import { partialBytes, segmentBytes, sparseActivationBytes } from "../../runtime/sparse-kernels.js";
 import { weightKernel } from "../../runtime/weight-kernels.js";
@@ -135,8 +136,13 @@ export interface OffloadLayout {
   fixedResident: FixedResident;
   /** what the process gains once running that the other parts do not list (runtimeGrowthBytes) */
   runtimeGrowth: number;
-  /** the offloaded FFN's own buffers: neuron lists, the sparse kernels' activation and partial sums, checksum marks */
+  /**
+   * the offloaded FFN's own buffers: neuron lists, the sparse kernels' activation and partial
+   * sums, checksum marks, the flash reader's bridge region
+   */
   ffnBuffers: number;
+  /** of those, each memory's flash reader bridge region (bridgeRegionBytes; 0: none) */
+  bridgeBytes: number;
   /** gate rows in memory (else the staging area gate reads land in) */
   residentGates: boolean;
   /** bytes of the resident gate rows, or of the staging area */
@@ -238,7 +244,8 @@ const align64 = (n: number) => Math.ceil(n / 64) * 64;
  * The offloaded FFN's own buffers, as OffloadedFFN allocates them (each 64-byte aligned): per
  * step, six lists of nFF entries (gate outputs, hit addresses and gates, miss addresses and gates,
  * read-ahead scores); the sparse kernels' prepared activation, per-thread partial sums and the
- * segments' partial sums; the reader's checksum marks.
+ * segments' partial sums; the reader's checksum marks. (The reader's bridge region is laid out
+ * with the cache: bridgeRegionBytes.)
  */
 export function ffnBufferBytes(facts: StoreFacts, threads: number, verifyOnce: boolean): number {
   return (
@@ -248,6 +255,16 @@ export function ffnBufferBytes(facts: StoreFacts, threads: number, verifyOnce: b
     align64(segmentBytes(facts.nEmbd)) +
     (verifyOnce ? facts.checksumMarkBytes : 0)
   );
+}
+
+/**
+ * Bytes of one memory's flash reader bridge region (FlashReaderOptions.bridge) beside a neuron
+ * cache of `cacheRoom` bytes that does not hold every bundle: a 32nd of it in whole slots, at most
+ * BRIDGE_REGION_BYTES (64 slots, which the 4B mixture's decode keeps nearly all in use at queue
+ * depth 256); 0 where no slot fits, and nothing is bridged.
+ */
+export function bridgeRegionBytes(cacheRoom: number): number {
+  return Math.max(0, Math.floor(Math.min(BRIDGE_REGION_BYTES, cacheRoom / 32) / BRIDGE_SLOT_BYTES)) * BRIDGE_SLOT_BYTES;
 }
 
 /** The most neurons one group fires a token: by the store's profile, else all of them (a dense FFN). */
@@ -310,7 +327,13 @@ export function offloadLayout(
     knobs.sparsity === "gate" && (knobs.residentGates ?? base + gateRows + shards * PAGE_PAD + cacheBeside <= room);
   const gateBytes = residentGates ? gateRows : staging;
   // the cache's base is page aligned: its padding is counted with the fixed part
-  const fixed = base + gateBytes + shards * PAGE_PAD;
+  const fixedParts = base + gateBytes + shards * PAGE_PAD;
+  // each memory's reader bridges reads in a region taken from the cache's room (none if it holds every bundle)
+  const roomLeft = Math.min(allFFN, knobs.cacheBytes ?? Infinity, room - fixedParts);
+  const bridgeBytes = roomLeft < allFFN ? bridgeRegionBytes(roomLeft / shards) : 0;
+  // counted with the FFN's buffers (page aligned: its pad with it)
+  const bridges = bridgeBytes > 0 ? shards * (bridgeBytes + PAGE_PAD) : 0;
+  const fixed = fixedParts + bridges;
   const cacheRoom = Math.min(allFFN, knobs.cacheBytes ?? Infinity, room - fixed);
   const fits = cacheRoom >= minCache;
   const slots = fits ? Math.floor(cacheRoom / bundleBytes) : 0;
@@ -350,7 +373,7 @@ export function offloadLayout(
     room,
     fixedResident: resident,
     runtimeGrowth: growth,
-    ffnBuffers,
+    ffnBuffers: ffnBuffers + bridges,
     residentGates,
     gateBytes,
     fixed,
@@ -362,7 +385,8 @@ export function offloadLayout(
     coldSlots: cold,
     hotFraction,
     fits,
-    minBudget: Math.ceil((fixed + minCache) / BUDGET_ROOM),
+    bridgeBytes,
+    minBudget: Math.ceil((fixedParts + minCache) / BUDGET_ROOM),
   };
 }
 

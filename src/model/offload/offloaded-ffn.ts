@@ -202,6 +202,9 @@ export class OffloadedFFN {
       onWarning: opts.onWarning,
       fault: opts.fault,
       tracer: this.tracer,
+      // misses a few bundles apart in the file are read at once, through the region the layout set aside
+      bridge:
+        layout.bridgeBytes > 0 ? { dst: arena.alloc(layout.bridgeBytes, 4096), bytes: layout.bridgeBytes } : undefined,
       // The reader's own I/O thread wherever there is a second core, even when every core
       // computes: at 2 threads on 2 cores a 7B token at 3 GiB ran about 1.09x faster than with the
       // system calls inline on the computing thread (docs/benchmarks-log.md); the reader pins it

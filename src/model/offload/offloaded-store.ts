@@ -74,7 +74,8 @@ export class OffloadedStore {
 
   /** A copy of the counters since the model loaded (OffloadMeter.snapshot). */
   snapshot(): OffloadStats {
-    return this.meter.snapshot();
+    const { reads, bridged, gapBytes } = this.reader.stats();
+    return { ...this.meter.snapshot(), flash: { reads, bridged, gapBytes } };
   }
 
   async close(): Promise<void> {

@@ -33,6 +33,12 @@ export interface OffloadStats {
   readAheadRouted?: number;
   /** the same counts per store group (a layer, or layer * experts + expert of a mixture) */
   groups?: GroupStats;
+  /**
+   * The flash reader's physical reads since the store opened (the hot region's load included),
+   * after coalescing and bridging; of the bundles they served, those that shared a read through
+   * the bridge region, and the bytes read between requests for nothing (FlashReaderStats).
+   */
+  flash?: { reads: number; bridged: number; gapBytes: number };
 }
 
 /**
@@ -93,8 +99,8 @@ export function newStats(): OffloadStats {
   };
 }
 
-/** OffloadStats with every counter present (a mixture's too) and the groups': a pass's counts, and the meter's totals. */
-export type OffloadCounts = Required<OffloadStats>;
+/** OffloadStats with every counter present (a mixture's too) and the groups' (not the reader's): a pass's counts, and the meter's totals. */
+export type OffloadCounts = Required<Omit<OffloadStats, "flash">>;
 
 /** Every counter of OffloadStats but the groups', a mixture's included. */
 export const STAT_FIELDS = [
