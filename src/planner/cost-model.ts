@@ -96,7 +96,7 @@ export function predict(
     layout,
     hits ?? hitProfile(firing, layout.hotPerGroup, layout.coldSlots, workload.promptTokens, decodeSteps(workload)),
   );
-  const adj = layerAdjacency(shape, firing, layout.hotPerGroup);
+  const adj = layerAdjacency(shape, firing, layout.hotPerGroup, layout.bridgeBytes > 0);
   if (knobs.sparsity !== "gate")
     return predictorMode(shape, firing, hw, resolved, workload, layout, hp, adj, readAhead);
   return gateMode(shape, hw, resolved, workload, layout, hp, adj);
