@@ -525,8 +525,15 @@ export class FlashReader {
         this.s.coalesced += j - i - 1;
       } else {
         const slot = this.bridgeFree[--this.bridgeFreeCount];
-        this.enqueue(batch, i, j - i, r.fileOffset, end - r.fileOffset, this.bridgeBase + slot * BRIDGE_SLOT_BYTES);
-        this.queue[this.qTail - 1]!.bridgeSlot = slot;
+        this.enqueue(
+          batch,
+          i,
+          j - i,
+          r.fileOffset,
+          end - r.fileOffset,
+          this.bridgeBase + slot * BRIDGE_SLOT_BYTES,
+          slot,
+        );
         this.s.bridged += j - i - 1;
         this.s.gapBytes += gaps;
       }
@@ -570,7 +577,15 @@ export class FlashReader {
     return b;
   }
 
-  private enqueue(batch: Batch, first: number, count: number, fileOffset: number, length: number, dst: number): void {
+  private enqueue(
+    batch: Batch,
+    first: number,
+    count: number,
+    fileOffset: number,
+    length: number,
+    dst: number,
+    bridgeSlot = -1,
+  ): void {
     const op = this.freeOps.pop() ?? this.newOp();
     op.batch = batch;
     op.first = first;
@@ -581,7 +596,7 @@ export class FlashReader {
     op.done = 0;
     op.badChecksum = false;
     op.split = false;
-    op.bridgeSlot = -1;
+    op.bridgeSlot = bridgeSlot;
     for (let k = first; k < first + count; k++) batch.pending[k]++;
     batch.opsLeft++;
     this.queue[this.qTail++] = op;
@@ -754,7 +769,7 @@ export class FlashReader {
       }
     }
     if (op.bridgeSlot >= 0) {
-      // a bridged read covers its requests whole (never split: a run is at most a slot)
+      // a bridged read holds its requests whole: copy each to its place
       const view = this.view();
       for (let k = op.first; k < op.first + op.count; k++) {
         const r = batch.requests[k];
