@@ -20,14 +20,8 @@ import {
 } from "node:fs";
 import { join } from "node:path";
 import { aio } from "../src/io/aio.js";
-import {
-  BRIDGE_GAP_BYTES,
-  BRIDGE_SLOT_BYTES,
-  FlashReader,
-  FlashReadError,
-  type FlashReaderOptions,
-  type FlashReadRequest,
-} from "../src/io/flash-reader.js";
+import { FlashReader, FlashReadError, type FlashReaderOptions, type FlashReadRequest } from "../src/io/flash-reader.js";
+import { BRIDGE_GAP_BYTES, BRIDGE_SLOT_BYTES } from "../src/io/read-bridge.js";
 import { NeuronStore, StoreError } from "../src/format/store/index.js";
 import { convertToStore } from "../src/offline/convert.js";
 import { SHARED, tempDir } from "./helpers.js";

@@ -8,6 +8,11 @@ import { FlashReadError } from "./flash-read-error.js";
 /** What O_DIRECT needs of every read: file offset, length and destination address in multiples of it. */
 export const FLASH_ALIGN = 4096;
 
+/** Whether v is an offset or length O_DIRECT takes: a non-negative multiple of FLASH_ALIGN. */
+export function flashAligned(v: number): boolean {
+  return Number.isSafeInteger(v) && v >= 0 && v % FLASH_ALIGN === 0;
+}
+
 export interface OpenedFile {
   fd: number;
   /** whether reads bypass the page cache (O_DIRECT) */

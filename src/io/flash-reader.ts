@@ -10,11 +10,9 @@
  *   were submitted, are coalesced into one read of at most `maxReadBytes`; a larger request is
  *   split into reads of that size. Small random reads are IOPS-bound (docs/design: ~25K IOPS
  *   through libuv here), so coalescing is what turns neuron reads into bandwidth.
- * - With a bridge region (`bridge`), consecutive requests that are near each other in the file
- *   but not adjacent in memory (a few KiB apart, or scattered over a cache's slots) are read as
- *   one read into a slot of that region, and each request's bytes copied to its place as it
- *   lands. A random read costs a fixed part (~10 us on this machine's disk) plus its bytes
- *   (~0.5 us a KiB), so reading a gap of a few KiB for nothing is cheaper than a second read.
+ * - With a bridge region (`bridge`), consecutive requests near each other in the file but not
+ *   adjacent in memory are read as one read into a slot of that region and copied out
+ *   (read-bridge.ts).
  * - Up to `queueDepth` reads are in flight at once, issued through one of two backends
  *   (read-backend.ts): direct reads go through Linux native AIO where the addon is built
  *   (aio-backend.ts: a batch per system call, completions collected when the event loop would
@@ -34,7 +32,8 @@ import { aio, type AioBinding, type AioRing } from "./aio.js";
 import { AIO_INLINE_QUEUE_DEPTH, AIO_QUEUE_DEPTH, AioBackend } from "./aio-backend.js";
 import type { ReadBackend, ReadHost, ReadOp } from "./read-backend.js";
 import { defaultQueueDepth, ThreadPoolBackend, visibleThreadPoolSize } from "./thread-pool-backend.js";
-import { FLASH_ALIGN, openFile } from "./direct-open.js";
+import { FLASH_ALIGN, flashAligned, openFile } from "./direct-open.js";
+import { ReadBridge, type BridgeRegion } from "./read-bridge.js";
 import { FlashReadError } from "./flash-read-error.js";
 
 // Re-exported: the reader's users import these from here.
@@ -116,7 +115,7 @@ export interface FlashReaderOptions {
    * may use it while the reader is open), in slots of BRIDGE_SLOT_BYTES. Without it nothing is
    * bridged.
    */
-  bridge?: { dst: number; bytes: number };
+  bridge?: BridgeRegion;
   /** the most bytes of the file no request asked for that one bridged read may span between two requests (default BRIDGE_GAP_BYTES) */
   maxGapBytes?: number;
 }
@@ -157,16 +156,6 @@ type OnDone = (error: Error | null) => void;
 
 /** Largest single read when FlashReaderOptions.maxReadBytes is not given (the planner costs coalesced reads with it). */
 export const DEFAULT_MAX_READ_BYTES = 1 << 20;
-/** The longest bridged read, and so the size of a bridge slot. */
-export const BRIDGE_SLOT_BYTES = 32 << 10;
-/**
- * Default FlashReaderOptions.maxGapBytes. On this machine's virtual disk at queue depth 256 a
- * random 4 KiB read costs ~12.5 us of the disk's time and a 16 KiB one ~19 us: a gap is worth
- * reading while its bytes cost less than the ~10 us a second read would add.
- */
-export const BRIDGE_GAP_BYTES = 12 << 10;
-/** Memory for a bridge region that keeps up with a full queue of bridged reads (fewer slots only bridge less). */
-export const BRIDGE_REGION_BYTES = 64 * BRIDGE_SLOT_BYTES;
 const NO_REQUESTS: readonly FlashReadRequest[] = [];
 const NO_DONE: OnDone = () => undefined;
 
@@ -210,10 +199,6 @@ function defaultWarning(message: string): void {
   if (emitted.has(message)) return;
   emitted.add(message);
   process.emitWarning(message, { code: "POWERINFER_FLASH_READER" });
-}
-
-function aligned(v: number): boolean {
-  return Number.isSafeInteger(v) && v >= 0 && v % FLASH_ALIGN === 0;
 }
 
 /** Least time between two values of a trace's reads-in-flight counter (a value per read would double the trace). */
@@ -268,11 +253,7 @@ export class FlashReader {
   private readonly tracer: Tracer | null;
   /** when the reads-in-flight counter was last traced (it is traced at most every COUNTER_EVERY_US) */
   private counterAt = -Infinity;
-  /** the bridge region's first address, its free slots (a stack), and the widest gap bridged */
-  private readonly bridgeBase: number;
-  private readonly bridgeFree: Int32Array;
-  private bridgeFreeCount: number;
-  private readonly maxGap: number;
+  private readonly bridge: ReadBridge;
 
   private constructor(
     readonly path: string,
@@ -294,13 +275,7 @@ export class FlashReader {
     this.verify = opts.verify;
     this.fault = opts.fault;
     this.tracer = opts.tracer ?? null;
-    const bridge = opts.bridge;
-    const slots = bridge ? Math.floor(bridge.bytes / BRIDGE_SLOT_BYTES) : 0;
-    this.bridgeBase = bridge?.dst ?? 0;
-    this.bridgeFree = new Int32Array(slots);
-    for (let i = 0; i < slots; i++) this.bridgeFree[i] = slots - 1 - i;
-    this.bridgeFreeCount = slots;
-    this.maxGap = slots > 0 ? (opts.maxGapBytes ?? BRIDGE_GAP_BYTES) : 0;
+    this.bridge = new ReadBridge(opts.bridge, opts.maxGapBytes);
     const host: ReadHost = {
       view: () => this.view(),
       inFlight: () => this.inFlight,
@@ -336,7 +311,7 @@ export class FlashReader {
     const max = opts.maxReadBytes ?? DEFAULT_MAX_READ_BYTES;
     if (!Number.isInteger(qd) || qd < 1 || qd > 4096)
       throw new RangeError(`FlashReader: queueDepth must be an integer in [1, 4096], got ${qd}`);
-    if (!aligned(max) || max === 0)
+    if (!flashAligned(max) || max === 0)
       throw new RangeError(`FlashReader: maxReadBytes must be a positive multiple of ${FLASH_ALIGN}, got ${max}`);
     const warn = opts.onWarning ?? defaultWarning;
     const want = opts.direct ?? "auto";
@@ -348,23 +323,12 @@ export class FlashReader {
     ) {
       throw new TypeError("FlashReader: memory must be a WebAssembly.Memory, SharedArrayBuffer or ArrayBuffer");
     }
-    const bridge = opts.bridge;
-    if (bridge) {
-      const bytes = (isWasm ? (opts.memory as WebAssembly.Memory).buffer : (opts.memory as ArrayBuffer)).byteLength;
-      if (
-        !aligned(bridge.dst) ||
-        !aligned(bridge.bytes) ||
-        bridge.bytes < BRIDGE_SLOT_BYTES ||
-        bridge.dst + bridge.bytes > bytes
-      )
-        throw new RangeError(
-          `FlashReader: bridge [${bridge.dst}, ${bridge.dst + bridge.bytes}) must be ${FLASH_ALIGN}-byte aligned, hold at least ${BRIDGE_SLOT_BYTES} bytes and lie within the memory (${bytes} bytes)`,
-        );
-    }
-    if (opts.maxGapBytes !== undefined && !(aligned(opts.maxGapBytes) && opts.maxGapBytes < BRIDGE_SLOT_BYTES))
-      throw new RangeError(
-        `FlashReader: maxGapBytes must be a multiple of ${FLASH_ALIGN} below ${BRIDGE_SLOT_BYTES}, got ${opts.maxGapBytes}`,
-      );
+    const refused = ReadBridge.refusal(
+      opts.bridge,
+      opts.maxGapBytes,
+      (isWasm ? (opts.memory as WebAssembly.Memory).buffer : (opts.memory as ArrayBuffer)).byteLength,
+    );
+    if (refused) throw refused;
 
     const { fd, direct, reason, size } = openFile(path, want, isWasm);
     // Native AIO for direct reads (on a buffered descriptor io_submit would read synchronously).
@@ -469,7 +433,7 @@ export class FlashReader {
     const memBytes = this.view().byteLength;
     for (let i = 0; i < count; i++) {
       const r = requests[i];
-      if (!aligned(r.fileOffset) || !aligned(r.length) || r.length === 0 || !aligned(r.dst)) {
+      if (!flashAligned(r.fileOffset) || !flashAligned(r.length) || r.length === 0 || !flashAligned(r.dst)) {
         throw new RangeError(
           `${this.path}: request ${i} (fileOffset ${r.fileOffset}, length ${r.length}, dst ${r.dst}) is not ${FLASH_ALIGN}-byte aligned`,
         );
@@ -497,45 +461,30 @@ export class FlashReader {
         i++;
         continue;
       }
-      // the run one read serves: adjacent in the file and in memory, or, with a free bridge slot,
-      // near each other in the file (it is then read into the slot and copied out)
-      const bridgeMax = this.bridgeFreeCount > 0 ? Math.min(BRIDGE_SLOT_BYTES, max) : 0;
+      // the run one read serves: adjacent in the file and in memory (read in place), or near each
+      // other in the file (bridged: read into a slot and copied out), whichever serves more
       let j = i + 1;
       let end = r.fileOffset + r.length;
-      let direct = true;
-      let gaps = 0;
-      while (j < count) {
+      for (; j < count; j++) {
         const p = requests[j - 1],
           q = requests[j];
-        const gap = q.fileOffset - end;
-        const span = q.fileOffset + q.length - r.fileOffset;
-        if (direct && gap === 0 && q.dst === p.dst + p.length && span <= max) {
-          end += q.length;
-          j++;
-          continue;
-        }
-        if (gap < 0 || gap > this.maxGap || span > bridgeMax) break;
-        direct = false;
-        gaps += gap;
-        end = q.fileOffset + q.length;
-        j++;
+        if (q.fileOffset !== end || q.dst !== p.dst + p.length || q.fileOffset + q.length - r.fileOffset > max) break;
+        end += q.length;
       }
-      if (direct) {
+      const k = this.bridge.runEnd(requests, i, count, max);
+      if (k <= j) {
         this.enqueue(batch, i, j - i, r.fileOffset, end - r.fileOffset, r.dst);
         this.s.coalesced += j - i - 1;
       } else {
-        const slot = this.bridgeFree[--this.bridgeFreeCount];
-        this.enqueue(
-          batch,
-          i,
-          j - i,
-          r.fileOffset,
-          end - r.fileOffset,
-          this.bridgeBase + slot * BRIDGE_SLOT_BYTES,
-          slot,
-        );
-        this.s.bridged += j - i - 1;
-        this.s.gapBytes += gaps;
+        const last = requests[k - 1];
+        const span = last.fileOffset + last.length - r.fileOffset;
+        let asked = 0;
+        for (let m = i; m < k; m++) asked += requests[m].length;
+        const slot = this.bridge.take();
+        this.enqueue(batch, i, k - i, r.fileOffset, span, this.bridge.address(slot), slot);
+        this.s.bridged += k - i - 1;
+        this.s.gapBytes += span - asked;
+        j = k;
       }
       i = j;
     }
@@ -732,7 +681,7 @@ export class FlashReader {
   }
 
   private freeOp(op: Op): void {
-    if (op.bridgeSlot >= 0) this.bridgeFree[this.bridgeFreeCount++] = op.bridgeSlot;
+    if (op.bridgeSlot >= 0) this.bridge.give(op.bridgeSlot);
     op.bridgeSlot = -1;
     op.batch = null;
     this.freeOps.push(op);
@@ -768,15 +717,8 @@ export class FlashReader {
         return;
       }
     }
-    if (op.bridgeSlot >= 0) {
-      // a bridged read holds its requests whole: copy each to its place
-      const view = this.view();
-      for (let k = op.first; k < op.first + op.count; k++) {
-        const r = batch.requests[k];
-        const from = op.dst + (r.fileOffset - op.fileOffset);
-        view.copyWithin(r.dst, from, from + r.length);
-      }
-    }
+    // a bridged read holds its requests whole
+    if (op.bridgeSlot >= 0) ReadBridge.copyOut(this.view(), batch.requests, op.first, op.count, op.fileOffset, op.dst);
     for (let k = op.first; k < op.first + op.count; k++) {
       if (--batch.pending[k] !== 0) continue;
       if (batch.onComplete) {

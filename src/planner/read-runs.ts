@@ -22,7 +22,8 @@
  * costed (at this disk's ~0.5 us a KiB against ~10 us a read, they are a fifth of what a bridge saves).
  */
 import type { Firing } from "../io/hit-model.js";
-import { BRIDGE_GAP_BYTES, BRIDGE_SLOT_BYTES, DEFAULT_MAX_READ_BYTES } from "../io/flash-reader.js";
+import { DEFAULT_MAX_READ_BYTES } from "../io/flash-reader.js";
+import { BRIDGE_GAP_BYTES, BRIDGE_SLOT_BYTES } from "../io/read-bridge.js";
 import { perSplit } from "./hot-runs.js";
 import type { ModelShape } from "./model-shape.js";
 

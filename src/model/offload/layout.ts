@@ -10,7 +10,7 @@
  */
 import type { NeuronStore } from "../../format/store/index.js";
 import type { GGMLType } from "../../format/ggml-types.js";
-import { BRIDGE_REGION_BYTES, BRIDGE_SLOT_BYTES } from "../../io/flash-reader.js";
+import { BRIDGE_REGION_BYTES, BRIDGE_SLOT_BYTES } from "../../io/read-bridge.js";
 import { defaultHotFraction, hotPerLayer, NeuronCache } from "../../io/neuron-cache.js";
 import { partialBytes, segmentBytes, sparseActivationBytes } from "../../runtime/sparse-kernels.js";
 import { weightKernel } from "../../runtime/weight-kernels.js";
