@@ -11,7 +11,6 @@
  */
 import { statSync } from "node:fs";
 import { loadModel, type Model } from "../index.js";
-import { isNeuronStore } from "../model/model.js";
 import { Xoshiro128 } from "../generate/sampler.js";
 import { parseArgs, usage, UsageError, type FlagSpec } from "./args.js";
 import { CONTEXT_FLAGS, MODEL_FLAG, STORE_FLAGS, loadOptions } from "./model-flags.js";
@@ -211,7 +210,7 @@ function modelFacts(path: string, model: Model): ModelFacts {
     type: model.typeDescription,
     size: statSync(path).size,
     params: model.parameterCount,
-    store: isNeuronStore(path),
+    store: model.offloadMode !== undefined,
   };
 }
 

@@ -60,7 +60,7 @@ export function layoutFor(
   const input = { ...m, facts: shape.facts, fixed, budget, knobs: layoutKnobs };
   try {
     const made = storeLayout(input, m.onePlan, Math.max(hw.memories ?? 1, m.onePlan.bytes.length), 2);
-    return made.fits ? made.layout : { ...made.layout, fits: false };
+    return made.layout;
   } catch {
     // a layer whose share alone is more than one memory holds: these knobs do not run
     return { ...offloadLayout(shape.facts, fixed, budget, layoutKnobs), fits: false };

@@ -13,7 +13,7 @@ import { pickedCount } from "./column-pick.js";
 import { HFConvertError } from "./hf-config.js";
 import { HF_MXFP4_CODE_BYTES, repackMxfp4Row } from "./mxfp4-blocks.js";
 import type { Mxfp4Source, PlannedTensor, RowRange } from "./plan.js";
-import { widenChecked, type SafetensorsCheckpoint } from "./safetensors.js";
+import { firstNonFinite, widenChecked, type SafetensorsCheckpoint } from "./safetensors.js";
 
 /**
  * Values [first, first + count) of each of rows [row0, row0 + rows) of `t` (rows of dims[0]
@@ -164,11 +164,6 @@ function readPartRows(
     if (bad >= 0 && found < 0) found = k * count + bad;
   }
   return found;
-}
-
-function firstNonFinite(v: Float32Array): number {
-  for (let i = 0; i < v.length; i++) if (!Number.isFinite(v[i])) return i;
-  return -1;
 }
 
 /** The error for value `value`, element i of a read of rows from row0, values [first, first + count) of each. */

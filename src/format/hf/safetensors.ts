@@ -245,7 +245,12 @@ export function widenChecked(dtype: string, raw: Uint8Array, dst: Float32Array):
   if ((dtype === "F16" || dtype === "BF16") && dst.length >= KERNEL_WIDEN)
     return threadQuantKernels().widenInto(dtype, raw, dst);
   widenToF32(dtype, raw, dst);
-  for (let i = 0; i < dst.length; i++) if (!Number.isFinite(dst[i])) return i;
+  return firstNonFinite(dst);
+}
+
+/** The index of the first value that is not finite, or -1. */
+export function firstNonFinite(v: Float32Array): number {
+  for (let i = 0; i < v.length; i++) if (!Number.isFinite(v[i])) return i;
   return -1;
 }
 
