@@ -9,20 +9,15 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { setFlagsFromString } from "node:v8";
-import { runInNewContext } from "node:vm";
 import { Tokenizer } from "../src/tokenizer/index.js";
 import { TOKENIZER_BYTES_PER_TOKEN } from "../src/model/offload/layout.js";
 import { tokenTrie } from "../src/generate/token-trie.js";
+import { collectGarbage } from "../src/runtime/memory.js";
 import { REAL_VOCABS, vocabMetadata } from "./tokenizer-fixtures.js";
-
-setFlagsFromString("--expose-gc");
-const gc = runInNewContext("gc") as () => void;
 
 /** Heap and array buffers alive after full collections. */
 function live(): number {
-  gc();
-  gc();
+  collectGarbage();
   const m = process.memoryUsage();
   return m.heapUsed + m.arrayBuffers;
 }

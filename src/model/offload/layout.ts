@@ -261,7 +261,7 @@ export function ffnBufferBytes(facts: StoreFacts, threads: number, verifyOnce: b
  * Bytes of one memory's flash reader bridge region (FlashReaderOptions.bridge) beside a neuron
  * cache of `cacheRoom` bytes that does not hold every bundle: a 32nd of it in whole slots, at most
  * BRIDGE_REGION_BYTES (64 slots: on the 4B mixture's decode at queue depth 256, 256 slots bridged
- * 27% of the misses instead of 25%); 0 where no slot fits, and nothing is bridged.
+ * 27% of the misses instead of 25%, in single runs); 0 where no slot fits, and nothing is bridged.
  */
 export function bridgeRegionBytes(cacheRoom: number): number {
   return Math.max(0, Math.floor(Math.min(BRIDGE_REGION_BYTES, cacheRoom / 32) / BRIDGE_SLOT_BYTES)) * BRIDGE_SLOT_BYTES;
