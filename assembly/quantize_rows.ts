@@ -1,7 +1,7 @@
 // The converter's quantizers as kernels (src/runtime/quant-kernels.ts calls them; their bytes are
 // src/format/quant.ts quantizeRow's, quant_blocks.ts says how): f32 rows into a GGUF's or a
 // store's type, and a checkpoint's F16 / BF16 values widened to f32 on the way in.
-import { halvesToF32, QUANT_SCRATCH, quantizeValues, setNanScale } from "./quant_blocks";
+import { halvesToF32, QUANT_SCRATCH, quantizeValues, setNanScale, typeRowBytes } from "./quant_blocks";
 import { T_BF16, T_F16 } from "./sparse_types";
 
 /**
@@ -11,6 +11,37 @@ import { T_BF16, T_F16 } from "./sparse_types";
  */
 export function quantize_rows(type: i32, src: usize, n: i32, dst: usize, scratch: usize): i32 {
   return quantizeValues(type, src, <usize>n, dst, scratch) ? 0 : -1;
+}
+
+/**
+ * Values widened at once by quantize_halves: a pass of the quantizer's blocks, whose f32 stay in
+ * the L1 cache between the widening and the quantizing.
+ */
+const HALVES_STEP: usize = 2048;
+
+/**
+ * n F16 or BF16 values (`dtype`'s ggml id) at src -> n values of `type` at dst, as widen_rows then
+ * quantize_rows give them, HALVES_STEP values at a time: the f32 never go to memory beyond the
+ * cache. scratch: quant_scratch_bytes() plus 4 * HALVES_STEP. 0, or -1 for a type or dtype these
+ * kernels do not take. Values that are not finite are quantized as quantize_rows does them.
+ */
+export function quantize_halves(dtype: i32, type: i32, src: usize, n: i32, dst: usize, scratch: usize): i32 {
+  const bf = dtype == T_BF16;
+  if ((!bf && dtype != T_F16) || typeRowBytes(type, HALVES_STEP) == 0) return -1;
+  const count = <usize>n;
+  const values = scratch + QUANT_SCRATCH;
+  const stepBytes = typeRowBytes(type, HALVES_STEP);
+  for (let i: usize = 0, o = dst; i < count; i += HALVES_STEP, o += stepBytes) {
+    const m = min(HALVES_STEP, count - i);
+    halvesToF32(src + (i << 1), m, values, bf, i32x4.splat(0));
+    quantizeValues(type, values, m, o, scratch);
+  }
+  return 0;
+}
+
+/** The scratch quantize_halves takes. */
+export function quant_halves_scratch_bytes(): i32 {
+  return <i32>(QUANT_SCRATCH + (HALVES_STEP << 2));
 }
 
 /** The f16 bits a Q8_0 block's scale takes where one of its values is NaN (the reference's choice). */

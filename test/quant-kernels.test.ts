@@ -20,7 +20,9 @@ import { ConvertError } from "../src/offline/convert/convert-error.js";
 import { ErrorStats, MeasureScratch, RowConverter, type MeasureJob } from "../src/offline/convert/row-conversion.js";
 import { QuantKernels } from "../src/runtime/quant-kernels.js";
 import { kernelModule, KERNEL_BUILDS, relaxedSimdSupported } from "../src/runtime/wasm.js";
-import { rng } from "./helpers.js";
+import { closeSync, openSync, writeSync } from "node:fs";
+import { join } from "node:path";
+import { rng, tempDir } from "./helpers.js";
 
 const TYPES = [
   GGMLType.Q8_0,
@@ -116,6 +118,34 @@ for (const [build, k] of builds)
         const want = new Uint8Array(rowBytes(type, x.length));
         quantizeRow(type, x, want);
         sameBytes(kernelBytes(k, type, x), want, `${typeName(type)}, seed ${seed}`, rowBytes(type, 32), x);
+      }
+    }
+  });
+
+for (const [build, k] of builds)
+  test(`${build}: each type's bytes from F16 and BF16 halves straight (quantizeHalves) equal widening then quantizeRow's`, () => {
+    // 4096 blocks and 4096 - 3 blocks: whole steps of the kernel's 2048 values and a part step
+    for (const blocks of [4096, 4093]) {
+      const x = testValues(blocks, blocks);
+      for (const dtype of ["F16", "BF16"] as const) {
+        const halves = new Uint8Array(x.length * 2);
+        quantizeRow(dtype === "F16" ? GGMLType.F16 : GGMLType.BF16, x, halves);
+        const widened = new Float32Array(x.length);
+        widenToF32(dtype, halves, widened);
+        for (const type of TYPES) {
+          const want = new Uint8Array(rowBytes(type, x.length));
+          quantizeRow(type, widened, want);
+          k.stage({ values: 0, raw: halves.length, out: want.length });
+          k.raw(halves.length).set(halves);
+          k.quantizeHalves(dtype, type, x.length);
+          sameBytes(
+            k.output(want.length),
+            want,
+            `${dtype} -> ${typeName(type)}, ${blocks} blocks`,
+            rowBytes(type, 32),
+            widened,
+          );
+        }
       }
     }
   });
@@ -351,7 +381,10 @@ test("MeasureScratch: a value the store's type cannot hold is refused with the r
   assert.throws(() => new MeasureScratch().run(jc), /blk\.0\.ffn_down\.weight: the value -99999 does not fit in F16/);
 });
 
-test("encodeChunk through the kernels: rotary regrouping and Gemma's one, from F32, F16 and BF16, are widening then quantizeRow", () => {
+test("encodeChunk through the kernels: rotary regrouping and Gemma's one, from F32, F16 and BF16, given or read from a file, are widening then quantizeRow", (t) => {
+  const file = join(tempDir("encode-read"), "rows.bin");
+  const fd = openSync(file, "w+");
+  t.after(() => closeSync(fd));
   const rowLen = 64,
     rows = 16,
     heads = 8;
@@ -388,12 +421,14 @@ test("encodeChunk through the kernels: rotary regrouping and Gemma's one, from F
           quantizeRow(type, values.subarray(o * rowLen, (o + 1) * rowLen), want.subarray(o * rb, (o + 1) * rb));
         const j: EncodeJob = { src, dtype, rows, rowLen, ropeHeadRows, addOne, type, dst: new Uint8Array(rows * rb) };
         encodeChunk(j, new ChunkScratch());
-        sameBytes(
-          j.dst,
-          want,
-          `${dtype} -> ${typeName(type)}, rope ${ropeHeadRows}, addOne ${addOne}`,
-          rowBytes(type, 32),
-        );
+        const what = `${dtype} -> ${typeName(type)}, rope ${ropeHeadRows}, addOne ${addOne}`;
+        sameBytes(j.dst, want, what, rowBytes(type, 32));
+        // the same rows read from a file by the thread encoding them, after 5 bytes of something else
+        writeSync(fd, src, 0, src.length, 5);
+        const read: EncodeJob = { ...j, src: undefined, read: { fd, position: 5, file, tensor: "t" } };
+        read.dst = new Uint8Array(rows * rb);
+        encodeChunk(read, new ChunkScratch());
+        sameBytes(read.dst, want, `${what}, read`, rowBytes(type, 32));
       }
   }
 });

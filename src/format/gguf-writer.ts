@@ -157,9 +157,13 @@ class ByteBuilder {
     this.buf.set(b, o);
   }
   str(s: string) {
-    const b = Buffer.from(s, "utf8");
-    this.u64(b.length);
-    this.bytes(b);
+    // encoded in place (a vocabulary is 100K+ strings): room for the longest encoding, 3 bytes a
+    // UTF-16 unit, then the length written before it once known
+    const o = this.room(8 + 3 * s.length);
+    const n = this.buf.write(s, o + 8, "utf8");
+    this.buf.writeUInt32LE(n, o);
+    this.buf.writeUInt32LE(0, o + 4);
+    this.length = o + 8 + n;
   }
   zeros(n: number) {
     const o = this.room(n);

@@ -76,7 +76,7 @@ export class QuantKernels {
     this.u8 = new Uint8Array(this.buffer);
     this.f32 = new Float32Array(this.buffer);
     this.f64 = new Float64Array(this.buffer);
-    this.scratchBytes = this.k.quant_scratch_bytes();
+    this.scratchBytes = Math.max(this.k.quant_scratch_bytes(), this.k.quant_halves_scratch_bytes());
     // the reference's Q8_0 scale of a block holding a NaN is Math.max's NaN, whose sign is the engine's
     this.k.quant_nan_scale(f32ToF16(Math.max(0, NaN)));
   }
@@ -139,6 +139,21 @@ export class QuantKernels {
     const bad = this.widen(dtype, n);
     dst.set(this.values(n));
     return bad;
+  }
+
+  /**
+   * The staged raw bytes, n F16 or BF16 values, as `type` into the staged output (rows of whole
+   * blocks), what widen() then quantize() give, without the f32 values going to memory.
+   */
+  quantizeHalves(dtype: "F16" | "BF16", type: GGMLType, n: number): void {
+    const dt = dtype === "F16" ? GGMLType.F16 : GGMLType.BF16;
+    if (this.k.quantize_halves(dt, type, this.rawAt, n, this.outAt, this.scratchAt) !== 0)
+      throw new Error(`the quantizing kernels do not write ${GGMLType[type]} from ${dtype}`);
+  }
+
+  /** The staged output's bytes [from, from + n). */
+  output(n: number, from = 0): Uint8Array {
+    return this.u8.subarray(this.outAt + from, this.outAt + from + n);
   }
 
   /** The first n staged values as `type` into out (rows of whole blocks: out.length bytes). */

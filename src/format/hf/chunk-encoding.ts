@@ -11,11 +11,16 @@ import { GGMLType } from "../ggml-types.js";
 import { bf16ThroughF32 } from "../half.js";
 import { quantizeRow } from "../quant.js";
 import { QuantKernels, threadQuantKernels } from "../../runtime/quant-kernels.js";
-import { widenToF32 } from "./safetensors.js";
+import { readValues, widenToF32, type ValueRead } from "./safetensors.js";
 
 export interface EncodeJob {
-  /** `rows` rows of `rowLen` values of `dtype`, little-endian */
-  src: Uint8Array;
+  /** `rows` rows of `rowLen` values of `dtype`, little-endian: given, or where `read` says */
+  src?: Uint8Array;
+  /**
+   * where the thread running the job reads its rows from (instead of src): straight into its
+   * kernels' memory, and off the converting thread
+   */
+  read?: ValueRead;
   dtype: "F32" | "F16" | "BF16";
   rows: number;
   rowLen: number;
@@ -39,9 +44,15 @@ export interface EncodeJob {
  */
 export class ChunkScratch {
   private buf = new Float32Array(0);
+  private bytes = new Uint8Array(0);
   values(n: number): Float32Array {
     if (this.buf.length < n) this.buf = new Float32Array(n);
     return this.buf.subarray(0, n);
+  }
+  /** room for a job's source bytes read by the thread */
+  raw(n: number): Uint8Array {
+    if (this.bytes.length < n) this.bytes = new Uint8Array(n);
+    return this.bytes.subarray(0, n);
   }
 }
 
@@ -60,12 +71,26 @@ function sourceRow(r: number, headRows: number | undefined): number {
   return r - k + (k & 1) * (headRows / 2) + (k >> 1);
 }
 
+/** The job's source bytes (into.length of them) into `into`, from job.src or by job.read. */
+function sourceInto(job: EncodeJob, into: Uint8Array): void {
+  if (job.read) readValues(job.read, into);
+  else into.set(job.src!.subarray(0, into.length));
+}
+
 /** Fill job.dst with the job's rows encoded. */
 export function encodeChunk(job: EncodeJob, scratch: ChunkScratch): void {
-  const { src, dtype, rows, rowLen, ropeHeadRows, type, dst } = job;
+  const { dtype, rows, rowLen, ropeHeadRows, type, dst } = job;
   const elem = dtype === "F32" ? 4 : 2;
   const rowBytes = rowLen * elem;
-  if (dtype === "BF16" && type === GGMLType.BF16 && !job.addOne) {
+  const bf16Kept = dtype === "BF16" && type === GGMLType.BF16 && !job.addOne;
+  if (!bf16Kept && QuantKernels.supports(type)) return encodeChunkKernels(job);
+  let src = job.src!;
+  if (job.read) {
+    // read into dst where it is encoded in place, else into the scratch
+    src = encodesInPlace(job) ? dst : scratch.raw(rows * rowBytes);
+    readValues(job.read, src.subarray(0, rows * rowBytes));
+  }
+  if (bf16Kept) {
     for (let r = 0; r < rows;) {
       // runs of rows in source order go at once
       const s = sourceRow(r, ropeHeadRows);
@@ -78,7 +103,6 @@ export function encodeChunk(job: EncodeJob, scratch: ChunkScratch): void {
     }
     return;
   }
-  if (QuantKernels.supports(type)) return encodeChunkKernels(job);
   const values = scratch.values(rows * rowLen);
   if (ropeHeadRows)
     for (let r = 0; r < rows; r++) {
@@ -90,24 +114,40 @@ export function encodeChunk(job: EncodeJob, scratch: ChunkScratch): void {
   encodeRows(type, values, rows, rowLen, dst);
 }
 
-/** encodeChunk through the thread's WASM kernels: the rows copied in (regrouped), widened, encoded and copied out. */
+/**
+ * encodeChunk through the thread's WASM kernels: the rows copied (or read) in, encoded and copied
+ * out. F16 and BF16 rows go to the type straight from their halves (quantize_halves), in source
+ * order, and the output rows are regrouped as they are copied out (each row is encoded alone);
+ * F32 rows, and rows with Gemma's one to add, go through the f32 values.
+ */
 function encodeChunkKernels(job: EncodeJob): void {
-  const { src, dtype, rows, rowLen, ropeHeadRows, type, dst } = job;
+  const { dtype, rows, rowLen, ropeHeadRows, type, dst } = job;
   const k = threadQuantKernels();
   const n = rows * rowLen;
-  const elem = dtype === "F32" ? 4 : 2;
-  const rowBytes = rowLen * elem;
-  k.stage({ values: n, raw: dtype === "F32" ? 0 : n * 2, out: dst.length });
-  // F32 straight into the values; F16 and BF16 into the raw bytes, then widened
-  const put = (bytes: Uint8Array, row: number) =>
-    dtype === "F32" ? k.putValues(bytes, row * rowLen) : k.raw(bytes.length, row * rowBytes).set(bytes);
-  if (ropeHeadRows)
+  const halves = dtype !== "F32";
+  if (halves && !job.addOne) {
+    k.stage({ values: 0, raw: n * 2, out: dst.length });
+    sourceInto(job, k.raw(n * 2));
+    k.quantizeHalves(dtype, type, n);
+    const outRow = dst.length / rows;
+    if (!ropeHeadRows) dst.set(k.output(dst.length));
+    else for (let r = 0; r < rows; r++) dst.set(k.output(outRow, sourceRow(r, ropeHeadRows) * outRow), r * outRow);
+    return;
+  }
+  const rowBytes = rowLen * (halves ? 2 : 4);
+  k.stage({ values: n, raw: halves ? n * 2 : 0, out: dst.length });
+  // the rows in source order: F32 straight into the values, F16 and BF16 into the raw bytes
+  const stored = halves ? k.raw(n * 2) : new Uint8Array(k.values(n).buffer, k.values(n).byteOffset, n * 4);
+  sourceInto(job, stored);
+  if (ropeHeadRows) {
+    // regrouped through a copy (rare: F32 attention rows)
+    const copy = stored.slice();
     for (let r = 0; r < rows; r++) {
       const s = sourceRow(r, ropeHeadRows);
-      put(src.subarray(s * rowBytes, (s + 1) * rowBytes), r);
+      stored.set(copy.subarray(s * rowBytes, (s + 1) * rowBytes), r * rowBytes);
     }
-  else put(src.subarray(0, rows * rowBytes), 0);
-  if (dtype !== "F32") k.widen(dtype, n);
+  }
+  if (halves) k.widen(dtype, n);
   if (job.addOne) {
     const values = k.values(n);
     for (let i = 0; i < n; i++) values[i] = Math.fround(values[i] + 1);

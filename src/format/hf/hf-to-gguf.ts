@@ -34,7 +34,7 @@ import {
   type PlannedTensor,
   type RowRange,
 } from "./plan.js";
-import { SafetensorsCheckpoint, type SafetensorsFile } from "./safetensors.js";
+import { SafetensorsCheckpoint, type SafetensorsFile, type ValueRead } from "./safetensors.js";
 import { readTokenizerFiles, type HFTokenizerFiles } from "./tokenizer-files.js";
 import { encodesInPlace, type EncodeJob } from "./chunk-encoding.js";
 import { ChunkPipeline, inlineRunner, type ChunkRunner } from "./chunk-pipeline.js";
@@ -207,6 +207,7 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
   const output = resolve(opts.output);
   const { cfg, ckpt, plan, tok } = openHFModel(dir);
   let writer: GGUFWriter | undefined;
+  let chunks: TensorChunks | undefined;
   try {
     const layout = ggufLayoutOf(dir, { cfg, plan, tok }, opts.type ?? "auto");
     writer = new GGUFWriter(output, { fsync: opts.fsync });
@@ -217,7 +218,7 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
     const bytesTotal = plan.tensors.reduce((a, t) => a + sourceBytes(t), 0);
     let bytesDone = 0;
     const runner = opts.runner ?? inlineRunner();
-    const chunks = new TensorChunks(ckpt, runner, new ChunkPipeline(runner));
+    chunks = new TensorChunks(ckpt, runner, new ChunkPipeline(runner));
     for (let i = 0; i < plan.tensors.length; i++) {
       const t = plan.tensors[i];
       const sink = await writer.tensorSink(t.name);
@@ -244,6 +245,7 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
       ...(layout.mxfp4 ? { mxfp4: layout.mxfp4 } : {}),
     };
   } catch (e) {
+    await chunks?.settle();
     await writer?.abort();
     throw e;
   } finally {
@@ -282,6 +284,8 @@ const WRITES_BEHIND = 3;
 export class TensorChunks {
   /** the chunks' writes, chained in order; those not done yet */
   private writing: Promise<void> = Promise.resolve();
+  /** jobs the runner has not finished (a worker may be reading the checkpoint for one) */
+  private encoding = new Set<Promise<unknown>>();
   private behind: Promise<void>[] = [];
 
   constructor(
@@ -295,6 +299,14 @@ export class TensorChunks {
     await this.pipeline.drain();
     await this.writing;
     this.behind = [];
+  }
+
+  /**
+   * Waits, after a failure, for the jobs still running to end (their results dropped): a worker
+   * reads the checkpoint's files by descriptor, so they must not close under it.
+   */
+  async settle(): Promise<void> {
+    await Promise.allSettled([...this.encoding]);
   }
 
   /** `bytes` written after the chunks before, then `release` returned to the pipeline; waits while WRITES_BEHIND wait. */
@@ -348,30 +360,40 @@ export class TensorChunks {
       const perChunk = Math.max(unit, Math.floor(CHUNK_VALUES / rowLen / unit) * unit);
       for (let r = 0; r < p.rows; r += perChunk) {
         const n = Math.min(perChunk, p.rows - r);
-        const src = this.pipeline.buffer(n * rowLen * elemBytes);
-        file.readValueBytes(p.source, (p.firstRow + r) * rowLen, src);
+        // read by the thread that encodes it
+        const read = file.valueRead(p.source, (p.firstRow + r) * rowLen, n * rowLen * elemBytes);
         report(n * rowLen * elemBytes);
-        await this.encode(t, type, sink, src, p.source.dtype as EncodeJob["dtype"], n, p.ropeHeadRows);
+        await this.encode(t, type, sink, read, p.source.dtype as EncodeJob["dtype"], n, p.ropeHeadRows);
         await tick();
       }
     }
   }
 
-  /** `rows` rows of `src` (of `dtype`, from buffer()) converted and written in their turn. */
+  /**
+   * `rows` rows of `src` (of `dtype`: bytes from buffer(), or a checkpoint read for the runner to
+   * make) converted and written in their turn.
+   */
   private encode(
     t: PlannedTensor,
     type: GGMLType,
     sink: Pick<TensorSink, "write">,
-    src: Uint8Array,
+    src: Uint8Array | ValueRead,
     dtype: EncodeJob["dtype"],
     rows: number,
     ropeHeadRows?: number,
   ): Promise<void> {
     const rowLen = t.dims[0];
-    const job: EncodeJob = { src, dtype, rows, rowLen, ropeHeadRows, addOne: t.addOne, type, dst: src };
-    if (!encodesInPlace(job)) job.dst = this.pipeline.buffer(rows * traitsBytes(typeTraits(type)!, rowLen));
-    return this.pipeline.submit(this.runner.encode(job), (done) =>
-      this.writeBehind(sink, done.dst, done.src, done.dst),
+    const job: EncodeJob = { dtype, rows, rowLen, ropeHeadRows, addOne: t.addOne, type, dst: new Uint8Array(0) };
+    if (src instanceof Uint8Array) job.src = src;
+    else job.read = src;
+    const outBytes = rows * traitsBytes(typeTraits(type)!, rowLen);
+    job.dst = job.src && encodesInPlace(job) ? job.src : this.pipeline.buffer(outBytes);
+    const inFlight = this.runner.encode(job);
+    this.encoding.add(inFlight);
+    const settled = () => this.encoding.delete(inFlight);
+    inFlight.then(settled, settled);
+    return this.pipeline.submit(inFlight, (done) =>
+      this.writeBehind(sink, done.dst, ...(done.src ? [done.src, done.dst] : [done.dst])),
     );
   }
 

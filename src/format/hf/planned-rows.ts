@@ -20,7 +20,9 @@ import { firstNonFinite, widenChecked, type SafetensorsCheckpoint } from "./safe
  * values, counted over all higher dimensions) into `dst`, `count` per row, one read per run of
  * rows in one checkpoint tensor where its rows are the checkpoint's. `scratch` is reused for the
  * raw bytes. A NaN or infinity is refused, naming the checkpoint's file and tensor, as a GGUF's
- * are when a store is made of it.
+ * are when a store is made of it. `hold` (for slices of rows, a band of Down's columns) gives a
+ * run of whole rows' bytes read once for several calls (store-source.ts HeldMatrix), or undefined
+ * where they are not held.
  */
 export function readPlannedRows(
   ckpt: SafetensorsCheckpoint,
@@ -31,6 +33,7 @@ export function readPlannedRows(
   count: number,
   dst: Float32Array,
   scratch: Uint8Array,
+  hold?: HoldRows,
 ): void {
   const rowLen = t.dims[0];
   if (t.values) {
@@ -58,7 +61,7 @@ export function readPlannedRows(
     );
   partRuns(t, t.parts, row0, rows, (p, r, done, n) => {
     const got = dst.subarray(done * count, (done + n) * count);
-    const bad = readPartRows(ckpt, p, rowLen, r, n, first, count, got, scratch);
+    const bad = readPartRows(ckpt, p, rowLen, r, n, first, count, got, scratch, hold);
     if (bad >= 0) refuseNonFinite(p.source.file, p.source.name, got[bad], bad, r, first, count);
   });
   if (t.addOne) for (let i = 0; i < rows * count; i++) dst[i] = Math.fround(dst[i] + 1);
@@ -92,6 +95,14 @@ function partRuns(
     throw new HFConvertError(`tensor "${t.name}": rows [${row0}, ${row0 + rows}) are past its ${at} rows`);
 }
 
+/** Whole rows' bytes held across reads: `bytes` bytes from `at` of `tensor`, as `read` fills them, or undefined. */
+export type HoldRows = (
+  tensor: object,
+  at: number,
+  bytes: number,
+  read: (dst: Uint8Array) => void,
+) => Uint8Array | undefined;
+
 /**
  * Rows [r, r + n) of part `p` (values [first, first + count) of each) into dst. Returns the first
  * value of dst that is not finite, or -1.
@@ -106,6 +117,7 @@ function readPartRows(
   count: number,
   dst: Float32Array,
   scratch: Uint8Array,
+  hold?: HoldRows,
 ): number {
   const file = ckpt.fileOf(p.source);
   const pick = p.columns;
@@ -148,13 +160,14 @@ function readPartRows(
   if (count === rowLen) return file.readF32(p.source, r * rowLen, dst.subarray(0, n * count), scratch);
   const elem = p.source.bytes / Math.max(1, p.source.elements);
   if (scratch.length >= n * count * elem) {
-    // each row's slice read into one run of raw bytes, widened at once (a band of Down's columns)
-    for (let k = 0; k < n; k++)
-      file.readValueBytes(
-        p.source,
-        (r + k) * rowLen + first,
-        scratch.subarray(k * count * elem, (k + 1) * count * elem),
-      );
+    // each row's slice gathered into one run of raw bytes, widened at once (a band of Down's
+    // columns): from the whole rows where they are held, else read one by one
+    const whole = hold?.(p.source, r, n * rowLen * elem, (d) => file.readValueBytes(p.source, r * rowLen, d));
+    for (let k = 0; k < n; k++) {
+      const slice = scratch.subarray(k * count * elem, (k + 1) * count * elem);
+      if (whole) slice.set(whole.subarray((k * rowLen + first) * elem, (k * rowLen + first + count) * elem));
+      else file.readValueBytes(p.source, (r + k) * rowLen + first, slice);
+    }
     return widenChecked(p.source.dtype, scratch.subarray(0, n * count * elem), dst.subarray(0, n * count));
   }
   // every row read before a value is refused (a shard cut short says so first, as above)

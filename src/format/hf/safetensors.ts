@@ -60,6 +60,37 @@ export interface SafetensorsTensor {
   elements: number;
 }
 
+/** A read of a tensor's stored bytes (SafetensorsFile.valueRead), plain data to post to a worker. */
+export interface ValueRead {
+  fd: number;
+  /** the file offset */
+  position: number;
+  /** for messages */
+  file: string;
+  tensor: string;
+}
+
+/** dst.length bytes from `position` of the open file `fd` (`file` and `tensor` name it in errors). */
+function readFully(fd: number, dst: Uint8Array, position: number, file: string, tensor?: string): void {
+  const where = tensor === undefined ? "" : `tensor "${tensor}": `;
+  for (let done = 0; done < dst.length;) {
+    let n: number;
+    try {
+      n = readSync(fd, dst, done, dst.length - done, position + done);
+    } catch (e) {
+      throw new SafetensorsError(`${file}: ${where}read at offset ${position + done} failed: ${errorText(e)}`);
+    }
+    if (n === 0)
+      throw new SafetensorsError(`${file}: ${where}truncated: read at offset ${position + done} returned nothing`);
+    done += n;
+  }
+}
+
+/** The bytes of a ValueRead into dst (its length). */
+export function readValues(r: ValueRead, dst: Uint8Array): void {
+  readFully(r.fd, dst, r.position, r.file, r.tensor);
+}
+
 export class SafetensorsFile {
   readonly path: string;
   readonly tensors = new Map<string, SafetensorsTensor>();
@@ -187,27 +218,14 @@ export class SafetensorsFile {
 
   /** `tensor`: the one read, named when the file ends before the header said (cut short since it was opened) */
   private readAt(buf: Uint8Array, position: number, tensor?: string): void {
-    let done = 0;
-    while (done < buf.length) {
-      const n = readSync(this.fd, buf, done, buf.length - done, position + done);
-      if (n === 0)
-        this.fail(
-          `${tensor === undefined ? "" : `tensor "${tensor}": `}truncated: read at offset ${position + done} returned nothing`,
-        );
-      done += n;
-    }
+    readFully(this.fd, buf, position, this.path, tensor);
   }
 
   /** The raw bytes [from, from + n) of a tensor. */
   readBytes(t: SafetensorsTensor, from: number, dst: Uint8Array): void {
     if (from < 0 || from + dst.length > t.bytes)
       this.fail(`tensor "${t.name}": read of ${dst.length} bytes at ${from} is outside its ${t.bytes}`);
-    try {
-      this.readAt(dst, t.offset + from, t.name);
-    } catch (e) {
-      if (e instanceof SafetensorsError) throw e;
-      this.fail(`tensor "${t.name}": read at offset ${t.offset + from} failed: ${errorText(e)}`);
-    }
+    this.readAt(dst, t.offset + from, t.name);
   }
 
   /**
@@ -218,6 +236,21 @@ export class SafetensorsFile {
     if (!(READABLE_DTYPES as readonly string[]).includes(t.dtype))
       this.fail(`tensor "${t.name}" is ${t.dtype}: only ${READABLE_DTYPES.join(", ")} can be converted`);
     this.readBytes(t, first * DTYPE_BYTES[t.dtype], dst);
+  }
+
+  /**
+   * What readValueBytes(t, first, dst) reads for a dst of `bytes` bytes, checked as it checks it,
+   * as a read that another thread of this process makes (readValues): the conversion's workers read
+   * their chunks themselves. Valid while this file is open.
+   */
+  valueRead(t: SafetensorsTensor, first: number, bytes: number): ValueRead {
+    if (!(READABLE_DTYPES as readonly string[]).includes(t.dtype))
+      this.fail(`tensor "${t.name}" is ${t.dtype}: only ${READABLE_DTYPES.join(", ")} can be converted`);
+    const from = first * DTYPE_BYTES[t.dtype];
+    if (from < 0 || from + bytes > t.bytes)
+      this.fail(`tensor "${t.name}": read of ${bytes} bytes at ${from} is outside its ${t.bytes}`);
+    if (this.fd < 0) this.fail(`tensor "${t.name}": the file is closed`);
+    return { fd: this.fd, position: t.offset + from, file: this.path, tensor: t.name };
   }
 
   /**

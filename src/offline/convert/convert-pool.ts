@@ -25,13 +25,15 @@ export interface BufferRef {
   length: number;
 }
 
-/** A job as posted: its buffers as BufferRefs, everything else as it is. */
+/** A job as posted: its fields that are not buffers, as they are. */
 export type PostedJob = Record<string, unknown>;
 
 export interface PoolRequest {
   id: number;
   kind: "encode" | "measure";
   job: PostedJob;
+  /** the job's buffers, by field */
+  views: Record<string, BufferRef>;
   /** shared buffers this worker has not seen yet, with their numbers */
   adopt: [number, SharedArrayBuffer][];
 }
@@ -40,13 +42,13 @@ export interface PoolRequest {
 export type PoolReply =
   { id: number; fields: Record<string, unknown> } | { id: number; error: { name: string; message: string } };
 
-/** A job as a worker runs it: its BufferRefs as views of the buffers it was sent. */
-export function jobViews(job: PostedJob, buffers: Map<number, SharedArrayBuffer>): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(job)) {
-    const r = v as BufferRef;
-    out[k] = typeof v === "object" && v !== null ? new Uint8Array(buffers.get(r.buffer)!, r.offset, r.length) : v;
-  }
+/** A job as a worker runs it: its fields, and its BufferRefs as views of the buffers it was sent. */
+export function jobViews(
+  m: Pick<PoolRequest, "job" | "views">,
+  buffers: Map<number, SharedArrayBuffer>,
+): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...m.job };
+  for (const [k, r] of Object.entries(m.views)) out[k] = new Uint8Array(buffers.get(r.buffer)!, r.offset, r.length);
   return out;
 }
 
@@ -137,6 +139,7 @@ export class ConvertPool implements ConvertRunner {
     for (let i = 1; i < this.workers.length; i++) if (this.outstanding[i] < this.outstanding[w]) w = i;
     const adopt: [number, SharedArrayBuffer][] = [];
     const posted: PostedJob = {};
+    const views: Record<string, BufferRef> = {};
     for (const [k, v] of Object.entries(job)) {
       if (!(v instanceof Uint8Array)) {
         posted[k] = v;
@@ -148,13 +151,13 @@ export class ConvertPool implements ConvertRunner {
         this.sent[w].add(buffer);
         adopt.push([buffer, v.buffer as SharedArrayBuffer]);
       }
-      posted[k] = { buffer, offset: v.byteOffset, length: v.length } satisfies BufferRef;
+      views[k] = { buffer, offset: v.byteOffset, length: v.length };
     }
     const id = this.nextId++;
     this.outstanding[w]++;
     return new Promise<J>((resolve, reject) => {
       this.pending.set(id, { resolve: (fields) => resolve(Object.assign(job, fields)), reject, worker: w });
-      this.workers[w].postMessage({ id, kind, job: posted, adopt } satisfies PoolRequest);
+      this.workers[w].postMessage({ id, kind, job: posted, views, adopt } satisfies PoolRequest);
     });
   }
 

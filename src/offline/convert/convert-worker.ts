@@ -36,7 +36,7 @@ port.on("message", (m: PoolRequest) => {
   for (const [id, b] of m.adopt) buffers.set(id, b);
   let reply: PoolReply;
   try {
-    const job = jobViews(m.job, buffers);
+    const job = jobViews(m, buffers);
     if (m.kind === "encode") encodeChunk(job as unknown as EncodeJob, chunks);
     else measures.run(job as unknown as MeasureJob);
     reply = { id: m.id, fields: jobFields(job) };

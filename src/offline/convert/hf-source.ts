@@ -20,7 +20,7 @@ import type { SafetensorsCheckpoint } from "../../format/hf/safetensors.js";
 import { encodeMetadataValue, type EncodedMetadata } from "../../format/store/index.js";
 import { ConvertError } from "./convert-error.js";
 import type { MatrixView } from "./source-ffn.js";
-import type { StoreSource } from "./store-source.js";
+import { HeldMatrix, type StoreSource } from "./store-source.js";
 
 /** The end of the run of consecutive row numbers in `indices` from i. */
 function runEnd(indices: Int32Array, i: number): number {
@@ -117,6 +117,7 @@ export function hfSource(
       if (scratch.length < 4 * n) scratch = new Uint8Array(4 * n);
     };
     const chunks = new TensorChunks(ckpt, runner, new ChunkPipeline(runner));
+    const down = new HeldMatrix();
     const source: StoreSource = {
       model,
       record: {
@@ -153,7 +154,9 @@ export function hfSource(
       readDownBand: (m, c0, w, tile) => {
         // room for the band's raw bytes, widened at once
         room(m.rows * w);
-        readPlannedRows(ckpt, planned(m), m.base / m.rowBytes, m.rows, c0, w, tile, scratch);
+        readPlannedRows(ckpt, planned(m), m.base / m.rowBytes, m.rows, c0, w, tile, scratch, (...a) =>
+          down.bytesOf(...a),
+        );
       },
       downBandStep: () => 1,
       copyFixed: async (t, write, check) => {
