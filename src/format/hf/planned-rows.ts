@@ -13,7 +13,7 @@ import { pickedCount } from "./column-pick.js";
 import { HFConvertError } from "./hf-config.js";
 import { HF_MXFP4_CODE_BYTES, repackMxfp4Row } from "./mxfp4-blocks.js";
 import type { Mxfp4Source, PlannedTensor, RowRange } from "./plan.js";
-import { firstNonFinite, widenChecked, type SafetensorsCheckpoint } from "./safetensors.js";
+import { firstNonFinite, widenChecked, type SafetensorsCheckpoint, type ValueRead } from "./safetensors.js";
 
 /**
  * Values [first, first + count) of each of rows [row0, row0 + rows) of `t` (rows of dims[0]
@@ -65,6 +65,40 @@ export function readPlannedRows(
     if (bad >= 0) refuseNonFinite(p.source.file, p.source.name, got[bad], bad, r, first, count);
   });
   if (t.addOne) for (let i = 0; i < rows * count; i++) dst[i] = Math.fround(dst[i] + 1);
+}
+
+/** Rows of a planned tensor as one read of a checkpoint tensor's stored halves (plainRowsRead). */
+export interface HalvesRead {
+  read: ValueRead;
+  dtype: "F16" | "BF16";
+  /** the checkpoint tensor's row the read starts at (for messages) */
+  sourceRow: number;
+}
+
+/**
+ * Rows [row0, row0 + rows) of `t` as one read of the F16 or BF16 bytes a checkpoint tensor
+ * stores, where they are that: within one part of checkpoint rows as they are (no picked
+ * columns, no regrouping, nothing added). Else undefined: readPlannedRows reads them.
+ */
+export function plainRowsRead(
+  ckpt: SafetensorsCheckpoint,
+  t: PlannedTensor,
+  row0: number,
+  rows: number,
+): HalvesRead | undefined {
+  if (!t.parts || t.addOne || t.values || t.mxfp4) return undefined;
+  let at = 0;
+  for (const p of t.parts) {
+    if (row0 >= at && row0 + rows <= at + p.rows) {
+      const dtype = p.source.dtype;
+      if (p.columns || p.ropeHeadRows || (dtype !== "F16" && dtype !== "BF16")) return undefined;
+      const sourceRow = p.firstRow + row0 - at;
+      const read = ckpt.fileOf(p.source).valueRead(p.source, sourceRow * t.dims[0], rows * t.dims[0] * 2);
+      return { read, dtype, sourceRow };
+    }
+    at += p.rows;
+  }
+  return undefined;
 }
 
 /**
@@ -180,7 +214,7 @@ function readPartRows(
 }
 
 /** The error for value `value`, element i of a read of rows from row0, values [first, first + count) of each. */
-function refuseNonFinite(
+export function refuseNonFinite(
   file: string,
   name: string,
   value: number,

@@ -95,10 +95,26 @@ export async function writeFFNGroup(
     const from = source.valuesType(m);
     let src: Uint8Array;
     if (from !== null) {
-      // rows read as values (a checkpoint read in place) are quantized once, measured against them
+      // rows read as values (a checkpoint read in place) are quantized once, measured against
+      // them: read by the thread converting them where they are stored halves, else here
+      if (from !== ffnType) changed[kind] = from;
+      const halves = source.rowsRead?.(m, idx);
+      if (halves) {
+        const { read, dtype, sourceRow } = halves;
+        const job = measureJob(pipeline, {
+          name: m.t.name,
+          read,
+          sourceRow,
+          from: GGMLType[dtype],
+          columns: false,
+          rows: g,
+          n: nEmbd,
+          to: ffnType,
+        });
+        return runner.measure(job).then((done) => ({ rows: done.dst, job: done }));
+      }
       src = pipeline.buffer(g * nEmbd * 4);
       source.readRowValues(m, idx, new Float32Array(src.buffer, 0, g * nEmbd));
-      if (from !== ffnType) changed[kind] = from;
     } else {
       src = pipeline.buffer(g * m.rowBytes);
       source.readRows(m, idx, src);
@@ -142,7 +158,7 @@ export async function writeFFNGroup(
         for (let k = 0; k < g; k++) out.set(rows.subarray(k * rowBytes, (k + 1) * rowBytes), k * bundleBytes + at);
         if (job) {
           stats[kind].addMeasured(job);
-          pipeline.release(job.src, job.errors);
+          pipeline.release(...(job.src ? [job.src] : []), job.errors);
         }
         pipeline.release(rows);
       });

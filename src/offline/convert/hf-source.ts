@@ -15,7 +15,7 @@ import { ggufLayoutOf, openHFModel, TensorChunks, type HFOutputType } from "../.
 import { encodeRows } from "../../format/hf/chunk-encoding.js";
 import { ChunkPipeline, inlineRunner, type ChunkRunner } from "../../format/hf/chunk-pipeline.js";
 import type { PlannedTensor } from "../../format/hf/plan.js";
-import { readPlannedMxfp4, readPlannedRows } from "../../format/hf/planned-rows.js";
+import { plainRowsRead, readPlannedMxfp4, readPlannedRows } from "../../format/hf/planned-rows.js";
 import type { SafetensorsCheckpoint } from "../../format/hf/safetensors.js";
 import { encodeMetadataValue, type EncodedMetadata } from "../../format/store/index.js";
 import { ConvertError } from "./convert-error.js";
@@ -140,6 +140,10 @@ export function hfSource(
           i = j;
         }
       },
+      rowsRead: (m, indices) =>
+        runEnd(indices, 0) === indices.length
+          ? plainRowsRead(ckpt, planned(m), m.base / m.rowBytes + indices[0], indices.length)
+          : undefined,
       readRowValues: (m, indices, dst) => {
         const rowLen = m.t.dims[0];
         const first = m.base / m.rowBytes;

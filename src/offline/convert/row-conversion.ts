@@ -13,6 +13,8 @@ import type { ChunkPipeline } from "../../format/hf/chunk-pipeline.js";
 import type { StoreConversion } from "../../format/store/index.js";
 import { QuantKernels, threadQuantKernels } from "../../runtime/quant-kernels.js";
 import { ConvertError } from "./convert-error.js";
+import { refuseNonFinite } from "../../format/hf/planned-rows.js";
+import { readValues, widenChecked, type ValueRead } from "../../format/hf/safetensors.js";
 
 /** The error of a conversion, accumulated over rows: max and rms against the source, and the largest source value. */
 export class ErrorStats {
@@ -104,7 +106,14 @@ export interface MeasureJob {
    * `rows` rows of `n` values of type `from` (F32: values read in place); with `columns`, a band
    * of a matrix stored the other way, n rows of `rows` f32 values, each column of which is a row
    */
-  src: Uint8Array;
+  src?: Uint8Array;
+  /**
+   * instead of src: a checkpoint's F16 or BF16 rows, read by the thread converting them, a value
+   * that is not finite refused as readPlannedRows refuses it (naming the file, tensor, row and column)
+   */
+  read?: ValueRead;
+  /** the checkpoint tensor's row `read` starts at */
+  sourceRow?: number;
   from: GGMLType;
   columns: boolean;
   rows: number;
@@ -143,6 +152,7 @@ export class MeasureScratch {
   private converters = new Map<number, RowConverter>();
   private cols = new Float32Array(0);
   private row = new ErrorStats();
+  private raw = new Uint8Array(0);
 
   /** Fill job.dst with its rows in job.to, and job's errors. */
   run(job: MeasureJob): void {
@@ -150,6 +160,7 @@ export class MeasureScratch {
     let rc = this.converters.get(n);
     if (!rc) this.converters.set(n, (rc = new RowConverter(n)));
     if (QuantKernels.supports(to)) return this.runKernels(job, rc);
+    const src = job.src ?? this.readSource(job);
     const rb = traitsBytes(typeTraits(to)!, n);
     const errors = new Float64Array(job.errors.buffer, job.errors.byteOffset, rows);
     const row = this.row;
@@ -161,7 +172,7 @@ export class MeasureScratch {
     };
     if (job.columns) {
       // a column-at-a-time gather strides through the whole band (the converter's hot spot once)
-      const tile = new Float32Array(job.src.buffer, job.src.byteOffset, n * rows);
+      const tile = new Float32Array(src.buffer, src.byteOffset, n * rows);
       if (this.cols.length < GATHER * n) this.cols = new Float32Array(GATHER * n);
       const cols = this.cols;
       for (let j0 = 0; j0 < rows; j0 += GATHER) {
@@ -185,15 +196,27 @@ export class MeasureScratch {
       return;
     }
     const srcRb = traitsBytes(typeTraits(job.from)!, n);
-    const values =
-      job.from === GGMLType.F32 ? new Float32Array(job.src.buffer, job.src.byteOffset, rows * n) : undefined;
+    const values = job.from === GGMLType.F32 ? new Float32Array(src.buffer, src.byteOffset, rows * n) : undefined;
     for (let r = 0; r < rows; r++) {
       row.reset();
       const dst = job.dst.subarray(r * rb, (r + 1) * rb);
       if (values) rc.quantize(name, values.subarray(r * n, (r + 1) * n), to, dst, row);
-      else rc.convert(name, job.from, job.src.subarray(r * srcRb, (r + 1) * srcRb), to, dst, row);
+      else rc.convert(name, job.from, src.subarray(r * srcRb, (r + 1) * srcRb), to, dst, row);
       measured(r);
     }
+  }
+
+  /** A job's read made here: its F16 or BF16 bytes, a value that is not finite refused. */
+  private readSource(job: MeasureJob): Uint8Array {
+    const { read, rows, n } = job;
+    const bytes = rows * n * 2;
+    if (this.raw.length < bytes) this.raw = new Uint8Array(bytes);
+    const raw = this.raw.subarray(0, bytes);
+    readValues(read!, raw);
+    const values = new Float32Array(rows * n);
+    const bad = widenChecked(GGMLType[job.from], raw, values);
+    if (bad >= 0) refuseNonFinite(read!.file, read!.tensor, values[bad], bad, job.sourceRow ?? 0, 0, n);
+    return raw;
   }
 
   /** run() through the thread's WASM kernels: the rows (or the band) copied in, measured, copied out. */
@@ -210,7 +233,7 @@ export class MeasureScratch {
         rowLen: n,
         rows,
       });
-      k.putBand(job.src, n, rows);
+      k.putBand(job.src!, n, rows);
       k.resetMaxima();
       for (let j0 = 0; j0 < rows; j0 += KERNEL_STRIP) {
         const g = Math.min(KERNEL_STRIP, rows - j0);
@@ -221,16 +244,21 @@ export class MeasureScratch {
     } else {
       const halves = job.from === GGMLType.F16 || job.from === GGMLType.BF16;
       k.stage({ values: rows * n, raw: halves ? rows * n * 2 : 0, out: rows * rb, rowLen: n, rows });
-      if (job.from === GGMLType.F32) k.putValues(job.src.subarray(0, rows * n * 4));
+      if (job.from === GGMLType.F32) k.putValues(job.src!.subarray(0, rows * n * 4));
       else if (halves) {
-        // a GGUF's F16 or BF16 rows: widened by the kernels, the values dequantizeRow gives
-        k.raw(rows * n * 2).set(job.src.subarray(0, rows * n * 2));
-        k.widen(job.from === GGMLType.F16 ? "F16" : "BF16", rows * n);
+        // a GGUF's or a checkpoint's F16 or BF16 rows: widened by the kernels, the values
+        // dequantizeRow gives
+        const raw = k.raw(rows * n * 2);
+        if (job.read) readValues(job.read, raw);
+        else raw.set(job.src!.subarray(0, rows * n * 2));
+        const bad = k.widen(job.from === GGMLType.F16 ? "F16" : "BF16", rows * n);
+        if (bad >= 0 && job.read)
+          refuseNonFinite(job.read.file, job.read.tensor, k.values(rows * n)[bad], bad, job.sourceRow ?? 0, 0, n);
       } else {
         const srcRb = traitsBytes(typeTraits(job.from)!, n);
         const values = k.values(rows * n);
         for (let r = 0; r < rows; r++)
-          dequantizeRow(job.from, job.src.subarray(r * srcRb, (r + 1) * srcRb), n, values, r * n);
+          dequantizeRow(job.from, job.src!.subarray(r * srcRb, (r + 1) * srcRb), n, values, r * n);
       }
       k.resetMaxima();
       const bad = k.measure(to, rows, n);

@@ -9,6 +9,7 @@ import { traitsBytes, typeTraits, type GGMLType } from "../../format/ggml-types.
 import type { GGUFFile, GGUFTensorInfo, ModelFile } from "../../format/gguf.js";
 import { dequantizeRow } from "../../format/quant.js";
 import type { EncodedMetadata, StoreManifest } from "../../format/store/index.js";
+import type { HalvesRead } from "../../format/hf/planned-rows.js";
 import { readRows, type MatrixView } from "./source-ffn.js";
 import { encodeMetadata } from "./store-metadata.js";
 
@@ -27,6 +28,12 @@ export interface StoreSource {
   valuesType(m: MatrixView): GGMLType | null;
   /** rows `indices` of `m` into dst, in m.t.type */
   readRows(m: MatrixView, indices: Int32Array, dst: Uint8Array): void;
+  /**
+   * Rows `indices` of `m` as one read of stored F16 or BF16 values that the thread converting
+   * them makes, where they are that (a run of a checkpoint tensor's rows); else undefined, and
+   * readRowValues reads them.
+   */
+  rowsRead?(m: MatrixView, indices: Int32Array): HalvesRead | undefined;
   /** rows `indices` of `m` into dst as f32 values (a source with a valuesType) */
   readRowValues(m: MatrixView, indices: Int32Array, dst: Float32Array): void;
   /** Down (`m`, nEmbd rows of nFF): values [c0, c0 + w) of every row, as f32, row after row */

@@ -62,7 +62,7 @@ export async function transposeDown(
     await pipeline.submit(runner.measure(job), (done) => {
       out.set(done.dst, c0 * rowBytes);
       stats.addMeasured(done);
-      pipeline.release(done.src, done.dst, done.errors);
+      pipeline.release(tile, done.dst, done.errors);
       // progress counts the matrix's bytes as the GGUF holds (or would hold) them
       onBytes(traitsBytes(src, w) * nEmbd);
     });
