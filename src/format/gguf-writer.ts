@@ -12,8 +12,8 @@
  * file renamed to `path`. An interrupted or failed write therefore never leaves a file that a
  * loader would take for a model. `abort()` deletes the partial file.
  */
-import { open, rename, rm, type FileHandle } from "node:fs/promises";
-import { EarlyWriteback } from "./early-writeback.js";
+import { rename, rm } from "node:fs/promises";
+import { SequentialWriter } from "../io/sequential-writer.js";
 import { GGMLType, traitsBytes, typeTraits, typeName } from "./ggml-types.js";
 import { GGUFValueType, type GGUFValue } from "./gguf.js";
 
@@ -343,16 +343,14 @@ export class GGUFWriter {
   private tensors = new Map<string, TensorEntry>();
   private order: TensorEntry[] = [];
   private dataSize = 0;
-  private fh: FileHandle | undefined;
-  private opening: Promise<FileHandle> | undefined;
+  private out: SequentialWriter | undefined;
+  private opening: Promise<SequentialWriter> | undefined;
   private dataStart = -1;
   private state: "declaring" | "writing" | "finished" | "aborted" = "declaring";
   private inflight = new Set<Promise<unknown>>();
   private failure: Error | undefined;
   private bytesWritten = 0;
   private aborting: Promise<void> | undefined;
-  /** the disk writing what is written as it goes (with fsync only) */
-  private writeback: EarlyWriteback | undefined;
 
   constructor(path: string, options: GGUFWriterOptions = {}) {
     this.path = path;
@@ -471,7 +469,7 @@ export class GGUFWriter {
     if (e.sinkOpen) throw new GGUFWriteError(this.path, `tensor "${name}" is already being written`);
     await this.begin();
     e.sinkOpen = true;
-    const fh = this.fh!;
+    const out = this.out!;
     const self = this;
     return {
       name,
@@ -496,7 +494,7 @@ export class GGUFWriter {
         const pos = self.dataStart + e.rel + e.written;
         e.written += chunk.length;
         self.bytesWritten += chunk.length;
-        return self.track(writeAll(fh, chunk, pos).then(() => self.writeback?.wrote(chunk.length)));
+        return self.track(out.write(chunk, pos));
       },
     };
   }
@@ -518,23 +516,22 @@ export class GGUFWriter {
         `cannot finish: ${missing.length} tensor(s) incomplete: ${list}${missing.length > 5 ? ", ..." : ""}`,
       );
     }
-    const fh = this.fh!;
+    const out = this.out!;
     try {
       // The padding after the last tensor is part of the format (llama.cpp pads it too); writing
-      // its final byte makes the file length exact even if the data ended in a gap.
+      // it makes the file length exact even if the data ended in a gap.
       const total = this.dataStart + this.dataSize;
       const last =
         this.order.length > 0
           ? this.dataStart + this.order[this.order.length - 1].rel + this.order[this.order.length - 1].bytes
           : total;
-      if (total > last) await writeAll(fh, new Uint8Array(total - last), last);
-      await fh.truncate(total);
-      await this.writeback?.settle();
-      if (this.doFsync) await fh.sync();
-      await writeAll(fh, Buffer.from(this.magic, "latin1"), 0);
-      if (this.doFsync) await fh.datasync();
-      await fh.close();
-      this.fh = undefined;
+      if (total > last) await out.write(new Uint8Array(total - last), last);
+      await out.end();
+      if (this.doFsync) await out.sync();
+      await out.write(Buffer.from(this.magic, "latin1"), 0);
+      if (this.doFsync) await out.sync();
+      await out.close();
+      this.out = undefined;
       await rename(this.tempPath, this.path);
       this.state = "finished";
     } catch (err) {
@@ -555,10 +552,9 @@ export class GGUFWriter {
     this.state = "aborted";
     await Promise.allSettled([...this.inflight]);
     if (this.opening) await this.opening.catch(() => undefined);
-    await this.writeback?.settle().catch(() => undefined);
-    if (this.fh) {
-      await this.fh.close().catch(() => undefined);
-      this.fh = undefined;
+    if (this.out) {
+      await this.out.close();
+      this.out = undefined;
     }
     await rm(this.tempPath, { force: true });
   }
@@ -573,16 +569,15 @@ export class GGUFWriter {
     this.state = "writing";
     const header = this.buildHeader();
     this.dataStart = header.length;
-    this.opening = open(this.tempPath, "w");
+    this.opening = SequentialWriter.create(this.tempPath, { fsync: this.doFsync });
     try {
-      this.fh = await this.opening;
-      if (this.doFsync) this.writeback = new EarlyWriteback(this.fh);
+      this.out = await this.opening;
       // Magic stays zero until finish(): a partial file is never mistaken for a model.
       header.fill(0, 0, 4);
-      await writeAll(this.fh, header, 0);
+      await this.out.write(header, 0);
       for (const e of this.order) {
         if (!e.inline) continue;
-        await writeAll(this.fh, e.inline, this.dataStart + e.rel);
+        await this.out.write(e.inline, this.dataStart + e.rel);
         e.written = e.bytes;
         this.bytesWritten += e.bytes;
       }
@@ -648,14 +643,5 @@ export class GGUFWriter {
     if (this.state !== "declaring") {
       throw new GGUFWriteError(this.path, `cannot ${what}: tensor data has already started (the header is fixed)`);
     }
-  }
-}
-
-async function writeAll(fh: FileHandle, chunk: Uint8Array, position: number): Promise<void> {
-  let off = 0;
-  while (off < chunk.length) {
-    const { bytesWritten } = await fh.write(chunk, off, chunk.length - off, position + off);
-    if (bytesWritten === 0) throw new Error(`short write at offset ${position + off}`);
-    off += bytesWritten;
   }
 }

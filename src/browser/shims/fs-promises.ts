@@ -5,6 +5,7 @@
  */
 import { opfsRoot, type SyncAccessHandle } from "../web-types.js";
 import { opfsName } from "../opfs-paths.js";
+import { constants } from "./fs.js";
 
 class OpfsFileHandle {
   constructor(private handle: SyncAccessHandle | null) {}
@@ -51,7 +52,18 @@ class OpfsFileHandle {
 
 export type FileHandle = OpfsFileHandle;
 
-export async function open(path: string, flags = "r"): Promise<OpfsFileHandle> {
+/**
+ * flags as a string ("r", "r+", "w", "a"), or as Node's numbers: O_DIRECT is refused as a file
+ * system without it refuses it (EINVAL), and the caller writes through the page cache instead.
+ */
+export async function open(path: string, flags: string | number = "r"): Promise<OpfsFileHandle> {
+  if (typeof flags === "number") {
+    if (flags & constants.O_DIRECT)
+      throw Object.assign(new Error(`EINVAL: the private file system has no O_DIRECT, open '${path}'`), {
+        code: "EINVAL",
+      });
+    flags = flags & constants.O_TRUNC ? "w" : flags & constants.O_CREAT ? "a" : flags & 3 ? "r+" : "r";
+  }
   const root = await opfsRoot();
   const create = flags.startsWith("w") || flags.startsWith("a");
   const fh = await root.getFileHandle(opfsName(path), { create });

@@ -35,7 +35,7 @@ function desc(fd: number) {
   return f;
 }
 
-export const constants = { O_RDONLY: 0, O_WRONLY: 1, O_RDWR: 2, O_DIRECT: 0o40000 };
+export const constants = { O_RDONLY: 0, O_WRONLY: 1, O_RDWR: 2, O_CREAT: 0o100, O_TRUNC: 0o1000, O_DIRECT: 0o40000 };
 
 export function existsSync(path: string): boolean {
   return files.has(path);

@@ -2,8 +2,8 @@
  * Writing a store (used by src/offline/convert.ts and the predictor tools): streamed, with the
  * chunk checksums computed on the way, and crash-safe.
  */
-import { open as openAsync, rename, rm, type FileHandle } from "node:fs/promises";
-import { EarlyWriteback } from "../early-writeback.js";
+import { rename, rm } from "node:fs/promises";
+import { SequentialWriter } from "../../io/sequential-writer.js";
 import { crc32 } from "./checksum.js";
 import { encodeHeader, STORE_PAGE, STORE_VERSION } from "./header.js";
 import { base64Of, STORE_FORMAT_NAME, type StoreManifest } from "./manifest.js";
@@ -11,15 +11,9 @@ import { base64Of, STORE_FORMAT_NAME, type StoreManifest } from "./manifest.js";
 export interface StoreWriterOptions {
   /** fsync before the rename (default true), so a crash cannot leave a torn store under the final name */
   fsync?: boolean;
-  /** bytes buffered before a write system call (default 4 MiB; up to WRITE_BUFFERS such buffers, all but one being written) */
-  bufferBytes?: number;
+  /** O_DIRECT where the file system takes it (default true): io/sequential-writer.ts */
+  direct?: boolean;
 }
-
-/**
- * Buffers a writer fills and writes at once: writes in flight smooth over one that the disk (or a
- * thread pool short of a core) is slow to take.
- */
-const WRITE_BUFFERS = 4;
 
 /** The manifest minus what the writer fills in itself (format, version, checksums). */
 export type StoreManifestBody = Omit<StoreManifest, "format" | "version" | "checksums">;
@@ -28,23 +22,14 @@ export type StoreManifestBody = Omit<StoreManifest, "format" | "version" | "chec
  * Sequential writer of a store. Everything goes to `<path>.partial-<pid>`, whose header page
  * stays zero until finish() has written the manifest; then the header is written, the file is
  * synced and renamed to `path`. A crash or abort never leaves something that opens as a store.
- * Full buffers are written while the next fills: the caller goes on converting while the disk
- * writes (waiting for each write took a store conversion's thread 40% of its time).
+ * The bytes go through io/sequential-writer.ts: written a few MiB at a time while the caller goes
+ * on converting (waiting for each write took a store conversion's thread 40% of its time),
+ * bypassing the page cache where the file system allows.
  */
 export class StoreWriter {
   readonly tmpPath: string;
   /** file offset of the next byte written */
   position = STORE_PAGE;
-  private buf: Buffer;
-  /** buffers free to fill next */
-  private free: Buffer[] = [];
-  /** writes in flight, oldest first, each with the buffer it writes */
-  private writes: { done: Promise<void>; buf: Buffer }[] = [];
-  private fill = 0;
-  /** the disk writing what is written as it goes (with fsync only) */
-  private writeback: EarlyWriteback | undefined;
-  /** file offset of buf[0] */
-  private bufAt = STORE_PAGE;
   /** CRC-32 of every finished chunk since STORE_PAGE */
   private crcs = new Uint32Array(1024);
   private nCrcs = 0;
@@ -54,21 +39,19 @@ export class StoreWriter {
 
   private constructor(
     readonly path: string,
-    private fh: FileHandle,
+    private out: SequentialWriter,
     private opts: StoreWriterOptions,
   ) {
-    this.tmpPath = `${path}.partial-${process.pid}`;
-    this.buf = Buffer.alloc(opts.bufferBytes ?? 4 << 20);
-    if (opts.fsync !== false) this.writeback = new EarlyWriteback(fh);
+    this.tmpPath = out.path;
   }
 
   static async create(path: string, opts: StoreWriterOptions = {}): Promise<StoreWriter> {
     const tmp = `${path}.partial-${process.pid}`;
-    const fh = await openAsync(tmp, "w");
-    const w = new StoreWriter(path, fh, opts);
+    const out = await SequentialWriter.create(tmp, opts);
+    const w = new StoreWriter(path, out, opts);
     try {
       // the header page is written as zeros now and for real in finish()
-      await fh.write(new Uint8Array(STORE_PAGE), 0, STORE_PAGE, 0);
+      await out.zeros(STORE_PAGE);
     } catch (e) {
       await w.abort();
       throw e;
@@ -76,19 +59,17 @@ export class StoreWriter {
     return w;
   }
 
+  /** Whether the store's bytes bypass the page cache. */
+  get direct(): boolean {
+    return this.out.direct;
+  }
+
   /** Append bytes (copied: the caller may reuse `data` as soon as this resolves). */
   async write(data: Uint8Array): Promise<void> {
     if (this.closed) throw new Error(`${this.path}: write after finish/abort`);
     this.checksum(data);
-    let i = 0;
-    while (i < data.length) {
-      const n = Math.min(data.length - i, this.buf.length - this.fill);
-      this.buf.set(data.subarray(i, i + n), this.fill);
-      this.fill += n;
-      i += n;
-      if (this.fill === this.buf.length) await this.flush();
-    }
     this.position += data.length;
+    await this.out.write(data);
   }
 
   /** Zeros up to the next multiple of `alignment`. */
@@ -117,40 +98,6 @@ export class StoreWriter {
     }
   }
 
-  /** Starts writing the buffer and goes on in a free one: a new one, or the oldest write's once it is done. */
-  private async flush(): Promise<void> {
-    const done = this.writeOut(this.buf, this.fill, this.bufAt);
-    // a failed write throws when it is awaited (held till then, not reported as unhandled)
-    done.catch(() => undefined);
-    this.writes.push({ done, buf: this.buf });
-    this.bufAt += this.fill;
-    this.fill = 0;
-    if (this.free.length === 0 && this.writes.length < WRITE_BUFFERS) this.free.push(Buffer.alloc(this.buf.length));
-    if (this.free.length === 0) {
-      const oldest = this.writes.shift()!;
-      await oldest.done;
-      this.free.push(oldest.buf);
-    }
-    this.buf = this.free.pop()!;
-  }
-
-  /** Waits for every write in flight. */
-  private async settle(): Promise<void> {
-    for (const w of this.writes.splice(0)) {
-      await w.done;
-      this.free.push(w.buf);
-    }
-  }
-
-  private async writeOut(buf: Buffer, bytes: number, at: number): Promise<void> {
-    let off = 0;
-    while (off < bytes) {
-      const { bytesWritten } = await this.fh.write(buf, off, bytes - off, at + off);
-      off += bytesWritten;
-    }
-    this.writeback?.wrote(bytes);
-  }
-
   /** Write the manifest and the header, sync, rename into place. Returns the file size. */
   async finish(body: StoreManifestBody): Promise<{ bytes: number; manifest: StoreManifest }> {
     await this.pad();
@@ -173,20 +120,14 @@ export class StoreWriter {
     await this.write(json);
     // the file ends on a page boundary so that an O_DIRECT read of the manifest's last page works
     await this.pad();
-    await this.flush();
-    await this.settle();
+    await this.out.end();
     this.closed = true;
-    await this.fh.write(
+    await this.out.write(
       encodeHeader({ manifestOffset: end, manifestBytes: json.length, manifestCrc32: crc32(json) }),
       0,
-      STORE_PAGE,
-      0,
     );
-    if (this.opts.fsync !== false) {
-      await this.writeback?.settle();
-      await this.fh.sync();
-    }
-    await this.fh.close();
+    if (this.opts.fsync !== false) await this.out.sync();
+    await this.out.close();
     await rename(this.tmpPath, this.path);
     return { bytes: this.position, manifest };
   }
@@ -194,9 +135,7 @@ export class StoreWriter {
   /** Close and delete the partial file. */
   async abort(): Promise<void> {
     this.closed = true;
-    await this.settle().catch(() => undefined);
-    await this.writeback?.settle().catch(() => undefined);
-    await this.fh.close().catch(() => undefined);
+    await this.out.close();
     await rm(this.tmpPath, { force: true });
   }
 }
