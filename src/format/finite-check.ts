@@ -115,11 +115,32 @@ export function findNonFinite(type: GGMLType, bytes: Uint8Array, startByte: numb
   const scales = SCALES[type];
   if (!scales) return null;
   const wide = F32_SCALES.has(type);
+  // the exponent bits tested (through 16-bit words where they are aligned: every f16 scale of an
+  // even-sized block), the value made only for the report
+  const halves =
+    !wide && bytes.byteOffset % 2 === 0 && skip % 2 === 0 && size % 2 === 0
+      ? new Uint16Array(bytes.buffer, bytes.byteOffset, bytes.byteLength >> 1)
+      : undefined;
+  if (halves && scales.length === 1) {
+    // the common case (Q8_0, Q4_0): one scale, first in the block
+    const step = size >> 1;
+    for (let b = 0, i = (skip + scales[0]) >> 1; b < blocks; b++, i += step)
+      if ((halves[i] & EXP_F16) === EXP_F16)
+        return { element: (first + b) * traits.blockSize, value: f16ToF32(halves[i]), scale: true };
+    return null;
+  }
+  const nonFinite = (at: number) =>
+    halves
+      ? (halves[at >> 1] & EXP_F16) === EXP_F16
+      : wide
+        ? (view.getUint32(at, true) & EXP_F32) === EXP_F32
+        : (view.getUint16(at, true) & EXP_F16) === EXP_F16;
   for (let b = 0; b < blocks; b++) {
     const at = skip + b * size;
-    for (const s of scales) {
-      const value = wide ? view.getFloat32(at + s, true) : f16ToF32(view.getUint16(at + s, true));
-      if (!Number.isFinite(value)) return { element: (first + b) * traits.blockSize, value, scale: true };
+    for (let k = 0; k < scales.length; k++) {
+      if (!nonFinite(at + scales[k])) continue;
+      const value = wide ? view.getFloat32(at + scales[k], true) : f16ToF32(view.getUint16(at + scales[k], true));
+      return { element: (first + b) * traits.blockSize, value, scale: true };
     }
   }
   return null;
