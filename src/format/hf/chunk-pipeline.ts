@@ -41,21 +41,41 @@ export function settle<T>(f: () => T): Promise<T> {
   }
 }
 
+/**
+ * The size of the buffers that hold `bytes`: a multiple of an eighth of the power of two at or
+ * below it (at most an eighth more than asked; a q4_0 chunk of 1M values, 576 KiB, fits one exactly).
+ */
+export function sizeClass(bytes: number): number {
+  const step = 2 ** Math.floor(Math.log2(Math.max(bytes, 4096))) / 8;
+  return Math.ceil(bytes / step) * step;
+}
+
 /** Free buffers kept per size class: enough for every chunk in flight to have its own. */
 const KEEP_PER_CLASS = 16;
 
 export class ChunkPipeline {
-  readonly depth: number;
+  /**
+   * results kept waiting before the oldest is consumed: the runner's depth, raised by a converter
+   * while its thread does other work and the runner goes on with what was submitted
+   */
+  depth: number;
   private queue: { result: Promise<unknown>; consume: (r: unknown) => unknown }[] = [];
   private free = new Map<number, ArrayBufferLike[]>();
+  private filling: { n: number; resolve: () => void } | undefined;
 
   constructor(private runner: Pick<ChunkRunner, "depth" | "allocate">) {
     this.depth = runner.depth;
   }
 
-  /** A buffer of `bytes`, recycled once released (its size class: the next power of two). */
+  /** Resolves once `n` results wait to be consumed (at once if they do). */
+  holding(n: number): Promise<void> {
+    if (this.queue.length >= n) return Promise.resolve();
+    return new Promise((resolve) => (this.filling = { n, resolve }));
+  }
+
+  /** A buffer of `bytes`, recycled once released (in its size class, sizeClass()). */
   buffer(bytes: number): Uint8Array {
-    const size = 2 ** Math.ceil(Math.log2(Math.max(bytes, 4096)));
+    const size = sizeClass(bytes);
     const ab = this.free.get(size)?.pop() ?? this.runner.allocate(size);
     return new Uint8Array(ab, 0, bytes);
   }
@@ -71,13 +91,20 @@ export class ChunkPipeline {
 
   /**
    * Hands `result` to `consume` once it and everything submitted before it are in, in the order
-   * of submission; returns when at most `depth` results wait. A failed result throws here (or
+   * of submission; returns when at most `depth` results wait (or, over a lowered depth, two
+   * fewer than did). A failed result throws here (or
    * from drain()) when its turn comes; until then it is held, never reported as unhandled.
    */
   async submit<T>(result: Promise<T>, consume: (r: T) => unknown): Promise<void> {
     result.catch(() => undefined);
     this.queue.push({ result, consume: consume as (r: unknown) => unknown });
-    while (this.queue.length > this.depth) await this.next();
+    if (this.filling && this.queue.length >= this.filling.n) {
+      this.filling.resolve();
+      this.filling = undefined;
+    }
+    // two results at most for each submitted: a queue left over a lowered depth (a GGUF's early
+    // chunks) shrinks while new chunks keep the runner busy, instead of the runner waiting for it
+    for (let k = 0; k < 2 && this.queue.length > this.depth; k++) await this.next();
   }
 
   /** Consumes every result still waiting. */

@@ -35,9 +35,9 @@ import {
   type RowRange,
 } from "./plan.js";
 import { SafetensorsCheckpoint, type SafetensorsFile, type ValueRead } from "./safetensors.js";
-import { readTokenizerFiles, type HFTokenizerFiles } from "./tokenizer-files.js";
+import { tokenizerFilesOnDemand, type HFTokenizerFiles } from "./tokenizer-files.js";
 import { encodesInPlace, type EncodeJob } from "./chunk-encoding.js";
-import { ChunkPipeline, inlineRunner, type ChunkRunner } from "./chunk-pipeline.js";
+import { ChunkPipeline, inlineRunner, sizeClass, type ChunkRunner } from "./chunk-pipeline.js";
 
 export const HF_OUTPUT_TYPES = ["auto", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"] as const;
 export type HFOutputType = (typeof HF_OUTPUT_TYPES)[number];
@@ -134,7 +134,7 @@ export function openHFModel(dir: string): {
   tok: HFTokenizerFiles;
 } {
   const cfg = HFConfig.read(join(dir, "config.json"));
-  const tok = readTokenizerFiles(dir);
+  const tok = tokenizerFilesOnDemand(dir);
   const ckpt = SafetensorsCheckpoint.open(dir);
   try {
     return { cfg, ckpt, tok, plan: planConversion(ckpt, cfg, tok) };
@@ -155,20 +155,46 @@ export interface GGUFLayout {
   mxfp4?: "kept" | "dequantized";
 }
 
+/** A GGUF's tensor types for `want` (what its layout needs but the vocabulary). */
+export type GGUFTyping = Omit<GGUFLayout, "metadata">;
+
+/** The tensor types of a directory's GGUF for `want`: known before its vocabulary is read. */
+export function ggufTypingOf(plan: ConversionPlan, want: HFOutputType): GGUFTyping {
+  if (!HF_OUTPUT_TYPES.includes(want))
+    throw new HFConvertError(`--type must be one of ${HF_OUTPUT_TYPES.join(", ")}, got "${want}"`);
+  const type = want === "auto" ? autoType(plan) : want;
+  const ggmlType = GGML_OF[type];
+  const block = typeTraits(ggmlType)!.blockSize;
+  const hasMxfp4 = plan.tensors.some((t) => t.mxfp4);
+  const keepMxfp4 = hasMxfp4 && !FLOAT_TYPES.includes(want);
+  return {
+    type,
+    types: plan.tensors.map((t) =>
+      t.mxfp4 && keepMxfp4 ? GGMLType.MXFP4 : outputTypeFor(t.name, t.dims, ggmlType, block),
+    ),
+    ...(hasMxfp4 ? { mxfp4: keepMxfp4 ? "kept" : "dequantized" } : {}),
+  };
+}
+
 /**
  * The GGUF's metadata and tensor types for `want`: one place for what a GGUF of the directory
  * and a store made straight from it (offline/convert/hf-source.ts) must agree on.
  */
 export function ggufLayoutOf(
   dir: string,
-  { cfg, plan, tok }: { cfg: HFConfig; plan: ConversionPlan; tok: HFTokenizerFiles },
+  model: { cfg: HFConfig; plan: ConversionPlan; tok: HFTokenizerFiles },
   want: HFOutputType,
 ): GGUFLayout {
-  if (!HF_OUTPUT_TYPES.includes(want))
-    throw new HFConvertError(`--type must be one of ${HF_OUTPUT_TYPES.join(", ")}, got "${want}"`);
-  const type = want === "auto" ? autoType(plan) : want;
-  const ggmlType = GGML_OF[type];
-  const block = typeTraits(ggmlType)!.blockSize;
+  const typing = ggufTypingOf(model.plan, want);
+  return { ...typing, metadata: ggufMetadataOf(dir, model, typing) };
+}
+
+/** The metadata of a directory's GGUF typed as `typing` says, in order: its vocabulary read here. */
+export function ggufMetadataOf(
+  dir: string,
+  { cfg, plan, tok }: { cfg: HFConfig; plan: ConversionPlan; tok: HFTokenizerFiles },
+  { type, mxfp4 }: GGUFTyping,
+): GGUFLayout["metadata"] {
   const vocab = ggufVocabFromHF(tok.tokenizerJson, tok.tokenizerConfig, {
     vocabSize: plan.vocabSize,
     config: cfg.json,
@@ -184,21 +210,12 @@ export function ggufLayoutOf(
   const name = ggufModelName(dir, vocab.get("tokenizer.ggml.tokens") as string[]);
   if (name !== undefined) set("general.name", name);
   for (const m of plan.metadata) if (m.key !== "general.architecture") set(m.key, m.value, m.type);
-  const hasMxfp4 = plan.tensors.some((t) => t.mxfp4);
-  const keepMxfp4 = hasMxfp4 && !FLOAT_TYPES.includes(want);
   // llama.cpp's converter: a float type over kept MXFP4 experts is MOSTLY_MXFP4_MOE
-  const fileType = keepMxfp4 && FLOAT_TYPES.includes(type) ? LLAMA_FILE_TYPE.mxfp4 : LLAMA_FILE_TYPE[type];
+  const fileType = mxfp4 === "kept" && FLOAT_TYPES.includes(type) ? LLAMA_FILE_TYPE.mxfp4 : LLAMA_FILE_TYPE[type];
   set("general.file_type", fileType, GGUFValueType.UINT32);
   set("general.quantization_version", 2, GGUFValueType.UINT32);
   for (const [k, v] of vocab) set(k, v as GGUFWritableValue);
-  return {
-    type,
-    metadata: [...meta].map(([key, m]) => ({ key, ...m })),
-    types: plan.tensors.map((t) =>
-      t.mxfp4 && keepMxfp4 ? GGMLType.MXFP4 : outputTypeFor(t.name, t.dims, ggmlType, block),
-    ),
-    ...(hasMxfp4 ? { mxfp4: keepMxfp4 ? "kept" : "dequantized" } : {}),
-  };
+  return [...meta].map(([key, m]) => ({ key, ...m }));
 }
 
 export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvertResult> {
@@ -209,28 +226,57 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
   let writer: GGUFWriter | undefined;
   let chunks: TensorChunks | undefined;
   try {
-    const layout = ggufLayoutOf(dir, { cfg, plan, tok }, opts.type ?? "auto");
-    writer = new GGUFWriter(output, { fsync: opts.fsync });
-    for (const m of layout.metadata) writer.setMetadata(m.key, m.value, m.type);
-    const { type, types } = layout;
-    plan.tensors.forEach((t, i) => writer!.addTensor(t.name, t.dims, types[i]));
+    const typing = ggufTypingOf(plan, opts.type ?? "auto");
+    const { type, types } = typing;
+    const w = (writer = new GGUFWriter(output, { fsync: opts.fsync }));
+    plan.tensors.forEach((t, i) => w.addTensor(t.name, t.dims, types[i]));
+    const runner = opts.runner ?? inlineRunner();
+    const pipeline = new ChunkPipeline(runner);
+    chunks = new TensorChunks(ckpt, runner, pipeline);
+    // The metadata (the vocabulary: tokenizer.json parsed and made into GGUF arrays, 0.4 s of
+    // this thread for Llama 3's) is made while workers convert the first chunks: their results
+    // wait until the header is fixed, up to EARLY_BYTES of them
+    let headerFixed = () => {};
+    const fixed = new Promise<void>((res) => (headerFixed = res));
+    const sinks = new Map<string, Promise<TensorSink>>();
+    const sinkOf = (name: string) => fixed.then(() => w.tensorSink(name));
+    const header = () => {
+      for (const m of ggufMetadataOf(dir, { cfg, plan, tok }, typing)) w.setMetadata(m.key, m.value, m.type);
+      headerFixed();
+    };
+    const early = runner.depth > 0;
+    if (early) pipeline.depth = Math.max(runner.depth, earlyChunks(GGML_OF[type]));
+    else header();
 
     const bytesTotal = plan.tensors.reduce((a, t) => a + sourceBytes(t), 0);
     let bytesDone = 0;
-    const runner = opts.runner ?? inlineRunner();
-    chunks = new TensorChunks(ckpt, runner, new ChunkPipeline(runner));
-    for (let i = 0; i < plan.tensors.length; i++) {
-      const t = plan.tensors[i];
-      const sink = await writer.tensorSink(t.name);
-      // checked after every chunk, so that an interrupt stops a multi-GB tensor promptly
-      await chunks.write(t, types[i], sink, (n) => {
-        if (opts.signal?.aborted)
-          throw opts.signal.reason instanceof Error ? opts.signal.reason : new HFConvertError("conversion aborted");
-        bytesDone += n;
-        opts.onProgress?.({ bytesDone, bytesTotal, tensor: t.name });
-      });
+    let submitted = () => {};
+    const allSubmitted = new Promise<void>((res) => (submitted = res));
+    const converting = (async () => {
+      for (let i = 0; i < plan.tensors.length; i++) {
+        const t = plan.tensors[i];
+        const sink = { write: async (b: Uint8Array) => (await sinks.get(t.name)!).write(b) };
+        sinks.set(t.name, sinkOf(t.name));
+        // checked after every chunk, so that an interrupt stops a multi-GB tensor promptly
+        await chunks!.write(t, types[i], sink, (n) => {
+          if (opts.signal?.aborted)
+            throw opts.signal.reason instanceof Error ? opts.signal.reason : new HFConvertError("conversion aborted");
+          bytesDone += n;
+          opts.onProgress?.({ bytesDone, bytesTotal, tensor: t.name });
+        });
+      }
+      submitted();
+      await chunks!.drain();
+    })();
+    // held (as a failure) until awaited below: not reported as unhandled meanwhile
+    converting.catch(() => undefined);
+    if (early) {
+      // the early chunks submitted (or every chunk, or a failure), then the header
+      await Promise.race([pipeline.holding(pipeline.depth), allSubmitted, converting]);
+      header();
+      pipeline.depth = runner.depth;
     }
-    await chunks.drain();
+    await converting;
     const bytes = writer.totalBytes;
     await writer.finish();
     writer = undefined;
@@ -242,7 +288,7 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
       bytes,
       seconds: (performance.now() - t0) / 1000,
       predictorsLeftOut: plan.predictors.length,
-      ...(layout.mxfp4 ? { mxfp4: layout.mxfp4 } : {}),
+      ...(typing.mxfp4 ? { mxfp4: typing.mxfp4 } : {}),
     };
   } catch (e) {
     await chunks?.settle();
@@ -251,6 +297,14 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
   } finally {
     ckpt.close();
   }
+}
+
+/** Memory for the chunks converted before a GGUF's header is fixed (their buffers, in size classes). */
+const EARLY_BYTES = 192 << 20;
+
+/** Chunks of CHUNK_VALUES values of `type` that EARLY_BYTES hold. */
+function earlyChunks(type: GGMLType): number {
+  return Math.floor(EARLY_BYTES / sizeClass(traitsBytes(typeTraits(type)!, CHUNK_VALUES)));
 }
 
 /** The checkpoint bytes that make `t` (what progress counts). */

@@ -24,9 +24,7 @@ function readJson(path: string): unknown {
 }
 
 export function readTokenizerFiles(dir: string): HFTokenizerFiles {
-  const path = join(dir, "tokenizer.json");
-  if (!existsSync(path))
-    throw new HFConvertError(`${dir}: no tokenizer.json (a SentencePiece tokenizer.model alone is not read)`);
+  const path = tokenizerPath(dir);
   const tc = join(dir, "tokenizer_config.json");
   const jinja = join(dir, "chat_template.jinja");
   return {
@@ -34,6 +32,37 @@ export function readTokenizerFiles(dir: string): HFTokenizerFiles {
     tokenizerJson: readJson(path),
     tokenizerConfig: existsSync(tc) ? readJson(tc) : undefined,
     chatTemplate: existsSync(jinja) ? readFileSync(jinja, "utf8") : undefined,
+  };
+}
+
+/** dir's tokenizer.json, which must exist. */
+function tokenizerPath(dir: string): string {
+  const path = join(dir, "tokenizer.json");
+  if (!existsSync(path))
+    throw new HFConvertError(`${dir}: no tokenizer.json (a SentencePiece tokenizer.model alone is not read)`);
+  return path;
+}
+
+/**
+ * dir's tokenizer files, read and parsed when first looked at (a missing tokenizer.json refused
+ * at once): a conversion's first tensors are converted while the converting thread parses them
+ * (9 MB of JSON for Llama 3's), since only Gemma 3's plan needs them before the metadata.
+ */
+export function tokenizerFilesOnDemand(dir: string): HFTokenizerFiles {
+  const path = tokenizerPath(dir);
+  let read: HFTokenizerFiles | undefined;
+  const files = () => (read ??= readTokenizerFiles(dir));
+  return {
+    path,
+    get tokenizerJson() {
+      return files().tokenizerJson;
+    },
+    get tokenizerConfig() {
+      return files().tokenizerConfig;
+    },
+    get chatTemplate() {
+      return files().chatTemplate;
+    },
   };
 }
 
