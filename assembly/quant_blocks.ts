@@ -360,7 +360,8 @@ const QUANT_SCRATCH: usize = PASS * SCALE_BYTES;
       );
       mx = load<f32>(p + (j << 2));
     }
-    const d = mx / (five ? <f32>-16 : <f32>-8);
+    // a quotient by a power of two is the product by its inverse, exactly (a multiply, not a divide)
+    const d = mx * (five ? <f32>-0.0625 : <f32>-0.125);
     store<u16>(o, <u16>f32ToF16(d));
     id = inverse(d);
     span = amax;

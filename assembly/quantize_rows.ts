@@ -33,10 +33,25 @@ export function quantize_halves(dtype: i32, type: i32, src: usize, n: i32, dst: 
   const stepBytes = typeRowBytes(type, HALVES_STEP);
   for (let i: usize = 0, o = dst; i < count; i += HALVES_STEP, o += stepBytes) {
     const m = min(HALVES_STEP, count - i);
-    halvesToF32(src + (i << 1), m, values, bf, i32x4.splat(0));
+    widenHalves(src + (i << 1), m, values, bf);
     quantizeValues(type, values, m, o, scratch);
   }
   return 0;
+}
+
+/** n halves at src -> f32 at dst, as halvesToF32 widens them (without its finite check). */
+@inline function widenHalves(src: usize, n: usize, dst: usize, bf: bool): void {
+  if (!bf) {
+    halvesToF32(src, n, dst, false, i32x4.splat(0));
+    return;
+  }
+  let i: usize = 0;
+  for (; i + 8 <= n; i += 8) {
+    const h = v128.load(src + (i << 1));
+    v128.store(dst + (i << 2), i32x4.shl(i32x4.extend_low_i16x8_u(h), 16));
+    v128.store(dst + (i << 2), i32x4.shl(i32x4.extend_high_i16x8_u(h), 16), 16);
+  }
+  for (; i < n; i++) store<u32>(dst + (i << 2), (<u32>load<u16>(src + (i << 1))) << 16);
 }
 
 /** The scratch quantize_halves takes. */
