@@ -5,7 +5,9 @@
  * the child's own resource usage), between two measurements of the disk's write rate (2 GB in
  * 4 MiB writes, then fsync: what `dd bs=4M conv=fsync` measures), in the directory the output is
  * written to; the table gives each output's MB/s against the slower and the faster of the two (a
- * VM host's cache takes a burst of writes at twice the rate it keeps up). Each output is deleted
+ * VM host's cache takes a burst of writes at twice the rate it keeps up), and after it the rate of
+ * O_DIRECT writes (`dd oflag=direct`: what the converter's own writer does where the file system
+ * allows, bypassing the page cache), with the output's MB/s against that. Each output is deleted
  * once measured.
  *
  *   npm run bench:convert -- [--outputs gguf:bf16,pi:q8_0,...] [--builds DIST[,DIST...]]
@@ -21,6 +23,7 @@
 import { spawnSync } from "node:child_process";
 import {
   closeSync,
+  constants,
   copyFileSync,
   existsSync,
   fsyncSync,
@@ -281,6 +284,33 @@ function writeRate(file: string, bytes: number): number {
   return bytes / 1e6 / (Number(process.hrtime.bigint() - t0) / 1e9);
 }
 
+/**
+ * The disk's rate for writes that bypass the page cache (what the converter's writer does where it
+ * can, io/sequential-writer.ts): `bytes` in 4 MiB O_DIRECT writes from a page-aligned buffer (a
+ * WebAssembly.Memory's), then fsync; NaN where the file system refuses O_DIRECT.
+ */
+function directWriteRate(file: string, bytes: number): number {
+  const flag = (constants as { O_DIRECT?: number }).O_DIRECT;
+  if (flag === undefined) return NaN;
+  const block = new Uint8Array(new WebAssembly.Memory({ initial: 64 }).buffer);
+  let fd: number;
+  try {
+    fd = openSync(file, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | flag, 0o644);
+  } catch {
+    return NaN;
+  }
+  const t0 = process.hrtime.bigint();
+  try {
+    for (let done = 0; done < bytes; done += block.length)
+      writeSync(fd, block, 0, Math.min(block.length, bytes - done));
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+    rmSync(file, { force: true });
+  }
+  return bytes / 1e6 / (Number(process.hrtime.bigint() - t0) / 1e9);
+}
+
 interface Run {
   build: string;
   output: string;
@@ -292,6 +322,8 @@ interface Run {
   loadAfter: number;
   writeBefore: number;
   writeAfter: number;
+  /** O_DIRECT writes, after the conversion */
+  writeDirect: number;
 }
 
 const HAVE_TIME = existsSync("/usr/bin/time");
@@ -369,6 +401,7 @@ function main(): void {
       rmSync(file, { force: true });
       const loadAfter = loadavg()[0];
       const writeAfter = writeRate(probe, o.writeBytes);
+      const writeDirect = directWriteRate(probe, o.writeBytes);
       const run: Run = {
         build,
         output: `${out.ext === "gguf" ? "GGUF" : ".pi"} ${out.type}`,
@@ -378,6 +411,7 @@ function main(): void {
         loadAfter,
         writeBefore,
         writeAfter,
+        writeDirect,
       };
       runs.push(run);
       if (!o.json) console.error(`  ${run.output} (${build}): ${(bytes / 1e6 / r.wall).toFixed(0)} MB/s`);
@@ -388,9 +422,9 @@ function main(): void {
   }
   const many = o.builds.length > 1;
   console.log(
-    `| ${many ? "build | " : ""}output --type | written | wall | MB/s written | x write rate | CPU (user + sys) | peak RSS | write rate before, after | load |`,
+    `| ${many ? "build | " : ""}output --type | written | wall | MB/s written | x write rate | CPU (user + sys) | peak RSS | write rate before, after | O_DIRECT write rate | load |`,
   );
-  console.log(`|${many ? "---|" : ""}---|---|---|---|---|---|---|---|---|`);
+  console.log(`|${many ? "---|" : ""}---|---|---|---|---|---|---|---|---|---|`);
   for (const r of runs) {
     const rate = r.bytes / 1e6 / r.wall;
     // against the slower and the faster of the two write rates around it
@@ -399,7 +433,8 @@ function main(): void {
     console.log(
       `| ${many ? r.build + " | " : ""}${r.output} | ${(r.bytes / 1e9).toFixed(2)} GB | ${r.wall.toFixed(2)} s | ` +
         `**${rate.toFixed(0)}** | ${lo.toFixed(2)}-${hi.toFixed(2)}x | ${r.cpu.toFixed(1)} s | ${r.peakMiB.toFixed(0)} MiB | ` +
-        `${r.writeBefore.toFixed(0)}, ${r.writeAfter.toFixed(0)} MB/s | ${r.loadBefore.toFixed(1)}-${r.loadAfter.toFixed(1)} |`,
+        `${r.writeBefore.toFixed(0)}, ${r.writeAfter.toFixed(0)} MB/s | ${Number.isNaN(r.writeDirect) ? "-" : `${r.writeDirect.toFixed(0)} MB/s (${(rate / r.writeDirect).toFixed(2)}x)`} | ` +
+        `${r.loadBefore.toFixed(1)}-${r.loadAfter.toFixed(1)} |`,
     );
   }
 }
