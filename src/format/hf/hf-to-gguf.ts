@@ -238,8 +238,6 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
     // wait until the header is fixed, up to EARLY_BYTES of them
     let headerFixed = () => {};
     const fixed = new Promise<void>((res) => (headerFixed = res));
-    const sinks = new Map<string, Promise<TensorSink>>();
-    const sinkOf = (name: string) => fixed.then(() => w.tensorSink(name));
     const header = () => {
       for (const m of ggufMetadataOf(dir, { cfg, plan, tok }, typing)) w.setMetadata(m.key, m.value, m.type);
       headerFixed();
@@ -255,8 +253,10 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
     const converting = (async () => {
       for (let i = 0; i < plan.tensors.length; i++) {
         const t = plan.tensors[i];
-        const sink = { write: async (b: Uint8Array) => (await sinks.get(t.name)!).write(b) };
-        sinks.set(t.name, sinkOf(t.name));
+        // the tensor's sink once the header is fixed (a failure met by its first write)
+        const opened = fixed.then(() => w.tensorSink(t.name));
+        opened.catch(() => undefined);
+        const sink = { write: async (b: Uint8Array) => (await opened).write(b) };
         // checked after every chunk, so that an interrupt stops a multi-GB tensor promptly
         await chunks!.write(t, types[i], sink, (n) => {
           if (opts.signal?.aborted)

@@ -59,11 +59,6 @@ export class StoreWriter {
     return w;
   }
 
-  /** Whether the store's bytes bypass the page cache. */
-  get direct(): boolean {
-    return this.out.direct;
-  }
-
   /** Append bytes (copied: the caller may reuse `data` as soon as this resolves). */
   async write(data: Uint8Array): Promise<void> {
     if (this.closed) throw new Error(`${this.path}: write after finish/abort`);
