@@ -354,6 +354,42 @@ test("MeasureScratch: rows (f32, or a GGUF's Q8_0, F16, BF16) and a band's colum
   }
 });
 
+test("MeasureScratch: a checkpoint's halves read by the job equal them given, through the kernels and the reference (MXFP4); a NaN among them is refused naming the file, tensor, row and column", (t) => {
+  const file = join(tempDir("measure-read"), "shard.bin");
+  const fd = openSync(file, "w+");
+  t.after(() => closeSync(fd));
+  const scratch = new MeasureScratch();
+  const n = 64,
+    rows = 6;
+  const halves = new Uint8Array(rows * n * 2);
+  quantizeRow(GGMLType.BF16, weightRows(rows, n, 9), halves);
+  writeSync(fd, halves, 0, halves.length, 3);
+  const read = { fd, position: 3, file, tensor: "model.layers.0.mlp.up_proj.weight" };
+  for (const to of [GGMLType.Q8_0, GGMLType.MXFP4]) {
+    const given = job(halves, rows, n, to, false, GGMLType.BF16);
+    scratch.run(given);
+    const j = { ...job(new Uint8Array(0), rows, n, to, false, GGMLType.BF16), src: undefined, read, sourceRow: 40 };
+    scratch.run(j);
+    sameBytes(j.dst, given.dst, typeName(to), rowBytes(to, 32));
+    assert.deepEqual(Array.from(new Float64Array(j.errors.buffer)), Array.from(new Float64Array(given.errors.buffer)));
+    assert.equal(j.maxAbs, given.maxAbs);
+    assert.equal(j.maxValue, given.maxValue);
+  }
+  // row 2, column 5 of the read: the checkpoint's row 42
+  writeSync(fd, new Uint8Array([0xc0, 0x7f]), 0, 2, 3 + 2 * (2 * n + 5));
+  for (const to of [GGMLType.Q8_0, GGMLType.MXFP4])
+    assert.throws(
+      () =>
+        scratch.run({
+          ...job(new Uint8Array(0), rows, n, to, false, GGMLType.BF16),
+          src: undefined,
+          read,
+          sourceRow: 40,
+        }),
+      /shard\.bin: tensor "model\.layers\.0\.mlp\.up_proj\.weight" holds NaN \(row 42, column 5\)/,
+    );
+});
+
 test("MeasureScratch: a value the store's type cannot hold is refused with the reference's error, naming the tensor and value", () => {
   const n = 64,
     rows = 8;
