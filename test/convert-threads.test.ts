@@ -11,6 +11,7 @@ import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync, readdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { GGMLType } from "../src/format/ggml-types.js";
 import { convertHFToGGUF, type HFOutputType } from "../src/format/hf/hf-to-gguf.js";
 import { SafetensorsFile } from "../src/format/hf/safetensors.js";
 import { convertToStore } from "../src/offline/convert.js";
@@ -202,6 +203,27 @@ test("a NaN or infinity in Gate's or Up's rows read for a store is refused namin
       `model-00001-of-00002.safetensors: tensor "model.layers.0.mlp.gate_proj.weight" holds -Infinity (row ${FF - 1}, column ${HIDDEN - 1})`,
     );
   }
+});
+
+test("ConvertPool.idle() resolves once every job posted has settled, done or failed (a failed conversion waits for it before its files close)", async () => {
+  const n = 1 << 16;
+  const jobs = Array.from({ length: 6 }, (_, i) => {
+    const src = new Uint8Array(pool.allocate(n * 2));
+    const dst = new Uint8Array(pool.allocate(n + n / 16));
+    // the last two fail in the worker: a read from a descriptor that is not open
+    const read = i < 4 ? undefined : { fd: 1 << 20, position: 0, file: "nowhere.safetensors", tensor: "t" };
+    return pool.encode({ src, read, dtype: "BF16", rows: 1, rowLen: n, type: GGMLType.Q8_0, dst });
+  });
+  const settled = jobs.map(() => false);
+  jobs.forEach((j, i) =>
+    j.then(
+      () => (settled[i] = true),
+      () => (settled[i] = true),
+    ),
+  );
+  await pool.idle();
+  assert.deepEqual(settled, [true, true, true, true, true, true]);
+  assert.equal((await Promise.allSettled(jobs)).filter((r) => r.status === "rejected").length, 2);
 });
 
 test("on workers: a shard cut short while it is read fails naming the shard and the tensor; no file is left", async () => {

@@ -292,6 +292,8 @@ export async function buildStore(source: StoreSource, opts: ConvertOptions): Pro
       predictorGroups: preds ? layers.length : 0,
     };
   } catch (e) {
+    // jobs still running read the source's files: they end before the files close
+    await opts.runner?.idle?.();
     await writer?.abort();
     throw e;
   } finally {

@@ -20,6 +20,11 @@ export interface ChunkRunner {
   allocate(bytes: number): ArrayBufferLike;
   /** job with its dst filled */
   encode(job: EncodeJob): Promise<EncodeJob>;
+  /**
+   * Resolves once no job is running (a failed conversion waits for this before it closes the
+   * files its jobs read); absent where jobs run as they are handed over.
+   */
+  idle?(): Promise<void>;
 }
 
 /** The calling thread converts each chunk when it is handed over: the plain single-threaded converter. */

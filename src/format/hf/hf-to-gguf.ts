@@ -224,7 +224,6 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
   const output = resolve(opts.output);
   const { cfg, ckpt, plan, tok } = openHFModel(dir);
   let writer: GGUFWriter | undefined;
-  let chunks: TensorChunks | undefined;
   try {
     const typing = ggufTypingOf(plan, opts.type ?? "auto");
     const { type, types } = typing;
@@ -232,7 +231,7 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
     plan.tensors.forEach((t, i) => w.addTensor(t.name, t.dims, types[i]));
     const runner = opts.runner ?? inlineRunner();
     const pipeline = new ChunkPipeline(runner);
-    chunks = new TensorChunks(ckpt, runner, pipeline);
+    const chunks = new TensorChunks(ckpt, runner, pipeline);
     // The metadata (the vocabulary: tokenizer.json parsed and made into GGUF arrays, 0.4 s of
     // this thread for Llama 3's) is made while workers convert the first chunks: their results
     // wait until the header is fixed, up to EARLY_BYTES of them
@@ -258,7 +257,7 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
         opened.catch(() => undefined);
         const sink = { write: async (b: Uint8Array) => (await opened).write(b) };
         // checked after every chunk, so that an interrupt stops a multi-GB tensor promptly
-        await chunks!.write(t, types[i], sink, (n) => {
+        await chunks.write(t, types[i], sink, (n) => {
           if (opts.signal?.aborted)
             throw opts.signal.reason instanceof Error ? opts.signal.reason : new HFConvertError("conversion aborted");
           bytesDone += n;
@@ -266,7 +265,7 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
         });
       }
       submitted();
-      await chunks!.drain();
+      await chunks.drain();
     })();
     // held (as a failure) until awaited below: not reported as unhandled meanwhile
     converting.catch(() => undefined);
@@ -291,7 +290,8 @@ export async function convertHFToGGUF(opts: HFConvertOptions): Promise<HFConvert
       ...(typing.mxfp4 ? { mxfp4: typing.mxfp4 } : {}),
     };
   } catch (e) {
-    await chunks?.settle();
+    // jobs still running read the checkpoint's files: they end before the files close
+    await opts.runner?.idle?.();
     await writer?.abort();
     throw e;
   } finally {
@@ -338,8 +338,6 @@ const WRITES_BEHIND = 3;
 export class TensorChunks {
   /** the chunks' writes, chained in order; those not done yet */
   private writing: Promise<void> = Promise.resolve();
-  /** jobs the runner has not finished (a worker may be reading the checkpoint for one) */
-  private encoding = new Set<Promise<unknown>>();
   private behind: Promise<void>[] = [];
 
   constructor(
@@ -353,14 +351,6 @@ export class TensorChunks {
     await this.pipeline.drain();
     await this.writing;
     this.behind = [];
-  }
-
-  /**
-   * Waits, after a failure, for the jobs still running to end (their results dropped): a worker
-   * reads the checkpoint's files by descriptor, so they must not close under it.
-   */
-  async settle(): Promise<void> {
-    await Promise.allSettled([...this.encoding]);
   }
 
   /** `bytes` written after the chunks before, then `release` returned to the pipeline; waits while WRITES_BEHIND wait. */
@@ -442,11 +432,7 @@ export class TensorChunks {
     else job.read = src;
     const outBytes = rows * traitsBytes(typeTraits(type)!, rowLen);
     job.dst = job.src && encodesInPlace(job) ? job.src : this.pipeline.buffer(outBytes);
-    const inFlight = this.runner.encode(job);
-    this.encoding.add(inFlight);
-    const settled = () => this.encoding.delete(inFlight);
-    inFlight.then(settled, settled);
-    return this.pipeline.submit(inFlight, (done) =>
+    return this.pipeline.submit(this.runner.encode(job), (done) =>
       this.writeBehind(sink, done.dst, ...(done.src ? [done.src, done.dst] : [done.dst])),
     );
   }

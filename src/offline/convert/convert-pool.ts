@@ -89,6 +89,8 @@ export class ConvertPool implements ConvertRunner {
   private ids = new WeakMap<ArrayBufferLike, number>();
   private nextBuffer = 0;
   private pending = new Map<number, Pending>();
+  /** the jobs posted and not yet settled */
+  private running = new Set<Promise<unknown>>();
   private nextId = 0;
   private failure: Error | undefined;
 
@@ -125,6 +127,11 @@ export class ConvertPool implements ConvertRunner {
     return this.run("measure", job);
   }
 
+  /** Resolves once every job posted so far has settled. */
+  async idle(): Promise<void> {
+    await Promise.allSettled([...this.running]);
+  }
+
   /** Ends the workers (a job still running is dropped). */
   async close(): Promise<void> {
     const workers = this.workers;
@@ -155,10 +162,14 @@ export class ConvertPool implements ConvertRunner {
     }
     const id = this.nextId++;
     this.outstanding[w]++;
-    return new Promise<J>((resolve, reject) => {
+    const running = new Promise<J>((resolve, reject) => {
       this.pending.set(id, { resolve: (fields) => resolve(Object.assign(job, fields)), reject, worker: w });
       this.workers[w].postMessage({ id, kind, job: posted, views, adopt } satisfies PoolRequest);
     });
+    this.running.add(running);
+    const drop = () => this.running.delete(running);
+    running.then(drop, drop);
+    return running;
   }
 
   private settle(r: PoolReply): void {
