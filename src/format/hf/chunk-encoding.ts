@@ -1,9 +1,10 @@
 /**
  * A chunk of a GGUF tensor's rows made from a checkpoint's bytes: the one encoding of a GGUF's
  * rows, which the converting thread runs, or a worker (offline/convert/convert-pool.ts), with the
- * same bytes out. The rows come as the checkpoint stores them (F32, F16 or BF16; or f32 values
- * the converter computed), are regrouped where llama's rotary permutation says, widened to f32,
- * Gemma's one added, and encoded into the output type: by the thread's WASM kernels
+ * same bytes out. The rows come as the checkpoint stores them (F32, F16 or BF16, given or read
+ * from the shard by the thread running the job; or f32 values the converter computed), are
+ * regrouped where llama's rotary permutation says, widened to f32 (F16 and BF16 in the kernels'
+ * cache, quantize_halves), Gemma's one added, and encoded into the output type: by the thread's WASM kernels
  * (src/runtime/quant-kernels.ts, quant.ts's bytes), MXFP4 by quant.ts itself. A chunk holds only
  * plain data, so that it can be posted to a worker and back.
  */

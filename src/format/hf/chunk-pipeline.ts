@@ -1,10 +1,10 @@
 /**
- * How a converter keeps work in flight without holding a model: chunks are read in order, handed
- * to a runner (this thread, or a pool of workers: offline/convert/convert-pool.ts) and their
- * results consumed (written) in the order they were read, with at most `depth` chunks between
- * reading and writing. Reading (the caller's thread), converting (the workers) and writing (the
- * file system's threads) overlap, memory stays at `depth` chunks, and the bytes written do not
- * depend on which thread converted what.
+ * How a converter keeps work in flight without holding a model: chunks are handed in order to a
+ * runner (this thread, or a pool of workers: offline/convert/convert-pool.ts), which reads and
+ * converts them, and their results consumed (written) in the order they were handed over, with
+ * at most `depth` chunks between. Reading and converting (the workers) and writing (the file
+ * system's threads) overlap, memory stays at `depth` chunks, and the bytes written do not depend
+ * on which thread converted what.
  *
  * The chunks' buffers are recycled: once a chunk is consumed its buffers go back to a free list
  * for the next chunks of that size class, so a multi-GB conversion allocates a few dozen buffers,

@@ -1,11 +1,11 @@
 /**
  * A Hugging Face model directory (config.json, safetensors, tokenizer.json) to a GGUF in
  * llama.cpp's names and layout, streamed: each output tensor is produced a MiB or so of rows at
- * a time (read from its shard, then permuted or offset where the plan says, widened to f32 and
- * converted to the output type: chunk-encoding.ts, on this thread or on workers), so memory holds
- * a few chunks (chunk-pipeline.ts), never a tensor or the model. The GGUF writer
- * writes under a temporary name and renames at the end: an interrupted conversion leaves no file
- * that looks complete.
+ * a time (read from its shard by the thread that converts them, then permuted or offset where the
+ * plan says and converted to the output type: chunk-encoding.ts, on this thread or on workers), so
+ * memory holds a few chunks (chunk-pipeline.ts), never a tensor or the model; the first ones are
+ * converted while this thread makes the vocabulary. The GGUF writer writes under a temporary name
+ * and renames at the end: an interrupted conversion leaves no file that looks complete.
  *
  * Types follow llama.cpp's converter: 1-D tensors, norms, biases and routers stay F32, a row
  * that is not a whole number of the type's blocks falls back to F16, and "auto" is BF16 for a
