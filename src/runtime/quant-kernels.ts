@@ -160,7 +160,7 @@ export class QuantKernels {
   quantize(type: GGMLType, n: number, out: Uint8Array): void {
     if (this.k.quantize_rows(type, this.valuesAt, n, this.outAt, this.scratchAt) !== 0)
       throw new Error(`the quantizing kernels do not write ${GGMLType[type]}`);
-    out.set(this.u8.subarray(this.outAt, this.outAt + out.length));
+    out.set(this.output(out.length));
   }
 
   /**
@@ -219,7 +219,7 @@ export class QuantKernels {
 
   /** The staged output's first out.length bytes into out. */
   takeOut(out: Uint8Array): void {
-    out.set(this.u8.subarray(this.outAt, this.outAt + out.length));
+    out.set(this.output(out.length));
   }
 
   /** The staged sums of squared errors of the first `rows` rows, into errors (f64 per row). */

@@ -88,8 +88,8 @@ export function encodeChunk(job: EncodeJob, scratch: ChunkScratch): void {
   let src = job.src!;
   if (job.read) {
     // read into dst where it is encoded in place, else into the scratch
-    src = encodesInPlace(job) ? dst : scratch.raw(rows * rowBytes);
-    readValues(job.read, src.subarray(0, rows * rowBytes));
+    src = encodesInPlace(job) ? dst.subarray(0, rows * rowBytes) : scratch.raw(rows * rowBytes);
+    sourceInto(job, src);
   }
   if (bf16Kept) {
     for (let r = 0; r < rows;) {
@@ -138,7 +138,8 @@ function encodeChunkKernels(job: EncodeJob): void {
   const rowBytes = rowLen * (halves ? 2 : 4);
   k.stage({ values: n, raw: halves ? n * 2 : 0, out: dst.length });
   // the rows in source order: F32 straight into the values, F16 and BF16 into the raw bytes
-  const stored = halves ? k.raw(n * 2) : new Uint8Array(k.values(n).buffer, k.values(n).byteOffset, n * 4);
+  const values = k.values(n);
+  const stored = halves ? k.raw(n * 2) : new Uint8Array(values.buffer, values.byteOffset, n * 4);
   sourceInto(job, stored);
   if (ropeHeadRows) {
     // regrouped through a copy (rare: F32 attention rows)
@@ -149,10 +150,7 @@ function encodeChunkKernels(job: EncodeJob): void {
     }
   }
   if (halves) k.widen(dtype, n);
-  if (job.addOne) {
-    const values = k.values(n);
-    for (let i = 0; i < n; i++) values[i] = Math.fround(values[i] + 1);
-  }
+  if (job.addOne) for (let i = 0; i < n; i++) values[i] = Math.fround(values[i] + 1);
   k.quantize(type, n, dst);
 }
 

@@ -223,8 +223,7 @@ export class SafetensorsFile {
 
   /** The raw bytes [from, from + n) of a tensor. */
   readBytes(t: SafetensorsTensor, from: number, dst: Uint8Array): void {
-    if (from < 0 || from + dst.length > t.bytes)
-      this.fail(`tensor "${t.name}": read of ${dst.length} bytes at ${from} is outside its ${t.bytes}`);
+    this.checkRange(t, from, dst.length);
     this.readAt(dst, t.offset + from, t.name);
   }
 
@@ -233,24 +232,26 @@ export class SafetensorsFile {
    * readable dtype (F32, F16, BF16), in row-major order: what widenToF32 takes.
    */
   readValueBytes(t: SafetensorsTensor, first: number, dst: Uint8Array): void {
-    if (!(READABLE_DTYPES as readonly string[]).includes(t.dtype))
-      this.fail(`tensor "${t.name}" is ${t.dtype}: only ${READABLE_DTYPES.join(", ")} can be converted`);
-    this.readBytes(t, first * DTYPE_BYTES[t.dtype], dst);
+    readValues(this.valueRead(t, first, dst.length), dst);
   }
 
   /**
-   * What readValueBytes(t, first, dst) reads for a dst of `bytes` bytes, checked as it checks it,
-   * as a read that another thread of this process makes (readValues): the conversion's workers read
-   * their chunks themselves. Valid while this file is open.
+   * What readValueBytes(t, first, dst) reads for a dst of `bytes` bytes, checked, as a read that
+   * another thread of this process can make (readValues): the conversion's workers read their
+   * chunks themselves. Valid while this file is open.
    */
   valueRead(t: SafetensorsTensor, first: number, bytes: number): ValueRead {
     if (!(READABLE_DTYPES as readonly string[]).includes(t.dtype))
       this.fail(`tensor "${t.name}" is ${t.dtype}: only ${READABLE_DTYPES.join(", ")} can be converted`);
     const from = first * DTYPE_BYTES[t.dtype];
-    if (from < 0 || from + bytes > t.bytes)
-      this.fail(`tensor "${t.name}": read of ${bytes} bytes at ${from} is outside its ${t.bytes}`);
+    this.checkRange(t, from, bytes);
     if (this.fd < 0) this.fail(`tensor "${t.name}": the file is closed`);
     return { fd: this.fd, position: t.offset + from, file: this.path, tensor: t.name };
+  }
+
+  private checkRange(t: SafetensorsTensor, from: number, bytes: number): void {
+    if (from < 0 || from + bytes > t.bytes)
+      this.fail(`tensor "${t.name}": read of ${bytes} bytes at ${from} is outside its ${t.bytes}`);
   }
 
   /**

@@ -14,7 +14,8 @@ import type { StoreConversion } from "../../format/store/index.js";
 import { QuantKernels, threadQuantKernels } from "../../runtime/quant-kernels.js";
 import { ConvertError } from "./convert-error.js";
 import { refuseNonFinite } from "../../format/hf/planned-rows.js";
-import { readValues, widenChecked, type ValueRead } from "../../format/hf/safetensors.js";
+import { readValues, type ValueRead } from "../../format/hf/safetensors.js";
+import { findNonFinite } from "../../format/finite-check.js";
 
 /** The error of a conversion, accumulated over rows: max and rms against the source, and the largest source value. */
 export class ErrorStats {
@@ -213,9 +214,8 @@ export class MeasureScratch {
     if (this.raw.length < bytes) this.raw = new Uint8Array(bytes);
     const raw = this.raw.subarray(0, bytes);
     readValues(read!, raw);
-    const values = new Float32Array(rows * n);
-    const bad = widenChecked(GGMLType[job.from], raw, values);
-    if (bad >= 0) refuseNonFinite(read!.file, read!.tensor, values[bad], bad, job.sourceRow ?? 0, 0, n);
+    const bad = findNonFinite(job.from, raw, 0);
+    if (bad) refuseRead(job, bad.value, bad.element);
     return raw;
   }
 
@@ -252,8 +252,7 @@ export class MeasureScratch {
         if (job.read) readValues(job.read, raw);
         else raw.set(job.src!.subarray(0, rows * n * 2));
         const bad = k.widen(job.from === GGMLType.F16 ? "F16" : "BF16", rows * n);
-        if (bad >= 0 && job.read)
-          refuseNonFinite(job.read.file, job.read.tensor, k.values(rows * n)[bad], bad, job.sourceRow ?? 0, 0, n);
+        if (bad >= 0 && job.read) refuseRead(job, k.values(rows * n)[bad], bad);
       } else {
         const srcRb = traitsBytes(typeTraits(job.from)!, n);
         const values = k.values(rows * n);
@@ -269,6 +268,11 @@ export class MeasureScratch {
     job.maxAbs = k.maxAbs;
     job.maxValue = k.maxValue;
   }
+}
+
+/** The refusal of value i of a job's read: a checkpoint's NaN or infinity, named as readPlannedRows names it. */
+function refuseRead(job: MeasureJob, value: number, i: number): never {
+  return refuseNonFinite(job.read!.file, job.read!.tensor, value, i, job.sourceRow ?? 0, 0, job.n);
 }
 
 /**
